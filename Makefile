@@ -1,0 +1,77 @@
+# Builds what this machine can build: the CPU targets always, the GPU targets when nvcc exists.
+#   make              all targets into build/
+#   make test         every test that needs no GPU (also compiles the GPU targets when nvcc exists)
+#   make test-gpu     the GPU tests (needs a GPU)
+#   make dev          the kernel lab (dev/cuda)
+#   make bench        scripts/bench_gpt2.sh (needs a GPU and PyTorch)
+# Options: PRECISION=BF16|FP32, GPU_ARCH=90a (any sm number), USE_CUDNN=1, NO_OMP=1
+CXX       ?= g++
+NVCC      ?= nvcc
+BUILD     := build
+PRECISION ?= BF16
+GPU_ARCH  ?= 90a
+CXXFLAGS  := -O3 -march=native -std=c++17 -Wall -Wextra -Wno-unused-parameter -I.
+LDLIBS    := -lm
+ifndef NO_OMP
+  CXXFLAGS += -fopenmp
+endif
+# CI and this project's build machine may differ from where binaries run: set NATIVE=0 to drop -march=native
+ifeq ($(NATIVE),0)
+  CXXFLAGS := $(filter-out -march=native,$(CXXFLAGS))
+endif
+
+HAS_NVCC  := $(shell command -v $(NVCC) 2>/dev/null)
+NVCCFLAGS := -O3 -std=c++17 -I. --use_fast_math -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) \
+             -Xcompiler -fopenmp -DPRECISION_$(PRECISION) -lineinfo
+NVLDLIBS  := -lcublas -lcublasLt -lgomp
+ifeq ($(USE_CUDNN),1)
+  NVCCFLAGS += -DUSE_CUDNN -I$(CUDNN_FRONTEND_PATH)
+  NVLDLIBS  += -lcudnn
+endif
+
+CPU_TARGETS := $(BUILD)/train_gpt2_cpu $(BUILD)/test_gpt2_cpu $(BUILD)/test_dataloader
+GPU_TARGETS := $(BUILD)/train_gpt2cu $(BUILD)/test_gpt2cu
+
+LLMC_H   := $(wildcard llmc/*.h llmc/cpu/*.h)
+LLMC_CUH := $(wildcard llmc/*.cuh) $(LLMC_H)
+
+.PHONY: all cpu gpu test test-cpu test-gpu dev bench clean fixture
+all: cpu $(if $(HAS_NVCC),gpu)
+cpu: $(CPU_TARGETS)
+gpu: $(GPU_TARGETS)
+
+$(BUILD):
+	mkdir -p $(BUILD)
+
+$(BUILD)/%: %.cpp $(LLMC_H) | $(BUILD)
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
+$(BUILD)/test_dataloader: tests/test_dataloader.cpp $(LLMC_H) | $(BUILD)
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
+$(BUILD)/train_gpt2cu: train_gpt2.cu $(LLMC_CUH) | $(BUILD)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
+
+$(BUILD)/test_gpt2cu: test_gpt2.cu $(LLMC_CUH) | $(BUILD)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
+
+# Every test that needs no GPU; prints "N passed, N failed" last and fails if any failed.
+test: cpu $(if $(HAS_NVCC),gpu dev)
+	@./tests/run_tests.sh
+
+test-gpu: gpu
+	@./tests/run_gpu_tests.sh
+
+dev:
+	$(MAKE) -C dev/cuda
+
+bench: gpu
+	./scripts/bench_gpt2.sh
+
+# Regenerates the committed CPU test fixture (needs torch): see tests/README or README.md
+fixture:
+	python3 scripts/train_gpt2.py --fixture tests/fixture
+
+clean:
+	rm -rf $(BUILD)
+	$(MAKE) -C dev/cuda clean

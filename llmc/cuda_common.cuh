@@ -1,0 +1,154 @@
+// cuda_common.cuh: the one copy of the CUDA infrastructure every GPU file includes (the trainer,
+// the GPU test, every dev/cuda lab file): error checking, the precision type floatX, 128-bit packed
+// loads and stores, warp/block reductions, and the context struct passed to launchers.
+#pragma once
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <cstdio>
+#include <cstdlib>
+#include <type_traits>
+
+// ---------------------------------------------------------------- error checking
+// Each names the failing statement, file and line, then exits 1.
+inline void cuda_check_impl(cudaError_t err, const char* stmt, const char* file, int line) {
+    if (err != cudaSuccess) {
+        fprintf(stderr, "error: CUDA: %s\n  in %s at %s:%d\n", cudaGetErrorString(err), stmt, file, line);
+        exit(1);
+    }
+}
+#define cudaCheck(stmt) cuda_check_impl((stmt), #stmt, __FILE__, __LINE__)
+
+inline void cublas_check_impl(cublasStatus_t st, const char* stmt, const char* file, int line) {
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "error: cuBLAS status %d (%s)\n  in %s at %s:%d\n", (int)st, cublasGetStatusString(st), stmt,
+                file, line);
+        exit(1);
+    }
+}
+#define cublasCheck(stmt) cublas_check_impl((stmt), #stmt, __FILE__, __LINE__)
+
+// Checks the last launch; use after every kernel launch.
+#define cudaCheckLaunch() cuda_check_impl(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+
+// ---------------------------------------------------------------- precision
+// floatX is the type of parameters, activations and their gradients. Master weights, optimizer
+// state, reductions and softmax statistics are always fp32.
+#if defined(PRECISION_FP32)
+typedef float floatX;
+#define PRECISION_NAME "fp32"
+constexpr cudaDataType_t CUBLAS_FLOATX = CUDA_R_32F;
+#else
+typedef __nv_bfloat16 floatX;
+#define PRECISION_NAME "bf16"
+constexpr cudaDataType_t CUBLAS_FLOATX = CUDA_R_16BF;
+#endif
+
+template <typename T>
+__host__ __device__ inline float to_float(T x) { return (float)x; }
+template <>
+__host__ __device__ inline float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T>
+__host__ __device__ inline T from_float(float x) { return (T)x; }
+template <>
+__host__ __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// ---------------------------------------------------------------- sizes
+template <typename T>
+__host__ __device__ constexpr T ceil_div(T a, T b) { return (a + b - 1) / b; }
+
+constexpr int WARP_SIZE = 32;
+
+// ---------------------------------------------------------------- 128-bit packed access
+// One 16-byte load/store moves 8 bf16 or 4 fp32 values; memory-bound kernels use these so every
+// thread issues full-width transactions. Pointers must be 16-byte aligned.
+template <typename T>
+struct alignas(16) Packed128 {
+    static constexpr int size = 16 / sizeof(T);
+    T v[size];
+    Packed128() = default;
+    __device__ static Packed128 constant(T x) {
+        Packed128 p;
+        for (int i = 0; i < size; i++) p.v[i] = x;
+        return p;
+    }
+    __device__ T& operator[](int i) { return v[i]; }
+    __device__ const T& operator[](int i) const { return v[i]; }
+};
+typedef Packed128<floatX> x128;
+typedef Packed128<float> f128;
+
+template <typename T>
+__device__ inline Packed128<T> load128(const T* p) { return *reinterpret_cast<const Packed128<T>*>(p); }
+// Streaming load: bypasses L1 and marks the line evict-first (data read once).
+template <typename T>
+__device__ inline Packed128<T> load128cs(const T* p) {
+    int4 r = __ldcs(reinterpret_cast<const int4*>(p));
+    return *reinterpret_cast<Packed128<T>*>(&r);
+}
+template <typename T>
+__device__ inline void store128(T* p, const Packed128<T>& x) { *reinterpret_cast<Packed128<T>*>(p) = x; }
+template <typename T>
+__device__ inline void store128cs(T* p, const Packed128<T>& x) {
+    __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(&x));
+}
+
+// ---------------------------------------------------------------- reductions
+__device__ inline float warp_reduce_sum(float x) {
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+__device__ inline float warp_reduce_max(float x) {
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+// Sum over the whole block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
+__device__ inline float block_reduce_sum(float x) {
+    __shared__ float partial[32];
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
+    x = warp_reduce_sum(x);
+    __syncthreads();  // partial may still be read by a previous call
+    if (lane == 0) partial[warp] = x;
+    __syncthreads();
+    x = lane < nwarps ? partial[lane] : 0.0f;
+    return warp_reduce_sum(x);
+}
+__device__ inline float block_reduce_max(float x) {
+    __shared__ float partial[32];
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
+    x = warp_reduce_max(x);
+    __syncthreads();
+    if (lane == 0) partial[warp] = x;
+    __syncthreads();
+    x = lane < nwarps ? partial[lane] : -INFINITY;
+    return warp_reduce_max(x);
+}
+
+// ---------------------------------------------------------------- context
+// One per process: the stream every launch goes to, the cuBLASLt handle and its workspace, and
+// the device's properties. Passed explicitly, never global.
+struct CudaContext {
+    cudaStream_t stream = nullptr;
+    cublasLtHandle_t cublaslt = nullptr;
+    void* cublaslt_workspace = nullptr;
+    size_t cublaslt_workspace_size = 32u << 20;
+    cudaDeviceProp props{};
+    int device = 0;
+
+    void init(int dev = 0) {
+        device = dev;
+        cudaCheck(cudaSetDevice(dev));
+        cudaCheck(cudaGetDeviceProperties(&props, dev));
+        cudaCheck(cudaStreamCreate(&stream));
+        cublasCheck(cublasLtCreate(&cublaslt));
+        cudaCheck(cudaMalloc(&cublaslt_workspace, cublaslt_workspace_size));
+    }
+    void destroy() {
+        if (cublaslt_workspace) cudaCheck(cudaFree(cublaslt_workspace));
+        if (cublaslt) cublasCheck(cublasLtDestroy(cublaslt));
+        if (stream) cudaCheck(cudaStreamDestroy(stream));
+        cublaslt_workspace = nullptr; cublaslt = nullptr; stream = nullptr;
+    }
+};

@@ -1,0 +1,355 @@
+// formats.h: validating readers and atomic writers for every file the project reads or writes.
+// Layouts are in docs/formats.md (the Python side is scripts/llmc_formats.py). Every file starts
+// with a 1024-byte header of 128 little-endian int64 values: h[0] magic, h[1] version.
+// Readers check existence, length, magic, version, header sizes and the exact file length before
+// touching the payload, and fail with one line naming the file and the problem.
+#pragma once
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+#include <vector>
+#include "llmc/gpt2_config.h"
+#include "llmc/utils.h"
+
+constexpr int HEADER_INTS = 128;
+constexpr int64_t HEADER_BYTES = HEADER_INTS * 8;
+
+constexpr int64_t fourcc(const char (&s)[5]) {
+    return (int64_t)((uint32_t)(uint8_t)s[0] | (uint32_t)(uint8_t)s[1] << 8 | (uint32_t)(uint8_t)s[2] << 16 |
+                     (uint32_t)(uint8_t)s[3] << 24);
+}
+constexpr int64_t MAGIC_MODEL = fourcc("GPTM");
+constexpr int64_t MAGIC_STATE = fourcc("GPTS");
+constexpr int64_t MAGIC_TOKENIZER = fourcc("GPTT");
+constexpr int64_t MAGIC_SHARD = fourcc("GPTD");
+constexpr int64_t MAGIC_DEBUG = fourcc("GPTX");
+constexpr int64_t MAGIC_EVAL = fourcc("GPTE");
+constexpr int64_t FORMAT_VERSION = 1;
+
+enum ModelDtype : int64_t { DTYPE_FP32 = 0, DTYPE_BF16 = 1 };
+
+inline const char* magic_name(int64_t magic) {
+    switch (magic) {
+        case MAGIC_MODEL: return "a model checkpoint";
+        case MAGIC_STATE: return "a training state file";
+        case MAGIC_TOKENIZER: return "a tokenizer file";
+        case MAGIC_SHARD: return "a token shard";
+        case MAGIC_DEBUG: return "a debug state file";
+        case MAGIC_EVAL: return "an eval file";
+        default: return nullptr;
+    }
+}
+
+struct FileHeader {
+    int64_t h[HEADER_INTS];
+};
+
+// Opens `path`, checks its length holds a header, reads it and checks magic and version.
+// Returns the open file positioned at the payload; *file_size gets the length in bytes.
+inline FILE* open_checked(const char* path, int64_t magic, FileHeader* hdr, int64_t* file_size) {
+    int64_t size = file_size_or_fail(path);
+    if (size == 0) fail("%s: empty file (0 bytes), expected %s", path, magic_name(magic));
+    if (size < HEADER_BYTES)
+        fail("%s: %lld bytes is too short to hold the %lld-byte header of %s", path, (long long)size,
+             (long long)HEADER_BYTES, magic_name(magic));
+    FILE* f = fopen_or_fail(path, "rb");
+    fread_or_fail(hdr->h, sizeof(int64_t), HEADER_INTS, f, path);
+    if (hdr->h[0] != magic) {
+        const char* other = magic_name(hdr->h[0]);
+        if (other) fail("%s: this is %s, not %s", path, other, magic_name(magic));
+        fail("%s: bad magic 0x%llx, not %s (expected 0x%llx)", path, (unsigned long long)hdr->h[0], magic_name(magic),
+             (unsigned long long)magic);
+    }
+    if (hdr->h[1] != FORMAT_VERSION)
+        fail("%s: unsupported version %lld of %s (this build reads version %lld)", path, (long long)hdr->h[1],
+             magic_name(magic), (long long)FORMAT_VERSION);
+    *file_size = size;
+    return f;
+}
+
+inline void check_file_length(const char* path, int64_t size, int64_t payload) {
+    int64_t want = HEADER_BYTES + payload;
+    if (size < want)
+        fail("%s: truncated: %lld bytes, the header implies %lld", path, (long long)size, (long long)want);
+    if (size > want)
+        fail("%s: %lld unexpected extra bytes after the %lld the header implies", path, (long long)(size - want),
+             (long long)want);
+}
+
+inline void check_range(const char* path, const char* field, int64_t v, int64_t lo, int64_t hi) {
+    if (v < lo || v > hi)
+        fail("%s: header field %s = %lld is out of range [%lld, %lld]", path, field, (long long)v, (long long)lo,
+             (long long)hi);
+}
+
+// ---- bf16 <-> fp32 on the host (bf16 = upper 16 bits of fp32, round to nearest even) ----
+inline float bf16_to_float(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+inline uint16_t float_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+// ================================ model checkpoint (GPTM) ================================
+struct ModelFileInfo {
+    GPT2Config config;
+    int64_t dtype;  // DTYPE_FP32 or DTYPE_BF16
+    int64_t num_params;
+};
+
+inline ModelFileInfo model_header_from(const FileHeader& hd, const char* path) {
+    const int64_t* h = hd.h;
+    check_range(path, "dtype", h[2], 0, 1);
+    for (int i = 3; i <= 9; i++) check_range(path, "model shape", h[i], 1, 1 << 24);
+    check_range(path, "window", h[10], 0, 1 << 24);
+    ModelFileInfo info;
+    GPT2Config& c = info.config;
+    c.max_seq_len = (int)h[3];
+    c.vocab_size = (int)h[4];
+    c.padded_vocab_size = (int)h[5];
+    c.num_layers = (int)h[6];
+    c.num_heads = (int)h[7];
+    c.num_kv_heads = (int)h[8];
+    c.channels = (int)h[9];
+    c.window = (int)h[10];
+    gpt2_validate_config(c, path);
+    info.dtype = h[2];
+    info.num_params = h[11];
+    if ((size_t)info.num_params != gpt2_num_params(c))
+        fail("%s: header says %lld parameters but its shape implies %zu", path, (long long)info.num_params,
+             gpt2_num_params(c));
+    return info;
+}
+
+// Reads and validates the header and length only.
+inline ModelFileInfo model_read_info(const char* path) {
+    FileHeader hd;
+    int64_t size;
+    FILE* f = open_checked(path, MAGIC_MODEL, &hd, &size);
+    fclose(f);
+    ModelFileInfo info = model_header_from(hd, path);
+    check_file_length(path, size, info.num_params * (info.dtype == DTYPE_BF16 ? 2 : 4));
+    return info;
+}
+
+// Reads the parameters as fp32 (converting a bf16 file); `params` holds num_params floats.
+inline ModelFileInfo model_read_fp32(const char* path, float* params) {
+    ModelFileInfo info = model_read_info(path);
+    FileHeader hd;
+    int64_t size;
+    FILE* f = open_checked(path, MAGIC_MODEL, &hd, &size);
+    if (info.dtype == DTYPE_FP32) {
+        fread_or_fail(params, sizeof(float), info.num_params, f, path);
+    } else {
+        std::vector<uint16_t> buf(1 << 20);
+        for (int64_t done = 0; done < info.num_params;) {
+            int64_t n = std::min<int64_t>((int64_t)buf.size(), info.num_params - done);
+            fread_or_fail(buf.data(), 2, n, f, path);
+            for (int64_t i = 0; i < n; i++) params[done + i] = bf16_to_float(buf[i]);
+            done += n;
+        }
+    }
+    fclose(f);
+    return info;
+}
+
+inline FileHeader model_make_header(const GPT2Config& c, int64_t dtype) {
+    FileHeader hd = {};
+    int64_t* h = hd.h;
+    h[0] = MAGIC_MODEL; h[1] = FORMAT_VERSION; h[2] = dtype;
+    h[3] = c.max_seq_len; h[4] = c.vocab_size; h[5] = c.padded_vocab_size; h[6] = c.num_layers;
+    h[7] = c.num_heads; h[8] = c.num_kv_heads; h[9] = c.channels; h[10] = c.window;
+    h[11] = (int64_t)gpt2_num_params(c);
+    return hd;
+}
+
+// Writes an fp32 checkpoint atomically (path.tmp, then rename).
+inline void model_write_fp32(const char* path, const GPT2Config& c, const float* params) {
+    FileHeader hd = model_make_header(c, DTYPE_FP32);
+    AtomicFileWriter w(path);
+    w.write(hd.h, HEADER_BYTES);
+    w.write(params, gpt2_num_params(c) * sizeof(float));
+    w.commit();
+}
+
+// Writes a bf16 checkpoint from bf16 bit patterns.
+inline void model_write_bf16(const char* path, const GPT2Config& c, const uint16_t* params) {
+    FileHeader hd = model_make_header(c, DTYPE_BF16);
+    AtomicFileWriter w(path);
+    w.write(hd.h, HEADER_BYTES);
+    w.write(params, gpt2_num_params(c) * sizeof(uint16_t));
+    w.commit();
+}
+
+// ================================ training state (GPTS) ================================
+struct TrainState {
+    int64_t step = 0;
+    int64_t num_params = 0;
+    uint64_t rng_state = 0;
+    int64_t has_master = 0;  // fp32 master weights follow m and v
+    uint64_t sr_seed = 0;    // stochastic-rounding seed (GPU)
+    int64_t loader[16] = {};
+};
+
+inline void state_write(const char* path, const TrainState& s, const float* m, const float* v, const float* master) {
+    FileHeader hd = {};
+    int64_t* h = hd.h;
+    h[0] = MAGIC_STATE; h[1] = FORMAT_VERSION; h[2] = s.step; h[3] = s.num_params;
+    memcpy(&h[4], &s.rng_state, 8);
+    h[5] = master ? 1 : 0;
+    memcpy(&h[6], &s.sr_seed, 8);
+    for (int i = 0; i < 16; i++) h[16 + i] = s.loader[i];
+    AtomicFileWriter w(path);
+    w.write(h, HEADER_BYTES);
+    w.write(m, s.num_params * sizeof(float));
+    w.write(v, s.num_params * sizeof(float));
+    if (master) w.write(master, s.num_params * sizeof(float));
+    w.commit();
+}
+
+// Reads the state; `expected_params` must match. m, v (and master if the file has it and master
+// is non-null) receive num_params floats each.
+inline TrainState state_read(const char* path, int64_t expected_params, float* m, float* v, float* master) {
+    FileHeader hd;
+    int64_t size;
+    FILE* f = open_checked(path, MAGIC_STATE, &hd, &size);
+    const int64_t* h = hd.h;
+    TrainState s;
+    check_range(path, "step", h[2], 0, INT64_MAX / 2);
+    check_range(path, "has_master", h[5], 0, 1);
+    s.step = h[2];
+    s.num_params = h[3];
+    memcpy(&s.rng_state, &h[4], 8);
+    s.has_master = h[5];
+    memcpy(&s.sr_seed, &h[6], 8);
+    for (int i = 0; i < 16; i++) s.loader[i] = h[16 + i];
+    if (s.num_params != expected_params)
+        fail("%s: holds optimizer state for %lld parameters, the model has %lld", path, (long long)s.num_params,
+             (long long)expected_params);
+    check_file_length(path, size, s.num_params * 4 * (2 + s.has_master));
+    fread_or_fail(m, sizeof(float), s.num_params, f, path);
+    fread_or_fail(v, sizeof(float), s.num_params, f, path);
+    if (s.has_master && master) fread_or_fail(master, sizeof(float), s.num_params, f, path);
+    fclose(f);
+    return s;
+}
+
+// ================================ tokenizer (GPTT) ================================
+struct TokenizerFile {
+    std::vector<std::string> tokens;  // decoded bytes of each token id
+    int eot_token;                    // -1 if none
+};
+
+inline TokenizerFile tokenizer_read(const char* path) {
+    FileHeader hd;
+    int64_t size;
+    FILE* f = open_checked(path, MAGIC_TOKENIZER, &hd, &size);
+    check_range(path, "vocab_size", hd.h[2], 1, 1 << 20);
+    check_range(path, "eot_token", hd.h[3], -1, hd.h[2] - 1);
+    TokenizerFile t;
+    t.eot_token = (int)hd.h[3];
+    int64_t n = hd.h[2], payload = size - HEADER_BYTES;
+    std::vector<unsigned char> buf(payload);
+    fread_or_fail(buf.data(), 1, payload, f, path);
+    fclose(f);
+    t.tokens.reserve(n);
+    int64_t pos = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (pos >= payload) fail("%s: truncated: entry %lld of %lld is missing", path, (long long)i, (long long)n);
+        int len = buf[pos++];
+        if (len == 0) fail("%s: entry %lld has length 0", path, (long long)i);
+        if (pos + len > payload) fail("%s: truncated inside entry %lld", path, (long long)i);
+        t.tokens.emplace_back((const char*)&buf[pos], len);
+        pos += len;
+    }
+    if (pos != payload) fail("%s: %lld unexpected extra bytes after the last entry", path, (long long)(payload - pos));
+    return t;
+}
+
+// ================================ token shard (GPTD) ================================
+struct ShardInfo {
+    int64_t num_tokens;
+    int64_t vocab_size;  // every token id is below this
+};
+
+// Validates header and length; the payload (num_tokens uint16) starts at byte HEADER_BYTES.
+inline ShardInfo shard_read_info(const char* path) {
+    FileHeader hd;
+    int64_t size;
+    FILE* f = open_checked(path, MAGIC_SHARD, &hd, &size);
+    fclose(f);
+    check_range(path, "num_tokens", hd.h[2], 0, INT64_MAX / 4);
+    if (hd.h[3] != 2) fail("%s: %lld bytes per token, only 2 (uint16) is supported", path, (long long)hd.h[3]);
+    check_range(path, "vocab_size", hd.h[4], 1, 65536);
+    check_file_length(path, size, hd.h[2] * 2);
+    return ShardInfo{hd.h[2], hd.h[4]};
+}
+
+// Writes a shard atomically.
+inline void shard_write(const char* path, const uint16_t* tokens, int64_t n, int64_t vocab_size) {
+    FileHeader hd = {};
+    hd.h[0] = MAGIC_SHARD; hd.h[1] = FORMAT_VERSION; hd.h[2] = n; hd.h[3] = 2; hd.h[4] = vocab_size;
+    AtomicFileWriter w(path);
+    w.write(hd.h, HEADER_BYTES);
+    w.write(tokens, n * 2);
+    w.commit();
+}
+
+// ================================ debug state (GPTX) ================================
+struct DebugState {
+    int B, T, V, num_steps;
+    int64_t num_params;
+    std::vector<int> inputs, targets;  // (B, T)
+    std::vector<float> logits;         // (B, T, V)
+    float loss;
+    std::vector<float> grads;   // (num_params), model layout
+    std::vector<float> losses;  // (num_steps): loss before each AdamW step
+    float lr, beta1, beta2, eps, weight_decay, grad_clip;
+};
+
+// Reads a debug state and checks it belongs to a model of config `c`.
+inline DebugState debug_state_read(const char* path, const GPT2Config& c) {
+    FileHeader hd;
+    int64_t size;
+    FILE* f = open_checked(path, MAGIC_DEBUG, &hd, &size);
+    const int64_t* h = hd.h;
+    check_range(path, "B", h[2], 1, 1 << 16);
+    check_range(path, "T", h[3], 1, c.max_seq_len);
+    check_range(path, "num_steps", h[6], 0, 1 << 20);
+    FileHeader mh = model_make_header(c, 0);
+    for (int i = 0; i < 7; i++)
+        if (h[7 + i] != mh.h[3 + i])
+            fail("%s: written for a different model (config slot %d is %lld, the model has %lld)", path, 3 + i,
+                 (long long)h[7 + i], (long long)mh.h[3 + i]);
+    if (h[4] != c.vocab_size) fail("%s: vocab_size %lld != model's %d", path, (long long)h[4], c.vocab_size);
+    if (h[5] != (int64_t)gpt2_num_params(c))
+        fail("%s: %lld parameters, the model has %zu", path, (long long)h[5], gpt2_num_params(c));
+    DebugState d;
+    d.B = (int)h[2]; d.T = (int)h[3]; d.V = (int)h[4]; d.num_params = h[5]; d.num_steps = (int)h[6];
+    int64_t BT = (int64_t)d.B * d.T;
+    check_file_length(path, size, BT * 4 * 2 + BT * d.V * 4 + 4 + d.num_params * 4 + d.num_steps * 4 + 8 * 4);
+    d.inputs.resize(BT); d.targets.resize(BT); d.logits.resize(BT * d.V);
+    d.grads.resize(d.num_params); d.losses.resize(d.num_steps);
+    fread_or_fail(d.inputs.data(), 4, BT, f, path);
+    fread_or_fail(d.targets.data(), 4, BT, f, path);
+    fread_or_fail(d.logits.data(), 4, BT * d.V, f, path);
+    fread_or_fail(&d.loss, 4, 1, f, path);
+    fread_or_fail(d.grads.data(), 4, d.num_params, f, path);
+    fread_or_fail(d.losses.data(), 4, d.num_steps, f, path);
+    float hp[8];
+    fread_or_fail(hp, 4, 8, f, path);
+    fclose(f);
+    d.lr = hp[0]; d.beta1 = hp[1]; d.beta2 = hp[2]; d.eps = hp[3]; d.weight_decay = hp[4]; d.grad_clip = hp[5];
+    for (int64_t i = 0; i < BT; i++)
+        if (d.inputs[i] < 0 || d.inputs[i] >= d.V || d.targets[i] < 0 || d.targets[i] >= d.V)
+            fail("%s: token id out of range [0, %d) at position %lld", path, d.V, (long long)i);
+    return d;
+}

@@ -1,0 +1,139 @@
+// gpt2_config.h: the model's shape and the layout of its parameters, shared by both trainers,
+// the tests and the lab. All parameters live in ONE contiguous buffer in the order of
+// GPT2_PARAM_NAMES (docs/design.md), so optimizer state and gradients use the same offsets and a
+// later multi-GPU version can slice the buffers by rank.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include "llmc/utils.h"
+
+struct GPT2Config {
+    int max_seq_len;        // maxT
+    int vocab_size;         // V
+    int padded_vocab_size;  // Vp >= V, a multiple of 128 for the matmuls (or == V)
+    int num_layers;         // L
+    int num_heads;          // NH
+    int num_kv_heads;       // NKV == NH until grouped-query attention lands
+    int channels;           // C = NH * HD
+    int window;             // 0 = full causal attention
+};
+
+constexpr int NUM_PARAM_TENSORS = 16;
+
+inline const char* const GPT2_PARAM_NAMES[NUM_PARAM_TENSORS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+
+inline int gpt2_head_dim(const GPT2Config& c) { return c.channels / c.num_heads; }
+// Width of the fused QKV projection: NH query heads plus NKV key and NKV value heads.
+inline int gpt2_qkv_channels(const GPT2Config& c) {
+    return (c.num_heads + 2 * c.num_kv_heads) * gpt2_head_dim(c);
+}
+
+inline void gpt2_param_sizes(const GPT2Config& c, size_t out[NUM_PARAM_TENSORS]) {
+    size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
+    size_t QKV = gpt2_qkv_channels(c);
+    out[0] = Vp * C;        // wte
+    out[1] = maxT * C;      // wpe
+    out[2] = L * C;         // ln1w
+    out[3] = L * C;         // ln1b
+    out[4] = L * QKV * C;   // qkvw
+    out[5] = L * QKV;       // qkvb
+    out[6] = L * C * C;     // attprojw
+    out[7] = L * C;         // attprojb
+    out[8] = L * C;         // ln2w
+    out[9] = L * C;         // ln2b
+    out[10] = L * 4 * C * C;  // fcw
+    out[11] = L * 4 * C;      // fcb
+    out[12] = L * C * 4 * C;  // fcprojw
+    out[13] = L * C;          // fcprojb
+    out[14] = C;              // lnfw
+    out[15] = C;              // lnfb
+}
+
+inline size_t gpt2_num_params(const GPT2Config& c) {
+    size_t s[NUM_PARAM_TENSORS], n = 0;
+    gpt2_param_sizes(c, s);
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) n += s[i];
+    return n;
+}
+
+// Offsets of each tensor inside the contiguous buffer.
+inline void gpt2_param_offsets(const GPT2Config& c, size_t out[NUM_PARAM_TENSORS]) {
+    size_t s[NUM_PARAM_TENSORS], off = 0;
+    gpt2_param_sizes(c, s);
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) { out[i] = off; off += s[i]; }
+}
+
+// Weight decay applies to the embeddings and the weight matrices, never to biases or LayerNorm.
+inline bool gpt2_param_decays(int i) {
+    return i == 0 || i == 1 || i == 4 || i == 6 || i == 10 || i == 12;
+}
+
+// Checks a config read from a file or built from flags; `what` names the source in the message.
+inline void gpt2_validate_config(const GPT2Config& c, const char* what) {
+    if (c.max_seq_len <= 0 || c.max_seq_len > (1 << 20)) fail("%s: max_seq_len %d out of range", what, c.max_seq_len);
+    if (c.vocab_size <= 0 || c.vocab_size > 65536) fail("%s: vocab_size %d out of range (token ids are uint16)", what, c.vocab_size);
+    if (c.padded_vocab_size < c.vocab_size || c.padded_vocab_size > (1 << 20))
+        fail("%s: padded_vocab_size %d must be >= vocab_size %d", what, c.padded_vocab_size, c.vocab_size);
+    if (c.num_layers <= 0 || c.num_layers > 1024) fail("%s: num_layers %d out of range", what, c.num_layers);
+    if (c.num_heads <= 0 || c.channels <= 0 || c.channels > 65536 || c.channels % c.num_heads != 0)
+        fail("%s: channels %d must be a positive multiple of num_heads %d", what, c.channels, c.num_heads);
+    if (c.num_kv_heads != c.num_heads)
+        fail("%s: num_kv_heads %d != num_heads %d: grouped-query attention is not supported by this build",
+             what, c.num_kv_heads, c.num_heads);
+    if (c.window != 0) fail("%s: attention window %d: sliding-window attention is not supported by this build", what, c.window);
+}
+
+// "dN": GPT-2 shape with N layers, 64*N channels, N heads (d12 = GPT-2 124M, d24 = 350M, d36 = 774M, d48 = 1558M).
+inline GPT2Config gpt2_config_from_descriptor(const char* desc) {
+    int64_t n = 0;
+    if (desc[0] != 'd' || !parse_int64(desc + 1, &n) || n <= 0 || n > 96)
+        fail("--init %s: not a model descriptor (expected dN, e.g. d12 for GPT-2 124M) or an existing checkpoint file", desc);
+    GPT2Config c;
+    c.max_seq_len = 1024;
+    c.vocab_size = 50257;
+    c.padded_vocab_size = 50304;
+    c.num_layers = (int)n;
+    c.channels = 64 * (int)n;
+    c.num_heads = (int)n;
+    c.num_kv_heads = (int)n;
+    c.window = 0;
+    gpt2_validate_config(c, desc);
+    return c;
+}
+
+inline void gpt2_print_config(const GPT2Config& c) {
+    printf("model: L=%d C=%d NH=%d NKV=%d maxT=%d V=%d (padded %d) params=%zu\n", c.num_layers, c.channels,
+           c.num_heads, c.num_kv_heads, c.max_seq_len, c.vocab_size, c.padded_vocab_size, gpt2_num_params(c));
+}
+
+#include "llmc/rand.h"
+// GPT-2 init in fp32 (both trainers, so the same seed gives the same model on CPU and GPU):
+// matrices and embeddings N(0, 0.02), the two residual projections N(0, 0.02/sqrt(2L)),
+// biases 0, LayerNorm weights 1; the padded wte rows stay 0. Tensors are filled in layout order
+// from one stream, so the result does not depend on threading.
+inline void gpt2_init_params(float* params, const GPT2Config& c, uint64_t seed) {
+    size_t sizes[NUM_PARAM_TENSORS];
+    gpt2_param_sizes(c, sizes);
+    Rng rng(seed);
+    float* p = params;
+    const float resid_std = 0.02f / std::sqrt(2.0f * c.num_layers);
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        size_t n = sizes[i];
+        if (i == 0) {  // wte: real rows random, padded rows zero
+            size_t real = (size_t)c.vocab_size * c.channels;
+            for (size_t k = 0; k < real; k++) p[k] = 0.02f * rng.normal();
+            for (size_t k = real; k < n; k++) p[k] = 0.0f;
+        } else if (gpt2_param_decays(i)) {
+            float std = (i == 6 || i == 12) ? resid_std : 0.02f;
+            for (size_t k = 0; k < n; k++) p[k] = std * rng.normal();
+        } else {
+            float v = (i == 2 || i == 8 || i == 14) ? 1.0f : 0.0f;  // LayerNorm weights 1, biases 0
+            for (size_t k = 0; k < n; k++) p[k] = v;
+        }
+        p += n;
+    }
+}

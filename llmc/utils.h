@@ -1,0 +1,135 @@
+// utils.h: error reporting and checked file I/O, shared by every binary (CPU and GPU).
+// Every failure prints one line `error: <what>` naming the file or flag involved and exits 1:
+// a bad input is never a crash and never a silent read past the end.
+#pragma once
+#include <cerrno>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+
+[[noreturn]] __attribute__((format(printf, 1, 2))) inline void fail(const char* fmt, ...) {
+    fflush(stdout);
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+inline FILE* fopen_or_fail(const char* path, const char* mode) {
+    FILE* f = fopen(path, mode);
+    if (!f) fail("%s: cannot open (%s)", path, strerror(errno));
+    return f;
+}
+
+// Reads exactly n items or fails; `path` is only used for the message.
+inline void fread_or_fail(void* dst, size_t size, size_t n, FILE* f, const char* path) {
+    size_t got = fread(dst, size, n, f);
+    if (got != n) {
+        if (ferror(f)) fail("%s: read error (%s)", path, strerror(errno));
+        fail("%s: truncated (wanted %zu items of %zu bytes, got %zu)", path, n, size, got);
+    }
+}
+
+inline void fwrite_or_fail(const void* src, size_t size, size_t n, FILE* f, const char* path) {
+    if (fwrite(src, size, n, f) != n) fail("%s: write failed (%s)", path, strerror(errno));
+}
+
+inline void fseek_or_fail(FILE* f, long offset, const char* path) {
+    if (fseek(f, offset, SEEK_SET) != 0) fail("%s: seek to %ld failed (%s)", path, offset, strerror(errno));
+}
+
+inline void fclose_or_fail(FILE* f, const char* path) {
+    if (fclose(f) != 0) fail("%s: close failed (%s)", path, strerror(errno));
+}
+
+inline int64_t file_size_or_fail(const char* path) {
+    struct stat st;
+    if (stat(path, &st) != 0) fail("%s: cannot open (%s)", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) fail("%s: not a regular file", path);
+    return (int64_t)st.st_size;
+}
+
+inline bool file_exists(const char* path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+inline void* malloc_or_fail(size_t bytes, const char* what) {
+    void* p = malloc(bytes ? bytes : 1);
+    if (!p) fail("out of host memory allocating %zu bytes for %s", bytes, what);
+    return p;
+}
+
+inline void mkdir_or_fail(const char* path) {
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) fail("%s: cannot create directory (%s)", path, strerror(errno));
+}
+
+// Writes `path` through a temporary `path.tmp`: the data is flushed and fsynced, then renamed over
+// `path`. A crash or a full disk mid-write leaves any earlier `path` intact; on failure the temp file
+// is removed and the error names `path`.
+class AtomicFileWriter {
+  public:
+    explicit AtomicFileWriter(const std::string& path) : path_(path), tmp_(path + ".tmp") {
+        f_ = fopen(tmp_.c_str(), "wb");
+        if (!f_) fail("%s: cannot create (%s)", tmp_.c_str(), strerror(errno));
+    }
+    AtomicFileWriter(const AtomicFileWriter&) = delete;
+    AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+    ~AtomicFileWriter() {
+        if (f_) {  // never committed: drop the partial file
+            fclose(f_);
+            remove(tmp_.c_str());
+        }
+    }
+    void write(const void* src, size_t bytes) {
+        if (bytes && fwrite(src, 1, bytes, f_) != bytes) abort_with("write failed");
+    }
+    void commit() {
+        if (fflush(f_) != 0) abort_with("flush failed");
+        if (fsync(fileno(f_)) != 0) abort_with("fsync failed");
+        if (fclose(f_) != 0) { f_ = nullptr; abort_with("close failed"); }
+        f_ = nullptr;
+        if (rename(tmp_.c_str(), path_.c_str()) != 0) abort_with("rename failed");
+    }
+    const std::string& path() const { return path_; }
+
+  private:
+    [[noreturn]] void abort_with(const char* what) {
+        int e = errno;
+        if (f_) fclose(f_);
+        f_ = nullptr;
+        remove(tmp_.c_str());
+        fail("%s: %s (%s); the previous file, if any, is untouched", path_.c_str(), what, strerror(e));
+    }
+    std::string path_, tmp_;
+    FILE* f_ = nullptr;
+};
+
+// Parses a whole string as a number; false on trailing junk, overflow or empty input.
+inline bool parse_int64(const char* s, int64_t* out) {
+    if (!s || !*s) return false;
+    char* end = nullptr;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || *end != '\0') return false;
+    *out = v;
+    return true;
+}
+
+inline bool parse_float(const char* s, float* out) {
+    if (!s || !*s) return false;
+    char* end = nullptr;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno != 0 || *end != '\0' || v != v) return false;
+    *out = v;
+    return true;
+}

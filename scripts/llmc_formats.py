@@ -1,0 +1,257 @@
+"""Writers and readers for the project's file formats (docs/formats.md), the Python twin of
+llmc/formats.h. Every file: a 1024-byte header of 128 little-endian int64 (h[0] magic, h[1]
+version), then the payload. Writers are atomic (path.tmp, fsync, rename); readers validate magic,
+version, sizes and the exact file length and raise FormatError naming the file.
+Needs only numpy."""
+import os
+
+import numpy as np
+
+HEADER_INTS = 128
+HEADER_BYTES = HEADER_INTS * 8
+VERSION = 1
+
+
+def fourcc(s):
+    return int.from_bytes(s.encode("ascii"), "little")
+
+
+MAGIC_MODEL = fourcc("GPTM")
+MAGIC_STATE = fourcc("GPTS")
+MAGIC_TOKENIZER = fourcc("GPTT")
+MAGIC_SHARD = fourcc("GPTD")
+MAGIC_DEBUG = fourcc("GPTX")
+MAGIC_EVAL = fourcc("GPTE")
+MAGIC_NAMES = {MAGIC_MODEL: "a model checkpoint", MAGIC_STATE: "a training state file",
+               MAGIC_TOKENIZER: "a tokenizer file", MAGIC_SHARD: "a token shard",
+               MAGIC_DEBUG: "a debug state file", MAGIC_EVAL: "an eval file"}
+DTYPE_FP32, DTYPE_BF16 = 0, 1
+
+PARAM_NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+               "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
+CONFIG_KEYS = ["max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads",
+               "num_kv_heads", "channels", "window"]
+
+
+class FormatError(ValueError):
+    pass
+
+
+def pad_vocab(v, multiple=128):
+    return (v + multiple - 1) // multiple * multiple
+
+
+def param_shapes(cfg):
+    """Shapes of the 16 parameter tensors in layout order (docs/design.md)."""
+    Vp, C, L, maxT = cfg["padded_vocab_size"], cfg["channels"], cfg["num_layers"], cfg["max_seq_len"]
+    hd = C // cfg["num_heads"]
+    qkv = (cfg["num_heads"] + 2 * cfg["num_kv_heads"]) * hd
+    return [(Vp, C), (maxT, C), (L, C), (L, C), (L, qkv, C), (L, qkv), (L, C, C), (L, C),
+            (L, C), (L, C), (L, 4 * C, C), (L, 4 * C), (L, C, 4 * C), (L, C), (C,), (C,)]
+
+
+def num_params(cfg):
+    return int(sum(np.prod(s) for s in param_shapes(cfg)))
+
+
+def atomic_write(path, chunks):
+    """Writes the byte chunks to path.tmp, fsyncs and renames; a failure leaves path untouched."""
+    tmp = str(path) + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            for c in chunks:
+                f.write(c if isinstance(c, (bytes, bytearray, memoryview)) else np.ascontiguousarray(c).tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def make_header(magic, fields):
+    h = np.zeros(HEADER_INTS, dtype="<i8")
+    h[0], h[1] = magic, VERSION
+    for slot, v in fields.items():
+        h[slot] = v
+    return h
+
+
+def read_header(path, magic):
+    """Returns (header int64 array, file size); checks length, magic and version."""
+    path = str(path)
+    if not os.path.isfile(path):
+        raise FormatError(f"{path}: no such file")
+    size = os.path.getsize(path)
+    if size < HEADER_BYTES:
+        raise FormatError(f"{path}: {size} bytes is too short to hold the {HEADER_BYTES}-byte header")
+    h = np.fromfile(path, dtype="<i8", count=HEADER_INTS)
+    if h[0] != magic:
+        other = MAGIC_NAMES.get(int(h[0]))
+        raise FormatError(f"{path}: this is {other}, not {MAGIC_NAMES[magic]}" if other
+                          else f"{path}: bad magic {int(h[0]):#x}, not {MAGIC_NAMES[magic]}")
+    if h[1] != VERSION:
+        raise FormatError(f"{path}: unsupported version {int(h[1])}")
+    return h, size
+
+
+def check_length(path, size, payload):
+    if size != HEADER_BYTES + payload:
+        raise FormatError(f"{path}: {size} bytes, the header implies {HEADER_BYTES + payload}"
+                          + (" (truncated)" if size < HEADER_BYTES + payload else " (extra bytes)"))
+
+
+# ---------------------------------------------------------------- bf16
+def fp32_to_bf16_bits(x):
+    """Round-to-nearest-even fp32 -> bf16 bit patterns (uint16)."""
+    u = np.ascontiguousarray(x, dtype="<f4").view("<u4").astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return u.astype("<u2")
+
+
+def bf16_bits_to_fp32(b):
+    return (np.asarray(b, dtype="<u2").astype("<u4") << 16).view("<f4")
+
+
+# ---------------------------------------------------------------- model
+def model_header(cfg, dtype):
+    return make_header(MAGIC_MODEL, {2: dtype, **{3 + i: cfg[k] for i, k in enumerate(CONFIG_KEYS)},
+                                     11: num_params(cfg)})
+
+
+def write_model(path, cfg, params, dtype=DTYPE_FP32):
+    """params: flat float array of num_params(cfg) values in layout order."""
+    params = np.asarray(params, dtype="<f4").reshape(-1)
+    if params.size != num_params(cfg):
+        raise ValueError(f"{path}: {params.size} parameters given, config implies {num_params(cfg)}")
+    payload = params if dtype == DTYPE_FP32 else fp32_to_bf16_bits(params)
+    atomic_write(path, [model_header(cfg, dtype), payload])
+
+
+def read_model(path):
+    """Returns (cfg dict, flat fp32 params)."""
+    h, size = read_header(path, MAGIC_MODEL)
+    cfg = {k: int(h[3 + i]) for i, k in enumerate(CONFIG_KEYS)}
+    dtype = int(h[2])
+    if dtype not in (DTYPE_FP32, DTYPE_BF16):
+        raise FormatError(f"{path}: unknown dtype {dtype}")
+    n = num_params(cfg)
+    if int(h[11]) != n:
+        raise FormatError(f"{path}: header says {int(h[11])} parameters, shape implies {n}")
+    check_length(path, size, n * (4 if dtype == DTYPE_FP32 else 2))
+    if dtype == DTYPE_FP32:
+        params = np.fromfile(path, dtype="<f4", count=n, offset=HEADER_BYTES)
+    else:
+        params = bf16_bits_to_fp32(np.fromfile(path, dtype="<u2", count=n, offset=HEADER_BYTES))
+    return cfg, params
+
+
+def split_params(cfg, flat):
+    """Views of the flat buffer as the 16 named tensors."""
+    out, off = {}, 0
+    for name, shape in zip(PARAM_NAMES, param_shapes(cfg)):
+        n = int(np.prod(shape))
+        out[name] = flat[off:off + n].reshape(shape)
+        off += n
+    return out
+
+
+# ---------------------------------------------------------------- debug state
+def write_debug_state(path, cfg, inputs, targets, logits, loss, grads, losses, hparams):
+    """inputs/targets (B,T) int; logits (B,T,V); grads flat (num_params); losses (n,);
+    hparams: dict lr, beta1, beta2, eps, weight_decay, grad_clip."""
+    inputs = np.asarray(inputs, dtype="<i4")
+    B, T = inputs.shape
+    V = cfg["vocab_size"]
+    logits = np.asarray(logits, dtype="<f4").reshape(B, T, -1)
+    assert logits.shape[2] == V, "write the first V logit columns only"
+    grads = np.asarray(grads, dtype="<f4").reshape(-1)
+    assert grads.size == num_params(cfg)
+    losses = np.asarray(losses, dtype="<f4").reshape(-1)
+    hp = np.zeros(8, dtype="<f4")
+    hp[:6] = [hparams[k] for k in ("lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip")]
+    fields = {2: B, 3: T, 4: V, 5: grads.size, 6: losses.size}
+    fields.update({7 + i: cfg[k] for i, k in enumerate(CONFIG_KEYS[:7])})
+    atomic_write(path, [make_header(MAGIC_DEBUG, fields), inputs, np.asarray(targets, dtype="<i4"), logits,
+                        np.asarray([loss], dtype="<f4"), grads, losses, hp])
+
+
+def read_debug_state(path):
+    h, size = read_header(path, MAGIC_DEBUG)
+    B, T, V, n, steps = (int(x) for x in h[2:7])
+    BT = B * T
+    check_length(path, size, BT * 8 + BT * V * 4 + 4 + n * 4 + steps * 4 + 32)
+    a = np.fromfile(path, dtype="<u1", offset=HEADER_BYTES)
+    off = 0
+
+    def take(dtype, count):
+        nonlocal off
+        x = a[off:off + count * 4].view(dtype)
+        off += count * 4
+        return x
+
+    d = {"B": B, "T": T, "V": V, "config": {k: int(h[7 + i]) for i, k in enumerate(CONFIG_KEYS[:7])}}
+    d["inputs"] = take("<i4", BT).reshape(B, T)
+    d["targets"] = take("<i4", BT).reshape(B, T)
+    d["logits"] = take("<f4", BT * V).reshape(B, T, V)
+    d["loss"] = float(take("<f4", 1)[0])
+    d["grads"] = take("<f4", n)
+    d["losses"] = take("<f4", steps)
+    hp = take("<f4", 8)
+    d["hparams"] = dict(zip(("lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip"), hp[:6].tolist()))
+    return d
+
+
+# ---------------------------------------------------------------- token shards
+def write_shard(path, tokens, vocab_size):
+    tokens = np.asarray(tokens)
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab_size):
+        raise ValueError(f"{path}: token ids must be in [0, {vocab_size})")
+    if vocab_size > 65536:
+        raise ValueError(f"{path}: vocab_size {vocab_size} does not fit uint16 tokens")
+    atomic_write(path, [make_header(MAGIC_SHARD, {2: tokens.size, 3: 2, 4: vocab_size}), tokens.astype("<u2")])
+
+
+def read_shard(path):
+    """Returns (tokens uint16 array (memory-mapped), vocab_size)."""
+    h, size = read_header(path, MAGIC_SHARD)
+    n, width, vocab = int(h[2]), int(h[3]), int(h[4])
+    if width != 2:
+        raise FormatError(f"{path}: {width} bytes per token, only 2 is supported")
+    check_length(path, size, n * 2)
+    tokens = np.memmap(path, dtype="<u2", mode="r", offset=HEADER_BYTES, shape=(n,)) if n else np.zeros(0, "<u2")
+    return tokens, vocab
+
+
+# ---------------------------------------------------------------- tokenizer decode table
+def write_tokenizer(path, token_bytes, eot_token=-1):
+    """token_bytes: list of bytes, one per token id (each 1..255 bytes)."""
+    body = bytearray()
+    for i, b in enumerate(token_bytes):
+        if not 1 <= len(b) <= 255:
+            raise ValueError(f"{path}: token {i} has {len(b)} bytes, must be 1..255")
+        body.append(len(b))
+        body += b
+    atomic_write(path, [make_header(MAGIC_TOKENIZER, {2: len(token_bytes), 3: eot_token}), bytes(body)])
+
+
+def read_tokenizer(path):
+    """Returns (list of bytes, eot_token)."""
+    h, size = read_header(path, MAGIC_TOKENIZER)
+    n, eot = int(h[2]), int(h[3])
+    with open(path, "rb") as f:
+        f.seek(HEADER_BYTES)
+        body = f.read()
+    out, pos = [], 0
+    for i in range(n):
+        if pos >= len(body):
+            raise FormatError(f"{path}: truncated at entry {i} of {n}")
+        ln = body[pos]
+        if ln == 0 or pos + 1 + ln > len(body):
+            raise FormatError(f"{path}: bad or truncated entry {i}")
+        out.append(bytes(body[pos + 1:pos + 1 + ln]))
+        pos += 1 + ln
+    if pos != len(body):
+        raise FormatError(f"{path}: {len(body) - pos} extra bytes after the last entry")
+    return out, eot

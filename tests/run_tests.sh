@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Runs every test that needs no GPU (called by `make test` after the build). Each suite's output is
+# shown; the last line is "N passed, N failed" and the exit status is non-zero if any suite failed.
+cd "$(dirname "$0")/.." || exit 1
+passed=0; failed=0; failed_names=()
+run() {  # run NAME CMD...
+    local name=$1; shift
+    echo "=== $name: $*"
+    if "$@"; then passed=$((passed + 1)); echo "--- $name: PASS"
+    else failed=$((failed + 1)); failed_names+=("$name"); echo "--- $name: FAIL"; fi
+}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+run "cpu reference vs PyTorch (test_gpt2_cpu)" build/test_gpt2_cpu
+run "dataloader" build/test_dataloader
+run "bad inputs give clear errors" tests/test_bad_inputs.sh
+run "python: data scripts, formats, HF import" python3 -m pytest -q tests
+echo
+[ $failed -gt 0 ] && echo "failed: ${failed_names[*]}"
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
