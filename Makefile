@@ -30,7 +30,7 @@ ifeq ($(USE_CUDNN),1)
 endif
 
 CPU_TARGETS := $(BUILD)/train_gpt2_cpu $(BUILD)/test_gpt2_cpu $(BUILD)/test_dataloader
-GPU_TARGETS := $(BUILD)/train_gpt2cu $(BUILD)/test_gpt2cu
+GPU_TARGETS := $(BUILD)/train_gpt2cu $(BUILD)/test_gpt2cu $(BUILD)/train_gpt2cu_fp32 $(BUILD)/test_gpt2cu_fp32
 
 LLMC_H   := $(wildcard llmc/*.h llmc/cpu/*.h)
 LLMC_CUH := $(wildcard llmc/*.cuh) $(LLMC_H)
@@ -52,8 +52,14 @@ $(BUILD)/test_dataloader: tests/test_dataloader.cpp $(LLMC_H) | $(BUILD)
 $(BUILD)/train_gpt2cu: train_gpt2.cu $(LLMC_CUH) | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
 
-$(BUILD)/test_gpt2cu: test_gpt2.cu $(LLMC_CUH) | $(BUILD)
+$(BUILD)/test_gpt2cu: test_gpt2.cu train_gpt2.cu $(LLMC_CUH) | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
+
+# The FP32 build of the same code (floatX = float), whatever PRECISION says: the tight-tolerance twin.
+$(BUILD)/test_gpt2cu_fp32: test_gpt2.cu train_gpt2.cu $(LLMC_CUH) | $(BUILD)
+	$(NVCC) $(filter-out -DPRECISION_%,$(NVCCFLAGS)) -DPRECISION_FP32 $< -o $@ $(NVLDLIBS)
+$(BUILD)/train_gpt2cu_fp32: train_gpt2.cu $(LLMC_CUH) | $(BUILD)
+	$(NVCC) $(filter-out -DPRECISION_%,$(NVCCFLAGS)) -DPRECISION_FP32 $< -o $@ $(NVLDLIBS)
 
 # Every test that needs no GPU; prints "N passed, N failed" last and fails if any failed.
 test: cpu $(if $(HAS_NVCC),gpu dev)

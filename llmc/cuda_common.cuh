@@ -152,3 +152,38 @@ struct CudaContext {
         cublaslt_workspace = nullptr; cublaslt = nullptr; stream = nullptr;
     }
 };
+
+// ---------------------------------------------------------------- deterministic column sums
+#include <algorithm>
+// Parameter gradients of biases and LayerNorm are sums over all N = B*T rows of a (N, C) matrix.
+// Atomics would make them depend on scheduling (and break bit-exact resume), so they are summed in
+// two fixed-order stages: a kernel of the op writes fp32 partial sums of row chunks, (chunks, C) at
+// a row stride, and column_partials_add folds the chunks in order and adds (+=) into the gradient.
+constexpr int COLUMN_MAX_CHUNKS = 512;  // 128 rows per chunk at B*T = 65536: enough blocks to fill 132 SMs
+constexpr int COLUMN_MIN_ROWS = 32;     // fewer rows per chunk would make stage 2 the larger cost
+inline int column_num_chunks(int N) { return std::min(COLUMN_MAX_CHUNKS, ceil_div(N, COLUMN_MIN_ROWS)); }
+
+// Block (32 columns, 8 chunk lanes): lane y sums chunks y, y+8, ... in order, then lane 0 adds the
+// 8 lane sums in order. Reads chunks*C floats (~3 MB for C = 768): a few microseconds.
+template <typename T>
+static __global__ void column_partials_add_kernel(T* out, const float* partials, int chunks, int64_t stride, int C) {
+    __shared__ float lane_sum[8][32];
+    const int c = blockIdx.x * 32 + threadIdx.x;
+    float s = 0.0f;
+    if (c < C)
+        for (int k = threadIdx.y; k < chunks; k += 8) s += partials[k * stride + c];
+    lane_sum[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float total = 0.0f;
+        for (int y = 0; y < 8; y++) total += lane_sum[y][threadIdx.x];
+        out[c] = from_float<T>(to_float(out[c]) + total);
+    }
+}
+
+// out[c] += sum_k partials[k * stride + c] for c < C.
+template <typename T>
+inline void column_partials_add(T* out, const float* partials, int chunks, int64_t stride, int C, cudaStream_t stream) {
+    column_partials_add_kernel<<<ceil_div(C, 32), dim3(32, 8), 0, stream>>>(out, partials, chunks, stride, C);
+    cudaCheckLaunch();
+}

@@ -1,0 +1,84 @@
+// fused_classifier.cu: softmax + cross-entropy + its gradient in one pass per row, written in place
+// over the logits (llmc/fused_classifier.cuh), against cpu::softmax_crossentropy_forward and
+// cpu::crossentropy_softmax_backward (llmc/cpu/crossentropy.h).
+//   ./fused_classifier [variant ...] [--check-only] [--reps N]
+// Shapes: GPT-2 124M, N = B*T = 65536 rows of Vp = 50304 (V = 50257 real), and the awkward N = 651,
+// V = 1003, Vp = 1008. The logits are 6.6 GB, so the check compares 16 sampled rows (first and last
+// included) of the gradient and of the losses; the written and guard checks cover every element.
+// Bytes: the logits read once and the gradient written once (N*Vp each), targets and losses.
+// FLOPs: ~6 per element (max, subtract, exp counted as 1, sum, scale, subtract).
+//
+// Variants (H200, bf16, N=65536 Vp=50304; "not measured" until a run fills them in):
+//   0 shipped: fused_classifier_block_per_row, 1024 threads per row, two passes (2nd from L2)   not measured
+//   1 the shipped kernel with 512 threads per row                                               not measured
+//   2 the shipped kernel with 256 threads per row                                               not measured
+//   loss only (write_dlogits false, validation): 0 shipped                                      not measured
+#include "dev/cuda/harness.cuh"
+#include "llmc/cpu/crossentropy.h"
+#include "llmc/fused_classifier.cuh"
+
+constexpr int SAMPLES = 16;
+
+static void run_shape(lab::Lab& L, int N, int V, int Vp) {
+    const std::string shape = lab::Lab::strprintf(" N=%d V=%d Vp=%d", N, V, Vp);
+    const size_t NV = (size_t)N * Vp;
+    const float dloss = 1.0f / N;  // mean over the batch, no accumulation
+    lab::DevBuf<floatX> d_logits0(NV, "logits0"), d_logits(NV, "dlogits");
+    lab::DevBuf<float> d_losses(N, "losses");
+    lab::DevBuf<int> d_targets(N, "targets");
+    d_logits0.fill_uniform(61, -5.0f, 5.0f);  // (N, Vp); the padded columns hold junk too: it must be ignored
+    const std::vector<int> targets = lab::rand_ints(N, 62, V);
+    d_targets.upload(targets);
+
+    const std::vector<int> rows = lab::sample_rows(N, SAMPLES, 63);
+    const int k = (int)rows.size();
+    std::vector<int> row_targets(k);
+    for (int i = 0; i < k; i++) row_targets[i] = targets[rows[i]];
+    const std::vector<float> logits_rows = d_logits0.download_rows(rows, Vp);
+    std::vector<float> probs((size_t)k * Vp), ref_losses(k), ref_dlogits((size_t)k * Vp);
+    cpu::softmax_crossentropy_forward(probs.data(), ref_losses.data(), logits_rows.data(), row_targets.data(), 1, k, V,
+                                      Vp);
+    // the reference divides by its own row count k; scaling by k * dloss gives dloss per row
+    cpu::crossentropy_softmax_backward(ref_dlogits.data(), probs.data(), row_targets.data(), 1, k, V, Vp, k * dloss);
+
+    auto reset = [&] {
+        cudaCheck(cudaMemcpyAsync(d_logits, d_logits0, NV * sizeof(floatX), cudaMemcpyDeviceToDevice, L.stream()));
+        d_losses.poison(L.stream());
+    };
+    // fp32 losses from the same bf16 logits: only the order of the sums differs
+    const lab::Tol loss_tol = {1e-4, 1e-4};
+    auto check = [&] {
+        bool ok = L.check(d_losses, ref_losses, loss_tol, rows, 1);
+        return L.check(d_logits, ref_dlogits, lab::default_tol(), rows, Vp) && ok;
+    };
+    const double bytes = 2.0 * NV * sizeof(floatX) + 8.0 * N, flops = 6.0 * N * V;
+    const std::string op = "fused_classifier" + shape;
+    const int blocks[] = {CLASSIFIER_BLOCK, 512, 256};
+    for (int variant = 0; variant < 3; variant++) {
+        const char* what = variant == 0 ? "shipped" : variant == 1 ? "512 threads" : "256 threads";
+        L.run(op, variant, what, bytes, flops, lab::Bound::Memory, reset, [&] {
+            if (variant == 0) {
+                fused_classifier(d_logits, d_losses, d_targets, dloss, N, V, Vp, true, L.stream());
+            } else {
+                fused_classifier_block_per_row<<<N, blocks[variant], 0, L.stream()>>>(d_logits, d_losses, d_targets,
+                                                                                      dloss, V, Vp, true);
+            }
+        }, check);
+    }
+    // validation: losses only, the logits must stay as they were
+    const std::vector<float> logits_as_read = logits_rows;
+    L.run("fused_classifier(loss only)" + shape, 0, "shipped", (double)N * V * sizeof(floatX) + 8.0 * N, 4.0 * N * V,
+          lab::Bound::Memory, reset,
+          [&] { fused_classifier(d_logits, d_losses, d_targets, dloss, N, V, Vp, false, L.stream()); },
+          [&] {
+              bool ok = L.check(d_losses, ref_losses, loss_tol, rows, 1);
+              return L.check(d_logits, logits_as_read, lab::Tol{0, 0}, rows, Vp) && ok;
+          });
+}
+
+int main(int argc, char** argv) {
+    lab::Lab L(argc, argv, "fused_classifier.cu");
+    run_shape(L, lab::GPT2_B * lab::GPT2_T, lab::GPT2_V, lab::GPT2_VP);
+    run_shape(L, lab::ODD_B * lab::ODD_T, 1003, 1008);
+    return L.finish();
+}

@@ -1,0 +1,158 @@
+// layernorm.cu: LayerNorm (llmc/layernorm.cuh), forward, the fused residual + LayerNorm forward and
+// the backward, against cpu::layernorm_forward / cpu::layernorm_backward (llmc/cpu/layernorm.h).
+//   ./layernorm [variant ...] [--check-only] [--reps N]
+// Shapes: GPT-2 124M (N = B*T = 65536 rows, C = 768) and the awkward N = 651, C = 776.
+// Bytes counted (each input read once, each output written once): forward N*C in + N*C out + 8N
+// statistics; fused forward 2 N*C in, 2 N*C out; backward dout and inp in, dinp read and written.
+//
+// Variants (H200, bf16, N=65536 C=768; "not measured" until a run fills them in):
+//   forward        0 shipped: layernorm_forward_warp_per_row, 3 passes over the row (L1 re-reads)  not measured
+//   forward        1 registers: warp per row, the row held in registers, one pass over memory      not measured
+//   fused forward  0 shipped: residual add + LayerNorm in one kernel                                not measured
+//   backward       0 shipped: warp-per-row dinp + fixed-order column partials for dweight/dbias    not measured
+#include "dev/cuda/harness.cuh"
+#include "llmc/cpu/layernorm.h"
+#include "llmc/layernorm.cuh"
+
+// Variant 1 forward: lane i keeps packs i, i+32, ... of its row in registers (REG_PACKS of them), so
+// the row is read once and mean, variance and the output come from registers. Covers C up to
+// 32 * REG_PACKS * x128::size = 1024 in both precisions.
+constexpr int REG_PACKS = 1024 / (WARP_SIZE * x128::size);
+static __global__ void layernorm_forward_warp_registers(floatX* out, float* mean, float* rstd, const floatX* inp,
+                                                        const floatX* weight, const floatX* bias, int N, int C) {
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int row = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
+    if (row >= N) return;
+    const floatX* x = inp + (int64_t)row * C;
+    x128 v[REG_PACKS];
+    float sum = 0.0f;
+#pragma unroll
+    for (int p = 0; p < REG_PACKS; p++) {
+        const int c = (p * WARP_SIZE + lane) * x128::size;
+        if (c < C) {
+            v[p] = load128cs(x + c);
+            for (int k = 0; k < x128::size; k++) sum += to_float(v[p][k]);
+        }
+    }
+    const float m = warp_reduce_sum(sum) / C;
+    float sq = 0.0f;
+#pragma unroll
+    for (int p = 0; p < REG_PACKS; p++) {
+        const int c = (p * WARP_SIZE + lane) * x128::size;
+        if (c < C)
+            for (int k = 0; k < x128::size; k++) { const float d = to_float(v[p][k]) - m; sq += d * d; }
+    }
+    const float s = rsqrtf(warp_reduce_sum(sq) / C + LAYERNORM_EPS);
+#pragma unroll
+    for (int p = 0; p < REG_PACKS; p++) {
+        const int c = (p * WARP_SIZE + lane) * x128::size;
+        if (c < C) {
+            const x128 w = load128(weight + c), b = load128(bias + c);
+            x128 o;
+            for (int k = 0; k < x128::size; k++)
+                o[k] = from_float<floatX>((to_float(v[p][k]) - m) * s * to_float(w[k]) + to_float(b[k]));
+            store128cs(out + (int64_t)row * C + c, o);
+        }
+    }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+static void run_shape(lab::Lab& L, int N, int C) {
+    const std::string shape = " N=" + std::to_string(N) + " C=" + std::to_string(C);
+    const size_t NC = (size_t)N * C, s = sizeof(floatX);
+    std::vector<float> inp = lab::rand_uniform(NC, 21, -2.0f, 2.0f);     // (N, C)
+    std::vector<float> inp2 = lab::rand_uniform(NC, 22);                  // (N, C) the residual branch
+    std::vector<float> weight = lab::rand_uniform(C, 23, 0.5f, 1.5f);     // (C)
+    std::vector<float> bias = lab::rand_uniform(C, 24);                   // (C)
+    std::vector<float> dout = lab::rand_uniform(NC, 25);                  // (N, C)
+    std::vector<float> dinp0 = lab::rand_uniform(NC, 26, -0.1f, 0.1f);    // += starts here
+    std::vector<float> dweight0 = lab::rand_uniform(C, 27), dbias0 = lab::rand_uniform(C, 28);
+
+    lab::DevBuf<floatX> d_inp(NC, "inp"), d_inp2(NC, "inp2"), d_weight(C, "weight"), d_bias(C, "bias");
+    lab::DevBuf<floatX> d_out(NC, "out"), d_residual(NC, "residual");
+    lab::DevBuf<float> d_mean(N, "mean"), d_rstd(N, "rstd");
+    d_inp.upload(inp);
+    d_inp2.upload(inp2);
+    d_weight.upload(weight);
+    d_bias.upload(bias);
+    const lab::Tol stat_tol = {1e-4, 1e-4};  // fp32 statistics of identical inputs
+
+    // ---- forward
+    std::vector<float> ref_out(NC), ref_mean(N), ref_rstd(N);
+    cpu::layernorm_forward(ref_out.data(), ref_mean.data(), ref_rstd.data(), inp.data(), weight.data(), bias.data(), 1,
+                           N, C);
+    auto reset_fwd = [&] {
+        d_out.poison(L.stream());
+        d_mean.poison(L.stream());
+        d_rstd.poison(L.stream());
+    };
+    auto check_fwd = [&] {
+        bool ok = L.check(d_out, ref_out);
+        ok = L.check(d_mean, ref_mean, stat_tol) && ok;
+        return L.check(d_rstd, ref_rstd, stat_tol) && ok;
+    };
+    const double fwd_bytes = 2.0 * NC * s + 8.0 * N + 2.0 * C * s;
+    L.run("layernorm_forward" + shape, 0, "shipped", fwd_bytes, 8.0 * NC, lab::Bound::Memory, reset_fwd,
+          [&] { layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_weight, d_bias, N, C, L.stream()); }, check_fwd);
+    L.run("layernorm_forward" + shape, 1, "registers", fwd_bytes, 8.0 * NC, lab::Bound::Memory, reset_fwd, [&] {
+        if (C > WARP_SIZE * REG_PACKS * x128::size) fail("layernorm variant 1: C = %d exceeds its register budget", C);
+        const int rows_per_block = LAYERNORM_BLOCK / WARP_SIZE;
+        layernorm_forward_warp_registers<<<ceil_div(N, rows_per_block), LAYERNORM_BLOCK, 0, L.stream()>>>(
+            d_out, d_mean, d_rstd, d_inp, d_weight, d_bias, N, C);
+    }, check_fwd);
+
+    // ---- fused residual + forward: the residual is rounded to floatX before it is normalized
+    std::vector<float> ref_residual(NC), ref_fout(NC), ref_fmean(N), ref_frstd(N);
+    for (size_t i = 0; i < NC; i++) ref_residual[i] = inp[i] + inp2[i];
+    lab::round_to<floatX>(ref_residual);
+    cpu::layernorm_forward(ref_fout.data(), ref_fmean.data(), ref_frstd.data(), ref_residual.data(), weight.data(),
+                           bias.data(), 1, N, C);
+    L.run("fused_residual_layernorm_forward" + shape, 0, "shipped", 4.0 * NC * s + 8.0 * N + 2.0 * C * s, 9.0 * NC,
+          lab::Bound::Memory, [&] { reset_fwd(); d_residual.poison(L.stream()); },
+          [&] {
+              fused_residual_layernorm_forward(d_residual, d_out, d_mean, d_rstd, d_inp, d_inp2, d_weight, d_bias, N, C,
+                                               L.stream());
+          },
+          [&] {
+              bool ok = L.check(d_residual, ref_residual);
+              ok = L.check(d_out, ref_fout) && ok;
+              ok = L.check(d_mean, ref_fmean, stat_tol) && ok;
+              return L.check(d_rstd, ref_frstd, stat_tol) && ok;
+          });
+
+    // ---- backward (+=), with the reference's fp32 statistics as the saved mean/rstd
+    std::vector<float> ref_dinp = dinp0, ref_dweight = dweight0, ref_dbias = dbias0;
+    cpu::layernorm_backward(ref_dinp.data(), ref_dweight.data(), ref_dbias.data(), dout.data(), inp.data(),
+                            weight.data(), ref_mean.data(), ref_rstd.data(), 1, N, C);
+    lab::DevBuf<floatX> d_dout(NC, "dout"), d_dinp(NC, "dinp"), d_dweight(C, "dweight"), d_dbias(C, "dbias");
+    lab::DevBuf<float> d_scratch((size_t)column_num_chunks(N) * 2 * C, "scratch");
+    d_dout.upload(dout);
+    d_mean.upload(ref_mean);
+    d_rstd.upload(ref_rstd);
+    L.run("layernorm_backward" + shape, 0, "shipped", 4.0 * NC * s + 8.0 * N + 6.0 * C * s, 15.0 * NC,
+          lab::Bound::Memory,
+          [&] {
+              d_dinp.upload(dinp0);
+              d_dweight.upload(dweight0);
+              d_dbias.upload(dbias0);
+          },
+          [&] {
+              layernorm_backward(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, N, C,
+                                 L.stream());
+          },
+          [&] {
+              bool ok = L.check(d_dinp, ref_dinp);
+              ok = L.check(d_dweight, ref_dweight) && ok;
+              return L.check(d_dbias, ref_dbias) && ok;
+          });
+}
+
+int main(int argc, char** argv) {
+    lab::Lab L(argc, argv, "layernorm.cu");
+    run_shape(L, lab::GPT2_B * lab::GPT2_T, lab::GPT2_C);
+    run_shape(L, lab::ODD_B * lab::ODD_T, 776);
+    return L.finish();
+}

@@ -1,0 +1,162 @@
+// matmul.cu: the linear layers (llmc/matmul.cuh: cuBLASLt with bias / GELU / dGELU epilogues),
+// forward and backward, against cpu::matmul_forward / cpu::matmul_backward / cpu::gelu_*, and
+// timed next to a plain cuBLASLt GEMM of the same shape (target: the shipped op >= 90% of it).
+//   ./matmul [variant ...] [--check-only] [--reps N]
+// Shapes: the five GPT-2 124M layers at N = B*T = 65536 tokens (qkv 768->2304, attproj 768->768,
+// fc 768->3072 with GELU, fcproj 3072->768 with dGELU in the backward, classifier 768->50304 without
+// bias) and the awkward N = 651, C = 776, OC = 2312. A CPU product of the whole output would take
+// minutes, so each check compares 16 sampled rows of every output (first and last included); the
+// written and guard checks still cover every element.
+// FLOPs: forward 2*N*C*OC, backward 4*N*C*OC (dinp and dweight). Bytes: every operand once.
+//
+// Variants (H200, bf16; "not measured" until a run fills them in):
+//   forward  0 shipped: bias (and GELU) fused into the cuBLASLt epilogue                   not measured
+//   forward  1 plain: the same cuBLASLt call with no epilogue (the 90% target's baseline)   not measured
+//   backward 0 shipped: dinp GEMM (dGELU epilogue for fcproj), dweight GEMM (beta 1),
+//              fixed-order dbias column sums                                             not measured
+//   backward 1 plain: the two GEMMs alone, no epilogue, no dbias                            not measured
+#include "dev/cuda/harness.cuh"
+#include "llmc/cpu/gelu.h"
+#include "llmc/cpu/matmul.h"
+#include "llmc/matmul.cuh"
+
+struct Layer {
+    const char* name;
+    int N, C, OC;
+    bool bias;
+    bool gelu_forward;   // as fc: out = GELU(pre), pre (N, OC) saved
+    bool gelu_backward;  // as fcproj: dinp is taken through GELU' of a pre-activation (N, C)
+};
+
+constexpr int SAMPLES = 16;
+
+static std::string label(const char* op, const Layer& l) {
+    return lab::Lab::strprintf("%s %s N=%d C=%d OC=%d", op, l.name, l.N, l.C, l.OC);
+}
+
+// Plain cuBLASLt: out^T (OC, N) = W (OC, C) . inp^T (C, N), no epilogue, through the shipped helper.
+static void plain_forward(const CudaContext& ctx, floatX* out, const floatX* inp, const floatX* weight, int N, int C,
+                          int OC) {
+    matmul_cublaslt(ctx, out, weight, inp, OC, N, C, true, false, C, C, OC, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr,
+                    nullptr);
+}
+
+static void run_forward(lab::Lab& L, const Layer& l) {
+    const int N = l.N, C = l.C, OC = l.OC;
+    lab::DevBuf<floatX> d_inp((size_t)N * C, "inp"), d_weight((size_t)OC * C, "weight"), d_bias(OC, "bias");
+    lab::DevBuf<floatX> d_out((size_t)N * OC, "out"), d_pre(l.gelu_forward ? (size_t)N * OC : 1, "gelu_pre");
+    d_inp.fill_uniform(41);
+    d_weight.fill_uniform(42, -0.05f, 0.05f);
+    d_bias.fill_uniform(43);
+    const std::vector<int> rows = lab::sample_rows(N, SAMPLES, 44);
+    const std::vector<float> inp_rows = d_inp.download_rows(rows, C), weight = d_weight.download();
+    const std::vector<float> bias = d_bias.download();
+    std::vector<float> ref_plain(rows.size() * OC), ref_biased(rows.size() * OC), ref_gelu(rows.size() * OC);
+    cpu::matmul_forward(ref_plain.data(), inp_rows.data(), weight.data(), nullptr, 1, (int)rows.size(), C, OC);
+    cpu::matmul_forward(ref_biased.data(), inp_rows.data(), weight.data(), bias.data(), 1, (int)rows.size(), C, OC);
+    cpu::gelu_forward(ref_gelu.data(), ref_biased.data(), ref_gelu.size());
+
+    const double flops = 2.0 * N * C * OC;
+    const double bytes = ((double)N * C + (double)OC * C + (double)N * OC * (l.gelu_forward ? 2 : 1)) * sizeof(floatX);
+    const std::string op = label(l.gelu_forward ? "matmul_forward+gelu" : "matmul_forward", l);
+    L.run(op, 0, "shipped", bytes, flops, lab::Bound::Compute,
+          [&] {
+              d_out.poison(L.stream());
+              if (l.gelu_forward) d_pre.poison(L.stream());
+          },
+          [&] {
+              matmul_forward(d_out, l.gelu_forward ? d_pre.get() : nullptr, d_inp, d_weight,
+                             l.bias ? d_bias.get() : nullptr, N, C, OC, L.ctx);
+          },
+          [&] {
+              const std::vector<float>& ref = l.gelu_forward ? ref_gelu : l.bias ? ref_biased : ref_plain;
+              bool ok = L.check(d_out, ref, lab::default_tol(), rows, OC);
+              if (l.gelu_forward) ok = L.check(d_pre, ref_biased, lab::default_tol(), rows, OC) && ok;
+              return ok;
+          });
+    L.run(op, 1, "plain cuBLASLt", (double)((size_t)N * C + (size_t)OC * C + (size_t)N * OC) * sizeof(floatX), flops,
+          lab::Bound::Compute, [&] { d_out.poison(L.stream()); },
+          [&] { plain_forward(L.ctx, d_out, d_inp, d_weight, N, C, OC); },
+          [&] { return L.check(d_out, ref_plain, lab::default_tol(), rows, OC); });
+}
+
+static void run_backward(lab::Lab& L, const Layer& l) {
+    const int N = l.N, C = l.C, OC = l.OC;
+    lab::DevBuf<floatX> d_inp((size_t)N * C, "inp"), d_weight((size_t)OC * C, "weight");
+    lab::DevBuf<floatX> d_dout((size_t)N * OC, "dout"), d_pre(l.gelu_backward ? (size_t)N * C : 1, "gelu_pre");
+    lab::DevBuf<floatX> d_dinp((size_t)N * C, "dinp"), d_dweight((size_t)OC * C, "dweight"), d_dbias(OC, "dbias");
+    lab::DevBuf<float> d_scratch((size_t)column_num_chunks(N) * OC, "scratch");
+    d_inp.fill_uniform(51);
+    d_weight.fill_uniform(52, -0.05f, 0.05f);
+    d_dout.fill_uniform(53);
+    if (l.gelu_backward) d_pre.fill_uniform(54, -3.0f, 3.0f);
+    std::vector<float> dweight0 = lab::rand_uniform((size_t)OC * C, 55), dbias0 = lab::rand_uniform(OC, 56);
+
+    // dinp rows: (dout W)[rows], through GELU' of the pre-activation when fused
+    const std::vector<int> rows = lab::sample_rows(N, SAMPLES, 57), cols = lab::sample_rows(OC, SAMPLES, 58);
+    const int k = (int)rows.size(), kc = (int)cols.size();
+    const std::vector<float> weight = d_weight.download(), dout_rows = d_dout.download_rows(rows, OC);
+    std::vector<float> ref_dinp_plain(k * (size_t)C, 0.0f);
+    cpu::matmul_backward(ref_dinp_plain.data(), nullptr, nullptr, dout_rows.data(), nullptr, weight.data(), 1, k, C, OC);
+    std::vector<float> ref_dinp = ref_dinp_plain;
+    if (l.gelu_backward) {
+        const std::vector<float> pre_rows = d_pre.download_rows(rows, C);
+        std::fill(ref_dinp.begin(), ref_dinp.end(), 0.0f);
+        cpu::gelu_backward(ref_dinp.data(), pre_rows.data(), ref_dinp_plain.data(), ref_dinp.size());
+    }
+    // dweight rows `cols` and dbias[cols]: sums over all N rows of the sampled dout columns
+    const std::vector<float> inp = d_inp.download(), dout_cols = d_dout.download_cols(cols, OC);
+    std::vector<float> dw_sum(kc * (size_t)C, 0.0f), db_sum(kc, 0.0f);
+    cpu::matmul_backward(nullptr, dw_sum.data(), db_sum.data(), dout_cols.data(), inp.data(), nullptr, 1, N, C, kc);
+    std::vector<float> ref_dweight = lab::gather_rows(dweight0, cols, C), ref_dbias(kc);
+    for (size_t i = 0; i < dw_sum.size(); i++) ref_dweight[i] += dw_sum[i];
+    for (int j = 0; j < kc; j++) ref_dbias[j] = dbias0[cols[j]] + db_sum[j];
+
+    auto reset = [&] {
+        d_dinp.poison(L.stream());
+        d_dweight.upload(dweight0);
+        d_dbias.upload(dbias0);
+    };
+    auto check = [&](bool shipped) {
+        bool ok = L.check(d_dinp, shipped ? ref_dinp : ref_dinp_plain, lab::default_tol(), rows, C);
+        ok = L.check(d_dweight, ref_dweight, lab::default_tol(), cols, C) && ok;
+        if (shipped && l.bias) ok = L.check(d_dbias, ref_dbias, lab::default_tol(), cols, 1) && ok;
+        return ok;
+    };
+    const double flops = 4.0 * N * C * OC;
+    const double bytes = (2.0 * N * OC + 2.0 * N * C + 3.0 * OC * C) * sizeof(floatX);  // dout twice, dweight r+w
+    const std::string op = label(l.gelu_backward ? "matmul_backward+dgelu" : "matmul_backward", l);
+    L.run(op, 0, "shipped", bytes + (l.gelu_backward ? (double)N * C * sizeof(floatX) : 0.0), flops,
+          lab::Bound::Compute, reset,
+          [&] {
+              matmul_backward(d_dinp, d_dweight, l.bias ? d_dbias.get() : nullptr, d_scratch, d_dout, d_inp, d_weight,
+                              l.gelu_backward ? d_pre.get() : nullptr, N, C, OC, L.ctx);
+          },
+          [&] { return check(true); });
+    L.run(op, 1, "plain cuBLASLt", bytes, flops, lab::Bound::Compute, reset,
+          [&] {
+              matmul_cublaslt(L.ctx, d_dinp, d_weight, d_dout, C, N, OC, false, false, C, OC, C, 0.0f,
+                              CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr);
+              matmul_cublaslt(L.ctx, d_dweight, d_inp, d_dout, C, OC, N, false, true, C, OC, C, 1.0f,
+                              CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr);
+          },
+          [&] { return check(false); });
+}
+
+int main(int argc, char** argv) {
+    lab::Lab L(argc, argv, "matmul.cu");
+    const int N = lab::GPT2_B * lab::GPT2_T, C = lab::GPT2_C;
+    const Layer layers[] = {
+        {"qkv", N, C, 3 * C, true, false, false},
+        {"attproj", N, C, C, true, false, false},
+        {"fc", N, C, 4 * C, true, true, false},
+        {"fcproj", N, 4 * C, C, true, false, true},
+        {"classifier", N, C, lab::GPT2_VP, false, false, false},
+        {"awkward", lab::ODD_B * lab::ODD_T, 776, 2312, true, true, true},
+    };
+    for (const Layer& l : layers) {
+        run_forward(L, l);
+        run_backward(L, l);
+    }
+    return L.finish();
+}

@@ -1,0 +1,221 @@
+// profile_gpt2.cu: where one training step of the GPU trainer spends its time, kernel by kernel.
+//   dev/cuda/build/profile_gpt2 [--model d12] [--batch 64] [--seq 1024] [--steps 3] [--recompute 0]
+// Includes train_gpt2.cu (its main() is compiled out by TESTING, as test_gpt2.cu does) and runs its
+// own step functions on random tokens: upload, zero grads, forward, loss, backward, update. After
+// two warm-up steps, CUPTI's activity API records the device start/end of every kernel, memset and
+// memcpy of `--steps` steps; the report, per step:
+//   1. phases (CUDA events around each trainer call; includes the gaps where the host waits),
+//   2. every kernel: calls, ms, % of kernel time, mean us; sorted by time,
+//   3. kernel families (matmul, attention, layernorm, ...) summed, so the next target is visible,
+//   4. kernel time against step time: the rest is launch gaps and host synchronization.
+// Kernel timestamps need no instrumentation of the trainer, and cuBLASLt's own kernels show up too.
+#define TESTING
+#include "train_gpt2.cu"
+
+#include <cupti.h>
+#include <cxxabi.h>
+#include <map>
+
+#define cuptiCheck(stmt)                                                                               \
+    do {                                                                                                \
+        CUptiResult r_ = (stmt);                                                                        \
+        if (r_ != CUPTI_SUCCESS) {                                                                      \
+            const char* s_ = nullptr;                                                                   \
+            cuptiGetResultString(r_, &s_);                                                              \
+            fail("CUPTI: %s\n  in %s at %s:%d (activity tracing needs libcupti from the CUDA toolkit)", \
+                 s_ ? s_ : "?", #stmt, __FILE__, __LINE__);                                             \
+        }                                                                                               \
+    } while (0)
+
+namespace prof {
+
+struct Stat {
+    double ns = 0;
+    int64_t calls = 0;
+};
+std::map<std::string, Stat> kernels;  // short kernel name -> totals over the profiled steps
+
+// "void layernorm_forward_warp_per_row<true>(__nv_bfloat16*, ...)" -> "layernorm_forward_warp_per_row<true>"
+std::string short_name(const char* mangled) {
+    int status = 0;
+    char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+    std::string s = status == 0 && d ? d : mangled;
+    free(d);
+    if (s.compare(0, 5, "void ") == 0) s = s.substr(5);
+    int depth = 0;  // cut the parameter list: the first '(' outside template brackets
+    for (size_t i = 0; i < s.size(); i++) {
+        if (s[i] == '<') depth++;
+        else if (s[i] == '>') depth--;
+        else if (s[i] == '(' && depth == 0) { s.resize(i); break; }
+    }
+    if (s.size() > 90) s = s.substr(0, 87) + "...";
+    return s;
+}
+
+// Families by name: the shipped kernels are named for their op, cuBLASLt's contain gemm/xmma.
+const char* family(const std::string& n) {
+    auto has = [&](const char* k) { return n.find(k) != std::string::npos; };
+    if (has("gemm") || has("xmma") || has("cutlass") || has("sm90_") || has("splitK") || has("Kernel2")) return "matmul (cuBLASLt)";
+    if (has("attention")) return "attention";
+    if (has("layernorm")) return "layernorm";
+    if (has("classifier")) return "fused classifier";
+    if (has("encoder")) return "encoder";
+    if (has("gelu")) return "gelu";
+    if (has("bias_backward") || has("column_partials")) return "bias / column sums";
+    if (has("adamw")) return "adamw";
+    if (has("global_norm")) return "global norm";
+    if (has("[memset")) return "memset";
+    if (has("[memcpy")) return "memcpy";
+    return "other";
+}
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+    *size = 16u << 20;
+    *buffer = (uint8_t*)aligned_alloc(8, *size);
+    if (!*buffer) fail("out of host memory for the CUPTI activity buffer");
+    *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+    CUpti_Activity* rec = nullptr;
+    while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+        if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+            auto* k = (CUpti_ActivityKernel10*)rec;
+            Stat& s = kernels[short_name(k->name)];
+            s.ns += (double)(k->end - k->start);
+            s.calls++;
+        } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+            auto* m = (CUpti_ActivityMemset4*)rec;
+            Stat& s = kernels["[memset]"];
+            s.ns += (double)(m->end - m->start);
+            s.calls++;
+        } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+            auto* m = (CUpti_ActivityMemcpy6*)rec;
+            const char* kind = m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOD   ? "[memcpy HtoD]"
+                               : m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH ? "[memcpy DtoH]"
+                                                                                : "[memcpy other]";
+            Stat& s = kernels[kind];
+            s.ns += (double)(m->end - m->start);
+            s.calls++;
+        }
+    }
+    free(buffer);
+}
+
+}  // namespace prof
+
+int main(int argc, char** argv) {
+    std::string model_desc = "d12";
+    int B = 64, T = 1024, steps = 3, recompute = 0;
+    FlagParser parser("profile_gpt2", "Per-kernel time breakdown of one GPU training step on random tokens. Example:\n"
+                      "  dev/cuda/build/profile_gpt2 --batch 64 --seq 1024");
+    parser.add_string("--model", "dN", &model_desc, "model shape: dN = N layers, 64*N channels (d12 = GPT-2 124M)");
+    parser.add_int("--batch", &B, {1, 4096}, "micro-batch size B");
+    parser.add_int("--seq", &T, {1, 1 << 20}, "sequence length T (<= the model's max_seq_len 1024)");
+    parser.add_int("--steps", &steps, {1, 100}, "profiled steps, after 2 warm-up steps; the report is per step");
+    parser.add_int("--recompute", &recompute, {0, 1}, "1 = the trainer's --recompute memory mode");
+    parser.parse(argc, argv);
+
+    CudaContext ctx;
+    ctx.init(0);
+    const GPT2Config config = gpt2_config_from_descriptor(model_desc.c_str());
+    printf("device: %s, %d SMs; precision %s\n", ctx.props.name, ctx.props.multiProcessorCount, PRECISION_NAME);
+    gpt2_print_config(config);
+    GPT2 model;
+    gpt2_build(model, config, B, T, recompute != 0, ctx);
+    {
+        std::vector<float> host(model.num_params);
+        gpt2_init_params(host.data(), config, 1337);
+        gpt2_set_params(model, host.data());
+    }
+    const int N = B * T, V = config.vocab_size;
+    std::vector<int> inputs(N), targets(N);
+    Rng data_rng(42);
+    const OptimizerSettings opt{6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+
+    // One training step; events[0..5] bracket upload+zero, forward, loss, backward, update.
+    constexpr int PHASES = 5;
+    const char* phase_names[PHASES] = {"upload + zero grads", "forward", "loss (fused classifier)", "backward",
+                                       "update (norm + adamw)"};
+    cudaEvent_t ev[PHASES + 1];
+    for (auto& e : ev) cudaCheck(cudaEventCreate(&e));
+    double phase_ms[PHASES] = {}, step_ms = 0;
+    float loss = 0;
+    auto step = [&](bool record) {
+        for (int i = 0; i < N; i++) {
+            inputs[i] = (int)data_rng.below(V);
+            targets[i] = (int)data_rng.below(V);
+        }
+        cudaCheck(cudaEventRecord(ev[0], ctx.stream));
+        gpt2_upload_batch(model, inputs.data(), targets.data(), B, T, true, ctx);
+        gpt2_zero_grads(model, ctx);
+        cudaCheck(cudaEventRecord(ev[1], ctx.stream));
+        gpt2_forward(model, B, T, ctx);
+        cudaCheck(cudaEventRecord(ev[2], ctx.stream));
+        loss = gpt2_loss(model, B, T, 1.0f / N, true, ctx);
+        cudaCheck(cudaEventRecord(ev[3], ctx.stream));
+        gpt2_backward(model, B, T, ctx);
+        cudaCheck(cudaEventRecord(ev[4], ctx.stream));
+        gpt2_update(model, opt, ctx);
+        cudaCheck(cudaEventRecord(ev[5], ctx.stream));
+        cudaCheck(cudaEventSynchronize(ev[5]));
+        if (!record) return;
+        for (int p = 0; p < PHASES; p++) {
+            float ms;
+            cudaCheck(cudaEventElapsedTime(&ms, ev[p], ev[p + 1]));
+            phase_ms[p] += ms;
+        }
+        float ms;
+        cudaCheck(cudaEventElapsedTime(&ms, ev[0], ev[PHASES]));
+        step_ms += ms;
+    };
+    for (int i = 0; i < 2; i++) step(false);  // cuBLASLt heuristics, lazy module loading
+
+    cuptiCheck(cuptiActivityRegisterCallbacks(prof::buffer_requested, prof::buffer_completed));
+    cuptiCheck(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+    cuptiCheck(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET));
+    cuptiCheck(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY));
+    for (int i = 0; i < steps; i++) step(true);
+    cudaCheck(cudaDeviceSynchronize());
+    cuptiCheck(cuptiActivityFlushAll(1));
+    size_t dropped = 0;
+    cuptiCheck(cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped));
+
+    // ---- report, per step
+    const double tok_s = (double)N / (step_ms / steps / 1e3);
+    const double tflops = flops_per_token(config, T) * N / (step_ms / steps / 1e3) / 1e12;
+    printf("\nGPT-2 %s, B=%d T=%d, %d profiled steps: %.2f ms/step (GPU, events), %.0f tok/s, %.0f TFLOP/s "
+           "(%.1f%% of the 989 bf16 peak), last loss %.4f\n",
+           model_desc.c_str(), B, T, steps, step_ms / steps, tok_s, tflops, 100.0 * tflops / 989.0, loss);
+    printf("\n%-28s %10s %7s\n", "phase", "ms/step", "%");
+    for (int p = 0; p < PHASES; p++)
+        printf("%-28s %10.3f %6.1f%%\n", phase_names[p], phase_ms[p] / steps, 100.0 * phase_ms[p] / step_ms);
+
+    std::vector<std::pair<std::string, prof::Stat>> rows(prof::kernels.begin(), prof::kernels.end());
+    std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.ns > b.second.ns; });
+    double kernel_ns = 0;
+    std::map<std::string, prof::Stat> families;
+    for (auto& r : rows) {
+        kernel_ns += r.second.ns;
+        prof::Stat& f = families[prof::family(r.first)];
+        f.ns += r.second.ns;
+        f.calls += r.second.calls;
+    }
+    printf("\n%-90s %9s %10s %7s %10s\n", "kernel", "calls", "ms/step", "%", "mean us");
+    for (auto& r : rows)
+        printf("%-90s %9.1f %10.3f %6.1f%% %10.1f\n", r.first.c_str(), (double)r.second.calls / steps,
+               r.second.ns / 1e6 / steps, 100.0 * r.second.ns / kernel_ns, r.second.ns / 1e3 / r.second.calls);
+    std::vector<std::pair<std::string, prof::Stat>> fams(families.begin(), families.end());
+    std::sort(fams.begin(), fams.end(), [](auto& a, auto& b) { return a.second.ns > b.second.ns; });
+    printf("\n%-28s %9s %10s %7s\n", "family", "calls", "ms/step", "%");
+    for (auto& f : fams)
+        printf("%-28s %9.1f %10.3f %6.1f%%\n", f.first.c_str(), (double)f.second.calls / steps, f.second.ns / 1e6 / steps,
+               100.0 * f.second.ns / kernel_ns);
+    printf("\nkernel + copy time %.3f ms/step of %.3f ms/step: %.1f%% busy, the rest is launch gaps and host syncs%s\n",
+           kernel_ns / 1e6 / steps, step_ms / steps, 100.0 * kernel_ns / 1e6 / step_ms,
+           dropped ? " (CUPTI DROPPED RECORDS: totals are low)" : "");
+    if (rows.empty()) fail("CUPTI recorded no kernels: activity tracing does not work on this machine");
+    gpt2_free(model);
+    ctx.destroy();
+    return 0;
+}

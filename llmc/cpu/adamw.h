@@ -1,0 +1,51 @@
+// adamw.h: the AdamW update on the CPU, torch.optim.AdamW's single-tensor path operation by
+// operation (docs/design.md), so the trajectory matches PyTorch's in fp32.
+// Shapes: params, m, v, grads (N) flat. Updates params, m, v in place (=); grads is read only and
+// multiplied by grad_scale first (the clipping factor from global_norm.h; 1 for none).
+// step is 1-based (the bias corrections use it). Weight decay is per tensor: adamw_update_gpt2
+// applies it only where gpt2_param_decays(i) says so.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include "llmc/gpt2_config.h"
+
+namespace cpu {
+
+inline void adamw_update(float* params, float* m, float* v, const float* grads, size_t N, float lr, float beta1,
+                         float beta2, float eps, float weight_decay, float grad_scale, int64_t step) {
+    // PyTorch computes these on Python floats (double) and rounds when they meet a tensor
+    const double bc1 = 1.0 - std::pow((double)beta1, (double)step);
+    const double bc2 = 1.0 - std::pow((double)beta2, (double)step);
+    const float step_size = (float)(lr / bc1);
+    const float bc2_sqrt = (float)std::sqrt(bc2);
+    const float decay = (float)(1.0 - (double)lr * weight_decay);
+    const float one_minus_b1 = (float)(1.0 - beta1), one_minus_b2 = (float)(1.0 - beta2);
+#pragma omp parallel for
+    for (size_t i = 0; i < N; i++) {
+        const float g = grads[i] * grad_scale;
+        float p = params[i] * decay;                    // param.mul_(1 - lr * wd)
+        const float mi = m[i] + one_minus_b1 * (g - m[i]);  // exp_avg.lerp_(grad, 1 - beta1)
+        const float vi = v[i] * beta2 + one_minus_b2 * g * g;  // exp_avg_sq.mul_(b2).addcmul_(g, g, 1 - b2)
+        const float denom = sqrtf(vi) / bc2_sqrt + eps;
+        p -= step_size * (mi / denom);                   // param.addcdiv_(exp_avg, denom, -step_size)
+        m[i] = mi;
+        v[i] = vi;
+        params[i] = p;
+    }
+}
+
+// One AdamW step over all 16 tensors of a GPT-2 parameter buffer (params, m, v, grads share the
+// layout of gpt2_param_offsets); weight decay only on the tensors gpt2_param_decays selects.
+inline void adamw_update_gpt2(float* params, float* m, float* v, const float* grads, const GPT2Config& cfg, float lr,
+                              float beta1, float beta2, float eps, float weight_decay, float grad_scale, int64_t step) {
+    size_t sizes[NUM_PARAM_TENSORS], off = 0;
+    gpt2_param_sizes(cfg, sizes);
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        adamw_update(params + off, m + off, v + off, grads + off, sizes[i], lr, beta1, beta2, eps,
+                     gpt2_param_decays(i) ? weight_decay : 0.0f, grad_scale, step);
+        off += sizes[i];
+    }
+}
+
+}  // namespace cpu

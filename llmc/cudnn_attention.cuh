@@ -1,0 +1,191 @@
+// cudnn_attention.cuh: the same two functions as llmc/attention.cuh, through cuDNN's fused attention
+// (the cudnn_frontend graph API): the comparison path, built only with USE_CUDNN=1 (bf16 only).
+// Shapes and conventions are attention.cuh's: qkv (B, T, (NH + 2*NKV) * HD), out (B, T, NH*HD),
+// lse (B, NH, T) fp32 natural-log softmax statistics (cuDNN's "Stats" are exactly this, so a forward
+// from either implementation feeds a backward from the other), dqkv written with `=`. Causal, scale
+// 1/sqrt(HD), optional sliding window W (cuDNN's left diagonal bound: query t sees keys t-W+1..t).
+// cuDNN reads Q, K and V in place through strides: no transposes, no copies.
+//
+// The headers come from the nvidia-cudnn-frontend wheel (its include/ folder, e.g. unpacked into
+// build/cudnn_frontend/include, the Makefile's default CUDNN_FRONTEND_PATH); the library is libcudnn 9.
+//
+// One graph per (direction, shape) is built on first use and cached for the process, with its
+// workspace; the cuDNN handle is created once. This is the one place in the GPU code with
+// process-wide state: the launcher signature is fixed to match attention_forward/backward.
+#pragma once
+#if !defined(USE_CUDNN)
+#error "llmc/cudnn_attention.cuh needs USE_CUDNN=1"
+#endif
+#if defined(PRECISION_FP32)
+#error "cuDNN's fused attention takes bf16: build with PRECISION=BF16 when USE_CUDNN=1"
+#endif
+#include <cudnn_frontend.h>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+#include "cuda_common.cuh"
+#include "utils.h"
+
+namespace cudnn_attention_detail {
+namespace fe = cudnn_frontend;
+
+inline void cudnn_check_impl(cudnnStatus_t st, const char* stmt, const char* file, int line) {
+    if (st != CUDNN_STATUS_SUCCESS) {
+        fprintf(stderr, "error: cuDNN: %s\n  in %s at %s:%d\n", cudnnGetErrorString(st), stmt, file, line);
+        exit(1);
+    }
+}
+inline void fe_check_impl(fe::error_object e, const char* stmt, const char* file, int line) {
+    if (e.is_bad()) {
+        fprintf(stderr, "error: cuDNN frontend: %s\n  in %s at %s:%d\n", e.get_message().c_str(), stmt, file, line);
+        exit(1);
+    }
+}
+#define cudnnCheck(stmt) cudnn_attention_detail::cudnn_check_impl((stmt), #stmt, __FILE__, __LINE__)
+#define cudnnFeCheck(stmt) cudnn_attention_detail::fe_check_impl((stmt), #stmt, __FILE__, __LINE__)
+
+// Tensor ids in the variant pack.
+enum : int64_t { Q_UID = 1, K_UID, V_UID, O_UID, STATS_UID, DO_UID, DQ_UID, DK_UID, DV_UID };
+
+struct Plan {
+    std::shared_ptr<fe::graph::Graph> graph;  // null when cuDNN cannot run this shape (see error)
+    void* workspace = nullptr;
+    std::string error;
+};
+
+inline cudnnHandle_t handle() {
+    static cudnnHandle_t h = [] {
+        cudnnHandle_t x;
+        cudnnCheck(cudnnCreate(&x));
+        return x;
+    }();
+    return h;
+}
+
+// H heads of HD channels inside the (B, T, row) tensor, seen as cuDNN's (B, H, T, HD); the pointer
+// passed at execution points at the first head.
+inline std::shared_ptr<fe::graph::Tensor_attributes> heads(fe::graph::Graph& g, const char* name, int64_t uid, int B,
+                                                           int H, int T, int HD, int64_t row) {
+    return g.tensor(fe::graph::Tensor_attributes()
+                        .set_name(name)
+                        .set_uid(uid)
+                        .set_dim({B, H, T, HD})
+                        .set_stride({(int64_t)T * row, HD, row, 1}));
+}
+inline void as_heads(const std::shared_ptr<fe::graph::Tensor_attributes>& t, int64_t uid, int B, int H, int T, int HD,
+                     int64_t row) {
+    t->set_output(true).set_uid(uid).set_dim({B, H, T, HD}).set_stride({(int64_t)T * row, HD, row, 1});
+}
+
+// The cached plan for a shape, built on first use. A shape cuDNN rejects gets a plan with no graph and
+// the frontend's message, so a caller can ask first (cudnn_attention_supported) instead of exiting.
+inline Plan& plan_for(bool backward, int B, int T, int NH, int NKV, int HD, int window) {
+    static std::map<std::tuple<bool, int, int, int, int, int, int>, Plan> cache;
+    const auto key = std::make_tuple(backward, B, T, NH, NKV, HD, window);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+
+    auto g = std::make_shared<fe::graph::Graph>();
+    g->set_io_data_type(fe::DataType_t::BFLOAT16)
+        .set_intermediate_data_type(fe::DataType_t::FLOAT)
+        .set_compute_data_type(fe::DataType_t::FLOAT);
+    const int64_t row = (int64_t)(NH + 2 * NKV) * HD, C = (int64_t)NH * HD;
+    const float scale = 1.0f / sqrtf((float)HD);
+    auto Q = heads(*g, "Q", Q_UID, B, NH, T, HD, row);
+    auto K = heads(*g, "K", K_UID, B, NKV, T, HD, row);
+    auto V = heads(*g, "V", V_UID, B, NKV, T, HD, row);
+    const std::vector<int64_t> lse_dim = {B, NH, T, 1}, lse_stride = {(int64_t)NH * T, T, 1, 1};  // (B, NH, T)
+    if (!backward) {
+        auto opts = fe::graph::SDPA_attributes().set_name("attention_forward").set_generate_stats(true);
+        opts.set_attn_scale(scale).set_causal_mask(true);
+        if (window > 0) opts.set_diagonal_band_left_bound(window);
+        auto [O, stats] = g->sdpa(Q, K, V, opts);
+        as_heads(O, O_UID, B, NH, T, HD, C);
+        stats->set_output(true).set_uid(STATS_UID).set_data_type(fe::DataType_t::FLOAT).set_dim(lse_dim).set_stride(
+            lse_stride);
+    } else {
+        auto O = heads(*g, "O", O_UID, B, NH, T, HD, C);
+        auto dO = heads(*g, "dO", DO_UID, B, NH, T, HD, C);
+        auto stats = g->tensor(fe::graph::Tensor_attributes()
+                                   .set_name("stats")
+                                   .set_uid(STATS_UID)
+                                   .set_data_type(fe::DataType_t::FLOAT)
+                                   .set_dim(lse_dim)
+                                   .set_stride(lse_stride));
+        auto opts = fe::graph::SDPA_backward_attributes().set_name("attention_backward");
+        opts.set_attn_scale(scale).set_causal_mask(true);
+        if (window > 0) opts.set_diagonal_band_left_bound(window);
+        auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, stats, opts);
+        as_heads(dQ, DQ_UID, B, NH, T, HD, row);
+        as_heads(dK, DK_UID, B, NKV, T, HD, row);
+        as_heads(dV, DV_UID, B, NKV, T, HD, row);
+    }
+    Plan p;
+    fe::error_object e = g->validate();
+    if (e.is_good()) e = g->build_operation_graph(handle());
+    if (e.is_good()) e = g->create_execution_plans({fe::HeurMode_t::A});
+    if (e.is_good()) e = g->check_support(handle());
+    if (e.is_good()) e = g->build_plans(handle());
+    int64_t ws = 0;
+    if (e.is_good()) e = g->get_workspace_size(ws);
+    if (e.is_good()) {
+        p.graph = g;
+        if (ws > 0) cudaCheck(cudaMalloc(&p.workspace, ws));
+    } else {
+        p.error = e.get_message();
+    }
+    return cache.emplace(key, p).first->second;
+}
+
+inline void execute(Plan& p, const char* what, std::unordered_map<int64_t, void*>& pack, cudaStream_t stream) {
+    if (!p.graph) fail("%s: cuDNN cannot run this shape: %s", what, p.error.c_str());
+    cudnnCheck(cudnnSetStream(handle(), stream));
+    cudnnFeCheck(p.graph->execute(handle(), pack, p.workspace));
+}
+}  // namespace cudnn_attention_detail
+
+// Whether cuDNN runs this shape (builds and caches the plan); prints cuDNN's reason when it does not.
+inline bool cudnn_attention_supported(bool backward, int B, int T, int NH, int NKV, int HD, int window = 0) {
+    auto& p = cudnn_attention_detail::plan_for(backward, B, T, NH, NKV, HD, window);
+    if (!p.graph) printf("cuDNN attention %s does not run B=%d T=%d NH=%d NKV=%d HD=%d window=%d: %s\n",
+                         backward ? "backward" : "forward", B, T, NH, NKV, HD, window, p.error.c_str());
+    return p.graph != nullptr;
+}
+
+inline void cudnn_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD,
+                                    cudaStream_t stream, int window = 0) {
+    using namespace cudnn_attention_detail;
+    if (B <= 0 || T <= 0 || NH <= 0 || NKV <= 0 || NH % NKV != 0 || HD <= 0 || HD % 8 != 0 || window < 0)
+        fail("cudnn_attention_forward: bad sizes B=%d T=%d NH=%d NKV=%d HD=%d window=%d", B, T, NH, NKV, HD, window);
+    Plan& p = plan_for(false, B, T, NH, NKV, HD, window);
+    floatX* base = const_cast<floatX*>(qkv);
+    std::unordered_map<int64_t, void*> pack = {{Q_UID, base},
+                                               {K_UID, base + (size_t)NH * HD},
+                                               {V_UID, base + (size_t)(NH + NKV) * HD},
+                                               {O_UID, out},
+                                               {STATS_UID, lse}};
+    execute(p, "cudnn_attention_forward", pack, stream);
+}
+
+inline void cudnn_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
+                                     const float* lse, int B, int T, int NH, int NKV, int HD, cudaStream_t stream,
+                                     int window = 0) {
+    using namespace cudnn_attention_detail;
+    if (B <= 0 || T <= 0 || NH <= 0 || NKV <= 0 || NH % NKV != 0 || HD <= 0 || HD % 8 != 0 || window < 0)
+        fail("cudnn_attention_backward: bad sizes B=%d T=%d NH=%d NKV=%d HD=%d window=%d", B, T, NH, NKV, HD, window);
+    Plan& p = plan_for(true, B, T, NH, NKV, HD, window);
+    floatX* base = const_cast<floatX*>(qkv);
+    std::unordered_map<int64_t, void*> pack = {{Q_UID, base},
+                                               {K_UID, base + (size_t)NH * HD},
+                                               {V_UID, base + (size_t)(NH + NKV) * HD},
+                                               {O_UID, const_cast<floatX*>(out)},
+                                               {DO_UID, const_cast<floatX*>(dout)},
+                                               {STATS_UID, const_cast<float*>(lse)},
+                                               {DQ_UID, dqkv},
+                                               {DK_UID, dqkv + (size_t)NH * HD},
+                                               {DV_UID, dqkv + (size_t)(NH + NKV) * HD}};
+    execute(p, "cudnn_attention_backward", pack, stream);
+}

@@ -1,0 +1,350 @@
+// dataloader.h: feeds token shards (docs/formats.md, GPTD) to the trainers, and the HellaSwag eval
+// file (GPTE) to the evaluation. C++17, no CUDA; the CPU and GPU trainers share it.
+//
+// DataLoader: the shards matching a glob(3) pattern (sorted by name) are cut into windows of
+// B*T+1 tokens that overlap by one token: window w of a shard is tokens [w*B*T, w*B*T + B*T], its
+// first B*T tokens are the inputs (B, T) and the last B*T the targets. An epoch visits the
+// shards in a seeded random order and each shard's windows in a seeded random order (both in
+// file order when shuffle is off). Laid end to end, those windows form the epoch's list; rank r
+// takes entries r, r + world_size, r + 2*world_size, ..., so ranks never share a window, stay in
+// lockstep (each takes num_windows() = total / world_size per epoch) and at most world_size - 1
+// windows of an epoch go unused. The position is (epoch, batches taken); every order is a pure
+// function of (seed, epoch, shard), so save_state/load_state resume with exactly the next batch.
+//
+// Shards are memory-mapped one at a time (fineweb shards are 200 MB): headers and lengths of all
+// of them are checked at construction, token ids (< vocab_size) when a shard is first mapped,
+// so a bad id is reported before any of its windows reaches the model.
+#pragma once
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+#include "llmc/formats.h"
+#include "llmc/rand.h"
+#include "llmc/utils.h"
+
+// A read-only memory map of a whole file; unmapped on destruction or when re-pointed.
+class MappedFile {
+  public:
+    MappedFile() = default;
+    MappedFile(const MappedFile&) = delete;
+    MappedFile& operator=(const MappedFile&) = delete;
+    ~MappedFile() { unmap(); }
+    void map(const char* path, int64_t size) {
+        unmap();
+        int fd = open(path, O_RDONLY);
+        if (fd < 0) fail("%s: cannot open (%s)", path, strerror(errno));
+        void* p = mmap(nullptr, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+        int e = errno;
+        close(fd);
+        if (p == MAP_FAILED) fail("%s: cannot memory-map %lld bytes (%s)", path, (long long)size, strerror(e));
+        data_ = (const unsigned char*)p;
+        size_ = size;
+    }
+    void unmap() {
+        if (data_) munmap((void*)data_, (size_t)size_);
+        data_ = nullptr;
+    }
+    const unsigned char* data() const { return data_; }
+
+  private:
+    const unsigned char* data_ = nullptr;
+    int64_t size_ = 0;
+};
+
+// Checks that tokens[0..n) are all below `limit`; the error names the file and the offset of the
+// bad id within the payload (`base` = offset of tokens[0]).
+inline void check_token_ids(const uint16_t* tokens, int64_t n, int64_t base, int64_t limit, const char* path,
+                            const char* what) {
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] >= limit)
+            fail("%s: token id %u at token offset %lld is >= vocab_size %lld (%s)", path, tokens[i],
+                 (long long)(base + i), (long long)limit, what);
+}
+
+class DataLoader {
+  public:
+    static constexpr int64_t STATE_VERSION = 1;
+
+    DataLoader(const char* glob_pattern, int B, int T, int rank, int world_size, int vocab_size, uint64_t seed,
+               bool shuffle)
+        : B_(B), T_(T), rank_(rank), world_(world_size), vocab_(vocab_size), seed_(seed), shuffle_(shuffle),
+          pattern_(glob_pattern) {
+        if (B < 1 || T < 1) fail("DataLoader: B = %d and T = %d must be positive", B, T);
+        if (world_size < 1 || rank < 0 || rank >= world_size)
+            fail("DataLoader: rank %d is not in [0, world_size = %d)", rank, world_size);
+        if (vocab_size < 1 || vocab_size > 65536)
+            fail("DataLoader: vocab_size %d is not in [1, 65536] (shards hold uint16 ids)", vocab_size);
+        glob_t g;
+        int rc = glob(glob_pattern, 0, nullptr, &g);
+        if (rc == GLOB_NOMATCH) fail("%s: no files match this pattern", glob_pattern);
+        if (rc != 0) fail("%s: glob failed (code %d)", glob_pattern, rc);
+        const int64_t BT = (int64_t)B * T;
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            Shard s;
+            s.path = g.gl_pathv[i];
+            ShardInfo info = shard_read_info(s.path.c_str());
+            if (info.num_tokens < BT + 1)
+                fail("%s: %lld tokens, fewer than one window of B*T+1 = %lld (B = %d, T = %d)", s.path.c_str(),
+                     (long long)info.num_tokens, (long long)(BT + 1), B, T);
+            s.num_windows = (info.num_tokens - 1) / BT;
+            s.vocab_size = info.vocab_size;
+            total_windows_ += s.num_windows;
+            shards_.push_back(s);
+        }
+        globfree(&g);
+        per_rank_ = total_windows_ / world_;
+        if (per_rank_ == 0)
+            fail("%s: %lld windows of B*T+1 tokens in all, fewer than world_size = %d", glob_pattern,
+                 (long long)total_windows_, world_);
+        inputs_.resize(BT);
+        targets_.resize(BT);
+        start_epoch(0);
+    }
+
+    // Fills inputs()/targets() with the next window of this rank; after the last window of an
+    // epoch the next epoch starts with new orders.
+    void next_batch() {
+        if (pos_ == per_rank_) start_epoch(epoch_ + 1);
+        int64_t g = pos_ * world_ + rank_;  // index in the epoch's list of windows
+        int i = (int)(std::upper_bound(prefix_.begin(), prefix_.end(), g) - prefix_.begin()) - 1;
+        int64_t w = g - prefix_[i];
+        use_shard(order_[i]);
+        const int64_t BT = (int64_t)B_ * T_;
+        const uint16_t* p = tokens_ + (shuffle_ ? window_order_[w] : w) * BT;
+        for (int64_t j = 0; j < BT; j++) {
+            inputs_[j] = p[j];
+            targets_[j] = p[j + 1];
+        }
+        pos_++;
+    }
+    const int* inputs() const { return inputs_.data(); }    // (B, T)
+    const int* targets() const { return targets_.data(); }  // (B, T)
+    void reset() { start_epoch(0); }
+    int64_t num_windows() const { return per_rank_; }  // per rank, per epoch
+    int64_t epoch() const { return epoch_; }
+    int num_shards() const { return (int)shards_.size(); }
+
+    // The state is the same on every rank (they move in lockstep), so one saved copy resumes all.
+    // Slots: 0 version, 1 epoch, 2 batches taken this epoch, then the settings the position is
+    // only meaningful under, checked by load_state: 3 seed, 4 shuffle, 5 B, 6 T, 7 world_size,
+    // 8 number of shards, 9 total windows.
+    void save_state(int64_t out[16]) const {
+        for (int i = 0; i < 16; i++) out[i] = 0;
+        out[0] = STATE_VERSION;
+        out[1] = epoch_;
+        out[2] = pos_;
+        memcpy(&out[3], &seed_, 8);
+        out[4] = shuffle_;
+        out[5] = B_;
+        out[6] = T_;
+        out[7] = world_;
+        out[8] = (int64_t)shards_.size();
+        out[9] = total_windows_;
+    }
+    void load_state(const int64_t in[16]) {
+        if (in[0] != STATE_VERSION)
+            fail("%s: data loader state has version %lld, this build reads %lld", pattern_.c_str(), (long long)in[0],
+                 (long long)STATE_VERSION);
+        int64_t now[16];
+        save_state(now);
+        static const char* const names[] = {"seed", "shuffle", "B", "T", "world_size", "number of shards",
+                                            "total windows"};
+        for (int i = 3; i <= 9; i++)
+            if (in[i] != now[i])
+                fail("%s: data loader state was saved with %s = %lld, this run has %lld; resume with the same "
+                     "data, seed, shuffle, B, T and world size",
+                     pattern_.c_str(), names[i - 3], (long long)in[i], (long long)now[i]);
+        if (in[1] < 0 || in[2] < 0 || in[2] > per_rank_)
+            fail("%s: data loader state position (epoch %lld, batch %lld) is out of range (%lld batches per epoch)",
+                 pattern_.c_str(), (long long)in[1], (long long)in[2], (long long)per_rank_);
+        start_epoch(in[1]);
+        pos_ = in[2];
+    }
+
+  private:
+    struct Shard {
+        std::string path;
+        int64_t num_windows;
+        int64_t vocab_size;  // from its header
+        bool ids_checked = false;
+    };
+
+    // Seed of one shuffle: a hash of (seed, epoch, stream) through two splitmix64 rounds, so
+    // nearby epochs or shards give unrelated orders.
+    uint64_t stream_seed(int64_t epoch, uint64_t stream) const {
+        Rng a(seed_ ^ ((uint64_t)epoch * 0xD1B54A32D192ED03ull));
+        Rng b(a.next_u64() ^ (stream * 0x8CB92BA72F3D8DD7ull));
+        return b.next_u64();
+    }
+
+    void start_epoch(int64_t epoch) {
+        epoch_ = epoch;
+        pos_ = 0;
+        int n = (int)shards_.size();
+        order_.resize(n);
+        for (int i = 0; i < n; i++) order_[i] = i;
+        if (shuffle_) {
+            Rng rng(stream_seed(epoch, ~0ull));
+            rng_shuffle(rng, order_.data(), n);
+        }
+        prefix_.assign(1, 0);
+        for (int i = 0; i < n; i++) prefix_.push_back(prefix_.back() + shards_[order_[i]].num_windows);
+    }
+
+    // Maps shard s (checking its ids the first time) and builds its window order for this epoch.
+    void use_shard(int s) {
+        Shard& sh = shards_[s];
+        if (s != mapped_) {
+            int64_t size = file_size_or_fail(sh.path.c_str());
+            file_.map(sh.path.c_str(), size);
+            tokens_ = (const uint16_t*)(file_.data() + HEADER_BYTES);
+            mapped_ = s;
+            if (!sh.ids_checked) {
+                int64_t all = (size - HEADER_BYTES) / 2;
+                check_token_ids(tokens_, all, 0, std::min<int64_t>(vocab_, sh.vocab_size), sh.path.c_str(),
+                                vocab_ <= sh.vocab_size ? "the model's vocab_size" : "the shard header's vocab_size");
+                sh.ids_checked = true;
+            }
+            window_order_epoch_ = -1;
+        }
+        if (shuffle_ && window_order_epoch_ != epoch_) {
+            window_order_.resize(sh.num_windows);
+            for (int64_t w = 0; w < sh.num_windows; w++) window_order_[w] = w;
+            Rng rng(stream_seed(epoch_, (uint64_t)s));
+            rng_shuffle(rng, window_order_.data(), sh.num_windows);
+            window_order_epoch_ = epoch_;
+        }
+    }
+
+    int B_, T_, rank_, world_, vocab_;
+    uint64_t seed_;
+    bool shuffle_;
+    std::string pattern_;
+    std::vector<Shard> shards_;
+    int64_t total_windows_ = 0, per_rank_ = 0;
+    int64_t epoch_ = 0, pos_ = 0;     // position: batches this rank has taken in this epoch
+    std::vector<int> order_;          // shard order of this epoch
+    std::vector<int64_t> prefix_;     // prefix_[i]: windows in order_[0..i)
+    MappedFile file_;
+    int mapped_ = -1;                 // index of the mapped shard
+    const uint16_t* tokens_ = nullptr;
+    std::vector<int64_t> window_order_;  // of the mapped shard, for epoch window_order_epoch_
+    int64_t window_order_epoch_ = -1;
+    std::vector<int> inputs_, targets_;
+};
+
+// EvalLoader: a multiple-choice eval file (GPTE, docs/formats.md; HellaSwag from
+// scripts/data/hellaswag.py). Each example becomes K rows (K = choices, 4 for HellaSwag) of
+// context + one completion; a batch of B rows holds B / K examples. Row b of a batch:
+// inputs[b, t] = row[t], targets[b, t] = row[t + 1], mask[b, t] = 1 where targets[b, t] is a
+// completion token, so the model's choice for an example is the row with the lowest mean loss
+// over its mask. Positions past a row's end hold token 0 with mask 0 (attention is causal, so
+// they do not change the scored positions). Rank r takes examples r, r + world_size, ...; every
+// rank runs the same num_batches(), an empty example slot has label -1 and an all-zero mask.
+class EvalLoader {
+  public:
+    EvalLoader(const char* path, int B, int T, int rank, int world_size, int vocab_size)
+        : B_(B), T_(T), rank_(rank), world_(world_size) {
+        if (world_size < 1 || rank < 0 || rank >= world_size)
+            fail("EvalLoader: rank %d is not in [0, world_size = %d)", rank, world_size);
+        FileHeader hd;
+        int64_t size;
+        FILE* f = open_checked(path, MAGIC_EVAL, &hd, &size);
+        const int64_t* h = hd.h;
+        check_range(path, "num_examples", h[2], 1, INT32_MAX);
+        check_range(path, "vocab_size", h[3], 1, 65536);
+        check_range(path, "num_choices", h[4], 2, 64);
+        check_range(path, "max_row_tokens", h[5], 2, 65535);
+        check_range(path, "payload_length", h[6], 1, INT64_MAX / 4);
+        check_file_length(path, size, h[6] * 2);
+        K_ = (int)h[4];
+        if (B < K_ || B % K_ != 0) fail("EvalLoader: B = %d must be a positive multiple of %d choices (%s)", B, K_, path);
+        if (T < h[5] - 1)
+            fail("%s: the longest context + completion has %lld tokens, so T = %d must be at least %lld", path,
+                 (long long)h[5], T, (long long)(h[5] - 1));
+        data_.resize(h[6]);
+        fread_or_fail(data_.data(), 2, h[6], f, path);
+        fclose(f);
+        // index the records: label, context length, K completion lengths, then the tokens
+        const int64_t n = h[2], len = h[6], fields = 2 + K_;
+        for (int64_t i = 0, pos = 0; i < n; i++) {
+            if (pos + fields > len) fail("%s: the payload ends inside example %lld of %lld", path, (long long)i, (long long)n);
+            const uint16_t* r = &data_[pos];
+            int64_t toks = r[1], longest = 0;
+            if (r[0] >= K_) fail("%s: example %lld has label %u, not in [0, %d)", path, (long long)i, r[0], K_);
+            if (r[1] == 0) fail("%s: example %lld has an empty context", path, (long long)i);
+            for (int k = 0; k < K_; k++) {
+                if (r[2 + k] == 0) fail("%s: example %lld has an empty completion %d", path, (long long)i, k);
+                toks += r[2 + k];
+                longest = std::max<int64_t>(longest, r[2 + k]);
+            }
+            if (r[1] + longest > h[5])
+                fail("%s: example %lld has %lld tokens, more than max_row_tokens = %lld in the header", path,
+                     (long long)i, (long long)(r[1] + longest), (long long)h[5]);
+            if (pos + fields + toks > len) fail("%s: truncated inside example %lld", path, (long long)i);
+            check_token_ids(r + fields, toks, pos + fields, std::min<int64_t>(vocab_size, h[3]), path,
+                            vocab_size <= h[3] ? "the model's vocab_size" : "the file header's vocab_size");
+            offsets_.push_back(pos);
+            pos += fields + toks;
+            if (i == n - 1 && pos != len)
+                fail("%s: %lld unexpected values after the last example", path, (long long)(len - pos));
+        }
+        const int64_t per_batch = B_ / K_, most = (n + world_ - 1) / world_;  // rank 0 has the most
+        num_batches_ = (int)((most + per_batch - 1) / per_batch);
+        inputs_.resize((size_t)B * T);
+        targets_.resize((size_t)B * T);
+        mask_.resize((size_t)B * T);
+        labels_.resize(per_batch);
+    }
+
+    // Fills the next batch of this rank; after num_batches() calls it starts over.
+    void next_batch() {
+        if (batch_ == num_batches_) batch_ = 0;
+        std::fill(inputs_.begin(), inputs_.end(), 0);
+        std::fill(targets_.begin(), targets_.end(), 0);
+        std::fill(mask_.begin(), mask_.end(), 0);
+        const int64_t per_batch = B_ / K_, fields = 2 + K_;
+        for (int64_t e = 0; e < per_batch; e++) {
+            int64_t ex = ((int64_t)batch_ * per_batch + e) * world_ + rank_;
+            labels_[e] = -1;
+            if (ex >= (int64_t)offsets_.size()) continue;
+            const uint16_t* r = &data_[offsets_[ex]];
+            const uint16_t* ctx = r + fields;
+            const uint16_t* comp = ctx + r[1];
+            labels_[e] = r[0];
+            for (int k = 0; k < K_; k++) {
+                const int64_t row = e * K_ + k, nctx = r[1], ncomp = r[2 + k], n = nctx + ncomp;
+                int* in = &inputs_[row * T_];
+                int* tg = &targets_[row * T_];
+                int* m = &mask_[row * T_];
+                for (int64_t t = 0; t < n; t++) {
+                    int tok = t < nctx ? ctx[t] : comp[t - nctx];
+                    if (t < T_) in[t] = tok;
+                    if (t > 0) tg[t - 1] = tok;
+                }
+                for (int64_t t = nctx - 1; t < n - 1; t++) m[t] = 1;
+                comp += ncomp;
+            }
+        }
+        batch_++;
+    }
+    void reset() { batch_ = 0; }
+    const int* inputs() const { return inputs_.data(); }    // (B, T)
+    const int* targets() const { return targets_.data(); }  // (B, T)
+    const int* mask() const { return mask_.data(); }        // (B, T)
+    const int* labels() const { return labels_.data(); }    // (B / K), -1 = empty slot
+    int num_batches() const { return num_batches_; }        // per rank, the same on every rank
+    int num_choices() const { return K_; }
+    int64_t num_examples() const { return (int64_t)offsets_.size(); }  // on all ranks together
+
+  private:
+    int B_, T_, rank_, world_, K_ = 0, num_batches_ = 0, batch_ = 0;
+    std::vector<uint16_t> data_;     // the payload
+    std::vector<int64_t> offsets_;   // start of each example's record in data_
+    std::vector<int> inputs_, targets_, mask_, labels_;
+};

@@ -1,0 +1,137 @@
+// encoder.cuh: token + position embedding, forward and backward (floatX, fp32 accumulation).
+//   forward   out (B, T, C) = wte[inp[b, t]] + wpe[t]                              (=)
+//   backward  dwte[tok] += sum of dout over the positions holding tok;  dwpe[t] += sum_b dout[b, t]  (+=)
+// The backward is deterministic: positions are bucketed by token on the host (counting sort, in
+// position order) and each bucket is summed by one thread block in that order, so two runs, or a
+// run and its resumed copy, produce bit-identical gradients. Atomics would not.
+// C must be a multiple of x128::size (8 in bf16) so every row starts on a 16-byte boundary.
+#pragma once
+#include <vector>
+#include "llmc/cuda_common.cuh"
+#include "llmc/utils.h"
+
+// One thread per 16-byte pack of one output row: reads 2 packs, writes 1 -> 3 * N * C * sizeof(floatX)
+// bytes, no math to speak of: memory-bound, ~3 us for GPT-2 124M at B*T = 65536 on an H200.
+static __global__ void encoder_forward_packed(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
+                                              int N, int T, int C) {
+    const int packs_per_row = C / x128::size;
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)N * packs_per_row) return;
+    const int row = (int)(idx / packs_per_row), c = (int)(idx % packs_per_row) * x128::size;
+    const int t = row % T;
+    const x128 a = load128(wte + (int64_t)inp[row] * C + c);
+    const x128 b = load128(wpe + (int64_t)t * C + c);
+    x128 o;
+    for (int k = 0; k < x128::size; k++) o[k] = from_float<floatX>(to_float(a[k]) + to_float(b[k]));
+    store128(out + (int64_t)row * C + c, o);
+}
+
+inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T, int C,
+                            cudaStream_t stream) {
+    if (C % x128::size != 0) fail("encoder_forward: C = %d is not a multiple of %d", C, x128::size);
+    const int64_t total = (int64_t)B * T * (C / x128::size);
+    const int block = 256;
+    encoder_forward_packed<<<(unsigned)ceil_div<int64_t>(total, block), block, 0, stream>>>(out, inp, wte, wpe, B * T, T, C);
+    cudaCheckLaunch();
+}
+
+// dwpe: one thread per (t, pack); it walks the B rows of column t in order. Reads B*T*C, read-modify-
+// writes T*C: memory-bound and tiny next to the matmuls.
+static __global__ void encoder_backward_wpe(floatX* dwpe, const floatX* dout, int B, int T, int C) {
+    const int packs_per_row = C / x128::size;
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= T * packs_per_row) return;
+    const int t = idx / packs_per_row, c = (idx % packs_per_row) * x128::size;
+    float acc[x128::size] = {};
+    for (int b = 0; b < B; b++) {
+        const x128 d = load128(dout + ((int64_t)b * T + t) * C + c);
+        for (int k = 0; k < x128::size; k++) acc[k] += to_float(d[k]);
+    }
+    floatX* dst = dwpe + (int64_t)t * C + c;
+    x128 g = load128(dst);
+    for (int k = 0; k < x128::size; k++) g[k] = from_float<floatX>(to_float(g[k]) + acc[k]);
+    store128(dst, g);
+}
+
+// dwte: one block per distinct token of the batch, one thread per pack of C; each thread sums the
+// bucket's rows in position order in fp32 and adds once into dwte. Reads N*C, writes (distinct
+// tokens)*C. A frequent token (end-of-text) makes one long block; with ~10^4 distinct tokens per
+// GPT-2 batch the SMs stay busy anyway.
+static __global__ void encoder_backward_wte_buckets(floatX* dwte, const floatX* dout, const int* bucket_token,
+                                                    const int* bucket_start, const int* positions, int C) {
+    const int bucket = blockIdx.x;
+    const int tok = bucket_token[bucket], begin = bucket_start[bucket], end = bucket_start[bucket + 1];
+    for (int c = threadIdx.x * x128::size; c < C; c += blockDim.x * x128::size) {
+        float acc[x128::size] = {};
+        for (int i = begin; i < end; i++) {
+            const x128 d = load128(dout + (int64_t)positions[i] * C + c);
+            for (int k = 0; k < x128::size; k++) acc[k] += to_float(d[k]);
+        }
+        floatX* dst = dwte + (int64_t)tok * C + c;
+        x128 g = load128(dst);
+        for (int k = 0; k < x128::size; k++) g[k] = from_float<floatX>(to_float(g[k]) + acc[k]);
+        store128(dst, g);
+    }
+}
+
+// The host side of the dwte backward: the token buckets of the current batch, built from the host
+// copy of the inputs while the GPU runs the forward pass, uploaded through pinned memory.
+struct EncoderBuckets {
+    int N = 0, V = 0, num_buckets = 0;
+    int* host = nullptr;          // pinned: [bucket_token (N) | bucket_start (N+1) | positions (N)]
+    int* device = nullptr;        // same layout on the GPU
+    std::vector<int> count;       // (V) scratch for the counting sort
+    cudaEvent_t uploaded = nullptr;
+
+    void init(int max_N, int vocab) {
+        N = max_N; V = vocab;
+        cudaCheck(cudaMallocHost(&host, sizeof(int) * (3 * (size_t)N + 1)));
+        cudaCheck(cudaMalloc(&device, sizeof(int) * (3 * (size_t)N + 1)));
+        cudaCheck(cudaEventCreateWithFlags(&uploaded, cudaEventDisableTiming));
+        count.assign(V, 0);
+    }
+    void destroy() {
+        if (host) cudaCheck(cudaFreeHost(host));
+        if (device) cudaCheck(cudaFree(device));
+        if (uploaded) cudaCheck(cudaEventDestroy(uploaded));
+        host = nullptr; device = nullptr; uploaded = nullptr;
+    }
+    // Counting sort of the n positions by token id; stable, so each bucket lists positions in order.
+    void build(const int* tokens, int n, cudaStream_t stream) {
+        if (n > N) fail("EncoderBuckets: %d positions exceed the %d it was sized for", n, N);
+        cudaCheck(cudaEventSynchronize(uploaded));  // the previous upload has left the pinned buffer
+        int* bucket_token = host;
+        int* bucket_start = host + N;
+        int* positions = host + 2 * N + 1;
+        for (int i = 0; i < n; i++) count[tokens[i]]++;
+        num_buckets = 0;
+        int offset = 0;
+        for (int v = 0; v < V; v++) {
+            if (!count[v]) continue;
+            bucket_token[num_buckets] = v;
+            bucket_start[num_buckets] = offset;
+            num_buckets++;
+            offset += count[v];
+            count[v] = offset - count[v];  // becomes the write cursor of bucket v
+        }
+        bucket_start[num_buckets] = offset;
+        for (int i = 0; i < n; i++) positions[count[tokens[i]]++] = i;
+        for (int i = 0; i < n; i++) count[tokens[i]] = 0;
+        cudaCheck(cudaMemcpyAsync(device, host, sizeof(int) * (3 * (size_t)N + 1), cudaMemcpyHostToDevice, stream));
+        cudaCheck(cudaEventRecord(uploaded, stream));
+    }
+};
+
+// `buckets` must have been built from the same inputs (EncoderBuckets::build) on this stream.
+inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const EncoderBuckets& buckets, int B,
+                             int T, int C, cudaStream_t stream) {
+    const int block = 256;
+    encoder_backward_wpe<<<ceil_div(T * (C / x128::size), block), block, 0, stream>>>(dwpe, dout, B, T, C);
+    cudaCheckLaunch();
+    if (buckets.num_buckets == 0) return;
+    const int N = buckets.N;
+    const int threads = std::min(1024, ceil_div(C / x128::size, WARP_SIZE) * WARP_SIZE);
+    encoder_backward_wte_buckets<<<buckets.num_buckets, threads, 0, stream>>>(
+        dwte, dout, buckets.device, buckets.device + N, buckets.device + 2 * N + 1, C);
+    cudaCheckLaunch();
+}

@@ -1,0 +1,106 @@
+// matmul.cuh: the linear layers, y = x W^T + b, through cuBLASLt with the bias and the GELU fused
+// into the GEMM epilogue. Row-major shapes: inp (N, C), weight (OC, C) ("out x in"), bias (OC),
+// out (N, OC). fp32 accumulation always; the FP32 build uses plain fp32 (no TF32) so it can be
+// tested at ~1e-5.
+//   matmul_forward   out = inp W^T + b; with gelu_pre: gelu_pre = inp W^T + b and out = GELU(gelu_pre)
+//                    (tanh approximation, cuBLASLt's GELU epilogue)                              (=)
+//   matmul_backward  dinp = dout W (=); with gelu_pre (the forward's pre-activation of inp), the
+//                    dGELU epilogue turns it into the gradient w.r.t. that pre-activation        (=)
+//                    dweight += dout^T inp; dbias += column sums of dout                         (+=)
+// cuBLAS is column-major: a row-major (R, K) matrix is a column-major (K, R) one, so the row-major
+// products above are computed as their transposes, e.g. out^T (OC, N) = W (OC, C) . inp^T (C, N).
+#pragma once
+#include "llmc/cuda_common.cuh"
+#include "llmc/utils.h"
+
+// fp32 accumulation in both builds; in the FP32 build this also rules out TF32 inputs.
+constexpr cublasComputeType_t MATMUL_COMPUTE = CUBLAS_COMPUTE_32F;
+
+// D (m, n) = alpha * op(A) op(B) + beta * D, all column-major with leading dims lda/ldb/ldd; the
+// epilogue adds `bias` (m) and applies GELU / dGELU with `aux` (m, n), leading dim ldd.
+static void matmul_cublaslt(const CudaContext& ctx, floatX* d, const floatX* a, const floatX* b, int m, int n, int k,
+                            bool trans_a, bool trans_b, int lda, int ldb, int ldd, float beta,
+                            cublasLtEpilogue_t epilogue, const floatX* bias, floatX* aux) {
+    cublasLtMatmulDesc_t desc;
+    cublasCheck(cublasLtMatmulDescCreate(&desc, MATMUL_COMPUTE, CUDA_R_32F));
+    const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    if (bias) cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    if (aux) {
+        const int64_t ld_aux = ldd;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux, sizeof(ld_aux)));
+    }
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUBLAS_FLOATX, trans_a ? k : m, trans_a ? m : k, lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUBLAS_FLOATX, trans_b ? n : k, trans_b ? k : n, ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&ld, CUBLAS_FLOATX, m, n, ldd));
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &ctx.cublaslt_workspace_size, sizeof(ctx.cublaslt_workspace_size)));
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt, desc, la, lb, ld, ld, pref, 1, &heur, &found));
+    if (found == 0)
+        fail("cuBLASLt has no algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d epilogue=%d", m, n, k, (int)trans_a,
+             (int)trans_b, (int)epilogue);
+    const float alpha = 1.0f;
+    cublasCheck(cublasLtMatmul(ctx.cublaslt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo,
+                               ctx.cublaslt_workspace, ctx.cublaslt_workspace_size, ctx.stream));
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    cublasCheck(cublasLtMatrixLayoutDestroy(la));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
+    cublasCheck(cublasLtMatrixLayoutDestroy(ld));
+    cublasCheck(cublasLtMatmulDescDestroy(desc));
+}
+
+// out^T (OC, N) = W (OC, C) . inp^T (C, N): A = weight stored column-major (C, OC), transposed.
+// 2*N*C*OC FLOPs; at GPT-2 shapes cuBLAS reaches ~600-690 TFLOP/s on an H200 (docs/H200.md).
+inline void matmul_forward(floatX* out, floatX* gelu_pre, const floatX* inp, const floatX* weight, const floatX* bias,
+                           int N, int C, int OC, const CudaContext& ctx) {
+    if (C % 8 != 0 || OC % 8 != 0) fail("matmul_forward: C = %d and OC = %d must be multiples of 8", C, OC);
+    cublasLtEpilogue_t epi;
+    if (gelu_pre) epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    else epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    matmul_cublaslt(ctx, out, weight, inp, OC, N, C, true, false, C, C, OC, 0.0f, epi, bias, gelu_pre);
+}
+
+// Bias gradient stage 1: like layernorm_backward_param_partials, thread = pack of columns,
+// blockIdx.y = chunk of rows walked in order; partials (chunks, OC).
+static __global__ void bias_backward_partials(float* partials, const floatX* dout, int N, int OC, int rows_per_chunk) {
+    const int c = (blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
+    if (c >= OC) return;
+    const int chunk = blockIdx.y;
+    const int r0 = chunk * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
+    float acc[x128::size] = {};
+    for (int r = r0; r < r1; r++) {
+        const x128 d = load128(dout + (int64_t)r * OC + c);
+        for (int k = 0; k < x128::size; k++) acc[k] += to_float(d[k]);
+    }
+    float* p = partials + (int64_t)chunk * OC + c;
+    for (int k = 0; k < x128::size; k++) p[k] = acc[k];
+}
+
+// scratch: column_num_chunks(N) * OC floats when dbias is given.
+inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout,
+                            const floatX* inp, const floatX* weight, floatX* gelu_pre, int N, int C, int OC,
+                            const CudaContext& ctx) {
+    if (C % 8 != 0 || OC % 8 != 0) fail("matmul_backward: C = %d and OC = %d must be multiples of 8", C, OC);
+    // dinp^T (C, N) = W^T (C, OC) . dout^T (OC, N): weight is column-major (C, OC) as stored.
+    matmul_cublaslt(ctx, dinp, weight, dout, C, N, OC, false, false, C, OC, C, 0.0f,
+                    gelu_pre ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT, nullptr, gelu_pre);
+    // dweight^T (C, OC) += inp^T (C, N) . dout (N, OC): dout is column-major (OC, N), transposed.
+    matmul_cublaslt(ctx, dweight, inp, dout, C, OC, N, false, true, C, OC, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT,
+                    nullptr, nullptr);
+    if (dbias) {
+        const int chunks = column_num_chunks(N), rows_per_chunk = ceil_div(N, chunks);
+        const int packs = OC / x128::size, threads = 128;
+        bias_backward_partials<<<dim3(ceil_div(packs, threads), chunks), threads, 0, ctx.stream>>>(scratch, dout, N, OC,
+                                                                                                  rows_per_chunk);
+        cudaCheckLaunch();
+        column_partials_add(dbias, scratch, chunks, OC, OC, ctx.stream);
+    }
+}

@@ -1,0 +1,32 @@
+// tokenizer.h: token id -> bytes, for printing samples. Reads the GPTT decode table
+// (docs/formats.md) through formats.h, which validates it.
+// Tokens are byte strings, and a multi-byte UTF-8 character can be split across tokens, so
+// print_token writes bytes as they are except control characters (other than newline and tab),
+// which become \xNN so a sample can never corrupt the terminal.
+#pragma once
+#include <cstdio>
+#include <string>
+#include "llmc/formats.h"
+
+class Tokenizer {
+  public:
+    explicit Tokenizer(const char* path) : file_(tokenizer_read(path)), path_(path) {}
+
+    int vocab_size() const { return (int)file_.tokens.size(); }
+    int eot_token() const { return file_.eot_token; }
+    const std::string& decode(int id) const {
+        if (id < 0 || id >= vocab_size())
+            fail("%s: token id %d is outside this tokenizer's vocabulary of %d", path_.c_str(), id, vocab_size());
+        return file_.tokens[id];
+    }
+    void print_token(int id, FILE* out = stdout) const {
+        for (unsigned char ch : decode(id)) {
+            if ((ch < 0x20 && ch != '\n' && ch != '\t') || ch == 0x7f) fprintf(out, "\\x%02x", ch);
+            else fputc(ch, out);
+        }
+    }
+
+  private:
+    TokenizerFile file_;
+    std::string path_;
+};

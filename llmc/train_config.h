@@ -1,0 +1,210 @@
+// train_config.h: the command line of both trainers. TrainConfig holds every setting the CPU
+// and GPU trainers share; FlagParser is a table of flag descriptors (name, value placeholder,
+// help text with the default, setter that validates), so the GPU trainer registers its own flags
+// on the same parser (add_train_flags, then its add_* calls) instead of copying these.
+// Flags are `--name value`. A bad value, a missing value or an unknown flag fails with one line
+// `error: --flag: <why>`; `--help` prints the usage and exits 0.
+#pragma once
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+#include "llmc/schedule.h"
+#include "llmc/utils.h"
+
+struct TrainConfig {
+    std::string train_pattern;      // --train: glob of token shards (required)
+    std::string val_pattern;        // --val: glob of validation shards ("" = no validation)
+    std::string tokenizer_path;     // --tokenizer: GPTT file for printing samples ("" = print ids)
+    std::string init = "d12";       // --init: dN descriptor (fresh init) or a model checkpoint file
+    std::string resume_dir;         // --resume: checkpoint directory to continue from
+    std::string out_dir;            // --out-dir: where checkpoints go ("" = none)
+    std::string log_path;           // --log: per-step log file ("" = none)
+    int B = 4;                      // --batch: micro-batch size
+    int T = 64;                     // --seq: sequence length
+    int64_t total_batch = 0;        // --total-batch: tokens per optimizer step (0 = B*T)
+    int steps = -1;                 // --steps: optimizer steps (-1 = one epoch of --train)
+    LrSchedule schedule;            // --lr, --warmup, --schedule, --final-lr-frac, --cooldown-frac
+    float weight_decay = 0.1f;      // --wd
+    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+    float grad_clip = 1.0f;         // --grad-clip (<= 0: off)
+    int val_every = 20;             // --val-every (0: never)
+    int val_steps = 20;             // --val-steps: batches per validation
+    int sample_every = 0;           // --sample-every (0: never)
+    int gen_tokens = 64;            // --gen-tokens
+    int ckpt_every = 0;             // --ckpt-every (0: only at the end, when --out-dir is set)
+    uint64_t seed = 1337;           // --seed: init, data order, sampling
+    float temperature = 1.0f;       // --temperature for sampling
+    int grad_accum = 1;             // derived: total_batch / (B*T)
+};
+
+// A closed or half-open interval for numeric flags, printed in messages as [lo, hi) etc.
+struct FlagRange {
+    double lo, hi;
+    bool hi_open = false;
+};
+
+class FlagParser {
+  public:
+    struct Flag {
+        std::string name;     // "--lr"
+        std::string metavar;  // "X"
+        std::string help;     // one line, ends with the default
+        // parses and stores the value; returns "" on success, else why the value is bad
+        std::function<std::string(const char* value)> set;
+    };
+
+    FlagParser(std::string program, std::string summary) : program_(std::move(program)), summary_(std::move(summary)) {}
+
+    void add(Flag f) {
+        for (const Flag& g : flags_)
+            if (g.name == f.name) fail("internal: flag %s registered twice", f.name.c_str());
+        flags_.push_back(std::move(f));
+    }
+
+    void add_int(const char* name, int* dst, FlagRange r, const char* help) {
+        add({name, "N", help + (" (default " + std::to_string(*dst) + ")"), [dst, r](const char* s) -> std::string {
+                 int64_t v;
+                 if (!parse_int64(s, &v)) return std::string("'") + s + "' is not an integer";
+                 if (!in_range((double)v, r)) return "must be in " + range_text(r) + ", got " + s;
+                 *dst = (int)v;
+                 return "";
+             }});
+    }
+    void add_int64(const char* name, int64_t* dst, FlagRange r, const char* help) {
+        add({name, "N", help + (" (default " + std::to_string(*dst) + ")"), [dst, r](const char* s) -> std::string {
+                 int64_t v;
+                 if (!parse_int64(s, &v)) return std::string("'") + s + "' is not an integer";
+                 if (!in_range((double)v, r)) return "must be in " + range_text(r) + ", got " + s;
+                 *dst = v;
+                 return "";
+             }});
+    }
+    void add_uint64(const char* name, uint64_t* dst, const char* help) {
+        add({name, "N", help + (" (default " + std::to_string(*dst) + ")"), [dst](const char* s) -> std::string {
+                 int64_t v;
+                 if (!parse_int64(s, &v) || v < 0) return std::string("'") + s + "' is not a non-negative integer";
+                 *dst = (uint64_t)v;
+                 return "";
+             }});
+    }
+    void add_float(const char* name, float* dst, FlagRange r, const char* help) {
+        add({name, "X", help + (" (default " + number_text(*dst) + ")"), [dst, r](const char* s) -> std::string {
+                 float v;
+                 if (!parse_float(s, &v) || std::isinf(v)) return std::string("'") + s + "' is not a number";
+                 if (!in_range(v, r)) return "must be in " + range_text(r) + ", got " + s;
+                 *dst = v;
+                 return "";
+             }});
+    }
+    void add_string(const char* name, const char* metavar, std::string* dst, const char* help) {
+        std::string def = dst->empty() ? "" : " (default " + *dst + ")";
+        add({name, metavar, help + def, [dst](const char* s) -> std::string {
+                 if (!*s) return "needs a non-empty value";
+                 *dst = s;
+                 return "";
+             }});
+    }
+
+    // Parses argv[1..]; fails on the first bad flag. `--help` / `-h` prints the usage and exits 0.
+    void parse(int argc, char** argv) const {
+        for (int i = 1; i < argc; i++) {
+            const char* arg = argv[i];
+            if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+                print_usage(stdout);
+                exit(0);
+            }
+            const Flag* f = find(arg);
+            if (!f) fail("%s: unknown flag (see --help)", arg);
+            if (i + 1 >= argc) fail("%s: missing value (%s)", arg, f->metavar.c_str());
+            std::string why = f->set(argv[++i]);
+            if (!why.empty()) fail("%s: %s", arg, why.c_str());
+        }
+    }
+
+    void print_usage(FILE* out) const {
+        fprintf(out, "usage: %s [flags]\n%s\n\nflags:\n", program_.c_str(), summary_.c_str());
+        for (const Flag& f : flags_) {
+            std::string lhs = f.name + " " + f.metavar;
+            fprintf(out, "  %-24s %s\n", lhs.c_str(), f.help.c_str());
+        }
+    }
+
+  private:
+    const Flag* find(const char* name) const {
+        for (const Flag& f : flags_)
+            if (f.name == name) return &f;
+        return nullptr;
+    }
+    static bool in_range(double v, const FlagRange& r) { return v >= r.lo && (r.hi_open ? v < r.hi : v <= r.hi); }
+    static std::string number_text(double v) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "%g", v);
+        return buf;
+    }
+    static std::string range_text(const FlagRange& r) {
+        return "[" + number_text(r.lo) + ", " + number_text(r.hi) + (r.hi_open ? ")" : "]");
+    }
+    std::string program_, summary_;
+    std::vector<Flag> flags_;
+};
+
+// Registers the flags both trainers share, bound to the fields of `cfg` (which must outlive p).
+inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
+    constexpr double BIG = 1e9;
+    p.add_string("--train", "GLOB", &cfg.train_pattern, "token shards to train on (required)");
+    p.add_string("--val", "GLOB", &cfg.val_pattern, "token shards for the validation loss (default: none)");
+    p.add_string("--tokenizer", "FILE", &cfg.tokenizer_path, "GPTT decode table for printing samples (default: print ids)");
+    p.add_string("--init", "MODEL", &cfg.init, "dN = fresh GPT-2 with N layers (d12 = 124M), or a model .bin to start from");
+    p.add_string("--resume", "DIR", &cfg.resume_dir, "continue from the newest complete checkpoint in DIR (or DIR itself)");
+    p.add_string("--out-dir", "DIR", &cfg.out_dir, "write checkpoints DIR/step_NNNNNNNN/ (default: none)");
+    p.add_string("--log", "FILE", &cfg.log_path, "write `step n train_loss x lr x ms x tok_s x` and `step n val_loss x` lines (appends on --resume)");
+    p.add_int("--batch", &cfg.B, {1, 1 << 16}, "micro-batch size B");
+    p.add_int("--seq", &cfg.T, {1, 1 << 20}, "sequence length T (at most the model's max_seq_len)");
+    p.add_int64("--total-batch", &cfg.total_batch, {0, 1e15}, "tokens per optimizer step, a multiple of B*T (0 = B*T)");
+    p.add_int("--steps", &cfg.steps, {-1, BIG}, "optimizer steps; -1 = one epoch of --train");
+    p.add_float("--lr", &cfg.schedule.lr, {0, 10}, "peak learning rate");
+    p.add_int("--warmup", &cfg.schedule.warmup, {0, BIG}, "linear warmup steps");
+    p.add({"--schedule", "NAME", "cosine | linear | constant | wsd, after the warmup (default cosine)",
+           [&cfg](const char* s) -> std::string {
+               if (!lr_schedule_from_name(s, &cfg.schedule.kind))
+                   return std::string("unknown schedule '") + s + "' (cosine, linear, constant, wsd)";
+               return "";
+           }});
+    p.add_float("--final-lr-frac", &cfg.schedule.final_lr_frac, {0, 1}, "final learning rate as a fraction of --lr");
+    p.add_float("--cooldown-frac", &cfg.schedule.cooldown_frac, {0, 1}, "wsd: fraction of the steps spent cooling down");
+    p.add_float("--wd", &cfg.weight_decay, {0, 10}, "AdamW weight decay (matrices and embeddings only)");
+    p.add_float("--beta1", &cfg.beta1, {0, 1, true}, "AdamW beta1");
+    p.add_float("--beta2", &cfg.beta2, {0, 1, true}, "AdamW beta2");
+    p.add_float("--eps", &cfg.eps, {1e-30, 1}, "AdamW epsilon");
+    p.add_float("--grad-clip", &cfg.grad_clip, {-1e30, 1e30}, "clip the global gradient norm to this; <= 0 disables");
+    p.add_int("--val-every", &cfg.val_every, {0, BIG}, "validate every N steps and at the end (0 = never)");
+    p.add_int("--val-steps", &cfg.val_steps, {1, BIG}, "batches per validation");
+    p.add_int("--sample-every", &cfg.sample_every, {0, BIG}, "print a sample every N steps and at the end (0 = never)");
+    p.add_int("--gen-tokens", &cfg.gen_tokens, {1, BIG}, "tokens per sample");
+    p.add_int("--ckpt-every", &cfg.ckpt_every, {0, BIG}, "checkpoint every N steps (0 = only at the end); needs --out-dir");
+    p.add_uint64("--seed", &cfg.seed, "seed for init, data order and sampling");
+    p.add_float("--temperature", &cfg.temperature, {1e-6, 100}, "sampling temperature");
+}
+
+// Checks that need several flags at once; derives grad_accum. Call after FlagParser::parse.
+inline void validate_train_config(TrainConfig& cfg) {
+    if (cfg.train_pattern.empty()) fail("--train: required (a glob of token shards, e.g. \"data/*_train.bin\")");
+    const int64_t BT = (int64_t)cfg.B * cfg.T;
+    if (cfg.total_batch == 0) cfg.total_batch = BT;
+    if (cfg.total_batch % BT != 0)
+        fail("--total-batch: %" PRId64 " is not a multiple of --batch * --seq = %" PRId64, cfg.total_batch, BT);
+    cfg.grad_accum = (int)(cfg.total_batch / BT);
+    if (cfg.ckpt_every > 0 && cfg.out_dir.empty() && cfg.resume_dir.empty())
+        fail("--ckpt-every: needs --out-dir (where the checkpoints go)");
+}
+
+// The CPU trainer's whole command line: the shared flags, parsed and validated.
+inline void parse_train_args(int argc, char** argv, TrainConfig& cfg, const char* program, const char* summary) {
+    FlagParser p(program, summary);
+    add_train_flags(p, cfg);
+    p.parse(argc, argv);
+    validate_train_config(cfg);
+}

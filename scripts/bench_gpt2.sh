@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# GPT-2 training throughput: our CUDA trainer against PyTorch (eager and torch.compile) on the same
+# shape, one after the other on this GPU. Every run trains on random tokens and prints a last line
+#   BENCH name=<ours|eager|compile> ms=<median ms/step> tok_s=<tokens/s> peak_gib=<peak GPU memory>
+# and this script tabulates them. Run on a GPU machine after `make` (or via `make bench`).
+#
+# Environment (defaults in brackets):
+#   BENCH_MODEL [d12]   dN model shape (d12 = GPT-2 124M)
+#   BENCH_B [64]        micro-batch size
+#   BENCH_T [1024]      sequence length
+#   BENCH_STEPS [30]    steps per run; each side discards its own warm-up steps before the median
+#   BENCH_BIN [build/train_gpt2cu]   our trainer (skipped with a note when missing)
+#   BENCH_PYTHON [python3]
+#   BENCH_DEVICE [cuda]              device of the PyTorch runs (cpu: a smoke test of this script)
+#   BENCH_OUT [build/bench]          full output of each run goes to BENCH_OUT/<name>.log
+# Exit status: 0 when every run that was attempted printed its BENCH line.
+cd "$(dirname "$0")/.." || exit 1
+MODEL=${BENCH_MODEL:-d12}
+B=${BENCH_B:-64}
+T=${BENCH_T:-1024}
+STEPS=${BENCH_STEPS:-30}
+BIN=${BENCH_BIN:-build/train_gpt2cu}
+PY=${BENCH_PYTHON:-python3}
+DEV=${BENCH_DEVICE:-cuda}
+OUT=${BENCH_OUT:-build/bench}
+for v in B T STEPS; do
+    if ! [[ ${!v} =~ ^[1-9][0-9]*$ ]]; then echo "error: BENCH_$v='${!v}' is not a positive integer" >&2; exit 1; fi
+done
+mkdir -p "$OUT" || exit 1
+
+declare -A MS TOKS PEAK STATUS
+failed=0
+run() {  # run NAME CMD...: runs CMD, keeps its log, records the fields of its BENCH line
+    local name=$1; shift
+    local log="$OUT/$name.log"
+    echo "=== $name: $*"
+    "$@" >"$log" 2>&1
+    local rc=$?
+    local line
+    line=$(grep '^BENCH ' "$log" | tail -n 1)
+    if [[ $rc -ne 0 || -z $line ]]; then
+        STATUS[$name]="failed (exit $rc, see $log)"
+        failed=1
+        tail -n 5 "$log" | sed 's/^/    /'
+        return
+    fi
+    echo "    $line"
+    STATUS[$name]=ok
+    MS[$name]=$(sed -n 's/.* ms=\([^ ]*\).*/\1/p' <<<"$line")
+    TOKS[$name]=$(sed -n 's/.* tok_s=\([^ ]*\).*/\1/p' <<<"$line")
+    PEAK[$name]=$(sed -n 's/.* peak_gib=\([^ ]*\).*/\1/p' <<<"$line")
+}
+
+echo "GPT-2 $MODEL, B=$B T=$T, $STEPS steps per run, random tokens"
+if [[ -x $BIN ]]; then
+    run ours "$BIN" --init "$MODEL" --random-data 1 --val-every 0 --batch "$B" --seq "$T" --steps "$STEPS"
+else
+    STATUS[ours]="skipped: $BIN not found (build it with make)"
+    echo "=== ours: skipped, $BIN not found (build it with make)"
+fi
+run eager "$PY" scripts/train_gpt2.py --bench --device "$DEV" --model "$MODEL" --batch "$B" --seq "$T" --steps "$STEPS"
+run compile "$PY" scripts/train_gpt2.py --bench --device "$DEV" --model "$MODEL" --batch "$B" --seq "$T" --steps "$STEPS" --compile
+
+ratio() {  # ratio A B: tok/s of A over tok/s of B, or "-" when either is missing
+    if [[ ${STATUS[$1]} == ok && ${STATUS[$2]} == ok ]]; then
+        awk -v a="${TOKS[$1]}" -v b="${TOKS[$2]}" 'BEGIN { printf "%.2fx", a / b }'
+    else
+        echo "-"
+    fi
+}
+echo
+printf "%-8s | %10s | %12s | %9s | %s\n" run "ms/step" "tok/s" "peak GiB" status
+printf -- "---------+------------+--------------+-----------+-------\n"
+for name in ours eager compile; do
+    printf "%-8s | %10s | %12s | %9s | %s\n" "$name" "${MS[$name]:--}" "${TOKS[$name]:--}" "${PEAK[$name]:--}" \
+        "${STATUS[$name]}"
+done
+echo
+echo "ours / eager:   $(ratio ours eager)"
+echo "ours / compile: $(ratio ours compile)"
+exit $failed

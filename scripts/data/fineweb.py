@@ -1,0 +1,43 @@
+"""FineWeb or FineWeb-Edu (a sample of 10B, 100B or 350B GPT-2 tokens) as token shards.
+
+    python3 scripts/data/fineweb.py [--edu] [--sample 10BT] [--source FILE_OR_FOLDER] [--out-dir data]
+
+Writes data/fineweb10B/fineweb_val_000000.bin (the first shard is the validation set),
+fineweb_train_000001.bin, ... and data/gpt2_tokenizer.bin; edu_fineweb10B/edu_fineweb_* with --edu;
+the folder drops the size (data/fineweb/) when the documents come from a local source.
+Each document is preceded by an <|endoftext|> token; shards hold exactly --shard-size tokens
+(default 100M, 200 MB; the last may be shorter), so a document can continue into the next shard.
+Resumable: rerun the same command after an interruption and it continues after the last finished
+shard, skipping the documents already written (see the *_progress.json in the output folder).
+
+Sources: the Hugging Face datasets HuggingFaceFW/fineweb[-edu], config sample-<N>BT (streamed, needs
+`pip install datasets`), or --source a .parquet/.jsonl with a "text" field (the hub's own files),
+a .txt with documents separated by lines holding only <|endoftext|>, or a folder of such files
+(sorted by name). With LLMC_OFFLINE_DATA set, $LLMC_OFFLINE_DATA/fineweb[.parquet|.jsonl|...] is used.
+"""
+import argparse
+from pathlib import Path
+
+from common import (add_common_args, add_shard_args, documents_from, get_encoding, run_main,
+                    write_sharded, write_tokenizer_table)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(ap, "a local file or folder of documents (default: stream from the Hugging Face hub)")
+    add_shard_args(ap, 100_000_000)
+    ap.add_argument("--edu", action="store_true", help="FineWeb-Edu instead of FineWeb")
+    ap.add_argument("--sample", default="10BT", choices=["10BT", "100BT", "350BT"], help="hub sample (default 10BT)")
+    args = ap.parse_args()
+    name = "edu_fineweb" if args.edu else "fineweb"
+    repo = "HuggingFaceFW/fineweb-edu" if args.edu else "HuggingFaceFW/fineweb"
+    documents, desc = documents_from(args, repo, f"sample-{args.sample}", name)
+    enc = get_encoding(args.ranks)  # fails early, before any worker starts, if the ranks are missing
+    write_tokenizer_table(enc, Path(args.out_dir) / "gpt2_tokenizer.bin")
+    from_hub = desc.startswith("hf:")  # a local source is no sample: its folder drops the size
+    out = Path(args.out_dir) / (name + args.sample[:-1] if from_hub else name)
+    write_sharded(documents, out, name, args.shard_size, desc, args.ranks, args.workers, args.max_shards)
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,59 @@
+"""Tiny Shakespeare (1.1 MB of plays) as GPT-2 token shards, the first data set to train on.
+
+    python3 scripts/data/tinyshakespeare.py [--source input.txt] [--out-dir data]
+
+Writes data/tinyshakespeare/tiny_shakespeare_{val,train}.bin and data/gpt2_tokenizer.bin.
+The text is split into sections at blank lines; each section (with the blank line that ended it)
+is tokenized after an <|endoftext|> token, so decoding the tokens without the separators gives
+back the text byte for byte. Split: the FIRST --val-tokens tokens (default 32,768) are the
+validation set and the rest the training set, as in llm.c, so val losses compare with its
+published numbers; the last 10% would be the more usual choice but breaks that comparison.
+Offline: --source FILE, or LLMC_OFFLINE_DATA=folder holding tinyshakespeare.txt and gpt2.tiktoken.
+"""
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from common import (EOT, DataError, add_common_args, fetch, get_encoding, run_main, write_shard,
+                    write_tokenizer_table)
+
+URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+
+
+def tokenize_sections(enc, text):
+    """<|endoftext|> before each blank-line-separated section; sections keep their separator."""
+    sections = text.split("\n\n")
+    tokens = []
+    for i, s in enumerate(sections):
+        tokens.append(EOT)
+        tokens.extend(enc.encode_ordinary(s if i == len(sections) - 1 else s + "\n\n"))
+    return np.array(tokens, dtype=np.uint16)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(ap, "the text file (default: download, or $LLMC_OFFLINE_DATA/tinyshakespeare.txt)")
+    ap.add_argument("--val-tokens", type=int, default=32768, help="tokens at the start that form the val split")
+    args = ap.parse_args()
+    out = Path(args.out_dir) / "tinyshakespeare"
+    src = fetch(URL, out / "tiny_shakespeare.txt", "tinyshakespeare.txt", args.source)
+    try:
+        text = src.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"{src}: cannot read as UTF-8 text ({e})")
+    enc = get_encoding(args.ranks)
+    tokens = tokenize_sections(enc, text)
+    if args.val_tokens < 1 or args.val_tokens >= tokens.size:
+        raise DataError(f"--val-tokens {args.val_tokens}: must be in [1, {tokens.size}) "
+                        f"({src} has {tokens.size} tokens)")
+    out.mkdir(parents=True, exist_ok=True)
+    for split, part in (("val", tokens[:args.val_tokens]), ("train", tokens[args.val_tokens:])):
+        path = out / f"tiny_shakespeare_{split}.bin"
+        write_shard(path, part)
+        print(f"wrote {path} ({part.size:,} tokens)")
+    write_tokenizer_table(enc, Path(args.out_dir) / "gpt2_tokenizer.bin")
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,527 @@
+#!/usr/bin/env python3
+"""The PyTorch reference GPT-2 of this project: the numbers our C++/CUDA trainers are tested against.
+
+The model holds its 16 parameter tensors exactly in our checkpoint layout (docs/design.md): one
+tensor per name, per-layer tensors stacked along a leading L axis, matrices stored (out, in),
+wte padded to Vp rows. So writing a checkpoint is a concatenation, and gradients come out in the
+layout the C++ tests compare against, with no renaming step that could hide a transposition.
+
+Modes (pick one; the model comes from --model / the shape flags / --load):
+  reference state  --write-model PATH [--write-debug PATH --batch B --seq T --steps N]
+                   fp64 forward/backward and N AdamW steps on one batch (docs/formats.md, GPTX)
+  fixture          --fixture DIR: the tiny committed test fixture (make fixture)
+  train            --train "shards/*.bin" [--val "..."] --steps N: prints `step n train_loss x ...`
+  bench            --bench --device cuda [--compile]: GPT-2 training throughput of PyTorch,
+                   last line `BENCH name=<eager|compile> ms=<median> tok_s=<..> peak_gib=<..>`
+
+Examples:
+  python3 scripts/train_gpt2.py --model d12 --write-model out/d12.bin
+  python3 scripts/train_gpt2.py --model gpt2 --write-model out/gpt2_124M.bin      # needs transformers
+  python3 scripts/train_gpt2.py --layers 2 --channels 32 --heads 4 --vocab 250 --max-seq 32 \\
+      --write-model m.bin --write-debug d.bin --batch 4 --seq 16 --steps 10 --lr 1e-3
+  python3 scripts/train_gpt2.py --load m.bin --train "data/tinyshakespeare/*_train.bin" --steps 50
+  python3 scripts/train_gpt2.py --bench --device cuda --batch 64 --seq 1024 --steps 30 --compile
+"""
+import argparse
+import glob
+import math
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import llmc_formats as fmt  # noqa: E402  (the one Python copy of the file formats)
+
+# Weight decay applies to the embeddings and the weight matrices (gpt2_param_decays in C++).
+DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
+DTYPES = {"fp32": fmt.DTYPE_FP32, "bf16": fmt.DTYPE_BF16}
+# Settings of the committed test fixture (tests/fixture, `make fixture`).
+FIXTURE = dict(layers=2, channels=32, heads=4, vocab=250, max_seq=32, seed=1337,
+               batch=4, seq=16, steps=10, lr=1e-2, grad_clip=1.0)
+
+
+def die(msg):
+    """Bad input: one line naming the flag or file, then exit 1 (no traceback)."""
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def make_config(what, L, C, NH, V, maxT):
+    for name, v in (("--layers", L), ("--channels", C), ("--heads", NH), ("--vocab", V), ("--max-seq", maxT)):
+        if v <= 0:
+            die(f"{what}: {name} must be positive, got {v}")
+    if C % NH != 0:
+        die(f"{what}: --channels {C} is not a multiple of --heads {NH}")
+    if V > 65536:
+        die(f"{what}: --vocab {V} too large (token ids are stored as uint16)")
+    return dict(max_seq_len=maxT, vocab_size=V, padded_vocab_size=fmt.pad_vocab(V), num_layers=L,
+                num_heads=NH, num_kv_heads=NH, channels=C, window=0)
+
+
+def config_from_descriptor(desc):
+    """dN: GPT-2 shape with N layers, 64N channels, N heads (d12 = GPT-2 124M), as in gpt2_config.h."""
+    if len(desc) < 2 or desc[0] != "d" or not desc[1:].isdigit() or not 0 < int(desc[1:]) <= 96:
+        die(f"--model {desc}: not a model descriptor (expected dN such as d12, gpt2*, or hf-random)")
+    n = int(desc[1:])
+    return make_config(f"--model {desc}", n, 64 * n, n, 50257, 1024)
+
+
+class GPT2(nn.Module):
+    """GPT-2 with parameters in our checkpoint layout; forward returns (logits (B,T,Vp), loss)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        for name, shape in zip(fmt.PARAM_NAMES, fmt.param_shapes(cfg)):
+            self.register_parameter(name, nn.Parameter(torch.zeros(shape)))
+
+    def init_weights(self, seed):
+        """docs/design.md: matrices and embeddings N(0, 0.02); the two residual projections
+        N(0, 0.02/sqrt(2L)) so the residual stream's variance does not grow with depth;
+        biases 0, LayerNorm weights 1; padded wte rows 0 (they never see a gradient)."""
+        g = torch.Generator().manual_seed(seed)
+        proj_std = 0.02 / math.sqrt(2 * self.cfg["num_layers"])
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name in ("attprojw", "fcprojw"):
+                    p.normal_(0.0, proj_std, generator=g)
+                elif name in DECAYED:
+                    p.normal_(0.0, 0.02, generator=g)
+                elif name.endswith("w"):  # LayerNorm weights
+                    p.fill_(1.0)
+                else:
+                    p.zero_()
+            self.wte[self.cfg["vocab_size"]:].zero_()
+
+    def randomize_biases_and_norms(self, seed):
+        """Fixture only: the design's init leaves biases 0 and LayerNorm at (1, 0), which would let a
+        trainer that forgets a bias or a LayerNorm affine pass the forward check. Draw them instead."""
+        g = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name in DECAYED:
+                    continue
+                if name.startswith("ln") and name.endswith("w"):
+                    p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+                else:
+                    p.copy_(0.02 * torch.randn(p.shape, generator=g))
+
+    def forward(self, idx, targets=None):
+        cfg = self.cfg
+        B, T = idx.shape
+        C, NH = cfg["channels"], cfg["num_heads"]
+        x = self.wte[idx] + self.wpe[:T]                       # (B, T, C)
+        for l in range(cfg["num_layers"]):
+            h = F.layer_norm(x, (C,), self.ln1w[l], self.ln1b[l], eps=1e-5)
+            qkv = F.linear(h, self.qkvw[l], self.qkvb[l])       # (B, T, 3C): all Q heads, all K, all V
+            q, k, v = (t.view(B, T, NH, C // NH).transpose(1, 2) for t in qkv.split(C, dim=2))
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, NH, T, HD), scale 1/sqrt(HD)
+            a = a.transpose(1, 2).reshape(B, T, C)
+            x = x + F.linear(a, self.attprojw[l], self.attprojb[l])
+            h = F.layer_norm(x, (C,), self.ln2w[l], self.ln2b[l], eps=1e-5)
+            h = F.gelu(F.linear(h, self.fcw[l], self.fcb[l]), approximate="tanh")  # (B, T, 4C)
+            x = x + F.linear(h, self.fcprojw[l], self.fcprojb[l])
+        x = F.layer_norm(x, (C,), self.lnfw, self.lnfb, eps=1e-5)
+        logits = F.linear(x, self.wte)                           # (B, T, Vp), tied with wte
+        loss = None
+        if targets is not None:  # the padded columns are not part of the softmax (autocast runs it in fp32)
+            V = cfg["vocab_size"]
+            loss = F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1))
+        return logits, loss
+
+    def flat(self, grads=False):
+        """All parameters (or their gradients) as one vector in checkpoint order."""
+        ts = [p.grad if grads else p for p in self.parameters()]
+        return torch.cat([t.detach().reshape(-1) for t in ts])
+
+    def load_flat(self, vec):
+        off = 0
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(vec[off:off + p.numel()].view_as(p))
+                off += p.numel()
+
+    def optimizer(self, lr, weight_decay, betas=(0.9, 0.95), eps=1e-8, fused=False):
+        decay = [p for n, p in self.named_parameters() if n in DECAYED]
+        no_decay = [p for n, p in self.named_parameters() if n not in DECAYED]
+        groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused)
+
+
+# ---------------------------------------------------------------- transformers import
+def check_hf_config(hc, what):
+    """Our model has no switches for these; refuse a checkpoint that needs one."""
+    problems = []
+    if hc.n_inner not in (None, 4 * hc.n_embd):
+        problems.append(f"n_inner {hc.n_inner} != 4*n_embd")
+    if hc.activation_function != "gelu_new":
+        problems.append(f"activation {hc.activation_function} is not gelu_new (tanh GELU)")
+    if abs(hc.layer_norm_epsilon - 1e-5) > 1e-12:
+        problems.append(f"layer_norm_epsilon {hc.layer_norm_epsilon} != 1e-5")
+    if not hc.scale_attn_weights or hc.scale_attn_by_inverse_layer_idx:
+        problems.append("attention scale is not 1/sqrt(head_dim)")
+    if problems:
+        die(f"{what}: unsupported transformers GPT-2 config: " + "; ".join(problems))
+
+
+def from_hf(hf_model, what="transformers model"):
+    """Our GPT2 from a transformers GPT2LMHeadModel. HF's Conv1D stores weights (in, out) for
+    y = x W + b; ours are (out, in) for y = x W^T + b, hence the transposes. Its c_attn output
+    columns are [Q heads | K heads | V heads], the same order as our qkvw rows."""
+    hc = hf_model.config
+    check_hf_config(hc, what)
+    cfg = make_config(what, hc.n_layer, hc.n_embd, hc.n_head, hc.vocab_size, hc.n_positions)
+    sd = {k: v.detach().float().cpu() for k, v in hf_model.state_dict().items()}
+    model = GPT2(cfg)
+    per_layer = {  # ours: (HF suffix under transformer.h.<l>., transposed?)
+        "ln1w": ("ln_1.weight", False), "ln1b": ("ln_1.bias", False),
+        "qkvw": ("attn.c_attn.weight", True), "qkvb": ("attn.c_attn.bias", False),
+        "attprojw": ("attn.c_proj.weight", True), "attprojb": ("attn.c_proj.bias", False),
+        "ln2w": ("ln_2.weight", False), "ln2b": ("ln_2.bias", False),
+        "fcw": ("mlp.c_fc.weight", True), "fcb": ("mlp.c_fc.bias", False),
+        "fcprojw": ("mlp.c_proj.weight", True), "fcprojb": ("mlp.c_proj.bias", False),
+    }
+    with torch.no_grad():
+        model.wte.zero_()
+        model.wte[:cfg["vocab_size"]] = sd["transformer.wte.weight"]
+        model.wpe.copy_(sd["transformer.wpe.weight"])
+        for ours, (suffix, transpose) in per_layer.items():
+            dst = getattr(model, ours)
+            for l in range(cfg["num_layers"]):
+                w = sd[f"transformer.h.{l}.{suffix}"]
+                dst[l] = w.t() if transpose else w
+        model.lnfw.copy_(sd["transformer.ln_f.weight"])
+        model.lnfb.copy_(sd["transformer.ln_f.bias"])
+    return model
+
+
+def hf_random_model(cfg, seed):
+    """A transformers GPT2LMHeadModel with transformers' own random init (no download)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(seed)
+    hc = GPT2Config(vocab_size=cfg["vocab_size"], n_positions=cfg["max_seq_len"], n_embd=cfg["channels"],
+                    n_layer=cfg["num_layers"], n_head=cfg["num_heads"], resid_pdrop=0.0, embd_pdrop=0.0,
+                    attn_pdrop=0.0)
+    return GPT2LMHeadModel(hc).eval()
+
+
+def build_model(args):
+    """The model named by --load / --model / the shape flags, fp32 on the CPU."""
+    if args.load:
+        cfg, params = fmt.read_model(args.load)
+        if cfg["num_kv_heads"] != cfg["num_heads"] or cfg["window"] != 0:
+            die(f"--load {args.load}: grouped-query or sliding-window attention is not in this reference")
+        model = GPT2(cfg)
+        model.load_flat(torch.from_numpy(np.array(params, dtype=np.float32)))
+        return model
+    if args.model in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "hf-random"):
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            die(f"--model {args.model} needs the transformers package (pip install transformers)")
+        if args.model == "hf-random":
+            hf = hf_random_model(shape_config(args), args.seed)
+        else:
+            from transformers import GPT2LMHeadModel
+            try:
+                hf = GPT2LMHeadModel.from_pretrained(args.model)
+            except (OSError, ValueError) as e:
+                die(f"--model {args.model}: cannot load the pretrained weights ({str(e).splitlines()[0]})")
+        return from_hf(hf, f"--model {args.model}")
+    cfg = config_from_descriptor(args.model) if args.model else shape_config(args)
+    model = GPT2(cfg)
+    model.init_weights(args.seed)
+    return model
+
+
+def shape_config(args):
+    return make_config("model shape", args.layers, args.channels, args.heads, args.vocab, args.max_seq)
+
+
+# ---------------------------------------------------------------- reference state (GPTX)
+def reference_batch(args, V):
+    """(inputs, targets) int64 (B, T): random ids from --seed, or the first B*T+1 tokens of --data."""
+    B, T = args.batch, args.seq
+    if args.data:
+        tokens = read_tokens(args.data, V, "--data")
+        if len(tokens) < B * T + 1:
+            die(f"--data {args.data}: {len(tokens)} tokens, a {B}x{T} batch needs {B * T + 1}")
+        buf = torch.from_numpy(tokens[:B * T + 1].astype(np.int64))
+        return buf[:-1].view(B, T), buf[1:].view(B, T)
+    g = torch.Generator().manual_seed(args.seed)
+    buf = torch.randint(0, V, (B, T + 1), generator=g)
+    return buf[:, :-1].contiguous(), buf[:, 1:].contiguous()
+
+
+def read_tokens(path, V, flag):
+    tokens, _ = fmt.read_shard(path)
+    if len(tokens) and int(tokens.max()) >= V:
+        die(f"{flag} {path}: token id {int(tokens.max())} >= the model's vocab_size {V}")
+    return tokens
+
+
+def reference_state(model, args):
+    """Logits, loss and grads of one batch, then args.steps AdamW steps on that batch, in float64 on
+    the CPU, so the expected numbers carry no error of their own at fp32 test tolerances."""
+    cfg = model.cfg
+    inputs, targets = reference_batch(args, cfg["vocab_size"])
+    m = GPT2(cfg).double()
+    m.load_flat(model.flat().double())  # exactly the fp32 values the checkpoint holds
+    opt = m.optimizer(args.lr, args.weight_decay, betas=(args.beta1, args.beta2), eps=args.eps)
+    losses, first = [], None
+    for step in range(args.steps + 1):
+        opt.zero_grad(set_to_none=True)
+        logits, loss = m(inputs, targets)
+        loss.backward()
+        if first is None:
+            first = (logits[..., :cfg["vocab_size"]].detach().float(), loss.item(), m.flat(grads=True).float())
+        if step == args.steps:
+            break
+        norm = torch.nn.utils.clip_grad_norm_(m.parameters(), args.grad_clip if args.grad_clip > 0 else math.inf)
+        losses.append(loss.item())
+        print(f"step {step} loss {loss.item():.6f} grad_norm {norm.item():.6f}")
+        opt.step()
+    logits, loss0, grads = first
+    hyper = dict(lr=args.lr, beta1=args.beta1, beta2=args.beta2, eps=args.eps, weight_decay=args.weight_decay,
+                 grad_clip=args.grad_clip)
+    return dict(inputs=inputs, targets=targets, logits=logits, loss=loss0, grads=grads,
+                losses=losses, hyper=hyper)
+
+
+def write_outputs(model, args):
+    if args.write_debug and args.dtype != "fp32":
+        die("--write-debug: the debug state belongs beside an fp32 checkpoint; use --dtype fp32")
+    if args.write_debug and args.seq > model.cfg["max_seq_len"]:
+        die(f"--seq {args.seq} exceeds the model's max_seq_len {model.cfg['max_seq_len']}")
+    if args.write_model:
+        fmt.write_model(args.write_model, model.cfg, model.flat().numpy(), dtype=DTYPES[args.dtype])
+        print(f"wrote {args.write_model} ({args.dtype}, {model.flat().numel()} parameters)")
+    if args.write_debug:
+        st = reference_state(model, args)
+        fmt.write_debug_state(args.write_debug, model.cfg, st["inputs"].numpy(), st["targets"].numpy(),
+                              st["logits"].numpy(), st["loss"], st["grads"].numpy(), st["losses"], st["hyper"])
+        print(f"wrote {args.write_debug} (B={args.batch} T={args.seq}, loss {st['loss']:.6f}, {args.steps} steps)")
+
+
+def fixture(args):
+    """tests/fixture: the tiny model + its reference state that `make test` checks the trainers against."""
+    for k, v in FIXTURE.items():
+        setattr(args, k, v)
+    args.model, args.load, args.data, args.dtype = None, None, None, "fp32"
+    os.makedirs(args.fixture, exist_ok=True)
+    args.write_model = os.path.join(args.fixture, "model.bin")
+    args.write_debug = os.path.join(args.fixture, "debug.bin")
+    model = build_model(args)
+    model.randomize_biases_and_norms(args.seed)
+    write_outputs(model, args)
+
+
+# ---------------------------------------------------------------- train and bench
+def shard_windows(pattern, B, T, V, flag):
+    """Endless (inputs, targets) batches: contiguous B*T+1 token windows, shard after shard."""
+    paths = sorted(glob.glob(pattern))
+    if not paths:
+        die(f"{flag} '{pattern}': no token shards match")
+    shards = [read_tokens(path, V, flag) for path in paths]
+    if all(len(t) <= B * T for t in shards):
+        die(f"{flag} '{pattern}': no shard holds the {B * T + 1} tokens of one {B}x{T} batch")
+    while True:
+        for tokens in shards:
+            for start in range(0, len(tokens) - B * T, B * T):
+                buf = torch.from_numpy(tokens[start:start + B * T + 1].astype(np.int64))
+                yield buf[:-1].view(B, T), buf[1:].view(B, T)
+
+
+def autocast(device, dtype):
+    return torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=(dtype == "bf16"))
+
+
+def sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def make_optimizer(model, args):
+    return model.optimizer(args.lr, args.weight_decay, betas=(args.beta1, args.beta2), eps=args.eps,
+                           fused=(args.device == "cuda"))
+
+
+def train_step(model, step_model, opt, x, y, args):
+    """One AdamW step; step_model is model or its torch.compile wrapper."""
+    with autocast(args.device, args.dtype):
+        loss = step_model(x, y)[1]  # drop the (B, T, Vp) logits now, not after backward
+    loss.backward()
+    if args.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip, foreach=True)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss
+
+
+def train(model, args):
+    """Trains on token shards; every printed line is `step <n> <key> <value> ...` (n = optimizer
+    steps done), the format scripts/plot_log.py reads."""
+    dev, B, T, V = args.device, args.batch, args.seq, model.cfg["vocab_size"]
+    if T > model.cfg["max_seq_len"]:
+        die(f"--seq {T} exceeds the model's max_seq_len {model.cfg['max_seq_len']}")
+    model = model.to(dev)
+    opt = make_optimizer(model, args)
+    step_model = torch.compile(model) if args.compile else model
+    batches = shard_windows(args.train, B, T, V, "--train")
+    log = open(args.log, "w") if args.log else None
+
+    def emit(line):
+        print(line, flush=True)
+        if log:
+            log.write(line + "\n")
+            log.flush()
+
+    for step in range(args.steps + 1):
+        if args.val and args.val_every > 0 and (step % args.val_every == 0 or step == args.steps):
+            model.eval()
+            val_batches = shard_windows(args.val, B, T, V, "--val")
+            with torch.no_grad(), autocast(dev, args.dtype):
+                val = sum(step_model(x.to(dev), y.to(dev))[1].item()
+                          for x, y in (next(val_batches) for _ in range(args.val_batches)))
+            emit(f"step {step} val_loss {val / args.val_batches:.6f}")
+            model.train()
+        if step == args.steps:
+            break
+        t0 = time.perf_counter()
+        x, y = next(batches)
+        loss = train_step(model, step_model, opt, x.to(dev), y.to(dev), args).item()
+        ms = (time.perf_counter() - t0) * 1e3
+        emit(f"step {step + 1} train_loss {loss:.6f} lr {args.lr:g} ms {ms:.1f} tok_s {B * T / ms * 1e3:.0f}")
+    if log:
+        log.close()
+    if args.write_model:
+        fmt.write_model(args.write_model, model.cfg, model.cpu().flat().numpy(), dtype=DTYPES[args.dtype])
+        print(f"wrote {args.write_model}")
+
+
+def bench(model, args):
+    """GPT-2 training steps as a PyTorch user would write them: bf16 autocast, SDPA (flash on a
+    GPU), fused AdamW, clipping, on one batch of random tokens. The median is over the steps after
+    a warm-up that also absorbs torch.compile's compilation. Runs on the CPU too (smoke test)."""
+    dev, B, T, V = args.device, args.batch, args.seq, model.cfg["vocab_size"]
+    if dev == "cuda" and not torch.cuda.is_available():
+        die("--device cuda: no GPU is visible to PyTorch")
+    if T > model.cfg["max_seq_len"]:
+        die(f"--seq {T} exceeds the model's max_seq_len {model.cfg['max_seq_len']}")
+    warmup = max(3, args.steps // 3)
+    if args.steps <= warmup:
+        die(f"--steps {args.steps}: the bench needs more than {warmup} steps (the first {warmup} are warm-up)")
+    torch.backends.cuda.matmul.allow_tf32 = True  # what a user runs for the fp32 matmuls outside autocast
+    model = model.to(dev)
+    opt = make_optimizer(model, args)
+    step_model = torch.compile(model) if args.compile else model
+    g = torch.Generator(device=dev).manual_seed(args.seed)
+    x = torch.randint(0, V, (B, T), device=dev, generator=g)
+    y = torch.randint(0, V, (B, T), device=dev, generator=g)
+    if dev == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    for step in range(args.steps):
+        sync(dev)
+        t0 = time.perf_counter()
+        loss = train_step(model, step_model, opt, x, y, args)
+        sync(dev)
+        times.append((time.perf_counter() - t0) * 1e3)
+        print(f"step {step + 1} train_loss {loss.item():.6f} ms {times[-1]:.1f}", flush=True)
+    ms = statistics.median(times[warmup:])
+    peak = torch.cuda.max_memory_allocated() / 2 ** 30 if dev == "cuda" else float("nan")
+    name = "compile" if args.compile else "eager"
+    print(f"BENCH name={name} ms={ms:.2f} tok_s={B * T / ms * 1e3:.0f} peak_gib={peak:.2f}")
+
+
+# ---------------------------------------------------------------- command line
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    s = p.add_argument_group("model (default: --model d12 in bench mode, else the shape flags)")
+    s.add_argument("--model", help="dN (N layers, 64N channels, N heads), gpt2|gpt2-medium|gpt2-large|gpt2-xl "
+                                   "(pretrained, via transformers) or hf-random (transformers init, shape flags)")
+    s.add_argument("--load", metavar="PATH", help="start from one of our checkpoints (GPTM)")
+    s.add_argument("--layers", type=int, default=2)
+    s.add_argument("--channels", type=int, default=32)
+    s.add_argument("--heads", type=int, default=4)
+    s.add_argument("--vocab", type=int, default=250)
+    s.add_argument("--max-seq", type=int, default=32)
+    s.add_argument("--seed", type=int, default=1337, help="init and random batch seed")
+    o = p.add_argument_group("outputs")
+    o.add_argument("--write-model", metavar="PATH", help="write the (initial) model as a GPTM checkpoint")
+    o.add_argument("--dtype", choices=["fp32", "bf16"], default=None,
+                   help="checkpoint dtype; in train/bench: compute with bf16 autocast or fp32 "
+                        "(default fp32, bench bf16)")
+    o.add_argument("--write-debug", metavar="PATH", help="write the reference state (GPTX) of one batch")
+    o.add_argument("--fixture", metavar="DIR", help="write DIR/model.bin + DIR/debug.bin with the test fixture "
+                                                    "settings (" + ", ".join(f"{k}={v}" for k, v in FIXTURE.items()) + ")")
+    d = p.add_argument_group("data and optimization")
+    d.add_argument("--batch", type=int, default=4, help="B")
+    d.add_argument("--seq", type=int, default=16, help="T")
+    d.add_argument("--data", metavar="SHARD", help="reference batch from the first B*T+1 tokens of this shard "
+                                                   "(default: random ids from --seed)")
+    d.add_argument("--steps", type=int, default=0, help="AdamW steps (reference state, train, bench)")
+    d.add_argument("--lr", type=float, default=1e-3)
+    d.add_argument("--beta1", type=float, default=0.9)
+    d.add_argument("--beta2", type=float, default=0.95)
+    d.add_argument("--eps", type=float, default=1e-8)
+    d.add_argument("--weight-decay", type=float, default=0.1)
+    d.add_argument("--grad-clip", type=float, default=1.0, help="global norm clip; <= 0 disables")
+    t = p.add_argument_group("train / bench")
+    t.add_argument("--train", metavar="GLOB", help="train on these token shards and print the losses")
+    t.add_argument("--val", metavar="GLOB", help="validation shards")
+    t.add_argument("--val-every", type=int, default=0, help="steps between validations (0: never)")
+    t.add_argument("--val-batches", type=int, default=4)
+    t.add_argument("--log", metavar="PATH", help="also write the train/val lines here (scripts/plot_log.py reads it)")
+    t.add_argument("--bench", action="store_true", help="time training steps on random tokens")
+    t.add_argument("--compile", action="store_true", help="bench/train through torch.compile")
+    t.add_argument("--device", default="cpu", help="cpu or cuda (train, bench)")
+    args = p.parse_args(argv)
+    modes = [m for m in ("fixture", "train", "bench") if getattr(args, m)]
+    if len(modes) > 1:
+        p.error("choose one of --fixture, --train, --bench")
+    if args.model and args.load:
+        p.error("--model and --load both name the model: give one")
+    for flag in ("batch", "seq", "val_batches"):
+        if getattr(args, flag) <= 0:
+            p.error(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+    if args.steps < 0:
+        p.error(f"--steps must be >= 0, got {args.steps}")
+    if args.lr <= 0:
+        p.error(f"--lr must be positive, got {args.lr}")
+    if args.device not in ("cpu", "cuda"):
+        p.error(f"--device {args.device}: expected cpu or cuda")
+    if args.bench and not args.model and not args.load:
+        args.model = "d12"
+    if args.dtype is None:
+        args.dtype = "bf16" if args.bench else "fp32"
+    if not (args.fixture or args.train or args.bench or args.write_model or args.write_debug):
+        p.error("nothing to do: give --write-model/--write-debug, --fixture, --train or --bench")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        if args.fixture:
+            fixture(args)
+            return
+        model = build_model(args)
+        if args.bench:
+            bench(model, args)
+        elif args.train:
+            train(model, args)
+        else:
+            write_outputs(model, args)
+    except (fmt.FormatError, OSError) as e:  # a bad or unwritable file: one line, no traceback
+        die(str(e))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,480 @@
+// test_gpt2.cu: the GPU trainer against PyTorch and against the CPU reference ops.
+//   (a) --model M --debug D: a model and its reference state written by scripts/train_gpt2.py
+//       (fp64 PyTorch): logits, loss and every gradient tensor of one batch, then the loss of each
+//       of the state's AdamW steps on that batch.
+//   (b) always: a small model (2 layers, C = 128, two heads of 64) run by the GPU trainer; each op's
+//       GPU output is compared with the llmc/cpu op applied to the GPU's own inputs (so errors do not
+//       compound and a failure names the op), and each backward op on random inputs.
+//   (c) always: save -> load -> continue gives bit-identical losses and parameters.
+// Every check prints one line; the last line is "N passed, N failed" and the exit status is 1 on
+// any failure. Tolerances depend on the build (see TOL below).
+#define TESTING
+#include "train_gpt2.cu"
+#include "llmc/cpu/attention.h"
+#include "llmc/cpu/crossentropy.h"
+#include "llmc/cpu/encoder.h"
+#include "llmc/cpu/gelu.h"
+#include "llmc/cpu/layernorm.h"
+#include "llmc/cpu/matmul.h"
+#include "llmc/cpu/residual.h"
+#include "llmc/cpu/adamw.h"
+
+// Tolerances, as max |gpu - ref| / max |ref| over a tensor (ops) or ||gpu - ref|| / ||ref|| (grads):
+// - fp32 build: plain fp32 everywhere (no TF32), errors come from summation order and fast-math
+//   exp/tanh: ~1e-6 per op; 1e-4 leaves room for the long sums (K = 4C, N*V in the classifier).
+// - bf16 build: every stored value is rounded to 8 mantissa bits (relative 2^-9 = 2e-3), and an
+//   op whose inputs are bf16 sees that on each input; 2e-2 is ~10 roundings' worth.
+// - vs PyTorch, end to end through 12 layers: errors of ~25 rounded activations compound, and
+//   small gradient tensors (biases, LayerNorm) are sums of many such terms.
+struct Tolerances {
+    float op, logits, loss, grad, traj;
+};
+constexpr Tolerances TOL = HAS_MASTER ? Tolerances{2e-2f, 5e-2f, 2e-2f, 5e-2f, 5e-2f}
+                                      : Tolerances{1e-4f, 1e-4f, 1e-5f, 1e-4f, 1e-4f};
+
+static int g_passed = 0, g_failed = 0;
+
+static void report(const char* what, double err, double tol, const char* metric) {
+    const bool ok = err <= tol && err == err;
+    printf("%-4s %-44s %s %.3e (tol %.1e)\n", ok ? "ok" : "FAIL", what, metric, err, tol);
+    (ok ? g_passed : g_failed)++;
+}
+
+// max |a - b| / max |b|
+static double max_rel_err(const float* a, const float* b, size_t n) {
+    double mx = 0.0, ref = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        mx = std::max(mx, (double)std::fabs(a[i] - b[i]));
+        ref = std::max(ref, (double)std::fabs(b[i]));
+        if (a[i] != a[i]) return INFINITY;
+    }
+    return mx / std::max(ref, 1e-30);
+}
+// ||a - b|| / ||b||
+static double l2_rel_err(const float* a, const float* b, size_t n) {
+    double d = 0.0, r = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        r += (double)b[i] * b[i];
+        if (a[i] != a[i]) return INFINITY;
+    }
+    return r == 0.0 ? (d == 0.0 ? 0.0 : INFINITY) : std::sqrt(d / r);
+}
+
+static void check_op(const char* what, const std::vector<float>& gpu, const std::vector<float>& ref) {
+    if (gpu.size() != ref.size()) fail("internal: %s sizes %zu vs %zu", what, gpu.size(), ref.size());
+    report(what, max_rel_err(gpu.data(), ref.data(), gpu.size()), TOL.op, "max rel err");
+}
+
+// A floatX device copy of host values (rounded to floatX), and the rounded values back on the
+// host, so the CPU reference sees exactly what the GPU sees.
+struct DeviceTensor {
+    floatX* d = nullptr;
+    std::vector<float> h;
+    explicit DeviceTensor(const std::vector<float>& values) {
+        cudaCheck(cudaMalloc(&d, values.size() * sizeof(floatX)));
+        if (HAS_MASTER) {
+            std::vector<uint16_t> bf(values.size());
+            for (size_t i = 0; i < values.size(); i++) bf[i] = float_to_bf16(values[i]);
+            cudaCheck(cudaMemcpy(d, bf.data(), bf.size() * 2, cudaMemcpyHostToDevice));
+        } else {
+            cudaCheck(cudaMemcpy(d, values.data(), values.size() * 4, cudaMemcpyHostToDevice));
+        }
+        h = device_to_float(d, values.size());
+    }
+    ~DeviceTensor() { cudaCheck(cudaFree(d)); }
+    std::vector<float> get() const { return device_to_float(d, h.size()); }
+};
+
+static std::vector<float> random_vec(Rng& rng, size_t n, float scale, float offset = 0.0f) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = offset + scale * rng.normal();
+    return v;
+}
+static std::vector<int> random_tokens(Rng& rng, size_t n, int V) {
+    std::vector<int> v(n);
+    for (auto& x : v) x = (int)rng.below(V);
+    return v;
+}
+template <typename T>
+static std::vector<float> fetch(const T* d, size_t n) {
+    std::vector<float> h(n);
+    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+}
+static std::vector<float> fetch(const floatX* d, size_t n) { return device_to_float(d, n); }
+
+// ============================================================================ (a) vs PyTorch
+static void test_vs_pytorch(const char* model_path, const char* debug_path, const CudaContext& ctx) {
+    printf("== (a) GPU trainer vs PyTorch: %s, %s\n", model_path, debug_path);
+    ModelFileInfo info = model_read_info(model_path);
+    if (info.dtype != DTYPE_FP32) fail("%s: the reference model must be fp32", model_path);
+    const GPT2Config& c = info.config;
+    DebugState ref = debug_state_read(debug_path, c);
+    const int B = ref.B, T = ref.T, N = B * T, V = c.vocab_size, Vp = c.padded_vocab_size;
+    GPT2 model;
+    gpt2_build(model, c, B, T, false, ctx);
+    std::vector<float> host(model.num_params);
+    model_read_fp32(model_path, host.data());
+    gpt2_set_params(model, host.data());
+
+    gpt2_upload_batch(model, ref.inputs.data(), ref.targets.data(), B, T, true, ctx);
+    gpt2_forward(model, B, T, ctx);
+    std::vector<float> logits_full = fetch(model.acts.logits, (size_t)N * Vp), logits((size_t)N * V);
+    for (int r = 0; r < N; r++)
+        std::copy(logits_full.begin() + (size_t)r * Vp, logits_full.begin() + (size_t)r * Vp + V, logits.begin() + (size_t)r * V);
+    report("logits", max_rel_err(logits.data(), ref.logits.data(), logits.size()), TOL.logits, "max rel err");
+    const float loss = gpt2_loss(model, B, T, 1.0f / N, true, ctx);
+    printf("     loss gpu %.6f ref %.6f\n", loss, ref.loss);
+    report("loss", std::fabs(loss - ref.loss) / ref.loss, TOL.loss, "rel err    ");
+    gpt2_zero_grads(model, ctx);
+    gpt2_backward(model, B, T, ctx);
+    std::vector<float> grads = fetch(model.grads, model.num_params);
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "grad %s", GPT2_PARAM_NAMES[i]);
+        const float* g = grads.data() + model.offsets[i];
+        const float* r = ref.grads.data() + model.offsets[i];
+        report(what, l2_rel_err(g, r, model.sizes[i]), TOL.grad, "l2 rel err ");
+    }
+    const size_t pad0 = (size_t)V * c.channels, pad1 = model.sizes[0];
+    double pad_max = 0.0;
+    for (size_t k = pad0; k < pad1; k++) pad_max = std::max(pad_max, (double)std::fabs(grads[k]));
+    report("grad wte padded rows are zero", pad_max, 0.0, "max |g|    ");
+
+    // the state's AdamW steps on the same batch (grads from a fresh forward/backward each step)
+    const OptimizerSettings o{ref.lr, ref.beta1, ref.beta2, ref.eps, ref.weight_decay, ref.grad_clip};
+    double worst = 0.0;
+    for (int s = 0; s < ref.num_steps; s++) {
+        gpt2_zero_grads(model, ctx);
+        gpt2_upload_batch(model, ref.inputs.data(), ref.targets.data(), B, T, true, ctx);
+        gpt2_forward(model, B, T, ctx);
+        const float l = gpt2_loss(model, B, T, 1.0f / N, true, ctx);
+        gpt2_backward(model, B, T, ctx);
+        const float norm = gpt2_update(model, o, ctx);
+        printf("     step %d loss gpu %.6f ref %.6f (norm %.4f)\n", s, l, ref.losses[s], norm);
+        worst = std::max(worst, (double)std::fabs(l - ref.losses[s]) / ref.losses[s]);
+    }
+    report("loss trajectory", worst, TOL.traj, "max rel err");
+    gpt2_free(model);
+}
+
+// ============================================================================ (b) vs the CPU ops
+static GPT2Config small_config() {
+    GPT2Config c;
+    c.max_seq_len = 64;
+    c.vocab_size = 500;
+    c.padded_vocab_size = 512;
+    c.num_layers = 2;
+    c.num_heads = 2;
+    c.num_kv_heads = 2;
+    c.channels = 128;
+    c.window = 0;
+    return c;
+}
+
+// GPT-2 init, then LayerNorm weights and all biases randomized so that every term matters.
+static std::vector<float> small_params(const GPT2Config& c, uint64_t seed) {
+    std::vector<float> p(gpt2_num_params(c));
+    gpt2_init_params(p.data(), c, seed);
+    size_t sizes[NUM_PARAM_TENSORS], offs[NUM_PARAM_TENSORS];
+    gpt2_param_sizes(c, sizes);
+    gpt2_param_offsets(c, offs);
+    Rng rng(seed + 1);
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++)
+        if (!gpt2_param_decays(i))
+            for (size_t k = 0; k < sizes[i]; k++) p[offs[i] + k] += 0.1f * rng.normal();
+    return p;
+}
+
+static void test_forward_ops(const CudaContext& ctx) {
+    printf("== (b) forward ops of the GPU trainer vs llmc/cpu on the GPU's inputs (small model)\n");
+    const GPT2Config c = small_config();
+    const int B = 2, T = 64, N = B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, HD = gpt2_head_dim(c);
+    const int V = c.vocab_size, Vp = c.padded_vocab_size;
+    GPT2 model;
+    gpt2_build(model, c, B, T, false, ctx);
+    std::vector<float> p0 = small_params(c, 7);
+    gpt2_set_params(model, p0.data());
+    Rng rng(11);
+    std::vector<int> inputs = random_tokens(rng, N, V), targets = random_tokens(rng, N, V);
+    gpt2_upload_batch(model, inputs.data(), targets.data(), B, T, false, ctx);
+    gpt2_forward(model, B, T, ctx);
+    const std::vector<float> P = fetch(model.params, model.num_params);  // the parameters as the GPU holds them
+    auto par = [&](int i, size_t off = 0) { return P.data() + model.offsets[i] + off; };
+    const Activations& a = model.acts;
+
+    std::vector<float> ref((size_t)N * C), mean(N), rstd(N);
+    cpu::encoder_forward(ref.data(), inputs.data(), par(0), par(1), B, T, C);
+    check_op("encoder_forward", fetch(a.encoded, (size_t)N * C), ref);
+    for (int l = 0; l < L; l++) {
+        LayerActs la = layer_acts(model, l, B, T);
+        const size_t c1 = (size_t)l * C;
+        char what[64];
+        auto name = [&](const char* op) { snprintf(what, sizeof what, "layer %d %s", l, op); return what; };
+        std::vector<float> res_in = fetch(la.res_in, (size_t)N * C);
+        std::vector<float> ln((size_t)N * C);
+        cpu::layernorm_forward(ln.data(), mean.data(), rstd.data(), res_in.data(), par(2, c1), par(3, c1), B, T, C);
+        check_op(name(l == 0 ? "layernorm_forward (ln1)" : "fused_residual_layernorm (ln1)"), fetch(la.ln1, (size_t)N * C), ln);
+        check_op(name("ln1 rstd"), fetch(la.ln1_rstd, N), rstd);
+        std::vector<float> qkv((size_t)N * 3 * C);
+        cpu::matmul_forward(qkv.data(), fetch(la.ln1, (size_t)N * C).data(), par(4, c1 * 3 * C), par(5, c1 * 3), B, T, C, 3 * C);
+        check_op(name("matmul_forward +bias (qkv)"), fetch(la.qkv, (size_t)N * 3 * C), qkv);
+        std::vector<float> att((size_t)N * C), lse((size_t)B * NH * T);
+        cpu::attention_forward(att.data(), lse.data(), fetch(la.qkv, (size_t)N * 3 * C).data(), B, T, NH, NH, HD);
+        check_op(name("attention_forward out"), fetch(la.atty, (size_t)N * C), att);
+        check_op(name("attention_forward lse"), fetch(la.lse, (size_t)B * NH * T), lse);
+        std::vector<float> proj((size_t)N * C), res2((size_t)N * C);
+        cpu::matmul_forward(proj.data(), fetch(la.atty, (size_t)N * C).data(), par(6, c1 * C), par(7, c1), B, T, C, C);
+        cpu::residual_forward(res2.data(), res_in.data(), proj.data(), (size_t)N * C);
+        check_op(name("attproj + residual"), fetch(la.residual2, (size_t)N * C), res2);
+        std::vector<float> res2_gpu = fetch(la.residual2, (size_t)N * C);
+        cpu::layernorm_forward(ln.data(), mean.data(), rstd.data(), res2_gpu.data(), par(8, c1), par(9, c1), B, T, C);
+        check_op(name("fused_residual_layernorm (ln2)"), fetch(la.ln2, (size_t)N * C), ln);
+        std::vector<float> fch((size_t)N * 4 * C), fch_gelu((size_t)N * 4 * C);
+        cpu::matmul_forward(fch.data(), fetch(la.ln2, (size_t)N * C).data(), par(10, c1 * 4 * C), par(11, c1 * 4), B, T, C, 4 * C);
+        check_op(name("matmul_forward +bias (fc, pre-GELU aux)"), fetch(la.fch, (size_t)N * 4 * C), fch);
+        cpu::gelu_forward(fch_gelu.data(), fetch(la.fch, (size_t)N * 4 * C).data(), (size_t)N * 4 * C);
+        check_op(name("GELU epilogue (fc)"), fetch(la.fch_gelu, (size_t)N * 4 * C), fch_gelu);
+        std::vector<float> res3((size_t)N * C);
+        cpu::matmul_forward(proj.data(), fetch(la.fch_gelu, (size_t)N * 4 * C).data(), par(12, c1 * 4 * C), par(13, c1), B, T, 4 * C, C);
+        cpu::residual_forward(res3.data(), res2_gpu.data(), proj.data(), (size_t)N * C);
+        check_op(name("fcproj + residual"), fetch(la.residual3, (size_t)N * C), res3);
+    }
+    LayerActs last = layer_acts(model, L - 1, B, T);
+    std::vector<float> lnf((size_t)N * C), logits((size_t)N * Vp);
+    cpu::layernorm_forward(lnf.data(), mean.data(), rstd.data(), fetch(last.residual3, (size_t)N * C).data(), par(14), par(15), B, T, C);
+    check_op("fused_residual_layernorm (lnf)", fetch(a.lnf, (size_t)N * C), lnf);
+    cpu::matmul_forward(logits.data(), fetch(a.lnf, (size_t)N * C).data(), par(0), nullptr, B, T, C, Vp);
+    std::vector<float> logits_gpu = fetch(a.logits, (size_t)N * Vp);
+    check_op("matmul_forward no bias (logits)", logits_gpu, logits);
+    // classifier: losses and dlogits from the GPU's logits
+    std::vector<float> probs((size_t)N * Vp), losses(N), dlogits((size_t)N * Vp, 0.0f);
+    cpu::softmax_crossentropy_forward(probs.data(), losses.data(), logits_gpu.data(), targets.data(), B, T, V, Vp);
+    const float grad_scale = 0.5f;  // as with 2 micro-steps of accumulation
+    cpu::crossentropy_softmax_backward(dlogits.data(), probs.data(), targets.data(), B, T, V, Vp, grad_scale);
+    gpt2_upload_batch(model, inputs.data(), targets.data(), B, T, false, ctx);
+    gpt2_loss(model, B, T, grad_scale / N, true, ctx);
+    check_op("fused_classifier losses", fetch(a.losses, N), losses);
+    check_op("fused_classifier dlogits (in place)", fetch(a.logits, (size_t)N * Vp), dlogits);
+    gpt2_free(model);
+}
+
+static void test_backward_ops(const CudaContext& ctx) {
+    printf("== (b) backward ops vs llmc/cpu on random inputs (small-model shapes, N = 128 rows)\n");
+    const int B = 2, T = 64, N = B * T, C = 128, NH = 2, HD = 64, Vp = 512;
+    Rng rng(23);
+    std::vector<float> scratch_h((size_t)COLUMN_MAX_CHUNKS * 4 * C);
+    float* scratch;
+    cudaCheck(cudaMalloc(&scratch, scratch_h.size() * sizeof(float)));
+    cudaStream_t s = ctx.stream;
+    {  // layernorm_backward: += into nonzero dinp, dweight, dbias
+        DeviceTensor dout(random_vec(rng, (size_t)N * C, 1.0f)), inp(random_vec(rng, (size_t)N * C, 2.0f, 0.5f));
+        DeviceTensor w(random_vec(rng, C, 0.2f, 1.0f)), b(random_vec(rng, C, 0.2f));
+        DeviceTensor dinp(random_vec(rng, (size_t)N * C, 0.1f)), dw(random_vec(rng, C, 0.1f)), db(random_vec(rng, C, 0.1f));
+        std::vector<float> mean(N), rstd(N), out((size_t)N * C);
+        cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.h.data(), w.h.data(), b.h.data(), B, T, C);
+        float *dmean, *drstd;
+        cudaCheck(cudaMalloc(&dmean, N * 4));
+        cudaCheck(cudaMalloc(&drstd, N * 4));
+        cudaCheck(cudaMemcpy(dmean, mean.data(), N * 4, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(drstd, rstd.data(), N * 4, cudaMemcpyHostToDevice));
+        layernorm_backward(dinp.d, dw.d, db.d, scratch, dout.d, inp.d, w.d, dmean, drstd, N, C, s);
+        std::vector<float> rdinp = dinp.h, rdw = dw.h, rdb = db.h;
+        cpu::layernorm_backward(rdinp.data(), rdw.data(), rdb.data(), dout.h.data(), inp.h.data(), w.h.data(), mean.data(),
+                                rstd.data(), B, T, C);
+        check_op("layernorm_backward dinp (+=)", dinp.get(), rdinp);
+        check_op("layernorm_backward dweight (+=)", dw.get(), rdw);
+        check_op("layernorm_backward dbias (+=)", db.get(), rdb);
+        cudaCheck(cudaFree(dmean));
+        cudaCheck(cudaFree(drstd));
+    }
+    for (int with_gelu = 0; with_gelu < 2; with_gelu++) {  // matmul_backward, OC = 4C like fc / C like fcproj
+        const int K = with_gelu ? 4 * C : C, OC = with_gelu ? C : 3 * C;
+        DeviceTensor dout(random_vec(rng, (size_t)N * OC, 1.0f)), inp(random_vec(rng, (size_t)N * K, 1.0f));
+        DeviceTensor w(random_vec(rng, (size_t)OC * K, 0.05f)), pre(random_vec(rng, (size_t)N * K, 1.5f));
+        DeviceTensor dinp(std::vector<float>((size_t)N * K, 0.0f));
+        DeviceTensor dw(random_vec(rng, (size_t)OC * K, 0.1f)), db(random_vec(rng, OC, 0.1f));
+        std::vector<float> rdw = dw.h, rdb = db.h, tmp((size_t)N * K, 0.0f), rdinp((size_t)N * K, 0.0f);
+        matmul_backward(dinp.d, dw.d, db.d, scratch, dout.d, inp.d, w.d, with_gelu ? pre.d : nullptr, N, K, OC, ctx);
+        cpu::matmul_backward(tmp.data(), rdw.data(), rdb.data(), dout.h.data(), inp.h.data(), w.h.data(), B, T, K, OC);
+        if (with_gelu) cpu::gelu_backward(rdinp.data(), pre.h.data(), tmp.data(), tmp.size());
+        else rdinp = tmp;
+        check_op(with_gelu ? "matmul_backward dinp with dGELU epilogue (=)" : "matmul_backward dinp (=)", dinp.get(), rdinp);
+        check_op("matmul_backward dweight (+=)", dw.get(), rdw);
+        check_op("matmul_backward dbias (+=)", db.get(), rdb);
+    }
+    {  // attention_backward (=) against the CPU backward on the CPU forward's out/lse
+        DeviceTensor qkv(random_vec(rng, (size_t)N * 3 * C, 1.0f)), dout(random_vec(rng, (size_t)N * C, 1.0f));
+        std::vector<float> out((size_t)N * C), lse((size_t)B * NH * T), rdqkv((size_t)N * 3 * C, 0.0f);
+        cpu::attention_forward(out.data(), lse.data(), qkv.h.data(), B, T, NH, NH, HD);
+        DeviceTensor dev_out(out);
+        float* dlse;
+        cudaCheck(cudaMalloc(&dlse, lse.size() * 4));
+        cudaCheck(cudaMemcpy(dlse, lse.data(), lse.size() * 4, cudaMemcpyHostToDevice));
+        DeviceTensor dqkv(std::vector<float>((size_t)N * 3 * C, 7.0f));  // poison: every element must be written
+        attention_backward(dqkv.d, dout.d, qkv.d, dev_out.d, dlse, B, T, NH, NH, HD, s);
+        cpu::attention_backward(rdqkv.data(), dout.h.data(), qkv.h.data(), dev_out.h.data(), lse.data(), B, T, NH, NH, HD);
+        check_op("attention_backward dqkv (=)", dqkv.get(), rdqkv);
+        cudaCheck(cudaFree(dlse));
+    }
+    {  // encoder_backward: repeated tokens, += into nonzero grads
+        std::vector<int> tok = random_tokens(rng, N, 20);  // few distinct tokens: long buckets
+        DeviceTensor dout(random_vec(rng, (size_t)N * C, 1.0f));
+        DeviceTensor dwte(random_vec(rng, (size_t)Vp * C, 0.1f)), dwpe(random_vec(rng, (size_t)T * C, 0.1f));
+        EncoderBuckets buckets;
+        buckets.init(N, Vp);
+        buckets.build(tok.data(), N, s);
+        encoder_backward(dwte.d, dwpe.d, dout.d, buckets, B, T, C, s);
+        std::vector<float> rwte = dwte.h, rwpe = dwpe.h;
+        cpu::encoder_backward(rwte.data(), rwpe.data(), dout.h.data(), tok.data(), B, T, C);
+        check_op("encoder_backward dwte (+=)", dwte.get(), rwte);
+        check_op("encoder_backward dwpe (+=)", dwpe.get(), rwpe);
+        buckets.destroy();
+    }
+    {  // fused AdamW over a GPT-2 layout with decayed and undecayed ranges; global norm
+        const GPT2Config c = small_config();
+        const size_t n = gpt2_num_params(c);
+        std::vector<float> p = random_vec(rng, n, 0.05f), g = random_vec(rng, n, 0.01f);
+        std::vector<float> m = random_vec(rng, n, 0.001f), v(n);
+        for (auto& x : v) x = 1e-5f * std::fabs(rng.normal());
+        DeviceTensor dg(g), dparams(p);
+        float *dm, *dv, *dmaster, *dnorm;
+        cudaCheck(cudaMalloc(&dm, n * 4));
+        cudaCheck(cudaMalloc(&dv, n * 4));
+        cudaCheck(cudaMalloc(&dmaster, n * 4));
+        cudaCheck(cudaMalloc(&dnorm, (GLOBAL_NORM_BLOCKS + 1) * 4));
+        cudaCheck(cudaMemcpy(dm, m.data(), n * 4, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(dv, v.data(), n * 4, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(dmaster, p.data(), n * 4, cudaMemcpyHostToDevice));
+        global_norm_squared(dnorm + GLOBAL_NORM_BLOCKS, dnorm, dg.d, (int64_t)n, s);
+        std::vector<float> norm_gpu = fetch(dnorm + GLOBAL_NORM_BLOCKS, 1);
+        const double norm_ref = cpu::global_norm_squared(dg.h.data(), n);
+        report("global_norm_squared", std::fabs(norm_gpu[0] - norm_ref) / norm_ref, TOL.op, "rel err    ");
+        const int64_t step = 3;
+        const float lr = 1e-3f, clip = 0.7f;
+        AdamWArgs args = adamw_args(lr, 0.9f, 0.95f, 1e-8f, 0.1f, clip, step, 99);
+        float* master = HAS_MASTER ? dmaster : (float*)dparams.d;
+        adamw_update(dparams.d, master, dg.d, dm, dv, (int64_t)n, args, gpt2_decay_ranges(c), s);
+        std::vector<float> rp = p, rm = m, rv = v;
+        if (!HAS_MASTER) rp = dparams.h;
+        cpu::adamw_update_gpt2(rp.data(), rm.data(), rv.data(), dg.h.data(), c, lr, 0.9f, 0.95f, 1e-8f, 0.1f, clip, step);
+        // master (fp32) is held to fp32 accuracy in both builds; the bf16 params to one bf16 step
+        report("adamw_update master weights", max_rel_err(fetch(master, n).data(), rp.data(), n), 1e-5, "max rel err");
+        report("adamw_update m", max_rel_err(fetch(dm, n).data(), rm.data(), n), 1e-5, "max rel err");
+        report("adamw_update v", max_rel_err(fetch(dv, n).data(), rv.data(), n), 1e-5, "max rel err");
+        check_op("adamw_update params (rounded)", dparams.get(), rp);
+        if (HAS_MASTER) {  // stochastic rounding: each param is one of the two bf16 values around its master
+            const std::vector<float> got = dparams.get(), mw = fetch(master, n);
+            size_t bad = 0, up = 0;
+            for (size_t i = 0; i < n; i++) {
+                const uint16_t near = float_to_bf16(mw[i]);
+                const float lo = bf16_to_float(near), next = bf16_to_float((uint16_t)(near + 1)),
+                            prev = bf16_to_float((uint16_t)(near - 1));
+                const float other = (mw[i] > lo) == (lo > 0) ? next : prev;  // bf16 bits grow away from zero
+                if (got[i] != lo && (got[i] != other || lo == mw[i])) bad++;
+                if (std::fabs(got[i]) > std::fabs(mw[i])) up++;
+            }
+            report("stochastic rounding picks a bf16 neighbour", (double)bad, 0.0, "count bad  ");
+            const double frac_up = (double)up / n;  // unbiased: about half round away from zero
+            report("stochastic rounding is unbiased (|frac up - 0.5|)", std::fabs(frac_up - 0.5), 0.02, "deviation  ");
+        }
+        cudaCheck(cudaFree(dm));
+        cudaCheck(cudaFree(dv));
+        cudaCheck(cudaFree(dmaster));
+        cudaCheck(cudaFree(dnorm));
+    }
+    {  // gelu_forward (the --recompute path) on an awkward length
+        const size_t n = 8 * 1001;
+        DeviceTensor x(random_vec(rng, n, 2.0f)), y(std::vector<float>(n, 0.0f));
+        gelu_forward(y.d, x.d, (int64_t)n, s);
+        std::vector<float> ry(n);
+        cpu::gelu_forward(ry.data(), x.h.data(), n);
+        check_op("gelu_forward", y.get(), ry);
+    }
+    cudaCheck(cudaFree(scratch));
+}
+
+// ============================================================================ (c) exact resume
+// Trains `steps` steps on per-step random batches (a pure function of the step) and returns the losses.
+static std::vector<float> train_steps(GPT2& model, int64_t first, int64_t last, const CudaContext& ctx) {
+    const int B = model.B, T = model.T, N = B * T, V = model.config.vocab_size;
+    const OptimizerSettings o{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    std::vector<float> losses;
+    for (int64_t step = first; step < last; step++) {
+        Rng rng(1000 + step);
+        std::vector<int> in = random_tokens(rng, N, V), tg = random_tokens(rng, N, V);
+        gpt2_zero_grads(model, ctx);
+        for (int micro = 0; micro < 2; micro++) {  // grad accumulation is part of what must resume exactly
+            gpt2_upload_batch(model, in.data(), tg.data(), B, T, true, ctx);
+            gpt2_forward(model, B, T, ctx);
+            losses.push_back(gpt2_loss(model, B, T, 0.5f / N, true, ctx));
+            gpt2_backward(model, B, T, ctx);
+        }
+        gpt2_update(model, o, ctx);
+    }
+    return losses;
+}
+
+static void test_resume(const CudaContext& ctx, bool recompute) {
+    printf("== (c) save -> load -> continue is bit-identical (recompute %d)\n", (int)recompute);
+    const GPT2Config c = small_config();
+    const std::vector<float> p0 = small_params(c, 5);
+    char tmpl[] = "/tmp/test_gpt2cu_XXXXXX";
+    if (!mkdtemp(tmpl)) fail("mkdtemp failed: %s", strerror(errno));
+    const std::string dir = tmpl;
+    GPT2 a;
+    gpt2_build(a, c, 2, 64, recompute, ctx);
+    gpt2_set_params(a, p0.data());
+    a.sr_seed = 77;
+    std::vector<float> full = train_steps(a, 0, 6, ctx);
+    std::vector<float> pa = fetch(a.params, a.num_params), ma = fetch(a.master, a.num_params);
+    gpt2_free(a);
+
+    GPT2 b;
+    gpt2_build(b, c, 2, 64, recompute, ctx);
+    gpt2_set_params(b, p0.data());
+    b.sr_seed = 77;
+    std::vector<float> first = train_steps(b, 0, 3, ctx);
+    int64_t loader[16] = {};
+    gpt2_save_checkpoint(b, dir, loader, 0);
+    gpt2_free(b);
+
+    GPT2 r;
+    gpt2_build(r, c, 2, 64, recompute, ctx);
+    TrainState st = gpt2_load_checkpoint(r, find_checkpoint(dir));
+    report("resumed step", (double)std::llabs(st.step - 3), 0.0, "difference ");
+    std::vector<float> second = train_steps(r, 3, 6, ctx);
+    first.insert(first.end(), second.begin(), second.end());
+    report("losses bit-identical after resume", memcmp(first.data(), full.data(), full.size() * 4) != 0, 0.0, "differs    ");
+    std::vector<float> pr = fetch(r.params, r.num_params), mr = fetch(r.master, r.num_params);
+    report("params bit-identical after resume", memcmp(pr.data(), pa.data(), pa.size() * 4) != 0, 0.0, "differs    ");
+    report("master bit-identical after resume", memcmp(mr.data(), ma.data(), ma.size() * 4) != 0, 0.0, "differs    ");
+    printf("     losses: first %.6f last %.6f\n", full.front(), full.back());
+    report("training lowers the loss", full.back() < full.front() ? 0.0 : 1.0, 0.0, "not lower  ");
+    gpt2_free(r);
+    std::string cmd = "rm -rf '" + dir + "'";
+    if (system(cmd.c_str()) != 0) fprintf(stderr, "warning: could not remove %s\n", dir.c_str());
+}
+
+int main(int argc, char** argv) {
+    const char* model_path = nullptr;
+    const char* debug_path = nullptr;
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 < argc && strcmp(argv[i], "--model") == 0) model_path = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--debug") == 0) debug_path = argv[++i];
+        else fail("%s: unknown argument (usage: test_gpt2cu [--model M.bin --debug D.bin])", argv[i]);
+    }
+    if ((model_path == nullptr) != (debug_path == nullptr)) fail("--model and --debug go together");
+    CudaContext ctx;
+    ctx.init(0);
+    printf("test_gpt2cu: %s build on %s\n", PRECISION_NAME, ctx.props.name);
+    test_forward_ops(ctx);
+    test_backward_ops(ctx);
+    test_resume(ctx, false);
+    test_resume(ctx, true);
+    if (model_path) test_vs_pytorch(model_path, debug_path, ctx);
+    ctx.destroy();
+    printf("%d passed, %d failed\n", g_passed, g_failed);
+    return g_failed ? 1 : 0;
+}

@@ -1,0 +1,108 @@
+// test_gpt2_cpu.cpp: the CPU reference trainer against PyTorch. Loads a model checkpoint and the
+// debug state scripts/train_gpt2.py wrote for it (docs/formats.md, GPTX: one batch, the logits,
+// loss and every parameter gradient computed in float64, and the loss before each of n AdamW
+// steps on that batch), then checks ours: logits, loss, all 16 gradient tensors, and the loss
+// trajectory of n AdamW steps with the same hyperparameters.
+//
+//   build/test_gpt2_cpu [model.bin debug.bin]     (default: the committed tests/fixture)
+//
+// Tolerances. The reference is float64, so every difference is our fp32 rounding. One fp32
+// operation errs by at most 2^-24 = 6e-8 relative; a dot product of length K accumulates errors
+// that grow like sqrt(K) in practice (K <= 4C and B*T here), and a forward/backward pass chains a
+// few dozen such ops. So we expect errors near 1e-6 of a tensor's scale (the fixture shows
+// 2e-7..5e-7) and allow 1e-5 of it (TOL_SCALED): room for any sane summation order and for larger
+// models, while a wrong term (a missing factor, a dropped row) shows as 1e-2..1e0 of the scale. Errors are
+// measured against the tensor's largest magnitude because elementwise relative error is
+// meaningless for entries that are zero up to rounding; the elementwise relative error is printed
+// too (over entries above 1e-3 of the scale). The loss after n AdamW steps drifts more: Adam
+// divides by sqrt(v), which amplifies the rounding of tiny gradients (the fixture shows up to 5e-7
+// relative after 10 steps), so each step's loss is held to 2e-5 relative; a real bug moves it by
+// 1e-3 or more within a few steps.
+#define TESTING
+#include "train_gpt2_cpu.cpp"
+
+constexpr double TOL_SCALED = 1e-5;   // max |ours - ref| / max |ref|, per tensor
+constexpr double TOL_LOSS = 1e-5;     // relative, the loss of the reference batch
+constexpr double TOL_TRAJECTORY = 2e-5;  // relative, each loss of the AdamW trajectory
+
+struct Comparison {
+    double max_abs_err = 0, max_ref = 0, max_rel_err = 0;
+    double scaled() const { return max_ref > 0 ? max_abs_err / max_ref : max_abs_err; }
+};
+
+// Compares n values; ours and ref may have different row strides (logits are padded to Vp).
+Comparison compare(const float* ours, const float* ref, size_t rows, size_t cols, size_t ours_stride) {
+    Comparison c;
+    for (size_t i = 0; i < rows * cols; i++) c.max_ref = std::max(c.max_ref, (double)std::fabs(ref[i]));
+    for (size_t r = 0; r < rows; r++) {
+        for (size_t j = 0; j < cols; j++) {
+            const double a = ours[r * ours_stride + j], b = ref[r * cols + j];
+            const double err = std::isfinite(a) ? std::fabs(a - b) : INFINITY;
+            c.max_abs_err = std::max(c.max_abs_err, err);
+            if (std::fabs(b) > 1e-3 * c.max_ref) c.max_rel_err = std::max(c.max_rel_err, err / std::fabs(b));
+        }
+    }
+    return c;
+}
+
+int failures = 0;
+
+void report(const char* what, const Comparison& c, double tol) {
+    const bool ok = c.scaled() <= tol;
+    if (!ok) failures++;
+    printf("%-10s max_abs_err %.3e  max|ref| %.3e  scaled %.3e  max_rel_err %.3e  %s\n", what, c.max_abs_err,
+           c.max_ref, c.scaled(), c.max_rel_err, ok ? "ok" : "FAIL");
+}
+
+void check_scalar(const char* what, double ours, double ref, double tol) {
+    const double rel = std::fabs(ours - ref) / std::max(std::fabs(ref), 1e-12);
+    const bool ok = std::isfinite(ours) && rel <= tol;
+    if (!ok) failures++;
+    printf("%-10s ours %.8f  ref %.8f  rel_err %.3e  %s\n", what, ours, ref, rel, ok ? "ok" : "FAIL");
+}
+
+int main(int argc, char** argv) {
+    if (argc != 1 && argc != 3) fail("usage: %s [model.bin debug.bin]", argv[0]);
+    const char* model_path = argc == 3 ? argv[1] : "tests/fixture/model.bin";
+    const char* debug_path = argc == 3 ? argv[2] : "tests/fixture/debug.bin";
+    GPT2 model;
+    gpt2_init(model, model_path, 0);
+    const GPT2Config& c = model.config;
+    gpt2_print_config(c);
+    DebugState ref = debug_state_read(debug_path, c);
+    const int B = ref.B, T = ref.T, V = c.vocab_size, Vp = c.padded_vocab_size;
+    printf("debug state: B=%d T=%d, %d AdamW steps, lr %g betas (%g, %g) eps %g wd %g clip %g\n", B, T,
+           ref.num_steps, ref.lr, ref.beta1, ref.beta2, ref.eps, ref.weight_decay, ref.grad_clip);
+    gpt2_allocate_activations(model, B, T);
+
+    // forward and backward on the reference batch
+    const float loss = gpt2_forward(model, ref.inputs.data(), ref.targets.data(), B, T);
+    report("logits", compare(model.acts.logits.data(), ref.logits.data(), (size_t)B * T, V, Vp), TOL_SCALED);
+    check_scalar("loss", loss, ref.loss, TOL_LOSS);
+    gpt2_zero_grad(model);
+    gpt2_backward(model, ref.inputs.data(), ref.targets.data(), 1.0f);
+    size_t sizes[NUM_PARAM_TENSORS], offsets[NUM_PARAM_TENSORS];
+    gpt2_param_sizes(c, sizes);
+    gpt2_param_offsets(c, offsets);
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        const float* ours = model.grads_memory.data() + offsets[i];
+        const float* theirs = ref.grads.data() + offsets[i];
+        report(GPT2_PARAM_NAMES[i], compare(ours, theirs, 1, sizes[i], sizes[i]), TOL_SCALED);
+    }
+
+    // the AdamW trajectory: loss before each step, on the same batch, from the same start
+    const OptimizerSettings opt{ref.lr, ref.beta1, ref.beta2, ref.eps, ref.weight_decay, ref.grad_clip};
+    for (int step = 0; step < ref.num_steps; step++) {
+        gpt2_zero_grad(model);
+        const float l = gpt2_forward(model, ref.inputs.data(), ref.targets.data(), B, T);
+        gpt2_backward(model, ref.inputs.data(), ref.targets.data(), 1.0f);
+        gpt2_update(model, opt, step + 1);
+        char what[32];
+        snprintf(what, sizeof what, "step %d", step);
+        check_scalar(what, l, ref.losses[step], TOL_TRAJECTORY);
+    }
+
+    const int checks = 2 + NUM_PARAM_TENSORS + ref.num_steps;
+    printf("test_gpt2_cpu: %s (%d checks, %d failed)\n", failures ? "FAILED" : "PASSED", checks, failures);
+    return failures ? 1 : 0;
+}

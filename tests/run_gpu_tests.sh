@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The GPU tests (make test-gpu; needs a GPU, PyTorch, and data/ from
+#   python3 scripts/data/tinyshakespeare.py). Each suite's output is shown and kept in $LOGS;
+# the last line is "N passed, N failed" and the exit status is non-zero if any suite failed.
+#   1. test_gpt2cu / test_gpt2cu_fp32: GPT-2 124M (d12, random init) vs the PyTorch reference state
+#      (fp64), every op vs the CPU reference, bit-exact save -> load -> continue
+#   2. tiny shakespeare: d12 trains (the loss falls), checkpoints, and a resumed run reproduces the
+#      uninterrupted run's log exactly (train loss, grad norm, lr, val loss)
+#   3. a model that cannot fit fails with a one-line message naming the fix
+#   4. compute-sanitizer memcheck on the small-model tests
+# Env: GPU_TEST_DIR (scratch, default a new /tmp dir), LOGS (default $GPU_TEST_DIR),
+#      MEMCHECK=0 to skip memcheck, MEMCHECK_TIMEOUT (seconds, default 900).
+cd "$(dirname "$0")/.." || exit 1
+WORK=${GPU_TEST_DIR:-$(mktemp -d /tmp/gpu_tests.XXXXXX)}
+LOGS=${LOGS:-$WORK}
+mkdir -p "$WORK" "$LOGS"
+passed=0; failed=0; failed_names=()
+run() {  # run NAME LOGFILE CMD...
+    local name=$1 log=$2; shift 2
+    echo "=== $name: $*"
+    if "$@" 2>&1 | tee "$LOGS/$log"; [ "${PIPESTATUS[0]}" -eq 0 ]; then
+        passed=$((passed + 1)); echo "--- $name: PASS"
+    else
+        failed=$((failed + 1)); failed_names+=("$name"); echo "--- $name: FAIL"
+    fi
+}
+
+# ---- 1. vs PyTorch and the CPU reference, both precisions
+REF_MODEL=$WORK/d12.bin REF_DEBUG=$WORK/d12_debug.bin
+if [ ! -f "$REF_DEBUG" ]; then
+    echo "=== writing the PyTorch reference state (d12, B=4, T=64, 10 steps, fp64 on the CPU)"
+    python3 scripts/train_gpt2.py --model d12 --batch 4 --seq 64 --steps 10 \
+        --write-model "$REF_MODEL" --write-debug "$REF_DEBUG" || { echo "error: reference state failed"; exit 1; }
+fi
+run "bf16 build vs PyTorch and CPU ops" test_bf16.log build/test_gpt2cu --model "$REF_MODEL" --debug "$REF_DEBUG"
+run "fp32 build vs PyTorch and CPU ops" test_fp32.log build/test_gpt2cu_fp32 --model "$REF_MODEL" --debug "$REF_DEBUG"
+
+# ---- 2. tiny shakespeare: training, checkpoints, exact resume through the command line
+ts_train() {
+    build/train_gpt2cu --train "data/tinyshakespeare/*_train.bin" --val "data/tinyshakespeare/*_val.bin" \
+        --tokenizer data/gpt2_tokenizer.bin --init d12 --batch 8 --seq 256 --total-batch 4096 --steps 40 \
+        --lr 6e-4 --warmup 5 --val-every 20 --val-steps 4 --sample-every 40 --gen-tokens 32 "$@"
+}
+shakespeare() {
+    rm -rf "$WORK/ts" && mkdir -p "$WORK/ts" || return 1
+    ts_train --out-dir "$WORK/ts/full" --ckpt-every 20 --log "$WORK/ts/full.log" || return 1
+    ts_train --resume "$WORK/ts/full/step_00000020" --out-dir "$WORK/ts/resumed" --log "$WORK/ts/resumed.log" || return 1
+    # step, train_loss, lr, grad_norm (or step, val_loss) of steps after the checkpoint; timings differ
+    local cols='$1 == "step" && $2 > 20 { print $1, $2, $3, $4, $5, $6, $7, $8 }'
+    awk "$cols" "$WORK/ts/full.log" > "$WORK/ts/full.cmp"
+    awk "$cols" "$WORK/ts/resumed.log" > "$WORK/ts/resumed.cmp"
+    [ -s "$WORK/ts/full.cmp" ] || { echo "error: no log lines after step 20"; return 1; }
+    if ! diff "$WORK/ts/full.cmp" "$WORK/ts/resumed.cmp"; then echo "error: the resumed run differs"; return 1; fi
+    echo "resumed run reproduces steps 21..40 exactly ($(wc -l < "$WORK/ts/full.cmp") log lines)"
+    local first last
+    first=$(awk '$3 == "train_loss" { print $4; exit }' "$WORK/ts/full.log")
+    last=$(awk '$3 == "train_loss" { v = $4 } END { print v }' "$WORK/ts/full.log")
+    echo "train loss: first $first, last $last"
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 2.0) }' || { echo "error: the loss did not fall by 2"; return 1; }
+}
+if ls data/tinyshakespeare/*_train.bin >/dev/null 2>&1; then
+    run "tiny shakespeare: train, checkpoint, exact resume" shakespeare.log shakespeare
+else
+    echo "=== data/tinyshakespeare missing (python3 scripts/data/tinyshakespeare.py): skipped"
+    failed=$((failed + 1)); failed_names+=("tiny shakespeare (no data)")
+fi
+
+# ---- 3. memory estimate: refuse early, one line, suggest the fix
+too_big() {
+    local out
+    out=$(build/train_gpt2cu --random-data 1 --init d48 --batch 1024 --seq 1024 --steps 1 2>&1)
+    local rc=$?
+    echo "$out" | tail -n 2
+    [ $rc -eq 1 ] && echo "$out" | grep -q "^error: model needs .* GiB of GPU memory.*lower --batch"
+}
+run "too large a batch fails with a clear message" too_big.log too_big
+
+# ---- 4. memcheck (small model only: the d12 part adds nothing but time). Some sandboxes (gVisor)
+# refuse the sanitizer ("Device not supported"): that is reported as skipped, not passed.
+memcheck() {
+    local out rc
+    out=$(timeout "${MEMCHECK_TIMEOUT:-900}" compute-sanitizer --tool memcheck --error-exitcode 1 build/test_gpt2cu 2>&1); rc=$?
+    echo "$out" | tail -n 25
+    if [ $rc -ne 0 ] && echo "$out" | grep -q "Device not supported"; then echo "memcheck: SKIPPED (sanitizer unsupported here)"; return 0; fi
+    return $rc
+}
+if [ "${MEMCHECK:-1}" = 0 ]; then
+    echo "=== MEMCHECK=0: memcheck skipped"
+elif command -v compute-sanitizer >/dev/null; then
+    run "compute-sanitizer memcheck" memcheck.log memcheck
+else
+    echo "=== compute-sanitizer not found: memcheck skipped"
+fi
+
+echo
+[ $failed -gt 0 ] && echo "failed: ${failed_names[*]}"
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Bad inputs give one clear line, never a crash or a silent read: runs build/train_gpt2_cpu and
+# build/test_gpt2_cpu (built by `make`; this script builds nothing) on corrupt files made in a
+# temp dir and on bad flag values. Each case must exit with status 1 and print exactly one stderr
+# line `error: ...` that names the file or flag at fault. A control case with the same files
+# uncorrupted must succeed, so the failures are caused by the corruption and nothing else.
+# Prints one line per case; exits non-zero if any case misbehaves.
+cd "$(dirname "$0")/.." || exit 1
+TRAIN=build/train_gpt2_cpu
+TEST=build/test_gpt2_cpu
+for b in $TRAIN $TEST; do
+    [ -x "$b" ] || { echo "test_bad_inputs: $b is missing, run make first"; exit 1; }
+done
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# A tiny valid model (V = Vp = 64, maxT 16, L 1, C 8, 2 heads), a token shard, a tokenizer, and
+# corrupt variants of each, written through the project's Python format code.
+python3 - "$tmp" <<'EOF' || { echo "test_bad_inputs: could not create the test files"; exit 1; }
+import sys, shutil
+import numpy as np
+sys.path.insert(0, "scripts")
+import llmc_formats as fmt
+d = sys.argv[1]
+cfg = dict(max_seq_len=16, vocab_size=64, padded_vocab_size=64, num_layers=1, num_heads=2,
+           num_kv_heads=2, channels=8, window=0)
+rng = np.random.default_rng(0)
+fmt.write_model(f"{d}/good.bin", cfg, rng.normal(0, 0.02, fmt.num_params(cfg)).astype(np.float32))
+fmt.write_shard(f"{d}/train.bin", rng.integers(0, 64, 2000), 64)
+fmt.write_shard(f"{d}/bigids.bin", rng.integers(0, 1000, 2000), 50257)  # ids the 64-token model can't take
+fmt.write_tokenizer(f"{d}/tok.bin", [bytes([65 + i % 26]) for i in range(64)], 63)
+good = open(f"{d}/good.bin", "rb").read()
+def patched(name, slot, value, src=good):
+    h = np.frombuffer(src[:1024], dtype="<i8").copy()
+    h[slot] = value
+    open(f"{d}/{name}", "wb").write(h.tobytes() + src[1024:])
+patched("badmagic.bin", 0, fmt.fourcc("ABCD"))
+patched("badversion.bin", 1, 99)
+patched("gqa.bin", 8, 1)
+patched("badcount.bin", 11, 12345)
+open(f"{d}/truncated.bin", "wb").write(good[:-10])
+open(f"{d}/extra.bin", "wb").write(good + b"\0\0\0\0")
+open(f"{d}/short.bin", "wb").write(good[:100])
+open(f"{d}/empty.bin", "wb").close()
+tok = open(f"{d}/tok.bin", "rb").read()
+open(f"{d}/tok_truncated.bin", "wb").write(tok[:-3])
+dbg = open("tests/fixture/debug.bin", "rb").read()
+open(f"{d}/debug_truncated.bin", "wb").write(dbg[:len(dbg) // 2])
+# checkpoints for --resume: one whose state.bin is cut short, and one whose state is for another model
+for name in ("ckpt_trunc", "ckpt_wrongstate"):
+    import os
+    os.makedirs(f"{d}/{name}/step_00000001")
+    shutil.copy(f"{d}/good.bin", f"{d}/{name}/step_00000001/model.bin")
+    open(f"{d}/{name}/step_00000001/DONE", "w").write("ok\n")
+n = fmt.num_params(cfg)
+state = fmt.make_header(fmt.MAGIC_STATE, {2: 1, 3: n}).tobytes() + np.zeros(2 * n, np.float32).tobytes()
+open(f"{d}/ckpt_trunc/step_00000001/state.bin", "wb").write(state[:-8])
+state = fmt.make_header(fmt.MAGIC_STATE, {2: 1, 3: n + 1}).tobytes() + np.zeros(2 * (n + 1), np.float32).tobytes()
+open(f"{d}/ckpt_wrongstate/step_00000001/state.bin", "wb").write(state)
+os.makedirs(f"{d}/ckpt_none/step_00000005")  # no DONE: an interrupted save
+EOF
+
+T=$tmp
+ok=0; bad=0
+# expect_error NAME WANT CMD...: CMD must exit 1 with exactly one stderr line "error: ..." containing WANT
+expect_error() {
+    local name=$1 want=$2; shift 2
+    "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$? lines msg
+    lines=$(wc -l <"$tmp/err")
+    msg=$(head -c 300 "$tmp/err" | head -n 1)
+    if [ $rc -eq 1 ] && [ "$lines" -eq 1 ] && [[ $msg == "error: "* ]] && [[ $msg == *"$want"* ]]; then
+        ok=$((ok + 1)); echo "ok   $name: $msg"
+    else
+        bad=$((bad + 1)); echo "BAD  $name: exit $rc, $lines stderr lines, wanted one 'error: ...$want...', got: $msg"
+    fi
+}
+expect_success() {
+    local name=$1; shift
+    if "$@" >"$tmp/out" 2>"$tmp/err"; then ok=$((ok + 1)); echo "ok   $name: runs"
+    else bad=$((bad + 1)); echo "BAD  $name: exit $?: $(head -n 1 "$tmp/err")"; fi
+}
+
+BASE=(--train "$T/train.bin" --batch 2 --seq 8 --steps 1 --val-every 0)
+expect_success "control: the uncorrupted files train" $TRAIN "${BASE[@]}" --init "$T/good.bin" --tokenizer "$T/tok.bin" \
+    --sample-every 1 --gen-tokens 4 --out-dir "$T/ckpt_ok"
+expect_success "control: resume from that checkpoint" $TRAIN "${BASE[@]}" --steps 2 --resume "$T/ckpt_ok"
+
+# model files given to --init
+expect_error "missing model file" "$T/nope.bin" $TRAIN "${BASE[@]}" --init "$T/nope.bin"
+expect_error "zero-length model file" "$T/empty.bin" $TRAIN "${BASE[@]}" --init "$T/empty.bin"
+expect_error "model shorter than a header" "$T/short.bin" $TRAIN "${BASE[@]}" --init "$T/short.bin"
+expect_error "truncated model" "$T/truncated.bin" $TRAIN "${BASE[@]}" --init "$T/truncated.bin"
+expect_error "model with extra bytes" "$T/extra.bin" $TRAIN "${BASE[@]}" --init "$T/extra.bin"
+expect_error "wrong magic" "$T/badmagic.bin" $TRAIN "${BASE[@]}" --init "$T/badmagic.bin"
+expect_error "wrong version" "$T/badversion.bin" $TRAIN "${BASE[@]}" --init "$T/badversion.bin"
+expect_error "token shard passed as a model" "token shard" $TRAIN "${BASE[@]}" --init "$T/train.bin"
+expect_error "parameter count disagrees with shape" "$T/badcount.bin" $TRAIN "${BASE[@]}" --init "$T/badcount.bin"
+expect_error "num_kv_heads != num_heads" "$T/gqa.bin" $TRAIN "${BASE[@]}" --init "$T/gqa.bin"
+expect_error "not a descriptor nor a file" "--init" $TRAIN "${BASE[@]}" --init "x12"
+
+# data, tokenizer, checkpoints
+expect_error "--train matches nothing" "$T/none_*.bin" $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/none_*.bin"
+expect_error "token ids beyond the model's vocab" "$T/bigids.bin" $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/bigids.bin"
+expect_error "model file passed as --train" "$T/good.bin" $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/good.bin"
+expect_error "truncated tokenizer" "$T/tok_truncated.bin" $TRAIN "${BASE[@]}" --init "$T/good.bin" --tokenizer "$T/tok_truncated.bin"
+expect_error "--resume dir without a checkpoint" "--resume" $TRAIN "${BASE[@]}" --resume "$T/ckpt_none"
+expect_error "--resume dir missing" "--resume" $TRAIN "${BASE[@]}" --resume "$T/no_such_dir"
+expect_error "truncated state.bin" "state.bin" $TRAIN "${BASE[@]}" --resume "$T/ckpt_trunc"
+expect_error "state.bin of another model" "state.bin" $TRAIN "${BASE[@]}" --resume "$T/ckpt_wrongstate"
+
+# flag values
+expect_error "--lr abc" "--lr" $TRAIN "${BASE[@]}" --lr abc
+expect_error "--lr without a value" "--lr" $TRAIN "${BASE[@]}" --lr
+expect_error "--batch 0" "--batch" $TRAIN "${BASE[@]}" --batch 0
+expect_error "--batch 1.5" "--batch" $TRAIN "${BASE[@]}" --batch 1.5
+expect_error "--steps -2" "--steps" $TRAIN "${BASE[@]}" --steps -2
+expect_error "--beta2 1" "--beta2" $TRAIN "${BASE[@]}" --beta2 1
+expect_error "--schedule nope" "--schedule" $TRAIN "${BASE[@]}" --schedule nope
+expect_error "unknown flag" "--frobnicate" $TRAIN "${BASE[@]}" --frobnicate 3
+expect_error "--total-batch not a multiple of B*T" "--total-batch" $TRAIN "${BASE[@]}" --total-batch 100
+expect_error "--seq longer than the model's" "--seq" $TRAIN "${BASE[@]}" --init "$T/good.bin" --seq 32
+expect_error "--train missing" "--train" $TRAIN --init "$T/good.bin"
+
+# the CPU test's own inputs
+expect_error "test: truncated debug state" "$T/debug_truncated.bin" $TEST tests/fixture/model.bin "$T/debug_truncated.bin"
+expect_error "test: debug state of another model" "tests/fixture/debug.bin" $TEST "$T/good.bin" tests/fixture/debug.bin
+
+echo "test_bad_inputs: $ok ok, $bad misbehaved"
+[ $bad -eq 0 ]
