@@ -1,8 +1,9 @@
 // test_gpt2_cpu.cpp: the CPU reference trainer against PyTorch. Loads a model checkpoint and the
 // debug state scripts/train_gpt2.py wrote for it (docs/formats.md, GPTX: one batch, the logits,
 // loss and every parameter gradient computed in float64, and the loss before each of n AdamW
-// steps on that batch), then checks ours: logits, loss, all 16 gradient tensors, and the loss
-// trajectory of n AdamW steps with the same hyperparameters.
+// steps on that batch), then checks ours: logits, loss, all 16 gradient tensors, the same gradient
+// accumulated over two half-weighted micro-batches, and the loss trajectory of n AdamW steps with
+// the same hyperparameters.
 //
 //   build/test_gpt2_cpu [model.bin debug.bin]     (default: the committed tests/fixture)
 //
@@ -90,6 +91,16 @@ int main(int argc, char** argv) {
         report(GPT2_PARAM_NAMES[i], compare(ours, theirs, 1, sizes[i], sizes[i]), TOL_SCALED);
     }
 
+    // gradient accumulation: two micro-batches with grad_scale 1/2 each must give the same
+    // gradient, i.e. backward adds into the parameter gradients and zeroes nothing it should not
+    gpt2_zero_grad(model);
+    for (int micro = 0; micro < 2; micro++) {
+        gpt2_forward(model, ref.inputs.data(), ref.targets.data(), B, T);
+        gpt2_backward(model, ref.inputs.data(), ref.targets.data(), 0.5f);
+    }
+    report("accum 2x", compare(model.grads_memory.data(), ref.grads.data(), 1, model.num_params, model.num_params),
+           TOL_SCALED);
+
     // the AdamW trajectory: loss before each step, on the same batch, from the same start
     const OptimizerSettings opt{ref.lr, ref.beta1, ref.beta2, ref.eps, ref.weight_decay, ref.grad_clip};
     for (int step = 0; step < ref.num_steps; step++) {
@@ -102,7 +113,7 @@ int main(int argc, char** argv) {
         check_scalar(what, l, ref.losses[step], TOL_TRAJECTORY);
     }
 
-    const int checks = 2 + NUM_PARAM_TENSORS + ref.num_steps;
+    const int checks = 3 + NUM_PARAM_TENSORS + ref.num_steps;
     printf("test_gpt2_cpu: %s (%d checks, %d failed)\n", failures ? "FAILED" : "PASSED", checks, failures);
     return failures ? 1 : 0;
 }

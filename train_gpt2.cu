@@ -1,7 +1,8 @@
 // train_gpt2.cu: the GPU trainer. GPT-2 on one GPU in mixed precision: floatX (bf16) parameters,
 // activations and gradients, fp32 master weights and AdamW moments, stochastic rounding when the
-// updated parameters are written back to bf16. `make PRECISION=FP32` builds the same code in fp32
-// (floatX = float, no master copy), which the tests hold to PyTorch at fp32 tolerances.
+// updated parameters are written back to bf16. The same code built with PRECISION_FP32 (make
+// builds it as build/train_gpt2cu_fp32) runs in plain fp32 (floatX = float, no master copy); the
+// tests hold that build to PyTorch at fp32 tolerances.
 //
 // Sections, in the order of train_gpt2_cpu.cpp: model (parameters, activations, memory plan),
 // forward, backward, update, checkpoints, sampling, training loop. test_gpt2.cu includes this file
@@ -32,10 +33,38 @@
 
 constexpr bool HAS_MASTER = !std::is_same<floatX, float>::value;  // bf16 build: separate fp32 master weights
 
+// Attention: llmc/attention.cuh, or with USE_CUDNN=1 (bf16 builds only; the FP32 twins keep ours)
+// cuDNN's fused SDPA through llmc/cudnn_attention.cuh, same signatures, for side-by-side timing.
+#if defined(USE_CUDNN) && !defined(PRECISION_FP32)
+#include "llmc/cudnn_attention.cuh"
+#define ATTENTION_NAME "cudnn"
+#define BENCH_NAME "ours_cudnn"
+inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD,
+                                    cudaStream_t stream) {
+    cudnn_attention_forward(out, lse, qkv, B, T, NH, NKV, HD, stream);
+}
+inline void model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
+                                     const float* lse, int B, int T, int NH, int NKV, int HD, cudaStream_t stream) {
+    cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream);
+}
+#else
+#define ATTENTION_NAME "llmc/attention.cuh"
+#define BENCH_NAME "ours"
+inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD,
+                                    cudaStream_t stream) {
+    attention_forward(out, lse, qkv, B, T, NH, NKV, HD, stream);
+}
+inline void model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
+                                     const float* lse, int B, int T, int NH, int NKV, int HD, cudaStream_t stream) {
+    attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream);
+}
+#endif
+
 // ============================================================================ model
 // Activations of one forward pass at (B, T), N = B*T. Per-layer buffers hold L slices; with
-// --recompute the three marked "recomputed" hold one slice, rebuilt in the backward pass from
-// what is kept (saves 3*L*N*C... ~ (2C + 4C) * N * (L - 1) values: 7 GB at d12, B=64, T=1024).
+// --recompute the three marked "recomputed" hold one slice, rebuilt layer by layer in the backward
+// pass (two LayerNorms and a GELU, all memory-bound): (L - 1) * N * 6C fewer values. Measured on an
+// H200, d12 at B=64 T=1024: activations 25.3 -> 19.1 GiB, 119.4 -> 124.4 ms per step.
 struct Activations {
     floatX* encoded;    // (N, C) token + position embedding: the first residual
     floatX* ln1;        // (L or 1, N, C) recomputed
@@ -178,6 +207,9 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
     const double GiB = 1073741824.0;
     printf("memory: parameters+grads+optimizer %.2f GiB, activations %.2f GiB (B=%d T=%d recompute=%d), free %.2f GiB\n",
            param_bytes / GiB, act_bytes / GiB, B, T, (int)recompute, free_bytes / GiB);
+    if (param_bytes + (256u << 20) > free_bytes)
+        fail("model needs %.2f GiB for parameters, gradients and optimizer state alone, but only %.2f GiB are free: "
+             "choose a smaller model", param_bytes / GiB, free_bytes / GiB);
     if (need + (256u << 20) > free_bytes)
         fail("model needs %.2f GiB of GPU memory (+0.25 GiB headroom) but only %.2f GiB are free: lower --batch%s",
              need / GiB, free_bytes / GiB, recompute ? "" : " or pass --recompute 1");
@@ -310,7 +342,7 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
         floatX* fcprojw = model.param(12) + (size_t)l * C * 4 * C;
         floatX* fcprojb = model.param(13) + (size_t)l * C;
         matmul_forward(la.qkv, nullptr, la.ln1, qkvw, qkvb, N, C, QKV, ctx);
-        attention_forward(la.atty, la.lse, la.qkv, B, T, NH, NKV, HD, s);
+        model_attention_forward(la.atty, la.lse, la.qkv, B, T, NH, NKV, HD, s);
         matmul_forward(a.proj, nullptr, la.atty, attprojw, attprojb, N, C, C, ctx);
         fused_residual_layernorm_forward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, la.res_in, a.proj, ln2w, ln2b,
                                          N, C, s);
@@ -329,17 +361,29 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
     matmul_forward(a.logits, nullptr, a.lnf, model.param(0), nullptr, N, C, c.padded_vocab_size, ctx);
 }
 
-// Cross-entropy of the logits against the uploaded targets; returns the mean loss over the N
-// positions. With write_dlogits the logits become dloss * (softmax - onehot) for the backward.
-inline float gpt2_loss(GPT2& model, int B, int T, float dloss, bool write_dlogits, const CudaContext& ctx) {
+// Cross-entropy of the logits against the uploaded targets, enqueued: the N per-position losses
+// are copied to `host_losses` (pinned) without waiting, so the host can enqueue the backward and
+// prepare the next batch while the GPU works; read them after the next synchronization. With
+// write_dlogits the logits become dloss * (softmax - onehot) for the backward.
+inline void gpt2_classifier(GPT2& model, int B, int T, float dloss, bool write_dlogits, float* host_losses,
+                            const CudaContext& ctx) {
     const int N = B * T;
     fused_classifier(model.acts.logits, model.acts.losses, model.acts.targets, dloss, N, model.config.vocab_size,
                      model.config.padded_vocab_size, write_dlogits, ctx.stream);
-    cudaCheck(cudaMemcpyAsync(model.host_losses, model.acts.losses, sizeof(float) * N, cudaMemcpyDeviceToHost, ctx.stream));
-    cudaCheck(cudaStreamSynchronize(ctx.stream));
+    cudaCheck(cudaMemcpyAsync(host_losses, model.acts.losses, sizeof(float) * N, cudaMemcpyDeviceToHost, ctx.stream));
+}
+
+inline double mean_of(const float* x, int64_t n) {
     double sum = 0.0;
-    for (int i = 0; i < N; i++) sum += model.host_losses[i];
-    return (float)(sum / N);
+    for (int64_t i = 0; i < n; i++) sum += x[i];
+    return sum / n;
+}
+
+// The classifier, then a wait: returns the mean loss over the N positions.
+inline float gpt2_loss(GPT2& model, int B, int T, float dloss, bool write_dlogits, const CudaContext& ctx) {
+    gpt2_classifier(model, B, T, dloss, write_dlogits, model.host_losses, ctx);
+    cudaCheck(cudaStreamSynchronize(ctx.stream));
+    return (float)mean_of(model.host_losses, (int64_t)B * T);
 }
 
 // ============================================================================ backward
@@ -377,7 +421,7 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
         // dresidual now holds d(residual2). Attention: attproj, attention, qkv, then ln1.
         matmul_backward(a.dbuf, model.grad(6) + cc, model.grad(7) + c1, a.colsum, a.dresidual, la.atty,
                         model.param(6) + cc, nullptr, N, C, C, ctx);
-        attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, B, T, NH, NKV, HD, s);
+        model_attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, B, T, NH, NKV, HD, s);
         matmul_backward(a.dbuf, model.grad(4) + qkvw, model.grad(5) + qkvb, a.colsum, a.dqkv, la.ln1,
                         model.param(4) + qkvw, nullptr, N, C, QKV, ctx);
         layernorm_backward(a.dresidual, model.grad(2) + c1, model.grad(3) + c1, a.colsum, a.dbuf, la.res_in,
@@ -565,8 +609,8 @@ int main(int argc, char** argv) {
 
     CudaContext ctx;
     ctx.init(0);
-    printf("device: %s, %d SMs, %.1f GiB; precision %s\n", ctx.props.name, ctx.props.multiProcessorCount,
-           ctx.props.totalGlobalMem / 1073741824.0, PRECISION_NAME);
+    printf("device: %s, %d SMs, %.1f GiB; precision %s, attention %s\n", ctx.props.name, ctx.props.multiProcessorCount,
+           ctx.props.totalGlobalMem / 1073741824.0, PRECISION_NAME, ATTENTION_NAME);
 
     // the model: a checkpoint to resume, a model file, or a fresh init from a descriptor
     std::string resume_dir = cfg.resume_dir.empty() ? "" : find_checkpoint(cfg.resume_dir);
@@ -645,12 +689,29 @@ int main(int argc, char** argv) {
         }
         printf("\n");
     };
-    auto save = [&]() {
-        int64_t loader_state[16] = {};
-        if (train_loader) train_loader->save_state(loader_state);
-        else loader_state[0] = (int64_t)data_rng.state;
-        gpt2_save_checkpoint(model, out_dir, loader_state, sample_rng.state);
+    // The host fetches batch k+1 while the GPU runs batch k, and the losses are read once per step,
+    // so the GPU only waits at step boundaries (the gradient norm). A checkpoint stores the data
+    // position from before the batch fetched ahead, so a resumed run fetches that batch again.
+    std::vector<int> next_inputs(N), next_targets(N);
+    int64_t next_position[16] = {};  // data position from which next_inputs/next_targets came
+    auto fetch_batch = [&]() {
+        if (train_loader) {
+            train_loader->save_state(next_position);
+            train_loader->next_batch();
+            memcpy(next_inputs.data(), train_loader->inputs(), sizeof(int) * N);
+            memcpy(next_targets.data(), train_loader->targets(), sizeof(int) * N);
+        } else {
+            next_position[0] = (int64_t)data_rng.state;
+            for (int i = 0; i < N; i++) {
+                next_inputs[i] = (int)data_rng.below(V);
+                next_targets[i] = (int)data_rng.below(V);
+            }
+        }
     };
+    auto save = [&]() { gpt2_save_checkpoint(model, out_dir, next_position, sample_rng.state); };
+    float* step_losses = nullptr;  // pinned (grad_accum, N)
+    cudaCheck(cudaMallocHost(&step_losses, sizeof(float) * N * cfg.grad_accum));
+    fetch_batch();
 
     std::vector<double> step_ms;
     double total_ms = 0.0;
@@ -659,32 +720,18 @@ int main(int argc, char** argv) {
         if (cfg.sample_every > 0 && step > 0 && step % cfg.sample_every == 0) sample(step);
         auto t0 = std::chrono::steady_clock::now();
         gpt2_zero_grads(model, ctx);
-        double loss = 0.0;
         for (int micro = 0; micro < cfg.grad_accum; micro++) {
-            const int* inputs;
-            const int* targets;
-            if (train_loader) {
-                train_loader->next_batch();
-                inputs = train_loader->inputs();
-                targets = train_loader->targets();
-            } else {
-                for (int i = 0; i < N; i++) {
-                    rand_inputs[i] = (int)data_rng.below(V);
-                    rand_targets[i] = (int)data_rng.below(V);
-                }
-                inputs = rand_inputs.data();
-                targets = rand_targets.data();
-            }
-            gpt2_upload_batch(model, inputs, targets, B, T, true, ctx);
+            gpt2_upload_batch(model, next_inputs.data(), next_targets.data(), B, T, true, ctx);
             gpt2_forward(model, B, T, ctx);
-            loss += gpt2_loss(model, B, T, dloss, true, ctx);
+            gpt2_classifier(model, B, T, dloss, true, step_losses + (size_t)micro * N, ctx);
             gpt2_backward(model, B, T, ctx);
+            fetch_batch();
         }
-        loss /= cfg.grad_accum;
         OptimizerSettings opt = opt_base;
         opt.lr = lr_at_step(cfg.schedule, (int)step);
         const float norm = gpt2_update(model, opt, ctx);
         cudaCheck(cudaStreamSynchronize(ctx.stream));
+        const double loss = mean_of(step_losses, (int64_t)N * cfg.grad_accum);
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         step_ms.push_back(ms);
         total_ms += ms;
@@ -710,10 +757,11 @@ int main(int argc, char** argv) {
         std::vector<double> timed(step_ms.begin() + warm, step_ms.end());
         std::sort(timed.begin(), timed.end());
         const double median = timed[timed.size() / 2];
-        printf("BENCH name=ours ms=%.2f tok_s=%.0f peak_gib=%.2f\n", median, tokens_per_step / (median / 1000.0),
+        printf("BENCH name=" BENCH_NAME " ms=%.2f tok_s=%.0f peak_gib=%.2f\n", median, tokens_per_step / (median / 1000.0),
                model.allocated_bytes / 1073741824.0);
     }
     if (log) fclose(log);
+    cudaCheck(cudaFreeHost(step_losses));
     delete train_loader;
     delete val_loader;
     delete tokenizer;

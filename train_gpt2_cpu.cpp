@@ -414,7 +414,10 @@ int main(int argc, char** argv) {
     if (!cfg.resume_dir.empty()) {
         resume_from = find_checkpoint(cfg.resume_dir);
         cfg.init = resume_from + "/model.bin";
-        if (cfg.out_dir.empty()) cfg.out_dir = cfg.resume_dir;
+        if (cfg.out_dir.empty()) {  // keep writing beside the checkpoints we resumed from
+            const size_t slash = resume_from.find_last_of('/');
+            cfg.out_dir = slash == std::string::npos ? "." : resume_from.substr(0, slash);
+        }
     }
     GPT2 model;
     gpt2_init(model, cfg.init, cfg.seed);

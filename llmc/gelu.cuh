@@ -3,7 +3,7 @@
 // The forward and its derivative normally run inside the matmul epilogues (matmul.cuh); this
 // standalone forward serves --recompute, which keeps only the pre-activation of each layer and
 // rebuilds the GELU output in the backward pass when the weight gradient of fcproj needs it.
-//   gelu_forward  out (n) = gelu(inp) (=); out may alias nothing; n a multiple of x128::size
+//   gelu_forward  out (n) = gelu(inp) (=); n a multiple of x128::size
 #pragma once
 #include "llmc/cuda_common.cuh"
 #include "llmc/utils.h"

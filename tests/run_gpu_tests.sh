@@ -6,7 +6,7 @@
 #      (fp64), every op vs the CPU reference, bit-exact save -> load -> continue
 #   2. tiny shakespeare: d12 trains (the loss falls), checkpoints, and a resumed run reproduces the
 #      uninterrupted run's log exactly (train loss, grad norm, lr, val loss)
-#   3. a model that cannot fit fails with a one-line message naming the fix
+#   3. a batch or a model that cannot fit fails with a one-line message naming the fix
 #   4. compute-sanitizer memcheck on the small-model tests
 # Env: GPU_TEST_DIR (scratch, default a new /tmp dir), LOGS (default $GPU_TEST_DIR),
 #      MEMCHECK=0 to skip memcheck, MEMCHECK_TIMEOUT (seconds, default 900).
@@ -67,19 +67,21 @@ fi
 
 # ---- 3. memory estimate: refuse early, one line, suggest the fix
 too_big() {
-    local out
-    out=$(build/train_gpt2cu --random-data 1 --init d48 --batch 1024 --seq 1024 --steps 1 2>&1)
-    local rc=$?
-    echo "$out" | tail -n 2
-    [ $rc -eq 1 ] && echo "$out" | grep -q "^error: model needs .* GiB of GPU memory.*lower --batch"
+    local out rc
+    out=$(build/train_gpt2cu --random-data 1 --init d12 --batch 2048 --seq 1024 --steps 1 2>&1); rc=$?
+    echo "$out" | tail -n 1
+    [ $rc -eq 1 ] && echo "$out" | grep -q "^error: model needs .* GiB of GPU memory.*lower --batch or pass --recompute 1" || return 1
+    out=$(build/train_gpt2cu --random-data 1 --init d96 --batch 1 --seq 64 --steps 1 2>&1); rc=$?
+    echo "$out" | tail -n 1
+    [ $rc -eq 1 ] && echo "$out" | grep -q "^error: model needs .* GiB for parameters.*choose a smaller model"
 }
-run "too large a batch fails with a clear message" too_big.log too_big
+run "too large a batch / model fails with a clear message" too_big.log too_big
 
-# ---- 4. memcheck (small model only: the d12 part adds nothing but time). Some sandboxes (gVisor)
-# refuse the sanitizer ("Device not supported"): that is reported as skipped, not passed.
+# ---- 4. memcheck of every op on the small model (--ops-only: the rest adds nothing but time). Some sandboxes (gVisor)
+# refuse the sanitizer ("Device not supported"): then it prints SKIPPED and does not fail the suite.
 memcheck() {
     local out rc
-    out=$(timeout "${MEMCHECK_TIMEOUT:-900}" compute-sanitizer --tool memcheck --error-exitcode 1 build/test_gpt2cu 2>&1); rc=$?
+    out=$(timeout "${MEMCHECK_TIMEOUT:-900}" compute-sanitizer --tool memcheck --error-exitcode 1 build/test_gpt2cu --ops-only 2>&1); rc=$?
     echo "$out" | tail -n 25
     if [ $rc -ne 0 ] && echo "$out" | grep -q "Device not supported"; then echo "memcheck: SKIPPED (sanitizer unsupported here)"; return 0; fi
     return $rc

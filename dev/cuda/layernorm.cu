@@ -5,11 +5,15 @@
 // Bytes counted (each input read once, each output written once): forward N*C in + N*C out + 8N
 // statistics; fused forward 2 N*C in, 2 N*C out; backward dout and inp in, dinp read and written.
 //
-// Variants (H200, bf16, N=65536 C=768; "not measured" until a run fills them in):
-//   forward        0 shipped: layernorm_forward_warp_per_row, 3 passes over the row (L1 re-reads)  not measured
-//   forward        1 registers: warp per row, the row held in registers, one pass over memory      not measured
-//   fused forward  0 shipped: residual add + LayerNorm in one kernel                                not measured
-//   backward       0 shipped: warp-per-row dinp + fixed-order column partials for dweight/dbias    not measured
+// Variants (H200, bf16, N=65536 C=768, 2026-12-02, one run; % of the 4.0 TB/s copy):
+//   forward        0 shipped: layernorm_forward_warp_per_row, 3 passes over the row   0.062 ms, 81%
+//   forward        1 registers: warp per row, the row held in registers, 1 pass       0.071 ms, 71%
+//                  (rejected: the shipped re-reads hit L1; holding 4 packs per lane costs occupancy)
+//   fused forward  0 shipped: residual add + LayerNorm in one kernel                  0.108 ms, 94%
+//   backward       0 shipped: warp-per-row dinp + fixed-order column partials         0.201 ms, 50%
+//                  (the headroom: dout and inp are read twice, once per kernel; 25 calls per step)
+//   backward       1 one pass: dinp and the chunk partials from one read of dout/inp  not measured
+//                  (expected ~0.14 ms: 4 instead of 6 N*C*sizeof(floatX) bytes)
 #include "dev/cuda/harness.cuh"
 #include "llmc/cpu/layernorm.h"
 #include "llmc/layernorm.cuh"
@@ -57,6 +61,82 @@ static __global__ void layernorm_forward_warp_registers(floatX* out, float* mean
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = s;
+    }
+}
+
+// Variant 1 backward: one pass over dout and inp instead of the shipped two (dinp kernel, then the
+// parameter partials). Block = one chunk of rows (the shipped chunking, column_num_chunks); warp w
+// takes rows w, w+8, ... of it. Each lane keeps its columns' dweight/dbias sums in registers, the
+// warps fold them into shared memory in warp order (deterministic), and the block writes the chunk's
+// partials in the layout column_partials_add reads: (chunks, 2, C). The row is read twice, as in
+// the shipped kernel, the second time from L1. DRAM: dout and inp once, dinp read and written:
+// 4 N*C*sizeof(floatX) instead of 6. PACKS = packs per lane (3 at C = 768 in bf16); 2 blocks per SM
+// caps it at 128 registers (holding the row in registers too needed 215, or spilled under the cap).
+template <int PACKS>
+static __global__ __launch_bounds__(LAYERNORM_BLOCK, 2) void layernorm_backward_one_pass(
+    floatX* dinp, float* partials, const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
+    const float* rstd, int N, int C, int rows_per_chunk) {
+    __shared__ float acc[2][1024];  // dweight, dbias sums of this chunk; C <= 1024
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, warps = blockDim.x / WARP_SIZE;
+    const int r0 = blockIdx.x * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
+    float dw[PACKS][x128::size] = {}, db[PACKS][x128::size] = {};
+    x128 w[PACKS];
+#pragma unroll
+    for (int p = 0; p < PACKS; p++) {
+        const int c = (p * WARP_SIZE + lane) * x128::size;
+        if (c < C) w[p] = load128(weight + c);
+    }
+    for (int r = r0 + warp; r < r1; r += warps) {
+        const int64_t base = (int64_t)r * C;
+        const float m = mean[r], s = rstd[r];
+        float sum_g = 0.0f, sum_gn = 0.0f;
+#pragma unroll
+        for (int p = 0; p < PACKS; p++) {
+            const int c = (p * WARP_SIZE + lane) * x128::size;
+            if (c < C) {
+                const x128 d = load128(dout + base + c), x = load128(inp + base + c);
+                for (int k = 0; k < x128::size; k++) {
+                    const float g = to_float(d[k]) * to_float(w[p][k]);
+                    sum_g += g;
+                    sum_gn += g * (to_float(x[k]) - m) * s;
+                }
+            }
+        }
+        const float mean_g = warp_reduce_sum(sum_g) / C, mean_gn = warp_reduce_sum(sum_gn) / C;
+#pragma unroll
+        for (int p = 0; p < PACKS; p++) {
+            const int c = (p * WARP_SIZE + lane) * x128::size;
+            if (c < C) {
+                const x128 d = load128(dout + base + c), x = load128(inp + base + c);  // L1 hits
+                x128 di = load128(dinp + base + c);
+                for (int k = 0; k < x128::size; k++) {
+                    const float dk = to_float(d[k]), norm = (to_float(x[k]) - m) * s;
+                    di[k] = from_float<floatX>(to_float(di[k]) + s * (dk * to_float(w[p][k]) - mean_g - norm * mean_gn));
+                    dw[p][k] += dk * norm;
+                    db[p][k] += dk;
+                }
+                store128(dinp + base + c, di);
+            }
+        }
+    }
+    for (int turn = 0; turn < warps; turn++) {
+        if (warp == turn) {
+#pragma unroll
+            for (int p = 0; p < PACKS; p++) {
+                const int c = (p * WARP_SIZE + lane) * x128::size;
+                if (c < C)
+                    for (int k = 0; k < x128::size; k++) {
+                        acc[0][c + k] = (turn == 0 ? 0.0f : acc[0][c + k]) + dw[p][k];
+                        acc[1][c + k] = (turn == 0 ? 0.0f : acc[1][c + k]) + db[p][k];
+                    }
+            }
+        }
+        __syncthreads();
+    }
+    float* out = partials + (int64_t)blockIdx.x * 2 * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        out[c] = acc[0][c];
+        out[C + c] = acc[1][c];
     }
 }
 
@@ -132,22 +212,36 @@ static void run_shape(lab::Lab& L, int N, int C) {
     d_dout.upload(dout);
     d_mean.upload(ref_mean);
     d_rstd.upload(ref_rstd);
-    L.run("layernorm_backward" + shape, 0, "shipped", 4.0 * NC * s + 8.0 * N + 6.0 * C * s, 15.0 * NC,
-          lab::Bound::Memory,
-          [&] {
-              d_dinp.upload(dinp0);
-              d_dweight.upload(dweight0);
-              d_dbias.upload(dbias0);
-          },
+    const double bwd_bytes = 4.0 * NC * s + 8.0 * N + 6.0 * C * s;
+    auto reset_bwd = [&] {
+        d_dinp.upload(dinp0);
+        d_dweight.upload(dweight0);
+        d_dbias.upload(dbias0);
+    };
+    auto check_bwd = [&] {
+        bool ok = L.check(d_dinp, ref_dinp);
+        ok = L.check(d_dweight, ref_dweight) && ok;
+        return L.check(d_dbias, ref_dbias) && ok;
+    };
+    L.run("layernorm_backward" + shape, 0, "shipped", bwd_bytes, 15.0 * NC, lab::Bound::Memory, reset_bwd,
           [&] {
               layernorm_backward(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, N, C,
                                  L.stream());
           },
-          [&] {
-              bool ok = L.check(d_dinp, ref_dinp);
-              ok = L.check(d_dweight, ref_dweight) && ok;
-              return L.check(d_dbias, ref_dbias) && ok;
-          });
+          check_bwd);
+    L.run("layernorm_backward" + shape, 1, "one pass", bwd_bytes, 15.0 * NC, lab::Bound::Memory, reset_bwd, [&] {
+        if (C > 1024) fail("layernorm backward variant 1: C = %d exceeds its 1024-column budget", C);
+        const int chunks = column_num_chunks(N), rows_per_chunk = ceil_div(N, chunks);
+        const int packs = ceil_div(C / x128::size, WARP_SIZE);
+        auto kernel = packs <= 1   ? layernorm_backward_one_pass<1>
+                      : packs == 2 ? layernorm_backward_one_pass<2>
+                      : packs == 3 ? layernorm_backward_one_pass<3>
+                                   : layernorm_backward_one_pass<REG_PACKS>;
+        kernel<<<chunks, LAYERNORM_BLOCK, 0, L.stream()>>>(d_dinp, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, N,
+                                                         C, rows_per_chunk);
+        column_partials_add(d_dweight.get(), d_scratch.get(), chunks, 2 * (int64_t)C, C, L.stream());
+        column_partials_add(d_dbias.get(), d_scratch.get() + C, chunks, 2 * (int64_t)C, C, L.stream());
+    }, check_bwd);
 }
 
 int main(int argc, char** argv) {

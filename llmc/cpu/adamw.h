@@ -12,6 +12,29 @@
 
 namespace cpu {
 
+namespace detail {
+// One contiguous range. Build with -fno-math-errno (the Makefile does for the CPU trainer and test):
+// v >= 0, so sqrtf never sets errno, but with errno semantics GCC will not vectorize this loop and
+// the update is 4.5x slower (124M parameters: 480 ms vs 105 ms on one Zen 5 core). Same bits either way.
+inline void adamw_range(float* params, float* m, float* v,
+                                                                    const float* grads, size_t n, float step_size,
+                                                                    float bc2_sqrt, float decay, float one_minus_b1,
+                                                                    float beta2, float one_minus_b2, float eps,
+                                                                    float grad_scale) {
+    for (size_t i = 0; i < n; i++) {
+        const float g = grads[i] * grad_scale;
+        float p = params[i] * decay;                          // param.mul_(1 - lr * wd)
+        const float mi = m[i] + one_minus_b1 * (g - m[i]);    // exp_avg.lerp_(grad, 1 - beta1)
+        const float vi = v[i] * beta2 + one_minus_b2 * g * g;  // exp_avg_sq.mul_(b2).addcmul_(g, g, 1 - b2)
+        const float denom = sqrtf(vi) / bc2_sqrt + eps;
+        p -= step_size * (mi / denom);                        // param.addcdiv_(exp_avg, denom, -step_size)
+        m[i] = mi;
+        v[i] = vi;
+        params[i] = p;
+    }
+}
+}  // namespace detail
+
 inline void adamw_update(float* params, float* m, float* v, const float* grads, size_t N, float lr, float beta1,
                          float beta2, float eps, float weight_decay, float grad_scale, int64_t step) {
     // PyTorch computes these on Python floats (double) and rounds when they meet a tensor
@@ -21,18 +44,11 @@ inline void adamw_update(float* params, float* m, float* v, const float* grads, 
     const float bc2_sqrt = (float)std::sqrt(bc2);
     const float decay = (float)(1.0 - (double)lr * weight_decay);
     const float one_minus_b1 = (float)(1.0 - beta1), one_minus_b2 = (float)(1.0 - beta2);
+    constexpr size_t CHUNK = 1 << 14;  // elements per task
 #pragma omp parallel for
-    for (size_t i = 0; i < N; i++) {
-        const float g = grads[i] * grad_scale;
-        float p = params[i] * decay;                    // param.mul_(1 - lr * wd)
-        const float mi = m[i] + one_minus_b1 * (g - m[i]);  // exp_avg.lerp_(grad, 1 - beta1)
-        const float vi = v[i] * beta2 + one_minus_b2 * g * g;  // exp_avg_sq.mul_(b2).addcmul_(g, g, 1 - b2)
-        const float denom = sqrtf(vi) / bc2_sqrt + eps;
-        p -= step_size * (mi / denom);                   // param.addcdiv_(exp_avg, denom, -step_size)
-        m[i] = mi;
-        v[i] = vi;
-        params[i] = p;
-    }
+    for (size_t i0 = 0; i0 < N; i0 += CHUNK)
+        detail::adamw_range(params + i0, m + i0, v + i0, grads + i0, N - i0 < CHUNK ? N - i0 : CHUNK, step_size,
+                            bc2_sqrt, decay, one_minus_b1, beta2, one_minus_b2, eps, grad_scale);
 }
 
 // One AdamW step over all 16 tensors of a GPT-2 parameter buffer (params, m, v, grads share the
