@@ -442,7 +442,7 @@ static void test_resume(const CudaContext& ctx, bool recompute) {
 
     GPT2 r;
     gpt2_build(r, c, 2, 64, recompute, ctx);
-    TrainState st = gpt2_load_checkpoint(r, find_checkpoint(dir));
+    TrainState st = gpt2_load_checkpoint(r, checkpoint_find(dir));
     report("resumed step", (double)std::llabs(st.step - 3), 0.0, "difference ");
     std::vector<float> second = train_steps(r, 3, 6, ctx);
     first.insert(first.end(), second.begin(), second.end());

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
-#include <dirent.h>
 #include <string>
 #include <vector>
 #include "llmc/cuda_common.cuh"
@@ -22,6 +21,7 @@
 #include "llmc/global_norm.cuh"
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
+#include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
 #include "llmc/formats.h"
 #include "llmc/gpt2_config.h"
@@ -461,17 +461,9 @@ inline void gpt2_zero_grads(GPT2& model, const CudaContext& ctx) {
 // DIR/step_NNNNNNNN/{model.bin, state.bin, DONE}: the model in floatX (bf16 build: exactly the
 // bf16 parameters the forward pass reads), the state with m, v and, in the bf16 build, the fp32
 // master weights; DONE is written last, so a directory without it is ignored on resume.
-inline std::string checkpoint_dir(const std::string& out_dir, int64_t step) {
-    char name[32];
-    snprintf(name, sizeof name, "step_%08lld", (long long)step);
-    return out_dir + "/" + name;
-}
-
 inline void gpt2_save_checkpoint(const GPT2& model, const std::string& out_dir, const int64_t loader_state[16],
                                  uint64_t rng_state) {
-    mkdir_or_fail(out_dir.c_str());
-    const std::string dir = checkpoint_dir(out_dir, model.step);
-    mkdir_or_fail(dir.c_str());
+    const std::string dir = checkpoint_begin(out_dir, model.step);
     const size_t n = model.num_params;
     cudaCheck(cudaDeviceSynchronize());
     if (HAS_MASTER) {
@@ -494,27 +486,7 @@ inline void gpt2_save_checkpoint(const GPT2& model, const std::string& out_dir, 
     st.sr_seed = model.sr_seed;
     for (int i = 0; i < 16; i++) st.loader[i] = loader_state[i];
     state_write((dir + "/state.bin").c_str(), st, m.data(), v.data(), HAS_MASTER ? master.data() : nullptr);
-    AtomicFileWriter done(dir + "/DONE");
-    done.write("done\n", 5);
-    done.commit();
-    printf("checkpoint: wrote %s\n", dir.c_str());
-}
-
-// `path` itself if it holds a complete checkpoint, else its newest complete step_* subdirectory.
-inline std::string find_checkpoint(const std::string& path) {
-    if (file_exists((path + "/DONE").c_str())) return path;
-    DIR* d = opendir(path.c_str());
-    if (!d) fail("--resume %s: cannot open the directory (%s)", path.c_str(), strerror(errno));
-    std::string best;
-    while (struct dirent* e = readdir(d)) {
-        std::string name = e->d_name;
-        if (name.rfind("step_", 0) != 0) continue;
-        if (!file_exists((path + "/" + name + "/DONE").c_str())) continue;
-        if (name > best) best = name;  // zero-padded step numbers sort as strings
-    }
-    closedir(d);
-    if (best.empty()) fail("--resume %s: no complete checkpoint (a step_* directory with DONE) in it", path.c_str());
-    return path + "/" + best;
+    checkpoint_finish(dir);
 }
 
 // Reads the model of `dir` into an already built model of the same config, and its training
@@ -613,7 +585,7 @@ int main(int argc, char** argv) {
            ctx.props.totalGlobalMem / 1073741824.0, PRECISION_NAME, ATTENTION_NAME);
 
     // the model: a checkpoint to resume, a model file, or a fresh init from a descriptor
-    std::string resume_dir = cfg.resume_dir.empty() ? "" : find_checkpoint(cfg.resume_dir);
+    std::string resume_dir = cfg.resume_dir.empty() ? "" : checkpoint_find(cfg.resume_dir);
     std::string init_path = !resume_dir.empty() ? resume_dir + "/model.bin" : cfg.init;
     const bool from_file = !resume_dir.empty() || file_exists(init_path.c_str());
     GPT2Config config = from_file ? model_read_info(init_path.c_str()).config : gpt2_config_from_descriptor(cfg.init.c_str());

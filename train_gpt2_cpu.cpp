@@ -7,9 +7,8 @@
 // training loop. test_gpt2_cpu.cpp includes this file with TESTING defined to reuse the model.
 //
 //   make build/train_gpt2_cpu
-//   OMP_NUM_THREADS=2 build/train_gpt2_cpu --train "data/*_train.bin" --val "data/*_val.bin"
-//       --tokenizer data/gpt2_tokenizer.bin --init d12 --batch 4 --seq 64 --steps 20
-#include <dirent.h>
+//   OMP_NUM_THREADS=2 build/train_gpt2_cpu --train "data/tinyshakespeare/*_train.bin"
+//       --val "data/tinyshakespeare/*_val.bin" --tokenizer data/gpt2_tokenizer.bin --init d4 --steps 200
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -26,6 +25,7 @@
 #include "llmc/cpu/layernorm.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/residual.h"
+#include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
 #include "llmc/formats.h"
 #include "llmc/gpt2_config.h"
@@ -317,46 +317,12 @@ float gpt2_update(GPT2& m, const OptimizerSettings& o, int64_t step) {
 
 #ifndef TESTING
 // ------------------------------------------------------------------------------------------------
-// checkpoints: out_dir/step_NNNNNNNN/{model.bin, state.bin, DONE} (docs/design.md). Both files go
-// through AtomicFileWriter and DONE comes last, so a directory without DONE is an interrupted
-// save and is never resumed from.
-std::string checkpoint_dir(const std::string& out_dir, int64_t step) {
-    char name[32];
-    snprintf(name, sizeof name, "/step_%08lld", (long long)step);
-    return out_dir + name;
-}
-
+// checkpoints (llmc/checkpoint.h): fp32 model, then m and v, then DONE
 void save_checkpoint(const std::string& out_dir, const GPT2& m, const TrainState& s) {
-    mkdir_or_fail(out_dir.c_str());
-    const std::string dir = checkpoint_dir(out_dir, s.step);
-    mkdir_or_fail(dir.c_str());
+    const std::string dir = checkpoint_begin(out_dir, s.step);
     model_write_fp32((dir + "/model.bin").c_str(), m.config, m.params_memory.data());
     state_write((dir + "/state.bin").c_str(), s, m.m_memory.data(), m.v_memory.data(), nullptr);
-    AtomicFileWriter done(dir + "/DONE");
-    done.write("ok\n", 3);
-    done.commit();
-    printf("checkpoint: %s\n", dir.c_str());
-}
-
-// The checkpoint to resume from: `dir` itself if it holds DONE, else its newest complete step_*.
-std::string find_checkpoint(const std::string& dir) {
-    if (file_exists((dir + "/DONE").c_str())) return dir;
-    DIR* d = opendir(dir.c_str());
-    if (!d) fail("--resume %s: cannot open directory (%s)", dir.c_str(), strerror(errno));
-    std::string best;
-    long long best_step = -1;
-    while (dirent* e = readdir(d)) {
-        long long step;
-        char tail;
-        if (sscanf(e->d_name, "step_%lld%c", &step, &tail) != 1 || step <= best_step) continue;
-        const std::string path = dir + "/" + e->d_name;
-        if (!file_exists((path + "/DONE").c_str())) continue;
-        best = path;
-        best_step = step;
-    }
-    closedir(d);
-    if (best.empty()) fail("--resume %s: no complete checkpoint (a step_NNNNNNNN directory with DONE)", dir.c_str());
-    return best;
+    checkpoint_finish(dir);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -409,10 +375,12 @@ float validation_loss(GPT2& m, DataLoader& val, int steps, int B, int T) {
 int main(int argc, char** argv) {
     TrainConfig cfg;
     parse_train_args(argc, argv, cfg, "train_gpt2_cpu",
-                     "Trains GPT-2 in fp32 on the CPU (the reference for the GPU trainer).");
+                     "Trains GPT-2 in fp32 on the CPU (the reference for the GPU trainer). Example:\n"
+                     "  build/train_gpt2_cpu --train \"data/tinyshakespeare/*_train.bin\" --val \"data/tinyshakespeare/*_val.bin\"\n"
+                     "      --tokenizer data/gpt2_tokenizer.bin --init d4 --steps 200 --lr 2e-3 --warmup 20 --sample-every 100");
     std::string resume_from;
     if (!cfg.resume_dir.empty()) {
-        resume_from = find_checkpoint(cfg.resume_dir);
+        resume_from = checkpoint_find(cfg.resume_dir);
         cfg.init = resume_from + "/model.bin";
         if (cfg.out_dir.empty()) {  // keep writing beside the checkpoints we resumed from
             const size_t slash = resume_from.find_last_of('/');

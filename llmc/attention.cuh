@@ -12,14 +12,17 @@
 // with window W > 0 only keys t-W+1..t (the convention of Mistral's sliding window).
 // Precision: floatX operands (bf16 or fp32), every sum and the softmax in fp32.
 //
-// Two implementations behind one launcher:
-//   * attention_*_simple: scalar fp32 math, four threads per query (or key) row, any HD that is a
-//     multiple of 4 up to 128. The FP32 build uses it, and it is the bf16 fallback for head sizes
-//     the tensor-core kernels are not built for.
-//   * attention_*_mma: bf16 tensor cores (mma.sync m16n8k16 fed by ldmatrix), HD 64 and 128.
-//     Their tile budget is in the comment above them.
+// Two implementations, HD 64 or 128 (other head sizes are an error naming HD):
+//   * attention_*_simple: scalar fp32 math, four threads per query (or key) row; ~12 TFLOP/s. The
+//     FP32 build's path (tensor cores take no fp32), and the baseline in dev/cuda.
+//   * attention_*_flash: bf16 tensor cores (mma.sync m16n8k16 fed by ldmatrix), FlashAttention-2
+//     style; the bf16 build's path. Tile budget and measured speed in the comment above the kernels.
+// attention_forward / attention_backward (at the end) pick the one for the build's floatX. Both are
+// deterministic by construction: no atomics, every output element summed by one thread in a fixed
+// order (not measured run against run).
 #pragma once
 #include <cmath>
+#include <type_traits>
 #include "cuda_common.cuh"
 #include "utils.h"
 
@@ -42,9 +45,10 @@ __device__ __forceinline__ bool attends(int i, int j, int window) {
 // ============================================================================ simple kernels
 // Mapping: SIMPLE_TPR threads own one query row (forward, dQ) or one key row (dK/dV); thread `part`
 // holds dims part, part+4, part+8, ... so the four threads of a row read four consecutive smem words
-// (no bank conflict) and a dot product is three register FMAs a dim plus two shuffles. The other
-// operand streams through shared memory SIMPLE_TILE rows at a time. About 8 FLOP per smem float
-// read: fine as a reference and for the FP32 build, far from the tensor-core kernels.
+// (no bank conflict) and a dot product is HD/4 FMAs a thread plus two shuffles. The other operand
+// streams through shared memory SIMPLE_TILE rows at a time, one smem load per FMA: bound by the
+// load/store pipe at ~12 TFLOP/s forward, ~10 backward on the H200 (fp32 peak 67); fine for the FP32
+// build, 20x below the tensor-core kernels.
 constexpr int SIMPLE_TPR = 4;
 constexpr int SIMPLE_ROWS = 64;  // rows owned per block: 256 threads
 constexpr int SIMPLE_TILE = 32;  // rows of the streamed operand per smem tile
@@ -247,18 +251,25 @@ __global__ void __launch_bounds__(SIMPLE_THREADS)
 
 // ============================================================================ tensor-core kernels
 // FlashAttention-2 on mma.sync.m16n8k16 (bf16 in, fp32 accumulate), operands staged in shared memory
-// by cp.async and read into fragments by ldmatrix. Every warp owns 16 rows of the tile it keeps in
-// registers (queries in the forward and dQ kernels, keys in the dK/dV kernel) and sweeps the other
-// operand's tiles, which the whole block shares. Tile budget (bf16, 4 warps = 128 threads):
-//   forward   BQ 64 x BKV 64; smem Q + 2 stages of K,V = 40 KB (HD 64) / 80 KB (HD 128).
-//             Registers a thread: Q fragments HD/4, S 32, O accumulator HD/2.
-//   dQ        BQ 64 x BKV 64 (HD 64) or 32 (HD 128, to keep S, dP, Q, dO and dQ in ~170 registers);
-//             smem Q, dO + 2 stages of K,V = 48 / 64 KB.
-//   dK/dV     BKV 64 x BQ 64 (HD 64) or 32 (HD 128); smem K, V + 2 stages of Q, dO = 48 / 64 KB.
-// Why these choices:
-//   * 16 rows a warp keeps S, P and the output accumulator in registers with no spills at HD 128;
-//     the price is that every ldmatrix of the shared operand feeds one m16 tile (smem traffic
-//     bounds the tensor pipe at ~50%: what wgmma would lift).
+// by cp.async and read into fragments by ldmatrix. Every warp owns 16 (or 32) rows of the tile it
+// keeps in registers (queries in the forward and dQ kernels, keys in the dK/dV kernel) and sweeps the
+// other operand's tiles, which the whole block shares. Tile budget as shipped (4 warps, 128 threads):
+//   forward HD 64   BQ 128 (32 a warp) x BKV 64; smem Q + 2 stages of K,V = 48 KB; 250 registers
+//                   (Q fragments 32, S 64, O 64): 2 blocks/SM.
+//   forward HD 128  BQ 64 x BKV 64; smem 80 KB; 250 registers (Q 32, S 32, O 64): 2 blocks/SM.
+//   dQ              BQ 64 x BKV 64 (HD 64, capped at 168 registers: 3 blocks/SM) or 32 (HD 128, 240
+//                   registers for Q, dO, dQ, S and dP); smem Q, dO + 2 stages of K,V = 48 / 64 KB.
+//   dK/dV           BKV 64 x BQ 64 (HD 64, 168 registers) or 32 (HD 128, 252); smem K, V + 2 stages
+//                   of Q, dO = 48 / 64 KB.
+// Measured (H200, docs/perf.md "Attention"), TFLOP/s with cuDNN 9 side by side: at GPT-2's shape
+// (B 64, NH 12, T 1024, HD 64) forward 237 vs 322, backward 166 vs 246, the pair ~182 vs 262; at
+// T 4096 HD 128 forward 270 vs 556, backward 169 vs 455. Roughly 0.7x and 0.4x of cuDNN.
+// Why these choices, and what each bought:
+//   * m16n8k16 mma fed by ldmatrix.x4: each x4 (512 B of smem) feeds 2 mma a m16 tile; with one
+//     m16 tile a warp that is 256 B a mma against a budget of 128 (128 B/clk of smem against one
+//     mma/clk/SM), so the tensor pipe can be at most half busy. Two tiles a warp (MT = 2) halve the
+//     traffic: +14% at HD 64 (208 -> 237); at HD 128 the registers spill and it loses (270 -> 265).
+//     What remains is wgmma's job (operands straight from smem, 64-row warpgroup tiles): not done.
 //   * Rows of 64/128 bf16 are 128/256 bytes, so the 8 rows one ldmatrix phase reads would all hit the
 //     same banks: 16-byte chunks are XOR-swizzled by (row % 8) (swz below), conflict-free for both
 //     the cp.async stores and every ldmatrix (plain and .trans).
@@ -267,19 +278,23 @@ __global__ void __launch_bounds__(SIMPLE_THREADS)
 //   * The backward is two kernels, no atomics, no scratch: dK/dV (one block per key tile and KV head,
 //     looping over the queries of every head in its GQA group, so the group sum happens in registers)
 //     and dQ (one block per query tile). The dQ pass recomputes S and dP: 7 matmuls instead of FA2's
-//     5, bought for determinism and for needing no fp32 dQ buffer outside the interface.
-//     D = rowsum(dO * O) is recomputed by both from dO (in smem) and O (from global).
+//     5, bought for determinism (bit-identical runs) and for needing no fp32 dQ buffer outside the
+//     interface. D = rowsum(dO * O) is recomputed by both from dO (in smem) and O (from global).
+//   * Register caps: 3 blocks/SM for the HD 64 backward (+15%); 8-warp blocks lost everywhere
+//     (backward 127 vs 144, windowed forward 148 vs 188); 128-key forward tiles gained nothing.
 //   * Causal: blocks start with the longest rows; tiles wholly in the future (or wholly outside the
 //     sliding window) are never visited; only tiles that cross the diagonal or the window edge mask.
 // Rows past T are zero-filled on load (cp.async src-size 0) and never stored; their lse is +inf in
 // the backward so their probabilities are 0.
-// One kernel configuration: WARPS warps own 16 rows each of the register-resident operand (ROWS a
-// block); the streamed operand comes TILE rows a smem stage; MIN_BLOCKS is __launch_bounds__'s
-// register cap. The shipped choices are in the launchers at the end; dev/cuda times others.
-template <int HD_, int WARPS_, int TILE_, int MIN_BLOCKS_ = 1>
+// One kernel configuration: WARPS warps own MT m16 tiles (16 * MT rows) each of the register-resident
+// operand (ROWS a block); the streamed operand comes TILE rows a smem stage; MIN_BLOCKS is
+// __launch_bounds__'s register cap. MT = 2 makes every ldmatrix of the streamed operand feed two
+// mma (half the smem traffic per FLOP) at twice the accumulator registers: forward only.
+// The shipped choices are in the launchers at the end; dev/cuda times others.
+template <int HD_, int WARPS_, int TILE_, int MIN_BLOCKS_ = 1, int MT_ = 1>
 struct FlashCfg {
-    static constexpr int HD = HD_, WARPS = WARPS_, THREADS = WARPS_ * WARP_SIZE, ROWS = 16 * WARPS_, TILE = TILE_,
-                         MIN_BLOCKS = MIN_BLOCKS_;
+    static constexpr int HD = HD_, WARPS = WARPS_, THREADS = WARPS_ * WARP_SIZE, MT = MT_, WROWS = 16 * MT_,
+                         ROWS = WROWS * WARPS_, TILE = TILE_, MIN_BLOCKS = MIN_BLOCKS_;
     // every kernel holds two ROWS-row tiles or one, and two stages of two TILE-row tiles
     static constexpr int smem_bytes(int resident_tiles) { return (resident_tiles * ROWS + 4 * TILE) * HD * 2; }
     static_assert(HD % 16 == 0 && TILE % 16 == 0, "mma steps are 16 wide");
@@ -339,13 +354,13 @@ __device__ __forceinline__ void load_tile_async(bf16* dst, const bf16* src, int 
     }
 }
 
-// Copies this warp's 16 rows [row0, row0 + 16) of a swizzled smem tile to global rows < valid_rows.
-template <int HD>
+// Copies this warp's WR rows [row0, row0 + WR) of a swizzled smem tile to global rows < valid_rows.
+template <int HD, int WR = 16>
 __device__ __forceinline__ void store_warp_rows(bf16* dst, int stride, const bf16* tile, int row0, int valid_rows) {
     constexpr int CHUNKS = HD / 8;
     const int lane = threadIdx.x % WARP_SIZE;
 #pragma unroll
-    for (int i = 0; i < 16 * CHUNKS / WARP_SIZE; i++) {
+    for (int i = 0; i < WR * CHUNKS / WARP_SIZE; i++) {
         const int idx = i * WARP_SIZE + lane, r = row0 + idx / CHUNKS, c = (idx % CHUNKS) * 8;
         if (r < valid_rows)
             *reinterpret_cast<int4*>(dst + (size_t)r * stride + c) = *reinterpret_cast<const int4*>(tile + swz<HD>(r, c));
@@ -384,35 +399,50 @@ __device__ __forceinline__ const bf16* frag_b_kn(const bf16* tile, int row0, int
     return tile + swz<HD>(row0 + (lane & 7) + ((lane >> 3) & 1) * 8, col0 + (lane >> 4) * 8);
 }
 
-// acc (16 x N, N/8 C-fragments) += A (16 x K, fragments in registers, K/16 of them) * B, B from a
-// [n][k] tile (so acc = A * tile^T), rows n0.. of the tile.
-template <int HD, int N, int K>
-__device__ __forceinline__ void mma_a_regs_b_nk(float (*acc)[4], const uint32_t (*a)[4], const bf16* tile, int n0) {
+// For each of MT m16 tiles: acc[mt] (16 x N, N/8 C-fragments) += A[mt] (16 x K, fragments in
+// registers, K/16 of them) * B, B from a [n][k] tile (so acc = A * tile^T), rows n0.. of the tile.
+// Each B fragment loaded feeds MT tiles.
+template <int HD, int N, int K, int MT = 1>
+__device__ __forceinline__ void mma_a_regs_b_nk(float (*acc)[N / 8][4], const uint32_t (*a)[K / 16][4], const bf16* tile,
+                                                int n0) {
 #pragma unroll
     for (int kk = 0; kk < K / 16; kk++)
 #pragma unroll
         for (int nb = 0; nb < N / 16; nb++) {
             uint32_t b[4];
             ldmatrix_x4(b, frag_b_nk<HD>(tile, n0 + nb * 16, kk * 16));
-            mma_16816(acc[2 * nb], a[kk], b[0], b[1]);
-            mma_16816(acc[2 * nb + 1], a[kk], b[2], b[3]);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_16816(acc[mt][2 * nb], a[mt][kk], b[0], b[1]);
+                mma_16816(acc[mt][2 * nb + 1], a[mt][kk], b[2], b[3]);
+            }
         }
 }
-// acc (16 x HD) += P (16 x K as C-fragments, K/8 of them, converted to bf16 A fragments) * tile,
-// the tile [k][n] with rows k0.. (P V in the forward, P^T dO and dS^T Q in dK/dV, dS K in dQ).
-template <int HD, int K>
-__device__ __forceinline__ void mma_p_regs_b_kn(float (*acc)[4], const float (*p)[4], const bf16* tile, int k0) {
+// For each of MT m16 tiles: acc[mt] (16 x HD) += P[mt] (16 x K as C-fragments, K/8 of them,
+// converted to bf16 A fragments) * tile, the tile [k][n] with rows k0.. (P V in the forward, P^T dO
+// and dS^T Q in dK/dV, dS K in dQ).
+template <int HD, int K, int MT = 1>
+__device__ __forceinline__ void mma_p_regs_b_kn(float (*acc)[HD / 8][4], const float (*p)[K / 8][4], const bf16* tile,
+                                                int k0) {
 #pragma unroll
     for (int kk = 0; kk < K / 16; kk++) {
-        const uint32_t a[4] = {pack_bf16(p[2 * kk][0], p[2 * kk][1]), pack_bf16(p[2 * kk][2], p[2 * kk][3]),
-                               pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                               pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            a[mt][0] = pack_bf16(p[mt][2 * kk][0], p[mt][2 * kk][1]);
+            a[mt][1] = pack_bf16(p[mt][2 * kk][2], p[mt][2 * kk][3]);
+            a[mt][2] = pack_bf16(p[mt][2 * kk + 1][0], p[mt][2 * kk + 1][1]);
+            a[mt][3] = pack_bf16(p[mt][2 * kk + 1][2], p[mt][2 * kk + 1][3]);
+        }
 #pragma unroll
         for (int nd = 0; nd < HD / 16; nd++) {
             uint32_t b[4];
             ldmatrix_x4_trans(b, frag_b_kn<HD>(tile, k0 + kk * 16, nd * 16));
-            mma_16816(acc[2 * nd], a, b[0], b[1]);
-            mma_16816(acc[2 * nd + 1], a, b[2], b[3]);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_16816(acc[mt][2 * nd], a[mt], b[0], b[1]);
+                mma_16816(acc[mt][2 * nd + 1], a[mt], b[2], b[3]);
+            }
         }
     }
 }
@@ -474,9 +504,9 @@ __device__ __forceinline__ void rows_d_lse(float* sD, float* sLse, const bf16* s
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     attention_forward_mma(bf16* out, float* lse, const bf16* qkv, int T, QKVLayout L, int window) {
-    constexpr int HD = Cfg::HD, BQ = Cfg::ROWS, BKV = Cfg::TILE, NT = Cfg::THREADS;
+    constexpr int HD = Cfg::HD, BQ = Cfg::ROWS, BKV = Cfg::TILE, NT = Cfg::THREADS, MT = Cfg::MT, WR = Cfg::WROWS;
     extern __shared__ __align__(16) bf16 smem[];
-    bf16* sQ = smem;                     // (BQ, HD)
+    bf16* sQ = smem;                     // (BQ, HD), later the output staging tile
     bf16* sK = sQ + BQ * HD;             // 2 x (BKV, HD)
     bf16* sV = sK + 2 * BKV * HD;        // 2 x (BKV, HD)
     const int tile = gridDim.x - 1 - blockIdx.x;
@@ -493,10 +523,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     load_tile_async<BKV, HD, NT>(sV, seq + (size_t)kv_first * BKV * stride + L.v_col(kvh), stride, T - kv_first * BKV);
     cp_async_commit();
 
-    uint32_t qf[HD / 16][4];
-    float o[HD / 8][4] = {};
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8; l is this thread's part
-    const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+    // Thread state per m16 tile mt: rows g and g + 8 (index r); l is this thread's part of the sum.
+    uint32_t qf[MT][HD / 16][4];
+    float o[MT][HD / 8][4] = {};
+    float m[MT][2], l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
+    const int row0 = q0 + warp * WR + g;  // query of (mt, r) = row0 + 16 * mt + 8 * r
     for (int kt = kv_first; kt <= kv_last; kt++) {
         const int stage = (kt - kv_first) & 1, kv0 = kt * BKV;
         if (kt < kv_last) {  // prefetch the next tile into the other stage (freed by the last barrier)
@@ -509,59 +542,71 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
             cp_async_wait<0>();
         }
         __syncthreads();
-        if (kt == kv_first) load_a_frags<HD, HD>(qf, sQ, warp * 16);
+        if (kt == kv_first)
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) load_a_frags<HD, HD>(qf[mt], sQ, warp * WR + mt * 16);
         const bf16* k_tile = sK + stage * BKV * HD;
         const bf16* v_tile = sV + stage * BKV * HD;
 
-        float s[BKV / 8][4] = {};
-        mma_a_regs_b_nk<HD, BKV, HD>(s, qf, k_tile, 0);
+        float s[MT][BKV / 8][4] = {};
+        mma_a_regs_b_nk<HD, BKV, HD, MT>(s, qf, k_tile, 0);
         const bool edge = kv0 + BKV - 1 > q0 || (window > 0 && q0 + BQ - 1 - kv0 >= window);
         if (edge) {
 #pragma unroll
-            for (int nb = 0; nb < BKV / 8; nb++)
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++)
-                    if (!attends(row[e >> 1], kv0 + nb * 8 + 2 * t4 + (e & 1), window)) s[nb][e] = -INFINITY;
+                for (int nb = 0; nb < BKV / 8; nb++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        if (!attends(row0 + 16 * mt + 8 * (e >> 1), kv0 + nb * 8 + 2 * t4 + (e & 1), window))
+                            s[mt][nb][e] = -INFINITY;
         }
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mx = m[r];
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int nb = 0; nb < BKV / 8; nb++) mx = fmaxf(mx, fmaxf(s[nb][2 * r], s[nb][2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float base = mx == -INFINITY ? 0.0f : mx * sl2;  // a row with nothing visible yet stays 0
-            const float corr = exp2f(m[r] * sl2 - base);
-            m[r] = mx;
-            l[r] *= corr;
+            for (int r = 0; r < 2; r++) {
+                float mx = m[mt][r];
 #pragma unroll
-            for (int nd = 0; nd < HD / 8; nd++) o[nd][2 * r] *= corr, o[nd][2 * r + 1] *= corr;
+                for (int nb = 0; nb < BKV / 8; nb++) mx = fmaxf(mx, fmaxf(s[mt][nb][2 * r], s[mt][nb][2 * r + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float base = mx == -INFINITY ? 0.0f : mx * sl2;  // a row with nothing visible yet stays 0
+                const float corr = exp2f(m[mt][r] * sl2 - base);
+                m[mt][r] = mx;
+                l[mt][r] *= corr;
 #pragma unroll
-            for (int nb = 0; nb < BKV / 8; nb++) {
-                s[nb][2 * r] = exp2f(fmaf(s[nb][2 * r], sl2, -base));
-                s[nb][2 * r + 1] = exp2f(fmaf(s[nb][2 * r + 1], sl2, -base));
-                l[r] += s[nb][2 * r] + s[nb][2 * r + 1];
+                for (int nd = 0; nd < HD / 8; nd++) o[mt][nd][2 * r] *= corr, o[mt][nd][2 * r + 1] *= corr;
+#pragma unroll
+                for (int nb = 0; nb < BKV / 8; nb++) {
+                    s[mt][nb][2 * r] = exp2f(fmaf(s[mt][nb][2 * r], sl2, -base));
+                    s[mt][nb][2 * r + 1] = exp2f(fmaf(s[mt][nb][2 * r + 1], sl2, -base));
+                    l[mt][r] += s[mt][nb][2 * r] + s[mt][nb][2 * r + 1];
+                }
             }
-        }
-        mma_p_regs_b_kn<HD, BKV>(o, s, v_tile, 0);
+        mma_p_regs_b_kn<HD, BKV, MT>(o, s, v_tile, 0);
         __syncthreads();  // this stage is free for the prefetch two tiles on
     }
 
     // Normalise, stage this warp's rows in sQ (only this warp ever read them), store 16-byte chunks.
-    float inv[2];
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float lt = l[r];
-        lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-        lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-        inv[r] = 1.0f / lt;
-        if (t4 == 0 && row[r] < T) lse[((size_t)b * L.NH + h) * T + row[r]] = m[r] * (sl2 / LOG2E) + logf(lt);
+    for (int mt = 0; mt < MT; mt++) {
+        float inv[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float lt = l[mt][r];
+            lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+            lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+            inv[r] = 1.0f / lt;
+            const int row = row0 + 16 * mt + 8 * r;
+            if (t4 == 0 && row < T) lse[((size_t)b * L.NH + h) * T + row] = m[mt][r] * (sl2 / LOG2E) + logf(lt);
+        }
+#pragma unroll
+        for (int nd = 0; nd < HD / 8; nd++)
+            o[mt][nd][0] *= inv[0], o[mt][nd][1] *= inv[0], o[mt][nd][2] *= inv[1], o[mt][nd][3] *= inv[1];
+        acc_to_tile<HD>(sQ, warp * WR + mt * 16, o[mt], 1.0f);
     }
-#pragma unroll
-    for (int nd = 0; nd < HD / 8; nd++) o[nd][0] *= inv[0], o[nd][1] *= inv[0], o[nd][2] *= inv[1], o[nd][3] *= inv[1];
-    acc_to_tile<HD>(sQ, warp * 16, o, 1.0f);
     __syncwarp();
-    store_warp_rows<HD>(out + ((size_t)b * T + q0) * L.NH * HD + h * HD, L.NH * HD, sQ, warp * 16, T - q0);
+    store_warp_rows<HD, WR>(out + ((size_t)b * T + q0) * L.NH * HD + h * HD, L.NH * HD, sQ, warp * WR, T - q0);
 }
 
 // dQ = scale * dS K with dS = P * (dP - D), P = exp(scale * Q K^T - lse), dP = dO V^T.
@@ -572,6 +617,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     attention_backward_dq_mma(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int T,
                               QKVLayout L, int window) {
     constexpr int HD = Cfg::HD, BQ = Cfg::ROWS, BKV = Cfg::TILE, NT = Cfg::THREADS;
+    static_assert(Cfg::MT == 1, "the backward kernels keep one m16 tile a warp");
     extern __shared__ __align__(16) bf16 smem[];
     bf16* sQ = smem;               // (BQ, HD), later the dQ staging tile
     bf16* sdO = sQ + BQ * HD;      // (BQ, HD)
@@ -620,8 +666,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
         const bf16* k_tile = sK + stage * BKV * HD;
         const bf16* v_tile = sV + stage * BKV * HD;
         float s[BKV / 8][4] = {}, dp[BKV / 8][4] = {};
-        mma_a_regs_b_nk<HD, BKV, HD>(s, qf, k_tile, 0);
-        mma_a_regs_b_nk<HD, BKV, HD>(dp, dof, v_tile, 0);
+        mma_a_regs_b_nk<HD, BKV, HD>(&s, &qf, k_tile, 0);
+        mma_a_regs_b_nk<HD, BKV, HD>(&dp, &dof, v_tile, 0);
         const bool edge = kv0 + BKV - 1 > q0 || (window > 0 && q0 + BQ - 1 - kv0 >= window);
 #pragma unroll
         for (int nb = 0; nb < BKV / 8; nb++)
@@ -632,7 +678,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
                 if (edge && !attends(row[r], kv0 + nb * 8 + 2 * t4 + (e & 1), window)) p = 0.0f;
                 s[nb][e] = p * (dp[nb][e] - rowD[r]);  // dS
             }
-        mma_p_regs_b_kn<HD, BKV>(dq, s, k_tile, 0);
+        mma_p_regs_b_kn<HD, BKV>(&dq, &s, k_tile, 0);
         __syncthreads();
     }
     acc_to_tile<HD>(sQ, warp * 16, dq, scale);
@@ -650,6 +696,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     attention_backward_dkdv_mma(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
                                 int T, QKVLayout L, int window) {
     constexpr int HD = Cfg::HD, BKV = Cfg::ROWS, BQ = Cfg::TILE, NT = Cfg::THREADS;
+    static_assert(Cfg::MT == 1, "the backward kernels keep one m16 tile a warp");
     extern __shared__ __align__(16) bf16 smem[];
     bf16* sK = smem;               // (BKV, HD), later the dK staging tile
     bf16* sV = sK + BKV * HD;      // (BKV, HD), later the dV staging tile
@@ -707,8 +754,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
                 st[nb][e] = p;                         // P^T
                 dpt[nb][e] = p * (dpt[nb][e] - sD[qi]);  // dS^T
             }
-        mma_p_regs_b_kn<HD, BQ>(dv, st, do_tile, 0);
-        mma_p_regs_b_kn<HD, BQ>(dk, dpt, q_tile, 0);
+        mma_p_regs_b_kn<HD, BQ>(&dv, &st, do_tile, 0);
+        mma_p_regs_b_kn<HD, BQ>(&dk, &dpt, q_tile, 0);
         __syncthreads();  // this stage, sD and sLse are free
     }
     acc_to_tile<HD>(sK, warp * 16, dk, scale);
@@ -795,13 +842,17 @@ inline void backward_flash(bf16* dqkv, const bf16* dout, const bf16* qkv, const 
     cudaCheckLaunch();
 }
 
-// The shipped configurations (tile budget in the comment above the kernels).
+// The shipped configurations, the fastest of dev/cuda's variants on the H200 (docs/perf.md):
+//   forward HD 64: 2 m16 tiles a warp (variant 4: 237 TFLOP/s against 208 with one, 250 registers);
+//   forward HD 128: one m16 tile a warp, 64 keys a tile (270; 2 tiles a warp spill: 265);
+//   backward HD 64: capped at 168 registers, 3 blocks/SM (variant 2: 166 against 144 uncapped);
+//   backward HD 128: uncapped (the cap spills: 145 against 169).
 template <int HD>
-using FwdCfg = FlashCfg<HD, 4, 64>;
+using FwdCfg = std::conditional_t<HD == 64, FlashCfg<64, 4, 64, 1, 2>, FlashCfg<HD, 4, 64>>;
 template <int HD>
-using DQCfg = FlashCfg<HD, 4, HD == 128 ? 32 : 64>;
+using DQCfg = std::conditional_t<HD == 64, FlashCfg<64, 4, 64, 3>, FlashCfg<HD, 4, 32>>;
 template <int HD>
-using DKVCfg = FlashCfg<HD, 4, HD == 128 ? 32 : 64>;
+using DKVCfg = std::conditional_t<HD == 64, FlashCfg<64, 4, 64, 3>, FlashCfg<HD, 4, 32>>;
 }  // namespace attention_detail
 
 // FlashAttention-2 on tensor cores; bf16 tensors, HD 64 or 128, every pointer 16-byte aligned.

@@ -87,7 +87,8 @@ inline void gpt2_validate_config(const GPT2Config& c, const char* what) {
     if (c.window != 0) fail("%s: attention window %d: sliding-window attention is not supported by this build", what, c.window);
 }
 
-// "dN": GPT-2 shape with N layers, 64*N channels, N heads (d12 = GPT-2 124M, d24 = 350M, d36 = 774M, d48 = 1558M).
+// "dN": N layers, 64*N channels, N heads of 64: d12 is GPT-2 124M; other N scale width with depth
+// (d24 ~ 0.7B), so they are not the GPT-2 350M/774M shapes (those load from checkpoints).
 inline GPT2Config gpt2_config_from_descriptor(const char* desc) {
     int64_t n = 0;
     if (desc[0] != 'd' || !parse_int64(desc + 1, &n) || n <= 0 || n > 96)

@@ -5,9 +5,15 @@
 //   0  shipped attention_forward (llmc/attention.cuh): the tensor-core kernel in the bf16 build,
 //      the simple kernel in the FP32 build
 //   1  attention_forward_simple: scalar fp32, four threads a query, K/V tiles in smem
-//   2  tensor-core kernel, no register cap (__launch_bounds__ min blocks 1)        (bf16 only)
-//   3  tensor-core kernel with 8 warps, 128 queries a block                          (bf16 only)
-//   4  cuDNN fused attention (llmc/cudnn_attention.cuh)                 (bf16 with USE_CUDNN=1)
+// Tensor-core configurations (FlashCfg<HD, warps, keys a tile, min blocks/SM, m16 tiles a warp>),
+// bf16 only:
+//   2  4 warps x 16 queries, 64 keys a tile, no register cap
+//   3  8 warps x 16 queries (128 a block)
+//   4  4 warps x 32 queries (2 m16 tiles a warp share each K/V fragment), 64 keys (HD 128: 32 keys)
+//   5  4 warps x 32 queries, 32 keys, 168 registers (3 blocks/SM)                    (HD 64)
+//   6  4 warps x 16 queries, 128 keys a tile (HD 128: 32 keys)
+//   7  4 warps x 16 queries, 64 keys, 128 registers (4 blocks/SM)                    (HD 64)
+//   9  cuDNN fused attention (llmc/cudnn_attention.cuh)                 (bf16 with USE_CUDNN=1)
 // FLOPs: 4 * HD per visible (query, key) pair; causal counts half the square, 2*B*NH*T^2*HD (the
 // convention of ../shared/H200.md); a window W counts its visible pairs (~T*W). Bytes: qkv read
 // once, out and lse written once.
@@ -16,8 +22,20 @@
 // Run:   dev/cuda/build/attention_forward [variant ...] [--check-only] [--reps N] [--small]
 //        --small: only two tiny awkward shapes (for compute-sanitizer --tool racecheck).
 //
-// Measured on the H200 (docs/perf.md, "Attention", has the table): see there for each variant's
-// numbers and the designs that were tried and dropped.
+// Measured on one H200, 2026-12-02, bf16, TFLOP/s (median, L2 flushed); every variant passed its
+// checks. Variant 0 was then variant 2's configuration; it now ships variant 4 (HD 64) and stays
+// variant 2 (HD 128):
+//   shape (B NH/NKV T HD W)        1 simple  2      3 8w   4 MT2  5      6      7      9 cuDNN
+//   gpt2  64 12/12 1024  64        12.0      209.3  213.7  236.7  213.5  213.5  232.3  321.6
+//   gqa   64 12/4  1024  64        12.2      210.8  213.8  237.5  213.0  214.3  233.2  323.4
+//   long  16 16/16 4096 128        12.4      270.4  272.3  264.8  -      247.3  -      556.3
+//   window 16 16/16 4096 128 256    9.7      189.4  148.4  156.3  -      171.8  -      305.4
+//   odd    3  6/2   777 128         5.1       89.5   88.7   65.3  -       85.1  -      134.4
+//   odd-w  5  4/4  1000  64 100     4.3       33.3   27.1   29.4   26.4   30.4   35.7   28.0
+// Errors at gpt2 (out): nmse 3.8e-6 for every tensor-core variant, 3.9e-6 for cuDNN, 2.6e-6 for the
+// fp32-math simple kernel (bf16 output rounding alone); lse ~1e-14.
+// Tried and dropped: 8-warp blocks (no gain at T 1024, -21% windowed); 128-key tiles (none); two
+// m16 tiles a warp at HD 128 (spills, -2%) or with 32-key tiles (3 blocks/SM: 213, below 237).
 #include "harness.cuh"
 #include "llmc/attention.cuh"
 #include "llmc/cpu/attention.h"
@@ -43,6 +61,25 @@ const Shape SMALL_SHAPES[] = {
     {"small", 1, 200, 2, 1, 64, 0, 1},
     {"small-w", 2, 150, 2, 2, 128, 40, 2},
 };
+
+// bf16: P (and dS) enter their matmuls rounded to bf16, as in FlashAttention and cuDNN (whose errors
+// on these inputs match ours to the digit: docs/perf.md), so an element's error follows the size of
+// the terms of its sum, not the often cancelled result, which near a sequence start can be 1% of rms.
+// So two criteria: element-wise |err| <= 2e-2 |ref| + 1e-1 rms(ref) catches a wrong row or tile, and
+// the normalised squared error (nmse) <= NMSE_MAX catches small widespread errors: ours and cuDNN's
+// are 4e-6..6e-6, the fp32-math kernel with bf16 output 2.7e-6. fp32: the harness default, 1e-9.
+#if defined(PRECISION_FP32)
+constexpr double NMSE_MAX = 1e-9;
+#else
+constexpr double NMSE_MAX = 2e-5;
+#endif
+inline lab::Tol attention_tol() {
+    lab::Tol t = lab::default_tol();
+#if !defined(PRECISION_FP32)
+    t.abs = 1e-1;
+#endif
+    return t;
+}
 
 // Visible (query, key) pairs of one head of one sequence.
 inline double visible_pairs(int T, int window) {
@@ -77,9 +114,11 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
         lse.poison(st);
     };
     auto check = [&] {
-        const bool a = lab.check(out, out_ref, lab::default_tol(), out_rows, (size_t)NH * HD);
+        const bool a = lab.check(out, out_ref, attention_tol(), out_rows, (size_t)NH * HD);  // + written, guard
         const bool b = lab.check(lse, lse_ref, lab::default_tol(), lse_rows, (size_t)NH * T);
-        return a && b;
+        const double nmse = lab::measure(out.download(0, out_ref.size()), out_ref, attention_tol()).nmse;
+        if (!(nmse <= NMSE_MAX)) printf("    out        FAIL: nmse %.2e over %.0e\n", nmse, NMSE_MAX);
+        return a && b && nmse <= NMSE_MAX;
     };
     auto variant = [&](int v, const char* what, const std::function<void()>& launch) {
         lab.run(op, v, what, bytes, flops, lab::Bound::Compute, reset, launch, check);
@@ -97,10 +136,23 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
         if (HD == 64) forward_flash<FlashCfg<64, 8, 64, 2>>(out, lse, qkv, B, T, L, W, st);
         else forward_flash<FlashCfg<128, 8, 64, 1>>(out, lse, qkv, B, T, L, W, st);
     });
+    variant(4, "mma, 32 queries a warp", [&] {
+        if (HD == 64) forward_flash<FlashCfg<64, 4, 64, 1, 2>>(out, lse, qkv, B, T, L, W, st);
+        else forward_flash<FlashCfg<128, 4, 32, 1, 2>>(out, lse, qkv, B, T, L, W, st);
+    });
+    if (HD == 64)
+        variant(5, "mma, 32 queries a warp, 32 keys, 3 blocks/SM",
+                [&] { forward_flash<FlashCfg<64, 4, 32, 3, 2>>(out, lse, qkv, B, T, L, W, st); });
+    variant(6, "mma, 128 keys a tile (HD 128: 32)", [&] {
+        if (HD == 64) forward_flash<FlashCfg<64, 4, 128, 1>>(out, lse, qkv, B, T, L, W, st);
+        else forward_flash<FlashCfg<128, 4, 32, 2>>(out, lse, qkv, B, T, L, W, st);
+    });
+    if (HD == 64)
+        variant(7, "mma, 4 blocks/SM", [&] { forward_flash<FlashCfg<64, 4, 64, 4>>(out, lse, qkv, B, T, L, W, st); });
 #endif
 #if defined(USE_CUDNN)
-    if (lab.selected(4) && cudnn_attention_supported(false, B, T, NH, NKV, HD, W))
-        variant(4, "cuDNN", [&] { cudnn_attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
+    if (lab.selected(9) && cudnn_attention_supported(false, B, T, NH, NKV, HD, W))
+        variant(9, "cuDNN", [&] { cudnn_attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
 #endif
 }
 
