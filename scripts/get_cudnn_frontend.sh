@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Fetches cuDNN's header-only C++ frontend (the `nvidia-cudnn-frontend` wheel from PyPI) into
+# build/cudnn_frontend/include, where `make USE_CUDNN=1` looks for it (CUDNN_FRONTEND_PATH).
+# cuDNN 9 itself (libcudnn) must be installed with the CUDA toolkit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dest=build/cudnn_frontend
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+python3 -m pip download --quiet --no-deps nvidia-cudnn-frontend -d "$tmp"
+rm -rf "$dest" && mkdir -p "$dest"
+python3 -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); [z.extract(n, sys.argv[2]) for n in z.namelist() if n.startswith('include/')]" \
+    "$(ls "$tmp"/*.whl | head -1)" "$dest"
+echo "cudnn_frontend headers in $dest/include ($(ls "$dest/include" | wc -l) files)"
