@@ -6,7 +6,7 @@
 //                    (tanh approximation, cuBLASLt's GELU epilogue)                              (=)
 //   matmul_backward  dinp = dout W (=); with gelu_pre (the forward's pre-activation of inp), the
 //                    dGELU epilogue turns it into the gradient w.r.t. that pre-activation        (=)
-//                    dweight += dout^T inp; dbias += column sums of dout (BGRADB epilogue)       (+=)
+//                    dweight += dout^T inp; dbias += column sums of dout                         (+=)
 // cuBLAS is column-major: a row-major (R, K) matrix is a column-major (K, R) one, so the row-major
 // products above are computed as their transposes, e.g. out^T (OC, N) = W (OC, C) . inp^T (C, N).
 #pragma once
@@ -17,13 +17,10 @@
 constexpr cublasComputeType_t MATMUL_COMPUTE = CUBLAS_COMPUTE_32F;
 
 // D (m, n) = alpha * op(A) op(B) + beta * D, all column-major with leading dims lda/ldb/ldd; the
-// epilogue adds `bias` (m, of bias_type) or writes the bias gradient into it (BGRADB: n), and
-// applies GELU / dGELU with `aux` (m, n), leading dim ldd. Returns false instead of failing when
-// `may_fail` and cuBLASLt has no algorithm for the combination (the caller then falls back).
-static bool matmul_cublaslt(const CudaContext& ctx, floatX* d, const floatX* a, const floatX* b, int m, int n, int k,
+// epilogue adds `bias` (m) and applies GELU / dGELU with `aux` (m, n), leading dim ldd.
+static void matmul_cublaslt(const CudaContext& ctx, floatX* d, const floatX* a, const floatX* b, int m, int n, int k,
                             bool trans_a, bool trans_b, int lda, int ldb, int ldd, float beta,
-                            cublasLtEpilogue_t epilogue, const void* bias, floatX* aux,
-                            cudaDataType_t bias_type = CUBLAS_FLOATX, bool may_fail = false) {
+                            cublasLtEpilogue_t epilogue, const floatX* bias, floatX* aux) {
     cublasLtMatmulDesc_t desc;
     cublasCheck(cublasLtMatmulDescCreate(&desc, MATMUL_COMPUTE, CUDA_R_32F));
     const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -32,6 +29,7 @@ static bool matmul_cublaslt(const CudaContext& ctx, floatX* d, const floatX* a, 
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
     if (bias) {
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+        const cudaDataType_t bias_type = CUBLAS_FLOATX;
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
     }
     if (aux) {
@@ -49,23 +47,18 @@ static bool matmul_cublaslt(const CudaContext& ctx, floatX* d, const floatX* a, 
                                                      &ctx.cublaslt_workspace_size, sizeof(ctx.cublaslt_workspace_size)));
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
-    if (!may_fail) cublasCheck(st);  // with may_fail, any refusal (NOT_SUPPORTED, INVALID_VALUE) means "fall back"
-    const bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
-    if (!ok && !may_fail)
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt, desc, la, lb, ld, ld, pref, 1, &heur, &found));
+    if (found == 0)
         fail("cuBLASLt has no algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d epilogue=%d", m, n, k, (int)trans_a,
              (int)trans_b, (int)epilogue);
-    if (ok) {
-        const float alpha = 1.0f;
-        cublasCheck(cublasLtMatmul(ctx.cublaslt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo,
-                                   ctx.cublaslt_workspace, ctx.cublaslt_workspace_size, ctx.stream));
-    }
+    const float alpha = 1.0f;
+    cublasCheck(cublasLtMatmul(ctx.cublaslt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo,
+                               ctx.cublaslt_workspace, ctx.cublaslt_workspace_size, ctx.stream));
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatrixLayoutDestroy(lb));
     cublasCheck(cublasLtMatrixLayoutDestroy(ld));
     cublasCheck(cublasLtMatmulDescDestroy(desc));
-    return ok;
 }
 
 // out^T (OC, N) = W (OC, C) . inp^T (C, N): A = weight stored column-major (C, OC), transposed.
@@ -79,7 +72,7 @@ inline void matmul_forward(floatX* out, floatX* gelu_pre, const floatX* inp, con
     matmul_cublaslt(ctx, out, weight, inp, OC, N, C, true, false, C, C, OC, 0.0f, epi, bias, gelu_pre);
 }
 
-// Bias gradient, fallback stage 1 (when cuBLASLt has no BGRADB algorithm for the shape): like
+// Bias gradient, stage 1: like
 // layernorm_backward_param_partials, thread = pack of columns, blockIdx.y = chunk of rows walked in
 // order; partials (chunks, OC). Re-reads dout: N * OC * sizeof(floatX) bytes.
 static __global__ void bias_backward_partials(float* partials, const floatX* dout, int N, int OC, int rows_per_chunk) {
@@ -96,12 +89,6 @@ static __global__ void bias_backward_partials(float* partials, const floatX* dou
     for (int k = 0; k < x128::size; k++) p[k] = acc[k];
 }
 
-// dbias[c] += delta[c]: folds the (=) bias gradient of the BGRADB epilogue into the (+=) gradient.
-static __global__ void bias_add(floatX* dbias, const floatX* delta, int OC) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c < OC) dbias[c] = from_float<floatX>(to_float(dbias[c]) + to_float(delta[c]));
-}
-
 // scratch: column_num_chunks(N) * OC floats when dbias is given.
 inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout,
                             const floatX* inp, const floatX* weight, floatX* gelu_pre, int N, int C, int OC,
@@ -111,23 +98,13 @@ inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, float*
     matmul_cublaslt(ctx, dinp, weight, dout, C, N, OC, false, false, C, OC, C, 0.0f,
                     gelu_pre ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT, nullptr, gelu_pre);
     // dweight^T (C, OC) += inp^T (C, N) . dout (N, OC): dout is column-major (OC, N), transposed.
-    // The bias gradient is the sum of op(B) = dout over the GEMM's k = N: the BGRADB epilogue
-    // computes it (fp32 accumulation) while dout streams through the GEMM anyway and writes it (=)
-    // in floatX to scratch (cuBLASLt refuses an fp32 bias with bf16 matrices); bias_add folds it
-    // into dbias (+=). That saves re-reading dout (3 ms a step at GPT-2 124M, B*T = 65536).
-    floatX* dbias_tmp = reinterpret_cast<floatX*>(scratch);
-    if (dbias && matmul_cublaslt(ctx, dweight, inp, dout, C, OC, N, false, true, C, OC, C, 1.0f,
-                                 CUBLASLT_EPILOGUE_BGRADB, dbias_tmp, nullptr, CUBLAS_FLOATX, true)) {
-        bias_add<<<ceil_div(OC, 256), 256, 0, ctx.stream>>>(dbias, dbias_tmp, OC);
-        cudaCheckLaunch();
-        return;
-    }
     matmul_cublaslt(ctx, dweight, inp, dout, C, OC, N, false, true, C, OC, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT,
                     nullptr, nullptr);
+    // The bias gradient re-reads dout in a fixed order (deterministic). cuBLASLt's BGRADB epilogue
+    // would fold it into the dweight GEMM, but it makes that GEMM pick slower kernels: in the lab
+    // (docs/perf.md) the four backward GEMMs of a layer took 3.10 ms with it and 2.96 ms with these
+    // two small kernels, ~1.7 ms a step at GPT-2 124M.
     if (dbias) {
-        static bool noted = false;  // say once per process that the slower path runs
-        if (!noted) fprintf(stderr, "note: no cuBLASLt BGRADB algorithm for N=%d C=%d OC=%d: bias gradients re-read dout\n", N, C, OC);
-        noted = true;
         const int chunks = column_num_chunks(N), rows_per_chunk = ceil_div(N, chunks);
         const int packs = OC / x128::size, threads = 128;
         bias_backward_partials<<<dim3(ceil_div(packs, threads), chunks), threads, 0, ctx.stream>>>(scratch, dout, N, OC,

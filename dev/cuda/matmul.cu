@@ -10,17 +10,20 @@
 // FLOPs: forward 2*N*C*OC, backward 4*N*C*OC (dinp and dweight). Bytes: every operand once.
 //
 // Variants: 0 shipped (bias / GELU in the cuBLASLt epilogue; backward: dinp GEMM with the dGELU
-// epilogue for fcproj, dweight GEMM with beta 1, and the bias gradient as matmul.cuh does it),
-// 1 plain (the same cuBLASLt GEMMs with no epilogue and no dbias: the 90% target's baseline).
-// H200, bf16, N=65536, 2026-12-02, one run, measured while matmul.cuh summed dbias with its own
-// fixed-order column-sum kernels (before its BGRADB epilogue); TFLOP/s, shipped / plain = ratio:
-//   qkv        forward 727 / 686 = 106%    backward 650 / 647 = 100%
-//   attproj    forward 654 / 668 =  98%    backward 569 / 686 =  83%  (dbias: +46 us)
-//   fc         forward 533 / 646 =  83%    backward 686 / 697 =  98%  (GELU epilogue: +0.10 ms)
-//   fcproj     forward 774 / 693 = 112%    backward 578 / 685 =  84%  (dGELU epilogue picks an
-//                                          sm90_xmma kernel instead of nvjet: +0.17 ms)
-//   classifier forward 623 / 615 = 101%    backward 711 / 704 = 101%
-// Below target: fc forward+GELU, attproj backward, fcproj backward+dGELU (see docs/perf.md).
+// epilogue for fcproj, dweight GEMM with beta 1, and the bias gradient by matmul.cuh's fixed-order
+// column-sum kernels), 1 plain (the same cuBLASLt GEMMs with no epilogue and no dbias: the 90%
+// target's baseline). H200, bf16, N=65536, 2026-12-02, TFLOP/s, shipped / plain = ratio, two runs:
+//              run 1: dbias by column sums              run 2 (f6491a4): dbias by the BGRADB epilogue
+//   qkv        fwd 727 / 686 = 106%  bwd 650 / 647 = 100%   fwd 734 / 747 =  98%  bwd 571 / 670 =  85%
+//   attproj    fwd 654 / 668 =  98%  bwd 569 / 686 =  83%   fwd 655 / 671 =  98%  bwd 565 / 692 =  82%
+//   fc (+GELU) fwd 533 / 646 =  83%  bwd 686 / 697 =  98%   fwd 551 / 655 =  84%  bwd 635 / 715 =  89%
+//   fcproj     fwd 774 / 693 = 112%  bwd 578 / 685 =  84%   fwd 786 / 697 = 113%  bwd 595 / 681 =  87%
+//   classifier fwd 623 / 615 = 101%  bwd 711 / 704 = 101%   fwd 629 / 623 = 101%  bwd 711 / 711 = 100%
+// The BGRADB epilogue saves re-reading dout but makes cuBLASLt pick slower dweight kernels: the four
+// backward GEMMs of a layer took 3.10 ms (run 2) against 2.96 ms (run 1), so the column sums ship.
+// Below target in both runs: the fc forward with the GELU epilogue (+0.09 ms: writing the 0.4 GB
+// pre-activation the backward needs) and the attproj / fcproj backward (dbias re-read; fcproj's
+// dGELU epilogue makes cuBLASLt pick an sm90_xmma kernel instead of nvjet).
 #include "dev/cuda/harness.cuh"
 #include "llmc/cpu/gelu.h"
 #include "llmc/cpu/matmul.h"
