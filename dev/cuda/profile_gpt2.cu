@@ -71,6 +71,20 @@ const char* family(const std::string& n) {
     return "other";
 }
 
+// CUPTI fills kernel and memcpy records in the newest layout its headers declare: Kernel10 from
+// CUDA 13, Kernel9 in CUDA 12; Memcpy6 from CUDA 12.8 (CUPTI API 26), Memcpy5 before. The fields read
+// here (name, start, end, copyKind) sit at the same offsets in all of them.
+#if CUPTI_API_VERSION >= 130000
+using KernelRecord = CUpti_ActivityKernel10;
+#else
+using KernelRecord = CUpti_ActivityKernel9;
+#endif
+#if CUPTI_API_VERSION >= 26
+using MemcpyRecord = CUpti_ActivityMemcpy6;
+#else
+using MemcpyRecord = CUpti_ActivityMemcpy5;
+#endif
+
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
     *size = 16u << 20;
     *buffer = (uint8_t*)aligned_alloc(8, *size);
@@ -83,7 +97,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     CUpti_Activity* rec = nullptr;
     while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
         if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
-            auto* k = (CUpti_ActivityKernel10*)rec;
+            auto* k = (KernelRecord*)rec;
             Stat& s = kernels[short_name(k->name)];
             s.ns += (double)(k->end - k->start);
             s.calls++;
@@ -93,7 +107,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
             s.ns += (double)(m->end - m->start);
             s.calls++;
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
-            auto* m = (CUpti_ActivityMemcpy6*)rec;
+            auto* m = (MemcpyRecord*)rec;
             const char* kind = m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOD   ? "[memcpy HtoD]"
                                : m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH ? "[memcpy DtoH]"
                                                                                 : "[memcpy other]";
