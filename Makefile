@@ -35,7 +35,7 @@ ifeq ($(USE_CUDNN),1)
   NVLDLIBS  += -lcudnn -lnvrtc
 endif
 
-CPU_TARGETS := $(BUILD)/train_gpt2_cpu $(BUILD)/test_gpt2_cpu $(BUILD)/test_dataloader
+CPU_TARGETS := $(BUILD)/train_gpt2_cpu $(BUILD)/test_gpt2_cpu $(BUILD)/test_dataloader $(BUILD)/test_attention_cpu
 GPU_TARGETS := $(BUILD)/train_gpt2cu $(BUILD)/test_gpt2cu $(BUILD)/train_gpt2cu_fp32 $(BUILD)/test_gpt2cu_fp32
 
 LLMC_H   := $(wildcard llmc/*.h llmc/cpu/*.h)
@@ -55,6 +55,9 @@ $(BUILD)/%: %.cpp $(LLMC_H) | $(BUILD)
 $(BUILD)/test_gpt2_cpu: train_gpt2_cpu.cpp
 
 $(BUILD)/test_dataloader: tests/test_dataloader.cpp $(LLMC_H) | $(BUILD)
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
+$(BUILD)/test_attention_cpu: tests/test_attention_cpu.cpp $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
 $(BUILD)/train_gpt2cu: train_gpt2.cu $(LLMC_CUH) | $(BUILD)

@@ -11,6 +11,7 @@ run() {  # run NAME CMD...
 }
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 run "cpu reference vs PyTorch (test_gpt2_cpu)" build/test_gpt2_cpu
+run "cpu attention (MHA, GQA, MQA, window) vs PyTorch" build/test_attention_cpu
 run "dataloader" build/test_dataloader
 run "bad inputs give clear errors" tests/test_bad_inputs.sh
 run "python: data scripts, formats, HF import" python3 -m pytest -q tests
