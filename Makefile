@@ -85,7 +85,8 @@ dev:
 bench: gpu
 	./scripts/bench_gpt2.sh
 
-# Regenerates the committed CPU test fixture (needs torch): see tests/README or README.md
+# Regenerates the committed CPU test fixtures (needs torch): tests/fixture/model.bin + debug.bin
+# (multi-head) and gqa_model.bin + gqa_debug.bin (NH=6, NKV=2, window 6), see README.md
 fixture:
 	python3 scripts/train_gpt2.py --fixture tests/fixture
 

@@ -468,6 +468,7 @@ int main(int argc, char** argv) {
         else fail("%s: unknown argument (usage: test_gpt2cu [--model M.bin --debug D.bin] [--ops-only])", argv[i]);
     }
     if ((model_path == nullptr) != (debug_path == nullptr)) fail("--model and --debug go together");
+    if (model_path) gpt2_require_verified_attention(model_read_info(model_path).config, model_path);  // before any GPU work
     CudaContext ctx;
     ctx.init(0);
     printf("test_gpt2cu: %s build on %s\n", PRECISION_NAME, ctx.props.name);

@@ -1,11 +1,13 @@
 // test_gpt2_cpu.cpp: the CPU reference trainer against PyTorch. Loads a model checkpoint and the
 // debug state scripts/train_gpt2.py wrote for it (docs/formats.md, GPTX: one batch, the logits,
 // loss and every parameter gradient computed in float64, and the loss before each of n AdamW
-// steps on that batch), then checks ours: logits, loss, all 16 gradient tensors, the same gradient
-// accumulated over two half-weighted micro-batches, and the loss trajectory of n AdamW steps with
-// the same hyperparameters.
+// steps on that batch), then checks ours: logits, loss, all 16 gradient tensors, the logits of a
+// shorter row run as sampling runs it, the same gradient accumulated over two half-weighted
+// micro-batches, and the loss trajectory of n AdamW steps with the same hyperparameters.
 //
-//   build/test_gpt2_cpu [model.bin debug.bin]     (default: the committed tests/fixture)
+//   build/test_gpt2_cpu [model.bin debug.bin]     (default: both committed fixtures in tests/fixture:
+//                                                  model/debug.bin (MHA) and gqa_model/gqa_debug.bin
+//                                                  (NKV < NH, attention window))
 //
 // Tolerances. The reference is float64, so every difference is our fp32 rounding. One fp32
 // operation errs by at most 2^-24 = 6e-8 relative; a dot product of length K accumulates errors
@@ -62,12 +64,11 @@ void check_scalar(const char* what, double ours, double ref, double tol) {
     printf("%-10s ours %.8f  ref %.8f  rel_err %.3e  %s\n", what, ours, ref, rel, ok ? "ok" : "FAIL");
 }
 
-int main(int argc, char** argv) {
-    if (argc != 1 && argc != 3) fail("usage: %s [model.bin debug.bin]", argv[0]);
-    const char* model_path = argc == 3 ? argv[1] : "tests/fixture/model.bin";
-    const char* debug_path = argc == 3 ? argv[2] : "tests/fixture/debug.bin";
+// Runs every check on one model + debug state pair; returns the number of checks.
+int check_fixture(const char* model_path, const char* debug_path) {
+    printf("== %s, %s\n", model_path, debug_path);
     GPT2 model;
-    gpt2_init(model, model_path, 0);
+    gpt2_init(model, model_path, TrainConfig{});
     const GPT2Config& c = model.config;
     gpt2_print_config(c);
     DebugState ref = debug_state_read(debug_path, c);
@@ -91,6 +92,12 @@ int main(int argc, char** argv) {
         report(GPT2_PARAM_NAMES[i], compare(ours, theirs, 1, sizes[i], sizes[i]), TOL_SCALED);
     }
 
+    // a shorter row without targets, as sampling runs it: the first n positions of row 0 must not
+    // depend on the later ones (causal mask, and the window counted from position 0 of the row)
+    const int n = T / 2 + 1;
+    gpt2_forward(model, ref.inputs.data(), nullptr, 1, n);
+    report("prefix", compare(model.acts.logits.data(), ref.logits.data(), n, V, Vp), TOL_SCALED);
+
     // gradient accumulation: two micro-batches with grad_scale 1/2 each must give the same
     // gradient, i.e. backward adds into the parameter gradients and zeroes nothing it should not
     gpt2_zero_grad(model);
@@ -113,7 +120,18 @@ int main(int argc, char** argv) {
         check_scalar(what, l, ref.losses[step], TOL_TRAJECTORY);
     }
 
-    const int checks = 3 + NUM_PARAM_TENSORS + ref.num_steps;
+    return 4 + NUM_PARAM_TENSORS + ref.num_steps;
+}
+
+int main(int argc, char** argv) {
+    if (argc != 1 && argc != 3) fail("usage: %s [model.bin debug.bin]", argv[0]);
+    int checks = 0;
+    if (argc == 3) {
+        checks += check_fixture(argv[1], argv[2]);
+    } else {  // the committed fixtures: multi-head full causal, and grouped-query with a window
+        checks += check_fixture("tests/fixture/model.bin", "tests/fixture/debug.bin");
+        checks += check_fixture("tests/fixture/gqa_model.bin", "tests/fixture/gqa_debug.bin");
+    }
     printf("test_gpt2_cpu: %s (%d checks, %d failed)\n", failures ? "FAILED" : "PASSED", checks, failures);
     return failures ? 1 : 0;
 }

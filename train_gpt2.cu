@@ -181,8 +181,20 @@ inline size_t gpt2_param_bytes(size_t n) {
     return aligned_size(n * sizeof(floatX)) * 2 + aligned_size(n * sizeof(float)) * (HAS_MASTER ? 3 : 2);
 }
 
+// The attention kernels take NKV and a window, but the trainer has been verified end to end only
+// for multi-head full causal attention: refuse anything else before it runs. `source` names the
+// model file or the flags the config came from.
+inline void gpt2_require_verified_attention(const GPT2Config& c, const char* source) {
+    if (c.num_kv_heads != c.num_heads)
+        fail("%s: grouped-query attention (num_kv_heads %d != num_heads %d) is not supported by the GPU trainer yet",
+             source, c.num_kv_heads, c.num_heads);
+    if (c.window != 0)
+        fail("%s: a sliding window (window %d) is not supported by the GPU trainer yet", source, c.window);
+}
+
 inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool recompute, const CudaContext& ctx) {
     gpt2_validate_config(config, "model");
+    gpt2_require_verified_attention(config, "model");
     const int C = config.channels, HD = gpt2_head_dim(config);
     if (C % 8 != 0) fail("model: channels %d must be a multiple of 8 (16-byte vector loads)", C);
     if (config.padded_vocab_size % 8 != 0) fail("model: padded vocab %d must be a multiple of 8", config.padded_vocab_size);
@@ -579,16 +591,20 @@ int main(int argc, char** argv) {
     if (gpu.random_data && cfg.train_pattern.empty()) cfg.train_pattern = "(random)";  // no files needed
     validate_train_config(cfg);
 
-    CudaContext ctx;
-    ctx.init(0);
-    printf("device: %s, %d SMs, %.1f GiB; precision %s, attention %s\n", ctx.props.name, ctx.props.multiProcessorCount,
-           ctx.props.totalGlobalMem / 1073741824.0, PRECISION_NAME, ATTENTION_NAME);
-
-    // the model: a checkpoint to resume, a model file, or a fresh init from a descriptor
+    // the model: a checkpoint to resume, a model file, or a fresh init from a descriptor (before the
+    // device starts, so a model this trainer cannot run fails at once)
     std::string resume_dir = cfg.resume_dir.empty() ? "" : checkpoint_find(cfg.resume_dir);
     std::string init_path = !resume_dir.empty() ? resume_dir + "/model.bin" : cfg.init;
     const bool from_file = !resume_dir.empty() || file_exists(init_path.c_str());
     GPT2Config config = from_file ? model_read_info(init_path.c_str()).config : gpt2_config_from_descriptor(cfg.init.c_str());
+    const std::string source = from_file ? init_path : "--init " + cfg.init;
+    apply_attention_flags(config, cfg, !from_file, init_path.c_str());
+    gpt2_require_verified_attention(config, source.c_str());
+
+    CudaContext ctx;
+    ctx.init(0);
+    printf("device: %s, %d SMs, %.1f GiB; precision %s, attention %s\n", ctx.props.name, ctx.props.multiProcessorCount,
+           ctx.props.totalGlobalMem / 1073741824.0, PRECISION_NAME, ATTENTION_NAME);
     gpt2_print_config(config);
     GPT2 model;
     gpt2_build(model, config, cfg.B, cfg.T, gpu.recompute != 0, ctx);

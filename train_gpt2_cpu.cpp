@@ -47,8 +47,8 @@ struct ParamTensors {
     float* wpe;       // (maxT, C)
     float* ln1w;      // (L, C)
     float* ln1b;      // (L, C)
-    float* qkvw;      // (L, 3C, C)
-    float* qkvb;      // (L, 3C)
+    float* qkvw;      // (L, QKV, C), QKV = (NH + 2*NKV) * HD
+    float* qkvb;      // (L, QKV)
     float* attprojw;  // (L, C, C)
     float* attprojb;  // (L, C)
     float* ln2w;      // (L, C)
@@ -81,7 +81,7 @@ struct Activations {
     std::vector<float> ln1;        // (L, B, T, C)
     std::vector<float> ln1_mean;   // (L, B, T)
     std::vector<float> ln1_rstd;   // (L, B, T)
-    std::vector<float> qkv;        // (L, B, T, 3C)
+    std::vector<float> qkv;        // (L, B, T, QKV)
     std::vector<float> atty;       // (L, B, T, C)
     std::vector<float> att_lse;    // (L, B, NH, T)
     std::vector<float> attproj;    // (L, B, T, C)
@@ -106,7 +106,7 @@ struct Activations {
 struct ActivationGrads {
     std::vector<float> dresidual;  // (B, T, C)
     std::vector<float> dlnf;       // (B, T, C), also dln1 / dln2 of the current layer
-    std::vector<float> dqkv;       // (B, T, 3C)
+    std::vector<float> dqkv;       // (B, T, QKV)
     std::vector<float> datty;      // (B, T, C)
     std::vector<float> dfch;       // (B, T, 4C)
     std::vector<float> dfch_gelu;  // (B, T, 4C)
@@ -134,15 +134,19 @@ void gpt2_allocate_params(GPT2& m, const GPT2Config& c) {
     m.grads = point_param_tensors(m.grads_memory.data(), c);
 }
 
-// `init` is a model checkpoint path (any file, or a name ending in .bin) or a dN descriptor.
-void gpt2_init(GPT2& m, const std::string& init, uint64_t seed) {
+// `init` is a model checkpoint path (any file, or a name ending in .bin) or a dN descriptor;
+// `cfg` supplies --kv-heads and --window (a fresh model's shape, a file's values to confirm).
+void gpt2_init(GPT2& m, const std::string& init, const TrainConfig& cfg) {
     if (file_exists(init.c_str()) || (init.size() > 4 && init.compare(init.size() - 4, 4, ".bin") == 0)) {
         ModelFileInfo info = model_read_info(init.c_str());
+        apply_attention_flags(info.config, cfg, false, init.c_str());
         gpt2_allocate_params(m, info.config);
         model_read_fp32(init.c_str(), m.params_memory.data());
     } else {
-        gpt2_allocate_params(m, gpt2_config_from_descriptor(init.c_str()));
-        gpt2_init_params(m.params_memory.data(), m.config, seed);
+        GPT2Config c = gpt2_config_from_descriptor(init.c_str());
+        apply_attention_flags(c, cfg, true, init.c_str());
+        gpt2_allocate_params(m, c);
+        gpt2_init_params(m.params_memory.data(), m.config, cfg.seed);
     }
 }
 
@@ -327,7 +331,9 @@ void save_checkpoint(const std::string& out_dir, const GPT2& m, const TrainState
 
 // ------------------------------------------------------------------------------------------------
 // sampling: generate from the end-of-text token, one token at a time, with a multinomial draw at
-// `temperature` from the shared RNG; the context slides once it reaches T.
+// `temperature` from the shared RNG; the context slides once it reaches T. Each forward sees the
+// last min(len, T) tokens at positions 0.., as in training. With an attention window W the whole
+// context is still fed, not just W tokens: layer l reaches l*(W-1) tokens further back.
 void sample_and_print(GPT2& m, const Tokenizer* tok, Rng& rng, int gen_tokens, float temperature) {
     const int V = m.config.vocab_size, Vp = m.config.padded_vocab_size, T = m.T;
     const int eot = tok && tok->eot_token() >= 0 ? tok->eot_token() : (V > 50256 ? 50256 : 0);
@@ -388,7 +394,7 @@ int main(int argc, char** argv) {
         }
     }
     GPT2 model;
-    gpt2_init(model, cfg.init, cfg.seed);
+    gpt2_init(model, cfg.init, cfg);
     gpt2_print_config(model.config);
     gpt2_allocate_activations(model, cfg.B, cfg.T);
     const GPT2Config& c = model.config;

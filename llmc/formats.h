@@ -325,7 +325,7 @@ inline DebugState debug_state_read(const char* path, const GPT2Config& c) {
     check_range(path, "T", h[3], 1, c.max_seq_len);
     check_range(path, "num_steps", h[6], 0, 1 << 20);
     FileHeader mh = model_make_header(c, 0);
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 8; i++)  // the model's slots 3..10: shape, num_kv_heads, window
         if (h[7 + i] != mh.h[3 + i])
             fail("%s: written for a different model (config slot %d is %lld, the model has %lld)", path, 3 + i,
                  (long long)h[7 + i], (long long)mh.h[3 + i]);

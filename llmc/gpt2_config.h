@@ -15,9 +15,9 @@ struct GPT2Config {
     int padded_vocab_size;  // Vp >= V, a multiple of 128 for the matmuls (or == V)
     int num_layers;         // L
     int num_heads;          // NH
-    int num_kv_heads;       // NKV == NH until grouped-query attention lands
+    int num_kv_heads;       // NKV, divides NH: query head h uses key/value head h / (NH / NKV)
     int channels;           // C = NH * HD
-    int window;             // 0 = full causal attention
+    int window;             // 0 = full causal attention; W > 0: query t sees keys t-W+1 .. t
 };
 
 constexpr int NUM_PARAM_TENSORS = 16;
@@ -81,10 +81,10 @@ inline void gpt2_validate_config(const GPT2Config& c, const char* what) {
     if (c.num_layers <= 0 || c.num_layers > 1024) fail("%s: num_layers %d out of range", what, c.num_layers);
     if (c.num_heads <= 0 || c.channels <= 0 || c.channels > 65536 || c.channels % c.num_heads != 0)
         fail("%s: channels %d must be a positive multiple of num_heads %d", what, c.channels, c.num_heads);
-    if (c.num_kv_heads != c.num_heads)
-        fail("%s: num_kv_heads %d != num_heads %d: grouped-query attention is not supported by this build",
-             what, c.num_kv_heads, c.num_heads);
-    if (c.window != 0) fail("%s: attention window %d: sliding-window attention is not supported by this build", what, c.window);
+    if (c.num_kv_heads < 1 || c.num_kv_heads > c.num_heads || c.num_heads % c.num_kv_heads != 0)
+        fail("%s: num_kv_heads %d must divide num_heads %d (1 <= num_kv_heads <= num_heads)", what, c.num_kv_heads,
+             c.num_heads);
+    if (c.window < 0) fail("%s: attention window %d must be >= 0 (0 = full causal)", what, c.window);
 }
 
 // "dN": N layers, 64*N channels, N heads of 64: d12 is GPT-2 124M; other N scale width with depth
@@ -107,8 +107,8 @@ inline GPT2Config gpt2_config_from_descriptor(const char* desc) {
 }
 
 inline void gpt2_print_config(const GPT2Config& c) {
-    printf("model: L=%d C=%d NH=%d NKV=%d maxT=%d V=%d (padded %d) params=%zu\n", c.num_layers, c.channels,
-           c.num_heads, c.num_kv_heads, c.max_seq_len, c.vocab_size, c.padded_vocab_size, gpt2_num_params(c));
+    printf("model: L=%d C=%d NH=%d NKV=%d W=%d maxT=%d V=%d (padded %d) params=%zu\n", c.num_layers, c.channels,
+           c.num_heads, c.num_kv_heads, c.window, c.max_seq_len, c.vocab_size, c.padded_vocab_size, gpt2_num_params(c));
 }
 
 #include "llmc/rand.h"

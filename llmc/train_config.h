@@ -11,6 +11,7 @@
 #include <functional>
 #include <string>
 #include <vector>
+#include "llmc/gpt2_config.h"
 #include "llmc/schedule.h"
 #include "llmc/utils.h"
 
@@ -22,6 +23,8 @@ struct TrainConfig {
     std::string resume_dir;         // --resume: checkpoint directory to continue from
     std::string out_dir;            // --out-dir: where checkpoints go ("" = none)
     std::string log_path;           // --log: per-step log file ("" = none)
+    int kv_heads = -1;              // --kv-heads: NKV of a fresh dN model (0 = NH; -1 = not given)
+    int window = -1;                // --window: attention window of a fresh dN model (0 = full; -1 = not given)
     int B = 4;                      // --batch: micro-batch size
     int T = 64;                     // --seq: sequence length
     int64_t total_batch = 0;        // --total-batch: tokens per optimizer step (0 = B*T)
@@ -161,6 +164,20 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
     p.add_string("--resume", "DIR", &cfg.resume_dir, "continue from the newest complete checkpoint in DIR (or DIR itself)");
     p.add_string("--out-dir", "DIR", &cfg.out_dir, "write checkpoints DIR/step_NNNNNNNN/ (default: none)");
     p.add_string("--log", "FILE", &cfg.log_path, "write `step n train_loss x lr x ms x tok_s x` and `step n val_loss x` lines (appends on --resume)");
+    // -1 marks "not given": a model file keeps its own values unless the flag repeats them
+    auto add_shape_int = [&p](const char* name, int* dst, const char* help) {
+        p.add({name, "N", help, [dst](const char* s) -> std::string {
+                   int64_t v;
+                   if (!parse_int64(s, &v)) return std::string("'") + s + "' is not an integer";
+                   if (v < 0 || v > (1 << 24)) return std::string("must be in [0, 16777216], got ") + s;
+                   *dst = (int)v;
+                   return "";
+               }});
+    };
+    add_shape_int("--kv-heads", &cfg.kv_heads, "key/value heads of a fresh --init dN model, dividing its heads "
+                  "(grouped-query attention; default 0 = as many as the heads)");
+    add_shape_int("--window", &cfg.window, "attention window W of a fresh --init dN model: position t sees "
+                  "t-W+1..t (default 0 = full causal)");
     p.add_int("--batch", &cfg.B, {1, 1 << 16}, "micro-batch size B");
     p.add_int("--seq", &cfg.T, {1, 1 << 20}, "sequence length T (at most the model's max_seq_len)");
     p.add_int64("--total-batch", &cfg.total_batch, {0, 1e15}, "tokens per optimizer step, a multiple of B*T (0 = B*T)");
@@ -199,6 +216,26 @@ inline void validate_train_config(TrainConfig& cfg) {
     cfg.grad_accum = (int)(cfg.total_batch / BT);
     if (cfg.ckpt_every > 0 && cfg.out_dir.empty() && cfg.resume_dir.empty())
         fail("--ckpt-every: needs --out-dir (where the checkpoints go)");
+}
+
+// Applies --kv-heads and --window to the model config `c` read from `source`: they shape a fresh
+// dN model (`fresh`); with a model file (or a checkpoint to resume) they may only repeat its values.
+inline void apply_attention_flags(GPT2Config& c, const TrainConfig& cfg, bool fresh, const char* source) {
+    if (fresh) {
+        if (cfg.kv_heads > 0 && (cfg.kv_heads > c.num_heads || c.num_heads % cfg.kv_heads != 0))
+            fail("--kv-heads %d: must divide the %d heads of --init %s", cfg.kv_heads, c.num_heads, source);
+        if (cfg.kv_heads > 0) c.num_kv_heads = cfg.kv_heads;
+        if (cfg.window >= 0) c.window = cfg.window;
+        gpt2_validate_config(c, source);
+        return;
+    }
+    const int kv_heads = cfg.kv_heads == 0 ? c.num_heads : cfg.kv_heads;
+    if (cfg.kv_heads >= 0 && kv_heads != c.num_kv_heads)
+        fail("--kv-heads %d: %s has num_kv_heads %d (the flag shapes only a fresh --init dN model)", cfg.kv_heads,
+             source, c.num_kv_heads);
+    if (cfg.window >= 0 && cfg.window != c.window)
+        fail("--window %d: %s has window %d (the flag shapes only a fresh --init dN model)", cfg.window, source,
+             c.window);
 }
 
 // The CPU trainer's whole command line: the shared flags, parsed and validated.

@@ -172,7 +172,7 @@ def write_debug_state(path, cfg, inputs, targets, logits, loss, grads, losses, h
     hp = np.zeros(8, dtype="<f4")
     hp[:6] = [hparams[k] for k in ("lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip")]
     fields = {2: B, 3: T, 4: V, 5: grads.size, 6: losses.size}
-    fields.update({7 + i: cfg[k] for i, k in enumerate(CONFIG_KEYS[:7])})
+    fields.update({7 + i: cfg[k] for i, k in enumerate(CONFIG_KEYS)})  # the model's slots 3..10
     atomic_write(path, [make_header(MAGIC_DEBUG, fields), inputs, np.asarray(targets, dtype="<i4"), logits,
                         np.asarray([loss], dtype="<f4"), grads, losses, hp])
 
@@ -191,7 +191,7 @@ def read_debug_state(path):
         off += count * 4
         return x
 
-    d = {"B": B, "T": T, "V": V, "config": {k: int(h[7 + i]) for i, k in enumerate(CONFIG_KEYS[:7])}}
+    d = {"B": B, "T": T, "V": V, "config": {k: int(h[7 + i]) for i, k in enumerate(CONFIG_KEYS)}}
     d["inputs"] = take("<i4", BT).reshape(B, T)
     d["targets"] = take("<i4", BT).reshape(B, T)
     d["logits"] = take("<f4", BT * V).reshape(B, T, V)

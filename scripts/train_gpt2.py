@@ -9,7 +9,7 @@ layout the C++ tests compare against, with no renaming step that could hide a tr
 Modes (pick one; the model comes from --model / the shape flags / --load):
   reference state  --write-model PATH [--write-debug PATH --batch B --seq T --steps N]
                    fp64 forward/backward and N AdamW steps on one batch (docs/formats.md, GPTX)
-  fixture          --fixture DIR: the tiny committed test fixture (make fixture)
+  fixture          --fixture DIR: the tiny committed test fixtures, MHA and GQA+window (make fixture)
   train            --train "shards/*.bin" [--val "..."] --steps N: prints `step n train_loss x ...`
   bench            --bench --device cuda [--compile]: GPT-2 training throughput of PyTorch,
                    last line `BENCH name=<eager|compile> ms=<median> tok_s=<..> peak_gib=<..>`
@@ -19,6 +19,7 @@ Examples:
   python3 scripts/train_gpt2.py --model gpt2 --write-model out/gpt2_124M.bin      # needs transformers
   python3 scripts/train_gpt2.py --layers 2 --channels 32 --heads 4 --vocab 250 --max-seq 32 \\
       --write-model m.bin --write-debug d.bin --batch 4 --seq 16 --steps 10 --lr 1e-3
+  python3 scripts/train_gpt2.py --model d4 --kv-heads 2 --window 256 --write-model out/d4_gqa.bin
   python3 scripts/train_gpt2.py --load m.bin --train "data/tinyshakespeare/*_train.bin" --steps 50
   python3 scripts/train_gpt2.py --bench --device cuda --batch 64 --seq 1024 --steps 30 --compile
 """
@@ -41,9 +42,11 @@ import llmc_formats as fmt  # noqa: E402  (the one Python copy of the file forma
 # Weight decay applies to the embeddings and the weight matrices (gpt2_param_decays in C++).
 DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
 DTYPES = {"fp32": fmt.DTYPE_FP32, "bf16": fmt.DTYPE_BF16}
-# Settings of the committed test fixture (tests/fixture, `make fixture`).
-FIXTURE = dict(layers=2, channels=32, heads=4, vocab=250, max_seq=32, seed=1337,
+# Settings of the committed test fixtures (tests/fixture, `make fixture`): multi-head full causal, and
+# grouped-query attention (3 query heads per key/value head) with a window shorter than the sequence.
+FIXTURE = dict(layers=2, channels=32, heads=4, kv_heads=0, window=0, vocab=250, max_seq=32, seed=1337,
                batch=4, seq=16, steps=10, lr=1e-2, grad_clip=1.0)
+FIXTURE_GQA = dict(FIXTURE, channels=36, heads=6, kv_heads=2, window=6)
 
 
 def die(msg):
@@ -52,24 +55,29 @@ def die(msg):
     sys.exit(1)
 
 
-def make_config(what, L, C, NH, V, maxT):
+def make_config(what, L, C, NH, V, maxT, NKV=0, W=0):
+    """NKV = 0: as many key/value heads as query heads; W = 0: full causal attention."""
     for name, v in (("--layers", L), ("--channels", C), ("--heads", NH), ("--vocab", V), ("--max-seq", maxT)):
         if v <= 0:
             die(f"{what}: {name} must be positive, got {v}")
     if C % NH != 0:
         die(f"{what}: --channels {C} is not a multiple of --heads {NH}")
+    if NKV < 0 or (NKV > 0 and NH % NKV != 0):
+        die(f"{what}: --kv-heads {NKV} must divide --heads {NH}")
+    if W < 0:
+        die(f"{what}: --window {W} must be >= 0 (0 = full causal)")
     if V > 65536:
         die(f"{what}: --vocab {V} too large (token ids are stored as uint16)")
     return dict(max_seq_len=maxT, vocab_size=V, padded_vocab_size=fmt.pad_vocab(V), num_layers=L,
-                num_heads=NH, num_kv_heads=NH, channels=C, window=0)
+                num_heads=NH, num_kv_heads=NKV or NH, channels=C, window=W)
 
 
-def config_from_descriptor(desc):
+def config_from_descriptor(desc, NKV=0, W=0):
     """dN: GPT-2 shape with N layers, 64N channels, N heads (d12 = GPT-2 124M), as in gpt2_config.h."""
     if len(desc) < 2 or desc[0] != "d" or not desc[1:].isdigit() or not 0 < int(desc[1:]) <= 96:
         die(f"--model {desc}: not a model descriptor (expected dN such as d12, gpt2*, or hf-random)")
     n = int(desc[1:])
-    return make_config(f"--model {desc}", n, 64 * n, n, 50257, 1024)
+    return make_config(f"--model {desc}", n, 64 * n, n, 50257, 1024, NKV, W)
 
 
 class GPT2(nn.Module):
@@ -115,13 +123,21 @@ class GPT2(nn.Module):
     def forward(self, idx, targets=None):
         cfg = self.cfg
         B, T = idx.shape
-        C, NH = cfg["channels"], cfg["num_heads"]
+        C, NH, NKV, W = cfg["channels"], cfg["num_heads"], cfg["num_kv_heads"], cfg["window"]
+        HD = C // NH
+        # query t sees keys max(0, t-W+1)..t; W = 0 (or W >= T) is plain causal, SDPA's fast path
+        mask = None
+        if 0 < W < T:
+            t = torch.arange(T, device=idx.device)
+            mask = (t[None, :] <= t[:, None]) & (t[None, :] > t[:, None] - W)  # (T, T), True = attend
         x = self.wte[idx] + self.wpe[:T]                       # (B, T, C)
         for l in range(cfg["num_layers"]):
             h = F.layer_norm(x, (C,), self.ln1w[l], self.ln1b[l], eps=1e-5)
-            qkv = F.linear(h, self.qkvw[l], self.qkvb[l])       # (B, T, 3C): all Q heads, all K, all V
-            q, k, v = (t.view(B, T, NH, C // NH).transpose(1, 2) for t in qkv.split(C, dim=2))
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, NH, T, HD), scale 1/sqrt(HD)
+            qkv = F.linear(h, self.qkvw[l], self.qkvb[l])       # (B, T, (NH+2NKV)*HD): all Q heads, all K, all V
+            q, k, v = (t.view(B, T, -1, HD).transpose(1, 2) for t in qkv.split([C, NKV * HD, NKV * HD], dim=2))
+            # grouped-query: query head h uses key/value head h // (NH/NKV)
+            k, v = (t.repeat_interleave(NH // NKV, dim=1) for t in (k, v))
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)  # (B, NH, T, HD)
             a = a.transpose(1, 2).reshape(B, T, C)
             x = x + F.linear(a, self.attprojw[l], self.attprojb[l])
             h = F.layer_norm(x, (C,), self.ln2w[l], self.ln2b[l], eps=1e-5)
@@ -175,7 +191,7 @@ def from_hf(hf_model, what="transformers model"):
     y = x W + b; ours are (out, in) for y = x W^T + b, hence the transposes. Its c_attn output
     columns are [Q heads | K heads | V heads], the same order as our qkvw rows."""
     hc = hf_model.config
-    check_hf_config(hc, what)
+    check_hf_config(hc, what)  # GPT-2 in transformers is multi-head, full causal: NKV = NH, W = 0
     cfg = make_config(what, hc.n_layer, hc.n_embd, hc.n_head, hc.vocab_size, hc.n_positions)
     sd = {k: v.detach().float().cpu() for k, v in hf_model.state_dict().items()}
     model = GPT2(cfg)
@@ -215,12 +231,16 @@ def build_model(args):
     """The model named by --load / --model / the shape flags, fp32 on the CPU."""
     if args.load:
         cfg, params = fmt.read_model(args.load)
-        if cfg["num_kv_heads"] != cfg["num_heads"] or cfg["window"] != 0:
-            die(f"--load {args.load}: grouped-query or sliding-window attention is not in this reference")
+        if args.kv_heads not in (0, cfg["num_kv_heads"]) or args.window not in (0, cfg["window"]):
+            die(f"--load {args.load}: the file has num_kv_heads {cfg['num_kv_heads']} and window {cfg['window']}; "
+                "--kv-heads and --window shape only a new model")
         model = GPT2(cfg)
         model.load_flat(torch.from_numpy(np.array(params, dtype=np.float32)))
         return model
     if args.model in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "hf-random"):
+        if args.kv_heads != 0 or args.window != 0:
+            die(f"--model {args.model}: transformers' GPT-2 is multi-head with full causal attention "
+                "(no --kv-heads, no --window)")
         try:
             import transformers  # noqa: F401
         except ImportError:
@@ -234,14 +254,15 @@ def build_model(args):
             except (OSError, ValueError) as e:
                 die(f"--model {args.model}: cannot load the pretrained weights ({str(e).splitlines()[0]})")
         return from_hf(hf, f"--model {args.model}")
-    cfg = config_from_descriptor(args.model) if args.model else shape_config(args)
+    cfg = config_from_descriptor(args.model, args.kv_heads, args.window) if args.model else shape_config(args)
     model = GPT2(cfg)
     model.init_weights(args.seed)
     return model
 
 
 def shape_config(args):
-    return make_config("model shape", args.layers, args.channels, args.heads, args.vocab, args.max_seq)
+    return make_config("model shape", args.layers, args.channels, args.heads, args.vocab, args.max_seq,
+                       args.kv_heads, args.window)
 
 
 # ---------------------------------------------------------------- reference state (GPTX)
@@ -310,16 +331,18 @@ def write_outputs(model, args):
 
 
 def fixture(args):
-    """tests/fixture: the tiny model + its reference state that `make test` checks the trainers against."""
-    for k, v in FIXTURE.items():
-        setattr(args, k, v)
+    """tests/fixture: the tiny models + their reference states that `make test` checks the trainers
+    against: DIR/model.bin + debug.bin (FIXTURE) and DIR/gqa_model.bin + gqa_debug.bin (FIXTURE_GQA)."""
     args.model, args.load, args.data, args.dtype = None, None, None, "fp32"
     os.makedirs(args.fixture, exist_ok=True)
-    args.write_model = os.path.join(args.fixture, "model.bin")
-    args.write_debug = os.path.join(args.fixture, "debug.bin")
-    model = build_model(args)
-    model.randomize_biases_and_norms(args.seed)
-    write_outputs(model, args)
+    for prefix, settings in (("", FIXTURE), ("gqa_", FIXTURE_GQA)):
+        for k, v in settings.items():
+            setattr(args, k, v)
+        args.write_model = os.path.join(args.fixture, prefix + "model.bin")
+        args.write_debug = os.path.join(args.fixture, prefix + "debug.bin")
+        model = build_model(args)
+        model.randomize_biases_and_norms(args.seed)
+        write_outputs(model, args)
 
 
 # ---------------------------------------------------------------- train and bench
@@ -452,6 +475,10 @@ def parse_args(argv=None):
     s.add_argument("--heads", type=int, default=4)
     s.add_argument("--vocab", type=int, default=250)
     s.add_argument("--max-seq", type=int, default=32)
+    s.add_argument("--kv-heads", type=int, default=0, help="key/value heads of a dN or shape-flag model, dividing "
+                                                          "the heads (grouped-query attention; 0 = as many as heads)")
+    s.add_argument("--window", type=int, default=0, help="attention window W of a dN or shape-flag model: position t "
+                                                        "sees t-W+1..t (0 = full causal)")
     s.add_argument("--seed", type=int, default=1337, help="init and random batch seed")
     o = p.add_argument_group("outputs")
     o.add_argument("--write-model", metavar="PATH", help="write the (initial) model as a GPTM checkpoint")
@@ -460,7 +487,9 @@ def parse_args(argv=None):
                         "(default fp32, bench bf16)")
     o.add_argument("--write-debug", metavar="PATH", help="write the reference state (GPTX) of one batch")
     o.add_argument("--fixture", metavar="DIR", help="write DIR/model.bin + DIR/debug.bin with the test fixture "
-                                                    "settings (" + ", ".join(f"{k}={v}" for k, v in FIXTURE.items()) + ")")
+                                                    "settings (" + ", ".join(f"{k}={v}" for k, v in FIXTURE.items()) +
+                                                    ") and DIR/gqa_model.bin + DIR/gqa_debug.bin with those but "
+                                                    "channels=36, heads=6, kv_heads=2, window=6")
     d = p.add_argument_group("data and optimization")
     d.add_argument("--batch", type=int, default=4, help="B")
     d.add_argument("--seq", type=int, default=16, help="T")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Bad inputs give one clear line, never a crash or a silent read: runs build/train_gpt2_cpu and
 # build/test_gpt2_cpu (built by `make`; this script builds nothing) on corrupt files made in a
-# temp dir and on bad flag values. Each case must exit with status 1 and print exactly one stderr
+# temp dir and on bad flag values, and build/train_gpt2cu / test_gpt2cu, where built, on models
+# they must refuse before touching a GPU. Each case must exit with status 1 and print exactly one stderr
 # line `error: ...` that names the file or flag at fault. A control case with the same files
 # uncorrupted must succeed, so the failures are caused by the corruption and nothing else.
 # Prints one line per case; exits non-zero if any case misbehaves.
@@ -37,7 +38,7 @@ def patched(name, slot, value, src=good):
     open(f"{d}/{name}", "wb").write(h.tobytes() + src[1024:])
 patched("badmagic.bin", 0, fmt.fourcc("ABCD"))
 patched("badversion.bin", 1, 99)
-patched("gqa.bin", 8, 1)
+patched("badkvheads.bin", 8, 3)  # 3 key/value heads for 2 query heads
 patched("badcount.bin", 11, 12345)
 open(f"{d}/truncated.bin", "wb").write(good[:-10])
 open(f"{d}/extra.bin", "wb").write(good + b"\0\0\0\0")
@@ -97,8 +98,32 @@ expect_error "wrong magic" "$T/badmagic.bin" $TRAIN "${BASE[@]}" --init "$T/badm
 expect_error "wrong version" "$T/badversion.bin" $TRAIN "${BASE[@]}" --init "$T/badversion.bin"
 expect_error "token shard passed as a model" "token shard" $TRAIN "${BASE[@]}" --init "$T/train.bin"
 expect_error "parameter count disagrees with shape" "$T/badcount.bin" $TRAIN "${BASE[@]}" --init "$T/badcount.bin"
-expect_error "num_kv_heads != num_heads" "$T/gqa.bin" $TRAIN "${BASE[@]}" --init "$T/gqa.bin"
+expect_error "num_kv_heads not dividing num_heads" "$T/badkvheads.bin" $TRAIN "${BASE[@]}" --init "$T/badkvheads.bin"
 expect_error "not a descriptor nor a file" "--init" $TRAIN "${BASE[@]}" --init "x12"
+
+# grouped-query attention and a window: the flags shape a fresh model; a file keeps its own values.
+# The control samples more tokens than --seq, so the context slides under the window.
+GQA=(--init d2 --kv-heads 1 --window 3)
+expect_success "control: fresh GQA + window model trains and samples" $TRAIN "${BASE[@]}" "${GQA[@]}" \
+    --sample-every 1 --gen-tokens 12 --out-dir "$T/ckpt_gqa"
+expect_success "control: resume it, repeating its flags" $TRAIN "${BASE[@]}" --steps 2 "${GQA[@]}" --resume "$T/ckpt_gqa"
+expect_error "--kv-heads not dividing the heads" "--kv-heads 3" $TRAIN "${BASE[@]}" --init d2 --kv-heads 3
+expect_error "--window -1" "--window" $TRAIN "${BASE[@]}" --init d2 --window -1
+expect_error "--kv-heads differing from the model file" "$T/good.bin has num_kv_heads 2" $TRAIN "${BASE[@]}" \
+    --init "$T/good.bin" --kv-heads 1
+expect_error "--window differing from the checkpoint" "has window 3" $TRAIN "${BASE[@]}" --steps 2 --resume "$T/ckpt_gqa" --window 4
+# the GPU trainer refuses both before it touches a device (so these run without a GPU)
+GPU=build/train_gpt2cu
+if [ -x $GPU ]; then
+    expect_error "GPU trainer: GQA flags" "grouped-query attention (num_kv_heads 1 != num_heads 2) is not supported by the GPU trainer yet" \
+        $GPU "${BASE[@]}" --init d2 --kv-heads 1
+    expect_error "GPU trainer: window flag" "a sliding window (window 3) is not supported by the GPU trainer yet" \
+        $GPU "${BASE[@]}" --init d2 --window 3
+    expect_error "GPU trainer: GQA model file" "tests/fixture/gqa_model.bin: grouped-query attention" \
+        $GPU "${BASE[@]}" --init tests/fixture/gqa_model.bin
+    expect_error "GPU test: GQA reference model" "tests/fixture/gqa_model.bin: grouped-query attention" \
+        build/test_gpt2cu --model tests/fixture/gqa_model.bin --debug tests/fixture/gqa_debug.bin
+fi
 
 # data, tokenizer, checkpoints
 expect_error "--train matches nothing" "$T/none_*.bin" $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/none_*.bin"

@@ -90,10 +90,12 @@ def test_hf_random_checkpoint_rereads_to_transformers_tensors(tmp_path):
 
 # ---------------------------------------------------------------- independent reference
 def independent_forward(P, cfg, inputs, targets):
-    """GPT-2 from docs/design.md with explicit math (no SDPA, no F.layer_norm, formula GELU)."""
-    C, NH, V = cfg["channels"], cfg["num_heads"], cfg["vocab_size"]
+    """GPT-2 from docs/design.md with explicit math (no SDPA, no F.layer_norm, formula GELU); query
+    head h reads key/value head h // (NH/NKV), and with a window W query t sees keys t-W+1..t."""
+    C, NH, NKV, W, V = cfg["channels"], cfg["num_heads"], cfg["num_kv_heads"], cfg["window"], cfg["vocab_size"]
     B, T = inputs.shape
     HD = C // NH
+    kv_head = torch.arange(NH) // (NH // NKV)  # index of the key/value head of each query head
 
     def layernorm(x, w, b):
         mu = x.mean(-1, keepdim=True)
@@ -103,16 +105,20 @@ def independent_forward(P, cfg, inputs, targets):
     def gelu_tanh(x):
         return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
-    def heads(t):  # (B, T, C) -> (B, NH, T, HD)
-        return t.reshape(B, T, NH, HD).permute(0, 2, 1, 3)
+    def heads(t):  # (B, T, n*HD) -> (B, n, T, HD)
+        return t.reshape(B, T, -1, HD).permute(0, 2, 1, 3)
 
-    future = ~torch.ones(T, T, dtype=torch.bool).tril()
+    pos = torch.arange(T)
+    hidden = pos[None, :] > pos[:, None]  # [query t, key s]: future keys, and keys left of the window
+    if W > 0:
+        hidden |= pos[None, :] <= pos[:, None] - W
     x = P["wte"][inputs] + P["wpe"][:T]
     for l in range(cfg["num_layers"]):
         h = layernorm(x, P["ln1w"][l], P["ln1b"][l])
         qkv = h @ P["qkvw"][l].T + P["qkvb"][l]
-        q, k, v = heads(qkv[..., :C]), heads(qkv[..., C:2 * C]), heads(qkv[..., 2 * C:])
-        att = (q @ k.transpose(-1, -2) / math.sqrt(HD)).masked_fill(future, -math.inf).softmax(-1)
+        q, k, v = heads(qkv[..., :C]), heads(qkv[..., C:C + NKV * HD]), heads(qkv[..., C + NKV * HD:])
+        k, v = k[:, kv_head], v[:, kv_head]
+        att = (q @ k.transpose(-1, -2) / math.sqrt(HD)).masked_fill(hidden, -math.inf).softmax(-1)
         y = (att @ v).permute(0, 2, 1, 3).reshape(B, T, C)
         x = x + y @ P["attprojw"][l].T + P["attprojb"][l]
         h = layernorm(x, P["ln2w"][l], P["ln2b"][l])
@@ -126,7 +132,7 @@ def check_debug_state(model_path, debug_path, num_steps=None):
     """Recomputes a debug state from its model file with independent_forward + design.md's AdamW."""
     cfg, flat = fmt.read_model(model_path)
     d = fmt.read_debug_state(debug_path)
-    assert d["config"] == {k: cfg[k] for k in fmt.CONFIG_KEYS[:7]}
+    assert d["config"] == cfg
     hp = d["hparams"]
     V = cfg["vocab_size"]
     assert np.all(fmt.split_params(cfg, flat)["wte"][V:] == 0), "padded wte rows must be zero"
@@ -194,13 +200,26 @@ def test_debug_state_matches_independent_autograd(tmp_path):
         assert np.all(p[name] == 0), name
 
 
-def test_committed_fixture():
-    model, debug = os.path.join(FIXTURE, "model.bin"), os.path.join(FIXTURE, "debug.bin")
-    assert os.path.getsize(model) + os.path.getsize(debug) < 500_000
+def test_gqa_window_debug_state_matches_independent_autograd(tmp_path):
+    # grouped-query (2 query heads per key/value head, so a tiled instead of interleaved head map
+    # shows) with a window of 3 < T = 9
+    model, debug = str(tmp_path / "m.bin"), str(tmp_path / "d.bin")
+    train_gpt2.main(["--layers", "2", "--channels", "32", "--heads", "4", "--kv-heads", "2", "--window", "3",
+                     "--vocab", "130", "--max-seq", "24", "--seed", "12", "--batch", "2", "--seq", "9",
+                     "--steps", "3", "--lr", "3e-3", "--write-model", model, "--write-debug", debug])
     cfg, _ = fmt.read_model(model)
-    want = train_gpt2.FIXTURE
+    assert (cfg["num_heads"], cfg["num_kv_heads"], cfg["window"]) == (4, 2, 3)
+    check_debug_state(model, debug, num_steps=3)
+
+
+@pytest.mark.parametrize("prefix, want", [("", train_gpt2.FIXTURE), ("gqa_", train_gpt2.FIXTURE_GQA)])
+def test_committed_fixture(prefix, want):
+    model, debug = os.path.join(FIXTURE, prefix + "model.bin"), os.path.join(FIXTURE, prefix + "debug.bin")
+    assert os.path.getsize(model) < 300_000 and os.path.getsize(debug) < 300_000
+    cfg, _ = fmt.read_model(model)
     assert (cfg["num_layers"], cfg["channels"], cfg["num_heads"], cfg["vocab_size"], cfg["max_seq_len"]) == \
         (want["layers"], want["channels"], want["heads"], want["vocab"], want["max_seq"])
+    assert (cfg["num_kv_heads"], cfg["window"]) == (want["kv_heads"] or want["heads"], want["window"])
     d = check_debug_state(model, debug, num_steps=want["steps"])
     assert (d["B"], d["T"]) == (want["batch"], want["seq"])
     assert d["losses"][-1] < d["losses"][0] - 1.0
@@ -212,6 +231,10 @@ def test_committed_fixture():
     (["--model", "x12"], "--model x12: not a model descriptor"),
     (["--load", os.path.join(FIXTURE, "debug.bin")], "this is a debug state file, not a model checkpoint"),
     (["--seq", "33"], "--seq 33 exceeds the model's max_seq_len 32"),
+    (["--heads", "4", "--kv-heads", "3"], "--kv-heads 3 must divide --heads 4"),
+    (["--window", "-1"], "--window -1 must be >= 0"),
+    (["--model", "hf-random", "--kv-heads", "2"], "transformers' GPT-2 is multi-head with full causal attention"),
+    (["--load", os.path.join(FIXTURE, "model.bin"), "--window", "4"], "--kv-heads and --window shape only a new model"),
 ])
 def test_bad_input_is_one_line_error(tmp_path, capsys, argv, message):
     with pytest.raises(SystemExit) as e:
