@@ -7,9 +7,13 @@
 
 struct Rng {
     uint64_t state;
+    static constexpr uint64_t STEP = 0x9E3779B97F4A7C15ull;  // the state advances by this per draw
     explicit Rng(uint64_t seed = 0) : state(seed) {}
+    // The generator whose next draw is the (n+1)-th draw of Rng(seed): the state is a counter, so
+    // element n of a random tensor can be computed without drawing the n before it.
+    static Rng skip(uint64_t seed, uint64_t n) { return Rng(seed + n * STEP); }
     uint64_t next_u64() {
-        uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+        uint64_t z = (state += STEP);
         z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
         z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
         return z ^ (z >> 31);

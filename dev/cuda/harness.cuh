@@ -47,11 +47,10 @@ constexpr int ODD_B = 3, ODD_T = 217;
 
 // ---------------------------------------------------------------- host data
 // Random inputs are counter-based: element i of a tensor drawn with `seed` is the (i+1)-th number of
-// Rng(seed)'s stream (splitmix64 can jump straight there), so filling 3G values runs on every core
+// Rng(seed)'s stream (Rng::skip jumps straight there), so filling 3G values runs on every core
 // and a reference can recompute any element without a host copy of the tensor.
-constexpr uint64_t SPLITMIX_STEP = 0x9E3779B97F4A7C15ull;
 inline float uniform_at(uint64_t seed, size_t i, float lo, float hi) {
-    Rng rng(seed + (uint64_t)i * SPLITMIX_STEP);
+    Rng rng = Rng::skip(seed, (uint64_t)i);
     return lo + (hi - lo) * rng.uniform();
 }
 
