@@ -26,6 +26,7 @@
 #include "llmc/formats.h"
 #include "llmc/gpt2_config.h"
 #include "llmc/rand.h"
+#include "llmc/sampler.h"
 #include "llmc/schedule.h"
 #include "llmc/tokenizer.h"
 #include "llmc/train_config.h"
@@ -535,16 +536,7 @@ inline std::vector<int> gpt2_sample(GPT2& model, int eot, int gen_tokens, float 
         gpt2_upload_batch(model, tokens.data(), nullptr, 1, T, false, ctx);
         gpt2_forward(model, 1, T, ctx);
         std::vector<float> logits = device_to_float(model.acts.logits + (size_t)(t - 1) * Vp, V);
-        float mx = -INFINITY;
-        for (int i = 0; i < V; i++) mx = std::max(mx, logits[i] / temperature);
-        double sum = 0.0;
-        for (int i = 0; i < V; i++) sum += std::exp(logits[i] / temperature - mx);
-        double r = rng.uniform() * sum, acc = 0.0;
-        int next = V - 1;
-        for (int i = 0; i < V; i++) {
-            acc += std::exp(logits[i] / temperature - mx);
-            if (acc > r) { next = i; break; }
-        }
+        const int next = sample_token(logits.data(), V, temperature, rng);
         tokens[t] = next;
         out.push_back(next);
     }

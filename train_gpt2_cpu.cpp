@@ -30,6 +30,7 @@
 #include "llmc/formats.h"
 #include "llmc/gpt2_config.h"
 #include "llmc/rand.h"
+#include "llmc/sampler.h"
 #include "llmc/schedule.h"
 #include "llmc/tokenizer.h"
 #include "llmc/train_config.h"
@@ -338,22 +339,11 @@ void sample_and_print(GPT2& m, const Tokenizer* tok, Rng& rng, int gen_tokens, f
     const int V = m.config.vocab_size, Vp = m.config.padded_vocab_size, T = m.T;
     const int eot = tok && tok->eot_token() >= 0 ? tok->eot_token() : (V > 50256 ? 50256 : 0);
     std::vector<int> ctx{eot};
-    std::vector<double> weights(V);
     printf("sample: ");
     for (int i = 0; i < gen_tokens; i++) {
         const int n = (int)ctx.size() < T ? (int)ctx.size() : T;
         gpt2_forward(m, ctx.data() + ctx.size() - n, nullptr, 1, n);
-        const float* logits = m.acts.logits.data() + (size_t)(n - 1) * Vp;
-        float maxv = -INFINITY;
-        for (int v = 0; v < V; v++) maxv = logits[v] > maxv ? logits[v] : maxv;
-        double sum = 0.0;
-        for (int v = 0; v < V; v++) sum += weights[v] = exp((logits[v] - maxv) / temperature);
-        double r = rng.uniform() * sum;
-        int next = V - 1;
-        for (int v = 0; v < V; v++) {
-            r -= weights[v];
-            if (r < 0) { next = v; break; }
-        }
+        const int next = sample_token(m.acts.logits.data() + (size_t)(n - 1) * Vp, V, temperature, rng);
         ctx.push_back(next);
         if (tok) tok->print_token(next);
         else printf("%d ", next);
