@@ -27,6 +27,11 @@ HAS_NVCC  := $(shell command -v $(NVCC) 2>/dev/null)
 NVCCFLAGS := -O3 -std=c++17 -I. --use_fast_math -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) \
              -Xcompiler -fopenmp,-fno-math-errno -DPRECISION_$(PRECISION) -lineinfo
 NVLDLIBS  := -lcublas -lcublasLt -lgomp
+# sm_90a (Hopper's arch-specific features: wgmma, setmaxnreg) kernels compile only for that target;
+# LLMC_SM90A tells the host code they exist
+ifeq ($(GPU_ARCH),90a)
+  NVCCFLAGS += -DLLMC_SM90A
+endif
 # cudnn_frontend is header-only: `pip download --no-deps nvidia-cudnn-frontend`, unzip the wheel's include/
 # into build/cudnn_frontend/include (or point CUDNN_FRONTEND_PATH elsewhere). It compiles kernels with NVRTC.
 CUDNN_FRONTEND_PATH ?= $(BUILD)/cudnn_frontend/include

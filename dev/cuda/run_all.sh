@@ -9,7 +9,7 @@ cd "$(dirname "$0")" || exit 1
 build=${LAB_BUILD:-build}
 logs=${LAB_LOGS:-$build/logs}
 mkdir -p "$logs" || exit 1
-labs="encoder layernorm gelu matmul fused_classifier adamw global_norm attention_forward attention_backward"
+labs="encoder layernorm gelu matmul fused_classifier adamw global_norm attention_forward attention_backward attention_hopper"
 failed=()
 for lab in $labs; do
     [ -f "$lab.cu" ] || continue  # a lab file not written yet
