@@ -160,16 +160,18 @@ static void test_vs_pytorch(const char* model_path, const char* debug_path, cons
 }
 
 // ============================================================================ (b) vs the CPU ops
-static GPT2Config small_config() {
+// heads x 64 channels (head size 64); kv_heads < heads is grouped-query attention, window > 0 a
+// sliding window shorter than T = 64.
+static GPT2Config small_config(int heads = 2, int kv_heads = 2, int window = 0) {
     GPT2Config c;
     c.max_seq_len = 64;
     c.vocab_size = 500;
     c.padded_vocab_size = 512;
     c.num_layers = 2;
-    c.num_heads = 2;
-    c.num_kv_heads = 2;
-    c.channels = 128;
-    c.window = 0;
+    c.num_heads = heads;
+    c.num_kv_heads = kv_heads;
+    c.channels = 64 * heads;
+    c.window = window;
     return c;
 }
 
@@ -187,10 +189,11 @@ static std::vector<float> small_params(const GPT2Config& c, uint64_t seed) {
     return p;
 }
 
-static void test_forward_ops(const CudaContext& ctx) {
-    printf("== (b) forward ops of the GPU trainer vs llmc/cpu on the GPU's inputs (small model)\n");
-    const GPT2Config c = small_config();
+static void test_forward_ops(const GPT2Config& c, const CudaContext& ctx) {
+    printf("== (b) forward ops of the GPU trainer vs llmc/cpu on the GPU's inputs (small model: %d heads, %d KV heads, "
+           "window %d)\n", c.num_heads, c.num_kv_heads, c.window);
     const int B = 2, T = 64, N = B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, HD = gpt2_head_dim(c);
+    const int NKV = c.num_kv_heads, W = c.window, QKV = gpt2_qkv_channels(c);
     const int V = c.vocab_size, Vp = c.padded_vocab_size;
     GPT2 model;
     gpt2_build(model, c, B, T, false, ctx);
@@ -217,11 +220,11 @@ static void test_forward_ops(const CudaContext& ctx) {
         cpu::layernorm_forward(ln.data(), mean.data(), rstd.data(), res_in.data(), par(2, c1), par(3, c1), B, T, C);
         check_op(name(l == 0 ? "layernorm_forward (ln1)" : "fused_residual_layernorm (ln1)"), fetch(la.ln1, (size_t)N * C), ln);
         check_op(name("ln1 rstd"), fetch(la.ln1_rstd, N), rstd);
-        std::vector<float> qkv((size_t)N * 3 * C);
-        cpu::matmul_forward(qkv.data(), fetch(la.ln1, (size_t)N * C).data(), par(4, c1 * 3 * C), par(5, c1 * 3), B, T, C, 3 * C);
-        check_op(name("matmul_forward +bias (qkv)"), fetch(la.qkv, (size_t)N * 3 * C), qkv);
+        std::vector<float> qkv((size_t)N * QKV);
+        cpu::matmul_forward(qkv.data(), fetch(la.ln1, (size_t)N * C).data(), par(4, c1 * QKV), par(5, (size_t)l * QKV), B, T, C, QKV);
+        check_op(name("matmul_forward +bias (qkv)"), fetch(la.qkv, (size_t)N * QKV), qkv);
         std::vector<float> att((size_t)N * C), lse((size_t)B * NH * T);
-        cpu::attention_forward(att.data(), lse.data(), fetch(la.qkv, (size_t)N * 3 * C).data(), B, T, NH, NH, HD);
+        cpu::attention_forward(att.data(), lse.data(), fetch(la.qkv, (size_t)N * QKV).data(), B, T, NH, NKV, HD, W);
         check_op(name("attention_forward out"), fetch(la.atty, (size_t)N * C), att);
         check_op(name("attention_forward lse"), fetch(la.lse, (size_t)B * NH * T), lse);
         std::vector<float> proj((size_t)N * C), res2((size_t)N * C);
@@ -304,18 +307,24 @@ static void test_backward_ops(const CudaContext& ctx) {
         check_op("matmul_backward dweight (+=)", dw.get(), rdw);
         check_op("matmul_backward dbias (+=)", db.get(), rdb);
     }
-    {  // attention_backward (=) against the CPU backward on the CPU forward's out/lse
-        DeviceTensor qkv(random_vec(rng, (size_t)N * 3 * C, 1.0f)), dout(random_vec(rng, (size_t)N * C, 1.0f));
-        std::vector<float> out((size_t)N * C), lse((size_t)B * NH * T), rdqkv((size_t)N * 3 * C, 0.0f);
-        cpu::attention_forward(out.data(), lse.data(), qkv.h.data(), B, T, NH, NH, HD);
+    // attention_backward (=) against the CPU backward on the CPU forward's out/lse: multi-head, then
+    // grouped-query (4 heads, 2 KV heads) with a window of 24, then multi-query (4 heads, 1 KV head)
+    const int att_cases[3][3] = {{NH, NH, 0}, {4, 2, 24}, {4, 1, 0}};
+    for (const auto& ac : att_cases) {
+        const int H = ac[0], HKV = ac[1], W = ac[2], QKV = (H + 2 * HKV) * HD, CA = H * HD;
+        DeviceTensor qkv(random_vec(rng, (size_t)N * QKV, 1.0f)), dout(random_vec(rng, (size_t)N * CA, 1.0f));
+        std::vector<float> out((size_t)N * CA), lse((size_t)B * H * T), rdqkv((size_t)N * QKV, 0.0f);
+        cpu::attention_forward(out.data(), lse.data(), qkv.h.data(), B, T, H, HKV, HD, W);
         DeviceTensor dev_out(out);
         float* dlse;
         cudaCheck(cudaMalloc(&dlse, lse.size() * 4));
         cudaCheck(cudaMemcpy(dlse, lse.data(), lse.size() * 4, cudaMemcpyHostToDevice));
-        DeviceTensor dqkv(std::vector<float>((size_t)N * 3 * C, 7.0f));  // poison: every element must be written
-        attention_backward(dqkv.d, dout.d, qkv.d, dev_out.d, dlse, B, T, NH, NH, HD, s);
-        cpu::attention_backward(rdqkv.data(), dout.h.data(), qkv.h.data(), dev_out.h.data(), lse.data(), B, T, NH, NH, HD);
-        check_op("attention_backward dqkv (=)", dqkv.get(), rdqkv);
+        DeviceTensor dqkv(std::vector<float>((size_t)N * QKV, 7.0f));  // poison: every element must be written
+        attention_backward(dqkv.d, dout.d, qkv.d, dev_out.d, dlse, B, T, H, HKV, HD, s, W);
+        cpu::attention_backward(rdqkv.data(), dout.h.data(), qkv.h.data(), dev_out.h.data(), lse.data(), B, T, H, HKV, HD, W);
+        char what[96];
+        snprintf(what, sizeof what, "attention_backward dqkv (=), %d heads, %d KV heads, window %d", H, HKV, W);
+        check_op(what, dqkv.get(), rdqkv);
         cudaCheck(cudaFree(dlse));
     }
     {  // encoder_backward: repeated tokens, += into nonzero grads
@@ -417,8 +426,10 @@ static std::vector<float> train_steps(GPT2& model, int64_t first, int64_t last, 
 }
 
 static void test_resume(const CudaContext& ctx, bool recompute) {
-    printf("== (c) save -> load -> continue is bit-identical (recompute %d)\n", (int)recompute);
-    const GPT2Config c = small_config();
+    // the recompute run also covers grouped-query attention with a sliding window end to end
+    const GPT2Config c = recompute ? small_config(4, 2, 24) : small_config();
+    printf("== (c) save -> load -> continue is bit-identical (recompute %d; %d heads, %d KV heads, window %d)\n",
+           (int)recompute, c.num_heads, c.num_kv_heads, c.window);
     const std::vector<float> p0 = small_params(c, 5);
     char tmpl[] = "/tmp/test_gpt2cu_XXXXXX";
     if (!mkdtemp(tmpl)) fail("mkdtemp failed: %s", strerror(errno));
@@ -468,11 +479,12 @@ int main(int argc, char** argv) {
         else fail("%s: unknown argument (usage: test_gpt2cu [--model M.bin --debug D.bin] [--ops-only])", argv[i]);
     }
     if ((model_path == nullptr) != (debug_path == nullptr)) fail("--model and --debug go together");
-    if (model_path) gpt2_require_verified_attention(model_read_info(model_path).config, model_path);  // before any GPU work
+    if (model_path) model_read_info(model_path);  // a bad file fails here, before any GPU work
     CudaContext ctx;
     ctx.init(0);
     printf("test_gpt2cu: %s build on %s\n", PRECISION_NAME, ctx.props.name);
-    test_forward_ops(ctx);
+    test_forward_ops(small_config(), ctx);
+    test_forward_ops(small_config(4, 2, 24), ctx);  // grouped-query attention with a sliding window
     test_backward_ops(ctx);
     if (!ops_only) {
         test_resume(ctx, false);

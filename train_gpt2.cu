@@ -41,23 +41,25 @@ constexpr bool HAS_MASTER = !std::is_same<floatX, float>::value;  // bf16 build:
 #define ATTENTION_NAME "cudnn"
 #define BENCH_NAME "ours_cudnn"
 inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD,
-                                    cudaStream_t stream) {
-    cudnn_attention_forward(out, lse, qkv, B, T, NH, NKV, HD, stream);
+                                    int window, cudaStream_t stream) {
+    cudnn_attention_forward(out, lse, qkv, B, T, NH, NKV, HD, stream, window);
 }
 inline void model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                     const float* lse, int B, int T, int NH, int NKV, int HD, cudaStream_t stream) {
-    cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream);
+                                     const float* lse, int B, int T, int NH, int NKV, int HD, int window,
+                                     cudaStream_t stream) {
+    cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window);
 }
 #else
 #define ATTENTION_NAME "llmc/attention.cuh"
 #define BENCH_NAME "ours"
 inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD,
-                                    cudaStream_t stream) {
-    attention_forward(out, lse, qkv, B, T, NH, NKV, HD, stream);
+                                    int window, cudaStream_t stream) {
+    attention_forward(out, lse, qkv, B, T, NH, NKV, HD, stream, window);
 }
 inline void model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                     const float* lse, int B, int T, int NH, int NKV, int HD, cudaStream_t stream) {
-    attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream);
+                                     const float* lse, int B, int T, int NH, int NKV, int HD, int window,
+                                     cudaStream_t stream) {
+    attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window);
 }
 #endif
 
@@ -71,7 +73,7 @@ struct Activations {
     floatX* ln1;        // (L or 1, N, C) recomputed
     float* ln1_mean;    // (L, N)
     float* ln1_rstd;    // (L, N)
-    floatX* qkv;        // (L, N, 3C)
+    floatX* qkv;        // (L, N, QKV), QKV = (NH + 2*NKV) * HD (3C for multi-head attention)
     floatX* atty;       // (L, N, C) attention output, before the projection
     float* lse;         // (L, B, NH, T) softmax statistics for the attention backward
     floatX* residual2;  // (L, N, C) residual after the attention block
@@ -92,7 +94,7 @@ struct Activations {
     // backward scratch, one layer at a time
     floatX* dresidual;  // (N, C) gradient of the residual stream
     floatX* dbuf;       // (N, C) gradient of a LayerNorm output or of atty
-    floatX* dqkv;       // (N, 3C)
+    floatX* dqkv;       // (N, QKV)
     floatX* dfch;       // (N, 4C)
     float* colsum;      // (COLUMN_MAX_CHUNKS, 4C) partial column sums (bias / LayerNorm grads)
     float* norm;        // (GLOBAL_NORM_BLOCKS + 1) partials, then the squared norm
@@ -182,20 +184,8 @@ inline size_t gpt2_param_bytes(size_t n) {
     return aligned_size(n * sizeof(floatX)) * 2 + aligned_size(n * sizeof(float)) * (HAS_MASTER ? 3 : 2);
 }
 
-// The attention kernels take NKV and a window, but the trainer has been verified end to end only
-// for multi-head full causal attention: refuse anything else before it runs. `source` names the
-// model file or the flags the config came from.
-inline void gpt2_require_verified_attention(const GPT2Config& c, const char* source) {
-    if (c.num_kv_heads != c.num_heads)
-        fail("%s: grouped-query attention (num_kv_heads %d != num_heads %d) is not supported by the GPU trainer yet",
-             source, c.num_kv_heads, c.num_heads);
-    if (c.window != 0)
-        fail("%s: a sliding window (window %d) is not supported by the GPU trainer yet", source, c.window);
-}
-
 inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool recompute, const CudaContext& ctx) {
     gpt2_validate_config(config, "model");
-    gpt2_require_verified_attention(config, "model");
     const int C = config.channels, HD = gpt2_head_dim(config);
     if (C % 8 != 0) fail("model: channels %d must be a multiple of 8 (16-byte vector loads)", C);
     if (config.padded_vocab_size % 8 != 0) fail("model: padded vocab %d must be a multiple of 8", config.padded_vocab_size);
@@ -355,7 +345,7 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
         floatX* fcprojw = model.param(12) + (size_t)l * C * 4 * C;
         floatX* fcprojb = model.param(13) + (size_t)l * C;
         matmul_forward(la.qkv, nullptr, la.ln1, qkvw, qkvb, N, C, QKV, ctx);
-        model_attention_forward(la.atty, la.lse, la.qkv, B, T, NH, NKV, HD, s);
+        model_attention_forward(la.atty, la.lse, la.qkv, B, T, NH, NKV, HD, c.window, s);
         matmul_forward(a.proj, nullptr, la.atty, attprojw, attprojb, N, C, C, ctx);
         fused_residual_layernorm_forward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, la.res_in, a.proj, ln2w, ln2b,
                                          N, C, s);
@@ -434,7 +424,7 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
         // dresidual now holds d(residual2). Attention: attproj, attention, qkv, then ln1.
         matmul_backward(a.dbuf, model.grad(6) + cc, model.grad(7) + c1, a.colsum, a.dresidual, la.atty,
                         model.param(6) + cc, nullptr, N, C, C, ctx);
-        model_attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, B, T, NH, NKV, HD, s);
+        model_attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, B, T, NH, NKV, HD, c.window, s);
         matmul_backward(a.dbuf, model.grad(4) + qkvw, model.grad(5) + qkvb, a.colsum, a.dqkv, la.ln1,
                         model.param(4) + qkvw, nullptr, N, C, QKV, ctx);
         layernorm_backward(a.dresidual, model.grad(2) + c1, model.grad(3) + c1, a.colsum, a.dbuf, la.res_in,
@@ -591,7 +581,6 @@ int main(int argc, char** argv) {
     GPT2Config config = from_file ? model_read_info(init_path.c_str()).config : gpt2_config_from_descriptor(cfg.init.c_str());
     const std::string source = from_file ? init_path : "--init " + cfg.init;
     apply_attention_flags(config, cfg, !from_file, init_path.c_str());
-    gpt2_require_verified_attention(config, source.c_str());
 
     CudaContext ctx;
     ctx.init(0);

@@ -3,7 +3,8 @@
 #   python3 scripts/data/tinyshakespeare.py). Each suite's output is shown and kept in $LOGS;
 # the last line is "N passed, N failed" and the exit status is non-zero if any suite failed.
 #   1. test_gpt2cu / test_gpt2cu_fp32: GPT-2 124M (d12, random init) vs the PyTorch reference state
-#      (fp64), every op vs the CPU reference, bit-exact save -> load -> continue
+#      (fp64), every op vs the CPU reference, bit-exact save -> load -> continue; then a d12 with
+#      grouped-query attention (4 KV heads) and a sliding window (24) vs its own PyTorch reference
 #   2. tiny shakespeare: d12 trains (the loss falls), checkpoints, and a resumed run reproduces the
 #      uninterrupted run's log exactly (train loss, grad norm, lr, val loss)
 #   3. a batch or a model that cannot fit fails with a one-line message naming the fix
@@ -34,6 +35,15 @@ if [ ! -f "$REF_DEBUG" ]; then
 fi
 run "bf16 build vs PyTorch and CPU ops" test_bf16.log build/test_gpt2cu --model "$REF_MODEL" --debug "$REF_DEBUG"
 run "fp32 build vs PyTorch and CPU ops" test_fp32.log build/test_gpt2cu_fp32 --model "$REF_MODEL" --debug "$REF_DEBUG"
+# the same for a d12 with grouped-query attention (12 heads / 4 KV heads) and a 24-token sliding window
+GQA_MODEL=$WORK/d12_gqa_w24.bin GQA_DEBUG=$WORK/d12_gqa_w24_debug.bin
+if [ ! -f "$GQA_DEBUG" ]; then
+    echo "=== writing the PyTorch reference state (d12, 4 KV heads, window 24, B=4, T=64, 10 steps, fp64 on the CPU)"
+    python3 scripts/train_gpt2.py --model d12 --kv-heads 4 --window 24 --batch 4 --seq 64 --steps 10 \
+        --write-model "$GQA_MODEL" --write-debug "$GQA_DEBUG" || { echo "error: GQA reference state failed"; exit 1; }
+fi
+run "bf16 build vs PyTorch, GQA + window" test_bf16_gqa.log build/test_gpt2cu --model "$GQA_MODEL" --debug "$GQA_DEBUG"
+run "fp32 build vs PyTorch, GQA + window" test_fp32_gqa.log build/test_gpt2cu_fp32 --model "$GQA_MODEL" --debug "$GQA_DEBUG"
 
 # ---- 2. tiny shakespeare: training, checkpoints, exact resume through the command line
 ts_train() {
