@@ -12,14 +12,18 @@
 // with window W > 0 only keys t-W+1..t (the convention of Mistral's sliding window).
 // Precision: floatX operands (bf16 or fp32), every sum and the softmax in fp32.
 //
-// Two implementations, HD 64 or 128 (other head sizes are an error naming HD):
+// Three implementations, HD 64 or 128 (other head sizes are an error naming HD):
 //   * attention_*_simple: scalar fp32 math, four threads per query (or key) row; ~12 TFLOP/s. The
 //     FP32 build's path (tensor cores take no fp32), and the baseline in dev/cuda.
 //   * attention_*_flash: bf16 tensor cores (mma.sync m16n8k16 fed by ldmatrix), FlashAttention-2
-//     style; the bf16 build's path. Tile budget and measured speed in attention_mma.cuh.
-// attention_forward / attention_backward (at the end) pick the one for the build's floatX. Both are
-// deterministic by construction: no atomics, every output element summed by one thread in a fixed
-// order (not measured run against run).
+//     style; the bf16 build's backward, and its forward where sm_90a is not built. Tile budget and
+//     measured speed in attention_mma.cuh; the backward also has a faster single-pass mode whose dQ
+//     comes from fp32 atomics in a caller's scratch buffer (not bit-reproducible).
+//   * attention_forward_hopper: wgmma + TMA + warp specialization (FlashAttention-3's structure), the
+//     bf16 forward of sm_90a builds (attention_hopper.cuh).
+// attention_forward / attention_backward (at the end) pick the one for the build. The forward, and the
+// backward without scratch, are deterministic by construction: no atomics, every output element
+// summed by one thread in a fixed order (dev/cuda/attention_backward.cu checks two runs bit for bit).
 #pragma once
 #include <cmath>
 #include <type_traits>
@@ -295,6 +299,8 @@ inline void attention_backward_simple(floatX* dqkv, const floatX* dout, const fl
 #include "attention_mma.cuh"
 #include "attention_mma_forward.cuh"
 #include "attention_mma_backward.cuh"
+// The Hopper (sm_90a) forward: wgmma, TMA, warp specialization; design and measurements in the file.
+#include "attention_hopper.cuh"
 
 // FlashAttention-2 on tensor cores; bf16 tensors, HD 64 or 128, every pointer 16-byte aligned.
 inline void attention_forward_flash(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH,
@@ -309,32 +315,44 @@ inline void attention_forward_flash(__nv_bfloat16* out, float* lse, const __nv_b
 
 inline void attention_backward_flash(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                                      const __nv_bfloat16* out, const float* lse, int B, int T, int NH, int NKV, int HD,
-                                     cudaStream_t stream, int window = 0) {
+                                     cudaStream_t stream, int window = 0, float* scratch = nullptr) {
     using namespace attention_detail;
     check_attention_sizes("attention_backward", B, T, NH, NKV, HD, window);
-    if (!aligned16(dqkv) || !aligned16(dout) || !aligned16(qkv) || !aligned16(out))
-        fail("attention_backward: dqkv, dout, qkv and out must be 16-byte aligned");
+    if (!aligned16(dqkv) || !aligned16(dout) || !aligned16(qkv) || !aligned16(out) || !aligned16(scratch))
+        fail("attention_backward: dqkv, dout, qkv, out and scratch must be 16-byte aligned");
     const QKVLayout L{NH, NKV, HD};
+    if (scratch) {  // one pass, dQ summed by fp32 atomics in scratch: faster, not bit-reproducible
+        if (HD == 64) backward_flash_atomic<AtomicBwdCfg<64>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, window, stream);
+        else backward_flash_atomic<AtomicBwdCfg<128>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, window, stream);
+        return;
+    }
     if (HD == 64) backward_flash<DQCfg<64>, DKVCfg<64>>(dqkv, dout, qkv, out, lse, B, T, L, window, stream);
     else backward_flash<DQCfg<128>, DKVCfg<128>>(dqkv, dout, qkv, out, lse, B, T, L, window, stream);
 }
 
 // ============================================================================ the launchers
-// bf16 build: the tensor-core kernels; FP32 build: the simple kernels (tensor cores take no fp32).
+// bf16 build: the Hopper kernel (sm_90a builds) or the mma.sync kernels forward, the mma.sync kernels
+// backward; FP32 build: the simple kernels (tensor cores take no fp32).
 inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD,
                               cudaStream_t stream, int window = 0) {
 #if defined(PRECISION_FP32)
     attention_forward_simple(out, lse, qkv, B, T, NH, NKV, HD, stream, window);
 #else
-    attention_forward_flash(out, lse, qkv, B, T, NH, NKV, HD, stream, window);
+    if (attention_hopper_available()) attention_forward_hopper(out, lse, qkv, B, T, NH, NKV, HD, stream, window);
+    else attention_forward_flash(out, lse, qkv, B, T, NH, NKV, HD, stream, window);
 #endif
 }
 
+// scratch: nullptr for the deterministic backward (bit-identical run to run), or a 16-byte aligned
+// buffer of attention_detail::attention_backward_scratch_floats(B, T, NH, HD) floats for the faster
+// single pass whose dQ sums come from fp32 atomics (bf16 build; the FP32 build ignores it).
 inline void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
-                               int B, int T, int NH, int NKV, int HD, cudaStream_t stream, int window = 0) {
+                               int B, int T, int NH, int NKV, int HD, cudaStream_t stream, int window = 0,
+                               float* scratch = nullptr) {
 #if defined(PRECISION_FP32)
+    (void)scratch;
     attention_backward_simple(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window);
 #else
-    attention_backward_flash(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window);
+    attention_backward_flash(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window, scratch);
 #endif
 }

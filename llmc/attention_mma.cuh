@@ -40,7 +40,8 @@ namespace attention_detail {
 //   * Register caps: 3 blocks/SM for the HD 64 backward (+15%); 8-warp blocks lost everywhere
 //     (backward 127 vs 144, windowed forward 148 vs 188); 128-key forward tiles gained nothing.
 //   * Causal: blocks start with the longest rows; tiles wholly in the future (or wholly outside the
-//     sliding window) are never visited; only tiles that cross the diagonal or the window edge mask.
+//     sliding window) are never visited; windows run the band kernel (attention_mma_forward.cuh), in
+//     which each warp sweeps only its rows' band of keys; only tiles that cross the diagonal or the window edge mask.
 // Rows past T are zero-filled on load (cp.async src-size 0) and never stored; their lse is +inf in
 // the backward so their probabilities are 0.
 // One kernel configuration: WARPS warps own MT m16 tiles (16 * MT rows) each of the register-resident

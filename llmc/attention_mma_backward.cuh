@@ -178,6 +178,290 @@ inline void backward_flash(bf16* dqkv, const bf16* dout, const bf16* qkv, const 
     cudaCheckLaunch();
 }
 
+// ============================================================================ single pass, dQ by atomics
+// FlashAttention-2's backward: one kernel per key tile does all 5 matmuls (S, dP, dV, dK and dQ) and
+// adds its share of dQ into an fp32 buffer with vector reductions (red.global.add.v2.f32); the sum
+// order over key tiles varies from run to run, so dQ is not bit-reproducible (dK and dV still are).
+// Three launches: a prologue (D, lse in base 2, zeroed dQ accumulator), the single-pass kernel and a
+// pass that scales dQ and rounds it into dqkv. Scratch, fp32, one allocation:
+//   dq_accum (B, T, NH, HD)   then   D (B, NH, T)   then   lse2 = lse * log2(e) (B, NH, T)
+inline size_t attention_backward_scratch_floats(int B, int T, int NH, int HD) {
+    return (size_t)B * T * NH * HD + 2 * (size_t)B * NH * T;
+}
+
+// Tile configuration of the single-pass kernel: WARPS warps own MT m16 tiles of keys each (BKV keys a
+// block, resident with their values); query tiles of BQ rows stream through two smem stages together
+// with their dO, D and lse. In the dQ step the BQ x HD product dS K is split over the warps: BQ / 16
+// row groups times WARPS / (BQ / 16) column groups of DQC columns.
+template <int HD_, int WARPS_, int MT_, int BQ_, int MIN_BLOCKS_, bool SKIP_ = true>
+struct AtomicCfg {
+    // SKIP: warps skip query tiles their keys cannot see (the diagonal, the window edge), and the dQ
+    // step skips invisible 16 x 16 blocks. Saves work at HD 128; at HD 64 the branch costs more than it
+    // saves (155 against 177 TFLOP/s at gpt2, dev/cuda variants 7 and 5).
+    static constexpr bool SKIP = SKIP_;
+    static constexpr int HD = HD_, WARPS = WARPS_, THREADS = WARPS_ * WARP_SIZE, MT = MT_, WROWS = 16 * MT_,
+                         BKV = WROWS * WARPS_, BQ = BQ_, MIN_BLOCKS = MIN_BLOCKS_;
+    static constexpr int ROW_GROUPS = BQ / 16, COL_GROUPS = WARPS / ROW_GROUPS, DQC = HD / COL_GROUPS;
+    // K, V; 2 stages of Q, dO; 2 stages of the dS^T tile (BKV, BQ)
+    static constexpr int smem_bytes() { return (2 * BKV * HD + 4 * BQ * HD + 2 * BKV * BQ) * 2; }
+    static_assert(BQ == 32 || BQ == 64 || BQ == 128, "dS^T rows are 64, 128 or 256 bytes (see swz_ds)");
+    static_assert(WARPS % ROW_GROUPS == 0 && DQC % 16 == 0, "the dQ step splits BQ x HD evenly over the warps");
+    static_assert(THREADS >= 2 * BQ, "one thread a row loads D and one lse");
+};
+
+// Whether any pair (query i in [q_lo, q_hi], key j in [k_lo, k_hi]) is visible: i - j spans
+// [q_lo - k_hi, q_hi - k_lo], which must meet [0, window - 1] (or [0, inf) without a window).
+__device__ __forceinline__ bool any_visible(int q_lo, int q_hi, int k_lo, int k_hi, int window) {
+    return q_hi >= k_lo && (window == 0 || q_lo - k_hi < window);
+}
+// 4-byte async copy global -> shared; zero-fills when !valid (src is then not read). lse and D rows
+// start at (b * NH + h) * T + i0, not 16-byte aligned for odd T.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 4 : 0));
+}
+// dst[0..1] += {a, b} in global memory, one reduction (8-byte aligned).
+__device__ __forceinline__ void red_add_v2(float* dst, float a, float b) {
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b) : "memory");
+}
+// Element (r, c) of a swizzled dS^T tile with rows of BQ bf16. 128- and 256-byte rows: as swz. 64-byte
+// rows: two rows share a 128-byte bank line, so chunk c/8 is XORed with (r / 2) % 4, which keeps the 8
+// rows of an ldmatrix phase (and of the packed stores) on distinct banks.
+template <int BQ>
+__device__ __forceinline__ int swz_ds(int r, int c) {
+    if constexpr (BQ >= 64) return swz<BQ>(r, c);
+    else return r * BQ + ((((c >> 3) ^ ((r >> 1) & 3))) << 3) + (c & 7);
+}
+// For each of MT m16 tiles: acc[mt] (16 x N) += A (rows a_row0 + 16 mt.. of a smem tile, 16 x K) *
+// tile^T, B from rows n0.. of a [n][k] tile. A is re-read from smem every 16-column step (4 registers
+// live per tile); each B fragment feeds MT tiles.
+template <int HD, int N, int K, int MT>
+__device__ __forceinline__ void mma_a_smem_b_nk_mt(float (*acc)[N / 8][4], const bf16* a_tile, int a_row0,
+                                                   const bf16* tile, int n0) {
+#pragma unroll
+    for (int kk = 0; kk < K / 16; kk++) {
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) ldmatrix_x4(a[mt], frag_a<HD>(a_tile, a_row0 + mt * 16, kk * 16));
+#pragma unroll
+        for (int nb = 0; nb < N / 16; nb++) {
+            uint32_t b[4];
+            ldmatrix_x4(b, frag_b_nk<HD>(tile, n0 + nb * 16, kk * 16));
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_16816(acc[mt][2 * nb], a[mt], b[0], b[1]);
+                mma_16816(acc[mt][2 * nb + 1], a[mt], b[2], b[3]);
+            }
+        }
+    }
+}
+
+// Prologue: D = rowsum(dO * O) and lse2 = lse * log2(e) into the scratch, and the dQ accumulator zeroed.
+// One thread per 8 elements of dO / O (16-byte loads); the HD / 8 threads of a (token, head) row are
+// consecutive lanes and sum by shuffles. Memory-bound: reads dO and O (2 * B*T*NH*HD bf16), writes the
+// fp32 accumulator (4 * B*T*NH*HD bytes).
+template <int HD>
+__global__ void __launch_bounds__(256) attention_backward_prologue(float* scratch, const bf16* dout, const bf16* out,
+                                                                   const float* lse, int B, int T, int NH) {
+    constexpr int TPR = HD / 8;  // threads a row
+    const size_t n = (size_t)B * T * NH * TPR, idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const bool valid = idx < n;
+    float D = 0.0f;
+    if (valid) {
+        const Packed128<bf16> o = load128cs(out + idx * 8), d = load128cs(dout + idx * 8);
+#pragma unroll
+        for (int k = 0; k < 8; k++) D += to_float(o[k]) * to_float(d[k]);
+        store128(scratch + idx * 8, f128::constant(0.0f));
+        store128(scratch + idx * 8 + 4, f128::constant(0.0f));
+    }
+#pragma unroll
+    for (int off = TPR / 2; off > 0; off >>= 1) D += __shfl_xor_sync(0xffffffffu, D, off);
+    if (valid && idx % TPR == 0) {
+        const size_t row = idx / TPR;  // (b * T + t) * NH + h
+        const int h = (int)(row % NH), t = (int)(row / NH % T), b = (int)(row / NH / T);
+        const size_t bht = ((size_t)b * NH + h) * T + t, n_bht = (size_t)B * NH * T;
+        float* Dg = scratch + (size_t)B * T * NH * HD;
+        Dg[bht] = D;
+        Dg[n_bht + bht] = lse[bht] * LOG2E;
+    }
+}
+
+// Epilogue: dQ = scale * dq_accum, rounded into the query columns of dqkv. One thread per 8 values.
+template <int HD>
+__global__ void __launch_bounds__(256) attention_backward_dq_store(bf16* dqkv, const float* dq_accum, int B, int T,
+                                                                   QKVLayout L) {
+    const int per_row = L.NH * HD / 8;
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * T * per_row) return;
+    const size_t bt = idx / per_row;
+    const int c = (int)(idx % per_row) * 8;
+    const float scale = rsqrtf((float)HD);
+    const f128 lo = load128cs(dq_accum + idx * 8), hi = load128cs(dq_accum + idx * 8 + 4);
+    Packed128<bf16> r;
+#pragma unroll
+    for (int k = 0; k < 4; k++) r[k] = from_float<bf16>(lo[k] * scale), r[k + 4] = from_float<bf16>(hi[k] * scale);
+    store128(dqkv + bt * L.row() + L.q_col(0) + c, r);
+}
+
+// dV = P^T dO, dK = scale * dS^T Q (summed over the GQA group in registers, as the two-kernel path)
+// and dQ += dS K (into dq_accum, unscaled) for one key tile: 5 matmuls, 10 * HD FLOPs per visible pair.
+// grid (ceil(T / BKV), NKV, B), THREADS threads, smem_bytes(). Keys are the resident rows.
+// Per query tile: S^T and dP^T (A = K, V from smem), P^T and dS^T in registers, dS^T also stored as
+// bf16 into one of two smem tiles; dV and dK from registers; then, one tile later (after the next
+// barrier, so one barrier serves both), every warp takes a (16 queries x DQC) block of dS K, A read
+// from the dS^T tile with ldmatrix.trans, and reduces it into dq_accum. With Cfg::SKIP, warps whose
+// keys see none of the tile's queries (the diagonal, the window edge) skip their matmuls and the dQ
+// step skips 16x16 dS blocks with no visible pair, so those warps' stale dS^T rows are never read.
+// Registers (ptxas, sm_90a): 255 and no spills at HD 64 MT 2 without the skip; the skip adds 16-40
+// bytes of spills to every configuration, one reason it loses at HD 64.
+// Bytes: K, V once; Q, dO once per key tile (from L2); dq_accum 4 * BQ * HD bytes of reductions per
+// (key tile, query tile): compute-bound at these tiles, with the L2 reductions as the risk.
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
+    attention_backward_single_pass_mma(bf16* dqkv, float* scratch, const bf16* dout, const bf16* qkv, int B, int T,
+                                       QKVLayout L, int window) {
+    constexpr int HD = Cfg::HD, BKV = Cfg::BKV, BQ = Cfg::BQ, NT = Cfg::THREADS, MT = Cfg::MT, WR = Cfg::WROWS;
+    constexpr int RG = Cfg::ROW_GROUPS, DQC = Cfg::DQC;
+    extern __shared__ __align__(16) bf16 smem[];
+    bf16* sK = smem;               // (BKV, HD), later the dK staging tile
+    bf16* sV = sK + BKV * HD;      // (BKV, HD), later the dV staging tile
+    bf16* sQ = sV + BKV * HD;      // 2 x (BQ, HD)
+    bf16* sdO = sQ + 2 * BQ * HD;  // 2 x (BQ, HD)
+    bf16* sdS = sdO + 2 * BQ * HD;  // 2 x (BKV, BQ): dS^T, swz_ds
+    __shared__ __align__(16) float sD[2][BQ], sL[2][BQ];  // D and lse2 of each stage's queries
+    const int tile = blockIdx.x;  // the first key tiles see the most queries: launched first
+    const int kvh = blockIdx.y, b = blockIdx.z, group = L.NH / L.NKV;
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t4 = lane & 3;
+    const int stride = L.row(), C = L.NH * HD;
+    const bf16* seq = qkv + (size_t)b * T * stride;
+    const float scale = rsqrtf((float)HD), sl2 = scale * LOG2E;
+    float* dq_accum = scratch + (size_t)b * T * C;                      // this sequence's (T, NH, HD)
+    const float* Dg = scratch + (size_t)B * T * C + (size_t)b * L.NH * T;  // (NH, T)
+    const float* L2g = Dg + (size_t)B * L.NH * T;
+
+    const int kv0 = tile * BKV, kv_last = min(kv0 + BKV, T) - 1;
+    const int q_begin = kv0 / BQ * BQ, q_end = window > 0 ? min(T, kv_last + window) : T;
+    const int n_qt = ceil_div(q_end - q_begin, BQ), n_it = group * n_qt;  // (head, query tile) pairs
+    auto head_of = [&](int it) { return kvh * group + it / n_qt; };
+    auto row_of = [&](int it) { return q_begin + (it % n_qt) * BQ; };
+    auto issue = [&](int it, int stage) {
+        const int h = head_of(it), i0 = row_of(it);
+        load_tile_async<BQ, HD, NT>(sQ + stage * BQ * HD, seq + (size_t)i0 * stride + L.q_col(h), stride, T - i0);
+        load_tile_async<BQ, HD, NT>(sdO + stage * BQ * HD, dout + ((size_t)b * T + i0) * C + h * HD, C, T - i0);
+        if (threadIdx.x < 2 * BQ) {  // rows past T: D = lse2 = 0; their Q and dO are 0, so P^T dO = dS = 0
+            const int r = threadIdx.x % BQ;
+            const float* src = (threadIdx.x < BQ ? Dg : L2g) + (size_t)h * T + min(i0 + r, T - 1);
+            cp_async4(threadIdx.x < BQ ? &sD[stage][r] : &sL[stage][r], src, i0 + r < T);
+        }
+    };
+    // dQ block of this warp for query tile `it`, whose dS^T is in ds_tile.
+    auto dq_step = [&](int it, const bf16* ds_tile) {
+        const int h = head_of(it), i0 = row_of(it), qr = (warp % RG) * 16, c0 = (warp / RG) * DQC;
+        float acc[DQC / 8][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < BKV / 16; kk++) {
+            if (Cfg::SKIP && !any_visible(i0 + qr, i0 + qr + 15, kv0 + kk * 16, kv0 + kk * 16 + 15, window)) continue;
+            uint32_t a[4];  // dS (queries x keys) = the transpose of the stored tile
+            ldmatrix_x4_trans(a, ds_tile + swz_ds<BQ>(kk * 16 + (lane & 7) + ((lane >> 4) << 3),
+                                                      qr + ((lane >> 3) & 1) * 8));
+#pragma unroll
+            for (int nd = 0; nd < DQC / 16; nd++) {
+                uint32_t bk[4];
+                ldmatrix_x4_trans(bk, frag_b_kn<HD>(sK, kk * 16, c0 + nd * 16));
+                mma_16816(acc[2 * nd], a, bk[0], bk[1]);
+                mma_16816(acc[2 * nd + 1], a, bk[2], bk[3]);
+            }
+        }
+        float* dst = dq_accum + (size_t)h * HD + c0;
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int i = i0 + qr + g + 8 * r;
+            if (i >= T) continue;
+#pragma unroll
+            for (int nb = 0; nb < DQC / 8; nb++)
+                red_add_v2(dst + (size_t)i * C + nb * 8 + 2 * t4, acc[nb][2 * r], acc[nb][2 * r + 1]);
+        }
+    };
+    load_tile_async<BKV, HD, NT>(sK, seq + (size_t)kv0 * stride + L.k_col(kvh), stride, T - kv0);
+    load_tile_async<BKV, HD, NT>(sV, seq + (size_t)kv0 * stride + L.v_col(kvh), stride, T - kv0);
+    issue(0, 0);
+    cp_async_commit();
+
+    float dk[MT][HD / 8][4] = {}, dv[MT][HD / 8][4] = {};
+    const int kw0 = kv0 + warp * WR;  // this warp's first key; key of (mt, r) = kw0 + 16 mt + g + 8 r
+    for (int it = 0; it < n_it; it++) {
+        const int stage = it & 1, i0 = row_of(it);
+        if (it + 1 < n_it) {
+            issue(it + 1, stage ^ 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();  // tile it landed; every warp is past tile it - 1's dS^T stores
+        if (it > 0) dq_step(it - 1, sdS + (stage ^ 1) * BKV * BQ);
+        if (!Cfg::SKIP || any_visible(i0, i0 + BQ - 1, kw0, kw0 + WR - 1, window)) {  // warp-uniform
+            const bf16* q_tile = sQ + stage * BQ * HD;
+            const bf16* do_tile = sdO + stage * BQ * HD;
+            bf16* ds_tile = sdS + stage * BKV * BQ;
+            float st[MT][BQ / 8][4] = {}, dpt[MT][BQ / 8][4] = {};
+            mma_a_smem_b_nk_mt<HD, BQ, HD, MT>(st, sK, warp * WR, q_tile, 0);
+            mma_a_smem_b_nk_mt<HD, BQ, HD, MT>(dpt, sV, warp * WR, do_tile, 0);
+            const bool edge = i0 < kw0 + WR - 1 || (window > 0 && i0 + BQ - 1 - kw0 >= window);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int nb = 0; nb < BQ / 8; nb++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int qi = nb * 8 + 2 * t4 + (e & 1), key = kw0 + mt * 16 + g + 8 * (e >> 1);
+                        float p = exp2f(fmaf(st[mt][nb][e], sl2, -sL[stage][qi]));
+                        if (edge && !attends(i0 + qi, key, window)) p = 0.0f;
+                        st[mt][nb][e] = p;                                   // P^T
+                        dpt[mt][nb][e] = p * (dpt[mt][nb][e] - sD[stage][qi]);  // dS^T
+                    }
+                    const int r0 = warp * WR + mt * 16 + g, c = nb * 8 + 2 * t4;
+                    *reinterpret_cast<uint32_t*>(ds_tile + swz_ds<BQ>(r0, c)) = pack_bf16(dpt[mt][nb][0], dpt[mt][nb][1]);
+                    *reinterpret_cast<uint32_t*>(ds_tile + swz_ds<BQ>(r0 + 8, c)) = pack_bf16(dpt[mt][nb][2], dpt[mt][nb][3]);
+                }
+            mma_p_regs_b_kn<HD, BQ, MT>(&dv[0], &st[0], do_tile, 0);
+            mma_p_regs_b_kn<HD, BQ, MT>(&dk[0], &dpt[0], q_tile, 0);
+        }
+        __syncthreads();  // this stage of Q, dO, D, lse is free
+    }
+    dq_step(n_it - 1, sdS + ((n_it - 1) & 1) * BKV * BQ);
+    __syncthreads();  // sK is read by the dQ step before it stages dK
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        acc_to_tile<HD>(sK, warp * WR + mt * 16, dk[mt], scale);
+        acc_to_tile<HD>(sV, warp * WR + mt * 16, dv[mt], 1.0f);
+    }
+    __syncwarp();
+    bf16* dst = dqkv + ((size_t)b * T + kv0) * stride;
+    store_warp_rows<HD, WR>(dst + L.k_col(kvh), stride, sK, warp * WR, T - kv0);
+    store_warp_rows<HD, WR>(dst + L.v_col(kvh), stride, sV, warp * WR, T - kv0);
+}
+
+// The three launches of the single-pass backward. scratch: attention_backward_scratch_floats(B, T, NH,
+// HD) floats, any contents (the prologue zeroes what must start at zero).
+template <class Cfg>
+inline void backward_flash_atomic(bf16* dqkv, float* scratch, const bf16* dout, const bf16* qkv, const bf16* out,
+                                  const float* lse, int B, int T, QKVLayout L, int window, cudaStream_t stream) {
+    constexpr int HD = Cfg::HD, smem = Cfg::smem_bytes();
+    static const bool once = (allow_smem(attention_backward_single_pass_mma<Cfg>, smem), true);
+    (void)once;
+    const size_t threads = (size_t)B * T * L.NH * HD / 8;
+    attention_backward_prologue<HD><<<(unsigned)ceil_div<size_t>(threads, 256), 256, 0, stream>>>(scratch, dout, out,
+                                                                                                 lse, B, T, L.NH);
+    cudaCheckLaunch();
+    attention_backward_single_pass_mma<Cfg><<<dim3(ceil_div(T, Cfg::BKV), L.NKV, B), Cfg::THREADS, smem, stream>>>(
+        dqkv, scratch, dout, qkv, B, T, L, window);
+    cudaCheckLaunch();
+    attention_backward_dq_store<HD><<<(unsigned)ceil_div<size_t>(threads, 256), 256, 0, stream>>>(dqkv, scratch, B, T,
+                                                                                                 L);
+    cudaCheckLaunch();
+}
+
 // The shipped configuration, the fastest of dev/cuda's variants on the H200 (docs/perf.md):
 //   HD 64: capped at 168 registers, 3 blocks/SM (variant 2: 166 TFLOP/s against 144 uncapped);
 //   HD 128: uncapped (the cap spills: 145 against 169).
@@ -185,4 +469,12 @@ template <int HD>
 using DQCfg = std::conditional_t<HD == 64, FlashCfg<64, 4, 64, 3>, FlashCfg<HD, 4, 32>>;
 template <int HD>
 using DKVCfg = std::conditional_t<HD == 64, FlashCfg<64, 4, 64, 3>, FlashCfg<HD, 4, 32>>;
+// The single-pass (atomic dQ) configuration, the fastest of dev/cuda's variants (5..8) on the H200:
+//   HD 64: two m16 key tiles a warp (128 keys a block, 32-query tiles, 255 registers: 2 blocks/SM) and
+//          no per-warp skip: 177 TFLOP/s at gpt2 against 155 with the skip and 153 for 64 x 64
+//          tiles (3 blocks/SM); the two-kernel path ran 165 side by side.
+//   HD 128: one m16 tile a warp, 64 keys x 64 queries, with the skip: 187 at long against 181 (64 x 32,
+//          with or without the skip) and 169 for the two-kernel path.
+template <int HD>
+using AtomicBwdCfg = std::conditional_t<HD == 64, AtomicCfg<64, 4, 2, 32, 2, false>, AtomicCfg<HD, 4, 1, 64, 2>>;
 }  // namespace attention_detail
