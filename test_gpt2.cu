@@ -406,8 +406,9 @@ static void test_backward_ops(const CudaContext& ctx) {
 
 // ============================================================================ (c) exact resume
 // Trains `steps` steps on per-step random batches (a pure function of the step) and returns the losses.
-// Each target is a fixed function of its input token, so there is something to learn: uniform random
-// targets would leave the loss at ln(V) from the start, and "training lowers the loss" to chance.
+// Targets come from 10 tokens only (input mod 10), so there is something a few steps can learn (their
+// frequency): uniform random targets would leave the loss at ln(V) from the start, and a permutation
+// of the vocabulary takes a tiny model far more than six steps.
 static std::vector<float> train_steps(GPT2& model, int64_t first, int64_t last, const CudaContext& ctx) {
     const int B = model.B, T = model.T, N = B * T, V = model.config.vocab_size;
     const OptimizerSettings o{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
@@ -415,7 +416,7 @@ static std::vector<float> train_steps(GPT2& model, int64_t first, int64_t last, 
     for (int64_t step = first; step < last; step++) {
         Rng rng(1000 + step);
         std::vector<int> in = random_tokens(rng, N, V), tg(N);
-        for (int i = 0; i < N; i++) tg[i] = (in[i] * 7 + 3) % V;
+        for (int i = 0; i < N; i++) tg[i] = in[i] % 10;
         gpt2_zero_grads(model, ctx);
         for (int micro = 0; micro < 2; micro++) {  // grad accumulation is part of what must resume exactly
             gpt2_upload_batch(model, in.data(), tg.data(), B, T, true, ctx);
@@ -465,7 +466,7 @@ static void test_resume(const CudaContext& ctx, bool recompute) {
     report("params bit-identical after resume", memcmp(pr.data(), pa.data(), pa.size() * 4) != 0, 0.0, "differs    ");
     report("master bit-identical after resume", memcmp(mr.data(), ma.data(), ma.size() * 4) != 0, 0.0, "differs    ");
     printf("     losses: first %.6f last %.6f\n", full.front(), full.back());
-    report("training lowers the loss", full.back() < full.front() ? 0.0 : 1.0, 0.0, "not lower  ");
+    report("training lowers the loss by 0.1", full.back() < full.front() - 0.1f ? 0.0 : 1.0, 0.0, "not lower  ");
     gpt2_free(r);
     std::string cmd = "rm -rf '" + dir + "'";
     if (system(cmd.c_str()) != 0) fprintf(stderr, "warning: could not remove %s\n", dir.c_str());
