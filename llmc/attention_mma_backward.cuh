@@ -220,9 +220,15 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
                  "r"(valid ? 4 : 0));
 }
-// dst[0..1] += {a, b} in global memory, one reduction (8-byte aligned).
+// dst[0..1] += {a, b} in global memory, one reduction (8-byte aligned); vector reductions need
+// sm_90, older GPUs take two scalar atomics.
 __device__ __forceinline__ void red_add_v2(float* dst, float a, float b) {
+#if __CUDA_ARCH__ >= 900
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b) : "memory");
+#else
+    atomicAdd(dst, a);
+    atomicAdd(dst + 1, b);
+#endif
 }
 // Element (r, c) of a swizzled dS^T tile with rows of BQ bf16. 128- and 256-byte rows: as swz. 64-byte
 // rows: two rows share a 128-byte bank line, so chunk c/8 is XORed with (r / 2) % 4, which keeps the 8

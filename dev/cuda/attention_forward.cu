@@ -72,6 +72,19 @@
 // faster than a causal one, where it now runs ~25% slower (per-block fixed costs over 17 steps).
 // Tried: per-mma branches on the warp's active steps (2x slower everywhere: the scheduler cannot
 // overlap mma across them; replaced by one straight-line copy a step count).
+//
+// After the Hopper kernel's promotion (variant 0 = attention_forward_hopper in sm_90a builds; its own
+// lab is attention_hopper.cu), one H200, 2026-12-02, --reps 10, every check passed; the progression:
+//   shape (B NH/NKV T HD W)        15 naive  1 tiled  4 mma   0 Hopper  9 cuDNN
+//   gpt2   64 12/12 1024  64        4.7      11.9     234.2   321.3     320.7
+//   gqa    64 12/4  1024  64        5.0      12.1     235.4   330.8     320.6
+//   long   16 16/16 4096 128        -        12.3     262.3   506.8     631.2
+//   window 16 16/16 4096 128 256    -         9.7     154.9   278.2     307.8
+//   odd     3  6/2   777 128        0.3       5.0      65.6   146.6     135.8
+//   odd-w   5  4/4  1000  64 100    0.3       4.3      29.0    32.9      28.0
+//   w-gpt2 64 12/12 1024  64 256    0.6      10.0     152.4   205.2     194.1
+//   long64 16 16/16 4096  64        -        13.0     290.3   417.8     477.8
+//   w-long64 16 16/16 4096 64 256   -        10.3     157.6   214.4     203.4
 #include "attention_common.cuh"
 #include "llmc/attention.cuh"
 #include "attention_naive.cuh"
