@@ -209,12 +209,8 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
 }
 
 int main(int argc, char** argv) {
-    bool small = false;  // this file's own flag; the rest goes to the harness
     std::vector<char*> args;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--small")) small = true;
-        else args.push_back(argv[i]);
-    }
+    const bool small = take_small_flag(argc, argv, args);
     lab::Lab lab((int)args.size(), args.data(), "attention_backward.cu");
     uint64_t seed = 4321;
     if (small)

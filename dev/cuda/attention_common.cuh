@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include "harness.cuh"
+#include "llmc/cpu/attention.h"
 
 struct Shape {
     const char* name;
@@ -59,4 +60,57 @@ inline double visible_pairs(int T, int window) {
     double n = 0;
     for (int t = 0; t < T; t++) n += std::min(t + 1, window);
     return n;
+}
+
+// The forward labs' shared part of one shape (attention_forward.cu, attention_hopper.cu): fresh random
+// qkv, the CPU reference on the first ref_batches sequences, poisoned outputs and the checks (every
+// element written, guard regions, element-wise tolerance and nmse). `variants(variant, out, lse, qkv)`
+// registers the file's variants through variant(number, name, launch).
+template <class Variants>
+inline void run_forward_shape(lab::Lab& lab, const Shape& s, uint64_t seed, Variants&& variants) {
+    const int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HD = s.HD, W = s.window, RB = s.ref_batches;
+    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD, n_lse = (size_t)B * NH * T;
+    // uniform(-2, 2): scores q.k/sqrt(HD) have std 4/3, peaked enough to test the softmax
+    const std::vector<float> qkv_h = lab::rand_uniform(n_qkv, seed, -2.0f, 2.0f);
+    std::vector<float> out_ref((size_t)RB * T * NH * HD), lse_ref((size_t)RB * NH * T);
+    cpu::attention_forward(out_ref.data(), lse_ref.data(), qkv_h.data(), RB, T, NH, NKV, HD, W);
+
+    lab::DevBuf<floatX> qkv(n_qkv, "qkv"), out(n_out, "out");
+    lab::DevBuf<float> lse(n_lse, "lse");
+    qkv.upload(qkv_h);
+    std::vector<int> out_rows(RB * T), lse_rows(RB);
+    for (int i = 0; i < RB * T; i++) out_rows[i] = i;  // (B*T, NH*HD): the first RB sequences
+    for (int i = 0; i < RB; i++) lse_rows[i] = i;      // (B, NH*T)
+
+    const double flops = 4.0 * HD * B * NH * visible_pairs(T, W);
+    const double bytes = (double)(n_qkv + n_out) * sizeof(floatX) + n_lse * sizeof(float);
+    const std::string op = lab::Lab::strprintf("attention_forward %s B=%d T=%d NH=%d NKV=%d HD=%d W=%d", s.name, B, T,
+                                               NH, NKV, HD, W);
+    cudaStream_t st = lab.stream();
+    auto reset = [&] {
+        out.poison(st);
+        lse.poison(st);
+    };
+    auto check = [&] {
+        const bool a = lab.check(out, out_ref, attention_tol(), out_rows, (size_t)NH * HD);  // + written, guard
+        const bool b = lab.check(lse, lse_ref, lab::default_tol(), lse_rows, (size_t)NH * T);
+        const double nmse = lab::measure(out.download(0, out_ref.size()), out_ref, attention_tol()).nmse;
+        if (!(nmse <= NMSE_MAX)) printf("    out        FAIL: nmse %.2e over %.0e\n", nmse, NMSE_MAX);
+        return a && b && nmse <= NMSE_MAX;
+    };
+    auto variant = [&](int v, const char* what, const std::function<void()>& launch) {
+        lab.run(op, v, what, bytes, flops, lab::Bound::Compute, reset, launch, check);
+    };
+    variants(variant, out, lse, qkv);
+}
+
+// Removes the attention labs' own flag --small (only the tiny awkward SMALL_SHAPES, for
+// compute-sanitizer) from argv; what is left goes to the harness.
+inline bool take_small_flag(int argc, char** argv, std::vector<char*>& rest) {
+    bool small = false;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--small")) small = true;
+        else rest.push_back(argv[i]);
+    }
+    return small;
 }

@@ -102,102 +102,69 @@ const Shape WINDOW_SHAPES[] = {
 };
 
 static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
-    const int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HD = s.HD, W = s.window, RB = s.ref_batches;
-    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD, n_lse = (size_t)B * NH * T;
-    // uniform(-2, 2): scores q.k/sqrt(HD) have std 4/3, peaked enough to test the softmax
-    const std::vector<float> qkv_h = lab::rand_uniform(n_qkv, seed, -2.0f, 2.0f);
-    std::vector<float> out_ref((size_t)RB * T * NH * HD), lse_ref((size_t)RB * NH * T);
-    cpu::attention_forward(out_ref.data(), lse_ref.data(), qkv_h.data(), RB, T, NH, NKV, HD, W);
-
-    lab::DevBuf<floatX> qkv(n_qkv, "qkv"), out(n_out, "out");
-    lab::DevBuf<float> lse(n_lse, "lse");
-    qkv.upload(qkv_h);
-    std::vector<int> out_rows(RB * T), lse_rows(RB);
-    for (int i = 0; i < RB * T; i++) out_rows[i] = i;  // (B*T, NH*HD): the first RB sequences
-    for (int i = 0; i < RB; i++) lse_rows[i] = i;      // (B, NH*T)
-
-    const double flops = 4.0 * HD * B * NH * visible_pairs(T, W);
-    const double bytes = (double)(n_qkv + n_out) * sizeof(floatX) + n_lse * sizeof(float);
-    const std::string op = lab::Lab::strprintf("attention_forward %s B=%d T=%d NH=%d NKV=%d HD=%d W=%d", s.name, B, T,
-                                               NH, NKV, HD, W);
+    const int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HD = s.HD, W = s.window;
     cudaStream_t st = lab.stream();
-    auto reset = [&] {
-        out.poison(st);
-        lse.poison(st);
-    };
-    auto check = [&] {
-        const bool a = lab.check(out, out_ref, attention_tol(), out_rows, (size_t)NH * HD);  // + written, guard
-        const bool b = lab.check(lse, lse_ref, lab::default_tol(), lse_rows, (size_t)NH * T);
-        const double nmse = lab::measure(out.download(0, out_ref.size()), out_ref, attention_tol()).nmse;
-        if (!(nmse <= NMSE_MAX)) printf("    out        FAIL: nmse %.2e over %.0e\n", nmse, NMSE_MAX);
-        return a && b && nmse <= NMSE_MAX;
-    };
-    auto variant = [&](int v, const char* what, const std::function<void()>& launch) {
-        lab.run(op, v, what, bytes, flops, lab::Bound::Compute, reset, launch, check);
-    };
-    variant(0, "shipped", [&] { attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
-    variant(1, "simple fp32", [&] { attention_forward_simple(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
-    if (T <= 1024)
-        variant(15, "naive", [&] { attention_forward_naive(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
+    run_forward_shape(lab, s, seed, [&](auto& variant, lab::DevBuf<floatX>& out, lab::DevBuf<float>& lse,
+                                        lab::DevBuf<floatX>& qkv) {
+        variant(0, "shipped", [&] { attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
+        variant(1, "simple fp32", [&] { attention_forward_simple(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
+        if (T <= 1024)
+            variant(15, "naive", [&] { attention_forward_naive(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
 #if !defined(PRECISION_FP32)
-    using namespace attention_detail;
-    const QKVLayout L{NH, NKV, HD};
-    variant(2, "mma, no register cap", [&] {
-        if (HD == 64) forward_flash_tiles<FlashCfg<64, 4, 64, 1>>(out, lse, qkv, B, T, L, W, st);
-        else forward_flash_tiles<FlashCfg<128, 4, 64, 1>>(out, lse, qkv, B, T, L, W, st);
-    });
-    variant(3, "mma, 8 warps, 128 queries", [&] {
-        if (HD == 64) forward_flash_tiles<FlashCfg<64, 8, 64, 2>>(out, lse, qkv, B, T, L, W, st);
-        else forward_flash_tiles<FlashCfg<128, 8, 64, 1>>(out, lse, qkv, B, T, L, W, st);
-    });
-    variant(4, "mma, 32 queries a warp", [&] {
-        if (HD == 64) forward_flash_tiles<FlashCfg<64, 4, 64, 1, 2>>(out, lse, qkv, B, T, L, W, st);
-        else forward_flash_tiles<FlashCfg<128, 4, 32, 1, 2>>(out, lse, qkv, B, T, L, W, st);
-    });
-    if (HD == 64)
-        variant(5, "mma, 32 queries a warp, 32 keys, 3 blocks/SM",
-                [&] { forward_flash_tiles<FlashCfg<64, 4, 32, 3, 2>>(out, lse, qkv, B, T, L, W, st); });
-    variant(6, "mma, 128 keys a tile (HD 128: 32)", [&] {
-        if (HD == 64) forward_flash_tiles<FlashCfg<64, 4, 128, 1>>(out, lse, qkv, B, T, L, W, st);
-        else forward_flash_tiles<FlashCfg<128, 4, 32, 2>>(out, lse, qkv, B, T, L, W, st);
-    });
-    if (HD == 64)
-        variant(7, "mma, 4 blocks/SM", [&] { forward_flash_tiles<FlashCfg<64, 4, 64, 4>>(out, lse, qkv, B, T, L, W, st); });
-    // The band kernel (sliding windows; also runs causal shapes, W = 0).
-    variant(10, "band, 4 warps x 16 queries, 64 keys", [&] {
-        if (HD == 64) forward_flash_band<FlashCfg<64, 4, 64, 1>>(out, lse, qkv, B, T, L, W, st);
-        else forward_flash_band<FlashCfg<128, 4, 64, 1>>(out, lse, qkv, B, T, L, W, st);
-    });
-    variant(11, "band, 4 warps x 32 queries, 64 keys (HD 128: 32)", [&] {
-        if (HD == 64) forward_flash_band<FlashCfg<64, 4, 64, 1, 2>>(out, lse, qkv, B, T, L, W, st);
-        else forward_flash_band<FlashCfg<128, 4, 32, 1, 2>>(out, lse, qkv, B, T, L, W, st);
-    });
-    variant(12, "band, 4 warps x 16 queries, 32 keys", [&] {
-        if (HD == 64) forward_flash_band<FlashCfg<64, 4, 32, 1>>(out, lse, qkv, B, T, L, W, st);
-        else forward_flash_band<FlashCfg<128, 4, 32, 1>>(out, lse, qkv, B, T, L, W, st);
-    });
-    variant(13, "band, 4 warps x 32 queries, 32 keys, 3 blocks/SM (HD 128: 8 warps x 16, 64 keys)", [&] {
-        if (HD == 64) forward_flash_band<FlashCfg<64, 4, 32, 3, 2>>(out, lse, qkv, B, T, L, W, st);
-        else forward_flash_band<FlashCfg<128, 8, 64, 1>>(out, lse, qkv, B, T, L, W, st);
-    });
-    if (HD == 64)
-        variant(14, "band, 4 warps x 16 queries, 128 keys",
-                [&] { forward_flash_band<FlashCfg<64, 4, 128, 1>>(out, lse, qkv, B, T, L, W, st); });
+        using namespace attention_detail;
+        const QKVLayout L{NH, NKV, HD};
+        variant(2, "mma, no register cap", [&] {
+            if (HD == 64) forward_flash_tiles<FlashCfg<64, 4, 64, 1>>(out, lse, qkv, B, T, L, W, st);
+            else forward_flash_tiles<FlashCfg<128, 4, 64, 1>>(out, lse, qkv, B, T, L, W, st);
+        });
+        variant(3, "mma, 8 warps, 128 queries", [&] {
+            if (HD == 64) forward_flash_tiles<FlashCfg<64, 8, 64, 2>>(out, lse, qkv, B, T, L, W, st);
+            else forward_flash_tiles<FlashCfg<128, 8, 64, 1>>(out, lse, qkv, B, T, L, W, st);
+        });
+        variant(4, "mma, 32 queries a warp", [&] {
+            if (HD == 64) forward_flash_tiles<FlashCfg<64, 4, 64, 1, 2>>(out, lse, qkv, B, T, L, W, st);
+            else forward_flash_tiles<FlashCfg<128, 4, 32, 1, 2>>(out, lse, qkv, B, T, L, W, st);
+        });
+        if (HD == 64)
+            variant(5, "mma, 32 queries a warp, 32 keys, 3 blocks/SM",
+                    [&] { forward_flash_tiles<FlashCfg<64, 4, 32, 3, 2>>(out, lse, qkv, B, T, L, W, st); });
+        variant(6, "mma, 128 keys a tile (HD 128: 32)", [&] {
+            if (HD == 64) forward_flash_tiles<FlashCfg<64, 4, 128, 1>>(out, lse, qkv, B, T, L, W, st);
+            else forward_flash_tiles<FlashCfg<128, 4, 32, 2>>(out, lse, qkv, B, T, L, W, st);
+        });
+        if (HD == 64)
+            variant(7, "mma, 4 blocks/SM", [&] { forward_flash_tiles<FlashCfg<64, 4, 64, 4>>(out, lse, qkv, B, T, L, W, st); });
+        // The band kernel (sliding windows; also runs causal shapes, W = 0).
+        variant(10, "band, 4 warps x 16 queries, 64 keys", [&] {
+            if (HD == 64) forward_flash_band<FlashCfg<64, 4, 64, 1>>(out, lse, qkv, B, T, L, W, st);
+            else forward_flash_band<FlashCfg<128, 4, 64, 1>>(out, lse, qkv, B, T, L, W, st);
+        });
+        variant(11, "band, 4 warps x 32 queries, 64 keys (HD 128: 32)", [&] {
+            if (HD == 64) forward_flash_band<FlashCfg<64, 4, 64, 1, 2>>(out, lse, qkv, B, T, L, W, st);
+            else forward_flash_band<FlashCfg<128, 4, 32, 1, 2>>(out, lse, qkv, B, T, L, W, st);
+        });
+        variant(12, "band, 4 warps x 16 queries, 32 keys", [&] {
+            if (HD == 64) forward_flash_band<FlashCfg<64, 4, 32, 1>>(out, lse, qkv, B, T, L, W, st);
+            else forward_flash_band<FlashCfg<128, 4, 32, 1>>(out, lse, qkv, B, T, L, W, st);
+        });
+        variant(13, "band, 4 warps x 32 queries, 32 keys, 3 blocks/SM (HD 128: 8 warps x 16, 64 keys)", [&] {
+            if (HD == 64) forward_flash_band<FlashCfg<64, 4, 32, 3, 2>>(out, lse, qkv, B, T, L, W, st);
+            else forward_flash_band<FlashCfg<128, 8, 64, 1>>(out, lse, qkv, B, T, L, W, st);
+        });
+        if (HD == 64)
+            variant(14, "band, 4 warps x 16 queries, 128 keys",
+                    [&] { forward_flash_band<FlashCfg<64, 4, 128, 1>>(out, lse, qkv, B, T, L, W, st); });
 #endif
 #if defined(USE_CUDNN)
-    if (lab.selected(9) && cudnn_attention_supported(false, B, T, NH, NKV, HD, W))
-        variant(9, "cuDNN", [&] { cudnn_attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
+        if (lab.selected(9) && cudnn_attention_supported(false, B, T, NH, NKV, HD, W))
+            variant(9, "cuDNN", [&] { cudnn_attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
 #endif
+    });
 }
 
 int main(int argc, char** argv) {
-    // --small is this file's own flag; the rest goes to the harness.
-    bool small = false;
     std::vector<char*> args;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--small")) small = true;
-        else args.push_back(argv[i]);
-    }
+    const bool small = take_small_flag(argc, argv, args);
     lab::Lab lab((int)args.size(), args.data(), "attention_forward.cu");
     uint64_t seed = 1234;
     if (small)

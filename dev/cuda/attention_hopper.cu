@@ -46,73 +46,40 @@
 #endif
 
 static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
-    const int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HD = s.HD, W = s.window, RB = s.ref_batches;
-    const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD, n_lse = (size_t)B * NH * T;
-    // uniform(-2, 2): scores q.k/sqrt(HD) have std 4/3, peaked enough to test the softmax
-    const std::vector<float> qkv_h = lab::rand_uniform(n_qkv, seed, -2.0f, 2.0f);
-    std::vector<float> out_ref((size_t)RB * T * NH * HD), lse_ref((size_t)RB * NH * T);
-    cpu::attention_forward(out_ref.data(), lse_ref.data(), qkv_h.data(), RB, T, NH, NKV, HD, W);
-
-    lab::DevBuf<floatX> qkv(n_qkv, "qkv"), out(n_out, "out");
-    lab::DevBuf<float> lse(n_lse, "lse");
-    qkv.upload(qkv_h);
-    std::vector<int> out_rows(RB * T), lse_rows(RB);
-    for (int i = 0; i < RB * T; i++) out_rows[i] = i;  // (B*T, NH*HD): the first RB sequences
-    for (int i = 0; i < RB; i++) lse_rows[i] = i;      // (B, NH*T)
-
-    const double flops = 4.0 * HD * B * NH * visible_pairs(T, W);
-    const double bytes = (double)(n_qkv + n_out) * sizeof(floatX) + n_lse * sizeof(float);
-    const std::string op = lab::Lab::strprintf("attention_forward %s B=%d T=%d NH=%d NKV=%d HD=%d W=%d", s.name, B, T,
-                                               NH, NKV, HD, W);
+    const int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HD = s.HD, W = s.window;
     cudaStream_t st = lab.stream();
-    auto reset = [&] {
-        out.poison(st);
-        lse.poison(st);
-    };
-    auto check = [&] {
-        const bool a = lab.check(out, out_ref, attention_tol(), out_rows, (size_t)NH * HD);  // + written, guard
-        const bool b = lab.check(lse, lse_ref, lab::default_tol(), lse_rows, (size_t)NH * T);
-        const double nmse = lab::measure(out.download(0, out_ref.size()), out_ref, attention_tol()).nmse;
-        if (!(nmse <= NMSE_MAX)) printf("    out        FAIL: nmse %.2e over %.0e\n", nmse, NMSE_MAX);
-        return a && b && nmse <= NMSE_MAX;
-    };
-    auto variant = [&](int v, const char* what, const std::function<void()>& launch) {
-        lab.run(op, v, what, bytes, flops, lab::Bound::Compute, reset, launch, check);
-    };
-    variant(0, "shipped", [&] { attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
+    run_forward_shape(lab, s, seed, [&](auto& variant, lab::DevBuf<floatX>& out, lab::DevBuf<float>& lse,
+                                        lab::DevBuf<floatX>& qkv) {
+        variant(0, "shipped", [&] { attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
 #if defined(LLMC_SM90A) && !defined(PRECISION_FP32)
-    using namespace attention_hopper_detail;
-    const QKVLayout L{NH, NKV, HD};
-    // HopperCfg<HD, keys a tile, stages, overlap, ping-pong>, then persistent or one CTA per item
-    auto hopper = [&](int v, const char* what, auto cfg64, auto cfg128, bool persistent) {
-        variant(v, what, [&] {
-            if (HD == 64) forward_hopper<decltype(cfg64)>(out, lse, qkv, B, T, L, W, st, persistent);
-            else forward_hopper<decltype(cfg128)>(out, lse, qkv, B, T, L, W, st, persistent);
-        });
-    };
-    hopper(1, "wgmma, no overlap", HopperCfg<64, 128, 2, false, false>{}, HopperCfg<128, 128, 2, false, false>{}, false);
-    hopper(2, "wgmma, overlap", HopperCfg<64, 128, 2, true, false>{}, HopperCfg<128, 128, 2, true, false>{}, false);
-    hopper(3, "wgmma, overlap, ping-pong", HopperCfg<64, 128, 2, true, true>{}, HopperCfg<128, 128, 2, true, true>{},
-           false);
-    hopper(4, "wgmma, overlap, persistent", HopperCfg<64, 128, 2, true, false>{}, HopperCfg<128, 128, 2, true, false>{},
-           true);
-    variant(5, "wgmma, overlap, ping-pong, persistent (shipped hopper)",
-            [&] { attention_forward_hopper(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
+        using namespace attention_hopper_detail;
+        const QKVLayout L{NH, NKV, HD};
+        // HopperCfg<HD, keys a tile, stages, overlap, ping-pong>, then persistent or one CTA per item
+        auto hopper = [&](int v, const char* what, auto cfg64, auto cfg128, bool persistent) {
+            variant(v, what, [&] {
+                if (HD == 64) forward_hopper<decltype(cfg64)>(out, lse, qkv, B, T, L, W, st, persistent);
+                else forward_hopper<decltype(cfg128)>(out, lse, qkv, B, T, L, W, st, persistent);
+            });
+        };
+        hopper(1, "wgmma, no overlap", HopperCfg<64, 128, 2, false, false>{}, HopperCfg<128, 128, 2, false, false>{}, false);
+        hopper(2, "wgmma, overlap", HopperCfg<64, 128, 2, true, false>{}, HopperCfg<128, 128, 2, true, false>{}, false);
+        hopper(3, "wgmma, overlap, ping-pong", HopperCfg<64, 128, 2, true, true>{}, HopperCfg<128, 128, 2, true, true>{},
+               false);
+        hopper(4, "wgmma, overlap, persistent", HopperCfg<64, 128, 2, true, false>{}, HopperCfg<128, 128, 2, true, false>{},
+               true);
+        variant(5, "wgmma, overlap, ping-pong, persistent (shipped hopper)",
+                [&] { attention_forward_hopper(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
 #endif
 #if defined(USE_CUDNN)
-    if (lab.selected(9) && cudnn_attention_supported(false, B, T, NH, NKV, HD, W))
-        variant(9, "cuDNN", [&] { cudnn_attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
+        if (lab.selected(9) && cudnn_attention_supported(false, B, T, NH, NKV, HD, W))
+            variant(9, "cuDNN", [&] { cudnn_attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
 #endif
+    });
 }
 
 int main(int argc, char** argv) {
-    // --small is this file's own flag; the rest goes to the harness.
-    bool small = false;
     std::vector<char*> args;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--small")) small = true;
-        else args.push_back(argv[i]);
-    }
+    const bool small = take_small_flag(argc, argv, args);
     lab::Lab lab((int)args.size(), args.data(), "attention_hopper.cu");
     if (!attention_hopper_available()) printf("# built without sm_90a: only variants 0 and 9 run\n");
     uint64_t seed = 1234;
