@@ -204,21 +204,25 @@ __device__ __forceinline__ void mma_p_regs_b_kn(float (*acc)[HD / 8][4], const f
         }
     }
 }
-// As mma_a_regs_b_nk, with A read from rows a_row0.. of a smem tile one 16-column step at a time
-// (keeps only 4 A registers live: the dK/dV kernel's accumulators need the rest).
-template <int HD, int N, int K>
-__device__ __forceinline__ void mma_a_smem_b_nk(float (*acc)[4], const bf16* a_tile, int a_row0, const bf16* tile,
-                                                int n0) {
+// As mma_a_regs_b_nk, with A read from rows a_row0 + 16 mt.. of a smem tile one 16-column step at a
+// time (keeps only 4 A registers live per m16 tile: the dK/dV kernels' accumulators need the rest).
+template <int HD, int N, int K, int MT = 1>
+__device__ __forceinline__ void mma_a_smem_b_nk(float (*acc)[N / 8][4], const bf16* a_tile, int a_row0,
+                                                const bf16* tile, int n0) {
 #pragma unroll
     for (int kk = 0; kk < K / 16; kk++) {
-        uint32_t a[4];
-        ldmatrix_x4(a, frag_a<HD>(a_tile, a_row0, kk * 16));
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) ldmatrix_x4(a[mt], frag_a<HD>(a_tile, a_row0 + mt * 16, kk * 16));
 #pragma unroll
         for (int nb = 0; nb < N / 16; nb++) {
             uint32_t b[4];
             ldmatrix_x4(b, frag_b_nk<HD>(tile, n0 + nb * 16, kk * 16));
-            mma_16816(acc[2 * nb], a, b[0], b[1]);
-            mma_16816(acc[2 * nb + 1], a, b[2], b[3]);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_16816(acc[mt][2 * nb], a[mt], b[0], b[1]);
+                mma_16816(acc[mt][2 * nb + 1], a[mt], b[2], b[3]);
+            }
         }
     }
 }

@@ -138,8 +138,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
                            lse + ((size_t)b * L.NH + h) * T + i0, T - i0);
         __syncthreads();
         float st[BQ / 8][4] = {}, dpt[BQ / 8][4] = {};
-        mma_a_smem_b_nk<HD, BQ, HD>(st, sK, warp * 16, q_tile, 0);
-        mma_a_smem_b_nk<HD, BQ, HD>(dpt, sV, warp * 16, do_tile, 0);
+        mma_a_smem_b_nk<HD, BQ, HD>(&st, sK, warp * 16, q_tile, 0);
+        mma_a_smem_b_nk<HD, BQ, HD>(&dpt, sV, warp * 16, do_tile, 0);
         const bool edge = i0 < kv0 + BKV - 1 || (window > 0 && i0 + BQ - 1 - kv0 >= window);
 #pragma unroll
         for (int nb = 0; nb < BQ / 8; nb++)
@@ -238,30 +238,6 @@ __device__ __forceinline__ int swz_ds(int r, int c) {
     if constexpr (BQ >= 64) return swz<BQ>(r, c);
     else return r * BQ + ((((c >> 3) ^ ((r >> 1) & 3))) << 3) + (c & 7);
 }
-// For each of MT m16 tiles: acc[mt] (16 x N) += A (rows a_row0 + 16 mt.. of a smem tile, 16 x K) *
-// tile^T, B from rows n0.. of a [n][k] tile. A is re-read from smem every 16-column step (4 registers
-// live per tile); each B fragment feeds MT tiles.
-template <int HD, int N, int K, int MT>
-__device__ __forceinline__ void mma_a_smem_b_nk_mt(float (*acc)[N / 8][4], const bf16* a_tile, int a_row0,
-                                                   const bf16* tile, int n0) {
-#pragma unroll
-    for (int kk = 0; kk < K / 16; kk++) {
-        uint32_t a[MT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) ldmatrix_x4(a[mt], frag_a<HD>(a_tile, a_row0 + mt * 16, kk * 16));
-#pragma unroll
-        for (int nb = 0; nb < N / 16; nb++) {
-            uint32_t b[4];
-            ldmatrix_x4(b, frag_b_nk<HD>(tile, n0 + nb * 16, kk * 16));
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                mma_16816(acc[mt][2 * nb], a[mt], b[0], b[1]);
-                mma_16816(acc[mt][2 * nb + 1], a[mt], b[2], b[3]);
-            }
-        }
-    }
-}
-
 // Prologue: D = rowsum(dO * O) and lse2 = lse * log2(e) into the scratch, and the dQ accumulator zeroed.
 // One thread per 8 elements of dO / O (16-byte loads); the HD / 8 threads of a (token, head) row are
 // consecutive lanes and sum by shuffles. Memory-bound: reads dO and O (2 * B*T*NH*HD bf16), writes the
@@ -411,8 +387,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
             const bf16* do_tile = sdO + stage * BQ * HD;
             bf16* ds_tile = sdS + stage * BKV * BQ;
             float st[MT][BQ / 8][4] = {}, dpt[MT][BQ / 8][4] = {};
-            mma_a_smem_b_nk_mt<HD, BQ, HD, MT>(st, sK, warp * WR, q_tile, 0);
-            mma_a_smem_b_nk_mt<HD, BQ, HD, MT>(dpt, sV, warp * WR, do_tile, 0);
+            mma_a_smem_b_nk<HD, BQ, HD, MT>(st, sK, warp * WR, q_tile, 0);
+            mma_a_smem_b_nk<HD, BQ, HD, MT>(dpt, sV, warp * WR, do_tile, 0);
             const bool edge = i0 < kw0 + WR - 1 || (window > 0 && i0 + BQ - 1 - kw0 >= window);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)

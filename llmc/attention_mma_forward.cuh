@@ -5,6 +5,36 @@
 
 namespace attention_detail {
 
+// The forward kernels' epilogue: normalises a warp's MT m16 output tiles by their row sums, writes lse
+// (natural log) of the rows < T, stages the rows in the warp's own rows of sQ (only this warp ever read
+// them) and stores them as 16-byte chunks. row_g: this thread's first query (row of (mt, r) = row_g +
+// 16 mt + 8 r); m, l: running max (base-2 exponent units) and partial row sums of the thread's 4 columns.
+template <int HD, int MT, int WR>
+__device__ __forceinline__ void finish_forward_rows(bf16* out, float* lse, bf16* sQ, float (*o)[HD / 8][4],
+                                                    const float (*m)[2], const float (*l)[2], int row_g, int q0,
+                                                    int T, QKVLayout L, int b, int h, float sl2) {
+    const int warp = threadIdx.x / WARP_SIZE, t4 = threadIdx.x % 4;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        float inv[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float lt = l[mt][r];
+            lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+            lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+            inv[r] = 1.0f / lt;
+            const int row = row_g + 16 * mt + 8 * r;
+            if (t4 == 0 && row < T) lse[((size_t)b * L.NH + h) * T + row] = m[mt][r] * (sl2 / LOG2E) + logf(lt);
+        }
+#pragma unroll
+        for (int nd = 0; nd < HD / 8; nd++)
+            o[mt][nd][0] *= inv[0], o[mt][nd][1] *= inv[0], o[mt][nd][2] *= inv[1], o[mt][nd][3] *= inv[1];
+        acc_to_tile<HD>(sQ, warp * WR + mt * 16, o[mt], 1.0f);
+    }
+    __syncwarp();
+    store_warp_rows<HD, WR>(out + ((size_t)b * T + q0) * L.NH * HD + h * HD, L.NH * HD, sQ, warp * WR, T - q0);
+}
+
 // grid (ceil(T / ROWS), NH, B), THREADS threads, smem_bytes(1). Queries are the resident rows.
 // FLOPs 4 * HD per visible (query, key) pair; bytes ~ (2 + T / ROWS) * T * HD * 2 per head (K/V
 // re-read by every query tile, mostly from L2): compute-bound.
@@ -94,26 +124,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
         __syncthreads();  // this stage is free for the prefetch two tiles on
     }
 
-    // Normalise, stage this warp's rows in sQ (only this warp ever read them), store 16-byte chunks.
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        float inv[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float lt = l[mt][r];
-            lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-            lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-            inv[r] = 1.0f / lt;
-            const int row = row0 + 16 * mt + 8 * r;
-            if (t4 == 0 && row < T) lse[((size_t)b * L.NH + h) * T + row] = m[mt][r] * (sl2 / LOG2E) + logf(lt);
-        }
-#pragma unroll
-        for (int nd = 0; nd < HD / 8; nd++)
-            o[mt][nd][0] *= inv[0], o[mt][nd][1] *= inv[0], o[mt][nd][2] *= inv[1], o[mt][nd][3] *= inv[1];
-        acc_to_tile<HD>(sQ, warp * WR + mt * 16, o[mt], 1.0f);
-    }
-    __syncwarp();
-    store_warp_rows<HD, WR>(out + ((size_t)b * T + q0) * L.NH * HD + h * HD, L.NH * HD, sQ, warp * WR, T - q0);
+    finish_forward_rows<HD, MT, WR>(out, lse, sQ, o, m, l, row0, q0, T, L, b, h, sl2);
 }
 
 template <class Cfg>
@@ -327,26 +338,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     }
     cp_async_wait<0>();  // the trailing (empty) groups
 
-    // Normalise, stage this warp's rows in sQ (only this warp ever read them), store 16-byte chunks.
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        float inv[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float lt = l[mt][r];
-            lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-            lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-            inv[r] = 1.0f / lt;
-            const int row = row0 + 16 * mt + 8 * r + g;
-            if (t4 == 0 && row < T) lse[((size_t)b * L.NH + h) * T + row] = m[mt][r] * (sl2 / LOG2E) + logf(lt);
-        }
-#pragma unroll
-        for (int nd = 0; nd < HD / 8; nd++)
-            o[mt][nd][0] *= inv[0], o[mt][nd][1] *= inv[0], o[mt][nd][2] *= inv[1], o[mt][nd][3] *= inv[1];
-        acc_to_tile<HD>(sQ, warp * WR + mt * 16, o[mt], 1.0f);
-    }
-    __syncwarp();
-    store_warp_rows<HD, WR>(out + ((size_t)b * T + q0) * L.NH * HD + h * HD, L.NH * HD, sQ, warp * WR, T - q0);
+    finish_forward_rows<HD, MT, WR>(out, lse, sQ, o, m, l, row0 + g, q0, T, L, b, h, sl2);
 }
 
 template <class Cfg>
