@@ -20,7 +20,8 @@
 //     measured speed in attention_mma.cuh; the backward also has a faster single-pass mode whose dQ
 //     comes from fp32 atomics in a caller's scratch buffer (not bit-reproducible).
 //   * attention_forward_hopper: wgmma + TMA + warp specialization (FlashAttention-3's structure), the
-//     bf16 forward of sm_90a builds (attention_hopper.cuh).
+//     bf16 forward of sm_90a builds (attention_hopper.cuh, on the building blocks of
+//     attention_hopper_common.cuh).
 // attention_forward / attention_backward (at the end) pick the one for the build. The forward, and the
 // backward without scratch, are deterministic by construction: no atomics, every output element
 // summed by one thread in a fixed order (dev/cuda/attention_backward.cu checks two runs bit for bit).
@@ -300,6 +301,7 @@ inline void attention_backward_simple(floatX* dqkv, const floatX* dout, const fl
 #include "attention_mma_forward.cuh"
 #include "attention_mma_backward.cuh"
 // The Hopper (sm_90a) forward: wgmma, TMA, warp specialization; design and measurements in the file.
+#include "attention_hopper_common.cuh"
 #include "attention_hopper.cuh"
 
 // FlashAttention-2 on tensor cores; bf16 tensors, HD 64 or 128, every pointer 16-byte aligned.

@@ -1,0 +1,198 @@
+// attention_hopper_common.cuh: the Hopper (sm_90a) building blocks the attention kernels share:
+// mbarriers, TMA tile loads from one tensor map over qkv, 128B-swizzled smem panels and their wgmma
+// descriptors, the wgmma instructions (operands from smem, or A from registers), named barriers.
+// Internal part of llmc/attention.cuh (included from there, before attention_hopper.cuh); it uses
+// the mma helpers of attention_mma.cuh (pack_bf16, smem_addr).
+//
+// Layouts: a (R, HD) bf16 tile lives in smem as HD/64 panels of R rows x 64 columns (128-byte rows),
+// the 16-byte chunks of row r XOR-swizzled by r % 8: what the TMA's 128B swizzle writes and what a
+// wgmma descriptor with 128B swizzle reads. Accumulators are wgmma's: thread t of a warpgroup holds,
+// for each 8-column block nb, d[nb*4 + 0..1] at row 16*warp + t%32/4, columns 8*nb + 2*(t%4) + 0..1,
+// and d[nb*4 + 2..3] eight rows further down.
+#pragma once
+#include <cudaTypedefs.h>
+
+// Whether this build has the sm_90a kernels (the Makefiles pass -DLLMC_SM90A for GPU_ARCH=90a).
+inline bool attention_hopper_available() {
+#if defined(LLMC_SM90A)
+    return true;
+#else
+    return false;
+#endif
+}
+
+#if defined(LLMC_SM90A)
+namespace attention_hopper_detail {
+using namespace attention_detail;
+
+// ============================================================================ mbarrier, TMA, wgmma
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// One arrival that also announces `bytes` to come from the copy engine.
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Waits until the phase of parity `parity` has completed (a fresh barrier counts parity 1 as done).
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile(
+            "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+// One box of the tensor map (64 columns x 64 rows of one sequence) into smem, completing on `bar`.
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int col, int row, int seq, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
+            dst),
+        "l"(map), "r"(col), "r"(row), "r"(seq), "r"(bar)
+        : "memory");
+}
+
+// Shared-memory matrix descriptor, 128B swizzle. K-major operands (Q, K): 8-row groups of 128-byte
+// rows SBO = 1024 bytes apart, LBO unused. MN-major (V, transposed): LBO = the distance between
+// 64-column panels, SBO = 1024 between groups of 8 keys.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32 | 1ull << 62;
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Pins registers the tensor cores write (or read) asynchronously to this point, after a wgmma_wait:
+// the compiler may neither hoist a read of them above the wait nor reuse them before it.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) asm volatile("" : "+r"(r[i][j])::"memory");
+}
+
+#define HG_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define HG_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define HG_ACC8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define HG_ACC32 HG_ACC8(0), HG_ACC8(8), HG_ACC8(16), HG_ACC8(24)
+#define HG_ACC64 HG_ACC32, HG_ACC8(32), HG_ACC8(40), HG_ACC8(48), HG_ACC8(56)
+
+// d (64 x N fp32, this thread's N/2) (+)= A (64 x 16, smem) * B (16 x N, smem, K-major); accumulate = 0
+// overwrites d.
+template <int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate) {
+    static_assert(N == 64 || N == 128, "wgmma n");
+    if constexpr (N == 64)
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+                     " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " HG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                     : HG_ACC32
+                     : "l"(a), "l"(b), "r"(accumulate));
+    else
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+                     " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " HG_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+                     : HG_ACC64
+                     : "l"(a), "l"(b), "r"(accumulate));
+}
+// d (64 x N fp32) += A (64 x 16 bf16, registers: the m16n8k16 A fragment of each warp's 16 rows) *
+// B (16 x N, smem, MN-major: transposed).
+template <int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
+    static_assert(N == 64 || N == 128, "wgmma n");
+    if constexpr (N == 64)
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
+                     " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " HG_D32
+                     ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                     : HG_ACC32
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+    else
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
+                     " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " HG_D64
+                     ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                     : HG_ACC64
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+#undef HG_D32
+#undef HG_D64
+#undef HG_ACC8
+#undef HG_ACC32
+#undef HG_ACC64
+
+// Byte offset of element (r, c) inside a (R, HD) tile stored as 64-column panels of 128-byte rows,
+// 16-byte chunks XOR-swizzled by r % 8 (what the TMA's 128B swizzle writes).
+template <int R>
+__device__ __forceinline__ uint32_t panel_offset(int r, int c) {
+    return (c / 64) * R * 128 + r * 128 + ((((c % 64) >> 3) ^ (r & 7)) << 4) + (c & 7) * 2;
+}
+
+// TMA loads of a (R, HD) tile: rows t0.. of sequence b, columns col.., as HD/64 panels.
+template <int R, int HD>
+__device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, int col, int t0, int b, uint32_t bar) {
+#pragma unroll
+    for (int p = 0; p < HD / 64; p++)
+#pragma unroll
+        for (int rb = 0; rb < R / 64; rb++) tma_load(dst + (p * R + rb * 64) * 128, map, col + p * 64, t0 + rb * 64, b, bar);
+}
+
+// Probabilities (S accumulator layout) -> bf16 A fragments of the P V wgmma, one per 16 keys.
+template <int BKV>
+__device__ __forceinline__ void pack_p(uint32_t (&p)[BKV / 16][4], const float (&s)[BKV / 2]) {
+#pragma unroll
+    for (int kk = 0; kk < BKV / 16; kk++) {
+        p[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+        p[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+        p[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+        p[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+}
+// Named barriers 1 and 2 (0 is __syncthreads), one per consumer warpgroup, 256 threads: a warpgroup
+// syncs on its own (its turn) after the other arrived on it (the other has issued its matmuls).
+__device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
+
+// Streaming multiprocessors of the current device (the persistent grids' size).
+inline int sm_count() {
+    static const int sms = [] {
+        int dev, n;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+        return n;
+    }();
+    return sms;
+}
+
+// A tensor map over a (B, T, row) bf16 tensor (qkv, or out / dout): boxes of 64 columns x 64 rows,
+// 128B swizzle, out-of-bounds rows (past T) read as zeros. cuTensorMapEncodeTiled comes through the runtime's
+// driver entry point, so no -lcuda is needed.
+inline CUtensorMap token_rows_map(const bf16* ptr, int B, int T, int row) {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+        void* fn = nullptr;
+        cudaDriverEntryPointQueryResult found;
+        cudaCheck(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+        if (found != cudaDriverEntryPointSuccess || !fn) fail("attention (Hopper): no cuTensorMapEncodeTiled in the driver");
+        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+    }();
+    CUtensorMap map;
+    const cuuint64_t dims[3] = {(cuuint64_t)row, (cuuint64_t)T, (cuuint64_t)B};
+    const cuuint64_t strides[2] = {(cuuint64_t)row * 2, (cuuint64_t)T * row * 2};  // bytes, dims 1 and 2
+    const cuuint32_t box[3] = {64, 64, 1}, elem_strides[3] = {1, 1, 1};
+    const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16*>(ptr), dims, strides, box,
+                              elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) fail("attention (Hopper): cuTensorMapEncodeTiled failed (%d)", (int)r);
+    return map;
+}
+
+}  // namespace attention_hopper_detail
+#endif  // LLMC_SM90A
