@@ -46,7 +46,7 @@ inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, 
 }
 inline void model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                                      const float* lse, int B, int T, int NH, int NKV, int HD, int window,
-                                     cudaStream_t stream) {
+                                     float* /*scratch: ours only*/, cudaStream_t stream) {
     cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window);
 }
 #else
@@ -58,8 +58,8 @@ inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, 
 }
 inline void model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                                      const float* lse, int B, int T, int NH, int NKV, int HD, int window,
-                                     cudaStream_t stream) {
-    attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window);
+                                     float* scratch, cudaStream_t stream) {
+    attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window, scratch);
 }
 #endif
 
@@ -95,7 +95,8 @@ struct Activations {
     floatX* dresidual;  // (N, C) gradient of the residual stream
     floatX* dbuf;       // (N, C) gradient of a LayerNorm output or of atty
     floatX* dqkv;       // (N, QKV)
-    floatX* dfch;       // (N, 4C)
+    floatX* dfch;       // (N, 4C); between layers' MLP backwards it is free and doubles as the attention
+                        // backward's fp32 scratch (N*C + 2*B*NH*T floats <= N*4C bf16 as 2*NH <= C)
     float* colsum;      // (COLUMN_MAX_CHUNKS, 4C) partial column sums (bias / LayerNorm grads)
     float* norm;        // (GLOBAL_NORM_BLOCKS + 1) partials, then the squared norm
 };
@@ -156,6 +157,7 @@ struct GPT2 {
     size_t sizes[NUM_PARAM_TENSORS], offsets[NUM_PARAM_TENSORS];
     int B = 0, T = 0;         // the shape the activations were sized for
     bool recompute = false;
+    bool deterministic = false;  // --deterministic: bit-reproducible attention backward (no dQ atomics)
     // one contiguous buffer each, tensors in the GPT2_PARAM_NAMES order
     floatX* params = nullptr;  // (num_params) what the forward pass reads
     floatX* grads = nullptr;   // (num_params)
@@ -202,6 +204,10 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
         if (model.offsets[i] % 8 != 0) fail("model: tensor %s does not start on a 16-byte boundary", GPT2_PARAM_NAMES[i]);
     model.decay = gpt2_decay_ranges(config);
 
+    // the attention backward's fp32 scratch borrows dfch (see Activations); 2*NH <= C keeps it inside
+    if (attention_detail::attention_backward_scratch_floats(B, T, config.num_heads, HD) * sizeof(float) >
+        (size_t)B * T * 4 * C * sizeof(floatX))
+        fail("model: %d heads of size %d leave no room for the attention scratch in dfch", config.num_heads, HD);
     std::vector<BufferSpec> acts = activation_specs(model.acts, config, B, T, recompute);
     const size_t act_bytes = specs_bytes(acts), param_bytes = gpt2_param_bytes(model.num_params);
     const size_t need = act_bytes + param_bytes;
@@ -424,7 +430,8 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
         // dresidual now holds d(residual2). Attention: attproj, attention, qkv, then ln1.
         matmul_backward(a.dbuf, model.grad(6) + cc, model.grad(7) + c1, a.colsum, a.dresidual, la.atty,
                         model.param(6) + cc, nullptr, N, C, C, ctx);
-        model_attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, B, T, NH, NKV, HD, c.window, s);
+        model_attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, B, T, NH, NKV, HD, c.window,
+                                 model.deterministic ? nullptr : reinterpret_cast<float*>(a.dfch), s);
         matmul_backward(a.dbuf, model.grad(4) + qkvw, model.grad(5) + qkvb, a.colsum, a.dqkv, la.ln1,
                         model.param(4) + qkvw, nullptr, N, C, QKV, ctx);
         layernorm_backward(a.dresidual, model.grad(2) + c1, model.grad(3) + c1, a.colsum, a.dbuf, la.res_in,
@@ -536,6 +543,7 @@ inline std::vector<int> gpt2_sample(GPT2& model, int eot, int gen_tokens, float 
 // ============================================================================ training loop
 struct GpuFlags {
     int recompute = 0;         // --recompute 0|1
+    int deterministic = 0;     // --deterministic 0|1
     int random_data = 0;       // --random-data 0|1
     float peak_tflops = 0.0f;  // --peak-tflops (0: from the device name)
 };
@@ -567,6 +575,8 @@ int main(int argc, char** argv) {
     add_train_flags(parser, cfg);
     parser.add_int("--recompute", &gpu.recompute, {0, 1}, "1 = keep only what the backward cannot cheaply rebuild "
                    "(LayerNorm and GELU outputs are rebuilt in the backward): less memory, a little slower");
+    parser.add_int("--deterministic", &gpu.deterministic, {0, 1}, "1 = bit-reproducible runs: the attention backward "
+                   "sums dQ in a fixed order (slower) instead of by fp32 atomics");
     parser.add_int("--random-data", &gpu.random_data, {0, 1}, "1 = train on random tokens, no files (benchmarks)");
     parser.add_float("--peak-tflops", &gpu.peak_tflops, {0, 1e6}, "bf16 dense peak for MFU (0 = by device name: H100/H200 989)");
     parser.parse(argc, argv);
@@ -589,6 +599,7 @@ int main(int argc, char** argv) {
     gpt2_print_config(config);
     GPT2 model;
     gpt2_build(model, config, cfg.B, cfg.T, gpu.recompute != 0, ctx);
+    model.deterministic = gpu.deterministic != 0;
     Rng seeds(cfg.seed ^ 0x5EEDull);
     model.sr_seed = seeds.next_u64();
     Rng sample_rng(seeds.next_u64());
