@@ -16,11 +16,13 @@
 //   * attention_*_simple: scalar fp32 math, four threads per query (or key) row; ~12 TFLOP/s. The
 //     FP32 build's path (tensor cores take no fp32), and the baseline in dev/cuda.
 //   * attention_*_flash: bf16 tensor cores (mma.sync m16n8k16 fed by ldmatrix), FlashAttention-2
-//     style; the bf16 build's backward, and its forward where sm_90a is not built. Tile budget and
-//     measured speed in attention_mma.cuh; the backward also has a faster single-pass mode whose dQ
-//     comes from fp32 atomics in a caller's scratch buffer (not bit-reproducible).
-//   * attention_forward_hopper: wgmma + TMA + warp specialization (FlashAttention-3's structure), the
-//     bf16 forward of sm_90a builds (attention_hopper.cuh, on the building blocks of
+//     style; the bf16 build's deterministic backward, and the forward and fast backward where sm_90a
+//     is not built. Tile budget and measured speed in attention_mma.cuh; the backward also has a
+//     faster single-pass mode whose dQ comes from fp32 atomics in a caller's scratch buffer (not
+//     bit-reproducible).
+//   * attention_forward_hopper / attention_backward_hopper: wgmma + TMA + warp specialization
+//     (FlashAttention-3's structure), the bf16 forward and the fast (dQ atomics) backward of sm_90a
+//     builds (attention_hopper.cuh, attention_hopper_backward.cuh, on the building blocks of
 //     attention_hopper_common.cuh).
 // attention_forward / attention_backward (at the end) pick the one for the build. The forward, and the
 // backward without scratch, are deterministic by construction: no atomics, every output element
@@ -300,9 +302,10 @@ inline void attention_backward_simple(floatX* dqkv, const floatX* dout, const fl
 #include "attention_mma.cuh"
 #include "attention_mma_forward.cuh"
 #include "attention_mma_backward.cuh"
-// The Hopper (sm_90a) forward: wgmma, TMA, warp specialization; design and measurements in the file.
+// The Hopper (sm_90a) kernels: wgmma, TMA, warp specialization; design and measurements in the files.
 #include "attention_hopper_common.cuh"
 #include "attention_hopper.cuh"
+#include "attention_hopper_backward.cuh"
 
 // FlashAttention-2 on tensor cores; bf16 tensors, HD 64 or 128, every pointer 16-byte aligned.
 inline void attention_forward_flash(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH,
@@ -333,8 +336,8 @@ inline void attention_backward_flash(__nv_bfloat16* dqkv, const __nv_bfloat16* d
 }
 
 // ============================================================================ the launchers
-// bf16 build: the Hopper kernel (sm_90a builds) or the mma.sync kernels forward, the mma.sync kernels
-// backward; FP32 build: the simple kernels (tensor cores take no fp32).
+// bf16 build: the Hopper kernels (sm_90a builds) or the mma.sync kernels, the deterministic backward
+// always on mma.sync; FP32 build: the simple kernels (tensor cores take no fp32).
 inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD,
                               cudaStream_t stream, int window = 0) {
 #if defined(PRECISION_FP32)
@@ -345,9 +348,10 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B,
 #endif
 }
 
-// scratch: nullptr for the deterministic backward (bit-identical run to run), or a 16-byte aligned
-// buffer of attention_detail::attention_backward_scratch_floats(B, T, NH, HD) floats for the faster
-// single pass whose dQ sums come from fp32 atomics (bf16 build; the FP32 build ignores it).
+// scratch: nullptr for the deterministic backward (bit-identical run to run: the mma.sync pair), or a
+// 16-byte aligned buffer of attention_detail::attention_backward_scratch_floats(B, T, NH, HD) floats
+// for the faster single pass whose dQ sums come from fp32 atomics: the Hopper kernel in sm_90a builds,
+// the mma.sync single pass elsewhere (bf16 build; the FP32 build ignores it).
 inline void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
                                int B, int T, int NH, int NKV, int HD, cudaStream_t stream, int window = 0,
                                float* scratch = nullptr) {
@@ -355,6 +359,8 @@ inline void attention_backward(floatX* dqkv, const floatX* dout, const floatX* q
     (void)scratch;
     attention_backward_simple(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window);
 #else
-    attention_backward_flash(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window, scratch);
+    if (scratch && attention_hopper_available())
+        attention_backward_hopper(dqkv, scratch, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window);
+    else attention_backward_flash(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window, scratch);
 #endif
 }

@@ -1,6 +1,7 @@
 // attention_hopper_common.cuh: the Hopper (sm_90a) building blocks the attention kernels share:
-// mbarriers, TMA tile loads from one tensor map over qkv, 128B-swizzled smem panels and their wgmma
-// descriptors, the wgmma instructions (operands from smem, or A from registers), named barriers.
+// mbarriers, TMA tile loads from one tensor map over qkv, TMA bulk reductions into fp32, 128B-swizzled
+// smem panels and their wgmma descriptors, the wgmma instructions (operands from smem, K- or MN-major,
+// or A from registers), named barriers, tensor map encoding.
 // Internal part of llmc/attention.cuh (included from there, before attention_hopper.cuh); it uses
 // the mma helpers of attention_mma.cuh (pack_bf16, smem_addr).
 //
@@ -56,6 +57,26 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
         : "memory");
 }
 
+// Adds one smem box element-wise into the tensor (fp32 reduction in L2; out-of-bounds elements are
+// skipped), as a bulk async-group of the issuing thread: commit, then wait before reusing the smem.
+__device__ __forceinline__ void tma_reduce_add(const CUtensorMap* map, uint32_t src, int col, int row, int seq) {
+    asm volatile(
+        "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(map),
+        "r"(col), "r"(row), "r"(seq), "r"(src)
+        : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's bulk groups still read their smem source.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// Waits until at most N of this thread's bulk groups are incomplete (their global writes done).
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // Shared-memory matrix descriptor, 128B swizzle. K-major operands (Q, K): 8-row groups of 128-byte
 // rows SBO = 1024 bytes apart, LBO unused. MN-major (V, transposed): LBO = the distance between
 // 64-column panels, SBO = 1024 between groups of 8 keys.
@@ -83,27 +104,35 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N][4]) {
         for (int j = 0; j < 4; j++) asm volatile("" : "+r"(r[i][j])::"memory");
 }
 
+#define HG_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define HG_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define HG_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 #define HG_ACC8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define HG_ACC16 HG_ACC8(0), HG_ACC8(8)
 #define HG_ACC32 HG_ACC8(0), HG_ACC8(8), HG_ACC8(16), HG_ACC8(24)
 #define HG_ACC64 HG_ACC32, HG_ACC8(32), HG_ACC8(40), HG_ACC8(48), HG_ACC8(56)
 
-// d (64 x N fp32, this thread's N/2) (+)= A (64 x 16, smem) * B (16 x N, smem, K-major); accumulate = 0
-// overwrites d.
-template <int N>
+// d (64 x N fp32, this thread's N/2) (+)= A (64 x 16, smem) * B (16 x N, smem); accumulate = 0
+// overwrites d. Both K-major by default; TRANS_A / TRANS_B = 1 reads that operand MN-major
+// (transposed: its 128-byte rows run along M or N, as V's and dS^T's tiles in smem).
+template <int N, int TRANS_A = 0, int TRANS_B = 0>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate) {
-    static_assert(N == 64 || N == 128, "wgmma n");
-    if constexpr (N == 64)
+    static_assert(N == 32 || N == 64 || N == 128, "wgmma n");
+    if constexpr (N == 32)
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
+                     " wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " HG_D16 ", %16, %17, p, 1, 1, %19, %20;\n}\n"
+                     : HG_ACC16
+                     : "l"(a), "l"(b), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B));
+    else if constexpr (N == 64)
         asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
-                     " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " HG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                     " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " HG_D32 ", %32, %33, p, 1, 1, %35, %36;\n}\n"
                      : HG_ACC32
-                     : "l"(a), "l"(b), "r"(accumulate));
+                     : "l"(a), "l"(b), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B));
     else
         asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
-                     " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " HG_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+                     " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " HG_D64 ", %64, %65, p, 1, 1, %67, %68;\n}\n"
                      : HG_ACC64
-                     : "l"(a), "l"(b), "r"(accumulate));
+                     : "l"(a), "l"(b), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B));
 }
 // d (64 x N fp32) += A (64 x 16 bf16, registers: the m16n8k16 A fragment of each warp's 16 rows) *
 // B (16 x N, smem, MN-major: transposed).
@@ -123,9 +152,11 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
                      : HG_ACC64
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
+#undef HG_D16
 #undef HG_D32
 #undef HG_D64
 #undef HG_ACC8
+#undef HG_ACC16
 #undef HG_ACC32
 #undef HG_ACC64
 
@@ -172,10 +203,11 @@ inline int sm_count() {
     return sms;
 }
 
-// A tensor map over a (B, T, row) bf16 tensor (qkv, or out / dout): boxes of 64 columns x 64 rows,
-// 128B swizzle, out-of-bounds rows (past T) read as zeros. cuTensorMapEncodeTiled comes through the runtime's
-// driver entry point, so no -lcuda is needed.
-inline CUtensorMap token_rows_map(const bf16* ptr, int B, int T, int row) {
+// cuTensorMapEncodeTiled through the runtime's driver entry point (so no -lcuda is needed), failing
+// with a message: a tensor map of `rank` dims (dims[0] contiguous; strides in bytes of dims 1..), box
+// elements a dim, no interleave, 256-byte L2 promotion, out-of-bounds elements read as zeros.
+inline CUtensorMap encode_tensor_map(CUtensorMapDataType type, int rank, const void* ptr, const cuuint64_t* dims,
+                                     const cuuint64_t* strides, const cuuint32_t* box, CUtensorMapSwizzle swizzle) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
         void* fn = nullptr;
         cudaDriverEntryPointQueryResult found;
@@ -184,14 +216,22 @@ inline CUtensorMap token_rows_map(const bf16* ptr, int B, int T, int row) {
         return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
     }();
     CUtensorMap map;
+    const cuuint32_t elem_strides[3] = {1, 1, 1};
+    const CUresult r = encode(&map, type, rank, const_cast<void*>(ptr), dims, strides, box, elem_strides,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        fail("attention (Hopper): cuTensorMapEncodeTiled failed (%d): rank %d, dims %llu x %llu, box %u x %u", (int)r,
+             rank, (unsigned long long)dims[0], rank > 1 ? (unsigned long long)dims[1] : 1ull, box[0], rank > 1 ? box[1] : 1u);
+    return map;
+}
+// A tensor map over a (B, T, row) bf16 tensor (qkv, or out / dout): boxes of 64 columns x 64 rows,
+// 128B swizzle, out-of-bounds rows (past T) read as zeros.
+inline CUtensorMap token_rows_map(const bf16* ptr, int B, int T, int row) {
     const cuuint64_t dims[3] = {(cuuint64_t)row, (cuuint64_t)T, (cuuint64_t)B};
     const cuuint64_t strides[2] = {(cuuint64_t)row * 2, (cuuint64_t)T * row * 2};  // bytes, dims 1 and 2
-    const cuuint32_t box[3] = {64, 64, 1}, elem_strides[3] = {1, 1, 1};
-    const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16*>(ptr), dims, strides, box,
-                              elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) fail("attention (Hopper): cuTensorMapEncodeTiled failed (%d)", (int)r);
-    return map;
+    const cuuint32_t box[3] = {64, 64, 1};
+    return encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, ptr, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 }  // namespace attention_hopper_detail

@@ -17,7 +17,13 @@
 //   7  single pass, HD 64: 2 m16 key tiles a warp (128 x 32); HD 128: 64 x 32; skip (bf16 only)
 //   8  as 7 without the per-warp skip                                               (bf16 only)
 //   9  cuDNN (llmc/cudnn_attention.cuh)                                   (bf16 with USE_CUDNN=1)
-// A second op, attention_fwd+bwd, times forward then backward (shipped: 0, single pass: 5, cuDNN: 9),
+//   11 shipped attention_backward with a scratch buffer (the trainer's default, dQ by fp32 atomics):
+//      the Hopper kernel (attention_backward_hopper, llmc/attention_hopper_backward.cuh) in sm_90a
+//      builds, the single pass of 5 elsewhere                                          (bf16 only)
+//   12 Hopper: wgmma + TMA + warp specialization, dQ by red.global.add     (bf16, sm_90a builds)
+//   13 Hopper as 12, dQ by TMA reductions (cp.reduce.async.bulk.tensor)   (bf16, sm_90a builds)
+// A second op, attention_fwd+bwd, times forward then backward (shipped: 0 and 11, single pass: 5,
+// cuDNN: 9),
 // the figure ../shared/H200.md quotes for cuDNN and PyTorch. Variant 0 also runs twice more and
 // must give bitwise-identical dqkv (the two-kernel path is deterministic by construction).
 // FLOPs: the forward's (4 * HD per visible pair, 2*B*NH*T^2*HD causal) times 2.5 for the backward
@@ -59,6 +65,66 @@
 // a per-warp skip of invisible tiles in the two-kernel path ran variant 0 at 139.5 (against 165 in
 // the run above without it), so it was taken out again.
 // Not tried: a 16-byte (v4) reduction per thread (needs a shuffle), wgmma.
+//
+// ---- The Hopper kernels (11..13; this part was first measured in its own lab file, where 0 was the
+// deterministic mma.sync pair, 1 the shipped Hopper configuration, 2 and 3 the kernels now 12 and 13,
+// 8 the mma.sync single pass now 5).
+// Measured on one H200, 2026-12-02, bf16, TFLOP/s (2.5x the forward's FLOPs), one process, --reps 10.
+// In that run the kernels of 2 and 3 were numbered 3 and 5 and 1 pointed at a configuration since
+// dropped (TMA for lse2/D, below), so 1's column is 2's at HD 64 and 3's at HD 128. Every variant below
+// passed its checks on all 6 shapes and on --small. fwd+bwd for 1 is derived: the shipped forward's
+// time (0's fwd+bwd minus 0's backward, same run) plus 1's backward.
+//   shape (B NH/NKV T HD W)      0 mma   1 hopper  2 red   3 TMA   8 mma 1-pass  9 cuDNN  1/9  | fwd+bwd 0  1    9
+//   gpt2  64 12/12 1024  64      165.4   194.9   194.9   187.6   176.6         244.6  0.80 |       195.5 224  263.0
+//   long  16 16/16 4096 128      168.8   402.4   336.7   402.4   186.5         465.4  0.86 |       212.3 443  471.8
+//   gqa   64 12/4  1024  64      162.4   208.7   208.7   201.4   172.7         229.0  0.91 |       192.4 237  250.5
+//   window 16 16/16 4096 128 256 116.9   157.5   143.5   157.5   124.7         190.6  0.83 |       142.2 183  213.9
+//   odd    3  6/2   777 128       35.2    49.0    40.8    49.0    33.8         106.9  0.46 |        46.1  -   117.5
+//   odd-w  5  4/4  1000  64 100   37.7    25.8    25.8    24.8    28.6          27.9  0.93 |        40.7  -    29.5
+// Errors: dq, dk, dv nmse 4.9e-6..5.7e-6, as the mma.sync kernels and cuDNN. Registers (ptxas): 168 at
+// launch, setmaxnreg 40 (producer) / 232 (consumers), no spills in any configuration above.
+// racecheck (--small, that run): 16 hazards, every one between the producer lanes' cp.async writes of
+// lse2/D and the consumers' reads of them; they are ordered by the stage's mbarriers (reads, then a
+// consumer warp's arrive on `empty`, the producer's wait, cp.async; cp.async, then
+// cp.async.mbarrier.arrive.noinc on `full`, the consumers' wait), which racecheck does not follow. After
+// that run a __syncwarp() went in before each warp's arrive on `empty` (the arrive of lane 0 releases
+// only lane 0's reads), not re-run yet. Nothing else in smem (K, V, Q, dO, dS^T, dQ boxes) had a hazard.
+// odd-w (T 1000, W 100) is launch- and prologue-bound (36 us): the two extra passes cost more than the
+// single kernel saves; the deterministic mma.sync path (0) wins there.
+//
+// What each step bought (each against the previous state, side by side in its run unless said):
+//   * wgmma + TMA + warp specialization, dQ split by columns between the consumer warpgroups with
+//     red.add, key-tile-major persistent order (first run): gpt2 199.8 / long 302.3 / gqa 212.0 / window
+//     147.2 / odd 48.3 against the mma.sync single pass 177 / 187 / 173 / 125 / 34 and cuDNN 244 / 466.
+//   * dQ by TMA reductions instead of red.add: long 311.5 vs 292.4, gpt2 192.9 vs 197.8 (so HD 128 only).
+//   * work order for L2 (the key tiles of one (kv head, sequence) run together, long and short causal
+//     tiles paired per CTA): long 311.5 -> 402.4 with TMA reductions, 292.4 -> 336.7 with red.add;
+//     window 142.4 -> 157.5 (TMA), 147.1 -> 143.5 (red.add); gpt2 197.8 -> 194.9, gqa 209.4 -> 208.7.
+//     Not side by side: the last two runs, which also differ in lse2/D (TMA then, cp.async now) and the
+//     producer's registers (24 then, 40 now); the run-to-run spread is ~2%. ncu at gpt2 in the
+//     key-tile-major order: DRAM 58% busy (2.8 TB/s), L2 hit rate 43%, 32% of issue slots busy: each of
+//     the 132 CTAs streamed Q, dO and dq_accum rows of another (head, sequence).
+// Tried and dropped:
+//   * dQ split by keys (each warpgroup all HD columns over its own 64 keys: no barrier between the
+//     warpgroups, twice the reductions): gpt2 172.5 vs 199.8, long 230.8 vs 302.3 with red.add; 184.1
+//     vs 192.9, 250.9 vs 311.5 with TMA reductions (at HD 128 ptxas serialises its wgmma: registers).
+//   * 3 query-tile stages: 197.0 vs 197.8 (gpt2), 292.3 vs 292.4 (long).
+//   * Intra-warpgroup overlap (S^T, dP^T of the next tile issued before this tile's dQ is reduced, FA3's
+//     trick): a wgmma in flight across the loop's back edge makes ptxas serialise every wgmma of the
+//     kernel (C7514 "non wgmma instructions reading accumulator registers"): gpt2 169.6 / 173.7 vs 192.9,
+//     long 238.4 (S and dP: 396 bytes of spills) / 311.0 vs 310.8. Reducing the previous tile's dQ under
+//     the next S^T, dP^T (nothing in flight at the back edge) still got a compiler-inserted
+//     warpgroup.wait before the reduction (C7517; ptxas follows the registers' GMMA origin through
+//     moves and bit casts) and was not timed.
+//   * lse2 and D by TMA (a one-row 2-D tensor map over the flat D | lse2 array): an illegal instruction
+//     when T % 4 != 0 (memcheck points at the cp.async.bulk.tensor: a box's first element must be
+//     16-byte aligned in global memory, and (b, h)'s row starts at (b * NH + h) * T). A box aligned
+//     down to 4 elements (68 wide, the consumers reading at an offset) would fix it: not tried.
+//   * The producer at 24 registers (consumers 240): its loop spills; 40 / 232 costs nothing measurable.
+// Next: break the lockstep of the two consumer warpgroups (ping-pong: dQ of tile n computed by one
+// warpgroup while the other runs its softmax; or 3 consumer warpgroups of 64 keys, BKV 192), BQ 128 at
+// HD 64 (half the barriers and waits per FLOP), K/V double-buffered across items (the K/V load and the
+// dK/dV epilogue are exposed once per item), and a racecheck-clean lse2/D path (the aligned TMA box).
 #include "attention_common.cuh"
 #include "llmc/attention.cuh"
 #include "attention_naive.cuh"
@@ -176,6 +242,22 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
            AtomicCfg<128, 4, 1, 32, 2>{});
     atomic(8, "single pass as 7, no per-warp skip", AtomicCfg<64, 4, 2, 32, 2, false>{},
            AtomicCfg<128, 4, 1, 32, 2, false>{});
+    variant(11, "shipped, dQ atomics (scratch)",
+            [&] { attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, st, W, scratch); });
+#if defined(LLMC_SM90A)
+    // HopperBwdCfg<HD, stages, dQ by TMA reductions>
+    auto hopper = [&](int v, const char* what, auto cfg64, auto cfg128) {
+        variant(v, what, [&] {
+            using namespace attention_hopper_detail;
+            if (HD == 64) backward_hopper<decltype(cfg64)>(dqkv, scratch, dout, qkv, out, lse, B, T, L, W, st);
+            else backward_hopper<decltype(cfg128)>(dqkv, scratch, dout, qkv, out, lse, B, T, L, W, st);
+        });
+    };
+    hopper(12, "Hopper, dQ by red.add", attention_hopper_detail::HopperBwdCfg<64, 2, false>{},
+           attention_hopper_detail::HopperBwdCfg<128, 2, false>{});
+    hopper(13, "Hopper, dQ by TMA reduce", attention_hopper_detail::HopperBwdCfg<64, 2, true>{},
+           attention_hopper_detail::HopperBwdCfg<128, 2, true>{});
+#endif
 #endif
 #if defined(USE_CUDNN)
     const bool cudnn = lab.selected(9) && cudnn_attention_supported(false, B, T, NH, NKV, HD, W) &&
@@ -193,6 +275,10 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
         attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W);
         if (HD == 64) backward_flash_atomic<AtomicBwdCfg<64>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, W, st);
         else backward_flash_atomic<AtomicBwdCfg<128>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, W, st);
+    }, check);
+    lab.run(op2, 11, "shipped, dQ atomics", bytes, 3.5 * fwd_flops, lab::Bound::Compute, reset, [&] {
+        attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W);
+        attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, st, W, scratch);
     }, check);
 #endif
 #if defined(USE_CUDNN)
