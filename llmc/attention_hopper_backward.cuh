@@ -18,8 +18,8 @@
 // the items, the key tiles of one (kv head, sequence) side by side so that the CTAs running at one
 // time share Q, dO and dq_accum rows in L2, a long causal key tile paired with a short one per CTA):
 //   warp 0       producer (40 registers after setmaxnreg.dec): lane 0 issues the TMA of K, V (once an
-//                item) and of Q, dO (per query tile); all 32 lanes copy the tile's lse2 and D with
-//                plain loads and stores (rows past T zero-filled) and arrive on the stage's mbarrier.
+//                item) and of Q, dO, and the tile's lse2 and D (bulk copies of 256 bytes from their
+//                64-padded rows in the scratch; zeros past T) per query tile.
 //   warps 4-11   two consumer warpgroups (232 registers, no spills), 64 keys each; per query tile of 64:
 //                S^T = K Q^T and dP^T = V dO^T (wgmma m64n64k16, both operands from smem, K-major),
 //                P^T = exp2(S^T * scale * log2 e - lse2), dS^T = P^T (dP^T - D) in registers;
@@ -110,11 +110,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         return ceil_div(q_end - kv0, BQ);
     };
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    const int Tp = attention_padded_T(T);  // row length of D and lse2 in the scratch
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
-            // the TMA's expect_tx and one arrival a producer lane (lse2, D); one arrival a consumer warp
-            mbar_init(full(s), 1 + WARP_SIZE), mbar_init(empty(s), 8);
+            // the producer's expect_tx (Q, dO, lse2, D all by the copy engine); one arrival a consumer warp
+            mbar_init(full(s), 1), mbar_init(empty(s), 8);
         }
         mbar_init(kv_full, 1), mbar_init(kv_empty, 8);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -137,26 +138,16 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
                 }
                 for (int it = 0; it < n_it; it++, cnt++) {
                     const int s = cnt % STAGES, h = kvh * group + it / n_qt, i0 = kv0 + (it % n_qt) * BQ;
-                    const int bh_row = (b * L.NH + h) * T + i0;
                     mbar_wait(empty(s), ((cnt / STAGES) & 1) ^ 1);
                     if (lane == 0) {
-                        mbar_expect_tx(full(s), 2 * Cfg::Q_BYTES);
+                        mbar_expect_tx(full(s), 2 * Cfg::Q_BYTES + Cfg::ROWS_BYTES);
                         tma_tile<BQ, HD>(s_q(s), &qkv_map, L.q_col(h), i0, b, full(s));
                         tma_tile<BQ, HD>(s_do(s), &dout_map, h * HD, i0, b, full(s));
+                        // lse2 and D of the tile: 64 floats each, 256-byte blocks of the padded rows
+                        const float* Dg = dq_accum_all + (size_t)B * T * C + (size_t)(b * L.NH + h) * Tp + i0;
+                        bulk_load(s_rows(s), Dg + (size_t)B * L.NH * Tp, BQ * 4, full(s));
+                        bulk_load(s_rows(s) + BQ * 4, Dg, BQ * 4, full(s));
                     }
-                    // lse2 and D by plain loads and stores, 4 bytes each (a row's start is 16-byte
-                    // aligned only when T % 4 == 0, which a TMA box would need), then every lane arrives
-                    // (release; the consumers' wait acquires). Rows past T are zeros. (cp.async with
-                    // cp.async.mbarrier.arrive orders the same, but racecheck cannot see that ordering.)
-                    float* rows = reinterpret_cast<float*>(smem_gen + (s_rows(s) - base));
-                    const float* Dg = dq_accum_all + (size_t)B * T * C;
-#pragma unroll
-                    for (int r = lane; r < BQ; r += WARP_SIZE) {
-                        const bool valid = i0 + r < T;
-                        rows[r] = valid ? __ldcg(Dg + (size_t)B * L.NH * T + bh_row + r) : 0.0f;
-                        rows[BQ + r] = valid ? __ldcg(Dg + bh_row + r) : 0.0f;
-                    }
-                    mbar_arrive(full(s));
                 }
             }
         }

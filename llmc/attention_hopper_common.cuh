@@ -56,6 +56,13 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
         "l"(map), "r"(col), "r"(row), "r"(seq), "r"(bar)
         : "memory");
 }
+// `bytes` contiguous bytes from global memory into smem by the copy engine, completing on `bar`;
+// both addresses 16-byte aligned, bytes a multiple of 16.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
 
 // Adds one smem box element-wise into the tensor (fp32 reduction in L2; out-of-bounds elements are
 // skipped), as a bulk async-group of the issuing thread: commit, then wait before reusing the smem.

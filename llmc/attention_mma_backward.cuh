@@ -184,9 +184,12 @@ inline void backward_flash(bf16* dqkv, const bf16* dout, const bf16* qkv, const 
 // order over key tiles varies from run to run, so dQ is not bit-reproducible (dK and dV still are).
 // Three launches: a prologue (D, lse in base 2, zeroed dQ accumulator), the single-pass kernel and a
 // pass that scales dQ and rounds it into dqkv. Scratch, fp32, one allocation:
-//   dq_accum (B, T, NH, HD)   then   D (B, NH, T)   then   lse2 = lse * log2(e) (B, NH, T)
+//   dq_accum (B, T, NH, HD)   then   D (B, NH, Tp)   then   lse2 = lse * log2(e) (B, NH, Tp)
+// with rows padded to Tp = a multiple of 64 (zeros past T), so every 64-query tile of D or lse2 is one
+// 16-byte aligned 256-byte block (the Hopper kernel brings it in with one bulk copy).
+__host__ __device__ inline int attention_padded_T(int T) { return (T + 63) / 64 * 64; }
 inline size_t attention_backward_scratch_floats(int B, int T, int NH, int HD) {
-    return (size_t)B * T * NH * HD + 2 * (size_t)B * NH * T;
+    return (size_t)B * T * NH * HD + 2 * (size_t)B * NH * attention_padded_T(T);
 }
 
 // Tile configuration of the single-pass kernel: WARPS warps own MT m16 tiles of keys each (BKV keys a
@@ -238,7 +241,8 @@ __device__ __forceinline__ int swz_ds(int r, int c) {
     if constexpr (BQ >= 64) return swz<BQ>(r, c);
     else return r * BQ + ((((c >> 3) ^ ((r >> 1) & 3))) << 3) + (c & 7);
 }
-// Prologue: D = rowsum(dO * O) and lse2 = lse * log2(e) into the scratch, and the dQ accumulator zeroed.
+// Prologue: D = rowsum(dO * O) and lse2 = lse * log2(e) into the scratch (zeros in the rows' padding),
+// and the dQ accumulator zeroed.
 // One thread per 8 elements of dO / O (16-byte loads); the HD / 8 threads of a (token, head) row are
 // consecutive lanes and sum by shuffles. Memory-bound: reads dO and O (2 * B*T*NH*HD bf16), writes the
 // fp32 accumulator (4 * B*T*NH*HD bytes).
@@ -261,10 +265,13 @@ __global__ void __launch_bounds__(256) attention_backward_prologue(float* scratc
     if (valid && idx % TPR == 0) {
         const size_t row = idx / TPR;  // (b * T + t) * NH + h
         const int h = (int)(row % NH), t = (int)(row / NH % T), b = (int)(row / NH / T);
-        const size_t bht = ((size_t)b * NH + h) * T + t, n_bht = (size_t)B * NH * T;
+        const int Tp = attention_padded_T(T);
+        const size_t bht = ((size_t)b * NH + h) * Tp + t, n_bht = (size_t)B * NH * Tp;
         float* Dg = scratch + (size_t)B * T * NH * HD;
         Dg[bht] = D;
-        Dg[n_bht + bht] = lse[bht] * LOG2E;
+        Dg[n_bht + bht] = lse[((size_t)b * NH + h) * T + t] * LOG2E;
+        if (t == T - 1)  // the row's padding: D = lse2 = 0 (their Q and dO are zeros, so P^T dO = dS = 0)
+            for (int k = 1; k < Tp - T + 1; k++) Dg[bht + k] = 0.0f, Dg[n_bht + bht + k] = 0.0f;
     }
 }
 
@@ -318,8 +325,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     const bf16* seq = qkv + (size_t)b * T * stride;
     const float scale = rsqrtf((float)HD), sl2 = scale * LOG2E;
     float* dq_accum = scratch + (size_t)b * T * C;                      // this sequence's (T, NH, HD)
-    const float* Dg = scratch + (size_t)B * T * C + (size_t)b * L.NH * T;  // (NH, T)
-    const float* L2g = Dg + (size_t)B * L.NH * T;
+    const int Tp = attention_padded_T(T);
+    const float* Dg = scratch + (size_t)B * T * C + (size_t)b * L.NH * Tp;  // (NH, Tp)
+    const float* L2g = Dg + (size_t)B * L.NH * Tp;
 
     const int kv0 = tile * BKV, kv_last = min(kv0 + BKV, T) - 1;
     const int q_begin = kv0 / BQ * BQ, q_end = window > 0 ? min(T, kv_last + window) : T;
@@ -332,7 +340,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
         load_tile_async<BQ, HD, NT>(sdO + stage * BQ * HD, dout + ((size_t)b * T + i0) * C + h * HD, C, T - i0);
         if (threadIdx.x < 2 * BQ) {  // rows past T: D = lse2 = 0; their Q and dO are 0, so P^T dO = dS = 0
             const int r = threadIdx.x % BQ;
-            const float* src = (threadIdx.x < BQ ? Dg : L2g) + (size_t)h * T + min(i0 + r, T - 1);
+            const float* src = (threadIdx.x < BQ ? Dg : L2g) + (size_t)h * Tp + min(i0 + r, T - 1);
             cp_async4(threadIdx.x < BQ ? &sD[stage][r] : &sL[stage][r], src, i0 + r < T);
         }
     };
