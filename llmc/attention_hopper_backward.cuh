@@ -39,9 +39,10 @@
 // of dQ reductions per (key tile, query tile). Issue- and latency-bound as it stands: the two consumer
 // warpgroups meet at the dS^T barrier every tile, so their softmax phases coincide and the tensor cores
 // idle meanwhile (ncu at gpt2 before the L2 order: 32% issue slots busy, 0.44 eligible warps a scheduler).
-// Measured (H200, dev/cuda/attention_backward.cu variants 12-13, TFLOP/s, cuDNN 9 in the same run):
-// gpt2 194.9 vs 244.6, gqa 208.7 vs 229.0, long 402.4 vs 465.4, window 157.5 vs 190.6; the mma.sync
-// backward 165..169 on those; what each step bought and what was dropped in that file's header.
+// Measured (H200, dev/cuda/attention_backward.cu variant 11 = this kernel as shipped, TFLOP/s, cuDNN 9
+// in the same run, commit 6be395c): gpt2 196.8 vs 245.4 (0.80x), gqa 209.7 vs 229.5, long 407.2 vs
+// 492.9 (0.83x), window 158.0 vs 190.1; the mma.sync backward 164..176 on those. What each step
+// bought, what was dropped, and racecheck's reports on lse2/D: that file's header.
 // Internal part of llmc/attention.cuh, included from there only (it uses QKVLayout, the single-pass mma
 // backward's prologue, dq_store, scratch layout and helpers, and the Hopper building blocks of
 // attention_hopper_common.cuh); include llmc/attention.cuh.

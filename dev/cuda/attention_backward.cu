@@ -83,12 +83,20 @@
 //   odd-w  5  4/4  1000  64 100   37.7    25.8    25.8    24.8    28.6          27.9  0.93 |        40.7  -    29.5
 // Errors: dq, dk, dv nmse 4.9e-6..5.7e-6, as the mma.sync kernels and cuDNN. Registers (ptxas): 168 at
 // launch, setmaxnreg 40 (producer) / 232 (consumers), no spills in any configuration above.
-// racecheck (--small, that run): 16 hazards, every one between the producer lanes' cp.async writes of
-// lse2/D and the consumers' reads of them; they are ordered by the stage's mbarriers (reads, then a
-// consumer warp's arrive on `empty`, the producer's wait, cp.async; cp.async, then
-// cp.async.mbarrier.arrive.noinc on `full`, the consumers' wait), which racecheck does not follow. After
-// that run a __syncwarp() went in before each warp's arrive on `empty` (the arrive of lane 0 releases
-// only lane 0's reads), not re-run yet. Nothing else in smem (K, V, Q, dO, dS^T, dQ boxes) had a hazard.
+// racecheck (--small) has never been clean for the Hopper kernels, always on lse2/D alone: 16 hazards
+// with the producer lanes' cp.async (that run), 32 with plain producer stores (commit b2f253e), 16
+// with the bulk copies from 64-padded rows that ship now (commit 6be395c). Each is a write of a
+// stage's lse2/D against the consumers' ordinary loads of them, ordered only by the stage's mbarriers
+// (consumer reads, __syncwarp, arrive on `empty`, the producer's wait, the copy; the copy completes
+// on `full`, the consumers wait). Nothing else in smem (K, V, Q, dO, dS^T, dQ boxes) is flagged; the
+// tensor-map TMA writes of Q and dO are read only by wgmma. We take them for false positives; a
+// tensor-map load of lse2/D (the padded rows now keep its boxes 16-byte aligned) would test that.
+// Measured with the shipped code (commit 6be395c, one process, --reps 10, TFLOP/s), 11 / 12 / 13 /
+// cuDNN: gpt2 196.8 / 196.4 / 187.5 / 245.4, gqa 209.7 / 209.9 / 200.5 / 229.5, long 407.2 / 338.1 /
+// 407.2 / 492.9, window 158.0 / 144.5 / 157.6 / 190.1, odd 50.3 / 41.7 / 50.2 / 108.6, odd-w 25.3 /
+// 25.5 / 24.5 / 27.6; fwd+bwd 11 / cuDNN: 224.6 / 262.3, 237.0 / 249.7, 433.5 / 488.5, 185.2 /
+// 213.7, 62.6 / 118.5, 29.8 / 29.7. Every variant passed its checks; memcheck of 11-13 on --small: 0
+// errors.
 // odd-w (T 1000, W 100) is launch- and prologue-bound (36 us): the two extra passes cost more than the
 // single kernel saves; the deterministic mma.sync path (0) wins there.
 //
