@@ -126,35 +126,6 @@ __device__ __forceinline__ void store16(void* dst, int4 v, uint64_t policy) {
                      : "memory");
 }
 
-// d (64 x N fp32) (+)= A (64 x 16 bf16, registers) * B (16 x N, smem, K-major: the K tile of S = Q K^T);
-// accumulate = 0 overwrites d. (wgmma_rs of attention_hopper_common.cuh reads B MN-major and always
-// accumulates; a new primitive for the Q_REGS option.)
-#define HQ_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define HQ_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-#define HQ_ACC8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-#define HQ_ACC32 HQ_ACC8(0), HQ_ACC8(8), HQ_ACC8(16), HQ_ACC8(24)
-#define HQ_ACC64 HQ_ACC32, HQ_ACC8(32), HQ_ACC8(40), HQ_ACC8(48), HQ_ACC8(56)
-template <int N>
-__device__ __forceinline__ void wgmma_rs_kmajor(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b, int accumulate) {
-    static_assert(N == 64 || N == 128, "wgmma n");
-    if constexpr (N == 64)
-        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
-                     " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " HQ_D32
-                     ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-                     : HQ_ACC32
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
-    else
-        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
-                     " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " HQ_D64
-                     ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-                     : HQ_ACC64
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
-}
-#undef HQ_D32
-#undef HQ_D64
-#undef HQ_ACC8
-#undef HQ_ACC32
-#undef HQ_ACC64
 
 // Online softmax of one S tile for a thread's two rows (g and g + 8 of its warp): on return s holds
 // exp2(s * sl2 - max), l the updated sums, corr the factor the old O must be scaled by.
@@ -336,7 +307,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
                 const uint32_t koff = (kk % 4) * 32;
                 const uint64_t db = smem_desc(sK + s * Cfg::KV_BYTES + (kk / 4) * BKV * 128 + koff, 16, 1024);
                 if constexpr (Cfg::Q_REGS) {
-                    wgmma_rs_kmajor<BKV>(sacc, qf[Cfg::Q_REGS ? kk : 0], db, kk > 0);
+                    wgmma_rs<BKV, 0>(sacc, qf[Cfg::Q_REGS ? kk : 0], db, kk > 0);
                 } else {
                     const uint64_t da = smem_desc(sQ + (kk / 4) * BQ * 128 + wg * 64 * 128 + koff, 16, 1024);
                     wgmma_ss<BKV>(sacc, da, db, kk > 0);

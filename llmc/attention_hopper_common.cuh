@@ -141,23 +141,24 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t
                      : HG_ACC64
                      : "l"(a), "l"(b), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B));
 }
-// d (64 x N fp32) += A (64 x 16 bf16, registers: the m16n8k16 A fragment of each warp's 16 rows) *
-// B (16 x N, smem, MN-major: transposed).
-template <int N>
-__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
+// d (64 x N fp32) (+)= A (64 x 16 bf16, registers: the m16n8k16 A fragment of each warp's 16 rows) *
+// B (16 x N, smem): MN-major (transposed, TRANS_B = 1, as V in P V) or K-major (TRANS_B = 0);
+// accumulate = 0 overwrites d.
+template <int N, int TRANS_B = 1>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b, int accumulate = 1) {
     static_assert(N == 64 || N == 128, "wgmma n");
     if constexpr (N == 64)
         asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
                      " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " HG_D32
-                     ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                     ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
                      : HG_ACC32
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate), "n"(TRANS_B));
     else
         asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
                      " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " HG_D64
-                     ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                     ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
                      : HG_ACC64
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate), "n"(TRANS_B));
 }
 #undef HG_D16
 #undef HG_D32
