@@ -96,7 +96,7 @@ struct Activations {
     floatX* dbuf;       // (N, C) gradient of a LayerNorm output or of atty
     floatX* dqkv;       // (N, QKV)
     floatX* dfch;       // (N, 4C); between layers' MLP backwards it is free and doubles as the attention
-                        // backward's fp32 scratch (N*C + 2*B*NH*T floats <= N*4C bf16 as 2*NH <= C)
+                        // backward's fp32 scratch (attention_scratch)
     float* colsum;      // (COLUMN_MAX_CHUNKS, 4C) partial column sums (bias / LayerNorm grads)
     float* norm;        // (GLOBAL_NORM_BLOCKS + 1) partials, then the squared norm
 };
@@ -204,10 +204,6 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
         if (model.offsets[i] % 8 != 0) fail("model: tensor %s does not start on a 16-byte boundary", GPT2_PARAM_NAMES[i]);
     model.decay = gpt2_decay_ranges(config);
 
-    // the attention backward's fp32 scratch borrows dfch (see Activations); 2*NH <= C keeps it inside
-    if (attention_detail::attention_backward_scratch_floats(B, T, config.num_heads, HD) * sizeof(float) >
-        (size_t)B * T * 4 * C * sizeof(floatX))
-        fail("model: %d heads of size %d leave no room for the attention scratch in dfch", config.num_heads, HD);
     std::vector<BufferSpec> acts = activation_specs(model.acts, config, B, T, recompute);
     const size_t act_bytes = specs_bytes(acts), param_bytes = gpt2_param_bytes(model.num_params);
     const size_t need = act_bytes + param_bytes;
@@ -299,6 +295,18 @@ inline void gpt2_upload_batch(GPT2& model, const int* inputs, const int* targets
         cudaCheck(cudaMemcpyAsync(model.acts.targets, model.host_io + N, sizeof(int) * N, cudaMemcpyHostToDevice, ctx.stream));
     cudaCheck(cudaEventRecord(model.io_uploaded, ctx.stream));
     if (for_backward) model.buckets.build(inputs, N, ctx.stream);
+}
+
+// The attention backward's fp32 scratch (dQ by atomics): dfch, free at that point. It holds
+// N*C + 2*B*NH*Tp floats (Tp = T rounded up to 64) within the model's N*4C floatX for any T > 1;
+// nullptr (the deterministic backward) with --deterministic 1 or where it does not fit.
+// (B, T): this pass's shape.
+inline float* attention_scratch(const GPT2& model, int B, int T) {
+    const GPT2Config& c = model.config;
+    const size_t need =
+        attention_detail::attention_backward_scratch_floats(B, T, c.num_heads, gpt2_head_dim(c)) * sizeof(float);
+    const size_t have = (size_t)model.B * model.T * 4 * c.channels * sizeof(floatX);
+    return model.deterministic || need > have ? nullptr : reinterpret_cast<float*>(model.acts.dfch);
 }
 
 // Per-layer slices of the activations (a recomputed buffer has one slice).
@@ -431,7 +439,7 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
         matmul_backward(a.dbuf, model.grad(6) + cc, model.grad(7) + c1, a.colsum, a.dresidual, la.atty,
                         model.param(6) + cc, nullptr, N, C, C, ctx);
         model_attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, B, T, NH, NKV, HD, c.window,
-                                 model.deterministic ? nullptr : reinterpret_cast<float*>(a.dfch), s);
+                                 attention_scratch(model, B, T), s);
         matmul_backward(a.dbuf, model.grad(4) + qkvw, model.grad(5) + qkvb, a.colsum, a.dqkv, la.ln1,
                         model.param(4) + qkvw, nullptr, N, C, QKV, ctx);
         layernorm_backward(a.dresidual, model.grad(2) + c1, model.grad(3) + c1, a.colsum, a.dbuf, la.res_in,

@@ -9,7 +9,8 @@
 //   dout (B, T, NH * HD)                 read through a second tensor map of the same kind
 //   scratch                              attention_backward_scratch_floats(B, T, NH, HD) floats, the
 //                                        single-pass mma backward's layout: dq_accum (B, T, NH, HD),
-//                                        D (B, NH, T), lse2 = lse * log2(e) (B, NH, T)
+//                                        D (B, NH, Tp), lse2 = lse * log2(e) (B, NH, Tp), Tp = T
+//                                        rounded up to 64 (zeros past T)
 // Three launches, as backward_flash_atomic: attention_backward_prologue (D, lse2, zeroed dq_accum),
 // the wgmma kernel below, attention_backward_dq_store (dQ = scale * dq_accum into dqkv). dK and dV are
 // summed over the GQA group in registers (deterministic); dQ by fp32 reductions (not bit-reproducible).
