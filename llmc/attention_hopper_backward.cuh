@@ -18,9 +18,9 @@
 // Tile budget (work item = a 128-key tile of one kv head of one sequence; one CTA an SM striding over
 // the items, the key tiles of one (kv head, sequence) side by side so that the CTAs running at one
 // time share Q, dO and dq_accum rows in L2, a long causal key tile paired with a short one per CTA):
-//   warp 0       producer (40 registers after setmaxnreg.dec): lane 0 issues the TMA of K, V (once an
-//                item) and of Q, dO, and the tile's lse2 and D (bulk copies of 256 bytes from their
-//                64-padded rows in the scratch; zeros past T) per query tile.
+//   warp 0       producer (40 registers after setmaxnreg.dec): one thread issues the TMA of K, V (once
+//                an item) and of Q, dO, and the tile's D and lse2 (one box of 64 x 2 floats through a
+//                tensor map over their 64-padded rows in the scratch; zeros past T) per query tile.
 //   warps 4-11   two consumer warpgroups (232 registers, no spills), 64 keys each; per query tile of 64:
 //                S^T = K Q^T and dP^T = V dO^T (wgmma m64n64k16, both operands from smem, K-major),
 //                P^T = exp2(S^T * scale * log2 e - lse2), dS^T = P^T (dP^T - D) in registers;
@@ -31,7 +31,7 @@
 //                each warpgroup HD/2 columns over all 128 keys after one named barrier (both halves of
 //                dS^T written); dQ is added into dq_accum with red.global.add.v2.f32 (HD 64) or staged in
 //                smem and added by the TMA (cp.reduce.async.bulk.tensor, HD 128).
-//   smem         K, V (128 x HD, resident for the item), 2 stages of Q, dO (64 x HD) and of lse2, D (64
+//   smem         K, V (128 x HD, resident for the item), 2 stages of Q, dO (64 x HD) and of D, lse2 (64
 //                floats), two dS^T tiles (128 x 64 bf16, alternating so one barrier a tile suffices),
 //                HD 128 also the dQ boxes (64 x 128 fp32): HD 64: 32 + 32 + 32 KB + 1 KB = 97 KB;
 //                HD 128: 64 + 64 + 32 + 32 KB + 1 KB = 193 KB.
@@ -65,7 +65,7 @@ struct HopperBwdCfg {
     static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
     static constexpr int DQ_N = HD / 2;  // dQ columns a consumer warpgroup computes
     static constexpr int KV_BYTES = BKV * HD * 2, Q_BYTES = BQ * HD * 2, DS_BYTES = BKV * BQ * 2;
-    static constexpr int ROWS_BYTES = 2 * BQ * 4, DQ_BOX_BYTES = BQ * 32 * 4;  // lse2 + D of a tile; a dQ box
+    static constexpr int ROWS_BYTES = 2 * BQ * 4, DQ_BOX_BYTES = BQ * 32 * 4;  // D + lse2 of a tile; a dQ box
     // byte offsets from the 1024-aligned base; every tile 1024-aligned (the 128B swizzle's period)
     static constexpr int OFF_K = 0, OFF_V = KV_BYTES, OFF_Q = 2 * KV_BYTES, OFF_DO = OFF_Q + STAGES * Q_BYTES,
                          OFF_DS = OFF_DO + STAGES * Q_BYTES, OFF_DQ = OFF_DS + 2 * DS_BYTES,
@@ -85,7 +85,7 @@ template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
     attention_backward_wgmma(bf16* dqkv, float* dq_accum_all, const __grid_constant__ CUtensorMap qkv_map,
                              const __grid_constant__ CUtensorMap dout_map, const __grid_constant__ CUtensorMap dq_map,
-                             int B, int T, QKVLayout L, int window) {
+                             const __grid_constant__ CUtensorMap rows_map, int B, int T, QKVLayout L, int window) {
     constexpr int HD = Cfg::HD, BQ = Cfg::BQ, BKV = Cfg::BKV, STAGES = Cfg::STAGES;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     const uint32_t sK = base + Cfg::OFF_K, sV = base + Cfg::OFF_V, bars = base + Cfg::OFF_BARS;
     auto s_q = [&](int s) { return base + Cfg::OFF_Q + s * Cfg::Q_BYTES; };
     auto s_do = [&](int s) { return base + Cfg::OFF_DO + s * Cfg::Q_BYTES; };
-    auto s_rows = [&](int s) { return base + Cfg::OFF_ROWS + s * Cfg::ROWS_BYTES; };  // lse2[BQ], then D[BQ]
+    auto s_rows = [&](int s) { return base + Cfg::OFF_ROWS + s * Cfg::ROWS_BYTES; };  // D[BQ], then lse2[BQ]
     auto full = [&](int s) { return bars + 8 * s; };
     auto empty = [&](int s) { return bars + 8 * (STAGES + s); };
     const uint32_t kv_full = bars + 8 * 2 * STAGES, kv_empty = kv_full + 8;
@@ -112,11 +112,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         return ceil_div(q_end - kv0, BQ);
     };
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    const int Tp = attention_padded_T(T);  // row length of D and lse2 in the scratch
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
-            // the producer's expect_tx (Q, dO, lse2, D all by the copy engine); one arrival a consumer warp
+            // the producer's expect_tx (Q, dO, D, lse2 all by the copy engine); one arrival a consumer warp
             mbar_init(full(s), 1), mbar_init(empty(s), 8);
         }
         mbar_init(kv_full, 1), mbar_init(kv_empty, 8);
@@ -126,30 +125,27 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 
     if (warp < 4) {  // ------------------------------------------------ producer warpgroup
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::PRODUCER_REGS));
-        if (warp == 0) {
+        if (threadIdx.x == 0) {  // one thread: the waits and the copies (the other lanes have nothing to do)
             int cnt = 0, j = 0;  // query tiles and items so far: ring stage and phase
             for (int i = blockIdx.x; i < n_items; i += gridDim.x, j++) {
                 int kv0, kvh, b;
                 decode(i, kv0, kvh, b);
                 const int n_qt = query_tiles(kv0), n_it = group * n_qt;
-                if (lane == 0) {
-                    mbar_wait(kv_empty, (j & 1) ^ 1);
-                    mbar_expect_tx(kv_full, 2 * Cfg::KV_BYTES);
-                    tma_tile<BKV, HD>(sK, &qkv_map, L.k_col(kvh), kv0, b, kv_full);
-                    tma_tile<BKV, HD>(sV, &qkv_map, L.v_col(kvh), kv0, b, kv_full);
-                }
+                mbar_wait(kv_empty, (j & 1) ^ 1);
+                mbar_expect_tx(kv_full, 2 * Cfg::KV_BYTES);
+                tma_tile<BKV, HD>(sK, &qkv_map, L.k_col(kvh), kv0, b, kv_full);
+                tma_tile<BKV, HD>(sV, &qkv_map, L.v_col(kvh), kv0, b, kv_full);
                 for (int it = 0; it < n_it; it++, cnt++) {
                     const int s = cnt % STAGES, h = kvh * group + it / n_qt, i0 = kv0 + (it % n_qt) * BQ;
                     mbar_wait(empty(s), ((cnt / STAGES) & 1) ^ 1);
-                    if (lane == 0) {
-                        mbar_expect_tx(full(s), 2 * Cfg::Q_BYTES + Cfg::ROWS_BYTES);
-                        tma_tile<BQ, HD>(s_q(s), &qkv_map, L.q_col(h), i0, b, full(s));
-                        tma_tile<BQ, HD>(s_do(s), &dout_map, h * HD, i0, b, full(s));
-                        // lse2 and D of the tile: 64 floats each, 256-byte blocks of the padded rows
-                        const float* Dg = dq_accum_all + (size_t)B * T * C + (size_t)(b * L.NH + h) * Tp + i0;
-                        bulk_load(s_rows(s), Dg + (size_t)B * L.NH * Tp, BQ * 4, full(s));
-                        bulk_load(s_rows(s) + BQ * 4, Dg, BQ * 4, full(s));
-                    }
+                    mbar_expect_tx(full(s), 2 * Cfg::Q_BYTES + Cfg::ROWS_BYTES);
+                    tma_tile<BQ, HD>(s_q(s), &qkv_map, L.q_col(h), i0, b, full(s));
+                    tma_tile<BQ, HD>(s_do(s), &dout_map, h * HD, i0, b, full(s));
+                    // D and lse2 of the tile: one box (64 of a padded row, both arrays) of rows_map. Plain
+                    // bulk copies did the same, but racecheck reported their smem writes against the
+                    // consumers' reads (16 hazards, ordered by the mbarriers); the tensor-map copy's are
+                    // tracked like those of Q and dO.
+                    tma_load(s_rows(s), &rows_map, i0, b * L.NH + h, 0, full(s));
                 }
             }
         }
@@ -183,7 +179,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         const bool edge = i0 < kw0 + 63 || (window > 0 && i0 + BQ - 1 - kw0 >= window) || i0 + BQ > T;
 #pragma unroll
         for (int nb = 0; nb < BQ / 8; nb++) {
-            const float2 l2 = *reinterpret_cast<const float2*>(rows + nb * 8 + 2 * t4);
+            const float2 l2 = *reinterpret_cast<const float2*>(rows + BQ + nb * 8 + 2 * t4);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 float p = exp2f(fmaf(st[nb * 4 + e], sl2, -((e & 1) ? l2.y : l2.x)));
@@ -197,7 +193,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     auto dscores = [&](float (&dpt)[BQ / 2], const float (&st)[BQ / 2], const float* rows) {
 #pragma unroll
         for (int nb = 0; nb < BQ / 8; nb++) {
-            const float2 d2 = *reinterpret_cast<const float2*>(rows + BQ + nb * 8 + 2 * t4);
+            const float2 d2 = *reinterpret_cast<const float2*>(rows + nb * 8 + 2 * t4);
 #pragma unroll
             for (int e = 0; e < 4; e++) dpt[nb * 4 + e] = st[nb * 4 + e] * (dpt[nb * 4 + e] - ((e & 1) ? d2.y : d2.x));
         }
@@ -349,6 +345,17 @@ inline CUtensorMap dq_accum_map(const float* ptr, int B, int T, int row) {
     return encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, ptr, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
+// D and lse2 in the scratch as one tensor (Tp, B * NH, 2): row (b * NH + h) of D, then of lse2, in boxes
+// of BQ x 1 x 2 (a query tile's D, then its lse2); Tp a multiple of 64, so a box never leaves the rows.
+inline CUtensorMap rows_map(const float* scratch, int B, int T, int NH, int HD, int BQ) {
+    const int Tp = attention_padded_T(T);
+    const cuuint64_t dims[3] = {(cuuint64_t)Tp, (cuuint64_t)B * NH, 2};
+    const cuuint64_t strides[2] = {(cuuint64_t)Tp * 4, (cuuint64_t)B * NH * Tp * 4};
+    const cuuint32_t box[3] = {(cuuint32_t)BQ, 1, 2};
+    return encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, scratch + (size_t)B * T * NH * HD, dims, strides, box,
+                             CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
 // The three launches (prologue, wgmma kernel, dQ store). scratch: attention_backward_scratch_floats(B,
 // T, NH, HD) floats, any contents.
 template <class Cfg>
@@ -359,6 +366,7 @@ inline void backward_hopper(bf16* dqkv, float* scratch, const bf16* dout, const 
     (void)once;
     const CUtensorMap qkv_map = token_rows_map(qkv, B, T, L.row()), dout_map = token_rows_map(dout, B, T, L.NH * HD);
     const CUtensorMap dq_map = Cfg::DQ_TMA ? dq_accum_map(scratch, B, T, L.NH * HD) : CUtensorMap{};
+    const CUtensorMap r_map = rows_map(scratch, B, T, L.NH, HD, Cfg::BQ);
     const size_t threads = (size_t)B * T * L.NH * HD / 8;
     attention_backward_prologue<HD><<<(unsigned)ceil_div<size_t>(threads, 256), 256, 0, stream>>>(scratch, dout, out,
                                                                                                  lse, B, T, L.NH);
@@ -367,7 +375,7 @@ inline void backward_hopper(bf16* dqkv, float* scratch, const bf16* dout, const 
     const int n_kt = ceil_div(T, Cfg::BKV), items = n_kt * L.NKV * B, sms = sm_count();
     const int grid = items <= sms ? items : n_kt <= sms ? sms / n_kt * n_kt : sms;
     attention_backward_wgmma<Cfg><<<grid, Cfg::THREADS, Cfg::SMEM, stream>>>(
-        dqkv, scratch, qkv_map, dout_map, dq_map, B, T, L, window);
+        dqkv, scratch, qkv_map, dout_map, dq_map, r_map, B, T, L, window);
     cudaCheckLaunch();
     attention_backward_dq_store<HD><<<(unsigned)ceil_div<size_t>(threads, 256), 256, 0, stream>>>(dqkv, scratch, B, T,
                                                                                                  L);
