@@ -18,32 +18,35 @@
 // Tile budget (work item = a 128-key tile of one kv head of one sequence; one CTA an SM striding over
 // the items, the key tiles of one (kv head, sequence) side by side so that the CTAs running at one
 // time share Q, dO and dq_accum rows in L2, a long causal key tile paired with a short one per CTA):
-//   warp 0       producer (40 registers after setmaxnreg.dec): one thread issues the TMA of K, V (once
-//                an item) and of Q, dO, and the tile's D and lse2 (one box of 64 x 2 floats through a
-//                tensor map over their 64-padded rows in the scratch; zeros past T) per query tile.
-//   warps 4-11   two consumer warpgroups (232 registers, no spills), 64 keys each; per query tile of 64:
-//                S^T = K Q^T and dP^T = V dO^T (wgmma m64n64k16, both operands from smem, K-major),
+//   warp 0       producer (setmaxnreg.dec to 40 registers, 24 at HD 64): one thread issues the TMA of K,
+//                V (once an item) and of Q, dO, and the tile's D and lse2 (one box of BQ x 2 floats
+//                through a tensor map over their 64-padded rows in the scratch; zeros past T) per query
+//                tile of BQ = 128 queries at HD 64, 64 at HD 128.
+//   warps 4-11   two consumer warpgroups (232 registers, 240 at HD 64; no spills), 64 keys each; per
+//                query tile: S^T = K Q^T and dP^T = V dO^T (wgmma m64nBQk16, both from smem, K-major),
 //                P^T = exp2(S^T * scale * log2 e - lse2), dS^T = P^T (dP^T - D) in registers;
 //                dV += P^T dO and dK += dS^T Q (wgmma m64nHDk16, A = P^T / dS^T repacked to bf16 A
 //                fragments in registers, B = dO / Q through the MN-major descriptor): dK, dV (HD/2 + HD/2
 //                fp32 a thread) stay in registers for the whole item; dS^T also goes to smem (bf16,
-//                swizzled like a TMA tile) for dQ = dS K (A = dS^T read MN-major, B = K read MN-major),
-//                each warpgroup HD/2 columns over all 128 keys after one named barrier (both halves of
-//                dS^T written); dQ is added into dq_accum with red.global.add.v2.f32 (HD 64) or staged in
-//                smem and added by the TMA (cp.reduce.async.bulk.tensor, HD 128).
-//   smem         K, V (128 x HD, resident for the item), 2 stages of Q, dO (64 x HD) and of D, lse2 (64
-//                floats), two dS^T tiles (128 x 64 bf16, alternating so one barrier a tile suffices),
-//                HD 128 also the dQ boxes (64 x 128 fp32): HD 64: 32 + 32 + 32 KB + 1 KB = 97 KB;
-//                HD 128: 64 + 64 + 32 + 32 KB + 1 KB = 193 KB.
+//                swizzled like a TMA tile) for dQ = dS K (A = dS^T read MN-major, B = K read MN-major)
+//                over all 128 keys after one named barrier (both halves of dS^T written): at HD 64 each
+//                warpgroup its own 64 query rows (m64n64), at HD 128 HD/2 columns of all 64 (m64n64);
+//                dQ is staged in smem and added into dq_accum by the TMA (cp.reduce.async.bulk.tensor;
+//                red.global.add.v2.f32 from registers is the configurable alternative).
+//   smem         K, V (128 x HD, resident for the item), 2 stages of Q, dO (BQ x HD) and of D, lse2 (BQ
+//                floats), two dS^T tiles (128 x BQ bf16, alternating so one barrier a tile suffices), the
+//                dQ boxes (BQ x HD fp32): HD 64: 32 + 64 + 64 + 32 KB + 2 KB = 194 KB; HD 128: 64 + 64 +
+//                32 + 32 KB + 1 KB = 193 KB.
 // FLOPs: 5 matmuls, 10 * HD per visible pair (plus the masked parts of diagonal and window-edge tiles);
-// bytes: K, V once, Q and dO once per key tile (from L2 with the work order above), 64 * HD * 4 bytes
+// bytes: K, V once, Q and dO once per key tile (from L2 with the work order above), BQ * HD * 4 bytes
 // of dQ reductions per (key tile, query tile). Issue- and latency-bound as it stands: the two consumer
 // warpgroups meet at the dS^T barrier every tile, so their softmax phases coincide and the tensor cores
 // idle meanwhile (ncu at gpt2 before the L2 order: 32% issue slots busy, 0.44 eligible warps a scheduler).
 // Measured (H200, dev/cuda/attention_backward.cu variant 11 = this kernel as shipped, TFLOP/s, cuDNN 9
-// in the same run, commit 6be395c): gpt2 196.8 vs 245.4 (0.80x), gqa 209.7 vs 229.5, long 407.2 vs
-// 492.9 (0.83x), window 158.0 vs 190.1; the mma.sync backward 164..176 on those. What each step
-// bought, what was dropped, and racecheck's reports on lse2/D: that file's header.
+// in the same run, uncommitted change on 21d76fb): gpt2 221.1 vs 243.0 (0.91x), gqa 243.0 vs 227.4
+// (1.07x), long 410.3 vs 502.2 (0.82x), window 159.3 vs 189.8; the previous HD 64 configuration (BQ
+// 64, red.add; lab variant 12) 194.0 / 207.5 at gpt2 / gqa in that run; the mma.sync backward 164..176.
+// What each step bought, what was dropped, and racecheck: that file's header.
 // Internal part of llmc/attention.cuh, included from there only (it uses QKVLayout, the single-pass mma
 // backward's prologue, dq_store, scratch layout and helpers, and the Hopper building blocks of
 // attention_hopper_common.cuh); include llmc/attention.cuh.
@@ -55,24 +58,29 @@ using namespace attention_detail;
 
 // HD columns; STAGES query tiles (Q, dO, lse2, D) in flight; DQ_TMA: dQ goes through smem (fp32,
 // 32-column boxes, 128B swizzle) and the TMA adds it into dq_accum (cp.reduce.async.bulk.tensor)
-// instead of red.global.add.v2.f32 from registers.
-template <int HD_, int STAGES_, bool DQ_TMA_>
+// instead of red.global.add.v2.f32 from registers; BQ queries a tile (128 only at HD 64: S^T and dP^T
+// take 64 + 64 accumulators beside dK, dV's 32 + 32); BQ 128 splits dQ by query rows (each consumer
+// warpgroup its own 64 rows, all HD columns: wgmma m64nHD) where BQ 64 splits it by columns (HD/2 of
+// all 64 rows: m64n(HD/2)).
+template <int HD_, int STAGES_, bool DQ_TMA_, int BQ_ = 64>
 struct HopperBwdCfg {
-    static constexpr int HD = HD_, BKV = 128, BQ = 64, STAGES = STAGES_, THREADS = 384;
-    static constexpr bool DQ_TMA = DQ_TMA_;
-    // setmaxnreg: the producer warpgroup gives registers to the consumers (64K a CTA in all); with 24
-    // the producer loop spills
-    static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
-    static constexpr int DQ_N = HD / 2;  // dQ columns a consumer warpgroup computes
+    static constexpr int HD = HD_, BKV = 128, BQ = BQ_, STAGES = STAGES_, THREADS = 384;
+    static constexpr bool DQ_TMA = DQ_TMA_, DQ_ROWS = BQ == 128;
+    // setmaxnreg: the producer warpgroup gives registers to the consumers, within the 168 x 384 the CTA
+    // got at launch (an inc past that pool waits forever: 32 / 240 hung). BQ 128 spills one value at
+    // 232, so 24 / 240 there (the one-thread producer no longer spills at 24).
+    static constexpr int PRODUCER_REGS = BQ == 128 ? 24 : 40, CONSUMER_REGS = BQ == 128 ? 240 : 232;
+    static constexpr int DQ_N = DQ_ROWS ? HD : HD / 2;  // dQ columns a consumer warpgroup computes
     static constexpr int KV_BYTES = BKV * HD * 2, Q_BYTES = BQ * HD * 2, DS_BYTES = BKV * BQ * 2;
-    static constexpr int ROWS_BYTES = 2 * BQ * 4, DQ_BOX_BYTES = BQ * 32 * 4;  // D + lse2 of a tile; a dQ box
+    static constexpr int ROWS_BYTES = 2 * BQ * 4, DQ_BOX_BYTES = 64 * 32 * 4;  // D + lse2 of a tile; a dQ box
     // byte offsets from the 1024-aligned base; every tile 1024-aligned (the 128B swizzle's period)
     static constexpr int OFF_K = 0, OFF_V = KV_BYTES, OFF_Q = 2 * KV_BYTES, OFF_DO = OFF_Q + STAGES * Q_BYTES,
                          OFF_DS = OFF_DO + STAGES * Q_BYTES, OFF_DQ = OFF_DS + 2 * DS_BYTES,
                          OFF_ROWS = OFF_DQ + (DQ_TMA ? BQ * HD * 4 : 0), OFF_BARS = OFF_ROWS + STAGES * ROWS_BYTES;
     static constexpr int SMEM = 1024 + OFF_BARS + (2 * STAGES + 2) * 8;  // + slack to align the base
     static_assert(HD == 64 || HD == 128, "HD 64 or 128: whole 64-column panels");
-    static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= 65536, "setmaxnreg: one CTA's registers");
+    static_assert(BQ == 64 || (BQ == 128 && HD == 64), "BQ 128 only at HD 64 (registers)");
+    static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= 168 * THREADS, "setmaxnreg: the CTA's registers");
     static_assert(SMEM <= 227 * 1024, "one CTA's smem");
 };
 
@@ -156,7 +164,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     // warpgroup index through a shuffle from lane 0: provably warp-uniform (see attention_hopper.cuh)
     const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0) - 1, w = warp % 4, g = lane >> 2, t4 = lane & 3;
     const float scale = rsqrtf((float)HD), sl2 = scale * LOG2E;
-    constexpr int N = Cfg::DQ_N;  // this warpgroup's dQ columns: wg * N + [0, N)
+    // this warpgroup's dQ: rows r0 + [0, 64) of the tile, columns c0 + [0, N)
+    constexpr int N = Cfg::DQ_N;
+    const int r0 = Cfg::DQ_ROWS ? wg * 64 : 0, c0 = Cfg::DQ_ROWS ? 0 : wg * N;
     const bool dq_issuer = Cfg::DQ_TMA && threadIdx.x % 128 == 0;  // issues its warpgroup's TMA reductions
 
     // S^T = K Q^T, dP^T = V dO^T for stage s, two commit groups: HD/16 k-steps, 32 bytes apart inside
@@ -223,14 +233,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         }
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     };
-    // This warpgroup's N columns of dQ (BQ x HD) = dS K over all BKV keys (one commit group): A = dS^T
-    // read MN-major (k-steps of 16 keys, 2 KB apart), B = K read MN-major (64-column panels BKV * 128
-    // bytes apart; at HD 64 the N = 32 columns of warpgroup 1 start 64 bytes into the panel's rows).
+    // This warpgroup's dQ (64 rows x N columns) = dS K over all BKV keys (one commit group): A = dS^T
+    // read MN-major (k-steps of 16 keys, 2 KB apart; BQ 128: this warpgroup's queries are panel wg),
+    // B = K read MN-major (64-column panels BKV * 128 bytes apart; at BQ 64, HD 64 the N = 32 columns
+    // of warpgroup 1 start 64 bytes into the panel's rows).
     auto issue_dq = [&](float (&dq)[N / 2], uint32_t sdS) {
-        const uint32_t kcol = sK + (wg * N / 64) * BKV * 128 + (wg * N % 64) * 2;
+        const uint32_t arow = sdS + (r0 / 64) * BKV * 128, kcol = sK + (c0 / 64) * BKV * 128 + (c0 % 64) * 2;
 #pragma unroll
         for (int kk = 0; kk < BKV / 16; kk++)
-            wgmma_ss<N, 1, 1>(dq, smem_desc(sdS + kk * 16 * 128, BKV * 128, 1024),
+            wgmma_ss<N, 1, 1>(dq, smem_desc(arow + kk * 16 * 128, BKV * 128, 1024),
                               smem_desc(kcol + kk * 16 * 128, BKV * 128, 1024), kk > 0);
         wgmma_commit();
     };
@@ -251,14 +262,14 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 #pragma unroll
                 for (int bx = 0; bx < N / 32; bx++)
                     tma_reduce_add(&dq_map, base + Cfg::OFF_DQ + (wg * (N / 32) + bx) * Cfg::DQ_BOX_BYTES,
-                                   h * HD + wg * N + bx * 32, i0, b);
+                                   h * HD + c0 + bx * 32, i0 + r0, b);
                 bulk_commit();
             }
         } else {
-            float* dst = dq_accum_all + (size_t)b * T * C + (size_t)h * HD + wg * N;
+            float* dst = dq_accum_all + (size_t)b * T * C + (size_t)h * HD + c0;
 #pragma unroll
             for (int r = 0; r < 2; r++) {
-                const int q = i0 + w * 16 + g + 8 * r;
+                const int q = i0 + r0 + w * 16 + g + 8 * r;
 #pragma unroll
                 for (int nb = 0; nb < N / 8; nb++)  // predicated, not branched: no divergence near wgmma
                     asm volatile("{\n .reg .pred p;\n setp.lt.s32 p, %3, %4;\n @p red.global.add.v2.f32 [%0], {%1, %2};\n}\n" ::"l"(
@@ -346,7 +357,8 @@ inline CUtensorMap dq_accum_map(const float* ptr, int B, int T, int row) {
 }
 
 // D and lse2 in the scratch as one tensor (Tp, B * NH, 2): row (b * NH + h) of D, then of lse2, in boxes
-// of BQ x 1 x 2 (a query tile's D, then its lse2); Tp a multiple of 64, so a box never leaves the rows.
+// of BQ x 1 x 2 (a query tile's D, then its lse2); Tp a multiple of 64, so a box of 64 never leaves the
+// rows; one of 128 may, and its elements past Tp come in as zeros (queries past T, masked anyway).
 inline CUtensorMap rows_map(const float* scratch, int B, int T, int NH, int HD, int BQ) {
     const int Tp = attention_padded_T(T);
     const cuuint64_t dims[3] = {(cuuint64_t)Tp, (cuuint64_t)B * NH, 2};
@@ -382,9 +394,10 @@ inline void backward_hopper(bf16* dqkv, float* scratch, const bf16* dout, const 
     cudaCheckLaunch();
 }
 
-// The shipped configuration.
+// The shipped configuration: dQ by TMA reductions; HD 64 with query tiles of 128 (+14% at gpt2, +17%
+// at gqa over the BQ 64 red.add configuration that shipped before, lab variant 12, same run).
 template <int HD>
-using HopperBwdShippedCfg = HopperBwdCfg<HD, 2, HD == 128>;
+using HopperBwdShippedCfg = HopperBwdCfg<HD, 2, true, HD == 64 ? 128 : 64>;
 }  // namespace attention_hopper_detail
 #endif  // LLMC_SM90A
 

@@ -20,8 +20,11 @@
 //   11 shipped attention_backward with a scratch buffer (the trainer's default, dQ by fp32 atomics):
 //      the Hopper kernel (attention_backward_hopper, llmc/attention_hopper_backward.cuh) in sm_90a
 //      builds, the single pass of 5 elsewhere                                          (bf16 only)
-//   12 Hopper: wgmma + TMA + warp specialization, dQ by red.global.add     (bf16, sm_90a builds)
+//   12 Hopper: wgmma + TMA + warp specialization, query tiles of 64, dQ by red.global.add
+//      (the shipped HD 64 configuration until BQ 128 below)              (bf16, sm_90a builds)
 //   13 Hopper as 12, dQ by TMA reductions (cp.reduce.async.bulk.tensor)   (bf16, sm_90a builds)
+//   14 Hopper, HD 64: query tiles of 128 (dQ split by rows), dQ by red.add; HD 128: as 12
+//      (11 at HD 64 is the same with TMA reductions)                     (bf16, sm_90a builds)
 // A second op, attention_fwd+bwd, times forward then backward (shipped: 0 and 11, single pass: 5,
 // cuDNN: 9),
 // the figure ../shared/H200.md quotes for cuDNN and PyTorch. Variant 0 also runs twice more and
@@ -33,7 +36,7 @@
 //
 // Build: make -C dev/cuda [USE_CUDNN=1 CUDNN_FRONTEND_PATH=$PWD/build/cudnn_frontend/include]
 // Run:   dev/cuda/build/attention_backward [variant ...] [--check-only] [--reps N] [--small]
-//        --small: only two tiny awkward shapes (for compute-sanitizer --tool racecheck).
+//        --small: only three tiny awkward shapes (for compute-sanitizer --tool racecheck).
 //
 // Measured on one H200, 2026-12-02, bf16, TFLOP/s (2.5x the forward's FLOPs; fwd+bwd 3.5x), one run
 // of `0 5 6 7 8 --reps 20` then one of `9 --reps 20` in the same call; every variant passed its
@@ -83,14 +86,14 @@
 //   odd-w  5  4/4  1000  64 100   37.7    25.8    25.8    24.8    28.6          27.9  0.93 |        40.7  -    29.5
 // Errors: dq, dk, dv nmse 4.9e-6..5.7e-6, as the mma.sync kernels and cuDNN. Registers (ptxas): 168 at
 // launch, setmaxnreg 40 (producer) / 232 (consumers), no spills in any configuration above.
-// racecheck (--small) has never been clean for the Hopper kernels, always on lse2/D alone: 16 hazards
-// with the producer lanes' cp.async (that run), 32 with plain producer stores (commit b2f253e), 16
-// with the bulk copies from 64-padded rows that ship now (commit 6be395c). Each is a write of a
-// stage's lse2/D against the consumers' ordinary loads of them, ordered only by the stage's mbarriers
-// (consumer reads, __syncwarp, arrive on `empty`, the producer's wait, the copy; the copy completes
-// on `full`, the consumers wait). Nothing else in smem (K, V, Q, dO, dS^T, dQ boxes) is flagged; the
-// tensor-map TMA writes of Q and dO are read only by wgmma. We take them for false positives; a
-// tensor-map load of lse2/D (the padded rows now keep its boxes 16-byte aligned) would test that.
+// racecheck (--small) was not clean for the Hopper kernels until commit ae4f070, always on lse2/D
+// alone: 16 hazards with the producer lanes' cp.async (that run), 32 with plain producer stores
+// (commit b2f253e), 16 with the bulk copies from 64-padded rows (commit 6be395c). Each was a write of
+// a stage's lse2/D against the consumers' ordinary loads of them, ordered only by the stage's
+// mbarriers. Since ae4f070 one tensor-map TMA box (rows_map: D and lse2 of the tile, the padded rows
+// keep it 16-byte aligned) brings them in, and racecheck reports 0 hazards on 11, 12 and 13, speed
+// unchanged (gpt2 195.2, long 411.4 in that check): the copy engine's plain bulk writes were what
+// racecheck could not order.
 // Measured with the shipped code (commit 6be395c, one process, --reps 10, TFLOP/s), 11 / 12 / 13 /
 // cuDNN: gpt2 196.8 / 196.4 / 187.5 / 245.4, gqa 209.7 / 209.9 / 200.5 / 229.5, long 407.2 / 338.1 /
 // 407.2 / 492.9, window 158.0 / 144.5 / 157.6 / 190.1, odd 50.3 / 41.7 / 50.2 / 108.6, odd-w 25.3 /
@@ -129,10 +132,45 @@
 //     16-byte aligned in global memory, and (b, h)'s row starts at (b * NH + h) * T). A box aligned
 //     down to 4 elements (68 wide, the consumers reading at an offset) would fix it: not tried.
 //   * The producer at 24 registers (consumers 240): its loop spills; 40 / 232 costs nothing measurable.
-// Next: break the lockstep of the two consumer warpgroups (ping-pong: dQ of tile n computed by one
-// warpgroup while the other runs its softmax; or 3 consumer warpgroups of 64 keys, BKV 192), BQ 128 at
-// HD 64 (half the barriers and waits per FLOP), K/V double-buffered across items (the K/V load and the
-// dK/dV epilogue are exposed once per item), and a racecheck-clean lse2/D path (the aligned TMA box).
+//
+// ---- Query tiles of 128 at HD 64 (uncommitted change on 21d76fb; the lse2/D box of rows_map as the
+// lead left it). S^T, dP^T become m64n128 (64 + 64 accumulators beside dK, dV's 32 + 32: 240 registers
+// a consumer, so the producer at 24; 232 spilled one value), dQ split by query rows (each consumer
+// warpgroup its own 64 rows x all 64 columns over the 128 keys: m64n64 instead of m64n32), so half
+// the waits and barriers per FLOP. Measured on one H200, bf16, TFLOP/s, --reps 10, cuDNN in the same
+// process; every variant passed its checks on all 6 shapes; memcheck (--small): 0 errors; racecheck
+// (--small, 11 and 14): 0 hazards. Second run (the code as it is now: 11 = BQ 128 + TMA reductions at
+// HD 64, unchanged at HD 128):
+//   shape     11 shipped  12 BQ64 red  13 BQ64 TMA  14 BQ128 red  9 cuDNN  11/9  11/12 | fwd+bwd 11   9    11/9
+//   gpt2      221.1       194.0        187.8        207.6         243.0    0.91  1.14  |        247.3 262.0 0.94
+//   gqa       243.0       207.5        201.4        222.0         227.4    1.07  1.17  |        265.7 248.5 1.07
+//   long      410.3       338.3        410.2        338.3         502.2    0.82   -    |        436.3 498.5 0.88
+//   window    159.3       144.5        159.3        144.6         189.8    0.84   -    |        185.2 213.2 0.87
+//   odd        49.8        41.4         50.0         41.5         106.2    0.47   -    |         63.2 116.5 0.54
+//   odd-w      27.5        26.0         25.4         26.4          28.4    0.97  1.06  |         30.7  29.4 1.04
+// First run (numbering of that build: 11 = the previous shipped cfg, BQ 64, red.add at HD 64; 14 =
+// today's 14; 15 = 14 + K/V double-buffered across items; 16 = BQ 64 + K/V double-buffered (HD 128:
+// red.add); 17 = 15 + red.add.v4; 18 = today's 11), gpt2 / gqa / long / window: 11 194.7 / 208.2 /
+// 411.0 / 159.9, 14 208.3 / 223.5, 15 207.6 / 223.4 / 337.1 / 145.5, 16 188.8 / 201.0 / 337.8 /
+// 145.5, 17 205.9 / 220.3 / 334.5 / 144.9, 18 222.0 / 243.5 / 409.3 / 159.9, cuDNN 244.5 / 228.8 /
+// 492.3 / 190.9. With BQ 128 the TMA reductions win at HD 64 too (+7% over red.add; at BQ 64 they
+// lost 4%): the red.add of 16 dQ pairs a thread sat on each warpgroup's critical path every tile.
+// ncu of 11 at gpt2 (unlocked clocks): 971 us, SM throughput 31%, issue slots 32% busy, 0.44 eligible
+// warps a scheduler (unchanged: still latency-bound), L2 hit 76%, DRAM 21%; grid 128 of 132 SMs (a
+// multiple of the 8 key tiles of T 1024: 4 SMs idle).
+// Tried and dropped (first run):
+//   * K/V double-buffered across items (the next item's K/V and first Q tiles load while this item
+//     finishes): 207.6 vs 208.3 at gpt2 (BQ 128), 188.8 vs 194.7 (BQ 64); the item change is not
+//     exposed enough to matter. At HD 128 it fits only with red.add (smem): 337.8 (16), as 12 (338.3
+//     in the second run).
+//   * red.global.add.v4.f32 (lane pairs swap a row's column pair by a shuffle, half the reductions):
+//     205.9 vs 207.6 at gpt2.
+//   * setmaxnreg 32 / 240 hangs: the CTA's pool is the 168 x 384 registers of the launch, not 64K, and
+//     setmaxnreg.inc past it waits forever (the static_assert now checks that pool).
+// Next: break the lockstep of the two consumer warpgroups (ping-pong: delay dQ by a tile, so each
+// warpgroup waits only for the other's dS^T of the previous tile, mbarriers instead of the named
+// barrier, three dS^T buffers; or 3 consumer warpgroups of 64 keys, BKV 192); a grid that uses all
+// 132 SMs at T 1024 (now 128); at HD 128 (no BQ 128: registers) the same lockstep is the limit.
 #include "attention_common.cuh"
 #include "llmc/attention.cuh"
 #include "attention_naive.cuh"
@@ -253,7 +291,7 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
     variant(11, "shipped, dQ atomics (scratch)",
             [&] { attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, st, W, scratch); });
 #if defined(LLMC_SM90A)
-    // HopperBwdCfg<HD, stages, dQ by TMA reductions>
+    // HopperBwdCfg<HD, stages, dQ by TMA reductions, BQ (64 unless given)>
     auto hopper = [&](int v, const char* what, auto cfg64, auto cfg128) {
         variant(v, what, [&] {
             using namespace attention_hopper_detail;
@@ -261,10 +299,13 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
             else backward_hopper<decltype(cfg128)>(dqkv, scratch, dout, qkv, out, lse, B, T, L, W, st);
         });
     };
-    hopper(12, "Hopper, dQ by red.add", attention_hopper_detail::HopperBwdCfg<64, 2, false>{},
+    hopper(12, "Hopper, BQ 64, dQ by red.add", attention_hopper_detail::HopperBwdCfg<64, 2, false>{},
            attention_hopper_detail::HopperBwdCfg<128, 2, false>{});
-    hopper(13, "Hopper, dQ by TMA reduce", attention_hopper_detail::HopperBwdCfg<64, 2, true>{},
+    hopper(13, "Hopper, BQ 64, dQ by TMA reduce", attention_hopper_detail::HopperBwdCfg<64, 2, true>{},
            attention_hopper_detail::HopperBwdCfg<128, 2, true>{});
+    hopper(14, "Hopper, HD 64: BQ 128, dQ by red.add (HD 128: as 12)",
+           attention_hopper_detail::HopperBwdCfg<64, 2, false, 128>{},
+           attention_hopper_detail::HopperBwdCfg<128, 2, false>{});
 #endif
 #endif
 #if defined(USE_CUDNN)

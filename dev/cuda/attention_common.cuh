@@ -22,6 +22,7 @@ const Shape FULL_SHAPES[] = {
 const Shape SMALL_SHAPES[] = {
     {"small", 1, 200, 2, 1, 64, 0, 1},
     {"small-w", 2, 150, 2, 2, 128, 40, 2},
+    {"small-3", 2, 170, 3, 1, 64, 0, 2},  // MQA 3/1; T pads to 192: the HD 64 backward's 128-query box passes it
 };
 
 // bf16: P (and dS) enter their matmuls rounded to bf16, as in FlashAttention and cuDNN (whose errors
