@@ -46,6 +46,9 @@
 // in the same run, uncommitted change on 21d76fb): gpt2 221.1 vs 243.0 (0.91x), gqa 243.0 vs 227.4
 // (1.07x), long 410.3 vs 502.2 (0.82x), window 159.3 vs 189.8; the previous HD 64 configuration (BQ
 // 64, red.add; lab variant 12) 194.0 / 207.5 at gpt2 / gqa in that run; the mma.sync backward 164..176.
+// Shipped since at HD 64 (DELAY_DQ 2 below, lab variant 16; same run as the BQ 128 kernel alone at
+// 221.5 / 243.7 / 411.4): dQ one query tile late, the warpgroups no longer in lockstep: gpt2 233.0
+// (0.95x cuDNN), gqa 265.8 (1.16x); at HD 128 417.4, within noise, so HD 128 keeps the lockstep.
 // What each step bought, what was dropped, and racecheck: that file's header.
 // Internal part of llmc/attention.cuh, included from there only (it uses QKVLayout, the single-pass mma
 // backward's prologue, dq_store, scratch layout and helpers, and the Hopper building blocks of
@@ -62,14 +65,22 @@ using namespace attention_detail;
 // take 64 + 64 accumulators beside dK, dV's 32 + 32); BQ 128 splits dQ by query rows (each consumer
 // warpgroup its own 64 rows, all HD columns: wgmma m64nHD) where BQ 64 splits it by columns (HD/2 of
 // all 64 rows: m64n(HD/2)).
-template <int HD_, int STAGES_, bool DQ_TMA_, int BQ_ = 64>
+// DELAY_DQ (lab): dQ of query tile n is issued in tile n + 1 and the two warpgroups hand dS^T over
+// through split arrive / sync named barriers (4..7) instead of meeting at one barrier a tile (see the
+// kernel): 1 issues it after tile n + 1's S^T, dP^T, so it runs under that tile's softmax (its
+// accumulators live beside S^T, dP^T, dK, dV: spills at BQ 128 and HD 128); 2 after tile n + 1's
+// dV/dK (beside dK, dV and the bf16 P^T, dS^T only, as today's dQ).
+template <int HD_, int STAGES_, bool DQ_TMA_, int BQ_ = 64, int DELAY_DQ_ = 0>
 struct HopperBwdCfg {
     static constexpr int HD = HD_, BKV = 128, BQ = BQ_, STAGES = STAGES_, THREADS = 384;
     static constexpr bool DQ_TMA = DQ_TMA_, DQ_ROWS = BQ == 128;
+    static constexpr int DELAY_DQ = DELAY_DQ_;
     // setmaxnreg: the producer warpgroup gives registers to the consumers, within the 168 x 384 the CTA
     // got at launch (an inc past that pool waits forever: 32 / 240 hung). BQ 128 spills one value at
     // 232, so 24 / 240 there (the one-thread producer no longer spills at 24).
-    static constexpr int PRODUCER_REGS = BQ == 128 ? 24 : 40, CONSUMER_REGS = BQ == 128 ? 240 : 232;
+    // DELAY_DQ (lab): 24 / 240 too (dQ's accumulators beside dV/dK's in flight).
+    static constexpr bool BIG_CONSUMERS = BQ == 128 || DELAY_DQ_ != 0;
+    static constexpr int PRODUCER_REGS = BIG_CONSUMERS ? 24 : 40, CONSUMER_REGS = BIG_CONSUMERS ? 240 : 232;
     static constexpr int DQ_N = DQ_ROWS ? HD : HD / 2;  // dQ columns a consumer warpgroup computes
     static constexpr int KV_BYTES = BKV * HD * 2, Q_BYTES = BQ * HD * 2, DS_BYTES = BKV * BQ * 2;
     static constexpr int ROWS_BYTES = 2 * BQ * 4, DQ_BOX_BYTES = 64 * 32 * 4;  // D + lse2 of a tile; a dQ box
@@ -298,6 +309,91 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         for (int k = 0; k < HD / 2; k++) dk[k] = 0.0f, dv[k] = 0.0f;
         mbar_wait(kv_full, j & 1);
 
+        if constexpr (Cfg::DELAY_DQ != 0) {
+            // dQ one query tile late. Tile n (cnt, continuous over items) of a warpgroup: issue S^T(n),
+            // dP^T(n); [1: sync on the other warpgroup's "dS^T(n-1) written" barrier, issue dQ(n-1)
+            // (dS^T buffer (n-1)%2, K); groups complete in commit order: S^T, dP^T, dQ(n-1), so P^T(n)
+            // runs beside dQ(n-1)]; P^T, dS^T(n); issue dV/dK(n); [2: the sync, dS^T(n) into buffer
+            // n%2, issue dQ(n-1); 1: dS^T(n) into buffer n%2]; wait for all; arrive on "my dS^T(n)
+            // written" (id 4 + 2 wg + n%2, 256: this warpgroup arrives, the other syncs); release the
+            // stage; reduce dQ(n-1). The arrive comes after the wait, so the other warpgroup, once synced,
+            // knows this one's dQ(n-1) (the last reader of buffer (n+1)%2) has completed; its own
+            // store of dS^T(n) came after its sync on dS^T(n-1), written after the other's dQ(n-2),
+            // the last reader of buffer n%2. So two buffers, and one arrive per barrier id between
+            // two syncs of it. The first tile of an item has no dQ(n-1); a tail step after the last
+            // issues dQ(last) before K is released. Nothing in flight across the loop's back edge;
+            // compile-time flags, not run-time branches, pick the step's shape.
+            // the zeros of dK, dV opaque here: the peeled first step would otherwise materialise
+            // them between its wgmma_fence and the dV/dK wgmma (ptxas C7519, then C7512)
+            fence_regs(dk), fence_regs(dv);
+            auto ds_buf = [&](int c) { return base + Cfg::OFF_DS + (c & 1) * Cfg::DS_BYTES; };
+            auto mine = [&](int c) { return 4 + 2 * wg + (c & 1); };
+            auto other = [&](int c) { return 6 - 2 * wg + (c & 1); };
+            auto tile_h = [&](int it) { return kvh * group + it / n_qt; };
+            auto tile_i0 = [&](int it) { return kv0 + (it % n_qt) * BQ; };
+            auto dq_ready = [&](int c) {  // the other's dS^T(c) rows are in smem (and our boxes read)
+                if (dq_issuer) bulk_wait_read<0>();
+                named_sync(other(c));
+            };
+            auto step = [&](auto prev_tag, int it) {
+                constexpr bool PREV = decltype(prev_tag)::value;  // dQ of the previous tile to do
+                constexpr bool EARLY = PREV && Cfg::DELAY_DQ == 1, LATE = PREV && Cfg::DELAY_DQ == 2;
+                const int s = cnt % STAGES, i0 = tile_i0(it);
+                const float* rows = reinterpret_cast<const float*>(smem_gen + (s_rows(s) - base));
+                float st[BQ / 2], dpt[BQ / 2], dq[N / 2];
+                uint32_t pf[BQ / 16][4], dsf[BQ / 16][4];
+                mbar_wait(full(s), (cnt / STAGES) & 1);
+                wgmma_fence();
+                issue_s_dp(st, dpt, s);
+                if constexpr (EARLY) {
+                    dq_ready(cnt - 1);
+                    wgmma_fence();
+                    issue_dq(dq, ds_buf(cnt - 1));
+                    wgmma_wait<2>();
+                } else {
+                    wgmma_wait<1>();
+                }
+                fence_regs(st);
+                probabilities(st, rows, i0, kw0, key0);
+                if constexpr (EARLY) wgmma_wait<1>();
+                else wgmma_wait<0>();
+                fence_regs(dpt);
+                dscores(dpt, st, rows);
+                pack_p<BQ>(pf, st);
+                pack_p<BQ>(dsf, dpt);
+                wgmma_fence();
+                issue_dv_dk(dv, dk, pf, dsf, s);
+                if constexpr (LATE) {  // dS^T(n) stored before dQ's accumulators are taken (registers)
+                    dq_ready(cnt - 1);
+                    store_ds(dsf, ds_buf(cnt));
+                    wgmma_fence();
+                    issue_dq(dq, ds_buf(cnt - 1));
+                } else {
+                    store_ds(dsf, ds_buf(cnt));
+                }
+                wgmma_wait<0>();
+                fence_regs(dv), fence_regs(dk), fence_regs(pf), fence_regs(dsf);
+                named_arrive(mine(cnt));
+                __syncwarp();                          // every lane's reads of lse2, D before the release
+                if (lane == 0) mbar_arrive(empty(s));  // Q, dO, lse2, D of this stage are free
+                if constexpr (PREV) {
+                    fence_regs(dq);
+                    reduce_dq(dq, tile_h(it - 1), tile_i0(it - 1), b);
+                }
+            };
+            step(std::integral_constant<bool, false>{}, 0);
+            cnt++;
+            for (int it = 1; it < n_it; it++, cnt++) step(std::integral_constant<bool, true>{}, it);
+            {  // tail: dQ of the item's last tile
+                float dq[N / 2];
+                dq_ready(cnt - 1);
+                wgmma_fence();
+                issue_dq(dq, ds_buf(cnt - 1));
+                wgmma_wait<0>();
+                fence_regs(dq);
+                reduce_dq(dq, tile_h(n_it - 1), tile_i0(n_it - 1), b);
+            }
+        } else
         for (int it = 0; it < n_it; it++, cnt++) {
             const int s = cnt % STAGES, h = kvh * group + it / n_qt, i0 = kv0 + (it % n_qt) * BQ;
             const uint32_t sdS = base + Cfg::OFF_DS + (cnt & 1) * Cfg::DS_BYTES;
@@ -395,9 +491,11 @@ inline void backward_hopper(bf16* dqkv, float* scratch, const bf16* dout, const 
 }
 
 // The shipped configuration: dQ by TMA reductions; HD 64 with query tiles of 128 (+14% at gpt2, +17%
-// at gqa over the BQ 64 red.add configuration that shipped before, lab variant 12, same run).
+// at gqa over the BQ 64 red.add configuration that shipped before, lab variant 12, same run) and dQ a
+// tile late after dV/dK (DELAY_DQ 2, lab variant 16: +5% at gpt2, +9% at gqa over BQ 128 alone). HD
+// 128 keeps the lockstep schedule: the late dQ measured within noise there and spills 60 bytes.
 template <int HD>
-using HopperBwdShippedCfg = HopperBwdCfg<HD, 2, true, HD == 64 ? 128 : 64>;
+using HopperBwdShippedCfg = HopperBwdCfg<HD, 2, true, HD == 64 ? 128 : 64, HD == 64 ? 2 : 0>;
 }  // namespace attention_hopper_detail
 #endif  // LLMC_SM90A
 

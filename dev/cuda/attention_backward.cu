@@ -19,12 +19,16 @@
 //   9  cuDNN (llmc/cudnn_attention.cuh)                                   (bf16 with USE_CUDNN=1)
 //   11 shipped attention_backward with a scratch buffer (the trainer's default, dQ by fp32 atomics):
 //      the Hopper kernel (attention_backward_hopper, llmc/attention_hopper_backward.cuh) in sm_90a
-//      builds, the single pass of 5 elsewhere                                          (bf16 only)
+//      builds (HD 64: the kernel of 16; HD 128: of 13), the single pass of 5 elsewhere   (bf16 only)
 //   12 Hopper: wgmma + TMA + warp specialization, query tiles of 64, dQ by red.global.add
 //      (the shipped HD 64 configuration until BQ 128 below)              (bf16, sm_90a builds)
 //   13 Hopper as 12, dQ by TMA reductions (cp.reduce.async.bulk.tensor)   (bf16, sm_90a builds)
 //   14 Hopper, HD 64: query tiles of 128 (dQ split by rows), dQ by red.add; HD 128: as 12
-//      (11 at HD 64 is the same with TMA reductions)                     (bf16, sm_90a builds)
+//                                                                         (bf16, sm_90a builds)
+//   15..17 Hopper with dQ one query tile late (HopperBwdCfg's DELAY_DQ; dS^T handed over by split
+//      arrive / sync named barriers), dQ by TMA reductions: 15 dQ under the next tile's softmax (1)
+//      at HD 64 BQ 64; 16 dQ after the next tile's dV/dK (2) at HD 64 BQ 128; 17 as 16 at BQ 64;
+//      HD 128 (BQ 64) is DELAY_DQ 2 in all three                         (bf16, sm_90a builds)
 // A second op, attention_fwd+bwd, times forward then backward (shipped: 0 and 11, single pass: 5,
 // cuDNN: 9),
 // the figure ../shared/H200.md quotes for cuDNN and PyTorch. Variant 0 also runs twice more and
@@ -171,6 +175,49 @@
 // warpgroup waits only for the other's dS^T of the previous tile, mbarriers instead of the named
 // barrier, three dS^T buffers; or 3 consumer warpgroups of 64 keys, BKV 192); a grid that uses all
 // 132 SMs at T 1024 (now 128); at HD 128 (no BQ 128: registers) the same lockstep is the limit.
+//
+// ---- dQ one query tile late (uncommitted change on 63dd54e; HopperBwdCfg's 5th parameter DELAY_DQ;
+// the shipped configurations untouched). Each consumer warpgroup issues dQ(n-1) in tile n, so it
+// waits only for the other warpgroup's dS^T of the previous tile instead of meeting it at one barrier
+// every tile. Per direction and tile parity a named barrier (ids 4..7, 256 threads): a warpgroup
+// bar.arrives on "my dS^T(n) is in smem and my dQ(n-1) has completed" after tile n's wgmma_wait<0>,
+// the other bar.syncs on it before it issues dQ(n) (and before it stores dS^T(n+1) into the buffer
+// dQ(n-1) read): two dS^T buffers, one arrive per id between two syncs of it. First tile of an item:
+// no dQ; after the last a tail step (sync, dQ, wait, reduce) before kv_empty. The three step shapes
+// are compile-time (a generic lambda on std::integral_constant), nothing in flight at the back edge.
+//   DELAY_DQ 1: dQ(n-1) issued right after S^T(n), dP^T(n) (wait<2>, wait<1>: P^T and dS^T of tile n
+//     computed while it runs). DELAY_DQ 2: issued after dV/dK(n) (sync, store dS^T(n), dQ(n-1), one
+//     wait<0>): the registers of today's schedule.
+//   Registers (ptxas -v, consumers 240 / producer 24 for every DELAY_DQ config): HD 64 BQ 64: 0 spills
+//     with 1 and with 2; HD 64 BQ 128, 2: spills 8 bytes stores / 24 loads (the same at 232), no
+//     C75xx; HD 128 BQ 64, 2: 60 / 104 bytes, no C75xx (storing dS^T before dQ's accumulators are
+//     taken brought it from 76 / 124; 96 / 160 at 232 consumer registers). DELAY_DQ 1 does not fit
+//     where S^T, dP^T or dK, dV are large: BQ 128 at HD 64 264 / 280 bytes, HD 128 580 / 544, both
+//     with C7512 (wgmma serialised), after the fix below too (not timed). Trap found:
+//     the first tile of an item, peeled out of the loop, let the compiler materialise dK, dV's zeros
+//     between the wgmma_fence and the dV/dK wgmma: C7519 (warpgroup.arrive injected) on every DELAY_DQ
+//     config and C7512 on the large ones; fence_regs(dk), fence_regs(dv) after the zeroing fixed it.
+// Measured on one H200, bf16, TFLOP/s, `11 13 15 16 17 9 --reps 10`, one process; every variant passed
+// its checks on all 6 shapes (0 failed); memcheck (--small, 15 16 17): 0 errors; racecheck (--small)
+// 16: 0 hazards, 15: 0 hazards (each alone, 1-2 s; one racecheck call of 11 15 16 17 together ran
+// past its 55 s limit with no output, not looked into). At HD 128 15, 16 and 17 are one kernel
+// (<128, 2, true, 64, 2>) and 11 and 13 another (<128, 2, true, 64>): their spread is the noise.
+//   shape     11 shipped  13 BQ64 TMA  15 late 1  16 late 2  17 late 2  9 cuDNN  16/11  16/9   11/9  15/13  17/13
+//                                      BQ 64      BQ 128     BQ 64
+//   gpt2      221.5       188.0        209.4      233.0      210.4      244.3    1.05   0.95   0.91  1.11   1.12
+//   gqa       243.7       202.2        228.5      265.8      232.6      228.3    1.09   1.16   1.07  1.13   1.15
+//   long      411.4       411.3        408.0      417.4      418.7      473.8    1.01   0.88   0.87   -      -
+//   window    159.7       159.7        159.3      159.0      158.9      191.0    1.00   0.83   0.84   -      -
+//   odd        50.3        50.0         52.8       53.0       52.7      105.7    1.05   0.50   0.48   -      -
+//   odd-w      27.1        25.0         26.2       27.4       26.9       28.7    1.01   0.95   0.95  1.05   1.08
+// At HD 64 the late dQ buys 11-15% at BQ 64 (15, 17 vs 13) and 5% / 9% at BQ 128 (16 vs 11, gpt2 /
+// gqa: gqa 1.16x cuDNN, gpt2 0.95x); issuing dQ under the softmax (1) is no better than after dV/dK
+// (2) at BQ 64 (209.4 vs 210.4), so the gain is the broken lockstep, not the overlap inside a
+// warpgroup. HD 128: neutral (long within the 408..419 spread of one kernel, window -0.3%), odd +5%.
+// The existing configurations' machine code is byte-identical to 63dd54e's (the .text of all six
+// attention_backward_wgmma instantiations compared, cubin against cubin).
+// Not tried: finding the HD 128 DELAY_DQ 2 spills (no disassembler here); a third dS^T buffer (arrive before
+// the wait; 32 KB more smem at HD 64 BQ 128, over the 227 KB by ~50 bytes); 3 consumer warpgroups.
 #include "attention_common.cuh"
 #include "llmc/attention.cuh"
 #include "attention_naive.cuh"
@@ -306,6 +353,17 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
     hopper(14, "Hopper, HD 64: BQ 128, dQ by red.add (HD 128: as 12)",
            attention_hopper_detail::HopperBwdCfg<64, 2, false, 128>{},
            attention_hopper_detail::HopperBwdCfg<128, 2, false>{});
+    // HopperBwdCfg<..., DELAY_DQ>: dQ one tile late, split barriers; 1: issued under the next tile's
+    // softmax, 2: after the next tile's dV/dK
+    hopper(15, "Hopper, dQ late under the softmax (1): BQ 64, TMA reduce (HD 128: late after dV/dK (2))",
+           attention_hopper_detail::HopperBwdCfg<64, 2, true, 64, 1>{},
+           attention_hopper_detail::HopperBwdCfg<128, 2, true, 64, 2>{});
+    hopper(16, "Hopper, dQ late after dV/dK (2): HD 64 BQ 128, TMA reduce (HD 128: as 15)",
+           attention_hopper_detail::HopperBwdCfg<64, 2, true, 128, 2>{},
+           attention_hopper_detail::HopperBwdCfg<128, 2, true, 64, 2>{});
+    hopper(17, "Hopper, dQ late after dV/dK (2): BQ 64, TMA reduce (HD 128: as 15)",
+           attention_hopper_detail::HopperBwdCfg<64, 2, true, 64, 2>{},
+           attention_hopper_detail::HopperBwdCfg<128, 2, true, 64, 2>{});
 #endif
 #endif
 #if defined(USE_CUDNN)
