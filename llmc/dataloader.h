@@ -83,10 +83,12 @@ class DataLoader {
         int rc = glob(glob_pattern, 0, nullptr, &g);
         if (rc == GLOB_NOMATCH) fail("%s: no files match this pattern", glob_pattern);
         if (rc != 0) fail("%s: glob failed (code %d)", glob_pattern, rc);
+        const std::vector<std::string> paths(g.gl_pathv, g.gl_pathv + g.gl_pathc);
+        globfree(&g);
         const int64_t BT = (int64_t)B * T;
-        for (size_t i = 0; i < g.gl_pathc; i++) {
+        for (const std::string& path : paths) {
             Shard s;
-            s.path = g.gl_pathv[i];
+            s.path = path;
             ShardInfo info = shard_read_info(s.path.c_str());
             if (info.num_tokens < BT + 1)
                 fail("%s: %lld tokens, fewer than one window of B*T+1 = %lld (B = %d, T = %d)", s.path.c_str(),
@@ -96,7 +98,6 @@ class DataLoader {
             total_windows_ += s.num_windows;
             shards_.push_back(s);
         }
-        globfree(&g);
         per_rank_ = total_windows_ / world_;
         if (per_rank_ == 0)
             fail("%s: %lld windows of B*T+1 tokens in all, fewer than world_size = %d", glob_pattern,
@@ -254,7 +255,7 @@ class EvalLoader {
             fail("EvalLoader: rank %d is not in [0, world_size = %d)", rank, world_size);
         FileHeader hd;
         int64_t size;
-        FILE* f = open_checked(path, MAGIC_EVAL, &hd, &size);
+        UniqueFile f = open_checked(path, MAGIC_EVAL, &hd, &size);
         const int64_t* h = hd.h;
         check_range(path, "num_examples", h[2], 1, INT32_MAX);
         check_range(path, "vocab_size", h[3], 1, 65536);
@@ -268,8 +269,8 @@ class EvalLoader {
             fail("%s: the longest context + completion has %lld tokens, so T = %d must be at least %lld", path,
                  (long long)h[5], T, (long long)(h[5] - 1));
         data_.resize(h[6]);
-        fread_or_fail(data_.data(), 2, h[6], f, path);
-        fclose(f);
+        fread_or_fail(data_.data(), 2, h[6], f.get(), path);
+        f.reset();
         // index the records: label, context length, K completion lengths, then the tokens
         const int64_t n = h[2], len = h[6], fields = 2 + K_;
         for (int64_t i = 0, pos = 0; i < n; i++) {

@@ -47,14 +47,14 @@ struct FileHeader {
 
 // Opens `path`, checks its length holds a header, reads it and checks magic and version.
 // Returns the open file positioned at the payload; *file_size gets the length in bytes.
-inline FILE* open_checked(const char* path, int64_t magic, FileHeader* hdr, int64_t* file_size) {
+inline UniqueFile open_checked(const char* path, int64_t magic, FileHeader* hdr, int64_t* file_size) {
     int64_t size = file_size_or_fail(path);
     if (size == 0) fail("%s: empty file (0 bytes), expected %s", path, magic_name(magic));
     if (size < HEADER_BYTES)
         fail("%s: %lld bytes is too short to hold the %lld-byte header of %s", path, (long long)size,
              (long long)HEADER_BYTES, magic_name(magic));
-    FILE* f = fopen_or_fail(path, "rb");
-    fread_or_fail(hdr->h, sizeof(int64_t), HEADER_INTS, f, path);
+    UniqueFile f(fopen_or_fail(path, "rb"));
+    fread_or_fail(hdr->h, sizeof(int64_t), HEADER_INTS, f.get(), path);
     if (hdr->h[0] != magic) {
         const char* other = magic_name(hdr->h[0]);
         if (other) fail("%s: this is %s, not %s", path, other, magic_name(magic));
@@ -133,8 +133,7 @@ inline ModelFileInfo model_header_from(const FileHeader& hd, const char* path) {
 inline ModelFileInfo model_read_info(const char* path) {
     FileHeader hd;
     int64_t size;
-    FILE* f = open_checked(path, MAGIC_MODEL, &hd, &size);
-    fclose(f);
+    open_checked(path, MAGIC_MODEL, &hd, &size);
     ModelFileInfo info = model_header_from(hd, path);
     check_file_length(path, size, info.num_params * (info.dtype == DTYPE_BF16 ? 2 : 4));
     return info;
@@ -145,19 +144,18 @@ inline ModelFileInfo model_read_fp32(const char* path, float* params) {
     ModelFileInfo info = model_read_info(path);
     FileHeader hd;
     int64_t size;
-    FILE* f = open_checked(path, MAGIC_MODEL, &hd, &size);
+    UniqueFile f = open_checked(path, MAGIC_MODEL, &hd, &size);
     if (info.dtype == DTYPE_FP32) {
-        fread_or_fail(params, sizeof(float), info.num_params, f, path);
+        fread_or_fail(params, sizeof(float), info.num_params, f.get(), path);
     } else {
         std::vector<uint16_t> buf(1 << 20);
         for (int64_t done = 0; done < info.num_params;) {
             int64_t n = std::min<int64_t>((int64_t)buf.size(), info.num_params - done);
-            fread_or_fail(buf.data(), 2, n, f, path);
+            fread_or_fail(buf.data(), 2, n, f.get(), path);
             for (int64_t i = 0; i < n; i++) params[done + i] = bf16_to_float(buf[i]);
             done += n;
         }
     }
-    fclose(f);
     return info;
 }
 
@@ -220,7 +218,7 @@ inline void state_write(const char* path, const TrainState& s, const float* m, c
 inline TrainState state_read(const char* path, int64_t expected_params, float* m, float* v, float* master) {
     FileHeader hd;
     int64_t size;
-    FILE* f = open_checked(path, MAGIC_STATE, &hd, &size);
+    UniqueFile f = open_checked(path, MAGIC_STATE, &hd, &size);
     const int64_t* h = hd.h;
     TrainState s;
     check_range(path, "step", h[2], 0, INT64_MAX / 2);
@@ -235,10 +233,9 @@ inline TrainState state_read(const char* path, int64_t expected_params, float* m
         fail("%s: holds optimizer state for %lld parameters, the model has %lld", path, (long long)s.num_params,
              (long long)expected_params);
     check_file_length(path, size, s.num_params * 4 * (2 + s.has_master));
-    fread_or_fail(m, sizeof(float), s.num_params, f, path);
-    fread_or_fail(v, sizeof(float), s.num_params, f, path);
-    if (s.has_master && master) fread_or_fail(master, sizeof(float), s.num_params, f, path);
-    fclose(f);
+    fread_or_fail(m, sizeof(float), s.num_params, f.get(), path);
+    fread_or_fail(v, sizeof(float), s.num_params, f.get(), path);
+    if (s.has_master && master) fread_or_fail(master, sizeof(float), s.num_params, f.get(), path);
     return s;
 }
 
@@ -251,15 +248,15 @@ struct TokenizerFile {
 inline TokenizerFile tokenizer_read(const char* path) {
     FileHeader hd;
     int64_t size;
-    FILE* f = open_checked(path, MAGIC_TOKENIZER, &hd, &size);
+    UniqueFile f = open_checked(path, MAGIC_TOKENIZER, &hd, &size);
     check_range(path, "vocab_size", hd.h[2], 1, 1 << 20);
     check_range(path, "eot_token", hd.h[3], -1, hd.h[2] - 1);
     TokenizerFile t;
     t.eot_token = (int)hd.h[3];
     int64_t n = hd.h[2], payload = size - HEADER_BYTES;
     std::vector<unsigned char> buf(payload);
-    fread_or_fail(buf.data(), 1, payload, f, path);
-    fclose(f);
+    fread_or_fail(buf.data(), 1, payload, f.get(), path);
+    f.reset();
     t.tokens.reserve(n);
     int64_t pos = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -284,8 +281,7 @@ struct ShardInfo {
 inline ShardInfo shard_read_info(const char* path) {
     FileHeader hd;
     int64_t size;
-    FILE* f = open_checked(path, MAGIC_SHARD, &hd, &size);
-    fclose(f);
+    open_checked(path, MAGIC_SHARD, &hd, &size);
     check_range(path, "num_tokens", hd.h[2], 0, INT64_MAX / 4);
     if (hd.h[3] != 2) fail("%s: %lld bytes per token, only 2 (uint16) is supported", path, (long long)hd.h[3]);
     check_range(path, "vocab_size", hd.h[4], 1, 65536);
@@ -319,7 +315,7 @@ struct DebugState {
 inline DebugState debug_state_read(const char* path, const GPT2Config& c) {
     FileHeader hd;
     int64_t size;
-    FILE* f = open_checked(path, MAGIC_DEBUG, &hd, &size);
+    UniqueFile f = open_checked(path, MAGIC_DEBUG, &hd, &size);
     const int64_t* h = hd.h;
     check_range(path, "B", h[2], 1, 1 << 16);
     check_range(path, "T", h[3], 1, c.max_seq_len);
@@ -338,15 +334,15 @@ inline DebugState debug_state_read(const char* path, const GPT2Config& c) {
     check_file_length(path, size, BT * 4 * 2 + BT * d.V * 4 + 4 + d.num_params * 4 + d.num_steps * 4 + 8 * 4);
     d.inputs.resize(BT); d.targets.resize(BT); d.logits.resize(BT * d.V);
     d.grads.resize(d.num_params); d.losses.resize(d.num_steps);
-    fread_or_fail(d.inputs.data(), 4, BT, f, path);
-    fread_or_fail(d.targets.data(), 4, BT, f, path);
-    fread_or_fail(d.logits.data(), 4, BT * d.V, f, path);
-    fread_or_fail(&d.loss, 4, 1, f, path);
-    fread_or_fail(d.grads.data(), 4, d.num_params, f, path);
-    fread_or_fail(d.losses.data(), 4, d.num_steps, f, path);
+    fread_or_fail(d.inputs.data(), 4, BT, f.get(), path);
+    fread_or_fail(d.targets.data(), 4, BT, f.get(), path);
+    fread_or_fail(d.logits.data(), 4, BT * d.V, f.get(), path);
+    fread_or_fail(&d.loss, 4, 1, f.get(), path);
+    fread_or_fail(d.grads.data(), 4, d.num_params, f.get(), path);
+    fread_or_fail(d.losses.data(), 4, d.num_steps, f.get(), path);
     float hp[8];
-    fread_or_fail(hp, 4, 8, f, path);
-    fclose(f);
+    fread_or_fail(hp, 4, 8, f.get(), path);
+    f.reset();
     d.lr = hp[0]; d.beta1 = hp[1]; d.beta2 = hp[2]; d.eps = hp[3]; d.weight_decay = hp[4]; d.grad_clip = hp[5];
     for (int64_t i = 0; i < BT; i++)
         if (d.inputs[i] < 0 || d.inputs[i] >= d.V || d.targets[i] < 0 || d.targets[i] >= d.V)

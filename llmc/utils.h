@@ -8,20 +8,44 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#ifdef LLMC_FAIL_THROWS
+// Fuzz builds (tests/fuzz/run.sh) define LLMC_FAIL_THROWS: fail() throws FailError carrying the
+// message instead of exiting, so one process can feed a reader millions of bad inputs.
+#include <stdexcept>
+struct FailError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+#endif
+
 [[noreturn]] __attribute__((format(printf, 1, 2))) inline void fail(const char* fmt, ...) {
-    fflush(stdout);
     va_list ap;
     va_start(ap, fmt);
+#ifdef LLMC_FAIL_THROWS
+    char msg[1024];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    throw FailError(msg);
+#else
+    fflush(stdout);
     fputs("error: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
     exit(1);
+#endif
 }
+
+// Closes a FILE when it goes out of scope, so a reader that fails part-way (fail() throws in fuzz
+// builds) leaves no stream open.
+struct FileCloser {
+    void operator()(FILE* f) const { fclose(f); }
+};
+using UniqueFile = std::unique_ptr<FILE, FileCloser>;
 
 inline FILE* fopen_or_fail(const char* path, const char* mode) {
     FILE* f = fopen(path, mode);
