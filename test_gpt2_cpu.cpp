@@ -21,8 +21,12 @@
 // divides by sqrt(v), which amplifies the rounding of tiny gradients (the fixture shows up to 5e-7
 // relative after 10 steps), so each step's loss is held to 2e-5 relative; a real bug moves it by
 // 1e-3 or more within a few steps.
-#define TESTING
-#include "train_gpt2_cpu.cpp"
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include "llmc/cpu/gpt2.h"
+#include "llmc/formats.h"
+#include "llmc/gpt2_config.h"
 
 constexpr double TOL_SCALED = 1e-5;   // max |ours - ref| / max |ref|, per tensor
 constexpr double TOL_LOSS = 1e-5;     // relative, the loss of the reference batch
@@ -67,21 +71,26 @@ void check_scalar(const char* what, double ours, double ref, double tol) {
 // Runs every check on one model + debug state pair; returns the number of checks.
 int check_fixture(const char* model_path, const char* debug_path) {
     printf("== %s, %s\n", model_path, debug_path);
-    GPT2 model;
-    gpt2_init(model, model_path, TrainConfig{});
-    const GPT2Config& c = model.config;
+    const GPT2Config c = model_read_info(model_path).config;
     gpt2_print_config(c);
     DebugState ref = debug_state_read(debug_path, c);
     const int B = ref.B, T = ref.T, V = c.vocab_size, Vp = c.padded_vocab_size;
     printf("debug state: B=%d T=%d, %d AdamW steps, lr %g betas (%g, %g) eps %g wd %g clip %g\n", B, T,
            ref.num_steps, ref.lr, ref.beta1, ref.beta2, ref.eps, ref.weight_decay, ref.grad_clip);
-    gpt2_allocate_activations(model, B, T);
+    GPT2 model;
+    gpt2_build(model, c, B, T);
+    {
+        std::vector<float> host(model.num_params);
+        model_read_fp32(model_path, host.data());
+        gpt2_set_params(model, host.data());
+    }
 
     // forward and backward on the reference batch
-    const float loss = gpt2_forward(model, ref.inputs.data(), ref.targets.data(), B, T);
+    gpt2_forward(model, ref.inputs.data(), B, T);
+    const float loss = gpt2_loss(model, ref.targets.data());
     report("logits", compare(model.acts.logits.data(), ref.logits.data(), (size_t)B * T, V, Vp), TOL_SCALED);
     check_scalar("loss", loss, ref.loss, TOL_LOSS);
-    gpt2_zero_grad(model);
+    gpt2_zero_grads(model);
     gpt2_backward(model, ref.inputs.data(), ref.targets.data(), 1.0f);
     size_t sizes[NUM_PARAM_TENSORS], offsets[NUM_PARAM_TENSORS];
     gpt2_param_sizes(c, sizes);
@@ -95,14 +104,15 @@ int check_fixture(const char* model_path, const char* debug_path) {
     // a shorter row without targets, as sampling runs it: the first n positions of row 0 must not
     // depend on the later ones (causal mask, and the window counted from position 0 of the row)
     const int n = T / 2 + 1;
-    gpt2_forward(model, ref.inputs.data(), nullptr, 1, n);
+    gpt2_forward(model, ref.inputs.data(), 1, n);
     report("prefix", compare(model.acts.logits.data(), ref.logits.data(), n, V, Vp), TOL_SCALED);
 
     // gradient accumulation: two micro-batches with grad_scale 1/2 each must give the same
     // gradient, i.e. backward adds into the parameter gradients and zeroes nothing it should not
-    gpt2_zero_grad(model);
+    gpt2_zero_grads(model);
     for (int micro = 0; micro < 2; micro++) {
-        gpt2_forward(model, ref.inputs.data(), ref.targets.data(), B, T);
+        gpt2_forward(model, ref.inputs.data(), B, T);
+        gpt2_loss(model, ref.targets.data());
         gpt2_backward(model, ref.inputs.data(), ref.targets.data(), 0.5f);
     }
     report("accum 2x", compare(model.grads_memory.data(), ref.grads.data(), 1, model.num_params, model.num_params),
@@ -111,10 +121,11 @@ int check_fixture(const char* model_path, const char* debug_path) {
     // the AdamW trajectory: loss before each step, on the same batch, from the same start
     const OptimizerSettings opt{ref.lr, ref.beta1, ref.beta2, ref.eps, ref.weight_decay, ref.grad_clip};
     for (int step = 0; step < ref.num_steps; step++) {
-        gpt2_zero_grad(model);
-        const float l = gpt2_forward(model, ref.inputs.data(), ref.targets.data(), B, T);
+        gpt2_zero_grads(model);
+        gpt2_forward(model, ref.inputs.data(), B, T);
+        const float l = gpt2_loss(model, ref.targets.data());
         gpt2_backward(model, ref.inputs.data(), ref.targets.data(), 1.0f);
-        gpt2_update(model, opt, step + 1);
+        gpt2_update(model, opt);  // AdamW step model.step = step + 1
         char what[32];
         snprintf(what, sizeof what, "step %d", step);
         check_scalar(what, l, ref.losses[step], TOL_TRAJECTORY);

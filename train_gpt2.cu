@@ -449,10 +449,6 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
 }
 
 // ============================================================================ update
-struct OptimizerSettings {
-    float lr, beta1, beta2, eps, weight_decay, grad_clip;
-};
-
 // Global norm, clipping and one AdamW step (step numbering continues from model.step). Returns
 // the gradient norm before clipping.
 inline float gpt2_update(GPT2& model, const OptimizerSettings& o, const CudaContext& ctx) {

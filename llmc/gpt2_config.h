@@ -20,11 +20,39 @@ struct GPT2Config {
     int window;             // 0 = full causal attention; W > 0: query t sees keys t-W+1 .. t
 };
 
-constexpr int NUM_PARAM_TENSORS = 16;
+// The parameter tensors, in buffer order, written once: X(name, element count, decayed). Every
+// list below (names, sizes, the named pointers of GPT2Tensors, the decay rule) expands this table.
+// The counts read the locals Vp, C, L, maxT and QKV of gpt2_param_sizes. Shapes are row-major,
+// "out x in" for matrices (y = x W^T + b), per layer stacked along a leading L.
+#define GPT2_PARAMETER_TABLE(X)                                  \
+    X(wte, Vp * C, true)              /* (Vp, C) token embedding, also the classifier */ \
+    X(wpe, maxT * C, true)            /* (maxT, C) position embedding */                  \
+    X(ln1w, L * C, false)             /* (L, C) */                                        \
+    X(ln1b, L * C, false)             /* (L, C) */                                        \
+    X(qkvw, L * QKV * C, true)        /* (L, QKV, C), QKV = (NH + 2*NKV) * HD */          \
+    X(qkvb, L * QKV, false)           /* (L, QKV) */                                      \
+    X(attprojw, L * C * C, true)      /* (L, C, C) */                                     \
+    X(attprojb, L * C, false)         /* (L, C) */                                        \
+    X(ln2w, L * C, false)             /* (L, C) */                                        \
+    X(ln2b, L * C, false)             /* (L, C) */                                        \
+    X(fcw, L * 4 * C * C, true)       /* (L, 4C, C) */                                    \
+    X(fcb, L * 4 * C, false)          /* (L, 4C) */                                       \
+    X(fcprojw, L * C * 4 * C, true)   /* (L, C, 4C) */                                    \
+    X(fcprojb, L * C, false)          /* (L, C) */                                        \
+    X(lnfw, C, false)                 /* (C) */                                           \
+    X(lnfb, C, false)                 /* (C) */
 
-inline const char* const GPT2_PARAM_NAMES[NUM_PARAM_TENSORS] = {
-    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+// Index of each tensor in the table (gpt2_param::qkvw == 4), and their number.
+namespace gpt2_param {
+#define GPT2_X(name, count, decays) name,
+enum : int { GPT2_PARAMETER_TABLE(GPT2_X) num_tensors };
+#undef GPT2_X
+}  // namespace gpt2_param
+constexpr int NUM_PARAM_TENSORS = gpt2_param::num_tensors;
+
+#define GPT2_X(name, count, decays) #name,
+inline const char* const GPT2_PARAM_NAMES[NUM_PARAM_TENSORS] = {GPT2_PARAMETER_TABLE(GPT2_X)};
+#undef GPT2_X
 
 inline int gpt2_head_dim(const GPT2Config& c) { return c.channels / c.num_heads; }
 // Width of the fused QKV projection: NH query heads plus NKV key and NKV value heads.
@@ -33,24 +61,11 @@ inline int gpt2_qkv_channels(const GPT2Config& c) {
 }
 
 inline void gpt2_param_sizes(const GPT2Config& c, size_t out[NUM_PARAM_TENSORS]) {
-    size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
-    size_t QKV = gpt2_qkv_channels(c);
-    out[0] = Vp * C;        // wte
-    out[1] = maxT * C;      // wpe
-    out[2] = L * C;         // ln1w
-    out[3] = L * C;         // ln1b
-    out[4] = L * QKV * C;   // qkvw
-    out[5] = L * QKV;       // qkvb
-    out[6] = L * C * C;     // attprojw
-    out[7] = L * C;         // attprojb
-    out[8] = L * C;         // ln2w
-    out[9] = L * C;         // ln2b
-    out[10] = L * 4 * C * C;  // fcw
-    out[11] = L * 4 * C;      // fcb
-    out[12] = L * C * 4 * C;  // fcprojw
-    out[13] = L * C;          // fcprojb
-    out[14] = C;              // lnfw
-    out[15] = C;              // lnfb
+    const size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
+    const size_t QKV = gpt2_qkv_channels(c);
+#define GPT2_X(name, count, decays) out[gpt2_param::name] = (count);
+    GPT2_PARAMETER_TABLE(GPT2_X)
+#undef GPT2_X
 }
 
 inline size_t gpt2_num_params(const GPT2Config& c) {
@@ -67,10 +82,38 @@ inline void gpt2_param_offsets(const GPT2Config& c, size_t out[NUM_PARAM_TENSORS
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) { out[i] = off; off += s[i]; }
 }
 
+// Named views of one parameter-layout buffer (parameters, gradients, or anything of that layout):
+// T = float on the CPU, floatX on the GPU. Layer l of a per-layer tensor starts at l * its size / L.
+template <typename T>
+struct GPT2Tensors {
+#define GPT2_X(name, count, decays) T* name;
+    GPT2_PARAMETER_TABLE(GPT2_X)
+#undef GPT2_X
+};
+
+template <typename T>
+inline GPT2Tensors<T> gpt2_point_tensors(T* base, const GPT2Config& c) {
+    size_t off[NUM_PARAM_TENSORS];
+    gpt2_param_offsets(c, off);
+    GPT2Tensors<T> t;
+#define GPT2_X(name, count, decays) t.name = base + off[gpt2_param::name];
+    GPT2_PARAMETER_TABLE(GPT2_X)
+#undef GPT2_X
+    return t;
+}
+
 // Weight decay applies to the embeddings and the weight matrices, never to biases or LayerNorm.
 inline bool gpt2_param_decays(int i) {
-    return i == 0 || i == 1 || i == 4 || i == 6 || i == 10 || i == 12;
+#define GPT2_X(name, count, decays) decays,
+    static constexpr bool table[NUM_PARAM_TENSORS] = {GPT2_PARAMETER_TABLE(GPT2_X)};
+#undef GPT2_X
+    return table[i];
 }
+
+// The optimizer step's settings, from the run's flags (lr from the schedule, per step).
+struct OptimizerSettings {
+    float lr, beta1, beta2, eps, weight_decay, grad_clip;
+};
 
 // Checks a config read from a file or built from flags; `what` names the source in the message.
 inline void gpt2_validate_config(const GPT2Config& c, const char* what) {
@@ -124,15 +167,17 @@ inline void gpt2_init_params(float* params, const GPT2Config& c, uint64_t seed) 
     const float resid_std = 0.02f / std::sqrt(2.0f * c.num_layers);
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         size_t n = sizes[i];
-        if (i == 0) {  // wte: real rows random, padded rows zero
+        if (i == gpt2_param::wte) {  // real rows random, padded rows zero
             size_t real = (size_t)c.vocab_size * c.channels;
             for (size_t k = 0; k < real; k++) p[k] = 0.02f * rng.normal();
             for (size_t k = real; k < n; k++) p[k] = 0.0f;
         } else if (gpt2_param_decays(i)) {
-            float std = (i == 6 || i == 12) ? resid_std : 0.02f;
+            const bool residual_proj = i == gpt2_param::attprojw || i == gpt2_param::fcprojw;
+            float std = residual_proj ? resid_std : 0.02f;
             for (size_t k = 0; k < n; k++) p[k] = std * rng.normal();
         } else {
-            float v = (i == 2 || i == 8 || i == 14) ? 1.0f : 0.0f;  // LayerNorm weights 1, biases 0
+            const bool ln_weight = i == gpt2_param::ln1w || i == gpt2_param::ln2w || i == gpt2_param::lnfw;
+            float v = ln_weight ? 1.0f : 0.0f;  // LayerNorm weights 1, biases 0
             for (size_t k = 0; k < n; k++) p[k] = v;
         }
         p += n;

@@ -1,0 +1,323 @@
+// llmc/cpu/gpt2.h: the CPU reference GPT-2 model: fp32 parameters, activations, forward, loss,
+// backward and AdamW update with OpenMP, built from the layer ops in llmc/cpu/ (the same ones the
+// GPU tests and the kernel lab use as their reference), plus checkpoints and sampling.
+// Semantics are PyTorch's (docs/design.md). Same sections, in the same order and with the same
+// function names, as the GPU model in llmc/gpt2.cuh: model (parameters, activations), forward,
+// backward, update, checkpoints, sampling.
+//
+// One step: gpt2_zero_grads, then per micro-batch gpt2_forward (logits), gpt2_loss (mean
+// cross-entropy), gpt2_backward (+= into the gradients), then gpt2_update.
+#pragma once
+#include <algorithm>
+#include <string>
+#include <vector>
+#include "llmc/checkpoint.h"
+#include "llmc/cpu/adamw.h"
+#include "llmc/cpu/attention.h"
+#include "llmc/cpu/crossentropy.h"
+#include "llmc/cpu/encoder.h"
+#include "llmc/cpu/gelu.h"
+#include "llmc/cpu/global_norm.h"
+#include "llmc/cpu/layernorm.h"
+#include "llmc/cpu/matmul.h"
+#include "llmc/cpu/residual.h"
+#include "llmc/formats.h"
+#include "llmc/gpt2_config.h"
+#include "llmc/rand.h"
+#include "llmc/sampler.h"
+#include "llmc/utils.h"
+
+// ================================================================================================ model
+// Activations: everything the backward pass reads, for the B, T the model was sized for. Per-layer
+// buffers are (L, ...) with layer l at offset l * (one layer's size).
+struct Activations {
+    std::vector<float> encoded;    // (B, T, C)
+    std::vector<float> ln1;        // (L, B, T, C)
+    std::vector<float> ln1_mean;   // (L, B, T)
+    std::vector<float> ln1_rstd;   // (L, B, T)
+    std::vector<float> qkv;        // (L, B, T, QKV)
+    std::vector<float> atty;       // (L, B, T, C)
+    std::vector<float> att_lse;    // (L, B, NH, T)
+    std::vector<float> attproj;    // (L, B, T, C)
+    std::vector<float> residual2;  // (L, B, T, C)
+    std::vector<float> ln2;        // (L, B, T, C)
+    std::vector<float> ln2_mean;   // (L, B, T)
+    std::vector<float> ln2_rstd;   // (L, B, T)
+    std::vector<float> fch;        // (L, B, T, 4C)
+    std::vector<float> fch_gelu;   // (L, B, T, 4C)
+    std::vector<float> fcproj;     // (L, B, T, C)
+    std::vector<float> residual3;  // (L, B, T, C)
+    std::vector<float> lnf;        // (B, T, C)
+    std::vector<float> lnf_mean;   // (B, T)
+    std::vector<float> lnf_rstd;   // (B, T)
+    std::vector<float> logits;     // (B, T, Vp)
+    std::vector<float> probs;      // (B, T, Vp); the backward overwrites it with dlogits
+    std::vector<float> losses;     // (B, T)
+};
+
+// Gradients of one layer's activations: the backward walks the layers in reverse and reuses
+// these, so their size does not grow with L. dresidual carries the residual stream's gradient.
+struct ActivationGrads {
+    std::vector<float> dresidual;  // (B, T, C)
+    std::vector<float> dlnf;       // (B, T, C), also dln1 / dln2 of the current layer
+    std::vector<float> dqkv;       // (B, T, QKV)
+    std::vector<float> datty;      // (B, T, C)
+    std::vector<float> dfch;       // (B, T, 4C)
+    std::vector<float> dfch_gelu;  // (B, T, 4C)
+};
+
+// The parameters are the tensors of GPT2_PARAMETER_TABLE (llmc/gpt2_config.h), named views into
+// one contiguous buffer. Gradients and the AdamW moments are buffers of the same length and
+// layout, so one offset table serves them all.
+struct GPT2 {
+    GPT2Config config{};
+    size_t num_params = 0;
+    std::vector<float> params_memory, grads_memory, m_memory, v_memory;  // (num_params) each
+    GPT2Tensors<float> params{}, grads{};  // named views of params_memory and grads_memory
+    int B = 0, T = 0;          // the shape the activations were allocated for
+    int cur_B = 0, cur_T = 0;  // the shape of the last forward
+    int64_t step = 0;          // optimizer steps done
+    Activations acts;
+    ActivationGrads dacts;
+};
+
+// Sizes the model for training at (B, T): parameters, gradients and AdamW moments (all zero; set
+// the parameters with gpt2_set_params), and the activations.
+inline void gpt2_build(GPT2& m, const GPT2Config& c, int B, int T) {
+    gpt2_validate_config(c, "model");
+    if (T > c.max_seq_len) fail("--seq: %d is longer than the model's max_seq_len %d", T, c.max_seq_len);
+    m.config = c;
+    m.num_params = gpt2_num_params(c);
+    m.params_memory.assign(m.num_params, 0.0f);
+    m.grads_memory.assign(m.num_params, 0.0f);
+    m.m_memory.assign(m.num_params, 0.0f);
+    m.v_memory.assign(m.num_params, 0.0f);
+    m.params = gpt2_point_tensors(m.params_memory.data(), c);
+    m.grads = gpt2_point_tensors(m.grads_memory.data(), c);
+    m.step = 0;
+
+    const size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+    const size_t BT = (size_t)B * T, QKV = gpt2_qkv_channels(c);
+    Activations& a = m.acts;
+    a.encoded.resize(BT * C);
+    a.ln1.resize(L * BT * C);
+    a.ln1_mean.resize(L * BT);
+    a.ln1_rstd.resize(L * BT);
+    a.qkv.resize(L * BT * QKV);
+    a.atty.resize(L * BT * C);
+    a.att_lse.resize(L * BT * NH);
+    a.attproj.resize(L * BT * C);
+    a.residual2.resize(L * BT * C);
+    a.ln2.resize(L * BT * C);
+    a.ln2_mean.resize(L * BT);
+    a.ln2_rstd.resize(L * BT);
+    a.fch.resize(L * BT * 4 * C);
+    a.fch_gelu.resize(L * BT * 4 * C);
+    a.fcproj.resize(L * BT * C);
+    a.residual3.resize(L * BT * C);
+    a.lnf.resize(BT * C);
+    a.lnf_mean.resize(BT);
+    a.lnf_rstd.resize(BT);
+    a.logits.resize(BT * Vp);
+    a.probs.resize(BT * Vp);
+    a.losses.resize(BT);
+    ActivationGrads& d = m.dacts;
+    d.dresidual.resize(BT * C);
+    d.dlnf.resize(BT * C);
+    d.dqkv.resize(BT * QKV);
+    d.datty.resize(BT * C);
+    d.dfch.resize(BT * 4 * C);
+    d.dfch_gelu.resize(BT * 4 * C);
+    m.B = B;
+    m.T = T;
+}
+
+inline void gpt2_free(GPT2& m) { m = GPT2(); }
+
+// Sets the parameters from fp32 host values (a model file's or gpt2_init_params').
+inline void gpt2_set_params(GPT2& m, const float* host) {
+    std::copy(host, host + m.num_params, m.params_memory.begin());
+}
+
+// ================================================================================================ forward
+// inputs (B, T) ids < V, through the logits (B, T, Vp). B, T may be smaller than the built shape
+// (sampling runs one row of the current context length).
+inline void gpt2_forward(GPT2& m, const int* inputs, int B, int T) {
+    const GPT2Config& c = m.config;
+    if (B > m.B || T > m.T) fail("internal: forward with B=%d T=%d exceeds the allocated B=%d T=%d", B, T, m.B, m.T);
+    const int L = c.num_layers, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
+    const int V = c.vocab_size, Vp = c.padded_vocab_size, QKV = gpt2_qkv_channels(c);
+    const size_t BT = (size_t)B * T;
+    for (size_t i = 0; i < BT; i++)
+        if (inputs[i] < 0 || inputs[i] >= V)
+            fail("token id out of range [0, %d) at position %zu of the batch", V, i);
+    const GPT2Tensors<float>& p = m.params;
+    Activations& a = m.acts;
+    cpu::encoder_forward(a.encoded.data(), inputs, p.wte, p.wpe, B, T, C);
+    for (int l = 0; l < L; l++) {
+        const float* residual = l == 0 ? a.encoded.data() : a.residual3.data() + (l - 1) * BT * C;
+        float* ln1 = a.ln1.data() + l * BT * C;
+        float* ln1_mean = a.ln1_mean.data() + l * BT;
+        float* ln1_rstd = a.ln1_rstd.data() + l * BT;
+        float* qkv = a.qkv.data() + l * BT * QKV;
+        float* atty = a.atty.data() + l * BT * C;
+        float* att_lse = a.att_lse.data() + l * BT * NH;
+        float* attproj = a.attproj.data() + l * BT * C;
+        float* residual2 = a.residual2.data() + l * BT * C;
+        float* ln2 = a.ln2.data() + l * BT * C;
+        float* ln2_mean = a.ln2_mean.data() + l * BT;
+        float* ln2_rstd = a.ln2_rstd.data() + l * BT;
+        float* fch = a.fch.data() + l * BT * 4 * C;
+        float* fch_gelu = a.fch_gelu.data() + l * BT * 4 * C;
+        float* fcproj = a.fcproj.data() + l * BT * C;
+        float* residual3 = a.residual3.data() + l * BT * C;
+        cpu::layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p.ln1w + l * C, p.ln1b + l * C, B, T, C);
+        cpu::matmul_forward(qkv, ln1, p.qkvw + (size_t)l * QKV * C, p.qkvb + l * QKV, B, T, C, QKV);
+        cpu::attention_forward(atty, att_lse, qkv, B, T, NH, NKV, HD, c.window);
+        cpu::matmul_forward(attproj, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, B, T, C, C);
+        cpu::residual_forward(residual2, residual, attproj, BT * C);
+        cpu::layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p.ln2w + l * C, p.ln2b + l * C, B, T, C);
+        cpu::matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, B, T, C, 4 * C);
+        cpu::gelu_forward(fch_gelu, fch, BT * 4 * C);
+        cpu::matmul_forward(fcproj, fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, B, T, 4 * C, C);
+        cpu::residual_forward(residual3, residual2, fcproj, BT * C);
+    }
+    const float* last = L > 0 ? a.residual3.data() + (L - 1) * BT * C : a.encoded.data();
+    cpu::layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), last, p.lnfw, p.lnfb, B, T, C);
+    cpu::matmul_forward(a.logits.data(), a.lnf.data(), p.wte, nullptr, B, T, C, Vp);
+    m.cur_B = B;
+    m.cur_T = T;
+}
+
+// Mean cross-entropy of the last forward's logits against targets (cur_B, cur_T) ids < V; leaves
+// the probabilities for gpt2_backward.
+inline float gpt2_loss(GPT2& m, const int* targets) {
+    const int B = m.cur_B, T = m.cur_T, V = m.config.vocab_size, Vp = m.config.padded_vocab_size;
+    for (size_t i = 0; i < (size_t)B * T; i++)
+        if (targets[i] < 0 || targets[i] >= V) fail("token id out of range [0, %d) at position %zu of the batch", V, i);
+    Activations& a = m.acts;
+    return cpu::softmax_crossentropy_forward(a.probs.data(), a.losses.data(), a.logits.data(), targets, B, T, V, Vp);
+}
+
+// ================================================================================================ backward
+// Accumulates (+=) into m.grads the gradient of grad_scale * (mean loss of the last gpt2_loss).
+// Call gpt2_zero_grads before the first micro-batch.
+inline void gpt2_zero_grads(GPT2& m) { std::fill(m.grads_memory.begin(), m.grads_memory.end(), 0.0f); }
+
+inline void gpt2_backward(GPT2& m, const int* inputs, const int* targets, float grad_scale) {
+    const GPT2Config& c = m.config;
+    const int B = m.cur_B, T = m.cur_T;
+    const int L = c.num_layers, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
+    const int V = c.vocab_size, Vp = c.padded_vocab_size, QKV = gpt2_qkv_channels(c);
+    const size_t BT = (size_t)B * T;
+    const GPT2Tensors<float>& p = m.params;
+    const GPT2Tensors<float>& g = m.grads;
+    Activations& a = m.acts;
+    ActivationGrads& d = m.dacts;
+    auto zero = [](std::vector<float>& v, size_t n) { std::fill(v.begin(), v.begin() + n, 0.0f); };
+
+    float* dlogits = a.probs.data();  // in place: the probabilities are not needed afterwards
+    cpu::crossentropy_softmax_backward(dlogits, a.probs.data(), targets, B, T, V, Vp, grad_scale);
+    zero(d.dlnf, BT * C);
+    cpu::matmul_backward(d.dlnf.data(), g.wte, nullptr, dlogits, a.lnf.data(), p.wte, B, T, C, Vp);
+    zero(d.dresidual, BT * C);
+    const float* last = L > 0 ? a.residual3.data() + (L - 1) * BT * C : a.encoded.data();
+    cpu::layernorm_backward(d.dresidual.data(), g.lnfw, g.lnfb, d.dlnf.data(), last, p.lnfw, a.lnf_mean.data(),
+                            a.lnf_rstd.data(), B, T, C);
+    // dresidual holds d(loss)/d(residual3 of layer l); a residual add passes it on unchanged, so
+    // each layer's two branches add their input gradients into it in place.
+    float* dresidual = d.dresidual.data();
+    float* dln = d.dlnf.data();
+    for (int l = L - 1; l >= 0; l--) {
+        const float* residual = l == 0 ? a.encoded.data() : a.residual3.data() + (l - 1) * BT * C;
+        const float* ln1 = a.ln1.data() + l * BT * C;
+        const float* qkv = a.qkv.data() + l * BT * QKV;
+        const float* atty = a.atty.data() + l * BT * C;
+        const float* att_lse = a.att_lse.data() + l * BT * NH;
+        const float* residual2 = a.residual2.data() + l * BT * C;
+        const float* ln2 = a.ln2.data() + l * BT * C;
+        const float* fch = a.fch.data() + l * BT * 4 * C;
+        const float* fch_gelu = a.fch_gelu.data() + l * BT * 4 * C;
+        // MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
+        zero(d.dfch_gelu, BT * 4 * C);
+        cpu::matmul_backward(d.dfch_gelu.data(), g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, dresidual,
+                             fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, B, T, 4 * C, C);
+        zero(d.dfch, BT * 4 * C);
+        cpu::gelu_backward(d.dfch.data(), fch, d.dfch_gelu.data(), BT * 4 * C);
+        zero(d.dlnf, BT * C);
+        cpu::matmul_backward(dln, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, d.dfch.data(), ln2,
+                             p.fcw + (size_t)l * 4 * C * C, B, T, C, 4 * C);
+        cpu::layernorm_backward(dresidual, g.ln2w + l * C, g.ln2b + l * C, dln, residual2, p.ln2w + l * C,
+                                a.ln2_mean.data() + l * BT, a.ln2_rstd.data() + l * BT, B, T, C);
+        // attention branch: residual2 = residual + attproj(attention(qkv(ln1(residual))))
+        zero(d.datty, BT * C);
+        cpu::matmul_backward(d.datty.data(), g.attprojw + (size_t)l * C * C, g.attprojb + l * C, dresidual, atty,
+                             p.attprojw + (size_t)l * C * C, B, T, C, C);
+        cpu::attention_backward(d.dqkv.data(), d.datty.data(), qkv, atty, att_lse, B, T, NH, NKV, HD, c.window);
+        zero(d.dlnf, BT * C);
+        cpu::matmul_backward(dln, g.qkvw + (size_t)l * QKV * C, g.qkvb + l * QKV, d.dqkv.data(), ln1,
+                             p.qkvw + (size_t)l * QKV * C, B, T, C, QKV);
+        cpu::layernorm_backward(dresidual, g.ln1w + l * C, g.ln1b + l * C, dln, residual, p.ln1w + l * C,
+                                a.ln1_mean.data() + l * BT, a.ln1_rstd.data() + l * BT, B, T, C);
+    }
+    cpu::encoder_backward(g.wte, g.wpe, dresidual, inputs, B, T, C);
+}
+
+// ================================================================================================ update
+// Clip by the global gradient norm, then one AdamW step (t = m.step after the increment, 1-based).
+// Returns the gradient norm before clipping.
+inline float gpt2_update(GPT2& m, const OptimizerSettings& o) {
+    const float norm = cpu::global_norm(m.grads_memory.data(), m.num_params);
+    const float scale = cpu::grad_clip_scale(norm, o.grad_clip);
+    m.step++;
+    cpu::adamw_update_gpt2(m.params_memory.data(), m.m_memory.data(), m.v_memory.data(), m.grads_memory.data(),
+                           m.config, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, scale, m.step);
+    return norm;
+}
+
+// ================================================================================================ checkpoints
+// DIR/step_NNNNNNNN/{model.bin, state.bin, DONE} (llmc/checkpoint.h): the fp32 model, then the
+// state with m and v; DONE is written last, so a directory without it is ignored on resume.
+inline void gpt2_save_checkpoint(const GPT2& m, const std::string& out_dir, const int64_t loader_state[16],
+                                 uint64_t rng_state) {
+    const std::string dir = checkpoint_begin(out_dir, m.step);
+    model_write_fp32((dir + "/model.bin").c_str(), m.config, m.params_memory.data());
+    TrainState st;
+    st.step = m.step;
+    st.num_params = (int64_t)m.num_params;
+    st.rng_state = rng_state;
+    for (int i = 0; i < 16; i++) st.loader[i] = loader_state[i];
+    state_write((dir + "/state.bin").c_str(), st, m.m_memory.data(), m.v_memory.data(), nullptr);
+    checkpoint_finish(dir);
+}
+
+// Reads the model of `dir` into an already built model of the same config, and its training
+// state (a GPU checkpoint's master weights are skipped); returns the state (step, loader
+// position, RNG).
+inline TrainState gpt2_load_checkpoint(GPT2& m, const std::string& dir) {
+    const std::string model_path = dir + "/model.bin", state_path = dir + "/state.bin";
+    ModelFileInfo info = model_read_info(model_path.c_str());
+    if (memcmp(&info.config, &m.config, sizeof(GPT2Config)) != 0)
+        fail("%s: the checkpoint's model shape differs from this run's", model_path.c_str());
+    model_read_fp32(model_path.c_str(), m.params_memory.data());
+    TrainState st = state_read(state_path.c_str(), (int64_t)m.num_params, m.m_memory.data(), m.v_memory.data(), nullptr);
+    m.step = st.step;
+    return st;
+}
+
+// ================================================================================================ sampling
+// Generates `gen_tokens` tokens after an end-of-text token, one forward per token, with a
+// multinomial draw at `temperature` from the shared RNG; the context slides once it reaches T.
+// Each forward sees the last min(len, T) tokens at positions 0.., as in training. With an
+// attention window W the whole context is still fed, not just W tokens: layer l reaches l*(W-1)
+// tokens further back.
+inline std::vector<int> gpt2_sample(GPT2& m, int eot, int gen_tokens, float temperature, Rng& rng) {
+    const int V = m.config.vocab_size, Vp = m.config.padded_vocab_size, T = m.T;
+    std::vector<int> ctx{eot};
+    for (int i = 0; i < gen_tokens; i++) {
+        const int n = (int)ctx.size() < T ? (int)ctx.size() : T;
+        gpt2_forward(m, ctx.data() + ctx.size() - n, 1, n);
+        ctx.push_back(sample_token(m.acts.logits.data() + (size_t)(n - 1) * Vp, V, temperature, rng));
+    }
+    return std::vector<int>(ctx.begin() + 1, ctx.end());
+}
