@@ -1,0 +1,30 @@
+// fuzz_descriptor: the model config descriptor of --init (`dN`, gpt2_config_from_descriptor in
+// llmc/gpt2_config.h), then --kv-heads / --window applied to the fresh model as the trainers do.
+// The input is the descriptor; its first two bytes, when present after a NUL, are the
+// --kv-heads and --window values.
+// Invariants: an accepted descriptor gives a config gpt2_validate_config accepts, whose
+// parameter count does not overflow.
+#include <string>
+#include "llmc/train_config.h"
+#include "tests/fuzz/fuzz_common.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    const std::string input((const char*)data, size);
+    const size_t nul = input.find('\0');
+    const std::string desc = input.substr(0, nul);
+    TrainConfig cfg;
+    if (nul != std::string::npos && nul + 2 < size) {
+        cfg.kv_heads = data[nul + 1];
+        cfg.window = data[nul + 2];
+    }
+    try {
+        GPT2Config c = gpt2_config_from_descriptor(desc.c_str());
+        gpt2_validate_config(c, "fuzz");
+        const size_t n = gpt2_num_params(c);
+        FUZZ_CHECK(n > 0 && n < ((size_t)1 << 40));
+        apply_attention_flags(c, cfg, true, desc.c_str());
+        FUZZ_CHECK(c.num_heads % c.num_kv_heads == 0);
+    } catch (const FailError&) {
+    }
+    return 0;
+}
