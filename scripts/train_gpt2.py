@@ -13,6 +13,8 @@ Modes (pick one; the model comes from --model / the shape flags / --load):
   train            --train "shards/*.bin" [--val "..."] --steps N: prints `step n train_loss x ...`
   bench            --bench --device cuda [--compile]: GPT-2 training throughput of PyTorch,
                    last line `BENCH name=<eager|compile> ms=<median> tok_s=<..> peak_gib=<..>`
+  hellaswag        --hellaswag FILE: multiple-choice accuracy (acc_norm, as llmc/hellaswag.h scores
+                   it) on an eval file of scripts/data/hellaswag.py, fp64; one line per example
 
 Examples:
   python3 scripts/train_gpt2.py --model d12 --write-model out/d12.bin
@@ -463,6 +465,42 @@ def bench(model, args):
     print(f"BENCH name={name} ms={ms:.2f} tok_s={B * T / ms * 1e3:.0f} peak_gib={peak:.2f}")
 
 
+def hellaswag(model, args):
+    """acc_norm on a GPTE eval file, the reference for llmc/hellaswag.h: row k of an example is the
+    context + completion k; the completion's score is the mean cross-entropy of its own tokens,
+    each predicted after everything before it; the pick is the lowest score (the first of equal
+    ones). fp64, one example (K rows, padded to the longest) per forward pass. Prints
+    `example <i> label <l> pick <p> norm_losses <x_0> .. <x_K-1>` per example, then
+    `hellaswag acc_norm <x> correct <n> examples <n>`."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "data"))
+    from hellaswag import read_eval  # noqa: E402  (scripts/data/hellaswag.py, the validating reader)
+    cfg, dev = model.cfg, args.device
+    V = cfg["vocab_size"]
+    examples, _ = read_eval(args.hellaswag)
+    m = model.double().to(dev).eval()
+    correct = 0
+    for i, (label, ctx, ends) in enumerate(examples):
+        rows = [ctx + e for e in ends]
+        n = max(len(r) for r in rows) - 1  # inputs of the longest row
+        if n > cfg["max_seq_len"] or max(max(r) for r in rows) >= V:
+            die(f"--hellaswag {args.hellaswag}: example {i} needs {n} positions (the model has {cfg['max_seq_len']}) "
+                f"and token ids below {V}")
+        x = torch.zeros((len(rows), n), dtype=torch.long)
+        y = torch.zeros((len(rows), n), dtype=torch.long)
+        for k, r in enumerate(rows):
+            x[k, :len(r) - 1] = torch.tensor(r[:-1])
+            y[k, :len(r) - 1] = torch.tensor(r[1:])
+        with torch.no_grad():
+            logits = m(x.to(dev))[0][..., :V]
+            losses = F.cross_entropy(logits.reshape(-1, V), y.to(dev).reshape(-1), reduction="none").view(len(rows), n)
+        # row k's completion tokens are targets len(ctx)-1 .. len(row)-2
+        norms = [losses[k, len(ctx) - 1:len(r) - 1].mean().item() for k, r in enumerate(rows)]
+        pick = norms.index(min(norms))
+        correct += pick == label
+        print(f"example {i} label {label} pick {pick} norm_losses " + " ".join(f"{v:.9g}" for v in norms))
+    print(f"hellaswag acc_norm {correct / len(examples):.6f} correct {correct} examples {len(examples)}")
+
+
 # ---------------------------------------------------------------- command line
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -510,11 +548,13 @@ def parse_args(argv=None):
     t.add_argument("--log", metavar="PATH", help="also write the train/val lines here (scripts/plot_log.py reads it)")
     t.add_argument("--bench", action="store_true", help="time training steps on random tokens")
     t.add_argument("--compile", action="store_true", help="bench/train through torch.compile")
-    t.add_argument("--device", default="cpu", help="cpu or cuda (train, bench)")
+    t.add_argument("--device", default="cpu", help="cpu or cuda (train, bench, hellaswag)")
+    t.add_argument("--hellaswag", metavar="FILE", help="score the model on this eval file (GPTE, "
+                                                       "scripts/data/hellaswag.py) and print acc_norm")
     args = p.parse_args(argv)
-    modes = [m for m in ("fixture", "train", "bench") if getattr(args, m)]
+    modes = [m for m in ("fixture", "train", "bench", "hellaswag") if getattr(args, m)]
     if len(modes) > 1:
-        p.error("choose one of --fixture, --train, --bench")
+        p.error("choose one of --fixture, --train, --bench, --hellaswag")
     if args.model and args.load:
         p.error("--model and --load both name the model: give one")
     for flag in ("batch", "seq", "val_batches"):
@@ -530,8 +570,8 @@ def parse_args(argv=None):
         args.model = "d12"
     if args.dtype is None:
         args.dtype = "bf16" if args.bench else "fp32"
-    if not (args.fixture or args.train or args.bench or args.write_model or args.write_debug):
-        p.error("nothing to do: give --write-model/--write-debug, --fixture, --train or --bench")
+    if not (args.fixture or args.train or args.bench or args.hellaswag or args.write_model or args.write_debug):
+        p.error("nothing to do: give --write-model/--write-debug, --fixture, --train, --bench or --hellaswag")
     return args
 
 
@@ -546,6 +586,8 @@ def main(argv=None):
             bench(model, args)
         elif args.train:
             train(model, args)
+        elif args.hellaswag:
+            hellaswag(model, args)
         else:
             write_outputs(model, args)
     except (fmt.FormatError, OSError) as e:  # a bad or unwritable file: one line, no traceback
