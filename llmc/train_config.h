@@ -35,6 +35,8 @@ struct TrainConfig {
     float grad_clip = 1.0f;         // --grad-clip (<= 0: off)
     int val_every = 20;             // --val-every (0: never)
     int val_steps = 20;             // --val-steps: batches per validation
+    std::string hellaswag_path;     // --hellaswag: multiple-choice eval file (GPTE) to score ("" = none)
+    int hellaswag_every = 0;        // --hellaswag-every (0: only at the end)
     int sample_every = 0;           // --sample-every (0: never)
     int gen_tokens = 64;            // --gen-tokens
     int ckpt_every = 0;             // --ckpt-every (0: only at the end, when --out-dir is set)
@@ -199,6 +201,10 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
     p.add_float("--grad-clip", &cfg.grad_clip, {-1e30, 1e30}, "clip the global gradient norm to this; <= 0 disables");
     p.add_int("--val-every", &cfg.val_every, {0, BIG}, "validate every N steps and at the end (0 = never)");
     p.add_int("--val-steps", &cfg.val_steps, {1, BIG}, "batches per validation");
+    p.add_string("--hellaswag", "FILE", &cfg.hellaswag_path, "multiple-choice eval file (GPTE, scripts/data/hellaswag.py) "
+                 "whose accuracy (acc_norm) is printed and logged (default: none)");
+    p.add_int("--hellaswag-every", &cfg.hellaswag_every, {0, BIG}, "score --hellaswag every N steps and at the end "
+              "(0 = only at the end)");
     p.add_int("--sample-every", &cfg.sample_every, {0, BIG}, "print a sample every N steps and at the end (0 = never)");
     p.add_int("--gen-tokens", &cfg.gen_tokens, {1, BIG}, "tokens per sample");
     p.add_int("--ckpt-every", &cfg.ckpt_every, {0, BIG}, "checkpoint every N steps (0 = only at the end); needs --out-dir");
@@ -216,6 +222,8 @@ inline void validate_train_config(TrainConfig& cfg) {
     cfg.grad_accum = (int)(cfg.total_batch / BT);
     if (cfg.ckpt_every > 0 && cfg.out_dir.empty() && cfg.resume_dir.empty())
         fail("--ckpt-every: needs --out-dir (where the checkpoints go)");
+    if (cfg.hellaswag_every > 0 && cfg.hellaswag_path.empty())
+        fail("--hellaswag-every: needs --hellaswag FILE (the eval file to score)");
 }
 
 // Applies --kv-heads and --window to the model config `c` read from `source`: they shape a fresh
