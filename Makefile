@@ -1,15 +1,19 @@
 # Builds what this machine can build: the CPU targets always, the GPU targets when nvcc exists.
-#   make              all targets into build/
-#   make test         every test that needs no GPU (also compiles the GPU targets when nvcc exists)
-#   make test-gpu     the GPU tests (needs a GPU)
-#   make dev          the kernel lab (dev/cuda)
-#   make bench        scripts/bench_gpt2.sh (needs a GPU and PyTorch)
-# Options: PRECISION=BF16|FP32, GPU_ARCH=90a (any sm number), USE_CUDNN=1, NO_OMP=1
+#   make                all targets into build/
+#   make test           every test that needs no GPU, after building every target (in parallel,
+#                       JOBS jobs, default the core count) and checking that each llmc/ header compiles
+#   make test-gpu       the GPU tests (needs a GPU)
+#   make dev            the kernel lab (dev/cuda; see its Makefile for spills, sass, one lab)
+#   make check-headers  every llmc/ header compiles on its own (g++, and nvcc when it exists)
+#   make spills         registers and spills of every trainer kernel (ptxas -v); the lab's: make -C dev/cuda spills
+#   make sass           the trainer's machine code into build/train_gpt2cu.sass
+#   make bench          scripts/bench_gpt2.sh (needs a GPU and PyTorch)
+# Options: PRECISION=BF16|FP32, GPU_ARCH=90a (any sm number), USE_CUDNN=1, NO_OMP=1, NATIVE=0
+# The CUDA flags live in build.mk, shared with dev/cuda/Makefile.
+include build.mk
 CXX       ?= g++
-NVCC      ?= nvcc
 BUILD     := build
-PRECISION ?= BF16
-GPU_ARCH  ?= 90a
+JOBS      ?= $(shell nproc 2>/dev/null || echo 2)
 # -fno-math-errno: sqrtf/expf never need errno here, and without it GCC vectorizes them (AdamW 4.5x)
 CXXFLAGS  := -O3 -march=native -std=c++17 -Wall -Wextra -Wno-unused-parameter -fno-math-errno -I.
 LDLIBS    := -lm
@@ -23,30 +27,13 @@ ifeq ($(NATIVE),0)
   CXXFLAGS := $(filter-out -march=native,$(CXXFLAGS))
 endif
 
-HAS_NVCC  := $(shell command -v $(NVCC) 2>/dev/null)
-NVCCFLAGS := -O3 -std=c++17 -I. --use_fast_math -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) \
-             -Xcompiler -fopenmp,-fno-math-errno -DPRECISION_$(PRECISION) -lineinfo
-NVLDLIBS  := -lcublas -lcublasLt -lgomp
-# sm_90a (Hopper's arch-specific features: wgmma, setmaxnreg) kernels compile only for that target;
-# LLMC_SM90A tells the host code they exist
-ifeq ($(GPU_ARCH),90a)
-  NVCCFLAGS += -DLLMC_SM90A
-endif
-# cudnn_frontend is header-only: `pip download --no-deps nvidia-cudnn-frontend`, unzip the wheel's include/
-# into build/cudnn_frontend/include (or point CUDNN_FRONTEND_PATH elsewhere). It compiles kernels with NVRTC.
-CUDNN_FRONTEND_PATH ?= $(BUILD)/cudnn_frontend/include
-ifeq ($(USE_CUDNN),1)
-  NVCCFLAGS += -DUSE_CUDNN -I$(CUDNN_FRONTEND_PATH)
-  NVLDLIBS  += -lcudnn -lnvrtc
-endif
-
 CPU_TARGETS := $(BUILD)/train_gpt2_cpu $(BUILD)/test_gpt2_cpu $(BUILD)/test_dataloader $(BUILD)/test_attention_cpu
 GPU_TARGETS := $(BUILD)/train_gpt2cu $(BUILD)/test_gpt2cu $(BUILD)/train_gpt2cu_fp32 $(BUILD)/test_gpt2cu_fp32
 
 LLMC_H   := $(wildcard llmc/*.h llmc/cpu/*.h)
 LLMC_CUH := $(wildcard llmc/*.cuh) $(LLMC_H)
 
-.PHONY: all cpu gpu test test-cpu test-gpu dev bench clean fixture
+.PHONY: all cpu gpu test test-build test-gpu dev check-headers spills sass bench clean fixture
 all: cpu $(if $(HAS_NVCC),gpu)
 cpu: $(CPU_TARGETS)
 gpu: $(GPU_TARGETS)
@@ -77,15 +64,58 @@ $(BUILD)/test_gpt2cu_fp32: test_gpt2.cu train_gpt2.cu $(LLMC_CUH) | $(BUILD)
 $(BUILD)/train_gpt2cu_fp32: train_gpt2.cu $(LLMC_CUH) | $(BUILD)
 	$(NVCC) $(filter-out -DPRECISION_%,$(NVCCFLAGS)) -DPRECISION_FP32 $< -o $@ $(NVLDLIBS)
 
-# Every test that needs no GPU; prints "N passed, N failed" last and fails if any failed.
-test: cpu $(if $(HAS_NVCC),gpu dev)
+# Every test that needs no GPU; prints "N passed, N failed" last and fails if any failed. The build
+# before it runs JOBS compiles at a time (unless make already runs with -j), so the GPU targets and
+# the lab files compile side by side, and keeps going past an error so that one run shows them all.
+test:
+	@$(MAKE) --no-print-directory $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(JOBS)) -k --output-sync=target test-build
 	@./tests/run_tests.sh
+test-build: cpu check-headers $(if $(HAS_NVCC),gpu dev)
 
 test-gpu: gpu
 	@./tests/run_gpu_tests.sh
 
 dev:
 	$(MAKE) -C dev/cuda
+
+# Each llmc/ header compiles on its own, from a one-line file that includes it: the .h files with
+# g++ -fsyntax-only, the .cuh files with nvcc -c (device code to the front end only, which is fast).
+# A stamp per header under build/headers/ skips the unchanged ones. cudnn_attention.cuh is checked
+# in USE_CUDNN=1 builds only (without cuDNN it is an #error by design).
+HEADERS       := $(LLMC_H) $(if $(HAS_NVCC),$(filter-out $(if $(filter 1,$(USE_CUDNN)),,llmc/cudnn_attention.cuh),$(wildcard llmc/*.cuh)))
+HEADER_STAMPS := $(addprefix $(BUILD)/headers/,$(addsuffix .ok,$(HEADERS)))
+check-headers:
+	@$(MAKE) --no-print-directory -s -k $(HEADER_STAMPS) || { echo "check-headers: these llmc/ headers do not compile on their own:" \
+	    $(foreach h,$(HEADERS),$$([ -f $(BUILD)/headers/$(h).ok ] || echo $(h))); exit 1; }
+	@echo "check-headers: $(words $(HEADERS)) llmc/ headers compile on their own$(if $(HAS_NVCC),, (no nvcc: .h files only))"
+
+# On failure: the first lines of the compiler's output, the whole of it in build/headers/<header>.log
+HEADER_FAIL = { echo "check-headers: FAIL $< (its first errors; all of the output in $(@:.ok=.log))"; \
+                grep -m 6 -E 'error|Error' $(@:.ok=.log) | sed 's/^/    /'; exit 1; }
+$(BUILD)/headers/%.h.ok: %.h $(LLMC_CUH)
+	@mkdir -p $(dir $@)
+	@echo '#include "$<"' | $(CXX) $(CXXFLAGS) -fsyntax-only -x c++ - > $(@:.ok=.log) 2>&1 || $(HEADER_FAIL)
+	@touch $@
+
+$(BUILD)/headers/%.cuh.ok: %.cuh $(LLMC_CUH)
+	@mkdir -p $(dir $@)
+	@echo '#include "$<"' > $(BUILD)/headers/$*.cu
+	@$(NVCC) $(NVCCFLAGS) -fdevice-syntax-only -c $(BUILD)/headers/$*.cu -o $(BUILD)/headers/$*.o > $(@:.ok=.log) 2>&1 || $(HEADER_FAIL)
+	@touch $@
+
+# ptxas's report of the trainer (device code only), then one line per kernel: registers, spills.
+spills: $(BUILD)/train_gpt2cu.ptxas
+	@echo "== train_gpt2.cu ($(PRECISION), sm_$(GPU_ARCH))"
+	@$(call PTXAS_TABLE,$<)
+$(BUILD)/train_gpt2cu.ptxas: train_gpt2.cu $(LLMC_CUH) | $(BUILD)
+	$(call PTXAS_REPORT,$<,$@)
+
+# The trainer's machine code, demangled, for reading a kernel's inner loop.
+CUOBJDUMP ?= $(firstword $(wildcard $(dir $(HAS_NVCC))cuobjdump) cuobjdump)
+sass: $(BUILD)/train_gpt2cu
+	@command -v $(CUOBJDUMP) >/dev/null || { echo "make sass: cuobjdump not found (it comes with the CUDA toolkit)"; exit 1; }
+	$(CUOBJDUMP) -sass $< | c++filt > $(BUILD)/train_gpt2cu.sass
+	@echo "wrote $(BUILD)/train_gpt2cu.sass"
 
 bench: gpu
 	./scripts/bench_gpt2.sh
