@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Plots train and validation loss against step from one or more trainer logs into a PNG.
+"""Plots train and validation loss (and HellaSwag accuracy, on a right-hand axis, where a log has it)
+against step from one or more trainer logs into a PNG.
 
 A log is any text file; the lines that count look like
     step <n> train_loss <x> [lr <x>] [ms <x>] [tok_s <x>] ...
     step <n> val_loss <x>
+    step <n> hellaswag_acc <x> correct <n> examples <n>
 (`key value` pairs after the step number, in any order; other lines are ignored). Both trainers
 and scripts/train_gpt2.py --train --log write this format.
 
@@ -23,8 +25,8 @@ def die(msg):
 
 
 def parse_log(path):
-    """{'train_loss': [(step, x)], 'val_loss': [(step, x)]} from the `step <n> key value ...` lines."""
-    series = {"train_loss": [], "val_loss": []}
+    """{'train_loss': [(step, x)], 'val_loss': [...], 'hellaswag_acc': [...]} from the `step <n> key value ...` lines."""
+    series = {"train_loss": [], "val_loss": [], "hellaswag_acc": []}
     try:
         lines = open(path, errors="replace").read().splitlines()
     except OSError as e:
@@ -97,7 +99,18 @@ def main(argv=None):
     if args.logy:
         ax.set_yscale("log")
     ax.grid(True, alpha=0.3)
-    ax.legend()
+    handles = ax.get_legend_handles_labels()
+    if any(s["hellaswag_acc"] for _, s in runs):
+        acc_ax = ax.twinx()
+        for i, (path, series) in enumerate(runs):
+            if series["hellaswag_acc"]:
+                steps, xs = zip(*series["hellaswag_acc"])
+                acc_ax.plot(steps, xs, color=f"C{i}", marker="s", markersize=3, linestyle=":",
+                            label=f"{os.path.basename(path)} hellaswag")
+        acc_ax.set_ylabel("HellaSwag accuracy (acc_norm)")
+        more = acc_ax.get_legend_handles_labels()
+        handles = (handles[0] + more[0], handles[1] + more[1])
+    ax.legend(*handles)
     if args.title:
         ax.set_title(args.title)
     fig.tight_layout()
@@ -105,7 +118,8 @@ def main(argv=None):
         fig.savefig(out, dpi=120)
     except OSError as e:
         die(f"{out}: cannot write ({e.strerror})")
-    summary = ", ".join(f"{os.path.basename(pth)}: {len(s['train_loss'])} train / {len(s['val_loss'])} val points"
+    summary = ", ".join(f"{os.path.basename(pth)}: {len(s['train_loss'])} train / {len(s['val_loss'])} val"
+                        + (f" / {len(s['hellaswag_acc'])} hellaswag" if s["hellaswag_acc"] else "") + " points"
                         for pth, s in runs)
     print(f"wrote {out} ({summary})")
 
