@@ -62,7 +62,7 @@ static void matmul_cublaslt(const CudaContext& ctx, floatX* d, const floatX* a, 
 }
 
 // out^T (OC, N) = W (OC, C) . inp^T (C, N): A = weight stored column-major (C, OC), transposed.
-// 2*N*C*OC FLOPs; at GPT-2 shapes cuBLAS reaches ~600-690 TFLOP/s on an H200 (docs/H200.md).
+// 2*N*C*OC FLOPs; at GPT-2 shapes cuBLAS reaches ~600-690 TFLOP/s on an H200 (docs/h200.md).
 inline void matmul_forward(floatX* out, floatX* gelu_pre, const floatX* inp, const floatX* weight, const floatX* bias,
                            int N, int C, int OC, const CudaContext& ctx) {
     if (C % 8 != 0 || OC % 8 != 0) fail("matmul_forward: C = %d and OC = %d must be multiples of 8", C, OC);

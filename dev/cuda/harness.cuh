@@ -12,7 +12,7 @@
 //      GB/s and TFLOP/s come from the bytes and FLOPs the lab file states for the op (the fewest
 //      bytes an implementation must move: each input read once, each output written once); the
 //      ceiling is the 4.0 TB/s device copy for memory-bound ops and the 710 TFLOP/s cuBLAS bf16 GEMM
-//      for compute-bound ones (../shared/H200.md).
+//      for compute-bound ones (both measured on the H200: docs/h200.md).
 // A failed check skips the timing, prints `FAIL`, and makes the binary exit 1.
 //
 // Command line of every lab binary: `./<op> [variant ...] [--check-only] [--reps N]`; no variant
@@ -34,7 +34,7 @@
 
 namespace lab {
 
-// ---------------------------------------------------------------- H200 ceilings (../shared/H200.md)
+// ---------------------------------------------------------------- H200 ceilings (docs/h200.md)
 constexpr double H200_COPY_GBPS = 4000.0;    // device-to-device copy, bytes read + written
 constexpr double H200_GEMM_TFLOPS = 710.0;  // cuBLAS bf16 GEMM at 8192^3
 enum class Bound { Memory, Compute };
