@@ -21,7 +21,7 @@ ifeq ($(GPU_ARCH),90a)
 endif
 # cudnn_frontend is header-only: scripts/get_cudnn_frontend.sh puts the headers in
 # build/cudnn_frontend/include (or point CUDNN_FRONTEND_PATH elsewhere). It compiles kernels with NVRTC.
-CUDNN_FRONTEND_PATH ?= $(LLMC_ROOT)/build/cudnn_frontend/include
+CUDNN_FRONTEND_PATH ?= $(abspath $(LLMC_ROOT)/build/cudnn_frontend/include)
 ifeq ($(USE_CUDNN),1)
   NVCCFLAGS += -DUSE_CUDNN -I$(CUDNN_FRONTEND_PATH)
   NVLDLIBS  += -lcudnn -lnvrtc
