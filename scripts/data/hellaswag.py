@@ -1,12 +1,15 @@
 """HellaSwag (sentence completion, 4 choices) as an eval file the trainers score during training.
 
     python3 scripts/data/hellaswag.py [--split val] [--source hellaswag_val.jsonl] [--out-dir data]
+    build/train_gpt2cu ... --hellaswag data/hellaswag/hellaswag_val.bin --hellaswag-every 250
 
 Writes data/hellaswag/hellaswag_val.bin in the GPTE format of docs/formats.md. For each example the
 context ("ctx") is tokenized on its own and each ending as " " + ending (GPT-2 sees the space
 that joins them as part of the ending's first token); the model's choice is the ending whose
-tokens get the lowest mean cross-entropy after the context. Random guessing scores 25%;
-GPT-2 124M about 29%.
+tokens get the lowest mean cross-entropy after the context ("acc_norm"; llmc/hellaswag.h in the
+trainers, `scripts/train_gpt2.py --hellaswag FILE` in PyTorch). Random guessing scores 25%;
+GPT-2 124M about 29%. The trainers need --seq of at least the longest example less one token
+(printed below).
 Offline: --source FILE, or LLMC_OFFLINE_DATA=folder holding hellaswag_<split>.jsonl and gpt2.tiktoken.
 """
 import argparse
@@ -68,7 +71,7 @@ def write_eval(path, examples, vocab_size):
 
 
 def read_eval(path):
-    """Validating reader (the C++ one is EvalLoader in llmc/dataloader.h); returns
+    """Validating reader (the C++ one is EvalLoader in llmc/dataloader.h, which llmc/hellaswag.h uses); returns
     (examples as in write_eval, vocab_size). Raises llmc_formats.FormatError naming the file."""
     h, size = llmc_formats.read_header(path, llmc_formats.MAGIC_EVAL)
     n, vocab, choices, max_row, length = (int(x) for x in h[2:7])
@@ -110,7 +113,9 @@ def main():
     examples = [(label, *tokenize_example(enc, ctx, endings)) for label, ctx, endings in tqdm(raw, desc=name)]
     out.mkdir(parents=True, exist_ok=True)
     write_eval(out / f"{name}.bin", examples, VOCAB_SIZE)
-    print(f"wrote {out / (name + '.bin')} ({len(examples)} examples)")
+    longest = max(len(ctx) + max(len(e) for e in ends) for _, ctx, ends in examples)
+    print(f"wrote {out / (name + '.bin')} ({len(examples)} examples, the longest {longest} tokens: "
+          f"the trainers' --seq must be at least {longest - 1})")
 
 
 if __name__ == "__main__":
