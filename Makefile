@@ -79,7 +79,7 @@ dev:
 	$(MAKE) -C dev/cuda
 
 # Each llmc/ header compiles on its own, from a one-line file that includes it: the .h files with
-# g++ -fsyntax-only, the .cuh files with nvcc -c (device code to the front end only, which is fast).
+# g++ -fsyntax-only, the .cuh files with nvcc -c.
 # A stamp per header under build/headers/ skips the unchanged ones. cudnn_attention.cuh is checked
 # in USE_CUDNN=1 builds only (without cuDNN it is an #error by design).
 HEADERS       := $(LLMC_H) $(if $(HAS_NVCC),$(filter-out $(if $(filter 1,$(USE_CUDNN)),,llmc/cudnn_attention.cuh),$(wildcard llmc/*.cuh)))
@@ -97,10 +97,12 @@ $(BUILD)/headers/%.h.ok: %.h $(LLMC_CUH)
 	@echo '#include "$<"' | $(CXX) $(CXXFLAGS) -fsyntax-only -x c++ - > $(@:.ok=.log) 2>&1 || $(HEADER_FAIL)
 	@touch $@
 
+# -fdevice-syntax-only (newer nvcc) stops device code after the front end; older ones compile it all
+DEVICE_SYNTAX_ONLY = $(shell $(NVCC) --help 2>/dev/null | grep -q fdevice-syntax-only && echo -fdevice-syntax-only)
 $(BUILD)/headers/%.cuh.ok: %.cuh $(LLMC_CUH)
 	@mkdir -p $(dir $@)
 	@echo '#include "$<"' > $(BUILD)/headers/$*.cu
-	@$(NVCC) $(NVCCFLAGS) -fdevice-syntax-only -c $(BUILD)/headers/$*.cu -o $(BUILD)/headers/$*.o > $(@:.ok=.log) 2>&1 || $(HEADER_FAIL)
+	@$(NVCC) $(NVCCFLAGS) $(DEVICE_SYNTAX_ONLY) -c $(BUILD)/headers/$*.cu -o $(BUILD)/headers/$*.o > $(@:.ok=.log) 2>&1 || $(HEADER_FAIL)
 	@touch $@
 
 # ptxas's report of the trainer (device code only), then one line per kernel: registers, spills.
