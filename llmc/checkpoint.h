@@ -1,49 +1,381 @@
-// checkpoint.h: the checkpoint directory layout both trainers share (docs/design.md):
+// checkpoint.h: the files of a training run, shared by both trainers (docs/formats.md,
+// "Checkpoint directory"):
 //   out_dir/step_NNNNNNNN/{model.bin, state.bin, DONE}
-// model.bin and state.bin each go through AtomicFileWriter; DONE is written last, so a directory
-// without it is an interrupted save and is never resumed from.
+// A checkpoint is written into step_NNNNNNNN.tmp/ and renamed into place when complete, so a
+// step_NNNNNNNN directory is always whole. DONE, written last, lists the step and the size and
+// checksum64 of model.bin and state.bin: it ties the two files together and lets --resume tell a
+// damaged checkpoint from a good one (falling back to the newest good one, and saying so).
+// open_run_files does every check on the run's files at startup, before any training: --out-dir
+// and --log writable (missing parents created), another run's checkpoints or log never replaced
+// without --overwrite 1, leftovers of interrupted saves removed.
 #pragma once
 #include <dirent.h>
+#include <fcntl.h>
+#include <algorithm>
 #include <cerrno>
+#include <cinttypes>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
+#include "llmc/formats.h"
+#include "llmc/train_config.h"
 #include "llmc/utils.h"
 
-// Creates out_dir and its step directory; returns the step directory.
-inline std::string checkpoint_begin(const std::string& out_dir, int64_t step) {
+constexpr const char* CHECKPOINT_MANIFEST = "llmc-checkpoint 1";
+constexpr const char* CHECKPOINT_FILES[2] = {"model.bin", "state.bin"};
+
+inline std::string checkpoint_dir_name(int64_t step) {
     char name[32];
     snprintf(name, sizeof name, "step_%08lld", (long long)step);
-    mkdir_or_fail(out_dir.c_str());
-    const std::string dir = out_dir + "/" + name;
-    mkdir_or_fail(dir.c_str());
-    return dir;
+    return name;
 }
 
-// Marks a checkpoint complete, after its files are written.
-inline void checkpoint_finish(const std::string& dir) {
-    AtomicFileWriter done(dir + "/DONE");
-    done.write("ok\n", 3);
+// True if `name` is a checkpoint directory name, step_<digits>, optionally followed by `suffix`.
+inline bool parse_checkpoint_name(const char* name, int64_t* step, const char* suffix = "") {
+    if (strncmp(name, "step_", 5) != 0) return false;
+    const char* p = name + 5;
+    const char* digits = p;
+    while (*p >= '0' && *p <= '9') p++;
+    if (p == digits || p - digits > 18 || strcmp(p, suffix) != 0) return false;
+    *step = strtoll(digits, nullptr, 10);
+    return true;
+}
+
+// fsync a directory, so a rename inside it survives a power cut; errors are ignored (some
+// filesystems refuse to fsync a directory, and the data files themselves are already synced).
+inline void fsync_dir(const std::string& dir) {
+    int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return;
+    fsync(fd);
+    close(fd);
+}
+
+// Deletes a checkpoint directory: renamed to <dir>.tmp first (atomic), so an interruption leaves
+// a leftover that the next start removes, never a half-deleted directory that looks complete.
+// Only the files inside are removed; a subdirectory someone put there keeps the directory.
+inline void remove_checkpoint_dir(const std::string& dir) {
+    std::string doomed = dir;
+    if (doomed.size() < 4 || doomed.compare(doomed.size() - 4, 4, ".tmp") != 0) {
+        doomed = dir + ".tmp";
+        remove_checkpoint_dir(doomed);  // an older leftover under that name
+        if (rename(dir.c_str(), doomed.c_str()) != 0) {
+            if (errno == ENOENT) return;
+            fail("%s: cannot remove (rename failed: %s)", dir.c_str(), strerror(errno));
+        }
+    }
+    DIR* d = opendir(doomed.c_str());
+    if (!d) return;
+    while (dirent* e = readdir(d)) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        const std::string path = doomed + "/" + e->d_name;
+        struct stat st;
+        if (lstat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) unlink(path.c_str());
+    }
+    closedir(d);
+    if (rmdir(doomed.c_str()) != 0) printf("checkpoint: could not remove %s (%s)\n", doomed.c_str(), strerror(errno));
+}
+
+// The complete checkpoints (step directories holding DONE) of `out_dir`, oldest first.
+struct CheckpointEntry {
+    int64_t step;
+    std::string dir;
+};
+inline std::vector<CheckpointEntry> list_checkpoints(const std::string& out_dir) {
+    std::vector<CheckpointEntry> found;
+    DIR* d = opendir(out_dir.c_str());
+    if (!d) return found;
+    while (dirent* e = readdir(d)) {
+        int64_t step;
+        const std::string dir = out_dir + "/" + e->d_name;
+        if (parse_checkpoint_name(e->d_name, &step) && file_exists((dir + "/DONE").c_str())) found.push_back({step, dir});
+    }
+    closedir(d);
+    std::sort(found.begin(), found.end(), [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step < b.step; });
+    return found;
+}
+
+// Why the checkpoint in `dir` cannot be used, or "" if it verifies: DONE's step must match the
+// directory's name, each file its recorded size and checksum. A DONE from before checksums
+// ("ok") is accepted unverified, so checkpoints of earlier builds stay loadable.
+inline std::string checkpoint_problem(const std::string& dir) {
+    FILE* f = fopen((dir + "/DONE").c_str(), "r");
+    if (!f) return std::string("DONE: ") + strerror(errno);
+    char line[4][256] = {};
+    int lines = 0;
+    while (lines < 4 && fgets(line[lines], sizeof line[0], f)) lines++;
+    fclose(f);
+    if (lines == 1 && strcmp(line[0], "ok\n") == 0) {
+        for (const char* name : CHECKPOINT_FILES)
+            if (!file_exists((dir + "/" + name).c_str())) return std::string(name) + " is missing";
+        return "";
+    }
+    if (lines != 4 || strncmp(line[0], CHECKPOINT_MANIFEST, strlen(CHECKPOINT_MANIFEST)) != 0)
+        return "DONE is not a checkpoint manifest";
+    long long step;
+    const size_t slash = dir.find_last_of('/');
+    int64_t named_step;
+    if (sscanf(line[1], "step %lld", &step) != 1 ||
+        !parse_checkpoint_name(dir.c_str() + (slash == std::string::npos ? 0 : slash + 1), &named_step))
+        return "DONE has no step, or the directory is not named step_NNNNNNNN";
+    if (step != named_step) return "DONE is for step " + std::to_string(step) + ", not the directory's";
+    for (int i = 0; i < 2; i++) {
+        char name[64];
+        long long want_size;
+        unsigned long long want_sum;
+        if (sscanf(line[2 + i], "%63s %lld %llx", name, &want_size, &want_sum) != 3 || strcmp(name, CHECKPOINT_FILES[i]) != 0)
+            return std::string("DONE has no entry for ") + CHECKPOINT_FILES[i];
+        const std::string path = dir + "/" + name;
+        int64_t size;
+        uint64_t sum;
+        if (!file_checksum64(path.c_str(), &size, &sum)) return std::string(name) + ": " + strerror(errno);
+        if (size != want_size)
+            return std::string(name) + " has " + std::to_string(size) + " bytes, DONE says " + std::to_string(want_size);
+        if (sum != want_sum) return std::string(name) + " does not match the checksum in DONE";
+    }
+    return "";
+}
+
+// Starts checkpoint `step` in out_dir: returns the directory to write model.bin and state.bin
+// into (step_NNNNNNNN.tmp, emptied if an interrupted save left it).
+inline std::string checkpoint_begin(const std::string& out_dir, int64_t step) {
+    mkdirs_or_fail(out_dir, "--out-dir");
+    const std::string tmp = out_dir + "/" + checkpoint_dir_name(step) + ".tmp";
+    remove_checkpoint_dir(tmp);
+    mkdir_or_fail(tmp.c_str());
+    return tmp;
+}
+
+// Completes the checkpoint begun in `tmp_dir`: writes DONE (the manifest, from the files as they
+// are on disk) and renames the directory to its final name. A checkpoint of the same step already
+// there (a resumed run retracing its steps) is swapped out atomically where the filesystem can
+// (renameat2 RENAME_EXCHANGE), else removed just before the rename.
+inline void checkpoint_finish(const std::string& tmp_dir) {
+    const std::string dir = tmp_dir.substr(0, tmp_dir.size() - 4);
+    const size_t slash = dir.find_last_of('/');
+    int64_t step;
+    if (tmp_dir.size() < 4 || tmp_dir.compare(tmp_dir.size() - 4, 4, ".tmp") != 0 ||
+        !parse_checkpoint_name(dir.c_str() + (slash == std::string::npos ? 0 : slash + 1), &step))
+        fail("internal: checkpoint_finish(%s): not a directory from checkpoint_begin", tmp_dir.c_str());
+    std::string manifest = std::string(CHECKPOINT_MANIFEST) + "\nstep " + std::to_string(step) + "\n";
+    for (const char* name : CHECKPOINT_FILES) {
+        const std::string path = tmp_dir + "/" + name;
+        int64_t size;
+        uint64_t sum;
+        if (!file_checksum64(path.c_str(), &size, &sum)) fail("%s: cannot read it back (%s)", path.c_str(), strerror(errno));
+        char entry[128];
+        snprintf(entry, sizeof entry, "%s %lld %016llx\n", name, (long long)size, (unsigned long long)sum);
+        manifest += entry;
+    }
+    AtomicFileWriter done(tmp_dir + "/DONE");
+    done.write(manifest.data(), manifest.size());
     done.commit();
+    fsync_dir(tmp_dir);
+    if (renameat2(AT_FDCWD, tmp_dir.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+        remove_checkpoint_dir(tmp_dir);  // now holds the replaced checkpoint
+    } else {
+        if (file_exists(dir.c_str())) remove_checkpoint_dir(dir);
+        if (rename(tmp_dir.c_str(), dir.c_str()) != 0)
+            fail("%s: cannot rename %s to it (%s)", dir.c_str(), tmp_dir.c_str(), strerror(errno));
+    }
+    fsync_dir(slash == std::string::npos ? "." : dir.substr(0, slash));
     printf("checkpoint: wrote %s\n", dir.c_str());
 }
 
-// The checkpoint to resume from: `path` itself if it holds DONE, else its newest complete step_*.
-inline std::string checkpoint_find(const std::string& path) {
-    if (file_exists((path + "/DONE").c_str())) return path;
-    DIR* d = opendir(path.c_str());
-    if (!d) fail("--resume %s: cannot open the directory (%s)", path.c_str(), strerror(errno));
-    std::string best;
-    long long best_step = -1;
+// The checkpoint to resume from: `path` itself if it is one (holds DONE), else the newest step_*
+// in it that verifies; damaged newer ones are named in a note, skipped, and listed in *damaged.
+inline std::string checkpoint_find(const std::string& path, std::vector<std::string>* damaged = nullptr) {
+    if (file_exists((path + "/DONE").c_str())) {
+        const std::string why = checkpoint_problem(path);
+        if (!why.empty()) fail("--resume %s: damaged checkpoint: %s", path.c_str(), why.c_str());
+        return path;
+    }
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        fail("--resume %s: cannot open the directory (%s)", path.c_str(), errno ? strerror(errno) : "not a directory");
+    std::vector<CheckpointEntry> all = list_checkpoints(path);
+    for (size_t i = all.size(); i-- > 0;) {
+        const std::string why = checkpoint_problem(all[i].dir);
+        if (why.empty()) {
+            if (i + 1 < all.size()) printf("checkpoint: resuming from %s instead\n", all[i].dir.c_str());
+            return all[i].dir;
+        }
+        printf("checkpoint: %s is damaged (%s); trying the next older one\n", all[i].dir.c_str(), why.c_str());
+        if (damaged) damaged->push_back(all[i].dir);
+    }
+    if (all.empty()) fail("--resume %s: no complete checkpoint (a step_NNNNNNNN directory with DONE) in it", path.c_str());
+    fail("--resume %s: all %zu checkpoints in it are damaged (see above)", path.c_str(), all.size());
+}
+
+// Removes what interrupted saves left in out_dir: step_*.tmp directories, and from earlier builds
+// (which wrote in place) *.tmp files in step directories and step directories without DONE.
+inline void remove_checkpoint_leftovers(const std::string& out_dir) {
+    DIR* d = opendir(out_dir.c_str());
+    if (!d) return;
+    std::vector<std::string> doomed, stray_files;
     while (dirent* e = readdir(d)) {
-        long long step;
-        char tail;
-        if (sscanf(e->d_name, "step_%lld%c", &step, &tail) != 1 || step <= best_step) continue;
-        const std::string dir = path + "/" + e->d_name;
-        if (!file_exists((dir + "/DONE").c_str())) continue;
-        best = dir;
-        best_step = step;
+        int64_t step;
+        const std::string dir = out_dir + "/" + e->d_name;
+        if (parse_checkpoint_name(e->d_name, &step, ".tmp")) doomed.push_back(dir);
+        if (!parse_checkpoint_name(e->d_name, &step)) continue;
+        if (!file_exists((dir + "/DONE").c_str())) {
+            doomed.push_back(dir);
+            continue;
+        }
+        for (const char* name : CHECKPOINT_FILES)
+            if (file_exists((dir + "/" + name + ".tmp").c_str())) stray_files.push_back(dir + "/" + name + ".tmp");
     }
     closedir(d);
-    if (best.empty()) fail("--resume %s: no complete checkpoint (a step_NNNNNNNN directory with DONE) in it", path.c_str());
-    return best;
+    for (const std::string& dir : doomed) remove_checkpoint_dir(dir);
+    for (const std::string& f : stray_files) unlink(f.c_str());
+    if (!doomed.empty() || !stray_files.empty())
+        printf("checkpoint: removed %zu leftovers of interrupted saves from %s\n", doomed.size() + stray_files.size(),
+               out_dir.c_str());
+}
+
+// The --log file: every line is flushed and checked, so a full disk or /dev/full stops the run
+// with an error instead of an empty log, and a killed run's log has every finished step.
+class RunLog {
+  public:
+    RunLog() = default;
+    RunLog(const RunLog&) = delete;
+    RunLog& operator=(const RunLog&) = delete;
+    RunLog(RunLog&& o) noexcept : f_(o.f_), path_(std::move(o.path_)) { o.f_ = nullptr; }
+    ~RunLog() {
+        if (f_) fclose(f_);
+    }
+    void open(const std::string& path, bool append) {
+        path_ = path;
+        f_ = fopen(path.c_str(), append ? "a" : "w");
+        if (!f_) fail("--log %s: cannot open for writing (%s)", path.c_str(), strerror(errno));
+    }
+    explicit operator bool() const { return f_ != nullptr; }
+    // printf to the log (nothing when no --log), flushed at once
+    __attribute__((format(printf, 2, 3))) void line(const char* fmt, ...) {
+        if (!f_) return;
+        va_list ap;
+        va_start(ap, fmt);
+        const int n = vfprintf(f_, fmt, ap);
+        va_end(ap);
+        if (n < 0 || fflush(f_) != 0 || ferror(f_)) fail("--log %s: write failed (%s)", path_.c_str(), strerror(errno));
+    }
+    void close() {
+        if (!f_) return;
+        FILE* f = f_;
+        f_ = nullptr;
+        if (fclose(f) != 0) fail("--log %s: close failed (%s)", path_.c_str(), strerror(errno));
+    }
+
+  private:
+    FILE* f_ = nullptr;
+    std::string path_;
+};
+
+struct RunFiles {
+    std::string resume_from;  // the checkpoint directory to load; "" for a fresh run
+    RunLog log;               // --log (closed when not given)
+};
+
+// Everything about the run's files, called once after the flags are parsed and before any work:
+//  - stdout becomes line-buffered, so a redirected run that is killed keeps its finished lines;
+//  - --resume: finds the checkpoint (falling back past damaged ones), checks that --init only
+//    repeats its shape, and sets cfg.init to its model.bin and cfg.out_dir (if not given) to its
+//    directory;
+//  - --out-dir: created with its parents and checked writable; leftovers of interrupted saves are
+//    removed; checkpoints of another run (a fresh run) or newer than the one resumed are an error
+//    unless --overwrite 1, which deletes them;
+//  - --log: parents created, opened (appending on --resume); another run's log is an error on a
+//    fresh run unless --overwrite 1.
+inline RunFiles open_run_files(TrainConfig& cfg) {
+    setvbuf(stdout, nullptr, _IOLBF, 0);
+    RunFiles files;
+    int64_t resume_step = -1;
+    std::vector<std::string> damaged;
+    if (!cfg.resume_dir.empty()) {
+        files.resume_from = checkpoint_find(cfg.resume_dir, &damaged);
+        const std::string model_path = files.resume_from + "/model.bin";
+        if (!cfg.init.empty()) {  // --init may only repeat the checkpoint's model shape
+            const GPT2Config have = model_read_info(model_path.c_str()).config;
+            GPT2Config want = file_exists(cfg.init.c_str()) ? model_read_info(cfg.init.c_str()).config
+                                                            : gpt2_config_from_descriptor(cfg.init.c_str());
+            want.num_kv_heads = have.num_kv_heads;  // --kv-heads and --window are checked against the
+            want.window = have.window;              // checkpoint by apply_attention_flags
+            if (memcmp(&have, &want, sizeof have) != 0)
+                fail("--init %s: differs from the model of the checkpoint %s (L=%d C=%d NH=%d NKV=%d W=%d); with "
+                     "--resume the model comes from the checkpoint, so drop --init or repeat the run's own",
+                     cfg.init.c_str(), files.resume_from.c_str(), have.num_layers, have.channels, have.num_heads,
+                     have.num_kv_heads, have.window);
+        }
+        cfg.init = model_path;
+        if (cfg.out_dir.empty()) {  // keep writing beside the checkpoint we resume from
+            const size_t slash = files.resume_from.find_last_of('/');
+            cfg.out_dir = slash == std::string::npos ? "." : files.resume_from.substr(0, slash);
+        }
+        FileHeader hd;
+        int64_t size;
+        UniqueFile f = open_checked((files.resume_from + "/state.bin").c_str(), MAGIC_STATE, &hd, &size);
+        resume_step = hd.h[2];
+    }
+    if (!cfg.out_dir.empty()) {
+        mkdirs_or_fail(cfg.out_dir, "--out-dir");
+        const std::string probe = cfg.out_dir + "/.write_test.tmp";
+        int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0) fail("--out-dir %s: cannot write there (%s)", cfg.out_dir.c_str(), strerror(errno));
+        close(fd);
+        unlink(probe.c_str());
+        remove_checkpoint_leftovers(cfg.out_dir);
+        std::vector<CheckpointEntry> in_the_way;
+        for (const CheckpointEntry& c : list_checkpoints(cfg.out_dir)) {
+            const bool is_damaged = std::find(damaged.begin(), damaged.end(), c.dir) != damaged.end();
+            if (c.step > resume_step && !is_damaged) in_the_way.push_back(c);
+        }
+        if (!in_the_way.empty() && !cfg.overwrite) {
+            const std::string& newest = in_the_way.back().dir;
+            if (resume_step < 0)
+                fail("--out-dir %s: holds %zu checkpoints of another run (newest %s): --resume %s continues it, "
+                     "--overwrite 1 deletes them, or choose another --out-dir", cfg.out_dir.c_str(), in_the_way.size(),
+                     newest.c_str(), cfg.out_dir.c_str());
+            fail("--resume %s: --out-dir %s holds %zu checkpoints newer than step %lld (newest %s) that this run would "
+                 "replace: --overwrite 1 deletes them, or choose another --out-dir", files.resume_from.c_str(),
+                 cfg.out_dir.c_str(), in_the_way.size(), (long long)resume_step, newest.c_str());
+        }
+        for (const CheckpointEntry& c : in_the_way) remove_checkpoint_dir(c.dir);
+        if (!in_the_way.empty())
+            printf("checkpoint: --overwrite 1: deleted %zu checkpoints from %s\n", in_the_way.size(), cfg.out_dir.c_str());
+    }
+    if (!cfg.log_path.empty()) {
+        const size_t slash = cfg.log_path.find_last_of('/');
+        if (slash != std::string::npos && slash > 0) mkdirs_or_fail(cfg.log_path.substr(0, slash), "--log");
+        struct stat st;
+        const bool resuming = resume_step >= 0;
+        if (!resuming && !cfg.overwrite && stat(cfg.log_path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
+            fail("--log %s: holds another run's log: --resume appends to it, --overwrite 1 replaces it, or choose "
+                 "another --log", cfg.log_path.c_str());
+        files.log.open(cfg.log_path, resuming);
+    }
+    return files;
+}
+
+// The check after every optimizer step: a loss or gradient norm that is NaN or infinite means the
+// run diverged (and the update just spread it into the weights), so it stops before the next
+// checkpoint is written; the checkpoints already in --out-dir are the last good ones.
+inline void check_step_finite(int64_t step, double loss, double grad_norm, const std::string& out_dir) {
+    if (std::isfinite(loss) && std::isfinite(grad_norm)) return;
+    fail("step %lld: the %s is %g: training diverged, stopping without writing a checkpoint%s%s (resume from the last "
+         "good one with a lower --lr or --grad-clip)", (long long)step, std::isfinite(loss) ? "gradient norm" : "loss",
+         std::isfinite(loss) ? grad_norm : loss, out_dir.empty() ? "" : "; the checkpoints in ",
+         out_dir.empty() ? "" : (out_dir + " are kept").c_str());
+}
+
+// The --steps check once the total is known: a checkpoint past it is an error, one at it has
+// nothing left to train (said, not silent).
+inline void check_steps_left(int64_t start_step, int64_t total_steps, const std::string& resume_from) {
+    if (start_step > total_steps)
+        fail("--steps %lld: the checkpoint %s is already at step %lld; give --steps above it to train on",
+             (long long)total_steps, resume_from.c_str(), (long long)start_step);
+    if (start_step == total_steps && start_step > 0)
+        printf("nothing to train: the checkpoint %s is already at step %lld = --steps\n", resume_from.c_str(),
+               (long long)start_step);
 }

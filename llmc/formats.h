@@ -6,6 +6,7 @@
 #pragma once
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -98,6 +99,30 @@ inline uint16_t float_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
+// Fails if any of the n values is NaN or infinite: such a file comes from a diverged run (or is
+// damaged), and training from it only spreads the NaN. `what` names the values ("AdamW m", ...);
+// a model's parameters are checked with their config, so the message names the tensor.
+inline void check_all_finite(const char* path, const char* what, const float* x, int64_t n,
+                             const GPT2Config* params_of = nullptr) {
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (!std::isfinite(x[i])) {
+            if (first < 0) first = i;
+            bad++;
+        }
+    if (bad == 0) return;
+    std::string where;
+    if (params_of) {
+        size_t off[NUM_PARAM_TENSORS];
+        gpt2_param_offsets(*params_of, off);
+        int t = 0;
+        while (t + 1 < NUM_PARAM_TENSORS && (size_t)first >= off[t + 1]) t++;
+        where = std::string(" (") + GPT2_PARAM_NAMES[t] + ")";
+    }
+    fail("%s: %lld of %lld %s values are not finite, the first at index %lld%s is %g: the file is from a diverged run "
+         "or damaged", path, (long long)bad, (long long)n, what, (long long)first, where.c_str(), x[first]);
+}
+
 // ================================ model checkpoint (GPTM) ================================
 struct ModelFileInfo {
     GPT2Config config;
@@ -156,6 +181,7 @@ inline ModelFileInfo model_read_fp32(const char* path, float* params) {
             done += n;
         }
     }
+    check_all_finite(path, "parameter", params, info.num_params, &info.config);
     return info;
 }
 
@@ -236,6 +262,9 @@ inline TrainState state_read(const char* path, int64_t expected_params, float* m
     fread_or_fail(m, sizeof(float), s.num_params, f.get(), path);
     fread_or_fail(v, sizeof(float), s.num_params, f.get(), path);
     if (s.has_master && master) fread_or_fail(master, sizeof(float), s.num_params, f.get(), path);
+    check_all_finite(path, "AdamW m", m, s.num_params);
+    check_all_finite(path, "AdamW v", v, s.num_params);
+    if (s.has_master && master) check_all_finite(path, "master weight", master, s.num_params);
     return s;
 }
 

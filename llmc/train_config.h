@@ -19,10 +19,11 @@ struct TrainConfig {
     std::string train_pattern;      // --train: glob of token shards (required)
     std::string val_pattern;        // --val: glob of validation shards ("" = no validation)
     std::string tokenizer_path;     // --tokenizer: GPTT file for printing samples ("" = print ids)
-    std::string init = "d12";       // --init: dN descriptor (fresh init) or a model checkpoint file
+    std::string init;               // --init: dN descriptor (fresh init) or a model file ("" = d12, or the checkpoint on --resume)
     std::string resume_dir;         // --resume: checkpoint directory to continue from
     std::string out_dir;            // --out-dir: where checkpoints go ("" = none)
     std::string log_path;           // --log: per-step log file ("" = none)
+    int overwrite = 0;              // --overwrite: 1 = replace another run's checkpoints in --out-dir and its --log
     int kv_heads = -1;              // --kv-heads: NKV of a fresh dN model (0 = NH; -1 = not given)
     int window = -1;                // --window: attention window of a fresh dN model (0 = full; -1 = not given)
     int B = 4;                      // --batch: micro-batch size
@@ -124,6 +125,10 @@ class FlagParser {
             const Flag* f = find(arg);
             if (!f) fail("%s: unknown flag (see --help)", arg);
             if (i + 1 >= argc) fail("%s: missing value (%s)", arg, f->metavar.c_str());
+            // `--out-dir --log x` would make a directory named --log: no value starts with "--"
+            // (a negative number has one dash; a file named --x can be given as ./--x)
+            if (strncmp(argv[i + 1], "--", 2) == 0)
+                fail("%s: missing value (%s) before %s", arg, f->metavar.c_str(), argv[i + 1]);
             std::string why = f->set(argv[++i]);
             if (!why.empty()) fail("%s: %s", arg, why.c_str());
         }
@@ -162,10 +167,13 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
     p.add_string("--train", "GLOB", &cfg.train_pattern, "token shards to train on (required)");
     p.add_string("--val", "GLOB", &cfg.val_pattern, "token shards for the validation loss (default: none)");
     p.add_string("--tokenizer", "FILE", &cfg.tokenizer_path, "GPTT decode table for printing samples (default: print ids)");
-    p.add_string("--init", "MODEL", &cfg.init, "dN = fresh GPT-2 with N layers (d12 = 124M), or a model .bin to start from");
+    p.add_string("--init", "MODEL", &cfg.init, "dN = fresh GPT-2 with N layers (d12 = 124M), or a model .bin to start from "
+                 "(default d12; with --resume it may only repeat the checkpoint's shape)");
     p.add_string("--resume", "DIR", &cfg.resume_dir, "continue from the newest complete checkpoint in DIR (or DIR itself)");
     p.add_string("--out-dir", "DIR", &cfg.out_dir, "write checkpoints DIR/step_NNNNNNNN/ (default: none)");
     p.add_string("--log", "FILE", &cfg.log_path, "write `step n train_loss x lr x ms x tok_s x` and `step n val_loss x` lines (appends on --resume)");
+    p.add_int("--overwrite", &cfg.overwrite, {0, 1}, "1 = a fresh run may delete the checkpoints already in --out-dir and "
+              "replace --log (a --resume from an older step: the newer checkpoints)");
     // -1 marks "not given": a model file keeps its own values unless the flag repeats them
     auto add_shape_int = [&p](const char* name, int* dst, const char* help) {
         p.add({name, "N", help, [dst](const char* s) -> std::string {
@@ -183,7 +191,14 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
     p.add_int("--batch", &cfg.B, {1, 1 << 16}, "micro-batch size B");
     p.add_int("--seq", &cfg.T, {1, 1 << 20}, "sequence length T (at most the model's max_seq_len)");
     p.add_int64("--total-batch", &cfg.total_batch, {0, 1e15}, "tokens per optimizer step, a multiple of B*T (0 = B*T)");
-    p.add_int("--steps", &cfg.steps, {-1, BIG}, "optimizer steps; -1 = one epoch of --train");
+    p.add({"--steps", "N", "optimizer steps in all (a resumed run counts the checkpoint's); -1 = one epoch of --train "
+           "(default -1)", [&cfg](const char* s) -> std::string {
+               int64_t v;
+               if (!parse_int64(s, &v)) return std::string("'") + s + "' is not an integer";
+               if (v == 0 || v < -1 || v > 1e9) return std::string("must be -1 (one epoch) or in [1, 1e9], got ") + s;
+               cfg.steps = (int)v;
+               return "";
+           }});
     p.add_float("--lr", &cfg.schedule.lr, {0, 10}, "peak learning rate");
     p.add_int("--warmup", &cfg.schedule.warmup, {0, BIG}, "linear warmup steps");
     p.add({"--schedule", "NAME", "cosine | linear | constant | wsd, after the warmup (default cosine)",
@@ -219,11 +234,17 @@ inline void validate_train_config(TrainConfig& cfg) {
     if (cfg.total_batch == 0) cfg.total_batch = BT;
     if (cfg.total_batch % BT != 0)
         fail("--total-batch: %" PRId64 " is not a multiple of --batch * --seq = %" PRId64, cfg.total_batch, BT);
+    // micro-batches per step: at most 2^20 (an int, and a host buffer of B*T losses each on the GPU)
+    constexpr int64_t MAX_GRAD_ACCUM = 1 << 20;
+    if (cfg.total_batch / BT > MAX_GRAD_ACCUM)
+        fail("--total-batch: %" PRId64 " tokens is %" PRId64 " micro-batches of --batch * --seq = %" PRId64
+             " tokens; at most %" PRId64 " are supported", cfg.total_batch, cfg.total_batch / BT, BT, MAX_GRAD_ACCUM);
     cfg.grad_accum = (int)(cfg.total_batch / BT);
     if (cfg.ckpt_every > 0 && cfg.out_dir.empty() && cfg.resume_dir.empty())
         fail("--ckpt-every: needs --out-dir (where the checkpoints go)");
     if (cfg.hellaswag_every > 0 && cfg.hellaswag_path.empty())
         fail("--hellaswag-every: needs --hellaswag FILE (the eval file to score)");
+    if (cfg.init.empty() && cfg.resume_dir.empty()) cfg.init = "d12";  // with --resume: checked by open_run_files
 }
 
 // Applies --kv-heads and --window to the model config `c` read from `source`: they shape a fresh

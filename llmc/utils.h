@@ -96,6 +96,104 @@ inline void mkdir_or_fail(const char* path) {
     if (mkdir(path, 0755) != 0 && errno != EEXIST) fail("%s: cannot create directory (%s)", path, strerror(errno));
 }
 
+// mkdir -p: creates `path` and any missing parents; `what` names the flag in the message.
+inline void mkdirs_or_fail(const std::string& path, const char* what) {
+    for (size_t i = 1; i <= path.size(); i++) {
+        if (i < path.size() && path[i] != '/') continue;
+        const std::string prefix = path.substr(0, i);
+        struct stat st;
+        if (stat(prefix.c_str(), &st) == 0) {
+            if (!S_ISDIR(st.st_mode)) fail("%s %s: %s is not a directory", what, path.c_str(), prefix.c_str());
+            continue;
+        }
+        if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST)
+            fail("%s %s: cannot create directory %s (%s)", what, path.c_str(), prefix.c_str(), strerror(errno));
+    }
+}
+
+// Fails unless the host has `bytes` of memory available (MemAvailable of /proc/meminfo; where that
+// is unreadable, the check is skipped): a clear message instead of std::bad_alloc or the OOM killer.
+inline void check_host_memory(size_t bytes, const char* what, const char* hint) {
+    FILE* f = fopen("/proc/meminfo", "r");
+    if (!f) return;
+    char line[256];
+    unsigned long long kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+    fclose(f);
+    const double GiB = 1073741824.0;
+    if (kib > 0 && bytes > kib * 1024ull)
+        fail("%s needs %.2f GiB of host memory but only %.2f GiB are available: %s", what, bytes / GiB,
+             kib * 1024.0 / GiB, hint);
+}
+
+// "1h02m03s": elapsed and remaining time in the trainers' step lines.
+inline std::string format_duration(double seconds) {
+    const long s = seconds > 0 ? (long)seconds : 0;
+    char buf[32];
+    snprintf(buf, sizeof buf, "%ldh%02ldm%02lds", s / 3600, (s / 60) % 60, s % 60);
+    return buf;
+}
+
+// checksum64: a 64-bit checksum of a byte string that detects damage (not an adversary). The bytes
+// are read as little-endian uint64 words w_i (the last one zero-padded); each word is mixed with its
+// index by the splitmix64 finalizer and the results summed, so chunks hash independently and numpy
+// computes the same value vectorized (scripts/llmc_formats.py). docs/formats.md has the formula.
+inline uint64_t checksum64_mix(uint64_t z) {
+    z ^= z >> 30;
+    z *= 0xBF58476D1CE4E5B9ull;
+    z ^= z >> 27;
+    z *= 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+class Checksum64 {
+  public:
+    // Adds the next `bytes` of the string; every call but the last must pass a multiple of 8 bytes.
+    void add(const void* data, size_t bytes) {
+        const unsigned char* p = (const unsigned char*)data;
+        const size_t words = bytes / 8;
+        uint64_t sum = 0;
+        for (size_t i = 0; i < words; i++) {
+            uint64_t w;
+            memcpy(&w, p + 8 * i, 8);
+            sum += checksum64_mix(w + (words_ + i + 1) * 0x9E3779B97F4A7C15ull);
+        }
+        if (bytes % 8) {
+            uint64_t w = 0;
+            memcpy(&w, p + 8 * words, bytes % 8);
+            sum += checksum64_mix(w + (words_ + words + 1) * 0x9E3779B97F4A7C15ull);
+        }
+        sum_ += sum;
+        words_ += words + (bytes % 8 ? 1 : 0);
+        bytes_ += bytes;
+    }
+    uint64_t value() const { return checksum64_mix(sum_ + bytes_); }
+
+  private:
+    uint64_t sum_ = 0, words_ = 0, bytes_ = 0;
+};
+
+// Size and checksum64 of a whole file; false (errno set) if it cannot be read.
+inline bool file_checksum64(const char* path, int64_t* size, uint64_t* checksum) {
+    FILE* f = fopen(path, "rb");
+    if (!f) return false;
+    std::unique_ptr<unsigned char[]> buf(new unsigned char[1 << 20]);
+    Checksum64 h;
+    int64_t total = 0;
+    size_t got;
+    while ((got = fread(buf.get(), 1, 1 << 20, f)) > 0) {
+        h.add(buf.get(), got);
+        total += (int64_t)got;
+        if (got % 8) break;  // only the end of the file is short
+    }
+    const bool ok = !ferror(f) && feof(f);
+    fclose(f);
+    if (!ok) return false;
+    *size = total;
+    *checksum = h.value();
+    return true;
+}
+
 // Writes `path` through a temporary `path.tmp`: the data is flushed and fsynced, then renamed over
 // `path`. A crash or a full disk mid-write leaves any earlier `path` intact; on failure the temp file
 // is removed and the error names `path`.

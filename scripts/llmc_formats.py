@@ -144,6 +144,10 @@ def read_model(path):
         params = np.fromfile(path, dtype="<f4", count=n, offset=HEADER_BYTES)
     else:
         params = bf16_bits_to_fp32(np.fromfile(path, dtype="<u2", count=n, offset=HEADER_BYTES))
+    bad = ~np.isfinite(params)
+    if bad.any():
+        raise FormatError(f"{path}: {int(bad.sum())} of {n} parameter values are not finite, the first at index "
+                          f"{int(np.argmax(bad))}: the file is from a diverged run or damaged")
     return cfg, params
 
 
@@ -255,3 +259,103 @@ def read_tokenizer(path):
     if pos != len(body):
         raise FormatError(f"{path}: {len(body) - pos} extra bytes after the last entry")
     return out, eot
+
+
+# ---------------------------------------------------------------- training state
+def write_state(path, step, m, v, master=None, rng_state=0, sr_seed=0, loader=None):
+    """AdamW moments m, v (and fp32 master weights) of a checkpoint; loader: 16 int64 or None."""
+    m = np.asarray(m, dtype="<f4").reshape(-1)
+    fields = {2: step, 3: m.size, 4: np.uint64(rng_state).view(np.int64), 5: 0 if master is None else 1,
+              6: np.uint64(sr_seed).view(np.int64)}
+    for i, x in enumerate(loader if loader is not None else []):
+        fields[16 + i] = x
+    chunks = [make_header(MAGIC_STATE, fields), m, np.asarray(v, dtype="<f4")]
+    if master is not None:
+        chunks.append(np.asarray(master, dtype="<f4"))
+    atomic_write(path, chunks)
+
+
+# ---------------------------------------------------------------- checksum64 and checkpoint directories
+_K_INDEX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(z):
+    """splitmix64's finalizer, elementwise on uint64 (wrapping arithmetic)."""
+    z = z ^ (z >> np.uint64(30))
+    z = z * np.uint64(0xBF58476D1CE4E5B9)
+    z = z ^ (z >> np.uint64(27))
+    z = z * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def file_checksum64(path, chunk=1 << 24):
+    """checksum64 of a file's bytes (docs/formats.md; llmc/utils.h Checksum64): returns (size, checksum)."""
+    total, words, size = np.uint64(0), 0, 0
+    with np.errstate(over="ignore"), open(path, "rb") as f:
+        while True:
+            b = f.read(chunk)
+            if not b:
+                break
+            size += len(b)
+            if len(b) % 8:
+                b += bytes(8 - len(b) % 8)
+            w = np.frombuffer(b, dtype="<u8")
+            idx = np.arange(words + 1, words + 1 + w.size, dtype=np.uint64)
+            total = total + np.sum(_mix(w + idx * _K_INDEX), dtype=np.uint64)
+            words += w.size
+        return size, int(_mix(np.uint64(total) + np.uint64(size)))
+
+
+CHECKPOINT_MANIFEST = "llmc-checkpoint 1"
+CHECKPOINT_FILES = ("model.bin", "state.bin")
+
+
+def checkpoint_manifest(directory, step):
+    """The DONE text of a checkpoint directory holding model.bin and state.bin."""
+    lines = [CHECKPOINT_MANIFEST, f"step {step}"]
+    for name in CHECKPOINT_FILES:
+        size, checksum = file_checksum64(os.path.join(directory, name))
+        lines.append(f"{name} {size} {checksum:016x}")
+    return "\n".join(lines) + "\n"
+
+
+def write_checkpoint(out_dir, step, cfg, params, m, v, dtype=DTYPE_FP32, **state):
+    """Writes out_dir/step_NNNNNNNN/ as the trainers do: into step_NNNNNNNN.tmp/, DONE last, then renamed."""
+    final = os.path.join(out_dir, f"step_{step:08d}")
+    tmp = final + ".tmp"
+    os.makedirs(tmp, exist_ok=True)
+    write_model(os.path.join(tmp, "model.bin"), cfg, params, dtype)
+    write_state(os.path.join(tmp, "state.bin"), step, m, v, **state)
+    atomic_write(os.path.join(tmp, "DONE"), [checkpoint_manifest(tmp, step).encode()])
+    os.replace(tmp, final)
+    return final
+
+
+def checkpoint_problem(directory):
+    """Why the checkpoint directory cannot be resumed from, or None if it verifies (llmc/checkpoint.h)."""
+    done = os.path.join(directory, "DONE")
+    if not os.path.isfile(done):
+        return "no DONE (an interrupted save)"
+    text = open(done, "rb").read().decode("ascii", "replace")
+    if text == "ok\n":  # from before checksums: accepted unverified
+        missing = [n for n in CHECKPOINT_FILES if not os.path.isfile(os.path.join(directory, n))]
+        return f"{missing[0]} is missing" if missing else None
+    lines = text.split("\n")
+    name = os.path.basename(os.path.normpath(directory))
+    if len(lines) != 5 or lines[0] != CHECKPOINT_MANIFEST or lines[4] != "":
+        return "DONE is not a checkpoint manifest"
+    if not name.startswith("step_") or lines[1] != f"step {int(name[5:])}":
+        return f"DONE is for {lines[1]}, not the directory's"
+    for line, want in zip(lines[2:4], CHECKPOINT_FILES):
+        fname, size, checksum = line.split(" ")
+        if fname != want:
+            return f"DONE has no entry for {want}"
+        path = os.path.join(directory, fname)
+        if not os.path.isfile(path):
+            return f"{fname} is missing"
+        got_size, got = file_checksum64(path)
+        if got_size != int(size):
+            return f"{fname} has {got_size} bytes, DONE says {size}"
+        if got != int(checksum, 16):
+            return f"{fname} does not match the checksum in DONE"
+    return None
