@@ -6,6 +6,7 @@ the text seeds (descriptor, flags) are committed under tests/fuzz/seeds/.
     python3 tests/fuzz/make_seeds.py OUT
 """
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -42,11 +43,11 @@ def main(out):
 
     d = folder("state")
     n = fmt.num_params(TINY)
+    loader = LOADER_SLOTS + [0] * (16 - len(LOADER_SLOTS))
     for has_master in (0, 1):
-        fields = {2: 7, 3: n, 4: 12345, 5: has_master, 6: 99}
-        fields.update({16 + i: v for i, v in enumerate(LOADER_SLOTS)})
-        arrays = rng.normal(0, 1, (2 + has_master) * n).astype(np.float32)
-        fmt.atomic_write(str(d / f"master{has_master}.bin"), [fmt.make_header(fmt.MAGIC_STATE, fields), arrays])
+        m, v = rng.normal(0, 1, n), rng.uniform(0, 1, n)
+        master = rng.normal(0, 0.02, n) if has_master else None
+        fmt.write_state(d / f"master{has_master}.bin", 7, m, v, master, rng_state=12345, sr_seed=99, loader=loader)
 
     d = folder("shard")
     fmt.write_shard(d / "v256.bin", rng.integers(0, 256, 101), 256)
@@ -70,6 +71,14 @@ def main(out):
     fmt.write_debug_state(d / "tiny.bin", TINY, rng.integers(0, V, (B, T)), rng.integers(0, V, (B, T)),
                           rng.normal(0, 1, (B, T, V)), 2.0, rng.normal(0, 1, n), [2.0, 1.9],
                           dict(lr=1e-4, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0, grad_clip=1.0))
+
+    # fuzz_checkpoint_manifest's fixed checkpoint: step 3, model.bin 100 x 'm', state.bin 13 x 's'
+    d = folder("checkpoint_manifest")
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "model.bin").write_bytes(b"m" * 100)
+        (Path(tmp) / "state.bin").write_bytes(b"s" * 13)
+        (d / "manifest").write_text(fmt.checkpoint_manifest(tmp, 3))
+    (d / "legacy").write_text("ok\n")
 
 
 if __name__ == "__main__":
