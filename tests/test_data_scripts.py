@@ -5,8 +5,9 @@
 - the sharded writers (tinystories, fineweb) resume after an interruption with the same bytes as
   an uninterrupted run, without rewriting finished shards or re-reading the documents they hold;
 - hellaswag.py's eval file (GPTE) holds each example's label, context and endings;
-- bad input gives one `error:` line naming the file or flag, and exit status 1.
-The GPT-2 ranks come from $LLMC_OFFLINE_DATA/gpt2.tiktoken (or ../shared/data next to the repo).
+- bad input (non-UTF-8 text, an empty source, an unusable --out-dir, ...) gives one `error:` line
+  naming the file or flag, and exit status 1.
+The GPT-2 ranks come from $LLMC_OFFLINE_DATA/gpt2.tiktoken (the folder the README's offline runs use).
 Without them (a CI machine with no network) the tests use a synthetic ranks file of the same size
 (every byte, then byte pairs), which exercises every code path; only the checks of GPT-2's published
 ids skip. Run: python3 -m pytest -q tests/test_data_scripts.py (~10 s)."""
@@ -33,10 +34,9 @@ EOT = 50256
 def find_ranks():
     if os.environ.get("LLMC_SYNTHETIC_RANKS"):  # reproduce a CI machine without the real ranks
         return None
-    dirs = [os.environ.get(common.OFFLINE_ENV), ROOT.parent / "shared" / "data", ROOT / "shared" / "data"]
-    for d in dirs:
-        if d and (Path(d) / common.RANKS_FILE).is_file():
-            return Path(d) / common.RANKS_FILE
+    d = os.environ.get(common.OFFLINE_ENV)
+    if d and (Path(d) / common.RANKS_FILE).is_file():
+        return Path(d) / common.RANKS_FILE
     return None
 
 
@@ -180,8 +180,13 @@ def test_tinyshakespeare_offline_env_and_errors(tmp_path):
     p = run_script("tinyshakespeare", "--source", off / "tinyshakespeare.txt", "--out-dir", tmp_path / "d2",
                    "--ranks", RANKS, check=False)  # the default 32768 val tokens: more than the text has
     assert_one_line_error(p, "--val-tokens 32768", "tinyshakespeare.txt has")
-    p = run_script("tinyshakespeare", "--source", tmp_path / "absent.txt", "--ranks", RANKS, check=False)
+    p = run_script("tinyshakespeare", "--source", tmp_path / "absent.txt", "--out-dir", tmp_path / "d4", "--ranks", RANKS,
+                   check=False)
     assert_one_line_error(p, "--source", "absent.txt", "no such file")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    p = run_script("tinyshakespeare", "--source", empty, "--out-dir", tmp_path / "d5", "--ranks", RANKS, check=False)
+    assert_one_line_error(p, "empty.txt: no text")
     p = run_script("tinyshakespeare", "--out-dir", tmp_path / "d3", env={common.OFFLINE_ENV: tmp_path}, check=False)
     assert_one_line_error(p, "tinyshakespeare.txt: not found", common.OFFLINE_ENV)
 
@@ -307,6 +312,45 @@ def test_sharded_errors(tmp_path):
     (off / common.RANKS_FILE).symlink_to(RANKS)
     p = run_script("tinystories", "--out-dir", tmp_path, env={common.OFFLINE_ENV: off}, check=False)
     assert_one_line_error(p, common.OFFLINE_ENV, "tinystories", "--source")
+
+
+# (script, source file name, bytes holding a Latin-1 e-acute (0xe9, not UTF-8), the error's location)
+NOT_UTF8 = [("tinystories", "docs.txt", b"A story.\n<|endoftext|>\ncaf\xe9 au lait\n", "docs.txt:3"),
+            ("fineweb", "docs.jsonl", b'{"text": "fine"}\n{"text": "caf\xe9"}\n', "docs.jsonl:2"),
+            ("tinystories", "docs.json", b'[{"text": "caf\xe9"}]', "docs.json:1")]
+
+
+@pytest.mark.parametrize("script,name,data,where", NOT_UTF8, ids=[c[1] for c in NOT_UTF8])
+def test_sharded_not_utf8(tmp_path, script, name, data, where):
+    src = tmp_path / name
+    src.write_bytes(data)
+    p = run_script(script, "--source", src, "--out-dir", tmp_path / "data", "--ranks", RANKS, "--workers", 1,
+                   check=False)
+    assert_one_line_error(p, where, "not UTF-8", "byte 0xe9")
+
+
+@pytest.mark.parametrize("script,name", [("tinystories", "empty.txt"), ("fineweb", "empty.jsonl")])
+def test_sharded_empty_source(tmp_path, script, name):
+    src = tmp_path / name
+    src.write_text("\n")
+    p = run_script(script, "--source", src, "--out-dir", tmp_path / "data", "--ranks", RANKS, "--workers", 1,
+                   check=False)
+    assert_one_line_error(p, name, "no documents")
+    assert not list((tmp_path / "data").rglob("*.bin.tmp")) and not list((tmp_path / "data").rglob("*_0*.bin"))
+
+
+@pytest.mark.parametrize("script", ["tinyshakespeare", "tinystories", "fineweb"])
+def test_unusable_out_dir(tmp_path, script):
+    """A folder that cannot be created (a file is in the way: tests run as root, where permission
+    bits do not stop a write) is reported before any work."""
+    src = tmp_path / "docs.txt"
+    src.write_text(SHAKESPEARE)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    workers = [] if script == "tinyshakespeare" else ["--workers", 1]
+    for out in (blocker, blocker / "sub"):
+        p = run_script(script, "--source", src, "--out-dir", out, "--ranks", RANKS, *workers, check=False)
+        assert_one_line_error(p, "--out-dir", "a_file", "cannot create")
 
 
 # ---------------------------------------------------------------- hellaswag

@@ -126,17 +126,54 @@ def add_common_args(parser, source_help):
                                         "when set, else tiktoken's download)")
 
 
+def prepare_out_dir(out_dir):
+    """Creates --out-dir (and its parents) before any work, so an unusable one fails at once."""
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DataError(f"--out-dir {out_dir}: cannot create it ({e.strerror})")
+    if not os.access(out_dir, os.W_OK):
+        raise DataError(f"--out-dir {out_dir}: not writable")
+    return out_dir
+
+
 def run_main(main):
-    """Calls main(); a DataError becomes one `error: ...` line and exit status 1."""
+    """Calls main(); a DataError, or a file that cannot be read or written, becomes one
+    `error: ...` line and exit status 1."""
     try:
         main()
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
+    except OSError as e:  # e.g. the disk filled up while writing a shard
+        print(f"error: {e.filename or 'I/O'}: {e.strerror or e}", file=sys.stderr)
+        sys.exit(1)
 
 
 # ---------------------------------------------------------------- local documents
 def _documents_in_file(path, text_field):
+    """The documents of one local file; undecodable or unreadable input is a DataError."""
+    try:
+        yield from _parse_documents(path, text_field)
+    except UnicodeDecodeError:
+        raise _not_utf8(path) from None
+    except OSError as e:
+        raise DataError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def _not_utf8(path):
+    """A DataError naming the line and column of the first byte of `path` that is not UTF-8."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):  # a newline byte never occurs inside a UTF-8 sequence
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return DataError(f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1})")
+    return DataError(f"{path}: not UTF-8 text")
+
+
+def _parse_documents(path, text_field):
     suffix = path.suffix
     if suffix == ".txt":  # documents separated by lines holding only <|endoftext|> (TinyStoriesV2 style)
         doc = []
@@ -160,10 +197,11 @@ def _documents_in_file(path, text_field):
                     yield _field(obj, text_field, f"{path}:{lineno}")
     elif suffix == ".json":  # a list of objects, as in TinyStories_all_data/*.json
         with open(path, encoding="utf-8") as f:
-            try:
-                objs = json.load(f)
-            except ValueError as e:
-                raise DataError(f"{path}: not JSON ({e})")
+            text = f.read()  # outside the try: a UnicodeDecodeError is a ValueError too
+        try:
+            objs = json.loads(text)
+        except ValueError as e:
+            raise DataError(f"{path}: not JSON ({e})")
         if not isinstance(objs, list):
             raise DataError(f"{path}: expected a JSON list of objects")
         for i, obj in enumerate(objs):
@@ -305,6 +343,8 @@ def write_sharded(documents, out_dir, name, shard_size, source_desc, ranks_path=
     if fill:
         write_shard(shard_path(out_dir, name, k), buf[:fill])
         k += 1
+    if k == 0:
+        raise DataError(f"{source_desc}: no documents, nothing to write")
     p.update(shards_done=k, finished=True)
     _save_progress(progress_path, p)
     print(f"wrote {k} shards to {out_dir} (the first, {shard_path(out_dir, name, 0).name}, is the validation set)")

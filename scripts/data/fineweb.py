@@ -18,7 +18,7 @@ a .txt with documents separated by lines holding only <|endoftext|>, or a folder
 import argparse
 from pathlib import Path
 
-from common import (add_common_args, add_shard_args, documents_from, get_encoding, run_main,
+from common import (add_common_args, add_shard_args, documents_from, get_encoding, prepare_out_dir, run_main,
                     write_sharded, write_tokenizer_table)
 
 
@@ -29,6 +29,7 @@ def main():
     ap.add_argument("--edu", action="store_true", help="FineWeb-Edu instead of FineWeb")
     ap.add_argument("--sample", default="10BT", choices=["10BT", "100BT", "350BT"], help="hub sample (default 10BT)")
     args = ap.parse_args()
+    prepare_out_dir(args.out_dir)
     name = "edu_fineweb" if args.edu else "fineweb"
     repo = "HuggingFaceFW/fineweb-edu" if args.edu else "HuggingFaceFW/fineweb"
     documents, desc = documents_from(args, repo, f"sample-{args.sample}", name)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common import (EOT, DataError, add_common_args, fetch, get_encoding, run_main, write_shard,
-                    write_tokenizer_table)
+from common import (EOT, DataError, add_common_args, fetch, get_encoding, prepare_out_dir, run_main,
+                    write_shard, write_tokenizer_table)
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 
@@ -36,18 +36,19 @@ def main():
     add_common_args(ap, "the text file (default: download, or $LLMC_OFFLINE_DATA/tinyshakespeare.txt)")
     ap.add_argument("--val-tokens", type=int, default=32768, help="tokens at the start that form the val split")
     args = ap.parse_args()
-    out = Path(args.out_dir) / "tinyshakespeare"
+    out = prepare_out_dir(Path(args.out_dir) / "tinyshakespeare")
     src = fetch(URL, out / "tiny_shakespeare.txt", "tinyshakespeare.txt", args.source)
     try:
         text = src.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"{src}: cannot read as UTF-8 text ({e})")
+    if not text.strip():
+        raise DataError(f"{src}: no text (the file is empty or only whitespace)")
     enc = get_encoding(args.ranks)
     tokens = tokenize_sections(enc, text)
     if args.val_tokens < 1 or args.val_tokens >= tokens.size:
         raise DataError(f"--val-tokens {args.val_tokens}: must be in [1, {tokens.size}) "
                         f"({src} has {tokens.size} tokens)")
-    out.mkdir(parents=True, exist_ok=True)
     for split, part in (("val", tokens[:args.val_tokens]), ("train", tokens[args.val_tokens:])):
         path = out / f"tiny_shakespeare_{split}.bin"
         write_shard(path, part)

@@ -17,7 +17,7 @@ With LLMC_OFFLINE_DATA set, $LLMC_OFFLINE_DATA/tinystories[.txt|.jsonl|.json|.pa
 import argparse
 from pathlib import Path
 
-from common import (add_common_args, add_shard_args, documents_from, get_encoding, run_main,
+from common import (add_common_args, add_shard_args, documents_from, get_encoding, prepare_out_dir, run_main,
                     write_sharded, write_tokenizer_table)
 
 
@@ -26,6 +26,7 @@ def main():
     add_common_args(ap, "a local file or folder of stories (default: stream from the Hugging Face hub)")
     add_shard_args(ap, 10_000_000)
     args = ap.parse_args()
+    prepare_out_dir(args.out_dir)
     documents, desc = documents_from(args, "roneneldan/TinyStories", None, "tinystories")
     enc = get_encoding(args.ranks)  # fails early, before any worker starts, if the ranks are missing
     write_tokenizer_table(enc, Path(args.out_dir) / "gpt2_tokenizer.bin")
