@@ -14,6 +14,15 @@
 #   BENCH_DEVICE [cuda]              device of the PyTorch runs (cpu: a smoke test of this script)
 #   BENCH_OUT [build/bench]          full output of each run goes to BENCH_OUT/<name>.log
 # Exit status: 0 when every run that was attempted printed its BENCH line.
+# Usage: scripts/bench_gpt2.sh [--help]   (no other arguments: the settings are the variables above)
+if [[ $# -gt 0 ]]; then
+    if [[ $# -eq 1 && ( $1 == --help || $1 == -h ) ]]; then
+        awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"  # this header
+        exit 0
+    fi
+    echo "error: $1: unknown argument (bench_gpt2.sh is configured by BENCH_* variables; see --help)" >&2
+    exit 1
+fi
 cd "$(dirname "$0")/.." || exit 1
 MODEL=${BENCH_MODEL:-d12}
 B=${BENCH_B:-64}

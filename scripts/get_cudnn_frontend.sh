@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
 # Fetches cuDNN's header-only C++ frontend (the `nvidia-cudnn-frontend` wheel from PyPI) into
 # build/cudnn_frontend/include, where `make USE_CUDNN=1` looks for it (CUDNN_FRONTEND_PATH).
-# cuDNN 9 itself (libcudnn) must be installed with the CUDA toolkit.
+# cuDNN 9 itself (libcudnn) must be installed with the CUDA toolkit. Needs pip and network.
+# Usage: scripts/get_cudnn_frontend.sh [--help]   (replaces an existing build/cudnn_frontend)
 set -euo pipefail
+if [[ $# -gt 0 ]]; then
+    if [[ $# -eq 1 && ( $1 == --help || $1 == -h ) ]]; then
+        awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"  # this header
+        exit 0
+    fi
+    echo "error: $1: unknown argument (get_cudnn_frontend.sh takes only --help)" >&2
+    exit 1
+fi
 cd "$(dirname "$0")/.."
 dest=build/cudnn_frontend
 tmp=$(mktemp -d)

@@ -2,7 +2,7 @@
 checks llmc/cpu/attention.h against.
 
 Regenerate (needs torch, CPU is enough; deterministic, so the file only changes if this script does):
-    python3 tests/make_attention_fixture.py
+    python3 tests/make_attention_fixture.py [--out PATH]
 
 Every expected number comes from float64 PyTorch below: an explicit causal (optionally
 sliding-window) masked softmax written here, and autograd for the gradients. None of it comes
@@ -19,11 +19,16 @@ File (docs/formats.md convention): 1024-byte header of 128 little-endian int64,
 h[0] = fourcc("GPTA"), h[1] = 1 (version), h[2] = number of cases; then per case
 int64 B, T, NH, NKV, HD, W followed by little-endian fp32 arrays qkv, dout, out, lse, dqkv.
 """
+import argparse
 import os
 import sys
 
 import numpy as np
-import torch
+
+try:
+    import torch
+except ImportError:  # --help works without PyTorch; main() then says it is needed
+    torch = None
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -100,14 +105,27 @@ def make_case(gen, B, T, NH, NKV, HD, W):
     return [np.array([B, T, NH, NKV, HD, W], dtype="<i8"), f32(qkv), f32(dout), f32(out), f32(lse), f32(dqkv)]
 
 
-def main():
+def die(msg):
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=OUT_PATH, help="file to write (default: the committed tests/fixture/attention.bin)")
+    args = ap.parse_args(argv)
+    if torch is None:
+        die("tests/make_attention_fixture.py needs PyTorch (pip install torch)")
     gen = torch.Generator().manual_seed(1234)
     chunks = [fmt.make_header(MAGIC_ATTENTION, {2: len(CASES)})]
     for name, B, T, NH, NKV, HD, W in CASES:
         chunks += make_case(gen, B, T, NH, NKV, HD, W)
-    os.makedirs(os.path.dirname(OUT_PATH), exist_ok=True)
-    fmt.atomic_write(OUT_PATH, chunks)
-    print(f"wrote {OUT_PATH}: {len(CASES)} cases, {os.path.getsize(OUT_PATH)} bytes")
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        fmt.atomic_write(args.out, chunks)
+    except OSError as e:
+        die(f"--out {args.out}: cannot write ({e.strerror})")
+    print(f"wrote {args.out}: {len(CASES)} cases, {os.path.getsize(args.out)} bytes")
 
 
 if __name__ == "__main__":

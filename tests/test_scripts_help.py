@@ -1,0 +1,101 @@
+"""`--help` on every script prints its usage and does nothing else, also on a machine without
+PyTorch (hidden here by a `torch` package on PYTHONPATH that fails to import, so the checks are the
+same whether or not torch is installed); a bad argument is one `error:` line and a non-zero exit.
+Run: python3 -m pytest -q tests/test_scripts_help.py  (a few seconds)"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = ROOT / "tests" / "fixture" / "attention.bin"
+
+
+@pytest.fixture
+def no_torch(tmp_path):
+    """Environment in which `import torch` fails as if PyTorch were not installed."""
+    fake = tmp_path / "no_torch" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError(\"No module named 'torch' (hidden by the test)\")\n")
+    return dict(os.environ, PYTHONPATH=str(fake.parent))
+
+
+@pytest.fixture
+def tripwire(tmp_path):
+    """(PATH with a python3 that only records that it ran, the record's path)."""
+    bin_dir = tmp_path / "tripwire"
+    bin_dir.mkdir()
+    record = tmp_path / "python3_ran"
+    exe = bin_dir / "python3"
+    exe.write_text(f"#!/bin/sh\necho \"$@\" >> '{record}'\nexit 1\n")
+    exe.chmod(0o755)
+    return f"{bin_dir}:{os.environ['PATH']}", record
+
+
+def run(cmd, env=None):
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+
+
+def assert_one_line_error(p, *parts):
+    assert p.returncode != 0, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr
+    for part in parts:
+        assert part in lines[0], (part, lines[0])
+
+
+def test_train_gpt2_help_without_torch(no_torch):
+    p = run([sys.executable, "scripts/train_gpt2.py", "--help"], no_torch)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("usage: train_gpt2.py") and "--write-model" in p.stdout and not p.stderr
+    # a real mode says what is missing, in one line
+    p = run([sys.executable, "scripts/train_gpt2.py", "--model", "d2", "--write-model", "unused.bin"], no_torch)
+    assert_one_line_error(p, "train_gpt2.py needs PyTorch", "pip install torch")
+    assert not (ROOT / "unused.bin").exists()
+
+
+@pytest.mark.parametrize("hide_torch", [True, False], ids=["without_torch", "as_installed"])
+def test_make_attention_fixture_help_writes_nothing(no_torch, hide_torch):
+    before = (FIXTURE.stat().st_mtime_ns, FIXTURE.read_bytes())
+    p = run([sys.executable, "tests/make_attention_fixture.py", "--help"], no_torch if hide_torch else None)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("usage: make_attention_fixture.py") and "--out" in p.stdout
+    p = run([sys.executable, "tests/make_attention_fixture.py", "--bogus"], no_torch if hide_torch else None)
+    assert p.returncode == 2 and "unrecognized arguments: --bogus" in p.stderr
+    assert (FIXTURE.stat().st_mtime_ns, FIXTURE.read_bytes()) == before, "the committed fixture was rewritten"
+    assert not FIXTURE.with_name(FIXTURE.name + ".tmp").exists()
+
+
+def test_make_attention_fixture_out_reproduces_committed_file(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "attention.bin"
+    p = run([sys.executable, "tests/make_attention_fixture.py", "--out", out])
+    assert p.returncode == 0, p.stderr
+    assert out.read_bytes() == FIXTURE.read_bytes()
+
+
+def test_bench_gpt2_help(tmp_path, tripwire):
+    path, record = tripwire
+    env = dict(os.environ, PATH=path, BENCH_PYTHON="python3", BENCH_BIN=str(tmp_path / "absent"),
+               BENCH_OUT=str(tmp_path / "bench"))
+    p = run(["scripts/bench_gpt2.sh", "--help"], env)
+    assert p.returncode == 0, p.stderr
+    assert "BENCH_STEPS" in p.stdout and "Usage: scripts/bench_gpt2.sh" in p.stdout
+    assert not record.exists() and not (tmp_path / "bench").exists(), "--help ran the benchmark"
+    p = run(["scripts/bench_gpt2.sh", "--steps", "3"], env)
+    assert_one_line_error(p, "--steps: unknown argument", "BENCH_")
+    assert not record.exists()
+
+
+def test_get_cudnn_frontend_help_downloads_nothing(tripwire):
+    path, record = tripwire
+    env = dict(os.environ, PATH=path)
+    p = run(["scripts/get_cudnn_frontend.sh", "--help"], env)
+    assert p.returncode == 0, p.stderr
+    assert "Usage: scripts/get_cudnn_frontend.sh" in p.stdout and "cudnn_frontend/include" in p.stdout
+    assert not record.exists(), "--help started a download"
+    p = run(["scripts/get_cudnn_frontend.sh", "--force"], env)
+    assert_one_line_error(p, "--force: unknown argument")
+    assert not record.exists()
