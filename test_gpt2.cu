@@ -6,10 +6,12 @@
 //       GPU output is compared with the llmc/cpu op applied to the GPU's own inputs (so errors do not
 //       compound and a failure names the op), and each backward op on random inputs.
 //   (c) always: save -> load -> continue gives bit-identical losses and parameters.
+//   (d) always: sampling slides its context window past T.
 // Every check prints one line; the last line is "N passed, N failed" and the exit status is 1 on
 // any failure. Tolerances depend on the build (see TOL below).
-#define TESTING
-#include "train_gpt2.cu"
+#include <cerrno>
+#include <cstdlib>
+#include "llmc/gpt2.cuh"
 #include "llmc/cpu/attention.h"
 #include "llmc/cpu/crossentropy.h"
 #include "llmc/cpu/encoder.h"
@@ -129,15 +131,18 @@ static void test_vs_pytorch(const char* model_path, const char* debug_path, cons
     report("loss", std::fabs(loss - ref.loss) / ref.loss, TOL.loss, "rel err    ");
     gpt2_zero_grads(model, ctx);
     gpt2_backward(model, B, T, ctx);
-    std::vector<float> grads = fetch(model.grads, model.num_params);
+    std::vector<float> grads = fetch(model.grads_memory, model.num_params);
+    size_t sizes[NUM_PARAM_TENSORS], offsets[NUM_PARAM_TENSORS];
+    gpt2_param_sizes(c, sizes);
+    gpt2_param_offsets(c, offsets);
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         char what[64];
         snprintf(what, sizeof what, "grad %s", GPT2_PARAM_NAMES[i]);
-        const float* g = grads.data() + model.offsets[i];
-        const float* r = ref.grads.data() + model.offsets[i];
-        report(what, l2_rel_err(g, r, model.sizes[i]), TOL.grad, "l2 rel err ");
+        const float* g = grads.data() + offsets[i];
+        const float* r = ref.grads.data() + offsets[i];
+        report(what, l2_rel_err(g, r, sizes[i]), TOL.grad, "l2 rel err ");
     }
-    const size_t pad0 = (size_t)V * c.channels, pad1 = model.sizes[0];
+    const size_t pad0 = (size_t)V * c.channels, pad1 = sizes[gpt2_param::wte];
     double pad_max = 0.0;
     for (size_t k = pad0; k < pad1; k++) pad_max = std::max(pad_max, (double)std::fabs(grads[k]));
     report("grad wte padded rows are zero", pad_max, 0.0, "max |g|    ");
@@ -203,12 +208,12 @@ static void test_forward_ops(const GPT2Config& c, const CudaContext& ctx) {
     std::vector<int> inputs = random_tokens(rng, N, V), targets = random_tokens(rng, N, V);
     gpt2_upload_batch(model, inputs.data(), targets.data(), B, T, false, ctx);
     gpt2_forward(model, B, T, ctx);
-    const std::vector<float> P = fetch(model.params, model.num_params);  // the parameters as the GPU holds them
-    auto par = [&](int i, size_t off = 0) { return P.data() + model.offsets[i] + off; };
+    const std::vector<float> P = fetch(model.params_memory, model.num_params);  // the parameters as the GPU holds them
+    const GPT2Tensors<const float> par = gpt2_point_tensors(P.data(), c);
     const Activations& a = model.acts;
 
     std::vector<float> ref((size_t)N * C), mean(N), rstd(N);
-    cpu::encoder_forward(ref.data(), inputs.data(), par(0), par(1), B, T, C);
+    cpu::encoder_forward(ref.data(), inputs.data(), par.wte, par.wpe, B, T, C);
     check_op("encoder_forward", fetch(a.encoded, (size_t)N * C), ref);
     for (int l = 0; l < L; l++) {
         LayerActs la = layer_acts(model, l, B, T);
@@ -217,38 +222,38 @@ static void test_forward_ops(const GPT2Config& c, const CudaContext& ctx) {
         auto name = [&](const char* op) { snprintf(what, sizeof what, "layer %d %s", l, op); return what; };
         std::vector<float> res_in = fetch(la.res_in, (size_t)N * C);
         std::vector<float> ln((size_t)N * C);
-        cpu::layernorm_forward(ln.data(), mean.data(), rstd.data(), res_in.data(), par(2, c1), par(3, c1), B, T, C);
+        cpu::layernorm_forward(ln.data(), mean.data(), rstd.data(), res_in.data(), par.ln1w + c1, par.ln1b + c1, B, T, C);
         check_op(name(l == 0 ? "layernorm_forward (ln1)" : "fused_residual_layernorm (ln1)"), fetch(la.ln1, (size_t)N * C), ln);
         check_op(name("ln1 rstd"), fetch(la.ln1_rstd, N), rstd);
         std::vector<float> qkv((size_t)N * QKV);
-        cpu::matmul_forward(qkv.data(), fetch(la.ln1, (size_t)N * C).data(), par(4, c1 * QKV), par(5, (size_t)l * QKV), B, T, C, QKV);
+        cpu::matmul_forward(qkv.data(), fetch(la.ln1, (size_t)N * C).data(), par.qkvw + c1 * QKV, par.qkvb + (size_t)l * QKV, B, T, C, QKV);
         check_op(name("matmul_forward +bias (qkv)"), fetch(la.qkv, (size_t)N * QKV), qkv);
         std::vector<float> att((size_t)N * C), lse((size_t)B * NH * T);
         cpu::attention_forward(att.data(), lse.data(), fetch(la.qkv, (size_t)N * QKV).data(), B, T, NH, NKV, HD, W);
         check_op(name("attention_forward out"), fetch(la.atty, (size_t)N * C), att);
         check_op(name("attention_forward lse"), fetch(la.lse, (size_t)B * NH * T), lse);
         std::vector<float> proj((size_t)N * C), res2((size_t)N * C);
-        cpu::matmul_forward(proj.data(), fetch(la.atty, (size_t)N * C).data(), par(6, c1 * C), par(7, c1), B, T, C, C);
+        cpu::matmul_forward(proj.data(), fetch(la.atty, (size_t)N * C).data(), par.attprojw + c1 * C, par.attprojb + c1, B, T, C, C);
         cpu::residual_forward(res2.data(), res_in.data(), proj.data(), (size_t)N * C);
         check_op(name("attproj + residual"), fetch(la.residual2, (size_t)N * C), res2);
         std::vector<float> res2_gpu = fetch(la.residual2, (size_t)N * C);
-        cpu::layernorm_forward(ln.data(), mean.data(), rstd.data(), res2_gpu.data(), par(8, c1), par(9, c1), B, T, C);
+        cpu::layernorm_forward(ln.data(), mean.data(), rstd.data(), res2_gpu.data(), par.ln2w + c1, par.ln2b + c1, B, T, C);
         check_op(name("fused_residual_layernorm (ln2)"), fetch(la.ln2, (size_t)N * C), ln);
         std::vector<float> fch((size_t)N * 4 * C), fch_gelu((size_t)N * 4 * C);
-        cpu::matmul_forward(fch.data(), fetch(la.ln2, (size_t)N * C).data(), par(10, c1 * 4 * C), par(11, c1 * 4), B, T, C, 4 * C);
+        cpu::matmul_forward(fch.data(), fetch(la.ln2, (size_t)N * C).data(), par.fcw + c1 * 4 * C, par.fcb + c1 * 4, B, T, C, 4 * C);
         check_op(name("matmul_forward +bias (fc, pre-GELU aux)"), fetch(la.fch, (size_t)N * 4 * C), fch);
         cpu::gelu_forward(fch_gelu.data(), fetch(la.fch, (size_t)N * 4 * C).data(), (size_t)N * 4 * C);
         check_op(name("GELU epilogue (fc)"), fetch(la.fch_gelu, (size_t)N * 4 * C), fch_gelu);
         std::vector<float> res3((size_t)N * C);
-        cpu::matmul_forward(proj.data(), fetch(la.fch_gelu, (size_t)N * 4 * C).data(), par(12, c1 * 4 * C), par(13, c1), B, T, 4 * C, C);
+        cpu::matmul_forward(proj.data(), fetch(la.fch_gelu, (size_t)N * 4 * C).data(), par.fcprojw + c1 * 4 * C, par.fcprojb + c1, B, T, 4 * C, C);
         cpu::residual_forward(res3.data(), res2_gpu.data(), proj.data(), (size_t)N * C);
         check_op(name("fcproj + residual"), fetch(la.residual3, (size_t)N * C), res3);
     }
     LayerActs last = layer_acts(model, L - 1, B, T);
     std::vector<float> lnf((size_t)N * C), logits((size_t)N * Vp);
-    cpu::layernorm_forward(lnf.data(), mean.data(), rstd.data(), fetch(last.residual3, (size_t)N * C).data(), par(14), par(15), B, T, C);
+    cpu::layernorm_forward(lnf.data(), mean.data(), rstd.data(), fetch(last.residual3, (size_t)N * C).data(), par.lnfw, par.lnfb, B, T, C);
     check_op("fused_residual_layernorm (lnf)", fetch(a.lnf, (size_t)N * C), lnf);
-    cpu::matmul_forward(logits.data(), fetch(a.lnf, (size_t)N * C).data(), par(0), nullptr, B, T, C, Vp);
+    cpu::matmul_forward(logits.data(), fetch(a.lnf, (size_t)N * C).data(), par.wte, nullptr, B, T, C, Vp);
     std::vector<float> logits_gpu = fetch(a.logits, (size_t)N * Vp);
     check_op("matmul_forward no bias (logits)", logits_gpu, logits);
     // classifier: losses and dlogits from the GPU's logits
@@ -414,6 +419,43 @@ static void test_backward_ops(const CudaContext& ctx) {
     cudaCheck(cudaFree(scratch));
 }
 
+// ============================================================================ (d) sampling
+// gpt2_sample slides its window past T like the CPU model: it returns every requested token, and
+// (FP32 build) the tokens equal those of an independent loop that runs the forward at the
+// window's own length (1, n) instead of the padded (1, T) row; causal attention makes the two
+// agree up to rounding, and the fp32 logits leave the multinomial draws no room to differ. The
+// bf16 build checks the count and the id range only (its logits round differently per shape).
+static void test_sampling(const CudaContext& ctx) {
+    const GPT2Config c = small_config(4, 2, 24);
+    const int T = 32, gen = T + 12, V = c.vocab_size, Vp = c.padded_vocab_size, eot = 7;
+    printf("== (d) sampling slides its window past T = %d (%d tokens)\n", T, gen);
+    GPT2 model;
+    gpt2_build(model, c, 1, T, false, ctx);
+    const std::vector<float> p0 = small_params(c, 9);
+    gpt2_set_params(model, p0.data());
+    Rng rng(5);
+    const std::vector<int> got = gpt2_sample(model, eot, gen, 1.0f, rng, ctx);
+    report("gpt2_sample returns every requested token", std::fabs((double)got.size() - gen), 0.0, "missing    ");
+    size_t out_of_range = 0;
+    for (int t : got) out_of_range += t < 0 || t >= V;
+    report("sampled ids are in [0, V)", (double)out_of_range, 0.0, "count bad  ");
+    if (!HAS_MASTER && got.size() == (size_t)gen) {
+        Rng ref_rng(5);
+        std::vector<int> tokens{eot};
+        for (int i = 0; i < gen; i++) {
+            const int n = std::min((int)tokens.size(), T);
+            gpt2_upload_batch(model, tokens.data() + tokens.size() - n, nullptr, 1, n, false, ctx);
+            gpt2_forward(model, 1, n, ctx);
+            const std::vector<float> logits = fetch(model.acts.logits + (size_t)(n - 1) * Vp, V);
+            tokens.push_back(sample_token(logits.data(), V, 1.0f, ref_rng));
+        }
+        size_t differ = 0;
+        for (int i = 0; i < gen; i++) differ += got[i] != tokens[i + 1];
+        report("gpt2_sample = forward at the window's length", (double)differ, 0.0, "differ     ");
+    }
+    gpt2_free(model);
+}
+
 // ============================================================================ (c) exact resume
 // Trains `steps` steps on per-step random batches (a pure function of the step) and returns the losses.
 // Targets come from 10 tokens only (input mod 10), so there is something a few steps can learn (their
@@ -454,7 +496,7 @@ static void test_resume(const CudaContext& ctx, bool recompute) {
     gpt2_set_params(a, p0.data());
     a.sr_seed = 77;
     std::vector<float> full = train_steps(a, 0, 6, ctx);
-    std::vector<float> pa = fetch(a.params, a.num_params), ma = fetch(a.master, a.num_params);
+    std::vector<float> pa = fetch(a.params_memory, a.num_params), ma = fetch(a.master_memory, a.num_params);
     gpt2_free(a);
 
     GPT2 b;
@@ -475,7 +517,7 @@ static void test_resume(const CudaContext& ctx, bool recompute) {
     std::vector<float> second = train_steps(r, 3, 6, ctx);
     first.insert(first.end(), second.begin(), second.end());
     report("losses bit-identical after resume", memcmp(first.data(), full.data(), full.size() * 4) != 0, 0.0, "differs    ");
-    std::vector<float> pr = fetch(r.params, r.num_params), mr = fetch(r.master, r.num_params);
+    std::vector<float> pr = fetch(r.params_memory, r.num_params), mr = fetch(r.master_memory, r.num_params);
     report("params bit-identical after resume", memcmp(pr.data(), pa.data(), pa.size() * 4) != 0, 0.0, "differs    ");
     report("master bit-identical after resume", memcmp(mr.data(), ma.data(), ma.size() * 4) != 0, 0.0, "differs    ");
     printf("     losses: first %.6f last %.6f\n", full.front(), full.back());
@@ -506,6 +548,7 @@ int main(int argc, char** argv) {
     if (!ops_only) {
         test_resume(ctx, false);
         test_resume(ctx, true);
+        test_sampling(ctx);
     }
     if (model_path) test_vs_pytorch(model_path, debug_path, ctx);
     ctx.destroy();

@@ -1,4 +1,4 @@
-// test_gpt2_cpu.cpp: the CPU reference trainer against PyTorch. Loads a model checkpoint and the
+// test_gpt2_cpu.cpp: the CPU reference model (llmc/cpu/gpt2.h) against PyTorch. Loads a model checkpoint and the
 // debug state scripts/train_gpt2.py wrote for it (docs/formats.md, GPTX: one batch, the logits,
 // loss and every parameter gradient computed in float64, and the loss before each of n AdamW
 // steps on that batch), then checks ours: logits, loss, all 16 gradient tensors, the logits of a

@@ -1,7 +1,7 @@
 // profile_gpt2.cu: where one training step of the GPU trainer spends its time, kernel by kernel.
 //   dev/cuda/build/profile_gpt2 [--model d12] [--batch 64] [--seq 1024] [--steps 3] [--recompute 0]
-// Includes train_gpt2.cu (its main() is compiled out by TESTING, as test_gpt2.cu does) and runs its
-// own step functions on random tokens: upload, zero grads, forward, loss, backward, update. After
+// Includes the trainer's model (llmc/gpt2.cuh) and runs its step functions on random tokens:
+// upload, zero grads, forward, loss, backward, update. After
 // two warm-up steps and one more once CUPTI is on, CUPTI's activity API records the device
 // start/end of every kernel, memset and memcpy of `--steps` steps; the report, per step:
 //   1. phases (CUDA events around each trainer call; includes the gaps where the host waits),
@@ -9,8 +9,7 @@
 //   3. kernel families (matmul, attention, layernorm, ...) summed, so the next target is visible,
 //   4. kernel time against step time: the rest is launch gaps and host synchronization.
 // Kernel timestamps need no instrumentation of the trainer, and cuBLASLt's own kernels show up too.
-#define TESTING
-#include "train_gpt2.cu"
+#include "llmc/gpt2.cuh"
 
 #include <cupti.h>
 #include <cxxabi.h>
@@ -55,10 +54,12 @@ std::string short_name(const char* mangled) {
 }
 
 // Families by name: the shipped kernels are named for their op, cuBLASLt's contain gemm/xmma.
+// Attention is matched first: cuDNN's fused attention kernels (USE_CUDNN=1 builds) carry names such
+// as cudnn_generated_fort_native_sdpa_sm90_flash_..., which can also contain the matmul markers.
 const char* family(const std::string& n) {
     auto has = [&](const char* k) { return n.find(k) != std::string::npos; };
+    if (has("attention") || has("sdpa") || has("flash") || has("fmha")) return "attention";
     if (has("gemm") || has("xmma") || has("cutlass") || has("sm90_") || has("splitK") || has("Kernel2")) return "matmul (cuBLASLt)";
-    if (has("attention")) return "attention";
     if (has("layernorm")) return "layernorm";
     if (has("classifier")) return "fused classifier";
     if (has("encoder")) return "encoder";

@@ -1,0 +1,551 @@
+// llmc/gpt2.cuh: the GPU GPT-2 model, in mixed precision: floatX (bf16) parameters, activations
+// and gradients, fp32 master weights and AdamW moments, stochastic rounding when the updated
+// parameters are written back to bf16. Built with PRECISION_FP32 it runs in plain fp32 (floatX =
+// float, no master copy). Included by train_gpt2.cu, test_gpt2.cu and dev/cuda/profile_gpt2.cu.
+// Same sections, in the same order and with the same function names, as the CPU model in
+// llmc/cpu/gpt2.h: model (parameters, activations, memory plan), forward, backward, update,
+// checkpoints, sampling.
+//
+// One step: gpt2_zero_grads, then per micro-batch gpt2_upload_batch, gpt2_forward (logits),
+// gpt2_loss or gpt2_classifier (cross-entropy, dlogits in place), gpt2_backward (+= into the
+// gradients), then gpt2_update. Everything is enqueued on ctx.stream; gpt2_loss and gpt2_update
+// wait for it.
+#pragma once
+#include <algorithm>
+#include <cinttypes>
+#include <string>
+#include <vector>
+#include "llmc/cuda_common.cuh"
+#include "llmc/adamw.cuh"
+#include "llmc/attention.cuh"
+#include "llmc/encoder.cuh"
+#include "llmc/fused_classifier.cuh"
+#include "llmc/gelu.cuh"
+#include "llmc/global_norm.cuh"
+#include "llmc/layernorm.cuh"
+#include "llmc/matmul.cuh"
+#include "llmc/checkpoint.h"
+#include "llmc/formats.h"
+#include "llmc/gpt2_config.h"
+#include "llmc/rand.h"
+#include "llmc/sampler.h"
+#include "llmc/cpu/global_norm.h"  // grad_clip_scale: the one copy of torch's clipping rule
+
+constexpr bool HAS_MASTER = !std::is_same<floatX, float>::value;  // bf16 build: separate fp32 master weights
+
+// Attention: llmc/attention.cuh, or with USE_CUDNN=1 (bf16 builds only; the FP32 twins keep ours)
+// cuDNN's fused SDPA through llmc/cudnn_attention.cuh, same signatures, for side-by-side timing.
+#if defined(USE_CUDNN) && !defined(PRECISION_FP32)
+#include "llmc/cudnn_attention.cuh"
+#define ATTENTION_NAME "cudnn"
+constexpr bool GPT2_USES_CUDNN = true;
+inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD,
+                                    int window, cudaStream_t stream) {
+    cudnn_attention_forward(out, lse, qkv, B, T, NH, NKV, HD, stream, window);
+}
+inline void model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
+                                     const float* lse, int B, int T, int NH, int NKV, int HD, int window,
+                                     float* /*scratch: ours only*/, cudaStream_t stream) {
+    cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window);
+}
+#else
+#define ATTENTION_NAME "llmc/attention.cuh"
+constexpr bool GPT2_USES_CUDNN = false;
+inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD,
+                                    int window, cudaStream_t stream) {
+    attention_forward(out, lse, qkv, B, T, NH, NKV, HD, stream, window);
+}
+inline void model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
+                                     const float* lse, int B, int T, int NH, int NKV, int HD, int window,
+                                     float* scratch, cudaStream_t stream) {
+    attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window, scratch);
+}
+#endif
+
+// ============================================================================ model
+// Activations of one forward pass at (B, T), N = B*T. Per-layer buffers hold L slices; with
+// --recompute the three marked "recomputed" hold one slice, rebuilt layer by layer in the backward
+// pass (two LayerNorms and a GELU, all memory-bound): (L - 1) * N * 6C fewer values. Measured on an
+// H200, d12 at B=64 T=1024: activations 25.3 -> 19.1 GiB, 119.4 -> 124.4 ms per step.
+struct Activations {
+    floatX* encoded;    // (N, C) token + position embedding: the first residual
+    floatX* ln1;        // (L or 1, N, C) recomputed
+    float* ln1_mean;    // (L, N)
+    float* ln1_rstd;    // (L, N)
+    floatX* qkv;        // (L, N, QKV), QKV = (NH + 2*NKV) * HD (3C for multi-head attention)
+    floatX* atty;       // (L, N, C) attention output, before the projection
+    float* lse;         // (L, B, NH, T) softmax statistics for the attention backward
+    floatX* residual2;  // (L, N, C) residual after the attention block
+    floatX* ln2;        // (L or 1, N, C) recomputed
+    float* ln2_mean;    // (L, N)
+    float* ln2_rstd;    // (L, N)
+    floatX* fch;        // (L, N, 4C) pre-GELU
+    floatX* fch_gelu;   // (L or 1, N, 4C) recomputed
+    floatX* residual3;  // (L, N, C) residual after the MLP block = input of the next layer
+    floatX* lnf;        // (N, C)
+    float* lnf_mean;    // (N)
+    float* lnf_rstd;    // (N)
+    floatX* logits;     // (N, Vp); the classifier overwrites it with dlogits
+    floatX* proj;       // (N, C) output of attproj / fcproj before its residual add
+    float* losses;      // (N) per-position cross-entropy
+    int* inputs;        // (N)
+    int* targets;       // (N)
+    // backward scratch, one layer at a time
+    floatX* dresidual;  // (N, C) gradient of the residual stream
+    floatX* dbuf;       // (N, C) gradient of a LayerNorm output or of atty
+    floatX* dqkv;       // (N, QKV)
+    floatX* dfch;       // (N, 4C); between layers' MLP backwards it is free and doubles as the attention
+                        // backward's fp32 scratch (attention_scratch)
+    float* colsum;      // (COLUMN_MAX_CHUNKS, 4C) partial column sums (bias / LayerNorm grads)
+    float* norm;        // (GLOBAL_NORM_BLOCKS + 1) partials, then the squared norm
+};
+
+// One entry per buffer: where its pointer goes, how many elements, how big each is.
+struct BufferSpec {
+    void** ptr;
+    size_t count, elem;
+};
+
+inline std::vector<BufferSpec> activation_specs(Activations& a, const GPT2Config& c, int B, int T, bool recompute) {
+    const size_t N = (size_t)B * T, C = c.channels, L = c.num_layers, Vp = c.padded_vocab_size;
+    const size_t QKV = gpt2_qkv_channels(c), Lr = recompute ? 1 : L;
+    const size_t X = sizeof(floatX), F = sizeof(float);
+    return {
+        {(void**)&a.encoded, N * C, X},          {(void**)&a.ln1, Lr * N * C, X},
+        {(void**)&a.ln1_mean, L * N, F},         {(void**)&a.ln1_rstd, L * N, F},
+        {(void**)&a.qkv, L * N * QKV, X},        {(void**)&a.atty, L * N * C, X},
+        {(void**)&a.lse, L * B * c.num_heads * T, F},
+        {(void**)&a.residual2, L * N * C, X},    {(void**)&a.ln2, Lr * N * C, X},
+        {(void**)&a.ln2_mean, L * N, F},         {(void**)&a.ln2_rstd, L * N, F},
+        {(void**)&a.fch, L * N * 4 * C, X},      {(void**)&a.fch_gelu, Lr * N * 4 * C, X},
+        {(void**)&a.residual3, L * N * C, X},    {(void**)&a.lnf, N * C, X},
+        {(void**)&a.lnf_mean, N, F},             {(void**)&a.lnf_rstd, N, F},
+        {(void**)&a.logits, N * Vp, X},          {(void**)&a.proj, N * C, X},
+        {(void**)&a.losses, N, F},               {(void**)&a.inputs, N, sizeof(int)},
+        {(void**)&a.targets, N, sizeof(int)},    {(void**)&a.dresidual, N * C, X},
+        {(void**)&a.dbuf, N * C, X},             {(void**)&a.dqkv, N * QKV, X},
+        {(void**)&a.dfch, N * 4 * C, X},         {(void**)&a.colsum, (size_t)COLUMN_MAX_CHUNKS * 4 * C, F},
+        {(void**)&a.norm, GLOBAL_NORM_BLOCKS + 1, F},
+    };
+}
+
+constexpr size_t BUFFER_ALIGN = 256;  // every buffer starts on a 256-byte boundary (16 B needed by Packed128)
+inline size_t aligned_size(size_t bytes) { return ceil_div(bytes, BUFFER_ALIGN) * BUFFER_ALIGN; }
+inline size_t specs_bytes(const std::vector<BufferSpec>& specs) {
+    size_t total = 0;
+    for (const BufferSpec& s : specs) total += aligned_size(s.count * s.elem);
+    return total;
+}
+// Carves one allocation into the buffers of `specs`.
+inline void* specs_allocate(const std::vector<BufferSpec>& specs, const char* what) {
+    char* base = nullptr;
+    const size_t bytes = specs_bytes(specs);
+    cudaError_t err = cudaMalloc(&base, bytes);
+    if (err != cudaSuccess) fail("cudaMalloc of %.2f GiB for %s failed: %s", bytes / 1073741824.0, what, cudaGetErrorString(err));
+    char* p = base;
+    for (const BufferSpec& s : specs) {
+        *s.ptr = p;
+        p += aligned_size(s.count * s.elem);
+    }
+    return base;
+}
+
+struct GPT2 {
+    GPT2Config config{};
+    size_t num_params = 0;
+    int B = 0, T = 0;         // the shape the activations were sized for
+    bool recompute = false;
+    bool deterministic = false;  // --deterministic: bit-reproducible attention backward (no dQ atomics)
+    // one contiguous buffer each, in the layout of GPT2_PARAMETER_TABLE (llmc/gpt2_config.h)
+    floatX* params_memory = nullptr;  // (num_params) what the forward pass reads
+    floatX* grads_memory = nullptr;   // (num_params)
+    float* master_memory = nullptr;   // (num_params) fp32 master weights; aliases params_memory in the FP32 build
+    float* m_memory = nullptr;        // (num_params) AdamW first moment
+    float* v_memory = nullptr;        // (num_params) AdamW second moment
+    GPT2Tensors<floatX> params{}, grads{};  // named views of params_memory and grads_memory
+    void* param_memory = nullptr;
+    Activations acts{};
+    void* act_memory = nullptr;
+    size_t allocated_bytes = 0;  // everything this model cudaMalloc'ed (the bench's peak_gib)
+    EncoderBuckets buckets;
+    int* host_io = nullptr;      // pinned (2N): inputs then targets, staged for the upload
+    cudaEvent_t io_uploaded = nullptr;
+    float* host_losses = nullptr;  // pinned (N)
+    DecayRanges decay;
+    uint64_t sr_seed = 0;        // stochastic-rounding seed (saved in state.bin)
+    int64_t step = 0;            // optimizer steps done
+};
+
+// Bytes the model needs on the GPU for training at (B, T): params, grads, master, m, v,
+// activations, cuBLASLt workspace. Used both to allocate and to refuse early when it cannot fit.
+inline size_t gpt2_param_bytes(size_t n) {
+    return aligned_size(n * sizeof(floatX)) * 2 + aligned_size(n * sizeof(float)) * (HAS_MASTER ? 3 : 2);
+}
+
+inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool recompute, const CudaContext& ctx) {
+    gpt2_validate_config(config, "model");
+    const int C = config.channels, HD = gpt2_head_dim(config);
+    if (C % 8 != 0) fail("model: channels %d must be a multiple of 8 (16-byte vector loads)", C);
+    if (config.padded_vocab_size % 8 != 0) fail("model: padded vocab %d must be a multiple of 8", config.padded_vocab_size);
+    if (HD != 64 && HD != 128) fail("model: head size %d (channels / heads) must be 64 or 128 for the GPU attention", HD);
+    if (T > config.max_seq_len) fail("--seq %d exceeds the model's max_seq_len %d", T, config.max_seq_len);
+    model.config = config;
+    model.B = B;
+    model.T = T;
+    model.recompute = recompute;
+    model.num_params = gpt2_num_params(config);
+    size_t offsets[NUM_PARAM_TENSORS];
+    gpt2_param_offsets(config, offsets);
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++)
+        if (offsets[i] % 8 != 0) fail("model: tensor %s does not start on a 16-byte boundary", GPT2_PARAM_NAMES[i]);
+    model.decay = gpt2_decay_ranges(config);
+
+    std::vector<BufferSpec> acts = activation_specs(model.acts, config, B, T, recompute);
+    const size_t act_bytes = specs_bytes(acts), param_bytes = gpt2_param_bytes(model.num_params);
+    const size_t need = act_bytes + param_bytes;
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const double GiB = 1073741824.0;
+    printf("memory: parameters+grads+optimizer %.2f GiB, activations %.2f GiB (B=%d T=%d recompute=%d), free %.2f GiB\n",
+           param_bytes / GiB, act_bytes / GiB, B, T, (int)recompute, free_bytes / GiB);
+    if (param_bytes + (256u << 20) > free_bytes)
+        fail("model needs %.2f GiB for parameters, gradients and optimizer state alone, but only %.2f GiB are free: "
+             "choose a smaller model", param_bytes / GiB, free_bytes / GiB);
+    if (need + (256u << 20) > free_bytes)
+        fail("model needs %.2f GiB of GPU memory (+0.25 GiB headroom) but only %.2f GiB are free: lower --batch%s",
+             need / GiB, free_bytes / GiB, recompute ? "" : " or pass --recompute 1");
+
+    const size_t n = model.num_params;
+    std::vector<BufferSpec> params = {{(void**)&model.params_memory, n, sizeof(floatX)},
+                                      {(void**)&model.grads_memory, n, sizeof(floatX)},
+                                      {(void**)&model.m_memory, n, sizeof(float)},
+                                      {(void**)&model.v_memory, n, sizeof(float)}};
+    if (HAS_MASTER) params.push_back({(void**)&model.master_memory, n, sizeof(float)});
+    model.param_memory = specs_allocate(params, "parameters, gradients and optimizer state");
+    if (!HAS_MASTER) model.master_memory = (float*)model.params_memory;
+    model.params = gpt2_point_tensors(model.params_memory, config);
+    model.grads = gpt2_point_tensors(model.grads_memory, config);
+    model.act_memory = specs_allocate(acts, "activations");
+    model.allocated_bytes = need + ctx.cublaslt_workspace_size;
+    cudaCheck(cudaMemset(model.m_memory, 0, n * sizeof(float)));
+    cudaCheck(cudaMemset(model.v_memory, 0, n * sizeof(float)));
+    cudaCheck(cudaMemset(model.grads_memory, 0, n * sizeof(floatX)));
+    const int N = B * T;
+    model.buckets.init(N, config.padded_vocab_size);
+    cudaCheck(cudaMallocHost(&model.host_io, 2 * sizeof(int) * N));
+    cudaCheck(cudaMallocHost(&model.host_losses, sizeof(float) * N));
+    cudaCheck(cudaEventCreateWithFlags(&model.io_uploaded, cudaEventDisableTiming));
+}
+
+inline void gpt2_free(GPT2& model) {
+    cudaCheck(cudaFree(model.param_memory));
+    cudaCheck(cudaFree(model.act_memory));
+    model.buckets.destroy();
+    cudaCheck(cudaFreeHost(model.host_io));
+    cudaCheck(cudaFreeHost(model.host_losses));
+    cudaCheck(cudaEventDestroy(model.io_uploaded));
+    model = GPT2();
+}
+
+// Sets the parameters from fp32 host values: master = values, params = values rounded to nearest.
+inline void gpt2_set_params(GPT2& model, const float* host) {
+    const size_t n = model.num_params;
+    if (HAS_MASTER) {
+        cudaCheck(cudaMemcpy(model.master_memory, host, n * sizeof(float), cudaMemcpyHostToDevice));
+        std::vector<uint16_t> bf(n);
+        for (size_t i = 0; i < n; i++) bf[i] = float_to_bf16(host[i]);
+        cudaCheck(cudaMemcpy(model.params_memory, bf.data(), n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    } else {
+        cudaCheck(cudaMemcpy(model.params_memory, host, n * sizeof(float), cudaMemcpyHostToDevice));
+    }
+}
+
+// Copies a floatX device buffer to fp32 host values.
+inline std::vector<float> device_to_float(const floatX* src, size_t n) {
+    std::vector<float> out(n);
+    if (HAS_MASTER) {
+        std::vector<uint16_t> bf(n);
+        cudaCheck(cudaMemcpy(bf.data(), src, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) out[i] = bf16_to_float(bf[i]);
+    } else {
+        cudaCheck(cudaMemcpy(out.data(), src, n * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    return out;
+}
+// ============================================================================ forward
+// Uploads a batch (inputs; targets may be null) through the pinned staging buffer. With
+// `for_backward`, also buckets the inputs for the deterministic embedding backward.
+inline void gpt2_upload_batch(GPT2& model, const int* inputs, const int* targets, int B, int T, bool for_backward,
+                              const CudaContext& ctx) {
+    const int N = B * T;
+    if (B > model.B || T > model.T || N > model.B * model.T)
+        fail("batch %dx%d exceeds the %dx%d the model was built for", B, T, model.B, model.T);
+    const int V = model.config.vocab_size;
+    for (int i = 0; i < N; i++)
+        if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
+            fail("token id out of range [0, %d) at position %d of the batch", V, i);
+    cudaCheck(cudaEventSynchronize(model.io_uploaded));  // the previous upload has left the staging buffer
+    memcpy(model.host_io, inputs, sizeof(int) * N);
+    if (targets) memcpy(model.host_io + N, targets, sizeof(int) * N);
+    cudaCheck(cudaMemcpyAsync(model.acts.inputs, model.host_io, sizeof(int) * N, cudaMemcpyHostToDevice, ctx.stream));
+    if (targets)
+        cudaCheck(cudaMemcpyAsync(model.acts.targets, model.host_io + N, sizeof(int) * N, cudaMemcpyHostToDevice, ctx.stream));
+    cudaCheck(cudaEventRecord(model.io_uploaded, ctx.stream));
+    if (for_backward) model.buckets.build(inputs, N, ctx.stream);
+}
+
+// The attention backward's fp32 scratch (dQ by atomics): dfch, free at that point. It holds
+// N*C + 2*B*NH*Tp floats (Tp = T rounded up to 64) within the model's N*4C floatX for any T > 1;
+// nullptr (the deterministic backward) with --deterministic 1 or where it does not fit.
+// (B, T): this pass's shape.
+inline float* attention_scratch(const GPT2& model, int B, int T) {
+    const GPT2Config& c = model.config;
+    const size_t need =
+        attention_detail::attention_backward_scratch_floats(B, T, c.num_heads, gpt2_head_dim(c)) * sizeof(float);
+    const size_t have = (size_t)model.B * model.T * 4 * c.channels * sizeof(floatX);
+    return model.deterministic || need > have ? nullptr : reinterpret_cast<float*>(model.acts.dfch);
+}
+
+// Per-layer slices of the activations (a recomputed buffer has one slice).
+struct LayerActs {
+    floatX *res_in, *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu, *residual3;
+    float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
+};
+inline LayerActs layer_acts(const GPT2& model, int l, int B, int T) {
+    const Activations& a = model.acts;
+    const size_t N = (size_t)B * T, C = model.config.channels, QKV = gpt2_qkv_channels(model.config);
+    const size_t lr = model.recompute ? 0 : l;
+    LayerActs s;
+    s.res_in = l == 0 ? a.encoded : a.residual3 + (l - 1) * N * C;
+    s.ln1 = a.ln1 + lr * N * C;
+    s.qkv = a.qkv + l * N * QKV;
+    s.atty = a.atty + l * N * C;
+    s.residual2 = a.residual2 + l * N * C;
+    s.ln2 = a.ln2 + lr * N * C;
+    s.fch = a.fch + l * N * 4 * C;
+    s.fch_gelu = a.fch_gelu + lr * N * 4 * C;
+    s.residual3 = a.residual3 + l * N * C;
+    s.ln1_mean = a.ln1_mean + l * N;
+    s.ln1_rstd = a.ln1_rstd + l * N;
+    s.lse = a.lse + l * N * model.config.num_heads;
+    s.ln2_mean = a.ln2_mean + l * N;
+    s.ln2_rstd = a.ln2_rstd + l * N;
+    return s;
+}
+
+// Forward pass on the uploaded inputs, through the logits (N, Vp).
+inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
+    const GPT2Config& c = model.config;
+    const int N = B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, NKV = c.num_kv_heads;
+    const int HD = gpt2_head_dim(c), QKV = gpt2_qkv_channels(c);
+    const GPT2Tensors<floatX>& p = model.params;
+    Activations& a = model.acts;
+    cudaStream_t s = ctx.stream;
+    encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C, s);
+    LayerActs first = layer_acts(model, 0, B, T);
+    layernorm_forward(first.ln1, first.ln1_mean, first.ln1_rstd, a.encoded, p.ln1w, p.ln1b, N, C, s);
+    for (int l = 0; l < L; l++) {
+        LayerActs la = layer_acts(model, l, B, T);
+        floatX* qkvw = p.qkvw + (size_t)l * QKV * C;
+        floatX* qkvb = p.qkvb + (size_t)l * QKV;
+        floatX* attprojw = p.attprojw + (size_t)l * C * C;
+        floatX* attprojb = p.attprojb + (size_t)l * C;
+        floatX* ln2w = p.ln2w + (size_t)l * C;
+        floatX* ln2b = p.ln2b + (size_t)l * C;
+        floatX* fcw = p.fcw + (size_t)l * 4 * C * C;
+        floatX* fcb = p.fcb + (size_t)l * 4 * C;
+        floatX* fcprojw = p.fcprojw + (size_t)l * C * 4 * C;
+        floatX* fcprojb = p.fcprojb + (size_t)l * C;
+        matmul_forward(la.qkv, nullptr, la.ln1, qkvw, qkvb, N, C, QKV, ctx);
+        model_attention_forward(la.atty, la.lse, la.qkv, B, T, NH, NKV, HD, c.window, s);
+        matmul_forward(a.proj, nullptr, la.atty, attprojw, attprojb, N, C, C, ctx);
+        fused_residual_layernorm_forward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, la.res_in, a.proj, ln2w, ln2b,
+                                         N, C, s);
+        matmul_forward(la.fch_gelu, la.fch, la.ln2, fcw, fcb, N, C, 4 * C, ctx);
+        matmul_forward(a.proj, nullptr, la.fch_gelu, fcprojw, fcprojb, N, 4 * C, C, ctx);
+        if (l + 1 < L) {
+            LayerActs next = layer_acts(model, l + 1, B, T);
+            fused_residual_layernorm_forward(la.residual3, next.ln1, next.ln1_mean, next.ln1_rstd, la.residual2, a.proj,
+                                             p.ln1w + (size_t)(l + 1) * C, p.ln1b + (size_t)(l + 1) * C, N, C, s);
+        } else {
+            fused_residual_layernorm_forward(la.residual3, a.lnf, a.lnf_mean, a.lnf_rstd, la.residual2, a.proj, p.lnfw,
+                                             p.lnfb, N, C, s);
+        }
+    }
+    matmul_forward(a.logits, nullptr, a.lnf, p.wte, nullptr, N, C, c.padded_vocab_size, ctx);
+}
+
+// Cross-entropy of the logits against the uploaded targets, enqueued: the N per-position losses
+// are copied to `host_losses` (pinned) without waiting, so the host can enqueue the backward and
+// prepare the next batch while the GPU works; read them after the next synchronization. With
+// write_dlogits the logits become dloss * (softmax - onehot) for the backward.
+inline void gpt2_classifier(GPT2& model, int B, int T, float dloss, bool write_dlogits, float* host_losses,
+                            const CudaContext& ctx) {
+    const int N = B * T;
+    fused_classifier(model.acts.logits, model.acts.losses, model.acts.targets, dloss, N, model.config.vocab_size,
+                     model.config.padded_vocab_size, write_dlogits, ctx.stream);
+    cudaCheck(cudaMemcpyAsync(host_losses, model.acts.losses, sizeof(float) * N, cudaMemcpyDeviceToHost, ctx.stream));
+}
+
+inline double mean_of(const float* x, int64_t n) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) sum += x[i];
+    return sum / n;
+}
+
+// The classifier, then a wait: returns the mean loss over the N positions.
+inline float gpt2_loss(GPT2& model, int B, int T, float dloss, bool write_dlogits, const CudaContext& ctx) {
+    gpt2_classifier(model, B, T, dloss, write_dlogits, model.host_losses, ctx);
+    cudaCheck(cudaStreamSynchronize(ctx.stream));
+    return (float)mean_of(model.host_losses, (int64_t)B * T);
+}
+// ============================================================================ backward
+// Accumulates (+=) into model.grads from the dlogits left by gpt2_loss(write_dlogits = true).
+inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
+    const GPT2Config& c = model.config;
+    const int N = B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, NKV = c.num_kv_heads;
+    const int HD = gpt2_head_dim(c), QKV = gpt2_qkv_channels(c), Vp = c.padded_vocab_size;
+    const GPT2Tensors<floatX>& p = model.params;
+    const GPT2Tensors<floatX>& g = model.grads;
+    Activations& a = model.acts;
+    cudaStream_t s = ctx.stream;
+    cudaCheck(cudaMemsetAsync(a.dresidual, 0, sizeof(floatX) * N * C, s));
+    // logits = lnf wte^T: dlnf (in dbuf) = dlogits wte, dwte += dlogits^T lnf
+    matmul_backward(a.dbuf, g.wte, nullptr, a.colsum, a.logits, a.lnf, p.wte, nullptr, N, C, Vp, ctx);
+    LayerActs last = layer_acts(model, L - 1, B, T);
+    layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.colsum, a.dbuf, last.residual3, p.lnfw, a.lnf_mean, a.lnf_rstd,
+                       N, C, s);
+    for (int l = L - 1; l >= 0; l--) {
+        LayerActs la = layer_acts(model, l, B, T);
+        // this layer's slice of each per-layer tensor starts at l * (one layer's elements)
+        const size_t qkvw = (size_t)l * QKV * C, qkvb = (size_t)l * QKV, cc = (size_t)l * C * C, c1 = (size_t)l * C;
+        const size_t fcw = (size_t)l * 4 * C * C, fcb = (size_t)l * 4 * C;
+        if (model.recompute) {  // rebuild the three single-slice buffers for this layer
+            layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, la.res_in, p.ln1w + c1, p.ln1b + c1, N, C, s);
+            layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, p.ln2w + c1, p.ln2b + c1, N, C, s);
+            gelu_forward(la.fch_gelu, la.fch, (int64_t)N * 4 * C, s);
+        }
+        // dresidual holds d(residual3). MLP: fcproj, then (dGELU fused) fc, then ln2.
+        matmul_backward(a.dfch, g.fcprojw + fcw, g.fcprojb + c1, a.colsum, a.dresidual, la.fch_gelu, p.fcprojw + fcw,
+                        la.fch, N, 4 * C, C, ctx);
+        matmul_backward(a.dbuf, g.fcw + fcw, g.fcb + fcb, a.colsum, a.dfch, la.ln2, p.fcw + fcw, nullptr, N, C, 4 * C,
+                        ctx);
+        layernorm_backward(a.dresidual, g.ln2w + c1, g.ln2b + c1, a.colsum, a.dbuf, la.residual2, p.ln2w + c1,
+                           la.ln2_mean, la.ln2_rstd, N, C, s);
+        // dresidual now holds d(residual2). Attention: attproj, attention, qkv, then ln1.
+        matmul_backward(a.dbuf, g.attprojw + cc, g.attprojb + c1, a.colsum, a.dresidual, la.atty, p.attprojw + cc,
+                        nullptr, N, C, C, ctx);
+        model_attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, B, T, NH, NKV, HD, c.window,
+                                 attention_scratch(model, B, T), s);
+        matmul_backward(a.dbuf, g.qkvw + qkvw, g.qkvb + qkvb, a.colsum, a.dqkv, la.ln1, p.qkvw + qkvw, nullptr, N, C,
+                        QKV, ctx);
+        layernorm_backward(a.dresidual, g.ln1w + c1, g.ln1b + c1, a.colsum, a.dbuf, la.res_in, p.ln1w + c1,
+                           la.ln1_mean, la.ln1_rstd, N, C, s);
+    }
+    encoder_backward(g.wte, g.wpe, a.dresidual, model.buckets, B, T, C, s);
+}
+
+// ============================================================================ update
+// Global norm, clipping and one AdamW step (step numbering continues from model.step). Returns
+// the gradient norm before clipping.
+inline float gpt2_update(GPT2& model, const OptimizerSettings& o, const CudaContext& ctx) {
+    float* norm_out = model.acts.norm + GLOBAL_NORM_BLOCKS;
+    global_norm_squared(norm_out, model.acts.norm, model.grads_memory, (int64_t)model.num_params, ctx.stream);
+    float norm_sq = 0.0f;
+    cudaCheck(cudaMemcpyAsync(&norm_sq, norm_out, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
+    cudaCheck(cudaStreamSynchronize(ctx.stream));
+    const float norm = std::sqrt(norm_sq);
+    model.step++;
+    const uint64_t seed = model.sr_seed ^ ((uint64_t)model.step * 0xD1B54A32D192ED03ull);  // fresh rounding per step
+    const AdamWArgs args = adamw_args(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
+                                      cpu::grad_clip_scale(norm, o.grad_clip), model.step, seed);
+    adamw_update(model.params_memory, model.master_memory, model.grads_memory, model.m_memory, model.v_memory,
+                 (int64_t)model.num_params, args, model.decay, ctx.stream);
+    return norm;
+}
+
+inline void gpt2_zero_grads(GPT2& model, const CudaContext& ctx) {
+    cudaCheck(cudaMemsetAsync(model.grads_memory, 0, model.num_params * sizeof(floatX), ctx.stream));
+}
+
+// ============================================================================ checkpoints
+// DIR/step_NNNNNNNN/{model.bin, state.bin, DONE}: the model in floatX (bf16 build: exactly the
+// bf16 parameters the forward pass reads), the state with m, v and, in the bf16 build, the fp32
+// master weights; DONE is written last, so a directory without it is ignored on resume.
+inline void gpt2_save_checkpoint(const GPT2& model, const std::string& out_dir, const int64_t loader_state[16],
+                                 uint64_t rng_state) {
+    const std::string dir = checkpoint_begin(out_dir, model.step);
+    const size_t n = model.num_params;
+    cudaCheck(cudaDeviceSynchronize());
+    if (HAS_MASTER) {
+        std::vector<uint16_t> bf(n);
+        cudaCheck(cudaMemcpy(bf.data(), model.params_memory, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+        model_write_bf16((dir + "/model.bin").c_str(), model.config, bf.data());
+    } else {
+        std::vector<float> p(n);
+        cudaCheck(cudaMemcpy(p.data(), model.params_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
+        model_write_fp32((dir + "/model.bin").c_str(), model.config, p.data());
+    }
+    std::vector<float> m(n), v(n), master(HAS_MASTER ? n : 0);
+    cudaCheck(cudaMemcpy(m.data(), model.m_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(v.data(), model.v_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
+    if (HAS_MASTER) cudaCheck(cudaMemcpy(master.data(), model.master_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
+    TrainState st;
+    st.step = model.step;
+    st.num_params = (int64_t)n;
+    st.rng_state = rng_state;
+    st.sr_seed = model.sr_seed;
+    for (int i = 0; i < 16; i++) st.loader[i] = loader_state[i];
+    state_write((dir + "/state.bin").c_str(), st, m.data(), v.data(), HAS_MASTER ? master.data() : nullptr);
+    checkpoint_finish(dir);
+}
+
+// Reads the model of `dir` into an already built model of the same config, and its training
+// state; returns the state (step, loader position, RNG).
+inline TrainState gpt2_load_checkpoint(GPT2& model, const std::string& dir) {
+    const std::string model_path = dir + "/model.bin", state_path = dir + "/state.bin";
+    ModelFileInfo info = model_read_info(model_path.c_str());
+    if (memcmp(&info.config, &model.config, sizeof(GPT2Config)) != 0)
+        fail("%s: the checkpoint's model shape differs from this run's", model_path.c_str());
+    const size_t n = model.num_params;
+    std::vector<float> host(n), m(n), v(n), master(n);
+    model_read_fp32(model_path.c_str(), host.data());
+    TrainState st = state_read(state_path.c_str(), (int64_t)n, m.data(), v.data(), master.data());
+    gpt2_set_params(model, host.data());  // bf16 file: the exact bf16 parameters; master = those values
+    if (HAS_MASTER && st.has_master)
+        cudaCheck(cudaMemcpy(model.master_memory, master.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(model.m_memory, m.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(model.v_memory, v.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    model.step = st.step;
+    model.sr_seed = st.sr_seed;
+    return st;
+}
+
+// ============================================================================ sampling
+// Generates `gen_tokens` tokens after an end-of-text token, one forward per token, with a
+// multinomial draw at `temperature` from the shared RNG; the context slides once it reaches T, as
+// on the CPU (llmc/cpu/gpt2.h): each forward sees the last min(len, T) tokens at positions 0..,
+// and the draw reads the logits of the last of them, on the host. The forward always runs the
+// built shape (1, T), the rest of the row padded with end-of-text (causal, so the padding does not
+// matter): cuDNN builds and caches a plan per shape, and cuBLASLt picks an algorithm per shape.
+inline std::vector<int> gpt2_sample(GPT2& model, int eot, int gen_tokens, float temperature, Rng& rng,
+                                    const CudaContext& ctx) {
+    const int T = model.T, V = model.config.vocab_size, Vp = model.config.padded_vocab_size;
+    std::vector<int> tokens{eot}, row(T);
+    for (int i = 0; i < gen_tokens; i++) {
+        const int n = (int)tokens.size() < T ? (int)tokens.size() : T;
+        std::fill(row.begin(), row.end(), eot);
+        std::copy(tokens.end() - n, tokens.end(), row.begin());
+        gpt2_upload_batch(model, row.data(), nullptr, 1, T, false, ctx);
+        gpt2_forward(model, 1, T, ctx);
+        std::vector<float> logits = device_to_float(model.acts.logits + (size_t)(n - 1) * Vp, V);
+        tokens.push_back(sample_token(logits.data(), V, temperature, rng));
+    }
+    return std::vector<int>(tokens.begin() + 1, tokens.end());
+}
+
+// FLOPs of one token through forward + backward: 6 per parameter plus attention's 6*L*C*T
+// (causal: half the square), the convention of docs/h200.md.
+inline double flops_per_token(const GPT2Config& c, int T) {
+    return 6.0 * (double)gpt2_num_params(c) + 6.0 * c.num_layers * c.channels * (double)T;
+}
