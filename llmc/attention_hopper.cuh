@@ -1,4 +1,4 @@
-// attention_hopper.cuh: the attention forward for Hopper (sm_90a): FlashAttention on wgmma, K/V tiles
+// attention_hopper.cuh: the attention forward for Hopper (sm_90a): FlashAttention on wgmma, tiles
 // brought in by the TMA copy engine, a producer warp and two or three consumer warpgroups (FA3's
 // structure). Same function as attention_forward_flash (llmc/attention.cuh): causal, GQA, optional
 // sliding window, HD 64 or 128, any T; bf16 operands, fp32 accumulation and softmax.
@@ -10,41 +10,36 @@
 //   out (B, T, NH * HD)             rows outside 0..T-1 are never stored
 //   lse (B, NH, T) fp32             natural-log log-sum-exp of the scaled scores
 //
-// Tile budget (work item = a BQ-query tile of one head, BQ = 64 x consumer warpgroups, tiles aligned
-// to the end of the sequence; one CTA an SM; items in head groups whose K/V fit in 32 MB of L2, each
-// group its longest query tiles first, the heads of one GQA group side by side: HopperItem):
-//   warps 0-3    producer warpgroup, 24 registers (setmaxnreg.dec): one thread issues every TMA
-//   consumers    HD 64: three warpgroups (BQ 192), 160 registers; HD 128: two (BQ 128), 240 registers
-//                (setmaxnreg.inc); 64 query rows each, and only the K/V tiles those rows see:
-//                S (64 x BKV fp32, BKV/2 registers) = Q K^T by wgmma m64nBKVk16, both from smem;
-//                softmax in registers (base 2); O (64 x HD fp32, HD/2 registers) += P V by wgmma
-//                m64nHDk16 with P from registers (the S accumulators repacked to bf16 in place of
-//                an A fragment) and V from smem through the transposed (MN-major) descriptor.
-//                HD 64 at 160: S 64 + O 32 + P 32 registers live across an issue step, no spills.
-//   smem         2 x Q (BQ x HD) + STAGES x (K, V) of (BKV x HD), every tile as HD/64 panels of
-//                64 columns (128-byte rows, the 128B swizzle that the TMA writes and wgmma reads);
-//                mbarriers: full/empty per stage for K and for V (separate, so a K stage is refilled
-//                as soon as its S is done), full/empty for each Q buffer. Q is double-buffered so a
-//                persistent CTA loads its next query tile while it finishes this one; the output
-//                is staged in the warp's own rows of the Q buffer. BKV 128, 2 stages:
-//                HD 64: 2 x 24 + 2 x 32 KB = 112 KB; HD 128: 2 x 32 + 2 x 64 KB = 192 KB.
-// Schedule as shipped: persistent grid (one CTA an SM striding over the items), FA3's intra-warpgroup
-// overlap (S_{n+1} = Q K_{n+1} issued before O += P_n V_n) and ping-pong (the consumer warpgroups
-// take turns, round robin, to issue their wgmma, so one's softmax hides under the others' matmuls).
-// Measured (H200, dev/cuda/attention_hopper.cu, TFLOP/s, cuDNN 9 side by side in the same run; the
-// first version of this kernel in brackets, same run):
-//   gpt2 (B 64, NH 12, T 1024, HD 64)        351.9 vs cuDNN 320.9 (1.10x)  [298.7]
-//   gqa  (NH 12 / NKV 4, otherwise gpt2)      353.8 vs 320.0 (1.11x)        [317.4]
-//   long (B 16, NH 16, T 4096, HD 128)       520.9 vs 549.2 (0.95x)        [456.3]  (noisy: +-7%)
-//   window 256 (long's shape)                308.1 vs 305.1 (1.01x)        [278.9]  0.205x the time of long
-//   odd (B 3, NH 6/2, T 777, HD 128)         138.0 vs 135.2                [141.6]
-//   odd-w (B 5, NH 4, T 1000, HD 64, W 100)   36.2 vs 28.7                 [31.4]  (tiny, launch-bound)
-// What each feature bought: wgmma + TMA alone (no overlap, one CTA a query tile) 250 / 428 at gpt2 /
-// long against the mma.sync kernel's 235 / 270; the persistent grid with its Q double buffer +30% at
-// T 1024 (the per-tile prologue had been exposed); ping-pong +2..7%; head groups +13% at long, +10% at
-// the window (before them every query tile of a head read its K/V from HBM again: 132 CTAs on 132
-// heads of 2 MB of K/V each); three consumer warpgroups with their own K/V ranges and end-aligned
-// tiles +13% at HD 64. The lab file has the variants, the runs and what was tried and dropped.
+// The kernel by role (each a named function below):
+//   fwd_producer        warps 0-3 at 24 registers (setmaxnreg.dec); one thread issues every TMA: the
+//                       item's Q tile (double-buffered), then its K and V tiles through a ring of stages
+//   fwd_mainloop        each consumer warpgroup (64 query rows) over the K/V tiles its rows see:
+//                       S (64 x BKV fp32) = Q K^T by wgmma m64nBKVk16 from smem; the online softmax in
+//                       registers (base 2); O (64 x HD fp32) += P V by wgmma m64nHDk16, P from registers
+//                       (S repacked to bf16 A fragments), V from smem through the MN-major descriptor.
+//                       FA3's intra-warpgroup overlap (S_{n+1} issued before O += P_n V_n) and ping-pong
+//                       (the warpgroups take turns, round robin, to issue their wgmma, so one's softmax
+//                       hides under the others' matmuls)
+//   fwd_epilogue        lse, O / l, staged through the warp's own rows of the Q buffer, 16-byte stores
+//   FwdTileScheduler    a persistent grid (one CTA an SM) strides over the work items: BQ-query tiles
+//                       of one head, aligned to the end of the sequence, in head groups whose K/V fit
+//                       in 32 MB of L2, each group its longest tiles first
+// The role functions are __forceinline__ (their code was the kernel's body); the helpers inside the
+// main loop stay lambdas, and the small accessors plain inline, as they were before the split: the
+// order in which the compiler inlines and simplifies them decides ptxas's output (the machine code is
+// byte-identical to that of the single-body kernel, cuobjdump -sass compared; moving the Q address or
+// the own-range computation out of the main loop, or making the lambdas functions, changed it).
+// Budget as shipped (HopperFwdShipped):
+//   HD 64   3 consumer warpgroups (BQ 192) at 160 registers, each only its own K/V tiles; BKV 128, 2
+//           stages; smem 2 x Q 24 KB + 2 x (K, V) 16 KB = 112 KB + barriers; 128 registers at launch,
+//           no spills (ptxas -v)
+//   HD 128  2 consumer warpgroups (BQ 128) at 240 registers; BKV 128, 2 stages; smem 2 x Q 32 KB +
+//           2 x (K, V) 32 KB = 192 KB + barriers; 168 registers at launch, no spills
+// FLOPs 4 * HD per visible (query, key) pair (plus the masked parts of diagonal tiles); bytes: K/V
+// re-read by every query tile of a head, from L2 thanks to the head groups: compute-bound.
+// Measured (H200, dev/cuda/attention_hopper.cu, 2026-12-02, cuDNN 9 in the same run), TFLOP/s: gpt2
+// (B 64, NH 12, T 1024, HD 64) 351.9 vs 320.9 (1.10x); long (B 16, NH 16, T 4096, HD 128) 520.9 vs
+// 549.2 (0.95x). The lab file has the variants and the dropped designs; docs/perf.md the history.
 // Internal part of llmc/attention.cuh, included from there only (it uses QKVLayout, check_attention_sizes,
 // the mma helpers and the Hopper building blocks of attention_hopper_common.cuh); include llmc/attention.cuh.
 #pragma once
@@ -53,80 +48,138 @@
 namespace attention_hopper_detail {
 using namespace attention_detail;
 
-// ============================================================================ the kernel
-// HD columns; BKV keys a K/V tile; STAGES K/V tiles in flight; OVERLAP: FA3's intra-warpgroup
-// pipelining (S of the next tile on the tensor cores during this tile's softmax); PINGPONG: the
-// consumer warpgroups take turns (round robin) to issue their wgmma (named barriers), so one's softmax
-// runs while another's matmuls do; NWG consumer warpgroups of 64 query rows (BQ = 64 NWG); PERWG:
-// each warpgroup computes only the K/V tiles its own 64 rows see (causal diagonal, window edge),
-// the producer loads the union of them; HINTS: L2 eviction priorities on the loads and stores (K/V
-// tiles, read again by the other query tiles of their head, evict last; Q and out evict first);
-// Q_REGS: Q K^T with Q from registers (loaded once an item by ldmatrix), so the S wgmma reads only K
-// from smem.
-template <int HD_, int BKV_, int STAGES_, bool OVERLAP_, bool PINGPONG_, int NWG_ = 2, bool PERWG_ = false,
-          bool HINTS_ = false, bool Q_REGS_ = false>
-struct HopperCfg {
-    static constexpr int HD = HD_, NWG = NWG_, BQ = 64 * NWG, BKV = BKV_, STAGES = STAGES_, THREADS = 128 * (NWG + 1);
-    static constexpr bool OVERLAP = OVERLAP_, PINGPONG = PINGPONG_, PERWG = PERWG_;
-    static constexpr bool HINTS = HINTS_, Q_REGS = Q_REGS_;
+// ============================================================================ configuration
+// A forward configuration is a struct with these named fields (the shipped ones at the end of this
+// file, the lab's in dev/cuda/attention_hopper.cu):
+//   head_dim             HD, 64 or 128 (whole 64-column panels)
+//   kv_tile              BKV keys a K/V tile: the n of the S wgmma, 64 or 128
+//   stages               K/V tiles in flight
+//   consumers            consumer warpgroups of 64 query rows: BQ = 64 * consumers
+//   own_kv_ranges        each warpgroup computes only the K/V tiles its own 64 rows see (causal
+//                        diagonal, window edge); the producer loads the union of them
+// HopperFwd derives the rest and checks it.
+template <class Config>
+struct HopperFwd {
+    static constexpr int HD = Config::head_dim, BKV = Config::kv_tile, STAGES = Config::stages;
+    static constexpr int NWG = Config::consumers, BQ = 64 * NWG, THREADS = 128 * (NWG + 1);
+    static constexpr bool OWN_RANGES = Config::own_kv_ranges;
     // registers a thread after setmaxnreg: the producer gives its share to the consumers
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = NWG == 2 ? 240 : 160;
     static constexpr int Q_BYTES = BQ * HD * 2, KV_BYTES = BKV * HD * 2;
-    static constexpr int BARS = 2 * Q_BYTES + 2 * STAGES * KV_BYTES;  // byte offset of the mbarriers
-    static constexpr int SMEM = 1024 + BARS + (4 * STAGES + 4) * 8;  // + slack to align the base to 1024
     static_assert(HD == 64 || HD == 128, "HD 64 or 128: whole 64-column panels");
     static_assert(BKV == 64 || BKV == 128, "BKV is the n of the S wgmma");
     static_assert(NWG == 2 || NWG == 3, "2 or 3 consumer warpgroups");
     static_assert(NWG == 2 || HD == 64, "3 consumer warpgroups (160 registers) hold O and S only at HD 64");
     static_assert((PRODUCER_REGS + NWG * CONSUMER_REGS) * 128 <= 65536, "the SM's register file");
-    static_assert(OVERLAP || !PINGPONG, "ping-pong is scheduled on the overlapped loop's issue steps");
-    static_assert(OVERLAP || !PERWG, "per-warpgroup ranges are scheduled on the overlapped loop");
-    static_assert(SMEM <= 227 * 1024, "one CTA's smem");
 };
 
-// L2 eviction priorities (the HINTS option; new primitives, kept here rather than in
-// attention_hopper_common.cuh): a createpolicy cache policy, a TMA box load and a 16-byte store that
-// carry one.
-__device__ __forceinline__ uint64_t l2_evict_last() {
-    uint64_t p;
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
-    return p;
+// The CTA's shared memory; every tile HD/64 panels of 64 columns (128-byte rows, the 128B swizzle the
+// TMA writes and wgmma reads), each 1024-byte aligned from a 1024-aligned base: the budget is
+// sizeof + 1024 (the slack to align the base). Q is double-buffered so a persistent CTA loads its next
+// query tile while it finishes this one; the output is staged in the warp's own rows of the Q buffer.
+// K and V have separate full/empty barriers, so a K stage is refilled as soon as its S is done.
+template <class K>
+struct FwdSmem {
+    uint8_t q[2][K::Q_BYTES];             // (BQ, HD) bf16, then the output tile
+    uint8_t k[K::STAGES][K::KV_BYTES];    // (BKV, HD) bf16
+    uint8_t v[K::STAGES][K::KV_BYTES];    // (BKV, HD) bf16
+    uint64_t full_k[K::STAGES], full_v[K::STAGES];    // the TMA's bytes landed (one expect_tx arrival)
+    uint64_t empty_k[K::STAGES], empty_v[K::STAGES];  // one arrival a consumer warp
+    uint64_t q_full[2], q_empty[2];
+};
+// The dynamic smem a CTA asks for.
+template <class K>
+constexpr int fwd_smem_bytes() {
+    static_assert(offsetof(FwdSmem<K>, k) % 1024 == 0 && offsetof(FwdSmem<K>, v) % 1024 == 0 &&
+                      offsetof(FwdSmem<K>, full_k) % 1024 == 0,
+                  "tiles 1024-byte aligned (the 128B swizzle's period)");
+    return 1024 + (int)sizeof(FwdSmem<K>);
 }
-__device__ __forceinline__ uint64_t l2_evict_first() {
-    uint64_t p;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
-    return p;
-}
-__device__ __forceinline__ void tma_load_hint(uint32_t dst, const CUtensorMap* map, int col, int row, int seq,
-                                              uint32_t bar, uint64_t policy) {
-    asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-        " [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
-        "l"(map), "r"(col), "r"(row), "r"(seq), "r"(bar), "l"(policy)
-        : "memory");
-}
-// tma_tile (attention_hopper_common.cuh) with a cache policy, or without one when HINTS is false.
-template <int R, int HD, bool HINTS>
-__device__ __forceinline__ void tma_tile_policy(uint32_t dst, const CUtensorMap* map, int col, int t0, int b,
-                                                uint32_t bar, uint64_t policy) {
-    if constexpr (!HINTS) tma_tile<R, HD>(dst, map, col, t0, b, bar);
-    else
-#pragma unroll
-        for (int p = 0; p < HD / 64; p++)
-#pragma unroll
-            for (int rb = 0; rb < R / 64; rb++)
-                tma_load_hint(dst + (p * R + rb * 64) * 128, map, col + p * 64, t0 + rb * 64, b, bar, policy);
-}
-template <bool HINTS>
-__device__ __forceinline__ void store16(void* dst, int4 v, uint64_t policy) {
-    if constexpr (!HINTS) *reinterpret_cast<int4*>(dst) = v;
-    else
-        asm volatile("st.global.L2::cache_hint.v4.b32 [%0], {%1, %2, %3, %4}, %5;\n" ::"l"(dst), "r"(v.x), "r"(v.y),
-                     "r"(v.z), "r"(v.w), "l"(policy)
-                     : "memory");
+// Shared-space addresses of FwdSmem's fields from the 1024-aligned base (what TMA, wgmma descriptors
+// and mbarriers take).
+template <class K>
+struct FwdSmemAddr {
+    using S = FwdSmem<K>;
+    uint32_t base, sK, sV, bars;  // the struct, the K and V rings, the first mbarrier
+    __device__ explicit FwdSmemAddr(uint32_t base_)
+        : base(base_), sK(base_ + (uint32_t)offsetof(S, k)), sV(base_ + (uint32_t)offsetof(S, v)),
+          bars(base_ + (uint32_t)offsetof(S, full_k)) {}
+    __device__ uint32_t q(int qb) const { return base + qb * K::Q_BYTES; }
+    __device__ uint32_t k(int s) const { return sK + s * K::KV_BYTES; }
+    __device__ uint32_t v(int s) const { return sV + s * K::KV_BYTES; }
+    // the mbarriers: 8 bytes each from full_k[0]
+#define FWD_BAR_INDEX(field) (int)((offsetof(S, field) - offsetof(S, full_k)) / 8)
+    __device__ uint32_t full_k(int s) const { return bars + 8 * (FWD_BAR_INDEX(full_k) + s); }
+    __device__ uint32_t full_v(int s) const { return bars + 8 * (FWD_BAR_INDEX(full_v) + s); }
+    __device__ uint32_t empty_k(int s) const { return bars + 8 * (FWD_BAR_INDEX(empty_k) + s); }
+    __device__ uint32_t empty_v(int s) const { return bars + 8 * (FWD_BAR_INDEX(empty_v) + s); }
+    __device__ uint32_t q_full(int qb) const { return bars + 8 * (FWD_BAR_INDEX(q_full) + qb); }
+    __device__ uint32_t q_empty(int qb) const { return bars + 8 * (FWD_BAR_INDEX(q_empty) + qb); }
+#undef FWD_BAR_INDEX
+};
+// Named barriers (0 is __syncthreads).
+enum FwdNamedBarrier : int {
+    FWD_BAR_TURN = 1,  // + wg (1..consumers): consumer warpgroup wg's turn to issue its wgmma; 256 threads
+};
+
+// ============================================================================ tile scheduler
+// Work item i: one BQ-query tile of one head. Query tiles are aligned to the end of the sequence: tile
+// k holds the rows [T - (k+1) BQ, T - k BQ), so where BQ does not divide T the partial tile is the first
+// (the shortest item), its rows below 0 read as zeros by the TMA and never stored. (head, sequence)
+// pairs hb = b * NH + h are taken in groups of `group` (the heads of a GQA group adjacent); a group's
+// items are its longest query tiles first, its heads side by side, so the CTAs running at one time
+// share the K/V of a group's heads in L2 (the launcher sizes a group so that its K/V fit there).
+// A CTA takes items blockIdx.x, blockIdx.x + gridDim.x, ...
+struct FwdWork {
+    int h, b, q0;
+};
+struct FwdTileScheduler {
+    int NH, B, T, BQ, group, n_qtiles, n_items;
+    __device__ __forceinline__ FwdTileScheduler(int NH_, int B_, int T_, int BQ_, int group_)
+        : NH(NH_), B(B_), T(T_), BQ(BQ_), group(group_), n_qtiles(ceil_div(T_, BQ_)), n_items(NH_ * B_ * n_qtiles) {}
+    __device__ FwdWork work(int i) const {
+        const int g0 = i / (group * n_qtiles) * group, size = min(group, NH * B - g0), r = i - g0 * n_qtiles;
+        const int hb = g0 + r % size;
+        return {hb % NH, hb / NH, T - (r / size + 1) * BQ};
+    }
+};
+
+// K/V tiles seen by the query rows [r0, r1] (r1 < T): the count, and the first in kv_first.
+template <int BKV>
+__device__ inline int fwd_kv_tiles(int r0, int r1, int window, int& kv_first) {
+    kv_first = window > 0 ? max(0, r0 - window + 1) / BKV : 0;
+    return r1 / BKV - kv_first + 1;
 }
 
+// ============================================================================ producer
+// One thread: for each of the CTA's items, the Q tile into buffer j % 2, then its K/V tiles into the
+// ring (stage and phase continue across items).
+template <class K>
+__device__ __forceinline__ void fwd_producer(const FwdSmemAddr<K>& sm, const CUtensorMap* map,
+                                             const FwdTileScheduler& sched, const QKVLayout& L, int window) {
+    int it = 0, j = 0;  // K/V tiles and items so far: ring stage and phase
+    for (int i = blockIdx.x; i < sched.n_items; i += gridDim.x, j++) {
+        const FwdWork w = sched.work(i);
+        const int kvh = w.h / (L.NH / L.NKV), qb = j & 1;
+        mbar_wait(sm.q_empty(qb), ((j >> 1) & 1) ^ 1);
+        mbar_expect_tx(sm.q_full(qb), K::Q_BYTES);
+        tma_tile<K::BQ, K::HD>(sm.q(qb), map, L.q_col(w.h), w.q0, w.b, sm.q_full(qb));
+        int kv_first;
+        const int n_tiles = fwd_kv_tiles<K::BKV>(max(w.q0, 0), w.q0 + K::BQ - 1, window, kv_first);
+        for (int n = 0; n < n_tiles; n++, it++) {
+            const int s = it % K::STAGES, kv0 = (kv_first + n) * K::BKV;
+            const uint32_t free_parity = ((it / K::STAGES) & 1) ^ 1;
+            mbar_wait(sm.empty_k(s), free_parity);
+            mbar_expect_tx(sm.full_k(s), K::KV_BYTES);
+            tma_tile<K::BKV, K::HD>(sm.k(s), map, L.k_col(kvh), kv0, w.b, sm.full_k(s));
+            mbar_wait(sm.empty_v(s), free_parity);
+            mbar_expect_tx(sm.full_v(s), K::KV_BYTES);
+            tma_tile<K::BKV, K::HD>(sm.v(s), map, L.v_col(kvh), kv0, w.b, sm.full_v(s));
+        }
+    }
+}
 
+// ============================================================================ consumers
 // Online softmax of one S tile for a thread's two rows (g and g + 8 of its warp): on return s holds
 // exp2(s * sl2 - max), l the updated sums, corr the factor the old O must be scaled by.
 template <int BKV>
@@ -158,316 +211,254 @@ __device__ __forceinline__ void scale_o(float (&o)[HD / 2], const float (&corr)[
     for (int nd = 0; nd < HD / 8; nd++) o[nd * 4 + 0] *= corr[0], o[nd * 4 + 1] *= corr[0], o[nd * 4 + 2] *= corr[1],
                                         o[nd * 4 + 3] *= corr[1];
 }
-// Work item i (one BQ-query tile of one head). Query tiles are aligned to the end of the sequence:
-// tile k holds the rows [T - (k+1) BQ, T - k BQ), so where BQ does not divide T the partial tile is the
-// first (the shortest item), its rows below 0 read as zeros by the TMA and never stored (aligned to the
-// start, the partial tile was the longest: at T 1024 and BQ 192, 8 K/V tiles for one busy warpgroup of
-// three). (head, sequence) pairs hb = b * NH + h are taken in groups of `group` (the heads of a GQA
-// group adjacent); a group's items are its longest query tiles first, its heads side by side. The
-// CTAs running at one time then share the K/V of a group's heads in L2: the launcher sizes a group so
-// that its K/V fit there (with every head of the batch in one group, as in the first version, each
-// tile's K/V came from HBM again at T 4096).
-struct HopperItem {
-    int h, b, q0;
-    __device__ HopperItem(int i, int NH, int B, int T, int n_qtiles, int BQ, int group) {
-        const int g0 = i / (group * n_qtiles) * group, size = min(group, NH * B - g0), r = i - g0 * n_qtiles;
-        const int hb = g0 + r % size;
-        h = hb % NH, b = hb / NH, q0 = T - (r / size + 1) * BQ;
-    }
+
+// A consumer thread's place: warpgroup wg (0..consumers-1), warp w of it, lane; g = lane / 4 and
+// t4 = lane % 4 place it in the wgmma accumulator layout; its rows of a tile are wrow + g and + 8.
+struct FwdThread {
+    int wg, w, lane, g, t4, wrow;
+    float sl2;  // scores -> base-2 exponent
+};
+// One item as a consumer warpgroup sees it: rows q0.. of head h of sequence b (this thread's first
+// row0), Q in buffer qb (the item's j % 2), the item's K/V tiles kv_first.. (n_tiles of them).
+struct FwdTile {
+    int q0, h, b, qb, row0, kv_first, n_tiles;
+    uint32_t sQ;     // the Q buffer's shared-space address
+    bool last_item;  // the CTA's last item: its last ping-pong hand-over is skipped
 };
 
-// grid: one CTA per work item, or fewer CTAs that stride over them (persistent); THREADS threads,
-// Cfg::SMEM bytes of dynamic smem. Q is double-buffered so a CTA's next item loads during this one.
-// FLOPs 4 * HD per visible (query, key) pair (plus the masked parts of diagonal tiles); bytes: K/V
-// re-read by every query tile of a head, from L2 when the item order keeps a head group's K/V there:
-// compute-bound.
-template <class Cfg>
-__global__ void __launch_bounds__(Cfg::THREADS, 1)
-    attention_forward_wgmma(bf16* out, float* lse, const __grid_constant__ CUtensorMap map, int B, int T, QKVLayout L,
-                            int window, int group) {
-    constexpr int HD = Cfg::HD, BQ = Cfg::BQ, BKV = Cfg::BKV, STAGES = Cfg::STAGES, NWG = Cfg::NWG;
-    constexpr int CWARPS = 4 * NWG;  // consumer warps: one arrival each on the empty barriers
-    extern __shared__ uint8_t smem_raw[];
-    const uint32_t raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
-    const uint32_t sK = base + 2 * Cfg::Q_BYTES, sV = sK + STAGES * Cfg::KV_BYTES, bars = base + Cfg::BARS;
-    auto s_q = [&](int qb) { return base + qb * Cfg::Q_BYTES; };
-    auto full_k = [&](int s) { return bars + 8 * s; };
-    auto full_v = [&](int s) { return bars + 8 * (STAGES + s); };
-    auto empty_k = [&](int s) { return bars + 8 * (2 * STAGES + s); };
-    auto empty_v = [&](int s) { return bars + 8 * (3 * STAGES + s); };
-    auto q_full = [&](int qb) { return bars + 8 * (4 * STAGES + qb); };
-    auto q_empty = [&](int qb) { return bars + 8 * (4 * STAGES + 2 + qb); };
-
-    const int n_qtiles = ceil_div(T, BQ), n_items = L.NH * B * n_qtiles;
-    // K/V tiles seen by the query rows [r0, r1] (r1 < T): the first, and the count
-    auto kv_range = [&](int r0, int r1, int& kv_first) {
-        kv_first = window > 0 ? max(0, r0 - window + 1) / BKV : 0;
-        return r1 / BKV - kv_first + 1;
+// The consumer main loop of one item, issue steps n = 0..n_tiles: S_n = Q K_n (n < n_tiles) and
+// O += P_{n-1} V_{n-1} (n > 0), each only where this warpgroup sees the tile: its steps are none before
+// a, S alone at a, both up to z, P V alone at z + 1, none after. A tile it does not see is still
+// waited for and released: the producer counts every consumer warp. Ping-pong: every issue step is
+// "wait for my turn, issue, hand the turn to the next" (the last warpgroup lets warpgroup 0 go first,
+// fwd_consumer; the very last hand-over of the last warpgroup is skipped so that the arrivals on each
+// barrier match its syncs). It starts with the wait for the item's Q (item j of the CTA).
+template <class K>
+__device__ __forceinline__ void fwd_mainloop(const FwdSmemAddr<K>& sm, const FwdThread& th, const FwdTile& tile,
+                                             int j, int it, int window, float (&o)[K::HD / 2], uint32_t (&p)[K::BKV / 16][4],
+                                             float (&m)[2], float (&l)[2], float (&corr)[2]) {
+    constexpr int HD = K::HD, BQ = K::BQ, BKV = K::BKV, STAGES = K::STAGES, NWG = K::NWG;
+    // (locals, not the structs, in the lambdas: what a lambda captures stays in memory until inlined)
+    const int wg = th.wg, lane = th.lane, t4 = th.t4, wrow = th.wrow;
+    const float sl2 = th.sl2;
+    const int q0 = tile.q0, row0 = tile.row0, kv_first = tile.kv_first, n_tiles = tile.n_tiles;
+    const bool last_item = tile.last_item;
+    // this warpgroup's own tiles [a, z] of the item's 0..n_tiles-1 (none if its rows are all below 0,
+    // in the partial tile)
+    int a = 0, z = n_tiles - 1;
+    if constexpr (K::OWN_RANGES) {
+        const int r0 = q0 + wg * 64;
+        if (r0 + 63 < 0) a = n_tiles, z = n_tiles - 1;
+        else {
+            int first;
+            const int cnt = fwd_kv_tiles<BKV>(max(r0, 0), r0 + 63, window, first);
+            a = first - kv_first, z = a + cnt - 1;
+        }
+    }
+    const uint32_t sQ = tile.sQ, sK = sm.sK, sV = sm.sV;
+    mbar_wait(sm.q_full(tile.qb), (j >> 1) & 1);  // this item's Q (item j of the CTA)
+    auto turn_begin = [&] { named_sync(FWD_BAR_TURN + wg); };
+    auto turn_end = [&](bool very_last) {
+        if (!(very_last && wg == NWG - 1)) named_arrive(FWD_BAR_TURN + (wg + 1) % NWG);
     };
-    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++) {
-            mbar_init(full_k(s), 1), mbar_init(full_v(s), 1);
-            mbar_init(empty_k(s), CWARPS), mbar_init(empty_v(s), CWARPS);
+    // S = Q K^T for ring stage s: HD/16 wgmma k-steps, 32 bytes apart inside a panel.
+    auto issue_qk = [&](float (&sacc)[BKV / 2], int s) {
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+            const uint32_t koff = (kk % 4) * 32;
+            const uint64_t db = smem_desc(sK + s * K::KV_BYTES + (kk / 4) * BKV * 128 + koff, 16, 1024);
+            const uint64_t da = smem_desc(sQ + (kk / 4) * BQ * 128 + wg * 64 * 128 + koff, 16, 1024);
+            wgmma_ss<BKV>(sacc, da, db, kk > 0);
         }
-        for (int qb = 0; qb < 2; qb++) mbar_init(q_full(qb), 1), mbar_init(q_empty(qb), CWARPS);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
-
-    if (warp < 4) {  // ------------------------------------------------ producer warpgroup
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::PRODUCER_REGS));
-        if (threadIdx.x == 0) {
-            const uint64_t keep = Cfg::HINTS ? l2_evict_last() : 0, once = Cfg::HINTS ? l2_evict_first() : 0;
-            int it = 0, j = 0;  // K/V tiles and items so far: ring stage and phase
-            for (int i = blockIdx.x; i < n_items; i += gridDim.x, j++) {
-                const HopperItem w(i, L.NH, B, T, n_qtiles, BQ, group);
-                const int kvh = w.h / (L.NH / L.NKV), qb = j & 1;
-                mbar_wait(q_empty(qb), ((j >> 1) & 1) ^ 1);
-                mbar_expect_tx(q_full(qb), Cfg::Q_BYTES);
-                tma_tile_policy<BQ, HD, Cfg::HINTS>(s_q(qb), &map, L.q_col(w.h), w.q0, w.b, q_full(qb), once);
-                int kv_first;
-                const int n_tiles = kv_range(max(w.q0, 0), w.q0 + BQ - 1, kv_first);
-                for (int n = 0; n < n_tiles; n++, it++) {
-                    const int s = it % STAGES, kv0 = (kv_first + n) * BKV;
-                    const uint32_t free_parity = ((it / STAGES) & 1) ^ 1;
-                    mbar_wait(empty_k(s), free_parity);
-                    mbar_expect_tx(full_k(s), Cfg::KV_BYTES);
-                    tma_tile_policy<BKV, HD, Cfg::HINTS>(sK + s * Cfg::KV_BYTES, &map, L.k_col(kvh), kv0, w.b,
-                                                         full_k(s), keep);
-                    mbar_wait(empty_v(s), free_parity);
-                    mbar_expect_tx(full_v(s), Cfg::KV_BYTES);
-                    tma_tile_policy<BKV, HD, Cfg::HINTS>(sV + s * Cfg::KV_BYTES, &map, L.v_col(kvh), kv0, w.b,
-                                                         full_v(s), keep);
-                }
-            }
+    };
+    // O += P V for stage s: BKV/16 k-steps of 16 keys (2 KB apart); V's panels BKV * 128 bytes apart.
+    auto issue_pv = [&](int s) {
+#pragma unroll
+        for (int kk = 0; kk < BKV / 16; kk++)
+            wgmma_rs<HD>(o, p[kk], smem_desc(sV + s * K::KV_BYTES + kk * 16 * 128, BKV * 128, 1024));
+    };
+    // Masks the scores of keys this thread's rows may not see; only tiles crossing the diagonal or
+    // the window's edge for this warp's 16 rows have any.
+    auto mask = [&](float (&sacc)[BKV / 2], int n) {
+        const int kv0 = (kv_first + n) * BKV, first = q0 + wrow, last = first + 15;
+        if (kv0 + BKV - 1 > first || (window > 0 && last - kv0 >= window)) {
+#pragma unroll
+            for (int nb = 0; nb < BKV / 8; nb++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (!attends(row0 + 8 * (e >> 1), kv0 + nb * 8 + 2 * t4 + (e & 1), window))
+                        sacc[nb * 4 + e] = -INFINITY;
         }
-        return;
+    };
+    // One instantiation per pair of matmuls issued, so no wgmma pipeline stage spans a branch (ptxas
+    // would serialise the wgmma) and the main loop has none.
+    auto step = [&](auto with_qk, auto with_pv, int n) {
+        constexpr bool QK = decltype(with_qk)::value, PV = decltype(with_pv)::value;
+        const int s = (it + n) % STAGES, sp = (it + n + STAGES - 1) % STAGES;
+        const bool has_k = QK || n < n_tiles, has_v = PV || n > 0;
+        if (has_k) mbar_wait(sm.full_k(s), ((it + n) / STAGES) & 1);
+        if (has_v) mbar_wait(sm.full_v(sp), ((it + n - 1) / STAGES) & 1);
+        float sacc[BKV / 2];
+        turn_begin();
+        if constexpr (QK || PV) wgmma_fence();
+        if constexpr (QK) {
+            issue_qk(sacc, s);
+            wgmma_commit();
+        }
+        if constexpr (PV) {
+            issue_pv(sp);
+            wgmma_commit();
+        }
+        turn_end(last_item && n == n_tiles);
+        if constexpr (QK) {
+            if constexpr (PV) wgmma_wait<1>();  // S_n done, P_{n-1} V_{n-1} may still run
+            else wgmma_wait<0>();
+            fence_regs(sacc);
+        }
+        if (has_k && lane == 0) mbar_arrive(sm.empty_k(s));
+        if constexpr (QK) {
+            mask(sacc, n);
+            online_softmax<BKV>(sacc, m, l, corr, sl2);
+        }
+        if constexpr (PV) {
+            wgmma_wait<0>();
+            fence_regs(o);
+            fence_regs(p);
+        }
+        if (has_v && lane == 0) mbar_arrive(sm.empty_v(sp));
+        if constexpr (QK) {
+            if constexpr (PV) scale_o<HD>(o, corr);  // (on the first tile O is still 0)
+            pack_p<BKV>(p, sacc);
+        }
+    };
+    constexpr std::true_type yes{};
+    constexpr std::false_type no{};
+    if (a > z) {  // a warpgroup with no rows in this item
+        for (int n = 0; n <= n_tiles; n++) step(no, no, n);
+    } else {
+        for (int n = 0; n < a; n++) step(no, no, n);
+        step(yes, no, a);
+        for (int n = a + 1; n <= z; n++) step(yes, yes, n);
+        step(no, yes, z + 1);
+        for (int n = z + 2; n <= n_tiles; n++) step(no, no, n);
     }
-    // ------------------------------------------------------------------ consumer warpgroups
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::CONSUMER_REGS));
+}
+
+// The epilogue of one item: lse, normalise, stage this warp's 16 rows in its own rows of the Q buffer
+// (no other warp reads them; every wgmma that read them has completed), 16-byte stores of the rows
+// < T, then hand the buffer back to the producer (after a proxy fence: the TMA refills it). Rows
+// below 0 (the partial tile) are not stored.
+template <class K>
+__device__ __forceinline__ void fwd_epilogue(const FwdSmemAddr<K>& sm, uint8_t* smem_gen, const FwdThread& th,
+                                             const FwdTile& tile, const float (&o)[K::HD / 2], const float (&m)[2],
+                                             const float (&l)[2], bf16* out, float* lse, int T, const QKVLayout& L) {
+    constexpr int HD = K::HD, BQ = K::BQ;
+    const int b = tile.b, h = tile.h, lane = th.lane, g = th.g, t4 = th.t4, wrow = th.wrow;
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float lt = l[r];
+        lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+        lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+        inv[r] = 1.0f / lt;
+        const int row = tile.row0 + 8 * r;
+        if (t4 == 0 && row >= 0) lse[((size_t)b * L.NH + h) * T + row] = m[r] * (th.sl2 / LOG2E) + logf(lt);
+    }
+    uint8_t* stage = smem_gen + tile.qb * K::Q_BYTES;
+#pragma unroll
+    for (int nd = 0; nd < HD / 8; nd++) {
+        const int c = nd * 8 + 2 * t4;
+        *reinterpret_cast<uint32_t*>(stage + panel_offset<BQ>(wrow + g, c)) =
+            pack_bf16(o[nd * 4 + 0] * inv[0], o[nd * 4 + 1] * inv[0]);
+        *reinterpret_cast<uint32_t*>(stage + panel_offset<BQ>(wrow + g + 8, c)) =
+            pack_bf16(o[nd * 4 + 2] * inv[1], o[nd * 4 + 3] * inv[1]);
+    }
+    __syncwarp();
+    constexpr int CHUNKS = HD / 8;
+#pragma unroll
+    for (int k = 0; k < 16 * CHUNKS / WARP_SIZE; k++) {
+        const int idx = k * WARP_SIZE + lane, r = wrow + idx / CHUNKS, c = (idx % CHUNKS) * 8, row = tile.q0 + r;
+        if (row >= 0) {
+            bf16* dst = out + (((size_t)b * T + row) * L.NH + h) * HD + c;
+            const int4 v = *reinterpret_cast<const int4*>(stage + panel_offset<BQ>(r, c));
+            *reinterpret_cast<int4*>(dst) = v;
+        }
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncwarp();
+    if (lane == 0) mbar_arrive(sm.q_empty(tile.qb));
+}
+
+// A consumer warpgroup over the CTA's items: the item's tile, the main loop, the epilogue.
+template <class K>
+__device__ __forceinline__ void fwd_consumer(const FwdSmemAddr<K>& sm, uint8_t* smem_gen, const FwdTileScheduler& sched,
+                                             int warp, int lane, bf16* out, float* lse, int T, const QKVLayout& L,
+                                             int window) {
+    constexpr int HD = K::HD, BQ = K::BQ, BKV = K::BKV, NWG = K::NWG;
     // warpgroup index through a shuffle from lane 0: provably warp-uniform to the compiler (a branch
     // it thinks divergent around wgmma makes ptxas serialise them, warning C7520)
-    const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0) - 1, w = warp % 4, g = lane >> 2, t4 = lane & 3;
-    const int wrow = wg * 64 + w * 16;  // this warp's first row in the tile; the thread has wrow + g (+ 8)
-    const float sl2 = rsqrtf((float)HD) * LOG2E;  // scores -> base-2 exponent
-    uint8_t* smem_gen = smem_raw + (base - raw);    // generic pointer to `base`
-    const uint64_t out_policy = Cfg::HINTS ? l2_evict_first() : 0;
+    const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0) - 1, w = warp % 4;
+    const FwdThread th{wg, w, lane, lane >> 2, lane & 3, wg * 64 + w * 16, rsqrtf((float)HD) * LOG2E};
 
-    // Ping-pong turns, round robin over the warpgroups (named barrier 1 + wg is warpgroup wg's turn):
-    // the last warpgroup lets warpgroup 0 go first; every issue step is "wait for my turn, issue, hand
-    // the turn to the next". The very last hand-over of the last warpgroup is skipped so that the
-    // arrivals on each barrier match its syncs.
-    if (Cfg::PINGPONG && wg == NWG - 1) named_arrive(1);
-    auto turn_begin = [&] {
-        if constexpr (Cfg::PINGPONG) named_sync(1 + wg);
-    };
-    auto turn_end = [&](bool very_last) {
-        if constexpr (Cfg::PINGPONG)
-            if (!(very_last && wg == NWG - 1)) named_arrive(1 + (wg + 1) % NWG);
-    };
+    if (wg == NWG - 1) named_arrive(FWD_BAR_TURN);  // warpgroup 0 takes the first turn
 
     int it = 0, j = 0;
-    for (int i = blockIdx.x; i < n_items; i += gridDim.x, j++) {
-        const HopperItem item(i, L.NH, B, T, n_qtiles, BQ, group);
-        const int q0 = item.q0, h = item.h, b = item.b, qb = j & 1, row0 = q0 + wrow + g;
-        const bool last_item = i + (int)gridDim.x >= n_items;
-        int kv_first;
-        const int n_tiles = kv_range(max(q0, 0), q0 + BQ - 1, kv_first);
-        // this warpgroup's own tiles [a, z] of the item's 0..n_tiles-1 (PERWG; none if its rows are all
-        // below 0, in the partial tile)
-        int a = 0, z = n_tiles - 1;
-        if constexpr (Cfg::PERWG) {
-            const int r0 = q0 + wg * 64;
-            if (r0 + 63 < 0) a = n_tiles, z = n_tiles - 1;
-            else {
-                int first;
-                const int cnt = kv_range(max(r0, 0), r0 + 63, first);
-                a = first - kv_first, z = a + cnt - 1;
-            }
-        }
-        const uint32_t sQ = s_q(qb);
-
-        // Q_REGS: this warp's 16 rows of Q as HD/16 A fragments (ldmatrix.x4 from the swizzled panels:
-        // matrices rows 0-7 / 8-15 x columns 0-7 / 8-15 of each 16-column step).
-        uint32_t qf[Cfg::Q_REGS ? HD / 16 : 1][4];
-        auto load_q = [&] {
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) {
-                const int r = wrow + (lane & 15), c = kk * 16 + (lane >> 4) * 8;
-                const uint8_t* src = smem_gen + qb * Cfg::Q_BYTES + panel_offset<BQ>(r, c);
-                ldmatrix_x4(qf[kk], reinterpret_cast<const bf16*>(src));
-            }
-        };
-        // S = Q K^T for ring stage s: HD/16 wgmma k-steps, 32 bytes apart inside a panel.
-        auto issue_qk = [&](float (&sacc)[BKV / 2], int s) {
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) {
-                const uint32_t koff = (kk % 4) * 32;
-                const uint64_t db = smem_desc(sK + s * Cfg::KV_BYTES + (kk / 4) * BKV * 128 + koff, 16, 1024);
-                if constexpr (Cfg::Q_REGS) {
-                    wgmma_rs<BKV, 0>(sacc, qf[Cfg::Q_REGS ? kk : 0], db, kk > 0);
-                } else {
-                    const uint64_t da = smem_desc(sQ + (kk / 4) * BQ * 128 + wg * 64 * 128 + koff, 16, 1024);
-                    wgmma_ss<BKV>(sacc, da, db, kk > 0);
-                }
-            }
-        };
-        // O += P V for stage s: BKV/16 k-steps of 16 keys (2 KB apart); V's panels BKV * 128 bytes apart.
-        auto issue_pv = [&](float (&o)[HD / 2], const uint32_t (&p)[BKV / 16][4], int s) {
-#pragma unroll
-            for (int kk = 0; kk < BKV / 16; kk++)
-                wgmma_rs<HD>(o, p[kk], smem_desc(sV + s * Cfg::KV_BYTES + kk * 16 * 128, BKV * 128, 1024));
-        };
-        // Masks the scores of keys this thread's rows may not see; only tiles crossing the diagonal or
-        // the window's edge for this warp's 16 rows have any.
-        auto mask = [&](float (&sacc)[BKV / 2], int n) {
-            const int kv0 = (kv_first + n) * BKV, first = q0 + wrow, last = first + 15;
-            if (kv0 + BKV - 1 > first || (window > 0 && last - kv0 >= window)) {
-#pragma unroll
-                for (int nb = 0; nb < BKV / 8; nb++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        if (!attends(row0 + 8 * (e >> 1), kv0 + nb * 8 + 2 * t4 + (e & 1), window))
-                            sacc[nb * 4 + e] = -INFINITY;
-            }
-        };
+    for (int i = blockIdx.x; i < sched.n_items; i += gridDim.x, j++) {
+        const FwdWork item = sched.work(i);
+        FwdTile tile;
+        tile.q0 = item.q0, tile.h = item.h, tile.b = item.b, tile.qb = j & 1, tile.row0 = item.q0 + th.wrow + th.g;
+        tile.last_item = i + (int)gridDim.x >= sched.n_items;
+        tile.n_tiles = fwd_kv_tiles<BKV>(max(tile.q0, 0), tile.q0 + BQ - 1, window, tile.kv_first);
+        tile.sQ = sm.q(tile.qb);
 
         float o[HD / 2];
 #pragma unroll
         for (int k = 0; k < HD / 2; k++) o[k] = 0.0f;
         float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, corr[2];
         uint32_t p[BKV / 16][4];
-        mbar_wait(q_full(qb), (j >> 1) & 1);
-        if constexpr (Cfg::Q_REGS) load_q();
-
-        if constexpr (!Cfg::OVERLAP) {
-            for (int n = 0; n < n_tiles; n++) {
-                const int s = (it + n) % STAGES;
-                const uint32_t parity = ((it + n) / STAGES) & 1;
-                float sacc[BKV / 2];
-                mbar_wait(full_k(s), parity);
-                wgmma_fence();
-                issue_qk(sacc, s);
-                wgmma_commit();
-                wgmma_wait<0>();
-                fence_regs(sacc);
-                if (lane == 0) mbar_arrive(empty_k(s));
-                mask(sacc, n);
-                online_softmax<BKV>(sacc, m, l, corr, sl2);
-                scale_o<HD>(o, corr);
-                pack_p<BKV>(p, sacc);
-                mbar_wait(full_v(s), parity);
-                wgmma_fence();
-                issue_pv(o, p, s);
-                wgmma_commit();
-                wgmma_wait<0>();
-                fence_regs(o);
-                fence_regs(p);
-                if (lane == 0) mbar_arrive(empty_v(s));
-            }
-        } else {
-            // Issue step n (0..n_tiles): S_n = Q K_n (n < n_tiles) and O += P_{n-1} V_{n-1} (n > 0), each
-            // only where this warpgroup sees the tile: its steps are none before a, S alone at a, both
-            // up to z, P V alone at z + 1, none after (without PERWG a = 0, z = n_tiles - 1). A tile it
-            // does not see is still waited for and released: the producer counts every consumer warp.
-            // One instantiation per pair of matmuls issued, so no wgmma pipeline stage spans a branch
-            // (ptxas would serialise the wgmma) and the main loop has none.
-            auto step = [&](auto with_qk, auto with_pv, int n) {
-                constexpr bool QK = decltype(with_qk)::value, PV = decltype(with_pv)::value;
-                const int s = (it + n) % STAGES, sp = (it + n + STAGES - 1) % STAGES;
-                const bool has_k = QK || n < n_tiles, has_v = PV || n > 0;
-                if (has_k) mbar_wait(full_k(s), ((it + n) / STAGES) & 1);
-                if (has_v) mbar_wait(full_v(sp), ((it + n - 1) / STAGES) & 1);
-                float sacc[BKV / 2];
-                turn_begin();
-                if constexpr (QK || PV) wgmma_fence();
-                if constexpr (QK) {
-                    issue_qk(sacc, s);
-                    wgmma_commit();
-                }
-                if constexpr (PV) {
-                    issue_pv(o, p, sp);
-                    wgmma_commit();
-                }
-                turn_end(last_item && n == n_tiles);
-                if constexpr (QK) {
-                    if constexpr (PV) wgmma_wait<1>();  // S_n done, P_{n-1} V_{n-1} may still run
-                    else wgmma_wait<0>();
-                    fence_regs(sacc);
-                }
-                if (has_k && lane == 0) mbar_arrive(empty_k(s));
-                if constexpr (QK) {
-                    mask(sacc, n);
-                    online_softmax<BKV>(sacc, m, l, corr, sl2);
-                }
-                if constexpr (PV) {
-                    wgmma_wait<0>();
-                    fence_regs(o);
-                    fence_regs(p);
-                }
-                if (has_v && lane == 0) mbar_arrive(empty_v(sp));
-                if constexpr (QK) {
-                    if constexpr (PV) scale_o<HD>(o, corr);  // (on the first tile O is still 0)
-                    pack_p<BKV>(p, sacc);
-                }
-            };
-            constexpr std::true_type yes{};
-            constexpr std::false_type no{};
-            if (a > z) {  // a warpgroup with no rows in this item
-                for (int n = 0; n <= n_tiles; n++) step(no, no, n);
-            } else {
-                for (int n = 0; n < a; n++) step(no, no, n);
-                step(yes, no, a);
-                for (int n = a + 1; n <= z; n++) step(yes, yes, n);
-                step(no, yes, z + 1);
-                for (int n = z + 2; n <= n_tiles; n++) step(no, no, n);
-            }
-        }
-        it += n_tiles;
-
-        // Epilogue: lse, normalise, stage this warp's 16 rows in its own rows of the Q buffer (no other
-        // warp reads them; every wgmma that read them has completed), 16-byte stores of the rows < T,
-        // then hand the buffer back to the producer (after a proxy fence: the TMA refills it). Rows
-        // below 0 (the partial tile) are not stored.
-        float inv[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float lt = l[r];
-            lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-            lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-            inv[r] = 1.0f / lt;
-            const int row = row0 + 8 * r;
-            if (t4 == 0 && row >= 0) lse[((size_t)b * L.NH + h) * T + row] = m[r] * (sl2 / LOG2E) + logf(lt);
-        }
-        uint8_t* tile = smem_gen + qb * Cfg::Q_BYTES;
-#pragma unroll
-        for (int nd = 0; nd < HD / 8; nd++) {
-            const int c = nd * 8 + 2 * t4;
-            *reinterpret_cast<uint32_t*>(tile + panel_offset<BQ>(wrow + g, c)) =
-                pack_bf16(o[nd * 4 + 0] * inv[0], o[nd * 4 + 1] * inv[0]);
-            *reinterpret_cast<uint32_t*>(tile + panel_offset<BQ>(wrow + g + 8, c)) =
-                pack_bf16(o[nd * 4 + 2] * inv[1], o[nd * 4 + 3] * inv[1]);
-        }
-        __syncwarp();
-        constexpr int CHUNKS = HD / 8;
-#pragma unroll
-        for (int k = 0; k < 16 * CHUNKS / WARP_SIZE; k++) {
-            const int idx = k * WARP_SIZE + lane, r = wrow + idx / CHUNKS, c = (idx % CHUNKS) * 8, row = q0 + r;
-            if (row >= 0)
-                store16<Cfg::HINTS>(out + (((size_t)b * T + row) * L.NH + h) * HD + c,
-                                    *reinterpret_cast<const int4*>(tile + panel_offset<BQ>(r, c)), out_policy);
-        }
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncwarp();
-        if (lane == 0) mbar_arrive(q_empty(qb));
+        fwd_mainloop<K>(sm, th, tile, j, it, window, o, p, m, l, corr);
+        it += tile.n_tiles;
+        fwd_epilogue<K>(sm, smem_gen, th, tile, o, m, l, out, lse, T, L);
     }
 }
 
-// (head, sequence) pairs an item group holds (HopperItem) so that their K and V, 4 * T * HD bytes a
-// KV head, take at most l2_bytes (0: all of them in one group, the first version's order); whole GQA
-// groups, at least one.
+// ============================================================================ the kernel
+// grid: min(work items, SMs) CTAs striding over the items (or one per item); THREADS threads;
+// fwd_smem_bytes() of dynamic smem. Warps 0-3 the producer, the rest the consumers.
+template <class Config>
+__global__ void __launch_bounds__(HopperFwd<Config>::THREADS, 1)
+    attention_forward_wgmma(bf16* out, float* lse, const __grid_constant__ CUtensorMap map, int B, int T, QKVLayout L,
+                            int window, int group) {
+    using K = HopperFwd<Config>;
+    constexpr int STAGES = K::STAGES;
+    constexpr int CWARPS = 4 * K::NWG;  // consumer warps: one arrival each on the empty barriers
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t raw = smem_addr(smem_raw);
+    const FwdSmemAddr<K> sm((raw + 1023) & ~1023u);
+    const FwdTileScheduler sched(L.NH, B, T, K::BQ, group);
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(sm.full_k(s), 1), mbar_init(sm.full_v(s), 1);
+            mbar_init(sm.empty_k(s), CWARPS), mbar_init(sm.empty_v(s), CWARPS);
+        }
+        for (int qb = 0; qb < 2; qb++) mbar_init(sm.q_full(qb), 1), mbar_init(sm.q_empty(qb), CWARPS);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp < 4) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(K::PRODUCER_REGS));
+        if (threadIdx.x == 0) fwd_producer<K>(sm, &map, sched, L, window);
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(K::CONSUMER_REGS));
+    fwd_consumer<K>(sm, smem_raw + (sm.base - raw), sched, warp, lane, out, lse, T, L, window);
+}
+
+// (head, sequence) pairs an item group holds (FwdTileScheduler) so that their K and V, 4 * T * HD
+// bytes a KV head, take at most l2_bytes (0: all of them in one group); whole GQA groups, at least one.
 inline int hopper_head_group(int B, int T, const QKVLayout& L, size_t l2_bytes) {
     const int per_kv = L.NH / L.NKV, all = L.NH * B;
     if (l2_bytes == 0) return all;
@@ -478,24 +469,35 @@ inline int hopper_head_group(int B, int T, const QKVLayout& L, size_t l2_bytes) 
 
 // persistent: min(work items, SMs) CTAs stride over the items; otherwise one CTA per item. l2_bytes:
 // the K/V budget of an item group (hopper_head_group).
-template <class Cfg>
+template <class Config>
 inline void forward_hopper(bf16* out, float* lse, const bf16* qkv, int B, int T, QKVLayout L, int window,
                            cudaStream_t stream, bool persistent, size_t l2_bytes) {
-    static const bool once = (allow_smem(attention_forward_wgmma<Cfg>, Cfg::SMEM), true);
+    using K = HopperFwd<Config>;
+    constexpr int smem = fwd_smem_bytes<K>();
+    static_assert(smem <= 227 * 1024, "one CTA's smem");
+    static const bool once = (allow_smem(attention_forward_wgmma<Config>, smem), true);
     (void)once;
     const CUtensorMap map = token_rows_map(qkv, B, T, L.row());
-    const int items = L.NH * B * ceil_div(T, Cfg::BQ);
-    attention_forward_wgmma<Cfg><<<persistent ? std::min(items, sm_count()) : items, Cfg::THREADS, Cfg::SMEM, stream>>>(
+    const int items = L.NH * B * ceil_div(T, K::BQ);
+    attention_forward_wgmma<Config><<<persistent ? std::min(items, sm_count()) : items, K::THREADS, smem, stream>>>(
         out, lse, map, B, T, L, window, hopper_head_group(B, T, L, l2_bytes));
     cudaCheckLaunch();
 }
 
-// The shipped configuration: HD 64: three consumer warpgroups (192 queries), 128 keys a tile, each
-// warpgroup its own range; HD 128: two (128 queries), 128 keys; two stages, intra-warpgroup overlap,
-// ping-pong; persistent, head groups whose K/V fit in 32 MB of L2.
+// The shipped configurations (budget in the header comment); persistent, head groups whose K/V fit
+// in 32 MB of L2.
 template <int HD>
-using HopperFwdCfg =
-    std::conditional_t<HD == 64, HopperCfg<64, 128, 2, true, true, 3, true>, HopperCfg<128, 128, 2, true, true>>;
+struct HopperFwdShipped;
+template <>
+struct HopperFwdShipped<64> {
+    static constexpr int head_dim = 64, kv_tile = 128, stages = 2, consumers = 3;
+    static constexpr bool own_kv_ranges = true;
+};
+template <>
+struct HopperFwdShipped<128> {
+    static constexpr int head_dim = 128, kv_tile = 128, stages = 2, consumers = 2;
+    static constexpr bool own_kv_ranges = false;  // 128 queries see the same 128-key tiles: nothing to skip
+};
 constexpr bool HOPPER_PERSISTENT = true;
 constexpr size_t HOPPER_L2_BYTES = (size_t)32 << 20;
 }  // namespace attention_hopper_detail
@@ -512,8 +514,8 @@ inline void attention_forward_hopper(__nv_bfloat16* out, float* lse, const __nv_
     if (!aligned16(out) || !aligned16(qkv)) fail("attention_forward_hopper: out and qkv must be 16-byte aligned");
     const QKVLayout L{NH, NKV, HD};
     if (HD == 64)
-        forward_hopper<HopperFwdCfg<64>>(out, lse, qkv, B, T, L, window, stream, HOPPER_PERSISTENT, HOPPER_L2_BYTES);
-    else forward_hopper<HopperFwdCfg<128>>(out, lse, qkv, B, T, L, window, stream, HOPPER_PERSISTENT, HOPPER_L2_BYTES);
+        forward_hopper<HopperFwdShipped<64>>(out, lse, qkv, B, T, L, window, stream, HOPPER_PERSISTENT, HOPPER_L2_BYTES);
+    else forward_hopper<HopperFwdShipped<128>>(out, lse, qkv, B, T, L, window, stream, HOPPER_PERSISTENT, HOPPER_L2_BYTES);
 #else
     (void)out, (void)lse, (void)qkv, (void)stream;
     fail("attention_forward_hopper: this build has no sm_90a kernels (GPU_ARCH=90a defines LLMC_SM90A)");
