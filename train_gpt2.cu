@@ -11,6 +11,7 @@
 #include "llmc/gpt2.cuh"
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
+#include "llmc/hellaswag.h"
 #include "llmc/formats.h"
 #include "llmc/gpt2_config.h"
 #include "llmc/rand.h"
@@ -34,11 +35,6 @@ inline float device_peak_tflops(const cudaDeviceProp& p) {
     return 0.0f;
 }
 
-static void format_eta(char* buf, size_t size, double seconds) {
-    const long s = (long)seconds;
-    snprintf(buf, size, "%ldh%02ldm%02lds", s / 3600, (s / 60) % 60, s % 60);
-}
-
 int main(int argc, char** argv) {
     TrainConfig cfg;
     GpuFlags gpu;
@@ -57,7 +53,9 @@ int main(int argc, char** argv) {
 
     // the model: a checkpoint to resume, a model file, or a fresh init from a descriptor (before the
     // device starts, so a model this trainer cannot run fails at once)
-    std::string resume_dir = cfg.resume_dir.empty() ? "" : checkpoint_find(cfg.resume_dir);
+    RunFiles files = open_run_files(cfg);  // --resume, --out-dir, --log checked and prepared (llmc/checkpoint.h)
+    const std::string& resume_dir = files.resume_from;
+    RunLog& log = files.log;
     std::string init_path = !resume_dir.empty() ? resume_dir + "/model.bin" : cfg.init;
     const bool from_file = !resume_dir.empty() || file_exists(init_path.c_str());
     GPT2Config config = from_file ? model_read_info(init_path.c_str()).config : gpt2_config_from_descriptor(cfg.init.c_str());
@@ -90,6 +88,7 @@ int main(int argc, char** argv) {
         train_loader = new DataLoader(cfg.train_pattern.c_str(), B, T, 0, 1, V, cfg.seed, true);
         if (!cfg.val_pattern.empty()) val_loader = new DataLoader(cfg.val_pattern.c_str(), B, T, 0, 1, V, cfg.seed, false);
     }
+    HellaSwagEval* hellaswag = cfg.hellaswag_path.empty() ? nullptr : new HellaSwagEval(cfg.hellaswag_path.c_str(), B, T, V);
     Rng data_rng(cfg.seed ^ 0xDA7Aull);
     std::vector<int> rand_inputs(N), rand_targets(N);
     Tokenizer* tokenizer = cfg.tokenizer_path.empty() ? nullptr : new Tokenizer(cfg.tokenizer_path.c_str());
@@ -102,7 +101,7 @@ int main(int argc, char** argv) {
         sample_rng.state = st.rng_state;
         printf("resumed from %s at step %lld\n", resume_dir.c_str(), (long long)st.step);
     }
-    const std::string out_dir = !cfg.out_dir.empty() ? cfg.out_dir : cfg.resume_dir;
+    const std::string& out_dir = cfg.out_dir;  // open_run_files defaults it to the resumed checkpoint's directory
 
     int total_steps = cfg.steps;
     if (total_steps < 0) {
@@ -110,11 +109,11 @@ int main(int argc, char** argv) {
         total_steps = (int)std::max<int64_t>(1, train_loader->num_windows() / cfg.grad_accum);
     }
     cfg.schedule.total_steps = total_steps;
+    check_steps_left(model.step, total_steps, resume_dir);
     const float peak = gpu.peak_tflops > 0 ? gpu.peak_tflops : device_peak_tflops(ctx.props);
     const double tokens_per_step = (double)cfg.total_batch, flops_step = flops_per_token(config, T) * tokens_per_step;
     printf("batch: B=%d T=%d, %d micro-steps, %lld tokens per step; %d steps; peak %.0f TFLOP/s\n", B, T, cfg.grad_accum,
            (long long)cfg.total_batch, total_steps, peak);
-    FILE* log = cfg.log_path.empty() ? nullptr : fopen_or_fail(cfg.log_path.c_str(), "a");
     const OptimizerSettings opt_base{0.0f, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.grad_clip};
     const float dloss = 1.0f / ((float)N * cfg.grad_accum);
 
@@ -130,7 +129,19 @@ int main(int argc, char** argv) {
         }
         const float val = (float)(sum / cfg.val_steps);
         printf("step %lld val_loss %.6f\n", (long long)step, val);
-        if (log) { fprintf(log, "step %lld val_loss %.6f\n", (long long)step, val); fflush(log); }
+        log.line("step %lld val_loss %.6f\n", (long long)step, val);
+    };
+    auto score_hellaswag = [&](int64_t step) {
+        if (!hellaswag) return;
+        const HellaSwagScore s = hellaswag->run([&](const int* inputs, const int* targets, int rows, int seq) {
+            gpt2_upload_batch(model, inputs, targets, rows, seq, false, ctx);
+            gpt2_forward(model, rows, seq, ctx);
+            gpt2_loss(model, rows, seq, dloss, false, ctx);  // waits for the losses in model.host_losses
+            return (const float*)model.host_losses;
+        });
+        const std::string line = hellaswag_log_line(step, s);
+        printf("%s\n", line.c_str());
+        log.line("%s\n", line.c_str());
     };
     auto sample = [&](int64_t step) {
         std::vector<int> toks = gpt2_sample(model, eot, cfg.gen_tokens, cfg.temperature, sample_rng, ctx);
@@ -165,6 +176,7 @@ int main(int argc, char** argv) {
     double total_ms = 0.0;
     for (int64_t step = model.step; step < total_steps; step++) {
         if (cfg.val_every > 0 && step % cfg.val_every == 0) validate(step);
+        if (cfg.hellaswag_every > 0 && step % cfg.hellaswag_every == 0) score_hellaswag(step);
         if (cfg.sample_every > 0 && step > 0 && step % cfg.sample_every == 0) sample(step);
         auto t0 = std::chrono::steady_clock::now();
         gpt2_zero_grads(model, ctx);
@@ -185,19 +197,17 @@ int main(int argc, char** argv) {
         total_ms += ms;
         const double tok_s = tokens_per_step / (ms / 1000.0);
         const double mfu = peak > 0 ? 100.0 * flops_step / (ms / 1000.0) / (peak * 1e12) : 0.0;
-        char eta[32];
-        format_eta(eta, sizeof eta, (total_ms / step_ms.size()) * (total_steps - step - 1) / 1000.0);
+        const std::string eta = format_duration((total_ms / step_ms.size()) * (total_steps - step - 1) / 1000.0);
         printf("step %5lld/%d | loss %.6f | norm %.4f | lr %.3e | %.2f ms | %.0f tok/s | MFU %.1f%% | ETA %s\n",
-               (long long)(step + 1), total_steps, loss, norm, opt.lr, ms, tok_s, mfu, eta);
-        if (log) {
-            fprintf(log, "step %lld train_loss %.6f lr %.6e grad_norm %.6f ms %.3f tok_s %.1f\n", (long long)(step + 1),
-                    loss, opt.lr, norm, ms, tok_s);
-            fflush(log);
-        }
+               (long long)(step + 1), total_steps, loss, norm, opt.lr, ms, tok_s, mfu, eta.c_str());
+        log.line("step %lld train_loss %.6f lr %.6e grad_norm %.6f ms %.3f tok_s %.1f\n", (long long)(step + 1), loss,
+                 opt.lr, norm, ms, tok_s);
+        check_step_finite(step + 1, loss, norm, out_dir);
         const bool last = step + 1 == total_steps;
         if (!out_dir.empty() && (last || (cfg.ckpt_every > 0 && (step + 1) % cfg.ckpt_every == 0))) save();
     }
     if (cfg.val_every > 0) validate(total_steps);
+    score_hellaswag(total_steps);
     if (cfg.sample_every > 0) sample(total_steps);
     if (!step_ms.empty()) {
         // median after warm-up: the first steps pay cuBLAS heuristics and allocator first touches
@@ -208,10 +218,11 @@ int main(int argc, char** argv) {
         printf("BENCH name=%s ms=%.2f tok_s=%.0f peak_gib=%.2f\n", GPT2_USES_CUDNN ? "ours_cudnn" : "ours", median,
                tokens_per_step / (median / 1000.0), model.allocated_bytes / 1073741824.0);
     }
-    if (log) fclose(log);
+    log.close();
     cudaCheck(cudaFreeHost(step_losses));
     delete train_loader;
     delete val_loader;
+    delete hellaswag;
     delete tokenizer;
     gpt2_free(model);
     ctx.destroy();

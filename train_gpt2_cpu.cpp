@@ -15,6 +15,7 @@
 #include "llmc/cpu/gpt2.h"
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
+#include "llmc/hellaswag.h"
 #include "llmc/formats.h"
 #include "llmc/gpt2_config.h"
 #include "llmc/rand.h"
@@ -48,15 +49,10 @@ int main(int argc, char** argv) {
                      "Trains GPT-2 in fp32 on the CPU (the reference for the GPU trainer). Example:\n"
                      "  build/train_gpt2_cpu --train \"data/tinyshakespeare/*_train.bin\" --val \"data/tinyshakespeare/*_val.bin\"\n"
                      "      --tokenizer data/gpt2_tokenizer.bin --init d4 --steps 200 --lr 2e-3 --warmup 20 --sample-every 100");
-    std::string resume_from;
-    if (!cfg.resume_dir.empty()) {
-        resume_from = checkpoint_find(cfg.resume_dir);
-        cfg.init = resume_from + "/model.bin";
-        if (cfg.out_dir.empty()) {  // keep writing beside the checkpoints we resumed from
-            const size_t slash = resume_from.find_last_of('/');
-            cfg.out_dir = slash == std::string::npos ? "." : resume_from.substr(0, slash);
-        }
-    }
+    // --resume, --out-dir and --log checked and prepared before any work (llmc/checkpoint.h)
+    RunFiles files = open_run_files(cfg);
+    const std::string& resume_from = files.resume_from;
+    RunLog& log = files.log;
     // the model: a model file (any existing file, or a name ending in .bin: a missing one is an
     // error naming it) or a fresh init from a dN descriptor; --kv-heads and --window shape a fresh
     // model and must repeat a file's values
@@ -80,6 +76,9 @@ int main(int argc, char** argv) {
     std::unique_ptr<DataLoader> val;
     if (!cfg.val_pattern.empty())
         val.reset(new DataLoader(cfg.val_pattern.c_str(), cfg.B, cfg.T, 0, 1, c.vocab_size, cfg.seed, false));
+    std::unique_ptr<HellaSwagEval> hellaswag;
+    if (!cfg.hellaswag_path.empty())
+        hellaswag.reset(new HellaSwagEval(cfg.hellaswag_path.c_str(), cfg.B, cfg.T, c.vocab_size));
     std::unique_ptr<Tokenizer> tok;
     if (!cfg.tokenizer_path.empty()) {
         tok.reset(new Tokenizer(cfg.tokenizer_path.c_str()));
@@ -104,7 +103,7 @@ int main(int argc, char** argv) {
         printf("resumed from %s at step %lld\n", resume_from.c_str(), (long long)s.step);
     }
     const int64_t start_step = model.step;
-    FILE* log = cfg.log_path.empty() ? nullptr : fopen_or_fail(cfg.log_path.c_str(), start_step > 0 ? "a" : "w");
+    check_steps_left(start_step, cfg.steps, resume_from);
     printf("batch %d x %d, %d micro-batches per step (%lld tokens), %d steps\n", cfg.B, cfg.T, cfg.grad_accum,
            (long long)cfg.total_batch, cfg.steps);
 
@@ -114,16 +113,28 @@ int main(int argc, char** argv) {
     auto validate = [&](int64_t step) {
         float vl = validation_loss(model, *val, cfg.val_steps, cfg.B, cfg.T);
         printf("step %lld val_loss %.6f\n", (long long)step, vl);
-        if (log) fprintf(log, "step %lld val_loss %.6f\n", (long long)step, vl);
+        log.line("step %lld val_loss %.6f\n", (long long)step, vl);
+    };
+    auto score_hellaswag = [&](int64_t step) {
+        const HellaSwagScore s = hellaswag->run([&](const int* inputs, const int* targets, int B, int T) {
+            gpt2_forward(model, inputs, B, T);
+            gpt2_loss(model, targets);
+            return model.acts.losses.data();
+        });
+        const std::string line = hellaswag_log_line(step, s);
+        printf("%s\n", line.c_str());
+        log.line("%s\n", line.c_str());
     };
     auto sample = [&]() {
         std::vector<int> toks = gpt2_sample(model, eot, cfg.gen_tokens, cfg.temperature, rng);
         printf("sample: ");
         print_sample(tok.get(), toks);
     };
+    double train_seconds = 0.0;  // time in training steps, for the elapsed and ETA of the step lines
     for (int64_t step = start_step; step < cfg.steps; step++) {
         const bool last = step + 1 == cfg.steps;
         if (val && cfg.val_every > 0 && step % cfg.val_every == 0) validate(step);
+        if (hellaswag && cfg.hellaswag_every > 0 && step % cfg.hellaswag_every == 0) score_hellaswag(step);
         if (cfg.sample_every > 0 && step > 0 && step % cfg.sample_every == 0) sample();
 
         const double t0 = seconds_now();
@@ -141,13 +152,13 @@ int main(int argc, char** argv) {
         const float norm = gpt2_update(model, opt);
         const double ms = (seconds_now() - t0) * 1e3;
         const double tok_s = cfg.total_batch / (ms / 1e3);
-        printf("step %lld/%d train_loss %.6f norm %.4f lr %.3e ms %.1f tok_s %.0f\n", (long long)step + 1, cfg.steps,
-               loss, norm, opt.lr, ms, tok_s);
-        if (log) {
-            fprintf(log, "step %lld train_loss %.6f lr %.6e ms %.3f tok_s %.1f\n", (long long)step + 1, loss, opt.lr,
-                    ms, tok_s);
-            fflush(log);
-        }
+        train_seconds += ms / 1e3;
+        const double eta = train_seconds / (step + 1 - start_step) * (cfg.steps - step - 1);
+        printf("step %lld/%d train_loss %.6f norm %.4f lr %.3e ms %.1f tok_s %.0f elapsed %s ETA %s\n",
+               (long long)step + 1, cfg.steps, loss, norm, opt.lr, ms, tok_s, format_duration(train_seconds).c_str(),
+               format_duration(eta).c_str());
+        log.line("step %lld train_loss %.6f lr %.6e ms %.3f tok_s %.1f\n", (long long)step + 1, loss, opt.lr, ms, tok_s);
+        check_step_finite(step + 1, loss, norm, cfg.out_dir);
         if (!cfg.out_dir.empty() && ((cfg.ckpt_every > 0 && (step + 1) % cfg.ckpt_every == 0) || last)) {
             int64_t loader_state[16];
             train.save_state(loader_state);
@@ -155,7 +166,8 @@ int main(int argc, char** argv) {
         }
     }
     if (val && cfg.val_every > 0 && start_step < cfg.steps) validate(cfg.steps);
+    if (hellaswag && start_step < cfg.steps) score_hellaswag(cfg.steps);
     if (cfg.sample_every > 0 && start_step < cfg.steps) sample();
-    if (log) fclose_or_fail(log, cfg.log_path.c_str());
+    log.close();
     return 0;
 }

@@ -7,7 +7,7 @@
 # uncorrupted must succeed, so the failures are caused by the corruption and nothing else.
 # Prints one line per case; exits non-zero if any case misbehaves.
 cd "$(dirname "$0")/.." || exit 1
-TRAIN=build/train_gpt2_cpu
+TRAIN=${TRAIN:-build/train_gpt2_cpu}  # overridable, to show a case failing on an older build
 TEST=build/test_gpt2_cpu
 for b in $TRAIN $TEST; do
     [ -x "$b" ] || { echo "test_bad_inputs: $b is missing, run make first"; exit 1; }
@@ -44,12 +44,23 @@ open(f"{d}/truncated.bin", "wb").write(good[:-10])
 open(f"{d}/extra.bin", "wb").write(good + b"\0\0\0\0")
 open(f"{d}/short.bin", "wb").write(good[:100])
 open(f"{d}/empty.bin", "wb").close()
+# non-finite weights: a NaN in wte, an inf in a LayerNorm weight; and finite weights that overflow
+# in the first step (lnfw = 3e38: the logits overflow, the loss is NaN)
+params = rng.normal(0, 0.02, fmt.num_params(cfg)).astype(np.float32)
+for name, tensor, value in (("nan.bin", "wte", np.nan), ("inf.bin", "ln1w", np.inf), ("diverges.bin", "lnfw", 3e38)):
+    p = params.copy()
+    fmt.split_params(cfg, p)[tensor].flat[3] = value
+    if name == "diverges.bin":
+        fmt.split_params(cfg, p)[tensor][:] = value
+    fmt.write_model(f"{d}/{name}", cfg, p)
+open(f"{d}/old.log", "w").write("step 1 train_loss 4.0 lr 1e-3 ms 1.0 tok_s 1.0\n")
 tok = open(f"{d}/tok.bin", "rb").read()
 open(f"{d}/tok_truncated.bin", "wb").write(tok[:-3])
 dbg = open("tests/fixture/debug.bin", "rb").read()
 open(f"{d}/debug_truncated.bin", "wb").write(dbg[:len(dbg) // 2])
-# checkpoints for --resume: one whose state.bin is cut short, and one whose state is for another model
-for name in ("ckpt_trunc", "ckpt_wrongstate"):
+# checkpoints for --resume (DONE as earlier builds wrote it, so only the readers check them): one
+# whose state.bin is cut short, one whose state is for another model, one with a NaN in AdamW's v
+for name in ("ckpt_trunc", "ckpt_wrongstate", "ckpt_nanstate"):
     import os
     os.makedirs(f"{d}/{name}/step_00000001")
     shutil.copy(f"{d}/good.bin", f"{d}/{name}/step_00000001/model.bin")
@@ -59,6 +70,9 @@ state = fmt.make_header(fmt.MAGIC_STATE, {2: 1, 3: n}).tobytes() + np.zeros(2 * 
 open(f"{d}/ckpt_trunc/step_00000001/state.bin", "wb").write(state[:-8])
 state = fmt.make_header(fmt.MAGIC_STATE, {2: 1, 3: n + 1}).tobytes() + np.zeros(2 * (n + 1), np.float32).tobytes()
 open(f"{d}/ckpt_wrongstate/step_00000001/state.bin", "wb").write(state)
+v = np.zeros(n, np.float32)
+v[7] = np.nan
+fmt.write_state(f"{d}/ckpt_nanstate/step_00000001/state.bin", 1, np.zeros(n, np.float32), v)
 os.makedirs(f"{d}/ckpt_none/step_00000005")  # no DONE: an interrupted save
 EOF
 
@@ -75,6 +89,13 @@ expect_error() {
         ok=$((ok + 1)); echo "ok   $name: $msg"
     else
         bad=$((bad + 1)); echo "BAD  $name: exit $rc, $lines stderr lines, wanted one 'error: ...$want...', got: $msg"
+    fi
+}
+# expect_startup_error NAME WANT CMD...: as expect_error, and no training step ran before the error
+expect_startup_error() {
+    expect_error "$@"
+    if grep -q "train_loss" "$tmp/out"; then
+        bad=$((bad + 1)); echo "BAD  $1: the error came after training had started"
     fi
 }
 expect_success() {
@@ -100,6 +121,9 @@ expect_error "token shard passed as a model" "token shard" $TRAIN "${BASE[@]}" -
 expect_error "parameter count disagrees with shape" "$T/badcount.bin" $TRAIN "${BASE[@]}" --init "$T/badcount.bin"
 expect_error "num_kv_heads not dividing num_heads" "$T/badkvheads.bin" $TRAIN "${BASE[@]}" --init "$T/badkvheads.bin"
 expect_error "not a descriptor nor a file" "--init" $TRAIN "${BASE[@]}" --init "x12"
+expect_error "model with a NaN weight" "$T/nan.bin" $TRAIN "${BASE[@]}" --init "$T/nan.bin"
+expect_error "model with an inf weight" "$T/inf.bin" $TRAIN "${BASE[@]}" --init "$T/inf.bin"
+expect_error "a loss that turns NaN stops the run" "step 1: the loss is" $TRAIN "${BASE[@]}" --init "$T/diverges.bin"
 
 # grouped-query attention and a window: the flags shape a fresh model; a file keeps its own values.
 # The control samples more tokens than --seq, so the context slides under the window.
@@ -131,6 +155,22 @@ expect_error "--resume dir without a checkpoint" "--resume" $TRAIN "${BASE[@]}" 
 expect_error "--resume dir missing" "--resume" $TRAIN "${BASE[@]}" --resume "$T/no_such_dir"
 expect_error "truncated state.bin" "state.bin" $TRAIN "${BASE[@]}" --resume "$T/ckpt_trunc"
 expect_error "state.bin of another model" "state.bin" $TRAIN "${BASE[@]}" --resume "$T/ckpt_wrongstate"
+expect_error "state.bin with a NaN moment" "state.bin" $TRAIN "${BASE[@]}" --resume "$T/ckpt_nanstate"
+expect_error "--resume with --steps below the checkpoint's" "--steps 1" $TRAIN "${BASE[@]}" --resume "$T/ckpt_ok"
+expect_error "--init of another shape with --resume" "--init d2" $TRAIN "${BASE[@]}" --steps 3 --resume "$T/ckpt_ok" --init d2
+expect_startup_error "a fresh run into another run's --out-dir" "--out-dir $T/ckpt_ok" $TRAIN "${BASE[@]}" \
+    --init "$T/good.bin" --out-dir "$T/ckpt_ok"
+
+# output paths: checked at startup, before any training
+expect_startup_error "--out-dir below a file" "--out-dir $T/good.bin/x" $TRAIN "${BASE[@]}" --init "$T/good.bin" \
+    --out-dir "$T/good.bin/x"
+expect_startup_error "--log below a file" "--log $T/good.bin" $TRAIN "${BASE[@]}" --init "$T/good.bin" \
+    --log "$T/good.bin/log.txt"
+expect_startup_error "a fresh run onto another run's --log" "--log $T/old.log" $TRAIN "${BASE[@]}" --init "$T/good.bin" \
+    --log "$T/old.log"
+expect_error "--log on a full disk" "--log /dev/full: write failed" $TRAIN "${BASE[@]}" --init "$T/good.bin" --log /dev/full
+expect_success "control: --out-dir and --log with missing parents" $TRAIN "${BASE[@]}" --init "$T/good.bin" \
+    --out-dir "$T/new/a/b" --log "$T/new/c/log.txt"
 
 # flag values
 expect_error "--lr abc" "--lr" $TRAIN "${BASE[@]}" --lr abc
@@ -142,6 +182,10 @@ expect_error "--beta2 1" "--beta2" $TRAIN "${BASE[@]}" --beta2 1
 expect_error "--schedule nope" "--schedule" $TRAIN "${BASE[@]}" --schedule nope
 expect_error "unknown flag" "--frobnicate" $TRAIN "${BASE[@]}" --frobnicate 3
 expect_error "--total-batch not a multiple of B*T" "--total-batch" $TRAIN "${BASE[@]}" --total-batch 100
+expect_error "--total-batch of more micro-batches than an int" "--total-batch" $TRAIN "${BASE[@]}" --total-batch 68719476736
+expect_error "--batch 65536 --seq 1024: out of host memory" "host memory" $TRAIN "${BASE[@]}" --init d1 --batch 65536 --seq 1024
+expect_error "a flag as a flag's value" "--out-dir: missing value" $TRAIN "${BASE[@]}" --out-dir --log "$T/x.log"
+expect_error "--steps 0" "--steps" $TRAIN "${BASE[@]}" --steps 0
 expect_error "--seq longer than the model's" "--seq" $TRAIN "${BASE[@]}" --init "$T/good.bin" --seq 32
 expect_error "--train missing" "--train" $TRAIN --init "$T/good.bin"
 

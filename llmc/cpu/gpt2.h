@@ -27,7 +27,7 @@
 #include "llmc/sampler.h"
 #include "llmc/utils.h"
 
-// ================================================================================================ model
+// ============================================================================ model
 // Activations: everything the backward pass reads, for the B, T the model was sized for. Per-layer
 // buffers are (L, ...) with layer l at offset l * (one layer's size).
 struct Activations {
@@ -98,6 +98,11 @@ inline void gpt2_build(GPT2& m, const GPT2Config& c, int B, int T) {
 
     const size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
     const size_t BT = (size_t)B * T, QKV = gpt2_qkv_channels(c);
+    // the floats of the buffers below: per layer, outside the layers, and the one-layer gradients
+    const size_t act_floats = L * BT * (15 * C + QKV + NH + 4) + BT * (2 * C + 2 * Vp + 3) + BT * (11 * C + QKV);
+    char what[96];
+    snprintf(what, sizeof what, "the model with its activations for --batch %d --seq %d", B, T);
+    check_host_memory((act_floats + 4 * m.num_params) * sizeof(float), what, "lower --batch or --seq");
     Activations& a = m.acts;
     a.encoded.resize(BT * C);
     a.ln1.resize(L * BT * C);
@@ -139,7 +144,7 @@ inline void gpt2_set_params(GPT2& m, const float* host) {
     std::copy(host, host + m.num_params, m.params_memory.begin());
 }
 
-// ================================================================================================ forward
+// ============================================================================ forward
 // inputs (B, T) ids < V, through the logits (B, T, Vp). B, T may be smaller than the built shape
 // (sampling runs one row of the current context length).
 inline void gpt2_forward(GPT2& m, const int* inputs, int B, int T) {
@@ -199,7 +204,7 @@ inline float gpt2_loss(GPT2& m, const int* targets) {
     return cpu::softmax_crossentropy_forward(a.probs.data(), a.losses.data(), a.logits.data(), targets, B, T, V, Vp);
 }
 
-// ================================================================================================ backward
+// ============================================================================ backward
 // Accumulates (+=) into m.grads the gradient of grad_scale * (mean loss of the last gpt2_loss).
 // Call gpt2_zero_grads before the first micro-batch.
 inline void gpt2_zero_grads(GPT2& m) { std::fill(m.grads_memory.begin(), m.grads_memory.end(), 0.0f); }
@@ -263,7 +268,7 @@ inline void gpt2_backward(GPT2& m, const int* inputs, const int* targets, float 
     cpu::encoder_backward(g.wte, g.wpe, dresidual, inputs, B, T, C);
 }
 
-// ================================================================================================ update
+// ============================================================================ update
 // Clip by the global gradient norm, then one AdamW step (t = m.step after the increment, 1-based).
 // Returns the gradient norm before clipping.
 inline float gpt2_update(GPT2& m, const OptimizerSettings& o) {
@@ -275,7 +280,7 @@ inline float gpt2_update(GPT2& m, const OptimizerSettings& o) {
     return norm;
 }
 
-// ================================================================================================ checkpoints
+// ============================================================================ checkpoints
 // DIR/step_NNNNNNNN/{model.bin, state.bin, DONE} (llmc/checkpoint.h): the fp32 model, then the
 // state with m and v; DONE is written last, so a directory without it is ignored on resume.
 inline void gpt2_save_checkpoint(const GPT2& m, const std::string& out_dir, const int64_t loader_state[16],
@@ -305,7 +310,7 @@ inline TrainState gpt2_load_checkpoint(GPT2& m, const std::string& dir) {
     return st;
 }
 
-// ================================================================================================ sampling
+// ============================================================================ sampling
 // Generates `gen_tokens` tokens after an end-of-text token, one forward per token, with a
 // multinomial draw at `temperature` from the shared RNG; the context slides once it reaches T.
 // Each forward sees the last min(len, T) tokens at positions 0.., as in training. With an
