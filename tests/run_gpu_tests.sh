@@ -10,6 +10,7 @@
 #      the default run (dQ by atomics) ends within 0.05 of its loss
 #   3. a batch or a model that cannot fit fails with a one-line message naming the fix
 #   4. compute-sanitizer memcheck on the small-model tests
+#   5. HellaSwag: both GPU builds' acc_norm on tests/fixture/hellaswag.bin equals PyTorch's (fp64)
 # Env: GPU_TEST_DIR (scratch, default a new /tmp dir), LOGS (default $GPU_TEST_DIR),
 #      MEMCHECK=0 to skip memcheck, MEMCHECK_TIMEOUT (seconds, default 900).
 cd "$(dirname "$0")/.." || exit 1
@@ -112,6 +113,32 @@ elif command -v compute-sanitizer >/dev/null; then
 else
     echo "=== compute-sanitizer not found: memcheck skipped"
 fi
+
+# ---- 5. HellaSwag (llmc/hellaswag.h): the accuracy the GPU trainer logs at step 0 (the model file
+# as written) against scripts/train_gpt2.py --hellaswag on the same file. The model: 2 layers of
+# 2 heads of 64 (the GPU attention's head size), vocab 250 for the fixture's byte tokens. fp32 must
+# agree exactly; bf16 may differ only on examples whose two best scores PyTorch puts < 0.02 apart.
+hellaswag_gpu() {
+    local model=$WORK/hs_model.bin eval=tests/fixture/hellaswag.bin ref=$WORK/hs_ref.txt bin want close got
+    python3 scripts/train_gpt2.py --layers 2 --channels 128 --heads 2 --vocab 250 --max-seq 64 \
+        --write-model "$model" || return 1
+    python3 scripts/train_gpt2.py --load "$model" --hellaswag "$eval" > "$ref" || return 1
+    want=$(awk '$1 == "hellaswag" { print $5 }' "$ref")
+    close=$(awk '$1 == "example" { a = $8 + 0; b = 1e30
+                                   for (i = 9; i <= NF; i++) { x = $i + 0; if (x < a) { b = a; a = x } else if (x < b) b = x }
+                                   if (b - a < 0.02) c++ } END { print c + 0 }' "$ref")
+    echo "PyTorch: $(tail -n 1 "$ref") ($close examples within 0.02 of a tie)"
+    for bin in build/train_gpt2cu_fp32 build/train_gpt2cu; do
+        got=$("$bin" --random-data 1 --init "$model" --batch 8 --seq 32 --steps 1 --hellaswag "$eval" \
+                   --hellaswag-every 1 |
+              awk '$1 == "step" && $2 == 0 && $3 == "hellaswag_acc" { print $6 }')
+        echo "$bin: step 0 correct ${got:-none} of 12"
+        [ -n "$got" ] || return 1
+        if [ "$bin" = build/train_gpt2cu_fp32 ]; then [ "$got" -eq "$want" ] || return 1
+        else [ $((got > want ? got - want : want - got)) -le "$close" ] || return 1; fi
+    done
+}
+run "HellaSwag accuracy vs PyTorch" hellaswag.log hellaswag_gpu
 
 echo
 [ $failed -gt 0 ] && echo "failed: ${failed_names[*]}"
