@@ -144,6 +144,15 @@ if [ -x $GPU ]; then
     expect_error "GPU trainer: --deterministic 2" "--deterministic" $GPU "${BASE[@]}" --init d2 --deterministic 2
     expect_error "GPU trainer: --window differing from the checkpoint" "has window 3" $GPU "${BASE[@]}" --steps 2 \
         --resume "$T/ckpt_gqa" --window 4
+    # and the flags and run files (open_run_files runs before the device starts)
+    expect_error "GPU trainer: a flag as a flag's value" "--out-dir: missing value" $GPU "${BASE[@]}" --out-dir --log x
+    expect_error "GPU trainer: --steps 0" "--steps" $GPU "${BASE[@]}" --steps 0
+    expect_error "GPU trainer: --total-batch overflow" "--total-batch" $GPU "${BASE[@]}" --total-batch 68719476736
+    expect_error "GPU trainer: --init of another shape with --resume" "--init d3" $GPU "${BASE[@]}" --steps 3 \
+        --resume "$T/ckpt_gqa" --init d3
+    expect_error "GPU trainer: --log below a file" "--log $T/good.bin" $GPU "${BASE[@]}" --log "$T/good.bin/log.txt"
+    expect_error "GPU trainer: a fresh run into another run's --out-dir" "--out-dir $T/ckpt_gqa" $GPU "${BASE[@]}" \
+        --init d2 --out-dir "$T/ckpt_gqa"
 fi
 
 # data, tokenizer, checkpoints
