@@ -273,6 +273,34 @@ class RunLog {
     std::string path_;
 };
 
+// On --resume from step N, the lines of --log for steps after N were written by the run that was
+// interrupted and are about to be written again: they are dropped (the file rewritten atomically),
+// so the log holds each step once. Lines that do not start with "step <n>" are kept.
+inline void trim_log_after(const std::string& path, int64_t step) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;  // missing, or /dev/null and the like
+    FILE* f = fopen(path.c_str(), "r");
+    if (!f) return;
+    std::string kept, line;
+    int64_t dropped = 0;
+    char buf[4096];
+    while (fgets(buf, sizeof buf, f)) {
+        line += buf;
+        if (line.back() != '\n' && !feof(f)) continue;  // a line longer than buf
+        long long n;
+        if (sscanf(line.c_str(), "step %lld", &n) == 1 && n > step) dropped++;
+        else kept += line;
+        line.clear();
+    }
+    fclose(f);
+    if (dropped == 0) return;
+    AtomicFileWriter w(path);
+    w.write(kept.data(), kept.size());
+    w.commit();
+    printf("log: dropped %lld lines of %s past step %lld (the interrupted run's)\n", (long long)dropped, path.c_str(),
+           (long long)step);
+}
+
 struct RunFiles {
     std::string resume_from;  // the checkpoint directory to load; "" for a fresh run
     RunLog log;               // --log (closed when not given)
@@ -286,8 +314,8 @@ struct RunFiles {
 //  - --out-dir: created with its parents and checked writable; leftovers of interrupted saves are
 //    removed; checkpoints of another run (a fresh run) or newer than the one resumed are an error
 //    unless --overwrite 1, which deletes them;
-//  - --log: parents created, opened (appending on --resume); another run's log is an error on a
-//    fresh run unless --overwrite 1.
+//  - --log: parents created, opened (on --resume appending, after dropping the lines past the
+//    checkpoint's step); another run's log is an error on a fresh run unless --overwrite 1.
 inline RunFiles open_run_files(TrainConfig& cfg) {
     setvbuf(stdout, nullptr, _IOLBF, 0);
     RunFiles files;
@@ -353,6 +381,7 @@ inline RunFiles open_run_files(TrainConfig& cfg) {
         if (!resuming && !cfg.overwrite && stat(cfg.log_path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
             fail("--log %s: holds another run's log: --resume appends to it, --overwrite 1 replaces it, or choose "
                  "another --log", cfg.log_path.c_str());
+        if (resuming) trim_log_after(cfg.log_path, resume_step);
         files.log.open(cfg.log_path, resuming);
     }
     return files;

@@ -133,7 +133,18 @@ kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
 if ! grep -q "^step 2/" "$T/c7.out"; then flunk "$name" "the output holds $(wc -c <"$T/c7.out") bytes, no step 2 line"
 else pass "$name"; fi
 
-# 8. the step lines show the elapsed time and an ETA
+# 8. --resume drops the log lines past the checkpoint's step (the interrupted run's), so the log
+#    holds each step once and ends like the uninterrupted run's
+name="a resumed run's log has each step once"
+cp -r "$T/ref" "$T/c8" && cp "$T/ref.log" "$T/c8.log" && rm -rf "$T/c8/step_00000003" "$T/c8/step_00000004"
+if ! run "$T/c8" --steps 4 --ckpt-every 1 --resume "$T/c8" --log "$T/c8.log"; then
+    flunk "$name" "exit $?: $(head -n 1 "$T/c8.err")"
+elif [ "$(grep -c train_loss "$T/c8.log")" -ne 4 ] || ! grep -q "dropped 2 lines" "$T/c8.out" ||
+     [ "$(tail -n 1 "$T/c8.log" | cut -d' ' -f1-4)" != "$(tail -n 1 "$T/ref.log" | cut -d' ' -f1-4)" ]; then
+    flunk "$name" "$(grep -c train_loss "$T/c8.log") train lines, last: $(tail -n 1 "$T/c8.log")"
+else pass "$name"; fi
+
+# 9. the step lines show the elapsed time and an ETA
 name="step lines show elapsed and ETA"
 if grep -Eq "^step 4/4 .* elapsed [0-9]+h[0-9]{2}m[0-9]{2}s ETA 0h00m00s$" "$T/ref.out"; then pass "$name"
 else flunk "$name" "got: $(grep -m1 '^step 4/4' "$T/ref.out")"; fi
