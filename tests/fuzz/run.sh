@@ -2,7 +2,9 @@
 # The sanitizer and fuzz checks; CI (.ci/run) runs them after `make test`. Needs clang++ (with its
 # libFuzzer runtime), g++ and python3 with numpy. Builds only into build/sanitize/ and build/fuzz/.
 #   1. The CPU tests (test_gpt2_cpu, test_attention_cpu, test_dataloader) built with
-#      -fsanitize=address,undefined into build/sanitize/ and run once, as tests/run_tests.sh runs them.
+#      -fsanitize=address,undefined into build/sanitize/ and run once, as tests/run_tests.sh runs them;
+#      then the CPU trainer, built the same way, trains a tiny model (GQA, window) for 6 steps with
+#      validation, samples and checkpoints, and resumes for 3 more.
 #   2. Every tests/fuzz/fuzz_NAME.cpp built as a libFuzzer target build/fuzz/fuzz_NAME
 #      (clang++ -fsanitize=fuzzer,address,undefined -g -O1 -DLLMC_FAIL_THROWS: fail() throws).
 #   3. Each target runs every input in tests/fuzz/regressions/NAME/ and its seeds once, then fuzzes
@@ -58,6 +60,40 @@ if [ "${SANITIZE:-1}" != 0 ]; then
             findings+=("sanitize $t")
         fi
     done
+    echo "=== sanitize: build $SAN/train_gpt2_cpu"
+    if nice "$CXX" "${san_flags[@]}" train_gpt2_cpu.cpp -o "$SAN/train_gpt2_cpu" -lm; then
+        echo "=== sanitize: run $SAN/train_gpt2_cpu (6 steps, checkpoints, then --resume for 3 more)"
+        run_dir=$(mktemp -d)
+        python3 - "$run_dir" <<'EOF_PY'
+import sys
+import numpy as np
+sys.path.insert(0, "scripts")
+import llmc_formats as fmt
+d = sys.argv[1]
+cfg = dict(max_seq_len=16, vocab_size=64, padded_vocab_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
+           channels=8, window=4)
+rng = np.random.default_rng(0)
+fmt.write_model(f"{d}/tiny.bin", cfg, rng.normal(0, 0.02, fmt.num_params(cfg)).astype(np.float32))
+fmt.write_shard(f"{d}/train.bin", rng.integers(0, 64, 3000), 64)
+fmt.write_shard(f"{d}/val.bin", rng.integers(0, 64, 500), 64)
+fmt.write_tokenizer(f"{d}/tok.bin", [bytes([65 + i % 26]) for i in range(64)], 63)
+EOF_PY
+        common=(--train "$run_dir/train.bin" --val "$run_dir/val.bin" --tokenizer "$run_dir/tok.bin" --batch 2 --seq 8
+                --total-batch 32 --ckpt-every 3 --val-every 3 --val-steps 2 --sample-every 3 --gen-tokens 8
+                --log "$run_dir/out/log.txt")
+        if "$SAN/train_gpt2_cpu" "${common[@]}" --init "$run_dir/tiny.bin" --steps 6 --out-dir "$run_dir/out" \
+                > "$SAN/train_gpt2_cpu.log" 2>&1 &&
+           "$SAN/train_gpt2_cpu" "${common[@]}" --steps 9 --resume "$run_dir/out" >> "$SAN/train_gpt2_cpu.log" 2>&1; then
+            echo "--- sanitize train_gpt2_cpu: clean ($(grep -c '^step [0-9]*/' "$SAN/train_gpt2_cpu.log") steps)"
+        else
+            tail -n 40 "$SAN/train_gpt2_cpu.log"
+            echo "--- sanitize train_gpt2_cpu: FAIL (full output in $SAN/train_gpt2_cpu.log)"
+            findings+=("sanitize train_gpt2_cpu")
+        fi
+        rm -rf "$run_dir"
+    else
+        findings+=("sanitize build train_gpt2_cpu")
+    fi
 fi
 
 # ---- 2. build the fuzz targets (only those whose sources changed), in parallel
