@@ -23,7 +23,8 @@
 # Usage: tests/fuzz/run.sh [NAME...]     (default: every target; NAME = model, state, ...)
 # Environment: FUZZ_SECONDS per target (default 10; CI uses 60; 0 = replay only),
 #   FUZZ_JOBS targets fuzzed at once (default: the number of cores), SANITIZE=0 skips step 1,
-#   FUZZ_MAX_LEN (default 8192 bytes), CLANGXX (default clang++), CXX (default g++).
+#   FUZZ_MAX_LEN (default 8192 bytes), FUZZ_ARGS (more libFuzzer flags, e.g. -use_value_profile=1),
+#   CLANGXX (default clang++), CXX (default g++).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 FUZZ_SECONDS=${FUZZ_SECONDS:-10}
@@ -134,8 +135,9 @@ run_target() {  # run_target NAME: replays, fuzzes; the last line of its log is 
         echo "fuzz_$n: FAIL replaying the regressions and seeds (see $log)" >> "$log"; return 1
     fi
     [ "$FUZZ_SECONDS" -gt 0 ] || { echo "fuzz_$n: replayed ${#replay[@]} inputs: ok" >> "$log"; return 0; }
+    # shellcheck disable=SC2086  # FUZZ_ARGS is a list of flags
     if ! nice "$bin" -max_total_time="$FUZZ_SECONDS" -timeout=10 -max_len="$FUZZ_MAX_LEN" -print_final_stats=1 \
-            -artifact_prefix="$OUT/artifacts/$n/" "$OUT/corpus/$n" "${seed_dirs[@]}" >> "$log" 2>&1; then
+            ${FUZZ_ARGS:-} -artifact_prefix="$OUT/artifacts/$n/" "$OUT/corpus/$n" "${seed_dirs[@]}" >> "$log" 2>&1; then
         echo "fuzz_$n: FINDING, input in $OUT/artifacts/$n/ (reproduce: $bin FILE)" >> "$log"; return 1
     fi
     local runs cov
