@@ -195,10 +195,11 @@ __device__ __forceinline__ void pack_p(uint32_t (&p)[BKV / 16][4], const float (
         p[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
     }
 }
-// Named barriers 1 and 2 (0 is __syncthreads), one per consumer warpgroup, 256 threads: a warpgroup
-// syncs on its own (its turn) after the other arrived on it (the other has issued its matmuls).
+// Named barriers (0 is __syncthreads; each kernel's ids in its enum): two consumer warpgroups, 256
+// threads, where one arrives and the other syncs, or both sync; or one warpgroup's 128 threads.
 __device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void named_sync_warpgroup(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
 
 // Streaming multiprocessors of the current device (the persistent grids' size).
 inline int sm_count() {
