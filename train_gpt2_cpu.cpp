@@ -116,9 +116,9 @@ int main(int argc, char** argv) {
         log.line("step %lld val_loss %.6f\n", (long long)step, vl);
     };
     auto score_hellaswag = [&](int64_t step) {
-        const HellaSwagScore s = hellaswag->run([&](const int* inputs, const int* targets, int B, int T) {
-            gpt2_forward(model, inputs, B, T);
-            gpt2_loss(model, targets);
+        const HellaSwagScore s = hellaswag->run([&](const int* inputs, const int* targets, int rows, int seq) {
+            gpt2_forward(model, inputs, rows, seq);
+            gpt2_loss(model, targets);  // leaves the per-position losses in model.acts.losses
             return model.acts.losses.data();
         });
         const std::string line = hellaswag_log_line(step, s);
