@@ -163,9 +163,9 @@ struct GPT2 {
     float* m_memory = nullptr;        // (num_params) AdamW first moment
     float* v_memory = nullptr;        // (num_params) AdamW second moment
     GPT2Tensors<floatX> params{}, grads{};  // named views of params_memory and grads_memory
-    void* param_memory = nullptr;
+    void* param_allocation = nullptr;  // the one cudaMalloc the parameter-sized buffers come from
     Activations acts{};
-    void* act_memory = nullptr;
+    void* act_allocation = nullptr;    // the one cudaMalloc the activations come from
     size_t allocated_bytes = 0;  // everything this model cudaMalloc'ed (the bench's peak_gib)
     EncoderBuckets buckets;
     int* host_io = nullptr;      // pinned (2N): inputs then targets, staged for the upload
@@ -221,11 +221,11 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
                                       {(void**)&model.m_memory, n, sizeof(float)},
                                       {(void**)&model.v_memory, n, sizeof(float)}};
     if (HAS_MASTER) params.push_back({(void**)&model.master_memory, n, sizeof(float)});
-    model.param_memory = specs_allocate(params, "parameters, gradients and optimizer state");
+    model.param_allocation = specs_allocate(params, "parameters, gradients and optimizer state");
     if (!HAS_MASTER) model.master_memory = (float*)model.params_memory;
     model.params = gpt2_point_tensors(model.params_memory, config);
     model.grads = gpt2_point_tensors(model.grads_memory, config);
-    model.act_memory = specs_allocate(acts, "activations");
+    model.act_allocation = specs_allocate(acts, "activations");
     model.allocated_bytes = need + ctx.cublaslt_workspace_size;
     cudaCheck(cudaMemset(model.m_memory, 0, n * sizeof(float)));
     cudaCheck(cudaMemset(model.v_memory, 0, n * sizeof(float)));
@@ -238,8 +238,8 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
 }
 
 inline void gpt2_free(GPT2& model) {
-    cudaCheck(cudaFree(model.param_memory));
-    cudaCheck(cudaFree(model.act_memory));
+    cudaCheck(cudaFree(model.param_allocation));
+    cudaCheck(cudaFree(model.act_allocation));
     model.buckets.destroy();
     cudaCheck(cudaFreeHost(model.host_io));
     cudaCheck(cudaFreeHost(model.host_losses));
