@@ -4,7 +4,8 @@
 # checkpoint is skipped for the newest good one (and named), a checkpoint mixing two runs' files
 # is refused, another run's checkpoints are never replaced without --overwrite 1, a diverging run
 # stops without a checkpoint and keeps the good ones, a killed run's redirected output keeps its
-# step lines, and the step lines show the elapsed time and an ETA.
+# step lines, and the step lines show the elapsed time and an ETA. Where a GPU is present, the GPU
+# trainer's share of these (NaN weights, divergence, fallback and bit-exact resume, /dev/full) runs too.
 # Prints one line per case; exits non-zero if any case misbehaves.
 cd "$(dirname "$0")/.." || exit 1
 TRAIN=${TRAIN:-build/train_gpt2_cpu}  # overridable, to show a case failing on an older build
@@ -148,6 +149,62 @@ else pass "$name"; fi
 name="step lines show elapsed and ETA"
 if grep -Eq "^step 4/4 .* elapsed [0-9]+h[0-9]{2}m[0-9]{2}s ETA 0h00m00s$" "$T/ref.out"; then pass "$name"
 else flunk "$name" "got: $(grep -m1 '^step 4/4' "$T/ref.out")"; fi
+
+# 10. the GPU trainer, where there is a GPU (same library code; a d1 model, --deterministic 1 so a
+#     resumed run repeats bit for bit)
+GPU=build/train_gpt2cu
+if [ -x "$GPU" ] && nvidia-smi -L >/dev/null 2>&1; then
+    python3 - "$tmp" <<'EOF2' || { echo "test_checkpoints: could not create the GPU test files"; exit 1; }
+import sys
+import numpy as np
+sys.path.insert(0, "scripts")
+import llmc_formats as fmt
+d = sys.argv[1]
+cfg = dict(max_seq_len=1024, vocab_size=50257, padded_vocab_size=50304, num_layers=1, num_heads=1,
+           num_kv_heads=1, channels=64, window=0)  # d1
+params = np.random.default_rng(1).normal(0, 0.02, fmt.num_params(cfg)).astype(np.float32)
+fmt.split_params(cfg, params)["ln1w"][:] = 1.0
+fmt.split_params(cfg, params)["ln2w"][:] = 1.0
+fmt.split_params(cfg, params)["lnfw"][:] = 1.0
+fmt.write_model(f"{d}/d1.bin", cfg, params)
+fmt.split_params(cfg, params)["wte"][5, 3] = np.nan
+fmt.write_model(f"{d}/d1_nan.bin", cfg, params)
+fmt.split_params(cfg, params)["wte"][5, 3] = 0.01
+fmt.split_params(cfg, params)["lnfw"][:] = 3e38  # finite (also in bf16), but the first step overflows
+fmt.write_model(f"{d}/d1_diverges.bin", cfg, params)
+EOF2
+    gpu_run() {  # gpu_run OUT ARGS...
+        local out=$1; shift
+        "$GPU" --train "$T/train.bin" --batch 4 --seq 64 --val-every 0 --deterministic 1 "$@" >"$out.out" 2>"$out.err"
+    }
+    name="GPU trainer: a model with a NaN weight is refused"
+    gpu_run "$T/g1" --init "$T/d1_nan.bin" --steps 1; rc=$?
+    if [ $rc -eq 1 ] && grep -q "d1_nan.bin: 1 of .* parameter values are not finite.*(wte)" "$T/g1.err"; then pass "$name"
+    else flunk "$name" "exit $rc: $(head -n 1 "$T/g1.err")"; fi
+    name="GPU trainer: a diverging run stops without a checkpoint"
+    gpu_run "$T/g2" --init "$T/d1_diverges.bin" --steps 3 --ckpt-every 1 --out-dir "$T/g2"; rc=$?
+    if [ $rc -eq 1 ] && grep -q "step 1: the .* is" "$T/g2.err" && [ -z "$(ls "$T/g2")" ]; then pass "$name"
+    else flunk "$name" "exit $rc, checkpoints: $(ls "$T/g2" | tr '\n' ' '): $(head -n 1 "$T/g2.err")"; fi
+    name="GPU trainer: a damaged newest checkpoint is skipped, the resumed run repeats bit for bit"
+    if ! gpu_run "$T/g3" --init "$T/d1.bin" --steps 4 --ckpt-every 1 --out-dir "$T/g3" --log "$T/g3.log"; then
+        flunk "$name" "the run failed: $(head -n 1 "$T/g3.err")"
+    else
+        cp -r "$T/g3/step_00000004" "$T/g3_step4"
+        flip_byte "$T/g3/step_00000004/model.bin" 2000
+        if ! gpu_run "$T/g3r" --steps 4 --ckpt-every 1 --resume "$T/g3" --log "$T/g3.log"; then
+            flunk "$name" "the resume failed: $(head -n 1 "$T/g3r.err")"
+        elif ! grep -q "step_00000004 is damaged" "$T/g3r.out" || ! diff -r "$T/g3/step_00000004" "$T/g3_step4" >/dev/null ||
+             [ "$(grep -c train_loss "$T/g3.log")" -ne 4 ]; then
+            flunk "$name" "no fallback, a different step 4, or a log without each step once"
+        else pass "$name"; fi
+    fi
+    name="GPU trainer: --log on a full disk fails"
+    gpu_run "$T/g4" --init d1 --steps 1 --log /dev/full; rc=$?
+    if [ $rc -eq 1 ] && grep -q -- "--log /dev/full: write failed" "$T/g4.err"; then pass "$name"
+    else flunk "$name" "exit $rc: $(head -n 1 "$T/g4.err")"; fi
+else
+    echo "skip GPU trainer cases (no $GPU or no GPU)"
+fi
 
 echo "test_checkpoints: $ok ok, $bad misbehaved"
 [ $bad -eq 0 ]
