@@ -98,7 +98,7 @@ inline std::vector<CheckpointEntry> list_checkpoints(const std::string& out_dir)
 }
 
 // Why the checkpoint in `dir` cannot be used, or "" if it verifies: DONE's step must match the
-// directory's name, each file its recorded size and checksum. A DONE from before checksums
+// directory's name (when it is step_NNNNNNNN), each file its recorded size and checksum. A DONE from before checksums
 // ("ok") is accepted unverified, so checkpoints of earlier builds stay loadable.
 inline std::string checkpoint_problem(const std::string& dir) {
     FILE* f = fopen((dir + "/DONE").c_str(), "r");
@@ -115,12 +115,12 @@ inline std::string checkpoint_problem(const std::string& dir) {
     if (lines != 4 || strncmp(line[0], CHECKPOINT_MANIFEST, strlen(CHECKPOINT_MANIFEST)) != 0)
         return "DONE is not a checkpoint manifest";
     long long step;
+    if (sscanf(line[1], "step %lld", &step) != 1) return "DONE has no step";
     const size_t slash = dir.find_last_of('/');
     int64_t named_step;
-    if (sscanf(line[1], "step %lld", &step) != 1 ||
-        !parse_checkpoint_name(dir.c_str() + (slash == std::string::npos ? 0 : slash + 1), &named_step))
-        return "DONE has no step, or the directory is not named step_NNNNNNNN";
-    if (step != named_step) return "DONE is for step " + std::to_string(step) + ", not the directory's";
+    if (parse_checkpoint_name(dir.c_str() + (slash == std::string::npos ? 0 : slash + 1), &named_step) &&
+        step != named_step)
+        return "DONE is for step " + std::to_string(step) + ", not the directory's";
     for (int i = 0; i < 2; i++) {
         char name[64];
         long long want_size;
@@ -318,6 +318,8 @@ struct RunFiles {
 //    checkpoint's step); another run's log is an error on a fresh run unless --overwrite 1.
 inline RunFiles open_run_files(TrainConfig& cfg) {
     setvbuf(stdout, nullptr, _IOLBF, 0);
+    for (std::string* dir : {&cfg.resume_dir, &cfg.out_dir})  // "out/" names the same as "out"
+        while (dir->size() > 1 && dir->back() == '/') dir->pop_back();
     RunFiles files;
     int64_t resume_step = -1;
     std::vector<std::string> damaged;

@@ -344,7 +344,9 @@ def checkpoint_problem(directory):
     name = os.path.basename(os.path.normpath(directory))
     if len(lines) != 5 or lines[0] != CHECKPOINT_MANIFEST or lines[4] != "":
         return "DONE is not a checkpoint manifest"
-    if not name.startswith("step_") or lines[1] != f"step {int(name[5:])}":
+    if not lines[1].startswith("step ") or not lines[1][5:].isdigit():
+        return "DONE has no step"
+    if name.startswith("step_") and name[5:].isdigit() and lines[1] != f"step {int(name[5:])}":
         return f"DONE is for {lines[1]}, not the directory's"
     for line, want in zip(lines[2:4], CHECKPOINT_FILES):
         fname, size, checksum = line.split(" ")

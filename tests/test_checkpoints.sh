@@ -56,7 +56,8 @@ cp -r "$T/ref" "$T/c1" && rm -rf "$T/c1/step_00000003" "$T/c1/step_00000004"
 mkdir "$T/c1/step_00000003.tmp" && head -c 100 "$T/good.bin" >"$T/c1/step_00000003.tmp/model.bin.tmp"
 mkdir "$T/c1/step_00000007" && head -c 100 "$T/good.bin" >"$T/c1/step_00000007/model.bin.tmp"
 head -c 100 "$T/good.bin" >"$T/c1/step_00000002/state.bin.tmp"
-if ! run "$T/c1" --steps 4 --ckpt-every 1 --resume "$T/c1"; then flunk "$name" "exit $?: $(head -n 1 "$T/c1.err")"
+# (a trailing slash names the same directory)
+if ! run "$T/c1" --steps 4 --ckpt-every 1 --resume "$T/c1/"; then flunk "$name" "exit $?: $(head -n 1 "$T/c1.err")"
 elif [ -n "$(find "$T/c1" -name '*.tmp')" ] || [ -e "$T/c1/step_00000007" ]; then
     flunk "$name" "left: $(cd "$T/c1" && find . -name '*.tmp' -o -name 'step_00000007' | tr '\n' ' ')"
 elif ! same_files "$T/c1/step_00000004/model.bin" "$T/ref/step_00000004/model.bin"; then
