@@ -26,7 +26,8 @@ namespace attention_detail {
 //     m16 tile a warp that is 256 B a mma against a budget of 128 (128 B/clk of smem against one
 //     mma/clk/SM), so the tensor pipe can be at most half busy. Two tiles a warp (MT = 2) halve the
 //     traffic: +14% at HD 64 (208 -> 237); at HD 128 the registers spill and it loses (270 -> 265).
-//     What remains is wgmma's job (operands straight from smem, 64-row warpgroup tiles): not done.
+//     What remains is wgmma's job (operands straight from smem, 64-row warpgroup tiles): the Hopper
+//     kernels (attention_hopper.cuh, attention_hopper_backward.cuh) do that on sm_90a.
 //   * Rows of 64/128 bf16 are 128/256 bytes, so the 8 rows one ldmatrix phase reads would all hit the
 //     same banks: 16-byte chunks are XOR-swizzled by (row % 8) (swz below), conflict-free for both
 //     the cp.async stores and every ldmatrix (plain and .trans).

@@ -200,7 +200,7 @@ template <int HD_, int WARPS_, int MT_, int BQ_, int MIN_BLOCKS_, bool SKIP_ = t
 struct AtomicCfg {
     // SKIP: warps skip query tiles their keys cannot see (the diagonal, the window edge), and the dQ
     // step skips invisible 16 x 16 blocks. Saves work at HD 128; at HD 64 the branch costs more than it
-    // saves (155 against 177 TFLOP/s at gpt2, dev/cuda variants 7 and 5).
+    // saves (155 against 177 TFLOP/s at gpt2, attention_backward.cu variants 9 and 10).
     static constexpr bool SKIP = SKIP_;
     static constexpr int HD = HD_, WARPS = WARPS_, THREADS = WARPS_ * WARP_SIZE, MT = MT_, WROWS = 16 * MT_,
                          BKV = WROWS * WARPS_, BQ = BQ_, MIN_BLOCKS = MIN_BLOCKS_;
@@ -453,13 +453,13 @@ inline void backward_flash_atomic(bf16* dqkv, float* scratch, const bf16* dout, 
 }
 
 // The shipped configuration, the fastest of dev/cuda's variants on the H200 (docs/perf.md):
-//   HD 64: capped at 168 registers, 3 blocks/SM (variant 2: 166 TFLOP/s against 144 uncapped);
+//   HD 64: capped at 168 registers, 3 blocks/SM (attention_backward.cu variant 4: 166 TFLOP/s against 144 uncapped);
 //   HD 128: uncapped (the cap spills: 145 against 169).
 template <int HD>
 using DQCfg = std::conditional_t<HD == 64, FlashCfg<64, 4, 64, 3>, FlashCfg<HD, 4, 32>>;
 template <int HD>
 using DKVCfg = std::conditional_t<HD == 64, FlashCfg<64, 4, 64, 3>, FlashCfg<HD, 4, 32>>;
-// The single-pass (atomic dQ) configuration, the fastest of dev/cuda's variants (5..8) on the H200:
+// The single-pass (atomic dQ) configuration, the fastest of attention_backward.cu's variants (7..10) on the H200:
 //   HD 64: two m16 key tiles a warp (128 keys a block, 32-query tiles, 255 registers: 2 blocks/SM) and
 //          no per-warp skip: 177 TFLOP/s at gpt2 against 155 with the skip and 153 for 64 x 64
 //          tiles (3 blocks/SM); the two-kernel path ran 165 side by side.

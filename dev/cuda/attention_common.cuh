@@ -1,5 +1,6 @@
-// attention_common.cuh: what the two attention lab files share: the shapes they run, the bf16
-// tolerance (and why), and the FLOP count of a causal / windowed head.
+// attention_common.cuh: what the attention lab files share (attention_forward.cu, attention_backward.cu,
+// attention_hopper.cu): the shapes they run, the bf16 tolerance (and why), the FLOP count of a causal
+// / windowed head, the forward labs' checks, and the one main (attention_lab_main).
 #pragma once
 #include <algorithm>
 #include "harness.cuh"
@@ -105,13 +106,24 @@ inline void run_forward_shape(lab::Lab& lab, const Shape& s, uint64_t seed, Vari
     variants(variant, out, lse, qkv);
 }
 
-// Removes the attention labs' own flag --small (only the tiny awkward SMALL_SHAPES, for
-// compute-sanitizer) from argv; what is left goes to the harness.
-inline bool take_small_flag(int argc, char** argv, std::vector<char*>& rest) {
+// The attention labs' main: the harness's flags plus --small (only the tiny awkward SMALL_SHAPES, for
+// compute-sanitizer); otherwise FULL_SHAPES, then the lab's `extra` shapes. Each shape goes to
+// run_shape(lab, shape, seed) with its own seed (seed, seed + 1, ...). Returns lab.finish()'s status.
+template <class RunShape>
+inline int attention_lab_main(int argc, char** argv, const char* file, uint64_t seed, RunShape&& run_shape,
+                              const std::vector<Shape>& extra = {}) {
+    std::vector<char*> args;
     bool small = false;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--small")) small = true;
-        else rest.push_back(argv[i]);
+        else args.push_back(argv[i]);
     }
-    return small;
+    lab::Lab lab((int)args.size(), args.data(), file);
+    if (small)
+        for (const Shape& s : SMALL_SHAPES) run_shape(lab, s, seed++);
+    else {
+        for (const Shape& s : FULL_SHAPES) run_shape(lab, s, seed++);
+        for (const Shape& s : extra) run_shape(lab, s, seed++);
+    }
+    return lab.finish();
 }

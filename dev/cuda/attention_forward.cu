@@ -2,31 +2,32 @@
 // Every variant runs on fresh random inputs with poisoned outputs, is checked against the CPU
 // reference (llmc/cpu/attention.h, fp32, on the first sequences of each batch: the whole batch
 // would take the CPU minutes at T = 4096) and then timed by the shared harness.
-//   15 naive: one thread a query, operands from global memory, no smem, fp32 math
-//      (dev/cuda/attention_naive.cuh; the first step of naive -> tiled (1) -> tensor cores (2..14)
-//      -> Hopper (dev/cuda/attention_hopper.cu); run only on shapes with T <= 1024: it is slow)
-//   0  shipped attention_forward (llmc/attention.cuh): the wgmma kernel (attention_hopper.cuh) in
-//      sm_90a bf16 builds, else the tensor-core kernel in the bf16 build,
-//      the simple kernel in the FP32 build
+//   0  shipped attention_forward (llmc/attention.cuh): the wgmma kernel (attention_hopper.cuh; its
+//      own lab is attention_hopper.cu) in sm_90a bf16 builds, else the mma.sync kernels in the bf16
+//      build, the simple kernel in the FP32 build
 //   1  attention_forward_simple: scalar fp32, four threads a query, K/V tiles in smem
+//   2  naive: one thread a query, operands from global memory, no smem, fp32 math
+//      (dev/cuda/attention_naive.cuh; the first step of naive -> tiled (1) -> tensor cores (3..13)
+//      -> Hopper; run only on shapes with T <= 1024: it is slow)
 // Tensor-core configurations (FlashCfg<HD, warps, keys a tile, min blocks/SM, m16 tiles a warp>),
-// bf16 only. 2..7: the tile kernel (attention_forward_mma: every warp sweeps the block's key tiles):
-//   2  4 warps x 16 queries, 64 keys a tile, no register cap
-//   3  8 warps x 16 queries (128 a block)
-//   4  4 warps x 32 queries (2 m16 tiles a warp share each K/V fragment), 64 keys (HD 128: 32 keys)
-//   5  4 warps x 32 queries, 32 keys, 168 registers (3 blocks/SM)                    (HD 64)
-//   6  4 warps x 16 queries, 128 keys a tile (HD 128: 32 keys)
-//   7  4 warps x 16 queries, 64 keys, 128 registers (4 blocks/SM)                    (HD 64)
-// 10..14: the band kernel (attention_forward_mma_band: each warp sweeps only its rows' band of keys,
-// skewed so every warp does the same steps; shipped for W > 0; on causal shapes, W = 0, for reference):
-//   10 4 warps x 16 queries, 64 keys a tile (3 smem stages)
-//   11 4 warps x 32 queries, 64 keys (4 stages) (HD 128: 32 keys, 5 stages; spills 52 bytes)
-//   12 4 warps x 16 queries, 32 keys (4 stages)
-//   13 4 warps x 32 queries, 32 keys, 168 registers (3 blocks/SM) (HD 128: 8 warps x 16, 64 keys)
-//   14 4 warps x 16 queries, 128 keys (3 stages)                                     (HD 64)
-//   9  cuDNN fused attention (llmc/cudnn_attention.cuh)                 (bf16 with USE_CUDNN=1)
+// bf16 only. 3..8: the tile kernel (attention_forward_mma: every warp sweeps the block's key tiles):
+//   3  4 warps x 16 queries, 64 keys a tile, no register cap
+//   4  8 warps x 16 queries (128 a block)
+//   5  4 warps x 32 queries (2 m16 tiles a warp share each K/V fragment), 64 keys (HD 128: 32 keys)
+//   6  4 warps x 32 queries, 32 keys, 168 registers (3 blocks/SM)                    (HD 64)
+//   7  4 warps x 16 queries, 128 keys a tile (HD 128: 32 keys)
+//   8  4 warps x 16 queries, 64 keys, 128 registers (4 blocks/SM)                    (HD 64)
+// 9..13: the band kernel (attention_forward_mma_band: each warp sweeps only its rows' band of keys,
+// skewed so every warp does the same steps; shipped for W > 0 without sm_90a; on causal shapes, W = 0,
+// for reference):
+//   9  4 warps x 16 queries, 64 keys a tile (3 smem stages)
+//   10 4 warps x 32 queries, 64 keys (4 stages) (HD 128: 32 keys, 5 stages; spills 52 bytes)
+//   11 4 warps x 16 queries, 32 keys (4 stages)
+//   12 4 warps x 32 queries, 32 keys, 168 registers (3 blocks/SM) (HD 128: 8 warps x 16, 64 keys)
+//   13 4 warps x 16 queries, 128 keys (3 stages)                                     (HD 64)
+//   14 cuDNN fused attention (llmc/cudnn_attention.cuh)                 (bf16 with USE_CUDNN=1)
 // FLOPs: 4 * HD per visible (query, key) pair; causal counts half the square, 2*B*NH*T^2*HD (the
-// convention of ../shared/H200.md); a window W counts its visible pairs (~T*W). Bytes: qkv read
+// convention of docs/h200.md); a window W counts its visible pairs (~T*W). Bytes: qkv read
 // once, out and lse written once.
 //
 // Build: make -C dev/cuda [USE_CUDNN=1 CUDNN_FRONTEND_PATH=$PWD/build/cudnn_frontend/include]
@@ -35,47 +36,10 @@
 // Shapes: FULL_SHAPES (attention_common.cuh), then WINDOW_SHAPES below (HD 64 windows with their
 // full-causal twins, for the window's time ratio).
 //
-// Measured on one H200, 2026-12-02, bf16, TFLOP/s (median, L2 flushed); every variant passed its
-// checks. Variant 0 was then variant 2's configuration; it now ships variant 4 (HD 64) and stays
-// variant 2 (HD 128):
-//   shape (B NH/NKV T HD W)        1 simple  2      3 8w   4 MT2  5      6      7      9 cuDNN
-//   gpt2  64 12/12 1024  64        12.0      209.3  213.7  236.7  213.5  213.5  232.3  321.6
-//   gqa   64 12/4  1024  64        12.2      210.8  213.8  237.5  213.0  214.3  233.2  323.4
-//   long  16 16/16 4096 128        12.4      270.4  272.3  264.8  -      247.3  -      556.3
-//   window 16 16/16 4096 128 256    9.7      189.4  148.4  156.3  -      171.8  -      305.4
-//   odd    3  6/2   777 128         5.1       89.5   88.7   65.3  -       85.1  -      134.4
-//   odd-w  5  4/4  1000  64 100     4.3       33.3   27.1   29.4   26.4   30.4   35.7   28.0
-// Errors at gpt2 (out): nmse 3.8e-6 for every tensor-core variant, 3.9e-6 for cuDNN, 2.6e-6 for the
-// fp32-math simple kernel (bf16 output rounding alone); lse ~1e-14.
-// Tried and dropped: 8-warp blocks (no gain at T 1024, -21% windowed); 128-key tiles (none); two
-// m16 tiles a warp at HD 128 (spills, -2%) or with 32-key tiles (3 blocks/SM: 213, below 237).
-//
-// The band kernel, measured on one H200, 2026-12-02, TFLOP/s on visible pairs, one run, every check
-// passed. Variant 0 in this run: the tile kernel for W = 0, the band kernel for W > 0 with variant 10's
-// configuration (HD 128) and variant 11's (HD 64); HD 64 windows now ship variant 13's:
-//   shape (B NH/NKV T HD W)        0      2      4 MT2  10     11     12     13     14     9 cuDNN
-//   gpt2   64 12/12 1024  64       234.6  208.1  235.1  184.5  207.3  192.5  207.2  116.6  321.4
-//   gqa    64 12/4  1024  64       236.1  208.9  235.8  185.4  208.1  193.3  207.4  116.8  321.1
-//   long   16 16/16 4096 128       272.3  272.5  264.1  250.0  249.3  225.6  253.5  -      555.9
-//   window 16 16/16 4096 128 256   192.1  186.6  154.9  190.7  181.5  174.7  182.8  -      308.4
-//   odd     3  6/2   777 128        88.7   91.0   64.8   86.0   61.6   79.1   83.8  -      137.8
-//   odd-w   5  4/4  1000  64 100    34.0   33.2   28.5   35.0   34.3   41.0   32.6   33.0   27.0
-//   w-gpt2 64 12/12 1024  64 256   160.4  152.1  153.1  143.2  160.3  158.9  175.0  108.2  194.7
-//   long64 16 16/16 4096  64       290.8  244.2  291.6  217.3  253.7  222.0  244.2  215.1  443.9
-//   w-long64 16 16/16 4096 64 256  172.7  157.8  157.8  149.7  171.2  165.3  185.3  137.9  203.8
-// Window time over its full-causal twin's (ms, same run): HD 128 T 4096 W 256: 0.693 / 4.038 = 0.172
-// (band, variant 0) against 0.714 / 4.035 = 0.177 (tiles, variant 2); HD 64 T 4096: 0.359 / 1.891 =
-// 0.190 (band, 13) against 0.422 / 1.885 = 0.224 (tiles, 4); HD 64 T 1024: 0.258 / 0.439 = 0.59
-// against 0.295 / 0.438 = 0.67. Visible pairs give 0.121 at T 4096; a 16-row mma group sees W + 15
-// keys, so even at the tile kernel's speed a step the band would take 0.127 of the tile kernel's
-// causal time (1060 block-steps of 16 keys against 8320 a head): 1/8 needs a window step to run
-// faster than a causal one, where it now runs ~25% slower (per-block fixed costs over 17 steps).
-// Tried: per-mma branches on the warp's active steps (2x slower everywhere: the scheduler cannot
-// overlap mma across them; replaced by one straight-line copy a step count).
-//
-// After the Hopper kernel's promotion (variant 0 = attention_forward_hopper in sm_90a builds; its own
-// lab is attention_hopper.cu), one H200, 2026-12-02, --reps 10, every check passed; the progression:
-//   shape (B NH/NKV T HD W)        15 naive  1 tiled  4 mma   0 Hopper  9 cuDNN
+// Latest tables (one H200, 2026-12-02, bf16, TFLOP/s on visible pairs, median, L2 flushed; every check
+// passed; columns in this file's numbering, the runs' own numbers in docs/perf.md's history).
+// The progression, after the Hopper kernel's promotion (--reps 10):
+//   shape (B NH/NKV T HD W)        2 naive  1 tiled  5 mma   0 Hopper  14 cuDNN
 //   gpt2   64 12/12 1024  64        4.7      11.9     234.2   321.3     320.7
 //   gqa    64 12/4  1024  64        5.0      12.1     235.4   330.8     320.6
 //   long   16 16/16 4096 128        -        12.3     262.3   506.8     631.2
@@ -85,6 +49,26 @@
 //   w-gpt2 64 12/12 1024  64 256    0.6      10.0     152.4   205.2     194.1
 //   long64 16 16/16 4096  64        -        13.0     290.3   417.8     477.8
 //   w-long64 16 16/16 4096 64 256   -        10.3     157.6   214.4     203.4
+// The mma.sync kernels, one run before the promotion (0 was then the tile kernel for W = 0 and the
+// band kernel for W > 0):
+//   shape (B NH/NKV T HD W)        0      3      5 MT2  9      10     11     12     13     14 cuDNN
+//   gpt2   64 12/12 1024  64       234.6  208.1  235.1  184.5  207.3  192.5  207.2  116.6  321.4
+//   gqa    64 12/4  1024  64       236.1  208.9  235.8  185.4  208.1  193.3  207.4  116.8  321.1
+//   long   16 16/16 4096 128       272.3  272.5  264.1  250.0  249.3  225.6  253.5  -      555.9
+//   window 16 16/16 4096 128 256   192.1  186.6  154.9  190.7  181.5  174.7  182.8  -      308.4
+//   odd     3  6/2   777 128        88.7   91.0   64.8   86.0   61.6   79.1   83.8  -      137.8
+//   odd-w   5  4/4  1000  64 100    34.0   33.2   28.5   35.0   34.3   41.0   32.6   33.0   27.0
+//   w-gpt2 64 12/12 1024  64 256   160.4  152.1  153.1  143.2  160.3  158.9  175.0  108.2  194.7
+//   long64 16 16/16 4096  64       290.8  244.2  291.6  217.3  253.7  222.0  244.2  215.1  443.9
+//   w-long64 16 16/16 4096 64 256  172.7  157.8  157.8  149.7  171.2  165.3  185.3  137.9  203.8
+// Errors at gpt2 (out): nmse 3.8e-6 for every tensor-core variant, 3.9e-6 for cuDNN, 2.6e-6 for the
+// fp32-math simple kernel (bf16 output rounding alone); lse ~1e-14.
+//
+// Dropped designs:
+//   8-warp blocks: no gain at T 1024, -21% windowed (4: 213.7 at gpt2, 148.4 at the window)
+//   two m16 tiles a warp at HD 128: spills, -2%; with 32-key tiles at HD 64 (3 blocks/SM): 213 vs 237
+//   per-mma branches on the warp's active steps in the band kernel: 2x slower everywhere (the
+//     scheduler cannot overlap mma across them)
 #include "attention_common.cuh"
 #include "llmc/attention.cuh"
 #include "attention_naive.cuh"
@@ -95,7 +79,7 @@
 
 // Windowed problems at HD 64, each beside its full-causal twin (gpt2 is the twin of w-gpt2), so the
 // window's time ratio to full causal is measured in the same run.
-const Shape WINDOW_SHAPES[] = {
+const std::vector<Shape> WINDOW_SHAPES = {
     {"w-gpt2", 64, 1024, 12, 12, 64, 256, 1},
     {"long64", 16, 4096, 16, 16, 64, 0, 1},
     {"w-long64", 16, 4096, 16, 16, 64, 256, 1},
@@ -109,69 +93,59 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
         variant(0, "shipped", [&] { attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
         variant(1, "simple fp32", [&] { attention_forward_simple(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
         if (T <= 1024)
-            variant(15, "naive", [&] { attention_forward_naive(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
+            variant(2, "naive", [&] { attention_forward_naive(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
 #if !defined(PRECISION_FP32)
         using namespace attention_detail;
         const QKVLayout L{NH, NKV, HD};
-        variant(2, "mma, no register cap", [&] {
+        variant(3, "mma, no register cap", [&] {
             if (HD == 64) forward_flash_tiles<FlashCfg<64, 4, 64, 1>>(out, lse, qkv, B, T, L, W, st);
             else forward_flash_tiles<FlashCfg<128, 4, 64, 1>>(out, lse, qkv, B, T, L, W, st);
         });
-        variant(3, "mma, 8 warps, 128 queries", [&] {
+        variant(4, "mma, 8 warps, 128 queries", [&] {
             if (HD == 64) forward_flash_tiles<FlashCfg<64, 8, 64, 2>>(out, lse, qkv, B, T, L, W, st);
             else forward_flash_tiles<FlashCfg<128, 8, 64, 1>>(out, lse, qkv, B, T, L, W, st);
         });
-        variant(4, "mma, 32 queries a warp", [&] {
+        variant(5, "mma, 32 queries a warp", [&] {
             if (HD == 64) forward_flash_tiles<FlashCfg<64, 4, 64, 1, 2>>(out, lse, qkv, B, T, L, W, st);
             else forward_flash_tiles<FlashCfg<128, 4, 32, 1, 2>>(out, lse, qkv, B, T, L, W, st);
         });
         if (HD == 64)
-            variant(5, "mma, 32 queries a warp, 32 keys, 3 blocks/SM",
+            variant(6, "mma, 32 queries a warp, 32 keys, 3 blocks/SM",
                     [&] { forward_flash_tiles<FlashCfg<64, 4, 32, 3, 2>>(out, lse, qkv, B, T, L, W, st); });
-        variant(6, "mma, 128 keys a tile (HD 128: 32)", [&] {
+        variant(7, "mma, 128 keys a tile (HD 128: 32)", [&] {
             if (HD == 64) forward_flash_tiles<FlashCfg<64, 4, 128, 1>>(out, lse, qkv, B, T, L, W, st);
             else forward_flash_tiles<FlashCfg<128, 4, 32, 2>>(out, lse, qkv, B, T, L, W, st);
         });
         if (HD == 64)
-            variant(7, "mma, 4 blocks/SM", [&] { forward_flash_tiles<FlashCfg<64, 4, 64, 4>>(out, lse, qkv, B, T, L, W, st); });
+            variant(8, "mma, 4 blocks/SM", [&] { forward_flash_tiles<FlashCfg<64, 4, 64, 4>>(out, lse, qkv, B, T, L, W, st); });
         // The band kernel (sliding windows; also runs causal shapes, W = 0).
-        variant(10, "band, 4 warps x 16 queries, 64 keys", [&] {
+        variant(9, "band, 4 warps x 16 queries, 64 keys", [&] {
             if (HD == 64) forward_flash_band<FlashCfg<64, 4, 64, 1>>(out, lse, qkv, B, T, L, W, st);
             else forward_flash_band<FlashCfg<128, 4, 64, 1>>(out, lse, qkv, B, T, L, W, st);
         });
-        variant(11, "band, 4 warps x 32 queries, 64 keys (HD 128: 32)", [&] {
+        variant(10, "band, 4 warps x 32 queries, 64 keys (HD 128: 32)", [&] {
             if (HD == 64) forward_flash_band<FlashCfg<64, 4, 64, 1, 2>>(out, lse, qkv, B, T, L, W, st);
             else forward_flash_band<FlashCfg<128, 4, 32, 1, 2>>(out, lse, qkv, B, T, L, W, st);
         });
-        variant(12, "band, 4 warps x 16 queries, 32 keys", [&] {
+        variant(11, "band, 4 warps x 16 queries, 32 keys", [&] {
             if (HD == 64) forward_flash_band<FlashCfg<64, 4, 32, 1>>(out, lse, qkv, B, T, L, W, st);
             else forward_flash_band<FlashCfg<128, 4, 32, 1>>(out, lse, qkv, B, T, L, W, st);
         });
-        variant(13, "band, 4 warps x 32 queries, 32 keys, 3 blocks/SM (HD 128: 8 warps x 16, 64 keys)", [&] {
+        variant(12, "band, 4 warps x 32 queries, 32 keys, 3 blocks/SM (HD 128: 8 warps x 16, 64 keys)", [&] {
             if (HD == 64) forward_flash_band<FlashCfg<64, 4, 32, 3, 2>>(out, lse, qkv, B, T, L, W, st);
             else forward_flash_band<FlashCfg<128, 8, 64, 1>>(out, lse, qkv, B, T, L, W, st);
         });
         if (HD == 64)
-            variant(14, "band, 4 warps x 16 queries, 128 keys",
+            variant(13, "band, 4 warps x 16 queries, 128 keys",
                     [&] { forward_flash_band<FlashCfg<64, 4, 128, 1>>(out, lse, qkv, B, T, L, W, st); });
 #endif
 #if defined(USE_CUDNN)
-        if (lab.selected(9) && cudnn_attention_supported(false, B, T, NH, NKV, HD, W))
-            variant(9, "cuDNN", [&] { cudnn_attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
+        if (lab.selected(14) && cudnn_attention_supported(false, B, T, NH, NKV, HD, W))
+            variant(14, "cuDNN", [&] { cudnn_attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
 #endif
     });
 }
 
 int main(int argc, char** argv) {
-    std::vector<char*> args;
-    const bool small = take_small_flag(argc, argv, args);
-    lab::Lab lab((int)args.size(), args.data(), "attention_forward.cu");
-    uint64_t seed = 1234;
-    if (small)
-        for (const Shape& s : SMALL_SHAPES) run_shape(lab, s, seed++);
-    else
-        for (const Shape& s : FULL_SHAPES) run_shape(lab, s, seed++);
-    if (!small)
-        for (const Shape& s : WINDOW_SHAPES) run_shape(lab, s, seed++);
-    return lab.finish();
+    return attention_lab_main(argc, argv, "attention_forward.cu", 1234, run_shape, WINDOW_SHAPES);
 }
