@@ -146,12 +146,20 @@ elif [ "$(grep -c train_loss "$T/c8.log")" -ne 4 ] || ! grep -q "dropped 2 lines
     flunk "$name" "$(grep -c train_loss "$T/c8.log") train lines, last: $(tail -n 1 "$T/c8.log")"
 else pass "$name"; fi
 
-# 9. the step lines show the elapsed time and an ETA
+# 9. a checkpoint of an earlier build (DONE is "ok", no manifest) still resumes, to the same result
+name="a checkpoint of an earlier build still resumes"
+cp -r "$T/ref" "$T/c9" && rm -rf "$T/c9/step_00000003" "$T/c9/step_00000004" && echo ok >"$T/c9/step_00000002/DONE"
+if ! run "$T/c9" --steps 4 --ckpt-every 1 --resume "$T/c9"; then flunk "$name" "exit $?: $(head -n 1 "$T/c9.err")"
+elif ! same_files "$T/c9/step_00000004/state.bin" "$T/ref/step_00000004/state.bin"; then
+    flunk "$name" "its step 4 differs from the reference's"
+else pass "$name"; fi
+
+# 10. the step lines show the elapsed time and an ETA
 name="step lines show elapsed and ETA"
 if grep -Eq "^step 4/4 .* elapsed [0-9]+h[0-9]{2}m[0-9]{2}s ETA 0h00m00s$" "$T/ref.out"; then pass "$name"
 else flunk "$name" "got: $(grep -m1 '^step 4/4' "$T/ref.out")"; fi
 
-# 10. the GPU trainer, where there is a GPU (same library code; a d1 model, --deterministic 1 so a
+# 11. the GPU trainer, where there is a GPU (same library code; a d1 model, --deterministic 1 so a
 #     resumed run repeats bit for bit)
 GPU=build/train_gpt2cu
 if [ -x "$GPU" ] && nvidia-smi -L >/dev/null 2>&1; then
