@@ -169,9 +169,11 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
     p.add_string("--tokenizer", "FILE", &cfg.tokenizer_path, "GPTT decode table for printing samples (default: print ids)");
     p.add_string("--init", "MODEL", &cfg.init, "dN = fresh GPT-2 with N layers (d12 = 124M), or a model .bin to start from "
                  "(default d12; with --resume it may only repeat the checkpoint's shape)");
-    p.add_string("--resume", "DIR", &cfg.resume_dir, "continue from the newest complete checkpoint in DIR (or DIR itself)");
+    p.add_string("--resume", "DIR", &cfg.resume_dir, "continue from the newest checkpoint in DIR that verifies (a damaged newer "
+                 "one is named and skipped), or from DIR itself");
     p.add_string("--out-dir", "DIR", &cfg.out_dir, "write checkpoints DIR/step_NNNNNNNN/ (default: none)");
-    p.add_string("--log", "FILE", &cfg.log_path, "write `step n train_loss x lr x ms x tok_s x` and `step n val_loss x` lines (appends on --resume)");
+    p.add_string("--log", "FILE", &cfg.log_path, "write `step n train_loss x lr x ms x tok_s x` and `step n val_loss x` lines "
+                 "(--resume appends, after dropping the lines past the checkpoint's step)");
     p.add_int("--overwrite", &cfg.overwrite, {0, 1}, "1 = a fresh run may delete the checkpoints already in --out-dir and "
               "replace --log (a --resume from an older step: the newer checkpoints)");
     // -1 marks "not given": a model file keeps its own values unless the flag repeats them
