@@ -34,9 +34,13 @@ import sys
 import time
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-from torch import nn
+
+try:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+except ImportError:  # --help and the flag checks work without PyTorch; main() then says it is needed
+    torch = None
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llmc_formats as fmt  # noqa: E402  (the one Python copy of the file formats)
@@ -82,7 +86,8 @@ def config_from_descriptor(desc, NKV=0, W=0):
     return make_config(f"--model {desc}", n, 64 * n, n, 50257, 1024, NKV, W)
 
 
-class GPT2(nn.Module):
+# (object only without torch: the file still loads, so --help works)
+class GPT2(nn.Module if torch is not None else object):
     """GPT-2 with parameters in our checkpoint layout; forward returns (logits (B,T,Vp), loss)."""
 
     def __init__(self, cfg):
@@ -196,6 +201,10 @@ def from_hf(hf_model, what="transformers model"):
     check_hf_config(hc, what)  # GPT-2 in transformers is multi-head, full causal: NKV = NH, W = 0
     cfg = make_config(what, hc.n_layer, hc.n_embd, hc.n_head, hc.vocab_size, hc.n_positions)
     sd = {k: v.detach().float().cpu() for k, v in hf_model.state_dict().items()}
+    # our output layer is wte itself: an untied lm_head would be dropped and the logits change
+    if "lm_head.weight" in sd and not torch.equal(sd["lm_head.weight"], sd["transformer.wte.weight"]):
+        die(f"{what}: its lm_head is not tied to transformer.wte (tie_word_embeddings is "
+            f"{getattr(hc, 'tie_word_embeddings', 'unset')}); our GPT-2 has no separate output matrix")
     model = GPT2(cfg)
     per_layer = {  # ours: (HF suffix under transformer.h.<l>., transposed?)
         "ln1w": ("ln_1.weight", False), "ln1b": ("ln_1.bias", False),
@@ -577,6 +586,8 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    if torch is None:
+        die("scripts/train_gpt2.py needs PyTorch (pip install torch); only --help works without it")
     try:
         if args.fixture:
             fixture(args)
