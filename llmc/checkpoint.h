@@ -98,8 +98,8 @@ inline std::vector<CheckpointEntry> list_checkpoints(const std::string& out_dir)
 }
 
 // Why the checkpoint in `dir` cannot be used, or "" if it verifies: DONE's step must match the
-// directory's name (when it is step_NNNNNNNN), each file its recorded size and checksum. A DONE from before checksums
-// ("ok") is accepted unverified, so checkpoints of earlier builds stay loadable.
+// directory's name (when that is step_NNNNNNNN), each file its recorded size and checksum. A DONE
+// from before checksums ("ok") is accepted unverified, so checkpoints of earlier builds still load.
 inline std::string checkpoint_problem(const std::string& dir) {
     FILE* f = fopen((dir + "/DONE").c_str(), "r");
     if (!f) return std::string("DONE: ") + strerror(errno);
@@ -112,7 +112,7 @@ inline std::string checkpoint_problem(const std::string& dir) {
             if (!file_exists((dir + "/" + name).c_str())) return std::string(name) + " is missing";
         return "";
     }
-    if (lines != 4 || strncmp(line[0], CHECKPOINT_MANIFEST, strlen(CHECKPOINT_MANIFEST)) != 0)
+    if (lines != 4 || line[0] != std::string(CHECKPOINT_MANIFEST) + "\n")
         return "DONE is not a checkpoint manifest";
     long long step;
     if (sscanf(line[1], "step %lld", &step) != 1) return "DONE has no step";
@@ -153,11 +153,11 @@ inline std::string checkpoint_begin(const std::string& out_dir, int64_t step) {
 // there (a resumed run retracing its steps) is swapped out atomically where the filesystem can
 // (renameat2 RENAME_EXCHANGE), else removed just before the rename.
 inline void checkpoint_finish(const std::string& tmp_dir) {
-    const std::string dir = tmp_dir.substr(0, tmp_dir.size() - 4);
+    const bool is_tmp = tmp_dir.size() > 4 && tmp_dir.compare(tmp_dir.size() - 4, 4, ".tmp") == 0;
+    const std::string dir = is_tmp ? tmp_dir.substr(0, tmp_dir.size() - 4) : tmp_dir;
     const size_t slash = dir.find_last_of('/');
     int64_t step;
-    if (tmp_dir.size() < 4 || tmp_dir.compare(tmp_dir.size() - 4, 4, ".tmp") != 0 ||
-        !parse_checkpoint_name(dir.c_str() + (slash == std::string::npos ? 0 : slash + 1), &step))
+    if (!is_tmp || !parse_checkpoint_name(dir.c_str() + (slash == std::string::npos ? 0 : slash + 1), &step))
         fail("internal: checkpoint_finish(%s): not a directory from checkpoint_begin", tmp_dir.c_str());
     std::string manifest = std::string(CHECKPOINT_MANIFEST) + "\nstep " + std::to_string(step) + "\n";
     for (const char* name : CHECKPOINT_FILES) {
