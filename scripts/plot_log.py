@@ -13,7 +13,8 @@ Usage:
   python3 scripts/plot_log.py log/train.log                      # writes log/train.png
   python3 scripts/plot_log.py ours.log torch.log -o compare.png  # one colour per log
   python3 scripts/plot_log.py run.log --smooth 20 --logy --title "d12 on FineWeb"
-Needs matplotlib (pip install matplotlib)."""
+  python3 scripts/plot_log.py --summary run.log                  # best and last val loss, no plot
+Needs matplotlib (pip install matplotlib), except for --summary."""
 import argparse
 import os
 import sys
@@ -50,6 +51,16 @@ def parse_log(path):
     return series
 
 
+def val_summary(path, series):
+    """One line: the lowest val loss and its step, and the last one (a run should end near its best)."""
+    val = series["val_loss"]
+    if not val:
+        return f"{path}: no val_loss lines"
+    best_step, best = min(val, key=lambda p: p[1])
+    last_step, last = val[-1]
+    return f"best val loss {best:.4f} at step {best_step} (last: {last:.4f} at step {last_step})"
+
+
 def smooth(points, window):
     """Trailing mean over `window` points (a noisy per-step train loss reads better averaged)."""
     if window <= 1:
@@ -70,7 +81,12 @@ def main(argv=None):
     p.add_argument("--title", default="", help="plot title")
     p.add_argument("--smooth", type=int, default=1, metavar="N", help="trailing mean of the train loss over N steps")
     p.add_argument("--logy", action="store_true", help="logarithmic loss axis")
+    p.add_argument("--summary", action="store_true", help="print each log's best and last val loss instead of plotting")
     args = p.parse_args(argv)
+    if args.summary:
+        for path in args.logs:
+            print(val_summary(path, parse_log(path)))
+        return
     if args.smooth < 1:
         p.error(f"--smooth must be >= 1, got {args.smooth}")
     out = args.out or os.path.splitext(args.logs[0])[0] + ".png"
