@@ -169,7 +169,8 @@ def _not_utf8(path):
             try:
                 raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                return DataError(f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1})")
+                byte, column = raw[e.start], e.start + 1
+                return DataError(f"{path}:{lineno}: not UTF-8 text (byte 0x{byte:02x} at column {column})")
     return DataError(f"{path}: not UTF-8 text")
 
 
