@@ -275,7 +275,8 @@ class RunLog {
 
 // On --resume from step N, the lines of --log for steps after N were written by the run that was
 // interrupted and are about to be written again: they are dropped (the file rewritten atomically),
-// so the log holds each step once. Lines that do not start with "step <n>" are kept.
+// so the log holds each step once. So are step N's evaluation lines (val_loss, hellaswag): the
+// resumed run evaluates at its first step again. Lines that do not start with "step <n>" are kept.
 inline void trim_log_after(const std::string& path, int64_t step) {
     struct stat st;
     if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;  // missing, or /dev/null and the like
@@ -288,7 +289,9 @@ inline void trim_log_after(const std::string& path, int64_t step) {
         line += buf;
         if (line.back() != '\n' && !feof(f)) continue;  // a line longer than buf
         long long n;
-        if (sscanf(line.c_str(), "step %lld", &n) == 1 && n > step) dropped++;
+        char what[32];
+        const int got = sscanf(line.c_str(), "step %lld %31s", &n, what);
+        if (got >= 1 && (n > step || (n == step && got == 2 && strcmp(what, "train_loss") != 0))) dropped++;
         else kept += line;
         line.clear();
     }
