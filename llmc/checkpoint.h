@@ -386,7 +386,8 @@ inline RunFiles open_run_files(TrainConfig& cfg) {
         if (!resuming && !cfg.overwrite && stat(cfg.log_path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
             fail("--log %s: holds another run's log: --resume appends to it, --overwrite 1 replaces it, or choose "
                  "another --log", cfg.log_path.c_str());
-        if (resuming) trim_log_after(cfg.log_path, resume_step);
+        const bool done = cfg.steps > 0 && resume_step >= cfg.steps;  // nothing to train, nothing rewritten
+        if (resuming && !done) trim_log_after(cfg.log_path, resume_step);
         files.log.open(cfg.log_path, resuming);
     }
     return files;
