@@ -300,8 +300,8 @@ inline void trim_log_after(const std::string& path, int64_t step) {
     AtomicFileWriter w(path);
     w.write(kept.data(), kept.size());
     w.commit();
-    printf("log: dropped %lld lines of %s past step %lld (the interrupted run's)\n", (long long)dropped, path.c_str(),
-           (long long)step);
+    printf("log: dropped %lld lines of %s after the checkpoint's step %lld (this run writes them again)\n",
+           (long long)dropped, path.c_str(), (long long)step);
 }
 
 struct RunFiles {
