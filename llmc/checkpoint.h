@@ -193,8 +193,8 @@ inline std::string checkpoint_find(const std::string& path, std::vector<std::str
         return path;
     }
     struct stat st;
-    if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-        fail("--resume %s: cannot open the directory (%s)", path.c_str(), errno ? strerror(errno) : "not a directory");
+    if (stat(path.c_str(), &st) != 0) fail("--resume %s: cannot open the directory (%s)", path.c_str(), strerror(errno));
+    if (!S_ISDIR(st.st_mode)) fail("--resume %s: not a directory (a checkpoint is one: DIR/step_NNNNNNNN)", path.c_str());
     std::vector<CheckpointEntry> all = list_checkpoints(path);
     for (size_t i = all.size(); i-- > 0;) {
         const std::string why = checkpoint_problem(all[i].dir);
