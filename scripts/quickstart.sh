@@ -7,10 +7,13 @@
 # previous one's checkpoint and log in out/quickstart.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if nvidia-smi -L >/dev/null 2>&1 && command -v "${NVCC:-nvcc}" >/dev/null; then
-    TRAINER=build/train_gpt2cu
-else
-    TRAINER=build/train_gpt2_cpu
+TRAINER=build/train_gpt2_cpu
+if nvidia-smi -L >/dev/null 2>&1; then
+    if command -v "${NVCC:-nvcc}" >/dev/null; then
+        TRAINER=build/train_gpt2cu
+    else
+        echo "quickstart: a GPU is present but ${NVCC:-nvcc} is not on PATH, so the CPU trainer runs"
+    fi
 fi
 python3 scripts/data/tinyshakespeare.py
 make "$TRAINER"
