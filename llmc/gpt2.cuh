@@ -471,7 +471,8 @@ inline void gpt2_zero_grads(GPT2& model, const CudaContext& ctx) {
 // ============================================================================ checkpoints
 // DIR/step_NNNNNNNN/{model.bin, state.bin, DONE}: the model in floatX (bf16 build: exactly the
 // bf16 parameters the forward pass reads), the state with m, v and, in the bf16 build, the fp32
-// master weights; DONE is written last, so a directory without it is ignored on resume.
+// master weights; written into step_NNNNNNNN.tmp/ and renamed, with DONE (their checksums), by
+// checkpoint_begin/checkpoint_finish (llmc/checkpoint.h).
 inline void gpt2_save_checkpoint(const GPT2& model, const std::string& out_dir, const int64_t loader_state[16],
                                  uint64_t rng_state) {
     const std::string dir = checkpoint_begin(out_dir, model.step);

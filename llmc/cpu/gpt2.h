@@ -282,7 +282,8 @@ inline float gpt2_update(GPT2& m, const OptimizerSettings& o) {
 
 // ============================================================================ checkpoints
 // DIR/step_NNNNNNNN/{model.bin, state.bin, DONE} (llmc/checkpoint.h): the fp32 model, then the
-// state with m and v; DONE is written last, so a directory without it is ignored on resume.
+// state with m and v; written into step_NNNNNNNN.tmp/ and renamed, with DONE (their checksums), by
+// checkpoint_begin/checkpoint_finish.
 inline void gpt2_save_checkpoint(const GPT2& m, const std::string& out_dir, const int64_t loader_state[16],
                                  uint64_t rng_state) {
     const std::string dir = checkpoint_begin(out_dir, m.step);
