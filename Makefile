@@ -43,8 +43,6 @@ $(BUILD):
 
 $(BUILD)/%: %.cpp $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
-# test_gpt2_cpu.cpp includes the CPU trainer to test its model code
-$(BUILD)/test_gpt2_cpu: train_gpt2_cpu.cpp
 
 $(BUILD)/test_dataloader: tests/test_dataloader.cpp $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
@@ -55,11 +53,11 @@ $(BUILD)/test_attention_cpu: tests/test_attention_cpu.cpp $(LLMC_H) | $(BUILD)
 $(BUILD)/train_gpt2cu: train_gpt2.cu $(LLMC_CUH) | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
 
-$(BUILD)/test_gpt2cu: test_gpt2.cu train_gpt2.cu $(LLMC_CUH) | $(BUILD)
+$(BUILD)/test_gpt2cu: test_gpt2.cu $(LLMC_CUH) | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
 
 # The FP32 build of the same code (floatX = float), whatever PRECISION says: the tight-tolerance twin.
-$(BUILD)/test_gpt2cu_fp32: test_gpt2.cu train_gpt2.cu $(LLMC_CUH) | $(BUILD)
+$(BUILD)/test_gpt2cu_fp32: test_gpt2.cu $(LLMC_CUH) | $(BUILD)
 	$(NVCC) $(filter-out -DPRECISION_%,$(NVCCFLAGS)) -DPRECISION_FP32 $< -o $@ $(NVLDLIBS)
 $(BUILD)/train_gpt2cu_fp32: train_gpt2.cu $(LLMC_CUH) | $(BUILD)
 	$(NVCC) $(filter-out -DPRECISION_%,$(NVCCFLAGS)) -DPRECISION_FP32 $< -o $@ $(NVLDLIBS)

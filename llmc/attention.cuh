@@ -30,24 +30,11 @@
 #pragma once
 #include <cmath>
 #include <type_traits>
+#include "attention_layout.cuh"
 #include "cuda_common.cuh"
 #include "utils.h"
 
 namespace attention_detail {
-
-// Token-row stride of qkv/dqkv and the column where each head starts inside a token row.
-struct QKVLayout {
-    int NH, NKV, HD;
-    __host__ __device__ int row() const { return (NH + 2 * NKV) * HD; }
-    __host__ __device__ int q_col(int h) const { return h * HD; }
-    __host__ __device__ int k_col(int kvh) const { return (NH + kvh) * HD; }
-    __host__ __device__ int v_col(int kvh) const { return (NH + NKV + kvh) * HD; }
-};
-
-// Whether query i may look at key j (both absolute positions).
-__device__ __forceinline__ bool attends(int i, int j, int window) {
-    return j <= i && (window == 0 || i - j < window);
-}
 
 // ============================================================================ simple kernels
 // Mapping: SIMPLE_TPR threads own one query row (forward, dQ) or one key row (dK/dV); thread `part`
@@ -254,14 +241,6 @@ __global__ void __launch_bounds__(SIMPLE_THREADS)
         row[L.k_col(kvh) + c] = from_float<floatX>(dk[d] * scale);
         row[L.v_col(kvh) + c] = from_float<floatX>(dv[d]);
     }
-}
-
-// Checks the sizes every implementation needs; a bad one is a caller bug, reported in one line.
-inline void check_attention_sizes(const char* what, int B, int T, int NH, int NKV, int HD, int window) {
-    if (B <= 0 || T <= 0 || NH <= 0 || NKV <= 0 || HD <= 0 || window < 0)
-        fail("%s: sizes must be positive (B=%d T=%d NH=%d NKV=%d HD=%d window=%d)", what, B, T, NH, NKV, HD, window);
-    if (NH % NKV != 0) fail("%s: NKV=%d must divide NH=%d", what, NKV, NH);
-    if (HD != 64 && HD != 128) fail("%s: head size HD=%d is not supported (64 or 128)", what, HD);
 }
 
 }  // namespace attention_detail

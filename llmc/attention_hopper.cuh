@@ -40,9 +40,10 @@
 // Measured (H200, dev/cuda/attention_hopper.cu, 2026-12-02, cuDNN 9 in the same run), TFLOP/s: gpt2
 // (B 64, NH 12, T 1024, HD 64) 351.9 vs 320.9 (1.10x); long (B 16, NH 16, T 4096, HD 128) 520.9 vs
 // 549.2 (0.95x). The lab file has the variants and the dropped designs; docs/perf.md the history.
-// Internal part of llmc/attention.cuh, included from there only (it uses QKVLayout, check_attention_sizes,
-// the mma helpers and the Hopper building blocks of attention_hopper_common.cuh); include llmc/attention.cuh.
+// Part of llmc/attention.cuh, which includes it (the trainer and the labs include attention.cuh); it
+// builds on the mma helpers and the Hopper building blocks of attention_hopper_common.cuh.
 #pragma once
+#include "attention_hopper_common.cuh"
 
 #if defined(LLMC_SM90A)
 namespace attention_hopper_detail {

@@ -53,10 +53,12 @@
 // variants and the dropped designs; docs/perf.md the history.
 // The role functions are __forceinline__ (their code was the kernel's body) and the per-tile helpers
 // lambdas, as before the split, which keeps the machine code byte-identical (see attention_hopper.cuh).
-// Internal part of llmc/attention.cuh, included from there only (it uses QKVLayout, the single-pass mma
-// backward's prologue, dq_store, scratch layout and helpers, and the Hopper building blocks of
-// attention_hopper_common.cuh); include llmc/attention.cuh.
+// Part of llmc/attention.cuh, which includes it (the trainer and the labs include attention.cuh); it
+// builds on the single-pass mma backward's prologue, dq_store, scratch layout and helpers
+// (attention_mma_backward.cuh) and the Hopper building blocks of attention_hopper_common.cuh.
 #pragma once
+#include "attention_mma_backward.cuh"
+#include "attention_hopper_common.cuh"
 
 #if defined(LLMC_SM90A)
 namespace attention_hopper_detail {

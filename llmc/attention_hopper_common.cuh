@@ -2,8 +2,8 @@
 // mbarriers, TMA tile loads from one tensor map over qkv, TMA bulk reductions into fp32, 128B-swizzled
 // smem panels and their wgmma descriptors, the wgmma instructions (operands from smem, K- or MN-major,
 // or A from registers), named barriers, tensor map encoding.
-// Internal part of llmc/attention.cuh (included from there, before attention_hopper.cuh); it uses
-// the mma helpers of attention_mma.cuh (pack_bf16, smem_addr).
+// Part of llmc/attention.cuh (included from there, before attention_hopper.cuh); it uses the mma
+// helpers of attention_mma.cuh (pack_bf16, smem_addr).
 //
 // Layouts: a (R, HD) bf16 tile lives in smem as HD/64 panels of R rows x 64 columns (128-byte rows),
 // the 16-byte chunks of row r XOR-swizzled by r % 8: what the TMA's 128B swizzle writes and what a
@@ -12,6 +12,7 @@
 // and d[nb*4 + 2..3] eight rows further down.
 #pragma once
 #include <cudaTypedefs.h>
+#include "attention_mma.cuh"
 
 // Whether this build has the sm_90a kernels (the Makefiles pass -DLLMC_SM90A for GPU_ARCH=90a).
 inline bool attention_hopper_available() {

@@ -1,8 +1,8 @@
 // attention_mma.cuh: what the tensor-core attention kernels share: mma.sync/ldmatrix/cp.async
 // wrappers, the swizzled smem tile layout, the fragment loaders and the kernel configuration.
-// Internal part of llmc/attention.cuh, included from there only (it uses QKVLayout, attends and the
-// common includes defined there); include llmc/attention.cuh instead.
+// Part of llmc/attention.cuh, which includes it; the trainer and the labs include attention.cuh.
 #pragma once
+#include "attention_layout.cuh"
 
 namespace attention_detail {
 

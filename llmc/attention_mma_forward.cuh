@@ -1,7 +1,7 @@
 // attention_mma_forward.cuh: the tensor-core (mma.sync) attention forward kernel and its launcher.
-// Internal part of llmc/attention.cuh, included from there only (it uses QKVLayout, attends and the
-// common includes defined there); include llmc/attention.cuh instead.
+// Part of llmc/attention.cuh, which includes it; the trainer and the labs include attention.cuh.
 #pragma once
+#include "attention_mma.cuh"
 
 namespace attention_detail {
 
