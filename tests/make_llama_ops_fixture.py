@@ -44,13 +44,15 @@ import llmc_formats as fmt  # noqa: E402
 MAGIC_LLAMA_OPS = fmt.fourcc("GPTL")
 OUT_PATH = os.path.join(ROOT, "tests", "fixture", "llama_ops.bin")
 
-RMSNORM_CASES = [  # (B, T, C, eps)
-    (1, 3, 776, 1e-5),
-    (2, 3, 64, 1e-6),
+# (B, T, C, eps, input scale): at scale 3e-3 mean(x^2) is ~1e-5, so eps changes rstd by ~10% and a
+# wrong eps fails the check
+RMSNORM_CASES = [
+    (1, 3, 776, 1e-5, 1.5),
+    (2, 3, 64, 1e-6, 3e-3),
 ]
-FUSED_CASES = [  # (B, T, C, eps)
-    (1, 2, 776, 1e-6),
-    (2, 2, 96, 1e-5),
+FUSED_CASES = [
+    (1, 2, 776, 1e-6, 1.0),
+    (2, 2, 96, 1e-5, 1e-2),
 ]
 ROPE_CASES = [  # (B, T, NH, NKV, HD, pos_offset, theta)
     (1, 7, 4, 2, 64, 0, 10000.0),      # GQA, Llama 2's theta
@@ -114,8 +116,8 @@ def swiglu(inp):
 
 # ---- the cases ----
 
-def make_rmsnorm(gen, B, T, C, eps):
-    inp = randn(gen, B, T, C, scale=1.5, shift=0.3).requires_grad_(True)
+def make_rmsnorm(gen, B, T, C, eps, scale):
+    inp = randn(gen, B, T, C, scale=scale, shift=0.2 * scale).requires_grad_(True)
     weight = randn(gen, C, scale=0.2, shift=1.0).requires_grad_(True)
     dout = randn(gen, B, T, C)
     out, rstd = rmsnorm(inp, weight, eps)
@@ -125,9 +127,9 @@ def make_rmsnorm(gen, B, T, C, eps):
             f32(inp), f32(weight), f32(dout), f32(out), f32(rstd), f32(dinp), f32(dweight)]
 
 
-def make_fused(gen, B, T, C, eps):
-    inp1 = randn(gen, B, T, C).requires_grad_(True)
-    inp2 = randn(gen, B, T, C, scale=0.5).requires_grad_(True)
+def make_fused(gen, B, T, C, eps, scale):
+    inp1 = randn(gen, B, T, C, scale=scale).requires_grad_(True)
+    inp2 = randn(gen, B, T, C, scale=0.5 * scale).requires_grad_(True)
     weight = randn(gen, C, scale=0.2, shift=1.0).requires_grad_(True)
     dout = randn(gen, B, T, C)
     dresidual = randn(gen, B, T, C)
