@@ -48,7 +48,7 @@ $(BUILD)/%: %.cpp $(LLMC_H) | $(BUILD)
 $(BUILD)/test_dataloader: tests/test_dataloader.cpp $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
-$(BUILD)/test_attention_cpu: tests/test_attention_cpu.cpp $(LLMC_H) | $(BUILD)
+$(BUILD)/test_attention_cpu: tests/test_attention_cpu.cpp tests/fixture_check.h $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
 $(BUILD)/test_llama_ops_cpu: tests/test_llama_ops_cpu.cpp tests/fixture_check.h $(LLMC_H) | $(BUILD)
