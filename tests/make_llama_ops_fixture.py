@@ -3,7 +3,7 @@ checks the Llama-family CPU ops against: llmc/cpu/rmsnorm.h (RMSNorm and the fus
 RMSNorm), llmc/cpu/rope.h (rotary embeddings on the fused QKV activation) and llmc/cpu/swiglu.h.
 
 Regenerate (needs torch, CPU is enough; deterministic, so the file only changes if this script does):
-    python3 tests/make_llama_ops_fixture.py [--out PATH]
+    python3 tests/make_llama_ops_fixture.py [--out PATH] [--no-transformers]
 
 Every expected number comes from float64 PyTorch below: the formulas written here and autograd for
 the gradients. None of it comes from the project's C++. Inputs are drawn in float64 and rounded to
@@ -12,7 +12,8 @@ exactly the same inputs. The RoPE formula is written the way Hugging Face writes
 angles concatenated twice, rotate_half). When `transformers` is importable, the script also asserts
 that its LlamaRMSNorm, LlamaRotaryEmbedding + apply_rotary_pos_emb and LlamaMLP agree with the
 formulas here on the same inputs, which pins the conventions (pairing of channels, inverse
-frequencies, the [gate | up] layout) to Hugging Face's; without it those checks are skipped, with a note.
+frequencies, the [gate | up] layout) to Hugging Face's; without it (or with --no-transformers) those
+checks are skipped, with a note. The file does not depend on them.
 
 File (docs/formats.md convention): 1024-byte header of 128 little-endian int64, h[0] = fourcc("GPTL"),
 h[1] = 1 (version), h[2..5] = the number of rmsnorm, fused residual+rmsnorm, rope and swiglu cases.
@@ -32,10 +33,9 @@ import sys
 
 import numpy as np
 
-try:
-    import torch
-except ImportError:  # --help works without PyTorch; main() then says it is needed
-    torch = None
+# Imported by main() after the arguments are parsed, so that --help is instant and works without them
+torch = None
+hf_llama = LlamaConfig = None  # transformers' Llama modules, when installed and not --no-transformers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -168,11 +168,18 @@ def make_swiglu(gen, N, H):
 
 # ---- the same conventions in Hugging Face transformers, when it is installed ----
 
-try:
-    from transformers.models.llama import modeling_llama as hf_llama
-    from transformers.models.llama.configuration_llama import LlamaConfig
-except ImportError:
-    hf_llama = None
+def import_libraries(use_transformers):
+    global torch, hf_llama, LlamaConfig
+    try:
+        import torch
+    except ImportError:
+        die("tests/make_llama_ops_fixture.py needs PyTorch (pip install torch)")
+    if use_transformers:
+        try:
+            from transformers.models.llama import modeling_llama as hf_llama
+            from transformers.models.llama.configuration_llama import LlamaConfig
+        except ImportError:
+            pass
 
 
 def hf_config(**kw):
@@ -246,9 +253,11 @@ def die(msg):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=OUT_PATH, help="file to write (default: the committed tests/fixture/llama_ops.bin)")
+    ap.add_argument("--no-transformers", action="store_true",
+                    help="skip the checks against transformers even if it is installed (they cost ~3 s of "
+                         "importing; the file written is the same either way)")
     args = ap.parse_args(argv)
-    if torch is None:
-        die("tests/make_llama_ops_fixture.py needs PyTorch (pip install torch)")
+    import_libraries(not args.no_transformers)
     gen = torch.Generator().manual_seed(1234)
     counts = {2: len(RMSNORM_CASES), 3: len(FUSED_CASES), 4: len(ROPE_CASES), 5: len(SWIGLU_CASES)}
     chunks = [fmt.make_header(MAGIC_LLAMA_OPS, counts)]
@@ -267,7 +276,8 @@ def main(argv=None):
     except OSError as e:
         die(f"--out {args.out}: cannot write ({e.strerror})")
     hf = "checked against transformers" if hf_llama is not None else \
-        "transformers is not installed: the Hugging Face convention checks were skipped"
+        "the checks against transformers were skipped: " + \
+        ("--no-transformers" if args.no_transformers else "it is not installed")
     print(f"wrote {args.out}: {sum(counts.values())} cases, {os.path.getsize(args.out)} bytes ({hf})")
 
 
