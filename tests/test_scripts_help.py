@@ -10,7 +10,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURE = ROOT / "tests" / "fixture" / "attention.bin"
+# (script that writes a committed op fixture, the fixture, the script's flags that make it quick)
+FIXTURE_SCRIPTS = [
+    ("make_attention_fixture.py", "attention.bin", []),
+    ("make_llama_ops_fixture.py", "llama_ops.bin", ["--no-transformers"]),
+]
 
 
 @pytest.fixture
@@ -56,24 +60,27 @@ def test_train_gpt2_help_without_torch(no_torch):
     assert not (ROOT / "unused.bin").exists()
 
 
+@pytest.mark.parametrize("script,fixture,_", FIXTURE_SCRIPTS, ids=[s for s, _, _ in FIXTURE_SCRIPTS])
 @pytest.mark.parametrize("hide_torch", [True, False], ids=["without_torch", "as_installed"])
-def test_make_attention_fixture_help_writes_nothing(no_torch, hide_torch):
-    before = (FIXTURE.stat().st_mtime_ns, FIXTURE.read_bytes())
-    p = run([sys.executable, "tests/make_attention_fixture.py", "--help"], no_torch if hide_torch else None)
+def test_make_fixture_help_writes_nothing(no_torch, hide_torch, script, fixture, _):
+    fixture = ROOT / "tests" / "fixture" / fixture
+    before = (fixture.stat().st_mtime_ns, fixture.read_bytes())
+    p = run([sys.executable, f"tests/{script}", "--help"], no_torch if hide_torch else None)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.startswith("usage: make_attention_fixture.py") and "--out" in p.stdout
-    p = run([sys.executable, "tests/make_attention_fixture.py", "--bogus"], no_torch if hide_torch else None)
+    assert p.stdout.startswith(f"usage: {script}") and "--out" in p.stdout
+    p = run([sys.executable, f"tests/{script}", "--bogus"], no_torch if hide_torch else None)
     assert p.returncode == 2 and "unrecognized arguments: --bogus" in p.stderr
-    assert (FIXTURE.stat().st_mtime_ns, FIXTURE.read_bytes()) == before, "the committed fixture was rewritten"
-    assert not FIXTURE.with_name(FIXTURE.name + ".tmp").exists()
+    assert (fixture.stat().st_mtime_ns, fixture.read_bytes()) == before, "the committed fixture was rewritten"
+    assert not fixture.with_name(fixture.name + ".tmp").exists()
 
 
-def test_make_attention_fixture_out_reproduces_committed_file(tmp_path):
+@pytest.mark.parametrize("script,fixture,flags", FIXTURE_SCRIPTS, ids=[s for s, _, _ in FIXTURE_SCRIPTS])
+def test_make_fixture_out_reproduces_committed_file(tmp_path, script, fixture, flags):
     pytest.importorskip("torch")
-    out = tmp_path / "attention.bin"
-    p = run([sys.executable, "tests/make_attention_fixture.py", "--out", out])
+    out = tmp_path / fixture
+    p = run([sys.executable, f"tests/{script}", "--out", out, *flags])
     assert p.returncode == 0, p.stderr
-    assert out.read_bytes() == FIXTURE.read_bytes()
+    assert out.read_bytes() == (ROOT / "tests" / "fixture" / fixture).read_bytes()
 
 
 def test_bench_gpt2_help(tmp_path, tripwire):

@@ -1,0 +1,83 @@
+// rope.h: rotary position embeddings (RoPE) on the CPU, applied in place to the query and key heads
+// of the fused QKV activation, in the Hugging Face Llama convention.
+// Shapes: qkv, dqkv (B, T, (NH + 2*NKV) * HD), per position NH query heads, then NKV key heads, then
+//   NKV value heads (llmc/cpu/attention.h's layout); cos, sin (max_pos, HD/2) from rope_tables.
+// Convention (transformers' LlamaRotaryEmbedding + apply_rotary_pos_emb, "rotate_half"): in each
+// head vector x of HD channels, channel i pairs with channel i + HD/2 (not with i + 1, as in Meta's
+// original interleaved code; Hugging Face checkpoints have their q/k rows permuted for this pairing,
+// so imported weights need no permutation), and the pair turns by the angle p * theta^(-2i/HD) at
+// position p, i = 0 .. HD/2-1:
+//   x'[i] = x[i] cos - x[i + HD/2] sin,   x'[i + HD/2] = x[i + HD/2] cos + x[i] sin.
+// Token t of every sequence sits at position pos_offset + t (pos_offset > 0: a KV cache's next
+// tokens), so the tables need max_pos >= pos_offset + T rows.
+//   rope_tables    cos, sin (=), in double, rounded once to fp32
+//   rope_forward   rotates the Q and K heads of qkv in place; V is untouched
+//   rope_backward  the inverse rotation (by -angle: a rotation's transpose) of the Q and K heads of
+//                  dqkv in place, turning d(rotated qkv) into d(qkv); dV passes through untouched
+// fp32; each element is written by one thread, so results do not depend on the thread count.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include "llmc/utils.h"
+
+namespace cpu {
+
+inline void rope_check_shape(int HD, int pos_offset) {
+    if (HD <= 0 || HD % 2 != 0) fail("rope: head dim %d must be positive and even", HD);
+    if (pos_offset < 0) fail("rope: position offset %d must be >= 0", pos_offset);
+}
+
+// cos[p, i] = cos(p * theta^(-2i/HD)), sin likewise, for p = 0 .. max_pos-1. Hugging Face computes
+// these angles in fp32, which at p ~ 4096 is off by ~2e-4 rad; here they are exact to fp32 rounding.
+inline void rope_tables(float* cos, float* sin, int max_pos, int HD, float theta) {
+    rope_check_shape(HD, 0);
+    if (!(theta > 1.0f)) fail("rope: theta %g must be > 1", (double)theta);
+    const int half = HD / 2;
+#pragma omp parallel for
+    for (int p = 0; p < max_pos; p++) {
+        for (int i = 0; i < half; i++) {
+            const double angle = p * std::pow((double)theta, -2.0 * i / HD);
+            cos[(size_t)p * half + i] = (float)std::cos(angle);
+            sin[(size_t)p * half + i] = (float)std::sin(angle);
+        }
+    }
+}
+
+namespace detail {
+// Turns every Q and K head of qkv by the angles of the table rows: sign = +1 forward, -1 inverse.
+inline void rope_rotate(float* qkv, const float* cos, const float* sin, int B, int T, int NH, int NKV, int HD,
+                        int pos_offset, float sign) {
+    rope_check_shape(HD, pos_offset);
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD;
+    const int half = HD / 2, heads = NH + NKV;  // the Q heads and then the K heads are contiguous
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            const float* c = cos + (size_t)(pos_offset + t) * half;
+            const float* s = sin + (size_t)(pos_offset + t) * half;
+            float* row = qkv + ((size_t)b * T + t) * QKV;
+            for (int h = 0; h < heads; h++) {
+                float* x = row + (size_t)h * HD;
+                for (int i = 0; i < half; i++) {
+                    const float x1 = x[i], x2 = x[i + half], si = sign * s[i];
+                    x[i] = x1 * c[i] - x2 * si;
+                    x[i + half] = x2 * c[i] + x1 * si;
+                }
+            }
+        }
+    }
+}
+}  // namespace detail
+
+inline void rope_forward(float* qkv, const float* cos, const float* sin, int B, int T, int NH, int NKV, int HD,
+                         int pos_offset = 0) {
+    detail::rope_rotate(qkv, cos, sin, B, T, NH, NKV, HD, pos_offset, 1.0f);
+}
+
+// d(qkv) = R^T d(rotated qkv): dx[i] = dy[i] cos + dy[i + HD/2] sin, dx[i + HD/2] = dy[i + HD/2] cos - dy[i] sin.
+inline void rope_backward(float* dqkv, const float* cos, const float* sin, int B, int T, int NH, int NKV, int HD,
+                          int pos_offset = 0) {
+    detail::rope_rotate(dqkv, cos, sin, B, T, NH, NKV, HD, pos_offset, -1.0f);
+}
+
+}  // namespace cpu
