@@ -1,0 +1,350 @@
+// attention_decode.cuh: attention of one new token per sequence against a KV cache (inference), and
+// the append that puts the token's key and value into the cache. Flash-decoding: the keys of a
+// sequence are split across thread blocks, each block writes a partial softmax (max, sum,
+// unnormalised output) in fp32 and a second kernel merges the partials.
+//
+// Shapes (row-major; the KV cache layout of docs/design.md, "KV cache and decode attention"):
+//   qkv      (B, (NH + 2*NKV) * HD)  this step's QKV matmul output, one token per sequence (the
+//                                    layout of attention.cuh's qkv rows: NH query heads, NKV key
+//                                    heads, NKV value heads); the query is read from it directly
+//   k_cache  (B, NKV, S, HD)         one layer's keys, S slots per (sequence, KV head)
+//   v_cache  (B, NKV, S, HD)         its values
+//   pos      (B) int, on the device  the position of each sequence's new token; the cache holds
+//                                    positions 0..pos (this token's K/V already appended), position p
+//                                    in slot p % S. pos < 0 marks an idle sequence: out is zeros.
+//   out      (B, NH * HD)            written (=), ready for the attention projection
+// Query head h reads KV head h / (NH / NKV). window = 0: keys 0..pos (pos < S is the caller's
+// contract; a larger pos reads only the last S positions, never past the buffer); window W > 0: keys
+// max(0, pos-W+1)..pos, which needs S >= W: S = W makes the cache a ring buffer of W slots.
+// Scale 1/sqrt(HD). floatX operands (bf16 or fp32), every dot product and the softmax in fp32.
+// The launch configuration depends on (B, NH, NKV, HD, S, window) only, never on pos, so the
+// launches can be captured once in a CUDA graph and replayed for every token.
+#pragma once
+#include <algorithm>
+#include <cfloat>
+#include "attention_layout.cuh"
+#include "cuda_common.cuh"
+#include "utils.h"
+
+namespace attention_detail {
+
+// ============================================================================ the split plan
+// Which cache slots a sequence attends: n keys, the oldest in slot `first`, then first+1, ... (mod S).
+struct DecodeSpan {
+    int n, first;
+};
+__host__ __device__ inline DecodeSpan decode_span(int pos, int S, int window) {
+    if (pos < 0) return {0, 0};
+    const int cap = window > 0 && window < S ? window : S;
+    const int n = pos + 1 < cap ? pos + 1 : cap;
+    return {n, (pos + 1 - n) % S};
+}
+
+// Keys a split block takes: at least DECODE_MIN_CHUNK (below it the block's fixed costs, loading q and
+// merging its warps' partials, outweigh its keys), a multiple of it (of every kernel's keys per step).
+constexpr int DECODE_MIN_CHUNK = 64;
+// A sequence's n keys go to as few splits as chunks of ceil(n / max_splits) keys (rounded up to
+// DECODE_MIN_CHUNK) need: the split count adapts to the actual length on the device, the grid to the
+// capacity on the host.
+__host__ __device__ inline int decode_chunk(int n, int max_splits) {
+    const int c = ceil_div(n > 0 ? n : 1, max_splits);
+    return ceil_div(c, DECODE_MIN_CHUNK) * DECODE_MIN_CHUNK;
+}
+__host__ __device__ inline int decode_splits(int n, int max_splits) {
+    return n > 0 ? ceil_div(n, decode_chunk(n, max_splits)) : 1;
+}
+
+// Query heads a block serves: all of its KV head's group (each K/V element read once for the group),
+// up to 8 (more would not fit the registers; a larger group takes ceil(G / 8) blocks per KV head).
+constexpr int DECODE_MAX_HEADS = 8;
+inline int decode_heads_per_block(int G) { return G == 1 ? 1 : G == 2 ? 2 : G <= 4 ? 4 : 8; }
+
+// Blocks per split at most = B * NKV * ceil(G / 8). The grid aims at DECODE_WAVES blocks per SM (about
+// 4 resident x 1 wave: enough loads in flight to cover the memory latency), so at small B*NKV a
+// sequence's keys spread over many blocks and at B = 64 hardly split at all.
+constexpr int DECODE_WAVES = 4;
+struct DecodePlan {
+    int max_splits;   // grid.x: split blocks per (sequence, head block)
+    int head_blocks;  // blocks per KV head: ceil(G / heads_per_block)
+    int heads_per_block;
+};
+inline DecodePlan decode_plan(int B, int NH, int NKV, int S, int window, int num_sms) {
+    const int G = NH / NKV, hpb = decode_heads_per_block(G), head_blocks = ceil_div(G, hpb);
+    const int max_keys = window > 0 && window < S ? window : S;
+    const int want = ceil_div(DECODE_WAVES * num_sms, B * NKV * head_blocks);
+    const int splits = std::max(1, std::min(want, ceil_div(max_keys, DECODE_MIN_CHUNK)));
+    return {splits, head_blocks, hpb};
+}
+inline int current_sm_count() {
+    int dev = 0, sms = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
+}
+
+// ============================================================================ the split kernel
+// Mapping: a block owns (sequence b, KV head kvh, head block hb, split) and GB query heads. A 16-byte
+// load holds EPT elements (8 bf16, 4 fp32), so TPR = HD / EPT threads share a key row (8 or 16 in
+// bf16) and the block's DECODE_THREADS threads form ROWS row groups. Row group r takes keys
+// r, r + ROWS, ... of the block's chunk, U at a time: it loads U keys' K and V rows (2U 16-byte loads
+// a thread in flight, 16 KB a block in bf16 at U = 4) before using any, reduces each dot product over
+// its TPR lanes with xor shuffles, and keeps an online softmax (max, sum, unnormalised output, base-2
+// exponents: q is pre-scaled by log2(e) / sqrt(HD)) per query head, rescaled once per U keys.
+// The row groups' partials are merged in shared memory; a block whose sequence needs one split writes
+// out directly, the others write (max, sum, output) to the scratch for decode_combine_kernel.
+// Bytes: each K/V element of the span once (per head block), q and out once, 2 * HD * G FLOPs per key.
+// Memory-bound: 2 * HD * sizeof(floatX) bytes per key and KV head against 4 * HD * G FLOPs.
+constexpr int DECODE_THREADS = 128;
+
+template <typename T, int HD>
+struct DecodeTile {
+    static constexpr int EPT = 16 / (int)sizeof(T);  // elements per 16-byte load
+    static constexpr int TPR = HD / EPT;              // threads per key row
+    static constexpr int ROWS = DECODE_THREADS / TPR;
+    static_assert(TPR <= WARP_SIZE && WARP_SIZE % TPR == 0, "a key row's threads must sit in one warp");
+};
+
+template <typename T, int HD, int GB, int U>
+static __global__ void __launch_bounds__(DECODE_THREADS)
+    attention_decode_split_kernel(T* out, float* part_o, float* part_ml, const T* qkv, const T* k_cache,
+                                  const T* v_cache, const int* pos, QKVLayout L, int S, int window, int max_splits) {
+    using Tile = DecodeTile<T, HD>;
+    constexpr int EPT = Tile::EPT, TPR = Tile::TPR, ROWS = Tile::ROWS;
+    static_assert(DECODE_MIN_CHUNK % (ROWS * U) == 0, "a chunk is whole steps: only a sequence's last step is masked");
+    __shared__ float sm_m[ROWS][GB], sm_l[ROWS][GB], sm_f[ROWS][GB];
+    __shared__ alignas(16) float sm_o[ROWS][GB][HD];
+
+    const int split = blockIdx.x, b = blockIdx.z;
+    const int G = L.NH / L.NKV, head_blocks = gridDim.y / L.NKV;
+    const int kvh = blockIdx.y / head_blocks, h0 = kvh * G + (blockIdx.y % head_blocks) * GB;
+    const int heads = min(GB, kvh * G + G - h0);  // query heads of this block: h0 .. h0 + heads - 1
+    const DecodeSpan span = decode_span(pos[b], S, window);
+    const int chunk = decode_chunk(span.n, max_splits), nsplits = decode_splits(span.n, max_splits);
+    if (split >= nsplits) return;
+    const int j0 = split * chunk, j1 = min(span.n, j0 + chunk);
+
+    const int lane = threadIdx.x % TPR, row = threadIdx.x / TPR, d0 = lane * EPT;
+    const float qscale = 1.4426950408889634f * rsqrtf((float)HD);  // log2(e) / sqrt(HD)
+    float q[GB][EPT], acc[GB][EPT], m[GB], l[GB];
+    const T* qrow = qkv + (size_t)b * L.row();
+#pragma unroll
+    for (int g = 0; g < GB; g++) {
+        Packed128<T> qv = g < heads ? load128(qrow + L.q_col(h0 + g) + d0) : Packed128<T>::constant(from_float<T>(0.0f));
+#pragma unroll
+        for (int e = 0; e < EPT; e++) {
+            q[g][e] = to_float(qv[e]) * qscale;
+            acc[g][e] = 0.0f;
+        }
+        m[g] = -FLT_MAX;  // finite: exp2(m - m_new) stays 0 or 1 while every key so far was masked
+        l[g] = 0.0f;
+    }
+
+    const size_t head_base = ((size_t)b * L.NKV + kvh) * S;
+    for (int jb = j0; jb < j1; jb += ROWS * U) {
+        Packed128<T> kr[U], vr[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int j = jb + u * ROWS + row;
+            if (j < j1) {
+                int slot = span.first + j;
+                if (slot >= S) slot -= S;
+                const size_t off = (head_base + slot) * HD + d0;
+                kr[u] = load128cs(k_cache + off);
+                vr[u] = load128cs(v_cache + off);
+            } else {  // zeros, not garbage: p = 0 times a NaN would still be NaN
+                kr[u] = vr[u] = Packed128<T>::constant(from_float<T>(0.0f));
+            }
+        }
+        float s[U][GB];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+#pragma unroll
+            for (int g = 0; g < GB; g++) {
+                float dot = 0.0f;
+#pragma unroll
+                for (int e = 0; e < EPT; e++) dot += q[g][e] * to_float(kr[u][e]);
+#pragma unroll
+                for (int o = TPR / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+                s[u][g] = jb + u * ROWS + row < j1 ? dot : -INFINITY;
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < GB; g++) {
+            float m_new = m[g];
+#pragma unroll
+            for (int u = 0; u < U; u++) m_new = fmaxf(m_new, s[u][g]);
+            const float corr = exp2f(m[g] - m_new);
+            l[g] *= corr;
+#pragma unroll
+            for (int e = 0; e < EPT; e++) acc[g][e] *= corr;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const float p = exp2f(s[u][g] - m_new);
+                l[g] += p;
+#pragma unroll
+                for (int e = 0; e < EPT; e++) acc[g][e] += p * to_float(vr[u][e]);
+            }
+            m[g] = m_new;
+        }
+    }
+
+    // Merge the ROWS row groups: block max M, each group's factor exp2(m - M), then sums.
+#pragma unroll
+    for (int g = 0; g < GB; g++) {
+        if (lane == 0) {
+            sm_m[row][g] = m[g];
+            sm_l[row][g] = l[g];
+        }
+#pragma unroll
+        for (int e = 0; e < EPT; e++) sm_o[row][g][d0 + e] = acc[g][e];
+    }
+    __syncthreads();
+    if (threadIdx.x < GB) {
+        const int g = threadIdx.x;
+        float M = -FLT_MAX;
+        for (int r = 0; r < ROWS; r++) M = fmaxf(M, sm_m[r][g]);
+        for (int r = 0; r < ROWS; r++) sm_f[r][g] = exp2f(sm_m[r][g] - M);
+        sm_m[0][g] = M;  // row 0's max was read above; from here it holds the block's
+    }
+    __syncthreads();
+    const int b_head = b * L.NH + h0;
+    for (int idx = threadIdx.x; idx < heads * HD; idx += DECODE_THREADS) {
+        const int g = idx / HD, d = idx % HD;
+        float o = 0.0f, sum = 0.0f;
+        for (int r = 0; r < ROWS; r++) {
+            o += sm_f[r][g] * sm_o[r][g][d];
+            sum += sm_f[r][g] * sm_l[r][g];
+        }
+        if (nsplits == 1) {
+            out[(size_t)(b_head + g) * HD + d] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
+        } else {
+            const size_t p = (size_t)(b_head + g) * max_splits + split;
+            part_o[p * HD + d] = o;
+            if (d == 0) {
+                part_ml[2 * p] = sm_m[0][g];
+                part_ml[2 * p + 1] = sum;
+            }
+        }
+    }
+}
+
+// ============================================================================ the combine kernel
+// grid (NH, B), HD threads, thread d owns output dim d of one (sequence, head): it merges that
+// sequence's splits, out = sum_s 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s. Sequences that needed one
+// split were written by the split kernel and are skipped. Reads (HD + 2) floats a split.
+template <typename T>
+static __global__ void attention_decode_combine_kernel(T* out, const float* part_o, const float* part_ml,
+                                                       const int* pos, int NH, int HD, int S, int window,
+                                                       int max_splits) {
+    const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
+    const int nsplits = decode_splits(decode_span(pos[b], S, window).n, max_splits);
+    if (nsplits == 1) return;
+    const size_t p0 = (size_t)(b * NH + h) * max_splits;
+    float M = -FLT_MAX;
+    for (int s = 0; s < nsplits; s++) M = fmaxf(M, part_ml[2 * (p0 + s)]);
+    float o = 0.0f, sum = 0.0f;
+    for (int s = 0; s < nsplits; s++) {
+        const float f = exp2f(part_ml[2 * (p0 + s)] - M);
+        o += f * part_o[(p0 + s) * HD + d];
+        sum += f * part_ml[2 * (p0 + s) + 1];
+    }
+    out[(size_t)(b * NH + h) * HD + d] = from_float<T>(o / sum);
+}
+
+// ============================================================================ the append kernel
+// Copies each sequence's new K and V rows (NKV heads x HD) from its qkv row into slot pos % S of the
+// cache; idle sequences (pos < 0) are skipped. One 16-byte copy a thread: 2 * B * NKV * HD elements.
+template <typename T>
+static __global__ void kv_cache_append_kernel(T* k_cache, T* v_cache, const T* qkv, const int* pos, QKVLayout L,
+                                              int S, int B) {
+    constexpr int EPT = 16 / (int)sizeof(T);
+    const int per_seq = L.NKV * L.HD / EPT;  // 16-byte pieces of one sequence's K (or V)
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= 2 * B * per_seq) return;
+    const int is_v = idx / (B * per_seq), rest = idx % (B * per_seq), b = rest / per_seq, piece = rest % per_seq;
+    const int p = pos[b];
+    if (p < 0) return;
+    const int kvh = piece * EPT / L.HD, d = piece * EPT % L.HD;
+    const T* src = qkv + (size_t)b * L.row() + (is_v ? L.v_col(kvh) : L.k_col(kvh)) + d;
+    T* dst = (is_v ? v_cache : k_cache) + (((size_t)b * L.NKV + kvh) * S + p % S) * L.HD + d;
+    store128(dst, load128(src));
+}
+
+template <typename T, int HD, int GB>
+inline void decode_split_launch(T* out, float* part_o, float* part_ml, const T* qkv, const T* k_cache,
+                                const T* v_cache, const int* pos, int B, const QKVLayout& L, int S, int window,
+                                const DecodePlan& plan, cudaStream_t stream) {
+    const dim3 grid(plan.max_splits, L.NKV * plan.head_blocks, B);
+    attention_decode_split_kernel<T, HD, GB, 4><<<grid, DECODE_THREADS, 0, stream>>>(
+        out, part_o, part_ml, qkv, k_cache, v_cache, pos, L, S, window, plan.max_splits);
+    cudaCheckLaunch();
+}
+
+// The two launches of one plan (the lab passes its own plans to explore the split count).
+template <typename T>
+inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, const T* v_cache, const int* pos,
+                                       int B, int NH, int NKV, int HD, int S, int window, float* scratch,
+                                       const DecodePlan& plan, cudaStream_t stream) {
+    const QKVLayout L{NH, NKV, HD};
+    float* part_o = scratch;  // (B, NH, max_splits, HD)
+    float* part_ml = scratch ? scratch + (size_t)B * NH * plan.max_splits * HD : nullptr;  // (B, NH, max_splits, 2)
+#define DECODE_SPLIT(hd, gb) decode_split_launch<T, hd, gb>(out, part_o, part_ml, qkv, k_cache, v_cache, pos, B, L, S, window, plan, stream)
+    switch (HD * 100 + plan.heads_per_block) {
+        case 6401: DECODE_SPLIT(64, 1); break;
+        case 6402: DECODE_SPLIT(64, 2); break;
+        case 6404: DECODE_SPLIT(64, 4); break;
+        case 6408: DECODE_SPLIT(64, 8); break;
+        case 12801: DECODE_SPLIT(128, 1); break;
+        case 12802: DECODE_SPLIT(128, 2); break;
+        case 12804: DECODE_SPLIT(128, 4); break;
+        case 12808: DECODE_SPLIT(128, 8); break;
+        default: fail("attention_decode: no kernel for HD=%d with %d heads a block", HD, plan.heads_per_block);
+    }
+#undef DECODE_SPLIT
+    if (plan.max_splits > 1) {
+        attention_decode_combine_kernel<T><<<dim3(NH, B), HD, 0, stream>>>(out, part_o, part_ml, pos, NH, HD, S,
+                                                                            window, plan.max_splits);
+        cudaCheckLaunch();
+    }
+}
+
+inline void check_decode_sizes(const char* what, int B, int NH, int NKV, int HD, int S, int window) {
+    check_attention_sizes(what, B, 1, NH, NKV, HD, window);
+    if (S <= 0) fail("%s: the cache needs at least one slot (S=%d)", what, S);
+    if (window > S) fail("%s: a window of %d positions needs at least %d cache slots, not %d", what, window, window, S);
+}
+
+}  // namespace attention_detail
+
+// fp32 floats of scratch attention_decode needs for these sizes on the current device (0: none).
+inline size_t attention_decode_scratch_floats(int B, int NH, int NKV, int HD, int S, int window) {
+    using namespace attention_detail;
+    const DecodePlan plan = decode_plan(B, NH, NKV, S, window, current_sm_count());
+    return plan.max_splits > 1 ? (size_t)B * NH * plan.max_splits * (HD + 2) : 0;
+}
+
+// out (B, NH*HD) = softmax(q k^T / sqrt(HD)) v of each sequence's new token (q from its qkv row) over
+// its cached positions. scratch: attention_decode_scratch_floats(...) fp32 floats, 16-byte aligned
+// (nullptr when that is 0). qkv, k_cache, v_cache and out 16-byte aligned.
+inline void attention_decode(floatX* out, const floatX* qkv, const floatX* k_cache, const floatX* v_cache,
+                             const int* pos, int B, int NH, int NKV, int HD, int S, cudaStream_t stream,
+                             int window = 0, float* scratch = nullptr) {
+    using namespace attention_detail;
+    check_decode_sizes("attention_decode", B, NH, NKV, HD, S, window);
+    const DecodePlan plan = decode_plan(B, NH, NKV, S, window, current_sm_count());
+    if (plan.max_splits > 1 && !scratch)
+        fail("attention_decode: B=%d NH=%d S=%d needs a scratch buffer of %zu floats", B, NH, S,
+             attention_decode_scratch_floats(B, NH, NKV, HD, S, window));
+    attention_decode_with_plan(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window, scratch, plan, stream);
+}
+
+// Writes each sequence's new key and value (from its qkv row) into slot pos[b] % S of the layer's cache.
+inline void kv_cache_append(floatX* k_cache, floatX* v_cache, const floatX* qkv, const int* pos, int B, int NH,
+                            int NKV, int HD, int S, cudaStream_t stream) {
+    using namespace attention_detail;
+    check_decode_sizes("kv_cache_append", B, NH, NKV, HD, S, 0);
+    const int pieces = 2 * B * NKV * HD / (16 / (int)sizeof(floatX));
+    kv_cache_append_kernel<<<ceil_div(pieces, 256), 256, 0, stream>>>(k_cache, v_cache, qkv, pos, QKVLayout{NH, NKV, HD},
+                                                                     S, B);
+    cudaCheckLaunch();
+}
