@@ -64,22 +64,62 @@ inline int decode_heads_per_block(int G) { return G == 1 ? 1 : G == 2 ? 2 : G <=
 // sequence's keys spread over many blocks and at B = 64 hardly split at all.
 constexpr int DECODE_WAVES = 4;
 struct DecodePlan {
-    int max_splits;   // grid.x: split blocks per (sequence, head block)
-    int head_blocks;  // blocks per KV head: ceil(G / heads_per_block)
+    int max_splits;       // grid.x: split blocks per (sequence, head block)
+    int head_blocks;      // blocks per KV head: ceil(G / heads_per_block)
     int heads_per_block;
+    bool fused_combine;   // the last split block of a head block merges the partials (no second kernel)
 };
 inline DecodePlan decode_plan(int B, int NH, int NKV, int S, int window, int num_sms) {
     const int G = NH / NKV, hpb = decode_heads_per_block(G), head_blocks = ceil_div(G, hpb);
     const int max_keys = window > 0 && window < S ? window : S;
     const int want = ceil_div(DECODE_WAVES * num_sms, B * NKV * head_blocks);
     const int splits = std::max(1, std::min(want, ceil_div(max_keys, DECODE_MIN_CHUNK)));
-    return {splits, head_blocks, hpb};
+    return {splits, head_blocks, hpb, false};
 }
 inline int current_sm_count() {
     int dev = 0, sms = 0;
     cudaCheck(cudaGetDevice(&dev));
     cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     return sms;
+}
+
+// The scratch of one plan: a counter per (sequence, head block) for the fused combine (zero between
+// calls), then the partials. Counters first, so their place does not depend on the split count.
+struct DecodeScratch {
+    int* counters;  // (B, NKV * head_blocks), padded to 16 bytes
+    float* part_o;  // (B, NH, max_splits, HD)  unnormalised outputs
+    float* part_ml; // (B, NH, max_splits, 2)   base-2 max and sum of each split
+    static size_t counter_floats(int B, int NKV, const DecodePlan& p) {
+        return (size_t)ceil_div(B * NKV * p.head_blocks, 4) * 4;
+    }
+    static size_t floats(int B, int NH, int NKV, int HD, const DecodePlan& p) {
+        return p.max_splits > 1 ? counter_floats(B, NKV, p) + (size_t)B * NH * p.max_splits * (HD + 2) : 0;
+    }
+    DecodeScratch(float* scratch, int B, int NH, int NKV, int HD, const DecodePlan& p) {
+        counters = reinterpret_cast<int*>(scratch);
+        part_o = scratch ? scratch + counter_floats(B, NKV, p) : nullptr;
+        part_ml = scratch ? part_o + (size_t)B * NH * p.max_splits * HD : nullptr;
+    }
+};
+
+// Merges the nsplits partials of (sequence b, head h) into out, dims d = first, first + step, ...:
+// out = sum_s 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s. Loads bypass L1 (__ldcg): in the fused combine
+// other blocks wrote the partials during this kernel.
+template <typename T>
+__device__ __forceinline__ void decode_merge_splits(T* out, const float* part_o, const float* part_ml, int b, int h, int NH, int HD,
+                                    int nsplits, int max_splits, int first, int step) {
+    const size_t p0 = (size_t)(b * NH + h) * max_splits;
+    float M = -FLT_MAX;
+    for (int s = 0; s < nsplits; s++) M = fmaxf(M, __ldcg(part_ml + 2 * (p0 + s)));
+    for (int d = first; d < HD; d += step) {
+        float o = 0.0f, sum = 0.0f;
+        for (int s = 0; s < nsplits; s++) {
+            const float f = exp2f(__ldcg(part_ml + 2 * (p0 + s)) - M);
+            o += f * __ldcg(part_o + (p0 + s) * HD + d);
+            sum += f * __ldcg(part_ml + 2 * (p0 + s) + 1);
+        }
+        out[(size_t)(b * NH + h) * HD + d] = from_float<T>(o / sum);  // nsplits > 1: keys exist, sum > 0
+    }
 }
 
 // ============================================================================ the split kernel
@@ -89,12 +129,16 @@ inline int current_sm_count() {
 // r, r + ROWS, ... of the block's chunk, U at a time: it loads U keys' K and V rows (2U 16-byte loads
 // a thread in flight, 16 KB a block in bf16 at U = 4) before using any, reduces each dot product over
 // its TPR lanes with xor shuffles, and keeps an online softmax (max, sum, unnormalised output, base-2
-// exponents: q is pre-scaled by log2(e) / sqrt(HD)) per query head, rescaled once per U keys.
+// exponents: q is pre-scaled by log2(e) / sqrt(HD)) per query head, rescaled once per U keys. With
+// PREFETCH the next U keys' loads are issued before the current ones are used (a second register set).
 // The row groups' partials are merged in shared memory; a block whose sequence needs one split writes
-// out directly, the others write (max, sum, output) to the scratch for decode_combine_kernel.
-// Bytes: each K/V element of the span once (per head block), q and out once, 2 * HD * G FLOPs per key.
-// Memory-bound: 2 * HD * sizeof(floatX) bytes per key and KV head against 4 * HD * G FLOPs.
+// out directly, the others write (max, sum, output) to the scratch, merged by
+// attention_decode_combine_kernel or (fused_combine) by the last of the head block's split blocks.
+// Bytes: each K/V element of the span once per head block (one for G <= 8), q and out once; FLOPs:
+// 4 * HD per (query head, key): memory-bound (G / sizeof(floatX) FLOPs a byte, ~2 in bf16 at G 4).
+// Registers (bf16, U 4, no prefetch): 106 at GB 1, 120 at 2, 164 at 4, 252 at 8; no spills.
 constexpr int DECODE_THREADS = 128;
+constexpr int DECODE_UNROLL = 4;
 
 template <typename T, int HD>
 struct DecodeTile {
@@ -104,15 +148,15 @@ struct DecodeTile {
     static_assert(TPR <= WARP_SIZE && WARP_SIZE % TPR == 0, "a key row's threads must sit in one warp");
 };
 
-template <typename T, int HD, int GB, int U>
+template <typename T, int HD, int GB, int U, bool PREFETCH>
 static __global__ void __launch_bounds__(DECODE_THREADS)
-    attention_decode_split_kernel(T* out, float* part_o, float* part_ml, const T* qkv, const T* k_cache,
-                                  const T* v_cache, const int* pos, QKVLayout L, int S, int window, int max_splits) {
+    attention_decode_split_kernel(T* out, DecodeScratch scratch, const T* qkv, const T* k_cache, const T* v_cache,
+                                  const int* pos, QKVLayout L, int S, int window, int max_splits, bool fused_combine) {
     using Tile = DecodeTile<T, HD>;
-    constexpr int EPT = Tile::EPT, TPR = Tile::TPR, ROWS = Tile::ROWS;
-    static_assert(DECODE_MIN_CHUNK % (ROWS * U) == 0, "a chunk is whole steps: only a sequence's last step is masked");
+    constexpr int EPT = Tile::EPT, TPR = Tile::TPR, ROWS = Tile::ROWS, STEP = ROWS * U;
     __shared__ float sm_m[ROWS][GB], sm_l[ROWS][GB], sm_f[ROWS][GB];
     __shared__ alignas(16) float sm_o[ROWS][GB][HD];
+    __shared__ bool sm_last;
 
     const int split = blockIdx.x, b = blockIdx.z;
     const int G = L.NH / L.NKV, head_blocks = gridDim.y / L.NKV;
@@ -139,22 +183,27 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
         l[g] = 0.0f;
     }
 
+    // This row group's U keys of the step at jb: K and V rows, zeros past the chunk (not garbage:
+    // p = 0 times a NaN would still be NaN).
     const size_t head_base = ((size_t)b * L.NKV + kvh) * S;
-    for (int jb = j0; jb < j1; jb += ROWS * U) {
-        Packed128<T> kr[U], vr[U];
+    auto load_step = [&](int jb, Packed128<T> (&kr)[U], Packed128<T> (&vr)[U]) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int j = jb + u * ROWS + row;
             if (j < j1) {
-                int slot = span.first + j;
+                int slot = span.first + j;  // < 2S: first < S, j < n <= S
                 if (slot >= S) slot -= S;
                 const size_t off = (head_base + slot) * HD + d0;
                 kr[u] = load128cs(k_cache + off);
                 vr[u] = load128cs(v_cache + off);
-            } else {  // zeros, not garbage: p = 0 times a NaN would still be NaN
+            } else {
                 kr[u] = vr[u] = Packed128<T>::constant(from_float<T>(0.0f));
             }
         }
+    };
+    // Scores of the U keys for every head (a dot product over the row group's TPR lanes), then the
+    // online softmax update, rescaling once per step.
+    auto consume = [&](int jb, const Packed128<T> (&kr)[U], const Packed128<T> (&vr)[U]) {
         float s[U][GB];
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -186,6 +235,25 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
             }
             m[g] = m_new;
         }
+    };
+    Packed128<T> kr[U], vr[U];
+    if constexpr (PREFETCH) {
+        load_step(j0, kr, vr);
+        for (int jb = j0; jb < j1; jb += STEP) {
+            Packed128<T> kn[U], vn[U];
+            load_step(jb + STEP, kn, vn);  // past the chunk: zeros, no loads
+            consume(jb, kr, vr);
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                kr[u] = kn[u];
+                vr[u] = vn[u];
+            }
+        }
+    } else {
+        for (int jb = j0; jb < j1; jb += STEP) {
+            load_step(jb, kr, vr);
+            consume(jb, kr, vr);
+        }
     }
 
     // Merge the ROWS row groups: block max M, each group's factor exp2(m - M), then sums.
@@ -207,7 +275,6 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
         sm_m[0][g] = M;  // row 0's max was read above; from here it holds the block's
     }
     __syncthreads();
-    const int b_head = b * L.NH + h0;
     for (int idx = threadIdx.x; idx < heads * HD; idx += DECODE_THREADS) {
         const int g = idx / HD, d = idx % HD;
         float o = 0.0f, sum = 0.0f;
@@ -215,40 +282,50 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
             o += sm_f[r][g] * sm_o[r][g][d];
             sum += sm_f[r][g] * sm_l[r][g];
         }
-        if (nsplits == 1) {
-            out[(size_t)(b_head + g) * HD + d] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
+        if (nsplits == 1) {  // sum = 0 only for an idle sequence (no keys): zeros
+            out[((size_t)b * L.NH + h0 + g) * HD + d] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
         } else {
-            const size_t p = (size_t)(b_head + g) * max_splits + split;
-            part_o[p * HD + d] = o;
+            const size_t p = ((size_t)b * L.NH + h0 + g) * max_splits + split;
+            scratch.part_o[p * HD + d] = o;
             if (d == 0) {
-                part_ml[2 * p] = sm_m[0][g];
-                part_ml[2 * p + 1] = sum;
+                scratch.part_ml[2 * p] = sm_m[0][g];
+                scratch.part_ml[2 * p + 1] = sum;
             }
         }
     }
+    if (nsplits == 1 || !fused_combine) return;
+
+    // Fused combine: the last split block of this (sequence, head block) to finish merges the partials
+    // (the counting of CUDA's threadFenceReduction sample). Every thread fences its partials before
+    // thread 0 counts the block in; the last block resets the counter for the next call.
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int* counter = scratch.counters + (size_t)b * gridDim.y + blockIdx.y;
+        sm_last = atomicAdd(counter, 1) == nsplits - 1;
+        if (sm_last) *counter = 0;
+    }
+    __syncthreads();
+    if (!sm_last) return;
+    __threadfence();
+    const int warp = threadIdx.x / WARP_SIZE;  // warp w merges heads w, w + 4, ...
+    for (int g = warp; g < heads; g += DECODE_THREADS / WARP_SIZE)
+        decode_merge_splits(out, scratch.part_o, scratch.part_ml, b, h0 + g, L.NH, HD, nsplits, max_splits,
+                            threadIdx.x % WARP_SIZE, WARP_SIZE);
 }
 
 // ============================================================================ the combine kernel
-// grid (NH, B), HD threads, thread d owns output dim d of one (sequence, head): it merges that
-// sequence's splits, out = sum_s 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s. Sequences that needed one
-// split were written by the split kernel and are skipped. Reads (HD + 2) floats a split.
+// grid (NH, B), HD threads, thread d owns output dim d of one (sequence, head) and merges that
+// sequence's splits. Sequences that needed one split were written by the split kernel and are
+// skipped. Reads (HD + 2) floats a split.
 template <typename T>
-static __global__ void attention_decode_combine_kernel(T* out, const float* part_o, const float* part_ml,
-                                                       const int* pos, int NH, int HD, int S, int window,
-                                                       int max_splits) {
-    const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
+static __global__ void attention_decode_combine_kernel(T* out, DecodeScratch scratch, const int* pos, int NH, int HD,
+                                                       int S, int window, int max_splits) {
+    const int h = blockIdx.x, b = blockIdx.y;
     const int nsplits = decode_splits(decode_span(pos[b], S, window).n, max_splits);
-    if (nsplits == 1) return;
-    const size_t p0 = (size_t)(b * NH + h) * max_splits;
-    float M = -FLT_MAX;
-    for (int s = 0; s < nsplits; s++) M = fmaxf(M, part_ml[2 * (p0 + s)]);
-    float o = 0.0f, sum = 0.0f;
-    for (int s = 0; s < nsplits; s++) {
-        const float f = exp2f(part_ml[2 * (p0 + s)] - M);
-        o += f * part_o[(p0 + s) * HD + d];
-        sum += f * part_ml[2 * (p0 + s) + 1];
-    }
-    out[(size_t)(b * NH + h) * HD + d] = from_float<T>(o / sum);
+    if (nsplits > 1)
+        decode_merge_splits(out, scratch.part_o, scratch.part_ml, b, h, NH, HD, nsplits, max_splits, threadIdx.x,
+                            blockDim.x);
 }
 
 // ============================================================================ the append kernel
@@ -270,40 +347,33 @@ static __global__ void kv_cache_append_kernel(T* k_cache, T* v_cache, const T* q
     store128(dst, load128(src));
 }
 
-template <typename T, int HD, int GB>
-inline void decode_split_launch(T* out, float* part_o, float* part_ml, const T* qkv, const T* k_cache,
-                                const T* v_cache, const int* pos, int B, const QKVLayout& L, int S, int window,
-                                const DecodePlan& plan, cudaStream_t stream) {
-    const dim3 grid(plan.max_splits, L.NKV * plan.head_blocks, B);
-    attention_decode_split_kernel<T, HD, GB, 4><<<grid, DECODE_THREADS, 0, stream>>>(
-        out, part_o, part_ml, qkv, k_cache, v_cache, pos, L, S, window, plan.max_splits);
-    cudaCheckLaunch();
-}
-
-// The two launches of one plan (the lab passes its own plans to explore the split count).
-template <typename T>
+// The launches of one plan; U and PREFETCH are the lab's knobs (the shipped values are the defaults).
+template <typename T, int U = DECODE_UNROLL, bool PREFETCH = false>
 inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, const T* v_cache, const int* pos,
-                                       int B, int NH, int NKV, int HD, int S, int window, float* scratch,
+                                       int B, int NH, int NKV, int HD, int S, int window, float* scratch_buf,
                                        const DecodePlan& plan, cudaStream_t stream) {
     const QKVLayout L{NH, NKV, HD};
-    float* part_o = scratch;  // (B, NH, max_splits, HD)
-    float* part_ml = scratch ? scratch + (size_t)B * NH * plan.max_splits * HD : nullptr;  // (B, NH, max_splits, 2)
-#define DECODE_SPLIT(hd, gb) decode_split_launch<T, hd, gb>(out, part_o, part_ml, qkv, k_cache, v_cache, pos, B, L, S, window, plan, stream)
+    const DecodeScratch scratch(scratch_buf, B, NH, NKV, HD, plan);
+    const dim3 grid(plan.max_splits, NKV * plan.head_blocks, B);
+    auto launch = [&](auto kernel) {
+        kernel<<<grid, DECODE_THREADS, 0, stream>>>(out, scratch, qkv, k_cache, v_cache, pos, L, S, window,
+                                                    plan.max_splits, plan.fused_combine);
+        cudaCheckLaunch();
+    };
     switch (HD * 100 + plan.heads_per_block) {
-        case 6401: DECODE_SPLIT(64, 1); break;
-        case 6402: DECODE_SPLIT(64, 2); break;
-        case 6404: DECODE_SPLIT(64, 4); break;
-        case 6408: DECODE_SPLIT(64, 8); break;
-        case 12801: DECODE_SPLIT(128, 1); break;
-        case 12802: DECODE_SPLIT(128, 2); break;
-        case 12804: DECODE_SPLIT(128, 4); break;
-        case 12808: DECODE_SPLIT(128, 8); break;
+        case 6401: launch(attention_decode_split_kernel<T, 64, 1, U, PREFETCH>); break;
+        case 6402: launch(attention_decode_split_kernel<T, 64, 2, U, PREFETCH>); break;
+        case 6404: launch(attention_decode_split_kernel<T, 64, 4, U, PREFETCH>); break;
+        case 6408: launch(attention_decode_split_kernel<T, 64, 8, U, PREFETCH>); break;
+        case 12801: launch(attention_decode_split_kernel<T, 128, 1, U, PREFETCH>); break;
+        case 12802: launch(attention_decode_split_kernel<T, 128, 2, U, PREFETCH>); break;
+        case 12804: launch(attention_decode_split_kernel<T, 128, 4, U, PREFETCH>); break;
+        case 12808: launch(attention_decode_split_kernel<T, 128, 8, U, PREFETCH>); break;
         default: fail("attention_decode: no kernel for HD=%d with %d heads a block", HD, plan.heads_per_block);
     }
-#undef DECODE_SPLIT
-    if (plan.max_splits > 1) {
-        attention_decode_combine_kernel<T><<<dim3(NH, B), HD, 0, stream>>>(out, part_o, part_ml, pos, NH, HD, S,
-                                                                            window, plan.max_splits);
+    if (plan.max_splits > 1 && !plan.fused_combine) {
+        attention_decode_combine_kernel<T><<<dim3(NH, B), HD, 0, stream>>>(out, scratch, pos, NH, HD, S, window,
+                                                                            plan.max_splits);
         cudaCheckLaunch();
     }
 }
@@ -319,13 +389,14 @@ inline void check_decode_sizes(const char* what, int B, int NH, int NKV, int HD,
 // fp32 floats of scratch attention_decode needs for these sizes on the current device (0: none).
 inline size_t attention_decode_scratch_floats(int B, int NH, int NKV, int HD, int S, int window) {
     using namespace attention_detail;
-    const DecodePlan plan = decode_plan(B, NH, NKV, S, window, current_sm_count());
-    return plan.max_splits > 1 ? (size_t)B * NH * plan.max_splits * (HD + 2) : 0;
+    return DecodeScratch::floats(B, NH, NKV, HD, decode_plan(B, NH, NKV, S, window, current_sm_count()));
 }
 
 // out (B, NH*HD) = softmax(q k^T / sqrt(HD)) v of each sequence's new token (q from its qkv row) over
-// its cached positions. scratch: attention_decode_scratch_floats(...) fp32 floats, 16-byte aligned
-// (nullptr when that is 0). qkv, k_cache, v_cache and out 16-byte aligned.
+// its cached positions. scratch: attention_decode_scratch_floats(...) fp32 floats, 16-byte aligned,
+// zeroed once after allocation (it starts with counters that every call leaves at zero); nullptr
+// when that size is 0. qkv, k_cache, v_cache and out 16-byte aligned. Not deterministic across
+// devices with different SM counts (the split count follows the SMs); bit-identical run to run.
 inline void attention_decode(floatX* out, const floatX* qkv, const floatX* k_cache, const floatX* v_cache,
                              const int* pos, int B, int NH, int NKV, int HD, int S, cudaStream_t stream,
                              int window = 0, float* scratch = nullptr) {

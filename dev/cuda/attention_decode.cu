@@ -10,6 +10,10 @@
 //      (4 warps, one key per warp at a time, a warp-wide dot product per key)
 //   2  the shipped kernel without the split (one block per (sequence, KV head)): what the split buys
 //   3  the shipped kernel with twice the plan's splits (8 blocks per SM instead of 4)
+//   4  fused combine: the last split block of each (sequence, KV head) merges the partials (an atomic
+//      counter per head block), no second kernel: what the combine launch costs at small B
+//   5  8 keys a row group per step instead of 4 (twice the loads in flight, more registers)
+//   6  prefetch: the next step's K/V loads issued before the current step's math (a second register set)
 // kv_cache_append: one line (variant 0) per cache configuration, at its first case.
 // Bytes: the K and V rows each sequence attends (NKV heads), q and out once, pos; FLOPs: 4 * HD per
 // (query head, key). Memory-bound: % of the 4.0 TB/s copy.
@@ -149,8 +153,13 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
     DecodePlan no_split = plan, twice = plan;
     no_split.max_splits = 1;
     twice.max_splits = std::min(2 * plan.max_splits, ceil_div(W > 0 ? W : S, attention_detail::DECODE_MIN_CHUNK));
-    lab::DevBuf<float> scratch(std::max<size_t>(1, (size_t)B * NH * twice.max_splits * (HD + 2)), "scratch");
+    DecodePlan fused = plan;
+    fused.fused_combine = true;
+    // Sized for the plan with the most splits (the counters come first in every plan's layout); zeroed once.
+    lab::DevBuf<float> scratch(std::max<size_t>(1, attention_detail::DecodeScratch::floats(B, NH, NKV, HD, twice)),
+                               "scratch");
     if (attention_decode_scratch_floats(B, NH, NKV, HD, S, W) > scratch.size()) fail("lab: scratch too small");
+    cudaCheck(cudaMemset(scratch, 0, scratch.size() * sizeof(float)));
     printf("# %s B=%d NH=%d NKV=%d HD=%d S=%d W=%d: %d splits at most, %d head block(s) of %d heads per KV head\n",
            c.name, B, NH, NKV, HD, S, W, plan.max_splits, plan.head_blocks, plan.heads_per_block);
 
@@ -219,6 +228,18 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
         variant(3, "shipped kernel, 2x splits", [&] {
             attention_detail::attention_decode_with_plan(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV,
                                                          HD, S, W, scratch.get(), twice, st);
+        });
+        variant(4, "fused combine (last block merges)", [&] {
+            attention_detail::attention_decode_with_plan(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV,
+                                                         HD, S, W, scratch.get(), fused, st);
+        });
+        variant(5, "8 keys a row group per step", [&] {
+            attention_detail::attention_decode_with_plan<floatX, 8>(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(),
+                                                                    B, NH, NKV, HD, S, W, scratch.get(), plan, st);
+        });
+        variant(6, "prefetch the next step", [&] {
+            attention_detail::attention_decode_with_plan<floatX, attention_detail::DECODE_UNROLL, true>(
+                out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), plan, st);
         });
     }
 }
