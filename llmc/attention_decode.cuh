@@ -1,7 +1,8 @@
 // attention_decode.cuh: attention of one new token per sequence against a KV cache (inference), and
 // the append that puts the token's key and value into the cache. Flash-decoding: the keys of a
 // sequence are split across thread blocks, each block writes a partial softmax (max, sum,
-// unnormalised output) in fp32 and a second kernel merges the partials.
+// unnormalised output) in fp32 and a second kernel merges the partials (or, as a plan option, the
+// last block of each head to finish).
 //
 // Shapes (row-major; the KV cache layout of docs/design.md, "KV cache and decode attention"):
 //   qkv      (B, (NH + 2*NKV) * HD)  this step's QKV matmul output, one token per sequence (the
@@ -57,12 +58,16 @@ __host__ __device__ inline int decode_splits(int n, int max_splits) {
 // Query heads a block serves: all of its KV head's group (each K/V element read once for the group),
 // up to 8 (more would not fit the registers; a larger group takes ceil(G / 8) blocks per KV head).
 constexpr int DECODE_MAX_HEADS = 8;
-inline int decode_heads_per_block(int G) { return G == 1 ? 1 : G == 2 ? 2 : G <= 4 ? 4 : 8; }
+inline int decode_heads_per_block(int G) { return G == 1 ? 1 : G == 2 ? 2 : G <= 4 ? 4 : DECODE_MAX_HEADS; }
 
-// Blocks per split at most = B * NKV * ceil(G / 8). The grid aims at DECODE_WAVES blocks per SM (about
+// Blocks per split = B * NKV * ceil(G / 8). The grid aims at DECODE_WAVES blocks per SM (about
 // 4 resident x 1 wave: enough loads in flight to cover the memory latency), so at small B*NKV a
-// sequence's keys spread over many blocks and at B = 64 hardly split at all.
+// sequence's keys spread over many blocks. And a block takes at most DECODE_MAX_CHUNK keys (of a
+// full-length sequence): equal blocks run in waves, and a few long blocks per SM would leave the last
+// wave mostly empty (B 64, NKV 12, unsplit: 768 blocks of 4096 keys on 660 block slots = 1.16 waves,
+// so ~40% of the time idle); 512-key blocks make ~9 waves there.
 constexpr int DECODE_WAVES = 4;
+constexpr int DECODE_MAX_CHUNK = 512;
 struct DecodePlan {
     int max_splits;       // grid.x: split blocks per (sequence, head block)
     int head_blocks;      // blocks per KV head: ceil(G / heads_per_block)
@@ -73,7 +78,8 @@ inline DecodePlan decode_plan(int B, int NH, int NKV, int S, int window, int num
     const int G = NH / NKV, hpb = decode_heads_per_block(G), head_blocks = ceil_div(G, hpb);
     const int max_keys = window > 0 && window < S ? window : S;
     const int want = ceil_div(DECODE_WAVES * num_sms, B * NKV * head_blocks);
-    const int splits = std::max(1, std::min(want, ceil_div(max_keys, DECODE_MIN_CHUNK)));
+    const int splits = std::clamp(std::max(want, ceil_div(max_keys, DECODE_MAX_CHUNK)), 1,
+                                  ceil_div(max_keys, DECODE_MIN_CHUNK));
     return {splits, head_blocks, hpb, false};
 }
 inline int current_sm_count() {
@@ -135,8 +141,12 @@ __device__ __forceinline__ void decode_merge_splits(T* out, const float* part_o,
 // out directly, the others write (max, sum, output) to the scratch, merged by
 // attention_decode_combine_kernel or (fused_combine) by the last of the head block's split blocks.
 // Bytes: each K/V element of the span once per head block (one for G <= 8), q and out once; FLOPs:
-// 4 * HD per (query head, key): memory-bound (G / sizeof(floatX) FLOPs a byte, ~2 in bf16 at G 4).
-// Registers (bf16, U 4, no prefetch): 106 at GB 1, 120 at 2, 164 at 4, 252 at 8; no spills.
+// 4 * HD per (query head, key): memory-bound, 2G / sizeof(floatX) FLOPs a byte (G in bf16). The
+// fp32 math is not free, though: at G 4 a thread issues ~140 instructions a key (16 bf16->fp32
+// conversions, 64 FMAs, 16 shuffles and their adds, the softmax), ~35 cycles a KB of K/V per SM,
+// about 2x the issue rate 4 TB/s needs; G 8 would be issue-bound.
+// Registers (bf16, U 4, no prefetch; ptxas -v, sm_90a): 96 at GB 1 (ptxas spills 4 bytes to stay at
+// 5 blocks/SM), 127 at 2, 167 at 4, 250-252 at 8; GB 8 with U 8 spills (lab only).
 constexpr int DECODE_THREADS = 128;
 constexpr int DECODE_UNROLL = 4;
 

@@ -121,7 +121,7 @@ static std::vector<Config> full_configs() {
 static std::vector<Config> small_configs() {
     return {
         {"small", 3, 6, 2, 64, 200, 0, {MIXED, 200}},
-        {"small-w", 2, 4, 4, 128, 40, 40, {150, MIXED}},
+        {"small-w", 3, 4, 4, 128, 200, 200, {700, MIXED}},  // split and wrapped
         {"small-g12", 2, 12, 1, 64, 130, 0, {130, MIXED}},
     };
 }
