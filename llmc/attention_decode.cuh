@@ -146,7 +146,7 @@ __device__ __forceinline__ void decode_merge_splits(T* out, const float* part_o,
 // conversions, 64 FMAs, 16 shuffles and their adds, the softmax), ~35 cycles a KB of K/V per SM,
 // about 2x the issue rate 4 TB/s needs; G 8 would be issue-bound.
 // Registers (bf16, U 4, no prefetch; ptxas -v, sm_90a): 96 at GB 1 (ptxas spills 4 bytes to stay at
-// 5 blocks/SM), 127 at 2, 167 at 4, 250-252 at 8; GB 8 with U 8 spills (lab only).
+// 5 blocks/SM), 126 at 2, 164 at 4, 251-252 at 8; GB 8 with U 8 spills (lab only).
 constexpr int DECODE_THREADS = 128;
 constexpr int DECODE_UNROLL = 4;
 
@@ -172,21 +172,27 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
     const int G = L.NH / L.NKV, head_blocks = gridDim.y / L.NKV;
     const int kvh = blockIdx.y / head_blocks, h0 = kvh * G + (blockIdx.y % head_blocks) * GB;
     const int heads = min(GB, kvh * G + G - h0);  // query heads of this block: h0 .. h0 + heads - 1
+    const int lane = threadIdx.x % TPR, row = threadIdx.x / TPR, d0 = lane * EPT;
+
+    // q is loaded before pos is read, so the two loads' latencies overlap (a decode step of a short
+    // sequence is a chain of a few dependent memory latencies, not bandwidth).
+    Packed128<T> qv[GB];
+    const T* qrow = qkv + (size_t)b * L.row();
+#pragma unroll
+    for (int g = 0; g < GB; g++)
+        qv[g] = g < heads ? load128(qrow + L.q_col(h0 + g) + d0) : Packed128<T>::constant(from_float<T>(0.0f));
     const DecodeSpan span = decode_span(pos[b], S, window);
     const int chunk = decode_chunk(span.n, max_splits), nsplits = decode_splits(span.n, max_splits);
     if (split >= nsplits) return;
     const int j0 = split * chunk, j1 = min(span.n, j0 + chunk);
 
-    const int lane = threadIdx.x % TPR, row = threadIdx.x / TPR, d0 = lane * EPT;
     const float qscale = 1.4426950408889634f * rsqrtf((float)HD);  // log2(e) / sqrt(HD)
     float q[GB][EPT], acc[GB][EPT], m[GB], l[GB];
-    const T* qrow = qkv + (size_t)b * L.row();
 #pragma unroll
     for (int g = 0; g < GB; g++) {
-        Packed128<T> qv = g < heads ? load128(qrow + L.q_col(h0 + g) + d0) : Packed128<T>::constant(from_float<T>(0.0f));
 #pragma unroll
         for (int e = 0; e < EPT; e++) {
-            q[g][e] = to_float(qv[e]) * qscale;
+            q[g][e] = to_float(qv[g][e]) * qscale;
             acc[g][e] = 0.0f;
         }
         m[g] = -FLT_MAX;  // finite: exp2(m - m_new) stays 0 or 1 while every key so far was masked
@@ -391,6 +397,7 @@ inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, c
 inline void check_decode_sizes(const char* what, int B, int NH, int NKV, int HD, int S, int window) {
     check_attention_sizes(what, B, 1, NH, NKV, HD, window);
     if (S <= 0) fail("%s: the cache needs at least one slot (S=%d)", what, S);
+    if (B > 65535) fail("%s: B=%d sequences exceed the grid's 65535", what, B);
     if (window > S) fail("%s: a window of %d positions needs at least %d cache slots, not %d", what, window, window, S);
 }
 
