@@ -1,5 +1,6 @@
 // attention_decode.cuh: attention of one new token per sequence against a KV cache (inference), and
-// the append that puts the token's key and value into the cache. Flash-decoding: the keys of a
+// the copies that put keys and values into the cache (kv_cache_fill for a prompt, kv_cache_append
+// for each new token). Flash-decoding: the keys of a
 // sequence are split across thread blocks, each block writes a partial softmax (max, sum,
 // unnormalised output) in fp32 and a second kernel merges the partials (or, as a plan option, the
 // last block of each head to finish).
@@ -363,6 +364,26 @@ static __global__ void kv_cache_append_kernel(T* k_cache, T* v_cache, const T* q
     store128(dst, load128(src));
 }
 
+// Prefill: token t < lengths[b] of sequence b (its qkv row (b, t)) into slot t % S; only its last S
+// tokens are written, so no two threads write one slot. One 16-byte copy a thread.
+template <typename T>
+static __global__ void kv_cache_fill_kernel(T* k_cache, T* v_cache, const T* qkv, const int* lengths, QKVLayout L,
+                                            int S, int B, int Tlen) {
+    constexpr int EPT = 16 / (int)sizeof(T);
+    const int per_row = L.NKV * L.HD / EPT;  // 16-byte pieces of one token's K (or V)
+    const size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (idx >= 2 * (size_t)B * Tlen * per_row) return;
+    const int is_v = (int)(idx / ((size_t)B * Tlen * per_row));
+    const size_t rest = idx % ((size_t)B * Tlen * per_row), bt = rest / per_row;
+    const int piece = (int)(rest % per_row), b = (int)(bt / Tlen), t = (int)(bt % Tlen);
+    const int len = lengths ? lengths[b] : Tlen;
+    if (t >= len || t < len - S) return;
+    const int kvh = piece * EPT / L.HD, d = piece * EPT % L.HD;
+    const T* src = qkv + bt * L.row() + (is_v ? L.v_col(kvh) : L.k_col(kvh)) + d;
+    T* dst = (is_v ? v_cache : k_cache) + (((size_t)b * L.NKV + kvh) * S + t % S) * L.HD + d;
+    store128(dst, load128(src));
+}
+
 // The launches of one plan; U and PREFETCH are the lab's knobs (the shipped values are the defaults).
 template <typename T, int U = DECODE_UNROLL, bool PREFETCH = false>
 inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, const T* v_cache, const int* pos,
@@ -434,5 +455,20 @@ inline void kv_cache_append(floatX* k_cache, floatX* v_cache, const floatX* qkv,
     const int pieces = 2 * B * NKV * HD / (16 / (int)sizeof(floatX));
     kv_cache_append_kernel<<<ceil_div(pieces, 256), 256, 0, stream>>>(k_cache, v_cache, qkv, pos, QKVLayout{NH, NKV, HD},
                                                                      S, B);
+    cudaCheckLaunch();
+}
+
+// Prefill: writes the keys and values of the prompt qkv (B, T, (NH+2*NKV)*HD) into the layer's cache,
+// token t of sequence b into slot t % S, for t < lengths[b] (a device array of values <= T; nullptr:
+// every sequence has T tokens; the rows past a sequence's length are padding, left out). Only a sequence's last S
+// tokens are kept (a ring of W slots needs only the last W).
+inline void kv_cache_fill(floatX* k_cache, floatX* v_cache, const floatX* qkv, const int* lengths, int B, int T,
+                          int NH, int NKV, int HD, int S, cudaStream_t stream) {
+    using namespace attention_detail;
+    check_decode_sizes("kv_cache_fill", B, NH, NKV, HD, S, 0);
+    if (T <= 0) fail("kv_cache_fill: T=%d tokens", T);
+    const size_t pieces = 2 * (size_t)B * T * NKV * HD / (16 / sizeof(floatX));
+    kv_cache_fill_kernel<<<(unsigned)ceil_div<size_t>(pieces, 256), 256, 0, stream>>>(
+        k_cache, v_cache, qkv, lengths, QKVLayout{NH, NKV, HD}, S, B, T);
     cudaCheckLaunch();
 }

@@ -1,8 +1,9 @@
 // attention_decode.cu: the decode attention lab: one new token per sequence against its layer's KV
 // cache (llmc/attention_decode.cuh), B = 1, 8, 64 at cache lengths 128..4096, mixed lengths in a
 // batch (with an idle sequence), sliding windows over a wrapped ring buffer, and awkward groups.
-// Each case appends the token's K/V with the shipped kv_cache_append (checked slot by slot, exactly),
-// then every variant runs with poisoned outputs and is checked against the CPU reference
+// Each configuration first fills its cache from a prompt of mixed lengths with kv_cache_fill (checked
+// exactly on every slot it may write); each case appends the token's K/V with the shipped
+// kv_cache_append (checked slot by slot, exactly), then every variant runs with poisoned outputs and is checked against the CPU reference
 // (llmc/cpu/attention_decode.h, fp32, every sequence of the batch) and timed by the shared harness.
 //   0  shipped attention_decode: split-K blocks of 128 threads, each serving a KV head's whole query
 //      group (up to 8 heads), fp32 partials merged by a combine kernel when a sequence needs > 1 split
@@ -14,7 +15,7 @@
 //      counter per head block), no second kernel: what the combine launch costs at small B
 //   5  8 keys a row group per step instead of 4 (twice the loads in flight, more registers)
 //   6  prefetch: the next step's K/V loads issued before the current step's math (a second register set)
-// kv_cache_append: one line (variant 0) per cache configuration, at its first case.
+// kv_cache_fill and kv_cache_append: one line each (variant 0) per cache configuration.
 // Bytes: the K and V rows each sequence attends (NKV heads), q and out once, pos; FLOPs: 4 * HD per
 // (query head, key). Memory-bound: % of the 4.0 TB/s copy.
 //
@@ -163,6 +164,45 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
     printf("# %s B=%d NH=%d NKV=%d HD=%d S=%d W=%d: %d splits at most, %d head block(s) of %d heads per KV head\n",
            c.name, B, NH, NKV, HD, S, W, plan.max_splits, plan.head_blocks, plan.heads_per_block);
 
+    // A prompt of T tokens (lengths 1..T, sequence 0 the longest; small caches get more tokens than
+    // slots) into the cache with kv_cache_fill; its check compares the slots it may write, exactly.
+    {
+        const int T = S <= 256 ? S + 50 : 100;
+        const std::vector<float> prompt_h = lab::rand_uniform((size_t)B * T * (NH + 2 * NKV) * HD, seed + 2, -2.0f, 2.0f);
+        std::vector<int> len_h = lab::rand_ints(B, seed + 3, T);
+        for (int& x : len_h) x += 1;
+        len_h[0] = T;
+        lab::DevBuf<floatX> prompt(prompt_h.size(), "prompt");
+        lab::DevBuf<int> lengths(B, "lengths");
+        prompt.upload(prompt_h);
+        lengths.upload(len_h);
+        cpu::kv_cache_fill(kc_h.data(), vc_h.data(), prompt_h.data(), len_h.data(), B, T, NH, NKV, HD, S);
+        auto fill = [&] { kv_cache_fill(kc, vc, prompt, lengths, B, T, NH, NKV, HD, S, st); };
+        auto check_fill = [&] {
+            const size_t rows = std::min(S, T) * (size_t)HD;  // slots 0 .. min(S, T) - 1 of each (b, kvh)
+            std::vector<float> got, want;
+            for (size_t bh = 0; bh < (size_t)B * NKV; bh++) {
+                for (const auto* buf : {&kc, &vc}) {
+                    auto r = buf->download(bh * S * HD, rows);
+                    got.insert(got.end(), r.begin(), r.end());
+                }
+                want.insert(want.end(), kc_h.begin() + bh * S * HD, kc_h.begin() + bh * S * HD + rows);
+                want.insert(want.end(), vc_h.begin() + bh * S * HD, vc_h.begin() + bh * S * HD + rows);
+            }
+            const bool guards = kc.guard_intact() && vc.guard_intact();
+            if (!guards) printf("    k/v_cache  FAIL: the fill wrote into a guard region\n");
+            return lab.compare("filled", got, want, lab::Tol{0.0, 0.0}) && guards;
+        };
+        fill();
+        cudaCheck(cudaStreamSynchronize(st));
+        long long tokens = 0;
+        for (int x : len_h) tokens += std::min(x, S);
+        const double bytes = (double)tokens * NKV * HD * 4 * sizeof(floatX) + B * sizeof(int);
+        lab.run(lab::Lab::strprintf("kv_cache_fill %s B=%d T=%d NKV=%d HD=%d S=%d", c.name, B, T, NKV, HD, S), 0,
+                "shipped", bytes, 0.0, lab::Bound::Memory, [] {}, fill, check_fill);
+        if (!lab.selected(0) && !check_fill()) fail("lab: kv_cache_fill wrote wrong values (%s)", c.name);
+    }
+
     for (size_t ci = 0; ci < c.lens.size(); ci++) {
         const uint64_t case_seed = seed + 100 * (ci + 1);
         const std::vector<int> pos_h = case_positions(c, c.lens[ci], case_seed);
@@ -199,7 +239,7 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
             keys += attention_detail::decode_span(p, S, W).n;
             appended += p >= 0;
         }
-        if (ci == 0) {
+        if (ci == 0 && lab.selected(0)) {
             const double bytes = (double)appended * NKV * HD * 4 * sizeof(floatX) + B * sizeof(int);
             lab.run(lab::Lab::strprintf("kv_cache_append %s B=%d NKV=%d HD=%d S=%d", c.name, B, NKV, HD, S), 0,
                     "shipped", bytes, 0.0, lab::Bound::Memory, [] {}, append, check_append);
