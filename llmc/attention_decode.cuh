@@ -113,8 +113,8 @@ struct DecodeScratch {
 // out = sum_s 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s. Loads bypass L1 (__ldcg): in the fused combine
 // other blocks wrote the partials during this kernel.
 template <typename T>
-__device__ __forceinline__ void decode_merge_splits(T* out, const float* part_o, const float* part_ml, int b, int h, int NH, int HD,
-                                    int nsplits, int max_splits, int first, int step) {
+__device__ __forceinline__ void decode_merge_splits(T* out, const float* part_o, const float* part_ml, int b, int h,
+                                                    int NH, int HD, int nsplits, int max_splits, int first, int step) {
     const size_t p0 = (size_t)(b * NH + h) * max_splits;
     float M = -FLT_MAX;
     for (int s = 0; s < nsplits; s++) M = fmaxf(M, __ldcg(part_ml + 2 * (p0 + s)));
@@ -453,8 +453,8 @@ inline void kv_cache_append(floatX* k_cache, floatX* v_cache, const floatX* qkv,
     using namespace attention_detail;
     check_decode_sizes("kv_cache_append", B, NH, NKV, HD, S, 0);
     const int pieces = 2 * B * NKV * HD / (16 / (int)sizeof(floatX));
-    kv_cache_append_kernel<<<ceil_div(pieces, 256), 256, 0, stream>>>(k_cache, v_cache, qkv, pos, QKVLayout{NH, NKV, HD},
-                                                                     S, B);
+    kv_cache_append_kernel<<<ceil_div(pieces, 256), 256, 0, stream>>>(k_cache, v_cache, qkv, pos,
+                                                                      QKVLayout{NH, NKV, HD}, S, B);
     cudaCheckLaunch();
 }
 

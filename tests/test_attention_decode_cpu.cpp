@@ -43,7 +43,8 @@ static bool run_case(const Case& c, uint64_t seed) {
         }
         cpu::kv_cache_append(k_cache.data(), v_cache.data(), step_qkv.data(), pos.data(), B, NH, NKV, HD, S);
         for (float& x : out) x = NAN;  // poison: every element must be written
-        cpu::attention_decode(out.data(), step_qkv.data(), k_cache.data(), v_cache.data(), pos.data(), B, NH, NKV, HD, S, W);
+        cpu::attention_decode(out.data(), step_qkv.data(), k_cache.data(), v_cache.data(), pos.data(), B, NH, NKV, HD,
+                              S, W);
         for (int b = 0; b < B; b++) {
             const float* ref = pos[b] >= 0 ? &full[((size_t)b * T + pos[b]) * C] : nullptr;
             for (size_t i = 0; i < C; i++) {
@@ -91,11 +92,13 @@ static bool run_prefill_case(const Case& c, int T0, uint64_t seed) {
         }
         cpu::kv_cache_append(k_cache.data(), v_cache.data(), step_qkv.data(), pos.data(), B, NH, NKV, HD, S);
         for (float& x : out) x = NAN;
-        cpu::attention_decode(out.data(), step_qkv.data(), k_cache.data(), v_cache.data(), pos.data(), B, NH, NKV, HD, S, W);
+        cpu::attention_decode(out.data(), step_qkv.data(), k_cache.data(), v_cache.data(), pos.data(), B, NH, NKV, HD,
+                              S, W);
         for (int b = 0; b < B; b++) {
             if (pos[b] < 0) continue;
             for (size_t i = 0; i < C; i++) {
-                const double r = full[((size_t)b * T + pos[b]) * C + i], e = std::fabs((double)out[(size_t)b * C + i] - r);
+                const double r = full[((size_t)b * T + pos[b]) * C + i],
+                             e = std::fabs((double)out[(size_t)b * C + i] - r);
                 max_err = std::isnan(e) || std::isnan(max_err) ? NAN : std::max(max_err, e);
                 max_ref = std::max(max_ref, std::fabs(r));
             }
@@ -104,8 +107,10 @@ static bool run_prefill_case(const Case& c, int T0, uint64_t seed) {
     }
     const double rel = max_err / max_ref;
     const bool ok = rel <= 1e-5;
-    printf("  %-8s prompt %d (lengths %d..%d) B=%d T=%d NH=%d NKV=%d HD=%d W=%d S=%d: %d tokens decoded, max err / max "
-           "ref %.2e  %s\n", c.name, T0, T0 - 3 * (B - 1), T0, B, T, NH, NKV, HD, W, S, decoded, rel, ok ? "ok" : "FAIL");
+    printf(
+        "  %-8s prompt %d (lengths %d..%d) B=%d T=%d NH=%d NKV=%d HD=%d W=%d S=%d: %d tokens decoded, max err / max "
+        "ref %.2e  %s\n",
+        c.name, T0, T0 - 3 * (B - 1), T0, B, T, NH, NKV, HD, W, S, decoded, rel, ok ? "ok" : "FAIL");
     return ok;
 }
 

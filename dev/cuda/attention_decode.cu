@@ -2,9 +2,10 @@
 // cache (llmc/attention_decode.cuh), B = 1, 8, 64 at cache lengths 128..4096, mixed lengths in a
 // batch (with an idle sequence), sliding windows over a wrapped ring buffer, and awkward groups.
 // Each configuration first fills its cache from a prompt of mixed lengths with kv_cache_fill (checked
-// exactly on every slot it may write); each case appends the token's K/V with the shipped
-// kv_cache_append (checked slot by slot, exactly), then every variant runs with poisoned outputs and is checked against the CPU reference
-// (llmc/cpu/attention_decode.h, fp32, every sequence of the batch) and timed by the shared harness.
+// exactly on every slot it may write); each case appends the token's K/V with kv_cache_append
+// (checked slot by slot, exactly), then every variant runs with poisoned outputs, is checked against
+// the CPU reference (llmc/cpu/attention_decode.h, fp32, every sequence of the batch) and timed by the
+// shared harness.
 //   0  shipped attention_decode: split-K blocks of 128 threads, each serving a KV head's whole query
 //      group (up to 8 heads), fp32 partials merged by a combine kernel when a sequence needs > 1 split
 //   1  baseline: one block per (sequence, query head), no split, no sharing of K/V across the group
@@ -86,9 +87,11 @@ static void decode_baseline(floatX* out, const floatX* qkv, const floatX* k_cach
                             const int* pos, int B, int NH, int NKV, int HD, int S, int window, cudaStream_t st) {
     const QKVLayout L{NH, NKV, HD};
     if (HD == 64)
-        decode_baseline_kernel<floatX, 64><<<dim3(NH, B), BASELINE_WARPS * WARP_SIZE, 0, st>>>(out, qkv, k_cache, v_cache, pos, L, S, window);
+        decode_baseline_kernel<floatX, 64>
+            <<<dim3(NH, B), BASELINE_WARPS * WARP_SIZE, 0, st>>>(out, qkv, k_cache, v_cache, pos, L, S, window);
     else
-        decode_baseline_kernel<floatX, 128><<<dim3(NH, B), BASELINE_WARPS * WARP_SIZE, 0, st>>>(out, qkv, k_cache, v_cache, pos, L, S, window);
+        decode_baseline_kernel<floatX, 128>
+            <<<dim3(NH, B), BASELINE_WARPS * WARP_SIZE, 0, st>>>(out, qkv, k_cache, v_cache, pos, L, S, window);
     cudaCheckLaunch();
 }
 
@@ -140,7 +143,8 @@ static std::vector<int> case_positions(const Config& c, int len, uint64_t seed) 
 
 static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
     const int B = c.B, NH = c.NH, NKV = c.NKV, HD = c.HD, S = c.S, W = c.window;
-    const size_t n_qkv = (size_t)B * (NH + 2 * NKV) * HD, n_cache = (size_t)B * NKV * S * HD, n_out = (size_t)B * NH * HD;
+    const size_t n_qkv = (size_t)B * (NH + 2 * NKV) * HD, n_cache = (size_t)B * NKV * S * HD,
+                 n_out = (size_t)B * NH * HD;
     cudaStream_t st = lab.stream();
     // uniform(-2, 2): scores q.k/sqrt(HD) have std 4/3, peaked enough to test the softmax
     std::vector<float> kc_h = lab::rand_uniform(n_cache, seed, -2.0f, 2.0f);
@@ -168,7 +172,8 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
     // slots) into the cache with kv_cache_fill; its check compares the slots it may write, exactly.
     {
         const int T = S <= 256 ? S + 50 : 100;
-        const std::vector<float> prompt_h = lab::rand_uniform((size_t)B * T * (NH + 2 * NKV) * HD, seed + 2, -2.0f, 2.0f);
+        const std::vector<float> prompt_h =
+            lab::rand_uniform((size_t)B * T * (NH + 2 * NKV) * HD, seed + 2, -2.0f, 2.0f);
         std::vector<int> len_h = lab::rand_ints(B, seed + 3, T);
         for (int& x : len_h) x += 1;
         len_h[0] = T;
@@ -248,30 +253,33 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
         }
 
         std::vector<float> out_ref(n_out);
-        cpu::attention_decode(out_ref.data(), qkv_h.data(), kc_h.data(), vc_h.data(), pos_h.data(), B, NH, NKV, HD, S, W);
-        const double bytes = (double)keys * NKV * HD * 2 * sizeof(floatX) + 2.0 * n_out * sizeof(floatX) + B * sizeof(int);
+        cpu::attention_decode(out_ref.data(), qkv_h.data(), kc_h.data(), vc_h.data(), pos_h.data(), B, NH, NKV, HD, S,
+                              W);
+        const double bytes =
+            (double)keys * NKV * HD * 2 * sizeof(floatX) + 2.0 * n_out * sizeof(floatX) + B * sizeof(int);
         const double flops = 4.0 * HD * NH * (double)keys;
         const std::string len = c.lens[ci] == MIXED ? std::string("mixed") : std::to_string(c.lens[ci]);
-        const std::string op = lab::Lab::strprintf("attention_decode %s B=%d NH=%d NKV=%d HD=%d S=%d W=%d len=%s", c.name,
-                                                   B, NH, NKV, HD, S, W, len.c_str());
+        const std::string op = lab::Lab::strprintf("attention_decode %s B=%d NH=%d NKV=%d HD=%d S=%d W=%d len=%s",
+                                                   c.name, B, NH, NKV, HD, S, W, len.c_str());
         auto reset = [&] { out.poison(st); };
         auto check = [&] { return lab.check(out, out_ref); };
         auto variant = [&](int v, const char* what, const std::function<void()>& launch) {
             lab.run(op, v, what, bytes, flops, lab::Bound::Memory, reset, launch, check);
         };
         variant(0, "shipped", [&] { attention_decode(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, st, W, scratch); });
-        variant(1, "baseline, block per query head", [&] { decode_baseline(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, W, st); });
+        variant(1, "baseline, block per query head",
+                [&] { decode_baseline(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, W, st); });
         variant(2, "shipped kernel, no split", [&] {
-            attention_detail::attention_decode_with_plan(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV,
-                                                         HD, S, W, scratch.get(), no_split, st);
+            attention_detail::attention_decode_with_plan(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH,
+                                                         NKV, HD, S, W, scratch.get(), no_split, st);
         });
         variant(3, "shipped kernel, 2x splits", [&] {
-            attention_detail::attention_decode_with_plan(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV,
-                                                         HD, S, W, scratch.get(), twice, st);
+            attention_detail::attention_decode_with_plan(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH,
+                                                         NKV, HD, S, W, scratch.get(), twice, st);
         });
         variant(4, "fused combine (last block merges)", [&] {
-            attention_detail::attention_decode_with_plan(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV,
-                                                         HD, S, W, scratch.get(), fused, st);
+            attention_detail::attention_decode_with_plan(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH,
+                                                         NKV, HD, S, W, scratch.get(), fused, st);
         });
         variant(5, "8 keys a row group per step", [&] {
             attention_detail::attention_decode_with_plan<floatX, 8>(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(),
