@@ -24,6 +24,7 @@
 #pragma once
 #include <algorithm>
 #include <cfloat>
+#include <cstdint>
 #include "attention_layout.cuh"
 #include "cuda_common.cuh"
 #include "utils.h"
@@ -421,6 +422,11 @@ inline void check_decode_sizes(const char* what, int B, int NH, int NKV, int HD,
     if (B > 65535) fail("%s: B=%d sequences exceed the grid's 65535", what, B);
     if (window > S) fail("%s: a window of %d positions needs at least %d cache slots, not %d", what, window, window, S);
 }
+// The kernels move K, V and q rows in 16-byte pieces.
+inline void check_decode_aligned(const char* what, const void* a, const void* b, const void* c) {
+    for (const void* p : {a, b, c})
+        if ((uintptr_t)p % 16 != 0) fail("%s: qkv, k_cache and v_cache must be 16-byte aligned", what);
+}
 
 }  // namespace attention_detail
 
@@ -440,6 +446,7 @@ inline void attention_decode(floatX* out, const floatX* qkv, const floatX* k_cac
                              int window = 0, float* scratch = nullptr) {
     using namespace attention_detail;
     check_decode_sizes("attention_decode", B, NH, NKV, HD, S, window);
+    check_decode_aligned("attention_decode", qkv, k_cache, v_cache);
     const DecodePlan plan = decode_plan(B, NH, NKV, S, window, current_sm_count());
     if (plan.max_splits > 1 && !scratch)
         fail("attention_decode: B=%d NH=%d S=%d needs a scratch buffer of %zu floats", B, NH, S,
@@ -452,6 +459,7 @@ inline void kv_cache_append(floatX* k_cache, floatX* v_cache, const floatX* qkv,
                             int NKV, int HD, int S, cudaStream_t stream) {
     using namespace attention_detail;
     check_decode_sizes("kv_cache_append", B, NH, NKV, HD, S, 0);
+    check_decode_aligned("kv_cache_append", qkv, k_cache, v_cache);
     const int pieces = 2 * B * NKV * HD / (16 / (int)sizeof(floatX));
     kv_cache_append_kernel<<<ceil_div(pieces, 256), 256, 0, stream>>>(k_cache, v_cache, qkv, pos,
                                                                       QKVLayout{NH, NKV, HD}, S, B);
@@ -466,6 +474,7 @@ inline void kv_cache_fill(floatX* k_cache, floatX* v_cache, const floatX* qkv, c
                           int NH, int NKV, int HD, int S, cudaStream_t stream) {
     using namespace attention_detail;
     check_decode_sizes("kv_cache_fill", B, NH, NKV, HD, S, 0);
+    check_decode_aligned("kv_cache_fill", qkv, k_cache, v_cache);
     if (T <= 0) fail("kv_cache_fill: T=%d tokens", T);
     const size_t pieces = 2 * (size_t)B * T * NKV * HD / (16 / sizeof(floatX));
     kv_cache_fill_kernel<<<(unsigned)ceil_div<size_t>(pieces, 256), 256, 0, stream>>>(
