@@ -137,8 +137,10 @@ __device__ __forceinline__ void decode_merge_splits(T* out, const float* part_o,
 // r, r + ROWS, ... of the block's chunk, U at a time: it loads U keys' K and V rows (2U 16-byte loads
 // a thread in flight, 16 KB a block in bf16 at U = 4) before using any, reduces each dot product over
 // its TPR lanes with xor shuffles, and keeps an online softmax (max, sum, unnormalised output, base-2
-// exponents: q is pre-scaled by log2(e) / sqrt(HD)) per query head, rescaled once per U keys. With
-// PREFETCH the next U keys' loads are issued before the current ones are used (a second register set).
+// exponents: q is pre-scaled by log2(e) / sqrt(HD)) per query head, rescaled once per U keys. Knobs
+// (DecodeKnobs, explored by the lab): U; PREFETCH, the next U keys' loads issued before the current
+// ones are used (a second register set); SCATTER, the U*GB dot products reduced together
+// (decode_reduce_scatter) instead of one butterfly each.
 // The row groups' partials are merged in shared memory; a block whose sequence needs one split writes
 // out directly, the others write (max, sum, output) to the scratch, merged by
 // attention_decode_combine_kernel or (fused_combine) by the last of the head block's split blocks.
@@ -147,10 +149,52 @@ __device__ __forceinline__ void decode_merge_splits(T* out, const float* part_o,
 // fp32 math is not free, though: at G 4 a thread issues ~140 instructions a key (16 bf16->fp32
 // conversions, 64 FMAs, 16 shuffles and their adds, the softmax), ~35 cycles a KB of K/V per SM,
 // about 2x the issue rate 4 TB/s needs; G 8 would be issue-bound.
-// Registers (bf16, U 4, no prefetch; ptxas -v, sm_90a): 96 at GB 1 (ptxas spills 4 bytes to stay at
+// Registers (bf16, shipped knobs; ptxas -v, sm_90a): 96 at GB 1 (ptxas spills 4 bytes to stay at
 // 5 blocks/SM), 126 at 2, 164 at 4, 251-252 at 8; GB 8 with U 8 spills (lab only).
 constexpr int DECODE_THREADS = 128;
-constexpr int DECODE_UNROLL = 4;
+// The inner loop's knobs (a type, so a kernel takes them as one template argument); the lab explores
+// them, the shipped launch uses the defaults.
+template <int U_ = 4, bool PREFETCH_ = false, bool SCATTER_ = false>
+struct DecodeKnobs {
+    static constexpr int U = U_;                  // keys a row group loads per step
+    static constexpr bool PREFETCH = PREFETCH_;   // issue the next step's loads before this step's math
+    static constexpr bool SCATTER = SCATTER_;     // reduce the U*GB dot products by reduce-scatter + gather
+};
+using DecodeShipped = DecodeKnobs<>;
+
+// Sums each of v[0..N) over the TPR lanes of a row group, reduce-scatter style: at every xor level a
+// lane keeps half of the values it still holds (the upper lane the upper half) and adds the partner's
+// copy of that half, so log2(TPR) levels take N/2 + N/4 + ... shuffles instead of N * log2(TPR). After
+// it, lane r of the group holds the sums of indices r*N/TPR .. + N/TPR - 1 in v[0..N/TPR) when
+// N >= TPR; when N < TPR, v[0] holds the sum of index r / (TPR/N) (the levels past the scatter are
+// plain butterflies). decode_gather_sums then gives every lane all N sums.
+template <int N, int TPR>
+__device__ __forceinline__ void decode_reduce_scatter(float (&v)[N], int lane) {
+    static_assert((N & (N - 1)) == 0 && (TPR & (TPR - 1)) == 0, "halving needs powers of two");
+#pragma unroll
+    for (int k = 0; (1 << k) < TPR; k++) {
+        const int o = TPR >> (k + 1);
+        const int held = N >> k;  // values this lane still holds (compile-time after unrolling)
+        if (held > 1) {
+            const bool upper = lane & o;
+#pragma unroll
+            for (int i = 0; i < held / 2; i++) {
+                const float send = upper ? v[i] : v[i + held / 2];
+                const float keep = upper ? v[i + held / 2] : v[i];
+                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+            }
+        } else {
+            v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
+        }
+    }
+}
+template <int N, int TPR>
+__device__ __forceinline__ void decode_gather_sums(float (&sums)[N], const float (&v)[N]) {
+    constexpr int R = N >= TPR ? N / TPR : 1;  // sums a lane holds
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        sums[i] = __shfl_sync(0xffffffffu, v[i % R], N >= TPR ? i / R : i * (TPR / N), TPR);
+}
 
 template <typename T, int HD>
 struct DecodeTile {
@@ -160,12 +204,12 @@ struct DecodeTile {
     static_assert(TPR <= WARP_SIZE && WARP_SIZE % TPR == 0, "a key row's threads must sit in one warp");
 };
 
-template <typename T, int HD, int GB, int U, bool PREFETCH>
+template <typename T, int HD, int GB, class Knobs>
 static __global__ void __launch_bounds__(DECODE_THREADS)
     attention_decode_split_kernel(T* out, DecodeScratch scratch, const T* qkv, const T* k_cache, const T* v_cache,
                                   const int* pos, QKVLayout L, int S, int window, int max_splits, bool fused_combine) {
     using Tile = DecodeTile<T, HD>;
-    constexpr int EPT = Tile::EPT, TPR = Tile::TPR, ROWS = Tile::ROWS, STEP = ROWS * U;
+    constexpr int EPT = Tile::EPT, TPR = Tile::TPR, ROWS = Tile::ROWS, U = Knobs::U, STEP = ROWS * U;
     __shared__ float sm_m[ROWS][GB], sm_l[ROWS][GB], sm_f[ROWS][GB];
     __shared__ alignas(16) float sm_o[ROWS][GB][HD];
     __shared__ bool sm_last;
@@ -223,16 +267,36 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
     // online softmax update, rescaling once per step.
     auto consume = [&](int jb, const Packed128<T> (&kr)[U], const Packed128<T> (&vr)[U]) {
         float s[U][GB];
+        if constexpr (Knobs::SCATTER) {
+            float part[U * GB], sums[U * GB];
 #pragma unroll
-        for (int u = 0; u < U; u++) {
+            for (int u = 0; u < U; u++) {
 #pragma unroll
-            for (int g = 0; g < GB; g++) {
-                float dot = 0.0f;
+                for (int g = 0; g < GB; g++) {
+                    float dot = 0.0f;
 #pragma unroll
-                for (int e = 0; e < EPT; e++) dot += q[g][e] * to_float(kr[u][e]);
+                    for (int e = 0; e < EPT; e++) dot += q[g][e] * to_float(kr[u][e]);
+                    part[u * GB + g] = dot;
+                }
+            }
+            decode_reduce_scatter<U * GB, TPR>(part, lane);
+            decode_gather_sums<U * GB, TPR>(sums, part);
 #pragma unroll
-                for (int o = TPR / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-                s[u][g] = jb + u * ROWS + row < j1 ? dot : -INFINITY;
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int g = 0; g < GB; g++) s[u][g] = jb + u * ROWS + row < j1 ? sums[u * GB + g] : -INFINITY;
+        } else {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+#pragma unroll
+                for (int g = 0; g < GB; g++) {
+                    float dot = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < EPT; e++) dot += q[g][e] * to_float(kr[u][e]);
+#pragma unroll
+                    for (int o = TPR / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+                    s[u][g] = jb + u * ROWS + row < j1 ? dot : -INFINITY;
+                }
             }
         }
 #pragma unroll
@@ -255,7 +319,7 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
         }
     };
     Packed128<T> kr[U], vr[U];
-    if constexpr (PREFETCH) {
+    if constexpr (Knobs::PREFETCH) {
         load_step(j0, kr, vr);
         for (int jb = j0; jb < j1; jb += STEP) {
             Packed128<T> kn[U], vn[U];
@@ -385,8 +449,8 @@ static __global__ void kv_cache_fill_kernel(T* k_cache, T* v_cache, const T* qkv
     store128(dst, load128(src));
 }
 
-// The launches of one plan; U and PREFETCH are the lab's knobs (the shipped values are the defaults).
-template <typename T, int U = DECODE_UNROLL, bool PREFETCH = false>
+// The launches of one plan; Knobs are the lab's (the shipped launch uses DecodeShipped).
+template <typename T, class Knobs = DecodeShipped>
 inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, const T* v_cache, const int* pos,
                                        int B, int NH, int NKV, int HD, int S, int window, float* scratch_buf,
                                        const DecodePlan& plan, cudaStream_t stream) {
@@ -399,14 +463,14 @@ inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, c
         cudaCheckLaunch();
     };
     switch (HD * 100 + plan.heads_per_block) {
-        case 6401: launch(attention_decode_split_kernel<T, 64, 1, U, PREFETCH>); break;
-        case 6402: launch(attention_decode_split_kernel<T, 64, 2, U, PREFETCH>); break;
-        case 6404: launch(attention_decode_split_kernel<T, 64, 4, U, PREFETCH>); break;
-        case 6408: launch(attention_decode_split_kernel<T, 64, 8, U, PREFETCH>); break;
-        case 12801: launch(attention_decode_split_kernel<T, 128, 1, U, PREFETCH>); break;
-        case 12802: launch(attention_decode_split_kernel<T, 128, 2, U, PREFETCH>); break;
-        case 12804: launch(attention_decode_split_kernel<T, 128, 4, U, PREFETCH>); break;
-        case 12808: launch(attention_decode_split_kernel<T, 128, 8, U, PREFETCH>); break;
+        case 6401: launch(attention_decode_split_kernel<T, 64, 1, Knobs>); break;
+        case 6402: launch(attention_decode_split_kernel<T, 64, 2, Knobs>); break;
+        case 6404: launch(attention_decode_split_kernel<T, 64, 4, Knobs>); break;
+        case 6408: launch(attention_decode_split_kernel<T, 64, 8, Knobs>); break;
+        case 12801: launch(attention_decode_split_kernel<T, 128, 1, Knobs>); break;
+        case 12802: launch(attention_decode_split_kernel<T, 128, 2, Knobs>); break;
+        case 12804: launch(attention_decode_split_kernel<T, 128, 4, Knobs>); break;
+        case 12808: launch(attention_decode_split_kernel<T, 128, 8, Knobs>); break;
         default: fail("attention_decode: no kernel for HD=%d with %d heads a block", HD, plan.heads_per_block);
     }
     if (plan.max_splits > 1 && !plan.fused_combine) {
