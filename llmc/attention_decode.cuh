@@ -1,9 +1,10 @@
 // attention_decode.cuh: attention of one new token per sequence against a KV cache (inference), and
 // the copies that put keys and values into the cache (kv_cache_fill for a prompt, kv_cache_append
-// for each new token). Flash-decoding: the keys of a
-// sequence are split across thread blocks, each block writes a partial softmax (max, sum,
-// unnormalised output) in fp32 and a second kernel merges the partials (or, as a plan option, the
-// last block of each head to finish).
+// for each new token). Flash-decoding: the keys of a sequence are split across thread blocks, each
+// block writes a partial softmax (max, sum, unnormalised output) in fp32 and a second kernel merges
+// the partials (or, as a plan option, the last block of each head to finish). One block serves all
+// the query heads of a KV head (up to 8), so each K/V element is read once for its group.
+// Precision and the FP32 build: the same kernels with floatX = float (4 elements per 16-byte load).
 //
 // Shapes (row-major; the KV cache layout of docs/design.md, "KV cache and decode attention"):
 //   qkv      (B, (NH + 2*NKV) * HD)  this step's QKV matmul output, one token per sequence (the
