@@ -1,9 +1,9 @@
-// attention_decode.cuh: attention of one new token per sequence against a KV cache (inference), and
-// the copies that put keys and values into the cache (kv_cache_fill for a prompt, kv_cache_append
-// for each new token). Flash-decoding: the keys of a sequence are split across thread blocks, each
-// block writes a partial softmax (max, sum, unnormalised output) in fp32 and a second kernel merges
-// the partials (or, as a plan option, the last block of each head to finish). One block serves all
-// the query heads of a KV head (up to 8), so each K/V element is read once for its group.
+// attention_decode.cuh: attention of one new token per sequence against a KV cache (inference; the
+// cache and the copies into it, kv_cache_fill and kv_cache_append, are in kv_cache.cuh).
+// Flash-decoding: the keys of a sequence are split across thread blocks, each block writes a partial
+// softmax (max, sum, unnormalised output) in fp32 and a second kernel merges the partials (or, as a
+// plan option, the last block of each head to finish). One block serves all the query heads of a KV
+// head (up to 8), so each K/V element is read once for its group.
 // Precision and the FP32 build: the same kernels with floatX = float (4 elements per 16-byte load).
 //
 // Shapes (row-major; the KV cache layout of docs/design.md, "KV cache and decode attention"):
@@ -28,6 +28,7 @@
 #include <cstdint>
 #include "attention_layout.cuh"
 #include "cuda_common.cuh"
+#include "kv_cache.cuh"
 #include "utils.h"
 
 namespace attention_detail {
@@ -411,45 +412,6 @@ static __global__ void attention_decode_combine_kernel(T* out, DecodeScratch scr
                             blockDim.x);
 }
 
-// ============================================================================ the append kernel
-// Copies each sequence's new K and V rows (NKV heads x HD) from its qkv row into slot pos % S of the
-// cache; idle sequences (pos < 0) are skipped. One 16-byte copy a thread: 2 * B * NKV * HD elements.
-template <typename T>
-static __global__ void kv_cache_append_kernel(T* k_cache, T* v_cache, const T* qkv, const int* pos, QKVLayout L,
-                                              int S, int B) {
-    constexpr int EPT = 16 / (int)sizeof(T);
-    const int per_seq = L.NKV * L.HD / EPT;  // 16-byte pieces of one sequence's K (or V)
-    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= 2 * B * per_seq) return;
-    const int is_v = idx / (B * per_seq), rest = idx % (B * per_seq), b = rest / per_seq, piece = rest % per_seq;
-    const int p = pos[b];
-    if (p < 0) return;
-    const int kvh = piece * EPT / L.HD, d = piece * EPT % L.HD;
-    const T* src = qkv + (size_t)b * L.row() + (is_v ? L.v_col(kvh) : L.k_col(kvh)) + d;
-    T* dst = (is_v ? v_cache : k_cache) + (((size_t)b * L.NKV + kvh) * S + p % S) * L.HD + d;
-    store128(dst, load128(src));
-}
-
-// Prefill: token t < lengths[b] of sequence b (its qkv row (b, t)) into slot t % S; only its last S
-// tokens are written, so no two threads write one slot. One 16-byte copy a thread.
-template <typename T>
-static __global__ void kv_cache_fill_kernel(T* k_cache, T* v_cache, const T* qkv, const int* lengths, QKVLayout L,
-                                            int S, int B, int Tlen) {
-    constexpr int EPT = 16 / (int)sizeof(T);
-    const int per_row = L.NKV * L.HD / EPT;  // 16-byte pieces of one token's K (or V)
-    const size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    if (idx >= 2 * (size_t)B * Tlen * per_row) return;
-    const int is_v = (int)(idx / ((size_t)B * Tlen * per_row));
-    const size_t rest = idx % ((size_t)B * Tlen * per_row), bt = rest / per_row;
-    const int piece = (int)(rest % per_row), b = (int)(bt / Tlen), t = (int)(bt % Tlen);
-    const int len = lengths ? lengths[b] : Tlen;
-    if (t >= len || t < len - S) return;
-    const int kvh = piece * EPT / L.HD, d = piece * EPT % L.HD;
-    const T* src = qkv + bt * L.row() + (is_v ? L.v_col(kvh) : L.k_col(kvh)) + d;
-    T* dst = (is_v ? v_cache : k_cache) + (((size_t)b * L.NKV + kvh) * S + t % S) * L.HD + d;
-    store128(dst, load128(src));
-}
-
 // The launches of one plan; Knobs are the lab's (the shipped launch uses DecodeShipped).
 template <typename T, class Knobs = DecodeShipped>
 inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, const T* v_cache, const int* pos,
@@ -481,18 +443,6 @@ inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, c
     }
 }
 
-inline void check_decode_sizes(const char* what, int B, int NH, int NKV, int HD, int S, int window) {
-    check_attention_sizes(what, B, 1, NH, NKV, HD, window);
-    if (S <= 0) fail("%s: the cache needs at least one slot (S=%d)", what, S);
-    if (B > 65535) fail("%s: B=%d sequences exceed the grid's 65535", what, B);
-    if (window > S) fail("%s: a window of %d positions needs at least %d cache slots, not %d", what, window, window, S);
-}
-// The kernels move K, V and q rows in 16-byte pieces.
-inline void check_decode_aligned(const char* what, const void* a, const void* b, const void* c) {
-    for (const void* p : {a, b, c})
-        if ((uintptr_t)p % 16 != 0) fail("%s: qkv, k_cache and v_cache must be 16-byte aligned", what);
-}
-
 }  // namespace attention_detail
 
 // fp32 floats of scratch attention_decode needs for these sizes on the current device (0: none).
@@ -510,39 +460,11 @@ inline void attention_decode(floatX* out, const floatX* qkv, const floatX* k_cac
                              const int* pos, int B, int NH, int NKV, int HD, int S, cudaStream_t stream,
                              int window = 0, float* scratch = nullptr) {
     using namespace attention_detail;
-    check_decode_sizes("attention_decode", B, NH, NKV, HD, S, window);
-    check_decode_aligned("attention_decode", qkv, k_cache, v_cache);
+    check_kv_cache_sizes("attention_decode", B, NH, NKV, HD, S, window);
+    check_kv_cache_aligned("attention_decode", qkv, k_cache, v_cache);
     const DecodePlan plan = decode_plan(B, NH, NKV, S, window, current_sm_count());
     if (plan.max_splits > 1 && !scratch)
         fail("attention_decode: B=%d NH=%d S=%d needs a scratch buffer of %zu floats", B, NH, S,
              attention_decode_scratch_floats(B, NH, NKV, HD, S, window));
     attention_decode_with_plan(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window, scratch, plan, stream);
-}
-
-// Writes each sequence's new key and value (from its qkv row) into slot pos[b] % S of the layer's cache.
-inline void kv_cache_append(floatX* k_cache, floatX* v_cache, const floatX* qkv, const int* pos, int B, int NH,
-                            int NKV, int HD, int S, cudaStream_t stream) {
-    using namespace attention_detail;
-    check_decode_sizes("kv_cache_append", B, NH, NKV, HD, S, 0);
-    check_decode_aligned("kv_cache_append", qkv, k_cache, v_cache);
-    const int pieces = 2 * B * NKV * HD / (16 / (int)sizeof(floatX));
-    kv_cache_append_kernel<<<ceil_div(pieces, 256), 256, 0, stream>>>(k_cache, v_cache, qkv, pos,
-                                                                      QKVLayout{NH, NKV, HD}, S, B);
-    cudaCheckLaunch();
-}
-
-// Prefill: writes the keys and values of the prompt qkv (B, T, (NH+2*NKV)*HD) into the layer's cache,
-// token t of sequence b into slot t % S, for t < lengths[b] (a device array of values <= T; nullptr:
-// every sequence has T tokens; the rows past a sequence's length are padding, left out). Only a sequence's last S
-// tokens are kept (a ring of W slots needs only the last W).
-inline void kv_cache_fill(floatX* k_cache, floatX* v_cache, const floatX* qkv, const int* lengths, int B, int T,
-                          int NH, int NKV, int HD, int S, cudaStream_t stream) {
-    using namespace attention_detail;
-    check_decode_sizes("kv_cache_fill", B, NH, NKV, HD, S, 0);
-    check_decode_aligned("kv_cache_fill", qkv, k_cache, v_cache);
-    if (T <= 0) fail("kv_cache_fill: T=%d tokens", T);
-    const size_t pieces = 2 * (size_t)B * T * NKV * HD / (16 / sizeof(floatX));
-    kv_cache_fill_kernel<<<(unsigned)ceil_div<size_t>(pieces, 256), 256, 0, stream>>>(
-        k_cache, v_cache, qkv, lengths, QKVLayout{NH, NKV, HD}, S, B, T);
-    cudaCheckLaunch();
 }

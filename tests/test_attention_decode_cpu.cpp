@@ -1,5 +1,5 @@
 // test_attention_decode_cpu: the CPU decode attention (llmc/cpu/attention_decode.h) through its KV
-// cache equals the full causal forward (llmc/cpu/attention.h, itself checked against PyTorch by
+// cache (llmc/cpu/kv_cache.h) equals the full causal forward (llmc/cpu/attention.h, itself checked against PyTorch by
 // test_attention_cpu). Each case draws one random qkv (B, T, (NH+2*NKV)*HD) and runs it token by
 // token: sequence b starts b steps late (so a batch mixes lengths and holds idle sequences, pos < 0),
 // every step appends the tokens' K/V with kv_cache_append and decodes with attention_decode, and the

@@ -1,6 +1,7 @@
 // attention_decode.cu: the decode attention lab: one new token per sequence against its layer's KV
-// cache (llmc/attention_decode.cuh), B = 1, 8, 64 at cache lengths 128..4096, mixed lengths in a
-// batch (with an idle sequence), sliding windows over a wrapped ring buffer, and awkward groups.
+// cache (llmc/attention_decode.cuh; the cache copies of llmc/kv_cache.cuh), B = 1, 8, 64 at cache
+// lengths 128..4096, mixed lengths in a batch (with an idle sequence), sliding windows over a wrapped
+// ring buffer, and awkward groups.
 // Each configuration first fills its cache from a prompt of mixed lengths with kv_cache_fill (checked
 // exactly on every slot it may write); each case appends the token's K/V with kv_cache_append
 // (checked slot by slot, exactly), then every variant runs with poisoned outputs, is checked against

@@ -7,63 +7,19 @@
 //   v_cache  (B, NKV, S, HD)         its values
 //   pos      (B)                     each sequence's new-token position; < 0: an idle sequence
 //   out      (B, NH * HD)            written (=); zeros for an idle sequence
-// kv_cache_fill writes a prompt's K and V (B, T rows of qkv, lengths per sequence) into slots t % S;
-// kv_cache_append writes each sequence's new K and V into slot pos % S (skipping idle sequences);
-// attention_decode then attends from the token's query to positions 0..pos (window = 0; needs
-// pos < S) or max(0, pos-W+1)..pos (window W > 0; needs S >= W, S = W is a ring buffer). Query head h
-// reads KV head h / (NH / NKV); scale 1/sqrt(HD). fp32; the result does not depend on the thread count.
+// The cache is filled by cpu/kv_cache.h's kv_cache_fill (a prompt) and kv_cache_append (each new
+// token, before its attention); attention_decode then attends from the token's query to positions
+// 0..pos (window = 0; needs pos < S) or max(0, pos-W+1)..pos (window W > 0; needs S >= W, S = W is a
+// ring buffer). Query head h reads KV head h / (NH / NKV); scale 1/sqrt(HD). fp32; the result does
+// not depend on the thread count.
 #pragma once
 #include <cmath>
 #include <cstddef>
 #include <vector>
+#include "llmc/cpu/kv_cache.h"
 #include "llmc/utils.h"
 
 namespace cpu {
-
-inline void kv_cache_check(const char* what, int NH, int NKV, int HD, int S, int window) {
-    if (NH <= 0 || NKV <= 0 || HD <= 0 || NH % NKV != 0)
-        fail("%s: num_heads %d must be a positive multiple of num_kv_heads %d (head dim %d)", what, NH, NKV, HD);
-    if (S <= 0 || window < 0 || window > S)
-        fail("%s: %d cache slots cannot hold a window of %d positions", what, S, window);
-}
-
-inline void kv_cache_append(float* k_cache, float* v_cache, const float* qkv, const int* pos, int B, int NH, int NKV,
-                            int HD, int S) {
-    kv_cache_check("kv_cache_append", NH, NKV, HD, S, 0);
-    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD;
-    for (int b = 0; b < B; b++) {
-        if (pos[b] < 0) continue;
-        for (int kvh = 0; kvh < NKV; kvh++) {
-            const size_t dst = (((size_t)b * NKV + kvh) * S + pos[b] % S) * HD;
-            const float* row = qkv + (size_t)b * QKV;
-            for (int d = 0; d < HD; d++) {
-                k_cache[dst + d] = row[C + (size_t)kvh * HD + d];
-                v_cache[dst + d] = row[C + (size_t)(NKV + kvh) * HD + d];
-            }
-        }
-    }
-}
-
-// The prompt qkv (B, T, (NH+2*NKV)*HD): token t < lengths[b] (nullptr: T) of sequence b into slot
-// t % S, only a sequence's last S tokens (the rest would be overwritten anyway).
-inline void kv_cache_fill(float* k_cache, float* v_cache, const float* qkv, const int* lengths, int B, int T, int NH,
-                          int NKV, int HD, int S) {
-    kv_cache_check("kv_cache_fill", NH, NKV, HD, S, 0);
-    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD;
-    for (int b = 0; b < B; b++) {
-        const int len = lengths ? lengths[b] : T;
-        for (int t = len > S ? len - S : 0; t < len && t < T; t++) {
-            const float* row = qkv + ((size_t)b * T + t) * QKV;
-            for (int kvh = 0; kvh < NKV; kvh++) {
-                const size_t dst = (((size_t)b * NKV + kvh) * S + t % S) * HD;
-                for (int d = 0; d < HD; d++) {
-                    k_cache[dst + d] = row[C + (size_t)kvh * HD + d];
-                    v_cache[dst + d] = row[C + (size_t)(NKV + kvh) * HD + d];
-                }
-            }
-        }
-    }
-}
 
 inline void attention_decode(float* out, const float* qkv, const float* k_cache, const float* v_cache, const int* pos,
                              int B, int NH, int NKV, int HD, int S, int window = 0) {
