@@ -27,7 +27,8 @@ ifeq ($(NATIVE),0)
   CXXFLAGS := $(filter-out -march=native,$(CXXFLAGS))
 endif
 
-CPU_TARGETS := $(BUILD)/train_gpt2_cpu $(BUILD)/test_gpt2_cpu $(BUILD)/test_dataloader $(BUILD)/test_attention_cpu
+CPU_TARGETS := $(BUILD)/train_gpt2_cpu $(BUILD)/test_gpt2_cpu $(BUILD)/test_dataloader $(BUILD)/test_attention_cpu \
+               $(BUILD)/test_bpe
 GPU_TARGETS := $(BUILD)/train_gpt2cu $(BUILD)/test_gpt2cu $(BUILD)/train_gpt2cu_fp32 $(BUILD)/test_gpt2cu_fp32
 
 LLMC_H   := $(wildcard llmc/*.h llmc/cpu/*.h)
@@ -48,6 +49,9 @@ $(BUILD)/test_dataloader: tests/test_dataloader.cpp $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
 $(BUILD)/test_attention_cpu: tests/test_attention_cpu.cpp $(LLMC_H) | $(BUILD)
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
+$(BUILD)/test_bpe: tests/test_bpe.cpp $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
 $(BUILD)/train_gpt2cu: train_gpt2.cu $(LLMC_CUH) | $(BUILD)

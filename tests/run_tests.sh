@@ -13,6 +13,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 run "cpu reference vs PyTorch (test_gpt2_cpu)" build/test_gpt2_cpu
 run "cpu attention (MHA, GQA, MQA, window) vs PyTorch" build/test_attention_cpu
 run "dataloader" build/test_dataloader
+run "GPT-2 BPE encoder vs tiktoken's ids (fixture)" build/test_bpe
 run "bad inputs give clear errors" tests/test_bad_inputs.sh
 run "checkpoints under damage (interrupted saves, corruption, overwrite, kill)" tests/test_checkpoints.sh
 run "python: data scripts, formats, HF import" python3 -m pytest -q tests
