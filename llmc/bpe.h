@@ -165,6 +165,12 @@ class BpeEncoder {
                 fail("%s: no token for the byte 0x%02x, so this is not a byte-level BPE vocabulary", name, b);
     }
 
+    // ranks_ views the strings of tokens_: a copy would view the original's. A move keeps them.
+    BpeEncoder(const BpeEncoder&) = delete;
+    BpeEncoder& operator=(const BpeEncoder&) = delete;
+    BpeEncoder(BpeEncoder&&) = default;
+    BpeEncoder& operator=(BpeEncoder&&) = default;
+
     int vocab_size() const { return (int)tokens_.size(); }
     int eot_token() const { return eot_; }
 
@@ -241,6 +247,7 @@ class BpeEncoder {
     // A heap entry is current if its left token still has a successor ending where it did: the
     // pair's bytes, and so its rank, are then unchanged.
     void merge(std::string_view piece, std::vector<int>* out) {
+        if (piece.size() > (size_t)INT32_MAX) fail("a %zu-byte word is too long to encode (2 GB at most)", piece.size());
         const int n = (int)piece.size();
         next_.resize(n);
         prev_.resize(n);
