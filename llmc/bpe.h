@@ -247,7 +247,8 @@ class BpeEncoder {
     // A heap entry is current if its left token still has a successor ending where it did: the
     // pair's bytes, and so its rank, are then unchanged.
     void merge(std::string_view piece, std::vector<int>* out) {
-        if (piece.size() > (size_t)INT32_MAX) fail("a %zu-byte word is too long to encode (2 GB at most)", piece.size());
+        if (piece.size() > (size_t)INT32_MAX)
+            fail("a %zu-byte word is too long to encode (2 GB at most)", piece.size());
         const int n = (int)piece.size();
         next_.resize(n);
         prev_.resize(n);

@@ -1,5 +1,7 @@
 """Writes tests/fixture/bpe_cases.bin: texts that trip BPE encoders, each with the ids tiktoken's
-"gpt2" encoding gives, which tests/test_bpe.cpp checks llmc/bpe.h against.
+"gpt2" encoding gives and the pieces tiktoken's regex cuts it into (GPT-2's pre-tokenizer), which
+tests/test_bpe.cpp checks llmc/bpe.h against. The pieces are checked on their own because a wrong
+cut often gives the same ids (no merge crosses it) but would show on other text.
 
 Regenerate (needs tiktoken and GPT-2's ranks; deterministic, so the file only changes with CASES):
     LLMC_OFFLINE_DATA=DIR python3 tests/make_bpe_fixture.py [--ranks FILE] [--out PATH]
@@ -18,7 +20,8 @@ fourcc("GPTB"), h[1] = 1 (version), h[2] = vocab_size (ids are below it), h[3] =
 id, h[4] = number of tokens stored, h[5] = number of cases. Then per token: int32 id, uint8
 length (1..255), the bytes; then per case: int32 flags (bit 0: <|endoftext|> is allowed as the
 special token, tiktoken's allowed_special; else encode_ordinary), int32 text length, the UTF-8
-bytes, int32 number of ids, the int32 ids. All little-endian.
+bytes, int32 number of ids, the int32 ids, int32 number of pieces, the int32 byte length of each
+piece (of the whole text as ordinary text). All little-endian.
 """
 import argparse
 import os
@@ -29,6 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts", "data"))
 import common  # noqa: E402  (also puts scripts/ on the path for llmc_formats)
 import llmc_formats as fmt  # noqa: E402
+from gen_unicode_tables import tiktoken_piece_lengths  # noqa: E402
 
 MAGIC_BPE_CASES = fmt.fourcc("GPTB")
 OUT_PATH = os.path.join(ROOT, "tests", "fixture", "bpe_cases.bin")
@@ -53,14 +57,17 @@ CASES = [
     "Hello!!! ... ??? --- ***", " !!!", "a!b?c", "(parens) [brackets] {braces}", "e-mail@example.com",
     "https://example.com/path?q=1&r=2", "#include <stdio.h>", "x = y + z * 2;", "<<<>>>", " -- ",
     "\"quoted\" and 'single'", "~`^|\\", "!" * 70,
-    # letters of many scripts
-    "\u00dcn\u00efc\u00f6d\u00e9 fa\u00e7ade na\u00efve", "\u0395\u03bb\u03bb\u03b7\u03bd\u03b9\u03ba\u03ac \u03ba\u03b5\u03af\u03bc\u03b5\u03bd\u03bf",
+    # letters of many scripts; a letter before '!' shows where the letter run ends
+    "\u00dcn\u00efc\u00f6d\u00e9 fa\u00e7ade na\u00efve",
+    "\u0395\u03bb\u03bb\u03b7\u03bd\u03b9\u03ba\u03ac \u03ba\u03b5\u03af\u03bc\u03b5\u03bd\u03bf",
     "\u0420\u0443\u0441\u0441\u043a\u0438\u0439 \u0442\u0435\u043a\u0441\u0442", "\u05e2\u05d1\u05e8\u05d9\u05ea",
-    "\u0627\u0644\u0639\u0631\u0628\u064a\u0629 \u0646\u0635", "\u0939\u093f\u0928\u094d\u0926\u0940 \u092a\u093e\u0920",
-    "\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8", "\u4e2d\u6587\u6587\u672c", "\ud55c\uad6d\uc5b4 \ud14d\uc2a4\ud2b8",
-    "\u0e44\u0e17\u0e22", "\u10e5\u10d0\u10e0\u10d7\u10e3\u10da\u10d8", "\u13e3\u13b3\u13a9",
-    "\U0001d518\U0001d52b\U0001d526\U0001d520\U0001d52c\U0001d521\U0001d522", "\U00020000\U00020001 \U0002ebf0",
-    "\U00011f04\U00011f05", "abc\u03b1\u03b2\u03b3\u0430\u0431\u0432", "\u65e5\u672c\u8a9eabc123",
+    "\u0627\u0644\u0639\u0631\u0628\u064a\u0629 \u0646\u0635",
+    "\u0939\u093f\u0928\u094d\u0926\u0940 \u092a\u093e\u0920",
+    "\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8", "\u4e2d\u6587\u6587\u672c",
+    "\ud55c\uad6d\uc5b4 \ud14d\uc2a4\ud2b8", "\u0e44\u0e17\u0e22", "\u10e5\u10d0\u10e0\u10d7\u10e3\u10da\u10d8",
+    "\u13e3\u13b3\u13a9", "\U0001d518\U0001d52b\U0001d526\U0001d520\U0001d52c\U0001d521\U0001d522",
+    "\U00020000\U00020001 \U0002ebf0!", "\U00011f04\U00011f05!", "a\U0001ccf0!", "x\u0663y", "\u00aa\u00b5\u00ba!",
+    "abc\u03b1\u03b2\u03b3\u0430\u0431\u0432", "\u65e5\u672c\u8a9eabc123",
     # combining marks are not letters: they cut a word
     "e\u0301", "cafe\u0301 latte", "Z\u0324\u0354\u0367\u0311\u0313a\u0308\u0356\u032d\u0308\u0307l\u036e\u0312\u036bo",
     "\u0928\u092e\u0938\u094d\u0924\u0947",
@@ -107,9 +114,10 @@ def fixture_bytes(enc):
     body = bytearray()
     for i in sorted(tokens):
         body += struct.pack("<iB", i, len(tokens[i])) + tokens[i]
-    for flags, text in cases:
+    for (flags, text), pieces in zip(cases, tiktoken_piece_lengths([t for _, t in cases])):
         data, ids = text.encode(), expected_ids(enc, text, flags)
         body += struct.pack("<ii", flags, len(data)) + data + struct.pack(f"<i{len(ids)}i", len(ids), *ids)
+        body += struct.pack(f"<i{len(pieces)}i", len(pieces), *pieces)
     header = fmt.make_header(MAGIC_BPE_CASES, {2: enc.n_vocab, 3: common.EOT, 4: len(tokens), 5: len(cases)}).tobytes()
     return header + bytes(body), len(tokens), len(cases)
 

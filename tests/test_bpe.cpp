@@ -1,14 +1,15 @@
 // test_bpe: checks the GPT-2 BPE encoder (llmc/bpe.h) against tiktoken.
 //   build/test_bpe [FIXTURE]
 //       the cases of tests/fixture/bpe_cases.bin (written by tests/make_bpe_fixture.py from
-//       tiktoken, with the part of GPT-2's vocabulary they need): the ids must equal tiktoken's
-//       exactly, and decoding them must give the text back. Then text that is not valid UTF-8,
-//       which tiktoken cannot take, against the behaviour bpe.h defines: an invalid byte is a
-//       character of its own that joins punctuation, nothing crashes, the bytes round-trip.
+//       tiktoken, with the part of GPT-2's vocabulary they need): the pre-tokenizer's pieces and
+//       the ids must equal tiktoken's exactly, and decoding the ids must give the text back; so
+//       must a second pass, from the cache. Then text that is not valid UTF-8, which tiktoken
+//       cannot take, against the behaviour bpe.h defines: an invalid byte is a character of its
+//       own that joins punctuation, nothing crashes, the bytes round-trip; and random bytes.
 //       Prints `test_bpe: PASSED (N checks)` or FAILED; exits 1 on failure.
 //   build/test_bpe --encode TEXT --tokenizer TOKENIZER --out IDS
 //       encodes the file TEXT with a GPTT tokenizer file and writes its ids to IDS as int32
-//       little-endian, timed (tests/test_bpe.py compares them with tiktoken's on tiny Shakespeare).
+//       little-endian, timed (tests/test_bpe.py compares them with tiktoken's).
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -51,6 +52,7 @@ struct Case {
     int flags;
     std::string text;
     std::vector<int> ids;
+    std::vector<int> piece_lengths;  // in bytes, of the text as ordinary text
 };
 
 // The fixture's vocabulary as a TokenizerFile (ids it does not hold are empty, i.e. no token).
@@ -59,7 +61,8 @@ static TokenizerFile read_fixture(const char* path, std::vector<Case>* cases) {
     if ((int64_t)data.size() < HEADER_BYTES) fail("%s: too short to hold the 1024-byte header", path);
     FileHeader hd;
     memcpy(hd.h, data.data(), HEADER_BYTES);
-    if (hd.h[0] != MAGIC_BPE_CASES) fail("%s: bad magic 0x%llx, not a BPE case fixture (\"GPTB\")", path, (unsigned long long)hd.h[0]);
+    if (hd.h[0] != MAGIC_BPE_CASES)
+        fail("%s: bad magic 0x%llx, not a BPE case fixture (\"GPTB\")", path, (unsigned long long)hd.h[0]);
     if (hd.h[1] != FORMAT_VERSION) fail("%s: unsupported version %lld", path, (long long)hd.h[1]);
     check_range(path, "vocab_size", hd.h[2], 256, 1 << 20);
     check_range(path, "eot", hd.h[3], 0, hd.h[2] - 1);
@@ -69,7 +72,8 @@ static TokenizerFile read_fixture(const char* path, std::vector<Case>* cases) {
     Reader rd{data, path, (size_t)HEADER_BYTES};
     for (int64_t k = 0; k < hd.h[4]; k++) {
         int32_t id = rd.i32("token id");
-        if (id < 0 || id >= hd.h[2] || !vocab.tokens[id].empty()) fail("%s: token %lld: bad or repeated id %d", path, (long long)k, id);
+        if (id < 0 || id >= hd.h[2] || !vocab.tokens[id].empty())
+            fail("%s: token %lld: bad or repeated id %d", path, (long long)k, id);
         int len = (unsigned char)*rd.take(1, "token length");
         if (len == 0) fail("%s: token %d has no bytes", path, id);
         vocab.tokens[id] = rd.bytes(len, "token bytes");
@@ -83,6 +87,9 @@ static TokenizerFile read_fixture(const char* path, std::vector<Case>* cases) {
         int32_t n = rd.i32("id count");
         if (n < 0) fail("%s: case %lld: negative id count", path, (long long)k);
         for (int32_t i = 0; i < n; i++) c.ids.push_back(rd.i32("case id"));
+        n = rd.i32("piece count");
+        if (n < 0) fail("%s: case %lld: negative piece count", path, (long long)k);
+        for (int32_t i = 0; i < n; i++) c.piece_lengths.push_back(rd.i32("piece length"));
         cases->push_back(std::move(c));
     }
     if (rd.pos != data.size()) fail("%s: %zu unexpected bytes after the last case", path, data.size() - rd.pos);
@@ -127,19 +134,30 @@ static void check_fixture(const char* path) {
     std::vector<Case> cases;
     TokenizerFile vocab = read_fixture(path, &cases);
     BpeEncoder enc(vocab, path);
-    int exact = 0;
+    int exact = 0, same_pieces = 0;
     for (const Case& c : cases) {
+        std::vector<int> lengths;
+        for (const std::string& p : pieces_of(c.text)) lengths.push_back((int)p.size());
+        bool cut_ok = lengths == c.piece_lengths;
+        check(cut_ok, "pieces differ from tiktoken's regex", c.text);
+        if (!cut_ok) printf("     tiktoken %s\n     ours     %s  (byte lengths)\n", ids_string(c.piece_lengths).c_str(),
+                            ids_string(lengths).c_str());
+        same_pieces += cut_ok;
+
         std::vector<int> got = enc.encode(c.text, (c.flags & ALLOW_EOT) != 0);
         bool ok = got == c.ids;
-        check(ok, c.flags & ALLOW_EOT ? "ids differ from tiktoken's (<|endoftext|> allowed)" : "ids differ from tiktoken's",
-              c.text);
+        const char* what = c.flags & ALLOW_EOT ? "ids differ from tiktoken's (<|endoftext|> allowed)"
+                                               : "ids differ from tiktoken's";
+        check(ok, what, c.text);
         if (!ok) printf("     tiktoken %s\n     ours     %s\n", ids_string(c.ids).c_str(), ids_string(got).c_str());
         exact += ok;
         check(decode(vocab, got) == c.text, "decode(encode(text)) is not the text", c.text);
     }
     // A second pass, now from the cache, must give the same ids.
-    for (const Case& c : cases) check(enc.encode(c.text, (c.flags & ALLOW_EOT) != 0) == c.ids, "ids differ on the second (cached) pass", c.text);
-    printf("%d of %zu fixture cases give tiktoken's ids exactly and decode back to their text\n", exact, cases.size());
+    for (const Case& c : cases)
+        check(enc.encode(c.text, (c.flags & ALLOW_EOT) != 0) == c.ids, "ids differ on a second (cached) pass", c.text);
+    printf("%zu fixture cases: %d cut into tiktoken's pieces, %d give its ids exactly and decode back\n", cases.size(),
+           same_pieces, exact);
 
     // Invalid UTF-8: each invalid byte is a non-letter, non-number character.
     struct Split {
