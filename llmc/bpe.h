@@ -19,8 +19,9 @@
 //    joins a run of punctuation; the bytes still round-trip, as every byte is a token.
 // 3. Each piece that is itself a token is that token. Otherwise its bytes merge, lowest rank
 //    first and the leftmost of equal ranks, until no adjacent pair is a token: a heap of
-//    candidate pairs over a linked list of tokens, O(n log n) in the piece's length n, so a
-//    100 KB run of one letter costs milliseconds. Results of pieces up to 64 bytes are cached.
+//    candidate pairs over a linked list of tokens, O(n log n) in the piece's length n (a 1 MB
+//    run of one letter takes ~0.2 s, not hours). The ids of pieces up to 64 bytes are cached.
+// Speed: all of tiny Shakespeare (1.1 MB, 338,025 ids) in ~33 ms on one core.
 // An encoder is not thread-safe (the cache and scratch buffers); use one per thread.
 #pragma once
 #include <algorithm>
@@ -177,7 +178,7 @@ class BpeEncoder {
     // Appends the ids of text to *out. allow_eot: "<|endoftext|>" (the eot token's text) in text
     // becomes the eot id, as tiktoken's allowed_special; else it is ordinary text.
     void encode(std::string_view text, std::vector<int>* out, bool allow_eot = false) {
-        if (!allow_eot || eot_ < 0) return encode_ordinary(text, out);
+        if (!allow_eot || eot_ < 0 || tokens_[eot_].empty()) return encode_ordinary(text, out);
         const std::string& special = tokens_[eot_];
         for (size_t pos = 0;;) {
             size_t hit = text.find(special, pos);
