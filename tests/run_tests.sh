@@ -19,7 +19,7 @@ run "dataloader" build/test_dataloader
 run "GPT-2 BPE encoder vs tiktoken's ids (fixture)" build/test_bpe
 run "bad inputs give clear errors" tests/test_bad_inputs.sh
 run "checkpoints under damage (interrupted saves, corruption, overwrite, kill)" tests/test_checkpoints.sh
-run "python: data scripts, formats, HF import" python3 -m pytest -q tests
+run "python: data scripts, formats, HF import, generate_cpu" python3 -m pytest -q tests
 echo
 [ $failed -gt 0 ] && echo "failed: ${failed_names[*]}"
 echo "$passed passed, $failed failed"
