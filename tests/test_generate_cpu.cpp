@@ -2,8 +2,8 @@
 // token through the KV cache) gives the logits of the full-sequence forward of llmc/cpu/gpt2.h
 // (itself checked against PyTorch by test_gpt2_cpu) at every position, teacher-forced.
 // Each case draws B random sequences of N tokens; sequence b's first lengths[b] tokens are its
-// prompt (one right-padded prefill of the whole batch, logits of every prompt position checked),
-// then it decodes its remaining tokens one step at a time, in lockstep with the others, idle
+// prompt (one right-padded prefill of the whole batch: the logits of every prompt position, then
+// again those of each prompt's last position, as generation asks for them), then it decodes its remaining tokens one step at a time, in lockstep with the others, idle
 // (pos < 0) once it has reached N. The cache starts as NaN, so a read of a slot that was never
 // written, or one read after the ring buffer overwrote it, poisons the logits; the logits buffers
 // are poisoned before every call, so every compared element must have been written.
@@ -74,6 +74,10 @@ static bool run_case(const Case& k, const std::string& dir, uint64_t seed) {
     const float* logits = gpt2_prefill(m, prompt.data(), k.lengths.data(), B, T, true);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < k.lengths[b]; t++) prefill.add(logits + ((size_t)b * T + t) * Vp, ref(b, t), V);
+    // as generation runs it: the logits of each prompt's last position only (and the cache again)
+    std::fill(m.acts.logits.begin(), m.acts.logits.end(), NAN);
+    logits = gpt2_prefill(m, prompt.data(), k.lengths.data(), B, T);
+    for (int b = 0; b < B; b++) prefill.add(logits + (size_t)b * Vp, ref(b, k.lengths[b] - 1), V);
 
     std::vector<int> next(B), pos(B);
     for (int step = 0;; step++) {
