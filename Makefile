@@ -30,7 +30,8 @@ endif
 CPU_TARGETS := $(BUILD)/train_gpt2_cpu $(BUILD)/generate_cpu $(BUILD)/test_gpt2_cpu $(BUILD)/test_dataloader $(BUILD)/test_attention_cpu \
                $(BUILD)/test_llama_ops_cpu $(BUILD)/test_attention_decode_cpu $(BUILD)/test_bpe \
                $(BUILD)/test_generate_cpu
-GPU_TARGETS := $(BUILD)/train_gpt2cu $(BUILD)/test_gpt2cu $(BUILD)/train_gpt2cu_fp32 $(BUILD)/test_gpt2cu_fp32
+GPU_TARGETS := $(BUILD)/train_gpt2cu $(BUILD)/test_gpt2cu $(BUILD)/train_gpt2cu_fp32 $(BUILD)/test_gpt2cu_fp32 \
+               $(BUILD)/generate $(BUILD)/generate_fp32
 
 LLMC_H   := $(wildcard llmc/*.h llmc/cpu/*.h)
 LLMC_CUH := $(wildcard llmc/*.cuh) $(LLMC_H)
@@ -70,10 +71,15 @@ $(BUILD)/train_gpt2cu: train_gpt2.cu $(LLMC_CUH) | $(BUILD)
 $(BUILD)/test_gpt2cu: test_gpt2.cu $(LLMC_CUH) | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
 
+$(BUILD)/generate: generate.cu $(LLMC_CUH) | $(BUILD)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
+
 # The FP32 build of the same code (floatX = float), whatever PRECISION says: the tight-tolerance twin.
 $(BUILD)/test_gpt2cu_fp32: test_gpt2.cu $(LLMC_CUH) | $(BUILD)
 	$(NVCC) $(filter-out -DPRECISION_%,$(NVCCFLAGS)) -DPRECISION_FP32 $< -o $@ $(NVLDLIBS)
 $(BUILD)/train_gpt2cu_fp32: train_gpt2.cu $(LLMC_CUH) | $(BUILD)
+	$(NVCC) $(filter-out -DPRECISION_%,$(NVCCFLAGS)) -DPRECISION_FP32 $< -o $@ $(NVLDLIBS)
+$(BUILD)/generate_fp32: generate.cu $(LLMC_CUH) | $(BUILD)
 	$(NVCC) $(filter-out -DPRECISION_%,$(NVCCFLAGS)) -DPRECISION_FP32 $< -o $@ $(NVLDLIBS)
 
 # Every test that needs no GPU; prints "N passed, N failed" last and fails if any failed. The build

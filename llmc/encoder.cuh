@@ -1,5 +1,6 @@
 // encoder.cuh: token + position embedding, forward and backward (floatX, fp32 accumulation).
 //   forward   out (B, T, C) = wte[inp[b, t]] + wpe[t]                              (=)
+//   decode    out (B, C) = wte[tokens[b]] + wpe[pos[b]], each sequence at its own position (=)
 //   backward  dwte[tok] += sum of dout over the positions holding tok;  dwpe[t] += sum_b dout[b, t]  (+=)
 // The backward is deterministic: positions are bucketed by token on the host (counting sort, in
 // position order) and each bucket is summed by one thread block in that order, so two runs, or a
@@ -32,6 +33,33 @@ inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, cons
     const int64_t total = (int64_t)B * T * (C / x128::size);
     const int block = 256;
     encoder_forward_packed<<<(unsigned)ceil_div<int64_t>(total, block), block, 0, stream>>>(out, inp, wte, wpe, B * T, T, C);
+    cudaCheckLaunch();
+}
+
+// Decode: one token per sequence at its own position, out (B, C) = wte[tokens[b]] + wpe[pos[b]]; an
+// idle sequence (pos[b] < 0) gets token 0 at position 0 (a row computed and never used). Tokens and
+// positions are read on the device, so a captured CUDA graph replays it for every step. One thread
+// per 16-byte pack, 3 * B * C * sizeof(floatX) bytes: a few microseconds at most.
+static __global__ void encoder_forward_at_packed(floatX* out, const int* tokens, const int* pos, const floatX* wte,
+                                                 const floatX* wpe, int B, int C) {
+    const int packs_per_row = C / x128::size;
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= B * packs_per_row) return;
+    const int b = idx / packs_per_row, c = (idx % packs_per_row) * x128::size;
+    const int p = pos[b], t = p < 0 ? 0 : p, tok = p < 0 ? 0 : tokens[b];
+    const x128 a = load128(wte + (int64_t)tok * C + c);
+    const x128 e = load128(wpe + (int64_t)t * C + c);
+    x128 o;
+    for (int k = 0; k < x128::size; k++) o[k] = from_float<floatX>(to_float(a[k]) + to_float(e[k]));
+    store128(out + (int64_t)b * C + c, o);
+}
+
+inline void encoder_forward_at(floatX* out, const int* tokens, const int* pos, const floatX* wte, const floatX* wpe,
+                               int B, int C, cudaStream_t stream) {
+    if (C % x128::size != 0) fail("encoder_forward_at: C = %d is not a multiple of %d", C, x128::size);
+    const int block = 256;
+    encoder_forward_at_packed<<<ceil_div(B * (C / x128::size), block), block, 0, stream>>>(out, tokens, pos, wte, wpe,
+                                                                                           B, C);
     cudaCheckLaunch();
 }
 

@@ -1,0 +1,293 @@
+// generate.cu: text generation on the GPU with a KV cache (llmc/gpt2_infer.cuh), the twin of
+// generate_cpu.cpp: the same flags, prompts, errors and output (llmc/generate_args.h).
+//   make build/generate            (bf16 weights and activations; build/generate_fp32: fp32)
+//   build/generate --model out/d12/ --tokenizer data/gpt2_tokenizer.bin --prompt "To be, or not"
+//       --max-new 64 --temperature 0.8 --top-k 40
+// The prompts of a batch are prefilled at once (right-padded, each with its length), then each new
+// token is one replay of a CUDA graph (sampling on the GPU, the forward of the B new tokens against
+// the cache); the host only copies the B new tokens back to print them. A single prompt (and each
+// interactive one) streams token by token; a batch prints `[i] completion` lines when it is done.
+// Timings go to stderr.
+// Debug and speed: --graph 0 launches the step's kernels one by one; --check-full 1 compares each
+// step's logits with the training model's full forward over the same tokens; --bench 1 times random
+// prompts (with --init dN no file is needed) and prints one BENCH_GEN line.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <unistd.h>
+#include <vector>
+#include "llmc/gpt2_infer.cuh"
+#include "llmc/generate_args.h"
+
+// ------------------------------------------------------------------------------------------------
+// the full-forward check (--check-full 1)
+// The training model (llmc/gpt2.cuh) over one whole sequence, the reference for the cached logits.
+struct FullCheck {
+    GPT2 ref;
+    double tolerance = HAS_MASTER ? 3e-2 : 1e-4;  // max |diff| / max |ref logit| over a row
+    double worst = 0.0;
+    long rows = 0, failures = 0;
+};
+
+// Compares row b of the cached logits (B, Vp) with the full forward's last position over `seq`.
+static void check_row(FullCheck& fc, const GPT2Infer& m, int b, const std::vector<int>& seq, const CudaContext& ctx) {
+    const int V = m.config.vocab_size, Vp = m.config.padded_vocab_size, n = (int)seq.size();
+    gpt2_upload_batch(fc.ref, seq.data(), nullptr, 1, n, false, ctx);
+    gpt2_forward(fc.ref, 1, n, ctx);
+    const std::vector<float> want = device_to_float(fc.ref.acts.logits + (size_t)(n - 1) * Vp, V);
+    const std::vector<float> got = device_to_float(m.logits + (size_t)b * Vp, V);
+    double diff = 0.0, scale = 1e-30;
+    for (int v = 0; v < V; v++) {
+        diff = std::max(diff, (double)std::fabs(got[v] - want[v]));
+        scale = std::max(scale, (double)std::fabs(want[v]));
+    }
+    const double rel = diff / scale;
+    fc.worst = std::max(fc.worst, rel);
+    fc.rows++;
+    if (!(rel <= fc.tolerance)) {
+        if (fc.failures++ < 5)
+            fprintf(stderr, "check-full: sequence %d at %d tokens: max |diff| %.3g of max |logit| %.3g (%.3g > %.1g)\n",
+                    b, n, diff, scale, rel, fc.tolerance);
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// generation
+struct Timings {
+    double prefill_s = 0, decode_s = 0;
+    long prefill_tokens = 0, decode_steps = 0, new_tokens = 0;
+};
+
+struct RunOptions {
+    GenerateLimits lim;
+    int max_seq;
+    bool graph;
+    FILE* dump;      // the logits of each step (sequence 0), or nullptr
+    FullCheck* check;  // or nullptr
+    int* host_out;   // pinned (B)
+};
+
+// Generates after prompts[0..n) at once (n <= m.B; the other rows idle); sequence b draws from
+// rngs[b], which continue where the GPU left them. With `stream` (n = 1) each token is printed as it
+// comes, else the completions are returned for the caller to print.
+static std::vector<std::vector<int>> generate(GPT2Infer& m, const std::vector<const Prompt*>& prompts,
+                                              const RunOptions& o, std::vector<Rng>& rngs, const Tokenizer* tok,
+                                              bool stream, Timings& tm, const CudaContext& ctx) {
+    const int n = (int)prompts.size(), B = m.B, V = m.config.vocab_size;
+    int T = 0;
+    for (const Prompt* p : prompts) T = std::max(T, (int)p->ids.size());
+    std::vector<int> tokens((size_t)B * T, 0), lengths(B, 1), active(B, 0);
+    std::vector<uint64_t> rng(B, 0);
+    std::vector<std::vector<int>> seqs(n);  // prompt + new tokens, for --check-full
+    for (int b = 0; b < n; b++) {
+        lengths[b] = (int)prompts[b]->ids.size();
+        active[b] = 1;
+        rng[b] = rngs[b].state;
+        std::copy(prompts[b]->ids.begin(), prompts[b]->ids.end(), tokens.begin() + (size_t)b * T);
+        seqs[b] = prompts[b]->ids;
+        tm.prefill_tokens += lengths[b];
+    }
+    double t0 = seconds_now();
+    gpt2_infer_prefill(m, tokens.data(), lengths.data(), active.data(), rng.data(), T, ctx);
+    tm.prefill_s += seconds_now() - t0;
+    if (o.check)
+        for (int b = 0; b < n; b++) check_row(*o.check, m, b, seqs[b], ctx);
+
+    std::vector<std::vector<int>> out(n);
+    std::vector<char> done(n, 0);
+    std::vector<float> row;
+    for (;;) {
+        if (o.dump && !done[0]) {
+            row = device_to_float(m.logits, V);
+            fwrite_or_fail(row.data(), sizeof(float), V, o.dump, "--dump-logits");
+        }
+        t0 = seconds_now();
+        if (o.graph) gpt2_infer_step_graph(m, o.lim, ctx);
+        else gpt2_infer_step(m, o.lim, ctx);
+        cudaCheck(cudaMemcpyAsync(o.host_out, m.step_out, sizeof(int) * B, cudaMemcpyDeviceToHost, ctx.stream));
+        cudaCheck(cudaStreamSynchronize(ctx.stream));
+        tm.decode_s += seconds_now() - t0;
+        tm.decode_steps++;
+        bool any = false;
+        for (int b = 0; b < n; b++) {
+            const int id = o.host_out[b];
+            if (id < 0) continue;
+            const int k = (int)out[b].size(), at = lengths[b] + k;  // the new token's position
+            out[b].push_back(id);
+            tm.new_tokens++;
+            if (stream && id != o.lim.eot) {
+                print_token(tok, id, k == 0);
+                fflush(stdout);
+            }
+            // the rule of the device's book-keeping (sample_and_advance)
+            done[b] = id == o.lim.eot || k + 1 == o.lim.max_new || k + 1 == o.lim.force_len || at >= o.max_seq;
+            if (!done[b]) {
+                any = true;
+                seqs[b].push_back(id);
+                if (o.check) check_row(*o.check, m, b, seqs[b], ctx);
+            }
+        }
+        if (!any) break;
+    }
+    if (stream) printf("\n");
+    cudaCheck(cudaMemcpy(rng.data(), m.rng, sizeof(uint64_t) * B, cudaMemcpyDeviceToHost));
+    for (int b = 0; b < n; b++) rngs[b].state = rng[b];
+    for (std::vector<int>& c : out)
+        if (!c.empty() && c.back() == o.lim.eot) c.pop_back();
+    return out;
+}
+
+// ------------------------------------------------------------------------------------------------
+// --bench 1: B random prompts of P tokens, N new tokens each (no end-of-text stop); a warm-up
+// round, then one timed round: prefill, then N steps enqueued back to back, one wait at the end.
+static void bench(GPT2Infer& m, const GenConfig& g, const GenerateLimits& lim, const CudaContext& ctx) {
+    const int B = m.B, P = g.bench_prompt, N = g.max_new, V = m.config.vocab_size;
+    Rng r(g.seed);
+    std::vector<int> tokens((size_t)B * P), lengths(B, P), active(B, 1);
+    for (int& t : tokens) t = (int)r.below(V);
+    std::vector<uint64_t> rng(B);
+    for (int b = 0; b < B; b++) rng[b] = Rng::skip(g.seed, (uint64_t)b << 32).state;
+    cudaEvent_t ev[3];
+    for (cudaEvent_t& e : ev) cudaCheck(cudaEventCreate(&e));
+    float prefill_ms = 0, decode_ms = 0;
+    for (int round = 0; round < 2; round++) {
+        cudaCheck(cudaEventRecord(ev[0], ctx.stream));
+        gpt2_infer_prefill(m, tokens.data(), lengths.data(), active.data(), rng.data(), P, ctx);
+        cudaCheck(cudaEventRecord(ev[1], ctx.stream));
+        for (int i = 0; i < N; i++) {
+            if (g.graph) gpt2_infer_step_graph(m, lim, ctx);
+            else gpt2_infer_step(m, lim, ctx);
+        }
+        cudaCheck(cudaEventRecord(ev[2], ctx.stream));
+        cudaCheck(cudaEventSynchronize(ev[2]));
+        cudaCheck(cudaEventElapsedTime(&prefill_ms, ev[0], ev[1]));
+        cudaCheck(cudaEventElapsedTime(&decode_ms, ev[1], ev[2]));
+    }
+    std::vector<int> produced(B);
+    cudaCheck(cudaMemcpy(produced.data(), m.produced, sizeof(int) * B, cudaMemcpyDeviceToHost));
+    for (int b = 0; b < B; b++)
+        if (produced[b] != N) fail("--bench: sequence %d produced %d tokens, not %d", b, produced[b], N);
+    printf("BENCH_GEN B=%d prompt=%d new=%d prefill_ms=%.3f ms_per_token=%.4f tok_s=%.0f graph=%d precision=%s\n", B, P,
+           N, prefill_ms, decode_ms / N, (double)B * N / (decode_ms / 1e3), g.graph, PRECISION_NAME);
+    for (cudaEvent_t& e : ev) cudaCheck(cudaEventDestroy(e));
+}
+
+int main(int argc, char** argv) {
+    GenConfig g;
+#ifdef PRECISION_FP32
+    parse_gen_args(argc, argv, g, "generate_fp32", true);
+#else
+    parse_gen_args(argc, argv, g, "generate", true);
+#endif
+    const std::string model_file = g.init.empty() ? resolve_model_path(g.model_path) : "";
+    const GPT2Config c = g.init.empty() ? model_read_info(model_file.c_str()).config
+                                        : gpt2_config_from_descriptor(g.init.c_str());
+    const std::string source = g.init.empty() ? model_file : "--init " + g.init;
+    const int V = c.vocab_size;
+    if (g.max_seq > c.max_seq_len)
+        fail("--max-seq %d: longer than the %d positions of %s (its max_seq_len)", g.max_seq, c.max_seq_len,
+             source.c_str());
+    const int max_seq = g.max_seq ? g.max_seq : c.max_seq_len;
+    std::unique_ptr<Tokenizer> tok;
+    std::unique_ptr<BpeEncoder> bpe;
+    if (!g.tokenizer_path.empty()) {
+        tok.reset(new Tokenizer(g.tokenizer_path.c_str()));
+        if (tok->vocab_size() < V)
+            fail("--tokenizer %s: %d tokens, the model's vocabulary has %d", g.tokenizer_path.c_str(),
+                 tok->vocab_size(), V);
+        bpe.reset(new BpeEncoder(g.tokenizer_path.c_str()));
+    }
+    const int eot = g.bench ? -1 : resolve_eot(g, tok.get(), V);
+    const PromptReader reader(bpe.get(), V, max_seq);
+    const std::vector<Prompt> prompts = reader.read_all(g.prompts);
+    const std::vector<int> force = read_force_ids(g, V, prompts.size());
+    if (g.bench && g.bench_prompt + g.max_new > max_seq)
+        fail("--bench: --bench-prompt %d + --max-new %d exceed the context of %d positions", g.bench_prompt, g.max_new,
+             max_seq);
+
+    std::vector<float> params(gpt2_num_params(c));
+    if (g.init.empty()) model_read_fp32(model_file.c_str(), params.data());
+    else gpt2_init_params(params.data(), c, g.seed);
+    CudaContext ctx;
+    ctx.init(0);
+    int B = std::min<int>(g.batch, std::max<int>(1, (int)prompts.size()));
+    int Tmax = g.interactive ? max_seq : 1;
+    for (const Prompt& p : prompts) Tmax = std::max(Tmax, (int)p.ids.size());
+    if (g.bench) {
+        B = g.batch;
+        Tmax = g.bench_prompt;
+    }
+    GPT2Infer m;
+    gpt2_infer_build(m, c, params.data(), B, Tmax, max_seq, (int)force.size());
+    if (!force.empty()) cudaCheck(cudaMemcpy(m.force, force.data(), sizeof(int) * force.size(), cudaMemcpyHostToDevice));
+    fprintf(stderr, "model %s: L=%d C=%d NH=%d NKV=%d W=%d V=%d; KV cache %d x %d slots (%.1f MiB), batch %d; %s, %s\n",
+            source.c_str(), c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.window, V, B, m.S,
+            2.0 * c.num_layers * B * c.num_kv_heads * m.S * gpt2_head_dim(c) * sizeof(floatX) / 1048576.0, B,
+            ctx.props.name, PRECISION_NAME);
+    GenerateLimits lim{{g.temperature, g.top_k, g.top_p}, eot, g.max_new, (int)force.size()};
+    if (g.bench) {
+        bench(m, g, lim, ctx);
+        gpt2_infer_free(m);
+        ctx.destroy();
+        return 0;
+    }
+
+    std::unique_ptr<FullCheck> check;
+    if (g.check_full) {
+        check.reset(new FullCheck);
+        gpt2_build(check->ref, c, 1, max_seq, false, ctx);
+        gpt2_set_params(check->ref, params.data());
+    }
+    FILE* dump = g.dump_logits.empty() ? nullptr : fopen_or_fail(g.dump_logits.c_str(), "wb");
+    int* host_out = nullptr;
+    cudaCheck(cudaMallocHost(&host_out, sizeof(int) * B));
+    const RunOptions o{lim, max_seq, g.graph != 0, dump, check.get(), host_out};
+    Timings tm;
+    // prompt i draws from the seed's stream skipped 2^32 draws per prompt, as on the CPU
+    auto rng_of = [&](size_t i) { return Rng::skip(g.seed, (uint64_t)i << 32); };
+    for (size_t first = 0; first < prompts.size(); first += B) {
+        std::vector<const Prompt*> batch;
+        std::vector<Rng> rngs;
+        for (size_t i = first; i < prompts.size() && i < first + B; i++) {
+            batch.push_back(&prompts[i]);
+            rngs.push_back(rng_of(i));
+        }
+        const bool stream = prompts.size() == 1;
+        std::vector<std::vector<int>> done = generate(m, batch, o, rngs, tok.get(), stream, tm, ctx);
+        if (!stream) print_batch(tok.get(), done, first + 1);
+    }
+    if (dump) fclose_or_fail(dump, g.dump_logits.c_str());
+    if (g.interactive) {
+        // one prompt a line, each streamed; a bad line is reported and skipped
+        std::vector<Rng> rngs{rng_of(prompts.size())};
+        const bool tty = isatty(STDIN_FILENO);
+        std::string line;
+        for (long lineno = 1;; lineno++) {
+            if (tty) fprintf(stderr, "> ");
+            line.clear();
+            int ch;
+            while ((ch = getchar()) != EOF && ch != '\n') line += (char)ch;
+            if (ch == EOF && line.empty()) break;
+            Prompt p;
+            const std::string why = reader.make(line, !bpe, "stdin line " + std::to_string(lineno), &p);
+            if (!why.empty()) {
+                fprintf(stderr, "error: %s (skipped)\n", why.c_str());
+                continue;
+            }
+            generate(m, {&p}, o, rngs, tok.get(), true, tm, ctx);
+        }
+    }
+    fprintf(stderr, "prefill: %ld tokens in %.1f ms; decode: %ld steps in %.1f ms (%.2f ms a step), %ld new tokens\n",
+            tm.prefill_tokens, tm.prefill_s * 1e3, tm.decode_steps, tm.decode_s * 1e3,
+            tm.decode_steps ? tm.decode_s * 1e3 / tm.decode_steps : 0.0, tm.new_tokens);
+    if (check) {
+        fprintf(stderr, "check-full: %ld rows, worst max|diff|/max|logit| %.3g (tolerance %.1g): %s\n", check->rows,
+                check->worst, check->tolerance, check->failures ? "FAIL" : "ok");
+        gpt2_free(check->ref);
+    }
+    cudaCheck(cudaFreeHost(host_out));
+    gpt2_infer_free(m);
+    ctx.destroy();
+    return check && check->failures ? 1 : 0;
+}

@@ -1,0 +1,288 @@
+// gpt2_infer.cuh: GPT-2 inference on the GPU with a KV cache, the model half of generate.cu and the
+// GPU twin of llmc/cpu/gpt2_infer.h (same steps, same cache layout). Only inference memory: the
+// floatX weights, one layer's activations for the rows of a prefill (reused by every layer), the
+// cache, and the generation state. The layer ops are the training forward's (llmc/*.cuh); the
+// training model of gpt2.cuh is untouched and serves as the full-forward reference of --check-full.
+//
+// The cache (docs/design.md, "KV cache and decode attention"): per layer k and v, (B, NKV, S, HD)
+// floatX, position p of sequence b in slot p % S; S = max_seq, or a ring of S = W slots when the
+// model's window W < max_seq.
+//
+// One batch of B prompts (fewer run with the rest idle):
+//   gpt2_infer_prefill: tokens (B, T) right-padded with their lengths and which rows are real; runs
+//       every layer over the B*T rows (the flash attention forward over the prompt, causal, so the
+//       padding never reaches a prompt position), kv_cache_fill per layer, then the logits (B, Vp)
+//       of each prompt's last position. It also resets the generation state (below).
+//   gpt2_infer_step: one token per sequence: sample from the logits (B, Vp) on the GPU, book-keep
+//       (stop at end-of-text, --max-new, the context end; teacher forcing), then the forward of the
+//       new tokens at M = B rows (encoder at per-sequence positions, kv_cache_append,
+//       attention_decode), which leaves the next logits (B, Vp). Everything it reads that changes
+//       from token to token (tokens, positions, counts, RNG states) lives in device buffers, so the
+//       step is captured once as a CUDA graph and replayed per token (gpt2_infer_step_graph).
+// The step writes the token each sequence produced (-1: none, it was done) into `step_out` (B),
+// which the caller copies to the host after each step.
+#pragma once
+#include <vector>
+#include "llmc/attention_decode.cuh"
+#include "llmc/gpt2.cuh"
+#include "llmc/kv_cache.cuh"
+#include "llmc/sampler.cuh"
+
+struct GenerateLimits {
+    SamplingParams sampling;
+    int eot;        // stop token, -1 = none
+    int max_new;    // tokens a sequence produces at most
+    int force_len;  // teacher forcing: tokens in GPT2Infer::force (0 = off); a sequence stops after them
+};
+
+struct GPT2Infer {
+    GPT2Config config{};
+    int B = 0;        // sequences at once
+    int Tmax = 0;     // prompt tokens per sequence a prefill may have
+    int max_seq = 0;  // positions a sequence may use
+    int S = 0, window = 0;  // cache slots per (sequence, KV head); the window attention_decode applies
+    floatX* params_memory = nullptr;  // (num_params) GPT2_PARAMETER_TABLE order
+    GPT2Tensors<floatX> params{};
+    floatX* k_cache = nullptr;  // (L, B, NKV, S, HD)
+    floatX* v_cache = nullptr;  // (L, B, NKV, S, HD)
+    float* decode_scratch = nullptr;  // attention_decode's split partials and counters (zeroed once)
+    // one layer's activations over R = B * Tmax rows (a decode step uses the first B)
+    floatX* res1;      // (R, C) the residual stream entering a layer
+    floatX* res2;      // (R, C) after the attention block
+    floatX* ln;        // (R, C) a LayerNorm's output (the last one: lnf)
+    float* mean;       // (R)
+    float* rstd;       // (R)
+    floatX* qkv;       // (R, QKV)
+    floatX* atty;      // (R, C)
+    float* lse;        // (B, NH, Tmax) the prefill attention's statistics (unused after)
+    floatX* proj;      // (R, C) output of attproj / fcproj
+    floatX* fch;       // (R, 4C) pre-GELU (the matmul's GELU epilogue writes it)
+    floatX* fch_gelu;  // (R, 4C)
+    floatX* last;      // (B, C) lnf of each prompt's last position
+    floatX* logits;    // (B, Vp)
+    // generation state, device
+    int* prompt;       // (B, Tmax) right-padded prompts
+    int* lengths;      // (B) prompt lengths
+    int* active;       // (B) 1 while a sequence generates
+    int* tokens;       // (B) the token each sequence feeds next
+    int* pos;          // (B) its position, -1 when idle
+    int* produced;     // (B) tokens produced so far
+    int* step_out;     // (B) this step's token, -1 = none
+    int* force;        // (max_force) teacher forcing tokens
+    uint64_t* rng;     // (B) splitmix64 states
+    int max_force = 0;
+    void* allocation = nullptr;
+    size_t allocated_bytes = 0;
+    cudaGraphExec_t graph = nullptr;  // the captured step (for the limits it was captured with)
+    GenerateLimits graph_limits{};
+};
+
+// Sizes everything for B sequences of prompts up to Tmax tokens and max_seq positions, uploads the
+// fp32 host parameters `host` (gpt2_num_params(c) values) as floatX.
+inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* host, int B, int Tmax, int max_seq,
+                             int max_force) {
+    gpt2_validate_config(c, "model");
+    const int C = c.channels, HD = gpt2_head_dim(c), NKV = c.num_kv_heads, L = c.num_layers;
+    if (C % 8 != 0 || c.padded_vocab_size % 8 != 0)
+        fail("model: channels %d and padded vocab %d must be multiples of 8 (16-byte loads)", C, c.padded_vocab_size);
+    if (HD != 64 && HD != 128) fail("model: head size %d (channels / heads) must be 64 or 128 for the GPU attention", HD);
+    if (max_seq < 1 || max_seq > c.max_seq_len)
+        fail("--max-seq %d: must be in [1, %d] (the model's max_seq_len)", max_seq, c.max_seq_len);
+    if (B < 1 || Tmax < 1 || Tmax > max_seq) fail("internal: gpt2_infer_build with B=%d Tmax=%d", B, Tmax);
+    m.config = c;
+    m.B = B;
+    m.Tmax = Tmax;
+    m.max_seq = max_seq;
+    const bool ring = c.window > 0 && c.window < max_seq;
+    m.S = ring ? c.window : max_seq;
+    m.window = ring ? c.window : 0;  // W >= max_seq never hides a position: full causal
+    m.max_force = std::max(1, max_force);
+    size_t offsets[NUM_PARAM_TENSORS];
+    gpt2_param_offsets(c, offsets);
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++)
+        if (offsets[i] % 8 != 0) fail("model: tensor %s does not start on a 16-byte boundary", GPT2_PARAM_NAMES[i]);
+
+    const size_t n = gpt2_num_params(c), R = (size_t)B * Tmax, QKV = gpt2_qkv_channels(c), X = sizeof(floatX);
+    const size_t F = sizeof(float), I = sizeof(int), cache = (size_t)L * B * NKV * m.S * HD;
+    const size_t scratch = attention_decode_scratch_floats(B, c.num_heads, NKV, HD, m.S, m.window);
+    std::vector<BufferSpec> specs = {
+        {(void**)&m.params_memory, n, X},    {(void**)&m.k_cache, cache, X},      {(void**)&m.v_cache, cache, X},
+        {(void**)&m.decode_scratch, std::max<size_t>(scratch, 1), F},
+        {(void**)&m.res1, R * C, X},         {(void**)&m.res2, R * C, X},         {(void**)&m.ln, R * C, X},
+        {(void**)&m.mean, R, F},             {(void**)&m.rstd, R, F},             {(void**)&m.qkv, R * QKV, X},
+        {(void**)&m.atty, R * C, X},         {(void**)&m.lse, R * c.num_heads, F}, {(void**)&m.proj, R * C, X},
+        {(void**)&m.fch, R * 4 * C, X},      {(void**)&m.fch_gelu, R * 4 * C, X}, {(void**)&m.last, (size_t)B * C, X},
+        {(void**)&m.logits, (size_t)B * c.padded_vocab_size, X},
+        {(void**)&m.prompt, R, I},           {(void**)&m.lengths, (size_t)B, I},  {(void**)&m.active, (size_t)B, I},
+        {(void**)&m.tokens, (size_t)B, I},   {(void**)&m.pos, (size_t)B, I},      {(void**)&m.produced, (size_t)B, I},
+        {(void**)&m.step_out, (size_t)B, I}, {(void**)&m.force, (size_t)m.max_force, I},
+        {(void**)&m.rng, (size_t)B, sizeof(uint64_t)},
+    };
+    m.allocated_bytes = specs_bytes(specs);
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const double GiB = 1073741824.0;
+    if (m.allocated_bytes + (256u << 20) > free_bytes)
+        fail("generate needs %.2f GiB of GPU memory (KV cache %.2f GiB) but only %.2f GiB are free: lower --batch or "
+             "--max-seq", m.allocated_bytes / GiB, 2.0 * cache * X / GiB, free_bytes / GiB);
+    m.allocation = specs_allocate(specs, "the inference model, activations and KV cache");
+    m.params = gpt2_point_tensors(m.params_memory, c);
+    cudaCheck(cudaMemset(m.allocation, 0, m.allocated_bytes));  // the decode scratch's counters start at zero
+    if (HAS_MASTER) {
+        std::vector<uint16_t> bf(n);
+        for (size_t i = 0; i < n; i++) bf[i] = float_to_bf16(host[i]);
+        cudaCheck(cudaMemcpy(m.params_memory, bf.data(), n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    } else {
+        cudaCheck(cudaMemcpy(m.params_memory, host, n * sizeof(float), cudaMemcpyHostToDevice));
+    }
+}
+
+inline void gpt2_infer_free(GPT2Infer& m) {
+    if (m.graph) cudaCheck(cudaGraphExecDestroy(m.graph));
+    cudaCheck(cudaFree(m.allocation));
+    m = GPT2Infer();
+}
+
+namespace infer_detail {
+
+// The transformer blocks over M rows of res1 (the embeddings), leaving lnf of every row in `ln`.
+// attend(l) fills atty from qkv for layer l (and writes that layer's K/V into the cache).
+template <typename Attend>
+inline void layers(GPT2Infer& m, int M, const CudaContext& ctx, Attend&& attend) {
+    const GPT2Config& c = m.config;
+    const int C = c.channels, L = c.num_layers, QKV = gpt2_qkv_channels(c);
+    const GPT2Tensors<floatX>& p = m.params;
+    cudaStream_t s = ctx.stream;
+    layernorm_forward(m.ln, m.mean, m.rstd, m.res1, p.ln1w, p.ln1b, M, C, s);
+    for (int l = 0; l < L; l++) {
+        const size_t c1 = (size_t)l * C;
+        matmul_forward(m.qkv, nullptr, m.ln, p.qkvw + (size_t)l * QKV * C, p.qkvb + (size_t)l * QKV, M, C, QKV, ctx);
+        attend(l);
+        matmul_forward(m.proj, nullptr, m.atty, p.attprojw + c1 * C, p.attprojb + c1, M, C, C, ctx);
+        fused_residual_layernorm_forward(m.res2, m.ln, m.mean, m.rstd, m.res1, m.proj, p.ln2w + c1, p.ln2b + c1, M, C,
+                                         s);
+        matmul_forward(m.fch_gelu, m.fch, m.ln, p.fcw + c1 * 4 * C, p.fcb + 4 * c1, M, C, 4 * C, ctx);
+        matmul_forward(m.proj, nullptr, m.fch_gelu, p.fcprojw + c1 * 4 * C, p.fcprojb + c1, M, 4 * C, C, ctx);
+        const bool next = l + 1 < L;
+        fused_residual_layernorm_forward(m.res1, m.ln, m.mean, m.rstd, m.res2, m.proj, next ? p.ln1w + c1 + C : p.lnfw,
+                                         next ? p.ln1b + c1 + C : p.lnfb, M, C, s);
+    }
+}
+
+inline size_t layer_cache_offset(const GPT2Infer& m, int l) {
+    return (size_t)l * m.B * m.config.num_kv_heads * m.S * gpt2_head_dim(m.config);
+}
+
+// last (B, C) = ln row (b, lengths[b] - 1) of ln (B, T, C): one thread per 16-byte pack.
+static __global__ void gather_last_rows(floatX* last, const floatX* ln, const int* lengths, int B, int T, int C) {
+    const int packs = C / x128::size, idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= B * packs) return;
+    const int b = idx / packs, c = (idx % packs) * x128::size;
+    store128(last + (size_t)b * C + c, load128(ln + ((size_t)b * T + lengths[b] - 1) * C + c));
+}
+
+// One block per sequence: the next token from its logits, then the book-keeping of the CPU loop
+// (generate_cpu.cpp): the token is output; the sequence stops at end-of-text, after max_new tokens,
+// after the forced tokens, or when the token's position reaches the context end (output, never fed).
+static __global__ void __launch_bounds__(SAMPLE_THREADS)
+sample_and_advance(int* step_out, int* tokens, int* pos, int* produced, int* active, uint64_t* rng,
+                   const floatX* logits, const int* lengths, const int* force, GenerateLimits lim, int V, int Vp,
+                   int max_seq) {
+    const int b = blockIdx.x;
+    if (!active[b]) {
+        if (threadIdx.x == 0) step_out[b] = -1;
+        return;
+    }
+    const int n = produced[b];
+    const int id = lim.force_len > 0 ? force[n]
+                                     : sampler_detail::block_sample(logits + (size_t)b * Vp, V, lim.sampling, rng + b);
+    if (threadIdx.x != 0) return;
+    const int at = lengths[b] + n;  // the new token's position
+    step_out[b] = id;
+    produced[b] = n + 1;
+    const bool done = id == lim.eot || n + 1 == lim.max_new || n + 1 == lim.force_len || at >= max_seq;
+    if (done) {
+        active[b] = 0;
+        pos[b] = -1;
+    } else {
+        tokens[b] = id;
+        pos[b] = at;
+    }
+}
+
+}  // namespace infer_detail
+
+// tokens (B, T) host, right-padded; lengths (B) in [1, T]; active (B): 1 = a real prompt (0 = a
+// padding row, idle from the start); rng (B) the sampling states. Fills the cache and leaves the
+// logits (B, Vp) of each prompt's last position; resets the generation state.
+inline void gpt2_infer_prefill(GPT2Infer& m, const int* tokens, const int* lengths, const int* active,
+                               const uint64_t* rng, int T, const CudaContext& ctx) {
+    const GPT2Config& c = m.config;
+    const int B = m.B, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
+    if (T < 1 || T > m.Tmax) fail("internal: prefill of T=%d, built for %d", T, m.Tmax);
+    for (int b = 0; b < B; b++)
+        if (lengths[b] < 1 || lengths[b] > T) fail("internal: prefill length %d of sequence %d", lengths[b], b);
+    cudaStream_t s = ctx.stream;
+    std::vector<int> neg(B, -1), zero(B, 0);
+    cudaCheck(cudaMemcpyAsync(m.prompt, tokens, sizeof(int) * B * T, cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(m.lengths, lengths, sizeof(int) * B, cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(m.active, active, sizeof(int) * B, cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(m.rng, rng, sizeof(uint64_t) * B, cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(m.pos, neg.data(), sizeof(int) * B, cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(m.produced, zero.data(), sizeof(int) * B, cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(m.tokens, zero.data(), sizeof(int) * B, cudaMemcpyHostToDevice, s));
+    encoder_forward(m.res1, m.prompt, m.params.wte, m.params.wpe, B, T, C, s);
+    infer_detail::layers(m, B * T, ctx, [&](int l) {
+        const size_t off = infer_detail::layer_cache_offset(m, l);
+        model_attention_forward(m.atty, m.lse, m.qkv, B, T, NH, NKV, HD, c.window, s);
+        kv_cache_fill(m.k_cache + off, m.v_cache + off, m.qkv, m.lengths, B, T, NH, NKV, HD, m.S, s);
+    });
+    infer_detail::gather_last_rows<<<ceil_div(B * C / x128::size, 256), 256, 0, s>>>(m.last, m.ln, m.lengths, B, T, C);
+    cudaCheckLaunch();
+    matmul_forward(m.logits, nullptr, m.last, m.params.wte, nullptr, B, C, c.padded_vocab_size, ctx);
+    cudaCheck(cudaStreamSynchronize(s));  // the host vectors above leave scope
+}
+
+// The forward of one new token per sequence (tokens, pos on the device) into logits (B, Vp).
+inline void gpt2_infer_decode_forward(GPT2Infer& m, const CudaContext& ctx) {
+    const GPT2Config& c = m.config;
+    const int B = m.B, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
+    cudaStream_t s = ctx.stream;
+    encoder_forward_at(m.res1, m.tokens, m.pos, m.params.wte, m.params.wpe, B, C, s);
+    infer_detail::layers(m, B, ctx, [&](int l) {
+        const size_t off = infer_detail::layer_cache_offset(m, l);
+        kv_cache_append(m.k_cache + off, m.v_cache + off, m.qkv, m.pos, B, NH, NKV, HD, m.S, s);
+        attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, s, m.window,
+                         m.decode_scratch);
+    });
+    matmul_forward(m.logits, nullptr, m.ln, m.params.wte, nullptr, B, C, c.padded_vocab_size, ctx);
+}
+
+// One generation step, enqueued: sample + book-keeping, then the forward of the new tokens.
+inline void gpt2_infer_step(GPT2Infer& m, const GenerateLimits& lim, const CudaContext& ctx) {
+    const GPT2Config& c = m.config;
+    infer_detail::sample_and_advance<<<m.B, SAMPLE_THREADS, 0, ctx.stream>>>(
+        m.step_out, m.tokens, m.pos, m.produced, m.active, m.rng, m.logits, m.lengths, m.force, lim, c.vocab_size,
+        c.padded_vocab_size, m.max_seq);
+    cudaCheckLaunch();
+    gpt2_infer_decode_forward(m, ctx);
+}
+
+// The same step as one CUDA graph, captured at the first call (and again if the limits change),
+// then replayed: one launch per token instead of ~12 per layer.
+inline void gpt2_infer_step_graph(GPT2Infer& m, const GenerateLimits& lim, const CudaContext& ctx) {
+    if (m.graph && memcmp(&lim, &m.graph_limits, sizeof lim) != 0) {
+        cudaCheck(cudaGraphExecDestroy(m.graph));
+        m.graph = nullptr;
+    }
+    if (!m.graph) {
+        cudaGraph_t g;
+        cudaCheck(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
+        gpt2_infer_step(m, lim, ctx);
+        cudaCheck(cudaStreamEndCapture(ctx.stream, &g));
+        cudaCheck(cudaGraphInstantiate(&m.graph, g, 0));
+        cudaCheck(cudaGraphDestroy(g));
+        m.graph_limits = lim;
+    }
+    cudaCheck(cudaGraphLaunch(m.graph, ctx.stream));
+}
