@@ -90,7 +90,7 @@ test:
 	@./tests/run_tests.sh
 test-build: cpu check-headers $(if $(HAS_NVCC),gpu dev)
 
-test-gpu: gpu
+test-gpu: gpu $(BUILD)/generate_cpu
 	@./tests/run_gpu_tests.sh
 
 dev:

@@ -25,7 +25,7 @@
 // The training model (llmc/gpt2.cuh) over one whole sequence, the reference for the cached logits.
 struct FullCheck {
     GPT2 ref;
-    double tolerance = HAS_MASTER ? 3e-2 : 1e-4;  // max |diff| / max |ref logit| over a row
+    double tolerance = HAS_MASTER ? 5e-2 : 1e-4;  // max |diff| / max |ref logit| over a row (bf16: both paths round)
     double worst = 0.0;
     long rows = 0, failures = 0;
 };

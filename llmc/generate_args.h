@@ -105,7 +105,7 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
                   "and --max-new new tokens (no end-of-text stop); prints one BENCH_GEN line");
         p.add_int("--bench-prompt", &g.bench_prompt, {1, 1 << 20}, "prompt tokens per sequence for --bench");
         p.add_string("--init", "dN", &g.init, "a fresh GPT-2 of N layers (d12 = 124M, the trainer's init from "
-                     "--seed) instead of --model, for --bench");
+                     "--seed) instead of --model: --bench and tests need no file");
     }
     p.parse(argc, argv);
     if (g.model_path.empty() && g.init.empty())

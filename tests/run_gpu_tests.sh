@@ -11,6 +11,8 @@
 #   3. a batch or a model that cannot fit fails with a one-line message naming the fix
 #   4. compute-sanitizer memcheck on the small-model tests
 #   5. HellaSwag: both GPU builds' acc_norm on tests/fixture/hellaswag.bin equals PyTorch's (fp64)
+#   6. generate: tests/test_generate_gpu.sh (GPU = CPU twin, cached = full logits, graph = no graph,
+#      bad inputs, memcheck, the BENCH_GEN lines)
 # Env: GPU_TEST_DIR (scratch, default a new /tmp dir), LOGS (default $GPU_TEST_DIR),
 #      MEMCHECK=0 to skip memcheck, MEMCHECK_TIMEOUT (seconds, default 900).
 cd "$(dirname "$0")/.." || exit 1
@@ -139,6 +141,10 @@ hellaswag_gpu() {
     done
 }
 run "HellaSwag accuracy vs PyTorch" hellaswag.log hellaswag_gpu
+
+# ---- 6. generation with the KV cache (its own script, also run on its own)
+run "generate: GPU vs CPU twin, cached vs full logits, graph, bad inputs, memcheck, bench" generate.log \
+    env GPU_TEST_DIR="$WORK/generate" tests/test_generate_gpu.sh
 
 echo
 [ $failed -gt 0 ] && echo "failed: ${failed_names[*]}"

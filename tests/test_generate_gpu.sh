@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# GPU generation (generate.cu) on small random models and GPT-2 124M shapes; needs a GPU, python3
+# with numpy, and build/generate, build/generate_fp32, build/generate_cpu (make build/generate
+# build/generate_fp32 build/generate_cpu). Each check prints ok/FAIL; a table of the checks and the
+# BENCH_GEN lines comes last; the exit status is non-zero if any check failed.
+#   1. the fp32 build's greedy tokens equal the CPU twin's (MHA; GQA with a wrapping window ring;
+#      a context end; a batch of different lengths; interactive), and so do its sampled tokens
+#      (temperature, top-k, top-p: the same splitmix64 stream on both)
+#   2. --check-full 1: each step's cached logits equal the training model's full forward over the
+#      same tokens (bf16 and fp32 builds; small models and d12)
+#   3. the CUDA graph and plain launches (--graph 0) give identical tokens
+#   4. bad inputs fail with their one-line errors
+#   5. compute-sanitizer memcheck of a small run, graph and no graph (MEMCHECK=0 skips it)
+#   6. --bench 1: GPT-2 124M shapes (random d12), 64-token prompts, 256 new tokens, greedy, B=1 and
+#      B=64 (BENCH=0 skips it)
+cd "$(dirname "$0")/.." || exit 1
+WORK=${GPU_TEST_DIR:-$(mktemp -d /tmp/gen_gpu.XXXXXX)}
+mkdir -p "$WORK"
+GEN=build/generate GEN32=build/generate_fp32 CPU=build/generate_cpu
+for b in $GEN $GEN32 $CPU; do [ -x $b ] || { echo "error: $b is missing: make $GEN $GEN32 $CPU"; exit 1; }; done
+passed=0; failed=0; rows=()
+report() {  # report NAME STATUS(0 = ok)
+    if [ "$2" -eq 0 ]; then passed=$((passed + 1)); rows+=("ok    $1"); echo "ok: $1"
+    else failed=$((failed + 1)); rows+=("FAIL  $1"); echo "FAIL: $1"; fi
+}
+
+# two random models in our format: MHA (2 heads of 64) and GQA (4 heads, 2 KV heads) with a 16-token
+# window; weights large enough that the logits are well separated (greedy ties never decide)
+python3 - "$WORK" <<'PY' || { echo "error: could not write the test models"; exit 1; }
+import sys
+import numpy as np
+sys.path.insert(0, "scripts")
+from llmc_formats import write_model, param_shapes, CONFIG_KEYS
+work = sys.argv[1]
+for name, L, C, NH, NKV, W in [("mha", 2, 128, 2, 2, 0), ("gqa", 3, 256, 4, 2, 16)]:
+    cfg = dict(max_seq_len=64, vocab_size=1000, padded_vocab_size=1024, num_layers=L, num_heads=NH,
+               num_kv_heads=NKV, channels=C, window=W)
+    rng = np.random.default_rng(7)
+    parts = []
+    for shape in param_shapes(cfg):
+        parts.append(rng.normal(0.0, 0.1, size=int(np.prod(shape))).astype(np.float32))
+    write_model(f"{work}/{name}.bin", cfg, np.concatenate(parts))
+PY
+MHA=$WORK/mha.bin GQA=$WORK/gqa.bin
+P1="1,2,3,4,5" P2="900,17,4,250,31,8,77,12,600,5,44,3" P3="42"
+
+# ---- 1. fp32 build vs the CPU twin
+same() {  # same NAME CMD_ARGS...: stdout of the fp32 GPU build and the CPU twin are equal (and non-empty)
+    local name=$1; shift
+    $GEN32 "$@" > "$WORK/gpu.out" 2> "$WORK/gpu.err"; local a=$?
+    $CPU "$@" > "$WORK/cpu.out" 2> "$WORK/cpu.err"; local b=$?
+    [ $a -eq 0 ] && [ $b -eq 0 ] && [ -s "$WORK/gpu.out" ] && cmp -s "$WORK/gpu.out" "$WORK/cpu.out"
+    local st=$?
+    [ $st -ne 0 ] && { echo "  gpu (rc $a):"; head -c 600 "$WORK/gpu.out"; tail -3 "$WORK/gpu.err";
+                      echo "  cpu (rc $b):"; head -c 600 "$WORK/cpu.out"; tail -3 "$WORK/cpu.err"; }
+    report "fp32 GPU = CPU twin: $name" $st
+}
+same "greedy, MHA, one prompt streamed" --model $MHA --prompt-ids $P2 --temperature 0 --max-new 40 --eot -1
+same "greedy, MHA, batch of 3 lengths" --model $MHA --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3 \
+    --temperature 0 --max-new 40 --eot -1
+same "greedy, GQA + window 16 (ring wraps), batch of 3" --model $GQA --prompt-ids $P1 --prompt-ids $P2 \
+    --prompt-ids $P3 --temperature 0 --max-new 45 --eot -1
+same "greedy, context end (--max-seq 20), batch 2 of 3 prompts" --model $GQA --max-seq 20 --batch 2 \
+    --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3 --temperature 0 --max-new 100 --eot -1
+same "greedy, end-of-text stop (--eot 7)" --model $MHA --prompt-ids $P1 --prompt-ids $P3 --temperature 0 --max-new 60 --eot 7
+same "sampled (temperature 0.9), batch of 3" --model $MHA --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3 \
+    --temperature 0.9 --max-new 40 --eot -1 --seed 5
+same "sampled (top-k 20, top-p 0.9), GQA" --model $GQA --prompt-ids $P1 --prompt-ids $P2 --temperature 1.2 \
+    --top-k 20 --top-p 0.9 --max-new 40 --eot -1 --seed 9
+same "teacher forcing (--force-ids)" --model $MHA --prompt-ids $P1 --force-ids 5,6,7,8,9,10 --temperature 0
+printf '1 2 3\n\n99999\n7,8,9,10\n' > "$WORK/stdin.txt"
+same "interactive from stdin (a bad line skipped)" --model $GQA --interactive 1 --temperature 0.8 --max-new 20 \
+    --eot -1 < "$WORK/stdin.txt"
+
+# ---- 2. cached logits vs the full forward
+full() {  # full NAME BINARY ARGS...
+    local name=$1 bin=$2; shift 2
+    $bin "$@" --check-full 1 > "$WORK/full.out" 2> "$WORK/full.err"; local st=$?
+    grep "check-full" "$WORK/full.err" | tail -3 | sed 's/^/  /'
+    grep -q "check-full: .*: ok$" "$WORK/full.err" || st=1
+    report "cached logits = full forward: $name" $st
+}
+full "bf16, MHA, batch of 3" $GEN --model $MHA --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3 --temperature 0 \
+    --max-new 30 --eot -1
+full "bf16, GQA + window ring, batch of 2" $GEN --model $GQA --prompt-ids $P1 --prompt-ids $P2 --temperature 0.7 \
+    --max-new 40 --eot -1
+full "fp32, GQA + window ring" $GEN32 --model $GQA --prompt-ids $P2 --temperature 0 --max-new 40 --eot -1
+full "bf16, d12 (GPT-2 124M shapes), batch of 2" $GEN --init d12 --max-seq 128 --prompt-ids $P2 --prompt-ids $P1 \
+    --temperature 0 --max-new 24 --eot -1
+
+# ---- 3. graph vs plain launches
+graph_same() {  # graph_same NAME ARGS...
+    local name=$1; shift
+    $GEN "$@" --graph 1 > "$WORK/g1.out" 2>/dev/null; local a=$?
+    $GEN "$@" --graph 0 > "$WORK/g0.out" 2>/dev/null; local b=$?
+    [ $a -eq 0 ] && [ $b -eq 0 ] && [ -s "$WORK/g1.out" ] && cmp -s "$WORK/g1.out" "$WORK/g0.out"
+    report "graph = no graph: $name" $?
+}
+graph_same "greedy, batch of 3" --model $MHA --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3 --temperature 0 \
+    --max-new 40 --eot -1
+graph_same "top-k 50 sampling, GQA, batch of 2" --model $GQA --prompt-ids $P1 --prompt-ids $P2 --temperature 1 \
+    --top-k 50 --max-new 40 --eot -1
+graph_same "d12, greedy, batch of 2" --init d12 --max-seq 128 --prompt-ids $P1 --prompt-ids $P2 --temperature 0 \
+    --max-new 32 --eot -1
+
+# ---- 4. bad inputs: non-zero exit and the expected words on stderr
+bad() {  # bad NAME EXPECTED_TEXT ARGS...
+    local name=$1 want=$2; shift 2
+    $GEN "$@" > /dev/null 2> "$WORK/bad.err" < /dev/null; local rc=$?
+    local st=0
+    { [ $rc -ne 0 ] && grep -q -- "$want" "$WORK/bad.err"; } || st=1
+    [ $st -ne 0 ] && { echo "  rc $rc, stderr:"; head -3 "$WORK/bad.err"; }
+    report "bad input: $name" $st
+}
+bad "empty prompt" "empty prompt" --model $MHA --prompt-ids ""
+bad "prompt longer than the context" "longer than the context" --model $MHA --max-seq 8 --prompt-ids $P2
+bad "unknown token id" "out of range" --model $MHA --prompt-ids 1,2,1000
+bad "temperature < 0" "--temperature: must be in" --model $MHA --prompt-ids $P1 --temperature -1
+bad "top-p 0" "--top-p: must be in (0, 1]" --model $MHA --prompt-ids $P1 --top-p 0
+bad "top-k < 0" "--top-k: must be in" --model $MHA --prompt-ids $P1 --top-k -3
+bad "missing model file" "cannot open" --model "$WORK/nope.bin" --prompt-ids $P1
+bad "foreign file" "tests/fixture/bpe_cases.bin" --model tests/fixture/bpe_cases.bin --prompt-ids $P1
+bad "head size the GPU cannot run" "head size" --model tests/fixture/model.bin --prompt-ids $P1
+bad "--max-seq past the model's" "longer than the 64 positions" --model $MHA --max-seq 65 --prompt-ids $P1
+bad "no prompt" "no prompt" --model $MHA
+bad "--graph 2" "--graph: must be in" --model $MHA --prompt-ids $P1 --graph 2
+
+# ---- 5. memcheck
+if [ "${MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer > /dev/null; then
+    for gr in 1 0; do
+        timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 $GEN --model $GQA --prompt-ids $P1 \
+            --prompt-ids $P2 --temperature 0.8 --top-k 10 --top-p 0.9 --max-new 24 --eot -1 --graph $gr \
+            > "$WORK/memcheck.out" 2>&1
+        st=$?
+        grep -E "ERROR SUMMARY" "$WORK/memcheck.out" | sed 's/^/  /'
+        if [ $st -ne 0 ] && grep -q "Device not supported" "$WORK/memcheck.out"; then
+            echo "  memcheck: SKIPPED (sanitizer unsupported here)"; st=0
+        fi
+        [ $st -ne 0 ] && tail -20 "$WORK/memcheck.out"
+        report "memcheck clean, GQA + window, sampling, graph $gr" $st
+    done
+fi
+
+# ---- 6. speed
+bench_lines=()
+if [ "${BENCH:-1}" != 0 ]; then
+    for args in "--batch 1" "--batch 64" "--batch 1 --graph 0"; do
+        line=$($GEN --init d12 --bench 1 --bench-prompt 64 --max-new 256 --temperature 0 $args 2> "$WORK/bench.err" \
+               | grep BENCH_GEN)
+        st=$?
+        [ $st -ne 0 ] && tail -3 "$WORK/bench.err"
+        bench_lines+=("$line")
+        report "bench $args" $st
+    done
+fi
+
+echo
+echo "==== test_generate_gpu summary"
+for r in "${rows[@]}"; do echo "$r"; done
+for l in "${bench_lines[@]}"; do echo "$l"; done
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
