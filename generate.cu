@@ -226,6 +226,7 @@ int main(int argc, char** argv) {
             2.0 * c.num_layers * B * c.num_kv_heads * m.S * gpt2_head_dim(c) * sizeof(floatX) / 1048576.0, B,
             ctx.props.name, PRECISION_NAME);
     GenerateLimits lim{{g.temperature, g.top_k, g.top_p}, eot, g.max_new, (int)force.size()};
+    gpt2_infer_warmup(m, lim, ctx);
     if (g.bench) {
         bench(m, g, lim, ctx);
         gpt2_infer_free(m);

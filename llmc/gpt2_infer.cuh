@@ -268,6 +268,18 @@ inline void gpt2_infer_step(GPT2Infer& m, const GenerateLimits& lim, const CudaC
     gpt2_infer_decode_forward(m, ctx);
 }
 
+// One step with every sequence idle, not captured: the sampler skips them and the forward writes only
+// rows nobody reads (no cache slot: idle sequences append nothing). It loads every kernel of the step
+// before a capture (lazy module loading inside a capture is not allowed on every driver) and leaves
+// the generation state idle. Call it after gpt2_infer_build, before the first prefill.
+inline void gpt2_infer_warmup(GPT2Infer& m, const GenerateLimits& lim, const CudaContext& ctx) {
+    const std::vector<int> neg(m.B, -1);
+    cudaCheck(cudaMemcpy(m.pos, neg.data(), sizeof(int) * m.B, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemset(m.active, 0, sizeof(int) * m.B));
+    gpt2_infer_step(m, lim, ctx);
+    cudaCheck(cudaStreamSynchronize(ctx.stream));
+}
+
 // The same step as one CUDA graph, captured at the first call (and again if the limits change),
 // then replayed: one launch per token instead of ~12 per layer.
 inline void gpt2_infer_step_graph(GPT2Infer& m, const GenerateLimits& lim, const CudaContext& ctx) {
