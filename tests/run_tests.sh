@@ -10,9 +10,10 @@ run() {  # run NAME CMD...
     else failed=$((failed + 1)); failed_names+=("$name"); echo "--- $name: FAIL"; fi
 }
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-run "cpu reference vs PyTorch (test_gpt2_cpu)" build/test_gpt2_cpu
+run "cpu reference vs PyTorch, GPT-2 and Llama-style (test_gpt2_cpu)" build/test_gpt2_cpu
 run "cpu attention (MHA, GQA, MQA, window) vs PyTorch" build/test_attention_cpu
 run "cpu Llama ops (RMSNorm, fused residual+RMSNorm, RoPE, SwiGLU) vs PyTorch" build/test_llama_ops_cpu
+run "cpu trainer trains a Llama-style model from --init and resumes it exactly" tests/test_train_llama.sh
 run "dataloader" build/test_dataloader
 run "bad inputs give clear errors" tests/test_bad_inputs.sh
 run "checkpoints under damage (interrupted saves, corruption, overwrite, kill)" tests/test_checkpoints.sh
