@@ -141,7 +141,8 @@ bench: gpu
 	./scripts/bench_gpt2.sh
 
 # Regenerates the committed CPU test fixtures (needs torch): tests/fixture/model.bin + debug.bin
-# (multi-head) and gqa_model.bin + gqa_debug.bin (NH=6, NKV=2, window 6), see README.md
+# (multi-head) and gqa_model.bin + gqa_debug.bin (NH=6, NKV=2, window 6), and the Llama-style
+# llama_, llama_gqa_ and llama_window_ pairs, see README.md (the GPT-2 ones come out byte-identical)
 fixture:
 	python3 scripts/train_gpt2.py --fixture tests/fixture
 

@@ -1,13 +1,15 @@
-// test_gpt2_cpu.cpp: the CPU reference model (llmc/cpu/gpt2.h) against PyTorch. Loads a model checkpoint and the
+// test_gpt2_cpu.cpp: the CPU reference model (llmc/cpu/gpt2.h) against PyTorch, GPT-2 and Llama-style.
+// Loads a model checkpoint and the
 // debug state scripts/train_gpt2.py wrote for it (docs/formats.md, GPTX: one batch, the logits,
 // loss and every parameter gradient computed in float64, and the loss before each of n AdamW
-// steps on that batch), then checks ours: logits, loss, all 16 gradient tensors, the logits of a
+// steps on that batch), then checks ours: logits, loss, every gradient tensor the config has, the logits of a
 // shorter row run as sampling runs it, the same gradient accumulated over two half-weighted
 // micro-batches, and the loss trajectory of n AdamW steps with the same hyperparameters.
 //
-//   build/test_gpt2_cpu [model.bin debug.bin]     (default: both committed fixtures in tests/fixture:
-//                                                  model/debug.bin (MHA) and gqa_model/gqa_debug.bin
-//                                                  (NKV < NH, attention window))
+//   build/test_gpt2_cpu [model.bin debug.bin]     (default: the committed fixtures in tests/fixture:
+//                                                  GPT-2 model/debug.bin (MHA) and gqa_model/gqa_debug.bin
+//                                                  (NKV < NH, attention window); Llama llama_*, llama_gqa_*
+//                                                  (untied head), llama_window_*)
 //
 // Tolerances. The reference is float64, so every difference is our fp32 rounding. One fp32
 // operation errs by at most 2^-24 = 6e-8 relative; a dot product of length K accumulates errors
@@ -24,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include "llmc/cpu/gpt2.h"
 #include "llmc/formats.h"
 #include "llmc/gpt2_config.h"
@@ -95,7 +98,10 @@ int check_fixture(const char* model_path, const char* debug_path) {
     size_t sizes[NUM_PARAM_TENSORS], offsets[NUM_PARAM_TENSORS];
     gpt2_param_sizes(c, sizes);
     gpt2_param_offsets(c, offsets);
+    int checks = 4 + ref.num_steps;
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        if (sizes[i] == 0) continue;  // a tensor this config lacks
+        checks++;
         const float* ours = model.grads_memory.data() + offsets[i];
         const float* theirs = ref.grads.data() + offsets[i];
         report(GPT2_PARAM_NAMES[i], compare(ours, theirs, 1, sizes[i], sizes[i]), TOL_SCALED);
@@ -131,7 +137,7 @@ int check_fixture(const char* model_path, const char* debug_path) {
         check_scalar(what, l, ref.losses[step], TOL_TRAJECTORY);
     }
 
-    return 4 + NUM_PARAM_TENSORS + ref.num_steps;
+    return checks;
 }
 
 int main(int argc, char** argv) {
@@ -139,9 +145,13 @@ int main(int argc, char** argv) {
     int checks = 0;
     if (argc == 3) {
         checks += check_fixture(argv[1], argv[2]);
-    } else {  // the committed fixtures: multi-head full causal, and grouped-query with a window
-        checks += check_fixture("tests/fixture/model.bin", "tests/fixture/debug.bin");
-        checks += check_fixture("tests/fixture/gqa_model.bin", "tests/fixture/gqa_debug.bin");
+    } else {  // the committed fixtures (scripts/train_gpt2.py FIXTURES): GPT-2 multi-head full causal
+              // and grouped-query with a window (version-1 files, as earlier builds wrote them); Llama
+              // multi-head with a tied head, grouped-query untied, grouped-query with a window
+        for (const char* prefix : {"", "gqa_", "llama_", "llama_gqa_", "llama_window_"}) {
+            const std::string dir = "tests/fixture/" + std::string(prefix);
+            checks += check_fixture((dir + "model.bin").c_str(), (dir + "debug.bin").c_str());
+        }
     }
     printf("test_gpt2_cpu: %s (%d checks, %d failed)\n", failures ? "FAILED" : "PASSED", checks, failures);
     return failures ? 1 : 0;

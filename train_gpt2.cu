@@ -60,7 +60,8 @@ int main(int argc, char** argv) {
     const bool from_file = !resume_dir.empty() || file_exists(init_path.c_str());
     GPT2Config config = from_file ? model_read_info(init_path.c_str()).config : gpt2_config_from_descriptor(cfg.init.c_str());
     const std::string source = from_file ? init_path : "--init " + cfg.init;
-    apply_attention_flags(config, cfg, !from_file, init_path.c_str());
+    apply_shape_flags(config, cfg, !from_file, init_path.c_str());
+    gpt2_check_gpu_support(config, source.c_str());
 
     CudaContext ctx;
     ctx.init(0);

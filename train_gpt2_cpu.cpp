@@ -46,7 +46,7 @@ float validation_loss(GPT2& m, DataLoader& val, int steps, int B, int T) {
 int main(int argc, char** argv) {
     TrainConfig cfg;
     parse_train_args(argc, argv, cfg, "train_gpt2_cpu",
-                     "Trains GPT-2 in fp32 on the CPU (the reference for the GPU trainer). Example:\n"
+                     "Trains GPT-2 or a Llama-style model in fp32 on the CPU (the reference for the GPU trainer). Example:\n"
                      "  build/train_gpt2_cpu --train \"data/tinyshakespeare/*_train.bin\" --val \"data/tinyshakespeare/*_val.bin\"\n"
                      "      --tokenizer data/gpt2_tokenizer.bin --init d4 --steps 200 --lr 2e-3 --warmup 20 --sample-every 100");
     // --resume, --out-dir and --log checked and prepared before any work (llmc/checkpoint.h)
@@ -54,13 +54,13 @@ int main(int argc, char** argv) {
     const std::string& resume_from = files.resume_from;
     RunLog& log = files.log;
     // the model: a model file (any existing file, or a name ending in .bin: a missing one is an
-    // error naming it) or a fresh init from a dN descriptor; --kv-heads and --window shape a fresh
-    // model and must repeat a file's values
+    // error naming it) or a fresh init from a descriptor (dN, gpt2*, llama:...); --kv-heads, --window
+    // and --max-seq shape a fresh model and must repeat a file's values
     const std::string& init = cfg.init;
     const bool from_file =
         file_exists(init.c_str()) || (init.size() > 4 && init.compare(init.size() - 4, 4, ".bin") == 0);
     GPT2Config config = from_file ? model_read_info(init.c_str()).config : gpt2_config_from_descriptor(init.c_str());
-    apply_attention_flags(config, cfg, !from_file, init.c_str());
+    apply_shape_flags(config, cfg, !from_file, init.c_str());
     gpt2_print_config(config);
     GPT2 model;
     gpt2_build(model, config, cfg.B, cfg.T);

@@ -333,9 +333,10 @@ inline RunFiles open_run_files(TrainConfig& cfg) {
             const GPT2Config have = model_read_info(model_path.c_str()).config;
             GPT2Config want = file_exists(cfg.init.c_str()) ? model_read_info(cfg.init.c_str()).config
                                                             : gpt2_config_from_descriptor(cfg.init.c_str());
-            want.num_kv_heads = have.num_kv_heads;  // --kv-heads and --window are checked against the
-            want.window = have.window;              // checkpoint by apply_attention_flags
-            if (memcmp(&have, &want, sizeof have) != 0)
+            want.num_kv_heads = have.num_kv_heads;  // --kv-heads, --window and --max-seq are checked
+            want.window = have.window;              // against the checkpoint by apply_shape_flags
+            want.max_seq_len = have.max_seq_len;
+            if (!gpt2_same_config(have, want))
                 fail("--init %s: differs from the model of the checkpoint %s (L=%d C=%d NH=%d NKV=%d W=%d); with "
                      "--resume the model comes from the checkpoint, so drop --init or repeat the run's own",
                      cfg.init.c_str(), files.resume_from.c_str(), have.num_layers, have.channels, have.num_heads,

@@ -26,7 +26,15 @@ constexpr int64_t MAGIC_TOKENIZER = fourcc("GPTT");
 constexpr int64_t MAGIC_SHARD = fourcc("GPTD");
 constexpr int64_t MAGIC_DEBUG = fourcc("GPTX");
 constexpr int64_t MAGIC_EVAL = fourcc("GPTE");
-constexpr int64_t FORMAT_VERSION = 1;
+constexpr int64_t FORMAT_VERSION = 1;  // the first version of every format, and the only one of most
+// Model files (GPTM) and debug states (GPTX) are at version 2, which adds the model family's knobs
+// (docs/formats.md). Their writers use version 1 for a plain GPT-2 config, so GPT-2 files stay
+// byte-identical to those of earlier builds and readable by them; the readers take both.
+constexpr int64_t MODEL_VERSION = 2;
+constexpr int64_t DEBUG_VERSION = 2;
+inline int64_t newest_version(int64_t magic) {
+    return magic == MAGIC_MODEL ? MODEL_VERSION : magic == MAGIC_DEBUG ? DEBUG_VERSION : FORMAT_VERSION;
+}
 
 enum ModelDtype : int64_t { DTYPE_FP32 = 0, DTYPE_BF16 = 1 };
 
@@ -62,9 +70,14 @@ inline UniqueFile open_checked(const char* path, int64_t magic, FileHeader* hdr,
         fail("%s: bad magic 0x%llx, not %s (expected 0x%llx)", path, (unsigned long long)hdr->h[0], magic_name(magic),
              (unsigned long long)magic);
     }
-    if (hdr->h[1] != FORMAT_VERSION)
-        fail("%s: unsupported version %lld of %s (this build reads version %lld)", path, (long long)hdr->h[1],
-             magic_name(magic), (long long)FORMAT_VERSION);
+    const int64_t newest = newest_version(magic);
+    if (hdr->h[1] < FORMAT_VERSION || hdr->h[1] > newest) {
+        if (newest == FORMAT_VERSION)
+            fail("%s: unsupported version %lld of %s (this build reads version %lld)", path, (long long)hdr->h[1],
+                 magic_name(magic), (long long)FORMAT_VERSION);
+        fail("%s: unsupported version %lld of %s (this build reads versions %lld to %lld)", path,
+             (long long)hdr->h[1], magic_name(magic), (long long)FORMAT_VERSION, (long long)newest);
+    }
     *file_size = size;
     return f;
 }
@@ -130,6 +143,21 @@ struct ModelFileInfo {
     int64_t num_params;
 };
 
+// Slots 12..20 of a version-2 model header: the family's knobs; eps and theta are the bit patterns
+// of float64 values.
+inline double header_double(int64_t slot) {
+    double d;
+    memcpy(&d, &slot, 8);
+    return d;
+}
+inline int64_t header_slot(double d) {
+    int64_t slot;
+    memcpy(&slot, &d, 8);
+    return slot;
+}
+// The model version a config needs: 1 for a plain GPT-2 (byte-identical to earlier builds' files), else 2.
+inline int64_t model_version_for(const GPT2Config& c) { return gpt2_is_plain_gpt2(c) ? FORMAT_VERSION : MODEL_VERSION; }
+
 inline ModelFileInfo model_header_from(const FileHeader& hd, const char* path) {
     const int64_t* h = hd.h;
     check_range(path, "dtype", h[2], 0, 1);
@@ -145,6 +173,25 @@ inline ModelFileInfo model_header_from(const FileHeader& hd, const char* path) {
     c.num_kv_heads = (int)h[8];
     c.channels = (int)h[9];
     c.window = (int)h[10];
+    c.mlp_hidden = 4 * c.channels;  // version 1: GPT-2, the defaults of GPT2Config
+    if (h[1] >= 2) {
+        check_range(path, "architecture", h[12], 0, 1);
+        check_range(path, "norm", h[13], 0, 1);
+        check_range(path, "position", h[15], 0, 1);
+        check_range(path, "mlp", h[17], 0, 1);
+        check_range(path, "mlp_hidden", h[18], 1, 1 << 20);
+        check_range(path, "biases", h[19], 0, 1);
+        check_range(path, "tied_head", h[20], 0, 1);
+        c.architecture = (int)h[12];
+        c.norm = (int)h[13];
+        c.norm_eps = header_double(h[14]);
+        c.position = (int)h[15];
+        c.rope_theta = header_double(h[16]);
+        c.mlp = (int)h[17];
+        c.mlp_hidden = (int)h[18];
+        c.biases = (int)h[19];
+        c.tied_head = (int)h[20];
+    }
     gpt2_validate_config(c, path);
     info.dtype = h[2];
     info.num_params = h[11];
@@ -188,10 +235,15 @@ inline ModelFileInfo model_read_fp32(const char* path, float* params) {
 inline FileHeader model_make_header(const GPT2Config& c, int64_t dtype) {
     FileHeader hd = {};
     int64_t* h = hd.h;
-    h[0] = MAGIC_MODEL; h[1] = FORMAT_VERSION; h[2] = dtype;
+    h[0] = MAGIC_MODEL; h[1] = model_version_for(c); h[2] = dtype;
     h[3] = c.max_seq_len; h[4] = c.vocab_size; h[5] = c.padded_vocab_size; h[6] = c.num_layers;
     h[7] = c.num_heads; h[8] = c.num_kv_heads; h[9] = c.channels; h[10] = c.window;
     h[11] = (int64_t)gpt2_num_params(c);
+    if (h[1] >= 2) {
+        h[12] = c.architecture; h[13] = c.norm; h[14] = header_slot(c.norm_eps); h[15] = c.position;
+        h[16] = header_slot(c.rope_theta); h[17] = c.mlp; h[18] = gpt2_mlp_hidden(c); h[19] = c.biases;
+        h[20] = c.tied_head;
+    }
     return hd;
 }
 
@@ -349,11 +401,16 @@ inline DebugState debug_state_read(const char* path, const GPT2Config& c) {
     check_range(path, "B", h[2], 1, 1 << 16);
     check_range(path, "T", h[3], 1, c.max_seq_len);
     check_range(path, "num_steps", h[6], 0, 1 << 20);
+    // slots 7..14: the model's slots 3..10 (shape, num_kv_heads, window); version 2 adds 15..23, the
+    // model's slots 12..20 (the family's knobs), all zero for a GPT-2 model (a version-1 model file)
     FileHeader mh = model_make_header(c, 0);
-    for (int i = 0; i < 8; i++)  // the model's slots 3..10: shape, num_kv_heads, window
-        if (h[7 + i] != mh.h[3 + i])
-            fail("%s: written for a different model (config slot %d is %lld, the model has %lld)", path, 3 + i,
-                 (long long)h[7 + i], (long long)mh.h[3 + i]);
+    for (int i = 0; i < 17; i++) {
+        const int model_slot = i < 8 ? 3 + i : 4 + i;
+        const int64_t have = i < 8 || h[1] >= 2 ? h[7 + i] : 0;
+        if (have != mh.h[model_slot])
+            fail("%s: written for a different model (model header slot %d is %lld, the model has %lld)", path,
+                 model_slot, (long long)have, (long long)mh.h[model_slot]);
+    }
     if (h[4] != c.vocab_size) fail("%s: vocab_size %lld != model's %d", path, (long long)h[4], c.vocab_size);
     if (h[5] != (int64_t)gpt2_num_params(c))
         fail("%s: %lld parameters, the model has %zu", path, (long long)h[5], gpt2_num_params(c));

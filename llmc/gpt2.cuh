@@ -182,8 +182,23 @@ inline size_t gpt2_param_bytes(size_t n) {
     return aligned_size(n * sizeof(floatX)) * 2 + aligned_size(n * sizeof(float)) * (HAS_MASTER ? 3 : 2);
 }
 
+// The GPU model runs GPT-2 only so far (issue 14: its kernels for RMSNorm, RoPE and SwiGLU are to
+// come); a config with any other knob fails here with one line, from gpt2_build and, before the
+// device starts, from the trainer.
+inline void gpt2_check_gpu_support(const GPT2Config& c, const char* what) {
+    if (gpt2_is_plain_gpt2(c)) return;
+    if (c.architecture == ARCH_LLAMA)
+        fail("%s: llama architecture is not supported on the GPU yet (the CPU trainer, build/train_gpt2_cpu, trains it)",
+             what);
+    fail("%s: a GPT-2 with %s is not supported on the GPU yet (the CPU trainer, build/train_gpt2_cpu, trains it)", what,
+         c.norm != NORM_LAYERNORM ? "RMSNorm" : c.position != POS_LEARNED ? "RoPE" : c.mlp != MLP_GELU ? "SwiGLU"
+         : gpt2_mlp_hidden(c) != 4 * c.channels ? "an MLP width other than 4C" : !c.biases ? "no biases"
+         : "an untied head");
+}
+
 inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool recompute, const CudaContext& ctx) {
     gpt2_validate_config(config, "model");
+    gpt2_check_gpu_support(config, "model");
     const int C = config.channels, HD = gpt2_head_dim(config);
     if (C % 8 != 0) fail("model: channels %d must be a multiple of 8 (16-byte vector loads)", C);
     if (config.padded_vocab_size % 8 != 0) fail("model: padded vocab %d must be a multiple of 8", config.padded_vocab_size);
@@ -506,7 +521,7 @@ inline void gpt2_save_checkpoint(const GPT2& model, const std::string& out_dir, 
 inline TrainState gpt2_load_checkpoint(GPT2& model, const std::string& dir) {
     const std::string model_path = dir + "/model.bin", state_path = dir + "/state.bin";
     ModelFileInfo info = model_read_info(model_path.c_str());
-    if (memcmp(&info.config, &model.config, sizeof(GPT2Config)) != 0)
+    if (!gpt2_same_config(info.config, model.config))
         fail("%s: the checkpoint's model shape differs from this run's", model_path.c_str());
     const size_t n = model.num_params;
     std::vector<float> host(n), m(n), v(n), master(n);

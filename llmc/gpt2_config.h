@@ -7,8 +7,18 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include "llmc/utils.h"
 
+// The two model families. The knobs below say what a model computes; the architecture names the
+// family: the defaults of a fresh model, and which Hugging Face class it maps to.
+enum ModelArch : int { ARCH_GPT2 = 0, ARCH_LLAMA = 1 };
+enum NormKind : int { NORM_LAYERNORM = 0, NORM_RMSNORM = 1 };
+enum PositionKind : int { POS_LEARNED = 0, POS_ROPE = 1 };
+enum MlpKind : int { MLP_GELU = 0, MLP_SWIGLU = 1 };
+
+// The defaults of the fields after `window` are GPT-2's, so a config filled field by field as
+// before this family switch existed (and a version-1 model file) is a GPT-2.
 struct GPT2Config {
     int max_seq_len;        // maxT
     int vocab_size;         // V
@@ -18,29 +28,67 @@ struct GPT2Config {
     int num_kv_heads;       // NKV, divides NH: query head h uses key/value head h / (NH / NKV)
     int channels;           // C = NH * HD
     int window;             // 0 = full causal attention; W > 0: query t sees keys t-W+1 .. t
+    int architecture = ARCH_GPT2;
+    int norm = NORM_LAYERNORM;   // LayerNorm (weight and bias) | RMSNorm (weight only)
+    int position = POS_LEARNED;  // learned wpe added to the token embedding | RoPE on Q and K
+    int mlp = MLP_GELU;          // fc -> GELU (tanh) -> fcproj | fc = [gate | up] -> SwiGLU -> fcproj
+    int mlp_hidden = 0;          // H, the MLP's hidden width; 0 = 4C (GPT-2's), see gpt2_mlp_hidden
+    int biases = 1;              // 1: the four projections (qkv, attproj, fc, fcproj) have biases
+    int tied_head = 1;           // 1: logits through wte; 0: through a separate lm_head
+    double norm_eps = 1e-5;      // LayerNorm: 1e-5 (the kernels' constant); RMSNorm: config.json's rms_norm_eps
+    double rope_theta = 0.0;     // RoPE base (10000 Llama 2, 500000 Llama 3); 0 with learned positions
 };
+
+inline int gpt2_head_dim(const GPT2Config& c) { return c.channels / c.num_heads; }
+// Width of the fused QKV projection: NH query heads plus NKV key and NKV value heads.
+inline int gpt2_qkv_channels(const GPT2Config& c) {
+    return (c.num_heads + 2 * c.num_kv_heads) * gpt2_head_dim(c);
+}
+// The MLP's hidden width H (mlp_hidden, or 4C where it is 0: a config not yet validated).
+inline int gpt2_mlp_hidden(const GPT2Config& c) { return c.mlp_hidden > 0 ? c.mlp_hidden : 4 * c.channels; }
+// Rows of the fc matmul: H, or 2H for SwiGLU's [gate | up].
+inline int gpt2_fc_channels(const GPT2Config& c) { return (c.mlp == MLP_SWIGLU ? 2 : 1) * gpt2_mlp_hidden(c); }
+
+inline bool gpt2_same_config(const GPT2Config& a, const GPT2Config& b) {
+    return a.max_seq_len == b.max_seq_len && a.vocab_size == b.vocab_size &&
+           a.padded_vocab_size == b.padded_vocab_size && a.num_layers == b.num_layers &&
+           a.num_heads == b.num_heads && a.num_kv_heads == b.num_kv_heads && a.channels == b.channels &&
+           a.window == b.window && a.architecture == b.architecture && a.norm == b.norm &&
+           a.position == b.position && a.mlp == b.mlp && gpt2_mlp_hidden(a) == gpt2_mlp_hidden(b) && a.biases == b.biases &&
+           a.tied_head == b.tied_head && a.norm_eps == b.norm_eps && a.rope_theta == b.rope_theta;
+}
+
+// True when the config is GPT-2 in every knob (a version-1 model file can hold it).
+inline bool gpt2_is_plain_gpt2(const GPT2Config& c) {
+    return c.architecture == ARCH_GPT2 && c.norm == NORM_LAYERNORM && c.position == POS_LEARNED &&
+           c.mlp == MLP_GELU && gpt2_mlp_hidden(c) == 4 * c.channels && c.biases == 1 && c.tied_head == 1 &&
+           c.norm_eps == 1e-5 && c.rope_theta == 0.0;
+}
 
 // The parameter tensors, in buffer order, written once: X(name, element count, decayed). Every
 // list below (names, sizes, the named pointers of GPT2Tensors, the decay rule) expands this table.
-// The counts read the locals Vp, C, L, maxT and QKV of gpt2_param_sizes. Shapes are row-major,
-// "out x in" for matrices (y = x W^T + b), per layer stacked along a leading L.
-#define GPT2_PARAMETER_TABLE(X)                                  \
-    X(wte, Vp * C, true)              /* (Vp, C) token embedding, also the classifier */ \
-    X(wpe, maxT * C, true)            /* (maxT, C) position embedding */                  \
-    X(ln1w, L * C, false)             /* (L, C) */                                        \
-    X(ln1b, L * C, false)             /* (L, C) */                                        \
-    X(qkvw, L * QKV * C, true)        /* (L, QKV, C), QKV = (NH + 2*NKV) * HD */          \
-    X(qkvb, L * QKV, false)           /* (L, QKV) */                                      \
-    X(attprojw, L * C * C, true)      /* (L, C, C) */                                     \
-    X(attprojb, L * C, false)         /* (L, C) */                                        \
-    X(ln2w, L * C, false)             /* (L, C) */                                        \
-    X(ln2b, L * C, false)             /* (L, C) */                                        \
-    X(fcw, L * 4 * C * C, true)       /* (L, 4C, C) */                                    \
-    X(fcb, L * 4 * C, false)          /* (L, 4C) */                                       \
-    X(fcprojw, L * C * 4 * C, true)   /* (L, C, 4C) */                                    \
-    X(fcprojb, L * C, false)          /* (L, C) */                                        \
-    X(lnfw, C, false)                 /* (C) */                                           \
-    X(lnfb, C, false)                 /* (C) */
+// The counts read the locals of gpt2_param_sizes: Vp, C, L, maxT, QKV, H (the MLP hidden width),
+// FC (the fc rows: H, or 2H for SwiGLU's [gate | up]) and the 0/1 switches learned (wpe), ln_bias
+// (LayerNorm), bias (projections) and untied (lm_head). A tensor the config lacks has count 0.
+// Shapes are row-major, "out x in" for matrices (y = x W^T + b), per layer stacked along a leading L.
+#define GPT2_PARAMETER_TABLE(X)                                        \
+    X(wte, Vp * C, true)                     /* (Vp, C) token embedding, also the tied head */ \
+    X(wpe, learned * maxT * C, true)         /* (maxT, C) position embedding, learned only */   \
+    X(ln1w, L * C, false)                    /* (L, C) */                                       \
+    X(ln1b, ln_bias * L * C, false)          /* (L, C) LayerNorm only */                        \
+    X(qkvw, L * QKV * C, true)               /* (L, QKV, C), QKV = (NH + 2*NKV) * HD */         \
+    X(qkvb, bias * L * QKV, false)           /* (L, QKV) */                                     \
+    X(attprojw, L * C * C, true)             /* (L, C, C) */                                    \
+    X(attprojb, bias * L * C, false)         /* (L, C) */                                       \
+    X(ln2w, L * C, false)                    /* (L, C) */                                       \
+    X(ln2b, ln_bias * L * C, false)          /* (L, C) LayerNorm only */                        \
+    X(fcw, L * FC * C, true)                 /* (L, FC, C): GELU (L, H, C), SwiGLU (L, 2H, C) */ \
+    X(fcb, bias * L * FC, false)             /* (L, FC) */                                      \
+    X(fcprojw, L * C * H, true)              /* (L, C, H) */                                    \
+    X(fcprojb, bias * L * C, false)          /* (L, C) */                                       \
+    X(lnfw, C, false)                        /* (C) */                                          \
+    X(lnfb, ln_bias * C, false)              /* (C) LayerNorm only */                           \
+    X(lm_head, untied * Vp * C, true)        /* (Vp, C) untied output head */
 
 // Index of each tensor in the table (gpt2_param::qkvw == 4), and their number.
 namespace gpt2_param {
@@ -54,15 +102,12 @@ constexpr int NUM_PARAM_TENSORS = gpt2_param::num_tensors;
 inline const char* const GPT2_PARAM_NAMES[NUM_PARAM_TENSORS] = {GPT2_PARAMETER_TABLE(GPT2_X)};
 #undef GPT2_X
 
-inline int gpt2_head_dim(const GPT2Config& c) { return c.channels / c.num_heads; }
-// Width of the fused QKV projection: NH query heads plus NKV key and NKV value heads.
-inline int gpt2_qkv_channels(const GPT2Config& c) {
-    return (c.num_heads + 2 * c.num_kv_heads) * gpt2_head_dim(c);
-}
 
 inline void gpt2_param_sizes(const GPT2Config& c, size_t out[NUM_PARAM_TENSORS]) {
     const size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
-    const size_t QKV = gpt2_qkv_channels(c);
+    const size_t QKV = gpt2_qkv_channels(c), H = gpt2_mlp_hidden(c), FC = c.mlp == MLP_SWIGLU ? 2 * H : H;
+    const size_t learned = c.position == POS_LEARNED, ln_bias = c.norm == NORM_LAYERNORM;
+    const size_t bias = c.biases != 0, untied = c.tied_head == 0;
 #define GPT2_X(name, count, decays) out[gpt2_param::name] = (count);
     GPT2_PARAMETER_TABLE(GPT2_X)
 #undef GPT2_X
@@ -84,6 +129,8 @@ inline void gpt2_param_offsets(const GPT2Config& c, size_t out[NUM_PARAM_TENSORS
 
 // Named views of one parameter-layout buffer (parameters, gradients, or anything of that layout):
 // T = float on the CPU, floatX on the GPU. Layer l of a per-layer tensor starts at l * its size / L.
+// A tensor the config lacks (count 0) is nullptr, so code that forgets to check crashes at once
+// instead of writing into the next tensor.
 template <typename T>
 struct GPT2Tensors {
 #define GPT2_X(name, count, decays) T* name;
@@ -95,14 +142,16 @@ template <typename T>
 inline GPT2Tensors<T> gpt2_point_tensors(T* base, const GPT2Config& c) {
     size_t off[NUM_PARAM_TENSORS];
     gpt2_param_offsets(c, off);
+    size_t n[NUM_PARAM_TENSORS];
+    gpt2_param_sizes(c, n);
     GPT2Tensors<T> t;
-#define GPT2_X(name, count, decays) t.name = base + off[gpt2_param::name];
+#define GPT2_X(name, count, decays) t.name = n[gpt2_param::name] ? base + off[gpt2_param::name] : nullptr;
     GPT2_PARAMETER_TABLE(GPT2_X)
 #undef GPT2_X
     return t;
 }
 
-// Weight decay applies to the embeddings and the weight matrices, never to biases or LayerNorm.
+// Weight decay applies to the embeddings and the weight matrices (lm_head too), never to biases or norms.
 inline bool gpt2_param_decays(int i) {
 #define GPT2_X(name, count, decays) decays,
     static constexpr bool table[NUM_PARAM_TENSORS] = {GPT2_PARAMETER_TABLE(GPT2_X)};
@@ -128,37 +177,152 @@ inline void gpt2_validate_config(const GPT2Config& c, const char* what) {
         fail("%s: num_kv_heads %d must divide num_heads %d (1 <= num_kv_heads <= num_heads)", what, c.num_kv_heads,
              c.num_heads);
     if (c.window < 0) fail("%s: attention window %d must be >= 0 (0 = full causal)", what, c.window);
+    if (c.architecture != ARCH_GPT2 && c.architecture != ARCH_LLAMA)
+        fail("%s: architecture %d is not 0 (gpt2) or 1 (llama)", what, c.architecture);
+    if (c.norm != NORM_LAYERNORM && c.norm != NORM_RMSNORM) fail("%s: norm %d is not 0 (LayerNorm) or 1 (RMSNorm)", what, c.norm);
+    if (c.position != POS_LEARNED && c.position != POS_ROPE)
+        fail("%s: position %d is not 0 (learned) or 1 (RoPE)", what, c.position);
+    if (c.mlp != MLP_GELU && c.mlp != MLP_SWIGLU) fail("%s: mlp %d is not 0 (GELU) or 1 (SwiGLU)", what, c.mlp);
+    if (c.mlp_hidden < 0 || c.mlp_hidden > (1 << 20)) fail("%s: mlp_hidden %d out of range [1, 1048576]", what, c.mlp_hidden);
+    if ((c.biases != 0 && c.biases != 1) || (c.tied_head != 0 && c.tied_head != 1))
+        fail("%s: biases %d and tied_head %d must be 0 or 1", what, c.biases, c.tied_head);
+    if (c.norm == NORM_LAYERNORM && c.norm_eps != 1e-5)
+        fail("%s: LayerNorm eps %g: only 1e-5 is supported (the kernels' constant)", what, c.norm_eps);
+    if (c.norm == NORM_RMSNORM && !(c.norm_eps > 0.0 && c.norm_eps < 1.0))
+        fail("%s: RMSNorm eps %g must be in (0, 1)", what, c.norm_eps);
+    if (c.position == POS_ROPE && (!(c.rope_theta > 1.0 && c.rope_theta < 1e12) || gpt2_head_dim(c) % 2 != 0))
+        fail("%s: RoPE needs theta in (1, 1e12) (got %g) and an even head dim (got %d)", what, c.rope_theta,
+             gpt2_head_dim(c));
+    if (c.position == POS_LEARNED && c.rope_theta != 0.0)
+        fail("%s: rope_theta %g given for learned positions (0 there)", what, c.rope_theta);
 }
 
-// "dN": N layers, 64*N channels, N heads of 64: d12 is GPT-2 124M; other N scale width with depth
-// (d24 ~ 0.7B), so they are not the GPT-2 350M/774M shapes (those load from checkpoints).
-inline GPT2Config gpt2_config_from_descriptor(const char* desc) {
-    int64_t n = 0;
-    if (desc[0] != 'd' || !parse_int64(desc + 1, &n) || n <= 0 || n > 96)
-        fail("--init %s: not a model descriptor (expected dN, e.g. d12 for GPT-2 124M) or an existing checkpoint file", desc);
+// A fresh model's config from --init's descriptor (llmc/train_config.h says it in --help):
+//   dN           ours: GPT-2 with N layers, 64*N channels, N heads of 64. d12 is GPT-2 124M; other N
+//                scale width with depth (d24 ~ 0.7B), unlike llm.c, whose d24/d36/d48 are the shapes below
+//   gpt2, gpt2-medium, gpt2-large, gpt2-xl
+//                the GPT-2 family's shapes (llm.c's d12/d24/d36/d48): L/C/NH 12/768/12, 24/1024/16,
+//                36/1280/20, 48/1600/25
+//   llama:L12,C768,H12[,KV4][,F2048][,V50257][,theta10000][,eps1e-5][,untied]
+//                a Llama-family model (RMSNorm, RoPE, SwiGLU, no biases): L layers, C channels, H heads,
+//                KV key/value heads (default H), SwiGLU hidden F (default 8C/3 rounded up to a
+//                multiple of 64), vocab V (default GPT-2's 50257), RoPE theta (10000), RMSNorm eps
+//                (1e-5), and `untied` for a separate lm_head (default tied)
+// All have maxT = 1024 (--max-seq changes it) and V padded to a multiple of 128.
+inline GPT2Config gpt2_shape(int L, int C, int NH, int V) {
     GPT2Config c;
     c.max_seq_len = 1024;
-    c.vocab_size = 50257;
-    c.padded_vocab_size = 50304;
-    c.num_layers = (int)n;
-    c.channels = 64 * (int)n;
-    c.num_heads = (int)n;
-    c.num_kv_heads = (int)n;
+    c.vocab_size = V;
+    c.padded_vocab_size = (V + 127) / 128 * 128;
+    c.num_layers = L;
+    c.channels = C;
+    c.num_heads = NH;
+    c.num_kv_heads = NH;
     c.window = 0;
+    c.mlp_hidden = 4 * C;
+    return c;
+}
+
+namespace detail {
+// One `KEYvalue` item of a llama: descriptor: true and *v when `item` is key followed by a number.
+inline bool descriptor_item(const std::string& item, const char* key, double* v) {
+    const size_t n = strlen(key);
+    if (item.compare(0, n, key) != 0 || item.size() == n) return false;
+    const std::string num = item.substr(n);
+    if (num.find_first_not_of("0123456789.e-+") != std::string::npos) return false;
+    char* end = nullptr;
+    *v = strtod(num.c_str(), &end);
+    return *end == '\0' && std::isfinite(*v);
+}
+
+inline GPT2Config llama_config_from_descriptor(const char* desc) {
+    const char* usage = "expected llama:L<layers>,C<channels>,H<heads>[,KV<kv heads>][,F<mlp hidden>][,V<vocab>]"
+                        "[,theta<x>][,eps<x>][,untied], e.g. llama:L12,C768,H12,KV4,F2048";
+    double L = 0, C = 0, NH = 0, NKV = 0, F = 0, V = 50257, theta = 10000.0, eps = 1e-5;
+    bool untied = false;
+    std::string rest(desc + 6);
+    while (!rest.empty()) {
+        const size_t comma = rest.find(',');
+        const std::string item = rest.substr(0, comma);
+        rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+        if (comma != std::string::npos && rest.empty()) fail("--init %s: a trailing comma (%s)", desc, usage);
+        double v;
+        if (item == "untied") untied = true;
+        else if (descriptor_item(item, "KV", &v)) NKV = v;  // before H and the single letters
+        else if (descriptor_item(item, "theta", &v)) theta = v;
+        else if (descriptor_item(item, "eps", &v)) eps = v;
+        else if (descriptor_item(item, "L", &v)) L = v;
+        else if (descriptor_item(item, "C", &v)) C = v;
+        else if (descriptor_item(item, "H", &v)) NH = v;
+        else if (descriptor_item(item, "F", &v)) F = v;
+        else if (descriptor_item(item, "V", &v)) V = v;
+        else fail("--init %s: '%s' is not an item of a llama descriptor (%s)", desc, item.c_str(), usage);
+    }
+    for (double x : {L, C, NH, NKV, F, V})
+        if (x != std::floor(x) || x < 0 || x > (1 << 24)) fail("--init %s: sizes must be whole numbers (%s)", desc, usage);
+    if (L < 1 || C < 1 || NH < 1) fail("--init %s: L, C and H are required (%s)", desc, usage);
+    GPT2Config c = gpt2_shape((int)L, (int)C, (int)NH, (int)V);
+    c.architecture = ARCH_LLAMA;
+    c.norm = NORM_RMSNORM;
+    c.position = POS_ROPE;
+    c.mlp = MLP_SWIGLU;
+    c.biases = 0;
+    c.tied_head = untied ? 0 : 1;
+    c.num_kv_heads = NKV > 0 ? (int)NKV : (int)NH;
+    c.mlp_hidden = F > 0 ? (int)F : (int)((8 * (int64_t)C / 3 + 63) / 64 * 64);
+    c.norm_eps = eps;
+    c.rope_theta = theta;
+    return c;
+}
+}  // namespace detail
+
+inline GPT2Config gpt2_config_from_descriptor(const char* desc) {
+    static const struct { const char* name; int L, C, NH; } gpt2_family[] = {
+        {"gpt2", 12, 768, 12}, {"gpt2-medium", 24, 1024, 16}, {"gpt2-large", 36, 1280, 20}, {"gpt2-xl", 48, 1600, 25}};
+    GPT2Config c;
+    bool found = false;
+    for (const auto& f : gpt2_family)
+        if (strcmp(desc, f.name) == 0) {
+            c = gpt2_shape(f.L, f.C, f.NH, 50257);
+            found = true;
+        }
+    int64_t n = 0;
+    if (!found && strncmp(desc, "llama:", 6) == 0) {
+        c = detail::llama_config_from_descriptor(desc);
+        found = true;
+    }
+    if (!found && desc[0] == 'd' && parse_int64(desc + 1, &n) && n > 0 && n <= 96) {
+        c = gpt2_shape((int)n, 64 * (int)n, (int)n, 50257);
+        found = true;
+    }
+    if (!found)
+        fail("--init %s: not a model descriptor (dN such as d12, gpt2, gpt2-medium, gpt2-large, gpt2-xl, or "
+             "llama:L12,C768,H12,...) or an existing checkpoint file", desc);
     gpt2_validate_config(c, desc);
     return c;
 }
 
+inline const char* gpt2_arch_name(const GPT2Config& c) { return c.architecture == ARCH_LLAMA ? "llama" : "gpt2"; }
+
 inline void gpt2_print_config(const GPT2Config& c) {
-    printf("model: L=%d C=%d NH=%d NKV=%d W=%d maxT=%d V=%d (padded %d) params=%zu\n", c.num_layers, c.channels,
-           c.num_heads, c.num_kv_heads, c.window, c.max_seq_len, c.vocab_size, c.padded_vocab_size, gpt2_num_params(c));
+    printf("model: %s L=%d C=%d NH=%d NKV=%d W=%d maxT=%d V=%d (padded %d) params=%zu\n", gpt2_arch_name(c),
+           c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.window, c.max_seq_len, c.vocab_size,
+           c.padded_vocab_size, gpt2_num_params(c));
+    if (gpt2_is_plain_gpt2(c)) return;
+    char pos[48] = "learned positions";
+    if (c.position == POS_ROPE) snprintf(pos, sizeof pos, "RoPE theta %g", c.rope_theta);
+    printf("model: %s eps %g, %s, %s hidden %d, %s, %s head\n", c.norm == NORM_RMSNORM ? "RMSNorm" : "LayerNorm",
+           c.norm_eps, pos, c.mlp == MLP_SWIGLU ? "SwiGLU" : "GELU", gpt2_mlp_hidden(c),
+           c.biases ? "biases" : "no biases", c.tied_head ? "tied" : "untied");
 }
 
 #include "llmc/rand.h"
 // GPT-2 init in fp32 (both trainers, so the same seed gives the same model on CPU and GPU):
 // matrices and embeddings N(0, 0.02), the two residual projections N(0, 0.02/sqrt(2L)),
-// biases 0, LayerNorm weights 1; the padded wte rows stay 0. Tensors are filled in layout order
-// from one stream, so the result does not depend on threading.
+// biases 0, norm weights 1; the padded rows of wte and lm_head stay 0. Llama models get the same
+// (HF's LlamaForCausalLM draws N(0, 0.02) everywhere; the scaled projections are GPT-2's choice,
+// kept for both). Tensors are filled in layout order from one stream, so the result does not
+// depend on threading; a tensor of count 0 draws nothing, so GPT-2 models are what they were.
 inline void gpt2_init_params(float* params, const GPT2Config& c, uint64_t seed) {
     size_t sizes[NUM_PARAM_TENSORS];
     gpt2_param_sizes(c, sizes);
@@ -166,8 +330,9 @@ inline void gpt2_init_params(float* params, const GPT2Config& c, uint64_t seed) 
     float* p = params;
     const float resid_std = 0.02f / std::sqrt(2.0f * c.num_layers);
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-        size_t n = sizes[i];
-        if (i == gpt2_param::wte) {  // real rows random, padded rows zero
+        const size_t n = sizes[i];
+        if (n == 0) continue;  // a tensor this config lacks
+        if (i == gpt2_param::wte || i == gpt2_param::lm_head) {  // real rows random, padded rows zero
             size_t real = (size_t)c.vocab_size * c.channels;
             for (size_t k = 0; k < real; k++) p[k] = 0.02f * rng.normal();
             for (size_t k = real; k < n; k++) p[k] = 0.0f;
@@ -177,7 +342,7 @@ inline void gpt2_init_params(float* params, const GPT2Config& c, uint64_t seed) 
             for (size_t k = 0; k < n; k++) p[k] = std * rng.normal();
         } else {
             const bool ln_weight = i == gpt2_param::ln1w || i == gpt2_param::ln2w || i == gpt2_param::lnfw;
-            float v = ln_weight ? 1.0f : 0.0f;  // LayerNorm weights 1, biases 0
+            float v = ln_weight ? 1.0f : 0.0f;  // norm weights 1, biases 0
             for (size_t k = 0; k < n; k++) p[k] = v;
         }
         p += n;

@@ -19,13 +19,14 @@ struct TrainConfig {
     std::string train_pattern;      // --train: glob of token shards (required)
     std::string val_pattern;        // --val: glob of validation shards ("" = no validation)
     std::string tokenizer_path;     // --tokenizer: GPTT file for printing samples ("" = print ids)
-    std::string init;               // --init: dN descriptor (fresh init) or a model file ("" = d12, or the checkpoint on --resume)
+    std::string init;               // --init: a descriptor (fresh init: dN, gpt2*, llama:...) or a model file ("" = d12, or the checkpoint on --resume)
     std::string resume_dir;         // --resume: checkpoint directory to continue from
     std::string out_dir;            // --out-dir: where checkpoints go ("" = none)
     std::string log_path;           // --log: per-step log file ("" = none)
     int overwrite = 0;              // --overwrite: 1 = replace another run's checkpoints in --out-dir and its --log
-    int kv_heads = -1;              // --kv-heads: NKV of a fresh dN model (0 = NH; -1 = not given)
-    int window = -1;                // --window: attention window of a fresh dN model (0 = full; -1 = not given)
+    int kv_heads = -1;              // --kv-heads: NKV of a fresh model (0 = NH; -1 = not given)
+    int window = -1;                // --window: attention window of a fresh model (0 = full; -1 = not given)
+    int max_seq = -1;               // --max-seq: max_seq_len of a fresh model (-1 = not given: the descriptor's 1024)
     int B = 4;                      // --batch: micro-batch size
     int T = 64;                     // --seq: sequence length
     int64_t total_batch = 0;        // --total-batch: tokens per optimizer step (0 = B*T)
@@ -167,8 +168,12 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
     p.add_string("--train", "GLOB", &cfg.train_pattern, "token shards to train on (required)");
     p.add_string("--val", "GLOB", &cfg.val_pattern, "token shards for the validation loss (default: none)");
     p.add_string("--tokenizer", "FILE", &cfg.tokenizer_path, "GPTT decode table for printing samples (default: print ids)");
-    p.add_string("--init", "MODEL", &cfg.init, "dN = fresh GPT-2 with N layers (d12 = 124M), or a model .bin to start from "
-                 "(default d12; with --resume it may only repeat the checkpoint's shape)");
+    p.add_string("--init", "MODEL", &cfg.init, "a model .bin to start from, or a fresh model: dN = GPT-2 with N layers, 64N "
+                 "channels, N heads (d12 = 124M; unlike llm.c's d24/d36/d48); gpt2, gpt2-medium, gpt2-large, gpt2-xl = "
+                 "the GPT-2 family's shapes (12/768/12, 24/1024/16, 36/1280/20, 48/1600/25 layers/channels/heads); "
+                 "llama:L12,C768,H12[,KV4][,F2048][,V50257][,theta10000][,eps1e-5][,untied] = a Llama-style model "
+                 "(RMSNorm, RoPE, SwiGLU hidden F, no biases; KV defaults to H, F to 8C/3 rounded up to 64, the head "
+                 "to tied) (default d12; with --resume it may only repeat the checkpoint's shape)");
     p.add_string("--resume", "DIR", &cfg.resume_dir, "continue from the newest checkpoint in DIR that verifies (a damaged newer "
                  "one is named and skipped), or from DIR itself");
     p.add_string("--out-dir", "DIR", &cfg.out_dir, "write checkpoints DIR/step_NNNNNNNN/ (default: none)");
@@ -186,10 +191,18 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
                    return "";
                }});
     };
-    add_shape_int("--kv-heads", &cfg.kv_heads, "key/value heads of a fresh --init dN model, dividing its heads "
-                  "(grouped-query attention; default 0 = as many as the heads)");
-    add_shape_int("--window", &cfg.window, "attention window W of a fresh --init dN model: position t sees "
+    add_shape_int("--kv-heads", &cfg.kv_heads, "key/value heads of a fresh --init model, dividing its heads "
+                  "(grouped-query attention; overrides a llama descriptor's KV; default 0 = the descriptor's)");
+    add_shape_int("--window", &cfg.window, "attention window W of a fresh --init model: position t sees "
                   "t-W+1..t (default 0 = full causal)");
+    p.add({"--max-seq", "N", "max_seq_len (context) of a fresh --init model, e.g. 4096 (default 1024)",
+           [&cfg](const char* s) -> std::string {
+               int64_t v;
+               if (!parse_int64(s, &v)) return std::string("'") + s + "' is not an integer";
+               if (v < 1 || v > (1 << 20)) return std::string("must be in [1, 1048576], got ") + s;
+               cfg.max_seq = (int)v;
+               return "";
+           }});
     p.add_int("--batch", &cfg.B, {1, 1 << 16}, "micro-batch size B");
     p.add_int("--seq", &cfg.T, {1, 1 << 20}, "sequence length T (at most the model's max_seq_len)");
     p.add_int64("--total-batch", &cfg.total_batch, {0, 1e15}, "tokens per optimizer step, a multiple of B*T (0 = B*T)");
@@ -249,24 +262,28 @@ inline void validate_train_config(TrainConfig& cfg) {
     if (cfg.init.empty() && cfg.resume_dir.empty()) cfg.init = "d12";  // with --resume: checked by open_run_files
 }
 
-// Applies --kv-heads and --window to the model config `c` read from `source`: they shape a fresh
-// dN model (`fresh`); with a model file (or a checkpoint to resume) they may only repeat its values.
-inline void apply_attention_flags(GPT2Config& c, const TrainConfig& cfg, bool fresh, const char* source) {
+// Applies --kv-heads, --window and --max-seq to the model config `c` read from `source`: they shape
+// a fresh model (`fresh`); with a model file (or a checkpoint to resume) they may only repeat its values.
+inline void apply_shape_flags(GPT2Config& c, const TrainConfig& cfg, bool fresh, const char* source) {
     if (fresh) {
         if (cfg.kv_heads > 0 && (cfg.kv_heads > c.num_heads || c.num_heads % cfg.kv_heads != 0))
             fail("--kv-heads %d: must divide the %d heads of --init %s", cfg.kv_heads, c.num_heads, source);
         if (cfg.kv_heads > 0) c.num_kv_heads = cfg.kv_heads;
         if (cfg.window >= 0) c.window = cfg.window;
+        if (cfg.max_seq > 0) c.max_seq_len = cfg.max_seq;
         gpt2_validate_config(c, source);
         return;
     }
     const int kv_heads = cfg.kv_heads == 0 ? c.num_heads : cfg.kv_heads;
     if (cfg.kv_heads >= 0 && kv_heads != c.num_kv_heads)
-        fail("--kv-heads %d: %s has num_kv_heads %d (the flag shapes only a fresh --init dN model)", cfg.kv_heads,
+        fail("--kv-heads %d: %s has num_kv_heads %d (the flag shapes only a fresh --init model)", cfg.kv_heads,
              source, c.num_kv_heads);
     if (cfg.window >= 0 && cfg.window != c.window)
-        fail("--window %d: %s has window %d (the flag shapes only a fresh --init dN model)", cfg.window, source,
+        fail("--window %d: %s has window %d (the flag shapes only a fresh --init model)", cfg.window, source,
              c.window);
+    if (cfg.max_seq > 0 && cfg.max_seq != c.max_seq_len)
+        fail("--max-seq %d: %s has max_seq_len %d (the flag shapes only a fresh --init model)", cfg.max_seq, source,
+             c.max_seq_len);
 }
 
 // The CPU trainer's whole command line: the shared flags, parsed and validated.

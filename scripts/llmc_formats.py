@@ -9,7 +9,11 @@ import numpy as np
 
 HEADER_INTS = 128
 HEADER_BYTES = HEADER_INTS * 8
-VERSION = 1
+VERSION = 1  # the first version of every format, and the only one of most
+# Model files and debug states are at version 2, which adds the model family's knobs; their writers
+# use version 1 for a plain GPT-2 config (byte-identical to earlier files), the readers take both.
+MODEL_VERSION = 2
+DEBUG_VERSION = 2
 
 
 def fourcc(s):
@@ -28,9 +32,20 @@ MAGIC_NAMES = {MAGIC_MODEL: "a model checkpoint", MAGIC_STATE: "a training state
 DTYPE_FP32, DTYPE_BF16 = 0, 1
 
 PARAM_NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-               "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
+               "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", "lm_head"]
+# model header slots 3..10 (every version)
 CONFIG_KEYS = ["max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads",
                "num_kv_heads", "channels", "window"]
+# model header slots 12..20 (version 2): the family's knobs, GPT-2's values by default (llmc/gpt2_config.h).
+# architecture 0 gpt2 / 1 llama; norm 0 LayerNorm / 1 RMSNorm; position 0 learned / 1 RoPE; mlp 0 GELU / 1 SwiGLU;
+# norm_eps and rope_theta are float64 bit patterns; mlp_hidden is H (GPT-2: 4C)
+FAMILY_KEYS = ["architecture", "norm", "norm_eps", "position", "rope_theta", "mlp", "mlp_hidden", "biases",
+               "tied_head"]
+FLOAT_KEYS = {"norm_eps", "rope_theta"}
+ARCH_GPT2, ARCH_LLAMA = 0, 1
+NORM_LAYERNORM, NORM_RMSNORM = 0, 1
+POS_LEARNED, POS_ROPE = 0, 1
+MLP_GELU, MLP_SWIGLU = 0, 1
 
 
 class FormatError(ValueError):
@@ -41,13 +56,37 @@ def pad_vocab(v, multiple=128):
     return (v + multiple - 1) // multiple * multiple
 
 
+def gpt2_defaults(cfg):
+    """The family knobs of a plain GPT-2 of cfg's shape (what a version-1 file implies)."""
+    return dict(architecture=ARCH_GPT2, norm=NORM_LAYERNORM, norm_eps=1e-5, position=POS_LEARNED, rope_theta=0.0,
+                mlp=MLP_GELU, mlp_hidden=4 * cfg["channels"], biases=1, tied_head=1)
+
+
+def full_config(cfg):
+    """cfg with every family knob present (GPT-2's value where cfg has none)."""
+    return {**gpt2_defaults(cfg), **cfg}
+
+
+def model_version(cfg):
+    """1 for a plain GPT-2 config, else 2 (the writers' rule; llmc/formats.h model_version_for)."""
+    cfg = full_config(cfg)
+    return VERSION if all(cfg[k] == v for k, v in gpt2_defaults(cfg).items()) else MODEL_VERSION
+
+
 def param_shapes(cfg):
-    """Shapes of the 16 parameter tensors in layout order (docs/design.md)."""
+    """Shapes of the 17 parameter tensors in layout order (docs/design.md); a tensor the config lacks
+    has a 0 in its shape."""
+    cfg = full_config(cfg)
     Vp, C, L, maxT = cfg["padded_vocab_size"], cfg["channels"], cfg["num_layers"], cfg["max_seq_len"]
     hd = C // cfg["num_heads"]
     qkv = (cfg["num_heads"] + 2 * cfg["num_kv_heads"]) * hd
-    return [(Vp, C), (maxT, C), (L, C), (L, C), (L, qkv, C), (L, qkv), (L, C, C), (L, C),
-            (L, C), (L, C), (L, 4 * C, C), (L, 4 * C), (L, C, 4 * C), (L, C), (C,), (C,)]
+    H = cfg["mlp_hidden"]
+    FC = 2 * H if cfg["mlp"] == MLP_SWIGLU else H
+    learned, ln_bias = int(cfg["position"] == POS_LEARNED), int(cfg["norm"] == NORM_LAYERNORM)
+    bias, untied = int(cfg["biases"] != 0), int(cfg["tied_head"] == 0)
+    return [(Vp, C), (learned * maxT, C), (L, C), (L, ln_bias * C), (L, qkv, C), (L, bias * qkv), (L, C, C),
+            (L, bias * C), (L, C), (L, ln_bias * C), (L, FC, C), (L, bias * FC), (L, C, H), (L, bias * C), (C,),
+            (ln_bias * C,), (untied * Vp, C)]
 
 
 def num_params(cfg):
@@ -78,8 +117,12 @@ def make_header(magic, fields):
     return h
 
 
+def newest_version(magic):
+    return {MAGIC_MODEL: MODEL_VERSION, MAGIC_DEBUG: DEBUG_VERSION}.get(magic, VERSION)
+
+
 def read_header(path, magic):
-    """Returns (header int64 array, file size); checks length, magic and version."""
+    """Returns (header int64 array, file size); checks length, magic and version (1 .. the newest)."""
     path = str(path)
     if not os.path.isfile(path):
         raise FormatError(f"{path}: no such file")
@@ -91,7 +134,7 @@ def read_header(path, magic):
         other = MAGIC_NAMES.get(int(h[0]))
         raise FormatError(f"{path}: this is {other}, not {MAGIC_NAMES[magic]}" if other
                           else f"{path}: bad magic {int(h[0]):#x}, not {MAGIC_NAMES[magic]}")
-    if h[1] != VERSION:
+    if not VERSION <= h[1] <= newest_version(magic):
         raise FormatError(f"{path}: unsupported version {int(h[1])}")
     return h, size
 
@@ -115,9 +158,30 @@ def bf16_bits_to_fp32(b):
 
 
 # ---------------------------------------------------------------- model
+def family_slots(cfg):
+    """The int64 values of model header slots 12..20 (version 2)."""
+    cfg = full_config(cfg)
+    return [int(np.float64(cfg[k]).view(np.int64)) if k in FLOAT_KEYS else int(cfg[k]) for k in FAMILY_KEYS]
+
+
+def config_from_header(h, version):
+    """The config of a model header (h[3..10], and h[12..20] from version 2)."""
+    cfg = {k: int(h[3 + i]) for i, k in enumerate(CONFIG_KEYS)}
+    if version < 2:
+        return full_config(cfg)
+    for i, k in enumerate(FAMILY_KEYS):
+        cfg[k] = float(np.int64(h[12 + i]).view(np.float64)) if k in FLOAT_KEYS else int(h[12 + i])
+    return cfg
+
+
 def model_header(cfg, dtype):
-    return make_header(MAGIC_MODEL, {2: dtype, **{3 + i: cfg[k] for i, k in enumerate(CONFIG_KEYS)},
-                                     11: num_params(cfg)})
+    version = model_version(cfg)
+    fields = {2: dtype, **{3 + i: cfg[k] for i, k in enumerate(CONFIG_KEYS)}, 11: num_params(cfg)}
+    if version >= 2:
+        fields.update({12 + i: v for i, v in enumerate(family_slots(cfg))})
+    h = make_header(MAGIC_MODEL, fields)
+    h[1] = version
+    return h
 
 
 def write_model(path, cfg, params, dtype=DTYPE_FP32):
@@ -132,7 +196,7 @@ def write_model(path, cfg, params, dtype=DTYPE_FP32):
 def read_model(path):
     """Returns (cfg dict, flat fp32 params)."""
     h, size = read_header(path, MAGIC_MODEL)
-    cfg = {k: int(h[3 + i]) for i, k in enumerate(CONFIG_KEYS)}
+    cfg = config_from_header(h, int(h[1]))
     dtype = int(h[2])
     if dtype not in (DTYPE_FP32, DTYPE_BF16):
         raise FormatError(f"{path}: unknown dtype {dtype}")
@@ -152,7 +216,7 @@ def read_model(path):
 
 
 def split_params(cfg, flat):
-    """Views of the flat buffer as the 16 named tensors."""
+    """Views of the flat buffer as the 17 named tensors (empty where the config lacks one)."""
     out, off = {}, 0
     for name, shape in zip(PARAM_NAMES, param_shapes(cfg)):
         n = int(np.prod(shape))
@@ -177,7 +241,12 @@ def write_debug_state(path, cfg, inputs, targets, logits, loss, grads, losses, h
     hp[:6] = [hparams[k] for k in ("lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip")]
     fields = {2: B, 3: T, 4: V, 5: grads.size, 6: losses.size}
     fields.update({7 + i: cfg[k] for i, k in enumerate(CONFIG_KEYS)})  # the model's slots 3..10
-    atomic_write(path, [make_header(MAGIC_DEBUG, fields), inputs, np.asarray(targets, dtype="<i4"), logits,
+    version = model_version(cfg)  # a debug state has the version of its model's file
+    if version >= 2:
+        fields.update({15 + i: v for i, v in enumerate(family_slots(cfg))})  # the model's slots 12..20
+    header = make_header(MAGIC_DEBUG, fields)
+    header[1] = version
+    atomic_write(path, [header, inputs, np.asarray(targets, dtype="<i4"), logits,
                         np.asarray([loss], dtype="<f4"), grads, losses, hp])
 
 
@@ -195,7 +264,10 @@ def read_debug_state(path):
         off += count * 4
         return x
 
-    d = {"B": B, "T": T, "V": V, "config": {k: int(h[7 + i]) for i, k in enumerate(CONFIG_KEYS)}}
+    model_h = np.zeros(HEADER_INTS, dtype="<i8")  # the model header's slots 3..10 and 12..20
+    model_h[3:11] = h[7:15]
+    model_h[12:21] = h[15:24]
+    d = {"B": B, "T": T, "V": V, "config": config_from_header(model_h, int(h[1]))}
     d["inputs"] = take("<i4", BT).reshape(B, T)
     d["targets"] = take("<i4", BT).reshape(B, T)
     d["logits"] = take("<f4", BT * V).reshape(B, T, V)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The PyTorch reference GPT-2 of this project: the numbers our C++/CUDA trainers are tested against.
+"""The PyTorch reference model of this project, GPT-2 or Llama-style (--arch): the numbers our C++/CUDA
+trainers are tested against.
 
-The model holds its 16 parameter tensors exactly in our checkpoint layout (docs/design.md): one
+The model holds its parameter tensors exactly in our checkpoint layout (docs/design.md): one
 tensor per name, per-layer tensors stacked along a leading L axis, matrices stored (out, in),
 wte padded to Vp rows. So writing a checkpoint is a concatenation, and gradients come out in the
 layout the C++ tests compare against, with no renaming step that could hide a transposition.
@@ -9,7 +10,8 @@ layout the C++ tests compare against, with no renaming step that could hide a tr
 Modes (pick one; the model comes from --model / the shape flags / --load):
   reference state  --write-model PATH [--write-debug PATH --batch B --seq T --steps N]
                    fp64 forward/backward and N AdamW steps on one batch (docs/formats.md, GPTX)
-  fixture          --fixture DIR: the tiny committed test fixtures, MHA and GQA+window (make fixture)
+  fixture          --fixture DIR: the tiny committed test fixtures, GPT-2 MHA and GQA+window, Llama MHA tied,
+                   GQA untied and GQA+window (make fixture)
   train            --train "shards/*.bin" [--val "..."] --steps N: prints `step n train_loss x ...`
   bench            --bench --device cuda [--compile]: GPT-2 training throughput of PyTorch,
                    last line `BENCH name=<eager|compile> ms=<median> tok_s=<..> peak_gib=<..>`
@@ -22,6 +24,8 @@ Examples:
   python3 scripts/train_gpt2.py --layers 2 --channels 32 --heads 4 --vocab 250 --max-seq 32 \\
       --write-model m.bin --write-debug d.bin --batch 4 --seq 16 --steps 10 --lr 1e-3
   python3 scripts/train_gpt2.py --model d4 --kv-heads 2 --window 256 --write-model out/d4_gqa.bin
+  python3 scripts/train_gpt2.py --arch llama --layers 12 --channels 768 --heads 12 --kv-heads 4 --mlp-hidden 2048 \
+      --vocab 50257 --max-seq 1024 --write-model out/llama_114M.bin
   python3 scripts/train_gpt2.py --load m.bin --train "data/tinyshakespeare/*_train.bin" --steps 50
   python3 scripts/train_gpt2.py --bench --device cuda --batch 64 --seq 1024 --steps 30 --compile
 """
@@ -46,13 +50,27 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llmc_formats as fmt  # noqa: E402  (the one Python copy of the file formats)
 
 # Weight decay applies to the embeddings and the weight matrices (gpt2_param_decays in C++).
-DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
+DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw", "lm_head"}
 DTYPES = {"fp32": fmt.DTYPE_FP32, "bf16": fmt.DTYPE_BF16}
 # Settings of the committed test fixtures (tests/fixture, `make fixture`): multi-head full causal, and
 # grouped-query attention (3 query heads per key/value head) with a window shorter than the sequence.
 FIXTURE = dict(layers=2, channels=32, heads=4, kv_heads=0, window=0, vocab=250, max_seq=32, seed=1337,
                batch=4, seq=16, steps=10, lr=1e-2, grad_clip=1.0)
 FIXTURE_GQA = dict(FIXTURE, channels=36, heads=6, kv_heads=2, window=6)
+# Llama-style: multi-head with a tied head; grouped-query with an untied head; grouped-query with a
+# window, another theta and eps. MLP widths that are not 4C, so a hard-coded 4C cannot pass.
+FIXTURE_LLAMA = dict(FIXTURE, arch="llama", mlp_hidden=48)
+FIXTURE_LLAMA_GQA = dict(FIXTURE_LLAMA, channels=36, heads=6, kv_heads=2, mlp_hidden=40, tied=0)
+FIXTURE_LLAMA_WINDOW = dict(FIXTURE_LLAMA, channels=36, heads=6, kv_heads=3, window=5, mlp_hidden=40,
+                            rope_theta=500000.0, norm_eps=1e-6)
+FIXTURES = (("", FIXTURE), ("gqa_", FIXTURE_GQA), ("llama_", FIXTURE_LLAMA), ("llama_gqa_", FIXTURE_LLAMA_GQA),
+            ("llama_window_", FIXTURE_LLAMA_WINDOW))
+# The knobs of each architecture (llmc/gpt2_config.h); a flag left unset takes its --arch default.
+ARCH_DEFAULTS = {
+    "gpt2": dict(norm="layernorm", norm_eps=1e-5, position="learned", rope_theta=0.0, mlp="gelu", bias=1, tied=1),
+    "llama": dict(norm="rmsnorm", norm_eps=1e-5, position="rope", rope_theta=10000.0, mlp="swiglu", bias=0, tied=1),
+}
+KNOBS = ("norm", "norm_eps", "position", "rope_theta", "mlp", "mlp_hidden", "bias", "tied")
 
 
 def die(msg):
@@ -61,8 +79,9 @@ def die(msg):
     sys.exit(1)
 
 
-def make_config(what, L, C, NH, V, maxT, NKV=0, W=0):
-    """NKV = 0: as many key/value heads as query heads; W = 0: full causal attention."""
+def make_config(what, L, C, NH, V, maxT, NKV=0, W=0, arch="gpt2", **knobs):
+    """NKV = 0: as many key/value heads as query heads; W = 0: full causal attention. arch and the
+    knobs (KNOBS; None or absent = the arch's default) give the family fields of the config."""
     for name, v in (("--layers", L), ("--channels", C), ("--heads", NH), ("--vocab", V), ("--max-seq", maxT)):
         if v <= 0:
             die(f"{what}: {name} must be positive, got {v}")
@@ -74,27 +93,53 @@ def make_config(what, L, C, NH, V, maxT, NKV=0, W=0):
         die(f"{what}: --window {W} must be >= 0 (0 = full causal)")
     if V > 65536:
         die(f"{what}: --vocab {V} too large (token ids are stored as uint16)")
+    k = dict(ARCH_DEFAULTS[arch])
+    k.update({name: v for name, v in knobs.items() if v is not None})
+    H = k.get("mlp_hidden") or (4 * C if k["mlp"] == "gelu" else (8 * C // 3 + 63) // 64 * 64)
+    if H <= 0:
+        die(f"{what}: --mlp-hidden {H} must be positive")
+    if k["norm"] == "layernorm" and k["norm_eps"] != 1e-5:
+        die(f"{what}: --norm-eps {k['norm_eps']}: LayerNorm supports only 1e-5")
+    if k["norm"] == "rmsnorm" and not 0 < k["norm_eps"] < 1:
+        die(f"{what}: --norm-eps {k['norm_eps']} must be in (0, 1)")
+    if k["position"] == "rope" and (not k["rope_theta"] > 1 or (C // NH) % 2):
+        die(f"{what}: RoPE needs --rope-theta > 1 (got {k['rope_theta']}) and an even head dim (got {C // NH})")
     return dict(max_seq_len=maxT, vocab_size=V, padded_vocab_size=fmt.pad_vocab(V), num_layers=L,
-                num_heads=NH, num_kv_heads=NKV or NH, channels=C, window=W)
+                num_heads=NH, num_kv_heads=NKV or NH, channels=C, window=W,
+                architecture=fmt.ARCH_LLAMA if arch == "llama" else fmt.ARCH_GPT2,
+                norm=fmt.NORM_RMSNORM if k["norm"] == "rmsnorm" else fmt.NORM_LAYERNORM,
+                norm_eps=float(k["norm_eps"]),
+                position=fmt.POS_ROPE if k["position"] == "rope" else fmt.POS_LEARNED,
+                rope_theta=float(k["rope_theta"]) if k["position"] == "rope" else 0.0,
+                mlp=fmt.MLP_SWIGLU if k["mlp"] == "swiglu" else fmt.MLP_GELU, mlp_hidden=H,
+                biases=int(k["bias"]), tied_head=int(k["tied"]))
 
 
-def config_from_descriptor(desc, NKV=0, W=0):
-    """dN: GPT-2 shape with N layers, 64N channels, N heads (d12 = GPT-2 124M), as in gpt2_config.h."""
+def config_from_descriptor(desc, NKV=0, W=0, arch="gpt2", **knobs):
+    """dN: N layers, 64N channels, N heads (d12 = GPT-2 124M), as in gpt2_config.h; arch and knobs as
+    in make_config."""
     if len(desc) < 2 or desc[0] != "d" or not desc[1:].isdigit() or not 0 < int(desc[1:]) <= 96:
         die(f"--model {desc}: not a model descriptor (expected dN such as d12, gpt2*, or hf-random)")
     n = int(desc[1:])
-    return make_config(f"--model {desc}", n, 64 * n, n, 50257, 1024, NKV, W)
+    return make_config(f"--model {desc}", n, 64 * n, n, 50257, 1024, NKV, W, arch, **knobs)
 
 
 # (object only without torch: the file still loads, so --help works)
 class GPT2(nn.Module if torch is not None else object):
-    """GPT-2 with parameters in our checkpoint layout; forward returns (logits (B,T,Vp), loss)."""
+    """GPT-2 or a Llama-style model (the config's knobs) with parameters in our checkpoint layout;
+    forward returns (logits (B,T,Vp), loss). A tensor the config lacks (count 0) is not registered,
+    so parameters() runs in checkpoint order over the ones present."""
 
     def __init__(self, cfg):
         super().__init__()
-        self.cfg = cfg
-        for name, shape in zip(fmt.PARAM_NAMES, fmt.param_shapes(cfg)):
-            self.register_parameter(name, nn.Parameter(torch.zeros(shape)))
+        self.cfg = fmt.full_config(cfg)
+        for name, shape in zip(fmt.PARAM_NAMES, fmt.param_shapes(self.cfg)):
+            if math.prod(shape):
+                self.register_parameter(name, nn.Parameter(torch.zeros(shape)))
+
+    def param(self, name):
+        """The tensor, or None where the config lacks it (a bias of a bias-free model)."""
+        return self._parameters.get(name)
 
     def init_weights(self, seed):
         """docs/design.md: matrices and embeddings N(0, 0.02); the two residual projections
@@ -113,10 +158,12 @@ class GPT2(nn.Module if torch is not None else object):
                 else:
                     p.zero_()
             self.wte[self.cfg["vocab_size"]:].zero_()
+            if self.param("lm_head") is not None:
+                self.lm_head[self.cfg["vocab_size"]:].zero_()
 
     def randomize_biases_and_norms(self, seed):
         """Fixture only: the design's init leaves biases 0 and LayerNorm at (1, 0), which would let a
-        trainer that forgets a bias or a LayerNorm affine pass the forward check. Draw them instead."""
+        trainer that forgets a bias or a norm's weight pass the forward check. Draw them instead."""
         g = torch.Generator().manual_seed(seed + 1)
         with torch.no_grad():
             for name, p in self.named_parameters():
@@ -127,31 +174,63 @@ class GPT2(nn.Module if torch is not None else object):
                 else:
                     p.copy_(0.02 * torch.randn(p.shape, generator=g))
 
+    def norm(self, x, w, b):
+        """LayerNorm (weight, bias) or RMSNorm (weight; transformers' LlamaRMSNorm) over the channels."""
+        if self.cfg["norm"] == fmt.NORM_RMSNORM:
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.cfg["norm_eps"]) * w
+        return F.layer_norm(x, (x.shape[-1],), w, b, eps=1e-5)
+
+    def rope_tables(self, T, HD, dtype, device):
+        """cos, sin (T, HD) in transformers' rotate_half layout (each half repeats the HD/2 angles);
+        the angles in float64 (llmc/cpu/rope.h)."""
+        inv_freq = self.cfg["rope_theta"] ** (-torch.arange(0, HD, 2, dtype=torch.float64) / HD)
+        angles = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]  # (T, HD/2)
+        angles = torch.cat([angles, angles], dim=-1)
+        return angles.cos().to(dtype=dtype, device=device), angles.sin().to(dtype=dtype, device=device)
+
     def forward(self, idx, targets=None):
-        cfg = self.cfg
+        cfg, P = self.cfg, self.param
         B, T = idx.shape
         C, NH, NKV, W = cfg["channels"], cfg["num_heads"], cfg["num_kv_heads"], cfg["window"]
         HD = C // NH
+        layer = lambda name, l: None if P(name) is None else P(name)[l]  # noqa: E731  (a bias, or None)
         # query t sees keys max(0, t-W+1)..t; W = 0 (or W >= T) is plain causal, SDPA's fast path
         mask = None
         if 0 < W < T:
             t = torch.arange(T, device=idx.device)
             mask = (t[None, :] <= t[:, None]) & (t[None, :] > t[:, None] - W)  # (T, T), True = attend
-        x = self.wte[idx] + self.wpe[:T]                       # (B, T, C)
+        rope = cfg["position"] == fmt.POS_ROPE
+        if rope:
+            cos, sin = self.rope_tables(T, HD, self.wte.dtype, idx.device)
+
+        def rotate(x):  # (B, heads, T, HD): x cos + rotate_half(x) sin, rotate_half(x) = [-x2, x1]
+            x1, x2 = x.chunk(2, dim=-1)
+            return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+        x = self.wte[idx]                                       # (B, T, C)
+        if not rope:
+            x = x + self.wpe[:T]
         for l in range(cfg["num_layers"]):
-            h = F.layer_norm(x, (C,), self.ln1w[l], self.ln1b[l], eps=1e-5)
-            qkv = F.linear(h, self.qkvw[l], self.qkvb[l])       # (B, T, (NH+2NKV)*HD): all Q heads, all K, all V
+            h = self.norm(x, self.ln1w[l], layer("ln1b", l))
+            qkv = F.linear(h, self.qkvw[l], layer("qkvb", l))   # (B, T, (NH+2NKV)*HD): all Q heads, all K, all V
             q, k, v = (t.view(B, T, -1, HD).transpose(1, 2) for t in qkv.split([C, NKV * HD, NKV * HD], dim=2))
+            if rope:
+                q, k = rotate(q), rotate(k)
             # grouped-query: query head h uses key/value head h // (NH/NKV)
             k, v = (t.repeat_interleave(NH // NKV, dim=1) for t in (k, v))
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)  # (B, NH, T, HD)
             a = a.transpose(1, 2).reshape(B, T, C)
-            x = x + F.linear(a, self.attprojw[l], self.attprojb[l])
-            h = F.layer_norm(x, (C,), self.ln2w[l], self.ln2b[l], eps=1e-5)
-            h = F.gelu(F.linear(h, self.fcw[l], self.fcb[l]), approximate="tanh")  # (B, T, 4C)
-            x = x + F.linear(h, self.fcprojw[l], self.fcprojb[l])
-        x = F.layer_norm(x, (C,), self.lnfw, self.lnfb, eps=1e-5)
-        logits = F.linear(x, self.wte)                           # (B, T, Vp), tied with wte
+            x = x + F.linear(a, self.attprojw[l], layer("attprojb", l))
+            h = self.norm(x, self.ln2w[l], layer("ln2b", l))
+            h = F.linear(h, self.fcw[l], layer("fcb", l))      # (B, T, H) or SwiGLU's (B, T, 2H) = [gate | up]
+            if cfg["mlp"] == fmt.MLP_SWIGLU:
+                gate, up = h.chunk(2, dim=-1)
+                h = F.silu(gate) * up
+            else:
+                h = F.gelu(h, approximate="tanh")
+            x = x + F.linear(h, self.fcprojw[l], layer("fcprojb", l))
+        x = self.norm(x, self.lnfw, P("lnfb"))
+        logits = F.linear(x, self.wte if cfg["tied_head"] else self.lm_head)  # (B, T, Vp)
         loss = None
         if targets is not None:  # the padded columns are not part of the softmax (autocast runs it in fp32)
             V = cfg["vocab_size"]
@@ -228,6 +307,51 @@ def from_hf(hf_model, what="transformers model"):
     return model
 
 
+def from_hf_llama(hf_model, what="transformers Llama model"):
+    """Our Llama-style model from a transformers LlamaForCausalLM (nn.Linear weights are (out, in),
+    as ours): qkvw = [q_proj; k_proj; v_proj] (our Q heads, K heads, V heads), fcw = [gate_proj;
+    up_proj] (SwiGLU's [gate | up]), attprojw = o_proj, fcprojw = down_proj. transformers' q/k rows
+    are already in the rotate_half order our RoPE uses, so nothing is permuted. The first step of
+    the Hugging Face import of issue 14; configs our model cannot express are refused."""
+    hc = hf_model.config
+    rope = dict(getattr(hc, "rope_parameters", None) or getattr(hc, "rope_scaling", None) or {})
+    theta = rope.get("rope_theta", getattr(hc, "rope_theta", None))
+    problems = []
+    if hc.hidden_act != "silu":
+        problems.append(f"hidden_act {hc.hidden_act} is not silu")
+    if getattr(hc, "attention_bias", False) or getattr(hc, "mlp_bias", False):
+        problems.append("attention_bias / mlp_bias")
+    if getattr(hc, "head_dim", None) not in (None, hc.hidden_size // hc.num_attention_heads):
+        problems.append(f"head_dim {hc.head_dim} != hidden_size / num_attention_heads")
+    if rope.get("rope_type", rope.get("type", "default")) != "default":
+        problems.append(f"rope scaling {rope.get('rope_type', rope.get('type'))}")
+    if problems:
+        die(f"{what}: unsupported transformers Llama config: " + "; ".join(problems))
+    cfg = make_config(what, hc.num_hidden_layers, hc.hidden_size, hc.num_attention_heads, hc.vocab_size,
+                      hc.max_position_embeddings, hc.num_key_value_heads or hc.num_attention_heads, 0, "llama",
+                      norm_eps=hc.rms_norm_eps, rope_theta=theta or 10000.0, mlp_hidden=hc.intermediate_size,
+                      tied=int(bool(hc.tie_word_embeddings)))
+    sd = {k: v.detach().float().cpu() for k, v in hf_model.state_dict().items()}
+    V = cfg["vocab_size"]
+    model = GPT2(cfg)
+    with torch.no_grad():
+        model.wte.zero_()
+        model.wte[:V] = sd["model.embed_tokens.weight"]
+        if not cfg["tied_head"]:
+            model.lm_head.zero_()
+            model.lm_head[:V] = sd["lm_head.weight"]
+        for l in range(cfg["num_layers"]):
+            h = f"model.layers.{l}."
+            model.ln1w[l] = sd[h + "input_layernorm.weight"]
+            model.qkvw[l] = torch.cat([sd[h + f"self_attn.{n}_proj.weight"] for n in "qkv"])
+            model.attprojw[l] = sd[h + "self_attn.o_proj.weight"]
+            model.ln2w[l] = sd[h + "post_attention_layernorm.weight"]
+            model.fcw[l] = torch.cat([sd[h + "mlp.gate_proj.weight"], sd[h + "mlp.up_proj.weight"]])
+            model.fcprojw[l] = sd[h + "mlp.down_proj.weight"]
+        model.lnfw.copy_(sd["model.norm.weight"])
+    return model
+
+
 def hf_random_model(cfg, seed):
     """A transformers GPT2LMHeadModel with transformers' own random init (no download)."""
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -245,13 +369,16 @@ def build_model(args):
         if args.kv_heads not in (0, cfg["num_kv_heads"]) or args.window not in (0, cfg["window"]):
             die(f"--load {args.load}: the file has num_kv_heads {cfg['num_kv_heads']} and window {cfg['window']}; "
                 "--kv-heads and --window shape only a new model")
+        given = [k for k in ("arch",) + KNOBS if getattr(args, k) is not None]
+        if given:
+            die(f"--load {args.load}: --{given[0].replace('_', '-')} shapes only a new model (the file has its own)")
         model = GPT2(cfg)
         model.load_flat(torch.from_numpy(np.array(params, dtype=np.float32)))
         return model
     if args.model in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "hf-random"):
-        if args.kv_heads != 0 or args.window != 0:
+        if args.kv_heads != 0 or args.window != 0 or any(getattr(args, k) is not None for k in ("arch",) + KNOBS):
             die(f"--model {args.model}: transformers' GPT-2 is multi-head with full causal attention "
-                "(no --kv-heads, no --window)")
+                "(no --kv-heads, no --window, no --arch or its knobs)")
         try:
             import transformers  # noqa: F401
         except ImportError:
@@ -265,15 +392,20 @@ def build_model(args):
             except (OSError, ValueError) as e:
                 die(f"--model {args.model}: cannot load the pretrained weights ({str(e).splitlines()[0]})")
         return from_hf(hf, f"--model {args.model}")
-    cfg = config_from_descriptor(args.model, args.kv_heads, args.window) if args.model else shape_config(args)
+    cfg = (config_from_descriptor(args.model, args.kv_heads, args.window, args.arch or "gpt2", **knob_args(args))
+           if args.model else shape_config(args))
     model = GPT2(cfg)
     model.init_weights(args.seed)
     return model
 
 
+def knob_args(args):
+    return {k: getattr(args, k) for k in KNOBS}
+
+
 def shape_config(args):
     return make_config("model shape", args.layers, args.channels, args.heads, args.vocab, args.max_seq,
-                       args.kv_heads, args.window)
+                       args.kv_heads, args.window, args.arch or "gpt2", **knob_args(args))
 
 
 # ---------------------------------------------------------------- reference state (GPTX)
@@ -343,10 +475,12 @@ def write_outputs(model, args):
 
 def fixture(args):
     """tests/fixture: the tiny models + their reference states that `make test` checks the trainers
-    against: DIR/model.bin + debug.bin (FIXTURE) and DIR/gqa_model.bin + gqa_debug.bin (FIXTURE_GQA)."""
+    against: DIR/<prefix>model.bin + <prefix>debug.bin for each of FIXTURES."""
     args.model, args.load, args.data, args.dtype = None, None, None, "fp32"
     os.makedirs(args.fixture, exist_ok=True)
-    for prefix, settings in (("", FIXTURE), ("gqa_", FIXTURE_GQA)):
+    for prefix, settings in FIXTURES:
+        for k in ("arch",) + KNOBS:  # what a fixture does not set is its --arch default
+            setattr(args, k, None)
         for k, v in settings.items():
             setattr(args, k, v)
         args.write_model = os.path.join(args.fixture, prefix + "model.bin")
@@ -526,6 +660,17 @@ def parse_args(argv=None):
                                                           "the heads (grouped-query attention; 0 = as many as heads)")
     s.add_argument("--window", type=int, default=0, help="attention window W of a dN or shape-flag model: position t "
                                                         "sees t-W+1..t (0 = full causal)")
+    s.add_argument("--arch", choices=sorted(ARCH_DEFAULTS), help="model family of a dN or shape-flag model: "
+                   "gpt2 (LayerNorm, learned positions, GELU 4C, biases, tied) or llama (RMSNorm eps 1e-5, RoPE theta "
+                   "10000, SwiGLU 8C/3 rounded up to 64, no biases, tied); the flags below change one knob (default gpt2)")
+    s.add_argument("--norm", choices=["layernorm", "rmsnorm"])
+    s.add_argument("--norm-eps", type=float, help="RMSNorm eps (LayerNorm: only 1e-5)")
+    s.add_argument("--position", choices=["learned", "rope"])
+    s.add_argument("--rope-theta", type=float)
+    s.add_argument("--mlp", choices=["gelu", "swiglu"])
+    s.add_argument("--mlp-hidden", type=int, help="the MLP's hidden width H (fc has H rows, or 2H for SwiGLU)")
+    s.add_argument("--bias", type=int, choices=[0, 1], help="1 = the projections have biases")
+    s.add_argument("--tied", type=int, choices=[0, 1], help="1 = logits through wte, 0 = a separate lm_head")
     s.add_argument("--seed", type=int, default=1337, help="init and random batch seed")
     o = p.add_argument_group("outputs")
     o.add_argument("--write-model", metavar="PATH", help="write the (initial) model as a GPTM checkpoint")
@@ -535,8 +680,8 @@ def parse_args(argv=None):
     o.add_argument("--write-debug", metavar="PATH", help="write the reference state (GPTX) of one batch")
     o.add_argument("--fixture", metavar="DIR", help="write DIR/model.bin + DIR/debug.bin with the test fixture "
                                                     "settings (" + ", ".join(f"{k}={v}" for k, v in FIXTURE.items()) +
-                                                    ") and DIR/gqa_model.bin + DIR/gqa_debug.bin with those but "
-                                                    "channels=36, heads=6, kv_heads=2, window=6")
+                                                    "), and DIR/<prefix>model.bin + <prefix>debug.bin for gqa_, "
+                                                    "llama_, llama_gqa_ and llama_window_ (FIXTURES in this script)")
     d = p.add_argument_group("data and optimization")
     d.add_argument("--batch", type=int, default=4, help="B")
     d.add_argument("--seq", type=int, default=16, help="T")

@@ -10,9 +10,10 @@ run() {  # run NAME CMD...
     else failed=$((failed + 1)); failed_names+=("$name"); echo "--- $name: FAIL"; fi
 }
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-run "cpu reference vs PyTorch (test_gpt2_cpu)" build/test_gpt2_cpu
+run "cpu reference vs PyTorch, GPT-2 and Llama-style (test_gpt2_cpu)" build/test_gpt2_cpu
 run "cpu attention (MHA, GQA, MQA, window) vs PyTorch" build/test_attention_cpu
 run "cpu Llama ops (RMSNorm, fused residual+RMSNorm, RoPE, SwiGLU) vs PyTorch" build/test_llama_ops_cpu
+run "cpu trainer trains a Llama-style model from --init and resumes it exactly" tests/test_train_llama.sh
 run "cpu decode attention through the KV cache (ring buffer, mixed lengths) vs the full forward" build/test_attention_decode_cpu
 run "cpu cached forward (prefill + decode through the KV cache) vs the full forward" build/test_generate_cpu
 run "dataloader" build/test_dataloader

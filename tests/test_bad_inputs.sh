@@ -28,6 +28,9 @@ cfg = dict(max_seq_len=16, vocab_size=64, padded_vocab_size=64, num_layers=1, nu
            num_kv_heads=2, channels=8, window=0)
 rng = np.random.default_rng(0)
 fmt.write_model(f"{d}/good.bin", cfg, rng.normal(0, 0.02, fmt.num_params(cfg)).astype(np.float32))
+llama = dict(cfg, architecture=fmt.ARCH_LLAMA, norm=fmt.NORM_RMSNORM, norm_eps=1e-5, position=fmt.POS_ROPE,
+             rope_theta=10000.0, mlp=fmt.MLP_SWIGLU, mlp_hidden=24, biases=0, tied_head=0)
+fmt.write_model(f"{d}/llama.bin", llama, rng.normal(0, 0.02, fmt.num_params(llama)).astype(np.float32))
 fmt.write_shard(f"{d}/train.bin", rng.integers(0, 64, 2000), 64)
 fmt.write_shard(f"{d}/bigids.bin", rng.integers(0, 1000, 2000), 50257)  # ids the 64-token model can't take
 fmt.write_tokenizer(f"{d}/tok.bin", [bytes([65 + i % 26]) for i in range(64)], 63)
@@ -40,6 +43,9 @@ patched("badmagic.bin", 0, fmt.fourcc("ABCD"))
 patched("badversion.bin", 1, 99)
 patched("badkvheads.bin", 8, 3)  # 3 key/value heads for 2 query heads
 patched("badcount.bin", 11, 12345)
+llama_good = open(f"{d}/llama.bin", "rb").read()
+patched("badnorm.bin", 13, 2, llama_good)  # a norm kind that does not exist
+patched("badtheta.bin", 16, np.float64(0.5).view(np.int64), llama_good)  # RoPE theta <= 1
 open(f"{d}/truncated.bin", "wb").write(good[:-10])
 open(f"{d}/extra.bin", "wb").write(good + b"\0\0\0\0")
 open(f"{d}/short.bin", "wb").write(good[:100])
@@ -136,9 +142,29 @@ expect_error "--window -1" "--window" $TRAIN "${BASE[@]}" --init d2 --window -1
 expect_error "--kv-heads differing from the model file" "$T/good.bin has num_kv_heads 2" $TRAIN "${BASE[@]}" \
     --init "$T/good.bin" --kv-heads 1
 expect_error "--window differing from the checkpoint" "has window 3" $TRAIN "${BASE[@]}" --steps 2 --resume "$T/ckpt_gqa" --window 4
+# Llama-style models: the descriptor, --max-seq, version-2 model files with bad family fields
+LLAMA=(--init llama:L1,C8,H2,KV1,F24,V64,untied --max-seq 16)
+expect_success "control: fresh Llama model trains, samples past --seq and checkpoints" $TRAIN "${BASE[@]}" \
+    "${LLAMA[@]}" --sample-every 1 --gen-tokens 20 --out-dir "$T/ckpt_llama"
+expect_success "control: resume it" $TRAIN "${BASE[@]}" --steps 2 --resume "$T/ckpt_llama"
+expect_success "control: a Llama model file trains" $TRAIN "${BASE[@]}" --init "$T/llama.bin"
+expect_error "llama descriptor without C and H" "L, C and H are required" $TRAIN "${BASE[@]}" --init llama:L1
+expect_error "llama descriptor with an unknown item" "'Q3' is not an item" $TRAIN "${BASE[@]}" --init llama:L1,C8,H2,Q3
+expect_error "llama descriptor with an odd head dim" "even head dim" $TRAIN "${BASE[@]}" --init llama:L1,C6,H2,V64
+expect_error "--max-seq 0" "--max-seq" $TRAIN "${BASE[@]}" "${LLAMA[@]}" --max-seq 0
+expect_error "--max-seq differing from the model file" "$T/llama.bin has max_seq_len 16" $TRAIN "${BASE[@]}" \
+    --init "$T/llama.bin" --max-seq 32
+expect_error "--init of another architecture with --resume" "differs from the model of the checkpoint" $TRAIN \
+    "${BASE[@]}" --steps 3 --resume "$T/ckpt_llama" --init llama:L1,C8,H2,KV1,F24,V64
+expect_error "model file with an unknown norm" "$T/badnorm.bin: header field norm" $TRAIN "${BASE[@]}" --init "$T/badnorm.bin"
+expect_error "model file with RoPE theta 0.5" "$T/badtheta.bin: RoPE needs theta" $TRAIN "${BASE[@]}" --init "$T/badtheta.bin"
 # the GPU trainer checks the attention flags before it touches a device (so these run without a GPU)
 GPU=build/train_gpt2cu
 if [ -x $GPU ]; then
+    expect_error "GPU trainer: a Llama descriptor" "llama architecture is not supported on the GPU yet" $GPU \
+        "${BASE[@]}" "${LLAMA[@]}"
+    expect_error "GPU trainer: a Llama model file" "llama architecture is not supported on the GPU yet" $GPU \
+        "${BASE[@]}" --init "$T/llama.bin"
     expect_error "GPU trainer: --kv-heads not dividing the heads" "--kv-heads 3" $GPU "${BASE[@]}" --init d2 --kv-heads 3
     expect_error "GPU trainer: --window -1" "--window" $GPU "${BASE[@]}" --init d2 --window -1
     expect_error "GPU trainer: --deterministic 2" "--deterministic" $GPU "${BASE[@]}" --init d2 --deterministic 2

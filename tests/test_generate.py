@@ -189,8 +189,8 @@ def test_checkpoint_dir_and_interactive(files, tmp_path):
 
 
 BAD = [  # (name, args after --model, expected text of the one error line)
-    ("empty --prompt-ids", ["--prompt-ids", ""], "--prompt-ids : empty prompt"),
-    ("empty text prompt", ["--tokenizer", "{d}/tok.bin", "--prompt", ""], "--prompt : empty prompt"),
+    ("empty --prompt-ids", ["--prompt-ids", ""], '--prompt-ids "": empty prompt'),
+    ("empty text prompt", ["--tokenizer", "{d}/tok.bin", "--prompt", ""], '--prompt "": empty prompt'),
     ("prompt longer than the context", ["--prompt-ids", ",".join(["1"] * 25)],
      "25 tokens, longer than the context of 24 positions"),
     ("prompt longer than --max-seq", ["--prompt-ids", "1,2,3,4", "--max-seq", 3],
@@ -198,7 +198,7 @@ BAD = [  # (name, args after --model, expected text of the one error line)
     ("token id out of range", ["--prompt-ids", "1,260"], "token id 260 is out of range for the model's vocabulary of 260"),
     ("token id out of range in a file", ["--prompt-ids-file", "{d}/ids.txt"],
      "{d}/ids.txt line 2: token id 999 is out of range"),
-    ("not a token id", ["--prompt-ids", "1,x"], "'x' is not a token id"),
+    ("not a token id", ["--prompt-ids", "1,x"], "--prompt-ids \"1,x\": 'x' is not a token id"),
     ("negative token id", ["--prompt-ids", "1,-3"], "'-3' is not a token id"),
     ("temperature < 0", ["--prompt-ids", "1", "--temperature", -1], "--temperature: must be in [0, 100], got -1"),
     ("top-k < 0", ["--prompt-ids", "1", "--top-k", -1], "--top-k: must be in [0, 1e+06], got -1"),

@@ -51,7 +51,7 @@ inline void adamw_update(float* params, float* m, float* v, const float* grads, 
                             bc2_sqrt, decay, one_minus_b1, beta2, one_minus_b2, eps, grad_scale);
 }
 
-// One AdamW step over all 16 tensors of a GPT-2 parameter buffer (params, m, v, grads share the
+// One AdamW step over all the tensors of a model parameter buffer (params, m, v, grads share the
 // layout of gpt2_param_offsets); weight decay only on the tensors gpt2_param_decays selects.
 inline void adamw_update_gpt2(float* params, float* m, float* v, const float* grads, const GPT2Config& cfg, float lr,
                               float beta1, float beta2, float eps, float weight_decay, float grad_scale, int64_t step) {

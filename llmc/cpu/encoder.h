@@ -1,5 +1,6 @@
 // encoder.h: token + position embedding on the CPU.
-// Shapes: inp (B, T) token ids < V, wte (Vp, C), wpe (maxT, C), out (B, T, C).
+// Shapes: inp (B, T) token ids < V, wte (Vp, C), wpe (maxT, C) or nullptr (no learned position
+// embedding: a RoPE model), out (B, T, C).
 // encoder_forward writes (=) out; encoder_backward accumulates (+=) into dwte and dwpe.
 // fp32. Padded rows of wte (ids V..Vp-1) never receive gradient because no id points at them.
 #pragma once
@@ -14,13 +15,17 @@ inline void encoder_forward(float* out, const int* inp, const float* wte, const 
         for (int t = 0; t < T; t++) {
             float* o = out + ((size_t)b * T + t) * C;
             const float* we = wte + (size_t)inp[b * T + t] * C;
+            if (!wpe) {
+                for (int c = 0; c < C; c++) o[c] = we[c];
+                continue;
+            }
             const float* pe = wpe + (size_t)t * C;
             for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
         }
     }
 }
 
-// dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:].
+// dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:] (dwpe nullptr: none).
 // Threads split the channels, so two positions holding the same token never race and the
 // summation order (b, t ascending) does not depend on the thread count.
 inline void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C) {
@@ -32,6 +37,10 @@ inline void encoder_backward(float* dwte, float* dwpe, const float* dout, const 
             for (int t = 0; t < T; t++) {
                 const float* d = dout + ((size_t)b * T + t) * C;
                 float* we = dwte + (size_t)inp[b * T + t] * C;
+                if (!dwpe) {
+                    for (int c = c0; c < c1; c++) we[c] += d[c];
+                    continue;
+                }
                 float* pe = dwpe + (size_t)t * C;
                 for (int c = c0; c < c1; c++) {
                     we[c] += d[c];

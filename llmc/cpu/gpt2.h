@@ -1,6 +1,8 @@
-// llmc/cpu/gpt2.h: the CPU reference GPT-2 model: fp32 parameters, activations, forward, loss,
-// backward and AdamW update with OpenMP, built from the layer ops in llmc/cpu/ (the same ones the
-// GPU tests and the kernel lab use as their reference), plus checkpoints and sampling.
+// llmc/cpu/gpt2.h: the CPU reference model, GPT-2 or Llama-style (the knobs of GPT2Config: LayerNorm
+// or RMSNorm, learned positions or RoPE, GELU or SwiGLU, biases or none, tied or untied head): fp32
+// parameters, activations, forward, loss, backward and AdamW update with OpenMP, built from the
+// layer ops in llmc/cpu/ (the same ones the GPU tests and the kernel lab use as their reference),
+// plus checkpoints and sampling.
 // Semantics are PyTorch's (docs/design.md). Same sections, in the same order and with the same
 // function names, as the GPU model in llmc/gpt2.cuh: model (parameters, activations), forward,
 // backward, update, checkpoints, sampling.
@@ -21,6 +23,9 @@
 #include "llmc/cpu/layernorm.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/residual.h"
+#include "llmc/cpu/rmsnorm.h"
+#include "llmc/cpu/rope.h"
+#include "llmc/cpu/swiglu.h"
 #include "llmc/formats.h"
 #include "llmc/gpt2_config.h"
 #include "llmc/rand.h"
@@ -29,7 +34,9 @@
 
 // ============================================================================ model
 // Activations: everything the backward pass reads, for the B, T the model was sized for. Per-layer
-// buffers are (L, ...) with layer l at offset l * (one layer's size).
+// buffers are (L, ...) with layer l at offset l * (one layer's size). FC = the fc rows (H, or 2H
+// for SwiGLU's [gate | up]), H = the MLP's hidden width (llmc/gpt2_config.h). With RMSNorm the
+// *_mean buffers are unused; with RoPE qkv holds the rotated Q and K (what attention read).
 struct Activations {
     std::vector<float> encoded;    // (B, T, C)
     std::vector<float> ln1;        // (L, B, T, C)
@@ -43,8 +50,8 @@ struct Activations {
     std::vector<float> ln2;        // (L, B, T, C)
     std::vector<float> ln2_mean;   // (L, B, T)
     std::vector<float> ln2_rstd;   // (L, B, T)
-    std::vector<float> fch;        // (L, B, T, 4C)
-    std::vector<float> fch_gelu;   // (L, B, T, 4C)
+    std::vector<float> fch;        // (L, B, T, FC)
+    std::vector<float> fch_act;    // (L, B, T, H) GELU(fch) or SwiGLU(fch)
     std::vector<float> fcproj;     // (L, B, T, C)
     std::vector<float> residual3;  // (L, B, T, C)
     std::vector<float> lnf;        // (B, T, C)
@@ -62,8 +69,8 @@ struct ActivationGrads {
     std::vector<float> dlnf;       // (B, T, C), also dln1 / dln2 of the current layer
     std::vector<float> dqkv;       // (B, T, QKV)
     std::vector<float> datty;      // (B, T, C)
-    std::vector<float> dfch;       // (B, T, 4C)
-    std::vector<float> dfch_gelu;  // (B, T, 4C)
+    std::vector<float> dfch;       // (B, T, FC)
+    std::vector<float> dfch_act;   // (B, T, H)
 };
 
 // The parameters are the tensors of GPT2_PARAMETER_TABLE (llmc/gpt2_config.h), named views into
@@ -74,6 +81,7 @@ struct GPT2 {
     size_t num_params = 0;
     std::vector<float> params_memory, grads_memory, m_memory, v_memory;  // (num_params) each
     GPT2Tensors<float> params{}, grads{};  // named views of params_memory and grads_memory
+    std::vector<float> rope_cos, rope_sin;  // (maxT, HD/2) each, with RoPE (llmc/cpu/rope.h)
     int B = 0, T = 0;          // the shape the activations were allocated for
     int cur_B = 0, cur_T = 0;  // the shape of the last forward
     int64_t step = 0;          // optimizer steps done
@@ -95,11 +103,18 @@ inline void gpt2_build(GPT2& m, const GPT2Config& c, int B, int T) {
     m.params = gpt2_point_tensors(m.params_memory.data(), c);
     m.grads = gpt2_point_tensors(m.grads_memory.data(), c);
     m.step = 0;
+    if (c.position == POS_ROPE) {
+        const int HD = gpt2_head_dim(c);
+        m.rope_cos.resize((size_t)c.max_seq_len * HD / 2);
+        m.rope_sin.resize((size_t)c.max_seq_len * HD / 2);
+        cpu::rope_tables(m.rope_cos.data(), m.rope_sin.data(), c.max_seq_len, HD, (float)c.rope_theta);
+    }
 
     const size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
-    const size_t BT = (size_t)B * T, QKV = gpt2_qkv_channels(c);
+    const size_t BT = (size_t)B * T, QKV = gpt2_qkv_channels(c), FC = gpt2_fc_channels(c), H = gpt2_mlp_hidden(c);
     // the floats of the buffers below: per layer, outside the layers, and the one-layer gradients
-    const size_t act_floats = L * BT * (15 * C + QKV + NH + 4) + BT * (2 * C + 2 * Vp + 3) + BT * (11 * C + QKV);
+    const size_t act_floats = L * BT * (7 * C + QKV + NH + FC + H + 4) + BT * (2 * C + 2 * Vp + 3) +
+                              BT * (3 * C + QKV + FC + H);
     char what[96];
     snprintf(what, sizeof what, "the model with its activations for --batch %d --seq %d", B, T);
     check_host_memory((act_floats + 4 * m.num_params) * sizeof(float), what, "lower --batch or --seq");
@@ -116,8 +131,8 @@ inline void gpt2_build(GPT2& m, const GPT2Config& c, int B, int T) {
     a.ln2.resize(L * BT * C);
     a.ln2_mean.resize(L * BT);
     a.ln2_rstd.resize(L * BT);
-    a.fch.resize(L * BT * 4 * C);
-    a.fch_gelu.resize(L * BT * 4 * C);
+    a.fch.resize(L * BT * FC);
+    a.fch_act.resize(L * BT * H);
     a.fcproj.resize(L * BT * C);
     a.residual3.resize(L * BT * C);
     a.lnf.resize(BT * C);
@@ -131,8 +146,8 @@ inline void gpt2_build(GPT2& m, const GPT2Config& c, int B, int T) {
     d.dlnf.resize(BT * C);
     d.dqkv.resize(BT * QKV);
     d.datty.resize(BT * C);
-    d.dfch.resize(BT * 4 * C);
-    d.dfch_gelu.resize(BT * 4 * C);
+    d.dfch.resize(BT * FC);
+    d.dfch_act.resize(BT * H);
     m.B = B;
     m.T = T;
 }
@@ -144,52 +159,96 @@ inline void gpt2_set_params(GPT2& m, const float* host) {
     std::copy(host, host + m.num_params, m.params_memory.begin());
 }
 
+namespace detail {
+// base + offset, or nullptr for a tensor the config lacks (a bias of a bias-free model).
+template <typename P>
+inline P* at(P* base, size_t offset) {
+    return base ? base + offset : nullptr;
+}
+
+// The norm of the config: LayerNorm (weight, bias; saves mean and rstd) or RMSNorm (weight; rstd).
+inline void norm_forward(const GPT2Config& c, float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int B, int T) {
+    if (c.norm == NORM_RMSNORM) cpu::rmsnorm_forward(out, rstd, inp, weight, B, T, c.channels, (float)c.norm_eps);
+    else cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, c.channels);
+}
+
+// residual = inp1 + inp2, then out = norm(residual): the step between two blocks.
+inline void residual_norm_forward(const GPT2Config& c, float* residual, float* out, float* mean, float* rstd,
+                                  const float* inp1, const float* inp2, const float* weight, const float* bias, int B,
+                                  int T) {
+    if (c.norm == NORM_RMSNORM) {
+        cpu::fused_residual_rmsnorm_forward(residual, out, rstd, inp1, inp2, weight, B, T, c.channels,
+                                            (float)c.norm_eps);
+    } else {
+        cpu::residual_forward(residual, inp1, inp2, (size_t)B * T * c.channels);
+        cpu::layernorm_forward(out, mean, rstd, residual, weight, bias, B, T, c.channels);
+    }
+}
+
+// dresidual += d(norm input), dweight (and dbias) +=. dresidual is the residual stream's running
+// gradient wherever a norm sits, so for RMSNorm this is the fused op's backward: the residual add
+// passes the gradient on unchanged.
+inline void norm_backward(const GPT2Config& c, float* dresidual, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean, const float* rstd, int B, int T) {
+    if (c.norm == NORM_RMSNORM) cpu::fused_residual_rmsnorm_backward(dresidual, dweight, dout, inp, weight, rstd, B, T, c.channels);
+    else cpu::layernorm_backward(dresidual, dweight, dbias, dout, inp, weight, mean, rstd, B, T, c.channels);
+}
+}  // namespace detail
+
 // ============================================================================ forward
 // inputs (B, T) ids < V, through the logits (B, T, Vp). B, T may be smaller than the built shape
-// (sampling runs one row of the current context length).
+// (sampling runs one row of the current context length). The layer structure is the GPU's: the
+// first norm runs on the embedding, and every residual add is followed by the next norm (the next
+// layer's ln1, or lnf), fused for RMSNorm.
 inline void gpt2_forward(GPT2& m, const int* inputs, int B, int T) {
+    using detail::at;
     const GPT2Config& c = m.config;
     if (B > m.B || T > m.T) fail("internal: forward with B=%d T=%d exceeds the allocated B=%d T=%d", B, T, m.B, m.T);
     const int L = c.num_layers, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
     const int V = c.vocab_size, Vp = c.padded_vocab_size, QKV = gpt2_qkv_channels(c);
+    const int FC = gpt2_fc_channels(c), H = gpt2_mlp_hidden(c);
     const size_t BT = (size_t)B * T;
     for (size_t i = 0; i < BT; i++)
         if (inputs[i] < 0 || inputs[i] >= V)
             fail("token id out of range [0, %d) at position %zu of the batch", V, i);
     const GPT2Tensors<float>& p = m.params;
     Activations& a = m.acts;
-    cpu::encoder_forward(a.encoded.data(), inputs, p.wte, p.wpe, B, T, C);
+    cpu::encoder_forward(a.encoded.data(), inputs, p.wte, p.wpe, B, T, C);  // wpe nullptr with RoPE
+    detail::norm_forward(c, a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.encoded.data(), p.ln1w, p.ln1b, B, T);
     for (int l = 0; l < L; l++) {
         const float* residual = l == 0 ? a.encoded.data() : a.residual3.data() + (l - 1) * BT * C;
         float* ln1 = a.ln1.data() + l * BT * C;
-        float* ln1_mean = a.ln1_mean.data() + l * BT;
-        float* ln1_rstd = a.ln1_rstd.data() + l * BT;
         float* qkv = a.qkv.data() + l * BT * QKV;
         float* atty = a.atty.data() + l * BT * C;
         float* att_lse = a.att_lse.data() + l * BT * NH;
         float* attproj = a.attproj.data() + l * BT * C;
         float* residual2 = a.residual2.data() + l * BT * C;
         float* ln2 = a.ln2.data() + l * BT * C;
-        float* ln2_mean = a.ln2_mean.data() + l * BT;
-        float* ln2_rstd = a.ln2_rstd.data() + l * BT;
-        float* fch = a.fch.data() + l * BT * 4 * C;
-        float* fch_gelu = a.fch_gelu.data() + l * BT * 4 * C;
+        float* fch = a.fch.data() + l * BT * FC;
+        float* fch_act = a.fch_act.data() + l * BT * H;
         float* fcproj = a.fcproj.data() + l * BT * C;
         float* residual3 = a.residual3.data() + l * BT * C;
-        cpu::layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p.ln1w + l * C, p.ln1b + l * C, B, T, C);
-        cpu::matmul_forward(qkv, ln1, p.qkvw + (size_t)l * QKV * C, p.qkvb + l * QKV, B, T, C, QKV);
+        cpu::matmul_forward(qkv, ln1, p.qkvw + (size_t)l * QKV * C, at(p.qkvb, (size_t)l * QKV), B, T, C, QKV);
+        if (c.position == POS_ROPE) cpu::rope_forward(qkv, m.rope_cos.data(), m.rope_sin.data(), B, T, NH, NKV, HD);
         cpu::attention_forward(atty, att_lse, qkv, B, T, NH, NKV, HD, c.window);
-        cpu::matmul_forward(attproj, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, B, T, C, C);
-        cpu::residual_forward(residual2, residual, attproj, BT * C);
-        cpu::layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p.ln2w + l * C, p.ln2b + l * C, B, T, C);
-        cpu::matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, B, T, C, 4 * C);
-        cpu::gelu_forward(fch_gelu, fch, BT * 4 * C);
-        cpu::matmul_forward(fcproj, fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, B, T, 4 * C, C);
-        cpu::residual_forward(residual3, residual2, fcproj, BT * C);
+        cpu::matmul_forward(attproj, atty, p.attprojw + (size_t)l * C * C, at(p.attprojb, (size_t)l * C), B, T, C, C);
+        detail::residual_norm_forward(c, residual2, ln2, a.ln2_mean.data() + l * BT, a.ln2_rstd.data() + l * BT,
+                                      residual, attproj, p.ln2w + l * C, at(p.ln2b, (size_t)l * C), B, T);
+        cpu::matmul_forward(fch, ln2, p.fcw + (size_t)l * FC * C, at(p.fcb, (size_t)l * FC), B, T, C, FC);
+        if (c.mlp == MLP_SWIGLU) cpu::swiglu_forward(fch_act, fch, (int)BT, H);
+        else cpu::gelu_forward(fch_act, fch, BT * H);
+        cpu::matmul_forward(fcproj, fch_act, p.fcprojw + (size_t)l * C * H, at(p.fcprojb, (size_t)l * C), B, T, H, C);
+        if (l + 1 < L)  // the next layer's ln1
+            detail::residual_norm_forward(c, residual3, a.ln1.data() + (l + 1) * BT * C,
+                                          a.ln1_mean.data() + (l + 1) * BT, a.ln1_rstd.data() + (l + 1) * BT, residual2,
+                                          fcproj, p.ln1w + (l + 1) * C, at(p.ln1b, (size_t)(l + 1) * C), B, T);
+        else
+            detail::residual_norm_forward(c, residual3, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), residual2,
+                                          fcproj, p.lnfw, p.lnfb, B, T);
     }
-    const float* last = L > 0 ? a.residual3.data() + (L - 1) * BT * C : a.encoded.data();
-    cpu::layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), last, p.lnfw, p.lnfb, B, T, C);
-    cpu::matmul_forward(a.logits.data(), a.lnf.data(), p.wte, nullptr, B, T, C, Vp);
+    const float* head = c.tied_head ? p.wte : p.lm_head;
+    cpu::matmul_forward(a.logits.data(), a.lnf.data(), head, nullptr, B, T, C, Vp);
     m.cur_B = B;
     m.cur_T = T;
 }
@@ -210,10 +269,12 @@ inline float gpt2_loss(GPT2& m, const int* targets) {
 inline void gpt2_zero_grads(GPT2& m) { std::fill(m.grads_memory.begin(), m.grads_memory.end(), 0.0f); }
 
 inline void gpt2_backward(GPT2& m, const int* inputs, const int* targets, float grad_scale) {
+    using detail::at;
     const GPT2Config& c = m.config;
     const int B = m.cur_B, T = m.cur_T;
     const int L = c.num_layers, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
     const int V = c.vocab_size, Vp = c.padded_vocab_size, QKV = gpt2_qkv_channels(c);
+    const int FC = gpt2_fc_channels(c), H = gpt2_mlp_hidden(c);
     const size_t BT = (size_t)B * T;
     const GPT2Tensors<float>& p = m.params;
     const GPT2Tensors<float>& g = m.grads;
@@ -224,11 +285,12 @@ inline void gpt2_backward(GPT2& m, const int* inputs, const int* targets, float 
     float* dlogits = a.probs.data();  // in place: the probabilities are not needed afterwards
     cpu::crossentropy_softmax_backward(dlogits, a.probs.data(), targets, B, T, V, Vp, grad_scale);
     zero(d.dlnf, BT * C);
-    cpu::matmul_backward(d.dlnf.data(), g.wte, nullptr, dlogits, a.lnf.data(), p.wte, B, T, C, Vp);
+    cpu::matmul_backward(d.dlnf.data(), c.tied_head ? g.wte : g.lm_head, nullptr, dlogits, a.lnf.data(),
+                         c.tied_head ? p.wte : p.lm_head, B, T, C, Vp);
     zero(d.dresidual, BT * C);
     const float* last = L > 0 ? a.residual3.data() + (L - 1) * BT * C : a.encoded.data();
-    cpu::layernorm_backward(d.dresidual.data(), g.lnfw, g.lnfb, d.dlnf.data(), last, p.lnfw, a.lnf_mean.data(),
-                            a.lnf_rstd.data(), B, T, C);
+    detail::norm_backward(c, d.dresidual.data(), g.lnfw, g.lnfb, d.dlnf.data(), last, p.lnfw, a.lnf_mean.data(),
+                          a.lnf_rstd.data(), B, T);
     // dresidual holds d(loss)/d(residual3 of layer l); a residual add passes it on unchanged, so
     // each layer's two branches add their input gradients into it in place.
     float* dresidual = d.dresidual.data();
@@ -241,31 +303,34 @@ inline void gpt2_backward(GPT2& m, const int* inputs, const int* targets, float 
         const float* att_lse = a.att_lse.data() + l * BT * NH;
         const float* residual2 = a.residual2.data() + l * BT * C;
         const float* ln2 = a.ln2.data() + l * BT * C;
-        const float* fch = a.fch.data() + l * BT * 4 * C;
-        const float* fch_gelu = a.fch_gelu.data() + l * BT * 4 * C;
-        // MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
-        zero(d.dfch_gelu, BT * 4 * C);
-        cpu::matmul_backward(d.dfch_gelu.data(), g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, dresidual,
-                             fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, B, T, 4 * C, C);
-        zero(d.dfch, BT * 4 * C);
-        cpu::gelu_backward(d.dfch.data(), fch, d.dfch_gelu.data(), BT * 4 * C);
+        const float* fch = a.fch.data() + l * BT * FC;
+        const float* fch_act = a.fch_act.data() + l * BT * H;
+        // MLP branch: residual3 = residual2 + fcproj(act(fc(ln2(residual2))))
+        zero(d.dfch_act, BT * H);
+        cpu::matmul_backward(d.dfch_act.data(), g.fcprojw + (size_t)l * C * H, at(g.fcprojb, (size_t)l * C), dresidual,
+                             fch_act, p.fcprojw + (size_t)l * C * H, B, T, H, C);
+        zero(d.dfch, BT * FC);
+        if (c.mlp == MLP_SWIGLU) cpu::swiglu_backward(d.dfch.data(), d.dfch_act.data(), fch, (int)BT, H);
+        else cpu::gelu_backward(d.dfch.data(), fch, d.dfch_act.data(), BT * H);
         zero(d.dlnf, BT * C);
-        cpu::matmul_backward(dln, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, d.dfch.data(), ln2,
-                             p.fcw + (size_t)l * 4 * C * C, B, T, C, 4 * C);
-        cpu::layernorm_backward(dresidual, g.ln2w + l * C, g.ln2b + l * C, dln, residual2, p.ln2w + l * C,
-                                a.ln2_mean.data() + l * BT, a.ln2_rstd.data() + l * BT, B, T, C);
-        // attention branch: residual2 = residual + attproj(attention(qkv(ln1(residual))))
+        cpu::matmul_backward(dln, g.fcw + (size_t)l * FC * C, at(g.fcb, (size_t)l * FC), d.dfch.data(), ln2,
+                             p.fcw + (size_t)l * FC * C, B, T, C, FC);
+        detail::norm_backward(c, dresidual, g.ln2w + l * C, at(g.ln2b, (size_t)l * C), dln, residual2, p.ln2w + l * C,
+                              a.ln2_mean.data() + l * BT, a.ln2_rstd.data() + l * BT, B, T);
+        // attention branch: residual2 = residual + attproj(attention(rope(qkv(ln1(residual)))))
         zero(d.datty, BT * C);
-        cpu::matmul_backward(d.datty.data(), g.attprojw + (size_t)l * C * C, g.attprojb + l * C, dresidual, atty,
-                             p.attprojw + (size_t)l * C * C, B, T, C, C);
+        cpu::matmul_backward(d.datty.data(), g.attprojw + (size_t)l * C * C, at(g.attprojb, (size_t)l * C), dresidual,
+                             atty, p.attprojw + (size_t)l * C * C, B, T, C, C);
         cpu::attention_backward(d.dqkv.data(), d.datty.data(), qkv, atty, att_lse, B, T, NH, NKV, HD, c.window);
+        if (c.position == POS_ROPE)  // d(rotated qkv) -> d(qkv), in place
+            cpu::rope_backward(d.dqkv.data(), m.rope_cos.data(), m.rope_sin.data(), B, T, NH, NKV, HD);
         zero(d.dlnf, BT * C);
-        cpu::matmul_backward(dln, g.qkvw + (size_t)l * QKV * C, g.qkvb + l * QKV, d.dqkv.data(), ln1,
+        cpu::matmul_backward(dln, g.qkvw + (size_t)l * QKV * C, at(g.qkvb, (size_t)l * QKV), d.dqkv.data(), ln1,
                              p.qkvw + (size_t)l * QKV * C, B, T, C, QKV);
-        cpu::layernorm_backward(dresidual, g.ln1w + l * C, g.ln1b + l * C, dln, residual, p.ln1w + l * C,
-                                a.ln1_mean.data() + l * BT, a.ln1_rstd.data() + l * BT, B, T, C);
+        detail::norm_backward(c, dresidual, g.ln1w + l * C, at(g.ln1b, (size_t)l * C), dln, residual, p.ln1w + l * C,
+                              a.ln1_mean.data() + l * BT, a.ln1_rstd.data() + l * BT, B, T);
     }
-    cpu::encoder_backward(g.wte, g.wpe, dresidual, inputs, B, T, C);
+    cpu::encoder_backward(g.wte, g.wpe, dresidual, inputs, B, T, C);  // g.wpe nullptr with RoPE
 }
 
 // ============================================================================ update
@@ -303,7 +368,7 @@ inline void gpt2_save_checkpoint(const GPT2& m, const std::string& out_dir, cons
 inline TrainState gpt2_load_checkpoint(GPT2& m, const std::string& dir) {
     const std::string model_path = dir + "/model.bin", state_path = dir + "/state.bin";
     ModelFileInfo info = model_read_info(model_path.c_str());
-    if (memcmp(&info.config, &m.config, sizeof(GPT2Config)) != 0)
+    if (!gpt2_same_config(info.config, m.config))
         fail("%s: the checkpoint's model shape differs from this run's", model_path.c_str());
     model_read_fp32(model_path.c_str(), m.params_memory.data());
     TrainState st = state_read(state_path.c_str(), (int64_t)m.num_params, m.m_memory.data(), m.v_memory.data(), nullptr);

@@ -1,5 +1,6 @@
-// fuzz_descriptor: the model config descriptor of --init (`dN`, gpt2_config_from_descriptor in
-// llmc/gpt2_config.h), then --kv-heads / --window applied to the fresh model as the trainers do.
+// fuzz_descriptor: the model config descriptor of --init (`dN`, `gpt2*`, `llama:L..,C..,H..`,
+// gpt2_config_from_descriptor in llmc/gpt2_config.h), then --kv-heads / --window applied to the
+// fresh model as the trainers do.
 // The input is the descriptor; its first two bytes, when present after a NUL, are the
 // --kv-heads and --window values.
 // Invariants: an accepted descriptor gives a config gpt2_validate_config accepts, whose
@@ -22,7 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         gpt2_validate_config(c, "fuzz");
         const size_t n = gpt2_num_params(c);
         FUZZ_CHECK(n > 0 && n < ((size_t)1 << 40));
-        apply_attention_flags(c, cfg, true, desc.c_str());
+        apply_shape_flags(c, cfg, true, desc.c_str());
         FUZZ_CHECK(c.num_heads % c.num_kv_heads == 0);
     } catch (const FailError&) {
     }
