@@ -184,6 +184,7 @@ int main(int argc, char** argv) {
     const GPT2Config c = g.init.empty() ? model_read_info(model_file.c_str()).config
                                         : gpt2_config_from_descriptor(g.init.c_str());
     const std::string source = g.init.empty() ? model_file : "--init " + g.init;
+    gpt2_check_gpu_support(c, source.c_str());  // GPT-2 only on the GPU so far (before the device starts)
     const int V = c.vocab_size;
     if (g.max_seq > c.max_seq_len)
         fail("--max-seq %d: longer than the %d positions of %s (its max_seq_len)", g.max_seq, c.max_seq_len,

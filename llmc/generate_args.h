@@ -182,7 +182,10 @@ class PromptReader {
             if (s.kind == PromptSource::Text || s.kind == PromptSource::Ids) {
                 const bool ids = s.kind == PromptSource::Ids;
                 all.emplace_back();
-                std::string why = make(s.value, ids, std::string(ids ? "--prompt-ids " : "--prompt ") + s.value, &all.back());
+                // the flag and its value (cut at 40 bytes) name the prompt in messages
+                const std::string shown = s.value.size() > 40 ? s.value.substr(0, 40) + "..." : s.value;
+                const std::string origin = std::string(ids ? "--prompt-ids" : "--prompt") + " \"" + shown + "\"";
+                std::string why = make(s.value, ids, origin, &all.back());
                 if (!why.empty()) fail("%s", why.c_str());
                 continue;
             }

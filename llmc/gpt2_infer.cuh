@@ -82,6 +82,7 @@ struct GPT2Infer {
 inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* host, int B, int Tmax, int max_seq,
                              int max_force) {
     gpt2_validate_config(c, "model");
+    gpt2_check_gpu_support(c, "model");
     const int C = c.channels, HD = gpt2_head_dim(c), NKV = c.num_kv_heads, L = c.num_layers;
     if (C % 8 != 0 || c.padded_vocab_size % 8 != 0)
         fail("model: channels %d and padded vocab %d must be multiples of 8 (16-byte loads)", C, c.padded_vocab_size);
