@@ -128,8 +128,8 @@ bad "--graph 2" "--graph: must be in" --model $MHA --prompt-ids $P1 --graph 2
 # ---- 5. memcheck
 if [ "${MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer > /dev/null; then
     for gr in 1 0; do
-        timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 $GEN --model $GQA --prompt-ids $P1 \
-            --prompt-ids $P2 --temperature 0.8 --top-k 10 --top-p 0.9 --max-new 24 --eot -1 --graph $gr \
+        timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 $GEN --model $GQA --prompt-ids $P1 \
+            --prompt-ids $P2 --temperature 0.8 --top-k 10 --top-p 0.9 --max-new 12 --eot -1 --graph $gr \
             > "$WORK/memcheck.out" 2>&1
         st=$?
         grep -E "ERROR SUMMARY" "$WORK/memcheck.out" | sed 's/^/  /'
