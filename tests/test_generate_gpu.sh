@@ -12,7 +12,8 @@
 #   4. bad inputs fail with their one-line errors
 #   5. compute-sanitizer memcheck of a small run, graph and no graph (MEMCHECK=0 skips it)
 #   6. --bench 1: GPT-2 124M shapes (random d12), 64-token prompts, 256 new tokens, greedy, B=1 and
-#      B=64 (BENCH=0 skips it)
+#      B=64 (BENCH=0 skips it); with HF=1 also transformers' generate on the same shapes beside it
+#      (scripts/bench_generate_hf.py; HF_CACHE="dynamic static" adds the compiled static cache, slow)
 cd "$(dirname "$0")/.." || exit 1
 WORK=${GPU_TEST_DIR:-$(mktemp -d /tmp/gen_gpu.XXXXXX)}
 mkdir -p "$WORK"
@@ -152,6 +153,14 @@ if [ "${BENCH:-1}" != 0 ]; then
         bench_lines+=("$line")
         report "bench $args" $st
     done
+fi
+if [ "${HF:-0}" = 1 ]; then
+    python3 scripts/bench_generate_hf.py --batch 1 64 --prompt 64 --new 256 --cache ${HF_CACHE:-dynamic} \
+        > "$WORK/hf.out" 2> "$WORK/hf.err"
+    st=$?
+    [ $st -ne 0 ] && tail -3 "$WORK/hf.err"
+    while read -r line; do bench_lines+=("$line"); done < <(grep BENCH_HF "$WORK/hf.out")
+    report "transformers baseline (${HF_CACHE:-dynamic})" $st
 fi
 
 echo
