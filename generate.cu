@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
     const GPT2Config c = g.init.empty() ? model_read_info(model_file.c_str()).config
                                         : gpt2_config_from_descriptor(g.init.c_str());
     const std::string source = g.init.empty() ? model_file : "--init " + g.init;
-    gpt2_check_gpu_support(c, source.c_str());  // GPT-2 only on the GPU so far (before the device starts)
+    gpt2_infer_check_config(c, source.c_str());  // what the GPU runs, before the device starts
     const int V = c.vocab_size;
     if (g.max_seq > c.max_seq_len)
         fail("--max-seq %d: longer than the %d positions of %s (its max_seq_len)", g.max_seq, c.max_seq_len,
@@ -221,7 +221,8 @@ int main(int argc, char** argv) {
     }
     GPT2Infer m;
     gpt2_infer_build(m, c, params.data(), B, Tmax, max_seq, (int)force.size());
-    if (!force.empty()) cudaCheck(cudaMemcpy(m.force, force.data(), sizeof(int) * force.size(), cudaMemcpyHostToDevice));
+    if (!force.empty())
+        cudaCheck(cudaMemcpy(m.force, force.data(), sizeof(int) * force.size(), cudaMemcpyHostToDevice));
     fprintf(stderr, "model %s: L=%d C=%d NH=%d NKV=%d W=%d V=%d; KV cache %d x %d slots (%.1f MiB), batch %d; %s, %s\n",
             source.c_str(), c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.window, V, B, m.S,
             2.0 * c.num_layers * B * c.num_kv_heads * m.S * gpt2_head_dim(c) * sizeof(floatX) / 1048576.0, B,

@@ -77,16 +77,25 @@ struct GPT2Infer {
     GenerateLimits graph_limits{};
 };
 
+// What the GPU inference runs (GPT-2, head size 64 or 128, 16-byte rows); a host check, callable
+// before the device starts.
+inline void gpt2_infer_check_config(const GPT2Config& c, const char* what) {
+    gpt2_validate_config(c, what);
+    gpt2_check_gpu_support(c, what);
+    const int HD = gpt2_head_dim(c);
+    if (c.channels % 8 != 0 || c.padded_vocab_size % 8 != 0)
+        fail("%s: channels %d and padded vocab %d must be multiples of 8 (16-byte loads)", what, c.channels,
+             c.padded_vocab_size);
+    if (HD != 64 && HD != 128)
+        fail("%s: head size %d (channels / heads) must be 64 or 128 for the GPU attention", what, HD);
+}
+
 // Sizes everything for B sequences of prompts up to Tmax tokens and max_seq positions, uploads the
 // fp32 host parameters `host` (gpt2_num_params(c) values) as floatX.
 inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* host, int B, int Tmax, int max_seq,
                              int max_force) {
-    gpt2_validate_config(c, "model");
-    gpt2_check_gpu_support(c, "model");
+    gpt2_infer_check_config(c, "model");
     const int C = c.channels, HD = gpt2_head_dim(c), NKV = c.num_kv_heads, L = c.num_layers;
-    if (C % 8 != 0 || c.padded_vocab_size % 8 != 0)
-        fail("model: channels %d and padded vocab %d must be multiples of 8 (16-byte loads)", C, c.padded_vocab_size);
-    if (HD != 64 && HD != 128) fail("model: head size %d (channels / heads) must be 64 or 128 for the GPU attention", HD);
     if (max_seq < 1 || max_seq > c.max_seq_len)
         fail("--max-seq %d: must be in [1, %d] (the model's max_seq_len)", max_seq, c.max_seq_len);
     if (B < 1 || Tmax < 1 || Tmax > max_seq) fail("internal: gpt2_infer_build with B=%d Tmax=%d", B, Tmax);

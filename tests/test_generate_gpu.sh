@@ -63,7 +63,8 @@ same "greedy, GQA + window 16 (ring wraps), batch of 3" --model $GQA --prompt-id
     --prompt-ids $P3 --temperature 0 --max-new 45 --eot -1
 same "greedy, context end (--max-seq 20), batch 2 of 3 prompts" --model $GQA --max-seq 20 --batch 2 \
     --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3 --temperature 0 --max-new 100 --eot -1
-same "greedy, end-of-text stop (--eot 7)" --model $MHA --prompt-ids $P1 --prompt-ids $P3 --temperature 0 --max-new 60 --eot 7
+same "greedy, end-of-text stop (--eot 7)" --model $MHA --prompt-ids $P1 --prompt-ids $P3 --temperature 0 \
+    --max-new 60 --eot 7
 same "sampled (temperature 0.9), batch of 3" --model $MHA --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3 \
     --temperature 0.9 --max-new 40 --eot -1 --seed 5
 same "sampled (top-k 20, top-p 0.9), GQA" --model $GQA --prompt-ids $P1 --prompt-ids $P2 --temperature 1.2 \
