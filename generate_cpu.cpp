@@ -1,5 +1,6 @@
-// generate_cpu.cpp: text generation on the CPU with a KV cache (llmc/cpu/gpt2_infer.h), the CPU
-// twin of the GPU generate: flags, the model, the prompts, the generation loop, the output.
+// generate_cpu.cpp: text generation on the CPU with a KV cache (llmc/cpu/gpt2_infer.h), GPT-2 and
+// Llama-style models, the CPU twin of the GPU generate: flags, the model, the prompts, the
+// generation loop, the output.
 // fp32, OpenMP; the same sampling (llmc/sampler.h) and cache layout the GPU version will use.
 //
 //   make build/generate_cpu
@@ -51,7 +52,7 @@ struct GenConfig {
     int top_k = 0;                   // --top-k (0 = off)
     float top_p = 1.0f;              // --top-p (1 = off)
     uint64_t seed = 1337;            // --seed
-    int eot = -2;                    // --eot: the stop token (-1 = none; -2 = the tokenizer's, else 50256 if V has it)
+    int eot = -2;                    // --eot: the stop token (-1 = none; -2 = the tokenizer's, else GPT-2's 50256)
     std::string force_ids;           // --force-ids: teacher forcing, the tokens fed after the prompt
     std::string dump_logits;         // --dump-logits: fp32 (steps, V) of the logits each token came from
 };
@@ -96,7 +97,7 @@ static void parse_gen_args(int argc, char** argv, GenConfig& g) {
            }});
     p.add_uint64("--seed", &g.seed, "seed of the sampling (prompt i of a batch draws from its own stream)");
     p.add({"--eot", "ID", "the end-of-text token that stops a sequence; -1 = none (default: the tokenizer's, else "
-           "50256 when the vocabulary has it, else none)", [&g](const char* s) -> std::string {
+           "50256 for a GPT-2 whose vocabulary has it, else none)", [&g](const char* s) -> std::string {
                int64_t v;
                if (!parse_int64(s, &v) || v < -1 || v >= (1 << 24)) return std::string("'") + s + "' is not -1 or a token id";
                g.eot = (int)v;
@@ -322,7 +323,8 @@ int main(int argc, char** argv) {
     if (g.eot >= V) fail("--eot %d: out of range for the model's vocabulary of %d", g.eot, V);
     // the default: the tokenizer's end-of-text where the model can produce it, else GPT-2's 50256
     const int tok_eot = tok && tok->eot_token() < V ? tok->eot_token() : -1;
-    const int eot = g.eot != -2 ? g.eot : tok_eot >= 0 ? tok_eot : V > 50256 ? 50256 : -1;
+    const int gpt2_eot = c.architecture == ARCH_GPT2 && V > 50256 ? 50256 : -1;
+    const int eot = g.eot != -2 ? g.eot : tok_eot >= 0 ? tok_eot : gpt2_eot;
 
     const PromptReader reader(bpe.get(), V, max_seq);
     const std::vector<Prompt> prompts = reader.read_all(g.prompts);
@@ -342,8 +344,9 @@ int main(int argc, char** argv) {
     const int B = std::min<int>(g.batch, std::max<int>(1, (int)prompts.size()));
     GPT2Infer m;
     gpt2_infer_build(m, c, params.data(), B, max_seq);
-    fprintf(stderr, "model %s: L=%d C=%d NH=%d NKV=%d W=%d V=%d; KV cache %d x %d slots (%.1f MiB), batch %d\n",
-            model_file.c_str(), c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.window, V, B, m.cache.S,
+    fprintf(stderr, "model %s: %s L=%d C=%d NH=%d NKV=%d W=%d V=%d; KV cache %d x %d slots (%.1f MiB), batch %d\n",
+            model_file.c_str(), c.architecture == ARCH_LLAMA ? "Llama-style" : "GPT-2", c.num_layers, c.channels,
+            c.num_heads, c.num_kv_heads, c.window, V, B, m.cache.S,
             2.0 * m.cache.k.size() * sizeof(float) / 1048576.0, B);
 
     FILE* dump = g.dump_logits.empty() ? nullptr : fopen_or_fail(g.dump_logits.c_str(), "wb");
