@@ -4,7 +4,8 @@
   converted to our format through scripts/train_gpt2.py's imports; teacher-forced on transformers'
   greedy tokens, the logits each token is drawn from match `generate(output_logits=True)` at every
   step, and the greedy tokens equal `generate(do_sample=False)`'s; for GPT-2 also a batch of
-  prompts of different lengths;
+  prompts of different lengths; tokens sampled with temperature, top-k and top-p are in the sets
+  transformers' warpers keep;
 - its own behaviour on a tiny random model (numpy only): a text prompt through the BPE encoder
   equals its ids, a batch equals its prompts run alone, sampling is reproducible from a seed and
   top-k 1 / a tiny top-p are greedy, the end-of-text token and the context end stop a sequence,
@@ -137,6 +138,32 @@ def test_batch_of_different_lengths_matches_transformers(tmp_path):
 
 
 # ---------------------------------------------------------------- behaviour
+def test_sampled_tokens_are_in_transformers_top_k_top_p_sets(files):
+    """Each token drawn at temperature 0.8 with top-k 20 and top-p 0.7 is one that transformers'
+    warpers (temperature, then top-k, then top-p, generate's order) leave finite for its logits."""
+    torch = pytest.importorskip("torch")
+    tr = pytest.importorskip("transformers")
+    m = ["--model", files / "model.bin", "--prompt-ids", "7,8,9", "--max-new", 21, "--eot", -1]
+    sampling = ["--temperature", 0.8, "--top-k", 20, "--top-p", 0.7]
+    drawn = []
+    for seed in range(4):  # 4 x 21 draws
+        toks = ids_of(*m, *sampling, "--seed", seed)
+        dump = files / f"sampled_{seed}.f32"
+        ids_of(*m, "--force-ids", ",".join(map(str, toks)), "--dump-logits", dump)
+        rows = torch.from_numpy(np.fromfile(dump, np.float32).reshape(len(toks), -1)).double()
+        drawn += list(zip(toks, rows))
+    warpers = [tr.TemperatureLogitsWarper(0.8), tr.TopKLogitsWarper(20), tr.TopPLogitsWarper(0.7)]
+    sizes = []
+    for tok, row in drawn:
+        scores = row[None]
+        for w in warpers:
+            scores = w(None, scores)
+        allowed = torch.isfinite(scores[0]).nonzero().flatten().tolist()
+        sizes.append(len(allowed))
+        assert tok in allowed, (tok, allowed)
+    assert min(sizes) >= 1 and max(sizes) > 1 and max(sizes) <= 20  # the filters did cut, and not to one
+
+
 def test_text_prompt_is_its_bpe_ids(files):
     base = ["--model", files / "model.bin", "--tokenizer", files / "tok.bin", "--max-new", 12, "--temperature", 0,
             "--eot", -1]
