@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
                  tok->vocab_size(), V);
         bpe.reset(new BpeEncoder(g.tokenizer_path.c_str()));
     }
-    const int eot = g.bench ? -1 : resolve_eot(g, tok.get(), V);
+    const int eot = g.bench ? -1 : resolve_eot(g, tok.get(), c);
     const PromptReader reader(bpe.get(), V, max_seq);
     const std::vector<Prompt> prompts = reader.read_all(g.prompts);
     const std::vector<int> force = read_force_ids(g, V, prompts.size());

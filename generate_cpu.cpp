@@ -1,5 +1,5 @@
-// generate_cpu.cpp: text generation on the CPU with a KV cache (llmc/cpu/gpt2_infer.h), the CPU
-// twin of generate.cu: the same flags, prompts, errors and output (llmc/generate_args.h, one copy
+// generate_cpu.cpp: text generation on the CPU with a KV cache (llmc/cpu/gpt2_infer.h), GPT-2 and
+// Llama-style models, the CPU twin of generate.cu: the same flags, prompts, errors and output (llmc/generate_args.h, one copy
 // for both), the generation loop, the output. fp32, OpenMP; the same sampling rule and RNG stream
 // (llmc/sampler.h; the GPU's is llmc/sampler.cuh) and the same cache layout as the GPU.
 //
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
                  tok->vocab_size(), V);
         bpe.reset(new BpeEncoder(g.tokenizer_path.c_str()));
     }
-    const int eot = resolve_eot(g, tok.get(), V);
+    const int eot = resolve_eot(g, tok.get(), c);
 
     const PromptReader reader(bpe.get(), V, max_seq);
     const std::vector<Prompt> prompts = reader.read_all(g.prompts);
@@ -132,8 +132,9 @@ int main(int argc, char** argv) {
     const int B = std::min<int>(g.batch, std::max<int>(1, (int)prompts.size()));
     GPT2Infer m;
     gpt2_infer_build(m, c, params.data(), B, max_seq);
-    fprintf(stderr, "model %s: L=%d C=%d NH=%d NKV=%d W=%d V=%d; KV cache %d x %d slots (%.1f MiB), batch %d\n",
-            model_file.c_str(), c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.window, V, B, m.cache.S,
+    fprintf(stderr, "model %s: %s L=%d C=%d NH=%d NKV=%d W=%d V=%d; KV cache %d x %d slots (%.1f MiB), batch %d\n",
+            model_file.c_str(), c.architecture == ARCH_LLAMA ? "Llama-style" : "GPT-2", c.num_layers, c.channels,
+            c.num_heads, c.num_kv_heads, c.window, V, B, m.cache.S,
             2.0 * m.cache.k.size() * sizeof(float) / 1048576.0, B);
 
     FILE* dump = g.dump_logits.empty() ? nullptr : fopen_or_fail(g.dump_logits.c_str(), "wb");

@@ -12,6 +12,7 @@
 #include <vector>
 #include "llmc/bpe.h"
 #include "llmc/checkpoint.h"
+#include "llmc/gpt2_config.h"
 #include "llmc/tokenizer.h"
 #include "llmc/train_config.h"
 #include "llmc/utils.h"
@@ -33,7 +34,7 @@ struct GenConfig {
     int top_k = 0;                      // --top-k (0 = off)
     float top_p = 1.0f;                 // --top-p (1 = off)
     uint64_t seed = 1337;               // --seed
-    int eot = -2;                       // --eot: the stop token (-1 = none; -2 = the tokenizer's, else 50256 if V has it)
+    int eot = -2;                       // --eot: the stop token (-1 = none; -2 = the tokenizer's, else GPT-2's 50256)
     std::string force_ids;              // --force-ids: teacher forcing, the tokens fed after the prompt
     std::string dump_logits;            // --dump-logits: fp32 (steps, V) of the logits each token came from
     // GPU only
@@ -86,7 +87,7 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
            }});
     p.add_uint64("--seed", &g.seed, "seed of the sampling (prompt i of a batch draws from its own stream)");
     p.add({"--eot", "ID", "the end-of-text token that stops a sequence; -1 = none (default: the tokenizer's, else "
-           "50256 when the vocabulary has it, else none)", [&g](const char* s) -> std::string {
+           "50256 for a GPT-2 whose vocabulary has it, else none)", [&g](const char* s) -> std::string {
                int64_t v;
                if (!parse_int64(s, &v) || v < -1 || v >= (1 << 24)) return std::string("'") + s + "' is not -1 or a token id";
                g.eot = (int)v;
@@ -214,11 +215,13 @@ class PromptReader {
 };
 
 // The end-of-text token that stops a sequence: --eot, else the tokenizer's where the model can
-// produce it, else GPT-2's 50256 when V has it, else none (-1).
-inline int resolve_eot(const GenConfig& g, const Tokenizer* tok, int V) {
+// produce it, else GPT-2's 50256 for a GPT-2 whose V has it, else none (-1).
+inline int resolve_eot(const GenConfig& g, const Tokenizer* tok, const GPT2Config& c) {
+    const int V = c.vocab_size;
     if (g.eot >= V) fail("--eot %d: out of range for the model's vocabulary of %d", g.eot, V);
     const int tok_eot = tok && tok->eot_token() < V ? tok->eot_token() : -1;
-    return g.eot != -2 ? g.eot : tok_eot >= 0 ? tok_eot : V > 50256 ? 50256 : -1;
+    const int gpt2_eot = c.architecture == ARCH_GPT2 && V > 50256 ? 50256 : -1;
+    return g.eot != -2 ? g.eot : tok_eot >= 0 ? tok_eot : gpt2_eot;
 }
 
 // --force-ids parsed and checked against the vocabulary (empty when not given).

@@ -1,9 +1,11 @@
 """build/generate_cpu, the CPU generator with a KV cache (generate_cpu.cpp, llmc/cpu/gpt2_infer.h):
 - against Hugging Face transformers (skipped without torch + transformers): a random GPT2LMHeadModel
-  converted to our format through scripts/train_gpt2.py's import; teacher-forced on transformers'
+  (fp32) and random LlamaForCausalLMs (fp64; GQA with an untied head, multi-head with a tied one)
+  converted to our format through scripts/train_gpt2.py's imports; teacher-forced on transformers'
   greedy tokens, the logits each token is drawn from match `generate(output_logits=True)` at every
-  step, and the greedy tokens equal `generate(do_sample=False)`'s, for one prompt and for a batch of
-  prompts of different lengths;
+  step, and the greedy tokens equal `generate(do_sample=False)`'s; for GPT-2 also a batch of
+  prompts of different lengths; tokens sampled with temperature, top-k and top-p are in the sets
+  transformers' warpers keep;
 - its own behaviour on a tiny random model (numpy only): a text prompt through the BPE encoder
   equals its ids, a batch equals its prompts run alone, sampling is reproducible from a seed and
   top-k 1 / a tiny top-p are greedy, the end-of-text token and the context end stop a sequence,
@@ -74,14 +76,33 @@ def hf_and_ours(tmp_path):
     return torch, hf, path, V
 
 
-def test_teacher_forced_logits_and_greedy_tokens_match_transformers(tmp_path):
-    torch, hf, path, V = hf_and_ours(tmp_path)
+def hf_llama_and_ours(tmp_path, NKV, tied):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import train_gpt2
+    from test_llama_reference import hf_llama
+    L, C, NH, H, V, maxT = 2, 48, 6, 72, 300, 40
+    hf = hf_llama(L, C, NH, NKV, H, V, maxT, theta=10000.0, eps=1e-5, tied=tied, seed=7)  # float64
+    hf.generation_config.eos_token_id = None  # LlamaConfig's default end-of-text is id 2: run every step
+    hf.generation_config.pad_token_id = 0
+    ours = train_gpt2.from_hf_llama(hf)
+    path = tmp_path / "hf_llama.bin"
+    fmt.write_model(path, ours.cfg, ours.flat().numpy().astype(np.float32))
+    return torch, hf, path, V
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama_gqa_untied", "llama_mha_tied"])
+def test_teacher_forced_logits_and_greedy_tokens_match_transformers(tmp_path, family):
+    if family == "gpt2":
+        torch, hf, path, V = hf_and_ours(tmp_path)
+    else:
+        torch, hf, path, V = hf_llama_and_ours(tmp_path, NKV=2 if "gqa" in family else 6, tied="untied" not in family)
     prompt, steps = [5, 17, 250, 3, 99, 42, 7], 24
     with torch.no_grad():
         out = hf.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=steps, output_logits=True,
                           return_dict_in_generate=True)
     hf_tokens = out.sequences[0, len(prompt):].tolist()
-    hf_logits = torch.stack(out.logits)[:, 0].numpy()  # (steps, V): the row each new token came from
+    hf_logits = torch.stack(out.logits)[:, 0].double().numpy()  # (steps, V): the row each new token came from
     assert len(hf_tokens) == steps
 
     dump = tmp_path / "logits.f32"
@@ -91,7 +112,7 @@ def test_teacher_forced_logits_and_greedy_tokens_match_transformers(tmp_path):
     ours = np.fromfile(dump, np.float32).reshape(-1, V)
     assert ours.shape == (steps, V)
     err = np.abs(ours - hf_logits).max() / np.abs(hf_logits).max()
-    print(f"teacher-forced logits, {steps} steps: max |ours - transformers| / max |transformers| = {err:.2e}")
+    print(f"{family}: teacher-forced logits, {steps} steps: max |ours - transformers| / max |transformers| = {err:.2e}")
     assert err < 1e-5, err
 
     greedy = ids_of("--model", path, "--prompt-ids", ",".join(map(str, prompt)), "--max-new", steps,
@@ -117,6 +138,32 @@ def test_batch_of_different_lengths_matches_transformers(tmp_path):
 
 
 # ---------------------------------------------------------------- behaviour
+def test_sampled_tokens_are_in_transformers_top_k_top_p_sets(files):
+    """Each token drawn at temperature 0.8 with top-k 20 and top-p 0.7 is one that transformers'
+    warpers (temperature, then top-k, then top-p, generate's order) leave finite for its logits."""
+    torch = pytest.importorskip("torch")
+    tr = pytest.importorskip("transformers")
+    m = ["--model", files / "model.bin", "--prompt-ids", "7,8,9", "--max-new", 21, "--eot", -1]
+    sampling = ["--temperature", 0.8, "--top-k", 20, "--top-p", 0.7]
+    drawn = []
+    for seed in range(4):  # 4 x 21 draws
+        toks = ids_of(*m, *sampling, "--seed", seed)
+        dump = files / f"sampled_{seed}.f32"
+        ids_of(*m, "--force-ids", ",".join(map(str, toks)), "--dump-logits", dump)
+        rows = torch.from_numpy(np.fromfile(dump, np.float32).reshape(len(toks), -1)).double()
+        drawn += list(zip(toks, rows))
+    warpers = [tr.TemperatureLogitsWarper(0.8), tr.TopKLogitsWarper(20), tr.TopPLogitsWarper(0.7)]
+    sizes = []
+    for tok, row in drawn:
+        scores = row[None]
+        for w in warpers:
+            scores = w(None, scores)
+        allowed = torch.isfinite(scores[0]).nonzero().flatten().tolist()
+        sizes.append(len(allowed))
+        assert tok in allowed, (tok, allowed)
+    assert min(sizes) >= 1 and max(sizes) > 1 and max(sizes) <= 20  # the filters did cut, and not to one
+
+
 def test_text_prompt_is_its_bpe_ids(files):
     base = ["--model", files / "model.bin", "--tokenizer", files / "tok.bin", "--max-new", 12, "--temperature", 0,
             "--eot", -1]

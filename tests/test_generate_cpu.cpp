@@ -7,10 +7,12 @@
 // (pos < 0) once it has reached N. The cache starts as NaN, so a read of a slot that was never
 // written, or one read after the ring buffer overwrote it, poisons the logits; the logits buffers
 // are poisoned before every call, so every compared element must have been written.
-// Cases, on the committed fixtures: multi-head (tests/fixture/model.bin); GQA (6 query heads, 2 KV
-// heads) with a window of 6 (gqa_model.bin), whose cache is a ring of 6 slots wrapped 5 times,
-// one prompt longer than the ring; the same model with --max-seq 5 <= W (full attention, S = 5);
-// the multi-head model with --max-seq 12 < max_seq_len.
+// Cases, on the committed fixtures: GPT-2 multi-head (tests/fixture/model.bin); GPT-2 GQA (6 query
+// heads, 2 KV heads) with a window of 6 (gqa_model.bin), whose cache is a ring of 6 slots wrapped 5
+// times, one prompt longer than the ring; the same model with --max-seq 5 <= W (full attention,
+// S = 5); the multi-head model with --max-seq 12 < max_seq_len; Llama-style (RMSNorm, RoPE at each
+// token's position, SwiGLU, no biases): multi-head with a tied head (llama_model.bin), GQA with an
+// untied head (llama_gqa_model.bin), GQA with a window of 5 (llama_window_model.bin, a wrapped ring).
 // Tolerance: max |cached - full| / max |full| <= 1e-5 (fp32, the same ops on different row counts).
 // Prints one line per case and `test_generate_cpu: PASSED (N cases)` or FAILED; exits 1 on failure.
 //   build/test_generate_cpu [fixture dir, default tests/fixture]
@@ -111,6 +113,9 @@ int main(int argc, char** argv) {
         {"GQA + window ring", "gqa_model.bin", 32, {1, 4, 13}},
         {"GQA, window >= max-seq", "gqa_model.bin", 5, {1, 3, 5}},
         {"multi-head, max-seq 12", "model.bin", 12, {12, 2}},
+        {"Llama multi-head", "llama_model.bin", 32, {1, 9, 20}},
+        {"Llama GQA, untied head", "llama_gqa_model.bin", 32, {3, 17}},
+        {"Llama GQA + window ring", "llama_window_model.bin", 32, {1, 4, 13}},
     };
     int failed = 0, n = 0;
     for (const Case& k : cases) failed += !run_case(k, dir, 1000 + n++);

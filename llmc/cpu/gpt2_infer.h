@@ -1,8 +1,11 @@
-// gpt2_infer.h: GPT-2 inference on the CPU with a KV cache, the model half of generate_cpu.cpp and
-// the CPU twin of the GPU generate. It runs the layer ops of the training forward (llmc/cpu/*.h,
-// one copy of each) in a new per-layer loop that keeps no activations for a backward; the
-// full-sequence forward of llmc/cpu/gpt2.h stays as it is and is what tests/test_generate_cpu.cpp
-// checks this against.
+// gpt2_infer.h: inference on the CPU with a KV cache, for both model families (GPT-2 and
+// Llama-style: the config's norm, position, MLP, bias and head knobs), the model half of
+// generate_cpu.cpp and the CPU twin of the GPU generate. It runs the layer ops of the training
+// forward (llmc/cpu/*.h and the norm helpers of llmc/cpu/gpt2.h, one copy of each) in the same
+// layer structure (the first norm on the embedding, each residual add fused with the next norm) in
+// a new per-layer loop that keeps no activations for a backward; the full-sequence forward of
+// llmc/cpu/gpt2.h stays as it is and is what tests/test_generate_cpu.cpp checks this against.
+// RoPE turns q and k after the QKV matmul at each token's own position, before k enters the cache.
 //
 // The cache (docs/design.md, "KV cache and decode attention", the layout the GPU decode kernel
 // reads): per layer k and v, each (B, NKV, S, HD) fp32, only the NKV key/value heads; position p of
@@ -26,9 +29,10 @@
 #include "llmc/cpu/attention_decode.h"
 #include "llmc/cpu/encoder.h"
 #include "llmc/cpu/gelu.h"
-#include "llmc/cpu/layernorm.h"
+#include "llmc/cpu/gpt2.h"
 #include "llmc/cpu/matmul.h"
-#include "llmc/cpu/residual.h"
+#include "llmc/cpu/rope.h"
+#include "llmc/cpu/swiglu.h"
 #include "llmc/gpt2_config.h"
 #include "llmc/utils.h"
 
@@ -45,17 +49,17 @@ struct GPT2KVCache {
 // decode step), reused by every layer.
 struct GPT2InferActs {
     size_t rows = 0;
-    std::vector<float> x;         // (rows, C) the residual stream, updated in place
-    std::vector<float> ln;        // (rows, C) a LayerNorm's output
-    std::vector<float> mean;      // (rows)
-    std::vector<float> rstd;      // (rows)
-    std::vector<float> qkv;       // (rows, QKV)
-    std::vector<float> atty;      // (rows, C)
-    std::vector<float> lse;       // (rows * NH) the prefill attention's log-sum-exp (unused here)
-    std::vector<float> proj;      // (rows, C) the output of attproj and of fcproj
-    std::vector<float> fch;       // (rows, 4C)
-    std::vector<float> fch_gelu;  // (rows, 4C)
-    std::vector<float> logits;    // (B, Vp), or (rows, Vp) for a prefill's every position
+    std::vector<float> x;        // (rows, C) the residual stream, updated in place
+    std::vector<float> ln;       // (rows, C) a norm's output; after the last layer the final norm's
+    std::vector<float> mean;     // (rows) LayerNorm only
+    std::vector<float> rstd;     // (rows)
+    std::vector<float> qkv;      // (rows, QKV)
+    std::vector<float> atty;     // (rows, C)
+    std::vector<float> lse;      // (rows * NH) the prefill attention's log-sum-exp (unused here)
+    std::vector<float> proj;     // (rows, C) the output of attproj and of fcproj
+    std::vector<float> fch;      // (rows, FC): H, or SwiGLU's [gate | up] 2H
+    std::vector<float> fch_act;  // (rows, H) GELU or SwiGLU of fch
+    std::vector<float> logits;   // (B, Vp), or (rows, Vp) for a prefill's every position
 };
 
 struct GPT2Infer {
@@ -65,6 +69,7 @@ struct GPT2Infer {
     int max_seq = 0;                    // positions a sequence may use, <= config.max_seq_len
     GPT2KVCache cache;
     GPT2InferActs acts;
+    std::vector<float> rope_cos, rope_sin;  // (max_seq, HD/2) each, with RoPE (llmc/cpu/rope.h)
 };
 
 // Sizes the cache for B sequences of up to max_seq positions (1 <= max_seq <= max_seq_len) of the
@@ -92,6 +97,13 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* par
     kv.k.assign(floats / 2, 0.0f);
     kv.v.assign(floats / 2, 0.0f);
     m.acts = GPT2InferActs();
+    m.rope_cos.clear();
+    m.rope_sin.clear();
+    if (c.position == POS_ROPE) {
+        m.rope_cos.resize((size_t)max_seq * kv.HD / 2);
+        m.rope_sin.resize((size_t)max_seq * kv.HD / 2);
+        cpu::rope_tables(m.rope_cos.data(), m.rope_sin.data(), max_seq, kv.HD, (float)c.rope_theta);
+    }
 }
 
 namespace detail {
@@ -108,48 +120,49 @@ inline void infer_size_acts(GPT2Infer& m, size_t rows, size_t logit_rows) {
         a.atty.resize(rows * C);
         a.lse.resize(rows * c.num_heads);
         a.proj.resize(rows * C);
-        a.fch.resize(rows * 4 * C);
-        a.fch_gelu.resize(rows * 4 * C);
+        a.fch.resize(rows * gpt2_fc_channels(c));
+        a.fch_act.resize(rows * gpt2_mlp_hidden(c));
         a.rows = rows;
     }
     if (a.logits.size() < logit_rows * c.padded_vocab_size) a.logits.resize(logit_rows * c.padded_vocab_size);
 }
 
-// The transformer blocks over acts.x (B, T, C) in place; attend(l) fills acts.atty from acts.qkv
-// for layer l (and writes that layer's K/V into the cache).
+// The transformer blocks over the embeddings in acts.x (B, T, C), the residual stream updated in
+// place; leaves the final norm's output in acts.ln. attend(l) fills acts.atty from acts.qkv for
+// layer l (after RoPE, and writing that layer's K/V into the cache).
 template <typename Attend>
 inline void infer_layers(GPT2Infer& m, int B, int T, Attend&& attend) {
+    using detail::at;
     const GPT2Config& c = m.config;
-    const int C = c.channels, QKV = gpt2_qkv_channels(c);
-    const size_t N = (size_t)B * T * C;
+    const int C = c.channels, QKV = gpt2_qkv_channels(c), FC = gpt2_fc_channels(c), H = gpt2_mlp_hidden(c);
+    const int L = c.num_layers, rows = B * T;
     const GPT2Tensors<const float>& p = m.params;
     GPT2InferActs& a = m.acts;
-    for (int l = 0; l < c.num_layers; l++) {
-        cpu::layernorm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.x.data(), p.ln1w + l * C, p.ln1b + l * C,
-                               B, T, C);
-        cpu::matmul_forward(a.qkv.data(), a.ln.data(), p.qkvw + (size_t)l * QKV * C, p.qkvb + l * QKV, B, T, C, QKV);
+    float *x = a.x.data(), *ln = a.ln.data(), *mean = a.mean.data(), *rstd = a.rstd.data();
+    detail::norm_forward(c, ln, mean, rstd, x, p.ln1w, p.ln1b, B, T);
+    for (int l = 0; l < L; l++) {
+        cpu::matmul_forward(a.qkv.data(), ln, p.qkvw + (size_t)l * QKV * C, at(p.qkvb, (size_t)l * QKV), B, T, C, QKV);
         attend(l);
-        cpu::matmul_forward(a.proj.data(), a.atty.data(), p.attprojw + (size_t)l * C * C, p.attprojb + l * C, B, T, C,
-                            C);
-        cpu::residual_forward(a.x.data(), a.x.data(), a.proj.data(), N);
-        cpu::layernorm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.x.data(), p.ln2w + l * C, p.ln2b + l * C,
-                               B, T, C);
-        cpu::matmul_forward(a.fch.data(), a.ln.data(), p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, B, T, C,
-                            4 * C);
-        cpu::gelu_forward(a.fch_gelu.data(), a.fch.data(), N * 4);
-        cpu::matmul_forward(a.proj.data(), a.fch_gelu.data(), p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, B,
-                            T, 4 * C, C);
-        cpu::residual_forward(a.x.data(), a.x.data(), a.proj.data(), N);
+        cpu::matmul_forward(a.proj.data(), a.atty.data(), p.attprojw + (size_t)l * C * C, at(p.attprojb, (size_t)l * C),
+                            B, T, C, C);
+        detail::residual_norm_forward(c, x, ln, mean, rstd, x, a.proj.data(), p.ln2w + l * C, at(p.ln2b, (size_t)l * C),
+                                      B, T);
+        cpu::matmul_forward(a.fch.data(), ln, p.fcw + (size_t)l * FC * C, at(p.fcb, (size_t)l * FC), B, T, C, FC);
+        if (c.mlp == MLP_SWIGLU) cpu::swiglu_forward(a.fch_act.data(), a.fch.data(), rows, H);
+        else cpu::gelu_forward(a.fch_act.data(), a.fch.data(), (size_t)rows * H);
+        cpu::matmul_forward(a.proj.data(), a.fch_act.data(), p.fcprojw + (size_t)l * C * H, at(p.fcprojb, (size_t)l * C),
+                            B, T, H, C);
+        const bool last = l + 1 == L;  // then the final norm, else the next layer's ln1
+        detail::residual_norm_forward(c, x, ln, mean, rstd, x, a.proj.data(), last ? p.lnfw : p.ln1w + (l + 1) * C,
+                                      last ? p.lnfb : at(p.ln1b, (size_t)(l + 1) * C), B, T);
     }
 }
 
-// The final LayerNorm and the classifier (wte) over `rows` rows of hidden states `h` (rows, C).
+// The classifier (wte, or the untied lm_head) over `rows` rows of final-norm outputs h (rows, C).
 inline void infer_logits(GPT2Infer& m, const float* h, int rows) {
     const GPT2Config& c = m.config;
-    GPT2InferActs& a = m.acts;
-    cpu::layernorm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), h, m.params.lnfw, m.params.lnfb, 1, rows,
-                           c.channels);
-    cpu::matmul_forward(a.logits.data(), a.ln.data(), m.params.wte, nullptr, 1, rows, c.channels, c.padded_vocab_size);
+    const float* head = c.tied_head ? m.params.wte : m.params.lm_head;
+    cpu::matmul_forward(m.acts.logits.data(), h, head, nullptr, 1, rows, c.channels, c.padded_vocab_size);
 }
 }  // namespace detail
 
@@ -172,16 +185,17 @@ inline const float* gpt2_prefill(GPT2Infer& m, const int* tokens, const int* len
     GPT2InferActs& a = m.acts;
     GPT2KVCache& kv = m.cache;
     detail::infer_size_acts(m, (size_t)B * T, all_positions ? (size_t)B * T : (size_t)B);
-    cpu::encoder_forward(a.x.data(), tokens, m.params.wte, m.params.wpe, B, T, C);
+    cpu::encoder_forward(a.x.data(), tokens, m.params.wte, m.params.wpe, B, T, C);  // wpe nullptr with RoPE
     detail::infer_layers(m, B, T, [&](int l) {
+        if (c.position == POS_ROPE) cpu::rope_forward(a.qkv.data(), m.rope_cos.data(), m.rope_sin.data(), B, T, NH, NKV, HD);
         cpu::attention_forward(a.atty.data(), a.lse.data(), a.qkv.data(), B, T, NH, NKV, HD, c.window);
         cpu::kv_cache_fill(kv.k_layer(l), kv.v_layer(l), a.qkv.data(), lengths, B, T, NH, NKV, HD, kv.S);
     });
     if (all_positions) {
-        detail::infer_logits(m, a.x.data(), B * T);
+        detail::infer_logits(m, a.ln.data(), B * T);
     } else {
         for (int b = 0; b < B; b++)  // each prompt's last position, gathered into the front rows of proj
-            std::copy_n(a.x.data() + ((size_t)b * T + lengths[b] - 1) * C, C, a.proj.data() + (size_t)b * C);
+            std::copy_n(a.ln.data() + ((size_t)b * T + lengths[b] - 1) * C, C, a.proj.data() + (size_t)b * C);
         detail::infer_logits(m, a.proj.data(), B);
     }
     return a.logits.data();
@@ -205,13 +219,20 @@ inline const float* gpt2_decode_step(GPT2Infer& m, const int* tokens, const int*
     detail::infer_size_acts(m, B, B);
     for (int b = 0; b < B; b++) {  // token b at its own position: a one-token encoder from wpe row pos[b]
         const int token = pos[b] < 0 ? 0 : tokens[b], p = pos[b] < 0 ? 0 : pos[b];
-        cpu::encoder_forward(a.x.data() + (size_t)b * C, &token, m.params.wte, m.params.wpe + (size_t)p * C, 1, 1, C);
+        cpu::encoder_forward(a.x.data() + (size_t)b * C, &token, m.params.wte, detail::at(m.params.wpe, (size_t)p * C), 1,
+                             1, C);
     }
+    const size_t QKV = gpt2_qkv_channels(c);
     detail::infer_layers(m, B, 1, [&](int l) {
+        if (c.position == POS_ROPE)
+            for (int b = 0; b < B; b++)
+                if (pos[b] >= 0)
+                    cpu::rope_forward(a.qkv.data() + b * QKV, m.rope_cos.data(), m.rope_sin.data(), 1, 1, NH, NKV, HD,
+                                      pos[b]);
         cpu::kv_cache_append(kv.k_layer(l), kv.v_layer(l), a.qkv.data(), pos, B, NH, NKV, HD, kv.S);
         cpu::attention_decode(a.atty.data(), a.qkv.data(), kv.k_layer(l), kv.v_layer(l), pos, B, NH, NKV, HD, kv.S,
                               kv.window);
     });
-    detail::infer_logits(m, a.x.data(), B);
+    detail::infer_logits(m, a.ln.data(), B);
     return a.logits.data();
 }
