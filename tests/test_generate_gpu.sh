@@ -12,7 +12,7 @@
 #   4. bad inputs fail with their one-line errors
 #   5. compute-sanitizer memcheck of a small run, graph and no graph (MEMCHECK=0 skips it)
 #   6. --bench 1: GPT-2 124M shapes (random d12), 64-token prompts, 256 new tokens, greedy, B=1 and
-#      B=64 (BENCH=0 skips it); with HF=1 also transformers' generate on the same shapes beside it
+#      B=64, a 1008-token prefill, B=1 without the graph (BENCH=0 skips it); with HF=1 also transformers' generate on the same shapes beside it
 #      (scripts/bench_generate_hf.py; HF_CACHE="dynamic static" adds the compiled static cache, slow)
 cd "$(dirname "$0")/.." || exit 1
 WORK=${GPU_TEST_DIR:-$(mktemp -d /tmp/gen_gpu.XXXXXX)}
@@ -146,7 +146,8 @@ fi
 # ---- 6. speed
 bench_lines=()
 if [ "${BENCH:-1}" != 0 ]; then
-    for args in "--batch 1" "--batch 64" "--batch 1 --graph 0"; do
+    # the last flags win: the third line times a 1008-token prefill (the issue's 1024-token target)
+    for args in "--batch 1" "--batch 64" "--batch 1 --bench-prompt 1008 --max-new 16" "--batch 1 --graph 0"; do
         line=$($GEN --init d12 --bench 1 --bench-prompt 64 --max-new 256 --temperature 0 $args 2> "$WORK/bench.err" \
                | grep BENCH_GEN)
         st=$?
