@@ -17,7 +17,7 @@
 cd "$(dirname "$0")/.." || exit 1
 WORK=${GPU_TEST_DIR:-$(mktemp -d /tmp/gen_gpu.XXXXXX)}
 mkdir -p "$WORK"
-GEN=build/generate GEN32=build/generate_fp32 CPU=build/generate_cpu
+GEN=${GEN:-build/generate} GEN32=${GEN32:-build/generate_fp32} CPU=${CPU:-build/generate_cpu}
 for b in $GEN $GEN32 $CPU; do [ -x $b ] || { echo "error: $b is missing: make $GEN $GEN32 $CPU"; exit 1; }; done
 passed=0; failed=0; rows=()
 report() {  # report NAME STATUS(0 = ok)
@@ -46,10 +46,11 @@ MHA=$WORK/mha.bin GQA=$WORK/gqa.bin
 P1="1,2,3,4,5" P2="900,17,4,250,31,8,77,12,600,5,44,3" P3="42"
 
 # ---- 1. fp32 build vs the CPU twin
-same() {  # same NAME CMD_ARGS...: stdout of the fp32 GPU build and the CPU twin are equal (and non-empty)
-    local name=$1; shift
-    $GEN32 "$@" > "$WORK/gpu.out" 2> "$WORK/gpu.err"; local a=$?
-    $CPU "$@" > "$WORK/cpu.out" 2> "$WORK/cpu.err"; local b=$?
+same() {  # same NAME CMD_ARGS...: stdout of the fp32 GPU build and the CPU twin are equal (and non-empty);
+          # each reads stdin from $SAME_STDIN (default /dev/null)
+    local name=$1 in=${SAME_STDIN:-/dev/null}; shift
+    $GEN32 "$@" < "$in" > "$WORK/gpu.out" 2> "$WORK/gpu.err"; local a=$?
+    $CPU "$@" < "$in" > "$WORK/cpu.out" 2> "$WORK/cpu.err"; local b=$?
     [ $a -eq 0 ] && [ $b -eq 0 ] && [ -s "$WORK/gpu.out" ] && cmp -s "$WORK/gpu.out" "$WORK/cpu.out"
     local st=$?
     [ $st -ne 0 ] && { echo "  gpu (rc $a):"; head -c 600 "$WORK/gpu.out"; tail -3 "$WORK/gpu.err";
@@ -71,8 +72,8 @@ same "sampled (top-k 20, top-p 0.9), GQA" --model $GQA --prompt-ids $P1 --prompt
     --top-k 20 --top-p 0.9 --max-new 40 --eot -1 --seed 9
 same "teacher forcing (--force-ids)" --model $MHA --prompt-ids $P1 --force-ids 5,6,7,8,9,10 --temperature 0
 printf '1 2 3\n\n99999\n7,8,9,10\n' > "$WORK/stdin.txt"
-same "interactive from stdin (a bad line skipped)" --model $GQA --interactive 1 --temperature 0.8 --max-new 20 \
-    --eot -1 < "$WORK/stdin.txt"
+SAME_STDIN=$WORK/stdin.txt same "interactive from stdin (a bad line skipped)" --model $GQA --interactive 1 \
+    --temperature 0.8 --max-new 20 --eot -1
 
 # ---- 2. cached logits vs the full forward
 full() {  # full NAME BINARY ARGS...
