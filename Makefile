@@ -28,7 +28,8 @@ ifeq ($(NATIVE),0)
 endif
 
 CPU_TARGETS := $(BUILD)/train_gpt2_cpu $(BUILD)/test_gpt2_cpu $(BUILD)/test_dataloader $(BUILD)/test_attention_cpu \
-               $(BUILD)/test_llama_ops_cpu
+               $(BUILD)/test_llama_ops_cpu $(BUILD)/test_attention_decode_cpu \
+               $(BUILD)/test_bpe
 GPU_TARGETS := $(BUILD)/train_gpt2cu $(BUILD)/test_gpt2cu $(BUILD)/train_gpt2cu_fp32 $(BUILD)/test_gpt2cu_fp32
 
 LLMC_H   := $(wildcard llmc/*.h llmc/cpu/*.h)
@@ -52,6 +53,12 @@ $(BUILD)/test_attention_cpu: tests/test_attention_cpu.cpp tests/fixture_check.h 
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
 $(BUILD)/test_llama_ops_cpu: tests/test_llama_ops_cpu.cpp tests/fixture_check.h $(LLMC_H) | $(BUILD)
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
+$(BUILD)/test_attention_decode_cpu: tests/test_attention_decode_cpu.cpp $(LLMC_H) | $(BUILD)
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
+$(BUILD)/test_bpe: tests/test_bpe.cpp $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
 $(BUILD)/train_gpt2cu: train_gpt2.cu $(LLMC_CUH) | $(BUILD)

@@ -1,0 +1,325 @@
+// attention_decode.cu: the decode attention lab: one new token per sequence against its layer's KV
+// cache (llmc/attention_decode.cuh; the cache copies of llmc/kv_cache.cuh), B = 1, 8, 64 at cache
+// lengths 128..4096, mixed lengths in a batch (with an idle sequence), sliding windows over a wrapped
+// ring buffer, and awkward groups.
+// Each configuration first fills its cache from a prompt of mixed lengths with kv_cache_fill (checked
+// exactly on every slot it may write); each case appends the token's K/V with kv_cache_append
+// (checked slot by slot, exactly), then every variant runs with poisoned outputs, is checked against
+// the CPU reference (llmc/cpu/attention_decode.h, fp32, every sequence of the batch) and timed by the
+// shared harness.
+//   0  shipped attention_decode: split-K blocks of 128 threads, each serving a KV head's whole query
+//      group (up to 8 heads), fp32 partials merged by a combine kernel when a sequence needs > 1 split
+//   1  baseline: one block per (sequence, query head), no split, no sharing of K/V across the group
+//      (4 warps, one key per warp at a time, a warp-wide dot product per key)
+//   2  the shipped kernel without the split (one block per (sequence, KV head)): what the split buys
+//   3  the shipped kernel with twice the plan's splits (8 blocks per SM instead of 4)
+//   4  fused combine: the last split block of each (sequence, KV head) merges the partials (an atomic
+//      counter per head block), no second kernel: what the combine launch costs at small B
+//   5  8 keys a row group per step instead of 4 (twice the loads in flight, more registers)
+//   6  prefetch: the next step's K/V loads issued before the current step's math (a second register set)
+//   7  reduce-scatter: the U*GB dot products of a step summed over the row group's lanes by halving
+//      exchanges (15 shuffles for 16 sums over 16 lanes, then 16 to gather) instead of one butterfly
+//      each (64 shuffles and adds): ~14% fewer instructions a key at G 4
+// kv_cache_fill and kv_cache_append: one line each (variant 0) per cache configuration.
+// Bytes: the K and V rows each sequence attends (NKV heads), q and out once, pos; FLOPs: 4 * HD per
+// (query head, key). Memory-bound: % of the 4.0 TB/s copy.
+//
+// Build: make -C dev/cuda build/attention_decode   (PRECISION=FP32: build/fp32/attention_decode)
+// Run:   dev/cuda/build/attention_decode [variant ...] [--check-only] [--reps N] [--small]
+//        --small: three tiny awkward configurations (for compute-sanitizer --tool memcheck/racecheck).
+//
+// Results (H200, commit 24fefd9, 2026-12-03; every check passed, memcheck/racecheck clean on --small),
+// variant 0, ms and % of the copy ceiling:
+//   gpt2 (12/12, HD 64)  B 1: len 1024 0.0146 (5%), 4096 0.0197 (16%); B 64: 1024 0.0849 (59%),
+//                        4096 0.2556 (79%)
+//   gqa  (32/8, HD 128)  B 1: 1024 0.0185 (6%), 4096 0.0311 (14%); B 64: 1024 0.1687 (40%), 4096
+//                        0.5477 (49%)
+// Small batches are latency-bound (an empty kernel times ~0.005 ms here); fused combine (4) wins at
+// B 8 / mixed lengths (0.0329 vs 0.0360), 2x splits (3) at B 8 len 4096 (0.0494 vs 0.0553); GQA at
+// B 64 is issue-bound (49% of copy). Full table: docs/perf.md, "Decode attention".
+#include <algorithm>
+#include "harness.cuh"
+#include "llmc/attention_decode.cuh"
+#include "llmc/cpu/attention_decode.h"
+
+using attention_detail::DecodePlan;
+using attention_detail::QKVLayout;
+
+// ---------------------------------------------------------------- variant 1: the baseline kernel
+// grid (NH, B), 128 threads: warp w takes keys w, w + 4, ... of the span, lane owns dims
+// lane * HD/32 .. + HD/32, a key's dot product is a warp reduction (5 shuffles) and the online softmax
+// is rescaled per key; the 4 warps merge in shared memory. K/V read once per query head (G times per
+// KV head, from L2 if they stay there), one 4- or 8-byte load a lane.
+constexpr int BASELINE_WARPS = 4;
+template <typename T, int HD>
+static __global__ void __launch_bounds__(BASELINE_WARPS * WARP_SIZE)
+    decode_baseline_kernel(T* out, const T* qkv, const T* k_cache, const T* v_cache, const int* pos, QKVLayout L, int S,
+                           int window) {
+    constexpr int DPL = HD / WARP_SIZE;
+    __shared__ float sm_m[BASELINE_WARPS], sm_l[BASELINE_WARPS], sm_o[BASELINE_WARPS][HD];
+    const int h = blockIdx.x, b = blockIdx.y, warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    const int kvh = h / (L.NH / L.NKV);
+    const attention_detail::DecodeSpan span = attention_detail::decode_span(pos[b], S, window);
+    const float qscale = 1.4426950408889634f * rsqrtf((float)HD);
+    float q[DPL], o[DPL], m = -FLT_MAX, l = 0.0f;
+    for (int e = 0; e < DPL; e++) {
+        q[e] = to_float(qkv[(size_t)b * L.row() + L.q_col(h) + lane * DPL + e]) * qscale;
+        o[e] = 0.0f;
+    }
+    const size_t head = ((size_t)b * L.NKV + kvh) * S;
+    for (int j = warp; j < span.n; j += BASELINE_WARPS) {
+        const size_t off = (head + (span.first + j) % S) * HD + lane * DPL;
+        float dot = 0.0f;
+        for (int e = 0; e < DPL; e++) dot += q[e] * to_float(k_cache[off + e]);
+        dot = warp_reduce_sum(dot);
+        const float m_new = fmaxf(m, dot), corr = exp2f(m - m_new), p = exp2f(dot - m_new);
+        l = l * corr + p;
+        for (int e = 0; e < DPL; e++) o[e] = o[e] * corr + p * to_float(v_cache[off + e]);
+        m = m_new;
+    }
+    if (lane == 0) {
+        sm_m[warp] = m;
+        sm_l[warp] = l;
+    }
+    for (int e = 0; e < DPL; e++) sm_o[warp][lane * DPL + e] = o[e];
+    __syncthreads();
+    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+        float M = -FLT_MAX, acc = 0.0f, sum = 0.0f;
+        for (int w = 0; w < BASELINE_WARPS; w++) M = fmaxf(M, sm_m[w]);
+        for (int w = 0; w < BASELINE_WARPS; w++) {
+            const float f = exp2f(sm_m[w] - M);
+            acc += f * sm_o[w][d];
+            sum += f * sm_l[w];
+        }
+        out[((size_t)b * L.NH + h) * HD + d] = from_float<T>(sum > 0.0f ? acc / sum : 0.0f);
+    }
+}
+
+static void decode_baseline(floatX* out, const floatX* qkv, const floatX* k_cache, const floatX* v_cache,
+                            const int* pos, int B, int NH, int NKV, int HD, int S, int window, cudaStream_t st) {
+    const QKVLayout L{NH, NKV, HD};
+    if (HD == 64)
+        decode_baseline_kernel<floatX, 64>
+            <<<dim3(NH, B), BASELINE_WARPS * WARP_SIZE, 0, st>>>(out, qkv, k_cache, v_cache, pos, L, S, window);
+    else
+        decode_baseline_kernel<floatX, 128>
+            <<<dim3(NH, B), BASELINE_WARPS * WARP_SIZE, 0, st>>>(out, qkv, k_cache, v_cache, pos, L, S, window);
+    cudaCheckLaunch();
+}
+
+// ---------------------------------------------------------------- configurations
+// One cache per configuration (B, heads, HD, S slots, window), filled once; its cases then set the
+// positions: len > 0 puts every sequence at position len - 1 (len > S with a window: a wrapped ring);
+// MIXED draws each position from [0, S) (window: [0, 4S), most of them wrapped), puts sequence 0 at
+// the last one and sequence 1 (B >= 3) idle (pos = -1).
+constexpr int MIXED = 0;
+struct Config {
+    const char* name;
+    int B, NH, NKV, HD, S, window;
+    std::vector<int> lens;
+};
+
+static std::vector<Config> full_configs() {
+    std::vector<Config> c;
+    const std::vector<int> lens = {128, 512, 1024, 2048, 4096};
+    for (int B : {1, 8, 64}) {
+        std::vector<int> l = lens;
+        if (B > 1) l.push_back(MIXED);
+        c.push_back({"gpt2", B, 12, 12, 64, 4096, 0, l});
+        c.push_back({"gqa", B, 32, 8, 128, 4096, 0, l});
+    }
+    c.push_back({"gpt2-w", 8, 12, 12, 64, 1024, 1024, {4096, MIXED}});  // ring of W = 1024 slots
+    c.push_back({"gqa-w", 64, 32, 8, 128, 1024, 1024, {4000, MIXED}});
+    c.push_back({"odd", 5, 6, 2, 128, 1000, 0, {777, MIXED}});           // group of 3 in a 4-head block
+    c.push_back({"odd-g12", 3, 24, 2, 64, 777, 300, {1000, MIXED}});     // group of 12: two head blocks; S > W
+    return c;
+}
+static std::vector<Config> small_configs() {
+    return {
+        {"small", 3, 6, 2, 64, 200, 0, {MIXED, 200}},
+        {"small-w", 3, 4, 4, 128, 200, 200, {700, MIXED}},  // split and wrapped
+        {"small-g12", 2, 12, 1, 64, 130, 0, {130, MIXED}},
+    };
+}
+
+static std::vector<int> case_positions(const Config& c, int len, uint64_t seed) {
+    std::vector<int> pos(c.B, len - 1);
+    if (len == MIXED) {
+        const int P = c.window > 0 ? 4 * c.S : c.S;
+        pos = lab::rand_ints(c.B, seed, P);
+        pos[0] = P - 1;
+        if (c.B >= 3) pos[1] = -1;
+    }
+    return pos;
+}
+
+static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
+    const int B = c.B, NH = c.NH, NKV = c.NKV, HD = c.HD, S = c.S, W = c.window;
+    const size_t n_qkv = (size_t)B * (NH + 2 * NKV) * HD, n_cache = (size_t)B * NKV * S * HD,
+                 n_out = (size_t)B * NH * HD;
+    cudaStream_t st = lab.stream();
+    // uniform(-2, 2): scores q.k/sqrt(HD) have std 4/3, peaked enough to test the softmax
+    std::vector<float> kc_h = lab::rand_uniform(n_cache, seed, -2.0f, 2.0f);
+    std::vector<float> vc_h = lab::rand_uniform(n_cache, seed + 1, -2.0f, 2.0f);
+    lab::DevBuf<floatX> kc(n_cache, "k_cache"), vc(n_cache, "v_cache"), qkv(n_qkv, "qkv"), out(n_out, "out");
+    lab::DevBuf<int> pos(B, "pos");
+    kc.upload(kc_h);
+    vc.upload(vc_h);
+
+    const DecodePlan plan = attention_detail::decode_plan(B, NH, NKV, S, W, lab.ctx.props.multiProcessorCount);
+    DecodePlan no_split = plan, twice = plan;
+    no_split.max_splits = 1;
+    twice.max_splits = std::min(2 * plan.max_splits, ceil_div(W > 0 ? W : S, attention_detail::DECODE_MIN_CHUNK));
+    DecodePlan fused = plan;
+    fused.fused_combine = true;
+    // Sized for the plan with the most splits (the counters come first in every plan's layout); zeroed once.
+    lab::DevBuf<float> scratch(std::max<size_t>(1, attention_detail::DecodeScratch::floats(B, NH, NKV, HD, twice)),
+                               "scratch");
+    if (attention_decode_scratch_floats(B, NH, NKV, HD, S, W) > scratch.size()) fail("lab: scratch too small");
+    cudaCheck(cudaMemset(scratch, 0, scratch.size() * sizeof(float)));
+    printf("# %s B=%d NH=%d NKV=%d HD=%d S=%d W=%d: %d splits at most, %d head block(s) of %d heads per KV head\n",
+           c.name, B, NH, NKV, HD, S, W, plan.max_splits, plan.head_blocks, plan.heads_per_block);
+
+    // A prompt of T tokens (lengths 1..T, sequence 0 the longest; small caches get more tokens than
+    // slots) into the cache with kv_cache_fill; its check compares the slots it may write, exactly.
+    {
+        const int T = S <= 256 ? S + 50 : 100;
+        const std::vector<float> prompt_h =
+            lab::rand_uniform((size_t)B * T * (NH + 2 * NKV) * HD, seed + 2, -2.0f, 2.0f);
+        std::vector<int> len_h = lab::rand_ints(B, seed + 3, T);
+        for (int& x : len_h) x += 1;
+        len_h[0] = T;
+        lab::DevBuf<floatX> prompt(prompt_h.size(), "prompt");
+        lab::DevBuf<int> lengths(B, "lengths");
+        prompt.upload(prompt_h);
+        lengths.upload(len_h);
+        cpu::kv_cache_fill(kc_h.data(), vc_h.data(), prompt_h.data(), len_h.data(), B, T, NH, NKV, HD, S);
+        auto fill = [&] { kv_cache_fill(kc, vc, prompt, lengths, B, T, NH, NKV, HD, S, st); };
+        auto check_fill = [&] {
+            const size_t rows = std::min(S, T) * (size_t)HD;  // slots 0 .. min(S, T) - 1 of each (b, kvh)
+            std::vector<float> got, want;
+            for (size_t bh = 0; bh < (size_t)B * NKV; bh++) {
+                for (const auto* buf : {&kc, &vc}) {
+                    auto r = buf->download(bh * S * HD, rows);
+                    got.insert(got.end(), r.begin(), r.end());
+                }
+                want.insert(want.end(), kc_h.begin() + bh * S * HD, kc_h.begin() + bh * S * HD + rows);
+                want.insert(want.end(), vc_h.begin() + bh * S * HD, vc_h.begin() + bh * S * HD + rows);
+            }
+            const bool guards = kc.guard_intact() && vc.guard_intact();
+            if (!guards) printf("    k/v_cache  FAIL: the fill wrote into a guard region\n");
+            return lab.compare("filled", got, want, lab::Tol{0.0, 0.0}) && guards;
+        };
+        fill();
+        cudaCheck(cudaStreamSynchronize(st));
+        long long tokens = 0;
+        for (int x : len_h) tokens += std::min(x, S);
+        const double bytes = (double)tokens * NKV * HD * 4 * sizeof(floatX) + B * sizeof(int);
+        lab.run(lab::Lab::strprintf("kv_cache_fill %s B=%d T=%d NKV=%d HD=%d S=%d", c.name, B, T, NKV, HD, S), 0,
+                "shipped", bytes, 0.0, lab::Bound::Memory, [] {}, fill, check_fill);
+        if (!lab.selected(0) && !check_fill()) fail("lab: kv_cache_fill wrote wrong values (%s)", c.name);
+    }
+
+    for (size_t ci = 0; ci < c.lens.size(); ci++) {
+        const uint64_t case_seed = seed + 100 * (ci + 1);
+        const std::vector<int> pos_h = case_positions(c, c.lens[ci], case_seed);
+        const std::vector<float> qkv_h = lab::rand_uniform(n_qkv, case_seed + 1, -2.0f, 2.0f);
+        qkv.upload(qkv_h);
+        pos.upload(pos_h);
+
+        // The new token's K/V into the caches (host reference and device), then its check: every
+        // appended row equals the qkv row's K/V exactly.
+        cpu::kv_cache_append(kc_h.data(), vc_h.data(), qkv_h.data(), pos_h.data(), B, NH, NKV, HD, S);
+        auto append = [&] { kv_cache_append(kc, vc, qkv, pos, B, NH, NKV, HD, S, st); };
+        append();
+        cudaCheck(cudaStreamSynchronize(st));
+        auto check_append = [&] {
+            std::vector<float> got, want;
+            for (int b = 0; b < B; b++) {
+                if (pos_h[b] < 0) continue;
+                for (int kvh = 0; kvh < NKV; kvh++) {
+                    const size_t off = (((size_t)b * NKV + kvh) * S + pos_h[b] % S) * HD;
+                    for (const auto* buf : {&kc, &vc}) {
+                        auto row = buf->download(off, HD);
+                        got.insert(got.end(), row.begin(), row.end());
+                    }
+                    want.insert(want.end(), kc_h.begin() + off, kc_h.begin() + off + HD);
+                    want.insert(want.end(), vc_h.begin() + off, vc_h.begin() + off + HD);
+                }
+            }
+            const bool guards = kc.guard_intact() && vc.guard_intact();
+            if (!guards) printf("    k/v_cache  FAIL: the append wrote into a guard region\n");
+            return lab.compare("appended", got, want, lab::Tol{0.0, 0.0}) && guards;
+        };
+        long long keys = 0, appended = 0;
+        for (int p : pos_h) {
+            keys += attention_detail::decode_span(p, S, W).n;
+            appended += p >= 0;
+        }
+        if (ci == 0 && lab.selected(0)) {
+            const double bytes = (double)appended * NKV * HD * 4 * sizeof(floatX) + B * sizeof(int);
+            lab.run(lab::Lab::strprintf("kv_cache_append %s B=%d NKV=%d HD=%d S=%d", c.name, B, NKV, HD, S), 0,
+                    "shipped", bytes, 0.0, lab::Bound::Memory, [] {}, append, check_append);
+        } else if (!check_append()) {
+            fail("lab: kv_cache_append wrote wrong values (%s, case %zu)", c.name, ci);
+        }
+
+        std::vector<float> out_ref(n_out);
+        cpu::attention_decode(out_ref.data(), qkv_h.data(), kc_h.data(), vc_h.data(), pos_h.data(), B, NH, NKV, HD, S,
+                              W);
+        const double bytes =
+            (double)keys * NKV * HD * 2 * sizeof(floatX) + 2.0 * n_out * sizeof(floatX) + B * sizeof(int);
+        const double flops = 4.0 * HD * NH * (double)keys;
+        const std::string len = c.lens[ci] == MIXED ? std::string("mixed") : std::to_string(c.lens[ci]);
+        const std::string op = lab::Lab::strprintf("attention_decode %s B=%d NH=%d NKV=%d HD=%d S=%d W=%d len=%s",
+                                                   c.name, B, NH, NKV, HD, S, W, len.c_str());
+        auto reset = [&] { out.poison(st); };
+        auto check = [&] { return lab.check(out, out_ref); };
+        auto variant = [&](int v, const char* what, const std::function<void()>& launch) {
+            lab.run(op, v, what, bytes, flops, lab::Bound::Memory, reset, launch, check);
+        };
+        variant(0, "shipped", [&] { attention_decode(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, st, W, scratch); });
+        variant(1, "baseline, block per query head",
+                [&] { decode_baseline(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, W, st); });
+        variant(2, "shipped kernel, no split", [&] {
+            attention_detail::attention_decode_with_plan(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH,
+                                                         NKV, HD, S, W, scratch.get(), no_split, st);
+        });
+        variant(3, "shipped kernel, 2x splits", [&] {
+            attention_detail::attention_decode_with_plan(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH,
+                                                         NKV, HD, S, W, scratch.get(), twice, st);
+        });
+        variant(4, "fused combine (last block merges)", [&] {
+            attention_detail::attention_decode_with_plan(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH,
+                                                         NKV, HD, S, W, scratch.get(), fused, st);
+        });
+        variant(5, "8 keys a row group per step", [&] {
+            attention_detail::attention_decode_with_plan<floatX, attention_detail::DecodeKnobs<8>>(
+                out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), plan, st);
+        });
+        variant(6, "prefetch the next step", [&] {
+            attention_detail::attention_decode_with_plan<floatX, attention_detail::DecodeKnobs<4, true>>(
+                out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), plan, st);
+        });
+        variant(7, "reduce-scatter dot products", [&] {
+            attention_detail::attention_decode_with_plan<floatX, attention_detail::DecodeKnobs<4, false, true>>(
+                out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), plan, st);
+        });
+    }
+}
+
+int main(int argc, char** argv) {
+    std::vector<char*> args;
+    bool small = false;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--small")) small = true;
+        else args.push_back(argv[i]);
+    }
+    lab::Lab lab((int)args.size(), args.data(), "attention_decode.cu");
+    uint64_t seed = 4321;
+    for (const Config& c : small ? small_configs() : full_configs()) {
+        run_config(lab, c, seed);
+        seed += 1000;
+    }
+    return lab.finish();
+}

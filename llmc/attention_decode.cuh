@@ -1,0 +1,470 @@
+// attention_decode.cuh: attention of one new token per sequence against a KV cache (inference; the
+// cache and the copies into it, kv_cache_fill and kv_cache_append, are in kv_cache.cuh).
+// Flash-decoding: the keys of a sequence are split across thread blocks, each block writes a partial
+// softmax (max, sum, unnormalised output) in fp32 and a second kernel merges the partials (or, as a
+// plan option, the last block of each head to finish). One block serves all the query heads of a KV
+// head (up to 8), so each K/V element is read once for its group.
+// Precision and the FP32 build: the same kernels with floatX = float (4 elements per 16-byte load).
+//
+// Shapes (row-major; the KV cache layout of docs/design.md, "KV cache and decode attention"):
+//   qkv      (B, (NH + 2*NKV) * HD)  this step's QKV matmul output, one token per sequence (the
+//                                    layout of attention.cuh's qkv rows: NH query heads, NKV key
+//                                    heads, NKV value heads); the query is read from it directly
+//   k_cache  (B, NKV, S, HD)         one layer's keys, S slots per (sequence, KV head)
+//   v_cache  (B, NKV, S, HD)         its values
+//   pos      (B) int, on the device  the position of each sequence's new token; the cache holds
+//                                    positions 0..pos (this token's K/V already appended), position p
+//                                    in slot p % S. pos < 0 marks an idle sequence: out is zeros.
+//   out      (B, NH * HD)            written (=), ready for the attention projection
+// Query head h reads KV head h / (NH / NKV). window = 0: keys 0..pos (pos < S is the caller's
+// contract; a larger pos reads only the last S positions, never past the buffer); window W > 0: keys
+// max(0, pos-W+1)..pos, which needs S >= W: S = W makes the cache a ring buffer of W slots.
+// Scale 1/sqrt(HD). floatX operands (bf16 or fp32), every dot product and the softmax in fp32.
+// The launch configuration depends on (B, NH, NKV, HD, S, window) only, never on pos, so the
+// launches can be captured once in a CUDA graph and replayed for every token.
+#pragma once
+#include <algorithm>
+#include <cfloat>
+#include <cstdint>
+#include "attention_layout.cuh"
+#include "cuda_common.cuh"
+#include "kv_cache.cuh"
+#include "utils.h"
+
+namespace attention_detail {
+
+// ============================================================================ the split plan
+// Which cache slots a sequence attends: n keys, the oldest in slot `first`, then first+1, ... (mod S).
+struct DecodeSpan {
+    int n, first;
+};
+__host__ __device__ inline DecodeSpan decode_span(int pos, int S, int window) {
+    if (pos < 0) return {0, 0};
+    const int cap = window > 0 && window < S ? window : S;
+    const int n = pos + 1 < cap ? pos + 1 : cap;
+    return {n, (pos + 1 - n) % S};
+}
+
+// Keys a split block takes: at least DECODE_MIN_CHUNK (below it the block's fixed costs, loading q and
+// merging its warps' partials, outweigh its keys), a multiple of it (of every kernel's keys per step).
+constexpr int DECODE_MIN_CHUNK = 64;
+// A sequence's n keys go to as few splits as chunks of ceil(n / max_splits) keys (rounded up to
+// DECODE_MIN_CHUNK) need: the split count adapts to the actual length on the device, the grid to the
+// capacity on the host.
+__host__ __device__ inline int decode_chunk(int n, int max_splits) {
+    const int c = ceil_div(n > 0 ? n : 1, max_splits);
+    return ceil_div(c, DECODE_MIN_CHUNK) * DECODE_MIN_CHUNK;
+}
+__host__ __device__ inline int decode_splits(int n, int max_splits) {
+    return n > 0 ? ceil_div(n, decode_chunk(n, max_splits)) : 1;
+}
+
+// Query heads a block serves: all of its KV head's group (each K/V element read once for the group),
+// up to 8 (more would not fit the registers; a larger group takes ceil(G / 8) blocks per KV head).
+constexpr int DECODE_MAX_HEADS = 8;
+inline int decode_heads_per_block(int G) { return G == 1 ? 1 : G == 2 ? 2 : G <= 4 ? 4 : DECODE_MAX_HEADS; }
+
+// Blocks per split = B * NKV * ceil(G / 8). The grid aims at DECODE_WAVES blocks per SM (about
+// 4 resident x 1 wave: enough loads in flight to cover the memory latency), so at small B*NKV a
+// sequence's keys spread over many blocks. And a block takes at most DECODE_MAX_CHUNK keys (of a
+// full-length sequence): equal blocks run in waves, and a few long blocks per SM would leave the last
+// wave mostly empty (B 64, NKV 12, unsplit: 768 blocks of 4096 keys on 660 block slots = 1.16 waves,
+// so ~40% of the time idle); 512-key blocks make ~9 waves there.
+constexpr int DECODE_WAVES = 4;
+constexpr int DECODE_MAX_CHUNK = 512;
+struct DecodePlan {
+    int max_splits;       // grid.x: split blocks per (sequence, head block)
+    int head_blocks;      // blocks per KV head: ceil(G / heads_per_block)
+    int heads_per_block;
+    bool fused_combine;   // the last split block of a head block merges the partials (no second kernel)
+};
+inline DecodePlan decode_plan(int B, int NH, int NKV, int S, int window, int num_sms) {
+    const int G = NH / NKV, hpb = decode_heads_per_block(G), head_blocks = ceil_div(G, hpb);
+    const int max_keys = window > 0 && window < S ? window : S;
+    const int want = ceil_div(DECODE_WAVES * num_sms, B * NKV * head_blocks);
+    const int splits = std::clamp(std::max(want, ceil_div(max_keys, DECODE_MAX_CHUNK)), 1,
+                                  ceil_div(max_keys, DECODE_MIN_CHUNK));
+    return {splits, head_blocks, hpb, false};
+}
+inline int current_sm_count() {
+    int dev = 0, sms = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
+}
+
+// The scratch of one plan: a counter per (sequence, head block) for the fused combine (zero between
+// calls), then the partials. Counters first, so their place does not depend on the split count.
+struct DecodeScratch {
+    int* counters;  // (B, NKV * head_blocks), padded to 16 bytes
+    float* part_o;  // (B, NH, max_splits, HD)  unnormalised outputs
+    float* part_ml; // (B, NH, max_splits, 2)   base-2 max and sum of each split
+    static size_t counter_floats(int B, int NKV, const DecodePlan& p) {
+        return (size_t)ceil_div(B * NKV * p.head_blocks, 4) * 4;
+    }
+    static size_t floats(int B, int NH, int NKV, int HD, const DecodePlan& p) {
+        return p.max_splits > 1 ? counter_floats(B, NKV, p) + (size_t)B * NH * p.max_splits * (HD + 2) : 0;
+    }
+    DecodeScratch(float* scratch, int B, int NH, int NKV, int HD, const DecodePlan& p) {
+        counters = reinterpret_cast<int*>(scratch);
+        part_o = scratch ? scratch + counter_floats(B, NKV, p) : nullptr;
+        part_ml = scratch ? part_o + (size_t)B * NH * p.max_splits * HD : nullptr;
+    }
+};
+
+// Merges the nsplits partials of (sequence b, head h) into out, dims d = first, first + step, ...:
+// out = sum_s 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s. Loads bypass L1 (__ldcg): in the fused combine
+// other blocks wrote the partials during this kernel.
+template <typename T>
+__device__ __forceinline__ void decode_merge_splits(T* out, const float* part_o, const float* part_ml, int b, int h,
+                                                    int NH, int HD, int nsplits, int max_splits, int first, int step) {
+    const size_t p0 = (size_t)(b * NH + h) * max_splits;
+    float M = -FLT_MAX;
+    for (int s = 0; s < nsplits; s++) M = fmaxf(M, __ldcg(part_ml + 2 * (p0 + s)));
+    for (int d = first; d < HD; d += step) {
+        float o = 0.0f, sum = 0.0f;
+        for (int s = 0; s < nsplits; s++) {
+            const float f = exp2f(__ldcg(part_ml + 2 * (p0 + s)) - M);
+            o += f * __ldcg(part_o + (p0 + s) * HD + d);
+            sum += f * __ldcg(part_ml + 2 * (p0 + s) + 1);
+        }
+        out[(size_t)(b * NH + h) * HD + d] = from_float<T>(o / sum);  // nsplits > 1: keys exist, sum > 0
+    }
+}
+
+// ============================================================================ the split kernel
+// Mapping: a block owns (sequence b, KV head kvh, head block hb, split) and GB query heads. A 16-byte
+// load holds EPT elements (8 bf16, 4 fp32), so TPR = HD / EPT threads share a key row (8 or 16 in
+// bf16) and the block's DECODE_THREADS threads form ROWS row groups. Row group r takes keys
+// r, r + ROWS, ... of the block's chunk, U at a time: it loads U keys' K and V rows (2U 16-byte loads
+// a thread in flight, 16 KB a block in bf16 at U = 4) before using any, reduces each dot product over
+// its TPR lanes with xor shuffles, and keeps an online softmax (max, sum, unnormalised output, base-2
+// exponents: q is pre-scaled by log2(e) / sqrt(HD)) per query head, rescaled once per U keys. Knobs
+// (DecodeKnobs, explored by the lab): U; PREFETCH, the next U keys' loads issued before the current
+// ones are used (a second register set); SCATTER, the U*GB dot products reduced together
+// (decode_reduce_scatter) instead of one butterfly each.
+// The row groups' partials are merged in shared memory; a block whose sequence needs one split writes
+// out directly, the others write (max, sum, output) to the scratch, merged by
+// attention_decode_combine_kernel or (fused_combine) by the last of the head block's split blocks.
+// Bytes: each K/V element of the span once per head block (one for G <= 8), q and out once; FLOPs:
+// 4 * HD per (query head, key): memory-bound, 2G / sizeof(floatX) FLOPs a byte (G in bf16). The
+// fp32 math is not free, though: at G 4 a thread issues ~140 instructions a key (16 bf16->fp32
+// conversions, 64 FMAs, 16 shuffles and their adds, the softmax), ~35 cycles a KB of K/V per SM,
+// about 2x the issue rate 4 TB/s needs; G 8 would be issue-bound.
+// Registers (bf16, shipped knobs; ptxas -v, sm_90a): 96 at GB 1 (ptxas spills 4 bytes to stay at
+// 5 blocks/SM), 126 at 2, 164 at 4, 251-252 at 8; GB 8 with U 8 spills (lab only).
+constexpr int DECODE_THREADS = 128;
+// The inner loop's knobs (a type, so a kernel takes them as one template argument); the lab explores
+// them, the shipped launch uses the defaults.
+template <int U_ = 4, bool PREFETCH_ = false, bool SCATTER_ = false>
+struct DecodeKnobs {
+    static constexpr int U = U_;                  // keys a row group loads per step
+    static constexpr bool PREFETCH = PREFETCH_;   // issue the next step's loads before this step's math
+    static constexpr bool SCATTER = SCATTER_;     // reduce the U*GB dot products by reduce-scatter + gather
+};
+using DecodeShipped = DecodeKnobs<>;
+
+// Sums each of v[0..N) over the TPR lanes of a row group, reduce-scatter style: at every xor level a
+// lane keeps half of the values it still holds (the upper lane the upper half) and adds the partner's
+// copy of that half, so log2(TPR) levels take N/2 + N/4 + ... shuffles instead of N * log2(TPR). After
+// it, lane r of the group holds the sums of indices r*N/TPR .. + N/TPR - 1 in v[0..N/TPR) when
+// N >= TPR; when N < TPR, v[0] holds the sum of index r / (TPR/N) (the levels past the scatter are
+// plain butterflies). decode_gather_sums then gives every lane all N sums.
+template <int N, int TPR>
+__device__ __forceinline__ void decode_reduce_scatter(float (&v)[N], int lane) {
+    static_assert((N & (N - 1)) == 0 && (TPR & (TPR - 1)) == 0, "halving needs powers of two");
+#pragma unroll
+    for (int k = 0; (1 << k) < TPR; k++) {
+        const int o = TPR >> (k + 1);
+        const int held = N >> k;  // values this lane still holds (compile-time after unrolling)
+        if (held > 1) {
+            const bool upper = lane & o;
+#pragma unroll
+            for (int i = 0; i < held / 2; i++) {
+                const float send = upper ? v[i] : v[i + held / 2];
+                const float keep = upper ? v[i + held / 2] : v[i];
+                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+            }
+        } else {
+            v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
+        }
+    }
+}
+template <int N, int TPR>
+__device__ __forceinline__ void decode_gather_sums(float (&sums)[N], const float (&v)[N]) {
+    constexpr int R = N >= TPR ? N / TPR : 1;  // sums a lane holds
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        sums[i] = __shfl_sync(0xffffffffu, v[i % R], N >= TPR ? i / R : i * (TPR / N), TPR);
+}
+
+template <typename T, int HD>
+struct DecodeTile {
+    static constexpr int EPT = 16 / (int)sizeof(T);  // elements per 16-byte load
+    static constexpr int TPR = HD / EPT;              // threads per key row
+    static constexpr int ROWS = DECODE_THREADS / TPR;
+    static_assert(TPR <= WARP_SIZE && WARP_SIZE % TPR == 0, "a key row's threads must sit in one warp");
+};
+
+template <typename T, int HD, int GB, class Knobs>
+static __global__ void __launch_bounds__(DECODE_THREADS)
+    attention_decode_split_kernel(T* out, DecodeScratch scratch, const T* qkv, const T* k_cache, const T* v_cache,
+                                  const int* pos, QKVLayout L, int S, int window, int max_splits, bool fused_combine) {
+    using Tile = DecodeTile<T, HD>;
+    constexpr int EPT = Tile::EPT, TPR = Tile::TPR, ROWS = Tile::ROWS, U = Knobs::U, STEP = ROWS * U;
+    __shared__ float sm_m[ROWS][GB], sm_l[ROWS][GB], sm_f[ROWS][GB];
+    __shared__ alignas(16) float sm_o[ROWS][GB][HD];
+    __shared__ bool sm_last;
+
+    const int split = blockIdx.x, b = blockIdx.z;
+    const int G = L.NH / L.NKV, head_blocks = gridDim.y / L.NKV;
+    const int kvh = blockIdx.y / head_blocks, h0 = kvh * G + (blockIdx.y % head_blocks) * GB;
+    const int heads = min(GB, kvh * G + G - h0);  // query heads of this block: h0 .. h0 + heads - 1
+    const int lane = threadIdx.x % TPR, row = threadIdx.x / TPR, d0 = lane * EPT;
+
+    // q is loaded before pos is read, so the two loads' latencies overlap (a decode step of a short
+    // sequence is a chain of a few dependent memory latencies, not bandwidth).
+    Packed128<T> qv[GB];
+    const T* qrow = qkv + (size_t)b * L.row();
+#pragma unroll
+    for (int g = 0; g < GB; g++)
+        qv[g] = g < heads ? load128(qrow + L.q_col(h0 + g) + d0) : Packed128<T>::constant(from_float<T>(0.0f));
+    const DecodeSpan span = decode_span(pos[b], S, window);
+    const int chunk = decode_chunk(span.n, max_splits), nsplits = decode_splits(span.n, max_splits);
+    if (split >= nsplits) return;
+    const int j0 = split * chunk, j1 = min(span.n, j0 + chunk);
+
+    const float qscale = 1.4426950408889634f * rsqrtf((float)HD);  // log2(e) / sqrt(HD)
+    float q[GB][EPT], acc[GB][EPT], m[GB], l[GB];
+#pragma unroll
+    for (int g = 0; g < GB; g++) {
+#pragma unroll
+        for (int e = 0; e < EPT; e++) {
+            q[g][e] = to_float(qv[g][e]) * qscale;
+            acc[g][e] = 0.0f;
+        }
+        m[g] = -FLT_MAX;  // finite: exp2(m - m_new) stays 0 or 1 while every key so far was masked
+        l[g] = 0.0f;
+    }
+
+    // This row group's U keys of the step at jb: K and V rows, zeros past the chunk (not garbage:
+    // p = 0 times a NaN would still be NaN).
+    const size_t head_base = ((size_t)b * L.NKV + kvh) * S;
+    auto load_step = [&](int jb, Packed128<T> (&kr)[U], Packed128<T> (&vr)[U]) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int j = jb + u * ROWS + row;
+            if (j < j1) {
+                int slot = span.first + j;  // < 2S: first < S, j < n <= S
+                if (slot >= S) slot -= S;
+                const size_t off = (head_base + slot) * HD + d0;
+                kr[u] = load128cs(k_cache + off);
+                vr[u] = load128cs(v_cache + off);
+            } else {
+                kr[u] = vr[u] = Packed128<T>::constant(from_float<T>(0.0f));
+            }
+        }
+    };
+    // Scores of the U keys for every head (a dot product over the row group's TPR lanes), then the
+    // online softmax update, rescaling once per step.
+    auto consume = [&](int jb, const Packed128<T> (&kr)[U], const Packed128<T> (&vr)[U]) {
+        float s[U][GB];
+        if constexpr (Knobs::SCATTER) {
+            float part[U * GB], sums[U * GB];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+#pragma unroll
+                for (int g = 0; g < GB; g++) {
+                    float dot = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < EPT; e++) dot += q[g][e] * to_float(kr[u][e]);
+                    part[u * GB + g] = dot;
+                }
+            }
+            decode_reduce_scatter<U * GB, TPR>(part, lane);
+            decode_gather_sums<U * GB, TPR>(sums, part);
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int g = 0; g < GB; g++) s[u][g] = jb + u * ROWS + row < j1 ? sums[u * GB + g] : -INFINITY;
+        } else {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+#pragma unroll
+                for (int g = 0; g < GB; g++) {
+                    float dot = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < EPT; e++) dot += q[g][e] * to_float(kr[u][e]);
+#pragma unroll
+                    for (int o = TPR / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+                    s[u][g] = jb + u * ROWS + row < j1 ? dot : -INFINITY;
+                }
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < GB; g++) {
+            float m_new = m[g];
+#pragma unroll
+            for (int u = 0; u < U; u++) m_new = fmaxf(m_new, s[u][g]);
+            const float corr = exp2f(m[g] - m_new);
+            l[g] *= corr;
+#pragma unroll
+            for (int e = 0; e < EPT; e++) acc[g][e] *= corr;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const float p = exp2f(s[u][g] - m_new);
+                l[g] += p;
+#pragma unroll
+                for (int e = 0; e < EPT; e++) acc[g][e] += p * to_float(vr[u][e]);
+            }
+            m[g] = m_new;
+        }
+    };
+    Packed128<T> kr[U], vr[U];
+    if constexpr (Knobs::PREFETCH) {
+        load_step(j0, kr, vr);
+        for (int jb = j0; jb < j1; jb += STEP) {
+            Packed128<T> kn[U], vn[U];
+            load_step(jb + STEP, kn, vn);  // past the chunk: zeros, no loads
+            consume(jb, kr, vr);
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                kr[u] = kn[u];
+                vr[u] = vn[u];
+            }
+        }
+    } else {
+        for (int jb = j0; jb < j1; jb += STEP) {
+            load_step(jb, kr, vr);
+            consume(jb, kr, vr);
+        }
+    }
+
+    // Merge the ROWS row groups: block max M, each group's factor exp2(m - M), then sums.
+#pragma unroll
+    for (int g = 0; g < GB; g++) {
+        if (lane == 0) {
+            sm_m[row][g] = m[g];
+            sm_l[row][g] = l[g];
+        }
+#pragma unroll
+        for (int e = 0; e < EPT; e++) sm_o[row][g][d0 + e] = acc[g][e];
+    }
+    __syncthreads();
+    if (threadIdx.x < GB) {
+        const int g = threadIdx.x;
+        float M = -FLT_MAX;
+        for (int r = 0; r < ROWS; r++) M = fmaxf(M, sm_m[r][g]);
+        for (int r = 0; r < ROWS; r++) sm_f[r][g] = exp2f(sm_m[r][g] - M);
+        sm_m[0][g] = M;  // row 0's max was read above; from here it holds the block's
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < heads * HD; idx += DECODE_THREADS) {
+        const int g = idx / HD, d = idx % HD;
+        float o = 0.0f, sum = 0.0f;
+        for (int r = 0; r < ROWS; r++) {
+            o += sm_f[r][g] * sm_o[r][g][d];
+            sum += sm_f[r][g] * sm_l[r][g];
+        }
+        if (nsplits == 1) {  // sum = 0 only for an idle sequence (no keys): zeros
+            out[((size_t)b * L.NH + h0 + g) * HD + d] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
+        } else {
+            const size_t p = ((size_t)b * L.NH + h0 + g) * max_splits + split;
+            scratch.part_o[p * HD + d] = o;
+            if (d == 0) {
+                scratch.part_ml[2 * p] = sm_m[0][g];
+                scratch.part_ml[2 * p + 1] = sum;
+            }
+        }
+    }
+    if (nsplits == 1 || !fused_combine) return;
+
+    // Fused combine: the last split block of this (sequence, head block) to finish merges the partials
+    // (the counting of CUDA's threadFenceReduction sample). Every thread fences its partials before
+    // thread 0 counts the block in; the last block resets the counter for the next call.
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int* counter = scratch.counters + (size_t)b * gridDim.y + blockIdx.y;
+        sm_last = atomicAdd(counter, 1) == nsplits - 1;
+        if (sm_last) *counter = 0;
+    }
+    __syncthreads();
+    if (!sm_last) return;
+    __threadfence();
+    const int warp = threadIdx.x / WARP_SIZE;  // warp w merges heads w, w + 4, ...
+    for (int g = warp; g < heads; g += DECODE_THREADS / WARP_SIZE)
+        decode_merge_splits(out, scratch.part_o, scratch.part_ml, b, h0 + g, L.NH, HD, nsplits, max_splits,
+                            threadIdx.x % WARP_SIZE, WARP_SIZE);
+}
+
+// ============================================================================ the combine kernel
+// grid (NH, B), HD threads, thread d owns output dim d of one (sequence, head) and merges that
+// sequence's splits. Sequences that needed one split were written by the split kernel and are
+// skipped. Reads (HD + 2) floats a split.
+template <typename T>
+static __global__ void attention_decode_combine_kernel(T* out, DecodeScratch scratch, const int* pos, int NH, int HD,
+                                                       int S, int window, int max_splits) {
+    const int h = blockIdx.x, b = blockIdx.y;
+    const int nsplits = decode_splits(decode_span(pos[b], S, window).n, max_splits);
+    if (nsplits > 1)
+        decode_merge_splits(out, scratch.part_o, scratch.part_ml, b, h, NH, HD, nsplits, max_splits, threadIdx.x,
+                            blockDim.x);
+}
+
+// The launches of one plan; Knobs are the lab's (the shipped launch uses DecodeShipped).
+template <typename T, class Knobs = DecodeShipped>
+inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, const T* v_cache, const int* pos,
+                                       int B, int NH, int NKV, int HD, int S, int window, float* scratch_buf,
+                                       const DecodePlan& plan, cudaStream_t stream) {
+    const QKVLayout L{NH, NKV, HD};
+    const DecodeScratch scratch(scratch_buf, B, NH, NKV, HD, plan);
+    const dim3 grid(plan.max_splits, NKV * plan.head_blocks, B);
+    auto launch = [&](auto kernel) {
+        kernel<<<grid, DECODE_THREADS, 0, stream>>>(out, scratch, qkv, k_cache, v_cache, pos, L, S, window,
+                                                    plan.max_splits, plan.fused_combine);
+        cudaCheckLaunch();
+    };
+    switch (HD * 100 + plan.heads_per_block) {
+        case 6401: launch(attention_decode_split_kernel<T, 64, 1, Knobs>); break;
+        case 6402: launch(attention_decode_split_kernel<T, 64, 2, Knobs>); break;
+        case 6404: launch(attention_decode_split_kernel<T, 64, 4, Knobs>); break;
+        case 6408: launch(attention_decode_split_kernel<T, 64, 8, Knobs>); break;
+        case 12801: launch(attention_decode_split_kernel<T, 128, 1, Knobs>); break;
+        case 12802: launch(attention_decode_split_kernel<T, 128, 2, Knobs>); break;
+        case 12804: launch(attention_decode_split_kernel<T, 128, 4, Knobs>); break;
+        case 12808: launch(attention_decode_split_kernel<T, 128, 8, Knobs>); break;
+        default: fail("attention_decode: no kernel for HD=%d with %d heads a block", HD, plan.heads_per_block);
+    }
+    if (plan.max_splits > 1 && !plan.fused_combine) {
+        attention_decode_combine_kernel<T><<<dim3(NH, B), HD, 0, stream>>>(out, scratch, pos, NH, HD, S, window,
+                                                                            plan.max_splits);
+        cudaCheckLaunch();
+    }
+}
+
+}  // namespace attention_detail
+
+// fp32 floats of scratch attention_decode needs for these sizes on the current device (0: none).
+inline size_t attention_decode_scratch_floats(int B, int NH, int NKV, int HD, int S, int window) {
+    using namespace attention_detail;
+    return DecodeScratch::floats(B, NH, NKV, HD, decode_plan(B, NH, NKV, S, window, current_sm_count()));
+}
+
+// out (B, NH*HD) = softmax(q k^T / sqrt(HD)) v of each sequence's new token (q from its qkv row) over
+// its cached positions. scratch: attention_decode_scratch_floats(...) fp32 floats, 16-byte aligned,
+// zeroed once after allocation (it starts with counters that every call leaves at zero); nullptr
+// when that size is 0. qkv, k_cache, v_cache and out 16-byte aligned. Not deterministic across
+// devices with different SM counts (the split count follows the SMs); bit-identical run to run.
+inline void attention_decode(floatX* out, const floatX* qkv, const floatX* k_cache, const floatX* v_cache,
+                             const int* pos, int B, int NH, int NKV, int HD, int S, cudaStream_t stream,
+                             int window = 0, float* scratch = nullptr) {
+    using namespace attention_detail;
+    check_kv_cache_sizes("attention_decode", B, NH, NKV, HD, S, window);
+    check_kv_cache_aligned("attention_decode", qkv, k_cache, v_cache);
+    const DecodePlan plan = decode_plan(B, NH, NKV, S, window, current_sm_count());
+    if (plan.max_splits > 1 && !scratch)
+        fail("attention_decode: B=%d NH=%d S=%d needs a scratch buffer of %zu floats", B, NH, S,
+             attention_decode_scratch_floats(B, NH, NKV, HD, S, window));
+    attention_decode_with_plan(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window, scratch, plan, stream);
+}
