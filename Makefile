@@ -27,9 +27,9 @@ ifeq ($(NATIVE),0)
   CXXFLAGS := $(filter-out -march=native,$(CXXFLAGS))
 endif
 
-CPU_TARGETS := $(BUILD)/train_gpt2_cpu $(BUILD)/test_gpt2_cpu $(BUILD)/test_dataloader $(BUILD)/test_attention_cpu \
-               $(BUILD)/test_llama_ops_cpu $(BUILD)/test_attention_decode_cpu \
-               $(BUILD)/test_bpe
+CPU_TARGETS := $(BUILD)/train_gpt2_cpu $(BUILD)/generate_cpu $(BUILD)/test_gpt2_cpu $(BUILD)/test_dataloader $(BUILD)/test_attention_cpu \
+               $(BUILD)/test_llama_ops_cpu $(BUILD)/test_attention_decode_cpu $(BUILD)/test_bpe \
+               $(BUILD)/test_generate_cpu
 GPU_TARGETS := $(BUILD)/train_gpt2cu $(BUILD)/test_gpt2cu $(BUILD)/train_gpt2cu_fp32 $(BUILD)/test_gpt2cu_fp32
 
 LLMC_H   := $(wildcard llmc/*.h llmc/cpu/*.h)
@@ -59,6 +59,9 @@ $(BUILD)/test_attention_decode_cpu: tests/test_attention_decode_cpu.cpp $(LLMC_H
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
 $(BUILD)/test_bpe: tests/test_bpe.cpp $(LLMC_H) | $(BUILD)
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
+$(BUILD)/test_generate_cpu: tests/test_generate_cpu.cpp $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
 $(BUILD)/train_gpt2cu: train_gpt2.cu $(LLMC_CUH) | $(BUILD)

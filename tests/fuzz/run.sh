@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The sanitizer and fuzz checks; CI (.ci/run) runs them after `make test`. Needs clang++ (with its
 # libFuzzer runtime), g++ and python3 with numpy. Builds only into build/sanitize/ and build/fuzz/.
-#   1. The CPU tests (test_gpt2_cpu, test_attention_cpu, test_llama_ops_cpu, test_dataloader,
-#      test_bpe) built with -fsanitize=address,undefined into build/sanitize/ and run once, as
+#   1. The CPU tests (test_gpt2_cpu, test_attention_cpu, test_llama_ops_cpu, test_dataloader, test_bpe,
+#      test_generate_cpu) built with -fsanitize=address,undefined into build/sanitize/ and run once, as
 #      tests/run_tests.sh runs them;
 #      then the CPU trainer, built the same way, trains a tiny model (GQA, window) for 6 steps with
 #      validation, samples and checkpoints, and resumes for 3 more.
@@ -48,8 +48,8 @@ if [ "${SANITIZE:-1}" != 0 ]; then
                -fopenmp -I.)
     declare -A san_src=([test_gpt2_cpu]=test_gpt2_cpu.cpp [test_attention_cpu]=tests/test_attention_cpu.cpp
                         [test_llama_ops_cpu]=tests/test_llama_ops_cpu.cpp [test_dataloader]=tests/test_dataloader.cpp
-                        [test_bpe]=tests/test_bpe.cpp)
-    for t in test_gpt2_cpu test_attention_cpu test_llama_ops_cpu test_dataloader test_bpe; do
+                        [test_bpe]=tests/test_bpe.cpp [test_generate_cpu]=tests/test_generate_cpu.cpp)
+    for t in test_gpt2_cpu test_attention_cpu test_llama_ops_cpu test_dataloader test_bpe test_generate_cpu; do
         echo "=== sanitize: build $SAN/$t"
         if ! nice "$CXX" "${san_flags[@]}" "${san_src[$t]}" -o "$SAN/$t" -lm; then
             findings+=("sanitize build $t"); continue

@@ -1,0 +1,238 @@
+// gpt2_infer.h: inference on the CPU with a KV cache, for both model families (GPT-2 and
+// Llama-style: the config's norm, position, MLP, bias and head knobs), the model half of
+// generate_cpu.cpp and the CPU twin of the GPU generate. It runs the layer ops of the training
+// forward (llmc/cpu/*.h and the norm helpers of llmc/cpu/gpt2.h, one copy of each) in the same
+// layer structure (the first norm on the embedding, each residual add fused with the next norm) in
+// a new per-layer loop that keeps no activations for a backward; the full-sequence forward of
+// llmc/cpu/gpt2.h stays as it is and is what tests/test_generate_cpu.cpp checks this against.
+// RoPE turns q and k after the QKV matmul at each token's own position, before k enters the cache.
+//
+// The cache (docs/design.md, "KV cache and decode attention", the layout the GPU decode kernel
+// reads): per layer k and v, each (B, NKV, S, HD) fp32, only the NKV key/value heads; position p of
+// sequence b lives in slot p % S. S = max_seq for full causal attention; with a window W < max_seq,
+// S = W: a ring buffer of the last W positions.
+//
+// One batch of prompts:
+//   gpt2_prefill(m, tokens (B, T) right-padded, lengths (B)): the prompts through every layer at
+//       once (cpu::attention_forward over the prompt), their K/V into the cache
+//       (cpu::kv_cache_fill); returns the logits of each prompt's last position (B, Vp), or of
+//       every position (B, T, Vp);
+//   gpt2_decode_step(m, tokens (B), pos (B)) per new token: token b at position pos[b] (< 0: the
+//       sequence is idle), its K/V appended (cpu::kv_cache_append), one query per sequence against
+//       the cache (cpu::attention_decode); returns the logits (B, Vp) (an idle row is meaningless).
+// A new prefill starts the cache over: a slot is only read after this batch has written it.
+// fp32 throughout; the results do not depend on the thread count.
+#pragma once
+#include <algorithm>
+#include <vector>
+#include "llmc/cpu/attention.h"
+#include "llmc/cpu/attention_decode.h"
+#include "llmc/cpu/encoder.h"
+#include "llmc/cpu/gelu.h"
+#include "llmc/cpu/gpt2.h"
+#include "llmc/cpu/matmul.h"
+#include "llmc/cpu/rope.h"
+#include "llmc/cpu/swiglu.h"
+#include "llmc/gpt2_config.h"
+#include "llmc/utils.h"
+
+struct GPT2KVCache {
+    int B = 0, NKV = 0, S = 0, HD = 0;
+    int window = 0;           // what attention_decode applies: the model's W when S = W, else 0
+    std::vector<float> k, v;  // (L, B, NKV, S, HD) each
+    size_t layer_floats() const { return (size_t)B * NKV * S * HD; }
+    float* k_layer(int l) { return k.data() + l * layer_floats(); }
+    float* v_layer(int l) { return v.data() + l * layer_floats(); }
+};
+
+// One layer's activations for `rows` = B * T positions (T the prompt length of a prefill, 1 for a
+// decode step), reused by every layer.
+struct GPT2InferActs {
+    size_t rows = 0;
+    std::vector<float> x;        // (rows, C) the residual stream, updated in place
+    std::vector<float> ln;       // (rows, C) a norm's output; after the last layer the final norm's
+    std::vector<float> mean;     // (rows) LayerNorm only
+    std::vector<float> rstd;     // (rows)
+    std::vector<float> qkv;      // (rows, QKV)
+    std::vector<float> atty;     // (rows, C)
+    std::vector<float> lse;      // (rows * NH) the prefill attention's log-sum-exp (unused here)
+    std::vector<float> proj;     // (rows, C) the output of attproj and of fcproj
+    std::vector<float> fch;      // (rows, FC): H, or SwiGLU's [gate | up] 2H
+    std::vector<float> fch_act;  // (rows, H) GELU or SwiGLU of fch
+    std::vector<float> logits;   // (B, Vp), or (rows, Vp) for a prefill's every position
+};
+
+struct GPT2Infer {
+    GPT2Config config{};
+    GPT2Tensors<const float> params{};  // views of the caller's buffer (GPT2_PARAMETER_TABLE order)
+    int B = 0;                          // sequences the cache holds
+    int max_seq = 0;                    // positions a sequence may use, <= config.max_seq_len
+    GPT2KVCache cache;
+    GPT2InferActs acts;
+    std::vector<float> rope_cos, rope_sin;  // (max_seq, HD/2) each, with RoPE (llmc/cpu/rope.h)
+};
+
+// Sizes the cache for B sequences of up to max_seq positions (1 <= max_seq <= max_seq_len) of the
+// model `c` whose parameters are `params` (gpt2_num_params(c) floats, kept by the caller).
+inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* params, int B, int max_seq) {
+    gpt2_validate_config(c, "model");
+    if (B < 1) fail("internal: gpt2_infer_build with B=%d", B);
+    if (max_seq < 1 || max_seq > c.max_seq_len)
+        fail("--max-seq %d: must be in [1, %d] (the model's max_seq_len)", max_seq, c.max_seq_len);
+    m.config = c;
+    m.params = gpt2_point_tensors(params, c);
+    m.B = B;
+    m.max_seq = max_seq;
+    GPT2KVCache& kv = m.cache;
+    const bool ring = c.window > 0 && c.window < max_seq;
+    kv.B = B;
+    kv.NKV = c.num_kv_heads;
+    kv.HD = gpt2_head_dim(c);
+    kv.S = ring ? c.window : max_seq;
+    kv.window = ring ? c.window : 0;  // W >= max_seq never hides a position: full causal
+    const size_t floats = 2 * (size_t)c.num_layers * kv.layer_floats();
+    char what[128];
+    snprintf(what, sizeof what, "the KV cache of %d sequences of %d positions (%zu floats)", B, max_seq, floats);
+    check_host_memory(floats * sizeof(float), what, "lower --max-seq or the number of prompts");
+    kv.k.assign(floats / 2, 0.0f);
+    kv.v.assign(floats / 2, 0.0f);
+    m.acts = GPT2InferActs();
+    m.rope_cos.clear();
+    m.rope_sin.clear();
+    if (c.position == POS_ROPE) {
+        m.rope_cos.resize((size_t)max_seq * kv.HD / 2);
+        m.rope_sin.resize((size_t)max_seq * kv.HD / 2);
+        cpu::rope_tables(m.rope_cos.data(), m.rope_sin.data(), max_seq, kv.HD, (float)c.rope_theta);
+    }
+}
+
+namespace detail {
+inline void infer_size_acts(GPT2Infer& m, size_t rows, size_t logit_rows) {
+    const GPT2Config& c = m.config;
+    const size_t C = c.channels, QKV = gpt2_qkv_channels(c);
+    GPT2InferActs& a = m.acts;
+    if (rows > a.rows) {
+        a.x.resize(rows * C);
+        a.ln.resize(rows * C);
+        a.mean.resize(rows);
+        a.rstd.resize(rows);
+        a.qkv.resize(rows * QKV);
+        a.atty.resize(rows * C);
+        a.lse.resize(rows * c.num_heads);
+        a.proj.resize(rows * C);
+        a.fch.resize(rows * gpt2_fc_channels(c));
+        a.fch_act.resize(rows * gpt2_mlp_hidden(c));
+        a.rows = rows;
+    }
+    if (a.logits.size() < logit_rows * c.padded_vocab_size) a.logits.resize(logit_rows * c.padded_vocab_size);
+}
+
+// The transformer blocks over the embeddings in acts.x (B, T, C), the residual stream updated in
+// place; leaves the final norm's output in acts.ln. attend(l) fills acts.atty from acts.qkv for
+// layer l (after RoPE, and writing that layer's K/V into the cache).
+template <typename Attend>
+inline void infer_layers(GPT2Infer& m, int B, int T, Attend&& attend) {
+    using detail::at;
+    const GPT2Config& c = m.config;
+    const int C = c.channels, QKV = gpt2_qkv_channels(c), FC = gpt2_fc_channels(c), H = gpt2_mlp_hidden(c);
+    const int L = c.num_layers, rows = B * T;
+    const GPT2Tensors<const float>& p = m.params;
+    GPT2InferActs& a = m.acts;
+    float *x = a.x.data(), *ln = a.ln.data(), *mean = a.mean.data(), *rstd = a.rstd.data();
+    detail::norm_forward(c, ln, mean, rstd, x, p.ln1w, p.ln1b, B, T);
+    for (int l = 0; l < L; l++) {
+        cpu::matmul_forward(a.qkv.data(), ln, p.qkvw + (size_t)l * QKV * C, at(p.qkvb, (size_t)l * QKV), B, T, C, QKV);
+        attend(l);
+        cpu::matmul_forward(a.proj.data(), a.atty.data(), p.attprojw + (size_t)l * C * C, at(p.attprojb, (size_t)l * C),
+                            B, T, C, C);
+        detail::residual_norm_forward(c, x, ln, mean, rstd, x, a.proj.data(), p.ln2w + l * C, at(p.ln2b, (size_t)l * C),
+                                      B, T);
+        cpu::matmul_forward(a.fch.data(), ln, p.fcw + (size_t)l * FC * C, at(p.fcb, (size_t)l * FC), B, T, C, FC);
+        if (c.mlp == MLP_SWIGLU) cpu::swiglu_forward(a.fch_act.data(), a.fch.data(), rows, H);
+        else cpu::gelu_forward(a.fch_act.data(), a.fch.data(), (size_t)rows * H);
+        cpu::matmul_forward(a.proj.data(), a.fch_act.data(), p.fcprojw + (size_t)l * C * H, at(p.fcprojb, (size_t)l * C),
+                            B, T, H, C);
+        const bool last = l + 1 == L;  // then the final norm, else the next layer's ln1
+        detail::residual_norm_forward(c, x, ln, mean, rstd, x, a.proj.data(), last ? p.lnfw : p.ln1w + (l + 1) * C,
+                                      last ? p.lnfb : at(p.ln1b, (size_t)(l + 1) * C), B, T);
+    }
+}
+
+// The classifier (wte, or the untied lm_head) over `rows` rows of final-norm outputs h (rows, C).
+inline void infer_logits(GPT2Infer& m, const float* h, int rows) {
+    const GPT2Config& c = m.config;
+    const float* head = c.tied_head ? m.params.wte : m.params.lm_head;
+    cpu::matmul_forward(m.acts.logits.data(), h, head, nullptr, 1, rows, c.channels, c.padded_vocab_size);
+}
+}  // namespace detail
+
+// tokens (B, T) ids < V; sequence b is tokens[b*T .. b*T + lengths[b]), 1 <= lengths[b] <= T <= max_seq
+// (the rest of the row is padding, any id < V: attention is causal, so it never reaches a prompt
+// position). Fills the cache for positions 0 .. lengths[b]-1 (the last S of them) and returns the
+// logits (B, Vp) of each prompt's last position, or with all_positions (B, T, Vp) of every position.
+inline const float* gpt2_prefill(GPT2Infer& m, const int* tokens, const int* lengths, int B, int T,
+                                 bool all_positions = false) {
+    const GPT2Config& c = m.config;
+    if (B < 1 || B > m.B || T < 1 || T > m.max_seq)
+        fail("internal: prefill of B=%d T=%d, the cache holds B=%d of %d positions", B, T, m.B, m.max_seq);
+    for (int b = 0; b < B; b++)
+        if (lengths[b] < 1 || lengths[b] > T) fail("internal: prefill length %d of sequence %d is not in [1, %d]",
+                                                   lengths[b], b, T);
+    for (size_t i = 0; i < (size_t)B * T; i++)
+        if (tokens[i] < 0 || tokens[i] >= c.vocab_size)
+            fail("internal: prefill token id %d out of range [0, %d)", tokens[i], c.vocab_size);
+    const int C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
+    GPT2InferActs& a = m.acts;
+    GPT2KVCache& kv = m.cache;
+    detail::infer_size_acts(m, (size_t)B * T, all_positions ? (size_t)B * T : (size_t)B);
+    cpu::encoder_forward(a.x.data(), tokens, m.params.wte, m.params.wpe, B, T, C);  // wpe nullptr with RoPE
+    detail::infer_layers(m, B, T, [&](int l) {
+        if (c.position == POS_ROPE) cpu::rope_forward(a.qkv.data(), m.rope_cos.data(), m.rope_sin.data(), B, T, NH, NKV, HD);
+        cpu::attention_forward(a.atty.data(), a.lse.data(), a.qkv.data(), B, T, NH, NKV, HD, c.window);
+        cpu::kv_cache_fill(kv.k_layer(l), kv.v_layer(l), a.qkv.data(), lengths, B, T, NH, NKV, HD, kv.S);
+    });
+    if (all_positions) {
+        detail::infer_logits(m, a.ln.data(), B * T);
+    } else {
+        for (int b = 0; b < B; b++)  // each prompt's last position, gathered into the front rows of proj
+            std::copy_n(a.ln.data() + ((size_t)b * T + lengths[b] - 1) * C, C, a.proj.data() + (size_t)b * C);
+        detail::infer_logits(m, a.proj.data(), B);
+    }
+    return a.logits.data();
+}
+
+// tokens (B): sequence b's next token, at position pos[b] (0 <= pos[b] < max_seq, with positions
+// before it already in the cache), or pos[b] < 0 for an idle sequence (its token is not read).
+// Returns the logits (B, Vp) of the new positions.
+inline const float* gpt2_decode_step(GPT2Infer& m, const int* tokens, const int* pos, int B) {
+    const GPT2Config& c = m.config;
+    if (B < 1 || B > m.B) fail("internal: decode step of B=%d, the cache holds %d sequences", B, m.B);
+    for (int b = 0; b < B; b++) {
+        if (pos[b] >= m.max_seq) fail("internal: decode position %d of sequence %d is past --max-seq %d", pos[b], b,
+                                      m.max_seq);
+        if (pos[b] >= 0 && (tokens[b] < 0 || tokens[b] >= c.vocab_size))
+            fail("internal: decode token id %d out of range [0, %d)", tokens[b], c.vocab_size);
+    }
+    const int C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
+    GPT2InferActs& a = m.acts;
+    GPT2KVCache& kv = m.cache;
+    detail::infer_size_acts(m, B, B);
+    for (int b = 0; b < B; b++) {  // token b at its own position: a one-token encoder from wpe row pos[b]
+        const int token = pos[b] < 0 ? 0 : tokens[b], p = pos[b] < 0 ? 0 : pos[b];
+        cpu::encoder_forward(a.x.data() + (size_t)b * C, &token, m.params.wte, detail::at(m.params.wpe, (size_t)p * C), 1,
+                             1, C);
+    }
+    const size_t QKV = gpt2_qkv_channels(c);
+    detail::infer_layers(m, B, 1, [&](int l) {
+        if (c.position == POS_ROPE)
+            for (int b = 0; b < B; b++)
+                if (pos[b] >= 0)
+                    cpu::rope_forward(a.qkv.data() + b * QKV, m.rope_cos.data(), m.rope_sin.data(), 1, 1, NH, NKV, HD,
+                                      pos[b]);
+        cpu::kv_cache_append(kv.k_layer(l), kv.v_layer(l), a.qkv.data(), pos, B, NH, NKV, HD, kv.S);
+        cpu::attention_decode(a.atty.data(), a.qkv.data(), kv.k_layer(l), kv.v_layer(l), pos, B, NH, NKV, HD, kv.S,
+                              kv.window);
+    });
+    detail::infer_logits(m, a.ln.data(), B);
+    return a.logits.data();
+}
