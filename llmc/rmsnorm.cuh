@@ -17,11 +17,12 @@
 constexpr int RMSNORM_BLOCK = 256;  // 8 warps = 8 rows per block
 
 // One warp per row; lane i handles packs i, i+32, ... Two passes over the row: the sum of squares,
-// then the output, which re-reads the row from L1 (the first pass loads it with L1 caching). Fused:
-// the first pass also writes residual = inp1 + inp2 and the second recomputes it from inp1 and inp2
-// (L1 hits; bit-identical to the stored value). DRAM traffic, bytes of floatX: read N*C, write N*C
-// (fused: read 2 N*C, write 2 N*C) plus 4N of rstd: ~0.2 GB (0.4 GB fused) at N = 65536, C = 768,
-// ~50 us (~100 us) at the 4.0 TB/s copy; ~3 FLOPs per element: memory-bound.
+// then the output, which re-reads the row from L1/L2 (the first pass loads it with L1 caching).
+// Fused: the first pass also writes residual = inp1 + inp2 and the second reads the stored residual
+// back (one pack instead of two; fused_residual_layernorm_forward does the same at 94% of copy).
+// DRAM traffic, bytes of floatX: read N*C, write N*C (fused: read 2 N*C, write 2 N*C) plus 4N of
+// rstd: ~0.2 GB (0.4 GB fused) at N = 65536, C = 768, ~50 us (~100 us) at the 4.0 TB/s copy;
+// ~3 FLOPs per element: memory-bound.
 template <bool FUSED_RESIDUAL>
 static __global__ void rmsnorm_forward_warp_per_row(floatX* residual, floatX* out, float* rstd, const floatX* inp1,
                                                     const floatX* inp2, const floatX* weight, int N, int C,
@@ -30,26 +31,22 @@ static __global__ void rmsnorm_forward_warp_per_row(floatX* residual, floatX* ou
     const int row = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
     if (row >= N) return;
     const int64_t base = (int64_t)row * C;
-    // the row's pack at column c: inp1's, or the rounded residual sum
-    auto row_pack = [&](int c) {
+    float sq = 0.0f;
+#pragma unroll 4
+    for (int c = lane * x128::size; c < C; c += WARP_SIZE * x128::size) {
         x128 x = load128(inp1 + base + c);
         if constexpr (FUSED_RESIDUAL) {
             const x128 b = load128(inp2 + base + c);
             for (int k = 0; k < x128::size; k++) x[k] = from_float<floatX>(to_float(x[k]) + to_float(b[k]));
+            store128(residual + base + c, x);  // read back below by this same lane
         }
-        return x;
-    };
-    float sq = 0.0f;
-#pragma unroll 4
-    for (int c = lane * x128::size; c < C; c += WARP_SIZE * x128::size) {
-        const x128 x = row_pack(c);
-        if constexpr (FUSED_RESIDUAL) store128(residual + base + c, x);
         for (int k = 0; k < x128::size; k++) sq += to_float(x[k]) * to_float(x[k]);
     }
     const float s = rsqrtf(warp_reduce_sum(sq) / C + eps);
+    const floatX* xrow = FUSED_RESIDUAL ? residual + base : inp1 + base;
 #pragma unroll 4
     for (int c = lane * x128::size; c < C; c += WARP_SIZE * x128::size) {
-        const x128 x = row_pack(c), w = load128(weight + c);
+        const x128 x = load128(xrow + c), w = load128(weight + c);
         x128 o;
         for (int k = 0; k < x128::size; k++) o[k] = from_float<floatX>(to_float(x[k]) * s * to_float(w[k]));
         store128(out + base + c, o);
