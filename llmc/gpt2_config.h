@@ -1,7 +1,7 @@
-// gpt2_config.h: the model's shape and the layout of its parameters, shared by both trainers,
-// the tests and the lab. All parameters live in ONE contiguous buffer in the order of
-// GPT2_PARAM_NAMES (docs/design.md), so optimizer state and gradients use the same offsets and a
-// later multi-GPU version can slice the buffers by rank.
+// gpt2_config.h: the model's config (shape, and the knobs that make it GPT-2 or Llama-style) and the
+// layout of its parameters, shared by both trainers, the tests and the lab. All parameters live in
+// ONE contiguous buffer in the order of GPT2_PARAM_NAMES (docs/design.md), so optimizer state and
+// gradients use the same offsets and a later multi-GPU version can slice the buffers by rank.
 #pragma once
 #include <cmath>
 #include <cstddef>
@@ -44,7 +44,7 @@ inline int gpt2_head_dim(const GPT2Config& c) { return c.channels / c.num_heads;
 inline int gpt2_qkv_channels(const GPT2Config& c) {
     return (c.num_heads + 2 * c.num_kv_heads) * gpt2_head_dim(c);
 }
-// The MLP's hidden width H (mlp_hidden, or 4C where it is 0: a config not yet validated).
+// The MLP's hidden width H: mlp_hidden, where 0 means GPT-2's 4C.
 inline int gpt2_mlp_hidden(const GPT2Config& c) { return c.mlp_hidden > 0 ? c.mlp_hidden : 4 * c.channels; }
 // Rows of the fc matmul: H, or 2H for SwiGLU's [gate | up].
 inline int gpt2_fc_channels(const GPT2Config& c) { return (c.mlp == MLP_SWIGLU ? 2 : 1) * gpt2_mlp_hidden(c); }
@@ -54,8 +54,9 @@ inline bool gpt2_same_config(const GPT2Config& a, const GPT2Config& b) {
            a.padded_vocab_size == b.padded_vocab_size && a.num_layers == b.num_layers &&
            a.num_heads == b.num_heads && a.num_kv_heads == b.num_kv_heads && a.channels == b.channels &&
            a.window == b.window && a.architecture == b.architecture && a.norm == b.norm &&
-           a.position == b.position && a.mlp == b.mlp && gpt2_mlp_hidden(a) == gpt2_mlp_hidden(b) && a.biases == b.biases &&
-           a.tied_head == b.tied_head && a.norm_eps == b.norm_eps && a.rope_theta == b.rope_theta;
+           a.position == b.position && a.mlp == b.mlp && gpt2_mlp_hidden(a) == gpt2_mlp_hidden(b) &&
+           a.biases == b.biases && a.tied_head == b.tied_head && a.norm_eps == b.norm_eps &&
+           a.rope_theta == b.rope_theta;
 }
 
 // True when the config is GPT-2 in every knob (a version-1 model file can hold it).
@@ -179,11 +180,13 @@ inline void gpt2_validate_config(const GPT2Config& c, const char* what) {
     if (c.window < 0) fail("%s: attention window %d must be >= 0 (0 = full causal)", what, c.window);
     if (c.architecture != ARCH_GPT2 && c.architecture != ARCH_LLAMA)
         fail("%s: architecture %d is not 0 (gpt2) or 1 (llama)", what, c.architecture);
-    if (c.norm != NORM_LAYERNORM && c.norm != NORM_RMSNORM) fail("%s: norm %d is not 0 (LayerNorm) or 1 (RMSNorm)", what, c.norm);
+    if (c.norm != NORM_LAYERNORM && c.norm != NORM_RMSNORM)
+        fail("%s: norm %d is not 0 (LayerNorm) or 1 (RMSNorm)", what, c.norm);
     if (c.position != POS_LEARNED && c.position != POS_ROPE)
         fail("%s: position %d is not 0 (learned) or 1 (RoPE)", what, c.position);
     if (c.mlp != MLP_GELU && c.mlp != MLP_SWIGLU) fail("%s: mlp %d is not 0 (GELU) or 1 (SwiGLU)", what, c.mlp);
-    if (c.mlp_hidden < 0 || c.mlp_hidden > (1 << 20)) fail("%s: mlp_hidden %d out of range [1, 1048576]", what, c.mlp_hidden);
+    if (c.mlp_hidden < 0 || c.mlp_hidden > (1 << 20))
+        fail("%s: mlp_hidden %d out of range [1, 1048576]", what, c.mlp_hidden);
     if ((c.biases != 0 && c.biases != 1) || (c.tied_head != 0 && c.tied_head != 1))
         fail("%s: biases %d and tied_head %d must be 0 or 1", what, c.biases, c.tied_head);
     if (c.norm == NORM_LAYERNORM && c.norm_eps != 1e-5)
@@ -259,7 +262,8 @@ inline GPT2Config llama_config_from_descriptor(const char* desc) {
         else fail("--init %s: '%s' is not an item of a llama descriptor (%s)", desc, item.c_str(), usage);
     }
     for (double x : {L, C, NH, NKV, F, V})
-        if (x != std::floor(x) || x < 0 || x > (1 << 24)) fail("--init %s: sizes must be whole numbers (%s)", desc, usage);
+        if (x != std::floor(x) || x < 0 || x > (1 << 24))
+            fail("--init %s: sizes must be whole numbers (%s)", desc, usage);
     if (L < 1 || C < 1 || NH < 1) fail("--init %s: L, C and H are required (%s)", desc, usage);
     GPT2Config c = gpt2_shape((int)L, (int)C, (int)NH, (int)V);
     c.architecture = ARCH_LLAMA;

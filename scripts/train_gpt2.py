@@ -67,9 +67,9 @@ FIXTURES = (("", FIXTURE), ("gqa_", FIXTURE_GQA), ("llama_", FIXTURE_LLAMA), ("l
             ("llama_window_", FIXTURE_LLAMA_WINDOW))
 # The knobs of each architecture (llmc/gpt2_config.h); a flag left unset takes its --arch default.
 ARCH_DEFAULTS = {
-    "gpt2": dict(norm="layernorm", norm_eps=1e-5, position="learned", rope_theta=0.0, mlp="gelu", bias=1, tied=1),
-    "llama": dict(norm="rmsnorm", norm_eps=1e-5, position="rope", rope_theta=10000.0, mlp="swiglu", bias=0, tied=1),
-}
+    "gpt2": dict(norm="layernorm", norm_eps=1e-5, position="learned", mlp="gelu", bias=1, tied=1),
+    "llama": dict(norm="rmsnorm", norm_eps=1e-5, position="rope", mlp="swiglu", bias=0, tied=1),
+}  # with RoPE, theta defaults to 10000
 KNOBS = ("norm", "norm_eps", "position", "rope_theta", "mlp", "mlp_hidden", "bias", "tied")
 
 
@@ -93,7 +93,7 @@ def make_config(what, L, C, NH, V, maxT, NKV=0, W=0, arch="gpt2", **knobs):
         die(f"{what}: --window {W} must be >= 0 (0 = full causal)")
     if V > 65536:
         die(f"{what}: --vocab {V} too large (token ids are stored as uint16)")
-    k = dict(ARCH_DEFAULTS[arch])
+    k = dict(ARCH_DEFAULTS[arch], rope_theta=10000.0)
     k.update({name: v for name, v in knobs.items() if v is not None})
     H = k.get("mlp_hidden") or (4 * C if k["mlp"] == "gelu" else (8 * C // 3 + 63) // 64 * 64)
     if H <= 0:

@@ -142,22 +142,24 @@ expect_error "--window -1" "--window" $TRAIN "${BASE[@]}" --init d2 --window -1
 expect_error "--kv-heads differing from the model file" "$T/good.bin has num_kv_heads 2" $TRAIN "${BASE[@]}" \
     --init "$T/good.bin" --kv-heads 1
 expect_error "--window differing from the checkpoint" "has window 3" $TRAIN "${BASE[@]}" --steps 2 --resume "$T/ckpt_gqa" --window 4
-# Llama-style models: the descriptor, --max-seq, version-2 model files with bad family fields
+# Llama-style models: the descriptor, --max-seq, version-2 model files with bad family fields. One
+# thread: these tiny runs take milliseconds that way, seconds with two threads on a busy machine.
+TRAIN1=(env OMP_NUM_THREADS=1 $TRAIN)
 LLAMA=(--init llama:L1,C8,H2,KV1,F24,V64,untied --max-seq 16)
-expect_success "control: fresh Llama model trains, samples past --seq and checkpoints" $TRAIN "${BASE[@]}" \
+expect_success "control: fresh Llama model trains, samples past --seq and checkpoints" "${TRAIN1[@]}" "${BASE[@]}" \
     "${LLAMA[@]}" --sample-every 1 --gen-tokens 20 --out-dir "$T/ckpt_llama"
-expect_success "control: resume it" $TRAIN "${BASE[@]}" --steps 2 --resume "$T/ckpt_llama"
-expect_success "control: a Llama model file trains" $TRAIN "${BASE[@]}" --init "$T/llama.bin"
-expect_error "llama descriptor without C and H" "L, C and H are required" $TRAIN "${BASE[@]}" --init llama:L1
-expect_error "llama descriptor with an unknown item" "'Q3' is not an item" $TRAIN "${BASE[@]}" --init llama:L1,C8,H2,Q3
-expect_error "llama descriptor with an odd head dim" "even head dim" $TRAIN "${BASE[@]}" --init llama:L1,C6,H2,V64
-expect_error "--max-seq 0" "--max-seq" $TRAIN "${BASE[@]}" "${LLAMA[@]}" --max-seq 0
-expect_error "--max-seq differing from the model file" "$T/llama.bin has max_seq_len 16" $TRAIN "${BASE[@]}" \
+expect_success "control: resume it" "${TRAIN1[@]}" "${BASE[@]}" --steps 2 --resume "$T/ckpt_llama"
+expect_success "control: a Llama model file trains" "${TRAIN1[@]}" "${BASE[@]}" --init "$T/llama.bin"
+expect_error "llama descriptor without C and H" "L, C and H are required" "${TRAIN1[@]}" "${BASE[@]}" --init llama:L1
+expect_error "llama descriptor with an unknown item" "'Q3' is not an item" "${TRAIN1[@]}" "${BASE[@]}" --init llama:L1,C8,H2,Q3
+expect_error "llama descriptor with an odd head dim" "even head dim" "${TRAIN1[@]}" "${BASE[@]}" --init llama:L1,C6,H2,V64
+expect_error "--max-seq 0" "--max-seq" "${TRAIN1[@]}" "${BASE[@]}" "${LLAMA[@]}" --max-seq 0
+expect_error "--max-seq differing from the model file" "$T/llama.bin has max_seq_len 16" "${TRAIN1[@]}" "${BASE[@]}" \
     --init "$T/llama.bin" --max-seq 32
-expect_error "--init of another architecture with --resume" "differs from the model of the checkpoint" $TRAIN \
+expect_error "--init of another architecture with --resume" "differs from the model of the checkpoint" "${TRAIN1[@]}" \
     "${BASE[@]}" --steps 3 --resume "$T/ckpt_llama" --init llama:L1,C8,H2,KV1,F24,V64
-expect_error "model file with an unknown norm" "$T/badnorm.bin: header field norm" $TRAIN "${BASE[@]}" --init "$T/badnorm.bin"
-expect_error "model file with RoPE theta 0.5" "$T/badtheta.bin: RoPE needs theta" $TRAIN "${BASE[@]}" --init "$T/badtheta.bin"
+expect_error "model file with an unknown norm" "$T/badnorm.bin: header field norm" "${TRAIN1[@]}" "${BASE[@]}" --init "$T/badnorm.bin"
+expect_error "model file with RoPE theta 0.5" "$T/badtheta.bin: RoPE needs theta" "${TRAIN1[@]}" "${BASE[@]}" --init "$T/badtheta.bin"
 # the GPU trainer checks the attention flags before it touches a device (so these run without a GPU)
 GPU=build/train_gpt2cu
 if [ -x $GPU ]; then

@@ -6,6 +6,8 @@
 - model files: a plain GPT-2 is written as version 1 (the committed GPT-2 fixtures are such files,
   byte-identical to what earlier builds wrote), anything else as version 2, and both read back;
 - the committed Llama fixtures are what `make fixture` writes (their settings are in FIXTURES).
+- the knobs are independent: on combinations no fixture has, the C++ CPU model (build/test_gpt2_cpu,
+  skipped if not built) matches a reference state written here.
 Run: python3 -m pytest -q tests/test_llama_reference.py  (a few seconds)"""
 import os
 import sys
@@ -94,3 +96,31 @@ def test_llama_fixture_configs(prefix):
     assert (cfg["channels"], cfg["num_heads"], cfg["window"], cfg["mlp_hidden"]) == \
         (settings["channels"], settings["heads"], settings["window"], settings["mlp_hidden"])
     assert cfg["tied_head"] == settings.get("tied", 1)
+
+
+@pytest.mark.parametrize("flags", [
+    ["--arch", "llama", "--bias", "1", "--kv-heads", "2"],  # Qwen2-like: a Llama with biases
+    ["--arch", "gpt2", "--norm", "rmsnorm", "--norm-eps", "1e-6", "--position", "rope", "--tied", "0",
+     "--mlp-hidden", "40"],                                  # a GPT-2 with three Llama knobs
+    ["--arch", "llama", "--norm", "layernorm", "--mlp", "gelu", "--window", "5"],  # Llama with GPT-2's norm and MLP
+], ids=["llama_biases", "gpt2_rmsnorm_rope_untied", "llama_layernorm_gelu_window"])
+def test_cpu_model_on_mixed_knobs(tmp_path, flags):
+    """The knobs are independent: the C++ CPU model (build/test_gpt2_cpu) matches the reference for
+    combinations no committed fixture has, with random biases and norm weights."""
+    binary = os.path.join(ROOT, "build", "test_gpt2_cpu")
+    if not os.path.exists(binary):
+        pytest.skip("build/test_gpt2_cpu is not built (make)")
+    model_path, debug_path = str(tmp_path / "m.bin"), str(tmp_path / "d.bin")
+    args = train_gpt2.parse_args(["--layers", "2", "--channels", "24", "--heads", "4", "--vocab", "100",
+                                  "--max-seq", "16", "--write-model", model_path, "--write-debug", debug_path,
+                                  "--batch", "2", "--seq", "12", "--steps", "4", "--lr", "1e-2", *flags])
+    model = train_gpt2.build_model(args)
+    model.randomize_biases_and_norms(args.seed)
+    train_gpt2.write_outputs(model, args)
+    cfg, _ = fmt.read_model(model_path)
+    assert fmt.model_version(cfg) == 2
+    import subprocess
+    p = subprocess.run([binary, model_path, debug_path], cwd=ROOT, capture_output=True, text=True,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert p.returncode == 0, p.stdout[-3000:]
+    assert "FAIL" not in p.stdout

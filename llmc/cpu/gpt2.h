@@ -191,8 +191,10 @@ inline void residual_norm_forward(const GPT2Config& c, float* residual, float* o
 // passes the gradient on unchanged.
 inline void norm_backward(const GPT2Config& c, float* dresidual, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, const float* mean, const float* rstd, int B, int T) {
-    if (c.norm == NORM_RMSNORM) cpu::fused_residual_rmsnorm_backward(dresidual, dweight, dout, inp, weight, rstd, B, T, c.channels);
-    else cpu::layernorm_backward(dresidual, dweight, dbias, dout, inp, weight, mean, rstd, B, T, c.channels);
+    if (c.norm == NORM_RMSNORM)
+        cpu::fused_residual_rmsnorm_backward(dresidual, dweight, dout, inp, weight, rstd, B, T, c.channels);
+    else
+        cpu::layernorm_backward(dresidual, dweight, dbias, dout, inp, weight, mean, rstd, B, T, c.channels);
 }
 }  // namespace detail
 

@@ -21,6 +21,9 @@ from hellaswag import write_eval  # noqa: E402
 TINY = dict(max_seq_len=4, vocab_size=8, padded_vocab_size=8, num_layers=1, num_heads=2, num_kv_heads=1,
             channels=4, window=0)
 TINY_WINDOW = dict(TINY, num_kv_heads=2, window=2)
+# a Llama-style model: a version-2 header (RMSNorm, RoPE, SwiGLU of hidden 6, no biases, untied head)
+TINY_LLAMA = dict(TINY, architecture=fmt.ARCH_LLAMA, norm=fmt.NORM_RMSNORM, norm_eps=1e-6, position=fmt.POS_ROPE,
+                  rope_theta=10000.0, mlp=fmt.MLP_SWIGLU, mlp_hidden=6, biases=0, tied_head=0)
 # fuzz_state's fixed data loader (tests/fuzz/fuzz_state.cpp): B 2, T 4, seed 1337, shuffled,
 # one shard of 101 tokens = 12 windows; a saved position of epoch 3, batch 5
 LOADER_SLOTS = [1, 3, 5, 1337, 1, 2, 4, 1, 1, 12]
@@ -36,7 +39,7 @@ def main(out):
         return d
 
     d = folder("model")
-    for name, cfg in (("tiny", TINY), ("tiny_window", TINY_WINDOW)):
+    for name, cfg in (("tiny", TINY), ("tiny_window", TINY_WINDOW), ("tiny_llama", TINY_LLAMA)):
         params = rng.normal(0, 0.02, fmt.num_params(cfg)).astype(np.float32)
         fmt.write_model(d / f"{name}_fp32.bin", cfg, params)
         fmt.write_model(d / f"{name}_bf16.bin", cfg, params, dtype=fmt.DTYPE_BF16)

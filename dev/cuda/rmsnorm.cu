@@ -1,0 +1,237 @@
+// rmsnorm.cu: RMSNorm (llmc/rmsnorm.cuh), forward, the fused residual + RMSNorm forward and the
+// backward, against cpu::rmsnorm_forward / cpu::fused_residual_rmsnorm_forward / cpu::rmsnorm_backward
+// (llmc/cpu/rmsnorm.h). eps 1e-6 (Llama 3, SmolLM).
+//   ./rmsnorm [variant ...] [--check-only] [--reps N]
+// Shapes: the 124M Llama-style model (N = B*T = 65536 rows, C = 768) and the awkward N = 651, C = 776.
+// Bytes counted (each input read once, each output written once): forward N*C in + N*C out + 4N
+// rstd; fused forward 2 N*C in, 2 N*C out; backward dout and inp in, dinp read and written.
+//
+// Variants (not yet run on the H200: numbers to be filled in from the first lab run):
+//   forward        0 shipped: rmsnorm_forward_warp_per_row, 2 passes over the row (2nd from L1)
+//   forward        1 block per row: one element per thread, scalar loads, block reduction (baseline)
+//   forward        2 registers: warp per row, the row held in registers, 1 pass over DRAM and L1
+//                  (layernorm.cu measured its version of this 10 points below its shipped kernel)
+//   fused forward  0 shipped: residual add + RMSNorm in one kernel
+//   backward       0 shipped: warp-per-row dinp + fixed-order column partials of dweight
+//   backward       1 one pass: dinp and the chunk partials from one read of dout/inp (layernorm.cu's
+//                  version measured 8% faster than its shipped backward at N=65536, 13% slower at N=651)
+#include "dev/cuda/harness.cuh"
+#include "llmc/cpu/rmsnorm.h"
+#include "llmc/rmsnorm.cuh"
+
+constexpr float EPS = 1e-6f;
+constexpr int REG_PACKS = 1024 / (WARP_SIZE * x128::size);  // packs per lane of the register variants: C <= 1024
+
+// Variant 1: block = one row, thread = elements threadIdx.x, +blockDim.x, ... with 2-byte loads.
+static __global__ void rmsnorm_forward_block_per_row(floatX* out, float* rstd, const floatX* inp,
+                                                     const floatX* weight, int N, int C, float eps) {
+    const int row = blockIdx.x;
+    const floatX* x = inp + (int64_t)row * C;
+    float sq = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) sq += to_float(x[c]) * to_float(x[c]);
+    const float s = rsqrtf(block_reduce_sum(sq) / C + eps);
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        out[(int64_t)row * C + c] = from_float<floatX>(to_float(x[c]) * s * to_float(weight[c]));
+    if (threadIdx.x == 0) rstd[row] = s;
+}
+
+// Variant 2: lane i keeps packs i, i+32, ... of its row in registers (PACKS of them, covering C up
+// to 32 * PACKS * x128::size), so the row is read once.
+template <int PACKS>
+static __global__ void rmsnorm_forward_warp_registers(floatX* out, float* rstd, const floatX* inp,
+                                                      const floatX* weight, int N, int C, float eps) {
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int row = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
+    if (row >= N) return;
+    const floatX* x = inp + (int64_t)row * C;
+    x128 v[PACKS];
+    float sq = 0.0f;
+#pragma unroll
+    for (int p = 0; p < PACKS; p++) {
+        const int c = (p * WARP_SIZE + lane) * x128::size;
+        if (c < C) {
+            v[p] = load128cs(x + c);
+            for (int k = 0; k < x128::size; k++) sq += to_float(v[p][k]) * to_float(v[p][k]);
+        }
+    }
+    const float s = rsqrtf(warp_reduce_sum(sq) / C + eps);
+#pragma unroll
+    for (int p = 0; p < PACKS; p++) {
+        const int c = (p * WARP_SIZE + lane) * x128::size;
+        if (c < C) {
+            const x128 w = load128(weight + c);
+            x128 o;
+            for (int k = 0; k < x128::size; k++) o[k] = from_float<floatX>(to_float(v[p][k]) * s * to_float(w[k]));
+            store128(out + (int64_t)row * C + c, o);
+        }
+    }
+    if (lane == 0) rstd[row] = s;
+}
+
+// Backward variant 1: one pass over dout and inp instead of the shipped two (dinp kernel, then the
+// weight partials). Block = one chunk of rows (the shipped chunking, column_num_chunks); warp w takes
+// rows w, w+8, ... of it. Each lane keeps its columns' dweight sums in registers; the warps fold them
+// into shared memory in warp order (deterministic) and the block writes the chunk's partials, (chunks,
+// C), for column_partials_add. The second read of a row comes from L1. DRAM: dout and inp once, dinp
+// read and written: 4 N*C*sizeof(floatX) instead of the shipped 6. PACKS = packs per lane.
+template <int PACKS>
+static __global__ __launch_bounds__(RMSNORM_BLOCK, 2) void rmsnorm_backward_one_pass(
+    floatX* dinp, float* partials, const floatX* dout, const floatX* inp, const floatX* weight, const float* rstd,
+    int N, int C, int rows_per_chunk) {
+    __shared__ float acc[1024];  // this chunk's dweight sums; C <= 1024
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, warps = blockDim.x / WARP_SIZE;
+    const int r0 = blockIdx.x * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
+    float dw[PACKS][x128::size] = {};
+    x128 w[PACKS];
+#pragma unroll
+    for (int p = 0; p < PACKS; p++) {
+        const int c = (p * WARP_SIZE + lane) * x128::size;
+        if (c < C) w[p] = load128(weight + c);
+    }
+    for (int r = r0 + warp; r < r1; r += warps) {
+        const int64_t base = (int64_t)r * C;
+        const float s = rstd[r];
+        float sum_gn = 0.0f;
+#pragma unroll
+        for (int p = 0; p < PACKS; p++) {
+            const int c = (p * WARP_SIZE + lane) * x128::size;
+            if (c < C) {
+                const x128 d = load128(dout + base + c), x = load128(inp + base + c);
+                for (int k = 0; k < x128::size; k++) sum_gn += to_float(d[k]) * to_float(w[p][k]) * to_float(x[k]) * s;
+            }
+        }
+        const float mean_gn = warp_reduce_sum(sum_gn) / C;
+#pragma unroll
+        for (int p = 0; p < PACKS; p++) {
+            const int c = (p * WARP_SIZE + lane) * x128::size;
+            if (c < C) {
+                const x128 d = load128(dout + base + c), x = load128(inp + base + c);  // L1 hits
+                x128 di = load128(dinp + base + c);
+                for (int k = 0; k < x128::size; k++) {
+                    const float dk = to_float(d[k]), n = to_float(x[k]) * s;
+                    di[k] = from_float<floatX>(to_float(di[k]) + s * (dk * to_float(w[p][k]) - n * mean_gn));
+                    dw[p][k] += dk * n;
+                }
+                store128(dinp + base + c, di);
+            }
+        }
+    }
+    for (int turn = 0; turn < warps; turn++) {
+        if (warp == turn) {
+#pragma unroll
+            for (int p = 0; p < PACKS; p++) {
+                const int c = (p * WARP_SIZE + lane) * x128::size;
+                if (c < C)
+                    for (int k = 0; k < x128::size; k++) acc[c + k] = (turn == 0 ? 0.0f : acc[c + k]) + dw[p][k];
+            }
+        }
+        __syncthreads();
+    }
+    for (int c = threadIdx.x; c < C; c += blockDim.x) partials[(int64_t)blockIdx.x * C + c] = acc[c];
+}
+
+static void run_shape(lab::Lab& L, int N, int C) {
+    const std::string shape = " N=" + std::to_string(N) + " C=" + std::to_string(C);
+    const size_t NC = (size_t)N * C, s = sizeof(floatX);
+    std::vector<float> inp = lab::rand_uniform(NC, 41, -2.0f, 2.0f);    // (N, C)
+    std::vector<float> inp2 = lab::rand_uniform(NC, 42);                 // (N, C) the residual branch
+    std::vector<float> weight = lab::rand_uniform(C, 43, 0.5f, 1.5f);    // (C)
+    std::vector<float> dout = lab::rand_uniform(NC, 44);                 // (N, C)
+    std::vector<float> dinp0 = lab::rand_uniform(NC, 45, -0.1f, 0.1f);   // += starts here
+    std::vector<float> dweight0 = lab::rand_uniform(C, 46);
+
+    lab::DevBuf<floatX> d_inp(NC, "inp"), d_inp2(NC, "inp2"), d_weight(C, "weight");
+    lab::DevBuf<floatX> d_out(NC, "out"), d_residual(NC, "residual");
+    lab::DevBuf<float> d_rstd(N, "rstd");
+    d_inp.upload(inp);
+    d_inp2.upload(inp2);
+    d_weight.upload(weight);
+    const lab::Tol stat_tol = {1e-4, 1e-4};  // fp32 statistics of identical inputs
+
+    // ---- forward
+    std::vector<float> ref_out(NC), ref_rstd(N);
+    cpu::rmsnorm_forward(ref_out.data(), ref_rstd.data(), inp.data(), weight.data(), 1, N, C, EPS);
+    auto reset_fwd = [&] {
+        d_out.poison(L.stream());
+        d_rstd.poison(L.stream());
+    };
+    auto check_fwd = [&] {
+        bool ok = L.check(d_out, ref_out);
+        return L.check(d_rstd, ref_rstd, stat_tol) && ok;
+    };
+    const double fwd_bytes = 2.0 * NC * s + 4.0 * N + C * s, fwd_flops = 3.0 * NC;
+    L.run("rmsnorm_forward" + shape, 0, "shipped", fwd_bytes, fwd_flops, lab::Bound::Memory, reset_fwd,
+          [&] { rmsnorm_forward(d_out, d_rstd, d_inp, d_weight, N, C, EPS, L.stream()); }, check_fwd);
+    L.run("rmsnorm_forward" + shape, 1, "block per row", fwd_bytes, fwd_flops, lab::Bound::Memory, reset_fwd, [&] {
+        rmsnorm_forward_block_per_row<<<N, 256, 0, L.stream()>>>(d_out, d_rstd, d_inp, d_weight, N, C, EPS);
+    }, check_fwd);
+    L.run("rmsnorm_forward" + shape, 2, "registers", fwd_bytes, fwd_flops, lab::Bound::Memory, reset_fwd, [&] {
+        if (C > WARP_SIZE * REG_PACKS * x128::size) fail("rmsnorm variant 2: C = %d exceeds its register budget", C);
+        const int packs = ceil_div(C / x128::size, WARP_SIZE);
+        auto kernel = packs <= 1   ? rmsnorm_forward_warp_registers<1>
+                      : packs == 2 ? rmsnorm_forward_warp_registers<2>
+                      : packs == 3 ? rmsnorm_forward_warp_registers<3>
+                                   : rmsnorm_forward_warp_registers<REG_PACKS>;
+        const int rows_per_block = RMSNORM_BLOCK / WARP_SIZE;
+        kernel<<<ceil_div(N, rows_per_block), RMSNORM_BLOCK, 0, L.stream()>>>(d_out, d_rstd, d_inp, d_weight, N, C,
+                                                                             EPS);
+    }, check_fwd);
+
+    // ---- fused residual + forward: the residual is rounded to floatX before it is normalized
+    std::vector<float> ref_residual(NC), ref_fout(NC), ref_frstd(N);
+    cpu::fused_residual_rmsnorm_forward(ref_residual.data(), ref_fout.data(), ref_frstd.data(), inp.data(),
+                                        inp2.data(), weight.data(), 1, N, C, EPS);
+    lab::round_to<floatX>(ref_residual);  // the GPU stores and normalizes the rounded sum
+    cpu::rmsnorm_forward(ref_fout.data(), ref_frstd.data(), ref_residual.data(), weight.data(), 1, N, C, EPS);
+    L.run("fused_residual_rmsnorm_forward" + shape, 0, "shipped", 4.0 * NC * s + 4.0 * N + C * s, 4.0 * NC,
+          lab::Bound::Memory, [&] { reset_fwd(); d_residual.poison(L.stream()); },
+          [&] {
+              fused_residual_rmsnorm_forward(d_residual, d_out, d_rstd, d_inp, d_inp2, d_weight, N, C, EPS,
+                                             L.stream());
+          },
+          [&] {
+              bool ok = L.check(d_residual, ref_residual);
+              ok = L.check(d_out, ref_fout) && ok;
+              return L.check(d_rstd, ref_frstd, stat_tol) && ok;
+          });
+
+    // ---- backward (+=), with the reference's fp32 rstd as the saved statistics
+    std::vector<float> ref_dinp = dinp0, ref_dweight = dweight0;
+    cpu::rmsnorm_backward(ref_dinp.data(), ref_dweight.data(), dout.data(), inp.data(), weight.data(),
+                          ref_rstd.data(), 1, N, C);
+    lab::DevBuf<floatX> d_dout(NC, "dout"), d_dinp(NC, "dinp"), d_dweight(C, "dweight");
+    lab::DevBuf<float> d_scratch(rmsnorm_backward_scratch_floats(N, C), "scratch");
+    d_dout.upload(dout);
+    d_rstd.upload(ref_rstd);
+    const double bwd_bytes = 4.0 * NC * s + 4.0 * N + 3.0 * C * s, bwd_flops = 8.0 * NC;
+    auto reset_bwd = [&] {
+        d_dinp.upload(dinp0);
+        d_dweight.upload(dweight0);
+    };
+    auto check_bwd = [&] {
+        bool ok = L.check(d_dinp, ref_dinp);
+        return L.check(d_dweight, ref_dweight) && ok;
+    };
+    L.run("rmsnorm_backward" + shape, 0, "shipped", bwd_bytes, bwd_flops, lab::Bound::Memory, reset_bwd, [&] {
+        rmsnorm_backward(d_dinp, d_dweight, d_scratch, d_dout, d_inp, d_weight, d_rstd, N, C, L.stream());
+    }, check_bwd);
+    L.run("rmsnorm_backward" + shape, 1, "one pass", bwd_bytes, bwd_flops, lab::Bound::Memory, reset_bwd, [&] {
+        if (C > 1024) fail("rmsnorm backward variant 1: C = %d exceeds its 1024-column budget", C);
+        const int chunks = column_num_chunks(N), rows_per_chunk = ceil_div(N, chunks);
+        const int packs = ceil_div(C / x128::size, WARP_SIZE);
+        auto kernel = packs <= 1   ? rmsnorm_backward_one_pass<1>
+                      : packs == 2 ? rmsnorm_backward_one_pass<2>
+                      : packs == 3 ? rmsnorm_backward_one_pass<3>
+                                   : rmsnorm_backward_one_pass<REG_PACKS>;
+        kernel<<<chunks, RMSNORM_BLOCK, 0, L.stream()>>>(d_dinp, d_scratch, d_dout, d_inp, d_weight, d_rstd, N, C,
+                                                       rows_per_chunk);
+        column_partials_add(d_dweight.get(), d_scratch.get(), chunks, (int64_t)C, C, L.stream());
+    }, check_bwd);
+}
+
+int main(int argc, char** argv) {
+    lab::Lab L(argc, argv, "rmsnorm.cu");
+    run_shape(L, lab::GPT2_B * lab::GPT2_T, lab::GPT2_C);
+    run_shape(L, lab::ODD_B * lab::ODD_T, 776);
+    return L.finish();
+}

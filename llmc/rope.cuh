@@ -1,0 +1,88 @@
+// rope.cuh: rotary position embeddings (RoPE) on the GPU, in place on the Q and K heads of the fused
+// QKV activation, in the Hugging Face Llama convention (llmc/cpu/rope.h states it in full): in each
+// head vector of HD channels, channel i pairs with i + HD/2 and turns by the angle
+// pos * theta^(-2i/HD), pos = pos_offset + t.
+// Shapes: qkv, dqkv (B, T, (NH + 2*NKV) * HD) floatX, per position NH query heads, NKV key heads, NKV
+//   value heads; cos, sin (max_pos, HD/2) fp32 with max_pos >= pos_offset + T.
+//   rope_forward   rotates the Q and K heads of qkv in place (=); V is untouched
+//   rope_backward  the inverse rotation of the Q and K heads of dqkv in place (=), turning
+//                  d(rotated qkv) into d(qkv); dV is untouched
+// The tables are built once on the host by cpu::rope_tables (angles in double, rounded once to fp32)
+// and uploaded: the GPU then rotates by bit-identical factors to the CPU reference, and the 1-2 MB
+// tables stay in L2. A device sincos in fp32 at p ~ 4096 would be off by ~1e-4 rad.
+// fp32 math; HD/2 must be a multiple of x128::size (HD a multiple of 16 in bf16, 8 in fp32).
+// As a separate pass RoPE is memory-bound: it reads and writes the Q and K heads once. Applying it
+// in the QKV matmul's epilogue or as attention loads Q/K (and the inverse on dQ/dK in the attention
+// backward) would save that traffic entirely; that is the next step once the GPU model exists.
+#pragma once
+#include "llmc/cuda_common.cuh"
+#include "llmc/utils.h"
+
+// Thread = one pack of x128::size channels i..i+size-1 of the first half of one Q or K head, with
+// its partner pack i+HD/2 .. of the same head. Consecutive threads take consecutive packs of a head,
+// then the next head of the row (Q heads then K heads, which are contiguous), then the next row, so
+// a warp reads two contiguous runs. cos/sin: 2 * x128::size fp32 a thread, shared by every head
+// of a row (L1 hits). DRAM: reads and writes B*T*(NH+NKV)*HD*sizeof(floatX) bytes each, ~6 FLOPs
+// per element: memory-bound, ~0.27 GB and ~67 us at B=64 T=1024 NH=12 NKV=4 HD=64.
+// INVERSE: the backward's rotation by -angle.
+template <bool INVERSE>
+static __global__ void rope_rotate_packed(floatX* qkv, const float* cos, const float* sin, int BT, int T, int NH,
+                                          int NKV, int HD, int pos_offset) {
+    const int half = HD / 2, packs_per_head = half / x128::size, heads = NH + NKV;
+    // 32-bit index arithmetic (the launcher checks the thread count fits): 64-bit divisions cost ~3x
+    const unsigned idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (unsigned)BT * heads * packs_per_head) return;
+    const int j = (int)(idx % packs_per_head) * x128::size;  // first channel of this pack in the head
+    const unsigned head_row = idx / packs_per_head;           // (row, head) pair
+    const int h = (int)(head_row % heads), row = (int)(head_row / heads);
+    const int pos = pos_offset + row % T;
+    floatX* x = qkv + (int64_t)row * (NH + 2 * NKV) * HD + h * HD + j;
+    const float* c = cos + (int64_t)pos * half + j;
+    const float* s = sin + (int64_t)pos * half + j;
+    const x128 x1 = load128cs(x), x2 = load128cs(x + half);
+    x128 y1, y2;
+#pragma unroll
+    for (int k0 = 0; k0 < x128::size; k0 += f128::size) {
+        const f128 ck = load128(c + k0), sk = load128(s + k0);
+        for (int k = 0; k < f128::size; k++) {
+            const float a = to_float(x1[k0 + k]), b = to_float(x2[k0 + k]);
+            const float sn = INVERSE ? -sk[k] : sk[k];
+            y1[k0 + k] = from_float<floatX>(a * ck[k] - b * sn);
+            y2[k0 + k] = from_float<floatX>(b * ck[k] + a * sn);
+        }
+    }
+    store128(x, y1);
+    store128(x + half, y2);
+}
+
+inline void rope_check(const char* what, int B, int T, int NH, int NKV, int HD, int pos_offset) {
+    if (B <= 0 || T <= 0 || NH <= 0 || NKV <= 0) fail("%s: B %d, T %d, NH %d, NKV %d must be positive", what, B, T, NH, NKV);
+    if (HD <= 0 || HD % (2 * x128::size) != 0)
+        fail("%s: head dim %d must be a positive multiple of %d", what, HD, 2 * x128::size);
+    if (pos_offset < 0) fail("%s: position offset %d must be >= 0", what, pos_offset);
+}
+
+template <bool INVERSE>
+inline void rope_launch(floatX* qkv, const float* cos, const float* sin, int B, int T, int NH, int NKV, int HD,
+                        int pos_offset, cudaStream_t stream) {
+    const int64_t threads = (int64_t)B * T * (NH + NKV) * (HD / 2 / x128::size);
+    if (threads >= (1ll << 31)) fail("rope: %lld threads exceed the kernel's 32-bit index", (long long)threads);
+    const int block = 256;
+    rope_rotate_packed<INVERSE><<<(unsigned)ceil_div<int64_t>(threads, block), block, 0, stream>>>(
+        qkv, cos, sin, B * T, T, NH, NKV, HD, pos_offset);
+    cudaCheckLaunch();
+}
+
+// qkv (B, T, (NH + 2*NKV) * HD) in place; cos, sin (max_pos >= pos_offset + T, HD/2) from cpu::rope_tables.
+inline void rope_forward(floatX* qkv, const float* cos, const float* sin, int B, int T, int NH, int NKV, int HD,
+                         int pos_offset, cudaStream_t stream) {
+    rope_check("rope_forward", B, T, NH, NKV, HD, pos_offset);
+    rope_launch<false>(qkv, cos, sin, B, T, NH, NKV, HD, pos_offset, stream);
+}
+
+// dqkv (B, T, (NH + 2*NKV) * HD) in place: d(rotated qkv) in, d(qkv) out, for the Q and K heads.
+inline void rope_backward(floatX* dqkv, const float* cos, const float* sin, int B, int T, int NH, int NKV, int HD,
+                          int pos_offset, cudaStream_t stream) {
+    rope_check("rope_backward", B, T, NH, NKV, HD, pos_offset);
+    rope_launch<true>(dqkv, cos, sin, B, T, NH, NKV, HD, pos_offset, stream);
+}
