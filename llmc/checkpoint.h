@@ -375,7 +375,10 @@ inline RunFiles open_run_files(TrainConfig& cfg) {
                  "replace: --overwrite 1 deletes them, or choose another --out-dir", files.resume_from.c_str(),
                  cfg.out_dir.c_str(), in_the_way.size(), (long long)resume_step, newest.c_str());
         }
-        for (const CheckpointEntry& c : in_the_way) remove_checkpoint_dir(c.dir);
+        // newest first: a run killed while deleting leaves the older ones without a gap, so a later
+        // --resume of the directory continues from the newest that is left (oldest first left a hole,
+        // and the next --resume picked up the newest checkpoint of the timeline being replaced)
+        for (auto c = in_the_way.rbegin(); c != in_the_way.rend(); ++c) remove_checkpoint_dir(c->dir);
         if (!in_the_way.empty())
             printf("checkpoint: --overwrite 1: deleted %zu checkpoints from %s\n", in_the_way.size(), cfg.out_dir.c_str());
     }
