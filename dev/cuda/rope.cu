@@ -11,7 +11,7 @@
 // Standalone, this pass is memory-bound; fusing it into the QKV matmul's epilogue or the attention
 // kernels' Q/K loads removes its traffic (the issue's preferred place, once the GPU model exists).
 //
-// Variants (not yet run on the H200: numbers to be filled in from the first lab run):
+// Variants (measured on the H200 at commit 5abe2b8: docs/perf.md, "Llama-family kernels"):
 //   forward   0 shipped: rope_rotate_packed, thread = a pack and its partner pack, 16-byte loads
 //   forward   1 scalar: thread = one channel pair (i, i + HD/2), 2-byte loads (baseline)
 //   forward   2 table in registers: thread = one pack index of a row, looping over its Q and K

@@ -7,7 +7,7 @@
 // Bytes counted: forward 2NH in + NH out; backward dout NH + inp 2NH in, dinp 2NH out.
 // FLOPs: forward 6 per output (the exp counted as 1), backward 12.
 //
-// Variants (not yet run on the H200: numbers to be filled in from the first lab run):
+// Variants (measured on the H200 at commit 5abe2b8: docs/perf.md, "Llama-family kernels"):
 //   forward   0 shipped: swiglu_forward_packed, thread = one 16-byte output pack
 //   forward   1 scalar: one output element per thread, 2-byte loads (baseline)
 //   backward  0 shipped: swiglu_backward_packed, thread = one pack of dgate and of dup
