@@ -54,11 +54,6 @@ static void check_row(FullCheck& fc, const GPT2Infer& m, int b, const std::vecto
 
 // ------------------------------------------------------------------------------------------------
 // generation
-struct Timings {
-    double prefill_s = 0, decode_s = 0;
-    long prefill_tokens = 0, decode_steps = 0, new_tokens = 0;
-};
-
 struct RunOptions {
     GenerateLimits lim;
     int max_seq;
@@ -247,43 +242,12 @@ int main(int argc, char** argv) {
     cudaCheck(cudaMallocHost(&host_out, sizeof(int) * B));
     const RunOptions o{lim, max_seq, g.graph != 0, dump, check.get(), host_out};
     Timings tm;
-    // prompt i draws from the seed's stream skipped 2^32 draws per prompt, as on the CPU
-    auto rng_of = [&](size_t i) { return Rng::skip(g.seed, (uint64_t)i << 32); };
-    for (size_t first = 0; first < prompts.size(); first += B) {
-        std::vector<const Prompt*> batch;
-        std::vector<Rng> rngs;
-        for (size_t i = first; i < prompts.size() && i < first + B; i++) {
-            batch.push_back(&prompts[i]);
-            rngs.push_back(rng_of(i));
-        }
-        const bool stream = prompts.size() == 1;
-        std::vector<std::vector<int>> done = generate(m, batch, o, rngs, tok.get(), stream, tm, ctx);
-        if (!stream) print_batch(tok.get(), done, first + 1);
-    }
+    run_prompts(g, prompts, B, reader, bpe != nullptr, tok.get(),
+                [&](const std::vector<const Prompt*>& batch, std::vector<Rng>& rngs, bool stream) {
+                    return generate(m, batch, o, rngs, tok.get(), stream, tm, ctx);
+                });
     if (dump) fclose_or_fail(dump, g.dump_logits.c_str());
-    if (g.interactive) {
-        // one prompt a line, each streamed; a bad line is reported and skipped
-        std::vector<Rng> rngs{rng_of(prompts.size())};
-        const bool tty = isatty(STDIN_FILENO);
-        std::string line;
-        for (long lineno = 1;; lineno++) {
-            if (tty) fprintf(stderr, "> ");
-            line.clear();
-            int ch;
-            while ((ch = getchar()) != EOF && ch != '\n') line += (char)ch;
-            if (ch == EOF && line.empty()) break;
-            Prompt p;
-            const std::string why = reader.make(line, !bpe, "stdin line " + std::to_string(lineno), &p);
-            if (!why.empty()) {
-                fprintf(stderr, "error: %s (skipped)\n", why.c_str());
-                continue;
-            }
-            generate(m, {&p}, o, rngs, tok.get(), true, tm, ctx);
-        }
-    }
-    fprintf(stderr, "prefill: %ld tokens in %.1f ms; decode: %ld steps in %.1f ms (%.2f ms a step), %ld new tokens\n",
-            tm.prefill_tokens, tm.prefill_s * 1e3, tm.decode_steps, tm.decode_s * 1e3,
-            tm.decode_steps ? tm.decode_s * 1e3 / tm.decode_steps : 0.0, tm.new_tokens);
+    print_timings(tm);
     if (check) {
         fprintf(stderr, "check-full: %ld rows, worst max|diff|/max|logit| %.3g (tolerance %.1g): %s\n", check->rows,
                 check->worst, check->tolerance, check->failures ? "FAIL" : "ok");

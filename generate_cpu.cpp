@@ -42,11 +42,6 @@ struct Sampling {
     FILE* dump;                     // the logits of each step (sequence 0), or nullptr
 };
 
-struct Timings {
-    double prefill_s = 0, decode_s = 0;
-    long prefill_tokens = 0, decode_steps = 0, new_tokens = 0;
-};
-
 // Generates after prompts[0..B) at once; each sequence b draws from rngs[b]. With `stream` (B = 1)
 // each token is printed as it comes, else the completions are returned for the caller to print.
 static std::vector<std::vector<int>> generate(GPT2Infer& m, const std::vector<const Prompt*>& prompts, const Sampling& s,
@@ -140,43 +135,11 @@ int main(int argc, char** argv) {
     FILE* dump = g.dump_logits.empty() ? nullptr : fopen_or_fail(g.dump_logits.c_str(), "wb");
     const Sampling s{g.temperature, g.top_p, g.top_k, eot, g.max_new, force.empty() ? nullptr : &force, dump};
     Timings tm;
-    // prompt i draws from the seed's stream skipped 2^32 draws per prompt: its text does not depend on
-    // the batch it runs in
-    auto rng_of = [&](size_t i) { return Rng::skip(g.seed, (uint64_t)i << 32); };
-    for (size_t first = 0; first < prompts.size(); first += B) {
-        std::vector<const Prompt*> batch;
-        std::vector<Rng> rngs;
-        for (size_t i = first; i < prompts.size() && i < first + B; i++) {
-            batch.push_back(&prompts[i]);
-            rngs.push_back(rng_of(i));
-        }
-        const bool stream = prompts.size() == 1;
-        std::vector<std::vector<int>> done = generate(m, batch, s, rngs, tok.get(), stream, tm);
-        if (!stream) print_batch(tok.get(), done, first + 1);
-    }
+    run_prompts(g, prompts, B, reader, bpe != nullptr, tok.get(),
+                [&](const std::vector<const Prompt*>& batch, std::vector<Rng>& rngs, bool stream) {
+                    return generate(m, batch, s, rngs, tok.get(), stream, tm);
+                });
     if (dump) fclose_or_fail(dump, g.dump_logits.c_str());
-    if (g.interactive) {
-        // one prompt a line, each streamed; a bad line is reported and skipped
-        std::vector<Rng> rngs{rng_of(prompts.size())};
-        const bool tty = isatty(STDIN_FILENO);
-        std::string line;
-        for (long lineno = 1;; lineno++) {
-            if (tty) fprintf(stderr, "> ");
-            line.clear();
-            int ch;
-            while ((ch = getchar()) != EOF && ch != '\n') line += (char)ch;
-            if (ch == EOF && line.empty()) break;
-            Prompt p;
-            const std::string why = reader.make(line, !bpe, "stdin line " + std::to_string(lineno), &p);
-            if (!why.empty()) {
-                fprintf(stderr, "error: %s (skipped)\n", why.c_str());
-                continue;
-            }
-            generate(m, {&p}, s, rngs, tok.get(), true, tm);
-        }
-    }
-    fprintf(stderr, "prefill: %ld tokens in %.1f ms; decode: %ld steps in %.1f ms (%.2f ms a step), %ld new tokens\n",
-            tm.prefill_tokens, tm.prefill_s * 1e3, tm.decode_steps, tm.decode_s * 1e3,
-            tm.decode_steps ? tm.decode_s * 1e3 / tm.decode_steps : 0.0, tm.new_tokens);
+    print_timings(tm);
     return 0;
 }

@@ -5,6 +5,7 @@
 // only for it.
 #pragma once
 #include <sys/stat.h>
+#include <unistd.h>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include "llmc/bpe.h"
 #include "llmc/checkpoint.h"
 #include "llmc/gpt2_config.h"
+#include "llmc/rand.h"
 #include "llmc/tokenizer.h"
 #include "llmc/train_config.h"
 #include "llmc/utils.h"
@@ -257,4 +259,56 @@ inline void print_batch(const Tokenizer* tok, const std::vector<std::vector<int>
         printf("\n");
     }
     fflush(stdout);
+}
+
+// What both programs time; printed to stderr at the end by print_timings.
+struct Timings {
+    double prefill_s = 0, decode_s = 0;
+    long prefill_tokens = 0, decode_steps = 0, new_tokens = 0;
+};
+
+inline void print_timings(const Timings& tm) {
+    fprintf(stderr, "prefill: %ld tokens in %.1f ms; decode: %ld steps in %.1f ms (%.2f ms a step), %ld new tokens\n",
+            tm.prefill_tokens, tm.prefill_s * 1e3, tm.decode_steps, tm.decode_s * 1e3,
+            tm.decode_steps ? tm.decode_s * 1e3 / tm.decode_steps : 0.0, tm.new_tokens);
+}
+
+// The prompt loop of both programs: the prompts in batches of B, then (--interactive 1) one prompt a
+// line from stdin, each streamed; a bad line is reported and skipped. Prompt i draws from the seed's
+// stream skipped 2^32 draws per prompt, so its text does not depend on the batch it runs in. One
+// prompt alone streams its text; a batch prints its completions when done.
+// run(batch, rngs, stream) generates after the prompts of `batch` and returns their completions.
+template <class Run>
+inline void run_prompts(const GenConfig& g, const std::vector<Prompt>& prompts, int B, const PromptReader& reader,
+                        bool text_prompts, const Tokenizer* tok, Run&& run) {
+    auto rng_of = [&](size_t i) { return Rng::skip(g.seed, (uint64_t)i << 32); };
+    for (size_t first = 0; first < prompts.size(); first += B) {
+        std::vector<const Prompt*> batch;
+        std::vector<Rng> rngs;
+        for (size_t i = first; i < prompts.size() && i < first + B; i++) {
+            batch.push_back(&prompts[i]);
+            rngs.push_back(rng_of(i));
+        }
+        const bool stream = prompts.size() == 1;
+        std::vector<std::vector<int>> done = run(batch, rngs, stream);
+        if (!stream) print_batch(tok, done, first + 1);
+    }
+    if (!g.interactive) return;
+    std::vector<Rng> rngs{rng_of(prompts.size())};
+    const bool tty = isatty(STDIN_FILENO);
+    std::string line;
+    for (long lineno = 1;; lineno++) {
+        if (tty) fprintf(stderr, "> ");
+        line.clear();
+        int ch;
+        while ((ch = getchar()) != EOF && ch != '\n') line += (char)ch;
+        if (ch == EOF && line.empty()) break;
+        Prompt p;
+        const std::string why = reader.make(line, !text_prompts, "stdin line " + std::to_string(lineno), &p);
+        if (!why.empty()) {
+            fprintf(stderr, "error: %s (skipped)\n", why.c_str());
+            continue;
+        }
+        run(std::vector<const Prompt*>{&p}, rngs, true);
+    }
 }
