@@ -7,7 +7,7 @@
 #   make check-headers  every llmc/ header compiles on its own (g++, and nvcc when it exists)
 #   make spills         registers and spills of every trainer kernel (ptxas -v); the lab's: make -C dev/cuda spills
 #   make sass           the trainer's machine code into build/train_gpt2cu.sass
-#   make bench          scripts/bench_gpt2.sh (needs a GPU and PyTorch)
+#   make bench          scripts/bench_train.sh (needs a GPU and PyTorch)
 # Options: PRECISION=BF16|FP32, GPU_ARCH=90a (any sm number), USE_CUDNN=1, NO_OMP=1, NATIVE=0
 # The CUDA flags live in build.mk, shared with dev/cuda/Makefile.
 include build.mk
@@ -138,7 +138,7 @@ sass: $(BUILD)/train_gpt2cu
 	@echo "wrote $(BUILD)/train_gpt2cu.sass"
 
 bench: gpu
-	./scripts/bench_gpt2.sh
+	./scripts/bench_train.sh
 
 # Regenerates the committed CPU test fixtures (needs torch): tests/fixture/model.bin + debug.bin
 # (multi-head) and gqa_model.bin + gqa_debug.bin (NH=6, NKV=2, window 6), and the Llama-style

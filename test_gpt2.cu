@@ -5,7 +5,8 @@
 //   (b) always: a small model (2 layers, C = 128, two heads of 64) run by the GPU trainer; each op's
 //       GPU output is compared with the llmc/cpu op applied to the GPU's own inputs (so errors do not
 //       compound and a failure names the op), and each backward op on random inputs.
-//   (c) always: save -> load -> continue gives bit-identical losses and parameters.
+//   (c) always: save -> load -> continue gives bit-identical losses and parameters (GPT-2, and a small
+//       Llama-style model: RMSNorm, RoPE, SwiGLU, no biases, untied head, GQA + window).
 //   (d) always: sampling slides its context window past T.
 // Every check prints one line; the last line is "N passed, N failed" and the exit status is 1 on
 // any failure. Tolerances depend on the build (see TOL below).
@@ -19,6 +20,9 @@
 #include "llmc/cpu/layernorm.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/residual.h"
+#include "llmc/cpu/rmsnorm.h"
+#include "llmc/cpu/rope.h"
+#include "llmc/cpu/swiglu.h"
 #include "llmc/cpu/adamw.h"
 
 // Tolerances, as max |gpu - ref| / max |ref| over a tensor (ops) or ||gpu - ref|| / ||ref|| (grads):
@@ -180,6 +184,17 @@ static GPT2Config small_config(int heads = 2, int kv_heads = 2, int window = 0) 
     return c;
 }
 
+// A small Llama-style model (RMSNorm, RoPE, SwiGLU, no biases, untied head) of the same size.
+static GPT2Config small_llama_config(int heads = 4, int kv_heads = 2, int window = 24) {
+    const std::string desc = "llama:L2,C" + std::to_string(64 * heads) + ",H" + std::to_string(heads) + ",KV" +
+                             std::to_string(kv_heads) + ",F320,V500,untied";
+    GPT2Config c = gpt2_config_from_descriptor(desc.c_str());
+    c.max_seq_len = 64;
+    c.padded_vocab_size = 512;
+    c.window = window;
+    return c;
+}
+
 // GPT-2 init, then LayerNorm weights and all biases randomized so that every term matters.
 static std::vector<float> small_params(const GPT2Config& c, uint64_t seed) {
     std::vector<float> p(gpt2_num_params(c));
@@ -265,6 +280,76 @@ static void test_forward_ops(const GPT2Config& c, const CudaContext& ctx) {
     gpt2_loss(model, B, T, grad_scale / N, true, ctx);
     check_op("fused_classifier losses", fetch(a.losses, N), losses);
     check_op("fused_classifier dlogits (in place)", fetch(a.logits, (size_t)N * Vp), dlogits);
+    gpt2_free(model);
+}
+
+// The Llama-style path of the forward (RMSNorm, RoPE, SwiGLU, no biases, untied head), op by op as
+// test_forward_ops: each GPU output against the llmc/cpu op applied to the GPU's own inputs.
+static void test_forward_ops_llama(const GPT2Config& c, const CudaContext& ctx) {
+    printf("== (b) Llama-style forward ops vs llmc/cpu on the GPU's inputs (small model: %d heads, %d KV heads, "
+           "window %d, SwiGLU %d, %s head)\n", c.num_heads, c.num_kv_heads, c.window, gpt2_mlp_hidden(c),
+           c.tied_head ? "tied" : "untied");
+    const int B = 2, T = 64, N = B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, HD = gpt2_head_dim(c);
+    const int NKV = c.num_kv_heads, W = c.window, QKV = gpt2_qkv_channels(c), H = gpt2_mlp_hidden(c);
+    const int FC = gpt2_fc_channels(c), V = c.vocab_size, Vp = c.padded_vocab_size;
+    const float eps = (float)c.norm_eps;
+    GPT2 model;
+    gpt2_build(model, c, B, T, false, ctx);
+    std::vector<float> p0 = small_params(c, 7);
+    gpt2_set_params(model, p0.data());
+    Rng rng(13);
+    std::vector<int> inputs = random_tokens(rng, N, V);
+    gpt2_upload_batch(model, inputs.data(), nullptr, B, T, false, ctx);
+    gpt2_forward(model, B, T, ctx);
+    const std::vector<float> P = fetch(model.params_memory, model.num_params);
+    const GPT2Tensors<const float> par = gpt2_point_tensors(P.data(), c);
+    const Activations& a = model.acts;
+    std::vector<float> cos((size_t)c.max_seq_len * HD / 2), sin(cos.size());
+    cpu::rope_tables(cos.data(), sin.data(), c.max_seq_len, HD, (float)c.rope_theta);
+
+    std::vector<float> ref((size_t)N * C), rstd(N);
+    cpu::encoder_forward(ref.data(), inputs.data(), par.wte, nullptr, B, T, C);
+    check_op("encoder_forward (no wpe)", fetch(a.encoded, (size_t)N * C), ref);
+    for (int l = 0; l < L; l++) {
+        LayerActs la = layer_acts(model, l, B, T);
+        const size_t c1 = (size_t)l * C;
+        char what[64];
+        auto name = [&](const char* op) { snprintf(what, sizeof what, "layer %d %s", l, op); return what; };
+        std::vector<float> res_in = fetch(la.res_in, (size_t)N * C), ln((size_t)N * C);
+        cpu::rmsnorm_forward(ln.data(), rstd.data(), res_in.data(), par.ln1w + c1, B, T, C, eps);
+        check_op(name(l == 0 ? "rmsnorm_forward (ln1)" : "fused_residual_rmsnorm (ln1)"), fetch(la.ln1, (size_t)N * C), ln);
+        check_op(name("ln1 rstd"), fetch(la.ln1_rstd, N), rstd);
+        std::vector<float> qkv((size_t)N * QKV);
+        cpu::matmul_forward(qkv.data(), fetch(la.ln1, (size_t)N * C).data(), par.qkvw + c1 * QKV, nullptr, B, T, C, QKV);
+        cpu::rope_forward(qkv.data(), cos.data(), sin.data(), B, T, NH, NKV, HD);
+        check_op(name("matmul_forward (qkv) + rope_forward"), fetch(la.qkv, (size_t)N * QKV), qkv);
+        std::vector<float> att((size_t)N * C), lse((size_t)B * NH * T);
+        cpu::attention_forward(att.data(), lse.data(), fetch(la.qkv, (size_t)N * QKV).data(), B, T, NH, NKV, HD, W);
+        check_op(name("attention_forward out"), fetch(la.atty, (size_t)N * C), att);
+        std::vector<float> proj((size_t)N * C), res2((size_t)N * C);
+        cpu::matmul_forward(proj.data(), fetch(la.atty, (size_t)N * C).data(), par.attprojw + c1 * C, nullptr, B, T, C, C);
+        cpu::residual_forward(res2.data(), res_in.data(), proj.data(), (size_t)N * C);
+        check_op(name("attproj + residual"), fetch(la.residual2, (size_t)N * C), res2);
+        std::vector<float> res2_gpu = fetch(la.residual2, (size_t)N * C);
+        cpu::rmsnorm_forward(ln.data(), rstd.data(), res2_gpu.data(), par.ln2w + c1, B, T, C, eps);
+        check_op(name("fused_residual_rmsnorm (ln2)"), fetch(la.ln2, (size_t)N * C), ln);
+        std::vector<float> fch((size_t)N * FC), act((size_t)N * H);
+        cpu::matmul_forward(fch.data(), fetch(la.ln2, (size_t)N * C).data(), par.fcw + c1 * FC, nullptr, B, T, C, FC);
+        check_op(name("matmul_forward (fc: gate | up)"), fetch(la.fch, (size_t)N * FC), fch);
+        cpu::swiglu_forward(act.data(), fetch(la.fch, (size_t)N * FC).data(), N, H);
+        check_op(name("swiglu_forward"), fetch(la.fch_gelu, (size_t)N * H), act);
+        std::vector<float> res3((size_t)N * C);
+        cpu::matmul_forward(proj.data(), fetch(la.fch_gelu, (size_t)N * H).data(), par.fcprojw + c1 * H, nullptr, B, T, H, C);
+        cpu::residual_forward(res3.data(), res2_gpu.data(), proj.data(), (size_t)N * C);
+        check_op(name("fcproj + residual"), fetch(la.residual3, (size_t)N * C), res3);
+    }
+    LayerActs last = layer_acts(model, L - 1, B, T);
+    std::vector<float> lnf((size_t)N * C), logits((size_t)N * Vp);
+    cpu::rmsnorm_forward(lnf.data(), rstd.data(), fetch(last.residual3, (size_t)N * C).data(), par.lnfw, B, T, C, eps);
+    check_op("fused_residual_rmsnorm (lnf)", fetch(a.lnf, (size_t)N * C), lnf);
+    cpu::matmul_forward(logits.data(), fetch(a.lnf, (size_t)N * C).data(), c.tied_head ? par.wte : par.lm_head, nullptr,
+                        B, T, C, Vp);
+    check_op(c.tied_head ? "logits (tied: wte)" : "logits (untied: lm_head)", fetch(a.logits, (size_t)N * Vp), logits);
     gpt2_free(model);
 }
 
@@ -481,11 +566,9 @@ static std::vector<float> train_steps(GPT2& model, int64_t first, int64_t last, 
     return losses;
 }
 
-static void test_resume(const CudaContext& ctx, bool recompute) {
-    // the recompute run also covers grouped-query attention with a sliding window end to end
-    const GPT2Config c = recompute ? small_config(4, 2, 24) : small_config();
-    printf("== (c) save -> load -> continue is bit-identical (recompute %d; %d heads, %d KV heads, window %d)\n",
-           (int)recompute, c.num_heads, c.num_kv_heads, c.window);
+static void test_resume(const CudaContext& ctx, const GPT2Config& c, bool recompute) {
+    printf("== (c) save -> load -> continue is bit-identical (%s, recompute %d; %d heads, %d KV heads, window %d)\n",
+           gpt2_arch_name(c), (int)recompute, c.num_heads, c.num_kv_heads, c.window);
     const std::vector<float> p0 = small_params(c, 5);
     char tmpl[] = "/tmp/test_gpt2cu_XXXXXX";
     if (!mkdtemp(tmpl)) fail("mkdtemp failed: %s", strerror(errno));
@@ -544,10 +627,15 @@ int main(int argc, char** argv) {
     printf("test_gpt2cu: %s build on %s\n", PRECISION_NAME, ctx.props.name);
     test_forward_ops(small_config(), ctx);
     test_forward_ops(small_config(4, 2, 24), ctx);  // grouped-query attention with a sliding window
+    test_forward_ops_llama(small_llama_config(), ctx);
+    test_forward_ops_llama(small_llama_config(2, 2, 0), ctx);
     test_backward_ops(ctx);
     if (!ops_only) {
-        test_resume(ctx, false);
-        test_resume(ctx, true);
+        test_resume(ctx, small_config(), false);
+        // the recompute runs also cover grouped-query attention with a sliding window end to end
+        test_resume(ctx, small_config(4, 2, 24), true);
+        test_resume(ctx, small_llama_config(), true);
+        test_resume(ctx, small_llama_config(2, 2, 0), false);
         test_sampling(ctx);
     }
     if (model_path) test_vs_pytorch(model_path, debug_path, ctx);

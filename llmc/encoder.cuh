@@ -5,6 +5,8 @@
 // The backward is deterministic: positions are bucketed by token on the host (counting sort, in
 // position order) and each bucket is summed by one thread block in that order, so two runs, or a
 // run and its resumed copy, produce bit-identical gradients. Atomics would not.
+// With RoPE (Llama-style models) there is no position table: wpe and dwpe are nullptr, the forward
+// copies the token's row and the backward skips dwpe.
 // C must be a multiple of x128::size (8 in bf16) so every row starts on a 16-byte boundary.
 #pragma once
 #include <vector>
@@ -21,6 +23,10 @@ static __global__ void encoder_forward_packed(floatX* out, const int* inp, const
     const int row = (int)(idx / packs_per_row), c = (int)(idx % packs_per_row) * x128::size;
     const int t = row % T;
     const x128 a = load128(wte + (int64_t)inp[row] * C + c);
+    if (wpe == nullptr) {  // RoPE: the token's row alone
+        store128(out + (int64_t)row * C + c, a);
+        return;
+    }
     const x128 b = load128(wpe + (int64_t)t * C + c);
     x128 o;
     for (int k = 0; k < x128::size; k++) o[k] = from_float<floatX>(to_float(a[k]) + to_float(b[k]));
@@ -154,8 +160,10 @@ struct EncoderBuckets {
 inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const EncoderBuckets& buckets, int B,
                              int T, int C, cudaStream_t stream) {
     const int block = 256;
-    encoder_backward_wpe<<<ceil_div(T * (C / x128::size), block), block, 0, stream>>>(dwpe, dout, B, T, C);
-    cudaCheckLaunch();
+    if (dwpe) {
+        encoder_backward_wpe<<<ceil_div(T * (C / x128::size), block), block, 0, stream>>>(dwpe, dout, B, T, C);
+        cudaCheckLaunch();
+    }
     if (buckets.num_buckets == 0) return;
     const int N = buckets.N;
     const int threads = std::min(1024, ceil_div(C / x128::size, WARP_SIZE) * WARP_SIZE);

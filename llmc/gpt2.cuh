@@ -1,4 +1,5 @@
-// llmc/gpt2.cuh: the GPU GPT-2 model, in mixed precision: floatX (bf16) parameters, activations
+// llmc/gpt2.cuh: the GPU model, GPT-2 or Llama-style (the knobs of GPT2Config: LayerNorm | RMSNorm,
+// learned positions | RoPE, GELU | SwiGLU, biases, tied | untied head), in mixed precision: floatX (bf16) parameters, activations
 // and gradients, fp32 master weights and AdamW moments, stochastic rounding when the updated
 // parameters are written back to bf16. Built with PRECISION_FP32 it runs in plain fp32 (floatX =
 // float, no master copy). Included by train_gpt2.cu, test_gpt2.cu and dev/cuda/profile_gpt2.cu.
@@ -24,12 +25,16 @@
 #include "llmc/global_norm.cuh"
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
+#include "llmc/rmsnorm.cuh"
+#include "llmc/rope.cuh"
+#include "llmc/swiglu.cuh"
 #include "llmc/checkpoint.h"
 #include "llmc/formats.h"
 #include "llmc/gpt2_config.h"
 #include "llmc/rand.h"
 #include "llmc/sampler.h"
 #include "llmc/cpu/global_norm.h"  // grad_clip_scale: the one copy of torch's clipping rule
+#include "llmc/cpu/rope.h"         // rope_tables: the CPU's cos/sin tables, uploaded
 
 constexpr bool HAS_MASTER = !std::is_same<floatX, float>::value;  // bf16 build: separate fp32 master weights
 
@@ -65,8 +70,10 @@ inline void model_attention_backward(floatX* dqkv, const floatX* dout, const flo
 // ============================================================================ model
 // Activations of one forward pass at (B, T), N = B*T. Per-layer buffers hold L slices; with
 // --recompute the three marked "recomputed" hold one slice, rebuilt layer by layer in the backward
-// pass (two LayerNorms and a GELU, all memory-bound): (L - 1) * N * 6C fewer values. Measured on an
-// H200, d12 at B=64 T=1024: activations 25.3 -> 19.1 GiB, 119.4 -> 124.4 ms per step.
+// pass (two norms and the MLP activation, all memory-bound): (L - 1) * N * (2C + H) fewer values.
+// Measured on an H200, GPT-2 d12 at B=64 T=1024: activations 25.3 -> 19.1 GiB, 119.4 -> 124.4 ms
+// per step. H is the MLP's hidden width (4C for GPT-2), FC the fc rows (H, or 2H for SwiGLU's
+// [gate | up]). The norm's mean is LayerNorm's only (RMSNorm saves rstd alone).
 struct Activations {
     floatX* encoded;    // (N, C) token + position embedding: the first residual
     floatX* ln1;        // (L or 1, N, C) recomputed
@@ -79,8 +86,8 @@ struct Activations {
     floatX* ln2;        // (L or 1, N, C) recomputed
     float* ln2_mean;    // (L, N)
     float* ln2_rstd;    // (L, N)
-    floatX* fch;        // (L, N, 4C) pre-GELU
-    floatX* fch_gelu;   // (L or 1, N, 4C) recomputed
+    floatX* fch;        // (L, N, FC) fc output: pre-GELU, or SwiGLU's [gate | up]
+    floatX* fch_gelu;   // (L or 1, N, H) recomputed: the activation, GELU(fch) or SwiGLU(fch)
     floatX* residual3;  // (L, N, C) residual after the MLP block = input of the next layer
     floatX* lnf;        // (N, C)
     float* lnf_mean;    // (N)
@@ -94,10 +101,13 @@ struct Activations {
     floatX* dresidual;  // (N, C) gradient of the residual stream
     floatX* dbuf;       // (N, C) gradient of a LayerNorm output or of atty
     floatX* dqkv;       // (N, QKV)
-    floatX* dfch;       // (N, 4C); between layers' MLP backwards it is free and doubles as the attention
+    floatX* dfch;       // (N, FC); between layers' MLP backwards it is free and doubles as the attention
                         // backward's fp32 scratch (attention_scratch)
-    float* colsum;      // (COLUMN_MAX_CHUNKS, 4C) partial column sums (bias / LayerNorm grads)
+    floatX* dfch_act;   // (N, H) SwiGLU only: the gradient of the activation (GELU's is fused into the matmul)
+    float* colsum;      // (COLUMN_MAX_CHUNKS, max(C, QKV, FC)) partial column sums (bias / norm weight grads)
     float* norm;        // (GLOBAL_NORM_BLOCKS + 1) partials, then the squared norm
+    float* rope_cos;    // (maxT, HD/2) RoPE only: cpu::rope_tables' values, uploaded once
+    float* rope_sin;    // (maxT, HD/2)
 };
 
 // One entry per buffer: where its pointer goes, how many elements, how big each is.
@@ -109,6 +119,9 @@ struct BufferSpec {
 inline std::vector<BufferSpec> activation_specs(Activations& a, const GPT2Config& c, int B, int T, bool recompute) {
     const size_t N = (size_t)B * T, C = c.channels, L = c.num_layers, Vp = c.padded_vocab_size;
     const size_t QKV = gpt2_qkv_channels(c), Lr = recompute ? 1 : L;
+    const size_t H = gpt2_mlp_hidden(c), FC = gpt2_fc_channels(c), swiglu = c.mlp == MLP_SWIGLU;
+    const size_t cols = std::max(std::max(C, QKV), FC);
+    const size_t rope = c.position == POS_ROPE ? (size_t)c.max_seq_len * gpt2_head_dim(c) / 2 : 0;
     const size_t X = sizeof(floatX), F = sizeof(float);
     return {
         {(void**)&a.encoded, N * C, X},          {(void**)&a.ln1, Lr * N * C, X},
@@ -117,15 +130,17 @@ inline std::vector<BufferSpec> activation_specs(Activations& a, const GPT2Config
         {(void**)&a.lse, L * B * c.num_heads * T, F},
         {(void**)&a.residual2, L * N * C, X},    {(void**)&a.ln2, Lr * N * C, X},
         {(void**)&a.ln2_mean, L * N, F},         {(void**)&a.ln2_rstd, L * N, F},
-        {(void**)&a.fch, L * N * 4 * C, X},      {(void**)&a.fch_gelu, Lr * N * 4 * C, X},
+        {(void**)&a.fch, L * N * FC, X},         {(void**)&a.fch_gelu, Lr * N * H, X},
         {(void**)&a.residual3, L * N * C, X},    {(void**)&a.lnf, N * C, X},
         {(void**)&a.lnf_mean, N, F},             {(void**)&a.lnf_rstd, N, F},
         {(void**)&a.logits, N * Vp, X},          {(void**)&a.proj, N * C, X},
         {(void**)&a.losses, N, F},               {(void**)&a.inputs, N, sizeof(int)},
         {(void**)&a.targets, N, sizeof(int)},    {(void**)&a.dresidual, N * C, X},
         {(void**)&a.dbuf, N * C, X},             {(void**)&a.dqkv, N * QKV, X},
-        {(void**)&a.dfch, N * 4 * C, X},         {(void**)&a.colsum, (size_t)COLUMN_MAX_CHUNKS * 4 * C, F},
+        {(void**)&a.dfch, N * FC, X},            {(void**)&a.dfch_act, swiglu * N * H, X},
+        {(void**)&a.colsum, (size_t)COLUMN_MAX_CHUNKS * cols, F},
         {(void**)&a.norm, GLOBAL_NORM_BLOCKS + 1, F},
+        {(void**)&a.rope_cos, rope, F},          {(void**)&a.rope_sin, rope, F},
     };
 }
 
@@ -182,27 +197,21 @@ inline size_t gpt2_param_bytes(size_t n) {
     return aligned_size(n * sizeof(floatX)) * 2 + aligned_size(n * sizeof(float)) * (HAS_MASTER ? 3 : 2);
 }
 
-// The GPU model runs GPT-2 only so far (issue 14: its kernels for RMSNorm, RoPE and SwiGLU are to
-// come); a config with any other knob fails here with one line, from gpt2_build and, before the
-// device starts, from the trainer.
+// What the GPU kernels need of a (valid) config beyond what any model needs: 16-byte rows for the
+// vector loads, and a head size the attention kernels are built for. Checked with one line from
+// gpt2_build and, before the device starts, from the trainer.
 inline void gpt2_check_gpu_support(const GPT2Config& c, const char* what) {
-    if (gpt2_is_plain_gpt2(c)) return;
-    if (c.architecture == ARCH_LLAMA)
-        fail("%s: llama architecture is not supported on the GPU yet (the CPU trainer, build/train_gpt2_cpu, trains it)",
-             what);
-    fail("%s: a GPT-2 with %s is not supported on the GPU yet (the CPU trainer, build/train_gpt2_cpu, trains it)", what,
-         c.norm != NORM_LAYERNORM ? "RMSNorm" : c.position != POS_LEARNED ? "RoPE" : c.mlp != MLP_GELU ? "SwiGLU"
-         : gpt2_mlp_hidden(c) != 4 * c.channels ? "an MLP width other than 4C" : !c.biases ? "no biases"
-         : "an untied head");
+    const int HD = gpt2_head_dim(c);
+    if (c.channels % 8 != 0) fail("%s: channels %d must be a multiple of 8 (16-byte vector loads)", what, c.channels);
+    if (c.padded_vocab_size % 8 != 0) fail("%s: padded vocab %d must be a multiple of 8", what, c.padded_vocab_size);
+    if (gpt2_mlp_hidden(c) % 8 != 0)
+        fail("%s: MLP hidden width %d must be a multiple of 8 (16-byte vector loads)", what, gpt2_mlp_hidden(c));
+    if (HD != 64 && HD != 128) fail("%s: head size %d (channels / heads) must be 64 or 128 for the GPU attention", what, HD);
 }
 
 inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool recompute, const CudaContext& ctx) {
     gpt2_validate_config(config, "model");
     gpt2_check_gpu_support(config, "model");
-    const int C = config.channels, HD = gpt2_head_dim(config);
-    if (C % 8 != 0) fail("model: channels %d must be a multiple of 8 (16-byte vector loads)", C);
-    if (config.padded_vocab_size % 8 != 0) fail("model: padded vocab %d must be a multiple of 8", config.padded_vocab_size);
-    if (HD != 64 && HD != 128) fail("model: head size %d (channels / heads) must be 64 or 128 for the GPU attention", HD);
     if (T > config.max_seq_len) fail("--seq %d exceeds the model's max_seq_len %d", T, config.max_seq_len);
     model.config = config;
     model.B = B;
@@ -245,6 +254,13 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
     cudaCheck(cudaMemset(model.m_memory, 0, n * sizeof(float)));
     cudaCheck(cudaMemset(model.v_memory, 0, n * sizeof(float)));
     cudaCheck(cudaMemset(model.grads_memory, 0, n * sizeof(floatX)));
+    if (config.position == POS_ROPE) {  // the CPU's tables, so both rotate by identical factors
+        const size_t n_rope = (size_t)config.max_seq_len * gpt2_head_dim(config) / 2;
+        std::vector<float> cos(n_rope), sin(n_rope);
+        cpu::rope_tables(cos.data(), sin.data(), config.max_seq_len, gpt2_head_dim(config), (float)config.rope_theta);
+        cudaCheck(cudaMemcpy(model.acts.rope_cos, cos.data(), n_rope * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(model.acts.rope_sin, sin.data(), n_rope * sizeof(float), cudaMemcpyHostToDevice));
+    }
     const int N = B * T;
     model.buckets.init(N, config.padded_vocab_size);
     cudaCheck(cudaMallocHost(&model.host_io, 2 * sizeof(int) * N));
@@ -310,14 +326,15 @@ inline void gpt2_upload_batch(GPT2& model, const int* inputs, const int* targets
 }
 
 // The attention backward's fp32 scratch (dQ by atomics): dfch, free at that point. It holds
-// N*C + 2*B*NH*Tp floats (Tp = T rounded up to 64) within the model's N*4C floatX for any T > 1;
-// nullptr (the deterministic backward) with --deterministic 1 or where it does not fit.
+// N*C + 2*B*NH*Tp floats (Tp = T rounded up to 64) within the model's N*FC floatX for any T > 1
+// when FC >= 4C (GPT-2; SwiGLU at H >= 2C); nullptr (the deterministic backward) with
+// --deterministic 1 or where it does not fit.
 // (B, T): this pass's shape.
 inline float* attention_scratch(const GPT2& model, int B, int T) {
     const GPT2Config& c = model.config;
     const size_t need =
         attention_detail::attention_backward_scratch_floats(B, T, c.num_heads, gpt2_head_dim(c)) * sizeof(float);
-    const size_t have = (size_t)model.B * model.T * 4 * c.channels * sizeof(floatX);
+    const size_t have = (size_t)model.B * model.T * gpt2_fc_channels(c) * sizeof(floatX);
     return model.deterministic || need > have ? nullptr : reinterpret_cast<float*>(model.acts.dfch);
 }
 
@@ -329,6 +346,7 @@ struct LayerActs {
 inline LayerActs layer_acts(const GPT2& model, int l, int B, int T) {
     const Activations& a = model.acts;
     const size_t N = (size_t)B * T, C = model.config.channels, QKV = gpt2_qkv_channels(model.config);
+    const size_t H = gpt2_mlp_hidden(model.config), FC = gpt2_fc_channels(model.config);
     const size_t lr = model.recompute ? 0 : l;
     LayerActs s;
     s.res_in = l == 0 ? a.encoded : a.residual3 + (l - 1) * N * C;
@@ -337,8 +355,8 @@ inline LayerActs layer_acts(const GPT2& model, int l, int B, int T) {
     s.atty = a.atty + l * N * C;
     s.residual2 = a.residual2 + l * N * C;
     s.ln2 = a.ln2 + lr * N * C;
-    s.fch = a.fch + l * N * 4 * C;
-    s.fch_gelu = a.fch_gelu + lr * N * 4 * C;
+    s.fch = a.fch + l * N * FC;
+    s.fch_gelu = a.fch_gelu + lr * N * H;
     s.residual3 = a.residual3 + l * N * C;
     s.ln1_mean = a.ln1_mean + l * N;
     s.ln1_rstd = a.ln1_rstd + l * N;
@@ -348,46 +366,90 @@ inline LayerActs layer_acts(const GPT2& model, int l, int B, int T) {
     return s;
 }
 
-// Forward pass on the uploaded inputs, through the logits (N, Vp).
+namespace gpt2_detail {
+// base + offset, or nullptr for a tensor the config lacks (a bias of a bias-free model).
+template <typename P>
+inline P* at(P* base, size_t offset) {
+    return base ? base + offset : nullptr;
+}
+
+// The norm of the config: LayerNorm (weight, bias; saves mean and rstd) or RMSNorm (weight; rstd).
+inline void norm_forward(const GPT2Config& c, floatX* out, float* mean, float* rstd, const floatX* inp,
+                         const floatX* weight, const floatX* bias, int N, cudaStream_t s) {
+    if (c.norm == NORM_RMSNORM) rmsnorm_forward(out, rstd, inp, weight, N, c.channels, (float)c.norm_eps, s);
+    else layernorm_forward(out, mean, rstd, inp, weight, bias, N, c.channels, s);
+}
+
+// residual = inp1 + inp2, then out = norm(residual): the step between two blocks, one kernel.
+inline void residual_norm_forward(const GPT2Config& c, floatX* residual, floatX* out, float* mean, float* rstd,
+                                  const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias,
+                                  int N, cudaStream_t s) {
+    if (c.norm == NORM_RMSNORM)
+        fused_residual_rmsnorm_forward(residual, out, rstd, inp1, inp2, weight, N, c.channels, (float)c.norm_eps, s);
+    else fused_residual_layernorm_forward(residual, out, mean, rstd, inp1, inp2, weight, bias, N, c.channels, s);
+}
+
+// dresidual += d(norm input), dweight (and dbias) +=; scratch: the column-sum partials. dresidual is
+// the residual stream's running gradient wherever a norm sits (the residual add passes it on).
+inline void norm_backward(const GPT2Config& c, floatX* dresidual, floatX* dweight, floatX* dbias, float* scratch,
+                          const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
+                          const float* rstd, int N, cudaStream_t s) {
+    if (c.norm == NORM_RMSNORM) rmsnorm_backward(dresidual, dweight, scratch, dout, inp, weight, rstd, N, c.channels, s);
+    else layernorm_backward(dresidual, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, c.channels, s);
+}
+
+// The MLP's activation: act (N, H) from fch (N, FC) (the GELU path fuses it into the fc matmul in
+// the forward; this is the recompute's copy).
+inline void mlp_activation_forward(const GPT2Config& c, floatX* act, const floatX* fch, int N, cudaStream_t s) {
+    const int H = gpt2_mlp_hidden(c);
+    if (c.mlp == MLP_SWIGLU) swiglu_forward(act, fch, N, H, s);
+    else gelu_forward(act, fch, (int64_t)N * H, s);
+}
+}  // namespace gpt2_detail
+
+// Forward pass on the uploaded inputs, through the logits (N, Vp). The layer structure: the first
+// norm runs on the embedding, and every residual add is fused with the norm after it (the next
+// layer's ln1, or lnf), as on the CPU (llmc/cpu/gpt2.h).
 inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
+    using gpt2_detail::at;
     const GPT2Config& c = model.config;
     const int N = B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, NKV = c.num_kv_heads;
-    const int HD = gpt2_head_dim(c), QKV = gpt2_qkv_channels(c);
+    const int HD = gpt2_head_dim(c), QKV = gpt2_qkv_channels(c), H = gpt2_mlp_hidden(c), FC = gpt2_fc_channels(c);
     const GPT2Tensors<floatX>& p = model.params;
     Activations& a = model.acts;
     cudaStream_t s = ctx.stream;
-    encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C, s);
+    encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C, s);  // wpe nullptr with RoPE
     LayerActs first = layer_acts(model, 0, B, T);
-    layernorm_forward(first.ln1, first.ln1_mean, first.ln1_rstd, a.encoded, p.ln1w, p.ln1b, N, C, s);
+    gpt2_detail::norm_forward(c, first.ln1, first.ln1_mean, first.ln1_rstd, a.encoded, p.ln1w, p.ln1b, N, s);
     for (int l = 0; l < L; l++) {
         LayerActs la = layer_acts(model, l, B, T);
-        floatX* qkvw = p.qkvw + (size_t)l * QKV * C;
-        floatX* qkvb = p.qkvb + (size_t)l * QKV;
-        floatX* attprojw = p.attprojw + (size_t)l * C * C;
-        floatX* attprojb = p.attprojb + (size_t)l * C;
-        floatX* ln2w = p.ln2w + (size_t)l * C;
-        floatX* ln2b = p.ln2b + (size_t)l * C;
-        floatX* fcw = p.fcw + (size_t)l * 4 * C * C;
-        floatX* fcb = p.fcb + (size_t)l * 4 * C;
-        floatX* fcprojw = p.fcprojw + (size_t)l * C * 4 * C;
-        floatX* fcprojb = p.fcprojb + (size_t)l * C;
-        matmul_forward(la.qkv, nullptr, la.ln1, qkvw, qkvb, N, C, QKV, ctx);
+        const size_t c1 = (size_t)l * C;
+        matmul_forward(la.qkv, nullptr, la.ln1, p.qkvw + (size_t)l * QKV * C, at(p.qkvb, (size_t)l * QKV), N, C, QKV,
+                       ctx);
+        if (c.position == POS_ROPE) rope_forward(la.qkv, a.rope_cos, a.rope_sin, B, T, NH, NKV, HD, 0, s);
         model_attention_forward(la.atty, la.lse, la.qkv, B, T, NH, NKV, HD, c.window, s);
-        matmul_forward(a.proj, nullptr, la.atty, attprojw, attprojb, N, C, C, ctx);
-        fused_residual_layernorm_forward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, la.res_in, a.proj, ln2w, ln2b,
-                                         N, C, s);
-        matmul_forward(la.fch_gelu, la.fch, la.ln2, fcw, fcb, N, C, 4 * C, ctx);
-        matmul_forward(a.proj, nullptr, la.fch_gelu, fcprojw, fcprojb, N, 4 * C, C, ctx);
+        matmul_forward(a.proj, nullptr, la.atty, p.attprojw + (size_t)l * C * C, at(p.attprojb, c1), N, C, C, ctx);
+        gpt2_detail::residual_norm_forward(c, la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, la.res_in, a.proj,
+                                           p.ln2w + c1, at(p.ln2b, c1), N, s);
+        const floatX* fcw = p.fcw + (size_t)l * FC * C;
+        const floatX* fcb = at(p.fcb, (size_t)l * FC);
+        if (c.mlp == MLP_SWIGLU) {
+            matmul_forward(la.fch, nullptr, la.ln2, fcw, fcb, N, C, FC, ctx);
+            swiglu_forward(la.fch_gelu, la.fch, N, H, s);
+        } else {
+            matmul_forward(la.fch_gelu, la.fch, la.ln2, fcw, fcb, N, C, FC, ctx);  // GELU in the epilogue
+        }
+        matmul_forward(a.proj, nullptr, la.fch_gelu, p.fcprojw + (size_t)l * C * H, at(p.fcprojb, c1), N, H, C, ctx);
         if (l + 1 < L) {
             LayerActs next = layer_acts(model, l + 1, B, T);
-            fused_residual_layernorm_forward(la.residual3, next.ln1, next.ln1_mean, next.ln1_rstd, la.residual2, a.proj,
-                                             p.ln1w + (size_t)(l + 1) * C, p.ln1b + (size_t)(l + 1) * C, N, C, s);
+            gpt2_detail::residual_norm_forward(c, la.residual3, next.ln1, next.ln1_mean, next.ln1_rstd, la.residual2,
+                                               a.proj, p.ln1w + c1 + C, at(p.ln1b, c1 + C), N, s);
         } else {
-            fused_residual_layernorm_forward(la.residual3, a.lnf, a.lnf_mean, a.lnf_rstd, la.residual2, a.proj, p.lnfw,
-                                             p.lnfb, N, C, s);
+            gpt2_detail::residual_norm_forward(c, la.residual3, a.lnf, a.lnf_mean, a.lnf_rstd, la.residual2, a.proj,
+                                               p.lnfw, p.lnfb, N, s);
         }
     }
-    matmul_forward(a.logits, nullptr, a.lnf, p.wte, nullptr, N, C, c.padded_vocab_size, ctx);
+    matmul_forward(a.logits, nullptr, a.lnf, c.tied_head ? p.wte : p.lm_head, nullptr, N, C, c.padded_vocab_size, ctx);
 }
 
 // Cross-entropy of the logits against the uploaded targets, enqueued: the N per-position losses
@@ -417,47 +479,59 @@ inline float gpt2_loss(GPT2& model, int B, int T, float dloss, bool write_dlogit
 // ============================================================================ backward
 // Accumulates (+=) into model.grads from the dlogits left by gpt2_loss(write_dlogits = true).
 inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
+    using gpt2_detail::at;
     const GPT2Config& c = model.config;
     const int N = B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, NKV = c.num_kv_heads;
     const int HD = gpt2_head_dim(c), QKV = gpt2_qkv_channels(c), Vp = c.padded_vocab_size;
+    const int H = gpt2_mlp_hidden(c), FC = gpt2_fc_channels(c);
     const GPT2Tensors<floatX>& p = model.params;
     const GPT2Tensors<floatX>& g = model.grads;
     Activations& a = model.acts;
     cudaStream_t s = ctx.stream;
     cudaCheck(cudaMemsetAsync(a.dresidual, 0, sizeof(floatX) * N * C, s));
-    // logits = lnf wte^T: dlnf (in dbuf) = dlogits wte, dwte += dlogits^T lnf
-    matmul_backward(a.dbuf, g.wte, nullptr, a.colsum, a.logits, a.lnf, p.wte, nullptr, N, C, Vp, ctx);
+    // logits = lnf head^T: dlnf (in dbuf) = dlogits head, dhead += dlogits^T lnf (head: wte or lm_head)
+    matmul_backward(a.dbuf, c.tied_head ? g.wte : g.lm_head, nullptr, a.colsum, a.logits, a.lnf,
+                    c.tied_head ? p.wte : p.lm_head, nullptr, N, C, Vp, ctx);
     LayerActs last = layer_acts(model, L - 1, B, T);
-    layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.colsum, a.dbuf, last.residual3, p.lnfw, a.lnf_mean, a.lnf_rstd,
-                       N, C, s);
+    gpt2_detail::norm_backward(c, a.dresidual, g.lnfw, g.lnfb, a.colsum, a.dbuf, last.residual3, p.lnfw, a.lnf_mean,
+                               a.lnf_rstd, N, s);
     for (int l = L - 1; l >= 0; l--) {
         LayerActs la = layer_acts(model, l, B, T);
         // this layer's slice of each per-layer tensor starts at l * (one layer's elements)
         const size_t qkvw = (size_t)l * QKV * C, qkvb = (size_t)l * QKV, cc = (size_t)l * C * C, c1 = (size_t)l * C;
-        const size_t fcw = (size_t)l * 4 * C * C, fcb = (size_t)l * 4 * C;
+        const size_t fcw = (size_t)l * FC * C, fcb = (size_t)l * FC, fcprojw = (size_t)l * C * H;
         if (model.recompute) {  // rebuild the three single-slice buffers for this layer
-            layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, la.res_in, p.ln1w + c1, p.ln1b + c1, N, C, s);
-            layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, p.ln2w + c1, p.ln2b + c1, N, C, s);
-            gelu_forward(la.fch_gelu, la.fch, (int64_t)N * 4 * C, s);
+            gpt2_detail::norm_forward(c, la.ln1, la.ln1_mean, la.ln1_rstd, la.res_in, p.ln1w + c1, at(p.ln1b, c1), N, s);
+            gpt2_detail::norm_forward(c, la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, p.ln2w + c1, at(p.ln2b, c1), N,
+                                      s);
+            gpt2_detail::mlp_activation_forward(c, la.fch_gelu, la.fch, N, s);
         }
-        // dresidual holds d(residual3). MLP: fcproj, then (dGELU fused) fc, then ln2.
-        matmul_backward(a.dfch, g.fcprojw + fcw, g.fcprojb + c1, a.colsum, a.dresidual, la.fch_gelu, p.fcprojw + fcw,
-                        la.fch, N, 4 * C, C, ctx);
-        matmul_backward(a.dbuf, g.fcw + fcw, g.fcb + fcb, a.colsum, a.dfch, la.ln2, p.fcw + fcw, nullptr, N, C, 4 * C,
+        // dresidual holds d(residual3). MLP: fcproj, the activation (GELU's fused into the matmul), fc, ln2.
+        if (c.mlp == MLP_SWIGLU) {
+            matmul_backward(a.dfch_act, g.fcprojw + fcprojw, at(g.fcprojb, c1), a.colsum, a.dresidual, la.fch_gelu,
+                            p.fcprojw + fcprojw, nullptr, N, H, C, ctx);
+            swiglu_backward(a.dfch, a.dfch_act, la.fch, N, H, s);
+        } else {
+            matmul_backward(a.dfch, g.fcprojw + fcprojw, at(g.fcprojb, c1), a.colsum, a.dresidual, la.fch_gelu,
+                            p.fcprojw + fcprojw, la.fch, N, H, C, ctx);
+        }
+        matmul_backward(a.dbuf, g.fcw + fcw, at(g.fcb, fcb), a.colsum, a.dfch, la.ln2, p.fcw + fcw, nullptr, N, C, FC,
                         ctx);
-        layernorm_backward(a.dresidual, g.ln2w + c1, g.ln2b + c1, a.colsum, a.dbuf, la.residual2, p.ln2w + c1,
-                           la.ln2_mean, la.ln2_rstd, N, C, s);
-        // dresidual now holds d(residual2). Attention: attproj, attention, qkv, then ln1.
-        matmul_backward(a.dbuf, g.attprojw + cc, g.attprojb + c1, a.colsum, a.dresidual, la.atty, p.attprojw + cc,
+        gpt2_detail::norm_backward(c, a.dresidual, g.ln2w + c1, at(g.ln2b, c1), a.colsum, a.dbuf, la.residual2,
+                                   p.ln2w + c1, la.ln2_mean, la.ln2_rstd, N, s);
+        // dresidual now holds d(residual2). Attention: attproj, attention, RoPE, qkv, then ln1.
+        matmul_backward(a.dbuf, g.attprojw + cc, at(g.attprojb, c1), a.colsum, a.dresidual, la.atty, p.attprojw + cc,
                         nullptr, N, C, C, ctx);
         model_attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, B, T, NH, NKV, HD, c.window,
                                  attention_scratch(model, B, T), s);
-        matmul_backward(a.dbuf, g.qkvw + qkvw, g.qkvb + qkvb, a.colsum, a.dqkv, la.ln1, p.qkvw + qkvw, nullptr, N, C,
+        if (c.position == POS_ROPE)  // d(rotated qkv) -> d(qkv), in place
+            rope_backward(a.dqkv, a.rope_cos, a.rope_sin, B, T, NH, NKV, HD, 0, s);
+        matmul_backward(a.dbuf, g.qkvw + qkvw, at(g.qkvb, qkvb), a.colsum, a.dqkv, la.ln1, p.qkvw + qkvw, nullptr, N, C,
                         QKV, ctx);
-        layernorm_backward(a.dresidual, g.ln1w + c1, g.ln1b + c1, a.colsum, a.dbuf, la.res_in, p.ln1w + c1,
-                           la.ln1_mean, la.ln1_rstd, N, C, s);
+        gpt2_detail::norm_backward(c, a.dresidual, g.ln1w + c1, at(g.ln1b, c1), a.colsum, a.dbuf, la.res_in,
+                                   p.ln1w + c1, la.ln1_mean, la.ln1_rstd, N, s);
     }
-    encoder_backward(g.wte, g.wpe, a.dresidual, model.buckets, B, T, C, s);
+    encoder_backward(g.wte, g.wpe, a.dresidual, model.buckets, B, T, C, s);  // g.wpe nullptr with RoPE
 }
 
 // ============================================================================ update

@@ -645,17 +645,18 @@ def hellaswag(model, args):
 
 
 # ---------------------------------------------------------------- command line
+# The shape flags of a new model and their defaults (a tiny test shape).
+SHAPE_DEFAULTS = {"--layers": 2, "--channels": 32, "--heads": 4, "--vocab": 250, "--max-seq": 32}
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    s = p.add_argument_group("model (default: --model d12 in bench mode, else the shape flags)")
+    s = p.add_argument_group("model (default: the shape flags; in bench mode without them, --model d12)")
     s.add_argument("--model", help="dN (N layers, 64N channels, N heads), gpt2|gpt2-medium|gpt2-large|gpt2-xl "
                                    "(pretrained, via transformers) or hf-random (transformers init, shape flags)")
     s.add_argument("--load", metavar="PATH", help="start from one of our checkpoints (GPTM)")
-    s.add_argument("--layers", type=int, default=2)
-    s.add_argument("--channels", type=int, default=32)
-    s.add_argument("--heads", type=int, default=4)
-    s.add_argument("--vocab", type=int, default=250)
-    s.add_argument("--max-seq", type=int, default=32)
+    for flag, default in SHAPE_DEFAULTS.items():
+        s.add_argument(flag, type=int, help=f"(default {default})")
     s.add_argument("--kv-heads", type=int, default=0, help="key/value heads of a dN or shape-flag model, dividing "
                                                           "the heads (grouped-query attention; 0 = as many as heads)")
     s.add_argument("--window", type=int, default=0, help="attention window W of a dN or shape-flag model: position t "
@@ -706,6 +707,12 @@ def parse_args(argv=None):
     t.add_argument("--hellaswag", metavar="FILE", help="score the model on this eval file (GPTE, "
                                                        "scripts/data/hellaswag.py) and print acc_norm")
     args = p.parse_args(argv)
+    shape_given = False
+    for flag, default in SHAPE_DEFAULTS.items():
+        key = flag[2:].replace("-", "_")
+        shape_given |= getattr(args, key) is not None
+        if getattr(args, key) is None:
+            setattr(args, key, default)
     modes = [m for m in ("fixture", "train", "bench", "hellaswag") if getattr(args, m)]
     if len(modes) > 1:
         p.error("choose one of --fixture, --train, --bench, --hellaswag")
@@ -720,7 +727,7 @@ def parse_args(argv=None):
         p.error(f"--lr must be positive, got {args.lr}")
     if args.device not in ("cpu", "cuda"):
         p.error(f"--device {args.device}: expected cpu or cuda")
-    if args.bench and not args.model and not args.load:
+    if args.bench and not args.model and not args.load and not shape_given:
         args.model = "d12"
     if args.dtype is None:
         args.dtype = "bf16" if args.bench else "fp32"

@@ -4,10 +4,11 @@
 # the last line is "N passed, N failed" and the exit status is non-zero if any suite failed.
 #   1. test_gpt2cu / test_gpt2cu_fp32: GPT-2 124M (d12, random init) vs the PyTorch reference state
 #      (fp64), every op vs the CPU reference, bit-exact save -> load -> continue; then a d12 with
-#      grouped-query attention (4 KV heads) and a sliding window (24) vs its own PyTorch reference
+#      grouped-query attention (4 KV heads) and a sliding window (24) vs its own PyTorch reference,
+#      and two Llama-style d12s (GQA tied; MHA untied with a window) vs theirs
 #   2. tiny shakespeare: d12 trains (the loss falls), checkpoints, and a resumed run reproduces the
 #      uninterrupted run's log exactly (train loss, grad norm, lr, val loss) with --deterministic 1;
-#      the default run (dQ by atomics) ends within 0.05 of its loss
+#      the default run (dQ by atomics) ends within 0.05 of its loss; a Llama-style d12 trains
 #   3. a batch or a model that cannot fit fails with a one-line message naming the fix
 #   4. compute-sanitizer memcheck on the small-model tests
 #   5. HellaSwag: both GPU builds' acc_norm on tests/fixture/hellaswag.bin equals PyTorch's (fp64)
@@ -48,6 +49,21 @@ if [ ! -f "$GQA_DEBUG" ]; then
 fi
 run "bf16 build vs PyTorch, GQA + window" test_bf16_gqa.log build/test_gpt2cu --model "$GQA_MODEL" --debug "$GQA_DEBUG"
 run "fp32 build vs PyTorch, GQA + window" test_fp32_gqa.log build/test_gpt2cu_fp32 --model "$GQA_MODEL" --debug "$GQA_DEBUG"
+# Llama-style d12s (RMSNorm, RoPE, SwiGLU 2048, no biases): 4 KV heads with the tied head, and
+# multi-head attention with an untied head and a 24-token window
+llama_ref() {  # llama_ref NAME FLAGS...: writes $WORK/NAME.bin and NAME_debug.bin once
+    local name=$1; shift
+    [ -f "$WORK/${name}_debug.bin" ] && return 0
+    echo "=== writing the PyTorch reference state ($name: $*, B=4, T=64, 10 steps, fp64 on the CPU)"
+    python3 scripts/train_gpt2.py --model d12 --arch llama "$@" --batch 4 --seq 64 --steps 10 \
+        --write-model "$WORK/$name.bin" --write-debug "$WORK/${name}_debug.bin"
+}
+llama_ref llama_gqa --kv-heads 4 || { echo "error: Llama GQA reference state failed"; exit 1; }
+llama_ref llama_untied_w24 --tied 0 --window 24 || { echo "error: Llama untied reference state failed"; exit 1; }
+for name in llama_gqa llama_untied_w24; do
+    run "bf16 build vs PyTorch, $name" "test_bf16_$name.log" build/test_gpt2cu --model "$WORK/$name.bin" --debug "$WORK/${name}_debug.bin"
+    run "fp32 build vs PyTorch, $name" "test_fp32_$name.log" build/test_gpt2cu_fp32 --model "$WORK/$name.bin" --debug "$WORK/${name}_debug.bin"
+done
 
 # ---- 2. tiny shakespeare: training, checkpoints, exact resume through the command line
 ts_train() {
@@ -80,8 +96,19 @@ shakespeare() {
     awk -v a="$last" -v b="$fast" 'BEGIN { d = a - b; exit !(d < 0.05 && d > -0.05) }' ||
         { echo "error: the default run's last loss is not within 0.05 of the deterministic run's"; return 1; }
 }
+# a Llama-style model of the same size (114M-shape: 4 KV heads, SwiGLU 2048) trains too
+llama_shakespeare() {
+    rm -rf "$WORK/ts_llama" && mkdir -p "$WORK/ts_llama" || return 1
+    ts_train --init llama:L12,C768,H12,KV4 --log "$WORK/ts_llama/run.log" || return 1
+    local first last
+    first=$(awk '$3 == "train_loss" { print $4; exit }' "$WORK/ts_llama/run.log")
+    last=$(awk '$3 == "train_loss" { v = $4 } END { print v }' "$WORK/ts_llama/run.log")
+    echo "llama train loss: first $first, last $last"
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 2.0) }' || { echo "error: the loss did not fall by 2"; return 1; }
+}
 if ls data/tinyshakespeare/*_train.bin >/dev/null 2>&1; then
     run "tiny shakespeare: train, checkpoint, exact resume" shakespeare.log shakespeare
+    run "tiny shakespeare: a Llama-style model trains" shakespeare_llama.log llama_shakespeare
 else
     echo "=== data/tinyshakespeare missing (python3 scripts/data/tinyshakespeare.py): skipped"
     failed=$((failed + 1)); failed_names+=("tiny shakespeare (no data)")

@@ -60,6 +60,16 @@ def test_train_gpt2_help_without_torch(no_torch):
     assert not (ROOT / "unused.bin").exists()
 
 
+def test_bench_hf_help_without_torch(no_torch):
+    p = run([sys.executable, "scripts/bench_hf.py", "--help"], no_torch)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("usage: bench_hf.py") and "--kv-heads" in p.stdout and not p.stderr
+    p = run([sys.executable, "scripts/bench_hf.py", "--heads", "5"], no_torch)  # 768 channels
+    assert p.returncode != 0 and "--channels 768 must be a multiple of --heads 5" in p.stderr
+    p = run([sys.executable, "scripts/bench_hf.py", "--steps", "3", "--device", "cpu"], no_torch)
+    assert_one_line_error(p, "bench_hf.py needs torch and transformers")
+
+
 @pytest.mark.parametrize("script,fixture,_", FIXTURE_SCRIPTS, ids=[s for s, _, _ in FIXTURE_SCRIPTS])
 @pytest.mark.parametrize("hide_torch", [True, False], ids=["without_torch", "as_installed"])
 def test_make_fixture_help_writes_nothing(no_torch, hide_torch, script, fixture, _):
@@ -87,11 +97,11 @@ def test_bench_gpt2_help(tmp_path, tripwire):
     path, record = tripwire
     env = dict(os.environ, PATH=path, BENCH_PYTHON="python3", BENCH_BIN=str(tmp_path / "absent"),
                BENCH_OUT=str(tmp_path / "bench"))
-    p = run(["scripts/bench_gpt2.sh", "--help"], env)
+    p = run(["scripts/bench_train.sh", "--help"], env)
     assert p.returncode == 0, p.stderr
-    assert "BENCH_STEPS" in p.stdout and "Usage: scripts/bench_gpt2.sh" in p.stdout
+    assert "BENCH_STEPS" in p.stdout and "Usage: scripts/bench_train.sh" in p.stdout
     assert not record.exists() and not (tmp_path / "bench").exists(), "--help ran the benchmark"
-    p = run(["scripts/bench_gpt2.sh", "--steps", "3"], env)
+    p = run(["scripts/bench_train.sh", "--steps", "3"], env)
     assert_one_line_error(p, "--steps: unknown argument", "BENCH_")
     assert not record.exists()
 

@@ -61,6 +61,9 @@ const char* family(const std::string& n) {
     if (has("attention") || has("sdpa") || has("flash") || has("fmha")) return "attention";
     if (has("gemm") || has("xmma") || has("cutlass") || has("sm90_") || has("splitK") || has("Kernel2")) return "matmul (cuBLASLt)";
     if (has("layernorm")) return "layernorm";
+    if (has("rmsnorm")) return "rmsnorm";
+    if (has("rope_")) return "rope";
+    if (has("swiglu")) return "swiglu";
     if (has("classifier")) return "fused classifier";
     if (has("encoder")) return "encoder";
     if (has("gelu")) return "gelu";
@@ -127,7 +130,8 @@ int main(int argc, char** argv) {
     int B = 64, T = 1024, steps = 3, recompute = 0;
     FlagParser parser("profile_gpt2", "Per-kernel time breakdown of one GPU training step on random tokens. Example:\n"
                       "  dev/cuda/build/profile_gpt2 --batch 64 --seq 1024");
-    parser.add_string("--model", "dN", &model_desc, "model shape: dN = N layers, 64*N channels (d12 = GPT-2 124M)");
+    parser.add_string("--model", "MODEL", &model_desc, "model shape: dN = N layers, 64*N channels (d12 = GPT-2 124M), "
+                      "gpt2*, or a llama:L..,C..,H.. descriptor as the trainer's --init");
     parser.add_int("--batch", &B, {1, 4096}, "micro-batch size B");
     parser.add_int("--seq", &T, {1, 1 << 20}, "sequence length T (<= the model's max_seq_len 1024)");
     parser.add_int("--steps", &steps, {1, 100}, "profiled steps, after 3 warm-up steps; the report is per step");
@@ -211,7 +215,7 @@ int main(int argc, char** argv) {
     // ---- report, per step
     const double tok_s = (double)N / (step_ms / steps / 1e3);
     const double tflops = flops_per_token(config, T) * N / (step_ms / steps / 1e3) / 1e12;
-    printf("\nGPT-2 %s, B=%d T=%d, %d profiled steps: %.2f ms/step (GPU, events), %.0f tok/s, %.0f TFLOP/s "
+    printf("\n%s, B=%d T=%d, %d profiled steps: %.2f ms/step (GPU, events), %.0f tok/s, %.0f TFLOP/s "
            "(%.1f%% of the 989 bf16 peak), last loss %.4f\n",
            model_desc.c_str(), B, T, steps, step_ms / steps, tok_s, tflops, 100.0 * tflops / 989.0, loss);
     printf("\n%-28s %10s %7s\n", "phase", "ms/step", "%");

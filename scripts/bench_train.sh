@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Training throughput: our CUDA trainer against PyTorch on the same shape, one after the other on
+# this GPU. GPT-2 (BENCH_ARCH=gpt2): our PyTorch reference model (scripts/train_gpt2.py) eager and
+# under torch.compile. Llama-style (BENCH_ARCH=llama): the same, plus Hugging Face transformers'
+# LlamaForCausalLM eager and compiled (scripts/bench_hf.py, random init from a local config). Every
+# run trains on random tokens and prints a last line
+#   BENCH name=<ours|eager|compile|hf_eager|hf_compile> ms=<median ms/step> tok_s=<tokens/s> peak_gib=<peak GPU memory>
+# and this script tabulates them. Run on a GPU machine after `make` (or via `make bench`).
+#
+# Environment (defaults in brackets):
+#   BENCH_ARCH [gpt2]   gpt2 | llama
+#   BENCH_MODEL [d12]   GPT-2: a dN model shape (d12 = GPT-2 124M)
+#   BENCH_LLAMA [L12,C768,H12,KV4,F2048,V50304]   Llama: layers, channels, heads, KV heads, SwiGLU
+#                       hidden width, vocab (all six, in this order; the 114M shape of docs/perf.md)
+#   BENCH_B [64]        micro-batch size
+#   BENCH_T [1024]      sequence length
+#   BENCH_STEPS [30]    steps per run; each side discards its own warm-up steps before the median
+#   BENCH_BIN [build/train_gpt2cu]   our trainer (skipped with a note when missing)
+#   BENCH_PYTHON [python3]
+#   BENCH_DEVICE [cuda]              device of the PyTorch runs (cpu: a smoke test of this script)
+#   BENCH_OUT [build/bench]          full output of each run goes to BENCH_OUT/<name>.log
+# Exit status: 0 when every run that was attempted printed its BENCH line.
+# Usage: scripts/bench_train.sh [--help]   (no other arguments: the settings are the variables above)
+if [[ $# -gt 0 ]]; then
+    if [[ $# -eq 1 && ( $1 == --help || $1 == -h ) ]]; then
+        awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"  # this header
+        exit 0
+    fi
+    echo "error: $1: unknown argument (bench_train.sh is configured by BENCH_* variables; see --help)" >&2
+    exit 1
+fi
+cd "$(dirname "$0")/.." || exit 1
+ARCH=${BENCH_ARCH:-gpt2}
+MODEL=${BENCH_MODEL:-d12}
+LLAMA=${BENCH_LLAMA:-L12,C768,H12,KV4,F2048,V50304}
+B=${BENCH_B:-64}
+T=${BENCH_T:-1024}
+STEPS=${BENCH_STEPS:-30}
+BIN=${BENCH_BIN:-build/train_gpt2cu}
+PY=${BENCH_PYTHON:-python3}
+DEV=${BENCH_DEVICE:-cuda}
+OUT=${BENCH_OUT:-build/bench}
+for v in B T STEPS; do
+    if ! [[ ${!v} =~ ^[1-9][0-9]*$ ]]; then echo "error: BENCH_$v='${!v}' is not a positive integer" >&2; exit 1; fi
+done
+case $ARCH in
+    gpt2)
+        OURS_INIT=$MODEL
+        REF_SHAPE=(--model "$MODEL")
+        NAMES=(ours eager compile) ;;
+    llama)
+        if ! [[ $LLAMA =~ ^L([0-9]+),C([0-9]+),H([0-9]+),KV([0-9]+),F([0-9]+),V([0-9]+)$ ]]; then
+            echo "error: BENCH_LLAMA='$LLAMA' is not L<layers>,C<channels>,H<heads>,KV<kv heads>,F<hidden>,V<vocab>" >&2
+            exit 1
+        fi
+        OURS_INIT=llama:$LLAMA
+        REF_SHAPE=(--arch llama --layers "${BASH_REMATCH[1]}" --channels "${BASH_REMATCH[2]}" --heads "${BASH_REMATCH[3]}"
+                   --kv-heads "${BASH_REMATCH[4]}" --mlp-hidden "${BASH_REMATCH[5]}" --vocab "${BASH_REMATCH[6]}"
+                   --max-seq "$((T > 1024 ? T : 1024))")
+        HF_SHAPE=("${REF_SHAPE[@]}")
+        NAMES=(ours eager compile hf_eager hf_compile) ;;
+    *) echo "error: BENCH_ARCH='$ARCH': expected gpt2 or llama" >&2; exit 1 ;;
+esac
+mkdir -p "$OUT" || exit 1
+
+declare -A MS TOKS PEAK STATUS
+failed=0
+run() {  # run NAME CMD...: runs CMD, keeps its log, records the fields of its BENCH line
+    local name=$1; shift
+    local log="$OUT/$name.log"
+    echo "=== $name: $*"
+    "$@" >"$log" 2>&1
+    local rc=$?
+    local line
+    line=$(grep '^BENCH ' "$log" | tail -n 1)
+    if [[ $rc -ne 0 || -z $line ]]; then
+        STATUS[$name]="failed (exit $rc, see $log)"
+        failed=1
+        tail -n 5 "$log" | sed 's/^/    /'
+        return
+    fi
+    echo "    $line"
+    STATUS[$name]=ok
+    MS[$name]=$(sed -n 's/.* ms=\([^ ]*\).*/\1/p' <<<"$line")
+    TOKS[$name]=$(sed -n 's/.* tok_s=\([^ ]*\).*/\1/p' <<<"$line")
+    PEAK[$name]=$(sed -n 's/.* peak_gib=\([^ ]*\).*/\1/p' <<<"$line")
+}
+
+echo "$ARCH $OURS_INIT, B=$B T=$T, $STEPS steps per run, random tokens"
+if [[ -x $BIN ]]; then
+    run ours "$BIN" --init "$OURS_INIT" $([[ $ARCH == llama && $T -gt 1024 ]] && echo "--max-seq $T") --random-data 1 --val-every 0 --batch "$B" --seq "$T" --steps "$STEPS"
+else
+    STATUS[ours]="skipped: $BIN not found (build it with make)"
+    echo "=== ours: skipped, $BIN not found (build it with make)"
+fi
+run eager "$PY" scripts/train_gpt2.py --bench --device "$DEV" "${REF_SHAPE[@]}" --batch "$B" --seq "$T" --steps "$STEPS"
+run compile "$PY" scripts/train_gpt2.py --bench --device "$DEV" "${REF_SHAPE[@]}" --batch "$B" --seq "$T" --steps "$STEPS" --compile
+if [[ $ARCH == llama ]]; then
+    run hf_eager "$PY" scripts/bench_hf.py --device "$DEV" "${HF_SHAPE[@]:2}" --batch "$B" --seq "$T" --steps "$STEPS"
+    run hf_compile "$PY" scripts/bench_hf.py --device "$DEV" "${HF_SHAPE[@]:2}" --batch "$B" --seq "$T" --steps "$STEPS" --compile
+fi
+
+ratio() {  # ratio A B: tok/s of A over tok/s of B, or "-" when either is missing
+    if [[ ${STATUS[$1]} == ok && ${STATUS[$2]} == ok ]]; then
+        awk -v a="${TOKS[$1]}" -v b="${TOKS[$2]}" 'BEGIN { printf "%.2fx", a / b }'
+    else
+        echo "-"
+    fi
+}
+echo
+printf "%-10s | %10s | %12s | %9s | %s\n" run "ms/step" "tok/s" "peak GiB" status
+printf -- "-----------+------------+--------------+-----------+-------\n"
+for name in "${NAMES[@]}"; do
+    printf "%-10s | %10s | %12s | %9s | %s\n" "$name" "${MS[$name]:--}" "${TOKS[$name]:--}" "${PEAK[$name]:--}" \
+        "${STATUS[$name]}"
+done
+echo
+echo "ours / eager:   $(ratio ours eager)"
+echo "ours / compile: $(ratio ours compile)"
+if [[ $ARCH == llama ]]; then
+    echo "ours / hf_eager:   $(ratio ours hf_eager)"
+    echo "ours / hf_compile: $(ratio ours hf_compile)"
+fi
+exit $failed
