@@ -163,10 +163,12 @@ expect_error "model file with RoPE theta 0.5" "$T/badtheta.bin: RoPE needs theta
 # the GPU trainer checks the attention flags before it touches a device (so these run without a GPU)
 GPU=build/train_gpt2cu
 if [ -x $GPU ]; then
-    expect_error "GPU trainer: a Llama descriptor" "llama architecture is not supported on the GPU yet" $GPU \
-        "${BASE[@]}" "${LLAMA[@]}"
-    expect_error "GPU trainer: a Llama model file" "llama architecture is not supported on the GPU yet" $GPU \
-        "${BASE[@]}" --init "$T/llama.bin"
+    expect_error "GPU trainer: a Llama descriptor of head size 4" "head size 4 (channels / heads) must be 64 or 128" \
+        $GPU "${BASE[@]}" "${LLAMA[@]}"
+    expect_error "GPU trainer: a Llama model file of head size 4" "head size 4 (channels / heads) must be 64 or 128" \
+        $GPU "${BASE[@]}" --init "$T/llama.bin"
+    expect_error "GPU trainer: a SwiGLU width not a multiple of 8" "MLP hidden width 132 must be a multiple of 8" \
+        $GPU "${BASE[@]}" --init llama:L1,C128,H2,F132,V64
     expect_error "GPU trainer: --kv-heads not dividing the heads" "--kv-heads 3" $GPU "${BASE[@]}" --init d2 --kv-heads 3
     expect_error "GPU trainer: --window -1" "--window" $GPU "${BASE[@]}" --init d2 --window -1
     expect_error "GPU trainer: --deterministic 2" "--deterministic" $GPU "${BASE[@]}" --init d2 --deterministic 2

@@ -55,10 +55,12 @@ std::string short_name(const char* mangled) {
 
 // Families by name: the shipped kernels are named for their op, cuBLASLt's contain gemm/xmma.
 // Attention is matched first: cuDNN's fused attention kernels (USE_CUDNN=1 builds) carry names such
-// as cudnn_generated_fort_native_sdpa_sm90_flash_..., which can also contain the matmul markers.
+// as cudnn_generated_fort_native_sdpa_sm90_flash_..., which can also contain the matmul markers, and
+// its backward's helpers are cudnn::fusion::compute_dot_do_o_specialized (the dO.O row sums) and
+// cudnn::fusion::convert_dq_to_16bits (seen on an H200 with cuDNN 9, 2026-12-03).
 const char* family(const std::string& n) {
     auto has = [&](const char* k) { return n.find(k) != std::string::npos; };
-    if (has("attention") || has("sdpa") || has("flash") || has("fmha")) return "attention";
+    if (has("attention") || has("sdpa") || has("flash") || has("fmha") || has("cudnn::fusion")) return "attention";
     if (has("gemm") || has("xmma") || has("cutlass") || has("sm90_") || has("splitK") || has("Kernel2")) return "matmul (cuBLASLt)";
     if (has("layernorm")) return "layernorm";
     if (has("rmsnorm")) return "rmsnorm";
