@@ -1,6 +1,7 @@
 // encoder.cuh: token + position embedding, forward and backward (floatX, fp32 accumulation).
 //   forward   out (B, T, C) = wte[inp[b, t]] + wpe[t]                              (=)
 //   decode    out (B, C) = wte[tokens[b]] + wpe[pos[b]], each sequence at its own position (=)
+//   (both: wpe nullptr for a model without learned positions (RoPE): out = wte[token])
 //   backward  dwte[tok] += sum of dout over the positions holding tok;  dwpe[t] += sum_b dout[b, t]  (+=)
 // The backward is deterministic: positions are bucketed by token on the host (counting sort, in
 // position order) and each bucket is summed by one thread block in that order, so two runs, or a
@@ -21,6 +22,10 @@ static __global__ void encoder_forward_packed(floatX* out, const int* inp, const
     const int row = (int)(idx / packs_per_row), c = (int)(idx % packs_per_row) * x128::size;
     const int t = row % T;
     const x128 a = load128(wte + (int64_t)inp[row] * C + c);
+    if (!wpe) {
+        store128(out + (int64_t)row * C + c, a);
+        return;
+    }
     const x128 b = load128(wpe + (int64_t)t * C + c);
     x128 o;
     for (int k = 0; k < x128::size; k++) o[k] = from_float<floatX>(to_float(a[k]) + to_float(b[k]));
@@ -48,6 +53,10 @@ static __global__ void encoder_forward_at_packed(floatX* out, const int* tokens,
     const int b = idx / packs_per_row, c = (idx % packs_per_row) * x128::size;
     const int p = pos[b], t = p < 0 ? 0 : p, tok = p < 0 ? 0 : tokens[b];
     const x128 a = load128(wte + (int64_t)tok * C + c);
+    if (!wpe) {
+        store128(out + (int64_t)b * C + c, a);
+        return;
+    }
     const x128 e = load128(wpe + (int64_t)t * C + c);
     x128 o;
     for (int k = 0; k < x128::size; k++) o[k] = from_float<floatX>(to_float(a[k]) + to_float(e[k]));
