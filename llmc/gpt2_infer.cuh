@@ -27,6 +27,7 @@
 #pragma once
 #include <vector>
 #include "llmc/attention_decode.cuh"
+#include "llmc/gemv.cuh"
 #include "llmc/gpt2.cuh"
 #include "llmc/cpu/rope.h"
 #include "llmc/kv_cache.cuh"
@@ -42,8 +43,19 @@ struct GenerateLimits {
     int force_len;  // teacher forcing: tokens in GPT2Infer::force (0 = off); a sequence stops after them
 };
 
+// Per-kernel-family timing of plain (not captured) launches: an event before each kernel, named by
+// its family; the time to the next event is that kernel's (launch gaps included).
+struct StepProfile {
+    bool on = false;
+    std::vector<cudaEvent_t> events;
+    std::vector<const char*> names;
+    int used = 0;
+};
+
 struct GPT2Infer {
     GPT2Config config{};
+    bool gemv = true;  // matmuls of at most GEMV_MAX_M rows through gemv_forward (else cuBLASLt)
+    StepProfile* profile = nullptr;  // non-null and on: mark() records events
     int B = 0;        // sequences at once
     int Tmax = 0;     // prompt tokens per sequence a prefill may have
     int max_seq = 0;  // positions a sequence may use
@@ -166,11 +178,44 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* hos
 
 inline void gpt2_infer_free(GPT2Infer& m) {
     if (m.graph) cudaCheck(cudaGraphExecDestroy(m.graph));
+    if (m.profile)
+        for (cudaEvent_t e : m.profile->events) cudaCheck(cudaEventDestroy(e));
+    delete m.profile;
     cudaCheck(cudaFree(m.allocation));
     m = GPT2Infer();
 }
 
 namespace infer_detail {
+
+// Profiling: records an event named `family` before the next kernel (nothing unless profiling).
+inline void mark(GPT2Infer& m, const char* family, cudaStream_t s) {
+    StepProfile* p = m.profile;
+    if (!p || !p->on) return;
+    if (p->used == (int)p->events.size()) {
+        p->events.emplace_back();
+        cudaCheck(cudaEventCreate(&p->events.back()));
+        p->names.push_back(nullptr);
+    }
+    p->names[p->used] = family;
+    cudaCheck(cudaEventRecord(p->events[p->used++], s));
+}
+
+// out = epi(inp (M, K) W^T + b): gemv_forward at M <= GEMV_MAX_M rows (m.gemv), else cuBLASLt; with
+// cuBLASLt, GELU's epilogue also writes the pre-activation into `pre`, and SwiGLU's [gate | up] goes
+// through `pre` (M, N) to swiglu_forward. out (M, N), SwiGLU (M, N/2).
+inline void linear(GPT2Infer& m, const char* family, floatX* out, floatX* pre, const floatX* inp, const floatX* w,
+                   const floatX* b, int M, int K, int N, GemvEpilogue epi, const CudaContext& ctx) {
+    mark(m, family, ctx.stream);
+    if (m.gemv && gemv_supported(M, K, N, epi)) {
+        gemv_forward(out, inp, w, b, M, K, N, epi, ctx.stream);
+    } else if (epi == GEMV_SWIGLU) {
+        matmul_forward(pre, nullptr, inp, w, b, M, K, N, ctx);
+        mark(m, "swiglu", ctx.stream);
+        swiglu_forward(out, pre, M, N / 2, ctx.stream);
+    } else {
+        matmul_forward(out, epi == GEMV_GELU ? pre : nullptr, inp, w, b, M, K, N, ctx);
+    }
+}
 
 // A tensor's slice at `off`, or nullptr for a tensor the config lacks (biases, LayerNorm's bias).
 inline const floatX* at(const floatX* t, size_t off) { return t ? t + off : nullptr; }
@@ -193,23 +238,25 @@ inline void layers(GPT2Infer& m, int M, const CudaContext& ctx, Attend&& attend)
     const int H = gpt2_mlp_hidden(c);
     const GPT2Tensors<floatX>& p = m.params;
     cudaStream_t s = ctx.stream;
+    mark(m, "norm", s);
     if (c.norm == NORM_RMSNORM) rmsnorm_forward(m.ln, m.rstd, m.res1, p.ln1w, M, C, (float)c.norm_eps, s);
     else layernorm_forward(m.ln, m.mean, m.rstd, m.res1, p.ln1w, p.ln1b, M, C, s);
+    const GemvEpilogue act = c.mlp == MLP_SWIGLU ? GEMV_SWIGLU : GEMV_GELU;
     for (int l = 0; l < L; l++) {
         const size_t c1 = (size_t)l * C;
-        matmul_forward(m.qkv, nullptr, m.ln, p.qkvw + (size_t)l * QKV * C, at(p.qkvb, (size_t)l * QKV), M, C, QKV, ctx);
+        linear(m, "qkv", m.qkv, nullptr, m.ln, p.qkvw + (size_t)l * QKV * C, at(p.qkvb, (size_t)l * QKV), M, C, QKV,
+               GEMV_PLAIN, ctx);
         attend(l);
-        matmul_forward(m.proj, nullptr, m.atty, p.attprojw + c1 * C, at(p.attprojb, c1), M, C, C, ctx);
+        linear(m, "attproj", m.proj, nullptr, m.atty, p.attprojw + c1 * C, at(p.attprojb, c1), M, C, C, GEMV_PLAIN,
+               ctx);
+        mark(m, "residual+norm", s);
         residual_norm(m, m.res2, m.ln, m.res1, m.proj, p.ln2w + c1, at(p.ln2b, c1), M, s);
-        if (c.mlp == MLP_SWIGLU) {
-            matmul_forward(m.fch, nullptr, m.ln, p.fcw + (size_t)l * FC * C, at(p.fcb, (size_t)l * FC), M, C, FC, ctx);
-            swiglu_forward(m.fch_gelu, m.fch, M, H, s);
-        } else {
-            matmul_forward(m.fch_gelu, m.fch, m.ln, p.fcw + (size_t)l * FC * C, at(p.fcb, (size_t)l * FC), M, C, FC,
-                           ctx);
-        }
-        matmul_forward(m.proj, nullptr, m.fch_gelu, p.fcprojw + c1 * H, at(p.fcprojb, c1), M, H, C, ctx);
+        linear(m, "fc", m.fch_gelu, m.fch, m.ln, p.fcw + (size_t)l * FC * C, at(p.fcb, (size_t)l * FC), M, C, FC, act,
+               ctx);
+        linear(m, "fcproj", m.proj, nullptr, m.fch_gelu, p.fcprojw + c1 * H, at(p.fcprojb, c1), M, H, C, GEMV_PLAIN,
+               ctx);
         const bool next = l + 1 < L;
+        mark(m, "residual+norm", s);
         residual_norm(m, m.res1, m.ln, m.res2, m.proj, next ? p.ln1w + c1 + C : p.lnfw,
                       next ? at(p.ln1b, c1 + C) : p.lnfb, M, s);
     }
@@ -289,7 +336,8 @@ inline void gpt2_infer_prefill(GPT2Infer& m, const int* tokens, const int* lengt
     });
     infer_detail::gather_last_rows<<<ceil_div(B * C / x128::size, 256), 256, 0, s>>>(m.last, m.ln, m.lengths, B, T, C);
     cudaCheckLaunch();
-    matmul_forward(m.logits, nullptr, m.last, infer_detail::head(m), nullptr, B, C, c.padded_vocab_size, ctx);
+    infer_detail::linear(m, "lm_head", m.logits, nullptr, m.last, infer_detail::head(m), nullptr, B, C,
+                         c.padded_vocab_size, GEMV_PLAIN, ctx);
     cudaCheck(cudaStreamSynchronize(s));  // the host vectors above leave scope
 }
 
@@ -298,25 +346,35 @@ inline void gpt2_infer_decode_forward(GPT2Infer& m, const CudaContext& ctx) {
     const GPT2Config& c = m.config;
     const int B = m.B, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
     cudaStream_t s = ctx.stream;
+    using infer_detail::mark;
+    mark(m, "encoder", s);
     encoder_forward_at(m.res1, m.tokens, m.pos, m.params.wte, m.params.wpe, B, C, s);
     infer_detail::layers(m, B, ctx, [&](int l) {
         const size_t off = infer_detail::layer_cache_offset(m, l);
-        if (c.position == POS_ROPE) rope_forward_at(m.qkv, m.rope_cos, m.rope_sin, m.pos, B, NH, NKV, HD, s);
+        if (c.position == POS_ROPE) {
+            mark(m, "rope", s);
+            rope_forward_at(m.qkv, m.rope_cos, m.rope_sin, m.pos, B, NH, NKV, HD, s);
+        }
+        mark(m, "kv_cache_append", s);
         kv_cache_append(m.k_cache + off, m.v_cache + off, m.qkv, m.pos, B, NH, NKV, HD, m.S, s);
+        mark(m, "attention_decode", s);
         attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, s, m.window,
                          m.decode_scratch);
     });
-    matmul_forward(m.logits, nullptr, m.ln, infer_detail::head(m), nullptr, B, C, c.padded_vocab_size, ctx);
+    infer_detail::linear(m, "lm_head", m.logits, nullptr, m.ln, infer_detail::head(m), nullptr, B, C,
+                         c.padded_vocab_size, GEMV_PLAIN, ctx);
 }
 
 // One generation step, enqueued: sample + book-keeping, then the forward of the new tokens.
 inline void gpt2_infer_step(GPT2Infer& m, const GenerateLimits& lim, const CudaContext& ctx) {
     const GPT2Config& c = m.config;
+    infer_detail::mark(m, "sample", ctx.stream);
     infer_detail::sample_and_advance<<<m.B, SAMPLE_THREADS, 0, ctx.stream>>>(
         m.step_out, m.tokens, m.pos, m.produced, m.active, m.rng, m.logits, m.lengths, m.force, lim, c.vocab_size,
         c.padded_vocab_size, m.max_seq);
     cudaCheckLaunch();
     gpt2_infer_decode_forward(m, ctx);
+    infer_detail::mark(m, "end", ctx.stream);
 }
 
 // One step with every sequence idle, not captured: the sampler skips them and the forward writes only
