@@ -16,6 +16,10 @@
 // (U*R 16-byte loads issued before any math), then each of the R*M sums is reduced across the warp.
 // R trades the L1 traffic of the inputs (M packs per R weight packs) against the number of warps:
 // R = 1 below M = 4, R = 2 from there (gemv_rows_per_warp; the lab, dev/cuda/gemv.cu, times 1/2/4).
+// Programmatic dependent launch (pdl): the kernel may start while the kernel before it in the stream
+// (or CUDA graph) is finishing; it prefetches its first weight packs into L2 (they never depend on
+// the previous kernel), then waits (griddepcontrol.wait) before it reads `inp`. A no-op wait when
+// launched without the attribute. sm_90+; older architectures compile the wait and prefetch away.
 // fp32 accumulation; K a multiple of x128::size. The CPU reference is cpu::matmul_forward (and
 // cpu::gelu_forward / cpu::swiglu_forward on its fp32 output).
 #pragma once
@@ -31,6 +35,19 @@ constexpr int GEMV_UNROLL = 4;   // 16-byte packs per weight row a lane loads be
 enum GemvEpilogue : int { GEMV_PLAIN = 0, GEMV_GELU = 1, GEMV_SWIGLU = 2 };
 
 namespace gemv_detail {
+
+// Waits until the grid this one depends on (programmatic dependent launch) has finished and its
+// writes are visible; returns at once for a plain launch.
+__device__ inline void wait_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ inline void prefetch_l2(const void* p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#endif
+}
 
 // acc[r][m] += dot(weight pack of row r, input pack of row m) for the packs `kp` of one lane.
 template <int M, int R>
@@ -75,21 +92,24 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
         for (int m = 0; m < M; m++) acc[r][m] = 0.0f;
 
     const int packs = K / x128::size;
-    int p = lane;
-    for (; p + (GEMV_UNROLL - 1) * WARP_SIZE < packs; p += GEMV_UNROLL * WARP_SIZE) {
+    // the first round's weight packs into L2 while the previous kernel may still run, then the wait
+#pragma unroll
+    for (int u = 0; u < GEMV_UNROLL; u++)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (lane + u * WARP_SIZE < packs) prefetch_l2(wrow[r] + (lane + u * WARP_SIZE) * x128::size);
+    wait_previous_grid();
+    // rounds of U packs per row, all U*R loads issued (predicated at the end of a row) before the math
+    for (int p = lane; p < packs; p += GEMV_UNROLL * WARP_SIZE) {
         x128 w[GEMV_UNROLL][R];
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; u++)
 #pragma unroll
-            for (int r = 0; r < R; r++) w[u][r] = load128cs(wrow[r] + (p + u * WARP_SIZE) * x128::size);
+            for (int r = 0; r < R; r++)
+                if (p + u * WARP_SIZE < packs) w[u][r] = load128cs(wrow[r] + (p + u * WARP_SIZE) * x128::size);
 #pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; u++) gemv_packs<M, R>(acc, w[u], inp, K, (p + u * WARP_SIZE) * x128::size);
-    }
-    for (; p < packs; p += WARP_SIZE) {
-        x128 w[R];
-#pragma unroll
-        for (int r = 0; r < R; r++) w[r] = load128cs(wrow[r] + p * x128::size);
-        gemv_packs<M, R>(acc, w, inp, K, p * x128::size);
+        for (int u = 0; u < GEMV_UNROLL; u++)
+            if (p + u * WARP_SIZE < packs) gemv_packs<M, R>(acc, w[u], inp, K, (p + u * WARP_SIZE) * x128::size);
     }
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -117,35 +137,44 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
     }
 }
 
+// One launch of gemv_kernel<M, R, EPI>, with the programmatic-serialization attribute when pdl.
+template <int M, int R, int EPI>
+inline void launch(bool pdl, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K, int N,
+                   cudaStream_t stream) {
+    const int warps = GEMV_THREADS / WARP_SIZE, groups = EPI == GEMV_SWIGLU ? N / 2 : ceil_div(N, R);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(ceil_div(groups, warps));
+    cfg.blockDim = dim3(GEMV_THREADS);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    cudaCheck(cudaLaunchKernelEx(&cfg, gemv_kernel<M, R, EPI>, out, inp, weight, bias, K, N));
+}
+
 template <int M, int EPI>
-inline void launch_rows(int R, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K, int N,
-                        cudaStream_t stream) {
-    const int warps = GEMV_THREADS / WARP_SIZE;
-    if constexpr (EPI == GEMV_SWIGLU) {
-        gemv_kernel<M, 2, EPI><<<ceil_div(N / 2, warps), GEMV_THREADS, 0, stream>>>(out, inp, weight, bias, K, N);
-    } else if (R == 1) {
-        gemv_kernel<M, 1, EPI><<<ceil_div(N, warps), GEMV_THREADS, 0, stream>>>(out, inp, weight, bias, K, N);
-    } else if (R == 2) {
-        gemv_kernel<M, 2, EPI><<<ceil_div(ceil_div(N, 2), warps), GEMV_THREADS, 0, stream>>>(out, inp, weight, bias,
-                                                                                              K, N);
-    } else {
-        gemv_kernel<M, 4, EPI><<<ceil_div(ceil_div(N, 4), warps), GEMV_THREADS, 0, stream>>>(out, inp, weight, bias,
-                                                                                              K, N);
-    }
+inline void launch_rows(int R, bool pdl, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
+                        int K, int N, cudaStream_t stream) {
+    if constexpr (EPI == GEMV_SWIGLU) launch<M, 2, EPI>(pdl, out, inp, weight, bias, K, N, stream);
+    else if (R == 1) launch<M, 1, EPI>(pdl, out, inp, weight, bias, K, N, stream);
+    else if (R == 2) launch<M, 2, EPI>(pdl, out, inp, weight, bias, K, N, stream);
+    else launch<M, 4, EPI>(pdl, out, inp, weight, bias, K, N, stream);
 }
 
 template <int EPI>
-inline void launch_epi(int M, int R, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K,
+inline void launch_epi(int M, int R, bool pdl, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K,
                        int N, cudaStream_t stream) {
     switch (M) {
-        case 1: launch_rows<1, EPI>(R, out, inp, weight, bias, K, N, stream); break;
-        case 2: launch_rows<2, EPI>(R, out, inp, weight, bias, K, N, stream); break;
-        case 3: launch_rows<3, EPI>(R, out, inp, weight, bias, K, N, stream); break;
-        case 4: launch_rows<4, EPI>(R, out, inp, weight, bias, K, N, stream); break;
-        case 5: launch_rows<5, EPI>(R, out, inp, weight, bias, K, N, stream); break;
-        case 6: launch_rows<6, EPI>(R, out, inp, weight, bias, K, N, stream); break;
-        case 7: launch_rows<7, EPI>(R, out, inp, weight, bias, K, N, stream); break;
-        default: launch_rows<8, EPI>(R, out, inp, weight, bias, K, N, stream); break;
+        case 1: launch_rows<1, EPI>(R, pdl, out, inp, weight, bias, K, N, stream); break;
+        case 2: launch_rows<2, EPI>(R, pdl, out, inp, weight, bias, K, N, stream); break;
+        case 3: launch_rows<3, EPI>(R, pdl, out, inp, weight, bias, K, N, stream); break;
+        case 4: launch_rows<4, EPI>(R, pdl, out, inp, weight, bias, K, N, stream); break;
+        case 5: launch_rows<5, EPI>(R, pdl, out, inp, weight, bias, K, N, stream); break;
+        case 6: launch_rows<6, EPI>(R, pdl, out, inp, weight, bias, K, N, stream); break;
+        case 7: launch_rows<7, EPI>(R, pdl, out, inp, weight, bias, K, N, stream); break;
+        default: launch_rows<8, EPI>(R, pdl, out, inp, weight, bias, K, N, stream); break;
     }
 }
 
@@ -160,16 +189,17 @@ inline bool gemv_supported(int M, int K, int N, GemvEpilogue epi) {
 }
 
 // out = epilogue(inp (M, K) W^T (N, K) + bias); out (M, N), or (M, N/2) for GEMV_SWIGLU. rows_per_warp:
-// 0 = gemv_rows_per_warp(M), else 1, 2 or 4 (the lab's variants; SwiGLU always pairs 2 rows).
+// 0 = gemv_rows_per_warp(M), else 1, 2 or 4 (the lab's variants; SwiGLU always pairs 2 rows). pdl:
+// launch as a programmatic dependent of the previous kernel in the stream (see the top).
 inline void gemv_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K, int N,
-                         GemvEpilogue epi, cudaStream_t stream, int rows_per_warp = 0) {
+                         GemvEpilogue epi, cudaStream_t stream, int rows_per_warp = 0, bool pdl = false) {
     if (!gemv_supported(M, K, N, epi))
         fail("gemv_forward: M = %d (1..%d), K = %d (a multiple of %d), N = %d (even for SwiGLU) not supported", M,
              GEMV_MAX_M, K, x128::size, N);
     const int R = rows_per_warp ? rows_per_warp : gemv_rows_per_warp(M);
     if (R != 1 && R != 2 && R != 4) fail("gemv_forward: rows per warp %d is not 1, 2 or 4", R);
-    if (epi == GEMV_GELU) gemv_detail::launch_epi<GEMV_GELU>(M, R, out, inp, weight, bias, K, N, stream);
-    else if (epi == GEMV_SWIGLU) gemv_detail::launch_epi<GEMV_SWIGLU>(M, R, out, inp, weight, bias, K, N, stream);
-    else gemv_detail::launch_epi<GEMV_PLAIN>(M, R, out, inp, weight, bias, K, N, stream);
+    if (epi == GEMV_GELU) gemv_detail::launch_epi<GEMV_GELU>(M, R, pdl, out, inp, weight, bias, K, N, stream);
+    else if (epi == GEMV_SWIGLU) gemv_detail::launch_epi<GEMV_SWIGLU>(M, R, pdl, out, inp, weight, bias, K, N, stream);
+    else gemv_detail::launch_epi<GEMV_PLAIN>(M, R, pdl, out, inp, weight, bias, K, N, stream);
     cudaCheckLaunch();
 }

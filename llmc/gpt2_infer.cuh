@@ -55,6 +55,7 @@ struct StepProfile {
 struct GPT2Infer {
     GPT2Config config{};
     bool gemv = true;  // matmuls of at most GEMV_MAX_M rows through gemv_forward (else cuBLASLt)
+    bool pdl = true;   // gemv_forward launched as programmatic dependents (llmc/gemv.cuh)
     StepProfile* profile = nullptr;  // non-null and on: mark() records events
     int B = 0;        // sequences at once
     int Tmax = 0;     // prompt tokens per sequence a prefill may have
@@ -207,7 +208,7 @@ inline void linear(GPT2Infer& m, const char* family, floatX* out, floatX* pre, c
                    const floatX* b, int M, int K, int N, GemvEpilogue epi, const CudaContext& ctx) {
     mark(m, family, ctx.stream);
     if (m.gemv && gemv_supported(M, K, N, epi)) {
-        gemv_forward(out, inp, w, b, M, K, N, epi, ctx.stream);
+        gemv_forward(out, inp, w, b, M, K, N, epi, ctx.stream, 0, m.pdl);
     } else if (epi == GEMV_SWIGLU) {
         matmul_forward(pre, nullptr, inp, w, b, M, K, N, ctx);
         mark(m, "swiglu", ctx.stream);

@@ -17,7 +17,7 @@
 #   4. bad inputs fail with their one-line errors
 #   5. compute-sanitizer memcheck of a small run, graph and no graph, GPT-2 and Llama (MEMCHECK=0 skips it)
 #   6. --bench 1: GPT-2 124M shapes (random d12), 64-token prompts, 256 new tokens, greedy, B=1 and
-#      B=64, a 1008-token prefill, B=1 without the graph, B=1 with --gemv 0, and the Llama 114M shape
+#      B=64, a 1008-token prefill, B=1 without the graph, B=1 with --gemv 0 / --pdl 0, B=8, and the Llama 114M shape
 #      (12 layers, C 768, 12 heads / 4 KV heads, SwiGLU 2048, vocab 50304 padded, tied) at B=1 and
 #      B=64 (BENCH=0 skips them); PROFILE=1 (default) adds the per-kernel-family decode step times of
 #      d12 at B=1 and B=64 and of the Llama at B=1; with HF=1 also transformers' generate on the same
@@ -209,7 +209,8 @@ if [ "${BENCH:-1}" != 0 ]; then
     # the last flags win: the third line times a 1008-token prefill (the issue's 1024-token target)
     # PROFILE=1 adds --profile 1 to the runs marked P (their PROFILE lines go to the summary too)
     for run in "P d12 --batch 1" "P d12 --batch 64" "- d12 --batch 1 --bench-prompt 1008 --max-new 16" \
-               "- d12 --batch 1 --graph 0" "- d12 --batch 1 --gemv 0" "P $LLAMA114 --batch 1" "- $LLAMA114 --batch 64"; do
+               "- d12 --batch 1 --graph 0" "- d12 --batch 1 --gemv 0" "- d12 --batch 1 --pdl 0" \
+               "- d12 --batch 8" "P $LLAMA114 --batch 1" "- $LLAMA114 --batch 64"; do
         set -- $run; prof=$1 model=$2; shift 2; args="$*"
         extra=""; [ "$prof" = P ] && [ "${PROFILE:-1}" != 0 ] && extra="--profile 1"
         $GEN --init $model --bench 1 --bench-prompt 64 --max-new 256 --temperature 0 $args $extra \

@@ -15,7 +15,8 @@
 // step (the model's ~250 MB never fits the 50 MB L2).
 //
 // Variants:
-//   0 shipped: gemv_forward with gemv_rows_per_warp(M) rows per warp (1 below M = 4, else 2)
+//   0 shipped: gemv_forward with gemv_rows_per_warp(M) rows per warp (1 below M = 4, else 2),
+//     launched as generate launches it (programmatic dependent launch: no effect on one kernel)
 //   1 one row per warp        2 two rows per warp        3 four rows per warp (SwiGLU: 0 only)
 //   4 cuBLASLt: matmul_forward (bias / GELU epilogue), + swiglu_forward for SwiGLU
 #include "dev/cuda/harness.cuh"
@@ -57,7 +58,7 @@ static void run_shape(lab::Lab& L, const Shape& s, int M) {
     auto reset = [&] { d_out.poison(L.stream()); };
     auto check = [&] { return L.check(d_out, ref); };
     L.run(op, 0, "shipped", bytes, flops, lab::Bound::Memory, reset,
-          [&] { gemv_forward(d_out, d_inp, d_w, b, M, K, N, s.epi, L.stream()); }, check);
+          [&] { gemv_forward(d_out, d_inp, d_w, b, M, K, N, s.epi, L.stream(), 0, true); }, check);
     if (s.epi != GEMV_SWIGLU) {
         const char* names[] = {"1 row a warp", "2 rows a warp", "4 rows a warp"};
         for (int v = 1; v <= 3; v++)
