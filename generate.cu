@@ -11,6 +11,7 @@
 // Debug and speed: --graph 0 launches the step's kernels one by one; --check-full 1 compares each
 // step's logits with the training model's full forward over the same tokens; --bench 1 times random
 // prompts (with --init dN no file is needed) and prints one BENCH_GEN line.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -22,9 +23,14 @@
 
 // ------------------------------------------------------------------------------------------------
 // the full-forward check (--check-full 1)
-// The training model (llmc/gpt2.cuh) over one whole sequence, the reference for the cached logits.
+// The reference for the cached logits: the training model (llmc/gpt2.cuh) over one whole sequence,
+// for the models it runs (GPT-2); for the others (Llama-style) a second inference model's prefill of
+// the whole sequence (no cache read: the flash attention forward over the prompt, RoPE at positions
+// 0..n-1), so the decode path (cache append, decode attention, per-sequence RoPE) is what is tested.
 struct FullCheck {
+    bool training_model = true;
     GPT2 ref;
+    GPT2Infer ref_infer;  // when !training_model
     double tolerance = HAS_MASTER ? 5e-2 : 1e-4;  // max |diff| / max |ref logit| over a row (bf16: both paths round)
     double worst = 0.0;
     long rows = 0, failures = 0;
@@ -33,9 +39,17 @@ struct FullCheck {
 // Compares row b of the cached logits (B, Vp) with the full forward's last position over `seq`.
 static void check_row(FullCheck& fc, const GPT2Infer& m, int b, const std::vector<int>& seq, const CudaContext& ctx) {
     const int V = m.config.vocab_size, Vp = m.config.padded_vocab_size, n = (int)seq.size();
-    gpt2_upload_batch(fc.ref, seq.data(), nullptr, 1, n, false, ctx);
-    gpt2_forward(fc.ref, 1, n, ctx);
-    const std::vector<float> want = device_to_float(fc.ref.acts.logits + (size_t)(n - 1) * Vp, V);
+    std::vector<float> want;
+    if (fc.training_model) {
+        gpt2_upload_batch(fc.ref, seq.data(), nullptr, 1, n, false, ctx);
+        gpt2_forward(fc.ref, 1, n, ctx);
+        want = device_to_float(fc.ref.acts.logits + (size_t)(n - 1) * Vp, V);
+    } else {
+        const int one = 1;
+        const uint64_t rng = 0;
+        gpt2_infer_prefill(fc.ref_infer, seq.data(), &n, &one, &rng, n, ctx);
+        want = device_to_float(fc.ref_infer.logits, V);
+    }
     const std::vector<float> got = device_to_float(m.logits + (size_t)b * Vp, V);
     double diff = 0.0, scale = 1e-30;
     for (int v = 0; v < V; v++) {
@@ -134,6 +148,51 @@ static std::vector<std::vector<int>> generate(GPT2Infer& m, const std::vector<co
 }
 
 // ------------------------------------------------------------------------------------------------
+// --profile 1 (after --bench's timed round): a fresh prefill, then `steps` decode steps launched one
+// by one with an event before each kernel (gpt2_infer.cuh's mark); each kernel family's time per
+// step (launch gaps included: the time from its event to the next), in first-seen order. The sum is
+// the plain-launch step time, which the CUDA graph beats by the launch overhead.
+static void profile_steps(GPT2Infer& m, const GenerateLimits& lim, const std::vector<int>& tokens,
+                          const std::vector<int>& lengths, const std::vector<int>& active,
+                          const std::vector<uint64_t>& rng, int P, int steps, float graph_ms_per_token,
+                          const CudaContext& ctx) {
+    if (!m.profile) m.profile = new StepProfile;
+    StepProfile& prof = *m.profile;
+    std::vector<std::string> order;
+    std::vector<double> total_ms;
+    std::vector<int> calls;
+    gpt2_infer_prefill(m, tokens.data(), lengths.data(), active.data(), rng.data(), P, ctx);
+    for (int i = 0; i < steps; i++) {
+        prof.on = true;
+        prof.used = 0;
+        gpt2_infer_step(m, lim, ctx);
+        prof.on = false;
+        cudaCheck(cudaStreamSynchronize(ctx.stream));
+        for (int e = 0; e + 1 < prof.used; e++) {
+            float ms = 0;
+            cudaCheck(cudaEventElapsedTime(&ms, prof.events[e], prof.events[e + 1]));
+            const std::string name = prof.names[e];
+            size_t k = std::find(order.begin(), order.end(), name) - order.begin();
+            if (k == order.size()) {
+                order.push_back(name);
+                total_ms.push_back(0.0);
+                calls.push_back(0);
+            }
+            total_ms[k] += ms;
+            calls[k]++;
+        }
+    }
+    double sum = 0;
+    for (double t : total_ms) sum += t;
+    for (size_t k = 0; k < order.size(); k++)
+        printf("PROFILE B=%d family=%-16s us_per_step=%8.2f calls_per_step=%3d us_per_call=%6.2f pct=%5.1f\n", m.B,
+               order[k].c_str(), 1e3 * total_ms[k] / steps, calls[k] / steps, 1e3 * total_ms[k] / calls[k],
+               100.0 * total_ms[k] / sum);
+    printf("PROFILE B=%d total_plain_us_per_step=%.2f graph_us_per_token=%.2f steps=%d gemv=%d\n", m.B, 1e3 * sum / steps,
+           1e3 * graph_ms_per_token, steps, (int)m.gemv);
+}
+
+// ------------------------------------------------------------------------------------------------
 // --bench 1: B random prompts of P tokens, N new tokens each (no end-of-text stop); a warm-up
 // round, then one timed round: prefill, then N steps enqueued back to back, one wait at the end.
 static void bench(GPT2Infer& m, const GenConfig& g, const GenerateLimits& lim, const CudaContext& ctx) {
@@ -163,8 +222,10 @@ static void bench(GPT2Infer& m, const GenConfig& g, const GenerateLimits& lim, c
     cudaCheck(cudaMemcpy(produced.data(), m.produced, sizeof(int) * B, cudaMemcpyDeviceToHost));
     for (int b = 0; b < B; b++)
         if (produced[b] != N) fail("--bench: sequence %d produced %d tokens, not %d", b, produced[b], N);
-    printf("BENCH_GEN B=%d prompt=%d new=%d prefill_ms=%.3f ms_per_token=%.4f tok_s=%.0f graph=%d precision=%s\n", B, P,
-           N, prefill_ms, decode_ms / N, (double)B * N / (decode_ms / 1e3), g.graph, PRECISION_NAME);
+    printf("BENCH_GEN B=%d prompt=%d new=%d prefill_ms=%.3f ms_per_token=%.4f tok_s=%.0f graph=%d gemv=%d pdl=%d "
+           "arch=%s precision=%s\n", B, P, N, prefill_ms, decode_ms / N, (double)B * N / (decode_ms / 1e3), g.graph,
+           (int)m.gemv, (int)m.pdl, gpt2_arch_name(m.config), PRECISION_NAME);
+    if (g.profile) profile_steps(m, lim, tokens, lengths, active, rng, P, std::min(N, 32), decode_ms / N, ctx);
     for (cudaEvent_t& e : ev) cudaCheck(cudaEventDestroy(e));
 }
 
@@ -216,6 +277,8 @@ int main(int argc, char** argv) {
     }
     GPT2Infer m;
     gpt2_infer_build(m, c, params.data(), B, Tmax, max_seq, (int)force.size());
+    m.gemv = g.gemv != 0;
+    m.pdl = g.pdl != 0;
     if (!force.empty())
         cudaCheck(cudaMemcpy(m.force, force.data(), sizeof(int) * force.size(), cudaMemcpyHostToDevice));
     fprintf(stderr, "model %s: L=%d C=%d NH=%d NKV=%d W=%d V=%d; KV cache %d x %d slots (%.1f MiB), batch %d; %s, %s\n",
@@ -234,8 +297,13 @@ int main(int argc, char** argv) {
     std::unique_ptr<FullCheck> check;
     if (g.check_full) {
         check.reset(new FullCheck);
-        gpt2_build(check->ref, c, 1, max_seq, false, ctx);
-        gpt2_set_params(check->ref, params.data());
+        check->training_model = gpt2_is_plain_gpt2(c);
+        if (check->training_model) {
+            gpt2_build(check->ref, c, 1, max_seq, false, ctx);
+            gpt2_set_params(check->ref, params.data());
+        } else {
+            gpt2_infer_build(check->ref_infer, c, params.data(), 1, max_seq, max_seq, 1);
+        }
     }
     FILE* dump = g.dump_logits.empty() ? nullptr : fopen_or_fail(g.dump_logits.c_str(), "wb");
     int* host_out = nullptr;
@@ -251,7 +319,8 @@ int main(int argc, char** argv) {
     if (check) {
         fprintf(stderr, "check-full: %ld rows, worst max|diff|/max|logit| %.3g (tolerance %.1g): %s\n", check->rows,
                 check->worst, check->tolerance, check->failures ? "FAIL" : "ok");
-        gpt2_free(check->ref);
+        if (check->training_model) gpt2_free(check->ref);
+        else gpt2_infer_free(check->ref_infer);
     }
     cudaCheck(cudaFreeHost(host_out));
     gpt2_infer_free(m);

@@ -2,11 +2,11 @@
 //   forward   out (B, T, C) = wte[inp[b, t]] + wpe[t]                              (=)
 //   decode    out (B, C) = wte[tokens[b]] + wpe[pos[b]], each sequence at its own position (=)
 //   backward  dwte[tok] += sum of dout over the positions holding tok;  dwpe[t] += sum_b dout[b, t]  (+=)
+// With RoPE (Llama-style models) there is no position table: wpe and dwpe are nullptr, the forwards
+// copy the token's row (out = wte[token]) and the backward skips dwpe.
 // The backward is deterministic: positions are bucketed by token on the host (counting sort, in
 // position order) and each bucket is summed by one thread block in that order, so two runs, or a
 // run and its resumed copy, produce bit-identical gradients. Atomics would not.
-// With RoPE (Llama-style models) there is no position table: wpe and dwpe are nullptr, the forward
-// copies the token's row and the backward skips dwpe.
 // C must be a multiple of x128::size (8 in bf16) so every row starts on a 16-byte boundary.
 #pragma once
 #include <vector>
@@ -54,6 +54,10 @@ static __global__ void encoder_forward_at_packed(floatX* out, const int* tokens,
     const int b = idx / packs_per_row, c = (idx % packs_per_row) * x128::size;
     const int p = pos[b], t = p < 0 ? 0 : p, tok = p < 0 ? 0 : tokens[b];
     const x128 a = load128(wte + (int64_t)tok * C + c);
+    if (!wpe) {
+        store128(out + (int64_t)b * C + c, a);
+        return;
+    }
     const x128 e = load128(wpe + (int64_t)t * C + c);
     x128 o;
     for (int k = 0; k < x128::size; k++) o[k] = from_float<floatX>(to_float(a[k]) + to_float(e[k]));

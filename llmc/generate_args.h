@@ -44,6 +44,9 @@ struct GenConfig {
     int check_full = 0;                 // --check-full 1: each step's logits against a full forward
     int bench = 0;                      // --bench 1: time prefill and decode, print one BENCH_GEN line
     int bench_prompt = 64;              // --bench-prompt: prompt tokens per sequence of --bench
+    int gemv = 1;                       // --gemv: the decode step's matmuls at M <= 8 rows through llmc/gemv.cuh
+    int pdl = 1;                        // --pdl: the GEMV kernels as programmatic dependent launches
+    int profile = 0;                    // --profile 1 (with --bench): per-kernel-family time of a decode step
     std::string init;                   // --init dN: a fresh random model instead of --model
 };
 
@@ -107,8 +110,15 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
         p.add_int("--bench", &g.bench, {0, 1}, "1 = time a batch of --batch random prompts of --bench-prompt tokens "
                   "and --max-new new tokens (no end-of-text stop); prints one BENCH_GEN line");
         p.add_int("--bench-prompt", &g.bench_prompt, {1, 1 << 20}, "prompt tokens per sequence for --bench");
-        p.add_string("--init", "dN", &g.init, "a fresh GPT-2 of N layers (d12 = 124M, the trainer's init from "
-                     "--seed) instead of --model: --bench and tests need no file");
+        p.add_int("--gemv", &g.gemv, {0, 1}, "1 = the matmuls of a step of at most 8 sequences through the GEMV "
+                  "kernels of llmc/gemv.cuh; 0 = cuBLASLt for every matmul (same tokens up to rounding)");
+        p.add_int("--pdl", &g.pdl, {0, 1}, "1 = launch the GEMV kernels as programmatic dependents of the kernel "
+                  "before them (they prefetch their weights while it finishes); 0 = plain launches");
+        p.add_int("--profile", &g.profile, {0, 1}, "1 = with --bench: after the timed round, time each kernel family "
+                  "of the decode step (plain launches, an event between kernels) and print PROFILE lines");
+        p.add_string("--init", "dN", &g.init, "a fresh model from a descriptor (dN: a GPT-2 of N layers, d12 = "
+                     "124M; llama:L12,C768,H12,KV4,F2048 a Llama-style one; the trainer's init from --seed) instead "
+                     "of --model: --bench and tests need no file");
     }
     p.parse(argc, argv);
     if (g.model_path.empty() && g.init.empty())
@@ -116,6 +126,7 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
     if (!g.model_path.empty() && !g.init.empty()) fail("--init: give either --model or --init, not both");
     if (g.prompts.empty() && !g.interactive && !g.bench)
         fail("no prompt: give --prompt, --prompt-ids, --prompt-file, --prompt-ids-file or --interactive 1");
+    if (g.profile && !g.bench) fail("--profile: times the decode step of --bench 1; give --bench 1 too");
     if (g.bench && (!g.prompts.empty() || g.interactive))
         fail("--bench: makes its own random prompts; give no prompt and no --interactive");
 }

@@ -1,5 +1,8 @@
-// gpt2_infer.cuh: GPT-2 inference on the GPU with a KV cache, the model half of generate.cu and the
-// GPU twin of llmc/cpu/gpt2_infer.h (same steps, same cache layout). Only inference memory: the
+// gpt2_infer.cuh: inference on the GPU with a KV cache, for both model families (GPT-2 and
+// Llama-style: the config's norm, position, MLP, bias and head knobs, as llmc/cpu/gpt2_infer.h),
+// the model half of generate.cu and the GPU twin of llmc/cpu/gpt2_infer.h (same steps, same cache
+// layout). RoPE turns q and k after the QKV matmul at each token's own position (prefill: 0..T-1;
+// a step: pos[b], read on the device), before k enters the cache. Only inference memory: the
 // floatX weights, one layer's activations for the rows of a prefill (reused by every layer), the
 // cache, and the generation state. The layer ops are the training forward's (llmc/*.cuh); the
 // training model of gpt2.cuh is untouched and serves as the full-forward reference of --check-full.
@@ -24,9 +27,14 @@
 #pragma once
 #include <vector>
 #include "llmc/attention_decode.cuh"
+#include "llmc/gemv.cuh"
 #include "llmc/gpt2.cuh"
+#include "llmc/cpu/rope.h"
 #include "llmc/kv_cache.cuh"
+#include "llmc/rmsnorm.cuh"
+#include "llmc/rope.cuh"
 #include "llmc/sampler.cuh"
+#include "llmc/swiglu.cuh"
 
 struct GenerateLimits {
     SamplingParams sampling;
@@ -35,8 +43,20 @@ struct GenerateLimits {
     int force_len;  // teacher forcing: tokens in GPT2Infer::force (0 = off); a sequence stops after them
 };
 
+// Per-kernel-family timing of plain (not captured) launches: an event before each kernel, named by
+// its family; the time to the next event is that kernel's (launch gaps included).
+struct StepProfile {
+    bool on = false;
+    std::vector<cudaEvent_t> events;
+    std::vector<const char*> names;
+    int used = 0;
+};
+
 struct GPT2Infer {
     GPT2Config config{};
+    bool gemv = true;  // matmuls of at most GEMV_MAX_M rows through gemv_forward (else cuBLASLt)
+    bool pdl = true;   // gemv_forward launched as programmatic dependents (llmc/gemv.cuh)
+    StepProfile* profile = nullptr;  // non-null and on: mark() records events
     int B = 0;        // sequences at once
     int Tmax = 0;     // prompt tokens per sequence a prefill may have
     int max_seq = 0;  // positions a sequence may use
@@ -50,16 +70,18 @@ struct GPT2Infer {
     floatX* res1;      // (R, C) the residual stream entering a layer
     floatX* res2;      // (R, C) after the attention block
     floatX* ln;        // (R, C) a LayerNorm's output (the last one: lnf)
-    float* mean;       // (R)
+    float* mean;       // (R) LayerNorm only
     float* rstd;       // (R)
     floatX* qkv;       // (R, QKV)
     floatX* atty;      // (R, C)
     float* lse;        // (B, NH, Tmax) the prefill attention's statistics (unused after)
     floatX* proj;      // (R, C) output of attproj / fcproj
-    floatX* fch;       // (R, 4C) pre-GELU (the matmul's GELU epilogue writes it)
-    floatX* fch_gelu;  // (R, 4C)
+    floatX* fch;       // (R, FC) pre-GELU (the matmul's GELU epilogue writes it), or SwiGLU's [gate | up] (R, 2H)
+    floatX* fch_gelu;  // (R, H) the MLP's activation: GELU, or SwiGLU of fch
     floatX* last;      // (B, C) lnf of each prompt's last position
     floatX* logits;    // (B, Vp)
+    float* rope_cos;   // (max_seq, HD/2) with RoPE: cpu::rope_tables, uploaded once
+    float* rope_sin;   // (max_seq, HD/2)
     // generation state, device
     int* prompt;       // (B, Tmax) right-padded prompts
     int* lengths;      // (B) prompt lengths
@@ -77,15 +99,14 @@ struct GPT2Infer {
     GenerateLimits graph_limits{};
 };
 
-// What the GPU inference runs (GPT-2, head size 64 or 128, 16-byte rows); a host check, callable
-// before the device starts.
+// What the GPU inference runs (any knob combination of both families, head size 64 or 128, 16-byte
+// rows); a host check, callable before the device starts.
 inline void gpt2_infer_check_config(const GPT2Config& c, const char* what) {
     gpt2_validate_config(c, what);
-    gpt2_check_gpu_support(c, what);
     const int HD = gpt2_head_dim(c);
-    if (c.channels % 8 != 0 || c.padded_vocab_size % 8 != 0)
-        fail("%s: channels %d and padded vocab %d must be multiples of 8 (16-byte loads)", what, c.channels,
-             c.padded_vocab_size);
+    if (c.channels % 8 != 0 || c.padded_vocab_size % 8 != 0 || gpt2_mlp_hidden(c) % 8 != 0)
+        fail("%s: channels %d, padded vocab %d and MLP hidden %d must be multiples of 8 (16-byte loads)", what,
+             c.channels, c.padded_vocab_size, gpt2_mlp_hidden(c));
     if (HD != 64 && HD != 128)
         fail("%s: head size %d (channels / heads) must be 64 or 128 for the GPU attention", what, HD);
 }
@@ -114,6 +135,8 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* hos
 
     const size_t n = gpt2_num_params(c), R = (size_t)B * Tmax, QKV = gpt2_qkv_channels(c), X = sizeof(floatX);
     const size_t F = sizeof(float), I = sizeof(int), cache = (size_t)L * B * NKV * m.S * HD;
+    const size_t FC = gpt2_fc_channels(c), H = gpt2_mlp_hidden(c);
+    const size_t rope = c.position == POS_ROPE ? (size_t)max_seq * HD / 2 : 0;
     const size_t scratch = attention_decode_scratch_floats(B, c.num_heads, NKV, HD, m.S, m.window);
     std::vector<BufferSpec> specs = {
         {(void**)&m.params_memory, n, X},    {(void**)&m.k_cache, cache, X},      {(void**)&m.v_cache, cache, X},
@@ -121,8 +144,9 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* hos
         {(void**)&m.res1, R * C, X},         {(void**)&m.res2, R * C, X},         {(void**)&m.ln, R * C, X},
         {(void**)&m.mean, R, F},             {(void**)&m.rstd, R, F},             {(void**)&m.qkv, R * QKV, X},
         {(void**)&m.atty, R * C, X},         {(void**)&m.lse, R * c.num_heads, F}, {(void**)&m.proj, R * C, X},
-        {(void**)&m.fch, R * 4 * C, X},      {(void**)&m.fch_gelu, R * 4 * C, X}, {(void**)&m.last, (size_t)B * C, X},
+        {(void**)&m.fch, R * FC, X},         {(void**)&m.fch_gelu, R * H, X},     {(void**)&m.last, (size_t)B * C, X},
         {(void**)&m.logits, (size_t)B * c.padded_vocab_size, X},
+        {(void**)&m.rope_cos, std::max<size_t>(rope, 1), F}, {(void**)&m.rope_sin, std::max<size_t>(rope, 1), F},
         {(void**)&m.prompt, R, I},           {(void**)&m.lengths, (size_t)B, I},  {(void**)&m.active, (size_t)B, I},
         {(void**)&m.tokens, (size_t)B, I},   {(void**)&m.pos, (size_t)B, I},      {(void**)&m.produced, (size_t)B, I},
         {(void**)&m.step_out, (size_t)B, I}, {(void**)&m.force, (size_t)m.max_force, I},
@@ -145,39 +169,102 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* hos
     } else {
         cudaCheck(cudaMemcpy(m.params_memory, host, n * sizeof(float), cudaMemcpyHostToDevice));
     }
+    if (rope) {  // the CPU twin's tables, bit for bit (llmc/rope.cuh)
+        std::vector<float> cos(rope), sin(rope);
+        cpu::rope_tables(cos.data(), sin.data(), max_seq, HD, (float)c.rope_theta);
+        cudaCheck(cudaMemcpy(m.rope_cos, cos.data(), rope * F, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(m.rope_sin, sin.data(), rope * F, cudaMemcpyHostToDevice));
+    }
 }
 
 inline void gpt2_infer_free(GPT2Infer& m) {
     if (m.graph) cudaCheck(cudaGraphExecDestroy(m.graph));
+    if (m.profile)
+        for (cudaEvent_t e : m.profile->events) cudaCheck(cudaEventDestroy(e));
+    delete m.profile;
     cudaCheck(cudaFree(m.allocation));
     m = GPT2Infer();
 }
 
 namespace infer_detail {
 
-// The transformer blocks over M rows of res1 (the embeddings), leaving lnf of every row in `ln`.
-// attend(l) fills atty from qkv for layer l (and writes that layer's K/V into the cache).
+// Profiling: records an event named `family` before the next kernel (nothing unless profiling).
+inline void mark(GPT2Infer& m, const char* family, cudaStream_t s) {
+    StepProfile* p = m.profile;
+    if (!p || !p->on) return;
+    if (p->used == (int)p->events.size()) {
+        p->events.emplace_back();
+        cudaCheck(cudaEventCreate(&p->events.back()));
+        p->names.push_back(nullptr);
+    }
+    p->names[p->used] = family;
+    cudaCheck(cudaEventRecord(p->events[p->used++], s));
+}
+
+// out = epi(inp (M, K) W^T + b): gemv_forward at M <= GEMV_MAX_M rows (m.gemv), else cuBLASLt; with
+// cuBLASLt, GELU's epilogue also writes the pre-activation into `pre`, and SwiGLU's [gate | up] goes
+// through `pre` (M, N) to swiglu_forward. out (M, N), SwiGLU (M, N/2).
+inline void linear(GPT2Infer& m, const char* family, floatX* out, floatX* pre, const floatX* inp, const floatX* w,
+                   const floatX* b, int M, int K, int N, GemvEpilogue epi, const CudaContext& ctx) {
+    mark(m, family, ctx.stream);
+    if (m.gemv && gemv_supported(M, K, N, epi)) {
+        gemv_forward(out, inp, w, b, M, K, N, epi, ctx.stream, 0, m.pdl);
+    } else if (epi == GEMV_SWIGLU) {
+        matmul_forward(pre, nullptr, inp, w, b, M, K, N, ctx);
+        mark(m, "swiglu", ctx.stream);
+        swiglu_forward(out, pre, M, N / 2, ctx.stream);
+    } else {
+        matmul_forward(out, epi == GEMV_GELU ? pre : nullptr, inp, w, b, M, K, N, ctx);
+    }
+}
+
+// A tensor's slice at `off`, or nullptr for a tensor the config lacks (biases, LayerNorm's bias).
+inline const floatX* at(const floatX* t, size_t off) { return t ? t + off : nullptr; }
+
+// residual = inp1 + inp2, out = norm(residual), over M rows.
+inline void residual_norm(GPT2Infer& m, floatX* residual, floatX* out, const floatX* inp1, const floatX* inp2,
+                          const floatX* w, const floatX* b, int M, cudaStream_t s) {
+    const GPT2Config& c = m.config;
+    if (c.norm == NORM_RMSNORM)
+        fused_residual_rmsnorm_forward(residual, out, m.rstd, inp1, inp2, w, M, c.channels, (float)c.norm_eps, s);
+    else fused_residual_layernorm_forward(residual, out, m.mean, m.rstd, inp1, inp2, w, b, M, c.channels, s);
+}
+
+// The transformer blocks over M rows of res1 (the embeddings), leaving the final norm of every row
+// in `ln`. attend(l) fills atty from qkv for layer l (RoPE first, and that layer's K/V into the cache).
 template <typename Attend>
 inline void layers(GPT2Infer& m, int M, const CudaContext& ctx, Attend&& attend) {
     const GPT2Config& c = m.config;
-    const int C = c.channels, L = c.num_layers, QKV = gpt2_qkv_channels(c);
+    const int C = c.channels, L = c.num_layers, QKV = gpt2_qkv_channels(c), FC = gpt2_fc_channels(c);
+    const int H = gpt2_mlp_hidden(c);
     const GPT2Tensors<floatX>& p = m.params;
     cudaStream_t s = ctx.stream;
-    layernorm_forward(m.ln, m.mean, m.rstd, m.res1, p.ln1w, p.ln1b, M, C, s);
+    mark(m, "norm", s);
+    if (c.norm == NORM_RMSNORM) rmsnorm_forward(m.ln, m.rstd, m.res1, p.ln1w, M, C, (float)c.norm_eps, s);
+    else layernorm_forward(m.ln, m.mean, m.rstd, m.res1, p.ln1w, p.ln1b, M, C, s);
+    const GemvEpilogue act = c.mlp == MLP_SWIGLU ? GEMV_SWIGLU : GEMV_GELU;
     for (int l = 0; l < L; l++) {
         const size_t c1 = (size_t)l * C;
-        matmul_forward(m.qkv, nullptr, m.ln, p.qkvw + (size_t)l * QKV * C, p.qkvb + (size_t)l * QKV, M, C, QKV, ctx);
+        linear(m, "qkv", m.qkv, nullptr, m.ln, p.qkvw + (size_t)l * QKV * C, at(p.qkvb, (size_t)l * QKV), M, C, QKV,
+               GEMV_PLAIN, ctx);
         attend(l);
-        matmul_forward(m.proj, nullptr, m.atty, p.attprojw + c1 * C, p.attprojb + c1, M, C, C, ctx);
-        fused_residual_layernorm_forward(m.res2, m.ln, m.mean, m.rstd, m.res1, m.proj, p.ln2w + c1, p.ln2b + c1, M, C,
-                                         s);
-        matmul_forward(m.fch_gelu, m.fch, m.ln, p.fcw + c1 * 4 * C, p.fcb + 4 * c1, M, C, 4 * C, ctx);
-        matmul_forward(m.proj, nullptr, m.fch_gelu, p.fcprojw + c1 * 4 * C, p.fcprojb + c1, M, 4 * C, C, ctx);
+        linear(m, "attproj", m.proj, nullptr, m.atty, p.attprojw + c1 * C, at(p.attprojb, c1), M, C, C, GEMV_PLAIN,
+               ctx);
+        mark(m, "residual+norm", s);
+        residual_norm(m, m.res2, m.ln, m.res1, m.proj, p.ln2w + c1, at(p.ln2b, c1), M, s);
+        linear(m, "fc", m.fch_gelu, m.fch, m.ln, p.fcw + (size_t)l * FC * C, at(p.fcb, (size_t)l * FC), M, C, FC, act,
+               ctx);
+        linear(m, "fcproj", m.proj, nullptr, m.fch_gelu, p.fcprojw + c1 * H, at(p.fcprojb, c1), M, H, C, GEMV_PLAIN,
+               ctx);
         const bool next = l + 1 < L;
-        fused_residual_layernorm_forward(m.res1, m.ln, m.mean, m.rstd, m.res2, m.proj, next ? p.ln1w + c1 + C : p.lnfw,
-                                         next ? p.ln1b + c1 + C : p.lnfb, M, C, s);
+        mark(m, "residual+norm", s);
+        residual_norm(m, m.res1, m.ln, m.res2, m.proj, next ? p.ln1w + c1 + C : p.lnfw,
+                      next ? at(p.ln1b, c1 + C) : p.lnfb, M, s);
     }
 }
+
+// The classifier's weight: wte (tied) or lm_head.
+inline const floatX* head(const GPT2Infer& m) { return m.config.tied_head ? m.params.wte : m.params.lm_head; }
 
 inline size_t layer_cache_offset(const GPT2Infer& m, int l) {
     return (size_t)l * m.B * m.config.num_kv_heads * m.S * gpt2_head_dim(m.config);
@@ -241,15 +328,17 @@ inline void gpt2_infer_prefill(GPT2Infer& m, const int* tokens, const int* lengt
     cudaCheck(cudaMemcpyAsync(m.pos, neg.data(), sizeof(int) * B, cudaMemcpyHostToDevice, s));
     cudaCheck(cudaMemcpyAsync(m.produced, zero.data(), sizeof(int) * B, cudaMemcpyHostToDevice, s));
     cudaCheck(cudaMemcpyAsync(m.tokens, zero.data(), sizeof(int) * B, cudaMemcpyHostToDevice, s));
-    encoder_forward(m.res1, m.prompt, m.params.wte, m.params.wpe, B, T, C, s);
+    encoder_forward(m.res1, m.prompt, m.params.wte, m.params.wpe, B, T, C, s);  // wpe nullptr with RoPE
     infer_detail::layers(m, B * T, ctx, [&](int l) {
         const size_t off = infer_detail::layer_cache_offset(m, l);
+        if (c.position == POS_ROPE) rope_forward(m.qkv, m.rope_cos, m.rope_sin, B, T, NH, NKV, HD, 0, s);
         model_attention_forward(m.atty, m.lse, m.qkv, B, T, NH, NKV, HD, c.window, s);
         kv_cache_fill(m.k_cache + off, m.v_cache + off, m.qkv, m.lengths, B, T, NH, NKV, HD, m.S, s);
     });
     infer_detail::gather_last_rows<<<ceil_div(B * C / x128::size, 256), 256, 0, s>>>(m.last, m.ln, m.lengths, B, T, C);
     cudaCheckLaunch();
-    matmul_forward(m.logits, nullptr, m.last, m.params.wte, nullptr, B, C, c.padded_vocab_size, ctx);
+    infer_detail::linear(m, "lm_head", m.logits, nullptr, m.last, infer_detail::head(m), nullptr, B, C,
+                         c.padded_vocab_size, GEMV_PLAIN, ctx);
     cudaCheck(cudaStreamSynchronize(s));  // the host vectors above leave scope
 }
 
@@ -258,24 +347,35 @@ inline void gpt2_infer_decode_forward(GPT2Infer& m, const CudaContext& ctx) {
     const GPT2Config& c = m.config;
     const int B = m.B, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
     cudaStream_t s = ctx.stream;
+    using infer_detail::mark;
+    mark(m, "encoder", s);
     encoder_forward_at(m.res1, m.tokens, m.pos, m.params.wte, m.params.wpe, B, C, s);
     infer_detail::layers(m, B, ctx, [&](int l) {
         const size_t off = infer_detail::layer_cache_offset(m, l);
+        if (c.position == POS_ROPE) {
+            mark(m, "rope", s);
+            rope_forward_at(m.qkv, m.rope_cos, m.rope_sin, m.pos, B, NH, NKV, HD, s);
+        }
+        mark(m, "kv_cache_append", s);
         kv_cache_append(m.k_cache + off, m.v_cache + off, m.qkv, m.pos, B, NH, NKV, HD, m.S, s);
+        mark(m, "attention_decode", s);
         attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, s, m.window,
                          m.decode_scratch);
     });
-    matmul_forward(m.logits, nullptr, m.ln, m.params.wte, nullptr, B, C, c.padded_vocab_size, ctx);
+    infer_detail::linear(m, "lm_head", m.logits, nullptr, m.ln, infer_detail::head(m), nullptr, B, C,
+                         c.padded_vocab_size, GEMV_PLAIN, ctx);
 }
 
 // One generation step, enqueued: sample + book-keeping, then the forward of the new tokens.
 inline void gpt2_infer_step(GPT2Infer& m, const GenerateLimits& lim, const CudaContext& ctx) {
     const GPT2Config& c = m.config;
+    infer_detail::mark(m, "sample", ctx.stream);
     infer_detail::sample_and_advance<<<m.B, SAMPLE_THREADS, 0, ctx.stream>>>(
         m.step_out, m.tokens, m.pos, m.produced, m.active, m.rng, m.logits, m.lengths, m.force, lim, c.vocab_size,
         c.padded_vocab_size, m.max_seq);
     cudaCheckLaunch();
     gpt2_infer_decode_forward(m, ctx);
+    infer_detail::mark(m, "end", ctx.stream);
 }
 
 // One step with every sequence idle, not captured: the sampler skips them and the forward writes only

@@ -1,10 +1,13 @@
 // rope.cuh: rotary position embeddings (RoPE) on the GPU, in place on the Q and K heads of the fused
 // QKV activation, in the Hugging Face Llama convention (llmc/cpu/rope.h states it in full): in each
 // head vector of HD channels, channel i pairs with i + HD/2 and turns by the angle
-// pos * theta^(-2i/HD), pos = pos_offset + t.
+// pos * theta^(-2i/HD), pos = pos_offset + t (or, for a decode step, each row's own pos[b]).
 // Shapes: qkv, dqkv (B, T, (NH + 2*NKV) * HD) floatX, per position NH query heads, NKV key heads, NKV
 //   value heads; cos, sin (max_pos, HD/2) fp32 with max_pos >= pos_offset + T.
 //   rope_forward   rotates the Q and K heads of qkv in place (=); V is untouched
+//   rope_forward_at  the same on B rows (one new token per sequence, qkv (B, (NH + 2*NKV) * HD)), row
+//                  b at position pos[b] read on the device (a CUDA graph replays it per token); a row
+//                  with pos[b] < 0 (an idle sequence) is left as it is
 //   rope_backward  the inverse rotation of the Q and K heads of dqkv in place (=), turning
 //                  d(rotated qkv) into d(qkv); dV is untouched
 // The tables are built once on the host by cpu::rope_tables (angles in double, rounded once to fp32)
@@ -24,10 +27,11 @@
 // a warp reads two contiguous runs. cos/sin: 2 * x128::size fp32 a thread, shared by every head
 // of a row (L1 hits). DRAM: reads and writes B*T*(NH+NKV)*HD*sizeof(floatX) bytes each, ~6 FLOPs
 // per element: memory-bound, ~0.27 GB and ~67 us at B=64 T=1024 NH=12 NKV=4 HD=64.
-// INVERSE: the backward's rotation by -angle.
+// INVERSE: the backward's rotation by -angle. positions: nullptr, or one position per row (T = 1),
+// < 0 for a row to skip.
 template <bool INVERSE>
 static __global__ void rope_rotate_packed(floatX* qkv, const float* cos, const float* sin, int BT, int T, int NH,
-                                          int NKV, int HD, int pos_offset) {
+                                          int NKV, int HD, int pos_offset, const int* positions = nullptr) {
     const int half = HD / 2, packs_per_head = half / x128::size, heads = NH + NKV;
     // 32-bit index arithmetic (the launcher checks the thread count fits): 64-bit divisions cost ~3x
     const unsigned idx = blockIdx.x * blockDim.x + threadIdx.x;
@@ -35,7 +39,8 @@ static __global__ void rope_rotate_packed(floatX* qkv, const float* cos, const f
     const int j = (int)(idx % packs_per_head) * x128::size;  // first channel of this pack in the head
     const unsigned head_row = idx / packs_per_head;           // (row, head) pair
     const int h = (int)(head_row % heads), row = (int)(head_row / heads);
-    const int pos = pos_offset + row % T;
+    const int pos = positions ? positions[row] : pos_offset + row % T;
+    if (pos < 0) return;
     floatX* x = qkv + (int64_t)row * (NH + 2 * NKV) * HD + h * HD + j;
     const float* c = cos + (int64_t)pos * half + j;
     const float* s = sin + (int64_t)pos * half + j;
@@ -64,12 +69,12 @@ inline void rope_check(const char* what, int B, int T, int NH, int NKV, int HD, 
 
 template <bool INVERSE>
 inline void rope_launch(floatX* qkv, const float* cos, const float* sin, int B, int T, int NH, int NKV, int HD,
-                        int pos_offset, cudaStream_t stream) {
+                        int pos_offset, cudaStream_t stream, const int* positions = nullptr) {
     const int64_t threads = (int64_t)B * T * (NH + NKV) * (HD / 2 / x128::size);
     if (threads >= (1ll << 31)) fail("rope: %lld threads exceed the kernel's 32-bit index", (long long)threads);
     const int block = 256;
     rope_rotate_packed<INVERSE><<<(unsigned)ceil_div<int64_t>(threads, block), block, 0, stream>>>(
-        qkv, cos, sin, B * T, T, NH, NKV, HD, pos_offset);
+        qkv, cos, sin, B * T, T, NH, NKV, HD, pos_offset, positions);
     cudaCheckLaunch();
 }
 
@@ -78,6 +83,14 @@ inline void rope_forward(floatX* qkv, const float* cos, const float* sin, int B,
                          int pos_offset, cudaStream_t stream) {
     rope_check("rope_forward", B, T, NH, NKV, HD, pos_offset);
     rope_launch<false>(qkv, cos, sin, B, T, NH, NKV, HD, pos_offset, stream);
+}
+
+// Decode: qkv (B, (NH + 2*NKV) * HD) in place, row b at position pos[b] (device, < max_pos of the
+// tables; < 0: row b untouched).
+inline void rope_forward_at(floatX* qkv, const float* cos, const float* sin, const int* pos, int B, int NH, int NKV,
+                            int HD, cudaStream_t stream) {
+    rope_check("rope_forward_at", B, 1, NH, NKV, HD, 0);
+    rope_launch<false>(qkv, cos, sin, B, 1, NH, NKV, HD, 0, stream, pos);
 }
 
 // dqkv (B, T, (NH + 2*NKV) * HD) in place: d(rotated qkv) in, d(qkv) out, for the Q and K heads.

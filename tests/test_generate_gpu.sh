@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
-# GPU generation (generate.cu) on small random models and GPT-2 124M shapes; needs a GPU, python3
-# with numpy, and build/generate, build/generate_fp32, build/generate_cpu (make build/generate
-# build/generate_fp32 build/generate_cpu). Each check prints ok/FAIL; a table of the checks and the
-# BENCH_GEN lines comes last; the exit status is non-zero if any check failed.
+# GPU generation (generate.cu) on small random models (GPT-2 and Llama-style) and the 124M / 114M
+# shapes; needs a GPU, python3 with numpy, and build/generate, build/generate_fp32,
+# build/generate_cpu (make build/generate build/generate_fp32 build/generate_cpu). Each check prints
+# ok/FAIL; a table of the checks and the BENCH_GEN / PROFILE lines comes last; the exit status is
+# non-zero if any check failed.
 #   1. the fp32 build's greedy tokens equal the CPU twin's (MHA; GQA with a wrapping window ring;
 #      a context end; a batch of different lengths; interactive), and so do its sampled tokens
-#      (temperature, top-k, top-p: the same splitmix64 stream on both)
-#   2. --check-full 1: each step's cached logits equal the training model's full forward over the
-#      same tokens (bf16 and fp32 builds; small models and d12)
-#   3. the CUDA graph and plain launches (--graph 0) give identical tokens
+#      (temperature, top-k, top-p: the same splitmix64 stream on both); the same for Llama-style
+#      models (RMSNorm, RoPE, SwiGLU, no biases: MHA tied; GQA untied with a wrapping window ring;
+#      a batch of 10, whose steps run cuBLAS instead of the GEMV kernels of M <= 8)
+#   2. --check-full 1: each step's cached logits equal a full forward over the same tokens (the
+#      training model for GPT-2, a whole-sequence prefill for Llama; bf16 and fp32 builds; small
+#      models, d12 and the Llama 114M shape)
+#   3. the CUDA graph and plain launches (--graph 0) give identical tokens; the GEMV kernels and
+#      cuBLAS (--gemv 0) give the same greedy tokens (fp32 build)
 #   4. bad inputs fail with their one-line errors
-#   5. compute-sanitizer memcheck of a small run, graph and no graph (MEMCHECK=0 skips it)
+#   5. compute-sanitizer memcheck of a small run, graph and no graph, GPT-2 and Llama (MEMCHECK=0 skips it)
 #   6. --bench 1: GPT-2 124M shapes (random d12), 64-token prompts, 256 new tokens, greedy, B=1 and
-#      B=64, a 1008-token prefill, B=1 without the graph (BENCH=0 skips it); with HF=1 also transformers' generate on the same shapes beside it
-#      (scripts/bench_generate_hf.py; HF_CACHE="dynamic static" adds the compiled static cache, slow)
+#      B=64, a 1008-token prefill, B=1 without the graph, B=1 with --gemv 0 / --pdl 0, B=8, and the Llama 114M shape
+#      (12 layers, C 768, 12 heads / 4 KV heads, SwiGLU 2048, vocab 50304 padded, tied) at B=1 and
+#      B=64 (BENCH=0 skips them); PROFILE=1 (default) adds the per-kernel-family decode step times of
+#      d12 at B=1 and B=64 and of the Llama at B=1; with HF=1 also transformers' generate on the same
+#      shapes beside it (scripts/bench_generate_hf.py; HF_CACHE="dynamic static" adds the compiled
+#      static cache, slow)
 cd "$(dirname "$0")/.." || exit 1
 WORK=${GPU_TEST_DIR:-$(mktemp -d /tmp/gen_gpu.XXXXXX)}
 mkdir -p "$WORK"
@@ -33,16 +42,28 @@ import numpy as np
 sys.path.insert(0, "scripts")
 from llmc_formats import write_model, param_shapes, CONFIG_KEYS
 work = sys.argv[1]
-for name, L, C, NH, NKV, W in [("mha", 2, 128, 2, 2, 0), ("gqa", 3, 256, 4, 2, 16)]:
+# Llama-style (RMSNorm, RoPE, SwiGLU, no biases): MHA with a tied head, GQA with an untied head and
+# a 16-token window; norm weights 1 + noise
+llama = dict(architecture=1, norm=1, norm_eps=1e-5, position=1, rope_theta=10000.0, mlp=1, biases=0)
+for name, L, C, NH, NKV, W, knobs in [("mha", 2, 128, 2, 2, 0, {}), ("gqa", 3, 256, 4, 2, 16, {}),
+                                      ("lmha", 2, 128, 2, 2, 0, dict(llama, mlp_hidden=384, tied_head=1)),
+                                      ("lgqa", 3, 256, 4, 2, 16, dict(llama, mlp_hidden=704, tied_head=0))]:
     cfg = dict(max_seq_len=64, vocab_size=1000, padded_vocab_size=1024, num_layers=L, num_heads=NH,
-               num_kv_heads=NKV, channels=C, window=W)
+               num_kv_heads=NKV, channels=C, window=W, **knobs)
     rng = np.random.default_rng(7)
     parts = []
-    for shape in param_shapes(cfg):
-        parts.append(rng.normal(0.0, 0.1, size=int(np.prod(shape))).astype(np.float32))
+    for i, shape in enumerate(param_shapes(cfg)):
+        x = rng.normal(0.0, 0.1, size=int(np.prod(shape))).astype(np.float32)
+        if knobs and i in (2, 8, 14):  # ln1w, ln2w, lnfw
+            x += 1.0
+        parts.append(x)
     write_model(f"{work}/{name}.bin", cfg, np.concatenate(parts))
 PY
-MHA=$WORK/mha.bin GQA=$WORK/gqa.bin
+MHA=$WORK/mha.bin GQA=$WORK/gqa.bin LMHA=$WORK/lmha.bin LGQA=$WORK/lgqa.bin
+LLAMA114="llama:L12,C768,H12,KV4,F2048"
+P4="3,1,4,1,5,9,2,6,5,3,5,8,9,7,9,3,2,3,8,4,6,2,6,4,3,3,8,3,2,7" P5="11" P6="60,61" P7="999,0,998,1"
+TEN="--prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3 --prompt-ids $P4 --prompt-ids $P5 --prompt-ids $P6
+     --prompt-ids $P7 --prompt-ids $P2 --prompt-ids $P4 --prompt-ids $P1 --batch 10"
 P1="1,2,3,4,5" P2="900,17,4,250,31,8,77,12,600,5,44,3" P3="42"
 
 # ---- 1. fp32 build vs the CPU twin
@@ -74,6 +95,17 @@ same "teacher forcing (--force-ids)" --model $MHA --prompt-ids $P1 --force-ids 5
 printf '1 2 3\n\n99999\n7,8,9,10\n' > "$WORK/stdin.txt"
 SAME_STDIN=$WORK/stdin.txt same "interactive from stdin (a bad line skipped)" --model $GQA --interactive 1 \
     --temperature 0.8 --max-new 20 --eot -1
+same "llama greedy, MHA tied, one prompt streamed" --model $LMHA --prompt-ids $P2 --temperature 0 --max-new 40 --eot -1
+same "llama greedy, MHA tied, batch of 3 lengths" --model $LMHA --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3 \
+    --temperature 0 --max-new 40 --eot -1
+same "llama greedy, GQA untied + window 16 (ring wraps), batch of 3" --model $LGQA --prompt-ids $P1 --prompt-ids $P2 \
+    --prompt-ids $P3 --temperature 0 --max-new 45 --eot -1
+same "llama greedy, GQA + window, batch of 10 (cuBLAS at M > 8)" --model $LGQA $TEN --temperature 0 --max-new 30 --eot -1
+same "llama greedy, context end (--max-seq 20), batch 2 of 3 prompts" --model $LGQA --max-seq 20 --batch 2 \
+    --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3 --temperature 0 --max-new 100 --eot -1
+same "llama sampled (top-k 20, top-p 0.9), GQA, batch of 2" --model $LGQA --prompt-ids $P1 --prompt-ids $P4 \
+    --temperature 1.2 --top-k 20 --top-p 0.9 --max-new 40 --eot -1 --seed 9
+same "llama teacher forcing (--force-ids), GQA" --model $LGQA --prompt-ids $P2 --force-ids 5,6,7,8,9,10 --temperature 0
 
 # ---- 2. cached logits vs the full forward
 full() {  # full NAME BINARY ARGS...
@@ -90,6 +122,14 @@ full "bf16, GQA + window ring, batch of 2" $GEN --model $GQA --prompt-ids $P1 --
 full "fp32, GQA + window ring" $GEN32 --model $GQA --prompt-ids $P2 --temperature 0 --max-new 40 --eot -1
 full "bf16, d12 (GPT-2 124M shapes), batch of 2" $GEN --init d12 --max-seq 128 --prompt-ids $P2 --prompt-ids $P1 \
     --temperature 0 --max-new 24 --eot -1
+full "bf16, d12, batch of 10 (cuBLAS at M > 8)" $GEN --init d12 --max-seq 96 $TEN --temperature 0 --max-new 12 --eot -1
+full "bf16, llama MHA tied, batch of 3" $GEN --model $LMHA --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3 \
+    --temperature 0 --max-new 30 --eot -1
+full "bf16, llama GQA untied + window ring, batch of 2" $GEN --model $LGQA --prompt-ids $P1 --prompt-ids $P2 \
+    --temperature 0.7 --max-new 40 --eot -1
+full "fp32, llama GQA untied + window ring, batch of 10" $GEN32 --model $LGQA $TEN --temperature 0 --max-new 40 --eot -1
+full "bf16, llama 114M shape, batch of 2" $GEN --init $LLAMA114 --max-seq 128 --prompt-ids $P2 --prompt-ids $P1 \
+    --temperature 0 --max-new 24 --eot -1
 
 # ---- 3. graph vs plain launches
 graph_same() {  # graph_same NAME ARGS...
@@ -105,6 +145,19 @@ graph_same "top-k 50 sampling, GQA, batch of 2" --model $GQA --prompt-ids $P1 --
     --top-k 50 --max-new 40 --eot -1
 graph_same "d12, greedy, batch of 2" --init d12 --max-seq 128 --prompt-ids $P1 --prompt-ids $P2 --temperature 0 \
     --max-new 32 --eot -1
+graph_same "llama GQA + window, top-k 50 sampling, batch of 3" --model $LGQA --prompt-ids $P1 --prompt-ids $P2 \
+    --prompt-ids $P4 --temperature 1 --top-k 50 --max-new 40 --eot -1
+gemv_same() {  # gemv_same NAME ARGS...: fp32 build, GEMV kernels vs cuBLAS for every matmul
+    local name=$1; shift
+    $GEN32 "$@" --gemv 1 > "$WORK/v1.out" 2>/dev/null; local a=$?
+    $GEN32 "$@" --gemv 0 > "$WORK/v0.out" 2>/dev/null; local b=$?
+    [ $a -eq 0 ] && [ $b -eq 0 ] && [ -s "$WORK/v1.out" ] && cmp -s "$WORK/v1.out" "$WORK/v0.out"
+    report "gemv = cuBLAS (fp32): $name" $?
+}
+gemv_same "GPT-2 GQA, greedy, batch of 3" --model $GQA --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P4 \
+    --temperature 0 --max-new 40 --eot -1
+gemv_same "llama MHA tied, greedy, batch of 8" --model $LMHA --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3 \
+    --prompt-ids $P4 --prompt-ids $P5 --prompt-ids $P6 --prompt-ids $P7 --prompt-ids $P1 --temperature 0 --max-new 30 --eot -1
 
 # ---- 4. bad inputs: non-zero exit and the expected words on stderr
 bad() {  # bad NAME EXPECTED_TEXT ARGS...
@@ -127,11 +180,17 @@ bad "head size the GPU cannot run" "head size" --model tests/fixture/model.bin -
 bad "--max-seq past the model's" "longer than the 64 positions" --model $MHA --max-seq 65 --prompt-ids $P1
 bad "no prompt" "no prompt" --model $MHA
 bad "--graph 2" "--graph: must be in" --model $MHA --prompt-ids $P1 --graph 2
+bad "llama head size the GPU cannot run" "head size" --model tests/fixture/llama_model.bin --prompt-ids $P1
+bad "llama channels not a multiple of 8" "multiples of 8" --model tests/fixture/llama_gqa_model.bin --prompt-ids $P1
+bad "llama prompt longer than the context" "longer than the context" --model $LGQA --max-seq 8 --prompt-ids $P2
+bad "llama unknown token id" "out of range" --model $LMHA --prompt-ids 1,2,1000
+bad "--profile without --bench" "--profile" --model $MHA --prompt-ids $P1 --profile 1
 
 # ---- 5. memcheck
 if [ "${MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer > /dev/null; then
-    for gr in 1 0; do
-        timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 $GEN --model $GQA --prompt-ids $P1 \
+    for run in "$GQA 1" "$GQA 0" "$LGQA 1"; do
+        set -- $run; mc_model=$1 gr=$2
+        timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 $GEN --model $mc_model --prompt-ids $P1 \
             --prompt-ids $P2 --temperature 0.8 --top-k 10 --top-p 0.9 --max-new 12 --eot -1 --graph $gr \
             > "$WORK/memcheck.out" 2>&1
         st=$?
@@ -140,7 +199,7 @@ if [ "${MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer > /dev/null; then
             echo "  memcheck: SKIPPED (sanitizer unsupported here)"; st=0
         fi
         [ $st -ne 0 ] && tail -20 "$WORK/memcheck.out"
-        report "memcheck clean, GQA + window, sampling, graph $gr" $st
+        report "memcheck clean, $(basename $mc_model .bin) (GQA + window), sampling, graph $gr" $st
     done
 fi
 
@@ -148,13 +207,19 @@ fi
 bench_lines=()
 if [ "${BENCH:-1}" != 0 ]; then
     # the last flags win: the third line times a 1008-token prefill (the issue's 1024-token target)
-    for args in "--batch 1" "--batch 64" "--batch 1 --bench-prompt 1008 --max-new 16" "--batch 1 --graph 0"; do
-        line=$($GEN --init d12 --bench 1 --bench-prompt 64 --max-new 256 --temperature 0 $args 2> "$WORK/bench.err" \
-               | grep BENCH_GEN)
+    # PROFILE=1 adds --profile 1 to the runs marked P (their PROFILE lines go to the summary too)
+    for run in "P d12 --batch 1" "P d12 --batch 64" "- d12 --batch 1 --bench-prompt 1008 --max-new 16" \
+               "- d12 --batch 1 --graph 0" "- d12 --batch 1 --gemv 0" "- d12 --batch 1 --pdl 0" \
+               "- d12 --batch 8" "P $LLAMA114 --batch 1" "- $LLAMA114 --batch 64"; do
+        set -- $run; prof=$1 model=$2; shift 2; args="$*"
+        extra=""; [ "$prof" = P ] && [ "${PROFILE:-1}" != 0 ] && extra="--profile 1"
+        $GEN --init $model --bench 1 --bench-prompt 64 --max-new 256 --temperature 0 $args $extra \
+            > "$WORK/bench.out" 2> "$WORK/bench.err"
         st=$?
+        grep -q BENCH_GEN "$WORK/bench.out" || st=1
         [ $st -ne 0 ] && tail -3 "$WORK/bench.err"
-        bench_lines+=("$line")
-        report "bench $args" $st
+        while read -r line; do bench_lines+=("$line"); done < <(grep -E "BENCH_GEN|PROFILE" "$WORK/bench.out")
+        report "bench $model $args" $st
     done
 fi
 if [ "${HF:-0}" = 1 ]; then

@@ -8,13 +8,14 @@
 // the CPU reference (llmc/cpu/attention_decode.h, fp32, every sequence of the batch) and timed by the
 // shared harness.
 //   0  shipped attention_decode: split-K blocks of 128 threads, each serving a KV head's whole query
-//      group (up to 8 heads), fp32 partials merged by a combine kernel when a sequence needs > 1 split
+//      group (up to 8 heads), fp32 partials merged by the last split block of each (sequence, head
+//      block) when a sequence needs > 1 split (the fused combine, shipped after commit 24fefd9)
 //   1  baseline: one block per (sequence, query head), no split, no sharing of K/V across the group
 //      (4 warps, one key per warp at a time, a warp-wide dot product per key)
 //   2  the shipped kernel without the split (one block per (sequence, KV head)): what the split buys
 //   3  the shipped kernel with twice the plan's splits (8 blocks per SM instead of 4)
-//   4  fused combine: the last split block of each (sequence, KV head) merges the partials (an atomic
-//      counter per head block), no second kernel: what the combine launch costs at small B
+//   4  separate combine kernel (shipped until commit 24fefd9's run): the split blocks write partials,
+//      a second kernel merges them; what the fused combine of variant 0 saves (one launch a call)
 //   5  8 keys a row group per step instead of 4 (twice the loads in flight, more registers)
 //   6  prefetch: the next step's K/V loads issued before the current step's math (a second register set)
 //   7  reduce-scatter: the U*GB dot products of a step summed over the row group's lanes by halving
@@ -34,7 +35,8 @@
 //                        4096 0.2556 (79%)
 //   gqa  (32/8, HD 128)  B 1: 1024 0.0185 (6%), 4096 0.0311 (14%); B 64: 1024 0.1687 (40%), 4096
 //                        0.5477 (49%)
-// Small batches are latency-bound (an empty kernel times ~0.005 ms here); fused combine (4) wins at
+// Small batches are latency-bound (an empty kernel times ~0.005 ms here); fused combine (then variant 4,
+// since shipped as 0) wins at
 // B 8 / mixed lengths (0.0329 vs 0.0360), 2x splits (3) at B 8 len 4096 (0.0494 vs 0.0553); GQA at
 // B 64 is issue-bound (49% of copy). Full table: docs/perf.md, "Decode attention".
 #include <algorithm>
@@ -170,8 +172,8 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
     DecodePlan no_split = plan, twice = plan;
     no_split.max_splits = 1;
     twice.max_splits = std::min(2 * plan.max_splits, ceil_div(W > 0 ? W : S, attention_detail::DECODE_MIN_CHUNK));
-    DecodePlan fused = plan;
-    fused.fused_combine = true;
+    DecodePlan unfused = plan;
+    unfused.fused_combine = false;
     // Sized for the plan with the most splits (the counters come first in every plan's layout); zeroed once.
     lab::DevBuf<float> scratch(std::max<size_t>(1, attention_detail::DecodeScratch::floats(B, NH, NKV, HD, twice)),
                                "scratch");
@@ -289,9 +291,9 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
             attention_detail::attention_decode_with_plan(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH,
                                                          NKV, HD, S, W, scratch.get(), twice, st);
         });
-        variant(4, "fused combine (last block merges)", [&] {
+        variant(4, "combine kernel (unfused)", [&] {
             attention_detail::attention_decode_with_plan(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH,
-                                                         NKV, HD, S, W, scratch.get(), fused, st);
+                                                         NKV, HD, S, W, scratch.get(), unfused, st);
         });
         variant(5, "8 keys a row group per step", [&] {
             attention_detail::attention_decode_with_plan<floatX, attention_detail::DecodeKnobs<8>>(

@@ -17,6 +17,9 @@
 //   forward   2 table in registers: thread = one pack index of a row, looping over its Q and K
 //             heads, so cos/sin are loaded once a row instead of once a head
 //   backward  0 shipped: the same kernel turning by -angle
+//   forward_at 0 shipped: the same kernel with one position per row read on the device (a decode
+//             step's rows at random positions, every 5th row idle at -1 and checked untouched),
+//             against cpu::rope_forward row by row at pos_offset = pos[b]
 #include "dev/cuda/harness.cuh"
 #include "llmc/cpu/rope.h"
 #include "llmc/rope.cuh"
@@ -109,8 +112,37 @@ static void run_shape(lab::Lab& L, int B, int T, int NH, int NKV, int HD, int po
           [&] { return L.check(d_qkv, ref_bwd); });
 }
 
+// A decode step: B rows, row b at position pos[b] in [0, max_pos), or -1 (idle: left as it is).
+static void run_at(lab::Lab& L, int B, int NH, int NKV, int HD, int max_pos) {
+    const std::string shape = " B=" + std::to_string(B) + " NH=" + std::to_string(NH) + " NKV=" +
+                              std::to_string(NKV) + " HD=" + std::to_string(HD) + " max_pos=" + std::to_string(max_pos);
+    const int half = HD / 2, row = (NH + 2 * NKV) * HD;
+    const size_t n = (size_t)B * row;
+    std::vector<float> cos((size_t)max_pos * half), sin((size_t)max_pos * half);
+    cpu::rope_tables(cos.data(), sin.data(), max_pos, HD, THETA);
+    const std::vector<float> qkv = lab::rand_uniform(n, 61, -2.0f, 2.0f), u = lab::rand_uniform(B, 62, 0.0f, 1.0f);
+    std::vector<int> pos(B);
+    for (int b = 0; b < B; b++) pos[b] = b % 5 == 4 ? -1 : std::min(max_pos - 1, (int)(u[b] * max_pos));
+    std::vector<float> ref = qkv;
+    for (int b = 0; b < B; b++)
+        if (pos[b] >= 0) cpu::rope_forward(ref.data() + (size_t)b * row, cos.data(), sin.data(), 1, 1, NH, NKV, HD, pos[b]);
+    lab::DevBuf<float> d_cos(cos.size(), "cos"), d_sin(sin.size(), "sin");
+    lab::DevBuf<floatX> d_qkv(n, "qkv");
+    lab::DevBuf<int> d_pos(B, "pos");
+    d_cos.upload(cos);
+    d_sin.upload(sin);
+    cudaCheck(cudaMemcpy(d_pos.get(), pos.data(), sizeof(int) * B, cudaMemcpyHostToDevice));
+    const size_t rotated = (size_t)B * (NH + NKV) * HD;
+    const double bytes = 2.0 * rotated * sizeof(floatX) + 2.0 * B * half * sizeof(float), flops = 3.0 * rotated;
+    L.run("rope_forward_at" + shape, 0, "shipped", bytes, flops, lab::Bound::Memory, [&] { d_qkv.upload(qkv); },
+          [&] { rope_forward_at(d_qkv, d_cos, d_sin, d_pos, B, NH, NKV, HD, L.stream()); },
+          [&] { return L.check(d_qkv, ref); });
+}
+
 int main(int argc, char** argv) {
     lab::Lab L(argc, argv, "rope.cu");
+    run_at(L, 64, 12, 4, 64, 1024);
+    run_at(L, 3, 6, 2, 48, 300);
     run_shape(L, lab::GPT2_B, lab::GPT2_T, 12, 4, 64, 0);
     run_shape(L, 4, 4096, 32, 8, 128, 0);
     run_shape(L, lab::ODD_B, lab::ODD_T, 6, 2, 48, 37);

@@ -1,0 +1,93 @@
+"""build/generate_fp32, the GPU generator (generate.cu, llmc/gpt2_infer.cuh) in its fp32 build,
+against Hugging Face transformers: random LlamaForCausalLMs (fp64; GQA with an untied head, multi-head
+with a tied one) and a random GPT2LMHeadModel, all with heads of 64 (what the GPU attention runs),
+converted to our format through scripts/train_gpt2.py's imports. Teacher-forced on transformers'
+greedy tokens, the logits each token is drawn from match `generate(output_logits=True)` at every step
+(the decode path: RoPE at each sequence's position, the cache, the decode attention, the GEMV
+matmuls at M = 1), and the greedy tokens equal `generate(do_sample=False)`'s.
+Skipped without a GPU (nvidia-smi), the binary, torch or transformers; make test on a machine
+without a GPU skips it. On the GPU machine:
+    python3 -m pytest -q -s tests/test_generate_gpu_hf.py
+(GEN=path/to/binary overrides the binary, e.g. build/generate for the bf16 build with TOL=5e-2.)"""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "tests"))
+import llmc_formats as fmt  # noqa: E402
+
+GEN = Path(os.environ.get("GEN", ROOT / "build" / "generate_fp32"))
+TOL = float(os.environ.get("TOL", "1e-4"))  # max |ours - transformers| / max |transformers|, fp32 matmuls
+
+
+def have_gpu():
+    smi = shutil.which("nvidia-smi")
+    return smi is not None and subprocess.run([smi, "-L"], capture_output=True).returncode == 0
+
+
+def ids_of(*args):
+    r = subprocess.run([str(GEN), *map(str, args)], capture_output=True, encoding="utf-8", errors="surrogateescape")
+    assert r.returncode == 0, r.stderr
+    return [int(x) for x in r.stdout.split()]
+
+
+@pytest.fixture(autouse=True)
+def needs_gpu():
+    if not GEN.exists():
+        pytest.skip(f"{GEN} is missing (make build/generate_fp32)")
+    if not have_gpu():
+        pytest.skip("no GPU here")
+
+
+def model_file(tmp_path, family):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import train_gpt2
+    L, C, NH, V, maxT = 2, 128, 2, 300, 64  # heads of 64; V pads to 384
+    if family == "gpt2":
+        from test_hf_import import hf_model_with_random_everything
+        hf = hf_model_with_random_everything(L, C, NH, V, maxT, seed=11).double()
+        ours = train_gpt2.from_hf(hf)
+    else:
+        from test_llama_reference import hf_llama
+        NKV, tied = (1, False) if "gqa" in family else (2, True)
+        hf = hf_llama(L, C, NH, NKV, 192, V, maxT, theta=10000.0, eps=1e-5, tied=tied, seed=7)  # float64
+        ours = train_gpt2.from_hf_llama(hf)
+    hf.generation_config.eos_token_id = None  # run every step
+    hf.generation_config.pad_token_id = 0
+    path = tmp_path / f"{family}.bin"
+    fmt.write_model(path, ours.cfg, ours.flat().detach().numpy().astype(np.float32))
+    return torch, hf, path, V
+
+
+@pytest.mark.parametrize("family", ["llama_gqa_untied", "llama_mha_tied", "gpt2"])
+def test_gpu_teacher_forced_logits_and_greedy_tokens_match_transformers(tmp_path, family):
+    torch, hf, path, V = model_file(tmp_path, family)
+    prompt, steps = [5, 17, 250, 3, 99, 42, 7, 1, 2, 3, 200, 150], 40
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=steps, output_logits=True,
+                          return_dict_in_generate=True)
+    hf_tokens = out.sequences[0, len(prompt):].tolist()
+    hf_logits = torch.stack(out.logits)[:, 0].double().numpy()  # (steps, V)
+    dump = tmp_path / "logits.f32"
+    forced = ids_of("--model", path, "--prompt-ids", ",".join(map(str, prompt)), "--force-ids",
+                    ",".join(map(str, hf_tokens)), "--dump-logits", dump, "--max-new", steps)
+    assert forced == hf_tokens
+    ours = np.fromfile(dump, np.float32).reshape(-1, V)
+    assert ours.shape == (steps, V)
+    err = np.abs(ours - hf_logits).max() / np.abs(hf_logits).max()
+    print(f"\nHF_CHECK {GEN.name} {family}: teacher-forced logits, {steps} steps: "
+          f"max |ours - transformers| / max |transformers| = {err:.2e} (tolerance {TOL:.0e})")
+    assert err < TOL, err
+    greedy = ids_of("--model", path, "--prompt-ids", ",".join(map(str, prompt)), "--max-new", steps,
+                    "--temperature", 0, "--eot", -1)
+    if not GEN.name.endswith("fp32"):
+        return  # bf16: greedy near-ties may differ
+    assert greedy == hf_tokens
