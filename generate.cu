@@ -23,14 +23,11 @@
 
 // ------------------------------------------------------------------------------------------------
 // the full-forward check (--check-full 1)
-// The reference for the cached logits: the training model (llmc/gpt2.cuh) over one whole sequence,
-// for the models it runs (GPT-2); for the others (Llama-style) a second inference model's prefill of
-// the whole sequence (no cache read: the flash attention forward over the prompt, RoPE at positions
-// 0..n-1), so the decode path (cache append, decode attention, per-sequence RoPE) is what is tested.
+// The reference for the cached logits: the training model (llmc/gpt2.cuh, checked against PyTorch
+// for GPT-2 and Llama-style models) over one whole sequence, so the decode path (cache append,
+// decode attention, per-sequence RoPE, the GEMVs) is what is tested.
 struct FullCheck {
-    bool training_model = true;
     GPT2 ref;
-    GPT2Infer ref_infer;  // when !training_model
     double tolerance = HAS_MASTER ? 5e-2 : 1e-4;  // max |diff| / max |ref logit| over a row (bf16: both paths round)
     double worst = 0.0;
     long rows = 0, failures = 0;
@@ -39,17 +36,9 @@ struct FullCheck {
 // Compares row b of the cached logits (B, Vp) with the full forward's last position over `seq`.
 static void check_row(FullCheck& fc, const GPT2Infer& m, int b, const std::vector<int>& seq, const CudaContext& ctx) {
     const int V = m.config.vocab_size, Vp = m.config.padded_vocab_size, n = (int)seq.size();
-    std::vector<float> want;
-    if (fc.training_model) {
-        gpt2_upload_batch(fc.ref, seq.data(), nullptr, 1, n, false, ctx);
-        gpt2_forward(fc.ref, 1, n, ctx);
-        want = device_to_float(fc.ref.acts.logits + (size_t)(n - 1) * Vp, V);
-    } else {
-        const int one = 1;
-        const uint64_t rng = 0;
-        gpt2_infer_prefill(fc.ref_infer, seq.data(), &n, &one, &rng, n, ctx);
-        want = device_to_float(fc.ref_infer.logits, V);
-    }
+    gpt2_upload_batch(fc.ref, seq.data(), nullptr, 1, n, false, ctx);
+    gpt2_forward(fc.ref, 1, n, ctx);
+    const std::vector<float> want = device_to_float(fc.ref.acts.logits + (size_t)(n - 1) * Vp, V);
     const std::vector<float> got = device_to_float(m.logits + (size_t)b * Vp, V);
     double diff = 0.0, scale = 1e-30;
     for (int v = 0; v < V; v++) {
@@ -297,13 +286,8 @@ int main(int argc, char** argv) {
     std::unique_ptr<FullCheck> check;
     if (g.check_full) {
         check.reset(new FullCheck);
-        check->training_model = gpt2_is_plain_gpt2(c);
-        if (check->training_model) {
-            gpt2_build(check->ref, c, 1, max_seq, false, ctx);
-            gpt2_set_params(check->ref, params.data());
-        } else {
-            gpt2_infer_build(check->ref_infer, c, params.data(), 1, max_seq, max_seq, 1);
-        }
+        gpt2_build(check->ref, c, 1, max_seq, false, ctx);
+        gpt2_set_params(check->ref, params.data());
     }
     FILE* dump = g.dump_logits.empty() ? nullptr : fopen_or_fail(g.dump_logits.c_str(), "wb");
     int* host_out = nullptr;
@@ -319,8 +303,7 @@ int main(int argc, char** argv) {
     if (check) {
         fprintf(stderr, "check-full: %ld rows, worst max|diff|/max|logit| %.3g (tolerance %.1g): %s\n", check->rows,
                 check->worst, check->tolerance, check->failures ? "FAIL" : "ok");
-        if (check->training_model) gpt2_free(check->ref);
-        else gpt2_infer_free(check->ref_infer);
+        gpt2_free(check->ref);
     }
     cudaCheck(cudaFreeHost(host_out));
     gpt2_infer_free(m);

@@ -7,12 +7,12 @@
 //       compound and a failure names the op), and each backward op on random inputs.
 //   (c) always: save -> load -> continue gives bit-identical losses and parameters (GPT-2, and a small
 //       Llama-style model: RMSNorm, RoPE, SwiGLU, no biases, untied head, GQA + window).
-//   (d) always: sampling slides its context window past T.
+//   (d) always: the trainer's samples through the KV cache equal a full forward per token.
 // Every check prints one line; the last line is "N passed, N failed" and the exit status is 1 on
 // any failure. Tolerances depend on the build (see TOL below).
 #include <cerrno>
 #include <cstdlib>
-#include "llmc/gpt2.cuh"
+#include "llmc/gpt2_infer.cuh"
 #include "llmc/cpu/attention.h"
 #include "llmc/cpu/crossentropy.h"
 #include "llmc/cpu/encoder.h"
@@ -505,22 +505,24 @@ static void test_backward_ops(const CudaContext& ctx) {
 }
 
 // ============================================================================ (d) sampling
-// gpt2_sample slides its window past T like the CPU model: it returns every requested token, and
-// (FP32 build) the tokens equal those of an independent loop that runs the forward at the
-// window's own length (1, n) instead of the padded (1, T) row; causal attention makes the two
-// agree up to rounding, and the fp32 logits leave the multinomial draws no room to differ. The
-// bf16 build checks the count and the id range only (its logits round differently per shape).
-static void test_sampling(const CudaContext& ctx) {
-    const GPT2Config c = small_config(4, 2, 24);
-    const int T = 32, gen = T + 12, V = c.vocab_size, Vp = c.padded_vocab_size, eot = 7;
-    printf("== (d) sampling slides its window past T = %d (%d tokens)\n", T, gen);
+// The trainer samples through the KV cache (gpt2_infer_sample): it returns every requested token up
+// to the context end, and (FP32 build) the tokens equal those of an independent loop that runs the
+// training forward over the whole sequence for each token and draws on the host with sample_token
+// from the same RNG state; the RNG ends in the same state. GPT-2 with GQA and a window shorter than
+// the sample (the cache's ring), and a Llama-style model (RoPE at each position). The bf16 build
+// checks the count and the id range only (its logits round differently in the two paths).
+static void test_sampling(const GPT2Config& c, const CudaContext& ctx) {
+    const int maxT = c.max_seq_len, gen = maxT - 1, V = c.vocab_size, Vp = c.padded_vocab_size, eot = 7;
+    printf("== (d) sampling through the KV cache (%s, window %d, %d tokens)\n", gpt2_arch_name(c), c.window, gen);
     GPT2 model;
-    gpt2_build(model, c, 1, T, false, ctx);
+    gpt2_build(model, c, 1, maxT, false, ctx);
     const std::vector<float> p0 = small_params(c, 9);
     gpt2_set_params(model, p0.data());
+    GPT2Infer sampler;
+    gpt2_infer_build(sampler, c, nullptr, 1, 1, maxT, 1);
     Rng rng(5);
-    const std::vector<int> got = gpt2_sample(model, eot, gen, 1.0f, rng, ctx);
-    report("gpt2_sample returns every requested token", std::fabs((double)got.size() - gen), 0.0, "missing    ");
+    const std::vector<int> got = gpt2_infer_sample(sampler, model.params_memory, eot, gen + 5, 1.0f, rng, ctx);
+    report("sample stops at the context end", std::fabs((double)got.size() - gen), 0.0, "missing    ");
     size_t out_of_range = 0;
     for (int t : got) out_of_range += t < 0 || t >= V;
     report("sampled ids are in [0, V)", (double)out_of_range, 0.0, "count bad  ");
@@ -528,16 +530,18 @@ static void test_sampling(const CudaContext& ctx) {
         Rng ref_rng(5);
         std::vector<int> tokens{eot};
         for (int i = 0; i < gen; i++) {
-            const int n = std::min((int)tokens.size(), T);
-            gpt2_upload_batch(model, tokens.data() + tokens.size() - n, nullptr, 1, n, false, ctx);
+            const int n = (int)tokens.size();
+            gpt2_upload_batch(model, tokens.data(), nullptr, 1, n, false, ctx);
             gpt2_forward(model, 1, n, ctx);
             const std::vector<float> logits = fetch(model.acts.logits + (size_t)(n - 1) * Vp, V);
             tokens.push_back(sample_token(logits.data(), V, 1.0f, ref_rng));
         }
         size_t differ = 0;
         for (int i = 0; i < gen; i++) differ += got[i] != tokens[i + 1];
-        report("gpt2_sample = forward at the window's length", (double)differ, 0.0, "differ     ");
+        report("cached sample = full forward per token", (double)differ, 0.0, "differ     ");
+        report("RNG state after the sample", rng.state != ref_rng.state, 0.0, "differs    ");
     }
+    gpt2_infer_free(sampler);
     gpt2_free(model);
 }
 
@@ -636,7 +640,8 @@ int main(int argc, char** argv) {
         test_resume(ctx, small_config(4, 2, 24), true);
         test_resume(ctx, small_llama_config(), true);
         test_resume(ctx, small_llama_config(2, 2, 0), false);
-        test_sampling(ctx);
+        test_sampling(small_config(4, 2, 24), ctx);
+        test_sampling(small_llama_config(), ctx);
     }
     if (model_path) test_vs_pytorch(model_path, debug_path, ctx);
     ctx.destroy();

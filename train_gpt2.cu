@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 #include "llmc/gpt2.cuh"
+#include "llmc/gpt2_infer.cuh"
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
 #include "llmc/hellaswag.h"
@@ -62,6 +63,10 @@ int main(int argc, char** argv) {
     const std::string source = from_file ? init_path : "--init " + cfg.init;
     apply_shape_flags(config, cfg, !from_file, init_path.c_str());
     gpt2_check_gpu_support(config, source.c_str());
+    // samples run through the KV cache (gpt2_infer_sample), which ends at the model's context
+    if (cfg.sample_every > 0 && cfg.gen_tokens >= config.max_seq_len)
+        fail("--gen-tokens %d: the GPU trainer's samples end at the context, max_seq_len - 1 = %d tokens", cfg.gen_tokens,
+             config.max_seq_len - 1);
 
     CudaContext ctx;
     ctx.init(0);
@@ -144,8 +149,11 @@ int main(int argc, char** argv) {
         printf("%s\n", line.c_str());
         log.line("%s\n", line.c_str());
     };
+    GPT2Infer sampler;  // one sequence, the model's whole context: the trainer's samples through the KV cache
+    if (cfg.sample_every > 0) gpt2_infer_build(sampler, config, nullptr, 1, 1, config.max_seq_len, 1);
     auto sample = [&](int64_t step) {
-        std::vector<int> toks = gpt2_sample(model, eot, cfg.gen_tokens, cfg.temperature, sample_rng, ctx);
+        std::vector<int> toks =
+            gpt2_infer_sample(sampler, model.params_memory, eot, cfg.gen_tokens, cfg.temperature, sample_rng, ctx);
         printf("step %lld sample: ", (long long)step);
         print_sample(tokenizer, toks);
     };
@@ -217,7 +225,7 @@ int main(int argc, char** argv) {
         std::sort(timed.begin(), timed.end());
         const double median = timed[timed.size() / 2];
         printf("BENCH name=%s ms=%.2f tok_s=%.0f peak_gib=%.2f\n", GPT2_USES_CUDNN ? "ours_cudnn" : "ours", median,
-               tokens_per_step / (median / 1000.0), model.allocated_bytes / 1073741824.0);
+               tokens_per_step / (median / 1000.0), (model.allocated_bytes + sampler.allocated_bytes) / 1073741824.0);
     }
     log.close();
     cudaCheck(cudaFreeHost(step_losses));
@@ -225,6 +233,7 @@ int main(int argc, char** argv) {
     delete val_loader;
     delete hellaswag;
     delete tokenizer;
+    if (cfg.sample_every > 0) gpt2_infer_free(sampler);
     gpt2_free(model);
     ctx.destroy();
     return 0;

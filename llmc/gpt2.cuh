@@ -5,7 +5,8 @@
 // float, no master copy). Included by train_gpt2.cu, test_gpt2.cu and dev/cuda/profile_gpt2.cu.
 // Same sections, in the same order and with the same function names, as the CPU model in
 // llmc/cpu/gpt2.h: model (parameters, activations, memory plan), forward, backward, update,
-// checkpoints, sampling.
+// checkpoints. The GPU trainer samples through the KV cache instead (gpt2_infer_sample in
+// llmc/gpt2_infer.cuh), where the CPU model runs a forward per token.
 //
 // One step: gpt2_zero_grads, then per micro-batch gpt2_upload_batch, gpt2_forward (logits),
 // gpt2_loss or gpt2_classifier (cross-entropy, dlogits in place), gpt2_backward (+= into the
@@ -609,29 +610,6 @@ inline TrainState gpt2_load_checkpoint(GPT2& model, const std::string& dir) {
     model.step = st.step;
     model.sr_seed = st.sr_seed;
     return st;
-}
-
-// ============================================================================ sampling
-// Generates `gen_tokens` tokens after an end-of-text token, one forward per token, with a
-// multinomial draw at `temperature` from the shared RNG; the context slides once it reaches T, as
-// on the CPU (llmc/cpu/gpt2.h): each forward sees the last min(len, T) tokens at positions 0..,
-// and the draw reads the logits of the last of them, on the host. The forward always runs the
-// built shape (1, T), the rest of the row padded with end-of-text (causal, so the padding does not
-// matter): cuDNN builds and caches a plan per shape, and cuBLASLt picks an algorithm per shape.
-inline std::vector<int> gpt2_sample(GPT2& model, int eot, int gen_tokens, float temperature, Rng& rng,
-                                    const CudaContext& ctx) {
-    const int T = model.T, V = model.config.vocab_size, Vp = model.config.padded_vocab_size;
-    std::vector<int> tokens{eot}, row(T);
-    for (int i = 0; i < gen_tokens; i++) {
-        const int n = (int)tokens.size() < T ? (int)tokens.size() : T;
-        std::fill(row.begin(), row.end(), eot);
-        std::copy(tokens.end() - n, tokens.end(), row.begin());
-        gpt2_upload_batch(model, row.data(), nullptr, 1, T, false, ctx);
-        gpt2_forward(model, 1, T, ctx);
-        std::vector<float> logits = device_to_float(model.acts.logits + (size_t)(n - 1) * Vp, V);
-        tokens.push_back(sample_token(logits.data(), V, temperature, rng));
-    }
-    return std::vector<int>(tokens.begin() + 1, tokens.end());
 }
 
 // FLOPs of one token through forward + backward: 6 per parameter plus attention's 6*L*C*T

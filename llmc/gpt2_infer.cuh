@@ -162,7 +162,9 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* hos
     m.allocation = specs_allocate(specs, "the inference model, activations and KV cache");
     m.params = gpt2_point_tensors(m.params_memory, c);
     cudaCheck(cudaMemset(m.allocation, 0, m.allocated_bytes));  // the decode scratch's counters start at zero
-    if (HAS_MASTER) {
+    if (host == nullptr) {
+        // the caller copies floatX parameters in (gpt2_infer_sample: the training model's)
+    } else if (HAS_MASTER) {
         std::vector<uint16_t> bf(n);
         for (size_t i = 0; i < n; i++) bf[i] = float_to_bf16(host[i]);
         cudaCheck(cudaMemcpy(m.params_memory, bf.data(), n * sizeof(uint16_t), cudaMemcpyHostToDevice));
@@ -407,4 +409,36 @@ inline void gpt2_infer_step_graph(GPT2Infer& m, const GenerateLimits& lim, const
         m.graph_limits = lim;
     }
     cudaCheck(cudaGraphLaunch(m.graph, ctx.stream));
+}
+
+// ============================================================================ the trainer's samples
+// `gen_tokens` tokens after one end-of-text token, drawn at `temperature` from `rng` (advanced as
+// sample_token on the host would advance it), through the cache: a one-token prefill, then one decode
+// step per token, instead of one full forward per token. `params`: the training model's floatX
+// parameters on the device, copied in first. Build `m` with B = 1, Tmax = 1 and host = nullptr. A
+// sample ends at the context end (max_seq - 1 tokens); the trainer checks --gen-tokens against it.
+inline std::vector<int> gpt2_infer_sample(GPT2Infer& m, const floatX* params, int eot, int gen_tokens,
+                                          float temperature, Rng& rng, const CudaContext& ctx) {
+    if (m.B != 1) fail("internal: gpt2_infer_sample needs a model built for one sequence (B = %d)", m.B);
+    const size_t n = gpt2_num_params(m.config);
+    cudaCheck(cudaMemcpyAsync(m.params_memory, params, n * sizeof(floatX), cudaMemcpyDeviceToDevice, ctx.stream));
+    const int len = 1, active = 1;
+    const uint64_t state = rng.state;
+    gpt2_infer_prefill(m, &eot, &len, &active, &state, 1, ctx);
+    GenerateLimits lim{};
+    lim.sampling = SamplingParams{temperature, 0, 1.0f};
+    lim.eot = -1;  // the trainers' samples run their full length
+    lim.max_new = gen_tokens;
+    lim.force_len = 0;
+    std::vector<int> out;
+    int id = 0;
+    while ((int)out.size() < gen_tokens) {
+        gpt2_infer_step(m, lim, ctx);
+        cudaCheck(cudaMemcpyAsync(&id, m.step_out, sizeof(int), cudaMemcpyDeviceToHost, ctx.stream));
+        cudaCheck(cudaStreamSynchronize(ctx.stream));
+        if (id < 0) break;  // the context end
+        out.push_back(id);
+    }
+    cudaCheck(cudaMemcpy(&rng.state, m.rng, sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    return out;
 }
