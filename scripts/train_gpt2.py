@@ -91,8 +91,8 @@ def make_config(what, L, C, NH, V, maxT, NKV=0, W=0, arch="gpt2", **knobs):
         die(f"{what}: --kv-heads {NKV} must divide --heads {NH}")
     if W < 0:
         die(f"{what}: --window {W} must be >= 0 (0 = full causal)")
-    if V > 65536:
-        die(f"{what}: --vocab {V} too large (token ids are stored as uint16)")
+    if V > 1 << 20:
+        die(f"{what}: --vocab {V} too large (at most 2^20 = 1048576, as llmc/gpt2_config.h)")
     k = dict(ARCH_DEFAULTS[arch], rope_theta=10000.0)
     k.update({name: v for name, v in knobs.items() if v is not None})
     H = k.get("mlp_hidden") or (4 * C if k["mlp"] == "gelu" else (8 * C // 3 + 63) // 64 * 64)
