@@ -1,8 +1,8 @@
 """Hugging Face checkpoints <-> our model files (docs/formats.md, GPTM), with numpy only: no torch, no
 transformers, no hub. The one copy of the mapping between transformers' tensor names and our 17
 parameter tensors (docs/design.md), used in both directions: scripts/import_hf.py and
-scripts/export_hf.py call it, and so do scripts/train_gpt2.py's from_hf / from_hf_llama (which
-take a transformers model object).
+scripts/export_hf.py call it, and so does scripts/train_gpt2.py's from_hf (which takes a
+transformers model object).
 
 A Hugging Face directory is config.json + model.safetensors (or shards listed in
 model.safetensors.index.json). Safetensors are read and written here by hand (an 8-byte header
@@ -180,8 +180,28 @@ def _rope(hc, what):
     return float(rope.get("rope_theta") or _get(hc, "rope_theta", 10000.0))
 
 
+def check_shape(cfg, what):
+    """The shape checks of llmc/gpt2_config.h gpt2_validate_config that a config.json could fail."""
+    C, NH, NKV, V = cfg["channels"], cfg["num_heads"], cfg["num_kv_heads"], cfg["vocab_size"]
+    for key in ("num_layers", "num_heads", "channels", "max_seq_len", "vocab_size", "mlp_hidden"):
+        if not isinstance(cfg[key], int) or cfg[key] < 1:
+            raise HFError(f"{what}: {key} {cfg[key]!r} must be a positive integer")
+    if C % NH or NH % NKV:
+        raise HFError(f"{what}: hidden size {C}, {NH} heads and {NKV} key/value heads: the heads must divide the "
+                      "hidden size and the key/value heads the heads")
+    if V > 1 << 20:
+        raise HFError(f"{what}: vocab_size {V} is over our limit of 2^20")
+    if cfg["position"] == fmt.POS_ROPE and (C // NH) % 2:
+        raise HFError(f"{what}: RoPE needs an even head dim, this one is {C // NH}")
+    return cfg
+
+
 def config_from_hf(hc, what):
     """Our config (fmt keys) from a transformers config.json dict; refuses what we cannot express exactly."""
+    return check_shape(_config_from_hf(hc, what), what)
+
+
+def _config_from_hf(hc, what):
     mt = hc.get("model_type")
     V = hc.get("vocab_size")
     if mt == "gpt2":
