@@ -550,3 +550,25 @@ def test_tokenizer_json_errors(tmp_path):
     assert_one_line_error(p, "--ranks and --tokenizer: give one")
     p = run_script("tinyshakespeare", *base, "--ranks", RANKS, "--doc-token", "x", check=False)
     assert_one_line_error(p, "--doc-token goes with --tokenizer")
+
+
+def test_tokenize_prompt_round_trip(tmp_path):
+    """scripts/tokenize_prompt.py: text -> ids (document token first) for generate's --prompt-ids, and
+    generate's id lines (with their [i] batch prefix) -> text."""
+    path, tok = bpe_tokenizer_json(tmp_path / "tinybpe")
+    script = str(ROOT / "scripts" / "tokenize_prompt.py")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("To be, or not to be\n\nHello <|endoftext|> world\n")
+    p = subprocess.run([sys.executable, script, "--tokenizer", str(path), "--file", str(prompts)],
+                       capture_output=True, text=True, timeout=60, check=True)
+    lines = p.stdout.splitlines()
+    doc = tok.token_to_id("<|endoftext|>")
+    assert lines[0] == ",".join(map(str, [doc] + tok.encode("To be, or not to be").ids)) and len(lines) == 2
+    assert lines[1].count(str(doc)) >= 1 and lines[1].split(",")[1:].count(str(doc)) == 0, "special text is text"
+    ids = " ".join(lines[0].split(",")[1:])
+    p = subprocess.run([sys.executable, script, "--tokenizer", str(path), "--decode"], input=f"{ids}\n[3] {ids}\n",
+                       capture_output=True, text=True, timeout=60, check=True)
+    assert p.stdout == "To be, or not to be\n[3] To be, or not to be\n"
+    p = subprocess.run([sys.executable, script, "--tokenizer", str(path), "--decode"], input="5,999999\n",
+                       capture_output=True, text=True, timeout=60)
+    assert_one_line_error(p, "stdin line 1: '999999' is not a token id")
