@@ -224,8 +224,10 @@ class DataLoader {
                 const int64_t all = (size - HEADER_BYTES) / sh.token_bytes;
                 const int64_t limit = std::min<int64_t>(vocab_, sh.vocab_size);
                 const char* what = vocab_ <= sh.vocab_size ? "the model's vocab_size" : "the shard header's vocab_size";
-                if (sh.token_bytes == 2) check_token_ids((const uint16_t*)tokens_, all, 0, limit, sh.path.c_str(), what);
-                else check_token_ids((const uint32_t*)tokens_, all, 0, limit, sh.path.c_str(), what);
+                if (sh.token_bytes == 2)
+                    check_token_ids((const uint16_t*)tokens_, all, 0, limit, sh.path.c_str(), what);
+                else
+                    check_token_ids((const uint32_t*)tokens_, all, 0, limit, sh.path.c_str(), what);
                 sh.ids_checked = true;
             }
             window_order_epoch_ = -1;

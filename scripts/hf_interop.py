@@ -198,7 +198,10 @@ def check_shape(cfg, what):
 
 def config_from_hf(hc, what):
     """Our config (fmt keys) from a transformers config.json dict; refuses what we cannot express exactly."""
-    return check_shape(_config_from_hf(hc, what), what)
+    try:
+        return check_shape(_config_from_hf(hc, what), what)
+    except KeyError as e:
+        raise HFError(f"{what}: no {e.args[0]!r}, a key this model_type needs")
 
 
 def _config_from_hf(hc, what):
@@ -206,7 +209,8 @@ def _config_from_hf(hc, what):
     V = hc.get("vocab_size")
     if mt == "gpt2":
         C, NH = hc["n_embd"], hc["n_head"]
-        checks = [("activation_function", _get(hc, "activation_function", "gelu_new") in ("gelu_new", "gelu_pytorch_tanh"),
+        act = _get(hc, "activation_function", "gelu_new")
+        checks = [("activation_function", act in ("gelu_new", "gelu_pytorch_tanh"),
                    "must be gelu_new (tanh GELU)"),
                   ("layer_norm_epsilon", abs(_get(hc, "layer_norm_epsilon", 1e-5) - 1e-5) < 1e-12, "must be 1e-5"),
                   ("scale_attn_weights", _get(hc, "scale_attn_weights", True), "must be true"),
@@ -262,15 +266,16 @@ def hf_config_from(cfg, params, what, bos_id=None, eos_id=None, dtype="float32")
     if cfg["mlp"] == fmt.MLP_GELU:
         for k, v in gpt2.items():
             if cfg[k] != v:
-                raise HFError(f"{what}: a GELU model with {k} = {cfg[k]} is neither GPT-2 (LayerNorm, learned positions, "
-                              "biases) nor Llama: no transformers class computes it")
+                raise HFError(f"{what}: a GELU model with {k} = {cfg[k]} is neither GPT-2 (LayerNorm, learned "
+                              "positions, biases) nor Llama: no transformers class computes it")
         if NKV != NH:
             raise HFError(f"{what}: num_kv_heads {NKV} != num_heads {NH}: transformers' GPT-2 has no "
                           "grouped-query attention")
         if W:
             raise HFError(f"{what}: attention window {W}: transformers' GPT-2 has no sliding window")
         hc = dict(common, architectures=["GPT2LMHeadModel"], model_type="gpt2", n_positions=cfg["max_seq_len"],
-                  n_embd=C, n_layer=cfg["num_layers"], n_head=NH, n_inner=cfg["mlp_hidden"], activation_function="gelu_new",
+                  n_embd=C, n_layer=cfg["num_layers"], n_head=NH, n_inner=cfg["mlp_hidden"],
+                  activation_function="gelu_new",
                   layer_norm_epsilon=1e-5, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                   scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False, reorder_and_upcast_attn=False)
         return hc, "gpt2"

@@ -524,7 +524,8 @@ def test_sharded_with_tokenizer_json_and_resume(tmp_path):
     # stopped after 2 shards, then resumed: the same bytes
     run_script("fineweb", "--out-dir", tmp_path / "run", *args, "--max-shards", 2)
     run_script("fineweb", "--out-dir", tmp_path / "run", *args)
-    assert [f.read_bytes() for f in shard_files(tmp_path / "run" / "fineweb_tinybpe")] == [f.read_bytes() for f in files]
+    resumed = shard_files(tmp_path / "run" / "fineweb_tinybpe")
+    assert [f.read_bytes() for f in resumed] == [f.read_bytes() for f in files]
     # the same folder with another document token is another tokenization: refused
     p = run_script("fineweb", "--out-dir", tmp_path / "run", *args, "--doc-token", "</s>", check=False)
     assert_one_line_error(p, "fineweb_progress.json: an earlier run used the tokenizer", "doc_token")

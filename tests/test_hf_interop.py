@@ -166,12 +166,13 @@ def llama_hc(**changes):
     (llama_hc(num_key_value_heads=3), "the key/value heads the heads"),
     (llama_hc(model_type="qwen2", use_sliding_window=True), "use_sliding_window / layer_types"),
     (llama_hc(model_type="phi3"), "model_type 'phi3' is not supported (gpt2, llama, mistral, qwen2)"),
+    ({"model_type": "llama", "vocab_size": 10}, "no 'hidden_size', a key this model_type needs"),
     (dict(model_type="gpt2", vocab_size=50, n_embd=32, n_head=2, n_layer=1, n_positions=16, activation_function="relu"),
      "activation_function = 'relu' is not supported"),
     (dict(model_type="gpt2", vocab_size=50, n_embd=32, n_head=2, n_layer=1, n_positions=16, layer_norm_epsilon=1e-6),
      "layer_norm_epsilon = 1e-06 is not supported"),
 ], ids=["rope_scaling", "rope_parameters", "attention_bias", "mlp_bias", "hidden_act", "head_dim", "kv_heads",
-        "qwen2_sliding", "model_type", "gpt2_activation", "gpt2_eps"])
+        "qwen2_sliding", "model_type", "missing_key", "gpt2_activation", "gpt2_eps"])
 def test_import_refuses_config(hc, message):
     with pytest.raises(hf_interop.HFError) as e:
         hf_interop.config_from_hf(hc, "x/config.json")
