@@ -13,7 +13,9 @@
 //
 // Shards are memory-mapped one at a time (fineweb shards are 200 MB): headers and lengths of all
 // of them are checked at construction, token ids (< vocab_size) when a shard is first mapped,
-// so a bad id is reported before any of its windows reaches the model.
+// so a bad id is reported before any of its windows reaches the model. A shard holds uint16 or
+// uint32 ids (its header says which; shards of both widths may be mixed); they become int as a
+// batch is copied out.
 #pragma once
 #include <fcntl.h>
 #include <glob.h>
@@ -56,14 +58,27 @@ class MappedFile {
     int64_t size_ = 0;
 };
 
-// Checks that tokens[0..n) are all below `limit`; the error names the file and the offset of the
-// bad id within the payload (`base` = offset of tokens[0]).
-inline void check_token_ids(const uint16_t* tokens, int64_t n, int64_t base, int64_t limit, const char* path,
+// Checks that tokens[0..n) (uint16_t or uint32_t) are all below `limit`; the error names the file
+// and the offset of the bad id within the payload (`base` = offset of tokens[0]).
+template <typename Id>
+inline void check_token_ids(const Id* tokens, int64_t n, int64_t base, int64_t limit, const char* path,
                             const char* what) {
     for (int64_t i = 0; i < n; i++)
-        if (tokens[i] >= limit)
-            fail("%s: token id %u at token offset %lld is >= vocab_size %lld (%s)", path, tokens[i],
-                 (long long)(base + i), (long long)limit, what);
+        if ((int64_t)tokens[i] >= limit)
+            fail("%s: token id %llu at token offset %lld is >= vocab_size %lld (%s)", path,
+                 (unsigned long long)tokens[i], (long long)(base + i), (long long)limit, what);
+}
+
+// dst[0..n) = the ids at src (uint16 or uint32 little-endian values, `width` bytes each) as int;
+// the ids were checked against vocab_size (< 2^31) when their shard was first mapped.
+inline void copy_token_ids(int* dst, const unsigned char* src, int64_t n, int width) {
+    if (width == 2) {
+        const uint16_t* p = (const uint16_t*)src;
+        for (int64_t j = 0; j < n; j++) dst[j] = p[j];
+    } else {
+        const uint32_t* p = (const uint32_t*)src;
+        for (int64_t j = 0; j < n; j++) dst[j] = (int)p[j];
+    }
 }
 
 class DataLoader {
@@ -77,8 +92,7 @@ class DataLoader {
         if (B < 1 || T < 1) fail("DataLoader: B = %d and T = %d must be positive", B, T);
         if (world_size < 1 || rank < 0 || rank >= world_size)
             fail("DataLoader: rank %d is not in [0, world_size = %d)", rank, world_size);
-        if (vocab_size < 1 || vocab_size > 65536)
-            fail("DataLoader: vocab_size %d is not in [1, 65536] (shards hold uint16 ids)", vocab_size);
+        if (vocab_size < 1) fail("DataLoader: vocab_size %d must be positive", vocab_size);
         glob_t g;
         int rc = glob(glob_pattern, 0, nullptr, &g);
         if (rc == GLOB_NOMATCH) fail("%s: no files match this pattern", glob_pattern);
@@ -95,6 +109,7 @@ class DataLoader {
                      (long long)info.num_tokens, (long long)(BT + 1), B, T);
             s.num_windows = (info.num_tokens - 1) / BT;
             s.vocab_size = info.vocab_size;
+            s.token_bytes = info.token_bytes;
             total_windows_ += s.num_windows;
             shards_.push_back(s);
         }
@@ -116,11 +131,10 @@ class DataLoader {
         int64_t w = g - prefix_[i];
         use_shard(order_[i]);
         const int64_t BT = (int64_t)B_ * T_;
-        const uint16_t* p = tokens_ + (shuffle_ ? window_order_[w] : w) * BT;
-        for (int64_t j = 0; j < BT; j++) {
-            inputs_[j] = p[j];
-            targets_[j] = p[j + 1];
-        }
+        const int width = shards_[mapped_].token_bytes;
+        const unsigned char* p = tokens_ + (shuffle_ ? window_order_[w] : w) * BT * width;
+        copy_token_ids(inputs_.data(), p, BT, width);
+        copy_token_ids(targets_.data(), p + width, BT, width);
         pos_++;
     }
     const int* inputs() const { return inputs_.data(); }    // (B, T)
@@ -172,6 +186,7 @@ class DataLoader {
         std::string path;
         int64_t num_windows;
         int64_t vocab_size;  // from its header
+        int token_bytes;     // 2 (uint16 ids) or 4 (uint32), from its header
         bool ids_checked = false;
     };
 
@@ -203,12 +218,16 @@ class DataLoader {
         if (s != mapped_) {
             int64_t size = file_size_or_fail(sh.path.c_str());
             file_.map(sh.path.c_str(), size);
-            tokens_ = (const uint16_t*)(file_.data() + HEADER_BYTES);
+            tokens_ = file_.data() + HEADER_BYTES;
             mapped_ = s;
             if (!sh.ids_checked) {
-                int64_t all = (size - HEADER_BYTES) / 2;
-                check_token_ids(tokens_, all, 0, std::min<int64_t>(vocab_, sh.vocab_size), sh.path.c_str(),
-                                vocab_ <= sh.vocab_size ? "the model's vocab_size" : "the shard header's vocab_size");
+                const int64_t all = (size - HEADER_BYTES) / sh.token_bytes;
+                const int64_t limit = std::min<int64_t>(vocab_, sh.vocab_size);
+                const char* what = vocab_ <= sh.vocab_size ? "the model's vocab_size" : "the shard header's vocab_size";
+                if (sh.token_bytes == 2)
+                    check_token_ids((const uint16_t*)tokens_, all, 0, limit, sh.path.c_str(), what);
+                else
+                    check_token_ids((const uint32_t*)tokens_, all, 0, limit, sh.path.c_str(), what);
                 sh.ids_checked = true;
             }
             window_order_epoch_ = -1;
@@ -233,7 +252,7 @@ class DataLoader {
     std::vector<int64_t> prefix_;     // prefix_[i]: windows in order_[0..i)
     MappedFile file_;
     int mapped_ = -1;                 // index of the mapped shard
-    const uint16_t* tokens_ = nullptr;
+    const unsigned char* tokens_ = nullptr;  // the mapped shard's payload
     std::vector<int64_t> window_order_;  // of the mapped shard, for epoch window_order_epoch_
     int64_t window_order_epoch_ = -1;
     std::vector<int> inputs_, targets_;

@@ -32,8 +32,12 @@ constexpr int64_t FORMAT_VERSION = 1;  // the first version of every format, and
 // byte-identical to those of earlier builds and readable by them; the readers take both.
 constexpr int64_t MODEL_VERSION = 2;
 constexpr int64_t DEBUG_VERSION = 2;
+// Token shards (GPTD) are at version 2, which adds uint32 tokens (vocabularies over 65,536 ids);
+// uint16 shards are still written as version 1, byte-identical to earlier builds' files.
+constexpr int64_t SHARD_VERSION = 2;
 inline int64_t newest_version(int64_t magic) {
-    return magic == MAGIC_MODEL ? MODEL_VERSION : magic == MAGIC_DEBUG ? DEBUG_VERSION : FORMAT_VERSION;
+    return magic == MAGIC_MODEL ? MODEL_VERSION : magic == MAGIC_DEBUG ? DEBUG_VERSION
+           : magic == MAGIC_SHARD ? SHARD_VERSION : FORMAT_VERSION;
 }
 
 enum ModelDtype : int64_t { DTYPE_FP32 = 0, DTYPE_BF16 = 1 };
@@ -355,28 +359,48 @@ inline TokenizerFile tokenizer_read(const char* path) {
 // ================================ token shard (GPTD) ================================
 struct ShardInfo {
     int64_t num_tokens;
-    int64_t vocab_size;  // every token id is below this
+    int64_t vocab_size;   // every token id is below this
+    int token_bytes;      // 2 (uint16) or 4 (uint32, version 2)
 };
 
-// Validates header and length; the payload (num_tokens uint16) starts at byte HEADER_BYTES.
+// Validates header and length; the payload (num_tokens ids of token_bytes each, little-endian)
+// starts at byte HEADER_BYTES. Version 1 holds uint16 ids only; version 2 uint16 or uint32.
 inline ShardInfo shard_read_info(const char* path) {
     FileHeader hd;
     int64_t size;
     open_checked(path, MAGIC_SHARD, &hd, &size);
-    check_range(path, "num_tokens", hd.h[2], 0, INT64_MAX / 4);
-    if (hd.h[3] != 2) fail("%s: %lld bytes per token, only 2 (uint16) is supported", path, (long long)hd.h[3]);
-    check_range(path, "vocab_size", hd.h[4], 1, 65536);
-    check_file_length(path, size, hd.h[2] * 2);
-    return ShardInfo{hd.h[2], hd.h[4]};
+    const int64_t* h = hd.h;
+    check_range(path, "num_tokens", h[2], 0, INT64_MAX / 8);
+    if (h[1] == 1 && h[3] != 2)
+        fail("%s: header field bytes_per_token = %lld, but a version-1 shard holds uint16 ids (2 bytes)", path,
+             (long long)h[3]);
+    if (h[3] != 2 && h[3] != 4)
+        fail("%s: header field bytes_per_token = %lld, must be 2 (uint16) or 4 (uint32)", path, (long long)h[3]);
+    // uint16 ids are below 65536; uint32 ids are read as int, so below 2^31
+    check_range(path, "vocab_size", h[4], 1, h[3] == 2 ? 65536 : INT32_MAX);
+    check_file_length(path, size, h[2] * h[3]);
+    return ShardInfo{h[2], h[4], (int)h[3]};
 }
 
-// Writes a shard atomically.
-inline void shard_write(const char* path, const uint16_t* tokens, int64_t n, int64_t vocab_size) {
+// The token width a shard of this vocabulary needs: 2 bytes while every id fits uint16, else 4.
+inline int shard_token_bytes(int64_t vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
+
+// Writes a shard atomically: version 1 with uint16 ids when vocab_size <= 65536, else version 2
+// with uint32 ids. `tokens` are ints (each in [0, vocab_size), not checked here).
+inline void shard_write(const char* path, const int* tokens, int64_t n, int64_t vocab_size) {
+    const int width = shard_token_bytes(vocab_size);
     FileHeader hd = {};
-    hd.h[0] = MAGIC_SHARD; hd.h[1] = FORMAT_VERSION; hd.h[2] = n; hd.h[3] = 2; hd.h[4] = vocab_size;
+    hd.h[0] = MAGIC_SHARD; hd.h[1] = width == 2 ? FORMAT_VERSION : SHARD_VERSION; hd.h[2] = n;
+    hd.h[3] = width; hd.h[4] = vocab_size;
     AtomicFileWriter w(path);
     w.write(hd.h, HEADER_BYTES);
-    w.write(tokens, n * 2);
+    if (width == 2) {
+        std::vector<uint16_t> t(tokens, tokens + n);
+        w.write(t.data(), n * 2);
+    } else {
+        std::vector<uint32_t> t(tokens, tokens + n);
+        w.write(t.data(), n * 4);
+    }
     w.commit();
 }
 

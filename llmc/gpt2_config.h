@@ -168,7 +168,7 @@ struct OptimizerSettings {
 // Checks a config read from a file or built from flags; `what` names the source in the message.
 inline void gpt2_validate_config(const GPT2Config& c, const char* what) {
     if (c.max_seq_len <= 0 || c.max_seq_len > (1 << 20)) fail("%s: max_seq_len %d out of range", what, c.max_seq_len);
-    if (c.vocab_size <= 0 || c.vocab_size > 65536) fail("%s: vocab_size %d out of range (token ids are uint16)", what, c.vocab_size);
+    if (c.vocab_size <= 0 || c.vocab_size > (1 << 20)) fail("%s: vocab_size %d out of range [1, 2^20]", what, c.vocab_size);
     if (c.padded_vocab_size < c.vocab_size || c.padded_vocab_size > (1 << 20))
         fail("%s: padded_vocab_size %d must be >= vocab_size %d", what, c.padded_vocab_size, c.vocab_size);
     if (c.num_layers <= 0 || c.num_layers > 1024) fail("%s: num_layers %d out of range", what, c.num_layers);

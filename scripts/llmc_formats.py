@@ -14,6 +14,9 @@ VERSION = 1  # the first version of every format, and the only one of most
 # use version 1 for a plain GPT-2 config (byte-identical to earlier files), the readers take both.
 MODEL_VERSION = 2
 DEBUG_VERSION = 2
+# Token shards are at version 2, which adds uint32 ids (vocabularies over 65,536); uint16 shards are
+# still written as version 1 (byte-identical to earlier files), the readers take both.
+SHARD_VERSION = 2
 
 
 def fourcc(s):
@@ -118,7 +121,7 @@ def make_header(magic, fields):
 
 
 def newest_version(magic):
-    return {MAGIC_MODEL: MODEL_VERSION, MAGIC_DEBUG: DEBUG_VERSION}.get(magic, VERSION)
+    return {MAGIC_MODEL: MODEL_VERSION, MAGIC_DEBUG: DEBUG_VERSION, MAGIC_SHARD: SHARD_VERSION}.get(magic, VERSION)
 
 
 def read_header(path, magic):
@@ -280,23 +283,41 @@ def read_debug_state(path):
 
 
 # ---------------------------------------------------------------- token shards
+def shard_token_bytes(vocab_size):
+    """The token width a shard of this vocabulary needs: 2 (uint16) while every id fits, else 4 (uint32)."""
+    return 2 if vocab_size <= 65536 else 4
+
+
 def write_shard(path, tokens, vocab_size):
+    """Token ids (each in [0, vocab_size)) as a shard: version 1 with uint16 ids when vocab_size <=
+    65536, else version 2 with uint32 ids (llmc/formats.h shard_write)."""
     tokens = np.asarray(tokens)
+    if not 1 <= vocab_size < 2 ** 31:
+        raise ValueError(f"{path}: vocab_size {vocab_size} is not in [1, 2^31)")
     if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab_size):
         raise ValueError(f"{path}: token ids must be in [0, {vocab_size})")
-    if vocab_size > 65536:
-        raise ValueError(f"{path}: vocab_size {vocab_size} does not fit uint16 tokens")
-    atomic_write(path, [make_header(MAGIC_SHARD, {2: tokens.size, 3: 2, 4: vocab_size}), tokens.astype("<u2")])
+    width = shard_token_bytes(vocab_size)
+    h = make_header(MAGIC_SHARD, {2: tokens.size, 3: width, 4: vocab_size})
+    h[1] = VERSION if width == 2 else SHARD_VERSION
+    atomic_write(path, [h, tokens.astype("<u2" if width == 2 else "<u4")])
 
 
 def read_shard(path):
-    """Returns (tokens uint16 array (memory-mapped), vocab_size)."""
+    """Returns (tokens: a uint16 or uint32 array, memory-mapped; vocab_size)."""
     h, size = read_header(path, MAGIC_SHARD)
     n, width, vocab = int(h[2]), int(h[3]), int(h[4])
-    if width != 2:
-        raise FormatError(f"{path}: {width} bytes per token, only 2 is supported")
-    check_length(path, size, n * 2)
-    tokens = np.memmap(path, dtype="<u2", mode="r", offset=HEADER_BYTES, shape=(n,)) if n else np.zeros(0, "<u2")
+    if h[1] == 1 and width != 2:
+        raise FormatError(f"{path}: header field bytes_per_token = {width}, but a version-1 shard holds uint16 ids "
+                          "(2 bytes)")
+    if width not in (2, 4):
+        raise FormatError(f"{path}: header field bytes_per_token = {width}, must be 2 (uint16) or 4 (uint32)")
+    if not 1 <= vocab <= (65536 if width == 2 else 2 ** 31 - 1):
+        raise FormatError(f"{path}: header field vocab_size = {vocab} is out of range for {8 * width}-bit ids")
+    if n < 0:
+        raise FormatError(f"{path}: header field num_tokens = {n} is negative")
+    check_length(path, size, n * width)
+    dtype = "<u2" if width == 2 else "<u4"
+    tokens = np.memmap(path, dtype=dtype, mode="r", offset=HEADER_BYTES, shape=(n,)) if n else np.zeros(0, dtype)
     return tokens, vocab
 
 

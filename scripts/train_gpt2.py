@@ -48,6 +48,7 @@ except ImportError:  # --help and the flag checks work without PyTorch; main() t
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llmc_formats as fmt  # noqa: E402  (the one Python copy of the file formats)
+import hf_interop  # noqa: E402  (the one copy of the transformers <-> ours tensor mapping)
 
 # Weight decay applies to the embeddings and the weight matrices (gpt2_param_decays in C++).
 DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw", "lm_head"}
@@ -91,8 +92,8 @@ def make_config(what, L, C, NH, V, maxT, NKV=0, W=0, arch="gpt2", **knobs):
         die(f"{what}: --kv-heads {NKV} must divide --heads {NH}")
     if W < 0:
         die(f"{what}: --window {W} must be >= 0 (0 = full causal)")
-    if V > 65536:
-        die(f"{what}: --vocab {V} too large (token ids are stored as uint16)")
+    if V > 1 << 20:
+        die(f"{what}: --vocab {V} too large (at most 2^20 = 1048576, as llmc/gpt2_config.h)")
     k = dict(ARCH_DEFAULTS[arch], rope_theta=10000.0)
     k.update({name: v for name, v in knobs.items() if v is not None})
     H = k.get("mlp_hidden") or (4 * C if k["mlp"] == "gelu" else (8 * C // 3 + 63) // 64 * 64)
@@ -257,98 +258,20 @@ class GPT2(nn.Module if torch is not None else object):
 
 
 # ---------------------------------------------------------------- transformers import
-def check_hf_config(hc, what):
-    """Our model has no switches for these; refuse a checkpoint that needs one."""
-    problems = []
-    if hc.n_inner not in (None, 4 * hc.n_embd):
-        problems.append(f"n_inner {hc.n_inner} != 4*n_embd")
-    if hc.activation_function != "gelu_new":
-        problems.append(f"activation {hc.activation_function} is not gelu_new (tanh GELU)")
-    if abs(hc.layer_norm_epsilon - 1e-5) > 1e-12:
-        problems.append(f"layer_norm_epsilon {hc.layer_norm_epsilon} != 1e-5")
-    if not hc.scale_attn_weights or hc.scale_attn_by_inverse_layer_idx:
-        problems.append("attention scale is not 1/sqrt(head_dim)")
-    if problems:
-        die(f"{what}: unsupported transformers GPT-2 config: " + "; ".join(problems))
-
-
 def from_hf(hf_model, what="transformers model"):
-    """Our GPT2 from a transformers GPT2LMHeadModel. HF's Conv1D stores weights (in, out) for
-    y = x W + b; ours are (out, in) for y = x W^T + b, hence the transposes. Its c_attn output
-    columns are [Q heads | K heads | V heads], the same order as our qkvw rows."""
-    hc = hf_model.config
-    check_hf_config(hc, what)  # GPT-2 in transformers is multi-head, full causal: NKV = NH, W = 0
-    cfg = make_config(what, hc.n_layer, hc.n_embd, hc.n_head, hc.vocab_size, hc.n_positions)
-    sd = {k: v.detach().float().cpu() for k, v in hf_model.state_dict().items()}
-    # our output layer is wte itself: an untied lm_head would be dropped and the logits change
-    if "lm_head.weight" in sd and not torch.equal(sd["lm_head.weight"], sd["transformer.wte.weight"]):
-        die(f"{what}: its lm_head is not tied to transformer.wte (tie_word_embeddings is "
-            f"{getattr(hc, 'tie_word_embeddings', 'unset')}); our GPT-2 has no separate output matrix")
+    """Our model from a transformers model object (GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM,
+    Qwen2ForCausalLM) through scripts/hf_interop.py, the one copy of the name and layout mapping that
+    scripts/import_hf.py uses on a local folder without torch (GPT-2's Conv1D weights transposed;
+    Llama's qkvw = [q_proj; k_proj; v_proj] and fcw = [gate_proj; up_proj], q/k rows already in the
+    rotate_half order our RoPE uses). A config our model cannot compute exactly is one error line."""
+    sd = {k: v.detach().float().cpu().numpy() for k, v in hf_model.state_dict().items()}
+    try:
+        cfg = hf_interop.config_from_hf(hf_model.config.to_dict(), what)
+        flat = hf_interop.params_from_hf_tensors(cfg, sd, what)
+    except hf_interop.HFError as e:
+        die(str(e))
     model = GPT2(cfg)
-    per_layer = {  # ours: (HF suffix under transformer.h.<l>., transposed?)
-        "ln1w": ("ln_1.weight", False), "ln1b": ("ln_1.bias", False),
-        "qkvw": ("attn.c_attn.weight", True), "qkvb": ("attn.c_attn.bias", False),
-        "attprojw": ("attn.c_proj.weight", True), "attprojb": ("attn.c_proj.bias", False),
-        "ln2w": ("ln_2.weight", False), "ln2b": ("ln_2.bias", False),
-        "fcw": ("mlp.c_fc.weight", True), "fcb": ("mlp.c_fc.bias", False),
-        "fcprojw": ("mlp.c_proj.weight", True), "fcprojb": ("mlp.c_proj.bias", False),
-    }
-    with torch.no_grad():
-        model.wte.zero_()
-        model.wte[:cfg["vocab_size"]] = sd["transformer.wte.weight"]
-        model.wpe.copy_(sd["transformer.wpe.weight"])
-        for ours, (suffix, transpose) in per_layer.items():
-            dst = getattr(model, ours)
-            for l in range(cfg["num_layers"]):
-                w = sd[f"transformer.h.{l}.{suffix}"]
-                dst[l] = w.t() if transpose else w
-        model.lnfw.copy_(sd["transformer.ln_f.weight"])
-        model.lnfb.copy_(sd["transformer.ln_f.bias"])
-    return model
-
-
-def from_hf_llama(hf_model, what="transformers Llama model"):
-    """Our Llama-style model from a transformers LlamaForCausalLM (nn.Linear weights are (out, in),
-    as ours): qkvw = [q_proj; k_proj; v_proj] (our Q heads, K heads, V heads), fcw = [gate_proj;
-    up_proj] (SwiGLU's [gate | up]), attprojw = o_proj, fcprojw = down_proj. transformers' q/k rows
-    are already in the rotate_half order our RoPE uses, so nothing is permuted. The first step of
-    the Hugging Face import of issue 14; configs our model cannot express are refused."""
-    hc = hf_model.config
-    rope = dict(getattr(hc, "rope_parameters", None) or getattr(hc, "rope_scaling", None) or {})
-    theta = rope.get("rope_theta", getattr(hc, "rope_theta", None))
-    problems = []
-    if hc.hidden_act != "silu":
-        problems.append(f"hidden_act {hc.hidden_act} is not silu")
-    if getattr(hc, "attention_bias", False) or getattr(hc, "mlp_bias", False):
-        problems.append("attention_bias / mlp_bias")
-    if getattr(hc, "head_dim", None) not in (None, hc.hidden_size // hc.num_attention_heads):
-        problems.append(f"head_dim {hc.head_dim} != hidden_size / num_attention_heads")
-    if rope.get("rope_type", rope.get("type", "default")) != "default":
-        problems.append(f"rope scaling {rope.get('rope_type', rope.get('type'))}")
-    if problems:
-        die(f"{what}: unsupported transformers Llama config: " + "; ".join(problems))
-    cfg = make_config(what, hc.num_hidden_layers, hc.hidden_size, hc.num_attention_heads, hc.vocab_size,
-                      hc.max_position_embeddings, hc.num_key_value_heads or hc.num_attention_heads, 0, "llama",
-                      norm_eps=hc.rms_norm_eps, rope_theta=theta or 10000.0, mlp_hidden=hc.intermediate_size,
-                      tied=int(bool(hc.tie_word_embeddings)))
-    sd = {k: v.detach().float().cpu() for k, v in hf_model.state_dict().items()}
-    V = cfg["vocab_size"]
-    model = GPT2(cfg)
-    with torch.no_grad():
-        model.wte.zero_()
-        model.wte[:V] = sd["model.embed_tokens.weight"]
-        if not cfg["tied_head"]:
-            model.lm_head.zero_()
-            model.lm_head[:V] = sd["lm_head.weight"]
-        for l in range(cfg["num_layers"]):
-            h = f"model.layers.{l}."
-            model.ln1w[l] = sd[h + "input_layernorm.weight"]
-            model.qkvw[l] = torch.cat([sd[h + f"self_attn.{n}_proj.weight"] for n in "qkv"])
-            model.attprojw[l] = sd[h + "self_attn.o_proj.weight"]
-            model.ln2w[l] = sd[h + "post_attention_layernorm.weight"]
-            model.fcw[l] = torch.cat([sd[h + "mlp.gate_proj.weight"], sd[h + "mlp.up_proj.weight"]])
-            model.fcprojw[l] = sd[h + "mlp.down_proj.weight"]
-        model.lnfw.copy_(sd["model.norm.weight"])
+    model.load_flat(torch.from_numpy(flat))
     return model
 
 

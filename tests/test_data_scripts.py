@@ -6,7 +6,11 @@
   an uninterrupted run, without rewriting finished shards or re-reading the documents they hold;
 - hellaswag.py's eval file (GPTE) holds each example's label, context and endings;
 - bad input (non-UTF-8 text, an empty source, an unusable --out-dir, ...) gives one `error:` line
-  naming the file or flag, and exit status 1.
+  naming the file or flag, and exit status 1;
+- --tokenizer tokenizer.json (a Hugging Face tokenizer built here with the `tokenizers` package:
+  a small byte-level BPE, and a WordLevel with over 65,536 ids for uint32 shards): the shards hold
+  that tokenizer's ids after its document token, decode back to the text, resume and refuse a run
+  with another tokenizer; the document token is chosen as documented (skipped without `tokenizers`).
 The GPT-2 ranks come from $LLMC_OFFLINE_DATA/gpt2.tiktoken (the folder the README's offline runs use).
 Without them (a CI machine with no network) the tests use a synthetic ranks file of the same size
 (every byte, then byte pairs), which exercises every code path; only the checks of GPT-2's published
@@ -305,7 +309,7 @@ def test_sharded_errors(tmp_path):
     with pytest.raises(common.DataError, match="docs.csv: unsupported file type"):
         list(common.local_documents(odd, "text"))
     with pytest.raises(common.DataError, match="--shard-size 0: must be positive"):
-        common.write_sharded(None, tmp_path, "x", 0, "desc")
+        common.write_sharded(None, tmp_path, "x", 0, "desc", None)
     # offline without a local copy of the data set: says what to do instead of going online
     off = tmp_path / "offline"
     off.mkdir()
@@ -424,3 +428,148 @@ def test_hellaswag_eval_file_reads_in_cpp(tmp_path, enc):
             assert enc.decode(scored) == " " + ex["endings"][k]
             n = r["mask"].index(1) + 1  # the context ends where scoring starts
             assert enc.decode(r["inputs"][:n]) == ex["ctx"]
+
+
+# ---------------------------------------------------------------- tokenizer.json (Hugging Face)
+def bpe_tokenizer_json(folder, specials=("<|endoftext|>",)):
+    """A byte-level BPE trained here on the test texts: folder/tokenizer.json."""
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=400, special_tokens=list(specials),
+                                             initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([SHAKESPEARE] + DOCS, trainer)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    return folder / "tokenizer.json", tok
+
+
+BIG_VOCAB = 70000  # over 65,536: uint32 shards
+
+
+def wordlevel_tokenizer_json(folder):
+    """A WordLevel tokenizer of BIG_VOCAB ids: dummy entries first, so every real word and the
+    document token <s> have ids above 65,535."""
+    tokenizers = pytest.importorskip("tokenizers")
+    words = sorted({w for text in [SHAKESPEARE] + DOCS for w in text.split()})
+    vocab = {f"<dummy{i}>": i for i in range(BIG_VOCAB - len(words) - 2)}
+    vocab.update({w: len(vocab) + i for i, w in enumerate(["<unk>", "<s>"] + words)})
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(["<s>"])
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    return folder / "tokenizer.json", tok
+
+
+def test_tinyshakespeare_with_tokenizer_json(tmp_path):
+    path, tok = bpe_tokenizer_json(tmp_path / "tinybpe")
+    src = tmp_path / "input.txt"
+    src.write_text(SHAKESPEARE)
+    run_script("tinyshakespeare", "--source", src, "--out-dir", tmp_path / "data", "--tokenizer", path,
+               "--val-tokens", 9)
+    out = tmp_path / "data" / "tinyshakespeare_tinybpe"  # the tokenizer's folder names the data set
+    val, vocab = fmt.read_shard(out / "tiny_shakespeare_val.bin")
+    train, _ = fmt.read_shard(out / "tiny_shakespeare_train.bin")
+    assert vocab == tok.get_vocab_size() and val.dtype == np.uint16 and val.size == 9
+    assert np.fromfile(out / "tiny_shakespeare_val.bin", "<i8", 2)[1] == 1, "uint16 shards stay version 1"
+    doc = tok.token_to_id("<|endoftext|>")  # no tokenizer_config.json: the end-of-text special token
+    sections = SHAKESPEARE.split("\n\n")
+    want = []
+    for i, sec in enumerate(sections):
+        want += [doc] + tok.encode(sec if i == len(sections) - 1 else sec + "\n\n").ids
+    assert np.concatenate([val, train]).tolist() == want
+    table, eot = fmt.read_tokenizer(tmp_path / "data" / "tinybpe_tokenizer.bin")
+    assert eot == doc and len(table) == vocab
+    assert b"".join(table[t] for t in want if t != doc).decode() == SHAKESPEARE  # byte-level: lossless
+
+
+def test_large_vocab_tokenizer_writes_uint32_shards(tmp_path):
+    path, tok = wordlevel_tokenizer_json(tmp_path / "bigwords")
+    src = tmp_path / "input.txt"
+    src.write_text(SHAKESPEARE)
+    run_script("tinyshakespeare", "--source", src, "--out-dir", tmp_path / "data", "--tokenizer", path,
+               "--val-tokens", 9)
+    out = tmp_path / "data" / "tinyshakespeare_bigwords"
+    val, vocab = fmt.read_shard(out / "tiny_shakespeare_val.bin")
+    train, _ = fmt.read_shard(out / "tiny_shakespeare_train.bin")
+    h = np.fromfile(out / "tiny_shakespeare_train.bin", "<i8", 5)
+    assert vocab == BIG_VOCAB and (h[1], h[3], h[4]) == (2, 4, BIG_VOCAB) and train.dtype == np.uint32
+    tokens = np.concatenate([val, train])
+    doc = tok.token_to_id("<s>")
+    assert doc > 65535 and tokens.min() > 65535, "every id needs more than 16 bits"
+    assert tokens[0] == doc and int((tokens == doc).sum()) == len(SHAKESPEARE.split("\n\n"))
+    assert [tok.id_to_token(t) for t in tokens.tolist() if t != doc] == SHAKESPEARE.split()
+    table, eot = fmt.read_tokenizer(tmp_path / "data" / "bigwords_tokenizer.bin")
+    assert eot == doc and len(table) == BIG_VOCAB and table[doc] == b"<s>"
+
+
+def test_sharded_with_tokenizer_json_and_resume(tmp_path):
+    path, tok = bpe_tokenizer_json(tmp_path / "tinybpe", specials=("<s>", "</s>"))
+    (tmp_path / "tinybpe" / "tokenizer_config.json").write_text(json.dumps({"bos_token": {"content": "<s>"},
+                                                                            "eos_token": "</s>"}))
+    docs = DOCS + ["A document holding <s> and </s> as text."]
+    src = write_source("jsonl", tmp_path / "docs.jsonl", docs)
+    args = ["--source", src, "--tokenizer", path, "--shard-size", 40, "--workers", 2]
+    run_script("fineweb", "--out-dir", tmp_path / "ref", *args)
+    files = shard_files(tmp_path / "ref" / "fineweb_tinybpe")
+    tokens = np.concatenate([fmt.read_shard(f)[0] for f in files]).tolist()
+    bos = tok.token_to_id("<s>")  # tokenizer_config.json's bos_token
+    want = [t for d in docs for t in [bos] + tok.encode(d, add_special_tokens=False).ids]
+    tok.encode_special_tokens = True  # the script treats special tokens inside a document as text
+    want_text = [t for d in docs for t in [bos] + tok.encode(d, add_special_tokens=False).ids]
+    assert tokens == want_text and tokens.count(bos) == len(docs) and want != want_text
+    assert (tmp_path / "ref" / "tinybpe_tokenizer.bin").is_file()
+    # stopped after 2 shards, then resumed: the same bytes
+    run_script("fineweb", "--out-dir", tmp_path / "run", *args, "--max-shards", 2)
+    run_script("fineweb", "--out-dir", tmp_path / "run", *args)
+    resumed = shard_files(tmp_path / "run" / "fineweb_tinybpe")
+    assert [f.read_bytes() for f in resumed] == [f.read_bytes() for f in files]
+    # the same folder with another document token is another tokenization: refused
+    p = run_script("fineweb", "--out-dir", tmp_path / "run", *args, "--doc-token", "</s>", check=False)
+    assert_one_line_error(p, "fineweb_progress.json: an earlier run used the tokenizer", "doc_token")
+
+
+def test_tokenizer_json_errors(tmp_path):
+    path, _ = bpe_tokenizer_json(tmp_path / "nospecial", specials=())
+    src = tmp_path / "input.txt"
+    src.write_text(SHAKESPEARE)
+    base = ["--source", src, "--out-dir", tmp_path / "data", "--val-tokens", 5]
+    p = run_script("tinyshakespeare", *base, "--tokenizer", path, check=False)
+    assert_one_line_error(p, "--tokenizer", "no BOS or end-of-text token found", "--doc-token")
+    p = run_script("tinyshakespeare", *base, "--tokenizer", path, "--doc-token", "<nope>", check=False)
+    assert_one_line_error(p, "--doc-token '<nope>': not a token of")
+    p = run_script("tinyshakespeare", *base, "--tokenizer", path, "--doc-token", "Ġthe")  # any token will do
+    assert p.returncode == 0
+    p = run_script("tinyshakespeare", *base, "--tokenizer", tmp_path / "absent.json", check=False)
+    assert_one_line_error(p, "--tokenizer", "absent.json: no such file")
+    (tmp_path / "bad.json").write_text("{}")
+    p = run_script("tinyshakespeare", *base, "--tokenizer", tmp_path / "bad.json", check=False)
+    assert_one_line_error(p, "--tokenizer", "bad.json: not a Hugging Face tokenizer.json")
+    p = run_script("tinyshakespeare", *base, "--tokenizer", path, "--ranks", RANKS, check=False)
+    assert_one_line_error(p, "--ranks and --tokenizer: give one")
+    p = run_script("tinyshakespeare", *base, "--ranks", RANKS, "--doc-token", "x", check=False)
+    assert_one_line_error(p, "--doc-token goes with --tokenizer")
+
+
+def test_tokenize_prompt_round_trip(tmp_path):
+    """scripts/tokenize_prompt.py: text -> ids (document token first) for generate's --prompt-ids, and
+    generate's id lines (with their [i] batch prefix) -> text."""
+    path, tok = bpe_tokenizer_json(tmp_path / "tinybpe")
+    script = str(ROOT / "scripts" / "tokenize_prompt.py")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("To be, or not to be\n\nHello <|endoftext|> world\n")
+    p = subprocess.run([sys.executable, script, "--tokenizer", str(path), "--file", str(prompts)],
+                       capture_output=True, text=True, timeout=60, check=True)
+    lines = p.stdout.splitlines()
+    doc = tok.token_to_id("<|endoftext|>")
+    assert lines[0] == ",".join(map(str, [doc] + tok.encode("To be, or not to be").ids)) and len(lines) == 2
+    assert lines[1].count(str(doc)) >= 1 and lines[1].split(",")[1:].count(str(doc)) == 0, "special text is text"
+    ids = " ".join(lines[0].split(",")[1:])
+    p = subprocess.run([sys.executable, script, "--tokenizer", str(path), "--decode"], input=f"{ids}\n[3] {ids}\n",
+                       capture_output=True, text=True, timeout=60, check=True)
+    assert p.stdout == "To be, or not to be\n[3] To be, or not to be\n"
+    p = subprocess.run([sys.executable, script, "--tokenizer", str(path), "--decode"], input="5,999999\n",
+                       capture_output=True, text=True, timeout=60)
+    assert_one_line_error(p, "stdin line 1: '999999' is not a token id")

@@ -4,8 +4,11 @@
 //   - the shuffle is a function of the seed: same seed same batches, another seed other batches,
 //     and each epoch has a new order;
 //   - save_state/load_state resume with exactly the next batch, across epoch boundaries too;
-//   - each bad input (truncated shard, wrong magic, too few tokens, a token id >= vocab, no file
-//     matching, mismatched resume state, bad eval file) exits 1 with a message naming the file:
+//   - token widths: a uint32 shard (ids over 65535) gives the same batches as a uint16 one, the two
+//     widths mix in one loader, a hand-built version-1 shard and a version-2 uint16 shard read;
+//   - each bad input (truncated shard, wrong magic, too few tokens, a token id >= vocab, a bad
+//     bytes_per_token field, no file matching, mismatched resume state, bad eval file) exits 1 with a
+//     message naming the file:
 //     those run in a forked child whose stderr and exit status the parent checks;
 //   - EvalLoader rows, masks, labels and rank slicing on a hand-built eval file.
 // With --eval-rows FILE B T it instead prints an eval file's rows as JSON lines, for the Python
@@ -86,8 +89,8 @@ static void write_fixture_shards() {
     int next = 0;
     for (int s = 0; s < NSHARDS; s++) {
         int n = WINDOWS[s] * BT + 1 + TAILS[s];
-        std::vector<uint16_t> tok(n);
-        for (int i = 0; i < n; i++) tok[i] = (uint16_t)(next + i);
+        std::vector<int> tok(n);
+        for (int i = 0; i < n; i++) tok[i] = next + i;
         for (int w = 0; w < WINDOWS[s]; w++) g_window_of_first_token[next + w * BT] = {s, w};
         next += n;
         char name[64];
@@ -260,7 +263,7 @@ static void test_bad_shards() {
     memcpy(&s[0], "ABCD", 4);
     write_raw(path_in("magic2.bin"), s.data(), s.size());
     check_fails("shard with an unknown magic", loader("magic2.bin", VOCAB), {"magic2.bin", "bad magic"});
-    std::vector<uint16_t> tok(BT, 1);  // one token short of a window
+    std::vector<int> tok(BT, 1);  // one token short of a window
     shard_write(path_in("short.bin").c_str(), tok.data(), BT, VOCAB);
     check_fails("shard with fewer tokens than one window", loader("short.bin", VOCAB),
                 {"short.bin", "16 tokens, fewer than one window of B*T+1 = 17"});
@@ -278,6 +281,103 @@ static void test_bad_shards() {
     check_fails("more ranks than windows",
                 [] { DataLoader d(path_in(GOOD).c_str(), B, T, 0, 17, VOCAB, 0, false); },
                 {GOOD, "16 windows", "world_size = 17"});
+}
+
+// ---------------------------------------------------------------- token widths
+// A shard of `tok` with a hand-made header: any version and bytes_per_token (payload in that width).
+static void write_shard_raw(const std::string& path, int64_t version, int64_t width, int64_t vocab,
+                            const std::vector<int>& tok) {
+    FileHeader hd = {};
+    hd.h[0] = MAGIC_SHARD; hd.h[1] = version; hd.h[2] = (int64_t)tok.size(); hd.h[3] = width; hd.h[4] = vocab;
+    std::string bytes((const char*)hd.h, HEADER_BYTES);
+    for (int t : tok) {
+        uint32_t v = (uint32_t)t;
+        bytes.append((const char*)&v, width == 4 ? 4 : 2);  // little-endian host
+    }
+    write_raw(path, bytes.data(), bytes.size());
+}
+
+static int64_t header_slot_of(const std::string& path, int slot) {
+    std::string s = read_raw(path);
+    int64_t v;
+    memcpy(&v, s.data() + 8 * slot, 8);
+    return v;
+}
+
+static void test_token_widths() {
+    // the same token sequence at two offsets: small (uint16) and shifted past 65535 (uint32)
+    const int n = 4 * BT + 1, SHIFT = 100000, WIDE_VOCAB = 200000;
+    std::vector<int> small(n), wide(n);
+    for (int i = 0; i < n; i++) {
+        small[i] = (i * 37) % 1000;
+        wide[i] = small[i] + SHIFT;
+    }
+    shard_write(path_in("w16_000.bin").c_str(), small.data(), n, 1000);
+    shard_write(path_in("w32_000.bin").c_str(), wide.data(), n, WIDE_VOCAB);
+    check(header_slot_of(path_in("w16_000.bin"), 1) == 1 && header_slot_of(path_in("w16_000.bin"), 3) == 2,
+          "vocab 1000: shard_write writes version 1, 2 bytes per token (as earlier builds)");
+    check(header_slot_of(path_in("w32_000.bin"), 1) == 2 && header_slot_of(path_in("w32_000.bin"), 3) == 4 &&
+              file_size_or_fail(path_in("w32_000.bin").c_str()) == HEADER_BYTES + 4 * n,
+          "vocab 200000: shard_write writes version 2, 4 bytes per token");
+    DataLoader a(path_in("w16_000.bin").c_str(), B, T, 0, 1, 1000, 3, true);
+    DataLoader b(path_in("w32_000.bin").c_str(), B, T, 0, 1, WIDE_VOCAB, 3, true);
+    bool same = true;
+    for (int i = 0; i < 10; i++) {
+        a.next_batch();
+        b.next_batch();
+        for (int j = 0; j < BT; j++)
+            same = same && b.inputs()[j] == a.inputs()[j] + SHIFT && b.targets()[j] == a.targets()[j] + SHIFT;
+    }
+    check(same, "uint32 shard: the batches of the uint16 shard, every id + 100000 (above 65535)");
+    // the two widths in one loader (a uint16 shard's ids are valid for the larger vocabulary too)
+    shard_write(path_in("mixed_000.bin").c_str(), small.data(), n, 1000);
+    shard_write(path_in("mixed_001.bin").c_str(), wide.data(), n, WIDE_VOCAB);
+    DataLoader m(path_in("mixed_*.bin").c_str(), B, T, 0, 1, WIDE_VOCAB, 0, false);
+    bool mixed = m.num_windows() == 8;
+    for (int w = 0; w < 8; w++) {
+        m.next_batch();
+        const std::vector<int>& src = w < 4 ? small : wide;
+        for (int j = 0; j < BT; j++)
+            mixed = mixed && m.inputs()[j] == src[(w % 4) * BT + j] && m.targets()[j] == src[(w % 4) * BT + j + 1];
+    }
+    check(mixed, "a uint16 and a uint32 shard in one loader: 8 windows in file order, right ids");
+    // older and hand-made headers: version 1 (uint16), version 2 with uint16 ids
+    write_shard_raw(path_in("v1.bin"), 1, 2, 1000, small);
+    write_shard_raw(path_in("v2_16.bin"), 2, 2, 1000, small);
+    for (const char* name : {"v1.bin", "v2_16.bin"}) {
+        DataLoader o(path_in(name).c_str(), B, T, 0, 1, 1000, 0, false);
+        o.next_batch();
+        bool ok = true;
+        for (int j = 0; j < BT; j++) ok = ok && o.inputs()[j] == small[j] && o.targets()[j] == small[j + 1];
+        check(ok, std::string(name) + ": a hand-built shard of this version reads");
+    }
+    auto loader = [](const std::string& name, int vocab) {
+        return [name, vocab] {
+            DataLoader d(path_in(name).c_str(), B, T, 0, 1, vocab, 0, false);
+            d.next_batch();
+        };
+    };
+    write_shard_raw(path_in("width3.bin"), 2, 3, 1000, small);
+    check_fails("bytes_per_token 3 is refused", loader("width3.bin", 1000),
+                {"width3.bin", "bytes_per_token = 3", "must be 2 (uint16) or 4 (uint32)"});
+    write_shard_raw(path_in("v1_width4.bin"), 1, 4, WIDE_VOCAB, wide);
+    check_fails("a version-1 shard with 4 bytes per token is refused", loader("v1_width4.bin", WIDE_VOCAB),
+                {"v1_width4.bin", "bytes_per_token = 4", "version-1 shard holds uint16"});
+    write_shard_raw(path_in("v3.bin"), 3, 2, 1000, small);
+    check_fails("a shard of a newer version is refused", loader("v3.bin", 1000),
+                {"v3.bin", "unsupported version 3", "versions 1 to 2"});
+    write_shard_raw(path_in("vocab16.bin"), 2, 2, 70000, small);
+    check_fails("a uint16 shard claiming vocab 70000 is refused", loader("vocab16.bin", 1000),
+                {"vocab16.bin", "vocab_size = 70000", "[1, 65536]"});
+    std::vector<int> bad = wide;
+    bad[2 * BT + 3] = WIDE_VOCAB;
+    shard_write(path_in("badwide.bin").c_str(), bad.data(), n, WIDE_VOCAB + 1);
+    check_fails("uint32 shard: a token id >= the model's vocab_size", loader("badwide.bin", WIDE_VOCAB),
+                {"badwide.bin", "token id 200000 at token offset 35 is >= vocab_size 200000"});
+    std::string s = read_raw(path_in("w32_000.bin"));
+    s.resize(s.size() - 2);  // half a uint32 id short
+    write_raw(path_in("w32_trunc.bin"), s.data(), s.size());
+    check_fails("uint32 shard: truncated", loader("w32_trunc.bin", WIDE_VOCAB), {"w32_trunc.bin", "truncated"});
 }
 
 // ---------------------------------------------------------------- eval loader
@@ -447,6 +547,7 @@ int main(int argc, char** argv) {
     test_seed_determinism();
     test_resume();
     test_bad_shards();
+    test_token_widths();
     test_eval_loader();
     glob_t g;
     if (glob((g_dir + "/*").c_str(), 0, nullptr, &g) == 0) {

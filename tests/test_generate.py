@@ -85,7 +85,7 @@ def hf_llama_and_ours(tmp_path, NKV, tied):
     hf = hf_llama(L, C, NH, NKV, H, V, maxT, theta=10000.0, eps=1e-5, tied=tied, seed=7)  # float64
     hf.generation_config.eos_token_id = None  # LlamaConfig's default end-of-text is id 2: run every step
     hf.generation_config.pad_token_id = 0
-    ours = train_gpt2.from_hf_llama(hf)
+    ours = train_gpt2.from_hf(hf)
     path = tmp_path / "hf_llama.bin"
     fmt.write_model(path, ours.cfg, ours.flat().numpy().astype(np.float32))
     return torch, hf, path, V

@@ -1,7 +1,7 @@
 """Checks of scripts/train_gpt2.py, the PyTorch reference that the C++ tests trust:
 - a transformers GPT-2 imported through our conversion gives transformers' logits, and the
   checkpoint it writes re-reads to transformers' tensors (transposed to our (out, in) layout);
-  one whose lm_head is not tied to wte (our model has no separate output matrix) is refused;
+  one whose lm_head is not tied to wte imports with an untied head; an unsupported config is refused;
 - a debug state (GPTX) it writes agrees with an independent implementation written here from
   docs/design.md alone (explicit attention math, formula GELU, hand-written AdamW and clipping),
   both for a second tiny shape and for the committed tests/fixture.
@@ -61,9 +61,9 @@ def test_hf_import_logits_match_transformers():
     assert torch.all(logits[..., V:] == 0), "padded wte rows must be zero"
 
 
-def test_hf_import_refuses_untied_lm_head(capsys):
-    """Our output layer is wte itself: a GPT-2 whose lm_head is a separate matrix cannot be imported
-    without changing its logits, so it is refused (until untied heads exist)."""
+def test_hf_import_untied_lm_head():
+    """A GPT-2 whose lm_head is a separate matrix (tie_word_embeddings false) imports with an untied
+    head (tied_head 0) and gives transformers' logits; the tied original imports tied."""
     L, C, NH, V, maxT = 2, 32, 2, 200, 24
     hf = hf_model_with_random_everything(L, C, NH, V, maxT, seed=3)
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -73,13 +73,23 @@ def test_hf_import_refuses_untied_lm_head(capsys):
     with torch.no_grad():
         untied.lm_head.weight.copy_(0.1 * torch.randn(V, C, generator=torch.Generator().manual_seed(4)))
     assert not torch.equal(untied.lm_head.weight, untied.transformer.wte.weight)
+    ours = train_gpt2.from_hf(untied, "--model untied").double()
+    assert ours.cfg["tied_head"] == 0
+    idx = torch.randint(0, V, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(idx)[0][..., :V], untied.double()(idx).logits, rtol=1e-10, atol=1e-10)
+    assert train_gpt2.from_hf(hf).cfg["tied_head"] == 1
+
+
+def test_hf_import_refuses_unsupported_config(capsys):
+    """A transformers config our model cannot compute exactly is one error line naming the key."""
+    hf = hf_model_with_random_everything(1, 32, 2, 100, 16, seed=3)
+    hf.config.activation_function = "relu"
     with pytest.raises(SystemExit) as e:
-        train_gpt2.from_hf(untied, "--model untied")
+        train_gpt2.from_hf(hf, "--model relu")
     assert e.value.code != 0
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: --model untied: its lm_head is not tied to transformer.wte") and "\n" not in err, err
-    # the tied original still imports (its lm_head is wte)
-    assert train_gpt2.from_hf(hf).cfg["vocab_size"] == V
+    assert err.startswith("error: --model relu: activation_function = 'relu' is not supported") and "\n" not in err, err
 
 
 def test_hf_random_checkpoint_rereads_to_transformers_tensors(tmp_path):

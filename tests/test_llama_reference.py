@@ -48,7 +48,7 @@ def hf_llama(L, C, NH, NKV, H, V, maxT, theta, eps, tied, seed):
 def test_our_llama_gives_transformers_logits(L, C, NH, NKV, H, V, theta, eps, tied):
     maxT, T = 32, 20
     hf = hf_llama(L, C, NH, NKV, H, V, maxT, theta, eps, tied, seed=5)
-    ours = train_gpt2.from_hf_llama(hf).double()
+    ours = train_gpt2.from_hf(hf).double()
     cfg = ours.cfg
     assert (cfg["architecture"], cfg["norm"], cfg["position"], cfg["mlp"], cfg["biases"]) == \
         (fmt.ARCH_LLAMA, fmt.NORM_RMSNORM, fmt.POS_ROPE, fmt.MLP_SWIGLU, 0)

@@ -1,6 +1,7 @@
-"""Shared pieces of the data scripts: the GPT-2 tokenizer (online or from a local ranks file),
-download with a local fallback, reading documents from local files, and the resumable sharded
-writer used by tinystories.py and fineweb.py. File layouts are in docs/formats.md; the bytes are
+"""Shared pieces of the data scripts: the tokenizers (GPT-2's BPE, online or from a local ranks
+file, or a local Hugging Face tokenizer.json through the `tokenizers` package), download with a
+local fallback, reading documents from local files, and the resumable sharded writer used by
+tinystories.py and fineweb.py. File layouts are in docs/formats.md; the bytes are
 written by scripts/llmc_formats.py so the C++ readers (llmc/formats.h) and these scripts agree.
 
 Offline use: set LLMC_OFFLINE_DATA to a folder holding gpt2.tiktoken (and the raw data files the
@@ -69,17 +70,187 @@ def get_encoding(ranks_path=None):
                              special_tokens={"<|endoftext|>": EOT}, explicit_n_vocab=VOCAB_SIZE)
 
 
-def write_tokenizer_table(enc, path):
-    """The decode table the trainers use to print samples (docs/formats.md, GPTT)."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    table = [enc.decode_single_token_bytes(i) for i in range(enc.n_vocab)]
-    llmc_formats.write_tokenizer(str(path), table, EOT)
-    print(f"wrote {path} ({len(table)} tokens)")
+# ---------------------------------------------------------------- tokenizers
+# Both kinds offer: name (for file names), vocab_size (every id is below it), doc_token (the id
+# written before every document), encode(text) -> ids (special tokens written in the text are
+# text), token_bytes() (each id's bytes, for the decode table) and spec (picklable: how a worker
+# process loads the same tokenizer).
+class Gpt2Tokenizer:
+    name = "gpt2"
+    vocab_size = VOCAB_SIZE
+    doc_token = EOT
+
+    def __init__(self, ranks_path=None):
+        self.ranks_path, self._enc = ranks_path, None
+        self.spec = ("gpt2", ranks_path)
+        self.description = "gpt2"
+
+    @property
+    def enc(self):  # loaded at first use, so a script reports a missing input file before missing ranks
+        if self._enc is None:
+            self._enc = get_encoding(self.ranks_path)
+        return self._enc
+
+    def encode(self, text):
+        return self.enc.encode_ordinary(text)  # a literal "<|endoftext|>" inside a document is text
+
+    def token_bytes(self):
+        return [self.enc.decode_single_token_bytes(i) for i in range(self.enc.n_vocab)]
 
 
-def write_shard(path, tokens):
-    """One token shard, atomically (path.tmp then rename): a crash never leaves a short file."""
-    llmc_formats.write_shard(str(path), np.asarray(tokens, dtype=np.uint16), VOCAB_SIZE)
+# The document token of a tokenizer.json without --doc-token or a tokenizer_config.json naming one:
+# the first of these that is a special token of the file (a BOS where there is one: Llama 3's, then
+# SentencePiece's, Gemma's; else an end-of-text: GPT-2 style, SentencePiece, Llama 3's, Gemma's).
+DOC_TOKEN_CANDIDATES = ("<|begin_of_text|>", "<s>", "<bos>", "<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>")
+
+
+def _byte_level_decoder():
+    """GPT-2's byte-level alphabet inverted: the printable character that stands for each byte -> the byte."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), ord("\xff") + 1)]
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+def _uses(node, kind):
+    """Whether a tokenizer.json component (dict, possibly a Sequence of them) has a part of type `kind`."""
+    if isinstance(node, dict):
+        return node.get("type") == kind or any(_uses(v, kind) for v in node.values())
+    if isinstance(node, list):
+        return any(_uses(v, kind) for v in node)
+    return False
+
+
+class HFTokenizer:
+    """A local Hugging Face tokenizer.json (the `tokenizers` package; no network, no transformers)."""
+
+    def __init__(self, path, doc_token=None):
+        path = Path(path)
+        if not path.is_file():
+            raise DataError(f"--tokenizer {path}: no such file")
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the workers are processes already
+        try:
+            import tokenizers
+        except ImportError:
+            raise DataError(f"--tokenizer {path}: reading tokenizer.json needs `pip install tokenizers`")
+        try:
+            self.tok = tokenizers.Tokenizer.from_file(str(path))
+            self.json = json.loads(path.read_text(encoding="utf-8"))
+        except Exception as e:  # the package's parse errors are plain Exceptions
+            raise DataError(f"--tokenizer {path}: not a Hugging Face tokenizer.json ({str(e).splitlines()[0]})")
+        self.tok.encode_special_tokens = True  # a special token written in a document is text, as for GPT-2
+        vocab = self.tok.get_vocab(with_added_tokens=True)
+        self.vocab_size = max(vocab.values()) + 1
+        self.id_to_token = {i: t for t, i in vocab.items()}
+        self.special = {a["content"]: a["id"] for a in self.json.get("added_tokens", []) if a.get("special")}
+        self.doc_token = self._doc_token(path, doc_token, vocab)
+        stem = path.parent.name if path.name == "tokenizer.json" and path.parent.name else path.stem
+        self.name = "".join(c if c.isalnum() or c in "._-" else "_" for c in stem) or "tokenizer"
+        self.spec = ("hf", str(path.resolve()), doc_token)
+        self.description = f"tokenizer.json {path.resolve()} doc_token {self.doc_token}"
+
+    def _doc_token(self, path, flag, vocab):
+        """--doc-token; else tokenizer_config.json's bos_token, else its eos_token; else DOC_TOKEN_CANDIDATES."""
+        if flag is not None:
+            if flag not in vocab:
+                raise DataError(f"--doc-token {flag!r}: not a token of {path}")
+            return vocab[flag]
+        config = path.parent / "tokenizer_config.json"
+        if config.is_file():
+            try:
+                c = json.loads(config.read_text(encoding="utf-8"))
+            except ValueError as e:
+                raise DataError(f"{config}: not JSON ({e})")
+            for key in ("bos_token", "eos_token"):
+                t = c.get(key)
+                t = t.get("content") if isinstance(t, dict) else t
+                if t:
+                    if t not in vocab:
+                        raise DataError(f"{config}: {key} {t!r} is not a token of {path}; pass --doc-token")
+                    return vocab[t]
+        for t in DOC_TOKEN_CANDIDATES:
+            if t in self.special:
+                return self.special[t]
+        raise DataError(f"--tokenizer {path}: no BOS or end-of-text token found (none of {list(DOC_TOKEN_CANDIDATES)} "
+                        "is a special token, and no tokenizer_config.json names one); pass --doc-token TOKEN")
+
+    def encode(self, text):
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+    def token_bytes(self):
+        """Each id's bytes: byte-level vocabularies (GPT-2, Llama 3) through the inverse byte alphabet;
+        SentencePiece-style ones with "\u2581" as a space and <0xHH> as byte HH; special tokens as their
+        text. The decode table holds 1..255 bytes an entry: an id with no token is U+FFFD, a longer
+        token is cut at 255 bytes (the table only prints samples)."""
+        byte_level = _uses(self.json.get("decoder"), "ByteLevel") or _uses(self.json.get("pre_tokenizer"), "ByteLevel")
+        chars = _byte_level_decoder()
+        added = {a["id"] for a in self.json.get("added_tokens", [])}
+        out = []
+        for i in range(self.vocab_size):
+            t = self.id_to_token.get(i)
+            if t is None:
+                b = "\ufffd".encode()
+            elif i in added:
+                b = t.encode()
+            elif byte_level and all(c in chars for c in t):
+                b = bytes(chars[c] for c in t)
+            elif len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
+                b = bytes([int(t[3:5], 16)])
+            else:
+                b = t.replace("\u2581", " ").encode()
+            out.append(b[:255] or "\ufffd".encode())
+        return out
+
+
+def load_tokenizer(spec):
+    """The tokenizer of a spec (Gpt2Tokenizer.spec / HFTokenizer.spec)."""
+    return Gpt2Tokenizer(spec[1]) if spec[0] == "gpt2" else HFTokenizer(spec[1], spec[2])
+
+
+def add_tokenizer_args(parser):
+    parser.add_argument("--tokenizer", help="a Hugging Face tokenizer.json to tokenize with instead of GPT-2's BPE "
+                        "(needs `pip install tokenizers`); shards are uint32 when its vocabulary exceeds 65,536")
+    parser.add_argument("--doc-token", help="with --tokenizer: the token written before every document (default: "
+                        "tokenizer_config.json's bos_token, else its eos_token, else the first special token of "
+                        + ", ".join(DOC_TOKEN_CANDIDATES) + ")")
+
+
+def tokenizer_from_args(args):
+    """--tokenizer FILE (a tokenizer.json), else GPT-2's BPE from --ranks / $LLMC_OFFLINE_DATA / tiktoken."""
+    if getattr(args, "tokenizer", None):
+        if args.ranks:
+            raise DataError("--ranks and --tokenizer: give one (--ranks is GPT-2's BPE, --tokenizer a tokenizer.json)")
+        return HFTokenizer(args.tokenizer, args.doc_token)
+    if getattr(args, "doc_token", None):
+        raise DataError("--doc-token goes with --tokenizer (GPT-2's document token is <|endoftext|>)")
+    return Gpt2Tokenizer(args.ranks)
+
+
+def dataset_dir(out_dir, base, tok):
+    """out_dir/base for GPT-2's tokens, out_dir/base_<tokenizer name> for another tokenizer's."""
+    return Path(out_dir) / (base if tok.name == "gpt2" else f"{base}_{tok.name}")
+
+
+def write_tokenizer_table(tok, out_dir):
+    """The decode table the trainers and generate use to print text (docs/formats.md, GPTT), as
+    out_dir/<name>_tokenizer.bin; its end-of-text slot is the document token."""
+    path = Path(out_dir) / f"{tok.name}_tokenizer.bin"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = tok.token_bytes()
+    llmc_formats.write_tokenizer(str(path), table, tok.doc_token)
+    print(f"wrote {path} ({len(table)} tokens, document token {tok.doc_token})")
+    return path
+
+
+def write_shard(path, tokens, vocab_size):
+    """One token shard, atomically (path.tmp then rename): a crash never leaves a short file. uint16
+    ids when vocab_size <= 65536, else uint32 (docs/formats.md)."""
+    llmc_formats.write_shard(str(path), np.asarray(tokens), vocab_size)
 
 
 def fetch(url, dest, offline_name, source=None):
@@ -244,17 +415,17 @@ def local_documents(source, text_field):
 
 
 # ---------------------------------------------------------------- parallel tokenization
-_worker_enc = None
+_worker_tok = None
 
 
-def _init_worker(ranks_path):
-    global _worker_enc
-    _worker_enc = get_encoding(ranks_path)
+def _init_worker(spec):
+    global _worker_tok
+    _worker_tok = load_tokenizer(spec)
 
 
 def _tokenize_document(text):
-    # encode_ordinary: a literal "<|endoftext|>" inside a document is text, not a separator
-    return np.array([EOT] + _worker_enc.encode_ordinary(text), dtype=np.uint16)
+    # a literal "<|endoftext|>" (or other special token) inside a document is text, not a separator
+    return np.array([_worker_tok.doc_token] + _worker_tok.encode(text), dtype=np.uint32)
 
 
 # ---------------------------------------------------------------- resumable sharded writer
@@ -267,10 +438,10 @@ def _save_progress(path, progress):
     llmc_formats.atomic_write(str(path), [json.dumps(progress, indent=1).encode()])
 
 
-def _load_progress(path, out_dir, name, shard_size, source_desc):
+def _load_progress(path, out_dir, name, shard_size, source_desc, tokenizer_desc):
     """Progress of an earlier run of the same job, after checking its finished shards are intact."""
     if not path.exists():
-        return {"source": source_desc, "shard_size": shard_size, "shards_done": 0,
+        return {"source": source_desc, "shard_size": shard_size, "tokenizer": tokenizer_desc, "shards_done": 0,
                 "next_document": 0, "next_offset": 0, "finished": False}
     keys = {"source", "shard_size", "shards_done", "next_document", "next_offset", "finished"}
     try:
@@ -282,6 +453,9 @@ def _load_progress(path, out_dir, name, shard_size, source_desc):
     if p["shard_size"] != shard_size or p["source"] != source_desc:
         raise DataError(f"{path}: an earlier run used --shard-size {p['shard_size']} and source {p['source']!r}, "
                         f"this one {shard_size} and {source_desc!r}; use another --out-dir or delete {out_dir}")
+    if p.get("tokenizer", "gpt2") != tokenizer_desc:  # (files of earlier builds: GPT-2's, unnamed)
+        raise DataError(f"{path}: an earlier run used the tokenizer {p.get('tokenizer', 'gpt2')!r}, this one "
+                        f"{tokenizer_desc!r}; use another --out-dir or delete {out_dir}")
     for i in range(p["shards_done"]):
         sp = shard_path(out_dir, name, i)
         try:
@@ -293,10 +467,9 @@ def _load_progress(path, out_dir, name, shard_size, source_desc):
     return p
 
 
-def write_sharded(documents, out_dir, name, shard_size, source_desc, ranks_path=None, workers=None,
-                  max_shards=None):
-    """Tokenizes documents in worker processes and writes shards of exactly `shard_size` tokens
-    (the last one may be shorter), each document prefixed by <|endoftext|>. `documents(skip)`
+def write_sharded(documents, out_dir, name, shard_size, source_desc, tok, workers=None, max_shards=None):
+    """Tokenizes documents with `tok` in worker processes and writes shards of exactly `shard_size`
+    tokens (the last one may be shorter), each document prefixed by the document token. `documents(skip)`
     returns an iterator over the documents from index `skip` on, in a fixed order.
 
     Resumable: after each shard, `name_progress.json` records how many shards are done and where
@@ -309,7 +482,7 @@ def write_sharded(documents, out_dir, name, shard_size, source_desc, ranks_path=
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     progress_path = out_dir / f"{name}_progress.json"
-    p = _load_progress(progress_path, out_dir, name, shard_size, source_desc)
+    p = _load_progress(progress_path, out_dir, name, shard_size, source_desc, tok.description)
     if p["finished"]:
         print(f"{out_dir}: all {p['shards_done']} shards already written")
         return p
@@ -319,9 +492,9 @@ def write_sharded(documents, out_dir, name, shard_size, source_desc, ranks_path=
         return p
     if k:
         print(f"resuming after {k} finished shards at document {p['next_document']}")
-    buf = np.empty(shard_size, dtype=np.uint16)
+    buf = np.empty(shard_size, dtype=np.uint32)
     fill = 0
-    with multiprocessing.Pool(workers or os.cpu_count(), _init_worker, (ranks_path,)) as pool, \
+    with multiprocessing.Pool(workers or os.cpu_count(), _init_worker, (tok.spec,)) as pool, \
             tqdm(unit="tok", unit_scale=True, desc=name, initial=k * shard_size) as bar:
         docs = pool.imap(_tokenize_document, documents(p["next_document"]), chunksize=16)
         for doc, tokens in zip(itertools.count(p["next_document"]), docs):
@@ -333,7 +506,7 @@ def write_sharded(documents, out_dir, name, shard_size, source_desc, ranks_path=
                 bar.update(n)
                 if fill < shard_size:
                     continue
-                write_shard(shard_path(out_dir, name, k), buf)
+                write_shard(shard_path(out_dir, name, k), buf, tok.vocab_size)
                 k, fill = k + 1, 0
                 nxt = (doc, off) if off < tokens.size else (doc + 1, 0)
                 p.update(shards_done=k, next_document=nxt[0], next_offset=nxt[1])
@@ -342,7 +515,7 @@ def write_sharded(documents, out_dir, name, shard_size, source_desc, ranks_path=
                     print(f"stopping after {k} shards (--max-shards); rerun to continue")
                     return p
     if fill:
-        write_shard(shard_path(out_dir, name, k), buf[:fill])
+        write_shard(shard_path(out_dir, name, k), buf[:fill], tok.vocab_size)
         k += 1
     if k == 0:
         raise DataError(f"{source_desc}: no documents, nothing to write")

@@ -4,7 +4,8 @@
 
 Writes data/fineweb10B/fineweb_val_000000.bin (the first shard is the validation set),
 fineweb_train_000001.bin, ... and data/gpt2_tokenizer.bin; edu_fineweb10B/edu_fineweb_* with --edu;
-the folder drops the size (data/fineweb/) when the documents come from a local source.
+the folder drops the size (data/fineweb/) when the documents come from a local source, and gets
+the tokenizer's name (data/fineweb10B_DIR/, data/DIR_tokenizer.bin) with --tokenizer DIR/tokenizer.json.
 Each document is preceded by an <|endoftext|> token; shards hold exactly --shard-size tokens
 (default 100M, 200 MB; the last may be shorter), so a document can continue into the next shard.
 Resumable: rerun the same command after an interruption and it continues after the last finished
@@ -16,15 +17,15 @@ a .txt with documents separated by lines holding only <|endoftext|>, or a folder
 (sorted by name). With LLMC_OFFLINE_DATA set, $LLMC_OFFLINE_DATA/fineweb[.parquet|.jsonl|...] is used.
 """
 import argparse
-from pathlib import Path
 
-from common import (add_common_args, add_shard_args, documents_from, get_encoding, prepare_out_dir, run_main,
-                    write_sharded, write_tokenizer_table)
+from common import (add_common_args, add_shard_args, add_tokenizer_args, dataset_dir, documents_from, prepare_out_dir,
+                    run_main, tokenizer_from_args, write_sharded, write_tokenizer_table)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(ap, "a local file or folder of documents (default: stream from the Hugging Face hub)")
+    add_tokenizer_args(ap)
     add_shard_args(ap, 100_000_000)
     ap.add_argument("--edu", action="store_true", help="FineWeb-Edu instead of FineWeb")
     ap.add_argument("--sample", default="10BT", choices=["10BT", "100BT", "350BT"], help="hub sample (default 10BT)")
@@ -33,11 +34,11 @@ def main():
     name = "edu_fineweb" if args.edu else "fineweb"
     repo = "HuggingFaceFW/fineweb-edu" if args.edu else "HuggingFaceFW/fineweb"
     documents, desc = documents_from(args, repo, f"sample-{args.sample}", name)
-    enc = get_encoding(args.ranks)  # fails early, before any worker starts, if the ranks are missing
-    write_tokenizer_table(enc, Path(args.out_dir) / "gpt2_tokenizer.bin")
+    tok = tokenizer_from_args(args)  # fails early, before any worker starts, if the ranks are missing
+    write_tokenizer_table(tok, args.out_dir)
     from_hub = desc.startswith("hf:")  # a local source is no sample: its folder drops the size
-    out = Path(args.out_dir) / (name + args.sample[:-1] if from_hub else name)
-    write_sharded(documents, out, name, args.shard_size, desc, args.ranks, args.workers, args.max_shards)
+    out = dataset_dir(args.out_dir, name + args.sample[:-1] if from_hub else name, tok)
+    write_sharded(documents, out, name, args.shard_size, desc, tok, args.workers, args.max_shards)
 
 
 if __name__ == "__main__":

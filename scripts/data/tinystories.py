@@ -3,7 +3,8 @@
     python3 scripts/data/tinystories.py [--source FILE_OR_FOLDER] [--out-dir data] [--shard-size N]
 
 Writes data/tinystories/tinystories_val_000000.bin (the first shard is the validation set),
-tinystories_train_000001.bin, ... and data/gpt2_tokenizer.bin. Each story is preceded by an
+tinystories_train_000001.bin, ... and data/gpt2_tokenizer.bin (--tokenizer DIR/tokenizer.json:
+data/tinystories_DIR/ and data/DIR_tokenizer.bin; see tinyshakespeare.py). Each story is preceded by an
 <|endoftext|> token; shards hold exactly --shard-size tokens (the last may be shorter), so a story
 can continue into the next shard. Resumable: rerun the same command after an interruption and
 it continues after the last finished shard (see data/tinystories/tinystories_progress.json).
@@ -15,23 +16,23 @@ TinyStoriesV2-GPT4-*.txt files), a .jsonl/.parquet with a "text" field, a .json 
 With LLMC_OFFLINE_DATA set, $LLMC_OFFLINE_DATA/tinystories[.txt|.jsonl|.json|.parquet] is used.
 """
 import argparse
-from pathlib import Path
 
-from common import (add_common_args, add_shard_args, documents_from, get_encoding, prepare_out_dir, run_main,
-                    write_sharded, write_tokenizer_table)
+from common import (add_common_args, add_shard_args, add_tokenizer_args, dataset_dir, documents_from, prepare_out_dir,
+                    run_main, tokenizer_from_args, write_sharded, write_tokenizer_table)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(ap, "a local file or folder of stories (default: stream from the Hugging Face hub)")
+    add_tokenizer_args(ap)
     add_shard_args(ap, 10_000_000)
     args = ap.parse_args()
     prepare_out_dir(args.out_dir)
     documents, desc = documents_from(args, "roneneldan/TinyStories", None, "tinystories")
-    enc = get_encoding(args.ranks)  # fails early, before any worker starts, if the ranks are missing
-    write_tokenizer_table(enc, Path(args.out_dir) / "gpt2_tokenizer.bin")
-    write_sharded(documents, Path(args.out_dir) / "tinystories", "tinystories", args.shard_size, desc,
-                  args.ranks, args.workers, args.max_shards)
+    tok = tokenizer_from_args(args)  # fails early, before any worker starts, if the ranks are missing
+    write_tokenizer_table(tok, args.out_dir)
+    write_sharded(documents, dataset_dir(args.out_dir, "tinystories", tok), "tinystories", args.shard_size, desc,
+                  tok, args.workers, args.max_shards)
 
 
 if __name__ == "__main__":
