@@ -139,7 +139,7 @@ def run_shape(L, name, B, T, NH, HD):
     # fp32 reference on the first REF_BATCHES sequences
     qf, kf, vf = (t[:REF_BATCHES].float() for t in (q, k, v))
     s = (qf @ kf.transpose(-2, -1)) * (1.0 / math.sqrt(HD))
-    pos = torch.arange(T, device="cuda")
+    pos = torch.arange(T, device=lc.DEVICE)
     s = s.masked_fill(pos[None, :] > pos[:, None], float("-inf"))
     ref_lse = torch.logsumexp(s, dim=-1)                                         # (RB, NH, T)
     ref_out = (torch.softmax(s, dim=-1) @ vf).transpose(1, 2).reshape(REF_BATCHES, T, C)  # (RB, T, C)
@@ -155,7 +155,7 @@ def run_shape(L, name, B, T, NH, HD):
         lse.poison()
 
     def check_triton(_):
-        torch.cuda.synchronize()
+        lc.sync()
         ok = True
         for o in (out, lse):
             unwritten = o.unwritten()
@@ -172,7 +172,7 @@ def run_shape(L, name, B, T, NH, HD):
         if tuple(y.shape) != (B, NH, T, HD):
             print(f"    out        FAIL: shape {tuple(y.shape)}")
             return False
-        torch.cuda.synchronize()
+        lc.sync()
         ok = True
         bad = lc.nonfinite(y)
         if bad:
@@ -209,7 +209,10 @@ def run_shape(L, name, B, T, NH, HD):
 
 def main():
     L = lc.Lab(__file__, ARGS)
-    run_shape(L, "gpt2", 64, 1024, 12, 64)
+    if ARGS.small:
+        run_shape(L, "small", 2, 256, 3, 64)
+    else:
+        run_shape(L, "gpt2", 64, 1024, 12, 64)
     return L.finish()
 
 

@@ -22,8 +22,12 @@ What this module does, as harness.cuh does for the CUDA labs:
 A failed check prints FAIL, skips the timing and makes the script exit 1. Without torch, triton or a
 visible GPU a script prints one SKIPPED line and exits 0 (so run_all.sh passes on such a machine).
 
-Command line of every script: `<op>.py [row ...] [--check-only] [--reps N] [--compile-mode M]`; a row
-argument runs only the variants whose name contains it (`triton`, `compile`, `eager`, `sdpa`).
+Command line of every script: `<op>.py [row ...] [--check-only] [--reps N] [--compile-mode M] [--small]`;
+a row argument runs only the variants whose name contains it (`triton`, `compile`, `eager`, `sdpa`);
+--small runs small awkward shapes instead (rows and widths that are multiples of no block size).
+LAB_INTERPRET=1 runs the Triton kernels on the CPU in Triton's interpreter (TRITON_INTERPRET=1) with CPU
+tensors, checks only, and implies --small: how the kernels were checked on a machine without a GPU
+(`LAB_INTERPRET=1 python3 dev/triton/layernorm.py`; torch.compile then generates C++, not Triton).
 """
 import argparse
 import math
@@ -43,6 +47,11 @@ GUARD_BYTE = 0xA5
 TOL_BF16 = (1.6e-2, 1e-2)    # lab::default_tol() of the bf16 build
 TOL_STATS = (1e-4, 1e-4)     # fp32 statistics (mean, rstd) of identical inputs
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
+INTERPRET = os.environ.get("LAB_INTERPRET", "") == "1"
+DEVICE = "cpu" if INTERPRET else "cuda"
+if INTERPRET:  # the interpreter stores bf16 by truncating (the GPU rounds to nearest even): statistics of a
+    TOL_STATS = (5e-3, 5e-3)  # stored, truncated bf16 residual drift by ~2^-9
+
 TABLE_HEADER = "# name | variant | ms | GB/s | TFLOP/s | % of H200 ceiling"
 
 
@@ -54,12 +63,15 @@ def parse_args(file, doc):
                    "(triton, compile, eager, sdpa); default all")
     p.add_argument("--check-only", action="store_true", help="check every variant, time none")
     p.add_argument("--reps", type=int, default=0, help="timed repeats (default: ~0.5 s worth, 10..100)")
+    p.add_argument("--small", action="store_true", help="small awkward shapes instead of GPT-2's")
     p.add_argument("--compile-mode", default=os.environ.get("LAB_COMPILE_MODE", "default"), choices=COMPILE_MODES,
                    help="torch.compile's mode (default: $LAB_COMPILE_MODE or 'default'; the other one "
                    "autotunes and compiles for minutes)")
     args = p.parse_args()
     if args.reps < 0 or args.reps > 10000:
         p.error("--reps needs a count in 1..10000")
+    if INTERPRET:
+        args.small, args.check_only = True, True
     return args
 
 
@@ -70,6 +82,8 @@ def skip(file, reason):
 
 def require(file):
     """(torch, triton, triton.language), or a SKIPPED line and exit 0 when any is missing."""
+    if INTERPRET:
+        os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
     try:
         import torch
     except Exception as e:  # noqa: BLE001 - any failure to import means "no torch here"
@@ -80,7 +94,7 @@ def require(file):
     except Exception as e:  # noqa: BLE001
         skip(file, f"no Triton ({type(e).__name__}: {e})")
     try:
-        ok = torch.cuda.is_available() and torch.cuda.device_count() > 0
+        ok = INTERPRET or (torch.cuda.is_available() and torch.cuda.device_count() > 0)
     except Exception:  # noqa: BLE001
         ok = False
     if not ok:
@@ -97,7 +111,7 @@ class Out:
         self.n = math.prod(shape)
         esz = torch.empty(0, dtype=dtype).element_size()
         self.int_dtype = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[esz]
-        self.buf = torch.empty(self.n + GUARD_BYTES // esz, dtype=dtype, device="cuda")
+        self.buf = torch.empty(self.n + GUARD_BYTES // esz, dtype=dtype, device=DEVICE)
         self.t = self.buf[:self.n].view(shape)
         self.guard_value = int.from_bytes(bytes([GUARD_BYTE]) * esz, "little", signed=esz > 1)
         self.buf[self.n:].view(self.int_dtype).fill_(self.guard_value)
@@ -113,6 +127,12 @@ class Out:
 
     def guard_intact(self):
         return bool((self.buf[self.n:].view(self.int_dtype) == self.guard_value).all())
+
+
+def sync():
+    import torch
+    if not INTERPRET:
+        torch.cuda.synchronize()
 
 
 def nonfinite(t):
@@ -137,20 +157,24 @@ class Lab:
         self.failures, self.lines = 0, []
         torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 references are fp32
         torch.backends.cudnn.allow_tf32 = False
-        props = torch.cuda.get_device_properties(0)
-        l2 = int(getattr(props, "L2_cache_size", 0) or (50 << 20))
-        self.flush = torch.empty(max(256 << 20, 2 * l2), dtype=torch.uint8, device="cuda")
-        self.gen = torch.Generator(device="cuda")
-        print(f"# {self.file} on {props.name} ({props.multi_processor_count} SMs, {l2 >> 20} MB L2), bf16, "
-              f"torch {torch.__version__}, triton {triton.__version__}, torch.compile mode '{args.compile_mode}'",
-              flush=True)
-        self.num_sms = props.multi_processor_count
+        self.gen = torch.Generator(device=DEVICE)
+        if INTERPRET:
+            name, self.num_sms, l2 = "the CPU (Triton interpreter, checks only)", 4, 0
+            self.flush = None
+        else:
+            props = torch.cuda.get_device_properties(0)
+            name, self.num_sms = props.name, props.multi_processor_count
+            l2 = int(getattr(props, "L2_cache_size", 0) or (50 << 20))
+            self.flush = torch.empty(max(256 << 20, 2 * l2), dtype=torch.uint8, device=DEVICE)
+        print(f"# {self.file} on {name} ({self.num_sms} SMs, {l2 >> 20} MB L2), bf16, "
+              f"torch {torch.__version__}, triton {triton.__version__}, torch.compile mode '{args.compile_mode}'"
+              f"{', small shapes' if args.small else ''}", flush=True)
 
     # ---------------------------------------------------------------- inputs
     def rand(self, shape, seed, lo=-1.0, hi=1.0, dtype=None):
         torch = self.torch
         self.gen.manual_seed(seed)
-        x = torch.rand(shape, generator=self.gen, device="cuda", dtype=torch.float32)
+        x = torch.rand(shape, generator=self.gen, device=DEVICE, dtype=torch.float32)
         return (x.mul_(hi - lo).add_(lo)).to(dtype or torch.bfloat16)
 
     def compile(self, fn):
@@ -204,7 +228,7 @@ class Lab:
     def check_out(self, out, ref, tol=TOL_BF16, rows=None, nmse_max=None):
         """An Out: every element written, guard intact, then the values (only `rows` of a 2-D view
         when given; the written and guard checks stay whole)."""
-        self.torch.cuda.synchronize()
+        sync()
         ok = True
         unwritten = out.unwritten()
         if unwritten:
@@ -218,7 +242,7 @@ class Lab:
 
     def check_fresh(self, name, t, ref, tol=TOL_BF16, rows=None, nmse_max=None):
         """A tensor a function returned: no non-finite element anywhere, then the values."""
-        self.torch.cuda.synchronize()
+        sync()
         ok = True
         bad = nonfinite(t)
         if bad:
@@ -243,7 +267,7 @@ class Lab:
             reset()
             t0 = time.time()
             result = launch()
-            torch.cuda.synchronize()
+            sync()
             first_s = time.time() - t0
         except Exception as e:  # noqa: BLE001
             msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"

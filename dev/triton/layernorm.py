@@ -175,9 +175,13 @@ def run_shape(L, N, C):
 
     def check_fwd_fresh(res):
         o, m, r = res
+        # PyTorch's statistics are fp32 on CUDA; its CPU kernel (the interpreter runs) returns the input's dtype
+        tol = lc.TOL_STATS if m.dtype == torch.float32 else lc.TOL_BF16
+        if m.dtype != torch.float32:
+            print(f"    (mean and rstd came back as {m.dtype}: compared at the bf16 tolerance)")
         ok = L.check_fresh("out", o, ref_out)
-        ok = L.check_fresh("mean", m.float().reshape(-1), ref_mean, lc.TOL_STATS) and ok
-        return L.check_fresh("rstd", r.float().reshape(-1), ref_rstd, lc.TOL_STATS) and ok
+        ok = L.check_fresh("mean", m.float().reshape(-1), ref_mean, tol) and ok
+        return L.check_fresh("rstd", r.float().reshape(-1), ref_rstd, tol) and ok
 
     L.run(op, "triton", fwd_bytes, fwd_flops, lc.MEMORY, reset_fwd,
           lambda: layernorm_fwd_triton(out.t, mean.t, rstd.t, x, w, b), check_fwd_out)
@@ -201,7 +205,7 @@ def run_shape(L, N, C):
     bwd_bytes, bwd_flops = 4.0 * N * C * s + 8.0 * N + 6.0 * C * s, 15.0 * N * C
     dinp, dweight, dbias = torch.empty_like(dinp0), torch.empty_like(dweight0), torch.empty_like(dbias0)
     chunks = min(N, 8 * L.num_sms)
-    partials = torch.empty((chunks, 2 * C), dtype=torch.float32, device="cuda")
+    partials = torch.empty((chunks, 2 * C), dtype=torch.float32, device=lc.DEVICE)
 
     def reset_bwd():
         dinp.copy_(dinp0)
@@ -229,7 +233,7 @@ def run_shape(L, N, C):
 
 def main():
     L = lc.Lab(__file__, ARGS)
-    run_shape(L, 65536, 768)
+    run_shape(L, *((651, 776) if ARGS.small else (65536, 768)))
     return L.finish()
 
 

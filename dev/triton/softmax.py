@@ -81,7 +81,10 @@ def run_shape(L, N, V):
 
 def main():
     L = lc.Lab(__file__, ARGS)
-    run_shape(L, 65536, 50304)
+    if ARGS.small:
+        run_shape(L, 37, 5003)  # 2 chunks, the second partial
+    else:
+        run_shape(L, 65536, 50304)
     return L.finish()
 
 
