@@ -19,7 +19,9 @@ Variants:
                      the diagonal ones masked; online softmax in base 2; P rounded to bf16 for the
                      PV product (as FlashAttention and cuDNN do); 4 warps, 3 pipeline stages
   triton 128x128 w8  the same kernel with 128-key tiles and 8 warps
-  torch.compile      softmax(mask(q k^T / sqrt(HD))) v in plain PyTorch (fp32 softmax), compiled
+  torch.compile      softmax(mask(q k^T / sqrt(HD))) v in plain PyTorch (scores rounded to bf16 by the
+                     matmul, fp32 softmax, P in bf16), compiled; checked with nmse <= 1e-4 (the
+                     bf16 scores cost ~4x a flash kernel's error)
   torch eager        the same expression uncompiled: it writes the (B, NH, T, T) scores (3 GB in fp32)
   sdpa flash         F.scaled_dot_product_attention(is_causal=True) with the flash backend
   sdpa cudnn         the same with the cuDNN backend (SKIPPED where this PyTorch build lacks it)
@@ -35,18 +37,26 @@ ARGS = lc.parse_args(__file__, __doc__)
 torch, triton, tl = lc.require(__file__)
 F = torch.nn.functional
 
-NMSE_MAX = 2e-5
+NMSE_MAX = 1e-4 if lc.INTERPRET else 2e-5  # the interpreter truncates P and out to bf16: ~2x the error
+# The plain PyTorch expression (torch.compile, eager) rounds the scores q k^T to bf16 (the matmul's
+# output dtype) before its fp32 softmax, as nanoGPT's non-flash path does: ~4x the nmse of a
+# flash kernel, whose scores stay fp32 (measured 1.8e-5 at the small shape on the CPU).
+NMSE_MAX_BF16_SCORES = 1e-4
 TOL_ATTENTION = (1.6e-2, 1e-1)
 REF_BATCHES = 2
 
 
 @triton.jit
 def attention_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, lo, hi, stride_t, qk_scale,
-                    MASKED: tl.constexpr, BLOCK_N: tl.constexpr):
-    # keys [lo, hi) in tiles of BLOCK_N; m_i is the running max of the scores in log2 units
+                    MASKED: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr):
+    # keys [lo, hi) in tiles of BLOCK_N; m_i is the running max of the scores in log2 units.
+    # UPCAST (Triton's CPU interpreter only, whose bf16 tl.dot returns garbage): the same products in fp32
     for start_n in range(lo, hi, BLOCK_N):
         k = tl.load(k_ptrs + start_n * stride_t)                  # (BLOCK_N, HD)
-        s = tl.dot(q, tl.trans(k))                                # (BLOCK_M, BLOCK_N) fp32
+        if UPCAST:
+            s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)))
+        else:
+            s = tl.dot(q, tl.trans(k))                            # (BLOCK_M, BLOCK_N) fp32
         if MASKED:
             visible = offs_m[:, None] >= (start_n + offs_n)[None, :]
             s = s * qk_scale + tl.where(visible, 0.0, -1.0e6)
@@ -60,14 +70,17 @@ def attention_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, lo, hi, st
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_ptrs + start_n * stride_t)                  # (BLOCK_N, HD)
         acc = acc * alpha[:, None]
-        acc += tl.dot(p.to(v.dtype), v)
+        if UPCAST:
+            acc += tl.dot(p.to(v.dtype).to(tl.float32), v.to(tl.float32))
+        else:
+            acc += tl.dot(p.to(v.dtype), v)                      # P rounded to bf16, fp32 accumulation
         m_i = m_new
     return acc, l_i, m_i
 
 
 @triton.jit
 def attention_fwd_kernel(out_ptr, lse_ptr, qkv_ptr, T, NH, qk_scale,
-                         HD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                         HD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr):
     # grid (T / BLOCK_M, B * NH); query block T/BLOCK_M - 1 (the most keys) first
     block_m = tl.num_programs(0) - 1 - tl.program_id(0)
     bh = tl.program_id(1)
@@ -87,10 +100,10 @@ def attention_fwd_kernel(out_ptr, lse_ptr, qkv_ptr, T, NH, qk_scale,
     diag = block_m * BLOCK_M
     # left of the diagonal block: every key visible to every query of the block
     acc, l_i, m_i = attention_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, 0, diag, stride_t,
-                                    qk_scale, MASKED=False, BLOCK_N=BLOCK_N)
+                                    qk_scale, MASKED=False, BLOCK_N=BLOCK_N, UPCAST=UPCAST)
     # the diagonal block: key <= query
     acc, l_i, m_i = attention_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, diag, diag + BLOCK_M,
-                                    stride_t, qk_scale, MASKED=True, BLOCK_N=BLOCK_N)
+                                    stride_t, qk_scale, MASKED=True, BLOCK_N=BLOCK_N, UPCAST=UPCAST)
     out = acc / l_i[:, None]
     o_ptrs = out_ptr + (b.to(tl.int64) * T + offs_m)[:, None] * (NH * HD) + h * HD + offs_d[None, :]
     tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty))
@@ -103,7 +116,8 @@ def attention_triton(out, lse, qkv, B, T, NH, HD, block_m, block_n, warps, stage
         raise ValueError(f"T = {T} must be a multiple of BLOCK_M = {block_m}, itself a multiple of BLOCK_N = {block_n}")
     qk_scale = (1.0 / math.sqrt(HD)) * 1.4426950408889634  # scale and log2(e) in one multiply
     attention_fwd_kernel[(T // block_m, B * NH)](out, lse, qkv, T, NH, qk_scale, HD=HD, BLOCK_M=block_m,
-                                                 BLOCK_N=block_n, num_warps=warps, num_stages=stages)
+                                                 BLOCK_N=block_n, UPCAST=lc.INTERPRET, num_warps=warps,
+                                                 num_stages=stages)
 
 
 def heads(qkv, B, T, NH, HD):
@@ -168,7 +182,7 @@ def run_shape(L, name, B, T, NH, HD):
         ok = L.compare("out", out.t[:REF_BATCHES], ref_out, TOL_ATTENTION, NMSE_MAX) and ok
         return L.compare("lse", lse.t[:REF_BATCHES], ref_lse, lc.TOL_BF16) and ok
 
-    def check_heads_out(y):  # y: (B, NH, T, HD)
+    def check_heads_out(y, nmse_max=NMSE_MAX):  # y: (B, NH, T, HD)
         if tuple(y.shape) != (B, NH, T, HD):
             print(f"    out        FAIL: shape {tuple(y.shape)}")
             return False
@@ -179,7 +193,10 @@ def run_shape(L, name, B, T, NH, HD):
             print(f"    out        FAIL: {bad} of {y.numel()} elements are not finite")
             ok = False
         got = y[:REF_BATCHES].transpose(1, 2).reshape(REF_BATCHES, T, C)
-        return L.compare("out", got, ref_out, TOL_ATTENTION, NMSE_MAX) and ok
+        return L.compare("out", got, ref_out, TOL_ATTENTION, nmse_max) and ok
+
+    def check_bf16_scores(y):
+        return check_heads_out(y, NMSE_MAX_BF16_SCORES)
 
     for block_m, block_n, warps, stages in ((128, 64, 4, 3), (128, 128, 8, 3)):
         def launch(cfg=(block_m, block_n, warps, stages)):
@@ -190,9 +207,10 @@ def run_shape(L, name, B, T, NH, HD):
     torch.cuda.empty_cache()
 
     compiled = L.compile(attention_expr)
-    L.run(op, "torch.compile", nbytes, flops, lc.COMPUTE, lambda: None, lambda: compiled(q, k, v), check_heads_out)
+    L.run(op, "torch.compile", nbytes, flops, lc.COMPUTE, lambda: None, lambda: compiled(q, k, v),
+          check_bf16_scores)
     L.run(op, "torch eager", nbytes, flops, lc.COMPUTE, lambda: None, lambda: attention_expr(q, k, v),
-          check_heads_out)
+          check_bf16_scores)
     torch.cuda.empty_cache()
     for what, backend in (("sdpa flash", "FLASH_ATTENTION"), ("sdpa cudnn", "CUDNN_ATTENTION")):
         ctx = sdpa_backend(backend)
