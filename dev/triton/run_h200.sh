@@ -26,7 +26,10 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
 failed=()
 report() {  # pass, script, exit status, seconds
     local pass=$1 py=$2 rc=$3 secs=$4 log="$logs/${1}_$2.log"
-    if [ "$rc" -eq 0 ]; then
+    if [ "$rc" -eq 0 ] && grep -qE "^SKIPPED $py.py:" "$log"; then  # no torch, triton or GPU: nothing measured
+        echo "== $pass $py.py: $(grep -E "^SKIPPED $py.py:" "$log" | head -1)"
+        failed+=("$pass/$py(skipped)")
+    elif [ "$rc" -eq 0 ]; then
         echo "== $pass $py.py: ok (${secs}s, log $log)"
         grep -E "^SKIPPED|first call" "$log" | head -12 | sed 's/^/   /'
     else
