@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Runs every dev/triton script on a GPU machine: first --check-only, all five scripts at once (every
+# variant checked, every Triton kernel and torch.compile graph compiled into the on-disk caches: this
+# pass is compile-bound, so it runs in parallel), then one after another timed (checked again, then
+# timed; the compiles now come from the caches), and prints one table last in the lab's format.
+# Each script run has a time limit (LAB_PY_LIMIT seconds, default 150), so one that hangs in a
+# compiler cannot eat the lease; the whole run is expected to take 2-3 minutes.
+#   dev/triton/run_h200.sh [--reps N]          (default: the lab's ~0.5 s of repeats a variant)
+#   LAB_PY_SMALL=1 dev/triton/run_h200.sh      adds a --small --check-only pass (awkward shapes)
+# Logs go to $LAB_LOGS (default build/triton_logs at the top, git-ignored). torch.compile runs in
+# its default mode ($LAB_COMPILE_MODE changes it) with TORCHINDUCTOR_COMPILE_THREADS=1 unless set
+# (a handful of small graphs a script: compiling in-process beats starting a worker pool).
+# Exits 1 if any check or script failed.
+cd "$(dirname "$0")" || exit 1
+logs=${LAB_LOGS:-../../build/triton_logs}
+limit=${LAB_PY_LIMIT:-150}
+export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-1}
+timeout_cmd=()
+command -v timeout >/dev/null && timeout_cmd=(timeout -k 10 "$limit")
+mkdir -p "$logs" || exit 1
+scripts="softmax layernorm rmsnorm gelu attention"
+t0=$(date +%s)
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'GPU', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none')" ||
+    { echo "run_h200: python3 cannot import torch and triton"; exit 1; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
+failed=()
+report() {  # pass, script, exit status, seconds
+    local pass=$1 py=$2 rc=$3 secs=$4 log="$logs/${1}_$2.log"
+    if [ "$rc" -eq 0 ] && grep -qE "^SKIPPED $py.py:" "$log"; then  # no torch, triton or GPU: nothing measured
+        echo "== $pass $py.py: $(grep -E "^SKIPPED $py.py:" "$log" | head -1)"
+        failed+=("$pass/$py(skipped)")
+    elif [ "$rc" -eq 0 ]; then
+        echo "== $pass $py.py: ok (${secs}s, log $log)"
+        grep -E "^SKIPPED|first call" "$log" | head -12 | sed 's/^/   /'
+    else
+        if [ "$rc" -eq 124 ]; then echo "== $pass $py.py: TIMED OUT after ${limit}s (log $log)"
+        else echo "== $pass $py.py: FAILED with exit $rc (${secs}s, log $log)"; fi
+        grep -E "FAIL|[Ee]rror|SKIPPED" "$log" | head -20 | sed 's/^/   /'
+        failed+=("$pass/$py")
+    fi
+}
+run() {  # pass, script, args...: runs one script, writes its log
+    local pass=$1 py=$2
+    shift 2
+    "${timeout_cmd[@]}" python3 "$py.py" "$@" >"$logs/${pass}_$py.log" 2>&1
+}
+parallel_pass() {  # pass, args...: every script at once, reported in order
+    local pass=$1 start py i=0 pids=()
+    shift
+    start=$(date +%s)
+    for py in $scripts; do
+        run "$pass" "$py" "$@" &
+        pids+=($!)
+    done
+    for py in $scripts; do
+        wait "${pids[$i]}"
+        report "$pass" "$py" $? $(($(date +%s) - start))
+        i=$((i + 1))
+    done
+}
+parallel_pass check --check-only
+[ "${LAB_PY_SMALL:-0}" = 1 ] && parallel_pass small --check-only --small
+echo "run_h200: checks done after $(($(date +%s) - t0))s"
+for py in $scripts; do
+    start=$(date +%s)
+    run timed "$py" "$@"
+    report timed "$py" $? $(($(date +%s) - start))
+done
+
+echo
+printf '%-58s | %-18s | %9s | %8s | %8s | %s\n' "name" "variant" "ms" "GB/s" "TFLOP/s" "% of H200 ceiling"
+for py in $scripts; do
+    [ -f "$logs/timed_$py.log" ] || continue
+    awk -F' [|] ' '/^# name [|] variant/ { on = 1; next }
+                  on && NF == 6 { printf "%-58s | %-18s | %9s | %8s | %8s | %s\n", $1, $2, $3, $4, $5, $6 }' \
+        "$logs/timed_$py.log"
+done
+echo
+echo "run_h200: $(($(date +%s) - t0))s in all"
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "run_h200: FAILED: ${failed[*]}"
+    exit 1
+fi
+echo "run_h200: every check passed"
