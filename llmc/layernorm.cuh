@@ -106,7 +106,7 @@ constexpr int LAYERNORM_BWD_BLOCK = 256;
 constexpr int LAYERNORM_BWD_WARPS = LAYERNORM_BWD_BLOCK / WARP_SIZE;
 constexpr int LAYERNORM_BWD_MAX_C = 1024;  // wider rows take the two-kernel path
 constexpr int LAYERNORM_BWD_MAX_PACKS = LAYERNORM_BWD_MAX_C / (WARP_SIZE * x128::size);  // 4 bf16, 8 fp32
-constexpr int LAYERNORM_BWD_MAX_CHUNKS = 256, LAYERNORM_BWD_MIN_ROWS = 64;
+constexpr int LAYERNORM_BWD_MAX_CHUNKS = 256, LAYERNORM_BWD_MIN_ROWS = 32;  // N = 651: 21 chunks of <= 31 rows
 
 // Row chunks (blocks) of the shipped path: at most column_num_chunks(N), so its (chunks, 2, C)
 // partials fit the scratch of the two-kernel path (layernorm_backward_scratch_floats).

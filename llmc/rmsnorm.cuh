@@ -105,7 +105,7 @@ constexpr int RMSNORM_BWD_BLOCK = 256;
 constexpr int RMSNORM_BWD_WARPS = RMSNORM_BWD_BLOCK / WARP_SIZE;
 constexpr int RMSNORM_BWD_MAX_C = 1024;  // wider rows take the two-kernel path
 constexpr int RMSNORM_BWD_MAX_PACKS = RMSNORM_BWD_MAX_C / (WARP_SIZE * x128::size);  // 4 bf16, 8 fp32
-constexpr int RMSNORM_BWD_MAX_CHUNKS = 256, RMSNORM_BWD_MIN_ROWS = 64;
+constexpr int RMSNORM_BWD_MAX_CHUNKS = 256, RMSNORM_BWD_MIN_ROWS = 32;  // N = 651: 21 chunks of <= 31 rows
 
 // Row chunks (blocks) of the shipped path: at most column_num_chunks(N), so it fits the scratch
 // the two-kernel path needs (rmsnorm_backward_scratch_floats).

@@ -239,12 +239,26 @@ static void run_shape(lab::Lab& L, int N, int C) {
         ok = L.check(d_dweight, ref_dweight) && ok;
         return L.check(d_dbias, ref_dbias) && ok;
     };
-    L.run("layernorm_backward" + shape, 0, "shipped", bwd_bytes, 15.0 * NC, lab::Bound::Memory, reset_bwd,
-          [&] {
-              layernorm_backward(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, N, C,
-                                 L.stream());
-          },
-          check_bwd);
+    auto launch_bwd0 = [&] {
+        layernorm_backward(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, N, C,
+                           L.stream());
+    };
+    // variant 0 runs a second time from the same start: dinp, dweight and dbias must be bit-identical
+    auto check_bwd_repeat = [&] {
+        bool ok = check_bwd();
+        const std::vector<float> a[3] = {d_dinp.download(), d_dweight.download(), d_dbias.download()};
+        reset_bwd();
+        launch_bwd0();
+        cudaCheck(cudaStreamSynchronize(L.stream()));
+        const std::vector<float> b[3] = {d_dinp.download(), d_dweight.download(), d_dbias.download()};
+        bool same = true;
+        for (int i = 0; i < 3; i++)
+            same = same && std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) == 0;
+        printf("    %-10s %s\n", "repeat", same ? "ok: bit-identical to the first run" : "FAIL: not bit-identical");
+        return same && ok;
+    };
+    L.run("layernorm_backward" + shape, 0, "shipped", bwd_bytes, 15.0 * NC, lab::Bound::Memory, reset_bwd, launch_bwd0,
+          check_bwd_repeat);
     L.run("layernorm_backward" + shape, 1, "one pass", bwd_bytes, 15.0 * NC, lab::Bound::Memory, reset_bwd, [&] {
         if (C > 1024) fail("layernorm backward variant 1: C = %d exceeds its 1024-column budget", C);
         const int chunks = column_num_chunks(N), rows_per_chunk = ceil_div(N, chunks);

@@ -230,9 +230,24 @@ static void run_shape(lab::Lab& L, int N, int C) {
         bool ok = L.check(d_dinp, ref_dinp);
         return L.check(d_dweight, ref_dweight) && ok;
     };
-    L.run("rmsnorm_backward" + shape, 0, "shipped", bwd_bytes, bwd_flops, lab::Bound::Memory, reset_bwd, [&] {
+    auto launch_bwd0 = [&] {
         rmsnorm_backward(d_dinp, d_dweight, d_scratch, d_dout, d_inp, d_weight, d_rstd, N, C, L.stream());
-    }, check_bwd);
+    };
+    // variant 0 runs a second time from the same start: dinp and dweight must be bit-identical
+    auto check_bwd_repeat = [&] {
+        bool ok = check_bwd();
+        const std::vector<float> dinp1 = d_dinp.download(), dweight1 = d_dweight.download();
+        reset_bwd();
+        launch_bwd0();
+        cudaCheck(cudaStreamSynchronize(L.stream()));
+        const std::vector<float> dinp2 = d_dinp.download(), dweight2 = d_dweight.download();
+        const bool same = std::memcmp(dinp1.data(), dinp2.data(), dinp1.size() * sizeof(float)) == 0 &&
+                          std::memcmp(dweight1.data(), dweight2.data(), dweight1.size() * sizeof(float)) == 0;
+        printf("    %-10s %s\n", "repeat", same ? "ok: bit-identical to the first run" : "FAIL: not bit-identical");
+        return same && ok;
+    };
+    L.run("rmsnorm_backward" + shape, 0, "shipped", bwd_bytes, bwd_flops, lab::Bound::Memory, reset_bwd, launch_bwd0,
+          check_bwd_repeat);
     L.run("rmsnorm_backward" + shape, 1, "one pass", bwd_bytes, bwd_flops, lab::Bound::Memory, reset_bwd, [&] {
         if (C > 1024) fail("rmsnorm backward variant 1: C = %d exceeds its 1024-column budget", C);
         const int chunks = column_num_chunks(N), rows_per_chunk = ceil_div(N, chunks);
@@ -249,11 +264,12 @@ static void run_shape(lab::Lab& L, int N, int C) {
         rmsnorm_backward_two_kernels(d_dinp, d_dweight, d_scratch, d_dout, d_inp, d_weight, d_rstd, N, C, L.stream());
     }, check_bwd);
     // the shipped kernel with R = 1 and R = 2 rows per warp step at every width (the launcher picks
-    // R = 2 up to 3 packs per lane, i.e. C <= 768 in bf16, and R = 1 above)
+    // R = 2 up to 2 packs per lane, i.e. C <= 512 in bf16, and R = 1 above)
     for (const int R : {1, 2}) {
         L.run("rmsnorm_backward" + shape, 2 + R, R == 1 ? "fused R=1" : "fused R=2", bwd_bytes, bwd_flops,
               lab::Bound::Memory, reset_bwd, [&] {
-                  if (C > RMSNORM_BWD_MAX_C) fail("rmsnorm backward variant %d: C = %d > %d", 2 + R, C, RMSNORM_BWD_MAX_C);
+                  if (C > RMSNORM_BWD_MAX_C)
+                      fail("rmsnorm backward variant %d: C = %d > %d", 2 + R, C, RMSNORM_BWD_MAX_C);
                   constexpr int Q = RMSNORM_BWD_MAX_PACKS / 4;
                   const int quarters = ceil_div(ceil_div(C / x128::size, WARP_SIZE), Q);
                   auto launch = quarters <= 1   ? rmsnorm_backward_fused_launch<1 * Q, 1>
