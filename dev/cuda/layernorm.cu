@@ -14,7 +14,22 @@
 //                  (the headroom: dout and inp are read twice, once per kernel; 25 calls per step)
 //   backward       1 one pass: dinp and the chunk partials from one read of dout/inp  0.184 ms, 55%
 //                  (expected ~0.14 ms from 4 instead of 6 N*C*sizeof(floatX) bytes; got -8% at
-//                  GPT-2's shape and +13% at the awkward one: not promoted yet, the next to tune)
+//                  GPT-2's shape and +13% at the awkward one: not promoted; its dinp load waits for
+//                  the row's reduction, two DRAM round trips per row)
+//   backward       2 two kernels: the "0 shipped" above, kept in layernorm.cuh as the C > 1024 fallback
+//   backward       0 shipped (since the normbwd branch): layernorm_backward_fused, one kernel, every
+//                  load of a row (dout, inp, dinp) issued before its reductions, the row held in
+//                  registers, dweight and dbias sums per lane in registers, 256 chunks of rows = 256
+//                  blocks of 8 warps (one wave at 2 blocks/SM on 132 SMs; 128 registers at C = 768, no
+//                  spills), then layernorm_backward_fold (dweight and dbias in one launch).
+//                  DRAM: 4 N*C*2 B = 403 MB once; expected >= 85% of copy (one DRAM round trip per
+//                  row, 16 warps x 9 16-byte loads per lane = 74 KB in flight per SM) + ~2-3 us of fold.
+//                  measured: (to fill in)
+//   backward       3 fused R=1: variant 0's kernel with one row per warp step at every width (at
+//                  C = 768 in bf16 the same kernel as variant 0)
+//                  measured: (to fill in)
+//   backward       4 fused R=2: two rows per warp step (at C = 768: over 128 registers, 604 B of spills)
+//                  measured: (to fill in)
 #include "dev/cuda/harness.cuh"
 #include "llmc/cpu/layernorm.h"
 #include "llmc/layernorm.cuh"
@@ -209,7 +224,7 @@ static void run_shape(lab::Lab& L, int N, int C) {
     cpu::layernorm_backward(ref_dinp.data(), ref_dweight.data(), ref_dbias.data(), dout.data(), inp.data(),
                             weight.data(), ref_mean.data(), ref_rstd.data(), 1, N, C);
     lab::DevBuf<floatX> d_dout(NC, "dout"), d_dinp(NC, "dinp"), d_dweight(C, "dweight"), d_dbias(C, "dbias");
-    lab::DevBuf<float> d_scratch((size_t)column_num_chunks(N) * 2 * C, "scratch");
+    lab::DevBuf<float> d_scratch(layernorm_backward_scratch_floats(N, C), "scratch");
     d_dout.upload(dout);
     d_mean.upload(ref_mean);
     d_rstd.upload(ref_rstd);
@@ -224,12 +239,26 @@ static void run_shape(lab::Lab& L, int N, int C) {
         ok = L.check(d_dweight, ref_dweight) && ok;
         return L.check(d_dbias, ref_dbias) && ok;
     };
-    L.run("layernorm_backward" + shape, 0, "shipped", bwd_bytes, 15.0 * NC, lab::Bound::Memory, reset_bwd,
-          [&] {
-              layernorm_backward(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, N, C,
-                                 L.stream());
-          },
-          check_bwd);
+    auto launch_bwd0 = [&] {
+        layernorm_backward(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, N, C,
+                           L.stream());
+    };
+    // variant 0 runs a second time from the same start: dinp, dweight and dbias must be bit-identical
+    auto check_bwd_repeat = [&] {
+        bool ok = check_bwd();
+        const std::vector<float> a[3] = {d_dinp.download(), d_dweight.download(), d_dbias.download()};
+        reset_bwd();
+        launch_bwd0();
+        cudaCheck(cudaStreamSynchronize(L.stream()));
+        const std::vector<float> b[3] = {d_dinp.download(), d_dweight.download(), d_dbias.download()};
+        bool same = true;
+        for (int i = 0; i < 3; i++)
+            same = same && std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) == 0;
+        printf("    %-10s %s\n", "repeat", same ? "ok: bit-identical to the first run" : "FAIL: not bit-identical");
+        return same && ok;
+    };
+    L.run("layernorm_backward" + shape, 0, "shipped", bwd_bytes, 15.0 * NC, lab::Bound::Memory, reset_bwd, launch_bwd0,
+          check_bwd_repeat);
     L.run("layernorm_backward" + shape, 1, "one pass", bwd_bytes, 15.0 * NC, lab::Bound::Memory, reset_bwd, [&] {
         if (C > 1024) fail("layernorm backward variant 1: C = %d exceeds its 1024-column budget", C);
         const int chunks = column_num_chunks(N), rows_per_chunk = ceil_div(N, chunks);
@@ -243,6 +272,32 @@ static void run_shape(lab::Lab& L, int N, int C) {
         column_partials_add(d_dweight.get(), d_scratch.get(), chunks, 2 * (int64_t)C, C, L.stream());
         column_partials_add(d_dbias.get(), d_scratch.get() + C, chunks, 2 * (int64_t)C, C, L.stream());
     }, check_bwd);
+    L.run("layernorm_backward" + shape, 2, "two kernels", bwd_bytes, 15.0 * NC, lab::Bound::Memory, reset_bwd, [&] {
+        layernorm_backward_two_kernels(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd,
+                                       N, C, L.stream());
+    }, check_bwd);
+    // the shipped kernel with R = 1 and R = 2 rows per warp step at every width (the launcher picks
+    // R = 2 up to 2 packs per lane, i.e. C <= 512 in bf16, and R = 1 above)
+    for (const int R : {1, 2}) {
+        L.run("layernorm_backward" + shape, 2 + R, R == 1 ? "fused R=1" : "fused R=2", bwd_bytes, 15.0 * NC,
+              lab::Bound::Memory, reset_bwd, [&] {
+                  if (C > LAYERNORM_BWD_MAX_C) fail("layernorm backward variant %d: C = %d > %d", 2 + R, C,
+                                                    LAYERNORM_BWD_MAX_C);
+                  constexpr int Q = LAYERNORM_BWD_MAX_PACKS / 4;
+                  const int quarters = ceil_div(ceil_div(C / x128::size, WARP_SIZE), Q);
+                  auto launch = quarters <= 1   ? layernorm_backward_fused_launch<1 * Q, 1>
+                                : quarters == 2 ? layernorm_backward_fused_launch<2 * Q, 1>
+                                : quarters == 3 ? layernorm_backward_fused_launch<3 * Q, 1>
+                                                : layernorm_backward_fused_launch<4 * Q, 1>;
+                  if (R == 2)
+                      launch = quarters <= 1   ? layernorm_backward_fused_launch<1 * Q, 2>
+                               : quarters == 2 ? layernorm_backward_fused_launch<2 * Q, 2>
+                               : quarters == 3 ? layernorm_backward_fused_launch<3 * Q, 2>
+                                               : layernorm_backward_fused_launch<4 * Q, 2>;
+                  launch(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, N, C,
+                         L.stream());
+              }, check_bwd);
+    }
 }
 
 int main(int argc, char** argv) {

@@ -12,9 +12,27 @@
 //   forward        2 registers: warp per row, the row held in registers, 1 pass over DRAM and L1
 //                  (layernorm.cu measured its version of this 10 points below its shipped kernel)
 //   fused forward  0 shipped: residual add + RMSNorm in one kernel
-//   backward       0 shipped: warp-per-row dinp + fixed-order column partials of dweight
-//   backward       1 one pass: dinp and the chunk partials from one read of dout/inp (layernorm.cu's
-//                  version measured 8% faster than its shipped backward at N=65536, 13% slower at N=651)
+//   backward       0 shipped (since the normbwd branch): rmsnorm_backward_fused, one kernel, every
+//                  load of a row (dout, inp, dinp) issued before its reduction, the row held in
+//                  registers, dweight sums per lane in registers, 256 chunks of rows = 256 blocks of 8
+//                  warps (one wave at 2 blocks/SM on 132 SMs; 113 registers at C = 768), then
+//                  rmsnorm_backward_fold (a 1024-thread block per 32 columns, <= 8 loads per thread).
+//                  DRAM: 4 N*C*2 B = 403 MB, the lab's byte count, once; expected >= 85% of copy
+//                  (one DRAM round trip per row; 16 warps x 9 16-byte loads per lane = 74 KB in
+//                  flight per SM, the order of the forward kernels' that reach 81-90%) + ~2-3 us of fold.
+//                  measured: (to fill in)
+//   backward       1 one pass: dinp and the chunk partials from one read of dout/inp, 512 chunks, the
+//                  dinp load after the reduction (two round trips per row), the second read of
+//                  dout/inp from L1: 61.8% of copy at commit 5abe2b8
+//   backward       2 two kernels (the shipped path until normbwd; still the C > 1024 fallback):
+//                  warp-per-row dinp + fixed-order column partials re-reading dout/inp: 6 N*C*2 B
+//                  of DRAM, 52.8% of copy at commit 5abe2b8 (as "0 shipped")
+//   backward       3 fused R=1: variant 0's kernel with one row per warp step at every width (at
+//                  C = 768 in bf16 the same kernel as variant 0)
+//                  measured: (to fill in)
+//   backward       4 fused R=2: two rows per warp step (twice the loads in flight per warp; at C = 768
+//                  it needs 168 registers, capped at 128: 272 B of spills per thread)
+//                  measured: (to fill in)
 #include "dev/cuda/harness.cuh"
 #include "llmc/cpu/rmsnorm.h"
 #include "llmc/rmsnorm.cuh"
@@ -212,9 +230,24 @@ static void run_shape(lab::Lab& L, int N, int C) {
         bool ok = L.check(d_dinp, ref_dinp);
         return L.check(d_dweight, ref_dweight) && ok;
     };
-    L.run("rmsnorm_backward" + shape, 0, "shipped", bwd_bytes, bwd_flops, lab::Bound::Memory, reset_bwd, [&] {
+    auto launch_bwd0 = [&] {
         rmsnorm_backward(d_dinp, d_dweight, d_scratch, d_dout, d_inp, d_weight, d_rstd, N, C, L.stream());
-    }, check_bwd);
+    };
+    // variant 0 runs a second time from the same start: dinp and dweight must be bit-identical
+    auto check_bwd_repeat = [&] {
+        bool ok = check_bwd();
+        const std::vector<float> dinp1 = d_dinp.download(), dweight1 = d_dweight.download();
+        reset_bwd();
+        launch_bwd0();
+        cudaCheck(cudaStreamSynchronize(L.stream()));
+        const std::vector<float> dinp2 = d_dinp.download(), dweight2 = d_dweight.download();
+        const bool same = std::memcmp(dinp1.data(), dinp2.data(), dinp1.size() * sizeof(float)) == 0 &&
+                          std::memcmp(dweight1.data(), dweight2.data(), dweight1.size() * sizeof(float)) == 0;
+        printf("    %-10s %s\n", "repeat", same ? "ok: bit-identical to the first run" : "FAIL: not bit-identical");
+        return same && ok;
+    };
+    L.run("rmsnorm_backward" + shape, 0, "shipped", bwd_bytes, bwd_flops, lab::Bound::Memory, reset_bwd, launch_bwd0,
+          check_bwd_repeat);
     L.run("rmsnorm_backward" + shape, 1, "one pass", bwd_bytes, bwd_flops, lab::Bound::Memory, reset_bwd, [&] {
         if (C > 1024) fail("rmsnorm backward variant 1: C = %d exceeds its 1024-column budget", C);
         const int chunks = column_num_chunks(N), rows_per_chunk = ceil_div(N, chunks);
@@ -227,6 +260,30 @@ static void run_shape(lab::Lab& L, int N, int C) {
                                                        rows_per_chunk);
         column_partials_add(d_dweight.get(), d_scratch.get(), chunks, (int64_t)C, C, L.stream());
     }, check_bwd);
+    L.run("rmsnorm_backward" + shape, 2, "two kernels", bwd_bytes, bwd_flops, lab::Bound::Memory, reset_bwd, [&] {
+        rmsnorm_backward_two_kernels(d_dinp, d_dweight, d_scratch, d_dout, d_inp, d_weight, d_rstd, N, C, L.stream());
+    }, check_bwd);
+    // the shipped kernel with R = 1 and R = 2 rows per warp step at every width (the launcher picks
+    // R = 2 up to 2 packs per lane, i.e. C <= 512 in bf16, and R = 1 above)
+    for (const int R : {1, 2}) {
+        L.run("rmsnorm_backward" + shape, 2 + R, R == 1 ? "fused R=1" : "fused R=2", bwd_bytes, bwd_flops,
+              lab::Bound::Memory, reset_bwd, [&] {
+                  if (C > RMSNORM_BWD_MAX_C)
+                      fail("rmsnorm backward variant %d: C = %d > %d", 2 + R, C, RMSNORM_BWD_MAX_C);
+                  constexpr int Q = RMSNORM_BWD_MAX_PACKS / 4;
+                  const int quarters = ceil_div(ceil_div(C / x128::size, WARP_SIZE), Q);
+                  auto launch = quarters <= 1   ? rmsnorm_backward_fused_launch<1 * Q, 1>
+                                : quarters == 2 ? rmsnorm_backward_fused_launch<2 * Q, 1>
+                                : quarters == 3 ? rmsnorm_backward_fused_launch<3 * Q, 1>
+                                                : rmsnorm_backward_fused_launch<4 * Q, 1>;
+                  if (R == 2)
+                      launch = quarters <= 1   ? rmsnorm_backward_fused_launch<1 * Q, 2>
+                               : quarters == 2 ? rmsnorm_backward_fused_launch<2 * Q, 2>
+                               : quarters == 3 ? rmsnorm_backward_fused_launch<3 * Q, 2>
+                                               : rmsnorm_backward_fused_launch<4 * Q, 2>;
+                  launch(d_dinp, d_dweight, d_scratch, d_dout, d_inp, d_weight, d_rstd, N, C, L.stream());
+              }, check_bwd);
+    }
 }
 
 int main(int argc, char** argv) {
