@@ -512,7 +512,9 @@ static void test_backward_ops(const CudaContext& ctx) {
 // the sample (the cache's ring), and a Llama-style model (RoPE at each position). The bf16 build
 // checks the count and the id range only (its logits round differently in the two paths).
 static void test_sampling(const GPT2Config& c, const CudaContext& ctx) {
-    const int maxT = c.max_seq_len, gen = maxT - 1, V = c.vocab_size, Vp = c.padded_vocab_size, eot = 7;
+    // after the one-token prompt at position 0, tokens at positions 1..maxT-1 are fed and one more is
+    // drawn from the last position's logits: maxT tokens in all
+    const int maxT = c.max_seq_len, gen = maxT, V = c.vocab_size, Vp = c.padded_vocab_size, eot = 7;
     printf("== (d) sampling through the KV cache (%s, window %d, %d tokens)\n", gpt2_arch_name(c), c.window, gen);
     GPT2 model;
     gpt2_build(model, c, 1, maxT, false, ctx);

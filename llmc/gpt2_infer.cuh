@@ -416,7 +416,8 @@ inline void gpt2_infer_step_graph(GPT2Infer& m, const GenerateLimits& lim, const
 // sample_token on the host would advance it), through the cache: a one-token prefill, then one decode
 // step per token, instead of one full forward per token. `params`: the training model's floatX
 // parameters on the device, copied in first. Build `m` with B = 1, Tmax = 1 and host = nullptr. A
-// sample ends at the context end (max_seq - 1 tokens); the trainer checks --gen-tokens against it.
+// sample ends at the context end: max_seq tokens (positions 1..max_seq-1 fed, one more drawn from the
+// last position's logits); the trainer checks --gen-tokens against it.
 inline std::vector<int> gpt2_infer_sample(GPT2Infer& m, const floatX* params, int eot, int gen_tokens,
                                           float temperature, Rng& rng, const CudaContext& ctx) {
     if (m.B != 1) fail("internal: gpt2_infer_sample needs a model built for one sequence (B = %d)", m.B);
