@@ -30,6 +30,12 @@ endif
 CPU_TARGETS := $(BUILD)/train_gpt2_cpu $(BUILD)/generate_cpu $(BUILD)/test_gpt2_cpu $(BUILD)/test_dataloader $(BUILD)/test_attention_cpu \
                $(BUILD)/test_llama_ops_cpu $(BUILD)/test_attention_decode_cpu $(BUILD)/test_bpe \
                $(BUILD)/test_generate_cpu
+# The CPU trainer over MPI (data parallel, llmc/dist_mpi.h), when mpicxx exists; the plain one links no MPI.
+MPICXX     ?= mpicxx
+HAS_MPICXX := $(shell command -v $(MPICXX) 2>/dev/null)
+ifneq ($(HAS_MPICXX),)
+  CPU_TARGETS += $(BUILD)/train_gpt2_cpu_mpi
+endif
 GPU_TARGETS := $(BUILD)/train_gpt2cu $(BUILD)/test_gpt2cu $(BUILD)/train_gpt2cu_fp32 $(BUILD)/test_gpt2cu_fp32 \
                $(BUILD)/generate $(BUILD)/generate_fp32
 
@@ -46,6 +52,9 @@ $(BUILD):
 
 $(BUILD)/%: %.cpp $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
+$(BUILD)/train_gpt2_cpu_mpi: train_gpt2_cpu.cpp $(LLMC_H) | $(BUILD)
+	$(MPICXX) $(CXXFLAGS) -DLLMC_MPI $< -o $@ $(LDLIBS)
 
 $(BUILD)/test_dataloader: tests/test_dataloader.cpp $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)

@@ -22,6 +22,12 @@ struct FailError : std::runtime_error {
 };
 #endif
 
+// Called by fail() after the message, before exit: a data-parallel run's process group
+// (llmc/dist.h) sets it so that one failing rank stops every rank at once (MPI_Abort).
+inline void (*fail_hook)() = nullptr;
+// Written after "error: " (a data-parallel run sets it to "rank R: ").
+inline char fail_tag[32] = "";
+
 [[noreturn]] __attribute__((format(printf, 1, 2))) inline void fail(const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -33,9 +39,11 @@ struct FailError : std::runtime_error {
 #else
     fflush(stdout);
     fputs("error: ", stderr);
+    fputs(fail_tag, stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
+    if (fail_hook) fail_hook();
     exit(1);
 #endif
 }
