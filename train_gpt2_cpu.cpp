@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
     if (comm->primary()) files = open_run_files(cfg);
     std::string found = files.resume_from;
     comm->broadcast(found, 0);
+    comm->broadcast(cfg.out_dir, 0);  // where rank 0 writes checkpoints is where every rank does
     if (!comm->primary()) files = follow_run_files(cfg, found);
     const std::string& resume_from = files.resume_from;
     RunLog& log = files.log;

@@ -366,10 +366,9 @@ inline RunFiles open_run_files(TrainConfig& cfg) {
                      have.num_kv_heads, have.window);
         }
         resume_paths(cfg, files.resume_from);
-        FileHeader hd;
-        int64_t size;
-        UniqueFile f = open_checked((files.resume_from + "/state.bin").c_str(), MAGIC_STATE, &hd, &size);
-        resume_step = hd.h[2];
+        const std::vector<std::string> states = zero_list_state_files(files.resume_from);  // state.bin or shards
+        if (states.empty()) fail("--resume %s: the checkpoint has no state.bin", files.resume_from.c_str());
+        resume_step = state_read_header((files.resume_from + "/" + states[0]).c_str()).step;
     }
     if (!cfg.out_dir.empty()) {
         mkdirs_or_fail(cfg.out_dir, "--out-dir");

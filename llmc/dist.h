@@ -257,8 +257,9 @@ class TcpComm : public Comm {
     // host "" with a rendezvous file: rank 0 publishes its address in `file_dir`/llmc_rendezvous
     TcpComm(const std::string& flag, const std::string& host, int port, const std::string& file_dir, int rank_,
             int world_, int local_rank_, int timeout_s)
-        : link_(timeout_s, "--dist-init " + flag + ": rank " + std::to_string(rank_)) {
+        : link_(timeout_s, "--dist-init " + flag) {
         using namespace dist_detail;
+        snprintf(fail_tag, sizeof fail_tag, "rank %d: ", rank_);
         rank = rank_;
         world = world_;
         local_rank = local_rank_;
@@ -288,7 +289,7 @@ class TcpComm : public Comm {
                     for (int r = 1; r < world; r++)
                         if (peers_[r].fd < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
                     refuse_all("not every rank joined in time");
-                    fail("%s: rank 0: %d of the %d other ranks joined within %d s (--dist-timeout); missing rank(s) %s",
+                    fail("%s: %d of the %d other ranks joined within %d s (--dist-timeout); missing rank(s) %s",
                          what.c_str(), joined, world - 1, timeout_s, missing.c_str());
                 }
                 const int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
@@ -311,7 +312,7 @@ class TcpComm : public Comm {
                     reply(fd, 1, why);
                     close(fd);
                     refuse_all(why);
-                    fail("%s: rank 0: %s", what.c_str(), why);
+                    fail("%s: %s", what.c_str(), why);
                 }
                 peers_[h.rank] = {fd, h.rank};
                 joined++;
@@ -329,8 +330,8 @@ class TcpComm : public Comm {
                 else fd = try_connect(h, p, std::min(2.0, std::max(0.1, deadline - now_s())), &why);
                 if (fd >= 0) break;
                 if (now_s() >= deadline)
-                    fail("%s: rank %d could not reach rank 0 within %d s (--dist-timeout): %s", what.c_str(), rank,
-                         timeout_s, why.c_str());
+                    fail("%s: could not reach rank 0 within %d s (--dist-timeout): %s", what.c_str(), timeout_s,
+                         why.c_str());
                 std::this_thread::sleep_for(std::chrono::milliseconds(200));
             }
             set_nodelay(fd);
@@ -460,7 +461,8 @@ inline std::unique_ptr<Comm> dist_init(const TrainConfig& cfg, int* argc = nullp
         if (spec.empty() && env_set("WORLD_SIZE") && env_int("WORLD_SIZE", 1) > 1) spec = "env";
         if (spec.empty() && env.world > 1)
             fail("this process is one of %d tasks (%s) but has no way to meet the others: give --dist-init "
-                 "tcp://HOST:PORT (rank 0's host), file:/shared/dir or, in an MPI build (make USE_MPI=1), mpi",
+                 "tcp://HOST:PORT (rank 0's host), file:/shared/dir, or use an MPI build (build/train_gpt2_cpu_mpi; the GPU "
+                 "trainer with make USE_MPI=1)",
                  env.world, env.from.c_str());
         if (spec.empty()) spec = "none";
     }

@@ -38,11 +38,13 @@ inline char fail_tag[32] = "";
     throw FailError(msg);
 #else
     fflush(stdout);
-    fputs("error: ", stderr);
-    fputs(fail_tag, stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    // one write, so the lines of several ranks failing at once do not interleave
+    char msg[2048];
+    const int n = snprintf(msg, sizeof msg, "error: %s", fail_tag);
+    vsnprintf(msg + n, sizeof msg - n - 1, fmt, ap);
     va_end(ap);
+    strcat(msg, "\n");
+    fputs(msg, stderr);
     if (fail_hook) fail_hook();
     exit(1);
 #endif

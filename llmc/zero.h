@@ -73,9 +73,9 @@ inline void zero_loader_state_for_world(int64_t state[16], int world, const char
     if (old_world == world || old_world <= 0) return;
     const int64_t windows = batches * old_world;
     if (windows % world != 0)
-        fail("%s: saved by %lld ranks after %lld batches each (%lld windows of epoch %lld); %lld is not a multiple of "
-             "the new world size %d, so the ranks cannot continue from the same place: resume with a world size "
-             "dividing %lld", what, (long long)old_world, (long long)batches, (long long)windows, (long long)state[1],
+        fail("%s: its data position was saved by %lld rank(s) after %lld batches each (%lld windows of epoch %lld); "
+             "%lld is not a multiple of this run's world size %d, so the ranks cannot continue from the same place: "
+             "resume with a world size dividing %lld", what, (long long)old_world, (long long)batches, (long long)windows, (long long)state[1],
              (long long)windows, world, (long long)windows);
     state[2] = windows / world;
     state[7] = world;

@@ -100,6 +100,6 @@ inline TrainState dp_load_checkpoint(GPT2& m, DataParallel& dp, const std::strin
     const ZeroPlan& p = dp.plan;
     TrainState st = zero_read_state(dir, p.n, p.opt_begin(), p.opt_end(), m.m_memory.data(), m.v_memory.data(), nullptr);
     m.step = st.step;
-    zero_loader_state_for_world(st.loader, dp.comm->world, (dir + "/state").c_str());
+    zero_loader_state_for_world(st.loader, dp.comm->world, ("--resume " + dir).c_str());
     return st;
 }
