@@ -8,7 +8,8 @@
 #   make spills         registers and spills of every trainer kernel (ptxas -v); the lab's: make -C dev/cuda spills
 #   make sass           the trainer's machine code into build/train_gpt2cu.sass
 #   make bench          scripts/bench_gpt2.sh (needs a GPU and PyTorch)
-# Options: PRECISION=BF16|FP32, GPU_ARCH=90a (any sm number), USE_CUDNN=1, NO_OMP=1, NATIVE=0
+# Options: PRECISION=BF16|FP32, GPU_ARCH=90a (any sm number), USE_CUDNN=1, NO_OMP=1, NATIVE=0, USE_MPI=1 (also
+#          build/train_gpt2cu_mpi, the NCCL trainer for mpirun), NCCL_HOME=DIR (NCCL outside the CUDA toolkit)
 # The CUDA flags live in build.mk, shared with dev/cuda/Makefile.
 include build.mk
 CXX       ?= g++
@@ -38,6 +39,18 @@ ifneq ($(HAS_MPICXX),)
 endif
 GPU_TARGETS := $(BUILD)/train_gpt2cu $(BUILD)/test_gpt2cu $(BUILD)/train_gpt2cu_fp32 $(BUILD)/test_gpt2cu_fp32 \
                $(BUILD)/generate $(BUILD)/generate_fp32
+
+# The GPU trainer with NCCL data parallel (llmc/gpt2_dist.cuh), when NCCL's header is found
+# (build/train_gpt2cu_nccl; its ranks meet by --dist-init tcp/file/env); build/train_gpt2cu_mpi is the
+# same with MPI for mpirun (make USE_MPI=1, or by name), from mpicxx's flags (OpenMPI's --showme).
+NCCL_H   := $(firstword $(wildcard $(if $(HAS_NVCC),$(dir $(realpath $(HAS_NVCC)))../include/nccl.h) /usr/include/nccl.h \
+                                   /usr/local/cuda/include/nccl.h $(NCCL_HOME)/include/nccl.h))
+# (build/train_gpt2cu_mpi: the same with MPI, for mpirun; built by make USE_MPI=1 or by name.)
+ifneq ($(NCCL_H),)
+  GPU_TARGETS += $(BUILD)/train_gpt2cu_nccl $(if $(filter 1,$(USE_MPI)),$(BUILD)/train_gpt2cu_mpi)
+endif
+NCCL_FLAGS := -DLLMC_NCCL $(if $(NCCL_HOME),-I$(NCCL_HOME)/include -L$(NCCL_HOME)/lib)
+MPI_FLAGS   = -DLLMC_MPI $(shell $(MPICXX) --showme:compile) $(shell $(MPICXX) --showme:link)
 
 LLMC_H   := $(wildcard llmc/*.h llmc/cpu/*.h)
 LLMC_CUH := $(wildcard llmc/*.cuh) $(LLMC_H)
@@ -76,6 +89,12 @@ $(BUILD)/test_generate_cpu: tests/test_generate_cpu.cpp $(LLMC_H) | $(BUILD)
 
 $(BUILD)/train_gpt2cu: train_gpt2.cu $(LLMC_CUH) | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
+
+$(BUILD)/train_gpt2cu_nccl: train_gpt2.cu $(LLMC_CUH) | $(BUILD)
+	$(NVCC) $(NVCCFLAGS) $(NCCL_FLAGS) $< -o $@ $(NVLDLIBS) -lnccl
+$(BUILD)/train_gpt2cu_mpi: train_gpt2.cu $(LLMC_CUH) | $(BUILD)
+	@command -v $(MPICXX) >/dev/null || { echo "$@: needs MPI (mpicxx not found; apt-get install libopenmpi-dev)"; exit 1; }
+	$(NVCC) $(NVCCFLAGS) $(NCCL_FLAGS) $(MPI_FLAGS) $< -o $@ $(NVLDLIBS) -lnccl
 
 $(BUILD)/test_gpt2cu: test_gpt2.cu $(LLMC_CUH) | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)

@@ -58,12 +58,7 @@ int main(int argc, char** argv) {
     set_world_size(cfg, comm->world);
     // --resume, --out-dir and --log checked and prepared before any work (llmc/checkpoint.h), by
     // rank 0 alone; the others take the checkpoint it found
-    RunFiles files;
-    if (comm->primary()) files = open_run_files(cfg);
-    std::string found = files.resume_from;
-    comm->broadcast(found, 0);
-    comm->broadcast(cfg.out_dir, 0);  // where rank 0 writes checkpoints is where every rank does
-    if (!comm->primary()) files = follow_run_files(cfg, found);
+    RunFiles files = dist_open_run_files(cfg, *comm);
     const std::string& resume_from = files.resume_from;
     RunLog& log = files.log;
     // the model: a model file (any existing file, or a name ending in .bin: a missing one is an

@@ -41,6 +41,7 @@
 #include <string>
 #include <thread>
 #include <vector>
+#include "llmc/checkpoint.h"
 #include "llmc/train_config.h"
 #include "llmc/utils.h"
 #include "llmc/zero.h"
@@ -523,4 +524,17 @@ inline void dist_check_same(Comm& comm, int64_t value, const char* what) {
     if (differ > 0)
         fail("the ranks disagree on %s (rank 0: %lld, this rank: %lld; %d rank(s) differ from rank 0): start every rank "
              "with the same flags and files", what, (long long)first, (long long)value, (int)differ);
+}
+
+// open_run_files (llmc/checkpoint.h) for a data-parallel run: rank 0 alone checks and prepares
+// --resume, --out-dir and --log (and alone logs); the others take the checkpoint it found and its
+// --out-dir, and touch nothing.
+inline RunFiles dist_open_run_files(TrainConfig& cfg, Comm& comm) {
+    RunFiles files;
+    if (comm.primary()) files = open_run_files(cfg);
+    std::string found = files.resume_from;
+    comm.broadcast(found, 0);
+    comm.broadcast(cfg.out_dir, 0);
+    if (!comm.primary()) files = follow_run_files(cfg, found);
+    return files;
 }
