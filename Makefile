@@ -40,16 +40,13 @@ endif
 GPU_TARGETS := $(BUILD)/train_gpt2cu $(BUILD)/test_gpt2cu $(BUILD)/train_gpt2cu_fp32 $(BUILD)/test_gpt2cu_fp32 \
                $(BUILD)/generate $(BUILD)/generate_fp32
 
-# The GPU trainer with NCCL data parallel (llmc/gpt2_dist.cuh), when NCCL's header is found
+# The GPU trainer with NCCL data parallel (llmc/gpt2_dist.cuh), when NCCL's header is found (build.mk)
 # (build/train_gpt2cu_nccl; its ranks meet by --dist-init tcp/file/env); build/train_gpt2cu_mpi is the
 # same with MPI for mpirun (make USE_MPI=1, or by name), from mpicxx's flags (OpenMPI's --showme).
-NCCL_H   := $(firstword $(wildcard $(if $(HAS_NVCC),$(dir $(realpath $(HAS_NVCC)))../include/nccl.h) /usr/include/nccl.h \
-                                   /usr/local/cuda/include/nccl.h $(NCCL_HOME)/include/nccl.h))
 # (build/train_gpt2cu_mpi: the same with MPI, for mpirun; built by make USE_MPI=1 or by name.)
 ifneq ($(NCCL_H),)
   GPU_TARGETS += $(BUILD)/train_gpt2cu_nccl $(if $(filter 1,$(USE_MPI)),$(BUILD)/train_gpt2cu_mpi)
 endif
-NCCL_FLAGS := -DLLMC_NCCL $(if $(NCCL_HOME),-I$(NCCL_HOME)/include -L$(NCCL_HOME)/lib)
 MPI_FLAGS   = -DLLMC_MPI $(shell $(MPICXX) --showme:compile) $(shell $(MPICXX) --showme:link)
 
 LLMC_H   := $(wildcard llmc/*.h llmc/cpu/*.h)
