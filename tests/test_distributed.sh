@@ -43,6 +43,8 @@ have_mpi=1
 if ! command -v mpirun >/dev/null; then have_mpi=0; why_skip="mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"
 elif [ ! -x "$TRAIN_MPI" ]; then have_mpi=0; why_skip="$TRAIN_MPI not built (make builds it when mpicxx exists)"; fi
 MPIRUN=(mpirun --oversubscribe --allow-run-as-root --bind-to none)
+# containers often forbid the cross-memory attach OpenMPI's shared-memory transport tries first
+export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
 mpi2() { timeout 120 "${MPIRUN[@]}" -np 2 "$TRAIN_MPI" "$@"; }
 port=$((20000 + RANDOM % 20000))
 # two ranks of the plain binary over --dist-init tcp://127.0.0.1:PORT (a fresh port each); rank 1's
