@@ -7,7 +7,7 @@
 //                     build/train_gpt2_cpu_mpi; launched by mpirun, or srun --mpi=pmix);
 //   tcp://HOST:PORT   rank 0 listens on PORT, the others connect to HOST:PORT; rank and world size
 //                     from --rank/--world-size, else RANK/WORLD_SIZE (torchrun's), else
-//                     SLURM_PROCID/SLURM_NTASKS (srun), else OMPI_COMM_WORLD_RANK/SIZE (mpirun);
+//                     SLURM_PROCID/SLURM_STEP_NUM_TASKS (srun), else OMPI_COMM_WORLD_RANK/SIZE (mpirun);
 //   file:/shared/dir  as tcp, with rank 0's address published in /shared/dir/llmc_rendezvous;
 //   env               tcp://$MASTER_ADDR:$MASTER_PORT (torchrun's variables);
 //   none              one process.
@@ -97,14 +97,15 @@ inline int env_int(const char* name, int fallback) {
 }
 inline bool env_set(const char* name) { return getenv(name) && *getenv(name); }
 
-// The first of several (rank, size) environment pairs that is set.
+// The first of several (rank, size) environment pairs that is set. Slurm's is the job step's task
+// count (srun sets it), not SLURM_NTASKS, which a batch script also has for its one process.
 struct RankSource {
     int rank = -1, world = -1, local_rank = -1;
     std::string from;
 };
 inline RankSource ranks_from_env() {
     static const char* const pairs[][4] = {{"RANK", "WORLD_SIZE", "LOCAL_RANK", "RANK/WORLD_SIZE"},
-                                           {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_PROCID/SLURM_NTASKS"},
+                                           {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_PROCID/SLURM_STEP_NUM_TASKS"},
                                            {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                                             "OMPI_COMM_WORLD_RANK/SIZE"}};
     RankSource s;

@@ -259,7 +259,7 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
               "message) before failing");
     p.add_int("--rank", &cfg.rank, {-1, 1 << 20}, "this process's rank for tcp/file (-1: RANK, SLURM_PROCID or "
               "OMPI_COMM_WORLD_RANK)");
-    p.add_int("--world-size", &cfg.world_size, {-1, 1 << 20}, "the number of ranks (-1: WORLD_SIZE, SLURM_NTASKS or "
+    p.add_int("--world-size", &cfg.world_size, {-1, 1 << 20}, "the number of ranks (-1: WORLD_SIZE, SLURM_STEP_NUM_TASKS or "
               "OMPI_COMM_WORLD_SIZE; under MPI it must equal mpirun's)");
 }
 

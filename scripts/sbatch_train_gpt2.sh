@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Slurm: GPT-2 124M data parallel on 2 nodes x 8 GPUs, one process per GPU (docs/distributed.md).
 #   sbatch scripts/sbatch_train_gpt2.sh
-# Every task is one rank: srun sets SLURM_PROCID (the rank), SLURM_NTASKS (the world size) and
+# Every task is one rank: srun sets SLURM_PROCID (the rank), SLURM_STEP_NUM_TASKS (the world size) and
 # SLURM_LOCALID (its GPU on the node); the ranks meet at rank 0's node, the first of the job, by
 # --dist-init tcp://HOST:PORT. Checkpoints go to --out-dir, which every node must see (a shared
 # filesystem): each rank writes its optimizer shard there. With an MPI build
