@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
     gpt2_check_gpu_support(config, source.c_str());
 
     CudaContext ctx;
-    ctx.init(comm->local_rank);
+    ctx.init(gpu_dp_device(*comm));
     printf("device: %s, %d SMs, %.1f GiB; precision %s, attention %s\n", ctx.props.name, ctx.props.multiProcessorCount,
            ctx.props.totalGlobalMem / 1073741824.0, PRECISION_NAME, ATTENTION_NAME);
     gpt2_print_config(config);

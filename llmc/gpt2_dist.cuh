@@ -69,6 +69,16 @@ struct GpuDataParallel {
     cudaEvent_t main_ready = nullptr, comm_done = nullptr;
 };
 
+// The GPU of this rank: its local rank on the node (LOCAL_RANK, SLURM_LOCALID, MPI's node rank).
+inline int gpu_dp_device(const Comm& comm) {
+    int count = 0;
+    cudaCheck(cudaGetDeviceCount(&count));
+    if (comm.local_rank >= count)
+        fail("this rank's local rank is %d, but its node has %d GPU(s): one process per GPU (set LOCAL_RANK, or start "
+             "at most %d ranks per node)", comm.local_rank, count, count);
+    return comm.local_rank;
+}
+
 // Before gpt2_build: plans the ZeRO shards for the model of `config` and tells the model which slice
 // of the optimizer state to allocate.
 inline GpuDataParallel gpu_dp_plan(GPT2& model, const GPT2Config& config, Comm& comm, const TrainConfig& cfg) {
