@@ -10,16 +10,17 @@
 #  - cost: the median step time (the BENCH line) of the NCCL build at --zero 0 and 1 against the
 #    plain one, without --deterministic, runs interleaved; the target is <= 1%.
 # Random tokens (--random-data 1), no files needed. Prints a table; about 2 minutes on an H200.
-#   tests/test_distributed_gpu.sh            (builds the two trainers first if needed)
-# MODEL, B, STEPS, BENCH_B, BENCH_STEPS override the shapes.
+#   tests/test_distributed_gpu.sh            (makes the two trainers first; PLAIN_GIVEN=1 skips that)
+# MODEL, B, STEPS, BENCH_B, BENCH_STEPS override the shapes; PLAIN, NCCL the binaries.
 cd "$(dirname "$0")/.." || exit 1
 PLAIN=${PLAIN:-build/train_gpt2cu}
 NCCL=${NCCL:-build/train_gpt2cu_nccl}
 MODEL=${MODEL:-d12}; B=${B:-8}; STEPS=${STEPS:-12}; BENCH_B=${BENCH_B:-32}; BENCH_STEPS=${BENCH_STEPS:-40}
 command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || { echo "test_distributed_gpu: no GPU"; exit 1; }
-for bin in "$PLAIN" "$NCCL"; do
-    [ -x "$bin" ] || make "$bin" >/dev/null || { echo "test_distributed_gpu: cannot build $bin"; exit 1; }
-done
+if [ -z "${PLAIN_GIVEN:-}" ]; then  # up to date with the sources (quick when they are)
+    make build/train_gpt2cu build/train_gpt2cu_nccl >/dev/null || { echo "test_distributed_gpu: make failed"; exit 1; }
+fi
+for bin in "$PLAIN" "$NCCL"; do [ -x "$bin" ] || { echo "test_distributed_gpu: $bin is missing"; exit 1; }; done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 ok=0; bad=0
