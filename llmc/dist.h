@@ -139,8 +139,8 @@ class Link {
             if (r > 0) return;
             if (r < 0 && errno != EINTR) fail("%s: poll failed (%s)", what_.c_str(), strerror(errno));
             if (now_s() >= deadline)
-                fail("%s: rank %d sent nothing for %d s while %s (--dist-timeout); is it stuck or gone?", what_.c_str(),
-                     p.rank, timeout_, doing);
+                fail("%s: %s sent nothing for %d s while %s (--dist-timeout); is it stuck or gone?", what_.c_str(),
+                     who(p).c_str(), timeout_, doing);
         }
     }
     void send(const Peer& p, const void* data, int64_t bytes, const char* doing) const {
@@ -150,8 +150,8 @@ class Link {
             const ssize_t n = ::send(p.fd, c, (size_t)std::min<int64_t>(bytes, 1 << 24), MSG_NOSIGNAL);
             if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
             if (n <= 0)
-                fail("%s: lost the connection to rank %d while %s (%s): it exited or died; see its error", what_.c_str(),
-                     p.rank, doing, n < 0 ? strerror(errno) : "closed");
+                fail("%s: lost the connection to %s while %s (%s): it exited or died; see its error", what_.c_str(),
+                     who(p).c_str(), doing, n < 0 ? strerror(errno) : "closed");
             c += n;
             bytes -= n;
         }
@@ -163,12 +163,13 @@ class Link {
             const ssize_t n = ::recv(p.fd, c, (size_t)std::min<int64_t>(bytes, 1 << 24), 0);
             if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
             if (n <= 0)
-                fail("%s: lost the connection to rank %d while %s (%s): it exited or died; see its error", what_.c_str(),
-                     p.rank, doing, n < 0 ? strerror(errno) : "closed");
+                fail("%s: lost the connection to %s while %s (%s): it exited or died; see its error", what_.c_str(),
+                     who(p).c_str(), doing, n < 0 ? strerror(errno) : "closed");
             c += n;
             bytes -= n;
         }
     }
+    static std::string who(const Peer& p) { return p.rank < 0 ? "a joining process" : "rank " + std::to_string(p.rank); }
     int timeout() const { return timeout_; }
     const std::string& what() const { return what_; }
 
