@@ -8,7 +8,8 @@
 #   make spills         registers and spills of every trainer kernel (ptxas -v); the lab's: make -C dev/cuda spills
 #   make sass           the trainer's machine code into build/train_gpt2cu.sass
 #   make bench          scripts/bench_train.sh (needs a GPU and PyTorch)
-# Options: PRECISION=BF16|FP32, GPU_ARCH=90a (any sm number), USE_CUDNN=1, NO_OMP=1, NATIVE=0
+# Options: PRECISION=BF16|FP32, GPU_ARCH=90a (any sm number), USE_CUDNN=1, NO_OMP=1, NATIVE=0, USE_MPI=1 (also
+#          build/train_gpt2cu_mpi, the NCCL trainer for mpirun), NCCL_HOME=DIR (NCCL outside the CUDA toolkit)
 # The CUDA flags live in build.mk, shared with dev/cuda/Makefile.
 include build.mk
 CXX       ?= g++
@@ -29,9 +30,24 @@ endif
 
 CPU_TARGETS := $(BUILD)/train_gpt2_cpu $(BUILD)/generate_cpu $(BUILD)/test_gpt2_cpu $(BUILD)/test_dataloader $(BUILD)/test_attention_cpu \
                $(BUILD)/test_llama_ops_cpu $(BUILD)/test_attention_decode_cpu $(BUILD)/test_bpe \
-               $(BUILD)/test_generate_cpu
+               $(BUILD)/test_generate_cpu $(BUILD)/test_zero
+# The CPU trainer over MPI (data parallel, llmc/dist_mpi.h), when mpicxx exists; the plain one links no MPI.
+MPICXX     ?= mpicxx
+HAS_MPICXX := $(shell command -v $(MPICXX) 2>/dev/null)
+ifneq ($(HAS_MPICXX),)
+  CPU_TARGETS += $(BUILD)/train_gpt2_cpu_mpi
+endif
 GPU_TARGETS := $(BUILD)/train_gpt2cu $(BUILD)/test_gpt2cu $(BUILD)/train_gpt2cu_fp32 $(BUILD)/test_gpt2cu_fp32 \
                $(BUILD)/generate $(BUILD)/generate_fp32
+
+# The GPU trainer with NCCL data parallel (llmc/gpt2_dist.cuh), when NCCL's header is found (build.mk)
+# (build/train_gpt2cu_nccl; its ranks meet by --dist-init tcp/file/env); build/train_gpt2cu_mpi is the
+# same with MPI for mpirun (make USE_MPI=1, or by name), from mpicxx's flags (OpenMPI's --showme).
+# (build/train_gpt2cu_mpi: the same with MPI, for mpirun; built by make USE_MPI=1 or by name.)
+ifneq ($(NCCL_H),)
+  GPU_TARGETS += $(BUILD)/train_gpt2cu_nccl $(if $(filter 1,$(USE_MPI)),$(BUILD)/train_gpt2cu_mpi)
+endif
+MPI_FLAGS   = -DLLMC_MPI $(shell $(MPICXX) --showme:compile) $(shell $(MPICXX) --showme:link)
 
 LLMC_H   := $(wildcard llmc/*.h llmc/cpu/*.h)
 LLMC_CUH := $(wildcard llmc/*.cuh) $(LLMC_H)
@@ -47,6 +63,9 @@ $(BUILD):
 $(BUILD)/%: %.cpp $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
+$(BUILD)/train_gpt2_cpu_mpi: train_gpt2_cpu.cpp $(LLMC_H) | $(BUILD)
+	$(MPICXX) $(CXXFLAGS) -DLLMC_MPI $< -o $@ $(LDLIBS)
+
 $(BUILD)/test_dataloader: tests/test_dataloader.cpp $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
@@ -59,6 +78,9 @@ $(BUILD)/test_llama_ops_cpu: tests/test_llama_ops_cpu.cpp tests/fixture_check.h 
 $(BUILD)/test_attention_decode_cpu: tests/test_attention_decode_cpu.cpp $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
+$(BUILD)/test_zero: tests/test_zero.cpp $(LLMC_H) | $(BUILD)
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
 $(BUILD)/test_bpe: tests/test_bpe.cpp $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
@@ -67,6 +89,12 @@ $(BUILD)/test_generate_cpu: tests/test_generate_cpu.cpp $(LLMC_H) | $(BUILD)
 
 $(BUILD)/train_gpt2cu: train_gpt2.cu $(LLMC_CUH) | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
+
+$(BUILD)/train_gpt2cu_nccl: train_gpt2.cu $(LLMC_CUH) | $(BUILD)
+	$(NVCC) $(NVCCFLAGS) $(NCCL_FLAGS) $< -o $@ $(NVLDLIBS) -lnccl
+$(BUILD)/train_gpt2cu_mpi: train_gpt2.cu $(LLMC_CUH) | $(BUILD)
+	@command -v $(MPICXX) >/dev/null || { echo "$@: needs MPI (mpicxx not found; apt-get install libopenmpi-dev)"; exit 1; }
+	$(NVCC) $(NVCCFLAGS) $(NCCL_FLAGS) $(MPI_FLAGS) $< -o $@ $(NVLDLIBS) -lnccl
 
 $(BUILD)/test_gpt2cu: test_gpt2.cu $(LLMC_CUH) | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)

@@ -19,6 +19,10 @@ NVLDLIBS  := -lcublas -lcublasLt -lgomp
 ifeq ($(GPU_ARCH),90a)
   NVCCFLAGS += -DLLMC_SM90A
 endif
+# NCCL (data parallel, llmc/gpt2_dist.cuh): its header beside nvcc's, in /usr/include, or under NCCL_HOME
+NCCL_H := $(firstword $(wildcard $(if $(HAS_NVCC),$(dir $(realpath $(HAS_NVCC)))../include/nccl.h) /usr/include/nccl.h \
+                                 /usr/local/cuda/include/nccl.h $(if $(NCCL_HOME),$(NCCL_HOME)/include/nccl.h)))
+NCCL_FLAGS := -DLLMC_NCCL $(if $(NCCL_HOME),-I$(NCCL_HOME)/include -L$(NCCL_HOME)/lib)
 # cudnn_frontend is header-only: scripts/get_cudnn_frontend.sh puts the headers in
 # build/cudnn_frontend/include (or point CUDNN_FRONTEND_PATH elsewhere). It compiles kernels with NVRTC.
 CUDNN_FRONTEND_PATH ?= $(abspath $(LLMC_ROOT)/build/cudnn_frontend/include)

@@ -10,6 +10,7 @@
 #include <vector>
 #include "llmc/gpt2.cuh"
 #include "llmc/gpt2_infer.cuh"
+#include "llmc/gpt2_dist.cuh"
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
 #include "llmc/hellaswag.h"
@@ -51,10 +52,12 @@ int main(int argc, char** argv) {
     parser.parse(argc, argv);
     if (gpu.random_data && cfg.train_pattern.empty()) cfg.train_pattern = "(random)";  // no files needed
     validate_train_config(cfg);
+    std::unique_ptr<Comm> comm = dist_init(cfg, &argc, &argv);  // data parallel: llmc/dist.h, llmc/gpt2_dist.cuh
+    set_world_size(cfg, comm->world);
 
     // the model: a checkpoint to resume, a model file, or a fresh init from a descriptor (before the
     // device starts, so a model this trainer cannot run fails at once)
-    RunFiles files = open_run_files(cfg);  // --resume, --out-dir, --log checked and prepared (llmc/checkpoint.h)
+    RunFiles files = dist_open_run_files(cfg, *comm);  // --resume, --out-dir, --log checked and prepared (llmc/checkpoint.h)
     const std::string& resume_dir = files.resume_from;
     RunLog& log = files.log;
     std::string init_path = !resume_dir.empty() ? resume_dir + "/model.bin" : cfg.init;
@@ -69,12 +72,14 @@ int main(int argc, char** argv) {
              config.max_seq_len);
 
     CudaContext ctx;
-    ctx.init(0);
+    ctx.init(gpu_dp_device(*comm));
     printf("device: %s, %d SMs, %.1f GiB; precision %s, attention %s\n", ctx.props.name, ctx.props.multiProcessorCount,
            ctx.props.totalGlobalMem / 1073741824.0, PRECISION_NAME, ATTENTION_NAME);
     gpt2_print_config(config);
     GPT2 model;
+    GpuDataParallel dp = gpu_dp_plan(model, config, *comm, cfg);
     gpt2_build(model, config, cfg.B, cfg.T, gpu.recompute != 0, ctx);
+    gpu_dp_start(dp, model, ctx);
     model.deterministic = gpu.deterministic != 0;
     Rng seeds(cfg.seed ^ 0x5EEDull);
     model.sr_seed = seeds.next_u64();
@@ -91,17 +96,19 @@ int main(int argc, char** argv) {
     DataLoader* train_loader = nullptr;
     DataLoader* val_loader = nullptr;
     if (!gpu.random_data) {
-        train_loader = new DataLoader(cfg.train_pattern.c_str(), B, T, 0, 1, V, cfg.seed, true);
-        if (!cfg.val_pattern.empty()) val_loader = new DataLoader(cfg.val_pattern.c_str(), B, T, 0, 1, V, cfg.seed, false);
+        const int r = comm->rank, w = comm->world;  // each rank its own windows
+        train_loader = new DataLoader(cfg.train_pattern.c_str(), B, T, r, w, V, cfg.seed, true);
+        if (!cfg.val_pattern.empty()) val_loader = new DataLoader(cfg.val_pattern.c_str(), B, T, r, w, V, cfg.seed, false);
     }
-    HellaSwagEval* hellaswag = cfg.hellaswag_path.empty() ? nullptr : new HellaSwagEval(cfg.hellaswag_path.c_str(), B, T, V);
-    Rng data_rng(cfg.seed ^ 0xDA7Aull);
+    HellaSwagEval* hellaswag = cfg.hellaswag_path.empty() || !comm->primary()  // rank 0 alone scores and samples
+                                   ? nullptr : new HellaSwagEval(cfg.hellaswag_path.c_str(), B, T, V);
+    Rng data_rng(cfg.seed ^ 0xDA7Aull ^ ((uint64_t)comm->rank << 32));
     std::vector<int> rand_inputs(N), rand_targets(N);
     Tokenizer* tokenizer = cfg.tokenizer_path.empty() ? nullptr : new Tokenizer(cfg.tokenizer_path.c_str());
     const int eot = sampling_eot(tokenizer, V);
 
     if (!resume_dir.empty()) {
-        TrainState st = gpt2_load_checkpoint(model, resume_dir);
+        TrainState st = gpu_dp_load_checkpoint(dp, model, resume_dir);
         if (train_loader) train_loader->load_state(st.loader);
         else data_rng.state = (uint64_t)st.loader[0];
         sample_rng.state = st.rng_state;
@@ -121,19 +128,19 @@ int main(int argc, char** argv) {
     printf("batch: B=%d T=%d, %d micro-steps, %lld tokens per step; %d steps; peak %.0f TFLOP/s\n", B, T, cfg.grad_accum,
            (long long)cfg.total_batch, total_steps, peak);
     const OptimizerSettings opt_base{0.0f, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.grad_clip};
-    const float dloss = 1.0f / ((float)N * cfg.grad_accum);
+    const float dloss = 1.0f / ((float)N * cfg.grad_accum * comm->world);
 
     auto validate = [&](int64_t step) {
         if (!val_loader) return;
         val_loader->reset();
         double sum = 0.0;
-        for (int i = 0; i < cfg.val_steps; i++) {
+        for (int i = comm->rank; i < cfg.val_steps; i += comm->world) {  // batch i is rank i % world's
             val_loader->next_batch();
             gpt2_upload_batch(model, val_loader->inputs(), val_loader->targets(), B, T, false, ctx);
             gpt2_forward(model, B, T, ctx);
             sum += gpt2_loss(model, B, T, dloss, false, ctx);
         }
-        const float val = (float)(sum / cfg.val_steps);
+        const float val = (float)(comm->allreduce_sum(sum) / cfg.val_steps);
         printf("step %lld val_loss %.6f\n", (long long)step, val);
         log.line("step %lld val_loss %.6f\n", (long long)step, val);
     };
@@ -150,8 +157,12 @@ int main(int argc, char** argv) {
         log.line("%s\n", line.c_str());
     };
     GPT2Infer sampler;  // one sequence, the model's whole context: the trainer's samples through the KV cache
-    if (cfg.sample_every > 0) gpt2_infer_build(sampler, config, nullptr, 1, 1, config.max_seq_len, 1);
+    const bool sampling = cfg.sample_every > 0 && comm->primary();
+    if (sampling) gpt2_infer_build(sampler, config, nullptr, 1, 1, config.max_seq_len, 1);
     auto sample = [&](int64_t step) {
+        // a ZeRO 1/2 all-gather of the updated parameters may still be running: the copy waits for all of it
+        if (model.before_layer_forward)
+            for (int l = -1; l < config.num_layers; l++) model.before_layer_forward(l);
         std::vector<int> toks =
             gpt2_infer_sample(sampler, model.params_memory, eot, cfg.gen_tokens, cfg.temperature, sample_rng, ctx);
         printf("step %lld sample: ", (long long)step);
@@ -176,7 +187,7 @@ int main(int argc, char** argv) {
             }
         }
     };
-    auto save = [&]() { gpt2_save_checkpoint(model, out_dir, next_position, sample_rng.state); };
+    auto save = [&]() { gpu_dp_save_checkpoint(dp, model, out_dir, next_position, sample_rng.state); };
     float* step_losses = nullptr;  // pinned (grad_accum, N)
     cudaCheck(cudaMallocHost(&step_losses, sizeof(float) * N * cfg.grad_accum));
     fetch_batch();
@@ -186,21 +197,23 @@ int main(int argc, char** argv) {
     for (int64_t step = model.step; step < total_steps; step++) {
         if (cfg.val_every > 0 && step % cfg.val_every == 0) validate(step);
         if (cfg.hellaswag_every > 0 && step % cfg.hellaswag_every == 0) score_hellaswag(step);
-        if (cfg.sample_every > 0 && step > 0 && step % cfg.sample_every == 0) sample(step);
+        if (sampling && step > 0 && step % cfg.sample_every == 0) sample(step);
         auto t0 = std::chrono::steady_clock::now();
         gpt2_zero_grads(model, ctx);
         for (int micro = 0; micro < cfg.grad_accum; micro++) {
             gpt2_upload_batch(model, next_inputs.data(), next_targets.data(), B, T, true, ctx);
             gpt2_forward(model, B, T, ctx);
             gpt2_classifier(model, B, T, dloss, true, step_losses + (size_t)micro * N, ctx);
+            if (micro + 1 == cfg.grad_accum) gpu_dp_last_micro(dp);  // its buckets reduce during the backward
             gpt2_backward(model, B, T, ctx);
             fetch_batch();
         }
+        gpu_dp_reduce_grads(dp, model, ctx);
         OptimizerSettings opt = opt_base;
         opt.lr = lr_at_step(cfg.schedule, (int)step);
-        const float norm = gpt2_update(model, opt, ctx);
+        const float norm = gpu_dp_update(dp, model, opt, ctx);
         cudaCheck(cudaStreamSynchronize(ctx.stream));
-        const double loss = mean_of(step_losses, (int64_t)N * cfg.grad_accum);
+        const double loss = comm->allreduce_sum(mean_of(step_losses, (int64_t)N * cfg.grad_accum)) / comm->world;
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         step_ms.push_back(ms);
         total_ms += ms;
@@ -217,7 +230,7 @@ int main(int argc, char** argv) {
     }
     if (cfg.val_every > 0) validate(total_steps);
     score_hellaswag(total_steps);
-    if (cfg.sample_every > 0) sample(total_steps);
+    if (sampling) sample(total_steps);
     if (!step_ms.empty()) {
         // median after warm-up: the first steps pay cuBLAS heuristics and allocator first touches
         const size_t warm = std::min<size_t>(step_ms.size() / 2, 3);
@@ -233,8 +246,10 @@ int main(int argc, char** argv) {
     delete val_loader;
     delete hellaswag;
     delete tokenizer;
-    if (cfg.sample_every > 0) gpt2_infer_free(sampler);
+    if (sampling) gpt2_infer_free(sampler);
+    gpu_dp_finish(dp);
     gpt2_free(model);
     ctx.destroy();
+    comm->finish();
     return 0;
 }

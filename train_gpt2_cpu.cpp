@@ -12,9 +12,11 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include "llmc/cpu/data_parallel.h"
 #include "llmc/cpu/gpt2.h"
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
+#include "llmc/dist.h"
 #include "llmc/hellaswag.h"
 #include "llmc/formats.h"
 #include "llmc/gpt2_config.h"
@@ -31,16 +33,18 @@ double seconds_now() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-float validation_loss(GPT2& m, DataLoader& val, int steps, int B, int T) {
+// The mean loss of the first `steps` validation batches: over the ranks, batch j is rank j % world's
+// (the loaders deal the windows out that way), so any world size sees the same batches.
+float validation_loss(GPT2& m, DataLoader& val, int steps, int B, int T, Comm& comm) {
     val.reset();
-    if (steps > val.num_windows()) steps = (int)val.num_windows();
+    if (steps > val.num_windows() * comm.world) steps = (int)(val.num_windows() * comm.world);
     double sum = 0.0;
-    for (int i = 0; i < steps; i++) {
+    for (int j = comm.rank; j < steps; j += comm.world) {
         val.next_batch();
         gpt2_forward(m, val.inputs(), B, T);
         sum += gpt2_loss(m, val.targets());
     }
-    return (float)(sum / steps);
+    return (float)(comm.allreduce_sum(sum) / steps);
 }
 
 int main(int argc, char** argv) {
@@ -49,8 +53,12 @@ int main(int argc, char** argv) {
                      "Trains GPT-2 or a Llama-style model in fp32 on the CPU (the reference for the GPU trainer). Example:\n"
                      "  build/train_gpt2_cpu --train \"data/tinyshakespeare/*_train.bin\" --val \"data/tinyshakespeare/*_val.bin\"\n"
                      "      --tokenizer data/gpt2_tokenizer.bin --init d4 --steps 200 --lr 2e-3 --warmup 20 --sample-every 100");
-    // --resume, --out-dir and --log checked and prepared before any work (llmc/checkpoint.h)
-    RunFiles files = open_run_files(cfg);
+    // the ranks of a data-parallel run (llmc/dist.h): one process without --dist-init or a launcher
+    std::unique_ptr<Comm> comm = dist_init(cfg, &argc, &argv);
+    set_world_size(cfg, comm->world);
+    // --resume, --out-dir and --log checked and prepared before any work (llmc/checkpoint.h), by
+    // rank 0 alone; the others take the checkpoint it found
+    RunFiles files = dist_open_run_files(cfg, *comm);
     const std::string& resume_from = files.resume_from;
     RunLog& log = files.log;
     // the model: a model file (any existing file, or a name ending in .bin: a missing one is an
@@ -71,13 +79,19 @@ int main(int argc, char** argv) {
         gpt2_set_params(model, host.data());
     }
     const GPT2Config& c = model.config;
+    DataParallel dp = dp_setup(model, *comm, cfg.zero);
+    if (comm->world > 1 || cfg.zero > 0)
+        printf("data parallel: %d ranks (%s), zero %d: each rank keeps the optimizer state of %lld of %zu parameters\n",
+               comm->world, comm->how.c_str(), cfg.zero, (long long)dp.plan.opt_count(), model.num_params);
 
-    DataLoader train(cfg.train_pattern.c_str(), cfg.B, cfg.T, 0, 1, c.vocab_size, cfg.seed, true);
+    // each rank its own windows of the data (llmc/dataloader.h)
+    DataLoader train(cfg.train_pattern.c_str(), cfg.B, cfg.T, comm->rank, comm->world, c.vocab_size, cfg.seed, true);
     std::unique_ptr<DataLoader> val;
     if (!cfg.val_pattern.empty())
-        val.reset(new DataLoader(cfg.val_pattern.c_str(), cfg.B, cfg.T, 0, 1, c.vocab_size, cfg.seed, false));
-    std::unique_ptr<HellaSwagEval> hellaswag;
-    if (!cfg.hellaswag_path.empty())
+        val.reset(new DataLoader(cfg.val_pattern.c_str(), cfg.B, cfg.T, comm->rank, comm->world, c.vocab_size, cfg.seed,
+                                 false));
+    std::unique_ptr<HellaSwagEval> hellaswag;  // rank 0 alone scores and samples
+    if (!cfg.hellaswag_path.empty() && comm->primary())
         hellaswag.reset(new HellaSwagEval(cfg.hellaswag_path.c_str(), cfg.B, cfg.T, c.vocab_size));
     std::unique_ptr<Tokenizer> tok;
     if (!cfg.tokenizer_path.empty()) {
@@ -97,7 +111,7 @@ int main(int argc, char** argv) {
 
     Rng rng(cfg.seed);
     if (!resume_from.empty()) {
-        TrainState s = gpt2_load_checkpoint(model, resume_from);
+        TrainState s = dp_load_checkpoint(model, dp, resume_from);
         rng.state = s.rng_state;
         train.load_state(s.loader);
         printf("resumed from %s at step %lld\n", resume_from.c_str(), (long long)s.step);
@@ -111,7 +125,7 @@ int main(int argc, char** argv) {
     // loss at step n is measured on the model that step n's train_loss line produced.
     const OptimizerSettings opt_base{0.0f, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.grad_clip};
     auto validate = [&](int64_t step) {
-        float vl = validation_loss(model, *val, cfg.val_steps, cfg.B, cfg.T);
+        float vl = validation_loss(model, *val, cfg.val_steps, cfg.B, cfg.T, *comm);
         printf("step %lld val_loss %.6f\n", (long long)step, vl);
         log.line("step %lld val_loss %.6f\n", (long long)step, vl);
     };
@@ -135,7 +149,7 @@ int main(int argc, char** argv) {
         const bool last = step + 1 == cfg.steps;
         if (val && cfg.val_every > 0 && step % cfg.val_every == 0) validate(step);
         if (hellaswag && cfg.hellaswag_every > 0 && step % cfg.hellaswag_every == 0) score_hellaswag(step);
-        if (cfg.sample_every > 0 && step > 0 && step % cfg.sample_every == 0) sample();
+        if (comm->primary() && cfg.sample_every > 0 && step > 0 && step % cfg.sample_every == 0) sample();
 
         const double t0 = seconds_now();
         gpt2_zero_grads(model);
@@ -144,12 +158,13 @@ int main(int argc, char** argv) {
             train.next_batch();
             gpt2_forward(model, train.inputs(), cfg.B, cfg.T);
             loss += gpt2_loss(model, train.targets());
-            gpt2_backward(model, train.inputs(), train.targets(), 1.0f / cfg.grad_accum);
+            gpt2_backward(model, train.inputs(), train.targets(), 1.0f / ((float)cfg.grad_accum * comm->world));
         }
-        loss /= cfg.grad_accum;
+        loss = comm->allreduce_sum(loss) / ((double)cfg.grad_accum * comm->world);
+        dp_reduce_grads(model, dp);
         OptimizerSettings opt = opt_base;
         opt.lr = lr_at_step(cfg.schedule, (int)step);
-        const float norm = gpt2_update(model, opt);
+        const float norm = dp_update(model, dp, opt);
         const double ms = (seconds_now() - t0) * 1e3;
         const double tok_s = cfg.total_batch / (ms / 1e3);
         train_seconds += ms / 1e3;
@@ -162,12 +177,13 @@ int main(int argc, char** argv) {
         if (!cfg.out_dir.empty() && ((cfg.ckpt_every > 0 && (step + 1) % cfg.ckpt_every == 0) || last)) {
             int64_t loader_state[16];
             train.save_state(loader_state);
-            gpt2_save_checkpoint(model, cfg.out_dir, loader_state, rng.state);
+            dp_save_checkpoint(model, dp, cfg.out_dir, loader_state, rng.state);
         }
     }
     if (val && cfg.val_every > 0 && start_step < cfg.steps) validate(cfg.steps);
     if (hellaswag && start_step < cfg.steps) score_hellaswag(cfg.steps);
-    if (cfg.sample_every > 0 && start_step < cfg.steps) sample();
+    if (comm->primary() && cfg.sample_every > 0 && start_step < cfg.steps) sample();
     log.close();
+    comm->finish();
     return 0;
 }

@@ -62,14 +62,18 @@ __device__ inline __nv_bfloat16 stochastic_round_bf16(float x, uint32_t rnd) {
 
 // One thread per element: reads g, m, v, master (14 B in bf16), writes m, v, master, param (14 B):
 // ~3.5 GB per step for GPT-2 124M, memory-bound at ~1 ms on an H200.
-static __global__ void adamw_fused(floatX* params, float* master, const floatX* grads, float* m, float* v, int64_t n,
-                                   AdamWArgs a, DecayRanges decay) {
+// Element i of the launch is parameter `begin + i`: params and grads are the whole buffers, master,
+// m and v hold the updated slice only (a ZeRO shard, llmc/zero.h); the decay ranges and the
+// rounding hash use the parameter's index, so a slice rounds exactly as the whole buffer does.
+static __global__ void adamw_fused(floatX* params, float* master, const floatX* grads, float* m, float* v,
+                                   int64_t begin, int64_t n, AdamWArgs a, DecayRanges decay) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const float g = to_float(grads[i]) * a.grad_scale;
+    const int64_t k = begin + i;
+    const float g = to_float(grads[k]) * a.grad_scale;
     float p = master[i];
     bool decays = false;
-    for (int r = 0; r < decay.count; r++) decays |= (i >= decay.begin[r] && i < decay.end[r]);
+    for (int r = 0; r < decay.count; r++) decays |= (k >= decay.begin[r] && k < decay.end[r]);
     if (decays) p *= a.decay;
     const float mi = m[i] + (1.0f - a.beta1) * (g - m[i]);
     const float vi = v[i] * a.beta2 + (1.0f - a.beta2) * g * g;
@@ -77,15 +81,24 @@ static __global__ void adamw_fused(floatX* params, float* master, const floatX* 
     v[i] = vi;
     p -= a.step_size * (mi / (sqrtf(vi) / a.bc2_sqrt + a.eps));
     master[i] = p;
-    if constexpr (std::is_same<floatX, float>::value) params[i] = p;
-    else params[i] = stochastic_round_bf16(p, hash_index(a.seed, (uint64_t)i));
+    if constexpr (std::is_same<floatX, float>::value) params[k] = p;
+    else params[k] = stochastic_round_bf16(p, hash_index(a.seed, (uint64_t)k));
+}
+
+// Updates parameters [begin, end): master, m, v point at the slice's first element's state.
+inline void adamw_update_range(floatX* params, float* master, const floatX* grads, float* m, float* v, int64_t begin,
+                               int64_t end, const AdamWArgs& args, const DecayRanges& decay, cudaStream_t stream) {
+    const int block = 512;
+    const int64_t n = end - begin;
+    if (n <= 0) return;
+    adamw_fused<<<(unsigned)ceil_div<int64_t>(n, block), block, 0, stream>>>(params, master, grads, m, v, begin, n, args,
+                                                                             decay);
+    cudaCheckLaunch();
 }
 
 inline void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v, int64_t n,
                          const AdamWArgs& args, const DecayRanges& decay, cudaStream_t stream) {
-    const int block = 512;
-    adamw_fused<<<(unsigned)ceil_div<int64_t>(n, block), block, 0, stream>>>(params, master, grads, m, v, n, args, decay);
-    cudaCheckLaunch();
+    adamw_update_range(params, master, grads, m, v, 0, n, args, decay, stream);
 }
 
 // The decayed ranges of the GPT-2 layout (gpt2_param_decays), offsets in elements.

@@ -23,6 +23,7 @@
 #include "llmc/formats.h"
 #include "llmc/train_config.h"
 #include "llmc/utils.h"
+#include "llmc/zero.h"
 
 constexpr const char* CHECKPOINT_MANIFEST = "llmc-checkpoint 1";
 constexpr const char* CHECKPOINT_FILES[2] = {"model.bin", "state.bin"};
@@ -103,30 +104,31 @@ inline std::vector<CheckpointEntry> list_checkpoints(const std::string& out_dir)
 inline std::string checkpoint_problem(const std::string& dir) {
     FILE* f = fopen((dir + "/DONE").c_str(), "r");
     if (!f) return std::string("DONE: ") + strerror(errno);
-    char line[4][256] = {};
-    int lines = 0;
-    while (lines < 4 && fgets(line[lines], sizeof line[0], f)) lines++;
+    std::vector<std::string> lines;
+    char buf[256];
+    while (lines.size() < (1u << 20) && fgets(buf, sizeof buf, f)) lines.push_back(buf);
     fclose(f);
-    if (lines == 1 && strcmp(line[0], "ok\n") == 0) {
+    if (lines.size() == 1 && lines[0] == "ok\n") {
         for (const char* name : CHECKPOINT_FILES)
             if (!file_exists((dir + "/" + name).c_str())) return std::string(name) + " is missing";
         return "";
     }
-    if (lines != 4 || line[0] != std::string(CHECKPOINT_MANIFEST) + "\n")
-        return "DONE is not a checkpoint manifest";
+    if (lines.size() < 4 || lines[0] != std::string(CHECKPOINT_MANIFEST) + "\n") return "DONE is not a checkpoint manifest";
     long long step;
-    if (sscanf(line[1], "step %lld", &step) != 1) return "DONE has no step";
+    if (sscanf(lines[1].c_str(), "step %lld", &step) != 1) return "DONE has no step";
     const size_t slash = dir.find_last_of('/');
     int64_t named_step;
     if (parse_checkpoint_name(dir.c_str() + (slash == std::string::npos ? 0 : slash + 1), &named_step) &&
         step != named_step)
         return "DONE is for step " + std::to_string(step) + ", not the directory's";
-    for (int i = 0; i < 2; i++) {
+    // model.bin, then the optimizer state: state.bin, or one state_RRRRR.bin per rank (llmc/zero.h)
+    for (size_t i = 2; i < lines.size(); i++) {
         char name[64];
         long long want_size;
         unsigned long long want_sum;
-        if (sscanf(line[2 + i], "%63s %lld %llx", name, &want_size, &want_sum) != 3 || strcmp(name, CHECKPOINT_FILES[i]) != 0)
-            return std::string("DONE has no entry for ") + CHECKPOINT_FILES[i];
+        const bool parsed = sscanf(lines[i].c_str(), "%63s %lld %llx", name, &want_size, &want_sum) == 3;
+        if (!parsed || (i == 2 ? strcmp(name, CHECKPOINT_FILES[0]) != 0 : !zero_is_state_file(name)))
+            return std::string("DONE has no entry for ") + (i == 2 ? CHECKPOINT_FILES[0] : CHECKPOINT_FILES[1]);
         const std::string path = dir + "/" + name;
         int64_t size;
         uint64_t sum;
@@ -160,13 +162,15 @@ inline void checkpoint_finish(const std::string& tmp_dir) {
     if (!is_tmp || !parse_checkpoint_name(dir.c_str() + (slash == std::string::npos ? 0 : slash + 1), &step))
         fail("internal: checkpoint_finish(%s): not a directory from checkpoint_begin", tmp_dir.c_str());
     std::string manifest = std::string(CHECKPOINT_MANIFEST) + "\nstep " + std::to_string(step) + "\n";
-    for (const char* name : CHECKPOINT_FILES) {
+    std::vector<std::string> files = zero_list_state_files(tmp_dir);  // state.bin, or the ranks' shards
+    files.insert(files.begin(), CHECKPOINT_FILES[0]);
+    for (const std::string& name : files) {
         const std::string path = tmp_dir + "/" + name;
         int64_t size;
         uint64_t sum;
         if (!file_checksum64(path.c_str(), &size, &sum)) fail("%s: cannot read it back (%s)", path.c_str(), strerror(errno));
         char entry[128];
-        snprintf(entry, sizeof entry, "%s %lld %016llx\n", name, (long long)size, (unsigned long long)sum);
+        snprintf(entry, sizeof entry, "%s %lld %016llx\n", name.c_str(), (long long)size, (unsigned long long)sum);
         manifest += entry;
     }
     AtomicFileWriter done(tmp_dir + "/DONE");
@@ -243,6 +247,15 @@ class RunLog {
     RunLog(const RunLog&) = delete;
     RunLog& operator=(const RunLog&) = delete;
     RunLog(RunLog&& o) noexcept : f_(o.f_), path_(std::move(o.path_)) { o.f_ = nullptr; }
+    RunLog& operator=(RunLog&& o) noexcept {
+        if (this != &o) {
+            if (f_) fclose(f_);
+            f_ = o.f_;
+            path_ = std::move(o.path_);
+            o.f_ = nullptr;
+        }
+        return *this;
+    }
     ~RunLog() {
         if (f_) fclose(f_);
     }
@@ -304,6 +317,16 @@ inline void trim_log_after(const std::string& path, int64_t step) {
            (long long)dropped, path.c_str(), (long long)step);
 }
 
+// With a checkpoint to resume: the model comes from its model.bin, and without --out-dir the run
+// keeps writing beside it.
+inline void resume_paths(TrainConfig& cfg, const std::string& resume_from) {
+    cfg.init = resume_from + "/model.bin";
+    if (cfg.out_dir.empty()) {
+        const size_t slash = resume_from.find_last_of('/');
+        cfg.out_dir = slash == std::string::npos ? "." : resume_from.substr(0, slash);
+    }
+}
+
 struct RunFiles {
     std::string resume_from;  // the checkpoint directory to load; "" for a fresh run
     RunLog log;               // --log (closed when not given)
@@ -342,15 +365,10 @@ inline RunFiles open_run_files(TrainConfig& cfg) {
                      cfg.init.c_str(), files.resume_from.c_str(), have.num_layers, have.channels, have.num_heads,
                      have.num_kv_heads, have.window);
         }
-        cfg.init = model_path;
-        if (cfg.out_dir.empty()) {  // keep writing beside the checkpoint we resume from
-            const size_t slash = files.resume_from.find_last_of('/');
-            cfg.out_dir = slash == std::string::npos ? "." : files.resume_from.substr(0, slash);
-        }
-        FileHeader hd;
-        int64_t size;
-        UniqueFile f = open_checked((files.resume_from + "/state.bin").c_str(), MAGIC_STATE, &hd, &size);
-        resume_step = hd.h[2];
+        resume_paths(cfg, files.resume_from);
+        const std::vector<std::string> states = zero_list_state_files(files.resume_from);  // state.bin or shards
+        if (states.empty()) fail("--resume %s: the checkpoint has no state.bin", files.resume_from.c_str());
+        resume_step = state_read_header((files.resume_from + "/" + states[0]).c_str()).step;
     }
     if (!cfg.out_dir.empty()) {
         mkdirs_or_fail(cfg.out_dir, "--out-dir");
@@ -394,6 +412,15 @@ inline RunFiles open_run_files(TrainConfig& cfg) {
         if (resuming && !done) trim_log_after(cfg.log_path, resume_step);
         files.log.open(cfg.log_path, resuming);
     }
+    return files;
+}
+
+// open_run_files for the other ranks of a data-parallel run (llmc/dist.h): rank 0 alone checks and
+// prepares the files (and logs); the others take the checkpoint it found, and touch nothing.
+inline RunFiles follow_run_files(TrainConfig& cfg, const std::string& resume_from) {
+    RunFiles files;
+    files.resume_from = resume_from;
+    if (!resume_from.empty()) resume_paths(cfg, resume_from);
     return files;
 }
 

@@ -277,6 +277,10 @@ struct TrainState {
     int64_t has_master = 0;  // fp32 master weights follow m and v
     uint64_t sr_seed = 0;    // stochastic-rounding seed (GPU)
     int64_t loader[16] = {};
+    // a shard of a data-parallel run's optimizer state (llmc/zero.h): the payload is elements
+    // [shard_begin, shard_begin + num_params) of a model of total_params; 0, 0 for a whole state
+    int64_t shard_begin = 0;
+    int64_t total_params = 0;
 };
 
 inline void state_write(const char* path, const TrainState& s, const float* m, const float* v, const float* master) {
@@ -286,6 +290,8 @@ inline void state_write(const char* path, const TrainState& s, const float* m, c
     memcpy(&h[4], &s.rng_state, 8);
     h[5] = master ? 1 : 0;
     memcpy(&h[6], &s.sr_seed, 8);
+    h[7] = s.shard_begin;
+    h[8] = s.total_params;
     for (int i = 0; i < 16; i++) h[16 + i] = s.loader[i];
     AtomicFileWriter w(path);
     w.write(h, HEADER_BYTES);
@@ -295,26 +301,44 @@ inline void state_write(const char* path, const TrainState& s, const float* m, c
     w.commit();
 }
 
-// Reads the state; `expected_params` must match. m, v (and master if the file has it and master
-// is non-null) receive num_params floats each.
-inline TrainState state_read(const char* path, int64_t expected_params, float* m, float* v, float* master) {
+// Reads and checks a state file's header (its length too); the payload is not read.
+inline TrainState state_read_header(const char* path) {
     FileHeader hd;
     int64_t size;
     UniqueFile f = open_checked(path, MAGIC_STATE, &hd, &size);
     const int64_t* h = hd.h;
     TrainState s;
     check_range(path, "step", h[2], 0, INT64_MAX / 2);
+    check_range(path, "num_params", h[3], 0, INT64_MAX / 64);
     check_range(path, "has_master", h[5], 0, 1);
+    check_range(path, "total_params", h[8], 0, INT64_MAX / 64);
+    check_range(path, "shard_begin", h[7], 0, h[8] ? h[8] - h[3] : 0);
     s.step = h[2];
     s.num_params = h[3];
     memcpy(&s.rng_state, &h[4], 8);
     s.has_master = h[5];
     memcpy(&s.sr_seed, &h[6], 8);
+    s.shard_begin = h[7];
+    s.total_params = h[8];
     for (int i = 0; i < 16; i++) s.loader[i] = h[16 + i];
+    check_file_length(path, size, s.num_params * 4 * (2 + s.has_master));
+    return s;
+}
+
+// Reads a whole state; `expected_params` must match. m, v (and master if the file has it and master
+// is non-null) receive num_params floats each. (A shard of a data-parallel run's state is read by
+// zero_read_state, llmc/zero.h.)
+inline TrainState state_read(const char* path, int64_t expected_params, float* m, float* v, float* master) {
+    TrainState s = state_read_header(path);
+    if (s.total_params != 0 && s.total_params != s.num_params)
+        fail("%s: holds one shard (elements %lld..%lld of %lld) of a data-parallel run's optimizer state; resume the "
+             "checkpoint directory with a trainer of this build (it reads the shards of any world size)", path,
+             (long long)s.shard_begin, (long long)(s.shard_begin + s.num_params), (long long)s.total_params);
     if (s.num_params != expected_params)
         fail("%s: holds optimizer state for %lld parameters, the model has %lld", path, (long long)s.num_params,
              (long long)expected_params);
-    check_file_length(path, size, s.num_params * 4 * (2 + s.has_master));
+    UniqueFile f(fopen_or_fail(path, "rb"));
+    fseek_or_fail(f.get(), (long)HEADER_BYTES, path);
     fread_or_fail(m, sizeof(float), s.num_params, f.get(), path);
     fread_or_fail(v, sizeof(float), s.num_params, f.get(), path);
     if (s.has_master && master) fread_or_fail(master, sizeof(float), s.num_params, f.get(), path);

@@ -15,6 +15,7 @@
 #pragma once
 #include <algorithm>
 #include <cinttypes>
+#include <functional>
 #include <string>
 #include <vector>
 #include "llmc/cuda_common.cuh"
@@ -190,12 +191,18 @@ struct GPT2 {
     DecayRanges decay;
     uint64_t sr_seed = 0;        // stochastic-rounding seed (saved in state.bin)
     int64_t step = 0;            // optimizer steps done
+    // data parallel (llmc/gpt2_dist.cuh), set before gpt2_build: m, v and master hold the optimizer
+    // state of parameters [opt_begin, opt_end) only (a ZeRO shard; -1 = all); and hooks the passes
+    // call on the host as they enqueue: before layer l (-1: the embedding) reads its parameters,
+    // after layer l's gradient kernels
+    int64_t opt_begin = 0, opt_end = -1;
+    std::function<void(int)> before_layer_forward, after_layer_backward;
 };
 
 // Bytes the model needs on the GPU for training at (B, T): params, grads, master, m, v,
 // activations, cuBLASLt workspace. Used both to allocate and to refuse early when it cannot fit.
-inline size_t gpt2_param_bytes(size_t n) {
-    return aligned_size(n * sizeof(floatX)) * 2 + aligned_size(n * sizeof(float)) * (HAS_MASTER ? 3 : 2);
+inline size_t gpt2_param_bytes(size_t n, size_t opt) {  // opt: elements of optimizer state (all n, or a shard)
+    return aligned_size(n * sizeof(floatX)) * 2 + aligned_size(opt * sizeof(float)) * (HAS_MASTER ? 3 : 2);
 }
 
 // What the GPU kernels need of a (valid) config beyond what any model needs: 16-byte rows for the
@@ -224,9 +231,11 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
     for (int i = 0; i < NUM_PARAM_TENSORS; i++)
         if (offsets[i] % 8 != 0) fail("model: tensor %s does not start on a 16-byte boundary", GPT2_PARAM_NAMES[i]);
     model.decay = gpt2_decay_ranges(config);
+    if (model.opt_end < 0) model.opt_begin = 0, model.opt_end = (int64_t)model.num_params;
+    const size_t no = (size_t)(model.opt_end - model.opt_begin);  // elements of optimizer state
 
     std::vector<BufferSpec> acts = activation_specs(model.acts, config, B, T, recompute);
-    const size_t act_bytes = specs_bytes(acts), param_bytes = gpt2_param_bytes(model.num_params);
+    const size_t act_bytes = specs_bytes(acts), param_bytes = gpt2_param_bytes(model.num_params, no);
     const size_t need = act_bytes + param_bytes;
     size_t free_bytes = 0, total_bytes = 0;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -243,17 +252,17 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
     const size_t n = model.num_params;
     std::vector<BufferSpec> params = {{(void**)&model.params_memory, n, sizeof(floatX)},
                                       {(void**)&model.grads_memory, n, sizeof(floatX)},
-                                      {(void**)&model.m_memory, n, sizeof(float)},
-                                      {(void**)&model.v_memory, n, sizeof(float)}};
-    if (HAS_MASTER) params.push_back({(void**)&model.master_memory, n, sizeof(float)});
+                                      {(void**)&model.m_memory, no, sizeof(float)},
+                                      {(void**)&model.v_memory, no, sizeof(float)}};
+    if (HAS_MASTER) params.push_back({(void**)&model.master_memory, no, sizeof(float)});
     model.param_allocation = specs_allocate(params, "parameters, gradients and optimizer state");
-    if (!HAS_MASTER) model.master_memory = (float*)model.params_memory;
+    if (!HAS_MASTER) model.master_memory = (float*)model.params_memory + model.opt_begin;
     model.params = gpt2_point_tensors(model.params_memory, config);
     model.grads = gpt2_point_tensors(model.grads_memory, config);
     model.act_allocation = specs_allocate(acts, "activations");
     model.allocated_bytes = need + ctx.cublaslt_workspace_size;
-    cudaCheck(cudaMemset(model.m_memory, 0, n * sizeof(float)));
-    cudaCheck(cudaMemset(model.v_memory, 0, n * sizeof(float)));
+    cudaCheck(cudaMemset(model.m_memory, 0, no * sizeof(float)));
+    cudaCheck(cudaMemset(model.v_memory, 0, no * sizeof(float)));
     cudaCheck(cudaMemset(model.grads_memory, 0, n * sizeof(floatX)));
     if (config.position == POS_ROPE) {  // the CPU's tables, so both rotate by identical factors
         const size_t n_rope = (size_t)config.max_seq_len * gpt2_head_dim(config) / 2;
@@ -279,11 +288,13 @@ inline void gpt2_free(GPT2& model) {
     model = GPT2();
 }
 
-// Sets the parameters from fp32 host values: master = values, params = values rounded to nearest.
+// Sets the parameters from fp32 host values: master = values (of the optimizer's slice), params =
+// values rounded to nearest.
 inline void gpt2_set_params(GPT2& model, const float* host) {
     const size_t n = model.num_params;
     if (HAS_MASTER) {
-        cudaCheck(cudaMemcpy(model.master_memory, host, n * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(model.master_memory, host + model.opt_begin, (model.opt_end - model.opt_begin) * sizeof(float),
+                             cudaMemcpyHostToDevice));
         std::vector<uint16_t> bf(n);
         for (size_t i = 0; i < n; i++) bf[i] = float_to_bf16(host[i]);
         cudaCheck(cudaMemcpy(model.params_memory, bf.data(), n * sizeof(uint16_t), cudaMemcpyHostToDevice));
@@ -419,10 +430,12 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
     const GPT2Tensors<floatX>& p = model.params;
     Activations& a = model.acts;
     cudaStream_t s = ctx.stream;
+    if (model.before_layer_forward) model.before_layer_forward(-1);
     encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C, s);  // wpe nullptr with RoPE
     LayerActs first = layer_acts(model, 0, B, T);
     gpt2_detail::norm_forward(c, first.ln1, first.ln1_mean, first.ln1_rstd, a.encoded, p.ln1w, p.ln1b, N, s);
     for (int l = 0; l < L; l++) {
+        if (model.before_layer_forward) model.before_layer_forward(l);
         LayerActs la = layer_acts(model, l, B, T);
         const size_t c1 = (size_t)l * C;
         matmul_forward(la.qkv, nullptr, la.ln1, p.qkvw + (size_t)l * QKV * C, at(p.qkvb, (size_t)l * QKV), N, C, QKV,
@@ -531,6 +544,7 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
                         QKV, ctx);
         gpt2_detail::norm_backward(c, a.dresidual, g.ln1w + c1, at(g.ln1b, c1), a.colsum, a.dbuf, la.res_in,
                                    p.ln1w + c1, la.ln1_mean, la.ln1_rstd, N, s);
+        if (model.after_layer_backward) model.after_layer_backward(l);
     }
     encoder_backward(g.wte, g.wpe, a.dresidual, model.buckets, B, T, C, s);  // g.wpe nullptr with RoPE
 }
@@ -563,20 +577,26 @@ inline void gpt2_zero_grads(GPT2& model, const CudaContext& ctx) {
 // bf16 parameters the forward pass reads), the state with m, v and, in the bf16 build, the fp32
 // master weights; written into step_NNNNNNNN.tmp/ and renamed, with DONE (their checksums), by
 // checkpoint_begin/checkpoint_finish (llmc/checkpoint.h).
+// The model file of a checkpoint: the parameters the forward reads (bf16, or fp32 in the FP32 build).
+inline void gpt2_write_model(const GPT2& model, const std::string& path) {
+    const size_t n = model.num_params;
+    if (HAS_MASTER) {
+        std::vector<uint16_t> bf(n);
+        cudaCheck(cudaMemcpy(bf.data(), model.params_memory, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+        model_write_bf16(path.c_str(), model.config, bf.data());
+    } else {
+        std::vector<float> p(n);
+        cudaCheck(cudaMemcpy(p.data(), model.params_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
+        model_write_fp32(path.c_str(), model.config, p.data());
+    }
+}
+
 inline void gpt2_save_checkpoint(const GPT2& model, const std::string& out_dir, const int64_t loader_state[16],
                                  uint64_t rng_state) {
     const std::string dir = checkpoint_begin(out_dir, model.step);
     const size_t n = model.num_params;
     cudaCheck(cudaDeviceSynchronize());
-    if (HAS_MASTER) {
-        std::vector<uint16_t> bf(n);
-        cudaCheck(cudaMemcpy(bf.data(), model.params_memory, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-        model_write_bf16((dir + "/model.bin").c_str(), model.config, bf.data());
-    } else {
-        std::vector<float> p(n);
-        cudaCheck(cudaMemcpy(p.data(), model.params_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
-        model_write_fp32((dir + "/model.bin").c_str(), model.config, p.data());
-    }
+    gpt2_write_model(model, dir + "/model.bin");
     std::vector<float> m(n), v(n), master(HAS_MASTER ? n : 0);
     cudaCheck(cudaMemcpy(m.data(), model.m_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(v.data(), model.v_memory, n * sizeof(float), cudaMemcpyDeviceToHost));

@@ -44,7 +44,14 @@ struct TrainConfig {
     int ckpt_every = 0;             // --ckpt-every (0: only at the end, when --out-dir is set)
     uint64_t seed = 1337;           // --seed: init, data order, sampling
     float temperature = 1.0f;       // --temperature for sampling
-    int grad_accum = 1;             // derived: total_batch / (B*T)
+    // data parallel (llmc/dist.h, llmc/zero.h, docs/distributed.md)
+    int zero = 0;                   // --zero: 0 all-reduce, 1 optimizer state sharded, 2 gradients too
+    std::string dist_init;          // --dist-init: mpi | tcp://HOST:PORT | file:DIR | env | none ("" = from the environment)
+    int dist_timeout = 600;         // --dist-timeout: seconds any rank waits for another before failing
+    int rank = -1, world_size = -1; // --rank, --world-size for tcp/file (-1 = from the environment)
+    int grad_accum = 1;             // derived: total_batch / (B*T*world)
+    int world = 1;                  // derived: the ranks of the run (set_world_size)
+    bool total_batch_default = false;  // derived: --total-batch was not given (one micro-batch per rank)
 };
 
 // A closed or half-open interval for numeric flags, printed in messages as [lo, hi) etc.
@@ -240,12 +247,39 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
     p.add_int("--ckpt-every", &cfg.ckpt_every, {0, BIG}, "checkpoint every N steps (0 = only at the end); needs --out-dir");
     p.add_uint64("--seed", &cfg.seed, "seed for init, data order and sampling");
     p.add_float("--temperature", &cfg.temperature, {1e-6, 100}, "sampling temperature");
+    p.add_int("--zero", &cfg.zero, {0, 2}, "data parallel: 0 = gradients all-reduced, every rank keeps the whole optimizer "
+              "state; 1 = AdamW state sharded by rank, parameters all-gathered; 2 = gradients reduce-scattered as well");
+    p.add({"--dist-init", "HOW", "how the ranks of a data-parallel run meet: mpi, tcp://HOST:PORT (rank 0's host), "
+           "file:/shared/dir, env (MASTER_ADDR/MASTER_PORT) or none (default: mpi under mpirun in an MPI build, env "
+           "when WORLD_SIZE > 1, else none)", [&cfg](const char* s) -> std::string {
+               cfg.dist_init = s;
+               return "";
+           }});
+    p.add_int("--dist-timeout", &cfg.dist_timeout, {1, 1e6}, "seconds a rank waits for another (rendezvous, every "
+              "message) before failing");
+    p.add_int("--rank", &cfg.rank, {-1, 1 << 20}, "this process's rank for tcp/file (-1: RANK, SLURM_PROCID or "
+              "OMPI_COMM_WORLD_RANK)");
+    p.add_int("--world-size", &cfg.world_size, {-1, 1 << 20}, "the number of ranks (-1: WORLD_SIZE, SLURM_STEP_NUM_TASKS or "
+              "OMPI_COMM_WORLD_SIZE; under MPI it must equal mpirun's)");
+}
+
+// The run has `world` ranks, each taking --batch x --seq per micro-batch: a step is total_batch
+// tokens = grad_accum micro-batches of every rank. Without --total-batch, one micro-batch each.
+inline void set_world_size(TrainConfig& cfg, int world) {
+    const int64_t BTW = (int64_t)cfg.B * cfg.T * world;
+    if (cfg.total_batch_default) cfg.total_batch = BTW;
+    if (cfg.total_batch % BTW != 0)
+        fail("--total-batch: %" PRId64 " is not a multiple of --batch * --seq * ranks = %d * %d * %d = %" PRId64,
+             cfg.total_batch, cfg.B, cfg.T, world, BTW);
+    cfg.grad_accum = (int)(cfg.total_batch / BTW);
+    cfg.world = world;
 }
 
 // Checks that need several flags at once; derives grad_accum. Call after FlagParser::parse.
 inline void validate_train_config(TrainConfig& cfg) {
     if (cfg.train_pattern.empty()) fail("--train: required (a glob of token shards, e.g. \"data/*_train.bin\")");
     const int64_t BT = (int64_t)cfg.B * cfg.T;
+    cfg.total_batch_default = cfg.total_batch == 0;
     if (cfg.total_batch == 0) cfg.total_batch = BT;
     if (cfg.total_batch % BT != 0)
         fail("--total-batch: %" PRId64 " is not a multiple of --batch * --seq = %" PRId64, cfg.total_batch, BT);

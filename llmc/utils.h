@@ -22,6 +22,12 @@ struct FailError : std::runtime_error {
 };
 #endif
 
+// Called by fail() after the message, before exit: a data-parallel run's process group
+// (llmc/dist.h) sets it so that one failing rank stops every rank at once (MPI_Abort).
+inline void (*fail_hook)() = nullptr;
+// Written after "error: " (a data-parallel run sets it to "rank R: ").
+inline char fail_tag[32] = "";
+
 [[noreturn]] __attribute__((format(printf, 1, 2))) inline void fail(const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -32,10 +38,14 @@ struct FailError : std::runtime_error {
     throw FailError(msg);
 #else
     fflush(stdout);
-    fputs("error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    // one write, so the lines of several ranks failing at once do not interleave
+    char msg[2048];
+    const int n = snprintf(msg, sizeof msg, "error: %s", fail_tag);
+    vsnprintf(msg + n, sizeof msg - n - 1, fmt, ap);
     va_end(ap);
+    strcat(msg, "\n");
+    fputs(msg, stderr);
+    if (fail_hook) fail_hook();
     exit(1);
 #endif
 }

@@ -403,10 +403,17 @@ CHECKPOINT_MANIFEST = "llmc-checkpoint 1"
 CHECKPOINT_FILES = ("model.bin", "state.bin")
 
 
+def is_state_file(name):
+    """state.bin, or a data-parallel rank's shard state_RRRRR.bin (llmc/zero.h)."""
+    digits = name[6:-4]
+    return name == "state.bin" or (name.startswith("state_") and name.endswith(".bin") and len(digits) >= 5
+                                   and digits.isdigit())
+
+
 def checkpoint_manifest(directory, step):
-    """The DONE text of a checkpoint directory holding model.bin and state.bin."""
+    """The DONE text of a checkpoint directory: model.bin, then state.bin or the ranks' state shards."""
     lines = [CHECKPOINT_MANIFEST, f"step {step}"]
-    for name in CHECKPOINT_FILES:
+    for name in ["model.bin"] + sorted(n for n in os.listdir(directory) if is_state_file(n)):
         size, checksum = file_checksum64(os.path.join(directory, name))
         lines.append(f"{name} {size} {checksum:016x}")
     return "\n".join(lines) + "\n"
@@ -435,16 +442,18 @@ def checkpoint_problem(directory):
         return f"{missing[0]} is missing" if missing else None
     lines = text.split("\n")
     name = os.path.basename(os.path.normpath(directory))
-    if len(lines) != 5 or lines[0] != CHECKPOINT_MANIFEST or lines[4] != "":
+    if len(lines) < 5 or lines[0] != CHECKPOINT_MANIFEST or lines[-1] != "":
         return "DONE is not a checkpoint manifest"
     if not lines[1].startswith("step ") or not lines[1][5:].isdigit():
         return "DONE has no step"
     if name.startswith("step_") and name[5:].isdigit() and lines[1] != f"step {int(name[5:])}":
         return f"DONE is for {lines[1]}, not the directory's"
-    for line, want in zip(lines[2:4], CHECKPOINT_FILES):
-        fname, size, checksum = line.split(" ")
-        if fname != want:
-            return f"DONE has no entry for {want}"
+    for i, line in enumerate(lines[2:-1]):
+        parts = line.split(" ")
+        fname = parts[0] if len(parts) == 3 else ""
+        if (fname != "model.bin") if i == 0 else not is_state_file(fname):
+            return f"DONE has no entry for {CHECKPOINT_FILES[min(i, 1)]}"
+        _, size, checksum = parts
         path = os.path.join(directory, fname)
         if not os.path.isfile(path):
             return f"{fname} is missing"

@@ -14,6 +14,8 @@
 #   5. HellaSwag: both GPU builds' acc_norm on tests/fixture/hellaswag.bin equals PyTorch's (fp64)
 #   6. generate: tests/test_generate_gpu.sh (GPU = CPU twin, cached = full logits, graph = no graph,
 #      bad inputs, memcheck, the BENCH_GEN lines)
+#   7. data parallel: tests/test_distributed_gpu.sh (build/train_gpt2cu_nccl at world size 1, --zero
+#      0/1/2 = build/train_gpt2cu bit for bit with --deterministic 1, exact resume, step-time cost)
 # Env: GPU_TEST_DIR (scratch, default a new /tmp dir), LOGS (default $GPU_TEST_DIR),
 #      MEMCHECK=0 to skip memcheck, MEMCHECK_TIMEOUT (seconds, default 900).
 cd "$(dirname "$0")/.." || exit 1
@@ -172,6 +174,10 @@ run "HellaSwag accuracy vs PyTorch" hellaswag.log hellaswag_gpu
 # ---- 6. generation with the KV cache (its own script, also run on its own)
 run "generate: GPU vs CPU twin, cached vs full logits, graph, bad inputs, memcheck, bench" generate.log \
     env GPU_TEST_DIR="$WORK/generate" tests/test_generate_gpu.sh
+
+# ---- 7. data parallel: the NCCL path at world size 1 = the plain trainer, bit for bit (its own script)
+run "data parallel: NCCL world size 1 at --zero 0/1/2 = plain trainer bit for bit, exact resume, step-time cost" \
+    distributed.log tests/test_distributed_gpu.sh
 
 echo
 [ $failed -gt 0 ] && echo "failed: ${failed_names[*]}"

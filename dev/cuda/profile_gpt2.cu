@@ -9,7 +9,12 @@
 //   3. kernel families (matmul, attention, layernorm, ...) summed, so the next target is visible,
 //   4. kernel time against step time: the rest is launch gaps and host synchronization.
 // Kernel timestamps need no instrumentation of the trainer, and cuBLASLt's own kernels show up too.
+// Built with NCCL (dev/cuda/Makefile does where NCCL is installed), --zero Z runs the trainer's
+// data-parallel step at world size 1 (llmc/gpt2_dist.cuh: the gradient buckets, the communication
+// stream, ZeRO stage Z); every NCCL kernel runs on that stream and is listed as "[comm stream] ...",
+// its family "communication (comm stream)", so the report shows what the stream costs.
 #include "llmc/gpt2.cuh"
+#include "llmc/gpt2_dist.cuh"
 
 #include <cupti.h>
 #include <cxxabi.h>
@@ -60,6 +65,7 @@ std::string short_name(const char* mangled) {
 // cudnn::fusion::convert_dq_to_16bits (seen on an H200 with cuDNN 9, 2026-12-03).
 const char* family(const std::string& n) {
     auto has = [&](const char* k) { return n.find(k) != std::string::npos; };
+    if (has("[comm stream]")) return "communication (comm stream)";
     if (has("attention") || has("sdpa") || has("flash") || has("fmha") || has("cudnn::fusion")) return "attention";
     if (has("gemm") || has("xmma") || has("cutlass") || has("sm90_") || has("splitK") || has("Kernel2")) return "matmul (cuBLASLt)";
     if (has("layernorm")) return "layernorm";
@@ -104,7 +110,9 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
         if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
             auto* k = (KernelRecord*)rec;
-            Stat& s = kernels[short_name(k->name)];
+            std::string name = short_name(k->name);
+            if (name.find("nccl") != std::string::npos) name = "[comm stream] " + name;  // llmc/gpt2_dist.cuh
+            Stat& s = kernels[name];
             s.ns += (double)(k->end - k->start);
             s.calls++;
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
@@ -129,7 +137,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 
 int main(int argc, char** argv) {
     std::string model_desc = "d12";
-    int B = 64, T = 1024, steps = 3, recompute = 0;
+    int B = 64, T = 1024, steps = 3, recompute = 0, zero = -1;
     FlagParser parser("profile_gpt2", "Per-kernel time breakdown of one GPU training step on random tokens. Example:\n"
                       "  dev/cuda/build/profile_gpt2 --batch 64 --seq 1024");
     parser.add_string("--model", "MODEL", &model_desc, "model shape: dN = N layers, 64*N channels (d12 = GPT-2 124M), "
@@ -138,6 +146,10 @@ int main(int argc, char** argv) {
     parser.add_int("--seq", &T, {1, 1 << 20}, "sequence length T (<= the model's max_seq_len 1024)");
     parser.add_int("--steps", &steps, {1, 100}, "profiled steps, after 3 warm-up steps; the report is per step");
     parser.add_int("--recompute", &recompute, {0, 1}, "1 = the trainer's --recompute memory mode");
+#ifdef LLMC_NCCL
+    parser.add_int("--zero", &zero, {-1, 2}, "0|1|2: the NCCL data-parallel step at world size 1 at this ZeRO stage, "
+                   "its communication stream's kernels listed as [comm stream]; -1: the single-GPU step");
+#endif
     parser.parse(argc, argv);
 
     CudaContext ctx;
@@ -146,7 +158,13 @@ int main(int argc, char** argv) {
     printf("device: %s, %d SMs; precision %s\n", ctx.props.name, ctx.props.multiProcessorCount, PRECISION_NAME);
     gpt2_print_config(config);
     GPT2 model;
+    LocalComm comm;  // world size 1
+    TrainConfig dist_cfg;
+    dist_cfg.zero = std::max(zero, 0);
+    GpuDataParallel dp;
+    if (zero >= 0) dp = gpu_dp_plan(model, config, comm, dist_cfg);
     gpt2_build(model, config, B, T, recompute != 0, ctx);
+    if (zero >= 0) gpu_dp_start(dp, model, ctx);
     {
         std::vector<float> host(model.num_params);
         gpt2_init_params(host.data(), config, 1337);
@@ -178,9 +196,12 @@ int main(int argc, char** argv) {
         cudaCheck(cudaEventRecord(ev[2], ctx.stream));
         loss = gpt2_loss(model, B, T, 1.0f / N, true, ctx);
         cudaCheck(cudaEventRecord(ev[3], ctx.stream));
+        if (zero >= 0) gpu_dp_last_micro(dp);
         gpt2_backward(model, B, T, ctx);
+        if (zero >= 0) gpu_dp_reduce_grads(dp, model, ctx);
         cudaCheck(cudaEventRecord(ev[4], ctx.stream));
-        gpt2_update(model, opt, ctx);
+        if (zero >= 0) gpu_dp_update(dp, model, opt, ctx);
+        else gpt2_update(model, opt, ctx);
         cudaCheck(cudaEventRecord(ev[5], ctx.stream));
         cudaCheck(cudaEventSynchronize(ev[5]));
         if (!record) return;
@@ -217,9 +238,10 @@ int main(int argc, char** argv) {
     // ---- report, per step
     const double tok_s = (double)N / (step_ms / steps / 1e3);
     const double tflops = flops_per_token(config, T) * N / (step_ms / steps / 1e3) / 1e12;
-    printf("\n%s, B=%d T=%d, %d profiled steps: %.2f ms/step (GPU, events), %.0f tok/s, %.0f TFLOP/s "
+    printf("\n%s, B=%d T=%d%s, %d profiled steps: %.2f ms/step (GPU, events), %.0f tok/s, %.0f TFLOP/s "
            "(%.1f%% of the 989 bf16 peak), last loss %.4f\n",
-           model_desc.c_str(), B, T, steps, step_ms / steps, tok_s, tflops, 100.0 * tflops / 989.0, loss);
+           model_desc.c_str(), B, T, zero >= 0 ? (", NCCL data parallel at world size 1, zero " + std::to_string(zero)).c_str()
+                                               : "", steps, step_ms / steps, tok_s, tflops, 100.0 * tflops / 989.0, loss);
     printf("\n%-28s %10s %7s\n", "phase", "ms/step", "%");
     for (int p = 0; p < PHASES; p++)
         printf("%-28s %10.3f %6.1f%%\n", phase_names[p], phase_ms[p] / steps, 100.0 * phase_ms[p] / step_ms);
@@ -248,6 +270,8 @@ int main(int argc, char** argv) {
            kernel_ns / 1e6 / steps, step_ms / steps, 100.0 * kernel_ns / 1e6 / step_ms,
            dropped ? " (CUPTI DROPPED RECORDS: totals are low)" : "");
     if (rows.empty()) fail("CUPTI recorded no kernels: activity tracing does not work on this machine");
+    cudaCheck(cudaDeviceSynchronize());
+    if (zero >= 0) gpu_dp_finish(dp);
     gpt2_free(model);
     ctx.destroy();
     return 0;

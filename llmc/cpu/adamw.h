@@ -51,17 +51,30 @@ inline void adamw_update(float* params, float* m, float* v, const float* grads, 
                             bc2_sqrt, decay, one_minus_b1, beta2, one_minus_b2, eps, grad_scale);
 }
 
-// One AdamW step over all the tensors of a model parameter buffer (params, m, v, grads share the
-// layout of gpt2_param_offsets); weight decay only on the tensors gpt2_param_decays selects.
-inline void adamw_update_gpt2(float* params, float* m, float* v, const float* grads, const GPT2Config& cfg, float lr,
-                              float beta1, float beta2, float eps, float weight_decay, float grad_scale, int64_t step) {
+// One AdamW step over elements [begin, end) of a model parameter buffer (params and grads share
+// the layout of gpt2_param_offsets and are whole; m and v hold the range only: m[0] is element
+// begin's, as a ZeRO shard keeps them, llmc/zero.h); weight decay only on the tensors
+// gpt2_param_decays selects.
+inline void adamw_update_gpt2_range(float* params, float* m, float* v, const float* grads, const GPT2Config& cfg,
+                                    size_t begin, size_t end, float lr, float beta1, float beta2, float eps,
+                                    float weight_decay, float grad_scale, int64_t step) {
     size_t sizes[NUM_PARAM_TENSORS], off = 0;
     gpt2_param_sizes(cfg, sizes);
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-        adamw_update(params + off, m + off, v + off, grads + off, sizes[i], lr, beta1, beta2, eps,
-                     gpt2_param_decays(i) ? weight_decay : 0.0f, grad_scale, step);
+        const size_t lo = off > begin ? off : begin, hi = off + sizes[i] < end ? off + sizes[i] : end;
+        if (lo < hi)
+            adamw_update(params + lo, m + (lo - begin), v + (lo - begin), grads + lo, hi - lo, lr, beta1, beta2, eps,
+                         gpt2_param_decays(i) ? weight_decay : 0.0f, grad_scale, step);
         off += sizes[i];
     }
+}
+
+// One AdamW step over all the tensors of a model parameter buffer (params, m, v, grads share the
+// layout of gpt2_param_offsets).
+inline void adamw_update_gpt2(float* params, float* m, float* v, const float* grads, const GPT2Config& cfg, float lr,
+                              float beta1, float beta2, float eps, float weight_decay, float grad_scale, int64_t step) {
+    adamw_update_gpt2_range(params, m, v, grads, cfg, 0, gpt2_num_params(cfg), lr, beta1, beta2, eps, weight_decay,
+                            grad_scale, step);
 }
 
 }  // namespace cpu

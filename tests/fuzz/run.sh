@@ -2,10 +2,11 @@
 # The sanitizer and fuzz checks; CI (.ci/run) runs them after `make test`. Needs clang++ (with its
 # libFuzzer runtime), g++ and python3 with numpy. Builds only into build/sanitize/ and build/fuzz/.
 #   1. The CPU tests (test_gpt2_cpu, test_attention_cpu, test_llama_ops_cpu, test_dataloader, test_bpe,
-#      test_generate_cpu) built with -fsanitize=address,undefined into build/sanitize/ and run once, as
+#      test_generate_cpu, test_zero) built with -fsanitize=address,undefined into build/sanitize/ and run once, as
 #      tests/run_tests.sh runs them;
 #      then the CPU trainer, built the same way, trains a tiny model (GQA, window) for 6 steps with
-#      validation, samples and checkpoints, and resumes for 3 more.
+#      validation, samples and checkpoints, and resumes for 3 more; and runs tests/test_distributed.sh's
+#      tcp cases (2 ranks over sockets, resume, failures).
 #   2. Every tests/fuzz/fuzz_NAME.cpp built as a libFuzzer target build/fuzz/fuzz_NAME
 #      (clang++ -fsanitize=fuzzer,address,undefined -g -O1 -DLLMC_FAIL_THROWS: fail() throws).
 #   3. Each target runs every input in tests/fuzz/regressions/NAME/ and its seeds once, then fuzzes
@@ -48,8 +49,9 @@ if [ "${SANITIZE:-1}" != 0 ]; then
                -fopenmp -I.)
     declare -A san_src=([test_gpt2_cpu]=test_gpt2_cpu.cpp [test_attention_cpu]=tests/test_attention_cpu.cpp
                         [test_llama_ops_cpu]=tests/test_llama_ops_cpu.cpp [test_dataloader]=tests/test_dataloader.cpp
-                        [test_bpe]=tests/test_bpe.cpp [test_generate_cpu]=tests/test_generate_cpu.cpp)
-    for t in test_gpt2_cpu test_attention_cpu test_llama_ops_cpu test_dataloader test_bpe test_generate_cpu; do
+                        [test_bpe]=tests/test_bpe.cpp [test_generate_cpu]=tests/test_generate_cpu.cpp
+                        [test_zero]=tests/test_zero.cpp)
+    for t in test_gpt2_cpu test_attention_cpu test_llama_ops_cpu test_dataloader test_bpe test_generate_cpu test_zero; do
         echo "=== sanitize: build $SAN/$t"
         if ! nice "$CXX" "${san_flags[@]}" "${san_src[$t]}" -o "$SAN/$t" -lm; then
             findings+=("sanitize build $t"); continue
@@ -94,6 +96,15 @@ EOF_PY
             findings+=("sanitize train_gpt2_cpu")
         fi
         rm -rf "$run_dir"
+        # data parallel over the tcp rendezvous (the MPI cases skip: MPI's own allocations would be reported)
+        echo "=== sanitize: tests/test_distributed.sh with $SAN/train_gpt2_cpu (tcp cases)"
+        if TRAIN="$SAN/train_gpt2_cpu" TRAIN_MPI=/none tests/test_distributed.sh > "$SAN/test_distributed.log" 2>&1; then
+            echo "--- sanitize test_distributed: clean ($(tail -n 1 "$SAN/test_distributed.log"))"
+        else
+            tail -n 40 "$SAN/test_distributed.log"
+            echo "--- sanitize test_distributed: FAIL (full output in $SAN/test_distributed.log)"
+            findings+=("sanitize test_distributed")
+        fi
     else
         findings+=("sanitize build train_gpt2_cpu")
     fi

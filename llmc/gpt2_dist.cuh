@@ -1,0 +1,373 @@
+// llmc/gpt2_dist.cuh: data-parallel training of the GPU model (llmc/gpt2.cuh) with NCCL and the
+// ZeRO stages of llmc/zero.h; the CPU reference of the same logic is llmc/cpu/data_parallel.h.
+// docs/distributed.md. Built into build/train_gpt2cu_nccl (-DLLMC_NCCL, make); without LLMC_NCCL
+// (build/train_gpt2cu) only one process runs and every function below is the single-GPU one.
+//
+// The process group (llmc/dist.h: MPI, tcp or file rendezvous) only carries control messages: the
+// NCCL id, barriers around checkpoints, the step's mean loss. The tensors go over NCCL, every
+// collective on one communication stream, ordered against the compute stream by events (no host
+// waits):
+//  - the gradients are reduced in buckets while the backward goes on: bucket 0 holds the tensors
+//    outside the layers (wte, wpe, lnf, lm_head), the others groups of consecutive layers (about
+//    DP_BUCKET_BYTES each). The model calls after_layer_backward(l) once layer l's gradient kernels
+//    are enqueued; on the step's last micro-batch, when l is the lowest layer of its group, an event
+//    recorded on the compute stream releases that group's reduction on the communication stream.
+//    Bucket 0 follows the backward. Stage 0 and 1 all-reduce; stage 2 reduces each rank's shard
+//    to it (grouped ncclReduce, one per rank the bucket meets: a reduce-scatter of unequal pieces).
+//    Earlier micro-batches do not communicate.
+//  - the update: the squared gradient norm of this rank's slice (stage 1/2: summed over the ranks
+//    by an all-reduce of one float), clipping, AdamW over the slice (adamw_update_range).
+//  - stage 1/2: the updated slices are broadcast from their owners (grouped ncclBroadcast: an
+//    all-gather of unequal pieces) bucket by bucket in the order the next forward reads them; the
+//    model calls before_layer_forward(l), and the compute stream waits only for the buckets layer l
+//    (and the next layer's norm, which layer l's last kernel applies) needs.
+// The one host wait of a step (the gradient norm) has a deadline, --dist-timeout: a dead or stuck
+// rank stops the run with an error (the NCCL communicator is aborted) instead of hanging.
+#pragma once
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+#include "llmc/checkpoint.h"
+#include "llmc/cuda_common.cuh"
+#include "llmc/dist.h"
+#include "llmc/formats.h"
+#include "llmc/gpt2.cuh"
+#include "llmc/zero.h"
+#ifdef LLMC_NCCL
+#include <nccl.h>
+#define ncclCheck(call)                                                                                   \
+    do {                                                                                                  \
+        ncclResult_t r_ = (call);                                                                         \
+        if (r_ != ncclSuccess) fail("NCCL: %s (%s:%d): %s", #call, __FILE__, __LINE__, ncclGetErrorString(r_)); \
+    } while (0)
+#endif
+
+constexpr int64_t DP_BUCKET_BYTES = 32 << 20;  // gradient bytes per bucket of layers (at least one layer)
+
+struct DpBucket {
+    std::vector<std::pair<int64_t, int64_t>> ranges;  // element ranges [begin, end) of the parameter buffer
+    int first_layer = -1;                             // its layers are [first_layer, last_layer]; -1: bucket 0
+    int last_layer = -1;
+    cudaEvent_t ready = nullptr;     // compute stream: its gradients are complete
+    cudaEvent_t gathered = nullptr;  // communication stream: its updated parameters arrived
+};
+
+struct GpuDataParallel {
+    Comm* comm = nullptr;
+    ZeroPlan plan;
+    bool nccl_on = false;  // the NCCL build: every path below runs, at any world size
+    int timeout_s = 600;
+#ifdef LLMC_NCCL
+    ncclComm_t nccl = nullptr;
+#endif
+    cudaStream_t stream = nullptr;  // the communication stream
+    std::vector<DpBucket> buckets;  // [0]: the tensors outside the layers; then groups of layers, ascending
+    std::vector<int> bucket_of_layer;
+    bool armed = false;      // the backward being enqueued is the step's last micro-batch
+    bool gathering = false;  // parameters are being all-gathered (the forward waits per bucket)
+    cudaEvent_t main_ready = nullptr, comm_done = nullptr;
+};
+
+// The GPU of this rank: its local rank on the node (LOCAL_RANK, SLURM_LOCALID, MPI's node rank).
+inline int gpu_dp_device(const Comm& comm) {
+    int count = 0;
+    cudaCheck(cudaGetDeviceCount(&count));
+    if (comm.local_rank >= count)
+        fail("this rank's local rank is %d, but its node has %d GPU(s): one process per GPU (set LOCAL_RANK, or start "
+             "at most %d ranks per node)", comm.local_rank, count, count);
+    return comm.local_rank;
+}
+
+// Before gpt2_build: plans the ZeRO shards for the model of `config` and tells the model which slice
+// of the optimizer state to allocate.
+inline GpuDataParallel gpu_dp_plan(GPT2& model, const GPT2Config& config, Comm& comm, const TrainConfig& cfg) {
+    GpuDataParallel dp;
+    dp.comm = &comm;
+    dp.timeout_s = cfg.dist_timeout;
+    dp.plan = zero_plan((int64_t)gpt2_num_params(config), cfg.zero, comm.rank, comm.world);
+#ifdef LLMC_NCCL
+    dp.nccl_on = true;
+#else
+    if (comm.world > 1 || cfg.zero > 0)
+        fail("--zero %d with %d rank(s): data parallel on the GPU needs the NCCL build, build/train_gpt2cu_nccl "
+             "(make builds it where NCCL is installed)", cfg.zero, comm.world);
+#endif
+    dist_check_same(comm, dp.plan.n, "the number of parameters (--init, --resume)");
+    dist_check_same(comm, cfg.zero, "--zero");
+    model.opt_begin = dp.plan.opt_begin();
+    model.opt_end = dp.plan.opt_end();
+    return dp;
+}
+
+#ifdef LLMC_NCCL
+namespace gpu_dp_detail {
+constexpr ncclDataType_t NCCL_X = std::is_same<floatX, float>::value ? ncclFloat32 : ncclBfloat16;
+
+// Waits for everything enqueued on `s` so far, with the --dist-timeout deadline.
+inline void wait_stream(GpuDataParallel& dp, cudaStream_t s, const char* doing) {
+    cudaEvent_t ev;
+    cudaCheck(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    cudaCheck(cudaEventRecord(ev, s));
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0;; i++) {
+        const cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaSuccess) break;
+        if (e != cudaErrorNotReady) cudaCheck(e);
+        if (i % 1024 == 1023) {
+            ncclResult_t async = ncclSuccess;
+            ncclCommGetAsyncError(dp.nccl, &async);
+            if (async != ncclSuccess && async != ncclInProgress)
+                fail("NCCL: %s while %s", ncclGetErrorString(async), doing);
+            if (std::chrono::steady_clock::now() - start > std::chrono::seconds(dp.timeout_s)) {
+                ncclCommAbort(dp.nccl);
+                fail("no progress for %d s while %s (--dist-timeout): a rank died or is stuck", dp.timeout_s, doing);
+            }
+        }
+        std::this_thread::yield();
+    }
+    cudaCheck(cudaEventDestroy(ev));
+}
+
+// The compute stream's work so far before the communication stream's next work.
+inline void comm_after_main(GpuDataParallel& dp, cudaStream_t main, cudaEvent_t ev) {
+    cudaCheck(cudaEventRecord(ev, main));
+    cudaCheck(cudaStreamWaitEvent(dp.stream, ev, 0));
+}
+
+inline void reduce_bucket(GpuDataParallel& dp, DpBucket& b, floatX* grads, cudaStream_t main) {
+    comm_after_main(dp, main, b.ready);
+    ncclCheck(ncclGroupStart());
+    for (const auto& r : b.ranges) {
+        if (dp.plan.stage == 2)
+            zero_for_each_piece(dp.plan, r.first, r.second, [&](int owner, int64_t lo, int64_t hi) {
+                ncclCheck(ncclReduce(grads + lo, grads + lo, (size_t)(hi - lo), NCCL_X, ncclSum, owner, dp.nccl, dp.stream));
+            });
+        else
+            ncclCheck(ncclAllReduce(grads + r.first, grads + r.first, (size_t)(r.second - r.first), NCCL_X, ncclSum, dp.nccl,
+                                    dp.stream));
+    }
+    ncclCheck(ncclGroupEnd());
+}
+
+inline void gather_bucket(GpuDataParallel& dp, DpBucket& b, floatX* params) {
+    ncclCheck(ncclGroupStart());
+    for (const auto& r : b.ranges)
+        zero_for_each_piece(dp.plan, r.first, r.second, [&](int owner, int64_t lo, int64_t hi) {
+            ncclCheck(ncclBroadcast(params + lo, params + lo, (size_t)(hi - lo), NCCL_X, owner, dp.nccl, dp.stream));
+        });
+    ncclCheck(ncclGroupEnd());
+    cudaCheck(cudaEventRecord(b.gathered, dp.stream));
+}
+
+// The buckets of the parameter layout: tensors 2..13 of GPT2_PARAMETER_TABLE (ln1w .. fcprojb) hold
+// L equal per-layer slices; the others (wte, wpe, lnfw, lnfb, lm_head) go to bucket 0.
+inline void plan_buckets(GpuDataParallel& dp, const GPT2Config& c) {
+    size_t sizes[NUM_PARAM_TENSORS], offsets[NUM_PARAM_TENSORS];
+    gpt2_param_sizes(c, sizes);
+    gpt2_param_offsets(c, offsets);
+    const int L = c.num_layers;
+    auto per_layer = [](int i) { return i >= gpt2_param::ln1w && i <= gpt2_param::fcprojb; };
+    size_t layer_elems = 0;
+    DpBucket rest;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        if (sizes[i] == 0) continue;
+        if (!per_layer(i)) rest.ranges.push_back({(int64_t)offsets[i], (int64_t)(offsets[i] + sizes[i])});
+        else if (sizes[i] % L != 0) fail("internal: tensor %s is not %d equal layer slices", GPT2_PARAM_NAMES[i], L);
+        else layer_elems += sizes[i] / L;
+    }
+    dp.buckets.push_back(rest);
+    const int per_bucket = (int)std::max<int64_t>(1, DP_BUCKET_BYTES / (int64_t)(layer_elems * sizeof(floatX)));
+    dp.bucket_of_layer.assign(L, 0);
+    for (int l0 = 0; l0 < L; l0 += per_bucket) {
+        DpBucket b;
+        b.first_layer = l0;
+        b.last_layer = std::min(L, l0 + per_bucket) - 1;
+        for (int i = 0; i < NUM_PARAM_TENSORS; i++)
+            if (per_layer(i) && sizes[i] > 0) {
+                const int64_t slice = (int64_t)(sizes[i] / L);
+                b.ranges.push_back({(int64_t)offsets[i] + l0 * slice, (int64_t)offsets[i] + (b.last_layer + 1) * slice});
+            }
+        for (int l = b.first_layer; l <= b.last_layer; l++) dp.bucket_of_layer[l] = (int)dp.buckets.size();
+        dp.buckets.push_back(b);
+    }
+}
+}  // namespace gpu_dp_detail
+#endif
+
+// After gpt2_build: the NCCL communicator (its id from rank 0 over the process group), the
+// communication stream, the buckets, and the model's hooks.
+inline void gpu_dp_start(GpuDataParallel& dp, GPT2& model, const CudaContext& ctx) {
+#ifdef LLMC_NCCL
+    using namespace gpu_dp_detail;
+    Comm& comm = *dp.comm;
+    ncclUniqueId id;
+    if (comm.primary()) ncclCheck(ncclGetUniqueId(&id));
+    comm.broadcast(&id, sizeof id, 0);
+    ncclCheck(ncclCommInitRank(&dp.nccl, comm.world, id, comm.rank));
+    cudaCheck(cudaStreamCreateWithFlags(&dp.stream, cudaStreamNonBlocking));
+    cudaCheck(cudaEventCreateWithFlags(&dp.main_ready, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&dp.comm_done, cudaEventDisableTiming));
+    plan_buckets(dp, model.config);
+    for (DpBucket& b : dp.buckets) {
+        cudaCheck(cudaEventCreateWithFlags(&b.ready, cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&b.gathered, cudaEventDisableTiming));
+    }
+    cudaStream_t main = ctx.stream;
+    GpuDataParallel* d = &dp;
+    GPT2* m = &model;
+    model.after_layer_backward = [d, m, main](int l) {
+        if (!d->armed) return;
+        DpBucket& b = d->buckets[d->bucket_of_layer[l]];
+        if (l == b.first_layer) reduce_bucket(*d, b, m->grads_memory, main);  // the backward walks down
+    };
+    model.before_layer_forward = [d, main](int l) {
+        if (!d->gathering) return;
+        const int L = (int)d->bucket_of_layer.size();
+        auto wait = [&](int bucket) { cudaCheck(cudaStreamWaitEvent(main, d->buckets[bucket].gathered, 0)); };
+        if (l < 0) wait(0);  // the embedding now, lnf and the classifier at the end
+        if (l < 0 && L > 0) wait(d->bucket_of_layer[0]);
+        if (l >= 0 && l + 1 < L && d->bucket_of_layer[l + 1] != d->bucket_of_layer[l]) wait(d->bucket_of_layer[l + 1]);
+    };
+    printf("data parallel: %d rank(s) (%s), NCCL %d.%d, zero %d, %zu buckets of <= %lld MiB; this rank keeps the "
+           "optimizer state of %lld of %lld parameters\n", comm.world, comm.how.c_str(), NCCL_MAJOR, NCCL_MINOR,
+           dp.plan.stage, dp.buckets.size(), (long long)(DP_BUCKET_BYTES >> 20), (long long)dp.plan.opt_count(),
+           (long long)dp.plan.n);
+#else
+    (void)dp;
+    (void)model;
+    (void)ctx;
+#endif
+}
+
+// Before the step's last micro-batch's backward: its buckets reduce as they complete.
+inline void gpu_dp_last_micro(GpuDataParallel& dp) { dp.armed = dp.nccl_on; }
+
+// After the step's last backward: bucket 0, then the compute stream waits for every reduction.
+inline void gpu_dp_reduce_grads(GpuDataParallel& dp, GPT2& model, const CudaContext& ctx) {
+#ifdef LLMC_NCCL
+    if (!dp.armed) return;
+    gpu_dp_detail::reduce_bucket(dp, dp.buckets[0], model.grads_memory, ctx.stream);
+    cudaCheck(cudaEventRecord(dp.comm_done, dp.stream));
+    cudaCheck(cudaStreamWaitEvent(ctx.stream, dp.comm_done, 0));
+    dp.armed = false;
+#else
+    (void)dp;
+    (void)model;
+    (void)ctx;
+#endif
+}
+
+// Global norm over the ranks, clipping, AdamW over this rank's slice, and at stage 1/2 the
+// all-gather of the updated parameters (left running: the next forward waits bucket by bucket).
+// Returns the gradient norm before clipping. Without NCCL: gpt2_update.
+inline float gpu_dp_update(GpuDataParallel& dp, GPT2& model, const OptimizerSettings& o, const CudaContext& ctx) {
+#ifdef LLMC_NCCL
+    using namespace gpu_dp_detail;
+    const ZeroPlan& p = dp.plan;
+    const int64_t b = p.opt_begin(), e = p.opt_end();
+    float* norm_out = model.acts.norm + GLOBAL_NORM_BLOCKS;
+    global_norm_squared(norm_out, model.acts.norm, model.grads_memory + b, e - b, ctx.stream);
+    if (p.stage > 0) {
+        comm_after_main(dp, ctx.stream, dp.main_ready);
+        ncclCheck(ncclAllReduce(norm_out, norm_out, 1, ncclFloat32, ncclSum, dp.nccl, dp.stream));
+        cudaCheck(cudaEventRecord(dp.comm_done, dp.stream));
+        cudaCheck(cudaStreamWaitEvent(ctx.stream, dp.comm_done, 0));
+    }
+    float norm_sq = 0.0f;
+    cudaCheck(cudaMemcpyAsync(&norm_sq, norm_out, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
+    wait_stream(dp, ctx.stream, "waiting for the gradient norm");
+    const float norm = std::sqrt(norm_sq);
+    model.step++;
+    const uint64_t seed = model.sr_seed ^ ((uint64_t)model.step * 0xD1B54A32D192ED03ull);  // as gpt2_update
+    const AdamWArgs args = adamw_args(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
+                                      cpu::grad_clip_scale(norm, o.grad_clip), model.step, seed);
+    adamw_update_range(model.params_memory, model.master_memory, model.grads_memory, model.m_memory, model.v_memory, b,
+                       e, args, model.decay, ctx.stream);
+    if (p.stage > 0) {
+        comm_after_main(dp, ctx.stream, dp.main_ready);
+        for (DpBucket& bk : dp.buckets) gather_bucket(dp, bk, model.params_memory);
+        dp.gathering = true;
+    }
+    return norm;
+#else
+    (void)dp;
+    return gpt2_update(model, o, ctx);
+#endif
+}
+
+// Checkpoint DIR/step_NNNNNNNN/ (llmc/zero.h): rank 0 writes model.bin, every rank its slice of
+// the optimizer state (m, v, master), then rank 0 writes DONE and renames once all have (barrier).
+inline void gpu_dp_save_checkpoint(GpuDataParallel& dp, const GPT2& model, const std::string& out_dir,
+                                   const int64_t loader_state[16], uint64_t rng_state) {
+    if (!dp.nccl_on) return gpt2_save_checkpoint(model, out_dir, loader_state, rng_state);
+    Comm& comm = *dp.comm;
+    const ZeroPlan& p = dp.plan;
+    cudaCheck(cudaDeviceSynchronize());  // the update and the all-gather are done
+    std::string dir;
+    if (comm.primary()) dir = checkpoint_begin(out_dir, model.step);
+    comm.broadcast(dir, 0);
+    if (comm.primary()) gpt2_write_model(model, dir + "/model.bin");
+    if (zero_writes_state(p)) {
+        const size_t k = (size_t)p.opt_count();
+        std::vector<float> m(k), v(k), master(HAS_MASTER ? k : 0);
+        cudaCheck(cudaMemcpy(m.data(), model.m_memory, k * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(v.data(), model.v_memory, k * sizeof(float), cudaMemcpyDeviceToHost));
+        if (HAS_MASTER) cudaCheck(cudaMemcpy(master.data(), model.master_memory, k * sizeof(float), cudaMemcpyDeviceToHost));
+        TrainState st;
+        st.step = model.step;
+        st.num_params = (int64_t)k;
+        st.rng_state = rng_state;
+        st.sr_seed = model.sr_seed;
+        for (int i = 0; i < 16; i++) st.loader[i] = loader_state[i];
+        const bool whole = p.opt_count() == p.n;
+        st.shard_begin = whole ? 0 : p.opt_begin();
+        st.total_params = whole ? 0 : p.n;
+        state_write((dir + "/" + zero_state_file_name(p)).c_str(), st, m.data(), v.data(),
+                    HAS_MASTER ? master.data() : nullptr);
+    }
+    comm.barrier();
+    if (comm.primary()) checkpoint_finish(dir);
+    comm.barrier();
+}
+
+// Reads checkpoint `dir` (any world size and stage) into the built model: parameters, this rank's
+// slice of m, v and master, step and rounding seed; returns the state with the data position moved
+// to this run's world size.
+inline TrainState gpu_dp_load_checkpoint(GpuDataParallel& dp, GPT2& model, const std::string& dir) {
+    if (!dp.nccl_on) return gpt2_load_checkpoint(model, dir);
+    const std::string model_path = dir + "/model.bin";
+    if (!gpt2_same_config(model_read_info(model_path.c_str()).config, model.config))
+        fail("%s: the checkpoint's model shape differs from this run's", model_path.c_str());
+    const ZeroPlan& p = dp.plan;
+    std::vector<float> host(p.n);
+    model_read_fp32(model_path.c_str(), host.data());
+    gpt2_set_params(model, host.data());  // master = the file's values unless the state has them
+    const size_t k = (size_t)p.opt_count();
+    std::vector<float> m(k), v(k), master(k);
+    TrainState st = zero_read_state(dir, p.n, p.opt_begin(), p.opt_end(), m.data(), v.data(), master.data());
+    if (HAS_MASTER && st.has_master)
+        cudaCheck(cudaMemcpy(model.master_memory, master.data(), k * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(model.m_memory, m.data(), k * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(model.v_memory, v.data(), k * sizeof(float), cudaMemcpyHostToDevice));
+    model.step = st.step;
+    model.sr_seed = st.sr_seed;
+    zero_loader_state_for_world(st.loader, dp.comm->world, ("--resume " + dir).c_str());
+    return st;
+}
+
+inline void gpu_dp_finish(GpuDataParallel& dp) {
+#ifdef LLMC_NCCL
+    if (!dp.nccl_on) return;
+    cudaCheck(cudaStreamSynchronize(dp.stream));
+    for (DpBucket& b : dp.buckets) {
+        cudaCheck(cudaEventDestroy(b.ready));
+        cudaCheck(cudaEventDestroy(b.gathered));
+    }
+    cudaCheck(cudaEventDestroy(dp.main_ready));
+    cudaCheck(cudaEventDestroy(dp.comm_done));
+    ncclCheck(ncclCommDestroy(dp.nccl));
+    cudaCheck(cudaStreamDestroy(dp.stream));
+#endif
+    dp.nccl_on = false;
+}
