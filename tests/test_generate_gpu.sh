@@ -61,10 +61,10 @@ for name, L, C, NH, NKV, W, knobs in [("mha", 2, 128, 2, 2, 0, {}), ("gqa", 3, 2
 PY
 MHA=$WORK/mha.bin GQA=$WORK/gqa.bin LMHA=$WORK/lmha.bin LGQA=$WORK/lgqa.bin
 LLAMA114="llama:L12,C768,H12,KV4,F2048"
+P1="1,2,3,4,5" P2="900,17,4,250,31,8,77,12,600,5,44,3" P3="42"
 P4="3,1,4,1,5,9,2,6,5,3,5,8,9,7,9,3,2,3,8,4,6,2,6,4,3,3,8,3,2,7" P5="11" P6="60,61" P7="999,0,998,1"
 TEN="--prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3 --prompt-ids $P4 --prompt-ids $P5 --prompt-ids $P6
      --prompt-ids $P7 --prompt-ids $P2 --prompt-ids $P4 --prompt-ids $P1 --batch 10"
-P1="1,2,3,4,5" P2="900,17,4,250,31,8,77,12,600,5,44,3" P3="42"
 
 # ---- 1. fp32 build vs the CPU twin
 same() {  # same NAME CMD_ARGS...: stdout of the fp32 GPU build and the CPU twin are equal (and non-empty);

@@ -59,7 +59,7 @@ def model_file(tmp_path, family):
         from test_llama_reference import hf_llama
         NKV, tied = (1, False) if "gqa" in family else (2, True)
         hf = hf_llama(L, C, NH, NKV, 192, V, maxT, theta=10000.0, eps=1e-5, tied=tied, seed=7)  # float64
-        ours = train_gpt2.from_hf_llama(hf)
+        ours = train_gpt2.from_hf(hf)
     hf.generation_config.eos_token_id = None  # run every step
     hf.generation_config.pad_token_id = 0
     path = tmp_path / f"{family}.bin"

@@ -117,16 +117,22 @@ def run_shape(L, N, C):
         ok = L.check_out(out, ref_out) and ok
         return L.check_out(rstd, ref_rstd, lc.TOL_STATS) and ok
 
-    def check_fused_fresh(r):
+    def check_fused_fresh(r, rstd_tol=lc.TOL_STATS):
         ok = L.check_fresh("residual", r[0], ref_res)
         ok = L.check_fresh("out", r[1], ref_out) and ok
-        return L.check_fresh("rstd", r[2], ref_rstd, lc.TOL_STATS) and ok
+        return L.check_fresh("rstd", r[2], ref_rstd, rstd_tol) and ok
+
+    # torch.compile fuses the add into the norm and takes rstd of the fp32 sum, not of the stored bf16
+    # residual the expression names (seen on the H200: rstd within 4.3e-4 of the rounded sum's), so
+    # its rstd is held to the bf16 tolerance
+    def check_fused_fresh_compiled(r):
+        return check_fused_fresh(r, lc.TOL_BF16)
 
     L.run(op, "triton", nbytes, flops, lc.MEMORY, reset, lambda: rmsnorm_triton(res.t, out.t, rstd.t, a, b, w),
           check_fused)
     compiled_fused = L.compile(fused_residual_rmsnorm_expr)
     L.run(op, "torch.compile", nbytes, flops, lc.MEMORY, lambda: None, lambda: compiled_fused(a, b, w),
-          check_fused_fresh)
+          check_fused_fresh_compiled)
     L.run(op, "torch eager", nbytes, flops, lc.MEMORY, lambda: None, lambda: fused_residual_rmsnorm_expr(a, b, w),
           check_fused_fresh)
 
