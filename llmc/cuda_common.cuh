@@ -187,3 +187,15 @@ inline void column_partials_add(T* out, const float* partials, int chunks, int64
     column_partials_add_kernel<<<ceil_div(C, 32), dim3(32, 8), 0, stream>>>(out, partials, chunks, stride, C);
     cudaCheckLaunch();
 }
+
+// The fused norm backwards (llmc/rmsnorm.cuh, llmc/layernorm.cuh) share one plan: blocks of 8 warps,
+// each over one chunk of consecutive rows, whose (chunks, C) weight partials column_partials_add
+// folds. At most 256 chunks (at 2 blocks per SM every chunk is resident at once on 132 SMs: one
+// wave), at least COLUMN_MIN_ROWS rows each, so they fit the scratch of column_num_chunks(N); rows up
+// to NORM_BWD_MAX_C wide (wider ones take each op's two-kernel path).
+constexpr int NORM_BWD_BLOCK = 256;
+constexpr int NORM_BWD_WARPS = NORM_BWD_BLOCK / WARP_SIZE;
+constexpr int NORM_BWD_MAX_C = 1024;
+constexpr int NORM_BWD_MAX_PACKS = NORM_BWD_MAX_C / (WARP_SIZE * x128::size);  // 4 bf16, 8 fp32
+constexpr int NORM_BWD_MAX_CHUNKS = 256;
+inline int norm_backward_chunks(int N) { return std::min(NORM_BWD_MAX_CHUNKS, ceil_div(N, COLUMN_MIN_ROWS)); }

@@ -88,11 +88,11 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
 // dinp += rstd * (g - mean(g) - norm * mean(g * norm)), dweight += sum over rows of dout * norm,
 // dbias += sum over rows of dout.
 //
-// The shipped path, C <= LAYERNORM_BWD_MAX_C: one kernel reads each row of dout, inp and dinp once
+// The shipped path, C <= NORM_BWD_MAX_C: one kernel reads each row of dout, inp and dinp once
 // and writes dinp once (the fewest bytes: 4 N*C*sizeof(floatX), 403 MB at N = 65536, C = 768 in
-// bf16, ~100 us at the 4.0 TB/s copy), then layernorm_backward_fold adds the chunk partials of
-// dweight and dbias in fixed order, both in one launch. Block = one chunk of consecutive rows
-// (layernorm_backward_chunks: at most 256, so at 2 blocks per SM every chunk is resident at once
+// bf16, ~100 us at the 4.0 TB/s copy), then column_partials_add adds the chunk partials of
+// dweight and dbias in fixed order (a launch each). Block = one chunk of consecutive rows
+// (norm_backward_chunks: at most 256, so at 2 blocks per SM every chunk is resident at once
 // on 132 SMs, one wave); warp w takes R rows at a time, rows r0 + w*R, r0 + (w + 8)*R, ... of the
 // chunk. A lane owns the column packs lane, lane + 32, ... of its rows and keeps its dweight and
 // dbias sums for them in registers over all its rows; at the end the 8 warps' sums are added in
@@ -102,24 +102,12 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
 // issued before the first reduction, one DRAM round trip per step (the lab's "one pass" variant
 // loads dinp only after the reduction: two), and the rows stay in registers (no second read).
 // PACKS = packs per lane (3 at C = 768 in bf16), R = rows per warp per step (layernorm_backward_rows).
-constexpr int LAYERNORM_BWD_BLOCK = 256;
-constexpr int LAYERNORM_BWD_WARPS = LAYERNORM_BWD_BLOCK / WARP_SIZE;
-constexpr int LAYERNORM_BWD_MAX_C = 1024;  // wider rows take the two-kernel path
-constexpr int LAYERNORM_BWD_MAX_PACKS = LAYERNORM_BWD_MAX_C / (WARP_SIZE * x128::size);  // 4 bf16, 8 fp32
-constexpr int LAYERNORM_BWD_MAX_CHUNKS = 256, LAYERNORM_BWD_MIN_ROWS = 32;  // N = 651: 21 chunks of <= 31 rows
-
-// Row chunks (blocks) of the shipped path: at most column_num_chunks(N), so its (chunks, 2, C)
-// partials fit the scratch of the two-kernel path (layernorm_backward_scratch_floats).
-inline int layernorm_backward_chunks(int N) {
-    return std::min(LAYERNORM_BWD_MAX_CHUNKS, ceil_div(N, LAYERNORM_BWD_MIN_ROWS));
-}
-
 template <int PACKS, int R>
-static __global__ __launch_bounds__(LAYERNORM_BWD_BLOCK, 2) void layernorm_backward_fused(
+static __global__ __launch_bounds__(NORM_BWD_BLOCK, 2) void layernorm_backward_fused(
     floatX* dinp, float* partials, const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
     const float* rstd, int N, int C, int rows_per_chunk) {
-    static_assert(PACKS * WARP_SIZE * x128::size <= LAYERNORM_BWD_MAX_C, "warp_sum holds LAYERNORM_BWD_MAX_C columns");
-    __shared__ float warp_sum[LAYERNORM_BWD_WARPS * LAYERNORM_BWD_MAX_C];  // [warp][c], 32 KB, dweight then dbias
+    static_assert(PACKS * WARP_SIZE * x128::size <= NORM_BWD_MAX_C, "warp_sum holds NORM_BWD_MAX_C columns");
+    __shared__ float warp_sum[NORM_BWD_WARPS * NORM_BWD_MAX_C];  // [warp][c], 32 KB, dweight then dbias
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     const int r0 = blockIdx.x * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
     float dw[PACKS][x128::size], db[PACKS][x128::size];
@@ -129,7 +117,7 @@ static __global__ __launch_bounds__(LAYERNORM_BWD_BLOCK, 2) void layernorm_backw
         for (int k = 0; k < x128::size; k++) dw[p][k] = db[p][k] = 0.0f;
     // r is the same for all lanes of a warp: the loop, the row checks and the shuffles are warp-uniform
 #pragma unroll 1
-    for (int r = r0 + warp * R; r < r1; r += LAYERNORM_BWD_WARPS * R) {
+    for (int r = r0 + warp * R; r < r1; r += NORM_BWD_WARPS * R) {
         // Phase 1 needs only what was loaded: the dweight and dbias sums, this lane's parts of sum(g)
         // and sum(g * norm), and t = dinp + rstd * g. Phase 2, after the row's reductions, writes
         // dinp = t - rstd * (mean(g) + norm * mean(g * norm)); only t and norm live across them.
@@ -215,34 +203,11 @@ static __global__ __launch_bounds__(LAYERNORM_BWD_BLOCK, 2) void layernorm_backw
                 for (int k = 0; k < x128::size; k++) warp_sum[warp * C + c + k] = half == 0 ? dw[p][k] : db[p][k];
         }
         __syncthreads();
-        for (int c = threadIdx.x; c < C; c += LAYERNORM_BWD_BLOCK) {
+        for (int c = threadIdx.x; c < C; c += NORM_BWD_BLOCK) {
             float sum = 0.0f;
-            for (int v = 0; v < LAYERNORM_BWD_WARPS; v++) sum += warp_sum[v * C + c];
+            for (int v = 0; v < NORM_BWD_WARPS; v++) sum += warp_sum[v * C + c];
             out[half * C + c] = sum;
         }
-    }
-}
-
-// dweight[c] += sum over k < chunks of partials[k][0][c] and dbias[c] += ... [k][1][c], in fixed
-// order; column j < 2C of the (chunks, 2C) partials is dweight's j or dbias's j - C. Thread (x, y)
-// of a (32, 32) block sums chunks y, y + 32, ... of column blockIdx.x * 32 + x (at most 8 loads at
-// 256 chunks, all in flight), then row y = 0 adds the 32 lane sums in order. ~1.6 MB at C = 768.
-static __global__ void layernorm_backward_fold(floatX* dweight, floatX* dbias, const float* partials, int chunks,
-                                               int C) {
-    __shared__ float lane_sum[32][33];
-    const int j = blockIdx.x * 32 + threadIdx.x;
-    float s = 0.0f;
-    if (j < 2 * C) {
-#pragma unroll 8
-        for (int k = threadIdx.y; k < chunks; k += 32) s += partials[(int64_t)k * 2 * C + j];
-    }
-    lane_sum[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && j < 2 * C) {
-        float total = 0.0f;
-        for (int y = 0; y < 32; y++) total += lane_sum[y][threadIdx.x];
-        floatX* o = j < C ? dweight + j : dbias + (j - C);
-        *o = from_float<floatX>(to_float(*o) + total);
     }
 }
 
@@ -254,22 +219,22 @@ template <int PACKS>
 constexpr int layernorm_backward_rows() { return PACKS * x128::size <= 16 ? 2 : 1; }
 
 // The shipped path with PACKS packs per lane and R rows per warp step; needs C <= 32 * PACKS *
-// x128::size and layernorm_backward_chunks(N) * 2 * C floats of scratch. The lab times R = 1 and 2.
+// x128::size and norm_backward_chunks(N) * 2 * C floats of scratch. The lab times R = 1 and 2.
 template <int PACKS, int R>
 inline void layernorm_backward_fused_launch(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch,
                                             const floatX* dout, const floatX* inp, const floatX* weight,
                                             const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
     if (C > PACKS * WARP_SIZE * x128::size) fail("layernorm_backward: C = %d exceeds %d packs per lane", C, PACKS);
     if (N <= 0) return;
-    const int chunks = layernorm_backward_chunks(N), rows_per_chunk = ceil_div(N, chunks);
-    layernorm_backward_fused<PACKS, R><<<chunks, LAYERNORM_BWD_BLOCK, 0, stream>>>(
+    const int chunks = norm_backward_chunks(N), rows_per_chunk = ceil_div(N, chunks);
+    layernorm_backward_fused<PACKS, R><<<chunks, NORM_BWD_BLOCK, 0, stream>>>(
         dinp, scratch, dout, inp, weight, mean, rstd, N, C, rows_per_chunk);
     cudaCheckLaunch();
-    layernorm_backward_fold<<<ceil_div(2 * C, 32), dim3(32, 32), 0, stream>>>(dweight, dbias, scratch, chunks, C);
-    cudaCheckLaunch();
+    column_partials_add(dweight, scratch, chunks, 2 * (int64_t)C, C, stream);  // partials [k][0][c]
+    column_partials_add(dbias, scratch + C, chunks, 2 * (int64_t)C, C, stream);  // partials [k][1][c]
 }
 
-// The two-kernel path (shipped before; the fallback for C > LAYERNORM_BWD_MAX_C). dinp: one warp
+// The two-kernel path (shipped before; the fallback for C > NORM_BWD_MAX_C). dinp: one warp
 // per row, two passes over dout, inp and weight (the second from L1), one read-modify-write of dinp.
 static __global__ void layernorm_backward_input_warp_per_row(floatX* dinp, const floatX* dout, const floatX* inp,
                                                              const floatX* weight, const float* mean,
@@ -326,7 +291,7 @@ static __global__ void layernorm_backward_param_partials(float* partials, const 
 }
 
 // Floats of scratch layernorm_backward needs for N rows of C channels (either path; the shipped
-// one uses layernorm_backward_chunks(N) * 2 * C of them).
+// one uses norm_backward_chunks(N) * 2 * C of them).
 inline size_t layernorm_backward_scratch_floats(int N, int C) { return (size_t)column_num_chunks(N) * 2 * C; }
 
 // The two-kernel path, any C (a multiple of x128::size): column_num_chunks(N) * 2 * C floats of scratch.
@@ -353,12 +318,12 @@ inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, flo
                                int C, cudaStream_t stream) {
     layernorm_check("layernorm_backward", C);
     if (N <= 0 || C <= 0) return;  // nothing to add (and no empty grid to launch)
-    if (C > LAYERNORM_BWD_MAX_C) {
+    if (C > NORM_BWD_MAX_C) {
         layernorm_backward_two_kernels(dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, C, stream);
         return;
     }
     // packs per lane, rounded up to a quarter of the maximum: 1..4 in bf16, 2, 4, 6, 8 in fp32
-    constexpr int Q = LAYERNORM_BWD_MAX_PACKS / 4;
+    constexpr int Q = NORM_BWD_MAX_PACKS / 4;
     const int quarters = ceil_div(ceil_div(C / x128::size, WARP_SIZE), Q);
     auto launch = quarters <= 1   ? layernorm_backward_fused_launch<1 * Q, layernorm_backward_rows<1 * Q>()>
                   : quarters == 2 ? layernorm_backward_fused_launch<2 * Q, layernorm_backward_rows<2 * Q>()>

@@ -86,10 +86,10 @@ inline void fused_residual_rmsnorm_forward(floatX* residual, floatX* out, float*
 // With n = inp * rstd and g = dout * weight (no mean is subtracted, so no mean(g) term as in
 // LayerNorm): dinp += rstd * (g - n * mean(g * n)), dweight += sum over rows of dout * n.
 //
-// The shipped path, C <= RMSNORM_BWD_MAX_C: one kernel reads each row of dout, inp and dinp once
+// The shipped path, C <= NORM_BWD_MAX_C: one kernel reads each row of dout, inp and dinp once
 // and writes dinp once (the fewest bytes: 4 N*C*sizeof(floatX), 403 MB at N = 65536, C = 768 in
-// bf16, ~100 us at the 4.0 TB/s copy), then rmsnorm_backward_fold adds the chunk partials of
-// dweight in fixed order. Block = one chunk of consecutive rows (rmsnorm_backward_chunks: at most
+// bf16, ~100 us at the 4.0 TB/s copy), then column_partials_add adds the chunk partials of
+// dweight in fixed order. Block = one chunk of consecutive rows (norm_backward_chunks: at most
 // 256, so at 2 blocks per SM every chunk is resident at once on 132 SMs, one wave); warp w takes R
 // rows at a time, rows r0 + w*R, r0 + (w + 8)*R, ... of the chunk. A lane owns the column packs
 // lane, lane + 32, ... of its rows and keeps its dweight sums for them in registers over all its
@@ -101,24 +101,12 @@ inline void fused_residual_rmsnorm_forward(floatX* residual, floatX* out, float*
 // inp and dinp: 3*PACKS 16-byte loads per lane per row) is issued before the first reduction, one
 // round trip per step, and the rows stay in registers (no second read, not even from L1).
 // PACKS = packs per lane (3 at C = 768 in bf16), R = rows per warp per step (rmsnorm_backward_rows).
-constexpr int RMSNORM_BWD_BLOCK = 256;
-constexpr int RMSNORM_BWD_WARPS = RMSNORM_BWD_BLOCK / WARP_SIZE;
-constexpr int RMSNORM_BWD_MAX_C = 1024;  // wider rows take the two-kernel path
-constexpr int RMSNORM_BWD_MAX_PACKS = RMSNORM_BWD_MAX_C / (WARP_SIZE * x128::size);  // 4 bf16, 8 fp32
-constexpr int RMSNORM_BWD_MAX_CHUNKS = 256, RMSNORM_BWD_MIN_ROWS = 32;  // N = 651: 21 chunks of <= 31 rows
-
-// Row chunks (blocks) of the shipped path: at most column_num_chunks(N), so it fits the scratch
-// the two-kernel path needs (rmsnorm_backward_scratch_floats).
-inline int rmsnorm_backward_chunks(int N) {
-    return std::min(RMSNORM_BWD_MAX_CHUNKS, ceil_div(N, RMSNORM_BWD_MIN_ROWS));
-}
-
 template <int PACKS, int R>
-static __global__ __launch_bounds__(RMSNORM_BWD_BLOCK, 2) void rmsnorm_backward_fused(
+static __global__ __launch_bounds__(NORM_BWD_BLOCK, 2) void rmsnorm_backward_fused(
     floatX* dinp, float* partials, const floatX* dout, const floatX* inp, const floatX* weight, const float* rstd,
     int N, int C, int rows_per_chunk) {
-    static_assert(PACKS * WARP_SIZE * x128::size <= RMSNORM_BWD_MAX_C, "warp_dw holds RMSNORM_BWD_MAX_C columns");
-    __shared__ float warp_dw[RMSNORM_BWD_WARPS * RMSNORM_BWD_MAX_C];  // [warp][c], 32 KB
+    static_assert(PACKS * WARP_SIZE * x128::size <= NORM_BWD_MAX_C, "warp_dw holds NORM_BWD_MAX_C columns");
+    __shared__ float warp_dw[NORM_BWD_WARPS * NORM_BWD_MAX_C];  // [warp][c], 32 KB
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     const int r0 = blockIdx.x * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
     float dw[PACKS][x128::size];
@@ -128,7 +116,7 @@ static __global__ __launch_bounds__(RMSNORM_BWD_BLOCK, 2) void rmsnorm_backward_
         for (int k = 0; k < x128::size; k++) dw[p][k] = 0.0f;
     // r is the same for all lanes of a warp: the loop, the row checks and the shuffles are warp-uniform
 #pragma unroll 1
-    for (int r = r0 + warp * R; r < r1; r += RMSNORM_BWD_WARPS * R) {
+    for (int r = r0 + warp * R; r < r1; r += NORM_BWD_WARPS * R) {
         // Phase 1 needs only what was loaded: dweight's sum (dout * n, n = inp * rstd), this lane's
         // part of sum(g * inp), and t = dinp + rstd * g. Phase 2, after the row's reduction, writes
         // dinp = t - n * rstd * mean(g * n); only t and n live across the reduction.
@@ -200,30 +188,10 @@ static __global__ __launch_bounds__(RMSNORM_BWD_BLOCK, 2) void rmsnorm_backward_
             for (int k = 0; k < x128::size; k++) warp_dw[warp * C + c + k] = dw[p][k];
     }
     __syncthreads();
-    for (int c = threadIdx.x; c < C; c += RMSNORM_BWD_BLOCK) {
+    for (int c = threadIdx.x; c < C; c += NORM_BWD_BLOCK) {
         float sum = 0.0f;
-        for (int v = 0; v < RMSNORM_BWD_WARPS; v++) sum += warp_dw[v * C + c];
+        for (int v = 0; v < NORM_BWD_WARPS; v++) sum += warp_dw[v * C + c];
         partials[(int64_t)blockIdx.x * C + c] = sum;
-    }
-}
-
-// dweight[c] += sum over k < chunks of partials[k * C + c], in fixed order: thread (x, y) of a
-// (32, 32) block sums chunks y, y + 32, ... of column blockIdx.x * 32 + x (at most 8 loads at 256
-// chunks, all in flight), then row y = 0 adds the 32 lane sums in order. ~0.8 MB at C = 768.
-static __global__ void rmsnorm_backward_fold(floatX* dweight, const float* partials, int chunks, int C) {
-    __shared__ float lane_sum[32][33];
-    const int c = blockIdx.x * 32 + threadIdx.x;
-    float s = 0.0f;
-    if (c < C) {
-#pragma unroll 8
-        for (int k = threadIdx.y; k < chunks; k += 32) s += partials[(int64_t)k * C + c];
-    }
-    lane_sum[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        float total = 0.0f;
-        for (int y = 0; y < 32; y++) total += lane_sum[y][threadIdx.x];
-        dweight[c] = from_float<floatX>(to_float(dweight[c]) + total);
     }
 }
 
@@ -235,22 +203,21 @@ template <int PACKS>
 constexpr int rmsnorm_backward_rows() { return PACKS * x128::size <= 16 ? 2 : 1; }
 
 // The shipped path with PACKS packs per lane and R rows per warp step; needs C <= 32 * PACKS *
-// x128::size and rmsnorm_backward_chunks(N) * C floats of scratch. The lab times R = 1 and 2.
+// x128::size and norm_backward_chunks(N) * C floats of scratch. The lab times R = 1 and 2.
 template <int PACKS, int R>
 inline void rmsnorm_backward_fused_launch(floatX* dinp, floatX* dweight, float* scratch, const floatX* dout,
                                           const floatX* inp, const floatX* weight, const float* rstd, int N, int C,
                                           cudaStream_t stream) {
     if (C > PACKS * WARP_SIZE * x128::size) fail("rmsnorm_backward: C = %d exceeds %d packs per lane", C, PACKS);
     if (N <= 0) return;
-    const int chunks = rmsnorm_backward_chunks(N), rows_per_chunk = ceil_div(N, chunks);
-    rmsnorm_backward_fused<PACKS, R><<<chunks, RMSNORM_BWD_BLOCK, 0, stream>>>(dinp, scratch, dout, inp, weight, rstd,
+    const int chunks = norm_backward_chunks(N), rows_per_chunk = ceil_div(N, chunks);
+    rmsnorm_backward_fused<PACKS, R><<<chunks, NORM_BWD_BLOCK, 0, stream>>>(dinp, scratch, dout, inp, weight, rstd,
                                                                               N, C, rows_per_chunk);
     cudaCheckLaunch();
-    rmsnorm_backward_fold<<<ceil_div(C, 32), dim3(32, 32), 0, stream>>>(dweight, scratch, chunks, C);
-    cudaCheckLaunch();
+    column_partials_add(dweight, scratch, chunks, (int64_t)C, C, stream);
 }
 
-// The two-kernel path (shipped before; the fallback for C > RMSNORM_BWD_MAX_C). dinp: one warp per
+// The two-kernel path (shipped before; the fallback for C > NORM_BWD_MAX_C). dinp: one warp per
 // row, two passes over dout, inp and weight (the second from L1), one read-modify-write of dinp.
 static __global__ void rmsnorm_backward_input_warp_per_row(floatX* dinp, const floatX* dout, const floatX* inp,
                                                            const floatX* weight, const float* rstd, int N, int C) {
@@ -298,7 +265,7 @@ static __global__ void rmsnorm_backward_weight_partials(float* partials, const f
 }
 
 // Floats of scratch rmsnorm_backward needs for N rows of C channels (either path; the shipped one
-// uses rmsnorm_backward_chunks(N) * C of them).
+// uses norm_backward_chunks(N) * C of them).
 inline size_t rmsnorm_backward_scratch_floats(int N, int C) { return (size_t)column_num_chunks(N) * C; }
 
 // The two-kernel path, any C (a multiple of x128::size): column_num_chunks(N) * C floats of scratch.
@@ -323,12 +290,12 @@ inline void rmsnorm_backward(floatX* dinp, floatX* dweight, float* scratch, cons
                              const floatX* weight, const float* rstd, int N, int C, cudaStream_t stream) {
     rmsnorm_check("rmsnorm_backward", C);
     if (N <= 0 || C <= 0) return;  // nothing to add (and no empty grid to launch)
-    if (C > RMSNORM_BWD_MAX_C) {
+    if (C > NORM_BWD_MAX_C) {
         rmsnorm_backward_two_kernels(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, stream);
         return;
     }
     // packs per lane, rounded up to a quarter of the maximum: 1..4 in bf16, 2, 4, 6, 8 in fp32
-    constexpr int Q = RMSNORM_BWD_MAX_PACKS / 4;
+    constexpr int Q = NORM_BWD_MAX_PACKS / 4;
     const int quarters = ceil_div(ceil_div(C / x128::size, WARP_SIZE), Q);
     auto launch = quarters <= 1   ? rmsnorm_backward_fused_launch<1 * Q, rmsnorm_backward_rows<1 * Q>()>
                   : quarters == 2 ? rmsnorm_backward_fused_launch<2 * Q, rmsnorm_backward_rows<2 * Q>()>

@@ -21,7 +21,8 @@
 //                  load of a row (dout, inp, dinp) issued before its reductions, the row held in
 //                  registers, dweight and dbias sums per lane in registers, 256 chunks of rows = 256
 //                  blocks of 8 warps (one wave at 2 blocks/SM on 132 SMs; 128 registers at C = 768, no
-//                  spills), then layernorm_backward_fold (dweight and dbias in one launch).
+//                  spills), then column_partials_add for dweight and dbias (the measured version below
+//                  had one fold kernel for both: ~1-2 us a call).
 //                  DRAM: 4 N*C*2 B = 403 MB once; expected >= 85% of copy (one DRAM round trip per
 //                  row, 16 warps x 9 16-byte loads per lane = 74 KB in flight per SM) + ~2-3 us of fold.
 //                  measured: 0.1259 ms, 80.0% of copy at N=65536 C=768 (H200, commit b0218d8; the two
@@ -282,9 +283,9 @@ static void run_shape(lab::Lab& L, int N, int C) {
     for (const int R : {1, 2}) {
         L.run("layernorm_backward" + shape, 2 + R, R == 1 ? "fused R=1" : "fused R=2", bwd_bytes, 15.0 * NC,
               lab::Bound::Memory, reset_bwd, [&] {
-                  if (C > LAYERNORM_BWD_MAX_C) fail("layernorm backward variant %d: C = %d > %d", 2 + R, C,
-                                                    LAYERNORM_BWD_MAX_C);
-                  constexpr int Q = LAYERNORM_BWD_MAX_PACKS / 4;
+                  if (C > NORM_BWD_MAX_C) fail("layernorm backward variant %d: C = %d > %d", 2 + R, C,
+                                                    NORM_BWD_MAX_C);
+                  constexpr int Q = NORM_BWD_MAX_PACKS / 4;
                   const int quarters = ceil_div(ceil_div(C / x128::size, WARP_SIZE), Q);
                   auto launch = quarters <= 1   ? layernorm_backward_fused_launch<1 * Q, 1>
                                 : quarters == 2 ? layernorm_backward_fused_launch<2 * Q, 1>

@@ -16,7 +16,8 @@
 //                  load of a row (dout, inp, dinp) issued before its reduction, the row held in
 //                  registers, dweight sums per lane in registers, 256 chunks of rows = 256 blocks of 8
 //                  warps (one wave at 2 blocks/SM on 132 SMs; 113 registers at C = 768), then
-//                  rmsnorm_backward_fold (a 1024-thread block per 32 columns, <= 8 loads per thread).
+//                  column_partials_add (the measured version below had its own fold kernel, 32 chunk
+//                  lanes instead of 8: ~1-2 us a call).
 //                  DRAM: 4 N*C*2 B = 403 MB, the lab's byte count, once; expected >= 85% of copy
 //                  (one DRAM round trip per row; 16 warps x 9 16-byte loads per lane = 74 KB in
 //                  flight per SM, the order of the forward kernels' that reach 81-90%) + ~2-3 us of fold.
@@ -270,9 +271,9 @@ static void run_shape(lab::Lab& L, int N, int C) {
     for (const int R : {1, 2}) {
         L.run("rmsnorm_backward" + shape, 2 + R, R == 1 ? "fused R=1" : "fused R=2", bwd_bytes, bwd_flops,
               lab::Bound::Memory, reset_bwd, [&] {
-                  if (C > RMSNORM_BWD_MAX_C)
-                      fail("rmsnorm backward variant %d: C = %d > %d", 2 + R, C, RMSNORM_BWD_MAX_C);
-                  constexpr int Q = RMSNORM_BWD_MAX_PACKS / 4;
+                  if (C > NORM_BWD_MAX_C)
+                      fail("rmsnorm backward variant %d: C = %d > %d", 2 + R, C, NORM_BWD_MAX_C);
+                  constexpr int Q = NORM_BWD_MAX_PACKS / 4;
                   const int quarters = ceil_div(ceil_div(C / x128::size, WARP_SIZE), Q);
                   auto launch = quarters <= 1   ? rmsnorm_backward_fused_launch<1 * Q, 1>
                                 : quarters == 2 ? rmsnorm_backward_fused_launch<2 * Q, 1>
