@@ -230,20 +230,10 @@ int main(int argc, char** argv) {
                                         : gpt2_config_from_descriptor(g.init.c_str());
     const std::string source = g.init.empty() ? model_file : "--init " + g.init;
     gpt2_infer_check_config(c, source.c_str());  // what the GPU runs, before the device starts
-    const int V = c.vocab_size;
-    if (g.max_seq > c.max_seq_len)
-        fail("--max-seq %d: longer than the %d positions of %s (its max_seq_len)", g.max_seq, c.max_seq_len,
-             source.c_str());
-    const int max_seq = g.max_seq ? g.max_seq : c.max_seq_len;
+    const int V = c.vocab_size, max_seq = resolve_max_seq(g, c, source);
     std::unique_ptr<Tokenizer> tok;
     std::unique_ptr<BpeEncoder> bpe;
-    if (!g.tokenizer_path.empty()) {
-        tok.reset(new Tokenizer(g.tokenizer_path.c_str()));
-        if (tok->vocab_size() < V)
-            fail("--tokenizer %s: %d tokens, the model's vocabulary has %d", g.tokenizer_path.c_str(),
-                 tok->vocab_size(), V);
-        bpe.reset(new BpeEncoder(g.tokenizer_path.c_str()));
-    }
+    open_tokenizer(g, V, &tok, &bpe);
     const int eot = g.bench ? -1 : resolve_eot(g, tok.get(), c);
     const PromptReader reader(bpe.get(), V, max_seq);
     const std::vector<Prompt> prompts = reader.read_all(g.prompts);

@@ -102,20 +102,10 @@ int main(int argc, char** argv) {
     parse_gen_args(argc, argv, g, "generate_cpu", false);
     const std::string model_file = resolve_model_path(g.model_path);
     const GPT2Config c = model_read_info(model_file.c_str()).config;
-    const int V = c.vocab_size;
-    if (g.max_seq > c.max_seq_len)
-        fail("--max-seq %d: longer than the %d positions of %s (its max_seq_len)", g.max_seq, c.max_seq_len,
-             model_file.c_str());
-    const int max_seq = g.max_seq ? g.max_seq : c.max_seq_len;
+    const int V = c.vocab_size, max_seq = resolve_max_seq(g, c, model_file);
     std::unique_ptr<Tokenizer> tok;
     std::unique_ptr<BpeEncoder> bpe;
-    if (!g.tokenizer_path.empty()) {
-        tok.reset(new Tokenizer(g.tokenizer_path.c_str()));
-        if (tok->vocab_size() < V)
-            fail("--tokenizer %s: %d tokens, the model's vocabulary has %d", g.tokenizer_path.c_str(),
-                 tok->vocab_size(), V);
-        bpe.reset(new BpeEncoder(g.tokenizer_path.c_str()));
-    }
+    open_tokenizer(g, V, &tok, &bpe);
     const int eot = resolve_eot(g, tok.get(), c);
 
     const PromptReader reader(bpe.get(), V, max_seq);

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 #include "llmc/bpe.h"
@@ -229,6 +230,27 @@ class PromptReader {
 
 // The end-of-text token that stops a sequence: --eot, else the tokenizer's where the model can
 // produce it, else GPT-2's 50256 for a GPT-2 whose V has it, else none (-1).
+// The positions a sequence may use: --max-seq, at most the model's max_seq_len (0 = all of them);
+// `source` names the model in the message.
+inline int resolve_max_seq(const GenConfig& g, const GPT2Config& c, const std::string& source) {
+    if (g.max_seq > c.max_seq_len)
+        fail("--max-seq %d: longer than the %d positions of %s (its max_seq_len)", g.max_seq, c.max_seq_len,
+             source.c_str());
+    return g.max_seq ? g.max_seq : c.max_seq_len;
+}
+
+// --tokenizer: its decode table and GPT-2's BPE encoder over the same file (both null without the
+// flag); a tokenizer smaller than the model's vocabulary V is refused.
+inline void open_tokenizer(const GenConfig& g, int V, std::unique_ptr<Tokenizer>* tok,
+                           std::unique_ptr<BpeEncoder>* bpe) {
+    if (g.tokenizer_path.empty()) return;
+    tok->reset(new Tokenizer(g.tokenizer_path.c_str()));
+    if ((*tok)->vocab_size() < V)
+        fail("--tokenizer %s: %d tokens, the model's vocabulary has %d", g.tokenizer_path.c_str(), (*tok)->vocab_size(),
+             V);
+    bpe->reset(new BpeEncoder(g.tokenizer_path.c_str()));
+}
+
 inline int resolve_eot(const GenConfig& g, const Tokenizer* tok, const GPT2Config& c) {
     const int V = c.vocab_size;
     if (g.eot >= V) fail("--eot %d: out of range for the model's vocabulary of %d", g.eot, V);
