@@ -379,12 +379,6 @@ inline LayerActs layer_acts(const GPT2& model, int l, int B, int T) {
 }
 
 namespace gpt2_detail {
-// base + offset, or nullptr for a tensor the config lacks (a bias of a bias-free model).
-template <typename P>
-inline P* at(P* base, size_t offset) {
-    return base ? base + offset : nullptr;
-}
-
 // The norm of the config: LayerNorm (weight, bias; saves mean and rstd) or RMSNorm (weight; rstd).
 inline void norm_forward(const GPT2Config& c, floatX* out, float* mean, float* rstd, const floatX* inp,
                          const floatX* weight, const floatX* bias, int N, cudaStream_t s) {
@@ -423,7 +417,6 @@ inline void mlp_activation_forward(const GPT2Config& c, floatX* act, const float
 // norm runs on the embedding, and every residual add is fused with the norm after it (the next
 // layer's ln1, or lnf), as on the CPU (llmc/cpu/gpt2.h).
 inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
-    using gpt2_detail::at;
     const GPT2Config& c = model.config;
     const int N = B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, NKV = c.num_kv_heads;
     const int HD = gpt2_head_dim(c), QKV = gpt2_qkv_channels(c), H = gpt2_mlp_hidden(c), FC = gpt2_fc_channels(c);
@@ -438,26 +431,26 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
         if (model.before_layer_forward) model.before_layer_forward(l);
         LayerActs la = layer_acts(model, l, B, T);
         const size_t c1 = (size_t)l * C;
-        matmul_forward(la.qkv, nullptr, la.ln1, p.qkvw + (size_t)l * QKV * C, at(p.qkvb, (size_t)l * QKV), N, C, QKV,
+        matmul_forward(la.qkv, nullptr, la.ln1, p.qkvw + (size_t)l * QKV * C, tensor_at(p.qkvb, (size_t)l * QKV), N, C, QKV,
                        ctx);
         if (c.position == POS_ROPE) rope_forward(la.qkv, a.rope_cos, a.rope_sin, B, T, NH, NKV, HD, 0, s);
         model_attention_forward(la.atty, la.lse, la.qkv, B, T, NH, NKV, HD, c.window, s);
-        matmul_forward(a.proj, nullptr, la.atty, p.attprojw + (size_t)l * C * C, at(p.attprojb, c1), N, C, C, ctx);
+        matmul_forward(a.proj, nullptr, la.atty, p.attprojw + (size_t)l * C * C, tensor_at(p.attprojb, c1), N, C, C, ctx);
         gpt2_detail::residual_norm_forward(c, la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, la.res_in, a.proj,
-                                           p.ln2w + c1, at(p.ln2b, c1), N, s);
+                                           p.ln2w + c1, tensor_at(p.ln2b, c1), N, s);
         const floatX* fcw = p.fcw + (size_t)l * FC * C;
-        const floatX* fcb = at(p.fcb, (size_t)l * FC);
+        const floatX* fcb = tensor_at(p.fcb, (size_t)l * FC);
         if (c.mlp == MLP_SWIGLU) {
             matmul_forward(la.fch, nullptr, la.ln2, fcw, fcb, N, C, FC, ctx);
             swiglu_forward(la.fch_gelu, la.fch, N, H, s);
         } else {
             matmul_forward(la.fch_gelu, la.fch, la.ln2, fcw, fcb, N, C, FC, ctx);  // GELU in the epilogue
         }
-        matmul_forward(a.proj, nullptr, la.fch_gelu, p.fcprojw + (size_t)l * C * H, at(p.fcprojb, c1), N, H, C, ctx);
+        matmul_forward(a.proj, nullptr, la.fch_gelu, p.fcprojw + (size_t)l * C * H, tensor_at(p.fcprojb, c1), N, H, C, ctx);
         if (l + 1 < L) {
             LayerActs next = layer_acts(model, l + 1, B, T);
             gpt2_detail::residual_norm_forward(c, la.residual3, next.ln1, next.ln1_mean, next.ln1_rstd, la.residual2,
-                                               a.proj, p.ln1w + c1 + C, at(p.ln1b, c1 + C), N, s);
+                                               a.proj, p.ln1w + c1 + C, tensor_at(p.ln1b, c1 + C), N, s);
         } else {
             gpt2_detail::residual_norm_forward(c, la.residual3, a.lnf, a.lnf_mean, a.lnf_rstd, la.residual2, a.proj,
                                                p.lnfw, p.lnfb, N, s);
@@ -493,7 +486,6 @@ inline float gpt2_loss(GPT2& model, int B, int T, float dloss, bool write_dlogit
 // ============================================================================ backward
 // Accumulates (+=) into model.grads from the dlogits left by gpt2_loss(write_dlogits = true).
 inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
-    using gpt2_detail::at;
     const GPT2Config& c = model.config;
     const int N = B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, NKV = c.num_kv_heads;
     const int HD = gpt2_head_dim(c), QKV = gpt2_qkv_channels(c), Vp = c.padded_vocab_size;
@@ -515,34 +507,34 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
         const size_t qkvw = (size_t)l * QKV * C, qkvb = (size_t)l * QKV, cc = (size_t)l * C * C, c1 = (size_t)l * C;
         const size_t fcw = (size_t)l * FC * C, fcb = (size_t)l * FC, fcprojw = (size_t)l * C * H;
         if (model.recompute) {  // rebuild the three single-slice buffers for this layer
-            gpt2_detail::norm_forward(c, la.ln1, la.ln1_mean, la.ln1_rstd, la.res_in, p.ln1w + c1, at(p.ln1b, c1), N, s);
-            gpt2_detail::norm_forward(c, la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, p.ln2w + c1, at(p.ln2b, c1), N,
+            gpt2_detail::norm_forward(c, la.ln1, la.ln1_mean, la.ln1_rstd, la.res_in, p.ln1w + c1, tensor_at(p.ln1b, c1), N, s);
+            gpt2_detail::norm_forward(c, la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, p.ln2w + c1, tensor_at(p.ln2b, c1), N,
                                       s);
             gpt2_detail::mlp_activation_forward(c, la.fch_gelu, la.fch, N, s);
         }
         // dresidual holds d(residual3). MLP: fcproj, the activation (GELU's fused into the matmul), fc, ln2.
         if (c.mlp == MLP_SWIGLU) {
-            matmul_backward(a.dfch_act, g.fcprojw + fcprojw, at(g.fcprojb, c1), a.colsum, a.dresidual, la.fch_gelu,
+            matmul_backward(a.dfch_act, g.fcprojw + fcprojw, tensor_at(g.fcprojb, c1), a.colsum, a.dresidual, la.fch_gelu,
                             p.fcprojw + fcprojw, nullptr, N, H, C, ctx);
             swiglu_backward(a.dfch, a.dfch_act, la.fch, N, H, s);
         } else {
-            matmul_backward(a.dfch, g.fcprojw + fcprojw, at(g.fcprojb, c1), a.colsum, a.dresidual, la.fch_gelu,
+            matmul_backward(a.dfch, g.fcprojw + fcprojw, tensor_at(g.fcprojb, c1), a.colsum, a.dresidual, la.fch_gelu,
                             p.fcprojw + fcprojw, la.fch, N, H, C, ctx);
         }
-        matmul_backward(a.dbuf, g.fcw + fcw, at(g.fcb, fcb), a.colsum, a.dfch, la.ln2, p.fcw + fcw, nullptr, N, C, FC,
+        matmul_backward(a.dbuf, g.fcw + fcw, tensor_at(g.fcb, fcb), a.colsum, a.dfch, la.ln2, p.fcw + fcw, nullptr, N, C, FC,
                         ctx);
-        gpt2_detail::norm_backward(c, a.dresidual, g.ln2w + c1, at(g.ln2b, c1), a.colsum, a.dbuf, la.residual2,
+        gpt2_detail::norm_backward(c, a.dresidual, g.ln2w + c1, tensor_at(g.ln2b, c1), a.colsum, a.dbuf, la.residual2,
                                    p.ln2w + c1, la.ln2_mean, la.ln2_rstd, N, s);
         // dresidual now holds d(residual2). Attention: attproj, attention, RoPE, qkv, then ln1.
-        matmul_backward(a.dbuf, g.attprojw + cc, at(g.attprojb, c1), a.colsum, a.dresidual, la.atty, p.attprojw + cc,
+        matmul_backward(a.dbuf, g.attprojw + cc, tensor_at(g.attprojb, c1), a.colsum, a.dresidual, la.atty, p.attprojw + cc,
                         nullptr, N, C, C, ctx);
         model_attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, B, T, NH, NKV, HD, c.window,
                                  attention_scratch(model, B, T), s);
         if (c.position == POS_ROPE)  // d(rotated qkv) -> d(qkv), in place
             rope_backward(a.dqkv, a.rope_cos, a.rope_sin, B, T, NH, NKV, HD, 0, s);
-        matmul_backward(a.dbuf, g.qkvw + qkvw, at(g.qkvb, qkvb), a.colsum, a.dqkv, la.ln1, p.qkvw + qkvw, nullptr, N, C,
+        matmul_backward(a.dbuf, g.qkvw + qkvw, tensor_at(g.qkvb, qkvb), a.colsum, a.dqkv, la.ln1, p.qkvw + qkvw, nullptr, N, C,
                         QKV, ctx);
-        gpt2_detail::norm_backward(c, a.dresidual, g.ln1w + c1, at(g.ln1b, c1), a.colsum, a.dbuf, la.res_in,
+        gpt2_detail::norm_backward(c, a.dresidual, g.ln1w + c1, tensor_at(g.ln1b, c1), a.colsum, a.dbuf, la.res_in,
                                    p.ln1w + c1, la.ln1_mean, la.ln1_rstd, N, s);
         if (model.after_layer_backward) model.after_layer_backward(l);
     }
@@ -591,23 +583,47 @@ inline void gpt2_write_model(const GPT2& model, const std::string& path) {
     }
 }
 
-inline void gpt2_save_checkpoint(const GPT2& model, const std::string& out_dir, const int64_t loader_state[16],
-                                 uint64_t rng_state) {
-    const std::string dir = checkpoint_begin(out_dir, model.step);
-    const size_t n = model.num_params;
-    cudaCheck(cudaDeviceSynchronize());
-    gpt2_write_model(model, dir + "/model.bin");
-    std::vector<float> m(n), v(n), master(HAS_MASTER ? n : 0);
-    cudaCheck(cudaMemcpy(m.data(), model.m_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(v.data(), model.v_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
-    if (HAS_MASTER) cudaCheck(cudaMemcpy(master.data(), model.master_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
+// The state file of a checkpoint: the optimizer state the model holds (m, v and, in the bf16 build,
+// the fp32 master weights of its slice [opt_begin, opt_end): all of it on one GPU, a ZeRO shard in a
+// data-parallel run, llmc/gpt2_dist.cuh), with the step, the data position and the RNG.
+inline void gpt2_write_state(const GPT2& model, const std::string& path, const int64_t loader_state[16],
+                             uint64_t rng_state) {
+    const size_t k = (size_t)(model.opt_end - model.opt_begin), n = model.num_params;
+    std::vector<float> m(k), v(k), master(HAS_MASTER ? k : 0);
+    cudaCheck(cudaMemcpy(m.data(), model.m_memory, k * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(v.data(), model.v_memory, k * sizeof(float), cudaMemcpyDeviceToHost));
+    if (HAS_MASTER)
+        cudaCheck(cudaMemcpy(master.data(), model.master_memory, k * sizeof(float), cudaMemcpyDeviceToHost));
     TrainState st;
     st.step = model.step;
-    st.num_params = (int64_t)n;
+    st.num_params = (int64_t)k;
     st.rng_state = rng_state;
     st.sr_seed = model.sr_seed;
     for (int i = 0; i < 16; i++) st.loader[i] = loader_state[i];
-    state_write((dir + "/state.bin").c_str(), st, m.data(), v.data(), HAS_MASTER ? master.data() : nullptr);
+    const bool whole = k == n;  // a whole state has shard_begin = total_params = 0
+    st.shard_begin = whole ? 0 : model.opt_begin;
+    st.total_params = whole ? 0 : (int64_t)n;
+    state_write(path.c_str(), st, m.data(), v.data(), HAS_MASTER ? master.data() : nullptr);
+}
+
+// The other half of a resume: m, v and (when the state has them) the master weights of the model's
+// slice, k = opt_end - opt_begin values each, and the step and rounding seed of state `st`.
+inline void gpt2_set_state(GPT2& model, const TrainState& st, const float* m, const float* v, const float* master) {
+    const size_t k = (size_t)(model.opt_end - model.opt_begin);
+    if (HAS_MASTER && st.has_master)
+        cudaCheck(cudaMemcpy(model.master_memory, master, k * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(model.m_memory, m, k * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(model.v_memory, v, k * sizeof(float), cudaMemcpyHostToDevice));
+    model.step = st.step;
+    model.sr_seed = st.sr_seed;
+}
+
+inline void gpt2_save_checkpoint(const GPT2& model, const std::string& out_dir, const int64_t loader_state[16],
+                                 uint64_t rng_state) {
+    const std::string dir = checkpoint_begin(out_dir, model.step);
+    cudaCheck(cudaDeviceSynchronize());
+    gpt2_write_model(model, dir + "/model.bin");
+    gpt2_write_state(model, dir + "/state.bin", loader_state, rng_state);
     checkpoint_finish(dir);
 }
 
@@ -623,12 +639,7 @@ inline TrainState gpt2_load_checkpoint(GPT2& model, const std::string& dir) {
     model_read_fp32(model_path.c_str(), host.data());
     TrainState st = state_read(state_path.c_str(), (int64_t)n, m.data(), v.data(), master.data());
     gpt2_set_params(model, host.data());  // bf16 file: the exact bf16 parameters; master = those values
-    if (HAS_MASTER && st.has_master)
-        cudaCheck(cudaMemcpy(model.master_memory, master.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(model.m_memory, m.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(model.v_memory, v.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-    model.step = st.step;
-    model.sr_seed = st.sr_seed;
+    gpt2_set_state(model, st, m.data(), v.data(), master.data());
     return st;
 }
 

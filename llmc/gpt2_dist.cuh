@@ -308,24 +308,7 @@ inline void gpu_dp_save_checkpoint(GpuDataParallel& dp, const GPT2& model, const
     if (comm.primary()) dir = checkpoint_begin(out_dir, model.step);
     comm.broadcast(dir, 0);
     if (comm.primary()) gpt2_write_model(model, dir + "/model.bin");
-    if (zero_writes_state(p)) {
-        const size_t k = (size_t)p.opt_count();
-        std::vector<float> m(k), v(k), master(HAS_MASTER ? k : 0);
-        cudaCheck(cudaMemcpy(m.data(), model.m_memory, k * sizeof(float), cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(v.data(), model.v_memory, k * sizeof(float), cudaMemcpyDeviceToHost));
-        if (HAS_MASTER) cudaCheck(cudaMemcpy(master.data(), model.master_memory, k * sizeof(float), cudaMemcpyDeviceToHost));
-        TrainState st;
-        st.step = model.step;
-        st.num_params = (int64_t)k;
-        st.rng_state = rng_state;
-        st.sr_seed = model.sr_seed;
-        for (int i = 0; i < 16; i++) st.loader[i] = loader_state[i];
-        const bool whole = p.opt_count() == p.n;
-        st.shard_begin = whole ? 0 : p.opt_begin();
-        st.total_params = whole ? 0 : p.n;
-        state_write((dir + "/" + zero_state_file_name(p)).c_str(), st, m.data(), v.data(),
-                    HAS_MASTER ? master.data() : nullptr);
-    }
+    if (zero_writes_state(p)) gpt2_write_state(model, dir + "/" + zero_state_file_name(p), loader_state, rng_state);
     comm.barrier();
     if (comm.primary()) checkpoint_finish(dir);
     comm.barrier();
@@ -346,12 +329,7 @@ inline TrainState gpu_dp_load_checkpoint(GpuDataParallel& dp, GPT2& model, const
     const size_t k = (size_t)p.opt_count();
     std::vector<float> m(k), v(k), master(k);
     TrainState st = zero_read_state(dir, p.n, p.opt_begin(), p.opt_end(), m.data(), v.data(), master.data());
-    if (HAS_MASTER && st.has_master)
-        cudaCheck(cudaMemcpy(model.master_memory, master.data(), k * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(model.m_memory, m.data(), k * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(model.v_memory, v.data(), k * sizeof(float), cudaMemcpyHostToDevice));
-    model.step = st.step;
-    model.sr_seed = st.sr_seed;
+    gpt2_set_state(model, st, m.data(), v.data(), master.data());
     zero_loader_state_for_world(st.loader, dp.comm->world, ("--resume " + dir).c_str());
     return st;
 }
