@@ -132,6 +132,13 @@ inline void gpt2_param_offsets(const GPT2Config& c, size_t out[NUM_PARAM_TENSORS
 // T = float on the CPU, floatX on the GPU. Layer l of a per-layer tensor starts at l * its size / L.
 // A tensor the config lacks (count 0) is nullptr, so code that forgets to check crashes at once
 // instead of writing into the next tensor.
+// base + offset inside a tensor of GPT2Tensors, or nullptr for a tensor the config lacks (count 0:
+// the biases of a bias-free model), so a layer's slice of an absent tensor stays absent.
+template <typename T>
+inline T* tensor_at(T* base, size_t offset) {
+    return base ? base + offset : nullptr;
+}
+
 template <typename T>
 struct GPT2Tensors {
 #define GPT2_X(name, count, decays) T* name;

@@ -103,12 +103,7 @@ struct GPT2Infer {
 // rows); a host check, callable before the device starts.
 inline void gpt2_infer_check_config(const GPT2Config& c, const char* what) {
     gpt2_validate_config(c, what);
-    const int HD = gpt2_head_dim(c);
-    if (c.channels % 8 != 0 || c.padded_vocab_size % 8 != 0 || gpt2_mlp_hidden(c) % 8 != 0)
-        fail("%s: channels %d, padded vocab %d and MLP hidden %d must be multiples of 8 (16-byte loads)", what,
-             c.channels, c.padded_vocab_size, gpt2_mlp_hidden(c));
-    if (HD != 64 && HD != 128)
-        fail("%s: head size %d (channels / heads) must be 64 or 128 for the GPU attention", what, HD);
+    gpt2_check_gpu_support(c, what);  // the training model's kernels, which inference runs too
 }
 
 // Sizes everything for B sequences of prompts up to Tmax tokens and max_seq positions, uploads the
@@ -220,9 +215,6 @@ inline void linear(GPT2Infer& m, const char* family, floatX* out, floatX* pre, c
     }
 }
 
-// A tensor's slice at `off`, or nullptr for a tensor the config lacks (biases, LayerNorm's bias).
-inline const floatX* at(const floatX* t, size_t off) { return t ? t + off : nullptr; }
-
 // residual = inp1 + inp2, out = norm(residual), over M rows.
 inline void residual_norm(GPT2Infer& m, floatX* residual, floatX* out, const floatX* inp1, const floatX* inp2,
                           const floatX* w, const floatX* b, int M, cudaStream_t s) {
@@ -247,21 +239,21 @@ inline void layers(GPT2Infer& m, int M, const CudaContext& ctx, Attend&& attend)
     const GemvEpilogue act = c.mlp == MLP_SWIGLU ? GEMV_SWIGLU : GEMV_GELU;
     for (int l = 0; l < L; l++) {
         const size_t c1 = (size_t)l * C;
-        linear(m, "qkv", m.qkv, nullptr, m.ln, p.qkvw + (size_t)l * QKV * C, at(p.qkvb, (size_t)l * QKV), M, C, QKV,
+        linear(m, "qkv", m.qkv, nullptr, m.ln, p.qkvw + (size_t)l * QKV * C, tensor_at(p.qkvb, (size_t)l * QKV), M, C, QKV,
                GEMV_PLAIN, ctx);
         attend(l);
-        linear(m, "attproj", m.proj, nullptr, m.atty, p.attprojw + c1 * C, at(p.attprojb, c1), M, C, C, GEMV_PLAIN,
+        linear(m, "attproj", m.proj, nullptr, m.atty, p.attprojw + c1 * C, tensor_at(p.attprojb, c1), M, C, C, GEMV_PLAIN,
                ctx);
         mark(m, "residual+norm", s);
-        residual_norm(m, m.res2, m.ln, m.res1, m.proj, p.ln2w + c1, at(p.ln2b, c1), M, s);
-        linear(m, "fc", m.fch_gelu, m.fch, m.ln, p.fcw + (size_t)l * FC * C, at(p.fcb, (size_t)l * FC), M, C, FC, act,
+        residual_norm(m, m.res2, m.ln, m.res1, m.proj, p.ln2w + c1, tensor_at(p.ln2b, c1), M, s);
+        linear(m, "fc", m.fch_gelu, m.fch, m.ln, p.fcw + (size_t)l * FC * C, tensor_at(p.fcb, (size_t)l * FC), M, C, FC, act,
                ctx);
-        linear(m, "fcproj", m.proj, nullptr, m.fch_gelu, p.fcprojw + c1 * H, at(p.fcprojb, c1), M, H, C, GEMV_PLAIN,
+        linear(m, "fcproj", m.proj, nullptr, m.fch_gelu, p.fcprojw + c1 * H, tensor_at(p.fcprojb, c1), M, H, C, GEMV_PLAIN,
                ctx);
         const bool next = l + 1 < L;
         mark(m, "residual+norm", s);
         residual_norm(m, m.res1, m.ln, m.res2, m.proj, next ? p.ln1w + c1 + C : p.lnfw,
-                      next ? at(p.ln1b, c1 + C) : p.lnfb, M, s);
+                      next ? tensor_at(p.ln1b, c1 + C) : p.lnfb, M, s);
     }
 }
 

@@ -181,7 +181,7 @@ bad "--max-seq past the model's" "longer than the 64 positions" --model $MHA --m
 bad "no prompt" "no prompt" --model $MHA
 bad "--graph 2" "--graph: must be in" --model $MHA --prompt-ids $P1 --graph 2
 bad "llama head size the GPU cannot run" "head size" --model tests/fixture/llama_model.bin --prompt-ids $P1
-bad "llama channels not a multiple of 8" "multiples of 8" --model tests/fixture/llama_gqa_model.bin --prompt-ids $P1
+bad "llama channels not a multiple of 8" "must be a multiple of 8" --model tests/fixture/llama_gqa_model.bin --prompt-ids $P1
 bad "llama prompt longer than the context" "longer than the context" --model $LGQA --max-seq 8 --prompt-ids $P2
 bad "llama unknown token id" "out of range" --model $LMHA --prompt-ids 1,2,1000
 bad "--profile without --bench" "--profile" --model $MHA --prompt-ids $P1 --profile 1

@@ -160,11 +160,6 @@ inline void gpt2_set_params(GPT2& m, const float* host) {
 }
 
 namespace detail {
-// base + offset, or nullptr for a tensor the config lacks (a bias of a bias-free model).
-template <typename P>
-inline P* at(P* base, size_t offset) {
-    return base ? base + offset : nullptr;
-}
 
 // The norm of the config: LayerNorm (weight, bias; saves mean and rstd) or RMSNorm (weight; rstd).
 inline void norm_forward(const GPT2Config& c, float* out, float* mean, float* rstd, const float* inp,
@@ -204,7 +199,6 @@ inline void norm_backward(const GPT2Config& c, float* dresidual, float* dweight,
 // first norm runs on the embedding, and every residual add is followed by the next norm (the next
 // layer's ln1, or lnf), fused for RMSNorm.
 inline void gpt2_forward(GPT2& m, const int* inputs, int B, int T) {
-    using detail::at;
     const GPT2Config& c = m.config;
     if (B > m.B || T > m.T) fail("internal: forward with B=%d T=%d exceeds the allocated B=%d T=%d", B, T, m.B, m.T);
     const int L = c.num_layers, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
@@ -231,20 +225,20 @@ inline void gpt2_forward(GPT2& m, const int* inputs, int B, int T) {
         float* fch_act = a.fch_act.data() + l * BT * H;
         float* fcproj = a.fcproj.data() + l * BT * C;
         float* residual3 = a.residual3.data() + l * BT * C;
-        cpu::matmul_forward(qkv, ln1, p.qkvw + (size_t)l * QKV * C, at(p.qkvb, (size_t)l * QKV), B, T, C, QKV);
+        cpu::matmul_forward(qkv, ln1, p.qkvw + (size_t)l * QKV * C, tensor_at(p.qkvb, (size_t)l * QKV), B, T, C, QKV);
         if (c.position == POS_ROPE) cpu::rope_forward(qkv, m.rope_cos.data(), m.rope_sin.data(), B, T, NH, NKV, HD);
         cpu::attention_forward(atty, att_lse, qkv, B, T, NH, NKV, HD, c.window);
-        cpu::matmul_forward(attproj, atty, p.attprojw + (size_t)l * C * C, at(p.attprojb, (size_t)l * C), B, T, C, C);
+        cpu::matmul_forward(attproj, atty, p.attprojw + (size_t)l * C * C, tensor_at(p.attprojb, (size_t)l * C), B, T, C, C);
         detail::residual_norm_forward(c, residual2, ln2, a.ln2_mean.data() + l * BT, a.ln2_rstd.data() + l * BT,
-                                      residual, attproj, p.ln2w + l * C, at(p.ln2b, (size_t)l * C), B, T);
-        cpu::matmul_forward(fch, ln2, p.fcw + (size_t)l * FC * C, at(p.fcb, (size_t)l * FC), B, T, C, FC);
+                                      residual, attproj, p.ln2w + l * C, tensor_at(p.ln2b, (size_t)l * C), B, T);
+        cpu::matmul_forward(fch, ln2, p.fcw + (size_t)l * FC * C, tensor_at(p.fcb, (size_t)l * FC), B, T, C, FC);
         if (c.mlp == MLP_SWIGLU) cpu::swiglu_forward(fch_act, fch, (int)BT, H);
         else cpu::gelu_forward(fch_act, fch, BT * H);
-        cpu::matmul_forward(fcproj, fch_act, p.fcprojw + (size_t)l * C * H, at(p.fcprojb, (size_t)l * C), B, T, H, C);
+        cpu::matmul_forward(fcproj, fch_act, p.fcprojw + (size_t)l * C * H, tensor_at(p.fcprojb, (size_t)l * C), B, T, H, C);
         if (l + 1 < L)  // the next layer's ln1
             detail::residual_norm_forward(c, residual3, a.ln1.data() + (l + 1) * BT * C,
                                           a.ln1_mean.data() + (l + 1) * BT, a.ln1_rstd.data() + (l + 1) * BT, residual2,
-                                          fcproj, p.ln1w + (l + 1) * C, at(p.ln1b, (size_t)(l + 1) * C), B, T);
+                                          fcproj, p.ln1w + (l + 1) * C, tensor_at(p.ln1b, (size_t)(l + 1) * C), B, T);
         else
             detail::residual_norm_forward(c, residual3, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), residual2,
                                           fcproj, p.lnfw, p.lnfb, B, T);
@@ -271,7 +265,6 @@ inline float gpt2_loss(GPT2& m, const int* targets) {
 inline void gpt2_zero_grads(GPT2& m) { std::fill(m.grads_memory.begin(), m.grads_memory.end(), 0.0f); }
 
 inline void gpt2_backward(GPT2& m, const int* inputs, const int* targets, float grad_scale) {
-    using detail::at;
     const GPT2Config& c = m.config;
     const int B = m.cur_B, T = m.cur_T;
     const int L = c.num_layers, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
@@ -309,27 +302,27 @@ inline void gpt2_backward(GPT2& m, const int* inputs, const int* targets, float 
         const float* fch_act = a.fch_act.data() + l * BT * H;
         // MLP branch: residual3 = residual2 + fcproj(act(fc(ln2(residual2))))
         zero(d.dfch_act, BT * H);
-        cpu::matmul_backward(d.dfch_act.data(), g.fcprojw + (size_t)l * C * H, at(g.fcprojb, (size_t)l * C), dresidual,
+        cpu::matmul_backward(d.dfch_act.data(), g.fcprojw + (size_t)l * C * H, tensor_at(g.fcprojb, (size_t)l * C), dresidual,
                              fch_act, p.fcprojw + (size_t)l * C * H, B, T, H, C);
         zero(d.dfch, BT * FC);
         if (c.mlp == MLP_SWIGLU) cpu::swiglu_backward(d.dfch.data(), d.dfch_act.data(), fch, (int)BT, H);
         else cpu::gelu_backward(d.dfch.data(), fch, d.dfch_act.data(), BT * H);
         zero(d.dlnf, BT * C);
-        cpu::matmul_backward(dln, g.fcw + (size_t)l * FC * C, at(g.fcb, (size_t)l * FC), d.dfch.data(), ln2,
+        cpu::matmul_backward(dln, g.fcw + (size_t)l * FC * C, tensor_at(g.fcb, (size_t)l * FC), d.dfch.data(), ln2,
                              p.fcw + (size_t)l * FC * C, B, T, C, FC);
-        detail::norm_backward(c, dresidual, g.ln2w + l * C, at(g.ln2b, (size_t)l * C), dln, residual2, p.ln2w + l * C,
+        detail::norm_backward(c, dresidual, g.ln2w + l * C, tensor_at(g.ln2b, (size_t)l * C), dln, residual2, p.ln2w + l * C,
                               a.ln2_mean.data() + l * BT, a.ln2_rstd.data() + l * BT, B, T);
         // attention branch: residual2 = residual + attproj(attention(rope(qkv(ln1(residual)))))
         zero(d.datty, BT * C);
-        cpu::matmul_backward(d.datty.data(), g.attprojw + (size_t)l * C * C, at(g.attprojb, (size_t)l * C), dresidual,
+        cpu::matmul_backward(d.datty.data(), g.attprojw + (size_t)l * C * C, tensor_at(g.attprojb, (size_t)l * C), dresidual,
                              atty, p.attprojw + (size_t)l * C * C, B, T, C, C);
         cpu::attention_backward(d.dqkv.data(), d.datty.data(), qkv, atty, att_lse, B, T, NH, NKV, HD, c.window);
         if (c.position == POS_ROPE)  // d(rotated qkv) -> d(qkv), in place
             cpu::rope_backward(d.dqkv.data(), m.rope_cos.data(), m.rope_sin.data(), B, T, NH, NKV, HD);
         zero(d.dlnf, BT * C);
-        cpu::matmul_backward(dln, g.qkvw + (size_t)l * QKV * C, at(g.qkvb, (size_t)l * QKV), d.dqkv.data(), ln1,
+        cpu::matmul_backward(dln, g.qkvw + (size_t)l * QKV * C, tensor_at(g.qkvb, (size_t)l * QKV), d.dqkv.data(), ln1,
                              p.qkvw + (size_t)l * QKV * C, B, T, C, QKV);
-        detail::norm_backward(c, dresidual, g.ln1w + l * C, at(g.ln1b, (size_t)l * C), dln, residual, p.ln1w + l * C,
+        detail::norm_backward(c, dresidual, g.ln1w + l * C, tensor_at(g.ln1b, (size_t)l * C), dln, residual, p.ln1w + l * C,
                               a.ln1_mean.data() + l * BT, a.ln1_rstd.data() + l * BT, B, T);
     }
     cpu::encoder_backward(g.wte, g.wpe, dresidual, inputs, B, T, C);  // g.wpe nullptr with RoPE

@@ -132,7 +132,6 @@ inline void infer_size_acts(GPT2Infer& m, size_t rows, size_t logit_rows) {
 // layer l (after RoPE, and writing that layer's K/V into the cache).
 template <typename Attend>
 inline void infer_layers(GPT2Infer& m, int B, int T, Attend&& attend) {
-    using detail::at;
     const GPT2Config& c = m.config;
     const int C = c.channels, QKV = gpt2_qkv_channels(c), FC = gpt2_fc_channels(c), H = gpt2_mlp_hidden(c);
     const int L = c.num_layers, rows = B * T;
@@ -141,20 +140,20 @@ inline void infer_layers(GPT2Infer& m, int B, int T, Attend&& attend) {
     float *x = a.x.data(), *ln = a.ln.data(), *mean = a.mean.data(), *rstd = a.rstd.data();
     detail::norm_forward(c, ln, mean, rstd, x, p.ln1w, p.ln1b, B, T);
     for (int l = 0; l < L; l++) {
-        cpu::matmul_forward(a.qkv.data(), ln, p.qkvw + (size_t)l * QKV * C, at(p.qkvb, (size_t)l * QKV), B, T, C, QKV);
+        cpu::matmul_forward(a.qkv.data(), ln, p.qkvw + (size_t)l * QKV * C, tensor_at(p.qkvb, (size_t)l * QKV), B, T, C, QKV);
         attend(l);
-        cpu::matmul_forward(a.proj.data(), a.atty.data(), p.attprojw + (size_t)l * C * C, at(p.attprojb, (size_t)l * C),
+        cpu::matmul_forward(a.proj.data(), a.atty.data(), p.attprojw + (size_t)l * C * C, tensor_at(p.attprojb, (size_t)l * C),
                             B, T, C, C);
-        detail::residual_norm_forward(c, x, ln, mean, rstd, x, a.proj.data(), p.ln2w + l * C, at(p.ln2b, (size_t)l * C),
+        detail::residual_norm_forward(c, x, ln, mean, rstd, x, a.proj.data(), p.ln2w + l * C, tensor_at(p.ln2b, (size_t)l * C),
                                       B, T);
-        cpu::matmul_forward(a.fch.data(), ln, p.fcw + (size_t)l * FC * C, at(p.fcb, (size_t)l * FC), B, T, C, FC);
+        cpu::matmul_forward(a.fch.data(), ln, p.fcw + (size_t)l * FC * C, tensor_at(p.fcb, (size_t)l * FC), B, T, C, FC);
         if (c.mlp == MLP_SWIGLU) cpu::swiglu_forward(a.fch_act.data(), a.fch.data(), rows, H);
         else cpu::gelu_forward(a.fch_act.data(), a.fch.data(), (size_t)rows * H);
-        cpu::matmul_forward(a.proj.data(), a.fch_act.data(), p.fcprojw + (size_t)l * C * H, at(p.fcprojb, (size_t)l * C),
+        cpu::matmul_forward(a.proj.data(), a.fch_act.data(), p.fcprojw + (size_t)l * C * H, tensor_at(p.fcprojb, (size_t)l * C),
                             B, T, H, C);
         const bool last = l + 1 == L;  // then the final norm, else the next layer's ln1
         detail::residual_norm_forward(c, x, ln, mean, rstd, x, a.proj.data(), last ? p.lnfw : p.ln1w + (l + 1) * C,
-                                      last ? p.lnfb : at(p.ln1b, (size_t)(l + 1) * C), B, T);
+                                      last ? p.lnfb : tensor_at(p.ln1b, (size_t)(l + 1) * C), B, T);
     }
 }
 
@@ -219,7 +218,7 @@ inline const float* gpt2_decode_step(GPT2Infer& m, const int* tokens, const int*
     detail::infer_size_acts(m, B, B);
     for (int b = 0; b < B; b++) {  // token b at its own position: a one-token encoder from wpe row pos[b]
         const int token = pos[b] < 0 ? 0 : tokens[b], p = pos[b] < 0 ? 0 : pos[b];
-        cpu::encoder_forward(a.x.data() + (size_t)b * C, &token, m.params.wte, detail::at(m.params.wpe, (size_t)p * C), 1,
+        cpu::encoder_forward(a.x.data() + (size_t)b * C, &token, m.params.wte, tensor_at(m.params.wpe, (size_t)p * C), 1,
                              1, C);
     }
     const size_t QKV = gpt2_qkv_channels(c);
