@@ -16,6 +16,7 @@ run "cpu Llama ops (RMSNorm, fused residual+RMSNorm, RoPE, SwiGLU) vs PyTorch" b
 run "cpu trainer trains a Llama-style model from --init and resumes it exactly" tests/test_train_llama.sh
 run "cpu decode attention through the KV cache (ring buffer, mixed lengths) vs the full forward" build/test_attention_decode_cpu
 run "cpu cached forward (prefill + decode through the KV cache) vs the full forward" build/test_generate_cpu
+run "cpu FP8 rounding (E4M3/E5M2 bit patterns, saturation, ties to even, nearest by brute force)" build/test_fp8_cpu
 run "dataloader" build/test_dataloader
 run "GPT-2 BPE encoder vs tiktoken's ids (fixture)" build/test_bpe
 run "bad inputs give clear errors" tests/test_bad_inputs.sh

@@ -1,0 +1,154 @@
+// test_fp8_cpu: the CPU FP8 reference of llmc/cpu/fp8.h, which the GPU casts are checked against
+// bit for bit (dev/cuda/fp8_cast.cu), so it must itself be right:
+//  - known bit patterns in both formats: 1.0, max normal (448 / 57344), min normal, subnormals,
+//    negative zero, saturation of finite overflow and infinity, NaN, ties to even (between
+//    subnormals, between normals, and the tie that carries into the next binade);
+//  - every bit pattern decodes to a value that encodes back to it (E5M2's infinity saturates);
+//  - every bf16 value (all 65536 patterns) and a million random floats encode to the nearest FP8
+//    value, ties to the even mantissa, found by brute force over the 256 decoded patterns;
+//  - the scale recipe: amax 0 or non-finite keeps the previous scale, the margin, the cap.
+// Run: build/test_fp8_cpu (well under a second).
+#include <cstdio>
+#include <cstring>
+#include <vector>
+#include "llmc/cpu/fp8.h"
+#include "llmc/rand.h"
+
+using cpu::Fp8Format;
+
+static int failures = 0, checks = 0;
+#define CHECK(cond, ...)                                \
+    do {                                                \
+        checks++;                                       \
+        if (!(cond)) {                                  \
+            failures++;                                 \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+            printf(__VA_ARGS__);                        \
+            printf("\n");                               \
+        }                                               \
+    } while (0)
+
+static void expect(Fp8Format f, float x, uint8_t bits) {
+    const uint8_t got = cpu::fp8_encode(x, f);
+    CHECK(got == bits, "%s encode(%.9g) = 0x%02X, want 0x%02X", cpu::fp8_name(f), x, got, bits);
+}
+
+static float bf16_value(uint16_t b) {
+    const uint32_t u = (uint32_t)b << 16;
+    float x;
+    std::memcpy(&x, &u, 4);
+    return x;
+}
+
+// The nearest finite FP8 value to x (|x| <= max), ties to the pattern with an even mantissa,
+// by trying all 128 non-negative patterns.
+static uint8_t brute_force(float x, Fp8Format f) {
+    const float a = std::fabs(x);
+    int best = -1;
+    double best_d = 0;
+    for (int b = 0; b < 128; b++) {
+        const float v = cpu::fp8_decode((uint8_t)b, f);
+        if (!std::isfinite(v)) continue;
+        const double d = std::fabs((double)v - (double)a);
+        if (best < 0 || d < best_d || (d == best_d && (b & 1) == 0)) best = b, best_d = d;
+    }
+    return (uint8_t)((std::signbit(x) ? 0x80 : 0) | best);
+}
+
+static void check_nearest(Fp8Format f, float x) {
+    if (std::isnan(x)) return;
+    const float a = std::fabs(x);
+    const uint8_t want = a > cpu::fp8_max(f) ? (uint8_t)((std::signbit(x) ? 0x80 : 0) | cpu::fp8_spec(f).max_bits)
+                                             : brute_force(x, f);
+    const uint8_t got = cpu::fp8_encode(x, f);
+    CHECK(got == want, "%s encode(%.9g) = 0x%02X, nearest is 0x%02X", cpu::fp8_name(f), x, got, want);
+}
+
+int main() {
+    const Fp8Format E4 = Fp8Format::E4M3, E5 = Fp8Format::E5M2;
+    // ---- E4M3: bias 7, 3 mantissa bits
+    expect(E4, 1.0f, 0x38);
+    expect(E4, -1.0f, 0xB8);
+    expect(E4, 0.0f, 0x00);
+    expect(E4, -0.0f, 0x80);
+    expect(E4, 448.0f, 0x7E);                  // max normal
+    expect(E4, -448.0f, 0xFE);
+    expect(E4, 240.0f, 0x77);                  // 1.875 * 2^7
+    expect(E4, 456.0f, 0x7E);                  // above max (would round down anyway)
+    expect(E4, 464.0f, 0x7E);                  // the tie beyond max saturates, never NaN
+    expect(E4, 1e6f, 0x7E);                    // finite overflow saturates
+    expect(E4, INFINITY, 0x7E);                // so does infinity (satfinite)
+    expect(E4, -INFINITY, 0xFE);
+    expect(E4, std::ldexp(1.0f, -6), 0x08);    // min normal
+    expect(E4, std::ldexp(7.0f, -9), 0x07);    // max subnormal
+    expect(E4, std::ldexp(1.0f, -9), 0x01);    // min subnormal
+    expect(E4, std::ldexp(1.0f, -10), 0x00);   // half the min subnormal: tie to even (zero)
+    expect(E4, -std::ldexp(1.0f, -10), 0x80);  //   ... of its sign
+    expect(E4, std::ldexp(1.0001f, -10), 0x01);
+    expect(E4, std::ldexp(3.0f, -10), 0x02);   // 1.5 subnormal units: tie, to 2 (even)
+    expect(E4, std::ldexp(5.0f, -10), 0x02);   // 2.5 units: tie, to 2 (even)
+    expect(E4, std::ldexp(15.0f, -10), 0x08);  // 7.5 units: tie, up into the min normal
+    expect(E4, 1.0625f, 0x38);                 // 1 + 2^-4, halfway 1.0 / 1.125: to 1.0 (even)
+    expect(E4, 1.1875f, 0x3A);                 // halfway 1.125 / 1.25: to 1.25 (even)
+    expect(E4, 1.9375f, 0x40);                 // halfway 1.875 / 2.0: carries into the next binade
+    expect(E4, 1.05f, 0x38);                   // nearer 1.0
+    expect(E4, 1.1f, 0x39);                    // nearer 1.125
+    CHECK(std::isnan(cpu::fp8_decode(cpu::fp8_encode(NAN, E4), E4)), "e4m3: NaN does not stay NaN");
+    CHECK(std::isnan(cpu::fp8_decode(0x7F, E4)) && std::isnan(cpu::fp8_decode(0xFF, E4)), "e4m3: 0x7F/0xFF not NaN");
+    CHECK(cpu::fp8_decode(0x7E, E4) == 448.0f && cpu::fp8_decode(0x01, E4) == std::ldexp(1.0f, -9), "e4m3 decode");
+    // ---- E5M2: bias 15, 2 mantissa bits
+    expect(E5, 1.0f, 0x3C);
+    expect(E5, -2.0f, 0xC0);
+    expect(E5, -0.0f, 0x80);
+    expect(E5, 57344.0f, 0x7B);                // max normal
+    expect(E5, -57344.0f, 0xFB);
+    expect(E5, 61440.0f, 0x7B);                // the tie beyond max saturates (not infinity)
+    expect(E5, 1e9f, 0x7B);
+    expect(E5, INFINITY, 0x7B);
+    expect(E5, -INFINITY, 0xFB);
+    expect(E5, std::ldexp(1.0f, -14), 0x04);   // min normal
+    expect(E5, std::ldexp(3.0f, -16), 0x03);   // max subnormal
+    expect(E5, std::ldexp(1.0f, -16), 0x01);   // min subnormal
+    expect(E5, std::ldexp(1.0f, -17), 0x00);   // tie to zero
+    expect(E5, std::ldexp(3.0f, -17), 0x02);   // 1.5 units: tie to 2
+    expect(E5, std::ldexp(7.0f, -17), 0x04);   // 3.5 units: tie up into the min normal
+    expect(E5, 1.125f, 0x3C);                  // halfway 1.0 / 1.25: to 1.0
+    expect(E5, 1.375f, 0x3E);                  // halfway 1.25 / 1.5: to 1.5
+    expect(E5, 1.875f, 0x40);                  // halfway 1.75 / 2.0: carries
+    CHECK(std::isinf(cpu::fp8_decode(0x7C, E5)) && cpu::fp8_decode(0xFC, E5) < 0, "e5m2: 0x7C/0xFC not +-inf");
+    CHECK(std::isnan(cpu::fp8_decode(0x7D, E5)) && std::isnan(cpu::fp8_decode(0x7F, E5)), "e5m2: 0x7D..0x7F not NaN");
+    CHECK(std::isnan(cpu::fp8_decode(cpu::fp8_encode(-NAN, E5), E5)), "e5m2: NaN does not stay NaN");
+    // ---- every pattern decodes and encodes back
+    for (Fp8Format f : {E4, E5})
+        for (int b = 0; b < 256; b++) {
+            const float v = cpu::fp8_decode((uint8_t)b, f);
+            if (std::isnan(v)) continue;
+            const uint8_t want = std::isinf(v) ? (uint8_t)((b & 0x80) | cpu::fp8_spec(f).max_bits) : (uint8_t)b;
+            const uint8_t got = cpu::fp8_encode(v, f);
+            CHECK(got == want, "%s round trip 0x%02X -> %g -> 0x%02X", cpu::fp8_name(f), b, v, got);
+        }
+    // ---- nearest value, ties to even: all bf16 values, and random floats over the whole FP8 range
+    for (Fp8Format f : {E4, E5}) {
+        for (int b = 0; b < 65536; b++) check_nearest(f, bf16_value((uint16_t)b));
+        Rng rng(1234 + (int)f);
+        for (int i = 0; i < 1000000; i++) {
+            // a random binade from far below the subnormals to above the max, uniform mantissa
+            const float x = std::ldexp(1.0f + rng.uniform(), (int)rng.below(40) - 24) * (rng.below(2) ? -1.0f : 1.0f);
+            check_nearest(f, x);
+        }
+    }
+    // ---- the scale recipe
+    CHECK(cpu::fp8_scale_from_amax(448.0f, E4, 0, 3.0f) == 1.0f, "scale(448, e4m3) != 1");
+    CHECK(cpu::fp8_scale_from_amax(448.0f, E4, 1, 3.0f) == 0.5f, "margin 1 does not halve the scale");
+    CHECK(cpu::fp8_scale_from_amax(2.0f, E5, 0, 3.0f) == 28672.0f, "scale(2, e5m2) != 28672");
+    CHECK(cpu::fp8_scale_from_amax(0.0f, E4, 0, 3.0f) == 3.0f, "amax 0 must keep the previous scale");
+    CHECK(cpu::fp8_scale_from_amax(INFINITY, E4, 0, 3.0f) == 3.0f, "amax inf must keep the previous scale");
+    CHECK(cpu::fp8_scale_from_amax(NAN, E4, 0, 3.0f) == 3.0f, "amax NaN must keep the previous scale");
+    CHECK(cpu::fp8_scale_from_amax(1e-30f, E4, 0, 3.0f) == cpu::FP8_SCALE_CAP, "tiny amax must cap the scale");
+    const float s075 = cpu::fp8_scale_from_amax(0.75f, E4, 0, 1.0f);
+    CHECK(cpu::fp8_cast(0.75f, s075, E4) == 0x7E && cpu::fp8_cast(-0.75f, s075, E4) == 0xFE,
+          "the amax must land on the max normal");
+
+    printf("test_fp8_cpu: %d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
+}
