@@ -16,11 +16,23 @@
 // fp32 accumulation in both builds; in the FP32 build this also rules out TF32 inputs.
 constexpr cublasComputeType_t MATMUL_COMPUTE = CUBLAS_COMPUTE_32F;
 
+// The element types of one matmul_cublaslt call and, for FP8 operands (llmc/matmul_fp8.cuh), their
+// scales and the accumulation mode; the defaults are the floatX GEMMs of this file.
+struct MatmulTypes {
+    cudaDataType_t a = CUBLAS_FLOATX, b = CUBLAS_FLOATX, d = CUBLAS_FLOATX, bias = CUBLAS_FLOATX;
+    const float* a_scale = nullptr;  // device pointers: op(A) is read as A * *a_scale (FP8 only)
+    const float* b_scale = nullptr;
+    bool fast_accum = false;         // FP8 only: CUBLASLT_MATMUL_DESC_FAST_ACCUM (matmul_fp8.cuh)
+};
+inline bool cuda_type_is_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
+
 // D (m, n) = alpha * op(A) op(B) + beta * D, all column-major with leading dims lda/ldb/ldd; the
-// epilogue adds `bias` (m) and applies GELU / dGELU with `aux` (m, n), leading dim ldd.
-static void matmul_cublaslt(const CudaContext& ctx, floatX* d, const floatX* a, const floatX* b, int m, int n, int k,
+// epilogue adds `bias` (m) and applies GELU / dGELU with `aux` (m, n), leading dim ldd. Element
+// types from `types` (C, the beta input, is D itself).
+static void matmul_cublaslt(const CudaContext& ctx, void* d, const void* a, const void* b, int m, int n, int k,
                             bool trans_a, bool trans_b, int lda, int ldb, int ldd, float beta,
-                            cublasLtEpilogue_t epilogue, const floatX* bias, floatX* aux) {
+                            cublasLtEpilogue_t epilogue, const void* bias, void* aux,
+                            const MatmulTypes& types = MatmulTypes()) {
     cublasLtMatmulDesc_t desc;
     cublasCheck(cublasLtMatmulDescCreate(&desc, MATMUL_COMPUTE, CUDA_R_32F));
     const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -29,7 +41,7 @@ static void matmul_cublaslt(const CudaContext& ctx, floatX* d, const floatX* a, 
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
     if (bias) {
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-        const cudaDataType_t bias_type = CUBLAS_FLOATX;
+        const cudaDataType_t bias_type = types.bias;
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
     }
     if (aux) {
@@ -37,10 +49,20 @@ static void matmul_cublaslt(const CudaContext& ctx, floatX* d, const floatX* a, 
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux, sizeof(ld_aux)));
     }
+    if (types.a_scale)
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &types.a_scale,
+                                                   sizeof(types.a_scale)));
+    if (types.b_scale)
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &types.b_scale,
+                                                   sizeof(types.b_scale)));
+    if (cuda_type_is_fp8(types.a)) {
+        const int8_t fast = types.fast_accum ? 1 : 0;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+    }
     cublasLtMatrixLayout_t la, lb, ld;
-    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUBLAS_FLOATX, trans_a ? k : m, trans_a ? m : k, lda));
-    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUBLAS_FLOATX, trans_b ? n : k, trans_b ? k : n, ldb));
-    cublasCheck(cublasLtMatrixLayoutCreate(&ld, CUBLAS_FLOATX, m, n, ldd));
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, types.a, trans_a ? k : m, trans_a ? m : k, lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, types.b, trans_b ? n : k, trans_b ? k : n, ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&ld, types.d, m, n, ldd));
     cublasLtMatmulPreference_t pref;
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -49,8 +71,8 @@ static void matmul_cublaslt(const CudaContext& ctx, floatX* d, const floatX* a, 
     int found = 0;
     cublasCheck(cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt, desc, la, lb, ld, ld, pref, 1, &heur, &found));
     if (found == 0)
-        fail("cuBLASLt has no algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d epilogue=%d", m, n, k, (int)trans_a,
-             (int)trans_b, (int)epilogue);
+        fail("cuBLASLt has no algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d epilogue=%d types a=%d b=%d d=%d", m, n,
+             k, (int)trans_a, (int)trans_b, (int)epilogue, (int)types.a, (int)types.b, (int)types.d);
     const float alpha = 1.0f;
     cublasCheck(cublasLtMatmul(ctx.cublaslt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo,
                                ctx.cublaslt_workspace, ctx.cublaslt_workspace_size, ctx.stream));

@@ -1,0 +1,338 @@
+// fp8.cuh: per-tensor scaled casts to FP8 for the FP8 matmuls of llmc/matmul_fp8.cuh, the amax
+// that sets each tensor's scale, and the scale update itself (issue 18; docs/numerics.md).
+//
+// Formats (OCP FP8, as the hardware's cvt and cuBLASLt read them; llmc/cpu/fp8.h decodes them):
+//   E4M3: max normal 448, min normal 2^-6, min subnormal 2^-9, no infinity: weights, activations.
+//   E5M2: max normal 57344, min normal 2^-14, min subnormal 2^-16: gradients (more range, one
+//         mantissa bit fewer); E4M3 gradients are the other choice, measured in the lab.
+// A tensor is stored as x_fp8 = fp8(x * scale) and read back as x_fp8 * scale_inv: the matmul takes
+// scale_inv through CUBLASLT_MATMUL_DESC_{A,B}_SCALE_POINTER. x * scale is rounded once to fp32,
+// then to FP8 by cvt.rn.satfinite: nearest, ties to even, beyond the max (and infinity) to +-max,
+// NaN to NaN. dev/cuda/fp8_cast.cu checks every cast bit for bit against cpu::fp8_cast, all 65536
+// bf16 values included.
+//
+// Per-tensor state: one Fp8Meta in device memory per FP8 tensor (a layer's X, W, dY, ...):
+//   scale, scale_inv    set only by fp8_update_scales, read by the casts and the matmul
+//   amax_bits           the largest |x| of the casts since the last update, as float bits
+//   amax_history        the last history_len amaxes (a ring), for delayed scaling
+// Two recipes from the same kernels:
+//   current scaling   fp8_amax(x) -> fp8_update_scales(history_len 1) -> fp8_cast(x, no amax):
+//                     the scale fits this tensor exactly; x is read twice (amax pass, cast pass)
+//   delayed scaling   fp8_cast(x, with amax) casts with the scale of the previous amaxes and records
+//                     this one in the same pass; fp8_update_scales(history_len H) once per step
+//                     (or before the next cast) folds it into the history: x is read once, and a
+//                     value above the history's amax saturates to +-max until the history catches up.
+// The scale: amax = max over the history window (current: this amax), scale = (fp8 max / amax) /
+// 2^margin, capped at 2^64 (an amax below ~2.4e-17 is a zero tensor for FP8 purposes); an amax of 0
+// or a non-finite one (NaN or inf in x) keeps the previous scale, which the trainer can see and
+// treat like a non-finite gradient. Bit-identical to cpu::fp8_scale_from_amax (IEEE division and
+// reciprocal, __fdiv_rn / __frcp_rn, despite --use_fast_math).
+//
+// Amax reduction: warp and block maxima, then one atomicMax per block on the float bits of the
+// block's max into Fp8Meta::amax_bits. For non-negative floats the bit patterns order like the
+// values (and a NaN's, exponent all ones, is above +inf's, so a NaN anywhere shows in the amax),
+// and a maximum is exact in any order: unlike a sum, the atomic result is deterministic, so no
+// second reduction kernel and no scratch are needed. A block first reads the current amax and
+// skips its atomic when it is not larger (it only grows during a launch, so a stale read costs an
+// atomic, never a wrong result): after the first few blocks almost none contend for the address.
+//
+// Kernels, n elements of floatX (bf16: 2 bytes), the FP8 outputs 1 byte each; all memory-bound
+// (a few flops per byte), so the measure is the lab's % of the 4.0 TB/s copy:
+//   fp8_cast             reads 2n, writes n (3n bytes); with amax the same bytes plus one atomic
+//                        per block. 16-byte loads, grid-stride over one full wave, 4 loads in flight.
+//   fp8_amax             reads 2n (current scaling's extra pass).
+//   fp8_cast_transpose   (R, C) row-major -> (C, R) row-major FP8 (K-major operands of the weight-
+//                        gradient matmul, matmul_fp8.cuh), optionally also the straight (R, C) cast
+//                        from the same read: reads 2RC, writes RC or 2RC. 64x64 tiles through
+//                        shared memory; R and C multiples of 64.
+//   fp8_update_scales    one warp per tensor: reads and writes ~history_len * 4 bytes.
+// Pointers: inputs 16-byte aligned (cudaMalloc'd tensors and their offsets in the trainer are).
+#pragma once
+#include <cuda_fp8.h>
+#include <cstdint>
+#include "llmc/cuda_common.cuh"
+#include "llmc/utils.h"
+
+enum class Fp8Format { E4M3, E5M2 };
+constexpr float fp8_format_max(Fp8Format f) { return f == Fp8Format::E4M3 ? 448.0f : 57344.0f; }
+constexpr const char* fp8_format_name(Fp8Format f) { return f == Fp8Format::E4M3 ? "e4m3" : "e5m2"; }
+constexpr cudaDataType_t fp8_cuda_type(Fp8Format f) { return f == Fp8Format::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
+
+constexpr int FP8_AMAX_HISTORY_MAX = 1024;
+constexpr float FP8_SCALE_CAP = 18446744073709551616.0f;  // 2^64, as cpu::FP8_SCALE_CAP
+
+// One per FP8 tensor, in device memory (fp8_meta_init sets it up).
+struct Fp8Meta {
+    float scale;              // x_fp8 = fp8(x * scale)
+    float scale_inv;          // 1 / scale: the matmul's A/B scale pointer points here
+    unsigned int amax_bits;   // float bits of max |x| over the casts since the last update
+    int history_pos;          // next slot of amax_history to write
+    float fp8_max;            // 448 or 57344: the format this tensor is cast to
+    float amax_history[FP8_AMAX_HISTORY_MAX];
+};
+
+// ---------------------------------------------------------------- device helpers
+template <Fp8Format F>
+__device__ inline uint16_t fp8x2_from_float2(float lo, float hi) {
+    // cvt.rn.satfinite.{e4m3,e5m2}x2.f32 on sm_89+: lo lands in the low byte
+    return (uint16_t)__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE,
+                                              F == Fp8Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
+}
+template <Fp8Format F>
+__device__ inline uint8_t fp8_from_float(float x) {
+    return (uint8_t)__nv_cvt_float_to_fp8(x, __NV_SATFINITE, F == Fp8Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
+}
+// |x| as ordered bits (NaN above inf)
+__device__ inline unsigned int abs_bits(float x) { return __float_as_uint(x) & 0x7fffffffu; }
+
+// The block's max of `bits` into meta->amax_bits: warp max, block max, one atomic by thread 0 when it
+// raises the current value. Every thread of the block must call it.
+__device__ inline void amax_block_commit(Fp8Meta* meta, unsigned int bits) {
+    __shared__ unsigned int warp_max[32];
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
+    bits = __reduce_max_sync(0xffffffffu, bits);
+    if (lane == 0) warp_max[warp] = bits;
+    __syncthreads();
+    if (warp == 0) {
+        bits = __reduce_max_sync(0xffffffffu, lane < nwarps ? warp_max[lane] : 0u);
+        if (lane == 0 && bits > *(volatile unsigned int*)&meta->amax_bits) atomicMax(&meta->amax_bits, bits);
+    }
+}
+
+// The FP8 bytes of one Packed128<floatX> (8 for bf16, 4 for fp32), stored in one instruction.
+struct alignas(x128::size) Fp8Pack {
+    uint16_t h[x128::size / 2];
+};
+
+// ---------------------------------------------------------------- straight cast (+ amax)
+constexpr int FP8_CAST_BLOCK = 256;
+constexpr int FP8_CAST_UNROLL = 4;  // 16-byte loads in flight per thread
+
+template <Fp8Format F, bool AMAX>
+static __global__ void __launch_bounds__(FP8_CAST_BLOCK)
+    fp8_cast_kernel(uint8_t* __restrict__ out, const floatX* __restrict__ in, size_t n, Fp8Meta* meta) {
+    constexpr int P = x128::size;
+    const float scale = meta->scale;
+    const size_t packs = n / P, stride = (size_t)gridDim.x * blockDim.x;
+    unsigned int amax = 0;
+    for (size_t base = (size_t)blockIdx.x * blockDim.x + threadIdx.x; base < packs; base += FP8_CAST_UNROLL * stride) {
+        x128 v[FP8_CAST_UNROLL];
+#pragma unroll
+        for (int u = 0; u < FP8_CAST_UNROLL; u++)
+            if (base + u * stride < packs) v[u] = load128cs(in + (base + u * stride) * P);
+#pragma unroll
+        for (int u = 0; u < FP8_CAST_UNROLL; u++) {
+            if (base + u * stride >= packs) break;
+            Fp8Pack o;
+#pragma unroll
+            for (int k = 0; k < P; k += 2) {
+                const float a = to_float(v[u][k]), b = to_float(v[u][k + 1]);
+                if (AMAX) amax = max(amax, max(abs_bits(a), abs_bits(b)));
+                o.h[k / 2] = fp8x2_from_float2<F>(a * scale, b * scale);
+            }
+            *reinterpret_cast<Fp8Pack*>(out + (base + u * stride) * P) = o;
+        }
+    }
+    // the last n % P elements, one per thread of block 0
+    if (blockIdx.x == 0 && threadIdx.x < n - packs * P) {
+        const size_t i = packs * P + threadIdx.x;
+        const float a = to_float(in[i]);
+        if (AMAX) amax = max(amax, abs_bits(a));
+        out[i] = fp8_from_float<F>(a * scale);
+    }
+    if (AMAX) amax_block_commit(meta, amax);
+}
+
+static __global__ void __launch_bounds__(FP8_CAST_BLOCK)
+    fp8_amax_kernel(const floatX* __restrict__ in, size_t n, Fp8Meta* meta) {
+    constexpr int P = x128::size;
+    const size_t packs = n / P, stride = (size_t)gridDim.x * blockDim.x;
+    unsigned int amax = 0;
+    for (size_t base = (size_t)blockIdx.x * blockDim.x + threadIdx.x; base < packs; base += FP8_CAST_UNROLL * stride) {
+        x128 v[FP8_CAST_UNROLL];
+#pragma unroll
+        for (int u = 0; u < FP8_CAST_UNROLL; u++)
+            if (base + u * stride < packs) v[u] = load128cs(in + (base + u * stride) * P);
+#pragma unroll
+        for (int u = 0; u < FP8_CAST_UNROLL; u++) {
+            if (base + u * stride >= packs) break;
+#pragma unroll
+            for (int k = 0; k < P; k++) amax = max(amax, abs_bits(to_float(v[u][k])));
+        }
+    }
+    if (blockIdx.x == 0 && threadIdx.x < n - packs * P) amax = max(amax, abs_bits(to_float(in[packs * P + threadIdx.x])));
+    amax_block_commit(meta, amax);
+}
+
+// One full wave of blocks (grid-stride beyond it): few blocks, so few amax atomics.
+inline int fp8_wave_blocks(size_t work_items, int block) {
+    static int wave = 0;
+    if (wave == 0) {
+        int dev, sms, threads;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        cudaCheck(cudaDeviceGetAttribute(&threads, cudaDevAttrMaxThreadsPerMultiProcessor, dev));
+        wave = sms * (threads / block);
+    }
+    return (int)std::max<size_t>(1, std::min<size_t>(wave, ceil_div<size_t>(work_items, block)));
+}
+
+inline void fp8_check_aligned(const void* p, const char* what) {
+    if ((uintptr_t)p % 16 != 0) fail("fp8: %s must be 16-byte aligned", what);
+}
+
+// out (n bytes) = fp8(in * meta->scale); with `amax`, meta->amax_bits = max(itself, max |in|).
+inline void fp8_cast(uint8_t* out, const floatX* in, size_t n, Fp8Format f, Fp8Meta* meta, bool amax,
+                     cudaStream_t stream) {
+    fp8_check_aligned(in, "fp8_cast input");
+    fp8_check_aligned(out, "fp8_cast output");
+    const int blocks = fp8_wave_blocks(n / x128::size, FP8_CAST_BLOCK);
+    if (f == Fp8Format::E4M3) {
+        if (amax) fp8_cast_kernel<Fp8Format::E4M3, true><<<blocks, FP8_CAST_BLOCK, 0, stream>>>(out, in, n, meta);
+        else fp8_cast_kernel<Fp8Format::E4M3, false><<<blocks, FP8_CAST_BLOCK, 0, stream>>>(out, in, n, meta);
+    } else {
+        if (amax) fp8_cast_kernel<Fp8Format::E5M2, true><<<blocks, FP8_CAST_BLOCK, 0, stream>>>(out, in, n, meta);
+        else fp8_cast_kernel<Fp8Format::E5M2, false><<<blocks, FP8_CAST_BLOCK, 0, stream>>>(out, in, n, meta);
+    }
+    cudaCheckLaunch();
+}
+
+// meta->amax_bits = max(itself, max |in|): current scaling's pass before fp8_update_scales.
+inline void fp8_amax(const floatX* in, size_t n, Fp8Meta* meta, cudaStream_t stream) {
+    fp8_check_aligned(in, "fp8_amax input");
+    fp8_amax_kernel<<<fp8_wave_blocks(n / x128::size, FP8_CAST_BLOCK), FP8_CAST_BLOCK, 0, stream>>>(in, n, meta);
+    cudaCheckLaunch();
+}
+
+// ---------------------------------------------------------------- transposed cast (+ straight, + amax)
+// Tile of 64 x 64 elements per block of 256 threads. Load: each thread reads whole 16-byte packs of
+// tile rows, converts them, writes their bytes to shared memory (and to the straight output), and
+// keeps the amax. Store: thread t writes 16 bytes of transposed row t / 4 (input column), the rows
+// 16 * (t % 4) .. +15 of the tile, read down a shared-memory column: the 66-byte row pitch puts the
+// four 16-row groups a warp reads 8 banks apart.
+constexpr int FP8_T_TILE = 64, FP8_T_BLOCK = 256, FP8_T_PITCH = FP8_T_TILE + 2;
+
+template <Fp8Format F, bool AMAX, bool STRAIGHT>
+static __global__ void __launch_bounds__(FP8_T_BLOCK)
+    fp8_cast_transpose_kernel(uint8_t* __restrict__ out_t, uint8_t* __restrict__ out, const floatX* __restrict__ in,
+                              int R, int C, Fp8Meta* meta) {
+    constexpr int P = x128::size, PACKS_PER_ROW = FP8_T_TILE / P;
+    constexpr int LOADS = FP8_T_TILE * PACKS_PER_ROW / FP8_T_BLOCK;  // 2 (bf16) or 4 (fp32) per thread
+    __shared__ uint8_t tile[FP8_T_TILE][FP8_T_PITCH];
+    const int r0 = blockIdx.y * FP8_T_TILE, c0 = blockIdx.x * FP8_T_TILE;
+    const float scale = meta->scale;
+    unsigned int amax = 0;
+    x128 v[LOADS];
+#pragma unroll
+    for (int j = 0; j < LOADS; j++) {
+        const int idx = threadIdx.x + j * FP8_T_BLOCK, r = idx / PACKS_PER_ROW, p = idx % PACKS_PER_ROW;
+        v[j] = load128cs(in + (int64_t)(r0 + r) * C + c0 + p * P);
+    }
+#pragma unroll
+    for (int j = 0; j < LOADS; j++) {
+        const int idx = threadIdx.x + j * FP8_T_BLOCK, r = idx / PACKS_PER_ROW, p = idx % PACKS_PER_ROW;
+        Fp8Pack o;
+#pragma unroll
+        for (int k = 0; k < P; k += 2) {
+            const float a = to_float(v[j][k]), b = to_float(v[j][k + 1]);
+            if (AMAX) amax = max(amax, max(abs_bits(a), abs_bits(b)));
+            o.h[k / 2] = fp8x2_from_float2<F>(a * scale, b * scale);
+            *reinterpret_cast<uint16_t*>(&tile[r][p * P + k]) = o.h[k / 2];
+        }
+        if (STRAIGHT) *reinterpret_cast<Fp8Pack*>(out + (int64_t)(r0 + r) * C + c0 + p * P) = o;
+    }
+    __syncthreads();
+    const int c = threadIdx.x / 4, rs = (threadIdx.x % 4) * 16;
+    uint4 w;
+    uint32_t* wb = reinterpret_cast<uint32_t*>(&w);
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+        wb[q] = (uint32_t)tile[rs + 4 * q][c] | ((uint32_t)tile[rs + 4 * q + 1][c] << 8) |
+                ((uint32_t)tile[rs + 4 * q + 2][c] << 16) | ((uint32_t)tile[rs + 4 * q + 3][c] << 24);
+    *reinterpret_cast<uint4*>(out_t + (int64_t)(c0 + c) * R + r0 + rs) = w;
+    if (AMAX) amax_block_commit(meta, amax);
+}
+
+// out_t (C, R) = fp8(in^T * scale), in (R, C) row-major; with `out` also out (R, C) = fp8(in * scale)
+// from the same read; with `amax`, meta->amax_bits as fp8_cast. R and C multiples of 64.
+inline void fp8_cast_transpose(uint8_t* out_t, uint8_t* out, const floatX* in, int R, int C, Fp8Format f,
+                               Fp8Meta* meta, bool amax, cudaStream_t stream) {
+    if (R % FP8_T_TILE != 0 || C % FP8_T_TILE != 0)
+        fail("fp8_cast_transpose: R = %d and C = %d must be multiples of %d", R, C, FP8_T_TILE);
+    fp8_check_aligned(in, "fp8_cast_transpose input");
+    fp8_check_aligned(out_t, "fp8_cast_transpose output");
+    if (out) fp8_check_aligned(out, "fp8_cast_transpose straight output");
+    const dim3 grid(C / FP8_T_TILE, R / FP8_T_TILE);
+    // 8 instantiations: format x amax x straight
+    auto launch = [&](auto kernel) {
+        kernel<<<grid, FP8_T_BLOCK, 0, stream>>>(out_t, out, in, R, C, meta);
+        cudaCheckLaunch();
+    };
+    constexpr Fp8Format E4 = Fp8Format::E4M3, E5 = Fp8Format::E5M2;
+    const int which = (f == E5) * 4 + amax * 2 + (out != nullptr);
+    switch (which) {
+        case 0: launch(fp8_cast_transpose_kernel<E4, false, false>); break;
+        case 1: launch(fp8_cast_transpose_kernel<E4, false, true>); break;
+        case 2: launch(fp8_cast_transpose_kernel<E4, true, false>); break;
+        case 3: launch(fp8_cast_transpose_kernel<E4, true, true>); break;
+        case 4: launch(fp8_cast_transpose_kernel<E5, false, false>); break;
+        case 5: launch(fp8_cast_transpose_kernel<E5, false, true>); break;
+        case 6: launch(fp8_cast_transpose_kernel<E5, true, false>); break;
+        default: launch(fp8_cast_transpose_kernel<E5, true, true>); break;
+    }
+}
+
+// ---------------------------------------------------------------- scales
+static __global__ void fp8_meta_init_kernel(Fp8Meta* metas, int count, float fp8_max) {
+    const int m = blockIdx.x;
+    if (m >= count) return;
+    for (int i = threadIdx.x; i < FP8_AMAX_HISTORY_MAX; i += blockDim.x) metas[m].amax_history[i] = 0.0f;
+    if (threadIdx.x == 0) {
+        metas[m].scale = 1.0f;
+        metas[m].scale_inv = 1.0f;
+        metas[m].amax_bits = 0;
+        metas[m].history_pos = 0;
+        metas[m].fp8_max = fp8_max;
+    }
+}
+
+// metas[0..count): scale 1, empty history, for tensors cast to format f.
+inline void fp8_meta_init(Fp8Meta* metas, int count, Fp8Format f, cudaStream_t stream) {
+    fp8_meta_init_kernel<<<count, 128, 0, stream>>>(metas, count, fp8_format_max(f));
+    cudaCheckLaunch();
+}
+
+// One warp per tensor: push amax_bits into the history ring, amax = the ring's max over the last
+// history_len entries (1: this amax only, current scaling), new scale from it (see the top), reset
+// amax_bits for the next casts.
+static __global__ void fp8_update_scales_kernel(Fp8Meta* metas, int history_len, int margin) {
+    Fp8Meta& m = metas[blockIdx.x];
+    const int lane = threadIdx.x;
+    const int pos = m.history_pos;
+    const unsigned int now = m.amax_bits;
+    unsigned int amax = 0;
+    for (int i = lane; i < history_len; i += WARP_SIZE)
+        amax = max(amax, i == pos ? now : __float_as_uint(m.amax_history[i]));
+    amax = __reduce_max_sync(0xffffffffu, amax);
+    if (lane == 0) {
+        m.amax_history[pos] = __uint_as_float(now);
+        m.history_pos = pos + 1 < history_len ? pos + 1 : 0;
+        m.amax_bits = 0;
+        if (amax > 0 && amax < 0x7f800000u) {  // positive and finite; else keep the scale
+            float s = __fdiv_rn(m.fp8_max, __uint_as_float(amax)) * __uint_as_float((unsigned)(127 - margin) << 23);
+            s = fminf(s, FP8_SCALE_CAP);
+            m.scale = s;
+            m.scale_inv = __frcp_rn(s);
+        }
+    }
+}
+
+// Updates metas[0..count) (consecutive, e.g. every tensor of one format) from their amaxes.
+// history_len in 1..FP8_AMAX_HISTORY_MAX, the same for all calls on these metas; margin in 0..30.
+inline void fp8_update_scales(Fp8Meta* metas, int count, int history_len, int margin, cudaStream_t stream) {
+    if (history_len < 1 || history_len > FP8_AMAX_HISTORY_MAX)
+        fail("fp8_update_scales: history_len = %d outside 1..%d", history_len, FP8_AMAX_HISTORY_MAX);
+    if (margin < 0 || margin > 30) fail("fp8_update_scales: margin = %d outside 0..30", margin);
+    fp8_update_scales_kernel<<<count, WARP_SIZE, 0, stream>>>(metas, history_len, margin);
+    cudaCheckLaunch();
+}
