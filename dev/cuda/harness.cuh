@@ -298,6 +298,10 @@ class Lab {
         ctx.destroy();
     }
     cudaStream_t stream() const { return ctx.stream; }
+    // The median of the last run() in ms; -1 when it was not selected, failed or ran --check-only
+    // (for lab files that print ratios of their own lines, e.g. matmul_fp8.cu's FP8 / bf16 summary).
+    double last_ms() const { return last_ms_; }
+    bool check_only() const { return check_only_; }
     bool selected(int variant) const {
         return variants_.empty() || std::find(variants_.begin(), variants_.end(), variant) != variants_.end();
     }
@@ -338,6 +342,7 @@ class Lab {
     void run(const std::string& op, int variant, const char* what, double bytes, double flops, Bound bound,
              const std::function<void()>& reset, const std::function<void()>& launch,
              const std::function<bool()>& check_outputs) {
+        last_ms_ = -1.0;
         if (!selected(variant)) return;
         printf("  %s | %d %s: moves %.1f MB, %.3f GFLOP\n", op.c_str(), variant, what, bytes / 1e6, flops / 1e9);
         reset();
@@ -351,6 +356,7 @@ class Lab {
         }
         if (check_only_) return;
         const double ms = time_median_ms(launch);
+        last_ms_ = ms;
         const double gbps = bytes / (ms * 1e-3) / 1e9, tflops = flops / (ms * 1e-3) / 1e12;
         const double pct = bound == Bound::Memory ? 100.0 * gbps / H200_COPY_GBPS : 100.0 * tflops / H200_GEMM_TFLOPS;
         lines_.push_back(strprintf("%s | %d %s | %.4f | %.1f | %.2f | %.1f%% %s", op.c_str(), variant, what, ms, gbps,
@@ -416,6 +422,7 @@ class Lab {
     void* flush_ = nullptr;
     size_t flush_bytes_ = 0;
     int failures_ = 0;
+    double last_ms_ = -1.0;
     std::vector<std::string> lines_;
 };
 

@@ -1,0 +1,205 @@
+// fp8_cast.cu: the per-tensor scaled casts to FP8 of llmc/fp8.cuh, checked bit for bit against
+// cpu::fp8_cast (llmc/cpu/fp8.h), with the amax and the scale update checked bit for bit too.
+//   ./fp8_cast [variant ...] [--check-only] [--reps N]
+// Shapes, each cast to e4m3 and to e5m2 (the op name says which):
+//   X (65536, 768): a layer input at GPT-2 124M, B*T = 65536 (qkv / fc input, attproj dY);
+//   H (65536, 3072): the MLP activation (fcproj's input, fc's dY);
+//   every bf16 value: the 65536 bit patterns (NaNs replaced by zero) as a (1024, 64) tensor, at
+//   scale 1 and at 0.3 (ties, subnormals, saturation of finite values and of +-inf, -0);
+//   n = 651 * 776 + 3: the tail after the last 16-byte pack (straight casts only).
+// Inputs uniform in [-3, 3) rounded to floatX; the scale is current scaling's, 448 / amax (e4m3)
+// or 57344 / amax (e5m2), so the values spread over the whole FP8 range, subnormals included.
+// Outputs start poisoned (0xFF bytes, a NaN in both formats that no finite input casts to);
+// every byte is compared; the amax and the scale by their bits.
+// Bytes: the op's minimum, input once (2 bytes/element) and each FP8 output once (1 byte); a
+// variant that reads more shows it as a lower % of the copy ceiling. FLOPs: 1 per element.
+//
+// Variants:
+//   0 shipped: fp8_cast with the amax fused (delayed scaling's cast): reads 2n, writes n
+//   1 current scaling as shipped: fp8_amax pass, fp8_update_scales (history 1), fp8_cast without
+//     amax: reads 4n, writes n, three launches
+//   2 fp8_cast without amax (what the fused amax costs: 0 against 2)
+//   3 fp8_cast_transpose with amax: (R, C) -> (C, R), the weight gradient's operands
+//   4 fp8_cast_transpose with amax and the straight output from the same read (dY's cast: the
+//     input gradient's dY and the weight gradient's dY^T); bytes 2n in, 2n out
+// Results: not yet run on the H200 (written without a GPU; the lead's first run goes here).
+#include <cstddef>
+#include "dev/cuda/harness.cuh"
+#include "llmc/cpu/fp8.h"
+#include "llmc/fp8.cuh"
+
+static cpu::Fp8Format cpu_format(Fp8Format f) {
+    return f == Fp8Format::E4M3 ? cpu::Fp8Format::E4M3 : cpu::Fp8Format::E5M2;
+}
+static uint32_t float_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+
+static std::vector<uint8_t> download_bytes(const lab::DevBuf<uint8_t>& b) {
+    std::vector<uint8_t> h(b.size());
+    cudaCheck(cudaMemcpy(h.data(), b.get(), b.size(), cudaMemcpyDeviceToHost));
+    return h;
+}
+static Fp8Meta download_meta(const lab::DevBuf<Fp8Meta>& m) {
+    Fp8Meta h;
+    cudaCheck(cudaMemcpy(&h, m.get(), sizeof(h), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+// Every byte equal, every byte written, the guard intact; one line.
+static bool check_bytes(const lab::DevBuf<uint8_t>& out, const std::vector<uint8_t>& ref, const std::vector<float>& x,
+                        bool transposed, int R, int C) {
+    cudaCheck(cudaDeviceSynchronize());
+    bool ok = true;
+    if (size_t unwritten = out.count_unwritten()) {
+        printf("    %-10s FAIL: %zu of %zu bytes never written\n", out.name(), unwritten, out.size());
+        ok = false;
+    }
+    if (!out.guard_intact()) {
+        printf("    %-10s FAIL: the kernel wrote into the guard region after the output\n", out.name());
+        ok = false;
+    }
+    const std::vector<uint8_t> got = download_bytes(out);
+    size_t bad = 0, first = SIZE_MAX;
+    for (size_t i = 0; i < ref.size(); i++)
+        if (got[i] != ref[i]) {
+            if (first == SIZE_MAX) first = i;
+            bad++;
+        }
+    if (bad == 0) {
+        printf("    %-10s %zu bytes bit-exact  ok\n", out.name(), ref.size());
+    } else {
+        // the input element of the first mismatch (transposed outputs: element (r, c) sits at c * R + r)
+        const size_t src = transposed ? (first % R) * (size_t)C + first / R : first;
+        printf("    %-10s FAIL: %zu of %zu bytes differ; first at %zu: got 0x%02X want 0x%02X (input %.9g)\n", out.name(),
+               bad, ref.size(), first, got[first], ref[first], x[src]);
+        ok = false;
+    }
+    return ok;
+}
+static bool check_amax(const lab::DevBuf<Fp8Meta>& meta, float amax_ref) {
+    const Fp8Meta m = download_meta(meta);
+    const bool ok = m.amax_bits == float_bits(amax_ref);
+    printf("    %-10s 0x%08X want 0x%08X (%g)  %s\n", "amax", m.amax_bits, float_bits(amax_ref), amax_ref,
+           ok ? "ok" : "FAIL");
+    return ok;
+}
+
+struct Shape {
+    std::string name;
+    int R, C;           // (R, C) row-major; R = 1 for the 1-D tail shape
+    bool transposable;  // R and C multiples of 64
+};
+
+// The 65536 bf16 bit patterns as floats, NaNs replaced by 0.
+static std::vector<float> every_bf16() {
+    std::vector<float> v(65536);
+    for (uint32_t b = 0; b < 65536; b++) {
+        const uint32_t u = b << 16;
+        float x;
+        memcpy(&x, &u, 4);
+        v[b] = std::isnan(x) ? 0.0f : x;
+    }
+    return v;
+}
+
+// fixed_scale > 0: that scale (set directly), else current scaling's from the amax.
+static void run_shape(lab::Lab& L, const Shape& s, Fp8Format f, const std::vector<float>& x, float fixed_scale) {
+    const size_t n = (size_t)s.R * s.C;
+    const cpu::Fp8Format cf = cpu_format(f);
+    float amax_ref = 0.0f;
+    for (float v : x) amax_ref = std::max(amax_ref, std::fabs(v));  // never NaN here; +inf in every_bf16
+    const float scale = fixed_scale > 0 ? fixed_scale : cpu::fp8_scale_from_amax(amax_ref, cf, 0, 1.0f);
+    std::vector<uint8_t> ref(n), ref_t(s.transposable ? n : 0);
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) ref[i] = cpu::fp8_cast(x[i], scale, cf);
+    if (s.transposable) {
+#pragma omp parallel for
+        for (int c = 0; c < s.C; c++)
+            for (int r = 0; r < s.R; r++) ref_t[(size_t)c * s.R + r] = ref[(size_t)r * s.C + c];
+    }
+
+    lab::DevBuf<floatX> d_x(n, "x");
+    lab::DevBuf<uint8_t> d_out(n, "out"), d_out_t(s.transposable ? n : 1, "out_t");
+    lab::DevBuf<Fp8Meta> d_meta(1, "meta");
+    d_x.upload(x);
+    // The meta as fp8_meta_init leaves it, with the reference's scale: the casts read it as given.
+    std::vector<Fp8Meta> meta0(1);
+    memset(meta0.data(), 0, sizeof(Fp8Meta));
+    meta0[0].scale = scale;
+    meta0[0].scale_inv = 1.0f / scale;
+    meta0[0].fp8_max = fp8_format_max(f);
+    const size_t amax_offset = offsetof(Fp8Meta, amax_bits);
+    auto reset_meta = [&] { d_meta.upload(meta0); };
+    auto zero_amax = [&] { cudaCheck(cudaMemsetAsync((char*)d_meta.get() + amax_offset, 0, 4, L.stream())); };
+
+    const std::string op = lab::Lab::strprintf("fp8_cast %s %s", fp8_format_name(f), s.name.c_str());
+    const double flops = (double)n, bytes = (double)n * (sizeof(floatX) + 1);  // in once, one FP8 byte out
+    L.run(op, 0, "shipped cast+amax", bytes, flops, lab::Bound::Memory,
+          [&] { reset_meta(); d_out.poison(L.stream()); },
+          [&] { fp8_cast(d_out, d_x, n, f, d_meta, true, L.stream()); },
+          [&] { return check_bytes(d_out, ref, x, false, s.R, s.C) && check_amax(d_meta, amax_ref); });
+    if (fixed_scale <= 0) {
+        // current scaling end to end: the scale comes out of the amax pass and the update kernel,
+        // and must equal cpu::fp8_scale_from_amax bit for bit (else the bytes differ too)
+        L.run(op, 1, "amax pass+update+cast", bytes, flops, lab::Bound::Memory,
+              [&] {
+                  reset_meta();
+                  d_out.poison(L.stream());
+                  // a wrong scale to start from: the update must replace it
+                  cudaCheck(cudaMemsetAsync(d_meta.get(), 0, 8, L.stream()));
+              },
+              [&] {
+                  zero_amax();
+                  fp8_amax(d_x, n, d_meta, L.stream());
+                  fp8_update_scales(d_meta, 1, 1, 0, L.stream());
+                  fp8_cast(d_out, d_x, n, f, d_meta, false, L.stream());
+              },
+              [&] {
+                  const Fp8Meta m = download_meta(d_meta);
+                  const bool ok = float_bits(m.scale) == float_bits(scale) &&
+                                  float_bits(m.scale_inv) == float_bits(1.0f / scale) && m.amax_bits == 0 &&
+                                  float_bits(m.amax_history[0]) == float_bits(amax_ref);
+                  printf("    %-10s scale %.9g (want %.9g), scale_inv %.9g (want %.9g), history[0] %g  %s\n", "meta",
+                         m.scale, scale, m.scale_inv, 1.0f / scale, m.amax_history[0], ok ? "ok" : "FAIL");
+                  return check_bytes(d_out, ref, x, false, s.R, s.C) && ok;
+              });
+    }
+    L.run(op, 2, "cast, no amax", bytes, flops, lab::Bound::Memory,
+          [&] { reset_meta(); d_out.poison(L.stream()); },
+          [&] { fp8_cast(d_out, d_x, n, f, d_meta, false, L.stream()); },
+          [&] { return check_bytes(d_out, ref, x, false, s.R, s.C); });
+    if (!s.transposable) return;
+    L.run(op, 3, "transposed cast+amax", bytes, flops, lab::Bound::Memory,
+          [&] { reset_meta(); d_out_t.poison(L.stream()); },
+          [&] { fp8_cast_transpose(d_out_t, nullptr, d_x, s.R, s.C, f, d_meta, true, L.stream()); },
+          [&] { return check_bytes(d_out_t, ref_t, x, true, s.R, s.C) && check_amax(d_meta, amax_ref); });
+    L.run(op, 4, "transposed+straight+amax", (double)n * (sizeof(floatX) + 2), flops, lab::Bound::Memory,
+          [&] { reset_meta(); d_out.poison(L.stream()); d_out_t.poison(L.stream()); },
+          [&] { fp8_cast_transpose(d_out_t, d_out, d_x, s.R, s.C, f, d_meta, true, L.stream()); },
+          [&] {
+              bool ok = check_bytes(d_out_t, ref_t, x, true, s.R, s.C);
+              ok = check_bytes(d_out, ref, x, false, s.R, s.C) && ok;
+              return check_amax(d_meta, amax_ref) && ok;
+          });
+}
+
+int main(int argc, char** argv) {
+    lab::Lab L(argc, argv, "fp8_cast.cu");
+    const int N = lab::GPT2_B * lab::GPT2_T, C = lab::GPT2_C;
+    const Shape big[] = {{lab::Lab::strprintf("R=%d C=%d", N, C), N, C, true},
+                         {lab::Lab::strprintf("R=%d C=%d", N, 4 * C), N, 4 * C, true}};
+    const Shape all_bf16 = {"every-bf16 R=1024 C=64", 1024, 64, true};
+    const int odd_n = lab::ODD_B * lab::ODD_T * 776 + 3;
+    const Shape odd = {lab::Lab::strprintf("n=%d", odd_n), 1, odd_n, false};
+    const std::vector<float> every = every_bf16();
+    for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2}) {
+        for (const Shape& s : big) run_shape(L, s, f, lab::rand_uniform((size_t)s.R * s.C, 61, -3.0f, 3.0f), 0.0f);
+        run_shape(L, odd, f, lab::rand_uniform((size_t)odd_n, 62, -3.0f, 3.0f), 0.0f);
+        run_shape(L, {all_bf16.name + " scale=1", all_bf16.R, all_bf16.C, true}, f, every, 1.0f);
+        run_shape(L, {all_bf16.name + " scale=0.3", all_bf16.R, all_bf16.C, true}, f, every, 0.3f);
+    }
+    return L.finish();
+}
