@@ -218,7 +218,7 @@ static __global__ void __launch_bounds__(FP8_T_BLOCK)
                               int R, int C, Fp8Meta* meta) {
     constexpr int P = x128::size, PACKS_PER_ROW = FP8_T_TILE / P;
     constexpr int LOADS = FP8_T_TILE * PACKS_PER_ROW / FP8_T_BLOCK;  // 2 (bf16) or 4 (fp32) per thread
-    __shared__ uint8_t tile[FP8_T_TILE][FP8_T_PITCH];
+    __shared__ alignas(16) uint8_t tile[FP8_T_TILE][FP8_T_PITCH];  // 2-byte stores into it
     const int r0 = blockIdx.y * FP8_T_TILE, c0 = blockIdx.x * FP8_T_TILE;
     const float scale = meta->scale;
     unsigned int amax = 0;
@@ -259,6 +259,7 @@ inline void fp8_cast_transpose(uint8_t* out_t, uint8_t* out, const floatX* in, i
                                Fp8Meta* meta, bool amax, cudaStream_t stream) {
     if (R % FP8_T_TILE != 0 || C % FP8_T_TILE != 0)
         fail("fp8_cast_transpose: R = %d and C = %d must be multiples of %d", R, C, FP8_T_TILE);
+    if (R / FP8_T_TILE > 65535) fail("fp8_cast_transpose: R = %d rows: more than 65535 row tiles", R);
     fp8_check_aligned(in, "fp8_cast_transpose input");
     fp8_check_aligned(out_t, "fp8_cast_transpose output");
     if (out) fp8_check_aligned(out, "fp8_cast_transpose straight output");

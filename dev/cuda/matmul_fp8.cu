@@ -15,9 +15,9 @@
 // checks cover every element):
 //   FP8 against the exact product of the dequantized FP8 operands (decoded by llmc/cpu/fp8.h, summed
 //   in double, times both scale_invs): what is left is fp32 accumulation order and the bf16 output
-//   rounding, tolerance 2^-8 relative + 2e-3 rms; with fast accumulation 2^-8 + 0.1 rms (the
-//   narrower accumulator; its error is the measurement), and in both nmse below 1e-3 (a wrong
-//   layout or scale is nmse ~1).
+//   rounding, tolerance 2^-8 relative + 2e-3 rms and nmse below 1e-3 (a wrong layout or scale is
+//   nmse ~1); with fast accumulation the narrower accumulator's error is the measurement, so only
+//   a gross error fails it: 2^-8 + 1.0 rms, nmse below 0.1 (read its printed nmse).
 //   bf16 against the CPU product of the bf16 operands at the lab's bf16 tolerance.
 //   "vs bf16" (printed, not a check): FP8 against that bf16-operand product: the quantization error
 //   a --fp8 trainer would add to each matmul.
@@ -119,12 +119,15 @@ static void add_rows(std::vector<float>& ref, const std::vector<float>& add, int
 // FP8 output: exact-operand check (elementwise + nmse bound) and the error against bf16 operands.
 static bool check_fp8(lab::Lab& L, const lab::DevBuf<bf16>& d, const std::vector<float>& ref_exact,
                       const std::vector<float>& ref_bf16, const std::vector<int>& rows, int M, bool fast) {
-    const lab::Tol tol = {1.0 / 256, fast ? 0.1 : 2e-3};
+    // fast accumulation: its error is what the line measures, so only a gross error fails it (a
+    // wrong layout or scale, nmse ~1, shows in the accurate variants of the same call too)
+    const lab::Tol tol = {1.0 / 256, fast ? 1.0 : 2e-3};
+    const double nmse_bound = fast ? 1e-1 : 1e-3;
     bool ok = L.check(d, ref_exact, tol, rows, M);
     const std::vector<float> got = d.download_rows(rows, M);
     const lab::Errors e = lab::measure(got, ref_exact, tol);
-    if (!(e.nmse < 1e-3)) {
-        printf("    %-10s FAIL: nmse %.2e against the exact product (bound 1e-3)\n", d.name(), e.nmse);
+    if (!(e.nmse < nmse_bound)) {
+        printf("    %-10s FAIL: nmse %.2e against the exact product (bound %.0e)\n", d.name(), e.nmse, nmse_bound);
         ok = false;
     }
     const lab::Errors q = lab::measure(got, ref_bf16, lab::Tol{0.0, 1e30});
