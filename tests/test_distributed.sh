@@ -5,7 +5,8 @@
 #  - 2 ranks give the losses of 1 process with the same total batch (gradient accumulation 4 vs 2
 #    micro-batches per rank), within 2e-5, at --zero 0, 1 and 2 (a tiny Llama-style model; a GPT-2 d1
 #    at --zero 2); the tcp group at --zero 2 too (its star reduce_sum); --zero 2 also without
-#    accumulation (1 micro-batch per rank against 2 in 1 process), each bucket reduced once a step;
+#    accumulation (1 micro-batch per rank against 2 in 1 process), each bucket reduced once a step,
+#    and at 3 ranks (mpirun -np 3: pieces for three owners, uneven slices);
 #  - 1 process at --zero 2 (every gradient through the bucket buffers and their reduction at world
 #    size 1) is bit-identical to the plain run: the same log, the same final checkpoint bytes;
 #  - a 2-rank run resumed at 2 ranks ends bit-identical to the uninterrupted one (the shards of the
@@ -118,6 +119,19 @@ elif ! mpi2 "${RUN[@]}" --total-batch 128 --ckpt-every 0 --zero 2 --log "$tmp/z2
     flunk "$name" "exit $?: $(grep -m 1 error "$tmp/z2_128.out")"
 else
     d=$(maxdiff "$tmp/one128.log" "$tmp/z2_128.log")
+    if within "$d" 2e-5; then pass "$name: max |loss difference| $d over 10 steps and 3 validations"
+    else flunk "$name" "max |loss difference| $d"; fi
+fi
+
+name="mpirun -np 3 --zero 2 (three owners, uneven slices, 2 micro-batches a rank): the losses of 1 process"
+if [ $have_mpi = 0 ]; then skip "$name" "$why_skip"
+elif ! "$TRAIN" "${RUN[@]}" --total-batch 384 --ckpt-every 0 --log "$tmp/one384.log" >"$tmp/one384.out" 2>&1; then
+    flunk "$name" "1 process: $(tail -n 1 "$tmp/one384.out")"
+elif ! timeout 120 "${MPIRUN[@]}" -np 3 "$TRAIN_MPI" "${RUN[@]}" --total-batch 384 --ckpt-every 0 --zero 2 \
+        --log "$tmp/z2_np3.log" >"$tmp/z2_np3.out" 2>&1; then
+    flunk "$name" "exit $?: $(grep -m 1 error "$tmp/z2_np3.out")"
+else
+    d=$(maxdiff "$tmp/one384.log" "$tmp/z2_np3.log")
     if within "$d" 2e-5; then pass "$name: max |loss difference| $d over 10 steps and 3 validations"
     else flunk "$name" "max |loss difference| $d"; fi
 fi
