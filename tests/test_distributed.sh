@@ -16,7 +16,7 @@
 #    continue a checkpoint's data position, --world-size against mpirun's, ranks started with
 #    different world sizes, an unreachable rendezvous, a rank left alone, a rank that dies (under
 #    MPI and under tcp), the plain binary launched by mpirun.
-# Without mpirun the MPI cases print SKIPPED; the tcp cases always run. About 30 s on 2 cores.
+# Without mpirun the MPI cases print SKIPPED; the tcp cases always run. About 35 s on 2 cores.
 cd "$(dirname "$0")/.." || exit 1
 TRAIN=${TRAIN:-build/train_gpt2_cpu}
 TRAIN_MPI=${TRAIN_MPI:-build/train_gpt2_cpu_mpi}
