@@ -204,11 +204,11 @@ int main(int argc, char** argv) {
             gpt2_upload_batch(model, next_inputs.data(), next_targets.data(), B, T, true, ctx);
             gpt2_forward(model, B, T, ctx);
             gpt2_classifier(model, B, T, dloss, true, step_losses + (size_t)micro * N, ctx);
-            if (micro + 1 == cfg.grad_accum) gpu_dp_last_micro(dp);  // its buckets reduce during the backward
+            gpu_dp_before_backward(dp, micro + 1 == cfg.grad_accum);  // whether its buckets reduce during it
             gpt2_backward(model, B, T, ctx);
             fetch_batch();
         }
-        gpu_dp_reduce_grads(dp, model, ctx);
+        gpu_dp_wait_grads(dp, ctx);
         OptimizerSettings opt = opt_base;
         opt.lr = lr_at_step(cfg.schedule, (int)step);
         const float norm = gpu_dp_update(dp, model, opt, ctx);
@@ -237,8 +237,9 @@ int main(int argc, char** argv) {
         std::vector<double> timed(step_ms.begin() + warm, step_ms.end());
         std::sort(timed.begin(), timed.end());
         const double median = timed[timed.size() / 2];
+        const size_t allocated = model.allocated_bytes + dp.allocated_bytes + sampler.allocated_bytes;
         printf("BENCH name=%s ms=%.2f tok_s=%.0f peak_gib=%.2f\n", GPT2_USES_CUDNN ? "ours_cudnn" : "ours", median,
-               tokens_per_step / (median / 1000.0), (model.allocated_bytes + sampler.allocated_bytes) / 1073741824.0);
+               tokens_per_step / (median / 1000.0), allocated / 1073741824.0);
     }
     log.close();
     cudaCheck(cudaFreeHost(step_losses));

@@ -79,10 +79,15 @@ int main(int argc, char** argv) {
         gpt2_set_params(model, host.data());
     }
     const GPT2Config& c = model.config;
-    DataParallel dp = dp_setup(model, *comm, cfg.zero);
+    DataParallel dp;
+    dp_setup(dp, model, *comm, cfg.zero);
     if (comm->world > 1 || cfg.zero > 0)
         printf("data parallel: %d ranks (%s), zero %d: each rank keeps the optimizer state of %lld of %zu parameters\n",
                comm->world, comm->how.c_str(), cfg.zero, (long long)dp.plan.opt_count(), model.num_params);
+    if (cfg.zero == 2)
+        printf("gradients: %zu floats (shard) + %zu (bucket buffers: outside the layers %zu, one layer bucket %zu); "
+               "whole: %zu\n", model.grads_memory.size(), dp.outside.size() + dp.layer.size(), dp.outside.size(),
+               dp.layer.size(), model.num_params);
 
     // each rank its own windows of the data (llmc/dataloader.h)
     DataLoader train(cfg.train_pattern.c_str(), cfg.B, cfg.T, comm->rank, comm->world, c.vocab_size, cfg.seed, true);

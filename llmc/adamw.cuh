@@ -62,15 +62,15 @@ __device__ inline __nv_bfloat16 stochastic_round_bf16(float x, uint32_t rnd) {
 
 // One thread per element: reads g, m, v, master (14 B in bf16), writes m, v, master, param (14 B):
 // ~3.5 GB per step for GPT-2 124M, memory-bound at ~1 ms on an H200.
-// Element i of the launch is parameter `begin + i`: params and grads are the whole buffers, master,
-// m and v hold the updated slice only (a ZeRO shard, llmc/zero.h); the decay ranges and the
-// rounding hash use the parameter's index, so a slice rounds exactly as the whole buffer does.
+// Element i of the launch is parameter `begin + i`: params is the whole buffer, grads, master, m
+// and v hold the updated slice only (a ZeRO shard, llmc/zero.h); the decay ranges and the rounding
+// hash use the parameter's index, so a slice rounds exactly as the whole buffer does.
 static __global__ void adamw_fused(floatX* params, float* master, const floatX* grads, float* m, float* v,
                                    int64_t begin, int64_t n, AdamWArgs a, DecayRanges decay) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const int64_t k = begin + i;
-    const float g = to_float(grads[k]) * a.grad_scale;
+    const float g = to_float(grads[i]) * a.grad_scale;
     float p = master[i];
     bool decays = false;
     for (int r = 0; r < decay.count; r++) decays |= (k >= decay.begin[r] && k < decay.end[r]);
@@ -85,7 +85,7 @@ static __global__ void adamw_fused(floatX* params, float* master, const floatX* 
     else params[k] = stochastic_round_bf16(p, hash_index(a.seed, (uint64_t)k));
 }
 
-// Updates parameters [begin, end): master, m, v point at the slice's first element's state.
+// Updates parameters [begin, end): grads, master, m, v point at the slice's first element's.
 inline void adamw_update_range(floatX* params, float* master, const floatX* grads, float* m, float* v, int64_t begin,
                                int64_t end, const AdamWArgs& args, const DecayRanges& decay, cudaStream_t stream) {
     const int block = 512;

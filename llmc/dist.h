@@ -20,10 +20,11 @@
 // world size is refused at the rendezvous. Under MPI a failing rank calls MPI_Abort (fail_hook),
 // and mpirun ends the job when a rank dies.
 //
-// The collectives (class Comm) work on host buffers: sums of float/double, the reduce-scatter and
-// all-gather of ZeRO shards (llmc/zero.h), broadcast, barrier. The tcp group routes them through
-// rank 0 (a star), which sums in rank order: simple and exact, for the CPU trainer and for the GPU
-// trainer's control messages (the GPU's gradients go over NCCL, llmc/dist_nccl.cuh).
+// The collectives (class Comm) work on host buffers: sums of float/double, the reduce of a ZeRO-2
+// bucket's pieces to their owners, the all-gather of ZeRO shards (llmc/zero.h), broadcast, barrier.
+// The tcp group routes them through rank 0 (a star), which sums in rank order: simple and exact,
+// for the CPU trainer and for the GPU trainer's control messages (the GPU's gradients go over
+// NCCL, llmc/gpt2_dist.cuh).
 #pragma once
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -54,9 +55,9 @@ class Comm {
     virtual ~Comm() = default;
     virtual void allreduce_sum(float* x, int64_t n) = 0;
     virtual void allreduce_sum(double* x, int64_t n) = 0;
-    // x is the whole buffer on every rank; afterwards x[shard_begin(rank), shard_end(rank)) holds the
-    // sum over ranks of that slice (the rest of x is left as it was, or overwritten: do not read it)
-    virtual void reduce_scatter_sum(float* x, const ZeroPlan& p) = 0;
+    // the sum over the ranks of send[0, n) arrives in recv[0, n) at rank `root` (a ZeRO-2 bucket's
+    // piece, to its owner's shard); recv is not touched on the other ranks, and may be send
+    virtual void reduce_sum(const float* send, float* recv, int64_t n, int root) = 0;
     // rank r's slice x[shard_begin(r), shard_end(r)) goes to every rank
     virtual void allgather(float* x, const ZeroPlan& p) = 0;
     virtual void broadcast(void* x, int64_t bytes, int root) = 0;
@@ -79,7 +80,9 @@ class LocalComm : public Comm {
   public:
     void allreduce_sum(float*, int64_t) override {}
     void allreduce_sum(double*, int64_t) override {}
-    void reduce_scatter_sum(float*, const ZeroPlan&) override {}
+    void reduce_sum(const float* send, float* recv, int64_t n, int) override {
+        if (recv != send) std::copy(send, send + n, recv);
+    }
     void allgather(float*, const ZeroPlan&) override {}
     void broadcast(void*, int64_t, int) override {}
     void barrier() override {}
@@ -356,9 +359,13 @@ class TcpComm : public Comm {
         if (root_.fd >= 0) close(root_.fd), root_.fd = -1;
     }
 
-    void allreduce_sum(float* x, int64_t n) override { reduce_then(x, n, 0, n, true); }
-    void allreduce_sum(double* x, int64_t n) override { reduce_then(x, n, 0, n, true); }
-    void reduce_scatter_sum(float* x, const ZeroPlan& p) override { reduce_then(x, p.n, 0, 0, false, &p); }
+    void allreduce_sum(float* x, int64_t n) override { reduce_then(x, n, -1); }
+    void allreduce_sum(double* x, int64_t n) override { reduce_then(x, n, -1); }
+    void reduce_sum(const float* send, float* recv, int64_t n, int root) override {
+        scratch_.assign(send, send + n);
+        reduce_then(scratch_.data(), n, root);
+        if (rank == root) std::copy(scratch_.begin(), scratch_.end(), recv);
+    }
     void allgather(float* x, const ZeroPlan& p) override {
         if (rank == 0) {
             for (int r = 1; r < world; r++)
@@ -396,10 +403,11 @@ class TcpComm : public Comm {
     static int64_t bytes_of(const T*, int64_t n) { return n * (int64_t)sizeof(T); }
 
     // Sums x over the ranks at rank 0 (in rank order, so the result does not depend on timing),
-    // then sends back either all of it (to_all) or each rank its ZeRO shard.
+    // then sends the sum to every rank (to = -1) or to rank `to` alone (the others' x is left as it
+    // was, except rank 0's, which holds the sum).
     template <typename T>
-    void reduce_then(T* x, int64_t n, int64_t, int64_t, bool to_all, const ZeroPlan* plan = nullptr) {
-        const char* doing = to_all ? "summing over the ranks" : "reduce-scattering";
+    void reduce_then(T* x, int64_t n, int to) {
+        const char* doing = to < 0 ? "summing over the ranks" : "reducing to one rank";
         if (rank == 0) {
             constexpr int64_t CHUNK = 1 << 20;
             std::vector<T> tmp((size_t)std::min(n, CHUNK));
@@ -409,14 +417,11 @@ class TcpComm : public Comm {
                     link_.recv(peers_[r], tmp.data(), bytes_of(x, k), doing);
                     for (int64_t j = 0; j < k; j++) x[i + j] += tmp[j];
                 }
-            for (int r = 1; r < world; r++) {
-                const int64_t b = to_all ? 0 : plan->shard_begin(r), e = to_all ? n : plan->shard_end(r);
-                link_.send(peers_[r], x + b, bytes_of(x, e - b), doing);
-            }
+            for (int r = 1; r < world; r++)
+                if (to < 0 || to == r) link_.send(peers_[r], x, bytes_of(x, n), doing);
         } else {
             link_.send(root_, x, bytes_of(x, n), doing);
-            const int64_t b = to_all ? 0 : plan->shard_begin(rank), e = to_all ? n : plan->shard_end(rank);
-            link_.recv(root_, x + b, bytes_of(x, e - b), doing);
+            if (to < 0 || to == rank) link_.recv(root_, x, bytes_of(x, n), doing);
         }
     }
     void reply(int fd, int status, const char* why) const {
@@ -443,6 +448,7 @@ class TcpComm : public Comm {
 
     dist_detail::Link link_;
     std::vector<dist_detail::Peer> peers_;  // rank 0: one per other rank
+    std::vector<float> scratch_;             // reduce_sum's working copy
     dist_detail::Peer root_;                // the others: rank 0
 };
 

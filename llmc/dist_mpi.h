@@ -2,8 +2,7 @@
 // in MPI builds (-DLLMC_MPI, with mpicxx: build/train_gpt2_cpu_mpi, or make USE_MPI=1 for the GPU).
 // llmc/dist.h includes it; elsewhere this header is empty, so a plain build links no MPI.
 //   allreduce_sum       MPI_Allreduce(MPI_IN_PLACE, MPI_SUM)
-//   reduce_scatter_sum  MPI_Reduce_scatter with each rank's shard length (shards may differ: the last
-//                       is shorter), into a scratch buffer, then into place
+//   reduce_sum          MPI_Reduce to the root (MPI_IN_PLACE there when recv is send)
 //   allgather           MPI_Allgatherv(MPI_IN_PLACE) of the shards
 // A failing rank calls MPI_Abort (fail_hook), which stops every rank; mpirun ends the job when a
 // rank dies. MPI counts are ints: a shard of 2^31 floats or more is refused (a CPU run that large
@@ -48,13 +47,9 @@ class MpiComm : public Comm {
     void allreduce_sum(double* x, int64_t n) override {
         MPI_Allreduce(MPI_IN_PLACE, x, count(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     }
-    void reduce_scatter_sum(float* x, const ZeroPlan& p) override {
-        std::vector<int> counts(world);
-        for (int r = 0; r < world; r++) counts[r] = count(p.shard_end(r) - p.shard_begin(r));
-        // the send buffer is the first sum(counts) = n elements, in rank order: exactly x
-        scratch_.resize((size_t)counts[rank] + 1);
-        MPI_Reduce_scatter(x, scratch_.data(), counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        std::copy(scratch_.begin(), scratch_.begin() + counts[rank], x + p.shard_begin(rank));
+    void reduce_sum(const float* send, float* recv, int64_t n, int root) override {
+        const void* from = rank == root && recv == send ? MPI_IN_PLACE : (const void*)send;
+        MPI_Reduce(from, recv, count(n), MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD);
     }
     void allgather(float* x, const ZeroPlan& p) override {
         std::vector<int> counts(world), displs(world);
@@ -74,6 +69,5 @@ class MpiComm : public Comm {
         if (n > INT_MAX) fail("--dist-init mpi: a message of %lld elements is beyond MPI's int counts", (long long)n);
         return (int)n;
     }
-    std::vector<float> scratch_;
 };
 #endif

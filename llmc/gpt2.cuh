@@ -175,11 +175,11 @@ struct GPT2 {
     bool deterministic = false;  // --deterministic: bit-reproducible attention backward (no dQ atomics)
     // one contiguous buffer each, in the layout of GPT2_PARAMETER_TABLE (llmc/gpt2_config.h)
     floatX* params_memory = nullptr;  // (num_params) what the forward pass reads
-    floatX* grads_memory = nullptr;   // (num_params)
+    floatX* grads_memory = nullptr;   // (grad_end - grad_begin): all num_params, or a ZeRO-2 shard's
     float* master_memory = nullptr;   // (num_params) fp32 master weights; aliases params_memory in the FP32 build
     float* m_memory = nullptr;        // (num_params) AdamW first moment
     float* v_memory = nullptr;        // (num_params) AdamW second moment
-    GPT2Tensors<floatX> params{}, grads{};  // named views of params_memory and grads_memory
+    GPT2Tensors<floatX> params{}, grads{};  // named views of params_memory and grads_memory (when whole)
     void* param_allocation = nullptr;  // the one cudaMalloc the parameter-sized buffers come from
     Activations acts{};
     void* act_allocation = nullptr;    // the one cudaMalloc the activations come from
@@ -192,17 +192,23 @@ struct GPT2 {
     uint64_t sr_seed = 0;        // stochastic-rounding seed (saved in state.bin)
     int64_t step = 0;            // optimizer steps done
     // data parallel (llmc/gpt2_dist.cuh), set before gpt2_build: m, v and master hold the optimizer
-    // state of parameters [opt_begin, opt_end) only (a ZeRO shard; -1 = all); and hooks the passes
-    // call on the host as they enqueue: before layer l (-1: the embedding) reads its parameters,
-    // after layer l's gradient kernels
-    int64_t opt_begin = 0, opt_end = -1;
+    // state of parameters [opt_begin, opt_end) only (a ZeRO shard; -1 = all), grads_memory the
+    // gradients of [grad_begin, grad_end) (ZeRO-2: the shard; -1 = all); and hooks the passes call on
+    // the host as they enqueue: before layer l (-1: the embedding) reads its parameters; grads_of(l),
+    // where the backward writes layer l's gradients (-1: the tensors outside the layers; unset: grads),
+    // asked before layer l's kernels; after layer l's gradient kernels (-1: after the embedding's, the
+    // backward's end)
+    int64_t opt_begin = 0, opt_end = -1, grad_begin = 0, grad_end = -1;
     std::function<void(int)> before_layer_forward, after_layer_backward;
+    std::function<GPT2Tensors<floatX>(int)> grads_of;
 };
 
 // Bytes the model needs on the GPU for training at (B, T): params, grads, master, m, v,
 // activations, cuBLASLt workspace. Used both to allocate and to refuse early when it cannot fit.
-inline size_t gpt2_param_bytes(size_t n, size_t opt) {  // opt: elements of optimizer state (all n, or a shard)
-    return aligned_size(n * sizeof(floatX)) * 2 + aligned_size(opt * sizeof(float)) * (HAS_MASTER ? 3 : 2);
+// grads: elements of gradients kept (all n, or a ZeRO-2 shard); opt: of optimizer state (all n, or a shard)
+inline size_t gpt2_param_bytes(size_t n, size_t grads, size_t opt) {
+    return aligned_size(n * sizeof(floatX)) + aligned_size(grads * sizeof(floatX)) +
+           aligned_size(opt * sizeof(float)) * (HAS_MASTER ? 3 : 2);
 }
 
 // What the GPU kernels need of a (valid) config beyond what any model needs: 16-byte rows for the
@@ -232,10 +238,12 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
         if (offsets[i] % 8 != 0) fail("model: tensor %s does not start on a 16-byte boundary", GPT2_PARAM_NAMES[i]);
     model.decay = gpt2_decay_ranges(config);
     if (model.opt_end < 0) model.opt_begin = 0, model.opt_end = (int64_t)model.num_params;
+    if (model.grad_end < 0) model.grad_begin = 0, model.grad_end = (int64_t)model.num_params;
     const size_t no = (size_t)(model.opt_end - model.opt_begin);  // elements of optimizer state
+    const size_t ng = (size_t)(model.grad_end - model.grad_begin);  // elements of gradients
 
     std::vector<BufferSpec> acts = activation_specs(model.acts, config, B, T, recompute);
-    const size_t act_bytes = specs_bytes(acts), param_bytes = gpt2_param_bytes(model.num_params, no);
+    const size_t act_bytes = specs_bytes(acts), param_bytes = gpt2_param_bytes(model.num_params, ng, no);
     const size_t need = act_bytes + param_bytes;
     size_t free_bytes = 0, total_bytes = 0;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -251,19 +259,19 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
 
     const size_t n = model.num_params;
     std::vector<BufferSpec> params = {{(void**)&model.params_memory, n, sizeof(floatX)},
-                                      {(void**)&model.grads_memory, n, sizeof(floatX)},
+                                      {(void**)&model.grads_memory, ng, sizeof(floatX)},
                                       {(void**)&model.m_memory, no, sizeof(float)},
                                       {(void**)&model.v_memory, no, sizeof(float)}};
     if (HAS_MASTER) params.push_back({(void**)&model.master_memory, no, sizeof(float)});
     model.param_allocation = specs_allocate(params, "parameters, gradients and optimizer state");
     if (!HAS_MASTER) model.master_memory = (float*)model.params_memory + model.opt_begin;
     model.params = gpt2_point_tensors(model.params_memory, config);
-    model.grads = gpt2_point_tensors(model.grads_memory, config);
+    if (ng == n) model.grads = gpt2_point_tensors(model.grads_memory, config);  // else the data-parallel hooks
     model.act_allocation = specs_allocate(acts, "activations");
     model.allocated_bytes = need + ctx.cublaslt_workspace_size;
     cudaCheck(cudaMemset(model.m_memory, 0, no * sizeof(float)));
     cudaCheck(cudaMemset(model.v_memory, 0, no * sizeof(float)));
-    cudaCheck(cudaMemset(model.grads_memory, 0, n * sizeof(floatX)));
+    cudaCheck(cudaMemset(model.grads_memory, 0, ng * sizeof(floatX)));
     if (config.position == POS_ROPE) {  // the CPU's tables, so both rotate by identical factors
         const size_t n_rope = (size_t)config.max_seq_len * gpt2_head_dim(config) / 2;
         std::vector<float> cos(n_rope), sin(n_rope);
@@ -484,14 +492,15 @@ inline float gpt2_loss(GPT2& model, int B, int T, float dloss, bool write_dlogit
     return (float)mean_of(model.host_losses, (int64_t)B * T);
 }
 // ============================================================================ backward
-// Accumulates (+=) into model.grads from the dlogits left by gpt2_loss(write_dlogits = true).
+// Accumulates (+=) into model.grads (or where model.grads_of points) from the dlogits left by
+// gpt2_loss(write_dlogits = true).
 inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
     const GPT2Config& c = model.config;
     const int N = B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, NKV = c.num_kv_heads;
     const int HD = gpt2_head_dim(c), QKV = gpt2_qkv_channels(c), Vp = c.padded_vocab_size;
     const int H = gpt2_mlp_hidden(c), FC = gpt2_fc_channels(c);
     const GPT2Tensors<floatX>& p = model.params;
-    const GPT2Tensors<floatX>& g = model.grads;
+    const GPT2Tensors<floatX> g = model.grads_of ? model.grads_of(-1) : model.grads;  // outside the layers
     Activations& a = model.acts;
     cudaStream_t s = ctx.stream;
     cudaCheck(cudaMemsetAsync(a.dresidual, 0, sizeof(floatX) * N * C, s));
@@ -504,8 +513,9 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
     for (int l = L - 1; l >= 0; l--) {
         LayerActs la = layer_acts(model, l, B, T);
         // this layer's slice of each per-layer tensor starts at l * (one layer's elements)
-        const size_t qkvw = (size_t)l * QKV * C, qkvb = (size_t)l * QKV, cc = (size_t)l * C * C, c1 = (size_t)l * C;
-        const size_t fcw = (size_t)l * FC * C, fcb = (size_t)l * FC, fcprojw = (size_t)l * C * H;
+        const size_t qkvw = (size_t)l * QKV * C, cc = (size_t)l * C * C, c1 = (size_t)l * C;
+        const size_t fcw = (size_t)l * FC * C, fcprojw = (size_t)l * C * H;
+        const GPT2Tensors<floatX> gl = model.grads_of ? model.grads_of(l) : gpt2_layer_slices(model.grads, c, l);
         if (model.recompute) {  // rebuild the three single-slice buffers for this layer
             gpt2_detail::norm_forward(c, la.ln1, la.ln1_mean, la.ln1_rstd, la.res_in, p.ln1w + c1, tensor_at(p.ln1b, c1), N, s);
             gpt2_detail::norm_forward(c, la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, p.ln2w + c1, tensor_at(p.ln2b, c1), N,
@@ -514,31 +524,30 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
         }
         // dresidual holds d(residual3). MLP: fcproj, the activation (GELU's fused into the matmul), fc, ln2.
         if (c.mlp == MLP_SWIGLU) {
-            matmul_backward(a.dfch_act, g.fcprojw + fcprojw, tensor_at(g.fcprojb, c1), a.colsum, a.dresidual, la.fch_gelu,
-                            p.fcprojw + fcprojw, nullptr, N, H, C, ctx);
+            matmul_backward(a.dfch_act, gl.fcprojw, gl.fcprojb, a.colsum, a.dresidual, la.fch_gelu, p.fcprojw + fcprojw,
+                            nullptr, N, H, C, ctx);
             swiglu_backward(a.dfch, a.dfch_act, la.fch, N, H, s);
         } else {
-            matmul_backward(a.dfch, g.fcprojw + fcprojw, tensor_at(g.fcprojb, c1), a.colsum, a.dresidual, la.fch_gelu,
-                            p.fcprojw + fcprojw, la.fch, N, H, C, ctx);
+            matmul_backward(a.dfch, gl.fcprojw, gl.fcprojb, a.colsum, a.dresidual, la.fch_gelu, p.fcprojw + fcprojw,
+                            la.fch, N, H, C, ctx);
         }
-        matmul_backward(a.dbuf, g.fcw + fcw, tensor_at(g.fcb, fcb), a.colsum, a.dfch, la.ln2, p.fcw + fcw, nullptr, N, C, FC,
-                        ctx);
-        gpt2_detail::norm_backward(c, a.dresidual, g.ln2w + c1, tensor_at(g.ln2b, c1), a.colsum, a.dbuf, la.residual2,
-                                   p.ln2w + c1, la.ln2_mean, la.ln2_rstd, N, s);
+        matmul_backward(a.dbuf, gl.fcw, gl.fcb, a.colsum, a.dfch, la.ln2, p.fcw + fcw, nullptr, N, C, FC, ctx);
+        gpt2_detail::norm_backward(c, a.dresidual, gl.ln2w, gl.ln2b, a.colsum, a.dbuf, la.residual2, p.ln2w + c1,
+                                   la.ln2_mean, la.ln2_rstd, N, s);
         // dresidual now holds d(residual2). Attention: attproj, attention, RoPE, qkv, then ln1.
-        matmul_backward(a.dbuf, g.attprojw + cc, tensor_at(g.attprojb, c1), a.colsum, a.dresidual, la.atty, p.attprojw + cc,
-                        nullptr, N, C, C, ctx);
+        matmul_backward(a.dbuf, gl.attprojw, gl.attprojb, a.colsum, a.dresidual, la.atty, p.attprojw + cc, nullptr, N,
+                        C, C, ctx);
         model_attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, B, T, NH, NKV, HD, c.window,
                                  attention_scratch(model, B, T), s);
         if (c.position == POS_ROPE)  // d(rotated qkv) -> d(qkv), in place
             rope_backward(a.dqkv, a.rope_cos, a.rope_sin, B, T, NH, NKV, HD, 0, s);
-        matmul_backward(a.dbuf, g.qkvw + qkvw, tensor_at(g.qkvb, qkvb), a.colsum, a.dqkv, la.ln1, p.qkvw + qkvw, nullptr, N, C,
-                        QKV, ctx);
-        gpt2_detail::norm_backward(c, a.dresidual, g.ln1w + c1, tensor_at(g.ln1b, c1), a.colsum, a.dbuf, la.res_in,
-                                   p.ln1w + c1, la.ln1_mean, la.ln1_rstd, N, s);
+        matmul_backward(a.dbuf, gl.qkvw, gl.qkvb, a.colsum, a.dqkv, la.ln1, p.qkvw + qkvw, nullptr, N, C, QKV, ctx);
+        gpt2_detail::norm_backward(c, a.dresidual, gl.ln1w, gl.ln1b, a.colsum, a.dbuf, la.res_in, p.ln1w + c1,
+                                   la.ln1_mean, la.ln1_rstd, N, s);
         if (model.after_layer_backward) model.after_layer_backward(l);
     }
     encoder_backward(g.wte, g.wpe, a.dresidual, model.buckets, B, T, C, s);  // g.wpe nullptr with RoPE
+    if (model.after_layer_backward) model.after_layer_backward(-1);
 }
 
 // ============================================================================ update
@@ -561,7 +570,7 @@ inline float gpt2_update(GPT2& model, const OptimizerSettings& o, const CudaCont
 }
 
 inline void gpt2_zero_grads(GPT2& model, const CudaContext& ctx) {
-    cudaCheck(cudaMemsetAsync(model.grads_memory, 0, model.num_params * sizeof(floatX), ctx.stream));
+    cudaCheck(cudaMemsetAsync(model.grads_memory, 0, (model.grad_end - model.grad_begin) * sizeof(floatX), ctx.stream));
 }
 
 // ============================================================================ checkpoints

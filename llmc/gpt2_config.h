@@ -159,6 +159,35 @@ inline GPT2Tensors<T> gpt2_point_tensors(T* base, const GPT2Config& c) {
     return t;
 }
 
+// The tensor of index i (gpt2_param::...) of a view, for code that walks the table.
+template <typename T>
+inline T*& gpt2_tensor(GPT2Tensors<T>& t, int i) {
+    switch (i) {
+#define GPT2_X(name, count, decays) \
+    case gpt2_param::name:          \
+        return t.name;
+        GPT2_PARAMETER_TABLE(GPT2_X)
+#undef GPT2_X
+    }
+    fail("internal: parameter tensor %d of %d", i, NUM_PARAM_TENSORS);
+}
+
+// The tensors made of L equal per-layer slices (ln1w .. fcprojb); the others (wte, wpe, lnfw, lnfb,
+// lm_head) are outside the layers.
+inline bool gpt2_param_per_layer(int i) { return i >= gpt2_param::ln1w && i <= gpt2_param::fcprojb; }
+
+// Layer l's slices of a whole-buffer view: each per-layer tensor advanced to layer l (absent ones
+// stay nullptr); the tensors outside the layers are left as they are. What the backward writes
+// layer l's gradients into on one process.
+template <typename T>
+inline GPT2Tensors<T> gpt2_layer_slices(GPT2Tensors<T> t, const GPT2Config& c, int l) {
+    size_t n[NUM_PARAM_TENSORS];
+    gpt2_param_sizes(c, n);
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++)
+        if (gpt2_param_per_layer(i)) gpt2_tensor(t, i) = tensor_at(gpt2_tensor(t, i), (size_t)l * (n[i] / c.num_layers));
+    return t;
+}
+
 // Weight decay applies to the embeddings and the weight matrices (lm_head too), never to biases or norms.
 inline bool gpt2_param_decays(int i) {
 #define GPT2_X(name, count, decays) decays,

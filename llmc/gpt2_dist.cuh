@@ -7,14 +7,22 @@
 // NCCL id, barriers around checkpoints, the step's mean loss. The tensors go over NCCL, every
 // collective on one communication stream, ordered against the compute stream by events (no host
 // waits):
-//  - the gradients are reduced in buckets while the backward goes on: bucket 0 holds the tensors
-//    outside the layers (wte, wpe, lnf, lm_head), the others groups of consecutive layers (about
-//    DP_BUCKET_BYTES each). The model calls after_layer_backward(l) once layer l's gradient kernels
-//    are enqueued; on the step's last micro-batch, when l is the lowest layer of its group, an event
-//    recorded on the compute stream releases that group's reduction on the communication stream.
-//    Bucket 0 follows the backward. Stage 0 and 1 all-reduce; stage 2 reduces each rank's shard
-//    to it (grouped ncclReduce, one per rank the bucket meets: a reduce-scatter of unequal pieces).
-//    Earlier micro-batches do not communicate.
+//  - the gradients are reduced in buckets while the backward goes on (llmc/zero.h, zero_buckets):
+//    bucket 0 holds the tensors outside the layers (wte, wpe, lnf, lm_head), the others groups of
+//    consecutive layers (about DP_BUCKET_BYTES each). The model calls after_layer_backward(l) once
+//    layer l's gradient kernels are enqueued; when l is the lowest layer of its group, an event
+//    recorded on the compute stream releases that group's reduction on the communication stream;
+//    bucket 0's follows the embedding's backward (l = -1).
+//    Stage 0 and 1: the backward accumulates the whole gradient buffer, and only the step's last
+//    micro-batch communicates: an all-reduce per bucket, in place.
+//    Stage 2: the model keeps the gradients of this rank's shard only (grads_memory). The backward
+//    writes bucket 0 into a buffer of its own (the head's gradients at its start, the embedding's at
+//    its end) and the layer buckets into a pool of DP_POOL buffers in turn (model.grads_of). Before
+//    the backward writes a buffer, the compute stream waits (an event) until the buffer's previous
+//    reduction is done, zeroes it, and copies this rank's pieces of the bucket in from its shard, so
+//    the backward's += accumulates the micro-batches as on one GPU; once the bucket is complete each
+//    piece is reduced to its owner, straight into its shard (grouped ncclReduce, one per rank the
+//    bucket meets: a reduce-scatter of unequal pieces). Every micro-batch communicates.
 //  - the update: the squared gradient norm of this rank's slice (stage 1/2: summed over the ranks
 //    by an all-reduce of one float), clipping, AdamW over the slice (adamw_update_range).
 //  - stage 1/2: the updated slices are broadcast from their owners (grouped ncclBroadcast: an
@@ -44,13 +52,14 @@
 #endif
 
 constexpr int64_t DP_BUCKET_BYTES = 32 << 20;  // gradient bytes per bucket of layers (at least one layer)
+// ZeRO-2: buffers for the layer buckets: one being reduced while the backward writes the next
+constexpr int DP_POOL = 2;
 
 struct DpBucket {
-    std::vector<std::pair<int64_t, int64_t>> ranges;  // element ranges [begin, end) of the parameter buffer
-    int first_layer = -1;                             // its layers are [first_layer, last_layer]; -1: bucket 0
-    int last_layer = -1;
+    ZeroBucket plan;                 // its ranges and layers (llmc/zero.h)
     cudaEvent_t ready = nullptr;     // compute stream: its gradients are complete
     cudaEvent_t gathered = nullptr;  // communication stream: its updated parameters arrived
+    int slot = 0;                    // stage 2: its buffer, buffers[slot] (DP_POOL: bucket 0's own)
 };
 
 struct GpuDataParallel {
@@ -64,9 +73,18 @@ struct GpuDataParallel {
     cudaStream_t stream = nullptr;  // the communication stream
     std::vector<DpBucket> buckets;  // [0]: the tensors outside the layers; then groups of layers, ascending
     std::vector<int> bucket_of_layer;
-    bool armed = false;      // the backward being enqueued is the step's last micro-batch
+    bool armed = false;      // the backward being enqueued reduces its buckets (the last micro-batch; stage 2: all)
     bool gathering = false;  // parameters are being all-gathered (the forward waits per bucket)
     cudaEvent_t main_ready = nullptr, comm_done = nullptr;
+    // stage 2: the buffers the backward writes the buckets into, from one allocation: [0, DP_POOL)
+    // the layer buckets' pool (the largest layer bucket each; only as many as there are layer
+    // buckets), [DP_POOL] bucket 0's; and per buffer, recorded on the communication stream, the end
+    // of the last reduction that read it
+    floatX* buffers[DP_POOL + 1] = {};
+    int pool = 0;  // layer-bucket buffers allocated
+    cudaEvent_t buffer_free[DP_POOL + 1] = {};
+    void* buffer_allocation = nullptr;
+    size_t allocated_bytes = 0;  // what this cudaMalloc'ed (the bench's peak_gib adds it to the model's)
 };
 
 // The GPU of this rank: its local rank on the node (LOCAL_RANK, SLURM_LOCALID, MPI's node rank).
@@ -80,7 +98,7 @@ inline int gpu_dp_device(const Comm& comm) {
 }
 
 // Before gpt2_build: plans the ZeRO shards for the model of `config` and tells the model which slice
-// of the optimizer state to allocate.
+// of the optimizer state (and at stage 2 of the gradients) to allocate.
 inline GpuDataParallel gpu_dp_plan(GPT2& model, const GPT2Config& config, Comm& comm, const TrainConfig& cfg) {
     GpuDataParallel dp;
     dp.comm = &comm;
@@ -97,6 +115,7 @@ inline GpuDataParallel gpu_dp_plan(GPT2& model, const GPT2Config& config, Comm& 
     dist_check_same(comm, cfg.zero, "--zero");
     model.opt_begin = dp.plan.opt_begin();
     model.opt_end = dp.plan.opt_end();
+    if (dp.plan.stage == 2) model.grad_begin = dp.plan.opt_begin(), model.grad_end = dp.plan.opt_end();
     return dp;
 }
 
@@ -135,62 +154,72 @@ inline void comm_after_main(GpuDataParallel& dp, cudaStream_t main, cudaEvent_t 
     cudaCheck(cudaStreamWaitEvent(dp.stream, ev, 0));
 }
 
-inline void reduce_bucket(GpuDataParallel& dp, DpBucket& b, floatX* grads, cudaStream_t main) {
+// Stage 2, before the backward writes bucket b (compute stream): its buffer once free, zeroed, with
+// this rank's pieces copied in from the shard. The communication stream runs the reductions in
+// order, so the wait also covers b's reduction of the previous micro-batch, which wrote those
+// pieces of the shard (b used the same buffer then).
+inline void fill_bucket(GpuDataParallel& dp, const DpBucket& b, const GPT2& model, cudaStream_t main) {
+    floatX* buffer = dp.buffers[b.slot];
+    cudaCheck(cudaStreamWaitEvent(main, dp.buffer_free[b.slot], 0));
+    cudaCheck(cudaMemsetAsync(buffer, 0, b.plan.elems * sizeof(floatX), main));
+    const int64_t first = dp.plan.shard_begin(dp.plan.rank);
+    zero_for_each_bucket_piece(dp.plan, b.plan, [&](int owner, int64_t lo, int64_t hi, int64_t at) {
+        if (owner == dp.plan.rank)
+            cudaCheck(cudaMemcpyAsync(buffer + at, model.grads_memory + (lo - first), (hi - lo) * sizeof(floatX),
+                                      cudaMemcpyDeviceToDevice, main));
+    });
+}
+
+// Bucket b is complete on the compute stream: stage 0/1 all-reduce its ranges of the whole gradient
+// buffer in place; stage 2 reduces each piece of its buffer to the piece's owner, into its shard.
+inline void reduce_bucket(GpuDataParallel& dp, DpBucket& b, GPT2& model, cudaStream_t main) {
     comm_after_main(dp, main, b.ready);
+    floatX* grads = model.grads_memory;
     ncclCheck(ncclGroupStart());
-    for (const auto& r : b.ranges) {
-        if (dp.plan.stage == 2)
-            zero_for_each_piece(dp.plan, r.first, r.second, [&](int owner, int64_t lo, int64_t hi) {
-                ncclCheck(ncclReduce(grads + lo, grads + lo, (size_t)(hi - lo), NCCL_X, ncclSum, owner, dp.nccl, dp.stream));
-            });
-        else
-            ncclCheck(ncclAllReduce(grads + r.first, grads + r.first, (size_t)(r.second - r.first), NCCL_X, ncclSum, dp.nccl,
+    if (dp.plan.stage == 2) {
+        const int64_t first = dp.plan.shard_begin(dp.plan.rank);
+        zero_for_each_bucket_piece(dp.plan, b.plan, [&](int owner, int64_t lo, int64_t hi, int64_t at) {
+            floatX* send = dp.buffers[b.slot] + at;
+            floatX* recv = owner == dp.plan.rank ? grads + (lo - first) : send;  // only the owner's is written
+            ncclCheck(ncclReduce(send, recv, (size_t)(hi - lo), NCCL_X, ncclSum, owner, dp.nccl, dp.stream));
+        });
+    } else {
+        for (const ZeroRange& r : b.plan.ranges)
+            ncclCheck(ncclAllReduce(grads + r.begin, grads + r.begin, (size_t)(r.end - r.begin), NCCL_X, ncclSum, dp.nccl,
                                     dp.stream));
     }
     ncclCheck(ncclGroupEnd());
+    if (dp.plan.stage == 2) cudaCheck(cudaEventRecord(dp.buffer_free[b.slot], dp.stream));
 }
 
 inline void gather_bucket(GpuDataParallel& dp, DpBucket& b, floatX* params) {
     ncclCheck(ncclGroupStart());
-    for (const auto& r : b.ranges)
-        zero_for_each_piece(dp.plan, r.first, r.second, [&](int owner, int64_t lo, int64_t hi) {
-            ncclCheck(ncclBroadcast(params + lo, params + lo, (size_t)(hi - lo), NCCL_X, owner, dp.nccl, dp.stream));
-        });
+    zero_for_each_bucket_piece(dp.plan, b.plan, [&](int owner, int64_t lo, int64_t hi, int64_t) {
+        ncclCheck(ncclBroadcast(params + lo, params + lo, (size_t)(hi - lo), NCCL_X, owner, dp.nccl, dp.stream));
+    });
     ncclCheck(ncclGroupEnd());
     cudaCheck(cudaEventRecord(b.gathered, dp.stream));
 }
 
-// The buckets of the parameter layout: tensors 2..13 of GPT2_PARAMETER_TABLE (ln1w .. fcprojb) hold
-// L equal per-layer slices; the others (wte, wpe, lnfw, lnfb, lm_head) go to bucket 0.
+// The buckets (llmc/zero.h), and at stage 2 their buffers.
 inline void plan_buckets(GpuDataParallel& dp, const GPT2Config& c) {
-    size_t sizes[NUM_PARAM_TENSORS], offsets[NUM_PARAM_TENSORS];
-    gpt2_param_sizes(c, sizes);
-    gpt2_param_offsets(c, offsets);
-    const int L = c.num_layers;
-    auto per_layer = [](int i) { return i >= gpt2_param::ln1w && i <= gpt2_param::fcprojb; };
-    size_t layer_elems = 0;
-    DpBucket rest;
-    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-        if (sizes[i] == 0) continue;
-        if (!per_layer(i)) rest.ranges.push_back({(int64_t)offsets[i], (int64_t)(offsets[i] + sizes[i])});
-        else if (sizes[i] % L != 0) fail("internal: tensor %s is not %d equal layer slices", GPT2_PARAM_NAMES[i], L);
-        else layer_elems += sizes[i] / L;
-    }
-    dp.buckets.push_back(rest);
-    const int per_bucket = (int)std::max<int64_t>(1, DP_BUCKET_BYTES / (int64_t)(layer_elems * sizeof(floatX)));
-    dp.bucket_of_layer.assign(L, 0);
-    for (int l0 = 0; l0 < L; l0 += per_bucket) {
+    const std::vector<ZeroBucket> plans = zero_buckets(c, DP_BUCKET_BYTES / (int64_t)sizeof(floatX));
+    dp.bucket_of_layer = zero_bucket_of_layer(plans, c.num_layers);
+    int64_t largest = 0;
+    for (size_t k = 0; k < plans.size(); k++) {
         DpBucket b;
-        b.first_layer = l0;
-        b.last_layer = std::min(L, l0 + per_bucket) - 1;
-        for (int i = 0; i < NUM_PARAM_TENSORS; i++)
-            if (per_layer(i) && sizes[i] > 0) {
-                const int64_t slice = (int64_t)(sizes[i] / L);
-                b.ranges.push_back({(int64_t)offsets[i] + l0 * slice, (int64_t)offsets[i] + (b.last_layer + 1) * slice});
-            }
-        for (int l = b.first_layer; l <= b.last_layer; l++) dp.bucket_of_layer[l] = (int)dp.buckets.size();
+        b.plan = plans[k];
+        b.slot = k == 0 ? DP_POOL : (int)((k - 1) % DP_POOL);
+        if (k > 0) largest = std::max(largest, b.plan.elems);
         dp.buckets.push_back(b);
     }
+    if (dp.plan.stage != 2) return;
+    dp.pool = (int)std::min<size_t>(DP_POOL, plans.size() - 1);
+    std::vector<BufferSpec> specs = {{(void**)&dp.buffers[DP_POOL], (size_t)plans[0].elems, sizeof(floatX)}};
+    for (int i = 0; i < dp.pool; i++) specs.push_back({(void**)&dp.buffers[i], (size_t)largest, sizeof(floatX)});
+    dp.buffer_allocation = specs_allocate(specs, "the ZeRO-2 gradient bucket buffers");
+    dp.allocated_bytes = specs_bytes(specs);
+    for (cudaEvent_t& e : dp.buffer_free) cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 }
 }  // namespace gpu_dp_detail
 #endif
@@ -216,11 +245,18 @@ inline void gpu_dp_start(GpuDataParallel& dp, GPT2& model, const CudaContext& ct
     cudaStream_t main = ctx.stream;
     GpuDataParallel* d = &dp;
     GPT2* m = &model;
-    model.after_layer_backward = [d, m, main](int l) {
+    auto bucket_of = [d](int l) -> DpBucket& { return d->buckets[l < 0 ? 0 : d->bucket_of_layer[l]]; };
+    model.after_layer_backward = [d, m, main, bucket_of](int l) {
         if (!d->armed) return;
-        DpBucket& b = d->buckets[d->bucket_of_layer[l]];
-        if (l == b.first_layer) reduce_bucket(*d, b, m->grads_memory, main);  // the backward walks down
+        DpBucket& b = bucket_of(l);
+        if (l < 0 || l == b.plan.first_layer) reduce_bucket(*d, b, *m, main);  // the backward walks down
     };
+    if (dp.plan.stage == 2)
+        model.grads_of = [d, m, main, bucket_of](int l) {
+            DpBucket& b = bucket_of(l);
+            if (l < 0 || l == b.plan.last_layer) fill_bucket(*d, b, *m, main);  // its first layer going down
+            return zero_bucket_grads(d->buffers[b.slot], b.plan, l);
+        };
     model.before_layer_forward = [d, main](int l) {
         if (!d->gathering) return;
         const int L = (int)d->bucket_of_layer.size();
@@ -233,6 +269,16 @@ inline void gpu_dp_start(GpuDataParallel& dp, GPT2& model, const CudaContext& ct
            "optimizer state of %lld of %lld parameters\n", comm.world, comm.how.c_str(), NCCL_MAJOR, NCCL_MINOR,
            dp.plan.stage, dp.buckets.size(), (long long)(DP_BUCKET_BYTES >> 20), (long long)dp.plan.opt_count(),
            (long long)dp.plan.n);
+    const double MiB = 1048576.0, whole = aligned_size(dp.plan.n * sizeof(floatX)) / MiB;
+    if (dp.plan.stage == 2) {
+        const double shard = aligned_size(dp.plan.opt_count() * sizeof(floatX)) / MiB, buffers = dp.allocated_bytes / MiB;
+        const double outside = aligned_size(dp.buckets[0].plan.elems * sizeof(floatX)) / MiB;
+        printf("gradients: %.1f MiB a rank = shard %.1f MiB + bucket buffers %.1f MiB (outside the layers %.1f MiB, pool "
+               "%d x %.1f MiB); the whole buffer is %.1f MiB\n", shard + buffers, shard, buffers, outside, dp.pool,
+               dp.pool ? (buffers - outside) / dp.pool : 0.0, whole);
+    } else {
+        printf("gradients: %.1f MiB a rank (the whole buffer)\n", whole);
+    }
 #else
     (void)dp;
     (void)model;
@@ -240,20 +286,22 @@ inline void gpu_dp_start(GpuDataParallel& dp, GPT2& model, const CudaContext& ct
 #endif
 }
 
-// Before the step's last micro-batch's backward: its buckets reduce as they complete.
-inline void gpu_dp_last_micro(GpuDataParallel& dp) { dp.armed = dp.nccl_on; }
+// Before each micro-batch's backward: whether its buckets reduce as they complete (the step's last
+// micro-batch; at stage 2 every one).
+inline void gpu_dp_before_backward(GpuDataParallel& dp, bool last_micro) {
+    dp.armed = dp.nccl_on && (last_micro || dp.plan.stage == 2);
+}
 
-// After the step's last backward: bucket 0, then the compute stream waits for every reduction.
-inline void gpu_dp_reduce_grads(GpuDataParallel& dp, GPT2& model, const CudaContext& ctx) {
+// After the step's last backward: the compute stream waits for every reduction (they were enqueued
+// by the backward's hooks).
+inline void gpu_dp_wait_grads(GpuDataParallel& dp, const CudaContext& ctx) {
 #ifdef LLMC_NCCL
     if (!dp.armed) return;
-    gpu_dp_detail::reduce_bucket(dp, dp.buckets[0], model.grads_memory, ctx.stream);
     cudaCheck(cudaEventRecord(dp.comm_done, dp.stream));
     cudaCheck(cudaStreamWaitEvent(ctx.stream, dp.comm_done, 0));
     dp.armed = false;
 #else
     (void)dp;
-    (void)model;
     (void)ctx;
 #endif
 }
@@ -267,7 +315,8 @@ inline float gpu_dp_update(GpuDataParallel& dp, GPT2& model, const OptimizerSett
     const ZeroPlan& p = dp.plan;
     const int64_t b = p.opt_begin(), e = p.opt_end();
     float* norm_out = model.acts.norm + GLOBAL_NORM_BLOCKS;
-    global_norm_squared(norm_out, model.acts.norm, model.grads_memory + b, e - b, ctx.stream);
+    const floatX* grads = model.grads_memory + (b - model.grad_begin);  // the slice's gradients
+    global_norm_squared(norm_out, model.acts.norm, grads, e - b, ctx.stream);
     if (p.stage > 0) {
         comm_after_main(dp, ctx.stream, dp.main_ready);
         ncclCheck(ncclAllReduce(norm_out, norm_out, 1, ncclFloat32, ncclSum, dp.nccl, dp.stream));
@@ -282,8 +331,8 @@ inline float gpu_dp_update(GpuDataParallel& dp, GPT2& model, const OptimizerSett
     const uint64_t seed = model.sr_seed ^ ((uint64_t)model.step * 0xD1B54A32D192ED03ull);  // as gpt2_update
     const AdamWArgs args = adamw_args(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
                                       cpu::grad_clip_scale(norm, o.grad_clip), model.step, seed);
-    adamw_update_range(model.params_memory, model.master_memory, model.grads_memory, model.m_memory, model.v_memory, b,
-                       e, args, model.decay, ctx.stream);
+    adamw_update_range(model.params_memory, model.master_memory, grads, model.m_memory, model.v_memory, b, e, args,
+                       model.decay, ctx.stream);
     if (p.stage > 0) {
         comm_after_main(dp, ctx.stream, dp.main_ready);
         for (DpBucket& bk : dp.buckets) gather_bucket(dp, bk, model.params_memory);
@@ -344,6 +393,10 @@ inline void gpu_dp_finish(GpuDataParallel& dp) {
     }
     cudaCheck(cudaEventDestroy(dp.main_ready));
     cudaCheck(cudaEventDestroy(dp.comm_done));
+    if (dp.buffer_allocation) {
+        cudaCheck(cudaFree(dp.buffer_allocation));
+        for (cudaEvent_t e : dp.buffer_free) cudaCheck(cudaEventDestroy(e));
+    }
     ncclCheck(ncclCommDestroy(dp.nccl));
     cudaCheck(cudaStreamDestroy(dp.stream));
 #endif

@@ -5,8 +5,9 @@
 //            are all-reduced);
 //   stage 1: rank r keeps the AdamW state (m, v, and the GPU's fp32 master weights) of its shard
 //            only, updates that slice of the parameters, and the ranks all-gather the result;
-//   stage 2: as 1, and the gradients are reduce-scattered: rank r receives the summed gradients
-//            of its shard only.
+//   stage 2: as 1, and rank r keeps the gradients of its shard only: the backward writes each
+//            bucket (below) into a bucket-sized buffer, and as a bucket completes its pieces are
+//            reduced to their owners' shards, every micro-batch (the shard accumulates them).
 // A shard is a slice of the one contiguous parameter buffer (llmc/gpt2_config.h): rank r owns
 // [r*S, (r+1)*S) clipped to the buffer, where S = ceil(n / world) rounded up to `align` elements,
 // so every shard starts on an aligned element (the last one may be shorter, or empty).
@@ -25,6 +26,7 @@
 #include <string>
 #include <vector>
 #include "llmc/formats.h"
+#include "llmc/gpt2_config.h"
 #include "llmc/utils.h"
 
 constexpr int64_t ZERO_ALIGN = 128;  // elements: 256 bytes of bf16, the GPU buffers' alignment
@@ -79,6 +81,93 @@ inline void zero_loader_state_for_world(int64_t state[16], int world, const char
              (long long)windows, world, (long long)windows);
     state[2] = windows / world;
     state[7] = world;
+}
+
+// -------------------------------------------------------------------------------------- buckets
+// The gradients travel in buckets (docs/distributed.md). Bucket 0 holds the tensors outside the
+// layers (wte, wpe, lnfw, lnfb, lm_head), whose gradients the backward writes at both of its ends
+// (the head first; the embedding last, into wte again when the head is tied); the others hold groups
+// of consecutive layers, each its layers' slice of every per-layer tensor (12 ranges for GPT-2,
+// fewer without biases), complete once the backward has done the group's lowest layer.
+// At ZeRO-2 the backward writes a bucket into a buffer of its own: the bucket's ranges packed one
+// after the other, each placed at an offset congruent to its parameter-buffer offset modulo the
+// alignment, so every gradient kernel sees the alignment it sees in the whole buffer (same
+// kernels, same bits).
+struct ZeroRange {
+    int tensor = 0;               // index in GPT2_PARAMETER_TABLE
+    int64_t begin = 0, end = 0;   // elements [begin, end) of the parameter buffer
+    int64_t packed = 0;           // where element `begin` sits in the bucket's buffer
+    int64_t layer_elems = 0;      // one layer's slice of a per-layer tensor; 0 outside the layers
+};
+
+struct ZeroBucket {
+    std::vector<ZeroRange> ranges;          // ascending in the parameter buffer
+    int first_layer = -1, last_layer = -1;  // its layers [first_layer, last_layer]; -1: bucket 0
+    int64_t elems = 0;                      // the length of its packed buffer
+};
+
+// Bucket 0, then the layer groups in ascending order, as many layers per group as fit in
+// `max_elems` gradient elements (at least one).
+inline std::vector<ZeroBucket> zero_buckets(const GPT2Config& c, int64_t max_elems, int64_t align = ZERO_ALIGN) {
+    size_t sizes[NUM_PARAM_TENSORS], offsets[NUM_PARAM_TENSORS];
+    gpt2_param_sizes(c, sizes);
+    gpt2_param_offsets(c, offsets);
+    const int L = c.num_layers;
+    auto add = [align](ZeroBucket& b, int tensor, int64_t begin, int64_t end, int64_t layer_elems) {
+        const int64_t at = (b.elems + align - 1) / align * align + begin % align;
+        b.ranges.push_back({tensor, begin, end, at, layer_elems});
+        b.elems = at + (end - begin);
+    };
+    std::vector<ZeroBucket> buckets(1);
+    int64_t layer_elems = 0;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        if (sizes[i] == 0) continue;
+        if (!gpt2_param_per_layer(i)) add(buckets[0], i, (int64_t)offsets[i], (int64_t)(offsets[i] + sizes[i]), 0);
+        else if (sizes[i] % L != 0) fail("internal: tensor %s is not %d equal layer slices", GPT2_PARAM_NAMES[i], L);
+        else layer_elems += (int64_t)(sizes[i] / L);
+    }
+    const int per_bucket = (int)std::max<int64_t>(1, max_elems / std::max<int64_t>(1, layer_elems));
+    for (int l0 = 0; l0 < L; l0 += per_bucket) {
+        ZeroBucket b;
+        b.first_layer = l0;
+        b.last_layer = std::min(L, l0 + per_bucket) - 1;
+        for (int i = 0; i < NUM_PARAM_TENSORS; i++)
+            if (gpt2_param_per_layer(i) && sizes[i] > 0) {
+                const int64_t slice = (int64_t)(sizes[i] / L);
+                add(b, i, (int64_t)offsets[i] + l0 * slice, (int64_t)offsets[i] + (b.last_layer + 1) * slice, slice);
+            }
+        buckets.push_back(b);
+    }
+    return buckets;
+}
+
+// For each layer, the index of the bucket holding it.
+inline std::vector<int> zero_bucket_of_layer(const std::vector<ZeroBucket>& buckets, int L) {
+    std::vector<int> of(L, 0);
+    for (size_t k = 1; k < buckets.size(); k++)
+        for (int l = buckets[k].first_layer; l <= buckets[k].last_layer; l++) of[l] = (int)k;
+    return of;
+}
+
+// Calls fn(owner, lo, hi, at) for every piece of bucket b's ranges that one rank's shard holds:
+// elements [lo, hi) of the parameter buffer, at `at` in the bucket's buffer. At ZeRO-2 each piece
+// is reduced to its owner, into its shard at lo - shard_begin(owner).
+template <class Fn>
+inline void zero_for_each_bucket_piece(const ZeroPlan& p, const ZeroBucket& b, Fn&& fn) {
+    for (const ZeroRange& r : b.ranges)
+        zero_for_each_piece(p, r.begin, r.end,
+                            [&](int owner, int64_t lo, int64_t hi) { fn(owner, lo, hi, r.packed + (lo - r.begin)); });
+}
+
+// Where the backward writes layer l's gradients (l in [first_layer, last_layer]; -1 for bucket 0)
+// when bucket b's buffer is `buffer`: the tensors of b point into it (a per-layer one at layer l's
+// slice), every other tensor is nullptr.
+template <typename T>
+inline GPT2Tensors<T> zero_bucket_grads(T* buffer, const ZeroBucket& b, int l) {
+    GPT2Tensors<T> t{};
+    for (const ZeroRange& r : b.ranges)
+        gpt2_tensor(t, r.tensor) = buffer + r.packed + (r.layer_elems ? (int64_t)(l - b.first_layer) * r.layer_elems : 0);
+    return t;
 }
 
 // ---------------------------------------------------------------------------------------- state

@@ -15,7 +15,9 @@
 #   6. generate: tests/test_generate_gpu.sh (GPU = CPU twin, cached = full logits, graph = no graph,
 #      bad inputs, memcheck, the BENCH_GEN lines)
 #   7. data parallel: tests/test_distributed_gpu.sh (build/train_gpt2cu_nccl at world size 1, --zero
-#      0/1/2 = build/train_gpt2cu bit for bit with --deterministic 1, exact resume, step-time cost)
+#      0/1/2 = build/train_gpt2cu bit for bit with --deterministic 1, exact resume, step-time cost),
+#      then tests/zero2_gpu_check.sh (ZeRO-2's shard-only gradients, with and without accumulation,
+#      bit for bit; each stage's allocated memory)
 # Env: GPU_TEST_DIR (scratch, default a new /tmp dir), LOGS (default $GPU_TEST_DIR),
 #      MEMCHECK=0 to skip memcheck, MEMCHECK_TIMEOUT (seconds, default 900).
 cd "$(dirname "$0")/.." || exit 1
@@ -178,6 +180,8 @@ run "generate: GPU vs CPU twin, cached vs full logits, graph, bad inputs, memche
 # ---- 7. data parallel: the NCCL path at world size 1 = the plain trainer, bit for bit (its own script)
 run "data parallel: NCCL world size 1 at --zero 0/1/2 = plain trainer bit for bit, exact resume, step-time cost" \
     distributed.log tests/test_distributed_gpu.sh
+run "ZeRO-2 shard-only gradients: --zero 0/1/2 with and without accumulation = plain trainer bit for bit, memory" \
+    zero2.log tests/zero2_gpu_check.sh
 
 echo
 [ $failed -gt 0 ] && echo "failed: ${failed_names[*]}"

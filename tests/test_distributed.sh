@@ -4,7 +4,11 @@
 # tcp/file rendezvous of llmc/dist.h (build/train_gpt2_cpu, two processes started here).
 #  - 2 ranks give the losses of 1 process with the same total batch (gradient accumulation 4 vs 2
 #    micro-batches per rank), within 2e-5, at --zero 0, 1 and 2 (a tiny Llama-style model; a GPT-2 d1
-#    at --zero 2); the tcp group at --zero 1 too;
+#    at --zero 2); the tcp group at --zero 2 too (its star reduce_sum); --zero 2 also without
+#    accumulation (1 micro-batch per rank against 2 in 1 process), each bucket reduced once a step,
+#    and at 3 ranks (mpirun -np 3: pieces for three owners, uneven slices);
+#  - 1 process at --zero 2 (every gradient through the bucket buffers and their reduction at world
+#    size 1) is bit-identical to the plain run: the same log, the same final checkpoint bytes;
 #  - a 2-rank run resumed at 2 ranks ends bit-identical to the uninterrupted one (the shards of the
 #    optimizer state round-trip); resumed at 1 rank from the 2-rank checkpoint, and at 2 ranks from
 #    a 1-rank one (resharding), it continues with the same losses;
@@ -12,7 +16,7 @@
 #    continue a checkpoint's data position, --world-size against mpirun's, ranks started with
 #    different world sizes, an unreachable rendezvous, a rank left alone, a rank that dies (under
 #    MPI and under tcp), the plain binary launched by mpirun.
-# Without mpirun the MPI cases print SKIPPED; the tcp cases always run. About 30 s on 2 cores.
+# Without mpirun the MPI cases print SKIPPED; the tcp cases always run. About 35 s on 2 cores.
 cd "$(dirname "$0")/.." || exit 1
 TRAIN=${TRAIN:-build/train_gpt2_cpu}
 TRAIN_MPI=${TRAIN_MPI:-build/train_gpt2_cpu_mpi}
@@ -96,6 +100,42 @@ for z in 0 1 2; do
     else flunk "$name" "max |loss difference| $d"; fi
 done
 
+name="1 process --zero 2 (the bucket buffers at world size 1): bit-identical to the plain run"
+if ! "$TRAIN" "${RUN[@]}" --zero 2 --out-dir "$tmp/one_z2" --log "$tmp/one_z2.log" >"$tmp/one_z2.out" 2>&1; then
+    flunk "$name" "exit $?: $(grep -m 1 error "$tmp/one_z2.out")"
+elif ! cmp -s <(grep -E 'train_loss|val_loss' "$tmp/one.log" | cut -d' ' -f1-4) \
+              <(grep -E 'train_loss|val_loss' "$tmp/one_z2.log" | cut -d' ' -f1-4); then
+    flunk "$name" "the losses differ"
+elif ! cmp -s "$tmp/one/step_00000010/model.bin" "$tmp/one_z2/step_00000010/model.bin" ||
+     ! cmp -s "$tmp/one/step_00000010/state.bin" "$tmp/one_z2/step_00000010/state.bin"; then
+    flunk "$name" "the step-10 checkpoints differ"
+else pass "$name ($(grep -m 1 '^gradients' "$tmp/one_z2.out"))"; fi
+
+name="mpirun -np 2 --zero 2 without accumulation (1 micro-batch a rank): the losses of 1 process"
+if [ $have_mpi = 0 ]; then skip "$name" "$why_skip"
+elif ! "$TRAIN" "${RUN[@]}" --total-batch 128 --ckpt-every 0 --log "$tmp/one128.log" >"$tmp/one128.out" 2>&1; then
+    flunk "$name" "1 process: $(tail -n 1 "$tmp/one128.out")"
+elif ! mpi2 "${RUN[@]}" --total-batch 128 --ckpt-every 0 --zero 2 --log "$tmp/z2_128.log" >"$tmp/z2_128.out" 2>&1; then
+    flunk "$name" "exit $?: $(grep -m 1 error "$tmp/z2_128.out")"
+else
+    d=$(maxdiff "$tmp/one128.log" "$tmp/z2_128.log")
+    if within "$d" 2e-5; then pass "$name: max |loss difference| $d over 10 steps and 3 validations"
+    else flunk "$name" "max |loss difference| $d"; fi
+fi
+
+name="mpirun -np 3 --zero 2 (three owners, uneven slices, 2 micro-batches a rank): the losses of 1 process"
+if [ $have_mpi = 0 ]; then skip "$name" "$why_skip"
+elif ! "$TRAIN" "${RUN[@]}" --total-batch 384 --ckpt-every 0 --log "$tmp/one384.log" >"$tmp/one384.out" 2>&1; then
+    flunk "$name" "1 process: $(tail -n 1 "$tmp/one384.out")"
+elif ! timeout 120 "${MPIRUN[@]}" -np 3 "$TRAIN_MPI" "${RUN[@]}" --total-batch 384 --ckpt-every 0 --zero 2 \
+        --log "$tmp/z2_np3.log" >"$tmp/z2_np3.out" 2>&1; then
+    flunk "$name" "exit $?: $(grep -m 1 error "$tmp/z2_np3.out")"
+else
+    d=$(maxdiff "$tmp/one384.log" "$tmp/z2_np3.log")
+    if within "$d" 2e-5; then pass "$name: max |loss difference| $d over 10 steps and 3 validations"
+    else flunk "$name" "max |loss difference| $d"; fi
+fi
+
 name="mpirun -np 2 --zero 2, a GPT-2 (d1: LayerNorm, biases, learned positions): the losses of 1 process"
 if [ $have_mpi = 0 ]; then skip "$name" "$why_skip"
 else
@@ -111,8 +151,8 @@ else
     fi
 fi
 
-name="tcp rendezvous, 2 ranks, --zero 1: the losses of 1 process"
-if ! tcp2 tcp "${RUN[@]}" --zero 1 --out-dir "$tmp/tcp" --log "$tmp/tcp.log" >"$tmp/tcp.out" 2>&1; then
+name="tcp rendezvous, 2 ranks, --zero 2: the losses of 1 process"
+if ! tcp2 tcp "${RUN[@]}" --zero 2 --out-dir "$tmp/tcp" --log "$tmp/tcp.log" >"$tmp/tcp.out" 2>&1; then
     flunk "$name" "exit $?: $(grep -h -m 1 error "$tmp/tcp.out" "$tmp/tcp.r1")"
 else
     wait

@@ -2,8 +2,9 @@
 # The NCCL data-parallel path of the GPU trainer at world size 1 (docs/distributed.md), on one GPU:
 # build/train_gpt2cu_nccl takes every code path of a multi-GPU run (the NCCL communicator, the
 # communication stream, the gradient buckets released by events during the backward, the ZeRO
-# slices of AdamW and the all-gather before the next forward) and must give the plain trainer's
-# run bit for bit with --deterministic 1:
+# slices of AdamW, stage 2's shard-only gradients and bucket buffers, and the all-gather before the
+# next forward) and must give the plain trainer's run bit for bit with --deterministic 1
+# (tests/zero2_gpu_check.sh checks stage 2 further):
 #  - --zero 0, 1 and 2: every step's train_loss, lr and grad_norm log line, and the final
 #    checkpoint's model.bin and state.bin, byte-identical to build/train_gpt2cu's;
 #  - --zero 1 resumed from its step-6 checkpoint: ends byte-identical to the uninterrupted run;

@@ -51,10 +51,9 @@ inline void adamw_update(float* params, float* m, float* v, const float* grads, 
                             bc2_sqrt, decay, one_minus_b1, beta2, one_minus_b2, eps, grad_scale);
 }
 
-// One AdamW step over elements [begin, end) of a model parameter buffer (params and grads share
-// the layout of gpt2_param_offsets and are whole; m and v hold the range only: m[0] is element
-// begin's, as a ZeRO shard keeps them, llmc/zero.h); weight decay only on the tensors
-// gpt2_param_decays selects.
+// One AdamW step over elements [begin, end) of a model parameter buffer (params has the layout of
+// gpt2_param_offsets and is whole; grads, m and v hold the range only: m[0] is element begin's, as
+// a ZeRO shard keeps them, llmc/zero.h); weight decay only on the tensors gpt2_param_decays selects.
 inline void adamw_update_gpt2_range(float* params, float* m, float* v, const float* grads, const GPT2Config& cfg,
                                     size_t begin, size_t end, float lr, float beta1, float beta2, float eps,
                                     float weight_decay, float grad_scale, int64_t step) {
@@ -63,8 +62,8 @@ inline void adamw_update_gpt2_range(float* params, float* m, float* v, const flo
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         const size_t lo = off > begin ? off : begin, hi = off + sizes[i] < end ? off + sizes[i] : end;
         if (lo < hi)
-            adamw_update(params + lo, m + (lo - begin), v + (lo - begin), grads + lo, hi - lo, lr, beta1, beta2, eps,
-                         gpt2_param_decays(i) ? weight_decay : 0.0f, grad_scale, step);
+            adamw_update(params + lo, m + (lo - begin), v + (lo - begin), grads + (lo - begin), hi - lo, lr, beta1, beta2,
+                         eps, gpt2_param_decays(i) ? weight_decay : 0.0f, grad_scale, step);
         off += sizes[i];
     }
 }

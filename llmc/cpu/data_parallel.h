@@ -3,14 +3,24 @@
 // distributed step, and what `make test` runs with real processes (docs/distributed.md).
 //
 // One step, on every rank: gpt2_zero_grads; per micro-batch gpt2_forward, gpt2_loss and
-// gpt2_backward with grad_scale 1 / (micro-batches * ranks), without communication; then
-// dp_reduce_grads (stage 0/1: all-reduce; stage 2: reduce-scatter, each rank gets its shard) and
-// dp_update (the gradient norm over the ranks, clipping, AdamW over the rank's slice, and at stage
-// 1/2 the all-gather of the updated parameters). A world of one rank at stage 0 computes exactly
-// what gpt2_update does.
+// gpt2_backward with grad_scale 1 / (micro-batches * ranks); then dp_reduce_grads and dp_update
+// (the gradient norm over the ranks, clipping, AdamW over the rank's slice, and at stage 1/2 the
+// all-gather of the updated parameters). A world of one rank at stage 0 computes exactly what
+// gpt2_update does.
+//  - stage 0/1: the backward accumulates the whole gradient buffer without communication, and
+//    dp_reduce_grads all-reduces it after the last micro-batch;
+//  - stage 2: grads_memory is this rank's shard only. The backward writes each bucket (llmc/zero.h:
+//    the tensors outside the layers, then the layers, one per bucket here) into a bucket buffer
+//    filled with zeros except this rank's own pieces, which start from its shard's sums so far
+//    (so the backward's += accumulates the micro-batches as on one process); once a bucket is
+//    complete each piece is reduced to its owner's shard (Comm::reduce_sum), every micro-batch.
+//    The GPU's buckets, pieces and order (llmc/gpt2_dist.cuh), but synchronous: one buffer serves
+//    the layer buckets in turn, and bucket 0 has its own (the backward writes it at both ends).
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 #include "llmc/checkpoint.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/global_norm.h"
@@ -22,26 +32,72 @@
 struct DataParallel {
     Comm* comm = nullptr;
     ZeroPlan plan;
+    // stage 2: the buckets, and the buffers the backward writes them into
+    std::vector<ZeroBucket> buckets;  // [0]: the tensors outside the layers; then one layer each
+    std::vector<int> bucket_of_layer;
+    std::vector<float> outside;       // (buckets[0].elems)
+    std::vector<float> layer;         // (the largest layer bucket's elems), each layer bucket in turn
 };
 
-// Plans the shards and sizes the AdamW moments to this rank's slice.
-inline DataParallel dp_setup(GPT2& m, Comm& comm, int zero_stage) {
-    DataParallel dp;
+namespace dp_detail {
+// Bucket b's buffer before the backward writes it: zeros, and this rank's pieces from its shard.
+inline void fill_bucket(const DataParallel& dp, const GPT2& m, const ZeroBucket& b, float* buffer) {
+    std::fill(buffer, buffer + b.elems, 0.0f);
+    const int64_t first = dp.plan.shard_begin(dp.plan.rank);
+    zero_for_each_bucket_piece(dp.plan, b, [&](int owner, int64_t lo, int64_t hi, int64_t at) {
+        if (owner == dp.plan.rank) std::copy(&m.grads_memory[lo - first], &m.grads_memory[hi - first], buffer + at);
+    });
+}
+
+// Bucket b complete: each piece's sum over the ranks replaces its owner's shard values.
+inline void reduce_bucket(DataParallel& dp, GPT2& m, const ZeroBucket& b, const float* buffer) {
+    const int64_t first = dp.plan.shard_begin(dp.plan.rank);
+    zero_for_each_bucket_piece(dp.plan, b, [&](int owner, int64_t lo, int64_t hi, int64_t at) {
+        dp.comm->reduce_sum(buffer + at, owner == dp.plan.rank ? &m.grads_memory[lo - first] : nullptr, hi - lo, owner);
+    });
+}
+}  // namespace dp_detail
+
+// Plans the shards and sizes the AdamW moments to this rank's slice; at stage 2 also the gradients,
+// and points the backward at the bucket buffers (the model's hooks keep a pointer to dp).
+inline void dp_setup(DataParallel& dp, GPT2& m, Comm& comm, int zero_stage) {
     dp.comm = &comm;
     dp.plan = zero_plan((int64_t)m.num_params, zero_stage, comm.rank, comm.world);
     dist_check_same(comm, (int64_t)m.num_params, "the number of parameters (--init, --resume)");
     dist_check_same(comm, zero_stage, "--zero");
     m.m_memory.assign((size_t)dp.plan.opt_count(), 0.0f);
     m.v_memory.assign((size_t)dp.plan.opt_count(), 0.0f);
-    return dp;
+    if (zero_stage != 2) return;
+    // one layer per bucket: the CPU reduces in the hook, so bucket size buys no overlap, and the
+    // tests' 2-layer models then cross a bucket boundary
+    dp.buckets = zero_buckets(m.config, 1);
+    dp.bucket_of_layer = zero_bucket_of_layer(dp.buckets, m.config.num_layers);
+    int64_t largest = 0;
+    for (size_t k = 1; k < dp.buckets.size(); k++) largest = std::max(largest, dp.buckets[k].elems);
+    dp.outside.assign((size_t)dp.buckets[0].elems, 0.0f);
+    dp.layer.assign((size_t)largest, 0.0f);
+    m.grads_memory.assign((size_t)dp.plan.opt_count(), 0.0f);
+    m.grads = GPT2Tensors<float>{};  // no whole gradient buffer: a path that still expects one crashes
+    DataParallel* d = &dp;
+    GPT2* model = &m;
+    auto bucket_of = [d](int l) -> const ZeroBucket& { return d->buckets[l < 0 ? 0 : d->bucket_of_layer[l]]; };
+    auto buffer_of = [d](int l) { return l < 0 ? d->outside.data() : d->layer.data(); };
+    m.grads_of = [d, model, bucket_of, buffer_of](int l) {
+        const ZeroBucket& b = bucket_of(l);
+        if (l < 0 || l == b.last_layer) dp_detail::fill_bucket(*d, *model, b, buffer_of(l));  // its first layer down
+        return zero_bucket_grads(buffer_of(l), b, l);
+    };
+    m.after_layer_backward = [d, model, bucket_of, buffer_of](int l) {
+        const ZeroBucket& b = bucket_of(l);
+        if (l < 0 || l == b.first_layer) dp_detail::reduce_bucket(*d, *model, b, buffer_of(l));
+    };
 }
 
-// After the last micro-batch: the gradients summed over the ranks (all of them at stage 0 and 1,
-// this rank's shard at stage 2).
+// After the last micro-batch, stage 0/1: the whole gradient summed over the ranks (stage 2 has
+// reduced its buckets during the backward).
 inline void dp_reduce_grads(GPT2& m, DataParallel& dp) {
-    if (dp.comm->world == 1) return;
-    if (dp.plan.stage == 2) dp.comm->reduce_scatter_sum(m.grads_memory.data(), dp.plan);
-    else dp.comm->allreduce_sum(m.grads_memory.data(), (int64_t)m.num_params);
+    if (dp.comm->world == 1 || dp.plan.stage == 2) return;
+    dp.comm->allreduce_sum(m.grads_memory.data(), (int64_t)m.num_params);
 }
 
 // Clip by the global gradient norm (over every rank's slice), one AdamW step over this rank's
@@ -49,12 +105,13 @@ inline void dp_reduce_grads(GPT2& m, DataParallel& dp) {
 inline float dp_update(GPT2& m, DataParallel& dp, const OptimizerSettings& o) {
     const ZeroPlan& p = dp.plan;
     const int64_t b = p.opt_begin(), e = p.opt_end();
-    double sq = cpu::global_norm_squared(m.grads_memory.data() + b, (size_t)(e - b));
+    const float* grads = m.grads_memory.data() + (p.stage == 2 ? 0 : b);  // the slice's gradients
+    double sq = cpu::global_norm_squared(grads, (size_t)(e - b));
     if (p.stage > 0) sq = dp.comm->allreduce_sum(sq);
     const float norm = (float)std::sqrt(sq);
     m.step++;
-    cpu::adamw_update_gpt2_range(m.params_memory.data(), m.m_memory.data(), m.v_memory.data(), m.grads_memory.data(),
-                                 m.config, (size_t)b, (size_t)e, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
+    cpu::adamw_update_gpt2_range(m.params_memory.data(), m.m_memory.data(), m.v_memory.data(), grads, m.config, (size_t)b,
+                                 (size_t)e, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
                                  cpu::grad_clip_scale(norm, o.grad_clip), m.step);
     if (p.stage > 0) dp.comm->allgather(m.params_memory.data(), p);
     return norm;

@@ -11,6 +11,7 @@
 // cross-entropy), gpt2_backward (+= into the gradients), then gpt2_update.
 #pragma once
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 #include "llmc/checkpoint.h"
@@ -79,7 +80,7 @@ struct ActivationGrads {
 struct GPT2 {
     GPT2Config config{};
     size_t num_params = 0;
-    std::vector<float> params_memory, grads_memory, m_memory, v_memory;  // (num_params) each
+    std::vector<float> params_memory, grads_memory, m_memory, v_memory;  // (num_params) each (data parallel: see below)
     GPT2Tensors<float> params{}, grads{};  // named views of params_memory and grads_memory
     std::vector<float> rope_cos, rope_sin;  // (maxT, HD/2) each, with RoPE (llmc/cpu/rope.h)
     int B = 0, T = 0;          // the shape the activations were allocated for
@@ -87,6 +88,13 @@ struct GPT2 {
     int64_t step = 0;          // optimizer steps done
     Activations acts;
     ActivationGrads dacts;
+    // data parallel (llmc/cpu/data_parallel.h): m_memory and v_memory hold a ZeRO shard's state; at
+    // ZeRO-2 grads_memory holds the shard's gradients only, and the backward asks grads_of(l) where
+    // to write layer l's gradients (-1: the tensors outside the layers, at its start) and calls
+    // after_layer_backward(l) once layer l's are complete (-1: at its end, after the embedding's).
+    // Unset: the whole buffer, grads.
+    std::function<GPT2Tensors<float>(int)> grads_of;
+    std::function<void(int)> after_layer_backward;
 };
 
 // Sizes the model for training at (B, T): parameters, gradients and AdamW moments (all zero; set
@@ -260,8 +268,8 @@ inline float gpt2_loss(GPT2& m, const int* targets) {
 }
 
 // ============================================================================ backward
-// Accumulates (+=) into m.grads the gradient of grad_scale * (mean loss of the last gpt2_loss).
-// Call gpt2_zero_grads before the first micro-batch.
+// Accumulates (+=) into m.grads (or where m.grads_of points) the gradient of grad_scale * (mean
+// loss of the last gpt2_loss). Call gpt2_zero_grads before the first micro-batch.
 inline void gpt2_zero_grads(GPT2& m) { std::fill(m.grads_memory.begin(), m.grads_memory.end(), 0.0f); }
 
 inline void gpt2_backward(GPT2& m, const int* inputs, const int* targets, float grad_scale) {
@@ -272,7 +280,7 @@ inline void gpt2_backward(GPT2& m, const int* inputs, const int* targets, float 
     const int FC = gpt2_fc_channels(c), H = gpt2_mlp_hidden(c);
     const size_t BT = (size_t)B * T;
     const GPT2Tensors<float>& p = m.params;
-    const GPT2Tensors<float>& g = m.grads;
+    const GPT2Tensors<float> g = m.grads_of ? m.grads_of(-1) : m.grads;  // outside the layers
     Activations& a = m.acts;
     ActivationGrads& d = m.dacts;
     auto zero = [](std::vector<float>& v, size_t n) { std::fill(v.begin(), v.begin() + n, 0.0f); };
@@ -300,32 +308,33 @@ inline void gpt2_backward(GPT2& m, const int* inputs, const int* targets, float 
         const float* ln2 = a.ln2.data() + l * BT * C;
         const float* fch = a.fch.data() + l * BT * FC;
         const float* fch_act = a.fch_act.data() + l * BT * H;
+        const GPT2Tensors<float> gl = m.grads_of ? m.grads_of(l) : gpt2_layer_slices(m.grads, c, l);  // layer l's
         // MLP branch: residual3 = residual2 + fcproj(act(fc(ln2(residual2))))
         zero(d.dfch_act, BT * H);
-        cpu::matmul_backward(d.dfch_act.data(), g.fcprojw + (size_t)l * C * H, tensor_at(g.fcprojb, (size_t)l * C), dresidual,
-                             fch_act, p.fcprojw + (size_t)l * C * H, B, T, H, C);
+        cpu::matmul_backward(d.dfch_act.data(), gl.fcprojw, gl.fcprojb, dresidual, fch_act, p.fcprojw + (size_t)l * C * H, B,
+                             T, H, C);
         zero(d.dfch, BT * FC);
         if (c.mlp == MLP_SWIGLU) cpu::swiglu_backward(d.dfch.data(), d.dfch_act.data(), fch, (int)BT, H);
         else cpu::gelu_backward(d.dfch.data(), fch, d.dfch_act.data(), BT * H);
         zero(d.dlnf, BT * C);
-        cpu::matmul_backward(dln, g.fcw + (size_t)l * FC * C, tensor_at(g.fcb, (size_t)l * FC), d.dfch.data(), ln2,
-                             p.fcw + (size_t)l * FC * C, B, T, C, FC);
-        detail::norm_backward(c, dresidual, g.ln2w + l * C, tensor_at(g.ln2b, (size_t)l * C), dln, residual2, p.ln2w + l * C,
+        cpu::matmul_backward(dln, gl.fcw, gl.fcb, d.dfch.data(), ln2, p.fcw + (size_t)l * FC * C, B, T, C, FC);
+        detail::norm_backward(c, dresidual, gl.ln2w, gl.ln2b, dln, residual2, p.ln2w + l * C,
                               a.ln2_mean.data() + l * BT, a.ln2_rstd.data() + l * BT, B, T);
         // attention branch: residual2 = residual + attproj(attention(rope(qkv(ln1(residual)))))
         zero(d.datty, BT * C);
-        cpu::matmul_backward(d.datty.data(), g.attprojw + (size_t)l * C * C, tensor_at(g.attprojb, (size_t)l * C), dresidual,
-                             atty, p.attprojw + (size_t)l * C * C, B, T, C, C);
+        cpu::matmul_backward(d.datty.data(), gl.attprojw, gl.attprojb, dresidual, atty, p.attprojw + (size_t)l * C * C, B,
+                             T, C, C);
         cpu::attention_backward(d.dqkv.data(), d.datty.data(), qkv, atty, att_lse, B, T, NH, NKV, HD, c.window);
         if (c.position == POS_ROPE)  // d(rotated qkv) -> d(qkv), in place
             cpu::rope_backward(d.dqkv.data(), m.rope_cos.data(), m.rope_sin.data(), B, T, NH, NKV, HD);
         zero(d.dlnf, BT * C);
-        cpu::matmul_backward(dln, g.qkvw + (size_t)l * QKV * C, tensor_at(g.qkvb, (size_t)l * QKV), d.dqkv.data(), ln1,
-                             p.qkvw + (size_t)l * QKV * C, B, T, C, QKV);
-        detail::norm_backward(c, dresidual, g.ln1w + l * C, tensor_at(g.ln1b, (size_t)l * C), dln, residual, p.ln1w + l * C,
+        cpu::matmul_backward(dln, gl.qkvw, gl.qkvb, d.dqkv.data(), ln1, p.qkvw + (size_t)l * QKV * C, B, T, C, QKV);
+        detail::norm_backward(c, dresidual, gl.ln1w, gl.ln1b, dln, residual, p.ln1w + l * C,
                               a.ln1_mean.data() + l * BT, a.ln1_rstd.data() + l * BT, B, T);
+        if (m.after_layer_backward) m.after_layer_backward(l);
     }
     cpu::encoder_backward(g.wte, g.wpe, dresidual, inputs, B, T, C);  // g.wpe nullptr with RoPE
+    if (m.after_layer_backward) m.after_layer_backward(-1);
 }
 
 // ============================================================================ update
