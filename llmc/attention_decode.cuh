@@ -88,12 +88,6 @@ inline DecodePlan decode_plan(int B, int NH, int NKV, int S, int window, int num
                                   ceil_div(max_keys, DECODE_MIN_CHUNK));
     return {splits, head_blocks, hpb, true};
 }
-inline int current_sm_count() {
-    int dev = 0, sms = 0;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    return sms;
-}
 
 // The scratch of one plan: a counter per (sequence, head block) for the fused combine (zero between
 // calls), then the partials. Counters first, so their place does not depend on the split count.
@@ -218,6 +212,8 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
     __shared__ alignas(16) float sm_o[ROWS][GB][HD];
     __shared__ bool sm_last;
 
+    pdl_wait();  // a programmatic dependent of the QKV kernel (pdl): q and this step's K/V come from it
+    pdl_launch_dependents();
     const int split = blockIdx.x, b = blockIdx.z;
     const int G = L.NH / L.NKV, head_blocks = gridDim.y / L.NKV;
     const int kvh = blockIdx.y / head_blocks, h0 = kvh * G + (blockIdx.y % head_blocks) * GB;
@@ -407,6 +403,8 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
 template <typename T>
 static __global__ void attention_decode_combine_kernel(T* out, DecodeScratch scratch, const int* pos, int NH, int HD,
                                                        int S, int window, int max_splits) {
+    pdl_wait();
+    pdl_launch_dependents();
     const int h = blockIdx.x, b = blockIdx.y;
     const int nsplits = decode_splits(decode_span(pos[b], S, window).n, max_splits);
     if (nsplits > 1)
@@ -418,13 +416,13 @@ static __global__ void attention_decode_combine_kernel(T* out, DecodeScratch scr
 template <typename T, class Knobs = DecodeShipped>
 inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, const T* v_cache, const int* pos,
                                        int B, int NH, int NKV, int HD, int S, int window, float* scratch_buf,
-                                       const DecodePlan& plan, cudaStream_t stream) {
+                                       const DecodePlan& plan, cudaStream_t stream, bool pdl = false) {
     const QKVLayout L{NH, NKV, HD};
     const DecodeScratch scratch(scratch_buf, B, NH, NKV, HD, plan);
     const dim3 grid(plan.max_splits, NKV * plan.head_blocks, B);
     auto launch = [&](auto kernel) {
-        kernel<<<grid, DECODE_THREADS, 0, stream>>>(out, scratch, qkv, k_cache, v_cache, pos, L, S, window,
-                                                    plan.max_splits, plan.fused_combine);
+        launch_kernel(kernel, grid, dim3(DECODE_THREADS), 0, stream, pdl, out, scratch, qkv, k_cache, v_cache, pos, L,
+                      S, window, plan.max_splits, plan.fused_combine);
         cudaCheckLaunch();
     };
     switch (HD * 100 + plan.heads_per_block) {
@@ -439,8 +437,8 @@ inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, c
         default: fail("attention_decode: no kernel for HD=%d with %d heads a block", HD, plan.heads_per_block);
     }
     if (plan.max_splits > 1 && !plan.fused_combine) {
-        attention_decode_combine_kernel<T><<<dim3(NH, B), HD, 0, stream>>>(out, scratch, pos, NH, HD, S, window,
-                                                                            plan.max_splits);
+        launch_kernel(attention_decode_combine_kernel<T>, dim3(NH, B), dim3(HD), 0, stream, pdl, out, scratch, pos, NH,
+                      HD, S, window, plan.max_splits);
         cudaCheckLaunch();
     }
 }
@@ -458,9 +456,11 @@ inline size_t attention_decode_scratch_floats(int B, int NH, int NKV, int HD, in
 // zeroed once after allocation (it starts with counters that every call leaves at zero); nullptr
 // when that size is 0. qkv, k_cache, v_cache and out 16-byte aligned. Not deterministic across
 // devices with different SM counts (the split count follows the SMs); bit-identical run to run.
+// pdl: launched as programmatic dependents (llmc/cuda_common.cuh; the kernels wait for the previous
+// grid before reading anything).
 inline void attention_decode(floatX* out, const floatX* qkv, const floatX* k_cache, const floatX* v_cache,
                              const int* pos, int B, int NH, int NKV, int HD, int S, cudaStream_t stream,
-                             int window = 0, float* scratch = nullptr) {
+                             int window = 0, float* scratch = nullptr, bool pdl = false) {
     using namespace attention_detail;
     check_kv_cache_sizes("attention_decode", B, NH, NKV, HD, S, window);
     check_kv_cache_aligned("attention_decode", qkv, k_cache, v_cache);
@@ -468,5 +468,5 @@ inline void attention_decode(floatX* out, const floatX* qkv, const floatX* k_cac
     if (plan.max_splits > 1 && !scratch)
         fail("attention_decode: B=%d NH=%d S=%d needs a scratch buffer of %zu floats", B, NH, S,
              attention_decode_scratch_floats(B, NH, NKV, HD, S, window));
-    attention_decode_with_plan(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window, scratch, plan, stream);
+    attention_decode_with_plan(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window, scratch, plan, stream, pdl);
 }
