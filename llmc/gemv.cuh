@@ -30,9 +30,11 @@
 //               C = 768 in bf16) before its weight loop, instead of a norm kernel writing `ln`. Cost:
 //               every block re-reads the M rows from L2 (blocks * M * K * 2 bytes: 576 blocks * 1.5 KB
 //               = 0.9 MB for GPT-2's qkv at M = 1) and redoes two warp reductions, ~1 us hidden behind
-//               its weight prefetch, against a launch of ~4-5 us. The grid is capped at
-//               GEMV_NORM_BLOCKS_PER_SM blocks per SM (warps loop over their row groups), so lm_head's
-//               12576 blocks do not each redo the norm, and the next kernel's blocks find room.
+//               its weight prefetch, against a launch of ~4-5 us. The grid is capped at one
+//               wave (GEMV_NORM_BLOCKS_PER_SM blocks per SM, or what the registers allow: ~8 at M = 1,
+//               4 at M = 8; the warps loop over their row groups), so lm_head's 12576 blocks (M = 1)
+//               do not each redo the norm; qkv's and fc's grids are smaller than a wave anyway, so the
+//               next kernel's blocks find room beside them.
 //     GEMV_RESIDUAL  out (M, N) = residual + (inp W^T + b): attproj and fcproj write the next residual
 //               stream (the sum rounded to floatX first, as the unfused matmul + residual add).
 //     GEMV_QKV  out = qkv (M, N = (NH + 2*NKV)*HD), row m being sequence m at position pos[m]: the
@@ -56,7 +58,8 @@
 constexpr int GEMV_MAX_M = 8;    // rows of inp the kernels are instantiated for (1..8)
 constexpr int GEMV_THREADS = 128;  // 4 warps a block
 constexpr int GEMV_UNROLL = 4;   // 16-byte packs per weight row a lane loads before its math
-// Fused norm prologue: blocks per SM at most (the grid loops), and the shared memory of its rows.
+// Fused norm prologue: blocks per SM at most (fewer where the registers allow fewer: one wave, the
+// grid loops over the rest), and the shared memory of its rows.
 constexpr int GEMV_NORM_BLOCKS_PER_SM = 8;
 constexpr int GEMV_NORM_MAX_SMEM = 48 * 1024;
 
@@ -283,9 +286,12 @@ inline void launch(bool pdl, floatX* out, const floatX* inp, const floatX* weigh
     const bool pair = EPI == GEMV_SWIGLU || (EPI == GEMV_QKV && R == 2 && f.rope_cos != nullptr);
     int blocks = ceil_div(pair ? N / 2 : ceil_div(N, R), WARPS);
     size_t smem = 0;
-    if constexpr (NORM) {
-        blocks = std::min(blocks, GEMV_NORM_BLOCKS_PER_SM * current_sm_count());
+    if constexpr (NORM) {  // at most one wave (the warps loop over the rest): each block normalizes once
         smem = (size_t)M * K * sizeof(floatX);
+        int resident = 0;
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, gemv_kernel<M, R, EPI, NORM>, GEMV_THREADS,
+                                                                smem));
+        blocks = std::min(blocks, std::max(1, std::min(resident, GEMV_NORM_BLOCKS_PER_SM)) * current_sm_count());
     }
     launch_kernel(gemv_kernel<M, R, EPI, NORM>, dim3(blocks), dim3(GEMV_THREADS), smem, stream, pdl, out, inp, weight,
                   bias, K, N, f);
