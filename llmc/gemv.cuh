@@ -49,6 +49,7 @@
 // cpu::gelu_forward / cpu::swiglu_forward on its fp32 output).
 #pragma once
 #include <algorithm>
+#include <cstdint>
 #include "llmc/cuda_common.cuh"
 #include "llmc/gelu.cuh"
 #include "llmc/layernorm.cuh"
@@ -288,10 +289,16 @@ inline void launch(bool pdl, floatX* out, const floatX* inp, const floatX* weigh
     size_t smem = 0;
     if constexpr (NORM) {  // at most one wave (the warps loop over the rest): each block normalizes once
         smem = (size_t)M * K * sizeof(floatX);
-        int resident = 0;
-        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, gemv_kernel<M, R, EPI, NORM>, GEMV_THREADS,
-                                                                smem));
-        blocks = std::min(blocks, std::max(1, std::min(resident, GEMV_NORM_BLOCKS_PER_SM)) * current_sm_count());
+        // queried at the first launch of a size (the uncaptured warm-up step), not inside a graph capture
+        static size_t queried_smem = SIZE_MAX;
+        static int resident = 0, sms = 0;
+        if (smem != queried_smem) {
+            cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, gemv_kernel<M, R, EPI, NORM>,
+                                                                    GEMV_THREADS, smem));
+            sms = current_sm_count();
+            queried_smem = smem;
+        }
+        blocks = std::min(blocks, std::max(1, std::min(resident, GEMV_NORM_BLOCKS_PER_SM)) * sms);
     }
     launch_kernel(gemv_kernel<M, R, EPI, NORM>, dim3(blocks), dim3(GEMV_THREADS), smem, stream, pdl, out, inp, weight,
                   bias, K, N, f);
