@@ -152,13 +152,20 @@ __device__ __forceinline__ void decode_merge_splits(T* out, const float* part_o,
 constexpr int DECODE_THREADS = 128;
 // The inner loop's knobs (a type, so a kernel takes them as one template argument); the lab explores
 // them, the shipped launch uses the defaults.
-template <int U_ = 4, bool PREFETCH_ = false, bool SCATTER_ = false>
+template <int U_ = 4, bool PREFETCH_ = false, bool SCATTER_ = false, bool APPEND_ = false>
 struct DecodeKnobs {
     static constexpr int U = U_;                  // keys a row group loads per step
     static constexpr bool PREFETCH = PREFETCH_;   // issue the next step's loads before this step's math
     static constexpr bool SCATTER = SCATTER_;     // reduce the U*GB dot products by reduce-scatter + gather
+    // kv_cache_append folded in (attention_decode's `append`): block (split 0, head block 0) of each
+    // (sequence, KV head) copies this step's K and V rows from qkv into slot pos % S, and every block
+    // reads the newest key from qkv instead of the cache, so no block reads the slot being written
+    // (the n keys of a span sit in n distinct slots). Its own instantiation: the shipped loop without
+    // it keeps its registers.
+    static constexpr bool APPEND = APPEND_;
 };
 using DecodeShipped = DecodeKnobs<>;
+using DecodeShippedAppend = DecodeKnobs<DecodeShipped::U, DecodeShipped::PREFETCH, DecodeShipped::SCATTER, true>;
 
 // Sums each of v[0..N) over the TPR lanes of a row group, reduce-scatter style: at every xor level a
 // lane keeps half of the values it still holds (the upper lane the upper half) and adds the partner's
@@ -229,6 +236,17 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
         qv[g] = g < heads ? load128(qrow + L.q_col(h0 + g) + d0) : Packed128<T>::constant(from_float<T>(0.0f));
     const DecodeSpan span = decode_span(pos[b], S, window);
     const int chunk = decode_chunk(span.n, max_splits), nsplits = decode_splits(span.n, max_splits);
+    const size_t head_base = ((size_t)b * L.NKV + kvh) * S;
+    if constexpr (Knobs::APPEND) {
+        if (split == 0 && blockIdx.y % head_blocks == 0 && span.n > 0 && threadIdx.x < TPR) {
+            int slot = span.first + span.n - 1;  // the newest key's: pos % S
+            if (slot >= S) slot -= S;
+            const size_t off = (head_base + slot) * HD + d0;
+            // attention_decode(append = true) is given writable caches (the kernel's const is for the rest)
+            store128(const_cast<T*>(k_cache) + off, load128(qrow + L.k_col(kvh) + d0));
+            store128(const_cast<T*>(v_cache) + off, load128(qrow + L.v_col(kvh) + d0));
+        }
+    }
     if (split >= nsplits) return;
     const int j0 = split * chunk, j1 = min(span.n, j0 + chunk);
 
@@ -247,12 +265,14 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
 
     // This row group's U keys of the step at jb: K and V rows, zeros past the chunk (not garbage:
     // p = 0 times a NaN would still be NaN).
-    const size_t head_base = ((size_t)b * L.NKV + kvh) * S;
     auto load_step = [&](int jb, Packed128<T> (&kr)[U], Packed128<T> (&vr)[U]) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int j = jb + u * ROWS + row;
-            if (j < j1) {
+            if (Knobs::APPEND && j < j1 && j == span.n - 1) {  // the newest key, from qkv (see DecodeKnobs)
+                kr[u] = load128(qrow + L.k_col(kvh) + d0);
+                vr[u] = load128(qrow + L.v_col(kvh) + d0);
+            } else if (j < j1) {
                 int slot = span.first + j;  // < 2S: first < S, j < n <= S
                 if (slot >= S) slot -= S;
                 const size_t off = (head_base + slot) * HD + d0;
@@ -457,10 +477,11 @@ inline size_t attention_decode_scratch_floats(int B, int NH, int NKV, int HD, in
 // when that size is 0. qkv, k_cache, v_cache and out 16-byte aligned. Not deterministic across
 // devices with different SM counts (the split count follows the SMs); bit-identical run to run.
 // pdl: launched as programmatic dependents (llmc/cuda_common.cuh; the kernels wait for the previous
-// grid before reading anything).
-inline void attention_decode(floatX* out, const floatX* qkv, const floatX* k_cache, const floatX* v_cache,
-                             const int* pos, int B, int NH, int NKV, int HD, int S, cudaStream_t stream,
-                             int window = 0, float* scratch = nullptr, bool pdl = false) {
+// grid before reading anything). append: the cache does not hold this step's K and V yet; the kernel
+// writes them (kv_cache_append's job, one launch less; DecodeKnobs::APPEND) and attends over them.
+inline void attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, floatX* v_cache, const int* pos, int B,
+                             int NH, int NKV, int HD, int S, cudaStream_t stream, int window = 0,
+                             float* scratch = nullptr, bool pdl = false, bool append = false) {
     using namespace attention_detail;
     check_kv_cache_sizes("attention_decode", B, NH, NKV, HD, S, window);
     check_kv_cache_aligned("attention_decode", qkv, k_cache, v_cache);
@@ -468,5 +489,10 @@ inline void attention_decode(floatX* out, const floatX* qkv, const floatX* k_cac
     if (plan.max_splits > 1 && !scratch)
         fail("attention_decode: B=%d NH=%d S=%d needs a scratch buffer of %zu floats", B, NH, S,
              attention_decode_scratch_floats(B, NH, NKV, HD, S, window));
-    attention_decode_with_plan(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window, scratch, plan, stream, pdl);
+    if (append)
+        attention_decode_with_plan<floatX, DecodeShippedAppend>(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S,
+                                                                window, scratch, plan, stream, pdl);
+    else
+        attention_decode_with_plan(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window, scratch, plan, stream,
+                                   pdl);
 }

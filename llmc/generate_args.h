@@ -47,7 +47,7 @@ struct GenConfig {
     int bench_prompt = 64;              // --bench-prompt: prompt tokens per sequence of --bench
     int gemv = 1;                       // --gemv: the decode step's matmuls at M <= 8 rows through llmc/gemv.cuh
     int pdl = 1;                        // --pdl: the GEMV kernels (--fused 1: every kernel) as programmatic dependents
-    int fused = 1;                      // --fused: a step of B <= 8 as 5 kernels a layer (0 = one op a kernel)
+    int fused = 1;                      // --fused: a step of B <= 8 as 5 kernels a layer, else the append in attention
     int profile = 0;                    // --profile 1 (with --bench): per-kernel-family time of a decode step
     std::string init;                   // --init dN: a fresh random model instead of --model
 };
@@ -118,8 +118,9 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
                   "programmatic dependents of the kernel before them (they prefetch their weights while it runs); "
                   "0 = plain launches");
         p.add_int("--fused", &g.fused, {0, 1}, "1 = a decode step of at most 8 sequences as 5 kernels a layer (norms "
-                  "in the next GEMV's prologue, residual adds, the cache append and RoPE in GEMV epilogues); 0 = one "
-                  "op a kernel (same tokens up to rounding)");
+                  "in the next GEMV's prologue, residual adds, the cache append and RoPE in GEMV epilogues; more "
+                  "sequences: the cache append inside the decode attention); 0 = one op a kernel (same tokens up to "
+                  "rounding)");
         p.add_int("--profile", &g.profile, {0, 1}, "1 = with --bench: after the timed round, time each kernel family "
                   "of the decode step (plain launches, an event between kernels) and print PROFILE lines");
         p.add_string("--init", "dN", &g.init, "a fresh model from a descriptor (dN: a GPT-2 of N layers, d12 = "

@@ -30,7 +30,8 @@
 // residual add in the epilogue of attproj / fcproj, kv_cache_append (and RoPE) in the epilogue of
 // the QKV GEMV; and with m.pdl every kernel of the step is a programmatic dependent of the one
 // before it (llmc/cuda_common.cuh), so the next GEMV's blocks are resident and prefetching their
-// weights while the current kernel runs. --fused 0 keeps the one-op-a-kernel step for comparison.
+// weights while the current kernel runs. At B > GEMV_MAX_M (cuBLASLt) m.fused folds only the cache
+// append into attention_decode. --fused 0 keeps the one-op-a-kernel step for comparison.
 #pragma once
 #include <vector>
 #include "llmc/attention_decode.cuh"
@@ -63,7 +64,7 @@ struct GPT2Infer {
     GPT2Config config{};
     bool gemv = true;  // matmuls of at most GEMV_MAX_M rows through gemv_forward (else cuBLASLt)
     bool pdl = true;   // gemv_forward launched as programmatic dependents (llmc/gemv.cuh); with fused: every kernel
-    bool fused = true; // a step of B <= GEMV_MAX_M through the fused kernels (decode_layers_fused), else one op a kernel
+    bool fused = true; // B <= GEMV_MAX_M: the fused kernels (decode_layers_fused); larger: the append in attention
     StepProfile* profile = nullptr;  // non-null and on: mark() records events
     int B = 0;        // sequences at once
     int Tmax = 0;     // prompt tokens per sequence a prefill may have
@@ -420,24 +421,28 @@ inline void gpt2_infer_decode_forward(GPT2Infer& m, const CudaContext& ctx) {
     const int B = m.B, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
     cudaStream_t s = ctx.stream;
     using infer_detail::mark;
-    const bool fused = infer_detail::fused_step(m);
     mark(m, "encoder", s);
-    encoder_forward_at(m.res1, m.tokens, m.pos, m.params.wte, m.params.wpe, B, C, s, fused && m.pdl);
-    if (fused) {
+    encoder_forward_at(m.res1, m.tokens, m.pos, m.params.wte, m.params.wpe, B, C, s, m.fused && m.pdl);
+    if (infer_detail::fused_step(m)) {
         infer_detail::decode_layers_fused(m, ctx);
         return;
     }
+    // one op a kernel (--fused 0, or B > GEMV_MAX_M: cuBLASLt); with m.fused the cache append is folded
+    // into attention_decode (one launch less a layer) and the encoder, attention and sampler kernels are
+    // programmatic dependents (the cuBLASLt and norm kernels stay plain launches)
     infer_detail::layers(m, B, ctx, [&](int l) {
         const size_t off = infer_detail::layer_cache_offset(m, l);
         if (c.position == POS_ROPE) {
             mark(m, "rope", s);
             rope_forward_at(m.qkv, m.rope_cos, m.rope_sin, m.pos, B, NH, NKV, HD, s);
         }
-        mark(m, "kv_cache_append", s);
-        kv_cache_append(m.k_cache + off, m.v_cache + off, m.qkv, m.pos, B, NH, NKV, HD, m.S, s);
-        mark(m, "attention_decode", s);
+        if (!m.fused) {
+            mark(m, "kv_cache_append", s);
+            kv_cache_append(m.k_cache + off, m.v_cache + off, m.qkv, m.pos, B, NH, NKV, HD, m.S, s);
+        }
+        mark(m, m.fused ? "attention+kv" : "attention_decode", s);
         attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, s, m.window,
-                         m.decode_scratch);
+                         m.decode_scratch, m.fused && m.pdl, m.fused);
     });
     infer_detail::linear(m, "lm_head", m.logits, nullptr, m.ln, infer_detail::head(m), nullptr, B, C,
                          c.padded_vocab_size, GEMV_PLAIN, ctx);
@@ -447,9 +452,9 @@ inline void gpt2_infer_decode_forward(GPT2Infer& m, const CudaContext& ctx) {
 inline void gpt2_infer_step(GPT2Infer& m, const GenerateLimits& lim, const CudaContext& ctx) {
     const GPT2Config& c = m.config;
     infer_detail::mark(m, "sample", ctx.stream);
-    launch_kernel(infer_detail::sample_and_advance, dim3(m.B), dim3(SAMPLE_THREADS), 0, ctx.stream,
-                  infer_detail::fused_step(m) && m.pdl, m.step_out, m.tokens, m.pos, m.produced, m.active, m.rng,
-                  m.logits, m.lengths, m.force, lim, c.vocab_size, c.padded_vocab_size, m.max_seq);
+    launch_kernel(infer_detail::sample_and_advance, dim3(m.B), dim3(SAMPLE_THREADS), 0, ctx.stream, m.fused && m.pdl,
+                  m.step_out, m.tokens, m.pos, m.produced, m.active, m.rng, m.logits, m.lengths, m.force, lim,
+                  c.vocab_size, c.padded_vocab_size, m.max_seq);
     cudaCheckLaunch();
     gpt2_infer_decode_forward(m, ctx);
     infer_detail::mark(m, "end", ctx.stream);

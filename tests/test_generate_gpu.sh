@@ -26,7 +26,8 @@
 #   7. the fused decode step (--fused 1, the default at B <= 8: norms in GEMV prologues, residual
 #      adds, RoPE and the cache append in GEMV epilogues, PDL on every kernel) against the unfused one
 #      (--fused 0) and the CPU twin: the fp32 build's tokens equal both (GPT-2 MHA and GQA + window,
-#      Llama MHA at B = 8 and GQA + window with RoPE, sampling, a context end with idle rows, --pdl 0),
+#      Llama MHA at B = 8 and GQA + window with RoPE, sampling, a context end with idle rows, --pdl 0;
+#      and B = 10, where --fused 1 folds the cache append into attention_decode),
 #      and --check-full of --fused 0 on d12 and of --fused 1 on the Llama 114M shape at B = 8 (bf16)
 # SECTIONS (default 1234567) picks the sections to run, e.g. SECTIONS=7 for the fused checks alone
 # (tests/decode_speed_gpu.sh).
@@ -233,6 +234,10 @@ fused_same "llama GQA untied + window ring (RoPE in the QKV epilogue), batch of 
     --prompt-ids $P2 --prompt-ids $P3 --temperature 0 --max-new 45 --eot -1
 fused_same "llama sampled (top-k 20, top-p 0.9), GQA, batch of 2" --model $LGQA --prompt-ids $P1 --prompt-ids $P4 \
     --temperature 1.2 --top-k 20 --top-p 0.9 --max-new 40 --eot -1 --seed 9
+fused_same "llama GQA + window, batch of 10 (cuBLAS; the append in attention_decode)" --model $LGQA $TEN \
+    --temperature 0 --max-new 30 --eot -1
+fused_same "GPT-2 GQA + window, batch of 10 (cuBLAS; the append in attention_decode)" --model $GQA $TEN \
+    --temperature 0 --max-new 30 --eot -1
 $GEN32 --model $LGQA --prompt-ids $P1 --prompt-ids $P2 --temperature 0 --max-new 40 --eot -1 --pdl 0 \
     > "$WORK/p0.out" 2>/dev/null && $CPU --model $LGQA --prompt-ids $P1 --prompt-ids $P2 --temperature 0 --max-new 40 \
     --eot -1 > "$WORK/pc.out" 2>/dev/null && [ -s "$WORK/p0.out" ] && cmp -s "$WORK/p0.out" "$WORK/pc.out"
