@@ -157,11 +157,12 @@ struct DecodeKnobs {
     static constexpr int U = U_;                  // keys a row group loads per step
     static constexpr bool PREFETCH = PREFETCH_;   // issue the next step's loads before this step's math
     static constexpr bool SCATTER = SCATTER_;     // reduce the U*GB dot products by reduce-scatter + gather
-    // kv_cache_append folded in (attention_decode's `append`): block (split 0, head block 0) of each
-    // (sequence, KV head) copies this step's K and V rows from qkv into slot pos % S, and every block
-    // reads the newest key from qkv instead of the cache, so no block reads the slot being written
-    // (the n keys of a span sit in n distinct slots). Its own instantiation: the shipped loop without
-    // it keeps its registers.
+    // kv_cache_append folded in (attention_decode's `append`): the blocks of the last split of each
+    // (sequence, KV head), the only ones whose chunk holds the newest key (the n keys of a span sit in
+    // n distinct slots), copy this step's K and V rows from qkv into slot pos % S before their loop
+    // and __syncthreads, so their threads read it back as any other key (the loop is the shipped
+    // one: same registers). With several head blocks (a group of more than 8 query heads) each
+    // writes the same values. Its own instantiation all the same.
     static constexpr bool APPEND = APPEND_;
 };
 using DecodeShipped = DecodeKnobs<>;
@@ -236,19 +237,22 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
         qv[g] = g < heads ? load128(qrow + L.q_col(h0 + g) + d0) : Packed128<T>::constant(from_float<T>(0.0f));
     const DecodeSpan span = decode_span(pos[b], S, window);
     const int chunk = decode_chunk(span.n, max_splits), nsplits = decode_splits(span.n, max_splits);
-    const size_t head_base = ((size_t)b * L.NKV + kvh) * S;
-    if constexpr (Knobs::APPEND) {
-        if (split == 0 && blockIdx.y % head_blocks == 0 && span.n > 0 && threadIdx.x < TPR) {
-            int slot = span.first + span.n - 1;  // the newest key's: pos % S
-            if (slot >= S) slot -= S;
-            const size_t off = (head_base + slot) * HD + d0;
-            // attention_decode(append = true) is given writable caches (the kernel's const is for the rest)
-            store128(const_cast<T*>(k_cache) + off, load128(qrow + L.k_col(kvh) + d0));
-            store128(const_cast<T*>(v_cache) + off, load128(qrow + L.v_col(kvh) + d0));
-        }
-    }
     if (split >= nsplits) return;
     const int j0 = split * chunk, j1 = min(span.n, j0 + chunk);
+    const size_t head_base = ((size_t)b * L.NKV + kvh) * S;
+    if constexpr (Knobs::APPEND) {
+        if (split == nsplits - 1 && span.n > 0) {  // the same for every thread of the block
+            if (threadIdx.x < TPR) {
+                int slot = span.first + span.n - 1;  // the newest key's: pos % S
+                if (slot >= S) slot -= S;
+                const size_t off = (head_base + slot) * HD + d0;
+                // attention_decode(append = true) is given writable caches (the const is for the loop)
+                store128(const_cast<T*>(k_cache) + off, load128(qrow + L.k_col(kvh) + d0));
+                store128(const_cast<T*>(v_cache) + off, load128(qrow + L.v_col(kvh) + d0));
+            }
+            __syncthreads();  // the block's other threads read the row below
+        }
+    }
 
     const float qscale = 1.4426950408889634f * rsqrtf((float)HD);  // log2(e) / sqrt(HD)
     float q[GB][EPT], acc[GB][EPT], m[GB], l[GB];
@@ -269,10 +273,7 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int j = jb + u * ROWS + row;
-            if (Knobs::APPEND && j < j1 && j == span.n - 1) {  // the newest key, from qkv (see DecodeKnobs)
-                kr[u] = load128(qrow + L.k_col(kvh) + d0);
-                vr[u] = load128(qrow + L.v_col(kvh) + d0);
-            } else if (j < j1) {
+            if (j < j1) {
                 int slot = span.first + j;  // < 2S: first < S, j < n <= S
                 if (slot >= S) slot -= S;
                 const size_t off = (head_base + slot) * HD + d0;
