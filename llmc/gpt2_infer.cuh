@@ -26,7 +26,7 @@
 // which the caller copies to the host after each step.
 // A step's kernels (GPT-2 124M at B = 1: ~2.5 us of weights each, 4.5-10 us each in practice) are
 // bound by launch and dependency latency, not bandwidth, so at B <= GEMV_MAX_M (m.fused) a layer is
-// 5 kernels instead of 7-8 (decode_layers_fused): the norm in the prologue of the GEMV after it, the
+// 5 kernels instead of 8-9 (decode_layers_fused): the norm in the prologue of the GEMV after it, the
 // residual add in the epilogue of attproj / fcproj, kv_cache_append (and RoPE) in the epilogue of
 // the QKV GEMV; and with m.pdl every kernel of the step is a programmatic dependent of the one
 // before it (llmc/cuda_common.cuh), so the next GEMV's blocks are resident and prefetching their
