@@ -29,12 +29,12 @@
 //               to floatX as the norm kernel's output) into shared memory (M*K floatX: 12 KB at M = 8,
 //               C = 768 in bf16) before its weight loop, instead of a norm kernel writing `ln`. Cost:
 //               every block re-reads the M rows from L2 (blocks * M * K * 2 bytes: 576 blocks * 1.5 KB
-//               = 0.9 MB for GPT-2's qkv at M = 1) and redoes two warp reductions, ~1 us hidden behind
-//               its weight prefetch, against a launch of ~4-5 us. The grid is capped at one
-//               wave (GEMV_NORM_BLOCKS_PER_SM blocks per SM, or what the registers allow: ~8 at M = 1,
-//               4 at M = 8; the warps loop over their row groups), so lm_head's 12576 blocks (M = 1)
-//               do not each redo the norm; qkv's and fc's grids are smaller than a wave anyway, so the
-//               next kernel's blocks find room beside them.
+//               = 0.9 MB for GPT-2's qkv at M = 1) and redoes two warp reductions, ~1 us behind its
+//               weight prefetch (an estimate; the lab times it), against a launch of ~4-5 us. The
+//               grid is capped at one wave (GEMV_NORM_BLOCKS_PER_SM blocks per SM, or what the
+//               registers allow: ~8 at M = 1, 4 at M = 8; the warps loop over their row groups), so
+//               lm_head's 12576 blocks (M = 1) do not each redo the norm; qkv's and fc's grids are
+//               smaller than a wave anyway, so the next kernel's blocks find room beside them.
 //     GEMV_RESIDUAL  out (M, N) = residual + (inp W^T + b): attproj and fcproj write the next residual
 //               stream (the sum rounded to floatX first, as the unfused matmul + residual add).
 //     GEMV_QKV  out = qkv (M, N = (NH + 2*NKV)*HD), row m being sequence m at position pos[m]: the

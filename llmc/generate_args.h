@@ -46,7 +46,7 @@ struct GenConfig {
     int bench = 0;                      // --bench 1: time prefill and decode, print one BENCH_GEN line
     int bench_prompt = 64;              // --bench-prompt: prompt tokens per sequence of --bench
     int gemv = 1;                       // --gemv: the decode step's matmuls at M <= 8 rows through llmc/gemv.cuh
-    int pdl = 1;                        // --pdl: the GEMV kernels (--fused 1: and the others) as programmatic dependents
+    int pdl = 1;                        // --pdl: GEMVs (--fused 1: and the others) as programmatic dependents
     int fused = 1;                      // --fused: a step of B <= 8 as 5 kernels a layer, else the append in attention
     int profile = 0;                    // --profile 1 (with --bench): per-kernel-family time of a decode step
     std::string init;                   // --init dN: a fresh random model instead of --model

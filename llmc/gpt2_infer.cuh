@@ -365,15 +365,15 @@ inline void decode_layers_fused(GPT2Infer& m, const CudaContext& ctx) {
         GemvFusion fr;
         fr.residual = m.res1;
         mark(m, "attproj+residual", s);
-        gemv_fused_forward(m.res2, m.atty, p.attprojw + c1 * C, tensor_at(p.attprojb, c1), B, C, C, GEMV_RESIDUAL, fr, s,
-                           m.pdl);
+        gemv_fused_forward(m.res2, m.atty, p.attprojw + c1 * C, tensor_at(p.attprojb, c1), B, C, C, GEMV_RESIDUAL, fr,
+                           s, m.pdl);
         mark(m, swiglu ? "norm+fc+swiglu" : "norm+fc+gelu", s);
         gemv_fused_forward(m.fch_gelu, m.res2, p.fcw + (size_t)l * FC * C, tensor_at(p.fcb, (size_t)l * FC), B, C, FC,
                            swiglu ? GEMV_SWIGLU : GEMV_GELU, norm(p.ln2w + c1, tensor_at(p.ln2b, c1)), s, m.pdl);
         fr.residual = m.res2;
         mark(m, "fcproj+residual", s);
-        gemv_fused_forward(m.res1, m.fch_gelu, p.fcprojw + c1 * H, tensor_at(p.fcprojb, c1), B, H, C, GEMV_RESIDUAL, fr, s,
-                           m.pdl);
+        gemv_fused_forward(m.res1, m.fch_gelu, p.fcprojw + c1 * H, tensor_at(p.fcprojb, c1), B, H, C, GEMV_RESIDUAL,
+                           fr, s, m.pdl);
     }
     mark(m, "norm+lm_head", s);
     gemv_fused_forward(m.logits, m.res1, head(m), nullptr, B, C, c.padded_vocab_size, GEMV_PLAIN, norm(p.lnfw, p.lnfb),

@@ -161,7 +161,8 @@ static void run_fused(lab::Lab& L, const ModelDims& d, FusedKind kind, int M) {
     std::vector<float> x = inp, stats(2 * M), pre((size_t)M * N), ref((size_t)M * NO);
     if (norm) {
         if (rms) cpu::rmsnorm_forward(x.data(), stats.data(), inp.data(), nw.data(), 1, M, K, 1e-5f);
-        else cpu::layernorm_forward(x.data(), stats.data(), stats.data() + M, inp.data(), nw.data(), nb.data(), 1, M, K);
+        else cpu::layernorm_forward(x.data(), stats.data(), stats.data() + M, inp.data(), nw.data(), nb.data(), 1, M,
+                                    K);
         for (float& v : x) v = round_x(v);
     }
     cpu::matmul_forward(pre.data(), x.data(), w.data(), has_bias ? bias.data() : nullptr, 1, M, K, N);
@@ -173,7 +174,8 @@ static void run_fused(lab::Lab& L, const ModelDims& d, FusedKind kind, int M) {
         for (size_t i = 0; i < ref.size(); i++) ref[i] = res[i] + round_x(ref[i]);
     if (kind == F_QKV) {
         for (int m = 0; m < M; m++)
-            if (rope && pos[m] >= 0) cpu::rope_forward(ref.data() + (size_t)m * N, cos.data(), sin.data(), 1, 1, NH, NKV, HD, pos[m]);
+            if (rope && pos[m] >= 0)
+                cpu::rope_forward(ref.data() + (size_t)m * N, cos.data(), sin.data(), 1, 1, NH, NKV, HD, pos[m]);
         cpu::kv_cache_append(ref_k.data(), ref_v.data(), ref.data(), pos.data(), M, NH, NKV, HD, S);
     }
 
