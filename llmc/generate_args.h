@@ -114,8 +114,8 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
         p.add_int("--bench-prompt", &g.bench_prompt, {1, 1 << 20}, "prompt tokens per sequence for --bench");
         p.add_int("--gemv", &g.gemv, {0, 1}, "1 = the matmuls of a step of at most 8 sequences through the GEMV "
                   "kernels of llmc/gemv.cuh; 0 = cuBLASLt for every matmul (same tokens up to rounding)");
-        p.add_int("--pdl", &g.pdl, {0, 1}, "1 = launch the GEMV kernels (with --fused 1 also the sampler, encoder "
-                  "and attention: at most 8 sequences, every kernel of a step) as programmatic dependents of the "
+        p.add_int("--pdl", &g.pdl, {0, 1}, "1 = launch the GEMV kernels (with --fused 1 also the encoder and "
+                  "attention: at most 8 sequences, every kernel of a step after the sampler) as programmatic dependents of the "
                   "kernel before them (they prefetch their weights while it runs); 0 = plain launches");
         p.add_int("--fused", &g.fused, {0, 1}, "1 = a decode step of at most 8 sequences as 5 kernels a layer (norms "
                   "in the next GEMV's prologue, residual adds, the cache append and RoPE in GEMV epilogues; more "

@@ -28,7 +28,7 @@
 // bound by launch and dependency latency, not bandwidth, so at B <= GEMV_MAX_M (m.fused) a layer is
 // 5 kernels instead of 8-9 (decode_layers_fused): the norm in the prologue of the GEMV after it, the
 // residual add in the epilogue of attproj / fcproj, kv_cache_append (and RoPE) in the epilogue of
-// the QKV GEMV; and with m.pdl every kernel of the step is a programmatic dependent of the one
+// the QKV GEMV; and with m.pdl every kernel after the sampler is a programmatic dependent of the one
 // before it (llmc/cuda_common.cuh), so the next GEMV's blocks are resident and prefetching their
 // weights while the current kernel runs. At B > GEMV_MAX_M (cuBLASLt) m.fused folds only the cache
 // append into attention_decode. --fused 0 keeps the one-op-a-kernel step for comparison.
@@ -288,8 +288,8 @@ static __global__ void __launch_bounds__(SAMPLE_THREADS)
 sample_and_advance(int* step_out, int* tokens, int* pos, int* produced, int* active, uint64_t* rng,
                    const floatX* logits, const int* lengths, const int* force, GenerateLimits lim, int V, int Vp,
                    int max_seq) {
-    pdl_wait();  // the logits of the previous step's classifier
-    pdl_launch_dependents();
+    pdl_wait();  // (no-ops in its plain launch; they keep every kernel of the step chain-safe if it is not)
+    pdl_launch_dependents();  // the encoder (a programmatic dependent) may start
     const int b = blockIdx.x;
     if (!active[b]) {
         if (threadIdx.x == 0) step_out[b] = -1;
@@ -428,7 +428,7 @@ inline void gpt2_infer_decode_forward(GPT2Infer& m, const CudaContext& ctx) {
         return;
     }
     // one op a kernel (--fused 0, or B > GEMV_MAX_M: cuBLASLt); with m.fused the cache append is folded
-    // into attention_decode (one launch less a layer) and the encoder, attention and sampler kernels are
+    // into attention_decode (one launch less a layer) and the encoder and attention kernels are
     // programmatic dependents (the cuBLASLt and norm kernels stay plain launches)
     infer_detail::layers(m, B, ctx, [&](int l) {
         const size_t off = infer_detail::layer_cache_offset(m, l);
@@ -452,9 +452,10 @@ inline void gpt2_infer_decode_forward(GPT2Infer& m, const CudaContext& ctx) {
 inline void gpt2_infer_step(GPT2Infer& m, const GenerateLimits& lim, const CudaContext& ctx) {
     const GPT2Config& c = m.config;
     infer_detail::mark(m, "sample", ctx.stream);
-    launch_kernel(infer_detail::sample_and_advance, dim3(m.B), dim3(SAMPLE_THREADS), 0, ctx.stream, m.fused && m.pdl,
-                  m.step_out, m.tokens, m.pos, m.produced, m.active, m.rng, m.logits, m.lengths, m.force, lim,
-                  c.vocab_size, c.padded_vocab_size, m.max_seq);
+    // a plain launch: the first node of the captured step (PDL has no edge to the previous replay)
+    launch_kernel(infer_detail::sample_and_advance, dim3(m.B), dim3(SAMPLE_THREADS), 0, ctx.stream, false, m.step_out,
+                  m.tokens, m.pos, m.produced, m.active, m.rng, m.logits, m.lengths, m.force, lim, c.vocab_size,
+                  c.padded_vocab_size, m.max_seq);
     cudaCheckLaunch();
     gpt2_infer_decode_forward(m, ctx);
     infer_detail::mark(m, "end", ctx.stream);

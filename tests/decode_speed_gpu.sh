@@ -11,8 +11,8 @@
 #      the CPU twin's; --check-full of both paths (bf16)
 #   3. --bench 1 (64-token prompts, 256 new tokens, greedy) of d12 (GPT-2 124M) and the Llama 114M
 #      shape at B = 1, 8, 64 with --fused 0 and 1 (B = 64 runs cuBLASLt either way; --fused 1 there
-#      folds the cache append into attention_decode and makes its, the encoder's and the sampler's
-#      launches programmatic dependents)
+#      folds the cache append into attention_decode and makes its and the encoder's launches
+#      programmatic dependents)
 #   4. --profile 1 at B = 1, both models, both paths, and at B = 64 with --fused 1: the PROFILE lines
 #      per kernel family
 # Last: the lab's fused-vs-unfused table, the tok/s table and the PROFILE lines; logs in
