@@ -177,8 +177,9 @@ static void profile_steps(GPT2Infer& m, const GenerateLimits& lim, const std::ve
         printf("PROFILE B=%d family=%-16s us_per_step=%8.2f calls_per_step=%3d us_per_call=%6.2f pct=%5.1f\n", m.B,
                order[k].c_str(), 1e3 * total_ms[k] / steps, calls[k] / steps, 1e3 * total_ms[k] / calls[k],
                100.0 * total_ms[k] / sum);
-    printf("PROFILE B=%d total_plain_us_per_step=%.2f graph_us_per_token=%.2f steps=%d gemv=%d\n", m.B, 1e3 * sum / steps,
-           1e3 * graph_ms_per_token, steps, (int)m.gemv);
+    printf("PROFILE B=%d total_plain_us_per_step=%.2f graph_us_per_token=%.2f steps=%d gemv=%d fused=%d fused_gemv=%d "
+           "marked_kernels_per_step=%d\n", m.B, 1e3 * sum / steps, 1e3 * graph_ms_per_token, steps, (int)m.gemv,
+           (int)m.fused, (int)infer_detail::fused_step(m), prof.used - 1);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -212,8 +213,9 @@ static void bench(GPT2Infer& m, const GenConfig& g, const GenerateLimits& lim, c
     for (int b = 0; b < B; b++)
         if (produced[b] != N) fail("--bench: sequence %d produced %d tokens, not %d", b, produced[b], N);
     printf("BENCH_GEN B=%d prompt=%d new=%d prefill_ms=%.3f ms_per_token=%.4f tok_s=%.0f graph=%d gemv=%d pdl=%d "
-           "arch=%s precision=%s\n", B, P, N, prefill_ms, decode_ms / N, (double)B * N / (decode_ms / 1e3), g.graph,
-           (int)m.gemv, (int)m.pdl, gpt2_arch_name(m.config), PRECISION_NAME);
+           "fused=%d fused_gemv=%d arch=%s precision=%s\n", B, P, N, prefill_ms, decode_ms / N,
+           (double)B * N / (decode_ms / 1e3), g.graph, (int)m.gemv, (int)m.pdl, (int)m.fused,
+           (int)infer_detail::fused_step(m), gpt2_arch_name(m.config), PRECISION_NAME);
     if (g.profile) profile_steps(m, lim, tokens, lengths, active, rng, P, std::min(N, 32), decode_ms / N, ctx);
     for (cudaEvent_t& e : ev) cudaCheck(cudaEventDestroy(e));
 }
@@ -258,6 +260,7 @@ int main(int argc, char** argv) {
     gpt2_infer_build(m, c, params.data(), B, Tmax, max_seq, (int)force.size());
     m.gemv = g.gemv != 0;
     m.pdl = g.pdl != 0;
+    m.fused = g.fused != 0;
     if (!force.empty())
         cudaCheck(cudaMemcpy(m.force, force.data(), sizeof(int) * force.size(), cudaMemcpyHostToDevice));
     fprintf(stderr, "model %s: L=%d C=%d NH=%d NKV=%d W=%d V=%d; KV cache %d x %d slots (%.1f MiB), batch %d; %s, %s\n",

@@ -88,12 +88,6 @@ inline DecodePlan decode_plan(int B, int NH, int NKV, int S, int window, int num
                                   ceil_div(max_keys, DECODE_MIN_CHUNK));
     return {splits, head_blocks, hpb, true};
 }
-inline int current_sm_count() {
-    int dev = 0, sms = 0;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    return sms;
-}
 
 // The scratch of one plan: a counter per (sequence, head block) for the fused combine (zero between
 // calls), then the partials. Counters first, so their place does not depend on the split count.
@@ -158,13 +152,21 @@ __device__ __forceinline__ void decode_merge_splits(T* out, const float* part_o,
 constexpr int DECODE_THREADS = 128;
 // The inner loop's knobs (a type, so a kernel takes them as one template argument); the lab explores
 // them, the shipped launch uses the defaults.
-template <int U_ = 4, bool PREFETCH_ = false, bool SCATTER_ = false>
+template <int U_ = 4, bool PREFETCH_ = false, bool SCATTER_ = false, bool APPEND_ = false>
 struct DecodeKnobs {
     static constexpr int U = U_;                  // keys a row group loads per step
     static constexpr bool PREFETCH = PREFETCH_;   // issue the next step's loads before this step's math
     static constexpr bool SCATTER = SCATTER_;     // reduce the U*GB dot products by reduce-scatter + gather
+    // kv_cache_append folded in (attention_decode's `append`): the blocks of the last split of each
+    // (sequence, KV head), the only ones whose chunk holds the newest key (the n keys of a span sit in
+    // n distinct slots), copy this step's K and V rows from qkv into slot pos % S before their loop
+    // and __syncthreads, so their threads read it back as any other key (the loop is the shipped
+    // one: same registers). With several head blocks (a group of more than 8 query heads) each
+    // writes the same values. Its own instantiation all the same.
+    static constexpr bool APPEND = APPEND_;
 };
 using DecodeShipped = DecodeKnobs<>;
+using DecodeShippedAppend = DecodeKnobs<DecodeShipped::U, DecodeShipped::PREFETCH, DecodeShipped::SCATTER, true>;
 
 // Sums each of v[0..N) over the TPR lanes of a row group, reduce-scatter style: at every xor level a
 // lane keeps half of the values it still holds (the upper lane the upper half) and adds the partner's
@@ -218,6 +220,8 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
     __shared__ alignas(16) float sm_o[ROWS][GB][HD];
     __shared__ bool sm_last;
 
+    pdl_wait();  // a programmatic dependent of the QKV kernel (pdl): q and this step's K/V come from it
+    pdl_launch_dependents();
     const int split = blockIdx.x, b = blockIdx.z;
     const int G = L.NH / L.NKV, head_blocks = gridDim.y / L.NKV;
     const int kvh = blockIdx.y / head_blocks, h0 = kvh * G + (blockIdx.y % head_blocks) * GB;
@@ -235,6 +239,20 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
     const int chunk = decode_chunk(span.n, max_splits), nsplits = decode_splits(span.n, max_splits);
     if (split >= nsplits) return;
     const int j0 = split * chunk, j1 = min(span.n, j0 + chunk);
+    const size_t head_base = ((size_t)b * L.NKV + kvh) * S;
+    if constexpr (Knobs::APPEND) {
+        if (split == nsplits - 1 && span.n > 0) {  // the same for every thread of the block
+            if (threadIdx.x < TPR) {
+                int slot = span.first + span.n - 1;  // the newest key's: pos % S
+                if (slot >= S) slot -= S;
+                const size_t off = (head_base + slot) * HD + d0;
+                // attention_decode(append = true) is given writable caches (the const is for the loop)
+                store128(const_cast<T*>(k_cache) + off, load128(qrow + L.k_col(kvh) + d0));
+                store128(const_cast<T*>(v_cache) + off, load128(qrow + L.v_col(kvh) + d0));
+            }
+            __syncthreads();  // the block's other threads read the row below
+        }
+    }
 
     const float qscale = 1.4426950408889634f * rsqrtf((float)HD);  // log2(e) / sqrt(HD)
     float q[GB][EPT], acc[GB][EPT], m[GB], l[GB];
@@ -251,7 +269,6 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
 
     // This row group's U keys of the step at jb: K and V rows, zeros past the chunk (not garbage:
     // p = 0 times a NaN would still be NaN).
-    const size_t head_base = ((size_t)b * L.NKV + kvh) * S;
     auto load_step = [&](int jb, Packed128<T> (&kr)[U], Packed128<T> (&vr)[U]) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -407,6 +424,8 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
 template <typename T>
 static __global__ void attention_decode_combine_kernel(T* out, DecodeScratch scratch, const int* pos, int NH, int HD,
                                                        int S, int window, int max_splits) {
+    pdl_wait();
+    pdl_launch_dependents();
     const int h = blockIdx.x, b = blockIdx.y;
     const int nsplits = decode_splits(decode_span(pos[b], S, window).n, max_splits);
     if (nsplits > 1)
@@ -418,13 +437,13 @@ static __global__ void attention_decode_combine_kernel(T* out, DecodeScratch scr
 template <typename T, class Knobs = DecodeShipped>
 inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, const T* v_cache, const int* pos,
                                        int B, int NH, int NKV, int HD, int S, int window, float* scratch_buf,
-                                       const DecodePlan& plan, cudaStream_t stream) {
+                                       const DecodePlan& plan, cudaStream_t stream, bool pdl = false) {
     const QKVLayout L{NH, NKV, HD};
     const DecodeScratch scratch(scratch_buf, B, NH, NKV, HD, plan);
     const dim3 grid(plan.max_splits, NKV * plan.head_blocks, B);
     auto launch = [&](auto kernel) {
-        kernel<<<grid, DECODE_THREADS, 0, stream>>>(out, scratch, qkv, k_cache, v_cache, pos, L, S, window,
-                                                    plan.max_splits, plan.fused_combine);
+        launch_kernel(kernel, grid, dim3(DECODE_THREADS), 0, stream, pdl, out, scratch, qkv, k_cache, v_cache, pos, L,
+                      S, window, plan.max_splits, plan.fused_combine);
         cudaCheckLaunch();
     };
     switch (HD * 100 + plan.heads_per_block) {
@@ -439,8 +458,8 @@ inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, c
         default: fail("attention_decode: no kernel for HD=%d with %d heads a block", HD, plan.heads_per_block);
     }
     if (plan.max_splits > 1 && !plan.fused_combine) {
-        attention_decode_combine_kernel<T><<<dim3(NH, B), HD, 0, stream>>>(out, scratch, pos, NH, HD, S, window,
-                                                                            plan.max_splits);
+        launch_kernel(attention_decode_combine_kernel<T>, dim3(NH, B), dim3(HD), 0, stream, pdl, out, scratch, pos, NH,
+                      HD, S, window, plan.max_splits);
         cudaCheckLaunch();
     }
 }
@@ -458,9 +477,12 @@ inline size_t attention_decode_scratch_floats(int B, int NH, int NKV, int HD, in
 // zeroed once after allocation (it starts with counters that every call leaves at zero); nullptr
 // when that size is 0. qkv, k_cache, v_cache and out 16-byte aligned. Not deterministic across
 // devices with different SM counts (the split count follows the SMs); bit-identical run to run.
-inline void attention_decode(floatX* out, const floatX* qkv, const floatX* k_cache, const floatX* v_cache,
-                             const int* pos, int B, int NH, int NKV, int HD, int S, cudaStream_t stream,
-                             int window = 0, float* scratch = nullptr) {
+// pdl: launched as programmatic dependents (llmc/cuda_common.cuh; the kernels wait for the previous
+// grid before reading anything). append: the cache does not hold this step's K and V yet; the kernel
+// writes them (kv_cache_append's job, one launch less; DecodeKnobs::APPEND) and attends over them.
+inline void attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, floatX* v_cache, const int* pos, int B,
+                             int NH, int NKV, int HD, int S, cudaStream_t stream, int window = 0,
+                             float* scratch = nullptr, bool pdl = false, bool append = false) {
     using namespace attention_detail;
     check_kv_cache_sizes("attention_decode", B, NH, NKV, HD, S, window);
     check_kv_cache_aligned("attention_decode", qkv, k_cache, v_cache);
@@ -468,5 +490,10 @@ inline void attention_decode(floatX* out, const floatX* qkv, const floatX* k_cac
     if (plan.max_splits > 1 && !scratch)
         fail("attention_decode: B=%d NH=%d S=%d needs a scratch buffer of %zu floats", B, NH, S,
              attention_decode_scratch_floats(B, NH, NKV, HD, S, window));
-    attention_decode_with_plan(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window, scratch, plan, stream);
+    if (append)
+        attention_decode_with_plan<floatX, DecodeShippedAppend>(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S,
+                                                                window, scratch, plan, stream, pdl);
+    else
+        attention_decode_with_plan(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window, scratch, plan, stream,
+                                   pdl);
 }

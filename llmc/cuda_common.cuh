@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <type_traits>
+#include <utility>
 
 // ---------------------------------------------------------------- error checking
 // Each names the failing statement, file and line, then exits 1.
@@ -124,6 +125,61 @@ __device__ inline float block_reduce_max(float x) {
     __syncthreads();
     x = lane < nwarps ? partial[lane] : -INFINITY;
     return warp_reduce_max(x);
+}
+
+// ---------------------------------------------------------------- programmatic dependent launch
+// A kernel launched with launch_kernel(..., pdl = true) may start while the kernel before it in the
+// stream (or CUDA graph) is still running: its blocks become resident, do what needs nothing of the
+// earlier kernels (the GEMVs prefetch their weights), then pdl_wait() blocks until the previous grid
+// has finished and its writes are visible. pdl_launch_dependents() lets the next kernel start
+// (before it, the next kernel starts only as this grid's blocks exit). The decode step
+// (gpt2_infer.cuh) calls wait and then launch_dependents at the top of every kernel it launches so:
+// - every kernel waits, so when kernel N's wait returns, N-1 is complete, and N-1 waited for N-2:
+//   everything before N is complete, not only its direct predecessor;
+// - a kernel triggers only after its own wait, so at most two grids are live at once (the running
+//   one and the next, resident and prefetching), and the next grid's blocks fill only the slots the
+//   running one leaves (its blocks were all scheduled before the trigger fired): no deadlock.
+// Both are no-ops in a plain launch and compile away below sm_90.
+__device__ inline void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ inline void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ inline void prefetch_l2(const void* p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#endif
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization attribute when
+// pdl (the kernel must call pdl_wait() before it reads what earlier kernels wrote).
+template <typename... KArgs, typename... Args>
+inline void launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                          Args&&... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    cudaCheck(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+// The SMs of the current device.
+inline int current_sm_count() {
+    int dev = 0, sms = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
 }
 
 // ---------------------------------------------------------------- context

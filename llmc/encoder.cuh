@@ -45,9 +45,12 @@ inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, cons
 // Decode: one token per sequence at its own position, out (B, C) = wte[tokens[b]] + wpe[pos[b]]; an
 // idle sequence (pos[b] < 0) gets token 0 at position 0 (a row computed and never used). Tokens and
 // positions are read on the device, so a captured CUDA graph replays it for every step. One thread
-// per 16-byte pack, 3 * B * C * sizeof(floatX) bytes: a few microseconds at most.
+// per 16-byte pack, 3 * B * C * sizeof(floatX) bytes: a few microseconds at most. pdl: launched as a
+// programmatic dependent (cuda_common.cuh), it waits for the sampler that wrote tokens and pos.
 static __global__ void encoder_forward_at_packed(floatX* out, const int* tokens, const int* pos, const floatX* wte,
                                                  const floatX* wpe, int B, int C) {
+    pdl_wait();
+    pdl_launch_dependents();
     const int packs_per_row = C / x128::size;
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= B * packs_per_row) return;
@@ -65,11 +68,11 @@ static __global__ void encoder_forward_at_packed(floatX* out, const int* tokens,
 }
 
 inline void encoder_forward_at(floatX* out, const int* tokens, const int* pos, const floatX* wte, const floatX* wpe,
-                               int B, int C, cudaStream_t stream) {
+                               int B, int C, cudaStream_t stream, bool pdl = false) {
     if (C % x128::size != 0) fail("encoder_forward_at: C = %d is not a multiple of %d", C, x128::size);
     const int block = 256;
-    encoder_forward_at_packed<<<ceil_div(B * (C / x128::size), block), block, 0, stream>>>(out, tokens, pos, wte, wpe,
-                                                                                           B, C);
+    launch_kernel(encoder_forward_at_packed, dim3(ceil_div(B * (C / x128::size), block)), dim3(block), 0, stream, pdl,
+                  out, tokens, pos, wte, wpe, B, C);
     cudaCheckLaunch();
 }
 

@@ -16,38 +16,78 @@
 // (U*R 16-byte loads issued before any math), then each of the R*M sums is reduced across the warp.
 // R trades the L1 traffic of the inputs (M packs per R weight packs) against the number of warps:
 // R = 1 below M = 4, R = 2 from there (gemv_rows_per_warp; the lab, dev/cuda/gemv.cu, times 1/2/4).
-// Programmatic dependent launch (pdl): the kernel may start while the kernel before it in the stream
-// (or CUDA graph) is finishing; it prefetches its first weight packs into L2 (they never depend on
-// the previous kernel), then waits (griddepcontrol.wait) before it reads `inp`. A no-op wait when
-// launched without the attribute. sm_90+; older architectures compile the wait and prefetch away.
+// Programmatic dependent launch (pdl, llmc/cuda_common.cuh): the kernel may start while the kernel
+// before it in the stream (or CUDA graph) is running; it prefetches its first weight packs into L2
+// (they never depend on the previous kernel), waits (griddepcontrol.wait) before it reads `inp`,
+// then lets the next kernel launch (griddepcontrol.launch_dependents), whose blocks become resident
+// and prefetch their own weights while this one streams. No-ops when launched without the attribute.
+//
+//   gemv_fused_forward  the decode step's fused kernels (gpt2_infer.cuh, --fused 1): the same weight
+//                       loop with a GemvFusion around it, so a layer is 4 GEMVs + attention_decode:
+//     prologue  norm: inp (M, K) is the residual stream; each block normalizes the M rows (LayerNorm
+//               or RMSNorm, the fp32 statistics and formula of layernorm.cuh / rmsnorm.cuh, rounded
+//               to floatX as the norm kernel's output) into shared memory (M*K floatX: 12 KB at M = 8,
+//               C = 768 in bf16) before its weight loop, instead of a norm kernel writing `ln`. Cost:
+//               every block re-reads the M rows from L2 (blocks * M * K * 2 bytes: 576 blocks * 1.5 KB
+//               = 0.9 MB for GPT-2's qkv at M = 1) and redoes two warp reductions, ~1 us behind its
+//               weight prefetch (an estimate; the lab times it), against a launch of ~4-5 us. The
+//               grid is capped at one wave (GEMV_NORM_BLOCKS_PER_SM blocks per SM, or what the
+//               registers allow: ~8 at M = 1, 4 at M = 8; the warps loop over their row groups), so
+//               lm_head's 12576 blocks (M = 1) do not each redo the norm; qkv's and fc's grids are
+//               smaller than a wave anyway, so the next kernel's blocks find room beside them.
+//     GEMV_RESIDUAL  out (M, N) = residual + (inp W^T + b): attproj and fcproj write the next residual
+//               stream (the sum rounded to floatX first, as the unfused matmul + residual add).
+//     GEMV_QKV  out = qkv (M, N = (NH + 2*NKV)*HD), row m being sequence m at position pos[m]: the
+//               K and V elements also go to their cache slot pos[m] % S (kv_cache_append), and with
+//               RoPE a warp owns the row pair (d, d + HD/2) of one head (R = 2, paired like SwiGLU's
+//               gate and up), so it rotates q and k (rope_forward_at's formula and tables) before
+//               storing; pos[m] < 0 (idle): no rotation, no cache write.
+//     The other epilogues (GELU, SwiGLU, plain) as gemv_forward's; lm_head is plain with the lnf
+//     prologue. Outputs equal the unfused kernels' up to the order of fp32 additions in the norm
+//     (the same code: identical in practice) and in the RoPE products.
 // fp32 accumulation; K a multiple of x128::size. The CPU reference is cpu::matmul_forward (and
 // cpu::gelu_forward / cpu::swiglu_forward on its fp32 output).
 #pragma once
+#include <algorithm>
+#include <cstdint>
 #include "llmc/cuda_common.cuh"
 #include "llmc/gelu.cuh"
+#include "llmc/layernorm.cuh"
 #include "llmc/swiglu.cuh"
 #include "llmc/utils.h"
 
 constexpr int GEMV_MAX_M = 8;    // rows of inp the kernels are instantiated for (1..8)
 constexpr int GEMV_THREADS = 128;  // 4 warps a block
 constexpr int GEMV_UNROLL = 4;   // 16-byte packs per weight row a lane loads before its math
+// Fused norm prologue: blocks per SM at most (fewer where the registers allow fewer: one wave, the
+// grid loops over the rest), and the shared memory of its rows.
+constexpr int GEMV_NORM_BLOCKS_PER_SM = 8;
+constexpr int GEMV_NORM_MAX_SMEM = 48 * 1024;
 
-enum GemvEpilogue : int { GEMV_PLAIN = 0, GEMV_GELU = 1, GEMV_SWIGLU = 2 };
+enum GemvEpilogue : int { GEMV_PLAIN = 0, GEMV_GELU = 1, GEMV_SWIGLU = 2, GEMV_RESIDUAL = 3, GEMV_QKV = 4 };
+enum GemvNorm : int { GEMV_NORM_NONE = 0, GEMV_NORM_LAYER = 1, GEMV_NORM_RMS = 2 };
+
+// What gemv_fused_forward does around the product (the top of the file); value-initialized: nothing.
+struct GemvFusion {
+    GemvNorm norm = GEMV_NORM_NONE;    // prologue over inp's rows
+    const floatX* norm_w = nullptr;    // (K)
+    const floatX* norm_b = nullptr;    // (K) LayerNorm's bias
+    float eps = 0.0f;                  // RMSNorm's (LayerNorm: LAYERNORM_EPS)
+    const floatX* residual = nullptr;  // GEMV_RESIDUAL: (M, N)
+    floatX* k_cache = nullptr;         // GEMV_QKV: one layer's (M, NKV, S, HD)
+    floatX* v_cache = nullptr;         // (M, NKV, S, HD)
+    const int* pos = nullptr;          // (M) device positions, < 0 idle
+    const float* rope_cos = nullptr;   // (max_pos, HD/2), or nullptr: no RoPE
+    const float* rope_sin = nullptr;   // (max_pos, HD/2)
+    int NH = 0, NKV = 0, HD = 0, S = 0;
+};
+
+// The shipped choice of rows per warp for M inputs (1, 2 or 4; the lab, dev/cuda/gemv.cu, times all three).
+constexpr int gemv_rows_per_warp(int M) { return M >= 4 ? 2 : 1; }
 
 namespace gemv_detail {
 
-// Waits until the grid this one depends on (programmatic dependent launch) has finished and its
-// writes are visible; returns at once for a plain launch.
-__device__ inline void wait_previous_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ inline void prefetch_l2(const void* p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-#endif
-}
+constexpr int WARPS = GEMV_THREADS / WARP_SIZE;
 
 // acc[r][m] += dot(weight pack of row r, input pack of row m) for the packs `kp` of one lane.
 template <int M, int R>
@@ -69,98 +109,209 @@ __device__ inline void gemv_packs(float (&acc)[R][M], const x128 (&w)[R], const 
     }
 }
 
-// Warp g of the grid: rows g*R .. g*R+R-1 (GEMV_SWIGLU, R = 2: rows g and g + N/2). Rows past N
-// (the last warp of an N not a multiple of R) read row N-1 and write nothing.
-template <int M, int R, int EPI>
-__global__ void __launch_bounds__(GEMV_THREADS)
-gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K, int N) {
-    static_assert(EPI != GEMV_SWIGLU || R == 2, "SwiGLU pairs rows j and H + j");
-    const int lane = threadIdx.x % WARP_SIZE;
-    const int g = blockIdx.x * (GEMV_THREADS / WARP_SIZE) + threadIdx.x / WARP_SIZE;
-    const int H = N / 2, groups = EPI == GEMV_SWIGLU ? H : (N + R - 1) / R;
-    if (g >= groups) return;
-    int row[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) row[r] = EPI == GEMV_SWIGLU ? g + r * H : min(g * R + r, N - 1);
-    const floatX* wrow[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) wrow[r] = weight + (int64_t)row[r] * K;
-    float acc[R][M];
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int m = 0; m < M; m++) acc[r][m] = 0.0f;
+// The fused prologue: warp w normalizes rows w, w + 4, ... of inp (M, K) into xs (M, K), one lane per
+// packs lane, lane + 32, ... with the statistics of layernorm_forward_warp_per_row /
+// rmsnorm_forward_warp_per_row (same loops, same fp32 order).
+template <int M>
+__device__ inline void normalize_rows(floatX* xs, const floatX* inp, int K, const GemvFusion& f) {
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    const bool layer = f.norm == GEMV_NORM_LAYER;
+    for (int m = warp; m < M; m += WARPS) {
+        const floatX* x = inp + (int64_t)m * K;
+        float mean = 0.0f, sq = 0.0f;
+        if (layer) {
+            float sum = 0.0f;
+            for (int c = lane * x128::size; c < K; c += WARP_SIZE * x128::size) {
+                const x128 v = load128(x + c);
+                for (int k = 0; k < x128::size; k++) sum += to_float(v[k]);
+            }
+            mean = warp_reduce_sum(sum) / K;
+            for (int c = lane * x128::size; c < K; c += WARP_SIZE * x128::size) {
+                const x128 v = load128(x + c);
+                for (int k = 0; k < x128::size; k++) { const float d = to_float(v[k]) - mean; sq += d * d; }
+            }
+        } else {
+            for (int c = lane * x128::size; c < K; c += WARP_SIZE * x128::size) {
+                const x128 v = load128(x + c);
+                for (int k = 0; k < x128::size; k++) sq += to_float(v[k]) * to_float(v[k]);
+            }
+        }
+        const float s = rsqrtf(warp_reduce_sum(sq) / K + (layer ? LAYERNORM_EPS : f.eps));
+        for (int c = lane * x128::size; c < K; c += WARP_SIZE * x128::size) {
+            const x128 v = load128(x + c), w = load128(f.norm_w + c);
+            x128 o;
+            if (layer) {
+                const x128 b = load128(f.norm_b + c);
+                for (int k = 0; k < x128::size; k++)
+                    o[k] = from_float<floatX>((to_float(v[k]) - mean) * s * to_float(w[k]) + to_float(b[k]));
+            } else {
+                for (int k = 0; k < x128::size; k++) o[k] = from_float<floatX>(to_float(v[k]) * s * to_float(w[k]));
+            }
+            store128(xs + (int64_t)m * K + c, o);
+        }
+    }
+}
 
-    const int packs = K / x128::size;
+// GEMV_QKV's store of input row m (sequence m): y[r] = row[r]'s value; with `pair` rows (d, d + HD/2)
+// of one head, turned by RoPE first when that head is a q or k head.
+template <int R>
+__device__ inline void store_qkv(floatX* out, const float (&v)[R], const int (&row)[R], int nrows, int m, int N,
+                                 bool pair, const GemvFusion& f) {
+    floatX y[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) y[r] = from_float<floatX>(v[r]);
+    const int p = f.pos[m];
+    if constexpr (R == 2) {
+        const int half = f.HD / 2, i = row[0] % f.HD;
+        if (pair && p >= 0 && row[0] / f.HD < f.NH + f.NKV) {
+            const float c = f.rope_cos[(int64_t)p * half + i], s = f.rope_sin[(int64_t)p * half + i];
+            const float a = to_float(y[0]), b = to_float(y[1]);
+            y[0] = from_float<floatX>(a * c - b * s);
+            y[1] = from_float<floatX>(b * c + a * s);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        if (r >= nrows) break;
+        out[(int64_t)m * N + row[r]] = y[r];
+        const int h = row[r] / f.HD;
+        if (p < 0 || h < f.NH) continue;
+        const int kv = h - f.NH;  // K heads NH .. NH+NKV-1, then the V heads
+        floatX* cache = kv < f.NKV ? f.k_cache : f.v_cache;
+        cache[(((int64_t)m * f.NKV + kv % f.NKV) * f.S + p % f.S) * f.HD + row[r] % f.HD] = y[r];
+    }
+}
+
+// Warp g of the grid (and g + all warps of the grid, ...; only a NORM grid is smaller than the row
+// groups): rows g*R .. g*R+R-1, or a pair (GEMV_SWIGLU: rows g and g + N/2; GEMV_QKV with RoPE: rows
+// h*HD + i and h*HD + i + HD/2 for g = h*HD/2 + i). Rows past N (the last warp of an N not a
+// multiple of R) read row N-1 and write nothing. NORM: inp's rows are normalized into shared memory
+// first (normalize_rows) and read from there.
+template <int M, int R, int EPI, bool NORM>
+__global__ void __launch_bounds__(GEMV_THREADS)
+gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K, int N, GemvFusion f) {
+    static_assert(EPI != GEMV_SWIGLU || R == 2, "SwiGLU pairs rows j and H + j");
+    extern __shared__ x128 gemv_norm_rows[];  // NORM: (M, K) floatX
+    const int lane = threadIdx.x % WARP_SIZE;
+    const bool pair = EPI == GEMV_SWIGLU || (EPI == GEMV_QKV && R == 2 && f.rope_cos != nullptr);
+    const int H = N / 2, groups = pair ? H : (N + R - 1) / R, half = f.HD / 2;
+    const int packs = K / x128::size, first = blockIdx.x * WARPS + threadIdx.x / WARP_SIZE;
+    auto rows_of = [&](int g, int (&row)[R]) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (EPI == GEMV_SWIGLU) row[r] = g + r * H;
+            else if (pair) row[r] = (g / half) * f.HD + g % half + r * half;
+            else row[r] = min(g * R + r, N - 1);
+        }
+    };
     // the first round's weight packs into L2 while the previous kernel may still run, then the wait
-#pragma unroll
-    for (int u = 0; u < GEMV_UNROLL; u++)
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            if (lane + u * WARP_SIZE < packs) prefetch_l2(wrow[r] + (lane + u * WARP_SIZE) * x128::size);
-    wait_previous_grid();
-    // rounds of U packs per row, all U*R loads issued (predicated at the end of a row) before the math
-    for (int p = lane; p < packs; p += GEMV_UNROLL * WARP_SIZE) {
-        x128 w[GEMV_UNROLL][R];
+    if (first < groups) {
+        int row[R];
+        rows_of(first, row);
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; u++)
 #pragma unroll
             for (int r = 0; r < R; r++)
-                if (p + u * WARP_SIZE < packs) w[u][r] = load128cs(wrow[r] + (p + u * WARP_SIZE) * x128::size);
-#pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; u++)
-            if (p + u * WARP_SIZE < packs) gemv_packs<M, R>(acc, w[u], inp, K, (p + u * WARP_SIZE) * x128::size);
+                if (lane + u * WARP_SIZE < packs)
+                    prefetch_l2(weight + (int64_t)row[r] * K + (lane + u * WARP_SIZE) * x128::size);
     }
+    pdl_wait();
+    pdl_launch_dependents();
+    const floatX* x = inp;
+    if constexpr (NORM) {
+        floatX* xs = reinterpret_cast<floatX*>(gemv_norm_rows);
+        normalize_rows<M>(xs, inp, K, f);
+        __syncthreads();
+        x = xs;
+    }
+    for (int g = first; g < groups; g += gridDim.x * WARPS) {
+        int row[R];
+        rows_of(g, row);
+        const floatX* wrow[R];
 #pragma unroll
-    for (int r = 0; r < R; r++)
+        for (int r = 0; r < R; r++) wrow[r] = weight + (int64_t)row[r] * K;
+        float acc[R][M];
 #pragma unroll
-        for (int m = 0; m < M; m++) acc[r][m] = warp_reduce_sum(acc[r][m]);
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int m = 0; m < M; m++) acc[r][m] = 0.0f;
+        // rounds of U packs per row, all U*R loads issued (predicated at the end of a row) before the math
+        for (int p = lane; p < packs; p += GEMV_UNROLL * WARP_SIZE) {
+            x128 w[GEMV_UNROLL][R];
+#pragma unroll
+            for (int u = 0; u < GEMV_UNROLL; u++)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    if (p + u * WARP_SIZE < packs) w[u][r] = load128cs(wrow[r] + (p + u * WARP_SIZE) * x128::size);
+#pragma unroll
+            for (int u = 0; u < GEMV_UNROLL; u++)
+                if (p + u * WARP_SIZE < packs) gemv_packs<M, R>(acc, w[u], x, K, (p + u * WARP_SIZE) * x128::size);
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int m = 0; m < M; m++) acc[r][m] = warp_reduce_sum(acc[r][m]);
 
-    // lane m writes input row m's outputs (every lane holds every sum after the reduction)
-    if (lane >= M) return;
+        // lane m writes input row m's outputs (every lane holds every sum after the reduction)
+        if (lane >= M) continue;
+        const int nrows = pair ? R : min(R, N - g * R);  // rows of this group inside N
 #pragma unroll
-    for (int m = 0; m < M; m++) {
-        if (m != lane) continue;
-        if constexpr (EPI == GEMV_SWIGLU) {
-            const float gt = acc[0][m] + (bias ? to_float(bias[row[0]]) : 0.0f);
-            const float up = acc[1][m] + (bias ? to_float(bias[row[1]]) : 0.0f);
-            out[(int64_t)m * H + g] = from_float<floatX>(gt * swiglu_sigmoid(gt) * up);
-        } else {
+        for (int m = 0; m < M; m++) {
+            if (m != lane) continue;
+            float v[R];
 #pragma unroll
-            for (int r = 0; r < R; r++) {
-                if (g * R + r >= N) break;
-                float v = acc[r][m] + (bias ? to_float(bias[row[r]]) : 0.0f);
-                if constexpr (EPI == GEMV_GELU) v = gelu_tanh(v);
-                out[(int64_t)m * N + row[r]] = from_float<floatX>(v);
+            for (int r = 0; r < R; r++) v[r] = acc[r][m] + (bias ? to_float(bias[row[r]]) : 0.0f);
+            if constexpr (EPI == GEMV_SWIGLU) {
+                out[(int64_t)m * H + g] = from_float<floatX>(v[0] * swiglu_sigmoid(v[0]) * v[1]);
+            } else if constexpr (EPI == GEMV_QKV) {
+                store_qkv<R>(out, v, row, nrows, m, N, pair, f);
+            } else {
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    if (r >= nrows) break;
+                    const int64_t o = (int64_t)m * N + row[r];
+                    if constexpr (EPI == GEMV_GELU) out[o] = from_float<floatX>(gelu_tanh(v[r]));
+                    else if constexpr (EPI == GEMV_RESIDUAL)
+                        out[o] = from_float<floatX>(to_float(f.residual[o]) + to_float(from_float<floatX>(v[r])));
+                    else out[o] = from_float<floatX>(v[r]);
+                }
             }
         }
     }
 }
 
-// One launch of gemv_kernel<M, R, EPI>, with the programmatic-serialization attribute when pdl.
-template <int M, int R, int EPI>
+// One launch of gemv_kernel<M, R, EPI, NORM>, with the programmatic-serialization attribute when pdl.
+template <int M, int R, int EPI, bool NORM>
 inline void launch(bool pdl, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K, int N,
-                   cudaStream_t stream) {
-    const int warps = GEMV_THREADS / WARP_SIZE, groups = EPI == GEMV_SWIGLU ? N / 2 : ceil_div(N, R);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(ceil_div(groups, warps));
-    cfg.blockDim = dim3(GEMV_THREADS);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    cudaCheck(cudaLaunchKernelEx(&cfg, gemv_kernel<M, R, EPI>, out, inp, weight, bias, K, N));
+                   const GemvFusion& f, cudaStream_t stream) {
+    const bool pair = EPI == GEMV_SWIGLU || (EPI == GEMV_QKV && R == 2 && f.rope_cos != nullptr);
+    int blocks = ceil_div(pair ? N / 2 : ceil_div(N, R), WARPS);
+    size_t smem = 0;
+    if constexpr (NORM) {  // at most one wave (the warps loop over the rest): each block normalizes once
+        smem = (size_t)M * K * sizeof(floatX);
+        // queried at the first launch of a size (the uncaptured warm-up step), not inside a graph capture
+        static size_t queried_smem = SIZE_MAX;
+        static int resident = 0, sms = 0;
+        if (smem != queried_smem) {
+            cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, gemv_kernel<M, R, EPI, NORM>,
+                                                                    GEMV_THREADS, smem));
+            sms = current_sm_count();
+            queried_smem = smem;
+        }
+        blocks = std::min(blocks, std::max(1, std::min(resident, GEMV_NORM_BLOCKS_PER_SM)) * sms);
+    }
+    launch_kernel(gemv_kernel<M, R, EPI, NORM>, dim3(blocks), dim3(GEMV_THREADS), smem, stream, pdl, out, inp, weight,
+                  bias, K, N, f);
 }
 
 template <int M, int EPI>
 inline void launch_rows(int R, bool pdl, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
                         int K, int N, cudaStream_t stream) {
-    if constexpr (EPI == GEMV_SWIGLU) launch<M, 2, EPI>(pdl, out, inp, weight, bias, K, N, stream);
-    else if (R == 1) launch<M, 1, EPI>(pdl, out, inp, weight, bias, K, N, stream);
-    else if (R == 2) launch<M, 2, EPI>(pdl, out, inp, weight, bias, K, N, stream);
-    else launch<M, 4, EPI>(pdl, out, inp, weight, bias, K, N, stream);
+    const GemvFusion none{};
+    if constexpr (EPI == GEMV_SWIGLU) launch<M, 2, EPI, false>(pdl, out, inp, weight, bias, K, N, none, stream);
+    else if (R == 1) launch<M, 1, EPI, false>(pdl, out, inp, weight, bias, K, N, none, stream);
+    else if (R == 2) launch<M, 2, EPI, false>(pdl, out, inp, weight, bias, K, N, none, stream);
+    else launch<M, 4, EPI, false>(pdl, out, inp, weight, bias, K, N, none, stream);
 }
 
 template <int EPI>
@@ -178,14 +329,61 @@ inline void launch_epi(int M, int R, bool pdl, floatX* out, const floatX* inp, c
     }
 }
 
-}  // namespace gemv_detail
+// The fused launches at the shipped rows per warp (RoPE pairs: 2), the norm prologue or not.
+template <int M>
+inline void launch_fused(GemvEpilogue epi, bool pdl, floatX* out, const floatX* inp, const floatX* weight,
+                         const floatX* bias, int K, int N, const GemvFusion& f, cudaStream_t stream) {
+    constexpr int RS = gemv_rows_per_warp(M);
+    const bool norm = f.norm != GEMV_NORM_NONE;
+    switch (epi) {
+        case GEMV_QKV:
+            if (!norm) fail("internal: the fused QKV GEMV comes with its norm prologue");
+            if (f.rope_cos) launch<M, 2, GEMV_QKV, true>(pdl, out, inp, weight, bias, K, N, f, stream);
+            else launch<M, RS, GEMV_QKV, true>(pdl, out, inp, weight, bias, K, N, f, stream);
+            break;
+        case GEMV_RESIDUAL:
+            if (norm) fail("internal: the fused residual GEMV has no norm prologue");
+            launch<M, RS, GEMV_RESIDUAL, false>(pdl, out, inp, weight, bias, K, N, f, stream);
+            break;
+        case GEMV_GELU:
+            if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
+            launch<M, RS, GEMV_GELU, true>(pdl, out, inp, weight, bias, K, N, f, stream);
+            break;
+        case GEMV_SWIGLU:
+            if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
+            launch<M, 2, GEMV_SWIGLU, true>(pdl, out, inp, weight, bias, K, N, f, stream);
+            break;
+        default:
+            if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
+            launch<M, RS, GEMV_PLAIN, true>(pdl, out, inp, weight, bias, K, N, f, stream);
+            break;
+    }
+}
 
-// The shipped choice of rows per warp for M inputs (1, 2 or 4).
-inline int gemv_rows_per_warp(int M) { return M >= 4 ? 2 : 1; }
+}  // namespace gemv_detail
 
 // Whether gemv_forward runs this shape.
 inline bool gemv_supported(int M, int K, int N, GemvEpilogue epi) {
-    return M >= 1 && M <= GEMV_MAX_M && K > 0 && K % x128::size == 0 && N > 0 && (epi != GEMV_SWIGLU || N % 2 == 0);
+    return M >= 1 && M <= GEMV_MAX_M && K > 0 && K % x128::size == 0 && N > 0 &&
+           (epi == GEMV_PLAIN || epi == GEMV_GELU || (epi == GEMV_SWIGLU && N % 2 == 0));
+}
+
+// Whether gemv_fused_forward runs this shape and fusion: gemv_forward's shapes, the normalized rows
+// within GEMV_NORM_MAX_SMEM, the QKV layout whole (RoPE: HD even).
+inline bool gemv_fused_supported(int M, int K, int N, GemvEpilogue epi, const GemvFusion& f) {
+    const bool norm = f.norm != GEMV_NORM_NONE;
+    if (!(M >= 1 && M <= GEMV_MAX_M && K > 0 && K % x128::size == 0 && N > 0)) return false;
+    if (norm && ((size_t)M * K * sizeof(floatX) > GEMV_NORM_MAX_SMEM || !f.norm_w ||
+                 (f.norm == GEMV_NORM_LAYER && !f.norm_b) || (f.norm == GEMV_NORM_RMS && !(f.eps > 0.0f))))
+        return false;
+    switch (epi) {
+        case GEMV_QKV:
+            return norm && f.k_cache && f.v_cache && f.pos && f.NH > 0 && f.NKV > 0 && f.HD > 0 && f.S > 0 &&
+                   N == (f.NH + 2 * f.NKV) * f.HD && (!f.rope_cos || (f.rope_sin && f.HD % 2 == 0));
+        case GEMV_RESIDUAL: return !norm && f.residual;
+        case GEMV_SWIGLU: return norm && N % 2 == 0;
+        default: return norm;
+    }
 }
 
 // out = epilogue(inp (M, K) W^T (N, K) + bias); out (M, N), or (M, N/2) for GEMV_SWIGLU. rows_per_warp:
@@ -194,12 +392,33 @@ inline bool gemv_supported(int M, int K, int N, GemvEpilogue epi) {
 inline void gemv_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K, int N,
                          GemvEpilogue epi, cudaStream_t stream, int rows_per_warp = 0, bool pdl = false) {
     if (!gemv_supported(M, K, N, epi))
-        fail("gemv_forward: M = %d (1..%d), K = %d (a multiple of %d), N = %d (even for SwiGLU) not supported", M,
-             GEMV_MAX_M, K, x128::size, N);
+        fail("gemv_forward: M = %d (1..%d), K = %d (a multiple of %d), N = %d (even for SwiGLU), epilogue %d not "
+             "supported", M, GEMV_MAX_M, K, x128::size, N, (int)epi);
     const int R = rows_per_warp ? rows_per_warp : gemv_rows_per_warp(M);
     if (R != 1 && R != 2 && R != 4) fail("gemv_forward: rows per warp %d is not 1, 2 or 4", R);
     if (epi == GEMV_GELU) gemv_detail::launch_epi<GEMV_GELU>(M, R, pdl, out, inp, weight, bias, K, N, stream);
     else if (epi == GEMV_SWIGLU) gemv_detail::launch_epi<GEMV_SWIGLU>(M, R, pdl, out, inp, weight, bias, K, N, stream);
     else gemv_detail::launch_epi<GEMV_PLAIN>(M, R, pdl, out, inp, weight, bias, K, N, stream);
+    cudaCheckLaunch();
+}
+
+// The fused kernels of the decode step (the top of the file): out = epilogue(norm(inp) W^T + bias)
+// with f's norm prologue (qkv, fc, lm_head) or its residual (attproj, fcproj); GEMV_QKV also writes
+// the cache (and turns q, k with RoPE). Shapes as gemv_forward; gemv_fused_supported must hold.
+inline void gemv_fused_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K,
+                               int N, GemvEpilogue epi, const GemvFusion& f, cudaStream_t stream, bool pdl = true) {
+    if (!gemv_fused_supported(M, K, N, epi, f))
+        fail("gemv_fused_forward: M = %d, K = %d, N = %d, epilogue %d, norm %d not supported", M, K, N, (int)epi,
+             (int)f.norm);
+    switch (M) {
+        case 1: gemv_detail::launch_fused<1>(epi, pdl, out, inp, weight, bias, K, N, f, stream); break;
+        case 2: gemv_detail::launch_fused<2>(epi, pdl, out, inp, weight, bias, K, N, f, stream); break;
+        case 3: gemv_detail::launch_fused<3>(epi, pdl, out, inp, weight, bias, K, N, f, stream); break;
+        case 4: gemv_detail::launch_fused<4>(epi, pdl, out, inp, weight, bias, K, N, f, stream); break;
+        case 5: gemv_detail::launch_fused<5>(epi, pdl, out, inp, weight, bias, K, N, f, stream); break;
+        case 6: gemv_detail::launch_fused<6>(epi, pdl, out, inp, weight, bias, K, N, f, stream); break;
+        case 7: gemv_detail::launch_fused<7>(epi, pdl, out, inp, weight, bias, K, N, f, stream); break;
+        default: gemv_detail::launch_fused<8>(epi, pdl, out, inp, weight, bias, K, N, f, stream); break;
+    }
     cudaCheckLaunch();
 }

@@ -1,8 +1,8 @@
 // generate_args.h: what the two generators (generate.cu on the GPU, generate_cpu.cpp on the CPU)
 // share: their flags, the model path, the prompts (text through the BPE encoder, ids, files), the
 // end-of-text default and the output of a finished batch, so they take the same command lines and
-// give the same errors. The GPU-only flags (--graph, --check-full, --bench, --init) are registered
-// only for it.
+// give the same errors. The GPU-only flags (--graph, --check-full, --bench, --init, and the kernel
+// choices --gemv, --pdl, --fused, --profile) are registered only for it.
 #pragma once
 #include <sys/stat.h>
 #include <unistd.h>
@@ -46,7 +46,8 @@ struct GenConfig {
     int bench = 0;                      // --bench 1: time prefill and decode, print one BENCH_GEN line
     int bench_prompt = 64;              // --bench-prompt: prompt tokens per sequence of --bench
     int gemv = 1;                       // --gemv: the decode step's matmuls at M <= 8 rows through llmc/gemv.cuh
-    int pdl = 1;                        // --pdl: the GEMV kernels as programmatic dependent launches
+    int pdl = 1;                        // --pdl: GEMVs (--fused 1: and the others) as programmatic dependents
+    int fused = 1;                      // --fused: a step of B <= 8 as 5 kernels a layer, else the append in attention
     int profile = 0;                    // --profile 1 (with --bench): per-kernel-family time of a decode step
     std::string init;                   // --init dN: a fresh random model instead of --model
 };
@@ -113,8 +114,13 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
         p.add_int("--bench-prompt", &g.bench_prompt, {1, 1 << 20}, "prompt tokens per sequence for --bench");
         p.add_int("--gemv", &g.gemv, {0, 1}, "1 = the matmuls of a step of at most 8 sequences through the GEMV "
                   "kernels of llmc/gemv.cuh; 0 = cuBLASLt for every matmul (same tokens up to rounding)");
-        p.add_int("--pdl", &g.pdl, {0, 1}, "1 = launch the GEMV kernels as programmatic dependents of the kernel "
-                  "before them (they prefetch their weights while it finishes); 0 = plain launches");
+        p.add_int("--pdl", &g.pdl, {0, 1}, "1 = launch the GEMV kernels (with --fused 1 also the encoder and "
+                  "attention: at most 8 sequences, every kernel of a step after the sampler) as programmatic dependents of the "
+                  "kernel before them (they prefetch their weights while it runs); 0 = plain launches");
+        p.add_int("--fused", &g.fused, {0, 1}, "1 = a decode step of at most 8 sequences as 5 kernels a layer (norms "
+                  "in the next GEMV's prologue, residual adds, the cache append and RoPE in GEMV epilogues; more "
+                  "sequences: the cache append inside the decode attention); 0 = one op a kernel (same tokens up to "
+                  "rounding)");
         p.add_int("--profile", &g.profile, {0, 1}, "1 = with --bench: after the timed round, time each kernel family "
                   "of the decode step (plain launches, an event between kernels) and print PROFILE lines");
         p.add_string("--init", "dN", &g.init, "a fresh model from a descriptor (dN: a GPT-2 of N layers, d12 = "

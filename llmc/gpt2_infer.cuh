@@ -24,6 +24,14 @@
 //       step is captured once as a CUDA graph and replayed per token (gpt2_infer_step_graph).
 // The step writes the token each sequence produced (-1: none, it was done) into `step_out` (B),
 // which the caller copies to the host after each step.
+// A step's kernels (GPT-2 124M at B = 1: ~2.5 us of weights each, 4.5-10 us each in practice) are
+// bound by launch and dependency latency, not bandwidth, so at B <= GEMV_MAX_M (m.fused) a layer is
+// 5 kernels instead of 8-9 (decode_layers_fused): the norm in the prologue of the GEMV after it, the
+// residual add in the epilogue of attproj / fcproj, kv_cache_append (and RoPE) in the epilogue of
+// the QKV GEMV; and with m.pdl every kernel after the sampler is a programmatic dependent of the one
+// before it (llmc/cuda_common.cuh), so the next GEMV's blocks are resident and prefetching their
+// weights while the current kernel runs. At B > GEMV_MAX_M (cuBLASLt) m.fused folds only the cache
+// append into attention_decode. --fused 0 keeps the one-op-a-kernel step for comparison.
 #pragma once
 #include <vector>
 #include "llmc/attention_decode.cuh"
@@ -55,7 +63,8 @@ struct StepProfile {
 struct GPT2Infer {
     GPT2Config config{};
     bool gemv = true;  // matmuls of at most GEMV_MAX_M rows through gemv_forward (else cuBLASLt)
-    bool pdl = true;   // gemv_forward launched as programmatic dependents (llmc/gemv.cuh)
+    bool pdl = true;   // gemv_forward launched as programmatic dependents (llmc/gemv.cuh); with fused: every kernel
+    bool fused = true; // B <= GEMV_MAX_M: the fused kernels (decode_layers_fused); larger: the append in attention
     StepProfile* profile = nullptr;  // non-null and on: mark() records events
     int B = 0;        // sequences at once
     int Tmax = 0;     // prompt tokens per sequence a prefill may have
@@ -279,6 +288,8 @@ static __global__ void __launch_bounds__(SAMPLE_THREADS)
 sample_and_advance(int* step_out, int* tokens, int* pos, int* produced, int* active, uint64_t* rng,
                    const floatX* logits, const int* lengths, const int* force, GenerateLimits lim, int V, int Vp,
                    int max_seq) {
+    pdl_wait();  // (no-ops in its plain launch; they keep every kernel of the step chain-safe if it is not)
+    pdl_launch_dependents();  // the encoder (a programmatic dependent) may start
     const int b = blockIdx.x;
     if (!active[b]) {
         if (threadIdx.x == 0) step_out[b] = -1;
@@ -299,6 +310,74 @@ sample_and_advance(int* step_out, int* tokens, int* pos, int* produced, int* act
         tokens[b] = id;
         pos[b] = at;
     }
+}
+
+// Whether a step runs decode_layers_fused: m.fused with the GEMV kernels, B <= GEMV_MAX_M rows, and
+// the B normalized rows of C in a GEMV block's shared memory.
+inline bool fused_step(const GPT2Infer& m) {
+    return m.fused && m.gemv && m.B <= GEMV_MAX_M &&
+           (size_t)m.B * m.config.channels * sizeof(floatX) <= (size_t)GEMV_NORM_MAX_SMEM;
+}
+
+// The layers and the classifier of a step at M = B <= GEMV_MAX_M rows, from the embeddings in res1, as
+// 5 kernels a layer (gemv.cuh's fused kernels; names as --profile prints them):
+//   norm+qkv+kv     qkv = ln1(res1) Wqkv^T + b, RoPE on q and k (Llama: norm+qkv+rope+kv), K and V
+//                   into the cache slot pos[b] % S
+//   attention_decode  atty
+//   attproj+residual  res2 = res1 + atty Wproj^T + b
+//   norm+fc+gelu    fch_gelu = gelu(ln2(res2) Wfc^T + b) (Llama: norm+fc+swiglu, SwiGLU of [gate | up])
+//   fcproj+residual res1 = res2 + fch_gelu Wfcproj^T + b
+// then norm+lm_head: logits = lnf(res1) Wlm^T. Residual ping-pong as the unfused step: no kernel
+// writes a buffer its own inputs come from. `ln`, `proj`, `mean` and `rstd` are not written.
+inline void decode_layers_fused(GPT2Infer& m, const CudaContext& ctx) {
+    const GPT2Config& c = m.config;
+    const int B = m.B, C = c.channels, L = c.num_layers, QKV = gpt2_qkv_channels(c), FC = gpt2_fc_channels(c);
+    const int H = gpt2_mlp_hidden(c), NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
+    const GPT2Tensors<floatX>& p = m.params;
+    cudaStream_t s = ctx.stream;
+    const bool rms = c.norm == NORM_RMSNORM, rope = c.position == POS_ROPE, swiglu = c.mlp == MLP_SWIGLU;
+    auto norm = [&](const floatX* w, const floatX* b) {
+        GemvFusion f;
+        f.norm = rms ? GEMV_NORM_RMS : GEMV_NORM_LAYER;
+        f.norm_w = w;
+        f.norm_b = rms ? nullptr : b;
+        f.eps = (float)c.norm_eps;
+        return f;
+    };
+    for (int l = 0; l < L; l++) {
+        const size_t c1 = (size_t)l * C, off = layer_cache_offset(m, l);
+        GemvFusion fq = norm(p.ln1w + c1, tensor_at(p.ln1b, c1));
+        fq.k_cache = m.k_cache + off;
+        fq.v_cache = m.v_cache + off;
+        fq.pos = m.pos;
+        fq.rope_cos = rope ? m.rope_cos : nullptr;
+        fq.rope_sin = rope ? m.rope_sin : nullptr;
+        fq.NH = NH;
+        fq.NKV = NKV;
+        fq.HD = HD;
+        fq.S = m.S;
+        mark(m, rope ? "norm+qkv+rope+kv" : "norm+qkv+kv", s);
+        gemv_fused_forward(m.qkv, m.res1, p.qkvw + (size_t)l * QKV * C, tensor_at(p.qkvb, (size_t)l * QKV), B, C, QKV,
+                           GEMV_QKV, fq, s, m.pdl);
+        mark(m, "attention_decode", s);
+        attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, s, m.window,
+                         m.decode_scratch, m.pdl);
+        GemvFusion fr;
+        fr.residual = m.res1;
+        mark(m, "attproj+residual", s);
+        gemv_fused_forward(m.res2, m.atty, p.attprojw + c1 * C, tensor_at(p.attprojb, c1), B, C, C, GEMV_RESIDUAL, fr,
+                           s, m.pdl);
+        mark(m, swiglu ? "norm+fc+swiglu" : "norm+fc+gelu", s);
+        gemv_fused_forward(m.fch_gelu, m.res2, p.fcw + (size_t)l * FC * C, tensor_at(p.fcb, (size_t)l * FC), B, C, FC,
+                           swiglu ? GEMV_SWIGLU : GEMV_GELU, norm(p.ln2w + c1, tensor_at(p.ln2b, c1)), s, m.pdl);
+        fr.residual = m.res2;
+        mark(m, "fcproj+residual", s);
+        gemv_fused_forward(m.res1, m.fch_gelu, p.fcprojw + c1 * H, tensor_at(p.fcprojb, c1), B, H, C, GEMV_RESIDUAL,
+                           fr, s, m.pdl);
+    }
+    mark(m, "norm+lm_head", s);
+    gemv_fused_forward(m.logits, m.res1, head(m), nullptr, B, C, c.padded_vocab_size, GEMV_PLAIN, norm(p.lnfw, p.lnfb),
+                       s, m.pdl);
 }
 
 }  // namespace infer_detail
@@ -343,18 +422,27 @@ inline void gpt2_infer_decode_forward(GPT2Infer& m, const CudaContext& ctx) {
     cudaStream_t s = ctx.stream;
     using infer_detail::mark;
     mark(m, "encoder", s);
-    encoder_forward_at(m.res1, m.tokens, m.pos, m.params.wte, m.params.wpe, B, C, s);
+    encoder_forward_at(m.res1, m.tokens, m.pos, m.params.wte, m.params.wpe, B, C, s, m.fused && m.pdl);
+    if (infer_detail::fused_step(m)) {
+        infer_detail::decode_layers_fused(m, ctx);
+        return;
+    }
+    // one op a kernel (--fused 0, or B > GEMV_MAX_M: cuBLASLt); with m.fused the cache append is folded
+    // into attention_decode (one launch less a layer) and the encoder and attention kernels are
+    // programmatic dependents (the cuBLASLt and norm kernels stay plain launches)
     infer_detail::layers(m, B, ctx, [&](int l) {
         const size_t off = infer_detail::layer_cache_offset(m, l);
         if (c.position == POS_ROPE) {
             mark(m, "rope", s);
             rope_forward_at(m.qkv, m.rope_cos, m.rope_sin, m.pos, B, NH, NKV, HD, s);
         }
-        mark(m, "kv_cache_append", s);
-        kv_cache_append(m.k_cache + off, m.v_cache + off, m.qkv, m.pos, B, NH, NKV, HD, m.S, s);
-        mark(m, "attention_decode", s);
+        if (!m.fused) {
+            mark(m, "kv_cache_append", s);
+            kv_cache_append(m.k_cache + off, m.v_cache + off, m.qkv, m.pos, B, NH, NKV, HD, m.S, s);
+        }
+        mark(m, m.fused ? "attention+kv" : "attention_decode", s);
         attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, s, m.window,
-                         m.decode_scratch);
+                         m.decode_scratch, m.fused && m.pdl, m.fused);
     });
     infer_detail::linear(m, "lm_head", m.logits, nullptr, m.ln, infer_detail::head(m), nullptr, B, C,
                          c.padded_vocab_size, GEMV_PLAIN, ctx);
@@ -364,9 +452,10 @@ inline void gpt2_infer_decode_forward(GPT2Infer& m, const CudaContext& ctx) {
 inline void gpt2_infer_step(GPT2Infer& m, const GenerateLimits& lim, const CudaContext& ctx) {
     const GPT2Config& c = m.config;
     infer_detail::mark(m, "sample", ctx.stream);
-    infer_detail::sample_and_advance<<<m.B, SAMPLE_THREADS, 0, ctx.stream>>>(
-        m.step_out, m.tokens, m.pos, m.produced, m.active, m.rng, m.logits, m.lengths, m.force, lim, c.vocab_size,
-        c.padded_vocab_size, m.max_seq);
+    // a plain launch: the first node of the captured step (PDL has no edge to the previous replay)
+    launch_kernel(infer_detail::sample_and_advance, dim3(m.B), dim3(SAMPLE_THREADS), 0, ctx.stream, false, m.step_out,
+                  m.tokens, m.pos, m.produced, m.active, m.rng, m.logits, m.lengths, m.force, lim, c.vocab_size,
+                  c.padded_vocab_size, m.max_seq);
     cudaCheckLaunch();
     gpt2_infer_decode_forward(m, ctx);
     infer_detail::mark(m, "end", ctx.stream);

@@ -4,11 +4,13 @@
 # dev/cuda/build/rope, built beforehand with
 #   make build/generate build/generate_fp32 build/generate_cpu && make -C dev/cuda build/gemv build/rope
 # Runs, each under a timeout:
-#   1. the GEMV lab (dev/cuda/gemv.cu: checks vs the CPU matmul at M = 1, 2, 4, 8, times vs cuBLASLt)
+#   1. the GEMV lab (dev/cuda/gemv.cu: checks vs the CPU matmul at M = 1, 2, 4, 8, times vs cuBLASLt;
+#      and its gemv-fused ops, the decode step's fused kernels vs the unfused ones)
 #   2. the RoPE lab (rope_forward_at: per-row positions, idle rows untouched; and the rest of rope.cu)
 #   3. tests/test_generate_gpu_hf.py: teacher-forced logits vs transformers (skipped without torch)
 #   4. tests/test_generate_gpu.sh: twin, full-forward, graph, GEMV, bad-input, memcheck checks and the
-#      BENCH_GEN / PROFILE lines (MEMCHECK=0 skips memcheck, BENCH=0 the speed runs)
+#      BENCH_GEN / PROFILE lines (MEMCHECK=0 skips memcheck, BENCH=0 the speed runs); not its section
+#      7 (the fused-vs-unfused checks), which tests/decode_speed_gpu.sh runs
 # Last: one table (ok/FAIL per part, the GEMV shipped-vs-cuBLASLt times, the bench lines). Logs go
 # to $GEN_CHECK_DIR (default a fresh /tmp directory); exit 1 if any part failed.
 cd "$(dirname "$0")/.." || exit 1
@@ -25,7 +27,7 @@ part() {  # part NAME STATUS
 t0=$SECONDS
 
 echo "==== 1. GEMV lab"
-timeout 90 $LAB/gemv --reps 20 > "$OUT/gemv.txt" 2>&1; st=$?
+timeout 150 $LAB/gemv --reps 20 > "$OUT/gemv.txt" 2>&1; st=$?
 grep -E "FAIL|error" "$OUT/gemv.txt" | head -10
 part "gemv lab (checks + timing) [$((SECONDS - t0)) s]" $st
 
@@ -47,7 +49,7 @@ fi
 
 echo "==== 4. tests/test_generate_gpu.sh"
 t1=$SECONDS
-GPU_TEST_DIR="$OUT/gen" timeout 230 tests/test_generate_gpu.sh > "$OUT/gen.txt" 2>&1; st=$?
+SECTIONS=123456 GPU_TEST_DIR="$OUT/gen" timeout 230 tests/test_generate_gpu.sh > "$OUT/gen.txt" 2>&1; st=$?
 grep -E "^FAIL" "$OUT/gen.txt" | head -20
 part "test_generate_gpu.sh: $(grep -E '^[0-9]+ passed' "$OUT/gen.txt" | tail -1) [$((SECONDS - t1)) s]" $st
 

@@ -17,13 +17,22 @@
 #   4. bad inputs fail with their one-line errors
 #   5. compute-sanitizer memcheck of a small run, graph and no graph, GPT-2 and Llama (MEMCHECK=0 skips it)
 #   6. --bench 1: GPT-2 124M shapes (random d12), 64-token prompts, 256 new tokens, greedy, B=1 and
-#      B=64, a 1008-token prefill, B=1 without the graph, B=1 with --gemv 0 / --pdl 0, B=8, and the Llama 114M shape
-#      (12 layers, C 768, 12 heads / 4 KV heads, SwiGLU 2048, vocab 50304 padded, tied) at B=1 and
-#      B=64 (BENCH=0 skips them); PROFILE=1 (default) adds the per-kernel-family decode step times of
+#      B=64, a 1008-token prefill, B=1 without the graph, B=1 with --gemv 0 / --pdl 0 / --fused 0, B=8
+#      (and --fused 0), and the Llama 114M shape (12 layers, C 768, 12 heads / 4 KV heads, SwiGLU
+#      2048, vocab 50304 padded, tied) at B=1 (and --fused 0) and B=64 (BENCH=0 skips them); PROFILE=1 (default) adds the per-kernel-family decode step times of
 #      d12 at B=1 and B=64 and of the Llama at B=1; with HF=1 also transformers' generate on the same
 #      shapes beside it (scripts/bench_generate_hf.py; HF_CACHE="dynamic static" adds the compiled
 #      static cache, slow)
+#   7. the fused decode step (--fused 1, the default at B <= 8: norms in GEMV prologues, residual
+#      adds, RoPE and the cache append in GEMV epilogues, PDL on every kernel) against the unfused one
+#      (--fused 0) and the CPU twin: the fp32 build's tokens equal both (GPT-2 MHA and GQA + window,
+#      Llama MHA at B = 8 and GQA + window with RoPE, sampling, a context end with idle rows, --pdl 0;
+#      and B = 10, where --fused 1 folds the cache append into attention_decode),
+#      and --check-full of --fused 0 on d12 and of --fused 1 on the Llama 114M shape at B = 8 (bf16)
+# SECTIONS (default 1234567) picks the sections to run, e.g. SECTIONS=7 for the fused checks alone
+# (tests/decode_speed_gpu.sh).
 cd "$(dirname "$0")/.." || exit 1
+on() { [[ "${SECTIONS:-1234567}" == *$1* ]]; }
 WORK=${GPU_TEST_DIR:-$(mktemp -d /tmp/gen_gpu.XXXXXX)}
 mkdir -p "$WORK"
 GEN=${GEN:-build/generate} GEN32=${GEN32:-build/generate_fp32} CPU=${CPU:-build/generate_cpu}
@@ -78,6 +87,7 @@ same() {  # same NAME CMD_ARGS...: stdout of the fp32 GPU build and the CPU twin
                       echo "  cpu (rc $b):"; head -c 600 "$WORK/cpu.out"; tail -3 "$WORK/cpu.err"; }
     report "fp32 GPU = CPU twin: $name" $st
 }
+if on 1; then
 same "greedy, MHA, one prompt streamed" --model $MHA --prompt-ids $P2 --temperature 0 --max-new 40 --eot -1
 same "greedy, MHA, batch of 3 lengths" --model $MHA --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3 \
     --temperature 0 --max-new 40 --eot -1
@@ -107,7 +117,10 @@ same "llama sampled (top-k 20, top-p 0.9), GQA, batch of 2" --model $LGQA --prom
     --temperature 1.2 --top-k 20 --top-p 0.9 --max-new 40 --eot -1 --seed 9
 same "llama teacher forcing (--force-ids), GQA" --model $LGQA --prompt-ids $P2 --force-ids 5,6,7,8,9,10 --temperature 0
 
+fi
+
 # ---- 2. cached logits vs the full forward
+if on 2; then
 full() {  # full NAME BINARY ARGS...
     local name=$1 bin=$2; shift 2
     $bin "$@" --check-full 1 > "$WORK/full.out" 2> "$WORK/full.err"; local st=$?
@@ -131,7 +144,10 @@ full "fp32, llama GQA untied + window ring, batch of 10" $GEN32 --model $LGQA $T
 full "bf16, llama 114M shape, batch of 2" $GEN --init $LLAMA114 --max-seq 128 --prompt-ids $P2 --prompt-ids $P1 \
     --temperature 0 --max-new 24 --eot -1
 
+fi
+
 # ---- 3. graph vs plain launches
+if on 3; then
 graph_same() {  # graph_same NAME ARGS...
     local name=$1; shift
     $GEN "$@" --graph 1 > "$WORK/g1.out" 2>/dev/null; local a=$?
@@ -159,7 +175,10 @@ gemv_same "GPT-2 GQA, greedy, batch of 3" --model $GQA --prompt-ids $P1 --prompt
 gemv_same "llama MHA tied, greedy, batch of 8" --model $LMHA --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3 \
     --prompt-ids $P4 --prompt-ids $P5 --prompt-ids $P6 --prompt-ids $P7 --prompt-ids $P1 --temperature 0 --max-new 30 --eot -1
 
+fi
+
 # ---- 4. bad inputs: non-zero exit and the expected words on stderr
+if on 4; then
 bad() {  # bad NAME EXPECTED_TEXT ARGS...
     local name=$1 want=$2; shift 2
     $GEN "$@" > /dev/null 2> "$WORK/bad.err" < /dev/null; local rc=$?
@@ -186,8 +205,59 @@ bad "llama prompt longer than the context" "longer than the context" --model $LG
 bad "llama unknown token id" "out of range" --model $LMHA --prompt-ids 1,2,1000
 bad "--profile without --bench" "--profile" --model $MHA --prompt-ids $P1 --profile 1
 
+fi
+
+# ---- 7. the fused step vs the unfused one and the CPU twin
+if on 7; then
+fused_same() {  # fused_same NAME ARGS...: fp32 build --fused 1 = --fused 0 = the CPU twin (non-empty)
+    local name=$1; shift
+    $GEN32 "$@" --fused 1 > "$WORK/f1.out" 2> "$WORK/f1.err"; local a=$?
+    $GEN32 "$@" --fused 0 > "$WORK/f0.out" 2> "$WORK/f0.err"; local b=$?
+    $CPU "$@" > "$WORK/fc.out" 2> "$WORK/fc.err" < /dev/null; local c=$?
+    [ $a -eq 0 ] && [ $b -eq 0 ] && [ $c -eq 0 ] && [ -s "$WORK/f1.out" ] && cmp -s "$WORK/f1.out" "$WORK/f0.out" &&
+        cmp -s "$WORK/f1.out" "$WORK/fc.out"
+    local st=$?
+    [ $st -ne 0 ] && { echo "  fused 1 (rc $a):"; head -c 400 "$WORK/f1.out"; tail -3 "$WORK/f1.err";
+                      echo "  fused 0 (rc $b):"; head -c 400 "$WORK/f0.out"; echo "  cpu (rc $c):"; head -c 400 "$WORK/fc.out"; }
+    report "fused = unfused = CPU twin (fp32): $name" $st
+}
+fused_same "GPT-2 MHA, greedy, batch of 3" --model $MHA --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3 \
+    --temperature 0 --max-new 40 --eot -1
+fused_same "GPT-2 GQA + window 16 (ring wraps), greedy, one prompt" --model $GQA --prompt-ids $P4 --temperature 0 \
+    --max-new 45 --eot -1
+fused_same "GPT-2 context end (--max-seq 20: idle rows), batch 2 of 3" --model $GQA --max-seq 20 --batch 2 \
+    --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3 --temperature 0 --max-new 100 --eot -1
+fused_same "llama MHA tied, greedy, batch of 8 (M = 8)" --model $LMHA --prompt-ids $P1 --prompt-ids $P2 \
+    --prompt-ids $P3 --prompt-ids $P4 --prompt-ids $P5 --prompt-ids $P6 --prompt-ids $P7 --prompt-ids $P1 \
+    --temperature 0 --max-new 30 --eot -1
+fused_same "llama GQA untied + window ring (RoPE in the QKV epilogue), batch of 3" --model $LGQA --prompt-ids $P1 \
+    --prompt-ids $P2 --prompt-ids $P3 --temperature 0 --max-new 45 --eot -1
+fused_same "llama sampled (top-k 20, top-p 0.9), GQA, batch of 2" --model $LGQA --prompt-ids $P1 --prompt-ids $P4 \
+    --temperature 1.2 --top-k 20 --top-p 0.9 --max-new 40 --eot -1 --seed 9
+fused_same "llama GQA + window, batch of 10 (cuBLAS; the append in attention_decode)" --model $LGQA $TEN \
+    --temperature 0 --max-new 30 --eot -1
+fused_same "GPT-2 GQA + window, batch of 10 (cuBLAS; the append in attention_decode)" --model $GQA $TEN \
+    --temperature 0 --max-new 30 --eot -1
+$GEN32 --model $LGQA --prompt-ids $P1 --prompt-ids $P2 --temperature 0 --max-new 40 --eot -1 --pdl 0 \
+    > "$WORK/p0.out" 2>/dev/null && $CPU --model $LGQA --prompt-ids $P1 --prompt-ids $P2 --temperature 0 --max-new 40 \
+    --eot -1 > "$WORK/pc.out" 2>/dev/null && [ -s "$WORK/p0.out" ] && cmp -s "$WORK/p0.out" "$WORK/pc.out"
+report "fused without PDL (--pdl 0) = CPU twin (fp32): llama GQA + window, batch of 2" $?
+full7() {  # full7 NAME ARGS...: --check-full 1 of the bf16 build
+    local name=$1; shift
+    $GEN "$@" --check-full 1 > "$WORK/full.out" 2> "$WORK/full.err"; local st=$?
+    grep "check-full" "$WORK/full.err" | tail -2 | sed 's/^/  /'
+    grep -q "check-full: .*: ok$" "$WORK/full.err" || st=1
+    report "cached logits = full forward: $name" $st
+}
+full7 "bf16, d12, --fused 0, batch of 2" --init d12 --max-seq 128 --prompt-ids $P2 --prompt-ids $P1 --temperature 0 \
+    --max-new 24 --eot -1 --fused 0
+full7 "bf16, llama 114M shape, --fused 1, batch of 8" --init $LLAMA114 --max-seq 128 --prompt-ids $P1 --prompt-ids $P2 \
+    --prompt-ids $P3 --prompt-ids $P4 --prompt-ids $P5 --prompt-ids $P6 --prompt-ids $P7 --prompt-ids $P2 \
+    --temperature 0 --max-new 16 --eot -1 --fused 1
+fi
+
 # ---- 5. memcheck
-if [ "${MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer > /dev/null; then
+if on 5 && [ "${MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer > /dev/null; then
     for run in "$GQA 1" "$GQA 0" "$LGQA 1"; do
         set -- $run; mc_model=$1 gr=$2
         timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 $GEN --model $mc_model --prompt-ids $P1 \
@@ -205,12 +275,13 @@ fi
 
 # ---- 6. speed
 bench_lines=()
-if [ "${BENCH:-1}" != 0 ]; then
+if on 6 && [ "${BENCH:-1}" != 0 ]; then
     # the last flags win: the third line times a 1008-token prefill (the issue's 1024-token target)
     # PROFILE=1 adds --profile 1 to the runs marked P (their PROFILE lines go to the summary too)
     for run in "P d12 --batch 1" "P d12 --batch 64" "- d12 --batch 1 --bench-prompt 1008 --max-new 16" \
                "- d12 --batch 1 --graph 0" "- d12 --batch 1 --gemv 0" "- d12 --batch 1 --pdl 0" \
-               "- d12 --batch 8" "P $LLAMA114 --batch 1" "- $LLAMA114 --batch 64"; do
+               "- d12 --batch 1 --fused 0" "- d12 --batch 8" "- d12 --batch 8 --fused 0" "P $LLAMA114 --batch 1" \
+               "- $LLAMA114 --batch 1 --fused 0" "- $LLAMA114 --batch 64"; do
         set -- $run; prof=$1 model=$2; shift 2; args="$*"
         extra=""; [ "$prof" = P ] && [ "${PROFILE:-1}" != 0 ] && extra="--profile 1"
         $GEN --init $model --bench 1 --bench-prompt 64 --max-new 256 --temperature 0 $args $extra \
@@ -222,7 +293,7 @@ if [ "${BENCH:-1}" != 0 ]; then
         report "bench $model $args" $st
     done
 fi
-if [ "${HF:-0}" = 1 ]; then
+if on 6 && [ "${HF:-0}" = 1 ]; then
     python3 scripts/bench_generate_hf.py --batch 1 64 --prompt 64 --new 256 --cache ${HF_CACHE:-dynamic} \
         > "$WORK/hf.out" 2> "$WORK/hf.err"
     st=$?

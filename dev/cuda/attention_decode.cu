@@ -21,6 +21,10 @@
 //   7  reduce-scatter: the U*GB dot products of a step summed over the row group's lanes by halving
 //      exchanges (15 shuffles for 16 sums over 16 lanes, then 16 to gather) instead of one butterfly
 //      each (64 shuffles and adds): ~14% fewer instructions a key at G 4
+//   8  append folded in (attention_decode(..., append = true), the --fused 1 step at B > 8): the
+//      appended slots are poisoned first; the kernel writes them from qkv and reads the newest key
+//      from qkv; checked on the output and on the slots, as kv_cache_append is. Against variant 0 +
+//      the kv_cache_append line: one launch less.
 // kv_cache_fill and kv_cache_append: one line each (variant 0) per cache configuration.
 // Bytes: the K and V rows each sequence attends (NKV heads), q and out once, pos; FLOPs: 4 * HD per
 // (query head, key). Memory-bound: % of the 4.0 TB/s copy.
@@ -307,6 +311,20 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
             attention_detail::attention_decode_with_plan<floatX, attention_detail::DecodeKnobs<4, false, true>>(
                 out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), plan, st);
         });
+        auto poison_appended = [&] {  // the slots variant 8 must write itself
+            out.poison(st);
+            for (int b = 0; b < B; b++) {
+                if (pos_h[b] < 0) continue;
+                for (int kvh = 0; kvh < NKV; kvh++) {
+                    const size_t off = (((size_t)b * NKV + kvh) * S + pos_h[b] % S) * HD;
+                    cudaCheck(cudaMemsetAsync(kc.get() + off, lab::POISON_BYTE, HD * sizeof(floatX), st));
+                    cudaCheck(cudaMemsetAsync(vc.get() + off, lab::POISON_BYTE, HD * sizeof(floatX), st));
+                }
+            }
+        };
+        lab.run(op, 8, "append folded in", bytes, flops, lab::Bound::Memory, poison_appended,
+                [&] { attention_decode(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, st, W, scratch, true, true); },
+                [&] { return check() && check_append(); });
     }
 }
 
