@@ -35,7 +35,8 @@
 //   5 the layer's FP8 casts with amax (X, W, dY: cast + transpose from one read each), memory-bound
 // After the table: per layer, bf16 ms / FP8 ms of each matmul and of the layer (3 matmuls; FP8 with
 // and without its casts).
-// Results: not yet run on the H200 (written without a GPU; the lead's first run goes here).
+// Results (H200, 2026-12-03, 2622e99): stopped at the first FP8 matmul (fwd qkv, fast-accum, bias):
+// cublasLtMatmul status 15, not supported, after the heuristic returned an algorithm (docs/numerics.md).
 #include "dev/cuda/harness.cuh"
 #include "llmc/cpu/fp8.h"
 #include "llmc/matmul.cuh"
