@@ -62,9 +62,12 @@ constexpr int FP8_AMAX_HISTORY_MAX = 1024;
 constexpr float FP8_SCALE_CAP = 18446744073709551616.0f;  // 2^64, as cpu::FP8_SCALE_CAP
 
 // One per FP8 tensor, in device memory (fp8_meta_init sets it up).
-struct Fp8Meta {
-    float scale;              // x_fp8 = fp8(x * scale)
+// 16-byte aligned with scale_inv first: cuBLASLt's A/B scale pointers must be 16-byte aligned (on the
+// H200 with CUDA 13, a scale pointer 4 bytes off gave CUBLAS_STATUS_NOT_SUPPORTED for every algorithm
+// the heuristic offered; 16 bytes off ran), and alignas(16) keeps that true for each element of an array.
+struct alignas(16) Fp8Meta {
     float scale_inv;          // 1 / scale: the matmul's A/B scale pointer points here
+    float scale;              // x_fp8 = fp8(x * scale)
     unsigned int amax_bits;   // float bits of max |x| over the casts since the last update
     int history_pos;          // next slot of amax_history to write
     float fp8_max;            // 448 or 57344: the format this tensor is cast to

@@ -45,6 +45,9 @@ inline void matmul_fp8(__nv_bfloat16* d, const uint8_t* p, Fp8Format p_format, c
                        bool fast_accum, const CudaContext& ctx) {
     if (R % 16 != 0 || M % 16 != 0 || K % 16 != 0)
         fail("matmul_fp8: R = %d, M = %d, K = %d must be multiples of 16", R, M, K);
+    if ((uintptr_t)sp % 16 != 0 || (uintptr_t)sq % 16 != 0)
+        fail("matmul_fp8: the scale pointers must be 16-byte aligned (cuBLASLt refuses others; Fp8Meta keeps "
+             "scale_inv so)");
     if (p_format == Fp8Format::E5M2 && q_format == Fp8Format::E5M2)
         fail("matmul_fp8: cuBLASLt has no e5m2 x e5m2 matmul");
     MatmulTypes t;

@@ -36,7 +36,8 @@
 // After the table: per layer, bf16 ms / FP8 ms of each matmul and of the layer (3 matmuls; FP8 with
 // and without its casts).
 // Results (H200, 2026-12-03, 2622e99): stopped at the first FP8 matmul (fwd qkv, fast-accum, bias):
-// cublasLtMatmul status 15, not supported, after the heuristic returned an algorithm (docs/numerics.md).
+// cublasLtMatmul status 15, not supported: the A/B scale pointers were 4 bytes into Fp8Meta, and
+// cuBLASLt wants them 16-byte aligned (a probe showed it); Fp8Meta is now aligned, not yet re-run.
 #include "dev/cuda/harness.cuh"
 #include "llmc/cpu/fp8.h"
 #include "llmc/matmul.cuh"
