@@ -78,10 +78,10 @@ $(BUILD)/test_llama_ops_cpu: tests/test_llama_ops_cpu.cpp tests/fixture_check.h 
 $(BUILD)/test_attention_decode_cpu: tests/test_attention_decode_cpu.cpp $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
-$(BUILD)/test_zero: tests/test_zero.cpp $(LLMC_H) | $(BUILD)
+$(BUILD)/test_zero: tests/test_zero.cpp tests/check.h $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
-$(BUILD)/test_fp8_cpu: tests/test_fp8_cpu.cpp $(LLMC_H) | $(BUILD)
+$(BUILD)/test_fp8_cpu: tests/test_fp8_cpu.cpp tests/check.h $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
 $(BUILD)/test_bpe: tests/test_bpe.cpp $(LLMC_H) | $(BUILD)

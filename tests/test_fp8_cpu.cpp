@@ -13,20 +13,9 @@
 #include <vector>
 #include "llmc/cpu/fp8.h"
 #include "llmc/rand.h"
+#include "tests/check.h"
 
 using cpu::Fp8Format;
-
-static int failures = 0, checks = 0;
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        checks++;                                       \
-        if (!(cond)) {                                  \
-            failures++;                                 \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
 
 static void expect(Fp8Format f, float x, uint8_t bits) {
     const uint8_t got = cpu::fp8_encode(x, f);
@@ -149,6 +138,6 @@ int main() {
     CHECK(cpu::fp8_cast(0.75f, s075, E4) == 0x7E && cpu::fp8_cast(-0.75f, s075, E4) == 0xFE,
           "the amax must land on the max normal");
 
-    printf("test_fp8_cpu: %d checks, %d failed\n", checks, failures);
-    return failures ? 1 : 0;
+    printf("test_fp8_cpu: %d checks, %d failed\n", check_count, check_failures);
+    return check_failures ? 1 : 0;
 }

@@ -23,17 +23,7 @@
 #include <vector>
 #include "llmc/gpt2_config.h"
 #include "llmc/zero.h"
-
-static int failures = 0;
-#define CHECK(cond, ...)                              \
-    do {                                              \
-        if (!(cond)) {                                \
-            failures++;                               \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                      \
-            printf("\n");                             \
-        }                                             \
-    } while (0)
+#include "tests/check.h"
 
 static void write_shards(const std::string& dir, int64_t n, int world, int stage) {
     mkdir(dir.c_str(), 0755);
@@ -246,6 +236,6 @@ int main() {
     }
     std::string rm = std::string("rm -rf ") + root;
     if (system(rm.c_str()) != 0) printf("could not remove %s\n", root);
-    printf("test_zero: %s\n", failures ? "FAILED" : "all checks passed");
-    return failures ? 1 : 0;
+    printf("test_zero: %s\n", check_failures ? "FAILED" : "all checks passed");
+    return check_failures ? 1 : 0;
 }
