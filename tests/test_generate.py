@@ -91,6 +91,24 @@ def hf_llama_and_ours(tmp_path, NKV, tied):
     return torch, hf, path, V
 
 
+def teacher_forced_error(ids_of, torch, hf, path, V, prompt, steps, dump):
+    """transformers' greedy tokens after `prompt`, and max |ours - transformers| / max |transformers| of
+    the logits each of them is drawn from, ours teacher-forced on those tokens (`ids_of` runs the
+    generator under test: this file's CPU twin, or the GPU build in test_generate_gpu_hf.py)."""
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=steps, output_logits=True,
+                          return_dict_in_generate=True)
+    hf_tokens = out.sequences[0, len(prompt):].tolist()
+    hf_logits = torch.stack(out.logits)[:, 0].double().numpy()  # (steps, V): the row each new token came from
+    assert len(hf_tokens) == steps
+    forced = ids_of("--model", path, "--prompt-ids", ",".join(map(str, prompt)), "--force-ids",
+                    ",".join(map(str, hf_tokens)), "--dump-logits", dump, "--max-new", steps)
+    assert forced == hf_tokens
+    ours = np.fromfile(dump, np.float32).reshape(-1, V)
+    assert ours.shape == (steps, V)
+    return hf_tokens, np.abs(ours - hf_logits).max() / np.abs(hf_logits).max()
+
+
 @pytest.mark.parametrize("family", ["gpt2", "llama_gqa_untied", "llama_mha_tied"])
 def test_teacher_forced_logits_and_greedy_tokens_match_transformers(tmp_path, family):
     if family == "gpt2":
@@ -98,20 +116,7 @@ def test_teacher_forced_logits_and_greedy_tokens_match_transformers(tmp_path, fa
     else:
         torch, hf, path, V = hf_llama_and_ours(tmp_path, NKV=2 if "gqa" in family else 6, tied="untied" not in family)
     prompt, steps = [5, 17, 250, 3, 99, 42, 7], 24
-    with torch.no_grad():
-        out = hf.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=steps, output_logits=True,
-                          return_dict_in_generate=True)
-    hf_tokens = out.sequences[0, len(prompt):].tolist()
-    hf_logits = torch.stack(out.logits)[:, 0].double().numpy()  # (steps, V): the row each new token came from
-    assert len(hf_tokens) == steps
-
-    dump = tmp_path / "logits.f32"
-    forced = ids_of("--model", path, "--prompt-ids", ",".join(map(str, prompt)), "--force-ids",
-                    ",".join(map(str, hf_tokens)), "--dump-logits", dump, "--max-new", steps)
-    assert forced == hf_tokens
-    ours = np.fromfile(dump, np.float32).reshape(-1, V)
-    assert ours.shape == (steps, V)
-    err = np.abs(ours - hf_logits).max() / np.abs(hf_logits).max()
+    hf_tokens, err = teacher_forced_error(ids_of, torch, hf, path, V, prompt, steps, tmp_path / "logits.f32")
     print(f"{family}: teacher-forced logits, {steps} steps: max |ours - transformers| / max |transformers| = {err:.2e}")
     assert err < 1e-5, err
 

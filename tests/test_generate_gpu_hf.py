@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests"))
 import llmc_formats as fmt  # noqa: E402
+from test_generate import teacher_forced_error  # noqa: E402
 
 GEN = Path(os.environ.get("GEN", ROOT / "build" / "generate_fp32"))
 TOL = float(os.environ.get("TOL", "1e-4"))  # max |ours - transformers| / max |transformers|, fp32 matmuls
@@ -71,18 +72,7 @@ def model_file(tmp_path, family):
 def test_gpu_teacher_forced_logits_and_greedy_tokens_match_transformers(tmp_path, family):
     torch, hf, path, V = model_file(tmp_path, family)
     prompt, steps = [5, 17, 250, 3, 99, 42, 7, 1, 2, 3, 200, 150], 40
-    with torch.no_grad():
-        out = hf.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=steps, output_logits=True,
-                          return_dict_in_generate=True)
-    hf_tokens = out.sequences[0, len(prompt):].tolist()
-    hf_logits = torch.stack(out.logits)[:, 0].double().numpy()  # (steps, V)
-    dump = tmp_path / "logits.f32"
-    forced = ids_of("--model", path, "--prompt-ids", ",".join(map(str, prompt)), "--force-ids",
-                    ",".join(map(str, hf_tokens)), "--dump-logits", dump, "--max-new", steps)
-    assert forced == hf_tokens
-    ours = np.fromfile(dump, np.float32).reshape(-1, V)
-    assert ours.shape == (steps, V)
-    err = np.abs(ours - hf_logits).max() / np.abs(hf_logits).max()
+    hf_tokens, err = teacher_forced_error(ids_of, torch, hf, path, V, prompt, steps, tmp_path / "logits.f32")
     print(f"\nHF_CHECK {GEN.name} {family}: teacher-forced logits, {steps} steps: "
           f"max |ours - transformers| / max |transformers| = {err:.2e} (tolerance {TOL:.0e})")
     assert err < TOL, err
