@@ -147,23 +147,17 @@ class Link {
         }
     }
     void send(const Peer& p, const void* data, int64_t bytes, const char* doing) const {
-        const char* c = (const char*)data;
-        while (bytes > 0) {
-            wait(p, POLLOUT, doing);
-            const ssize_t n = ::send(p.fd, c, (size_t)std::min<int64_t>(bytes, 1 << 24), MSG_NOSIGNAL);
-            if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-            if (n <= 0)
-                fail("%s: lost the connection to %s while %s (%s): it exited or died; see its error", what_.c_str(),
-                     who(p).c_str(), doing, n < 0 ? strerror(errno) : "closed");
-            c += n;
-            bytes -= n;
-        }
+        transfer(p, (char*)data, bytes, true, doing);
     }
     void recv(const Peer& p, void* data, int64_t bytes, const char* doing) const {
-        char* c = (char*)data;
+        transfer(p, (char*)data, bytes, false, doing);
+    }
+    // All `bytes` to or from peer p, in pieces of at most 16 MiB, each after wait() says the socket is ready.
+    void transfer(const Peer& p, char* c, int64_t bytes, bool out, const char* doing) const {
         while (bytes > 0) {
-            wait(p, POLLIN, doing);
-            const ssize_t n = ::recv(p.fd, c, (size_t)std::min<int64_t>(bytes, 1 << 24), 0);
+            wait(p, out ? POLLOUT : POLLIN, doing);
+            const size_t piece = (size_t)std::min<int64_t>(bytes, 1 << 24);
+            const ssize_t n = out ? ::send(p.fd, c, piece, MSG_NOSIGNAL) : ::recv(p.fd, c, piece, 0);
             if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
             if (n <= 0)
                 fail("%s: lost the connection to %s while %s (%s): it exited or died; see its error", what_.c_str(),
