@@ -21,7 +21,7 @@ def compare_module():
     return mod
 
 
-SCRIPTS = [s for s, _ in compare_module().PAIRS]
+SCRIPTS = [script for script, _ in compare_module().PAIRS]
 
 
 @pytest.mark.skipif(not HAS_TRITON, reason="torch and triton are not both installed")

@@ -43,7 +43,8 @@ for lab in $labs; do
     fi
 done
 
-# The Python rows (dev/triton): script:lab pairs (compare.py --pairs), the lab whose lines they follow.
+# The Python rows (dev/triton): script:lab[,lab] pairs (compare.py --pairs): the labs whose ops the
+# script times; its lines follow the first one's.
 py_dir=../triton
 py_ran=()
 py_args=()
@@ -101,7 +102,8 @@ py_shown=" "
 for lab in $labs; do
     table_lines "$logs/$lab.log"
     for pair in "${py_ran[@]}"; do
-        if [ "${pair#*:}" = "$lab" ]; then
+        first=${pair#*:}
+        if [ "${first%%,*}" = "$lab" ]; then
             table_lines "$logs/py_${pair%%:*}.log"
             py_shown+="$pair "
         fi
@@ -113,7 +115,10 @@ done
 if [ ${#py_ran[@]} -gt 0 ]; then  # the combined table: ours (variant 0) | Triton | torch.compile, one row an op
     echo
     py_logs=()
-    for pair in "${py_ran[@]}"; do py_logs+=("$logs/${pair#*:}.log" "$logs/py_${pair%%:*}.log"); done
+    for pair in "${py_ran[@]}"; do
+        for lab in $(echo "${pair#*:}" | tr , ' '); do py_logs+=("$logs/$lab.log"); done
+        py_logs+=("$logs/py_${pair%%:*}.log")
+    done
     python3 "$py_dir/compare.py" "${py_logs[@]}"
 fi
 echo

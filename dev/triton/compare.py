@@ -11,16 +11,16 @@ TFLOP/s for attention (the line's "of copy" / "of GEMM"), with its % of that cei
 A cell is "-" when its line is missing (a failed check prints no line; a lab that did not run, or
 an op no CUDA lab times, has none); the notes under the table say which.
     python3 dev/triton/compare.py LOG ...     the table (stdlib only: runs wherever the logs are)
-    python3 dev/triton/compare.py --pairs     the scripts and the lab each one sits beside, script:lab
+    python3 dev/triton/compare.py --pairs     the scripts and the labs each one sits beside, script:lab[,lab]
 """
 import os
 import re
 import sys
 
-# dev/triton/<script>.py: the dev/cuda/<lab>.cu file whose ops it times (run_all.sh puts the script's
-# lines after that lab's, run_h200.sh runs that lab's variant 0 for the CUDA column)
-PAIRS = (("softmax", "fused_classifier"), ("layernorm", "layernorm"), ("rmsnorm", "rmsnorm"), ("gelu", "gelu"),
-         ("attention", "attention_forward"))
+# dev/triton/<script>.py: the dev/cuda/<lab>.cu files whose ops it times (run_all.sh puts the script's
+# lines after the first one's, run_h200.sh runs their variant 0 for the CUDA column)
+PAIRS = (("softmax", ("fused_classifier",)), ("layernorm", ("layernorm",)), ("rmsnorm", ("rmsnorm",)),
+         ("gelu", ("gelu",)), ("attention", ("attention_forward", "attention_backward")))
 TABLE_HEADER = "# name | variant"
 BESIDE_TAG = "# beside "  # lab_common.BESIDE_TAG's lines (not imported: lab_common needs torch)
 
@@ -120,7 +120,7 @@ def table(paths):
 
 def main(argv):
     if argv[1:] == ["--pairs"]:
-        print(" ".join(f"{s}:{lab}" for s, lab in PAIRS))
+        print(" ".join(f"{script}:{','.join(labs)}" for script, labs in PAIRS))
         return 0
     if len(argv) < 2 or any(a.startswith("-") for a in argv[1:]):
         print(__doc__.strip(), file=sys.stderr)

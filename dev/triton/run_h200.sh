@@ -3,9 +3,9 @@
 #   1. every dev/triton script --check-only, all at once (every variant checked, every Triton kernel
 #      and torch.compile graph compiled into the on-disk caches: this pass is compile-bound, so it
 #      runs in parallel);
-#   2. variant 0 (the shipped kernel) of each script's CUDA lab (compare.py --pairs), from the
-#      binaries in $LAB_BUILD (default dev/cuda/build; this script builds nothing: make -C dev/cuda
-#      first), checked and timed by the lab's harness;
+#   2. variant 0 (the shipped kernel) of each script's CUDA labs (compare.py --pairs; the attention
+#      labs at the gpt2 shape only), from the binaries in $LAB_BUILD (default dev/cuda/build; this
+#      script builds nothing: make -C dev/cuda first), checked and timed by the lab's harness;
 #   3. the scripts one after another, checked again and timed (the compiles now come from the caches);
 #   4. the scripts' lines in the lab's format, then compare.py's table, one row an op:
 #      op | ours CUDA | Triton | torch.compile | units.
@@ -78,8 +78,10 @@ echo "run_h200: checks done after $(($(date +%s) - t0))s"
 
 compare_logs=()
 if [ "${LAB_CUDA:-1}" != 0 ]; then
-    for pair in $pairs; do
-        lab=${pair#*:} log="$logs/cuda_${pair#*:}.log"
+    for lab in $(for pair in $pairs; do echo "${pair#*:}" | tr , ' '; done); do
+        log="$logs/cuda_$lab.log"
+        shape=()
+        case $lab in attention_*) shape=(--shape gpt2) ;; esac  # the one shape attention.py times
         rm -f "$log"
         if [ ! -x "$build/$lab" ]; then
             echo "== cuda $lab: NOT BUILT ($build/$lab; make -C dev/cuda build/$lab)"
@@ -87,7 +89,7 @@ if [ "${LAB_CUDA:-1}" != 0 ]; then
             continue
         fi
         start=$(date +%s)
-        "${timeout_cmd[@]}" "$build/$lab" 0 "$@" >"$log" 2>&1
+        "${timeout_cmd[@]}" "$build/$lab" 0 "${shape[@]}" "$@" >"$log" 2>&1
         rc=$?
         secs=$(($(date +%s) - start))
         compare_logs+=("$log")
