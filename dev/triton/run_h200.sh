@@ -10,7 +10,10 @@
 #   4. the scripts' lines in the lab's format, then compare.py's table, one row an op:
 #      op | ours CUDA | Triton | torch.compile | units.
 # Each run has a time limit (LAB_PY_LIMIT seconds, default 150), so one that hangs in a compiler
-# cannot eat the lease; the whole run took 85 s without step 2 on an H200 (docs/perf.md).
+# cannot eat the lease, and the whole call a budget (LAB_BUDGET seconds, default 225): a run gets at
+# most what is left of it, a run with nothing left is not started (both count as failures), and the
+# tables are printed either way. The scripts alone took 85 s on an H200 before step 2 and the
+# attention backward were added (docs/perf.md).
 #   dev/triton/run_h200.sh [--reps N]          (default: the lab's ~0.5 s of repeats a variant)
 #   LAB_PY_SMALL=1 dev/triton/run_h200.sh      adds a --small --check-only pass (awkward shapes)
 #   LAB_CUDA=0 dev/triton/run_h200.sh          skips step 2 (the CUDA column stays empty)
@@ -22,6 +25,7 @@ cd "$(dirname "$0")" || exit 1
 logs=${LAB_LOGS:-../../build/triton_logs}
 build=${LAB_BUILD:-../cuda/build}
 limit=${LAB_PY_LIMIT:-150}
+budget=${LAB_BUDGET:-225}
 export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-1}
 for arg in "$@"; do
     case $arg in
@@ -29,10 +33,21 @@ for arg in "$@"; do
         *) echo "run_h200: unknown argument '$arg' (usage: run_h200.sh [--reps N])"; exit 1 ;;
     esac
 done
-timeout_cmd=()
-command -v timeout >/dev/null && timeout_cmd=(timeout -k 10 "$limit")
 mkdir -p "$logs" || exit 1
 t0=$(date +%s)
+limited() {  # command...: runs it under the per-run limit cut to what is left of the budget; 125: none left
+    local left=$((budget - ($(date +%s) - t0)))
+    [ "$left" -gt "$limit" ] && left=$limit
+    [ "$left" -le 5 ] && return 125
+    if command -v timeout >/dev/null; then timeout -k 10 "$left" "$@"; else "$@"; fi
+}
+why() {  # exit status, seconds: a failed run's first words
+    case $1 in
+        124) echo "TIMED OUT after ${2}s (LAB_PY_LIMIT ${limit}s, LAB_BUDGET ${budget}s)" ;;
+        125) echo "NOT RUN: nothing left of LAB_BUDGET (${budget}s)" ;;
+        *) echo "FAILED with exit $1 (${2}s)" ;;
+    esac
+}
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'GPU', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none')" ||
     { echo "run_h200: python3 cannot import torch and triton"; exit 1; }
 pairs=$(python3 compare.py --pairs) || { echo "run_h200: compare.py --pairs failed"; exit 1; }
@@ -47,8 +62,7 @@ report() {  # pass, script, exit status, seconds
         echo "== $pass $py.py: ok (${secs}s, log $log)"
         grep -E "^SKIPPED|first call" "$log" | head -12 | sed 's/^/   /'
     else
-        if [ "$rc" -eq 124 ]; then echo "== $pass $py.py: TIMED OUT after ${limit}s (log $log)"
-        else echo "== $pass $py.py: FAILED with exit $rc (${secs}s, log $log)"; fi
+        echo "== $pass $py.py: $(why "$rc" "$secs"), log $log"
         grep -E "FAIL|[Ee]rror|SKIPPED" "$log" | head -20 | sed 's/^/   /'
         failed+=("$pass/$py")
     fi
@@ -56,7 +70,7 @@ report() {  # pass, script, exit status, seconds
 run() {  # pass, script, args...: runs one script, writes its log
     local pass=$1 py=$2
     shift 2
-    "${timeout_cmd[@]}" python3 "$py.py" "$@" >"$logs/${pass}_$py.log" 2>&1
+    limited python3 "$py.py" "$@" >"$logs/${pass}_$py.log" 2>&1
 }
 parallel_pass() {  # pass, args...: every script at once, reported in order
     local pass=$1 start pair i=0 pids=()
@@ -89,14 +103,14 @@ if [ "${LAB_CUDA:-1}" != 0 ]; then
             continue
         fi
         start=$(date +%s)
-        "${timeout_cmd[@]}" "$build/$lab" 0 "${shape[@]}" "$@" >"$log" 2>&1
+        limited "$build/$lab" 0 "${shape[@]}" "$@" >"$log" 2>&1
         rc=$?
         secs=$(($(date +%s) - start))
         compare_logs+=("$log")
         if [ $rc -eq 0 ]; then
             echo "== cuda $lab 0: ok (${secs}s, log $log)"
         else
-            echo "== cuda $lab 0: FAILED with exit $rc (${secs}s, log $log)"
+            echo "== cuda $lab 0: $(why "$rc" "$secs"), log $log"
             grep -E "FAIL|error" "$log" | head -20 | sed 's/^/   /'
             failed+=("cuda/$lab")
         fi
