@@ -17,13 +17,16 @@
 #   dev/triton/run_h200.sh [--reps N]          (default: the lab's ~0.5 s of repeats a variant)
 #   LAB_PY_SMALL=1 dev/triton/run_h200.sh      adds a --small --check-only pass (awkward shapes)
 #   LAB_CUDA=0 dev/triton/run_h200.sh          skips step 2 (the CUDA column stays empty)
-# Logs go to $LAB_LOGS (default build/triton_logs at the top, git-ignored). torch.compile runs in
-# its default mode ($LAB_COMPILE_MODE changes it) with TORCHINDUCTOR_COMPILE_THREADS=1 unless set
-# (a handful of small graphs a script: compiling in-process beats starting a worker pool).
+# Logs go to $LAB_LOGS (default $OUT/triton_logs where OUT is set, else build/triton_logs at the top,
+# git-ignored). A relative LAB_BUILD is taken from dev/cuda, as run_all.sh takes it (build/fp32).
+# torch.compile runs in its default mode ($LAB_COMPILE_MODE changes it) with
+# TORCHINDUCTOR_COMPILE_THREADS=1 unless set (a handful of small graphs a script: compiling
+# in-process beats starting a worker pool).
 # Exits 1 if any check, script or lab failed, or a lab binary is missing (with LAB_CUDA=1).
 cd "$(dirname "$0")" || exit 1
-logs=${LAB_LOGS:-../../build/triton_logs}
-build=${LAB_BUILD:-../cuda/build}
+logs=${LAB_LOGS:-${OUT:-../../build}/triton_logs}
+build=${LAB_BUILD:-build}
+[[ $build == /* ]] || build=../cuda/$build
 limit=${LAB_PY_LIMIT:-150}
 budget=${LAB_BUDGET:-225}
 export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-1}
