@@ -36,8 +36,9 @@
 // passes with scratch also move it: ~12 bytes per dQ element; not counted).
 //
 // Build: make -C dev/cuda [USE_CUDNN=1 CUDNN_FRONTEND_PATH=$PWD/build/cudnn_frontend/include]
-// Run:   dev/cuda/build/attention_backward [variant ...] [--check-only] [--reps N] [--small]
-//        --small: only three tiny awkward shapes (for compute-sanitizer --tool racecheck).
+// Run:   dev/cuda/build/attention_backward [variant ...] [--check-only] [--reps N] [--small] [--shape NAME]
+//        --small: only three tiny awkward shapes (for compute-sanitizer --tool racecheck);
+//        --shape NAME: only that shape (gpt2, long, ...: attention_common.cuh).
 //
 // Latest tables (one H200, 2026-12-02, bf16, TFLOP/s = 2.5x the forward's FLOPs, median; every variant
 // passed its checks; columns in this file's numbering, the runs' own numbers in docs/perf.md's history).

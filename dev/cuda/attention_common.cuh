@@ -3,6 +3,7 @@
 // / windowed head, the forward labs' checks, and the one main (attention_lab_main).
 #pragma once
 #include <algorithm>
+#include <iterator>
 #include "harness.cuh"
 #include "llmc/cpu/attention.h"
 
@@ -107,23 +108,42 @@ inline void run_forward_shape(lab::Lab& lab, const Shape& s, uint64_t seed, Vari
 }
 
 // The attention labs' main: the harness's flags plus --small (only the tiny awkward SMALL_SHAPES, for
-// compute-sanitizer); otherwise FULL_SHAPES, then the lab's `extra` shapes. Each shape goes to
-// run_shape(lab, shape, seed) with its own seed (seed, seed + 1, ...). Returns lab.finish()'s status.
+// compute-sanitizer) and --shape NAME (only the shape of that name, e.g. gpt2: what dev/triton's
+// attention.py times beside it); otherwise FULL_SHAPES, then the lab's `extra` shapes. Each shape
+// goes to run_shape(lab, shape, seed) with its own seed (seed, seed + 1, ... in list order, the same
+// with or without --shape). Returns lab.finish()'s status.
 template <class RunShape>
 inline int attention_lab_main(int argc, char** argv, const char* file, uint64_t seed, RunShape&& run_shape,
                               const std::vector<Shape>& extra = {}) {
     std::vector<char*> args;
     bool small = false;
+    const char* only = nullptr;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--small")) small = true;
-        else args.push_back(argv[i]);
+        if (!strcmp(argv[i], "--small")) {
+            small = true;
+        } else if (!strcmp(argv[i], "--shape")) {
+            if (i + 1 >= argc) fail("%s: --shape needs a shape name (gpt2, long, gqa, ...)", file);
+            only = argv[++i];
+        } else {
+            args.push_back(argv[i]);
+        }
+    }
+    std::vector<Shape> shapes;
+    if (small) shapes.assign(std::begin(SMALL_SHAPES), std::end(SMALL_SHAPES));
+    else {
+        shapes.assign(std::begin(FULL_SHAPES), std::end(FULL_SHAPES));
+        shapes.insert(shapes.end(), extra.begin(), extra.end());
+    }
+    if (only && std::none_of(shapes.begin(), shapes.end(), [&](const Shape& s) { return !strcmp(s.name, only); })) {
+        std::string names;
+        for (const Shape& s : shapes) names += std::string(" ") + s.name;
+        fail("%s: --shape %s: no such shape; this lab's shapes%s:%s", file, only, small ? " with --small" : "",
+             names.c_str());
     }
     lab::Lab lab((int)args.size(), args.data(), file);
-    if (small)
-        for (const Shape& s : SMALL_SHAPES) run_shape(lab, s, seed++);
-    else {
-        for (const Shape& s : FULL_SHAPES) run_shape(lab, s, seed++);
-        for (const Shape& s : extra) run_shape(lab, s, seed++);
+    for (const Shape& s : shapes) {
+        if (!only || !strcmp(s.name, only)) run_shape(lab, s, seed);
+        seed++;
     }
     return lab.finish();
 }

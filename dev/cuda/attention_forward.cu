@@ -31,8 +31,9 @@
 // once, out and lse written once.
 //
 // Build: make -C dev/cuda [USE_CUDNN=1 CUDNN_FRONTEND_PATH=$PWD/build/cudnn_frontend/include]
-// Run:   dev/cuda/build/attention_forward [variant ...] [--check-only] [--reps N] [--small]
-//        --small: only three tiny awkward shapes (for compute-sanitizer --tool racecheck).
+// Run:   dev/cuda/build/attention_forward [variant ...] [--check-only] [--reps N] [--small] [--shape NAME]
+//        --small: only three tiny awkward shapes (for compute-sanitizer --tool racecheck);
+//        --shape NAME: only that shape (gpt2, long, ...: attention_common.cuh).
 // Shapes: FULL_SHAPES (attention_common.cuh), then WINDOW_SHAPES below (HD 64 windows with their
 // full-causal twins, for the window's time ratio).
 //

@@ -21,8 +21,9 @@
 // written once.
 //
 // Build: make -C dev/cuda [USE_CUDNN=1] (GPU_ARCH=90a, the default: the wgmma variants need sm_90a)
-// Run:   dev/cuda/build/attention_hopper [variant ...] [--check-only] [--reps N] [--small]
-//        --small: only three tiny awkward shapes (for compute-sanitizer --tool racecheck).
+// Run:   dev/cuda/build/attention_hopper [variant ...] [--check-only] [--reps N] [--small] [--shape NAME]
+//        --small: only three tiny awkward shapes (for compute-sanitizer --tool racecheck);
+//        --shape NAME: only that shape (gpt2, long, ...: attention_common.cuh).
 //
 // Latest table: one H200, 2026-12-02, bf16, TFLOP/s (median, L2 flushed), one run, every variant passed
 // its checks (out nmse 3.7e-6..4.1e-6, cuDNN alike; lse nmse <= 4.3e-14); racecheck on --small: 0

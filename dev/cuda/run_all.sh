@@ -11,6 +11,8 @@
 # triton"` works and PyTorch sees a GPU (only --check-only and --reps N are passed on); otherwise one
 # line says why they were skipped. LAB_PYTHON=0 skips them, LAB_PYTHON=1 runs them in an fp32 build
 # too (skipped there by default: they are bf16). A failed Python check fails the run like a lab's.
+# After the table, dev/triton/compare.py's: one row an op, ours (the lab's variant 0) | Triton |
+# torch.compile | units, from the same run's logs.
 cd "$(dirname "$0")" || exit 1
 build=${LAB_BUILD:-build}
 logs=${LAB_LOGS:-$build/logs}
@@ -41,8 +43,8 @@ for lab in $labs; do
     fi
 done
 
-# The Python rows (dev/triton): script:lab, the lab whose lines they follow in the table.
-py_pairs="softmax:fused_classifier layernorm:layernorm rmsnorm:rmsnorm gelu:gelu attention:attention_forward"
+# The Python rows (dev/triton): script:lab[,lab] pairs (compare.py --pairs): the labs whose ops the
+# script times; its lines follow the first one's.
 py_dir=../triton
 py_ran=()
 py_args=()
@@ -64,6 +66,8 @@ elif ! python3 -c "import torch, triton" >/dev/null 2>&1; then
     py_skip="python3 cannot import torch and triton"
 elif ! python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1; then
     py_skip="PyTorch sees no GPU"
+elif ! py_pairs=$(python3 "$py_dir/compare.py" --pairs); then
+    py_skip="cannot read the script list ($py_dir/compare.py --pairs)"
 fi
 if [ -n "$py_skip" ]; then
     echo "== dev/triton (Triton and torch.compile rows): skipped: $py_skip"
@@ -98,7 +102,8 @@ py_shown=" "
 for lab in $labs; do
     table_lines "$logs/$lab.log"
     for pair in "${py_ran[@]}"; do
-        if [ "${pair#*:}" = "$lab" ]; then
+        first=${pair#*:}
+        if [ "${first%%,*}" = "$lab" ]; then
             table_lines "$logs/py_${pair%%:*}.log"
             py_shown+="$pair "
         fi
@@ -107,6 +112,15 @@ done
 for pair in "${py_ran[@]}"; do  # scripts whose lab did not run here
     [[ $py_shown == *" $pair "* ]] || table_lines "$logs/py_${pair%%:*}.log"
 done
+if [ ${#py_ran[@]} -gt 0 ]; then  # the combined table: ours (variant 0) | Triton | torch.compile, one row an op
+    echo
+    py_logs=()
+    for pair in "${py_ran[@]}"; do
+        for lab in $(echo "${pair#*:}" | tr , ' '); do py_logs+=("$logs/$lab.log"); done
+        py_logs+=("$logs/py_${pair%%:*}.log")
+    done
+    python3 "$py_dir/compare.py" "${py_logs[@]}"
+fi
 echo
 if [ ${#failed[@]} -gt 0 ]; then
     echo "run_all: FAILED: ${failed[*]}"

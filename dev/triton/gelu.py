@@ -99,6 +99,7 @@ def run_shapes(L, N, C):
 
     # ---- bias + gelu
     op = f"bias_gelu_forward N={N} C={C}"
+    L.beside(op, "", "no CUDA row: the trainer adds the bias and applies GELU in the fc matmul's epilogue")
     ref = F.gelu(x.float() + bias.float(), approximate="tanh")
     nbytes, flops = 2.0 * n * s + C * s, 21.0 * n
     L.run(op, "triton", nbytes, flops, lc.MEMORY, out.poison, lambda: bias_gelu_triton(out.t, x, bias),

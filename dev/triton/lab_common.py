@@ -53,6 +53,7 @@ if INTERPRET:  # the interpreter stores bf16 by truncating (the GPU rounds to ne
     TOL_STATS = (5e-3, 5e-3)  # stored, truncated bf16 residual drift by ~2^-9
 
 TABLE_HEADER = "# name | variant | ms | GB/s | TFLOP/s | % of H200 ceiling"
+BESIDE_TAG = "# beside"  # finish()'s lines naming the CUDA row an op compares with (compare.py reads them)
 
 
 def parse_args(file, doc):
@@ -154,7 +155,7 @@ class Lab:
         import torch
         import triton
         self.torch, self.file, self.args = torch, os.path.basename(file), args
-        self.failures, self.lines = 0, []
+        self.failures, self.lines, self.besides = 0, [], []
         torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 references are fp32
         torch.backends.cudnn.allow_tf32 = False
         self.gen = torch.Generator(device=DEVICE)
@@ -169,6 +170,13 @@ class Lab:
         print(f"# {self.file} on {name} ({self.num_sms} SMs, {l2 >> 20} MB L2), bf16, "
               f"torch {torch.__version__}, triton {triton.__version__}, torch.compile mode '{args.compile_mode}'"
               f"{', small shapes' if args.small else ''}", flush=True)
+
+    def beside(self, op, cuda_op, note=""):
+        """Names the CUDA lab row that `op`'s rows compare with in the combined table (compare.py):
+        its op name (variant 0, the shipped kernel, is taken), or "" where no CUDA lab times the op;
+        `note` says how the two differ. An op that is not named here compares with the CUDA row of
+        its own name."""
+        self.besides.append((op, cuda_op, note))
 
     # ---------------------------------------------------------------- inputs
     def rand(self, shape, seed, lo=-1.0, hi=1.0, dtype=None):
@@ -331,6 +339,8 @@ class Lab:
 
     def finish(self):
         print()
+        for op, cuda_op, note in self.besides:
+            print(f"{BESIDE_TAG} {op} | {cuda_op or '-'} | {note}")
         print(TABLE_HEADER)
         for line in self.lines:
             print(line)

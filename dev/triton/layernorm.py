@@ -9,11 +9,16 @@ Backward, accumulating as the lab's does: dinp += rstd * (g - mean_c(g) - n * me
   from the reference's fp32 mean and rstd. Bytes dout and x in, dinp read and written, 8N, 6C;
   FLOPs 15 N*C.
 Variants:
-  triton         forward: 4 rows a program, the row in registers (1024-wide masked block), one read;
-                 backward: one program per chunk of rows (8 chunks per SM) writes dinp and its
-                 chunk's fp32 column partials of dweight/dbias; a second small kernel sums the
-                 partials in a fixed order (deterministic) and adds them into dweight and dbias
-                 (the shipped CUDA design; the Triton tutorial's version uses a lock per group instead)
+  triton R r wW   forward: R rows a program, W warps, the rows in registers (1024-wide masked
+                 block), one read (FWD_CONFIGS: each configuration is its own row);
+                 backward: one program per chunk of rows (8 chunks per SM), R rows a step, writes
+                 dinp and its chunk's fp32 column partials of dweight/dbias; a second small kernel
+                 sums the partials in a fixed order (deterministic) and adds them into dweight and
+                 dbias (the shipped CUDA design; the Triton tutorial's version uses a lock per group
+                 instead). `tile`: the partials accumulate as (R, 1024) tiles, summed over rows once
+                 after the loop, not every step (BWD_CONFIGS).
+                 First H200 run (b0218d8, docs/perf.md; then 4 rows, 8 warps, no tile sums): forward
+                 69% of copy, backward 22%; the other configurations are not measured yet
   torch.compile  forward: torch.ops.aten.native_layer_norm (what F.layer_norm calls; it returns
                  mean and rstd too), compiled; backward: the formula above written in PyTorch, compiled
   torch eager    the same expressions uncompiled (forward: PyTorch's own fused CUDA kernel)
@@ -53,13 +58,20 @@ def layernorm_fwd_kernel(out_ptr, mean_ptr, rstd_ptr, x_ptr, w_ptr, b_ptr, N, C,
 
 @triton.jit
 def layernorm_bwd_kernel(dinp_ptr, partial_ptr, dout_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, N, C, rows_per_chunk,
-                         ROWS: tl.constexpr, BLOCK_C: tl.constexpr):
+                         ROWS: tl.constexpr, BLOCK_C: tl.constexpr, TILE_SUMS: tl.constexpr):
+    # TILE_SUMS: dweight/dbias partials kept as (ROWS, BLOCK_C) tiles, summed over rows once at the end
+    # (elementwise adds in the loop); else summed over the ROWS rows every step (a cross-warp reduction
+    # a step)
     chunk = tl.program_id(0)
     cols = tl.arange(0, BLOCK_C)
     col_ok = cols < C
     w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-    dw = tl.zeros([BLOCK_C], dtype=tl.float32)
-    db = tl.zeros([BLOCK_C], dtype=tl.float32)
+    if TILE_SUMS:
+        dw = tl.zeros([ROWS, BLOCK_C], dtype=tl.float32)
+        db = tl.zeros([ROWS, BLOCK_C], dtype=tl.float32)
+    else:
+        dw = tl.zeros([BLOCK_C], dtype=tl.float32)
+        db = tl.zeros([BLOCK_C], dtype=tl.float32)
     r0 = chunk * rows_per_chunk
     r1 = tl.minimum(r0 + rows_per_chunk, N)
     for start in range(r0, r1, ROWS):
@@ -78,8 +90,15 @@ def layernorm_bwd_kernel(dinp_ptr, partial_ptr, dout_ptr, x_ptr, w_ptr, mean_ptr
         dx = s[:, None] * (g - mean_g[:, None] - n * mean_gn[:, None])
         di = tl.load(dinp_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         tl.store(dinp_ptr + offs, (di + dx).to(dinp_ptr.dtype.element_ty), mask=mask)
-        dw += tl.sum(dy * n, axis=0)
-        db += tl.sum(dy, axis=0)
+        if TILE_SUMS:
+            dw += dy * n
+            db += dy
+        else:
+            dw += tl.sum(dy * n, axis=0)
+            db += tl.sum(dy, axis=0)
+    if TILE_SUMS:
+        dw = tl.sum(dw, axis=0)
+        db = tl.sum(db, axis=0)
     base = partial_ptr + chunk.to(tl.int64) * 2 * C
     tl.store(base + cols, dw, mask=col_ok)
     tl.store(base + C + cols, db, mask=col_ok)
@@ -110,18 +129,24 @@ def block_c(C):
     return max(triton.next_power_of_2(C), 16)
 
 
-def layernorm_fwd_triton(out, mean, rstd, x, w, b):
+# The configurations each timed as its own row: (rows a program, warps) forward, (rows a step, warps,
+# tile sums) backward; the first of each is the one the H200 run of b0218d8 measured (docs/perf.md)
+FWD_CONFIGS = ((4, 8), (2, 4), (8, 8))
+BWD_CONFIGS = ((4, 8, False), (4, 8, True), (2, 4, True))
+
+
+def layernorm_fwd_triton(out, mean, rstd, x, w, b, rows=4, warps=8):
     N, C = x.shape
-    ROWS = 4
-    layernorm_fwd_kernel[(triton.cdiv(N, ROWS),)](out, mean, rstd, x, w, b, N, C, EPS, ROWS=ROWS,
-                                                  BLOCK_C=block_c(C), num_warps=8)
+    layernorm_fwd_kernel[(triton.cdiv(N, rows),)](out, mean, rstd, x, w, b, N, C, EPS, ROWS=rows,
+                                                  BLOCK_C=block_c(C), num_warps=warps)
 
 
-def layernorm_bwd_triton(dinp, dweight, dbias, partials, dout, x, w, mean, rstd, chunks):
+def layernorm_bwd_triton(dinp, dweight, dbias, partials, dout, x, w, mean, rstd, chunks, rows=4, warps=8,
+                         tile_sums=False):
     N, C = x.shape
     rows_per_chunk = triton.cdiv(N, chunks)
-    layernorm_bwd_kernel[(chunks,)](dinp, partials, dout, x, w, mean, rstd, N, C, rows_per_chunk, ROWS=4,
-                                    BLOCK_C=block_c(C), num_warps=8)
+    layernorm_bwd_kernel[(chunks,)](dinp, partials, dout, x, w, mean, rstd, N, C, rows_per_chunk, ROWS=rows,
+                                    BLOCK_C=block_c(C), TILE_SUMS=tile_sums, num_warps=warps)
     COLS = 32
     column_partials_add_kernel[(triton.cdiv(2 * C, COLS),)](dweight, dbias, partials, chunks, C, ROWS=64, COLS=COLS,
                                                            num_warps=4)
@@ -183,8 +208,9 @@ def run_shape(L, N, C):
         ok = L.check_fresh("mean", m.float().reshape(-1), ref_mean, tol) and ok
         return L.check_fresh("rstd", r.float().reshape(-1), ref_rstd, tol) and ok
 
-    L.run(op, "triton", fwd_bytes, fwd_flops, lc.MEMORY, reset_fwd,
-          lambda: layernorm_fwd_triton(out.t, mean.t, rstd.t, x, w, b), check_fwd_out)
+    for rows, warps in FWD_CONFIGS:
+        L.run(op, f"triton {rows}r w{warps}", fwd_bytes, fwd_flops, lc.MEMORY, reset_fwd,
+              lambda cfg=(rows, warps): layernorm_fwd_triton(out.t, mean.t, rstd.t, x, w, b, *cfg), check_fwd_out)
     compiled_fwd = L.compile(layernorm_fwd_expr)
     L.run(op, "torch.compile", fwd_bytes, fwd_flops, lc.MEMORY, lambda: None, lambda: compiled_fwd(x, w, b),
           check_fwd_fresh)
@@ -219,11 +245,13 @@ def run_shape(L, N, C):
         ok = L.check_fresh("dweight", dw, ref_dweight) and ok
         return L.check_fresh("dbias", db, ref_dbias) and ok
 
-    def bwd_triton():
-        layernorm_bwd_triton(dinp, dweight, dbias, partials, dout, x, w, ref_mean, ref_rstd, chunks)
+    def bwd_triton(cfg):
+        layernorm_bwd_triton(dinp, dweight, dbias, partials, dout, x, w, ref_mean, ref_rstd, chunks, *cfg)
         return dinp, dweight, dbias
 
-    L.run(op, "triton", bwd_bytes, bwd_flops, lc.MEMORY, reset_bwd, bwd_triton, check_bwd)
+    for rows, warps, tile_sums in BWD_CONFIGS:
+        L.run(op, f"triton {rows}r w{warps}{' tile' if tile_sums else ''}", bwd_bytes, bwd_flops, lc.MEMORY,
+              reset_bwd, lambda cfg=(rows, warps, tile_sums): bwd_triton(cfg), check_bwd)
     compiled_bwd = L.compile(layernorm_bwd_expr)
     L.run(op, "torch.compile", bwd_bytes, bwd_flops, lc.MEMORY, lambda: None,
           lambda: compiled_bwd(dinp0, dweight0, dbias0, dout, x, w, ref_mean, ref_rstd), check_bwd)

@@ -1,0 +1,79 @@
+"""The dev/triton scripts without a GPU: their Triton kernels run in Triton's CPU interpreter
+(LAB_INTERPRET=1: small awkward shapes, checks only, against the scripts' fp32 PyTorch references),
+and compare.py builds the combined table from logs in the lab's format. The interpreter tests skip
+where torch or triton is not installed (~35 s on 2 cores for all five)."""
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRITON_DIR = os.path.join(ROOT, "dev", "triton")
+HAS_TRITON = all(importlib.util.find_spec(m) is not None for m in ("torch", "triton"))
+
+
+def compare_module():
+    spec = importlib.util.spec_from_file_location("compare", os.path.join(TRITON_DIR, "compare.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+SCRIPTS = [script for script, _ in compare_module().PAIRS]
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="torch and triton are not both installed")
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_triton_kernels_in_the_interpreter(script):
+    env = dict(os.environ, LAB_INTERPRET="1")
+    r = subprocess.run([sys.executable, os.path.join(TRITON_DIR, script + ".py"), "triton"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "SKIPPED" not in out, out
+    assert f"# {script}.py: 0 check(s) failed" in out, out
+    assert out.count("  ok") >= 1, out  # at least one compared output
+
+
+LAB_LOG = """# layernorm.cu on a GPU
+# name | variant | ms | GB/s | TFLOP/s | % of H200 ceiling
+layernorm_forward N=8 C=4 | 0 shipped | 0.0600 | 3200.0 | 6.40 | 80.0% of copy
+layernorm_forward N=8 C=4 | 1 registers | 0.0500 | 3600.0 | 7.00 | 90.0% of copy
+fused_classifier N=8 V=5 Vp=8 | 0 shipped | 4.0000 | 3000.0 | 1.00 | 75.0% of copy
+attention_forward gpt2 B=1 | 0 shipped | 0.3000 | 10.0 | 350.00 | 49.3% of GEMM
+# layernorm.cu: 0 check(s) failed
+"""
+PY_LOG = """# a script
+# beside softmax_forward N=8 V=8 | fused_classifier N=8 V=5 Vp=8 | the classifier
+# beside bias_gelu N=8 | - | no CUDA row
+# name | variant | ms | GB/s | TFLOP/s | % of H200 ceiling
+layernorm_forward N=8 C=4 | triton | 0.0700 | 2800.0 | 6.00 | 70.0% of copy
+layernorm_forward N=8 C=4 | torch.compile | 0.0550 | 3640.0 | 6.00 | 91.0% of copy
+layernorm_forward N=8 C=4 | torch eager | 0.1000 | 1000.0 | 6.00 | 25.0% of copy
+softmax_forward N=8 V=8 | triton | 4.6000 | 2840.0 | 1.00 | 71.0% of copy
+softmax_forward N=8 V=8 | torch.compile | 6.0000 | 1960.0 | 1.00 | 49.0% of copy
+bias_gelu N=8 | triton | 0.2000 | 3900.0 | 1.00 | 97.5% of copy
+attention_forward gpt2 B=1 | triton 128x64 w4 | 0.3600 | 9.0 | 290.00 | 40.8% of GEMM
+attention_forward gpt2 B=1 | triton 128x128 w8 | 0.3500 | 9.0 | 300.00 | 42.3% of GEMM
+attention_forward gpt2 B=1 | torch.compile | 2.0000 | 1.0 | 50.00 | 7.0% of GEMM
+# a script: 0 check(s) failed
+"""
+
+
+def test_compare_table(tmp_path, capsys):
+    (tmp_path / "lab.log").write_text(LAB_LOG)
+    (tmp_path / "py.log").write_text(PY_LOG)
+    compare_module().table([str(tmp_path / "py.log"), str(tmp_path / "lab.log")])
+    out = capsys.readouterr().out
+    rows = {line.split(" | ")[0].strip(): [c.strip() for c in line.split(" | ")[1:]]
+            for line in out.splitlines() if " | " in line and not line.startswith("#")}
+    # ours = variant 0 (not the faster variant 1); the best Triton configuration, named
+    assert rows["layernorm_forward N=8 C=4"] == ["3200.0 (80%)", "2800.0 (70%)", "3640.0 (91%)", "GB/s"]
+    assert rows["attention_forward gpt2 B=1"] == ["350.0 (49%)", "300.0 (42%) [128x128 w8]", "50.0 (7%)", "TFLOP/s"]
+    # a CUDA row of another name (beside), and an op no CUDA lab times
+    assert rows["softmax_forward N=8 V=8"] == ["3000.0 (75%)", "2840.0 (71%)", "1960.0 (49%)", "GB/s"]
+    assert rows["bias_gelu N=8"] == ["-", "3900.0 (98%)", "-", "GB/s"]
+    assert "CUDA row: fused_classifier N=8 V=5 Vp=8" in out
+    assert "bias_gelu N=8: no torch.compile line" in out
