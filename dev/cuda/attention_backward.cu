@@ -28,6 +28,9 @@
 //      HD 64 kernel), HD 128 with 64
 //   14 late dQ, query tiles of 64 (HD 128: as 13)
 //   15 cuDNN (llmc/cudnn_attention.cuh)                                   (bf16 with USE_CUDNN=1)
+//   16 the shipped Hopper kernel held to whole items (the schedule before the split one: one CTA a
+//      128-key tile, dK and dV summed over the GQA group in registers); 0 differs from it only where
+//      the items are fewer than the SMs (odd; small-3, small on --small)
 // A second op, attention_fwd+bwd, times forward then backward (0, 1, 7 and 15), the figure
 // docs/h200.md quotes for cuDNN and PyTorch.
 // FLOPs: the forward's (4 * HD per visible pair, 2*B*NH*T^2*HD causal) times 2.5 for the backward
@@ -165,9 +168,11 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
         lab.run(op, v, what, bytes, 2.5 * fwd_flops, lab::Bound::Compute, reset, launch, check);
     };
 
-    lab::DevBuf<float> scratch(attention_detail::attention_backward_scratch_floats(B, T, NH, HD), "scratch");
+    // the size that lets the Hopper kernel split small shapes (a larger buffer than the other variants need)
+    const size_t scratch_n = attention_detail::attention_backward_scratch_floats_split(B, T, NH, NKV, HD);
+    lab::DevBuf<float> scratch(scratch_n, "scratch");
     variant(0, "shipped, dQ by reductions (scratch)",
-            [&] { attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, st, W, scratch); });
+            [&] { attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, st, W, scratch, scratch_n); });
     variant(1, "shipped, deterministic", [&] { attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, st, W); });
     if (lab.selected(1)) {  // the deterministic path must be bit-reproducible: two runs, every byte of dqkv
         std::vector<float> first;
@@ -227,6 +232,12 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
     hopper(12, "Hopper, HD 64: BQ 128, lockstep (HD 128: as 11)", Bwd<64, 128, false>{}, Bwd<128, 64, false>{});
     hopper(13, "Hopper, late dQ: HD 64 BQ 128 (shipped), HD 128 BQ 64", Bwd<64, 128, true>{}, Bwd<128, 64, true>{});
     hopper(14, "Hopper, late dQ, BQ 64 (HD 128: as 13)", Bwd<64, 64, true>{}, Bwd<128, 64, true>{});
+    variant(16, "Hopper shipped, whole items only (no split schedule)", [&] {
+        using namespace attention_hopper_detail;
+        if (HD == 64)
+            backward_hopper<HopperBwdShipped<64>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, W, st, scratch_n, false);
+        else backward_hopper<HopperBwdShipped<128>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, W, st, scratch_n, false);
+    });
 #endif
 #endif
 #if defined(USE_CUDNN)
@@ -238,7 +249,7 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
     // forward + backward, as training runs them
     lab.run(op2, 0, "shipped, dQ by reductions", bytes, 3.5 * fwd_flops, lab::Bound::Compute, reset, [&] {
         attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W);
-        attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, st, W, scratch);
+        attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, st, W, scratch, scratch_n);
     }, check);
     lab.run(op2, 1, "shipped, deterministic", bytes, 3.5 * fwd_flops, lab::Bound::Compute, reset, [&] {
         attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W);
