@@ -10,11 +10,13 @@
 //   scratch                              attention_backward_scratch_floats(B, T, NH, HD) floats, the
 //                                        single-pass mma backward's layout: dq_accum (B, T, NH, HD),
 //                                        D (B, NH, Tp), lse2 = lse * log2(e) (B, NH, Tp), Tp = T
-//                                        rounded up to 64 (zeros past T)
+//                                        rounded up to 64 (zeros past T); with the split schedule
+//                                        then dkv_accum (B, T, 2 * NKV * HD): dK's, then dV's columns
 // Three launches, as backward_flash_atomic: attention_backward_prologue (D, lse2, zeroed dq_accum),
 // the wgmma kernel below, attention_backward_dq_store (dQ = scale * dq_accum into dqkv). dK and dV are
 // summed over the GQA group in registers (deterministic); dQ by fp32 TMA reductions into dq_accum
-// (not bit-reproducible).
+// (not bit-reproducible). The split schedule (small shapes, BwdTileScheduler) zeroes dkv_accum
+// first, sums dK and dV there by fp32 reductions too, and ends with attention_backward_dqkv_store.
 //
 // The kernel by role (each a named function below):
 //   bwd_producer        warp 0 (setmaxnreg.dec): one thread issues the TMA of K, V (once an item) and,
@@ -37,7 +39,13 @@
 //   BwdTileScheduler    items = (128-key tile, kv head, sequence); one CTA an SM striding over them,
 //                       the key tiles of one (kv head, sequence) side by side so that the CTAs running
 //                       at one time share Q, dO and dq_accum rows in L2, a long causal key tile paired
-//                       with a short one per CTA
+//                       with a short one per CTA. Where the items are fewer than the SMs (B 3, NH 6/2,
+//                       T 777: 42; the first key tile's CTA ran 39 query tiles, the last 3, 90 SMs
+//                       idle: 51 TFLOP/s against cuDNN's 107) the split schedule cuts each key tile's
+//                       query tiles into ranges of at most `chunk`, one CTA each, all in one wave
+//                       (odd: chunk 8, 132 CTAs); a compile-time flag of the kernel, so the whole-item
+//                       kernel's registers are unchanged (split: HD 64 36 / 44 bytes of spills, HD 128
+//                       none)
 // Budget as shipped (HopperBwdShipped; ptxas -v):
 //   HD 64   BQ 128, late dQ; producer 24 registers, consumers 240 (168 at launch); 8 bytes of spill
 //           stores, 24 of spill loads. smem K, V 32 KB + 2 x (Q, dO) 64 KB + 2 dS^T 64 KB + dQ boxes
@@ -487,32 +495,27 @@ __device__ __forceinline__ void bwd_epilogue(bf16* dqkv, float* dkv_accum, const
     constexpr int HD = K::HD;
     const int key0 = kv0 + th.wg * 64 + th.w * 16 + th.g, t4 = th.t4;
     const float scale = th.scale;
-    if constexpr (K::SPLIT) {
-        const int kv_cols = L.NKV * HD;
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int key = key0 + 8 * r;
-            if (key >= T) continue;
+    for (int r = 0; r < 2; r++) {
+        const int key = key0 + 8 * r;
+        if (key >= T) continue;
+        if constexpr (K::SPLIT) {
+            const int kv_cols = L.NKV * HD;
             float* dst = dkv_accum + ((size_t)b * T + key) * 2 * kv_cols + kvh * HD + 2 * t4;
 #pragma unroll
             for (int nd = 0; nd < HD / 8; nd++) {
                 red_add_v2(dst + nd * 8, dk[nd * 4 + 2 * r] * scale, dk[nd * 4 + 2 * r + 1] * scale);
                 red_add_v2(dst + kv_cols + nd * 8, dv[nd * 4 + 2 * r], dv[nd * 4 + 2 * r + 1]);
             }
-        }
-        return;
-    }
+        } else {
+            bf16* dst = dqkv + ((size_t)b * T + key) * L.row();
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int key = key0 + 8 * r;
-        if (key >= T) continue;
-        bf16* dst = dqkv + ((size_t)b * T + key) * L.row();
-#pragma unroll
-        for (int nd = 0; nd < HD / 8; nd++) {
-            const int c = nd * 8 + 2 * t4;
-            *reinterpret_cast<uint32_t*>(dst + L.k_col(kvh) + c) =
-                pack_bf16(dk[nd * 4 + 2 * r] * scale, dk[nd * 4 + 2 * r + 1] * scale);
-            *reinterpret_cast<uint32_t*>(dst + L.v_col(kvh) + c) = pack_bf16(dv[nd * 4 + 2 * r], dv[nd * 4 + 2 * r + 1]);
+            for (int nd = 0; nd < HD / 8; nd++) {
+                const int c = nd * 8 + 2 * t4;
+                *reinterpret_cast<uint32_t*>(dst + L.k_col(kvh) + c) =
+                    pack_bf16(dk[nd * 4 + 2 * r] * scale, dk[nd * 4 + 2 * r + 1] * scale);
+                *reinterpret_cast<uint32_t*>(dst + L.v_col(kvh) + c) = pack_bf16(dv[nd * 4 + 2 * r], dv[nd * 4 + 2 * r + 1]);
+            }
         }
     }
 }
