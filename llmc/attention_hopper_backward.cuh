@@ -50,7 +50,7 @@
 //   HD 64   BQ 128, late dQ; producer 24 registers, consumers 240 (168 at launch); 8 bytes of spill
 //           stores, 24 of spill loads. smem K, V 32 KB + 2 x (Q, dO) 64 KB + 2 dS^T 64 KB + dQ boxes
 //           32 KB + D, lse2 2 KB = 194 KB + barriers
-//   HD 128  BQ 64, lockstep; producer 40 registers, consumers 232; no spills. smem K, V 64 KB + 2 x
+//   HD 128  BQ 64, lockstep, skip_masked; producer 40 registers, consumers 232; no spills. smem K, V 64 KB + 2 x
 //           (Q, dO) 64 KB + 2 dS^T 32 KB + dQ boxes 32 KB + D, lse2 1 KB = 193 KB + barriers
 // FLOPs: 5 matmuls, 10 * HD per visible pair (plus the masked parts of diagonal and window-edge tiles);
 // bytes: K, V once, Q and dO once per key tile (from L2 with the work order above), BQ * HD * 4 bytes
@@ -81,6 +81,9 @@ using namespace attention_detail;
 //                columns
 //   stages       query tiles (Q, dO, D, lse2) in flight
 //   late_dq      dQ of tile n issued after tile n + 1's dV/dK (bwd_mainloop), not in lockstep
+//   skip_masked  lockstep only: a warpgroup whose 64 keys see none of a tile's queries (below the
+//                causal diagonal, past the window) skips its S^T, dP^T, dV, dK wgmmas and writes zeros
+//                as its dS^T rows (the dQ wgmma still reads all 128 keys)
 // SPLIT (not a field: the launcher instantiates both): the split schedule (BwdTileScheduler), a
 // compile-time flag so that the whole-item kernel carries none of its registers.
 template <class Config, bool SPLIT_ = false>
@@ -88,7 +91,8 @@ struct HopperBwd {
     static constexpr bool SPLIT = SPLIT_;
     static constexpr int HD = Config::head_dim, BKV = 128, BQ = Config::q_tile, STAGES = Config::stages;
     static constexpr int THREADS = 384;
-    static constexpr bool LATE_DQ = Config::late_dq, DQ_ROWS = BQ == 128;
+    static constexpr bool LATE_DQ = Config::late_dq, DQ_ROWS = BQ == 128, SKIP_MASKED = Config::skip_masked;
+    static_assert(!(SKIP_MASKED && LATE_DQ), "skip_masked: in the lockstep schedule only");
     // setmaxnreg: the producer warpgroup gives registers to the consumers, within the 168 x 384 the CTA
     // got at launch (an inc past that pool waits forever: 32 / 240 hung). BQ 128 and the late dQ need
     // 240 (232 spilled), so 24 / 240 there; the one-thread producer's loop spills at 24, so 40 / 232
@@ -457,19 +461,28 @@ __device__ __forceinline__ void bwd_mainloop(const BwdSmemAddr<K>& sm, uint8_t* 
             const float* rows = reinterpret_cast<const float*>(smem_gen + (sm.rows(s) - base));
             float st[BQ / 2], dpt[BQ / 2], dq[N / 2];
             uint32_t pf[BQ / 16][4], dsf[BQ / 16][4];
+            // skip_masked: none of this warpgroup's keys kw0 .. kw0 + 63 visible to the tile's queries
+            const bool live = !K::SKIP_MASKED || any_visible(i0, i0 + BQ - 1, kw0, kw0 + 63, window);
             mbar_wait(sm.full(s), (cnt / STAGES) & 1);
-            wgmma_fence();
-            issue_s_dp(st, dpt, s);
-            wgmma_wait<1>();  // S^T done; P^T while dP^T is still on the tensor cores
-            fence_regs(st);
-            probabilities(st, rows, i0, kw0, key0);
-            wgmma_wait<0>();
-            fence_regs(dpt);
-            dscores(dpt, st, rows);
-            pack_p<BQ>(pf, st);
-            pack_p<BQ>(dsf, dpt);
-            wgmma_fence();
-            issue_dv_dk(dv, dk, pf, dsf, s);
+            if (live) {
+                wgmma_fence();
+                issue_s_dp(st, dpt, s);
+                wgmma_wait<1>();  // S^T done; P^T while dP^T is still on the tensor cores
+                fence_regs(st);
+                probabilities(st, rows, i0, kw0, key0);
+                wgmma_wait<0>();
+                fence_regs(dpt);
+                dscores(dpt, st, rows);
+                pack_p<BQ>(pf, st);
+                pack_p<BQ>(dsf, dpt);
+                wgmma_fence();
+                issue_dv_dk(dv, dk, pf, dsf, s);
+            } else {
+#pragma unroll
+                for (int kk = 0; kk < BQ / 16; kk++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) pf[kk][e] = 0u, dsf[kk][e] = 0u;
+            }
             store_ds(dsf, sdS);
             ds_ready();
             wgmma_fence();
@@ -703,18 +716,21 @@ inline void backward_hopper(bf16* dqkv, float* scratch, const bf16* dout, const 
 
 // The shipped configurations (budget in the header comment). HD 64: query tiles of 128 and the late dQ
 // (each +5..17% at gpt2 / gqa, docs/perf.md); HD 128 keeps the lockstep schedule (the late dQ measured
-// within noise there and spills 60 bytes).
+// within noise there and spills 60 bytes) and skips the tiles a warpgroup's keys cannot see (a 256
+// window at BQ 64: 1 of each warpgroup's 6 query tiles a key tile; causal: the diagonal tile of
+// warpgroup 1), which leaves the tensor cores to the other warpgroup; not yet timed on the H200
+// (attention_backward.cu variants 16, 17).
 template <int HD>
 struct HopperBwdShipped;
 template <>
 struct HopperBwdShipped<64> {
     static constexpr int head_dim = 64, q_tile = 128, stages = 2;
-    static constexpr bool late_dq = true;
+    static constexpr bool late_dq = true, skip_masked = false;
 };
 template <>
 struct HopperBwdShipped<128> {
     static constexpr int head_dim = 128, q_tile = 64, stages = 2;
-    static constexpr bool late_dq = false;
+    static constexpr bool late_dq = false, skip_masked = true;
 };
 }  // namespace attention_hopper_detail
 #endif  // LLMC_SM90A

@@ -8,9 +8,10 @@
 #     --small. The Hopper backward's split schedule (llmc/attention_hopper_backward.cuh,
 #     BwdTileScheduler) runs in variant 0 at odd (B 3, NH 6/2, T 777, HD 128) and at the three
 #     --small shapes; elsewhere variant 0 is the whole-item kernel.
-#  2. the backward timed, --reps 10, one process: variant 0 (shipped: the split schedule where the
-#     work items are fewer than the SMs) beside 16 (the same kernel held to whole items, the schedule
-#     before), at the lab's shapes (the five of docs/perf.md's table and odd-w).
+#  2. the backward timed, --reps 10, one process, at the lab's shapes (the five of docs/perf.md's
+#     table and odd-w): 16 (the Hopper kernel as shipped before: whole items, no skip), 17 (the shipped
+#     kernel held to whole items: HD 128 with skip_masked) and 0 (shipped: also the split schedule
+#     where the work items are fewer than the SMs).
 # Logs and the table under ${OUT:-/tmp/out}/attention_backward_gpu_check/. Every step runs under
 # `timeout` within a 235 s budget; about 2-3 minutes expected. Exit 1 when anything failed.
 cd "$(dirname "$0")/.." || exit 1
@@ -49,27 +50,30 @@ step fwd_check 45 attention_forward --check-only
 step hopper_check 45 attention_hopper --check-only
 step bwd_check 90 attention_backward --check-only
 step bwd_check_small 20 attention_backward --check-only --small
-step bwd_time 80 attention_backward 0 16 --reps 10
+step bwd_time 90 attention_backward 0 16 17 --reps 10
 
 # The table: from the timing run's summary lines "attention_backward <shape> B=.. | <variant> <what> |
 # ms | GB/s | TFLOP/s | % ...". cuDNN's backward figures are docs/perf.md's (commit 7e71c02, an
 # earlier run, not this one).
 table=$LOGS/table.txt
 awk -F' [|] ' '
-    $1 ~ /^attention_backward / && ($2 ~ /^0 / || $2 ~ /^16 /) {
+    $1 ~ /^attention_backward / && ($2 ~ /^0 / || $2 ~ /^16 / || $2 ~ /^17 /) {
         split($1, a, " "); shape = a[2]; split($2, v, " ");
         ms[shape, v[1]] = $3; tf[shape, v[1]] = $5;
         if (!(shape in seen)) { seen[shape] = 1; order[++n] = shape; dims[shape] = a[3] " " a[4] " " a[5] " " a[6] " " a[7] " " a[8] }
     }
     END {
         cudnn["gpt2"] = 244.7; cudnn["gqa"] = 229.6; cudnn["long"] = 468.9; cudnn["window"] = 191.2; cudnn["odd"] = 107.3; cudnn["odd-w"] = 27.2;
-        printf "%-7s %-40s %10s %9s %10s %9s %8s %14s %9s\n", "shape", "dims", "old16 ms", "old TF/s", "new0 ms", "new TF/s", "new/old", "cuDNN(perf.md)", "new/cuDNN";
+        printf "%-7s %-40s %9s %8s %9s %8s %9s %8s %8s %8s %9s %9s\n", "shape", "dims", "16 ms", "16 TF/s",
+               "17 ms", "17 TF/s", "0 ms", "0 TF/s", "17/16", "0/16", "cuDNN*", "0/cuDNN*";
         for (i = 1; i <= n; i++) {
-            s = order[i]; o = tf[s, "16"]; w = tf[s, "0"];
+            s = order[i]; o = tf[s, "16"]; k = tf[s, "17"]; w = tf[s, "0"];
+            rk = (o > 0 && k > 0) ? sprintf("%.2fx", k / o) : "-";
             r = (o > 0 && w > 0) ? sprintf("%.2fx", w / o) : "-";
             c = (s in cudnn) ? sprintf("%.1f", cudnn[s]) : "-";
             rc = (s in cudnn && w > 0) ? sprintf("%.2fx", w / cudnn[s]) : "-";
-            printf "%-7s %-40s %10s %9s %10s %9s %8s %14s %9s\n", s, dims[s], ms[s, "16"], o, ms[s, "0"], w, r, c, rc;
+            printf "%-7s %-40s %9s %8s %9s %8s %9s %8s %8s %8s %9s %9s\n", s, dims[s], ms[s, "16"], o, ms[s, "17"], k,
+                   ms[s, "0"], w, rk, r, c, rc;
         }
     }' "$LOGS/bwd_time.log" >"$table" 2>/dev/null
 rows=$(($(wc -l <"$table") - 1))
@@ -78,6 +82,8 @@ rows=$(($(wc -l <"$table") - 1))
 echo
 echo "== attention backward GPU check: $([ $bad -eq 0 ] && echo PASS || echo FAIL) ($(($(date +%s) - start))s; logs $LOGS)"
 printf '%s\n' "${results[@]}"
-echo "-- backward TFLOP/s (2.5x the forward's FLOPs), median of 10, L2 flushed; 16 = whole items (before), 0 = shipped (split where items < SMs)"
+echo "-- backward TFLOP/s (2.5x the forward's FLOPs), median of 10, L2 flushed, one process: 16 = the Hopper kernel"
+echo "   as shipped before, 17 = + skip_masked (HD 128), 0 = shipped (+ the split schedule where items < SMs);"
+echo "   cuDNN* = docs/perf.md's figure from an earlier run (commit 7e71c02), not this one"
 cat "$table"
 exit $bad
