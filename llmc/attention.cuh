@@ -330,16 +330,19 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B,
 // scratch: nullptr for the deterministic backward (bit-identical run to run: the mma.sync pair), or a
 // 16-byte aligned buffer of attention_detail::attention_backward_scratch_floats(B, T, NH, HD) floats
 // for the faster single pass whose dQ sums come from fp32 atomics: the Hopper kernel in sm_90a builds,
-// the mma.sync single pass elsewhere (bf16 build; the FP32 build ignores it).
+// the mma.sync single pass elsewhere (bf16 build; the FP32 build ignores it). scratch_floats: the
+// buffer's size in floats where known; from attention_backward_scratch_floats_split(B, T, NH, NKV, HD)
+// on, the Hopper kernel may split small shapes over more SMs (dK, dV then also summed by atomics).
 inline void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
                                int B, int T, int NH, int NKV, int HD, cudaStream_t stream, int window = 0,
-                               float* scratch = nullptr) {
+                               float* scratch = nullptr, size_t scratch_floats = 0) {
 #if defined(PRECISION_FP32)
-    (void)scratch;
+    (void)scratch, (void)scratch_floats;
     attention_backward_simple(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window);
 #else
     if (scratch && attention_hopper_available())
-        attention_backward_hopper(dqkv, scratch, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window);
+        attention_backward_hopper(dqkv, scratch, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window,
+                                  scratch_floats);
     else attention_backward_flash(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window, scratch);
 #endif
 }

@@ -10,11 +10,13 @@
 //   scratch                              attention_backward_scratch_floats(B, T, NH, HD) floats, the
 //                                        single-pass mma backward's layout: dq_accum (B, T, NH, HD),
 //                                        D (B, NH, Tp), lse2 = lse * log2(e) (B, NH, Tp), Tp = T
-//                                        rounded up to 64 (zeros past T)
+//                                        rounded up to 64 (zeros past T); with the split schedule
+//                                        then dkv_accum (B, T, 2 * NKV * HD): dK's, then dV's columns
 // Three launches, as backward_flash_atomic: attention_backward_prologue (D, lse2, zeroed dq_accum),
 // the wgmma kernel below, attention_backward_dq_store (dQ = scale * dq_accum into dqkv). dK and dV are
 // summed over the GQA group in registers (deterministic); dQ by fp32 TMA reductions into dq_accum
-// (not bit-reproducible).
+// (not bit-reproducible). The split schedule (small shapes, BwdTileScheduler) zeroes dkv_accum
+// first, sums dK and dV there by fp32 reductions too, and ends with attention_backward_dqkv_store.
 //
 // The kernel by role (each a named function below):
 //   bwd_producer        warp 0 (setmaxnreg.dec): one thread issues the TMA of K, V (once an item) and,
@@ -37,12 +39,18 @@
 //   BwdTileScheduler    items = (128-key tile, kv head, sequence); one CTA an SM striding over them,
 //                       the key tiles of one (kv head, sequence) side by side so that the CTAs running
 //                       at one time share Q, dO and dq_accum rows in L2, a long causal key tile paired
-//                       with a short one per CTA
+//                       with a short one per CTA. Where the items are fewer than the SMs (B 3, NH 6/2,
+//                       T 777: 42; the first key tile's CTA ran 39 query tiles, the last 3, 90 SMs
+//                       idle: 51 TFLOP/s against cuDNN's 107) the split schedule cuts each key tile's
+//                       query tiles into ranges of at most `chunk`, one CTA each, all in one wave
+//                       (odd: chunk 8, 132 CTAs); a compile-time flag of the kernel, so the whole-item
+//                       kernel's registers are unchanged (split: HD 64 36 / 44 bytes of spills, HD 128
+//                       none)
 // Budget as shipped (HopperBwdShipped; ptxas -v):
 //   HD 64   BQ 128, late dQ; producer 24 registers, consumers 240 (168 at launch); 8 bytes of spill
 //           stores, 24 of spill loads. smem K, V 32 KB + 2 x (Q, dO) 64 KB + 2 dS^T 64 KB + dQ boxes
 //           32 KB + D, lse2 2 KB = 194 KB + barriers
-//   HD 128  BQ 64, lockstep; producer 40 registers, consumers 232; no spills. smem K, V 64 KB + 2 x
+//   HD 128  BQ 64, lockstep, skip_masked; producer 40 registers, consumers 232; no spills. smem K, V 64 KB + 2 x
 //           (Q, dO) 64 KB + 2 dS^T 32 KB + dQ boxes 32 KB + D, lse2 1 KB = 193 KB + barriers
 // FLOPs: 5 matmuls, 10 * HD per visible pair (plus the masked parts of diagonal and window-edge tiles);
 // bytes: K, V once, Q and dO once per key tile (from L2 with the work order above), BQ * HD * 4 bytes
@@ -73,11 +81,18 @@ using namespace attention_detail;
 //                columns
 //   stages       query tiles (Q, dO, D, lse2) in flight
 //   late_dq      dQ of tile n issued after tile n + 1's dV/dK (bwd_mainloop), not in lockstep
-template <class Config>
+//   skip_masked  lockstep only: a warpgroup whose 64 keys see none of a tile's queries (below the
+//                causal diagonal, past the window) skips its S^T, dP^T, dV, dK wgmmas and writes zeros
+//                as its dS^T rows (the dQ wgmma still reads all 128 keys)
+// SPLIT (not a field: the launcher instantiates both): the split schedule (BwdTileScheduler), a
+// compile-time flag so that the whole-item kernel carries none of its registers.
+template <class Config, bool SPLIT_ = false>
 struct HopperBwd {
+    static constexpr bool SPLIT = SPLIT_;
     static constexpr int HD = Config::head_dim, BKV = 128, BQ = Config::q_tile, STAGES = Config::stages;
     static constexpr int THREADS = 384;
-    static constexpr bool LATE_DQ = Config::late_dq, DQ_ROWS = BQ == 128;
+    static constexpr bool LATE_DQ = Config::late_dq, DQ_ROWS = BQ == 128, SKIP_MASKED = Config::skip_masked;
+    static_assert(!(SKIP_MASKED && LATE_DQ), "skip_masked: in the lockstep schedule only");
     // setmaxnreg: the producer warpgroup gives registers to the consumers, within the 168 x 384 the CTA
     // got at launch (an inc past that pool waits forever: 32 / 240 hung). BQ 128 and the late dQ need
     // 240 (232 spilled), so 24 / 240 there; the one-thread producer's loop spills at 24, so 40 / 232
@@ -142,24 +157,62 @@ enum BwdNamedBarrier : int {
 __device__ __forceinline__ uint32_t dq_box_offset(int r, int c) { return r * 128 + (((c >> 2) ^ (r & 7)) << 4) + (c & 3) * 4; }
 
 // ============================================================================ tile scheduler
-// Item i: (kv head, sequence) i / n_kt, so the CTAs running at one time share their queries' Q, dO and
-// dq_accum rows in L2 (the grid is a multiple of n_kt where it can be); key tile i % n_kt, reversed in
-// odd rounds of the grid so that each CTA's consecutive items pair a long causal key tile with a short
-// one. A CTA takes items blockIdx.x, blockIdx.x + gridDim.x, ...
+// Query tiles of BQ from kv0 up to the last query that sees a key of the BKV-key tile at kv0 (host and
+// device: the launcher sizes the split with it).
+template <int BKV, int BQ>
+__host__ __device__ __forceinline__ int bwd_query_tiles(int kv0, int T, int window) {
+    const int kv_last = (kv0 + BKV < T ? kv0 + BKV : T) - 1;
+    const int q_end = window > 0 && kv_last + window < T ? kv_last + window : T;
+    return (q_end - kv0 + BQ - 1) / BQ;
+}
+// Units of one (kv head, sequence) when a key tile's group * query_tiles tiles are cut into pieces of
+// at most `chunk` (the split schedule below).
+template <int BKV, int BQ>
+__host__ __device__ inline int bwd_split_units(int T, int window, int group, int chunk) {
+    int units = 0;
+    for (int kv0 = 0; kv0 < T; kv0 += BKV) units += ceil_div(group * bwd_query_tiles<BKV, BQ>(kv0, T, window), chunk);
+    return units;
+}
+
+// Two schedules; a CTA takes units blockIdx.x, blockIdx.x + gridDim.x, ...; a unit is a key tile
+// (kv0, kv head, sequence) and a range [it_begin, it_end) of its group * n_qt query tiles (head
+// kvh * group + it / n_qt, queries kv0 + (it % n_qt) * BQ ..).
+//   whole items (chunk 0): every unit is a whole key tile. Item i: (kv head, sequence) i / n_kt, so
+//     the CTAs running at one time share their queries' Q, dO and dq_accum rows in L2 (the grid is a
+//     multiple of n_kt where it can be); key tile i % n_kt, reversed in odd rounds of the grid so that
+//     each CTA's consecutive items pair a long causal key tile with a short one.
+//   split (chunk > 0; where whole items would leave SMs idle): key tile kt's tiles are cut into
+//     ns = ceil(n_it / chunk) even ranges, one CTA each, in the order (kv head, sequence), key tile,
+//     range (the longest key tiles first); the CTAs of a key tile sum dK, dV by fp32 reductions into
+//     dkv_accum. The launcher picks the smallest chunk whose units fit in one wave.
 template <class K>
 struct BwdTileScheduler {
-    int group, T, NKV, window, n_kt, n_items;  // group: query heads a kv head
-    __device__ __forceinline__ BwdTileScheduler(int B, int T_, const QKVLayout& L, int window_)
-        : group(L.NH / L.NKV), T(T_), NKV(L.NKV), window(window_), n_kt(ceil_div(T_, K::BKV)),
-          n_items(n_kt * L.NKV * B) {}
-    __device__ void decode(int i, int& kv0, int& kvh, int& b) const {
-        const int hb = i / n_kt, kt = i % n_kt;
-        kv0 = ((i / (int)gridDim.x) & 1 ? n_kt - 1 - kt : kt) * K::BKV, kvh = hb % NKV, b = hb / NKV;
-    }
-    // query tiles from kv0 up to the last query that sees a key of the tile
-    __device__ int query_tiles(int kv0) const {
-        const int kv_last = min(kv0 + K::BKV, T) - 1, q_end = window > 0 ? min(T, kv_last + window) : T;
-        return ceil_div(q_end - kv0, K::BQ);
+    int group, T, NKV, window, n_kt, chunk, units_hb, n_items;  // group: query heads a kv head
+    __device__ __forceinline__ BwdTileScheduler(int B, int T_, const QKVLayout& L, int window_, int chunk_)
+        : group(L.NH / L.NKV), T(T_), NKV(L.NKV), window(window_), n_kt(ceil_div(T_, K::BKV)), chunk(chunk_),
+          units_hb(K::SPLIT ? bwd_split_units<K::BKV, K::BQ>(T_, window_, L.NH / L.NKV, chunk_) : n_kt),
+          n_items(units_hb * L.NKV * B) {}
+    __device__ int query_tiles(int kv0) const { return bwd_query_tiles<K::BKV, K::BQ>(kv0, T, window); }
+    // unit i: its key tile kv0, kv head, sequence, query tiles per head n_qt and range [it_begin, it_end)
+    __device__ void decode(int i, int& kv0, int& kvh, int& b, int& n_qt, int& it_begin, int& it_end) const {
+        const int hb = i / units_hb;
+        kvh = hb % NKV, b = hb / NKV;
+        if constexpr (!K::SPLIT) {
+            const int kt = i % n_kt;
+            kv0 = ((i / (int)gridDim.x) & 1 ? n_kt - 1 - kt : kt) * K::BKV;
+            n_qt = query_tiles(kv0), it_begin = 0, it_end = group * n_qt;
+            return;
+        }
+        int r = i % units_hb;  // the split schedule
+        for (kv0 = 0;; kv0 += K::BKV) {
+            n_qt = query_tiles(kv0);
+            const int ns = ceil_div(group * n_qt, chunk);
+            if (r < ns) {
+                it_begin = r * group * n_qt / ns, it_end = (r + 1) * group * n_qt / ns;
+                return;
+            }
+            r -= ns;
+        }
     }
 };
 
@@ -173,14 +226,13 @@ __device__ __forceinline__ void bwd_producer(const BwdSmemAddr<K>& sm, const Bwd
     const int group = sched.group;
     int cnt = 0, j = 0;  // query tiles and items so far: ring stage and phase
     for (int i = blockIdx.x; i < sched.n_items; i += gridDim.x, j++) {
-        int kv0, kvh, b;
-        sched.decode(i, kv0, kvh, b);
-        const int n_qt = sched.query_tiles(kv0), n_it = group * n_qt;
+        int kv0, kvh, b, n_qt, it_begin, it_end;
+        sched.decode(i, kv0, kvh, b, n_qt, it_begin, it_end);
         mbar_wait(sm.kv_empty, (j & 1) ^ 1);
         mbar_expect_tx(sm.kv_full, 2 * K::KV_BYTES);
         tma_tile<BKV, HD>(sm.sK, qkv_map, L.k_col(kvh), kv0, b, sm.kv_full);
         tma_tile<BKV, HD>(sm.sV, qkv_map, L.v_col(kvh), kv0, b, sm.kv_full);
-        for (int it = 0; it < n_it; it++, cnt++) {
+        for (int it = it_begin; it < it_end; it++, cnt++) {
             const int s = cnt % STAGES, h = kvh * group + it / n_qt, i0 = kv0 + (it % n_qt) * BQ;
             mbar_wait(sm.empty(s), ((cnt / STAGES) & 1) ^ 1);
             mbar_expect_tx(sm.full(s), 2 * K::Q_BYTES + K::ROWS_BYTES);
@@ -205,13 +257,14 @@ struct BwdThread {
     bool dq_issuer;    // issues its warpgroup's TMA reductions
 };
 
-// The consumer main loop of one item (128 keys kv0.. of kv head kvh, sequence b; n_it = group * n_qt
-// query tiles, cnt counting the CTA's tiles, continued across items): it waits for K and V, runs the
-// tiles, and releases K and V when every wgmma reading them has completed. dk, dv accumulate.
+// The consumer main loop of one unit (128 keys kv0.. of kv head kvh, sequence b; query tiles
+// [it_begin, it_end) of the key tile's group * n_qt, cnt counting the CTA's tiles, continued across
+// units): it waits for K and V, runs the tiles, and releases K and V when every wgmma reading them has
+// completed. dk, dv accumulate.
 template <class K>
 __device__ __forceinline__ void bwd_mainloop(const BwdSmemAddr<K>& sm, uint8_t* smem_gen, const BwdThread& th,
                                              const CUtensorMap* dq_map, int j, int kv0, int kvh, int b, int group,
-                                             int n_qt, int n_it, int& cnt, float (&dk)[K::HD / 2], float (&dv)[K::HD / 2],
+                                             int n_qt, int it_begin, int it_end, int& cnt, float (&dk)[K::HD / 2], float (&dv)[K::HD / 2],
                                              int T, const QKVLayout& L, int window) {
     constexpr int HD = K::HD, BQ = K::BQ, BKV = K::BKV, STAGES = K::STAGES;
     const int wg = th.wg, w = th.w, lane = th.lane, g = th.g, t4 = th.t4;
@@ -388,9 +441,9 @@ __device__ __forceinline__ void bwd_mainloop(const BwdSmemAddr<K>& sm, uint8_t* 
                 reduce_dq(dq, tile_h(it - 1), tile_i0(it - 1), b);
             }
         };
-        step(std::integral_constant<bool, false>{}, 0);
+        step(std::integral_constant<bool, false>{}, it_begin);
         cnt++;
-        for (int it = 1; it < n_it; it++, cnt++) step(std::integral_constant<bool, true>{}, it);
+        for (int it = it_begin + 1; it < it_end; it++, cnt++) step(std::integral_constant<bool, true>{}, it);
         {  // tail: dQ of the item's last tile
             float dq[N / 2];
             dq_ready(cnt - 1);
@@ -398,29 +451,38 @@ __device__ __forceinline__ void bwd_mainloop(const BwdSmemAddr<K>& sm, uint8_t* 
             issue_dq(dq, ds_buf(cnt - 1));
             wgmma_wait<0>();
             fence_regs(dq);
-            reduce_dq(dq, tile_h(n_it - 1), tile_i0(n_it - 1), b);
+            reduce_dq(dq, tile_h(it_end - 1), tile_i0(it_end - 1), b);
         }
     } else {
         // Lockstep: both warpgroups meet at one barrier a tile (dS^T written), then dQ.
-        for (int it = 0; it < n_it; it++, cnt++) {
+        for (int it = it_begin; it < it_end; it++, cnt++) {
             const int s = cnt % STAGES, h = kvh * group + it / n_qt, i0 = kv0 + (it % n_qt) * BQ;
             const uint32_t sdS = base + sm.OFF_DS + (cnt & 1) * K::DS_BYTES;
             const float* rows = reinterpret_cast<const float*>(smem_gen + (sm.rows(s) - base));
             float st[BQ / 2], dpt[BQ / 2], dq[N / 2];
             uint32_t pf[BQ / 16][4], dsf[BQ / 16][4];
+            // skip_masked: none of this warpgroup's keys kw0 .. kw0 + 63 visible to the tile's queries
+            const bool live = !K::SKIP_MASKED || any_visible(i0, i0 + BQ - 1, kw0, kw0 + 63, window);
             mbar_wait(sm.full(s), (cnt / STAGES) & 1);
-            wgmma_fence();
-            issue_s_dp(st, dpt, s);
-            wgmma_wait<1>();  // S^T done; P^T while dP^T is still on the tensor cores
-            fence_regs(st);
-            probabilities(st, rows, i0, kw0, key0);
-            wgmma_wait<0>();
-            fence_regs(dpt);
-            dscores(dpt, st, rows);
-            pack_p<BQ>(pf, st);
-            pack_p<BQ>(dsf, dpt);
-            wgmma_fence();
-            issue_dv_dk(dv, dk, pf, dsf, s);
+            if (live) {
+                wgmma_fence();
+                issue_s_dp(st, dpt, s);
+                wgmma_wait<1>();  // S^T done; P^T while dP^T is still on the tensor cores
+                fence_regs(st);
+                probabilities(st, rows, i0, kw0, key0);
+                wgmma_wait<0>();
+                fence_regs(dpt);
+                dscores(dpt, st, rows);
+                pack_p<BQ>(pf, st);
+                pack_p<BQ>(dsf, dpt);
+                wgmma_fence();
+                issue_dv_dk(dv, dk, pf, dsf, s);
+            } else {
+#pragma unroll
+                for (int kk = 0; kk < BQ / 16; kk++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) pf[kk][e] = 0u, dsf[kk][e] = 0u;
+            }
             store_ds(dsf, sdS);
             ds_ready();
             wgmma_fence();
@@ -435,12 +497,14 @@ __device__ __forceinline__ void bwd_mainloop(const BwdSmemAddr<K>& sm, uint8_t* 
     if (lane == 0) mbar_arrive(sm.kv_empty);  // every wgmma reading K, V has completed
 }
 
-// The epilogue of one item: dK = scale * dS^T Q, dV as bf16 pairs straight from the accumulators into
-// dqkv, the thread's keys key0 and key0 + 8 where < T.
+// The epilogue of one unit: dK = scale * dS^T Q, dV as bf16 pairs straight from the accumulators into
+// dqkv, the thread's keys key0 and key0 + 8 where < T; under the split schedule (dkv_accum, see
+// BwdTileScheduler) the pairs are added into dkv_accum (B, T, 2 * NKV * HD) fp32 instead, dK's columns
+// then dV's as in a dqkv row, by red.global.add.v2.f32.
 template <class K>
-__device__ __forceinline__ void bwd_epilogue(bf16* dqkv, const BwdThread& th, int kv0, int kvh, int b,
-                                             const float (&dk)[K::HD / 2], const float (&dv)[K::HD / 2], int T,
-                                             const QKVLayout& L) {
+__device__ __forceinline__ void bwd_epilogue(bf16* dqkv, float* dkv_accum, const BwdThread& th, int kv0, int kvh,
+                                             int b, const float (&dk)[K::HD / 2], const float (&dv)[K::HD / 2],
+                                             int T, const QKVLayout& L) {
     constexpr int HD = K::HD;
     const int key0 = kv0 + th.wg * 64 + th.w * 16 + th.g, t4 = th.t4;
     const float scale = th.scale;
@@ -448,13 +512,23 @@ __device__ __forceinline__ void bwd_epilogue(bf16* dqkv, const BwdThread& th, in
     for (int r = 0; r < 2; r++) {
         const int key = key0 + 8 * r;
         if (key >= T) continue;
-        bf16* dst = dqkv + ((size_t)b * T + key) * L.row();
+        if constexpr (K::SPLIT) {
+            const int kv_cols = L.NKV * HD;
+            float* dst = dkv_accum + ((size_t)b * T + key) * 2 * kv_cols + kvh * HD + 2 * t4;
 #pragma unroll
-        for (int nd = 0; nd < HD / 8; nd++) {
-            const int c = nd * 8 + 2 * t4;
-            *reinterpret_cast<uint32_t*>(dst + L.k_col(kvh) + c) =
-                pack_bf16(dk[nd * 4 + 2 * r] * scale, dk[nd * 4 + 2 * r + 1] * scale);
-            *reinterpret_cast<uint32_t*>(dst + L.v_col(kvh) + c) = pack_bf16(dv[nd * 4 + 2 * r], dv[nd * 4 + 2 * r + 1]);
+            for (int nd = 0; nd < HD / 8; nd++) {
+                red_add_v2(dst + nd * 8, dk[nd * 4 + 2 * r] * scale, dk[nd * 4 + 2 * r + 1] * scale);
+                red_add_v2(dst + kv_cols + nd * 8, dv[nd * 4 + 2 * r], dv[nd * 4 + 2 * r + 1]);
+            }
+        } else {
+            bf16* dst = dqkv + ((size_t)b * T + key) * L.row();
+#pragma unroll
+            for (int nd = 0; nd < HD / 8; nd++) {
+                const int c = nd * 8 + 2 * t4;
+                *reinterpret_cast<uint32_t*>(dst + L.k_col(kvh) + c) =
+                    pack_bf16(dk[nd * 4 + 2 * r] * scale, dk[nd * 4 + 2 * r + 1] * scale);
+                *reinterpret_cast<uint32_t*>(dst + L.v_col(kvh) + c) = pack_bf16(dv[nd * 4 + 2 * r], dv[nd * 4 + 2 * r + 1]);
+            }
         }
     }
 }
@@ -462,7 +536,8 @@ __device__ __forceinline__ void bwd_epilogue(bf16* dqkv, const BwdThread& th, in
 // A consumer warpgroup over the CTA's items: the main loop, the epilogue.
 template <class K>
 __device__ __forceinline__ void bwd_consumer(const BwdSmemAddr<K>& sm, uint8_t* smem_gen, const BwdTileScheduler<K>& sched,
-                                             int warp, int lane, bf16* dqkv, const CUtensorMap* dq_map, int T,
+                                             int warp, int lane, bf16* dqkv, float* dkv_accum,
+                                             const CUtensorMap* dq_map, int T,
                                              const QKVLayout& L, int window) {
     constexpr int HD = K::HD;
     // warpgroup index through a shuffle from lane 0: provably warp-uniform (see attention_hopper.cuh)
@@ -475,33 +550,35 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmemAddr<K>& sm, uint8_t* 
 
     int cnt = 0, j = 0;
     for (int i = blockIdx.x; i < sched.n_items; i += gridDim.x, j++) {
-        int kv0, kvh, b;
-        sched.decode(i, kv0, kvh, b);
-        const int n_qt = sched.query_tiles(kv0), n_it = group * n_qt;
+        int kv0, kvh, b, n_qt, it_begin, it_end;
+        sched.decode(i, kv0, kvh, b, n_qt, it_begin, it_end);
         float dk[HD / 2], dv[HD / 2];
 #pragma unroll
         for (int k = 0; k < HD / 2; k++) dk[k] = 0.0f, dv[k] = 0.0f;
-        bwd_mainloop<K>(sm, smem_gen, th, dq_map, j, kv0, kvh, b, group, n_qt, n_it, cnt, dk, dv, T, L, window);
-        bwd_epilogue<K>(dqkv, th, kv0, kvh, b, dk, dv, T, L);
+        bwd_mainloop<K>(sm, smem_gen, th, dq_map, j, kv0, kvh, b, group, n_qt, it_begin, it_end, cnt, dk, dv, T, L,
+                        window);
+        bwd_epilogue<K>(dqkv, dkv_accum, th, kv0, kvh, b, dk, dv, T, L);
     }
     if (th.dq_issuer) bulk_wait<0>();  // the smem boxes stay until the last reduction has completed
 }
 
 // ============================================================================ the kernel
-// grid: min(work items, SMs) CTAs (a multiple of the key tiles where it can be) striding over the
-// items; THREADS threads; bwd_smem_bytes() of smem. Warps 0-3 the producer, 4-11 the consumers.
-template <class Config>
+// grid: min(units, SMs) CTAs (whole items: a multiple of the key tiles where it can be) striding over
+// the units (BwdTileScheduler); THREADS threads; bwd_smem_bytes() of smem. Warps 0-3 the producer, 4-11
+// the consumers. dkv_accum: nullptr, or (chunk > 0) the split schedule's fp32 dK, dV sums, zeroed.
+template <class Config, bool SPLIT>
 __global__ void __launch_bounds__(HopperBwd<Config>::THREADS, 1)
     attention_backward_wgmma(bf16* dqkv, const __grid_constant__ CUtensorMap qkv_map,
                              const __grid_constant__ CUtensorMap dout_map, const __grid_constant__ CUtensorMap dq_map,
-                             const __grid_constant__ CUtensorMap rows_map, int B, int T, QKVLayout L, int window) {
-    using K = HopperBwd<Config>;
+                             const __grid_constant__ CUtensorMap rows_map, float* dkv_accum, int B, int T, QKVLayout L,
+                             int window, int chunk) {
+    using K = HopperBwd<Config, SPLIT>;
     constexpr int STAGES = K::STAGES;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t raw = smem_addr(smem_raw);
     const BwdSmemAddr<K> sm((raw + 1023) & ~1023u);
     uint8_t* smem_gen = smem_raw + (sm.base - raw);  // generic pointer to the base
-    const BwdTileScheduler<K> sched(B, T, L, window);
+    const BwdTileScheduler<K> sched(B, T, L, window, chunk);
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
 
     if (threadIdx.x == 0) {
@@ -520,7 +597,7 @@ __global__ void __launch_bounds__(HopperBwd<Config>::THREADS, 1)
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(K::CONSUMER_REGS));
-    bwd_consumer<K>(sm, smem_gen, sched, warp, lane, dqkv, &dq_map, T, L, window);
+    bwd_consumer<K>(sm, smem_gen, sched, warp, lane, dqkv, dkv_accum, &dq_map, T, L, window);
 }
 
 // dq_accum (B, T, NH * HD) fp32, reduced into in boxes of 32 columns x 64 rows (128 bytes a row, the
@@ -544,59 +621,130 @@ inline CUtensorMap rows_map(const float* scratch, int B, int T, int NH, int HD, 
                              CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
-// The three launches (prologue, wgmma kernel, dQ store). scratch: attention_backward_scratch_floats(B,
-// T, NH, HD) floats, any contents.
+// Epilogue of the split schedule: every column of dqkv, dQ = scale * dq_accum (B, T, NH * HD), dK and
+// dV from dkv_accum (B, T, 2 * NKV * HD, dK already scaled). One thread per 8 values (never across a
+// head: HD is a multiple of 8).
+template <int HD>
+__global__ void __launch_bounds__(256) attention_backward_dqkv_store(bf16* dqkv, const float* dq_accum,
+                                                                     const float* dkv_accum, int B, int T, QKVLayout L) {
+    const int per_row = L.row() / 8, q_cols = L.NH * HD;
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * T * per_row) return;
+    const size_t bt = idx / per_row;
+    const int c = (int)(idx % per_row) * 8;
+    const bool q = c < q_cols;
+    const float scale = q ? rsqrtf((float)HD) : 1.0f;
+    const float* src = q ? dq_accum + bt * q_cols + c : dkv_accum + bt * (L.row() - q_cols) + (c - q_cols);
+    const f128 lo = load128cs(src), hi = load128cs(src + 4);
+    Packed128<bf16> r;
+#pragma unroll
+    for (int k = 0; k < 4; k++) r[k] = from_float<bf16>(lo[k] * scale), r[k + 4] = from_float<bf16>(hi[k] * scale);
+    store128(dqkv + bt * L.row() + c, r);
+}
+
+// The split schedule's chunk (BwdTileScheduler) for a shape, 0 for whole items. Where the whole items
+// are fewer than the SMs (B 3, NKV 2, T 777: 42 CTAs on 132 SMs, the first key tile's CTA running 3 x 13
+// query tiles while the last runs 3), the smallest chunk whose units fit in one wave, if it cuts the
+// longest unit by SPLIT_MIN_GAIN tiles: a unit's K, V load and its dK, dV reductions (2 x 128 x HD
+// fp32) cost about that much (an estimate).
+constexpr int SPLIT_MIN_GAIN = 2;
+template <class K>
+inline int bwd_split_chunk(int B, int T, const QKVLayout& L, int window, int sms) {
+    const int group = L.NH / L.NKV, n_kt = ceil_div(T, K::BKV);
+    if ((long)n_kt * L.NKV * B >= sms) return 0;
+    int longest = 0;
+    for (int kv0 = 0; kv0 < T; kv0 += K::BKV) longest = std::max(longest, group * bwd_query_tiles<K::BKV, K::BQ>(kv0, T, window));
+    int lo = 1, hi = longest;  // units at chunk `longest` are the whole items: they fit
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if ((long)bwd_split_units<K::BKV, K::BQ>(T, window, group, mid) * L.NKV * B <= sms) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo + SPLIT_MIN_GAIN <= longest ? lo : 0;
+}
+
+// The launches (prologue, wgmma kernel, dQ store; the split schedule zeroes dkv_accum first and stores
+// dQ, dK and dV at the end). scratch: attention_backward_scratch_floats(B, T, NH, HD) floats, any
+// contents; with scratch_floats >= attention_backward_scratch_floats_split(B, T, NH, NKV, HD) the
+// kernel may take the split schedule (split = false: never, the lab's whole-item baseline).
 template <class Config>
 inline void backward_hopper(bf16* dqkv, float* scratch, const bf16* dout, const bf16* qkv, const bf16* out,
-                            const float* lse, int B, int T, QKVLayout L, int window, cudaStream_t stream) {
+                            const float* lse, int B, int T, QKVLayout L, int window, cudaStream_t stream,
+                            size_t scratch_floats = 0, bool split = true) {
     using K = HopperBwd<Config>;
     constexpr int HD = K::HD, smem = bwd_smem_bytes<K>();
     static_assert(smem <= 227 * 1024, "one CTA's smem");
-    static const bool once = (allow_smem(attention_backward_wgmma<Config>, smem), true);
+    static const bool once =
+        (allow_smem(attention_backward_wgmma<Config, false>, smem), allow_smem(attention_backward_wgmma<Config, true>, smem),
+         true);
     (void)once;
     const CUtensorMap qkv_map = token_rows_map(qkv, B, T, L.row()), dout_map = token_rows_map(dout, B, T, L.NH * HD);
     const CUtensorMap dq_map = dq_accum_map(scratch, B, T, L.NH * HD);
     const CUtensorMap r_map = rows_map(scratch, B, T, L.NH, HD, K::BQ);
     const size_t threads = (size_t)B * T * L.NH * HD / 8;
+    const int n_kt = ceil_div(T, K::BKV), items = n_kt * L.NKV * B, sms = sm_count();
+    const size_t base_floats = attention_backward_scratch_floats(B, T, L.NH, HD);
+    // the split schedule where it helps and the scratch has dkv_accum (B, T, 2 * NKV * HD) after the rest
+    const size_t dkv_floats = (size_t)B * T * 2 * L.NKV * HD;
+    const int chunk = split && scratch_floats >= base_floats + dkv_floats ? bwd_split_chunk<K>(B, T, L, window, sms) : 0;
+    float* dkv_accum = chunk > 0 ? scratch + base_floats : nullptr;
+    if (dkv_accum) cudaCheck(cudaMemsetAsync(dkv_accum, 0, dkv_floats * sizeof(float), stream));
     attention_backward_prologue<HD><<<(unsigned)ceil_div<size_t>(threads, 256), 256, 0, stream>>>(scratch, dout, out,
                                                                                                  lse, B, T, L.NH);
     cudaCheckLaunch();
-    // one CTA an SM, the grid a multiple of the key tiles where it can be (BwdTileScheduler)
-    const int n_kt = ceil_div(T, K::BKV), items = n_kt * L.NKV * B, sms = sm_count();
-    const int grid = items <= sms ? items : n_kt <= sms ? sms / n_kt * n_kt : sms;
-    attention_backward_wgmma<Config><<<grid, K::THREADS, smem, stream>>>(dqkv, qkv_map, dout_map, dq_map, r_map, B, T,
-                                                                         L, window);
+    // one CTA an SM; whole items: the grid a multiple of the key tiles where it can be; split: every
+    // unit its CTA (bwd_split_chunk keeps them within the SMs)
+    const int units = chunk > 0 ? bwd_split_units<K::BKV, K::BQ>(T, window, L.NH / L.NKV, chunk) * L.NKV * B : items;
+    const int grid = units <= sms ? units : n_kt <= sms ? sms / n_kt * n_kt : sms;
+    if (chunk > 0)
+        attention_backward_wgmma<Config, true><<<grid, K::THREADS, smem, stream>>>(dqkv, qkv_map, dout_map, dq_map, r_map,
+                                                                                   dkv_accum, B, T, L, window, chunk);
+    else
+        attention_backward_wgmma<Config, false><<<grid, K::THREADS, smem, stream>>>(dqkv, qkv_map, dout_map, dq_map,
+                                                                                    r_map, nullptr, B, T, L, window, 0);
     cudaCheckLaunch();
-    attention_backward_dq_store<HD><<<(unsigned)ceil_div<size_t>(threads, 256), 256, 0, stream>>>(dqkv, scratch, B, T,
-                                                                                                 L);
+    if (dkv_accum) {
+        const size_t all = (size_t)B * T * L.row() / 8;
+        attention_backward_dqkv_store<HD><<<(unsigned)ceil_div<size_t>(all, 256), 256, 0, stream>>>(
+            dqkv, scratch, dkv_accum, B, T, L);
+    } else {
+        attention_backward_dq_store<HD><<<(unsigned)ceil_div<size_t>(threads, 256), 256, 0, stream>>>(dqkv, scratch, B,
+                                                                                                     T, L);
+    }
     cudaCheckLaunch();
 }
 
 // The shipped configurations (budget in the header comment). HD 64: query tiles of 128 and the late dQ
 // (each +5..17% at gpt2 / gqa, docs/perf.md); HD 128 keeps the lockstep schedule (the late dQ measured
-// within noise there and spills 60 bytes).
+// within noise there and spills 60 bytes) and skips the tiles a warpgroup's keys cannot see (a 256
+// window at BQ 64: 1 of each warpgroup's 6 query tiles a key tile; causal: the diagonal tile of
+// warpgroup 1), which leaves the tensor cores to the other warpgroup; not yet timed on the H200
+// (attention_backward.cu variants 16, 17).
 template <int HD>
 struct HopperBwdShipped;
 template <>
 struct HopperBwdShipped<64> {
     static constexpr int head_dim = 64, q_tile = 128, stages = 2;
-    static constexpr bool late_dq = true;
+    static constexpr bool late_dq = true, skip_masked = false;
 };
 template <>
 struct HopperBwdShipped<128> {
     static constexpr int head_dim = 128, q_tile = 64, stages = 2;
-    static constexpr bool late_dq = false;
+    static constexpr bool late_dq = false, skip_masked = true;
 };
 }  // namespace attention_hopper_detail
 #endif  // LLMC_SM90A
 
 // FlashAttention backward on wgmma + TMA (dQ by fp32 reductions into scratch: not bit-reproducible);
 // bf16, HD 64 or 128, every pointer 16-byte aligned; scratch holds attention_detail::
-// attention_backward_scratch_floats(B, T, NH, HD) floats. Only in sm_90a builds
+// attention_backward_scratch_floats(B, T, NH, HD) floats, or scratch_floats of them: from
+// attention_backward_scratch_floats_split(B, T, NH, NKV, HD) on, small shapes may take the split
+// schedule (dK, dV then by fp32 reductions as well). Only in sm_90a builds
 // (attention_hopper_available()); elsewhere calling it is an error.
 inline void attention_backward_hopper(__nv_bfloat16* dqkv, float* scratch, const __nv_bfloat16* dout,
                                       const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse, int B,
-                                      int T, int NH, int NKV, int HD, cudaStream_t stream, int window = 0) {
+                                      int T, int NH, int NKV, int HD, cudaStream_t stream, int window = 0,
+                                      size_t scratch_floats = 0) {
     using namespace attention_detail;
     check_attention_sizes("attention_backward_hopper", B, T, NH, NKV, HD, window);
 #if defined(LLMC_SM90A)
@@ -605,10 +753,12 @@ inline void attention_backward_hopper(__nv_bfloat16* dqkv, float* scratch, const
     if (!aligned16(dqkv) || !aligned16(dout) || !aligned16(qkv) || !aligned16(out) || !aligned16(scratch))
         fail("attention_backward_hopper: dqkv, dout, qkv, out and scratch must be 16-byte aligned");
     const QKVLayout L{NH, NKV, HD};
-    if (HD == 64) backward_hopper<HopperBwdShipped<64>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, window, stream);
-    else backward_hopper<HopperBwdShipped<128>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, window, stream);
+    if (HD == 64)
+        backward_hopper<HopperBwdShipped<64>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, window, stream, scratch_floats);
+    else backward_hopper<HopperBwdShipped<128>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, window, stream,
+                                                scratch_floats);
 #else
-    (void)dqkv, (void)scratch, (void)dout, (void)qkv, (void)out, (void)lse, (void)stream;
+    (void)scratch_floats, (void)dqkv, (void)scratch, (void)dout, (void)qkv, (void)out, (void)lse, (void)stream;
     fail("attention_backward_hopper: this build has no sm_90a kernels (GPU_ARCH=90a defines LLMC_SM90A)");
 #endif
 }

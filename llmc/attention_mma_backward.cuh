@@ -191,6 +191,13 @@ __host__ __device__ inline int attention_padded_T(int T) { return (T + 63) / 64 
 inline size_t attention_backward_scratch_floats(int B, int T, int NH, int HD) {
     return (size_t)B * T * NH * HD + 2 * (size_t)B * NH * attention_padded_T(T);
 }
+// The scratch that also lets the Hopper backward take its split schedule on small shapes (fewer work
+// items, 128-key tiles x kv heads x sequences, than SMs; attention_hopper_backward.cuh): the above plus
+// dkv_accum (B, T, 2 * NKV * HD) fp32 there, nothing more elsewhere.
+inline size_t attention_backward_scratch_floats_split(int B, int T, int NH, int NKV, int HD) {
+    const bool small = (long)ceil_div(T, 128) * NKV * B < current_sm_count();
+    return attention_backward_scratch_floats(B, T, NH, HD) + (small ? (size_t)B * T * 2 * NKV * HD : 0);
+}
 
 // Tile configuration of the single-pass kernel: WARPS warps own MT m16 tiles of keys each (BKV keys a
 // block, resident with their values); query tiles of BQ rows stream through two smem stages together

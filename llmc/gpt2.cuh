@@ -52,7 +52,7 @@ inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, 
 }
 inline void model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                                      const float* lse, int B, int T, int NH, int NKV, int HD, int window,
-                                     float* /*scratch: ours only*/, cudaStream_t stream) {
+                                     float* /*scratch: ours only*/, size_t /*its floats*/, cudaStream_t stream) {
     cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window);
 }
 #else
@@ -64,8 +64,8 @@ inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, 
 }
 inline void model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                                      const float* lse, int B, int T, int NH, int NKV, int HD, int window,
-                                     float* scratch, cudaStream_t stream) {
-    attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window, scratch);
+                                     float* scratch, size_t scratch_floats, cudaStream_t stream) {
+    attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window, scratch, scratch_floats);
 }
 #endif
 
@@ -348,8 +348,12 @@ inline void gpt2_upload_batch(GPT2& model, const int* inputs, const int* targets
 // The attention backward's fp32 scratch (dQ by atomics): dfch, free at that point. It holds
 // N*C + 2*B*NH*Tp floats (Tp = T rounded up to 64) within the model's N*FC floatX for any T > 1
 // when FC >= 4C (GPT-2; SwiGLU at H >= 2C); nullptr (the deterministic backward) with
-// --deterministic 1 or where it does not fit.
+// --deterministic 1 or where it does not fit. attention_scratch_floats: all of dfch, in floats (on
+// small shapes the Hopper backward uses what is there beyond that, attention.cuh).
 // (B, T): this pass's shape.
+inline size_t attention_scratch_floats(const GPT2& model) {
+    return (size_t)model.B * model.T * gpt2_fc_channels(model.config) * sizeof(floatX) / sizeof(float);
+}
 inline float* attention_scratch(const GPT2& model, int B, int T) {
     const GPT2Config& c = model.config;
     const size_t need =
@@ -538,7 +542,7 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
         matmul_backward(a.dbuf, gl.attprojw, gl.attprojb, a.colsum, a.dresidual, la.atty, p.attprojw + cc, nullptr, N,
                         C, C, ctx);
         model_attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, B, T, NH, NKV, HD, c.window,
-                                 attention_scratch(model, B, T), s);
+                                 attention_scratch(model, B, T), attention_scratch_floats(model), s);
         if (c.position == POS_ROPE)  // d(rotated qkv) -> d(qkv), in place
             rope_backward(a.dqkv, a.rope_cos, a.rope_sin, B, T, NH, NKV, HD, 0, s);
         matmul_backward(a.dbuf, gl.qkvw, gl.qkvb, a.colsum, a.dqkv, la.ln1, p.qkvw + qkvw, nullptr, N, C, QKV, ctx);

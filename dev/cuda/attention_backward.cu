@@ -28,6 +28,12 @@
 //      HD 64 kernel), HD 128 with 64
 //   14 late dQ, query tiles of 64 (HD 128: as 13)
 //   15 cuDNN (llmc/cudnn_attention.cuh)                                   (bf16 with USE_CUDNN=1)
+//   16 the shipped Hopper kernel as it was before the split schedule and skip_masked (HD 64: 13's
+//      kernel, HD 128: 11's), held to whole items (one CTA a 128-key tile, dK and dV summed over the
+//      GQA group in registers)
+//   17 the shipped Hopper kernel held to whole items: HD 128 with skip_masked (a warpgroup skips the
+//      tiles its 64 keys cannot see), HD 64 as 16; 0 differs from it only where the items are fewer
+//      than the SMs (odd; small, small-w, small-3 on --small)
 // A second op, attention_fwd+bwd, times forward then backward (0, 1, 7 and 15), the figure
 // docs/h200.md quotes for cuDNN and PyTorch.
 // FLOPs: the forward's (4 * HD per visible pair, 2*B*NH*T^2*HD causal) times 2.5 for the backward
@@ -52,6 +58,10 @@
 //   odd        50.0     50.3      53.0     52.7         105.7     1.05   0.50
 //   odd-w      25.0     27.1      27.4     26.9          28.7     1.01   0.95
 // Variant 0 since (commit 7e71c02): gpt2 233.6, gqa 266.3, long 409.7 vs cuDNN 244.7 / 229.6 / 468.9.
+// The split schedule (variant 0 at odd and the --small shapes; 16 is the kernel without it): odd had
+// 42 work items for 132 SMs, the first key tile's CTA 39 query tiles, the last's 3 (about 6x the
+// mean load of an SM on the critical path); split, 132 CTAs of at most 8 tiles. Not yet timed on the
+// H200: tests/attention_backward_gpu_check.sh prints 0 beside 16 at every shape.
 // At HD 128, 11 and 12 are one kernel, and 13 and 14 another: their spread is the noise.
 // mma.sync, `--reps 20` (fwd+bwd: the shipped forward then the backward); variant 1 bitwise identical
 // run against run on all shapes:
@@ -111,10 +121,10 @@ static int determinism_failures = 0;  // checks outside the harness's variants (
 #if defined(LLMC_SM90A) && !defined(PRECISION_FP32)
 namespace lab_configs {
 // HopperBwd configurations (named fields: see llmc/attention_hopper_backward.cuh)
-template <int HD, int Q_TILE, bool LATE_DQ>
+template <int HD, int Q_TILE, bool LATE_DQ, bool SKIP_MASKED = false>
 struct Bwd {
     static constexpr int head_dim = HD, q_tile = Q_TILE, stages = 2;
-    static constexpr bool late_dq = LATE_DQ;
+    static constexpr bool late_dq = LATE_DQ, skip_masked = SKIP_MASKED;
 };
 }  // namespace lab_configs
 #endif
@@ -166,9 +176,11 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
         lab.run(op, v, what, bytes, 2.5 * fwd_flops, lab::Bound::Compute, reset, launch, check);
     };
 
-    lab::DevBuf<float> scratch(attention_detail::attention_backward_scratch_floats(B, T, NH, HD), "scratch");
+    // the size that lets the Hopper kernel split small shapes (a larger buffer than the other variants need)
+    const size_t scratch_n = attention_detail::attention_backward_scratch_floats_split(B, T, NH, NKV, HD);
+    lab::DevBuf<float> scratch(scratch_n, "scratch");
     variant(0, "shipped, dQ by reductions (scratch)",
-            [&] { attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, st, W, scratch); });
+            [&] { attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, st, W, scratch, scratch_n); });
     variant(1, "shipped, deterministic", [&] { attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, st, W); });
     if (lab.selected(1)) {  // the deterministic path must be bit-reproducible: two runs, every byte of dqkv
         std::vector<float> first;
@@ -228,6 +240,20 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
     hopper(12, "Hopper, HD 64: BQ 128, lockstep (HD 128: as 11)", Bwd<64, 128, false>{}, Bwd<128, 64, false>{});
     hopper(13, "Hopper, late dQ: HD 64 BQ 128 (shipped), HD 128 BQ 64", Bwd<64, 128, true>{}, Bwd<128, 64, true>{});
     hopper(14, "Hopper, late dQ, BQ 64 (HD 128: as 13)", Bwd<64, 64, true>{}, Bwd<128, 64, true>{});
+    // the shipped kernel before the split schedule and the skip (HD 64: 13's kernel; HD 128: 11's), then
+    // the shipped kernel without the split schedule
+    auto whole_items = [&](int v, const char* what, auto cfg64, auto cfg128) {
+        variant(v, what, [&] {
+            using namespace attention_hopper_detail;
+            if (HD == 64)
+                backward_hopper<decltype(cfg64)>(dqkv, scratch, dout, qkv, out, lse, B, T, L, W, st, scratch_n, false);
+            else backward_hopper<decltype(cfg128)>(dqkv, scratch, dout, qkv, out, lse, B, T, L, W, st, scratch_n, false);
+        });
+    };
+    whole_items(16, "Hopper, as shipped before the split schedule and the skip", Bwd<64, 128, true>{},
+                Bwd<128, 64, false>{});
+    whole_items(17, "Hopper shipped (HD 128 skip_masked), whole items only", attention_hopper_detail::HopperBwdShipped<64>{},
+                attention_hopper_detail::HopperBwdShipped<128>{});
 #endif
 #endif
 #if defined(USE_CUDNN)
@@ -239,7 +265,7 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
     // forward + backward, as training runs them
     lab.run(op2, 0, "shipped, dQ by reductions", bytes, 3.5 * fwd_flops, lab::Bound::Compute, reset, [&] {
         attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W);
-        attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, st, W, scratch);
+        attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, st, W, scratch, scratch_n);
     }, check);
     lab.run(op2, 1, "shipped, deterministic", bytes, 3.5 * fwd_flops, lab::Bound::Compute, reset, [&] {
         attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W);
