@@ -63,7 +63,7 @@ inline void gpt2_graph_build(GPT2Graph& g, GPT2& model, int grad_accum, float dl
     cudaStream_t s = ctx.stream;
     for (int slot = 0; slot < 2; slot++) {
         cudaGraph_t graph;
-        cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+        cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
         gpt2_zero_grads(model, ctx);
         for (int micro = 0; micro < grad_accum; micro++) {
             const int* src = gpt2_graph_slot(g, slot, micro);
