@@ -24,6 +24,7 @@
 #include "llmc/cpu/rope.h"
 #include "llmc/cpu/swiglu.h"
 #include "llmc/cpu/adamw.h"
+#include "llmc/cpu/global_norm.h"
 
 // Tolerances, as max |gpu - ref| / max |ref| over a tensor (ops) or ||gpu - ref|| / ||ref|| (grads):
 // - fp32 build: plain fp32 everywhere (no TF32), errors come from summation order and fast-math
@@ -463,9 +464,11 @@ static void test_backward_ops(const CudaContext& ctx) {
         report("global_norm_squared", std::fabs(norm_gpu[0] - norm_ref) / norm_ref, TOL.op, "rel err    ");
         const int64_t step = 3;
         const float lr = 1e-3f, clip = 0.7f;
-        AdamWArgs args = adamw_args(lr, 0.9f, 0.95f, 1e-8f, 0.1f, clip, step, 99);
+        AdamWArgs args = adamw_args(lr, 0.9f, 0.95f, 1e-8f, 0.1f, clip, step, 99), *dargs;
+        cudaCheck(cudaMalloc(&dargs, sizeof(AdamWArgs)));
+        cudaCheck(cudaMemcpy(dargs, &args, sizeof(AdamWArgs), cudaMemcpyHostToDevice));
         float* master = HAS_MASTER ? dmaster : (float*)dparams.d;
-        adamw_update(dparams.d, master, dg.d, dm, dv, (int64_t)n, args, gpt2_decay_ranges(c), s);
+        adamw_update(dparams.d, master, dg.d, dm, dv, (int64_t)n, dargs, gpt2_decay_ranges(c), s);
         std::vector<float> rp = p, rm = m, rv = v;
         if (!HAS_MASTER) rp = dparams.h;
         cpu::adamw_update_gpt2(rp.data(), rm.data(), rv.data(), dg.h.data(), c, lr, 0.9f, 0.95f, 1e-8f, 0.1f, clip, step);
@@ -489,6 +492,20 @@ static void test_backward_ops(const CudaContext& ctx) {
             const double frac_up = (double)up / n;  // unbiased: about half round away from zero
             report("stochastic rounding is unbiased (|frac up - 0.5|)", std::fabs(frac_up - 0.5), 0.02, "deviation  ");
         }
+        // the clip factor on the device (adamw_clip_scale) has the bits of cpu::grad_clip_scale
+        const float cases[][2] = {{0.0f, 1.0f}, {0.49f, 1.0f}, {1.0f, 1.0f}, {1e-12f, 1.0f}, {3.7f, 1.0f},
+                                  {1234.5f, 0.5f}, {0.8f, 0.0f}, {2.0f, -1.0f}, {7e20f, 1.0f}};
+        size_t clip_bad = 0;
+        for (const auto& cs : cases) {
+            cudaCheck(cudaMemcpy(dnorm, &cs[0], sizeof(float), cudaMemcpyHostToDevice));
+            adamw_clip_scale(dargs, dnorm, cs[1], s);
+            AdamWArgs got;
+            cudaCheck(cudaMemcpy(&got, dargs, sizeof(AdamWArgs), cudaMemcpyDeviceToHost));
+            const float want = cpu::grad_clip_scale(std::sqrt(cs[0]), cs[1]);
+            if (memcmp(&got.grad_scale, &want, sizeof(float)) != 0) clip_bad++;
+        }
+        report("adamw_clip_scale = cpu::grad_clip_scale, bit for bit", (double)clip_bad, 0.0, "count bad  ");
+        cudaCheck(cudaFree(dargs));
         cudaCheck(cudaFree(dm));
         cudaCheck(cudaFree(dv));
         cudaCheck(cudaFree(dmaster));

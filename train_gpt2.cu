@@ -11,6 +11,7 @@
 #include "llmc/gpt2.cuh"
 #include "llmc/gpt2_infer.cuh"
 #include "llmc/gpt2_dist.cuh"
+#include "llmc/gpt2_graph.cuh"
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
 #include "llmc/hellaswag.h"
@@ -27,6 +28,7 @@ struct GpuFlags {
     int recompute = 0;         // --recompute 0|1
     int deterministic = 0;     // --deterministic 0|1
     int random_data = 0;       // --random-data 0|1
+    int graph = 1;             // --graph 0|1
     float peak_tflops = 0.0f;  // --peak-tflops (0: from the device name)
 };
 
@@ -48,6 +50,8 @@ int main(int argc, char** argv) {
     parser.add_int("--deterministic", &gpu.deterministic, {0, 1}, "1 = bit-reproducible runs: the attention backward "
                    "sums dQ in a fixed order (slower) instead of by fp32 atomics");
     parser.add_int("--random-data", &gpu.random_data, {0, 1}, "1 = train on random tokens, no files (benchmarks)");
+    parser.add_int("--graph", &gpu.graph, {0, 1}, "1 = after the first step, run each step as one CUDA graph (no launch "
+                   "gaps or host waits inside it; the same bits as 0 with --deterministic 1; one GPU: data-parallel runs stay eager)");
     parser.add_float("--peak-tflops", &gpu.peak_tflops, {0, 1e6}, "bf16 dense peak for MFU (0 = by device name: H100/H200 989)");
     parser.parse(argc, argv);
     if (gpu.random_data && cfg.train_pattern.empty()) cfg.train_pattern = "(random)";  // no files needed
@@ -187,7 +191,27 @@ int main(int argc, char** argv) {
             }
         }
     };
-    auto save = [&]() { gpu_dp_save_checkpoint(dp, model, out_dir, next_position, sample_rng.state); };
+    // --graph 1 (llmc/gpt2_graph.cuh): the first step runs eagerly (it loads every kernel), then the
+    // step is captured, and each later step is one graph launch; the host stages the next step's
+    // batches into the other staging slot while the graph runs. A checkpoint then stores the position
+    // of the staged slot's first batch (fetched ahead but not trained on).
+    const bool use_graph = gpu.graph && !dp.nccl_on;
+    if (gpu.graph && dp.nccl_on) printf("graph: off (the data-parallel step stays eager)\n");
+    GPT2Graph graph;
+    int slot = 0;                       // the staging slot of the next graph step
+    bool staged = false;                // slot holds the next step's batches
+    int64_t slot_position[2][16] = {};  // data position of each slot's first batch
+    auto stage_next_step = [&]() {
+        memcpy(slot_position[slot], next_position, sizeof(next_position));
+        for (int micro = 0; micro < cfg.grad_accum; micro++) {
+            gpt2_graph_stage(graph, model, slot, micro, next_inputs.data(), next_targets.data());
+            fetch_batch();
+        }
+        staged = true;
+    };
+    auto save = [&]() {
+        gpu_dp_save_checkpoint(dp, model, out_dir, staged ? slot_position[slot] : next_position, sample_rng.state);
+    };
     float* step_losses = nullptr;  // pinned (grad_accum, N)
     cudaCheck(cudaMallocHost(&step_losses, sizeof(float) * N * cfg.grad_accum));
     fetch_batch();
@@ -199,20 +223,38 @@ int main(int argc, char** argv) {
         if (cfg.hellaswag_every > 0 && step % cfg.hellaswag_every == 0) score_hellaswag(step);
         if (sampling && step > 0 && step % cfg.sample_every == 0) sample(step);
         auto t0 = std::chrono::steady_clock::now();
-        gpt2_zero_grads(model, ctx);
-        for (int micro = 0; micro < cfg.grad_accum; micro++) {
-            gpt2_upload_batch(model, next_inputs.data(), next_targets.data(), B, T, true, ctx);
-            gpt2_forward(model, B, T, ctx);
-            gpt2_classifier(model, B, T, dloss, true, step_losses + (size_t)micro * N, ctx);
-            gpu_dp_before_backward(dp, micro + 1 == cfg.grad_accum);  // whether its buckets reduce during it
-            gpt2_backward(model, B, T, ctx);
-            fetch_batch();
-        }
-        gpu_dp_wait_grads(dp, ctx);
         OptimizerSettings opt = opt_base;
         opt.lr = lr_at_step(cfg.schedule, (int)step);
-        const float norm = gpu_dp_update(dp, model, opt, ctx);
-        cudaCheck(cudaStreamSynchronize(ctx.stream));
+        float norm = 0.0f;
+        if (staged) {  // a graph step
+            gpt2_graph_launch(graph, model, slot, opt, ctx);
+            slot ^= 1;
+            staged = false;
+            if (step + 1 < total_steps) stage_next_step();  // while the GPU runs this step
+            cudaCheck(cudaStreamSynchronize(ctx.stream));
+            norm = gpt2_update_norm(model);
+        } else {
+            gpt2_zero_grads(model, ctx);
+            for (int micro = 0; micro < cfg.grad_accum; micro++) {
+                gpt2_upload_batch(model, next_inputs.data(), next_targets.data(), B, T, true, ctx);
+                gpt2_forward(model, B, T, ctx);
+                gpt2_classifier(model, B, T, dloss, true, step_losses + (size_t)micro * N, ctx);
+                gpu_dp_before_backward(dp, micro + 1 == cfg.grad_accum);  // whether its buckets reduce during it
+                gpt2_backward(model, B, T, ctx);
+                fetch_batch();
+            }
+            gpu_dp_wait_grads(dp, ctx);
+            norm = gpu_dp_update(dp, model, opt, ctx);
+            cudaCheck(cudaStreamSynchronize(ctx.stream));
+            if (use_graph && step + 1 < total_steps) {  // every kernel has run once: capture the step
+                if (!graph.exec[0]) {
+                    gpt2_graph_build(graph, model, cfg.grad_accum, dloss, cfg.grad_clip, step_losses, ctx);
+                    printf("graph: the step captured as one CUDA graph of %zu nodes; steps %lld.. launch it\n",
+                           graph.nodes, (long long)(step + 2));
+                }
+                stage_next_step();
+            }
+        }
         const double loss = comm->allreduce_sum(mean_of(step_losses, (int64_t)N * cfg.grad_accum)) / comm->world;
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         step_ms.push_back(ms);
@@ -242,6 +284,7 @@ int main(int argc, char** argv) {
                tokens_per_step / (median / 1000.0), allocated / 1073741824.0);
     }
     log.close();
+    gpt2_graph_free(graph);
     cudaCheck(cudaFreeHost(step_losses));
     delete train_loader;
     delete val_loader;

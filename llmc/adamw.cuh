@@ -8,6 +8,9 @@
 // rounding is stochastic (unbiased: small updates are not lost to round-to-nearest), driven by a
 // hash of (seed, index) so it is reproducible and a resumed run rounds the same way. In the FP32
 // build master aliases params.
+// The step's scalars (AdamWArgs) live in device memory and the kernel reads them there, so a
+// captured CUDA graph (llmc/gpt2_graph.cuh) replays the update with each step's values, and the
+// clip factor is computed on the device from the gradient norm (adamw_clip_scale): no host wait.
 #pragma once
 #include <cmath>
 #include <type_traits>
@@ -19,7 +22,7 @@ struct AdamWArgs {
     float bc2_sqrt;   // sqrt(1 - b2^t)
     float decay;      // 1 - lr * wd
     float beta1, beta2, eps;
-    float grad_scale;  // min(1, clip / (norm + 1e-6)), or 1
+    float grad_scale;  // min(1, clip / (norm + 1e-6)), or 1; adamw_clip_scale writes it on the device
     uint64_t seed;     // stochastic-rounding seed of this step
 };
 
@@ -65,10 +68,12 @@ __device__ inline __nv_bfloat16 stochastic_round_bf16(float x, uint32_t rnd) {
 // Element i of the launch is parameter `begin + i`: params is the whole buffer, grads, master, m
 // and v hold the updated slice only (a ZeRO shard, llmc/zero.h); the decay ranges and the rounding
 // hash use the parameter's index, so a slice rounds exactly as the whole buffer does.
+// `args` is in device memory (every thread reads the same 40 bytes: one L1 broadcast).
 static __global__ void adamw_fused(floatX* params, float* master, const floatX* grads, float* m, float* v,
-                                   int64_t begin, int64_t n, AdamWArgs a, DecayRanges decay) {
+                                   int64_t begin, int64_t n, const AdamWArgs* __restrict__ args, DecayRanges decay) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
+    const AdamWArgs a = *args;
     const int64_t k = begin + i;
     const float g = to_float(grads[i]) * a.grad_scale;
     float p = master[i];
@@ -85,9 +90,25 @@ static __global__ void adamw_fused(floatX* params, float* master, const floatX* 
     else params[k] = stochastic_round_bf16(p, hash_index(a.seed, (uint64_t)k));
 }
 
-// Updates parameters [begin, end): grads, master, m, v point at the slice's first element's.
+// torch's clip_grad_norm_ factor from the squared norm, on the device: args->grad_scale =
+// min(1, clip / (sqrt(norm_sq) + 1e-6)), or 1 when clip <= 0. The rule of cpu::grad_clip_scale
+// (llmc/cpu/global_norm.h) in IEEE round-to-nearest intrinsics, so that --use_fast_math's approximate
+// sqrt and division do not apply and the factor has the host's exact bits. One thread.
+static __global__ void adamw_clip_scale_kernel(AdamWArgs* args, const float* norm_sq, float clip) {
+    const float norm = __fsqrt_rn(*norm_sq);
+    const float coef = clip <= 0.0f ? 1.0f : __fdiv_rn(clip, __fadd_rn(norm, 1e-6f));
+    args->grad_scale = coef < 1.0f ? coef : 1.0f;
+}
+
+inline void adamw_clip_scale(AdamWArgs* args, const float* norm_sq, float clip, cudaStream_t stream) {
+    adamw_clip_scale_kernel<<<1, 1, 0, stream>>>(args, norm_sq, clip);
+    cudaCheckLaunch();
+}
+
+// Updates parameters [begin, end): grads, master, m, v point at the slice's first element's; args
+// (device memory) holds the step's scalars.
 inline void adamw_update_range(floatX* params, float* master, const floatX* grads, float* m, float* v, int64_t begin,
-                               int64_t end, const AdamWArgs& args, const DecayRanges& decay, cudaStream_t stream) {
+                               int64_t end, const AdamWArgs* args, const DecayRanges& decay, cudaStream_t stream) {
     const int block = 512;
     const int64_t n = end - begin;
     if (n <= 0) return;
@@ -97,7 +118,7 @@ inline void adamw_update_range(floatX* params, float* master, const floatX* grad
 }
 
 inline void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v, int64_t n,
-                         const AdamWArgs& args, const DecayRanges& decay, cudaStream_t stream) {
+                         const AdamWArgs* args, const DecayRanges& decay, cudaStream_t stream) {
     adamw_update_range(params, master, grads, m, v, 0, n, args, decay, stream);
 }
 

@@ -98,9 +98,13 @@ static __global__ void encoder_backward_wpe(floatX* dwpe, const floatX* dout, in
 // bucket's rows in position order in fp32 and adds once into dwte. Reads N*C, writes (distinct
 // tokens)*C. A frequent token (end-of-text) makes one long block; with ~10^4 distinct tokens per
 // GPT-2 batch the SMs stay busy anyway.
+// The bucket count is read on the device (blocks past it exit), so a captured CUDA graph replays the
+// launch for any batch (encoder_backward).
 static __global__ void encoder_backward_wte_buckets(floatX* dwte, const floatX* dout, const int* bucket_token,
-                                                    const int* bucket_start, const int* positions, int C) {
+                                                    const int* bucket_start, const int* positions,
+                                                    const int* num_buckets, int C) {
     const int bucket = blockIdx.x;
+    if (bucket >= *num_buckets) return;
     const int tok = bucket_token[bucket], begin = bucket_start[bucket], end = bucket_start[bucket + 1];
     for (int c = threadIdx.x * x128::size; c < C; c += blockDim.x * x128::size) {
         float acc[x128::size] = {};
@@ -117,17 +121,19 @@ static __global__ void encoder_backward_wte_buckets(floatX* dwte, const floatX* 
 
 // The host side of the dwte backward: the token buckets of the current batch, built from the host
 // copy of the inputs while the GPU runs the forward pass, uploaded through pinned memory.
+// Layout (layout_ints() ints, host and device): [bucket_token (N) | bucket_start (N+1) | positions (N) | count (1)].
 struct EncoderBuckets {
     int N = 0, V = 0, num_buckets = 0;
-    int* host = nullptr;          // pinned: [bucket_token (N) | bucket_start (N+1) | positions (N)]
+    int* host = nullptr;          // pinned, the layout above
     int* device = nullptr;        // same layout on the GPU
     std::vector<int> count;       // (V) scratch for the counting sort
     cudaEvent_t uploaded = nullptr;
 
+    size_t layout_ints() const { return 3 * (size_t)N + 2; }
     void init(int max_N, int vocab) {
         N = max_N; V = vocab;
-        cudaCheck(cudaMallocHost(&host, sizeof(int) * (3 * (size_t)N + 1)));
-        cudaCheck(cudaMalloc(&device, sizeof(int) * (3 * (size_t)N + 1)));
+        cudaCheck(cudaMallocHost(&host, sizeof(int) * layout_ints()));
+        cudaCheck(cudaMalloc(&device, sizeof(int) * layout_ints()));
         cudaCheck(cudaEventCreateWithFlags(&uploaded, cudaEventDisableTiming));
         count.assign(V, 0);
     }
@@ -137,28 +143,34 @@ struct EncoderBuckets {
         if (uploaded) cudaCheck(cudaEventDestroy(uploaded));
         host = nullptr; device = nullptr; uploaded = nullptr;
     }
-    // Counting sort of the n positions by token id; stable, so each bucket lists positions in order.
-    void build(const int* tokens, int n, cudaStream_t stream) {
+    // Counting sort of the n positions by token id into `dst` (the layout above); stable, so each
+    // bucket lists positions in order. Returns the number of buckets (also stored in the layout).
+    int fill(int* dst, const int* tokens, int n) {
         if (n > N) fail("EncoderBuckets: %d positions exceed the %d it was sized for", n, N);
-        cudaCheck(cudaEventSynchronize(uploaded));  // the previous upload has left the pinned buffer
-        int* bucket_token = host;
-        int* bucket_start = host + N;
-        int* positions = host + 2 * N + 1;
+        int* bucket_token = dst;
+        int* bucket_start = dst + N;
+        int* positions = dst + 2 * N + 1;
         for (int i = 0; i < n; i++) count[tokens[i]]++;
-        num_buckets = 0;
-        int offset = 0;
+        int buckets = 0, offset = 0;
         for (int v = 0; v < V; v++) {
             if (!count[v]) continue;
-            bucket_token[num_buckets] = v;
-            bucket_start[num_buckets] = offset;
-            num_buckets++;
+            bucket_token[buckets] = v;
+            bucket_start[buckets] = offset;
+            buckets++;
             offset += count[v];
             count[v] = offset - count[v];  // becomes the write cursor of bucket v
         }
-        bucket_start[num_buckets] = offset;
+        bucket_start[buckets] = offset;
         for (int i = 0; i < n; i++) positions[count[tokens[i]]++] = i;
         for (int i = 0; i < n; i++) count[tokens[i]] = 0;
-        cudaCheck(cudaMemcpyAsync(device, host, sizeof(int) * (3 * (size_t)N + 1), cudaMemcpyHostToDevice, stream));
+        dst[3 * N + 1] = buckets;
+        return buckets;
+    }
+    // fill into the pinned buffer, then the upload, enqueued on `stream`.
+    void build(const int* tokens, int n, cudaStream_t stream) {
+        cudaCheck(cudaEventSynchronize(uploaded));  // the previous upload has left the pinned buffer
+        num_buckets = fill(host, tokens, n);
+        cudaCheck(cudaMemcpyAsync(device, host, sizeof(int) * layout_ints(), cudaMemcpyHostToDevice, stream));
         cudaCheck(cudaEventRecord(uploaded, stream));
     }
 };
@@ -171,10 +183,16 @@ inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, con
         encoder_backward_wpe<<<ceil_div(T * (C / x128::size), block), block, 0, stream>>>(dwpe, dout, B, T, C);
         cudaCheckLaunch();
     }
-    if (buckets.num_buckets == 0) return;
+    // Captured into a CUDA graph, the launch must fit any later batch: one block per possible bucket
+    // (min(N, V)); the blocks past the batch's count exit at once. Launched directly: exactly this
+    // batch's buckets.
+    cudaStreamCaptureStatus capture;
+    cudaCheck(cudaStreamIsCapturing(stream, &capture));
+    const int grid = capture == cudaStreamCaptureStatusNone ? buckets.num_buckets : std::min(buckets.N, buckets.V);
+    if (grid == 0) return;
     const int N = buckets.N;
     const int threads = std::min(1024, ceil_div(C / x128::size, WARP_SIZE) * WARP_SIZE);
-    encoder_backward_wte_buckets<<<buckets.num_buckets, threads, 0, stream>>>(
-        dwte, dout, buckets.device, buckets.device + N, buckets.device + 2 * N + 1, C);
+    encoder_backward_wte_buckets<<<grid, threads, 0, stream>>>(dwte, dout, buckets.device, buckets.device + N,
+                                                               buckets.device + 2 * N + 1, buckets.device + 3 * N + 1, C);
     cudaCheckLaunch();
 }

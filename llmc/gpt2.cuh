@@ -11,7 +11,7 @@
 // One step: gpt2_zero_grads, then per micro-batch gpt2_upload_batch, gpt2_forward (logits),
 // gpt2_loss or gpt2_classifier (cross-entropy, dlogits in place), gpt2_backward (+= into the
 // gradients), then gpt2_update. Everything is enqueued on ctx.stream; gpt2_loss and gpt2_update
-// wait for it.
+// wait for it. llmc/gpt2_graph.cuh captures the whole step as one CUDA graph.
 #pragma once
 #include <algorithm>
 #include <cinttypes>
@@ -35,7 +35,6 @@
 #include "llmc/gpt2_config.h"
 #include "llmc/rand.h"
 #include "llmc/sampler.h"
-#include "llmc/cpu/global_norm.h"  // grad_clip_scale: the one copy of torch's clipping rule
 #include "llmc/cpu/rope.h"         // rope_tables: the CPU's cos/sin tables, uploaded
 
 constexpr bool HAS_MASTER = !std::is_same<floatX, float>::value;  // bf16 build: separate fp32 master weights
@@ -108,6 +107,7 @@ struct Activations {
     floatX* dfch_act;   // (N, H) SwiGLU only: the gradient of the activation (GELU's is fused into the matmul)
     float* colsum;      // (COLUMN_MAX_CHUNKS, max(C, QKV, FC)) partial column sums (bias / norm weight grads)
     float* norm;        // (GLOBAL_NORM_BLOCKS + 1) partials, then the squared norm
+    AdamWArgs* adamw;   // (1) the step's AdamW scalars, read by adamw_fused (llmc/adamw.cuh)
     float* rope_cos;    // (maxT, HD/2) RoPE only: cpu::rope_tables' values, uploaded once
     float* rope_sin;    // (maxT, HD/2)
 };
@@ -142,6 +142,7 @@ inline std::vector<BufferSpec> activation_specs(Activations& a, const GPT2Config
         {(void**)&a.dfch, N * FC, X},            {(void**)&a.dfch_act, swiglu * N * H, X},
         {(void**)&a.colsum, (size_t)COLUMN_MAX_CHUNKS * cols, F},
         {(void**)&a.norm, GLOBAL_NORM_BLOCKS + 1, F},
+        {(void**)&a.adamw, 1, sizeof(AdamWArgs)},
         {(void**)&a.rope_cos, rope, F},          {(void**)&a.rope_sin, rope, F},
     };
 }
@@ -188,6 +189,8 @@ struct GPT2 {
     int* host_io = nullptr;      // pinned (2N): inputs then targets, staged for the upload
     cudaEvent_t io_uploaded = nullptr;
     float* host_losses = nullptr;  // pinned (N)
+    AdamWArgs* host_adamw = nullptr;  // pinned (1): the step's AdamW scalars, staged for the copy to acts.adamw
+    float* host_norm_sq = nullptr;    // pinned (1): the last update's squared gradient norm
     DecayRanges decay;
     uint64_t sr_seed = 0;        // stochastic-rounding seed (saved in state.bin)
     int64_t step = 0;            // optimizer steps done
@@ -283,6 +286,8 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
     model.buckets.init(N, config.padded_vocab_size);
     cudaCheck(cudaMallocHost(&model.host_io, 2 * sizeof(int) * N));
     cudaCheck(cudaMallocHost(&model.host_losses, sizeof(float) * N));
+    cudaCheck(cudaMallocHost(&model.host_adamw, sizeof(AdamWArgs)));
+    cudaCheck(cudaMallocHost(&model.host_norm_sq, sizeof(float)));
     cudaCheck(cudaEventCreateWithFlags(&model.io_uploaded, cudaEventDisableTiming));
 }
 
@@ -292,6 +297,8 @@ inline void gpt2_free(GPT2& model) {
     model.buckets.destroy();
     cudaCheck(cudaFreeHost(model.host_io));
     cudaCheck(cudaFreeHost(model.host_losses));
+    cudaCheck(cudaFreeHost(model.host_adamw));
+    cudaCheck(cudaFreeHost(model.host_norm_sq));
     cudaCheck(cudaEventDestroy(model.io_uploaded));
     model = GPT2();
 }
@@ -324,10 +331,8 @@ inline std::vector<float> device_to_float(const floatX* src, size_t n) {
     return out;
 }
 // ============================================================================ forward
-// Uploads a batch (inputs; targets may be null) through the pinned staging buffer. With
-// `for_backward`, also buckets the inputs for the deterministic embedding backward.
-inline void gpt2_upload_batch(GPT2& model, const int* inputs, const int* targets, int B, int T, bool for_backward,
-                              const CudaContext& ctx) {
+// A batch of B x T tokens (targets may be null) fits the model and every id is in [0, vocab).
+inline void gpt2_check_batch(const GPT2& model, const int* inputs, const int* targets, int B, int T) {
     const int N = B * T;
     if (B > model.B || T > model.T || N > model.B * model.T)
         fail("batch %dx%d exceeds the %dx%d the model was built for", B, T, model.B, model.T);
@@ -335,6 +340,14 @@ inline void gpt2_upload_batch(GPT2& model, const int* inputs, const int* targets
     for (int i = 0; i < N; i++)
         if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
             fail("token id out of range [0, %d) at position %d of the batch", V, i);
+}
+
+// Uploads a batch (inputs; targets may be null) through the pinned staging buffer. With
+// `for_backward`, also buckets the inputs for the deterministic embedding backward.
+inline void gpt2_upload_batch(GPT2& model, const int* inputs, const int* targets, int B, int T, bool for_backward,
+                              const CudaContext& ctx) {
+    const int N = B * T;
+    gpt2_check_batch(model, inputs, targets, B, T);
     cudaCheck(cudaEventSynchronize(model.io_uploaded));  // the previous upload has left the staging buffer
     memcpy(model.host_io, inputs, sizeof(int) * N);
     if (targets) memcpy(model.host_io + N, targets, sizeof(int) * N);
@@ -555,22 +568,38 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
 }
 
 // ============================================================================ update
-// Global norm, clipping and one AdamW step (step numbering continues from model.step). Returns
-// the gradient norm before clipping.
-inline float gpt2_update(GPT2& model, const OptimizerSettings& o, const CudaContext& ctx) {
-    float* norm_out = model.acts.norm + GLOBAL_NORM_BLOCKS;
-    global_norm_squared(norm_out, model.acts.norm, model.grads_memory, (int64_t)model.num_params, ctx.stream);
-    float norm_sq = 0.0f;
-    cudaCheck(cudaMemcpyAsync(&norm_sq, norm_out, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
-    cudaCheck(cudaStreamSynchronize(ctx.stream));
-    const float norm = std::sqrt(norm_sq);
+// Global norm, clipping and one AdamW step (step numbering continues from model.step), in two
+// halves so that a CUDA graph (llmc/gpt2_graph.cuh) can hold the device's:
+//   gpt2_update_args     host: model.step += 1, the step's scalars (lr, bias corrections, rounding
+//                        seed) into the pinned model.host_adamw. Call it only once the previous
+//                        update's copy has run (after a synchronization).
+//   gpt2_update_enqueue  device, no host wait: the scalars' copy to acts.adamw, the squared norm,
+//                        the clip factor from it (adamw_clip_scale), AdamW, and the squared norm's
+//                        copy to the pinned model.host_norm_sq (gpt2_update_norm reads it after a sync).
+// gpt2_update does both and waits; it returns the gradient norm before clipping.
+inline void gpt2_update_args(GPT2& model, const OptimizerSettings& o) {
     model.step++;
     const uint64_t seed = model.sr_seed ^ ((uint64_t)model.step * 0xD1B54A32D192ED03ull);  // fresh rounding per step
-    const AdamWArgs args = adamw_args(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
-                                      cpu::grad_clip_scale(norm, o.grad_clip), model.step, seed);
+    *model.host_adamw = adamw_args(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, 1.0f, model.step, seed);
+}
+
+inline void gpt2_update_enqueue(GPT2& model, float grad_clip, const CudaContext& ctx) {
+    float* norm_out = model.acts.norm + GLOBAL_NORM_BLOCKS;
+    cudaCheck(cudaMemcpyAsync(model.acts.adamw, model.host_adamw, sizeof(AdamWArgs), cudaMemcpyHostToDevice, ctx.stream));
+    global_norm_squared(norm_out, model.acts.norm, model.grads_memory, (int64_t)model.num_params, ctx.stream);
+    adamw_clip_scale(model.acts.adamw, norm_out, grad_clip, ctx.stream);
     adamw_update(model.params_memory, model.master_memory, model.grads_memory, model.m_memory, model.v_memory,
-                 (int64_t)model.num_params, args, model.decay, ctx.stream);
-    return norm;
+                 (int64_t)model.num_params, model.acts.adamw, model.decay, ctx.stream);
+    cudaCheck(cudaMemcpyAsync(model.host_norm_sq, norm_out, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
+}
+
+inline float gpt2_update_norm(const GPT2& model) { return std::sqrt(*model.host_norm_sq); }
+
+inline float gpt2_update(GPT2& model, const OptimizerSettings& o, const CudaContext& ctx) {
+    gpt2_update_args(model, o);
+    gpt2_update_enqueue(model, o.grad_clip, ctx);
+    cudaCheck(cudaStreamSynchronize(ctx.stream));
+    return gpt2_update_norm(model);
 }
 
 inline void gpt2_zero_grads(GPT2& model, const CudaContext& ctx) {

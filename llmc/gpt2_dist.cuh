@@ -42,6 +42,7 @@
 #include "llmc/formats.h"
 #include "llmc/gpt2.cuh"
 #include "llmc/zero.h"
+#include "llmc/cpu/global_norm.h"  // grad_clip_scale: torch's clipping rule (adamw_clip_scale: its device twin)
 #ifdef LLMC_NCCL
 #include <nccl.h>
 #define ncclCheck(call)                                                                                   \
@@ -329,10 +330,11 @@ inline float gpu_dp_update(GpuDataParallel& dp, GPT2& model, const OptimizerSett
     const float norm = std::sqrt(norm_sq);
     model.step++;
     const uint64_t seed = model.sr_seed ^ ((uint64_t)model.step * 0xD1B54A32D192ED03ull);  // as gpt2_update
-    const AdamWArgs args = adamw_args(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
-                                      cpu::grad_clip_scale(norm, o.grad_clip), model.step, seed);
-    adamw_update_range(model.params_memory, model.master_memory, grads, model.m_memory, model.v_memory, b, e, args,
-                       model.decay, ctx.stream);
+    *model.host_adamw = adamw_args(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, cpu::grad_clip_scale(norm, o.grad_clip),
+                                   model.step, seed);  // the pinned buffer's last copy ran before the wait above
+    cudaCheck(cudaMemcpyAsync(model.acts.adamw, model.host_adamw, sizeof(AdamWArgs), cudaMemcpyHostToDevice, ctx.stream));
+    adamw_update_range(model.params_memory, model.master_memory, grads, model.m_memory, model.v_memory, b, e,
+                       model.acts.adamw, model.decay, ctx.stream);
     if (p.stage > 0) {
         comm_after_main(dp, ctx.stream, dp.main_ready);
         for (DpBucket& bk : dp.buckets) gather_bucket(dp, bk, model.params_memory);

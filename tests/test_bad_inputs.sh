@@ -172,6 +172,7 @@ if [ -x $GPU ]; then
     expect_error "GPU trainer: --kv-heads not dividing the heads" "--kv-heads 3" $GPU "${BASE[@]}" --init d2 --kv-heads 3
     expect_error "GPU trainer: --window -1" "--window" $GPU "${BASE[@]}" --init d2 --window -1
     expect_error "GPU trainer: --deterministic 2" "--deterministic" $GPU "${BASE[@]}" --init d2 --deterministic 2
+    expect_error "GPU trainer: --graph 2" "--graph: must be in" $GPU "${BASE[@]}" --init d2 --graph 2
     expect_error "GPU trainer: --window differing from the checkpoint" "has window 3" $GPU "${BASE[@]}" --steps 2 \
         --resume "$T/ckpt_gqa" --window 4
     # and the flags and run files (open_run_files runs before the device starts)

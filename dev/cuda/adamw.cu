@@ -23,9 +23,10 @@
 // the 4 elements. Stochastic rounding uses the shipped hash of the element index, so the bits match
 // variant 0's.
 static __global__ void adamw_packed4(floatX* params, float* master, const floatX* grads, float* m, float* v, int64_t n,
-                                     AdamWArgs a, DecayRanges decay) {
+                                     const AdamWArgs* __restrict__ args, DecayRanges decay) {
     const int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
     if (i >= n) return;
+    const AdamWArgs a = *args;
     bool decays = false;
     for (int r = 0; r < decay.count; r++) decays |= (i >= decay.begin[r] && i < decay.end[r]);
     const float4 m4 = *reinterpret_cast<const float4*>(m + i), v4 = *reinterpret_cast<const float4*>(v + i);
@@ -75,7 +76,9 @@ static void run_layout(lab::Lab& L, const Layout& lay) {
         off += lay.sizes[t];
     }
     if (off != n) fail("adamw.cu: layout %s sums to %lld, not %lld", lay.name, (long long)off, (long long)n);
-    const AdamWArgs args = adamw_args(lr, b1, b2, eps, wd, grad_scale, step, 85);
+    const AdamWArgs host_args = adamw_args(lr, b1, b2, eps, wd, grad_scale, step, 85);
+    lab::DevBuf<AdamWArgs> args(1, "args");  // the kernels read the step's scalars from device memory
+    cudaCheck(cudaMemcpy(args.get(), &host_args, sizeof(AdamWArgs), cudaMemcpyHostToDevice));
 
     lab::DevBuf<floatX> d_params(n, "params"), d_grads(n, "grads");
     lab::DevBuf<float> d_master(n, "master"), d_m(n, "m"), d_v(n, "v");
@@ -103,11 +106,11 @@ static void run_layout(lab::Lab& L, const Layout& lay) {
     const std::string op = lab::Lab::strprintf("adamw %s n=%lld", lay.name, (long long)n);
     const int block = 512;
     L.run(op, 0, "shipped", bytes, 15.0 * n, lab::Bound::Memory, reset,
-          [&] { adamw_update(d_params, master, d_grads, d_m, d_v, n, args, decay, L.stream()); }, check);
+          [&] { adamw_update(d_params, master, d_grads, d_m, d_v, n, args.get(), decay, L.stream()); }, check);
     if (n % 4 == 0)
         L.run(op, 1, "packed4", bytes, 15.0 * n, lab::Bound::Memory, reset, [&] {
             adamw_packed4<<<(unsigned)ceil_div<int64_t>(n / 4, block), block, 0, L.stream()>>>(d_params, master, d_grads,
-                                                                                             d_m, d_v, n, args, decay);
+                                                                                             d_m, d_v, n, args.get(), decay);
         }, check);
 }
 

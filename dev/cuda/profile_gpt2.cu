@@ -1,10 +1,13 @@
 // profile_gpt2.cu: where one training step of the GPU trainer spends its time, kernel by kernel.
-//   dev/cuda/build/profile_gpt2 [--model d12] [--batch 64] [--seq 1024] [--steps 3] [--recompute 0]
+//   dev/cuda/build/profile_gpt2 [--model d12] [--batch 64] [--seq 1024] [--steps 3] [--recompute 0] [--graph 0]
 // Includes the trainer's model (llmc/gpt2.cuh) and runs its step functions on random tokens:
-// upload, zero grads, forward, loss, backward, update. After
+// upload, zero grads, forward, loss, backward, update; with --graph 1 the trainer's CUDA-graph step
+// (llmc/gpt2_graph.cuh: the same kernels, captured once, one launch a step; the batch is staged on
+// the host before the launch, as the trainer does while the previous step runs). After
 // two warm-up steps and one more once CUPTI is on, CUPTI's activity API records the device
 // start/end of every kernel, memset and memcpy of `--steps` steps; the report, per step:
-//   1. phases (CUDA events around each trainer call; includes the gaps where the host waits),
+//   1. phases (CUDA events around each trainer call; includes the gaps where the host waits; with
+//      --graph 1 the step alone: a graph has no events inside),
 //   2. every kernel: calls, ms, % of kernel time, mean us; sorted by time,
 //   3. kernel families (matmul, attention, layernorm, ...) summed, so the next target is visible,
 //   4. kernel time against step time: the rest is launch gaps and host synchronization.
@@ -15,6 +18,7 @@
 // its family "communication (comm stream)", so the report shows what the stream costs.
 #include "llmc/gpt2.cuh"
 #include "llmc/gpt2_dist.cuh"
+#include "llmc/gpt2_graph.cuh"
 
 #include <cupti.h>
 #include <cxxabi.h>
@@ -137,7 +141,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 
 int main(int argc, char** argv) {
     std::string model_desc = "d12";
-    int B = 64, T = 1024, steps = 3, recompute = 0, zero = -1;
+    int B = 64, T = 1024, steps = 3, recompute = 0, zero = -1, use_graph = 0;
     FlagParser parser("profile_gpt2", "Per-kernel time breakdown of one GPU training step on random tokens. Example:\n"
                       "  dev/cuda/build/profile_gpt2 --batch 64 --seq 1024");
     parser.add_string("--model", "MODEL", &model_desc, "model shape: dN = N layers, 64*N channels (d12 = GPT-2 124M), "
@@ -146,11 +150,14 @@ int main(int argc, char** argv) {
     parser.add_int("--seq", &T, {1, 1 << 20}, "sequence length T (<= the model's max_seq_len 1024)");
     parser.add_int("--steps", &steps, {1, 100}, "profiled steps, after 3 warm-up steps; the report is per step");
     parser.add_int("--recompute", &recompute, {0, 1}, "1 = the trainer's --recompute memory mode");
+    parser.add_int("--graph", &use_graph, {0, 1}, "1 = the trainer's --graph 1 step: one CUDA graph launch a step "
+                   "(captured after the warm-up steps)");
 #ifdef LLMC_NCCL
     parser.add_int("--zero", &zero, {-1, 2}, "0|1|2: the NCCL data-parallel step at world size 1 at this ZeRO stage, "
                    "its communication stream's kernels listed as [comm stream]; -1: the single-GPU step");
 #endif
     parser.parse(argc, argv);
+    if (use_graph && zero >= 0) fail("--graph 1 with --zero %d: the data-parallel step stays eager (as in the trainer)", zero);
 
     CudaContext ctx;
     ctx.init(0);
@@ -183,10 +190,24 @@ int main(int argc, char** argv) {
     for (auto& e : ev) cudaCheck(cudaEventCreate(&e));
     double phase_ms[PHASES] = {}, step_ms = 0;
     float loss = 0;
+    GPT2Graph graph;
     auto step = [&](bool record) {
         for (int i = 0; i < N; i++) {
             inputs[i] = (int)data_rng.below(V);
             targets[i] = (int)data_rng.below(V);
+        }
+        if (graph.exec[0]) {  // --graph 1 after the warm-up: slot 0 every step (each step is waited for)
+            gpt2_graph_stage(graph, model, 0, 0, inputs.data(), targets.data());
+            cudaCheck(cudaEventRecord(ev[0], ctx.stream));
+            gpt2_graph_launch(graph, model, 0, opt, ctx);
+            cudaCheck(cudaEventRecord(ev[PHASES], ctx.stream));
+            cudaCheck(cudaEventSynchronize(ev[PHASES]));
+            loss = (float)mean_of(model.host_losses, N);
+            if (!record) return;
+            float ms;
+            cudaCheck(cudaEventElapsedTime(&ms, ev[0], ev[PHASES]));
+            step_ms += ms;
+            return;
         }
         cudaCheck(cudaEventRecord(ev[0], ctx.stream));
         gpt2_upload_batch(model, inputs.data(), targets.data(), B, T, true, ctx);
@@ -215,6 +236,7 @@ int main(int argc, char** argv) {
         step_ms += ms;
     };
     for (int i = 0; i < 2; i++) step(false);  // cuBLASLt heuristics, lazy module loading
+    if (use_graph) gpt2_graph_build(graph, model, 1, 1.0f / N, opt.grad_clip, model.host_losses, ctx);
 
     cuptiCheck(cuptiActivityRegisterCallbacks(prof::buffer_requested, prof::buffer_completed));
     cuptiCheck(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
@@ -238,13 +260,16 @@ int main(int argc, char** argv) {
     // ---- report, per step
     const double tok_s = (double)N / (step_ms / steps / 1e3);
     const double tflops = flops_per_token(config, T) * N / (step_ms / steps / 1e3) / 1e12;
-    printf("\n%s, B=%d T=%d%s, %d profiled steps: %.2f ms/step (GPU, events), %.0f tok/s, %.0f TFLOP/s "
+    printf("\n%s, B=%d T=%d%s%s, %d profiled steps: %.2f ms/step (GPU, events), %.0f tok/s, %.0f TFLOP/s "
            "(%.1f%% of the 989 bf16 peak), last loss %.4f\n",
            model_desc.c_str(), B, T, zero >= 0 ? (", NCCL data parallel at world size 1, zero " + std::to_string(zero)).c_str()
-                                               : "", steps, step_ms / steps, tok_s, tflops, 100.0 * tflops / 989.0, loss);
+                                               : "", use_graph ? ", one CUDA graph a step" : "", steps, step_ms / steps,
+           tok_s, tflops, 100.0 * tflops / 989.0, loss);
     printf("\n%-28s %10s %7s\n", "phase", "ms/step", "%");
-    for (int p = 0; p < PHASES; p++)
-        printf("%-28s %10.3f %6.1f%%\n", phase_names[p], phase_ms[p] / steps, 100.0 * phase_ms[p] / step_ms);
+    if (use_graph) printf("%-28s %10.3f %6.1f%%\n", "graph launch (whole step)", step_ms / steps, 100.0);
+    else
+        for (int p = 0; p < PHASES; p++)
+            printf("%-28s %10.3f %6.1f%%\n", phase_names[p], phase_ms[p] / steps, 100.0 * phase_ms[p] / step_ms);
 
     std::vector<std::pair<std::string, prof::Stat>> rows(prof::kernels.begin(), prof::kernels.end());
     std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.ns > b.second.ns; });
@@ -272,6 +297,7 @@ int main(int argc, char** argv) {
     if (rows.empty()) fail("CUPTI recorded no kernels: activity tracing does not work on this machine");
     cudaCheck(cudaDeviceSynchronize());
     if (zero >= 0) gpu_dp_finish(dp);
+    gpt2_graph_free(graph);
     gpt2_free(model);
     ctx.destroy();
     return 0;
