@@ -17,7 +17,7 @@
 #   3. bench: GPT-2 124M, B=64 T=1024, --random-data 1, --graph 0 and 1 in alternating rounds:
 #      median ms/step and tok/s (BENCH lines), the speedup
 #   4. profile_gpt2 --graph 0 and --graph 1 (d12, B=64 T=1024): kernel busy % of the step
-# Last: the PASS/FAIL table and the figures. Logs under ${OUT:-/tmp/out}/graph_check.
+# PARTS="1 2" (say) runs only those parts. Last: the PASS/FAIL table and the figures. Logs under ${OUT:-/tmp/out}/graph_check.
 cd "$(dirname "$0")/.." || exit 1
 LOGS=${OUT:-/tmp/out}/graph_check
 rm -rf "$LOGS" && mkdir -p "$LOGS" || exit 1
@@ -26,10 +26,12 @@ for b in build/train_gpt2cu build/train_gpt2cu_fp32 build/test_gpt2cu build/test
 done
 PROFILE=${LAB_BUILD:-dev/cuda/build}/profile_gpt2
 rows=(); figures=(); bad=0; t0=$SECONDS
+want() { [[ " ${PARTS:-1 2 3 4} " == *" $1 "* ]]; }  # PARTS="1 2": only those parts
 row() {  # row NAME STATUS [DETAIL]
     if [ "$2" -eq 0 ]; then rows+=("PASS  $1${3:+ ($3)}"); else rows+=("FAIL  $1${3:+ ($3)}"); bad=1; fi
 }
 
+if want 1; then
 echo "==== 1. GPU op tests (bf16, fp32)"
 for t in test_gpt2cu test_gpt2cu_fp32; do
     t1=$SECONDS
@@ -38,6 +40,8 @@ for t in test_gpt2cu test_gpt2cu_fp32; do
     row "$t --ops-only (ops, AdamW, clip factor bits)" $st "$(tail -1 "$LOGS/$t.txt"), $((SECONDS - t1)) s"
 done
 
+fi
+if want 2; then
 echo "==== 2. --graph 0 vs --graph 1, bit for bit"
 DATA=$LOGS/data
 mkdir -p "$DATA"
@@ -124,6 +128,8 @@ lb=$(awk '$3 == "train_loss" { v = $4 } END { print v }' "$LOGS/atomics_g1.log" 
 [ $st -eq 0 ] && awk -v a="$la" -v b="$lb" 'BEGIN { d = a - b; exit !(a != "" && d < 0.02 && d > -0.02) }' || st=1
 row "default attention backward: graph 1 loss within 0.02 of graph 0" $st "$la vs $lb, $((SECONDS - t1)) s"
 
+fi
+if want 3; then
 echo "==== 3. bench: GPT-2 124M, B=64 T=1024, graph 0 vs 1, alternating rounds"
 t1=$SECONDS; st=0
 declare -A ms_list tok_list
@@ -147,6 +153,8 @@ row "bench: graph 1 not slower than graph 0" $st "$((SECONDS - t1)) s"
 figures+=("bench 124M B=64 T=1024 (median of 3 rounds' medians): graph 0 $m0 ms ($k0 tok/s), graph 1 $m1 ms ($k1 tok/s), speedup ${speedup}x")
 figures+=("  per round, ms: graph 0: ${ms_list[0]}| graph 1: ${ms_list[1]}")
 
+fi
+if want 4; then
 echo "==== 4. profile_gpt2 busy %"
 if [ -x "$PROFILE" ]; then
     for g in 0 1; do
@@ -164,6 +172,7 @@ else
 fi
 
 echo
+fi
 echo "==== graph_gpu_check ($((SECONDS - t0)) s, logs in $LOGS)"
 for f in "${figures[@]}"; do echo "$f"; done
 for r in "${rows[@]}"; do echo "$r"; done
