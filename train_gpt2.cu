@@ -78,6 +78,14 @@ int main(int argc, char** argv) {
     gpt2_print_config(config);
     GPT2 model;
     GpuDataParallel dp = gpu_dp_plan(model, config, *comm, cfg);
+    model.fp8.set.enabled = cfg.fp8 != 0;
+    model.fp8.set.scaling = cfg.fp8_scaling == "delayed" ? Fp8Scaling::DELAYED : Fp8Scaling::CURRENT;
+    model.fp8.set.grad = cfg.fp8_grad == "e4m3" ? Fp8Format::E4M3 : Fp8Format::E5M2;
+    model.fp8.set.history = cfg.fp8_history;
+    if (cfg.fp8)
+        printf("fp8: qkv, attproj, fc, fcproj in FP8 (e4m3 x e4m3 forward, %s gradients), %s scaling%s; head bf16\n",
+               cfg.fp8_grad.c_str(), cfg.fp8_scaling.c_str(),
+               cfg.fp8_scaling == "delayed" ? (", history " + std::to_string(cfg.fp8_history)).c_str() : "");
     gpt2_build(model, config, cfg.B, cfg.T, gpu.recompute != 0, ctx);
     gpu_dp_start(dp, model, ctx);
     model.deterministic = gpu.deterministic != 0;
@@ -238,7 +246,8 @@ int main(int argc, char** argv) {
         std::sort(timed.begin(), timed.end());
         const double median = timed[timed.size() / 2];
         const size_t allocated = model.allocated_bytes + dp.allocated_bytes + sampler.allocated_bytes;
-        printf("BENCH name=%s ms=%.2f tok_s=%.0f peak_gib=%.2f\n", GPT2_USES_CUDNN ? "ours_cudnn" : "ours", median,
+        const std::string name = std::string(GPT2_USES_CUDNN ? "ours_cudnn" : "ours") + (cfg.fp8 ? "_fp8" : "");
+        printf("BENCH name=%s ms=%.2f tok_s=%.0f peak_gib=%.2f\n", name.c_str(), median,
                tokens_per_step / (median / 1000.0), allocated / 1073741824.0);
     }
     log.close();
