@@ -66,6 +66,10 @@ int main(int argc, char** argv) {
     const std::string source = from_file ? init_path : "--init " + cfg.init;
     apply_shape_flags(config, cfg, !from_file, init_path.c_str());
     gpt2_check_gpu_support(config, source.c_str());
+    if (cfg.fp8) {
+        GPT2Fp8 probe;
+        gpt2_check_fp8_support(probe, config, cfg.B * cfg.T);
+    }
     // samples run through the KV cache (gpt2_infer_sample), which ends at the model's context
     if (cfg.sample_every > 0 && cfg.gen_tokens > config.max_seq_len)
         fail("--gen-tokens %d: the GPU trainer's samples end at the context, max_seq_len = %d tokens", cfg.gen_tokens,

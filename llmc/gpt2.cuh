@@ -214,13 +214,18 @@ inline size_t gpt2_param_bytes(size_t n, size_t grads, size_t opt) {
            aligned_size(opt * sizeof(float)) * (HAS_MASTER ? 3 : 2);
 }
 
-// The FP8 buffers of --fp8 (llmc/gpt2_fp8.cuh) at N rows: none without it. Fails in the FP32 build
-// and on shapes the FP8 casts cannot take.
+// --fp8 1 for a model of config c trained at N rows: fails in the FP32 build and on shapes the FP8
+// casts cannot take. Touches no device (the trainer checks it before starting one).
+inline void gpt2_check_fp8_support(GPT2Fp8& f, const GPT2Config& c, int N) {
+    if (!HAS_MASTER) fail("--fp8 1: the FP8 matmuls write bf16; this is the " PRECISION_NAME " build (use build/train_gpt2cu)");
+    fp8_plan(f, c, N);
+}
+
+// The FP8 buffers of --fp8 (llmc/gpt2_fp8.cuh) at N rows: none without it.
 inline std::vector<BufferSpec> fp8_specs(GPT2& model, const GPT2Config& c, int N) {
     GPT2Fp8& f = model.fp8;
     if (!f.set.enabled) return {};
-    if (!HAS_MASTER) fail("--fp8 1: the FP8 matmuls write bf16; this is the " PRECISION_NAME " build (use build/train_gpt2cu)");
-    fp8_plan(f, c, N);
+    gpt2_check_fp8_support(f, c, N);
     const size_t L = f.L, rows = N;
     return {{(void**)&f.weights, L * f.w_layer_bytes, 1},  {(void**)&f.xt, L * f.xt_layer_bytes, 1},
             {(void**)&f.x, rows * f.max_cin, 1},           {(void**)&f.dy, rows * f.max_oc, 1},

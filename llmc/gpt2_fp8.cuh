@@ -29,6 +29,7 @@
 // Shapes: N, C, H, QKV and FC multiples of 64 (the transposed cast's tile; covers cuBLASLt's 16).
 // A forward of another row count (a HellaSwag batch) runs the bf16 matmuls, as the head does.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include "llmc/cuda_common.cuh"
 #include "llmc/fp8.cuh"
