@@ -27,6 +27,7 @@ struct GpuFlags {
     int recompute = 0;         // --recompute 0|1
     int deterministic = 0;     // --deterministic 0|1
     int random_data = 0;       // --random-data 0|1
+    int stochastic_rounding = 1;  // --stochastic-rounding 0|1
     float peak_tflops = 0.0f;  // --peak-tflops (0: from the device name)
 };
 
@@ -47,6 +48,9 @@ int main(int argc, char** argv) {
                    "(LayerNorm and GELU outputs are rebuilt in the backward): less memory, a little slower");
     parser.add_int("--deterministic", &gpu.deterministic, {0, 1}, "1 = bit-reproducible runs: the attention backward "
                    "sums dQ in a fixed order (slower) instead of by fp32 atomics");
+    parser.add_int("--stochastic-rounding", &gpu.stochastic_rounding, {0, 1}, "bf16 build: 1 = AdamW writes the "
+                   "updated bf16 parameters with stochastic rounding (unbiased), 0 = to nearest (small updates are "
+                   "lost; for comparison, docs/numerics.md)");
     parser.add_int("--random-data", &gpu.random_data, {0, 1}, "1 = train on random tokens, no files (benchmarks)");
     parser.add_float("--peak-tflops", &gpu.peak_tflops, {0, 1e6}, "bf16 dense peak for MFU (0 = by device name: H100/H200 989)");
     parser.parse(argc, argv);
@@ -93,6 +97,7 @@ int main(int argc, char** argv) {
     gpt2_build(model, config, cfg.B, cfg.T, gpu.recompute != 0, ctx);
     gpu_dp_start(dp, model, ctx);
     model.deterministic = gpu.deterministic != 0;
+    model.stochastic_rounding = gpu.stochastic_rounding != 0;
     Rng seeds(cfg.seed ^ 0x5EEDull);
     model.sr_seed = seeds.next_u64();
     Rng sample_rng(seeds.next_u64());

@@ -174,6 +174,7 @@ struct GPT2 {
     int B = 0, T = 0;         // the shape the activations were sized for
     bool recompute = false;
     bool deterministic = false;  // --deterministic: bit-reproducible attention backward (no dQ atomics)
+    bool stochastic_rounding = true;  // --stochastic-rounding: the bf16 parameters written back by AdamW
     // one contiguous buffer each, in the layout of GPT2_PARAMETER_TABLE (llmc/gpt2_config.h)
     GPT2Fp8 fp8;                 // --fp8: the FP8 linear layers (llmc/gpt2_fp8.cuh); fp8.set before gpt2_build
     void* fp8_allocation = nullptr;  // its buffers' one cudaMalloc
@@ -629,8 +630,9 @@ inline float gpt2_update(GPT2& model, const OptimizerSettings& o, const CudaCont
     const float norm = std::sqrt(norm_sq);
     model.step++;
     const uint64_t seed = model.sr_seed ^ ((uint64_t)model.step * 0xD1B54A32D192ED03ull);  // fresh rounding per step
-    const AdamWArgs args = adamw_args(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
-                                      cpu::grad_clip_scale(norm, o.grad_clip), model.step, seed);
+    AdamWArgs args = adamw_args(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, cpu::grad_clip_scale(norm, o.grad_clip),
+                                model.step, seed);
+    args.stochastic = model.stochastic_rounding;
     adamw_update(model.params_memory, model.master_memory, model.grads_memory, model.m_memory, model.v_memory,
                  (int64_t)model.num_params, args, model.decay, ctx.stream);
     return norm;

@@ -329,8 +329,9 @@ inline float gpu_dp_update(GpuDataParallel& dp, GPT2& model, const OptimizerSett
     const float norm = std::sqrt(norm_sq);
     model.step++;
     const uint64_t seed = model.sr_seed ^ ((uint64_t)model.step * 0xD1B54A32D192ED03ull);  // as gpt2_update
-    const AdamWArgs args = adamw_args(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
-                                      cpu::grad_clip_scale(norm, o.grad_clip), model.step, seed);
+    AdamWArgs args = adamw_args(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, cpu::grad_clip_scale(norm, o.grad_clip),
+                                model.step, seed);
+    args.stochastic = model.stochastic_rounding;
     adamw_update_range(model.params_memory, model.master_memory, grads, model.m_memory, model.v_memory, b, e, args,
                        model.decay, ctx.stream);
     if (p.stage > 0) {
