@@ -175,9 +175,9 @@ struct GPT2 {
     bool recompute = false;
     bool deterministic = false;  // --deterministic: bit-reproducible attention backward (no dQ atomics)
     bool stochastic_rounding = true;  // --stochastic-rounding: the bf16 parameters written back by AdamW
-    // one contiguous buffer each, in the layout of GPT2_PARAMETER_TABLE (llmc/gpt2_config.h)
     GPT2Fp8 fp8;                 // --fp8: the FP8 linear layers (llmc/gpt2_fp8.cuh); fp8.set before gpt2_build
     void* fp8_allocation = nullptr;  // its buffers' one cudaMalloc
+    // one contiguous buffer each, in the layout of GPT2_PARAMETER_TABLE (llmc/gpt2_config.h)
     floatX* params_memory = nullptr;  // (num_params) what the forward pass reads
     floatX* grads_memory = nullptr;   // (grad_end - grad_begin): all num_params, or a ZeRO-2 shard's
     float* master_memory = nullptr;   // (num_params) fp32 master weights; aliases params_memory in the FP32 build

@@ -24,7 +24,6 @@
 
 static int failures = 0;
 
-static cpu::Fp8Format cpu_format(Fp8Format f) { return f == Fp8Format::E4M3 ? cpu::Fp8Format::E4M3 : cpu::Fp8Format::E5M2; }
 
 // Random bf16 values uniform in [-a, a), returned as the floats they are.
 static std::vector<float> random_bf16(Rng& rng, size_t n, float a) {
@@ -56,10 +55,10 @@ static Quantized quantize(const std::vector<float>& x, Fp8Format f) {
     float amax = 0.0f;
     for (float a : x) amax = std::max(amax, std::fabs(a));
     Quantized q;
-    q.scale = cpu::fp8_scale_from_amax(amax, cpu_format(f), 0, 1.0f);
+    q.scale = cpu::fp8_scale_from_amax(amax, fp8_cpu_format(f), 0, 1.0f);
     const float scale_inv = 1.0f / q.scale;
     q.v.resize(x.size());
-    for (size_t i = 0; i < x.size(); i++) q.v[i] = cpu::fp8_decode(cpu::fp8_cast(x[i], q.scale, cpu_format(f)), cpu_format(f)) * scale_inv;
+    for (size_t i = 0; i < x.size(); i++) q.v[i] = cpu::fp8_decode(cpu::fp8_cast(x[i], q.scale, fp8_cpu_format(f)), fp8_cpu_format(f)) * scale_inv;
     return q;
 }
 
