@@ -84,7 +84,8 @@ static __global__ void adamw_fused(floatX* params, float* master, const floatX* 
     p -= a.step_size * (mi / (sqrtf(vi) / a.bc2_sqrt + a.eps));
     master[i] = p;
     if constexpr (std::is_same<floatX, float>::value) params[k] = p;
-    else params[k] = a.stochastic ? stochastic_round_bf16(p, hash_index(a.seed, (uint64_t)k)) : from_float<floatX>(p);
+    else if (a.stochastic) params[k] = stochastic_round_bf16(p, hash_index(a.seed, (uint64_t)k));
+    else params[k] = from_float<floatX>(p);
 }
 
 // Updates parameters [begin, end): grads, master, m, v point at the slice's first element's.
