@@ -5,7 +5,8 @@
 #     (llmc/cpu/fp8.h casts, fp32 matmul), e5m2 and e4m3 gradients
 #  2. bad shapes and builds: --fp8 1 with B*T not a multiple of 64 fails with a message naming --fp8
 #  3. short parity: a d12 on tiny Shakespeare, 20 steps at B=8 T=256, bf16 and --fp8 1 from the
-#     same seed: the last train loss with --fp8 within 3% of bf16's
+#     same seed: the last train loss with --fp8 within 3% of bf16's; the same for a Llama-style
+#     114M (RMSNorm, RoPE, SwiGLU fc, no biases, 4 KV heads)
 #  (QUICK=1 stops here: what tests/run_gpu_tests.sh runs)
 #  4. bench: 124M at B=64 T=1024, 20 steps of random tokens, bf16 vs --fp8 1: tok/s and peak memory
 #     (the trainer's BENCH line), and the FP8 buffers' size ("memory: fp8" line); not a pass/fail
@@ -69,6 +70,11 @@ ts short_bf16 60 "${short[@]}" && ts short_fp8 60 "${short[@]}" --fp8 1
 a=$(last_train "$OUT/short_fp8.log" 2>/dev/null); b=$(last_train "$OUT/short_bf16.log" 2>/dev/null); d=$(reldiff "$a" "$b")
 if within "$d" 0.03; then row PASS "20 steps: fp8 train loss within 3% of bf16" "bf16 $b fp8 $a rel $d"
 else row FAIL "20 steps: fp8 train loss within 3% of bf16" "bf16 ${b:-none} fp8 ${a:-none} rel $d (see $OUT/short_*.out)"; fi
+llama=(--init llama:L12,C768,H12,KV4)
+ts short_llama_bf16 60 "${short[@]}" "${llama[@]}" && ts short_llama_fp8 60 "${short[@]}" "${llama[@]}" --fp8 1
+a=$(last_train "$OUT/short_llama_fp8.log" 2>/dev/null); b=$(last_train "$OUT/short_llama_bf16.log" 2>/dev/null); d=$(reldiff "$a" "$b")
+if within "$d" 0.03; then row PASS "20 steps, Llama 114M: fp8 within 3% of bf16" "bf16 $b fp8 $a rel $d"
+else row FAIL "20 steps, Llama 114M: fp8 within 3% of bf16" "bf16 ${b:-none} fp8 ${a:-none} rel $d (see $OUT/short_llama_*.out)"; fi
 
 if [ "$QUICK" != 1 ]; then
     # ---- 4. bench (before the long runs: they are the ones the budget cuts): 124M, B=64 T=1024, 20 steps, random tokens
