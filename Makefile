@@ -38,7 +38,7 @@ ifneq ($(HAS_MPICXX),)
   CPU_TARGETS += $(BUILD)/train_gpt2_cpu_mpi
 endif
 GPU_TARGETS := $(BUILD)/train_gpt2cu $(BUILD)/test_gpt2cu $(BUILD)/train_gpt2cu_fp32 $(BUILD)/test_gpt2cu_fp32 \
-               $(BUILD)/generate $(BUILD)/generate_fp32
+               $(BUILD)/generate $(BUILD)/generate_fp32 $(BUILD)/test_fp8_gpu
 
 # The GPU trainer with NCCL data parallel (llmc/gpt2_dist.cuh), when NCCL's header is found (build.mk)
 # (build/train_gpt2cu_nccl; its ranks meet by --dist-init tcp/file/env); build/train_gpt2cu_mpi is the
@@ -101,6 +101,10 @@ $(BUILD)/train_gpt2cu_mpi: train_gpt2.cu $(LLMC_CUH) | $(BUILD)
 
 $(BUILD)/test_gpt2cu: test_gpt2.cu $(LLMC_CUH) | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
+
+# The FP8 linear layers of --fp8 against the CPU reference (bf16 build only: the FP8 matmuls write bf16)
+$(BUILD)/test_fp8_gpu: tests/test_fp8_gpu.cu $(LLMC_CUH) | $(BUILD)
+	$(NVCC) $(filter-out -DPRECISION_%,$(NVCCFLAGS)) -DPRECISION_BF16 $< -o $@ $(NVLDLIBS)
 
 $(BUILD)/generate: generate.cu $(LLMC_CUH) | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)

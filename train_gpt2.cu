@@ -29,6 +29,7 @@ struct GpuFlags {
     int deterministic = 0;     // --deterministic 0|1
     int random_data = 0;       // --random-data 0|1
     int graph = 1;             // --graph 0|1
+    int stochastic_rounding = 1;  // --stochastic-rounding 0|1
     float peak_tflops = 0.0f;  // --peak-tflops (0: from the device name)
 };
 
@@ -49,6 +50,9 @@ int main(int argc, char** argv) {
                    "(LayerNorm and GELU outputs are rebuilt in the backward): less memory, a little slower");
     parser.add_int("--deterministic", &gpu.deterministic, {0, 1}, "1 = bit-reproducible runs: the attention backward "
                    "sums dQ in a fixed order (slower) instead of by fp32 atomics");
+    parser.add_int("--stochastic-rounding", &gpu.stochastic_rounding, {0, 1}, "bf16 build: 1 = AdamW writes the "
+                   "updated bf16 parameters with stochastic rounding (unbiased), 0 = to nearest (small updates are "
+                   "lost; for comparison, docs/numerics.md)");
     parser.add_int("--random-data", &gpu.random_data, {0, 1}, "1 = train on random tokens, no files (benchmarks)");
     parser.add_int("--graph", &gpu.graph, {0, 1}, "1 = after the first step, run each step as one CUDA graph (no launch "
                    "gaps or host waits inside it; the same bits as 0 with --deterministic 1; one GPU: data-parallel runs stay eager)");
@@ -70,6 +74,10 @@ int main(int argc, char** argv) {
     const std::string source = from_file ? init_path : "--init " + cfg.init;
     apply_shape_flags(config, cfg, !from_file, init_path.c_str());
     gpt2_check_gpu_support(config, source.c_str());
+    if (cfg.fp8) {
+        GPT2Fp8 probe;
+        gpt2_check_fp8_support(probe, config, cfg.B * cfg.T);
+    }
     // samples run through the KV cache (gpt2_infer_sample), which ends at the model's context
     if (cfg.sample_every > 0 && cfg.gen_tokens > config.max_seq_len)
         fail("--gen-tokens %d: the GPU trainer's samples end at the context, max_seq_len = %d tokens", cfg.gen_tokens,
@@ -82,9 +90,18 @@ int main(int argc, char** argv) {
     gpt2_print_config(config);
     GPT2 model;
     GpuDataParallel dp = gpu_dp_plan(model, config, *comm, cfg);
+    model.fp8.set.enabled = cfg.fp8 != 0;
+    model.fp8.set.scaling = cfg.fp8_scaling == "delayed" ? Fp8Scaling::DELAYED : Fp8Scaling::CURRENT;
+    model.fp8.set.grad = cfg.fp8_grad == "e4m3" ? Fp8Format::E4M3 : Fp8Format::E5M2;
+    model.fp8.set.history = cfg.fp8_history;
+    if (cfg.fp8)
+        printf("fp8: qkv, attproj, fc, fcproj in FP8 (e4m3 x e4m3 forward, %s gradients), %s scaling%s; head bf16\n",
+               cfg.fp8_grad.c_str(), cfg.fp8_scaling.c_str(),
+               cfg.fp8_scaling == "delayed" ? (", history " + std::to_string(cfg.fp8_history)).c_str() : "");
     gpt2_build(model, config, cfg.B, cfg.T, gpu.recompute != 0, ctx);
     gpu_dp_start(dp, model, ctx);
     model.deterministic = gpu.deterministic != 0;
+    model.stochastic_rounding = gpu.stochastic_rounding != 0;
     Rng seeds(cfg.seed ^ 0x5EEDull);
     model.sr_seed = seeds.next_u64();
     Rng sample_rng(seeds.next_u64());
@@ -280,7 +297,8 @@ int main(int argc, char** argv) {
         std::sort(timed.begin(), timed.end());
         const double median = timed[timed.size() / 2];
         const size_t allocated = model.allocated_bytes + dp.allocated_bytes + sampler.allocated_bytes;
-        printf("BENCH name=%s ms=%.2f tok_s=%.0f peak_gib=%.2f\n", GPT2_USES_CUDNN ? "ours_cudnn" : "ours", median,
+        const std::string name = std::string(GPT2_USES_CUDNN ? "ours_cudnn" : "ours") + (cfg.fp8 ? "_fp8" : "");
+        printf("BENCH name=%s ms=%.2f tok_s=%.0f peak_gib=%.2f\n", name.c_str(), median,
                tokens_per_step / (median / 1000.0), allocated / 1073741824.0);
     }
     log.close();

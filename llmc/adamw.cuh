@@ -6,8 +6,9 @@
 //   p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 // master, m, v updated in place (=); params = master rounded to floatX. In the bf16 build the
 // rounding is stochastic (unbiased: small updates are not lost to round-to-nearest), driven by a
-// hash of (seed, index) so it is reproducible and a resumed run rounds the same way. In the FP32
-// build master aliases params.
+// hash of (seed, index) so it is reproducible and a resumed run rounds the same way; with
+// stochastic = false (the trainer's --stochastic-rounding 0, for the numerics playbook's comparison)
+// to nearest. In the FP32 build master aliases params.
 // The step's scalars (AdamWArgs) live in device memory and the kernel reads them there, so a
 // captured CUDA graph (llmc/gpt2_graph.cuh) replays the update with each step's values, and the
 // clip factor is computed on the device from the gradient norm (adamw_clip_scale): no host wait.
@@ -24,6 +25,7 @@ struct AdamWArgs {
     float beta1, beta2, eps;
     float grad_scale;  // min(1, clip / (norm + 1e-6)), or 1; adamw_clip_scale writes it on the device
     uint64_t seed;     // stochastic-rounding seed of this step
+    bool stochastic = true;  // bf16 build: false = params rounded to nearest instead
 };
 
 inline AdamWArgs adamw_args(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
@@ -87,7 +89,8 @@ static __global__ void adamw_fused(floatX* params, float* master, const floatX* 
     p -= a.step_size * (mi / (sqrtf(vi) / a.bc2_sqrt + a.eps));
     master[i] = p;
     if constexpr (std::is_same<floatX, float>::value) params[k] = p;
-    else params[k] = stochastic_round_bf16(p, hash_index(a.seed, (uint64_t)k));
+    else if (a.stochastic) params[k] = stochastic_round_bf16(p, hash_index(a.seed, (uint64_t)k));
+    else params[k] = from_float<floatX>(p);
 }
 
 // torch's clip_grad_norm_ factor from the squared norm, on the device: args->grad_scale =

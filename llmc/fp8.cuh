@@ -52,11 +52,14 @@
 #include <cstdint>
 #include "llmc/cuda_common.cuh"
 #include "llmc/utils.h"
+#include "llmc/cpu/fp8.h"
 
 enum class Fp8Format { E4M3, E5M2 };
 constexpr float fp8_format_max(Fp8Format f) { return f == Fp8Format::E4M3 ? 448.0f : 57344.0f; }
 constexpr const char* fp8_format_name(Fp8Format f) { return f == Fp8Format::E4M3 ? "e4m3" : "e5m2"; }
 constexpr cudaDataType_t fp8_cuda_type(Fp8Format f) { return f == Fp8Format::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
+// The same format in the CPU reference's terms (llmc/cpu/fp8.h), for the checks against it.
+constexpr cpu::Fp8Format fp8_cpu_format(Fp8Format f) { return f == Fp8Format::E4M3 ? cpu::Fp8Format::E4M3 : cpu::Fp8Format::E5M2; }
 
 constexpr int FP8_AMAX_HISTORY_MAX = 1024;
 constexpr float FP8_SCALE_CAP = 18446744073709551616.0f;  // 2^64, as cpu::FP8_SCALE_CAP

@@ -24,6 +24,7 @@
 #include "llmc/encoder.cuh"
 #include "llmc/fused_classifier.cuh"
 #include "llmc/gelu.cuh"
+#include "llmc/gpt2_fp8.cuh"
 #include "llmc/global_norm.cuh"
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
@@ -174,6 +175,9 @@ struct GPT2 {
     int B = 0, T = 0;         // the shape the activations were sized for
     bool recompute = false;
     bool deterministic = false;  // --deterministic: bit-reproducible attention backward (no dQ atomics)
+    bool stochastic_rounding = true;  // --stochastic-rounding: the bf16 parameters written back by AdamW
+    GPT2Fp8 fp8;                 // --fp8: the FP8 linear layers (llmc/gpt2_fp8.cuh); fp8.set before gpt2_build
+    void* fp8_allocation = nullptr;  // its buffers' one cudaMalloc
     // one contiguous buffer each, in the layout of GPT2_PARAMETER_TABLE (llmc/gpt2_config.h)
     floatX* params_memory = nullptr;  // (num_params) what the forward pass reads
     floatX* grads_memory = nullptr;   // (grad_end - grad_begin): all num_params, or a ZeRO-2 shard's
@@ -214,6 +218,25 @@ inline size_t gpt2_param_bytes(size_t n, size_t grads, size_t opt) {
            aligned_size(opt * sizeof(float)) * (HAS_MASTER ? 3 : 2);
 }
 
+// --fp8 1 for a model of config c trained at N rows: fails in the FP32 build and on shapes the FP8
+// casts cannot take. Touches no device (the trainer checks it before starting one).
+inline void gpt2_check_fp8_support(GPT2Fp8& f, const GPT2Config& c, int N) {
+    if (!HAS_MASTER) fail("--fp8 1: the FP8 matmuls write bf16; this is the " PRECISION_NAME " build (use build/train_gpt2cu)");
+    fp8_plan(f, c, N);
+}
+
+// The FP8 buffers of --fp8 (llmc/gpt2_fp8.cuh) at N rows: none without it.
+inline std::vector<BufferSpec> fp8_specs(GPT2& model, const GPT2Config& c, int N) {
+    GPT2Fp8& f = model.fp8;
+    if (!f.set.enabled) return {};
+    gpt2_check_fp8_support(f, c, N);
+    const size_t L = f.L, rows = N;
+    return {{(void**)&f.weights, L * f.w_layer_bytes, 1},  {(void**)&f.xt, L * f.xt_layer_bytes, 1},
+            {(void**)&f.x, rows * f.max_cin, 1},           {(void**)&f.dy, rows * f.max_oc, 1},
+            {(void**)&f.dyt, rows * f.max_oc, 1},
+            {(void**)&f.metas, (size_t)FP8_ROLES * L * FP8_LINEARS, sizeof(Fp8Meta)}};
+}
+
 // What the GPU kernels need of a (valid) config beyond what any model needs: 16-byte rows for the
 // vector loads, and a head size the attention kernels are built for. Checked with one line from
 // gpt2_build and, before the device starts, from the trainer.
@@ -246,13 +269,19 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
     const size_t ng = (size_t)(model.grad_end - model.grad_begin);  // elements of gradients
 
     std::vector<BufferSpec> acts = activation_specs(model.acts, config, B, T, recompute);
+    std::vector<BufferSpec> fp8 = fp8_specs(model, config, B * T);
     const size_t act_bytes = specs_bytes(acts), param_bytes = gpt2_param_bytes(model.num_params, ng, no);
-    const size_t need = act_bytes + param_bytes;
+    const size_t fp8_bytes = fp8.empty() ? 0 : specs_bytes(fp8);
+    const size_t need = act_bytes + param_bytes + fp8_bytes;
     size_t free_bytes = 0, total_bytes = 0;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
     const double GiB = 1073741824.0;
     printf("memory: parameters+grads+optimizer %.2f GiB, activations %.2f GiB (B=%d T=%d recompute=%d), free %.2f GiB\n",
            param_bytes / GiB, act_bytes / GiB, B, T, (int)recompute, free_bytes / GiB);
+    if (fp8_bytes > 0)
+        printf("memory: fp8 %.2f GiB (kept X^T %.2f, weight copies %.2f, scratch and scales %.2f)\n", fp8_bytes / GiB,
+               model.fp8.L * model.fp8.xt_layer_bytes / GiB, model.fp8.L * model.fp8.w_layer_bytes / GiB,
+               (fp8_bytes - model.fp8.L * (model.fp8.xt_layer_bytes + model.fp8.w_layer_bytes)) / GiB);
     if (param_bytes + (256u << 20) > free_bytes)
         fail("model needs %.2f GiB for parameters, gradients and optimizer state alone, but only %.2f GiB are free: "
              "choose a smaller model", param_bytes / GiB, free_bytes / GiB);
@@ -271,6 +300,10 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
     model.params = gpt2_point_tensors(model.params_memory, config);
     if (ng == n) model.grads = gpt2_point_tensors(model.grads_memory, config);  // else the data-parallel hooks
     model.act_allocation = specs_allocate(acts, "activations");
+    if (!fp8.empty()) {
+        model.fp8_allocation = specs_allocate(fp8, "the FP8 buffers (--fp8)");
+        fp8_init_metas(model.fp8, ctx.stream);
+    }
     model.allocated_bytes = need + ctx.cublaslt_workspace_size;
     cudaCheck(cudaMemset(model.m_memory, 0, no * sizeof(float)));
     cudaCheck(cudaMemset(model.v_memory, 0, no * sizeof(float)));
@@ -294,6 +327,7 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
 inline void gpt2_free(GPT2& model) {
     cudaCheck(cudaFree(model.param_allocation));
     cudaCheck(cudaFree(model.act_allocation));
+    cudaCheck(cudaFree(model.fp8_allocation));
     model.buckets.destroy();
     cudaCheck(cudaFreeHost(model.host_io));
     cudaCheck(cudaFreeHost(model.host_losses));
@@ -307,6 +341,7 @@ inline void gpt2_free(GPT2& model) {
 // values rounded to nearest.
 inline void gpt2_set_params(GPT2& model, const float* host) {
     const size_t n = model.num_params;
+    model.fp8.weights_step = -1;  // new weights: the next forward recasts them
     if (HAS_MASTER) {
         cudaCheck(cudaMemcpy(model.master_memory, host + model.opt_begin, (model.opt_end - model.opt_begin) * sizeof(float),
                              cudaMemcpyHostToDevice));
@@ -429,6 +464,25 @@ inline void norm_backward(const GPT2Config& c, floatX* dresidual, floatX* dweigh
     else layernorm_backward(dresidual, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, c.channels, s);
 }
 
+// Whether a pass of N rows runs the block's linear layers in FP8: --fp8, and a row count the FP8
+// buffers take (the trained B*T, or a smaller multiple of the cast tile; other forwards run bf16).
+inline bool fp8_pass(const GPT2& m, int N) { return m.fp8.set.enabled && N <= m.fp8.N && N % FP8_T_TILE == 0; }
+
+// Linear k (Fp8Linear) of layer l, the signatures of matmul_forward / matmul_backward: through FP8
+// (llmc/gpt2_fp8.cuh) when `fp8`, else bf16. cast_weight: the FP8 weight copies are stale.
+inline void linear_forward(GPT2& m, bool fp8, bool cast_weight, int l, int k, floatX* out, floatX* gelu_pre,
+                           const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, int OC,
+                           const CudaContext& ctx) {
+    if (fp8) fp8_linear_forward(m.fp8, l, k, out, gelu_pre, inp, weight, bias, N, cast_weight, ctx);
+    else matmul_forward(out, gelu_pre, inp, weight, bias, N, C, OC, ctx);
+}
+inline void linear_backward(GPT2& m, bool fp8, int l, int k, floatX* dinp, floatX* dweight, floatX* dbias,
+                            float* scratch, const floatX* dout, const floatX* inp, const floatX* weight, floatX* gelu_pre,
+                            int N, int C, int OC, const CudaContext& ctx) {
+    if (fp8) fp8_linear_backward(m.fp8, l, k, dinp, dweight, dbias, scratch, dout, gelu_pre, N, ctx);
+    else matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, gelu_pre, N, C, OC, ctx);
+}
+
 // The MLP's activation: act (N, H) from fch (N, FC) (the GELU path fuses it into the fc matmul in
 // the forward; this is the recompute's copy).
 inline void mlp_activation_forward(const GPT2Config& c, floatX* act, const floatX* fch, int N, cudaStream_t s) {
@@ -448,6 +502,9 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
     const GPT2Tensors<floatX>& p = model.params;
     Activations& a = model.acts;
     cudaStream_t s = ctx.stream;
+    const bool fp8 = gpt2_detail::fp8_pass(model, N);
+    const bool cast_w = fp8 && model.fp8.weights_step != model.step;  // once per step, after the update
+    using gpt2_detail::linear_forward;
     if (model.before_layer_forward) model.before_layer_forward(-1);
     encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C, s);  // wpe nullptr with RoPE
     LayerActs first = layer_acts(model, 0, B, T);
@@ -456,22 +513,24 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
         if (model.before_layer_forward) model.before_layer_forward(l);
         LayerActs la = layer_acts(model, l, B, T);
         const size_t c1 = (size_t)l * C;
-        matmul_forward(la.qkv, nullptr, la.ln1, p.qkvw + (size_t)l * QKV * C, tensor_at(p.qkvb, (size_t)l * QKV), N, C, QKV,
-                       ctx);
+        linear_forward(model, fp8, cast_w, l, FP8_QKV, la.qkv, nullptr, la.ln1, p.qkvw + (size_t)l * QKV * C,
+                       tensor_at(p.qkvb, (size_t)l * QKV), N, C, QKV, ctx);
         if (c.position == POS_ROPE) rope_forward(la.qkv, a.rope_cos, a.rope_sin, B, T, NH, NKV, HD, 0, s);
         model_attention_forward(la.atty, la.lse, la.qkv, B, T, NH, NKV, HD, c.window, s);
-        matmul_forward(a.proj, nullptr, la.atty, p.attprojw + (size_t)l * C * C, tensor_at(p.attprojb, c1), N, C, C, ctx);
+        linear_forward(model, fp8, cast_w, l, FP8_ATTPROJ, a.proj, nullptr, la.atty, p.attprojw + (size_t)l * C * C,
+                       tensor_at(p.attprojb, c1), N, C, C, ctx);
         gpt2_detail::residual_norm_forward(c, la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, la.res_in, a.proj,
                                            p.ln2w + c1, tensor_at(p.ln2b, c1), N, s);
         const floatX* fcw = p.fcw + (size_t)l * FC * C;
         const floatX* fcb = tensor_at(p.fcb, (size_t)l * FC);
         if (c.mlp == MLP_SWIGLU) {
-            matmul_forward(la.fch, nullptr, la.ln2, fcw, fcb, N, C, FC, ctx);
+            linear_forward(model, fp8, cast_w, l, FP8_FC, la.fch, nullptr, la.ln2, fcw, fcb, N, C, FC, ctx);
             swiglu_forward(la.fch_gelu, la.fch, N, H, s);
-        } else {
-            matmul_forward(la.fch_gelu, la.fch, la.ln2, fcw, fcb, N, C, FC, ctx);  // GELU in the epilogue
+        } else {  // GELU in the bf16 epilogue; the FP8 path runs it after the matmul
+            linear_forward(model, fp8, cast_w, l, FP8_FC, la.fch_gelu, la.fch, la.ln2, fcw, fcb, N, C, FC, ctx);
         }
-        matmul_forward(a.proj, nullptr, la.fch_gelu, p.fcprojw + (size_t)l * C * H, tensor_at(p.fcprojb, c1), N, H, C, ctx);
+        linear_forward(model, fp8, cast_w, l, FP8_FCPROJ, a.proj, nullptr, la.fch_gelu, p.fcprojw + (size_t)l * C * H,
+                       tensor_at(p.fcprojb, c1), N, H, C, ctx);
         if (l + 1 < L) {
             LayerActs next = layer_acts(model, l + 1, B, T);
             gpt2_detail::residual_norm_forward(c, la.residual3, next.ln1, next.ln1_mean, next.ln1_rstd, la.residual2,
@@ -481,7 +540,9 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
                                                p.lnfw, p.lnfb, N, s);
         }
     }
+    // the head stays bf16 (docs/numerics.md)
     matmul_forward(a.logits, nullptr, a.lnf, c.tied_head ? p.wte : p.lm_head, nullptr, N, C, c.padded_vocab_size, ctx);
+    if (cast_w) model.fp8.weights_step = model.step;
 }
 
 // Cross-entropy of the logits against the uploaded targets, enqueued: the N per-position losses
@@ -520,6 +581,10 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
     const GPT2Tensors<floatX> g = model.grads_of ? model.grads_of(-1) : model.grads;  // outside the layers
     Activations& a = model.acts;
     cudaStream_t s = ctx.stream;
+    const bool fp8 = gpt2_detail::fp8_pass(model, N);
+    if (model.fp8.set.enabled && !fp8) fail("--fp8: a backward of %d rows; the FP8 buffers take multiples of %d up to %d", N,
+                                            FP8_T_TILE, model.fp8.N);
+    using gpt2_detail::linear_backward;
     cudaCheck(cudaMemsetAsync(a.dresidual, 0, sizeof(floatX) * N * C, s));
     // logits = lnf head^T: dlnf (in dbuf) = dlogits head, dhead += dlogits^T lnf (head: wte or lm_head)
     matmul_backward(a.dbuf, c.tied_head ? g.wte : g.lm_head, nullptr, a.colsum, a.logits, a.lnf,
@@ -541,29 +606,32 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
         }
         // dresidual holds d(residual3). MLP: fcproj, the activation (GELU's fused into the matmul), fc, ln2.
         if (c.mlp == MLP_SWIGLU) {
-            matmul_backward(a.dfch_act, gl.fcprojw, gl.fcprojb, a.colsum, a.dresidual, la.fch_gelu, p.fcprojw + fcprojw,
-                            nullptr, N, H, C, ctx);
+            linear_backward(model, fp8, l, FP8_FCPROJ, a.dfch_act, gl.fcprojw, gl.fcprojb, a.colsum, a.dresidual,
+                            la.fch_gelu, p.fcprojw + fcprojw, nullptr, N, H, C, ctx);
             swiglu_backward(a.dfch, a.dfch_act, la.fch, N, H, s);
         } else {
-            matmul_backward(a.dfch, gl.fcprojw, gl.fcprojb, a.colsum, a.dresidual, la.fch_gelu, p.fcprojw + fcprojw,
-                            la.fch, N, H, C, ctx);
+            linear_backward(model, fp8, l, FP8_FCPROJ, a.dfch, gl.fcprojw, gl.fcprojb, a.colsum, a.dresidual, la.fch_gelu,
+                            p.fcprojw + fcprojw, la.fch, N, H, C, ctx);
         }
-        matmul_backward(a.dbuf, gl.fcw, gl.fcb, a.colsum, a.dfch, la.ln2, p.fcw + fcw, nullptr, N, C, FC, ctx);
+        linear_backward(model, fp8, l, FP8_FC, a.dbuf, gl.fcw, gl.fcb, a.colsum, a.dfch, la.ln2, p.fcw + fcw, nullptr, N,
+                        C, FC, ctx);
         gpt2_detail::norm_backward(c, a.dresidual, gl.ln2w, gl.ln2b, a.colsum, a.dbuf, la.residual2, p.ln2w + c1,
                                    la.ln2_mean, la.ln2_rstd, N, s);
         // dresidual now holds d(residual2). Attention: attproj, attention, RoPE, qkv, then ln1.
-        matmul_backward(a.dbuf, gl.attprojw, gl.attprojb, a.colsum, a.dresidual, la.atty, p.attprojw + cc, nullptr, N,
-                        C, C, ctx);
+        linear_backward(model, fp8, l, FP8_ATTPROJ, a.dbuf, gl.attprojw, gl.attprojb, a.colsum, a.dresidual, la.atty,
+                        p.attprojw + cc, nullptr, N, C, C, ctx);
         model_attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, B, T, NH, NKV, HD, c.window,
                                  attention_scratch(model, B, T), attention_scratch_floats(model), s);
         if (c.position == POS_ROPE)  // d(rotated qkv) -> d(qkv), in place
             rope_backward(a.dqkv, a.rope_cos, a.rope_sin, B, T, NH, NKV, HD, 0, s);
-        matmul_backward(a.dbuf, gl.qkvw, gl.qkvb, a.colsum, a.dqkv, la.ln1, p.qkvw + qkvw, nullptr, N, C, QKV, ctx);
+        linear_backward(model, fp8, l, FP8_QKV, a.dbuf, gl.qkvw, gl.qkvb, a.colsum, a.dqkv, la.ln1, p.qkvw + qkvw, nullptr,
+                        N, C, QKV, ctx);
         gpt2_detail::norm_backward(c, a.dresidual, gl.ln1w, gl.ln1b, a.colsum, a.dbuf, la.res_in, p.ln1w + c1,
                                    la.ln1_mean, la.ln1_rstd, N, s);
         if (model.after_layer_backward) model.after_layer_backward(l);
     }
     encoder_backward(g.wte, g.wpe, a.dresidual, model.buckets, B, T, C, s);  // g.wpe nullptr with RoPE
+    if (fp8) fp8_after_backward(model.fp8, s);
     if (model.after_layer_backward) model.after_layer_backward(-1);
 }
 
@@ -581,6 +649,7 @@ inline void gpt2_update_args(GPT2& model, const OptimizerSettings& o) {
     model.step++;
     const uint64_t seed = model.sr_seed ^ ((uint64_t)model.step * 0xD1B54A32D192ED03ull);  // fresh rounding per step
     *model.host_adamw = adamw_args(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, 1.0f, model.step, seed);
+    model.host_adamw->stochastic = model.stochastic_rounding;
 }
 
 inline void gpt2_update_enqueue(GPT2& model, float grad_clip, const CudaContext& ctx) {

@@ -332,6 +332,7 @@ inline float gpu_dp_update(GpuDataParallel& dp, GPT2& model, const OptimizerSett
     const uint64_t seed = model.sr_seed ^ ((uint64_t)model.step * 0xD1B54A32D192ED03ull);  // as gpt2_update
     *model.host_adamw = adamw_args(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, cpu::grad_clip_scale(norm, o.grad_clip),
                                    model.step, seed);  // the pinned buffer's last copy ran before the wait above
+    model.host_adamw->stochastic = model.stochastic_rounding;
     cudaCheck(cudaMemcpyAsync(model.acts.adamw, model.host_adamw, sizeof(AdamWArgs), cudaMemcpyHostToDevice, ctx.stream));
     adamw_update_range(model.params_memory, model.master_memory, grads, model.m_memory, model.v_memory, b, e,
                        model.acts.adamw, model.decay, ctx.stream);

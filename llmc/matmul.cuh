@@ -111,6 +111,21 @@ static __global__ void bias_backward_partials(float* partials, const floatX* dou
     for (int k = 0; k < x128::size; k++) p[k] = acc[k];
 }
 
+// dbias (OC) += column sums of dout (N, OC); scratch: column_num_chunks(N) * OC floats. Nothing
+// without dbias. The bias gradient re-reads dout in a fixed order (deterministic). cuBLASLt's BGRADB
+// epilogue would fold it into the dweight GEMM, but it makes that GEMM pick slower kernels: in the
+// lab (docs/perf.md) the four backward GEMMs of a layer took 3.10 ms with it and 2.96 ms with these
+// two small kernels, ~1.7 ms a step at GPT-2 124M. The FP8 path (llmc/gpt2_fp8.cuh) calls it too.
+inline void bias_backward(floatX* dbias, float* scratch, const floatX* dout, int N, int OC, cudaStream_t stream) {
+    if (!dbias) return;
+    const int chunks = column_num_chunks(N), rows_per_chunk = ceil_div(N, chunks);
+    const int packs = OC / x128::size, threads = 128;
+    bias_backward_partials<<<dim3(ceil_div(packs, threads), chunks), threads, 0, stream>>>(scratch, dout, N, OC,
+                                                                                          rows_per_chunk);
+    cudaCheckLaunch();
+    column_partials_add(dbias, scratch, chunks, OC, OC, stream);
+}
+
 // scratch: column_num_chunks(N) * OC floats when dbias is given.
 inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout,
                             const floatX* inp, const floatX* weight, floatX* gelu_pre, int N, int C, int OC,
@@ -122,16 +137,5 @@ inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, float*
     // dweight^T (C, OC) += inp^T (C, N) . dout (N, OC): dout is column-major (OC, N), transposed.
     matmul_cublaslt(ctx, dweight, inp, dout, C, OC, N, false, true, C, OC, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT,
                     nullptr, nullptr);
-    // The bias gradient re-reads dout in a fixed order (deterministic). cuBLASLt's BGRADB epilogue
-    // would fold it into the dweight GEMM, but it makes that GEMM pick slower kernels: in the lab
-    // (docs/perf.md) the four backward GEMMs of a layer took 3.10 ms with it and 2.96 ms with these
-    // two small kernels, ~1.7 ms a step at GPT-2 124M.
-    if (dbias) {
-        const int chunks = column_num_chunks(N), rows_per_chunk = ceil_div(N, chunks);
-        const int packs = OC / x128::size, threads = 128;
-        bias_backward_partials<<<dim3(ceil_div(packs, threads), chunks), threads, 0, ctx.stream>>>(scratch, dout, N, OC,
-                                                                                                  rows_per_chunk);
-        cudaCheckLaunch();
-        column_partials_add(dbias, scratch, chunks, OC, OC, ctx.stream);
-    }
+    bias_backward(dbias, scratch, dout, N, OC, ctx.stream);
 }

@@ -49,6 +49,11 @@ struct TrainConfig {
     std::string dist_init;          // --dist-init: mpi | tcp://HOST:PORT | file:DIR | env | none ("" = from the environment)
     int dist_timeout = 600;         // --dist-timeout: seconds any rank waits for another before failing
     int rank = -1, world_size = -1; // --rank, --world-size for tcp/file (-1 = from the environment)
+    // FP8 linear layers (GPU trainer, bf16 build; llmc/gpt2_fp8.cuh, docs/numerics.md)
+    int fp8 = 0;                    // --fp8: 1 = the blocks' linear layers' matmuls in FP8
+    std::string fp8_scaling = "current";  // --fp8-scaling: current | delayed
+    std::string fp8_grad = "e5m2";  // --fp8-grad: e5m2 | e4m3, the format of the gradients dY
+    int fp8_history = 16;           // --fp8-history: delayed scaling's amax window (steps)
     int grad_accum = 1;             // derived: total_batch / (B*T*world)
     int world = 1;                  // derived: the ranks of the run (set_world_size)
     bool total_batch_default = false;  // derived: --total-batch was not given (one micro-batch per rank)
@@ -247,6 +252,27 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
     p.add_int("--ckpt-every", &cfg.ckpt_every, {0, BIG}, "checkpoint every N steps (0 = only at the end); needs --out-dir");
     p.add_uint64("--seed", &cfg.seed, "seed for init, data order and sampling");
     p.add_float("--temperature", &cfg.temperature, {1e-6, 100}, "sampling temperature");
+    p.add_int("--fp8", &cfg.fp8, {0, 1}, "1 = the linear layers inside the blocks (qkv, attproj, fc, fcproj) run their "
+              "forward, input- and weight-gradient matmuls in FP8 (E4M3 weights and activations, --fp8-grad "
+              "gradients, per-tensor scales; fp32 accumulation, bf16 outputs); the embeddings, norms, attention, the "
+              "output head and the optimizer stay bf16/fp32. GPU trainer, bf16 build only (docs/numerics.md)");
+    p.add({"--fp8-scaling", "HOW", "--fp8's per-tensor scales of activations and gradients: current (from each "
+           "tensor's own amax, an extra read) or delayed (from the amaxes of the last --fp8-history steps, recorded "
+           "by the cast itself); weights always current (default current)", [&cfg](const char* s) -> std::string {
+               if (strcmp(s, "current") != 0 && strcmp(s, "delayed") != 0)
+                   return std::string("unknown scaling '") + s + "' (current, delayed)";
+               cfg.fp8_scaling = s;
+               return "";
+           }});
+    p.add({"--fp8-grad", "FMT", "--fp8's format of the gradients dY: e5m2 (range) or e4m3 (precision) (default e5m2)",
+           [&cfg](const char* s) -> std::string {
+               if (strcmp(s, "e5m2") != 0 && strcmp(s, "e4m3") != 0)
+                   return std::string("unknown format '") + s + "' (e5m2, e4m3)";
+               cfg.fp8_grad = s;
+               return "";
+           }});
+    p.add_int("--fp8-history", &cfg.fp8_history, {1, 1024}, "--fp8-scaling delayed: steps of amax history a scale "
+              "is taken from");
     p.add_int("--zero", &cfg.zero, {0, 2}, "data parallel: 0 = gradients all-reduced, every rank keeps the whole optimizer "
               "state; 1 = AdamW state sharded by rank, parameters all-gathered; 2 = gradients reduce-scattered as well");
     p.add({"--dist-init", "HOW", "how the ranks of a data-parallel run meet: mpi, tcp://HOST:PORT (rank 0's host), "
@@ -293,7 +319,9 @@ inline void validate_train_config(TrainConfig& cfg) {
         fail("--ckpt-every: needs --out-dir (where the checkpoints go)");
     if (cfg.hellaswag_every > 0 && cfg.hellaswag_path.empty())
         fail("--hellaswag-every: needs --hellaswag FILE (the eval file to score)");
-    if (cfg.init.empty() && cfg.resume_dir.empty()) cfg.init = "d12";  // with --resume: checked by open_run_files
+    if (cfg.init.empty() && cfg.resume_dir.empty()) cfg.init = "d12";
+    if (!cfg.fp8 && (cfg.fp8_scaling != "current" || cfg.fp8_grad != "e5m2" || cfg.fp8_history != 16))
+        fail("--fp8-scaling, --fp8-grad, --fp8-history: only with --fp8 1");  // with --resume: checked by open_run_files
 }
 
 // Applies --kv-heads, --window and --max-seq to the model config `c` read from `source`: they shape
@@ -326,4 +354,5 @@ inline void parse_train_args(int argc, char** argv, TrainConfig& cfg, const char
     add_train_flags(p, cfg);
     p.parse(argc, argv);
     validate_train_config(cfg);
+    if (cfg.fp8) fail("--fp8 1: the CPU trainer runs in fp32; the FP8 matmuls are the GPU trainer's (build/train_gpt2cu)");
 }

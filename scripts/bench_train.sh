@@ -4,7 +4,7 @@
 # under torch.compile. Llama-style (BENCH_ARCH=llama): the same, plus Hugging Face transformers'
 # LlamaForCausalLM eager and compiled (scripts/bench_hf.py, random init from a local config). Every
 # run trains on random tokens and prints a last line
-#   BENCH name=<ours|eager|compile|hf_eager|hf_compile> ms=<median ms/step> tok_s=<tokens/s> peak_gib=<peak GPU memory>
+#   BENCH name=<ours|ours_fp8|eager|compile|hf_eager|hf_compile> ms=<median ms/step> tok_s=<tokens/s> peak_gib=<peak GPU memory>
 # and this script tabulates them. Run on a GPU machine after `make` (or via `make bench`).
 #
 # Environment (defaults in brackets):
@@ -16,6 +16,7 @@
 #   BENCH_T [1024]      sequence length
 #   BENCH_STEPS [30]    steps per run; each side discards its own warm-up steps before the median
 #   BENCH_BIN [build/train_gpt2cu]   our trainer (skipped with a note when missing)
+#   BENCH_FP8 [0]       1: also our trainer with --fp8 1 (the row ours_fp8; docs/numerics.md)
 #   BENCH_PYTHON [python3]
 #   BENCH_DEVICE [cuda]              device of the PyTorch runs (cpu: a smoke test of this script)
 #   BENCH_OUT [build/bench]          full output of each run goes to BENCH_OUT/<name>.log
@@ -36,6 +37,7 @@ LLAMA=${BENCH_LLAMA:-L12,C768,H12,KV4,F2048,V50304}
 B=${BENCH_B:-64}
 T=${BENCH_T:-1024}
 STEPS=${BENCH_STEPS:-30}
+FP8=${BENCH_FP8:-0}
 BIN=${BENCH_BIN:-build/train_gpt2cu}
 PY=${BENCH_PYTHON:-python3}
 DEV=${BENCH_DEVICE:-cuda}
@@ -60,6 +62,11 @@ case $ARCH in
         HF_SHAPE=("${REF_SHAPE[@]}")
         NAMES=(ours eager compile hf_eager hf_compile) ;;
     *) echo "error: BENCH_ARCH='$ARCH': expected gpt2 or llama" >&2; exit 1 ;;
+esac
+case $FP8 in
+    0) ;;
+    1) NAMES=(ours ours_fp8 "${NAMES[@]:1}") ;;
+    *) echo "error: BENCH_FP8='$FP8': expected 0 or 1" >&2; exit 1 ;;
 esac
 mkdir -p "$OUT" || exit 1
 
@@ -88,9 +95,13 @@ run() {  # run NAME CMD...: runs CMD, keeps its log, records the fields of its B
 
 echo "$ARCH $OURS_INIT, B=$B T=$T, $STEPS steps per run, random tokens"
 if [[ -x $BIN ]]; then
-    run ours "$BIN" --init "$OURS_INIT" $([[ $ARCH == llama && $T -gt 1024 ]] && echo "--max-seq $T") --random-data 1 --val-every 0 --batch "$B" --seq "$T" --steps "$STEPS"
+    OURS=("$BIN" --init "$OURS_INIT" $([[ $ARCH == llama && $T -gt 1024 ]] && echo "--max-seq $T") --random-data 1
+          --val-every 0 --batch "$B" --seq "$T" --steps "$STEPS")
+    run ours "${OURS[@]}"
+    [[ $FP8 == 1 ]] && run ours_fp8 "${OURS[@]}" --fp8 1
 else
     STATUS[ours]="skipped: $BIN not found (build it with make)"
+    STATUS[ours_fp8]=${STATUS[ours]}
     echo "=== ours: skipped, $BIN not found (build it with make)"
 fi
 run eager "$PY" scripts/train_gpt2.py --bench --device "$DEV" "${REF_SHAPE[@]}" --batch "$B" --seq "$T" --steps "$STEPS"
@@ -117,6 +128,7 @@ done
 echo
 echo "ours / eager:   $(ratio ours eager)"
 echo "ours / compile: $(ratio ours compile)"
+[[ $FP8 == 1 ]] && echo "ours_fp8 / compile: $(ratio ours_fp8 compile)"
 if [[ $ARCH == llama ]]; then
     echo "ours / hf_eager:   $(ratio ours hf_eager)"
     echo "ours / hf_compile: $(ratio ours hf_compile)"

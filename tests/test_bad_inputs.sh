@@ -173,6 +173,12 @@ if [ -x $GPU ]; then
     expect_error "GPU trainer: --window -1" "--window" $GPU "${BASE[@]}" --init d2 --window -1
     expect_error "GPU trainer: --deterministic 2" "--deterministic" $GPU "${BASE[@]}" --init d2 --deterministic 2
     expect_error "GPU trainer: --graph 2" "--graph: must be in" $GPU "${BASE[@]}" --init d2 --graph 2
+    expect_error "GPU trainer: --fp8 1 with B*T not a multiple of 64" "--fp8 1: batch * seq = 100 must be a multiple of 64" \
+        $GPU "${BASE[@]}" --init d2 --fp8 1 --batch 1 --seq 100
+    expect_error "GPU trainer: --fp8 1 with a SwiGLU width not a multiple of 64" "--fp8 1: MLP hidden width 2080 must be a multiple of 64" \
+        $GPU "${BASE[@]}" --init llama:L1,C128,H2,F2080,V64 --fp8 1 --batch 1 --seq 64
+    [ -x build/train_gpt2cu_fp32 ] && expect_error "GPU trainer, fp32 build: --fp8 1" "--fp8 1: the FP8 matmuls write bf16" \
+        build/train_gpt2cu_fp32 "${BASE[@]}" --init d2 --fp8 1 --batch 1 --seq 64
     expect_error "GPU trainer: --window differing from the checkpoint" "has window 3" $GPU "${BASE[@]}" --steps 2 \
         --resume "$T/ckpt_gqa" --window 4
     # and the flags and run files (open_run_files runs before the device starts)
@@ -220,6 +226,11 @@ expect_error "--batch 1.5" "--batch" $TRAIN "${BASE[@]}" --batch 1.5
 expect_error "--steps -2" "--steps" $TRAIN "${BASE[@]}" --steps -2
 expect_error "--beta2 1" "--beta2" $TRAIN "${BASE[@]}" --beta2 1
 expect_error "--schedule nope" "--schedule" $TRAIN "${BASE[@]}" --schedule nope
+expect_error "--fp8 1 on the CPU trainer" "--fp8 1: the CPU trainer runs in fp32" $TRAIN "${BASE[@]}" --fp8 1
+expect_error "--fp8 2" "--fp8" $TRAIN "${BASE[@]}" --fp8 2
+expect_error "--fp8-scaling nope" "--fp8-scaling: unknown scaling 'nope'" $TRAIN "${BASE[@]}" --fp8-scaling nope
+expect_error "--fp8-grad e3m4" "--fp8-grad: unknown format 'e3m4'" $TRAIN "${BASE[@]}" --fp8-grad e3m4
+expect_error "--fp8-grad without --fp8 1" "only with --fp8 1" $TRAIN "${BASE[@]}" --fp8-grad e4m3
 expect_error "unknown flag" "--frobnicate" $TRAIN "${BASE[@]}" --frobnicate 3
 expect_error "--total-batch not a multiple of B*T" "--total-batch" $TRAIN "${BASE[@]}" --total-batch 100
 expect_error "--total-batch of more micro-batches than an int" "--total-batch" $TRAIN "${BASE[@]}" --total-batch 68719476736

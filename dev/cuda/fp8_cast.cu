@@ -29,9 +29,6 @@
 #include "llmc/cpu/fp8.h"
 #include "llmc/fp8.cuh"
 
-static cpu::Fp8Format cpu_format(Fp8Format f) {
-    return f == Fp8Format::E4M3 ? cpu::Fp8Format::E4M3 : cpu::Fp8Format::E5M2;
-}
 static uint32_t float_bits(float x) {
     uint32_t u;
     memcpy(&u, &x, 4);
@@ -109,7 +106,7 @@ static std::vector<float> every_bf16() {
 // fixed_scale > 0: that scale (set directly), else current scaling's from the amax.
 static void run_shape(lab::Lab& L, const Shape& s, Fp8Format f, const std::vector<float>& x, float fixed_scale) {
     const size_t n = (size_t)s.R * s.C;
-    const cpu::Fp8Format cf = cpu_format(f);
+    const cpu::Fp8Format cf = fp8_cpu_format(f);
     float amax_ref = 0.0f;
     for (float v : x) amax_ref = std::max(amax_ref, std::fabs(v));  // never NaN here; +inf in every_bf16
     const float scale = fixed_scale > 0 ? fixed_scale : cpu::fp8_scale_from_amax(amax_ref, cf, 0, 1.0f);

@@ -52,9 +52,6 @@ struct Layer {
     bool bias;
 };
 
-static cpu::Fp8Format cpu_format(Fp8Format f) {
-    return f == Fp8Format::E4M3 ? cpu::Fp8Format::E4M3 : cpu::Fp8Format::E5M2;
-}
 
 static std::vector<uint8_t> download_bytes(const lab::DevBuf<uint8_t>& b) {
     std::vector<uint8_t> h(b.size());
@@ -72,7 +69,8 @@ static std::vector<uint8_t> download_byte_rows(const lab::DevBuf<uint8_t>& b, co
 static std::vector<float> ref_fp8(const std::vector<uint8_t>& p, Fp8Format pf, float sp, const std::vector<uint8_t>& q,
                                   Fp8Format qf, float sq, int rows, int M, int K) {
     float tp[256], tq[256];
-    for (int b = 0; b < 256; b++) tp[b] = cpu::fp8_decode((uint8_t)b, cpu_format(pf)), tq[b] = cpu::fp8_decode((uint8_t)b, cpu_format(qf));
+    for (int b = 0; b < 256; b++)
+        tp[b] = cpu::fp8_decode((uint8_t)b, fp8_cpu_format(pf)), tq[b] = cpu::fp8_decode((uint8_t)b, fp8_cpu_format(qf));
     std::vector<float> out((size_t)rows * M);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int i = 0; i < rows; i++)

@@ -1,0 +1,169 @@
+// gpt2_fp8.cuh: the FP8 linear layers of --fp8 (issue 18; docs/numerics.md, "FP8 in the trainer").
+// Inside every block the four linear layers (qkv, attproj, fc, fcproj; for Llama fc is SwiGLU's
+// [gate | up]) run their three matmuls through llmc/matmul_fp8.cuh:
+//   forward          Y  = X . W^T + b      X e4m3 (N, Cin), W e4m3 (OC, Cin)          fast accumulation
+//   input gradient   dX = dY . W           dY e5m2 (or e4m3) (N, OC), W^T e4m3 (Cin, OC)
+//   weight gradient  dW += dY^T . X        dY^T (OC, N), X^T e4m3 (Cin, N)
+// The embeddings, the norms, attention, the output head (classifier) and everything outside the
+// blocks stay bf16, as do the master weights, the gradients the matmuls write and AdamW.
+// Where the casts happen:
+//   W   once per step, lazily, when a forward first meets the layer after an update (the ZeRO
+//       all-gather of the layer has landed by then): fp8_amax, scale, then one fp8_cast_transpose
+//       that writes W (OC, Cin) and W^T (Cin, OC). Always current scaling: a weight is cast once
+//       per step, and its scale must stay the one its copies were cast with until the next cast.
+//   X   in the forward, one fp8_cast_transpose: X (N, Cin) into a one-layer scratch for the forward
+//       matmul, X^T (Cin, N) kept per layer for the weight gradient (the backward reads no bf16 X).
+//   dY  in the backward, one fp8_cast_transpose: dY (N, OC) and dY^T (OC, N), one-layer scratch.
+// Scaling of X and dY (--fp8-scaling):
+//   current  fp8_amax pass, fp8_update_scales(history 1), cast: the scale fits the tensor itself.
+//   delayed  the cast records the amax in the same pass and uses the scale of the previous
+//            --fp8-history steps' amaxes; all X and dY scales are updated in one launch after each
+//            backward (their scale_inv must hold from the cast through the weight gradient). The
+//            first step of a run uses the current recipe (an empty history has no scale).
+// Every scale lives on the device (Fp8Meta); no host synchronization anywhere.
+// GELU: cuBLASLt's GELU_AUX / DGELU epilogues are the bf16 path's; here the fc matmul writes the
+// pre-activation and gelu_forward runs after it, and the fcproj input-gradient matmul writes
+// d(GELU output), which gelu_backward_inplace turns into d(pre-activation).
+// Memory (d12, N = B*T = 65536): kept X^T L * N * (3C + H) bytes = 3.94 GiB; weight copies 2 bytes
+// per linear parameter (~162 MiB); scratch N * (max Cin + 2 max OC) bytes = 0.56 GiB.
+// Shapes: N, C, H, QKV and FC multiples of 64 (the transposed cast's tile; covers cuBLASLt's 16).
+// A forward of another row count (a HellaSwag batch) runs the bf16 matmuls, as the head does.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include "llmc/cuda_common.cuh"
+#include "llmc/fp8.cuh"
+#include "llmc/gelu.cuh"
+#include "llmc/gpt2_config.h"
+#include "llmc/matmul.cuh"
+#include "llmc/matmul_fp8.cuh"
+#include "llmc/utils.h"
+
+enum class Fp8Scaling { CURRENT, DELAYED };
+struct Fp8Settings {
+    bool enabled = false;                  // --fp8
+    Fp8Scaling scaling = Fp8Scaling::CURRENT;  // --fp8-scaling
+    Fp8Format grad = Fp8Format::E5M2;      // --fp8-grad
+    int history = 16;                      // --fp8-history (delayed scaling's window, steps)
+};
+
+enum Fp8Linear { FP8_QKV, FP8_ATTPROJ, FP8_FC, FP8_FCPROJ, FP8_LINEARS };
+// Meta blocks (role, layer, linear): X and DY adjacent so one launch updates both under delayed scaling.
+enum Fp8Role { FP8_X, FP8_DY, FP8_W, FP8_ROLES };
+
+struct GPT2Fp8 {
+    Fp8Settings set;
+    int L = 0, N = 0;                         // layers; rows the buffers were sized for (model B*T)
+    int cin[FP8_LINEARS] = {}, oc[FP8_LINEARS] = {};
+    size_t w_layer_bytes = 0, w_off[FP8_LINEARS] = {};   // per layer: each linear's W then W^T
+    size_t xt_layer_bytes = 0, xt_off[FP8_LINEARS] = {};  // per layer: each linear's X^T (Cin, N)
+    size_t max_cin = 0, max_oc = 0;
+    uint8_t* weights = nullptr;  // (L, sum over linears of 2 * OC * Cin)
+    uint8_t* xt = nullptr;       // (L, N * sum of Cin)
+    uint8_t* x = nullptr;        // (N, max Cin) scratch: this linear's X for its forward matmul
+    uint8_t* dy = nullptr;       // (N, max OC) scratch
+    uint8_t* dyt = nullptr;      // (max OC, N) scratch
+    Fp8Meta* metas = nullptr;    // (FP8_ROLES, L, FP8_LINEARS)
+    int64_t weights_step = -1;   // model.step the weight copies were cast at (-1: none yet)
+    bool warm = false;           // a backward has run: delayed scaling has amax history
+};
+
+// Sizes the buffers for a model of config c trained at N rows; fails on shapes the casts cannot take.
+inline void fp8_plan(GPT2Fp8& f, const GPT2Config& c, int N) {
+    const int C = c.channels, H = gpt2_mlp_hidden(c);
+    const int cin[FP8_LINEARS] = {C, C, C, H}, oc[FP8_LINEARS] = {gpt2_qkv_channels(c), C, gpt2_fc_channels(c), C};
+    const char* names[FP8_LINEARS] = {"channels", "channels", "channels", "MLP hidden width"};
+    const char* out_names[FP8_LINEARS] = {"qkv width", "channels", "fc width", "channels"};
+    if (N % FP8_T_TILE != 0) fail("--fp8 1: batch * seq = %d must be a multiple of %d (the FP8 transposed casts)", N, FP8_T_TILE);
+    f.L = c.num_layers;
+    f.N = N;
+    f.w_layer_bytes = f.xt_layer_bytes = f.max_cin = f.max_oc = 0;
+    for (int k = 0; k < FP8_LINEARS; k++) {
+        if (cin[k] % FP8_T_TILE != 0) fail("--fp8 1: %s %d must be a multiple of %d", names[k], cin[k], FP8_T_TILE);
+        if (oc[k] % FP8_T_TILE != 0) fail("--fp8 1: %s %d must be a multiple of %d", out_names[k], oc[k], FP8_T_TILE);
+        f.cin[k] = cin[k];
+        f.oc[k] = oc[k];
+        f.w_off[k] = f.w_layer_bytes;
+        f.w_layer_bytes += 2 * (size_t)oc[k] * cin[k];
+        f.xt_off[k] = f.xt_layer_bytes;
+        f.xt_layer_bytes += (size_t)N * cin[k];
+        f.max_cin = std::max(f.max_cin, (size_t)cin[k]);
+        f.max_oc = std::max(f.max_oc, (size_t)oc[k]);
+    }
+}
+
+inline Fp8Meta* fp8_meta(const GPT2Fp8& f, Fp8Role r, int l, int k) { return f.metas + ((size_t)r * f.L + l) * FP8_LINEARS + k; }
+
+// Scales start at 1 with empty histories; X and W in e4m3, dY in the gradient format.
+inline void fp8_init_metas(GPT2Fp8& f, cudaStream_t s) {
+    const int per_role = f.L * FP8_LINEARS;
+    fp8_meta_init(fp8_meta(f, FP8_X, 0, 0), per_role, Fp8Format::E4M3, s);
+    fp8_meta_init(fp8_meta(f, FP8_DY, 0, 0), per_role, f.set.grad, s);
+    fp8_meta_init(fp8_meta(f, FP8_W, 0, 0), per_role, Fp8Format::E4M3, s);
+    f.weights_step = -1;
+    f.warm = false;
+}
+
+namespace fp8_detail {
+// The FP8 build takes bf16 outputs; the FP32 build refuses --fp8 before anything runs (gpt2_build),
+// so these casts are never reached there.
+inline __nv_bfloat16* bf16_ptr(floatX* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
+inline const __nv_bfloat16* bf16_ptr(const floatX* p) { return reinterpret_cast<const __nv_bfloat16*>(p); }
+
+// in (R, C) -> out_t (C, R) and out (R, C) in format `fmt` under meta's scale. `current`: the scale
+// is set from this tensor's amax first (history_len: 1, or delayed scaling's window during its first
+// step); else the cast records its amax for the next update (delayed scaling).
+inline void cast_scaled(uint8_t* out_t, uint8_t* out, const floatX* in, int R, int C, Fp8Format fmt, Fp8Meta* meta,
+                        bool current, int history_len, cudaStream_t s) {
+    if (current) {
+        fp8_amax(in, (size_t)R * C, meta, s);
+        fp8_update_scales(meta, 1, history_len, 0, s);
+    }
+    fp8_cast_transpose(out_t, out, in, R, C, fmt, meta, !current, s);
+}
+inline bool current_scaling(const GPT2Fp8& f) { return f.set.scaling == Fp8Scaling::CURRENT || !f.warm; }
+inline int history_len(const GPT2Fp8& f) { return f.set.scaling == Fp8Scaling::CURRENT ? 1 : f.set.history; }
+}  // namespace fp8_detail
+
+// Linear k of layer l in FP8: out (N, OC) = inp (N, Cin) W^T + bias; with gelu_pre, gelu_pre = that
+// and out = GELU(gelu_pre). Casts the weight first when `cast_weight` (a new step), and keeps X^T.
+inline void fp8_linear_forward(GPT2Fp8& f, int l, int k, floatX* out, floatX* gelu_pre, const floatX* inp,
+                               const floatX* weight, const floatX* bias, int N, bool cast_weight, const CudaContext& ctx) {
+    using namespace fp8_detail;
+    const int C = f.cin[k], OC = f.oc[k];
+    uint8_t* w8 = f.weights + (size_t)l * f.w_layer_bytes + f.w_off[k];
+    uint8_t* wt8 = w8 + (size_t)OC * C;
+    Fp8Meta *wm = fp8_meta(f, FP8_W, l, k), *xm = fp8_meta(f, FP8_X, l, k);
+    if (cast_weight) cast_scaled(wt8, w8, weight, OC, C, Fp8Format::E4M3, wm, true, 1, ctx.stream);
+    uint8_t* xt8 = f.xt + (size_t)l * f.xt_layer_bytes + f.xt_off[k];
+    cast_scaled(xt8, f.x, inp, N, C, Fp8Format::E4M3, xm, current_scaling(f), history_len(f), ctx.stream);
+    floatX* y = gelu_pre ? gelu_pre : out;
+    matmul_fp8_forward(bf16_ptr(y), f.x, xm, w8, wm, bf16_ptr(bias), N, C, OC, ctx);
+    if (gelu_pre) gelu_forward(out, gelu_pre, (int64_t)N * OC, ctx.stream);
+}
+
+// The backward of fp8_linear_forward: dinp (N, Cin) = dout W (=), or with gelu_pre the gradient
+// w.r.t. the pre-activation (dinp = dGELU(dout W)); dweight += dout^T X; dbias += column sums of
+// dout (bf16, scratch: column_num_chunks(N) * OC floats).
+inline void fp8_linear_backward(GPT2Fp8& f, int l, int k, floatX* dinp, floatX* dweight, floatX* dbias, float* scratch,
+                                const floatX* dout, const floatX* gelu_pre, int N, const CudaContext& ctx) {
+    using namespace fp8_detail;
+    const int C = f.cin[k], OC = f.oc[k];
+    const uint8_t* w8 = f.weights + (size_t)l * f.w_layer_bytes + f.w_off[k];
+    const uint8_t* wt8 = w8 + (size_t)OC * C;
+    const uint8_t* xt8 = f.xt + (size_t)l * f.xt_layer_bytes + f.xt_off[k];
+    Fp8Meta *wm = fp8_meta(f, FP8_W, l, k), *xm = fp8_meta(f, FP8_X, l, k), *dm = fp8_meta(f, FP8_DY, l, k);
+    cast_scaled(f.dyt, f.dy, dout, N, OC, f.set.grad, dm, current_scaling(f), history_len(f), ctx.stream);
+    matmul_fp8_backward_input(bf16_ptr(dinp), f.dy, f.set.grad, dm, wt8, wm, N, C, OC, ctx);
+    if (gelu_pre) gelu_backward_inplace(dinp, gelu_pre, (int64_t)N * C, ctx.stream);
+    matmul_fp8_backward_weight(bf16_ptr(dweight), f.dyt, f.set.grad, dm, xt8, xm, N, C, OC, 1.0f, ctx);
+    if (dbias) bias_backward(dbias, scratch, dout, N, OC, ctx.stream);
+}
+
+// After each backward: delayed scaling folds the amaxes the casts recorded into the histories (all X
+// and dY tensors, one launch); the first backward ends the current-scaling warm-up.
+inline void fp8_after_backward(GPT2Fp8& f, cudaStream_t s) {
+    if (f.set.scaling == Fp8Scaling::DELAYED && f.warm)
+        fp8_update_scales(fp8_meta(f, FP8_X, 0, 0), 2 * f.L * FP8_LINEARS, f.set.history, 0, s);
+    f.warm = true;
+}

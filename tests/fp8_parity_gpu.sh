@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# --fp8 on one GPU, with the binaries given (nothing is built): TRAIN (default build/train_gpt2cu)
+# and TEST (default build/test_fp8_gpu). Logs and the plot go to $OUT (default /tmp/out/fp8).
+#  1. build/test_fp8_gpu: each FP8 linear layer's forward and backward against the CPU reference
+#     (llmc/cpu/fp8.h casts, fp32 matmul), e5m2 and e4m3 gradients
+#  2. bad shapes and builds: --fp8 1 with B*T not a multiple of 64 fails with a message naming --fp8
+#  3. short parity: a d12 on tiny Shakespeare, 20 steps at B=8 T=256, bf16 and --fp8 1 from the
+#     same seed: the last train loss with --fp8 within 3% of bf16's; the same for a Llama-style
+#     114M (RMSNorm, RoPE, SwiGLU fc, no biases, 4 KV heads)
+#  (QUICK=1 stops here: what tests/run_gpu_tests.sh runs)
+#  4. bench: 124M at B=64 T=1024, 20 steps of random tokens, bf16 vs --fp8 1: tok/s and peak memory
+#     (the trainer's BENCH line), and the FP8 buffers' size ("memory: fp8" line); not a pass/fail
+#  5. loss parity: a d12 for STEPS (2000) steps at B=4 T=128 (1M tokens, ~3 epochs), lr 3e-4 cosine, bf16 vs --fp8 1
+#     (current scaling) vs --fp8 1 --fp8-scaling delayed, val every 100 steps on the whole val split (63 batches):
+#     the final val loss with --fp8 within 1% of bf16's; and, for docs/numerics.md (not a check), bf16
+#     with --stochastic-rounding 0 (AdamW's bf16 write-back to nearest); the curves overlaid by scripts/plot_log.py
+#     into $OUT/fp8_parity.png (needs matplotlib; skipped, not failed, without it)
+# Data: data/tinyshakespeare/*_{train,val}.bin if present, else tokenized into $OUT/data by
+# scripts/data/tinyshakespeare.py (offline: LLMC_OFFLINE_DATA holds tinyshakespeare.txt and
+# gpt2.tiktoken). Every step runs under timeout, each capped by what is left of BUDGET seconds
+# (default 420: a step that would start past it is skipped and fails); about 5 minutes on an H200.
+# Last lines: a table of PASS/FAIL and figures.
+cd "$(dirname "$0")/.." || exit 1
+TRAIN=${TRAIN:-build/train_gpt2cu}
+TEST=${TEST:-build/test_fp8_gpu}
+OUT=${OUT:-/tmp/out}/fp8
+STEPS=${STEPS:-2000}
+QUICK=${QUICK:-0}
+BUDGET=${BUDGET:-420}
+mkdir -p "$OUT"
+for bin in "$TRAIN" "$TEST"; do [ -x "$bin" ] || { echo "fp8_parity_gpu: $bin is missing (build it first)"; exit 1; }; done
+rows=(); bad=0
+row() { rows+=("$(printf '%-4s %-44s %s' "$1" "$2" "$3")"); [ "$1" = FAIL ] && bad=$((bad + 1)); echo "$1 $2 $3"; }
+last_train() { awk '$1 == "step" && $3 == "train_loss" { v = $4 } END { print v }' "$1"; }
+last_val() { awk -v s="$STEPS" '$1 == "step" && $2 == s && $3 == "val_loss" { v = $4 } END { print v }' "$1"; }  # at STEPS only
+best_val() { awk '$1 == "step" && $3 == "val_loss" { if (b == "" || $4 < b) b = $4 } END { print b }' "$1"; }
+reldiff() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b == 0) print "nan"; else printf "%.4f", (a - b) / b }'; }
+# tmo N: N seconds, or what is left of BUDGET if less (at least 1)
+tmo() { local left=$((BUDGET - SECONDS)); [ $left -lt 1 ] && left=1; echo $(($1 < left ? $1 : left)); }
+within() { awk -v d="$1" -v t="$2" 'BEGIN { exit !(d != "nan" && d <= t && d >= -t) }'; }
+
+# ---- 1. the FP8 linear layers vs the CPU reference
+if timeout "$(tmo 90)" "$TEST" > "$OUT/test_fp8_gpu.log" 2>&1; then row PASS "test_fp8_gpu (FP8 linear fwd/bwd vs CPU)" "$(tail -n 1 "$OUT/test_fp8_gpu.log")"
+else row FAIL "test_fp8_gpu (FP8 linear fwd/bwd vs CPU)" "rc $?, $(grep -m 1 -E 'FAIL|error' "$OUT/test_fp8_gpu.log")"; fi
+
+# ---- 2. a shape the FP8 casts cannot take fails with a message
+msg=$(timeout "$(tmo 30)" "$TRAIN" --random-data 1 --init d2 --batch 1 --seq 100 --steps 1 --fp8 1 2>&1 | tail -n 1)
+if echo "$msg" | grep -qF "error: --fp8 1: batch * seq = 100 must be a multiple of 64"; then row PASS "--fp8 1 with B*T=100 refused" "$msg"
+else row FAIL "--fp8 1 with B*T=100 refused" "got: $msg"; fi
+
+# ---- data
+DATA=data/tinyshakespeare
+if ! ls $DATA/*_train.bin >/dev/null 2>&1; then
+    timeout "$(tmo 90)" python3 scripts/data/tinyshakespeare.py --out-dir "$OUT/data" > "$OUT/data.log" 2>&1
+    DATA=$OUT/data/tinyshakespeare
+fi
+if ! ls "$DATA"/*_train.bin >/dev/null 2>&1; then
+    row FAIL "tiny Shakespeare tokenized" "see $OUT/data.log: $(tail -n 1 "$OUT/data.log")"
+    printf '%s\n' "" "== fp8 summary" "${rows[@]}"; exit 1
+fi
+ts() {  # ts NAME TIMEOUT FLAGS...: a d12 on tiny Shakespeare, log in $OUT/NAME.log
+    local name=$1 t=$2; shift 2
+    timeout "$(tmo "$t")" "$TRAIN" --train "$DATA/*_train.bin" --val "$DATA/*_val.bin" --init d12 --seed 1337 \
+        --log "$OUT/$name.log" --overwrite 1 "$@" > "$OUT/$name.out" 2>&1
+}
+
+# ---- 3. short parity: 20 steps
+short=(--batch 8 --seq 256 --steps 20 --lr 6e-4 --warmup 5 --val-every 0)
+ts short_bf16 60 "${short[@]}" && ts short_fp8 60 "${short[@]}" --fp8 1
+a=$(last_train "$OUT/short_fp8.log" 2>/dev/null); b=$(last_train "$OUT/short_bf16.log" 2>/dev/null); d=$(reldiff "$a" "$b")
+if within "$d" 0.03; then row PASS "20 steps: fp8 train loss within 3% of bf16" "bf16 $b fp8 $a rel $d"
+else row FAIL "20 steps: fp8 train loss within 3% of bf16" "bf16 ${b:-none} fp8 ${a:-none} rel $d (see $OUT/short_*.out)"; fi
+llama=(--init llama:L12,C768,H12,KV4)
+ts short_llama_bf16 60 "${short[@]}" "${llama[@]}" && ts short_llama_fp8 60 "${short[@]}" "${llama[@]}" --fp8 1
+a=$(last_train "$OUT/short_llama_fp8.log" 2>/dev/null); b=$(last_train "$OUT/short_llama_bf16.log" 2>/dev/null); d=$(reldiff "$a" "$b")
+if within "$d" 0.03; then row PASS "20 steps, Llama 114M: fp8 within 3% of bf16" "bf16 $b fp8 $a rel $d"
+else row FAIL "20 steps, Llama 114M: fp8 within 3% of bf16" "bf16 ${b:-none} fp8 ${a:-none} rel $d (see $OUT/short_llama_*.out)"; fi
+
+if [ "$QUICK" != 1 ]; then
+    # ---- 4. bench (before the long runs: they are the ones the budget cuts): 124M, B=64 T=1024, 20 steps, random tokens
+    for mode in bf16 fp8; do
+        flags=(); [ $mode = fp8 ] && flags=(--fp8 1)
+        timeout "$(tmo 90)" "$TRAIN" --random-data 1 --init d12 --batch 64 --seq 1024 --steps 20 "${flags[@]}" > "$OUT/bench_$mode.out" 2>&1
+        line=$(grep '^BENCH' "$OUT/bench_$mode.out"); mem=$(grep '^memory: fp8' "$OUT/bench_$mode.out")
+        if [ -n "$line" ]; then row INFO "bench 124M B=64 T=1024 $mode" "$line${mem:+; $mem}"
+        else row FAIL "bench 124M B=64 T=1024 $mode" "no BENCH line: $(tail -n 1 "$OUT/bench_$mode.out")"; fi
+    done
+    tb=$(grep -o 'tok_s=[0-9]*' "$OUT/bench_bf16.out" | cut -d= -f2); tf=$(grep -o 'tok_s=[0-9]*' "$OUT/bench_fp8.out" | cut -d= -f2)
+    [ -n "$tb" ] && [ -n "$tf" ] && row INFO "bench speedup fp8 / bf16" "$(awk -v a="$tf" -v b="$tb" 'BEGIN { printf "%.3fx", a / b }')"
+    # ---- 5. loss parity over STEPS steps
+    long=(--batch 4 --seq 128 --steps "$STEPS" --lr 3e-4 --warmup 100 --val-every 100 --val-steps 63)
+    ts parity_bf16 100 "${long[@]}"
+    ts parity_fp8 100 "${long[@]}" --fp8 1
+    ts parity_fp8_delayed 100 "${long[@]}" --fp8 1 --fp8-scaling delayed
+    ts parity_bf16_nosr 100 "${long[@]}" --stochastic-rounding 0
+    b=$(last_val "$OUT/parity_bf16.log"); bb=$(best_val "$OUT/parity_bf16.log")
+    for run in parity_fp8 parity_fp8_delayed; do
+        a=$(last_val "$OUT/$run.log"); ab=$(best_val "$OUT/$run.log"); d=$(reldiff "$a" "$b")
+        if within "$d" 0.01; then row PASS "$STEPS steps: $run final val within 1%" "bf16 $b fp8 $a rel $d; best bf16 $bb fp8 $ab"
+        else row FAIL "$STEPS steps: $run final val within 1%" "bf16 ${b:-none} fp8 ${a:-none} rel $d; best $bb / $ab (see $OUT/$run.out)"; fi
+    done
+    a=$(last_val "$OUT/parity_bf16_nosr.log"); ab=$(best_val "$OUT/parity_bf16_nosr.log")
+    row INFO "$STEPS steps: bf16 without stochastic rounding" "val $a (best $ab) vs bf16 $b: rel $(reldiff "$a" "$b")"
+    if python3 -c "import matplotlib" 2>/dev/null; then
+        if timeout "$(tmo 30)" python3 scripts/plot_log.py "$OUT/parity_bf16.log" "$OUT/parity_fp8.log" "$OUT/parity_fp8_delayed.log" \
+                "$OUT/parity_bf16_nosr.log" -o "$OUT/fp8_parity.png" --title "d12 on tiny Shakespeare: bf16 vs --fp8" > "$OUT/plot.out" 2>&1; then
+            row PASS "plot" "$OUT/fp8_parity.png"
+        else row FAIL "plot" "$(tail -n 1 "$OUT/plot.out")"; fi
+    else
+        row SKIP "plot" "no matplotlib here; plot later: python3 scripts/plot_log.py $OUT/parity_*.log -o fp8_parity.png"
+    fi
+
+fi
+
+echo "fp8_parity_gpu: ${SECONDS}s of BUDGET ${BUDGET}s"
+printf '%s\n' "" "== fp8 summary (logs in $OUT)" "${rows[@]}"
+[ $bad -eq 0 ] && echo "fp8: PASS" || echo "fp8: FAIL ($bad)"
+[ $bad -eq 0 ]
