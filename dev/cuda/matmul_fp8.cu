@@ -15,7 +15,10 @@
 // checks cover every element):
 //   FP8 against the exact product of the dequantized FP8 operands (decoded by llmc/cpu/fp8.h, summed
 //   in double, times both scale_invs): what is left is fp32 accumulation order and the bf16 output
-//   rounding, tolerance 2^-8 relative + 2e-3 rms and nmse below 1e-3 (a wrong layout or scale is
+//   rounding, tolerance 2^-8 relative (the weight gradient 2^-7: it is added into a bf16 dW and
+//   rounded to bf16 again, and its K = N sums leave Hopper's FP8 accumulator a few more bits of
+//   error: the H200 measured ~100 of 1.7M elements between one half and one bf16 step off, nmse
+//   5.5e-6) + 2e-3 rms and nmse below 1e-3 (a wrong layout or scale is
 //   nmse ~1); with fast accumulation the narrower accumulator's error is the measurement, so only
 //   a gross error fails it: 2^-8 + 1.0 rms, nmse below 0.1 (read its printed nmse).
 //   bf16 against the CPU product of the bf16 operands at the lab's bf16 tolerance.
@@ -118,10 +121,11 @@ static void add_rows(std::vector<float>& ref, const std::vector<float>& add, int
 
 // FP8 output: exact-operand check (elementwise + nmse bound) and the error against bf16 operands.
 static bool check_fp8(lab::Lab& L, const lab::DevBuf<bf16>& d, const std::vector<float>& ref_exact,
-                      const std::vector<float>& ref_bf16, const std::vector<int>& rows, int M, bool fast) {
+                      const std::vector<float>& ref_bf16, const std::vector<int>& rows, int M, bool fast,
+                      double rel = 1.0 / 256) {
     // fast accumulation: its error is what the line measures, so only a gross error fails it (a
     // wrong layout or scale, nmse ~1, shows in the accurate variants of the same call too)
-    const lab::Tol tol = {1.0 / 256, fast ? 1.0 : 2e-3};
+    const lab::Tol tol = {rel, fast ? 1.0 : 2e-3};
     const double nmse_bound = fast ? 1e-1 : 1e-3;
     bool ok = L.check(d, ref_exact, tol, rows, M);
     const std::vector<float> got = d.download_rows(rows, M);
@@ -289,7 +293,7 @@ static Times run_layer(lab::Lab& L, const Layer& l) {
                       matmul_fp8_backward_weight(d_dw8, dyt8[v.g], gfmt[v.g], mdy[v.g], d_xt8, mx, N, C, OC, 1.0f, L.ctx,
                                                  Fp8Accum{true, false, v.fast});
                   },
-                  [&] { return check_fp8(L, d_dw8, ref8[v.g], refb, rows, C, v.fast); });
+                  [&] { return check_fp8(L, d_dw8, ref8[v.g], refb, rows, C, v.fast, 1.0 / 128); });
             if (v.variant != 0) continue;
             t.fp8[2] = L.last_ms();
             L.run(op, 1, "bf16 cuBLASLt", bb, flops, lab::Bound::Compute, [&] { d_dw.upload(dw0); },
