@@ -7,7 +7,8 @@
 #  3. short parity: a d12 on tiny Shakespeare, 20 steps at B=8 T=256, bf16 and --fp8 1 from the
 #     same seed: the last train loss with --fp8 within 3% of bf16's; the same for a Llama-style
 #     114M (RMSNorm, RoPE, SwiGLU fc, no biases, 4 KV heads)
-#  (QUICK=1 stops here: what tests/run_gpu_tests.sh runs)
+#  (QUICK=1 stops here: what tests/run_gpu_tests.sh runs; SKIP_BENCH=1 skips 4; PARALLEL=1 runs 5's four
+#  trainings at once)
 #  4. bench: 124M at B=64 T=1024, 20 steps of random tokens, bf16 vs --fp8 1: tok/s and peak memory
 #     (the trainer's BENCH line), and the FP8 buffers' size ("memory: fp8" line); not a pass/fail
 #  5. loss parity: a d12 for STEPS (2000) steps at B=4 T=128 (1M tokens, ~3 epochs), lr 3e-4 cosine, bf16 vs --fp8 1
@@ -76,7 +77,7 @@ a=$(last_train "$OUT/short_llama_fp8.log" 2>/dev/null); b=$(last_train "$OUT/sho
 if within "$d" 0.03; then row PASS "20 steps, Llama 114M: fp8 within 3% of bf16" "bf16 $b fp8 $a rel $d"
 else row FAIL "20 steps, Llama 114M: fp8 within 3% of bf16" "bf16 ${b:-none} fp8 ${a:-none} rel $d (see $OUT/short_llama_*.out)"; fi
 
-if [ "$QUICK" != 1 ]; then
+if [ "$QUICK" != 1 ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
     # ---- 4. bench (before the long runs: they are the ones the budget cuts): 124M, B=64 T=1024, 20 steps, random tokens
     for mode in bf16 fp8; do
         flags=(); [ $mode = fp8 ] && flags=(--fp8 1)
@@ -87,12 +88,17 @@ if [ "$QUICK" != 1 ]; then
     done
     tb=$(grep -o 'tok_s=[0-9]*' "$OUT/bench_bf16.out" | cut -d= -f2); tf=$(grep -o 'tok_s=[0-9]*' "$OUT/bench_fp8.out" | cut -d= -f2)
     [ -n "$tb" ] && [ -n "$tf" ] && row INFO "bench speedup fp8 / bf16" "$(awk -v a="$tf" -v b="$tb" 'BEGIN { printf "%.3fx", a / b }')"
-    # ---- 5. loss parity over STEPS steps
+fi
+if [ "$QUICK" != 1 ]; then
+    # ---- 5. loss parity over STEPS steps (PARALLEL=1: the four runs at once on the one GPU, when
+    # nothing else is timed beside them)
     long=(--batch 4 --seq 128 --steps "$STEPS" --lr 3e-4 --warmup 100 --val-every 100 --val-steps 63)
-    ts parity_bf16 100 "${long[@]}"
-    ts parity_fp8 100 "${long[@]}" --fp8 1
-    ts parity_fp8_delayed 100 "${long[@]}" --fp8 1 --fp8-scaling delayed
-    ts parity_bf16_nosr 100 "${long[@]}" --stochastic-rounding 0
+    run_long() { if [ "${PARALLEL:-0}" = 1 ]; then ts "$@" & else ts "$@"; fi; }
+    run_long parity_bf16 100 "${long[@]}"
+    run_long parity_fp8 100 "${long[@]}" --fp8 1
+    run_long parity_fp8_delayed 100 "${long[@]}" --fp8 1 --fp8-scaling delayed
+    run_long parity_bf16_nosr 100 "${long[@]}" --stochastic-rounding 0
+    wait
     b=$(last_val "$OUT/parity_bf16.log"); bb=$(best_val "$OUT/parity_bf16.log")
     for run in parity_fp8 parity_fp8_delayed; do
         a=$(last_val "$OUT/$run.log"); ab=$(best_val "$OUT/$run.log"); d=$(reldiff "$a" "$b")
