@@ -12,6 +12,7 @@
 #     table and odd-w): 16 (the Hopper kernel as shipped before: whole items, no skip), 17 (the shipped
 #     kernel held to whole items: HD 128 with skip_masked) and 0 (shipped: also the split schedule
 #     where the work items are fewer than the SMs).
+# CHECKS=0 skips 1, TIME=0 skips 2 (the checks can share the GPU with other work; the timing cannot).
 # Logs and the table under ${OUT:-/tmp/out}/attention_backward_gpu_check/. Every step runs under
 # `timeout` within a 235 s budget; about 2-3 minutes expected. Exit 1 when anything failed.
 cd "$(dirname "$0")/.." || exit 1
@@ -46,10 +47,17 @@ step() {
 }
 
 command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || { echo "attention_backward_gpu_check: no GPU"; exit 1; }
-step fwd_check 45 attention_forward --check-only
-step hopper_check 45 attention_hopper --check-only
-step bwd_check 90 attention_backward --check-only
-step bwd_check_small 20 attention_backward --check-only --small
+if [ "${CHECKS:-1}" = 1 ]; then
+    step fwd_check 45 attention_forward --check-only
+    step hopper_check 45 attention_hopper --check-only
+    step bwd_check 90 attention_backward --check-only
+    step bwd_check_small 20 attention_backward --check-only --small
+fi
+if [ "${TIME:-1}" != 1 ]; then
+    echo "== attention backward GPU check (checks only): $([ $bad -eq 0 ] && echo PASS || echo FAIL) ($(($(date +%s) - start))s)"
+    printf '%s\n' "${results[@]}"
+    exit $bad
+fi
 step bwd_time 90 attention_backward 0 16 17 --reps 10
 
 # The table: from the timing run's summary lines "attention_backward <shape> B=.. | <variant> <what> |
