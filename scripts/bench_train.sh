@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Training throughput: our CUDA trainer against PyTorch on the same shape, one after the other on
 # this GPU. GPT-2 (BENCH_ARCH=gpt2): our PyTorch reference model (scripts/train_gpt2.py) eager and
-# under torch.compile. Llama-style (BENCH_ARCH=llama): the same, plus Hugging Face transformers'
-# LlamaForCausalLM eager and compiled (scripts/bench_hf.py, random init from a local config). Every
-# run trains on random tokens and prints a last line
-#   BENCH name=<ours|ours_fp8|eager|compile|hf_eager|hf_compile> ms=<median ms/step> tok_s=<tokens/s> peak_gib=<peak GPU memory>
-# and this script tabulates them. Run on a GPU machine after `make` (or via `make bench`).
+# under torch.compile, and GPT-2 as a speed-minded PyTorch user writes it (nanoGPT style:
+# nn.Linear blocks, SDPA, fused AdamW; scripts/bench_nanogpt.py) under torch.compile. Llama-style
+# (BENCH_ARCH=llama): the same reference rows, plus Hugging Face transformers' LlamaForCausalLM
+# eager and compiled (scripts/bench_hf.py, random init from a local config). Every run trains on
+# random tokens and prints a last line
+#   BENCH name=<ours|ours_fp8|eager|compile|nanogpt_compile|nanogpt_eager|hf_eager|hf_compile> ms=<median ms/step> tok_s=<tokens/s> peak_gib=<peak GPU memory>
+# and this script tabulates them; the column "ours is" is ours' tok/s over each PyTorch row's, and the
+# last lines compare ours (and ours_fp8) with the fastest PyTorch row. Run on a GPU machine after
+# `make` (or via `make bench`).
 #
 # Environment (defaults in brackets):
 #   BENCH_ARCH [gpt2]   gpt2 | llama
-#   BENCH_MODEL [d12]   GPT-2: a dN model shape (d12 = GPT-2 124M)
+#   BENCH_MODEL [d12]   GPT-2: a dN model shape (d12 = GPT-2 124M; N layers, 64N channels, N heads)
 #   BENCH_LLAMA [L12,C768,H12,KV4,F2048,V50304]   Llama: layers, channels, heads, KV heads, SwiGLU
 #                       hidden width, vocab (all six, in this order; the 114M shape of docs/perf.md)
 #   BENCH_B [64]        micro-batch size
@@ -17,6 +21,9 @@
 #   BENCH_STEPS [30]    steps per run; each side discards its own warm-up steps before the median
 #   BENCH_BIN [build/train_gpt2cu]   our trainer (skipped with a note when missing)
 #   BENCH_FP8 [0]       1: also our trainer with --fp8 1 (the row ours_fp8; docs/numerics.md)
+#   BENCH_REF [1]       0: skip our PyTorch reference model's rows (eager, compile), e.g. to time
+#                       only ours against nanogpt_compile (GPT-2) or hf_* (Llama)
+#   BENCH_EAGER [0]     GPT-2: 1 also runs the nanoGPT-style model without torch.compile (nanogpt_eager)
 #   BENCH_PYTHON [python3]
 #   BENCH_DEVICE [cuda]              device of the PyTorch runs (cpu: a smoke test of this script)
 #   BENCH_OUT [build/bench]          full output of each run goes to BENCH_OUT/<name>.log
@@ -38,6 +45,8 @@ B=${BENCH_B:-64}
 T=${BENCH_T:-1024}
 STEPS=${BENCH_STEPS:-30}
 FP8=${BENCH_FP8:-0}
+REF=${BENCH_REF:-1}
+EAGER=${BENCH_EAGER:-0}
 BIN=${BENCH_BIN:-build/train_gpt2cu}
 PY=${BENCH_PYTHON:-python3}
 DEV=${BENCH_DEVICE:-cuda}
@@ -45,11 +54,15 @@ OUT=${BENCH_OUT:-build/bench}
 for v in B T STEPS; do
     if ! [[ ${!v} =~ ^[1-9][0-9]*$ ]]; then echo "error: BENCH_$v='${!v}' is not a positive integer" >&2; exit 1; fi
 done
+for v in FP8 REF EAGER; do
+    if ! [[ ${!v} == 0 || ${!v} == 1 ]]; then echo "error: BENCH_$v='${!v}': expected 0 or 1" >&2; exit 1; fi
+done
 case $ARCH in
     gpt2)
         OURS_INIT=$MODEL
         REF_SHAPE=(--model "$MODEL")
-        NAMES=(ours eager compile) ;;
+        NAMES=(ours eager compile nanogpt_compile)
+        [[ $EAGER == 1 ]] && NAMES+=(nanogpt_eager) ;;
     llama)
         if ! [[ $LLAMA =~ ^L([0-9]+),C([0-9]+),H([0-9]+),KV([0-9]+),F([0-9]+),V([0-9]+)$ ]]; then
             echo "error: BENCH_LLAMA='$LLAMA' is not L<layers>,C<channels>,H<heads>,KV<kv heads>,F<hidden>,V<vocab>" >&2
@@ -63,11 +76,8 @@ case $ARCH in
         NAMES=(ours eager compile hf_eager hf_compile) ;;
     *) echo "error: BENCH_ARCH='$ARCH': expected gpt2 or llama" >&2; exit 1 ;;
 esac
-case $FP8 in
-    0) ;;
-    1) NAMES=(ours ours_fp8 "${NAMES[@]:1}") ;;
-    *) echo "error: BENCH_FP8='$FP8': expected 0 or 1" >&2; exit 1 ;;
-esac
+[[ $FP8 == 1 ]] && NAMES=(ours ours_fp8 "${NAMES[@]:1}")
+[[ $REF == 0 ]] && NAMES=($(printf '%s\n' "${NAMES[@]}" | grep -vx -e eager -e compile))
 mkdir -p "$OUT" || exit 1
 
 declare -A MS TOKS PEAK STATUS
@@ -104,8 +114,16 @@ else
     STATUS[ours_fp8]=${STATUS[ours]}
     echo "=== ours: skipped, $BIN not found (build it with make)"
 fi
-run eager "$PY" scripts/train_gpt2.py --bench --device "$DEV" "${REF_SHAPE[@]}" --batch "$B" --seq "$T" --steps "$STEPS"
-run compile "$PY" scripts/train_gpt2.py --bench --device "$DEV" "${REF_SHAPE[@]}" --batch "$B" --seq "$T" --steps "$STEPS" --compile
+if [[ $REF == 1 ]]; then
+    run eager "$PY" scripts/train_gpt2.py --bench --device "$DEV" "${REF_SHAPE[@]}" --batch "$B" --seq "$T" --steps "$STEPS"
+    run compile "$PY" scripts/train_gpt2.py --bench --device "$DEV" "${REF_SHAPE[@]}" --batch "$B" --seq "$T" --steps "$STEPS" \
+        --compile
+fi
+if [[ $ARCH == gpt2 ]]; then
+    NANO=("$PY" scripts/bench_nanogpt.py --device "$DEV" --model "$MODEL" --batch "$B" --seq "$T" --steps "$STEPS")
+    run nanogpt_compile "${NANO[@]}" --compile 1
+    [[ $EAGER == 1 ]] && run nanogpt_eager "${NANO[@]}" --compile 0
+fi
 if [[ $ARCH == llama ]]; then
     run hf_eager "$PY" scripts/bench_hf.py --device "$DEV" "${HF_SHAPE[@]:2}" --batch "$B" --seq "$T" --steps "$STEPS"
     run hf_compile "$PY" scripts/bench_hf.py --device "$DEV" "${HF_SHAPE[@]:2}" --batch "$B" --seq "$T" --steps "$STEPS" --compile
@@ -118,19 +136,28 @@ ratio() {  # ratio A B: tok/s of A over tok/s of B, or "-" when either is missin
         echo "-"
     fi
 }
-echo
-printf "%-10s | %10s | %12s | %9s | %s\n" run "ms/step" "tok/s" "peak GiB" status
-printf -- "-----------+------------+--------------+-----------+-------\n"
+fastest=  # the PyTorch row with the most tok/s
 for name in "${NAMES[@]}"; do
-    printf "%-10s | %10s | %12s | %9s | %s\n" "$name" "${MS[$name]:--}" "${TOKS[$name]:--}" "${PEAK[$name]:--}" \
-        "${STATUS[$name]}"
+    [[ $name == ours* || ${STATUS[$name]} != ok ]] && continue
+    if [[ -z $fastest ]] || awk -v a="${TOKS[$name]}" -v b="${TOKS[$fastest]}" 'BEGIN { exit !(a > b) }'; then
+        fastest=$name
+    fi
 done
 echo
-echo "ours / eager:   $(ratio ours eager)"
-echo "ours / compile: $(ratio ours compile)"
-[[ $FP8 == 1 ]] && echo "ours_fp8 / compile: $(ratio ours_fp8 compile)"
-if [[ $ARCH == llama ]]; then
-    echo "ours / hf_eager:   $(ratio ours hf_eager)"
-    echo "ours / hf_compile: $(ratio ours hf_compile)"
+printf "%-15s | %10s | %12s | %9s | %7s | %s\n" run "ms/step" "tok/s" "peak GiB" "ours is" status
+printf -- "----------------+------------+--------------+-----------+---------+-------\n"
+for name in "${NAMES[@]}"; do
+    vs=-
+    [[ $name != ours* ]] && vs=$(ratio ours "$name")
+    printf "%-15s | %10s | %12s | %9s | %7s | %s\n" "$name" "${MS[$name]:--}" "${TOKS[$name]:--}" "${PEAK[$name]:--}" \
+        "$vs" "${STATUS[$name]}"
+done
+echo
+if [[ -n $fastest ]]; then
+    echo "fastest PyTorch: $fastest (${TOKS[$fastest]} tok/s)"
+    echo "ours / $fastest: $(ratio ours "$fastest")"
+    [[ $FP8 == 1 ]] && echo "ours_fp8 / $fastest: $(ratio ours_fp8 "$fastest")"
+else
+    echo "fastest PyTorch: - (no PyTorch run succeeded)"
 fi
 exit $failed

@@ -70,6 +70,20 @@ def test_bench_hf_help_without_torch(no_torch):
     assert_one_line_error(p, "bench_hf.py needs torch and transformers")
 
 
+def test_bench_nanogpt_help_without_torch(no_torch):
+    p = run([sys.executable, "scripts/bench_nanogpt.py", "--help"], no_torch)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("usage: bench_nanogpt.py") and "--compile" in p.stdout and not p.stderr
+    p = run([sys.executable, "scripts/bench_nanogpt.py", "--model", "d0"], no_torch)
+    assert p.returncode != 0 and "--model d0: not a model descriptor" in p.stderr
+    p = run([sys.executable, "scripts/bench_nanogpt.py", "--seq", "2048"], no_torch)
+    assert p.returncode != 0 and "--seq 2048 exceeds --max-seq 1024" in p.stderr
+    p = run([sys.executable, "scripts/bench_nanogpt.py", "--steps", "3"], no_torch)
+    assert p.returncode != 0 and "--steps 3: needs more than 3 steps" in p.stderr
+    p = run([sys.executable, "scripts/bench_nanogpt.py", "--device", "cpu", "--model", "d2", "--steps", "4"], no_torch)
+    assert_one_line_error(p, "bench_nanogpt.py needs PyTorch", "pip install torch")
+
+
 @pytest.mark.parametrize("script,fixture,_", FIXTURE_SCRIPTS, ids=[s for s, _, _ in FIXTURE_SCRIPTS])
 @pytest.mark.parametrize("hide_torch", [True, False], ids=["without_torch", "as_installed"])
 def test_make_fixture_help_writes_nothing(no_torch, hide_torch, script, fixture, _):
@@ -103,6 +117,9 @@ def test_bench_gpt2_help(tmp_path, tripwire):
     assert not record.exists() and not (tmp_path / "bench").exists(), "--help ran the benchmark"
     p = run(["scripts/bench_train.sh", "--steps", "3"], env)
     assert_one_line_error(p, "--steps: unknown argument", "BENCH_")
+    for var in ("BENCH_REF", "BENCH_EAGER", "BENCH_FP8"):
+        p = run(["scripts/bench_train.sh"], dict(env, **{var: "2"}))
+        assert_one_line_error(p, f"{var}='2': expected 0 or 1")
     assert not record.exists()
 
 
