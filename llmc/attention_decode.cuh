@@ -139,6 +139,10 @@ __device__ __forceinline__ void decode_merge_splits(T* out, const float* part_o,
 // (DecodeKnobs, explored by the lab): U; PREFETCH, the next U keys' loads issued before the current
 // ones are used (a second register set); SCATTER, the U*GB dot products reduced together
 // (decode_reduce_scatter) instead of one butterfly each.
+// Early loads (the `early` argument, shipped): pos and the block's first step of keys, except the
+// newest, are loaded before griddepcontrol.wait, since only q and the newest K/V come from the kernel
+// this one waits for; at a short cache (64 keys a split block) the whole chunk is in registers by the
+// time the QKV kernel finishes, and the wait is followed by the q load and the math only.
 // The row groups' partials are merged in shared memory; a block whose sequence needs one split writes
 // out directly, the others write (max, sum, output) to the scratch, merged by
 // attention_decode_combine_kernel or (fused_combine) by the last of the head block's split blocks.
@@ -213,33 +217,71 @@ struct DecodeTile {
 template <typename T, int HD, int GB, class Knobs>
 static __global__ void __launch_bounds__(DECODE_THREADS)
     attention_decode_split_kernel(T* out, DecodeScratch scratch, const T* qkv, const T* k_cache, const T* v_cache,
-                                  const int* pos, QKVLayout L, int S, int window, int max_splits, bool fused_combine) {
+                                  const int* pos, QKVLayout L, int S, int window, int max_splits, bool fused_combine,
+                                  bool early) {
     using Tile = DecodeTile<T, HD>;
     constexpr int EPT = Tile::EPT, TPR = Tile::TPR, ROWS = Tile::ROWS, U = Knobs::U, STEP = ROWS * U;
     __shared__ float sm_m[ROWS][GB], sm_l[ROWS][GB], sm_f[ROWS][GB];
     __shared__ alignas(16) float sm_o[ROWS][GB][HD];
     __shared__ bool sm_last;
 
-    pdl_wait();  // a programmatic dependent of the QKV kernel (pdl): q and this step's K/V come from it
-    pdl_launch_dependents();
     const int split = blockIdx.x, b = blockIdx.z;
     const int G = L.NH / L.NKV, head_blocks = gridDim.y / L.NKV;
     const int kvh = blockIdx.y / head_blocks, h0 = kvh * G + (blockIdx.y % head_blocks) * GB;
     const int heads = min(GB, kvh * G + G - h0);  // query heads of this block: h0 .. h0 + heads - 1
     const int lane = threadIdx.x % TPR, row = threadIdx.x / TPR, d0 = lane * EPT;
+    const size_t head_base = ((size_t)b * L.NKV + kvh) * S;
+    const T* qrow = qkv + (size_t)b * L.row();
+
+    // This row group's U keys of the step at jb: K and V rows, zeros past [jb, j1) and for key `skip`
+    // (not garbage: p = 0 times a NaN would still be NaN).
+    DecodeSpan span{0, 0};
+    int j1 = 0;
+    auto load_step = [&](int jb, Packed128<T> (&kr)[U], Packed128<T> (&vr)[U], int skip) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int j = jb + u * ROWS + row;
+            if (j < j1 && j != skip) {
+                int slot = span.first + j;  // < 2S: first < S, j < n <= S
+                if (slot >= S) slot -= S;
+                const size_t off = (head_base + slot) * HD + d0;
+                kr[u] = load128cs(k_cache + off);
+                vr[u] = load128cs(v_cache + off);
+            } else {
+                kr[u] = vr[u] = Packed128<T>::constant(from_float<T>(0.0f));
+            }
+        }
+    };
+
+    // early: the first step's keys except the newest are loaded before the wait. pos comes from the
+    // sampler and the older keys from earlier steps' kernels, all complete before the kernel this
+    // one waits for started (every kernel of the step waits before it triggers: llmc/cuda_common.cuh);
+    // only the newest key (and q) come from that kernel, so they are read after the wait. __ldcg: from
+    // L2, never a line this SM cached before the sampler ran.
+    Packed128<T> kr[U], vr[U];
+    int chunk = 0, nsplits = 0, j0 = 0;
+    auto plan_span = [&](int p) {
+        span = decode_span(p, S, window);
+        chunk = decode_chunk(span.n, max_splits);
+        nsplits = decode_splits(span.n, max_splits);
+        j0 = split * chunk;
+        j1 = min(span.n, j0 + chunk);
+    };
+    if (early) {
+        plan_span(__ldcg(pos + b));
+        if (split < nsplits) load_step(j0, kr, vr, span.n - 1);
+    }
+    pdl_wait();  // a programmatic dependent of the QKV kernel (pdl): q and this step's K/V come from it
+    pdl_launch_dependents();
 
     // q is loaded before pos is read, so the two loads' latencies overlap (a decode step of a short
     // sequence is a chain of a few dependent memory latencies, not bandwidth).
     Packed128<T> qv[GB];
-    const T* qrow = qkv + (size_t)b * L.row();
 #pragma unroll
     for (int g = 0; g < GB; g++)
         qv[g] = g < heads ? load128(qrow + L.q_col(h0 + g) + d0) : Packed128<T>::constant(from_float<T>(0.0f));
-    const DecodeSpan span = decode_span(pos[b], S, window);
-    const int chunk = decode_chunk(span.n, max_splits), nsplits = decode_splits(span.n, max_splits);
+    if (!early) plan_span(pos[b]);
     if (split >= nsplits) return;
-    const int j0 = split * chunk, j1 = min(span.n, j0 + chunk);
-    const size_t head_base = ((size_t)b * L.NKV + kvh) * S;
     if constexpr (Knobs::APPEND) {
         if (split == nsplits - 1 && span.n > 0) {  // the same for every thread of the block
             if (threadIdx.x < TPR) {
@@ -251,6 +293,19 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
                 store128(const_cast<T*>(v_cache) + off, load128(qrow + L.v_col(kvh) + d0));
             }
             __syncthreads();  // the block's other threads read the row below
+        }
+    }
+    if (early) {  // the newest key, if it falls in the first step: its row group's lanes load it now
+        const int jn = span.n - 1;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (jn == j0 + u * ROWS + row && jn < j1) {
+                int slot = span.first + jn;
+                if (slot >= S) slot -= S;
+                const size_t off = (head_base + slot) * HD + d0;
+                kr[u] = load128cs(k_cache + off);
+                vr[u] = load128cs(v_cache + off);
+            }
         }
     }
 
@@ -267,23 +322,6 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
         l[g] = 0.0f;
     }
 
-    // This row group's U keys of the step at jb: K and V rows, zeros past the chunk (not garbage:
-    // p = 0 times a NaN would still be NaN).
-    auto load_step = [&](int jb, Packed128<T> (&kr)[U], Packed128<T> (&vr)[U]) {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int j = jb + u * ROWS + row;
-            if (j < j1) {
-                int slot = span.first + j;  // < 2S: first < S, j < n <= S
-                if (slot >= S) slot -= S;
-                const size_t off = (head_base + slot) * HD + d0;
-                kr[u] = load128cs(k_cache + off);
-                vr[u] = load128cs(v_cache + off);
-            } else {
-                kr[u] = vr[u] = Packed128<T>::constant(from_float<T>(0.0f));
-            }
-        }
-    };
     // Scores of the U keys for every head (a dot product over the row group's TPR lanes), then the
     // online softmax update, rescaling once per step.
     auto consume = [&](int jb, const Packed128<T> (&kr)[U], const Packed128<T> (&vr)[U]) {
@@ -339,12 +377,11 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
             m[g] = m_new;
         }
     };
-    Packed128<T> kr[U], vr[U];
     if constexpr (Knobs::PREFETCH) {
-        load_step(j0, kr, vr);
+        if (!early) load_step(j0, kr, vr, -1);
         for (int jb = j0; jb < j1; jb += STEP) {
             Packed128<T> kn[U], vn[U];
-            load_step(jb + STEP, kn, vn);  // past the chunk: zeros, no loads
+            load_step(jb + STEP, kn, vn, -1);  // past the chunk: zeros, no loads
             consume(jb, kr, vr);
 #pragma unroll
             for (int u = 0; u < U; u++) {
@@ -354,7 +391,7 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
         }
     } else {
         for (int jb = j0; jb < j1; jb += STEP) {
-            load_step(jb, kr, vr);
+            if (jb != j0 || !early) load_step(jb, kr, vr, -1);
             consume(jb, kr, vr);
         }
     }
@@ -437,13 +474,13 @@ static __global__ void attention_decode_combine_kernel(T* out, DecodeScratch scr
 template <typename T, class Knobs = DecodeShipped>
 inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, const T* v_cache, const int* pos,
                                        int B, int NH, int NKV, int HD, int S, int window, float* scratch_buf,
-                                       const DecodePlan& plan, cudaStream_t stream, bool pdl = false) {
+                                       const DecodePlan& plan, cudaStream_t stream, bool pdl = false, bool early = true) {
     const QKVLayout L{NH, NKV, HD};
     const DecodeScratch scratch(scratch_buf, B, NH, NKV, HD, plan);
     const dim3 grid(plan.max_splits, NKV * plan.head_blocks, B);
     auto launch = [&](auto kernel) {
         launch_kernel(kernel, grid, dim3(DECODE_THREADS), 0, stream, pdl, out, scratch, qkv, k_cache, v_cache, pos, L,
-                      S, window, plan.max_splits, plan.fused_combine);
+                      S, window, plan.max_splits, plan.fused_combine, early);
         cudaCheckLaunch();
     };
     switch (HD * 100 + plan.heads_per_block) {
@@ -478,11 +515,14 @@ inline size_t attention_decode_scratch_floats(int B, int NH, int NKV, int HD, in
 // when that size is 0. qkv, k_cache, v_cache and out 16-byte aligned. Not deterministic across
 // devices with different SM counts (the split count follows the SMs); bit-identical run to run.
 // pdl: launched as programmatic dependents (llmc/cuda_common.cuh; the kernels wait for the previous
-// grid before reading anything). append: the cache does not hold this step's K and V yet; the kernel
-// writes them (kv_cache_append's job, one launch less; DecodeKnobs::APPEND) and attends over them.
+// grid before reading what it writes). append: the cache does not hold this step's K and V yet; the
+// kernel writes them (kv_cache_append's job, one launch less; DecodeKnobs::APPEND) and attends over
+// them. early: the first step's keys other than the newest, and pos, are read before the wait (the
+// split kernel's top): pos must not be written by the kernel this one waits for (the decode step's
+// sampler runs kernels earlier); false: everything after the wait (the kernel before this option).
 inline void attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, floatX* v_cache, const int* pos, int B,
                              int NH, int NKV, int HD, int S, cudaStream_t stream, int window = 0,
-                             float* scratch = nullptr, bool pdl = false, bool append = false) {
+                             float* scratch = nullptr, bool pdl = false, bool append = false, bool early = true) {
     using namespace attention_detail;
     check_kv_cache_sizes("attention_decode", B, NH, NKV, HD, S, window);
     check_kv_cache_aligned("attention_decode", qkv, k_cache, v_cache);
@@ -492,8 +532,8 @@ inline void attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, fl
              attention_decode_scratch_floats(B, NH, NKV, HD, S, window));
     if (append)
         attention_decode_with_plan<floatX, DecodeShippedAppend>(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S,
-                                                                window, scratch, plan, stream, pdl);
+                                                                window, scratch, plan, stream, pdl, early);
     else
         attention_decode_with_plan(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window, scratch, plan, stream,
-                                   pdl);
+                                   pdl, early);
 }

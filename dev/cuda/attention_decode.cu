@@ -25,6 +25,9 @@
 //      appended slots are poisoned first; the kernel writes them from qkv and reads the newest key
 //      from qkv; checked on the output and on the slots, as kv_cache_append is. Against variant 0 +
 //      the kv_cache_append line: one launch less.
+//   9  without the early loads (attention_decode(..., early = false)): pos and the first step's keys
+//      read after the wait, as before the latency work (a lone kernel gains nothing from them: the
+//      gain is in a PDL chain, generate --latency-kernels 1 vs 0)
 // kv_cache_fill and kv_cache_append: one line each (variant 0) per cache configuration.
 // Bytes: the K and V rows each sequence attends (NKV heads), q and out once, pos; FLOPs: 4 * HD per
 // (query head, key). Memory-bound: % of the 4.0 TB/s copy.
@@ -310,6 +313,9 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
         variant(7, "reduce-scatter dot products", [&] {
             attention_detail::attention_decode_with_plan<floatX, attention_detail::DecodeKnobs<4, false, true>>(
                 out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), plan, st);
+        });
+        variant(9, "no early loads", [&] {
+            attention_decode(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, st, W, scratch, false, false, false);
         });
         auto poison_appended = [&] {  // the slots variant 8 must write itself
             out.poison(st);
