@@ -139,7 +139,7 @@ __device__ __forceinline__ void decode_merge_splits(T* out, const float* part_o,
 // (DecodeKnobs, explored by the lab): U; PREFETCH, the next U keys' loads issued before the current
 // ones are used (a second register set); SCATTER, the U*GB dot products reduced together
 // (decode_reduce_scatter) instead of one butterfly each.
-// Early loads (the `early` argument, shipped): pos and the block's first step of keys, except the
+// Early loads (Knobs::EARLY, attention_decode's `early`): pos and the block's first step of keys, except the
 // newest, are loaded before griddepcontrol.wait, since only q and the newest K/V come from the kernel
 // this one waits for; at a short cache (64 keys a split block) the whole chunk is in registers by the
 // time the QKV kernel finishes, and the wait is followed by the q load and the math only.
@@ -156,7 +156,7 @@ __device__ __forceinline__ void decode_merge_splits(T* out, const float* part_o,
 constexpr int DECODE_THREADS = 128;
 // The inner loop's knobs (a type, so a kernel takes them as one template argument); the lab explores
 // them, the shipped launch uses the defaults.
-template <int U_ = 4, bool PREFETCH_ = false, bool SCATTER_ = false, bool APPEND_ = false>
+template <int U_ = 4, bool PREFETCH_ = false, bool SCATTER_ = false, bool APPEND_ = false, bool EARLY_ = false>
 struct DecodeKnobs {
     static constexpr int U = U_;                  // keys a row group loads per step
     static constexpr bool PREFETCH = PREFETCH_;   // issue the next step's loads before this step's math
@@ -168,9 +168,15 @@ struct DecodeKnobs {
     // one: same registers). With several head blocks (a group of more than 8 query heads) each
     // writes the same values. Its own instantiation all the same.
     static constexpr bool APPEND = APPEND_;
+    // the early loads (above; attention_decode's `early`): its own instantiation, since they cost
+    // registers (GB 1: 123 instead of 96, 4 blocks an SM instead of 5) that only a kernel started
+    // early by PDL gets anything for
+    static constexpr bool EARLY = EARLY_;
 };
 using DecodeShipped = DecodeKnobs<>;
 using DecodeShippedAppend = DecodeKnobs<DecodeShipped::U, DecodeShipped::PREFETCH, DecodeShipped::SCATTER, true>;
+using DecodeShippedEarly =
+    DecodeKnobs<DecodeShipped::U, DecodeShipped::PREFETCH, DecodeShipped::SCATTER, false, true>;
 
 // Sums each of v[0..N) over the TPR lanes of a row group, reduce-scatter style: at every xor level a
 // lane keeps half of the values it still holds (the upper lane the upper half) and adds the partner's
@@ -206,6 +212,12 @@ __device__ __forceinline__ void decode_gather_sums(float (&sums)[N], const float
         sums[i] = __shfl_sync(0xffffffffu, v[i % R], N >= TPR ? i / R : i * (TPR / N), TPR);
 }
 
+// Blocks an SM must hold (__launch_bounds__): 5 at GB 1 without the early loads, the register count
+// ptxas picked for it before they existed (96, spilling a few bytes; without the bound the kernel
+// around them takes more and 4 blocks an SM, where B = 64 needs the blocks), else no bound.
+template <int GB, class Knobs>
+constexpr int decode_min_blocks() { return GB == 1 && !Knobs::EARLY ? 5 : 1; }
+
 template <typename T, int HD>
 struct DecodeTile {
     static constexpr int EPT = 16 / (int)sizeof(T);  // elements per 16-byte load
@@ -215,10 +227,9 @@ struct DecodeTile {
 };
 
 template <typename T, int HD, int GB, class Knobs>
-static __global__ void __launch_bounds__(DECODE_THREADS)
+static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, Knobs>())
     attention_decode_split_kernel(T* out, DecodeScratch scratch, const T* qkv, const T* k_cache, const T* v_cache,
-                                  const int* pos, QKVLayout L, int S, int window, int max_splits, bool fused_combine,
-                                  bool early) {
+                                  const int* pos, QKVLayout L, int S, int window, int max_splits, bool fused_combine) {
     using Tile = DecodeTile<T, HD>;
     constexpr int EPT = Tile::EPT, TPR = Tile::TPR, ROWS = Tile::ROWS, U = Knobs::U, STEP = ROWS * U;
     __shared__ float sm_m[ROWS][GB], sm_l[ROWS][GB], sm_f[ROWS][GB];
@@ -233,15 +244,16 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
     const size_t head_base = ((size_t)b * L.NKV + kvh) * S;
     const T* qrow = qkv + (size_t)b * L.row();
 
-    // This row group's U keys of the step at jb: K and V rows, zeros past [jb, j1) and for key `skip`
-    // (not garbage: p = 0 times a NaN would still be NaN).
+    // This row group's U keys of the step at jb: K and V rows, zeros past the chunk (not garbage:
+    // p = 0 times a NaN would still be NaN).
+    constexpr bool early = Knobs::EARLY;
     DecodeSpan span{0, 0};
     int j1 = 0;
-    auto load_step = [&](int jb, Packed128<T> (&kr)[U], Packed128<T> (&vr)[U], int skip) {
+    auto load_step = [&](int jb, Packed128<T> (&kr)[U], Packed128<T> (&vr)[U]) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int j = jb + u * ROWS + row;
-            if (j < j1 && j != skip) {
+            if (j < j1) {
                 int slot = span.first + j;  // < 2S: first < S, j < n <= S
                 if (slot >= S) slot -= S;
                 const size_t off = (head_base + slot) * HD + d0;
@@ -253,11 +265,11 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
         }
     };
 
-    // early: the first step's keys except the newest are loaded before the wait. pos comes from the
-    // sampler and the older keys from earlier steps' kernels, all complete before the kernel this
-    // one waits for started (every kernel of the step waits before it triggers: llmc/cuda_common.cuh);
-    // only the newest key (and q) come from that kernel, so they are read after the wait. __ldcg: from
-    // L2, never a line this SM cached before the sampler ran.
+    // early: the first step's keys are loaded before the wait. pos comes from the sampler and the
+    // older keys from earlier steps' kernels, all complete before the kernel this one waits for
+    // started (every kernel of the step waits before it triggers: llmc/cuda_common.cuh); only the
+    // newest key (and q) come from that kernel: its row, loaded early with the slot's old contents,
+    // is loaded again after the wait, through L2 (__ldcg), never from a line this SM cached early.
     Packed128<T> kr[U], vr[U];
     int chunk = 0, nsplits = 0, j0 = 0;
     auto plan_span = [&](int p) {
@@ -267,9 +279,9 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
         j0 = split * chunk;
         j1 = min(span.n, j0 + chunk);
     };
-    if (early) {
+    if constexpr (early) {
         plan_span(__ldcg(pos + b));
-        if (split < nsplits) load_step(j0, kr, vr, span.n - 1);
+        if (split < nsplits) load_step(j0, kr, vr);
     }
     pdl_wait();  // a programmatic dependent of the QKV kernel (pdl): q and this step's K/V come from it
     pdl_launch_dependents();
@@ -295,7 +307,7 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
             __syncthreads();  // the block's other threads read the row below
         }
     }
-    if (early) {  // the newest key, if it falls in the first step: its row group's lanes load it now
+    if constexpr (early) {  // the newest key, if it falls in the first step: its row group's lanes load it now
         const int jn = span.n - 1;
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -303,8 +315,10 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
                 int slot = span.first + jn;
                 if (slot >= S) slot -= S;
                 const size_t off = (head_base + slot) * HD + d0;
-                kr[u] = load128cs(k_cache + off);
-                vr[u] = load128cs(v_cache + off);
+                const int4 k4 = __ldcg(reinterpret_cast<const int4*>(k_cache + off));
+                const int4 v4 = __ldcg(reinterpret_cast<const int4*>(v_cache + off));
+                kr[u] = *reinterpret_cast<const Packed128<T>*>(&k4);
+                vr[u] = *reinterpret_cast<const Packed128<T>*>(&v4);
             }
         }
     }
@@ -378,10 +392,10 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
         }
     };
     if constexpr (Knobs::PREFETCH) {
-        if (!early) load_step(j0, kr, vr, -1);
+        if (!early) load_step(j0, kr, vr);
         for (int jb = j0; jb < j1; jb += STEP) {
             Packed128<T> kn[U], vn[U];
-            load_step(jb + STEP, kn, vn, -1);  // past the chunk: zeros, no loads
+            load_step(jb + STEP, kn, vn);  // past the chunk: zeros, no loads
             consume(jb, kr, vr);
 #pragma unroll
             for (int u = 0; u < U; u++) {
@@ -391,7 +405,7 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
         }
     } else {
         for (int jb = j0; jb < j1; jb += STEP) {
-            if (jb != j0 || !early) load_step(jb, kr, vr, -1);
+            if (jb != j0 || !early) load_step(jb, kr, vr);
             consume(jb, kr, vr);
         }
     }
@@ -474,13 +488,13 @@ static __global__ void attention_decode_combine_kernel(T* out, DecodeScratch scr
 template <typename T, class Knobs = DecodeShipped>
 inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, const T* v_cache, const int* pos,
                                        int B, int NH, int NKV, int HD, int S, int window, float* scratch_buf,
-                                       const DecodePlan& plan, cudaStream_t stream, bool pdl = false, bool early = true) {
+                                       const DecodePlan& plan, cudaStream_t stream, bool pdl = false) {
     const QKVLayout L{NH, NKV, HD};
     const DecodeScratch scratch(scratch_buf, B, NH, NKV, HD, plan);
     const dim3 grid(plan.max_splits, NKV * plan.head_blocks, B);
     auto launch = [&](auto kernel) {
         launch_kernel(kernel, grid, dim3(DECODE_THREADS), 0, stream, pdl, out, scratch, qkv, k_cache, v_cache, pos, L,
-                      S, window, plan.max_splits, plan.fused_combine, early);
+                      S, window, plan.max_splits, plan.fused_combine);
         cudaCheckLaunch();
     };
     switch (HD * 100 + plan.heads_per_block) {
@@ -517,12 +531,13 @@ inline size_t attention_decode_scratch_floats(int B, int NH, int NKV, int HD, in
 // pdl: launched as programmatic dependents (llmc/cuda_common.cuh; the kernels wait for the previous
 // grid before reading what it writes). append: the cache does not hold this step's K and V yet; the
 // kernel writes them (kv_cache_append's job, one launch less; DecodeKnobs::APPEND) and attends over
-// them. early: the first step's keys other than the newest, and pos, are read before the wait (the
-// split kernel's top): pos must not be written by the kernel this one waits for (the decode step's
-// sampler runs kernels earlier); false: everything after the wait (the kernel before this option).
+// them. early (without append): the first step's keys other than the newest, and pos, are read
+// before the wait (the split kernel's top; DecodeKnobs::EARLY): pos must not be written by the kernel
+// this one waits for (the decode step's sampler runs kernels earlier); for a kernel that PDL starts
+// while the QKV kernel runs (the fused step at B <= 8); false: everything after the wait.
 inline void attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, floatX* v_cache, const int* pos, int B,
                              int NH, int NKV, int HD, int S, cudaStream_t stream, int window = 0,
-                             float* scratch = nullptr, bool pdl = false, bool append = false, bool early = true) {
+                             float* scratch = nullptr, bool pdl = false, bool append = false, bool early = false) {
     using namespace attention_detail;
     check_kv_cache_sizes("attention_decode", B, NH, NKV, HD, S, window);
     check_kv_cache_aligned("attention_decode", qkv, k_cache, v_cache);
@@ -532,8 +547,11 @@ inline void attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, fl
              attention_decode_scratch_floats(B, NH, NKV, HD, S, window));
     if (append)
         attention_decode_with_plan<floatX, DecodeShippedAppend>(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S,
-                                                                window, scratch, plan, stream, pdl, early);
+                                                                window, scratch, plan, stream, pdl);
+    else if (early)
+        attention_decode_with_plan<floatX, DecodeShippedEarly>(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S,
+                                                               window, scratch, plan, stream, pdl);
     else
         attention_decode_with_plan(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window, scratch, plan, stream,
-                                   pdl, early);
+                                   pdl);
 }

@@ -417,7 +417,7 @@ inline void decode_layers_fused(GPT2Infer& m, const CudaContext& ctx) {
                            GEMV_QKV, fq, s, m.pdl, tuning(m));
         mark(m, "attention_decode", s);
         attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, s, m.window,
-                         m.decode_scratch, m.pdl, false, m.latency);
+                         m.decode_scratch, m.pdl, false, m.latency && m.pdl);
         GemvFusion fr;
         fr.residual = m.res1;
         mark(m, "attproj+residual", s);
@@ -499,7 +499,7 @@ inline void gpt2_infer_decode_forward(GPT2Infer& m, const CudaContext& ctx) {
         }
         mark(m, m.fused ? "attention+kv" : "attention_decode", s);
         attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, s, m.window,
-                         m.decode_scratch, m.fused && m.pdl, m.fused, m.latency);
+                         m.decode_scratch, m.fused && m.pdl, m.fused);
     });
     infer_detail::linear(m, "lm_head", m.logits, nullptr, m.ln, infer_detail::head(m), nullptr, B, C,
                          c.padded_vocab_size, GEMV_PLAIN, ctx);
