@@ -35,7 +35,7 @@ part() {  # part NAME STATUS
 t0=$SECONDS
 
 echo "==== 1. GEMV lab"
-timeout 120 $LAB/gemv --reps 10 > "$OUT/gemv.txt" 2>&1; st=$?
+timeout 150 $LAB/gemv --reps 10 > "$OUT/gemv.txt" 2>&1; st=$?
 grep -E "FAIL|error" "$OUT/gemv.txt" | head -10
 part "gemv lab: checks of every variant + timing [$((SECONDS - t0)) s]" $st
 
