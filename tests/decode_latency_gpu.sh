@@ -12,7 +12,9 @@
 #      inputs, poisoned outputs) and timed: 0 shipped, 5 before the latency work, 6 preload only;
 #      fused ops: 0 shipped, 2 before, 1 unfused kernels
 #   2. the decode attention lab (dev/cuda/attention_decode.cu), variants 0 (shipped: early loads),
-#      9 (no early loads) and 8 (append folded in), checked against the CPU reference and timed
+#      9 (no early loads: the B > 8 kernel), 8 (append folded in), and for the next choice at B = 64
+#      2 (no split), 3 (2x splits), 6 (prefetch the next step), checked against the CPU reference
+#      and timed
 #   3. tests/test_generate_gpu.sh SECTIONS=7: fp32 build, fused = unfused = CPU twin tokens (greedy:
 #      the many-block argmax; sampled: the one-block sampler), --latency-kernels 0 = CPU twin too,
 #      and --check-full (bf16)
@@ -41,9 +43,9 @@ part "gemv lab: checks of every variant + timing [$((SECONDS - t0)) s]" $st
 
 echo "==== 2. attention_decode lab"
 t1=$SECONDS
-timeout 90 $LAB/attention_decode 0 9 8 --reps 10 > "$OUT/attention_decode.txt" 2>&1; st=$?
+timeout 100 $LAB/attention_decode 0 9 8 2 3 6 --reps 10 > "$OUT/attention_decode.txt" 2>&1; st=$?
 grep -E "FAIL|error" "$OUT/attention_decode.txt" | head -10
-part "attention_decode lab 0 9 8: checks + timing [$((SECONDS - t1)) s]" $st
+part "attention_decode lab 0 9 8 2 3 6: checks + timing [$((SECONDS - t1)) s]" $st
 
 echo "==== 3. test_generate_gpu.sh SECTIONS=7"
 t1=$SECONDS
@@ -80,13 +82,14 @@ awk -F' [|] ' '/^gemv/ && NF >= 6 {
             printf "%-62s %9.4f %9.4f %6.2fx\n", k, t[k, 0], o, (t[k, 0] > 0 ? o / t[k, 0] : 0) }
 }' "$OUT/gemv.txt"
 echo
-echo "==== attention_decode lab, ms: shipped (0, early loads) vs no early loads (9)"
+echo "==== attention_decode lab, ms: 0 shipped (early loads), 9 no early loads, 2 no split, 3 2x splits, 6 prefetch"
 awk -F' [|] ' '/^attention_decode / && NF >= 6 {
     split($2, v, " "); key = $1; if (!(key in seen)) { seen[key] = 1; order[++n] = key }
     t[key, v[1]] = $3
 } END {
+    printf "%-76s %8s %8s %8s %8s %8s\n", "op", "0", "9", "2", "3", "6"
     for (i = 1; i <= n; i++) { k = order[i]
-        printf "%-80s %9.4f %9.4f\n", k, t[k, 0], t[k, 9] }
+        printf "%-76s %8.4f %8.4f %8.4f %8.4f %8.4f\n", k, t[k, 0], t[k, 9], t[k, 2], t[k, 3], t[k, 6] }
 }' "$OUT/attention_decode.txt"
 echo
 echo "==== PROFILE (--latency-kernels 1; plain launches, an event between kernels)"
