@@ -49,6 +49,7 @@ struct GenConfig {
     int pdl = 1;                        // --pdl: GEMVs (--fused 1: and the others) as programmatic dependents
     int fused = 1;                      // --fused: a step of B <= 8 as 5 kernels a layer, else the append in attention
     int latency = 1;                    // --latency-kernels: the step kernels' latency work (gpt2_infer.cuh)
+    int gemv_split_k = 0;               // --gemv-split-k: warps a GEMV row shares (0 = gemv_split_k(K))
     int profile = 0;                    // --profile 1 (with --bench): per-kernel-family time of a decode step
     std::string init;                   // --init dN: a fresh random model instead of --model
 };
@@ -126,6 +127,8 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
                   "does not depend on the kernel before them (weights, older cache keys) before waiting for it, "
                   "long-K GEMVs split K over a block's warps, and a greedy step's argmax runs on many blocks; 0 = "
                   "the kernels before that work, for comparison (same tokens up to rounding)");
+        p.add_int("--gemv-split-k", &g.gemv_split_k, {0, 4}, "with --latency-kernels 1: the warps of a GEMV block "
+                  "that share one row's K (1, 2 or 4; 0 = the shipped choice, 4 for K = 3072, 1 for K = 768)");
         p.add_int("--profile", &g.profile, {0, 1}, "1 = with --bench: after the timed round, time each kernel family "
                   "of the decode step (plain launches, an event between kernels) and print PROFILE lines");
         p.add_string("--init", "dN", &g.init, "a fresh model from a descriptor (dN: a GPT-2 of N layers, d12 = "
@@ -138,6 +141,7 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
     if (!g.model_path.empty() && !g.init.empty()) fail("--init: give either --model or --init, not both");
     if (g.prompts.empty() && !g.interactive && !g.bench)
         fail("no prompt: give --prompt, --prompt-ids, --prompt-file, --prompt-ids-file or --interactive 1");
+    if (g.gemv_split_k == 3) fail("--gemv-split-k 3: must be 0, 1, 2 or 4");
     if (g.profile && !g.bench) fail("--profile: times the decode step of --bench 1; give --bench 1 too");
     if (g.bench && (!g.prompts.empty() || g.interactive))
         fail("--bench: makes its own random prompts; give no prompt and no --interactive");

@@ -69,6 +69,7 @@ struct GPT2Infer {
     // the previous kernel does not write before waiting for it, long-K GEMVs split K over a block's
     // warps, a greedy step's argmax spreads over many blocks; false: the kernels before it
     bool latency = true;
+    int gemv_split_k = 0;  // with latency: GemvTuning::split_k (0 = the shipped gemv_split_k(K))
     StepProfile* profile = nullptr;  // non-null and on: mark() records events
     int B = 0;        // sequences at once
     int Tmax = 0;     // prompt tokens per sequence a prefill may have
@@ -214,7 +215,9 @@ inline void mark(GPT2Infer& m, const char* family, cudaStream_t s) {
 }
 
 // The GEMVs' tuning: shipped, or (m.latency off) the kernel before the register preload and split K.
-inline GemvTuning tuning(const GPT2Infer& m) { return m.latency ? GemvTuning{} : GemvTuning{false, 1}; }
+inline GemvTuning tuning(const GPT2Infer& m) {
+    return m.latency ? GemvTuning{true, m.gemv_split_k} : GemvTuning{false, 1};
+}
 
 // out = epi(inp (M, K) W^T + b): gemv_forward at M <= GEMV_MAX_M rows (m.gemv), else cuBLASLt; with
 // cuBLASLt, GELU's epilogue also writes the pre-activation into `pre`, and SwiGLU's [gate | up] goes

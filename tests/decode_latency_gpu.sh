@@ -19,7 +19,9 @@
 #      the many-block argmax; sampled: the one-block sampler), --latency-kernels 0 = CPU twin too,
 #      and --check-full (bf16)
 #   4. generate --bench 1 --init d12 at B = 1, 8, 64 with --latency-kernels 0 and 1 (and --profile 1
-#      at B = 1 and 64 with 1: the per-kernel-family times)
+#      at B = 1 and 64 with 1: the per-kernel-family times), and at B = 1, 8 with --gemv-split-k 1
+#      (the latency kernels without the split of K: the split quadruples fcproj's blocks, which may
+#      crowd the next GEMV's early blocks out of the register file)
 # Last: the labs' old-vs-new lines, the tok/s table, the PROFILE lines and PASS/FAIL per part; exit 1
 # if any part failed.
 cd "$(dirname "$0")/.." || exit 1
@@ -56,17 +58,16 @@ part "test_generate_gpu.sh SECTIONS=7: $(grep -E '^[0-9]+ passed' "$OUT/checks.t
 echo "==== 4. bench"
 t1=$SECONDS
 : > "$OUT/bench.txt"
-for B in 1 8 64; do
-    for lat in 0 1; do
-        extra=""; [ $lat = 1 ] && [ $B != 8 ] && extra="--profile 1"
-        timeout 45 $GEN --init d12 --bench 1 --bench-prompt 64 --max-new 256 --temperature 0 --batch $B \
-            --latency-kernels $lat $extra > "$OUT/run.out" 2> "$OUT/run.err"
-        st=$?
-        grep -q BENCH_GEN "$OUT/run.out" || st=1
-        [ $st -ne 0 ] && { echo "  B=$B latency=$lat:"; tail -3 "$OUT/run.err"; }
-        grep -E "BENCH_GEN|PROFILE" "$OUT/run.out" >> "$OUT/bench.txt"
-        part "bench d12 B=$B --latency-kernels $lat" $st
-    done
+for run in "1 0" "1 1" "1 1 1" "8 0" "8 1" "8 1 1" "64 0" "64 1"; do  # B, --latency-kernels, --gemv-split-k
+    set -- $run; B=$1; lat=$2; split=${3:-0}
+    extra=""; [ $lat = 1 ] && [ $split = 0 ] && [ $B != 8 ] && extra="--profile 1"
+    timeout 45 $GEN --init d12 --bench 1 --bench-prompt 64 --max-new 256 --temperature 0 --batch $B \
+        --latency-kernels $lat --gemv-split-k $split $extra > "$OUT/run.out" 2> "$OUT/run.err"
+    st=$?
+    grep -q BENCH_GEN "$OUT/run.out" || st=1
+    [ $st -ne 0 ] && { echo "  B=$B latency=$lat split=$split:"; tail -3 "$OUT/run.err"; }
+    grep -E "BENCH_GEN|PROFILE" "$OUT/run.out" >> "$OUT/bench.txt"
+    part "bench d12 B=$B --latency-kernels $lat --gemv-split-k $split" $st
 done
 echo "  [$((SECONDS - t1)) s]"
 
@@ -97,19 +98,22 @@ grep PROFILE "$OUT/bench.txt"
 echo
 echo "==== decode tok/s, d12, 64-token prompts, 256 new tokens, greedy (targets: B=1 5000, B=64 100000)"
 awk '/BENCH_GEN/ {
-    B = ""; lat = ""; tok = ""; ms = ""
+    B = ""; lat = ""; sk = ""; tok = ""; ms = ""
     for (i = 1; i <= NF; i++) {
         split($i, kv, "=")
-        if (kv[1] == "B") B = kv[2]; else if (kv[1] == "latency") lat = kv[2]
+        if (kv[1] == "B") B = kv[2]; else if (kv[1] == "latency") lat = kv[2]; else if (kv[1] == "split_k") sk = kv[2]
         else if (kv[1] == "tok_s") tok = kv[2]; else if (kv[1] == "ms_per_token") ms = kv[2]
     }
+    key = lat == 0 ? "old" : sk == 1 ? "nosplit" : "new"
     if (!(B in seen)) { seen[B] = 1; order[++n] = B }
-    t[B, lat] = tok; m[B, lat] = ms
+    t[B, key] = tok; m[B, key] = ms
 } END {
-    printf "%4s %12s %12s %8s %12s %12s\n", "B", "tok/s old", "tok/s new", "speedup", "us/tok old", "us/tok new"
+    printf "%4s %10s %10s %8s %11s %11s %11s %20s\n", "B", "tok/s old", "tok/s new", "speedup", "us/tok old",
+           "us/tok new", "target us", "new, no split: tok/s"
     for (i = 1; i <= n; i++) { b = order[i]
-        printf "%4s %12s %12s %7.2fx %12.1f %12.1f\n", b, t[b, 0], t[b, 1], (t[b, 0] > 0 ? t[b, 1] / t[b, 0] : 0),
-               1000 * m[b, 0], 1000 * m[b, 1] }
+        printf "%4s %10s %10s %7.2fx %11.1f %11.1f %11s %20s\n", b, t[b, "old"], t[b, "new"],
+               (t[b, "old"] > 0 ? t[b, "new"] / t[b, "old"] : 0), 1000 * m[b, "old"], 1000 * m[b, "new"],
+               (b == 1 ? "200" : b == 64 ? "640" : "-"), t[b, "nosplit"] }
 }' "$OUT/bench.txt"
 echo
 echo "==== decode_latency_gpu summary ($((SECONDS - t0)) s, logs in $OUT)"
