@@ -27,7 +27,9 @@
 // Split K (GemvTuning::split_k): a decode GEMV is a chain of latencies, not a stream, so a row whose
 // packs need more than one round per lane (fcproj, K = 3072: 384 packs, 3 rounds of 4 a lane) is
 // split over 2 or 4 warps of a block, each taking every ks-th run of 32 packs, all of a row in one
-// round; the warps' sums meet in shared memory (warp order: deterministic). GemvTuning{false, 1}
+// round; the warps' sums meet in shared memory (warp order: deterministic). The cost: KS times the
+// warps, so KS times the registers a row holds, which a PDL chain needs free for the next kernel's
+// early blocks (generate --gemv-split-k 1 measures the step without it). GemvTuning{false, 1}
 // is the earlier kernel (an L2 prefetch of the first round instead of the register loads, no split),
 // kept for the lab and generate --latency-kernels 0.
 //
