@@ -213,9 +213,9 @@ static void bench(GPT2Infer& m, const GenConfig& g, const GenerateLimits& lim, c
     for (int b = 0; b < B; b++)
         if (produced[b] != N) fail("--bench: sequence %d produced %d tokens, not %d", b, produced[b], N);
     printf("BENCH_GEN B=%d prompt=%d new=%d prefill_ms=%.3f ms_per_token=%.4f tok_s=%.0f graph=%d gemv=%d pdl=%d "
-           "fused=%d fused_gemv=%d arch=%s precision=%s\n", B, P, N, prefill_ms, decode_ms / N,
+           "fused=%d fused_gemv=%d latency=%d split_k=%d arch=%s precision=%s\n", B, P, N, prefill_ms, decode_ms / N,
            (double)B * N / (decode_ms / 1e3), g.graph, (int)m.gemv, (int)m.pdl, (int)m.fused,
-           (int)infer_detail::fused_step(m), gpt2_arch_name(m.config), PRECISION_NAME);
+           (int)infer_detail::fused_step(m), (int)m.latency, m.gemv_split_k, gpt2_arch_name(m.config), PRECISION_NAME);
     if (g.profile) profile_steps(m, lim, tokens, lengths, active, rng, P, std::min(N, 32), decode_ms / N, ctx);
     for (cudaEvent_t& e : ev) cudaCheck(cudaEventDestroy(e));
 }
@@ -261,6 +261,8 @@ int main(int argc, char** argv) {
     m.gemv = g.gemv != 0;
     m.pdl = g.pdl != 0;
     m.fused = g.fused != 0;
+    m.latency = g.latency != 0;
+    m.gemv_split_k = g.gemv_split_k;
     if (!force.empty())
         cudaCheck(cudaMemcpy(m.force, force.data(), sizeof(int) * force.size(), cudaMemcpyHostToDevice));
     fprintf(stderr, "model %s: L=%d C=%d NH=%d NKV=%d W=%d V=%d; KV cache %d x %d slots (%.1f MiB), batch %d; %s, %s\n",

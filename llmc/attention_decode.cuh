@@ -139,6 +139,10 @@ __device__ __forceinline__ void decode_merge_splits(T* out, const float* part_o,
 // (DecodeKnobs, explored by the lab): U; PREFETCH, the next U keys' loads issued before the current
 // ones are used (a second register set); SCATTER, the U*GB dot products reduced together
 // (decode_reduce_scatter) instead of one butterfly each.
+// Early loads (Knobs::EARLY, attention_decode's `early`): pos and the block's first step of keys, except the
+// newest, are loaded before griddepcontrol.wait, since only q and the newest K/V come from the kernel
+// this one waits for; at a short cache (64 keys a split block) the whole chunk is in registers by the
+// time the QKV kernel finishes, and the wait is followed by the q load and the math only.
 // The row groups' partials are merged in shared memory; a block whose sequence needs one split writes
 // out directly, the others write (max, sum, output) to the scratch, merged by
 // attention_decode_combine_kernel or (fused_combine) by the last of the head block's split blocks.
@@ -152,7 +156,7 @@ __device__ __forceinline__ void decode_merge_splits(T* out, const float* part_o,
 constexpr int DECODE_THREADS = 128;
 // The inner loop's knobs (a type, so a kernel takes them as one template argument); the lab explores
 // them, the shipped launch uses the defaults.
-template <int U_ = 4, bool PREFETCH_ = false, bool SCATTER_ = false, bool APPEND_ = false>
+template <int U_ = 4, bool PREFETCH_ = false, bool SCATTER_ = false, bool APPEND_ = false, bool EARLY_ = false>
 struct DecodeKnobs {
     static constexpr int U = U_;                  // keys a row group loads per step
     static constexpr bool PREFETCH = PREFETCH_;   // issue the next step's loads before this step's math
@@ -164,9 +168,15 @@ struct DecodeKnobs {
     // one: same registers). With several head blocks (a group of more than 8 query heads) each
     // writes the same values. Its own instantiation all the same.
     static constexpr bool APPEND = APPEND_;
+    // the early loads (above; attention_decode's `early`): its own instantiation, since they cost
+    // registers (GB 1: 123 instead of 96, 4 blocks an SM instead of 5) that only a kernel started
+    // early by PDL gets anything for
+    static constexpr bool EARLY = EARLY_;
 };
 using DecodeShipped = DecodeKnobs<>;
 using DecodeShippedAppend = DecodeKnobs<DecodeShipped::U, DecodeShipped::PREFETCH, DecodeShipped::SCATTER, true>;
+using DecodeShippedEarly =
+    DecodeKnobs<DecodeShipped::U, DecodeShipped::PREFETCH, DecodeShipped::SCATTER, false, true>;
 
 // Sums each of v[0..N) over the TPR lanes of a row group, reduce-scatter style: at every xor level a
 // lane keeps half of the values it still holds (the upper lane the upper half) and adds the partner's
@@ -202,6 +212,12 @@ __device__ __forceinline__ void decode_gather_sums(float (&sums)[N], const float
         sums[i] = __shfl_sync(0xffffffffu, v[i % R], N >= TPR ? i / R : i * (TPR / N), TPR);
 }
 
+// Blocks an SM must hold (__launch_bounds__): 5 at GB 1 without the early loads, the register count
+// ptxas picked for it before they existed (96, spilling a few bytes; without the bound the kernel
+// around them takes more and 4 blocks an SM, where B = 64 needs the blocks), else no bound.
+template <int GB, class Knobs>
+constexpr int decode_min_blocks() { return GB == 1 && !Knobs::EARLY ? 5 : 1; }
+
 template <typename T, int HD>
 struct DecodeTile {
     static constexpr int EPT = 16 / (int)sizeof(T);  // elements per 16-byte load
@@ -211,7 +227,7 @@ struct DecodeTile {
 };
 
 template <typename T, int HD, int GB, class Knobs>
-static __global__ void __launch_bounds__(DECODE_THREADS)
+static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, Knobs>())
     attention_decode_split_kernel(T* out, DecodeScratch scratch, const T* qkv, const T* k_cache, const T* v_cache,
                                   const int* pos, QKVLayout L, int S, int window, int max_splits, bool fused_combine) {
     using Tile = DecodeTile<T, HD>;
@@ -220,26 +236,64 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
     __shared__ alignas(16) float sm_o[ROWS][GB][HD];
     __shared__ bool sm_last;
 
-    pdl_wait();  // a programmatic dependent of the QKV kernel (pdl): q and this step's K/V come from it
-    pdl_launch_dependents();
     const int split = blockIdx.x, b = blockIdx.z;
     const int G = L.NH / L.NKV, head_blocks = gridDim.y / L.NKV;
     const int kvh = blockIdx.y / head_blocks, h0 = kvh * G + (blockIdx.y % head_blocks) * GB;
     const int heads = min(GB, kvh * G + G - h0);  // query heads of this block: h0 .. h0 + heads - 1
     const int lane = threadIdx.x % TPR, row = threadIdx.x / TPR, d0 = lane * EPT;
+    const size_t head_base = ((size_t)b * L.NKV + kvh) * S;
+    const T* qrow = qkv + (size_t)b * L.row();
+
+    // This row group's U keys of the step at jb: K and V rows, zeros past the chunk (not garbage:
+    // p = 0 times a NaN would still be NaN).
+    constexpr bool early = Knobs::EARLY;
+    DecodeSpan span{0, 0};
+    int j1 = 0;
+    auto load_step = [&](int jb, Packed128<T> (&kr)[U], Packed128<T> (&vr)[U]) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int j = jb + u * ROWS + row;
+            if (j < j1) {
+                int slot = span.first + j;  // < 2S: first < S, j < n <= S
+                if (slot >= S) slot -= S;
+                const size_t off = (head_base + slot) * HD + d0;
+                kr[u] = load128cs(k_cache + off);
+                vr[u] = load128cs(v_cache + off);
+            } else {
+                kr[u] = vr[u] = Packed128<T>::constant(from_float<T>(0.0f));
+            }
+        }
+    };
+
+    // early: the first step's keys are loaded before the wait. pos comes from the sampler and the
+    // older keys from earlier steps' kernels, all complete before the kernel this one waits for
+    // started (every kernel of the step waits before it triggers: llmc/cuda_common.cuh); only the
+    // newest key (and q) come from that kernel: its row, loaded early with the slot's old contents,
+    // is loaded again after the wait, through L2 (__ldcg), never from a line this SM cached early.
+    Packed128<T> kr[U], vr[U];
+    int chunk = 0, nsplits = 0, j0 = 0;
+    auto plan_span = [&](int p) {
+        span = decode_span(p, S, window);
+        chunk = decode_chunk(span.n, max_splits);
+        nsplits = decode_splits(span.n, max_splits);
+        j0 = split * chunk;
+        j1 = min(span.n, j0 + chunk);
+    };
+    if constexpr (early) {
+        plan_span(__ldcg(pos + b));
+        if (split < nsplits) load_step(j0, kr, vr);
+    }
+    pdl_wait();  // a programmatic dependent of the QKV kernel (pdl): q and this step's K/V come from it
+    pdl_launch_dependents();
 
     // q is loaded before pos is read, so the two loads' latencies overlap (a decode step of a short
     // sequence is a chain of a few dependent memory latencies, not bandwidth).
     Packed128<T> qv[GB];
-    const T* qrow = qkv + (size_t)b * L.row();
 #pragma unroll
     for (int g = 0; g < GB; g++)
         qv[g] = g < heads ? load128(qrow + L.q_col(h0 + g) + d0) : Packed128<T>::constant(from_float<T>(0.0f));
-    const DecodeSpan span = decode_span(pos[b], S, window);
-    const int chunk = decode_chunk(span.n, max_splits), nsplits = decode_splits(span.n, max_splits);
+    if (!early) plan_span(pos[b]);
     if (split >= nsplits) return;
-    const int j0 = split * chunk, j1 = min(span.n, j0 + chunk);
-    const size_t head_base = ((size_t)b * L.NKV + kvh) * S;
     if constexpr (Knobs::APPEND) {
         if (split == nsplits - 1 && span.n > 0) {  // the same for every thread of the block
             if (threadIdx.x < TPR) {
@@ -251,6 +305,21 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
                 store128(const_cast<T*>(v_cache) + off, load128(qrow + L.v_col(kvh) + d0));
             }
             __syncthreads();  // the block's other threads read the row below
+        }
+    }
+    if constexpr (early) {  // the newest key, if it falls in the first step: its row group's lanes load it now
+        const int jn = span.n - 1;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (jn == j0 + u * ROWS + row && jn < j1) {
+                int slot = span.first + jn;
+                if (slot >= S) slot -= S;
+                const size_t off = (head_base + slot) * HD + d0;
+                const int4 k4 = __ldcg(reinterpret_cast<const int4*>(k_cache + off));
+                const int4 v4 = __ldcg(reinterpret_cast<const int4*>(v_cache + off));
+                kr[u] = *reinterpret_cast<const Packed128<T>*>(&k4);
+                vr[u] = *reinterpret_cast<const Packed128<T>*>(&v4);
+            }
         }
     }
 
@@ -267,23 +336,6 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
         l[g] = 0.0f;
     }
 
-    // This row group's U keys of the step at jb: K and V rows, zeros past the chunk (not garbage:
-    // p = 0 times a NaN would still be NaN).
-    auto load_step = [&](int jb, Packed128<T> (&kr)[U], Packed128<T> (&vr)[U]) {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int j = jb + u * ROWS + row;
-            if (j < j1) {
-                int slot = span.first + j;  // < 2S: first < S, j < n <= S
-                if (slot >= S) slot -= S;
-                const size_t off = (head_base + slot) * HD + d0;
-                kr[u] = load128cs(k_cache + off);
-                vr[u] = load128cs(v_cache + off);
-            } else {
-                kr[u] = vr[u] = Packed128<T>::constant(from_float<T>(0.0f));
-            }
-        }
-    };
     // Scores of the U keys for every head (a dot product over the row group's TPR lanes), then the
     // online softmax update, rescaling once per step.
     auto consume = [&](int jb, const Packed128<T> (&kr)[U], const Packed128<T> (&vr)[U]) {
@@ -339,9 +391,8 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
             m[g] = m_new;
         }
     };
-    Packed128<T> kr[U], vr[U];
     if constexpr (Knobs::PREFETCH) {
-        load_step(j0, kr, vr);
+        if (!early) load_step(j0, kr, vr);
         for (int jb = j0; jb < j1; jb += STEP) {
             Packed128<T> kn[U], vn[U];
             load_step(jb + STEP, kn, vn);  // past the chunk: zeros, no loads
@@ -354,7 +405,7 @@ static __global__ void __launch_bounds__(DECODE_THREADS)
         }
     } else {
         for (int jb = j0; jb < j1; jb += STEP) {
-            load_step(jb, kr, vr);
+            if (jb != j0 || !early) load_step(jb, kr, vr);
             consume(jb, kr, vr);
         }
     }
@@ -478,11 +529,15 @@ inline size_t attention_decode_scratch_floats(int B, int NH, int NKV, int HD, in
 // when that size is 0. qkv, k_cache, v_cache and out 16-byte aligned. Not deterministic across
 // devices with different SM counts (the split count follows the SMs); bit-identical run to run.
 // pdl: launched as programmatic dependents (llmc/cuda_common.cuh; the kernels wait for the previous
-// grid before reading anything). append: the cache does not hold this step's K and V yet; the kernel
-// writes them (kv_cache_append's job, one launch less; DecodeKnobs::APPEND) and attends over them.
+// grid before reading what it writes). append: the cache does not hold this step's K and V yet; the
+// kernel writes them (kv_cache_append's job, one launch less; DecodeKnobs::APPEND) and attends over
+// them. early (without append): the first step's keys other than the newest, and pos, are read
+// before the wait (the split kernel's top; DecodeKnobs::EARLY): pos must not be written by the kernel
+// this one waits for (the decode step's sampler runs kernels earlier); for a kernel that PDL starts
+// while the QKV kernel runs (the fused step at B <= 8); false: everything after the wait.
 inline void attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, floatX* v_cache, const int* pos, int B,
                              int NH, int NKV, int HD, int S, cudaStream_t stream, int window = 0,
-                             float* scratch = nullptr, bool pdl = false, bool append = false) {
+                             float* scratch = nullptr, bool pdl = false, bool append = false, bool early = false) {
     using namespace attention_detail;
     check_kv_cache_sizes("attention_decode", B, NH, NKV, HD, S, window);
     check_kv_cache_aligned("attention_decode", qkv, k_cache, v_cache);
@@ -493,6 +548,9 @@ inline void attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, fl
     if (append)
         attention_decode_with_plan<floatX, DecodeShippedAppend>(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S,
                                                                 window, scratch, plan, stream, pdl);
+    else if (early)
+        attention_decode_with_plan<floatX, DecodeShippedEarly>(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S,
+                                                               window, scratch, plan, stream, pdl);
     else
         attention_decode_with_plan(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window, scratch, plan, stream,
                                    pdl);

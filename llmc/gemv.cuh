@@ -17,17 +17,28 @@
 // R trades the L1 traffic of the inputs (M packs per R weight packs) against the number of warps:
 // R = 1 below M = 4, R = 2 from there (gemv_rows_per_warp; the lab, dev/cuda/gemv.cu, times 1/2/4).
 // Programmatic dependent launch (pdl, llmc/cuda_common.cuh): the kernel may start while the kernel
-// before it in the stream (or CUDA graph) is running; it prefetches its first weight packs into L2
-// (they never depend on the previous kernel), waits (griddepcontrol.wait) before it reads `inp`,
-// then lets the next kernel launch (griddepcontrol.launch_dependents), whose blocks become resident
-// and prefetch their own weights while this one streams. No-ops when launched without the attribute.
+// before it in the stream (or CUDA graph) is running. The weights never depend on it, so the first
+// round of a warp's weight packs (U*R 16-byte loads a lane) is loaded into registers before
+// griddepcontrol.wait, with the bias of its rows (and GEMV_RESIDUAL's residual, see GemvFusion), and
+// with the norm prologue the norm's weight and bias go to shared memory there too; after the wait
+// only the inputs (L2) and the math remain on the step's critical path.
+// Then the kernel lets the next one launch (griddepcontrol.launch_dependents), whose blocks become
+// resident and load their own weights while this one finishes. No-ops without the attribute.
+// Split K (GemvTuning::split_k): a decode GEMV is a chain of latencies, not a stream, so a row whose
+// packs need more than one round per lane (fcproj, K = 3072: 384 packs, 3 rounds of 4 a lane) is
+// split over 2 or 4 warps of a block, each taking every ks-th run of 32 packs, all of a row in one
+// round; the warps' sums meet in shared memory (warp order: deterministic). The cost: KS times the
+// warps, so KS times the registers a row holds, which a PDL chain needs free for the next kernel's
+// early blocks (generate --gemv-split-k 1 measures the step without it). GemvTuning{false, 1}
+// is the earlier kernel (an L2 prefetch of the first round instead of the register loads, no split),
+// kept for the lab and generate --latency-kernels 0.
 //
 //   gemv_fused_forward  the decode step's fused kernels (gpt2_infer.cuh, --fused 1): the same weight
 //                       loop with a GemvFusion around it, so a layer is 4 GEMVs + attention_decode:
 //     prologue  norm: inp (M, K) is the residual stream; each block normalizes the M rows (LayerNorm
 //               or RMSNorm, the fp32 statistics and formula of layernorm.cuh / rmsnorm.cuh, rounded
-//               to floatX as the norm kernel's output) into shared memory (M*K floatX: 12 KB at M = 8,
-//               C = 768 in bf16) before its weight loop, instead of a norm kernel writing `ln`. Cost:
+//               to floatX as the norm kernel's output) into shared memory ((M + 2)*K floatX with the
+//               norm's weight and bias: 15 KB at M = 8, C = 768 in bf16) before its weight loop, instead of a norm kernel writing `ln`. Cost:
 //               every block re-reads the M rows from L2 (blocks * M * K * 2 bytes: 576 blocks * 1.5 KB
 //               = 0.9 MB for GPT-2's qkv at M = 1) and redoes two warp reductions, ~1 us behind its
 //               weight prefetch (an estimate; the lab times it), against a launch of ~4-5 us. The
@@ -60,9 +71,16 @@ constexpr int GEMV_MAX_M = 8;    // rows of inp the kernels are instantiated for
 constexpr int GEMV_THREADS = 128;  // 4 warps a block
 constexpr int GEMV_UNROLL = 4;   // 16-byte packs per weight row a lane loads before its math
 // Fused norm prologue: blocks per SM at most (fewer where the registers allow fewer: one wave, the
-// grid loops over the rest), and the shared memory of its rows.
+// grid loops over the rest), and the shared memory of its rows and the norm's weight and bias.
 constexpr int GEMV_NORM_BLOCKS_PER_SM = 8;
 constexpr int GEMV_NORM_MAX_SMEM = 48 * 1024;
+inline size_t gemv_norm_smem(int M, int K) { return (size_t)(M + 2) * K * sizeof(floatX); }
+
+// How the weight loop hides latency (the top of the file); value-initialized: the shipped choice.
+struct GemvTuning {
+    bool preload = true;  // the first round of weights into registers before pdl_wait (false: an L2 prefetch)
+    int split_k = 0;      // warps sharing a row group: 1, 2 or 4; 0 = gemv_split_k(K)
+};
 
 enum GemvEpilogue : int { GEMV_PLAIN = 0, GEMV_GELU = 1, GEMV_SWIGLU = 2, GEMV_RESIDUAL = 3, GEMV_QKV = 4 };
 enum GemvNorm : int { GEMV_NORM_NONE = 0, GEMV_NORM_LAYER = 1, GEMV_NORM_RMS = 2 };
@@ -73,7 +91,9 @@ struct GemvFusion {
     const floatX* norm_w = nullptr;    // (K)
     const floatX* norm_b = nullptr;    // (K) LayerNorm's bias
     float eps = 0.0f;                  // RMSNorm's (LayerNorm: LAYERNORM_EPS)
-    const floatX* residual = nullptr;  // GEMV_RESIDUAL: (M, N)
+    // GEMV_RESIDUAL: (M, N); with GemvTuning::preload read before pdl_wait, so it must not come from
+    // the kernel this one waits for (the decode step's come from two and three kernels earlier)
+    const floatX* residual = nullptr;
     floatX* k_cache = nullptr;         // GEMV_QKV: one layer's (M, NKV, S, HD)
     floatX* v_cache = nullptr;         // (M, NKV, S, HD)
     const int* pos = nullptr;          // (M) device positions, < 0 idle
@@ -84,6 +104,11 @@ struct GemvFusion {
 
 // The shipped choice of rows per warp for M inputs (1, 2 or 4; the lab, dev/cuda/gemv.cu, times all three).
 constexpr int gemv_rows_per_warp(int M) { return M >= 4 ? 2 : 1; }
+// The shipped split: the fewest warps (1, 2, 4) per row group that load a row's K / 8 packs in one
+// round of GEMV_UNROLL packs a lane (K = 768: 1; 2048: 2; 3072: 4).
+constexpr int gemv_split_k(int K) {
+    return K / x128::size <= 32 * GEMV_UNROLL ? 1 : K / x128::size <= 64 * GEMV_UNROLL ? 2 : 4;
+}
 
 namespace gemv_detail {
 
@@ -111,9 +136,11 @@ __device__ inline void gemv_packs(float (&acc)[R][M], const x128 (&w)[R], const 
 
 // The fused prologue: warp w normalizes rows w, w + 4, ... of inp (M, K) into xs (M, K), one lane per
 // packs lane, lane + 32, ... with the statistics of layernorm_forward_warp_per_row /
-// rmsnorm_forward_warp_per_row (same loops, same fp32 order).
+// rmsnorm_forward_warp_per_row (same loops, same fp32 order). nw, nb: the norm's weight and bias,
+// staged in shared memory before pdl_wait (nb unused by RMSNorm).
 template <int M>
-__device__ inline void normalize_rows(floatX* xs, const floatX* inp, int K, const GemvFusion& f) {
+__device__ inline void normalize_rows(floatX* xs, const floatX* inp, const floatX* nw, const floatX* nb, int K,
+                                      const GemvFusion& f) {
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     const bool layer = f.norm == GEMV_NORM_LAYER;
     for (int m = warp; m < M; m += WARPS) {
@@ -138,10 +165,10 @@ __device__ inline void normalize_rows(floatX* xs, const floatX* inp, int K, cons
         }
         const float s = rsqrtf(warp_reduce_sum(sq) / K + (layer ? LAYERNORM_EPS : f.eps));
         for (int c = lane * x128::size; c < K; c += WARP_SIZE * x128::size) {
-            const x128 v = load128(x + c), w = load128(f.norm_w + c);
+            const x128 v = load128(x + c), w = load128(nw + c);
             x128 o;
             if (layer) {
-                const x128 b = load128(f.norm_b + c);
+                const x128 b = load128(nb + c);
                 for (int k = 0; k < x128::size; k++)
                     o[k] = from_float<floatX>((to_float(v[k]) - mean) * s * to_float(w[k]) + to_float(b[k]));
             } else {
@@ -182,20 +209,24 @@ __device__ inline void store_qkv(floatX* out, const float (&v)[R], const int (&r
     }
 }
 
-// Warp g of the grid (and g + all warps of the grid, ...; only a NORM grid is smaller than the row
-// groups): rows g*R .. g*R+R-1, or a pair (GEMV_SWIGLU: rows g and g + N/2; GEMV_QKV with RoPE: rows
-// h*HD + i and h*HD + i + HD/2 for g = h*HD/2 + i). Rows past N (the last warp of an N not a
-// multiple of R) read row N-1 and write nothing. NORM: inp's rows are normalized into shared memory
-// first (normalize_rows) and read from there.
+// Row group g (a warp's R rows, or a pair: GEMV_SWIGLU: rows g and g + N/2; GEMV_QKV with RoPE: rows
+// h*HD + i and h*HD + i + HD/2 for g = h*HD/2 + i) is computed by KS = t.split_k warps of one block
+// (WARPS / KS groups a block; the blocks loop over the rest, only a NORM grid is smaller than the
+// groups): warp kw of the KS takes the packs lane + 32*(kw + KS*i), i = 0, 1, ... Rows past N (the
+// last group of an N not a multiple of R) read row N-1 and write nothing. NORM: inp's rows are
+// normalized into shared memory first (normalize_rows) and read from there.
 template <int M, int R, int EPI, bool NORM>
 __global__ void __launch_bounds__(GEMV_THREADS)
-gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K, int N, GemvFusion f) {
+gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K, int N, GemvFusion f,
+            GemvTuning t) {
     static_assert(EPI != GEMV_SWIGLU || R == 2, "SwiGLU pairs rows j and H + j");
-    extern __shared__ x128 gemv_norm_rows[];  // NORM: (M, K) floatX
-    const int lane = threadIdx.x % WARP_SIZE;
+    extern __shared__ x128 gemv_smem[];  // NORM: rows (M, K), norm weight (K), norm bias (K), floatX
+    __shared__ float split_sums[WARPS][R][M];  // KS > 1: each warp's R*M sums
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     const bool pair = EPI == GEMV_SWIGLU || (EPI == GEMV_QKV && R == 2 && f.rope_cos != nullptr);
     const int H = N / 2, groups = pair ? H : (N + R - 1) / R, half = f.HD / 2;
-    const int packs = K / x128::size, first = blockIdx.x * WARPS + threadIdx.x / WARP_SIZE;
+    const int KS = t.split_k, per_block = WARPS / KS, kw = warp % KS;
+    const int packs = K / x128::size, p0 = lane + kw * WARP_SIZE, pstep = KS * WARP_SIZE;
     auto rows_of = [&](int g, int (&row)[R]) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
@@ -204,63 +235,115 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
             else row[r] = min(g * R + r, N - 1);
         }
     };
-    // the first round's weight packs into L2 while the previous kernel may still run, then the wait
-    if (first < groups) {
-        int row[R];
-        rows_of(first, row);
+    // one round: the U packs p, p + pstep, ... of each of the R rows (predicated at the end of a row)
+    x128 w[GEMV_UNROLL][R];
+    auto load_round = [&](const int (&row)[R], int p) {
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; u++)
 #pragma unroll
             for (int r = 0; r < R; r++)
-                if (lane + u * WARP_SIZE < packs)
-                    prefetch_l2(weight + (int64_t)row[r] * K + (lane + u * WARP_SIZE) * x128::size);
+                if (p + u * pstep < packs) w[u][r] = load128cs(weight + (int64_t)row[r] * K + (p + u * pstep) * x128::size);
+    };
+    // the epilogue's inputs of a group: the bias of its rows, and lane m's residual of input row m
+    // (GEMV_RESIDUAL: written kernels before the one this waits for, see gpt2_infer.cuh; __ldcg: L2)
+    float bias_v[R], res_v[R];
+    auto load_epilogue = [&](const int (&row)[R]) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            bias_v[r] = bias ? to_float(bias[row[r]]) : 0.0f;
+            res_v[r] = 0.0f;
+            if constexpr (EPI == GEMV_RESIDUAL)
+                if (lane < M) res_v[r] = to_float(__ldcg(f.residual + (int64_t)lane * N + row[r]));
+        }
+    };
+    // before the wait: the first round of this warp's first group (registers, or an L2 prefetch), its
+    // epilogue inputs, and the norm's weight and bias into shared memory
+    const int first = min(blockIdx.x * per_block + warp / KS, groups - 1);
+    bool loaded = false;
+    if (blockIdx.x * per_block < groups) {
+        int row[R];
+        rows_of(first, row);
+        if (t.preload) {
+            load_round(row, p0);
+            load_epilogue(row);
+            loaded = true;
+        } else {
+#pragma unroll
+            for (int u = 0; u < GEMV_UNROLL; u++)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    if (p0 + u * pstep < packs)
+                        prefetch_l2(weight + (int64_t)row[r] * K + (p0 + u * pstep) * x128::size);
+        }
+    }
+    floatX* xs = reinterpret_cast<floatX*>(gemv_smem);
+    floatX* nw = xs + (int64_t)M * K;
+    floatX* nb = nw + K;
+    if constexpr (NORM) {
+        for (int i = threadIdx.x; i < packs; i += GEMV_THREADS) {
+            store128(nw + i * x128::size, load128(f.norm_w + i * x128::size));
+            if (f.norm == GEMV_NORM_LAYER) store128(nb + i * x128::size, load128(f.norm_b + i * x128::size));
+        }
+        __syncthreads();
     }
     pdl_wait();
     pdl_launch_dependents();
     const floatX* x = inp;
     if constexpr (NORM) {
-        floatX* xs = reinterpret_cast<floatX*>(gemv_norm_rows);
-        normalize_rows<M>(xs, inp, K, f);
+        normalize_rows<M>(xs, inp, nw, nb, K, f);
         __syncthreads();
         x = xs;
     }
-    for (int g = first; g < groups; g += gridDim.x * WARPS) {
+    // block-uniform loop (the split's __syncthreads): this warp's group g, valid when g < groups
+    for (int gb = blockIdx.x; gb * per_block < groups; gb += gridDim.x) {
+        const int g_raw = gb * per_block + warp / KS, g = min(g_raw, groups - 1);
         int row[R];
         rows_of(g, row);
-        const floatX* wrow[R];
-#pragma unroll
-        for (int r = 0; r < R; r++) wrow[r] = weight + (int64_t)row[r] * K;
+        if (!loaded) load_epilogue(row);
         float acc[R][M];
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int m = 0; m < M; m++) acc[r][m] = 0.0f;
-        // rounds of U packs per row, all U*R loads issued (predicated at the end of a row) before the math
-        for (int p = lane; p < packs; p += GEMV_UNROLL * WARP_SIZE) {
-            x128 w[GEMV_UNROLL][R];
+        // rounds of U packs per row, all U*R loads issued before the math (the first round of the first
+        // group was loaded before the wait)
+        for (int p = p0; p < packs; p += GEMV_UNROLL * pstep) {
+            if (!loaded) load_round(row, p);
+            loaded = false;
 #pragma unroll
             for (int u = 0; u < GEMV_UNROLL; u++)
-#pragma unroll
-                for (int r = 0; r < R; r++)
-                    if (p + u * WARP_SIZE < packs) w[u][r] = load128cs(wrow[r] + (p + u * WARP_SIZE) * x128::size);
-#pragma unroll
-            for (int u = 0; u < GEMV_UNROLL; u++)
-                if (p + u * WARP_SIZE < packs) gemv_packs<M, R>(acc, w[u], x, K, (p + u * WARP_SIZE) * x128::size);
+                if (p + u * pstep < packs) gemv_packs<M, R>(acc, w[u], x, K, (p + u * pstep) * x128::size);
         }
+        loaded = false;  // (a group with no packs for this warp: K < 32 * x128::size * kw)
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int m = 0; m < M; m++) acc[r][m] = warp_reduce_sum(acc[r][m]);
+        if (KS > 1) {  // warp kw = 0 of the group adds the others' sums, in warp order
+            __syncthreads();  // the previous group's readers are done
+            if (lane == 0)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                    for (int m = 0; m < M; m++) split_sums[warp][r][m] = acc[r][m];
+            __syncthreads();
+            if (kw != 0) continue;
+            for (int j = 1; j < KS; j++)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                    for (int m = 0; m < M; m++) acc[r][m] += split_sums[warp + j][r][m];
+        }
 
         // lane m writes input row m's outputs (every lane holds every sum after the reduction)
-        if (lane >= M) continue;
+        if (lane >= M || g_raw >= groups) continue;
         const int nrows = pair ? R : min(R, N - g * R);  // rows of this group inside N
 #pragma unroll
         for (int m = 0; m < M; m++) {
             if (m != lane) continue;
             float v[R];
 #pragma unroll
-            for (int r = 0; r < R; r++) v[r] = acc[r][m] + (bias ? to_float(bias[row[r]]) : 0.0f);
+            for (int r = 0; r < R; r++) v[r] = acc[r][m] + bias_v[r];
             if constexpr (EPI == GEMV_SWIGLU) {
                 out[(int64_t)m * H + g] = from_float<floatX>(v[0] * swiglu_sigmoid(v[0]) * v[1]);
             } else if constexpr (EPI == GEMV_QKV) {
@@ -272,7 +355,7 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
                     const int64_t o = (int64_t)m * N + row[r];
                     if constexpr (EPI == GEMV_GELU) out[o] = from_float<floatX>(gelu_tanh(v[r]));
                     else if constexpr (EPI == GEMV_RESIDUAL)
-                        out[o] = from_float<floatX>(to_float(f.residual[o]) + to_float(from_float<floatX>(v[r])));
+                        out[o] = from_float<floatX>(res_v[r] + to_float(from_float<floatX>(v[r])));
                     else out[o] = from_float<floatX>(v[r]);
                 }
             }
@@ -283,12 +366,14 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
 // One launch of gemv_kernel<M, R, EPI, NORM>, with the programmatic-serialization attribute when pdl.
 template <int M, int R, int EPI, bool NORM>
 inline void launch(bool pdl, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K, int N,
-                   const GemvFusion& f, cudaStream_t stream) {
+                   const GemvFusion& f, GemvTuning t, cudaStream_t stream) {
+    if (t.split_k == 0) t.split_k = gemv_split_k(K);
+    if (t.split_k != 1 && t.split_k != 2 && t.split_k != 4) fail("gemv: split_k %d is not 1, 2 or 4", t.split_k);
     const bool pair = EPI == GEMV_SWIGLU || (EPI == GEMV_QKV && R == 2 && f.rope_cos != nullptr);
-    int blocks = ceil_div(pair ? N / 2 : ceil_div(N, R), WARPS);
+    int blocks = ceil_div(pair ? N / 2 : ceil_div(N, R), WARPS / t.split_k);
     size_t smem = 0;
     if constexpr (NORM) {  // at most one wave (the warps loop over the rest): each block normalizes once
-        smem = (size_t)M * K * sizeof(floatX);
+        smem = gemv_norm_smem(M, K);
         // queried at the first launch of a size (the uncaptured warm-up step), not inside a graph capture
         static size_t queried_smem = SIZE_MAX;
         static int resident = 0, sms = 0;
@@ -301,61 +386,61 @@ inline void launch(bool pdl, floatX* out, const floatX* inp, const floatX* weigh
         blocks = std::min(blocks, std::max(1, std::min(resident, GEMV_NORM_BLOCKS_PER_SM)) * sms);
     }
     launch_kernel(gemv_kernel<M, R, EPI, NORM>, dim3(blocks), dim3(GEMV_THREADS), smem, stream, pdl, out, inp, weight,
-                  bias, K, N, f);
+                  bias, K, N, f, t);
 }
 
 template <int M, int EPI>
 inline void launch_rows(int R, bool pdl, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
-                        int K, int N, cudaStream_t stream) {
+                        int K, int N, GemvTuning t, cudaStream_t stream) {
     const GemvFusion none{};
-    if constexpr (EPI == GEMV_SWIGLU) launch<M, 2, EPI, false>(pdl, out, inp, weight, bias, K, N, none, stream);
-    else if (R == 1) launch<M, 1, EPI, false>(pdl, out, inp, weight, bias, K, N, none, stream);
-    else if (R == 2) launch<M, 2, EPI, false>(pdl, out, inp, weight, bias, K, N, none, stream);
-    else launch<M, 4, EPI, false>(pdl, out, inp, weight, bias, K, N, none, stream);
+    if constexpr (EPI == GEMV_SWIGLU) launch<M, 2, EPI, false>(pdl, out, inp, weight, bias, K, N, none, t, stream);
+    else if (R == 1) launch<M, 1, EPI, false>(pdl, out, inp, weight, bias, K, N, none, t, stream);
+    else if (R == 2) launch<M, 2, EPI, false>(pdl, out, inp, weight, bias, K, N, none, t, stream);
+    else launch<M, 4, EPI, false>(pdl, out, inp, weight, bias, K, N, none, t, stream);
 }
 
 template <int EPI>
 inline void launch_epi(int M, int R, bool pdl, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K,
-                       int N, cudaStream_t stream) {
+                       int N, GemvTuning t, cudaStream_t stream) {
     switch (M) {
-        case 1: launch_rows<1, EPI>(R, pdl, out, inp, weight, bias, K, N, stream); break;
-        case 2: launch_rows<2, EPI>(R, pdl, out, inp, weight, bias, K, N, stream); break;
-        case 3: launch_rows<3, EPI>(R, pdl, out, inp, weight, bias, K, N, stream); break;
-        case 4: launch_rows<4, EPI>(R, pdl, out, inp, weight, bias, K, N, stream); break;
-        case 5: launch_rows<5, EPI>(R, pdl, out, inp, weight, bias, K, N, stream); break;
-        case 6: launch_rows<6, EPI>(R, pdl, out, inp, weight, bias, K, N, stream); break;
-        case 7: launch_rows<7, EPI>(R, pdl, out, inp, weight, bias, K, N, stream); break;
-        default: launch_rows<8, EPI>(R, pdl, out, inp, weight, bias, K, N, stream); break;
+        case 1: launch_rows<1, EPI>(R, pdl, out, inp, weight, bias, K, N, t, stream); break;
+        case 2: launch_rows<2, EPI>(R, pdl, out, inp, weight, bias, K, N, t, stream); break;
+        case 3: launch_rows<3, EPI>(R, pdl, out, inp, weight, bias, K, N, t, stream); break;
+        case 4: launch_rows<4, EPI>(R, pdl, out, inp, weight, bias, K, N, t, stream); break;
+        case 5: launch_rows<5, EPI>(R, pdl, out, inp, weight, bias, K, N, t, stream); break;
+        case 6: launch_rows<6, EPI>(R, pdl, out, inp, weight, bias, K, N, t, stream); break;
+        case 7: launch_rows<7, EPI>(R, pdl, out, inp, weight, bias, K, N, t, stream); break;
+        default: launch_rows<8, EPI>(R, pdl, out, inp, weight, bias, K, N, t, stream); break;
     }
 }
 
 // The fused launches at the shipped rows per warp (RoPE pairs: 2), the norm prologue or not.
 template <int M>
 inline void launch_fused(GemvEpilogue epi, bool pdl, floatX* out, const floatX* inp, const floatX* weight,
-                         const floatX* bias, int K, int N, const GemvFusion& f, cudaStream_t stream) {
+                         const floatX* bias, int K, int N, const GemvFusion& f, GemvTuning t, cudaStream_t stream) {
     constexpr int RS = gemv_rows_per_warp(M);
     const bool norm = f.norm != GEMV_NORM_NONE;
     switch (epi) {
         case GEMV_QKV:
             if (!norm) fail("internal: the fused QKV GEMV comes with its norm prologue");
-            if (f.rope_cos) launch<M, 2, GEMV_QKV, true>(pdl, out, inp, weight, bias, K, N, f, stream);
-            else launch<M, RS, GEMV_QKV, true>(pdl, out, inp, weight, bias, K, N, f, stream);
+            if (f.rope_cos) launch<M, 2, GEMV_QKV, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
+            else launch<M, RS, GEMV_QKV, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
             break;
         case GEMV_RESIDUAL:
             if (norm) fail("internal: the fused residual GEMV has no norm prologue");
-            launch<M, RS, GEMV_RESIDUAL, false>(pdl, out, inp, weight, bias, K, N, f, stream);
+            launch<M, RS, GEMV_RESIDUAL, false>(pdl, out, inp, weight, bias, K, N, f, t, stream);
             break;
         case GEMV_GELU:
             if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
-            launch<M, RS, GEMV_GELU, true>(pdl, out, inp, weight, bias, K, N, f, stream);
+            launch<M, RS, GEMV_GELU, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
             break;
         case GEMV_SWIGLU:
             if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
-            launch<M, 2, GEMV_SWIGLU, true>(pdl, out, inp, weight, bias, K, N, f, stream);
+            launch<M, 2, GEMV_SWIGLU, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
             break;
         default:
             if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
-            launch<M, RS, GEMV_PLAIN, true>(pdl, out, inp, weight, bias, K, N, f, stream);
+            launch<M, RS, GEMV_PLAIN, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
             break;
     }
 }
@@ -369,11 +454,11 @@ inline bool gemv_supported(int M, int K, int N, GemvEpilogue epi) {
 }
 
 // Whether gemv_fused_forward runs this shape and fusion: gemv_forward's shapes, the normalized rows
-// within GEMV_NORM_MAX_SMEM, the QKV layout whole (RoPE: HD even).
+// and the norm's weight and bias within GEMV_NORM_MAX_SMEM, the QKV layout whole (RoPE: HD even).
 inline bool gemv_fused_supported(int M, int K, int N, GemvEpilogue epi, const GemvFusion& f) {
     const bool norm = f.norm != GEMV_NORM_NONE;
     if (!(M >= 1 && M <= GEMV_MAX_M && K > 0 && K % x128::size == 0 && N > 0)) return false;
-    if (norm && ((size_t)M * K * sizeof(floatX) > GEMV_NORM_MAX_SMEM || !f.norm_w ||
+    if (norm && (gemv_norm_smem(M, K) > GEMV_NORM_MAX_SMEM || !f.norm_w ||
                  (f.norm == GEMV_NORM_LAYER && !f.norm_b) || (f.norm == GEMV_NORM_RMS && !(f.eps > 0.0f))))
         return false;
     switch (epi) {
@@ -388,17 +473,19 @@ inline bool gemv_fused_supported(int M, int K, int N, GemvEpilogue epi, const Ge
 
 // out = epilogue(inp (M, K) W^T (N, K) + bias); out (M, N), or (M, N/2) for GEMV_SWIGLU. rows_per_warp:
 // 0 = gemv_rows_per_warp(M), else 1, 2 or 4 (the lab's variants; SwiGLU always pairs 2 rows). pdl:
-// launch as a programmatic dependent of the previous kernel in the stream (see the top).
+// launch as a programmatic dependent of the previous kernel in the stream (see the top). t: the
+// register preload and the split of K (the top; default: the shipped choice).
 inline void gemv_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K, int N,
-                         GemvEpilogue epi, cudaStream_t stream, int rows_per_warp = 0, bool pdl = false) {
+                         GemvEpilogue epi, cudaStream_t stream, int rows_per_warp = 0, bool pdl = false,
+                         GemvTuning t = {}) {
     if (!gemv_supported(M, K, N, epi))
         fail("gemv_forward: M = %d (1..%d), K = %d (a multiple of %d), N = %d (even for SwiGLU), epilogue %d not "
              "supported", M, GEMV_MAX_M, K, x128::size, N, (int)epi);
     const int R = rows_per_warp ? rows_per_warp : gemv_rows_per_warp(M);
     if (R != 1 && R != 2 && R != 4) fail("gemv_forward: rows per warp %d is not 1, 2 or 4", R);
-    if (epi == GEMV_GELU) gemv_detail::launch_epi<GEMV_GELU>(M, R, pdl, out, inp, weight, bias, K, N, stream);
-    else if (epi == GEMV_SWIGLU) gemv_detail::launch_epi<GEMV_SWIGLU>(M, R, pdl, out, inp, weight, bias, K, N, stream);
-    else gemv_detail::launch_epi<GEMV_PLAIN>(M, R, pdl, out, inp, weight, bias, K, N, stream);
+    if (epi == GEMV_GELU) gemv_detail::launch_epi<GEMV_GELU>(M, R, pdl, out, inp, weight, bias, K, N, t, stream);
+    else if (epi == GEMV_SWIGLU) gemv_detail::launch_epi<GEMV_SWIGLU>(M, R, pdl, out, inp, weight, bias, K, N, t, stream);
+    else gemv_detail::launch_epi<GEMV_PLAIN>(M, R, pdl, out, inp, weight, bias, K, N, t, stream);
     cudaCheckLaunch();
 }
 
@@ -406,19 +493,20 @@ inline void gemv_forward(floatX* out, const floatX* inp, const floatX* weight, c
 // with f's norm prologue (qkv, fc, lm_head) or its residual (attproj, fcproj); GEMV_QKV also writes
 // the cache (and turns q, k with RoPE). Shapes as gemv_forward; gemv_fused_supported must hold.
 inline void gemv_fused_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K,
-                               int N, GemvEpilogue epi, const GemvFusion& f, cudaStream_t stream, bool pdl = true) {
+                               int N, GemvEpilogue epi, const GemvFusion& f, cudaStream_t stream, bool pdl = true,
+                               GemvTuning t = {}) {
     if (!gemv_fused_supported(M, K, N, epi, f))
         fail("gemv_fused_forward: M = %d, K = %d, N = %d, epilogue %d, norm %d not supported", M, K, N, (int)epi,
              (int)f.norm);
     switch (M) {
-        case 1: gemv_detail::launch_fused<1>(epi, pdl, out, inp, weight, bias, K, N, f, stream); break;
-        case 2: gemv_detail::launch_fused<2>(epi, pdl, out, inp, weight, bias, K, N, f, stream); break;
-        case 3: gemv_detail::launch_fused<3>(epi, pdl, out, inp, weight, bias, K, N, f, stream); break;
-        case 4: gemv_detail::launch_fused<4>(epi, pdl, out, inp, weight, bias, K, N, f, stream); break;
-        case 5: gemv_detail::launch_fused<5>(epi, pdl, out, inp, weight, bias, K, N, f, stream); break;
-        case 6: gemv_detail::launch_fused<6>(epi, pdl, out, inp, weight, bias, K, N, f, stream); break;
-        case 7: gemv_detail::launch_fused<7>(epi, pdl, out, inp, weight, bias, K, N, f, stream); break;
-        default: gemv_detail::launch_fused<8>(epi, pdl, out, inp, weight, bias, K, N, f, stream); break;
+        case 1: gemv_detail::launch_fused<1>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        case 2: gemv_detail::launch_fused<2>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        case 3: gemv_detail::launch_fused<3>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        case 4: gemv_detail::launch_fused<4>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        case 5: gemv_detail::launch_fused<5>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        case 6: gemv_detail::launch_fused<6>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        case 7: gemv_detail::launch_fused<7>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        default: gemv_detail::launch_fused<8>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
     }
     cudaCheckLaunch();
 }

@@ -2,7 +2,7 @@
 // share: their flags, the model path, the prompts (text through the BPE encoder, ids, files), the
 // end-of-text default and the output of a finished batch, so they take the same command lines and
 // give the same errors. The GPU-only flags (--graph, --check-full, --bench, --init, and the kernel
-// choices --gemv, --pdl, --fused, --profile) are registered only for it.
+// choices --gemv, --pdl, --fused, --latency-kernels, --profile) are registered only for it.
 #pragma once
 #include <sys/stat.h>
 #include <unistd.h>
@@ -48,6 +48,8 @@ struct GenConfig {
     int gemv = 1;                       // --gemv: the decode step's matmuls at M <= 8 rows through llmc/gemv.cuh
     int pdl = 1;                        // --pdl: GEMVs (--fused 1: and the others) as programmatic dependents
     int fused = 1;                      // --fused: a step of B <= 8 as 5 kernels a layer, else the append in attention
+    int latency = 1;                    // --latency-kernels: the step kernels' latency work (gpt2_infer.cuh)
+    int gemv_split_k = 0;               // --gemv-split-k: warps a GEMV row shares (0 = gemv_split_k(K))
     int profile = 0;                    // --profile 1 (with --bench): per-kernel-family time of a decode step
     std::string init;                   // --init dN: a fresh random model instead of --model
 };
@@ -121,6 +123,12 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
                   "in the next GEMV's prologue, residual adds, the cache append and RoPE in GEMV epilogues; more "
                   "sequences: the cache append inside the decode attention); 0 = one op a kernel (same tokens up to "
                   "rounding)");
+        p.add_int("--latency-kernels", &g.latency, {0, 1}, "1 = the decode step's GEMVs and attention load what "
+                  "does not depend on the kernel before them (weights, older cache keys) before waiting for it, "
+                  "long-K GEMVs split K over a block's warps, and a greedy step's argmax runs on many blocks; 0 = "
+                  "the kernels before that work, for comparison (same tokens up to rounding)");
+        p.add_int("--gemv-split-k", &g.gemv_split_k, {0, 4}, "with --latency-kernels 1: the warps of a GEMV block "
+                  "that share one row's K (1, 2 or 4; 0 = the shipped choice, 4 for K = 3072, 1 for K = 768)");
         p.add_int("--profile", &g.profile, {0, 1}, "1 = with --bench: after the timed round, time each kernel family "
                   "of the decode step (plain launches, an event between kernels) and print PROFILE lines");
         p.add_string("--init", "dN", &g.init, "a fresh model from a descriptor (dN: a GPT-2 of N layers, d12 = "
@@ -133,6 +141,7 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
     if (!g.model_path.empty() && !g.init.empty()) fail("--init: give either --model or --init, not both");
     if (g.prompts.empty() && !g.interactive && !g.bench)
         fail("no prompt: give --prompt, --prompt-ids, --prompt-file, --prompt-ids-file or --interactive 1");
+    if (g.gemv_split_k == 3) fail("--gemv-split-k 3: must be 0, 1, 2 or 4");
     if (g.profile && !g.bench) fail("--profile: times the decode step of --bench 1; give --bench 1 too");
     if (g.bench && (!g.prompts.empty() || g.interactive))
         fail("--bench: makes its own random prompts; give no prompt and no --interactive");

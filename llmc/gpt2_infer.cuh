@@ -65,6 +65,11 @@ struct GPT2Infer {
     bool gemv = true;  // matmuls of at most GEMV_MAX_M rows through gemv_forward (else cuBLASLt)
     bool pdl = true;   // gemv_forward launched as programmatic dependents (llmc/gemv.cuh); with fused: every kernel
     bool fused = true; // B <= GEMV_MAX_M: the fused kernels (decode_layers_fused); larger: the append in attention
+    // the latency work of the step's kernels (--latency-kernels): GEMVs and attention_decode load what
+    // the previous kernel does not write before waiting for it, long-K GEMVs split K over a block's
+    // warps, a greedy step's argmax spreads over many blocks; false: the kernels before it
+    bool latency = true;
+    int gemv_split_k = 0;  // with latency: GemvTuning::split_k (0 = the shipped gemv_split_k(K))
     StepProfile* profile = nullptr;  // non-null and on: mark() records events
     int B = 0;        // sequences at once
     int Tmax = 0;     // prompt tokens per sequence a prefill may have
@@ -75,6 +80,7 @@ struct GPT2Infer {
     floatX* k_cache = nullptr;  // (L, B, NKV, S, HD)
     floatX* v_cache = nullptr;  // (L, B, NKV, S, HD)
     float* decode_scratch = nullptr;  // attention_decode's split partials and counters (zeroed once)
+    float* sample_scratch = nullptr;  // greedy argmax: (B, P) maxima, (B, P) int indices, (B) int counters (zeroed once)
     // one layer's activations over R = B * Tmax rows (a decode step uses the first B)
     floatX* res1;      // (R, C) the residual stream entering a layer
     floatX* res2;      // (R, C) after the attention block
@@ -145,6 +151,7 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* hos
     std::vector<BufferSpec> specs = {
         {(void**)&m.params_memory, n, X},    {(void**)&m.k_cache, cache, X},      {(void**)&m.v_cache, cache, X},
         {(void**)&m.decode_scratch, std::max<size_t>(scratch, 1), F},
+        {(void**)&m.sample_scratch, (size_t)B * (2 * sample_greedy_blocks(c.vocab_size) + 1), F},
         {(void**)&m.res1, R * C, X},         {(void**)&m.res2, R * C, X},         {(void**)&m.ln, R * C, X},
         {(void**)&m.mean, R, F},             {(void**)&m.rstd, R, F},             {(void**)&m.qkv, R * QKV, X},
         {(void**)&m.atty, R * C, X},         {(void**)&m.lse, R * c.num_heads, F}, {(void**)&m.proj, R * C, X},
@@ -165,7 +172,7 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* hos
              "--max-seq", m.allocated_bytes / GiB, 2.0 * cache * X / GiB, free_bytes / GiB);
     m.allocation = specs_allocate(specs, "the inference model, activations and KV cache");
     m.params = gpt2_point_tensors(m.params_memory, c);
-    cudaCheck(cudaMemset(m.allocation, 0, m.allocated_bytes));  // the decode scratch's counters start at zero
+    cudaCheck(cudaMemset(m.allocation, 0, m.allocated_bytes));  // the scratches' counters start at zero
     if (host == nullptr) {
         // the caller copies floatX parameters in (gpt2_infer_sample: the training model's)
     } else if (HAS_MASTER) {
@@ -207,6 +214,11 @@ inline void mark(GPT2Infer& m, const char* family, cudaStream_t s) {
     cudaCheck(cudaEventRecord(p->events[p->used++], s));
 }
 
+// The GEMVs' tuning: shipped, or (m.latency off) the kernel before the register preload and split K.
+inline GemvTuning tuning(const GPT2Infer& m) {
+    return m.latency ? GemvTuning{true, m.gemv_split_k} : GemvTuning{false, 1};
+}
+
 // out = epi(inp (M, K) W^T + b): gemv_forward at M <= GEMV_MAX_M rows (m.gemv), else cuBLASLt; with
 // cuBLASLt, GELU's epilogue also writes the pre-activation into `pre`, and SwiGLU's [gate | up] goes
 // through `pre` (M, N) to swiglu_forward. out (M, N), SwiGLU (M, N/2).
@@ -214,7 +226,7 @@ inline void linear(GPT2Infer& m, const char* family, floatX* out, floatX* pre, c
                    const floatX* b, int M, int K, int N, GemvEpilogue epi, const CudaContext& ctx) {
     mark(m, family, ctx.stream);
     if (m.gemv && gemv_supported(M, K, N, epi)) {
-        gemv_forward(out, inp, w, b, M, K, N, epi, ctx.stream, 0, m.pdl);
+        gemv_forward(out, inp, w, b, M, K, N, epi, ctx.stream, 0, m.pdl, tuning(m));
     } else if (epi == GEMV_SWIGLU) {
         matmul_forward(pre, nullptr, inp, w, b, M, K, N, ctx);
         mark(m, "swiglu", ctx.stream);
@@ -281,9 +293,25 @@ static __global__ void gather_last_rows(floatX* last, const floatX* ln, const in
     store128(last + (size_t)b * C + c, load128(ln + ((size_t)b * T + lengths[b] - 1) * C + c));
 }
 
-// One block per sequence: the next token from its logits, then the book-keeping of the CPU loop
-// (generate_cpu.cpp): the token is output; the sequence stops at end-of-text, after max_new tokens,
-// after the forced tokens, or when the token's position reaches the context end (output, never fed).
+// The book-keeping of the CPU loop (generate_cpu.cpp) after sequence b produced token `id` as its
+// n-th: the token is output; the sequence stops at end-of-text, after max_new tokens, after the
+// forced tokens, or when the token's position reaches the context end (output, never fed).
+__device__ inline void advance(int b, int id, int n, int* step_out, int* tokens, int* pos, int* produced, int* active,
+                               const int* lengths, const GenerateLimits& lim, int max_seq) {
+    const int at = lengths[b] + n;  // the new token's position
+    step_out[b] = id;
+    produced[b] = n + 1;
+    const bool done = id == lim.eot || n + 1 == lim.max_new || n + 1 == lim.force_len || at >= max_seq;
+    if (done) {
+        active[b] = 0;
+        pos[b] = -1;
+    } else {
+        tokens[b] = id;
+        pos[b] = at;
+    }
+}
+
+// One block per sequence: the next token from its logits (any sampling, teacher forcing), then advance.
 static __global__ void __launch_bounds__(SAMPLE_THREADS)
 sample_and_advance(int* step_out, int* tokens, int* pos, int* produced, int* active, uint64_t* rng,
                    const floatX* logits, const int* lengths, const int* force, GenerateLimits lim, int V, int Vp,
@@ -298,25 +326,56 @@ sample_and_advance(int* step_out, int* tokens, int* pos, int* produced, int* act
     const int n = produced[b];
     const int id = lim.force_len > 0 ? force[n]
                                      : sampler_detail::block_sample(logits + (size_t)b * Vp, V, lim.sampling, rng + b);
-    if (threadIdx.x != 0) return;
-    const int at = lengths[b] + n;  // the new token's position
-    step_out[b] = id;
-    produced[b] = n + 1;
-    const bool done = id == lim.eot || n + 1 == lim.max_new || n + 1 == lim.force_len || at >= max_seq;
-    if (done) {
-        active[b] = 0;
-        pos[b] = -1;
-    } else {
-        tokens[b] = id;
-        pos[b] = at;
+    if (threadIdx.x == 0) advance(b, id, n, step_out, tokens, pos, produced, active, lengths, lim, max_seq);
+}
+
+// A greedy step without teacher forcing (m.latency): grid (P = sample_greedy_blocks(V), B), block
+// (p, b) takes the first largest of logits[b][p * CHUNK, (p + 1) * CHUNK) into the scratch, the last
+// block of sequence b to finish merges the P candidates (ties to the lower index, as block_argmax)
+// and advances (llmc/sampler.cuh, the top). Blocks read active[b] before counting themselves in; the
+// last one writes it after every block of b has counted, and resets the counter for the next step.
+static __global__ void __launch_bounds__(SAMPLE_GREEDY_THREADS)
+sample_greedy_and_advance(int* step_out, int* tokens, int* pos, int* produced, int* active, float* scratch,
+                          const floatX* logits, const int* lengths, GenerateLimits lim, int V, int Vp, int max_seq) {
+    __shared__ float sh_v[32];
+    __shared__ int sh_i[32];
+    __shared__ bool sh_last;
+    pdl_wait();
+    pdl_launch_dependents();
+    const int b = blockIdx.y, P = gridDim.x, B = gridDim.y;
+    float* part_v = scratch;                                    // (B, P)
+    int* part_i = reinterpret_cast<int*>(scratch + (size_t)B * P);  // (B, P)
+    int* counter = part_i + (size_t)B * P + b;                  // (B)
+    if (!active[b]) {
+        if (blockIdx.x == 0 && threadIdx.x == 0) step_out[b] = -1;
+        return;
     }
+    const int lo = blockIdx.x * SAMPLE_GREEDY_CHUNK, hi = min(V, lo + SAMPLE_GREEDY_CHUNK);
+    const sampler_detail::ArgMax a =
+        sampler_detail::block_argmax_range(logits + (size_t)b * Vp, lo, hi, V, sh_v, sh_i);
+    if (threadIdx.x == 0) {
+        part_v[(size_t)b * P + blockIdx.x] = a.v;
+        part_i[(size_t)b * P + blockIdx.x] = a.i;
+        __threadfence();
+        sh_last = atomicAdd(counter, 1) == P - 1;
+        if (sh_last) *counter = 0;
+    }
+    __syncthreads();
+    if (!sh_last) return;
+    __threadfence();
+    sampler_detail::ArgMax best{-INFINITY, V};
+    for (int i = threadIdx.x; i < P; i += blockDim.x)
+        sampler_detail::argmax_merge(best, {__ldcg(part_v + (size_t)b * P + i), __ldcg(part_i + (size_t)b * P + i)});
+    best = sampler_detail::block_argmax_merge(best, sh_v, sh_i, V);
+    if (threadIdx.x == 0)
+        advance(b, best.i < V ? best.i : 0, produced[b], step_out, tokens, pos, produced, active, lengths, lim, max_seq);
 }
 
 // Whether a step runs decode_layers_fused: m.fused with the GEMV kernels, B <= GEMV_MAX_M rows, and
-// the B normalized rows of C in a GEMV block's shared memory.
+// the B normalized rows of C (and the norm's weight and bias) in a GEMV block's shared memory.
 inline bool fused_step(const GPT2Infer& m) {
     return m.fused && m.gemv && m.B <= GEMV_MAX_M &&
-           (size_t)m.B * m.config.channels * sizeof(floatX) <= (size_t)GEMV_NORM_MAX_SMEM;
+           gemv_norm_smem(m.B, m.config.channels) <= (size_t)GEMV_NORM_MAX_SMEM;
 }
 
 // The layers and the classifier of a step at M = B <= GEMV_MAX_M rows, from the embeddings in res1, as
@@ -358,26 +417,27 @@ inline void decode_layers_fused(GPT2Infer& m, const CudaContext& ctx) {
         fq.S = m.S;
         mark(m, rope ? "norm+qkv+rope+kv" : "norm+qkv+kv", s);
         gemv_fused_forward(m.qkv, m.res1, p.qkvw + (size_t)l * QKV * C, tensor_at(p.qkvb, (size_t)l * QKV), B, C, QKV,
-                           GEMV_QKV, fq, s, m.pdl);
+                           GEMV_QKV, fq, s, m.pdl, tuning(m));
         mark(m, "attention_decode", s);
         attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, s, m.window,
-                         m.decode_scratch, m.pdl);
+                         m.decode_scratch, m.pdl, false, m.latency && m.pdl);
         GemvFusion fr;
         fr.residual = m.res1;
         mark(m, "attproj+residual", s);
         gemv_fused_forward(m.res2, m.atty, p.attprojw + c1 * C, tensor_at(p.attprojb, c1), B, C, C, GEMV_RESIDUAL, fr,
-                           s, m.pdl);
+                           s, m.pdl, tuning(m));
         mark(m, swiglu ? "norm+fc+swiglu" : "norm+fc+gelu", s);
         gemv_fused_forward(m.fch_gelu, m.res2, p.fcw + (size_t)l * FC * C, tensor_at(p.fcb, (size_t)l * FC), B, C, FC,
-                           swiglu ? GEMV_SWIGLU : GEMV_GELU, norm(p.ln2w + c1, tensor_at(p.ln2b, c1)), s, m.pdl);
+                           swiglu ? GEMV_SWIGLU : GEMV_GELU, norm(p.ln2w + c1, tensor_at(p.ln2b, c1)), s, m.pdl,
+                           tuning(m));
         fr.residual = m.res2;
         mark(m, "fcproj+residual", s);
         gemv_fused_forward(m.res1, m.fch_gelu, p.fcprojw + c1 * H, tensor_at(p.fcprojb, c1), B, H, C, GEMV_RESIDUAL,
-                           fr, s, m.pdl);
+                           fr, s, m.pdl, tuning(m));
     }
     mark(m, "norm+lm_head", s);
     gemv_fused_forward(m.logits, m.res1, head(m), nullptr, B, C, c.padded_vocab_size, GEMV_PLAIN, norm(p.lnfw, p.lnfb),
-                       s, m.pdl);
+                       s, m.pdl, tuning(m));
 }
 
 }  // namespace infer_detail
@@ -453,9 +513,15 @@ inline void gpt2_infer_step(GPT2Infer& m, const GenerateLimits& lim, const CudaC
     const GPT2Config& c = m.config;
     infer_detail::mark(m, "sample", ctx.stream);
     // a plain launch: the first node of the captured step (PDL has no edge to the previous replay)
-    launch_kernel(infer_detail::sample_and_advance, dim3(m.B), dim3(SAMPLE_THREADS), 0, ctx.stream, false, m.step_out,
-                  m.tokens, m.pos, m.produced, m.active, m.rng, m.logits, m.lengths, m.force, lim, c.vocab_size,
-                  c.padded_vocab_size, m.max_seq);
+    if (m.latency && lim.sampling.temperature == 0.0f && lim.force_len == 0)
+        launch_kernel(infer_detail::sample_greedy_and_advance, dim3(sample_greedy_blocks(c.vocab_size), m.B),
+                      dim3(SAMPLE_GREEDY_THREADS), 0, ctx.stream, false, m.step_out, m.tokens, m.pos, m.produced,
+                      m.active, m.sample_scratch, m.logits, m.lengths, lim, c.vocab_size, c.padded_vocab_size,
+                      m.max_seq);
+    else
+        launch_kernel(infer_detail::sample_and_advance, dim3(m.B), dim3(SAMPLE_THREADS), 0, ctx.stream, false,
+                      m.step_out, m.tokens, m.pos, m.produced, m.active, m.rng, m.logits, m.lengths, m.force, lim,
+                      c.vocab_size, c.padded_vocab_size, m.max_seq);
     cudaCheckLaunch();
     gpt2_infer_decode_forward(m, ctx);
     infer_detail::mark(m, "end", ctx.stream);

@@ -11,11 +11,19 @@
 // reading the row (V * sizeof(floatX) bytes, from L2 after the first). Greedy reads the row once:
 // 100 KB per sequence for GPT-2, a few microseconds; top-k/top-p ~32x that. Latency-bound either
 // way, and small next to a decode step's matmuls.
+// Greedy alone (a step of temperature 0, gpt2_infer.cuh's latency kernels): the row is split over
+// ceil(V / SAMPLE_GREEDY_CHUNK) blocks of SAMPLE_GREEDY_THREADS (25 for GPT-2: 8 logits a thread,
+// one round of loads), each writes its (max, first index) and the last block of the row to finish
+// merges them (lower index on ties: the same token as block_argmax). The one-block scan of 1024
+// threads is a chain of ~50 dependent load rounds: 21 us at B = 1 on the H200 (--profile, e1adc67).
 #pragma once
 #include <cstdint>
 #include "llmc/cuda_common.cuh"
 
 constexpr int SAMPLE_THREADS = 1024;
+constexpr int SAMPLE_GREEDY_THREADS = 256;
+constexpr int SAMPLE_GREEDY_CHUNK = 2048;  // logits a block of the greedy argmax scans
+inline int sample_greedy_blocks(int V) { return (V + SAMPLE_GREEDY_CHUNK - 1) / SAMPLE_GREEDY_CHUNK; }
 
 struct SamplingParams {
     float temperature;  // 0 = greedy
@@ -53,31 +61,43 @@ __device__ inline T block_sum(T v, T* shared) {
     return v;
 }
 
-// The first largest of row[0..V): (value, index) reduced with ties going to the lower index.
-__device__ inline int block_argmax(const floatX* row, int V, float* shared_v, int* shared_i) {
-    float best = -INFINITY;
-    int idx = V;  // no candidate yet (all NaN): index V loses every tie-break
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        const float x = to_float(row[v]);
-        if (x > best || (idx == V && x == best)) { best = x; idx = v; }
-    }
+// A candidate of the argmax: value and index; i = `none` (past every real index) when there is none.
+struct ArgMax {
+    float v;
+    int i;
+};
+// a := the larger of a and o, ties to the lower index (never NaN: the scan below skips NaN logits)
+__device__ inline void argmax_merge(ArgMax& a, ArgMax o) {
+    if (o.v > a.v || (o.v == a.v && o.i < a.i)) a = o;
+}
+// Block-wide merge; every thread gets the result. shared_v, shared_i hold 32 values each.
+__device__ inline ArgMax block_argmax_merge(ArgMax a, float* shared_v, int* shared_i, int none) {
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
-    for (int o = WARP_SIZE / 2; o > 0; o /= 2) {
-        const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-        if (ob > best || (ob == best && oi < idx)) { best = ob; idx = oi; }
-    }
+    for (int o = WARP_SIZE / 2; o > 0; o /= 2)
+        argmax_merge(a, {__shfl_xor_sync(0xffffffffu, a.v, o), __shfl_xor_sync(0xffffffffu, a.i, o)});
     __syncthreads();
-    if (lane == 0) { shared_v[warp] = best; shared_i[warp] = idx; }
+    if (lane == 0) { shared_v[warp] = a.v; shared_i[warp] = a.i; }
     __syncthreads();
-    best = lane < (int)(blockDim.x / WARP_SIZE) ? shared_v[lane] : -INFINITY;
-    idx = lane < (int)(blockDim.x / WARP_SIZE) ? shared_i[lane] : V;
-    for (int o = WARP_SIZE / 2; o > 0; o /= 2) {
-        const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-        if (ob > best || (ob == best && oi < idx)) { best = ob; idx = oi; }
+    a.v = lane < (int)(blockDim.x / WARP_SIZE) ? shared_v[lane] : -INFINITY;
+    a.i = lane < (int)(blockDim.x / WARP_SIZE) ? shared_i[lane] : none;
+    for (int o = WARP_SIZE / 2; o > 0; o /= 2)
+        argmax_merge(a, {__shfl_xor_sync(0xffffffffu, a.v, o), __shfl_xor_sync(0xffffffffu, a.i, o)});
+    return a;
+}
+// The first largest of row[lo..hi), i = none if every value is NaN.
+__device__ inline ArgMax block_argmax_range(const floatX* row, int lo, int hi, int none, float* shared_v,
+                                            int* shared_i) {
+    ArgMax a{-INFINITY, none};
+    for (int v = lo + threadIdx.x; v < hi; v += blockDim.x) {
+        const float x = to_float(row[v]);
+        if (x > a.v || (a.i == none && x == a.v)) a = {x, v};
     }
-    return idx < V ? idx : 0;
+    return block_argmax_merge(a, shared_v, shared_i, none);
+}
+// The first largest of row[0..V) (0 if all are NaN).
+__device__ inline int block_argmax(const floatX* row, int V, float* shared_v, int* shared_i) {
+    const ArgMax a = block_argmax_range(row, 0, V, V, shared_v, shared_i);
+    return a.i < V ? a.i : 0;
 }
 
 // The sampled token of one row (every thread of the block returns it). rng: the sequence's state,

@@ -28,7 +28,8 @@
 #      (--fused 0) and the CPU twin: the fp32 build's tokens equal both (GPT-2 MHA and GQA + window,
 #      Llama MHA at B = 8 and GQA + window with RoPE, sampling, a context end with idle rows, --pdl 0;
 #      and B = 10, where --fused 1 folds the cache append into attention_decode),
-#      and --check-full of --fused 0 on d12 and of --fused 1 on the Llama 114M shape at B = 8 (bf16)
+#      and --check-full of --fused 0 on d12 and of --fused 1 on the Llama 114M shape at B = 8 (bf16);
+#      and --latency-kernels 0 (the step's kernels before their latency work) = the CPU twin
 # SECTIONS (default 1234567) picks the sections to run, e.g. SECTIONS=7 for the fused checks alone
 # (tests/decode_speed_gpu.sh).
 cd "$(dirname "$0")/.." || exit 1
@@ -242,6 +243,13 @@ $GEN32 --model $LGQA --prompt-ids $P1 --prompt-ids $P2 --temperature 0 --max-new
     > "$WORK/p0.out" 2>/dev/null && $CPU --model $LGQA --prompt-ids $P1 --prompt-ids $P2 --temperature 0 --max-new 40 \
     --eot -1 > "$WORK/pc.out" 2>/dev/null && [ -s "$WORK/p0.out" ] && cmp -s "$WORK/p0.out" "$WORK/pc.out"
 report "fused without PDL (--pdl 0) = CPU twin (fp32): llama GQA + window, batch of 2" $?
+for lat_run in "$MHA --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3" "$LGQA $TEN"; do  # the kernels before
+    set -- $lat_run; lat_model=$1; shift                                                  # the latency work
+    $GEN32 --model $lat_model "$@" --temperature 0 --max-new 40 --eot -1 --latency-kernels 0 > "$WORK/l0.out" \
+        2>/dev/null && $CPU --model $lat_model "$@" --temperature 0 --max-new 40 --eot -1 > "$WORK/lc.out" \
+        2>/dev/null < /dev/null && [ -s "$WORK/l0.out" ] && cmp -s "$WORK/l0.out" "$WORK/lc.out"
+    report "--latency-kernels 0 = CPU twin (fp32), greedy: $(basename $lat_model), $# prompt args" $?
+done
 full7() {  # full7 NAME ARGS...: --check-full 1 of the bf16 build
     local name=$1; shift
     $GEN "$@" --check-full 1 > "$WORK/full.out" 2> "$WORK/full.err"; local st=$?

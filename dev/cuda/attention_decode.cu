@@ -7,9 +7,10 @@
 // (checked slot by slot, exactly), then every variant runs with poisoned outputs, is checked against
 // the CPU reference (llmc/cpu/attention_decode.h, fp32, every sequence of the batch) and timed by the
 // shared harness.
-//   0  shipped attention_decode: split-K blocks of 128 threads, each serving a KV head's whole query
-//      group (up to 8 heads), fp32 partials merged by the last split block of each (sequence, head
-//      block) when a sequence needs > 1 split (the fused combine, shipped after commit 24fefd9)
+//   0  shipped attention_decode, as the fused step at B <= 8 launches it (pdl, early loads): split-K
+//      blocks of 128 threads, each serving a KV head's whole query group (up to 8 heads), fp32
+//      partials merged by the last split block of each (sequence, head block) when a sequence needs
+//      > 1 split (the fused combine, shipped after commit 24fefd9)
 //   1  baseline: one block per (sequence, query head), no split, no sharing of K/V across the group
 //      (4 warps, one key per warp at a time, a warp-wide dot product per key)
 //   2  the shipped kernel without the split (one block per (sequence, KV head)): what the split buys
@@ -25,6 +26,9 @@
 //      appended slots are poisoned first; the kernel writes them from qkv and reads the newest key
 //      from qkv; checked on the output and on the slots, as kv_cache_append is. Against variant 0 +
 //      the kv_cache_append line: one launch less.
+//   9  without the early loads (attention_decode(..., early = false)): pos and the first step's keys
+//      read after the wait, as before the latency work and as the B > 8 step runs it (a lone kernel
+//      gains nothing from them: the gain is in a PDL chain, generate --latency-kernels 1 vs 0)
 // kv_cache_fill and kv_cache_append: one line each (variant 0) per cache configuration.
 // Bytes: the K and V rows each sequence attends (NKV heads), q and out once, pos; FLOPs: 4 * HD per
 // (query head, key). Memory-bound: % of the 4.0 TB/s copy.
@@ -284,7 +288,8 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
         auto variant = [&](int v, const char* what, const std::function<void()>& launch) {
             lab.run(op, v, what, bytes, flops, lab::Bound::Memory, reset, launch, check);
         };
-        variant(0, "shipped", [&] { attention_decode(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, st, W, scratch); });
+        variant(0, "shipped", [&] { attention_decode(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, st, W, scratch, true,
+                                                     false, true); });
         variant(1, "baseline, block per query head",
                 [&] { decode_baseline(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, W, st); });
         variant(2, "shipped kernel, no split", [&] {
@@ -310,6 +315,9 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
         variant(7, "reduce-scatter dot products", [&] {
             attention_detail::attention_decode_with_plan<floatX, attention_detail::DecodeKnobs<4, false, true>>(
                 out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), plan, st);
+        });
+        variant(9, "no early loads", [&] {
+            attention_decode(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, st, W, scratch, true, false, false);
         });
         auto poison_appended = [&] {  // the slots variant 8 must write itself
             out.poison(st);

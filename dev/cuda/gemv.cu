@@ -19,6 +19,9 @@
 //     launched as generate launches it (programmatic dependent launch: no effect on one kernel)
 //   1 one row per warp        2 two rows per warp        3 four rows per warp (SwiGLU: 0 only)
 //   4 cuBLASLt: matmul_forward (bias / GELU epilogue), + swiglu_forward for SwiGLU
+//   5 before the latency work: GemvTuning{false, 1} (an L2 prefetch of the first round before the
+//     wait, no split of K): the kernel shipped until the register preload
+//   6 the register preload without the split of K: GemvTuning{true, 1}
 //
 // The fused kernels of the decode step (gemv_fused_forward, gpt2_infer.cuh's --fused 1), as "gemv-fused"
 // ops at M = 1, 2, 4, 8 for both models (gpt2: LayerNorm, biases, GELU, 12 heads; llama: RMSNorm eps
@@ -30,6 +33,8 @@
 // each row's position, kv_cache_append, residual add); the cache starts random and is compared whole
 // (the written slots and the untouched ones).
 //   0 shipped: gemv_fused_forward, as generate launches it (pdl)
+//   2 before the latency work: gemv_fused_forward with GemvTuning{false, 1} (norm weights read after
+//     the wait, an L2 prefetch of the first weight round, no split of K)
 //   1 unfused: the --fused 0 step's kernels for the same result (norm kernel + gemv_forward
 //     [+ rope_forward_at] [+ kv_cache_append]; gemv_forward + fused_residual_*norm_forward, which
 //     also writes the next norm: the work the fused kernel leaves to the next GEMV's prologue)
@@ -91,6 +96,12 @@ static void run_shape(lab::Lab& L, const Shape& s, int M) {
             L.run(op, v, names[v - 1], bytes, flops, lab::Bound::Memory, reset,
                   [&] { gemv_forward(d_out, d_inp, d_w, b, M, K, N, s.epi, L.stream(), 1 << (v - 1)); }, check);
     }
+    L.run(op, 5, "before: prefetch, no split", bytes, flops, lab::Bound::Memory, reset,
+          [&] { gemv_forward(d_out, d_inp, d_w, b, M, K, N, s.epi, L.stream(), 0, true, GemvTuning{false, 1}); },
+          check);
+    L.run(op, 6, "preload, no split", bytes, flops, lab::Bound::Memory, reset,
+          [&] { gemv_forward(d_out, d_inp, d_w, b, M, K, N, s.epi, L.stream(), 0, true, GemvTuning{true, 1}); },
+          check);
     const double pre_bytes = s.epi == GEMV_GELU ? (double)M * N * X : s.epi == GEMV_SWIGLU ? 2.0 * M * N * X : 0.0;
     L.run(op, 4, "cuBLASLt", bytes + pre_bytes, flops, lab::Bound::Memory, reset, [&] {
         if (s.epi == GEMV_SWIGLU) {
@@ -220,6 +231,9 @@ static void run_fused(lab::Lab& L, const ModelDims& d, FusedKind kind, int M) {
     };
     L.run(op, 0, "shipped (fused)", bytes, flops, lab::Bound::Memory, reset,
           [&] { gemv_fused_forward(d_out, d_inp, d_w, b, M, K, N, epi, f, L.stream(), true); }, check);
+    L.run(op, 2, "fused, before the latency work", bytes, flops, lab::Bound::Memory, reset,
+          [&] { gemv_fused_forward(d_out, d_inp, d_w, b, M, K, N, epi, f, L.stream(), true, GemvTuning{false, 1}); },
+          check);
     L.run(op, 1, "unfused kernels", bytes, flops, lab::Bound::Memory, reset, [&] {
         const cudaStream_t st = L.stream();
         const floatX* xin = d_inp;
