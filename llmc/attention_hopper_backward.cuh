@@ -50,7 +50,7 @@
 //   HD 64   BQ 128, late dQ; producer 24 registers, consumers 240 (168 at launch); 8 bytes of spill
 //           stores, 24 of spill loads. smem K, V 32 KB + 2 x (Q, dO) 64 KB + 2 dS^T 64 KB + dQ boxes
 //           32 KB + D, lse2 2 KB = 194 KB + barriers
-//   HD 128  BQ 64, lockstep, skip_masked; producer 40 registers, consumers 232; no spills. smem K, V 64 KB + 2 x
+//   HD 128  BQ 64, lockstep (skip_masked: lab variant 17); producer 40 registers, consumers 232; no spills. smem K, V 64 KB + 2 x
 //           (Q, dO) 64 KB + 2 dS^T 32 KB + dQ boxes 32 KB + D, lse2 1 KB = 193 KB + barriers
 // FLOPs: 5 matmuls, 10 * HD per visible pair (plus the masked parts of diagonal and window-edge tiles);
 // bytes: K, V once, Q and dO once per key tile (from L2 with the work order above), BQ * HD * 4 bytes
@@ -729,8 +729,10 @@ struct HopperBwdShipped<64> {
 };
 template <>
 struct HopperBwdShipped<128> {
+    // skip_masked off: on the H200 (docs/perf.md, sixteenth run) it took the window-256 shape from 160.0
+    // to 163.2 TFLOP/s but the unwindowed T 4096 one from 412.9 to 401.8 (lab variant 17 keeps it)
     static constexpr int head_dim = 128, q_tile = 64, stages = 2;
-    static constexpr bool late_dq = false, skip_masked = true;
+    static constexpr bool late_dq = false, skip_masked = false;
 };
 }  // namespace attention_hopper_detail
 #endif  // LLMC_SM90A

@@ -502,8 +502,8 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
     const GPT2Tensors<floatX>& p = model.params;
     Activations& a = model.acts;
     cudaStream_t s = ctx.stream;
-    const bool fp8 = gpt2_detail::fp8_pass(model, N);
-    const bool cast_w = fp8 && model.fp8.weights_step != model.step;  // once per step, after the update
+    const bool fp8_pass = gpt2_detail::fp8_pass(model, N);
+    const bool cast_w = fp8_pass && model.fp8.weights_step != model.step;  // once per step, after the update
     using gpt2_detail::linear_forward;
     if (model.before_layer_forward) model.before_layer_forward(-1);
     encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C, s);  // wpe nullptr with RoPE
@@ -513,6 +513,7 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
         if (model.before_layer_forward) model.before_layer_forward(l);
         LayerActs la = layer_acts(model, l, B, T);
         const size_t c1 = (size_t)l * C;
+        const bool fp8 = fp8_pass && fp8_layer(model.fp8, l);
         linear_forward(model, fp8, cast_w, l, FP8_QKV, la.qkv, nullptr, la.ln1, p.qkvw + (size_t)l * QKV * C,
                        tensor_at(p.qkvb, (size_t)l * QKV), N, C, QKV, ctx);
         if (c.position == POS_ROPE) rope_forward(la.qkv, a.rope_cos, a.rope_sin, B, T, NH, NKV, HD, 0, s);
@@ -581,8 +582,8 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
     const GPT2Tensors<floatX> g = model.grads_of ? model.grads_of(-1) : model.grads;  // outside the layers
     Activations& a = model.acts;
     cudaStream_t s = ctx.stream;
-    const bool fp8 = gpt2_detail::fp8_pass(model, N);
-    if (model.fp8.set.enabled && !fp8) fail("--fp8: a backward of %d rows; the FP8 buffers take multiples of %d up to %d", N,
+    const bool fp8_pass = gpt2_detail::fp8_pass(model, N);
+    if (model.fp8.set.enabled && !fp8_pass) fail("--fp8: a backward of %d rows; the FP8 buffers take multiples of %d up to %d", N,
                                             FP8_T_TILE, model.fp8.N);
     using gpt2_detail::linear_backward;
     cudaCheck(cudaMemsetAsync(a.dresidual, 0, sizeof(floatX) * N * C, s));
@@ -593,6 +594,7 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
     gpt2_detail::norm_backward(c, a.dresidual, g.lnfw, g.lnfb, a.colsum, a.dbuf, last.residual3, p.lnfw, a.lnf_mean,
                                a.lnf_rstd, N, s);
     for (int l = L - 1; l >= 0; l--) {
+        const bool fp8 = fp8_pass && fp8_layer(model.fp8, l);
         LayerActs la = layer_acts(model, l, B, T);
         // this layer's slice of each per-layer tensor starts at l * (one layer's elements)
         const size_t qkvw = (size_t)l * QKV * C, cc = (size_t)l * C * C, c1 = (size_t)l * C;
@@ -631,7 +633,7 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
         if (model.after_layer_backward) model.after_layer_backward(l);
     }
     encoder_backward(g.wte, g.wpe, a.dresidual, model.buckets, B, T, C, s);  // g.wpe nullptr with RoPE
-    if (fp8) fp8_after_backward(model.fp8, s);
+    if (fp8_pass) fp8_after_backward(model.fp8, s);
     if (model.after_layer_backward) model.after_layer_backward(-1);
 }
 

@@ -45,7 +45,10 @@ struct Fp8Settings {
     Fp8Scaling scaling = Fp8Scaling::CURRENT;  // --fp8-scaling
     Fp8Format grad = Fp8Format::E5M2;      // --fp8-grad
     int history = 16;                      // --fp8-history (delayed scaling's window, steps)
+    int bf16_layers = 0;                   // --fp8-bf16-layers: the first and the last this many blocks stay bf16
+    bool fast_accum = true;                // --fp8-fast-accum: the forward matmul's accumulation (the gradients' never)
 };
+
 
 enum Fp8Linear { FP8_QKV, FP8_ATTPROJ, FP8_FC, FP8_FCPROJ, FP8_LINEARS };
 // Meta blocks (role, layer, linear): X and DY adjacent so one launch updates both under delayed scaling.
@@ -67,6 +70,9 @@ struct GPT2Fp8 {
     int64_t weights_step = -1;   // model.step the weight copies were cast at (-1: none yet)
     bool warm = false;           // a backward has run: delayed scaling has amax history
 };
+
+// Whether block l of an FP8 pass runs its linear layers in FP8 (--fp8-bf16-layers keeps the ends bf16).
+inline bool fp8_layer(const GPT2Fp8& f, int l) { return l >= f.set.bf16_layers && l < f.L - f.set.bf16_layers; }
 
 // Sizes the buffers for a model of config c trained at N rows; fails on shapes the casts cannot take.
 inline void fp8_plan(GPT2Fp8& f, const GPT2Config& c, int N) {
@@ -138,7 +144,9 @@ inline void fp8_linear_forward(GPT2Fp8& f, int l, int k, floatX* out, floatX* ge
     uint8_t* xt8 = f.xt + (size_t)l * f.xt_layer_bytes + f.xt_off[k];
     cast_scaled(xt8, f.x, inp, N, C, Fp8Format::E4M3, xm, current_scaling(f), history_len(f), ctx.stream);
     floatX* y = gelu_pre ? gelu_pre : out;
-    matmul_fp8_forward(bf16_ptr(y), f.x, xm, w8, wm, bf16_ptr(bias), N, C, OC, ctx);
+    Fp8Accum acc;
+    acc.forward = f.set.fast_accum;
+    matmul_fp8_forward(bf16_ptr(y), f.x, xm, w8, wm, bf16_ptr(bias), N, C, OC, ctx, acc);
     if (gelu_pre) gelu_forward(out, gelu_pre, (int64_t)N * OC, ctx.stream);
 }
 

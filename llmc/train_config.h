@@ -54,6 +54,8 @@ struct TrainConfig {
     std::string fp8_scaling = "current";  // --fp8-scaling: current | delayed
     std::string fp8_grad = "e5m2";  // --fp8-grad: e5m2 | e4m3, the format of the gradients dY
     int fp8_history = 16;           // --fp8-history: delayed scaling's amax window (steps)
+    int fp8_bf16_layers = 0;        // --fp8-bf16-layers: the first and last N blocks stay bf16
+    int fp8_fast_accum = 1;         // --fp8-fast-accum: the forward matmuls' fast accumulation
     int grad_accum = 1;             // derived: total_batch / (B*T*world)
     int world = 1;                  // derived: the ranks of the run (set_world_size)
     bool total_batch_default = false;  // derived: --total-batch was not given (one micro-batch per rank)
@@ -273,6 +275,11 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
            }});
     p.add_int("--fp8-history", &cfg.fp8_history, {1, 1024}, "--fp8-scaling delayed: steps of amax history a scale "
               "is taken from");
+    p.add_int("--fp8-bf16-layers", &cfg.fp8_bf16_layers, {0, 1024}, "--fp8: the first N and the last N blocks keep "
+              "their linear layers in bf16 (0: every block in FP8)");
+    p.add_int("--fp8-fast-accum", &cfg.fp8_fast_accum, {0, 1}, "--fp8: 1 = the forward matmuls accumulate in the "
+              "tensor cores' fast (narrower) mode, 0 = promoted to fp32 every few k-steps; the gradient matmuls "
+              "never use it");
     p.add_int("--zero", &cfg.zero, {0, 2}, "data parallel: 0 = gradients all-reduced, every rank keeps the whole optimizer "
               "state; 1 = AdamW state sharded by rank, parameters all-gathered; 2 = gradients reduce-scattered as well");
     p.add({"--dist-init", "HOW", "how the ranks of a data-parallel run meet: mpi, tcp://HOST:PORT (rank 0's host), "
@@ -320,8 +327,9 @@ inline void validate_train_config(TrainConfig& cfg) {
     if (cfg.hellaswag_every > 0 && cfg.hellaswag_path.empty())
         fail("--hellaswag-every: needs --hellaswag FILE (the eval file to score)");
     if (cfg.init.empty() && cfg.resume_dir.empty()) cfg.init = "d12";
-    if (!cfg.fp8 && (cfg.fp8_scaling != "current" || cfg.fp8_grad != "e5m2" || cfg.fp8_history != 16))
-        fail("--fp8-scaling, --fp8-grad, --fp8-history: only with --fp8 1");  // with --resume: checked by open_run_files
+    if (!cfg.fp8 && (cfg.fp8_scaling != "current" || cfg.fp8_grad != "e5m2" || cfg.fp8_history != 16 ||
+                     cfg.fp8_bf16_layers != 0 || cfg.fp8_fast_accum != 1))
+        fail("--fp8-scaling, --fp8-grad, --fp8-history, --fp8-bf16-layers, --fp8-fast-accum: only with --fp8 1");  // with --resume: checked by open_run_files
 }
 
 // Applies --kv-heads, --window and --max-seq to the model config `c` read from `source`: they shape

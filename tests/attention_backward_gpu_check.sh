@@ -9,8 +9,8 @@
 #     BwdTileScheduler) runs in variant 0 at odd (B 3, NH 6/2, T 777, HD 128) and at the three
 #     --small shapes; elsewhere variant 0 is the whole-item kernel.
 #  2. the backward timed, --reps 10, one process, at the lab's shapes (the five of docs/perf.md's
-#     table and odd-w): 16 (the Hopper kernel as shipped before: whole items, no skip), 17 (the shipped
-#     kernel held to whole items: HD 128 with skip_masked) and 0 (shipped: also the split schedule
+#     table and odd-w): 16 (the Hopper kernel as shipped before: whole items, no skip), 17 (the Hopper
+#     kernel with HD 128 skip_masked, not shipped) and 0 (shipped: also the split schedule
 #     where the work items are fewer than the SMs).
 # CHECKS=0 skips 1, TIME=0 skips 2 (the checks can share the GPU with other work; the timing cannot).
 # Logs and the table under ${OUT:-/tmp/out}/attention_backward_gpu_check/. Every step runs under

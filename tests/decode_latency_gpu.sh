@@ -22,6 +22,7 @@
 #      at B = 1 and 64 with 1: the per-kernel-family times), and at B = 1, 8 with --gemv-split-k 1
 #      (the latency kernels without the split of K: the split quadruples fcproj's blocks, which may
 #      crowd the next GEMV's early blocks out of the register file)
+# PARTS="3 4" (say) runs only those parts.
 # Last: the labs' old-vs-new lines, the tok/s table, the PROFILE lines and PASS/FAIL per part; exit 1
 # if any part failed.
 cd "$(dirname "$0")/.." || exit 1
@@ -38,23 +39,31 @@ part() {  # part NAME STATUS
 }
 t0=$SECONDS
 
+want() { [[ " ${PARTS:-1 2 3 4} " == *" $1 "* ]]; }
+if want 1; then
 echo "==== 1. GEMV lab"
 timeout 150 $LAB/gemv --reps 10 > "$OUT/gemv.txt" 2>&1; st=$?
 grep -E "FAIL|error" "$OUT/gemv.txt" | head -10
 part "gemv lab: checks of every variant + timing [$((SECONDS - t0)) s]" $st
 
+fi
+if want 2; then
 echo "==== 2. attention_decode lab"
 t1=$SECONDS
 timeout 100 $LAB/attention_decode 0 9 8 2 3 6 --reps 10 > "$OUT/attention_decode.txt" 2>&1; st=$?
 grep -E "FAIL|error" "$OUT/attention_decode.txt" | head -10
 part "attention_decode lab 0 9 8 2 3 6: checks + timing [$((SECONDS - t1)) s]" $st
 
+fi
+if want 3; then
 echo "==== 3. test_generate_gpu.sh SECTIONS=7"
 t1=$SECONDS
 SECTIONS=7 GPU_TEST_DIR="$OUT/gen" timeout 150 tests/test_generate_gpu.sh > "$OUT/checks.txt" 2>&1; st=$?
 grep -E "^FAIL" "$OUT/checks.txt" | head -20
 part "test_generate_gpu.sh SECTIONS=7: $(grep -E '^[0-9]+ passed' "$OUT/checks.txt" | tail -1) [$((SECONDS - t1)) s]" $st
 
+fi
+if want 4; then
 echo "==== 4. bench"
 t1=$SECONDS
 : > "$OUT/bench.txt"
@@ -72,6 +81,7 @@ done
 echo "  [$((SECONDS - t1)) s]"
 
 echo
+fi
 echo "==== GEMV lab, ms: shipped (0) vs before the latency work (5; fused ops: 2)"
 awk -F' [|] ' '/^gemv/ && NF >= 6 {
     split($2, v, " "); key = $1; if (!(key in seen)) { seen[key] = 1; order[++n] = key }

@@ -21,7 +21,9 @@
 cd "$(dirname "$0")/.." || exit 1
 LOGS=${OUT:-/tmp/out}/graph_check
 rm -rf "$LOGS" && mkdir -p "$LOGS" || exit 1
-for b in build/train_gpt2cu build/train_gpt2cu_fp32 build/test_gpt2cu build/test_gpt2cu_fp32; do
+need=(build/train_gpt2cu)  # parts 1 and 2 need the others too
+[[ " ${PARTS:-1 2 3 4} " == *" 1 "* || " ${PARTS:-1 2 3 4} " == *" 2 "* ]] && need+=(build/train_gpt2cu_fp32 build/test_gpt2cu build/test_gpt2cu_fp32)
+for b in "${need[@]}"; do
     [ -x "$b" ] || { echo "error: $b is missing (build it first: see the top of $0)"; exit 1; }
 done
 PROFILE=${LAB_BUILD:-dev/cuda/build}/profile_gpt2
