@@ -96,9 +96,11 @@ int main(int argc, char** argv) {
     model.fp8.set.history = cfg.fp8_history;
     model.fp8.set.bf16_layers = cfg.fp8_bf16_layers;
     model.fp8.set.fast_accum = cfg.fp8_fast_accum != 0;
+    model.fp8.set.linears = cfg.fp8_linears;
     if (cfg.fp8)
-        printf("fp8: qkv, attproj, fc, fcproj in FP8 (e4m3 x e4m3 forward%s, %s gradients), %s scaling%s; head bf16%s\n",
-               cfg.fp8_fast_accum ? " with fast accumulation" : "", cfg.fp8_grad.c_str(), cfg.fp8_scaling.c_str(),
+        printf("fp8: %s%s%s%sin FP8 (e4m3 x e4m3 forward%s, %s gradients), %s scaling%s; head bf16%s\n",
+               cfg.fp8_linears & 1 ? "qkv " : "", cfg.fp8_linears & 2 ? "attproj " : "", cfg.fp8_linears & 4 ? "fc " : "",
+               cfg.fp8_linears & 8 ? "fcproj " : "", cfg.fp8_fast_accum ? " with fast accumulation" : "", cfg.fp8_grad.c_str(), cfg.fp8_scaling.c_str(),
                cfg.fp8_scaling == "delayed" ? (", history " + std::to_string(cfg.fp8_history)).c_str() : "",
                cfg.fp8_bf16_layers ? (", first and last " + std::to_string(cfg.fp8_bf16_layers) + " blocks bf16").c_str() : "");
     gpt2_build(model, config, cfg.B, cfg.T, gpu.recompute != 0, ctx);

@@ -473,13 +473,13 @@ inline bool fp8_pass(const GPT2& m, int N) { return m.fp8.set.enabled && N <= m.
 inline void linear_forward(GPT2& m, bool fp8, bool cast_weight, int l, int k, floatX* out, floatX* gelu_pre,
                            const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, int OC,
                            const CudaContext& ctx) {
-    if (fp8) fp8_linear_forward(m.fp8, l, k, out, gelu_pre, inp, weight, bias, N, cast_weight, ctx);
+    if (fp8 && fp8_linear_on(m.fp8, k)) fp8_linear_forward(m.fp8, l, k, out, gelu_pre, inp, weight, bias, N, cast_weight, ctx);
     else matmul_forward(out, gelu_pre, inp, weight, bias, N, C, OC, ctx);
 }
 inline void linear_backward(GPT2& m, bool fp8, int l, int k, floatX* dinp, floatX* dweight, floatX* dbias,
                             float* scratch, const floatX* dout, const floatX* inp, const floatX* weight, floatX* gelu_pre,
                             int N, int C, int OC, const CudaContext& ctx) {
-    if (fp8) fp8_linear_backward(m.fp8, l, k, dinp, dweight, dbias, scratch, dout, gelu_pre, N, ctx);
+    if (fp8 && fp8_linear_on(m.fp8, k)) fp8_linear_backward(m.fp8, l, k, dinp, dweight, dbias, scratch, dout, gelu_pre, N, ctx);
     else matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, gelu_pre, N, C, OC, ctx);
 }
 

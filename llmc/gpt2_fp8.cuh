@@ -47,6 +47,7 @@ struct Fp8Settings {
     int history = 16;                      // --fp8-history (delayed scaling's window, steps)
     int bf16_layers = 0;                   // --fp8-bf16-layers: the first and the last this many blocks stay bf16
     bool fast_accum = true;                // --fp8-fast-accum: the forward matmul's accumulation (the gradients' never)
+    int linears = (1 << 4) - 1;            // --fp8-linears: bit k = Fp8Linear k in FP8
 };
 
 
@@ -71,8 +72,10 @@ struct GPT2Fp8 {
     bool warm = false;           // a backward has run: delayed scaling has amax history
 };
 
-// Whether block l of an FP8 pass runs its linear layers in FP8 (--fp8-bf16-layers keeps the ends bf16).
+// Whether block l of an FP8 pass runs its linear layers in FP8 (--fp8-bf16-layers keeps the ends bf16),
+// and whether linear k of such a block does (--fp8-linears).
 inline bool fp8_layer(const GPT2Fp8& f, int l) { return l >= f.set.bf16_layers && l < f.L - f.set.bf16_layers; }
+inline bool fp8_linear_on(const GPT2Fp8& f, int k) { return (f.set.linears >> k) & 1; }
 
 // Sizes the buffers for a model of config c trained at N rows; fails on shapes the casts cannot take.
 inline void fp8_plan(GPT2Fp8& f, const GPT2Config& c, int N) {

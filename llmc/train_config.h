@@ -56,6 +56,7 @@ struct TrainConfig {
     int fp8_history = 16;           // --fp8-history: delayed scaling's amax window (steps)
     int fp8_bf16_layers = 0;        // --fp8-bf16-layers: the first and last N blocks stay bf16
     int fp8_fast_accum = 1;         // --fp8-fast-accum: the forward matmuls' fast accumulation
+    int fp8_linears = 15;           // --fp8-linears: bit k = linear k of a block in FP8 (qkv, attproj, fc, fcproj)
     int grad_accum = 1;             // derived: total_batch / (B*T*world)
     int world = 1;                  // derived: the ranks of the run (set_world_size)
     bool total_batch_default = false;  // derived: --total-batch was not given (one micro-batch per rank)
@@ -277,6 +278,23 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
               "is taken from");
     p.add_int("--fp8-bf16-layers", &cfg.fp8_bf16_layers, {0, 1024}, "--fp8: the first N and the last N blocks keep "
               "their linear layers in bf16 (0: every block in FP8)");
+    p.add({"--fp8-linears", "LIST", "--fp8: which of a block's linear layers run in FP8, comma-separated from qkv, "
+           "attproj, fc, fcproj (Llama: fc is SwiGLU's); the others stay bf16 (default all four)",
+           [&cfg](const char* s) -> std::string {
+               static const char* names[4] = {"qkv", "attproj", "fc", "fcproj"};
+               int mask = 0;
+               std::string list = s, item;
+               for (size_t i = 0; i <= list.size(); i++) {
+                   if (i < list.size() && list[i] != ',') { item += list[i]; continue; }
+                   int k = 0;
+                   while (k < 4 && item != names[k]) k++;
+                   if (k == 4) return "unknown linear layer '" + item + "' (qkv, attproj, fc, fcproj)";
+                   mask |= 1 << k;
+                   item.clear();
+               }
+               cfg.fp8_linears = mask;
+               return "";
+           }});
     p.add_int("--fp8-fast-accum", &cfg.fp8_fast_accum, {0, 1}, "--fp8: 1 = the forward matmuls accumulate in the "
               "tensor cores' fast (narrower) mode, 0 = promoted to fp32 every few k-steps; the gradient matmuls "
               "never use it");
@@ -328,8 +346,9 @@ inline void validate_train_config(TrainConfig& cfg) {
         fail("--hellaswag-every: needs --hellaswag FILE (the eval file to score)");
     if (cfg.init.empty() && cfg.resume_dir.empty()) cfg.init = "d12";
     if (!cfg.fp8 && (cfg.fp8_scaling != "current" || cfg.fp8_grad != "e5m2" || cfg.fp8_history != 16 ||
-                     cfg.fp8_bf16_layers != 0 || cfg.fp8_fast_accum != 1))
-        fail("--fp8-scaling, --fp8-grad, --fp8-history, --fp8-bf16-layers, --fp8-fast-accum: only with --fp8 1");  // with --resume: checked by open_run_files
+                     cfg.fp8_bf16_layers != 0 || cfg.fp8_fast_accum != 1 || cfg.fp8_linears != 15))
+        fail("--fp8-scaling, --fp8-grad, --fp8-history, --fp8-bf16-layers, --fp8-linears, --fp8-fast-accum: only "
+             "with --fp8 1");  // with --resume: checked by open_run_files
 }
 
 // Applies --kv-heads, --window and --max-seq to the model config `c` read from `source`: they shape
