@@ -79,6 +79,8 @@ constexpr int DECODE_WAVES = 4;
 constexpr int DECODE_MAX_CHUNK = 512;
 // Split blocks a cluster holds at most (the portable cluster size).
 constexpr int DECODE_CLUSTER_MAX = 8;
+// Keys a split block takes at least when the batch alone fills the SMs (decode_plan).
+constexpr int DECODE_FULL_CHUNK = 1024;
 struct DecodePlan {
     int max_splits;       // grid.x: split blocks per (sequence, head block)
     int head_blocks;      // blocks per KV head: ceil(G / heads_per_block)
@@ -99,12 +101,16 @@ inline DecodePlan decode_plan_waves(int B, int NH, int NKV, int S, int window, i
 }
 // Shipped. The batch's own blocks, base = B * NKV * head_blocks, decide:
 // - base >= num_sms (the batch alone puts a block on every SM; GPT-2 at B 64: 768): split only long
-//   caches, into chunks of DECODE_MAX_CHUNK keys. The waves plan split a 128-key cache in 2 and a
+//   caches, into chunks of DECODE_FULL_CHUNK keys. The waves plan split a 128-key cache in 2 and a
 //   512-key cache in 8 there; the lab at B 64 (H200, ms; waves plan without early loads, as B > 8
 //   runs it, vs no split): gpt2 len 128 0.0307 vs 0.0200, 512 0.0612 vs 0.0528, 1024 0.0902 vs
-//   0.0952; gqa len 128 0.0476 vs 0.0336, 512 0.1110 vs 0.1025: the extra blocks, their partials
-//   and the combine cost more than the SMs they would fill. Long caches still split (gpt2 len 2048:
-//   0.147 split vs 0.179 not) since equal long blocks run in waves with an idle tail.
+//   0.0952; gqa len 128 0.0476 vs 0.0336, 512 0.1110 vs 0.1025, 1024 0.1746 vs 0.1881: the extra
+//   blocks, their partials and the combine cost more than the SMs they would fill, and up to 1024
+//   keys the split gains at most ~7%. The grid holds ceil(capacity / chunk) blocks a head whatever
+//   the length (the blocks past a sequence's splits exit at once, but each takes a slot): with
+//   1024-key chunks generate's GPT-2 cache (S 1024) gets one a head, where 512 would double the grid.
+//   Longer caches still split (gpt2 len 2048: 0.147 split vs 0.179 not) since equal long blocks run
+//   in waves with an idle tail.
 // - base < num_sms (small batches: latency): up to DECODE_CLUSTER_MAX splits of >= DECODE_MIN_CHUNK
 //   keys, one cluster per head block, merged through distributed shared memory: no partials in
 //   global memory, no __threadfence, no atomic counter and no dependent global loads after it (the
@@ -114,7 +120,7 @@ inline DecodePlan decode_plan(int B, int NH, int NKV, int S, int window, int num
     const int G = NH / NKV, hpb = decode_heads_per_block(G), head_blocks = ceil_div(G, hpb);
     const int max_keys = window > 0 && window < S ? window : S;
     if (B * NKV * head_blocks >= num_sms)
-        return {ceil_div(max_keys, DECODE_MAX_CHUNK), head_blocks, hpb, true, DECODE_MAX_CHUNK, false};
+        return {ceil_div(max_keys, DECODE_FULL_CHUNK), head_blocks, hpb, true, DECODE_FULL_CHUNK, false};
     const int splits = std::min(DECODE_CLUSTER_MAX, ceil_div(max_keys, DECODE_MIN_CHUNK));
     return {splits, head_blocks, hpb, true, DECODE_MIN_CHUNK, splits > 1};
 }

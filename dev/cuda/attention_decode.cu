@@ -10,8 +10,8 @@
 //   0  shipped attention_decode, as the fused step at B <= 8 launches it (pdl, early loads): split-K
 //      blocks of 128 threads, each serving a KV head's whole query group (up to 8 heads); decode_plan:
 //      at a small grid (B * NKV * head blocks < SMs) up to 8 splits, one cluster per (sequence, head
-//      block), the partials merged through distributed shared memory; at a large one chunks of 512
-//      keys (no split up to 512), fp32 partials merged by the last split block of each (sequence,
+//      block), the partials merged through distributed shared memory; at a large one chunks of 1024
+//      keys (no split up to 1024), fp32 partials merged by the last split block of each (sequence,
 //      head block) when a sequence needs > 1 split (the fused combine, shipped after commit 24fefd9)
 //   1  baseline: one block per (sequence, query head), no split, no sharing of K/V across the group
 //      (4 warps, one key per warp at a time, a warp-wide dot product per key)
@@ -50,6 +50,9 @@
 //                        4096 0.2556 (79%)
 //   gqa  (32/8, HD 128)  B 1: 1024 0.0185 (6%), 4096 0.0311 (14%); B 64: 1024 0.1687 (40%), 4096
 //                        0.5477 (49%)
+// (Those are the waves plan's, now variants 10/11; issue 15's second round replaced it with decode_plan:
+// the cluster merge at small grids, 1024-key chunks at large ones; its timings are to be filled in from
+// the next H200 run, `attention_decode 0 10 11 12 9 8 2 --reps 10`.)
 // Small batches are latency-bound (an empty kernel times ~0.005 ms here); fused combine (then variant 4,
 // since shipped as 0) wins at
 // B 8 / mixed lengths (0.0329 vs 0.0360), 2x splits (3) at B 8 len 4096 (0.0494 vs 0.0553); GQA at
@@ -145,6 +148,8 @@ static std::vector<Config> full_configs() {
         c.push_back({"gpt2", B, 12, 12, 64, 4096, 0, l});
         c.push_back({"gqa", B, 32, 8, 128, 4096, 0, l});
     }
+    for (int B : {1, 64})  // generate's cache for GPT-2 124M (S = 1024) at the bench's lengths (64 + 1..256)
+        c.push_back({"gpt2-1k", B, 12, 12, 64, 1024, 0, {128, 320}});
     c.push_back({"gpt2-w", 8, 12, 12, 64, 1024, 1024, {4096, MIXED}});  // ring of W = 1024 slots
     c.push_back({"gqa-w", 64, 32, 8, 128, 1024, 1024, {4000, MIXED}});
     c.push_back({"odd", 5, 6, 2, 128, 1000, 0, {777, MIXED}});           // group of 3 in a 4-head block
