@@ -16,7 +16,8 @@
 //   1  baseline: one block per (sequence, query head), no split, no sharing of K/V across the group
 //      (4 warps, one key per warp at a time, a warp-wide dot product per key)
 //   2  the shipped kernel without the split (one block per (sequence, KV head)): what the split buys
-//   3  the shipped kernel with twice the plan's splits, merged through global memory (fused combine)
+//   3  the shipped kernel with twice the plan's splits (and half its smallest chunk), merged through
+//      global memory (fused combine)
 //   4  separate combine kernel (shipped until commit 24fefd9's run): the split blocks write partials,
 //      a second kernel merges them; what the fused combine of variant 0 saves (one launch a call)
 //   5  8 keys a row group per step instead of 4 (twice the loads in flight, more registers)
@@ -193,6 +194,7 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
     no_split.max_splits = 1;
     no_split.cluster = false;
     twice.max_splits = std::min(2 * plan.max_splits, ceil_div(W > 0 ? W : S, attention_detail::DECODE_MIN_CHUNK));
+    twice.min_chunk = std::max(attention_detail::DECODE_MIN_CHUNK, plan.min_chunk / 2);
     twice.cluster = false;
     DecodePlan unfused = plan, no_cluster = plan;
     unfused.fused_combine = false;
