@@ -114,8 +114,9 @@ inline DecodePlan decode_plan_waves(int B, int NH, int NKV, int S, int window, i
 // - base < num_sms (small batches: latency): up to DECODE_CLUSTER_MAX splits of >= DECODE_MIN_CHUNK
 //   keys, one cluster per head block, merged through distributed shared memory: no partials in
 //   global memory, no __threadfence, no atomic counter and no dependent global loads after it (the
-//   fused combine's tail is a chain of ~4 global round trips; B 1 gpt2 len 128 timed 0.0115 ms for
-//   the waves plan, ~0.005 of it the launch).
+//   fused combine's tail is a chain of ~4 dependent global round trips, fence, atomic, max/sum loads,
+//   output loads; B 1 gpt2 len 128 timed 0.0115 ms for the waves plan, ~0.005 of it the harness's
+//   empty-kernel time).
 inline DecodePlan decode_plan(int B, int NH, int NKV, int S, int window, int num_sms) {
     const int G = NH / NKV, hpb = decode_heads_per_block(G), head_blocks = ceil_div(G, hpb);
     const int max_keys = window > 0 && window < S ? window : S;
@@ -180,7 +181,8 @@ __device__ __forceinline__ void decode_merge_splits(T* out, const float* part_o,
 // this one waits for; at a short cache (64 keys a split block) the whole chunk is in registers by the
 // time the QKV kernel finishes, and the wait is followed by the q load and the math only.
 // The row groups' partials are merged in shared memory; a block whose sequence needs one split writes
-// out directly, the others write (max, sum, output) to the scratch, merged by
+// out directly, the others (cluster plan) keep (max, sum, output) in shared memory, merged across the
+// cluster after a cluster barrier, or write them to the scratch, merged by
 // attention_decode_combine_kernel or (fused_combine) by the last of the head block's split blocks.
 // Bytes: each K/V element of the span once per head block (one for G <= 8), q and out once; FLOPs:
 // 4 * HD per (query head, key): memory-bound, 2G / sizeof(floatX) FLOPs a byte (G in bf16). The
