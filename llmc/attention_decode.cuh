@@ -1,9 +1,11 @@
 // attention_decode.cuh: attention of one new token per sequence against a KV cache (inference; the
 // cache and the copies into it, kv_cache_fill and kv_cache_append, are in kv_cache.cuh).
-// Flash-decoding: the keys of a sequence are split across thread blocks, each block writes a partial
-// softmax (max, sum, unnormalised output) in fp32 and a second kernel merges the partials (or, as a
-// plan option, the last block of each head to finish). One block serves all the query heads of a KV
-// head (up to 8), so each K/V element is read once for its group.
+// Flash-decoding: the keys of a sequence are split across thread blocks, each block computes a partial
+// softmax (max, sum, unnormalised output) in fp32 and the partials are merged: at a small batch through
+// the distributed shared memory of a thread-block cluster (the split blocks of a head are one cluster),
+// at a large one through global memory by the last split block of each head to finish (or, as a plan
+// option, a second kernel). One block serves all the query heads of a KV head (up to 8), so each K/V
+// element is read once for its group.
 // Precision and the FP32 build: the same kernels with floatX = float (4 elements per 16-byte load).
 //
 // Shapes (row-major; the KV cache layout of docs/design.md, "KV cache and decode attention"):
@@ -26,6 +28,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
+#include <cooperative_groups.h>
 #include "attention_layout.cuh"
 #include "cuda_common.cuh"
 #include "kv_cache.cuh"
@@ -49,14 +52,14 @@ __host__ __device__ inline DecodeSpan decode_span(int pos, int S, int window) {
 // merging its warps' partials, outweigh its keys), a multiple of it (of every kernel's keys per step).
 constexpr int DECODE_MIN_CHUNK = 64;
 // A sequence's n keys go to as few splits as chunks of ceil(n / max_splits) keys (rounded up to
-// DECODE_MIN_CHUNK) need: the split count adapts to the actual length on the device, the grid to the
-// capacity on the host.
-__host__ __device__ inline int decode_chunk(int n, int max_splits) {
-    const int c = ceil_div(n > 0 ? n : 1, max_splits);
-    return ceil_div(c, DECODE_MIN_CHUNK) * DECODE_MIN_CHUNK;
+// DECODE_MIN_CHUNK, and at least the plan's min_chunk) need: the split count adapts to the actual
+// length on the device, the grid to the capacity on the host.
+__host__ __device__ inline int decode_chunk(int n, int max_splits, int min_chunk) {
+    const int c = ceil_div(ceil_div(n > 0 ? n : 1, max_splits), DECODE_MIN_CHUNK) * DECODE_MIN_CHUNK;
+    return c > min_chunk ? c : min_chunk;
 }
-__host__ __device__ inline int decode_splits(int n, int max_splits) {
-    return n > 0 ? ceil_div(n, decode_chunk(n, max_splits)) : 1;
+__host__ __device__ inline int decode_splits(int n, int max_splits, int min_chunk) {
+    return n > 0 ? ceil_div(n, decode_chunk(n, max_splits, min_chunk)) : 1;
 }
 
 // Query heads a block serves: all of its KV head's group (each K/V element read once for the group),
@@ -70,23 +73,57 @@ inline int decode_heads_per_block(int G) { return G == 1 ? 1 : G == 2 ? 2 : G <=
 // full-length sequence): equal blocks run in waves, and a few long blocks per SM would leave the last
 // wave mostly empty (B 64, NKV 12, unsplit: 768 blocks of 4096 keys on 660 block slots = 1.16 waves,
 // so ~40% of the time idle); 512-key blocks make ~9 waves there.
+// (That aim is the plan of decode_plan_waves, shipped until issue 15's second round; below, what
+// replaced it.)
 constexpr int DECODE_WAVES = 4;
 constexpr int DECODE_MAX_CHUNK = 512;
+// Split blocks a cluster holds at most (the portable cluster size).
+constexpr int DECODE_CLUSTER_MAX = 8;
+// Keys a split block takes at least when the batch alone fills the SMs (decode_plan).
+constexpr int DECODE_FULL_CHUNK = 1024;
 struct DecodePlan {
     int max_splits;       // grid.x: split blocks per (sequence, head block)
     int head_blocks;      // blocks per KV head: ceil(G / heads_per_block)
     int heads_per_block;
     bool fused_combine;   // the last split block of a head block merges the partials (no second kernel)
+    int min_chunk = DECODE_MIN_CHUNK;  // keys a split block takes at least (decode_chunk)
+    bool cluster = false; // the split blocks of a head block are one cluster, merged in shared memory
 };
-// Shipped: the fused combine (one kernel a call instead of two: a decode step of GPT-2 124M launches
-// 12 fewer; the lab's fused variant won at B 8 / mixed lengths, 0.0329 vs 0.0360 ms, commit 24fefd9).
-inline DecodePlan decode_plan(int B, int NH, int NKV, int S, int window, int num_sms) {
+// The plan shipped until issue 15's second round (the lab's variants 10 and 11): DECODE_WAVES blocks an
+// SM, chunks of DECODE_MIN_CHUNK..DECODE_MAX_CHUNK keys, the fused combine through global memory.
+inline DecodePlan decode_plan_waves(int B, int NH, int NKV, int S, int window, int num_sms) {
     const int G = NH / NKV, hpb = decode_heads_per_block(G), head_blocks = ceil_div(G, hpb);
     const int max_keys = window > 0 && window < S ? window : S;
     const int want = ceil_div(DECODE_WAVES * num_sms, B * NKV * head_blocks);
     const int splits = std::clamp(std::max(want, ceil_div(max_keys, DECODE_MAX_CHUNK)), 1,
                                   ceil_div(max_keys, DECODE_MIN_CHUNK));
     return {splits, head_blocks, hpb, true};
+}
+// Shipped. The batch's own blocks, base = B * NKV * head_blocks, decide:
+// - base >= num_sms (the batch alone puts a block on every SM; GPT-2 at B 64: 768): split only long
+//   caches, into chunks of DECODE_FULL_CHUNK keys. The waves plan split a 128-key cache in 2 and a
+//   512-key cache in 8 there; the lab at B 64 (H200, ms; waves plan without early loads, as B > 8
+//   runs it, vs no split): gpt2 len 128 0.0307 vs 0.0200, 512 0.0612 vs 0.0528, 1024 0.0902 vs
+//   0.0952; gqa len 128 0.0476 vs 0.0336, 512 0.1110 vs 0.1025, 1024 0.1746 vs 0.1881: the extra
+//   blocks, their partials and the combine cost more than the SMs they would fill, and up to 1024
+//   keys the split gains at most ~7%. The grid holds ceil(capacity / chunk) blocks a head whatever
+//   the length (the blocks past a sequence's splits exit at once, but each takes a slot): with
+//   1024-key chunks generate's GPT-2 cache (S 1024) gets one a head, where 512 would double the grid.
+//   Longer caches still split (gpt2 len 2048: 0.147 split vs 0.179 not) since equal long blocks run
+//   in waves with an idle tail.
+// - base < num_sms (small batches: latency): up to DECODE_CLUSTER_MAX splits of >= DECODE_MIN_CHUNK
+//   keys, one cluster per head block, merged through distributed shared memory: no partials in
+//   global memory, no __threadfence, no atomic counter and no dependent global loads after it (the
+//   fused combine's tail is a chain of ~4 dependent global round trips, fence, atomic, max/sum loads,
+//   output loads; B 1 gpt2 len 128 timed 0.0115 ms for the waves plan, ~0.005 of it the harness's
+//   empty-kernel time).
+inline DecodePlan decode_plan(int B, int NH, int NKV, int S, int window, int num_sms) {
+    const int G = NH / NKV, hpb = decode_heads_per_block(G), head_blocks = ceil_div(G, hpb);
+    const int max_keys = window > 0 && window < S ? window : S;
+    if (B * NKV * head_blocks >= num_sms)
+        return {ceil_div(max_keys, DECODE_FULL_CHUNK), head_blocks, hpb, true, DECODE_FULL_CHUNK, false};
+    const int splits = std::min(DECODE_CLUSTER_MAX, ceil_div(max_keys, DECODE_MIN_CHUNK));
+    return {splits, head_blocks, hpb, true, DECODE_MIN_CHUNK, splits > 1};
 }
 
 // The scratch of one plan: a counter per (sequence, head block) for the fused combine (zero between
@@ -99,7 +136,7 @@ struct DecodeScratch {
         return (size_t)ceil_div(B * NKV * p.head_blocks, 4) * 4;
     }
     static size_t floats(int B, int NH, int NKV, int HD, const DecodePlan& p) {
-        return p.max_splits > 1 ? counter_floats(B, NKV, p) + (size_t)B * NH * p.max_splits * (HD + 2) : 0;
+        return p.max_splits > 1 && !p.cluster ? counter_floats(B, NKV, p) + (size_t)B * NH * p.max_splits * (HD + 2) : 0;
     }
     DecodeScratch(float* scratch, int B, int NH, int NKV, int HD, const DecodePlan& p) {
         counters = reinterpret_cast<int*>(scratch);
@@ -144,7 +181,8 @@ __device__ __forceinline__ void decode_merge_splits(T* out, const float* part_o,
 // this one waits for; at a short cache (64 keys a split block) the whole chunk is in registers by the
 // time the QKV kernel finishes, and the wait is followed by the q load and the math only.
 // The row groups' partials are merged in shared memory; a block whose sequence needs one split writes
-// out directly, the others write (max, sum, output) to the scratch, merged by
+// out directly, the others (cluster plan) keep (max, sum, output) in shared memory, merged across the
+// cluster after a cluster barrier, or write them to the scratch, merged by
 // attention_decode_combine_kernel or (fused_combine) by the last of the head block's split blocks.
 // Bytes: each K/V element of the span once per head block (one for G <= 8), q and out once; FLOPs:
 // 4 * HD per (query head, key): memory-bound, 2G / sizeof(floatX) FLOPs a byte (G in bf16). The
@@ -229,10 +267,11 @@ struct DecodeTile {
 template <typename T, int HD, int GB, class Knobs>
 static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, Knobs>())
     attention_decode_split_kernel(T* out, DecodeScratch scratch, const T* qkv, const T* k_cache, const T* v_cache,
-                                  const int* pos, QKVLayout L, int S, int window, int max_splits, bool fused_combine) {
+                                  const int* pos, QKVLayout L, int S, int window, int max_splits, int min_chunk,
+                                  bool fused_combine, bool cluster) {
     using Tile = DecodeTile<T, HD>;
     constexpr int EPT = Tile::EPT, TPR = Tile::TPR, ROWS = Tile::ROWS, U = Knobs::U, STEP = ROWS * U;
-    __shared__ float sm_m[ROWS][GB], sm_l[ROWS][GB], sm_f[ROWS][GB];
+    __shared__ float sm_m[ROWS][GB], sm_l[ROWS][GB], sm_f[ROWS][GB], sm_sum[GB];
     __shared__ alignas(16) float sm_o[ROWS][GB][HD];
     __shared__ bool sm_last;
 
@@ -274,8 +313,8 @@ static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, K
     int chunk = 0, nsplits = 0, j0 = 0;
     auto plan_span = [&](int p) {
         span = decode_span(p, S, window);
-        chunk = decode_chunk(span.n, max_splits);
-        nsplits = decode_splits(span.n, max_splits);
+        chunk = decode_chunk(span.n, max_splits, min_chunk);
+        nsplits = decode_splits(span.n, max_splits, min_chunk);
         j0 = split * chunk;
         j1 = min(span.n, j0 + chunk);
     };
@@ -293,7 +332,10 @@ static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, K
     for (int g = 0; g < GB; g++)
         qv[g] = g < heads ? load128(qrow + L.q_col(h0 + g) + d0) : Packed128<T>::constant(from_float<T>(0.0f));
     if (!early) plan_span(pos[b]);
-    if (split >= nsplits) return;
+    // In a cluster every block takes part in the merge's barriers, keys or not (the decision is the
+    // same for the whole cluster: its blocks share b and so nsplits); j0 >= j1 here: no loop steps.
+    const bool in_cluster = cluster && nsplits > 1;
+    if (split >= nsplits && !in_cluster) return;
     if constexpr (Knobs::APPEND) {
         if (split == nsplits - 1 && span.n > 0) {  // the same for every thread of the block
             if (threadIdx.x < TPR) {
@@ -438,6 +480,9 @@ static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, K
         }
         if (nsplits == 1) {  // sum = 0 only for an idle sequence (no keys): zeros
             out[((size_t)b * L.NH + h0 + g) * HD + d] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
+        } else if (in_cluster) {  // the block's partial stays in its shared memory (row 0's slots:
+            sm_o[0][g][d] = o;    // this thread read sm_o[.][g][d] above and no other thread does)
+            if (d == 0) sm_sum[g] = sum;
         } else {
             const size_t p = ((size_t)b * L.NH + h0 + g) * max_splits + split;
             scratch.part_o[p * HD + d] = o;
@@ -447,7 +492,37 @@ static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, K
             }
         }
     }
-    if (nsplits == 1 || !fused_combine) return;
+    if (nsplits == 1) return;
+    if (in_cluster) {
+        // Cluster combine: block `split` is the cluster's rank `split` (cluster dims (gridDim.x, 1, 1));
+        // after the barrier every block's partial (max sm_m[0], sum sm_sum, output sm_o[0]) is readable
+        // by the others, and the cluster's threads merge the heads * HD outputs between them.
+        namespace cg = cooperative_groups;
+        cg::cluster_group cl = cg::this_cluster();
+        cl.sync();
+        for (int idx = split * DECODE_THREADS + threadIdx.x; idx < heads * HD; idx += gridDim.x * DECODE_THREADS) {
+            const int g = idx / HD, d = idx % HD;
+            float ms[DECODE_CLUSTER_MAX], M = -FLT_MAX;
+#pragma unroll
+            for (int s = 0; s < DECODE_CLUSTER_MAX; s++) {
+                ms[s] = s < nsplits ? *cl.map_shared_rank(&sm_m[0][g], s) : -FLT_MAX;
+                M = fmaxf(M, ms[s]);
+            }
+            float o = 0.0f, sum = 0.0f;
+#pragma unroll
+            for (int s = 0; s < DECODE_CLUSTER_MAX; s++) {
+                if (s < nsplits) {
+                    const float f = exp2f(ms[s] - M);
+                    o += f * *cl.map_shared_rank(&sm_o[0][g][d], s);
+                    sum += f * *cl.map_shared_rank(&sm_sum[g], s);
+                }
+            }
+            out[((size_t)b * L.NH + h0 + g) * HD + d] = from_float<T>(o / sum);  // nsplits > 1: sum > 0
+        }
+        cl.sync();  // no block exits while another reads its shared memory
+        return;
+    }
+    if (!fused_combine) return;
 
     // Fused combine: the last split block of this (sequence, head block) to finish merges the partials
     // (the counting of CUDA's threadFenceReduction sample). Every thread fences its partials before
@@ -474,11 +549,11 @@ static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, K
 // skipped. Reads (HD + 2) floats a split.
 template <typename T>
 static __global__ void attention_decode_combine_kernel(T* out, DecodeScratch scratch, const int* pos, int NH, int HD,
-                                                       int S, int window, int max_splits) {
+                                                       int S, int window, int max_splits, int min_chunk) {
     pdl_wait();
     pdl_launch_dependents();
     const int h = blockIdx.x, b = blockIdx.y;
-    const int nsplits = decode_splits(decode_span(pos[b], S, window).n, max_splits);
+    const int nsplits = decode_splits(decode_span(pos[b], S, window).n, max_splits, min_chunk);
     if (nsplits > 1)
         decode_merge_splits(out, scratch.part_o, scratch.part_ml, b, h, NH, HD, nsplits, max_splits, threadIdx.x,
                             blockDim.x);
@@ -492,9 +567,29 @@ inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, c
     const QKVLayout L{NH, NKV, HD};
     const DecodeScratch scratch(scratch_buf, B, NH, NKV, HD, plan);
     const dim3 grid(plan.max_splits, NKV * plan.head_blocks, B);
+    if (plan.cluster && (plan.max_splits > DECODE_CLUSTER_MAX))
+        fail("attention_decode: a cluster of %d split blocks (at most %d)", plan.max_splits, DECODE_CLUSTER_MAX);
     auto launch = [&](auto kernel) {
-        launch_kernel(kernel, grid, dim3(DECODE_THREADS), 0, stream, pdl, out, scratch, qkv, k_cache, v_cache, pos, L,
-                      S, window, plan.max_splits, plan.fused_combine);
+        if (!plan.cluster) {
+            launch_kernel(kernel, grid, dim3(DECODE_THREADS), 0, stream, pdl, out, scratch, qkv, k_cache, v_cache,
+                          pos, L, S, window, plan.max_splits, plan.min_chunk, plan.fused_combine, false);
+        } else {  // launch_kernel's launch with the cluster's dimensions as a second attribute
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = grid;
+            cfg.blockDim = dim3(DECODE_THREADS);
+            cfg.stream = stream;
+            cudaLaunchAttribute attr[2];
+            attr[0].id = cudaLaunchAttributeClusterDimension;
+            attr[0].val.clusterDim.x = plan.max_splits;
+            attr[0].val.clusterDim.y = 1;
+            attr[0].val.clusterDim.z = 1;
+            attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr[1].val.programmaticStreamSerializationAllowed = 1;
+            cfg.attrs = attr;
+            cfg.numAttrs = pdl ? 2 : 1;
+            cudaCheck(cudaLaunchKernelEx(&cfg, kernel, out, scratch, qkv, k_cache, v_cache, pos, L, S, window,
+                                         plan.max_splits, plan.min_chunk, plan.fused_combine, true));
+        }
         cudaCheckLaunch();
     };
     switch (HD * 100 + plan.heads_per_block) {
@@ -508,9 +603,9 @@ inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, c
         case 12808: launch(attention_decode_split_kernel<T, 128, 8, Knobs>); break;
         default: fail("attention_decode: no kernel for HD=%d with %d heads a block", HD, plan.heads_per_block);
     }
-    if (plan.max_splits > 1 && !plan.fused_combine) {
+    if (plan.max_splits > 1 && !plan.fused_combine && !plan.cluster) {
         launch_kernel(attention_decode_combine_kernel<T>, dim3(NH, B), dim3(HD), 0, stream, pdl, out, scratch, pos, NH,
-                      HD, S, window, plan.max_splits);
+                      HD, S, window, plan.max_splits, plan.min_chunk);
         cudaCheckLaunch();
     }
 }
@@ -542,7 +637,7 @@ inline void attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, fl
     check_kv_cache_sizes("attention_decode", B, NH, NKV, HD, S, window);
     check_kv_cache_aligned("attention_decode", qkv, k_cache, v_cache);
     const DecodePlan plan = decode_plan(B, NH, NKV, S, window, current_sm_count());
-    if (plan.max_splits > 1 && !scratch)
+    if (DecodeScratch::floats(B, NH, NKV, HD, plan) > 0 && !scratch)
         fail("attention_decode: B=%d NH=%d S=%d needs a scratch buffer of %zu floats", B, NH, S,
              attention_decode_scratch_floats(B, NH, NKV, HD, S, window));
     if (append)

@@ -8,13 +8,16 @@
 // the CPU reference (llmc/cpu/attention_decode.h, fp32, every sequence of the batch) and timed by the
 // shared harness.
 //   0  shipped attention_decode, as the fused step at B <= 8 launches it (pdl, early loads): split-K
-//      blocks of 128 threads, each serving a KV head's whole query group (up to 8 heads), fp32
-//      partials merged by the last split block of each (sequence, head block) when a sequence needs
-//      > 1 split (the fused combine, shipped after commit 24fefd9)
+//      blocks of 128 threads, each serving a KV head's whole query group (up to 8 heads); decode_plan:
+//      at a small grid (B * NKV * head blocks < SMs) up to 8 splits, one cluster per (sequence, head
+//      block), the partials merged through distributed shared memory; at a large one chunks of 1024
+//      keys (no split up to 1024), fp32 partials merged by the last split block of each (sequence,
+//      head block) when a sequence needs > 1 split (the fused combine, shipped after commit 24fefd9)
 //   1  baseline: one block per (sequence, query head), no split, no sharing of K/V across the group
 //      (4 warps, one key per warp at a time, a warp-wide dot product per key)
 //   2  the shipped kernel without the split (one block per (sequence, KV head)): what the split buys
-//   3  the shipped kernel with twice the plan's splits (8 blocks per SM instead of 4)
+//   3  the shipped kernel with twice the plan's splits (and half its smallest chunk), merged through
+//      global memory (fused combine)
 //   4  separate combine kernel (shipped until commit 24fefd9's run): the split blocks write partials,
 //      a second kernel merges them; what the fused combine of variant 0 saves (one launch a call)
 //   5  8 keys a row group per step instead of 4 (twice the loads in flight, more registers)
@@ -29,6 +32,11 @@
 //   9  without the early loads (attention_decode(..., early = false)): pos and the first step's keys
 //      read after the wait, as before the latency work and as the B > 8 step runs it (a lone kernel
 //      gains nothing from them: the gain is in a PDL chain, generate --latency-kernels 1 vs 0)
+//  10  the waves plan (decode_plan_waves: ~4 blocks an SM, chunks of 64..512 keys, fused combine through
+//      global memory; shipped until issue 15's second round) with the early loads: the old variant 0
+//  11  the waves plan without the early loads: the old variant 9 (what B > 8 ran)
+//  12  the shipped plan without the cluster: its splits merged by the fused combine through global
+//      memory (what the cluster merge buys at small batches; the same as 0 at large ones)
 // kv_cache_fill and kv_cache_append: one line each (variant 0) per cache configuration.
 // Bytes: the K and V rows each sequence attends (NKV heads), q and out once, pos; FLOPs: 4 * HD per
 // (query head, key). Memory-bound: % of the 4.0 TB/s copy.
@@ -43,6 +51,9 @@
 //                        4096 0.2556 (79%)
 //   gqa  (32/8, HD 128)  B 1: 1024 0.0185 (6%), 4096 0.0311 (14%); B 64: 1024 0.1687 (40%), 4096
 //                        0.5477 (49%)
+// (Those are the waves plan's, now variants 10/11; issue 15's second round replaced it with decode_plan:
+// the cluster merge at small grids, 1024-key chunks at large ones; its timings are to be filled in from
+// the next H200 run, `attention_decode 0 10 11 12 9 8 2 --reps 10`.)
 // Small batches are latency-bound (an empty kernel times ~0.005 ms here); fused combine (then variant 4,
 // since shipped as 0) wins at
 // B 8 / mixed lengths (0.0329 vs 0.0360), 2x splits (3) at B 8 len 4096 (0.0494 vs 0.0553); GQA at
@@ -138,6 +149,8 @@ static std::vector<Config> full_configs() {
         c.push_back({"gpt2", B, 12, 12, 64, 4096, 0, l});
         c.push_back({"gqa", B, 32, 8, 128, 4096, 0, l});
     }
+    for (int B : {1, 64})  // generate's cache for GPT-2 124M (S = 1024) at the bench's lengths (64 + 1..256)
+        c.push_back({"gpt2-1k", B, 12, 12, 64, 1024, 0, {128, 320}});
     c.push_back({"gpt2-w", 8, 12, 12, 64, 1024, 1024, {4096, MIXED}});  // ring of W = 1024 slots
     c.push_back({"gqa-w", 64, 32, 8, 128, 1024, 1024, {4000, MIXED}});
     c.push_back({"odd", 5, 6, 2, 128, 1000, 0, {777, MIXED}});           // group of 3 in a 4-head block
@@ -179,16 +192,26 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
     const DecodePlan plan = attention_detail::decode_plan(B, NH, NKV, S, W, lab.ctx.props.multiProcessorCount);
     DecodePlan no_split = plan, twice = plan;
     no_split.max_splits = 1;
+    no_split.cluster = false;
     twice.max_splits = std::min(2 * plan.max_splits, ceil_div(W > 0 ? W : S, attention_detail::DECODE_MIN_CHUNK));
-    DecodePlan unfused = plan;
+    twice.min_chunk = std::max(attention_detail::DECODE_MIN_CHUNK, plan.min_chunk / 2);
+    twice.cluster = false;
+    DecodePlan unfused = plan, no_cluster = plan;
     unfused.fused_combine = false;
+    unfused.cluster = false;
+    no_cluster.cluster = false;
+    DecodePlan waves = attention_detail::decode_plan_waves(B, NH, NKV, S, W, lab.ctx.props.multiProcessorCount);
     // Sized for the plan with the most splits (the counters come first in every plan's layout); zeroed once.
-    lab::DevBuf<float> scratch(std::max<size_t>(1, attention_detail::DecodeScratch::floats(B, NH, NKV, HD, twice)),
-                               "scratch");
+    size_t scratch_floats = 1;
+    for (DecodePlan* p : {&twice, &waves, &no_cluster})
+        scratch_floats = std::max(scratch_floats, attention_detail::DecodeScratch::floats(B, NH, NKV, HD, *p));
+    lab::DevBuf<float> scratch(scratch_floats, "scratch");
     if (attention_decode_scratch_floats(B, NH, NKV, HD, S, W) > scratch.size()) fail("lab: scratch too small");
     cudaCheck(cudaMemset(scratch, 0, scratch.size() * sizeof(float)));
-    printf("# %s B=%d NH=%d NKV=%d HD=%d S=%d W=%d: %d splits at most, %d head block(s) of %d heads per KV head\n",
-           c.name, B, NH, NKV, HD, S, W, plan.max_splits, plan.head_blocks, plan.heads_per_block);
+    printf("# %s B=%d NH=%d NKV=%d HD=%d S=%d W=%d: %d splits at most (chunks >= %d keys%s), %d head block(s) of %d "
+           "heads per KV head; waves plan: %d splits\n",
+           c.name, B, NH, NKV, HD, S, W, plan.max_splits, plan.min_chunk, plan.cluster ? ", a cluster" : "",
+           plan.head_blocks, plan.heads_per_block, waves.max_splits);
 
     // A prompt of T tokens (lengths 1..T, sequence 0 the longest; small caches get more tokens than
     // slots) into the cache with kv_cache_fill; its check compares the slots it may write, exactly.
@@ -318,6 +341,20 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
         });
         variant(9, "no early loads", [&] {
             attention_decode(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, st, W, scratch, true, false, false);
+        });
+        variant(10, "waves plan, early loads (old 0)", [&] {
+            attention_detail::attention_decode_with_plan<floatX, attention_detail::DecodeShippedEarly>(
+                out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), waves, st,
+                true);
+        });
+        variant(11, "waves plan, no early loads (old 9)", [&] {
+            attention_detail::attention_decode_with_plan(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH,
+                                                         NKV, HD, S, W, scratch.get(), waves, st, true);
+        });
+        variant(12, "shipped plan, no cluster", [&] {
+            attention_detail::attention_decode_with_plan<floatX, attention_detail::DecodeShippedEarly>(
+                out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), no_cluster,
+                st, true);
         });
         auto poison_appended = [&] {  // the slots variant 8 must write itself
             out.poison(st);
