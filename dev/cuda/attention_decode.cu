@@ -52,8 +52,9 @@
 //   gqa  (32/8, HD 128)  B 1: 1024 0.0185 (6%), 4096 0.0311 (14%); B 64: 1024 0.1687 (40%), 4096
 //                        0.5477 (49%)
 // (Those are the waves plan's, now variants 10/11; issue 15's second round replaced it with decode_plan:
-// the cluster merge at small grids, 1024-key chunks at large ones; its timings are to be filled in from
-// the next H200 run, `attention_decode 0 10 11 12 9 8 2 --reps 10`.)
+// the cluster merge at small grids, 1024-key chunks at large ones. H200, 0fdec65, variant 0 against 10:
+// gpt2 B 1 len 128 0.0084 vs 0.0108, len 4096 0.0252 vs 0.0185 (worse: 8 splits of 512 keys); B 64
+// len 128 0.0227 vs 0.0347, len 4096 0.2826 vs 0.2922; docs/perf.md, seventeenth run.)
 // Small batches are latency-bound (an empty kernel times ~0.005 ms here); fused combine (then variant 4,
 // since shipped as 0) wins at
 // B 8 / mixed lengths (0.0329 vs 0.0360), 2x splits (3) at B 8 len 4096 (0.0494 vs 0.0553); GQA at
