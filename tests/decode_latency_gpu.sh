@@ -21,7 +21,8 @@
 #   4. generate --bench 1 --init d12 at B = 1, 8, 64 with --latency-kernels 0 and 1 (and --profile 1
 #      at B = 1 and 64 with 1: the per-kernel-family times), and at B = 1, 8 with --gemv-split-k 1
 #      (the latency kernels without the split of K: the split quadruples fcproj's blocks, which may
-#      crowd the next GEMV's early blocks out of the register file)
+#      crowd the next GEMV's early blocks out of the register file; docs/perf.md's sixteenth run
+#      measured B=1 at 3,385 tok/s without the split against 3,869 with it)
 # PARTS="3 4" (say) runs only those parts.
 # Last: the labs' old-vs-new lines, the tok/s table, the PROFILE lines and PASS/FAIL per part; exit 1
 # if any part failed.

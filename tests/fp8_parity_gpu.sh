@@ -9,12 +9,12 @@
 #     the H200 measured +4.4%, and +6.1% for the Llama; a wrong scale or layout stays near the initial
 #     10.9, +60%; the 1% parity target is step 5's); the same for a Llama-style
 #     114M (RMSNorm, RoPE, SwiGLU fc, no biases, 4 KV heads)
-#  (QUICK=1 stops here: what tests/run_gpu_tests.sh runs; SKIP_BENCH=1 skips 4; PARALLEL=1 runs 5's four
+#  (QUICK=1 stops here: what tests/run_gpu_tests.sh runs; SKIP_BENCH=1 skips 4; PARALLEL=1 runs 5's five
 #  trainings at once)
 #  4. bench: 124M at B=64 T=1024, 20 steps of random tokens, bf16 vs --fp8 1: tok/s and peak memory
 #     (the trainer's BENCH line), and the FP8 buffers' size ("memory: fp8" line); not a pass/fail
 #  5. loss parity: a d12 for STEPS (2000) steps at B=4 T=128 (1M tokens, ~3 epochs), lr 3e-4 cosine, bf16 vs --fp8 1
-#     (current scaling) vs --fp8 1 --fp8-scaling delayed, val every 100 steps on the whole val split (63 batches):
+#     (current scaling) vs --fp8 1 --fp8-scaling delayed vs --fp8 1 --fp8-bf16-layers 2, val every 100 steps on the whole val split (63 batches):
 #     the final val loss with --fp8 within 1% of bf16's; and, for docs/numerics.md (not a check), bf16
 #     with --stochastic-rounding 0 (AdamW's bf16 write-back to nearest); the curves overlaid by scripts/plot_log.py
 #     into $OUT/fp8_parity.png (needs matplotlib; skipped, not failed, without it)
