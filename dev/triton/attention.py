@@ -100,15 +100,23 @@ def attention_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, lo, hi, st
 
 
 @triton.jit
+def head_of_program(T, NH, HD: tl.constexpr):
+    # grid axis 1 is B * NH: this program's (sequence b, head h), the qkv row stride (elements per
+    # position) and the offset of the head's first qkv element of sequence b
+    bh = tl.program_id(1)
+    b = bh // NH
+    h = bh % NH
+    stride_t = 3 * NH * HD
+    return bh, b, h, stride_t, b.to(tl.int64) * T * stride_t + h * HD
+
+
+@triton.jit
 def attention_fwd_kernel(out_ptr, lse_ptr, qkv_ptr, T, NH, qk_scale,
                          HD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr):
     # grid (T / BLOCK_M, B * NH); query block T/BLOCK_M - 1 (the most keys) first
     block_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // NH
-    h = bh % NH
-    stride_t = 3 * NH * HD                                        # qkv elements per position
-    base = qkv_ptr + b.to(tl.int64) * T * stride_t + h * HD
+    bh, b, h, stride_t, head = head_of_program(T, NH, HD)
+    base = qkv_ptr + head
     offs_m = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HD)
@@ -189,12 +197,8 @@ def attention_bwd_dkdv_kernel(dqkv_ptr, qkv_ptr, dout_ptr, lse_ptr, delta_ptr, T
     # grid (T / BLOCK_N, B * NH): key tile BLOCK_N of one head; the first key tiles (seen by the most
     # queries) first
     start_n = tl.program_id(0) * BLOCK_N
-    bh = tl.program_id(1)
-    b = bh // NH
-    h = bh % NH
-    stride_t = 3 * NH * HD
+    bh, b, h, stride_t, base = head_of_program(T, NH, HD)
     stride_o = NH * HD
-    base = b.to(tl.int64) * T * stride_t + h * HD
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HD)
     kv_offs = base + offs_n[:, None] * stride_t + offs_d[None, :]
@@ -239,12 +243,8 @@ def attention_bwd_dq_kernel(dqkv_ptr, qkv_ptr, dout_ptr, lse_ptr, delta_ptr, T, 
                             HD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr):
     # grid (T / BLOCK_M, B * NH): query tile BLOCK_M of one head; the last (most keys) first
     block_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // NH
-    h = bh % NH
-    stride_t = 3 * NH * HD
+    bh, b, h, stride_t, base = head_of_program(T, NH, HD)
     stride_o = NH * HD
-    base = b.to(tl.int64) * T * stride_t + h * HD
     offs_m = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HD)
     q_offs = base + offs_m[:, None] * stride_t + offs_d[None, :]
