@@ -469,17 +469,18 @@ inline void norm_backward(const GPT2Config& c, floatX* dresidual, floatX* dweigh
 inline bool fp8_pass(const GPT2& m, int N) { return m.fp8.set.enabled && N <= m.fp8.N && N % FP8_T_TILE == 0; }
 
 // Linear k (Fp8Linear) of layer l, the signatures of matmul_forward / matmul_backward: through FP8
-// (llmc/gpt2_fp8.cuh) when `fp8`, else bf16. cast_weight: the FP8 weight copies are stale.
+// (llmc/gpt2_fp8.cuh) in an FP8 pass (`fp8`) where fp8_linear_on, else bf16. cast_weight: the FP8 weight
+// copies are stale.
 inline void linear_forward(GPT2& m, bool fp8, bool cast_weight, int l, int k, floatX* out, floatX* gelu_pre,
                            const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, int OC,
                            const CudaContext& ctx) {
-    if (fp8 && fp8_linear_on(m.fp8, k)) fp8_linear_forward(m.fp8, l, k, out, gelu_pre, inp, weight, bias, N, cast_weight, ctx);
+    if (fp8 && fp8_linear_on(m.fp8, l, k)) fp8_linear_forward(m.fp8, l, k, out, gelu_pre, inp, weight, bias, N, cast_weight, ctx);
     else matmul_forward(out, gelu_pre, inp, weight, bias, N, C, OC, ctx);
 }
 inline void linear_backward(GPT2& m, bool fp8, int l, int k, floatX* dinp, floatX* dweight, floatX* dbias,
                             float* scratch, const floatX* dout, const floatX* inp, const floatX* weight, floatX* gelu_pre,
                             int N, int C, int OC, const CudaContext& ctx) {
-    if (fp8 && fp8_linear_on(m.fp8, k)) fp8_linear_backward(m.fp8, l, k, dinp, dweight, dbias, scratch, dout, gelu_pre, N, ctx);
+    if (fp8 && fp8_linear_on(m.fp8, l, k)) fp8_linear_backward(m.fp8, l, k, dinp, dweight, dbias, scratch, dout, gelu_pre, N, ctx);
     else matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, gelu_pre, N, C, OC, ctx);
 }
 
@@ -513,24 +514,23 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
         if (model.before_layer_forward) model.before_layer_forward(l);
         LayerActs la = layer_acts(model, l, B, T);
         const size_t c1 = (size_t)l * C;
-        const bool fp8 = fp8_pass && fp8_layer(model.fp8, l);
-        linear_forward(model, fp8, cast_w, l, FP8_QKV, la.qkv, nullptr, la.ln1, p.qkvw + (size_t)l * QKV * C,
+        linear_forward(model, fp8_pass, cast_w, l, FP8_QKV, la.qkv, nullptr, la.ln1, p.qkvw + (size_t)l * QKV * C,
                        tensor_at(p.qkvb, (size_t)l * QKV), N, C, QKV, ctx);
         if (c.position == POS_ROPE) rope_forward(la.qkv, a.rope_cos, a.rope_sin, B, T, NH, NKV, HD, 0, s);
         model_attention_forward(la.atty, la.lse, la.qkv, B, T, NH, NKV, HD, c.window, s);
-        linear_forward(model, fp8, cast_w, l, FP8_ATTPROJ, a.proj, nullptr, la.atty, p.attprojw + (size_t)l * C * C,
+        linear_forward(model, fp8_pass, cast_w, l, FP8_ATTPROJ, a.proj, nullptr, la.atty, p.attprojw + (size_t)l * C * C,
                        tensor_at(p.attprojb, c1), N, C, C, ctx);
         gpt2_detail::residual_norm_forward(c, la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, la.res_in, a.proj,
                                            p.ln2w + c1, tensor_at(p.ln2b, c1), N, s);
         const floatX* fcw = p.fcw + (size_t)l * FC * C;
         const floatX* fcb = tensor_at(p.fcb, (size_t)l * FC);
         if (c.mlp == MLP_SWIGLU) {
-            linear_forward(model, fp8, cast_w, l, FP8_FC, la.fch, nullptr, la.ln2, fcw, fcb, N, C, FC, ctx);
+            linear_forward(model, fp8_pass, cast_w, l, FP8_FC, la.fch, nullptr, la.ln2, fcw, fcb, N, C, FC, ctx);
             swiglu_forward(la.fch_gelu, la.fch, N, H, s);
         } else {  // GELU in the bf16 epilogue; the FP8 path runs it after the matmul
-            linear_forward(model, fp8, cast_w, l, FP8_FC, la.fch_gelu, la.fch, la.ln2, fcw, fcb, N, C, FC, ctx);
+            linear_forward(model, fp8_pass, cast_w, l, FP8_FC, la.fch_gelu, la.fch, la.ln2, fcw, fcb, N, C, FC, ctx);
         }
-        linear_forward(model, fp8, cast_w, l, FP8_FCPROJ, a.proj, nullptr, la.fch_gelu, p.fcprojw + (size_t)l * C * H,
+        linear_forward(model, fp8_pass, cast_w, l, FP8_FCPROJ, a.proj, nullptr, la.fch_gelu, p.fcprojw + (size_t)l * C * H,
                        tensor_at(p.fcprojb, c1), N, H, C, ctx);
         if (l + 1 < L) {
             LayerActs next = layer_acts(model, l + 1, B, T);
@@ -594,7 +594,6 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
     gpt2_detail::norm_backward(c, a.dresidual, g.lnfw, g.lnfb, a.colsum, a.dbuf, last.residual3, p.lnfw, a.lnf_mean,
                                a.lnf_rstd, N, s);
     for (int l = L - 1; l >= 0; l--) {
-        const bool fp8 = fp8_pass && fp8_layer(model.fp8, l);
         LayerActs la = layer_acts(model, l, B, T);
         // this layer's slice of each per-layer tensor starts at l * (one layer's elements)
         const size_t qkvw = (size_t)l * QKV * C, cc = (size_t)l * C * C, c1 = (size_t)l * C;
@@ -608,25 +607,25 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
         }
         // dresidual holds d(residual3). MLP: fcproj, the activation (GELU's fused into the matmul), fc, ln2.
         if (c.mlp == MLP_SWIGLU) {
-            linear_backward(model, fp8, l, FP8_FCPROJ, a.dfch_act, gl.fcprojw, gl.fcprojb, a.colsum, a.dresidual,
+            linear_backward(model, fp8_pass, l, FP8_FCPROJ, a.dfch_act, gl.fcprojw, gl.fcprojb, a.colsum, a.dresidual,
                             la.fch_gelu, p.fcprojw + fcprojw, nullptr, N, H, C, ctx);
             swiglu_backward(a.dfch, a.dfch_act, la.fch, N, H, s);
         } else {
-            linear_backward(model, fp8, l, FP8_FCPROJ, a.dfch, gl.fcprojw, gl.fcprojb, a.colsum, a.dresidual, la.fch_gelu,
+            linear_backward(model, fp8_pass, l, FP8_FCPROJ, a.dfch, gl.fcprojw, gl.fcprojb, a.colsum, a.dresidual, la.fch_gelu,
                             p.fcprojw + fcprojw, la.fch, N, H, C, ctx);
         }
-        linear_backward(model, fp8, l, FP8_FC, a.dbuf, gl.fcw, gl.fcb, a.colsum, a.dfch, la.ln2, p.fcw + fcw, nullptr, N,
+        linear_backward(model, fp8_pass, l, FP8_FC, a.dbuf, gl.fcw, gl.fcb, a.colsum, a.dfch, la.ln2, p.fcw + fcw, nullptr, N,
                         C, FC, ctx);
         gpt2_detail::norm_backward(c, a.dresidual, gl.ln2w, gl.ln2b, a.colsum, a.dbuf, la.residual2, p.ln2w + c1,
                                    la.ln2_mean, la.ln2_rstd, N, s);
         // dresidual now holds d(residual2). Attention: attproj, attention, RoPE, qkv, then ln1.
-        linear_backward(model, fp8, l, FP8_ATTPROJ, a.dbuf, gl.attprojw, gl.attprojb, a.colsum, a.dresidual, la.atty,
+        linear_backward(model, fp8_pass, l, FP8_ATTPROJ, a.dbuf, gl.attprojw, gl.attprojb, a.colsum, a.dresidual, la.atty,
                         p.attprojw + cc, nullptr, N, C, C, ctx);
         model_attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, B, T, NH, NKV, HD, c.window,
                                  attention_scratch(model, B, T), attention_scratch_floats(model), s);
         if (c.position == POS_ROPE)  // d(rotated qkv) -> d(qkv), in place
             rope_backward(a.dqkv, a.rope_cos, a.rope_sin, B, T, NH, NKV, HD, 0, s);
-        linear_backward(model, fp8, l, FP8_QKV, a.dbuf, gl.qkvw, gl.qkvb, a.colsum, a.dqkv, la.ln1, p.qkvw + qkvw, nullptr,
+        linear_backward(model, fp8_pass, l, FP8_QKV, a.dbuf, gl.qkvw, gl.qkvb, a.colsum, a.dqkv, la.ln1, p.qkvw + qkvw, nullptr,
                         N, C, QKV, ctx);
         gpt2_detail::norm_backward(c, a.dresidual, gl.ln1w, gl.ln1b, a.colsum, a.dbuf, la.res_in, p.ln1w + c1,
                                    la.ln1_mean, la.ln1_rstd, N, s);

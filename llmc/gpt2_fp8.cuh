@@ -72,10 +72,11 @@ struct GPT2Fp8 {
     bool warm = false;           // a backward has run: delayed scaling has amax history
 };
 
-// Whether block l of an FP8 pass runs its linear layers in FP8 (--fp8-bf16-layers keeps the ends bf16),
-// and whether linear k of such a block does (--fp8-linears).
-inline bool fp8_layer(const GPT2Fp8& f, int l) { return l >= f.set.bf16_layers && l < f.L - f.set.bf16_layers; }
-inline bool fp8_linear_on(const GPT2Fp8& f, int k) { return (f.set.linears >> k) & 1; }
+// Whether linear k of block l runs in FP8 in an FP8 pass: --fp8-bf16-layers keeps the end blocks bf16,
+// --fp8-linears picks the linear layers.
+inline bool fp8_linear_on(const GPT2Fp8& f, int l, int k) {
+    return l >= f.set.bf16_layers && l < f.L - f.set.bf16_layers && ((f.set.linears >> k) & 1);
+}
 
 // Sizes the buffers for a model of config c trained at N rows; fails on shapes the casts cannot take.
 inline void fp8_plan(GPT2Fp8& f, const GPT2Config& c, int N) {
