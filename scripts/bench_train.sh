@@ -78,6 +78,7 @@ case $ARCH in
 esac
 [[ $FP8 == 1 ]] && NAMES=(ours ours_fp8 "${NAMES[@]:1}")
 [[ $REF == 0 ]] && NAMES=($(printf '%s\n' "${NAMES[@]}" | grep -vx -e eager -e compile))
+MAXSEQ=(); [[ $T -gt 1024 ]] && MAXSEQ=(--max-seq "$T")  # a fresh model's context grows to T (ours and nanoGPT's)
 mkdir -p "$OUT" || exit 1
 
 declare -A MS TOKS PEAK STATUS
@@ -105,7 +106,7 @@ run() {  # run NAME CMD...: runs CMD, keeps its log, records the fields of its B
 
 echo "$ARCH $OURS_INIT, B=$B T=$T, $STEPS steps per run, random tokens"
 if [[ -x $BIN ]]; then
-    OURS=("$BIN" --init "$OURS_INIT" $([[ $ARCH == llama && $T -gt 1024 ]] && echo "--max-seq $T") --random-data 1
+    OURS=("$BIN" --init "$OURS_INIT" "${MAXSEQ[@]}" --random-data 1
           --val-every 0 --batch "$B" --seq "$T" --steps "$STEPS")
     run ours "${OURS[@]}"
     [[ $FP8 == 1 ]] && run ours_fp8 "${OURS[@]}" --fp8 1
@@ -120,7 +121,8 @@ if [[ $REF == 1 ]]; then
         --compile
 fi
 if [[ $ARCH == gpt2 ]]; then
-    NANO=("$PY" scripts/bench_nanogpt.py --device "$DEV" --model "$MODEL" --batch "$B" --seq "$T" --steps "$STEPS")
+    NANO=("$PY" scripts/bench_nanogpt.py --device "$DEV" --model "$MODEL" "${MAXSEQ[@]}" --batch "$B" --seq "$T"
+          --steps "$STEPS")
     run nanogpt_compile "${NANO[@]}" --compile 1
     [[ $EAGER == 1 ]] && run nanogpt_eager "${NANO[@]}" --compile 0
 fi
