@@ -33,6 +33,8 @@ in fp32 and apply the scales to the fp32 result: the arithmetic of an FP8 tensor
 accumulation and the scales in the epilogue. Outputs (y, dX, dW, db) are rounded to the layer's compute
 dtype (bf16 under --dtype bf16), as the trainer writes bf16.
 """
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 
@@ -51,10 +53,33 @@ TILES = {
 }
 
 
+class Fp8Tensor(NamedTuple):
+    """A quantized (R, C) tensor: q (R, C) fp32 holds the FP8 values fp8(t * scale), not yet multiplied back;
+    scale_inv (ceil(R / tr), ceil(C / tc)) one per tile; tile (tr, tc) in elements (a last tile may be partial)."""
+    q: torch.Tensor
+    scale_inv: torch.Tensor
+    tile: tuple
+
+    def t(self):
+        return Fp8Tensor(self.q.t(), self.scale_inv.t(), self.tile[::-1])
+
+    def dequantize(self):
+        """The values a matmul reads: q * scale_inv."""
+        return self.q * spread(self.scale_inv, self.q.shape, self.tile)
+
+
+def spread(scale_inv, shape, tile):
+    """Per-tile scale_inv over a (R, C) tensor of tiles `tile`: (R, C), or (1, C) / (R, 1) / (1, 1) where one
+    tile spans a dim."""
+    s = scale_inv
+    for dim, (n, t) in enumerate(zip(shape, tile)):
+        if s.shape[dim] not in (1, n):
+            s = s.repeat_interleave(t, dim=dim).narrow(dim, 0, n)
+    return s
+
+
 def quantize(t, fmt, tile):
-    """t (R, C) -> (q, scale_inv): q (R, C) fp32 holds the FP8 values fp8(t * scale) (not yet multiplied
-    back), scale_inv (ceil(R / tr), ceil(C / tc)) one per tile of tr x tc elements (ALL: the whole
-    dimension; a last partial tile counts only its own elements)."""
+    """t (R, C) -> Fp8Tensor with one scale per tile (tr, tc) of `tile` (ALL: the whole dimension)."""
     dtype, fmax = FORMATS[fmt]
     R, C = t.shape
     tr, tc = tile[0] or R, tile[1] or C
@@ -68,40 +93,24 @@ def quantize(t, fmt, tile):
     q = (tiles * scale).clamp(-fmax, fmax).to(dtype).float().view(tp.shape)
     if pr or pc:
         q = q[:R, :C].contiguous()
-    return q, torch.div(1.0, scale).view(tiles.shape[0], tiles.shape[2])
+    return Fp8Tensor(q, torch.div(1.0, scale).view(tiles.shape[0], tiles.shape[2]), (tr, tc))
 
 
-def dequantize(q, scale_inv):
-    """The values the matmul reads: q * scale_inv, each tile's scale_inv spread over its elements."""
-    return q * expand_scales(scale_inv, q.shape)
-
-
-def expand_scales(s, shape):
-    """s (ceil(R / tr), ceil(C / tc)) -> (R, C), or a broadcastable (1, .) / (., 1) where a dim is one tile."""
-    R, C = shape
-    if s.shape[0] not in (1, R):
-        s = s.repeat_interleave(-(-R // s.shape[0]), dim=0)[:R]
-    if s.shape[1] not in (1, C):
-        s = s.repeat_interleave(-(-C // s.shape[1]), dim=1)[:, :C]
-    return s
-
-
-def scaled_matmul(qa, sa, qb, sb):
-    """a b^T in fp32, a (M, K) and b (N, K) given as FP8 values and per-tile scale_inv whose tiles split
-    K alike (one K tile: the scales factor out of the sums; several: each K chunk's partial product is
-    scaled on its own, then the chunks add)."""
-    (M, K), N = qa.shape, qb.shape[0]
-    chunks = sa.shape[1]
-    if sb.shape[1] != chunks:
-        raise ValueError(f"scaled_matmul: a splits K into {chunks} tiles, b into {sb.shape[1]}")
-    row_a = expand_scales(sa, (M, chunks))  # (M or 1, chunks)
-    row_b = expand_scales(sb, (N, chunks))
+def scaled_matmul(a, b):
+    """a b^T in fp32 for Fp8Tensors a (M, K) and b (N, K) whose tiles split K alike: with one K tile the
+    scales factor out of the sums; with several each K chunk's partial product is scaled on its own, then
+    the chunks add."""
+    (M, K), N = a.q.shape, b.q.shape[0]
+    if a.tile[1] != b.tile[1]:
+        raise ValueError(f"scaled_matmul: K tiles of {a.tile[1]} and {b.tile[1]} elements")
+    g, chunks = a.tile[1], a.scale_inv.shape[1]
+    row_a = spread(a.scale_inv, (M, chunks), (a.tile[0], 1))  # (M or 1, chunks)
+    row_b = spread(b.scale_inv, (N, chunks), (b.tile[0], 1))
     if chunks == 1:
-        return (qa @ qb.t()) * row_a * row_b.t()
-    g = -(-K // chunks)
-    pad = chunks * g - K
-    if pad:
-        qa, qb = F.pad(qa, (0, pad)), F.pad(qb, (0, pad))
+        return (a.q @ b.q.t()) * row_a * row_b.t()
+    qa, qb = a.q, b.q
+    if chunks * g != K:
+        qa, qb = F.pad(qa, (0, chunks * g - K)), F.pad(qb, (0, chunks * g - K))
     parts = torch.bmm(qa.view(M, chunks, g).transpose(0, 1), qb.view(N, chunks, g).permute(1, 2, 0))  # (chunks, M, N)
     return (parts * row_a.t()[:, :, None] * row_b.t()[:, None, :]).sum(0)
 
@@ -112,33 +121,30 @@ class _Fp8Linear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, b, recipe, grad_fmt):
         tiles = TILES[recipe]
-        qx, sx = quantize(x, "e4m3", tiles["x"])
-        qw, sw = quantize(w, "e4m3", tiles["w"])
-        y = scaled_matmul(qx, sx, qw, sw)
+        qx, qw = quantize(x, "e4m3", tiles["x"]), quantize(w, "e4m3", tiles["w"])
+        y = scaled_matmul(qx, qw)
         if b is not None:
             y = y + b.float()
-        ctx.save_for_backward(x, w, qx, sx, qw, sw)
+        ctx.save_for_backward(x, w, qx.q, qx.scale_inv, qw.q, qw.scale_inv)
+        ctx.tiles = qx.tile, qw.tile
         ctx.recipe, ctx.grad_fmt, ctx.has_bias = recipe, grad_fmt, b is not None
         return y.to(x.dtype)
 
     @staticmethod
     def backward(ctx, dy):
         x, w, qx, sx, qw, sw = ctx.saved_tensors
+        qx, qw = Fp8Tensor(qx, sx, ctx.tiles[0]), Fp8Tensor(qw, sw, ctx.tiles[1])
         tiles, gf, dt = TILES[ctx.recipe], ctx.grad_fmt, x.dtype
         with torch.autocast(dy.device.type, enabled=False):
             dy = dy.to(dt)
             # W for dX in dX's form W^T (Cin, OC): the forward's copy, transposed, where the tiles agree
-            if tiles["w_dx"] == tiles["w"]:
-                qwt, swt = qw.t(), sw.t()
-            else:
-                qwt, swt = quantize(w.t(), "e4m3", tiles["w_dx"][::-1])
-            dx = scaled_matmul(*quantize(dy, gf, tiles["dy_dx"]), qwt, swt).to(dt)
+            wt = qw.t() if tiles["w_dx"] == tiles["w"] else quantize(w.t(), "e4m3", tiles["w_dx"][::-1])
+            dx = scaled_matmul(quantize(dy, gf, tiles["dy_dx"]), wt).to(dt)
             if tiles["dy_dw"] is None:
                 dw = dy.t() @ x
             else:
-                qxt, sxt = ((qx.t(), sx.t()) if tiles["x_dw"] == tiles["x"]
-                            else quantize(x.t(), "e4m3", tiles["x_dw"][::-1]))
-                dw = scaled_matmul(*quantize(dy.t(), gf, tiles["dy_dw"][::-1]), qxt, sxt).to(dt)
+                xt = qx.t() if tiles["x_dw"] == tiles["x"] else quantize(x.t(), "e4m3", tiles["x_dw"][::-1])
+                dw = scaled_matmul(quantize(dy.t(), gf, tiles["dy_dw"][::-1]), xt).to(dt)
             db = dy.float().sum(0).to(dt) if ctx.has_bias else None
         return dx, dw, db, None, None
 
