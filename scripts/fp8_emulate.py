@@ -10,7 +10,7 @@ A linear layer y = x W^T + b, x (N, Cin), W (OC, Cin), dY (N, OC), computes
   bias gradient    db = column sums of dY (fp32 sums, as the trainer's bias_backward)
 where q(t) = fp8(t * scale) * scale_inv. The scale is llmc/fp8.cuh's current scaling, one per tile of t:
   scale = fp8 max / amax   (fp32 IEEE division, capped at 2^64; amax = max |t| over the tile)
-  fp8(v): nearest, ties to even, beyond +-max to +-max (cvt.rn.satfinite; here a clamp, then torch's cast)
+  fp8(v): nearest, ties to even (torch's cast; cvt.rn.satfinite's saturation is never reached: see quantize)
   scale_inv = 1 / scale    (IEEE division)
 An all-zero tile (amax 0) quantizes to zeros whatever its scale, so the trainer's "keep the previous scale"
 and this file's cap give the same values. The recipes differ only in the tiles (of the tensor as stored):
@@ -84,13 +84,15 @@ def quantize(t, fmt, tile):
     R, C = t.shape
     tr, tc = tile[0] or R, tile[1] or C
     pr, pc = -R % tr, -C % tc
-    tp = F.pad(t.float(), (0, pc, 0, pr)) if pr or pc else t.float()  # zeros raise no amax
+    tp = F.pad(t, (0, pc, 0, pr)) if pr or pc else t  # zeros raise no amax
     tiles = tp.view(tp.shape[0] // tr, tr, tp.shape[1] // tc, tc)
-    amax = tiles.abs().amax(dim=(1, 3), keepdim=True)
+    amax = tiles.abs().amax(dim=(1, 3), keepdim=True).float()  # exact in t's dtype (bf16 or fp32)
     # fmax / max(amax, fmax * 2^-64) is fmax / amax capped at 2^64; torch.div(number, tensor) divides
     # (fmax / tensor would multiply by a rounded reciprocal)
     scale = torch.div(fmax, amax.clamp(min=fmax * 2.0 ** -64))
-    q = (tiles * scale).clamp(-fmax, fmax).to(dtype).float().view(tp.shape)
+    # t * scale in fp32 (bf16 t promotes exactly); no clamp needed for the saturation: the amax lands on
+    # at most fmax * (1 + 2^-23), which rounds to fmax, and nothing in the tile is larger
+    q = (tiles * scale).to(dtype).float().view(tp.shape)
     if pr or pc:
         q = q[:R, :C].contiguous()
     return Fp8Tensor(q, torch.div(1.0, scale).view(tiles.shape[0], tiles.shape[2]), (tr, tc))
