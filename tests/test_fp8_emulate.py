@@ -78,6 +78,16 @@ def test_values_are_torchs_float8_cast(fmt, dtype, fmax):
         assert fe.quantize(t, fmt, (None, None))[0].tolist() == [[448.0, 1.0, 1.25, -1.0]]
 
 
+def test_bf16_input_is_cast_as_its_fp32_values():
+    """The trainer's operands are bf16: the amax, the product with the fp32 scale and the cast see exactly
+    the bf16 values (no rounding of x * scale to bf16 on the way)."""
+    g = torch.Generator().manual_seed(7)
+    x = (torch.randn(96, 64, generator=g) * 5).to(torch.bfloat16)
+    for tile in ((None, None), (1, None), (1, 32)):
+        a, b = fe.quantize(x, "e5m2", tile), fe.quantize(x.float(), "e5m2", tile)
+        assert torch.equal(a.q, b.q) and torch.equal(a.scale_inv, b.scale_inv) and a.q.dtype == torch.float32
+
+
 def test_rowwise_scales_are_per_row():
     g = torch.Generator().manual_seed(3)
     x = torch.randn(40, 64, generator=g) * torch.logspace(-3, 3, 40)[:, None]
