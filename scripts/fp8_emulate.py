@@ -86,7 +86,8 @@ def quantize(t, fmt, tile):
     pr, pc = -R % tr, -C % tc
     tp = F.pad(t, (0, pc, 0, pr)) if pr or pc else t  # zeros raise no amax
     tiles = tp.view(tp.shape[0] // tr, tr, tp.shape[1] // tc, tc)
-    amax = tiles.abs().amax(dim=(1, 3), keepdim=True).float()  # exact in t's dtype (bf16 or fp32)
+    # max |t| per tile in one kernel (exact: the max of bf16 values is one of them, and fp32 holds it)
+    amax = torch.linalg.vector_norm(tiles, float("inf"), dim=(1, 3), keepdim=True, dtype=torch.float32)
     # fmax / max(amax, fmax * 2^-64) is fmax / amax capped at 2^64; torch.div(number, tensor) divides
     # (fmax / tensor would multiply by a rounded reciprocal)
     scale = torch.div(fmax, amax.clamp(min=fmax * 2.0 ** -64))
@@ -147,7 +148,7 @@ class _Fp8Linear(torch.autograd.Function):
             else:
                 xt = qx.t() if tiles["x_dw"] == tiles["x"] else quantize(x.t(), "e4m3", tiles["x_dw"][::-1])
                 dw = scaled_matmul(quantize(dy.t(), gf, tiles["dy_dw"][::-1]), xt).to(dt)
-            db = dy.float().sum(0).to(dt) if ctx.has_bias else None
+            db = dy.sum(0, dtype=torch.float32).to(dt) if ctx.has_bias else None
         return dx, dw, db, None, None
 
 
