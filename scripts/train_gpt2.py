@@ -12,7 +12,9 @@ Modes (pick one; the model comes from --model / the shape flags / --load):
                    fp64 forward/backward and N AdamW steps on one batch (docs/formats.md, GPTX)
   fixture          --fixture DIR: the tiny committed test fixtures, GPT-2 MHA and GQA+window, Llama MHA tied,
                    GQA untied and GQA+window (make fixture)
-  train            --train "shards/*.bin" [--val "..."] --steps N: prints `step n train_loss x ...`
+  train            --train "shards/*.bin" [--val "..."] --steps N: prints `step n train_loss x ...`;
+                   --schedule/--warmup/--shuffle as the C++ trainers, --fp8-emulate RECIPE: the blocks'
+                   linear layers in emulated FP8 (tensorwise = the GPU trainer's --fp8 1; tests/fp8_emulate_gpu.sh)
   bench            --bench --device cuda [--compile]: GPT-2 training throughput of PyTorch,
                    last line `BENCH name=<eager|compile> ms=<median> tok_s=<..> peak_gib=<..>`
   hellaswag        --hellaswag FILE: multiple-choice accuracy (acc_norm, as llmc/hellaswag.h scores
@@ -28,6 +30,8 @@ Examples:
       --vocab 50257 --max-seq 1024 --write-model out/llama_114M.bin
   python3 scripts/train_gpt2.py --load m.bin --train "data/tinyshakespeare/*_train.bin" --steps 50
   python3 scripts/train_gpt2.py --bench --device cuda --batch 64 --seq 1024 --steps 30 --compile
+  python3 scripts/train_gpt2.py --model d12 --train "data/tinyshakespeare/*_train.bin" --device cuda --dtype bf16 \
+      --steps 2000 --lr 3e-4 --schedule cosine --warmup 100 --shuffle 1 --fp8-emulate rowwise
 """
 import argparse
 import glob
@@ -49,6 +53,9 @@ except ImportError:  # --help and the flag checks work without PyTorch; main() t
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llmc_formats as fmt  # noqa: E402  (the one Python copy of the file formats)
 import hf_interop  # noqa: E402  (the one copy of the transformers <-> ours tensor mapping)
+if torch is not None:
+    import fp8_emulate  # noqa: E402  (--fp8-emulate: the FP8 linear layers in fake quantization)
+FP8_RECIPES = ("none", "tensorwise", "rowwise", "rowwise_gw_bf16", "blockwise")  # none + fp8_emulate.TILES's keys
 
 # Weight decay applies to the embeddings and the weight matrices (gpt2_param_decays in C++).
 DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw", "lm_head"}
@@ -134,6 +141,7 @@ class GPT2(nn.Module if torch is not None else object):
     def __init__(self, cfg):
         super().__init__()
         self.cfg = fmt.full_config(cfg)
+        self.fp8 = None  # an fp8_emulate.Fp8Emulation: the blocks' linear layers in emulated FP8 (--fp8-emulate)
         for name, shape in zip(fmt.PARAM_NAMES, fmt.param_shapes(self.cfg)):
             if math.prod(shape):
                 self.register_parameter(name, nn.Parameter(torch.zeros(shape)))
@@ -212,8 +220,10 @@ class GPT2(nn.Module if torch is not None else object):
         if not rope:
             x = x + self.wpe[:T]
         for l in range(cfg["num_layers"]):
+            # the block's four linear layers: plain, or through the FP8 emulation
+            linear = self.fp8.linear if self.fp8 and self.fp8.covers(l, cfg["num_layers"]) else F.linear
             h = self.norm(x, self.ln1w[l], layer("ln1b", l))
-            qkv = F.linear(h, self.qkvw[l], layer("qkvb", l))   # (B, T, (NH+2NKV)*HD): all Q heads, all K, all V
+            qkv = linear(h, self.qkvw[l], layer("qkvb", l))   # (B, T, (NH+2NKV)*HD): all Q heads, all K, all V
             q, k, v = (t.view(B, T, -1, HD).transpose(1, 2) for t in qkv.split([C, NKV * HD, NKV * HD], dim=2))
             if rope:
                 q, k = rotate(q), rotate(k)
@@ -221,15 +231,15 @@ class GPT2(nn.Module if torch is not None else object):
             k, v = (t.repeat_interleave(NH // NKV, dim=1) for t in (k, v))
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)  # (B, NH, T, HD)
             a = a.transpose(1, 2).reshape(B, T, C)
-            x = x + F.linear(a, self.attprojw[l], layer("attprojb", l))
+            x = x + linear(a, self.attprojw[l], layer("attprojb", l))
             h = self.norm(x, self.ln2w[l], layer("ln2b", l))
-            h = F.linear(h, self.fcw[l], layer("fcb", l))      # (B, T, H) or SwiGLU's (B, T, 2H) = [gate | up]
+            h = linear(h, self.fcw[l], layer("fcb", l))      # (B, T, H) or SwiGLU's (B, T, 2H) = [gate | up]
             if cfg["mlp"] == fmt.MLP_SWIGLU:
                 gate, up = h.chunk(2, dim=-1)
                 h = F.silu(gate) * up
             else:
                 h = F.gelu(h, approximate="tanh")
-            x = x + F.linear(h, self.fcprojw[l], layer("fcprojb", l))
+            x = x + linear(h, self.fcprojw[l], layer("fcprojb", l))
         x = self.norm(x, self.lnfw, P("lnfb"))
         logits = F.linear(x, self.wte if cfg["tied_head"] else self.lm_head)  # (B, T, Vp)
         loss = None
@@ -414,19 +424,41 @@ def fixture(args):
 
 
 # ---------------------------------------------------------------- train and bench
-def shard_windows(pattern, B, T, V, flag):
-    """Endless (inputs, targets) batches: contiguous B*T+1 token windows, shard after shard."""
+def shard_windows(pattern, B, T, V, flag, shuffle_seed=None):
+    """Endless (inputs, targets) batches: B*T+1 token windows overlapping by one token (llmc/dataloader.h's),
+    shard after shard in file order; with shuffle_seed, each epoch visits the shards and each shard's windows
+    in a random order drawn from (shuffle_seed, epoch) (the C++ loader's statistics, not its exact order)."""
     paths = sorted(glob.glob(pattern))
     if not paths:
         die(f"{flag} '{pattern}': no token shards match")
     shards = [read_tokens(path, V, flag) for path in paths]
     if all(len(t) <= B * T for t in shards):
         die(f"{flag} '{pattern}': no shard holds the {B * T + 1} tokens of one {B}x{T} batch")
+    epoch = 0
     while True:
-        for tokens in shards:
-            for start in range(0, len(tokens) - B * T, B * T):
-                buf = torch.from_numpy(tokens[start:start + B * T + 1].astype(np.int64))
+        rng = None if shuffle_seed is None else np.random.default_rng([shuffle_seed, epoch])
+        for s in (range(len(shards)) if rng is None else rng.permutation(len(shards))):
+            starts = np.arange(0, len(shards[s]) - B * T, B * T)
+            for start in (starts if rng is None else rng.permutation(starts)):
+                buf = torch.from_numpy(shards[s][start:start + B * T + 1].astype(np.int64))
                 yield buf[:-1].view(B, T), buf[1:].view(B, T)
+        epoch += 1
+
+
+def lr_at_step(args, step):
+    """llmc/schedule.h's learning rate at 0-based step: linear warmup to --lr over --warmup steps, then
+    --schedule down to lr * --final-lr-frac at the last step (constant: --lr throughout)."""
+    lr, warmup = args.lr, args.warmup
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if args.schedule == "constant":
+        return lr
+    lr_min = lr * args.final_lr_frac
+    decay = args.steps - warmup
+    progress = min(1.0, (step - warmup) / decay) if decay > 0 else 1.0
+    if args.schedule == "linear":
+        return lr - (lr - lr_min) * progress
+    return lr_min + (lr - lr_min) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def autocast(device, dtype):
@@ -462,9 +494,16 @@ def train(model, args):
     if T > model.cfg["max_seq_len"]:
         die(f"--seq {T} exceeds the model's max_seq_len {model.cfg['max_seq_len']}")
     model = model.to(dev)
+    if args.fp8_emulate != "none":
+        model.fp8 = fp8_emulate.Fp8Emulation(args.fp8_emulate, args.fp8_emulate_grad, args.fp8_emulate_bf16_layers,
+                                             torch.bfloat16 if args.dtype == "bf16" else torch.float32)
+        if dev == "cuda" and args.dtype == "bf16":
+            # Under bf16 autocast the emulation's matmuls are the only fp32 ones, and their operands are FP8
+            # values (at most 4 significant bits): exact in TF32, which only makes them faster.
+            torch.backends.cuda.matmul.allow_tf32 = True
     opt = make_optimizer(model, args)
     step_model = torch.compile(model) if args.compile else model
-    batches = shard_windows(args.train, B, T, V, "--train")
+    batches = shard_windows(args.train, B, T, V, "--train", args.seed if args.shuffle else None)
     log = open(args.log, "w") if args.log else None
 
     def emit(line):
@@ -485,10 +524,13 @@ def train(model, args):
         if step == args.steps:
             break
         t0 = time.perf_counter()
+        lr = lr_at_step(args, step)
+        for group in opt.param_groups:
+            group["lr"] = lr
         x, y = next(batches)
         loss = train_step(model, step_model, opt, x.to(dev), y.to(dev), args).item()
         ms = (time.perf_counter() - t0) * 1e3
-        emit(f"step {step + 1} train_loss {loss:.6f} lr {args.lr:g} ms {ms:.1f} tok_s {B * T / ms * 1e3:.0f}")
+        emit(f"step {step + 1} train_loss {loss:.6f} lr {lr:.6e} ms {ms:.1f} tok_s {B * T / ms * 1e3:.0f}")
     if log:
         log.close()
     if args.write_model:
@@ -618,12 +660,31 @@ def parse_args(argv=None):
     d.add_argument("--eps", type=float, default=1e-8)
     d.add_argument("--weight-decay", type=float, default=0.1)
     d.add_argument("--grad-clip", type=float, default=1.0, help="global norm clip; <= 0 disables")
+    d.add_argument("--schedule", choices=["constant", "cosine", "linear"], default="constant",
+                   help="train: the learning rate after --warmup, as llmc/schedule.h (the C++ trainers' default "
+                        "is cosine; here constant)")
+    d.add_argument("--warmup", type=int, default=0, help="train: linear warmup steps")
+    d.add_argument("--final-lr-frac", type=float, default=0.0, help="train: cosine/linear end at lr * this")
     t = p.add_argument_group("train / bench")
     t.add_argument("--train", metavar="GLOB", help="train on these token shards and print the losses")
     t.add_argument("--val", metavar="GLOB", help="validation shards")
     t.add_argument("--val-every", type=int, default=0, help="steps between validations (0: never)")
     t.add_argument("--val-batches", type=int, default=4)
     t.add_argument("--log", metavar="PATH", help="also write the train/val lines here (scripts/plot_log.py reads it)")
+    t.add_argument("--shuffle", type=int, choices=[0, 1], default=0,
+                   help="train: 1 = each epoch in a random shard and window order from --seed, as the C++ "
+                        "trainers do (their order differs); 0 = file order")
+    f = p.add_argument_group("FP8 emulation (train; scripts/fp8_emulate.py, docs/numerics.md)")
+    f.add_argument("--fp8-emulate", choices=FP8_RECIPES, default="none",
+                   help="the four linear layers of every block (qkv, attproj, fc, fcproj) compute their forward, "
+                        "input- and weight-gradient matmuls on fake-quantized FP8 operands (e4m3 x and W, "
+                        "--fp8-emulate-grad dY), current amax scaling with one scale per: tensor (tensorwise, as "
+                        "the GPU trainer's --fp8 1), row/output channel (rowwise), the same with the weight "
+                        "gradient unquantized (rowwise_gw_bf16), 1x128 activation and 128x128 weight tiles "
+                        "(blockwise, DeepSeek-V3); none = off")
+    f.add_argument("--fp8-emulate-grad", choices=["e5m2", "e4m3"], default="e5m2", help="format of the gradients dY")
+    f.add_argument("--fp8-emulate-bf16-layers", type=int, default=0, metavar="N",
+                   help="the first N and last N blocks stay in the compute dtype (as --fp8-bf16-layers)")
     t.add_argument("--bench", action="store_true", help="time training steps on random tokens")
     t.add_argument("--compile", action="store_true", help="bench/train through torch.compile")
     t.add_argument("--device", default="cpu", help="cpu or cuda (train, bench, hellaswag)")
@@ -648,6 +709,18 @@ def parse_args(argv=None):
         p.error(f"--steps must be >= 0, got {args.steps}")
     if args.lr <= 0:
         p.error(f"--lr must be positive, got {args.lr}")
+    if args.warmup < 0:
+        p.error(f"--warmup must be >= 0, got {args.warmup}")
+    if not 0 <= args.final_lr_frac <= 1:
+        p.error(f"--final-lr-frac must be in [0, 1], got {args.final_lr_frac}")
+    if args.fp8_emulate_bf16_layers < 0:
+        p.error(f"--fp8-emulate-bf16-layers must be >= 0, got {args.fp8_emulate_bf16_layers}")
+    fp8_given = [f for f, v, d in (("--fp8-emulate", args.fp8_emulate, "none"), ("--fp8-emulate-grad", args.fp8_emulate_grad,
+                 "e5m2"), ("--fp8-emulate-bf16-layers", args.fp8_emulate_bf16_layers, 0)) if v != d]
+    if fp8_given and not args.train:
+        p.error(f"{fp8_given[0]}: only in train mode (--train)")
+    if fp8_given and fp8_given[0] != "--fp8-emulate" and args.fp8_emulate == "none":
+        p.error(f"{fp8_given[0]}: only with --fp8-emulate")
     if args.device not in ("cpu", "cuda"):
         p.error(f"--device {args.device}: expected cpu or cuda")
     if args.bench and not args.model and not args.load and not shape_given:
