@@ -318,9 +318,11 @@ inline void fp8_cast_transpose(uint8_t* out_t, uint8_t* out, const floatX* in, i
 }
 
 // ---------------------------------------------------------------- rowwise scales (--fp8-scaling rowwise)
-// One warp per row: the row's packs into registers (PACKS per lane), the warp's amax, the row's scale
-// by the rule at the top (margin 0; a zero or non-finite row keeps scale 1), then the cast from the
-// registers. 8 rows per block of 256 threads; every load in flight before the reduction.
+// One warp per row: the row's packs into registers (PACKS per lane: 4, 8, 12 or 16, the fewest that
+// hold the row), the warp's amax, the row's scale by the rule at the top (margin 0; a zero or
+// non-finite row keeps scale 1), then the cast from the registers. 8 rows per block of 256 threads;
+// every load in flight before the reduction. Registers (ptxas, sm_90a): 48 at 4 packs (C <= 1024),
+// 80 at 8, 137 at 12 (C = 3072: fcproj's X), 185 at 16 (one block per SM: low occupancy, 8 KB in flight a warp).
 constexpr int FP8_ROW_BLOCK = 256;
 constexpr int FP8_ROWWISE_MAX_C = 16 * WARP_SIZE * x128::size;  // 16 packs per lane: 4096 bf16
 
@@ -377,6 +379,7 @@ inline void fp8_cast_rowwise(uint8_t* out, float* scale_inv, const floatX* in, i
     const bool e4 = f == E4;
     if (packs_per_lane <= 4) e4 ? launch(fp8_cast_rowwise_kernel<E4, 4>) : launch(fp8_cast_rowwise_kernel<E5, 4>);
     else if (packs_per_lane <= 8) e4 ? launch(fp8_cast_rowwise_kernel<E4, 8>) : launch(fp8_cast_rowwise_kernel<E5, 8>);
+    else if (packs_per_lane <= 12) e4 ? launch(fp8_cast_rowwise_kernel<E4, 12>) : launch(fp8_cast_rowwise_kernel<E5, 12>);
     else e4 ? launch(fp8_cast_rowwise_kernel<E4, 16>) : launch(fp8_cast_rowwise_kernel<E5, 16>);
 }
 

@@ -18,11 +18,13 @@
 #     --fp8 1 (reported: measured +3.0%), rowwise (bf16 weight gradient), rowwise with FP8 weight
 #     gradient, rowwise with --fp8-bf16-layers 2, each rowwise run within 1% of bf16's final val;
 #     the curves into $OUT/fp8/fp8_parity.png (scripts/plot_log.py, needs matplotlib).
+# LABS: where the lab binaries are (default dev/cuda/build); TRAIN, TEST as tests/fp8_parity_gpu.sh.
 # Budget: BUDGET seconds in all (default 360), each step under timeout; the labs get at most 150 s.
 # Last lines: the PASS/FAIL + figures table.
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-/tmp/out}
 BUDGET=${BUDGET:-360}
+LABS=${LABS:-dev/cuda/build}
 LOGS=$OUT/fp8_rowwise
 mkdir -p "$LOGS"
 rows=(); bad=0
@@ -32,7 +34,7 @@ tmo() { local left=$((BUDGET - SECONDS)); [ $left -lt 1 ] && left=1; echo $(($1 
 # ---- 1. the labs: each variant's table line ("op | variant what | ms | GB/s | TFLOP/s | %") as INFO
 lab() {  # lab NAME TIMEOUT VARIANTS...
     local name=$1 t=$2; shift 2
-    local bin=dev/cuda/build/$name
+    local bin=$LABS/$name
     if [ ! -x "$bin" ]; then row FAIL "lab $name" "$bin is missing (build it first)"; return; fi
     if timeout "$(tmo "$t")" "$bin" "$@" > "$LOGS/$name.log" 2>&1; then row PASS "lab $name variants $*" "every check passed"
     else row FAIL "lab $name variants $*" "rc $?: $(grep -m 1 'FAIL' "$LOGS/$name.log") (see $LOGS/$name.log)"; fi
