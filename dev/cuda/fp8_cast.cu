@@ -32,6 +32,7 @@
 //     minimum (2n in), so its % of copy shows the extra read
 // Results (H200, 2026-12-03, 2622e99): every variant bit-exact; R=65536 C=768 / 3072, % of copy:
 // 0 84.6 / 94.5, 1 49.5 / 56.6, 2 85.4 / 93.0, 3 85.5 / 90.6, 4 84.0 / 90.2 (docs/perf.md).
+// Variants 5 and 6: not yet run on a GPU (tests/fp8_rowwise_gpu.sh runs them).
 #include <cstddef>
 #include "dev/cuda/harness.cuh"
 #include "llmc/cpu/fp8.h"
