@@ -40,6 +40,21 @@ inline float device_peak_tflops(const cudaDeviceProp& p) {
     return 0.0f;
 }
 
+// The FP8 settings of the --fp8* flags (llmc/gpt2_fp8.cuh).
+static Fp8Settings fp8_settings(const TrainConfig& cfg) {
+    Fp8Settings f;
+    f.enabled = cfg.fp8 != 0;
+    f.scaling = cfg.fp8_scaling == "delayed" ? Fp8Scaling::DELAYED
+              : cfg.fp8_scaling == "rowwise" ? Fp8Scaling::ROWWISE : Fp8Scaling::CURRENT;
+    f.wgrad_bf16 = cfg.fp8_wgrad == "bf16";
+    f.grad = cfg.fp8_grad == "e4m3" ? Fp8Format::E4M3 : Fp8Format::E5M2;
+    f.history = cfg.fp8_history;
+    f.bf16_layers = cfg.fp8_bf16_layers;
+    f.fast_accum = cfg.fp8_fast_accum != 0;
+    f.linears = cfg.fp8_linears;
+    return f;
+}
+
 int main(int argc, char** argv) {
     TrainConfig cfg;
     GpuFlags gpu;
@@ -76,6 +91,7 @@ int main(int argc, char** argv) {
     gpt2_check_gpu_support(config, source.c_str());
     if (cfg.fp8) {
         GPT2Fp8 probe;
+        probe.set = fp8_settings(cfg);
         gpt2_check_fp8_support(probe, config, cfg.B * cfg.T);
     }
     // samples run through the KV cache (gpt2_infer_sample), which ends at the model's context
@@ -90,17 +106,12 @@ int main(int argc, char** argv) {
     gpt2_print_config(config);
     GPT2 model;
     GpuDataParallel dp = gpu_dp_plan(model, config, *comm, cfg);
-    model.fp8.set.enabled = cfg.fp8 != 0;
-    model.fp8.set.scaling = cfg.fp8_scaling == "delayed" ? Fp8Scaling::DELAYED : Fp8Scaling::CURRENT;
-    model.fp8.set.grad = cfg.fp8_grad == "e4m3" ? Fp8Format::E4M3 : Fp8Format::E5M2;
-    model.fp8.set.history = cfg.fp8_history;
-    model.fp8.set.bf16_layers = cfg.fp8_bf16_layers;
-    model.fp8.set.fast_accum = cfg.fp8_fast_accum != 0;
-    model.fp8.set.linears = cfg.fp8_linears;
+    model.fp8.set = fp8_settings(cfg);
     if (cfg.fp8)
-        printf("fp8: %s%s%s%sin FP8 (e4m3 x e4m3 forward%s, %s gradients), %s scaling%s; head bf16%s\n",
+        printf("fp8: %s%s%s%sin FP8 (e4m3 x e4m3 forward%s, %s gradients, weight gradient in %s), %s scaling%s; head bf16%s\n",
                cfg.fp8_linears & 1 ? "qkv " : "", cfg.fp8_linears & 2 ? "attproj " : "", cfg.fp8_linears & 4 ? "fc " : "",
-               cfg.fp8_linears & 8 ? "fcproj " : "", cfg.fp8_fast_accum ? " with fast accumulation" : "", cfg.fp8_grad.c_str(), cfg.fp8_scaling.c_str(),
+               cfg.fp8_linears & 8 ? "fcproj " : "", cfg.fp8_fast_accum ? " with fast accumulation" : "", cfg.fp8_grad.c_str(),
+               cfg.fp8_wgrad.c_str(), cfg.fp8_scaling.c_str(),
                cfg.fp8_scaling == "delayed" ? (", history " + std::to_string(cfg.fp8_history)).c_str() : "",
                cfg.fp8_bf16_layers ? (", first and last " + std::to_string(cfg.fp8_bf16_layers) + " blocks bf16").c_str() : "");
     gpt2_build(model, config, cfg.B, cfg.T, gpu.recompute != 0, ctx);

@@ -46,6 +46,14 @@
 //                        from the same read: reads 2RC, writes RC or 2RC. 64x64 tiles through
 //                        shared memory; R and C multiples of 64.
 //   fp8_update_scales    one warp per tensor: reads and writes ~history_len * 4 bytes.
+//   fp8_cast_rowwise     (R, C) -> (R, C) FP8, each row scaled by its own scale from its own amax,
+//                        and the (R) scale_invs (--fp8-scaling rowwise): one warp per row, the row held
+//                        in registers (C up to 4096 bf16: 16 packs per lane), so x is read once:
+//                        reads 2RC, writes RC + 4R.
+//   fp8_cast_transpose_colwise  (R, C) -> (C, R) FP8, each output row (input column) scaled from that
+//                        column's amax, and the (C) scale_invs: a column-amax pass (reads 2RC, one
+//                        atomicMax per column per row chunk), a scale kernel, then fp8_cast_transpose's
+//                        kernel with per-column scales: reads 4RC, writes RC.
 // Pointers: inputs 16-byte aligned (cudaMalloc'd tensors and their offsets in the trainer are).
 #pragma once
 #include <cuda_fp8.h>
@@ -103,6 +111,15 @@ __device__ inline void amax_block_commit(Fp8Meta* meta, unsigned int bits) {
         bits = __reduce_max_sync(0xffffffffu, lane < nwarps ? warp_max[lane] : 0u);
         if (lane == 0 && bits > *(volatile unsigned int*)&meta->amax_bits) atomicMax(&meta->amax_bits, bits);
     }
+}
+
+// The scale of an amax given as float bits, the rule at the top: false (scale untouched) for an amax of
+// 0 or a non-finite one. The one copy of the rule on the GPU (fp8_update_scales, the rowwise casts).
+__device__ inline bool fp8_scale_of_amax(unsigned int amax, float fp8_max, int margin, float* scale) {
+    if (amax == 0 || amax >= 0x7f800000u) return false;  // zero, or inf / NaN
+    const float s = __fdiv_rn(fp8_max, __uint_as_float(amax)) * __uint_as_float((unsigned)(127 - margin) << 23);
+    *scale = fminf(s, FP8_SCALE_CAP);
+    return true;
 }
 
 // The FP8 bytes of one Packed128<floatX> (8 for bf16, 4 for fp32), stored in one instruction.
@@ -218,15 +235,16 @@ inline void fp8_amax(const floatX* in, size_t n, Fp8Meta* meta, cudaStream_t str
 // four 16-row groups a warp reads 8 banks apart.
 constexpr int FP8_T_TILE = 64, FP8_T_BLOCK = 256, FP8_T_PITCH = FP8_T_TILE + 2;
 
+// col_scale: one scale per input column (fp8_cast_transpose_colwise; meta unused), else meta->scale.
 template <Fp8Format F, bool AMAX, bool STRAIGHT>
 static __global__ void __launch_bounds__(FP8_T_BLOCK)
     fp8_cast_transpose_kernel(uint8_t* __restrict__ out_t, uint8_t* __restrict__ out, const floatX* __restrict__ in,
-                              int R, int C, Fp8Meta* meta) {
+                              int R, int C, Fp8Meta* meta, const float* __restrict__ col_scale) {
     constexpr int P = x128::size, PACKS_PER_ROW = FP8_T_TILE / P;
     constexpr int LOADS = FP8_T_TILE * PACKS_PER_ROW / FP8_T_BLOCK;  // 2 (bf16) or 4 (fp32) per thread
     __shared__ alignas(16) uint8_t tile[FP8_T_TILE][FP8_T_PITCH];  // 2-byte stores into it
     const int r0 = blockIdx.y * FP8_T_TILE, c0 = blockIdx.x * FP8_T_TILE;
-    const float scale = meta->scale;
+    const float scale = col_scale ? 0.0f : meta->scale;
     unsigned int amax = 0;
     x128 v[LOADS];
 #pragma unroll
@@ -238,11 +256,14 @@ static __global__ void __launch_bounds__(FP8_T_BLOCK)
     for (int j = 0; j < LOADS; j++) {
         const int idx = threadIdx.x + j * FP8_T_BLOCK, r = idx / PACKS_PER_ROW, p = idx % PACKS_PER_ROW;
         Fp8Pack o;
+        float sc[P];
+#pragma unroll
+        for (int k = 0; k < P; k++) sc[k] = col_scale ? col_scale[c0 + p * P + k] : scale;
 #pragma unroll
         for (int k = 0; k < P; k += 2) {
             const float a = to_float(v[j][k]), b = to_float(v[j][k + 1]);
             if (AMAX) amax = max(amax, max(abs_bits(a), abs_bits(b)));
-            o.h[k / 2] = fp8x2_from_float2<F>(a * scale, b * scale);
+            o.h[k / 2] = fp8x2_from_float2<F>(a * sc[k], b * sc[k + 1]);
             *reinterpret_cast<uint16_t*>(&tile[r][p * P + k]) = o.h[k / 2];
         }
         if (STRAIGHT) *reinterpret_cast<Fp8Pack*>(out + (int64_t)(r0 + r) * C + c0 + p * P) = o;
@@ -259,10 +280,9 @@ static __global__ void __launch_bounds__(FP8_T_BLOCK)
     if (AMAX) amax_block_commit(meta, amax);
 }
 
-// out_t (C, R) = fp8(in^T * scale), in (R, C) row-major; with `out` also out (R, C) = fp8(in * scale)
-// from the same read; with `amax`, meta->amax_bits as fp8_cast. R and C multiples of 64.
-inline void fp8_cast_transpose(uint8_t* out_t, uint8_t* out, const floatX* in, int R, int C, Fp8Format f,
-                               Fp8Meta* meta, bool amax, cudaStream_t stream) {
+namespace fp8_detail {
+inline void cast_transpose_launch(uint8_t* out_t, uint8_t* out, const floatX* in, int R, int C, Fp8Format f,
+                                  Fp8Meta* meta, bool amax, const float* col_scale, cudaStream_t stream) {
     if (R % FP8_T_TILE != 0 || C % FP8_T_TILE != 0)
         fail("fp8_cast_transpose: R = %d and C = %d must be multiples of %d", R, C, FP8_T_TILE);
     if (R / FP8_T_TILE > 65535) fail("fp8_cast_transpose: R = %d rows: more than 65535 row tiles", R);
@@ -272,7 +292,7 @@ inline void fp8_cast_transpose(uint8_t* out_t, uint8_t* out, const floatX* in, i
     const dim3 grid(C / FP8_T_TILE, R / FP8_T_TILE);
     // 8 instantiations: format x amax x straight
     auto launch = [&](auto kernel) {
-        kernel<<<grid, FP8_T_BLOCK, 0, stream>>>(out_t, out, in, R, C, meta);
+        kernel<<<grid, FP8_T_BLOCK, 0, stream>>>(out_t, out, in, R, C, meta, col_scale);
         cudaCheckLaunch();
     };
     constexpr Fp8Format E4 = Fp8Format::E4M3, E5 = Fp8Format::E5M2;
@@ -287,6 +307,130 @@ inline void fp8_cast_transpose(uint8_t* out_t, uint8_t* out, const floatX* in, i
         case 6: launch(fp8_cast_transpose_kernel<E5, true, false>); break;
         default: launch(fp8_cast_transpose_kernel<E5, true, true>); break;
     }
+}
+}  // namespace fp8_detail
+
+// out_t (C, R) = fp8(in^T * scale), in (R, C) row-major; with `out` also out (R, C) = fp8(in * scale)
+// from the same read; with `amax`, meta->amax_bits as fp8_cast. R and C multiples of 64.
+inline void fp8_cast_transpose(uint8_t* out_t, uint8_t* out, const floatX* in, int R, int C, Fp8Format f,
+                               Fp8Meta* meta, bool amax, cudaStream_t stream) {
+    fp8_detail::cast_transpose_launch(out_t, out, in, R, C, f, meta, amax, nullptr, stream);
+}
+
+// ---------------------------------------------------------------- rowwise scales (--fp8-scaling rowwise)
+// One warp per row: the row's packs into registers (PACKS per lane: 4, 8, 12 or 16, the fewest that
+// hold the row), the warp's amax, the row's scale by the rule at the top (margin 0; a zero or
+// non-finite row keeps scale 1), then the cast from the registers. 8 rows per block of 256 threads;
+// every load in flight before the reduction. Registers (ptxas, sm_90a): 48 at 4 packs (C <= 1024),
+// 80 at 8, 137 at 12 (C = 3072: fcproj's X), 185 at 16 (one block per SM: low occupancy, 8 KB in flight a warp).
+constexpr int FP8_ROW_BLOCK = 256;
+constexpr int FP8_ROWWISE_MAX_C = 16 * WARP_SIZE * x128::size;  // 16 packs per lane: 4096 bf16
+
+template <Fp8Format F, int PACKS>
+static __global__ void __launch_bounds__(FP8_ROW_BLOCK)
+    fp8_cast_rowwise_kernel(uint8_t* __restrict__ out, float* __restrict__ scale_inv, const floatX* __restrict__ in,
+                            int R, int C) {
+    constexpr int P = x128::size;
+    constexpr float FMAX = F == Fp8Format::E4M3 ? 448.0f : 57344.0f;
+    const int lane = threadIdx.x % WARP_SIZE, r = blockIdx.x * (FP8_ROW_BLOCK / WARP_SIZE) + threadIdx.x / WARP_SIZE;
+    if (r >= R) return;  // whole warps leave together
+    const int packs = C / P;
+    const floatX* row = in + (int64_t)r * C;
+    x128 v[PACKS];
+    unsigned int amax = 0;
+#pragma unroll
+    for (int j = 0; j < PACKS; j++)
+        if (lane + j * WARP_SIZE < packs) v[j] = load128cs(row + (lane + j * WARP_SIZE) * P);
+#pragma unroll
+    for (int j = 0; j < PACKS; j++)
+        if (lane + j * WARP_SIZE < packs)
+#pragma unroll
+            for (int k = 0; k < P; k++) amax = max(amax, abs_bits(to_float(v[j][k])));
+    amax = __reduce_max_sync(0xffffffffu, amax);
+    float scale = 1.0f;
+    fp8_scale_of_amax(amax, FMAX, 0, &scale);
+#pragma unroll
+    for (int j = 0; j < PACKS; j++) {
+        const int p = lane + j * WARP_SIZE;
+        if (p >= packs) break;
+        Fp8Pack o;
+#pragma unroll
+        for (int k = 0; k < P; k += 2) o.h[k / 2] = fp8x2_from_float2<F>(to_float(v[j][k]) * scale, to_float(v[j][k + 1]) * scale);
+        *reinterpret_cast<Fp8Pack*>(out + (int64_t)r * C + p * P) = o;
+    }
+    if (lane == 0) scale_inv[r] = __frcp_rn(scale);
+}
+
+// out (R, C) = fp8(in * scale[r]) row by row, scale[r] from row r's amax; scale_inv (R) = 1 / scale[r],
+// the OUTER_VEC scales of matmul_fp8. C a multiple of 8 (16-byte packs), at most 4096.
+inline void fp8_cast_rowwise(uint8_t* out, float* scale_inv, const floatX* in, int R, int C, Fp8Format f,
+                             cudaStream_t stream) {
+    constexpr int P = x128::size;
+    if (C % P != 0 || C > FP8_ROWWISE_MAX_C)
+        fail("fp8_cast_rowwise: C = %d must be a multiple of %d, at most %d", C, P, FP8_ROWWISE_MAX_C);
+    fp8_check_aligned(in, "fp8_cast_rowwise input");
+    fp8_check_aligned(out, "fp8_cast_rowwise output");
+    const int blocks = ceil_div(R, FP8_ROW_BLOCK / WARP_SIZE), packs_per_lane = ceil_div(C / P, WARP_SIZE);
+    auto launch = [&](auto kernel) {
+        kernel<<<blocks, FP8_ROW_BLOCK, 0, stream>>>(out, scale_inv, in, R, C);
+        cudaCheckLaunch();
+    };
+    constexpr Fp8Format E4 = Fp8Format::E4M3, E5 = Fp8Format::E5M2;
+    const bool e4 = f == E4;
+    if (packs_per_lane <= 4) e4 ? launch(fp8_cast_rowwise_kernel<E4, 4>) : launch(fp8_cast_rowwise_kernel<E5, 4>);
+    else if (packs_per_lane <= 8) e4 ? launch(fp8_cast_rowwise_kernel<E4, 8>) : launch(fp8_cast_rowwise_kernel<E5, 8>);
+    else if (packs_per_lane <= 12) e4 ? launch(fp8_cast_rowwise_kernel<E4, 12>) : launch(fp8_cast_rowwise_kernel<E5, 12>);
+    else e4 ? launch(fp8_cast_rowwise_kernel<E4, 16>) : launch(fp8_cast_rowwise_kernel<E5, 16>);
+}
+
+// Column amaxes: thread = pack of 8 columns, blockIdx.y = a chunk of rows walked in order (4 loads in
+// flight); per column one atomicMax per chunk, skipped when it would not raise the value.
+constexpr int FP8_COL_BLOCK = 128, FP8_COL_ROWS = 64;
+static __global__ void __launch_bounds__(FP8_COL_BLOCK)
+    fp8_amax_columns_kernel(unsigned int* __restrict__ amax_bits, const floatX* __restrict__ in, int R, int C) {
+    constexpr int P = x128::size;
+    const int c = (blockIdx.x * blockDim.x + threadIdx.x) * P;
+    if (c >= C) return;
+    const int r0 = blockIdx.y * FP8_COL_ROWS, r1 = min(R, r0 + FP8_COL_ROWS);
+    unsigned int m[P] = {};
+#pragma unroll 4
+    for (int r = r0; r < r1; r++) {
+        const x128 v = load128cs(in + (int64_t)r * C + c);
+#pragma unroll
+        for (int k = 0; k < P; k++) m[k] = max(m[k], abs_bits(to_float(v[k])));
+    }
+#pragma unroll
+    for (int k = 0; k < P; k++)
+        if (m[k] > *(volatile unsigned int*)&amax_bits[c + k]) atomicMax(&amax_bits[c + k], m[k]);
+}
+
+// scale[i], scale_inv[i] from amax_bits[i] by the rule at the top (margin 0; scale 1 for a zero or
+// non-finite amax).
+static __global__ void fp8_scales_from_amax_kernel(float* scale, float* scale_inv, const unsigned int* amax_bits, int n,
+                                                   float fp8_max) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float s = 1.0f;
+    fp8_scale_of_amax(amax_bits[i], fp8_max, 0, &s);
+    scale[i] = s;
+    scale_inv[i] = __frcp_rn(s);
+}
+
+// out_t (C, R) = fp8(in^T), row c of out_t (column c of in) scaled by scale[c] from column c's amax;
+// col_scale_inv (C) = 1 / scale[c]. scratch: 2 * C words (the column amaxes, then the scales).
+// R and C multiples of 64 (fp8_cast_transpose's tile).
+inline void fp8_cast_transpose_colwise(uint8_t* out_t, float* col_scale_inv, const floatX* in, int R, int C,
+                                       Fp8Format f, float* scratch, cudaStream_t stream) {
+    fp8_check_aligned(in, "fp8_cast_transpose_colwise input");
+    unsigned int* amax_bits = reinterpret_cast<unsigned int*>(scratch);
+    float* scale = scratch + C;
+    cudaCheck(cudaMemsetAsync(amax_bits, 0, sizeof(unsigned int) * C, stream));
+    const dim3 grid(ceil_div(C / x128::size, FP8_COL_BLOCK), ceil_div(R, FP8_COL_ROWS));
+    fp8_amax_columns_kernel<<<grid, FP8_COL_BLOCK, 0, stream>>>(amax_bits, in, R, C);
+    cudaCheckLaunch();
+    fp8_scales_from_amax_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(scale, col_scale_inv, amax_bits, C, fp8_format_max(f));
+    cudaCheckLaunch();
+    fp8_detail::cast_transpose_launch(out_t, nullptr, in, R, C, f, nullptr, false, scale, stream);
 }
 
 // ---------------------------------------------------------------- scales
@@ -325,9 +469,8 @@ static __global__ void fp8_update_scales_kernel(Fp8Meta* metas, int history_len,
         m.amax_history[pos] = __uint_as_float(now);
         m.history_pos = pos + 1 < history_len ? pos + 1 : 0;
         m.amax_bits = 0;
-        if (amax > 0 && amax < 0x7f800000u) {  // positive and finite; else keep the scale
-            float s = __fdiv_rn(m.fp8_max, __uint_as_float(amax)) * __uint_as_float((unsigned)(127 - margin) << 23);
-            s = fminf(s, FP8_SCALE_CAP);
+        float s;
+        if (fp8_scale_of_amax(amax, m.fp8_max, margin, &s)) {  // positive and finite; else keep the scale
             m.scale = s;
             m.scale_inv = __frcp_rn(s);
         }

@@ -230,11 +230,14 @@ inline std::vector<BufferSpec> fp8_specs(GPT2& model, const GPT2Config& c, int N
     GPT2Fp8& f = model.fp8;
     if (!f.set.enabled) return {};
     gpt2_check_fp8_support(f, c, N);
-    const size_t L = f.L, rows = N;
+    const size_t L = f.L, rows = N, rw = f.set.scaling == Fp8Scaling::ROWWISE, F = sizeof(float);
     return {{(void**)&f.weights, L * f.w_layer_bytes, 1},  {(void**)&f.xt, L * f.xt_layer_bytes, 1},
             {(void**)&f.x, rows * f.max_cin, 1},           {(void**)&f.dy, rows * f.max_oc, 1},
-            {(void**)&f.dyt, rows * f.max_oc, 1},
-            {(void**)&f.metas, (size_t)FP8_ROLES * L * FP8_LINEARS, sizeof(Fp8Meta)}};
+            {(void**)&f.dyt, f.set.wgrad_bf16 ? 0 : rows * f.max_oc, 1},
+            {(void**)&f.metas, (size_t)FP8_ROLES * L * FP8_LINEARS, sizeof(Fp8Meta)},
+            {(void**)&f.rs, rw * L * f.rs_layer_floats, F},    {(void**)&f.rs_x, rw * rows, F},
+            {(void**)&f.rs_dy, rw * rows, F},                  {(void**)&f.rs_dyt, rw * f.max_oc, F},
+            {(void**)&f.rs_scratch, rw * 2 * std::max(f.max_cin, f.max_oc), F}};
 }
 
 // What the GPU kernels need of a (valid) config beyond what any model needs: 16-byte rows for the
@@ -480,7 +483,8 @@ inline void linear_forward(GPT2& m, bool fp8, bool cast_weight, int l, int k, fl
 inline void linear_backward(GPT2& m, bool fp8, int l, int k, floatX* dinp, floatX* dweight, floatX* dbias,
                             float* scratch, const floatX* dout, const floatX* inp, const floatX* weight, floatX* gelu_pre,
                             int N, int C, int OC, const CudaContext& ctx) {
-    if (fp8 && fp8_linear_on(m.fp8, l, k)) fp8_linear_backward(m.fp8, l, k, dinp, dweight, dbias, scratch, dout, gelu_pre, N, ctx);
+    if (fp8 && fp8_linear_on(m.fp8, l, k))
+        fp8_linear_backward(m.fp8, l, k, dinp, dweight, dbias, scratch, dout, inp, gelu_pre, N, ctx);
     else matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, gelu_pre, N, C, OC, ctx);
 }
 

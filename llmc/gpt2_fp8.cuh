@@ -4,6 +4,9 @@
 //   forward          Y  = X . W^T + b      X e4m3 (N, Cin), W e4m3 (OC, Cin)          fast accumulation
 //   input gradient   dX = dY . W           dY e5m2 (or e4m3) (N, OC), W^T e4m3 (Cin, OC)
 //   weight gradient  dW += dY^T . X        dY^T (OC, N), X^T e4m3 (Cin, N)
+//                    or, with --fp8-wgrad bf16, the bf16 matmul of the trainer's bf16 path on the
+//                    bf16 dY and X (no X^T kept, no dY^T cast): the reduction over all N tokens is
+//                    the one per-row scales cannot follow (see rowwise below)
 // The embeddings, the norms, attention, the output head (classifier) and everything outside the
 // blocks stay bf16, as do the master weights, the gradients the matmuls write and AdamW.
 // Where the casts happen:
@@ -20,12 +23,25 @@
 //            --fp8-history steps' amaxes; all X and dY scales are updated in one launch after each
 //            backward (their scale_inv must hold from the cast through the weight gradient). The
 //            first step of a run uses the current recipe (an empty history has no scale).
+//   rowwise  one scale per row along the dimension each matmul does not reduce over, from that row's
+//            own amax, always current (no history), with cuBLASLt's outer-vector scales:
+//              forward  X per token row (N), W per output row (OC)          fp8_cast_rowwise
+//              dX       dY per token row (N), W^T per input channel (Cin)   fp8_cast_rowwise of dY;
+//                                                                           W's column scales
+//              dW       dY^T per output channel (OC), X^T per input channel (Cin): column amaxes over
+//                       all N tokens, then a transposed cast (fp8_cast_transpose_colwise)
+//            The weight's two copies come from two casts (rows; columns transposed); an outlier
+//            token or channel no longer shrinks every other row's scale. --fp8-wgrad defaults to
+//            bf16 here: dW's operands are scaled per channel over all tokens, so one outlier token
+//            still sets a whole channel's scale (torchao's "rowwise with high-precision wgrad").
 // Every scale lives on the device (Fp8Meta); no host synchronization anywhere.
 // GELU: cuBLASLt's GELU_AUX / DGELU epilogues are the bf16 path's; here the fc matmul writes the
 // pre-activation and gelu_forward runs after it, and the fcproj input-gradient matmul writes
 // d(GELU output), which gelu_backward_inplace turns into d(pre-activation).
-// Memory (d12, N = B*T = 65536): kept X^T L * N * (3C + H) bytes = 3.94 GiB; weight copies 2 bytes
-// per linear parameter (~162 MiB); scratch N * (max Cin + 2 max OC) bytes = 0.56 GiB.
+// Memory (d12, N = B*T = 65536): kept X^T L * N * (3C + H) bytes = 3.94 GiB (none with --fp8-wgrad
+// bf16); weight copies 2 bytes per linear parameter (~162 MiB); scratch N * (max Cin + 2 max OC)
+// bytes = 0.56 GiB (dY^T's third none with bf16 wgrad); rowwise scales 4 * (L * sum(OC + 2 Cin) + 2N
+// + 3 max(Cin, OC)) bytes (< 1 MiB).
 // Shapes: N, C, H, QKV and FC multiples of 64 (the transposed cast's tile; covers cuBLASLt's 16).
 // A forward of another row count (a HellaSwag batch) runs the bf16 matmuls, as the head does.
 #pragma once
@@ -39,10 +55,11 @@
 #include "llmc/matmul_fp8.cuh"
 #include "llmc/utils.h"
 
-enum class Fp8Scaling { CURRENT, DELAYED };
+enum class Fp8Scaling { CURRENT, DELAYED, ROWWISE };
 struct Fp8Settings {
     bool enabled = false;                  // --fp8
     Fp8Scaling scaling = Fp8Scaling::CURRENT;  // --fp8-scaling
+    bool wgrad_bf16 = false;               // --fp8-wgrad bf16: the weight gradient's matmul in bf16
     Fp8Format grad = Fp8Format::E5M2;      // --fp8-grad
     int history = 16;                      // --fp8-history (delayed scaling's window, steps)
     int bf16_layers = 0;                   // --fp8-bf16-layers: the first and the last this many blocks stay bf16
@@ -66,8 +83,15 @@ struct GPT2Fp8 {
     uint8_t* xt = nullptr;       // (L, N * sum of Cin)
     uint8_t* x = nullptr;        // (N, max Cin) scratch: this linear's X for its forward matmul
     uint8_t* dy = nullptr;       // (N, max OC) scratch
-    uint8_t* dyt = nullptr;      // (max OC, N) scratch
-    Fp8Meta* metas = nullptr;    // (FP8_ROLES, L, FP8_LINEARS)
+    uint8_t* dyt = nullptr;      // (max OC, N) scratch; none with --fp8-wgrad bf16
+    Fp8Meta* metas = nullptr;    // (FP8_ROLES, L, FP8_LINEARS): the per-tensor scales
+    // rowwise scaling's scale_inv vectors (none under per-tensor scaling)
+    size_t rs_layer_floats = 0, rs_off[FP8_LINEARS] = {};  // per layer: each linear's W (OC), W^T (Cin), X^T (Cin)
+    float* rs = nullptr;          // (L, rs_layer_floats) kept: the weight copies' and X^T's
+    float* rs_x = nullptr;        // (N) scratch: this linear's X rows
+    float* rs_dy = nullptr;       // (N) scratch: dY rows
+    float* rs_dyt = nullptr;      // (max OC) scratch: dY^T rows (dY's columns)
+    float* rs_scratch = nullptr;  // (2 max(Cin, OC)) fp8_cast_transpose_colwise's column amaxes and scales
     int64_t weights_step = -1;   // model.step the weight copies were cast at (-1: none yet)
     bool warm = false;           // a backward has run: delayed scaling has amax history
 };
@@ -87,7 +111,7 @@ inline void fp8_plan(GPT2Fp8& f, const GPT2Config& c, int N) {
     if (N % FP8_T_TILE != 0) fail("--fp8 1: batch * seq = %d must be a multiple of %d (the FP8 transposed casts)", N, FP8_T_TILE);
     f.L = c.num_layers;
     f.N = N;
-    f.w_layer_bytes = f.xt_layer_bytes = f.max_cin = f.max_oc = 0;
+    f.w_layer_bytes = f.xt_layer_bytes = f.max_cin = f.max_oc = f.rs_layer_floats = 0;
     for (int k = 0; k < FP8_LINEARS; k++) {
         if (cin[k] % FP8_T_TILE != 0) fail("--fp8 1: %s %d must be a multiple of %d", names[k], cin[k], FP8_T_TILE);
         if (oc[k] % FP8_T_TILE != 0) fail("--fp8 1: %s %d must be a multiple of %d", out_names[k], oc[k], FP8_T_TILE);
@@ -96,9 +120,14 @@ inline void fp8_plan(GPT2Fp8& f, const GPT2Config& c, int N) {
         f.w_off[k] = f.w_layer_bytes;
         f.w_layer_bytes += 2 * (size_t)oc[k] * cin[k];
         f.xt_off[k] = f.xt_layer_bytes;
-        f.xt_layer_bytes += (size_t)N * cin[k];
+        if (!f.set.wgrad_bf16) f.xt_layer_bytes += (size_t)N * cin[k];
+        f.rs_off[k] = f.rs_layer_floats;  // multiples of 64 floats: each vector 16-byte aligned for cuBLASLt
+        f.rs_layer_floats += (size_t)oc[k] + 2 * (size_t)cin[k];
         f.max_cin = std::max(f.max_cin, (size_t)cin[k]);
         f.max_oc = std::max(f.max_oc, (size_t)oc[k]);
+        if (f.set.scaling == Fp8Scaling::ROWWISE && std::max(cin[k], oc[k]) > FP8_ROWWISE_MAX_C)
+            fail("--fp8-scaling rowwise: %s %d is above %d, the widest row fp8_cast_rowwise holds in registers",
+                 cin[k] > oc[k] ? names[k] : out_names[k], std::max(cin[k], oc[k]), FP8_ROWWISE_MAX_C);
     }
 }
 
@@ -120,55 +149,100 @@ namespace fp8_detail {
 inline __nv_bfloat16* bf16_ptr(floatX* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
 inline const __nv_bfloat16* bf16_ptr(const floatX* p) { return reinterpret_cast<const __nv_bfloat16*>(p); }
 
-// in (R, C) -> out_t (C, R) and out (R, C) in format `fmt` under meta's scale. `current`: the scale
-// is set from this tensor's amax first (history_len: 1, or delayed scaling's window during its first
-// step); else the cast records its amax for the next update (delayed scaling).
-inline void cast_scaled(uint8_t* out_t, uint8_t* out, const floatX* in, int R, int C, Fp8Format fmt, Fp8Meta* meta,
-                        bool current, int history_len, cudaStream_t s) {
+inline bool rowwise(const GPT2Fp8& f) { return f.set.scaling == Fp8Scaling::ROWWISE; }
+inline Fp8Scales scales(const GPT2Fp8& f) { return rowwise(f) ? Fp8Scales::ROWS : Fp8Scales::TENSOR; }
+
+// The FP8 copies of in (R, C) in format `fmt`: out (R, C) for a matmul reducing over C and out_t
+// (C, R) for one reducing over R (either may be null).
+//   per-tensor  under meta's scale. `current`: the scale is set from this tensor's amax first
+//               (history_len: 1, or delayed scaling's window during its first step); else the cast
+//               records its amax for the next update (delayed scaling). One read writes both copies.
+//   rowwise     out with one scale per row (row_sinv (R) = their scale_invs), out_t with one per
+//               column of in (col_sinv (C)); meta, current and history_len unused.
+inline void cast_scaled(const GPT2Fp8& f, uint8_t* out_t, uint8_t* out, const floatX* in, int R, int C, Fp8Format fmt,
+                        Fp8Meta* meta, bool current, int history_len, float* row_sinv, float* col_sinv, cudaStream_t s) {
+    if (rowwise(f)) {
+        if (out) fp8_cast_rowwise(out, row_sinv, in, R, C, fmt, s);
+        if (out_t) fp8_cast_transpose_colwise(out_t, col_sinv, in, R, C, fmt, f.rs_scratch, s);
+        return;
+    }
     if (current) {
         fp8_amax(in, (size_t)R * C, meta, s);
         fp8_update_scales(meta, 1, history_len, 0, s);
     }
-    fp8_cast_transpose(out_t, out, in, R, C, fmt, meta, !current, s);
+    if (out_t) fp8_cast_transpose(out_t, out, in, R, C, fmt, meta, !current, s);
+    else fp8_cast(out, in, (size_t)R * C, fmt, meta, !current, s);
+}
+// What the matmul reads as an operand's scales: the tensor's scale_inv, or its row vector (rowwise).
+inline const float* scale_inv_of(const GPT2Fp8& f, const Fp8Meta* meta, const float* rows) {
+    return rowwise(f) ? rows : &meta->scale_inv;
 }
 inline bool current_scaling(const GPT2Fp8& f) { return f.set.scaling == Fp8Scaling::CURRENT || !f.warm; }
 inline int history_len(const GPT2Fp8& f) { return f.set.scaling == Fp8Scaling::CURRENT ? 1 : f.set.history; }
+
+// Linear k of layer l: its weight copies W (OC, Cin) and W^T (Cin, OC), its kept X^T (null with bf16
+// wgrad), and under rowwise scaling their scale_inv vectors (null otherwise).
+struct LinearBuffers {
+    uint8_t *w8, *wt8, *xt8;
+    float *w_rows, *wt_rows, *xt_rows;
+};
+inline LinearBuffers linear_buffers(const GPT2Fp8& f, int l, int k) {
+    const int C = f.cin[k], OC = f.oc[k];
+    LinearBuffers b;
+    b.w8 = f.weights + (size_t)l * f.w_layer_bytes + f.w_off[k];
+    b.wt8 = b.w8 + (size_t)OC * C;
+    b.xt8 = f.set.wgrad_bf16 ? nullptr : f.xt + (size_t)l * f.xt_layer_bytes + f.xt_off[k];
+    float* rs = rowwise(f) ? f.rs + (size_t)l * f.rs_layer_floats + f.rs_off[k] : nullptr;
+    b.w_rows = rs;
+    b.wt_rows = rs ? rs + OC : nullptr;
+    b.xt_rows = rs ? rs + OC + C : nullptr;
+    return b;
+}
 }  // namespace fp8_detail
 
 // Linear k of layer l in FP8: out (N, OC) = inp (N, Cin) W^T + bias; with gelu_pre, gelu_pre = that
-// and out = GELU(gelu_pre). Casts the weight first when `cast_weight` (a new step), and keeps X^T.
+// and out = GELU(gelu_pre). Casts the weight first when `cast_weight` (a new step), and keeps X^T
+// (unless the weight gradient is bf16).
 inline void fp8_linear_forward(GPT2Fp8& f, int l, int k, floatX* out, floatX* gelu_pre, const floatX* inp,
                                const floatX* weight, const floatX* bias, int N, bool cast_weight, const CudaContext& ctx) {
     using namespace fp8_detail;
     const int C = f.cin[k], OC = f.oc[k];
-    uint8_t* w8 = f.weights + (size_t)l * f.w_layer_bytes + f.w_off[k];
-    uint8_t* wt8 = w8 + (size_t)OC * C;
+    const LinearBuffers b = linear_buffers(f, l, k);
     Fp8Meta *wm = fp8_meta(f, FP8_W, l, k), *xm = fp8_meta(f, FP8_X, l, k);
-    if (cast_weight) cast_scaled(wt8, w8, weight, OC, C, Fp8Format::E4M3, wm, true, 1, ctx.stream);
-    uint8_t* xt8 = f.xt + (size_t)l * f.xt_layer_bytes + f.xt_off[k];
-    cast_scaled(xt8, f.x, inp, N, C, Fp8Format::E4M3, xm, current_scaling(f), history_len(f), ctx.stream);
+    if (cast_weight)
+        cast_scaled(f, b.wt8, b.w8, weight, OC, C, Fp8Format::E4M3, wm, true, 1, b.w_rows, b.wt_rows, ctx.stream);
+    cast_scaled(f, b.xt8, f.x, inp, N, C, Fp8Format::E4M3, xm, current_scaling(f), history_len(f), f.rs_x, b.xt_rows,
+                ctx.stream);
     floatX* y = gelu_pre ? gelu_pre : out;
     Fp8Accum acc;
     acc.forward = f.set.fast_accum;
-    matmul_fp8_forward(bf16_ptr(y), f.x, xm, w8, wm, bf16_ptr(bias), N, C, OC, ctx, acc);
+    matmul_fp8_forward(bf16_ptr(y), f.x, scale_inv_of(f, xm, f.rs_x), b.w8, scale_inv_of(f, wm, b.w_rows),
+                       bf16_ptr(bias), N, C, OC, scales(f), ctx, acc);
     if (gelu_pre) gelu_forward(out, gelu_pre, (int64_t)N * OC, ctx.stream);
 }
 
 // The backward of fp8_linear_forward: dinp (N, Cin) = dout W (=), or with gelu_pre the gradient
-// w.r.t. the pre-activation (dinp = dGELU(dout W)); dweight += dout^T X; dbias += column sums of
-// dout (bf16, scratch: column_num_chunks(N) * OC floats).
+// w.r.t. the pre-activation (dinp = dGELU(dout W)); dweight += dout^T X (FP8 from the kept X^T, or
+// with --fp8-wgrad bf16 from the bf16 inp (N, Cin) the forward read); dbias += column sums of dout
+// (bf16, scratch: column_num_chunks(N) * OC floats).
 inline void fp8_linear_backward(GPT2Fp8& f, int l, int k, floatX* dinp, floatX* dweight, floatX* dbias, float* scratch,
-                                const floatX* dout, const floatX* gelu_pre, int N, const CudaContext& ctx) {
+                                const floatX* dout, const floatX* inp, const floatX* gelu_pre, int N,
+                                const CudaContext& ctx) {
     using namespace fp8_detail;
     const int C = f.cin[k], OC = f.oc[k];
-    const uint8_t* w8 = f.weights + (size_t)l * f.w_layer_bytes + f.w_off[k];
-    const uint8_t* wt8 = w8 + (size_t)OC * C;
-    const uint8_t* xt8 = f.xt + (size_t)l * f.xt_layer_bytes + f.xt_off[k];
+    const LinearBuffers b = linear_buffers(f, l, k);
     Fp8Meta *wm = fp8_meta(f, FP8_W, l, k), *xm = fp8_meta(f, FP8_X, l, k), *dm = fp8_meta(f, FP8_DY, l, k);
-    cast_scaled(f.dyt, f.dy, dout, N, OC, f.set.grad, dm, current_scaling(f), history_len(f), ctx.stream);
-    matmul_fp8_backward_input(bf16_ptr(dinp), f.dy, f.set.grad, dm, wt8, wm, N, C, OC, ctx);
+    const bool wgrad_fp8 = !f.set.wgrad_bf16;
+    cast_scaled(f, wgrad_fp8 ? f.dyt : nullptr, f.dy, dout, N, OC, f.set.grad, dm, current_scaling(f), history_len(f),
+                f.rs_dy, f.rs_dyt, ctx.stream);
+    matmul_fp8_backward_input(bf16_ptr(dinp), f.dy, f.set.grad, scale_inv_of(f, dm, f.rs_dy), b.wt8,
+                              scale_inv_of(f, wm, b.wt_rows), N, C, OC, scales(f), ctx);
     if (gelu_pre) gelu_backward_inplace(dinp, gelu_pre, (int64_t)N * C, ctx.stream);
-    matmul_fp8_backward_weight(bf16_ptr(dweight), f.dyt, f.set.grad, dm, xt8, xm, N, C, OC, 1.0f, ctx);
+    if (wgrad_fp8)
+        matmul_fp8_backward_weight(bf16_ptr(dweight), f.dyt, f.set.grad, scale_inv_of(f, dm, f.rs_dyt), b.xt8,
+                                   scale_inv_of(f, xm, b.xt_rows), N, C, OC, 1.0f, scales(f), ctx);
+    else
+        matmul_backward_weight(dweight, dout, inp, N, C, OC, ctx);
     if (dbias) bias_backward(dbias, scratch, dout, N, OC, ctx.stream);
 }
 

@@ -23,6 +23,10 @@ struct MatmulTypes {
     const float* a_scale = nullptr;  // device pointers: op(A) is read as A * *a_scale (FP8 only)
     const float* b_scale = nullptr;
     bool fast_accum = false;         // FP8 only: CUBLASLT_MATMUL_DESC_FAST_ACCUM (matmul_fp8.cuh)
+    // FP8 only: a_scale / b_scale are vectors, one float per row of op(A) (m) and per column of op(B)
+    // (n), and D(i, j) is multiplied by a_scale[i] * b_scale[j] (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F,
+    // Hopper only in CUDA 13; --fp8-scaling rowwise)
+    bool outer_vec_scales = false;
 };
 inline bool cuda_type_is_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
 
@@ -55,6 +59,11 @@ static void matmul_cublaslt(const CudaContext& ctx, void* d, const void* a, cons
     if (types.b_scale)
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &types.b_scale,
                                                    sizeof(types.b_scale)));
+    if (types.outer_vec_scales) {
+        const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
+    }
     if (cuda_type_is_fp8(types.a)) {
         const int8_t fast = types.fast_accum ? 1 : 0;
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
@@ -70,12 +79,19 @@ static void matmul_cublaslt(const CudaContext& ctx, void* d, const void* a, cons
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
     cublasCheck(cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt, desc, la, lb, ld, ld, pref, 1, &heur, &found));
+    // outer-vector scales are a feature some GPUs and cuBLASLt versions lack: say which flag asked for them
+    const char* rowwise = types.outer_vec_scales ? " with per-row (outer-vector) FP8 scales, as --fp8-scaling rowwise "
+                                                   "asks (cuBLASLt has them on Hopper, sm_90, only)" : "";
     if (found == 0)
-        fail("cuBLASLt has no algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d epilogue=%d types a=%d b=%d d=%d", m, n,
-             k, (int)trans_a, (int)trans_b, (int)epilogue, (int)types.a, (int)types.b, (int)types.d);
+        fail("cuBLASLt has no algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d epilogue=%d types a=%d b=%d d=%d%s", m,
+             n, k, (int)trans_a, (int)trans_b, (int)epilogue, (int)types.a, (int)types.b, (int)types.d, rowwise);
     const float alpha = 1.0f;
-    cublasCheck(cublasLtMatmul(ctx.cublaslt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo,
-                               ctx.cublaslt_workspace, ctx.cublaslt_workspace_size, ctx.stream));
+    const cublasStatus_t st = cublasLtMatmul(ctx.cublaslt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo,
+                                             ctx.cublaslt_workspace, ctx.cublaslt_workspace_size, ctx.stream);
+    if (st != CUBLAS_STATUS_SUCCESS && types.outer_vec_scales)
+        fail("cublasLtMatmul: status %d (%s) for m=%d n=%d k=%d epilogue=%d%s", (int)st, cublasGetStatusString(st), m, n,
+             k, (int)epilogue, rowwise);
+    cublasCheck(st);
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatrixLayoutDestroy(lb));
@@ -126,6 +142,15 @@ inline void bias_backward(floatX* dbias, float* scratch, const floatX* dout, int
     column_partials_add(dbias, scratch, chunks, OC, OC, stream);
 }
 
+// dweight (OC, C) += dout^T inp: matmul_backward's weight gradient, also the FP8 path's with
+// --fp8-wgrad bf16 (llmc/gpt2_fp8.cuh).
+inline void matmul_backward_weight(floatX* dweight, const floatX* dout, const floatX* inp, int N, int C, int OC,
+                                   const CudaContext& ctx) {
+    // dweight^T (C, OC) += inp^T (C, N) . dout (N, OC): dout is column-major (OC, N), transposed.
+    matmul_cublaslt(ctx, dweight, inp, dout, C, OC, N, false, true, C, OC, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT,
+                    nullptr, nullptr);
+}
+
 // scratch: column_num_chunks(N) * OC floats when dbias is given.
 inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout,
                             const floatX* inp, const floatX* weight, floatX* gelu_pre, int N, int C, int OC,
@@ -134,8 +159,6 @@ inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, float*
     // dinp^T (C, N) = W^T (C, OC) . dout^T (OC, N): weight is column-major (C, OC) as stored.
     matmul_cublaslt(ctx, dinp, weight, dout, C, N, OC, false, false, C, OC, C, 0.0f,
                     gelu_pre ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT, nullptr, gelu_pre);
-    // dweight^T (C, OC) += inp^T (C, N) . dout (N, OC): dout is column-major (OC, N), transposed.
-    matmul_cublaslt(ctx, dweight, inp, dout, C, OC, N, false, true, C, OC, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT,
-                    nullptr, nullptr);
+    matmul_backward_weight(dweight, dout, inp, N, C, OC, ctx);
     bias_backward(dbias, scratch, dout, N, OC, ctx.stream);
 }

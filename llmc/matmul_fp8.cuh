@@ -26,6 +26,11 @@
 //                    cast of X, kept for the backward, N*C bytes a layer).
 //   * e5m2 by default (gradients need the range); e4m3 gradients are the other choice (the lab
 //     measures both). cuBLASLt takes any mix but e5m2 x e5m2, which no matmul here asks for.
+// Rowwise scaling (--fp8-scaling rowwise): every operand above is stored K-major with one scale per
+// row (a token row of X or dY, an output row of W, an input channel of W^T, X^T, an output channel of
+// dY^T), so each matmul takes cuBLASLt's outer-vector scales: D(i, j) *= sp[i] * sq[j]. cuBLASLt
+// (CUDA 13) documents them for compute capability 9.0 only, FP8 A/B, bf16/fp16/fp32 D; bias and
+// beta = 1 with them are what the lab and tests/test_fp8_gpu.cu check on the GPU.
 // Fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM): Hopper's FP8 tensor cores accumulate a
 // product in a narrower-than-fp32 register; without fast accumulation cuBLASLt adds the partial sums
 // into fp32 every few k-steps (slower, exact to fp32 accumulation), with it the whole K runs in
@@ -38,11 +43,17 @@
 #include "llmc/matmul.cuh"
 #include "llmc/utils.h"
 
+// How an FP8 operand's scale pointer is read: one scale_inv for the tensor (&Fp8Meta::scale_inv,
+// per-tensor scaling), or one per row of the operand as stored (--fp8-scaling rowwise: the scale_inv
+// vectors of fp8_cast_rowwise and fp8_cast_transpose_colwise; cuBLASLt's outer-vector scales).
+enum class Fp8Scales { TENSOR, ROWS };
+
 // D (R, M) = sp * sq * P (R, K) . Q (M, K)^T + beta * D (+ bias (M), bf16), D bf16; sp, sq device
-// pointers to the scale_inv of P's and Q's casts.
+// pointers to the scale_inv of P's and Q's casts: scalars, or with Fp8Scales::ROWS D(i, j) gets
+// sp[i] * sq[j] (R and M floats).
 inline void matmul_fp8(__nv_bfloat16* d, const uint8_t* p, Fp8Format p_format, const float* sp, const uint8_t* q,
                        Fp8Format q_format, const float* sq, int R, int M, int K, const __nv_bfloat16* bias, float beta,
-                       bool fast_accum, const CudaContext& ctx) {
+                       bool fast_accum, Fp8Scales scales, const CudaContext& ctx) {
     if (R % 16 != 0 || M % 16 != 0 || K % 16 != 0)
         fail("matmul_fp8: R = %d, M = %d, K = %d must be multiples of 16", R, M, K);
     if ((uintptr_t)sp % 16 != 0 || (uintptr_t)sq % 16 != 0)
@@ -55,9 +66,10 @@ inline void matmul_fp8(__nv_bfloat16* d, const uint8_t* p, Fp8Format p_format, c
     t.b = fp8_cuda_type(p_format);
     t.d = CUDA_R_16BF;
     t.bias = CUDA_R_16BF;
-    t.a_scale = sq;
-    t.b_scale = sp;
+    t.a_scale = sq;  // A = Q: its M rows are op(A)'s rows
+    t.b_scale = sp;  // B = P: its R rows are op(B)'s columns
     t.fast_accum = fast_accum;
+    t.outer_vec_scales = scales == Fp8Scales::ROWS;
     matmul_cublaslt(ctx, d, q, p, M, R, K, true, false, K, K, M, beta,
                     bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, nullptr, t);
 }
@@ -67,27 +79,32 @@ struct Fp8Accum {
     bool forward = true, input_grad = false, weight_grad = false;
 };
 
-// out (N, OC) = X . W^T + bias: inp = X's e4m3 cast (N, C), weight = W's e4m3 cast (OC, C).
-inline void matmul_fp8_forward(__nv_bfloat16* out, const uint8_t* inp, const Fp8Meta* inp_meta, const uint8_t* weight,
-                               const Fp8Meta* weight_meta, const __nv_bfloat16* bias, int N, int C, int OC,
-                               const CudaContext& ctx, Fp8Accum acc = Fp8Accum()) {
-    matmul_fp8(out, inp, Fp8Format::E4M3, &inp_meta->scale_inv, weight, Fp8Format::E4M3, &weight_meta->scale_inv, N,
-               OC, C, bias, 0.0f, acc.forward, ctx);
+// The scale arguments below (x_sinv) are matmul_fp8's sp / sq: &meta->scale_inv (Fp8Scales::TENSOR),
+// or the operand's per-row scale_inv vector as noted (Fp8Scales::ROWS).
+// out (N, OC) = X . W^T + bias: inp = X's e4m3 cast (N, C), weight = W's e4m3 cast (OC, C); rows: (N), (OC).
+inline void matmul_fp8_forward(__nv_bfloat16* out, const uint8_t* inp, const float* inp_sinv, const uint8_t* weight,
+                               const float* weight_sinv, const __nv_bfloat16* bias, int N, int C, int OC,
+                               Fp8Scales scales, const CudaContext& ctx, Fp8Accum acc = Fp8Accum()) {
+    matmul_fp8(out, inp, Fp8Format::E4M3, inp_sinv, weight, Fp8Format::E4M3, weight_sinv, N, OC, C, bias, 0.0f,
+               acc.forward, scales, ctx);
 }
 
-// dinp (N, C) = dY . W (=): dout = dY's cast (N, OC) in dout_format, weight_t = W^T's e4m3 cast (C, OC).
+// dinp (N, C) = dY . W (=): dout = dY's cast (N, OC) in dout_format, weight_t = W^T's e4m3 cast (C, OC);
+// rows: (N), (C) (W's column scales).
 inline void matmul_fp8_backward_input(__nv_bfloat16* dinp, const uint8_t* dout, Fp8Format dout_format,
-                                      const Fp8Meta* dout_meta, const uint8_t* weight_t, const Fp8Meta* weight_meta,
-                                      int N, int C, int OC, const CudaContext& ctx, Fp8Accum acc = Fp8Accum()) {
-    matmul_fp8(dinp, dout, dout_format, &dout_meta->scale_inv, weight_t, Fp8Format::E4M3, &weight_meta->scale_inv, N, C,
-               OC, nullptr, 0.0f, acc.input_grad, ctx);
+                                      const float* dout_sinv, const uint8_t* weight_t, const float* weight_t_sinv,
+                                      int N, int C, int OC, Fp8Scales scales, const CudaContext& ctx,
+                                      Fp8Accum acc = Fp8Accum()) {
+    matmul_fp8(dinp, dout, dout_format, dout_sinv, weight_t, Fp8Format::E4M3, weight_t_sinv, N, C, OC, nullptr, 0.0f,
+               acc.input_grad, scales, ctx);
 }
 
 // dweight (OC, C) = dY^T . X + beta * dweight (beta 1: +=): dout_t = dY^T's cast (OC, N) in
-// dout_format, inp_t = X^T's e4m3 cast (C, N).
+// dout_format, inp_t = X^T's e4m3 cast (C, N); rows: (OC), (C) (dY's and X's column scales over all N tokens).
 inline void matmul_fp8_backward_weight(__nv_bfloat16* dweight, const uint8_t* dout_t, Fp8Format dout_format,
-                                       const Fp8Meta* dout_meta, const uint8_t* inp_t, const Fp8Meta* inp_meta, int N,
-                                       int C, int OC, float beta, const CudaContext& ctx, Fp8Accum acc = Fp8Accum()) {
-    matmul_fp8(dweight, dout_t, dout_format, &dout_meta->scale_inv, inp_t, Fp8Format::E4M3, &inp_meta->scale_inv, OC, C,
-               N, nullptr, beta, acc.weight_grad, ctx);
+                                       const float* dout_t_sinv, const uint8_t* inp_t, const float* inp_t_sinv, int N,
+                                       int C, int OC, float beta, Fp8Scales scales, const CudaContext& ctx,
+                                       Fp8Accum acc = Fp8Accum()) {
+    matmul_fp8(dweight, dout_t, dout_format, dout_t_sinv, inp_t, Fp8Format::E4M3, inp_t_sinv, OC, C, N, nullptr, beta,
+               acc.weight_grad, scales, ctx);
 }

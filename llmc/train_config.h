@@ -51,7 +51,8 @@ struct TrainConfig {
     int rank = -1, world_size = -1; // --rank, --world-size for tcp/file (-1 = from the environment)
     // FP8 linear layers (GPU trainer, bf16 build; llmc/gpt2_fp8.cuh, docs/numerics.md)
     int fp8 = 0;                    // --fp8: 1 = the blocks' linear layers' matmuls in FP8
-    std::string fp8_scaling = "current";  // --fp8-scaling: current | delayed
+    std::string fp8_scaling = "current";  // --fp8-scaling: current | delayed | rowwise
+    std::string fp8_wgrad;          // --fp8-wgrad: fp8 | bf16 ("" = bf16 under rowwise scaling, else fp8)
     std::string fp8_grad = "e5m2";  // --fp8-grad: e5m2 | e4m3, the format of the gradients dY
     int fp8_history = 16;           // --fp8-history: delayed scaling's amax window (steps)
     int fp8_bf16_layers = 0;        // --fp8-bf16-layers: the first and last N blocks stay bf16
@@ -259,12 +260,24 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
               "forward, input- and weight-gradient matmuls in FP8 (E4M3 weights and activations, --fp8-grad "
               "gradients, per-tensor scales; fp32 accumulation, bf16 outputs); the embeddings, norms, attention, the "
               "output head and the optimizer stay bf16/fp32. GPU trainer, bf16 build only (docs/numerics.md)");
-    p.add({"--fp8-scaling", "HOW", "--fp8's per-tensor scales of activations and gradients: current (from each "
-           "tensor's own amax, an extra read) or delayed (from the amaxes of the last --fp8-history steps, recorded "
-           "by the cast itself); weights always current (default current)", [&cfg](const char* s) -> std::string {
-               if (strcmp(s, "current") != 0 && strcmp(s, "delayed") != 0)
-                   return std::string("unknown scaling '") + s + "' (current, delayed)";
+    p.add({"--fp8-scaling", "HOW", "--fp8's scales: per tensor, current (from each tensor's own amax, an extra "
+           "read) or delayed (activations and gradients from the amaxes of the last --fp8-history steps, recorded by "
+           "the cast itself; weights current); or rowwise (one scale per row along each matmul's non-reduced "
+           "dimension: per token of X and dY, per output and input channel of W, per channel of dY and X for the "
+           "weight gradient; cuBLASLt's outer-vector scales, Hopper only) (default current)",
+           [&cfg](const char* s) -> std::string {
+               if (strcmp(s, "current") != 0 && strcmp(s, "delayed") != 0 && strcmp(s, "rowwise") != 0)
+                   return std::string("unknown scaling '") + s + "' (current, delayed, rowwise)";
                cfg.fp8_scaling = s;
+               return "";
+           }});
+    p.add({"--fp8-wgrad", "PREC", "--fp8: the weight gradient's matmul dW += dY^T X in fp8 (from FP8 copies of dY^T "
+           "and X^T, X^T kept from the forward) or bf16 (the bf16 path's matmul on dY and X; no X^T kept) "
+           "(default bf16 with --fp8-scaling rowwise, else fp8)",
+           [&cfg](const char* s) -> std::string {
+               if (strcmp(s, "fp8") != 0 && strcmp(s, "bf16") != 0)
+                   return std::string("unknown precision '") + s + "' (fp8, bf16)";
+               cfg.fp8_wgrad = s;
                return "";
            }});
     p.add({"--fp8-grad", "FMT", "--fp8's format of the gradients dY: e5m2 (range) or e4m3 (precision) (default e5m2)",
@@ -346,9 +359,10 @@ inline void validate_train_config(TrainConfig& cfg) {
         fail("--hellaswag-every: needs --hellaswag FILE (the eval file to score)");
     if (cfg.init.empty() && cfg.resume_dir.empty()) cfg.init = "d12";
     if (!cfg.fp8 && (cfg.fp8_scaling != "current" || cfg.fp8_grad != "e5m2" || cfg.fp8_history != 16 ||
-                     cfg.fp8_bf16_layers != 0 || cfg.fp8_fast_accum != 1 || cfg.fp8_linears != 15))
-        fail("--fp8-scaling, --fp8-grad, --fp8-history, --fp8-bf16-layers, --fp8-linears, --fp8-fast-accum: only "
-             "with --fp8 1");  // with --resume: checked by open_run_files
+                     cfg.fp8_bf16_layers != 0 || cfg.fp8_fast_accum != 1 || cfg.fp8_linears != 15 || !cfg.fp8_wgrad.empty()))
+        fail("--fp8-scaling, --fp8-wgrad, --fp8-grad, --fp8-history, --fp8-bf16-layers, --fp8-linears, --fp8-fast-accum: "
+             "only with --fp8 1");  // with --resume: checked by open_run_files
+    if (cfg.fp8_wgrad.empty()) cfg.fp8_wgrad = cfg.fp8_scaling == "rowwise" ? "bf16" : "fp8";
 }
 
 // Applies --kv-heads, --window and --max-seq to the model config `c` read from `source`: they shape

@@ -9,15 +9,19 @@
 #     the H200 measured +4.4%, and +6.1% for the Llama; a wrong scale or layout stays near the initial
 #     10.9, +60%; the 1% parity target is step 5's); the same for a Llama-style
 #     114M (RMSNorm, RoPE, SwiGLU fc, no biases, 4 KV heads)
-#  (QUICK=1 stops here: what tests/run_gpu_tests.sh runs; SKIP_BENCH=1 skips 4; PARALLEL=1 runs 5's five
-#  trainings at once)
-#  4. bench: 124M at B=64 T=1024, 20 steps of random tokens, bf16 vs --fp8 1: tok/s and peak memory
-#     (the trainer's BENCH line), and the FP8 buffers' size ("memory: fp8" line); not a pass/fail
+#  (QUICK=1 stops here: what tests/run_gpu_tests.sh runs; SHORT=0 skips 3; SKIP_BENCH=1 skips 4;
+#  PARALLEL=1 runs 5's trainings at once)
+#  4. bench: 124M at B=64 T=1024, 20 steps of random tokens, bf16 vs --fp8 1 (BENCH_RECIPES: more FP8
+#     recipes), one after the other: tok/s and peak memory (the trainer's BENCH line), the FP8 buffers'
+#     size ("memory: fp8" line) and each recipe's speedup over bf16; not a pass/fail
 #  5. loss parity: a d12 for STEPS (2000) steps at B=4 T=128 (1M tokens, ~3 epochs), lr 3e-4 cosine, bf16 vs --fp8 1
-#     (current scaling) vs --fp8 1 --fp8-scaling delayed vs --fp8 1 --fp8-bf16-layers 2, val every 100 steps on the whole val split (63 batches):
-#     the final val loss with --fp8 within 1% of bf16's; and, for docs/numerics.md (not a check), bf16
+#     (current scaling) vs --fp8 1 --fp8-scaling delayed vs --fp8 1 --fp8-bf16-layers 2 (RECIPES: other
+#     FP8 recipes), val every 100 steps on the whole val split (63 batches):
+#     the final val loss of each recipe within 1% of bf16's (INFO_RECIPES: recipes only reported); and,
+#     for docs/numerics.md (not a check; NOSR=0 skips it), bf16
 #     with --stochastic-rounding 0 (AdamW's bf16 write-back to nearest); the curves overlaid by scripts/plot_log.py
 #     into $OUT/fp8_parity.png (needs matplotlib; skipped, not failed, without it)
+# RECIPES and BENCH_RECIPES: "name=flags;name=flags" (tests/fp8_rowwise_gpu.sh sets them).
 # Data: data/tinyshakespeare/*_{train,val}.bin if present, else tokenized into $OUT/data by
 # scripts/data/tinyshakespeare.py (offline: LLMC_OFFLINE_DATA holds tinyshakespeare.txt and
 # gpt2.tiktoken). Every step runs under timeout, each capped by what is left of BUDGET seconds
@@ -30,6 +34,12 @@ OUT=${OUT:-/tmp/out}/fp8
 STEPS=${STEPS:-2000}
 QUICK=${QUICK:-0}
 BUDGET=${BUDGET:-420}
+RECIPES=${RECIPES:-fp8=--fp8 1;fp8_delayed=--fp8 1 --fp8-scaling delayed;fp8_ends2=--fp8 1 --fp8-bf16-layers 2}
+BENCH_RECIPES=${BENCH_RECIPES:-fp8=--fp8 1}
+INFO_RECIPES=${INFO_RECIPES:-}
+# recipe_names LIST / recipe_flags LIST NAME: the entries of a "name=flags;..." list
+recipe_names() { local e; IFS=';' read -ra es <<< "$1"; for e in "${es[@]}"; do echo "${e%%=*}"; done; }
+recipe_flags() { local e; IFS=';' read -ra es <<< "$1"; for e in "${es[@]}"; do [ "${e%%=*}" = "$2" ] && echo "${e#*=}"; done; }
 mkdir -p "$OUT"
 for bin in "$TRAIN" "$TEST"; do [ -x "$bin" ] || { echo "fp8_parity_gpu: $bin is missing (build it first)"; exit 1; }; done
 rows=(); bad=0
@@ -68,6 +78,7 @@ ts() {  # ts NAME TIMEOUT FLAGS...: a d12 on tiny Shakespeare, log in $OUT/NAME.
 }
 
 # ---- 3. short parity: 20 steps
+if [ "${SHORT:-1}" = 1 ]; then
 short=(--batch 8 --seq 256 --steps 20 --lr 6e-4 --warmup 5 --val-every 0)
 ts short_bf16 60 "${short[@]}" && ts short_fp8 60 "${short[@]}" --fp8 1
 a=$(last_train "$OUT/short_fp8.log" 2>/dev/null); b=$(last_train "$OUT/short_bf16.log" 2>/dev/null); d=$(reldiff "$a" "$b")
@@ -78,18 +89,22 @@ ts short_llama_bf16 60 "${short[@]}" "${llama[@]}" && ts short_llama_fp8 60 "${s
 a=$(last_train "$OUT/short_llama_fp8.log" 2>/dev/null); b=$(last_train "$OUT/short_llama_bf16.log" 2>/dev/null); d=$(reldiff "$a" "$b")
 if within "$d" 0.10; then row PASS "20 steps, Llama 114M: fp8 within 10% of bf16" "bf16 $b fp8 $a rel $d"
 else row FAIL "20 steps, Llama 114M: fp8 within 10% of bf16" "bf16 ${b:-none} fp8 ${a:-none} rel $d (see $OUT/short_llama_*.out)"; fi
+fi
 
 if [ "$QUICK" != 1 ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
     # ---- 4. bench (before the long runs: they are the ones the budget cuts): 124M, B=64 T=1024, 20 steps, random tokens
-    for mode in bf16 fp8; do
-        flags=(); [ $mode = fp8 ] && flags=(--fp8 1)
+    for mode in bf16 $(recipe_names "$BENCH_RECIPES"); do
+        flags=(); [ $mode != bf16 ] && read -ra flags <<< "$(recipe_flags "$BENCH_RECIPES" "$mode")"
         timeout "$(tmo 90)" "$TRAIN" --random-data 1 --init d12 --batch 64 --seq 1024 --steps 20 "${flags[@]}" > "$OUT/bench_$mode.out" 2>&1
         line=$(grep '^BENCH' "$OUT/bench_$mode.out"); mem=$(grep '^memory: fp8' "$OUT/bench_$mode.out")
         if [ -n "$line" ]; then row INFO "bench 124M B=64 T=1024 $mode" "$line${mem:+; $mem}"
         else row FAIL "bench 124M B=64 T=1024 $mode" "no BENCH line: $(tail -n 1 "$OUT/bench_$mode.out")"; fi
     done
-    tb=$(grep -o 'tok_s=[0-9]*' "$OUT/bench_bf16.out" | cut -d= -f2); tf=$(grep -o 'tok_s=[0-9]*' "$OUT/bench_fp8.out" | cut -d= -f2)
-    [ -n "$tb" ] && [ -n "$tf" ] && row INFO "bench speedup fp8 / bf16" "$(awk -v a="$tf" -v b="$tb" 'BEGIN { printf "%.3fx", a / b }')"
+    tb=$(grep -o 'tok_s=[0-9]*' "$OUT/bench_bf16.out" | cut -d= -f2)
+    for mode in $(recipe_names "$BENCH_RECIPES"); do
+        tf=$(grep -o 'tok_s=[0-9]*' "$OUT/bench_$mode.out" | cut -d= -f2)
+        [ -n "$tb" ] && [ -n "$tf" ] && row INFO "bench speedup $mode / bf16" "$(awk -v a="$tf" -v b="$tb" 'BEGIN { printf "%.3fx", a / b }')"
+    done
 fi
 if [ "$QUICK" != 1 ]; then
     # ---- 5. loss parity over STEPS steps (PARALLEL=1: the five runs at once on the one GPU, when
@@ -97,22 +112,30 @@ if [ "$QUICK" != 1 ]; then
     long=(--batch 4 --seq 128 --steps "$STEPS" --lr 3e-4 --warmup 100 --val-every 100 --val-steps 63)
     run_long() { if [ "${PARALLEL:-0}" = 1 ]; then ts "$@" & else ts "$@"; fi; }
     run_long parity_bf16 100 "${long[@]}"
-    run_long parity_fp8 100 "${long[@]}" --fp8 1
-    run_long parity_fp8_delayed 100 "${long[@]}" --fp8 1 --fp8-scaling delayed
-    run_long parity_fp8_ends2 100 "${long[@]}" --fp8 1 --fp8-bf16-layers 2
-    run_long parity_bf16_nosr 100 "${long[@]}" --stochastic-rounding 0
+    logs=("$OUT/parity_bf16.log")
+    for name in $(recipe_names "$RECIPES"); do
+        read -ra flags <<< "$(recipe_flags "$RECIPES" "$name")"
+        run_long "parity_$name" 100 "${long[@]}" "${flags[@]}"
+        logs+=("$OUT/parity_$name.log")
+    done
+    [ "${NOSR:-1}" = 1 ] && { run_long parity_bf16_nosr 100 "${long[@]}" --stochastic-rounding 0; logs+=("$OUT/parity_bf16_nosr.log"); }
     wait
     b=$(last_val "$OUT/parity_bf16.log"); bb=$(best_val "$OUT/parity_bf16.log")
-    for run in parity_fp8 parity_fp8_delayed parity_fp8_ends2; do
+    for name in $(recipe_names "$RECIPES"); do
+        run=parity_$name
         a=$(last_val "$OUT/$run.log"); ab=$(best_val "$OUT/$run.log"); d=$(reldiff "$a" "$b")
-        if within "$d" 0.01; then row PASS "$STEPS steps: $run final val within 1%" "bf16 $b fp8 $a rel $d; best bf16 $bb fp8 $ab"
-        else row FAIL "$STEPS steps: $run final val within 1%" "bf16 ${b:-none} fp8 ${a:-none} rel $d; best $bb / $ab (see $OUT/$run.out)"; fi
+        pct=$(awk -v d="$d" 'BEGIN { if (d == "nan") print "nan"; else printf "%+.2f%%", 100 * d }')
+        if [[ " $INFO_RECIPES " == *" $name "* ]]; then row INFO "$STEPS steps: $run final val vs bf16" "bf16 ${b:-none} fp8 ${a:-none} ($pct); best $bb / $ab"
+        elif within "$d" 0.01; then row PASS "$STEPS steps: $run final val within 1%" "bf16 $b fp8 $a ($pct); best bf16 $bb fp8 $ab"
+        else row FAIL "$STEPS steps: $run final val within 1%" "bf16 ${b:-none} fp8 ${a:-none} ($pct); best $bb / $ab (see $OUT/$run.out)"; fi
     done
-    a=$(last_val "$OUT/parity_bf16_nosr.log"); ab=$(best_val "$OUT/parity_bf16_nosr.log")
-    row INFO "$STEPS steps: bf16 without stochastic rounding" "val $a (best $ab) vs bf16 $b: rel $(reldiff "$a" "$b")"
+    if [ "${NOSR:-1}" = 1 ]; then
+        a=$(last_val "$OUT/parity_bf16_nosr.log"); ab=$(best_val "$OUT/parity_bf16_nosr.log")
+        row INFO "$STEPS steps: bf16 without stochastic rounding" "val $a (best $ab) vs bf16 $b: rel $(reldiff "$a" "$b")"
+    fi
     if python3 -c "import matplotlib" 2>/dev/null; then
-        if timeout "$(tmo 30)" python3 scripts/plot_log.py "$OUT/parity_bf16.log" "$OUT/parity_fp8.log" "$OUT/parity_fp8_delayed.log" \
-                "$OUT/parity_fp8_ends2.log" "$OUT/parity_bf16_nosr.log" -o "$OUT/fp8_parity.png" --title "d12 on tiny Shakespeare: bf16 vs --fp8" > "$OUT/plot.out" 2>&1; then
+        if timeout "$(tmo 30)" python3 scripts/plot_log.py "${logs[@]}" -o "$OUT/fp8_parity.png" \
+                --title "d12 on tiny Shakespeare: bf16 vs --fp8" > "$OUT/plot.out" 2>&1; then
             row PASS "plot" "$OUT/fp8_parity.png"
         else row FAIL "plot" "$(tail -n 1 "$OUT/plot.out")"; fi
     else

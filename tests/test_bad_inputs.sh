@@ -181,6 +181,12 @@ if [ -x $GPU ]; then
         $GPU "${BASE[@]}" --init d2 --fp8 1 --batch 1 --seq 100
     expect_error "GPU trainer: --fp8 1 with a SwiGLU width not a multiple of 64" "--fp8 1: MLP hidden width 2080 must be a multiple of 64" \
         $GPU "${BASE[@]}" --init llama:L1,C128,H2,F2080,V64 --fp8 1 --batch 1 --seq 64
+    expect_error "GPU trainer: --fp8-wgrad with an unknown precision" "--fp8-wgrad: unknown precision 'fp16'" \
+        $GPU "${BASE[@]}" --init d2 --fp8 1 --fp8-wgrad fp16
+    expect_error "GPU trainer: --fp8-wgrad without --fp8 1" "only with --fp8 1" $GPU "${BASE[@]}" --init d2 --fp8-wgrad bf16
+    expect_error "GPU trainer: --fp8-scaling rowwise with a layer wider than 4096" \
+        "--fp8-scaling rowwise: fc width 8320 is above 4096" \
+        $GPU "${BASE[@]}" --init llama:L1,C128,H2,F4160,V64 --fp8 1 --fp8-scaling rowwise --batch 1 --seq 64
     [ -x build/train_gpt2cu_fp32 ] && expect_error "GPU trainer, fp32 build: --fp8 1" "--fp8 1: the FP8 matmuls write bf16" \
         build/train_gpt2cu_fp32 "${BASE[@]}" --init d2 --fp8 1 --batch 1 --seq 64
     expect_error "GPU trainer: --window differing from the checkpoint" "has window 3" $GPU "${BASE[@]}" --steps 2 \

@@ -6,7 +6,9 @@
 //  - every bit pattern decodes to a value that encodes back to it (E5M2's infinity saturates);
 //  - every bf16 value (all 65536 patterns) and a million random floats encode to the nearest FP8
 //    value, ties to the even mantissa, found by brute force over the 256 decoded patterns;
-//  - the scale recipe: amax 0 or non-finite keeps the previous scale, the margin, the cap.
+//  - the scale recipe: amax 0 or non-finite keeps the previous scale, the margin, the cap;
+//  - the rowwise scales (fp8_row_scales): each row's own amax, sign ignored, a zero / inf / NaN row
+//    at scale 1, a tiny row capped.
 // Run: build/test_fp8_cpu (well under a second).
 #include <cstdio>
 #include <cstring>
@@ -137,6 +139,23 @@ int main() {
     const float s075 = cpu::fp8_scale_from_amax(0.75f, E4, 0, 1.0f);
     CHECK(cpu::fp8_cast(0.75f, s075, E4) == 0x7E && cpu::fp8_cast(-0.75f, s075, E4) == 0xFE,
           "the amax must land on the max normal");
+
+    // ---- rowwise scales: rows (2, -448, 1), (0, 0, 0), (1, inf, 2), (NaN, 3, 1), (-2, 0.5, 1e-30)
+    {
+        const float x[15] = {2.0f, -448.0f, 1.0f, 0.0f, 0.0f, 0.0f, 1.0f, INFINITY, 2.0f, NAN, 3.0f, 1.0f,
+                             -2.0f, 0.5f, 1e-30f};
+        float sc[5];
+        cpu::fp8_row_scales(sc, x, 5, 3, E4);
+        CHECK(sc[0] == 1.0f, "row scale of (2, -448, 1) = %g, want 1 (|-448| is the amax)", sc[0]);
+        CHECK(sc[1] == 1.0f && sc[2] == 1.0f && sc[3] == 1.0f, "zero / inf / NaN rows: scales %g %g %g, want 1", sc[1],
+              sc[2], sc[3]);
+        CHECK(sc[4] == 224.0f, "row scale of (-2, 0.5, 1e-30) = %g, want 224", sc[4]);
+        cpu::fp8_row_scales(sc, x + 13, 1, 2, E5);
+        CHECK(sc[0] == 114688.0f, "e5m2 row scale of (0.5, 1e-30) = %g, want 114688", sc[0]);
+        const float tiny[2] = {1e-30f, -1e-31f};
+        cpu::fp8_row_scales(sc, tiny, 1, 2, E4);
+        CHECK(sc[0] == cpu::FP8_SCALE_CAP, "a tiny row must cap its scale");
+    }
 
     printf("test_fp8_cpu: %d checks, %d failed\n", check_count, check_failures);
     return check_failures ? 1 : 0;

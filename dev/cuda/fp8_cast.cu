@@ -1,5 +1,6 @@
-// fp8_cast.cu: the per-tensor scaled casts to FP8 of llmc/fp8.cuh, checked bit for bit against
-// cpu::fp8_cast (llmc/cpu/fp8.h), with the amax and the scale update checked bit for bit too.
+// fp8_cast.cu: the scaled casts to FP8 of llmc/fp8.cuh, per tensor and rowwise, checked bit for bit
+// against cpu::fp8_cast (llmc/cpu/fp8.h), with the amax, the scale update and the rowwise scale_invs
+// checked bit for bit too.
 //   ./fp8_cast [variant ...] [--check-only] [--reps N]
 // Shapes, each cast to e4m3 and to e5m2 (the op name says which):
 //   X (65536, 768): a layer input at GPT-2 124M, B*T = 65536 (qkv / fc input, attproj dY);
@@ -22,8 +23,16 @@
 //   3 fp8_cast_transpose with amax: (R, C) -> (C, R), the weight gradient's operands
 //   4 fp8_cast_transpose with amax and the straight output from the same read (dY's cast: the
 //     input gradient's dY and the weight gradient's dY^T); bytes 2n in, 2n out
+// The shipped kernels of --fp8-scaling rowwise (a second shipped op; variant 0 stays the default
+// per-tensor cast), their scales from cpu::fp8_row_scales of the rows (5) or of the columns (6):
+//   5 fp8_cast_rowwise: one scale per row, a warp per row held in registers: reads 2n, writes n + 4R
+//     (shapes with C a multiple of 8, at most 4096)
+//   6 fp8_cast_transpose_colwise: (R, C) -> (C, R), one scale per input column: column-amax pass,
+//     scale kernel, transposed cast: reads 4n, writes n + 4C; the bytes counted are the op's
+//     minimum (2n in), so its % of copy shows the extra read
 // Results (H200, 2026-12-03, 2622e99): every variant bit-exact; R=65536 C=768 / 3072, % of copy:
 // 0 84.6 / 94.5, 1 49.5 / 56.6, 2 85.4 / 93.0, 3 85.5 / 90.6, 4 84.0 / 90.2 (docs/perf.md).
+// Variants 5 and 6: not yet run on a GPU (tests/fp8_rowwise_gpu.sh runs them).
 #include <cstddef>
 #include "dev/cuda/harness.cuh"
 #include "llmc/cpu/fp8.h"
@@ -76,6 +85,19 @@ static bool check_bytes(const lab::DevBuf<uint8_t>& out, const std::vector<uint8
         ok = false;
     }
     return ok;
+}
+// Every scale_inv equal to 1 / the CPU's scale, bit for bit, every one written.
+static bool check_scale_invs(const lab::DevBuf<float>& d, const std::vector<float>& scale) {
+    bool ok = d.count_unwritten() == 0 && d.guard_intact();
+    if (!ok) printf("    %-10s FAIL: not every scale_inv written, or the guard changed\n", d.name());
+    const std::vector<float> got = d.download();
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < scale.size(); i++)
+        if (float_bits(got[i]) != float_bits(1.0f / scale[i]) && bad++ == 0) first = i;
+    if (bad) printf("    %-10s FAIL: %zu of %zu differ; first [%zu] got %.9g want %.9g\n", d.name(), bad, scale.size(),
+                    first, got[first], 1.0f / scale[first]);
+    else printf("    %-10s %zu scale_invs bit-exact  ok\n", d.name(), scale.size());
+    return ok && bad == 0;
 }
 static bool check_amax(const lab::DevBuf<Fp8Meta>& meta, float amax_ref) {
     const Fp8Meta m = download_meta(meta);
@@ -169,7 +191,35 @@ static void run_shape(lab::Lab& L, const Shape& s, Fp8Format f, const std::vecto
           [&] { reset_meta(); d_out.poison(L.stream()); },
           [&] { fp8_cast(d_out, d_x, n, f, d_meta, false, L.stream()); },
           [&] { return check_bytes(d_out, ref, x, false, s.R, s.C); });
+    if (s.C % x128::size == 0 && s.C <= FP8_ROWWISE_MAX_C) {
+        // rowwise: scale[r] from row r's amax
+        std::vector<float> row_scale(s.R);
+        cpu::fp8_row_scales(row_scale.data(), x.data(), s.R, s.C, cf);
+        std::vector<uint8_t> ref_rows(n);
+#pragma omp parallel for
+        for (size_t i = 0; i < n; i++) ref_rows[i] = cpu::fp8_cast(x[i], row_scale[i / s.C], cf);
+        lab::DevBuf<float> d_sinv(s.R, "row_sinv");
+        L.run(op, 5, "shipped rowwise cast", bytes + 4.0 * s.R, flops, lab::Bound::Memory,
+              [&] { d_out.poison(L.stream()); d_sinv.poison(L.stream()); },
+              [&] { fp8_cast_rowwise(d_out, d_sinv, d_x, s.R, s.C, f, L.stream()); },
+              [&] { return check_bytes(d_out, ref_rows, x, false, s.R, s.C) && check_scale_invs(d_sinv, row_scale); });
+    }
     if (!s.transposable) return;
+    {
+        // colwise: row c of the transposed output scaled from column c's amax
+        std::vector<float> xt(n), col_scale(s.C);
+        for (int r = 0; r < s.R; r++)
+            for (int c = 0; c < s.C; c++) xt[(size_t)c * s.R + r] = x[(size_t)r * s.C + c];
+        cpu::fp8_row_scales(col_scale.data(), xt.data(), s.C, s.R, cf);
+        std::vector<uint8_t> ref_cols(n);
+#pragma omp parallel for
+        for (size_t i = 0; i < n; i++) ref_cols[i] = cpu::fp8_cast(xt[i], col_scale[i / s.R], cf);
+        lab::DevBuf<float> d_sinv(s.C, "col_sinv"), d_scratch(2 * (size_t)s.C, "scratch");
+        L.run(op, 6, "shipped colwise transposed cast", bytes + 4.0 * s.C, flops, lab::Bound::Memory,
+              [&] { d_out_t.poison(L.stream()); d_sinv.poison(L.stream()); },
+              [&] { fp8_cast_transpose_colwise(d_out_t, d_sinv, d_x, s.R, s.C, f, d_scratch, L.stream()); },
+              [&] { return check_bytes(d_out_t, ref_cols, xt, false, s.C, s.R) && check_scale_invs(d_sinv, col_scale); });
+    }
     L.run(op, 3, "transposed cast+amax", bytes, flops, lab::Bound::Memory,
           [&] { reset_meta(); d_out_t.poison(L.stream()); },
           [&] { fp8_cast_transpose(d_out_t, nullptr, d_x, s.R, s.C, f, d_meta, true, L.stream()); },

@@ -36,11 +36,17 @@
 //   3 FP8 dinp/dweight with dY in e4m3 (default accumulation)
 //   4 FP8 dinp/dweight with dY in e4m3 and fast accumulation
 //   5 the layer's FP8 casts with amax (X, W, dY: cast + transpose from one read each), memory-bound
+//   6 FP8 rowwise (--fp8-scaling rowwise): cuBLASLt's outer-vector scales (one fp32 scale_inv per row
+//     of each K-major operand: X, dY per token, W per output row; W^T, X^T, dY^T per channel), the
+//     operands from the shipped fp8_cast_rowwise / fp8_cast_transpose_colwise; default accumulation
+//     (fwd fast, gradients not), dY e5m2; checked like 0 with each row's scale_inv in the reference
+//   7 the layer's rowwise casts: X, W, dY each by rows and by columns transposed (6 casts)
 // After the table: per layer, bf16 ms / FP8 ms of each matmul and of the layer (3 matmuls; FP8 with
 // and without its casts).
 // Results (H200, 2026-12-03, 2622e99): stopped at the first FP8 matmul (fwd qkv, fast-accum, bias):
 // cublasLtMatmul status 15, not supported: the A/B scale pointers were 4 bytes into Fp8Meta, and
 // cuBLASLt wants them 16-byte aligned (a probe showed it); Fp8Meta is now aligned, not yet re-run.
+// Variants 6 and 7 (outer-vector scales): not yet run on a GPU (tests/fp8_rowwise_gpu.sh runs them).
 #include "dev/cuda/harness.cuh"
 #include "llmc/cpu/fp8.h"
 #include "llmc/matmul.cuh"
@@ -68,9 +74,11 @@ static std::vector<uint8_t> download_byte_rows(const lab::DevBuf<uint8_t>& b, co
     return h;
 }
 
-// ref (rows, M) = sp * sq * P (rows, K) . Q (M, K)^T of FP8 bytes, exact products summed in double.
-static std::vector<float> ref_fp8(const std::vector<uint8_t>& p, Fp8Format pf, float sp, const std::vector<uint8_t>& q,
-                                  Fp8Format qf, float sq, int rows, int M, int K) {
+// ref (rows, M) = sp * sq * P (rows, K) . Q (M, K)^T of FP8 bytes, exact products summed in double;
+// sp, sq one scale_inv (size 1) or one per row of P (rows) and of Q (M).
+static std::vector<float> ref_fp8(const std::vector<uint8_t>& p, Fp8Format pf, const std::vector<float>& sp,
+                                  const std::vector<uint8_t>& q, Fp8Format qf, const std::vector<float>& sq, int rows,
+                                  int M, int K) {
     float tp[256], tq[256];
     for (int b = 0; b < 256; b++)
         tp[b] = cpu::fp8_decode((uint8_t)b, fp8_cpu_format(pf)), tq[b] = cpu::fp8_decode((uint8_t)b, fp8_cpu_format(qf));
@@ -82,7 +90,7 @@ static std::vector<float> ref_fp8(const std::vector<uint8_t>& p, Fp8Format pf, f
             const uint8_t* qr = &q[(size_t)m * K];
             double acc = 0.0;
             for (int k = 0; k < K; k++) acc += (double)tp[pr[k]] * tq[qr[k]];
-            out[(size_t)i * M + m] = (float)(acc * sp * sq);
+            out[(size_t)i * M + m] = (float)(acc * sp[sp.size() == 1 ? 0 : i] * sq[sq.size() == 1 ? 0 : m]);
         }
     return out;
 }
@@ -191,6 +199,29 @@ static Times run_layer(lab::Lab& L, const Layer& l) {
     const float sx = metas[0].scale_inv, sw = metas[1].scale_inv, sdy[2] = {metas[2].scale_inv, metas[3].scale_inv};
     printf("  %s: scale_inv X %.4g, W %.4g, dY e5m2 %.4g, dY e4m3 %.4g\n", l.name, sx, sw, sdy[0], sdy[1]);
 
+    // rowwise copies (variant 6): X, W, dY (e5m2) by rows; W^T, X^T, dY^T by columns, with their scale_invs
+    const bool rw_ok = C <= FP8_ROWWISE_MAX_C && OC <= FP8_ROWWISE_MAX_C;  // lm_head's 50304 are too wide
+    auto rw = [&](size_t n) { return rw_ok ? n : 1; };
+    lab::DevBuf<uint8_t> r_x8(rw(nx), "x8_rows"), r_w8(rw(nw), "w8_rows"), r_dy8(rw(ny), "dy8_rows");
+    lab::DevBuf<uint8_t> r_wt8(rw(nw), "wt8_cols"), r_xt8(rw(nx), "xt8_cols"), r_dyt8(rw(ny), "dyt8_cols");
+    lab::DevBuf<float> r_sx(rw(N), "sx"), r_sw(rw(OC), "sw"), r_sdy(rw(N), "sdy"), r_swt(rw(C), "swt"),
+        r_sxt(rw(C), "sxt"), r_sdyt(rw(OC), "sdyt"), r_scratch(rw(2 * (size_t)std::max(C, OC)), "scratch");
+    auto cast_rowwise_all = [&] {
+        fp8_cast_rowwise(r_x8, r_sx, d_x, N, C, Fp8Format::E4M3, s);
+        fp8_cast_rowwise(r_w8, r_sw, d_w, OC, C, Fp8Format::E4M3, s);
+        fp8_cast_rowwise(r_dy8, r_sdy, d_dy, N, OC, Fp8Format::E5M2, s);
+        fp8_cast_transpose_colwise(r_wt8, r_swt, d_w, OC, C, Fp8Format::E4M3, r_scratch, s);
+        fp8_cast_transpose_colwise(r_xt8, r_sxt, d_x, N, C, Fp8Format::E4M3, r_scratch, s);
+        fp8_cast_transpose_colwise(r_dyt8, r_sdyt, d_dy, N, OC, Fp8Format::E5M2, r_scratch, s);
+    };
+    if (rw_ok) cast_rowwise_all();
+    cudaCheck(cudaStreamSynchronize(s));
+    auto gather = [](const std::vector<float>& v, const std::vector<int>& idx) {
+        std::vector<float> g;
+        for (int i : idx) g.push_back(v[i]);
+        return g;
+    };
+
     auto name = [&](const char* op) {
         return lab::Lab::strprintf("matmul_fp8 %s %s N=%d C=%d OC=%d", op, l.name, N, C, OC);
     };
@@ -201,8 +232,8 @@ static Times run_layer(lab::Lab& L, const Layer& l) {
     {
         const std::vector<int> rows = lab::sample_rows(N, SAMPLES, 76);
         const int k = (int)rows.size();
-        std::vector<float> ref8 = ref_fp8(download_byte_rows(d_x8, rows, C), Fp8Format::E4M3, sx, download_bytes(d_w8),
-                                          Fp8Format::E4M3, sw, k, OC, C);
+        std::vector<float> ref8 = ref_fp8(download_byte_rows(d_x8, rows, C), Fp8Format::E4M3, {sx}, download_bytes(d_w8),
+                                          Fp8Format::E4M3, {sw}, k, OC, C);
         std::vector<float> refb = ref_dot(d_x.download_rows(rows, C), d_w.download(), k, OC, C);
         if (l.bias) add_rows(ref8, bias, OC), add_rows(refb, bias, OC);
         lab::DevBuf<bf16> d_y8(ny, "y8");
@@ -213,7 +244,8 @@ static Times run_layer(lab::Lab& L, const Layer& l) {
             L.run(op, fast ? 0 : 2, fast ? "fp8 e4m3 fast-accum" : "fp8 e4m3 no fast-accum", b8, flops,
                   lab::Bound::Compute, [&] { d_y8.poison(s); },
                   [&] {
-                      matmul_fp8_forward(d_y8, d_x8, mx, d_w8, mw, l.bias ? d_bias8.get() : nullptr, N, C, OC, L.ctx,
+                      matmul_fp8_forward(d_y8, d_x8, &mx->scale_inv, d_w8, &mw->scale_inv,
+                                         l.bias ? d_bias8.get() : nullptr, N, C, OC, Fp8Scales::TENSOR, L.ctx,
                                          Fp8Accum{fast == 1, false, false});
                   },
                   [&] { return check_fp8(L, d_y8, ref8, refb, rows, OC, fast); });
@@ -224,6 +256,20 @@ static Times run_layer(lab::Lab& L, const Layer& l) {
                   [&] { return L.check(d_y, refb, lab::default_tol(), rows, OC); });
             t.bf16[0] = L.last_ms();
         }
+        if (rw_ok) {
+            std::vector<float> ref_rw = ref_fp8(download_byte_rows(r_x8, rows, C), Fp8Format::E4M3,
+                                                gather(r_sx.download(), rows), download_bytes(r_w8), Fp8Format::E4M3,
+                                                r_sw.download(), k, OC, C);
+            if (l.bias) add_rows(ref_rw, bias, OC);
+            for (int fast = 1; fast >= 0; fast--)
+                L.run(op, 6, fast ? "fp8 rowwise fast-accum" : "fp8 rowwise no fast-accum", b8 + 4.0 * (N + OC), flops,
+                      lab::Bound::Compute, [&] { d_y8.poison(s); },
+                      [&] {
+                          matmul_fp8_forward(d_y8, r_x8, r_sx, r_w8, r_sw, l.bias ? d_bias8.get() : nullptr, N, C, OC,
+                                             Fp8Scales::ROWS, L.ctx, Fp8Accum{fast == 1, false, false});
+                      },
+                      [&] { return check_fp8(L, d_y8, ref_rw, refb, rows, OC, fast); });
+        }
     }
     // ---- input gradient: dX (N, C) = dY W
     {
@@ -233,7 +279,7 @@ static Times run_layer(lab::Lab& L, const Layer& l) {
         std::vector<float> ref8[2];
         for (int g = 0; g < 2; g++) {
             const lab::DevBuf<uint8_t>& p = g == 0 ? d_dy8_e5 : d_dy8_e4;
-            ref8[g] = ref_fp8(download_byte_rows(p, rows, OC), gfmt[g], sdy[g], wt8, Fp8Format::E4M3, sw, k, C, OC);
+            ref8[g] = ref_fp8(download_byte_rows(p, rows, OC), gfmt[g], {sdy[g]}, wt8, Fp8Format::E4M3, {sw}, k, C, OC);
         }
         const std::vector<float> refb = ref_axpy(d_dy.download_rows(rows, OC), d_w.download(), k, C, OC);
         lab::DevBuf<bf16> d_dx8(nx, "dx8");
@@ -246,7 +292,8 @@ static Times run_layer(lab::Lab& L, const Layer& l) {
         for (const V& v : vs) {
             L.run(op, v.variant, v.what, b8, flops, lab::Bound::Compute, [&] { d_dx8.poison(s); },
                   [&] {
-                      matmul_fp8_backward_input(d_dx8, dy8[v.g], gfmt[v.g], mdy[v.g], d_wt8, mw, N, C, OC, L.ctx,
+                      matmul_fp8_backward_input(d_dx8, dy8[v.g], gfmt[v.g], &mdy[v.g]->scale_inv, d_wt8,
+                                                &mw->scale_inv, N, C, OC, Fp8Scales::TENSOR, L.ctx,
                                                 Fp8Accum{true, v.fast, false});
                   },
                   [&] { return check_fp8(L, d_dx8, ref8[v.g], refb, rows, C, v.fast); });
@@ -260,6 +307,17 @@ static Times run_layer(lab::Lab& L, const Layer& l) {
                   [&] { return L.check(d_dx, refb, lab::default_tol(), rows, C); });
             t.bf16[1] = L.last_ms();
         }
+        if (rw_ok) {
+            const std::vector<float> ref_rw = ref_fp8(download_byte_rows(r_dy8, rows, OC), Fp8Format::E5M2,
+                                                      gather(r_sdy.download(), rows), download_bytes(r_wt8),
+                                                      Fp8Format::E4M3, r_swt.download(), k, C, OC);
+            L.run(op, 6, "fp8 rowwise dY e5m2", b8 + 4.0 * (N + C), flops, lab::Bound::Compute, [&] { d_dx8.poison(s); },
+                  [&] {
+                      matmul_fp8_backward_input(d_dx8, r_dy8, Fp8Format::E5M2, r_sdy, r_wt8, r_swt, N, C, OC,
+                                                Fp8Scales::ROWS, L.ctx);
+                  },
+                  [&] { return check_fp8(L, d_dx8, ref_rw, refb, rows, C, false); });
+        }
     }
     // ---- weight gradient: dW (OC, C) += dY^T X
     {
@@ -270,7 +328,7 @@ static Times run_layer(lab::Lab& L, const Layer& l) {
         std::vector<float> ref8[2];
         for (int g = 0; g < 2; g++) {
             const lab::DevBuf<uint8_t>& p = g == 0 ? d_dyt8_e5 : d_dyt8_e4;
-            ref8[g] = ref_fp8(download_byte_rows(p, rows, N), gfmt[g], sdy[g], xt8, Fp8Format::E4M3, sx, k, C, N);
+            ref8[g] = ref_fp8(download_byte_rows(p, rows, N), gfmt[g], {sdy[g]}, xt8, Fp8Format::E4M3, {sx}, k, C, N);
             add_rows(ref8[g], dw0_rows, C);
         }
         // dY^T rows = dY columns
@@ -290,7 +348,8 @@ static Times run_layer(lab::Lab& L, const Layer& l) {
         for (const V& v : vs) {
             L.run(op, v.variant, v.what, b8, flops, lab::Bound::Compute, [&] { d_dw8.upload(dw0); },
                   [&] {
-                      matmul_fp8_backward_weight(d_dw8, dyt8[v.g], gfmt[v.g], mdy[v.g], d_xt8, mx, N, C, OC, 1.0f, L.ctx,
+                      matmul_fp8_backward_weight(d_dw8, dyt8[v.g], gfmt[v.g], &mdy[v.g]->scale_inv, d_xt8,
+                                                 &mx->scale_inv, N, C, OC, 1.0f, Fp8Scales::TENSOR, L.ctx,
                                                  Fp8Accum{true, false, v.fast});
                   },
                   [&] { return check_fp8(L, d_dw8, ref8[v.g], refb, rows, C, v.fast, 1.0 / 128); });
@@ -303,6 +362,19 @@ static Times run_layer(lab::Lab& L, const Layer& l) {
                   },
                   [&] { return L.check(d_dw, refb, lab::default_tol(), rows, C); });
             t.bf16[2] = L.last_ms();
+        }
+        if (rw_ok) {
+            std::vector<float> ref_rw = ref_fp8(download_byte_rows(r_dyt8, rows, N), Fp8Format::E5M2,
+                                                gather(r_sdyt.download(), rows), download_bytes(r_xt8), Fp8Format::E4M3,
+                                                r_sxt.download(), k, C, N);
+            add_rows(ref_rw, dw0_rows, C);
+            L.run(op, 6, "fp8 rowwise dY e5m2", b8 + 4.0 * (OC + C), flops, lab::Bound::Compute,
+                  [&] { d_dw8.upload(dw0); },
+                  [&] {
+                      matmul_fp8_backward_weight(d_dw8, r_dyt8, Fp8Format::E5M2, r_sdyt, r_xt8, r_sxt, N, C, OC, 1.0f,
+                                                 Fp8Scales::ROWS, L.ctx);
+                  },
+                  [&] { return check_fp8(L, d_dw8, ref_rw, refb, rows, C, false, 1.0 / 128); });
         }
     }
     // ---- the layer's casts (delayed scaling's fused cast + amax): X, W, dY e5m2, each cast and
@@ -327,6 +399,26 @@ static Times run_layer(lab::Lab& L, const Layer& l) {
               return ok;
           });
     t.casts = L.last_ms();
+    if (rw_ok)
+        L.run(name("casts"), 7, "fp8 rowwise casts X, W, dY by rows and columns", 2.0 * (nx + nw + ny) * (xb + 1.0),
+              2.0 * (nx + nw + ny), lab::Bound::Memory,
+              [&] {
+                  for (lab::DevBuf<uint8_t>* b : {&r_x8, &r_w8, &r_dy8, &r_wt8, &r_xt8, &r_dyt8}) b->poison(s);
+              },
+              [&] { cast_rowwise_all(); },
+              [&] {
+                  cudaCheck(cudaDeviceSynchronize());
+                  bool ok = true;
+                  for (const lab::DevBuf<uint8_t>* b : {&r_x8, &r_w8, &r_dy8, &r_wt8, &r_xt8, &r_dyt8}) {
+                      const size_t unwritten = b->count_unwritten();
+                      if (unwritten || !b->guard_intact()) {
+                          printf("    %-10s FAIL: %zu bytes never written or the guard changed\n", b->name(), unwritten);
+                          ok = false;
+                      }
+                  }
+                  if (ok) printf("    casts      every byte written, guards intact  ok\n");
+                  return ok;
+              });
     return t;
 }
 

@@ -92,4 +92,21 @@ inline float fp8_scale_from_amax(float amax, Fp8Format f, int margin, float prev
     return s < FP8_SCALE_CAP ? s : FP8_SCALE_CAP;
 }
 
+// Rowwise scaling (--fp8-scaling rowwise; llmc/fp8.cuh's fp8_cast_rowwise and
+// fp8_cast_transpose_colwise): one scale per row of an operand as the matmul reads it, from that row's
+// own amax by the rule above with margin 0 and no history; a row of zeros (or one holding inf or NaN)
+// gets scale 1. scale_inv = 1 / scale, correctly rounded, as for a tensor.
+inline float fp8_row_scale(float row_amax, Fp8Format f) { return fp8_scale_from_amax(row_amax, f, 0, 1.0f); }
+// scale[r] (R) of the rows of x (R, C) row-major; |NaN| counts as above every value, as on the GPU.
+inline void fp8_row_scales(float* scale, const float* x, int R, int C, Fp8Format f) {
+    for (int r = 0; r < R; r++) {
+        float amax = 0.0f;
+        for (int c = 0; c < C; c++) {
+            const float a = std::fabs(x[(size_t)r * C + c]);
+            if (std::isnan(a) || a > amax) amax = std::isnan(amax) ? amax : a;
+        }
+        scale[r] = fp8_row_scale(amax, f);
+    }
+}
+
 }  // namespace cpu
