@@ -132,8 +132,9 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
                   "that share one row's K (1, 2 or 4; 0 = the shipped choice, 4 for K = 3072, 1 for K = 768)");
         p.add_int("--matmul-autotune", &g.matmul_autotune, {0, 1}, "1 = before the first prompt, time up to ~28 "
                   "cuBLASLt algorithms (the heuristic's list and split-K versions) for each matmul of a decode step "
-                  "that goes through cuBLASLt (more than 8 sequences, or --gemv 0) and keep the fastest; 0 = the "
-                  "heuristic's first pick (same tokens up to rounding)");
+                  "that goes through cuBLASLt (more than 8 sequences, or --gemv 0) and keep the fastest (timed: two "
+                  "runs may keep different ones); 0 = the heuristic's first pick, the same every run (same tokens "
+                  "up to rounding)");
         p.add_int("--profile", &g.profile, {0, 1}, "1 = with --bench: after the timed round, time each kernel family "
                   "of the decode step (plain launches, an event between kernels) and print PROFILE lines");
         p.add_string("--init", "dN", &g.init, "a fresh model from a descriptor (dN: a GPT-2 of N layers, d12 = "

@@ -264,7 +264,8 @@ inline void layers(GPT2Infer& m, int M, const CudaContext& ctx, Attend&& attend)
     const GPT2Tensors<floatX>& p = m.params;
     cudaStream_t s = ctx.stream;
     mark(m, "norm", s);
-    if (c.norm == NORM_RMSNORM) rmsnorm_forward(m.ln, m.rstd, m.res1, p.ln1w, M, C, (float)c.norm_eps, s, norm_launch(m));
+    if (c.norm == NORM_RMSNORM)
+        rmsnorm_forward(m.ln, m.rstd, m.res1, p.ln1w, M, C, (float)c.norm_eps, s, norm_launch(m));
     else layernorm_forward(m.ln, m.mean, m.rstd, m.res1, p.ln1w, p.ln1b, M, C, s, norm_launch(m));
     const GemvEpilogue act = c.mlp == MLP_SWIGLU ? GEMV_SWIGLU : GEMV_GELU;
     for (int l = 0; l < L; l++) {

@@ -101,7 +101,8 @@ static __global__ void layernorm_forward_block_per_row(floatX* residual, floatX*
     const float s = rsqrtf(block_reduce_sum(sq) / C + LAYERNORM_EPS);
     if (on) {
         x128 o;
-        for (int k = 0; k < x128::size; k++) o[k] = from_float<floatX>((v[k] - m) * s * to_float(w[k]) + to_float(b[k]));
+        for (int k = 0; k < x128::size; k++)
+            o[k] = from_float<floatX>((v[k] - m) * s * to_float(w[k]) + to_float(b[k]));
         store128(out + at, o);
     }
     if (threadIdx.x == 0) {

@@ -126,18 +126,18 @@ inline std::vector<cublasLtMatmulAlgo_t> candidates(const CudaContext& ctx, cubl
             continue;
         cublasLtMatmulAlgoCapGetAttribute(&out[i], CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes,
                                           &written);
-        const uint32_t scheme = schemes & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
-                                : schemes & CUBLASLT_REDUCTION_SCHEME_INPLACE    ? CUBLASLT_REDUCTION_SCHEME_INPLACE
-                                : schemes & CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE ? CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE
-                                                                                  : 0u;
+        uint32_t scheme = 0;  // the first the algorithm allows, in this order of preference
+        for (uint32_t sc : {CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, CUBLASLT_REDUCTION_SCHEME_INPLACE,
+                            CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE})
+            if (!scheme && (schemes & sc)) scheme = sc;
         if (!scheme) continue;
         for (int32_t splits : {2, 4, 8}) {
             cublasLtMatmulAlgo_t a = out[i];
-            if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof splits) !=
-                    CUBLAS_STATUS_SUCCESS ||
-                cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme) !=
-                    CUBLAS_STATUS_SUCCESS)
-                continue;
+            const cublasStatus_t set_splits =
+                cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof splits);
+            const cublasStatus_t set_scheme =
+                cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme);
+            if (set_splits != CUBLAS_STATUS_SUCCESS || set_scheme != CUBLAS_STATUS_SUCCESS) continue;
             cublasLtMatmulHeuristicResult_t check;
             if (cublasLtMatmulAlgoCheck(ctx.cublaslt, desc, la, lb, ld, ld, &a, &check) == CUBLAS_STATUS_SUCCESS &&
                 check.workspaceSize <= ctx.cublaslt_workspace_size)

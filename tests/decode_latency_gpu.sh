@@ -88,7 +88,8 @@ echo "==== 5. bench"
 t1=$SECONDS
 : > "$OUT/bench.txt"
 : > "$OUT/autotune.txt"
-for run in "1 0 0" "1 1 1" "8 0 0" "8 1 1" "64 0 0" "64 1 0" "64 0 1" "64 1 1"; do  # B, --latency-kernels, --matmul-autotune
+# B, --latency-kernels, --matmul-autotune
+for run in "1 0 0" "1 1 1" "8 0 0" "8 1 1" "64 0 0" "64 1 0" "64 0 1" "64 1 1"; do
     set -- $run; B=$1; lat=$2; at=$3
     extra=""; [ $lat = 1 ] && [ $at = 1 ] && [ $B != 8 ] && extra="--profile 1"
     timeout 60 $GEN --init d12 --bench 1 --bench-prompt 64 --max-new 256 --temperature 0 --batch $B \
@@ -97,7 +98,7 @@ for run in "1 0 0" "1 1 1" "8 0 0" "8 1 1" "64 0 0" "64 1 0" "64 0 1" "64 1 1"; 
     grep -q BENCH_GEN "$OUT/run.out" || st=1
     [ $st -ne 0 ] && { echo "  B=$B latency=$lat autotune=$at:"; tail -3 "$OUT/run.err"; }
     grep -E "BENCH_GEN|PROFILE" "$OUT/run.out" >> "$OUT/bench.txt"
-    [ $at = 1 ] && [ $B = 64 ] && [ $lat = 1 ] && grep -E "matmul autotune|warning" "$OUT/run.err" >> "$OUT/autotune.txt"
+    [ "$run" = "64 1 1" ] && grep -E "matmul autotune|warning" "$OUT/run.err" >> "$OUT/autotune.txt"
     part "bench d12 B=$B --latency-kernels $lat --matmul-autotune $at" $st
 done
 echo "  [$((SECONDS - t1)) s]"

@@ -352,10 +352,10 @@ static void run_small(lab::Lab& L, int M, int C) {
                            bias.data(), 1, M, C);
     for (const int v : {0, 1})
         L.run("fused_residual_layernorm_forward" + shape, v,
-              v == 0 ? "shipped small M: block per row" : "warp per row (large M)", 4.0 * NC * s + 8.0 * M + 2.0 * C * s,
-              9.0 * NC, lab::Bound::Memory, reset, [&] {
-                  fused_residual_layernorm_forward(d_residual, d_out, d_mean, d_rstd, d_inp, d_inp2, d_weight, d_bias, M,
-                                                   C, L.stream(), NormLaunch{v == 0, false});
+              v == 0 ? "shipped small M: block per row" : "warp per row (large M)",
+              4.0 * NC * s + 8.0 * M + 2.0 * C * s, 9.0 * NC, lab::Bound::Memory, reset, [&] {
+                  fused_residual_layernorm_forward(d_residual, d_out, d_mean, d_rstd, d_inp, d_inp2, d_weight, d_bias,
+                                                   M, C, L.stream(), NormLaunch{v == 0, false});
               }, [&] {
                   bool ok = L.check(d_residual, ref_residual);
                   ok = L.check(d_out, ref_fout) && ok;
