@@ -36,7 +36,7 @@ inline bool cuda_type_is_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t
 // --matmul-autotune 1, through CudaContext::matmul_algos; the trainer sets none and runs the
 // heuristic's first pick) remembers one algorithm per distinct matmul. While `tune` is on, a matmul
 // that is not in it yet (and not inside a CUDA graph capture) is tuned: up to MATMUL_TUNE_HEURISTIC
-// of the heuristic's algorithms, plus split-K versions (2, 4, 8 splits) of its first
+// of the heuristic's algorithms, plus split-K versions (2, 4, 8 splits, fp32 partials) of its first
 // MATMUL_TUNE_SPLIT_BASES that support a split, each run MATMUL_TUNE_REPS times on its own output
 // buffers and a random B operand, with L2 flushed before each run (the step reads its weights cold
 // from HBM), timed with CUDA events; the median's fastest wins. Any algorithm the library accepts
@@ -126,11 +126,10 @@ inline std::vector<cublasLtMatmulAlgo_t> candidates(const CudaContext& ctx, cubl
             continue;
         cublasLtMatmulAlgoCapGetAttribute(&out[i], CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes,
                                           &written);
-        uint32_t scheme = 0;  // the first the algorithm allows, in this order of preference
-        for (uint32_t sc : {CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, CUBLASLT_REDUCTION_SCHEME_INPLACE,
-                            CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE})
-            if (!scheme && (schemes & sc)) scheme = sc;
-        if (!scheme) continue;
+        // fp32 partials in the workspace only: the in-place and output-type schemes would round every
+        // split's partial sum to bf16
+        const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+        if (!(schemes & scheme)) continue;
         for (int32_t splits : {2, 4, 8}) {
             cublasLtMatmulAlgo_t a = out[i];
             const cublasStatus_t set_splits =
@@ -185,7 +184,10 @@ inline cublasLtMatmulAlgo_t tune(const CudaContext& ctx, const MatmulKey& key, c
     std::vector<float> ms_of(cand.size(), INFINITY);
     std::vector<floatX> want(d_elems), got(d_elems);
     for (size_t i = 0; i < cand.size(); i++) {
-        if (run(ctx, desc, la, lb, ld, a, b, d, 0.0f, cand[i]) != CUBLAS_STATUS_SUCCESS) continue;  // also a warm-up
+        if (run(ctx, desc, la, lb, ld, a, b, d, 0.0f, cand[i]) != CUBLAS_STATUS_SUCCESS) {  // also a warm-up
+            (void)cudaGetLastError();  // a refused candidate leaves no launch error behind for the next
+            continue;
+        }
         cudaCheck(cudaStreamSynchronize(ctx.stream));
         std::vector<float> reps;
         bool ok = true;
@@ -193,6 +195,7 @@ inline cublasLtMatmulAlgo_t tune(const CudaContext& ctx, const MatmulKey& key, c
             cudaCheck(cudaMemsetAsync(flush, r, flush_bytes, ctx.stream));
             cudaCheck(cudaEventRecord(e0, ctx.stream));
             ok = run(ctx, desc, la, lb, ld, a, b, d, 0.0f, cand[i]) == CUBLAS_STATUS_SUCCESS;
+            if (!ok) (void)cudaGetLastError();
             cudaCheck(cudaEventRecord(e1, ctx.stream));
             cudaCheck(cudaEventSynchronize(e1));
             float ms = 0;
