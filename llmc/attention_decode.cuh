@@ -117,12 +117,25 @@ inline DecodePlan decode_plan_waves(int B, int NH, int NKV, int S, int window, i
 //   fused combine's tail is a chain of ~4 dependent global round trips, fence, atomic, max/sum loads,
 //   output loads; B 1 gpt2 len 128 timed 0.0115 ms for the waves plan, ~0.005 of it the harness's
 //   empty-kernel time).
+// - ...but past DECODE_CLUSTER_MAX_KEYS keys of capacity a cluster's 8 splits take chunks of more
+//   than 128 keys of a full cache, and where the waves plan's chunks of a full cache are smaller (the
+//   smallest batches) it is taken instead: the seventeenth run's lab (H200, ms, S 4096), gpt2 B 1 len
+//   4096: cluster 0.0252 (8 splits of 512 keys; the same splits through global memory 0.0269) vs
+//   waves 0.0185 (~32 splits of 128). The plan follows the capacity, not the length (the length is on
+//   the device and the graph is captured once), so a short sequence in such a cache pays the global
+//   merge (len 128: 0.0108 vs 0.0084); generate's GPT-2 cache (S 1024) keeps the cluster.
+constexpr int DECODE_CLUSTER_MAX_KEYS = 1024;
 inline DecodePlan decode_plan(int B, int NH, int NKV, int S, int window, int num_sms) {
     const int G = NH / NKV, hpb = decode_heads_per_block(G), head_blocks = ceil_div(G, hpb);
     const int max_keys = window > 0 && window < S ? window : S;
     if (B * NKV * head_blocks >= num_sms)
         return {ceil_div(max_keys, DECODE_FULL_CHUNK), head_blocks, hpb, true, DECODE_FULL_CHUNK, false};
     const int splits = std::min(DECODE_CLUSTER_MAX, ceil_div(max_keys, DECODE_MIN_CHUNK));
+    if (max_keys > DECODE_CLUSTER_MAX_KEYS) {
+        const DecodePlan waves = decode_plan_waves(B, NH, NKV, S, window, num_sms);
+        const int waves_chunk = decode_chunk(max_keys, waves.max_splits, waves.min_chunk);
+        if (waves_chunk < decode_chunk(max_keys, splits, DECODE_MIN_CHUNK)) return waves;
+    }
     return {splits, head_blocks, hpb, true, DECODE_MIN_CHUNK, splits > 1};
 }
 

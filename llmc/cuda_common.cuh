@@ -184,12 +184,15 @@ inline int current_sm_count() {
 
 // ---------------------------------------------------------------- context
 // One per process: the stream every launch goes to, the cuBLASLt handle and its workspace, and
-// the device's properties. Passed explicitly, never global.
+// the device's properties. Passed explicitly, never global. matmul_algos: generate's cache of tuned
+// cuBLASLt algorithms (llmc/matmul.cuh; nullptr, the trainer's: the heuristic's pick).
+struct MatmulAlgoCache;
 struct CudaContext {
     cudaStream_t stream = nullptr;
     cublasLtHandle_t cublaslt = nullptr;
     void* cublaslt_workspace = nullptr;
     size_t cublaslt_workspace_size = 32u << 20;
+    MatmulAlgoCache* matmul_algos = nullptr;  // owned by the caller
     cudaDeviceProp props{};
     int device = 0;
 
@@ -243,6 +246,21 @@ inline void column_partials_add(T* out, const float* partials, int chunks, int64
     column_partials_add_kernel<<<ceil_div(C, 32), dim3(32, 8), 0, stream>>>(out, partials, chunks, stride, C);
     cudaCheckLaunch();
 }
+
+// The norm forwards' launch at a decode step's few rows (llmc/layernorm.cuh, llmc/rmsnorm.cuh):
+// block_per_row: up to NORM_ROW_MAX_M rows, a block per row of C / x128::size threads (rounded up to
+// a warp; C / x128::size <= 1024), one 16-byte pack a thread held in registers: one read of the row,
+// mean and variance from registers through block reductions, instead of the large-M kernel's warp
+// per row and 8 rows a block (8 blocks at M = 64, each lane walking its row three times). pdl: that
+// kernel launched as a programmatic dependent (it loads the norm's weight and bias before
+// griddepcontrol.wait). Rows past NORM_ROW_MAX_M, or wider rows, take the large-M kernel (plain).
+constexpr int NORM_ROW_MAX_M = 256;
+struct NormLaunch {
+    bool block_per_row = false;
+    bool pdl = false;
+};
+inline bool norm_block_per_row_fits(int N, int C) { return N <= NORM_ROW_MAX_M && C / x128::size <= 1024; }
+inline int norm_block_per_row_threads(int C) { return ceil_div(C / x128::size, WARP_SIZE) * WARP_SIZE; }
 
 // The fused norm backwards (llmc/rmsnorm.cuh, llmc/layernorm.cuh) share one plan: blocks of 8 warps,
 // each over one chunk of consecutive rows, whose (chunks, C) weight partials column_partials_add

@@ -2,7 +2,7 @@
 // share: their flags, the model path, the prompts (text through the BPE encoder, ids, files), the
 // end-of-text default and the output of a finished batch, so they take the same command lines and
 // give the same errors. The GPU-only flags (--graph, --check-full, --bench, --init, and the kernel
-// choices --gemv, --pdl, --fused, --latency-kernels, --profile) are registered only for it.
+// choices --gemv, --pdl, --fused, --latency-kernels, --matmul-autotune, --profile) are registered only for it.
 #pragma once
 #include <sys/stat.h>
 #include <unistd.h>
@@ -50,6 +50,7 @@ struct GenConfig {
     int fused = 1;                      // --fused: a step of B <= 8 as 5 kernels a layer, else the append in attention
     int latency = 1;                    // --latency-kernels: the step kernels' latency work (gpt2_infer.cuh)
     int gemv_split_k = 0;               // --gemv-split-k: warps a GEMV row shares (0 = gemv_split_k(K))
+    int matmul_autotune = 1;            // --matmul-autotune: time cuBLASLt's algorithms for the step's matmuls once
     int profile = 0;                    // --profile 1 (with --bench): per-kernel-family time of a decode step
     std::string init;                   // --init dN: a fresh random model instead of --model
 };
@@ -129,6 +130,11 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
                   "the kernels before that work, for comparison (same tokens up to rounding)");
         p.add_int("--gemv-split-k", &g.gemv_split_k, {0, 4}, "with --latency-kernels 1: the warps of a GEMV block "
                   "that share one row's K (1, 2 or 4; 0 = the shipped choice, 4 for K = 3072, 1 for K = 768)");
+        p.add_int("--matmul-autotune", &g.matmul_autotune, {0, 1}, "1 = before the first prompt, time up to ~28 "
+                  "cuBLASLt algorithms (the heuristic's list and split-K versions) for each matmul of a decode step "
+                  "that goes through cuBLASLt (more than 8 sequences, or --gemv 0) and keep the fastest (timed: two "
+                  "runs may keep different ones); 0 = the heuristic's first pick, the same every run (same tokens "
+                  "up to rounding)");
         p.add_int("--profile", &g.profile, {0, 1}, "1 = with --bench: after the timed round, time each kernel family "
                   "of the decode step (plain launches, an event between kernels) and print PROFILE lines");
         p.add_string("--init", "dN", &g.init, "a fresh model from a descriptor (dN: a GPT-2 of N layers, d12 = "

@@ -67,7 +67,9 @@ struct GPT2Infer {
     bool fused = true; // B <= GEMV_MAX_M: the fused kernels (decode_layers_fused); larger: the append in attention
     // the latency work of the step's kernels (--latency-kernels): GEMVs and attention_decode load what
     // the previous kernel does not write before waiting for it, long-K GEMVs split K over a block's
-    // warps, a greedy step's argmax spreads over many blocks; false: the kernels before it
+    // warps, a greedy step's argmax spreads over many blocks, the norms beside cuBLASLt (B > GEMV_MAX_M,
+    // --fused 0) run a block per row (NormLaunch, with m.fused && m.pdl as programmatic dependents);
+    // false: the kernels before it
     bool latency = true;
     int gemv_split_k = 0;  // with latency: GemvTuning::split_k (0 = the shipped gemv_split_k(K))
     StepProfile* profile = nullptr;  // non-null and on: mark() records events
@@ -236,13 +238,20 @@ inline void linear(GPT2Infer& m, const char* family, floatX* out, floatX* pre, c
     }
 }
 
+// How the norms launch (llmc/cuda_common.cuh): with m.latency, at most NORM_ROW_MAX_M rows (a step,
+// or a short prefill) take a block per row, as programmatic dependents with m.fused && m.pdl (the
+// unfused step's cuBLASLt and norm kernels: the norm's launch hides behind the GEMM before it).
+inline NormLaunch norm_launch(const GPT2Infer& m) { return {m.latency, m.latency && m.fused && m.pdl}; }
+
 // residual = inp1 + inp2, out = norm(residual), over M rows.
 inline void residual_norm(GPT2Infer& m, floatX* residual, floatX* out, const floatX* inp1, const floatX* inp2,
                           const floatX* w, const floatX* b, int M, cudaStream_t s) {
     const GPT2Config& c = m.config;
     if (c.norm == NORM_RMSNORM)
-        fused_residual_rmsnorm_forward(residual, out, m.rstd, inp1, inp2, w, M, c.channels, (float)c.norm_eps, s);
-    else fused_residual_layernorm_forward(residual, out, m.mean, m.rstd, inp1, inp2, w, b, M, c.channels, s);
+        fused_residual_rmsnorm_forward(residual, out, m.rstd, inp1, inp2, w, M, c.channels, (float)c.norm_eps, s,
+                                       norm_launch(m));
+    else fused_residual_layernorm_forward(residual, out, m.mean, m.rstd, inp1, inp2, w, b, M, c.channels, s,
+                                          norm_launch(m));
 }
 
 // The transformer blocks over M rows of res1 (the embeddings), leaving the final norm of every row
@@ -255,8 +264,9 @@ inline void layers(GPT2Infer& m, int M, const CudaContext& ctx, Attend&& attend)
     const GPT2Tensors<floatX>& p = m.params;
     cudaStream_t s = ctx.stream;
     mark(m, "norm", s);
-    if (c.norm == NORM_RMSNORM) rmsnorm_forward(m.ln, m.rstd, m.res1, p.ln1w, M, C, (float)c.norm_eps, s);
-    else layernorm_forward(m.ln, m.mean, m.rstd, m.res1, p.ln1w, p.ln1b, M, C, s);
+    if (c.norm == NORM_RMSNORM)
+        rmsnorm_forward(m.ln, m.rstd, m.res1, p.ln1w, M, C, (float)c.norm_eps, s, norm_launch(m));
+    else layernorm_forward(m.ln, m.mean, m.rstd, m.res1, p.ln1w, p.ln1b, M, C, s, norm_launch(m));
     const GemvEpilogue act = c.mlp == MLP_SWIGLU ? GEMV_SWIGLU : GEMV_GELU;
     for (int l = 0; l < L; l++) {
         const size_t c1 = (size_t)l * C;

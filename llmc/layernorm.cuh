@@ -60,13 +60,71 @@ static __global__ void layernorm_forward_warp_per_row(floatX* residual, floatX* 
     }
 }
 
+// A decode step's rows (NormLaunch::block_per_row, llmc/cuda_common.cuh): block = row, thread t owns
+// pack t of the row (threads past C / x128::size hold zeros), the row read once into registers (with
+// the residual: both inputs, the rounded sum stored and normalized), mean and variance by two block
+// reductions over registers. At M = 64, C = 768: 64 blocks of 96 threads where the large-M kernel runs
+// 8 blocks; 2 * 64 * 768 * 2 B = 196 KB in and out, ~1-2 us of DRAM time: latency-bound (load, two
+// block reductions, store). The weight and bias load before the PDL wait.
+template <bool FUSED_RESIDUAL>
+static __global__ void layernorm_forward_block_per_row(floatX* residual, floatX* out, float* mean, float* rstd,
+                                                       const floatX* inp1, const floatX* inp2, const floatX* weight,
+                                                       const floatX* bias, int N, int C) {
+    const int row = blockIdx.x, c = threadIdx.x * x128::size;
+    const bool on = c < C;
+    x128 w, b;
+    if (on) {
+        w = load128(weight + c);
+        b = load128(bias + c);
+    }
+    pdl_wait();
+    pdl_launch_dependents();
+    const int64_t at = (int64_t)row * C + c;
+    float v[x128::size] = {};
+    float sum = 0.0f;
+    if (on) {
+        x128 x = load128(inp1 + at);
+        if constexpr (FUSED_RESIDUAL) {
+            const x128 y = load128(inp2 + at);
+            for (int k = 0; k < x128::size; k++) x[k] = from_float<floatX>(to_float(x[k]) + to_float(y[k]));
+            store128(residual + at, x);
+        }
+        for (int k = 0; k < x128::size; k++) {
+            v[k] = to_float(x[k]);
+            sum += v[k];
+        }
+    }
+    const float m = block_reduce_sum(sum) / C;
+    float sq = 0.0f;
+    if (on)
+        for (int k = 0; k < x128::size; k++) sq += (v[k] - m) * (v[k] - m);
+    const float s = rsqrtf(block_reduce_sum(sq) / C + LAYERNORM_EPS);
+    if (on) {
+        x128 o;
+        for (int k = 0; k < x128::size; k++)
+            o[k] = from_float<floatX>((v[k] - m) * s * to_float(w[k]) + to_float(b[k]));
+        store128(out + at, o);
+    }
+    if (threadIdx.x == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
 inline void layernorm_check(const char* what, int C) {
     if (C % x128::size != 0) fail("%s: C = %d is not a multiple of %d", what, C, x128::size);
 }
 
+// how: NormLaunch (llmc/cuda_common.cuh); the default is the large-M kernel at every N.
 inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
-                              const floatX* bias, int N, int C, cudaStream_t stream) {
+                              const floatX* bias, int N, int C, cudaStream_t stream, NormLaunch how = {}) {
     layernorm_check("layernorm_forward", C);
+    if (how.block_per_row && norm_block_per_row_fits(N, C)) {
+        launch_kernel(layernorm_forward_block_per_row<false>, dim3(N), dim3(norm_block_per_row_threads(C)), 0, stream,
+                      how.pdl, (floatX*)nullptr, out, mean, rstd, inp, (const floatX*)nullptr, weight, bias, N, C);
+        cudaCheckLaunch();
+        return;
+    }
     const int rows_per_block = LAYERNORM_BLOCK / WARP_SIZE;
     layernorm_forward_warp_per_row<false><<<ceil_div(N, rows_per_block), LAYERNORM_BLOCK, 0, stream>>>(
         nullptr, out, mean, rstd, inp, nullptr, weight, bias, N, C);
@@ -75,8 +133,15 @@ inline void layernorm_forward(floatX* out, float* mean, float* rstd, const float
 
 inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd,
                                              const floatX* inp1, const floatX* inp2, const floatX* weight,
-                                             const floatX* bias, int N, int C, cudaStream_t stream) {
+                                             const floatX* bias, int N, int C, cudaStream_t stream,
+                                             NormLaunch how = {}) {
     layernorm_check("fused_residual_layernorm_forward", C);
+    if (how.block_per_row && norm_block_per_row_fits(N, C)) {
+        launch_kernel(layernorm_forward_block_per_row<true>, dim3(N), dim3(norm_block_per_row_threads(C)), 0, stream,
+                      how.pdl, residual, out, mean, rstd, inp1, inp2, weight, bias, N, C);
+        cudaCheckLaunch();
+        return;
+    }
     const int rows_per_block = LAYERNORM_BLOCK / WARP_SIZE;
     layernorm_forward_warp_per_row<true><<<ceil_div(N, rows_per_block), LAYERNORM_BLOCK, 0, stream>>>(
         residual, out, mean, rstd, inp1, inp2, weight, bias, N, C);

@@ -10,6 +10,9 @@
 // cuBLAS is column-major: a row-major (R, K) matrix is a column-major (K, R) one, so the row-major
 // products above are computed as their transposes, e.g. out^T (OC, N) = W (OC, C) . inp^T (C, N).
 #pragma once
+#include <algorithm>
+#include <cmath>
+#include <vector>
 #include "llmc/cuda_common.cuh"
 #include "llmc/utils.h"
 
@@ -30,9 +33,221 @@ struct MatmulTypes {
 };
 inline bool cuda_type_is_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
 
+// ---------------------------------------------------------------- algorithm choice
+// cuBLASLt's heuristic names one algorithm per call, tuned for large GEMMs; at a decode step's few
+// rows (generate at B > GEMV_MAX_M: M = 64 against 0.6-77 MB of weights) its first pick can take twice
+// the time of another it lists (qkv: 11 us a call for 3.5 MB). MatmulAlgoCache (generate
+// --matmul-autotune 1, through CudaContext::matmul_algos; the trainer sets none and runs the
+// heuristic's first pick) remembers one algorithm per distinct matmul. While `tune` is on, a matmul
+// that is not in it yet (and not inside a CUDA graph capture) is tuned: up to MATMUL_TUNE_HEURISTIC
+// of the heuristic's algorithms, plus split-K versions (2, 4, 8 splits, fp32 partials) of its first
+// MATMUL_TUNE_SPLIT_BASES that support a split, each run MATMUL_TUNE_REPS times on its own output
+// buffers and a random B operand, with L2 flushed before each run (the step reads its weights cold
+// from HBM), timed with CUDA events; the median's fastest wins. Any algorithm the library accepts
+// for a descriptor computes the same product (split K only reorders the fp32 sums), but the winner's
+// output is compared once with the first pick's (MATMUL_TUNE_TOL of the largest |output|): on a
+// mismatch the first pick is kept and a warning printed. Only floatX GEMMs with beta = 0 are tuned
+// (FP8 and accumulating ones always run the heuristic's pick).
+constexpr int MATMUL_TUNE_HEURISTIC = 16;
+constexpr int MATMUL_TUNE_SPLIT_BASES = 4;
+constexpr int MATMUL_TUNE_REPS = 7;
+constexpr double MATMUL_TUNE_TOL = sizeof(floatX) == 2 ? 1e-2 : 1e-4;
+
+struct MatmulKey {
+    int m, n, k, lda, ldb, ldd;
+    bool trans_a, trans_b, bias, aux, accumulate;
+    cublasLtEpilogue_t epilogue;
+    cudaDataType_t a, b, d;
+    bool operator==(const MatmulKey& o) const {
+        return m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb && ldd == o.ldd &&
+               trans_a == o.trans_a && trans_b == o.trans_b && bias == o.bias && aux == o.aux &&
+               accumulate == o.accumulate && epilogue == o.epilogue && a == o.a && b == o.b && d == o.d;
+    }
+};
+
+struct MatmulAlgoCache {
+    bool tune = false;     // tune matmuls not in the cache (outside captures); off: look up, else the heuristic
+    bool verbose = true;   // one line a tuned matmul on stderr
+    struct Entry {
+        MatmulKey key;
+        cublasLtMatmulAlgo_t algo;
+    };
+    std::vector<Entry> entries;
+    const Entry* find(const MatmulKey& key) const {
+        for (const Entry& e : entries)
+            if (e.key == key) return &e;
+        return nullptr;
+    }
+};
+
+namespace matmul_detail {
+
+inline MatmulKey make_key(int m, int n, int k, bool trans_a, bool trans_b, int lda, int ldb, int ldd, float beta,
+                          cublasLtEpilogue_t epilogue, const void* bias, const void* aux, const MatmulTypes& t) {
+    MatmulKey key;
+    key.m = m; key.n = n; key.k = k; key.lda = lda; key.ldb = ldb; key.ldd = ldd;
+    key.trans_a = trans_a; key.trans_b = trans_b; key.bias = bias != nullptr; key.aux = aux != nullptr;
+    key.accumulate = beta != 0.0f;
+    key.epilogue = epilogue;
+    key.a = t.a; key.b = t.b; key.d = t.d;
+    return key;
+}
+
+// One matmul D = op(A) op(B) (+ epilogue) with `algo`; the status instead of an exit (a candidate the
+// library refuses at run time is skipped).
+inline cublasStatus_t run(const CudaContext& ctx, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                          cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld, const void* a, const void* b, void* d,
+                          float beta, const cublasLtMatmulAlgo_t& algo) {
+    const float alpha = 1.0f;
+    return cublasLtMatmul(ctx.cublaslt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &algo, ctx.cublaslt_workspace,
+                          ctx.cublaslt_workspace_size, ctx.stream);
+}
+
+inline float median(std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+// The candidates: the heuristic's list (index 0 = its pick, `first`), then split-K versions of its
+// first few that support a split and pass cublasLtMatmulAlgoCheck within the workspace.
+inline std::vector<cublasLtMatmulAlgo_t> candidates(const CudaContext& ctx, cublasLtMatmulDesc_t desc,
+                                                    cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                                                    cublasLtMatrixLayout_t ld, cublasLtMatmulPreference_t pref) {
+    cublasLtMatmulHeuristicResult_t heur[MATMUL_TUNE_HEURISTIC];
+    int found = 0;
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt, desc, la, lb, ld, ld, pref, MATMUL_TUNE_HEURISTIC, heur,
+                                               &found));
+    std::vector<cublasLtMatmulAlgo_t> out;
+    for (int i = 0; i < found; i++)
+        if (heur[i].state == CUBLAS_STATUS_SUCCESS) out.push_back(heur[i].algo);
+    const int bases = std::min<int>((int)out.size(), MATMUL_TUNE_SPLIT_BASES);
+    for (int i = 0; i < bases; i++) {
+        int32_t split_ok = 0;
+        uint32_t schemes = 0;
+        size_t written = 0;
+        if (cublasLtMatmulAlgoCapGetAttribute(&out[i], CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &split_ok, sizeof split_ok,
+                                              &written) != CUBLAS_STATUS_SUCCESS || !split_ok)
+            continue;
+        cublasLtMatmulAlgoCapGetAttribute(&out[i], CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes,
+                                          &written);
+        // fp32 partials in the workspace only: the in-place and output-type schemes would round every
+        // split's partial sum to bf16
+        const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+        if (!(schemes & scheme)) continue;
+        for (int32_t splits : {2, 4, 8}) {
+            cublasLtMatmulAlgo_t a = out[i];
+            const cublasStatus_t set_splits =
+                cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof splits);
+            const cublasStatus_t set_scheme =
+                cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme);
+            if (set_splits != CUBLAS_STATUS_SUCCESS || set_scheme != CUBLAS_STATUS_SUCCESS) continue;
+            cublasLtMatmulHeuristicResult_t check;
+            if (cublasLtMatmulAlgoCheck(ctx.cublaslt, desc, la, lb, ld, ld, &a, &check) == CUBLAS_STATUS_SUCCESS &&
+                check.workspaceSize <= ctx.cublaslt_workspace_size)
+                out.push_back(a);
+        }
+    }
+    return out;
+}
+
+inline int32_t algo_splits(const cublasLtMatmulAlgo_t& algo) {
+    int32_t s = 1;
+    size_t written = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &s, sizeof s, &written);
+    return s;
+}
+
+// Tunes one matmul (the caller's descriptors and its A and bias; B random, D and aux scratch) and
+// returns the algorithm to keep. Synchronizes the stream (not allowed inside a capture).
+inline cublasLtMatmulAlgo_t tune(const CudaContext& ctx, const MatmulKey& key, cublasLtMatmulDesc_t desc,
+                                 cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld,
+                                 cublasLtMatmulPreference_t pref, const void* a, const cublasLtMatmulAlgo_t& first) {
+    const size_t b_elems = (size_t)key.ldb * (key.trans_b ? key.k : key.n), d_elems = (size_t)key.ldd * key.n;
+    std::vector<floatX> host_b(b_elems);
+    uint64_t x = 0x9e3779b97f4a7c15ull ^ (uint64_t)key.m * 131 ^ (uint64_t)key.n * 7919 ^ (uint64_t)key.k;
+    for (floatX& v : host_b) {  // uniform in [-1, 1): a splitmix64 stream
+        x += 0x9e3779b97f4a7c15ull;
+        uint64_t z = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        v = from_float<floatX>((float)((z ^ (z >> 31)) >> 40) / (float)(1 << 23) - 1.0f);
+    }
+    const size_t flush_bytes = 2 * (size_t)std::max(ctx.props.l2CacheSize, 1 << 20);
+    void *b = nullptr, *d = nullptr, *aux = nullptr, *flush = nullptr;
+    cudaCheck(cudaMalloc(&b, b_elems * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&d, d_elems * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&flush, flush_bytes));
+    if (key.aux) {  // the epilogue's aux output goes to scratch too (same shape as D)
+        cudaCheck(cudaMalloc(&aux, d_elems * sizeof(floatX)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+    }
+    cudaCheck(cudaMemcpy(b, host_b.data(), b_elems * sizeof(floatX), cudaMemcpyHostToDevice));
+    cudaEvent_t e0, e1;
+    cudaCheck(cudaEventCreate(&e0));
+    cudaCheck(cudaEventCreate(&e1));
+    const std::vector<cublasLtMatmulAlgo_t> cand = candidates(ctx, desc, la, lb, ld, pref);
+    std::vector<float> ms_of(cand.size(), INFINITY);
+    std::vector<floatX> want(d_elems), got(d_elems);
+    for (size_t i = 0; i < cand.size(); i++) {
+        if (run(ctx, desc, la, lb, ld, a, b, d, 0.0f, cand[i]) != CUBLAS_STATUS_SUCCESS) {  // also a warm-up
+            (void)cudaGetLastError();  // a refused candidate leaves no launch error behind for the next
+            continue;
+        }
+        cudaCheck(cudaStreamSynchronize(ctx.stream));
+        std::vector<float> reps;
+        bool ok = true;
+        for (int r = 0; r < MATMUL_TUNE_REPS && ok; r++) {
+            cudaCheck(cudaMemsetAsync(flush, r, flush_bytes, ctx.stream));
+            cudaCheck(cudaEventRecord(e0, ctx.stream));
+            ok = run(ctx, desc, la, lb, ld, a, b, d, 0.0f, cand[i]) == CUBLAS_STATUS_SUCCESS;
+            if (!ok) (void)cudaGetLastError();
+            cudaCheck(cudaEventRecord(e1, ctx.stream));
+            cudaCheck(cudaEventSynchronize(e1));
+            float ms = 0;
+            cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
+            reps.push_back(ms);
+        }
+        if (ok) ms_of[i] = median(reps);
+        if (i == 0) cudaCheck(cudaMemcpy(want.data(), d, d_elems * sizeof(floatX), cudaMemcpyDeviceToHost));
+    }
+    cudaCheck(cudaGetLastError());  // no CUDA error pending after the candidates
+    const size_t best = std::min_element(ms_of.begin(), ms_of.end()) - ms_of.begin();
+    cublasLtMatmulAlgo_t keep = cand.empty() || !std::isfinite(ms_of[best]) ? first : cand[best];
+    double diff = 0.0, scale = 1e-30;
+    if (!cand.empty() && std::isfinite(ms_of[best]) && best != 0) {
+        if (run(ctx, desc, la, lb, ld, a, b, d, 0.0f, keep) != CUBLAS_STATUS_SUCCESS)
+            fail("matmul autotune: the chosen algorithm failed on a second run");
+        cudaCheck(cudaMemcpy(got.data(), d, d_elems * sizeof(floatX), cudaMemcpyDeviceToHost));
+        for (int c = 0; c < key.n; c++)
+            for (int r = 0; r < key.m; r++) {
+                const double w = to_float(want[(size_t)c * key.ldd + r]), g = to_float(got[(size_t)c * key.ldd + r]);
+                diff = std::max(diff, std::fabs(w - g));
+                scale = std::max(scale, std::fabs(w));
+            }
+        if (!(diff <= MATMUL_TUNE_TOL * scale)) {
+            fprintf(stderr, "warning: matmul autotune m=%d n=%d k=%d: the fastest algorithm's output differs from the "
+                    "heuristic's by %.3g of max %.3g; keeping the heuristic's\n", key.m, key.n, key.k, diff, scale);
+            keep = first;
+        }
+    }
+    if (ctx.matmul_algos->verbose && !cand.empty())
+        fprintf(stderr, "matmul autotune m=%d n=%d k=%d epilogue=%d: %zu candidates, heuristic's pick %.2f us, "
+                "chosen #%zu (split-K %d) %.2f us, max |diff| %.3g of %.3g\n", key.m, key.n, key.k, (int)key.epilogue,
+                cand.size(), 1e3 * ms_of[0], best, (int)algo_splits(keep), 1e3 * ms_of[best], diff, scale);
+    cudaCheck(cudaEventDestroy(e0));
+    cudaCheck(cudaEventDestroy(e1));
+    cudaCheck(cudaFree(b));
+    cudaCheck(cudaFree(d));
+    cudaCheck(cudaFree(flush));
+    if (aux) cudaCheck(cudaFree(aux));
+    return keep;
+}
+
+}  // namespace matmul_detail
+
 // D (m, n) = alpha * op(A) op(B) + beta * D, all column-major with leading dims lda/ldb/ldd; the
 // epilogue adds `bias` (m) and applies GELU / dGELU with `aux` (m, n), leading dim ldd. Element
-// types from `types` (C, the beta input, is D itself).
+// types from `types` (C, the beta input, is D itself). The algorithm: ctx.matmul_algos' (tuned
+// there while it tunes), else the heuristic's first.
 static void matmul_cublaslt(const CudaContext& ctx, void* d, const void* a, const void* b, int m, int n, int k,
                             bool trans_a, bool trans_b, int lda, int ldb, int ldd, float beta,
                             cublasLtEpilogue_t epilogue, const void* bias, void* aux,
@@ -48,11 +263,12 @@ static void matmul_cublaslt(const CudaContext& ctx, void* d, const void* a, cons
         const cudaDataType_t bias_type = types.bias;
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
     }
-    if (aux) {
+    auto set_aux = [&] {
         const int64_t ld_aux = ldd;
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux, sizeof(ld_aux)));
-    }
+    };
+    if (aux) set_aux();
     if (types.a_scale)
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &types.a_scale,
                                                    sizeof(types.a_scale)));
@@ -76,18 +292,34 @@ static void matmul_cublaslt(const CudaContext& ctx, void* d, const void* a, cons
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                      &ctx.cublaslt_workspace_size, sizeof(ctx.cublaslt_workspace_size)));
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    cublasCheck(cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt, desc, la, lb, ld, ld, pref, 1, &heur, &found));
     // outer-vector scales are a feature some GPUs and cuBLASLt versions lack: say which flag asked for them
     const char* rowwise = types.outer_vec_scales ? " with per-row (outer-vector) FP8 scales, as --fp8-scaling rowwise "
                                                    "asks (cuBLASLt has them on Hopper, sm_90, only)" : "";
-    if (found == 0)
-        fail("cuBLASLt has no algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d epilogue=%d types a=%d b=%d d=%d%s", m,
-             n, k, (int)trans_a, (int)trans_b, (int)epilogue, (int)types.a, (int)types.b, (int)types.d, rowwise);
-    const float alpha = 1.0f;
-    const cublasStatus_t st = cublasLtMatmul(ctx.cublaslt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo,
-                                             ctx.cublaslt_workspace, ctx.cublaslt_workspace_size, ctx.stream);
+    MatmulAlgoCache* cache = ctx.matmul_algos;
+    const MatmulKey key = matmul_detail::make_key(m, n, k, trans_a, trans_b, lda, ldb, ldd, beta, epilogue, bias, aux,
+                                                  types);
+    const MatmulAlgoCache::Entry* hit = cache ? cache->find(key) : nullptr;
+    cublasLtMatmulAlgo_t algo;
+    if (hit) {
+        algo = hit->algo;
+    } else {
+        cublasLtMatmulHeuristicResult_t heur;
+        int found = 0;
+        cublasCheck(cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt, desc, la, lb, ld, ld, pref, 1, &heur, &found));
+        if (found == 0)
+            fail("cuBLASLt has no algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d epilogue=%d types a=%d b=%d d=%d%s",
+                 m, n, k, (int)trans_a, (int)trans_b, (int)epilogue, (int)types.a, (int)types.b, (int)types.d, rowwise);
+        algo = heur.algo;
+        cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+        cudaCheck(cudaStreamIsCapturing(ctx.stream, &capturing));
+        if (cache && cache->tune && capturing == cudaStreamCaptureStatusNone && beta == 0.0f &&
+            types.a == CUBLAS_FLOATX && types.b == CUBLAS_FLOATX && types.d == CUBLAS_FLOATX) {
+            algo = matmul_detail::tune(ctx, key, desc, la, lb, ld, pref, a, heur.algo);
+            cache->entries.push_back({key, algo});
+            if (aux) set_aux();  // tuning pointed it at its scratch
+        }
+    }
+    const cublasStatus_t st = matmul_detail::run(ctx, desc, la, lb, ld, a, b, d, beta, algo);
     if (st != CUBLAS_STATUS_SUCCESS && types.outer_vec_scales)
         fail("cublasLtMatmul: status %d (%s) for m=%d n=%d k=%d epilogue=%d%s", (int)st, cublasGetStatusString(st), m, n,
              k, (int)epilogue, rowwise);

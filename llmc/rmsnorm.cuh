@@ -54,6 +54,44 @@ static __global__ void rmsnorm_forward_warp_per_row(floatX* residual, floatX* ou
     if (lane == 0) rstd[row] = s;
 }
 
+// A decode step's rows (NormLaunch::block_per_row, llmc/cuda_common.cuh): block = row, thread t owns
+// pack t of the row, held in registers (fused: the rounded sum of both inputs, stored), the sum of
+// squares by one block reduction; latency-bound as layernorm_forward_block_per_row. The weight loads
+// before the PDL wait.
+template <bool FUSED_RESIDUAL>
+static __global__ void rmsnorm_forward_block_per_row(floatX* residual, floatX* out, float* rstd, const floatX* inp1,
+                                                     const floatX* inp2, const floatX* weight, int N, int C,
+                                                     float eps) {
+    const int row = blockIdx.x, c = threadIdx.x * x128::size;
+    const bool on = c < C;
+    x128 w;
+    if (on) w = load128(weight + c);
+    pdl_wait();
+    pdl_launch_dependents();
+    const int64_t at = (int64_t)row * C + c;
+    float v[x128::size] = {};
+    float sq = 0.0f;
+    if (on) {
+        x128 x = load128(inp1 + at);
+        if constexpr (FUSED_RESIDUAL) {
+            const x128 y = load128(inp2 + at);
+            for (int k = 0; k < x128::size; k++) x[k] = from_float<floatX>(to_float(x[k]) + to_float(y[k]));
+            store128(residual + at, x);
+        }
+        for (int k = 0; k < x128::size; k++) {
+            v[k] = to_float(x[k]);
+            sq += v[k] * v[k];
+        }
+    }
+    const float s = rsqrtf(block_reduce_sum(sq) / C + eps);
+    if (on) {
+        x128 o;
+        for (int k = 0; k < x128::size; k++) o[k] = from_float<floatX>(v[k] * s * to_float(w[k]));
+        store128(out + at, o);
+    }
+    if (threadIdx.x == 0) rstd[row] = s;
+}
+
 inline void rmsnorm_check(const char* what, int C) {
     if (C % x128::size != 0) fail("%s: C = %d is not a multiple of %d", what, C, x128::size);
 }
@@ -61,10 +99,17 @@ inline void rmsnorm_check_eps(const char* what, float eps) {
     if (!(eps > 0.0f)) fail("%s: eps %g must be > 0", what, (double)eps);
 }
 
+// how: NormLaunch (llmc/cuda_common.cuh); the default is the large-M kernel at every N.
 inline void rmsnorm_forward(floatX* out, float* rstd, const floatX* inp, const floatX* weight, int N, int C, float eps,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, NormLaunch how = {}) {
     rmsnorm_check("rmsnorm_forward", C);
     rmsnorm_check_eps("rmsnorm_forward", eps);
+    if (how.block_per_row && norm_block_per_row_fits(N, C)) {
+        launch_kernel(rmsnorm_forward_block_per_row<false>, dim3(N), dim3(norm_block_per_row_threads(C)), 0, stream,
+                      how.pdl, (floatX*)nullptr, out, rstd, inp, (const floatX*)nullptr, weight, N, C, eps);
+        cudaCheckLaunch();
+        return;
+    }
     const int rows_per_block = RMSNORM_BLOCK / WARP_SIZE;
     rmsnorm_forward_warp_per_row<false><<<ceil_div(N, rows_per_block), RMSNORM_BLOCK, 0, stream>>>(
         nullptr, out, rstd, inp, nullptr, weight, N, C, eps);
@@ -73,9 +118,15 @@ inline void rmsnorm_forward(floatX* out, float* rstd, const floatX* inp, const f
 
 inline void fused_residual_rmsnorm_forward(floatX* residual, floatX* out, float* rstd, const floatX* inp1,
                                            const floatX* inp2, const floatX* weight, int N, int C, float eps,
-                                           cudaStream_t stream) {
+                                           cudaStream_t stream, NormLaunch how = {}) {
     rmsnorm_check("fused_residual_rmsnorm_forward", C);
     rmsnorm_check_eps("fused_residual_rmsnorm_forward", eps);
+    if (how.block_per_row && norm_block_per_row_fits(N, C)) {
+        launch_kernel(rmsnorm_forward_block_per_row<true>, dim3(N), dim3(norm_block_per_row_threads(C)), 0, stream,
+                      how.pdl, residual, out, rstd, inp1, inp2, weight, N, C, eps);
+        cudaCheckLaunch();
+        return;
+    }
     const int rows_per_block = RMSNORM_BLOCK / WARP_SIZE;
     rmsnorm_forward_warp_per_row<true><<<ceil_div(N, rows_per_block), RMSNORM_BLOCK, 0, stream>>>(
         residual, out, rstd, inp1, inp2, weight, N, C, eps);

@@ -29,7 +29,8 @@
 #      Llama MHA at B = 8 and GQA + window with RoPE, sampling, a context end with idle rows, --pdl 0;
 #      and B = 10, where --fused 1 folds the cache append into attention_decode),
 #      and --check-full of --fused 0 on d12 and of --fused 1 on the Llama 114M shape at B = 8 (bf16);
-#      and --latency-kernels 0 (the step's kernels before their latency work) = the CPU twin
+#      and --latency-kernels 0 (the step's kernels before their latency work) = the CPU twin, and
+#      --matmul-autotune 1 (it ran, no output mismatch) and 0 = the CPU twin at B = 10
 # SECTIONS (default 1234567) picks the sections to run, e.g. SECTIONS=7 for the fused checks alone
 # (tests/decode_speed_gpu.sh).
 cd "$(dirname "$0")/.." || exit 1
@@ -239,6 +240,19 @@ fused_same "llama GQA + window, batch of 10 (cuBLAS; the append in attention_dec
     --temperature 0 --max-new 30 --eot -1
 fused_same "GPT-2 GQA + window, batch of 10 (cuBLAS; the append in attention_decode)" --model $GQA $TEN \
     --temperature 0 --max-new 30 --eot -1
+# the cuBLASLt path's autotune (the default): it ran (one line a tuned matmul on stderr), and its tokens
+# are the CPU twin's, with and without it
+for at in 1 0; do
+    $GEN32 --model $GQA $TEN --temperature 0 --max-new 30 --eot -1 --matmul-autotune $at > "$WORK/a$at.out" \
+        2> "$WORK/a$at.err" && $CPU --model $GQA $TEN --temperature 0 --max-new 30 --eot -1 > "$WORK/ac.out" \
+        2>/dev/null < /dev/null && [ -s "$WORK/a$at.out" ] && cmp -s "$WORK/a$at.out" "$WORK/ac.out"
+    st=$?
+    if [ $at = 1 ]; then
+        grep "matmul autotune" "$WORK/a1.err" | head -5 | sed 's/^/  /'
+        { grep -q "matmul autotune" "$WORK/a1.err" && ! grep -q "warning" "$WORK/a1.err"; } || st=1
+    fi
+    report "--matmul-autotune $at = CPU twin (fp32): GPT-2 GQA + window, batch of 10 (cuBLASLt)" $st
+done
 $GEN32 --model $LGQA --prompt-ids $P1 --prompt-ids $P2 --temperature 0 --max-new 40 --eot -1 --pdl 0 \
     > "$WORK/p0.out" 2>/dev/null && $CPU --model $LGQA --prompt-ids $P1 --prompt-ids $P2 --temperature 0 --max-new 40 \
     --eot -1 > "$WORK/pc.out" 2>/dev/null && [ -s "$WORK/p0.out" ] && cmp -s "$WORK/p0.out" "$WORK/pc.out"

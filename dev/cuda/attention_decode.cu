@@ -10,7 +10,8 @@
 //   0  shipped attention_decode, as the fused step at B <= 8 launches it (pdl, early loads): split-K
 //      blocks of 128 threads, each serving a KV head's whole query group (up to 8 heads); decode_plan:
 //      at a small grid (B * NKV * head blocks < SMs) up to 8 splits, one cluster per (sequence, head
-//      block), the partials merged through distributed shared memory; at a large one chunks of 1024
+//      block), the partials merged through distributed shared memory (past 1024 keys of capacity the
+//      waves plan of variant 10 where it splits more: B 1 at S 4096); at a large one chunks of 1024
 //      keys (no split up to 1024), fp32 partials merged by the last split block of each (sequence,
 //      head block) when a sequence needs > 1 split (the fused combine, shipped after commit 24fefd9)
 //   1  baseline: one block per (sequence, query head), no split, no sharing of K/V across the group
@@ -54,7 +55,8 @@
 // (Those are the waves plan's, now variants 10/11; issue 15's second round replaced it with decode_plan:
 // the cluster merge at small grids, 1024-key chunks at large ones. H200, 0fdec65, variant 0 against 10:
 // gpt2 B 1 len 128 0.0084 vs 0.0108, len 4096 0.0252 vs 0.0185 (worse: 8 splits of 512 keys); B 64
-// len 128 0.0227 vs 0.0347, len 4096 0.2826 vs 0.2922; docs/perf.md, seventeenth run.)
+// len 128 0.0227 vs 0.0347, len 4096 0.2826 vs 0.2922; docs/perf.md, seventeenth run. Since, B 1 with
+// S 4096 takes the waves plan (DECODE_CLUSTER_MAX_KEYS): variant 0 = 10 there, 12 = 10 as well.)
 // Small batches are latency-bound (an empty kernel times ~0.005 ms here); fused combine (then variant 4,
 // since shipped as 0) wins at
 // B 8 / mixed lengths (0.0329 vs 0.0360), 2x splits (3) at B 8 len 4096 (0.0494 vs 0.0553); GQA at

@@ -32,6 +32,12 @@
 //                  measured: 0.1262 ms, 79.9% of copy (b0218d8)
 //   backward       4 fused R=2: two rows per warp step (at C = 768: over 128 registers, 604 B of spills)
 //                  measured: 0.1731 ms, 58.2% of copy (b0218d8)
+// Small M (a decode step's rows: M = 1, 8, 64 at C = 768 and the awkward C = 776), forward and fused
+// forward ("... small M=" lines):
+//   0 shipped for M <= NORM_ROW_MAX_M (generate, NormLaunch::block_per_row): layernorm_forward_block_per_row,
+//     a block per row, one pack a thread in registers, block reductions (launched here without PDL)
+//   1 the large-M kernel (warp per row, 8 rows a block): what generate ran before
+//   not yet measured; the decode step's profile (B = 64, before): 6.5 us a residual+norm call
 #include "dev/cuda/harness.cuh"
 #include "llmc/cpu/layernorm.h"
 #include "llmc/layernorm.cuh"
@@ -302,8 +308,66 @@ static void run_shape(lab::Lab& L, int N, int C) {
     }
 }
 
+// A decode step's M rows: the forward and the fused forward, the small-M kernel (0) against the
+// large-M one (1), both checked against the CPU reference.
+static void run_small(lab::Lab& L, int M, int C) {
+    const std::string shape = " small M=" + std::to_string(M) + " C=" + std::to_string(C);
+    const size_t NC = (size_t)M * C, s = sizeof(floatX);
+    const uint64_t seed = 100 + 7 * (uint64_t)M + C;
+    std::vector<float> inp = lab::rand_uniform(NC, seed, -2.0f, 2.0f), inp2 = lab::rand_uniform(NC, seed + 1);
+    std::vector<float> weight = lab::rand_uniform(C, seed + 2, 0.5f, 1.5f), bias = lab::rand_uniform(C, seed + 3);
+    lab::DevBuf<floatX> d_inp(NC, "inp"), d_inp2(NC, "inp2"), d_weight(C, "weight"), d_bias(C, "bias");
+    lab::DevBuf<floatX> d_out(NC, "out"), d_residual(NC, "residual");
+    lab::DevBuf<float> d_mean(M, "mean"), d_rstd(M, "rstd");
+    d_inp.upload(inp);
+    d_inp2.upload(inp2);
+    d_weight.upload(weight);
+    d_bias.upload(bias);
+    const lab::Tol stat_tol = {1e-4, 1e-4};
+    auto reset = [&] {
+        d_out.poison(L.stream());
+        d_residual.poison(L.stream());
+        d_mean.poison(L.stream());
+        d_rstd.poison(L.stream());
+    };
+    std::vector<float> ref_out(NC), ref_mean(M), ref_rstd(M);
+    cpu::layernorm_forward(ref_out.data(), ref_mean.data(), ref_rstd.data(), inp.data(), weight.data(), bias.data(), 1,
+                           M, C);
+    auto check_fwd = [&] {
+        bool ok = L.check(d_out, ref_out);
+        ok = L.check(d_mean, ref_mean, stat_tol) && ok;
+        return L.check(d_rstd, ref_rstd, stat_tol) && ok;
+    };
+    const double fwd_bytes = 2.0 * NC * s + 8.0 * M + 2.0 * C * s;
+    for (const int v : {0, 1})
+        L.run("layernorm_forward" + shape, v, v == 0 ? "shipped small M: block per row" : "warp per row (large M)",
+              fwd_bytes, 8.0 * NC, lab::Bound::Memory, reset, [&] {
+                  layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_weight, d_bias, M, C, L.stream(),
+                                    NormLaunch{v == 0, false});
+              }, check_fwd);
+    std::vector<float> ref_residual(NC), ref_fout(NC), ref_fmean(M), ref_frstd(M);
+    for (size_t i = 0; i < NC; i++) ref_residual[i] = inp[i] + inp2[i];
+    lab::round_to<floatX>(ref_residual);
+    cpu::layernorm_forward(ref_fout.data(), ref_fmean.data(), ref_frstd.data(), ref_residual.data(), weight.data(),
+                           bias.data(), 1, M, C);
+    for (const int v : {0, 1})
+        L.run("fused_residual_layernorm_forward" + shape, v,
+              v == 0 ? "shipped small M: block per row" : "warp per row (large M)",
+              4.0 * NC * s + 8.0 * M + 2.0 * C * s, 9.0 * NC, lab::Bound::Memory, reset, [&] {
+                  fused_residual_layernorm_forward(d_residual, d_out, d_mean, d_rstd, d_inp, d_inp2, d_weight, d_bias,
+                                                   M, C, L.stream(), NormLaunch{v == 0, false});
+              }, [&] {
+                  bool ok = L.check(d_residual, ref_residual);
+                  ok = L.check(d_out, ref_fout) && ok;
+                  ok = L.check(d_mean, ref_fmean, stat_tol) && ok;
+                  return L.check(d_rstd, ref_frstd, stat_tol) && ok;
+              });
+}
+
 int main(int argc, char** argv) {
     lab::Lab L(argc, argv, "layernorm.cu");
+    for (const int M : {1, 8, 64})
+        for (const int C : {lab::GPT2_C, 776}) run_small(L, M, C);
     run_shape(L, lab::GPT2_B * lab::GPT2_T, lab::GPT2_C);
     run_shape(L, lab::ODD_B * lab::ODD_T, 776);
     return L.finish();

@@ -12,6 +12,11 @@
 //   forward        2 registers: warp per row, the row held in registers, 1 pass over DRAM and L1
 //                  (layernorm.cu measured its version of this 10 points below its shipped kernel)
 //   fused forward  0 shipped: residual add + RMSNorm in one kernel
+// Small M (a decode step's rows: M = 1, 8, 64 at C = 768 and the awkward C = 776), forward and fused
+// forward ("... small M=" lines):
+//   0 shipped for M <= NORM_ROW_MAX_M (generate, NormLaunch::block_per_row): rmsnorm_forward_block_per_row,
+//     a block per row, one 16-byte pack a thread in registers, one block reduction (here without PDL)
+//   1 the large-M kernel (warp per row, 8 rows a block): what generate ran before; not yet measured
 //   backward       0 shipped (since the normbwd branch): rmsnorm_backward_fused, one kernel, every
 //                  load of a row (dout, inp, dinp) issued before its reduction, the row held in
 //                  registers, dweight sums per lane in registers, 256 chunks of rows = 256 blocks of 8
@@ -44,8 +49,8 @@ constexpr float EPS = 1e-6f;
 constexpr int REG_PACKS = 1024 / (WARP_SIZE * x128::size);  // packs per lane of the register variants: C <= 1024
 
 // Variant 1: block = one row, thread = elements threadIdx.x, +blockDim.x, ... with 2-byte loads.
-static __global__ void rmsnorm_forward_block_per_row(floatX* out, float* rstd, const floatX* inp,
-                                                     const floatX* weight, int N, int C, float eps) {
+static __global__ void rmsnorm_forward_block_scalar(floatX* out, float* rstd, const floatX* inp,
+                                                    const floatX* weight, int N, int C, float eps) {
     const int row = blockIdx.x;
     const floatX* x = inp + (int64_t)row * C;
     float sq = 0.0f;
@@ -184,7 +189,7 @@ static void run_shape(lab::Lab& L, int N, int C) {
     L.run("rmsnorm_forward" + shape, 0, "shipped", fwd_bytes, fwd_flops, lab::Bound::Memory, reset_fwd,
           [&] { rmsnorm_forward(d_out, d_rstd, d_inp, d_weight, N, C, EPS, L.stream()); }, check_fwd);
     L.run("rmsnorm_forward" + shape, 1, "block per row", fwd_bytes, fwd_flops, lab::Bound::Memory, reset_fwd, [&] {
-        rmsnorm_forward_block_per_row<<<N, 256, 0, L.stream()>>>(d_out, d_rstd, d_inp, d_weight, N, C, EPS);
+        rmsnorm_forward_block_scalar<<<N, 256, 0, L.stream()>>>(d_out, d_rstd, d_inp, d_weight, N, C, EPS);
     }, check_fwd);
     L.run("rmsnorm_forward" + shape, 2, "registers", fwd_bytes, fwd_flops, lab::Bound::Memory, reset_fwd, [&] {
         if (C > WARP_SIZE * REG_PACKS * x128::size) fail("rmsnorm variant 2: C = %d exceeds its register budget", C);
@@ -289,8 +294,57 @@ static void run_shape(lab::Lab& L, int N, int C) {
     }
 }
 
+// A decode step's M rows: the forward and the fused forward, the small-M kernel (0) against the
+// large-M one (1), both checked against the CPU reference.
+static void run_small(lab::Lab& L, int M, int C) {
+    const std::string shape = " small M=" + std::to_string(M) + " C=" + std::to_string(C);
+    const size_t NC = (size_t)M * C, s = sizeof(floatX);
+    const uint64_t seed = 200 + 7 * (uint64_t)M + C;
+    std::vector<float> inp = lab::rand_uniform(NC, seed, -2.0f, 2.0f), inp2 = lab::rand_uniform(NC, seed + 1);
+    std::vector<float> weight = lab::rand_uniform(C, seed + 2, 0.5f, 1.5f);
+    lab::DevBuf<floatX> d_inp(NC, "inp"), d_inp2(NC, "inp2"), d_weight(C, "weight");
+    lab::DevBuf<floatX> d_out(NC, "out"), d_residual(NC, "residual");
+    lab::DevBuf<float> d_rstd(M, "rstd");
+    d_inp.upload(inp);
+    d_inp2.upload(inp2);
+    d_weight.upload(weight);
+    const lab::Tol stat_tol = {1e-4, 1e-4};
+    auto reset = [&] {
+        d_out.poison(L.stream());
+        d_residual.poison(L.stream());
+        d_rstd.poison(L.stream());
+    };
+    std::vector<float> ref_out(NC), ref_rstd(M);
+    cpu::rmsnorm_forward(ref_out.data(), ref_rstd.data(), inp.data(), weight.data(), 1, M, C, EPS);
+    for (const int v : {0, 1})
+        L.run("rmsnorm_forward" + shape, v, v == 0 ? "shipped small M: block per row" : "warp per row (large M)",
+              2.0 * NC * s + 4.0 * M + C * s, 3.0 * NC, lab::Bound::Memory, reset, [&] {
+                  rmsnorm_forward(d_out, d_rstd, d_inp, d_weight, M, C, EPS, L.stream(), NormLaunch{v == 0, false});
+              }, [&] {
+                  bool ok = L.check(d_out, ref_out);
+                  return L.check(d_rstd, ref_rstd, stat_tol) && ok;
+              });
+    std::vector<float> ref_residual(NC), ref_fout(NC), ref_frstd(M);
+    for (size_t i = 0; i < NC; i++) ref_residual[i] = inp[i] + inp2[i];
+    lab::round_to<floatX>(ref_residual);  // the GPU stores and normalizes the rounded sum
+    cpu::rmsnorm_forward(ref_fout.data(), ref_frstd.data(), ref_residual.data(), weight.data(), 1, M, C, EPS);
+    for (const int v : {0, 1})
+        L.run("fused_residual_rmsnorm_forward" + shape, v,
+              v == 0 ? "shipped small M: block per row" : "warp per row (large M)", 4.0 * NC * s + 4.0 * M + C * s,
+              4.0 * NC, lab::Bound::Memory, reset, [&] {
+                  fused_residual_rmsnorm_forward(d_residual, d_out, d_rstd, d_inp, d_inp2, d_weight, M, C, EPS,
+                                                 L.stream(), NormLaunch{v == 0, false});
+              }, [&] {
+                  bool ok = L.check(d_residual, ref_residual);
+                  ok = L.check(d_out, ref_fout) && ok;
+                  return L.check(d_rstd, ref_frstd, stat_tol) && ok;
+              });
+}
+
 int main(int argc, char** argv) {
     lab::Lab L(argc, argv, "rmsnorm.cu");
+    for (const int M : {1, 8, 64})
+        for (const int C : {lab::GPT2_C, 776}) run_small(L, M, C);
     run_shape(L, lab::GPT2_B * lab::GPT2_T, lab::GPT2_C);
     run_shape(L, lab::ODD_B * lab::ODD_T, 776);
     return L.finish();
