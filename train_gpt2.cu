@@ -31,6 +31,7 @@ struct GpuFlags {
     int graph = 1;             // --graph 0|1
     int stochastic_rounding = 1;  // --stochastic-rounding 0|1
     float peak_tflops = 0.0f;  // --peak-tflops (0: from the device name)
+    BiasGrad bias_grad = BiasGrad::KERNEL;  // --bias-grad kernel|dgelu|epilogue
 };
 
 // bf16 dense peak of the device for MFU, by name; 0 if unknown.
@@ -56,6 +57,14 @@ int main(int argc, char** argv) {
     parser.add_int("--random-data", &gpu.random_data, {0, 1}, "1 = train on random tokens, no files (benchmarks)");
     parser.add_int("--graph", &gpu.graph, {0, 1}, "1 = after the first step, run each step as one CUDA graph (no launch "
                    "gaps or host waits inside it; the same bits as 0 with --deterministic 1; one GPU: data-parallel runs stay eager)");
+    parser.add({"--bias-grad", "HOW", "how the bf16 linear layers sum their bias gradients: kernel (a fixed-order "
+                "column-sum kernel re-reads each dY), dgelu (fc's bias in the dGELU epilogue of fcproj's input-gradient "
+                "GEMM, the rest by the kernel) or epilogue (dgelu, and the other biases in the bias-gradient epilogue of "
+                "their weight-gradient GEMM); llmc/matmul.cuh (default kernel)", [&gpu](const char* s) -> std::string {
+                    if (!parse_bias_grad(s, &gpu.bias_grad))
+                        return std::string("unknown mode '") + s + "' (kernel, dgelu, epilogue)";
+                    return "";
+                }});
     parser.add_float("--peak-tflops", &gpu.peak_tflops, {0, 1e6}, "bf16 dense peak for MFU (0 = by device name: H100/H200 989)");
     parser.parse(argc, argv);
     if (gpu.random_data && cfg.train_pattern.empty()) cfg.train_pattern = "(random)";  // no files needed
@@ -107,6 +116,8 @@ int main(int argc, char** argv) {
     gpu_dp_start(dp, model, ctx);
     model.deterministic = gpu.deterministic != 0;
     model.stochastic_rounding = gpu.stochastic_rounding != 0;
+    model.bias_grad = gpu.bias_grad;
+    if (gpu.bias_grad != BiasGrad::KERNEL) printf("bias gradients: %s\n", bias_grad_name(gpu.bias_grad));
     Rng seeds(cfg.seed ^ 0x5EEDull);
     model.sr_seed = seeds.next_u64();
     Rng sample_rng(seeds.next_u64());

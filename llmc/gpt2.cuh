@@ -176,6 +176,7 @@ struct GPT2 {
     bool recompute = false;
     bool deterministic = false;  // --deterministic: bit-reproducible attention backward (no dQ atomics)
     bool stochastic_rounding = true;  // --stochastic-rounding: the bf16 parameters written back by AdamW
+    BiasGrad bias_grad = BiasGrad::KERNEL;  // --bias-grad: how the bf16 linears sum bias gradients (llmc/matmul.cuh)
     GPT2Fp8 fp8;                 // --fp8: the FP8 linear layers (llmc/gpt2_fp8.cuh); fp8.set before gpt2_build
     void* fp8_allocation = nullptr;  // its buffers' one cudaMalloc
     // one contiguous buffer each, in the layout of GPT2_PARAMETER_TABLE (llmc/gpt2_config.h)
@@ -469,8 +470,9 @@ inline void norm_backward(const GPT2Config& c, floatX* dresidual, floatX* dweigh
 inline bool fp8_pass(const GPT2& m, int N) { return m.fp8.set.enabled && N <= m.fp8.N && N % FP8_T_TILE == 0; }
 
 // Linear k (Fp8Linear) of layer l, the signatures of matmul_forward / matmul_backward: through FP8
-// (llmc/gpt2_fp8.cuh) in an FP8 pass (`fp8`) where fp8_linear_on, else bf16. cast_weight: the FP8 weight
-// copies are stale.
+// (llmc/gpt2_fp8.cuh) in an FP8 pass (`fp8`) where fp8_linear_on, else bf16 (summing bias gradients
+// as model.bias_grad says). cast_weight: the FP8 weight copies are stale. dpre_bias: see
+// fc_bias_in_dgelu.
 inline void linear_forward(GPT2& m, bool fp8, bool cast_weight, int l, int k, floatX* out, floatX* gelu_pre,
                            const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, int OC,
                            const CudaContext& ctx) {
@@ -479,9 +481,15 @@ inline void linear_forward(GPT2& m, bool fp8, bool cast_weight, int l, int k, fl
 }
 inline void linear_backward(GPT2& m, bool fp8, int l, int k, floatX* dinp, floatX* dweight, floatX* dbias,
                             float* scratch, const floatX* dout, const floatX* inp, const floatX* weight, floatX* gelu_pre,
-                            int N, int C, int OC, const CudaContext& ctx) {
+                            int N, int C, int OC, const CudaContext& ctx, floatX* dpre_bias = nullptr) {
     if (fp8 && fp8_linear_on(m.fp8, l, k)) fp8_linear_backward(m.fp8, l, k, dinp, dweight, dbias, scratch, dout, gelu_pre, N, ctx);
-    else matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, gelu_pre, N, C, OC, ctx);
+    else matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, gelu_pre, N, C, OC, ctx, m.bias_grad, dpre_bias);
+}
+// Whether fc's bias gradient of layer l comes out of fcproj's dinp GEMM (its DGELU_BGRAD epilogue)
+// instead of fc's own backward: --bias-grad dgelu|epilogue, a GELU MLP with biases, fcproj in bf16.
+inline bool fc_bias_in_dgelu(const GPT2& m, bool fp8, int l) {
+    return m.bias_grad != BiasGrad::KERNEL && m.config.mlp != MLP_SWIGLU && m.config.biases &&
+           !(fp8 && fp8_linear_on(m.fp8, l, FP8_FCPROJ));
 }
 
 // The MLP's activation: act (N, H) from fch (N, FC) (the GELU path fuses it into the fc matmul in
@@ -606,16 +614,17 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
             gpt2_detail::mlp_activation_forward(c, la.fch_gelu, la.fch, N, s);
         }
         // dresidual holds d(residual3). MLP: fcproj, the activation (GELU's fused into the matmul), fc, ln2.
+        const bool fcb_in_dgelu = gpt2_detail::fc_bias_in_dgelu(model, fp8_pass, l);
         if (c.mlp == MLP_SWIGLU) {
             linear_backward(model, fp8_pass, l, FP8_FCPROJ, a.dfch_act, gl.fcprojw, gl.fcprojb, a.colsum, a.dresidual,
                             la.fch_gelu, p.fcprojw + fcprojw, nullptr, N, H, C, ctx);
             swiglu_backward(a.dfch, a.dfch_act, la.fch, N, H, s);
         } else {
             linear_backward(model, fp8_pass, l, FP8_FCPROJ, a.dfch, gl.fcprojw, gl.fcprojb, a.colsum, a.dresidual, la.fch_gelu,
-                            p.fcprojw + fcprojw, la.fch, N, H, C, ctx);
+                            p.fcprojw + fcprojw, la.fch, N, H, C, ctx, fcb_in_dgelu ? gl.fcb : nullptr);
         }
-        linear_backward(model, fp8_pass, l, FP8_FC, a.dbuf, gl.fcw, gl.fcb, a.colsum, a.dfch, la.ln2, p.fcw + fcw, nullptr, N,
-                        C, FC, ctx);
+        linear_backward(model, fp8_pass, l, FP8_FC, a.dbuf, gl.fcw, fcb_in_dgelu ? nullptr : gl.fcb, a.colsum, a.dfch,
+                        la.ln2, p.fcw + fcw, nullptr, N, C, FC, ctx);
         gpt2_detail::norm_backward(c, a.dresidual, gl.ln2w, gl.ln2b, a.colsum, a.dbuf, la.residual2, p.ln2w + c1,
                                    la.ln2_mean, la.ln2_rstd, N, s);
         // dresidual now holds d(residual2). Attention: attproj, attention, RoPE, qkv, then ln1.
