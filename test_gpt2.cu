@@ -656,8 +656,8 @@ int main(int argc, char** argv) {
         else if (i + 1 < argc && strcmp(argv[i], "--debug") == 0) debug_path = argv[++i];
         else if (strcmp(argv[i], "--ops-only") == 0) ops_only = true;
         else if (i + 1 < argc && strcmp(argv[i], "--bias-grad") == 0) {
-            if (!parse_bias_grad(argv[++i], &g_bias_grad))
-                fail("--bias-grad: unknown mode '%s' (kernel, dgelu, epilogue)", argv[i]);
+            const std::string err = parse_bias_grad(argv[++i], &g_bias_grad);
+            if (!err.empty()) fail("--bias-grad: %s", err.c_str());
         } else
             fail("%s: unknown argument (usage: test_gpt2cu [--model M.bin --debug D.bin] [--ops-only] "
                  "[--bias-grad kernel|dgelu|epilogue])", argv[i]);

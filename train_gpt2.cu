@@ -57,14 +57,7 @@ int main(int argc, char** argv) {
     parser.add_int("--random-data", &gpu.random_data, {0, 1}, "1 = train on random tokens, no files (benchmarks)");
     parser.add_int("--graph", &gpu.graph, {0, 1}, "1 = after the first step, run each step as one CUDA graph (no launch "
                    "gaps or host waits inside it; the same bits as 0 with --deterministic 1; one GPU: data-parallel runs stay eager)");
-    parser.add({"--bias-grad", "HOW", "how the bf16 linear layers sum their bias gradients: kernel (a fixed-order "
-                "column-sum kernel re-reads each dY), dgelu (fc's bias in the dGELU epilogue of fcproj's input-gradient "
-                "GEMM, the rest by the kernel) or epilogue (dgelu, and the other biases in the bias-gradient epilogue of "
-                "their weight-gradient GEMM); llmc/matmul.cuh (default kernel)", [&gpu](const char* s) -> std::string {
-                    if (!parse_bias_grad(s, &gpu.bias_grad))
-                        return std::string("unknown mode '") + s + "' (kernel, dgelu, epilogue)";
-                    return "";
-                }});
+    parser.add({"--bias-grad", "HOW", BIAS_GRAD_HELP, [&gpu](const char* s) { return parse_bias_grad(s, &gpu.bias_grad); }});
     parser.add_float("--peak-tflops", &gpu.peak_tflops, {0, 1e6}, "bf16 dense peak for MFU (0 = by device name: H100/H200 989)");
     parser.parse(argc, argv);
     if (gpu.random_data && cfg.train_pattern.empty()) cfg.train_pattern = "(random)";  // no files needed

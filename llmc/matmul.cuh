@@ -119,14 +119,20 @@ enum class BiasGrad { KERNEL, DGELU, EPILOGUE };
 inline const char* bias_grad_name(BiasGrad m) {
     return m == BiasGrad::KERNEL ? "kernel" : m == BiasGrad::DGELU ? "dgelu" : "epilogue";
 }
-// "kernel", "dgelu", "epilogue" -> the mode; false for anything else.
-inline bool parse_bias_grad(const char* s, BiasGrad* m) {
+// The --bias-grad flag of the programs that run the backward (train_gpt2cu, test_gpt2cu, profile_gpt2):
+// its help text, and "kernel" | "dgelu" | "epilogue" -> the mode ("" on success, else what is wrong).
+constexpr const char* BIAS_GRAD_HELP =
+    "how the bf16 linear layers sum their bias gradients: kernel (a fixed-order column-sum kernel re-reads each "
+    "dY), dgelu (fc's bias in the dGELU epilogue of fcproj's input-gradient GEMM, the rest by the kernel) or "
+    "epilogue (dgelu, and the other biases in the bias-gradient epilogue of their weight-gradient GEMM); "
+    "llmc/matmul.cuh (default kernel)";
+inline std::string parse_bias_grad(const char* s, BiasGrad* m) {
     for (BiasGrad v : {BiasGrad::KERNEL, BiasGrad::DGELU, BiasGrad::EPILOGUE})
         if (strcmp(s, bias_grad_name(v)) == 0) {
             *m = v;
-            return true;
+            return "";
         }
-    return false;
+    return std::string("unknown mode '") + s + "' (kernel, dgelu, epilogue)";
 }
 
 // Bias gradient, stage 1: like

@@ -6,19 +6,22 @@
 #     outputs) and timed at the GPT-2 124M shapes: the backward as shipped (column-sum kernels),
 #     plain, --bias-grad dgelu (DGELU_BGRAD), --bias-grad epilogue (BGRADB), and the column sum
 #     alone (shipped, 8 rows in flight); its "bias" summary lines are copied into the table
-#  2. test_gpt2cu with each --bias-grad mode: its CPU-op checks (the per-op matmul_backward in that
+#  2. bench: GPT-2 124M, B=64 T=1024, 20 steps of random tokens, kernel / dgelu / epilogue one after
+#     the other (nothing else on the GPU): the trainer's BENCH line (median ms after warm-up)
+#  3. test_gpt2cu with each --bias-grad mode: its CPU-op checks (the per-op matmul_backward in that
 #     mode, fc's bias from the epilogue against the column sums of the CPU's dGELU'd dinp), the
 #     bit-identical resume (the epilogues' run-to-run determinism inside one process) and, when the
-#     PyTorch reference state exists or can be written (python3 + torch: scripts/train_gpt2.py, d12
-#     B=4 T=64, fp64 on the CPU, written while the lab runs; REF_DIR keeps it between calls), every
-#     gradient against PyTorch
-#  3. determinism across processes: two runs of --bias-grad epilogue --deterministic 1 (d12, B=8
+#     PyTorch reference state is there in time, every gradient against PyTorch. The state: REF_DIR
+#     (default $OUT/bias_grad/ref; tests/run_gpu_tests.sh's GPU_TEST_DIR holds the same d12.bin and
+#     d12_debug.bin), else written by scripts/train_gpt2.py (python3 + torch; d12 B=4 T=64, fp64 on the
+#     CPU) in the background from the start, and left out if not done when the tests must start
+#  4. determinism across processes: two runs of --bias-grad epilogue --deterministic 1 (d12, B=8
 #     T=1024, 6 steps) print the same losses and norms
-#  4. bench: GPT-2 124M, B=64 T=1024, 20 steps of random tokens, kernel / dgelu / epilogue one after
-#     the other (nothing else on the GPU): the trainer's BENCH line (median ms after warm-up)
+#  5. only with PROFILE=1 (and dev/cuda/build/profile_gpt2 built): the per-kernel profile of a 124M
+#     step in each mode, its matmul and "bias / column sums" family lines (~3 x 20 s more)
 # Every step runs under timeout, capped by what is left of BUDGET seconds (default 240). Estimated
-# (not measured: written without a GPU) ~3.5 minutes on an H200: lab ~60 s, tests ~3 x 20 s,
-# determinism ~25 s, bench ~3 x 17 s. Last lines: a table of PASS/FAIL and figures.
+# (not measured: written without a GPU) ~3.5 minutes on an H200: lab ~60 s, bench ~3 x 17 s, tests
+# ~3 x 20 s, determinism ~25 s. Last lines: a table of PASS/FAIL and figures.
 cd "$(dirname "$0")/.." || exit 1
 LAB=${LAB:-dev/cuda/build/matmul}
 TRAIN=${TRAIN:-build/train_gpt2cu}
@@ -64,33 +67,8 @@ while read -r line; do
 done < <(grep '^bias ' "$OUT/lab.log")
 grep -E '^bias_backward .* \| [01] ' "$OUT/lab.log" | while read -r line; do echo "     $line"; done
 
-# ---- 2. test_gpt2cu, each mode
-if [ -n "$ref_pid" ]; then wait "$ref_pid" || echo "(the PyTorch reference state failed: ref.log; tests run without it)"; fi
-ref_args=()
-[ -f "$REF_DEBUG" ] && ref_args=(--model "$REF_MODEL" --debug "$REF_DEBUG")
-for m in "${MODES[@]}"; do
-    capped "test_gpt2cu --bias-grad $m" 90 "$OUT/test_$m.log" "$TEST" "${ref_args[@]}" --bias-grad "$m"; rc=$?
-    summary=$(tail -n 1 "$OUT/test_$m.log")
-    what="test_gpt2cu --bias-grad $m${ref_args[*]:+ (+ vs PyTorch)}"
-    if [ $rc -eq 0 ]; then row PASS "$what" "$summary"; else row FAIL "$what" "rc=$rc: $summary (test_$m.log)"; fi
-    if [ ${#ref_args[@]} -gt 0 ]; then  # the bias gradients' errors against PyTorch, for the record
-        errs=$(awk '$2 == "grad" && $3 ~ /^(qkvb|attprojb|fcb|fcprojb)$/ { printf "%s %s  ", $3, $(NF-2) }' "$OUT/test_$m.log")
-        row "    " "  $m: bias grads vs PyTorch, l2 rel err" "$errs"
-    fi
-done
-
-# ---- 3. determinism across processes, --bias-grad epilogue
-det=(--init d12 --random-data 1 --val-every 0 --batch 8 --seq 1024 --steps 6 --deterministic 1 --bias-grad epilogue)
-capped "determinism run 1" 40 "$OUT/det1.log" "$TRAIN" "${det[@]}"; rc1=$?
-capped "determinism run 2" 40 "$OUT/det2.log" "$TRAIN" "${det[@]}"; rc2=$?
-losses() { grep -E '^step ' "$1" | sed -E 's/\| [0-9.]+ ms.*//'; }  # loss, norm, lr; not the times
-if [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ]; then row FAIL "epilogue: two runs, same losses and norms" "rc=$rc1/$rc2 (det1.log, det2.log)"
-elif [ -z "$(losses "$OUT/det1.log")" ]; then row FAIL "epilogue: two runs, same losses and norms" "no step lines (det1.log)"
-elif diff <(losses "$OUT/det1.log") <(losses "$OUT/det2.log") > "$OUT/det.diff"; then
-    row PASS "epilogue: two runs, same losses and norms" "$(losses "$OUT/det1.log" | wc -l) steps identical"
-else row FAIL "epilogue: two runs, same losses and norms" "they differ (det.diff)"; fi
-
-# ---- 4. bench, one mode after the other
+# ---- 2. bench, one mode after the other (GPU-bound; the reference state may still be written on the CPU)
+[ -n "$ref_pid" ] && kill -0 "$ref_pid" 2> /dev/null && echo "(the PyTorch reference state is still being written on the CPU)"
 declare -A ms
 for m in "${MODES[@]}"; do
     capped "bench --bias-grad $m" 60 "$OUT/bench_$m.log" "$TRAIN" --init d12 --random-data 1 --val-every 0 \
@@ -105,6 +83,51 @@ for m in dgelu epilogue; do
         row "    " "bench $m vs kernel" "$(awk -v a="${ms[$m]}" -v b="${ms[kernel]}" 'BEGIN { printf "%+.2f ms/step (%.3fx)", a - b, b / a }')"
     fi
 done
+
+# ---- 3. test_gpt2cu, each mode; the reference state gets what is left beyond the tests' and step 4's share
+if [ -n "$ref_pid" ]; then
+    while kill -0 "$ref_pid" 2> /dev/null && [ "$(left)" -gt 100 ]; do sleep 2; done
+    if kill -0 "$ref_pid" 2> /dev/null; then
+        kill "$ref_pid"; wait "$ref_pid"; rm -f "$REF_MODEL" "$REF_DEBUG"
+        echo "(the PyTorch reference state was not ready in time: tests run without it)"
+    elif ! wait "$ref_pid"; then
+        rm -f "$REF_MODEL" "$REF_DEBUG"; echo "(the PyTorch reference state failed: ref.log; tests run without it)"
+    fi
+fi
+ref_args=()
+[ -f "$REF_DEBUG" ] && ref_args=(--model "$REF_MODEL" --debug "$REF_DEBUG")
+for m in "${MODES[@]}"; do
+    capped "test_gpt2cu --bias-grad $m" 45 "$OUT/test_$m.log" "$TEST" "${ref_args[@]}" --bias-grad "$m"; rc=$?
+    summary=$(tail -n 1 "$OUT/test_$m.log")
+    what="test_gpt2cu --bias-grad $m${ref_args[*]:+ (+ vs PyTorch)}"
+    if [ $rc -eq 0 ]; then row PASS "$what" "$summary"; else row FAIL "$what" "rc=$rc: $summary (test_$m.log)"; fi
+    if [ ${#ref_args[@]} -gt 0 ]; then  # the bias gradients' errors against PyTorch, for the record
+        errs=$(awk '$2 == "grad" && $3 ~ /^(qkvb|attprojb|fcb|fcprojb)$/ { printf "%s %s  ", $3, $(NF-2) }' "$OUT/test_$m.log")
+        row "    " "  $m: bias grads vs PyTorch, l2 rel err" "$errs"
+    fi
+done
+
+# ---- 4. determinism across processes, --bias-grad epilogue
+det=(--init d12 --random-data 1 --val-every 0 --batch 8 --seq 1024 --steps 6 --deterministic 1 --bias-grad epilogue)
+capped "determinism run 1" 40 "$OUT/det1.log" "$TRAIN" "${det[@]}"; rc1=$?
+capped "determinism run 2" 40 "$OUT/det2.log" "$TRAIN" "${det[@]}"; rc2=$?
+losses() { grep -E '^step ' "$1" | sed -E 's/\| [0-9.]+ ms.*//'; }  # loss, norm, lr; not the times
+if [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ]; then row FAIL "epilogue: two runs, same losses and norms" "rc=$rc1/$rc2 (det1.log, det2.log)"
+elif [ -z "$(losses "$OUT/det1.log")" ]; then row FAIL "epilogue: two runs, same losses and norms" "no step lines (det1.log)"
+elif diff <(losses "$OUT/det1.log") <(losses "$OUT/det2.log") > "$OUT/det.diff"; then
+    row PASS "epilogue: two runs, same losses and norms" "$(losses "$OUT/det1.log" | wc -l) steps identical"
+else row FAIL "epilogue: two runs, same losses and norms" "they differ (det.diff)"; fi
+
+# ---- 5. optional: the per-kernel profile in each mode
+PROF=${PROF_BIN:-dev/cuda/build/profile_gpt2}
+if [ "${PROFILE:-0}" = 1 ] && [ -x "$PROF" ]; then
+    for m in "${MODES[@]}"; do
+        capped "profile --bias-grad $m" 60 "$OUT/profile_$m.log" "$PROF" --batch 64 --seq 1024 --steps 2 --bias-grad "$m"
+        fams=$(awk '/^matmul|^bias \/ column sums/ { sub(/ +[0-9.]+ +/, " "); print }' "$OUT/profile_$m.log" | \
+               awk '{ printf "%s  ", $0 }')
+        row "    " "profile --bias-grad $m (ms/step)" "${fams:-no family lines (profile_$m.log)}"
+    done
+fi
 
 echo
 echo "== bias_grad_gpu: $((SECONDS - start)) s, logs in $OUT"
