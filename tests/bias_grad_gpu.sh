@@ -5,7 +5,7 @@
 #  1. the matmul lab: every variant checked against the CPU reference (fresh random inputs, poisoned
 #     outputs) and timed at the GPT-2 124M shapes: the backward as shipped (column-sum kernels),
 #     plain, --bias-grad dgelu (DGELU_BGRAD), --bias-grad epilogue (BGRADB), and the column sum
-#     alone (shipped, 8 rows in flight); its "bias" summary lines are copied into the table
+#     alone (shipped, 4 row lanes a column pack); its "bias" summary lines are copied into the table
 #  2. bench: GPT-2 124M, B=64 T=1024, 20 steps of random tokens, kernel / dgelu / epilogue one after
 #     the other (nothing else on the GPU): the trainer's BENCH line (median ms after warm-up)
 #  3. test_gpt2cu with each --bias-grad mode: its CPU-op checks (the per-op matmul_backward in that
@@ -61,9 +61,9 @@ failed_checks=$(awk '/check\(s\) failed/ { print $(NF-2) }' "$OUT/lab.log")
 if [ $rc -eq 0 ]; then row PASS "lab: every matmul variant vs the CPU" "0 checks failed"
 else row FAIL "lab: every matmul variant vs the CPU" "rc=$rc, ${failed_checks:-?} checks failed (lab.log)"; fi
 while read -r line; do
-    # bias LAYER | shipped | plain | dgelu | epilogue | colsum | colsum8
+    # bias LAYER | shipped | plain | dgelu | epilogue | colsum | colsum with 4 row lanes
     IFS='|' read -r name shipped plain dgelu epi col col8 <<< "${line#bias }"
-    row "    " "lab ${name// /}" "bwd ms: kernel $shipped| plain $plain| dgelu $dgelu| epilogue $epi| colsum $col| colsum8 $col8"
+    row "    " "lab ${name// /}" "bwd ms: kernel $shipped| plain $plain| dgelu $dgelu| epilogue $epi| colsum $col| lanes $col8"
 done < <(grep '^bias ' "$OUT/lab.log")
 grep -E '^bias_backward .* \| [01] ' "$OUT/lab.log" | while read -r line; do echo "     $line"; done
 

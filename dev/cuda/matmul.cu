@@ -32,9 +32,8 @@
 //               fcproj with the bias_backward of fc, OC 3072, which it removes)
 //   3 epilogue  as 2, and this layer's dbias from the dweight GEMM's BGRADB (compare v3 with v0)
 // and the column sum alone ("bias_backward", memory-bound: N * OC * sizeof(floatX) read, ceiling
-// the 4.0 TB/s copy) as 0 shipped (4 rows in flight a thread: nvcc unrolls by 4) and 1 with 8 rows'
-// loads issued before the adds (same order of additions: the same bits). The summary after the
-// table puts each layer's figures side by side.
+// the 4.0 TB/s copy) as 0 shipped (~4 loads in flight a thread) and 1 with 4 row lanes a column pack
+// (bias_partials_row_lanes). The summary after the table puts each layer's figures side by side.
 #include "dev/cuda/harness.cuh"
 #include "llmc/cpu/gelu.h"
 #include "llmc/cpu/matmul.h"
@@ -53,40 +52,42 @@ constexpr int SAMPLES = 16;
 // One layer's bias-gradient figures for the summary (ms; -1 where not run).
 struct BiasCost {
     std::string layer;
-    double shipped = -1, plain = -1, dgelu = -1, epilogue = -1, colsum = -1, colsum8 = -1;
+    double shipped = -1, plain = -1, dgelu = -1, epilogue = -1, colsum = -1, lanes = -1;
 };
 static std::vector<BiasCost> g_costs;
 
-// bias_backward_partials with R rows' loads issued before their adds (lab-only; variant 1 of
-// bias_backward). Rows are added in the same order as the shipped kernel: the same bits.
-template <int R>
-static __global__ void bias_partials_rows_in_flight(float* partials, const floatX* dout, int N, int OC,
-                                                    int rows_per_chunk) {
-    const int c = (blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
-    if (c >= OC) return;
+// bias_backward_partials with LANES threads a column pack instead of one (lab-only; variant 1 of
+// bias_backward). The shipped kernel's threads each walk a chunk's rows with ~4 loads in flight
+// (ptxas interleaves a longer unroll's loads with the adds to save registers: seen in the SASS of
+// an 8-row unroll), and at OC = 768 only 96 of a block's 128 threads have a pack; here block =
+// (32 packs, LANES row lanes), lane y sums rows y, y + LANES, ... of the chunk in order, then lane 0
+// adds the LANES sums in lane order: LANES x the loads in flight, every thread busy, still a fixed
+// order (deterministic; not the shipped kernel's bits).
+constexpr int BIAS_LANES = 4;
+static __global__ void bias_partials_row_lanes(float* partials, const floatX* dout, int N, int OC, int rows_per_chunk) {
+    __shared__ float lane_sum[BIAS_LANES][32][x128::size + 1];  // +1: lanes of a warp hit different banks
+    const int c = (blockIdx.x * 32 + threadIdx.x) * x128::size, y = threadIdx.y;
     const int r0 = blockIdx.y * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
     float acc[x128::size] = {};
-    int r = r0;
-    for (; r + R <= r1; r += R) {
-        x128 d[R];
-#pragma unroll
-        for (int i = 0; i < R; i++) d[i] = load128cs(dout + (int64_t)(r + i) * OC + c);
-#pragma unroll
-        for (int i = 0; i < R; i++)
-#pragma unroll
-            for (int k = 0; k < x128::size; k++) acc[k] += to_float(d[i][k]);
-    }
-    for (; r < r1; r++) {
-        const x128 d = load128cs(dout + (int64_t)r * OC + c);
-        for (int k = 0; k < x128::size; k++) acc[k] += to_float(d[k]);
-    }
+    if (c < OC)
+        for (int r = r0 + y; r < r1; r += BIAS_LANES) {
+            const x128 d = load128cs(dout + (int64_t)r * OC + c);
+            for (int k = 0; k < x128::size; k++) acc[k] += to_float(d[k]);
+        }
+    for (int k = 0; k < x128::size; k++) lane_sum[y][threadIdx.x][k] = acc[k];
+    __syncthreads();
+    if (y != 0 || c >= OC) return;
     float* p = partials + (int64_t)blockIdx.y * OC + c;
-    for (int k = 0; k < x128::size; k++) p[k] = acc[k];
+    for (int k = 0; k < x128::size; k++) {
+        float sum = 0.0f;
+        for (int v = 0; v < BIAS_LANES; v++) sum += lane_sum[v][threadIdx.x][k];
+        p[k] = sum;
+    }
 }
-static void bias_backward_rows_in_flight(floatX* dbias, float* scratch, const floatX* dout, int N, int OC,
-                                         cudaStream_t stream) {
+static void bias_backward_row_lanes(floatX* dbias, float* scratch, const floatX* dout, int N, int OC,
+                                    cudaStream_t stream) {
     const int chunks = column_num_chunks(N), rows_per_chunk = ceil_div(N, chunks);
-    bias_partials_rows_in_flight<8><<<dim3(ceil_div(OC / x128::size, 128), chunks), 128, 0, stream>>>(
+    bias_partials_row_lanes<<<dim3(ceil_div(OC / x128::size, 32), chunks), dim3(32, BIAS_LANES), 0, stream>>>(
         scratch, dout, N, OC, rows_per_chunk);
     cudaCheckLaunch();
     column_partials_add(dbias, scratch, chunks, OC, OC, stream);
@@ -256,9 +257,9 @@ static void run_backward(lab::Lab& L, const Layer& l) {
         L.run(bop, 0, "shipped", bbytes, (double)N * OC, lab::Bound::Memory, breset,
               [&] { bias_backward(d_dbias, d_scratch, d_dout, N, OC, L.stream()); }, bcheck);
         cost.colsum = L.last_ms();
-        L.run(bop, 1, "8 rows in flight", bbytes, (double)N * OC, lab::Bound::Memory, breset,
-              [&] { bias_backward_rows_in_flight(d_dbias, d_scratch, d_dout, N, OC, L.stream()); }, bcheck);
-        cost.colsum8 = L.last_ms();
+        L.run(bop, 1, "4 row lanes", bbytes, (double)N * OC, lab::Bound::Memory, breset,
+              [&] { bias_backward_row_lanes(d_dbias, d_scratch, d_dout, N, OC, L.stream()); }, bcheck);
+        cost.lanes = L.last_ms();
     }
     g_costs.push_back(cost);
 }
@@ -280,9 +281,9 @@ int main(int argc, char** argv) {
     }
     const int rc = L.finish();
     printf("\n# bias gradients, ms (-1: not run): backward as shipped (kernel) | plain GEMMs | --bias-grad dgelu | "
-           "--bias-grad epilogue | column sum alone: shipped | 8 rows in flight\n");
+           "--bias-grad epilogue | column sum alone: shipped | 4 row lanes\n");
     for (const BiasCost& c : g_costs)
         printf("bias %-10s | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f\n", c.layer.c_str(), c.shipped, c.plain, c.dgelu,
-               c.epilogue, c.colsum, c.colsum8);
+               c.epilogue, c.colsum, c.lanes);
     return rc;
 }
