@@ -375,13 +375,23 @@ static void test_backward_ops(const CudaContext& ctx) {
         cudaCheck(cudaMalloc(&drstd, N * 4));
         cudaCheck(cudaMemcpy(dmean, mean.data(), N * 4, cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(drstd, rstd.data(), N * 4, cudaMemcpyHostToDevice));
-        layernorm_backward(dinp.d, dw.d, db.d, scratch, dout.d, inp.d, w.d, dmean, drstd, N, C, s);
+        // --bias-grad fused (bf16 build): also += the column sums of the dinp it writes
+        const bool res_sum = g_bias_grad == BiasGrad::FUSED && HAS_MASTER;
+        DeviceTensor dres(res_sum ? random_vec(rng, C, 0.1f) : std::vector<float>(C, 0.0f));
+        layernorm_backward(dinp.d, dw.d, db.d, scratch, dout.d, inp.d, w.d, dmean, drstd, N, C, s,
+                           res_sum ? dres.d : nullptr);
         std::vector<float> rdinp = dinp.h, rdw = dw.h, rdb = db.h;
         cpu::layernorm_backward(rdinp.data(), rdw.data(), rdb.data(), dout.h.data(), inp.h.data(), w.h.data(), mean.data(),
                                 rstd.data(), B, T, C);
         check_op("layernorm_backward dinp (+=)", dinp.get(), rdinp);
         check_op("layernorm_backward dweight (+=)", dw.get(), rdw);
         check_op("layernorm_backward dbias (+=)", db.get(), rdb);
+        if (res_sum) {
+            std::vector<float> rdres = dres.h;
+            for (int n = 0; n < N; n++)
+                for (int k = 0; k < C; k++) rdres[k] += rdinp[(size_t)n * C + k];
+            check_op("layernorm_backward column sums of dinp (+=, fused)", dres.get(), rdres);
+        }
         cudaCheck(cudaFree(dmean));
         cudaCheck(cudaFree(drstd));
     }
@@ -660,7 +670,7 @@ int main(int argc, char** argv) {
             if (!err.empty()) fail("--bias-grad: %s", err.c_str());
         } else
             fail("%s: unknown argument (usage: test_gpt2cu [--model M.bin --debug D.bin] [--ops-only] "
-                 "[--bias-grad kernel|dgelu|epilogue])", argv[i]);
+                 "[--bias-grad kernel|dgelu|fused|epilogue])", argv[i]);
     }
     if ((model_path == nullptr) != (debug_path == nullptr)) fail("--model and --debug go together");
     if (model_path) model_read_info(model_path);  // a bad file fails here, before any GPU work

@@ -31,7 +31,7 @@ struct GpuFlags {
     int graph = 1;             // --graph 0|1
     int stochastic_rounding = 1;  // --stochastic-rounding 0|1
     float peak_tflops = 0.0f;  // --peak-tflops (0: from the device name)
-    BiasGrad bias_grad = BiasGrad::KERNEL;  // --bias-grad kernel|dgelu|epilogue
+    BiasGrad bias_grad = BiasGrad::KERNEL;  // --bias-grad kernel|dgelu|fused|epilogue
 };
 
 // bf16 dense peak of the device for MFU, by name; 0 if unknown.

@@ -458,11 +458,16 @@ inline void residual_norm_forward(const GPT2Config& c, floatX* residual, floatX*
 
 // dresidual += d(norm input), dweight (and dbias) +=; scratch: the column-sum partials. dresidual is
 // the residual stream's running gradient wherever a norm sits (the residual add passes it on).
+// dres_sum (LayerNorm only, see attproj_bias_in_ln2): += the column sums of the updated dresidual.
 inline void norm_backward(const GPT2Config& c, floatX* dresidual, floatX* dweight, floatX* dbias, float* scratch,
                           const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
-                          const float* rstd, int N, cudaStream_t s) {
-    if (c.norm == NORM_RMSNORM) rmsnorm_backward(dresidual, dweight, scratch, dout, inp, weight, rstd, N, c.channels, s);
-    else layernorm_backward(dresidual, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, c.channels, s);
+                          const float* rstd, int N, cudaStream_t s, floatX* dres_sum = nullptr) {
+    if (c.norm == NORM_RMSNORM) {
+        if (dres_sum) fail("norm_backward: the residual gradient's column sums are LayerNorm's only");
+        rmsnorm_backward(dresidual, dweight, scratch, dout, inp, weight, rstd, N, c.channels, s);
+    } else {
+        layernorm_backward(dresidual, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, c.channels, s, dres_sum);
+    }
 }
 
 // Whether a pass of N rows runs the block's linear layers in FP8: --fp8, and a row count the FP8
@@ -486,10 +491,17 @@ inline void linear_backward(GPT2& m, bool fp8, int l, int k, floatX* dinp, float
     else matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, gelu_pre, N, C, OC, ctx, m.bias_grad, dpre_bias);
 }
 // Whether fc's bias gradient of layer l comes out of fcproj's dinp GEMM (its DGELU_BGRAD epilogue)
-// instead of fc's own backward: --bias-grad dgelu|epilogue, a GELU MLP with biases, fcproj in bf16.
+// instead of fc's own backward: --bias-grad dgelu|fused|epilogue, a GELU MLP with biases, fcproj in bf16.
 inline bool fc_bias_in_dgelu(const GPT2& m, bool fp8, int l) {
     return m.bias_grad != BiasGrad::KERNEL && m.config.mlp != MLP_SWIGLU && m.config.biases &&
            !(fp8 && fp8_linear_on(m.fp8, l, FP8_FCPROJ));
+}
+// Whether attproj's bias gradient comes out of ln2's backward (the column sums of the residual
+// gradient it writes, which is attproj's dY) instead of attproj's own backward (bf16 or FP8):
+// --bias-grad fused, LayerNorm, biases, the bf16 build and C within the fused LayerNorm backward.
+inline bool attproj_bias_in_ln2(const GPT2& m) {
+    return m.bias_grad == BiasGrad::FUSED && m.config.norm == NORM_LAYERNORM && m.config.biases &&
+           x128::size == 8 && m.config.channels <= NORM_BWD_MAX_C;
 }
 
 // The MLP's activation: act (N, H) from fch (N, FC) (the GELU path fuses it into the fc matmul in
@@ -625,11 +637,12 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
         }
         linear_backward(model, fp8_pass, l, FP8_FC, a.dbuf, gl.fcw, fcb_in_dgelu ? nullptr : gl.fcb, a.colsum, a.dfch,
                         la.ln2, p.fcw + fcw, nullptr, N, C, FC, ctx);
+        const bool attb_in_ln2 = gpt2_detail::attproj_bias_in_ln2(model);
         gpt2_detail::norm_backward(c, a.dresidual, gl.ln2w, gl.ln2b, a.colsum, a.dbuf, la.residual2, p.ln2w + c1,
-                                   la.ln2_mean, la.ln2_rstd, N, s);
+                                   la.ln2_mean, la.ln2_rstd, N, s, attb_in_ln2 ? gl.attprojb : nullptr);
         // dresidual now holds d(residual2). Attention: attproj, attention, RoPE, qkv, then ln1.
-        linear_backward(model, fp8_pass, l, FP8_ATTPROJ, a.dbuf, gl.attprojw, gl.attprojb, a.colsum, a.dresidual, la.atty,
-                        p.attprojw + cc, nullptr, N, C, C, ctx);
+        linear_backward(model, fp8_pass, l, FP8_ATTPROJ, a.dbuf, gl.attprojw, attb_in_ln2 ? nullptr : gl.attprojb, a.colsum,
+                        a.dresidual, la.atty, p.attprojw + cc, nullptr, N, C, C, ctx);
         model_attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, B, T, NH, NKV, HD, c.window,
                                  attention_scratch(model, B, T), attention_scratch_floats(model), s);
         if (c.position == POS_ROPE)  // d(rotated qkv) -> d(qkv), in place

@@ -7,7 +7,7 @@
 //   matmul_backward  dinp = dout W (=); with gelu_pre (the forward's pre-activation of inp), the
 //                    dGELU epilogue turns it into the gradient w.r.t. that pre-activation        (=)
 //                    dweight += dout^T inp; dbias += column sums of dout                         (+=)
-//                    with dpre_bias (--bias-grad dgelu|epilogue, with gelu_pre): dpre_bias += column
+//                    with dpre_bias (--bias-grad dgelu|fused|epilogue, with gelu_pre): dpre_bias += column
 //                    sums of dinp, the gradient of the bias that produced gelu_pre (fc's)        (+=)
 // cuBLAS is column-major: a row-major (R, K) matrix is a column-major (K, R) one, so the row-major
 // products above are computed as their transposes, e.g. out^T (OC, N) = W (OC, C) . inp^T (C, N).
@@ -103,6 +103,9 @@ inline void matmul_forward(floatX* out, floatX* gelu_pre, const floatX* inp, con
 //             DGELU_BGRAD epilogue (dGELU applied to the GEMM's output, then its row sums over the
 //             N columns of the column-major (C, N) result: fc's dbias). Saves re-reading dfch, the
 //             largest dout (N, 4C), at the price of what the epilogue does to the GEMM's kernel choice.
+//   FUSED     DGELU, and attproj's bias from ln2's backward, which writes attproj's dY (the residual
+//             gradient) and sums its columns on the way (llmc/layernorm.cuh, DRES; the model decides,
+//             gpt2.cuh attproj_bias_in_ln2): qkv's and fcproj's by KERNEL.
 //   EPILOGUE  DGELU, and every other bias through the BGRADB epilogue of the dweight GEMM (the sums
 //             of op(B) = dout over the GEMM's k = N). Measured before (docs/perf.md, f6491a4) to make
 //             cuBLASLt pick slower dweight kernels; kept to measure again next to DGELU.
@@ -115,24 +118,24 @@ inline void matmul_forward(floatX* out, floatX* gelu_pre, const floatX* inp, con
 // pointer alignments, which repeat every step. Checked, not assumed: test_gpt2cu's resume check
 // (bit-identical losses and parameters) runs in the mode it is given, and tests/bias_grad_gpu.sh
 // compares two training runs.
-enum class BiasGrad { KERNEL, DGELU, EPILOGUE };
+enum class BiasGrad { KERNEL, DGELU, FUSED, EPILOGUE };
 inline const char* bias_grad_name(BiasGrad m) {
-    return m == BiasGrad::KERNEL ? "kernel" : m == BiasGrad::DGELU ? "dgelu" : "epilogue";
+    return m == BiasGrad::KERNEL ? "kernel" : m == BiasGrad::DGELU ? "dgelu" : m == BiasGrad::FUSED ? "fused" : "epilogue";
 }
 // The --bias-grad flag of the programs that run the backward (train_gpt2cu, test_gpt2cu, profile_gpt2):
-// its help text, and "kernel" | "dgelu" | "epilogue" -> the mode ("" on success, else what is wrong).
+// its help text, and "kernel" | "dgelu" | "fused" | "epilogue" -> the mode ("" on success, else what is wrong).
 constexpr const char* BIAS_GRAD_HELP =
     "how the bf16 linear layers sum their bias gradients: kernel (a fixed-order column-sum kernel re-reads each "
-    "dY), dgelu (fc's bias in the dGELU epilogue of fcproj's input-gradient GEMM, the rest by the kernel) or "
-    "epilogue (dgelu, and the other biases in the bias-gradient epilogue of their weight-gradient GEMM); "
-    "llmc/matmul.cuh (default kernel)";
+    "dY), dgelu (fc's bias in the dGELU epilogue of fcproj's input-gradient GEMM, the rest by the kernel), fused "
+    "(dgelu, and attproj's bias summed by ln2's backward, which writes its dY; bf16 GPT-2) or epilogue (dgelu, and "
+    "the other biases in the bias-gradient epilogue of their weight-gradient GEMM); llmc/matmul.cuh (default kernel)";
 inline std::string parse_bias_grad(const char* s, BiasGrad* m) {
-    for (BiasGrad v : {BiasGrad::KERNEL, BiasGrad::DGELU, BiasGrad::EPILOGUE})
+    for (BiasGrad v : {BiasGrad::KERNEL, BiasGrad::DGELU, BiasGrad::FUSED, BiasGrad::EPILOGUE})
         if (strcmp(s, bias_grad_name(v)) == 0) {
             *m = v;
             return "";
         }
-    return std::string("unknown mode '") + s + "' (kernel, dgelu, epilogue)";
+    return std::string("unknown mode '") + s + "' (kernel, dgelu, fused, epilogue)";
 }
 
 // Bias gradient, stage 1: like
@@ -180,7 +183,7 @@ inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, float*
                             const CudaContext& ctx, BiasGrad mode = BiasGrad::KERNEL, floatX* dpre_bias = nullptr) {
     if (C % 8 != 0 || OC % 8 != 0) fail("matmul_backward: C = %d and OC = %d must be multiples of 8", C, OC);
     if (dpre_bias && (!gelu_pre || mode == BiasGrad::KERNEL))
-        fail("matmul_backward: the pre-activation's bias gradient needs gelu_pre and --bias-grad dgelu|epilogue");
+        fail("matmul_backward: the pre-activation's bias gradient needs gelu_pre and --bias-grad dgelu|fused|epilogue");
     // dinp^T (C, N) = W^T (C, OC) . dout^T (OC, N): weight is column-major (C, OC) as stored; with
     // dpre_bias, the row sums of the dGELU'd result (C) into scratch.
     const cublasLtEpilogue_t dinp_epi = !gelu_pre ? CUBLASLT_EPILOGUE_DEFAULT

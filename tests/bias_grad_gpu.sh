@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # --bias-grad on one H200 (issue 17), with the binaries given (nothing is built): LAB (default
-# dev/cuda/build/matmul), TRAIN (build/train_gpt2cu), TEST (build/test_gpt2cu). Logs go to
-# $OUT/bias_grad (OUT default /tmp/out).
+# dev/cuda/build/matmul), TRAIN (build/train_gpt2cu), TEST (build/test_gpt2cu), and LN_LAB
+# (dev/cuda/build/layernorm) where it exists. Logs go to $OUT/bias_grad (OUT default /tmp/out).
 #  1. the matmul lab: every variant checked against the CPU reference (fresh random inputs, poisoned
 #     outputs) and timed at the GPT-2 124M shapes: the backward as shipped (column-sum kernels),
 #     plain, --bias-grad dgelu (DGELU_BGRAD), --bias-grad epilogue (BGRADB), and the column sum
-#     alone (shipped, 4 row lanes a column pack); its "bias" summary lines are copied into the table
-#  2. bench: GPT-2 124M, B=64 T=1024, 20 steps of random tokens, kernel / dgelu / epilogue one after
+#     alone (shipped, 4 row lanes a column pack); its "bias" summary lines are copied into the table;
+#     then the layernorm lab's backward variants 0 (shipped) and 5 (+ the dinp column sums that
+#     --bias-grad fused uses for attproj's bias), checked and timed, when LN_LAB is built
+#  2. bench: GPT-2 124M, B=64 T=1024, 20 steps of random tokens, kernel / dgelu / fused / epilogue one after
 #     the other (nothing else on the GPU): the trainer's BENCH line (median ms after warm-up)
-#  3. test_gpt2cu with each --bias-grad mode: its CPU-op checks (the per-op matmul_backward in that
-#     mode, fc's bias from the epilogue against the column sums of the CPU's dGELU'd dinp), the
+#  3. test_gpt2cu with --bias-grad kernel, fused and epilogue (dgelu is part of both): its CPU-op
+#     checks (the per-op matmul_backward in that mode, fc's bias from the epilogue against the column
+#     sums of the CPU's dGELU'd dinp; fused: layernorm_backward's dinp column sums), the
 #     bit-identical resume (the epilogues' run-to-run determinism inside one process) and, when the
 #     PyTorch reference state is there in time, every gradient against PyTorch. The state: REF_DIR
 #     (default $OUT/bias_grad/ref; tests/run_gpu_tests.sh's GPU_TEST_DIR holds the same d12.bin and
@@ -19,8 +22,8 @@
 #     T=1024, 6 steps) print the same losses and norms
 #  5. only with PROFILE=1 (and dev/cuda/build/profile_gpt2 built): the per-kernel profile of a 124M
 #     step in each mode, its matmul and "bias / column sums" family lines (~3 x 20 s more)
-# Every step runs under timeout, capped by what is left of BUDGET seconds (default 240). Estimated
-# (not measured: written without a GPU) ~3.5 minutes on an H200: lab ~60 s, bench ~3 x 17 s, tests
+# Every step runs under timeout, capped by what is left of BUDGET seconds (default 270). Estimated
+# (not measured: written without a GPU) ~4 minutes on an H200: labs ~75 s, bench ~4 x 17 s, tests
 # ~3 x 20 s, determinism ~25 s. Last lines: a table of PASS/FAIL and figures.
 cd "$(dirname "$0")/.." || exit 1
 LAB=${LAB:-dev/cuda/build/matmul}
@@ -28,8 +31,10 @@ TRAIN=${TRAIN:-build/train_gpt2cu}
 TEST=${TEST:-build/test_gpt2cu}
 OUT=${OUT:-/tmp/out}/bias_grad
 REF_DIR=${REF_DIR:-$OUT/ref}
-BUDGET=${BUDGET:-240}
-MODES=(kernel dgelu epilogue)
+LN_LAB=${LN_LAB:-dev/cuda/build/layernorm}
+BUDGET=${BUDGET:-270}
+MODES=(kernel dgelu fused epilogue)
+TEST_MODES=(kernel fused epilogue)
 mkdir -p "$OUT" "$REF_DIR"
 for bin in "$LAB" "$TRAIN" "$TEST"; do [ -x "$bin" ] || { echo "bias_grad_gpu: $bin is missing (build it first)"; exit 1; }; done
 start=$SECONDS
@@ -65,7 +70,14 @@ while read -r line; do
     IFS='|' read -r name shipped plain dgelu epi col col8 <<< "${line#bias }"
     row "    " "lab ${name// /}" "bwd ms: kernel $shipped| plain $plain| dgelu $dgelu| epilogue $epi| colsum $col| lanes $col8"
 done < <(grep '^bias ' "$OUT/lab.log")
-grep -E '^bias_backward .* \| [01] ' "$OUT/lab.log" | while read -r line; do echo "     $line"; done
+awk '/^# name \| variant/ { t = 1 } t' "$OUT/lab.log" | grep -E '^bias_backward .* \| [01] ' | sed 's/^/     /'
+if [ -x "$LN_LAB" ]; then
+    capped "layernorm lab, backward 0 and 5" 40 "$OUT/ln_lab.log" "$LN_LAB" 0 5; rc=$?
+    ln_failed=$(awk '/check\(s\) failed/ { print $(NF-2) }' "$OUT/ln_lab.log")
+    if [ $rc -eq 0 ]; then row PASS "layernorm lab: variants 0 and 5 vs the CPU" "0 checks failed"
+    else row FAIL "layernorm lab: variants 0 and 5 vs the CPU" "rc=$rc, ${ln_failed:-?} checks failed (ln_lab.log)"; fi
+    while read -r line; do row "    " "ln ${line%% |*}" "${line#* | }"; done < <(awk '/^# name \| variant/ { t = 1 } t' "$OUT/ln_lab.log" | grep -E '^layernorm_backward .* \| [05] ')
+fi
 
 # ---- 2. bench, one mode after the other (GPU-bound; the reference state may still be written on the CPU)
 [ -n "$ref_pid" ] && kill -0 "$ref_pid" 2> /dev/null && echo "(the PyTorch reference state is still being written on the CPU)"
@@ -78,7 +90,7 @@ for m in "${MODES[@]}"; do
     if [ $rc -eq 0 ] && [ -n "${ms[$m]}" ]; then row PASS "bench 124M B=64 T=1024 --bias-grad $m" "$line"
     else row FAIL "bench 124M B=64 T=1024 --bias-grad $m" "rc=$rc (bench_$m.log)"; fi
 done
-for m in dgelu epilogue; do
+for m in dgelu fused epilogue; do
     if [ -n "${ms[kernel]}" ] && [ -n "${ms[$m]}" ]; then
         row "    " "bench $m vs kernel" "$(awk -v a="${ms[$m]}" -v b="${ms[kernel]}" 'BEGIN { printf "%+.2f ms/step (%.3fx)", a - b, b / a }')"
     fi
@@ -96,7 +108,7 @@ if [ -n "$ref_pid" ]; then
 fi
 ref_args=()
 [ -f "$REF_DEBUG" ] && ref_args=(--model "$REF_MODEL" --debug "$REF_DEBUG")
-for m in "${MODES[@]}"; do
+for m in "${TEST_MODES[@]}"; do
     capped "test_gpt2cu --bias-grad $m" 45 "$OUT/test_$m.log" "$TEST" "${ref_args[@]}" --bias-grad "$m"; rc=$?
     summary=$(tail -n 1 "$OUT/test_$m.log")
     what="test_gpt2cu --bias-grad $m${ref_args[*]:+ (+ vs PyTorch)}"

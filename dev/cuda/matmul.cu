@@ -31,6 +31,7 @@
 //   2 dgelu     fcproj's dinp GEMM with DGELU_BGRAD sums fc's bias gradient (compare v2 - v0 of
 //               fcproj with the bias_backward of fc, OC 3072, which it removes)
 //   3 epilogue  as 2, and this layer's dbias from the dweight GEMM's BGRADB (compare v3 with v0)
+// (--bias-grad fused runs matmul_backward as dgelu; its other half is layernorm.cu's variant 5)
 // and the column sum alone ("bias_backward", memory-bound: N * OC * sizeof(floatX) read, ceiling
 // the 4.0 TB/s copy) as 0 shipped (~4 loads in flight a thread) and 1 with 4 row lanes a column pack
 // (bias_partials_row_lanes). The summary after the table puts each layer's figures side by side.
