@@ -10,7 +10,7 @@
 #     --bias-grad fused uses for attproj's bias), checked and timed, when LN_LAB is built
 #  2. bench: GPT-2 124M, B=64 T=1024, 20 steps of random tokens, kernel / dgelu / fused / epilogue one after
 #     the other (nothing else on the GPU): the trainer's BENCH line (median ms after warm-up)
-#  3. test_gpt2cu with --bias-grad kernel, fused and epilogue (dgelu is part of both): its CPU-op
+#  3. test_gpt2cu with --bias-grad kernel, fused, epilogue and dgelu (last: part of both): its CPU-op
 #     checks (the per-op matmul_backward in that mode, fc's bias from the epilogue against the column
 #     sums of the CPU's dGELU'd dinp; fused: layernorm_backward's dinp column sums), the
 #     bit-identical resume (the epilogues' run-to-run determinism inside one process) and, when the
@@ -24,7 +24,7 @@
 #     step in each mode, its matmul and "bias / column sums" family lines (~3 x 20 s more)
 # Every step runs under timeout, capped by what is left of BUDGET seconds (default 270). Estimated
 # (not measured: written without a GPU) ~4 minutes on an H200: labs ~75 s, bench ~4 x 17 s, tests
-# ~3 x 20 s, determinism ~25 s. Last lines: a table of PASS/FAIL and figures.
+# ~4 x 20 s, determinism ~25 s. Last lines: a table of PASS/FAIL and figures.
 cd "$(dirname "$0")/.." || exit 1
 LAB=${LAB:-dev/cuda/build/matmul}
 TRAIN=${TRAIN:-build/train_gpt2cu}
@@ -34,7 +34,7 @@ REF_DIR=${REF_DIR:-$OUT/ref}
 LN_LAB=${LN_LAB:-dev/cuda/build/layernorm}
 BUDGET=${BUDGET:-270}
 MODES=(kernel dgelu fused epilogue)
-TEST_MODES=(kernel fused epilogue)
+TEST_MODES=(kernel fused epilogue dgelu)  # dgelu last: part of both fused and epilogue
 mkdir -p "$OUT" "$REF_DIR"
 for bin in "$LAB" "$TRAIN" "$TEST"; do [ -x "$bin" ] || { echo "bias_grad_gpu: $bin is missing (build it first)"; exit 1; }; done
 start=$SECONDS
