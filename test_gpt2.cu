@@ -401,8 +401,10 @@ static void test_backward_ops(const CudaContext& ctx) {
         DeviceTensor w(random_vec(rng, (size_t)OC * K, 0.05f)), pre(random_vec(rng, (size_t)N * K, 1.5f));
         DeviceTensor dinp(std::vector<float>((size_t)N * K, 0.0f));
         DeviceTensor dw(random_vec(rng, (size_t)OC * K, 0.1f)), db(random_vec(rng, OC, 0.1f));
-        DeviceTensor dpb(random_vec(rng, K, 0.1f));  // the pre-activation's bias gradient (fc's), += in the epilogue modes
+        // the pre-activation's bias gradient (fc's), += in the epilogue modes (no draw otherwise: the
+        // default mode's inputs stay as they were)
         const bool pre_bias = with_gelu && g_bias_grad != BiasGrad::KERNEL;
+        DeviceTensor dpb(pre_bias ? random_vec(rng, K, 0.1f) : std::vector<float>(K, 0.0f));
         std::vector<float> rdw = dw.h, rdb = db.h, tmp((size_t)N * K, 0.0f), rdinp((size_t)N * K, 0.0f), rdpb = dpb.h;
         matmul_backward(dinp.d, dw.d, db.d, scratch, dout.d, inp.d, w.d, with_gelu ? pre.d : nullptr, N, K, OC, ctx,
                         g_bias_grad, pre_bias ? dpb.d : nullptr);
