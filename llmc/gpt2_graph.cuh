@@ -62,6 +62,11 @@ inline void gpt2_graph_build(GPT2Graph& g, GPT2& model, int grad_accum, float dl
     Activations& a = model.acts;
     cudaStream_t s = ctx.stream;
     for (int slot = 0; slot < 2; slot++) {
+        // --fp8: gpt2_forward casts the FP8 weight copies when the host's weights_step is behind
+        // model.step, a host decision a capture freezes; every replay follows an update, so each slot's
+        // graph must hold the cast (slot 1's capture would otherwise see slot 0's bookkeeping and leave
+        // it out: every other step would run on the previous step's weights)
+        model.fp8.weights_step = -1;
         cudaGraph_t graph;
         cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
         gpt2_zero_grads(model, ctx);
@@ -82,6 +87,7 @@ inline void gpt2_graph_build(GPT2Graph& g, GPT2& model, int grad_accum, float dl
         cudaCheck(cudaGraphDestroy(graph));
         cudaCheck(cudaGraphUpload(g.exec[slot], s));
     }
+    model.fp8.weights_step = -1;  // replays do not move the host's bookkeeping: an eager forward (validation) recasts
 }
 
 // Host: the step's AdamW scalars (model.step += 1), then the graph of `slot` (staged before). The

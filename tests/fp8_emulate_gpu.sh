@@ -22,7 +22,8 @@
 # scripts/data/tinyshakespeare.py (offline: LLMC_OFFLINE_DATA holds tinyshakespeare.txt and gpt2.tiktoken).
 # Env: OUT (default /tmp/out; logs in $OUT/fp8_emulate), STEPS (2000), BUDGET seconds for everything
 # (default 360; every run is under a timeout of what is left), PYTHON (python3), COMPILE=1 (train through
-# torch.compile; off by default: eager is the tested path). Runtime: eager PyTorch, CPU-bound by kernel
+# torch.compile; off by default: eager is the tested path), NAMES (the runs, default all six; bf16 and
+# tensorwise are the sanity checks' pair). Runtime: eager PyTorch, CPU-bound by kernel
 # launches: estimated 2-4 minutes for the six at once on an H200 (not yet measured). Needs torch with
 # CUDA and float8 dtypes, and numpy; builds nothing.
 cd "$(dirname "$0")/.." || exit 1
@@ -61,7 +62,7 @@ common=(--model d12 --seed 1337 --device cuda --dtype bf16 --batch 4 --seq 128 -
         --weight-decay 0.1 --grad-clip 1.0 --shuffle 1 --val-every 100 --val-batches 63
         --train "$DATA/*_train.bin" --val "$DATA/*_val.bin")
 [ "${COMPILE:-0}" = 1 ] && common+=(--compile)
-names=(bf16 tensorwise tensorwise_ends2 rowwise rowwise_gw_bf16 blockwise)
+names=(${NAMES:-bf16 tensorwise tensorwise_ends2 rowwise rowwise_gw_bf16 blockwise})  # NAMES: a subset (keep bf16, tensorwise)
 declare -A flags=([bf16]="none" [tensorwise]="tensorwise" [tensorwise_ends2]="tensorwise --fp8-emulate-bf16-layers 2"
                   [rowwise]="rowwise" [rowwise_gw_bf16]="rowwise_gw_bf16" [blockwise]="blockwise")
 t=$(( $(left) > 15 ? $(left) - 15 : 1 ))  # 15 s kept for the table
