@@ -40,7 +40,6 @@ constexpr Tolerances TOL = HAS_MASTER ? Tolerances{2e-2f, 5e-2f, 2e-2f, 5e-2f, 5
                                       : Tolerances{1e-4f, 1e-4f, 1e-5f, 1e-4f, 1e-4f};
 
 static int g_passed = 0, g_failed = 0;
-static BiasGrad g_bias_grad = BiasGrad::KERNEL;  // --bias-grad: the mode of every matmul_backward and model here
 
 static void report(const char* what, double err, double tol, const char* metric) {
     const bool ok = err <= tol && err == err;
@@ -122,7 +121,6 @@ static void test_vs_pytorch(const char* model_path, const char* debug_path, cons
     const int B = ref.B, T = ref.T, N = B * T, V = c.vocab_size, Vp = c.padded_vocab_size;
     GPT2 model;
     gpt2_build(model, c, B, T, false, ctx);
-    model.bias_grad = g_bias_grad;
     std::vector<float> host(model.num_params);
     model_read_fp32(model_path, host.data());
     gpt2_set_params(model, host.data());
@@ -375,23 +373,13 @@ static void test_backward_ops(const CudaContext& ctx) {
         cudaCheck(cudaMalloc(&drstd, N * 4));
         cudaCheck(cudaMemcpy(dmean, mean.data(), N * 4, cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(drstd, rstd.data(), N * 4, cudaMemcpyHostToDevice));
-        // --bias-grad fused (bf16 build): also += the column sums of the dinp it writes
-        const bool res_sum = g_bias_grad == BiasGrad::FUSED && HAS_MASTER;
-        DeviceTensor dres(res_sum ? random_vec(rng, C, 0.1f) : std::vector<float>(C, 0.0f));
-        layernorm_backward(dinp.d, dw.d, db.d, scratch, dout.d, inp.d, w.d, dmean, drstd, N, C, s,
-                           res_sum ? dres.d : nullptr);
+        layernorm_backward(dinp.d, dw.d, db.d, scratch, dout.d, inp.d, w.d, dmean, drstd, N, C, s);
         std::vector<float> rdinp = dinp.h, rdw = dw.h, rdb = db.h;
         cpu::layernorm_backward(rdinp.data(), rdw.data(), rdb.data(), dout.h.data(), inp.h.data(), w.h.data(), mean.data(),
                                 rstd.data(), B, T, C);
         check_op("layernorm_backward dinp (+=)", dinp.get(), rdinp);
         check_op("layernorm_backward dweight (+=)", dw.get(), rdw);
         check_op("layernorm_backward dbias (+=)", db.get(), rdb);
-        if (res_sum) {
-            std::vector<float> rdres = dres.h;
-            for (int n = 0; n < N; n++)
-                for (int k = 0; k < C; k++) rdres[k] += rdinp[(size_t)n * C + k];
-            check_op("layernorm_backward column sums of dinp (+=, fused)", dres.get(), rdres);
-        }
         cudaCheck(cudaFree(dmean));
         cudaCheck(cudaFree(drstd));
     }
@@ -401,24 +389,14 @@ static void test_backward_ops(const CudaContext& ctx) {
         DeviceTensor w(random_vec(rng, (size_t)OC * K, 0.05f)), pre(random_vec(rng, (size_t)N * K, 1.5f));
         DeviceTensor dinp(std::vector<float>((size_t)N * K, 0.0f));
         DeviceTensor dw(random_vec(rng, (size_t)OC * K, 0.1f)), db(random_vec(rng, OC, 0.1f));
-        // the pre-activation's bias gradient (fc's), += in the epilogue modes (no draw otherwise: the
-        // default mode's inputs stay as they were)
-        const bool pre_bias = with_gelu && g_bias_grad != BiasGrad::KERNEL;
-        DeviceTensor dpb(pre_bias ? random_vec(rng, K, 0.1f) : std::vector<float>(K, 0.0f));
-        std::vector<float> rdw = dw.h, rdb = db.h, tmp((size_t)N * K, 0.0f), rdinp((size_t)N * K, 0.0f), rdpb = dpb.h;
-        matmul_backward(dinp.d, dw.d, db.d, scratch, dout.d, inp.d, w.d, with_gelu ? pre.d : nullptr, N, K, OC, ctx,
-                        g_bias_grad, pre_bias ? dpb.d : nullptr);
+        std::vector<float> rdw = dw.h, rdb = db.h, tmp((size_t)N * K, 0.0f), rdinp((size_t)N * K, 0.0f);
+        matmul_backward(dinp.d, dw.d, db.d, scratch, dout.d, inp.d, w.d, with_gelu ? pre.d : nullptr, N, K, OC, ctx);
         cpu::matmul_backward(tmp.data(), rdw.data(), rdb.data(), dout.h.data(), inp.h.data(), w.h.data(), B, T, K, OC);
         if (with_gelu) cpu::gelu_backward(rdinp.data(), pre.h.data(), tmp.data(), tmp.size());
         else rdinp = tmp;
         check_op(with_gelu ? "matmul_backward dinp with dGELU epilogue (=)" : "matmul_backward dinp (=)", dinp.get(), rdinp);
         check_op("matmul_backward dweight (+=)", dw.get(), rdw);
         check_op("matmul_backward dbias (+=)", db.get(), rdb);
-        if (pre_bias) {  // column sums of the dGELU'd dinp
-            for (int n = 0; n < N; n++)
-                for (int k = 0; k < K; k++) rdpb[k] += rdinp[(size_t)n * K + k];
-            check_op("matmul_backward pre-activation dbias, DGELU_BGRAD epilogue (+=)", dpb.get(), rdpb);
-        }
     }
     // attention_backward (=) against the CPU backward on the CPU forward's out/lse: multi-head, then
     // grouped-query (4 heads, 2 KV heads) with a window of 24, then multi-query (4 heads, 1 KV head)
@@ -621,8 +599,7 @@ static void test_resume(const CudaContext& ctx, const GPT2Config& c, bool recomp
     const std::string dir = tmpl;
     GPT2 a;
     gpt2_build(a, c, 2, 64, recompute, ctx);
-    a.deterministic = true;
-    a.bias_grad = g_bias_grad;  // bit-identical needs the fixed-order attention backward
+    a.deterministic = true;  // bit-identical needs the fixed-order attention backward
     gpt2_set_params(a, p0.data());
     a.sr_seed = 77;
     std::vector<float> full = train_steps(a, 0, 6, ctx);
@@ -632,7 +609,6 @@ static void test_resume(const CudaContext& ctx, const GPT2Config& c, bool recomp
     GPT2 b;
     gpt2_build(b, c, 2, 64, recompute, ctx);
     b.deterministic = true;
-    b.bias_grad = g_bias_grad;
     gpt2_set_params(b, p0.data());
     b.sr_seed = 77;
     std::vector<float> first = train_steps(b, 0, 3, ctx);
@@ -643,7 +619,6 @@ static void test_resume(const CudaContext& ctx, const GPT2Config& c, bool recomp
     GPT2 r;
     gpt2_build(r, c, 2, 64, recompute, ctx);
     r.deterministic = true;
-    r.bias_grad = g_bias_grad;
     TrainState st = gpt2_load_checkpoint(r, checkpoint_find(dir));
     report("resumed step", (double)std::llabs(st.step - 3), 0.0, "difference ");
     std::vector<float> second = train_steps(r, 3, 6, ctx);
@@ -667,18 +642,13 @@ int main(int argc, char** argv) {
         if (i + 1 < argc && strcmp(argv[i], "--model") == 0) model_path = argv[++i];
         else if (i + 1 < argc && strcmp(argv[i], "--debug") == 0) debug_path = argv[++i];
         else if (strcmp(argv[i], "--ops-only") == 0) ops_only = true;
-        else if (i + 1 < argc && strcmp(argv[i], "--bias-grad") == 0) {
-            const std::string err = parse_bias_grad(argv[++i], &g_bias_grad);
-            if (!err.empty()) fail("--bias-grad: %s", err.c_str());
-        } else
-            fail("%s: unknown argument (usage: test_gpt2cu [--model M.bin --debug D.bin] [--ops-only] "
-                 "[--bias-grad kernel|dgelu|fused|epilogue])", argv[i]);
+        else fail("%s: unknown argument (usage: test_gpt2cu [--model M.bin --debug D.bin] [--ops-only])", argv[i]);
     }
     if ((model_path == nullptr) != (debug_path == nullptr)) fail("--model and --debug go together");
     if (model_path) model_read_info(model_path);  // a bad file fails here, before any GPU work
     CudaContext ctx;
     ctx.init(0);
-    printf("test_gpt2cu: %s build on %s, --bias-grad %s\n", PRECISION_NAME, ctx.props.name, bias_grad_name(g_bias_grad));
+    printf("test_gpt2cu: %s build on %s\n", PRECISION_NAME, ctx.props.name);
     test_forward_ops(small_config(), ctx);
     test_forward_ops(small_config(4, 2, 24), ctx);  // grouped-query attention with a sliding window
     test_forward_ops_llama(small_llama_config(), ctx);

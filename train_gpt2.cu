@@ -31,7 +31,6 @@ struct GpuFlags {
     int graph = 1;             // --graph 0|1
     int stochastic_rounding = 1;  // --stochastic-rounding 0|1
     float peak_tflops = 0.0f;  // --peak-tflops (0: from the device name)
-    BiasGrad bias_grad = BiasGrad::KERNEL;  // --bias-grad kernel|dgelu|fused|epilogue
 };
 
 // bf16 dense peak of the device for MFU, by name; 0 if unknown.
@@ -72,7 +71,6 @@ int main(int argc, char** argv) {
     parser.add_int("--random-data", &gpu.random_data, {0, 1}, "1 = train on random tokens, no files (benchmarks)");
     parser.add_int("--graph", &gpu.graph, {0, 1}, "1 = after the first step, run each step as one CUDA graph (no launch "
                    "gaps or host waits inside it; the same bits as 0 with --deterministic 1; one GPU: data-parallel runs stay eager)");
-    parser.add({"--bias-grad", "HOW", BIAS_GRAD_HELP, [&gpu](const char* s) { return parse_bias_grad(s, &gpu.bias_grad); }});
     parser.add_float("--peak-tflops", &gpu.peak_tflops, {0, 1e6}, "bf16 dense peak for MFU (0 = by device name: H100/H200 989)");
     parser.parse(argc, argv);
     if (gpu.random_data && cfg.train_pattern.empty()) cfg.train_pattern = "(random)";  // no files needed
@@ -120,8 +118,6 @@ int main(int argc, char** argv) {
     gpu_dp_start(dp, model, ctx);
     model.deterministic = gpu.deterministic != 0;
     model.stochastic_rounding = gpu.stochastic_rounding != 0;
-    model.bias_grad = gpu.bias_grad;
-    if (gpu.bias_grad != BiasGrad::KERNEL) printf("bias gradients: %s\n", bias_grad_name(gpu.bias_grad));
     Rng seeds(cfg.seed ^ 0x5EEDull);
     model.sr_seed = seeds.next_u64();
     Rng sample_rng(seeds.next_u64());

@@ -224,14 +224,13 @@ inline int column_num_chunks(int N) { return std::min(COLUMN_MAX_CHUNKS, ceil_di
 
 // Block (32 columns, 8 chunk lanes): lane y sums chunks y, y+8, ... in order, then lane 0 adds the
 // 8 lane sums in order. Reads chunks*C floats (~3 MB for C = 768): a few microseconds.
-// P: float partials, or (one chunk) a bias gradient cuBLASLt wrote in floatX (llmc/matmul.cuh).
-template <typename T, typename P>
-static __global__ void column_partials_add_kernel(T* out, const P* partials, int chunks, int64_t stride, int C) {
+template <typename T>
+static __global__ void column_partials_add_kernel(T* out, const float* partials, int chunks, int64_t stride, int C) {
     __shared__ float lane_sum[8][32];
     const int c = blockIdx.x * 32 + threadIdx.x;
     float s = 0.0f;
     if (c < C)
-        for (int k = threadIdx.y; k < chunks; k += 8) s += to_float(partials[k * stride + c]);
+        for (int k = threadIdx.y; k < chunks; k += 8) s += partials[k * stride + c];
     lane_sum[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
@@ -242,8 +241,8 @@ static __global__ void column_partials_add_kernel(T* out, const P* partials, int
 }
 
 // out[c] += sum_k partials[k * stride + c] for c < C.
-template <typename T, typename P>
-inline void column_partials_add(T* out, const P* partials, int chunks, int64_t stride, int C, cudaStream_t stream) {
+template <typename T>
+inline void column_partials_add(T* out, const float* partials, int chunks, int64_t stride, int C, cudaStream_t stream) {
     column_partials_add_kernel<<<ceil_div(C, 32), dim3(32, 8), 0, stream>>>(out, partials, chunks, stride, C);
     cudaCheckLaunch();
 }

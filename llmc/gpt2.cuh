@@ -176,7 +176,6 @@ struct GPT2 {
     bool recompute = false;
     bool deterministic = false;  // --deterministic: bit-reproducible attention backward (no dQ atomics)
     bool stochastic_rounding = true;  // --stochastic-rounding: the bf16 parameters written back by AdamW
-    BiasGrad bias_grad = BiasGrad::KERNEL;  // --bias-grad: how the bf16 linears sum bias gradients (llmc/matmul.cuh)
     GPT2Fp8 fp8;                 // --fp8: the FP8 linear layers (llmc/gpt2_fp8.cuh); fp8.set before gpt2_build
     void* fp8_allocation = nullptr;  // its buffers' one cudaMalloc
     // one contiguous buffer each, in the layout of GPT2_PARAMETER_TABLE (llmc/gpt2_config.h)
@@ -461,16 +460,11 @@ inline void residual_norm_forward(const GPT2Config& c, floatX* residual, floatX*
 
 // dresidual += d(norm input), dweight (and dbias) +=; scratch: the column-sum partials. dresidual is
 // the residual stream's running gradient wherever a norm sits (the residual add passes it on).
-// dres_sum (LayerNorm only, see attproj_bias_in_ln2): += the column sums of the updated dresidual.
 inline void norm_backward(const GPT2Config& c, floatX* dresidual, floatX* dweight, floatX* dbias, float* scratch,
                           const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
-                          const float* rstd, int N, cudaStream_t s, floatX* dres_sum = nullptr) {
-    if (c.norm == NORM_RMSNORM) {
-        if (dres_sum) fail("norm_backward: the residual gradient's column sums are LayerNorm's only");
-        rmsnorm_backward(dresidual, dweight, scratch, dout, inp, weight, rstd, N, c.channels, s);
-    } else {
-        layernorm_backward(dresidual, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, c.channels, s, dres_sum);
-    }
+                          const float* rstd, int N, cudaStream_t s) {
+    if (c.norm == NORM_RMSNORM) rmsnorm_backward(dresidual, dweight, scratch, dout, inp, weight, rstd, N, c.channels, s);
+    else layernorm_backward(dresidual, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, c.channels, s);
 }
 
 // Whether a pass of N rows runs the block's linear layers in FP8: --fp8, and a row count the FP8
@@ -478,9 +472,8 @@ inline void norm_backward(const GPT2Config& c, floatX* dresidual, floatX* dweigh
 inline bool fp8_pass(const GPT2& m, int N) { return m.fp8.set.enabled && N <= m.fp8.N && N % FP8_T_TILE == 0; }
 
 // Linear k (Fp8Linear) of layer l, the signatures of matmul_forward / matmul_backward: through FP8
-// (llmc/gpt2_fp8.cuh) in an FP8 pass (`fp8`) where fp8_linear_on, else bf16 (summing bias gradients
-// as model.bias_grad says). cast_weight: the FP8 weight copies are stale. dpre_bias: see
-// fc_bias_in_dgelu.
+// (llmc/gpt2_fp8.cuh) in an FP8 pass (`fp8`) where fp8_linear_on, else bf16. cast_weight: the FP8 weight
+// copies are stale.
 inline void linear_forward(GPT2& m, bool fp8, bool cast_weight, int l, int k, floatX* out, floatX* gelu_pre,
                            const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, int OC,
                            const CudaContext& ctx) {
@@ -489,23 +482,10 @@ inline void linear_forward(GPT2& m, bool fp8, bool cast_weight, int l, int k, fl
 }
 inline void linear_backward(GPT2& m, bool fp8, int l, int k, floatX* dinp, floatX* dweight, floatX* dbias,
                             float* scratch, const floatX* dout, const floatX* inp, const floatX* weight, floatX* gelu_pre,
-                            int N, int C, int OC, const CudaContext& ctx, floatX* dpre_bias = nullptr) {
+                            int N, int C, int OC, const CudaContext& ctx) {
     if (fp8 && fp8_linear_on(m.fp8, l, k))
         fp8_linear_backward(m.fp8, l, k, dinp, dweight, dbias, scratch, dout, inp, gelu_pre, N, ctx);
-    else matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, gelu_pre, N, C, OC, ctx, m.bias_grad, dpre_bias);
-}
-// Whether fc's bias gradient of layer l comes out of fcproj's dinp GEMM (its DGELU_BGRAD epilogue)
-// instead of fc's own backward: --bias-grad dgelu|fused|epilogue, a GELU MLP with biases, fcproj in bf16.
-inline bool fc_bias_in_dgelu(const GPT2& m, bool fp8, int l) {
-    return m.bias_grad != BiasGrad::KERNEL && m.config.mlp != MLP_SWIGLU && m.config.biases &&
-           !(fp8 && fp8_linear_on(m.fp8, l, FP8_FCPROJ));
-}
-// Whether attproj's bias gradient comes out of ln2's backward (the column sums of the residual
-// gradient it writes, which is attproj's dY) instead of attproj's own backward (bf16 or FP8):
-// --bias-grad fused, LayerNorm, biases, the bf16 build and C within the fused LayerNorm backward.
-inline bool attproj_bias_in_ln2(const GPT2& m) {
-    return m.bias_grad == BiasGrad::FUSED && m.config.norm == NORM_LAYERNORM && m.config.biases &&
-           x128::size == 8 && m.config.channels <= NORM_BWD_MAX_C;
+    else matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, gelu_pre, N, C, OC, ctx);
 }
 
 // The MLP's activation: act (N, H) from fch (N, FC) (the GELU path fuses it into the fc matmul in
@@ -630,23 +610,21 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
             gpt2_detail::mlp_activation_forward(c, la.fch_gelu, la.fch, N, s);
         }
         // dresidual holds d(residual3). MLP: fcproj, the activation (GELU's fused into the matmul), fc, ln2.
-        const bool fcb_in_dgelu = gpt2_detail::fc_bias_in_dgelu(model, fp8_pass, l);
         if (c.mlp == MLP_SWIGLU) {
             linear_backward(model, fp8_pass, l, FP8_FCPROJ, a.dfch_act, gl.fcprojw, gl.fcprojb, a.colsum, a.dresidual,
                             la.fch_gelu, p.fcprojw + fcprojw, nullptr, N, H, C, ctx);
             swiglu_backward(a.dfch, a.dfch_act, la.fch, N, H, s);
         } else {
             linear_backward(model, fp8_pass, l, FP8_FCPROJ, a.dfch, gl.fcprojw, gl.fcprojb, a.colsum, a.dresidual, la.fch_gelu,
-                            p.fcprojw + fcprojw, la.fch, N, H, C, ctx, fcb_in_dgelu ? gl.fcb : nullptr);
+                            p.fcprojw + fcprojw, la.fch, N, H, C, ctx);
         }
-        linear_backward(model, fp8_pass, l, FP8_FC, a.dbuf, gl.fcw, fcb_in_dgelu ? nullptr : gl.fcb, a.colsum, a.dfch,
-                        la.ln2, p.fcw + fcw, nullptr, N, C, FC, ctx);
-        const bool attb_in_ln2 = gpt2_detail::attproj_bias_in_ln2(model);
+        linear_backward(model, fp8_pass, l, FP8_FC, a.dbuf, gl.fcw, gl.fcb, a.colsum, a.dfch, la.ln2, p.fcw + fcw, nullptr, N,
+                        C, FC, ctx);
         gpt2_detail::norm_backward(c, a.dresidual, gl.ln2w, gl.ln2b, a.colsum, a.dbuf, la.residual2, p.ln2w + c1,
-                                   la.ln2_mean, la.ln2_rstd, N, s, attb_in_ln2 ? gl.attprojb : nullptr);
+                                   la.ln2_mean, la.ln2_rstd, N, s);
         // dresidual now holds d(residual2). Attention: attproj, attention, RoPE, qkv, then ln1.
-        linear_backward(model, fp8_pass, l, FP8_ATTPROJ, a.dbuf, gl.attprojw, attb_in_ln2 ? nullptr : gl.attprojb, a.colsum,
-                        a.dresidual, la.atty, p.attprojw + cc, nullptr, N, C, C, ctx);
+        linear_backward(model, fp8_pass, l, FP8_ATTPROJ, a.dbuf, gl.attprojw, gl.attprojb, a.colsum, a.dresidual, la.atty,
+                        p.attprojw + cc, nullptr, N, C, C, ctx);
         model_attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, B, T, NH, NKV, HD, c.window,
                                  attention_scratch(model, B, T), attention_scratch_floats(model), s);
         if (c.position == POS_ROPE)  // d(rotated qkv) -> d(qkv), in place

@@ -167,28 +167,13 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
 // issued before the first reduction, one DRAM round trip per step (the lab's "one pass" variant
 // loads dinp only after the reduction: two), and the rows stay in registers (no second read).
 // PACKS = packs per lane (3 at C = 768 in bf16), R = rows per warp per step (layernorm_backward_rows).
-// DRES (--bias-grad fused, llmc/matmul.cuh): also the column sums of the dinp it writes, as stored
-// (floatX): that is the residual gradient, the dY of the linear layer whose output joined the residual
-// stream here (attproj's for ln2), whose bias gradient would otherwise re-read it. Registers are full
-// at C = 768, so each warp keeps these sums in its slice of warp_sum (free until the end), laid out
-// by (pack, half, lane) so that a warp's 16-byte accesses are contiguous; partials (chunks, 3, C),
-// [k][2] = the dinp sums. ptxas -v at C = 768: 128 registers and 16 bytes of spills (0 without).
-template <int PACKS, int R, bool DRES = false>
+template <int PACKS, int R>
 static __global__ __launch_bounds__(NORM_BWD_BLOCK, 2) void layernorm_backward_fused(
     floatX* dinp, float* partials, const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
     const float* rstd, int N, int C, int rows_per_chunk) {
     static_assert(PACKS * WARP_SIZE * x128::size <= NORM_BWD_MAX_C, "warp_sum holds NORM_BWD_MAX_C columns");
-    static_assert(x128::size == 8 || !DRES, "the dinp sums' layout takes packs of 8 values (bf16)");
     __shared__ float warp_sum[NORM_BWD_WARPS * NORM_BWD_MAX_C];  // [warp][c], 32 KB, dweight then dbias
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
-    constexpr int PARTS = DRES ? 3 : 2;
-    // DRES: float4 (p, h, lane) of this warp's slice holds columns (p * 32 + lane) * 8 + 4h .. + 3
-    [[maybe_unused]] float4* dres_sum = reinterpret_cast<float4*>(warp_sum + warp * NORM_BWD_MAX_C);
-    if constexpr (DRES)
-#pragma unroll
-        for (int p = 0; p < PACKS; p++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) dres_sum[(p * 2 + h) * WARP_SIZE + lane] = make_float4(0.f, 0.f, 0.f, 0.f);
     const int r0 = blockIdx.x * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
     float dw[PACKS][x128::size], db[PACKS][x128::size];
 #pragma unroll
@@ -265,35 +250,13 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, 2) void layernorm_backward_f
                     for (int k = 0; k < x128::size; k++)
                         o[k] = from_float<floatX>(t[i][p][k] - (sg[i] + nrm[i][p][k] * sgn[i]));
                     store128(dinp + base + c, o);
-                    if constexpr (DRES)  // this lane's own columns: no other thread touches them until the end
-#pragma unroll
-                        for (int h = 0; h < 2; h++) {
-                            float4& a = dres_sum[(p * 2 + h) * WARP_SIZE + lane];
-                            float4 v = a;
-                            v.x += to_float(o[4 * h]);
-                            v.y += to_float(o[4 * h + 1]);
-                            v.z += to_float(o[4 * h + 2]);
-                            v.w += to_float(o[4 * h + 3]);
-                            a = v;
-                        }
                 }
             }
         }
     }
     // Every warp stores all its columns (zeros if it had no rows); column c then adds warps 0..7 in
-    // order. Through the one buffer: the dinp sums already there (DRES), then dweight, then dbias.
-    float* out = partials + (int64_t)blockIdx.x * PARTS * C;
-    if constexpr (DRES) {
-        __syncthreads();  // every warp's dinp sums are in
-        for (int c = threadIdx.x; c < C; c += NORM_BWD_BLOCK) {
-            const int pack = c / x128::size, p = pack / WARP_SIZE, l = pack % WARP_SIZE, h = (c % x128::size) / 4;
-            const int at = ((p * 2 + h) * WARP_SIZE + l) * 4 + c % 4;
-            float sum = 0.0f;
-            for (int v = 0; v < NORM_BWD_WARPS; v++) sum += warp_sum[v * NORM_BWD_MAX_C + at];
-            out[2 * C + c] = sum;
-        }
-        __syncthreads();  // read before dweight overwrites them
-    }
+    // order. Twice through the one buffer: dweight, then dbias.
+    float* out = partials + (int64_t)blockIdx.x * 2 * C;
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         if (half == 1) __syncthreads();  // every thread has read the dweight sums
@@ -321,30 +284,19 @@ template <int PACKS>
 constexpr int layernorm_backward_rows() { return PACKS * x128::size <= 16 ? 2 : 1; }
 
 // The shipped path with PACKS packs per lane and R rows per warp step; needs C <= 32 * PACKS *
-// x128::size and norm_backward_chunks(N) * 3 * C floats of scratch. The lab times R = 1 and 2.
-// dres_sum: see DRES (nullptr: none).
+// x128::size and norm_backward_chunks(N) * 2 * C floats of scratch. The lab times R = 1 and 2.
 template <int PACKS, int R>
-inline void layernorm_backward_fused_launch(floatX* dinp, floatX* dweight, floatX* dbias, floatX* dres_sum,
-                                            float* scratch, const floatX* dout, const floatX* inp,
-                                            const floatX* weight, const float* mean, const float* rstd, int N, int C,
-                                            cudaStream_t stream) {
+inline void layernorm_backward_fused_launch(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch,
+                                            const floatX* dout, const floatX* inp, const floatX* weight,
+                                            const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
     if (C > PACKS * WARP_SIZE * x128::size) fail("layernorm_backward: C = %d exceeds %d packs per lane", C, PACKS);
     if (N <= 0) return;
     const int chunks = norm_backward_chunks(N), rows_per_chunk = ceil_div(N, chunks);
-    const int64_t stride = (dres_sum ? 3 : 2) * (int64_t)C;
-    if (dres_sum) {
-        if constexpr (x128::size == 8)
-            layernorm_backward_fused<PACKS, R, true><<<chunks, NORM_BWD_BLOCK, 0, stream>>>(
-                dinp, scratch, dout, inp, weight, mean, rstd, N, C, rows_per_chunk);
-        else fail("layernorm_backward: the residual gradient's column sums are for the bf16 build");
-    } else {
-        layernorm_backward_fused<PACKS, R><<<chunks, NORM_BWD_BLOCK, 0, stream>>>(
-            dinp, scratch, dout, inp, weight, mean, rstd, N, C, rows_per_chunk);
-    }
+    layernorm_backward_fused<PACKS, R><<<chunks, NORM_BWD_BLOCK, 0, stream>>>(
+        dinp, scratch, dout, inp, weight, mean, rstd, N, C, rows_per_chunk);
     cudaCheckLaunch();
-    column_partials_add(dweight, scratch, chunks, stride, C, stream);  // partials [k][0][c]
-    column_partials_add(dbias, scratch + C, chunks, stride, C, stream);  // partials [k][1][c]
-    if (dres_sum) column_partials_add(dres_sum, scratch + 2 * C, chunks, stride, C, stream);  // [k][2][c]
+    column_partials_add(dweight, scratch, chunks, 2 * (int64_t)C, C, stream);  // partials [k][0][c]
+    column_partials_add(dbias, scratch + C, chunks, 2 * (int64_t)C, C, stream);  // partials [k][1][c]
 }
 
 // The two-kernel path (shipped before; the fallback for C > NORM_BWD_MAX_C). dinp: one warp
@@ -404,8 +356,8 @@ static __global__ void layernorm_backward_param_partials(float* partials, const 
 }
 
 // Floats of scratch layernorm_backward needs for N rows of C channels (either path; the shipped
-// one uses norm_backward_chunks(N) * 2 * C of them, 3 * C with dres_sum).
-inline size_t layernorm_backward_scratch_floats(int N, int C) { return (size_t)column_num_chunks(N) * 3 * C; }
+// one uses norm_backward_chunks(N) * 2 * C of them).
+inline size_t layernorm_backward_scratch_floats(int N, int C) { return (size_t)column_num_chunks(N) * 2 * C; }
 
 // The two-kernel path, any C (a multiple of x128::size): column_num_chunks(N) * 2 * C floats of scratch.
 inline void layernorm_backward_two_kernels(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch,
@@ -425,15 +377,12 @@ inline void layernorm_backward_two_kernels(floatX* dinp, floatX* dweight, floatX
     column_partials_add(dbias, scratch + C, chunks, 2 * (int64_t)C, C, stream);
 }
 
-// scratch: at least layernorm_backward_scratch_floats(N, C) floats. dres_sum (C, bf16 build, C <=
-// NORM_BWD_MAX_C): += the column sums of dinp as written (see DRES above); nullptr: none.
+// scratch: at least layernorm_backward_scratch_floats(N, C) = column_num_chunks(N) * 2 * C floats.
 inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout,
                                const floatX* inp, const floatX* weight, const float* mean, const float* rstd, int N,
-                               int C, cudaStream_t stream, floatX* dres_sum = nullptr) {
+                               int C, cudaStream_t stream) {
     layernorm_check("layernorm_backward", C);
     if (N <= 0 || C <= 0) return;  // nothing to add (and no empty grid to launch)
-    if (dres_sum && C > NORM_BWD_MAX_C)
-        fail("layernorm_backward: the residual gradient's column sums need C <= %d, got %d", NORM_BWD_MAX_C, C);
     if (C > NORM_BWD_MAX_C) {
         layernorm_backward_two_kernels(dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, C, stream);
         return;
@@ -445,5 +394,5 @@ inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, flo
                   : quarters == 2 ? layernorm_backward_fused_launch<2 * Q, layernorm_backward_rows<2 * Q>()>
                   : quarters == 3 ? layernorm_backward_fused_launch<3 * Q, layernorm_backward_rows<3 * Q>()>
                                   : layernorm_backward_fused_launch<4 * Q, layernorm_backward_rows<4 * Q>()>;
-    launch(dinp, dweight, dbias, dres_sum, scratch, dout, inp, weight, mean, rstd, N, C, stream);
+    launch(dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, C, stream);
 }

@@ -7,8 +7,6 @@
 //   matmul_backward  dinp = dout W (=); with gelu_pre (the forward's pre-activation of inp), the
 //                    dGELU epilogue turns it into the gradient w.r.t. that pre-activation        (=)
 //                    dweight += dout^T inp; dbias += column sums of dout                         (+=)
-//                    with dpre_bias (--bias-grad dgelu|fused|epilogue, with gelu_pre): dpre_bias += column
-//                    sums of dinp, the gradient of the bias that produced gelu_pre (fc's)        (+=)
 // cuBLAS is column-major: a row-major (R, K) matrix is a column-major (K, R) one, so the row-major
 // products above are computed as their transposes, e.g. out^T (OC, N) = W (OC, C) . inp^T (C, N).
 #pragma once
@@ -344,52 +342,9 @@ inline void matmul_forward(floatX* out, floatX* gelu_pre, const floatX* inp, con
     matmul_cublaslt(ctx, out, weight, inp, OC, N, C, true, false, C, C, OC, 0.0f, epi, bias, gelu_pre);
 }
 
-// How matmul_backward sums bias gradients (the trainer's --bias-grad):
-//   KERNEL    a fixed-order column-sum kernel re-reads dout (bias_backward below): the default.
-//   DGELU     as KERNEL, except the bias in front of a GELU (fc's): the dinp GEMM of the layer after
-//             it (fcproj), which reads that bias's gradient anyway, sums it in cuBLASLt's
-//             DGELU_BGRAD epilogue (dGELU applied to the GEMM's output, then its row sums over the
-//             N columns of the column-major (C, N) result: fc's dbias). Saves re-reading dfch, the
-//             largest dout (N, 4C), at the price of what the epilogue does to the GEMM's kernel choice.
-//   FUSED     DGELU, and attproj's bias from ln2's backward, which writes attproj's dY (the residual
-//             gradient) and sums its columns on the way (llmc/layernorm.cuh, DRES; the model decides,
-//             gpt2.cuh attproj_bias_in_ln2): qkv's and fcproj's by KERNEL.
-//   EPILOGUE  DGELU, and every other bias through the BGRADB epilogue of the dweight GEMM (the sums
-//             of op(B) = dout over the GEMM's k = N). Measured before (docs/perf.md, f6491a4) to make
-//             cuBLASLt pick slower dweight kernels; kept to measure again next to DGELU.
-// cuBLASLt writes a bias gradient (=) in the output's type (cublasLt.h: CUBLASLT_MATMUL_DESC_BIAS_POINTER),
-// so the epilogues write into `scratch` and bias_grad_add adds it (+=, gradient accumulation): in the
-// bf16 build that is a bf16-rounded sum added to a bf16 gradient (two roundings; the kernel rounds once).
-// Determinism: the cuBLAS guide ("Results reproducibility") promises bit-identical results run to run
-// for one toolkit, one architecture, one SM count and one stream, for all its routines; it says nothing
-// specific about the epilogues' reductions. The heuristic's pick depends on the shapes, types and
-// pointer alignments, which repeat every step. Checked, not assumed: test_gpt2cu's resume check
-// (bit-identical losses and parameters) runs in the mode it is given, and tests/bias_grad_gpu.sh
-// compares two training runs.
-enum class BiasGrad { KERNEL, DGELU, FUSED, EPILOGUE };
-inline const char* bias_grad_name(BiasGrad m) {
-    return m == BiasGrad::KERNEL ? "kernel" : m == BiasGrad::DGELU ? "dgelu" : m == BiasGrad::FUSED ? "fused" : "epilogue";
-}
-// The --bias-grad flag of the programs that run the backward (train_gpt2cu, test_gpt2cu, profile_gpt2):
-// its help text, and "kernel" | "dgelu" | "fused" | "epilogue" -> the mode ("" on success, else what is wrong).
-constexpr const char* BIAS_GRAD_HELP =
-    "how the bf16 linear layers sum their bias gradients: kernel (a fixed-order column-sum kernel re-reads each "
-    "dY), dgelu (fc's bias in the dGELU epilogue of fcproj's input-gradient GEMM, the rest by the kernel), fused "
-    "(dgelu, and attproj's bias summed by ln2's backward, which writes its dY; bf16 GPT-2) or epilogue (dgelu, and "
-    "the other biases in the bias-gradient epilogue of their weight-gradient GEMM); llmc/matmul.cuh (default kernel)";
-inline std::string parse_bias_grad(const char* s, BiasGrad* m) {
-    for (BiasGrad v : {BiasGrad::KERNEL, BiasGrad::DGELU, BiasGrad::FUSED, BiasGrad::EPILOGUE})
-        if (strcmp(s, bias_grad_name(v)) == 0) {
-            *m = v;
-            return "";
-        }
-    return std::string("unknown mode '") + s + "' (kernel, dgelu, fused, epilogue)";
-}
-
 // Bias gradient, stage 1: like
 // layernorm_backward_param_partials, thread = pack of columns, blockIdx.y = chunk of rows walked in
-// order; partials (chunks, OC). Re-reads dout: N * OC * sizeof(floatX) bytes. nvcc unrolls the row
-// loop by 4 (4 loads in flight per thread); at OC = 768 that is 512 blocks of 96 busy threads.
+// order; partials (chunks, OC). Re-reads dout: N * OC * sizeof(floatX) bytes.
 static __global__ void bias_backward_partials(float* partials, const floatX* dout, int N, int OC, int rows_per_chunk) {
     const int c = (blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
     if (c >= OC) return;
@@ -421,38 +376,21 @@ inline void bias_backward(floatX* dbias, float* scratch, const floatX* dout, int
 
 // dweight (OC, C) += dout^T inp: matmul_backward's weight gradient, also the FP8 path's with
 // --fp8-wgrad bf16 (llmc/gpt2_fp8.cuh).
-// With bgradb_scratch, also dout's column sums over k = N (cuBLASLt's BGRADB epilogue: OC floatX, written,
-// not added) into bgradb_scratch.
 inline void matmul_backward_weight(floatX* dweight, const floatX* dout, const floatX* inp, int N, int C, int OC,
-                                   const CudaContext& ctx, float* bgradb_scratch = nullptr) {
+                                   const CudaContext& ctx) {
     // dweight^T (C, OC) += inp^T (C, N) . dout (N, OC): dout is column-major (OC, N), transposed.
-    matmul_cublaslt(ctx, dweight, inp, dout, C, OC, N, false, true, C, OC, C, 1.0f,
-                    bgradb_scratch ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT, bgradb_scratch, nullptr);
+    matmul_cublaslt(ctx, dweight, inp, dout, C, OC, N, false, true, C, OC, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT,
+                    nullptr, nullptr);
 }
 
-// dbias (n) += an epilogue's bias gradient (n, floatX) in scratch: column_partials_add of one chunk.
-inline void bias_grad_add(floatX* dbias, const float* scratch, int n, cudaStream_t stream) {
-    column_partials_add(dbias, reinterpret_cast<const floatX*>(scratch), 1, n, n, stream);
-}
-
-// scratch: column_num_chunks(N) * OC floats with dbias, C floatX with dpre_bias. dpre_bias (C): only
-// with gelu_pre and a mode other than KERNEL (see BiasGrad).
+// scratch: column_num_chunks(N) * OC floats when dbias is given.
 inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout,
                             const floatX* inp, const floatX* weight, floatX* gelu_pre, int N, int C, int OC,
-                            const CudaContext& ctx, BiasGrad mode = BiasGrad::KERNEL, floatX* dpre_bias = nullptr) {
+                            const CudaContext& ctx) {
     if (C % 8 != 0 || OC % 8 != 0) fail("matmul_backward: C = %d and OC = %d must be multiples of 8", C, OC);
-    if (dpre_bias && (!gelu_pre || mode == BiasGrad::KERNEL))
-        fail("matmul_backward: the pre-activation's bias gradient needs gelu_pre and --bias-grad dgelu|fused|epilogue");
-    // dinp^T (C, N) = W^T (C, OC) . dout^T (OC, N): weight is column-major (C, OC) as stored; with
-    // dpre_bias, the row sums of the dGELU'd result (C) into scratch.
-    const cublasLtEpilogue_t dinp_epi = !gelu_pre ? CUBLASLT_EPILOGUE_DEFAULT
-                                        : dpre_bias ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
-    matmul_cublaslt(ctx, dinp, weight, dout, C, N, OC, false, false, C, OC, C, 0.0f, dinp_epi,
-                    dpre_bias ? scratch : nullptr, gelu_pre);
-    if (dpre_bias) bias_grad_add(dpre_bias, scratch, C, ctx.stream);
-    // with EPILOGUE, dout's column sums over k = N (BGRADB, OC) into scratch
-    const bool bgradb = dbias && mode == BiasGrad::EPILOGUE;
-    matmul_backward_weight(dweight, dout, inp, N, C, OC, ctx, bgradb ? scratch : nullptr);
-    if (bgradb) bias_grad_add(dbias, scratch, OC, ctx.stream);
-    else bias_backward(dbias, scratch, dout, N, OC, ctx.stream);
+    // dinp^T (C, N) = W^T (C, OC) . dout^T (OC, N): weight is column-major (C, OC) as stored.
+    matmul_cublaslt(ctx, dinp, weight, dout, C, N, OC, false, false, C, OC, C, 0.0f,
+                    gelu_pre ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT, nullptr, gelu_pre);
+    matmul_backward_weight(dweight, dout, inp, N, C, OC, ctx);
+    bias_backward(dbias, scratch, dout, N, OC, ctx.stream);
 }

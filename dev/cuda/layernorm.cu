@@ -32,9 +32,6 @@
 //                  measured: 0.1262 ms, 79.9% of copy (b0218d8)
 //   backward       4 fused R=2: two rows per warp step (at C = 768: over 128 registers, 604 B of spills)
 //                  measured: 0.1731 ms, 58.2% of copy (b0218d8)
-//   backward       5 + dinp sums: variant 0 with the column sums of the dinp it writes (the residual
-//                  gradient: attproj's dY under --bias-grad fused), the DRES path of
-//                  layernorm_backward_fused; its cost against variant 0 is the point (bf16 build)
 // Small M (a decode step's rows: M = 1, 8, 64 at C = 768 and the awkward C = 776), forward and fused
 // forward ("... small M=" lines):
 //   0 shipped for M <= NORM_ROW_MAX_M (generate, NormLaunch::block_per_row): layernorm_forward_block_per_row,
@@ -287,24 +284,6 @@ static void run_shape(lab::Lab& L, int N, int C) {
         layernorm_backward_two_kernels(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd,
                                        N, C, L.stream());
     }, check_bwd);
-    // variant 0 also summing the dinp it writes (attproj's bias gradient under --bias-grad fused)
-    if (x128::size == 8 && C <= NORM_BWD_MAX_C) {
-        lab::DevBuf<floatX> d_dres(C, "dres_sum");
-        const std::vector<float> dres0 = lab::rand_uniform(C, 29);
-        std::vector<float> ref_dres = dres0;
-        for (size_t r = 0; r < (size_t)N; r++)
-            for (int c = 0; c < C; c++) ref_dres[c] += ref_dinp[r * C + c];
-        L.run("layernorm_backward" + shape, 5, "+ dinp sums", bwd_bytes, 16.0 * NC, lab::Bound::Memory,
-              [&] {
-                  reset_bwd();
-                  d_dres.upload(dres0);
-              },
-              [&] {
-                  layernorm_backward(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, N,
-                                     C, L.stream(), d_dres);
-              },
-              [&] { return check_bwd() && L.check(d_dres, ref_dres); });
-    }
     // the shipped kernel with R = 1 and R = 2 rows per warp step at every width (the launcher picks
     // R = 2 up to 2 packs per lane, i.e. C <= 512 in bf16, and R = 1 above)
     for (const int R : {1, 2}) {
@@ -323,8 +302,8 @@ static void run_shape(lab::Lab& L, int N, int C) {
                                : quarters == 2 ? layernorm_backward_fused_launch<2 * Q, 2>
                                : quarters == 3 ? layernorm_backward_fused_launch<3 * Q, 2>
                                                : layernorm_backward_fused_launch<4 * Q, 2>;
-                  launch(d_dinp, d_dweight, d_dbias, nullptr, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, N,
-                         C, L.stream());
+                  launch(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, N, C,
+                         L.stream());
               }, check_bwd);
     }
 }

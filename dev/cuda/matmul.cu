@@ -24,17 +24,6 @@
 // Below target in both runs: the fc forward with the GELU epilogue (+0.09 ms: writing the 0.4 GB
 // pre-activation the backward needs) and the attproj / fcproj backward (dbias re-read; fcproj's
 // dGELU epilogue makes cuBLASLt pick an sm90_xmma kernel instead of nvjet).
-//
-// Bias gradients (issue 17: 3.5% of the step, ~3.8 ms over 48 column sums re-reading 10.9 GB of dY
-// at GPT-2 124M): the backward's variants 2 and 3 are matmul.cuh's --bias-grad modes, each with
-// the same checks plus, where it applies, the pre-activation's bias gradient (fc's) against the CPU:
-//   2 dgelu     fcproj's dinp GEMM with DGELU_BGRAD sums fc's bias gradient (compare v2 - v0 of
-//               fcproj with the bias_backward of fc, OC 3072, which it removes)
-//   3 epilogue  as 2, and this layer's dbias from the dweight GEMM's BGRADB (compare v3 with v0)
-// (--bias-grad fused runs matmul_backward as dgelu; its other half is layernorm.cu's variant 5)
-// and the column sum alone ("bias_backward", memory-bound: N * OC * sizeof(floatX) read, ceiling
-// the 4.0 TB/s copy) as 0 shipped (~4 loads in flight a thread) and 1 with 4 row lanes a column pack
-// (bias_partials_row_lanes). The summary after the table puts each layer's figures side by side.
 #include "dev/cuda/harness.cuh"
 #include "llmc/cpu/gelu.h"
 #include "llmc/cpu/matmul.h"
@@ -49,50 +38,6 @@ struct Layer {
 };
 
 constexpr int SAMPLES = 16;
-
-// One layer's bias-gradient figures for the summary (ms; -1 where not run).
-struct BiasCost {
-    std::string layer;
-    double shipped = -1, plain = -1, dgelu = -1, epilogue = -1, colsum = -1, lanes = -1;
-};
-static std::vector<BiasCost> g_costs;
-
-// bias_backward_partials with LANES threads a column pack instead of one (lab-only; variant 1 of
-// bias_backward). The shipped kernel's threads each walk a chunk's rows with ~4 loads in flight
-// (ptxas interleaves a longer unroll's loads with the adds to save registers: seen in the SASS of
-// an 8-row unroll), and at OC = 768 only 96 of a block's 128 threads have a pack; here block =
-// (32 packs, LANES row lanes), lane y sums rows y, y + LANES, ... of the chunk in order, then lane 0
-// adds the LANES sums in lane order: LANES x the loads in flight, every thread busy, still a fixed
-// order (deterministic; not the shipped kernel's bits).
-constexpr int BIAS_LANES = 4;
-static __global__ void bias_partials_row_lanes(float* partials, const floatX* dout, int N, int OC, int rows_per_chunk) {
-    __shared__ float lane_sum[BIAS_LANES][32][x128::size + 1];  // +1: lanes of a warp hit different banks
-    const int c = (blockIdx.x * 32 + threadIdx.x) * x128::size, y = threadIdx.y;
-    const int r0 = blockIdx.y * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
-    float acc[x128::size] = {};
-    if (c < OC)
-        for (int r = r0 + y; r < r1; r += BIAS_LANES) {
-            const x128 d = load128cs(dout + (int64_t)r * OC + c);
-            for (int k = 0; k < x128::size; k++) acc[k] += to_float(d[k]);
-        }
-    for (int k = 0; k < x128::size; k++) lane_sum[y][threadIdx.x][k] = acc[k];
-    __syncthreads();
-    if (y != 0 || c >= OC) return;
-    float* p = partials + (int64_t)blockIdx.y * OC + c;
-    for (int k = 0; k < x128::size; k++) {
-        float sum = 0.0f;
-        for (int v = 0; v < BIAS_LANES; v++) sum += lane_sum[v][threadIdx.x][k];
-        p[k] = sum;
-    }
-}
-static void bias_backward_row_lanes(floatX* dbias, float* scratch, const floatX* dout, int N, int OC,
-                                    cudaStream_t stream) {
-    const int chunks = column_num_chunks(N), rows_per_chunk = ceil_div(N, chunks);
-    bias_partials_row_lanes<<<dim3(ceil_div(OC / x128::size, 32), chunks), dim3(32, BIAS_LANES), 0, stream>>>(
-        scratch, dout, N, OC, rows_per_chunk);
-    cudaCheckLaunch();
-    column_partials_add(dbias, scratch, chunks, OC, OC, stream);
-}
 
 static std::string label(const char* op, const Layer& l) {
     return lab::Lab::strprintf("%s %s N=%d C=%d OC=%d", op, l.name, l.N, l.C, l.OC);
@@ -149,14 +94,12 @@ static void run_backward(lab::Lab& L, const Layer& l) {
     lab::DevBuf<floatX> d_inp((size_t)N * C, "inp"), d_weight((size_t)OC * C, "weight");
     lab::DevBuf<floatX> d_dout((size_t)N * OC, "dout"), d_pre(l.gelu_backward ? (size_t)N * C : 1, "gelu_pre");
     lab::DevBuf<floatX> d_dinp((size_t)N * C, "dinp"), d_dweight((size_t)OC * C, "dweight"), d_dbias(OC, "dbias");
-    lab::DevBuf<float> d_scratch((size_t)column_num_chunks(N) * std::max(OC, C), "scratch");
-    lab::DevBuf<floatX> d_dpre_bias(C, "dpre_bias");  // the pre-activation's bias gradient (fc's), variants 2, 3
+    lab::DevBuf<float> d_scratch((size_t)column_num_chunks(N) * OC, "scratch");
     d_inp.fill_uniform(51);
     d_weight.fill_uniform(52, -0.05f, 0.05f);
     d_dout.fill_uniform(53);
     if (l.gelu_backward) d_pre.fill_uniform(54, -3.0f, 3.0f);
     std::vector<float> dweight0 = lab::rand_uniform((size_t)OC * C, 55), dbias0 = lab::rand_uniform(OC, 56);
-    std::vector<float> dpre_bias0 = lab::rand_uniform(C, 59);
 
     // dinp rows: (dout W)[rows], through GELU' of the pre-activation when fused
     const std::vector<int> rows = lab::sample_rows(N, SAMPLES, 57), cols = lab::sample_rows(OC, SAMPLES, 58);
@@ -177,42 +120,22 @@ static void run_backward(lab::Lab& L, const Layer& l) {
     std::vector<float> ref_dweight = lab::gather_rows(dweight0, cols, C), ref_dbias(kc);
     for (size_t i = 0; i < dw_sum.size(); i++) ref_dweight[i] += dw_sum[i];
     for (int j = 0; j < kc; j++) ref_dbias[j] = dbias0[cols[j]] + db_sum[j];
-    // dpre_bias[pcols]: sums over all N rows of the dGELU'd dinp's sampled columns, dinp[:, pcols] =
-    // GELU'(pre[:, pcols]) * (dout W[:, pcols]), through a gathered (kp, OC) weight
-    const std::vector<int> pcols = lab::sample_rows(C, SAMPLES, 60);
-    const int kp = (int)pcols.size();
-    std::vector<float> ref_dpre_bias;
-    if (l.gelu_backward) {
-        std::vector<float> wcols((size_t)kp * OC), plain((size_t)N * kp), dpre((size_t)N * kp, 0.0f);
-        for (int j = 0; j < kp; j++)
-            for (int o = 0; o < OC; o++) wcols[(size_t)j * OC + o] = weight[(size_t)o * C + pcols[j]];
-        const std::vector<float> dout_all = d_dout.download(), pre_cols = d_pre.download_cols(pcols, C);
-        cpu::matmul_forward(plain.data(), dout_all.data(), wcols.data(), nullptr, 1, N, OC, kp);
-        cpu::gelu_backward(dpre.data(), pre_cols.data(), plain.data(), dpre.size());
-        ref_dpre_bias = lab::gather_rows(dpre_bias0, pcols, 1);
-        for (int n = 0; n < N; n++)
-            for (int j = 0; j < kp; j++) ref_dpre_bias[j] += dpre[(size_t)n * kp + j];
-    }
 
     auto reset = [&] {
         d_dinp.poison(L.stream());
         d_dweight.upload(dweight0);
         d_dbias.upload(dbias0);
-        d_dpre_bias.upload(dpre_bias0);
     };
     // cuBLASLt's dGELU epilogue differs from the libm-tanh derivative by up to ~6e-5 relative
     // (seen in the FP32 build): above fp32's default, far below bf16's
     const lab::Tol dgelu_tol = {std::max(lab::default_tol().rel, 2e-4), lab::default_tol().abs};
-    auto check = [&](bool shipped, bool pre_bias = false) {
+    auto check = [&](bool shipped) {
         bool ok = L.check(d_dinp, shipped ? ref_dinp : ref_dinp_plain,
                           shipped && l.gelu_backward ? dgelu_tol : lab::default_tol(), rows, C);
         ok = L.check(d_dweight, ref_dweight, lab::default_tol(), cols, C) && ok;
         if (shipped && l.bias) ok = L.check(d_dbias, ref_dbias, lab::default_tol(), cols, 1) && ok;
-        if (pre_bias) ok = L.check(d_dpre_bias, ref_dpre_bias, lab::default_tol(), pcols, 1) && ok;
         return ok;
     };
-    BiasCost cost;
-    cost.layer = l.name;
     const double flops = 4.0 * N * C * OC;
     const double bytes = (2.0 * N * OC + 2.0 * N * C + 3.0 * OC * C) * sizeof(floatX);  // dout twice, dweight r+w
     const std::string op = label(l.gelu_backward ? "matmul_backward+dgelu" : "matmul_backward", l);
@@ -223,7 +146,6 @@ static void run_backward(lab::Lab& L, const Layer& l) {
                               l.gelu_backward ? d_pre.get() : nullptr, N, C, OC, L.ctx);
           },
           [&] { return check(true); });
-    cost.shipped = L.last_ms();
     L.run(op, 1, "plain cuBLASLt", bytes, flops, lab::Bound::Compute, reset,
           [&] {
               matmul_cublaslt(L.ctx, d_dinp, d_weight, d_dout, C, N, OC, false, false, C, OC, C, 0.0f,
@@ -232,37 +154,6 @@ static void run_backward(lab::Lab& L, const Layer& l) {
                               CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr);
           },
           [&] { return check(false); });
-    cost.plain = L.last_ms();
-    // --bias-grad dgelu / epilogue (matmul.cuh BiasGrad); bytes as the shipped op's (the bias re-read
-    // they save is what the comparison shows)
-    const double shipped_bytes = bytes + (l.gelu_backward ? (double)N * C * sizeof(floatX) : 0.0);
-    for (BiasGrad mode : {BiasGrad::DGELU, BiasGrad::EPILOGUE}) {
-        if (mode == BiasGrad::DGELU ? !l.gelu_backward : !(l.bias || l.gelu_backward)) continue;
-        const int v = mode == BiasGrad::DGELU ? 2 : 3;
-        L.run(op, v, mode == BiasGrad::DGELU ? "dgelu: DGELU_BGRAD" : "epilogue: BGRADB (+ DGELU_BGRAD)", shipped_bytes,
-              flops, lab::Bound::Compute, reset,
-              [&, mode] {
-                  matmul_backward(d_dinp, d_dweight, l.bias ? d_dbias.get() : nullptr, d_scratch, d_dout, d_inp,
-                                  d_weight, l.gelu_backward ? d_pre.get() : nullptr, N, C, OC, L.ctx, mode,
-                                  l.gelu_backward ? d_dpre_bias.get() : nullptr);
-              },
-              [&] { return check(true, l.gelu_backward); });
-        (mode == BiasGrad::DGELU ? cost.dgelu : cost.epilogue) = L.last_ms();
-    }
-    // the column sum alone, into dbias (+=)
-    if (l.bias) {
-        const std::string bop = lab::Lab::strprintf("bias_backward %s N=%d OC=%d", l.name, N, OC);
-        const double bbytes = (double)N * OC * sizeof(floatX);
-        auto bcheck = [&] { return L.check(d_dbias, ref_dbias, lab::default_tol(), cols, 1); };
-        auto breset = [&] { d_dbias.upload(dbias0); };
-        L.run(bop, 0, "shipped", bbytes, (double)N * OC, lab::Bound::Memory, breset,
-              [&] { bias_backward(d_dbias, d_scratch, d_dout, N, OC, L.stream()); }, bcheck);
-        cost.colsum = L.last_ms();
-        L.run(bop, 1, "4 row lanes", bbytes, (double)N * OC, lab::Bound::Memory, breset,
-              [&] { bias_backward_row_lanes(d_dbias, d_scratch, d_dout, N, OC, L.stream()); }, bcheck);
-        cost.lanes = L.last_ms();
-    }
-    g_costs.push_back(cost);
 }
 
 int main(int argc, char** argv) {
@@ -280,11 +171,5 @@ int main(int argc, char** argv) {
         run_forward(L, l);
         run_backward(L, l);
     }
-    const int rc = L.finish();
-    printf("\n# bias gradients, ms (-1: not run): backward as shipped (kernel) | plain GEMMs | --bias-grad dgelu | "
-           "--bias-grad epilogue | column sum alone: shipped | 4 row lanes\n");
-    for (const BiasCost& c : g_costs)
-        printf("bias %-10s | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f\n", c.layer.c_str(), c.shipped, c.plain, c.dgelu,
-               c.epilogue, c.colsum, c.lanes);
-    return rc;
+    return L.finish();
 }

@@ -150,8 +150,6 @@ int main(int argc, char** argv) {
     parser.add_int("--seq", &T, {1, 1 << 20}, "sequence length T (<= the model's max_seq_len 1024)");
     parser.add_int("--steps", &steps, {1, 100}, "profiled steps, after 3 warm-up steps; the report is per step");
     parser.add_int("--recompute", &recompute, {0, 1}, "1 = the trainer's --recompute memory mode");
-    BiasGrad bias_grad = BiasGrad::KERNEL;
-    parser.add({"--bias-grad", "HOW", BIAS_GRAD_HELP, [&bias_grad](const char* s) { return parse_bias_grad(s, &bias_grad); }});
     parser.add_int("--graph", &use_graph, {0, 1}, "1 = the trainer's --graph 1 step: one CUDA graph launch a step "
                    "(captured after the warm-up steps)");
 #ifdef LLMC_NCCL
@@ -173,8 +171,6 @@ int main(int argc, char** argv) {
     GpuDataParallel dp;
     if (zero >= 0) dp = gpu_dp_plan(model, config, comm, dist_cfg);
     gpt2_build(model, config, B, T, recompute != 0, ctx);
-    model.bias_grad = bias_grad;
-    printf("bias gradients: --bias-grad %s\n", bias_grad_name(bias_grad));
     if (zero >= 0) gpu_dp_start(dp, model, ctx);
     {
         std::vector<float> host(model.num_params);
