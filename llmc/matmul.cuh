@@ -14,6 +14,7 @@
 #include <cmath>
 #include <vector>
 #include "llmc/cuda_common.cuh"
+#include "llmc/rand.h"
 #include "llmc/utils.h"
 
 // fp32 accumulation in both builds; in the FP32 build this also rules out TF32 inputs.
@@ -164,13 +165,8 @@ inline cublasLtMatmulAlgo_t tune(const CudaContext& ctx, const MatmulKey& key, c
                                  cublasLtMatmulPreference_t pref, const void* a, const cublasLtMatmulAlgo_t& first) {
     const size_t b_elems = (size_t)key.ldb * (key.trans_b ? key.k : key.n), d_elems = (size_t)key.ldd * key.n;
     std::vector<floatX> host_b(b_elems);
-    uint64_t x = 0x9e3779b97f4a7c15ull ^ (uint64_t)key.m * 131 ^ (uint64_t)key.n * 7919 ^ (uint64_t)key.k;
-    for (floatX& v : host_b) {  // uniform in [-1, 1): a splitmix64 stream
-        x += 0x9e3779b97f4a7c15ull;
-        uint64_t z = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        v = from_float<floatX>((float)((z ^ (z >> 31)) >> 40) / (float)(1 << 23) - 1.0f);
-    }
+    Rng rng((uint64_t)key.m * 131 ^ (uint64_t)key.n * 7919 ^ (uint64_t)key.k);
+    for (floatX& v : host_b) v = from_float<floatX>(2.0f * rng.uniform() - 1.0f);  // uniform in [-1, 1)
     const size_t flush_bytes = 2 * (size_t)std::max(ctx.props.l2CacheSize, 1 << 20);
     void *b = nullptr, *d = nullptr, *aux = nullptr, *flush = nullptr;
     cudaCheck(cudaMalloc(&b, b_elems * sizeof(floatX)));
@@ -310,10 +306,13 @@ static void matmul_cublaslt(const CudaContext& ctx, void* d, const void* a, cons
             fail("cuBLASLt has no algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d epilogue=%d types a=%d b=%d d=%d%s",
                  m, n, k, (int)trans_a, (int)trans_b, (int)epilogue, (int)types.a, (int)types.b, (int)types.d, rowwise);
         algo = heur.algo;
-        cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-        cudaCheck(cudaStreamIsCapturing(ctx.stream, &capturing));
-        if (cache && cache->tune && capturing == cudaStreamCaptureStatusNone && beta == 0.0f &&
-            types.a == CUBLAS_FLOATX && types.b == CUBLAS_FLOATX && types.d == CUBLAS_FLOATX) {
+        const auto capturing = [&] {  // asked only where a tune could follow (not on the trainer's every call)
+            cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+            cudaCheck(cudaStreamIsCapturing(ctx.stream, &st));
+            return st != cudaStreamCaptureStatusNone;
+        };
+        if (cache && cache->tune && beta == 0.0f && types.a == CUBLAS_FLOATX && types.b == CUBLAS_FLOATX &&
+            types.d == CUBLAS_FLOATX && !capturing()) {
             algo = matmul_detail::tune(ctx, key, desc, la, lb, ld, pref, a, heur.algo);
             cache->entries.push_back({key, algo});
             if (aux) set_aux();  // tuning pointed it at its scratch
