@@ -47,6 +47,7 @@
 // cublasLtMatmul status 15, not supported: the A/B scale pointers were 4 bytes into Fp8Meta, and
 // cuBLASLt wants them 16-byte aligned (a probe showed it); Fp8Meta is now aligned, not yet re-run.
 // Variants 6 and 7 (outer-vector scales): not yet run on a GPU (tests/fp8_rowwise_gpu.sh runs them).
+#include <initializer_list>
 #include "dev/cuda/harness.cuh"
 #include "llmc/cpu/fp8.h"
 #include "llmc/matmul.cuh"
@@ -377,6 +378,20 @@ static Times run_layer(lab::Lab& L, const Layer& l) {
                   [&] { return check_fp8(L, d_dw8, ref_rw, refb, rows, C, false, 1.0 / 128); });
         }
     }
+    // the casts' check: every byte of each output written, its guard intact
+    auto all_written = [&](std::initializer_list<const lab::DevBuf<uint8_t>*> bufs) {
+        cudaCheck(cudaDeviceSynchronize());
+        bool ok = true;
+        for (const lab::DevBuf<uint8_t>* b : bufs) {
+            const size_t unwritten = b->count_unwritten();
+            if (unwritten || !b->guard_intact()) {
+                printf("    %-10s FAIL: %zu bytes never written or the guard changed\n", b->name(), unwritten);
+                ok = false;
+            }
+        }
+        if (ok) printf("    casts      every byte written, guards intact  ok\n");
+        return ok;
+    };
     // ---- the layer's casts (delayed scaling's fused cast + amax): X, W, dY e5m2, each cast and
     // transposed from one read; checked for being written (their bytes are fp8_cast.cu's business)
     L.run(name("casts"), 5, "fp8 casts X, W, dY", (nx + nw + ny) * (xb + 2.0), (double)(nx + nw + ny),
@@ -385,19 +400,7 @@ static Times run_layer(lab::Lab& L, const Layer& l) {
               d_x8.poison(s); d_xt8.poison(s); d_w8.poison(s); d_wt8.poison(s); d_dy8_e5.poison(s); d_dyt8_e5.poison(s);
           },
           [&] { cast_all(true); },
-          [&] {
-              cudaCheck(cudaDeviceSynchronize());
-              bool ok = true;
-              for (const lab::DevBuf<uint8_t>* b : {&d_x8, &d_xt8, &d_w8, &d_wt8, &d_dy8_e5, &d_dyt8_e5}) {
-                  const size_t unwritten = b->count_unwritten();
-                  if (unwritten || !b->guard_intact()) {
-                      printf("    %-10s FAIL: %zu bytes never written or the guard changed\n", b->name(), unwritten);
-                      ok = false;
-                  }
-              }
-              if (ok) printf("    casts      every byte written, guards intact  ok\n");
-              return ok;
-          });
+          [&] { return all_written({&d_x8, &d_xt8, &d_w8, &d_wt8, &d_dy8_e5, &d_dyt8_e5}); });
     t.casts = L.last_ms();
     if (rw_ok)
         L.run(name("casts"), 7, "fp8 rowwise casts X, W, dY by rows and columns", 2.0 * (nx + nw + ny) * (xb + 1.0),
@@ -406,19 +409,7 @@ static Times run_layer(lab::Lab& L, const Layer& l) {
                   for (lab::DevBuf<uint8_t>* b : {&r_x8, &r_w8, &r_dy8, &r_wt8, &r_xt8, &r_dyt8}) b->poison(s);
               },
               [&] { cast_rowwise_all(); },
-              [&] {
-                  cudaCheck(cudaDeviceSynchronize());
-                  bool ok = true;
-                  for (const lab::DevBuf<uint8_t>* b : {&r_x8, &r_w8, &r_dy8, &r_wt8, &r_xt8, &r_dyt8}) {
-                      const size_t unwritten = b->count_unwritten();
-                      if (unwritten || !b->guard_intact()) {
-                          printf("    %-10s FAIL: %zu bytes never written or the guard changed\n", b->name(), unwritten);
-                          ok = false;
-                      }
-                  }
-                  if (ok) printf("    casts      every byte written, guards intact  ok\n");
-                  return ok;
-              });
+              [&] { return all_written({&r_x8, &r_w8, &r_dy8, &r_wt8, &r_xt8, &r_dyt8}); });
     return t;
 }
 
