@@ -105,8 +105,9 @@ echo "  [$((SECONDS - t1)) s]"
 
 echo
 fi
+ran() { [ -s "$1" ] || { echo "  (not run: PARTS)"; return 1; }; }  # a summary's input, from a part this run ran
 echo "==== GEMV lab, ms: shipped (0) vs before the latency work (5; fused ops: 2)"
-awk -F' [|] ' '/^gemv/ && NF >= 6 {
+ran "$OUT/gemv.txt" && awk -F' [|] ' '/^gemv/ && NF >= 6 {
     split($2, v, " "); key = $1; if (!(key in seen)) { seen[key] = 1; order[++n] = key }
     t[key, v[1]] = $3
 } END {
@@ -117,7 +118,7 @@ awk -F' [|] ' '/^gemv/ && NF >= 6 {
 }' "$OUT/gemv.txt"
 echo
 echo "==== attention_decode lab, ms: 0 shipped (B 1 past 1024 keys of capacity: the waves plan), 10 waves plan (before), 12 no cluster, 9 no early loads"
-awk -F' [|] ' '/^attention_decode / && NF >= 6 {
+ran "$OUT/attention_decode.txt" && awk -F' [|] ' '/^attention_decode / && NF >= 6 {
     split($2, v, " "); key = $1; if (!(key in seen)) { seen[key] = 1; order[++n] = key }
     t[key, v[1]] = $3
 } END {
@@ -127,7 +128,7 @@ awk -F' [|] ' '/^attention_decode / && NF >= 6 {
 }' "$OUT/attention_decode.txt"
 echo
 echo "==== norm labs at a decode step's rows, ms: 0 block per row (new), 1 warp per row (before)"
-awk -F' [|] ' 'NF >= 6 {
+ran "$OUT/norms.txt" && awk -F' [|] ' 'NF >= 6 {
     split($2, v, " "); key = $1; if (!(key in seen)) { seen[key] = 1; order[++n] = key }
     t[key, v[1]] = $3
 } END {
@@ -137,14 +138,14 @@ awk -F' [|] ' 'NF >= 6 {
 }' "$OUT/norms.txt"
 echo
 echo "==== PROFILE (--latency-kernels 1 --matmul-autotune 1; plain launches, an event between kernels)"
-grep PROFILE "$OUT/bench.txt"
+ran "$OUT/bench.txt" && grep PROFILE "$OUT/bench.txt"
 echo
 echo "==== the autotune's choices at B = 64 (stderr of generate)"
-cat "$OUT/autotune.txt"
+ran "$OUT/autotune.txt" && cat "$OUT/autotune.txt"
 echo
 echo "==== decode tok/s, d12, 64-token prompts, 256 new tokens, greedy (targets: B=1 5000, B=64 100000)"
 echo "     old = --latency-kernels 0 --matmul-autotune 0, new = 1 1; lat only = 1 0, tune only = 0 1"
-awk '/BENCH_GEN/ {
+ran "$OUT/bench.txt" && awk '/BENCH_GEN/ {
     B = ""; lat = ""; at = ""; tok = ""; ms = ""
     for (i = 1; i <= NF; i++) {
         split($i, kv, "=")
