@@ -28,6 +28,30 @@
 constexpr const char* CHECKPOINT_MANIFEST = "llmc-checkpoint 1";
 constexpr const char* CHECKPOINT_FILES[2] = {"model.bin", "state.bin"};
 
+// The FP8 scaling state of an --fp8 run's checkpoint (llmc/formats.h, GPT8): fp8.bin from one
+// process, fp8_RRRRR.bin from rank R of a data-parallel run (each rank casts its own activations and
+// gradients, so each has its own amaxes). Optional: a bf16 run writes none.
+inline std::string fp8_state_file_name(int rank, int world) {
+    if (world <= 1) return "fp8.bin";
+    char name[32];
+    snprintf(name, sizeof name, "fp8_%05d.bin", rank);
+    return name;
+}
+inline bool is_fp8_state_file(const char* name) {
+    if (strcmp(name, "fp8.bin") == 0) return true;
+    if (strncmp(name, "fp8_", 4) != 0) return false;
+    int digits = 0;
+    for (const char* c = name + 4; *c >= '0' && *c <= '9'; c++) digits++;
+    return digits >= 5 && strcmp(name + 4 + digits, ".bin") == 0;
+}
+// The FP8 state rank `rank` resumes from in checkpoint `dir`: its own, else rank 0's or the one of a
+// one-process run (a resume at another world size); "" if the checkpoint has none.
+inline std::string fp8_state_file_to_read(const std::string& dir, int rank) {
+    for (const std::string& name : {fp8_state_file_name(rank, 2), fp8_state_file_name(0, 2), fp8_state_file_name(0, 1)})
+        if (file_exists((dir + "/" + name).c_str())) return dir + "/" + name;
+    return "";
+}
+
 inline std::string checkpoint_dir_name(int64_t step) {
     char name[32];
     snprintf(name, sizeof name, "step_%08lld", (long long)step);
@@ -121,13 +145,17 @@ inline std::string checkpoint_problem(const std::string& dir) {
     if (parse_checkpoint_name(dir.c_str() + (slash == std::string::npos ? 0 : slash + 1), &named_step) &&
         step != named_step)
         return "DONE is for step " + std::to_string(step) + ", not the directory's";
-    // model.bin, then the optimizer state: state.bin, or one state_RRRRR.bin per rank (llmc/zero.h)
+    // model.bin, then the optimizer state: state.bin, or one state_RRRRR.bin per rank (llmc/zero.h),
+    // then an --fp8 run's fp8.bin or fp8_RRRRR.bin files
+    int states = 0;
     for (size_t i = 2; i < lines.size(); i++) {
         char name[64];
         long long want_size;
         unsigned long long want_sum;
         const bool parsed = sscanf(lines[i].c_str(), "%63s %lld %llx", name, &want_size, &want_sum) == 3;
-        if (!parsed || (i == 2 ? strcmp(name, CHECKPOINT_FILES[0]) != 0 : !zero_is_state_file(name)))
+        const bool is_state = parsed && i > 2 && zero_is_state_file(name);
+        states += is_state;
+        if (!parsed || (i == 2 ? strcmp(name, CHECKPOINT_FILES[0]) != 0 : !is_state && (states == 0 || !is_fp8_state_file(name))))
             return std::string("DONE has no entry for ") + (i == 2 ? CHECKPOINT_FILES[0] : CHECKPOINT_FILES[1]);
         const std::string path = dir + "/" + name;
         int64_t size;
@@ -138,6 +166,18 @@ inline std::string checkpoint_problem(const std::string& dir) {
         if (sum != want_sum) return std::string(name) + " does not match the checksum in DONE";
     }
     return "";
+}
+
+// The FP8 state files of checkpoint `dir`, sorted by name.
+inline std::vector<std::string> checkpoint_fp8_files(const std::string& dir) {
+    std::vector<std::string> names;
+    DIR* d = opendir(dir.c_str());
+    if (!d) fail("%s: cannot open the checkpoint directory (%s)", dir.c_str(), strerror(errno));
+    while (dirent* e = readdir(d))
+        if (is_fp8_state_file(e->d_name)) names.push_back(e->d_name);
+    closedir(d);
+    std::sort(names.begin(), names.end());
+    return names;
 }
 
 // Starts checkpoint `step` in out_dir: returns the directory to write model.bin and state.bin
@@ -164,6 +204,7 @@ inline void checkpoint_finish(const std::string& tmp_dir) {
     std::string manifest = std::string(CHECKPOINT_MANIFEST) + "\nstep " + std::to_string(step) + "\n";
     std::vector<std::string> files = zero_list_state_files(tmp_dir);  // state.bin, or the ranks' shards
     files.insert(files.begin(), CHECKPOINT_FILES[0]);
+    for (const std::string& name : checkpoint_fp8_files(tmp_dir)) files.push_back(name);
     for (const std::string& name : files) {
         const std::string path = tmp_dir + "/" + name;
         int64_t size;

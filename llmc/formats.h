@@ -26,6 +26,7 @@ constexpr int64_t MAGIC_TOKENIZER = fourcc("GPTT");
 constexpr int64_t MAGIC_SHARD = fourcc("GPTD");
 constexpr int64_t MAGIC_DEBUG = fourcc("GPTX");
 constexpr int64_t MAGIC_EVAL = fourcc("GPTE");
+constexpr int64_t MAGIC_FP8 = fourcc("GPT8");
 constexpr int64_t FORMAT_VERSION = 1;  // the first version of every format, and the only one of most
 // Model files (GPTM) and debug states (GPTX) are at version 2, which adds the model family's knobs
 // (docs/formats.md). Their writers use version 1 for a plain GPT-2 config, so GPT-2 files stay
@@ -50,6 +51,7 @@ inline const char* magic_name(int64_t magic) {
         case MAGIC_SHARD: return "a token shard";
         case MAGIC_DEBUG: return "a debug state file";
         case MAGIC_EVAL: return "an eval file";
+        case MAGIC_FP8: return "an FP8 scaling state file";
         default: return nullptr;
     }
 }
@@ -426,6 +428,51 @@ inline void shard_write(const char* path, const int* tokens, int64_t n, int64_t 
         w.write(t.data(), n * 4);
     }
     w.commit();
+}
+
+// ================================ FP8 scaling state (GPT8) ================================
+// The per-tensor scales of an --fp8 run (llmc/gpt2_fp8.cuh), so that delayed scaling resumes with
+// its amax histories: `records` records of `record_words` 32-bit words each (the trainer's Fp8Meta,
+// copied as it is in device memory), and whether a backward had run (`warm`).
+struct Fp8State {
+    int64_t step = 0;
+    int64_t records = 0;
+    int64_t record_words = 0;
+    int64_t warm = 0;
+};
+
+inline void fp8_state_write(const char* path, const Fp8State& s, const uint32_t* words) {
+    FileHeader hd = {};
+    int64_t* h = hd.h;
+    h[0] = MAGIC_FP8; h[1] = FORMAT_VERSION; h[2] = s.step; h[3] = s.records; h[4] = s.record_words; h[5] = s.warm;
+    AtomicFileWriter w(path);
+    w.write(h, HEADER_BYTES);
+    w.write(words, (size_t)(s.records * s.record_words) * sizeof(uint32_t));
+    w.commit();
+}
+
+// Reads an FP8 scaling state; its records must be `records` x `record_words` (this model and build).
+inline Fp8State fp8_state_read(const char* path, int64_t records, int64_t record_words, std::vector<uint32_t>* words) {
+    FileHeader hd;
+    int64_t size;
+    UniqueFile f = open_checked(path, MAGIC_FP8, &hd, &size);
+    const int64_t* h = hd.h;
+    check_range(path, "step", h[2], 0, INT64_MAX / 2);
+    check_range(path, "records", h[3], 0, 1 << 24);
+    check_range(path, "record_words", h[4], 1, 1 << 16);
+    check_range(path, "warm", h[5], 0, 1);
+    Fp8State s;
+    s.step = h[2];
+    s.records = h[3];
+    s.record_words = h[4];
+    s.warm = h[5];
+    check_file_length(path, size, s.records * s.record_words * 4);
+    if (s.records != records || s.record_words != record_words)
+        fail("%s: holds %lld FP8 scales of %lld words each, this model and build have %lld of %lld", path,
+             (long long)s.records, (long long)s.record_words, (long long)records, (long long)record_words);
+    words->resize((size_t)(records * record_words));
+    fread_or_fail(words->data(), sizeof(uint32_t), words->size(), f.get(), path);
+    return s;
 }
 
 // ================================ debug state (GPTX) ================================

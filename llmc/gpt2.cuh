@@ -740,6 +740,7 @@ inline void gpt2_save_checkpoint(const GPT2& model, const std::string& out_dir, 
     cudaCheck(cudaDeviceSynchronize());
     gpt2_write_model(model, dir + "/model.bin");
     gpt2_write_state(model, dir + "/state.bin", loader_state, rng_state);
+    if (model.fp8.metas) fp8_write_state(model.fp8, model.step, dir + "/" + fp8_state_file_name(0, 1));
     checkpoint_finish(dir);
 }
 
@@ -756,6 +757,7 @@ inline TrainState gpt2_load_checkpoint(GPT2& model, const std::string& dir) {
     TrainState st = state_read(state_path.c_str(), (int64_t)n, m.data(), v.data(), master.data());
     gpt2_set_params(model, host.data());  // bf16 file: the exact bf16 parameters; master = those values
     gpt2_set_state(model, st, m.data(), v.data(), master.data());
+    if (model.fp8.metas) fp8_read_state(model.fp8, st.step, fp8_state_file_to_read(dir, 0));
     return st;
 }
 

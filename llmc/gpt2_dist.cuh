@@ -361,6 +361,7 @@ inline void gpu_dp_save_checkpoint(GpuDataParallel& dp, const GPT2& model, const
     comm.broadcast(dir, 0);
     if (comm.primary()) gpt2_write_model(model, dir + "/model.bin");
     if (zero_writes_state(p)) gpt2_write_state(model, dir + "/" + zero_state_file_name(p), loader_state, rng_state);
+    if (model.fp8.metas) fp8_write_state(model.fp8, model.step, dir + "/" + fp8_state_file_name(comm.rank, comm.world));
     comm.barrier();
     if (comm.primary()) checkpoint_finish(dir);
     comm.barrier();
@@ -382,6 +383,7 @@ inline TrainState gpu_dp_load_checkpoint(GpuDataParallel& dp, GPT2& model, const
     std::vector<float> m(k), v(k), master(k);
     TrainState st = zero_read_state(dir, p.n, p.opt_begin(), p.opt_end(), m.data(), v.data(), master.data());
     gpt2_set_state(model, st, m.data(), v.data(), master.data());
+    if (model.fp8.metas) fp8_read_state(model.fp8, st.step, fp8_state_file_to_read(dir, dp.comm->rank));
     zero_loader_state_for_world(st.loader, dp.comm->world, ("--resume " + dir).c_str());
     return st;
 }

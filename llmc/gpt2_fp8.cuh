@@ -47,7 +47,10 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <string>
+#include <vector>
 #include "llmc/cuda_common.cuh"
+#include "llmc/formats.h"
 #include "llmc/fp8.cuh"
 #include "llmc/gelu.cuh"
 #include "llmc/gpt2_config.h"
@@ -141,6 +144,42 @@ inline void fp8_init_metas(GPT2Fp8& f, cudaStream_t s) {
     fp8_meta_init(fp8_meta(f, FP8_W, 0, 0), per_role, Fp8Format::E4M3, s);
     f.weights_step = -1;
     f.warm = false;
+}
+
+// The scales in a checkpoint (llmc/formats.h, GPT8; llmc/checkpoint.h names the file): every
+// Fp8Meta as it is in device memory and the warm flag, so a resumed --fp8-scaling delayed run casts
+// with the amax histories the uninterrupted run had (bit for bit: tests/fp8_parity_gpu.sh). The
+// weight copies are not saved: the first forward after a resume casts them (weights_step = -1).
+constexpr int64_t FP8_META_WORDS = sizeof(Fp8Meta) / sizeof(uint32_t);
+inline int64_t fp8_meta_count(const GPT2Fp8& f) { return (int64_t)FP8_ROLES * f.L * FP8_LINEARS; }
+inline void fp8_write_state(const GPT2Fp8& f, int64_t step, const std::string& path) {
+    std::vector<uint32_t> words((size_t)(fp8_meta_count(f) * FP8_META_WORDS));
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaMemcpy(words.data(), f.metas, words.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+    Fp8State st;
+    st.step = step;
+    st.records = fp8_meta_count(f);
+    st.record_words = FP8_META_WORDS;
+    st.warm = f.warm;
+    fp8_state_write(path.c_str(), st, words.data());
+}
+// Loads a checkpoint's scales (path from fp8_state_file_to_read; "" when the checkpoint has none, as
+// one of a bf16 run: then the first step uses current scaling, as a fresh run's does, and says so).
+inline void fp8_read_state(GPT2Fp8& f, int64_t step, const std::string& path) {
+    if (path.empty()) {
+        if (f.set.scaling == Fp8Scaling::DELAYED)
+            printf("fp8: the checkpoint has no FP8 scales (a bf16 run's, or an earlier build's): the first step "
+                   "uses current scaling, as a fresh run's\n");
+        return;
+    }
+    std::vector<uint32_t> words;
+    const Fp8State st = fp8_state_read(path.c_str(), fp8_meta_count(f), FP8_META_WORDS, &words);
+    if (st.step != step)
+        fail("%s: FP8 scales of step %lld in a checkpoint of step %lld", path.c_str(), (long long)st.step, (long long)step);
+    cudaCheck(cudaDeviceSynchronize());  // fp8_init_metas ran on the model's stream
+    cudaCheck(cudaMemcpy(f.metas, words.data(), words.size() * sizeof(uint32_t), cudaMemcpyHostToDevice));
+    f.warm = st.warm != 0;
+    f.weights_step = -1;
 }
 
 namespace fp8_detail {

@@ -29,9 +29,11 @@ MAGIC_TOKENIZER = fourcc("GPTT")
 MAGIC_SHARD = fourcc("GPTD")
 MAGIC_DEBUG = fourcc("GPTX")
 MAGIC_EVAL = fourcc("GPTE")
+MAGIC_FP8 = fourcc("GPT8")
 MAGIC_NAMES = {MAGIC_MODEL: "a model checkpoint", MAGIC_STATE: "a training state file",
                MAGIC_TOKENIZER: "a tokenizer file", MAGIC_SHARD: "a token shard",
-               MAGIC_DEBUG: "a debug state file", MAGIC_EVAL: "an eval file"}
+               MAGIC_DEBUG: "a debug state file", MAGIC_EVAL: "an eval file",
+               MAGIC_FP8: "an FP8 scaling state file"}
 DTYPE_FP32, DTYPE_BF16 = 0, 1
 
 PARAM_NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
@@ -410,10 +412,19 @@ def is_state_file(name):
                                    and digits.isdigit())
 
 
+def is_fp8_state_file(name):
+    """An --fp8 run's scales: fp8.bin, or a data-parallel rank's fp8_RRRRR.bin (llmc/checkpoint.h)."""
+    digits = name[4:-4]
+    return name == "fp8.bin" or (name.startswith("fp8_") and name.endswith(".bin") and len(digits) >= 5
+                                 and digits.isdigit())
+
+
 def checkpoint_manifest(directory, step):
-    """The DONE text of a checkpoint directory: model.bin, then state.bin or the ranks' state shards."""
+    """The DONE text of a checkpoint directory: model.bin, then state.bin or the ranks' state shards,
+    then an --fp8 run's fp8.bin or fp8_RRRRR.bin files."""
     lines = [CHECKPOINT_MANIFEST, f"step {step}"]
-    for name in ["model.bin"] + sorted(n for n in os.listdir(directory) if is_state_file(n)):
+    names = os.listdir(directory)
+    for name in ["model.bin"] + sorted(n for n in names if is_state_file(n)) + sorted(n for n in names if is_fp8_state_file(n)):
         size, checksum = file_checksum64(os.path.join(directory, name))
         lines.append(f"{name} {size} {checksum:016x}")
     return "\n".join(lines) + "\n"
@@ -448,10 +459,12 @@ def checkpoint_problem(directory):
         return "DONE has no step"
     if name.startswith("step_") and name[5:].isdigit() and lines[1] != f"step {int(name[5:])}":
         return f"DONE is for {lines[1]}, not the directory's"
+    states = 0
     for i, line in enumerate(lines[2:-1]):
         parts = line.split(" ")
         fname = parts[0] if len(parts) == 3 else ""
-        if (fname != "model.bin") if i == 0 else not is_state_file(fname):
+        states += i > 0 and is_state_file(fname)
+        if (fname != "model.bin") if i == 0 else not (is_state_file(fname) or (states and is_fp8_state_file(fname))):
             return f"DONE has no entry for {CHECKPOINT_FILES[min(i, 1)]}"
         _, size, checksum = parts
         path = os.path.join(directory, fname)

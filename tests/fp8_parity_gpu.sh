@@ -3,7 +3,8 @@
 # and TEST (default build/test_fp8_gpu). Logs and the plot go to $OUT (default /tmp/out/fp8).
 #  1. build/test_fp8_gpu: each FP8 linear layer's forward and backward against the CPU reference
 #     (llmc/cpu/fp8.h casts, fp32 matmul), e5m2 and e4m3 gradients
-#  2. bad shapes and builds: --fp8 1 with B*T not a multiple of 64 fails with a message naming --fp8
+#  2. bad shapes and builds: --fp8 1 with B*T not a multiple of 64 fails with a message naming --fp8;
+#     2b: --fp8-scaling delayed resumes exactly from a checkpoint (its fp8.bin), and differs without it
 #  3. short parity: a d12 on tiny Shakespeare, 20 steps at B=8 T=256, bf16 and --fp8 1 from the
 #     same seed: the last train loss with --fp8 within 10% of bf16's (a smoke test that FP8 trains:
 #     the H200 measured +4.4%, and +6.1% for the Llama; a wrong scale or layout stays near the initial
@@ -14,7 +15,7 @@
 #  4. bench: 124M at B=64 T=1024, 20 steps of random tokens, bf16 vs --fp8 1 (BENCH_RECIPES: more FP8
 #     recipes), one after the other: tok/s and peak memory (the trainer's BENCH line), the FP8 buffers'
 #     size ("memory: fp8" line) and each recipe's speedup over bf16; not a pass/fail
-#  5. loss parity: a d12 for STEPS (2000) steps at B=4 T=128 (1M tokens, ~3 epochs), lr 3e-4 cosine, bf16 vs --fp8 1
+#  5. loss parity: a d12 (INIT: another model) for STEPS (2000) steps at B=4 T=128 (1M tokens, ~3 epochs), lr 3e-4 cosine, bf16 vs --fp8 1
 #     (current scaling) vs --fp8 1 --fp8-scaling delayed vs --fp8 1 --fp8-bf16-layers 2 (RECIPES: other
 #     FP8 recipes), val every 100 steps on the whole val split (63 batches):
 #     the final val loss of each recipe within 1% of bf16's (INFO_RECIPES: recipes only reported); and,
@@ -34,6 +35,7 @@ TEST=${TEST:-build/test_fp8_gpu}
 OUT=${OUT:-/tmp/out}/fp8
 STEPS=${STEPS:-2000}
 QUICK=${QUICK:-0}
+INIT=${INIT:-d12}  # the model of sections 2b, 3 (its GPT-2 runs) and 5, e.g. gpt2-medium for the larger-model check
 BUDGET=${BUDGET:-420}
 LONG_LIMIT=${LONG_LIMIT:-100}  # seconds a 2000-step run may take (more when other work shares the GPU)
 RECIPES=${RECIPES:-fp8=--fp8 1;fp8_delayed=--fp8 1 --fp8-scaling delayed;fp8_ends2=--fp8 1 --fp8-bf16-layers 2}
@@ -75,9 +77,35 @@ if ! ls "$DATA"/*_train.bin >/dev/null 2>&1; then
 fi
 ts() {  # ts NAME TIMEOUT FLAGS...: a d12 on tiny Shakespeare, log in $OUT/NAME.log
     local name=$1 t=$2; shift 2
-    timeout "$(tmo "$t")" "$TRAIN" --train "$DATA/*_train.bin" --val "$DATA/*_val.bin" --init d12 --seed 1337 \
+    timeout "$(tmo "$t")" "$TRAIN" --train "$DATA/*_train.bin" --val "$DATA/*_val.bin" --init "$INIT" --seed 1337 \
         --log "$OUT/$name.log" --overwrite 1 "$@" > "$OUT/$name.out" 2>&1
 }
+
+# ---- 2b. exact resume under delayed scaling: the checkpoint's fp8.bin carries the amax histories.
+# 16 steps with a checkpoint at 8, then a run resumed from it: steps 9..16 must log the same losses,
+# grad norms and lr. The control resumes from a copy without fp8.bin (its DONE line dropped): its
+# first step falls back to current scaling, so its log must differ (else the check could not fail).
+resume_flags=(--batch 8 --seq 256 --steps 16 --lr 6e-4 --warmup 2 --val-every 0 --fp8 1 --fp8-scaling delayed --deterministic 1)
+rm -rf "$OUT/resume_full" "$OUT/resume_again" "$OUT/resume_noscales" "$OUT/resume_control"
+cols='$1 == "step" && $2 > 8 && $3 == "train_loss" { print $1, $2, $3, $4, $5, $6, $7, $8 }'
+if ts resume_full 60 "${resume_flags[@]}" --out-dir "$OUT/resume_full" --ckpt-every 8 &&
+   ts resume_again 60 "${resume_flags[@]}" --resume "$OUT/resume_full/step_00000008" --out-dir "$OUT/resume_again"; then
+    ck=$OUT/resume_full/step_00000008
+    awk "$cols" "$OUT/resume_full.log" > "$OUT/resume_full.cmp"; awk "$cols" "$OUT/resume_again.log" > "$OUT/resume_again.cmp"
+    if [ ! -f "$ck/fp8.bin" ]; then row FAIL "--fp8 delayed: exact resume" "no fp8.bin in $ck"
+    elif [ ! -s "$OUT/resume_full.cmp" ] || ! cmp -s "$OUT/resume_full.cmp" "$OUT/resume_again.cmp"; then
+        row FAIL "--fp8 delayed: exact resume" "steps 9..16 differ (diff $OUT/resume_full.cmp $OUT/resume_again.cmp)"
+    else
+        mkdir -p "$OUT/resume_noscales" && cp -r "$ck" "$OUT/resume_noscales/" &&
+            rm "$OUT/resume_noscales/step_00000008/fp8.bin" && sed -i '/^fp8.bin /d' "$OUT/resume_noscales/step_00000008/DONE"
+        ts resume_control 60 "${resume_flags[@]}" --resume "$OUT/resume_noscales/step_00000008" \
+            --out-dir "$OUT/resume_noscales" > /dev/null
+        awk "$cols" "$OUT/resume_control.log" > "$OUT/resume_control.cmp" 2>/dev/null
+        if [ -s "$OUT/resume_control.cmp" ] && ! cmp -s "$OUT/resume_full.cmp" "$OUT/resume_control.cmp"; then
+            row PASS "--fp8 delayed: exact resume" "steps 9..16 equal; without fp8.bin they differ (control)"
+        else row FAIL "--fp8 delayed: exact resume" "the control without fp8.bin did not differ or did not run (see $OUT/resume_control.out)"; fi
+    fi
+else row FAIL "--fp8 delayed: exact resume" "a run failed (see $OUT/resume_full.out, $OUT/resume_again.out)"; fi
 
 # ---- 3. short parity: 20 steps
 if [ "${SHORT:-1}" = 1 ]; then
@@ -137,7 +165,7 @@ if [ "$QUICK" != 1 ]; then
     fi
     if python3 -c "import matplotlib" 2>/dev/null; then
         if timeout "$(tmo 30)" python3 scripts/plot_log.py "${logs[@]}" -o "$OUT/fp8_parity.png" \
-                --title "d12 on tiny Shakespeare: bf16 vs --fp8" > "$OUT/plot.out" 2>&1; then
+                --title "$INIT on tiny Shakespeare: bf16 vs --fp8" > "$OUT/plot.out" 2>&1; then
             row PASS "plot" "$OUT/fp8_parity.png"
         else row FAIL "plot" "$(tail -n 1 "$OUT/plot.out")"; fi
     else

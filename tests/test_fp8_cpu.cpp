@@ -10,10 +10,15 @@
 //  - the rowwise scales (fp8_row_scales): each row's own amax, sign ignored, a zero / inf / NaN row
 //    at scale 1, a tiny row capped.
 // Run: build/test_fp8_cpu (well under a second).
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
+#include "llmc/checkpoint.h"
 #include "llmc/cpu/fp8.h"
+#include "llmc/formats.h"
 #include "llmc/rand.h"
 #include "tests/check.h"
 
@@ -53,6 +58,95 @@ static void check_nearest(Fp8Format f, float x) {
                                              : brute_force(x, f);
     const uint8_t got = cpu::fp8_encode(x, f);
     CHECK(got == want, "%s encode(%.9g) = 0x%02X, nearest is 0x%02X", cpu::fp8_name(f), x, got, want);
+}
+
+// Runs fn in a child whose stderr goes to a file; returns its exit status and the first line it wrote.
+template <typename F>
+static int child_fails(const std::string& log, std::string* line, F fn) {
+    fflush(stdout);
+    if (fork() == 0) {
+        if (!freopen(log.c_str(), "w", stderr)) _exit(2);
+        fn();
+        _exit(0);
+    }
+    int status = 0;
+    wait(&status);
+    char buf[512] = "";
+    FILE* f = fopen(log.c_str(), "r");
+    if (f) {
+        if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
+        fclose(f);
+    }
+    *line = buf;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static std::string read_text(const std::string& path) {
+    std::string text;
+    FILE* f = fopen(path.c_str(), "rb");
+    if (!f) return text;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+    fclose(f);
+    return text;
+}
+
+// The FP8 scales of an --fp8 checkpoint (GPT8 in llmc/formats.h, fp8.bin in llmc/checkpoint.h): they
+// round-trip, DONE lists and verifies them, and a damaged, foreign or misplaced one is refused.
+static void check_fp8_state_file() {
+    char root[] = "/tmp/test_fp8_state_XXXXXX";
+    if (!mkdtemp(root)) { perror("mkdtemp"); CHECK(false, "mkdtemp"); return; }
+    const std::string out = root;
+    const std::string tmp = checkpoint_begin(out, 7);
+    { AtomicFileWriter w(tmp + "/model.bin"); w.write("model", 5); w.commit(); }
+    TrainState ts;
+    ts.step = 7;
+    ts.num_params = 4;
+    const float m[4] = {1, 2, 3, 4}, v[4] = {5, 6, 7, 8};
+    state_write((tmp + "/state.bin").c_str(), ts, m, v, nullptr);
+    Fp8State fs;
+    fs.step = 7, fs.records = 6, fs.record_words = 3, fs.warm = 1;
+    std::vector<uint32_t> words(18);
+    for (size_t i = 0; i < words.size(); i++) words[i] = 0x3f800000u + (uint32_t)i * 977u;
+    fp8_state_write((tmp + "/" + fp8_state_file_name(0, 1)).c_str(), fs, words.data());
+    checkpoint_finish(tmp);
+    const std::string dir = out + "/step_00000007", path = dir + "/fp8.bin";
+    CHECK(checkpoint_problem(dir).empty(), "a checkpoint with fp8.bin does not verify: %s", checkpoint_problem(dir).c_str());
+    CHECK(read_text(dir + "/DONE").find("\nfp8.bin ") != std::string::npos, "DONE does not list fp8.bin");
+    std::vector<uint32_t> back;
+    const Fp8State got = fp8_state_read(path.c_str(), 6, 3, &back);
+    CHECK(got.step == 7 && got.warm == 1 && back == words, "fp8.bin does not read back what was written");
+    CHECK(fp8_state_file_to_read(dir, 3) == path, "rank 3 of a resume at another world size does not find fp8.bin");
+    CHECK(fp8_state_file_name(2, 4) == "fp8_00002.bin" && is_fp8_state_file("fp8_00002.bin") &&
+          !is_fp8_state_file("fp8_2.bin") && !is_fp8_state_file("fp8.bin.tmp"), "the FP8 state file names are wrong");
+    std::string line;
+    int rc = child_fails(out + "/err.txt", &line, [&] { fp8_state_read(path.c_str(), 5, 3, &back); });
+    CHECK(rc == 1 && line.find("holds 6 FP8 scales") != std::string::npos, "scales of another model were read: %s", line.c_str());
+    rc = child_fails(out + "/err.txt", &line, [&] { fp8_state_read((dir + "/state.bin").c_str(), 6, 3, &back); });
+    CHECK(rc == 1 && line.find("a training state file, not an FP8 scaling state file") != std::string::npos,
+          "a state.bin was read as FP8 scales: %s", line.c_str());
+    // a manifest that lists fp8.bin before any state file is not a checkpoint's
+    const std::string done = read_text(dir + "/DONE");
+    const size_t state_at = done.find("state.bin "), fp8_at = done.find("fp8.bin ");
+    std::string swapped = done.substr(0, state_at) + done.substr(fp8_at) + done.substr(state_at, fp8_at - state_at);
+    { AtomicFileWriter w(dir + "/DONE"); w.write(swapped.data(), swapped.size()); w.commit(); }
+    CHECK(checkpoint_problem(dir) == "DONE has no entry for state.bin", "fp8.bin in place of state.bin: %s",
+          checkpoint_problem(dir).c_str());
+    { AtomicFileWriter w(dir + "/DONE"); w.write(done.data(), done.size()); w.commit(); }
+    // damaged (one byte changed), then truncated
+    std::string bytes = read_text(path);
+    bytes[HEADER_BYTES + 5] ^= 1;
+    { AtomicFileWriter w(path); w.write(bytes.data(), bytes.size()); w.commit(); }
+    CHECK(checkpoint_problem(dir) == "fp8.bin does not match the checksum in DONE", "a damaged fp8.bin: %s",
+          checkpoint_problem(dir).c_str());
+    { AtomicFileWriter w(path); w.write(bytes.data(), bytes.size() - 4); w.commit(); }
+    rc = child_fails(out + "/err.txt", &line, [&] { fp8_state_read(path.c_str(), 6, 3, &back); });
+    CHECK(rc == 1 && line.find("truncated") != std::string::npos, "a truncated fp8.bin was read: %s", line.c_str());
+    for (const char* name : {"DONE", "model.bin", "state.bin", "fp8.bin"}) remove((dir + "/" + name).c_str());
+    rmdir(dir.c_str());
+    remove((out + "/err.txt").c_str());
+    rmdir(root);
 }
 
 int main() {
@@ -156,6 +250,8 @@ int main() {
         cpu::fp8_row_scales(sc, tiny, 1, 2, E4);
         CHECK(sc[0] == cpu::FP8_SCALE_CAP, "a tiny row must cap its scale");
     }
+
+    check_fp8_state_file();
 
     printf("test_fp8_cpu: %d checks, %d failed\n", check_count, check_failures);
     return check_failures ? 1 : 0;
