@@ -9,7 +9,7 @@ betas 0.9/0.95, eps 1e-8, weight decay 0.1 on the matrices and embeddings), and 
 the model (--compile 1, the default). It trains on one batch of random tokens; the first steps
 (compilation included) are warm-up, the rest are timed with CUDA events, one step at a time. The
 last line is
-  BENCH name=<nanogpt_compile|nanogpt_eager> ms=<median ms/step> tok_s=<tokens/s> peak_gib=<peak GPU memory>
+  BENCH name=<nanogpt_compile|nanogpt_eager>[_float8_<recipe>] ms=<median ms/step> tok_s=<tokens/s> peak_gib=<peak GPU memory>
 as scripts/train_gpt2.py --bench prints it, so scripts/bench_train.sh tabulates them side by side.
 
 Unlike scripts/train_gpt2.py (our reference model, parameters in our checkpoint layout), this model
@@ -22,6 +22,7 @@ N heads (d12 = GPT-2 124M), or gpt2 | gpt2-medium | gpt2-large | gpt2-xl = the G
 Examples:
   python3 scripts/bench_nanogpt.py --model d12 --batch 64 --seq 1024 --steps 30
   python3 scripts/bench_nanogpt.py --device cpu --model d2 --batch 2 --seq 64 --steps 4 --compile 0
+  python3 scripts/bench_nanogpt.py --model d12 --float8 tensorwise     # torchao's float8 training (issue 18)
 """
 import argparse
 import math
@@ -70,6 +71,10 @@ def parse_args(argv=None):
                                                          "(default 30)")
     p.add_argument("--compile", type=int, choices=[0, 1], default=1, help="1: train through torch.compile "
                                                                           "(default 1)")
+    p.add_argument("--float8", default="none", choices=["none", "tensorwise", "rowwise", "rowwise_with_gw_hp"],
+                   help="torchao's float8 training (pip install torchao) on the blocks' nn.Linear layers, the "
+                        "output head left in bf16 as our --fp8 leaves it: the recipe name of "
+                        "torchao.float8.Float8LinearConfig.from_recipe_name (default none)")
     p.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke test (default cuda)")
     p.add_argument("--seed", type=int, default=1337)
     args = p.parse_args(argv)
@@ -183,13 +188,21 @@ def main(argv=None):
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": WEIGHT_DECAY},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=LR, betas=BETAS, eps=EPS, fused=True)
+    if args.float8 != "none":  # swaps the modules in place; the optimizer's parameters stay the same tensors
+        try:
+            from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+        except ImportError as e:
+            die(f"--float8 {args.float8}: needs torchao (pip install torchao): {e}")
+        convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(args.float8),
+                                   module_filter_fn=lambda mod, fqn: fqn != "lm_head")
     step_model = torch.compile(model) if args.compile else model
     g = torch.Generator(device=dev).manual_seed(args.seed)
     x = torch.randint(0, VOCAB, (B, T), device=dev, generator=g)
     y = torch.randint(0, VOCAB, (B, T), device=dev, generator=g)
     n_params = sum(p.numel() for p in params)
     print(f"nanoGPT-style GPT-2 {args.model}: L={L} C={C} NH={NH} Vp={PADDED_VOCAB}, {n_params / 1e6:.1f}M "
-          f"parameters, B={B} T={T}, {'torch.compile' if args.compile else 'eager'}, {dev}", flush=True)
+          f"parameters, B={B} T={T}, {'torch.compile' if args.compile else 'eager'}, {dev}"
+          f"{'' if args.float8 == 'none' else ', torchao float8 ' + args.float8}", flush=True)
 
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -216,7 +229,8 @@ def main(argv=None):
         print(f"step {step + 1} train_loss {loss.item():.6f} ms {times[-1]:.1f}{tag}", flush=True)
     ms = statistics.median(times[args.warmup:])
     peak = torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else float("nan")
-    name = "nanogpt_compile" if args.compile else "nanogpt_eager"
+    name = ("nanogpt_compile" if args.compile else "nanogpt_eager") + ("" if args.float8 == "none" else
+                                                                       "_float8_" + args.float8)
     print(f"BENCH name={name} ms={ms:.2f} tok_s={B * T / ms * 1e3:.0f} peak_gib={peak:.2f}")
 
 

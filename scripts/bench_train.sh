@@ -21,6 +21,9 @@
 #   BENCH_STEPS [30]    steps per run; each side discards its own warm-up steps before the median
 #   BENCH_BIN [build/train_gpt2cu]   our trainer (skipped with a note when missing)
 #   BENCH_FP8 [0]       1: also our trainer with --fp8 1 (the row ours_fp8; docs/numerics.md)
+#   BENCH_TORCHAO []    GPT-2: torchao float8 recipes for the nanoGPT-style model under torch.compile,
+#                       e.g. "tensorwise rowwise" (rows nanogpt_compile_float8_<recipe>; needs torchao;
+#                       compared with ours_fp8, not counted as the fastest bf16 PyTorch)
 #   BENCH_REF [1]       0: skip our PyTorch reference model's rows (eager, compile), e.g. to time
 #                       only ours against nanogpt_compile (GPT-2) or hf_* (Llama)
 #   BENCH_EAGER [0]     GPT-2: 1 also runs the nanoGPT-style model without torch.compile (nanogpt_eager)
@@ -47,6 +50,7 @@ STEPS=${BENCH_STEPS:-30}
 FP8=${BENCH_FP8:-0}
 REF=${BENCH_REF:-1}
 EAGER=${BENCH_EAGER:-0}
+TORCHAO=${BENCH_TORCHAO:-}
 BIN=${BENCH_BIN:-build/train_gpt2cu}
 PY=${BENCH_PYTHON:-python3}
 DEV=${BENCH_DEVICE:-cuda}
@@ -62,7 +66,12 @@ case $ARCH in
         OURS_INIT=$MODEL
         REF_SHAPE=(--model "$MODEL")
         NAMES=(ours eager compile nanogpt_compile)
-        [[ $EAGER == 1 ]] && NAMES+=(nanogpt_eager) ;;
+        [[ $EAGER == 1 ]] && NAMES+=(nanogpt_eager)
+        for r in $TORCHAO; do
+            case $r in tensorwise|rowwise|rowwise_with_gw_hp) NAMES+=("nanogpt_compile_float8_$r") ;;
+                *) echo "error: BENCH_TORCHAO: '$r' is not tensorwise, rowwise or rowwise_with_gw_hp" >&2; exit 1 ;;
+            esac
+        done ;;
     llama)
         if ! [[ $LLAMA =~ ^L([0-9]+),C([0-9]+),H([0-9]+),KV([0-9]+),F([0-9]+),V([0-9]+)$ ]]; then
             echo "error: BENCH_LLAMA='$LLAMA' is not L<layers>,C<channels>,H<heads>,KV<kv heads>,F<hidden>,V<vocab>" >&2
@@ -125,6 +134,7 @@ if [[ $ARCH == gpt2 ]]; then
           --steps "$STEPS")
     run nanogpt_compile "${NANO[@]}" --compile 1
     [[ $EAGER == 1 ]] && run nanogpt_eager "${NANO[@]}" --compile 0
+    for r in $TORCHAO; do run "nanogpt_compile_float8_$r" "${NANO[@]}" --compile 1 --float8 "$r"; done
 fi
 if [[ $ARCH == llama ]]; then
     run hf_eager "$PY" scripts/bench_hf.py --device "$DEV" "${HF_SHAPE[@]:2}" --batch "$B" --seq "$T" --steps "$STEPS"
@@ -140,18 +150,18 @@ ratio() {  # ratio A B: tok/s of A over tok/s of B, or "-" when either is missin
 }
 fastest=  # the PyTorch row with the most tok/s
 for name in "${NAMES[@]}"; do
-    [[ $name == ours* || ${STATUS[$name]} != ok ]] && continue
+    [[ $name == ours* || $name == *_float8_* || ${STATUS[$name]} != ok ]] && continue
     if [[ -z $fastest ]] || awk -v a="${TOKS[$name]}" -v b="${TOKS[$fastest]}" 'BEGIN { exit !(a > b) }'; then
         fastest=$name
     fi
 done
 echo
-printf "%-15s | %10s | %12s | %9s | %7s | %s\n" run "ms/step" "tok/s" "peak GiB" "ours is" status
-printf -- "----------------+------------+--------------+-----------+---------+-------\n"
+printf "%-34s | %10s | %12s | %9s | %7s | %s\n" run "ms/step" "tok/s" "peak GiB" "ours is" status
+printf -- "-----------------------------------+------------+--------------+-----------+---------+-------\n"
 for name in "${NAMES[@]}"; do
     vs=-
     [[ $name != ours* ]] && vs=$(ratio ours "$name")
-    printf "%-15s | %10s | %12s | %9s | %7s | %s\n" "$name" "${MS[$name]:--}" "${TOKS[$name]:--}" "${PEAK[$name]:--}" \
+    printf "%-34s | %10s | %12s | %9s | %7s | %s\n" "$name" "${MS[$name]:--}" "${TOKS[$name]:--}" "${PEAK[$name]:--}" \
         "$vs" "${STATUS[$name]}"
 done
 echo
@@ -159,6 +169,7 @@ if [[ -n $fastest ]]; then
     echo "fastest PyTorch: $fastest (${TOKS[$fastest]} tok/s)"
     echo "ours / $fastest: $(ratio ours "$fastest")"
     [[ $FP8 == 1 ]] && echo "ours_fp8 / $fastest: $(ratio ours_fp8 "$fastest")"
+    for r in $TORCHAO; do echo "ours_fp8 / nanogpt_compile_float8_$r: $(ratio ours_fp8 "nanogpt_compile_float8_$r")"; done
 else
     echo "fastest PyTorch: - (no PyTorch run succeeded)"
 fi
