@@ -341,36 +341,121 @@ inline void matmul_forward(floatX* out, floatX* gelu_pre, const floatX* inp, con
     matmul_cublaslt(ctx, out, weight, inp, OC, N, C, true, false, C, C, OC, 0.0f, epi, bias, gelu_pre);
 }
 
-// Bias gradient, stage 1: like
-// layernorm_backward_param_partials, thread = pack of columns, blockIdx.y = chunk of rows walked in
-// order; partials (chunks, OC). Re-reads dout: N * OC * sizeof(floatX) bytes.
-static __global__ void bias_backward_partials(float* partials, const floatX* dout, int N, int OC, int rows_per_chunk) {
-    const int c = (blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
-    if (c >= OC) return;
-    const int chunk = blockIdx.y;
+// ---------------------------------------------------------------- bias gradient (column sums of dout)
+// One kernel: blocks of BIAS_BLOCK threads, (32 column packs, BIAS_LANES row lanes), each over one
+// column tile (BIAS_TILE_COLS columns: 256 bf16, 128 fp32) and one chunk of consecutive rows.
+// Thread (x, y) sums rows y, y + BIAS_LANES, ... of the chunk for its pack, BIAS_UNROLL 16-byte
+// streaming loads in flight; the block adds its 16 lanes in lane order into one fp32 partial per
+// column, (chunks, OC) in scratch. The last block of a tile to finish (a counter per tile) folds the
+// tile's chunk partials in chunk order and adds them into dbias: no second launch, and every sum in
+// a fixed order (deterministic: the same bits every run, whichever block comes last).
+// Grid: tiles x chunks ~ BIAS_RESIDENT_BLOCKS, one wave at 2 blocks of 512 threads a SM on the
+// H200's 132 (chunks from N and OC only, so the bits do not depend on the GPU). At OC 768 that is 88
+// chunks of 745 rows, 2 x 512 threads x 8 loads x 16 B = 128 KB in flight a SM.
+// Bytes: N * OC * sizeof(floatX) read once (100.7 MB at N 65536, OC 768: 25 us at the 4.0 TB/s copy);
+// memory-bound. H200: to be measured (dev/cuda/matmul.cu, "bias_backward"; the two-kernel version it
+// replaces reached 46% of the copy at OC 768 and 84-88% at OC 2304 and 3072).
+constexpr int BIAS_TILE_PACKS = 32, BIAS_LANES = 16, BIAS_BLOCK = BIAS_TILE_PACKS * BIAS_LANES, BIAS_UNROLL = 8;
+constexpr int BIAS_TILE_COLS = BIAS_TILE_PACKS * x128::size;
+constexpr int BIAS_RESIDENT_BLOCKS = 2 * 132;
+constexpr int BIAS_MAX_TILES = 1024;  // OC up to 262144 (bf16): the counters below
+constexpr int BIAS_FOLD_GROUPS = BIAS_TILE_COLS / 4, BIAS_FOLD_LANES = BIAS_BLOCK / BIAS_FOLD_GROUPS;  // float4s
+static_assert(BIAS_TILE_COLS <= BIAS_BLOCK, "one thread per column of a tile for the in-block sum");
+static_assert(BIAS_BLOCK % BIAS_FOLD_GROUPS == 0, "the fold's lanes split the block evenly");
+// Blocks of each tile done so far; the last one sets its tile's counter back to 0 for the next call.
+// Zero at module load. One bias_backward at a time per device (the trainer's one stream).
+static __device__ unsigned int bias_backward_done[BIAS_MAX_TILES];
+
+// The chunks a tile's rows are split into: ~BIAS_RESIDENT_BLOCKS blocks in all, at least
+// COLUMN_MIN_ROWS rows each, so the partials fit column_num_chunks(N) * OC floats.
+inline int bias_backward_rows_per_chunk(int N, int OC) {
+    const int tiles = ceil_div(OC, BIAS_TILE_COLS);
+    const int chunks = std::min(column_num_chunks(N), std::max(1, BIAS_RESIDENT_BLOCKS / tiles));
+    return ceil_div(N, chunks);
+}
+
+static __global__ void __launch_bounds__(BIAS_BLOCK, 2)
+    bias_backward_column_tiles(floatX* dbias, float* partials, const floatX* dout, int N, int OC, int rows_per_chunk) {
+    __shared__ alignas(16) float lane_sum[BIAS_LANES][BIAS_TILE_COLS];  // 16 KB bf16; reused by the fold
+    __shared__ bool last;
+    const int x = threadIdx.x % BIAS_TILE_PACKS, y = threadIdx.x / BIAS_TILE_PACKS, tile = blockIdx.x;
+    const int chunk = blockIdx.y, chunks = gridDim.y;
+    const int c = tile * BIAS_TILE_COLS + x * x128::size;
     const int r0 = chunk * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
     float acc[x128::size] = {};
-    for (int r = r0; r < r1; r++) {
-        const x128 d = load128(dout + (int64_t)r * OC + c);
-        for (int k = 0; k < x128::size; k++) acc[k] += to_float(d[k]);
+    if (c < OC) {
+        const floatX* col = dout + c;
+        int r = r0 + y;
+        for (; r + (BIAS_UNROLL - 1) * BIAS_LANES < r1; r += BIAS_UNROLL * BIAS_LANES) {
+            x128 d[BIAS_UNROLL];
+#pragma unroll
+            for (int i = 0; i < BIAS_UNROLL; i++) d[i] = load128cs(col + (int64_t)(r + i * BIAS_LANES) * OC);
+#pragma unroll
+            for (int i = 0; i < BIAS_UNROLL; i++)
+#pragma unroll
+                for (int k = 0; k < x128::size; k++) acc[k] += to_float(d[i][k]);
+        }
+        for (; r < r1; r += BIAS_LANES) {
+            const x128 d = load128cs(col + (int64_t)r * OC);
+#pragma unroll
+            for (int k = 0; k < x128::size; k++) acc[k] += to_float(d[k]);
+        }
     }
-    float* p = partials + (int64_t)chunk * OC + c;
-    for (int k = 0; k < x128::size; k++) p[k] = acc[k];
+    // 16-byte stores: a quarter warp covers 32 consecutive banks (no conflicts)
+#pragma unroll
+    for (int k = 0; k < x128::size; k += 4)
+        *reinterpret_cast<float4*>(&lane_sum[y][x * x128::size + k]) = make_float4(acc[k], acc[k + 1], acc[k + 2], acc[k + 3]);
+    __syncthreads();
+    const int t = threadIdx.x, tcol = tile * BIAS_TILE_COLS + t;
+    if (t < BIAS_TILE_COLS && tcol < OC) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int v = 0; v < BIAS_LANES; v++) sum += lane_sum[v][t];
+        partials[(int64_t)chunk * OC + tcol] = sum;
+    }
+    // the classic last-block pattern: publish the partials, then count this block in
+    __threadfence();
+    __syncthreads();
+    if (t == 0) last = atomicAdd(&bias_backward_done[tile], 1u) == (unsigned)chunks - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    // Fold: thread = (group of 4 columns g, fold lane l); lane l sums chunks l, l + FOLD_LANES, ... in
+    // order (L2 reads past L1: other blocks wrote them), then the lanes are added in lane order.
+    const int g = t % BIAS_FOLD_GROUPS, l = t / BIAS_FOLD_GROUPS, gcol = tile * BIAS_TILE_COLS + g * 4;
+    float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (gcol < OC)
+        for (int k = l; k < chunks; k += BIAS_FOLD_LANES) {
+            const float4 p = __ldcg(reinterpret_cast<const float4*>(partials + (int64_t)k * OC + gcol));
+            s.x += p.x; s.y += p.y; s.z += p.z; s.w += p.w;
+        }
+    float4* fold = reinterpret_cast<float4*>(&lane_sum[0][0]);  // (FOLD_LANES, FOLD_GROUPS)
+    fold[l * BIAS_FOLD_GROUPS + g] = s;
+    __syncthreads();
+    if (t == 0) bias_backward_done[tile] = 0;
+    if (l != 0 || gcol >= OC) return;
+    float total[4] = {};
+    for (int v = 0; v < BIAS_FOLD_LANES; v++) {
+        const float4 p = fold[v * BIAS_FOLD_GROUPS + g];
+        total[0] += p.x; total[1] += p.y; total[2] += p.z; total[3] += p.w;
+    }
+    for (int k = 0; k < 4; k++) dbias[gcol + k] = from_float<floatX>(to_float(dbias[gcol + k]) + total[k]);
 }
 
 // dbias (OC) += column sums of dout (N, OC); scratch: column_num_chunks(N) * OC floats. Nothing
 // without dbias. The bias gradient re-reads dout in a fixed order (deterministic). cuBLASLt's BGRADB
 // epilogue would fold it into the dweight GEMM, but it makes that GEMM pick slower kernels: in the
-// lab (docs/perf.md) the four backward GEMMs of a layer took 3.10 ms with it and 2.96 ms with these
-// two small kernels, ~1.7 ms a step at GPT-2 124M. The FP8 path (llmc/gpt2_fp8.cuh) calls it too.
+// lab (docs/perf.md) the four backward GEMMs of a layer took 3.10 ms with it and 2.96 ms with
+// column-sum kernels, ~1.7 ms a step at GPT-2 124M. The FP8 path (llmc/gpt2_fp8.cuh) calls it too.
 inline void bias_backward(floatX* dbias, float* scratch, const floatX* dout, int N, int OC, cudaStream_t stream) {
     if (!dbias) return;
-    const int chunks = column_num_chunks(N), rows_per_chunk = ceil_div(N, chunks);
-    const int packs = OC / x128::size, threads = 128;
-    bias_backward_partials<<<dim3(ceil_div(packs, threads), chunks), threads, 0, stream>>>(scratch, dout, N, OC,
-                                                                                          rows_per_chunk);
+    if (OC % x128::size != 0) fail("bias_backward: OC = %d must be a multiple of %d", OC, x128::size);
+    const int tiles = ceil_div(OC, BIAS_TILE_COLS);
+    if (tiles > BIAS_MAX_TILES) fail("bias_backward: OC = %d is wider than %d columns", OC, BIAS_MAX_TILES * BIAS_TILE_COLS);
+    const int rows_per_chunk = bias_backward_rows_per_chunk(N, OC), chunks = ceil_div(N, rows_per_chunk);
+    bias_backward_column_tiles<<<dim3(tiles, chunks), BIAS_BLOCK, 0, stream>>>(dbias, scratch, dout, N, OC,
+                                                                              rows_per_chunk);
     cudaCheckLaunch();
-    column_partials_add(dbias, scratch, chunks, OC, OC, stream);
 }
 
 // dweight (OC, C) += dout^T inp: matmul_backward's weight gradient, also the FP8 path's with
