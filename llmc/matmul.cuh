@@ -342,41 +342,42 @@ inline void matmul_forward(floatX* out, floatX* gelu_pre, const floatX* inp, con
 }
 
 // ---------------------------------------------------------------- bias gradient (column sums of dout)
-// One kernel: blocks of BIAS_BLOCK threads, (32 column packs, BIAS_LANES row lanes), each over one
-// column tile (BIAS_TILE_COLS columns: 256 bf16, 128 fp32) and one chunk of consecutive rows.
-// Thread (x, y) sums rows y, y + BIAS_LANES, ... of the chunk for its pack, BIAS_UNROLL 16-byte
-// streaming loads in flight; the block adds its 16 lanes in lane order into one fp32 partial per
-// column, (chunks, OC) in scratch. The last block of a tile to finish (a counter per tile) folds the
-// tile's chunk partials in chunk order and adds them into dbias: no second launch, and every sum in
-// a fixed order (deterministic: the same bits every run, whichever block comes last).
-// Grid: tiles x chunks ~ BIAS_RESIDENT_BLOCKS, one wave at 2 blocks of 512 threads a SM on the
-// H200's 132 (chunks from N and OC only, so the bits do not depend on the GPU). At OC 768 that is 88
-// chunks of 745 rows, 2 x 512 threads x 8 loads x 16 B = 128 KB in flight a SM.
+// One kernel: blocks of 32 x LANES threads, (32 column packs, LANES row lanes), each over one column
+// tile (BIAS_TILE_COLS columns: 256 bf16, 128 fp32) and one chunk of consecutive rows. Thread (x, y)
+// sums rows y, y + LANES, ... of the chunk for its pack, UNROLL 16-byte streaming loads in flight;
+// the block adds its lanes in lane order into one fp32 partial per column, (chunks, OC) in scratch.
+// The last block of a tile to finish (a counter per tile) folds the tile's chunk partials in chunk
+// order and adds them into dbias: no second launch, and every sum in a fixed order (deterministic:
+// the same bits every run, whichever block comes last).
+// Grid: tiles x chunks ~ the blocks resident at once on the H200's 132 SMs (1024 threads a SM, <= 64
+// registers), one wave; chunks from N and OC only, so the bits do not depend on the GPU. Shipped:
+// LANES 16, UNROLL 8 (BiasShipped): at OC 768, 88 chunks of 745 rows, 2 blocks of 512 threads a SM,
+// 1024 x 8 loads x 16 B = 128 KB in flight a SM.
 // Bytes: N * OC * sizeof(floatX) read once (100.7 MB at N 65536, OC 768: 25 us at the 4.0 TB/s copy);
 // memory-bound. H200: to be measured (dev/cuda/matmul.cu, "bias_backward"; the two-kernel version it
 // replaces reached 46% of the copy at OC 768 and 84-88% at OC 2304 and 3072).
-constexpr int BIAS_TILE_PACKS = 32, BIAS_LANES = 16, BIAS_BLOCK = BIAS_TILE_PACKS * BIAS_LANES, BIAS_UNROLL = 8;
-constexpr int BIAS_TILE_COLS = BIAS_TILE_PACKS * x128::size;
-constexpr int BIAS_RESIDENT_BLOCKS = 2 * 132;
-constexpr int BIAS_MAX_TILES = 1024;  // OC up to 262144 (bf16): the counters below
-constexpr int BIAS_FOLD_GROUPS = BIAS_TILE_COLS / 4, BIAS_FOLD_LANES = BIAS_BLOCK / BIAS_FOLD_GROUPS;  // float4s
-static_assert(BIAS_TILE_COLS <= BIAS_BLOCK, "one thread per column of a tile for the in-block sum");
-static_assert(BIAS_BLOCK % BIAS_FOLD_GROUPS == 0, "the fold's lanes split the block evenly");
+constexpr int BIAS_TILE_PACKS = 32, BIAS_TILE_COLS = BIAS_TILE_PACKS * x128::size;
+constexpr int BIAS_SM_THREADS = 1024, BIAS_SMS = 132;  // resident threads a SM (64 registers each), H200 SMs
+constexpr int BIAS_MAX_TILES = 1024;                   // OC up to 262144 (bf16): the counters below
+template <int LANES, int UNROLL>
+struct BiasTiles {
+    static constexpr int block = BIAS_TILE_PACKS * LANES, unroll = UNROLL, lanes = LANES;
+    static constexpr int resident_blocks = BIAS_SMS * (BIAS_SM_THREADS / block);
+    static constexpr int fold_groups = BIAS_TILE_COLS / 4, fold_lanes = block / fold_groups;  // float4s of a tile
+    static_assert(BIAS_TILE_COLS <= block, "one thread per column of a tile for the in-block sum");
+    static_assert(block % fold_groups == 0 && BIAS_SM_THREADS % block == 0, "the fold's lanes split the block evenly");
+    static_assert(x128::size >= 4, "the fold's float4s fit in the lane sums' shared memory");
+};
+using BiasShipped = BiasTiles<16, 8>;
 // Blocks of each tile done so far; the last one sets its tile's counter back to 0 for the next call.
 // Zero at module load. One bias_backward at a time per device (the trainer's one stream).
 static __device__ unsigned int bias_backward_done[BIAS_MAX_TILES];
 
-// The chunks a tile's rows are split into: ~BIAS_RESIDENT_BLOCKS blocks in all, at least
-// COLUMN_MIN_ROWS rows each, so the partials fit column_num_chunks(N) * OC floats.
-inline int bias_backward_rows_per_chunk(int N, int OC) {
-    const int tiles = ceil_div(OC, BIAS_TILE_COLS);
-    const int chunks = std::min(column_num_chunks(N), std::max(1, BIAS_RESIDENT_BLOCKS / tiles));
-    return ceil_div(N, chunks);
-}
-
-static __global__ void __launch_bounds__(BIAS_BLOCK, 2)
+template <typename Cfg>
+static __global__ void __launch_bounds__(Cfg::block, BIAS_SM_THREADS / Cfg::block)
     bias_backward_column_tiles(floatX* dbias, float* partials, const floatX* dout, int N, int OC, int rows_per_chunk) {
-    __shared__ alignas(16) float lane_sum[BIAS_LANES][BIAS_TILE_COLS];  // 16 KB bf16; reused by the fold
+    constexpr int LANES = Cfg::lanes, UNROLL = Cfg::unroll;
+    __shared__ alignas(16) float lane_sum[LANES][BIAS_TILE_COLS];  // 16 KB at 16 lanes, bf16; reused by the fold
     __shared__ bool last;
     const int x = threadIdx.x % BIAS_TILE_PACKS, y = threadIdx.x / BIAS_TILE_PACKS, tile = blockIdx.x;
     const int chunk = blockIdx.y, chunks = gridDim.y;
@@ -386,16 +387,16 @@ static __global__ void __launch_bounds__(BIAS_BLOCK, 2)
     if (c < OC) {
         const floatX* col = dout + c;
         int r = r0 + y;
-        for (; r + (BIAS_UNROLL - 1) * BIAS_LANES < r1; r += BIAS_UNROLL * BIAS_LANES) {
-            x128 d[BIAS_UNROLL];
+        for (; r + (UNROLL - 1) * LANES < r1; r += UNROLL * LANES) {
+            x128 d[UNROLL];
 #pragma unroll
-            for (int i = 0; i < BIAS_UNROLL; i++) d[i] = load128cs(col + (int64_t)(r + i * BIAS_LANES) * OC);
+            for (int i = 0; i < UNROLL; i++) d[i] = load128cs(col + (int64_t)(r + i * LANES) * OC);
 #pragma unroll
-            for (int i = 0; i < BIAS_UNROLL; i++)
+            for (int i = 0; i < UNROLL; i++)
 #pragma unroll
                 for (int k = 0; k < x128::size; k++) acc[k] += to_float(d[i][k]);
         }
-        for (; r < r1; r += BIAS_LANES) {
+        for (; r < r1; r += LANES) {
             const x128 d = load128cs(col + (int64_t)r * OC);
 #pragma unroll
             for (int k = 0; k < x128::size; k++) acc[k] += to_float(d[k]);
@@ -410,7 +411,7 @@ static __global__ void __launch_bounds__(BIAS_BLOCK, 2)
     if (t < BIAS_TILE_COLS && tcol < OC) {
         float sum = 0.0f;
 #pragma unroll
-        for (int v = 0; v < BIAS_LANES; v++) sum += lane_sum[v][t];
+        for (int v = 0; v < LANES; v++) sum += lane_sum[v][t];
         partials[(int64_t)chunk * OC + tcol] = sum;
     }
     // the classic last-block pattern: publish the partials, then count this block in
@@ -420,26 +421,41 @@ static __global__ void __launch_bounds__(BIAS_BLOCK, 2)
     __syncthreads();
     if (!last) return;
     __threadfence();
-    // Fold: thread = (group of 4 columns g, fold lane l); lane l sums chunks l, l + FOLD_LANES, ... in
+    // Fold: thread = (group of 4 columns g, fold lane l); lane l sums chunks l, l + fold_lanes, ... in
     // order (L2 reads past L1: other blocks wrote them), then the lanes are added in lane order.
-    const int g = t % BIAS_FOLD_GROUPS, l = t / BIAS_FOLD_GROUPS, gcol = tile * BIAS_TILE_COLS + g * 4;
+    const int g = t % Cfg::fold_groups, l = t / Cfg::fold_groups, gcol = tile * BIAS_TILE_COLS + g * 4;
     float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (gcol < OC)
-        for (int k = l; k < chunks; k += BIAS_FOLD_LANES) {
+        for (int k = l; k < chunks; k += Cfg::fold_lanes) {
             const float4 p = __ldcg(reinterpret_cast<const float4*>(partials + (int64_t)k * OC + gcol));
             s.x += p.x; s.y += p.y; s.z += p.z; s.w += p.w;
         }
-    float4* fold = reinterpret_cast<float4*>(&lane_sum[0][0]);  // (FOLD_LANES, FOLD_GROUPS)
-    fold[l * BIAS_FOLD_GROUPS + g] = s;
+    float4* fold = reinterpret_cast<float4*>(&lane_sum[0][0]);  // (fold_lanes, fold_groups)
+    fold[l * Cfg::fold_groups + g] = s;
     __syncthreads();
     if (t == 0) bias_backward_done[tile] = 0;
     if (l != 0 || gcol >= OC) return;
     float total[4] = {};
-    for (int v = 0; v < BIAS_FOLD_LANES; v++) {
-        const float4 p = fold[v * BIAS_FOLD_GROUPS + g];
+    for (int v = 0; v < Cfg::fold_lanes; v++) {
+        const float4 p = fold[v * Cfg::fold_groups + g];
         total[0] += p.x; total[1] += p.y; total[2] += p.z; total[3] += p.w;
     }
     for (int k = 0; k < 4; k++) dbias[gcol + k] = from_float<floatX>(to_float(dbias[gcol + k]) + total[k]);
+}
+
+// bias_backward with a given tiling (the lab times others than the shipped one). Chunks: about
+// Cfg::resident_blocks blocks in all, at least COLUMN_MIN_ROWS rows each, so the partials fit
+// column_num_chunks(N) * OC floats.
+template <typename Cfg>
+inline void bias_backward_tiles(floatX* dbias, float* scratch, const floatX* dout, int N, int OC, cudaStream_t stream) {
+    if (OC % x128::size != 0) fail("bias_backward: OC = %d must be a multiple of %d", OC, x128::size);
+    const int tiles = ceil_div(OC, BIAS_TILE_COLS);
+    if (tiles > BIAS_MAX_TILES) fail("bias_backward: OC = %d is wider than %d columns", OC, BIAS_MAX_TILES * BIAS_TILE_COLS);
+    const int max_chunks = std::min(column_num_chunks(N), std::max(1, Cfg::resident_blocks / tiles));
+    const int rows_per_chunk = ceil_div(N, max_chunks), chunks = ceil_div(N, rows_per_chunk);
+    bias_backward_column_tiles<Cfg><<<dim3(tiles, chunks), Cfg::block, 0, stream>>>(dbias, scratch, dout, N, OC,
+                                                                                   rows_per_chunk);
+    cudaCheckLaunch();
 }
 
 // dbias (OC) += column sums of dout (N, OC); scratch: column_num_chunks(N) * OC floats. Nothing
@@ -448,14 +464,7 @@ static __global__ void __launch_bounds__(BIAS_BLOCK, 2)
 // lab (docs/perf.md) the four backward GEMMs of a layer took 3.10 ms with it and 2.96 ms with
 // column-sum kernels, ~1.7 ms a step at GPT-2 124M. The FP8 path (llmc/gpt2_fp8.cuh) calls it too.
 inline void bias_backward(floatX* dbias, float* scratch, const floatX* dout, int N, int OC, cudaStream_t stream) {
-    if (!dbias) return;
-    if (OC % x128::size != 0) fail("bias_backward: OC = %d must be a multiple of %d", OC, x128::size);
-    const int tiles = ceil_div(OC, BIAS_TILE_COLS);
-    if (tiles > BIAS_MAX_TILES) fail("bias_backward: OC = %d is wider than %d columns", OC, BIAS_MAX_TILES * BIAS_TILE_COLS);
-    const int rows_per_chunk = bias_backward_rows_per_chunk(N, OC), chunks = ceil_div(N, rows_per_chunk);
-    bias_backward_column_tiles<<<dim3(tiles, chunks), BIAS_BLOCK, 0, stream>>>(dbias, scratch, dout, N, OC,
-                                                                              rows_per_chunk);
-    cudaCheckLaunch();
+    if (dbias) bias_backward_tiles<BiasShipped>(dbias, scratch, dout, N, OC, stream);
 }
 
 // dweight (OC, C) += dout^T inp: matmul_backward's weight gradient, also the FP8 path's with

@@ -29,8 +29,10 @@
 // sizeof(floatX) read once, against the 4.0 TB/s copy; every column checked against a double sum,
 // and a second run from the same start must give the same bits. Variants:
 //   0 shipped: bias_backward_column_tiles, one launch (512-thread blocks over 256-column tiles and
-//     row chunks, 8 loads in flight a thread, the last block of a tile folds its chunks)
+//     row chunks, 16 row lanes, 8 loads in flight a thread, the last block of a tile folds its chunks)
 //                                                      H200: to be measured
+//   2, 3, 4: the same kernel with 8 row lanes (256-thread blocks, 4 a SM) and 8 loads, 32 lanes
+//     (1024 threads, 1 a SM) and 4 loads, 16 lanes and 4 loads: to be measured
 //   1 the two kernels shipped before (bias_partials_per_pack, one thread a column pack over 512 row
 //     chunks, then column_partials_add), H200, bf16, N = 65536, 2026-12-03:
 //       OC 768 (attproj, fcproj) 0.055 ms, 46% of the copy; OC 2304 and 3072 84-88%
@@ -107,12 +109,20 @@ static void run_bias_backward(lab::Lab& L, const Layer& l, lab::DevBuf<floatX>& 
     }
     const std::string op = lab::Lab::strprintf("bias_backward %s N=%d OC=%d", l.name, N, OC);
     const double bytes = (double)N * OC * sizeof(floatX);
-    for (int variant = 0; variant < 2; variant++) {
+    const char* names[] = {"shipped (16 lanes, 8 loads)", "two kernels (shipped before)", "tiles, 8 lanes, 8 loads",
+                           "tiles, 32 lanes, 4 loads", "tiles, 16 lanes, 4 loads"};
+    for (int variant = 0; variant < 5; variant++) {
         auto launch = [&] {
-            if (variant == 0) bias_backward(d_dbias, d_scratch, d_dout, N, OC, L.stream());
-            else bias_backward_two_kernels(d_dbias, d_scratch, d_dout, N, OC, L.stream());
+            cudaStream_t s = L.stream();
+            switch (variant) {
+                case 0: bias_backward(d_dbias, d_scratch, d_dout, N, OC, s); break;
+                case 1: bias_backward_two_kernels(d_dbias, d_scratch, d_dout, N, OC, s); break;
+                case 2: bias_backward_tiles<BiasTiles<8, 8>>(d_dbias, d_scratch, d_dout, N, OC, s); break;
+                case 3: bias_backward_tiles<BiasTiles<32, 4>>(d_dbias, d_scratch, d_dout, N, OC, s); break;
+                default: bias_backward_tiles<BiasTiles<16, 4>>(d_dbias, d_scratch, d_dout, N, OC, s); break;
+            }
         };
-        L.run(op, variant, variant == 0 ? "shipped" : "two kernels (shipped before)", bytes, (double)N * OC,
+        L.run(op, variant, names[variant], bytes, (double)N * OC,
               lab::Bound::Memory, [&] { d_dbias.upload(dbias0); }, launch, [&] {
                   bool ok = L.check(d_dbias, ref);
                   const std::vector<float> first = d_dbias.download();

@@ -2,13 +2,14 @@
 # The memory-bound misses of issue 17 on one H200, with prebuilt binaries (nothing is built here):
 # the bias gradient's column sum (llmc/matmul.cuh, bias_backward) and the fused classifier
 # (llmc/fused_classifier.cuh), each against the kernel it replaces, then the trainer.
-#   1. the labs, checks only: dev/cuda/build/{matmul,fused_classifier} (bf16) and
-#      dev/cuda/build/fp32/{matmul,fused_classifier} (FP32 build): every variant against the CPU
-#      reference (fresh random inputs, poisoned outputs, guard regions); the bias gradient checks
-#      every column against a double sum and runs twice from the same start (the same bits).
-#   2. the bf16 labs timed (each variant is checked again before it is timed): the lines of
-#      bias_backward (0 shipped, 1 the two kernels shipped before) and fused_classifier (0 shipped,
-#      1 one block per row, shipped before; loss and dlogits, and loss only), ms and % of the copy.
+#   1. the bf16 labs dev/cuda/build/{fused_classifier,matmul}: every variant against the CPU
+#      reference (fresh random inputs, poisoned outputs, guard regions), and timed only where every
+#      check passed (the harness checks each variant before timing it); the bias gradient checks
+#      every column against a double sum and runs twice from the same start (the same bits); the
+#      classifier every row's loss besides the sampled rows. The lines of bias_backward (0 shipped,
+#      1 the two kernels shipped before, 2-4 other tilings) and fused_classifier (0 shipped, 1 one
+#      block per row, shipped before; loss and dlogits, and loss only): ms and % of the copy.
+#   2. the FP32 build's labs dev/cuda/build/fp32/{fused_classifier,matmul} --check-only.
 #   3. build/test_gpt2cu and build/test_gpt2cu_fp32 against the PyTorch reference state (d12, as
 #      tests/run_gpu_tests.sh section 1 writes it; kept in REF_DIR, written once when missing: needs
 #      python3 with torch, ~1 minute on the CPU).
@@ -30,33 +31,35 @@ rows=(); bad=0
 row() { rows+=("$(printf '%-4s %-40s %s' "$1" "$2" "$3")"); [ "$1" = FAIL ] && bad=$((bad + 1)); echo "$1 $2 $3"; }
 tmo() { local left=$((BUDGET - SECONDS)); [ $left -lt 5 ] && left=5; echo $(($1 < left ? $1 : left)); }
 
-# ---- 1. checks only, both builds
-check_lab() {  # check_lab BIN TIMEOUT
-    local bin=$1 name; name=$(echo "$1" | tr / _)
-    if [ ! -x "$bin" ]; then row FAIL "$bin --check-only" "missing (build it first)"; return; fi
-    if timeout "$(tmo "$2")" "$bin" --check-only > "$OUT/check_$name.log" 2>&1; then
-        row PASS "$bin --check-only" "$(grep -c ' ok$' "$OUT/check_$name.log") comparisons ok"
-    else
-        row FAIL "$bin --check-only" "rc $?: $(grep -m 1 'FAIL' "$OUT/check_$name.log") ($OUT/check_$name.log)"
-    fi
-}
-check_lab dev/cuda/build/fused_classifier 60
-check_lab dev/cuda/build/fp32/fused_classifier 60
-check_lab dev/cuda/build/matmul 90
-check_lab dev/cuda/build/fp32/matmul 90
-
-# ---- 2. timing, bf16: the lab's table lines of the two ops
+# ---- 1. bf16: every variant checked, then timed (Lab::run checks each variant and times it only
+# if every check passed); the table lines of bias_backward and fused_classifier
 time_lab() {  # time_lab NAME TIMEOUT PATTERN
     local bin=dev/cuda/build/$1
-    [ -x "$bin" ] || return
-    if timeout "$(tmo "$2")" "$bin" --reps 30 > "$OUT/time_$1.log" 2>&1; then row PASS "$bin timed" "checked again before timing"
-    else row FAIL "$bin timed" "rc $?: $(grep -m 1 'FAIL' "$OUT/time_$1.log") ($OUT/time_$1.log)"; fi
+    if [ ! -x "$bin" ]; then row FAIL "$bin" "missing (build it first)"; return; fi
+    if timeout "$(tmo "$2")" "$bin" --reps 30 > "$OUT/time_$1.log" 2>&1; then
+        row PASS "$bin (checked, timed)" "$(grep -c ' ok$' "$OUT/time_$1.log") comparisons ok"
+    else
+        row FAIL "$bin (checked, timed)" "rc $?: $(grep -m 1 'FAIL' "$OUT/time_$1.log") ($OUT/time_$1.log)"
+    fi
     while IFS='|' read -r op variant ms gbps tflops pct; do
-        row INFO "  ${op% }" "$(printf '%-34s %s ms  %s' "${variant# }" "${ms// /}" "${pct# }")"
+        row INFO "  ${op% }" "$(printf '%-32s %s ms  %s' "${variant# }" "${ms// /}" "${pct# }")"
     done < <(sed -n '/^# name | variant/,$p' "$OUT/time_$1.log" | grep -E "^$3")
 }
-time_lab matmul 120 'bias_backward'
 time_lab fused_classifier 60 'fused_classifier'
+time_lab matmul 120 'bias_backward'
+
+# ---- 2. the FP32 build, checks only
+check_lab() {  # check_lab NAME TIMEOUT
+    local bin=dev/cuda/build/fp32/$1
+    if [ ! -x "$bin" ]; then row FAIL "$bin --check-only" "missing (build it first)"; return; fi
+    if timeout "$(tmo "$2")" "$bin" --check-only > "$OUT/check_fp32_$1.log" 2>&1; then
+        row PASS "$bin --check-only" "$(grep -c ' ok$' "$OUT/check_fp32_$1.log") comparisons ok"
+    else
+        row FAIL "$bin --check-only" "rc $?: $(grep -m 1 'FAIL' "$OUT/check_fp32_$1.log") ($OUT/check_fp32_$1.log)"
+    fi
+}
+check_lab fused_classifier 60
+check_lab matmul 90
 
 # ---- 3. the trainer against PyTorch, as tests/run_gpu_tests.sh section 1
 REF_MODEL=$REF_DIR/d12.bin REF_DEBUG=$REF_DIR/d12_debug.bin
