@@ -28,27 +28,7 @@ namespace attention_hopper_detail {
 using namespace attention_detail;
 
 // ============================================================================ mbarrier, TMA, wgmma
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-// One arrival that also announces `bytes` to come from the copy engine.
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Waits until the phase of parity `parity` has completed (a fresh barrier counts parity 1 as done).
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    do {
-        asm volatile(
-            "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-    } while (!done);
-}
+// mbar_init, mbar_expect_tx, mbar_arrive, mbar_wait and bulk_load: llmc/cuda_common.cuh
 // One box of the tensor map (64 columns x 64 rows of one sequence) into smem, completing on `bar`.
 __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int col, int row, int seq, uint32_t bar) {
     asm volatile(
@@ -57,14 +37,6 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
         "l"(map), "r"(col), "r"(row), "r"(seq), "r"(bar)
         : "memory");
 }
-// `bytes` contiguous bytes from global memory into smem by the copy engine, completing on `bar`;
-// both addresses 16-byte aligned, bytes a multiple of 16.
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
-}
-
 // Adds one smem box element-wise into the tensor (fp32 reduction in L2; out-of-bounds elements are
 // skipped), as a bulk async-group of the issuing thread: commit, then wait before reusing the smem.
 __device__ __forceinline__ void tma_reduce_add(const CUtensorMap* map, uint32_t src, int col, int row, int seq) {

@@ -156,6 +156,46 @@ __device__ inline void prefetch_l2(const void* p) {
 #endif
 }
 
+// ---------------------------------------------------------------- mbarriers and bulk copies (sm_90)
+// The copy engine's plain bulk copies (cp.async.bulk) into shared memory, completing on an mbarrier,
+// used by the Hopper attention kernels (llmc/attention_hopper_common.cuh) and the fused classifier.
+// Addresses are shared-window ones (__cvta_generic_to_shared). Device code for sm_90 and later only:
+// a kernel that uses them guards its body with LLMC_HAS_BULK_COPY.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define LLMC_HAS_BULK_COPY 1
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// One arrival that also announces `bytes` to come from the copy engine.
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Waits until the phase of parity `parity` has completed (a fresh barrier counts parity 1 as done).
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile(
+            "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+// `bytes` contiguous bytes from global memory into smem by the copy engine, completing on `bar`;
+// both addresses 16-byte aligned, bytes a multiple of 16.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
+#else
+#define LLMC_HAS_BULK_COPY 0
+#endif
+
 // kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization attribute when
 // pdl (the kernel must call pdl_wait() before it reads what earlier kernels wrote).
 template <typename... KArgs, typename... Args>

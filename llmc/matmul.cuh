@@ -341,36 +341,130 @@ inline void matmul_forward(floatX* out, floatX* gelu_pre, const floatX* inp, con
     matmul_cublaslt(ctx, out, weight, inp, OC, N, C, true, false, C, C, OC, 0.0f, epi, bias, gelu_pre);
 }
 
-// Bias gradient, stage 1: like
-// layernorm_backward_param_partials, thread = pack of columns, blockIdx.y = chunk of rows walked in
-// order; partials (chunks, OC). Re-reads dout: N * OC * sizeof(floatX) bytes.
-static __global__ void bias_backward_partials(float* partials, const floatX* dout, int N, int OC, int rows_per_chunk) {
-    const int c = (blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
-    if (c >= OC) return;
-    const int chunk = blockIdx.y;
+// ---------------------------------------------------------------- bias gradient (column sums of dout)
+// One kernel: blocks of 32 x LANES threads, (32 column packs, LANES row lanes), each over one column
+// tile (BIAS_TILE_COLS columns: 256 bf16, 128 fp32) and one chunk of consecutive rows. Thread (x, y)
+// sums rows y, y + LANES, ... of the chunk for its pack, UNROLL 16-byte streaming loads in flight;
+// the block adds its lanes in lane order into one fp32 partial per column, (chunks, OC) in scratch.
+// The last block of a tile to finish (a counter per tile) folds the tile's chunk partials in chunk
+// order and adds them into dbias: no second launch, and every sum in a fixed order (deterministic:
+// the same bits every run, whichever block comes last).
+// Grid: tiles x chunks ~ the blocks resident at once on the H200's 132 SMs (1024 threads a SM, <= 64
+// registers), one wave; chunks from N and OC only, so the bits do not depend on the GPU. Shipped:
+// LANES 16, UNROLL 8 (BiasShipped): at OC 768, 88 chunks of 745 rows, 2 blocks of 512 threads a SM,
+// 1024 x 8 loads x 16 B = 128 KB in flight a SM.
+// Bytes: N * OC * sizeof(floatX) read once (100.7 MB at N 65536, OC 768: 25 us at the 4.0 TB/s copy);
+// memory-bound. H200: to be measured (dev/cuda/matmul.cu, "bias_backward"; the two-kernel version it
+// replaces reached 46% of the copy at OC 768 and 84-88% at OC 2304 and 3072).
+constexpr int BIAS_TILE_PACKS = 32, BIAS_TILE_COLS = BIAS_TILE_PACKS * x128::size;
+constexpr int BIAS_SM_THREADS = 1024, BIAS_SMS = 132;  // resident threads a SM (64 registers each), H200 SMs
+constexpr int BIAS_MAX_TILES = 1024;                   // OC up to 262144 (bf16): the counters below
+template <int LANES, int UNROLL>
+struct BiasTiles {
+    static constexpr int block = BIAS_TILE_PACKS * LANES, unroll = UNROLL, lanes = LANES;
+    static constexpr int resident_blocks = BIAS_SMS * (BIAS_SM_THREADS / block);
+    static constexpr int fold_groups = BIAS_TILE_COLS / 4, fold_lanes = block / fold_groups;  // float4s of a tile
+    static_assert(BIAS_TILE_COLS <= block, "one thread per column of a tile for the in-block sum");
+    static_assert(block % fold_groups == 0 && BIAS_SM_THREADS % block == 0, "the fold's lanes split the block evenly");
+    static_assert(x128::size >= 4, "the fold's float4s fit in the lane sums' shared memory");
+};
+using BiasShipped = BiasTiles<16, 8>;
+// Blocks of each tile done so far; the last one sets its tile's counter back to 0 for the next call.
+// Zero at module load. One bias_backward at a time per device (the trainer's one stream).
+static __device__ unsigned int bias_backward_done[BIAS_MAX_TILES];
+
+template <typename Cfg>
+static __global__ void __launch_bounds__(Cfg::block, BIAS_SM_THREADS / Cfg::block)
+    bias_backward_column_tiles(floatX* dbias, float* partials, const floatX* dout, int N, int OC, int rows_per_chunk) {
+    constexpr int LANES = Cfg::lanes, UNROLL = Cfg::unroll;
+    __shared__ alignas(16) float lane_sum[LANES][BIAS_TILE_COLS];  // 16 KB at 16 lanes, bf16; reused by the fold
+    __shared__ bool last;
+    const int x = threadIdx.x % BIAS_TILE_PACKS, y = threadIdx.x / BIAS_TILE_PACKS, tile = blockIdx.x;
+    const int chunk = blockIdx.y, chunks = gridDim.y;
+    const int c = tile * BIAS_TILE_COLS + x * x128::size;
     const int r0 = chunk * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
     float acc[x128::size] = {};
-    for (int r = r0; r < r1; r++) {
-        const x128 d = load128(dout + (int64_t)r * OC + c);
-        for (int k = 0; k < x128::size; k++) acc[k] += to_float(d[k]);
+    if (c < OC) {
+        const floatX* col = dout + c;
+        int r = r0 + y;
+        for (; r + (UNROLL - 1) * LANES < r1; r += UNROLL * LANES) {
+            x128 d[UNROLL];
+#pragma unroll
+            for (int i = 0; i < UNROLL; i++) d[i] = load128cs(col + (int64_t)(r + i * LANES) * OC);
+#pragma unroll
+            for (int i = 0; i < UNROLL; i++)
+#pragma unroll
+                for (int k = 0; k < x128::size; k++) acc[k] += to_float(d[i][k]);
+        }
+        for (; r < r1; r += LANES) {
+            const x128 d = load128cs(col + (int64_t)r * OC);
+#pragma unroll
+            for (int k = 0; k < x128::size; k++) acc[k] += to_float(d[k]);
+        }
     }
-    float* p = partials + (int64_t)chunk * OC + c;
-    for (int k = 0; k < x128::size; k++) p[k] = acc[k];
+    // 16-byte stores: a quarter warp covers 32 consecutive banks (no conflicts)
+#pragma unroll
+    for (int k = 0; k < x128::size; k += 4)
+        *reinterpret_cast<float4*>(&lane_sum[y][x * x128::size + k]) = make_float4(acc[k], acc[k + 1], acc[k + 2], acc[k + 3]);
+    __syncthreads();
+    const int t = threadIdx.x, tcol = tile * BIAS_TILE_COLS + t;
+    if (t < BIAS_TILE_COLS && tcol < OC) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int v = 0; v < LANES; v++) sum += lane_sum[v][t];
+        partials[(int64_t)chunk * OC + tcol] = sum;
+    }
+    // the classic last-block pattern: publish the partials, then count this block in
+    __threadfence();
+    __syncthreads();
+    if (t == 0) last = atomicAdd(&bias_backward_done[tile], 1u) == (unsigned)chunks - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    // Fold: thread = (group of 4 columns g, fold lane l); lane l sums chunks l, l + fold_lanes, ... in
+    // order (L2 reads past L1: other blocks wrote them), then the lanes are added in lane order.
+    const int g = t % Cfg::fold_groups, l = t / Cfg::fold_groups, gcol = tile * BIAS_TILE_COLS + g * 4;
+    float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (gcol < OC)
+        for (int k = l; k < chunks; k += Cfg::fold_lanes) {
+            const float4 p = __ldcg(reinterpret_cast<const float4*>(partials + (int64_t)k * OC + gcol));
+            s.x += p.x; s.y += p.y; s.z += p.z; s.w += p.w;
+        }
+    float4* fold = reinterpret_cast<float4*>(&lane_sum[0][0]);  // (fold_lanes, fold_groups)
+    fold[l * Cfg::fold_groups + g] = s;
+    __syncthreads();
+    if (t == 0) bias_backward_done[tile] = 0;
+    if (l != 0 || gcol >= OC) return;
+    float total[4] = {};
+    for (int v = 0; v < Cfg::fold_lanes; v++) {
+        const float4 p = fold[v * Cfg::fold_groups + g];
+        total[0] += p.x; total[1] += p.y; total[2] += p.z; total[3] += p.w;
+    }
+    for (int k = 0; k < 4; k++) dbias[gcol + k] = from_float<floatX>(to_float(dbias[gcol + k]) + total[k]);
+}
+
+// bias_backward with a given tiling (the lab times others than the shipped one). Chunks: about
+// Cfg::resident_blocks blocks in all, at least COLUMN_MIN_ROWS rows each, so the partials fit
+// column_num_chunks(N) * OC floats.
+template <typename Cfg>
+inline void bias_backward_tiles(floatX* dbias, float* scratch, const floatX* dout, int N, int OC, cudaStream_t stream) {
+    if (OC % x128::size != 0) fail("bias_backward: OC = %d must be a multiple of %d", OC, x128::size);
+    const int tiles = ceil_div(OC, BIAS_TILE_COLS);
+    if (tiles > BIAS_MAX_TILES) fail("bias_backward: OC = %d is wider than %d columns", OC, BIAS_MAX_TILES * BIAS_TILE_COLS);
+    const int max_chunks = std::min(column_num_chunks(N), std::max(1, Cfg::resident_blocks / tiles));
+    const int rows_per_chunk = ceil_div(N, max_chunks), chunks = ceil_div(N, rows_per_chunk);
+    bias_backward_column_tiles<Cfg><<<dim3(tiles, chunks), Cfg::block, 0, stream>>>(dbias, scratch, dout, N, OC,
+                                                                                   rows_per_chunk);
+    cudaCheckLaunch();
 }
 
 // dbias (OC) += column sums of dout (N, OC); scratch: column_num_chunks(N) * OC floats. Nothing
 // without dbias. The bias gradient re-reads dout in a fixed order (deterministic). cuBLASLt's BGRADB
 // epilogue would fold it into the dweight GEMM, but it makes that GEMM pick slower kernels: in the
-// lab (docs/perf.md) the four backward GEMMs of a layer took 3.10 ms with it and 2.96 ms with these
-// two small kernels, ~1.7 ms a step at GPT-2 124M. The FP8 path (llmc/gpt2_fp8.cuh) calls it too.
+// lab (docs/perf.md) the four backward GEMMs of a layer took 3.10 ms with it and 2.96 ms with
+// column-sum kernels, ~1.7 ms a step at GPT-2 124M. The FP8 path (llmc/gpt2_fp8.cuh) calls it too.
 inline void bias_backward(floatX* dbias, float* scratch, const floatX* dout, int N, int OC, cudaStream_t stream) {
-    if (!dbias) return;
-    const int chunks = column_num_chunks(N), rows_per_chunk = ceil_div(N, chunks);
-    const int packs = OC / x128::size, threads = 128;
-    bias_backward_partials<<<dim3(ceil_div(packs, threads), chunks), threads, 0, stream>>>(scratch, dout, N, OC,
-                                                                                          rows_per_chunk);
-    cudaCheckLaunch();
-    column_partials_add(dbias, scratch, chunks, OC, OC, stream);
+    if (dbias) bias_backward_tiles<BiasShipped>(dbias, scratch, dout, N, OC, stream);
 }
 
 // dweight (OC, C) += dout^T inp: matmul_backward's weight gradient, also the FP8 path's with

@@ -24,6 +24,21 @@
 // Below target in both runs: the fc forward with the GELU epilogue (+0.09 ms: writing the 0.4 GB
 // pre-activation the backward needs) and the attproj / fcproj backward (dbias re-read; fcproj's
 // dGELU epilogue makes cuBLASLt pick an sm90_xmma kernel instead of nvjet).
+//
+// The bias gradient alone ("bias_backward", every layer with a bias): memory-bound, N * OC *
+// sizeof(floatX) read once, against the 4.0 TB/s copy; every column checked against a double sum,
+// and a second run from the same start must give the same bits. Variants:
+//   0 shipped: bias_backward_column_tiles, one launch (512-thread blocks over 256-column tiles and
+//     row chunks, 16 row lanes, 8 loads in flight a thread, the last block of a tile folds its chunks)
+//                                                      H200: to be measured
+//   1 the two kernels shipped before (bias_partials_per_pack, one thread a column pack over 512 row
+//     chunks, then column_partials_add), H200, bf16, N = 65536, 2026-12-03:
+//       OC 768 (attproj, fcproj) 0.055 ms, 46% of the copy; OC 2304 and 3072 84-88%
+//   2, 3, 4: variant 0's kernel with 8 row lanes (256-thread blocks, 4 a SM) and 8 loads, 32 lanes
+//     (1024 threads, 1 a SM) and 4 loads, 16 lanes and 4 loads: to be measured
+// Rejected: 4 row lanes a column pack (128-thread blocks, one launch more: the fold) reached 64% at
+// OC 768 (0.039 ms); an 8-row unroll of variant 1 gained nothing (ptxas interleaves its loads with
+// the adds: no more loads in flight).
 #include "dev/cuda/harness.cuh"
 #include "llmc/cpu/gelu.h"
 #include "llmc/cpu/matmul.h"
@@ -48,6 +63,80 @@ static void plain_forward(const CudaContext& ctx, floatX* out, const floatX* inp
                           int OC) {
     matmul_cublaslt(ctx, out, weight, inp, OC, N, C, true, false, C, C, OC, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr,
                     nullptr);
+}
+
+// The bias gradient as shipped before (lab-only; variant 1 of bias_backward): thread = pack of
+// columns, blocks of 128 threads, blockIdx.y = one of column_num_chunks(N) chunks of rows walked in
+// order (~4 loads in flight a thread; at OC 768 only 96 of a block's threads have a pack), partials
+// (chunks, OC), then a second launch, column_partials_add, folds the chunks.
+static __global__ void bias_partials_per_pack(float* partials, const floatX* dout, int N, int OC, int rows_per_chunk) {
+    const int c = (blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
+    if (c >= OC) return;
+    const int r0 = blockIdx.y * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
+    float acc[x128::size] = {};
+    for (int r = r0; r < r1; r++) {
+        const x128 d = load128(dout + (int64_t)r * OC + c);
+        for (int k = 0; k < x128::size; k++) acc[k] += to_float(d[k]);
+    }
+    float* p = partials + (int64_t)blockIdx.y * OC + c;
+    for (int k = 0; k < x128::size; k++) p[k] = acc[k];
+}
+static void bias_backward_two_kernels(floatX* dbias, float* scratch, const floatX* dout, int N, int OC,
+                                      cudaStream_t stream) {
+    const int chunks = column_num_chunks(N), rows_per_chunk = ceil_div(N, chunks), threads = 128;
+    bias_partials_per_pack<<<dim3(ceil_div(OC / x128::size, threads), chunks), threads, 0, stream>>>(
+        scratch, dout, N, OC, rows_per_chunk);
+    cudaCheckLaunch();
+    column_partials_add(dbias, scratch, chunks, OC, OC, stream);
+}
+
+// The column sum alone (memory-bound: N * OC * sizeof(floatX) read once), every column checked
+// against a double-precision sum on the CPU, and run twice from the same start: the same bits.
+static void run_bias_backward(lab::Lab& L, const Layer& l, lab::DevBuf<floatX>& d_dout,
+                              const std::vector<float>& dbias0) {
+    const int N = l.N, OC = l.OC;
+    lab::DevBuf<floatX> d_dbias(OC, "dbias");
+    lab::DevBuf<float> d_scratch((size_t)column_num_chunks(N) * OC, "scratch");
+    const std::vector<float> dout = d_dout.download();
+    std::vector<float> ref(OC);
+#pragma omp parallel for
+    for (int c0 = 0; c0 < OC; c0 += 64) {
+        double s[64] = {};
+        const int w = std::min(64, OC - c0);
+        for (int r = 0; r < N; r++)
+            for (int j = 0; j < w; j++) s[j] += dout[(size_t)r * OC + c0 + j];
+        for (int j = 0; j < w; j++) ref[c0 + j] = (float)(dbias0[c0 + j] + s[j]);
+    }
+    const std::string op = lab::Lab::strprintf("bias_backward %s N=%d OC=%d", l.name, N, OC);
+    const double bytes = (double)N * OC * sizeof(floatX);
+    const char* names[] = {"shipped (16 lanes, 8 loads)", "two kernels (shipped before)", "tiles, 8 lanes, 8 loads",
+                           "tiles, 32 lanes, 4 loads", "tiles, 16 lanes, 4 loads"};
+    for (int variant = 0; variant < 5; variant++) {
+        auto launch = [&] {
+            cudaStream_t s = L.stream();
+            switch (variant) {
+                case 0: bias_backward(d_dbias, d_scratch, d_dout, N, OC, s); break;
+                case 1: bias_backward_two_kernels(d_dbias, d_scratch, d_dout, N, OC, s); break;
+                case 2: bias_backward_tiles<BiasTiles<8, 8>>(d_dbias, d_scratch, d_dout, N, OC, s); break;
+                case 3: bias_backward_tiles<BiasTiles<32, 4>>(d_dbias, d_scratch, d_dout, N, OC, s); break;
+                default: bias_backward_tiles<BiasTiles<16, 4>>(d_dbias, d_scratch, d_dout, N, OC, s); break;
+            }
+        };
+        L.run(op, variant, names[variant], bytes, (double)N * OC,
+              lab::Bound::Memory, [&] { d_dbias.upload(dbias0); }, launch, [&] {
+                  bool ok = L.check(d_dbias, ref);
+                  const std::vector<float> first = d_dbias.download();
+                  d_dbias.upload(dbias0);
+                  launch();
+                  cudaCheckLaunch();
+                  const std::vector<float> again = d_dbias.download();
+                  if (std::memcmp(first.data(), again.data(), first.size() * sizeof(float)) != 0) {
+                      printf("    dbias      FAIL: a second run from the same start gave other bits\n");
+                      ok = false;
+                  }
+                  return ok;
+              });
+    }
 }
 
 static void run_forward(lab::Lab& L, const Layer& l) {
@@ -154,6 +243,7 @@ static void run_backward(lab::Lab& L, const Layer& l) {
                               CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr);
           },
           [&] { return check(false); });
+    if (l.bias) run_bias_backward(L, l, d_dout, dbias0);
 }
 
 int main(int argc, char** argv) {
