@@ -480,11 +480,12 @@ inline void linear_forward(GPT2& m, bool fp8, bool cast_weight, int l, int k, fl
     if (fp8 && fp8_linear_on(m.fp8, l, k)) fp8_linear_forward(m.fp8, l, k, out, gelu_pre, inp, weight, bias, N, cast_weight, ctx);
     else matmul_forward(out, gelu_pre, inp, weight, bias, N, C, OC, ctx);
 }
+// dout_gelu_pre (FP8 fc only, where fp8_gelu_fused): dout is d(GELU output) of this pre-activation.
 inline void linear_backward(GPT2& m, bool fp8, int l, int k, floatX* dinp, floatX* dweight, floatX* dbias,
                             float* scratch, const floatX* dout, const floatX* inp, const floatX* weight, floatX* gelu_pre,
-                            int N, int C, int OC, const CudaContext& ctx) {
+                            int N, int C, int OC, const CudaContext& ctx, const floatX* dout_gelu_pre = nullptr) {
     if (fp8 && fp8_linear_on(m.fp8, l, k))
-        fp8_linear_backward(m.fp8, l, k, dinp, dweight, dbias, scratch, dout, inp, gelu_pre, N, ctx);
+        fp8_linear_backward(m.fp8, l, k, dinp, dweight, dbias, scratch, dout, inp, gelu_pre, N, ctx, dout_gelu_pre);
     else matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, gelu_pre, N, C, OC, ctx);
 }
 
@@ -531,7 +532,7 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
         if (c.mlp == MLP_SWIGLU) {
             linear_forward(model, fp8_pass, cast_w, l, FP8_FC, la.fch, nullptr, la.ln2, fcw, fcb, N, C, FC, ctx);
             swiglu_forward(la.fch_gelu, la.fch, N, H, s);
-        } else {  // GELU in the bf16 epilogue; the FP8 path runs it after the matmul
+        } else {  // GELU in the bf16 epilogue; the FP8 path runs it after the matmul, or inside fcproj's X cast
             linear_forward(model, fp8_pass, cast_w, l, FP8_FC, la.fch_gelu, la.fch, la.ln2, fcw, fcb, N, C, FC, ctx);
         }
         linear_forward(model, fp8_pass, cast_w, l, FP8_FCPROJ, a.proj, nullptr, la.fch_gelu, p.fcprojw + (size_t)l * C * H,
@@ -614,12 +615,13 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
             linear_backward(model, fp8_pass, l, FP8_FCPROJ, a.dfch_act, gl.fcprojw, gl.fcprojb, a.colsum, a.dresidual,
                             la.fch_gelu, p.fcprojw + fcprojw, nullptr, N, H, C, ctx);
             swiglu_backward(a.dfch, a.dfch_act, la.fch, N, H, s);
-        } else {
+        } else {  // FP8 with fused casts (fp8_gelu_fused): dfch = d(GELU output), dGELU inside fc's dY cast
             linear_backward(model, fp8_pass, l, FP8_FCPROJ, a.dfch, gl.fcprojw, gl.fcprojb, a.colsum, a.dresidual, la.fch_gelu,
                             p.fcprojw + fcprojw, la.fch, N, H, C, ctx);
         }
+        const bool gelu_in_cast = c.mlp != MLP_SWIGLU && fp8_pass && fp8_gelu_fused(model.fp8, l);
         linear_backward(model, fp8_pass, l, FP8_FC, a.dbuf, gl.fcw, gl.fcb, a.colsum, a.dfch, la.ln2, p.fcw + fcw, nullptr, N,
-                        C, FC, ctx);
+                        C, FC, ctx, gelu_in_cast ? la.fch : nullptr);
         gpt2_detail::norm_backward(c, a.dresidual, gl.ln2w, gl.ln2b, a.colsum, a.dbuf, la.residual2, p.ln2w + c1,
                                    la.ln2_mean, la.ln2_rstd, N, s);
         // dresidual now holds d(residual2). Attention: attproj, attention, RoPE, qkv, then ln1.

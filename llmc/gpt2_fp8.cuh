@@ -49,6 +49,7 @@
 #include <cstdint>
 #include "llmc/cuda_common.cuh"
 #include "llmc/fp8.cuh"
+#include "llmc/fp8_fused.cuh"
 #include "llmc/gelu.cuh"
 #include "llmc/gpt2_config.h"
 #include "llmc/matmul.cuh"
@@ -65,6 +66,7 @@ struct Fp8Settings {
     int bf16_layers = 0;                   // --fp8-bf16-layers: the first and the last this many blocks stay bf16
     bool fast_accum = true;                // --fp8-fast-accum: the forward matmul's accumulation (the gradients' never)
     int linears = (1 << 4) - 1;            // --fp8-linears: bit k = Fp8Linear k in FP8
+    bool fused = true;                     // --fp8-fused: under delayed scaling, the casts fused into their producers
 };
 
 
@@ -75,6 +77,7 @@ enum Fp8Role { FP8_X, FP8_DY, FP8_W, FP8_ROLES };
 struct GPT2Fp8 {
     Fp8Settings set;
     int L = 0, N = 0;                         // layers; rows the buffers were sized for (model B*T)
+    bool gelu = false;                        // the MLP is fc -> GELU -> fcproj (not SwiGLU)
     int cin[FP8_LINEARS] = {}, oc[FP8_LINEARS] = {};
     size_t w_layer_bytes = 0, w_off[FP8_LINEARS] = {};   // per layer: each linear's W then W^T
     size_t xt_layer_bytes = 0, xt_off[FP8_LINEARS] = {};  // per layer: each linear's X^T (Cin, N)
@@ -102,6 +105,21 @@ inline bool fp8_linear_on(const GPT2Fp8& f, int l, int k) {
     return l >= f.set.bf16_layers && l < f.L - f.set.bf16_layers && ((f.set.linears >> k) & 1);
 }
 
+// Whether the casts run fused into their producers (--fp8-fused 1, llmc/fp8_fused.cuh): they need
+// the scale before the tensor exists (delayed scaling, after its first step) and the FP8 weight
+// gradient (the bf16 one reads the bf16 tensors the fused casts no longer write). Then every dY cast
+// also sums the bias gradient, and with GELU (fp8_gelu_fused) the activation moves into the casts.
+inline bool fp8_fused(const GPT2Fp8& f) {
+    return f.set.fused && f.set.scaling == Fp8Scaling::DELAYED && f.warm && !f.set.wgrad_bf16;
+}
+// Whether block l's GELU runs inside the FP8 casts: forward, fc's pre-activation -> fcproj's e4m3 X
+// and X^T (the bf16 GELU output is not written); backward, d(GELU output) from fcproj's input
+// gradient -> fc's dY, dY^T and bias gradient (d(pre-activation) is not written in bf16). Both fc
+// and fcproj must be FP8 in the block.
+inline bool fp8_gelu_fused(const GPT2Fp8& f, int l) {
+    return f.gelu && fp8_fused(f) && fp8_linear_on(f, l, FP8_FC) && fp8_linear_on(f, l, FP8_FCPROJ);
+}
+
 // Sizes the buffers for a model of config c trained at N rows; fails on shapes the casts cannot take.
 inline void fp8_plan(GPT2Fp8& f, const GPT2Config& c, int N) {
     const int C = c.channels, H = gpt2_mlp_hidden(c);
@@ -111,6 +129,7 @@ inline void fp8_plan(GPT2Fp8& f, const GPT2Config& c, int N) {
     if (N % FP8_T_TILE != 0) fail("--fp8 1: batch * seq = %d must be a multiple of %d (the FP8 transposed casts)", N, FP8_T_TILE);
     f.L = c.num_layers;
     f.N = N;
+    f.gelu = c.mlp == MLP_GELU;
     f.w_layer_bytes = f.xt_layer_bytes = f.max_cin = f.max_oc = f.rs_layer_floats = 0;
     for (int k = 0; k < FP8_LINEARS; k++) {
         if (cin[k] % FP8_T_TILE != 0) fail("--fp8 1: %s %d must be a multiple of %d", names[k], cin[k], FP8_T_TILE);
@@ -202,48 +221,66 @@ inline LinearBuffers linear_buffers(const GPT2Fp8& f, int l, int k) {
 
 // Linear k of layer l in FP8: out (N, OC) = inp (N, Cin) W^T + bias; with gelu_pre, gelu_pre = that
 // and out = GELU(gelu_pre). Casts the weight first when `cast_weight` (a new step), and keeps X^T
-// (unless the weight gradient is bf16).
+// (unless the weight gradient is bf16). Where fp8_gelu_fused(f, l): fc (gelu_pre given) casts the
+// GELU output straight into fcproj's X and X^T and does not write `out`; fcproj then skips its cast
+// (its inp is not read).
 inline void fp8_linear_forward(GPT2Fp8& f, int l, int k, floatX* out, floatX* gelu_pre, const floatX* inp,
                                const floatX* weight, const floatX* bias, int N, bool cast_weight, const CudaContext& ctx) {
     using namespace fp8_detail;
     const int C = f.cin[k], OC = f.oc[k];
     const LinearBuffers b = linear_buffers(f, l, k);
     Fp8Meta *wm = fp8_meta(f, FP8_W, l, k), *xm = fp8_meta(f, FP8_X, l, k);
+    const bool gelu_fused = fp8_gelu_fused(f, l);
     if (cast_weight)
         cast_scaled(f, b.wt8, b.w8, weight, OC, C, Fp8Format::E4M3, wm, true, 1, b.w_rows, b.wt_rows, ctx.stream);
-    cast_scaled(f, b.xt8, f.x, inp, N, C, Fp8Format::E4M3, xm, current_scaling(f), history_len(f), f.rs_x, b.xt_rows,
-                ctx.stream);
+    if (!(k == FP8_FCPROJ && gelu_fused))  // else fc's GELU cast wrote f.x and X^T
+        cast_scaled(f, b.xt8, f.x, inp, N, C, Fp8Format::E4M3, xm, current_scaling(f), history_len(f), f.rs_x,
+                    b.xt_rows, ctx.stream);
     floatX* y = gelu_pre ? gelu_pre : out;
     Fp8Accum acc;
     acc.forward = f.set.fast_accum;
     matmul_fp8_forward(bf16_ptr(y), f.x, scale_inv_of(f, xm, f.rs_x), b.w8, scale_inv_of(f, wm, b.w_rows),
                        bf16_ptr(bias), N, C, OC, scales(f), ctx, acc);
-    if (gelu_pre) gelu_forward(out, gelu_pre, (int64_t)N * OC, ctx.stream);
+    if (gelu_pre && k == FP8_FC && gelu_fused)  // fcproj's X from the pre-activation (f.x is free again in stream order)
+        fp8_cast_transpose_fused(linear_buffers(f, l, FP8_FCPROJ).xt8, f.x, gelu_pre, nullptr, N, OC, Fp8Format::E4M3,
+                                 fp8_meta(f, FP8_X, l, FP8_FCPROJ), Fp8Prologue::GELU_FORWARD, nullptr, nullptr,
+                                 ctx.stream);
+    else if (gelu_pre) gelu_forward(out, gelu_pre, (int64_t)N * OC, ctx.stream);
 }
 
 // The backward of fp8_linear_forward: dinp (N, Cin) = dout W (=), or with gelu_pre the gradient
 // w.r.t. the pre-activation (dinp = dGELU(dout W)); dweight += dout^T X (FP8 from the kept X^T, or
 // with --fp8-wgrad bf16 from the bf16 inp (N, Cin) the forward read); dbias += column sums of dout
 // (bf16, scratch: column_num_chunks(N) * OC floats).
+// Fused casts (fp8_fused): dY's cast sums the bias gradient in the same read. Where fp8_gelu_fused(f,
+// l): fcproj (gelu_pre given) leaves dinp = d(GELU output), and fc takes it as dout with
+// dout_gelu_pre = the pre-activation: its dY is dout * GELU'(pre), formed inside its cast.
 inline void fp8_linear_backward(GPT2Fp8& f, int l, int k, floatX* dinp, floatX* dweight, floatX* dbias, float* scratch,
                                 const floatX* dout, const floatX* inp, const floatX* gelu_pre, int N,
-                                const CudaContext& ctx) {
+                                const CudaContext& ctx, const floatX* dout_gelu_pre = nullptr) {
     using namespace fp8_detail;
     const int C = f.cin[k], OC = f.oc[k];
     const LinearBuffers b = linear_buffers(f, l, k);
     Fp8Meta *wm = fp8_meta(f, FP8_W, l, k), *xm = fp8_meta(f, FP8_X, l, k), *dm = fp8_meta(f, FP8_DY, l, k);
-    const bool wgrad_fp8 = !f.set.wgrad_bf16;
-    cast_scaled(f, wgrad_fp8 ? f.dyt : nullptr, f.dy, dout, N, OC, f.set.grad, dm, current_scaling(f), history_len(f),
-                f.rs_dy, f.rs_dyt, ctx.stream);
+    const bool wgrad_fp8 = !f.set.wgrad_bf16, fused = fp8_fused(f), gelu_fused = fp8_gelu_fused(f, l);
+    if (dout_gelu_pre && !(k == FP8_FC && gelu_fused))
+        fail("fp8_linear_backward: a d(GELU output) for linear %d of block %d, where the GELU is not fused", k, l);
+    if (fused)  // wgrad_fp8 here: dY and dY^T
+        fp8_cast_transpose_fused(f.dyt, f.dy, dout, dout_gelu_pre, N, OC, f.set.grad, dm,
+                                 dout_gelu_pre ? Fp8Prologue::GELU_BACKWARD : Fp8Prologue::NONE, dbias, scratch,
+                                 ctx.stream);
+    else
+        cast_scaled(f, wgrad_fp8 ? f.dyt : nullptr, f.dy, dout, N, OC, f.set.grad, dm, current_scaling(f),
+                    history_len(f), f.rs_dy, f.rs_dyt, ctx.stream);
     matmul_fp8_backward_input(bf16_ptr(dinp), f.dy, f.set.grad, scale_inv_of(f, dm, f.rs_dy), b.wt8,
                               scale_inv_of(f, wm, b.wt_rows), N, C, OC, scales(f), ctx);
-    if (gelu_pre) gelu_backward_inplace(dinp, gelu_pre, (int64_t)N * C, ctx.stream);
+    if (gelu_pre && !(k == FP8_FCPROJ && gelu_fused)) gelu_backward_inplace(dinp, gelu_pre, (int64_t)N * C, ctx.stream);
     if (wgrad_fp8)
         matmul_fp8_backward_weight(bf16_ptr(dweight), f.dyt, f.set.grad, scale_inv_of(f, dm, f.rs_dyt), b.xt8,
                                    scale_inv_of(f, xm, b.xt_rows), N, C, OC, 1.0f, scales(f), ctx);
     else
         matmul_backward_weight(dweight, dout, inp, N, C, OC, ctx);
-    if (dbias) bias_backward(dbias, scratch, dout, N, OC, ctx.stream);
+    if (dbias && !fused) bias_backward(dbias, scratch, dout, N, OC, ctx.stream);
 }
 
 // After each backward: delayed scaling folds the amaxes the casts recorded into the histories (all X

@@ -30,6 +30,27 @@
 //   6 fp8_cast_transpose_colwise: (R, C) -> (C, R), one scale per input column: column-amax pass,
 //     scale kernel, transposed cast: reads 4n, writes n + 4C; the bytes counted are the op's
 //     minimum (2n in), so its % of copy shows the extra read
+// The casts fused into their producers (llmc/fp8_fused.cuh, delayed scaling: the scale is given and
+// the amax recorded), ops of their own, R = 65536 and an awkward R = 192 (3 tiles, bias_backward's
+// 32-row chunks not whole tiles):
+//   fp8_gelu_forward_cast C = 3072 (e4m3: fcproj's X and X^T from fc's pre-activation):
+//     0 shipped fp8_cast_transpose_fused GELU_FORWARD: reads 2n, writes 2n
+//     1 separate passes: gelu_forward, then fp8_cast_transpose with amax: reads 4n, writes 4n
+//   fp8_gelu_backward_cast C = 3072 (fc's dY, dY^T and bias gradient from d(GELU output) and the
+//   pre-activation; e5m2 and e4m3):
+//     0 shipped fp8_cast_transpose_fused GELU_BACKWARD with dbias: reads 4n, writes 2n
+//     1 separate passes: gelu_backward_inplace, fp8_cast_transpose, bias_backward: reads 8n, writes 4n
+//   fp8_cast_dbias C = 768, 2304 (a dY of fcproj / attproj / qkv with its bias gradient; e5m2):
+//     0 shipped fp8_cast_transpose_fused NONE with dbias: reads 2n, writes 2n
+//     1 separate passes: fp8_cast_transpose, bias_backward: reads 4n, writes 2n
+//   The bytes counted are the fused minimum (so % of copy shows what the separate passes cost).
+//   References: the bf16 values the shipped unfused kernels compute (gelu_forward,
+//   gelu_backward_inplace: their own labs check them against llmc/cpu/gelu.h), cast by cpu::fp8_cast
+//   and transposed on the host: every byte of both copies equal; the amax equal to the max |value|
+//   bit for bit; the bias gradient (+= onto random values) equal bit for bit to bias_backward's where
+//   its row chunks are whole tiles (R = 65536), else within bf16 tolerance of a double sum. Both
+//   variants are held to the same checks (the unfused passes must agree with the fused kernel).
+//   Results: not yet run on a GPU.
 // Results (H200, 2026-12-03, 2622e99): every variant bit-exact; R=65536 C=768 / 3072, % of copy:
 // 0 84.6 / 94.5, 1 49.5 / 56.6, 2 85.4 / 93.0, 3 85.5 / 90.6, 4 84.0 / 90.2 (docs/perf.md).
 // Variants 5 and 6: not yet run on a GPU (tests/fp8_rowwise_gpu.sh runs them).
@@ -37,6 +58,8 @@
 #include "dev/cuda/harness.cuh"
 #include "llmc/cpu/fp8.h"
 #include "llmc/fp8.cuh"
+#include "llmc/fp8_fused.cuh"
+#include "llmc/matmul.cuh"  // bias_backward, the separate pass the fused casts replace
 
 static uint32_t float_bits(float x) {
     uint32_t u;
@@ -234,6 +257,104 @@ static void run_shape(lab::Lab& L, const Shape& s, Fp8Format f, const std::vecto
           });
 }
 
+// The fused casts of llmc/fp8_fused.cuh at (R, C) in format f: see the top.
+static void run_fused(lab::Lab& L, const char* opname, Fp8Prologue pro, int R, int C, Fp8Format f, uint64_t seed) {
+    const size_t n = (size_t)R * C;
+    const cpu::Fp8Format cf = fp8_cpu_format(f);
+    const bool gelu_bwd = pro == Fp8Prologue::GELU_BACKWARD, with_bias = pro != Fp8Prologue::GELU_FORWARD;
+    // inputs: the pre-activation (GELU forward), d(GELU output) and the pre-activation (backward), a dY
+    const std::vector<float> in = lab::rand_uniform(n, seed, pro == Fp8Prologue::GELU_FORWARD ? -4.0f : -1.0f, pro == Fp8Prologue::GELU_FORWARD ? 4.0f : 1.0f);
+    const std::vector<float> pre = gelu_bwd ? lab::rand_uniform(n, seed + 1, -4.0f, 4.0f) : std::vector<float>();
+    const std::vector<float> db0 = with_bias ? lab::rand_uniform(C, seed + 2, -0.5f, 0.5f) : std::vector<float>();
+    lab::DevBuf<floatX> d_in(n, "in"), d_pre(gelu_bwd ? n : 1, "pre"), d_x(n, "x (bf16)");
+    lab::DevBuf<floatX> d_db(with_bias ? C : 1, "dbias"), d_db_ref(with_bias ? C : 1, "dbias ref");
+    lab::DevBuf<float> d_scratch((size_t)column_num_chunks(R) * C, "scratch");
+    lab::DevBuf<uint8_t> d_out(n, "out"), d_out_t(n, "out_t");
+    lab::DevBuf<Fp8Meta> d_meta(1, "meta");
+    d_in.upload(in);
+    if (gelu_bwd) d_pre.upload(pre);
+    // x, the tensor before the cast, as the shipped unfused kernels compute it on the GPU
+    cudaCheck(cudaMemcpy(d_x.get(), d_in.get(), n * sizeof(floatX), cudaMemcpyDeviceToDevice));
+    if (pro == Fp8Prologue::GELU_FORWARD) gelu_forward(d_x, d_in, (int64_t)n, 0);
+    if (gelu_bwd) gelu_backward_inplace(d_x, d_pre, (int64_t)n, 0);
+    // the bias gradient as bias_backward sums it (bit-exact reference where the chunks are whole tiles)
+    const bool bias_bits = with_bias && ceil_div(R, column_num_chunks(R)) % FP8_T_TILE == 0;
+    if (with_bias) {
+        d_db_ref.upload(db0);
+        bias_backward(d_db_ref, d_scratch, d_x, R, C, 0);
+    }
+    cudaCheck(cudaDeviceSynchronize());
+    const std::vector<float> x = d_x.download();
+    const std::vector<float> db_gpu = with_bias ? d_db_ref.download() : std::vector<float>();
+    float amax_ref = 0.0f;
+    for (float v : x) amax_ref = std::max(amax_ref, std::fabs(v));
+    // delayed scaling: a scale from an earlier amax, here 90% of this one's (some values saturate)
+    const float scale = cpu::fp8_scale_from_amax(0.9f * amax_ref, cf, 0, 1.0f);
+    std::vector<uint8_t> ref(n), ref_t(n);
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) ref[i] = cpu::fp8_cast(x[i], scale, cf);
+#pragma omp parallel for
+    for (int c = 0; c < C; c++)
+        for (int r = 0; r < R; r++) ref_t[(size_t)c * R + r] = ref[(size_t)r * C + c];
+    std::vector<float> db_ref(with_bias ? C : 0);
+    for (int c = 0; c < (int)db_ref.size(); c++) {
+        double sum = 0.0;
+        for (int r = 0; r < R; r++) sum += x[(size_t)r * C + c];
+        db_ref[c] = (float)(db0[c] + sum);
+    }
+
+    std::vector<Fp8Meta> meta0(1);
+    memset(meta0.data(), 0, sizeof(Fp8Meta));
+    meta0[0].scale = scale;
+    meta0[0].scale_inv = 1.0f / scale;
+    meta0[0].fp8_max = fp8_format_max(f);
+    auto reset = [&] {
+        d_meta.upload(meta0);
+        d_out.poison(L.stream());
+        d_out_t.poison(L.stream());
+        if (with_bias) d_db.upload(db0);
+    };
+    auto check = [&] {
+        bool ok = check_bytes(d_out_t, ref_t, x, true, R, C);
+        ok = check_bytes(d_out, ref, x, false, R, C) && ok;
+        ok = check_amax(d_meta, amax_ref) && ok;
+        if (with_bias) {
+            ok = L.check(d_db, db_ref) && ok;
+            if (bias_bits) {
+                const std::vector<float> got = d_db.download();
+                size_t bad = 0;
+                for (int c = 0; c < C; c++) bad += float_bits(got[c]) != float_bits(db_gpu[c]);
+                printf("    %-10s %s: %zu of %d differ from bias_backward's bits\n", "dbias", bad ? "FAIL" : "ok", bad, C);
+                ok = ok && bad == 0;
+            }
+        }
+        return ok;
+    };
+    const std::string op = lab::Lab::strprintf("%s %s R=%d C=%d", opname, fp8_format_name(f), R, C);
+    const double bytes = (double)n * ((gelu_bwd ? 2 : 1) * sizeof(floatX) + 2), flops = (double)n;
+    L.run(op, 0, "shipped fused", bytes, flops, lab::Bound::Memory, reset,
+          [&] {
+              fp8_cast_transpose_fused(d_out_t, d_out, d_in, gelu_bwd ? d_pre.get() : nullptr, R, C, f, d_meta, pro,
+                                       with_bias ? d_db.get() : nullptr, d_scratch, L.stream());
+          },
+          check);
+    // separate passes; gelu_backward_inplace works in place, so on d_x, which holds its own result
+    // already: the restore copy back from d_in is part of the reset, not the timing
+    L.run(op, 1, "separate passes", bytes, flops, lab::Bound::Memory,
+          [&] {
+              reset();
+              if (gelu_bwd) cudaCheck(cudaMemcpyAsync(d_x.get(), d_in.get(), n * sizeof(floatX), cudaMemcpyDeviceToDevice, L.stream()));
+          },
+          [&] {
+              const floatX* src = d_in;
+              if (pro == Fp8Prologue::GELU_FORWARD) { gelu_forward(d_x, d_in, (int64_t)n, L.stream()); src = d_x; }
+              if (gelu_bwd) { gelu_backward_inplace(d_x, d_pre, (int64_t)n, L.stream()); src = d_x; }
+              fp8_cast_transpose(d_out_t, d_out, src, R, C, f, d_meta, true, L.stream());
+              if (with_bias) bias_backward(d_db, d_scratch, src, R, C, L.stream());
+          },
+          check);
+}
+
 int main(int argc, char** argv) {
     lab::Lab L(argc, argv, "fp8_cast.cu");
     const int N = lab::GPT2_B * lab::GPT2_T, C = lab::GPT2_C;
@@ -248,6 +369,13 @@ int main(int argc, char** argv) {
         run_shape(L, odd, f, lab::rand_uniform((size_t)odd_n, 62, -3.0f, 3.0f), 0.0f);
         run_shape(L, {all_bf16.name + " scale=1", all_bf16.R, all_bf16.C, true}, f, every, 1.0f);
         run_shape(L, {all_bf16.name + " scale=0.3", all_bf16.R, all_bf16.C, true}, f, every, 0.3f);
+    }
+    // the fused casts (llmc/fp8_fused.cuh): the trainer's shapes, then an awkward row count
+    for (int R : {N, 192}) {
+        run_fused(L, "fp8_gelu_forward_cast", Fp8Prologue::GELU_FORWARD, R, 4 * C, Fp8Format::E4M3, 71);
+        for (Fp8Format f : {Fp8Format::E5M2, Fp8Format::E4M3})
+            run_fused(L, "fp8_gelu_backward_cast", Fp8Prologue::GELU_BACKWARD, R, 4 * C, f, 72);
+        for (int width : {C, 3 * C}) run_fused(L, "fp8_cast_dbias", Fp8Prologue::NONE, R, width, Fp8Format::E5M2, 73);
     }
     return L.finish();
 }

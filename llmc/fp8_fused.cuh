@@ -1,0 +1,148 @@
+// fp8_fused.cuh: FP8 casts fused into the kernels that produce their input (issue 18; docs/numerics.md,
+// "FP8 in the trainer"). Under delayed scaling a tensor's scale is known before it exists, so the
+// pass that would write it in bf16 can write its FP8 copies instead, and record its amax on the way:
+//   fp8_cast_transpose_fused(out_t, out, in, pre, R, C, format, meta, prologue, dbias, scratch)
+//     x = prologue(in, pre) (R, C), rounded to floatX as the unfused kernel's output would be:
+//       NONE            x = in                      (a dY as the matmul wrote it)
+//       GELU_FORWARD    x = gelu(in)                (in: fc's pre-activation; x: fcproj's X)
+//       GELU_BACKWARD   x = in * gelu'(pre)         (in: d(GELU output) from fcproj's input-gradient
+//                                                    matmul, pre: the pre-activation; x: fc's dY)
+//     out (R, C) = fp8(x * meta->scale), out_t (C, R) its transpose, meta->amax_bits = max(itself,
+//     max |x|); with dbias, dbias (C) += column sums of x (the linear's bias gradient).
+//   One read of in (and pre), one write of each FP8 copy: the bf16 x is never written. It replaces,
+//   per call (bytes at R = 65536, C = 3072):
+//     GELU_FORWARD   gelu_forward (reads 2RC, writes 2RC) + fp8_cast_transpose (reads 2RC, writes 2RC):
+//                    1.61 GB -> 0.81 GB (reads 2RC, writes 2RC)
+//     GELU_BACKWARD  gelu_backward_inplace (reads 4RC, writes 2RC) + fp8_cast_transpose (2RC, 2RC)
+//                    + bias_backward (reads 2RC): 2.42 GB -> 1.21 GB (reads 4RC, writes 2RC)
+//     NONE + dbias   fp8_cast_transpose + bias_backward: reads 2RC less
+//   The FP8 bytes and the amax are bit-identical to the unfused kernels' at the same scale (the same
+//   device functions, the same floatX rounding before the cast); the bias gradient too when
+//   bias_backward's row chunks are multiples of 64 rows (R = 32768, 65536, ...: each column summed
+//   in fp32 row by row over the same chunks, folded by the same column_partials_add), else in another
+//   fixed order (deterministic either way).
+// Kernel: fp8_cast_transpose's 64 x 64 tile (llmc/fp8.cuh: 256 threads, 16-byte loads, the FP8 tile
+// through shared memory, 16-byte transposed stores), walked down a chunk of rows per block so the
+// bias's column partials stay in registers: grid (C / 64, chunks), chunk = bias_backward's rows per
+// chunk rounded up to a multiple of 64 (128 rows at R = 65536: 2 tiles a block, 512 chunks).
+// Column sums: the tile's floatX values also go to shared memory; threads 0..63 each add their
+// column's 64 values in row order (64 dependent fp32 adds per tile, overlapped by the other blocks'
+// loads). Memory-bound: a few flops per byte (GELU's tanh: ~20 per element).
+// Shapes: R and C multiples of 64; pointers 16-byte aligned.
+#pragma once
+#include <cstdint>
+#include "llmc/cuda_common.cuh"
+#include "llmc/fp8.cuh"
+#include "llmc/gelu.cuh"
+#include "llmc/utils.h"
+
+enum class Fp8Prologue { NONE, GELU_FORWARD, GELU_BACKWARD };
+constexpr int FP8_F_BPITCH = FP8_T_TILE + 8;  // floatX tile pitch: 16-byte rows, no bank conflicts on the pack stores
+
+template <Fp8Format F, Fp8Prologue PRO, bool COLSUM>
+static __global__ void __launch_bounds__(FP8_T_BLOCK)
+    fp8_cast_transpose_fused_kernel(uint8_t* __restrict__ out_t, uint8_t* __restrict__ out, const floatX* __restrict__ in,
+                                    const floatX* __restrict__ pre, float* __restrict__ partials, int R, int C,
+                                    int rows_per_chunk, Fp8Meta* meta) {
+    constexpr int P = x128::size, PACKS_PER_ROW = FP8_T_TILE / P;
+    constexpr int LOADS = FP8_T_TILE * PACKS_PER_ROW / FP8_T_BLOCK;
+    __shared__ alignas(16) uint8_t tile[FP8_T_TILE][FP8_T_PITCH];
+    __shared__ alignas(16) floatX vals[COLSUM ? FP8_T_TILE : 1][COLSUM ? FP8_F_BPITCH : 8];
+    const int c0 = blockIdx.x * FP8_T_TILE, chunk = blockIdx.y;
+    const int r_begin = chunk * rows_per_chunk, r_end = min(R, r_begin + rows_per_chunk);
+    const float scale = meta->scale;
+    unsigned int amax = 0;
+    float colsum = 0.0f;  // COLSUM: column c0 + threadIdx.x (threads < 64), rows of this chunk in order
+    for (int r0 = r_begin; r0 < r_end; r0 += FP8_T_TILE) {
+        x128 v[LOADS], g[LOADS];
+#pragma unroll
+        for (int j = 0; j < LOADS; j++) {
+            const int idx = threadIdx.x + j * FP8_T_BLOCK, r = idx / PACKS_PER_ROW, p = idx % PACKS_PER_ROW;
+            const int64_t at = (int64_t)(r0 + r) * C + c0 + p * P;
+            v[j] = load128cs(in + at);
+            if (PRO == Fp8Prologue::GELU_BACKWARD) g[j] = load128cs(pre + at);
+        }
+#pragma unroll
+        for (int j = 0; j < LOADS; j++) {
+            const int idx = threadIdx.x + j * FP8_T_BLOCK, r = idx / PACKS_PER_ROW, p = idx % PACKS_PER_ROW;
+            // x rounded to floatX: the values the unfused kernel would have written
+#pragma unroll
+            for (int k = 0; k < P; k++) {
+                if (PRO == Fp8Prologue::GELU_FORWARD) v[j][k] = from_float<floatX>(gelu_tanh(to_float(v[j][k])));
+                if (PRO == Fp8Prologue::GELU_BACKWARD)
+                    v[j][k] = from_float<floatX>(to_float(v[j][k]) * gelu_tanh_grad(to_float(g[j][k])));
+            }
+            Fp8Pack o;
+#pragma unroll
+            for (int k = 0; k < P; k += 2) {
+                const float a = to_float(v[j][k]), b = to_float(v[j][k + 1]);
+                amax = max(amax, max(abs_bits(a), abs_bits(b)));
+                o.h[k / 2] = fp8x2_from_float2<F>(a * scale, b * scale);
+                *reinterpret_cast<uint16_t*>(&tile[r][p * P + k]) = o.h[k / 2];
+            }
+            *reinterpret_cast<Fp8Pack*>(out + (int64_t)(r0 + r) * C + c0 + p * P) = o;
+            if (COLSUM) store128(&vals[r][p * P], v[j]);
+        }
+        __syncthreads();
+        const int c = threadIdx.x / 4, rs = (threadIdx.x % 4) * 16;
+        uint4 w;
+        uint32_t* wb = reinterpret_cast<uint32_t*>(&w);
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+            wb[q] = (uint32_t)tile[rs + 4 * q][c] | ((uint32_t)tile[rs + 4 * q + 1][c] << 8) |
+                    ((uint32_t)tile[rs + 4 * q + 2][c] << 16) | ((uint32_t)tile[rs + 4 * q + 3][c] << 24);
+        *reinterpret_cast<uint4*>(out_t + (int64_t)(c0 + c) * R + r0 + rs) = w;
+        if (COLSUM && threadIdx.x < FP8_T_TILE)
+#pragma unroll 16
+            for (int r = 0; r < FP8_T_TILE; r++) colsum += to_float(vals[r][threadIdx.x]);
+        __syncthreads();  // the next tile overwrites the shared tiles
+    }
+    if (COLSUM && threadIdx.x < FP8_T_TILE) partials[(int64_t)chunk * C + c0 + threadIdx.x] = colsum;
+    amax_block_commit(meta, amax);
+}
+
+// Rows per block of fp8_cast_transpose_fused: bias_backward's chunk (column_num_chunks) rounded up
+// to whole tiles, so at most column_num_chunks(R) chunks (the bias scratch's size).
+inline int fp8_fused_rows_per_chunk(int R) {
+    return ceil_div(ceil_div(R, column_num_chunks(R)), FP8_T_TILE) * FP8_T_TILE;
+}
+
+// See the top. pre: GELU_BACKWARD's pre-activation (R, C), else unused. dbias (C) and scratch
+// (column_num_chunks(R) * C floats) only with a bias, else null. Records the amax (delayed scaling).
+inline void fp8_cast_transpose_fused(uint8_t* out_t, uint8_t* out, const floatX* in, const floatX* pre, int R, int C,
+                                     Fp8Format f, Fp8Meta* meta, Fp8Prologue prologue, floatX* dbias, float* scratch,
+                                     cudaStream_t stream) {
+    if (R % FP8_T_TILE != 0 || C % FP8_T_TILE != 0)
+        fail("fp8_cast_transpose_fused: R = %d and C = %d must be multiples of %d", R, C, FP8_T_TILE);
+    if ((prologue == Fp8Prologue::GELU_BACKWARD) != (pre != nullptr))
+        fail("fp8_cast_transpose_fused: the pre-activation goes with GELU_BACKWARD, and only there");
+    if (dbias && !scratch) fail("fp8_cast_transpose_fused: a bias gradient needs its scratch");
+    fp8_check_aligned(in, "fp8_cast_transpose_fused input");
+    if (pre) fp8_check_aligned(pre, "fp8_cast_transpose_fused pre-activation");
+    fp8_check_aligned(out_t, "fp8_cast_transpose_fused output");
+    fp8_check_aligned(out, "fp8_cast_transpose_fused straight output");
+    const int rpc = fp8_fused_rows_per_chunk(R), chunks = ceil_div(R, rpc);
+    const dim3 grid(C / FP8_T_TILE, chunks);
+    auto launch = [&](auto kernel) {
+        kernel<<<grid, FP8_T_BLOCK, 0, stream>>>(out_t, out, in, pre, scratch, R, C, rpc, meta);
+        cudaCheckLaunch();
+    };
+    constexpr Fp8Format E4 = Fp8Format::E4M3, E5 = Fp8Format::E5M2;
+    constexpr Fp8Prologue NO = Fp8Prologue::NONE, GF = Fp8Prologue::GELU_FORWARD, GB = Fp8Prologue::GELU_BACKWARD;
+    const bool e4 = f == E4, bias = dbias != nullptr;
+    switch (prologue) {
+        case Fp8Prologue::NONE:
+            if (bias) e4 ? launch(fp8_cast_transpose_fused_kernel<E4, NO, true>) : launch(fp8_cast_transpose_fused_kernel<E5, NO, true>);
+            else e4 ? launch(fp8_cast_transpose_fused_kernel<E4, NO, false>) : launch(fp8_cast_transpose_fused_kernel<E5, NO, false>);
+            break;
+        case Fp8Prologue::GELU_FORWARD:  // an activation: no bias of its own here
+            if (bias) fail("fp8_cast_transpose_fused: GELU_FORWARD takes no bias gradient");
+            e4 ? launch(fp8_cast_transpose_fused_kernel<E4, GF, false>) : launch(fp8_cast_transpose_fused_kernel<E5, GF, false>);
+            break;
+        case Fp8Prologue::GELU_BACKWARD:
+            if (bias) e4 ? launch(fp8_cast_transpose_fused_kernel<E4, GB, true>) : launch(fp8_cast_transpose_fused_kernel<E5, GB, true>);
+            else e4 ? launch(fp8_cast_transpose_fused_kernel<E4, GB, false>) : launch(fp8_cast_transpose_fused_kernel<E5, GB, false>);
+            break;
+    }
+    if (bias) column_partials_add(dbias, scratch, chunks, C, C, stream);
+}
