@@ -34,6 +34,7 @@
 #include "llmc/cuda_common.cuh"
 #include "llmc/fp8.cuh"
 #include "llmc/gelu.cuh"
+#include "llmc/layernorm.cuh"
 #include "llmc/utils.h"
 
 enum class Fp8Prologue { NONE, GELU_FORWARD, GELU_BACKWARD };
@@ -145,4 +146,84 @@ inline void fp8_cast_transpose_fused(uint8_t* out_t, uint8_t* out, const floatX*
             break;
     }
     if (bias) column_partials_add(dbias, scratch, chunks, C, C, stream);
+}
+
+// ---------------------------------------------------------------- LayerNorm with FP8 outputs
+// layernorm_fp8_forward: LayerNorm (with the residual add when inp2 is given: residual = inp1 + inp2,
+// as fused_residual_layernorm_forward) whose output goes straight to FP8: out (N, C) = fp8(LN * scale)
+// and out_t (C, N) its transpose (qkv's or fc's X and X^T), meta->amax_bits raised; mean, rstd and
+// the residual written as the bf16 kernel writes them, the bf16 LN output not at all (the FP8 path
+// has no other reader of it). The row math is layernorm_row_warp's, so the bytes are those of
+// layernorm_forward_warp_per_row + fp8_cast_transpose at the same scale.
+// Block: 64 rows (8 warps, a warp per row, 8 rows each), every row's FP8 bytes into a shared
+// (64, C + 2) tile and straight to `out`; then the tile is written transposed, 16 bytes (16 rows of a
+// column) a thread-store, as fp8_cast_transpose's store (the 2-byte pitch pad puts the 4 row groups a
+// warp reads 8 banks apart). 64 (C + 2) bytes of shared memory: 49 KB at C = 768 (4 blocks an SM),
+// opted in above the default 48 KB. Bytes: reads 2NC (4NC with the residual), writes 2NC (+2NC), where
+// the separate passes read 2NC and write 2NC more (the bf16 output and the cast's read of it).
+constexpr int LN_FP8_ROWS = 64;
+template <bool FUSED_RESIDUAL>
+static __global__ void __launch_bounds__(LAYERNORM_BLOCK)
+    layernorm_fp8_forward_kernel(uint8_t* __restrict__ out_t, uint8_t* __restrict__ out, floatX* residual, float* mean,
+                                 float* rstd, const floatX* inp1, const floatX* inp2, const floatX* weight,
+                                 const floatX* bias, int N, int C, Fp8Meta* meta) {
+    extern __shared__ __align__(16) uint8_t ln_tile[];  // (LN_FP8_ROWS, C + 2)
+    const int pitch = C + 2, warp = threadIdx.x / WARP_SIZE, warps = LAYERNORM_BLOCK / WARP_SIZE;
+    const int r0 = blockIdx.x * LN_FP8_ROWS;
+    const float scale = meta->scale;
+    unsigned int amax = 0;
+    for (int i = warp; i < LN_FP8_ROWS; i += warps) {
+        const int row = r0 + i;
+        uint8_t* out_row = out + (int64_t)row * C;
+        uint8_t* tile_row = ln_tile + i * pitch;
+        layernorm_row_warp<FUSED_RESIDUAL>(residual, mean, rstd, inp1, inp2, weight, bias, row, C,
+                                           [&](int c, const x128& o) {
+                                               Fp8Pack p;
+#pragma unroll
+                                               for (int k = 0; k < x128::size; k += 2) {
+                                                   const float a = to_float(o[k]), b = to_float(o[k + 1]);
+                                                   amax = max(amax, max(abs_bits(a), abs_bits(b)));
+                                                   p.h[k / 2] = fp8x2_from_float2<Fp8Format::E4M3>(a * scale, b * scale);
+                                                   *reinterpret_cast<uint16_t*>(tile_row + c + k) = p.h[k / 2];
+                                               }
+                                               *reinterpret_cast<Fp8Pack*>(out_row + c) = p;
+                                           });
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < C * 4; idx += LAYERNORM_BLOCK) {
+        const int c = idx / 4, rs = (idx % 4) * 16;
+        uint4 w;
+        uint32_t* wb = reinterpret_cast<uint32_t*>(&w);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const uint8_t* t = ln_tile + (rs + 4 * q) * pitch + c;
+            wb[q] = (uint32_t)t[0] | ((uint32_t)t[pitch] << 8) | ((uint32_t)t[2 * pitch] << 16) | ((uint32_t)t[3 * pitch] << 24);
+        }
+        *reinterpret_cast<uint4*>(out_t + (int64_t)c * N + r0 + rs) = w;
+    }
+    amax_block_commit(meta, amax);
+}
+
+// See above. inp2 null: plain LayerNorm of inp1 (residual unused); else residual = inp1 + inp2 first.
+// N a multiple of 64, C of 16; e4m3 (an activation); the scale is meta's (delayed scaling).
+inline void layernorm_fp8_forward(uint8_t* out_t, uint8_t* out, floatX* residual, float* mean, float* rstd,
+                                  const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias,
+                                  int N, int C, Fp8Meta* meta, cudaStream_t stream) {
+    if (N % LN_FP8_ROWS != 0 || C % 16 != 0)
+        fail("layernorm_fp8_forward: N = %d must be a multiple of %d and C = %d of 16", N, LN_FP8_ROWS, C);
+    fp8_check_aligned(out, "layernorm_fp8_forward output");
+    fp8_check_aligned(out_t, "layernorm_fp8_forward transposed output");
+    const size_t smem = (size_t)LN_FP8_ROWS * (C + 2);
+    auto launch = [&](auto kernel) {
+        static size_t opted = 0;  // per instantiation: the largest opt-in asked for so far
+        if (smem > 48 * 1024 && smem > opted) {
+            cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            opted = smem;
+        }
+        kernel<<<N / LN_FP8_ROWS, LAYERNORM_BLOCK, smem, stream>>>(out_t, out, residual, mean, rstd, inp1, inp2, weight,
+                                                                  bias, N, C, meta);
+        cudaCheckLaunch();
+    };
+    if (inp2) launch(layernorm_fp8_forward_kernel<true>);
+    else launch(layernorm_fp8_forward_kernel<false>);
 }

@@ -467,6 +467,18 @@ inline void norm_backward(const GPT2Config& c, floatX* dresidual, floatX* dweigh
     else layernorm_backward(dresidual, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, c.channels, s);
 }
 
+// The norm before linear k of block l (ln1: qkv, ln2: fc): norm_forward (inp2 null) or
+// residual_norm_forward into `out`, or, in an FP8 pass where fp8_norm_fused, the LayerNorm writes the
+// linear's FP8 X and X^T instead of `out` (llmc/gpt2_fp8.cuh).
+inline void norm_before_linear(GPT2& m, bool fp8, int l, int k, floatX* residual, floatX* out, float* mean, float* rstd,
+                               const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias, int N,
+                               cudaStream_t s) {
+    if (fp8 && fp8_norm_fused(m.fp8, l, k))
+        fp8_norm_forward(m.fp8, l, k, residual, mean, rstd, inp1, inp2, weight, bias, N, s);
+    else if (inp2) residual_norm_forward(m.config, residual, out, mean, rstd, inp1, inp2, weight, bias, N, s);
+    else norm_forward(m.config, out, mean, rstd, inp1, weight, bias, N, s);
+}
+
 // Whether a pass of N rows runs the block's linear layers in FP8: --fp8, and a row count the FP8
 // buffers take (the trained B*T, or a smaller multiple of the cast tile; other forwards run bf16).
 inline bool fp8_pass(const GPT2& m, int N) { return m.fp8.set.enabled && N <= m.fp8.N && N % FP8_T_TILE == 0; }
@@ -514,7 +526,8 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
     if (model.before_layer_forward) model.before_layer_forward(-1);
     encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C, s);  // wpe nullptr with RoPE
     LayerActs first = layer_acts(model, 0, B, T);
-    gpt2_detail::norm_forward(c, first.ln1, first.ln1_mean, first.ln1_rstd, a.encoded, p.ln1w, p.ln1b, N, s);
+    gpt2_detail::norm_before_linear(model, fp8_pass, 0, FP8_QKV, nullptr, first.ln1, first.ln1_mean, first.ln1_rstd,
+                                    a.encoded, nullptr, p.ln1w, p.ln1b, N, s);
     for (int l = 0; l < L; l++) {
         if (model.before_layer_forward) model.before_layer_forward(l);
         LayerActs la = layer_acts(model, l, B, T);
@@ -525,8 +538,8 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
         model_attention_forward(la.atty, la.lse, la.qkv, B, T, NH, NKV, HD, c.window, s);
         linear_forward(model, fp8_pass, cast_w, l, FP8_ATTPROJ, a.proj, nullptr, la.atty, p.attprojw + (size_t)l * C * C,
                        tensor_at(p.attprojb, c1), N, C, C, ctx);
-        gpt2_detail::residual_norm_forward(c, la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, la.res_in, a.proj,
-                                           p.ln2w + c1, tensor_at(p.ln2b, c1), N, s);
+        gpt2_detail::norm_before_linear(model, fp8_pass, l, FP8_FC, la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd,
+                                        la.res_in, a.proj, p.ln2w + c1, tensor_at(p.ln2b, c1), N, s);
         const floatX* fcw = p.fcw + (size_t)l * FC * C;
         const floatX* fcb = tensor_at(p.fcb, (size_t)l * FC);
         if (c.mlp == MLP_SWIGLU) {
@@ -539,8 +552,9 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
                        tensor_at(p.fcprojb, c1), N, H, C, ctx);
         if (l + 1 < L) {
             LayerActs next = layer_acts(model, l + 1, B, T);
-            gpt2_detail::residual_norm_forward(c, la.residual3, next.ln1, next.ln1_mean, next.ln1_rstd, la.residual2,
-                                               a.proj, p.ln1w + c1 + C, tensor_at(p.ln1b, c1 + C), N, s);
+            gpt2_detail::norm_before_linear(model, fp8_pass, l + 1, FP8_QKV, la.residual3, next.ln1, next.ln1_mean,
+                                            next.ln1_rstd, la.residual2, a.proj, p.ln1w + c1 + C, tensor_at(p.ln1b, c1 + C),
+                                            N, s);
         } else {
             gpt2_detail::residual_norm_forward(c, la.residual3, a.lnf, a.lnf_mean, a.lnf_rstd, la.residual2, a.proj,
                                                p.lnfw, p.lnfb, N, s);

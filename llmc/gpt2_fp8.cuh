@@ -78,6 +78,7 @@ struct GPT2Fp8 {
     Fp8Settings set;
     int L = 0, N = 0;                         // layers; rows the buffers were sized for (model B*T)
     bool gelu = false;                        // the MLP is fc -> GELU -> fcproj (not SwiGLU)
+    bool layernorm = false;                   // the norms are LayerNorms (not RMSNorm)
     int cin[FP8_LINEARS] = {}, oc[FP8_LINEARS] = {};
     size_t w_layer_bytes = 0, w_off[FP8_LINEARS] = {};   // per layer: each linear's W then W^T
     size_t xt_layer_bytes = 0, xt_off[FP8_LINEARS] = {};  // per layer: each linear's X^T (Cin, N)
@@ -119,6 +120,12 @@ inline bool fp8_fused(const GPT2Fp8& f) {
 inline bool fp8_gelu_fused(const GPT2Fp8& f, int l) {
     return f.gelu && fp8_fused(f) && fp8_linear_on(f, l, FP8_FC) && fp8_linear_on(f, l, FP8_FCPROJ);
 }
+// Whether the LayerNorm before linear k of block l (ln1 before qkv, ln2 before fc) writes that
+// linear's e4m3 X and X^T itself (layernorm_fp8_forward; the bf16 norm output is not written), so
+// the linear skips its cast. RMSNorm models cast separately.
+inline bool fp8_norm_fused(const GPT2Fp8& f, int l, int k) {
+    return f.layernorm && fp8_fused(f) && (k == FP8_QKV || k == FP8_FC) && fp8_linear_on(f, l, k);
+}
 
 // Sizes the buffers for a model of config c trained at N rows; fails on shapes the casts cannot take.
 inline void fp8_plan(GPT2Fp8& f, const GPT2Config& c, int N) {
@@ -130,6 +137,7 @@ inline void fp8_plan(GPT2Fp8& f, const GPT2Config& c, int N) {
     f.L = c.num_layers;
     f.N = N;
     f.gelu = c.mlp == MLP_GELU;
+    f.layernorm = c.norm == NORM_LAYERNORM;
     f.w_layer_bytes = f.xt_layer_bytes = f.max_cin = f.max_oc = f.rs_layer_floats = 0;
     for (int k = 0; k < FP8_LINEARS; k++) {
         if (cin[k] % FP8_T_TILE != 0) fail("--fp8 1: %s %d must be a multiple of %d", names[k], cin[k], FP8_T_TILE);
@@ -223,7 +231,8 @@ inline LinearBuffers linear_buffers(const GPT2Fp8& f, int l, int k) {
 // and out = GELU(gelu_pre). Casts the weight first when `cast_weight` (a new step), and keeps X^T
 // (unless the weight gradient is bf16). Where fp8_gelu_fused(f, l): fc (gelu_pre given) casts the
 // GELU output straight into fcproj's X and X^T and does not write `out`; fcproj then skips its cast
-// (its inp is not read).
+// (its inp is not read). Where fp8_norm_fused(f, l, k): the norm before has written X and X^T
+// (fp8_norm_forward), inp is not read.
 inline void fp8_linear_forward(GPT2Fp8& f, int l, int k, floatX* out, floatX* gelu_pre, const floatX* inp,
                                const floatX* weight, const floatX* bias, int N, bool cast_weight, const CudaContext& ctx) {
     using namespace fp8_detail;
@@ -233,7 +242,7 @@ inline void fp8_linear_forward(GPT2Fp8& f, int l, int k, floatX* out, floatX* ge
     const bool gelu_fused = fp8_gelu_fused(f, l);
     if (cast_weight)
         cast_scaled(f, b.wt8, b.w8, weight, OC, C, Fp8Format::E4M3, wm, true, 1, b.w_rows, b.wt_rows, ctx.stream);
-    if (!(k == FP8_FCPROJ && gelu_fused))  // else fc's GELU cast wrote f.x and X^T
+    if (!(k == FP8_FCPROJ && gelu_fused) && !fp8_norm_fused(f, l, k))  // else fc's GELU cast or the norm wrote f.x, X^T
         cast_scaled(f, b.xt8, f.x, inp, N, C, Fp8Format::E4M3, xm, current_scaling(f), history_len(f), f.rs_x,
                     b.xt_rows, ctx.stream);
     floatX* y = gelu_pre ? gelu_pre : out;
@@ -281,6 +290,15 @@ inline void fp8_linear_backward(GPT2Fp8& f, int l, int k, floatX* dinp, floatX* 
     else
         matmul_backward_weight(dweight, dout, inp, N, C, OC, ctx);
     if (dbias && !fused) bias_backward(dbias, scratch, dout, N, OC, ctx.stream);
+}
+
+// The norm before linear k of block l where fp8_norm_fused: LayerNorm of inp1 (with inp2: of
+// residual = inp1 + inp2) into the linear's e4m3 X (the f.x scratch) and kept X^T; mean, rstd (and
+// residual) as the bf16 norm writes them.
+inline void fp8_norm_forward(GPT2Fp8& f, int l, int k, floatX* residual, float* mean, float* rstd, const floatX* inp1,
+                             const floatX* inp2, const floatX* weight, const floatX* bias, int N, cudaStream_t s) {
+    layernorm_fp8_forward(fp8_detail::linear_buffers(f, l, k).xt8, f.x, residual, mean, rstd, inp1, inp2, weight, bias, N,
+                          f.cin[k], fp8_meta(f, FP8_X, l, k), s);
 }
 
 // After each backward: delayed scaling folds the amaxes the casts recorded into the histories (all X

@@ -43,6 +43,10 @@
 //   fp8_cast_dbias C = 768, 2304 (a dY of fcproj / attproj / qkv with its bias gradient; e5m2):
 //     0 shipped fp8_cast_transpose_fused NONE with dbias: reads 2n, writes 2n
 //     1 separate passes: fp8_cast_transpose, bias_backward: reads 4n, writes 2n
+//   fp8_layernorm_forward_cast C = 768 (qkv's / fc's X and X^T from the residual add + LayerNorm; e4m3):
+//     0 shipped layernorm_fp8_forward with the residual: reads 4n, writes 2n + 2n (residual)
+//     1 separate passes: fused_residual_layernorm_forward, fp8_cast_transpose: reads 6n, writes 6n
+//     the residual, mean and rstd bit for bit equal to the bf16 kernel's as well
 //   The bytes counted are the fused minimum (so % of copy shows what the separate passes cost).
 //   References: the bf16 values the shipped unfused kernels compute (gelu_forward,
 //   gelu_backward_inplace: their own labs check them against llmc/cpu/gelu.h), cast by cpu::fp8_cast
@@ -355,6 +359,73 @@ static void run_fused(lab::Lab& L, const char* opname, Fp8Prologue pro, int R, i
           check);
 }
 
+// layernorm_fp8_forward against fused_residual_layernorm_forward + the CPU cast (see the top).
+static void run_layernorm_fp8(lab::Lab& L, int R, int C, uint64_t seed) {
+    const size_t n = (size_t)R * C;
+    const cpu::Fp8Format cf = cpu::Fp8Format::E4M3;
+    const std::vector<float> in1 = lab::rand_uniform(n, seed, -2.0f, 2.0f), in2 = lab::rand_uniform(n, seed + 1, -1.0f, 1.0f);
+    const std::vector<float> w = lab::rand_uniform(C, seed + 2, 0.5f, 1.5f), b = lab::rand_uniform(C, seed + 3, -0.5f, 0.5f);
+    lab::DevBuf<floatX> d_in1(n, "inp1"), d_in2(n, "inp2"), d_w(C, "weight"), d_b(C, "bias");
+    lab::DevBuf<floatX> d_res(n, "residual"), d_res_ref(n, "residual ref"), d_ln(n, "ln (bf16)");
+    lab::DevBuf<float> d_mean(R, "mean"), d_rstd(R, "rstd"), d_mean_ref(R, "mean ref"), d_rstd_ref(R, "rstd ref");
+    lab::DevBuf<uint8_t> d_out(n, "out"), d_out_t(n, "out_t");
+    lab::DevBuf<Fp8Meta> d_meta(1, "meta");
+    d_in1.upload(in1);
+    d_in2.upload(in2);
+    d_w.upload(w);
+    d_b.upload(b);
+    fused_residual_layernorm_forward(d_res_ref, d_ln, d_mean_ref, d_rstd_ref, d_in1, d_in2, d_w, d_b, R, C, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    const std::vector<float> x = d_ln.download(), res_ref = d_res_ref.download();
+    const std::vector<float> mean_ref = d_mean_ref.download(), rstd_ref = d_rstd_ref.download();
+    float amax_ref = 0.0f;
+    for (float v : x) amax_ref = std::max(amax_ref, std::fabs(v));
+    const float scale = cpu::fp8_scale_from_amax(0.9f * amax_ref, cf, 0, 1.0f);  // delayed: an earlier amax
+    std::vector<uint8_t> ref(n), ref_t(n);
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) ref[i] = cpu::fp8_cast(x[i], scale, cf);
+#pragma omp parallel for
+    for (int c = 0; c < C; c++)
+        for (int r = 0; r < R; r++) ref_t[(size_t)c * R + r] = ref[(size_t)r * C + c];
+    std::vector<Fp8Meta> meta0(1);
+    memset(meta0.data(), 0, sizeof(Fp8Meta));
+    meta0[0].scale = scale;
+    meta0[0].scale_inv = 1.0f / scale;
+    meta0[0].fp8_max = 448.0f;
+    auto reset = [&] {
+        d_meta.upload(meta0);
+        for (auto* o : {&d_out, &d_out_t}) o->poison(L.stream());
+        d_res.poison(L.stream());
+        d_mean.poison(L.stream());
+        d_rstd.poison(L.stream());
+    };
+    auto same_bits = [](const char* what, const std::vector<float>& got, const std::vector<float>& want) {
+        size_t bad = 0;
+        for (size_t i = 0; i < want.size(); i++) bad += float_bits(got[i]) != float_bits(want[i]);
+        printf("    %-10s %s: %zu of %zu differ from the bf16 kernel's\n", what, bad ? "FAIL" : "ok", bad, want.size());
+        return bad == 0;
+    };
+    auto check = [&] {
+        bool ok = check_bytes(d_out_t, ref_t, x, true, R, C);
+        ok = check_bytes(d_out, ref, x, false, R, C) && ok;
+        ok = check_amax(d_meta, amax_ref) && ok;
+        ok = d_res.count_unwritten() == 0 && same_bits("residual", d_res.download(), res_ref) && ok;
+        ok = same_bits("mean", d_mean.download(), mean_ref) && ok;
+        return same_bits("rstd", d_rstd.download(), rstd_ref) && ok;
+    };
+    const std::string op = lab::Lab::strprintf("fp8_layernorm_forward_cast e4m3 R=%d C=%d", R, C);
+    const double bytes = (double)n * (2 * sizeof(floatX) + sizeof(floatX) + 2), flops = 8.0 * n;
+    L.run(op, 0, "shipped fused", bytes, flops, lab::Bound::Memory, reset,
+          [&] { layernorm_fp8_forward(d_out_t, d_out, d_res, d_mean, d_rstd, d_in1, d_in2, d_w, d_b, R, C, d_meta, L.stream()); },
+          check);
+    L.run(op, 1, "separate passes", bytes, flops, lab::Bound::Memory, reset,
+          [&] {
+              fused_residual_layernorm_forward(d_res, d_ln, d_mean, d_rstd, d_in1, d_in2, d_w, d_b, R, C, L.stream());
+              fp8_cast_transpose(d_out_t, d_out, d_ln, R, C, Fp8Format::E4M3, d_meta, true, L.stream());
+          },
+          check);
+}
+
 int main(int argc, char** argv) {
     lab::Lab L(argc, argv, "fp8_cast.cu");
     const int N = lab::GPT2_B * lab::GPT2_T, C = lab::GPT2_C;
@@ -376,6 +447,7 @@ int main(int argc, char** argv) {
         for (Fp8Format f : {Fp8Format::E5M2, Fp8Format::E4M3})
             run_fused(L, "fp8_gelu_backward_cast", Fp8Prologue::GELU_BACKWARD, R, 4 * C, f, 72);
         for (int width : {C, 3 * C}) run_fused(L, "fp8_cast_dbias", Fp8Prologue::NONE, R, width, Fp8Format::E5M2, 73);
+        run_layernorm_fp8(L, R, R == N ? C : 320, 74);
     }
     return L.finish();
 }
