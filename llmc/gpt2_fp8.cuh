@@ -14,15 +14,33 @@
 //       all-gather of the layer has landed by then): fp8_amax, scale, then one fp8_cast_transpose
 //       that writes W (OC, Cin) and W^T (Cin, OC). Always current scaling: a weight is cast once
 //       per step, and its scale must stay the one its copies were cast with until the next cast.
-//   X   in the forward, one fp8_cast_transpose: X (N, Cin) into a one-layer scratch for the forward
-//       matmul, X^T (Cin, N) kept per layer for the weight gradient (the backward reads no bf16 X).
-//   dY  in the backward, one fp8_cast_transpose: dY (N, OC) and dY^T (OC, N), one-layer scratch.
+//   X   in the forward: X (N, Cin) into a one-layer scratch for the forward matmul, X^T (Cin, N) kept
+//       per layer for the weight gradient (the backward reads no bf16 X). Separate casts: one
+//       fp8_cast_transpose of the bf16 X. Fused casts (fp8_fused, llmc/fp8_fused.cuh): the kernel that
+//       produces X writes both copies and no bf16 X where nothing else reads it:
+//         qkv's X     ln1's LayerNorm (layernorm_fp8_forward, with the residual add before it)
+//         fc's X      ln2's LayerNorm (the same)
+//         fcproj's X  GELU of fc's pre-activation (fp8_cast_transpose_fused GELU_FORWARD, after the fc
+//                     matmul, which writes the pre-activation as before)
+//         attproj's X a separate fp8_cast_transpose of the attention output (its backward reads it)
+//       RMSNorm and SwiGLU models (Llama) keep separate casts for X.
+//   dY  in the backward: dY (N, OC) and dY^T (OC, N), one-layer scratch. Separate casts: one
+//       fp8_cast_transpose, then bias_backward re-reads dY for the bias gradient. Fused casts: one
+//       fp8_cast_transpose_fused that also sums the bias gradient; fc's dY is formed inside it from
+//       d(GELU output), which fcproj's input-gradient matmul writes, and the pre-activation (GELU_BACKWARD):
+//       no bf16 d(pre-activation) is written, no gelu_backward_inplace, no bias_backward.
 // Scaling of X and dY (--fp8-scaling):
-//   current  fp8_amax pass, fp8_update_scales(history 1), cast: the scale fits the tensor itself.
-//   delayed  the cast records the amax in the same pass and uses the scale of the previous
+//   delayed  (default) the cast records the amax in the same pass and uses the scale of the previous
 //            --fp8-history steps' amaxes; all X and dY scales are updated in one launch after each
 //            backward (their scale_inv must hold from the cast through the weight gradient). The
-//            first step of a run uses the current recipe (an empty history has no scale).
+//            first step of a run uses the current recipe (an empty history has no scale). As the
+//            scale exists before the tensor, the casts run fused into the producers (--fp8-fused 1,
+//            the default; with --fp8-wgrad fp8): the amax passes and every bf16 write-then-read of
+//            a tensor only the casts need are gone. The default for that reason: it moves the fewest
+//            bytes (step time: docs/perf.md, "FP8 (issue 18)"), at +0.26% val loss against bf16 after
+//            2000 steps (docs/numerics.md, "Measured"; current scaling: +0.09%).
+//   current  fp8_amax pass, fp8_update_scales(history 1), cast: the scale fits the tensor itself; the
+//            casts are separate passes (the scale needs the whole tensor first).
 //   rowwise  one scale per row along the dimension each matmul does not reduce over, from that row's
 //            own amax, always current (no history), with cuBLASLt's outer-vector scales:
 //              forward  X per token row (N), W per output row (OC)          fp8_cast_rowwise
@@ -36,8 +54,10 @@
 //            still sets a whole channel's scale (torchao's "rowwise with high-precision wgrad").
 // Every scale lives on the device (Fp8Meta); no host synchronization anywhere.
 // GELU: cuBLASLt's GELU_AUX / DGELU epilogues are the bf16 path's; here the fc matmul writes the
-// pre-activation and gelu_forward runs after it, and the fcproj input-gradient matmul writes
-// d(GELU output), which gelu_backward_inplace turns into d(pre-activation).
+// pre-activation and the fcproj input-gradient matmul writes d(GELU output). With the fused casts
+// GELU and GELU' run inside the casts above (fp8_gelu_fused); with separate casts gelu_forward writes
+// the bf16 GELU output after the fc matmul and gelu_backward_inplace turns d(GELU output) into
+// d(pre-activation).
 // Memory (d12, N = B*T = 65536): kept X^T L * N * (3C + H) bytes = 3.94 GiB (none with --fp8-wgrad
 // bf16); weight copies 2 bytes per linear parameter (~162 MiB); scratch N * (max Cin + 2 max OC)
 // bytes = 0.56 GiB (dY^T's third none with bf16 wgrad); rowwise scales 4 * (L * sum(OC + 2 Cin) + 2N
@@ -59,7 +79,7 @@
 enum class Fp8Scaling { CURRENT, DELAYED, ROWWISE };
 struct Fp8Settings {
     bool enabled = false;                  // --fp8
-    Fp8Scaling scaling = Fp8Scaling::CURRENT;  // --fp8-scaling
+    Fp8Scaling scaling = Fp8Scaling::DELAYED;  // --fp8-scaling
     bool wgrad_bf16 = false;               // --fp8-wgrad bf16: the weight gradient's matmul in bf16
     Fp8Format grad = Fp8Format::E5M2;      // --fp8-grad
     int history = 16;                      // --fp8-history (delayed scaling's window, steps)

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # --fp8 speed at GPT-2 124M (issue 18), checked first. Builds nothing; needs, built beforehand:
-#   make build/train_gpt2cu build/test_fp8_gpu && make -C dev/cuda build/fp8_cast
+#   make build/train_gpt2cu build/test_fp8_gpu && make -C dev/cuda build/fp8_cast build/layernorm
 #   (PROFILE=1 also: make -C dev/cuda build/profile_gpt2)
 # Parts, each under a timeout, logs under $OUT/fp8_speed (OUT default build):
 #   1. dev/cuda/build/fp8_cast: every cast of llmc/fp8.cuh and the fused casts of llmc/fp8_fused.cuh
-#      (GELU forward, GELU backward + bias gradient, dY + bias gradient) byte for byte against
-#      llmc/cpu/fp8.h, amax and bias bits; and their timings (the lab's table, in the log)
+#      (LayerNorm, GELU forward, GELU backward + bias gradient, dY + bias gradient) byte for byte
+#      against llmc/cpu/fp8.h, amax and bias bits; and their timings (the lab's lines, printed);
+#      dev/cuda/build/layernorm --check-only (the bf16 LayerNorm now shares its row code with the FP8 one)
 #   2. build/test_fp8_gpu: the FP8 linear layers against the CPU reference (current, delayed with
 #      the fused casts, rowwise)
 #   3. PAIRS=fp8 tests/graph_gpu_check.sh PARTS=2: --graph 0 = --graph 1 bit for bit, every FP8 pair
@@ -28,7 +29,7 @@ LAB=${LAB_BUILD:-dev/cuda/build}
 COMPILE_MS=124.14  # nanoGPT-style torch.compile, GPT-2 124M B=64 T=1024 (docs/perf.md, sixteenth run)
 mkdir -p "$LOGS" || exit 1
 need=("$TRAIN")
-[ "${SKIP_CHECKS:-0}" = 1 ] || need+=(build/test_fp8_gpu "$LAB/fp8_cast")
+[ "${SKIP_CHECKS:-0}" = 1 ] || need+=(build/test_fp8_gpu "$LAB/fp8_cast" "$LAB/layernorm")
 [ "${PROFILE:-0}" = 1 ] && need+=("$LAB/profile_gpt2")
 for b in "${need[@]}"; do [ -x "$b" ] || { echo "error: $b is missing (build it first: see the top of $0)"; exit 1; }; done
 rows=(); bad=0; t0=$SECONDS
@@ -40,10 +41,14 @@ row() {  # row STATUS(0 pass) NAME DETAIL
 if [ "${SKIP_CHECKS:-0}" != 1 ]; then
 echo "==== 1. lab: dev/cuda/build/fp8_cast"
 t1=$SECONDS
-timeout 150 "$LAB/fp8_cast" > "$LOGS/fp8_cast.txt" 2>&1; st=$?
+timeout 150 "$LAB/fp8_cast" --reps 20 > "$LOGS/fp8_cast.txt" 2>&1; st=$?
 grep -E "FAIL" "$LOGS/fp8_cast.txt" | head -5
 row $st "fp8_cast lab (casts + fused casts vs llmc/cpu/fp8.h)" "$(grep -c ' ok' "$LOGS/fp8_cast.txt") ok lines, $((SECONDS - t1)) s"
-grep -E "^(fp8_gelu|fp8_cast_dbias)" "$LOGS/fp8_cast.txt" | grep -E "R=65536" | head -20
+grep -E "^(fp8_gelu|fp8_cast_dbias|fp8_layernorm)" "$LOGS/fp8_cast.txt" | grep -E "R=65536" | head -24
+t1=$SECONDS
+timeout 60 "$LAB/layernorm" --check-only > "$LOGS/layernorm.txt" 2>&1; st=$?
+grep -E "FAIL" "$LOGS/layernorm.txt" | head -5
+row $st "layernorm lab --check-only (bf16 LayerNorm vs CPU)" "$((SECONDS - t1)) s"
 
 echo "==== 2. build/test_fp8_gpu"
 t1=$SECONDS

@@ -109,7 +109,8 @@ pair fp32_gpt2_shards_ga2 build/train_gpt2cu_fp32 --init d6 "${SHARDS[@]}" --bat
 pair fp32_llama_random_ga1 build/train_gpt2cu_fp32 --init $LLAMA --random-data 1 --batch 4 --seq 128
 # --fp8: each slot's graph must recast the FP8 weight copies after the update (a host decision the
 # capture freezes; before the fix the second slot's graph ran on the previous step's copies)
-pair fp8_gpt2_shards_ga1 build/train_gpt2cu --init d6 "${SHARDS[@]}" --batch 4 --seq 256 --fp8 1
+pair fp8_current_gpt2_shards_ga1 build/train_gpt2cu --init d6 "${SHARDS[@]}" --batch 4 --seq 256 --fp8 1 \
+    --fp8-scaling current
 pair fp8_delayed_gpt2_random_ga2 build/train_gpt2cu --init d6 --random-data 1 --batch 4 --seq 256 --total-batch 2048 \
     --fp8 1 --fp8-scaling delayed
 pair fp8_rowwise_llama_shards_ga1 build/train_gpt2cu --init $LLAMA "${SHARDS[@]}" --batch 4 --seq 256 --fp8 1 \

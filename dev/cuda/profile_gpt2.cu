@@ -1,6 +1,6 @@
 // profile_gpt2.cu: where one training step of the GPU trainer spends its time, kernel by kernel.
 //   dev/cuda/build/profile_gpt2 [--model d12] [--batch 64] [--seq 1024] [--steps 3] [--recompute 0] [--graph 0]
-//                               [--fp8 0] [--fp8-scaling current] [--fp8-fused 1]
+//                               [--fp8 0] [--fp8-scaling delayed] [--fp8-fused 1]
 // Includes the trainer's model (llmc/gpt2.cuh) and runs its step functions on random tokens:
 // upload, zero grads, forward, loss, backward, update; with --graph 1 the trainer's CUDA-graph step
 // (llmc/gpt2_graph.cuh: the same kernels, captured once, one launch a step; the batch is staged on
@@ -147,7 +147,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 int main(int argc, char** argv) {
     std::string model_desc = "d12";
     int B = 64, T = 1024, steps = 3, recompute = 0, zero = -1, use_graph = 0, fp8 = 0, fp8_fused = 1;
-    std::string fp8_scaling = "current";
+    std::string fp8_scaling = "delayed";
     FlagParser parser("profile_gpt2", "Per-kernel time breakdown of one GPU training step on random tokens. Example:\n"
                       "  dev/cuda/build/profile_gpt2 --batch 64 --seq 1024");
     parser.add_string("--model", "MODEL", &model_desc, "model shape: dN = N layers, 64*N channels (d12 = GPT-2 124M), "
@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
     parser.add_int("--graph", &use_graph, {0, 1}, "1 = the trainer's --graph 1 step: one CUDA graph launch a step "
                    "(captured after the warm-up steps)");
     parser.add_int("--fp8", &fp8, {0, 1}, "1 = the trainer's --fp8 1 step (bf16 build)");
-    parser.add_string("--fp8-scaling", "HOW", &fp8_scaling, "with --fp8 1: current | delayed | rowwise (the trainer's flag)");
+    parser.add_string("--fp8-scaling", "HOW", &fp8_scaling, "with --fp8 1: delayed | current | rowwise (the trainer's flag; default delayed)");
     parser.add_int("--fp8-fused", &fp8_fused, {0, 1}, "with --fp8 1 --fp8-scaling delayed: the trainer's --fp8-fused");
 #ifdef LLMC_NCCL
     parser.add_int("--zero", &zero, {-1, 2}, "0|1|2: the NCCL data-parallel step at world size 1 at this ZeRO stage, "
