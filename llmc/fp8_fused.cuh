@@ -155,18 +155,21 @@ inline void fp8_cast_transpose_fused(uint8_t* out_t, uint8_t* out, const floatX*
 // the residual written as the bf16 kernel writes them, the bf16 LN output not at all (the FP8 path
 // has no other reader of it). The row math is layernorm_row_warp's, so the bytes are those of
 // layernorm_forward_warp_per_row + fp8_cast_transpose at the same scale.
-// Block: 64 rows (8 warps, a warp per row, 8 rows each), every row's FP8 bytes into a shared
-// (64, C + 2) tile and straight to `out`; then the tile is written transposed, 16 bytes (16 rows of a
-// column) a thread-store, as fp8_cast_transpose's store (the 2-byte pitch pad puts the 4 row groups a
-// warp reads 8 banks apart). 64 (C + 2) bytes of shared memory: 49 KB at C = 768 (4 blocks an SM),
-// opted in above the default 48 KB. Bytes: reads 2NC (4NC with the residual), writes 2NC (+2NC), where
+// Block: 32 rows (8 warps, a warp per row, 4 rows each), every row's FP8 bytes into a shared
+// (32, C + 2) tile and straight to `out`; then the tile is written transposed, 16 bytes (16 rows of a
+// column) a thread-store, as fp8_cast_transpose's store (the 2-byte pitch pad puts the 2 row groups a
+// warp reads 8 banks apart); each column's 32 bytes are one DRAM sector. 32 (C + 2) bytes of shared
+// memory: 24.6 KB at C = 768, 8 blocks (64 warps) an SM as the bf16 kernel; above 48 KB (C > 1534)
+// opted in. Against a 64-row tile (49 KB, 4 blocks an SM): twice the warps in flight for the row
+// passes, which are latency-bound. Bytes: reads 2NC (4NC with the residual), writes 2NC (+2NC), where
 // the separate passes read 2NC and write 2NC more (the bf16 output and the cast's read of it).
-constexpr int LN_FP8_ROWS = 64;
+constexpr int LN_FP8_ROWS = 32, LN_FP8_GROUPS = LN_FP8_ROWS / 16;  // 16-row groups of a column
 template <bool FUSED_RESIDUAL>
 static __global__ void __launch_bounds__(LAYERNORM_BLOCK)
     layernorm_fp8_forward_kernel(uint8_t* __restrict__ out_t, uint8_t* __restrict__ out, floatX* residual, float* mean,
                                  float* rstd, const floatX* inp1, const floatX* inp2, const floatX* weight,
                                  const floatX* bias, int N, int C, Fp8Meta* meta) {
+    static_assert(LN_FP8_ROWS % 16 == 0 && LN_FP8_ROWS % (LAYERNORM_BLOCK / WARP_SIZE) == 0, "whole 16-row groups, rows per warp");
     extern __shared__ __align__(16) uint8_t ln_tile[];  // (LN_FP8_ROWS, C + 2)
     const int pitch = C + 2, warp = threadIdx.x / WARP_SIZE, warps = LAYERNORM_BLOCK / WARP_SIZE;
     const int r0 = blockIdx.x * LN_FP8_ROWS;
@@ -190,8 +193,8 @@ static __global__ void __launch_bounds__(LAYERNORM_BLOCK)
                                            });
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < C * 4; idx += LAYERNORM_BLOCK) {
-        const int c = idx / 4, rs = (idx % 4) * 16;
+    for (int idx = threadIdx.x; idx < C * LN_FP8_GROUPS; idx += LAYERNORM_BLOCK) {
+        const int c = idx / LN_FP8_GROUPS, rs = (idx % LN_FP8_GROUPS) * 16;
         uint4 w;
         uint32_t* wb = reinterpret_cast<uint32_t*>(&w);
 #pragma unroll
@@ -204,26 +207,44 @@ static __global__ void __launch_bounds__(LAYERNORM_BLOCK)
     amax_block_commit(meta, amax);
 }
 
+// The kernels' shared memory above the default 48 KB, opted in once per process (one device per
+// process, as the trainer runs) and only upward.
+template <bool FUSED_RESIDUAL>
+inline void layernorm_fp8_optin(size_t smem) {
+    static size_t opted = 48 * 1024;
+    if (smem <= opted) return;
+    cudaCheck(cudaFuncSetAttribute(layernorm_fp8_forward_kernel<FUSED_RESIDUAL>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    opted = smem;
+}
+inline size_t layernorm_fp8_smem(int C) { return (size_t)LN_FP8_ROWS * (C + 2); }
+// Opts both kernels in for rows of C channels. Call it before a CUDA graph capture that may hold the
+// first layernorm_fp8_forward of that width (gpt2_build does): the launcher would opt in itself, and
+// whether cudaFuncSetAttribute may run inside a capture is not a thing to rely on.
+inline void layernorm_fp8_prepare(int C) {
+    layernorm_fp8_optin<false>(layernorm_fp8_smem(C));
+    layernorm_fp8_optin<true>(layernorm_fp8_smem(C));
+}
+
 // See above. inp2 null: plain LayerNorm of inp1 (residual unused); else residual = inp1 + inp2 first.
 // N a multiple of 64, C of 16; e4m3 (an activation); the scale is meta's (delayed scaling).
 inline void layernorm_fp8_forward(uint8_t* out_t, uint8_t* out, floatX* residual, float* mean, float* rstd,
                                   const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias,
                                   int N, int C, Fp8Meta* meta, cudaStream_t stream) {
-    if (N % LN_FP8_ROWS != 0 || C % 16 != 0)
+    if (N % LN_FP8_ROWS != 0 || C % 16 != 0)  // N: the FP8 path's multiple of 64
         fail("layernorm_fp8_forward: N = %d must be a multiple of %d and C = %d of 16", N, LN_FP8_ROWS, C);
     fp8_check_aligned(out, "layernorm_fp8_forward output");
     fp8_check_aligned(out_t, "layernorm_fp8_forward transposed output");
-    const size_t smem = (size_t)LN_FP8_ROWS * (C + 2);
-    auto launch = [&](auto kernel) {
-        static size_t opted = 0;  // per instantiation: the largest opt-in asked for so far
-        if (smem > 48 * 1024 && smem > opted) {
-            cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            opted = smem;
-        }
-        kernel<<<N / LN_FP8_ROWS, LAYERNORM_BLOCK, smem, stream>>>(out_t, out, residual, mean, rstd, inp1, inp2, weight,
-                                                                  bias, N, C, meta);
-        cudaCheckLaunch();
-    };
-    if (inp2) launch(layernorm_fp8_forward_kernel<true>);
-    else launch(layernorm_fp8_forward_kernel<false>);
+    const size_t smem = layernorm_fp8_smem(C);
+    const dim3 grid(N / LN_FP8_ROWS);
+    if (inp2) {
+        layernorm_fp8_optin<true>(smem);
+        layernorm_fp8_forward_kernel<true><<<grid, LAYERNORM_BLOCK, smem, stream>>>(out_t, out, residual, mean, rstd, inp1,
+                                                                                  inp2, weight, bias, N, C, meta);
+    } else {
+        layernorm_fp8_optin<false>(smem);
+        layernorm_fp8_forward_kernel<false><<<grid, LAYERNORM_BLOCK, smem, stream>>>(out_t, out, residual, mean, rstd, inp1,
+                                                                                   inp2, weight, bias, N, C, meta);
+    }
+    cudaCheckLaunch();
 }

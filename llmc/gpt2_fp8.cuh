@@ -180,7 +180,8 @@ inline void fp8_plan(GPT2Fp8& f, const GPT2Config& c, int N) {
 
 inline Fp8Meta* fp8_meta(const GPT2Fp8& f, Fp8Role r, int l, int k) { return f.metas + ((size_t)r * f.L + l) * FP8_LINEARS + k; }
 
-// Scales start at 1 with empty histories; X and W in e4m3, dY in the gradient format.
+// Scales start at 1 with empty histories; X and W in e4m3, dY in the gradient format. Also opts the
+// FP8 LayerNorm in to its shared memory (outside any capture).
 inline void fp8_init_metas(GPT2Fp8& f, cudaStream_t s) {
     const int per_role = f.L * FP8_LINEARS;
     fp8_meta_init(fp8_meta(f, FP8_X, 0, 0), per_role, Fp8Format::E4M3, s);
@@ -188,6 +189,7 @@ inline void fp8_init_metas(GPT2Fp8& f, cudaStream_t s) {
     fp8_meta_init(fp8_meta(f, FP8_W, 0, 0), per_role, Fp8Format::E4M3, s);
     f.weights_step = -1;
     f.warm = false;
+    if (f.layernorm && f.set.fused) layernorm_fp8_prepare(f.cin[FP8_QKV]);  // before any graph capture
 }
 
 namespace fp8_detail {
