@@ -74,7 +74,10 @@ inline void model_attention_backward(floatX* dqkv, const floatX* dout, const flo
 // --recompute the three marked "recomputed" hold one slice, rebuilt layer by layer in the backward
 // pass (two norms and the MLP activation, all memory-bound): (L - 1) * N * (2C + H) fewer values.
 // Measured on an H200, GPT-2 d12 at B=64 T=1024: activations 25.3 -> 19.1 GiB, 119.4 -> 124.4 ms
-// per step. H is the MLP's hidden width (4C for GPT-2), FC the fc rows (H, or 2H for SwiGLU's
+// per step. --fp8 1 with the FP8 weight gradient in every linear of every block keeps them at one
+// slice too, without rebuilding: its backward reads the X^T copies the forward kept, never these
+// (fp8_keeps_no_bf16_inputs; (L - 1) * N * (2C + H) * 2 bytes, 6.2 GiB at d12 B=64 T=1024).
+// H is the MLP's hidden width (4C for GPT-2), FC the fc rows (H, or 2H for SwiGLU's
 // [gate | up]). The norm's mean is LayerNorm's only (RMSNorm saves rstd alone).
 struct Activations {
     floatX* encoded;    // (N, C) token + position embedding: the first residual
@@ -119,9 +122,10 @@ struct BufferSpec {
     size_t count, elem;
 };
 
-inline std::vector<BufferSpec> activation_specs(Activations& a, const GPT2Config& c, int B, int T, bool recompute) {
+// one_slice: ln1, ln2 and fch_gelu sized for one layer (GPT2::one_slice).
+inline std::vector<BufferSpec> activation_specs(Activations& a, const GPT2Config& c, int B, int T, bool one_slice) {
     const size_t N = (size_t)B * T, C = c.channels, L = c.num_layers, Vp = c.padded_vocab_size;
-    const size_t QKV = gpt2_qkv_channels(c), Lr = recompute ? 1 : L;
+    const size_t QKV = gpt2_qkv_channels(c), Lr = one_slice ? 1 : L;
     const size_t H = gpt2_mlp_hidden(c), FC = gpt2_fc_channels(c), swiglu = c.mlp == MLP_SWIGLU;
     const size_t cols = std::max(std::max(C, QKV), FC);
     const size_t rope = c.position == POS_ROPE ? (size_t)c.max_seq_len * gpt2_head_dim(c) / 2 : 0;
@@ -174,6 +178,7 @@ struct GPT2 {
     size_t num_params = 0;
     int B = 0, T = 0;         // the shape the activations were sized for
     bool recompute = false;
+    bool one_slice = false;   // ln1, ln2 and the MLP activation hold one slice: --recompute, or fp8_keeps_no_bf16_inputs
     bool deterministic = false;  // --deterministic: bit-reproducible attention backward (no dQ atomics)
     bool stochastic_rounding = true;  // --stochastic-rounding: the bf16 parameters written back by AdamW
     GPT2Fp8 fp8;                 // --fp8: the FP8 linear layers (llmc/gpt2_fp8.cuh); fp8.set before gpt2_build
@@ -260,6 +265,7 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
     model.B = B;
     model.T = T;
     model.recompute = recompute;
+    model.one_slice = recompute || fp8_keeps_no_bf16_inputs(model.fp8.set);
     model.num_params = gpt2_num_params(config);
     size_t offsets[NUM_PARAM_TENSORS];
     gpt2_param_offsets(config, offsets);
@@ -271,7 +277,7 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
     const size_t no = (size_t)(model.opt_end - model.opt_begin);  // elements of optimizer state
     const size_t ng = (size_t)(model.grad_end - model.grad_begin);  // elements of gradients
 
-    std::vector<BufferSpec> acts = activation_specs(model.acts, config, B, T, recompute);
+    std::vector<BufferSpec> acts = activation_specs(model.acts, config, B, T, model.one_slice);
     std::vector<BufferSpec> fp8 = fp8_specs(model, config, B * T);
     const size_t act_bytes = specs_bytes(acts), param_bytes = gpt2_param_bytes(model.num_params, ng, no);
     const size_t fp8_bytes = fp8.empty() ? 0 : specs_bytes(fp8);
@@ -279,8 +285,10 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
     size_t free_bytes = 0, total_bytes = 0;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
     const double GiB = 1073741824.0;
-    printf("memory: parameters+grads+optimizer %.2f GiB, activations %.2f GiB (B=%d T=%d recompute=%d), free %.2f GiB\n",
-           param_bytes / GiB, act_bytes / GiB, B, T, (int)recompute, free_bytes / GiB);
+    printf("memory: parameters+grads+optimizer %.2f GiB, activations %.2f GiB (B=%d T=%d recompute=%d%s), free %.2f GiB\n",
+           param_bytes / GiB, act_bytes / GiB, B, T, (int)recompute,
+           model.one_slice && !recompute ? "; --fp8: one slice of the norm outputs and MLP activation" : "",
+           free_bytes / GiB);
     if (fp8_bytes > 0)
         printf("memory: fp8 %.2f GiB (kept X^T %.2f, weight copies %.2f, scratch and scales %.2f)\n", fp8_bytes / GiB,
                model.fp8.L * model.fp8.xt_layer_bytes / GiB, model.fp8.L * model.fp8.w_layer_bytes / GiB,
@@ -422,7 +430,7 @@ inline LayerActs layer_acts(const GPT2& model, int l, int B, int T) {
     const Activations& a = model.acts;
     const size_t N = (size_t)B * T, C = model.config.channels, QKV = gpt2_qkv_channels(model.config);
     const size_t H = gpt2_mlp_hidden(model.config), FC = gpt2_fc_channels(model.config);
-    const size_t lr = model.recompute ? 0 : l;
+    const size_t lr = model.one_slice ? 0 : l;
     LayerActs s;
     s.res_in = l == 0 ? a.encoded : a.residual3 + (l - 1) * N * C;
     s.ln1 = a.ln1 + lr * N * C;

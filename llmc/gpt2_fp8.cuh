@@ -61,7 +61,8 @@
 // Memory (d12, N = B*T = 65536): kept X^T L * N * (3C + H) bytes = 3.94 GiB (none with --fp8-wgrad
 // bf16); weight copies 2 bytes per linear parameter (~162 MiB); scratch N * (max Cin + 2 max OC)
 // bytes = 0.56 GiB (dY^T's third none with bf16 wgrad); rowwise scales 4 * (L * sum(OC + 2 Cin) + 2N
-// + 3 max(Cin, OC)) bytes (< 1 MiB).
+// + 3 max(Cin, OC)) bytes (< 1 MiB). Given back: with the FP8 weight gradient everywhere the model
+// keeps one slice of ln1, ln2 and the MLP activation (fp8_keeps_no_bf16_inputs; 6.2 GiB at d12).
 // Shapes: N, C, H, QKV and FC multiples of 64 (the transposed cast's tile; covers cuBLASLt's 16).
 // A forward of another row count (a HellaSwag batch) runs the bf16 matmuls, as the head does.
 #pragma once
@@ -119,6 +120,13 @@ struct GPT2Fp8 {
     int64_t weights_step = -1;   // model.step the weight copies were cast at (-1: none yet)
     bool warm = false;           // a backward has run: delayed scaling has amax history
 };
+
+// Whether no backward reads the bf16 inputs of the FP8 linears (ln1, ln2, the MLP activation): every
+// linear of every block in FP8 with the FP8 weight gradient (it reads the kept X^T). Then the model
+// keeps one slice of them (GPT2::one_slice): each is read only in its own layer's forward.
+inline bool fp8_keeps_no_bf16_inputs(const Fp8Settings& s) {
+    return s.enabled && !s.wgrad_bf16 && s.bf16_layers == 0 && s.linears == (1 << FP8_LINEARS) - 1;
+}
 
 // Whether linear k of block l runs in FP8 in an FP8 pass: --fp8-bf16-layers keeps the end blocks bf16,
 // --fp8-linears picks the linear layers.
