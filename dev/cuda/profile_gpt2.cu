@@ -76,7 +76,7 @@ const char* family(const std::string& n) {
     if (has("[comm stream]")) return "communication (comm stream)";
     if (has("attention") || has("sdpa") || has("flash") || has("fmha") || has("cudnn::fusion")) return "attention";
     if (has("gemm") || has("xmma") || has("cutlass") || has("sm90_") || has("splitK") || has("Kernel2")) return "matmul (cuBLASLt)";
-    if (has("fp8_")) return "fp8 casts + scales";
+    if (has("fp8_")) return "fp8 casts + scales";  // the fused ones too: FP8 LayerNorm, GELU casts (llmc/fp8_fused.cuh)
     if (has("layernorm")) return "layernorm";
     if (has("rmsnorm")) return "rmsnorm";
     if (has("rope_")) return "rope";
