@@ -21,6 +21,8 @@
 //   bias_backward's row chunks are multiples of 64 rows (R = 32768, 65536, ...: each column summed
 //   in fp32 row by row over the same chunks, folded by the same column_partials_add), else in another
 //   fixed order (deterministic either way).
+//   layernorm_fp8_forward(out_t, out, residual, mean, rstd, inp1, inp2, weight, bias, N, C, meta)
+//     the (residual add +) LayerNorm writing its output as e4m3 X and X^T (qkv's, fc's): below.
 // Kernel: fp8_cast_transpose's 64 x 64 tile (llmc/fp8.cuh: 256 threads, 16-byte loads, the FP8 tile
 // through shared memory, 16-byte transposed stores), walked down a chunk of rows per block so the
 // bias's column partials stay in registers: grid (C / 64, chunks), chunk = bias_backward's rows per
