@@ -22,6 +22,8 @@
 //                     this one in the same pass; fp8_update_scales(history_len H) once per step
 //                     (or before the next cast) folds it into the history: x is read once, and a
 //                     value above the history's amax saturates to +-max until the history catches up.
+//                     The scale being known first, the cast can run inside x's producer instead:
+//                     llmc/fp8_fused.cuh (the trainer's default, llmc/gpt2_fp8.cuh).
 // The scale: amax = max over the history window (current: this amax), scale = (fp8 max / amax) /
 // 2^margin, capped at 2^64 (an amax below ~2.4e-17 is a zero tensor for FP8 purposes); an amax of 0
 // or a non-finite one (NaN or inf in x) keeps the previous scale, which the trainer can see and

@@ -74,7 +74,10 @@ inline void model_attention_backward(floatX* dqkv, const floatX* dout, const flo
 // --recompute the three marked "recomputed" hold one slice, rebuilt layer by layer in the backward
 // pass (two norms and the MLP activation, all memory-bound): (L - 1) * N * (2C + H) fewer values.
 // Measured on an H200, GPT-2 d12 at B=64 T=1024: activations 25.3 -> 19.1 GiB, 119.4 -> 124.4 ms
-// per step. H is the MLP's hidden width (4C for GPT-2), FC the fc rows (H, or 2H for SwiGLU's
+// per step. --fp8 1 with the FP8 weight gradient in every linear of every block keeps them at one
+// slice too, without rebuilding: its backward reads the X^T copies the forward kept, never these
+// (fp8_keeps_no_bf16_inputs; (L - 1) * N * (2C + H) * 2 bytes, 6.2 GiB at d12 B=64 T=1024).
+// H is the MLP's hidden width (4C for GPT-2), FC the fc rows (H, or 2H for SwiGLU's
 // [gate | up]). The norm's mean is LayerNorm's only (RMSNorm saves rstd alone).
 struct Activations {
     floatX* encoded;    // (N, C) token + position embedding: the first residual
@@ -119,9 +122,10 @@ struct BufferSpec {
     size_t count, elem;
 };
 
-inline std::vector<BufferSpec> activation_specs(Activations& a, const GPT2Config& c, int B, int T, bool recompute) {
+// one_slice: ln1, ln2 and fch_gelu sized for one layer (GPT2::one_slice).
+inline std::vector<BufferSpec> activation_specs(Activations& a, const GPT2Config& c, int B, int T, bool one_slice) {
     const size_t N = (size_t)B * T, C = c.channels, L = c.num_layers, Vp = c.padded_vocab_size;
-    const size_t QKV = gpt2_qkv_channels(c), Lr = recompute ? 1 : L;
+    const size_t QKV = gpt2_qkv_channels(c), Lr = one_slice ? 1 : L;
     const size_t H = gpt2_mlp_hidden(c), FC = gpt2_fc_channels(c), swiglu = c.mlp == MLP_SWIGLU;
     const size_t cols = std::max(std::max(C, QKV), FC);
     const size_t rope = c.position == POS_ROPE ? (size_t)c.max_seq_len * gpt2_head_dim(c) / 2 : 0;
@@ -174,6 +178,7 @@ struct GPT2 {
     size_t num_params = 0;
     int B = 0, T = 0;         // the shape the activations were sized for
     bool recompute = false;
+    bool one_slice = false;   // ln1, ln2 and the MLP activation hold one slice: --recompute, or fp8_keeps_no_bf16_inputs
     bool deterministic = false;  // --deterministic: bit-reproducible attention backward (no dQ atomics)
     bool stochastic_rounding = true;  // --stochastic-rounding: the bf16 parameters written back by AdamW
     GPT2Fp8 fp8;                 // --fp8: the FP8 linear layers (llmc/gpt2_fp8.cuh); fp8.set before gpt2_build
@@ -260,6 +265,7 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
     model.B = B;
     model.T = T;
     model.recompute = recompute;
+    model.one_slice = recompute || fp8_keeps_no_bf16_inputs(model.fp8.set);
     model.num_params = gpt2_num_params(config);
     size_t offsets[NUM_PARAM_TENSORS];
     gpt2_param_offsets(config, offsets);
@@ -271,7 +277,7 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
     const size_t no = (size_t)(model.opt_end - model.opt_begin);  // elements of optimizer state
     const size_t ng = (size_t)(model.grad_end - model.grad_begin);  // elements of gradients
 
-    std::vector<BufferSpec> acts = activation_specs(model.acts, config, B, T, recompute);
+    std::vector<BufferSpec> acts = activation_specs(model.acts, config, B, T, model.one_slice);
     std::vector<BufferSpec> fp8 = fp8_specs(model, config, B * T);
     const size_t act_bytes = specs_bytes(acts), param_bytes = gpt2_param_bytes(model.num_params, ng, no);
     const size_t fp8_bytes = fp8.empty() ? 0 : specs_bytes(fp8);
@@ -279,8 +285,10 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
     size_t free_bytes = 0, total_bytes = 0;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
     const double GiB = 1073741824.0;
-    printf("memory: parameters+grads+optimizer %.2f GiB, activations %.2f GiB (B=%d T=%d recompute=%d), free %.2f GiB\n",
-           param_bytes / GiB, act_bytes / GiB, B, T, (int)recompute, free_bytes / GiB);
+    printf("memory: parameters+grads+optimizer %.2f GiB, activations %.2f GiB (B=%d T=%d recompute=%d%s), free %.2f GiB\n",
+           param_bytes / GiB, act_bytes / GiB, B, T, (int)recompute,
+           model.one_slice && !recompute ? "; --fp8: one slice of the norm outputs and MLP activation" : "",
+           free_bytes / GiB);
     if (fp8_bytes > 0)
         printf("memory: fp8 %.2f GiB (kept X^T %.2f, weight copies %.2f, scratch and scales %.2f)\n", fp8_bytes / GiB,
                model.fp8.L * model.fp8.xt_layer_bytes / GiB, model.fp8.L * model.fp8.w_layer_bytes / GiB,
@@ -422,7 +430,7 @@ inline LayerActs layer_acts(const GPT2& model, int l, int B, int T) {
     const Activations& a = model.acts;
     const size_t N = (size_t)B * T, C = model.config.channels, QKV = gpt2_qkv_channels(model.config);
     const size_t H = gpt2_mlp_hidden(model.config), FC = gpt2_fc_channels(model.config);
-    const size_t lr = model.recompute ? 0 : l;
+    const size_t lr = model.one_slice ? 0 : l;
     LayerActs s;
     s.res_in = l == 0 ? a.encoded : a.residual3 + (l - 1) * N * C;
     s.ln1 = a.ln1 + lr * N * C;
@@ -467,6 +475,18 @@ inline void norm_backward(const GPT2Config& c, floatX* dresidual, floatX* dweigh
     else layernorm_backward(dresidual, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, c.channels, s);
 }
 
+// The norm before linear k of block l (ln1: qkv, ln2: fc): norm_forward (inp2 null) or
+// residual_norm_forward into `out`, or, in an FP8 pass where fp8_norm_fused, the LayerNorm writes the
+// linear's FP8 X and X^T instead of `out` (llmc/gpt2_fp8.cuh).
+inline void norm_before_linear(GPT2& m, bool fp8, int l, int k, floatX* residual, floatX* out, float* mean, float* rstd,
+                               const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias, int N,
+                               cudaStream_t s) {
+    if (fp8 && fp8_norm_fused(m.fp8, l, k))
+        fp8_norm_forward(m.fp8, l, k, residual, mean, rstd, inp1, inp2, weight, bias, N, s);
+    else if (inp2) residual_norm_forward(m.config, residual, out, mean, rstd, inp1, inp2, weight, bias, N, s);
+    else norm_forward(m.config, out, mean, rstd, inp1, weight, bias, N, s);
+}
+
 // Whether a pass of N rows runs the block's linear layers in FP8: --fp8, and a row count the FP8
 // buffers take (the trained B*T, or a smaller multiple of the cast tile; other forwards run bf16).
 inline bool fp8_pass(const GPT2& m, int N) { return m.fp8.set.enabled && N <= m.fp8.N && N % FP8_T_TILE == 0; }
@@ -480,11 +500,12 @@ inline void linear_forward(GPT2& m, bool fp8, bool cast_weight, int l, int k, fl
     if (fp8 && fp8_linear_on(m.fp8, l, k)) fp8_linear_forward(m.fp8, l, k, out, gelu_pre, inp, weight, bias, N, cast_weight, ctx);
     else matmul_forward(out, gelu_pre, inp, weight, bias, N, C, OC, ctx);
 }
+// dout_gelu_pre (FP8 fc only, where fp8_gelu_fused): dout is d(GELU output) of this pre-activation.
 inline void linear_backward(GPT2& m, bool fp8, int l, int k, floatX* dinp, floatX* dweight, floatX* dbias,
                             float* scratch, const floatX* dout, const floatX* inp, const floatX* weight, floatX* gelu_pre,
-                            int N, int C, int OC, const CudaContext& ctx) {
+                            int N, int C, int OC, const CudaContext& ctx, const floatX* dout_gelu_pre = nullptr) {
     if (fp8 && fp8_linear_on(m.fp8, l, k))
-        fp8_linear_backward(m.fp8, l, k, dinp, dweight, dbias, scratch, dout, inp, gelu_pre, N, ctx);
+        fp8_linear_backward(m.fp8, l, k, dinp, dweight, dbias, scratch, dout, inp, gelu_pre, N, ctx, dout_gelu_pre);
     else matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, gelu_pre, N, C, OC, ctx);
 }
 
@@ -513,7 +534,8 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
     if (model.before_layer_forward) model.before_layer_forward(-1);
     encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C, s);  // wpe nullptr with RoPE
     LayerActs first = layer_acts(model, 0, B, T);
-    gpt2_detail::norm_forward(c, first.ln1, first.ln1_mean, first.ln1_rstd, a.encoded, p.ln1w, p.ln1b, N, s);
+    gpt2_detail::norm_before_linear(model, fp8_pass, 0, FP8_QKV, nullptr, first.ln1, first.ln1_mean, first.ln1_rstd,
+                                    a.encoded, nullptr, p.ln1w, p.ln1b, N, s);
     for (int l = 0; l < L; l++) {
         if (model.before_layer_forward) model.before_layer_forward(l);
         LayerActs la = layer_acts(model, l, B, T);
@@ -524,22 +546,23 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
         model_attention_forward(la.atty, la.lse, la.qkv, B, T, NH, NKV, HD, c.window, s);
         linear_forward(model, fp8_pass, cast_w, l, FP8_ATTPROJ, a.proj, nullptr, la.atty, p.attprojw + (size_t)l * C * C,
                        tensor_at(p.attprojb, c1), N, C, C, ctx);
-        gpt2_detail::residual_norm_forward(c, la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, la.res_in, a.proj,
-                                           p.ln2w + c1, tensor_at(p.ln2b, c1), N, s);
+        gpt2_detail::norm_before_linear(model, fp8_pass, l, FP8_FC, la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd,
+                                        la.res_in, a.proj, p.ln2w + c1, tensor_at(p.ln2b, c1), N, s);
         const floatX* fcw = p.fcw + (size_t)l * FC * C;
         const floatX* fcb = tensor_at(p.fcb, (size_t)l * FC);
         if (c.mlp == MLP_SWIGLU) {
             linear_forward(model, fp8_pass, cast_w, l, FP8_FC, la.fch, nullptr, la.ln2, fcw, fcb, N, C, FC, ctx);
             swiglu_forward(la.fch_gelu, la.fch, N, H, s);
-        } else {  // GELU in the bf16 epilogue; the FP8 path runs it after the matmul
+        } else {  // GELU in the bf16 epilogue; the FP8 path runs it after the matmul, or inside fcproj's X cast
             linear_forward(model, fp8_pass, cast_w, l, FP8_FC, la.fch_gelu, la.fch, la.ln2, fcw, fcb, N, C, FC, ctx);
         }
         linear_forward(model, fp8_pass, cast_w, l, FP8_FCPROJ, a.proj, nullptr, la.fch_gelu, p.fcprojw + (size_t)l * C * H,
                        tensor_at(p.fcprojb, c1), N, H, C, ctx);
         if (l + 1 < L) {
             LayerActs next = layer_acts(model, l + 1, B, T);
-            gpt2_detail::residual_norm_forward(c, la.residual3, next.ln1, next.ln1_mean, next.ln1_rstd, la.residual2,
-                                               a.proj, p.ln1w + c1 + C, tensor_at(p.ln1b, c1 + C), N, s);
+            gpt2_detail::norm_before_linear(model, fp8_pass, l + 1, FP8_QKV, la.residual3, next.ln1, next.ln1_mean,
+                                            next.ln1_rstd, la.residual2, a.proj, p.ln1w + c1 + C, tensor_at(p.ln1b, c1 + C),
+                                            N, s);
         } else {
             gpt2_detail::residual_norm_forward(c, la.residual3, a.lnf, a.lnf_mean, a.lnf_rstd, la.residual2, a.proj,
                                                p.lnfw, p.lnfb, N, s);
@@ -614,12 +637,13 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
             linear_backward(model, fp8_pass, l, FP8_FCPROJ, a.dfch_act, gl.fcprojw, gl.fcprojb, a.colsum, a.dresidual,
                             la.fch_gelu, p.fcprojw + fcprojw, nullptr, N, H, C, ctx);
             swiglu_backward(a.dfch, a.dfch_act, la.fch, N, H, s);
-        } else {
+        } else {  // FP8 with fused casts (fp8_gelu_fused): dfch = d(GELU output), dGELU inside fc's dY cast
             linear_backward(model, fp8_pass, l, FP8_FCPROJ, a.dfch, gl.fcprojw, gl.fcprojb, a.colsum, a.dresidual, la.fch_gelu,
                             p.fcprojw + fcprojw, la.fch, N, H, C, ctx);
         }
+        const bool gelu_in_cast = c.mlp != MLP_SWIGLU && fp8_pass && fp8_gelu_fused(model.fp8, l);
         linear_backward(model, fp8_pass, l, FP8_FC, a.dbuf, gl.fcw, gl.fcb, a.colsum, a.dfch, la.ln2, p.fcw + fcw, nullptr, N,
-                        C, FC, ctx);
+                        C, FC, ctx, gelu_in_cast ? la.fch : nullptr);
         gpt2_detail::norm_backward(c, a.dresidual, gl.ln2w, gl.ln2b, a.colsum, a.dbuf, la.residual2, p.ln2w + c1,
                                    la.ln2_mean, la.ln2_rstd, N, s);
         // dresidual now holds d(residual2). Attention: attproj, attention, RoPE, qkv, then ln1.

@@ -14,15 +14,33 @@
 //       all-gather of the layer has landed by then): fp8_amax, scale, then one fp8_cast_transpose
 //       that writes W (OC, Cin) and W^T (Cin, OC). Always current scaling: a weight is cast once
 //       per step, and its scale must stay the one its copies were cast with until the next cast.
-//   X   in the forward, one fp8_cast_transpose: X (N, Cin) into a one-layer scratch for the forward
-//       matmul, X^T (Cin, N) kept per layer for the weight gradient (the backward reads no bf16 X).
-//   dY  in the backward, one fp8_cast_transpose: dY (N, OC) and dY^T (OC, N), one-layer scratch.
+//   X   in the forward: X (N, Cin) into a one-layer scratch for the forward matmul, X^T (Cin, N) kept
+//       per layer for the weight gradient (the backward reads no bf16 X). Separate casts: one
+//       fp8_cast_transpose of the bf16 X. Fused casts (fp8_fused, llmc/fp8_fused.cuh): the kernel that
+//       produces X writes both copies and no bf16 X where nothing else reads it:
+//         qkv's X     ln1's LayerNorm (layernorm_fp8_forward, with the residual add before it)
+//         fc's X      ln2's LayerNorm (the same)
+//         fcproj's X  GELU of fc's pre-activation (fp8_cast_transpose_fused GELU_FORWARD, after the fc
+//                     matmul, which writes the pre-activation as before)
+//         attproj's X a separate fp8_cast_transpose of the attention output (its backward reads it)
+//       RMSNorm and SwiGLU models (Llama) keep separate casts for X.
+//   dY  in the backward: dY (N, OC) and dY^T (OC, N), one-layer scratch. Separate casts: one
+//       fp8_cast_transpose, then bias_backward re-reads dY for the bias gradient. Fused casts: one
+//       fp8_cast_transpose_fused that also sums the bias gradient; fc's dY is formed inside it from
+//       d(GELU output), which fcproj's input-gradient matmul writes, and the pre-activation (GELU_BACKWARD):
+//       no bf16 d(pre-activation) is written, no gelu_backward_inplace, no bias_backward.
 // Scaling of X and dY (--fp8-scaling):
-//   current  fp8_amax pass, fp8_update_scales(history 1), cast: the scale fits the tensor itself.
-//   delayed  the cast records the amax in the same pass and uses the scale of the previous
+//   delayed  (default) the cast records the amax in the same pass and uses the scale of the previous
 //            --fp8-history steps' amaxes; all X and dY scales are updated in one launch after each
 //            backward (their scale_inv must hold from the cast through the weight gradient). The
-//            first step of a run uses the current recipe (an empty history has no scale).
+//            first step of a run uses the current recipe (an empty history has no scale). As the
+//            scale exists before the tensor, the casts run fused into the producers (--fp8-fused 1,
+//            the default; with --fp8-wgrad fp8): the amax passes and every bf16 write-then-read of
+//            a tensor only the casts need are gone. The default for that reason: it moves the fewest
+//            bytes (step time: docs/perf.md, "FP8 (issue 18)"), at +0.26% val loss against bf16 after
+//            2000 steps (docs/numerics.md, "Measured"; current scaling: +0.09%).
+//   current  fp8_amax pass, fp8_update_scales(history 1), cast: the scale fits the tensor itself; the
+//            casts are separate passes (the scale needs the whole tensor first).
 //   rowwise  one scale per row along the dimension each matmul does not reduce over, from that row's
 //            own amax, always current (no history), with cuBLASLt's outer-vector scales:
 //              forward  X per token row (N), W per output row (OC)          fp8_cast_rowwise
@@ -36,12 +54,15 @@
 //            still sets a whole channel's scale (torchao's "rowwise with high-precision wgrad").
 // Every scale lives on the device (Fp8Meta); no host synchronization anywhere.
 // GELU: cuBLASLt's GELU_AUX / DGELU epilogues are the bf16 path's; here the fc matmul writes the
-// pre-activation and gelu_forward runs after it, and the fcproj input-gradient matmul writes
-// d(GELU output), which gelu_backward_inplace turns into d(pre-activation).
+// pre-activation and the fcproj input-gradient matmul writes d(GELU output). With the fused casts
+// GELU and GELU' run inside the casts above (fp8_gelu_fused); with separate casts gelu_forward writes
+// the bf16 GELU output after the fc matmul and gelu_backward_inplace turns d(GELU output) into
+// d(pre-activation).
 // Memory (d12, N = B*T = 65536): kept X^T L * N * (3C + H) bytes = 3.94 GiB (none with --fp8-wgrad
 // bf16); weight copies 2 bytes per linear parameter (~162 MiB); scratch N * (max Cin + 2 max OC)
 // bytes = 0.56 GiB (dY^T's third none with bf16 wgrad); rowwise scales 4 * (L * sum(OC + 2 Cin) + 2N
-// + 3 max(Cin, OC)) bytes (< 1 MiB).
+// + 3 max(Cin, OC)) bytes (< 1 MiB). Given back: with the FP8 weight gradient everywhere the model
+// keeps one slice of ln1, ln2 and the MLP activation (fp8_keeps_no_bf16_inputs; 6.2 GiB at d12).
 // Shapes: N, C, H, QKV and FC multiples of 64 (the transposed cast's tile; covers cuBLASLt's 16).
 // A forward of another row count (a HellaSwag batch) runs the bf16 matmuls, as the head does.
 #pragma once
@@ -52,6 +73,7 @@
 #include "llmc/cuda_common.cuh"
 #include "llmc/formats.h"
 #include "llmc/fp8.cuh"
+#include "llmc/fp8_fused.cuh"
 #include "llmc/gelu.cuh"
 #include "llmc/gpt2_config.h"
 #include "llmc/matmul.cuh"
@@ -61,13 +83,14 @@
 enum class Fp8Scaling { CURRENT, DELAYED, ROWWISE };
 struct Fp8Settings {
     bool enabled = false;                  // --fp8
-    Fp8Scaling scaling = Fp8Scaling::CURRENT;  // --fp8-scaling
+    Fp8Scaling scaling = Fp8Scaling::DELAYED;  // --fp8-scaling
     bool wgrad_bf16 = false;               // --fp8-wgrad bf16: the weight gradient's matmul in bf16
     Fp8Format grad = Fp8Format::E5M2;      // --fp8-grad
     int history = 16;                      // --fp8-history (delayed scaling's window, steps)
     int bf16_layers = 0;                   // --fp8-bf16-layers: the first and the last this many blocks stay bf16
     bool fast_accum = true;                // --fp8-fast-accum: the forward matmul's accumulation (the gradients' never)
     int linears = (1 << 4) - 1;            // --fp8-linears: bit k = Fp8Linear k in FP8
+    bool fused = true;                     // --fp8-fused: under delayed scaling, the casts fused into their producers
 };
 
 
@@ -78,6 +101,8 @@ enum Fp8Role { FP8_X, FP8_DY, FP8_W, FP8_ROLES };
 struct GPT2Fp8 {
     Fp8Settings set;
     int L = 0, N = 0;                         // layers; rows the buffers were sized for (model B*T)
+    bool gelu = false;                        // the MLP is fc -> GELU -> fcproj (not SwiGLU)
+    bool layernorm = false;                   // the norms are LayerNorms (not RMSNorm)
     int cin[FP8_LINEARS] = {}, oc[FP8_LINEARS] = {};
     size_t w_layer_bytes = 0, w_off[FP8_LINEARS] = {};   // per layer: each linear's W then W^T
     size_t xt_layer_bytes = 0, xt_off[FP8_LINEARS] = {};  // per layer: each linear's X^T (Cin, N)
@@ -99,10 +124,38 @@ struct GPT2Fp8 {
     bool warm = false;           // a backward has run: delayed scaling has amax history
 };
 
+// Whether no backward reads the bf16 inputs of the FP8 linears (ln1, ln2, the MLP activation): every
+// linear of every block in FP8 with the FP8 weight gradient (it reads the kept X^T). Then the model
+// keeps one slice of them (GPT2::one_slice): each is read only in its own layer's forward.
+inline bool fp8_keeps_no_bf16_inputs(const Fp8Settings& s) {
+    return s.enabled && !s.wgrad_bf16 && s.bf16_layers == 0 && s.linears == (1 << FP8_LINEARS) - 1;
+}
+
 // Whether linear k of block l runs in FP8 in an FP8 pass: --fp8-bf16-layers keeps the end blocks bf16,
 // --fp8-linears picks the linear layers.
 inline bool fp8_linear_on(const GPT2Fp8& f, int l, int k) {
     return l >= f.set.bf16_layers && l < f.L - f.set.bf16_layers && ((f.set.linears >> k) & 1);
+}
+
+// Whether the casts run fused into their producers (--fp8-fused 1, llmc/fp8_fused.cuh): they need
+// the scale before the tensor exists (delayed scaling, after its first step) and the FP8 weight
+// gradient (the bf16 one reads the bf16 tensors the fused casts no longer write). Then every dY cast
+// also sums the bias gradient, and with GELU (fp8_gelu_fused) the activation moves into the casts.
+inline bool fp8_fused(const GPT2Fp8& f) {
+    return f.set.fused && f.set.scaling == Fp8Scaling::DELAYED && f.warm && !f.set.wgrad_bf16;
+}
+// Whether block l's GELU runs inside the FP8 casts: forward, fc's pre-activation -> fcproj's e4m3 X
+// and X^T (the bf16 GELU output is not written); backward, d(GELU output) from fcproj's input
+// gradient -> fc's dY, dY^T and bias gradient (d(pre-activation) is not written in bf16). Both fc
+// and fcproj must be FP8 in the block.
+inline bool fp8_gelu_fused(const GPT2Fp8& f, int l) {
+    return f.gelu && fp8_fused(f) && fp8_linear_on(f, l, FP8_FC) && fp8_linear_on(f, l, FP8_FCPROJ);
+}
+// Whether the LayerNorm before linear k of block l (ln1 before qkv, ln2 before fc) writes that
+// linear's e4m3 X and X^T itself (layernorm_fp8_forward; the bf16 norm output is not written), so
+// the linear skips its cast. RMSNorm models cast separately.
+inline bool fp8_norm_fused(const GPT2Fp8& f, int l, int k) {
+    return f.layernorm && fp8_fused(f) && (k == FP8_QKV || k == FP8_FC) && fp8_linear_on(f, l, k);
 }
 
 // Sizes the buffers for a model of config c trained at N rows; fails on shapes the casts cannot take.
@@ -114,6 +167,8 @@ inline void fp8_plan(GPT2Fp8& f, const GPT2Config& c, int N) {
     if (N % FP8_T_TILE != 0) fail("--fp8 1: batch * seq = %d must be a multiple of %d (the FP8 transposed casts)", N, FP8_T_TILE);
     f.L = c.num_layers;
     f.N = N;
+    f.gelu = c.mlp == MLP_GELU;
+    f.layernorm = c.norm == NORM_LAYERNORM;
     f.w_layer_bytes = f.xt_layer_bytes = f.max_cin = f.max_oc = f.rs_layer_floats = 0;
     for (int k = 0; k < FP8_LINEARS; k++) {
         if (cin[k] % FP8_T_TILE != 0) fail("--fp8 1: %s %d must be a multiple of %d", names[k], cin[k], FP8_T_TILE);
@@ -136,7 +191,8 @@ inline void fp8_plan(GPT2Fp8& f, const GPT2Config& c, int N) {
 
 inline Fp8Meta* fp8_meta(const GPT2Fp8& f, Fp8Role r, int l, int k) { return f.metas + ((size_t)r * f.L + l) * FP8_LINEARS + k; }
 
-// Scales start at 1 with empty histories; X and W in e4m3, dY in the gradient format.
+// Scales start at 1 with empty histories; X and W in e4m3, dY in the gradient format. Also opts the
+// FP8 LayerNorm in to its shared memory (outside any capture).
 inline void fp8_init_metas(GPT2Fp8& f, cudaStream_t s) {
     const int per_role = f.L * FP8_LINEARS;
     fp8_meta_init(fp8_meta(f, FP8_X, 0, 0), per_role, Fp8Format::E4M3, s);
@@ -144,6 +200,7 @@ inline void fp8_init_metas(GPT2Fp8& f, cudaStream_t s) {
     fp8_meta_init(fp8_meta(f, FP8_W, 0, 0), per_role, Fp8Format::E4M3, s);
     f.weights_step = -1;
     f.warm = false;
+    if (f.layernorm && f.set.fused) layernorm_fp8_prepare(f.cin[FP8_QKV]);  // before any graph capture
 }
 
 // The scales in a checkpoint (llmc/formats.h, GPT8; llmc/checkpoint.h names the file): every
@@ -241,48 +298,76 @@ inline LinearBuffers linear_buffers(const GPT2Fp8& f, int l, int k) {
 
 // Linear k of layer l in FP8: out (N, OC) = inp (N, Cin) W^T + bias; with gelu_pre, gelu_pre = that
 // and out = GELU(gelu_pre). Casts the weight first when `cast_weight` (a new step), and keeps X^T
-// (unless the weight gradient is bf16).
+// (unless the weight gradient is bf16). Where fp8_gelu_fused(f, l): fc (gelu_pre given) casts the
+// GELU output straight into fcproj's X and X^T and does not write `out`; fcproj then skips its cast
+// (its inp is not read). Where fp8_norm_fused(f, l, k): the norm before has written X and X^T
+// (fp8_norm_forward), inp is not read.
 inline void fp8_linear_forward(GPT2Fp8& f, int l, int k, floatX* out, floatX* gelu_pre, const floatX* inp,
                                const floatX* weight, const floatX* bias, int N, bool cast_weight, const CudaContext& ctx) {
     using namespace fp8_detail;
     const int C = f.cin[k], OC = f.oc[k];
     const LinearBuffers b = linear_buffers(f, l, k);
     Fp8Meta *wm = fp8_meta(f, FP8_W, l, k), *xm = fp8_meta(f, FP8_X, l, k);
+    const bool gelu_fused = fp8_gelu_fused(f, l);
     if (cast_weight)
         cast_scaled(f, b.wt8, b.w8, weight, OC, C, Fp8Format::E4M3, wm, true, 1, b.w_rows, b.wt_rows, ctx.stream);
-    cast_scaled(f, b.xt8, f.x, inp, N, C, Fp8Format::E4M3, xm, current_scaling(f), history_len(f), f.rs_x, b.xt_rows,
-                ctx.stream);
+    if (!(k == FP8_FCPROJ && gelu_fused) && !fp8_norm_fused(f, l, k))  // else fc's GELU cast or the norm wrote f.x, X^T
+        cast_scaled(f, b.xt8, f.x, inp, N, C, Fp8Format::E4M3, xm, current_scaling(f), history_len(f), f.rs_x,
+                    b.xt_rows, ctx.stream);
     floatX* y = gelu_pre ? gelu_pre : out;
     Fp8Accum acc;
     acc.forward = f.set.fast_accum;
     matmul_fp8_forward(bf16_ptr(y), f.x, scale_inv_of(f, xm, f.rs_x), b.w8, scale_inv_of(f, wm, b.w_rows),
                        bf16_ptr(bias), N, C, OC, scales(f), ctx, acc);
-    if (gelu_pre) gelu_forward(out, gelu_pre, (int64_t)N * OC, ctx.stream);
+    if (gelu_pre && k == FP8_FC && gelu_fused)  // fcproj's X from the pre-activation (f.x is free again in stream order)
+        fp8_cast_transpose_fused(linear_buffers(f, l, FP8_FCPROJ).xt8, f.x, gelu_pre, nullptr, N, OC, Fp8Format::E4M3,
+                                 fp8_meta(f, FP8_X, l, FP8_FCPROJ), Fp8Prologue::GELU_FORWARD, nullptr, nullptr,
+                                 ctx.stream);
+    else if (gelu_pre) gelu_forward(out, gelu_pre, (int64_t)N * OC, ctx.stream);
 }
 
 // The backward of fp8_linear_forward: dinp (N, Cin) = dout W (=), or with gelu_pre the gradient
 // w.r.t. the pre-activation (dinp = dGELU(dout W)); dweight += dout^T X (FP8 from the kept X^T, or
 // with --fp8-wgrad bf16 from the bf16 inp (N, Cin) the forward read); dbias += column sums of dout
 // (bf16, scratch: column_num_chunks(N) * OC floats).
+// Fused casts (fp8_fused): dY's cast sums the bias gradient in the same read. Where fp8_gelu_fused(f,
+// l): fcproj (gelu_pre given) leaves dinp = d(GELU output), and fc takes it as dout with
+// dout_gelu_pre = the pre-activation: its dY is dout * GELU'(pre), formed inside its cast.
 inline void fp8_linear_backward(GPT2Fp8& f, int l, int k, floatX* dinp, floatX* dweight, floatX* dbias, float* scratch,
                                 const floatX* dout, const floatX* inp, const floatX* gelu_pre, int N,
-                                const CudaContext& ctx) {
+                                const CudaContext& ctx, const floatX* dout_gelu_pre = nullptr) {
     using namespace fp8_detail;
     const int C = f.cin[k], OC = f.oc[k];
     const LinearBuffers b = linear_buffers(f, l, k);
     Fp8Meta *wm = fp8_meta(f, FP8_W, l, k), *xm = fp8_meta(f, FP8_X, l, k), *dm = fp8_meta(f, FP8_DY, l, k);
-    const bool wgrad_fp8 = !f.set.wgrad_bf16;
-    cast_scaled(f, wgrad_fp8 ? f.dyt : nullptr, f.dy, dout, N, OC, f.set.grad, dm, current_scaling(f), history_len(f),
-                f.rs_dy, f.rs_dyt, ctx.stream);
+    const bool wgrad_fp8 = !f.set.wgrad_bf16, fused = fp8_fused(f), gelu_fused = fp8_gelu_fused(f, l);
+    if (dout_gelu_pre && !(k == FP8_FC && gelu_fused))
+        fail("fp8_linear_backward: a d(GELU output) for linear %d of block %d, where the GELU is not fused", k, l);
+    if (fused)  // wgrad_fp8 here: dY and dY^T
+        fp8_cast_transpose_fused(f.dyt, f.dy, dout, dout_gelu_pre, N, OC, f.set.grad, dm,
+                                 dout_gelu_pre ? Fp8Prologue::GELU_BACKWARD : Fp8Prologue::NONE, dbias, scratch,
+                                 ctx.stream);
+    else
+        cast_scaled(f, wgrad_fp8 ? f.dyt : nullptr, f.dy, dout, N, OC, f.set.grad, dm, current_scaling(f),
+                    history_len(f), f.rs_dy, f.rs_dyt, ctx.stream);
     matmul_fp8_backward_input(bf16_ptr(dinp), f.dy, f.set.grad, scale_inv_of(f, dm, f.rs_dy), b.wt8,
                               scale_inv_of(f, wm, b.wt_rows), N, C, OC, scales(f), ctx);
-    if (gelu_pre) gelu_backward_inplace(dinp, gelu_pre, (int64_t)N * C, ctx.stream);
+    if (gelu_pre && !(k == FP8_FCPROJ && gelu_fused)) gelu_backward_inplace(dinp, gelu_pre, (int64_t)N * C, ctx.stream);
     if (wgrad_fp8)
         matmul_fp8_backward_weight(bf16_ptr(dweight), f.dyt, f.set.grad, scale_inv_of(f, dm, f.rs_dyt), b.xt8,
                                    scale_inv_of(f, xm, b.xt_rows), N, C, OC, 1.0f, scales(f), ctx);
     else
         matmul_backward_weight(dweight, dout, inp, N, C, OC, ctx);
-    if (dbias) bias_backward(dbias, scratch, dout, N, OC, ctx.stream);
+    if (dbias && !fused) bias_backward(dbias, scratch, dout, N, OC, ctx.stream);
+}
+
+// The norm before linear k of block l where fp8_norm_fused: LayerNorm of inp1 (with inp2: of
+// residual = inp1 + inp2) into the linear's e4m3 X (the f.x scratch) and kept X^T; mean, rstd (and
+// residual) as the bf16 norm writes them.
+inline void fp8_norm_forward(GPT2Fp8& f, int l, int k, floatX* residual, float* mean, float* rstd, const floatX* inp1,
+                             const floatX* inp2, const floatX* weight, const floatX* bias, int N, cudaStream_t s) {
+    layernorm_fp8_forward(fp8_detail::linear_buffers(f, l, k).xt8, f.x, residual, mean, rstd, inp1, inp2, weight, bias, N,
+                          f.cin[k], fp8_meta(f, FP8_X, l, k), s);
 }
 
 // After each backward: delayed scaling folds the amaxes the casts recorded into the histories (all X

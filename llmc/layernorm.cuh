@@ -18,13 +18,13 @@ constexpr int LAYERNORM_BLOCK = 256;  // 8 warps = 8 rows per block
 // normalize) re-read it from L1/L2, which is cheaper than holding C/32 values per lane in registers
 // for every C. DRAM traffic: read N*C (x2 inputs when fused), write N*C (x2 when fused):
 // ~0.2 GB per call at GPT-2 124M, B*T = 65536, memory-bound at ~60 us on an H200.
-template <bool FUSED_RESIDUAL>
-static __global__ void layernorm_forward_warp_per_row(floatX* residual, floatX* out, float* mean, float* rstd,
-                                                      const floatX* inp1, const floatX* inp2, const floatX* weight,
-                                                      const floatX* bias, int N, int C) {
+// The row's work, shared with the FP8 LayerNorm of llmc/fp8_fused.cuh (the same bits): the residual
+// add, mean and rstd written; store(c, o) takes the normalized pack at column c.
+template <bool FUSED_RESIDUAL, typename Store>
+__device__ inline void layernorm_row_warp(floatX* residual, float* mean, float* rstd, const floatX* inp1,
+                                          const floatX* inp2, const floatX* weight, const floatX* bias, int row, int C,
+                                          Store store) {
     const int lane = threadIdx.x % WARP_SIZE;
-    const int row = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
-    if (row >= N) return;
     const int64_t base = (int64_t)row * C;
     const floatX* x = FUSED_RESIDUAL ? residual + base : inp1 + base;
     if (FUSED_RESIDUAL) {
@@ -52,12 +52,23 @@ static __global__ void layernorm_forward_warp_per_row(floatX* residual, floatX* 
         x128 o;
         for (int k = 0; k < x128::size; k++)
             o[k] = from_float<floatX>((to_float(v[k]) - m) * s * to_float(w[k]) + to_float(b[k]));
-        store128(out + base + c, o);
+        store(c, o);
     }
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = s;
     }
+}
+
+template <bool FUSED_RESIDUAL>
+static __global__ void layernorm_forward_warp_per_row(floatX* residual, floatX* out, float* mean, float* rstd,
+                                                      const floatX* inp1, const floatX* inp2, const floatX* weight,
+                                                      const floatX* bias, int N, int C) {
+    const int row = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
+    if (row >= N) return;
+    floatX* out_row = out + (int64_t)row * C;
+    layernorm_row_warp<FUSED_RESIDUAL>(residual, mean, rstd, inp1, inp2, weight, bias, row, C,
+                                       [&](int c, const x128& o) { store128(out_row + c, o); });
 }
 
 // A decode step's rows (NormLaunch::block_per_row, llmc/cuda_common.cuh): block = row, thread t owns

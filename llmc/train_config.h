@@ -51,13 +51,14 @@ struct TrainConfig {
     int rank = -1, world_size = -1; // --rank, --world-size for tcp/file (-1 = from the environment)
     // FP8 linear layers (GPU trainer, bf16 build; llmc/gpt2_fp8.cuh, docs/numerics.md)
     int fp8 = 0;                    // --fp8: 1 = the blocks' linear layers' matmuls in FP8
-    std::string fp8_scaling = "current";  // --fp8-scaling: current | delayed | rowwise
+    std::string fp8_scaling = "delayed";  // --fp8-scaling: delayed | current | rowwise
     std::string fp8_wgrad;          // --fp8-wgrad: fp8 | bf16 ("" = bf16 under rowwise scaling, else fp8)
     std::string fp8_grad = "e5m2";  // --fp8-grad: e5m2 | e4m3, the format of the gradients dY
     int fp8_history = 16;           // --fp8-history: delayed scaling's amax window (steps)
     int fp8_bf16_layers = 0;        // --fp8-bf16-layers: the first and last N blocks stay bf16
     int fp8_fast_accum = 1;         // --fp8-fast-accum: the forward matmuls' fast accumulation
     int fp8_linears = 15;           // --fp8-linears: bit k = linear k of a block in FP8 (qkv, attproj, fc, fcproj)
+    int fp8_fused = 1;              // --fp8-fused: delayed scaling's casts fused into their producers
     int grad_accum = 1;             // derived: total_batch / (B*T*world)
     int world = 1;                  // derived: the ranks of the run (set_world_size)
     bool total_batch_default = false;  // derived: --total-batch was not given (one micro-batch per rank)
@@ -260,11 +261,12 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
               "forward, input- and weight-gradient matmuls in FP8 (E4M3 weights and activations, --fp8-grad "
               "gradients, per-tensor scales; fp32 accumulation, bf16 outputs); the embeddings, norms, attention, the "
               "output head and the optimizer stay bf16/fp32. GPU trainer, bf16 build only (docs/numerics.md)");
-    p.add({"--fp8-scaling", "HOW", "--fp8's scales: per tensor, current (from each tensor's own amax, an extra "
-           "read) or delayed (activations and gradients from the amaxes of the last --fp8-history steps, recorded by "
-           "the cast itself; weights current); or rowwise (one scale per row along each matmul's non-reduced "
+    p.add({"--fp8-scaling", "HOW", "--fp8's scales: per tensor, delayed (activations and gradients from the amaxes "
+           "of the last --fp8-history steps, recorded by the casts themselves, which can then run inside the kernels "
+           "that produce their tensors: --fp8-fused; weights current) or current (from each tensor's own amax: an "
+           "extra read of every tensor, the casts separate passes); or rowwise (one scale per row along each matmul's non-reduced "
            "dimension: per token of X and dY, per output and input channel of W, per channel of dY and X for the "
-           "weight gradient; cuBLASLt's outer-vector scales, Hopper only) (default current)",
+           "weight gradient; cuBLASLt's outer-vector scales, Hopper only) (default delayed)",
            [&cfg](const char* s) -> std::string {
                if (strcmp(s, "current") != 0 && strcmp(s, "delayed") != 0 && strcmp(s, "rowwise") != 0)
                    return std::string("unknown scaling '") + s + "' (current, delayed, rowwise)";
@@ -311,6 +313,11 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
     p.add_int("--fp8-fast-accum", &cfg.fp8_fast_accum, {0, 1}, "--fp8: 1 = the forward matmuls accumulate in the "
               "tensor cores' fast (narrower) mode, 0 = promoted to fp32 every few k-steps; the gradient matmuls "
               "never use it");
+    p.add_int("--fp8-fused", &cfg.fp8_fused, {0, 1}, "--fp8-scaling delayed: 1 = the casts run inside the kernels "
+              "that produce their tensors (the LayerNorms write qkv's and fc's FP8 inputs, GELU and its backward run "
+              "inside the casts of fcproj's input and fc's dY, every dY cast sums its bias gradient; with --fp8-wgrad "
+              "fp8), 0 = separate passes; current and rowwise scaling always run them "
+              "separately (a current scale needs the tensor first)");
     p.add_int("--zero", &cfg.zero, {0, 2}, "data parallel: 0 = gradients all-reduced, every rank keeps the whole optimizer "
               "state; 1 = AdamW state sharded by rank, parameters all-gathered; 2 = gradients reduce-scattered as well");
     p.add({"--dist-init", "HOW", "how the ranks of a data-parallel run meet: mpi, tcp://HOST:PORT (rank 0's host), "
@@ -358,9 +365,11 @@ inline void validate_train_config(TrainConfig& cfg) {
     if (cfg.hellaswag_every > 0 && cfg.hellaswag_path.empty())
         fail("--hellaswag-every: needs --hellaswag FILE (the eval file to score)");
     if (cfg.init.empty() && cfg.resume_dir.empty()) cfg.init = "d12";
-    if (!cfg.fp8 && (cfg.fp8_scaling != "current" || cfg.fp8_grad != "e5m2" || cfg.fp8_history != 16 ||
-                     cfg.fp8_bf16_layers != 0 || cfg.fp8_fast_accum != 1 || cfg.fp8_linears != 15 || !cfg.fp8_wgrad.empty()))
-        fail("--fp8-scaling, --fp8-wgrad, --fp8-grad, --fp8-history, --fp8-bf16-layers, --fp8-linears, --fp8-fast-accum: "
+    if (!cfg.fp8 && (cfg.fp8_scaling != "delayed" || cfg.fp8_grad != "e5m2" || cfg.fp8_history != 16 ||
+                     cfg.fp8_bf16_layers != 0 || cfg.fp8_fast_accum != 1 || cfg.fp8_linears != 15 || !cfg.fp8_wgrad.empty() ||
+                     cfg.fp8_fused != 1))
+        fail("--fp8-scaling, --fp8-wgrad, --fp8-grad, --fp8-history, --fp8-bf16-layers, --fp8-linears, --fp8-fast-accum, "
+             "--fp8-fused: "
              "only with --fp8 1");  // with --resume: checked by open_run_files
     if (cfg.fp8_wgrad.empty()) cfg.fp8_wgrad = cfg.fp8_scaling == "rowwise" ? "bf16" : "fp8";
 }

@@ -12,11 +12,11 @@
 #     114M (RMSNorm, RoPE, SwiGLU fc, no biases, 4 KV heads)
 #  (QUICK=1 stops here: what tests/run_gpu_tests.sh runs; SHORT=0 skips 3; SKIP_BENCH=1 skips 4;
 #  PARALLEL=1 runs 5's trainings at once)
-#  4. bench: 124M at B=64 T=1024, 20 steps of random tokens, bf16 vs --fp8 1 (BENCH_RECIPES: more FP8
-#     recipes), one after the other: tok/s and peak memory (the trainer's BENCH line), the FP8 buffers'
+#  4. bench: 124M at B=64 T=1024, 20 steps of random tokens, bf16 vs --fp8 1 current and delayed scaling
+#     (BENCH_RECIPES: other FP8 recipes), one after the other: tok/s and peak memory (the trainer's BENCH line), the FP8 buffers'
 #     size ("memory: fp8" line) and each recipe's speedup over bf16; not a pass/fail
 #  5. loss parity: a d12 (INIT: another model) for STEPS (2000) steps at B=4 T=128 (1M tokens, ~3 epochs), lr 3e-4 cosine, bf16 vs --fp8 1
-#     (current scaling) vs --fp8 1 --fp8-scaling delayed vs --fp8 1 --fp8-bf16-layers 2 (RECIPES: other
+#     --fp8-scaling current vs delayed (the default, its casts fused) vs current with --fp8-bf16-layers 2 (RECIPES: other
 #     FP8 recipes), val every 100 steps on the whole val split (63 batches):
 #     the final val loss of each recipe within 1% of bf16's (INFO_RECIPES: recipes only reported); and,
 #     for docs/numerics.md (not a check; NOSR=0 skips it), bf16
@@ -38,8 +38,8 @@ QUICK=${QUICK:-0}
 INIT=${INIT:-d12}  # the model of sections 2b, 3 (its GPT-2 runs) and 5, e.g. gpt2-medium for the larger-model check
 BUDGET=${BUDGET:-420}
 LONG_LIMIT=${LONG_LIMIT:-100}  # seconds a 2000-step run may take (more when other work shares the GPU)
-RECIPES=${RECIPES:-fp8=--fp8 1;fp8_delayed=--fp8 1 --fp8-scaling delayed;fp8_ends2=--fp8 1 --fp8-bf16-layers 2}
-BENCH_RECIPES=${BENCH_RECIPES:-fp8=--fp8 1}
+RECIPES=${RECIPES:-fp8=--fp8 1 --fp8-scaling current;fp8_delayed=--fp8 1 --fp8-scaling delayed;fp8_ends2=--fp8 1 --fp8-scaling current --fp8-bf16-layers 2}
+BENCH_RECIPES=${BENCH_RECIPES:-fp8=--fp8 1 --fp8-scaling current;fp8_delayed=--fp8 1 --fp8-scaling delayed}
 INFO_RECIPES=${INFO_RECIPES:-}
 # recipe_names LIST / recipe_flags LIST NAME: the entries of a "name=flags;..." list
 recipe_names() { local e; IFS=';' read -ra es <<< "$1"; for e in "${es[@]}"; do echo "${e%%=*}"; done; }

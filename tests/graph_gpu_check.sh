@@ -13,7 +13,7 @@
 #      v, master, step, data position) equal byte for byte. GPT-2 (d6) and Llama (L4 C256 H4 KV2),
 #      bf16 and fp32 builds, grad_accum 1 and > 1, random tokens and shards through the data loader
 #      (with validation between graph steps), --recompute 1, --grad-clip 0; --fp8 1 (current,
-#      delayed, rowwise); and a --graph 1 run resumed from its step-10 checkpoint equals the
+#      delayed with the fused casts and without, rowwise); and a --graph 1 run resumed from its step-10 checkpoint equals the
 #      uninterrupted --graph 0 run. PAIRS (a regex, e.g. fp8) runs only the pairs it matches
 #   3. bench: GPT-2 124M, B=64 T=1024, --random-data 1, --graph 0 and 1 in alternating rounds:
 #      median ms/step and tok/s (BENCH lines), the speedup
@@ -109,11 +109,18 @@ pair fp32_gpt2_shards_ga2 build/train_gpt2cu_fp32 --init d6 "${SHARDS[@]}" --bat
 pair fp32_llama_random_ga1 build/train_gpt2cu_fp32 --init $LLAMA --random-data 1 --batch 4 --seq 128
 # --fp8: each slot's graph must recast the FP8 weight copies after the update (a host decision the
 # capture freezes; before the fix the second slot's graph ran on the previous step's copies)
-pair fp8_gpt2_shards_ga1 build/train_gpt2cu --init d6 "${SHARDS[@]}" --batch 4 --seq 256 --fp8 1
+pair fp8_current_gpt2_shards_ga1 build/train_gpt2cu --init d6 "${SHARDS[@]}" --batch 4 --seq 256 --fp8 1 \
+    --fp8-scaling current
 pair fp8_delayed_gpt2_random_ga2 build/train_gpt2cu --init d6 --random-data 1 --batch 4 --seq 256 --total-batch 2048 \
     --fp8 1 --fp8-scaling delayed
 pair fp8_rowwise_llama_shards_ga1 build/train_gpt2cu --init $LLAMA "${SHARDS[@]}" --batch 4 --seq 256 --fp8 1 \
     --fp8-scaling rowwise
+# delayed scaling's casts as separate passes (--fp8-fused 0; the pair above runs the fused ones), and
+# the fused casts without biases and GELU (Llama: SwiGLU, the dY casts only)
+pair fp8_delayed_unfused_gpt2_shards_ga1 build/train_gpt2cu --init d6 "${SHARDS[@]}" --batch 4 --seq 256 --fp8 1 \
+    --fp8-scaling delayed --fp8-fused 0
+pair fp8_delayed_llama_random_ga1 build/train_gpt2cu --init $LLAMA --random-data 1 --batch 4 --seq 256 --fp8 1 \
+    --fp8-scaling delayed
 
 # resume: the --graph 1 run of this pair resumed from its step-10 checkpoint = the uninterrupted
 # --graph 0 run (the checkpoint stores the data position of the batches staged ahead, not trained on)

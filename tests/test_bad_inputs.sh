@@ -177,6 +177,8 @@ if [ -x $GPU ]; then
         $GPU "${BASE[@]}" --init d2 --fp8 1 --fp8-linears qkv,proj
     expect_error "GPU trainer: --fp8-bf16-layers without --fp8 1" "only with --fp8 1" $GPU "${BASE[@]}" --init d2 \
         --fp8-bf16-layers 1
+    expect_error "GPU trainer: --fp8-fused without --fp8 1" "only with --fp8 1" $GPU "${BASE[@]}" --init d2 \
+        --fp8-fused 0
     expect_error "GPU trainer: --fp8 1 with B*T not a multiple of 64" "--fp8 1: batch * seq = 100 must be a multiple of 64" \
         $GPU "${BASE[@]}" --init d2 --fp8 1 --batch 1 --seq 100
     expect_error "GPU trainer: --fp8 1 with a SwiGLU width not a multiple of 64" "--fp8 1: MLP hidden width 2080 must be a multiple of 64" \

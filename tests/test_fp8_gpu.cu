@@ -6,7 +6,11 @@
 // W, bias, dY, and dW, dbias holding random values (they accumulate, +=); fc with its GELU, fcproj's
 // input gradient through dGELU at a random pre-activation. dY in e5m2, then again in e4m3. Three
 // recipes: per-tensor current scaling (FP8 weight gradient), rowwise scaling with the FP8 weight
-// gradient, rowwise with the bf16 weight gradient (--fp8-wgrad bf16).
+// gradient, rowwise with the bf16 weight gradient (--fp8-wgrad bf16); and delayed scaling with the
+// fused casts (llmc/fp8_fused.cuh): each layer run twice on the same inputs, the first pass (current
+// scaling, as a run's first step) setting the scales the second (fused, checked) casts with, so the
+// reference is the current one; the dY casts sum the bias gradient, and test_mlp runs fc -> GELU ->
+// fcproj with the GELU and its derivative inside the casts.
 // The reference (llmc/cpu/fp8.h): each operand's scale from its amax (cpu::fp8_scale_from_amax,
 // current scaling; rowwise: cpu::fp8_row_scale of each row of the operand as the matmul reads it:
 // X, dY per token row, W per output row for the forward and per input channel (column) for the
@@ -137,8 +141,10 @@ static void test_linear(GPT2& model, int k, const char* name, bool gelu, bool dg
     GPT2Fp8& f = model.fp8;
     const int C = f.cin[k], OC = f.oc[k];
     const bool rowwise = f.set.scaling == Fp8Scaling::ROWWISE, wgrad_fp8 = !f.set.wgrad_bf16;
+    const bool delayed = f.set.scaling == Fp8Scaling::DELAYED;
     printf("%s: N=%d, %d -> %d%s%s, dY %s, %s scaling, weight gradient %s\n", name, N, C, OC, gelu ? ", GELU" : "",
-           dgelu ? ", dGELU" : "", fp8_format_name(f.set.grad), rowwise ? "rowwise" : "current",
+           dgelu ? ", dGELU" : "", fp8_format_name(f.set.grad),
+           rowwise ? "rowwise" : delayed ? "delayed (second pass, fused dY + bias casts)" : "current",
            wgrad_fp8 ? "fp8" : "bf16");
     std::vector<float> x = random_bf16(rng, (size_t)N * C, 2.0f), w = random_bf16(rng, (size_t)OC * C, 0.1f);
     std::vector<float> bias = random_bf16(rng, OC, 0.5f), dy = random_bf16(rng, (size_t)N * OC, 1e-3f);
@@ -150,6 +156,20 @@ static void test_linear(GPT2& model, int k, const char* name, bool gelu, bool dg
            *d_dx = poisoned((size_t)N * C), *d_in_pre = dgelu ? upload(in_pre) : nullptr;
     float* d_scratch = nullptr;
     cudaCheck(cudaMalloc(&d_scratch, sizeof(float) * column_num_chunks(N) * OC));
+    if (delayed) {  // a first pass (current scaling: an empty history) sets the scales of these tensors;
+        // the second, checked below, runs delayed scaling's fused casts with them
+        f.warm = false;
+        fp8_linear_forward(f, 0, k, d_out, d_pre, d_x, d_w, d_b, N, true, ctx);
+        fp8_linear_backward(f, 0, k, d_dx, d_dw, d_db, d_scratch, d_dy, d_x, d_in_pre, N, ctx);
+        fp8_after_backward(f, ctx.stream);
+        if (!fp8_fused(f)) fail("test_fp8_gpu: the second pass is not the fused one");
+        cudaCheck(cudaStreamSynchronize(ctx.stream));
+        for (floatX* d : {d_out, d_pre, d_dx}) if (d) cudaCheck(cudaMemset(d, 0xFF, 2 * (d == d_dx ? (size_t)N * C : (size_t)N * OC)));
+        cudaCheck(cudaFree(d_dw));
+        cudaCheck(cudaFree(d_db));
+        d_dw = upload(dw0);
+        d_db = upload(db0);
+    }
     fp8_linear_forward(f, 0, k, d_out, d_pre, d_x, d_w, d_b, N, true, ctx);
     fp8_linear_backward(f, 0, k, d_dx, d_dw, d_db, d_scratch, d_dy, d_x, d_in_pre, N, ctx);
     cudaCheck(cudaStreamSynchronize(ctx.stream));
@@ -244,6 +264,109 @@ static void test_linear(GPT2& model, int k, const char* name, bool gelu, bool dg
     cudaCheck(cudaFree(d_scratch));
 }
 
+// Delayed scaling with the fused casts across the MLP of block 0 (fp8_gelu_fused): fc's forward
+// casts GELU(pre-activation) into fcproj's X and X^T, fcproj's backward leaves d(GELU output), fc's dY
+// cast applies GELU' and sums fc's bias gradient. As test_linear's delayed recipe: a first pass
+// (current scaling, separate GELU passes) sets the scales, the second runs fused and is checked.
+// The reference takes the GPU's pre-activation and d(GELU output) (the matmuls before them are
+// checked on their own) and llmc/cpu/gelu.h; the two scales that come from GELU values (fcproj's X,
+// fc's dY) within 1% of the CPU's (the GPU's GELU may round an element one bf16 step apart).
+static void test_mlp(GPT2& model, int N, Rng& rng, const CudaContext& ctx) {
+    GPT2Fp8& f = model.fp8;
+    const int C = f.cin[FP8_FC], H = f.oc[FP8_FC];
+    printf("mlp: N=%d, %d -> %d -> GELU -> %d, dY %s, delayed scaling, fused GELU casts\n", N, C, H, C,
+           fp8_format_name(f.set.grad));
+    const std::vector<float> x = random_bf16(rng, (size_t)N * C, 2.0f), w1 = random_bf16(rng, (size_t)H * C, 0.1f);
+    const std::vector<float> b1 = random_bf16(rng, H, 0.5f), w2 = random_bf16(rng, (size_t)C * H, 0.1f);
+    const std::vector<float> b2 = random_bf16(rng, C, 0.5f), dy = random_bf16(rng, (size_t)N * C, 1e-3f);
+    const std::vector<float> dw1_0 = random_bf16(rng, (size_t)H * C, 1e-2f), db1_0 = random_bf16(rng, H, 1e-2f);
+    const std::vector<float> dw2_0 = random_bf16(rng, (size_t)C * H, 1e-2f), db2_0 = random_bf16(rng, C, 1e-2f);
+    floatX *d_x = upload(x), *d_w1 = upload(w1), *d_b1 = upload(b1), *d_w2 = upload(w2), *d_b2 = upload(b2), *d_dy = upload(dy);
+    floatX *d_dw1 = nullptr, *d_db1 = nullptr, *d_dw2 = nullptr, *d_db2 = nullptr;
+    floatX *d_pre = poisoned((size_t)N * H), *d_act = poisoned((size_t)N * H), *d_y = poisoned((size_t)N * C);
+    floatX *d_dact = poisoned((size_t)N * H), *d_dx = poisoned((size_t)N * C);
+    float* d_scratch = nullptr;
+    cudaCheck(cudaMalloc(&d_scratch, sizeof(float) * column_num_chunks(N) * H));
+    for (int pass = 0; pass < 2; pass++) {
+        for (floatX* d : {d_dw1, d_db1, d_dw2, d_db2}) cudaCheck(cudaFree(d));
+        d_dw1 = upload(dw1_0), d_db1 = upload(db1_0), d_dw2 = upload(dw2_0), d_db2 = upload(db2_0);
+        for (floatX* d : {d_pre, d_act, d_dact}) cudaCheck(cudaMemset(d, 0xFF, (size_t)N * H * 2));
+        for (floatX* d : {d_y, d_dx}) cudaCheck(cudaMemset(d, 0xFF, (size_t)N * C * 2));
+        if (pass == 0) f.warm = false;
+        else if (!fp8_gelu_fused(f, 0)) fail("test_fp8_gpu: the second pass does not fuse the GELU");
+        const bool fused = pass == 1;
+        fp8_linear_forward(f, 0, FP8_FC, d_act, d_pre, d_x, d_w1, d_b1, N, true, ctx);
+        fp8_linear_forward(f, 0, FP8_FCPROJ, d_y, nullptr, d_act, d_w2, d_b2, N, true, ctx);
+        fp8_linear_backward(f, 0, FP8_FCPROJ, d_dact, d_dw2, d_db2, d_scratch, d_dy, d_act, d_pre, N, ctx);
+        fp8_linear_backward(f, 0, FP8_FC, d_dx, d_dw1, d_db1, d_scratch, d_dact, d_x, nullptr, N, ctx,
+                            fused ? d_pre : nullptr);
+        if (pass == 0) fp8_after_backward(f, ctx.stream);  // warm; the scales stay those of pass 0
+        cudaCheck(cudaStreamSynchronize(ctx.stream));
+    }
+    const std::vector<float> pre = device_to_float(d_pre, (size_t)N * H), y = device_to_float(d_y, (size_t)N * C);
+    const std::vector<float> dact = device_to_float(d_dact, (size_t)N * H), dx = device_to_float(d_dx, (size_t)N * C);
+    const std::vector<float> dw1 = device_to_float(d_dw1, (size_t)H * C), db1 = device_to_float(d_db1, H);
+    const std::vector<float> dw2 = device_to_float(d_dw2, (size_t)C * H), db2 = device_to_float(d_db2, C);
+
+    const Fp8Format e4 = Fp8Format::E4M3;
+    const Quantized xq = quantize(x, N, C, e4, Grain::TENSOR), w1q = quantize(w1, H, C, e4, Grain::TENSOR);
+    const Quantized w2q = quantize(w2, C, H, e4, Grain::TENSOR), dyq = quantize(dy, N, C, f.set.grad, Grain::TENSOR);
+    std::vector<float> act((size_t)N * H), dpre((size_t)N * H, 0.0f);
+    cpu::gelu_forward(act.data(), pre.data(), act.size());
+    for (float& a : act) a = bf16_to_float(float_to_bf16(a));  // the bf16 GELU output the cast reads
+    cpu::gelu_backward(dpre.data(), pre.data(), dact.data(), dpre.size());
+    for (float& d : dpre) d = bf16_to_float(float_to_bf16(d));
+    const Quantized actq = quantize(act, N, H, e4, Grain::TENSOR), dpreq = quantize(dpre, N, H, f.set.grad, Grain::TENSOR);
+    // the scales the fused casts used (set by the first pass) against the CPU's
+    const struct { Fp8Role role; int k; float want; const char* what; } scales[2] = {
+        {FP8_X, FP8_FCPROJ, actq.scale[0], "fcproj X (GELU output)"}, {FP8_DY, FP8_FC, dpreq.scale[0], "fc dY (dGELU)"}};
+    for (const auto& sc : scales) {
+        Fp8Meta m;
+        cudaCheck(cudaMemcpy(&m, fp8_meta(f, sc.role, 0, sc.k), sizeof(Fp8Meta), cudaMemcpyDeviceToHost));
+        const bool ok = std::fabs(m.scale / sc.want - 1.0f) < 1e-2f;
+        printf("  scale of %-22s %.6g (cpu %.6g) %s\n", sc.what, m.scale, sc.want, ok ? "ok" : "FAIL");
+        if (!ok) failures++;
+    }
+    // products in double: D (R, M) = P (R, K) Q (M, K)^T, plus bias (M) and start (R, M) when given
+    auto product = [](const std::vector<float>& p, const std::vector<float>& q, int R, int M, int K,
+                      const std::vector<float>* bias, const std::vector<float>* start) {
+        std::vector<float> d((size_t)R * M);
+        for (int r = 0; r < R; r++)
+            for (int m = 0; m < M; m++) {
+                double s = 0.0;
+                for (int k = 0; k < K; k++) s += (double)p[(size_t)r * K + k] * q[(size_t)m * K + k];
+                d[(size_t)r * M + m] = (float)(s + (bias ? (*bias)[m] : 0.0) + (start ? (*start)[(size_t)r * M + m] : 0.0));
+            }
+        return d;
+    };
+    auto transpose = [](const std::vector<float>& a, int R, int C) {
+        std::vector<float> t(a.size());
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < C; c++) t[(size_t)c * R + r] = a[(size_t)r * C + c];
+        return t;
+    };
+    auto colsum = [](const std::vector<float>& a, int R, int C, const std::vector<float>& start) {
+        std::vector<float> s(C);
+        for (int c = 0; c < C; c++) {
+            double t = start[c];
+            for (int r = 0; r < R; r++) t += a[(size_t)r * C + c];
+            s[c] = (float)t;
+        }
+        return s;
+    };
+    check("fc pre-activation", pre, product(xq.v, w1q.v, N, H, C, &b1, nullptr));
+    check("fcproj forward (GELU cast)", y, product(actq.v, w2q.v, N, C, H, &b2, nullptr));
+    check("fcproj input gradient", dact, product(dyq.v, transpose(w2q.v, C, H), N, H, C, nullptr, nullptr));
+    check("fcproj weight gradient", dw2, product(transpose(dyq.v, N, C), transpose(actq.v, N, H), C, H, N, nullptr, &dw2_0));
+    check("fcproj bias gradient", db2, colsum(dy, N, C, db2_0));
+    check("fc input gradient (dGELU cast)", dx, product(dpreq.v, transpose(w1q.v, H, C), N, C, H, nullptr, nullptr));
+    check("fc weight gradient", dw1, product(transpose(dpreq.v, N, H), transpose(xq.v, N, C), H, C, N, nullptr, &dw1_0));
+    check("fc bias gradient (in the cast)", db1, colsum(dpre, N, H, db1_0));
+    for (floatX* p : {d_x, d_w1, d_b1, d_w2, d_b2, d_dy, d_dw1, d_db1, d_dw2, d_db2, d_pre, d_act, d_y, d_dact, d_dx})
+        cudaCheck(cudaFree(p));
+    cudaCheck(cudaFree(d_scratch));
+}
+
 int main(int argc, char** argv) {
     if (argc > 1) {
         printf("usage: %s (no flags): the FP8 linear layers of --fp8 against the CPU reference\n", argv[0]);
@@ -256,7 +379,8 @@ int main(int argc, char** argv) {
     Rng rng(18);
     const GPT2Config config = gpt2_config_from_descriptor("d2");
     struct Recipe { Fp8Scaling scaling; bool wgrad_bf16; };
-    const Recipe recipes[] = {{Fp8Scaling::CURRENT, false}, {Fp8Scaling::ROWWISE, false}, {Fp8Scaling::ROWWISE, true}};
+    const Recipe recipes[] = {{Fp8Scaling::CURRENT, false}, {Fp8Scaling::DELAYED, false}, {Fp8Scaling::ROWWISE, false},
+                              {Fp8Scaling::ROWWISE, true}};
     for (const Recipe& r : recipes)
         for (Fp8Format grad : {Fp8Format::E5M2, Fp8Format::E4M3}) {
             for (int B : {3, 16}) {  // T = 64: N = 192, 1024
@@ -267,10 +391,20 @@ int main(int argc, char** argv) {
                 model.fp8.set.grad = grad;
                 gpt2_build(model, config, B, 64, false, ctx);
                 const int N = B * 64;
+                // one linear at a time: under delayed scaling the GELU stays out of the casts here
+                // (fp8_gelu_fused spans fc and fcproj), test_mlp runs it in; the X of qkv and fc is
+                // cast by the linear, not by a LayerNorm (fp8_norm_fused: the tests call the linears
+                // alone; dev/cuda/fp8_cast.cu checks layernorm_fp8_forward, tests/fp8_speed_gpu.sh the
+                // trainer with it against the separate casts)
+                const bool gelu_mlp = model.fp8.gelu;
+                model.fp8.gelu = false;
+                model.fp8.layernorm = false;
                 test_linear(model, FP8_QKV, "qkv", false, false, N, rng, ctx);
                 test_linear(model, FP8_ATTPROJ, "attproj", false, false, N, rng, ctx);
                 test_linear(model, FP8_FC, "fc", true, false, N, rng, ctx);
                 test_linear(model, FP8_FCPROJ, "fcproj", false, true, N, rng, ctx);
+                model.fp8.gelu = gelu_mlp;
+                if (r.scaling == Fp8Scaling::DELAYED) test_mlp(model, N, rng, ctx);
                 gpt2_free(model);
             }
         }

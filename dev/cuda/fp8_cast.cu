@@ -30,6 +30,31 @@
 //   6 fp8_cast_transpose_colwise: (R, C) -> (C, R), one scale per input column: column-amax pass,
 //     scale kernel, transposed cast: reads 4n, writes n + 4C; the bytes counted are the op's
 //     minimum (2n in), so its % of copy shows the extra read
+// The casts fused into their producers (llmc/fp8_fused.cuh, delayed scaling: the scale is given and
+// the amax recorded), ops of their own, R = 65536 and an awkward R = 192 (3 tiles, bias_backward's
+// 32-row chunks not whole tiles):
+//   fp8_gelu_forward_cast C = 3072 (e4m3: fcproj's X and X^T from fc's pre-activation):
+//     0 shipped fp8_cast_transpose_fused GELU_FORWARD: reads 2n, writes 2n
+//     1 separate passes: gelu_forward, then fp8_cast_transpose with amax: reads 4n, writes 4n
+//   fp8_gelu_backward_cast C = 3072 (fc's dY, dY^T and bias gradient from d(GELU output) and the
+//   pre-activation; e5m2 and e4m3):
+//     0 shipped fp8_cast_transpose_fused GELU_BACKWARD with dbias: reads 4n, writes 2n
+//     1 separate passes: gelu_backward_inplace, fp8_cast_transpose, bias_backward: reads 8n, writes 4n
+//   fp8_cast_dbias C = 768, 2304 (a dY of fcproj / attproj / qkv with its bias gradient; e5m2):
+//     0 shipped fp8_cast_transpose_fused NONE with dbias: reads 2n, writes 2n
+//     1 separate passes: fp8_cast_transpose, bias_backward: reads 4n, writes 2n
+//   fp8_layernorm_forward_cast C = 768 (qkv's / fc's X and X^T from the residual add + LayerNorm; e4m3):
+//     0 shipped layernorm_fp8_forward with the residual: reads 4n, writes 2n + 2n (residual)
+//     1 separate passes: fused_residual_layernorm_forward, fp8_cast_transpose: reads 6n, writes 6n
+//     the residual, mean and rstd bit for bit equal to the bf16 kernel's as well
+//   The bytes counted are the fused minimum (so % of copy shows what the separate passes cost).
+//   References: the bf16 values the shipped unfused kernels compute (gelu_forward,
+//   gelu_backward_inplace: their own labs check them against llmc/cpu/gelu.h), cast by cpu::fp8_cast
+//   and transposed on the host: every byte of both copies equal; the amax equal to the max |value|
+//   bit for bit; the bias gradient (+= onto random values) equal bit for bit to bias_backward's where
+//   its row chunks are whole tiles (R = 65536), else within bf16 tolerance of a double sum. Both
+//   variants are held to the same checks (the unfused passes must agree with the fused kernel).
+//   Results: not yet run on a GPU.
 // Results (H200, 2026-12-03, 2622e99): every variant bit-exact; R=65536 C=768 / 3072, % of copy:
 // 0 84.6 / 94.5, 1 49.5 / 56.6, 2 85.4 / 93.0, 3 85.5 / 90.6, 4 84.0 / 90.2 (docs/perf.md).
 // Variants 5 and 6: not yet run on a GPU (tests/fp8_rowwise_gpu.sh runs them).
@@ -37,6 +62,8 @@
 #include "dev/cuda/harness.cuh"
 #include "llmc/cpu/fp8.h"
 #include "llmc/fp8.cuh"
+#include "llmc/fp8_fused.cuh"
+#include "llmc/matmul.cuh"  // bias_backward, the separate pass the fused casts replace
 
 static uint32_t float_bits(float x) {
     uint32_t u;
@@ -234,6 +261,171 @@ static void run_shape(lab::Lab& L, const Shape& s, Fp8Format f, const std::vecto
           });
 }
 
+// The fused casts of llmc/fp8_fused.cuh at (R, C) in format f: see the top.
+static void run_fused(lab::Lab& L, const char* opname, Fp8Prologue pro, int R, int C, Fp8Format f, uint64_t seed) {
+    const size_t n = (size_t)R * C;
+    const cpu::Fp8Format cf = fp8_cpu_format(f);
+    const bool gelu_bwd = pro == Fp8Prologue::GELU_BACKWARD, with_bias = pro != Fp8Prologue::GELU_FORWARD;
+    // inputs: the pre-activation (GELU forward), d(GELU output) and the pre-activation (backward), a dY
+    const std::vector<float> in = lab::rand_uniform(n, seed, pro == Fp8Prologue::GELU_FORWARD ? -4.0f : -1.0f, pro == Fp8Prologue::GELU_FORWARD ? 4.0f : 1.0f);
+    const std::vector<float> pre = gelu_bwd ? lab::rand_uniform(n, seed + 1, -4.0f, 4.0f) : std::vector<float>();
+    const std::vector<float> db0 = with_bias ? lab::rand_uniform(C, seed + 2, -0.5f, 0.5f) : std::vector<float>();
+    lab::DevBuf<floatX> d_in(n, "in"), d_pre(gelu_bwd ? n : 1, "pre"), d_x(n, "x (bf16)");
+    lab::DevBuf<floatX> d_db(with_bias ? C : 1, "dbias"), d_db_ref(with_bias ? C : 1, "dbias ref");
+    lab::DevBuf<float> d_scratch((size_t)column_num_chunks(R) * C, "scratch");
+    lab::DevBuf<uint8_t> d_out(n, "out"), d_out_t(n, "out_t");
+    lab::DevBuf<Fp8Meta> d_meta(1, "meta");
+    d_in.upload(in);
+    if (gelu_bwd) d_pre.upload(pre);
+    // x, the tensor before the cast, as the shipped unfused kernels compute it on the GPU
+    cudaCheck(cudaMemcpy(d_x.get(), d_in.get(), n * sizeof(floatX), cudaMemcpyDeviceToDevice));
+    if (pro == Fp8Prologue::GELU_FORWARD) gelu_forward(d_x, d_in, (int64_t)n, 0);
+    if (gelu_bwd) gelu_backward_inplace(d_x, d_pre, (int64_t)n, 0);
+    // the bias gradient as bias_backward sums it (bit-exact reference where the chunks are whole tiles)
+    const bool bias_bits = with_bias && ceil_div(R, column_num_chunks(R)) % FP8_T_TILE == 0;
+    if (with_bias) {
+        d_db_ref.upload(db0);
+        bias_backward(d_db_ref, d_scratch, d_x, R, C, 0);
+    }
+    cudaCheck(cudaDeviceSynchronize());
+    const std::vector<float> x = d_x.download();
+    const std::vector<float> db_gpu = with_bias ? d_db_ref.download() : std::vector<float>();
+    float amax_ref = 0.0f;
+    for (float v : x) amax_ref = std::max(amax_ref, std::fabs(v));
+    // delayed scaling: a scale from an earlier amax, here 90% of this one's (some values saturate)
+    const float scale = cpu::fp8_scale_from_amax(0.9f * amax_ref, cf, 0, 1.0f);
+    std::vector<uint8_t> ref(n), ref_t(n);
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) ref[i] = cpu::fp8_cast(x[i], scale, cf);
+#pragma omp parallel for
+    for (int c = 0; c < C; c++)
+        for (int r = 0; r < R; r++) ref_t[(size_t)c * R + r] = ref[(size_t)r * C + c];
+    std::vector<float> db_ref(with_bias ? C : 0);
+    for (int c = 0; c < (int)db_ref.size(); c++) {
+        double sum = 0.0;
+        for (int r = 0; r < R; r++) sum += x[(size_t)r * C + c];
+        db_ref[c] = (float)(db0[c] + sum);
+    }
+
+    std::vector<Fp8Meta> meta0(1);
+    memset(meta0.data(), 0, sizeof(Fp8Meta));
+    meta0[0].scale = scale;
+    meta0[0].scale_inv = 1.0f / scale;
+    meta0[0].fp8_max = fp8_format_max(f);
+    auto reset = [&] {
+        d_meta.upload(meta0);
+        d_out.poison(L.stream());
+        d_out_t.poison(L.stream());
+        if (with_bias) d_db.upload(db0);
+    };
+    auto check = [&] {
+        bool ok = check_bytes(d_out_t, ref_t, x, true, R, C);
+        ok = check_bytes(d_out, ref, x, false, R, C) && ok;
+        ok = check_amax(d_meta, amax_ref) && ok;
+        if (with_bias) {
+            ok = L.check(d_db, db_ref) && ok;
+            if (bias_bits) {
+                const std::vector<float> got = d_db.download();
+                size_t bad = 0;
+                for (int c = 0; c < C; c++) bad += float_bits(got[c]) != float_bits(db_gpu[c]);
+                printf("    %-10s %s: %zu of %d differ from bias_backward's bits\n", "dbias", bad ? "FAIL" : "ok", bad, C);
+                ok = ok && bad == 0;
+            }
+        }
+        return ok;
+    };
+    const std::string op = lab::Lab::strprintf("%s %s R=%d C=%d", opname, fp8_format_name(f), R, C);
+    const double bytes = (double)n * ((gelu_bwd ? 2 : 1) * sizeof(floatX) + 2), flops = (double)n;
+    L.run(op, 0, "shipped fused", bytes, flops, lab::Bound::Memory, reset,
+          [&] {
+              fp8_cast_transpose_fused(d_out_t, d_out, d_in, gelu_bwd ? d_pre.get() : nullptr, R, C, f, d_meta, pro,
+                                       with_bias ? d_db.get() : nullptr, d_scratch, L.stream());
+          },
+          check);
+    // separate passes; gelu_backward_inplace works in place, so on d_x, which holds its own result
+    // already: the restore copy back from d_in is part of the reset, not the timing
+    L.run(op, 1, "separate passes", bytes, flops, lab::Bound::Memory,
+          [&] {
+              reset();
+              if (gelu_bwd) cudaCheck(cudaMemcpyAsync(d_x.get(), d_in.get(), n * sizeof(floatX), cudaMemcpyDeviceToDevice, L.stream()));
+          },
+          [&] {
+              const floatX* src = d_in;
+              if (pro == Fp8Prologue::GELU_FORWARD) { gelu_forward(d_x, d_in, (int64_t)n, L.stream()); src = d_x; }
+              if (gelu_bwd) { gelu_backward_inplace(d_x, d_pre, (int64_t)n, L.stream()); src = d_x; }
+              fp8_cast_transpose(d_out_t, d_out, src, R, C, f, d_meta, true, L.stream());
+              if (with_bias) bias_backward(d_db, d_scratch, src, R, C, L.stream());
+          },
+          check);
+}
+
+// layernorm_fp8_forward against fused_residual_layernorm_forward + the CPU cast (see the top).
+static void run_layernorm_fp8(lab::Lab& L, int R, int C, uint64_t seed) {
+    const size_t n = (size_t)R * C;
+    const cpu::Fp8Format cf = cpu::Fp8Format::E4M3;
+    const std::vector<float> in1 = lab::rand_uniform(n, seed, -2.0f, 2.0f), in2 = lab::rand_uniform(n, seed + 1, -1.0f, 1.0f);
+    const std::vector<float> w = lab::rand_uniform(C, seed + 2, 0.5f, 1.5f), b = lab::rand_uniform(C, seed + 3, -0.5f, 0.5f);
+    lab::DevBuf<floatX> d_in1(n, "inp1"), d_in2(n, "inp2"), d_w(C, "weight"), d_b(C, "bias");
+    lab::DevBuf<floatX> d_res(n, "residual"), d_res_ref(n, "residual ref"), d_ln(n, "ln (bf16)");
+    lab::DevBuf<float> d_mean(R, "mean"), d_rstd(R, "rstd"), d_mean_ref(R, "mean ref"), d_rstd_ref(R, "rstd ref");
+    lab::DevBuf<uint8_t> d_out(n, "out"), d_out_t(n, "out_t");
+    lab::DevBuf<Fp8Meta> d_meta(1, "meta");
+    d_in1.upload(in1);
+    d_in2.upload(in2);
+    d_w.upload(w);
+    d_b.upload(b);
+    fused_residual_layernorm_forward(d_res_ref, d_ln, d_mean_ref, d_rstd_ref, d_in1, d_in2, d_w, d_b, R, C, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    const std::vector<float> x = d_ln.download(), res_ref = d_res_ref.download();
+    const std::vector<float> mean_ref = d_mean_ref.download(), rstd_ref = d_rstd_ref.download();
+    float amax_ref = 0.0f;
+    for (float v : x) amax_ref = std::max(amax_ref, std::fabs(v));
+    const float scale = cpu::fp8_scale_from_amax(0.9f * amax_ref, cf, 0, 1.0f);  // delayed: an earlier amax
+    std::vector<uint8_t> ref(n), ref_t(n);
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) ref[i] = cpu::fp8_cast(x[i], scale, cf);
+#pragma omp parallel for
+    for (int c = 0; c < C; c++)
+        for (int r = 0; r < R; r++) ref_t[(size_t)c * R + r] = ref[(size_t)r * C + c];
+    std::vector<Fp8Meta> meta0(1);
+    memset(meta0.data(), 0, sizeof(Fp8Meta));
+    meta0[0].scale = scale;
+    meta0[0].scale_inv = 1.0f / scale;
+    meta0[0].fp8_max = 448.0f;
+    auto reset = [&] {
+        d_meta.upload(meta0);
+        for (auto* o : {&d_out, &d_out_t}) o->poison(L.stream());
+        d_res.poison(L.stream());
+        d_mean.poison(L.stream());
+        d_rstd.poison(L.stream());
+    };
+    auto same_bits = [](const char* what, const std::vector<float>& got, const std::vector<float>& want) {
+        size_t bad = 0;
+        for (size_t i = 0; i < want.size(); i++) bad += float_bits(got[i]) != float_bits(want[i]);
+        printf("    %-10s %s: %zu of %zu differ from the bf16 kernel's\n", what, bad ? "FAIL" : "ok", bad, want.size());
+        return bad == 0;
+    };
+    auto check = [&] {
+        bool ok = check_bytes(d_out_t, ref_t, x, true, R, C);
+        ok = check_bytes(d_out, ref, x, false, R, C) && ok;
+        ok = check_amax(d_meta, amax_ref) && ok;
+        ok = d_res.count_unwritten() == 0 && same_bits("residual", d_res.download(), res_ref) && ok;
+        ok = same_bits("mean", d_mean.download(), mean_ref) && ok;
+        return same_bits("rstd", d_rstd.download(), rstd_ref) && ok;
+    };
+    const std::string op = lab::Lab::strprintf("fp8_layernorm_forward_cast e4m3 R=%d C=%d", R, C);
+    const double bytes = (double)n * (2 * sizeof(floatX) + sizeof(floatX) + 2), flops = 8.0 * n;
+    L.run(op, 0, "shipped fused", bytes, flops, lab::Bound::Memory, reset,
+          [&] { layernorm_fp8_forward(d_out_t, d_out, d_res, d_mean, d_rstd, d_in1, d_in2, d_w, d_b, R, C, d_meta, L.stream()); },
+          check);
+    L.run(op, 1, "separate passes", bytes, flops, lab::Bound::Memory, reset,
+          [&] {
+              fused_residual_layernorm_forward(d_res, d_ln, d_mean, d_rstd, d_in1, d_in2, d_w, d_b, R, C, L.stream());
+              fp8_cast_transpose(d_out_t, d_out, d_ln, R, C, Fp8Format::E4M3, d_meta, true, L.stream());
+          },
+          check);
+}
+
 int main(int argc, char** argv) {
     lab::Lab L(argc, argv, "fp8_cast.cu");
     const int N = lab::GPT2_B * lab::GPT2_T, C = lab::GPT2_C;
@@ -248,6 +440,14 @@ int main(int argc, char** argv) {
         run_shape(L, odd, f, lab::rand_uniform((size_t)odd_n, 62, -3.0f, 3.0f), 0.0f);
         run_shape(L, {all_bf16.name + " scale=1", all_bf16.R, all_bf16.C, true}, f, every, 1.0f);
         run_shape(L, {all_bf16.name + " scale=0.3", all_bf16.R, all_bf16.C, true}, f, every, 0.3f);
+    }
+    // the fused casts (llmc/fp8_fused.cuh): the trainer's shapes, then an awkward row count
+    for (int R : {N, 192}) {
+        run_fused(L, "fp8_gelu_forward_cast", Fp8Prologue::GELU_FORWARD, R, 4 * C, Fp8Format::E4M3, 71);
+        for (Fp8Format f : {Fp8Format::E5M2, Fp8Format::E4M3})
+            run_fused(L, "fp8_gelu_backward_cast", Fp8Prologue::GELU_BACKWARD, R, 4 * C, f, 72);
+        for (int width : {C, 3 * C}) run_fused(L, "fp8_cast_dbias", Fp8Prologue::NONE, R, width, Fp8Format::E5M2, 73);
+        run_layernorm_fp8(L, R, R == N ? C : 320, 74);
     }
     return L.finish();
 }

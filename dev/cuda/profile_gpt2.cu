@@ -1,5 +1,6 @@
 // profile_gpt2.cu: where one training step of the GPU trainer spends its time, kernel by kernel.
 //   dev/cuda/build/profile_gpt2 [--model d12] [--batch 64] [--seq 1024] [--steps 3] [--recompute 0] [--graph 0]
+//                               [--fp8 0] [--fp8-scaling delayed] [--fp8-fused 1]
 // Includes the trainer's model (llmc/gpt2.cuh) and runs its step functions on random tokens:
 // upload, zero grads, forward, loss, backward, update; with --graph 1 the trainer's CUDA-graph step
 // (llmc/gpt2_graph.cuh: the same kernels, captured once, one launch a step; the batch is staged on
@@ -11,6 +12,9 @@
 //   2. every kernel: calls, ms, % of kernel time, mean us; sorted by time,
 //   3. kernel families (matmul, attention, layernorm, ...) summed, so the next target is visible,
 //   4. kernel time against step time: the rest is launch gaps and host synchronization.
+// --fp8 1 profiles the trainer's FP8 step (llmc/gpt2_fp8.cuh) with the trainer's FP8 defaults and the
+// given scaling recipe; its casts, amax passes and scale updates are the family "fp8 casts + scales"
+// (the fused GELU casts of llmc/fp8_fused.cuh included), its matmuls are cuBLASLt's as the bf16 ones.
 // Kernel timestamps need no instrumentation of the trainer, and cuBLASLt's own kernels show up too.
 // Built with NCCL (dev/cuda/Makefile does where NCCL is installed), --zero Z runs the trainer's
 // data-parallel step at world size 1 (llmc/gpt2_dist.cuh: the gradient buckets, the communication
@@ -72,6 +76,7 @@ const char* family(const std::string& n) {
     if (has("[comm stream]")) return "communication (comm stream)";
     if (has("attention") || has("sdpa") || has("flash") || has("fmha") || has("cudnn::fusion")) return "attention";
     if (has("gemm") || has("xmma") || has("cutlass") || has("sm90_") || has("splitK") || has("Kernel2")) return "matmul (cuBLASLt)";
+    if (has("fp8_")) return "fp8 casts + scales";  // the fused ones too: FP8 LayerNorm, GELU casts (llmc/fp8_fused.cuh)
     if (has("layernorm")) return "layernorm";
     if (has("rmsnorm")) return "rmsnorm";
     if (has("rope_")) return "rope";
@@ -141,7 +146,8 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 
 int main(int argc, char** argv) {
     std::string model_desc = "d12";
-    int B = 64, T = 1024, steps = 3, recompute = 0, zero = -1, use_graph = 0;
+    int B = 64, T = 1024, steps = 3, recompute = 0, zero = -1, use_graph = 0, fp8 = 0, fp8_fused = 1;
+    std::string fp8_scaling = "delayed";
     FlagParser parser("profile_gpt2", "Per-kernel time breakdown of one GPU training step on random tokens. Example:\n"
                       "  dev/cuda/build/profile_gpt2 --batch 64 --seq 1024");
     parser.add_string("--model", "MODEL", &model_desc, "model shape: dN = N layers, 64*N channels (d12 = GPT-2 124M), "
@@ -152,6 +158,9 @@ int main(int argc, char** argv) {
     parser.add_int("--recompute", &recompute, {0, 1}, "1 = the trainer's --recompute memory mode");
     parser.add_int("--graph", &use_graph, {0, 1}, "1 = the trainer's --graph 1 step: one CUDA graph launch a step "
                    "(captured after the warm-up steps)");
+    parser.add_int("--fp8", &fp8, {0, 1}, "1 = the trainer's --fp8 1 step (bf16 build)");
+    parser.add_string("--fp8-scaling", "HOW", &fp8_scaling, "with --fp8 1: delayed | current | rowwise (the trainer's flag; default delayed)");
+    parser.add_int("--fp8-fused", &fp8_fused, {0, 1}, "with --fp8 1 --fp8-scaling delayed: the trainer's --fp8-fused");
 #ifdef LLMC_NCCL
     parser.add_int("--zero", &zero, {-1, 2}, "0|1|2: the NCCL data-parallel step at world size 1 at this ZeRO stage, "
                    "its communication stream's kernels listed as [comm stream]; -1: the single-GPU step");
@@ -165,6 +174,18 @@ int main(int argc, char** argv) {
     printf("device: %s, %d SMs; precision %s\n", ctx.props.name, ctx.props.multiProcessorCount, PRECISION_NAME);
     gpt2_print_config(config);
     GPT2 model;
+    if (fp8) {
+        if (fp8_scaling != "current" && fp8_scaling != "delayed" && fp8_scaling != "rowwise")
+            fail("--fp8-scaling %s: expected current, delayed or rowwise", fp8_scaling.c_str());
+        Fp8Settings& f = model.fp8.set;  // the trainer's defaults (train_gpt2.cu's fp8_settings) but the recipe
+        f.enabled = true;
+        f.scaling = fp8_scaling == "delayed" ? Fp8Scaling::DELAYED
+                  : fp8_scaling == "rowwise" ? Fp8Scaling::ROWWISE : Fp8Scaling::CURRENT;
+        f.wgrad_bf16 = f.scaling == Fp8Scaling::ROWWISE;
+        f.fused = fp8_fused != 0;
+        printf("fp8: %s scaling%s\n", fp8_scaling.c_str(),
+               f.scaling == Fp8Scaling::DELAYED ? (fp8_fused ? ", fused casts" : ", separate casts") : "");
+    }
     LocalComm comm;  // world size 1
     TrainConfig dist_cfg;
     dist_cfg.zero = std::max(zero, 0);
@@ -260,9 +281,10 @@ int main(int argc, char** argv) {
     // ---- report, per step
     const double tok_s = (double)N / (step_ms / steps / 1e3);
     const double tflops = flops_per_token(config, T) * N / (step_ms / steps / 1e3) / 1e12;
-    printf("\n%s, B=%d T=%d%s%s, %d profiled steps: %.2f ms/step (GPU, events), %.0f tok/s, %.0f TFLOP/s "
+    printf("\n%s%s, B=%d T=%d%s%s, %d profiled steps: %.2f ms/step (GPU, events), %.0f tok/s, %.0f TFLOP/s "
            "(%.1f%% of the 989 bf16 peak), last loss %.4f\n",
-           model_desc.c_str(), B, T, zero >= 0 ? (", NCCL data parallel at world size 1, zero " + std::to_string(zero)).c_str()
+           model_desc.c_str(), fp8 ? (" --fp8 1 " + fp8_scaling + (fp8_scaling == "delayed" && !fp8_fused ? " unfused" : "")).c_str() : "",
+           B, T, zero >= 0 ? (", NCCL data parallel at world size 1, zero " + std::to_string(zero)).c_str()
                                                : "", use_graph ? ", one CUDA graph a step" : "", steps, step_ms / steps,
            tok_s, tflops, 100.0 * tflops / 989.0, loss);
     printf("\n%-28s %10s %7s\n", "phase", "ms/step", "%");

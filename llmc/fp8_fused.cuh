@@ -1,0 +1,252 @@
+// fp8_fused.cuh: FP8 casts fused into the kernels that produce their input (issue 18; docs/numerics.md,
+// "FP8 in the trainer"). Under delayed scaling a tensor's scale is known before it exists, so the
+// pass that would write it in bf16 can write its FP8 copies instead, and record its amax on the way:
+//   fp8_cast_transpose_fused(out_t, out, in, pre, R, C, format, meta, prologue, dbias, scratch)
+//     x = prologue(in, pre) (R, C), rounded to floatX as the unfused kernel's output would be:
+//       NONE            x = in                      (a dY as the matmul wrote it)
+//       GELU_FORWARD    x = gelu(in)                (in: fc's pre-activation; x: fcproj's X)
+//       GELU_BACKWARD   x = in * gelu'(pre)         (in: d(GELU output) from fcproj's input-gradient
+//                                                    matmul, pre: the pre-activation; x: fc's dY)
+//     out (R, C) = fp8(x * meta->scale), out_t (C, R) its transpose, meta->amax_bits = max(itself,
+//     max |x|); with dbias, dbias (C) += column sums of x (the linear's bias gradient).
+//   One read of in (and pre), one write of each FP8 copy: the bf16 x is never written. It replaces,
+//   per call (bytes at R = 65536, C = 3072):
+//     GELU_FORWARD   gelu_forward (reads 2RC, writes 2RC) + fp8_cast_transpose (reads 2RC, writes 2RC):
+//                    1.61 GB -> 0.81 GB (reads 2RC, writes 2RC)
+//     GELU_BACKWARD  gelu_backward_inplace (reads 4RC, writes 2RC) + fp8_cast_transpose (2RC, 2RC)
+//                    + bias_backward (reads 2RC): 2.42 GB -> 1.21 GB (reads 4RC, writes 2RC)
+//     NONE + dbias   fp8_cast_transpose + bias_backward: reads 2RC less
+//   The FP8 bytes and the amax are bit-identical to the unfused kernels' at the same scale (the same
+//   device functions, the same floatX rounding before the cast); the bias gradient too when
+//   bias_backward's row chunks are multiples of 64 rows (R = 32768, 65536, ...: each column summed
+//   in fp32 row by row over the same chunks, folded by the same column_partials_add), else in another
+//   fixed order (deterministic either way).
+//   layernorm_fp8_forward(out_t, out, residual, mean, rstd, inp1, inp2, weight, bias, N, C, meta)
+//     the (residual add +) LayerNorm writing its output as e4m3 X and X^T (qkv's, fc's): below.
+// Kernel: fp8_cast_transpose's 64 x 64 tile (llmc/fp8.cuh: 256 threads, 16-byte loads, the FP8 tile
+// through shared memory, 16-byte transposed stores), walked down a chunk of rows per block so the
+// bias's column partials stay in registers: grid (C / 64, chunks), chunk = bias_backward's rows per
+// chunk rounded up to a multiple of 64 (128 rows at R = 65536: 2 tiles a block, 512 chunks).
+// Column sums: the tile's floatX values also go to shared memory; threads 0..63 each add their
+// column's 64 values in row order (64 dependent fp32 adds per tile, overlapped by the other blocks'
+// loads). Memory-bound: a few flops per byte (GELU's tanh: ~20 per element).
+// Shapes: R and C multiples of 64; pointers 16-byte aligned.
+#pragma once
+#include <cstdint>
+#include "llmc/cuda_common.cuh"
+#include "llmc/fp8.cuh"
+#include "llmc/gelu.cuh"
+#include "llmc/layernorm.cuh"
+#include "llmc/utils.h"
+
+enum class Fp8Prologue { NONE, GELU_FORWARD, GELU_BACKWARD };
+constexpr int FP8_F_BPITCH = FP8_T_TILE + 8;  // floatX tile pitch: 16-byte rows, no bank conflicts on the pack stores
+
+template <Fp8Format F, Fp8Prologue PRO, bool COLSUM>
+static __global__ void __launch_bounds__(FP8_T_BLOCK)
+    fp8_cast_transpose_fused_kernel(uint8_t* __restrict__ out_t, uint8_t* __restrict__ out, const floatX* __restrict__ in,
+                                    const floatX* __restrict__ pre, float* __restrict__ partials, int R, int C,
+                                    int rows_per_chunk, Fp8Meta* meta) {
+    constexpr int P = x128::size, PACKS_PER_ROW = FP8_T_TILE / P;
+    constexpr int LOADS = FP8_T_TILE * PACKS_PER_ROW / FP8_T_BLOCK;
+    __shared__ alignas(16) uint8_t tile[FP8_T_TILE][FP8_T_PITCH];
+    __shared__ alignas(16) floatX vals[COLSUM ? FP8_T_TILE : 1][COLSUM ? FP8_F_BPITCH : 8];
+    const int c0 = blockIdx.x * FP8_T_TILE, chunk = blockIdx.y;
+    const int r_begin = chunk * rows_per_chunk, r_end = min(R, r_begin + rows_per_chunk);
+    const float scale = meta->scale;
+    unsigned int amax = 0;
+    float colsum = 0.0f;  // COLSUM: column c0 + threadIdx.x (threads < 64), rows of this chunk in order
+    for (int r0 = r_begin; r0 < r_end; r0 += FP8_T_TILE) {
+        x128 v[LOADS], g[LOADS];
+#pragma unroll
+        for (int j = 0; j < LOADS; j++) {
+            const int idx = threadIdx.x + j * FP8_T_BLOCK, r = idx / PACKS_PER_ROW, p = idx % PACKS_PER_ROW;
+            const int64_t at = (int64_t)(r0 + r) * C + c0 + p * P;
+            v[j] = load128cs(in + at);
+            if (PRO == Fp8Prologue::GELU_BACKWARD) g[j] = load128cs(pre + at);
+        }
+#pragma unroll
+        for (int j = 0; j < LOADS; j++) {
+            const int idx = threadIdx.x + j * FP8_T_BLOCK, r = idx / PACKS_PER_ROW, p = idx % PACKS_PER_ROW;
+            // x rounded to floatX: the values the unfused kernel would have written
+#pragma unroll
+            for (int k = 0; k < P; k++) {
+                if (PRO == Fp8Prologue::GELU_FORWARD) v[j][k] = from_float<floatX>(gelu_tanh(to_float(v[j][k])));
+                if (PRO == Fp8Prologue::GELU_BACKWARD)
+                    v[j][k] = from_float<floatX>(to_float(v[j][k]) * gelu_tanh_grad(to_float(g[j][k])));
+            }
+            Fp8Pack o;
+#pragma unroll
+            for (int k = 0; k < P; k += 2) {
+                const float a = to_float(v[j][k]), b = to_float(v[j][k + 1]);
+                amax = max(amax, max(abs_bits(a), abs_bits(b)));
+                o.h[k / 2] = fp8x2_from_float2<F>(a * scale, b * scale);
+                *reinterpret_cast<uint16_t*>(&tile[r][p * P + k]) = o.h[k / 2];
+            }
+            *reinterpret_cast<Fp8Pack*>(out + (int64_t)(r0 + r) * C + c0 + p * P) = o;
+            if (COLSUM) store128(&vals[r][p * P], v[j]);
+        }
+        __syncthreads();
+        const int c = threadIdx.x / 4, rs = (threadIdx.x % 4) * 16;
+        uint4 w;
+        uint32_t* wb = reinterpret_cast<uint32_t*>(&w);
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+            wb[q] = (uint32_t)tile[rs + 4 * q][c] | ((uint32_t)tile[rs + 4 * q + 1][c] << 8) |
+                    ((uint32_t)tile[rs + 4 * q + 2][c] << 16) | ((uint32_t)tile[rs + 4 * q + 3][c] << 24);
+        *reinterpret_cast<uint4*>(out_t + (int64_t)(c0 + c) * R + r0 + rs) = w;
+        if (COLSUM && threadIdx.x < FP8_T_TILE)
+#pragma unroll 16
+            for (int r = 0; r < FP8_T_TILE; r++) colsum += to_float(vals[r][threadIdx.x]);
+        __syncthreads();  // the next tile overwrites the shared tiles
+    }
+    if (COLSUM && threadIdx.x < FP8_T_TILE) partials[(int64_t)chunk * C + c0 + threadIdx.x] = colsum;
+    amax_block_commit(meta, amax);
+}
+
+// Rows per block of fp8_cast_transpose_fused: bias_backward's chunk (column_num_chunks) rounded up
+// to whole tiles, so at most column_num_chunks(R) chunks (the bias scratch's size).
+inline int fp8_fused_rows_per_chunk(int R) {
+    return ceil_div(ceil_div(R, column_num_chunks(R)), FP8_T_TILE) * FP8_T_TILE;
+}
+
+// See the top. pre: GELU_BACKWARD's pre-activation (R, C), else unused. dbias (C) and scratch
+// (column_num_chunks(R) * C floats) only with a bias, else null. Records the amax (delayed scaling).
+inline void fp8_cast_transpose_fused(uint8_t* out_t, uint8_t* out, const floatX* in, const floatX* pre, int R, int C,
+                                     Fp8Format f, Fp8Meta* meta, Fp8Prologue prologue, floatX* dbias, float* scratch,
+                                     cudaStream_t stream) {
+    if (R % FP8_T_TILE != 0 || C % FP8_T_TILE != 0)
+        fail("fp8_cast_transpose_fused: R = %d and C = %d must be multiples of %d", R, C, FP8_T_TILE);
+    if ((prologue == Fp8Prologue::GELU_BACKWARD) != (pre != nullptr))
+        fail("fp8_cast_transpose_fused: the pre-activation goes with GELU_BACKWARD, and only there");
+    if (dbias && !scratch) fail("fp8_cast_transpose_fused: a bias gradient needs its scratch");
+    fp8_check_aligned(in, "fp8_cast_transpose_fused input");
+    if (pre) fp8_check_aligned(pre, "fp8_cast_transpose_fused pre-activation");
+    fp8_check_aligned(out_t, "fp8_cast_transpose_fused output");
+    fp8_check_aligned(out, "fp8_cast_transpose_fused straight output");
+    const int rpc = fp8_fused_rows_per_chunk(R), chunks = ceil_div(R, rpc);
+    const dim3 grid(C / FP8_T_TILE, chunks);
+    auto launch = [&](auto kernel) {
+        kernel<<<grid, FP8_T_BLOCK, 0, stream>>>(out_t, out, in, pre, scratch, R, C, rpc, meta);
+        cudaCheckLaunch();
+    };
+    constexpr Fp8Format E4 = Fp8Format::E4M3, E5 = Fp8Format::E5M2;
+    constexpr Fp8Prologue NO = Fp8Prologue::NONE, GF = Fp8Prologue::GELU_FORWARD, GB = Fp8Prologue::GELU_BACKWARD;
+    const bool e4 = f == E4, bias = dbias != nullptr;
+    switch (prologue) {
+        case Fp8Prologue::NONE:
+            if (bias) e4 ? launch(fp8_cast_transpose_fused_kernel<E4, NO, true>) : launch(fp8_cast_transpose_fused_kernel<E5, NO, true>);
+            else e4 ? launch(fp8_cast_transpose_fused_kernel<E4, NO, false>) : launch(fp8_cast_transpose_fused_kernel<E5, NO, false>);
+            break;
+        case Fp8Prologue::GELU_FORWARD:  // an activation: no bias of its own here
+            if (bias) fail("fp8_cast_transpose_fused: GELU_FORWARD takes no bias gradient");
+            e4 ? launch(fp8_cast_transpose_fused_kernel<E4, GF, false>) : launch(fp8_cast_transpose_fused_kernel<E5, GF, false>);
+            break;
+        case Fp8Prologue::GELU_BACKWARD:
+            if (bias) e4 ? launch(fp8_cast_transpose_fused_kernel<E4, GB, true>) : launch(fp8_cast_transpose_fused_kernel<E5, GB, true>);
+            else e4 ? launch(fp8_cast_transpose_fused_kernel<E4, GB, false>) : launch(fp8_cast_transpose_fused_kernel<E5, GB, false>);
+            break;
+    }
+    if (bias) column_partials_add(dbias, scratch, chunks, C, C, stream);
+}
+
+// ---------------------------------------------------------------- LayerNorm with FP8 outputs
+// layernorm_fp8_forward: LayerNorm (with the residual add when inp2 is given: residual = inp1 + inp2,
+// as fused_residual_layernorm_forward) whose output goes straight to FP8: out (N, C) = fp8(LN * scale)
+// and out_t (C, N) its transpose (qkv's or fc's X and X^T), meta->amax_bits raised; mean, rstd and
+// the residual written as the bf16 kernel writes them, the bf16 LN output not at all (the FP8 path
+// has no other reader of it). The row math is layernorm_row_warp's, so the bytes are those of
+// layernorm_forward_warp_per_row + fp8_cast_transpose at the same scale.
+// Block: 32 rows (8 warps, a warp per row, 4 rows each), every row's FP8 bytes into a shared
+// (32, C + 2) tile and straight to `out`; then the tile is written transposed, 16 bytes (16 rows of a
+// column) a thread-store, as fp8_cast_transpose's store (the 2-byte pitch pad puts the 2 row groups a
+// warp reads 8 banks apart); each column's 32 bytes are one DRAM sector. 32 (C + 2) bytes of shared
+// memory: 24.6 KB at C = 768, 8 blocks (64 warps) an SM as the bf16 kernel; above 48 KB (C > 1534)
+// opted in. Against a 64-row tile (49 KB, 4 blocks an SM): twice the warps in flight for the row
+// passes, which are latency-bound. Bytes: reads 2NC (4NC with the residual), writes 2NC (+2NC), where
+// the separate passes read 2NC and write 2NC more (the bf16 output and the cast's read of it).
+constexpr int LN_FP8_ROWS = 32, LN_FP8_GROUPS = LN_FP8_ROWS / 16;  // 16-row groups of a column
+template <bool FUSED_RESIDUAL>
+static __global__ void __launch_bounds__(LAYERNORM_BLOCK)
+    layernorm_fp8_forward_kernel(uint8_t* __restrict__ out_t, uint8_t* __restrict__ out, floatX* residual, float* mean,
+                                 float* rstd, const floatX* inp1, const floatX* inp2, const floatX* weight,
+                                 const floatX* bias, int N, int C, Fp8Meta* meta) {
+    static_assert(LN_FP8_ROWS % 16 == 0 && LN_FP8_ROWS % (LAYERNORM_BLOCK / WARP_SIZE) == 0, "whole 16-row groups, rows per warp");
+    extern __shared__ __align__(16) uint8_t ln_tile[];  // (LN_FP8_ROWS, C + 2)
+    const int pitch = C + 2, warp = threadIdx.x / WARP_SIZE, warps = LAYERNORM_BLOCK / WARP_SIZE;
+    const int r0 = blockIdx.x * LN_FP8_ROWS;
+    const float scale = meta->scale;
+    unsigned int amax = 0;
+    for (int i = warp; i < LN_FP8_ROWS; i += warps) {
+        const int row = r0 + i;
+        uint8_t* out_row = out + (int64_t)row * C;
+        uint8_t* tile_row = ln_tile + i * pitch;
+        layernorm_row_warp<FUSED_RESIDUAL>(residual, mean, rstd, inp1, inp2, weight, bias, row, C,
+                                           [&](int c, const x128& o) {
+                                               Fp8Pack p;
+#pragma unroll
+                                               for (int k = 0; k < x128::size; k += 2) {
+                                                   const float a = to_float(o[k]), b = to_float(o[k + 1]);
+                                                   amax = max(amax, max(abs_bits(a), abs_bits(b)));
+                                                   p.h[k / 2] = fp8x2_from_float2<Fp8Format::E4M3>(a * scale, b * scale);
+                                                   *reinterpret_cast<uint16_t*>(tile_row + c + k) = p.h[k / 2];
+                                               }
+                                               *reinterpret_cast<Fp8Pack*>(out_row + c) = p;
+                                           });
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < C * LN_FP8_GROUPS; idx += LAYERNORM_BLOCK) {
+        const int c = idx / LN_FP8_GROUPS, rs = (idx % LN_FP8_GROUPS) * 16;
+        uint4 w;
+        uint32_t* wb = reinterpret_cast<uint32_t*>(&w);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const uint8_t* t = ln_tile + (rs + 4 * q) * pitch + c;
+            wb[q] = (uint32_t)t[0] | ((uint32_t)t[pitch] << 8) | ((uint32_t)t[2 * pitch] << 16) | ((uint32_t)t[3 * pitch] << 24);
+        }
+        *reinterpret_cast<uint4*>(out_t + (int64_t)c * N + r0 + rs) = w;
+    }
+    amax_block_commit(meta, amax);
+}
+
+// The kernels' shared memory above the default 48 KB, opted in once per process (one device per
+// process, as the trainer runs) and only upward.
+template <bool FUSED_RESIDUAL>
+inline void layernorm_fp8_optin(size_t smem) {
+    static size_t opted = 48 * 1024;
+    if (smem <= opted) return;
+    cudaCheck(cudaFuncSetAttribute(layernorm_fp8_forward_kernel<FUSED_RESIDUAL>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    opted = smem;
+}
+inline size_t layernorm_fp8_smem(int C) { return (size_t)LN_FP8_ROWS * (C + 2); }
+// Opts both kernels in for rows of C channels. Call it before a CUDA graph capture that may hold the
+// first layernorm_fp8_forward of that width (gpt2_build does): the launcher would opt in itself, and
+// whether cudaFuncSetAttribute may run inside a capture is not a thing to rely on.
+inline void layernorm_fp8_prepare(int C) {
+    layernorm_fp8_optin<false>(layernorm_fp8_smem(C));
+    layernorm_fp8_optin<true>(layernorm_fp8_smem(C));
+}
+
+// See above. inp2 null: plain LayerNorm of inp1 (residual unused); else residual = inp1 + inp2 first.
+// N a multiple of 64, C of 16; e4m3 (an activation); the scale is meta's (delayed scaling).
+inline void layernorm_fp8_forward(uint8_t* out_t, uint8_t* out, floatX* residual, float* mean, float* rstd,
+                                  const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias,
+                                  int N, int C, Fp8Meta* meta, cudaStream_t stream) {
+    if (N % LN_FP8_ROWS != 0 || C % 16 != 0)  // N: the FP8 path's multiple of 64
+        fail("layernorm_fp8_forward: N = %d must be a multiple of %d and C = %d of 16", N, LN_FP8_ROWS, C);
+    fp8_check_aligned(out, "layernorm_fp8_forward output");
+    fp8_check_aligned(out_t, "layernorm_fp8_forward transposed output");
+    const size_t smem = layernorm_fp8_smem(C);
+    const dim3 grid(N / LN_FP8_ROWS);
+    if (inp2) {
+        layernorm_fp8_optin<true>(smem);
+        layernorm_fp8_forward_kernel<true><<<grid, LAYERNORM_BLOCK, smem, stream>>>(out_t, out, residual, mean, rstd, inp1,
+                                                                                  inp2, weight, bias, N, C, meta);
+    } else {
+        layernorm_fp8_optin<false>(smem);
+        layernorm_fp8_forward_kernel<false><<<grid, LAYERNORM_BLOCK, smem, stream>>>(out_t, out, residual, mean, rstd, inp1,
+                                                                                   inp2, weight, bias, N, C, meta);
+    }
+    cudaCheckLaunch();
+}
