@@ -277,11 +277,14 @@ struct DecodeTile {
     static_assert(TPR <= WARP_SIZE && WARP_SIZE % TPR == 0, "a key row's threads must sit in one warp");
 };
 
+// The split kernel's body (attention_decode_split_kernel below adds the step counter's count): every
+// return of it is block-uniform.
 template <typename T, int HD, int GB, class Knobs>
-static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, Knobs>())
-    attention_decode_split_kernel(T* out, DecodeScratch scratch, const T* qkv, const T* k_cache, const T* v_cache,
-                                  const int* pos, QKVLayout L, int S, int window, int max_splits, int min_chunk,
-                                  bool fused_combine, bool cluster) {
+__device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScratch scratch, const T* qkv,
+                                                             const T* k_cache, const T* v_cache, const int* pos,
+                                                             QKVLayout L, int S, int window, int max_splits,
+                                                             int min_chunk, bool fused_combine, bool cluster,
+                                                             const StepSync& sync) {
     using Tile = DecodeTile<T, HD>;
     constexpr int EPT = Tile::EPT, TPR = Tile::TPR, ROWS = Tile::ROWS, U = Knobs::U, STEP = ROWS * U;
     __shared__ float sm_m[ROWS][GB], sm_l[ROWS][GB], sm_f[ROWS][GB], sm_sum[GB];
@@ -335,7 +338,7 @@ static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, K
         plan_span(__ldcg(pos + b));
         if (split < nsplits) load_step(j0, kr, vr);
     }
-    pdl_wait();  // a programmatic dependent of the QKV kernel (pdl): q and this step's K/V come from it
+    step_wait(sync);  // a programmatic dependent of the QKV kernel (pdl): q and this step's K/V come from it
     pdl_launch_dependents();
 
     // q is loaded before pos is read, so the two loads' latencies overlap (a decode step of a short
@@ -556,6 +559,17 @@ static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, K
                             threadIdx.x % WARP_SIZE, WARP_SIZE);
 }
 
+// sync: the decode step's counters (llmc/cuda_common.cuh; value-initialized: pdl_wait, no count).
+template <typename T, int HD, int GB, class Knobs>
+static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, Knobs>())
+    attention_decode_split_kernel(T* out, DecodeScratch scratch, const T* qkv, const T* k_cache, const T* v_cache,
+                                  const int* pos, QKVLayout L, int S, int window, int max_splits, int min_chunk,
+                                  bool fused_combine, bool cluster, StepSync sync) {
+    attention_decode_split_block<T, HD, GB, Knobs>(out, scratch, qkv, k_cache, v_cache, pos, L, S, window, max_splits,
+                                                   min_chunk, fused_combine, cluster, sync);
+    step_arrive(sync);
+}
+
 // ============================================================================ the combine kernel
 // grid (NH, B), HD threads, thread d owns output dim d of one (sequence, head) and merges that
 // sequence's splits. Sequences that needed one split were written by the split kernel and are
@@ -572,20 +586,24 @@ static __global__ void attention_decode_combine_kernel(T* out, DecodeScratch scr
                             blockDim.x);
 }
 
-// The launches of one plan; Knobs are the lab's (the shipped launch uses DecodeShipped).
+// The launches of one plan; Knobs are the lab's (the shipped launch uses DecodeShipped). sync: the
+// step counters of the split kernel (one kernel: the plan's combine fused or none); returns its blocks.
 template <typename T, class Knobs = DecodeShipped>
-inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, const T* v_cache, const int* pos,
-                                       int B, int NH, int NKV, int HD, int S, int window, float* scratch_buf,
-                                       const DecodePlan& plan, cudaStream_t stream, bool pdl = false) {
+inline int attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, const T* v_cache, const int* pos,
+                                      int B, int NH, int NKV, int HD, int S, int window, float* scratch_buf,
+                                      const DecodePlan& plan, cudaStream_t stream, bool pdl = false,
+                                      const StepSync& sync = {}) {
     const QKVLayout L{NH, NKV, HD};
     const DecodeScratch scratch(scratch_buf, B, NH, NKV, HD, plan);
     const dim3 grid(plan.max_splits, NKV * plan.head_blocks, B);
     if (plan.cluster && (plan.max_splits > DECODE_CLUSTER_MAX))
         fail("attention_decode: a cluster of %d split blocks (at most %d)", plan.max_splits, DECODE_CLUSTER_MAX);
+    if (sync.counters && plan.max_splits > 1 && !plan.fused_combine && !plan.cluster)
+        fail("internal: attention_decode with step counters needs a plan of one kernel");
     auto launch = [&](auto kernel) {
         if (!plan.cluster) {
             launch_kernel(kernel, grid, dim3(DECODE_THREADS), 0, stream, pdl, out, scratch, qkv, k_cache, v_cache,
-                          pos, L, S, window, plan.max_splits, plan.min_chunk, plan.fused_combine, false);
+                          pos, L, S, window, plan.max_splits, plan.min_chunk, plan.fused_combine, false, sync);
         } else {  // launch_kernel's launch with the cluster's dimensions as a second attribute
             cudaLaunchConfig_t cfg = {};
             cfg.gridDim = grid;
@@ -601,7 +619,7 @@ inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, c
             cfg.attrs = attr;
             cfg.numAttrs = pdl ? 2 : 1;
             cudaCheck(cudaLaunchKernelEx(&cfg, kernel, out, scratch, qkv, k_cache, v_cache, pos, L, S, window,
-                                         plan.max_splits, plan.min_chunk, plan.fused_combine, true));
+                                         plan.max_splits, plan.min_chunk, plan.fused_combine, true, sync));
         }
         cudaCheckLaunch();
     };
@@ -621,6 +639,7 @@ inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, c
                       HD, S, window, plan.max_splits, plan.min_chunk);
         cudaCheckLaunch();
     }
+    return (int)(grid.x * grid.y * grid.z);
 }
 
 }  // namespace attention_detail
@@ -643,9 +662,12 @@ inline size_t attention_decode_scratch_floats(int B, int NH, int NKV, int HD, in
 // before the wait (the split kernel's top; DecodeKnobs::EARLY): pos must not be written by the kernel
 // this one waits for (the decode step's sampler runs kernels earlier); for a kernel that PDL starts
 // while the QKV kernel runs (the fused step at B <= 8); false: everything after the wait.
-inline void attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, floatX* v_cache, const int* pos, int B,
-                             int NH, int NKV, int HD, int S, cudaStream_t stream, int window = 0,
-                             float* scratch = nullptr, bool pdl = false, bool append = false, bool early = false) {
+// sync: the decode step's counters (llmc/cuda_common.cuh), the wait instead of pdl_wait and a count
+// at exit; returns the blocks of the (split) kernel.
+inline int attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, floatX* v_cache, const int* pos, int B,
+                            int NH, int NKV, int HD, int S, cudaStream_t stream, int window = 0,
+                            float* scratch = nullptr, bool pdl = false, bool append = false, bool early = false,
+                            const StepSync& sync = {}) {
     using namespace attention_detail;
     check_kv_cache_sizes("attention_decode", B, NH, NKV, HD, S, window);
     check_kv_cache_aligned("attention_decode", qkv, k_cache, v_cache);
@@ -654,12 +676,11 @@ inline void attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, fl
         fail("attention_decode: B=%d NH=%d S=%d needs a scratch buffer of %zu floats", B, NH, S,
              attention_decode_scratch_floats(B, NH, NKV, HD, S, window));
     if (append)
-        attention_decode_with_plan<floatX, DecodeShippedAppend>(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S,
-                                                                window, scratch, plan, stream, pdl);
-    else if (early)
-        attention_decode_with_plan<floatX, DecodeShippedEarly>(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S,
-                                                               window, scratch, plan, stream, pdl);
-    else
-        attention_decode_with_plan(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window, scratch, plan, stream,
-                                   pdl);
+        return attention_decode_with_plan<floatX, DecodeShippedAppend>(out, qkv, k_cache, v_cache, pos, B, NH, NKV,
+                                                                       HD, S, window, scratch, plan, stream, pdl, sync);
+    if (early)
+        return attention_decode_with_plan<floatX, DecodeShippedEarly>(out, qkv, k_cache, v_cache, pos, B, NH, NKV,
+                                                                      HD, S, window, scratch, plan, stream, pdl, sync);
+    return attention_decode_with_plan(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window, scratch, plan,
+                                      stream, pdl, sync);
 }

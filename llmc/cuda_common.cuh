@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <type_traits>
 #include <utility>
+#include "llmc/step_sync.h"
 
 // ---------------------------------------------------------------- error checking
 // Each names the failing statement, file and line, then exits 1.
@@ -154,6 +155,57 @@ __device__ inline void prefetch_l2(const void* p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 #endif
+}
+
+// ---------------------------------------------------------------- step counters (flag waits)
+// The decode step's kernels at B <= 8 (gpt2_infer.cuh, --step-sync 1) replace griddepcontrol.wait,
+// which waits for the whole previous grid to complete and flush, by a wait on a counter in global
+// memory that the previous kernel's blocks increment as they finish (after their writes and a fence:
+// the pattern of cooperative groups' grid sync). The same order of writes and reads; the release is
+// an L2 reduction and a poll instead of the grid's completion. Which counters a kernel uses, and why
+// it cannot deadlock: llmc/step_sync.h.
+__device__ inline int load_acquire_gpu(const int* p) {
+    int v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+#else
+    v = *(volatile const int*)p;
+#endif
+    return v;
+}
+
+// A waiting block's thread 0 polls the counter (an L2 load) every ~STEP_POLL_NS ns plus the load's
+// latency: up to ~1000 blocks of a grid poll one line while the kernel before them runs, so a
+// tighter loop would crowd the L2 slice that also takes that kernel's counts.
+constexpr unsigned STEP_POLL_NS = 64;
+
+// Every thread of the block calls it where the kernel called pdl_wait().
+__device__ inline void step_wait(const StepSync& s) {
+    if (s.counters == nullptr || s.wait < 0) {
+        pdl_wait();
+    } else {
+        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+            const int* c = s.counters + s.wait;
+            while (load_acquire_gpu(c) < s.wait_blocks) __nanosleep(STEP_POLL_NS);
+            __threadfence();  // as cooperative groups' grid sync: the block's later loads see the counted writes
+        }
+        __syncthreads();
+    }
+    if (s.counters && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0 &&
+        threadIdx.y == 0 && threadIdx.z == 0) {
+        if (s.reset0 >= 0) s.counters[s.reset0] = 0;
+    }
+}
+
+// Every thread of the block calls it once, after the block's last write: thread 0 fences the block's
+// writes (ordered before it by the barrier) and counts the block in, without waiting for the sum.
+__device__ inline void step_arrive(const StepSync& s) {
+    if (s.counters == nullptr || s.arrive < 0) return;
+    __syncthreads();  // the block's writes are done
+    if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+        __threadfence();
+        atomicAdd(s.counters + s.arrive, 1);  // result unused: a reduction, no round trip
+    }
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization attribute when

@@ -54,7 +54,12 @@
 //               gate and up), so it rotates q and k (rope_forward_at's formula and tables) before
 //               storing; pos[m] < 0 (idle): no rotation, no cache write.
 //     The other epilogues (GELU, SwiGLU, plain) as gemv_forward's; lm_head is plain with the lnf
-//     prologue. Outputs equal the unfused kernels' up to the order of fp32 additions in the norm
+//     prologue, and with GemvFusion::argmax it also takes each input row's greedy argmax (the first
+//     largest stored output of the first argmax_cols: a warp keeps one candidate per row, a block
+//     merges its warps' and writes its (max, index) pairs, the last block to count in merges the
+//     blocks' in ~P/32 rounds a warp: the decode step's greedy token without the sampler kernel).
+//     GemvFusion::sync: the decode step's counter wait and count (llmc/cuda_common.cuh, StepSync)
+//     in place of pdl_wait. Outputs equal the unfused kernels' up to the order of fp32 additions in the norm
 //     (the same code: identical in practice) and in the RoPE products.
 // fp32 accumulation; K a multiple of x128::size. The CPU reference is cpu::matmul_forward (and
 // cpu::gelu_forward / cpu::swiglu_forward on its fp32 output).
@@ -64,6 +69,7 @@
 #include "llmc/cuda_common.cuh"
 #include "llmc/gelu.cuh"
 #include "llmc/layernorm.cuh"
+#include "llmc/sampler.cuh"
 #include "llmc/swiglu.cuh"
 #include "llmc/utils.h"
 
@@ -75,6 +81,9 @@ constexpr int GEMV_UNROLL = 4;   // 16-byte packs per weight row a lane loads be
 constexpr int GEMV_NORM_BLOCKS_PER_SM = 8;
 constexpr int GEMV_NORM_MAX_SMEM = 48 * 1024;
 inline size_t gemv_norm_smem(int M, int K) { return (size_t)(M + 2) * K * sizeof(floatX); }
+// floats of GemvFusion::argmax_scratch: a counter (padded to 4), then (M, blocks) maxima and indices
+// for the one-wave grid of a norm GEMV on `sms` SMs.
+inline size_t gemv_argmax_scratch_floats(int M, int sms) { return 4 + 2 * (size_t)M * GEMV_NORM_BLOCKS_PER_SM * sms; }
 
 // How the weight loop hides latency (the top of the file); value-initialized: the shipped choice.
 struct GemvTuning {
@@ -100,6 +109,17 @@ struct GemvFusion {
     const float* rope_cos = nullptr;   // (max_pos, HD/2), or nullptr: no RoPE
     const float* rope_sin = nullptr;   // (max_pos, HD/2)
     int NH = 0, NKV = 0, HD = 0, S = 0;
+    // the wait and the count of the decode step's counters (llmc/cuda_common.cuh; default: pdl_wait)
+    StepSync sync;
+    // GEMV_PLAIN with the norm (lm_head): the greedy argmax folded in. argmax (M) = for each input
+    // row, the first largest of its outputs 0..argmax_cols-1 as stored (floatX), NaN skipped, 0 if
+    // every one is NaN: the token sample_greedy_and_advance would pick from these logits. Each block
+    // merges its rows into (max, index) per input row, the last block to count into argmax_scratch's
+    // counter merges the blocks' (ties to the lower index: any order gives the same token) and resets
+    // the counter. argmax_scratch: gemv_argmax_scratch_floats(M), zeroed once.
+    int* argmax = nullptr;
+    float* argmax_scratch = nullptr;
+    int argmax_cols = 0;
 };
 
 // The shipped choice of rows per warp for M inputs (1, 2 or 4; the lab, dev/cuda/gemv.cu, times all three).
@@ -209,6 +229,47 @@ __device__ inline void store_qkv(floatX* out, const float (&v)[R], const int (&r
     }
 }
 
+// The folded argmax's end (GemvFusion::argmax): lane m of each warp holds its candidate for input
+// row m; the block's go to the scratch, the last block merges all of them. Every thread calls it.
+template <int M>
+__device__ inline void argmax_finish(sampler_detail::ArgMax cand, const GemvFusion& f) {
+    __shared__ float sh_v[WARPS][M];
+    __shared__ int sh_i[WARPS][M];
+    __shared__ bool sh_last;
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, P = gridDim.x;
+    int* counter = reinterpret_cast<int*>(f.argmax_scratch);
+    float* part_v = f.argmax_scratch + 4;                                 // (M, P)
+    int* part_i = reinterpret_cast<int*>(part_v + (size_t)M * P);       // (M, P)
+    if (lane < M) { sh_v[warp][lane] = cand.v; sh_i[warp][lane] = cand.i; }
+    __syncthreads();
+    if (threadIdx.x < M) {
+        const int m = threadIdx.x;
+        sampler_detail::ArgMax a{sh_v[0][m], sh_i[0][m]};
+        for (int w = 1; w < WARPS; w++) sampler_detail::argmax_merge(a, {sh_v[w][m], sh_i[w][m]});
+        part_v[(size_t)m * P + blockIdx.x] = a.v;
+        part_i[(size_t)m * P + blockIdx.x] = a.i;
+        __threadfence();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        sh_last = atomicAdd(counter, 1) == P - 1;
+        if (sh_last) *counter = 0;  // every block has counted: ready for the next call
+    }
+    __syncthreads();
+    if (!sh_last) return;
+    __threadfence();
+    for (int m = warp; m < M; m += WARPS) {
+        sampler_detail::ArgMax a{-INFINITY, f.argmax_cols};
+        const size_t row = (size_t)m * P;
+        for (int i = lane; i < P; i += WARP_SIZE)
+            sampler_detail::argmax_merge(a, {__ldcg(part_v + row + i), __ldcg(part_i + row + i)});
+        for (int o = WARP_SIZE / 2; o > 0; o /= 2)
+            sampler_detail::argmax_merge(a, {__shfl_xor_sync(0xffffffffu, a.v, o),
+                                             __shfl_xor_sync(0xffffffffu, a.i, o)});
+        if (lane == 0) f.argmax[m] = a.i < f.argmax_cols ? a.i : 0;
+    }
+}
+
 // Row group g (a warp's R rows, or a pair: GEMV_SWIGLU: rows g and g + N/2; GEMV_QKV with RoPE: rows
 // h*HD + i and h*HD + i + HD/2 for g = h*HD/2 + i) is computed by KS = t.split_k warps of one block
 // (WARPS / KS groups a block; the blocks loop over the rest, only a NORM grid is smaller than the
@@ -286,7 +347,7 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
         }
         __syncthreads();
     }
-    pdl_wait();
+    step_wait(f.sync);
     pdl_launch_dependents();
     const floatX* x = inp;
     if constexpr (NORM) {
@@ -294,6 +355,8 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
         __syncthreads();
         x = xs;
     }
+    // the folded argmax: lane m's candidate of input row m among this warp's rows
+    sampler_detail::ArgMax cand{-INFINITY, f.argmax_cols};
     // block-uniform loop (the split's __syncthreads): this warp's group g, valid when g < groups
     for (int gb = blockIdx.x; gb * per_block < groups; gb += gridDim.x) {
         const int g_raw = gb * per_block + warp / KS, g = min(g_raw, groups - 1);
@@ -356,16 +419,25 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
                     if constexpr (EPI == GEMV_GELU) out[o] = from_float<floatX>(gelu_tanh(v[r]));
                     else if constexpr (EPI == GEMV_RESIDUAL)
                         out[o] = from_float<floatX>(res_v[r] + to_float(from_float<floatX>(v[r])));
-                    else out[o] = from_float<floatX>(v[r]);
+                    else {
+                        const floatX y = from_float<floatX>(v[r]);
+                        out[o] = y;
+                        const float yf = to_float(y);
+                        if (f.argmax && row[r] < f.argmax_cols && !isnan(yf))
+                            sampler_detail::argmax_merge(cand, {yf, row[r]});
+                    }
                 }
             }
         }
     }
+    if constexpr (EPI == GEMV_PLAIN)
+        if (f.argmax) argmax_finish<M>(cand, f);
+    step_arrive(f.sync);
 }
 
 // One launch of gemv_kernel<M, R, EPI, NORM>, with the programmatic-serialization attribute when pdl.
 template <int M, int R, int EPI, bool NORM>
-inline void launch(bool pdl, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K, int N,
+inline int launch(bool pdl, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K, int N,
                    const GemvFusion& f, GemvTuning t, cudaStream_t stream) {
     if (t.split_k == 0) t.split_k = gemv_split_k(K);
     if (t.split_k != 1 && t.split_k != 2 && t.split_k != 4) fail("gemv: split_k %d is not 1, 2 or 4", t.split_k);
@@ -385,8 +457,11 @@ inline void launch(bool pdl, floatX* out, const floatX* inp, const floatX* weigh
         }
         blocks = std::min(blocks, std::max(1, std::min(resident, GEMV_NORM_BLOCKS_PER_SM)) * sms);
     }
+    if (f.argmax && (EPI != GEMV_PLAIN || !NORM))
+        fail("internal: the folded argmax needs a plain GEMV with its norm (a grid of one wave)");
     launch_kernel(gemv_kernel<M, R, EPI, NORM>, dim3(blocks), dim3(GEMV_THREADS), smem, stream, pdl, out, inp, weight,
                   bias, K, N, f, t);
+    return blocks;
 }
 
 template <int M, int EPI>
@@ -416,32 +491,27 @@ inline void launch_epi(int M, int R, bool pdl, floatX* out, const floatX* inp, c
 
 // The fused launches at the shipped rows per warp (RoPE pairs: 2), the norm prologue or not.
 template <int M>
-inline void launch_fused(GemvEpilogue epi, bool pdl, floatX* out, const floatX* inp, const floatX* weight,
+inline int launch_fused(GemvEpilogue epi, bool pdl, floatX* out, const floatX* inp, const floatX* weight,
                          const floatX* bias, int K, int N, const GemvFusion& f, GemvTuning t, cudaStream_t stream) {
     constexpr int RS = gemv_rows_per_warp(M);
     const bool norm = f.norm != GEMV_NORM_NONE;
     switch (epi) {
         case GEMV_QKV:
             if (!norm) fail("internal: the fused QKV GEMV comes with its norm prologue");
-            if (f.rope_cos) launch<M, 2, GEMV_QKV, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
-            else launch<M, RS, GEMV_QKV, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
-            break;
+            if (f.rope_cos) return launch<M, 2, GEMV_QKV, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
+            return launch<M, RS, GEMV_QKV, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
         case GEMV_RESIDUAL:
             if (norm) fail("internal: the fused residual GEMV has no norm prologue");
-            launch<M, RS, GEMV_RESIDUAL, false>(pdl, out, inp, weight, bias, K, N, f, t, stream);
-            break;
+            return launch<M, RS, GEMV_RESIDUAL, false>(pdl, out, inp, weight, bias, K, N, f, t, stream);
         case GEMV_GELU:
             if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
-            launch<M, RS, GEMV_GELU, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
-            break;
+            return launch<M, RS, GEMV_GELU, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
         case GEMV_SWIGLU:
             if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
-            launch<M, 2, GEMV_SWIGLU, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
-            break;
+            return launch<M, 2, GEMV_SWIGLU, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
         default:
             if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
-            launch<M, RS, GEMV_PLAIN, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
-            break;
+            return launch<M, RS, GEMV_PLAIN, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
     }
 }
 
@@ -460,6 +530,8 @@ inline bool gemv_fused_supported(int M, int K, int N, GemvEpilogue epi, const Ge
     if (!(M >= 1 && M <= GEMV_MAX_M && K > 0 && K % x128::size == 0 && N > 0)) return false;
     if (norm && (gemv_norm_smem(M, K) > GEMV_NORM_MAX_SMEM || !f.norm_w ||
                  (f.norm == GEMV_NORM_LAYER && !f.norm_b) || (f.norm == GEMV_NORM_RMS && !(f.eps > 0.0f))))
+        return false;
+    if (f.argmax && !(epi == GEMV_PLAIN && norm && f.argmax_scratch && f.argmax_cols > 0 && f.argmax_cols <= N))
         return false;
     switch (epi) {
         case GEMV_QKV:
@@ -492,21 +564,24 @@ inline void gemv_forward(floatX* out, const floatX* inp, const floatX* weight, c
 // The fused kernels of the decode step (the top of the file): out = epilogue(norm(inp) W^T + bias)
 // with f's norm prologue (qkv, fc, lm_head) or its residual (attproj, fcproj); GEMV_QKV also writes
 // the cache (and turns q, k with RoPE). Shapes as gemv_forward; gemv_fused_supported must hold.
-inline void gemv_fused_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K,
+// Returns the blocks of its grid (the count f.sync's next kernel waits for).
+inline int gemv_fused_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K,
                                int N, GemvEpilogue epi, const GemvFusion& f, cudaStream_t stream, bool pdl = true,
                                GemvTuning t = {}) {
     if (!gemv_fused_supported(M, K, N, epi, f))
         fail("gemv_fused_forward: M = %d, K = %d, N = %d, epilogue %d, norm %d not supported", M, K, N, (int)epi,
              (int)f.norm);
+    int blocks = 0;
     switch (M) {
-        case 1: gemv_detail::launch_fused<1>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
-        case 2: gemv_detail::launch_fused<2>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
-        case 3: gemv_detail::launch_fused<3>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
-        case 4: gemv_detail::launch_fused<4>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
-        case 5: gemv_detail::launch_fused<5>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
-        case 6: gemv_detail::launch_fused<6>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
-        case 7: gemv_detail::launch_fused<7>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
-        default: gemv_detail::launch_fused<8>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        case 1: blocks = gemv_detail::launch_fused<1>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        case 2: blocks = gemv_detail::launch_fused<2>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        case 3: blocks = gemv_detail::launch_fused<3>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        case 4: blocks = gemv_detail::launch_fused<4>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        case 5: blocks = gemv_detail::launch_fused<5>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        case 6: blocks = gemv_detail::launch_fused<6>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        case 7: blocks = gemv_detail::launch_fused<7>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        default: blocks = gemv_detail::launch_fused<8>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
     }
     cudaCheckLaunch();
+    return blocks;
 }

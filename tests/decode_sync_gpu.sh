@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The fused decode step's counter waits and folded argmax (issue 15: GPT-2 124M, bf16, 64-token
+# prompts, 256 new greedy tokens: B=1 >= 5,000 tok/s, B=64 >= 100,000 tok/s) on one GPU, old beside new:
+#   --step-sync 1   each kernel of a step at B <= 8 waits on a counter the kernel before it counts
+#                   into (llmc/cuda_common.cuh, StepSync) instead of griddepcontrol.wait; 0: the wait
+#   --fold-argmax 1 the lm_head GEMV takes the greedy argmax (GemvFusion::argmax), a greedy step
+#                   starts with advance_and_encode (no sampler kernel); 0: the sampler
+# Both are 1 by default; 0 0 is the step before this work. B=64 runs cuBLASLt (neither applies): its
+# figure must stay >= 100,000.
+# Builds nothing. Needs, built beforehand (~4 minutes on an H200 for all of it):
+#   make build/generate build/generate_fp32 build/generate_cpu
+#   make -C dev/cuda build/gemv build/attention_decode
+# Runs, each under a timeout (logs in $OUT, default build/decode_sync):
+#   1. the GEMV lab's fused ops (dev/cuda/gemv.cu --fused-only): variants 0 (shipped), 3 (norm+lm_head
+#      with the folded argmax: its argmax against the first largest of its stored logits, poisoned
+#      first), 2, 1 checked against the CPU reference (fresh random inputs, poisoned outputs)
+#   2. the decode attention lab (dev/cuda/attention_decode.cu) variants 0, 8, 9 (the split kernel now
+#      takes the step counters) against the CPU reference
+#   3. tests/test_generate_gpu.sh SECTIONS=12347 with the defaults (new): fp32 GPU tokens = CPU twin
+#      for GPT-2 and Llama-style models (greedy, sampled, batches, idle rows, context end), cached =
+#      full forward, graph = no graph, bad inputs; then SECTIONS=7 with --step-sync 0 --fold-argmax 0
+#      (old), and with each of the two alone
+#   4. generate --bench 1 --init d12 at B = 1, 8, 64 and the Llama 114M shape at B = 1 with
+#      (--step-sync, --fold-argmax) = (0 0) and (1 1), at B = 1 also (1 0) and (0 1); --profile 1 at
+#      B = 1 for (0 0) and (1 1)
+# PARTS="3 4" (say) runs only those parts.
+# Last: the PROFILE lines, the tok/s table and PASS/FAIL per part; exit 1 if any part failed.
+cd "$(dirname "$0")/.." || exit 1
+OUT=${OUT:-build/decode_sync}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+LAB=${LAB_BUILD:-dev/cuda/build}
+GEN=${GEN:-build/generate}
+for b in $GEN build/generate_fp32 build/generate_cpu $LAB/gemv $LAB/attention_decode; do
+    [ -x "$b" ] || { echo "error: $b is missing (build it first: see the top of $0)"; exit 1; }
+done
+parts=(); bad=0
+part() {  # part NAME STATUS
+    if [ "$2" -eq 0 ]; then parts+=("PASS  $1"); else parts+=("FAIL  $1 (rc $2)"); bad=1; fi
+}
+t0=$SECONDS
+want() { [[ " ${PARTS:-1 2 3 4} " == *" $1 "* ]]; }
+
+if want 1; then
+echo "==== 1. GEMV lab, fused ops (variant 3: the folded argmax)"
+timeout 120 $LAB/gemv --fused-only --reps 5 > "$OUT/gemv.txt" 2>&1; st=$?
+grep -E "FAIL|error" "$OUT/gemv.txt" | head -10
+grep -q "folded greedy argmax" "$OUT/gemv.txt" || { echo "  variant 3 did not run"; st=1; }
+part "gemv lab --fused-only: checks (0, 3 folded argmax, 2, 1) + timing [$((SECONDS - t0)) s]" $st
+fi
+
+if want 2; then
+echo "==== 2. attention_decode lab"
+t1=$SECONDS
+timeout 90 $LAB/attention_decode 0 8 9 --reps 5 > "$OUT/attention_decode.txt" 2>&1; st=$?
+grep -E "FAIL|error" "$OUT/attention_decode.txt" | head -10
+part "attention_decode lab 0 8 9: checks + timing [$((SECONDS - t1)) s]" $st
+fi
+
+if want 3; then
+echo "==== 3. test_generate_gpu.sh (new defaults), then the fused checks with the old and mixed knobs"
+t1=$SECONDS
+SECTIONS=12347 GPU_TEST_DIR="$OUT/gen_new" timeout 200 tests/test_generate_gpu.sh > "$OUT/checks_new.txt" 2>&1
+st=$?
+grep -E "^FAIL" "$OUT/checks_new.txt" | head -20
+part "test_generate_gpu.sh SECTIONS=12347, defaults: $(grep -E '^[0-9]+ passed' "$OUT/checks_new.txt" | tail -1) [$((SECONDS - t1)) s]" $st
+# the same binaries with the knobs appended (the test passes its own flags first)
+for knobs in "0 0" "1 0" "0 1"; do
+    set -- $knobs
+    t1=$SECONDS
+    w="$OUT/wrap_$1$2"; mkdir -p "$w"
+    for b in generate generate_fp32; do
+        printf '#!/usr/bin/env bash\nexec %s "$@" --step-sync %s --fold-argmax %s\n' "$PWD/build/$b" $1 $2 > "$w/$b"
+        chmod +x "$w/$b"
+    done
+    SECTIONS=7 GEN="$w/generate" GEN32="$w/generate_fp32" GPU_TEST_DIR="$OUT/gen_$1$2" timeout 120 \
+        tests/test_generate_gpu.sh > "$OUT/checks_$1$2.txt" 2>&1
+    st=$?
+    grep -E "^FAIL" "$OUT/checks_$1$2.txt" | head -10
+    part "test_generate_gpu.sh SECTIONS=7, --step-sync $1 --fold-argmax $2: $(grep -E '^[0-9]+ passed' "$OUT/checks_$1$2.txt" | tail -1) [$((SECONDS - t1)) s]" $st
+done
+fi
+
+if want 4; then
+echo "==== 4. bench"
+t1=$SECONDS
+: > "$OUT/bench.txt"
+LLAMA114="llama:L12,C768,H12,KV4,F2048"
+# model, B, --step-sync, --fold-argmax
+for run in "d12 1 0 0" "d12 1 1 1" "d12 1 1 0" "d12 1 0 1" "d12 8 0 0" "d12 8 1 1" "d12 64 0 0" "d12 64 1 1" \
+           "$LLAMA114 1 0 0" "$LLAMA114 1 1 1"; do
+    set -- $run; model=$1; B=$2; ss=$3; fa=$4
+    extra=""; [ $model = d12 ] && [ $B = 1 ] && [ $ss = $fa ] && extra="--profile 1"
+    timeout 60 $GEN --init $model --bench 1 --bench-prompt 64 --max-new 256 --temperature 0 --batch $B \
+        --step-sync $ss --fold-argmax $fa $extra > "$OUT/run.out" 2> "$OUT/run.err"
+    st=$?
+    grep -q BENCH_GEN "$OUT/run.out" || st=1
+    [ $st -ne 0 ] && { echo "  $model B=$B step_sync=$ss fold=$fa:"; tail -3 "$OUT/run.err"; }
+    grep -E "BENCH_GEN|PROFILE" "$OUT/run.out" | sed "s/^/model=${model%%:*} /" >> "$OUT/bench.txt"
+    part "bench ${model%%:*} B=$B --step-sync $ss --fold-argmax $fa" $st
+done
+echo "  [$((SECONDS - t1)) s]"
+fi
+
+echo
+ran() { [ -s "$1" ] || { echo "  (not run: PARTS)"; return 1; }; }
+echo "==== GEMV lab: norm+lm_head, ms: 0 shipped, 3 with the folded argmax"
+ran "$OUT/gemv.txt" && grep -E "norm\+lm_head" "$OUT/gemv.txt" | grep -E "\| (0|3) " | head -16
+echo
+echo "==== PROFILE d12 B=1 (plain launches, an event between kernels): old (0 0) then new (1 1)"
+ran "$OUT/bench.txt" && grep PROFILE "$OUT/bench.txt"
+echo
+echo "==== decode tok/s, 64-token prompts, 256 new tokens, greedy (targets d12: B=1 5000 = 200 us, B=64 100000)"
+ran "$OUT/bench.txt" && awk '/BENCH_GEN/ {
+    model = ""; B = ""; ss = ""; fa = ""; tok = ""; ms = ""
+    for (i = 1; i <= NF; i++) {
+        split($i, kv, "=")
+        if (kv[1] == "model") model = kv[2]; else if (kv[1] == "B") B = kv[2]
+        else if (kv[1] == "step_sync") ss = kv[2]; else if (kv[1] == "fold_argmax") fa = kv[2]
+        else if (kv[1] == "tok_s") tok = kv[2]; else if (kv[1] == "ms_per_token") ms = kv[2]
+    }
+    k = model " B=" B
+    if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+    t[k, ss fa] = tok; m[k, ss fa] = ms
+} END {
+    printf "%-14s %10s %10s %8s %10s %10s %10s %10s\n", "run", "tok/s 00", "tok/s 11", "speedup", "us/tok 00",
+           "us/tok 11", "sync only", "fold only"
+    for (i = 1; i <= n; i++) { k = order[i]
+        printf "%-14s %10s %10s %7.3fx %10.1f %10.1f %10s %10s\n", k, t[k, "00"], t[k, "11"],
+               (t[k, "00"] > 0 ? t[k, "11"] / t[k, "00"] : 0), 1000 * m[k, "00"], 1000 * m[k, "11"],
+               (t[k, "10"] == "" ? "-" : t[k, "10"]), (t[k, "01"] == "" ? "-" : t[k, "01"]) }
+}' "$OUT/bench.txt"
+echo
+echo "==== decode_sync_gpu summary ($((SECONDS - t0)) s, logs in $OUT)"
+for p in "${parts[@]}"; do echo "$p"; done
+[ $bad -eq 0 ]
