@@ -263,7 +263,7 @@ int main(int argc, char** argv) {
     m.pdl = g.pdl != 0;
     m.fused = g.fused != 0;
     m.latency = g.latency != 0;
-    m.step_sync = g.step_sync != 0;
+    m.step_sync = g.step_sync;
     m.fold_argmax = g.fold_argmax != 0;
     m.gemv_split_k = g.gemv_split_k;
     if (!force.empty())

@@ -334,12 +334,15 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
         j0 = split * chunk;
         j1 = min(span.n, j0 + chunk);
     };
+    step_trigger_before_wait(sync);
+    int pos_early = 0;
     if constexpr (early) {
-        plan_span(__ldcg(pos + b));
+        pos_early = __ldcg(pos + b);
+        plan_span(pos_early);
         if (split < nsplits) load_step(j0, kr, vr);
     }
     step_wait(sync);  // a programmatic dependent of the QKV kernel (pdl): q and this step's K/V come from it
-    pdl_launch_dependents();
+    step_trigger_after_wait(sync);
 
     // q is loaded before pos is read, so the two loads' latencies overlap (a decode step of a short
     // sequence is a chain of a few dependent memory latencies, not bandwidth).
@@ -347,7 +350,19 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
 #pragma unroll
     for (int g = 0; g < GB; g++)
         qv[g] = g < heads ? load128(qrow + L.q_col(h0 + g) + d0) : Packed128<T>::constant(from_float<T>(0.0f));
-    if (!early) plan_span(pos[b]);
+    // With the step's early trigger (llmc/step_sync.h) this kernel may have started before this step's
+    // pos was written: pos is read again (beside q), and if it moved the early keys are dropped and
+    // loaded after the wait as without them (their L1 lines went with the wait's acquire load).
+    bool preloaded = early;
+    if (!early) {
+        plan_span(pos[b]);
+    } else if (step_triggers_early(sync)) {
+        const int p = __ldcg(pos + b);
+        if (p != pos_early) {
+            plan_span(p);
+            preloaded = false;
+        }
+    }
     // In a cluster every block takes part in the merge's barriers, keys or not (the decision is the
     // same for the whole cluster: its blocks share b and so nsplits); j0 >= j1 here: no loop steps.
     const bool in_cluster = cluster && nsplits > 1;
@@ -365,7 +380,7 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
             __syncthreads();  // the block's other threads read the row below
         }
     }
-    if constexpr (early) {  // the newest key, if it falls in the first step: its row group's lanes load it now
+    if (preloaded) {  // the newest key, if it falls in the first step: its row group's lanes load it now
         const int jn = span.n - 1;
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -450,7 +465,7 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
         }
     };
     if constexpr (Knobs::PREFETCH) {
-        if (!early) load_step(j0, kr, vr);
+        if (!preloaded) load_step(j0, kr, vr);
         for (int jb = j0; jb < j1; jb += STEP) {
             Packed128<T> kn[U], vn[U];
             load_step(jb + STEP, kn, vn);  // past the chunk: zeros, no loads
@@ -463,7 +478,7 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
         }
     } else {
         for (int jb = j0; jb < j1; jb += STEP) {
-            if (jb != j0 || !early) load_step(jb, kr, vr);
+            if (jb != j0 || !preloaded) load_step(jb, kr, vr);
             consume(jb, kr, vr);
         }
     }

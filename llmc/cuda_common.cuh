@@ -160,9 +160,10 @@ __device__ inline void prefetch_l2(const void* p) {
 // ---------------------------------------------------------------- step counters (flag waits)
 // The decode step's kernels at B <= 8 (gpt2_infer.cuh, --step-sync 1) replace griddepcontrol.wait,
 // which waits for the whole previous grid to complete and flush, by a wait on a counter in global
-// memory that the previous kernel's blocks increment as they finish (after their writes and a fence:
-// the pattern of cooperative groups' grid sync). The same order of writes and reads; the release is
-// an L2 reduction and a poll instead of the grid's completion. Which counters a kernel uses, and why
+// memory that the previous kernel's blocks increment as they finish (barrier, fence, atomic add, as
+// cooperative groups' grid sync arrives), polled with ld.acquire.gpu by one thread a block, then a
+// barrier. The same order of writes and reads; the release is an L2 reduction and a poll instead of
+// the grid's completion. Which counters a kernel uses, and why
 // it cannot deadlock: llmc/step_sync.h.
 __device__ inline int load_acquire_gpu(const int* p) {
     int v;
@@ -179,22 +180,39 @@ __device__ inline int load_acquire_gpu(const int* p) {
 // tighter loop would crowd the L2 slice that also takes that kernel's counts.
 constexpr unsigned STEP_POLL_NS = 64;
 
-// Every thread of the block calls it where the kernel called pdl_wait().
+// Where a kernel of the step lets its dependents launch: before its wait with s.early_trigger
+// (llmc/step_sync.h), else right after it (pdl_launch_dependents, the top of this section). Every
+// kernel calls both, one on each side of step_wait.
+__device__ inline bool step_triggers_early(const StepSync& s) { return s.counters != nullptr && s.early_trigger; }
+__device__ inline void step_trigger_before_wait(const StepSync& s) {
+    if (step_triggers_early(s)) pdl_launch_dependents();
+}
+__device__ inline void step_trigger_after_wait(const StepSync& s) {
+    if (!step_triggers_early(s)) pdl_launch_dependents();
+}
+
+// Every thread of the block calls it where the kernel called pdl_wait(). Block 0 zeroes s.reset0
+// after the wait (kernel 0 fences it before its block goes on, so before it triggers).
 __device__ inline void step_wait(const StepSync& s) {
-    if (s.counters == nullptr || s.wait < 0) {
+    if (s.counters == nullptr) {
         pdl_wait();
-    } else {
-        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
-            const int* c = s.counters + s.wait;
+        return;
+    }
+    if (s.wait < 0) pdl_wait();
+    if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+        // the acquire load that sees the full count orders this thread after the counted blocks'
+        // writes (each fenced before its count), and the barrier below orders the block's threads
+        // after it: no second fence (cooperative groups' grid sync polls with plain loads, so it fences)
+        if (s.wait >= 0) {
+            const int* c = s.counters + (size_t)s.wait * STEP_COUNTER_STRIDE;
             while (load_acquire_gpu(c) < s.wait_blocks) __nanosleep(STEP_POLL_NS);
-            __threadfence();  // as cooperative groups' grid sync: the block's later loads see the counted writes
         }
-        __syncthreads();
+        if (s.reset0 >= 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
+            s.counters[(size_t)s.reset0 * STEP_COUNTER_STRIDE] = 0;
+            if (s.wait < 0) __threadfence();  // kernel 0: visible before it triggers (llmc/step_sync.h)
+        }
     }
-    if (s.counters && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0 &&
-        threadIdx.y == 0 && threadIdx.z == 0) {
-        if (s.reset0 >= 0) s.counters[s.reset0] = 0;
-    }
+    __syncthreads();
 }
 
 // Every thread of the block calls it once, after the block's last write: thread 0 fences the block's
@@ -204,7 +222,7 @@ __device__ inline void step_arrive(const StepSync& s) {
     __syncthreads();  // the block's writes are done
     if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
         __threadfence();
-        atomicAdd(s.counters + s.arrive, 1);  // result unused: a reduction, no round trip
+        atomicAdd(s.counters + (size_t)s.arrive * STEP_COUNTER_STRIDE, 1);  // result unused: no round trip
     }
 }
 

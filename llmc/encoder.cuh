@@ -66,8 +66,9 @@ __device__ inline void encode_pack(floatX* out, const floatX* wte, const floatX*
 
 static __global__ void encoder_forward_at_packed(floatX* out, const int* tokens, const int* pos, const floatX* wte,
                                                  const floatX* wpe, int B, int C, StepSync sync) {
+    step_trigger_before_wait(sync);
     step_wait(sync);
-    pdl_launch_dependents();
+    step_trigger_after_wait(sync);
     const int packs_per_row = C / x128::size;
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx < B * packs_per_row) {

@@ -58,8 +58,8 @@
 //     largest stored output of the first argmax_cols: a warp keeps one candidate per row, a block
 //     merges its warps' and writes its (max, index) pairs, the last block to count in merges the
 //     blocks' in ~P/32 rounds a warp: the decode step's greedy token without the sampler kernel).
-//     GemvFusion::sync: the decode step's counter wait and count (llmc/cuda_common.cuh, StepSync)
-//     in place of pdl_wait. Outputs equal the unfused kernels' up to the order of fp32 additions in the norm
+//     GemvFusion::sync: the decode step's counter wait and count (llmc/step_sync.h) in place of
+//     pdl_wait. Outputs equal the unfused kernels' up to the order of fp32 additions in the norm
 //     (the same code: identical in practice) and in the RoPE products.
 // fp32 accumulation; K a multiple of x128::size. The CPU reference is cpu::matmul_forward (and
 // cpu::gelu_forward / cpu::swiglu_forward on its fp32 output).
@@ -83,7 +83,9 @@ constexpr int GEMV_NORM_MAX_SMEM = 48 * 1024;
 inline size_t gemv_norm_smem(int M, int K) { return (size_t)(M + 2) * K * sizeof(floatX); }
 // floats of GemvFusion::argmax_scratch: a counter (padded to 4), then (M, blocks) maxima and indices
 // for the one-wave grid of a norm GEMV on `sms` SMs.
-inline size_t gemv_argmax_scratch_floats(int M, int sms) { return 4 + 2 * (size_t)M * GEMV_NORM_BLOCKS_PER_SM * sms; }
+inline size_t gemv_argmax_scratch_floats(int M, int sms) {
+    return 4 + 2 * (size_t)M * GEMV_NORM_BLOCKS_PER_SM * sms;
+}
 
 // How the weight loop hides latency (the top of the file); value-initialized: the shipped choice.
 struct GemvTuning {
@@ -109,7 +111,7 @@ struct GemvFusion {
     const float* rope_cos = nullptr;   // (max_pos, HD/2), or nullptr: no RoPE
     const float* rope_sin = nullptr;   // (max_pos, HD/2)
     int NH = 0, NKV = 0, HD = 0, S = 0;
-    // the wait and the count of the decode step's counters (llmc/cuda_common.cuh; default: pdl_wait)
+    // the wait and the count of the decode step's counters (llmc/step_sync.h; default: pdl_wait)
     StepSync sync;
     // GEMV_PLAIN with the norm (lm_head): the greedy argmax folded in. argmax (M) = for each input
     // row, the first largest of its outputs 0..argmax_cols-1 as stored (floatX), NaN skipped, 0 if
@@ -306,17 +308,23 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
                 if (p + u * pstep < packs) w[u][r] = load128cs(weight + (int64_t)row[r] * K + (p + u * pstep) * x128::size);
     };
     // the epilogue's inputs of a group: the bias of its rows, and lane m's residual of input row m
-    // (GEMV_RESIDUAL: written kernels before the one this waits for, see gpt2_infer.cuh; __ldcg: L2)
+    // (GEMV_RESIDUAL: written kernels before the one this waits for, see gpt2_infer.cuh; __ldcg: L2;
+    // with the step's early trigger, after the wait: llmc/step_sync.h)
     float bias_v[R], res_v[R];
-    auto load_epilogue = [&](const int (&row)[R]) {
+    auto load_bias = [&](const int (&row)[R]) {
+#pragma unroll
+        for (int r = 0; r < R; r++) bias_v[r] = bias ? to_float(bias[row[r]]) : 0.0f;
+    };
+    auto load_residual = [&](const int (&row)[R]) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            bias_v[r] = bias ? to_float(bias[row[r]]) : 0.0f;
             res_v[r] = 0.0f;
             if constexpr (EPI == GEMV_RESIDUAL)
                 if (lane < M) res_v[r] = to_float(__ldcg(f.residual + (int64_t)lane * N + row[r]));
         }
     };
+    const bool trigger_early = step_triggers_early(f.sync);
+    step_trigger_before_wait(f.sync);
     // before the wait: the first round of this warp's first group (registers, or an L2 prefetch), its
     // epilogue inputs, and the norm's weight and bias into shared memory
     const int first = min(blockIdx.x * per_block + warp / KS, groups - 1);
@@ -326,7 +334,8 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
         rows_of(first, row);
         if (t.preload) {
             load_round(row, p0);
-            load_epilogue(row);
+            load_bias(row);
+            if (!trigger_early) load_residual(row);
             loaded = true;
         } else {
 #pragma unroll
@@ -348,7 +357,12 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
         __syncthreads();
     }
     step_wait(f.sync);
-    pdl_launch_dependents();
+    step_trigger_after_wait(f.sync);
+    if (loaded && trigger_early) {
+        int row[R];
+        rows_of(first, row);
+        load_residual(row);
+    }
     const floatX* x = inp;
     if constexpr (NORM) {
         normalize_rows<M>(xs, inp, nw, nb, K, f);
@@ -362,7 +376,10 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
         const int g_raw = gb * per_block + warp / KS, g = min(g_raw, groups - 1);
         int row[R];
         rows_of(g, row);
-        if (!loaded) load_epilogue(row);
+        if (!loaded) {
+            load_bias(row);
+            load_residual(row);
+        }
         float acc[R][M];
 #pragma unroll
         for (int r = 0; r < R; r++)

@@ -51,7 +51,7 @@ struct GenConfig {
     int fused = 1;                      // --fused: a step of B <= 8 as 5 kernels a layer, else the append in attention
     int latency = 1;                    // --latency-kernels: the step kernels' latency work (gpt2_infer.cuh)
     int gemv_split_k = 0;               // --gemv-split-k: warps a GEMV row shares (0 = gemv_split_k(K))
-    int step_sync = 1;                  // --step-sync: the fused step's kernels wait on counters, not griddepcontrol
+    int step_sync = 1;                  // --step-sync: the fused step's kernels wait on counters (2: trigger early)
     int fold_argmax = 1;                // --fold-argmax: the fused step's greedy argmax inside the lm_head GEMV
     int matmul_autotune = 1;            // --matmul-autotune: time cuBLASLt's algorithms for the step's matmuls once
     int profile = 0;                    // --profile 1 (with --bench): per-kernel-family time of a decode step
@@ -133,10 +133,11 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
                   "the kernels before that work, for comparison (same tokens up to rounding)");
         p.add_int("--gemv-split-k", &g.gemv_split_k, {0, 4}, "with --latency-kernels 1: the warps of a GEMV block "
                   "that share one row's K (1, 2 or 4; 0 = the shipped choice, 4 for K = 3072, 1 for K = 768)");
-        p.add_int("--step-sync", &g.step_sync, {0, 1}, "1 = each kernel of a fused decode step (at most 8 "
+        p.add_int("--step-sync", &g.step_sync, {0, 2}, "1 = each kernel of a fused decode step (at most 8 "
                   "sequences) waits for the one before it on a counter its blocks increment as they finish "
-                  "(llmc/cuda_common.cuh, StepSync); 0 = griddepcontrol.wait, the whole previous grid's completion "
-                  "(same tokens)");
+                  "(llmc/step_sync.h); 2 = that, and each kernel lets the next one launch before its own wait "
+                  "(many kernels resident ahead, loading their weights); 0 = griddepcontrol.wait, the whole "
+                  "previous grid's completion (same tokens)");
         p.add_int("--fold-argmax", &g.fold_argmax, {0, 1}, "1 = a fused decode step's lm_head GEMV also takes each "
                   "sequence's greedy argmax, and a greedy step starts from it (no sampler kernel); 0 = the sampler "
                   "kernel reads the logits (same tokens)");

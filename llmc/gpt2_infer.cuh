@@ -36,7 +36,11 @@
 // - m.step_sync (--step-sync): its kernels after the first (the encoder, or advance_and_encode) wait
 //   on a counter the kernel before them counts into as its blocks finish, instead of
 //   griddepcontrol.wait's whole-grid completion (llmc/step_sync.h: which counters; llmc/cuda_common.cuh);
-//   the same order of writes and reads, PDL still starts each kernel early.
+//   the same order of writes and reads, PDL still starts each kernel early. --step-sync 2 also
+//   triggers each kernel's dependents before its wait, so many kernels ahead are resident and
+//   loading their weights (llmc/step_sync.h), at the price of the reads that must then wait: the
+//   GEMVs' residual, and attention_decode's pos (read again after the wait: its early key loads
+//   count only if pos did not move).
 // - m.fold_argmax (--fold-argmax): lm_head's GEMV also takes each sequence's greedy argmax into
 //   `pending` (its blocks' (max, index) pairs merged by the last block: the sampler's token, ties
 //   to the lower id), and the prefill leaves the argmax of its logits there too; a greedy step
@@ -85,8 +89,9 @@ struct GPT2Infer {
     bool latency = true;
     int gemv_split_k = 0;  // with latency: GemvTuning::split_k (0 = the shipped gemv_split_k(K))
     // the fused step (B <= GEMV_MAX_M, decode_layers_fused) waits on counters the kernel before it
-    // counts into instead of griddepcontrol.wait (llmc/cuda_common.cuh, StepSync; --step-sync)
-    bool step_sync = true;
+    // counts into instead of griddepcontrol.wait (llmc/step_sync.h; --step-sync): 0 off, 1 on, 2 on
+    // with the early trigger (each kernel lets the next launch before its own wait)
+    int step_sync = 1;
     // the fused step's lm_head GEMV also takes each sequence's greedy argmax (GemvFusion::argmax) into
     // `pending`, and a greedy step without teacher forcing starts with advance_and_encode instead of
     // the sampler and the encoder (one kernel less; --fold-argmax)
@@ -102,7 +107,7 @@ struct GPT2Infer {
     floatX* v_cache = nullptr;  // (L, B, NKV, S, HD)
     float* decode_scratch = nullptr;  // attention_decode's split partials and counters (zeroed once)
     float* sample_scratch = nullptr;  // greedy argmax: (B, P) maxima, (B, P) int indices, (B) int counters (zeroed once)
-    int* step_counters = nullptr;     // (step_chain_kernels) the fused step's StepSync counters (zeroed once)
+    int* step_counters = nullptr;     // (kernels * STEP_COUNTER_STRIDE) the fused step's counters (zeroed once)
     float* argmax_scratch = nullptr;  // gemv_argmax_scratch_floats(B, SMs): lm_head's folded argmax (zeroed once)
     int* pending = nullptr;           // (B) the folded argmax: each sequence's greedy token from the last logits
     // one layer's activations over R = B * Tmax rows (a decode step uses the first B)
@@ -180,7 +185,7 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* hos
         {(void**)&m.params_memory, n, X},    {(void**)&m.k_cache, cache, X},      {(void**)&m.v_cache, cache, X},
         {(void**)&m.decode_scratch, std::max<size_t>(scratch, 1), F},
         {(void**)&m.sample_scratch, (size_t)B * (2 * sample_greedy_blocks(c.vocab_size) + 1), F},
-        {(void**)&m.step_counters, (size_t)step_chain_kernels(c), I},
+        {(void**)&m.step_counters, (size_t)step_chain_kernels(c) * STEP_COUNTER_STRIDE, I},
         {(void**)&m.argmax_scratch, gemv_argmax_scratch_floats(std::min(B, GEMV_MAX_M), current_sm_count()), F},
         {(void**)&m.pending, (size_t)B, I},
         {(void**)&m.res1, R * C, X},         {(void**)&m.res2, R * C, X},         {(void**)&m.ln, R * C, X},
@@ -432,8 +437,9 @@ static __global__ void advance_and_encode(floatX* out, int* step_out, int* token
                                           int* active, const int* pending, const floatX* wte, const floatX* wpe,
                                           const int* lengths, GenerateLimits lim, int max_seq, int C, StepSync sync) {
     __shared__ int sh_tok, sh_pos;
+    step_trigger_before_wait(sync);
     step_wait(sync);
-    pdl_launch_dependents();
+    step_trigger_after_wait(sync);
     const int b = blockIdx.x;
     if (threadIdx.x == 0) {
         int p = -1, tok = 0;
@@ -469,6 +475,7 @@ inline StepChain step_chain(const GPT2Infer& m) {
     if (m.step_sync && fused_step(m)) {
         ch.counters = m.step_counters;
         ch.n = step_chain_kernels(m.config);
+        ch.early_trigger = m.step_sync == 2;
     }
     return ch;
 }

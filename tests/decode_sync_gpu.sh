@@ -2,12 +2,14 @@
 # The fused decode step's counter waits and folded argmax (issue 15: GPT-2 124M, bf16, 64-token
 # prompts, 256 new greedy tokens: B=1 >= 5,000 tok/s, B=64 >= 100,000 tok/s) on one GPU, old beside new:
 #   --step-sync 1   each kernel of a step at B <= 8 waits on a counter the kernel before it counts
-#                   into (llmc/cuda_common.cuh, StepSync) instead of griddepcontrol.wait; 0: the wait
+#                   into (llmc/step_sync.h) instead of griddepcontrol.wait; 0: the wait; 2: counters
+#                   and each kernel lets the next launch before its own wait (many grids resident)
 #   --fold-argmax 1 the lm_head GEMV takes the greedy argmax (GemvFusion::argmax), a greedy step
 #                   starts with advance_and_encode (no sampler kernel); 0: the sampler
-# Both are 1 by default; 0 0 is the step before this work. B=64 runs cuBLASLt (neither applies): its
-# figure must stay >= 100,000.
-# Builds nothing. Needs, built beforehand (~4 minutes on an H200 for all of it):
+# Default 1 1; 0 0 is the step before this work. B=64 runs cuBLASLt (neither applies): its figure
+# must stay >= 100,000.
+# Builds nothing (an estimate of ~4 minutes on an H200 for all of it; PARTS="1 2 3" and PARTS=4 split
+# it in two calls). Needs, built beforehand:
 #   make build/generate build/generate_fp32 build/generate_cpu
 #   make -C dev/cuda build/gemv build/attention_decode
 # Runs, each under a timeout (logs in $OUT, default build/decode_sync):
@@ -16,13 +18,13 @@
 #      first), 2, 1 checked against the CPU reference (fresh random inputs, poisoned outputs)
 #   2. the decode attention lab (dev/cuda/attention_decode.cu) variants 0, 8, 9 (the split kernel now
 #      takes the step counters) against the CPU reference
-#   3. tests/test_generate_gpu.sh SECTIONS=12347 with the defaults (new): fp32 GPU tokens = CPU twin
+#   3. tests/test_generate_gpu.sh SECTIONS=1237 with the defaults (1 1): fp32 GPU tokens = CPU twin
 #      for GPT-2 and Llama-style models (greedy, sampled, batches, idle rows, context end), cached =
-#      full forward, graph = no graph, bad inputs; then SECTIONS=7 with --step-sync 0 --fold-argmax 0
-#      (old), and with each of the two alone
-#   4. generate --bench 1 --init d12 at B = 1, 8, 64 and the Llama 114M shape at B = 1 with
-#      (--step-sync, --fold-argmax) = (0 0) and (1 1), at B = 1 also (1 0) and (0 1); --profile 1 at
-#      B = 1 for (0 0) and (1 1)
+#      full forward, graph = no graph, the fused step's checks; then SECTIONS=7 (the fused step's
+#      checks: tokens = CPU twin for GPT-2 and Llama, --pdl 0, Llama --check-full) with --step-sync 2
+#   4. generate --bench 1 at B = 1, 8, 64 (--init d12) and the Llama 114M shape at B = 1, with
+#      (--step-sync, --fold-argmax) = 0 0 (old), 1 1 (default), 2 1, and at d12 B = 1 also 1 0 and
+#      0 1; --profile 1 at d12 B = 1 for 0 0, 1 1 and 2 1
 # PARTS="3 4" (say) runs only those parts.
 # Last: the PROFILE lines, the tok/s table and PASS/FAIL per part; exit 1 if any part failed.
 cd "$(dirname "$0")/.." || exit 1
@@ -43,7 +45,7 @@ want() { [[ " ${PARTS:-1 2 3 4} " == *" $1 "* ]]; }
 
 if want 1; then
 echo "==== 1. GEMV lab, fused ops (variant 3: the folded argmax)"
-timeout 120 $LAB/gemv --fused-only --reps 5 > "$OUT/gemv.txt" 2>&1; st=$?
+timeout 90 $LAB/gemv --fused-only --reps 5 > "$OUT/gemv.txt" 2>&1; st=$?
 grep -E "FAIL|error" "$OUT/gemv.txt" | head -10
 grep -q "folded greedy argmax" "$OUT/gemv.txt" || { echo "  variant 3 did not run"; st=1; }
 part "gemv lab --fused-only: checks (0, 3 folded argmax, 2, 1) + timing [$((SECONDS - t0)) s]" $st
@@ -52,32 +54,30 @@ fi
 if want 2; then
 echo "==== 2. attention_decode lab"
 t1=$SECONDS
-timeout 90 $LAB/attention_decode 0 8 9 --reps 5 > "$OUT/attention_decode.txt" 2>&1; st=$?
+timeout 60 $LAB/attention_decode 0 8 9 --reps 5 > "$OUT/attention_decode.txt" 2>&1; st=$?
 grep -E "FAIL|error" "$OUT/attention_decode.txt" | head -10
 part "attention_decode lab 0 8 9: checks + timing [$((SECONDS - t1)) s]" $st
 fi
 
 if want 3; then
-echo "==== 3. test_generate_gpu.sh (new defaults), then the fused checks with the old and mixed knobs"
-t1=$SECONDS
-SECTIONS=12347 GPU_TEST_DIR="$OUT/gen_new" timeout 200 tests/test_generate_gpu.sh > "$OUT/checks_new.txt" 2>&1
-st=$?
-grep -E "^FAIL" "$OUT/checks_new.txt" | head -20
-part "test_generate_gpu.sh SECTIONS=12347, defaults: $(grep -E '^[0-9]+ passed' "$OUT/checks_new.txt" | tail -1) [$((SECONDS - t1)) s]" $st
-# the same binaries with the knobs appended (the test passes its own flags first)
-for knobs in "0 0" "1 0" "0 1"; do
-    set -- $knobs
-    t1=$SECONDS
-    w="$OUT/wrap_$1$2"; mkdir -p "$w"
+echo "==== 3. test_generate_gpu.sh, defaults and --step-sync 2"
+# the same binaries with knobs appended (the test passes its own flags first)
+wrap() {  # wrap DIR FLAGS...: DIR/generate and DIR/generate_fp32 run build/'s with FLAGS appended
+    local w=$1; shift; mkdir -p "$w"
     for b in generate generate_fp32; do
-        printf '#!/usr/bin/env bash\nexec %s "$@" --step-sync %s --fold-argmax %s\n' "$PWD/build/$b" $1 $2 > "$w/$b"
+        printf '#!/usr/bin/env bash\nexec %s "$@" %s\n' "$PWD/build/$b" "$*" > "$w/$b"
         chmod +x "$w/$b"
     done
-    SECTIONS=7 GEN="$w/generate" GEN32="$w/generate_fp32" GPU_TEST_DIR="$OUT/gen_$1$2" timeout 120 \
-        tests/test_generate_gpu.sh > "$OUT/checks_$1$2.txt" 2>&1
+}
+for run in "1237 1 1 180" "7 2 1 100"; do
+    set -- $run; sections=$1; ss=$2; fa=$3; limit=$4
+    t1=$SECONDS
+    wrap "$OUT/wrap_$ss$fa" --step-sync $ss --fold-argmax $fa
+    SECTIONS=$sections GEN="$OUT/wrap_$ss$fa/generate" GEN32="$OUT/wrap_$ss$fa/generate_fp32" \
+        GPU_TEST_DIR="$OUT/gen_$ss$fa" timeout $limit tests/test_generate_gpu.sh > "$OUT/checks_$ss$fa.txt" 2>&1
     st=$?
-    grep -E "^FAIL" "$OUT/checks_$1$2.txt" | head -10
-    part "test_generate_gpu.sh SECTIONS=7, --step-sync $1 --fold-argmax $2: $(grep -E '^[0-9]+ passed' "$OUT/checks_$1$2.txt" | tail -1) [$((SECONDS - t1)) s]" $st
+    grep -E "^FAIL" "$OUT/checks_$ss$fa.txt" | head -10
+    part "test_generate_gpu.sh SECTIONS=$sections, --step-sync $ss --fold-argmax $fa: $(grep -E '^[0-9]+ passed' "$OUT/checks_$ss$fa.txt" | tail -1) [$((SECONDS - t1)) s]" $st
 done
 fi
 
@@ -87,10 +87,10 @@ t1=$SECONDS
 : > "$OUT/bench.txt"
 LLAMA114="llama:L12,C768,H12,KV4,F2048"
 # model, B, --step-sync, --fold-argmax
-for run in "d12 1 0 0" "d12 1 1 1" "d12 1 1 0" "d12 1 0 1" "d12 8 0 0" "d12 8 1 1" "d12 64 0 0" "d12 64 1 1" \
-           "$LLAMA114 1 0 0" "$LLAMA114 1 1 1"; do
+for run in "d12 1 0 0" "d12 1 1 1" "d12 1 2 1" "d12 1 1 0" "d12 1 0 1" "d12 8 0 0" "d12 8 1 1" \
+           "d12 8 2 1" "d12 64 0 0" "d12 64 1 1" "$LLAMA114 1 0 0" "$LLAMA114 1 1 1" "$LLAMA114 1 2 1"; do
     set -- $run; model=$1; B=$2; ss=$3; fa=$4
-    extra=""; [ $model = d12 ] && [ $B = 1 ] && [ $ss = $fa ] && extra="--profile 1"
+    extra=""; [ $model = d12 ] && [ $B = 1 ] && [ "$ss$fa" != 10 ] && [ "$ss$fa" != 01 ] && extra="--profile 1"
     timeout 60 $GEN --init $model --bench 1 --bench-prompt 64 --max-new 256 --temperature 0 --batch $B \
         --step-sync $ss --fold-argmax $fa $extra > "$OUT/run.out" 2> "$OUT/run.err"
     st=$?
@@ -107,7 +107,7 @@ ran() { [ -s "$1" ] || { echo "  (not run: PARTS)"; return 1; }; }
 echo "==== GEMV lab: norm+lm_head, ms: 0 shipped, 3 with the folded argmax"
 ran "$OUT/gemv.txt" && grep -E "norm\+lm_head" "$OUT/gemv.txt" | grep -E "\| (0|3) " | head -16
 echo
-echo "==== PROFILE d12 B=1 (plain launches, an event between kernels): old (0 0) then new (1 1)"
+echo "==== PROFILE d12 B=1 (plain launches, an event between kernels): 0 0 (old), 1 1, 2 1"
 ran "$OUT/bench.txt" && grep PROFILE "$OUT/bench.txt"
 echo
 echo "==== decode tok/s, 64-token prompts, 256 new tokens, greedy (targets d12: B=1 5000 = 200 us, B=64 100000)"
@@ -123,12 +123,14 @@ ran "$OUT/bench.txt" && awk '/BENCH_GEN/ {
     if (!(k in seen)) { seen[k] = 1; order[++n] = k }
     t[k, ss fa] = tok; m[k, ss fa] = ms
 } END {
-    printf "%-14s %10s %10s %8s %10s %10s %10s %10s\n", "run", "tok/s 00", "tok/s 11", "speedup", "us/tok 00",
-           "us/tok 11", "sync only", "fold only"
+    printf "%-12s %9s %9s %9s %8s %8s %9s %9s %9s %9s %9s\n", "run", "tok/s 00", "tok/s 11", "tok/s 21",
+           "11/00", "21/00", "us/tok 00", "us/tok 11", "us/tok 21", "1 0", "0 1"
     for (i = 1; i <= n; i++) { k = order[i]
-        printf "%-14s %10s %10s %7.3fx %10.1f %10.1f %10s %10s\n", k, t[k, "00"], t[k, "11"],
-               (t[k, "00"] > 0 ? t[k, "11"] / t[k, "00"] : 0), 1000 * m[k, "00"], 1000 * m[k, "11"],
-               (t[k, "10"] == "" ? "-" : t[k, "10"]), (t[k, "01"] == "" ? "-" : t[k, "01"]) }
+        printf "%-12s %9s %9s %9s %7.3fx %7.3fx %9.1f %9.1f %9.1f %9s %9s\n", k, t[k, "00"], t[k, "11"],
+               (t[k, "21"] == "" ? "-" : t[k, "21"]), (t[k, "00"] > 0 ? t[k, "11"] / t[k, "00"] : 0),
+               (t[k, "00"] > 0 ? t[k, "21"] / t[k, "00"] : 0), 1000 * m[k, "00"], 1000 * m[k, "11"],
+               1000 * m[k, "21"], (t[k, "10"] == "" ? "-" : t[k, "10"]),
+               (t[k, "01"] == "" ? "-" : t[k, "01"]) }
 }' "$OUT/bench.txt"
 echo
 echo "==== decode_sync_gpu summary ($((SECONDS - t0)) s, logs in $OUT)"

@@ -1,7 +1,8 @@
 // test_step_sync: the counter protocol of the fused decode step (llmc/step_sync.h, the chain that
-// gpt2_infer.cuh builds with --step-sync 1) played on the CPU through random schedules. A model of
-// the device: each block of each kernel starts (kernel 0 of a step once the previous step is done, a
-// later kernel once every block of the one before it has passed its wait, as PDL's trigger allows),
+// gpt2_infer.cuh builds with --step-sync 1 and 2) played on the CPU through random schedules. A model
+// of the device: each block of each kernel starts (kernel 0 of a step once the previous step is done,
+// a later kernel once every block of the one before it has triggered, as PDL allows: after its wait,
+// or with the early trigger (--step-sync 2) as soon as it started, so many kernels run at once),
 // passes its wait (pdl_wait for kernel 0; else its counter at the blocks of its producer; block 0
 // then zeroes its reset counter) and counts in at exit. Random block counts, chain lengths and orders
 // of the enabled events, several steps in a row (the counters carry over, as graph replays). Checks:
@@ -32,7 +33,7 @@ uint64_t next_rand(uint64_t& s) {  // splitmix64
 }
 
 // Plays `steps` steps of a chain of n kernels with the given block counts; returns false on a stall.
-bool play(int n, const std::vector<int>& blocks, int steps, uint64_t seed) {
+bool play(int n, const std::vector<int>& blocks, int steps, bool early_trigger, uint64_t seed) {
     std::vector<int> counters(n, 0);
     uint64_t rng = seed;
     for (int step = 0; step < steps; step++) {
@@ -40,6 +41,7 @@ bool play(int n, const std::vector<int>& blocks, int steps, uint64_t seed) {
         StepChain ch;
         ch.counters = counters.data();
         ch.n = n;
+        ch.early_trigger = early_trigger;
         std::vector<StepSync> sync(n);
         for (int k = 0; k < n; k++) {
             sync[k] = ch.sync(k == n - 1);
@@ -60,7 +62,9 @@ bool play(int n, const std::vector<int>& blocks, int steps, uint64_t seed) {
                 for (int i = 0; i < blocks[k]; i++) {
                     const Block& x = b[k][i];
                     const StepSync& s = sync[k];
-                    if (x.phase == 0 && (k == 0 || all_at_least(k - 1, 2))) enabled.push_back({k, i});
+                    // kernel k launches once every block of k-1 has triggered: started (early) or past its wait
+                    const bool launched = k == 0 || all_at_least(k - 1, sync[k - 1].early_trigger ? 1 : 2);
+                    if (x.phase == 0 && launched) enabled.push_back({k, i});
                     else if (x.phase == 1 && (s.wait < 0 || counters[s.wait] >= s.wait_blocks))
                         enabled.push_back({k, i});
                     else if (x.phase == 2) enabled.push_back({k, i});
@@ -70,6 +74,7 @@ bool play(int n, const std::vector<int>& blocks, int steps, uint64_t seed) {
             Block& x = b[k][i];
             const StepSync& s = sync[k];
             if (x.phase == 1) {
+                CHECK(s.early_trigger == (early_trigger && k > 0), "kernel %d's early trigger", k);
                 if (s.wait >= 0) {
                     CHECK(s.wait == k - 1 && s.wait_blocks == blocks[k - 1], "kernel %d waits on %d for %d", k, s.wait,
                           s.wait_blocks);
@@ -104,8 +109,8 @@ bool play(int n, const std::vector<int>& blocks, int steps, uint64_t seed) {
         }
         for (int k = 0; k < n; k++)
             if (!all_at_least(k, 3)) {
-                CHECK(false, "step %d stalled: kernel %d of %d never finished (seed %llu)", step, k, n,
-                      (unsigned long long)seed);
+                CHECK(false, "step %d stalled: kernel %d of %d never finished (early trigger %d, seed %llu)", step, k,
+                      n, (int)early_trigger, (unsigned long long)seed);
                 return false;
             }
     }
@@ -130,14 +135,15 @@ int main() {
     // random ones, including the shortest chains
     uint64_t seed = 12345;
     int played = 0;
-    for (int n : {3, 4, 5, 7, 62}) {
-        for (int trial = 0; trial < (n == 62 ? 20 : 200); trial++) {
-            std::vector<int> blocks(n);
-            for (int& x : blocks) x = 1 + (int)(next_rand(seed) % 4);
-            if (!play(n, blocks, 3, seed + trial)) break;
-            played++;
+    for (bool early : {false, true})
+        for (int n : {3, 4, 5, 7, 62}) {
+            for (int trial = 0; trial < (n == 62 ? 20 : 200); trial++) {
+                std::vector<int> blocks(n);
+                for (int& x : blocks) x = 1 + (int)(next_rand(seed) % 4);
+                if (!play(n, blocks, 3, early, seed + trial)) break;
+                played++;
+            }
         }
-    }
     printf("test_step_sync: %d schedules of 3 steps, %d checks, %d failures\n", played, check_count, check_failures);
     return check_failures ? 1 : 0;
 }
