@@ -322,7 +322,8 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
 
     // early: the first step's keys are loaded before the wait. pos comes from the sampler and the
     // older keys from earlier steps' kernels, all complete before the kernel this one waits for
-    // started (every kernel of the step waits before it triggers: llmc/cuda_common.cuh); only the
+    // started (every kernel of the step waits before it triggers: llmc/cuda_common.cuh; with the
+    // early trigger of llmc/step_sync.h pos may be older, and is checked after the wait); only the
     // newest key (and q) come from that kernel: its row, loaded early with the slot's old contents,
     // is loaded again after the wait, through L2 (__ldcg), never from a line this SM cached early.
     Packed128<T> kr[U], vr[U];

@@ -105,7 +105,7 @@ fi
 echo
 ran() { [ -s "$1" ] || { echo "  (not run: PARTS)"; return 1; }; }
 echo "==== GEMV lab: norm+lm_head, ms: 0 shipped, 3 with the folded argmax"
-ran "$OUT/gemv.txt" && grep -E "norm\+lm_head" "$OUT/gemv.txt" | grep -E "\| (0|3) " | head -16
+ran "$OUT/gemv.txt" && grep -E "norm\+lm_head" "$OUT/gemv.txt" | grep -E "\| (0|3) " | grep -v "moves" | head -16
 echo
 echo "==== PROFILE d12 B=1 (plain launches, an event between kernels): 0 0 (old), 1 1, 2 1"
 ran "$OUT/bench.txt" && grep PROFILE "$OUT/bench.txt"
