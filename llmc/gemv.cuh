@@ -57,7 +57,8 @@
 //     prologue, and with GemvFusion::argmax it also takes each input row's greedy argmax (the first
 //     largest stored output of the first argmax_cols: a warp keeps one candidate per row, a block
 //     merges its warps' and writes its (max, index) pairs, the last block to count in merges the
-//     blocks' in ~P/32 rounds a warp: the decode step's greedy token without the sampler kernel).
+//     blocks' (P ~ 1000 at M = 1: 8 loads a thread, then a block reduction, per input row): the
+//     decode step's greedy token without the sampler kernel).
 //     GemvFusion::sync: the decode step's counter wait and count (llmc/step_sync.h) in place of
 //     pdl_wait. Outputs equal the unfused kernels' up to the order of fp32 additions in the norm
 //     (the same code: identical in practice) and in the RoPE products.
@@ -232,13 +233,18 @@ __device__ inline void store_qkv(floatX* out, const float (&v)[R], const int (&r
 }
 
 // The folded argmax's end (GemvFusion::argmax): lane m of each warp holds its candidate for input
-// row m; the block's go to the scratch, the last block merges all of them. Every thread calls it.
+// row m; the block's go to the scratch, and the last block merges all of them, row by row, each
+// thread loading its ARGMAX_LOADS candidates of a round before merging any (P ~ 1000 blocks: one or
+// two rounds, where a loop of dependent loads would pay an L2 latency per candidate). Every thread
+// calls it.
+constexpr int ARGMAX_LOADS = 8;
 template <int M>
 __device__ inline void argmax_finish(sampler_detail::ArgMax cand, const GemvFusion& f) {
-    __shared__ float sh_v[WARPS][M];
-    __shared__ int sh_i[WARPS][M];
+    __shared__ float sh_v[WARPS][M], red_v[32];
+    __shared__ int sh_i[WARPS][M], red_i[32];
     __shared__ bool sh_last;
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, P = gridDim.x;
+    const int none = f.argmax_cols;
     int* counter = reinterpret_cast<int*>(f.argmax_scratch);
     float* part_v = f.argmax_scratch + 4;                                 // (M, P)
     int* part_i = reinterpret_cast<int*>(part_v + (size_t)M * P);       // (M, P)
@@ -260,15 +266,24 @@ __device__ inline void argmax_finish(sampler_detail::ArgMax cand, const GemvFusi
     __syncthreads();
     if (!sh_last) return;
     __threadfence();
-    for (int m = warp; m < M; m += WARPS) {
-        sampler_detail::ArgMax a{-INFINITY, f.argmax_cols};
-        const size_t row = (size_t)m * P;
-        for (int i = lane; i < P; i += WARP_SIZE)
-            sampler_detail::argmax_merge(a, {__ldcg(part_v + row + i), __ldcg(part_i + row + i)});
-        for (int o = WARP_SIZE / 2; o > 0; o /= 2)
-            sampler_detail::argmax_merge(a, {__shfl_xor_sync(0xffffffffu, a.v, o),
-                                             __shfl_xor_sync(0xffffffffu, a.i, o)});
-        if (lane == 0) f.argmax[m] = a.i < f.argmax_cols ? a.i : 0;
+    for (int m = 0; m < M; m++) {
+        const float* pv = part_v + (size_t)m * P;
+        const int* pi = part_i + (size_t)m * P;
+        sampler_detail::ArgMax a{-INFINITY, none};
+        for (int base = threadIdx.x; base < P; base += GEMV_THREADS * ARGMAX_LOADS) {
+            float v[ARGMAX_LOADS];
+            int ix[ARGMAX_LOADS];
+#pragma unroll
+            for (int u = 0; u < ARGMAX_LOADS; u++) {
+                const int i = base + u * GEMV_THREADS;
+                v[u] = i < P ? __ldcg(pv + i) : -INFINITY;
+                ix[u] = i < P ? __ldcg(pi + i) : none;
+            }
+#pragma unroll
+            for (int u = 0; u < ARGMAX_LOADS; u++) sampler_detail::argmax_merge(a, {v[u], ix[u]});
+        }
+        a = sampler_detail::block_argmax_merge(a, red_v, red_i, none);
+        if (threadIdx.x == 0) f.argmax[m] = a.i < none ? a.i : 0;
     }
 }
 
