@@ -92,6 +92,11 @@ inline size_t gemv_argmax_scratch_floats(int M, int sms) {
 struct GemvTuning {
     bool preload = true;  // the first round of weights into registers before pdl_wait (false: an L2 prefetch)
     int split_k = 0;      // warps sharing a row group: 1, 2 or 4; 0 = gemv_split_k(K)
+    // gemv_fused_forward's rows per warp where the epilogue leaves the choice (not the SwiGLU and RoPE
+    // pairs): 2, or 1 below M = 4; 0 = gemv_rows_per_warp(M). 2 halves a kernel's warps (and its share of the
+    // register file, ~80% of it for fc and fcproj at M = 1), so more of the next kernel's blocks can be
+    // resident early, loading their weights (generate --gemv-rows)
+    int rows = 0;
 };
 
 enum GemvEpilogue : int { GEMV_PLAIN = 0, GEMV_GELU = 1, GEMV_SWIGLU = 2, GEMV_RESIDUAL = 3, GEMV_QKV = 4 };
@@ -521,30 +526,39 @@ inline void launch_epi(int M, int R, bool pdl, floatX* out, const floatX* inp, c
     }
 }
 
-// The fused launches at the shipped rows per warp (RoPE pairs: 2), the norm prologue or not.
-template <int M>
-inline int launch_fused(GemvEpilogue epi, bool pdl, floatX* out, const floatX* inp, const floatX* weight,
-                         const floatX* bias, int K, int N, const GemvFusion& f, GemvTuning t, cudaStream_t stream) {
-    constexpr int RS = gemv_rows_per_warp(M);
+// The fused launches at R rows per warp (t.rows, or the shipped gemv_rows_per_warp(M); the SwiGLU and
+// RoPE pairs: 2), the norm prologue or not.
+template <int M, int R>
+inline int launch_fused_rows(GemvEpilogue epi, bool pdl, floatX* out, const floatX* inp, const floatX* weight,
+                             const floatX* bias, int K, int N, const GemvFusion& f, GemvTuning t, cudaStream_t stream) {
     const bool norm = f.norm != GEMV_NORM_NONE;
     switch (epi) {
         case GEMV_QKV:
             if (!norm) fail("internal: the fused QKV GEMV comes with its norm prologue");
             if (f.rope_cos) return launch<M, 2, GEMV_QKV, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
-            return launch<M, RS, GEMV_QKV, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
+            return launch<M, R, GEMV_QKV, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
         case GEMV_RESIDUAL:
             if (norm) fail("internal: the fused residual GEMV has no norm prologue");
-            return launch<M, RS, GEMV_RESIDUAL, false>(pdl, out, inp, weight, bias, K, N, f, t, stream);
+            return launch<M, R, GEMV_RESIDUAL, false>(pdl, out, inp, weight, bias, K, N, f, t, stream);
         case GEMV_GELU:
             if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
-            return launch<M, RS, GEMV_GELU, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
+            return launch<M, R, GEMV_GELU, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
         case GEMV_SWIGLU:
             if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
             return launch<M, 2, GEMV_SWIGLU, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
         default:
             if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
-            return launch<M, RS, GEMV_PLAIN, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
+            return launch<M, R, GEMV_PLAIN, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
     }
+}
+template <int M>
+inline int launch_fused(GemvEpilogue epi, bool pdl, floatX* out, const floatX* inp, const floatX* weight,
+                        const floatX* bias, int K, int N, const GemvFusion& f, GemvTuning t, cudaStream_t stream) {
+    const int R = t.rows ? t.rows : gemv_rows_per_warp(M);
+    if (R == 2) return launch_fused_rows<M, 2>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream);
+    if constexpr (gemv_rows_per_warp(M) == 1)  // (one row a warp is compiled only where it is shipped)
+        if (R == 1) return launch_fused_rows<M, 1>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream);
+    fail("gemv_fused_forward: %d rows per warp at M = %d (2, or 1 below M = 4)", R, M);
 }
 
 }  // namespace gemv_detail

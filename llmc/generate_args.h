@@ -51,6 +51,7 @@ struct GenConfig {
     int fused = 1;                      // --fused: a step of B <= 8 as 5 kernels a layer, else the append in attention
     int latency = 1;                    // --latency-kernels: the step kernels' latency work (gpt2_infer.cuh)
     int gemv_split_k = 0;               // --gemv-split-k: warps a GEMV row shares (0 = gemv_split_k(K))
+    int gemv_rows = 0;                  // --gemv-rows: rows a fused-step GEMV warp computes (0 = shipped)
     int step_sync = 1;                  // --step-sync: the fused step's kernels wait on counters (2: trigger early)
     int fold_argmax = 1;                // --fold-argmax: the fused step's greedy argmax inside the lm_head GEMV
     int matmul_autotune = 1;            // --matmul-autotune: time cuBLASLt's algorithms for the step's matmuls once
@@ -133,6 +134,10 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
                   "the kernels before that work, for comparison (same tokens up to rounding)");
         p.add_int("--gemv-split-k", &g.gemv_split_k, {0, 4}, "with --latency-kernels 1: the warps of a GEMV block "
                   "that share one row's K (1, 2 or 4; 0 = the shipped choice, 4 for K = 3072, 1 for K = 768)");
+        p.add_int("--gemv-rows", &g.gemv_rows, {0, 2}, "with --latency-kernels 1 and --fused 1: the rows each "
+                  "warp of the fused step's GEMVs computes (1 or 2; 0 = the shipped choice, 1 below 4 sequences, "
+                  "else 2; SwiGLU and RoPE always pair 2): 2 halves the warps of a kernel and its registers, so "
+                  "more of the next kernel can be resident early (the same outputs)");
         p.add_int("--step-sync", &g.step_sync, {0, 2}, "1 = each kernel of a fused decode step (at most 8 "
                   "sequences) waits for the one before it on a counter its blocks increment as they finish "
                   "(llmc/step_sync.h); 2 = that, and each kernel lets the next one launch before its own wait "

@@ -88,6 +88,7 @@ struct GPT2Infer {
     // false: the kernels before it
     bool latency = true;
     int gemv_split_k = 0;  // with latency: GemvTuning::split_k (0 = the shipped gemv_split_k(K))
+    int gemv_rows = 0;     // with latency: GemvTuning::rows of the fused step (0 = the shipped gemv_rows_per_warp)
     // the fused step (B <= GEMV_MAX_M, decode_layers_fused) waits on counters the kernel before it
     // counts into instead of griddepcontrol.wait (llmc/step_sync.h; --step-sync): 0 off, 1 on, 2 on
     // with the early trigger (each kernel lets the next launch before its own wait)
@@ -252,7 +253,7 @@ inline void mark(GPT2Infer& m, const char* family, cudaStream_t s) {
 
 // The GEMVs' tuning: shipped, or (m.latency off) the kernel before the register preload and split K.
 inline GemvTuning tuning(const GPT2Infer& m) {
-    return m.latency ? GemvTuning{true, m.gemv_split_k} : GemvTuning{false, 1};
+    return m.latency ? GemvTuning{true, m.gemv_split_k, m.gemv_rows} : GemvTuning{false, 1};
 }
 
 // out = epi(inp (M, K) W^T + b): gemv_forward at M <= GEMV_MAX_M rows (m.gemv), else cuBLASLt; with

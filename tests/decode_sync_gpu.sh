@@ -24,7 +24,7 @@
 #      checks: tokens = CPU twin for GPT-2 and Llama, --pdl 0, Llama --check-full) with --step-sync 2
 #   4. generate --bench 1 at B = 1, 8, 64 (--init d12) and the Llama 114M shape at B = 1, with
 #      (--step-sync, --fold-argmax) = 0 0 (old), 1 1 (default), 2 1, and at d12 B = 1 also 1 0 and
-#      0 1; --profile 1 at d12 B = 1 for 0 0, 1 1 and 2 1
+#      0 1, and 1 1 / 2 1 with --gemv-rows 2; --profile 1 at d12 B = 1 for 0 0, 1 1 and 2 1
 # PARTS="3 4" (say) runs only those parts.
 # Last: the PROFILE lines, the tok/s table and PASS/FAIL per part; exit 1 if any part failed.
 cd "$(dirname "$0")/.." || exit 1
@@ -86,18 +86,20 @@ echo "==== 4. bench"
 t1=$SECONDS
 : > "$OUT/bench.txt"
 LLAMA114="llama:L12,C768,H12,KV4,F2048"
-# model, B, --step-sync, --fold-argmax
-for run in "d12 1 0 0" "d12 1 1 1" "d12 1 2 1" "d12 1 1 0" "d12 1 0 1" "d12 8 0 0" "d12 8 1 1" \
-           "d12 8 2 1" "d12 64 0 0" "d12 64 1 1" "$LLAMA114 1 0 0" "$LLAMA114 1 1 1" "$LLAMA114 1 2 1"; do
-    set -- $run; model=$1; B=$2; ss=$3; fa=$4
-    extra=""; [ $model = d12 ] && [ $B = 1 ] && [ "$ss$fa" != 10 ] && [ "$ss$fa" != 01 ] && extra="--profile 1"
+# model, B, --step-sync, --fold-argmax, --gemv-rows
+for run in "d12 1 0 0 0" "d12 1 1 1 0" "d12 1 2 1 0" "d12 1 1 0 0" "d12 1 0 1 0" "d12 1 1 1 2" "d12 1 2 1 2" \
+           "d12 8 0 0 0" "d12 8 1 1 0" "d12 8 2 1 0" "d12 64 0 0 0" "d12 64 1 1 0" \
+           "$LLAMA114 1 0 0 0" "$LLAMA114 1 1 1 0" "$LLAMA114 1 2 1 0"; do
+    set -- $run; model=$1; B=$2; ss=$3; fa=$4; rows=$5
+    extra=""; [ $model = d12 ] && [ $B = 1 ] && [ $rows = 0 ] && [ "$ss$fa" != 10 ] && [ "$ss$fa" != 01 ] &&
+        extra="--profile 1"
     timeout 60 $GEN --init $model --bench 1 --bench-prompt 64 --max-new 256 --temperature 0 --batch $B \
-        --step-sync $ss --fold-argmax $fa $extra > "$OUT/run.out" 2> "$OUT/run.err"
+        --step-sync $ss --fold-argmax $fa --gemv-rows $rows $extra > "$OUT/run.out" 2> "$OUT/run.err"
     st=$?
     grep -q BENCH_GEN "$OUT/run.out" || st=1
-    [ $st -ne 0 ] && { echo "  $model B=$B step_sync=$ss fold=$fa:"; tail -3 "$OUT/run.err"; }
+    [ $st -ne 0 ] && { echo "  $model B=$B step_sync=$ss fold=$fa rows=$rows:"; tail -3 "$OUT/run.err"; }
     grep -E "BENCH_GEN|PROFILE" "$OUT/run.out" | sed "s/^/model=${model%%:*} /" >> "$OUT/bench.txt"
-    part "bench ${model%%:*} B=$B --step-sync $ss --fold-argmax $fa" $st
+    part "bench ${model%%:*} B=$B --step-sync $ss --fold-argmax $fa --gemv-rows $rows" $st
 done
 echo "  [$((SECONDS - t1)) s]"
 fi
@@ -112,13 +114,15 @@ ran "$OUT/bench.txt" && grep PROFILE "$OUT/bench.txt"
 echo
 echo "==== decode tok/s, 64-token prompts, 256 new tokens, greedy (targets d12: B=1 5000 = 200 us, B=64 100000)"
 ran "$OUT/bench.txt" && awk '/BENCH_GEN/ {
-    model = ""; B = ""; ss = ""; fa = ""; tok = ""; ms = ""
+    model = ""; B = ""; ss = ""; fa = ""; tok = ""; ms = ""; rows = 0
     for (i = 1; i <= NF; i++) {
         split($i, kv, "=")
         if (kv[1] == "model") model = kv[2]; else if (kv[1] == "B") B = kv[2]
         else if (kv[1] == "step_sync") ss = kv[2]; else if (kv[1] == "fold_argmax") fa = kv[2]
         else if (kv[1] == "tok_s") tok = kv[2]; else if (kv[1] == "ms_per_token") ms = kv[2]
+        else if (kv[1] == "rows") rows = kv[2]
     }
+    if (rows != 0) next
     k = model " B=" B
     if (!(k in seen)) { seen[k] = 1; order[++n] = k }
     t[k, ss fa] = tok; m[k, ss fa] = ms
@@ -131,6 +135,16 @@ ran "$OUT/bench.txt" && awk '/BENCH_GEN/ {
                (t[k, "00"] > 0 ? t[k, "21"] / t[k, "00"] : 0), 1000 * m[k, "00"], 1000 * m[k, "11"],
                1000 * m[k, "21"], (t[k, "10"] == "" ? "-" : t[k, "10"]),
                (t[k, "01"] == "" ? "-" : t[k, "01"]) }
+}' "$OUT/bench.txt"
+echo
+echo "==== every bench run: --gemv-rows 2 halves the fused GEMVs' warps (more of the next kernel resident early)"
+ran "$OUT/bench.txt" && awk '/BENCH_GEN/ {
+    r = ""
+    for (i = 1; i <= NF; i++) {
+        split($i, kv, "=")
+        if (kv[1] ~ /^(model|B|step_sync|fold_argmax|rows|ms_per_token|tok_s)$/) r = r sprintf("%s=%s ", kv[1], kv[2])
+    }
+    print "  " r
 }' "$OUT/bench.txt"
 echo
 echo "==== decode_sync_gpu summary ($((SECONDS - t0)) s, logs in $OUT)"
