@@ -93,9 +93,9 @@ struct GemvTuning {
     bool preload = true;  // the first round of weights into registers before pdl_wait (false: an L2 prefetch)
     int split_k = 0;      // warps sharing a row group: 1, 2 or 4; 0 = gemv_split_k(K)
     // gemv_fused_forward's rows per warp where the epilogue leaves the choice (not the SwiGLU and RoPE
-    // pairs): 2, or 1 below M = 4; 0 = gemv_rows_per_warp(M). 2 halves a kernel's warps (and its share of the
-    // register file, ~80% of it for fc and fcproj at M = 1), so more of the next kernel's blocks can be
-    // resident early, loading their weights (generate --gemv-rows)
+    // pairs): 2, or 1 below M = 4; 0 = gemv_rows_per_warp(M). 2 halves a kernel's warps (and its share
+    // of the register file, 65-86% for qkv, fc and fcproj at M = 1), so more of the next kernel's blocks
+    // can be resident early, loading their weights (generate --gemv-rows)
     int rows = 0;
 };
 

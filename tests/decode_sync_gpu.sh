@@ -22,6 +22,8 @@
 #      for GPT-2 and Llama-style models (greedy, sampled, batches, idle rows, context end), cached =
 #      full forward, graph = no graph, the fused step's checks; then SECTIONS=7 (the fused step's
 #      checks: tokens = CPU twin for GPT-2 and Llama, --pdl 0, Llama --check-full) with --step-sync 2
+#      and the bf16 d12's greedy tokens (3 prompts) bit-identical across --step-sync 0/1/2,
+#      --fold-argmax 0/1, --gemv-rows 0/2, --graph 0/1
 #   4. generate --bench 1 at B = 1, 8, 64 (--init d12) and the Llama 114M shape at B = 1, with
 #      (--step-sync, --fold-argmax) = 0 0 (old), 1 1 (default), 2 1, and at d12 B = 1 also 1 0 and
 #      0 1, and 1 1 / 2 1 with --gemv-rows 2; --profile 1 at d12 B = 1 for 0 0, 1 1 and 2 1
@@ -79,6 +81,20 @@ for run in "1237 1 1 180" "7 2 1 100"; do
     grep -E "^FAIL" "$OUT/checks_$ss$fa.txt" | head -10
     part "test_generate_gpu.sh SECTIONS=$sections, --step-sync $ss --fold-argmax $fa: $(grep -E '^[0-9]+ passed' "$OUT/checks_$ss$fa.txt" | tail -1) [$((SECONDS - t1)) s]" $st
 done
+# the knobs change where kernels wait and who takes the argmax, never a sum: the bf16 tokens of a
+# random d12 (3 prompts of different lengths: M = 3, where --gemv-rows 2 is not the shipped 1) are
+# bit-identical for every combination, graph and no graph
+t1=$SECONDS
+P3="--prompt-ids 1,2,3,4,5 --prompt-ids 900,17,4,250,31,8,77,12,600,5,44,3 --prompt-ids 42"
+st=0
+for knobs in "0 0 0 1" "1 1 0 1" "2 1 0 1" "1 0 0 1" "0 1 0 1" "1 1 2 1" "2 1 2 1" "2 1 0 0" "1 1 0 0"; do
+    set -- $knobs
+    timeout 60 $GEN --init d12 --max-seq 128 $P3 --temperature 0 --max-new 40 --eot -1 --step-sync $1 \
+        --fold-argmax $2 --gemv-rows $3 --graph $4 > "$OUT/tok_$1$2$3$4.out" 2> "$OUT/tok.err" || { st=1; tail -2 "$OUT/tok.err"; }
+    [ -s "$OUT/tok_$1$2$3$4.out" ] && cmp -s "$OUT/tok_0001.out" "$OUT/tok_$1$2$3$4.out" ||
+        { st=1; echo "  tokens of --step-sync $1 --fold-argmax $2 --gemv-rows $3 --graph $4 differ from 0 0 0 1"; }
+done
+part "bf16 d12 tokens identical for every --step-sync / --fold-argmax / --gemv-rows / --graph tried [$((SECONDS - t1)) s]" $st
 fi
 
 if want 4; then
