@@ -160,9 +160,9 @@ __device__ inline void prefetch_l2(const void* p) {
 // ---------------------------------------------------------------- step counters (flag waits)
 // The decode step's kernels at B <= 8 (gpt2_infer.cuh, --step-sync 1) replace griddepcontrol.wait,
 // which waits for the whole previous grid to complete and flush, by a wait on a counter in global
-// memory that the previous kernel's blocks increment as they finish (barrier, fence, atomic add, as
-// cooperative groups' grid sync arrives), polled with ld.acquire.gpu by one thread a block, then a
-// barrier. The same order of writes and reads; the release is an L2 reduction and a poll instead of
+// memory that the previous kernel's blocks increment as they finish (a barrier, then one release
+// reduction a block), polled with ld.acquire.gpu by one thread a block, then a barrier: the arrive and
+// wait of cooperative groups' grid sync on sm_70+ (atom.add.release.gpu, ld.acquire.gpu polling). The same order of writes and reads; the release is an L2 reduction and a poll instead of
 // the grid's completion. Which counters a kernel uses, and why
 // it cannot deadlock: llmc/step_sync.h.
 __device__ inline int load_acquire_gpu(const int* p) {
@@ -201,8 +201,8 @@ __device__ inline void step_wait(const StepSync& s) {
     if (s.wait < 0) pdl_wait();
     if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
         // the acquire load that sees the full count orders this thread after the counted blocks'
-        // writes (each fenced before its count), and the barrier below orders the block's threads
-        // after it: no second fence (cooperative groups' grid sync polls with plain loads, so it fences)
+        // writes (released by their counts), and the barrier below orders the block's threads after
+        // it: no fence (cooperative groups' grid sync waits the same way)
         if (s.wait >= 0) {
             const int* c = s.counters + (size_t)s.wait * STEP_COUNTER_STRIDE;
             while (load_acquire_gpu(c) < s.wait_blocks) __nanosleep(STEP_POLL_NS);
@@ -215,14 +215,20 @@ __device__ inline void step_wait(const StepSync& s) {
     __syncthreads();
 }
 
-// Every thread of the block calls it once, after the block's last write: thread 0 fences the block's
-// writes (ordered before it by the barrier) and counts the block in, without waiting for the sum.
+// Every thread of the block calls it once, after the block's last write: after the barrier, thread 0
+// counts the block in with a release reduction (the block's writes, ordered before it by the barrier,
+// are visible to whoever acquires the count), without waiting for the sum.
 __device__ inline void step_arrive(const StepSync& s) {
     if (s.counters == nullptr || s.arrive < 0) return;
     __syncthreads();  // the block's writes are done
     if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+        int* c = s.counters + (size_t)s.arrive * STEP_COUNTER_STRIDE;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+        asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(c) : "memory");
+#else
         __threadfence();
-        atomicAdd(s.counters + (size_t)s.arrive * STEP_COUNTER_STRIDE, 1);  // result unused: no round trip
+        atomicAdd(c, 1);
+#endif
     }
 }
 
