@@ -213,10 +213,11 @@ static void bench(GPT2Infer& m, const GenConfig& g, const GenerateLimits& lim, c
     for (int b = 0; b < B; b++)
         if (produced[b] != N) fail("--bench: sequence %d produced %d tokens, not %d", b, produced[b], N);
     printf("BENCH_GEN B=%d prompt=%d new=%d prefill_ms=%.3f ms_per_token=%.4f tok_s=%.0f graph=%d gemv=%d pdl=%d "
-           "fused=%d fused_gemv=%d latency=%d split_k=%d autotune=%d arch=%s precision=%s\n", B, P, N, prefill_ms,
-           decode_ms / N, (double)B * N / (decode_ms / 1e3), g.graph, (int)m.gemv, (int)m.pdl, (int)m.fused,
-           (int)infer_detail::fused_step(m), (int)m.latency, m.gemv_split_k, g.matmul_autotune,
-           gpt2_arch_name(m.config), PRECISION_NAME);
+           "fused=%d fused_gemv=%d latency=%d split_k=%d rows=%d autotune=%d step_sync=%d fold_argmax=%d arch=%s "
+           "precision=%s\n", B, P, N, prefill_ms, decode_ms / N, (double)B * N / (decode_ms / 1e3), g.graph,
+           (int)m.gemv, (int)m.pdl, (int)m.fused, (int)infer_detail::fused_step(m), (int)m.latency, m.gemv_split_k,
+           m.gemv_rows, g.matmul_autotune, (int)m.step_sync, (int)m.fold_argmax, gpt2_arch_name(m.config),
+           PRECISION_NAME);
     if (g.profile) profile_steps(m, lim, tokens, lengths, active, rng, P, std::min(N, 32), decode_ms / N, ctx);
     for (cudaEvent_t& e : ev) cudaCheck(cudaEventDestroy(e));
 }
@@ -263,7 +264,10 @@ int main(int argc, char** argv) {
     m.pdl = g.pdl != 0;
     m.fused = g.fused != 0;
     m.latency = g.latency != 0;
+    m.step_sync = g.step_sync;
+    m.fold_argmax = g.fold_argmax != 0;
     m.gemv_split_k = g.gemv_split_k;
+    m.gemv_rows = g.gemv_rows;
     if (!force.empty())
         cudaCheck(cudaMemcpy(m.force, force.data(), sizeof(int) * force.size(), cudaMemcpyHostToDevice));
     fprintf(stderr, "model %s: L=%d C=%d NH=%d NKV=%d W=%d V=%d; KV cache %d x %d slots (%.1f MiB), batch %d; %s, %s\n",

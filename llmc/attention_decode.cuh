@@ -277,11 +277,14 @@ struct DecodeTile {
     static_assert(TPR <= WARP_SIZE && WARP_SIZE % TPR == 0, "a key row's threads must sit in one warp");
 };
 
+// The split kernel's body (attention_decode_split_kernel below adds the step counter's count): every
+// return of it is block-uniform.
 template <typename T, int HD, int GB, class Knobs>
-static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, Knobs>())
-    attention_decode_split_kernel(T* out, DecodeScratch scratch, const T* qkv, const T* k_cache, const T* v_cache,
-                                  const int* pos, QKVLayout L, int S, int window, int max_splits, int min_chunk,
-                                  bool fused_combine, bool cluster) {
+__device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScratch scratch, const T* qkv,
+                                                             const T* k_cache, const T* v_cache, const int* pos,
+                                                             QKVLayout L, int S, int window, int max_splits,
+                                                             int min_chunk, bool fused_combine, bool cluster,
+                                                             const StepSync& sync) {
     using Tile = DecodeTile<T, HD>;
     constexpr int EPT = Tile::EPT, TPR = Tile::TPR, ROWS = Tile::ROWS, U = Knobs::U, STEP = ROWS * U;
     __shared__ float sm_m[ROWS][GB], sm_l[ROWS][GB], sm_f[ROWS][GB], sm_sum[GB];
@@ -319,7 +322,8 @@ static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, K
 
     // early: the first step's keys are loaded before the wait. pos comes from the sampler and the
     // older keys from earlier steps' kernels, all complete before the kernel this one waits for
-    // started (every kernel of the step waits before it triggers: llmc/cuda_common.cuh); only the
+    // started (every kernel of the step waits before it triggers: llmc/cuda_common.cuh; with the
+    // early trigger of llmc/step_sync.h pos may be older, and is checked after the wait); only the
     // newest key (and q) come from that kernel: its row, loaded early with the slot's old contents,
     // is loaded again after the wait, through L2 (__ldcg), never from a line this SM cached early.
     Packed128<T> kr[U], vr[U];
@@ -331,12 +335,15 @@ static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, K
         j0 = split * chunk;
         j1 = min(span.n, j0 + chunk);
     };
+    step_trigger_before_wait(sync);
+    int pos_early = 0;
     if constexpr (early) {
-        plan_span(__ldcg(pos + b));
+        pos_early = __ldcg(pos + b);
+        plan_span(pos_early);
         if (split < nsplits) load_step(j0, kr, vr);
     }
-    pdl_wait();  // a programmatic dependent of the QKV kernel (pdl): q and this step's K/V come from it
-    pdl_launch_dependents();
+    step_wait(sync);  // a programmatic dependent of the QKV kernel (pdl): q and this step's K/V come from it
+    step_trigger_after_wait(sync);
 
     // q is loaded before pos is read, so the two loads' latencies overlap (a decode step of a short
     // sequence is a chain of a few dependent memory latencies, not bandwidth).
@@ -344,7 +351,19 @@ static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, K
 #pragma unroll
     for (int g = 0; g < GB; g++)
         qv[g] = g < heads ? load128(qrow + L.q_col(h0 + g) + d0) : Packed128<T>::constant(from_float<T>(0.0f));
-    if (!early) plan_span(pos[b]);
+    // With the step's early trigger (llmc/step_sync.h) this kernel may have started before this step's
+    // pos was written: pos is read again (beside q), and if it moved the early keys are dropped and
+    // loaded after the wait as without them (their L1 lines went with the wait's acquire load).
+    bool preloaded = early;
+    if (!early) {
+        plan_span(pos[b]);
+    } else if (step_triggers_early(sync)) {
+        const int p = __ldcg(pos + b);
+        if (p != pos_early) {
+            plan_span(p);
+            preloaded = false;
+        }
+    }
     // In a cluster every block takes part in the merge's barriers, keys or not (the decision is the
     // same for the whole cluster: its blocks share b and so nsplits); j0 >= j1 here: no loop steps.
     const bool in_cluster = cluster && nsplits > 1;
@@ -362,7 +381,7 @@ static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, K
             __syncthreads();  // the block's other threads read the row below
         }
     }
-    if constexpr (early) {  // the newest key, if it falls in the first step: its row group's lanes load it now
+    if (preloaded) {  // the newest key, if it falls in the first step: its row group's lanes load it now
         const int jn = span.n - 1;
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -447,7 +466,7 @@ static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, K
         }
     };
     if constexpr (Knobs::PREFETCH) {
-        if (!early) load_step(j0, kr, vr);
+        if (!preloaded) load_step(j0, kr, vr);
         for (int jb = j0; jb < j1; jb += STEP) {
             Packed128<T> kn[U], vn[U];
             load_step(jb + STEP, kn, vn);  // past the chunk: zeros, no loads
@@ -460,7 +479,7 @@ static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, K
         }
     } else {
         for (int jb = j0; jb < j1; jb += STEP) {
-            if (jb != j0 || !early) load_step(jb, kr, vr);
+            if (jb != j0 || !preloaded) load_step(jb, kr, vr);
             consume(jb, kr, vr);
         }
     }
@@ -556,6 +575,17 @@ static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, K
                             threadIdx.x % WARP_SIZE, WARP_SIZE);
 }
 
+// sync: the decode step's counters (llmc/cuda_common.cuh; value-initialized: pdl_wait, no count).
+template <typename T, int HD, int GB, class Knobs>
+static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, Knobs>())
+    attention_decode_split_kernel(T* out, DecodeScratch scratch, const T* qkv, const T* k_cache, const T* v_cache,
+                                  const int* pos, QKVLayout L, int S, int window, int max_splits, int min_chunk,
+                                  bool fused_combine, bool cluster, StepSync sync) {
+    attention_decode_split_block<T, HD, GB, Knobs>(out, scratch, qkv, k_cache, v_cache, pos, L, S, window, max_splits,
+                                                   min_chunk, fused_combine, cluster, sync);
+    step_arrive(sync);
+}
+
 // ============================================================================ the combine kernel
 // grid (NH, B), HD threads, thread d owns output dim d of one (sequence, head) and merges that
 // sequence's splits. Sequences that needed one split were written by the split kernel and are
@@ -572,20 +602,24 @@ static __global__ void attention_decode_combine_kernel(T* out, DecodeScratch scr
                             blockDim.x);
 }
 
-// The launches of one plan; Knobs are the lab's (the shipped launch uses DecodeShipped).
+// The launches of one plan; Knobs are the lab's (the shipped launch uses DecodeShipped). sync: the
+// step counters of the split kernel (one kernel: the plan's combine fused or none); returns its blocks.
 template <typename T, class Knobs = DecodeShipped>
-inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, const T* v_cache, const int* pos,
-                                       int B, int NH, int NKV, int HD, int S, int window, float* scratch_buf,
-                                       const DecodePlan& plan, cudaStream_t stream, bool pdl = false) {
+inline int attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, const T* v_cache, const int* pos,
+                                      int B, int NH, int NKV, int HD, int S, int window, float* scratch_buf,
+                                      const DecodePlan& plan, cudaStream_t stream, bool pdl = false,
+                                      const StepSync& sync = {}) {
     const QKVLayout L{NH, NKV, HD};
     const DecodeScratch scratch(scratch_buf, B, NH, NKV, HD, plan);
     const dim3 grid(plan.max_splits, NKV * plan.head_blocks, B);
     if (plan.cluster && (plan.max_splits > DECODE_CLUSTER_MAX))
         fail("attention_decode: a cluster of %d split blocks (at most %d)", plan.max_splits, DECODE_CLUSTER_MAX);
+    if (sync.counters && plan.max_splits > 1 && !plan.fused_combine && !plan.cluster)
+        fail("internal: attention_decode with step counters needs a plan of one kernel");
     auto launch = [&](auto kernel) {
         if (!plan.cluster) {
             launch_kernel(kernel, grid, dim3(DECODE_THREADS), 0, stream, pdl, out, scratch, qkv, k_cache, v_cache,
-                          pos, L, S, window, plan.max_splits, plan.min_chunk, plan.fused_combine, false);
+                          pos, L, S, window, plan.max_splits, plan.min_chunk, plan.fused_combine, false, sync);
         } else {  // launch_kernel's launch with the cluster's dimensions as a second attribute
             cudaLaunchConfig_t cfg = {};
             cfg.gridDim = grid;
@@ -601,7 +635,7 @@ inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, c
             cfg.attrs = attr;
             cfg.numAttrs = pdl ? 2 : 1;
             cudaCheck(cudaLaunchKernelEx(&cfg, kernel, out, scratch, qkv, k_cache, v_cache, pos, L, S, window,
-                                         plan.max_splits, plan.min_chunk, plan.fused_combine, true));
+                                         plan.max_splits, plan.min_chunk, plan.fused_combine, true, sync));
         }
         cudaCheckLaunch();
     };
@@ -621,6 +655,7 @@ inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, c
                       HD, S, window, plan.max_splits, plan.min_chunk);
         cudaCheckLaunch();
     }
+    return (int)(grid.x * grid.y * grid.z);
 }
 
 }  // namespace attention_detail
@@ -643,9 +678,12 @@ inline size_t attention_decode_scratch_floats(int B, int NH, int NKV, int HD, in
 // before the wait (the split kernel's top; DecodeKnobs::EARLY): pos must not be written by the kernel
 // this one waits for (the decode step's sampler runs kernels earlier); for a kernel that PDL starts
 // while the QKV kernel runs (the fused step at B <= 8); false: everything after the wait.
-inline void attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, floatX* v_cache, const int* pos, int B,
-                             int NH, int NKV, int HD, int S, cudaStream_t stream, int window = 0,
-                             float* scratch = nullptr, bool pdl = false, bool append = false, bool early = false) {
+// sync: the decode step's counters (llmc/cuda_common.cuh), the wait instead of pdl_wait and a count
+// at exit; returns the blocks of the (split) kernel.
+inline int attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, floatX* v_cache, const int* pos, int B,
+                            int NH, int NKV, int HD, int S, cudaStream_t stream, int window = 0,
+                            float* scratch = nullptr, bool pdl = false, bool append = false, bool early = false,
+                            const StepSync& sync = {}) {
     using namespace attention_detail;
     check_kv_cache_sizes("attention_decode", B, NH, NKV, HD, S, window);
     check_kv_cache_aligned("attention_decode", qkv, k_cache, v_cache);
@@ -654,12 +692,11 @@ inline void attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, fl
         fail("attention_decode: B=%d NH=%d S=%d needs a scratch buffer of %zu floats", B, NH, S,
              attention_decode_scratch_floats(B, NH, NKV, HD, S, window));
     if (append)
-        attention_decode_with_plan<floatX, DecodeShippedAppend>(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S,
-                                                                window, scratch, plan, stream, pdl);
-    else if (early)
-        attention_decode_with_plan<floatX, DecodeShippedEarly>(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S,
-                                                               window, scratch, plan, stream, pdl);
-    else
-        attention_decode_with_plan(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window, scratch, plan, stream,
-                                   pdl);
+        return attention_decode_with_plan<floatX, DecodeShippedAppend>(out, qkv, k_cache, v_cache, pos, B, NH, NKV,
+                                                                       HD, S, window, scratch, plan, stream, pdl, sync);
+    if (early)
+        return attention_decode_with_plan<floatX, DecodeShippedEarly>(out, qkv, k_cache, v_cache, pos, B, NH, NKV,
+                                                                      HD, S, window, scratch, plan, stream, pdl, sync);
+    return attention_decode_with_plan(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window, scratch, plan,
+                                      stream, pdl, sync);
 }

@@ -47,15 +47,12 @@ inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, cons
 // positions are read on the device, so a captured CUDA graph replays it for every step. One thread
 // per 16-byte pack, 3 * B * C * sizeof(floatX) bytes: a few microseconds at most. pdl: launched as a
 // programmatic dependent (cuda_common.cuh), it waits for the sampler that wrote tokens and pos.
-static __global__ void encoder_forward_at_packed(floatX* out, const int* tokens, const int* pos, const floatX* wte,
-                                                 const floatX* wpe, int B, int C) {
-    pdl_wait();
-    pdl_launch_dependents();
-    const int packs_per_row = C / x128::size;
-    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= B * packs_per_row) return;
-    const int b = idx / packs_per_row, c = (idx % packs_per_row) * x128::size;
-    const int p = pos[b], t = p < 0 ? 0 : p, tok = p < 0 ? 0 : tokens[b];
+// sync: the decode step's counters (cuda_common.cuh: the encoder is the step's kernel 0 after the
+// sampler; its blocks count in at exit).
+__device__ inline void encode_pack(floatX* out, const floatX* wte, const floatX* wpe, int b, int c, int tok, int p,
+                                   int C) {
+    const int t = p < 0 ? 0 : p;
+    tok = p < 0 ? 0 : tok;
     const x128 a = load128(wte + (int64_t)tok * C + c);
     if (!wpe) {
         store128(out + (int64_t)b * C + c, a);
@@ -67,13 +64,30 @@ static __global__ void encoder_forward_at_packed(floatX* out, const int* tokens,
     store128(out + (int64_t)b * C + c, o);
 }
 
-inline void encoder_forward_at(floatX* out, const int* tokens, const int* pos, const floatX* wte, const floatX* wpe,
-                               int B, int C, cudaStream_t stream, bool pdl = false) {
+static __global__ void encoder_forward_at_packed(floatX* out, const int* tokens, const int* pos, const floatX* wte,
+                                                 const floatX* wpe, int B, int C, StepSync sync) {
+    step_trigger_before_wait(sync);
+    step_wait(sync);
+    step_trigger_after_wait(sync);
+    const int packs_per_row = C / x128::size;
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx < B * packs_per_row) {
+        const int b = idx / packs_per_row, c = (idx % packs_per_row) * x128::size;
+        const int p = pos[b];
+        encode_pack(out, wte, wpe, b, c, p < 0 ? 0 : tokens[b], p, C);
+    }
+    step_arrive(sync);
+}
+
+// Returns the blocks of its grid.
+inline int encoder_forward_at(floatX* out, const int* tokens, const int* pos, const floatX* wte, const floatX* wpe,
+                              int B, int C, cudaStream_t stream, bool pdl = false, const StepSync& sync = {}) {
     if (C % x128::size != 0) fail("encoder_forward_at: C = %d is not a multiple of %d", C, x128::size);
-    const int block = 256;
-    launch_kernel(encoder_forward_at_packed, dim3(ceil_div(B * (C / x128::size), block)), dim3(block), 0, stream, pdl,
-                  out, tokens, pos, wte, wpe, B, C);
+    const int block = 256, blocks = ceil_div(B * (C / x128::size), block);
+    launch_kernel(encoder_forward_at_packed, dim3(blocks), dim3(block), 0, stream, pdl, out, tokens, pos, wte, wpe, B,
+                  C, sync);
     cudaCheckLaunch();
+    return blocks;
 }
 
 // dwpe: one thread per (t, pack); it walks the B rows of column t in order. Reads B*T*C, read-modify-

@@ -54,7 +54,13 @@
 //               gate and up), so it rotates q and k (rope_forward_at's formula and tables) before
 //               storing; pos[m] < 0 (idle): no rotation, no cache write.
 //     The other epilogues (GELU, SwiGLU, plain) as gemv_forward's; lm_head is plain with the lnf
-//     prologue. Outputs equal the unfused kernels' up to the order of fp32 additions in the norm
+//     prologue, and with GemvFusion::argmax it also takes each input row's greedy argmax (the first
+//     largest stored output of the first argmax_cols: a warp keeps one candidate per row, a block
+//     merges its warps' and writes its (max, index) pairs, the last block to count in merges the
+//     blocks' (P ~ 1000 at M = 1: 8 loads a thread, then a block reduction, per input row): the
+//     decode step's greedy token without the sampler kernel).
+//     GemvFusion::sync: the decode step's counter wait and count (llmc/step_sync.h) in place of
+//     pdl_wait. Outputs equal the unfused kernels' up to the order of fp32 additions in the norm
 //     (the same code: identical in practice) and in the RoPE products.
 // fp32 accumulation; K a multiple of x128::size. The CPU reference is cpu::matmul_forward (and
 // cpu::gelu_forward / cpu::swiglu_forward on its fp32 output).
@@ -64,6 +70,7 @@
 #include "llmc/cuda_common.cuh"
 #include "llmc/gelu.cuh"
 #include "llmc/layernorm.cuh"
+#include "llmc/sampler.cuh"
 #include "llmc/swiglu.cuh"
 #include "llmc/utils.h"
 
@@ -75,11 +82,21 @@ constexpr int GEMV_UNROLL = 4;   // 16-byte packs per weight row a lane loads be
 constexpr int GEMV_NORM_BLOCKS_PER_SM = 8;
 constexpr int GEMV_NORM_MAX_SMEM = 48 * 1024;
 inline size_t gemv_norm_smem(int M, int K) { return (size_t)(M + 2) * K * sizeof(floatX); }
+// floats of GemvFusion::argmax_scratch: a counter (padded to 4), then (M, blocks) maxima and indices
+// for the one-wave grid of a norm GEMV on `sms` SMs.
+inline size_t gemv_argmax_scratch_floats(int M, int sms) {
+    return 4 + 2 * (size_t)M * GEMV_NORM_BLOCKS_PER_SM * sms;
+}
 
 // How the weight loop hides latency (the top of the file); value-initialized: the shipped choice.
 struct GemvTuning {
     bool preload = true;  // the first round of weights into registers before pdl_wait (false: an L2 prefetch)
     int split_k = 0;      // warps sharing a row group: 1, 2 or 4; 0 = gemv_split_k(K)
+    // gemv_fused_forward's rows per warp where the epilogue leaves the choice (not the SwiGLU and RoPE
+    // pairs): 2, or 1 below M = 4; 0 = gemv_rows_per_warp(M). 2 halves a kernel's warps (and its share
+    // of the register file, 65-86% for qkv, fc and fcproj at M = 1), so more of the next kernel's blocks
+    // can be resident early, loading their weights (generate --gemv-rows)
+    int rows = 0;
 };
 
 enum GemvEpilogue : int { GEMV_PLAIN = 0, GEMV_GELU = 1, GEMV_SWIGLU = 2, GEMV_RESIDUAL = 3, GEMV_QKV = 4 };
@@ -100,6 +117,17 @@ struct GemvFusion {
     const float* rope_cos = nullptr;   // (max_pos, HD/2), or nullptr: no RoPE
     const float* rope_sin = nullptr;   // (max_pos, HD/2)
     int NH = 0, NKV = 0, HD = 0, S = 0;
+    // the wait and the count of the decode step's counters (llmc/step_sync.h; default: pdl_wait)
+    StepSync sync;
+    // GEMV_PLAIN with the norm (lm_head): the greedy argmax folded in. argmax (M) = for each input
+    // row, the first largest of its outputs 0..argmax_cols-1 as stored (floatX), NaN skipped, 0 if
+    // every one is NaN: the token sample_greedy_and_advance would pick from these logits. Each block
+    // merges its rows into (max, index) per input row, the last block to count into argmax_scratch's
+    // counter merges the blocks' (ties to the lower index: any order gives the same token) and resets
+    // the counter. argmax_scratch: gemv_argmax_scratch_floats(M), zeroed once.
+    int* argmax = nullptr;
+    float* argmax_scratch = nullptr;
+    int argmax_cols = 0;
 };
 
 // The shipped choice of rows per warp for M inputs (1, 2 or 4; the lab, dev/cuda/gemv.cu, times all three).
@@ -209,6 +237,61 @@ __device__ inline void store_qkv(floatX* out, const float (&v)[R], const int (&r
     }
 }
 
+// The folded argmax's end (GemvFusion::argmax): lane m of each warp holds its candidate for input
+// row m; the block's go to the scratch, and the last block merges all of them, row by row, each
+// thread loading its ARGMAX_LOADS candidates of a round before merging any (P ~ 1000 blocks: one or
+// two rounds, where a loop of dependent loads would pay an L2 latency per candidate). Every thread
+// calls it.
+constexpr int ARGMAX_LOADS = 8;
+template <int M>
+__device__ inline void argmax_finish(sampler_detail::ArgMax cand, const GemvFusion& f) {
+    __shared__ float sh_v[WARPS][M], red_v[32];
+    __shared__ int sh_i[WARPS][M], red_i[32];
+    __shared__ bool sh_last;
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, P = gridDim.x;
+    const int none = f.argmax_cols;
+    int* counter = reinterpret_cast<int*>(f.argmax_scratch);
+    float* part_v = f.argmax_scratch + 4;                                 // (M, P)
+    int* part_i = reinterpret_cast<int*>(part_v + (size_t)M * P);       // (M, P)
+    if (lane < M) { sh_v[warp][lane] = cand.v; sh_i[warp][lane] = cand.i; }
+    __syncthreads();
+    if (threadIdx.x < M) {
+        const int m = threadIdx.x;
+        sampler_detail::ArgMax a{sh_v[0][m], sh_i[0][m]};
+        for (int w = 1; w < WARPS; w++) sampler_detail::argmax_merge(a, {sh_v[w][m], sh_i[w][m]});
+        part_v[(size_t)m * P + blockIdx.x] = a.v;
+        part_i[(size_t)m * P + blockIdx.x] = a.i;
+        __threadfence();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        sh_last = atomicAdd(counter, 1) == P - 1;
+        if (sh_last) *counter = 0;  // every block has counted: ready for the next call
+    }
+    __syncthreads();
+    if (!sh_last) return;
+    __threadfence();
+    for (int m = 0; m < M; m++) {
+        const float* pv = part_v + (size_t)m * P;
+        const int* pi = part_i + (size_t)m * P;
+        sampler_detail::ArgMax a{-INFINITY, none};
+        for (int base = threadIdx.x; base < P; base += GEMV_THREADS * ARGMAX_LOADS) {
+            float v[ARGMAX_LOADS];
+            int ix[ARGMAX_LOADS];
+#pragma unroll
+            for (int u = 0; u < ARGMAX_LOADS; u++) {
+                const int i = base + u * GEMV_THREADS;
+                v[u] = i < P ? __ldcg(pv + i) : -INFINITY;
+                ix[u] = i < P ? __ldcg(pi + i) : none;
+            }
+#pragma unroll
+            for (int u = 0; u < ARGMAX_LOADS; u++) sampler_detail::argmax_merge(a, {v[u], ix[u]});
+        }
+        a = sampler_detail::block_argmax_merge(a, red_v, red_i, none);
+        if (threadIdx.x == 0) f.argmax[m] = a.i < none ? a.i : 0;
+    }
+}
+
 // Row group g (a warp's R rows, or a pair: GEMV_SWIGLU: rows g and g + N/2; GEMV_QKV with RoPE: rows
 // h*HD + i and h*HD + i + HD/2 for g = h*HD/2 + i) is computed by KS = t.split_k warps of one block
 // (WARPS / KS groups a block; the blocks loop over the rest, only a NORM grid is smaller than the
@@ -245,17 +328,23 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
                 if (p + u * pstep < packs) w[u][r] = load128cs(weight + (int64_t)row[r] * K + (p + u * pstep) * x128::size);
     };
     // the epilogue's inputs of a group: the bias of its rows, and lane m's residual of input row m
-    // (GEMV_RESIDUAL: written kernels before the one this waits for, see gpt2_infer.cuh; __ldcg: L2)
+    // (GEMV_RESIDUAL: written kernels before the one this waits for, see gpt2_infer.cuh; __ldcg: L2;
+    // with the step's early trigger, after the wait: llmc/step_sync.h)
     float bias_v[R], res_v[R];
-    auto load_epilogue = [&](const int (&row)[R]) {
+    auto load_bias = [&](const int (&row)[R]) {
+#pragma unroll
+        for (int r = 0; r < R; r++) bias_v[r] = bias ? to_float(bias[row[r]]) : 0.0f;
+    };
+    auto load_residual = [&](const int (&row)[R]) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            bias_v[r] = bias ? to_float(bias[row[r]]) : 0.0f;
             res_v[r] = 0.0f;
             if constexpr (EPI == GEMV_RESIDUAL)
                 if (lane < M) res_v[r] = to_float(__ldcg(f.residual + (int64_t)lane * N + row[r]));
         }
     };
+    const bool trigger_early = step_triggers_early(f.sync);
+    step_trigger_before_wait(f.sync);
     // before the wait: the first round of this warp's first group (registers, or an L2 prefetch), its
     // epilogue inputs, and the norm's weight and bias into shared memory
     const int first = min(blockIdx.x * per_block + warp / KS, groups - 1);
@@ -265,7 +354,8 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
         rows_of(first, row);
         if (t.preload) {
             load_round(row, p0);
-            load_epilogue(row);
+            load_bias(row);
+            if (!trigger_early) load_residual(row);
             loaded = true;
         } else {
 #pragma unroll
@@ -286,20 +376,30 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
         }
         __syncthreads();
     }
-    pdl_wait();
-    pdl_launch_dependents();
+    step_wait(f.sync);
+    step_trigger_after_wait(f.sync);
+    if (loaded && trigger_early) {
+        int row[R];
+        rows_of(first, row);
+        load_residual(row);
+    }
     const floatX* x = inp;
     if constexpr (NORM) {
         normalize_rows<M>(xs, inp, nw, nb, K, f);
         __syncthreads();
         x = xs;
     }
+    // the folded argmax: lane m's candidate of input row m among this warp's rows
+    sampler_detail::ArgMax cand{-INFINITY, f.argmax_cols};
     // block-uniform loop (the split's __syncthreads): this warp's group g, valid when g < groups
     for (int gb = blockIdx.x; gb * per_block < groups; gb += gridDim.x) {
         const int g_raw = gb * per_block + warp / KS, g = min(g_raw, groups - 1);
         int row[R];
         rows_of(g, row);
-        if (!loaded) load_epilogue(row);
+        if (!loaded) {
+            load_bias(row);
+            load_residual(row);
+        }
         float acc[R][M];
 #pragma unroll
         for (int r = 0; r < R; r++)
@@ -356,16 +456,25 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
                     if constexpr (EPI == GEMV_GELU) out[o] = from_float<floatX>(gelu_tanh(v[r]));
                     else if constexpr (EPI == GEMV_RESIDUAL)
                         out[o] = from_float<floatX>(res_v[r] + to_float(from_float<floatX>(v[r])));
-                    else out[o] = from_float<floatX>(v[r]);
+                    else {
+                        const floatX y = from_float<floatX>(v[r]);
+                        out[o] = y;
+                        const float yf = to_float(y);
+                        if (f.argmax && row[r] < f.argmax_cols && !isnan(yf))
+                            sampler_detail::argmax_merge(cand, {yf, row[r]});
+                    }
                 }
             }
         }
     }
+    if constexpr (EPI == GEMV_PLAIN)
+        if (f.argmax) argmax_finish<M>(cand, f);
+    step_arrive(f.sync);
 }
 
 // One launch of gemv_kernel<M, R, EPI, NORM>, with the programmatic-serialization attribute when pdl.
 template <int M, int R, int EPI, bool NORM>
-inline void launch(bool pdl, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K, int N,
+inline int launch(bool pdl, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K, int N,
                    const GemvFusion& f, GemvTuning t, cudaStream_t stream) {
     if (t.split_k == 0) t.split_k = gemv_split_k(K);
     if (t.split_k != 1 && t.split_k != 2 && t.split_k != 4) fail("gemv: split_k %d is not 1, 2 or 4", t.split_k);
@@ -385,8 +494,11 @@ inline void launch(bool pdl, floatX* out, const floatX* inp, const floatX* weigh
         }
         blocks = std::min(blocks, std::max(1, std::min(resident, GEMV_NORM_BLOCKS_PER_SM)) * sms);
     }
+    if (f.argmax && (EPI != GEMV_PLAIN || !NORM))
+        fail("internal: the folded argmax needs a plain GEMV with its norm (a grid of one wave)");
     launch_kernel(gemv_kernel<M, R, EPI, NORM>, dim3(blocks), dim3(GEMV_THREADS), smem, stream, pdl, out, inp, weight,
                   bias, K, N, f, t);
+    return blocks;
 }
 
 template <int M, int EPI>
@@ -414,35 +526,39 @@ inline void launch_epi(int M, int R, bool pdl, floatX* out, const floatX* inp, c
     }
 }
 
-// The fused launches at the shipped rows per warp (RoPE pairs: 2), the norm prologue or not.
-template <int M>
-inline void launch_fused(GemvEpilogue epi, bool pdl, floatX* out, const floatX* inp, const floatX* weight,
-                         const floatX* bias, int K, int N, const GemvFusion& f, GemvTuning t, cudaStream_t stream) {
-    constexpr int RS = gemv_rows_per_warp(M);
+// The fused launches at R rows per warp (t.rows, or the shipped gemv_rows_per_warp(M); the SwiGLU and
+// RoPE pairs: 2), the norm prologue or not.
+template <int M, int R>
+inline int launch_fused_rows(GemvEpilogue epi, bool pdl, floatX* out, const floatX* inp, const floatX* weight,
+                             const floatX* bias, int K, int N, const GemvFusion& f, GemvTuning t, cudaStream_t stream) {
     const bool norm = f.norm != GEMV_NORM_NONE;
     switch (epi) {
         case GEMV_QKV:
             if (!norm) fail("internal: the fused QKV GEMV comes with its norm prologue");
-            if (f.rope_cos) launch<M, 2, GEMV_QKV, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
-            else launch<M, RS, GEMV_QKV, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
-            break;
+            if (f.rope_cos) return launch<M, 2, GEMV_QKV, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
+            return launch<M, R, GEMV_QKV, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
         case GEMV_RESIDUAL:
             if (norm) fail("internal: the fused residual GEMV has no norm prologue");
-            launch<M, RS, GEMV_RESIDUAL, false>(pdl, out, inp, weight, bias, K, N, f, t, stream);
-            break;
+            return launch<M, R, GEMV_RESIDUAL, false>(pdl, out, inp, weight, bias, K, N, f, t, stream);
         case GEMV_GELU:
             if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
-            launch<M, RS, GEMV_GELU, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
-            break;
+            return launch<M, R, GEMV_GELU, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
         case GEMV_SWIGLU:
             if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
-            launch<M, 2, GEMV_SWIGLU, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
-            break;
+            return launch<M, 2, GEMV_SWIGLU, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
         default:
             if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
-            launch<M, RS, GEMV_PLAIN, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
-            break;
+            return launch<M, R, GEMV_PLAIN, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
     }
+}
+template <int M>
+inline int launch_fused(GemvEpilogue epi, bool pdl, floatX* out, const floatX* inp, const floatX* weight,
+                        const floatX* bias, int K, int N, const GemvFusion& f, GemvTuning t, cudaStream_t stream) {
+    const int R = t.rows ? t.rows : gemv_rows_per_warp(M);
+    if (R == 2) return launch_fused_rows<M, 2>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream);
+    if constexpr (gemv_rows_per_warp(M) == 1)  // (one row a warp is compiled only where it is shipped)
+        if (R == 1) return launch_fused_rows<M, 1>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream);
+    fail("gemv_fused_forward: %d rows per warp at M = %d (2, or 1 below M = 4)", R, M);
 }
 
 }  // namespace gemv_detail
@@ -460,6 +576,8 @@ inline bool gemv_fused_supported(int M, int K, int N, GemvEpilogue epi, const Ge
     if (!(M >= 1 && M <= GEMV_MAX_M && K > 0 && K % x128::size == 0 && N > 0)) return false;
     if (norm && (gemv_norm_smem(M, K) > GEMV_NORM_MAX_SMEM || !f.norm_w ||
                  (f.norm == GEMV_NORM_LAYER && !f.norm_b) || (f.norm == GEMV_NORM_RMS && !(f.eps > 0.0f))))
+        return false;
+    if (f.argmax && !(epi == GEMV_PLAIN && norm && f.argmax_scratch && f.argmax_cols > 0 && f.argmax_cols <= N))
         return false;
     switch (epi) {
         case GEMV_QKV:
@@ -492,21 +610,24 @@ inline void gemv_forward(floatX* out, const floatX* inp, const floatX* weight, c
 // The fused kernels of the decode step (the top of the file): out = epilogue(norm(inp) W^T + bias)
 // with f's norm prologue (qkv, fc, lm_head) or its residual (attproj, fcproj); GEMV_QKV also writes
 // the cache (and turns q, k with RoPE). Shapes as gemv_forward; gemv_fused_supported must hold.
-inline void gemv_fused_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K,
+// Returns the blocks of its grid (the count f.sync's next kernel waits for).
+inline int gemv_fused_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K,
                                int N, GemvEpilogue epi, const GemvFusion& f, cudaStream_t stream, bool pdl = true,
                                GemvTuning t = {}) {
     if (!gemv_fused_supported(M, K, N, epi, f))
         fail("gemv_fused_forward: M = %d, K = %d, N = %d, epilogue %d, norm %d not supported", M, K, N, (int)epi,
              (int)f.norm);
+    int blocks = 0;
     switch (M) {
-        case 1: gemv_detail::launch_fused<1>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
-        case 2: gemv_detail::launch_fused<2>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
-        case 3: gemv_detail::launch_fused<3>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
-        case 4: gemv_detail::launch_fused<4>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
-        case 5: gemv_detail::launch_fused<5>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
-        case 6: gemv_detail::launch_fused<6>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
-        case 7: gemv_detail::launch_fused<7>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
-        default: gemv_detail::launch_fused<8>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        case 1: blocks = gemv_detail::launch_fused<1>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        case 2: blocks = gemv_detail::launch_fused<2>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        case 3: blocks = gemv_detail::launch_fused<3>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        case 4: blocks = gemv_detail::launch_fused<4>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        case 5: blocks = gemv_detail::launch_fused<5>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        case 6: blocks = gemv_detail::launch_fused<6>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        case 7: blocks = gemv_detail::launch_fused<7>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
+        default: blocks = gemv_detail::launch_fused<8>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
     }
     cudaCheckLaunch();
+    return blocks;
 }

@@ -2,7 +2,8 @@
 // share: their flags, the model path, the prompts (text through the BPE encoder, ids, files), the
 // end-of-text default and the output of a finished batch, so they take the same command lines and
 // give the same errors. The GPU-only flags (--graph, --check-full, --bench, --init, and the kernel
-// choices --gemv, --pdl, --fused, --latency-kernels, --matmul-autotune, --profile) are registered only for it.
+// choices --gemv, --pdl, --fused, --latency-kernels, --step-sync, --fold-argmax, --matmul-autotune, --profile)
+// are registered only for it.
 #pragma once
 #include <sys/stat.h>
 #include <unistd.h>
@@ -50,6 +51,9 @@ struct GenConfig {
     int fused = 1;                      // --fused: a step of B <= 8 as 5 kernels a layer, else the append in attention
     int latency = 1;                    // --latency-kernels: the step kernels' latency work (gpt2_infer.cuh)
     int gemv_split_k = 0;               // --gemv-split-k: warps a GEMV row shares (0 = gemv_split_k(K))
+    int gemv_rows = 0;                  // --gemv-rows: rows a fused-step GEMV warp computes (0 = shipped)
+    int step_sync = 1;                  // --step-sync: the fused step's kernels wait on counters (2: trigger early)
+    int fold_argmax = 1;                // --fold-argmax: the fused step's greedy argmax inside the lm_head GEMV
     int matmul_autotune = 1;            // --matmul-autotune: time cuBLASLt's algorithms for the step's matmuls once
     int profile = 0;                    // --profile 1 (with --bench): per-kernel-family time of a decode step
     std::string init;                   // --init dN: a fresh random model instead of --model
@@ -130,6 +134,18 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
                   "the kernels before that work, for comparison (same tokens up to rounding)");
         p.add_int("--gemv-split-k", &g.gemv_split_k, {0, 4}, "with --latency-kernels 1: the warps of a GEMV block "
                   "that share one row's K (1, 2 or 4; 0 = the shipped choice, 4 for K = 3072, 1 for K = 768)");
+        p.add_int("--gemv-rows", &g.gemv_rows, {0, 2}, "with --latency-kernels 1 and --fused 1: the rows each "
+                  "warp of the fused step's GEMVs computes (1 or 2; 0 = the shipped choice, 1 below 4 sequences, "
+                  "else 2; SwiGLU and RoPE always pair 2): 2 halves the warps of a kernel and its registers, so "
+                  "more of the next kernel can be resident early (the same outputs)");
+        p.add_int("--step-sync", &g.step_sync, {0, 2}, "1 = each kernel of a fused decode step (at most 8 "
+                  "sequences) waits for the one before it on a counter its blocks increment as they finish "
+                  "(llmc/step_sync.h); 2 = that, and each kernel lets the next one launch before its own wait "
+                  "(many kernels resident ahead, loading their weights); 0 = griddepcontrol.wait, the whole "
+                  "previous grid's completion (same tokens)");
+        p.add_int("--fold-argmax", &g.fold_argmax, {0, 1}, "1 = a fused decode step's lm_head GEMV also takes each "
+                  "sequence's greedy argmax, and a greedy step starts from it (no sampler kernel); 0 = the sampler "
+                  "kernel reads the logits (same tokens)");
         p.add_int("--matmul-autotune", &g.matmul_autotune, {0, 1}, "1 = before the first prompt, time up to ~28 "
                   "cuBLASLt algorithms (the heuristic's list and split-K versions) for each matmul of a decode step "
                   "that goes through cuBLASLt (more than 8 sequences, or --gemv 0) and keep the fastest (timed: two "

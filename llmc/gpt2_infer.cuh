@@ -32,6 +32,22 @@
 // before it (llmc/cuda_common.cuh), so the next GEMV's blocks are resident and prefetching their
 // weights while the current kernel runs. At B > GEMV_MAX_M (cuBLASLt) m.fused folds only the cache
 // append into attention_decode. --fused 0 keeps the one-op-a-kernel step for comparison.
+// Two more latency cuts of the fused step (both on by default, off for comparison):
+// - m.step_sync (--step-sync): its kernels after the first (the encoder, or advance_and_encode) wait
+//   on a counter the kernel before them counts into as its blocks finish, instead of
+//   griddepcontrol.wait's whole-grid completion (llmc/step_sync.h: which counters; llmc/cuda_common.cuh);
+//   the same order of writes and reads, PDL still starts each kernel early. --step-sync 2 also
+//   triggers each kernel's dependents before its wait, so many kernels ahead are resident and
+//   loading their weights (llmc/step_sync.h), at the price of the reads that must then wait: the
+//   GEMVs' residual, and attention_decode's pos (read again after the wait: its early key loads
+//   count only if pos did not move).
+// - m.fold_argmax (--fold-argmax): lm_head's GEMV also takes each sequence's greedy argmax into
+//   `pending` (its blocks' (max, index) pairs merged by the last block: the sampler's token, ties
+//   to the lower id), and the prefill leaves the argmax of its logits there too; a greedy step
+//   without teacher forcing then starts with advance_and_encode (the sampler's book-keeping with
+//   pending[b] and the embedding of the fed token, one kernel) instead of the sampler and the
+//   encoder: 62 kernels a GPT-2 124M step instead of 63. Other sampling keeps the sampler kernel
+//   (lm_head still writes the logits; `pending` is then unused).
 #pragma once
 #include <vector>
 #include "llmc/attention_decode.cuh"
@@ -72,6 +88,15 @@ struct GPT2Infer {
     // false: the kernels before it
     bool latency = true;
     int gemv_split_k = 0;  // with latency: GemvTuning::split_k (0 = the shipped gemv_split_k(K))
+    int gemv_rows = 0;     // with latency: GemvTuning::rows of the fused step (0 = the shipped gemv_rows_per_warp)
+    // the fused step (B <= GEMV_MAX_M, decode_layers_fused) waits on counters the kernel before it
+    // counts into instead of griddepcontrol.wait (llmc/step_sync.h; --step-sync): 0 off, 1 on, 2 on
+    // with the early trigger (each kernel lets the next launch before its own wait)
+    int step_sync = 1;
+    // the fused step's lm_head GEMV also takes each sequence's greedy argmax (GemvFusion::argmax) into
+    // `pending`, and a greedy step without teacher forcing starts with advance_and_encode instead of
+    // the sampler and the encoder (one kernel less; --fold-argmax)
+    bool fold_argmax = true;
     StepProfile* profile = nullptr;  // non-null and on: mark() records events
     int B = 0;        // sequences at once
     int Tmax = 0;     // prompt tokens per sequence a prefill may have
@@ -83,6 +108,9 @@ struct GPT2Infer {
     floatX* v_cache = nullptr;  // (L, B, NKV, S, HD)
     float* decode_scratch = nullptr;  // attention_decode's split partials and counters (zeroed once)
     float* sample_scratch = nullptr;  // greedy argmax: (B, P) maxima, (B, P) int indices, (B) int counters (zeroed once)
+    int* step_counters = nullptr;     // (kernels * STEP_COUNTER_STRIDE) the fused step's counters (zeroed once)
+    float* argmax_scratch = nullptr;  // gemv_argmax_scratch_floats(B, SMs): lm_head's folded argmax (zeroed once)
+    int* pending = nullptr;           // (B) the folded argmax: each sequence's greedy token from the last logits
     // one layer's activations over R = B * Tmax rows (a decode step uses the first B)
     floatX* res1;      // (R, C) the residual stream entering a layer
     floatX* res2;      // (R, C) after the attention block
@@ -115,6 +143,10 @@ struct GPT2Infer {
     cudaGraphExec_t graph = nullptr;  // the captured step (for the limits it was captured with)
     GenerateLimits graph_limits{};
 };
+
+// Kernels of a fused step after the sampler (or advance_and_encode): the encoder, 5 a layer, lm_head;
+// one StepSync counter each.
+inline int step_chain_kernels(const GPT2Config& c) { return 2 + 5 * c.num_layers; }
 
 // What the GPU inference runs (any knob combination of both families, head size 64 or 128, 16-byte
 // rows); a host check, callable before the device starts.
@@ -154,6 +186,9 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* hos
         {(void**)&m.params_memory, n, X},    {(void**)&m.k_cache, cache, X},      {(void**)&m.v_cache, cache, X},
         {(void**)&m.decode_scratch, std::max<size_t>(scratch, 1), F},
         {(void**)&m.sample_scratch, (size_t)B * (2 * sample_greedy_blocks(c.vocab_size) + 1), F},
+        {(void**)&m.step_counters, (size_t)step_chain_kernels(c) * STEP_COUNTER_STRIDE, I},
+        {(void**)&m.argmax_scratch, gemv_argmax_scratch_floats(std::min(B, GEMV_MAX_M), current_sm_count()), F},
+        {(void**)&m.pending, (size_t)B, I},
         {(void**)&m.res1, R * C, X},         {(void**)&m.res2, R * C, X},         {(void**)&m.ln, R * C, X},
         {(void**)&m.mean, R, F},             {(void**)&m.rstd, R, F},             {(void**)&m.qkv, R * QKV, X},
         {(void**)&m.atty, R * C, X},         {(void**)&m.lse, R * c.num_heads, F}, {(void**)&m.proj, R * C, X},
@@ -218,7 +253,7 @@ inline void mark(GPT2Infer& m, const char* family, cudaStream_t s) {
 
 // The GEMVs' tuning: shipped, or (m.latency off) the kernel before the register preload and split K.
 inline GemvTuning tuning(const GPT2Infer& m) {
-    return m.latency ? GemvTuning{true, m.gemv_split_k} : GemvTuning{false, 1};
+    return m.latency ? GemvTuning{true, m.gemv_split_k, m.gemv_rows} : GemvTuning{false, 1};
 }
 
 // out = epi(inp (M, K) W^T + b): gemv_forward at M <= GEMV_MAX_M rows (m.gemv), else cuBLASLt; with
@@ -387,6 +422,64 @@ inline bool fused_step(const GPT2Infer& m) {
     return m.fused && m.gemv && m.B <= GEMV_MAX_M &&
            gemv_norm_smem(m.B, m.config.channels) <= (size_t)GEMV_NORM_MAX_SMEM;
 }
+// Whether lm_head folds the greedy argmax into `pending` (every fused step, whatever the sampling, so
+// `pending` always belongs to the latest logits), and whether this step starts from it.
+inline bool fold_argmax(const GPT2Infer& m) { return m.fold_argmax && fused_step(m); }
+inline bool fold_step(const GPT2Infer& m, const GenerateLimits& lim) {
+    return fold_argmax(m) && lim.sampling.temperature == 0.0f && lim.force_len == 0;
+}
+
+// The first kernel of a folded greedy step: sequence b's token is pending[b] (the argmax of its
+// logits, left by the previous step's lm_head or the prefill); thread 0 advances (the sampler's
+// book-keeping), then the block embeds the token the sequence feeds next (encoder_forward_at's row:
+// an idle or finished sequence embeds token 0 at position 0). Grid (B), a thread per 16-byte pack of
+// C, rounded up to a warp. A plain launch (the step's first node); the StepSync chain's kernel 0.
+static __global__ void advance_and_encode(floatX* out, int* step_out, int* tokens, int* pos, int* produced,
+                                          int* active, const int* pending, const floatX* wte, const floatX* wpe,
+                                          const int* lengths, GenerateLimits lim, int max_seq, int C, StepSync sync) {
+    __shared__ int sh_tok, sh_pos;
+    step_trigger_before_wait(sync);
+    step_wait(sync);
+    step_trigger_after_wait(sync);
+    const int b = blockIdx.x;
+    if (threadIdx.x == 0) {
+        int p = -1, tok = 0;
+        if (active[b]) {
+            advance(b, pending[b], produced[b], step_out, tokens, pos, produced, active, lengths, lim, max_seq);
+            p = pos[b];
+            tok = tokens[b];
+        } else {
+            step_out[b] = -1;
+        }
+        sh_tok = tok;
+        sh_pos = p;
+    }
+    __syncthreads();
+    for (int c = threadIdx.x * x128::size; c < C; c += blockDim.x * x128::size)
+        encode_pack(out, wte, wpe, b, c, sh_tok, sh_pos, C);
+    step_arrive(sync);
+}
+
+// pending (B) = the first largest of each row of logits (B, Vp) over V (0 if all NaN): the folded
+// argmax of the prefill's logits (sample_and_advance's greedy pick). Grid (B), SAMPLE_THREADS.
+static __global__ void __launch_bounds__(SAMPLE_THREADS)
+argmax_rows(int* pending, const floatX* logits, int V, int Vp) {
+    __shared__ float sh_v[32];
+    __shared__ int sh_i[32];
+    const int id = sampler_detail::block_argmax(logits + (size_t)blockIdx.x * Vp, V, sh_v, sh_i);
+    if (threadIdx.x == 0) pending[blockIdx.x] = id;
+}
+
+// The StepSync chain of one fused step (llmc/step_sync.h), or none (m.step_sync off, or unfused).
+inline StepChain step_chain(const GPT2Infer& m) {
+    StepChain ch;
+    if (m.step_sync && fused_step(m)) {
+        ch.counters = m.step_counters;
+        ch.n = step_chain_kernels(m.config);
+        ch.early_trigger = m.step_sync == 2;
+    }
+    return ch;
+}
 
 // The layers and the classifier of a step at M = B <= GEMV_MAX_M rows, from the embeddings in res1, as
 // 5 kernels a layer (gemv.cuh's fused kernels; names as --profile prints them):
@@ -398,7 +491,7 @@ inline bool fused_step(const GPT2Infer& m) {
 //   fcproj+residual res1 = res2 + fch_gelu Wfcproj^T + b
 // then norm+lm_head: logits = lnf(res1) Wlm^T. Residual ping-pong as the unfused step: no kernel
 // writes a buffer its own inputs come from. `ln`, `proj`, `mean` and `rstd` are not written.
-inline void decode_layers_fused(GPT2Infer& m, const CudaContext& ctx) {
+inline void decode_layers_fused(GPT2Infer& m, StepChain& ch, const CudaContext& ctx) {
     const GPT2Config& c = m.config;
     const int B = m.B, C = c.channels, L = c.num_layers, QKV = gpt2_qkv_channels(c), FC = gpt2_fc_channels(c);
     const int H = gpt2_mlp_hidden(c), NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
@@ -425,29 +518,41 @@ inline void decode_layers_fused(GPT2Infer& m, const CudaContext& ctx) {
         fq.NKV = NKV;
         fq.HD = HD;
         fq.S = m.S;
+        fq.sync = ch.sync();
         mark(m, rope ? "norm+qkv+rope+kv" : "norm+qkv+kv", s);
-        gemv_fused_forward(m.qkv, m.res1, p.qkvw + (size_t)l * QKV * C, tensor_at(p.qkvb, (size_t)l * QKV), B, C, QKV,
-                           GEMV_QKV, fq, s, m.pdl, tuning(m));
+        ch.launched(gemv_fused_forward(m.qkv, m.res1, p.qkvw + (size_t)l * QKV * C, tensor_at(p.qkvb, (size_t)l * QKV),
+                                       B, C, QKV, GEMV_QKV, fq, s, m.pdl, tuning(m)));
         mark(m, "attention_decode", s);
-        attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, s, m.window,
-                         m.decode_scratch, m.pdl, false, m.latency && m.pdl);
+        ch.launched(attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, s,
+                                     m.window, m.decode_scratch, m.pdl, false, m.latency && m.pdl, ch.sync()));
         GemvFusion fr;
         fr.residual = m.res1;
+        fr.sync = ch.sync();
         mark(m, "attproj+residual", s);
-        gemv_fused_forward(m.res2, m.atty, p.attprojw + c1 * C, tensor_at(p.attprojb, c1), B, C, C, GEMV_RESIDUAL, fr,
-                           s, m.pdl, tuning(m));
+        ch.launched(gemv_fused_forward(m.res2, m.atty, p.attprojw + c1 * C, tensor_at(p.attprojb, c1), B, C, C,
+                                       GEMV_RESIDUAL, fr, s, m.pdl, tuning(m)));
+        GemvFusion ff = norm(p.ln2w + c1, tensor_at(p.ln2b, c1));
+        ff.sync = ch.sync();
         mark(m, swiglu ? "norm+fc+swiglu" : "norm+fc+gelu", s);
-        gemv_fused_forward(m.fch_gelu, m.res2, p.fcw + (size_t)l * FC * C, tensor_at(p.fcb, (size_t)l * FC), B, C, FC,
-                           swiglu ? GEMV_SWIGLU : GEMV_GELU, norm(p.ln2w + c1, tensor_at(p.ln2b, c1)), s, m.pdl,
-                           tuning(m));
+        ch.launched(gemv_fused_forward(m.fch_gelu, m.res2, p.fcw + (size_t)l * FC * C, tensor_at(p.fcb, (size_t)l * FC),
+                                       B, C, FC, swiglu ? GEMV_SWIGLU : GEMV_GELU, ff, s, m.pdl, tuning(m)));
         fr.residual = m.res2;
+        fr.sync = ch.sync();
         mark(m, "fcproj+residual", s);
-        gemv_fused_forward(m.res1, m.fch_gelu, p.fcprojw + c1 * H, tensor_at(p.fcprojb, c1), B, H, C, GEMV_RESIDUAL,
-                           fr, s, m.pdl, tuning(m));
+        ch.launched(gemv_fused_forward(m.res1, m.fch_gelu, p.fcprojw + c1 * H, tensor_at(p.fcprojb, c1), B, H, C,
+                                       GEMV_RESIDUAL, fr, s, m.pdl, tuning(m)));
     }
-    mark(m, "norm+lm_head", s);
-    gemv_fused_forward(m.logits, m.res1, head(m), nullptr, B, C, c.padded_vocab_size, GEMV_PLAIN, norm(p.lnfw, p.lnfb),
-                       s, m.pdl, tuning(m));
+    GemvFusion fl = norm(p.lnfw, p.lnfb);
+    fl.sync = ch.sync(true);
+    if (fold_argmax(m)) {
+        fl.argmax = m.pending;
+        fl.argmax_scratch = m.argmax_scratch;
+        fl.argmax_cols = c.vocab_size;
+    }
+    mark(m, fold_argmax(m) ? "norm+lm_head+argmax" : "norm+lm_head", s);
+    ch.launched(gemv_fused_forward(m.logits, m.res1, head(m), nullptr, B, C, c.padded_vocab_size, GEMV_PLAIN, fl, s,
+                                   m.pdl, tuning(m)));
+    if (ch.counters && ch.next != ch.n) fail("internal: a fused step of %d kernels, %d counters", ch.next, ch.n);
 }
 
 }  // namespace infer_detail
@@ -482,19 +587,29 @@ inline void gpt2_infer_prefill(GPT2Infer& m, const int* tokens, const int* lengt
     cudaCheckLaunch();
     infer_detail::linear(m, "lm_head", m.logits, nullptr, m.last, infer_detail::head(m), nullptr, B, C,
                          c.padded_vocab_size, GEMV_PLAIN, ctx);
+    if (infer_detail::fold_argmax(m)) {  // the first folded step's tokens
+        infer_detail::argmax_rows<<<B, SAMPLE_THREADS, 0, s>>>(m.pending, m.logits, c.vocab_size, c.padded_vocab_size);
+        cudaCheckLaunch();
+    }
     cudaCheck(cudaStreamSynchronize(s));  // the host vectors above leave scope
 }
 
 // The forward of one new token per sequence (tokens, pos on the device) into logits (B, Vp).
-inline void gpt2_infer_decode_forward(GPT2Infer& m, const CudaContext& ctx) {
+// `ch`: the fused step's chain (infer_detail::step_chain); with `encoded`, its kernel 0 was
+// advance_and_encode, which left the embeddings in res1.
+inline void gpt2_infer_decode_forward(GPT2Infer& m, const CudaContext& ctx, StepChain& ch,
+                                      bool encoded = false) {
     const GPT2Config& c = m.config;
     const int B = m.B, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
     cudaStream_t s = ctx.stream;
     using infer_detail::mark;
-    mark(m, "encoder", s);
-    encoder_forward_at(m.res1, m.tokens, m.pos, m.params.wte, m.params.wpe, B, C, s, m.fused && m.pdl);
+    if (!encoded) {
+        mark(m, "encoder", s);
+        ch.launched(encoder_forward_at(m.res1, m.tokens, m.pos, m.params.wte, m.params.wpe, B, C, s, m.fused && m.pdl,
+                                       ch.sync()));
+    }
     if (infer_detail::fused_step(m)) {
-        infer_detail::decode_layers_fused(m, ctx);
+        infer_detail::decode_layers_fused(m, ch, ctx);
         return;
     }
     // one op a kernel (--fused 0, or B > GEMV_MAX_M: cuBLASLt); with m.fused the cache append is folded
@@ -521,6 +636,19 @@ inline void gpt2_infer_decode_forward(GPT2Infer& m, const CudaContext& ctx) {
 // One generation step, enqueued: sample + book-keeping, then the forward of the new tokens.
 inline void gpt2_infer_step(GPT2Infer& m, const GenerateLimits& lim, const CudaContext& ctx) {
     const GPT2Config& c = m.config;
+    StepChain ch = infer_detail::step_chain(m);
+    if (infer_detail::fold_step(m, lim)) {  // the sampler's pick came with the last logits: advance, embed
+        infer_detail::mark(m, "advance+encoder", ctx.stream);
+        const int threads = std::min(1024, norm_block_per_row_threads(c.channels));
+        launch_kernel(infer_detail::advance_and_encode, dim3(m.B), dim3(threads), 0, ctx.stream, false, m.res1,
+                      m.step_out, m.tokens, m.pos, m.produced, m.active, m.pending, m.params.wte, m.params.wpe,
+                      m.lengths, lim, m.max_seq, c.channels, ch.sync());
+        cudaCheckLaunch();
+        ch.launched(m.B);
+        gpt2_infer_decode_forward(m, ctx, ch, true);
+        infer_detail::mark(m, "end", ctx.stream);
+        return;
+    }
     infer_detail::mark(m, "sample", ctx.stream);
     // a plain launch: the first node of the captured step (PDL has no edge to the previous replay)
     if (m.latency && lim.sampling.temperature == 0.0f && lim.force_len == 0)
@@ -533,7 +661,7 @@ inline void gpt2_infer_step(GPT2Infer& m, const GenerateLimits& lim, const CudaC
                       m.step_out, m.tokens, m.pos, m.produced, m.active, m.rng, m.logits, m.lengths, m.force, lim,
                       c.vocab_size, c.padded_vocab_size, m.max_seq);
     cudaCheckLaunch();
-    gpt2_infer_decode_forward(m, ctx);
+    gpt2_infer_decode_forward(m, ctx, ch);
     infer_detail::mark(m, "end", ctx.stream);
 }
 

@@ -16,6 +16,8 @@
 // one round of loads), each writes its (max, first index) and the last block of the row to finish
 // merges them (lower index on ties: the same token as block_argmax). The one-block scan of 1024
 // threads is a chain of ~50 dependent load rounds: 21 us at B = 1 on the H200 (--profile, e1adc67).
+// At B <= 8 with the fused step and --fold-argmax 1 a greedy step runs neither: the lm_head GEMV
+// takes the argmax (llmc/gemv.cuh, GemvFusion::argmax) with the same candidates and tie rule.
 #pragma once
 #include <cstdint>
 #include "llmc/cuda_common.cuh"

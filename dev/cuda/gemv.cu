@@ -35,6 +35,9 @@
 //   0 shipped: gemv_fused_forward, as generate launches it (pdl)
 //   2 before the latency work: gemv_fused_forward with GemvTuning{false, 1} (norm weights read after
 //     the wait, an L2 prefetch of the first weight round, no split of K)
+//   3 norm+lm_head only: the shipped kernel with the greedy argmax folded in (GemvFusion::argmax, the
+//     --fold-argmax 1 step), its logits checked as variant 0's and its argmax against the first
+//     largest of the first 50257 stored logits of each row (the argmax poisoned before each run)
 //   1 unfused: the --fused 0 step's kernels for the same result (norm kernel + gemv_forward
 //     [+ rope_forward_at] [+ kv_cache_append]; gemv_forward + fused_residual_*norm_forward, which
 //     also writes the next norm: the work the fused kernel leaves to the next GEMV's prologue)
@@ -234,6 +237,39 @@ static void run_fused(lab::Lab& L, const ModelDims& d, FusedKind kind, int M) {
     L.run(op, 2, "fused, before the latency work", bytes, flops, lab::Bound::Memory, reset,
           [&] { gemv_fused_forward(d_out, d_inp, d_w, b, M, K, N, epi, f, L.stream(), true, GemvTuning{false, 1}); },
           check);
+    if (kind == F_LMHEAD) {  // the greedy argmax folded in: the first largest of each row's first V stored logits
+        const int V = lab::GPT2_V;  // 50257 of 50304: the padded columns never count
+        lab::DevBuf<int> d_am(M, "argmax");
+        lab::DevBuf<float> d_scratch(gemv_argmax_scratch_floats(M, current_sm_count()), "argmax_scratch");
+        d_scratch.upload(std::vector<float>(gemv_argmax_scratch_floats(M, current_sm_count()), 0.0f));
+        GemvFusion fa = f;
+        fa.argmax = d_am;
+        fa.argmax_scratch = d_scratch;
+        fa.argmax_cols = V;
+        auto reset_am = [&] {
+            reset();
+            d_am.poison(L.stream());
+        };
+        auto check_am = [&] {
+            bool ok = check();
+            const std::vector<float> got = d_out.download(), am = d_am.download();
+            for (int m = 0; m < M; m++) {
+                int best = -1;
+                for (int v = 0; v < V; v++) {
+                    const float x = got[(size_t)m * N + v];
+                    if (x == x && (best < 0 || x > got[(size_t)m * N + best])) best = v;
+                }
+                if ((int)am[m] != (best < 0 ? 0 : best)) {
+                    printf("FAIL %s: folded argmax of row %d is %d, the stored logits' first largest %d\n", op.c_str(),
+                           m, (int)am[m], best);
+                    ok = false;
+                }
+            }
+            return ok;
+        };
+        L.run(op, 3, "shipped + folded greedy argmax", bytes, flops, lab::Bound::Memory, reset_am,
+              [&] { gemv_fused_forward(d_out, d_inp, d_w, b, M, K, N, epi, fa, L.stream(), true); }, check_am);
+    }
     L.run(op, 1, "unfused kernels", bytes, flops, lab::Bound::Memory, reset, [&] {
         const cudaStream_t st = L.stream();
         const floatX* xin = d_inp;
