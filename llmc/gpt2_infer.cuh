@@ -92,7 +92,7 @@ struct GPT2Infer {
     // the fused step (B <= GEMV_MAX_M, decode_layers_fused) waits on counters the kernel before it
     // counts into instead of griddepcontrol.wait (llmc/step_sync.h; --step-sync): 0 off, 1 on, 2 on
     // with the early trigger (each kernel lets the next launch before its own wait)
-    int step_sync = 1;
+    int step_sync = 0;  // default 0: the counters measured slower (docs/perf.md, twenty-second run)
     // the fused step's lm_head GEMV also takes each sequence's greedy argmax (GemvFusion::argmax) into
     // `pending`, and a greedy step without teacher forcing starts with advance_and_encode instead of
     // the sampler and the encoder (one kernel less; --fold-argmax)
