@@ -168,18 +168,6 @@ inline std::string checkpoint_problem(const std::string& dir) {
     return "";
 }
 
-// The FP8 state files of checkpoint `dir`, sorted by name.
-inline std::vector<std::string> checkpoint_fp8_files(const std::string& dir) {
-    std::vector<std::string> names;
-    DIR* d = opendir(dir.c_str());
-    if (!d) fail("%s: cannot open the checkpoint directory (%s)", dir.c_str(), strerror(errno));
-    while (dirent* e = readdir(d))
-        if (is_fp8_state_file(e->d_name)) names.push_back(e->d_name);
-    closedir(d);
-    std::sort(names.begin(), names.end());
-    return names;
-}
-
 // Starts checkpoint `step` in out_dir: returns the directory to write model.bin and state.bin
 // into (step_NNNNNNNN.tmp, emptied if an interrupted save left it).
 inline std::string checkpoint_begin(const std::string& out_dir, int64_t step) {
@@ -204,7 +192,7 @@ inline void checkpoint_finish(const std::string& tmp_dir) {
     std::string manifest = std::string(CHECKPOINT_MANIFEST) + "\nstep " + std::to_string(step) + "\n";
     std::vector<std::string> files = zero_list_state_files(tmp_dir);  // state.bin, or the ranks' shards
     files.insert(files.begin(), CHECKPOINT_FILES[0]);
-    for (const std::string& name : checkpoint_fp8_files(tmp_dir)) files.push_back(name);
+    for (const std::string& name : zero_list_state_files(tmp_dir, is_fp8_state_file)) files.push_back(name);
     for (const std::string& name : files) {
         const std::string path = tmp_dir + "/" + name;
         int64_t size;

@@ -191,13 +191,14 @@ inline bool zero_is_state_file(const char* name) {
     return digits >= 5 && strcmp(name + 6 + digits, ".bin") == 0;
 }
 
-// The state files of checkpoint `dir`, sorted by name.
-inline std::vector<std::string> zero_list_state_files(const std::string& dir) {
+// The state files of checkpoint `dir` (or the files `match` accepts), sorted by name.
+inline std::vector<std::string> zero_list_state_files(const std::string& dir,
+                                                      bool (*match)(const char*) = zero_is_state_file) {
     std::vector<std::string> names;
     DIR* d = opendir(dir.c_str());
     if (!d) fail("%s: cannot open the checkpoint directory (%s)", dir.c_str(), strerror(errno));
     while (dirent* e = readdir(d))
-        if (zero_is_state_file(e->d_name)) names.push_back(e->d_name);
+        if (match(e->d_name)) names.push_back(e->d_name);
     closedir(d);
     std::sort(names.begin(), names.end());
     return names;
