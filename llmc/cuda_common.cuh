@@ -90,6 +90,12 @@ __device__ inline Packed128<T> load128cs(const T* p) {
     int4 r = __ldcs(reinterpret_cast<const int4*>(p));
     return *reinterpret_cast<Packed128<T>*>(&r);
 }
+// L2 load: bypasses L1, so it sees what other blocks of the same kernel wrote before a grid barrier.
+template <typename T>
+__device__ inline Packed128<T> load128cg(const T* p) {
+    int4 r = __ldcg(reinterpret_cast<const int4*>(p));
+    return *reinterpret_cast<Packed128<T>*>(&r);
+}
 template <typename T>
 __device__ inline void store128(T* p, const Packed128<T>& x) { *reinterpret_cast<Packed128<T>*>(p) = x; }
 template <typename T>

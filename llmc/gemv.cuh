@@ -162,7 +162,7 @@ __device__ inline void gemv_packs(float (&acc)[R][M], const x128 (&w)[R], const 
     }
 }
 
-// The fused prologue: warp w normalizes rows w, w + 4, ... of inp (M, K) into xs (M, K), one lane per
+// The fused prologue: warp w of W normalizes rows w, w + W, ... of inp (M, K) into xs (M, K), one lane per
 // packs lane, lane + 32, ... with the statistics of layernorm_forward_warp_per_row /
 // rmsnorm_forward_warp_per_row (same loops, same fp32 order). nw, nb: the norm's weight and bias,
 // staged in shared memory before pdl_wait (nb unused by RMSNorm).
@@ -171,7 +171,7 @@ __device__ inline void normalize_rows(floatX* xs, const floatX* inp, const float
                                       const GemvFusion& f) {
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     const bool layer = f.norm == GEMV_NORM_LAYER;
-    for (int m = warp; m < M; m += WARPS) {
+    for (int m = warp; m < M; m += blockDim.x / WARP_SIZE) {
         const floatX* x = inp + (int64_t)m * K;
         float mean = 0.0f, sq = 0.0f;
         if (layer) {

@@ -2,7 +2,7 @@
 // share: their flags, the model path, the prompts (text through the BPE encoder, ids, files), the
 // end-of-text default and the output of a finished batch, so they take the same command lines and
 // give the same errors. The GPU-only flags (--graph, --check-full, --bench, --init, and the kernel
-// choices --gemv, --pdl, --fused, --latency-kernels, --step-sync, --fold-argmax, --matmul-autotune, --profile)
+// choices --gemv, --pdl, --fused, --latency-kernels, --step-sync, --fold-argmax, --persistent, --matmul-autotune, --profile)
 // are registered only for it.
 #pragma once
 #include <sys/stat.h>
@@ -54,6 +54,7 @@ struct GenConfig {
     int gemv_rows = 0;                  // --gemv-rows: rows a fused-step GEMV warp computes (0 = shipped)
     int step_sync = 0;                  // --step-sync: the fused step's kernels wait on counters (2: trigger early)
     int fold_argmax = 1;                // --fold-argmax: the fused step's greedy argmax inside the lm_head GEMV
+    int persistent = 0;                 // --persistent: the fused step's layers as one persistent kernel
     int matmul_autotune = 1;            // --matmul-autotune: time cuBLASLt's algorithms for the step's matmuls once
     int profile = 0;                    // --profile 1 (with --bench): per-kernel-family time of a decode step
     std::string init;                   // --init dN: a fresh random model instead of --model
@@ -147,6 +148,12 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
         p.add_int("--fold-argmax", &g.fold_argmax, {0, 1}, "1 = a fused decode step's lm_head GEMV also takes each "
                   "sequence's greedy argmax, and a greedy step starts from it (no sampler kernel); 0 = the sampler "
                   "kernel reads the logits (same tokens)");
+        p.add_int("--persistent", &g.persistent, {0, 1}, "1 = a decode step of at most 8 sequences runs all "
+                  "transformer blocks as one persistent kernel (a block per SM, a grid barrier between the "
+                  "phases of a layer, each block's weight slices streamed into shared memory ahead of use: "
+                  "llmc/decode_persistent.cuh) between the embedding and the lm_head kernels; GPT-2-style blocks "
+                  "only (a Llama-style model runs the 5 kernels a layer); 0 = 5 kernels a layer (same tokens up "
+                  "to rounding)");
         p.add_int("--matmul-autotune", &g.matmul_autotune, {0, 1}, "1 = before the first prompt, time up to ~28 "
                   "cuBLASLt algorithms (the heuristic's list and split-K versions) for each matmul of a decode step "
                   "that goes through cuBLASLt (more than 8 sequences, or --gemv 0) and keep the fastest (timed: two "

@@ -51,6 +51,7 @@
 #pragma once
 #include <vector>
 #include "llmc/attention_decode.cuh"
+#include "llmc/decode_persistent.cuh"
 #include "llmc/gemv.cuh"
 #include "llmc/gpt2.cuh"
 #include "llmc/cpu/rope.h"
@@ -97,6 +98,12 @@ struct GPT2Infer {
     // `pending`, and a greedy step without teacher forcing starts with advance_and_encode instead of
     // the sampler and the encoder (one kernel less; --fold-argmax)
     bool fold_argmax = true;
+    // the fused step's layers as one persistent kernel (llmc/decode_persistent.cuh; --persistent) where
+    // `persist` says it runs (GPT-2-style blocks, B <= 8), else the 5 kernels a layer
+    bool persistent = false;
+    PersistentPlan persist;
+    float* persist_part = nullptr;     // persist.part_floats: the attention phase's partials
+    unsigned* persist_sync = nullptr;  // PERSIST_SYNC_WORDS: its barrier counters (zeroed once; left zero)
     StepProfile* profile = nullptr;  // non-null and on: mark() records events
     int B = 0;        // sequences at once
     int Tmax = 0;     // prompt tokens per sequence a prefill may have
@@ -182,6 +189,7 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* hos
     const size_t FC = gpt2_fc_channels(c), H = gpt2_mlp_hidden(c);
     const size_t rope = c.position == POS_ROPE ? (size_t)max_seq * HD / 2 : 0;
     const size_t scratch = attention_decode_scratch_floats(B, c.num_heads, NKV, HD, m.S, m.window);
+    m.persist = decode_persistent_plan(c, B, m.S, m.window);
     std::vector<BufferSpec> specs = {
         {(void**)&m.params_memory, n, X},    {(void**)&m.k_cache, cache, X},      {(void**)&m.v_cache, cache, X},
         {(void**)&m.decode_scratch, std::max<size_t>(scratch, 1), F},
@@ -189,6 +197,8 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* hos
         {(void**)&m.step_counters, (size_t)step_chain_kernels(c) * STEP_COUNTER_STRIDE, I},
         {(void**)&m.argmax_scratch, gemv_argmax_scratch_floats(std::min(B, GEMV_MAX_M), current_sm_count()), F},
         {(void**)&m.pending, (size_t)B, I},
+        {(void**)&m.persist_part, std::max<size_t>(m.persist.part_floats, 1), F},
+        {(void**)&m.persist_sync, (size_t)PERSIST_SYNC_WORDS, I},
         {(void**)&m.res1, R * C, X},         {(void**)&m.res2, R * C, X},         {(void**)&m.ln, R * C, X},
         {(void**)&m.mean, R, F},             {(void**)&m.rstd, R, F},             {(void**)&m.qkv, R * QKV, X},
         {(void**)&m.atty, R * C, X},         {(void**)&m.lse, R * c.num_heads, F}, {(void**)&m.proj, R * C, X},
@@ -425,6 +435,8 @@ inline bool fused_step(const GPT2Infer& m) {
 // Whether lm_head folds the greedy argmax into `pending` (every fused step, whatever the sampling, so
 // `pending` always belongs to the latest logits), and whether this step starts from it.
 inline bool fold_argmax(const GPT2Infer& m) { return m.fold_argmax && fused_step(m); }
+// Whether the fused step's layers run as the persistent kernel (m.persistent, and the plan allows).
+inline bool persistent_step(const GPT2Infer& m) { return m.persistent && fused_step(m) && m.persist.ok; }
 inline bool fold_step(const GPT2Infer& m, const GenerateLimits& lim) {
     return fold_argmax(m) && lim.sampling.temperature == 0.0f && lim.force_len == 0;
 }
@@ -473,7 +485,7 @@ argmax_rows(int* pending, const floatX* logits, int V, int Vp) {
 // The StepSync chain of one fused step (llmc/step_sync.h), or none (m.step_sync off, or unfused).
 inline StepChain step_chain(const GPT2Infer& m) {
     StepChain ch;
-    if (m.step_sync && fused_step(m)) {
+    if (m.step_sync && fused_step(m) && !persistent_step(m)) {
         ch.counters = m.step_counters;
         ch.n = step_chain_kernels(m.config);
         ch.early_trigger = m.step_sync == 2;
@@ -491,6 +503,7 @@ inline StepChain step_chain(const GPT2Infer& m) {
 //   fcproj+residual res1 = res2 + fch_gelu Wfcproj^T + b
 // then norm+lm_head: logits = lnf(res1) Wlm^T. Residual ping-pong as the unfused step: no kernel
 // writes a buffer its own inputs come from. `ln`, `proj`, `mean` and `rstd` are not written.
+inline void decode_head_fused(GPT2Infer& m, StepChain& ch, const CudaContext& ctx);
 inline void decode_layers_fused(GPT2Infer& m, StepChain& ch, const CudaContext& ctx) {
     const GPT2Config& c = m.config;
     const int B = m.B, C = c.channels, L = c.num_layers, QKV = gpt2_qkv_channels(c), FC = gpt2_fc_channels(c);
@@ -542,7 +555,40 @@ inline void decode_layers_fused(GPT2Infer& m, StepChain& ch, const CudaContext& 
         ch.launched(gemv_fused_forward(m.res1, m.fch_gelu, p.fcprojw + c1 * H, tensor_at(p.fcprojb, c1), B, H, C,
                                        GEMV_RESIDUAL, fr, s, m.pdl, tuning(m)));
     }
-    GemvFusion fl = norm(p.lnfw, p.lnfb);
+    decode_head_fused(m, ch, ctx);
+}
+
+// The layers of a fused step as one kernel (llmc/decode_persistent.cuh), then norm+lm_head.
+inline void decode_layers_persistent(GPT2Infer& m, StepChain& ch, const CudaContext& ctx) {
+    const GPT2Config& c = m.config;
+    const GPT2Tensors<floatX>& p = m.params;
+    PersistentArgs a;
+    a.ln1w = p.ln1w, a.ln1b = p.ln1b, a.qkvw = p.qkvw, a.qkvb = p.qkvb, a.attprojw = p.attprojw;
+    a.attprojb = p.attprojb, a.ln2w = p.ln2w, a.ln2b = p.ln2b, a.fcw = p.fcw, a.fcb = p.fcb;
+    a.fcprojw = p.fcprojw, a.fcprojb = p.fcprojb;
+    a.res1 = m.res1, a.res2 = m.res2, a.qkv = m.qkv, a.fch = m.fch_gelu;
+    a.k_cache = m.k_cache, a.v_cache = m.v_cache, a.cache_layer = layer_cache_offset(m, 1);
+    a.pos = m.pos, a.part = m.persist_part, a.sync = m.persist_sync;
+    a.L = c.num_layers, a.C = c.channels, a.H = gpt2_mlp_hidden(c), a.QKV = gpt2_qkv_channels(c);
+    a.NH = c.num_heads, a.NKV = c.num_kv_heads, a.HD = gpt2_head_dim(c), a.S = m.S, a.window = m.window;
+    a.nsplit = m.persist.nsplit, a.slots = m.persist.slots, a.slot_bytes = m.persist.slot_bytes;
+    a.xs_bytes = m.persist.xs_bytes;
+    mark(m, "persistent layers", ctx.stream);
+    decode_persistent_forward(m.persist, a, m.B, ctx.stream);
+    cudaCheckLaunch();
+    decode_head_fused(m, ch, ctx);
+}
+
+// The fused step's norm+lm_head GEMV (with the folded argmax), after the layers left res1.
+inline void decode_head_fused(GPT2Infer& m, StepChain& ch, const CudaContext& ctx) {
+    const GPT2Config& c = m.config;
+    const GPT2Tensors<floatX>& p = m.params;
+    cudaStream_t s = ctx.stream;
+    GemvFusion fl;
+    fl.norm = c.norm == NORM_RMSNORM ? GEMV_NORM_RMS : GEMV_NORM_LAYER;
+    fl.norm_w = p.lnfw;
+    fl.norm_b = c.norm == NORM_RMSNORM ? nullptr : p.lnfb;
+    fl.eps = (float)c.norm_eps;
     fl.sync = ch.sync(true);
     if (fold_argmax(m)) {
         fl.argmax = m.pending;
@@ -550,8 +596,8 @@ inline void decode_layers_fused(GPT2Infer& m, StepChain& ch, const CudaContext& 
         fl.argmax_cols = c.vocab_size;
     }
     mark(m, fold_argmax(m) ? "norm+lm_head+argmax" : "norm+lm_head", s);
-    ch.launched(gemv_fused_forward(m.logits, m.res1, head(m), nullptr, B, C, c.padded_vocab_size, GEMV_PLAIN, fl, s,
-                                   m.pdl, tuning(m)));
+    ch.launched(gemv_fused_forward(m.logits, m.res1, head(m), nullptr, m.B, c.channels, c.padded_vocab_size,
+                                   GEMV_PLAIN, fl, s, m.pdl, tuning(m)));
     if (ch.counters && ch.next != ch.n) fail("internal: a fused step of %d kernels, %d counters", ch.next, ch.n);
 }
 
@@ -607,6 +653,10 @@ inline void gpt2_infer_decode_forward(GPT2Infer& m, const CudaContext& ctx, Step
         mark(m, "encoder", s);
         ch.launched(encoder_forward_at(m.res1, m.tokens, m.pos, m.params.wte, m.params.wpe, B, C, s, m.fused && m.pdl,
                                        ch.sync()));
+    }
+    if (infer_detail::persistent_step(m)) {
+        infer_detail::decode_layers_persistent(m, ch, ctx);
+        return;
     }
     if (infer_detail::fused_step(m)) {
         infer_detail::decode_layers_fused(m, ch, ctx);
