@@ -7,8 +7,9 @@
 //                    or, with --fp8-wgrad bf16, the bf16 matmul of the trainer's bf16 path on the
 //                    bf16 dY and X (no X^T kept, no dY^T cast): the reduction over all N tokens is
 //                    the one per-row scales cannot follow (see rowwise below)
-// The embeddings, the norms, attention, the output head (classifier) and everything outside the
-// blocks stay bf16, as do the master weights, the gradients the matmuls write and AdamW.
+// The embeddings, the norms, attention and everything outside the blocks stay bf16, as do the master
+// weights, the gradients the matmuls write and AdamW; the output head too unless --fp8-head 1 (its
+// three matmuls: fp8_head_* at the end of this file).
 // Where the casts happen:
 //   W   once per step, lazily, when a forward first meets the layer after an update (the ZeRO
 //       all-gather of the layer has landed by then): fp8_amax, scale, then one fp8_cast_transpose
@@ -214,6 +215,9 @@ inline void fp8_init_metas(GPT2Fp8& f, cudaStream_t s) {
     f.warm = false;
     if (f.layernorm && f.set.fused) layernorm_fp8_prepare(f.cin[FP8_QKV]);  // before any graph capture
     if (f.set.head) {
+        if (!classifier_rows_fit_smem(f.Vp))
+            fail("--fp8-head 1: the classifier writes FP8 dlogits from its shared-memory kernel, and two rows of %d "
+                 "logits do not fit in this GPU's shared memory (sm_90 takes up to ~58K)", f.Vp);
         fp8_meta_init(f.head_metas + FP8_X, 1, Fp8Format::E4M3, s);
         fp8_meta_init(f.head_metas + FP8_DY, 1, f.set.grad, s);
         fp8_meta_init(f.head_metas + FP8_W, 1, Fp8Format::E4M3, s);

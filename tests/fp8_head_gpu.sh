@@ -21,6 +21,8 @@
 # the nanoGPT-style torch.compile (COMPILE_MS, default 121.34 ms: docs/perf.md, twenty-second run;
 # issue 18 asks 1.5x at <= 28.48 GiB). For a same-call ratio against compile:
 #   BENCH_FP8=1 BENCH_FP8_FLAGS="--fp8-head 1" BENCH_REF=0 BENCH_STEPS=16 scripts/bench_train.sh
+#   3. (PROFILE=1; needs make -C dev/cuda build/profile_gpt2) profile_gpt2 --fp8 1 with --fp8-head 0
+#      and 1: the kernel families of each step (~1 more minute)
 # Estimated ~3 minutes on an H200 (part 1 ~100 s, bounded by the loss runs; part 2 ~60 s); not yet run.
 cd "$(dirname "$0")/.." || exit 1
 LOGS=${OUT:-build}/fp8_head
@@ -126,6 +128,16 @@ else
         MS[$r]=$(sed -n 's/.* ms=\([^ ]*\).*/\1/p' <<< "$line")
         TOK[$r]=$(sed -n 's/.* tok_s=\([^ ]*\).*/\1/p' <<< "$line")
         PEAK[$r]=$(sed -n 's/.* peak_gib=\([^ ]*\).*/\1/p' <<< "$line")
+    done
+fi
+
+if [ "${PROFILE:-0}" = 1 ]; then  # needs make -C dev/cuda build/profile_gpt2
+    echo "==== 3. profile_gpt2 --fp8 1, --fp8-head 0 and 1: kernel families"
+    for h in 0 1; do
+        timeout 90 dev/cuda/build/profile_gpt2 --steps 2 --fp8 1 --fp8-head $h > "$LOGS/profile_head$h.txt" 2>&1 ||
+            echo "    profile --fp8-head $h failed: $(tail -1 "$LOGS/profile_head$h.txt")"
+        echo "  -- --fp8-head $h: $(grep -m 1 'ms/step' "$LOGS/profile_head$h.txt")"
+        awk '/^family/ { on = 1 } on && NF == 0 { exit } on' "$LOGS/profile_head$h.txt" | sed 's/^/    /'
     done
 fi
 
