@@ -152,4 +152,9 @@ for r in "${RUNS[@]}"; do
         "$(awk -v a="${MS[bf16]}" -v b="${MS[$r]}" 'BEGIN { if (a == "") print "-"; else printf "%.3fx", a / b }')" \
         "$(awk -v a="$COMPILE_MS" -v b="${MS[$r]}" 'BEGIN { printf "%.3fx", a / b }')"
 done
+if [ -n "${MS[fp8_head1]}" ]; then
+    awk -v c="$COMPILE_MS" -v m="${MS[fp8_head1]}" -v p="${PEAK[fp8_head1]}" 'BEGIN {
+        printf "issue 18 (>= 1.5x compile at <= 28.48 GiB): --fp8 1 --fp8-head 1 at %.3fx, %s GiB: %s\n", c / m, p,
+               (c / m >= 1.5 && p <= 28.48) ? "met" : "missed" }'
+fi
 exit $bad
