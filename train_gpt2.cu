@@ -53,6 +53,7 @@ static Fp8Settings fp8_settings(const TrainConfig& cfg) {
     f.fast_accum = cfg.fp8_fast_accum != 0;
     f.linears = cfg.fp8_linears;
     f.fused = cfg.fp8_fused != 0;
+    f.head = cfg.fp8_head != 0;
     return f;
 }
 
@@ -109,13 +110,14 @@ int main(int argc, char** argv) {
     GpuDataParallel dp = gpu_dp_plan(model, config, *comm, cfg);
     model.fp8.set = fp8_settings(cfg);
     if (cfg.fp8)
-        printf("fp8: %s%s%s%sin FP8 (e4m3 x e4m3 forward%s, %s gradients, weight gradient in %s), %s scaling%s; head bf16%s\n",
+        printf("fp8: %s%s%s%sin FP8 (e4m3 x e4m3 forward%s, %s gradients, weight gradient in %s), %s scaling%s; head %s%s\n",
                cfg.fp8_linears & 1 ? "qkv " : "", cfg.fp8_linears & 2 ? "attproj " : "", cfg.fp8_linears & 4 ? "fc " : "",
                cfg.fp8_linears & 8 ? "fcproj " : "", cfg.fp8_fast_accum ? " with fast accumulation" : "", cfg.fp8_grad.c_str(),
                cfg.fp8_wgrad.c_str(), cfg.fp8_scaling.c_str(),
                cfg.fp8_scaling == "delayed" ? (", history " + std::to_string(cfg.fp8_history) +
                                                  (cfg.fp8_fused && cfg.fp8_wgrad == "fp8" ? ", fused casts" : ", separate casts")).c_str()
                                               : "",
+               cfg.fp8_head ? ("FP8 (dlogits in " + cfg.fp8_grad + " from the classifier)").c_str() : "bf16",
                cfg.fp8_bf16_layers ? (", first and last " + std::to_string(cfg.fp8_bf16_layers) + " blocks bf16").c_str() : "");
     gpt2_build(model, config, cfg.B, cfg.T, gpu.recompute != 0, ctx);
     gpu_dp_start(dp, model, ctx);

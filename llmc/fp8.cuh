@@ -319,6 +319,66 @@ inline void fp8_cast_transpose(uint8_t* out_t, uint8_t* out, const floatX* in, i
     fp8_detail::cast_transpose_launch(out_t, out, in, R, C, f, meta, amax, nullptr, stream);
 }
 
+// ---------------------------------------------------------------- transpose of FP8 bytes
+// out (C, R) = in (R, C)^T, both FP8 (bytes, no conversion), each with its own row pitch in bytes:
+// the output head's dlogits^T chunks (llmc/gpt2_fp8.cuh, fp8_head_backward), read from and written
+// into the logits buffer's halves. A block takes 64 columns by up to 128 rows (two of
+// fp8_cast_transpose's 64 x 64 tiles, the second absent in the last block when R is an odd multiple of
+// 64): each thread loads 16 bytes of a row of each tile (32 bytes in flight a thread, the bf16 cast's
+// amount), and stores 16 bytes of a transposed row from each, read down a shared-memory column (the
+// 66-byte pitch: see fp8_cast_transpose). Memory-bound: reads RC, writes RC.
+constexpr int FP8_TR_TILES = 2;  // 64-row tiles a block
+static __global__ void __launch_bounds__(FP8_T_BLOCK)
+    fp8_transpose_kernel(uint8_t* __restrict__ out, int64_t out_pitch, const uint8_t* __restrict__ in, int64_t in_pitch,
+                         int R) {
+    static_assert(FP8_T_TILE * FP8_T_TILE == 16 * FP8_T_BLOCK, "one 16-byte load a thread a tile");
+    __shared__ alignas(16) uint8_t tile[FP8_TR_TILES][FP8_T_TILE][FP8_T_PITCH];  // 2-byte stores into it
+    const int r0 = blockIdx.y * FP8_TR_TILES * FP8_T_TILE, c0 = blockIdx.x * FP8_T_TILE;
+    const int tiles = min(FP8_TR_TILES, (R - r0) / FP8_T_TILE);  // the same for the whole block
+    const int r = threadIdx.x / 4, p = (threadIdx.x % 4) * 16;
+    uint4 v[FP8_TR_TILES];
+#pragma unroll
+    for (int j = 0; j < FP8_TR_TILES; j++)
+        if (j < tiles) v[j] = __ldcs(reinterpret_cast<const uint4*>(in + (int64_t)(r0 + j * FP8_T_TILE + r) * in_pitch + c0 + p));
+#pragma unroll
+    for (int j = 0; j < FP8_TR_TILES; j++) {
+        if (j >= tiles) break;
+        const uint16_t* vh = reinterpret_cast<const uint16_t*>(&v[j]);
+#pragma unroll
+        for (int k = 0; k < 8; k++) *reinterpret_cast<uint16_t*>(&tile[j][r][p + 2 * k]) = vh[k];
+    }
+    __syncthreads();
+    const int c = threadIdx.x / 4, rs = (threadIdx.x % 4) * 16;
+#pragma unroll
+    for (int j = 0; j < FP8_TR_TILES; j++) {
+        if (j >= tiles) break;
+        uint4 w;
+        uint32_t* wb = reinterpret_cast<uint32_t*>(&w);
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+            wb[q] = (uint32_t)tile[j][rs + 4 * q][c] | ((uint32_t)tile[j][rs + 4 * q + 1][c] << 8) |
+                    ((uint32_t)tile[j][rs + 4 * q + 2][c] << 16) | ((uint32_t)tile[j][rs + 4 * q + 3][c] << 24);
+        __stcs(reinterpret_cast<uint4*>(out + (int64_t)(c0 + c) * out_pitch + r0 + j * FP8_T_TILE + rs), w);
+    }
+}
+
+// out (C, R) at out_pitch bytes a row = in (R, C) at in_pitch bytes a row, transposed. R and C
+// multiples of 64; pointers and pitches 16-byte aligned. The two may share an allocation, not bytes.
+inline void fp8_transpose(uint8_t* out, int64_t out_pitch, const uint8_t* in, int64_t in_pitch, int R, int C,
+                          cudaStream_t stream) {
+    if (R % FP8_T_TILE != 0 || C % FP8_T_TILE != 0)
+        fail("fp8_transpose: R = %d and C = %d must be multiples of %d", R, C, FP8_T_TILE);
+    const int row_blocks = ceil_div(R, FP8_TR_TILES * FP8_T_TILE);
+    if (row_blocks > 65535) fail("fp8_transpose: R = %d rows: more than 65535 row blocks", R);
+    if (in_pitch < C || out_pitch < R || in_pitch % 16 != 0 || out_pitch % 16 != 0)
+        fail("fp8_transpose: pitches %lld (in) and %lld (out) must be multiples of 16 and hold a row",
+             (long long)in_pitch, (long long)out_pitch);
+    fp8_check_aligned(in, "fp8_transpose input");
+    fp8_check_aligned(out, "fp8_transpose output");
+    fp8_transpose_kernel<<<dim3(C / FP8_T_TILE, row_blocks), FP8_T_BLOCK, 0, stream>>>(out, out_pitch, in, in_pitch, R);
+    cudaCheckLaunch();
+}
+
 // ---------------------------------------------------------------- rowwise scales (--fp8-scaling rowwise)
 // One warp per row: the row's packs into registers (PACKS per lane: 4, 8, 12 or 16, the fewest that
 // hold the row), the warp's amax, the row's scale by the rule at the top (margin 0; a zero or

@@ -242,7 +242,10 @@ inline std::vector<BufferSpec> fp8_specs(GPT2& model, const GPT2Config& c, int N
             {(void**)&f.metas, (size_t)FP8_ROLES * L * FP8_LINEARS, sizeof(Fp8Meta)},
             {(void**)&f.rs, rw * L * f.rs_layer_floats, F},    {(void**)&f.rs_x, rw * rows, F},
             {(void**)&f.rs_dy, rw * rows, F},                  {(void**)&f.rs_dyt, rw * f.max_oc, F},
-            {(void**)&f.rs_scratch, rw * 2 * std::max(f.max_cin, f.max_oc), F}};
+            {(void**)&f.rs_scratch, rw * 2 * std::max(f.max_cin, f.max_oc), F},
+            {(void**)&f.head_w, f.set.head ? 2 * (size_t)f.Vp * f.C : 0, 1},
+            {(void**)&f.head_xt, f.set.head ? rows * f.C : 0, 1},
+            {(void**)&f.head_metas, f.set.head ? (size_t)FP8_ROLES : 0, sizeof(Fp8Meta)}};
 }
 
 // What the GPU kernels need of a (valid) config beyond what any model needs: 16-byte rows for the
@@ -289,10 +292,15 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
            param_bytes / GiB, act_bytes / GiB, B, T, (int)recompute,
            model.one_slice && !recompute ? "; --fp8: one slice of the norm outputs and MLP activation" : "",
            free_bytes / GiB);
-    if (fp8_bytes > 0)
-        printf("memory: fp8 %.2f GiB (kept X^T %.2f, weight copies %.2f, scratch and scales %.2f)\n", fp8_bytes / GiB,
-               model.fp8.L * model.fp8.xt_layer_bytes / GiB, model.fp8.L * model.fp8.w_layer_bytes / GiB,
-               (fp8_bytes - model.fp8.L * (model.fp8.xt_layer_bytes + model.fp8.w_layer_bytes)) / GiB);
+    if (fp8_bytes > 0) {
+        const GPT2Fp8& f = model.fp8;
+        const size_t head = f.set.head ? 2 * (size_t)f.Vp * f.C + (size_t)B * T * f.C : 0;  // W, W^T, X^T
+        printf("memory: fp8 %.2f GiB (kept X^T %.2f, weight copies %.2f, scratch and scales %.2f", fp8_bytes / GiB,
+               f.L * f.xt_layer_bytes / GiB, f.L * f.w_layer_bytes / GiB,
+               (fp8_bytes - f.L * (f.xt_layer_bytes + f.w_layer_bytes) - head) / GiB);
+        if (f.set.head) printf("; head W, W^T and X^T %.2f", head / GiB);
+        printf(")\n");
+    }
     if (param_bytes + (256u << 20) > free_bytes)
         fail("model needs %.2f GiB for parameters, gradients and optimizer state alone, but only %.2f GiB are free: "
              "choose a smaller model", param_bytes / GiB, free_bytes / GiB);
@@ -490,6 +498,8 @@ inline void norm_before_linear(GPT2& m, bool fp8, int l, int k, floatX* residual
 // Whether a pass of N rows runs the block's linear layers in FP8: --fp8, and a row count the FP8
 // buffers take (the trained B*T, or a smaller multiple of the cast tile; other forwards run bf16).
 inline bool fp8_pass(const GPT2& m, int N) { return m.fp8.set.enabled && N <= m.fp8.N && N % FP8_T_TILE == 0; }
+// Whether its output head runs in FP8 too (--fp8-head 1; llmc/gpt2_fp8.cuh, fp8_head_*).
+inline bool fp8_head_pass(const GPT2& m, int N) { return fp8_pass(m, N) && m.fp8.set.head; }
 
 // Linear k (Fp8Linear) of layer l, the signatures of matmul_forward / matmul_backward: through FP8
 // (llmc/gpt2_fp8.cuh) in an FP8 pass (`fp8`) where fp8_linear_on, else bf16. cast_weight: the FP8 weight
@@ -568,20 +578,27 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
                                                p.lnfw, p.lnfb, N, s);
         }
     }
-    // the head stays bf16 (docs/numerics.md)
-    matmul_forward(a.logits, nullptr, a.lnf, c.tied_head ? p.wte : p.lm_head, nullptr, N, C, c.padded_vocab_size, ctx);
+    // the head: bf16, or with --fp8-head 1 FP8 (docs/numerics.md)
+    if (gpt2_detail::fp8_head_pass(model, N))
+        fp8_head_forward(model.fp8, a.logits, a.lnf, c.tied_head ? p.wte : p.lm_head, N, cast_w, ctx);
+    else
+        matmul_forward(a.logits, nullptr, a.lnf, c.tied_head ? p.wte : p.lm_head, nullptr, N, C, c.padded_vocab_size, ctx);
     if (cast_w) model.fp8.weights_step = model.step;
 }
 
 // Cross-entropy of the logits against the uploaded targets, enqueued: the N per-position losses
 // are copied to `host_losses` (pinned) without waiting, so the host can enqueue the backward and
 // prepare the next batch while the GPU works; read them after the next synchronization. With
-// write_dlogits the logits become dloss * (softmax - onehot) for the backward.
+// write_dlogits the logits become dloss * (softmax - onehot) for the backward (with --fp8-head 1 in
+// FP8, in place: fp8_head_classifier).
 inline void gpt2_classifier(GPT2& model, int B, int T, float dloss, bool write_dlogits, float* host_losses,
                             const CudaContext& ctx) {
     const int N = B * T;
-    fused_classifier(model.acts.logits, model.acts.losses, model.acts.targets, dloss, N, model.config.vocab_size,
-                     model.config.padded_vocab_size, write_dlogits, ctx.stream);
+    if (write_dlogits && gpt2_detail::fp8_head_pass(model, N))
+        fp8_head_classifier(model.fp8, model.acts.logits, model.acts.losses, model.acts.targets, dloss, N, ctx.stream);
+    else
+        fused_classifier(model.acts.logits, model.acts.losses, model.acts.targets, dloss, N, model.config.vocab_size,
+                         model.config.padded_vocab_size, write_dlogits, ctx.stream);
     cudaCheck(cudaMemcpyAsync(host_losses, model.acts.losses, sizeof(float) * N, cudaMemcpyDeviceToHost, ctx.stream));
 }
 
@@ -615,8 +632,11 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
     using gpt2_detail::linear_backward;
     cudaCheck(cudaMemsetAsync(a.dresidual, 0, sizeof(floatX) * N * C, s));
     // logits = lnf head^T: dlnf (in dbuf) = dlogits head, dhead += dlogits^T lnf (head: wte or lm_head)
-    matmul_backward(a.dbuf, c.tied_head ? g.wte : g.lm_head, nullptr, a.colsum, a.logits, a.lnf,
-                    c.tied_head ? p.wte : p.lm_head, nullptr, N, C, Vp, ctx);
+    if (gpt2_detail::fp8_head_pass(model, N))
+        fp8_head_backward(model.fp8, a.dbuf, c.tied_head ? g.wte : g.lm_head, a.logits, N, ctx);
+    else
+        matmul_backward(a.dbuf, c.tied_head ? g.wte : g.lm_head, nullptr, a.colsum, a.logits, a.lnf,
+                        c.tied_head ? p.wte : p.lm_head, nullptr, N, C, Vp, ctx);
     LayerActs last = layer_acts(model, L - 1, B, T);
     gpt2_detail::norm_backward(c, a.dresidual, g.lnfw, g.lnfb, a.colsum, a.dbuf, last.residual3, p.lnfw, a.lnf_mean,
                                a.lnf_rstd, N, s);

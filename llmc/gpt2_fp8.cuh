@@ -7,8 +7,9 @@
 //                    or, with --fp8-wgrad bf16, the bf16 matmul of the trainer's bf16 path on the
 //                    bf16 dY and X (no X^T kept, no dY^T cast): the reduction over all N tokens is
 //                    the one per-row scales cannot follow (see rowwise below)
-// The embeddings, the norms, attention, the output head (classifier) and everything outside the
-// blocks stay bf16, as do the master weights, the gradients the matmuls write and AdamW.
+// The embeddings, the norms, attention and everything outside the blocks stay bf16, as do the master
+// weights, the gradients the matmuls write and AdamW; the output head too unless --fp8-head 1 (its
+// three matmuls: fp8_head_* at the end of this file).
 // Where the casts happen:
 //   W   once per step, lazily, when a forward first meets the layer after an update (the ZeRO
 //       all-gather of the layer has landed by then): fp8_amax, scale, then one fp8_cast_transpose
@@ -74,6 +75,7 @@
 #include "llmc/formats.h"
 #include "llmc/fp8.cuh"
 #include "llmc/fp8_fused.cuh"
+#include "llmc/fused_classifier.cuh"
 #include "llmc/gelu.cuh"
 #include "llmc/gpt2_config.h"
 #include "llmc/matmul.cuh"
@@ -91,6 +93,7 @@ struct Fp8Settings {
     bool fast_accum = true;                // --fp8-fast-accum: the forward matmul's accumulation (the gradients' never)
     int linears = (1 << 4) - 1;            // --fp8-linears: bit k = Fp8Linear k in FP8
     bool fused = true;                     // --fp8-fused: under delayed scaling, the casts fused into their producers
+    bool head = false;                     // --fp8-head: the output head's three matmuls in FP8 (fp8_head_*)
 };
 
 
@@ -122,6 +125,11 @@ struct GPT2Fp8 {
     float* rs_scratch = nullptr;  // (2 max(Cin, OC)) fp8_cast_transpose_colwise's column amaxes and scales
     int64_t weights_step = -1;   // model.step the weight copies were cast at (-1: none yet)
     bool warm = false;           // a backward has run: delayed scaling has amax history
+    // --fp8-head (fp8_head_forward, fp8_head_classifier, fp8_head_backward below)
+    int C = 0, V = 0, Vp = 0;    // channels, vocabulary, padded vocabulary
+    uint8_t* head_w = nullptr;   // (Vp, C) e4m3 W, then (C, Vp) W^T: the head's weight (wte or lm_head)
+    uint8_t* head_xt = nullptr;  // (C, N) e4m3 X^T, X = lnf's output (X itself goes through the f.x scratch)
+    Fp8Meta* head_metas = nullptr;  // (FP8_ROLES): the head's X, dY (dlogits) and W
 };
 
 // Whether no backward reads the bf16 inputs of the FP8 linears (ln1, ln2, the MLP activation): every
@@ -167,6 +175,11 @@ inline void fp8_plan(GPT2Fp8& f, const GPT2Config& c, int N) {
     if (N % FP8_T_TILE != 0) fail("--fp8 1: batch * seq = %d must be a multiple of %d (the FP8 transposed casts)", N, FP8_T_TILE);
     f.L = c.num_layers;
     f.N = N;
+    f.C = C;
+    f.V = c.vocab_size;
+    f.Vp = c.padded_vocab_size;
+    if (f.set.head && f.Vp % FP8_T_TILE != 0)
+        fail("--fp8-head 1: padded vocab %d must be a multiple of %d (the FP8 transposes)", f.Vp, FP8_T_TILE);
     f.gelu = c.mlp == MLP_GELU;
     f.layernorm = c.norm == NORM_LAYERNORM;
     f.w_layer_bytes = f.xt_layer_bytes = f.max_cin = f.max_oc = f.rs_layer_floats = 0;
@@ -201,6 +214,16 @@ inline void fp8_init_metas(GPT2Fp8& f, cudaStream_t s) {
     f.weights_step = -1;
     f.warm = false;
     if (f.layernorm && f.set.fused) layernorm_fp8_prepare(f.cin[FP8_QKV]);  // before any graph capture
+    if (f.set.head) {
+        if (!classifier_rows_fit_smem(f.Vp))
+            fail("--fp8-head 1: the classifier writes FP8 dlogits from its shared-memory kernel, and two rows of %d "
+                 "logits do not fit in this GPU's shared memory (sm_90 takes up to ~58K)", f.Vp);
+        fp8_meta_init(f.head_metas + FP8_X, 1, Fp8Format::E4M3, s);
+        fp8_meta_init(f.head_metas + FP8_DY, 1, f.set.grad, s);
+        fp8_meta_init(f.head_metas + FP8_W, 1, Fp8Format::E4M3, s);
+        if (f.set.grad == Fp8Format::E4M3) classifier_smem_optin<ClassifierOut::E4M3>(f.Vp);  // before any capture
+        else classifier_smem_optin<ClassifierOut::E5M2>(f.Vp);
+    }
 }
 
 // The scales in a checkpoint (llmc/formats.h, GPT8; llmc/checkpoint.h names the file): every
@@ -376,4 +399,85 @@ inline void fp8_after_backward(GPT2Fp8& f, cudaStream_t s) {
     if (f.set.scaling == Fp8Scaling::DELAYED && f.warm)
         fp8_update_scales(fp8_meta(f, FP8_X, 0, 0), 2 * f.L * FP8_LINEARS, f.set.history, 0, s);
     f.warm = true;
+}
+
+// ============================================================================ the output head
+// --fp8-head 1 (docs/numerics.md, "The output head in FP8"): logits (N, Vp) = X W^T with X = lnf's
+// output (N, C) and W the head's weight (Vp, C) (wte when tied), in three FP8 matmuls:
+//   forward         logits = X . W^T        X e4m3 (N, C) (f.x scratch), W e4m3 (Vp, C)    K = C, fast accumulation
+//                                           per --fp8-fast-accum
+//   input gradient  dX = dlogits . W        dlogits (N, Vp) in --fp8-grad's format, read at a row pitch
+//                                           of 2 Vp bytes inside the logits buffer; W^T e4m3 (C, Vp)   K = Vp
+//   weight gradient dW += dlogits^T . X     dlogits^T chunks (see fp8_head_backward), X^T e4m3 (C, N)  K = N
+// Scales, per tensor under every --fp8-scaling, none kept across steps (so nothing in checkpoints):
+//   W        current: amax, scale, one fp8_cast_transpose writing W and W^T, once per step (cast_weight)
+//   X        current: amax of lnf's bf16 output, scale, one fp8_cast_transpose writing X and X^T
+//            (0.1 GB read twice, 0.1 GB written at d12 B=64 T=1024: ~0.1 ms)
+//   dlogits  fixed: |dloss * (softmax - onehot)| <= dloss, so scale = the largest power of two with
+//            dloss * scale <= the format's max (cpu::fp8_pow2_scale), known before the classifier
+//            runs; the classifier writes the FP8 dlogits itself (fused_classifier_fp8), in place.
+// Memory: W and W^T 2 Vp C bytes (77 MB at GPT-2), X^T N C (50 MB at N = 65536); the FP8 dlogits and
+// the dlogits^T chunks live in the bf16 logits buffer (N x 2 Vp bytes): no extra buffer for them.
+
+// The head's forward: logits (N, Vp) bf16 (=) from lnf (N, C) bf16 and weight (Vp, C) bf16; casts the
+// weight first when cast_weight (a new step). Keeps X^T for the backward.
+inline void fp8_head_forward(GPT2Fp8& f, floatX* logits, const floatX* lnf, const floatX* weight, int N, bool cast_weight,
+                             const CudaContext& ctx) {
+    using namespace fp8_detail;
+    const int C = f.C, Vp = f.Vp;
+    Fp8Meta *wm = f.head_metas + FP8_W, *xm = f.head_metas + FP8_X;
+    uint8_t *w8 = f.head_w, *wt8 = f.head_w + (size_t)Vp * C;
+    if (cast_weight) {
+        fp8_amax(weight, (size_t)Vp * C, wm, ctx.stream);
+        fp8_update_scales(wm, 1, 1, 0, ctx.stream);
+        fp8_cast_transpose(wt8, w8, weight, Vp, C, Fp8Format::E4M3, wm, false, ctx.stream);
+    }
+    fp8_amax(lnf, (size_t)N * C, xm, ctx.stream);
+    fp8_update_scales(xm, 1, 1, 0, ctx.stream);
+    fp8_cast_transpose(f.head_xt, f.x, lnf, N, C, Fp8Format::E4M3, xm, false, ctx.stream);
+    Fp8Accum acc;
+    acc.forward = f.set.fast_accum;
+    matmul_fp8_forward(bf16_ptr(logits), f.x, &xm->scale_inv, w8, &wm->scale_inv, nullptr, N, C, Vp, Fp8Scales::TENSOR,
+                       ctx, acc);
+}
+
+// The classifier of an FP8 head: losses (N) as fused_classifier, the gradient as FP8 dlogits in place
+// of the logits (row r's Vp bytes at byte r * 2 Vp), scale in the head's dY meta.
+inline void fp8_head_classifier(GPT2Fp8& f, floatX* logits, float* losses, const int* targets, float dloss, int N,
+                                cudaStream_t s) {
+    fused_classifier_fp8(logits, losses, targets, dloss, N, f.V, f.Vp, f.set.grad, f.head_metas + FP8_DY, s);
+}
+
+// The head's backward from the FP8 dlogits fp8_head_classifier left in `logits`: dinp (N, C) = dlogits W
+// (=), dweight (Vp, C) += dlogits^T X (bf16, fp32 accumulation).
+// The weight gradient's FP8 operands must both be K-major (cuBLASLt's TN layout on sm_90), K = N: it
+// needs dlogits^T (Vp, N), as big as the FP8 dlogits (3.3 GB at N = 65536, Vp 50304). It goes where
+// nothing else is: the second half of every logits row (bytes Vp .. 2 Vp of each 2 Vp-byte row; the FP8
+// dlogits hold the first half). Row v of a transposed chunk is the second half of logits row v, so a
+// chunk holds at most N vocabulary rows of at most Vp tokens each: chunks of min(Vp, N) vocabulary
+// rows by ceil(N / Vp) token ranges (N = 65536, Vp 50304: all 50304 rows, 2 x 32768 tokens; N = 512:
+// 99 x 512 rows, all 512 tokens). Each chunk: fp8_transpose of its (tokens, rows) block, then one
+// matmul dweight[rows] += chunk . X^T[:, tokens] (X^T read at its full row pitch N).
+inline void fp8_head_backward(GPT2Fp8& f, floatX* dinp, floatX* dweight, floatX* logits, int N, const CudaContext& ctx) {
+    using namespace fp8_detail;
+    const int C = f.C, Vp = f.Vp;
+    Fp8Meta *wm = f.head_metas + FP8_W, *xm = f.head_metas + FP8_X, *dm = f.head_metas + FP8_DY;
+    uint8_t* d8 = reinterpret_cast<uint8_t*>(logits);
+    const int64_t pitch = (int64_t)Vp * sizeof(floatX);  // bytes of a logits row: 2 Vp
+    const uint8_t* wt8 = f.head_w + (size_t)Vp * C;
+    matmul_fp8(bf16_ptr(dinp), d8, f.set.grad, &dm->scale_inv, wt8, Fp8Format::E4M3, &wm->scale_inv, N, C, Vp, nullptr,
+               0.0f, false, Fp8Scales::TENSOR, ctx, pitch, 0);
+    const int rows = std::min(Vp, N);                                          // vocabulary rows a chunk
+    const int ranges = ceil_div(N, Vp);                                        // token ranges
+    const int tokens = ceil_div(ceil_div(N, ranges), FP8_T_TILE) * FP8_T_TILE;  // <= Vp (a multiple of 64)
+    uint8_t* t8 = d8 + Vp;  // the chunk (rows, tokens): row v at t8 + v * pitch
+    for (int v0 = 0; v0 < Vp; v0 += rows) {
+        const int vr = std::min(rows, Vp - v0);
+        for (int n0 = 0; n0 < N; n0 += tokens) {
+            const int nt = std::min(tokens, N - n0);
+            fp8_transpose(t8, pitch, d8 + (int64_t)n0 * pitch + v0, pitch, nt, vr, ctx.stream);
+            matmul_fp8(bf16_ptr(dweight + (size_t)v0 * C), t8, f.set.grad, &dm->scale_inv, f.head_xt + n0,
+                       Fp8Format::E4M3, &xm->scale_inv, vr, C, nt, nullptr, 1.0f, false, Fp8Scales::TENSOR, ctx, pitch, N);
+        }
+    }
 }

@@ -50,12 +50,18 @@ enum class Fp8Scales { TENSOR, ROWS };
 
 // D (R, M) = sp * sq * P (R, K) . Q (M, K)^T + beta * D (+ bias (M), bf16), D bf16; sp, sq device
 // pointers to the scale_inv of P's and Q's casts: scalars, or with Fp8Scales::ROWS D(i, j) gets
-// sp[i] * sq[j] (R and M floats).
+// sp[i] * sq[j] (R and M floats). ldp, ldq: the row pitches of P and Q in bytes (0: K, packed rows),
+// multiples of 16 (the output head reads its dlogits at a pitch of 2 Vp and X^T's column slices).
 inline void matmul_fp8(__nv_bfloat16* d, const uint8_t* p, Fp8Format p_format, const float* sp, const uint8_t* q,
                        Fp8Format q_format, const float* sq, int R, int M, int K, const __nv_bfloat16* bias, float beta,
-                       bool fast_accum, Fp8Scales scales, const CudaContext& ctx) {
+                       bool fast_accum, Fp8Scales scales, const CudaContext& ctx, int64_t ldp = 0, int64_t ldq = 0) {
+    if (ldp == 0) ldp = K;
+    if (ldq == 0) ldq = K;
     if (R % 16 != 0 || M % 16 != 0 || K % 16 != 0)
         fail("matmul_fp8: R = %d, M = %d, K = %d must be multiples of 16", R, M, K);
+    if (ldp < K || ldq < K || ldp % 16 != 0 || ldq % 16 != 0 || ldp > INT32_MAX || ldq > INT32_MAX)
+        fail("matmul_fp8: row pitches %lld, %lld must be multiples of 16, at least K = %d", (long long)ldp,
+             (long long)ldq, K);
     if ((uintptr_t)sp % 16 != 0 || (uintptr_t)sq % 16 != 0)
         fail("matmul_fp8: the scale pointers must be 16-byte aligned (cuBLASLt refuses others; Fp8Meta keeps "
              "scale_inv so)");
@@ -70,7 +76,7 @@ inline void matmul_fp8(__nv_bfloat16* d, const uint8_t* p, Fp8Format p_format, c
     t.b_scale = sp;  // B = P: its R rows are op(B)'s columns
     t.fast_accum = fast_accum;
     t.outer_vec_scales = scales == Fp8Scales::ROWS;
-    matmul_cublaslt(ctx, d, q, p, M, R, K, true, false, K, K, M, beta,
+    matmul_cublaslt(ctx, d, q, p, M, R, K, true, false, (int)ldq, (int)ldp, M, beta,
                     bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, nullptr, t);
 }
 

@@ -59,6 +59,7 @@ struct TrainConfig {
     int fp8_fast_accum = 1;         // --fp8-fast-accum: the forward matmuls' fast accumulation
     int fp8_linears = 15;           // --fp8-linears: bit k = linear k of a block in FP8 (qkv, attproj, fc, fcproj)
     int fp8_fused = 1;              // --fp8-fused: delayed scaling's casts fused into their producers
+    int fp8_head = 0;               // --fp8-head: 1 = the output head's matmuls in FP8 too
     int grad_accum = 1;             // derived: total_batch / (B*T*world)
     int world = 1;                  // derived: the ranks of the run (set_world_size)
     bool total_batch_default = false;  // derived: --total-batch was not given (one micro-batch per rank)
@@ -318,6 +319,11 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
               "inside the casts of fcproj's input and fc's dY, every dY cast sums its bias gradient; with --fp8-wgrad "
               "fp8), 0 = separate passes; current and rowwise scaling always run them "
               "separately (a current scale needs the tensor first)");
+    p.add_int("--fp8-head", &cfg.fp8_head, {0, 1}, "--fp8: 1 = the output head (logits = lnf W^T, W = wte when "
+              "tied) runs its forward, input- and weight-gradient matmuls in FP8 too: e4m3 X and W (current scales), "
+              "the classifier writes the dlogits in --fp8-grad's format at a fixed power-of-two scale from the loss "
+              "gradient, in place of the logits; 0 = the head stays bf16 (docs/numerics.md, \"The output "
+              "head in FP8\")");
     p.add_int("--zero", &cfg.zero, {0, 2}, "data parallel: 0 = gradients all-reduced, every rank keeps the whole optimizer "
               "state; 1 = AdamW state sharded by rank, parameters all-gathered; 2 = gradients reduce-scattered as well");
     p.add({"--dist-init", "HOW", "how the ranks of a data-parallel run meet: mpi, tcp://HOST:PORT (rank 0's host), "
@@ -367,9 +373,9 @@ inline void validate_train_config(TrainConfig& cfg) {
     if (cfg.init.empty() && cfg.resume_dir.empty()) cfg.init = "d12";
     if (!cfg.fp8 && (cfg.fp8_scaling != "delayed" || cfg.fp8_grad != "e5m2" || cfg.fp8_history != 16 ||
                      cfg.fp8_bf16_layers != 0 || cfg.fp8_fast_accum != 1 || cfg.fp8_linears != 15 || !cfg.fp8_wgrad.empty() ||
-                     cfg.fp8_fused != 1))
+                     cfg.fp8_fused != 1 || cfg.fp8_head != 0))
         fail("--fp8-scaling, --fp8-wgrad, --fp8-grad, --fp8-history, --fp8-bf16-layers, --fp8-linears, --fp8-fast-accum, "
-             "--fp8-fused: "
+             "--fp8-fused, --fp8-head: "
              "only with --fp8 1");  // with --resume: checked by open_run_files
     if (cfg.fp8_wgrad.empty()) cfg.fp8_wgrad = cfg.fp8_scaling == "rowwise" ? "bf16" : "fp8";
 }

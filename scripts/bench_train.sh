@@ -21,6 +21,7 @@
 #   BENCH_STEPS [30]    steps per run; each side discards its own warm-up steps before the median
 #   BENCH_BIN [build/train_gpt2cu]   our trainer (skipped with a note when missing)
 #   BENCH_FP8 [0]       1: also our trainer with --fp8 1 (the row ours_fp8; docs/numerics.md)
+#   BENCH_FP8_FLAGS []  more trainer flags for the ours_fp8 row, e.g. "--fp8-head 1"
 #   BENCH_TORCHAO []    GPT-2: torchao float8 recipes for the nanoGPT-style model under torch.compile,
 #                       e.g. "tensorwise rowwise" (rows nanogpt_compile_float8_<recipe>; needs torchao;
 #                       compared with ours_fp8, not counted as the fastest bf16 PyTorch)
@@ -48,6 +49,7 @@ B=${BENCH_B:-64}
 T=${BENCH_T:-1024}
 STEPS=${BENCH_STEPS:-30}
 FP8=${BENCH_FP8:-0}
+read -ra FP8_FLAGS <<< "${BENCH_FP8_FLAGS:-}"
 REF=${BENCH_REF:-1}
 EAGER=${BENCH_EAGER:-0}
 TORCHAO=${BENCH_TORCHAO:-}
@@ -118,7 +120,7 @@ if [[ -x $BIN ]]; then
     OURS=("$BIN" --init "$OURS_INIT" "${MAXSEQ[@]}" --random-data 1
           --val-every 0 --batch "$B" --seq "$T" --steps "$STEPS")
     run ours "${OURS[@]}"
-    [[ $FP8 == 1 ]] && run ours_fp8 "${OURS[@]}" --fp8 1
+    [[ $FP8 == 1 ]] && run ours_fp8 "${OURS[@]}" --fp8 1 "${FP8_FLAGS[@]}"
 else
     STATUS[ours]="skipped: $BIN not found (build it with make)"
     STATUS[ours_fp8]=${STATUS[ours]}

@@ -179,6 +179,8 @@ if [ -x $GPU ]; then
         --fp8-bf16-layers 1
     expect_error "GPU trainer: --fp8-fused without --fp8 1" "only with --fp8 1" $GPU "${BASE[@]}" --init d2 \
         --fp8-fused 0
+    expect_error "GPU trainer: --fp8-head without --fp8 1" "only with --fp8 1" $GPU "${BASE[@]}" --init d2 --fp8-head 1
+    expect_error "GPU trainer: --fp8-head 2" "--fp8-head: must be in" $GPU "${BASE[@]}" --init d2 --fp8 1 --fp8-head 2
     expect_error "GPU trainer: --fp8 1 with B*T not a multiple of 64" "--fp8 1: batch * seq = 100 must be a multiple of 64" \
         $GPU "${BASE[@]}" --init d2 --fp8 1 --batch 1 --seq 100
     expect_error "GPU trainer: --fp8 1 with a SwiGLU width not a multiple of 64" "--fp8 1: MLP hidden width 2080 must be a multiple of 64" \

@@ -234,6 +234,24 @@ int main() {
     CHECK(cpu::fp8_cast(0.75f, s075, E4) == 0x7E && cpu::fp8_cast(-0.75f, s075, E4) == 0xFE,
           "the amax must land on the max normal");
 
+    // ---- the fixed power-of-two scale of --fp8-head's dlogits: the largest 2^k with bound * 2^k <= max
+    CHECK(cpu::fp8_pow2_scale(1.0f / 65536, E5) == 2147483648.0f, "pow2 scale of 2^-16 (e5m2) = %g, want 2^31",
+          cpu::fp8_pow2_scale(1.0f / 65536, E5));
+    CHECK(cpu::fp8_pow2_scale(1.0f / 65536, E4) == 16777216.0f, "pow2 scale of 2^-16 (e4m3) = %g, want 2^24",
+          cpu::fp8_pow2_scale(1.0f / 65536, E4));
+    CHECK(cpu::fp8_pow2_scale(448.0f, E4) == 1.0f && cpu::fp8_pow2_scale(449.0f, E4) == 0.5f,
+          "pow2 scale at e4m3's max: %g and %g, want 1 and 0.5", cpu::fp8_pow2_scale(448.0f, E4),
+          cpu::fp8_pow2_scale(449.0f, E4));
+    CHECK(cpu::fp8_pow2_scale(0.0f, E5) == 1.0f && cpu::fp8_pow2_scale(NAN, E5) == 1.0f &&
+              cpu::fp8_pow2_scale(INFINITY, E5) == 1.0f, "pow2 scale of 0 / NaN / inf must be 1");
+    for (float bound = 1e-12f; bound < 1e6f; bound *= 1.37f)
+        for (Fp8Format f : {E4, E5}) {
+            const float s = cpu::fp8_pow2_scale(bound, f);
+            CHECK(bound * s <= cpu::fp8_max(f) && 2.0f * bound * s > cpu::fp8_max(f),
+                  "pow2 scale of %g (%s) = %g: bound * scale %g not in (max / 2, max]", bound, cpu::fp8_name(f), s,
+                  bound * s);
+        }
+
     // ---- rowwise scales: rows (2, -448, 1), (0, 0, 0), (1, inf, 2), (NaN, 3, 1), (-2, 0.5, 1e-30)
     {
         const float x[15] = {2.0f, -448.0f, 1.0f, 0.0f, 0.0f, 0.0f, 1.0f, INFINITY, 2.0f, NAN, 3.0f, 1.0f,

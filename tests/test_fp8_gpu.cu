@@ -23,6 +23,8 @@
 // (rowwise: every scale_inv of every vector).
 // Printed, not checked: the nmse of the FP8 output against the unquantized bf16 product (what FP8
 // costs each matmul). Two row counts: 192 (a multiple of 64, not of 128) and 1024.
+// Then the output head of --fp8-head 1 (test_head): forward, the classifier's FP8 dlogits (byte for
+// byte against the CPU's cast), input and weight gradients.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -367,6 +369,149 @@ static void test_mlp(GPT2& model, int N, Rng& rng, const CudaContext& ctx) {
     cudaCheck(cudaFree(d_scratch));
 }
 
+// The output head in FP8 (--fp8-head 1; llmc/gpt2_fp8.cuh, fp8_head_*), on a model with a vocabulary of
+// V (padded to Vp) at N rows: fp8_head_forward's logits, the classifier's FP8 dlogits and
+// fp8_head_backward's input and weight gradients, on fresh random X (lnf's output), W and targets.
+//   forward         logits against xq . wq^T in double (X and W quantized with the scales the GPU set,
+//                   checked bit for bit)
+//   classifier      the same logits through fused_classifier (bf16 dlogits) and fused_classifier_fp8 (FP8
+//                   in place): the losses bit for bit equal; the scale exactly cpu::fp8_pow2_scale(dloss);
+//                   every FP8 byte (padded columns included) equal to cpu::fp8_cast of the bf16 dlogits
+//                   at that scale; the bf16 dlogits and the losses against a softmax in double
+//   input grad      dX (N, C) against dq . wq, dq = the GPU's FP8 dlogits decoded (poisoned dX)
+//   weight grad     dW (Vp, C) += dq^T . xq, from random dW (the chunked transposes inside the logits)
+// N below Vp takes the vocabulary-chunk path of the weight gradient, N above it the token-range one.
+static void test_head(const CudaContext& ctx, Rng& rng, Fp8Format grad, int B, int V, int Vp) {
+    GPT2Config config = gpt2_config_from_descriptor("d2");
+    config.vocab_size = V;
+    config.padded_vocab_size = Vp;
+    GPT2 model;
+    model.fp8.set.enabled = true;
+    model.fp8.set.head = true;
+    model.fp8.set.grad = grad;
+    gpt2_build(model, config, B, 64, false, ctx);
+    GPT2Fp8& f = model.fp8;
+    const int N = B * 64, C = f.C;
+    const cpu::Fp8Format cf = fp8_cpu_format(grad);
+    const float dloss = 1.0f / (3.0f * N);  // not a power of two: the scale rounds down to one
+    printf("head: N=%d, C %d -> V %d (padded %d), dlogits %s, dloss 1/(3N)\n", N, C, V, Vp, fp8_format_name(grad));
+    const std::vector<float> x = random_bf16(rng, (size_t)N * C, 2.0f), w = random_bf16(rng, (size_t)Vp * C, 0.5f);
+    const std::vector<float> dw0 = random_bf16(rng, (size_t)Vp * C, 1e-4f);
+    std::vector<int> targets(N);
+    for (int& t : targets) t = (int)rng.below(V);
+    floatX *d_x = upload(x), *d_w = upload(w), *d_dw = upload(dw0);
+    floatX *d_logits = poisoned((size_t)N * Vp), *d_ref = poisoned((size_t)N * Vp), *d_dx = poisoned((size_t)N * C);
+    int* d_targets = nullptr;
+    float *d_losses = nullptr, *d_losses_ref = nullptr;
+    cudaCheck(cudaMalloc(&d_targets, N * sizeof(int)));
+    cudaCheck(cudaMemcpy(d_targets, targets.data(), N * sizeof(int), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMalloc(&d_losses, N * sizeof(float)));
+    cudaCheck(cudaMalloc(&d_losses_ref, N * sizeof(float)));
+
+    fp8_head_forward(f, d_logits, d_x, d_w, N, true, ctx);
+    cudaCheck(cudaStreamSynchronize(ctx.stream));
+    const std::vector<float> logits = device_to_float(d_logits, (size_t)N * Vp);
+    cudaCheck(cudaMemcpy(d_ref, d_logits, (size_t)N * Vp * sizeof(floatX), cudaMemcpyDeviceToDevice));
+    fused_classifier(d_ref, d_losses_ref, d_targets, dloss, N, V, Vp, true, ctx.stream);
+    fp8_head_classifier(f, d_logits, d_losses, d_targets, dloss, N, ctx.stream);
+    cudaCheck(cudaStreamSynchronize(ctx.stream));
+    std::vector<uint8_t> d8((size_t)N * Vp * sizeof(floatX));
+    cudaCheck(cudaMemcpy(d8.data(), d_logits, d8.size(), cudaMemcpyDeviceToHost));
+    const std::vector<float> dref = device_to_float(d_ref, (size_t)N * Vp);
+    std::vector<float> losses(N), losses_ref(N);
+    cudaCheck(cudaMemcpy(losses.data(), d_losses, N * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(losses_ref.data(), d_losses_ref, N * sizeof(float), cudaMemcpyDeviceToHost));
+    fp8_head_backward(f, d_dx, d_dw, d_logits, N, ctx);
+    cudaCheck(cudaStreamSynchronize(ctx.stream));
+    const std::vector<float> dx = device_to_float(d_dx, (size_t)N * C), dw = device_to_float(d_dw, (size_t)Vp * C);
+
+    // scales: X and W from their amaxes (current), dlogits the power of two under fp8 max / dloss
+    const Quantized xq = quantize(x, N, C, Fp8Format::E4M3, Grain::TENSOR), wq = quantize(w, Vp, C, Fp8Format::E4M3, Grain::TENSOR);
+    const float dscale = cpu::fp8_pow2_scale(dloss, cf);
+    const struct { Fp8Role role; float want; const char* what; } scales[3] = {
+        {FP8_X, xq.scale[0], "X"}, {FP8_W, wq.scale[0], "W"}, {FP8_DY, dscale, "dlogits"}};
+    for (const auto& sc : scales) {
+        Fp8Meta m;
+        cudaCheck(cudaMemcpy(&m, f.head_metas + sc.role, sizeof(Fp8Meta), cudaMemcpyDeviceToHost));
+        const bool ok = m.scale == sc.want && m.scale_inv == 1.0f / sc.want;
+        printf("  scale of %-8s %.6g (cpu %.6g) %s\n", sc.what, m.scale, sc.want, ok ? "ok" : "FAIL");
+        if (!ok) failures++;
+    }
+    if (!(dloss * dscale <= cpu::fp8_max(cf) && 2.0f * dloss * dscale > cpu::fp8_max(cf))) {
+        printf("  dlogits scale %g: dloss * scale = %g is not in (max / 2, max]  FAIL\n", dscale, dloss * dscale);
+        failures++;
+    }
+
+    // forward
+    std::vector<float> y_ref((size_t)N * Vp);
+    std::vector<double> y_bf16((size_t)N * Vp);
+    for (int n = 0; n < N; n++)
+        for (int v = 0; v < Vp; v++) {
+            double s = 0.0, s16 = 0.0;
+            for (int c = 0; c < C; c++) {
+                s += (double)xq.v[(size_t)n * C + c] * wq.v[(size_t)v * C + c];
+                s16 += (double)x[(size_t)n * C + c] * w[(size_t)v * C + c];
+            }
+            y_ref[(size_t)n * Vp + v] = (float)s;
+            y_bf16[(size_t)n * Vp + v] = s16;
+        }
+    check("head forward (logits)", logits, y_ref);
+    printf("  (FP8 vs unquantized product: nmse %.2e)\n", nmse_of(logits, y_bf16));
+
+    // classifier: the bf16 path against double, then the FP8 bytes against the CPU cast of its values
+    std::vector<float> dlog_ref((size_t)N * Vp, 0.0f), loss_ref(N);
+    for (int n = 0; n < N; n++) {
+        const float* l = &logits[(size_t)n * Vp];
+        double mx = -INFINITY, sum = 0.0;
+        for (int v = 0; v < V; v++) mx = std::max(mx, (double)l[v]);
+        for (int v = 0; v < V; v++) sum += std::exp(l[v] - mx);
+        loss_ref[n] = (float)(std::log(sum) + mx - l[targets[n]]);
+        for (int v = 0; v < V; v++)
+            dlog_ref[(size_t)n * Vp + v] = (float)(dloss * (std::exp(l[v] - mx) / sum - (v == targets[n] ? 1.0 : 0.0)));
+    }
+    check("classifier losses", losses_ref, loss_ref);
+    check("classifier bf16 dlogits", dref, dlog_ref);
+    size_t loss_diff = 0, byte_diff = 0, first = 0;
+    for (int n = 0; n < N; n++) loss_diff += memcmp(&losses[n], &losses_ref[n], 4) != 0;
+    std::vector<float> dq((size_t)N * Vp);  // the FP8 dlogits as the matmuls read them
+    for (int n = 0; n < N; n++)
+        for (int v = 0; v < Vp; v++) {
+            const size_t i = (size_t)n * Vp + v;
+            const uint8_t got = d8[(size_t)n * Vp * sizeof(floatX) + v], want = cpu::fp8_cast(dref[i], dscale, cf);
+            if (got != want && byte_diff++ == 0) first = i;
+            dq[i] = cpu::fp8_decode(got, cf) / dscale;
+        }
+    printf("  FP8 classifier: losses %s (%zu differ from the bf16 classifier's), dlogits bytes %s", loss_diff ? "FAIL" : "ok",
+           loss_diff, byte_diff ? "FAIL" : "ok");
+    if (byte_diff)
+        printf(" (%zu of %zu differ; first [%zu] got 0x%02x want 0x%02x from %g)", byte_diff, dq.size(), first,
+               d8[(first / Vp) * Vp * sizeof(floatX) + first % Vp], cpu::fp8_cast(dref[first], dscale, cf), dref[first]);
+    printf("\n");
+    if (loss_diff || byte_diff) failures++;
+
+    // input gradient dq . wq; weight gradient dw0 + dq^T . xq
+    std::vector<float> dx_ref((size_t)N * C), dw_ref((size_t)Vp * C);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            double s = 0.0;
+            for (int v = 0; v < Vp; v++) s += (double)dq[(size_t)n * Vp + v] * wq.v[(size_t)v * C + c];
+            dx_ref[(size_t)n * C + c] = (float)s;
+        }
+    for (int v = 0; v < Vp; v++)
+        for (int c = 0; c < C; c++) {
+            double s = dw0[(size_t)v * C + c];
+            for (int n = 0; n < N; n++) s += (double)dq[(size_t)n * Vp + v] * xq.v[(size_t)n * C + c];
+            dw_ref[(size_t)v * C + c] = (float)s;
+        }
+    check("head input gradient", dx, dx_ref);
+    check("head weight gradient (+=)", dw, dw_ref);
+    for (floatX* p : {d_x, d_w, d_dw, d_logits, d_ref, d_dx}) cudaCheck(cudaFree(p));
+    cudaCheck(cudaFree(d_targets));
+    cudaCheck(cudaFree(d_losses));
+    cudaCheck(cudaFree(d_losses_ref));
+    gpt2_free(model);
+}
+
 int main(int argc, char** argv) {
     if (argc > 1) {
         printf("usage: %s (no flags): the FP8 linear layers of --fp8 against the CPU reference\n", argv[0]);
@@ -408,6 +553,11 @@ int main(int argc, char** argv) {
                 gpt2_free(model);
             }
         }
+    // the output head (--fp8-head 1): N below Vp (vocabulary chunks) and above it (token ranges, 576 + 512),
+    // both gradient formats; then GPT-2's vocabulary at a few rows
+    for (Fp8Format grad : {Fp8Format::E5M2, Fp8Format::E4M3})
+        for (int B : {3, 17}) test_head(ctx, rng, grad, B, 1000, 1024);
+    test_head(ctx, rng, Fp8Format::E5M2, 2, 50257, 50304);
     ctx.destroy();
     printf("%s: %d check(s) failed\n", failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;

@@ -1,6 +1,6 @@
 // profile_gpt2.cu: where one training step of the GPU trainer spends its time, kernel by kernel.
 //   dev/cuda/build/profile_gpt2 [--model d12] [--batch 64] [--seq 1024] [--steps 3] [--recompute 0] [--graph 0]
-//                               [--fp8 0] [--fp8-scaling delayed] [--fp8-fused 1]
+//                               [--fp8 0] [--fp8-scaling delayed] [--fp8-fused 1] [--fp8-head 0]
 // Includes the trainer's model (llmc/gpt2.cuh) and runs its step functions on random tokens:
 // upload, zero grads, forward, loss, backward, update; with --graph 1 the trainer's CUDA-graph step
 // (llmc/gpt2_graph.cuh: the same kernels, captured once, one launch a step; the batch is staged on
@@ -146,7 +146,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 
 int main(int argc, char** argv) {
     std::string model_desc = "d12";
-    int B = 64, T = 1024, steps = 3, recompute = 0, zero = -1, use_graph = 0, fp8 = 0, fp8_fused = 1;
+    int B = 64, T = 1024, steps = 3, recompute = 0, zero = -1, use_graph = 0, fp8 = 0, fp8_fused = 1, fp8_head = 0;
     std::string fp8_scaling = "delayed";
     FlagParser parser("profile_gpt2", "Per-kernel time breakdown of one GPU training step on random tokens. Example:\n"
                       "  dev/cuda/build/profile_gpt2 --batch 64 --seq 1024");
@@ -161,6 +161,7 @@ int main(int argc, char** argv) {
     parser.add_int("--fp8", &fp8, {0, 1}, "1 = the trainer's --fp8 1 step (bf16 build)");
     parser.add_string("--fp8-scaling", "HOW", &fp8_scaling, "with --fp8 1: delayed | current | rowwise (the trainer's flag; default delayed)");
     parser.add_int("--fp8-fused", &fp8_fused, {0, 1}, "with --fp8 1 --fp8-scaling delayed: the trainer's --fp8-fused");
+    parser.add_int("--fp8-head", &fp8_head, {0, 1}, "with --fp8 1: the trainer's --fp8-head (the output head in FP8)");
 #ifdef LLMC_NCCL
     parser.add_int("--zero", &zero, {-1, 2}, "0|1|2: the NCCL data-parallel step at world size 1 at this ZeRO stage, "
                    "its communication stream's kernels listed as [comm stream]; -1: the single-GPU step");
@@ -183,8 +184,12 @@ int main(int argc, char** argv) {
                   : fp8_scaling == "rowwise" ? Fp8Scaling::ROWWISE : Fp8Scaling::CURRENT;
         f.wgrad_bf16 = f.scaling == Fp8Scaling::ROWWISE;
         f.fused = fp8_fused != 0;
-        printf("fp8: %s scaling%s\n", fp8_scaling.c_str(),
-               f.scaling == Fp8Scaling::DELAYED ? (fp8_fused ? ", fused casts" : ", separate casts") : "");
+        f.head = fp8_head != 0;
+        printf("fp8: %s scaling%s%s\n", fp8_scaling.c_str(),
+               f.scaling == Fp8Scaling::DELAYED ? (fp8_fused ? ", fused casts" : ", separate casts") : "",
+               fp8_head ? ", head in FP8" : "");
+    } else if (fp8_head) {
+        fail("--fp8-head 1: only with --fp8 1");
     }
     LocalComm comm;  // world size 1
     TrainConfig dist_cfg;
@@ -283,7 +288,7 @@ int main(int argc, char** argv) {
     const double tflops = flops_per_token(config, T) * N / (step_ms / steps / 1e3) / 1e12;
     printf("\n%s%s, B=%d T=%d%s%s, %d profiled steps: %.2f ms/step (GPU, events), %.0f tok/s, %.0f TFLOP/s "
            "(%.1f%% of the 989 bf16 peak), last loss %.4f\n",
-           model_desc.c_str(), fp8 ? (" --fp8 1 " + fp8_scaling + (fp8_scaling == "delayed" && !fp8_fused ? " unfused" : "")).c_str() : "",
+           model_desc.c_str(), fp8 ? (" --fp8 1 " + fp8_scaling + (fp8_scaling == "delayed" && !fp8_fused ? " unfused" : "") + (fp8_head ? " head" : "")).c_str() : "",
            B, T, zero >= 0 ? (", NCCL data parallel at world size 1, zero " + std::to_string(zero)).c_str()
                                                : "", use_graph ? ", one CUDA graph a step" : "", steps, step_ms / steps,
            tok_s, tflops, 100.0 * tflops / 989.0, loss);

@@ -92,6 +92,20 @@ inline float fp8_scale_from_amax(float amax, Fp8Format f, int margin, float prev
     return s < FP8_SCALE_CAP ? s : FP8_SCALE_CAP;
 }
 
+// A fixed scale for a tensor known to lie within [-bound, bound] before it exists: the largest power
+// of two s (at most FP8_SCALE_CAP) with bound * s <= the format's max, so nothing saturates and
+// 1 / s is exact. The output head's dlogits (--fp8-head; |dloss * (softmax - onehot)| <= dloss): the
+// trainer sets it from dloss on the host, the classifier writes the FP8 dlogits with it. A bound that
+// is not a positive finite number gives 1.
+inline float fp8_pow2_scale(float bound, Fp8Format f) {
+    if (!(bound > 0.0f) || !std::isfinite(bound)) return 1.0f;
+    int e = 0;
+    std::frexp(fp8_max(f) / bound, &e);  // max / bound in [2^(e-1), 2^e)
+    float s = std::ldexp(1.0f, e - 1);
+    while (bound * s > fp8_max(f)) s *= 0.5f;    // the division rounded up across a power of two
+    return s < FP8_SCALE_CAP ? s : FP8_SCALE_CAP;
+}
+
 // Rowwise scaling (--fp8-scaling rowwise; llmc/fp8.cuh's fp8_cast_rowwise and
 // fp8_cast_transpose_colwise): one scale per row of an operand as the matmul reads it, from that row's
 // own amax by the rule above with margin 0 and no history; a row of zeros (or one holding inf or NaN)
