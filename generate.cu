@@ -177,6 +177,26 @@ static void profile_steps(GPT2Infer& m, const GenerateLimits& lim, const std::ve
         printf("PROFILE B=%d family=%-16s us_per_step=%8.2f calls_per_step=%3d us_per_call=%6.2f pct=%5.1f\n", m.B,
                order[k].c_str(), 1e3 * total_ms[k] / steps, calls[k] / steps, 1e3 * total_ms[k] / calls[k],
                100.0 * total_ms[k] / sum);
+    if (infer_detail::persistent_step(m)) {  // the persistent kernel's phases (block 0's clock, the last step)
+        const int L = m.config.num_layers, P = PERSIST_TRACE_POINTS;
+        std::vector<unsigned long long> t((size_t)L * P);
+        cudaCheck(cudaMemcpy(t.data(), m.persist_trace, t.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+        const char* phase[5] = {"qkv", "attention", "attproj", "fc", "fcproj"};
+        for (int k = 0; k < 5; k++) {
+            double work = 0, wait = 0;
+            int waits = 0;
+            for (int l = 0; l < L; l++) {
+                const unsigned long long* r = &t[(size_t)l * P];
+                work += (double)(r[2 * k + 1] - r[2 * k]);
+                if (k < 4) wait += (double)(r[2 * k + 2] - r[2 * k + 1]), waits++;
+                else if (l + 1 < L) wait += (double)(r[P] - r[2 * k + 1]), waits++;
+            }
+            printf("PROFILE_PERSIST B=%d phase=%-9s work_us=%6.2f barrier_us=%6.2f (block 0, per layer)\n", m.B,
+                   phase[k], 1e-3 * work / L, waits ? 1e-3 * wait / waits : 0.0);
+        }
+        printf("PROFILE_PERSIST B=%d layers_us=%.2f (block 0: first phase start to last phase end)\n", m.B,
+               1e-3 * (double)(t[(size_t)L * P - 1] - t[0]));
+    }
     printf("PROFILE B=%d total_plain_us_per_step=%.2f graph_us_per_token=%.2f steps=%d gemv=%d fused=%d fused_gemv=%d "
            "marked_kernels_per_step=%d\n", m.B, 1e3 * sum / steps, 1e3 * graph_ms_per_token, steps, (int)m.gemv,
            (int)m.fused, (int)infer_detail::fused_step(m), prof.used - 1);

@@ -39,6 +39,16 @@
 // every block becomes resident and the barriers cannot deadlock; decode_persistent_plan checks the
 // occupancy. The lm_head GEMV after it is its programmatic dependent too: the last layer lets it
 // launch, so its blocks load their first weights beside this kernel's last phase.
+// Measured (H200, GPT-2 124M, B = 1, 64-token prompt, 256 new greedy tokens; docs/perf.md, run 23):
+// correct (the fp32 build's tokens equal the CPU twin's, cached logits equal a full forward, memcheck
+// and racecheck clean) but slower than the fused step: 365 against 241 us a token, so it is off by
+// default. generate --profile 1 prints block 0's clock per phase (PROFILE_PERSIST): work 3.7 (qkv),
+// 2.0 (attention), 6.5-7.6 (attproj, with the merge), 3.8 (fc), 2.1 (fcproj) us, barriers 1.0-2.0 us
+// each: ~27 us a layer against the fused step's ~17. Each phase is still a chain of L2 round trips
+// (the barrier's release and acquire, the inputs, the partials), each ~0.7-1 us under load, which is
+// what a PDL kernel boundary costs too; streaming the weights ahead removes only the weight loads,
+// which the fused GEMVs already issue before their wait. What would be next: fewer phases a layer
+// (per-head flags instead of the barrier before attention), and the merge's loads in one round.
 #pragma once
 #include <algorithm>
 #include "llmc/attention_decode.cuh"
@@ -66,7 +76,11 @@ struct PersistentArgs {
     int slots;                  // weight slots of slot_bytes each in shared memory
     int slot_bytes;
     int xs_bytes;               // M rows of max(C, H) floatX, rounded to 128
+    // nullptr, or (L, PERSIST_TRACE_POINTS) %globaltimer readings of block 0 (generate --profile 1):
+    // each phase's start (after its barrier) and end (before the next barrier)
+    unsigned long long* trace;
 };
+constexpr int PERSIST_TRACE_POINTS = 10;
 
 // What the host decided for one (config, B, cache) and why not, when it cannot run.
 struct PersistentPlan {
@@ -85,16 +99,26 @@ __host__ __device__ inline int row_begin(int N, int g, int G) { return (int)((lo
 // The matrix of job j (layer j / 4, phase j % 4): its weight, rows N and inner size K.
 struct JobShape {
     const floatX* w;
+    const floatX* b;  // the bias (N), or nullptr
     int N, K;
 };
+__device__ inline const floatX* at(const floatX* base, int l, int n);
 __device__ inline JobShape job_shape(const PersistentArgs& a, int j) {
     const int l = j / PERSIST_JOBS_PER_LAYER;
     switch (j % PERSIST_JOBS_PER_LAYER) {
-        case 0: return {a.qkvw + (size_t)l * a.QKV * a.C, a.QKV, a.C};
-        case 1: return {a.attprojw + (size_t)l * a.C * a.C, a.C, a.C};
-        case 2: return {a.fcw + (size_t)l * a.H * a.C, a.H, a.C};
-        default: return {a.fcprojw + (size_t)l * a.C * a.H, a.C, a.H};
+        case 0: return {a.qkvw + (size_t)l * a.QKV * a.C, at(a.qkvb, l, a.QKV), a.QKV, a.C};
+        case 1: return {a.attprojw + (size_t)l * a.C * a.C, at(a.attprojb, l, a.C), a.C, a.C};
+        case 2: return {a.fcw + (size_t)l * a.H * a.C, at(a.fcb, l, a.H), a.H, a.C};
+        default: return {a.fcprojw + (size_t)l * a.C * a.H, at(a.fcprojb, l, a.C), a.C, a.H};
     }
+}
+// A slot holds the block's rows (r1 - r0) x K, then its bias from row r0 rounded down to a 16-byte
+// pack (bias_first) to r1 rounded up: the bias rides with the weights (one copy-engine wait, no L2
+// round trip per row in the epilogue).
+__host__ __device__ inline int bias_first(int r0) { return r0 - r0 % (int)(16 / sizeof(floatX)); }
+__host__ __device__ inline int bias_span(int r0, int r1) {
+    const int e = (int)(16 / sizeof(floatX));
+    return ceil_div(r1, e) * e - bias_first(r0);
 }
 
 // The per-layer slice of a vector tensor (a bias or a norm's weight), or nullptr.
@@ -114,8 +138,11 @@ __device__ inline void issue_job(const PersistentArgs& a, int j, uint32_t slots_
         mbar_arrive(bar);
         return;
     }
-    mbar_expect_tx(bar, bytes);
-    bulk_load(slots_addr + (uint32_t)s * a.slot_bytes, js.w + (size_t)r0 * js.K, bytes, bar);
+    const uint32_t bbytes = js.b ? (uint32_t)(bias_span(r0, r1) * sizeof(floatX)) : 0u;
+    mbar_expect_tx(bar, bytes + bbytes);
+    const uint32_t dst = slots_addr + (uint32_t)s * a.slot_bytes;
+    bulk_load(dst, js.w + (size_t)r0 * js.K, bytes, bar);
+    if (bbytes) bulk_load(dst + bytes, js.b + bias_first(r0), bbytes, bar);
 }
 #endif
 
@@ -160,11 +187,17 @@ __device__ inline void grid_sync(unsigned* counter, unsigned& target) {
 // a row, lane i over the packs i, i + 32, ... (gemv.cuh's gemv_packs), then the fused GEMV's epilogues
 // (lane m writes input row m).
 template <int M, int EPI>
-__device__ inline void slice_gemv(floatX* out, const floatX* ws, const floatX* xs, const floatX* bias,
+__device__ inline void slice_gemv(floatX* out, const floatX* ws, const floatX* xs, bool has_bias,
                                   const floatX* residual, int r0, int r1, int K, int N, const GemvFusion& f) {
+    const floatX* bias = ws + (size_t)(r1 - r0) * K - bias_first(r0);  // the slot's bias, indexed by row
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, packs = K / x128::size;
     for (int r = r0 + warp; r < r1; r += PERSIST_WARPS) {
         const floatX* wrow = ws + (size_t)(r - r0) * K;
+        // the epilogue's inputs first, so their loads overlap the products
+        const float b = has_bias ? to_float(bias[r]) : 0.0f;
+        float res = 0.0f;
+        if constexpr (EPI == GEMV_RESIDUAL)
+            if (lane < M) res = to_float(__ldcg(residual + (int64_t)lane * N + r));
         float acc[1][M];
 #pragma unroll
         for (int m = 0; m < M; m++) acc[0][m] = 0.0f;
@@ -175,7 +208,6 @@ __device__ inline void slice_gemv(floatX* out, const floatX* ws, const floatX* x
         }
 #pragma unroll
         for (int m = 0; m < M; m++) acc[0][m] = warp_reduce_sum(acc[0][m]);
-        const float b = bias ? to_float(bias[r]) : 0.0f;
 #pragma unroll
         for (int m = 0; m < M; m++) {
             if (m != lane) continue;
@@ -188,7 +220,7 @@ __device__ inline void slice_gemv(floatX* out, const floatX* ws, const floatX* x
             } else if constexpr (EPI == GEMV_GELU) {
                 out[o] = from_float<floatX>(gelu_tanh(v));
             } else {  // GEMV_RESIDUAL
-                out[o] = from_float<floatX>(to_float(__ldcg(residual + o)) + to_float(from_float<floatX>(v)));
+                out[o] = from_float<floatX>(res + to_float(from_float<floatX>(v)));
             }
         }
     }
@@ -276,21 +308,51 @@ __device__ inline void attention_items(const PersistentArgs& a, int M, const flo
     }
 }
 
-// xs (M, C) = the attention output: each (b, h)'s partials merged (decode_merge_splits), zeros for an
-// idle sequence. A warp a (b, h), its lanes over the head's dims.
+// Block 0's reading of the clock at trace point i of layer l (nothing without a.trace).
+__device__ inline void trace_point(const PersistentArgs& a, int l, int i) {
+    if (a.trace && blockIdx.x == 0 && threadIdx.x == 0) {
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        a.trace[l * PERSIST_TRACE_POINTS + i] = t;
+    }
+}
+
+// xs (M, C) = the attention output: each (b, h)'s partials merged (decode_merge_splits' formula,
+// out = sum_s 2^(m_s - max) o_s / sum_s 2^(m_s - max) l_s, rounded to floatX), zeros for an idle
+// sequence. A warp a (b, h): lane s holds split s's (max, sum) (nsplit <= 32), then each lane's dims
+// gather their splits' outputs MERGE_LOADS loads at a time (the loads of a round in flight together:
+// a loop of dependent L2 loads would pay a round trip a split). (Measured against a three-step
+// version, a thread per output element: 6.5 against 7.6 us a layer at B = 1, 21.9 against 29.2 at 8.)
+constexpr int MERGE_LOADS = 8;
 __device__ inline void merge_heads(const PersistentArgs& a, int M, floatX* xs) {
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     const float* part_o = a.part;
     const float* part_ml = a.part + (size_t)M * a.NH * a.nsplit * a.HD;
     for (int bh = warp; bh < M * a.NH; bh += PERSIST_WARPS) {
-        const int b = bh / a.NH, h = bh % a.NH, p = a.pos[b];
+        const int b = bh / a.NH, p = a.pos[b];
         if (p < 0) {
             for (int d = lane; d < a.HD; d += WARP_SIZE) xs[(size_t)bh * a.HD + d] = from_float<floatX>(0.0f);
             continue;
         }
-        const int n = attention_detail::decode_span(p, a.S, a.window).n, chunk = ceil_div(n, a.nsplit);
-        attention_detail::decode_merge_splits<floatX>(xs, part_o, part_ml, b, h, a.NH, a.HD, ceil_div(n, chunk),
-                                                      a.nsplit, lane, WARP_SIZE);
+        const int n = attention_detail::decode_span(p, a.S, a.window).n, used = ceil_div(n, ceil_div(n, a.nsplit));
+        const size_t p0 = (size_t)bh * a.nsplit;  // (b * NH + h) * nsplit
+        const float ms = lane < used ? __ldcg(part_ml + 2 * (p0 + lane)) : -INFINITY;
+        const float ls = lane < used ? __ldcg(part_ml + 2 * (p0 + lane) + 1) : 0.0f;
+        const float mx = warp_reduce_max(ms);
+        const float f = lane < used ? exp2f(ms - mx) : 0.0f;
+        const float sum = warp_reduce_sum(f * ls);
+        for (int d = lane; d < a.HD; d += WARP_SIZE) {
+            float o = 0.0f;
+            for (int s0 = 0; s0 < used; s0 += MERGE_LOADS) {
+                float v[MERGE_LOADS];
+#pragma unroll
+                for (int u = 0; u < MERGE_LOADS; u++)
+                    v[u] = s0 + u < used ? __ldcg(part_o + (p0 + s0 + u) * a.HD + d) : 0.0f;
+#pragma unroll
+                for (int u = 0; u < MERGE_LOADS; u++) o = fmaf(__shfl_sync(0xffffffffu, f, (s0 + u) & 31), v[u], o);
+            }
+            xs[(size_t)bh * a.HD + d] = from_float<floatX>(o / sum);
+        }
     }
 }
 
@@ -300,8 +362,16 @@ __device__ inline void copy_rows(floatX* xs, const floatX* src, int n) {
         store128(xs + i, load128cg(src + i));
 }
 
+// The shared memory of the attention phase's merge: (ROWS, HD) outputs, ROWS maxima, ROWS sums.
+__host__ __device__ inline int red_bytes(int HD) {
+    const int rows = PERSIST_THREADS / (HD / (int)(16 / sizeof(floatX)));
+    return (rows * HD + 2 * rows) * (int)sizeof(float);
+}
+
 // (The bound of 2 blocks an SM only caps the registers at 128 a thread: half the register file stays
 // free for the lm_head GEMV's blocks, which the last layer lets in early; the shared memory admits one.)
+// Shared memory: the weight slots, xs, the attention's merge area, the norm's weight and bias (2C); the
+// mbarriers are static: one a slot, one for the norm (its copies alternate ln1 (use 2l), ln2 (2l + 1)).
 template <int M>
 __global__ void __launch_bounds__(PERSIST_THREADS, 2) decode_persistent_kernel(PersistentArgs a) {
 #if LLMC_HAS_BULK_COPY
@@ -309,14 +379,28 @@ __global__ void __launch_bounds__(PERSIST_THREADS, 2) decode_persistent_kernel(P
     unsigned char* slots = persist_smem;
     floatX* xs = reinterpret_cast<floatX*>(persist_smem + (size_t)a.slots * a.slot_bytes);
     float* red = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(xs) + a.xs_bytes);
-    __shared__ alignas(8) uint64_t bars[PERSIST_MAX_SLOTS];
+    floatX* nrm = reinterpret_cast<floatX*>(reinterpret_cast<unsigned char*>(red) + red_bytes(a.HD));
+    __shared__ alignas(8) uint64_t bars[PERSIST_MAX_SLOTS + 1];
     const uint32_t slots_addr = (uint32_t)__cvta_generic_to_shared(slots);
     const uint32_t bars_addr = (uint32_t)__cvta_generic_to_shared(bars);
+    const uint32_t nbar = bars_addr + 8 * PERSIST_MAX_SLOTS;
+    const uint32_t nrm_addr = (uint32_t)__cvta_generic_to_shared(nrm);
     const int L = a.L, C = a.C;
+    const uint32_t nbytes = (uint32_t)(C * sizeof(floatX));
+    // thread 0: norm use u's weight and bias (u = 2l: ln1 of layer l, 2l + 1: ln2) into nrm
+    auto issue_norm = [&](int u) {
+        const int l = u / 2;
+        const floatX* w = u % 2 ? a.ln2w : a.ln1w;
+        const floatX* b = u % 2 ? a.ln2b : a.ln1b;
+        mbar_expect_tx(nbar, 2 * nbytes);
+        bulk_load(nrm_addr, w + (size_t)l * C, nbytes, nbar);
+        bulk_load(nrm_addr + nbytes, b + (size_t)l * C, nbytes, nbar);
+    };
     // the weights never depend on the step: the first slots' copies start before the wait
     if (threadIdx.x == 0) {
-        for (int s = 0; s < a.slots; s++) mbar_init(bars_addr + 8 * s, 1);
+        for (int s = 0; s <= PERSIST_MAX_SLOTS; s++) mbar_init(bars_addr + 8 * s, 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        issue_norm(0);
         for (int j = 0; j < a.slots; j++) issue_job(a, j, slots_addr, bars_addr);
     }
     __syncthreads();
@@ -335,49 +419,68 @@ __global__ void __launch_bounds__(PERSIST_THREADS, 2) decode_persistent_kernel(P
         r1 = row_begin(N, blockIdx.x + 1, gridDim.x);
     };
     auto slot = [&](int j) { return reinterpret_cast<const floatX*>(slots + (size_t)(j % a.slots) * a.slot_bytes); };
+    // xs = the norm (use u) of M rows of inp; then thread 0 starts use u + 1's copy (after the barrier
+    // that ends every thread's reads of nrm, and a proxy fence)
+    auto norm_rows = [&](const floatX* inp, int u) {
+        mbar_wait(nbar, (uint32_t)u & 1u);
+        gemv_detail::normalize_rows<M>(xs, inp, nrm, nrm + C, C, fq);
+        __syncthreads();
+        if (threadIdx.x == 0 && u + 1 < 2 * L) {
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            issue_norm(u + 1);
+        }
+    };
     int r0, r1;
     for (int l = 0; l < L; l++) {
         const int j = l * PERSIST_JOBS_PER_LAYER;
         const floatX* kc = a.k_cache + (size_t)l * a.cache_layer;
         const floatX* vc = a.v_cache + (size_t)l * a.cache_layer;
         // qkv (and the new K, V into the cache)
-        gemv_detail::normalize_rows<M>(xs, a.res1, at(a.ln1w, l, C), at(a.ln1b, l, C), C, fq);
-        __syncthreads();
+        trace_point(a, l, 0);
+        norm_rows(a.res1, 2 * l);
         fq.k_cache = const_cast<floatX*>(kc);
         fq.v_cache = const_cast<floatX*>(vc);
         rows(a.QKV, r0, r1);
         wait_job(a, j, bars_addr);
-        slice_gemv<M, GEMV_QKV>(a.qkv, slot(j), xs, at(a.qkvb, l, a.QKV), nullptr, r0, r1, C, a.QKV, fq);
+        slice_gemv<M, GEMV_QKV>(a.qkv, slot(j), xs, a.qkvb != nullptr, nullptr, r0, r1, C, a.QKV, fq);
         release_job(a, j, slots_addr, bars_addr);
+        trace_point(a, l, 1);
         grid_sync(a.sync, target);
         // attention
+        trace_point(a, l, 2);
         if (a.HD == 64) attention_items<64>(a, M, kc, vc, red);
         else attention_items<128>(a, M, kc, vc, red);
+        trace_point(a, l, 3);
         grid_sync(a.sync, target);
         // attproj + residual
+        trace_point(a, l, 4);
         merge_heads(a, M, xs);
         __syncthreads();
         rows(C, r0, r1);
         wait_job(a, j + 1, bars_addr);
-        slice_gemv<M, GEMV_RESIDUAL>(a.res2, slot(j + 1), xs, at(a.attprojb, l, C), a.res1, r0, r1, C, C, none);
+        slice_gemv<M, GEMV_RESIDUAL>(a.res2, slot(j + 1), xs, a.attprojb != nullptr, a.res1, r0, r1, C, C, none);
         release_job(a, j + 1, slots_addr, bars_addr);
+        trace_point(a, l, 5);
         grid_sync(a.sync, target);
         // fc + GELU
-        gemv_detail::normalize_rows<M>(xs, a.res2, at(a.ln2w, l, C), at(a.ln2b, l, C), C, fq);
-        __syncthreads();
+        trace_point(a, l, 6);
+        norm_rows(a.res2, 2 * l + 1);
         rows(a.H, r0, r1);
         wait_job(a, j + 2, bars_addr);
-        slice_gemv<M, GEMV_GELU>(a.fch, slot(j + 2), xs, at(a.fcb, l, a.H), nullptr, r0, r1, C, a.H, none);
+        slice_gemv<M, GEMV_GELU>(a.fch, slot(j + 2), xs, a.fcb != nullptr, nullptr, r0, r1, C, a.H, none);
         release_job(a, j + 2, slots_addr, bars_addr);
+        trace_point(a, l, 7);
         grid_sync(a.sync, target);
         // fcproj + residual
+        trace_point(a, l, 8);
         if (l + 1 == L) pdl_launch_dependents();  // lm_head's blocks may become resident and load
         copy_rows(xs, a.fch, M * a.H);
         __syncthreads();
         rows(C, r0, r1);
         wait_job(a, j + 3, bars_addr);
-        slice_gemv<M, GEMV_RESIDUAL>(a.res1, slot(j + 3), xs, at(a.fcprojb, l, C), a.res2, r0, r1, a.H, C, none);
+        slice_gemv<M, GEMV_RESIDUAL>(a.res1, slot(j + 3), xs, a.fcprojb != nullptr, a.res2, r0, r1, a.H, C, none);
         release_job(a, j + 3, slots_addr, bars_addr);
+        trace_point(a, l, 9);
         if (l + 1 < L) grid_sync(a.sync, target);
     }
     // the last block out zeroes the counters for the next launch (every block has passed every
@@ -428,22 +531,22 @@ inline PersistentPlan decode_persistent_plan(const GPT2Config& c, int B, int S, 
     cudaCheck(cudaGetDevice(&dev));
     cudaCheck(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     const int G = current_sm_count();
-    auto slice = [&](int N, int K) { return ceil_div(N, G) * K * X; };
+    auto slice = [&](int N, int K) { return ceil_div(N, G) * K * X + (ceil_div(N, G) + 2 * x128::size) * X; };
     const int slot_bytes = ceil_div(std::max({slice(QKV, C), slice(C, C), slice(H, C), slice(C, H)}), 128) * 128;
     const int xs_bytes = ceil_div(B * std::max(C, H) * X, 128) * 128;
-    const int rows = PERSIST_THREADS / (HD / x128::size);
-    const int red_bytes = (rows * HD + 2 * rows) * (int)sizeof(float);
-    const int fixed = xs_bytes + red_bytes + 1024;  // + the static shared memory and slack
+    const int red_bytes = persist_detail::red_bytes(HD), norm_bytes = 2 * C * X;
+    const int fixed = xs_bytes + red_bytes + norm_bytes + 1024;  // + the static shared memory and slack
     const int slots = std::min(PERSIST_MAX_SLOTS, (smem_optin - fixed) / slot_bytes);
     if (slots < 2) { p.why = "weight slices too large for two slots of shared memory"; return p; }
+    // splits a (sequence, head): enough items for every block, no more splits than keys, at most 32
+    // (merge_heads: a lane a split)
+    const int cap0 = window > 0 && window < S ? window : S;
+    p.nsplit = std::clamp(G / (B * c.num_heads), 1, std::min(cap0, WARP_SIZE));
     p.grid = G;
     p.slots = slots;
     p.slot_bytes = slot_bytes;
     p.xs_bytes = xs_bytes;
-    p.smem = (size_t)slots * slot_bytes + xs_bytes + red_bytes;
-    // splits a (sequence, head): enough items for every block, no more splits than keys
-    const int cap = window > 0 && window < S ? window : S;
-    p.nsplit = std::clamp(G / (B * c.num_heads), 1, cap);
+    p.smem = (size_t)slots * slot_bytes + xs_bytes + red_bytes + norm_bytes;
     p.part_floats = (size_t)B * c.num_heads * p.nsplit * (HD + 2);
     void* k = persist_detail::kernel_for(B);
     cudaCheck(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p.smem));

@@ -104,6 +104,7 @@ struct GPT2Infer {
     PersistentPlan persist;
     float* persist_part = nullptr;     // persist.part_floats: the attention phase's partials
     unsigned* persist_sync = nullptr;  // PERSIST_SYNC_WORDS: its barrier counters (zeroed once; left zero)
+    unsigned long long* persist_trace = nullptr;  // (L, PERSIST_TRACE_POINTS): block 0's phase clock, --profile
     StepProfile* profile = nullptr;  // non-null and on: mark() records events
     int B = 0;        // sequences at once
     int Tmax = 0;     // prompt tokens per sequence a prefill may have
@@ -199,6 +200,7 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* hos
         {(void**)&m.pending, (size_t)B, I},
         {(void**)&m.persist_part, std::max<size_t>(m.persist.part_floats, 1), F},
         {(void**)&m.persist_sync, (size_t)PERSIST_SYNC_WORDS, I},
+        {(void**)&m.persist_trace, (size_t)L * PERSIST_TRACE_POINTS, sizeof(unsigned long long)},
         {(void**)&m.res1, R * C, X},         {(void**)&m.res2, R * C, X},         {(void**)&m.ln, R * C, X},
         {(void**)&m.mean, R, F},             {(void**)&m.rstd, R, F},             {(void**)&m.qkv, R * QKV, X},
         {(void**)&m.atty, R * C, X},         {(void**)&m.lse, R * c.num_heads, F}, {(void**)&m.proj, R * C, X},
@@ -573,6 +575,7 @@ inline void decode_layers_persistent(GPT2Infer& m, StepChain& ch, const CudaCont
     a.NH = c.num_heads, a.NKV = c.num_kv_heads, a.HD = gpt2_head_dim(c), a.S = m.S, a.window = m.window;
     a.nsplit = m.persist.nsplit, a.slots = m.persist.slots, a.slot_bytes = m.persist.slot_bytes;
     a.xs_bytes = m.persist.xs_bytes;
+    a.trace = m.profile && m.profile->on ? m.persist_trace : nullptr;  // the phases' clock of a profiled step
     mark(m, "persistent layers", ctx.stream);
     decode_persistent_forward(m.persist, a, m.B, ctx.stream);
     cudaCheckLaunch();
