@@ -157,11 +157,12 @@ __device__ inline void prefetch_l2(const void* p) {
 #endif
 }
 
-// ---------------------------------------------------------------- mbarriers and bulk copies (sm_90)
-// The copy engine's plain bulk copies (cp.async.bulk) into shared memory, completing on an mbarrier,
-// used by the Hopper attention kernels (llmc/attention_hopper_common.cuh) and the fused classifier.
+// ---------------------------------------------------------------- mbarriers (sm_90)
+// mbarriers with transaction counts, on which the copy engine's bulk copies (TMA) into shared memory
+// complete: used by the Hopper attention kernels (llmc/attention_hopper_common.cuh, its tma_load)
+// and the fused classifier lab's rows-in-smem variant (dev/cuda/fused_classifier.cu, its bulk_load).
 // Addresses are shared-window ones (__cvta_generic_to_shared). Device code for sm_90 and later only:
-// a kernel that uses them guards its body with LLMC_HAS_BULK_COPY.
+// a kernel that uses them outside an sm_90a-only build guards its body with LLMC_HAS_BULK_COPY.
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 #define LLMC_HAS_BULK_COPY 1
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
@@ -185,14 +186,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
             : "memory");
     } while (!done);
 }
-// `bytes` contiguous bytes from global memory into smem by the copy engine, completing on `bar`;
-// both addresses 16-byte aligned, bytes a multiple of 16.
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
-}
-
 #else
 #define LLMC_HAS_BULK_COPY 0
 #endif

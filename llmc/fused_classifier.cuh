@@ -12,10 +12,11 @@
 constexpr int CLASSIFIER_BLOCK = 1024;
 
 // One row's loss and gradient by a block of CLASSIFIER_BLOCK threads, the row read from `x` (global
-// or shared memory), the gradient written to `out` (global). Thread i handles packs i, i+1024, ...
-// Pass 1: running (max, sum of exp) per thread, merged across the block. Pass 2 re-reads the row
-// and writes the gradient. Every read of pass 1 (including the target's logit) happens before the
-// block reductions' barriers and every write after them, so out may be x (in place).
+// memory here; shared memory in the lab's rows-in-smem variant), the gradient written to `out`
+// (global). Thread i handles packs i, i+1024, ... Pass 1: running (max, sum of exp) per thread,
+// merged across the block. Pass 2 re-reads the row and writes the gradient. Every read of pass 1
+// (including the target's logit) happens before the block reductions' barriers and every write
+// after them, so out may be x (in place).
 __device__ inline void classifier_row(floatX* out, float* loss, const floatX* x, int target, float dloss, int V, int Vp,
                                       bool write_dlogits) {
     float m = -INFINITY, s = 0.0f;
@@ -46,96 +47,22 @@ __device__ inline void classifier_row(floatX* out, float* loss, const floatX* x,
     }
 }
 
-// Rows through shared memory, read from DRAM once (the shipped kernel where two rows fit in shared
-// memory: bf16 up to Vp ~ 58K, the GPT-2 vocabularies; sm_90). A persistent grid of one block of
-// CLASSIFIER_BLOCK threads a SM, block b takes rows b, b + grid, ...; two row buffers: while the
-// block works on row i from one, the copy engine brings row i + grid into the other (one
-// cp.async.bulk of Vp * sizeof(floatX) bytes, 100.6 KB at Vp 50304, completing on an mbarrier), so
-// every SM always has a row's load in flight beside its gradient's stores, and no SM's block waits
-// on DRAM latency between rows or spends barriers while nothing is loading. Both passes read shared
-// memory; the gradient goes back to the row in global memory.
-// DRAM: N * Vp * sizeof(floatX) read and (with write_dlogits) as much written, 13.2 GB at
-// B*T = 65536, Vp 50304: 3.3 ms at the 4.0 TB/s copy; ~2.1 exp a logit (SFU: ~3.4 us a row a SM
-// against ~6.6 us of the SM's share of DRAM): memory-bound. H200 (2026-12-03): 4.289 ms, 76.9% of the copy, no faster than
-// fused_classifier_block_per_row (4.259 ms, 77.4%; loss only 2.319 vs 2.201 ms): to go back to a lab variant.
-static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 1)
-    fused_classifier_rows_in_smem(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
-                                  bool write_dlogits) {
-#if LLMC_HAS_BULK_COPY
-    extern __shared__ __align__(16) unsigned char classifier_smem[];  // (2, Vp) floatX
-    __shared__ __align__(8) uint64_t loaded[2];                        // one mbarrier a buffer
-    floatX* buf = reinterpret_cast<floatX*>(classifier_smem);
-    const uint32_t row_bytes = (uint32_t)Vp * sizeof(floatX);
-    const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(&loaded[0]);
-    auto bar = [&](int b) { return bar0 + (uint32_t)(b * sizeof(uint64_t)); };
-    auto load_row = [&](int row, int b) {
-        mbar_expect_tx(bar(b), row_bytes);
-        bulk_load((uint32_t)__cvta_generic_to_shared(buf + (size_t)b * Vp), logits + (int64_t)row * Vp, row_bytes,
-                  bar(b));
-    };
-    if (threadIdx.x == 0) {
-        mbar_init(bar(0), 1);
-        mbar_init(bar(1), 1);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
-        if (blockIdx.x < N) load_row(blockIdx.x, 0);
-    }
-    __syncthreads();
-    int i = 0;
-    for (int row = blockIdx.x; row < N; row += gridDim.x, i++) {
-        const int b = i & 1;
-        // the other buffer held row i - 1, done by every thread (the barrier at the end of the loop)
-        if (threadIdx.x == 0 && row + (int)gridDim.x < N) load_row(row + gridDim.x, b ^ 1);
-        mbar_wait(bar(b), (i >> 1) & 1);  // buffer b's (i / 2)-th load
-        classifier_row(logits + (int64_t)row * Vp, losses + row, buf + (size_t)b * Vp, targets[row], dloss, V, Vp,
-                       write_dlogits);
-        __syncthreads();  // buffer b is refilled at the next iteration
-    }
-#else
-    __trap();
-#endif
-}
-
-// One block per row straight from global memory (where two rows do not fit in shared memory: the
-// FP32 build, vocabularies past ~58K; and below sm_90). Pass 2 re-reads the row (100 KB in bf16 at
-// Vp = 50304: still in L2). DRAM: ~2 * N * Vp * sizeof(floatX) bytes; H200, bf16, B*T = 65536: 4.26 ms,
-// 77% of the copy.
+// The shipped kernel: one block of CLASSIFIER_BLOCK threads per row, straight from global memory.
+// Pass 2 re-reads the row (100 KB in bf16 at Vp = 50304: still in L2). DRAM: ~2 * N * Vp *
+// sizeof(floatX) bytes, ~4 FLOPs + 2 exp per element: memory-bound. H200, bf16, B*T = 65536,
+// Vp 50304: 4.26 ms, 77% of the copy (loss only 2.20 ms, 75%). The lab's variant 1 (rows brought
+// into shared memory by bulk copies, read from DRAM once) measured no faster (4.29 ms, 76.9%; loss
+// only 2.32 ms, 71.0%): dev/cuda/fused_classifier.cu.
 static __global__ void fused_classifier_block_per_row(floatX* logits, float* losses, const int* targets, float dloss,
                                                       int V, int Vp, bool write_dlogits) {
     floatX* x = logits + (int64_t)blockIdx.x * Vp;
     classifier_row(x, losses + blockIdx.x, x, targets[blockIdx.x], dloss, V, Vp, write_dlogits);
 }
 
-// Shared memory for fused_classifier_rows_in_smem, and whether it fits this device (sm_90 and the
-// opt-in limit per block, 227 KB on the H200, less the kernel's own few hundred bytes).
-inline size_t classifier_smem_bytes(int Vp) { return 2 * (size_t)Vp * sizeof(floatX); }
-inline bool classifier_rows_fit_smem(int Vp) {
-    static const int optin = [] {
-        int dev = 0, major = 0, bytes = 0;
-        cudaCheck(cudaGetDevice(&dev));
-        cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        cudaCheck(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-        return major >= 9 ? bytes : 0;
-    }();
-    return classifier_smem_bytes(Vp) + 1024 <= (size_t)optin;
-}
-
 inline void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
                              bool write_dlogits, cudaStream_t stream) {
     if (Vp % x128::size != 0) fail("fused_classifier: padded vocab %d is not a multiple of %d", Vp, x128::size);
-    if (classifier_rows_fit_smem(Vp)) {
-        const size_t smem = classifier_smem_bytes(Vp);
-        static size_t smem_set = 0;  // the kernel's opt-in, raised once to the largest row seen
-        if (smem > smem_set) {
-            cudaCheck(cudaFuncSetAttribute(fused_classifier_rows_in_smem, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)smem));
-            smem_set = smem;
-        }
-        static const int sms = current_sm_count();
-        fused_classifier_rows_in_smem<<<std::min(N, sms), CLASSIFIER_BLOCK, smem, stream>>>(logits, losses, targets,
-                                                                                          dloss, N, V, Vp, write_dlogits);
-    } else {
-        fused_classifier_block_per_row<<<N, CLASSIFIER_BLOCK, 0, stream>>>(logits, losses, targets, dloss, V, Vp,
-                                                                           write_dlogits);
-    }
+    fused_classifier_block_per_row<<<N, CLASSIFIER_BLOCK, 0, stream>>>(logits, losses, targets, dloss, V, Vp,
+                                                                       write_dlogits);
     cudaCheckLaunch();
 }

@@ -9,14 +9,16 @@
 // FLOPs: ~6 per element (max, subtract, exp counted as 1, sum, scale, subtract).
 //
 // Variants (H200, bf16, N=65536 Vp=50304; % of the 4.0 TB/s copy):
-//   0 shipped: fused_classifier_rows_in_smem, one persistent block a SM, each row brought into
-//     shared memory by one bulk copy while the block works on the previous row, read from DRAM once
-//     (the launcher's block-per-row kernel where two rows do not fit: the FP32 build)
-//     H200, 2026-12-03: 4.2891 ms, 76.9% (loss only 2.3188 ms, 71.0%): no gain over variant 1
-//   1 fused_classifier_block_per_row (shipped before), 1024 threads per row, two passes over global
-//     memory (2026-12-02):                                                        4.26 ms, 77%
-//     loss only (write_dlogits false, validation):                                2.20 ms, 75%
-// Rejected (2026-12-02): variant 1 with 512 threads per row 4.75 ms, 69%; with 256, 4.77 ms, 69%
+//   0 shipped: fused_classifier_block_per_row, 1024 threads per row, two passes over global memory
+//     (the second from L2), 2026-12-02:                                            4.26 ms, 77%
+//     loss only (write_dlogits false, validation):                                 2.20 ms, 75%
+//   1 fused_classifier_rows_in_smem (shipped 2026-12-03, branch s7/membound, then taken back): one
+//     persistent block a SM, each row brought into shared memory by one bulk copy while the block
+//     works on the previous row, read from DRAM once; sm_90 and two rows within the opt-in shared
+//     memory (bf16 up to Vp ~ 58K), else skipped. 2026-12-03, beside variant 0 (4.2592 ms, 77.4%;
+//     loss only 2.2006, 74.8%):                                   4.2891 ms, 76.9%; loss only 2.3188 ms, 71.0%
+//     Reading DRAM once bought nothing: variant 0's second pass already comes from L2.
+// Rejected (2026-12-02): variant 0 with 512 threads per row 4.75 ms, 69%; with 256, 4.77 ms, 69%
 // (more rows in flight than L2 holds between the two passes). At the awkward N=651, Vp=1008 the
 // small blocks won, 0.007 vs 0.011 ms: irrelevant in training.
 #include "dev/cuda/harness.cuh"
@@ -24,6 +26,87 @@
 #include "llmc/fused_classifier.cuh"
 
 constexpr int SAMPLES = 16;
+
+// ---------------------------------------------------------------- variant 1: rows in shared memory
+// `bytes` contiguous bytes from global memory into smem by the copy engine (cp.async.bulk),
+// completing on the mbarrier `bar` (llmc/cuda_common.cuh's mbar_*); both addresses 16-byte aligned,
+// bytes a multiple of 16; sm_90 (LLMC_HAS_BULK_COPY).
+#if LLMC_HAS_BULK_COPY
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+#endif
+
+// A persistent grid of one block of CLASSIFIER_BLOCK threads a SM, block b takes rows b, b + grid,
+// ...; two row buffers: while the block works on row i from one, the copy engine brings row i + grid
+// into the other (one bulk copy of Vp * sizeof(floatX) bytes, 100.6 KB at Vp 50304, completing on an
+// mbarrier). Both passes of classifier_row read shared memory; the gradient goes back to the row in
+// global memory. DRAM: N * Vp * sizeof(floatX) read and (with write_dlogits) as much written.
+static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 1)
+    fused_classifier_rows_in_smem(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
+                                  bool write_dlogits) {
+#if LLMC_HAS_BULK_COPY
+    extern __shared__ __align__(16) unsigned char classifier_smem[];  // (2, Vp) floatX
+    __shared__ __align__(8) uint64_t loaded[2];                        // one mbarrier a buffer
+    floatX* buf = reinterpret_cast<floatX*>(classifier_smem);
+    const uint32_t row_bytes = (uint32_t)Vp * sizeof(floatX);
+    const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(&loaded[0]);
+    auto bar = [&](int b) { return bar0 + (uint32_t)(b * sizeof(uint64_t)); };
+    auto load_row = [&](int row, int b) {
+        mbar_expect_tx(bar(b), row_bytes);
+        bulk_load((uint32_t)__cvta_generic_to_shared(buf + (size_t)b * Vp), logits + (int64_t)row * Vp, row_bytes,
+                  bar(b));
+    };
+    if (threadIdx.x == 0) {
+        mbar_init(bar(0), 1);
+        mbar_init(bar(1), 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
+        if (blockIdx.x < N) load_row(blockIdx.x, 0);
+    }
+    __syncthreads();
+    int i = 0;
+    for (int row = blockIdx.x; row < N; row += gridDim.x, i++) {
+        const int b = i & 1;
+        // the other buffer held row i - 1, done by every thread (the barrier at the end of the loop)
+        if (threadIdx.x == 0 && row + (int)gridDim.x < N) load_row(row + gridDim.x, b ^ 1);
+        mbar_wait(bar(b), (i >> 1) & 1);  // buffer b's (i / 2)-th load
+        classifier_row(logits + (int64_t)row * Vp, losses + row, buf + (size_t)b * Vp, targets[row], dloss, V, Vp,
+                       write_dlogits);
+        __syncthreads();  // buffer b is refilled at the next iteration
+    }
+#else
+    __trap();
+#endif
+}
+
+// Its shared memory, whether two rows fit this device (sm_90 and the opt-in limit per block, 227 KB
+// on the H200, less the kernel's own few hundred bytes), and its launch.
+static size_t rows_in_smem_bytes(int Vp) { return 2 * (size_t)Vp * sizeof(floatX); }
+static bool rows_fit_smem(int Vp) {
+    static const int optin = [] {
+        int dev = 0, major = 0, bytes = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        cudaCheck(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        return major >= 9 ? bytes : 0;
+    }();
+    return rows_in_smem_bytes(Vp) + 1024 <= (size_t)optin;
+}
+static void rows_in_smem_launch(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
+                                bool write_dlogits, cudaStream_t stream) {
+    const size_t smem = rows_in_smem_bytes(Vp);
+    static size_t smem_set = 0;  // the kernel's opt-in, raised once to the largest row seen
+    if (smem > smem_set) {
+        cudaCheck(cudaFuncSetAttribute(fused_classifier_rows_in_smem, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem));
+        smem_set = smem;
+    }
+    static const int sms = current_sm_count();
+    fused_classifier_rows_in_smem<<<std::min(N, sms), CLASSIFIER_BLOCK, smem, stream>>>(logits, losses, targets, dloss,
+                                                                                      N, V, Vp, write_dlogits);
+}
 
 static void run_shape(lab::Lab& L, int N, int V, int Vp) {
     const std::string shape = lab::Lab::strprintf(" N=%d V=%d Vp=%d", N, V, Vp);
@@ -53,12 +136,10 @@ static void run_shape(lab::Lab& L, int N, int V, int Vp) {
     };
     // fp32 losses from the same bf16 logits: only the order of the sums differs
     const lab::Tol loss_tol = {1e-4, 1e-4};
-    // Every row's loss, besides the sampled rows' against the CPU: the loss-only block-per-row kernel
-    // (variant 1, checked against the CPU below) over all N rows, as a GPU reference for the others
+    // Every row's loss, besides the sampled rows' against the CPU: the shipped kernel's losses over all
+    // N rows (its loss-only run, checked against the CPU below), as a GPU reference for the others
     reset();
-    fused_classifier_block_per_row<<<N, CLASSIFIER_BLOCK, 0, L.stream()>>>(d_logits, d_losses, d_targets, dloss, V, Vp,
-                                                                          false);
-    cudaCheckLaunch();
+    fused_classifier(d_logits, d_losses, d_targets, dloss, N, V, Vp, false, L.stream());
     const std::vector<float> all_losses = d_losses.download();
     auto check_losses = [&] {
         bool ok = L.check(d_losses, ref_losses, loss_tol, rows, 1);
@@ -70,24 +151,22 @@ static void run_shape(lab::Lab& L, int N, int V, int Vp) {
     };
     const double bytes = 2.0 * NV * sizeof(floatX) + 8.0 * N, flops = 6.0 * N * V;
     const std::string op = "fused_classifier" + shape;
-    // variant 0: the launcher (rows in shared memory where they fit); 1: one block per row from global
-    // memory, as shipped before (and the launcher's path where rows do not fit)
+    // variant 1 only where two rows fit in shared memory (sm_90, bf16 up to Vp ~ 58K)
+    const int variants = rows_fit_smem(Vp) ? 2 : 1;
     auto launch = [&](int variant, bool write_dlogits) {
-        if (variant == 0) {
-            fused_classifier(d_logits, d_losses, d_targets, dloss, N, V, Vp, write_dlogits, L.stream());
-        } else {
-            fused_classifier_block_per_row<<<N, CLASSIFIER_BLOCK, 0, L.stream()>>>(d_logits, d_losses, d_targets,
-                                                                                  dloss, V, Vp, write_dlogits);
-        }
+        if (variant == 0) fused_classifier(d_logits, d_losses, d_targets, dloss, N, V, Vp, write_dlogits, L.stream());
+        else rows_in_smem_launch(d_logits, d_losses, d_targets, dloss, N, V, Vp, write_dlogits, L.stream());
     };
-    const char* names[] = {classifier_rows_fit_smem(Vp) ? "shipped (rows in smem)" : "shipped (block per row)",
-                           "block per row (shipped before)"};
-    for (int variant = 0; variant < 2; variant++)
+    const char* names[] = {"shipped (block per row)", "rows in smem"};
+    if (variants < 2 && L.selected(1))
+        printf("  %s | 1 %s: skipped, two rows of %zu bytes do not fit in this device's shared memory\n", op.c_str(),
+               names[1], rows_in_smem_bytes(Vp) / 2);
+    for (int variant = 0; variant < variants; variant++)
         L.run(op, variant, names[variant], bytes, flops, lab::Bound::Memory, reset, [&] { launch(variant, true); },
               check);
     // validation: losses only, the logits must stay as they were
     const std::vector<float> logits_as_read = logits_rows;
-    for (int variant = 0; variant < 2; variant++)
+    for (int variant = 0; variant < variants; variant++)
         L.run("fused_classifier(loss only)" + shape, variant, names[variant], (double)N * V * sizeof(floatX) + 8.0 * N,
               4.0 * N * V, lab::Bound::Memory, reset, [&] { launch(variant, false); },
               [&] {
