@@ -91,7 +91,7 @@ if [ -f "$REF_DEBUG" ] && ! missing build/test_gpt2cu; then
     if [ $rc -eq 0 ]; then row PASS "test_gpt2cu, Llama GQA vs PyTorch" "$last"
     else row FAIL "test_gpt2cu, Llama GQA vs PyTorch" "rc $rc: $last; first: $(grep -m 1 '^FAIL' "$log")"; fi
     for what in "loss trajectory " "loss trajectory reproducible"; do
-        line=$(grep -E "^(ok|FAIL) +$what" "$log" | head -n 1)
+        line=$(grep -E "^(ok|FAIL) +$what" "$log" | head -n 1 | tr -s ' ')
         row INFO "  $what" "${line:-not printed}"
     done
     row INFO "  spread over seeds" "$(grep -m 1 'other rounding seeds' "$log" | sed 's/^ *//')"
