@@ -33,6 +33,11 @@
 //   op whose inputs are bf16 sees that on each input; 2e-2 is ~10 roundings' worth.
 // - vs PyTorch, end to end through 12 layers: errors of ~25 rounded activations compound, and
 //   small gradient tensors (biases, LayerNorm) are sums of many such terms.
+// - traj, the 10 AdamW steps' losses (bf16): not a rounding bound but one draw of a chaotic sum:
+//   the steps follow the same batch down fast (a step can move the loss 10%), so a parameter a
+//   fraction of a step behind moves a loss by percents, and any change of a rounding (the order of
+//   the dQ atomics, the stochastic-rounding seed) draws again. The test runs it deterministically
+//   and prints its spread over 8 other seeds; 5e-2 is to be set against that spread once measured.
 struct Tolerances {
     float op, logits, loss, grad, traj;
 };
@@ -152,20 +157,57 @@ static void test_vs_pytorch(const char* model_path, const char* debug_path, cons
     for (size_t k = pad0; k < pad1; k++) pad_max = std::max(pad_max, (double)std::fabs(grads[k]));
     report("grad wte padded rows are zero", pad_max, 0.0, "max |g|    ");
 
-    // the state's AdamW steps on the same batch (grads from a fresh forward/backward each step)
+    // The state's AdamW steps on the same batch (grads from a fresh forward/backward each step), with
+    // the fixed-order attention backward (--deterministic 1) rather than the default dQ atomics, so
+    // the check is the same bits on every run of a binary: with the atomics the bf16 trajectory moved
+    // between runs (a Llama d12 with 4 KV heads: 6.4e-3 on one run, 5.036e-2 on another), and a check
+    // that passes or fails by the order of the atomics measures them, not the model. The one-step
+    // logits, loss and gradients above ran the default backward; (b) checks both against the CPU.
+    // Each step's loss error is still one draw of the bf16 roundings (a rounding changed anywhere,
+    // e.g. another stochastic-rounding seed, moves it): the trajectory is rerun at 8 other seeds and
+    // their spread printed, which is what TOL.traj has to cover (see TOL).
+    model.deterministic = true;
     const OptimizerSettings o{ref.lr, ref.beta1, ref.beta2, ref.eps, ref.weight_decay, ref.grad_clip};
-    double worst = 0.0;
-    for (int s = 0; s < ref.num_steps; s++) {
-        gpt2_zero_grads(model, ctx);
-        gpt2_upload_batch(model, ref.inputs.data(), ref.targets.data(), B, T, true, ctx);
-        gpt2_forward(model, B, T, ctx);
-        const float l = gpt2_loss(model, B, T, 1.0f / N, true, ctx);
-        gpt2_backward(model, B, T, ctx);
-        const float norm = gpt2_update(model, o, ctx);
-        printf("     step %d loss gpu %.6f ref %.6f (norm %.4f)\n", s, l, ref.losses[s], norm);
-        worst = std::max(worst, (double)std::fabs(l - ref.losses[s]) / ref.losses[s]);
+    const size_t k = (size_t)(model.opt_end - model.opt_begin);
+    // the losses of the state's steps from the initial parameters and a fresh optimizer, rounding seed `seed`
+    auto trajectory = [&](uint64_t seed, bool print) {
+        gpt2_set_params(model, host.data());
+        cudaCheck(cudaMemset(model.m_memory, 0, k * sizeof(float)));
+        cudaCheck(cudaMemset(model.v_memory, 0, k * sizeof(float)));
+        model.step = 0;
+        model.sr_seed = seed;
+        std::vector<float> losses(ref.num_steps);
+        for (int s = 0; s < ref.num_steps; s++) {
+            gpt2_zero_grads(model, ctx);
+            gpt2_upload_batch(model, ref.inputs.data(), ref.targets.data(), B, T, true, ctx);
+            gpt2_forward(model, B, T, ctx);
+            losses[s] = gpt2_loss(model, B, T, 1.0f / N, true, ctx);
+            gpt2_backward(model, B, T, ctx);
+            const float norm = gpt2_update(model, o, ctx);
+            if (print) printf("     step %d loss gpu %.6f ref %.6f (norm %.4f)\n", s, losses[s], ref.losses[s], norm);
+        }
+        return losses;
+    };
+    auto worst_of = [&](const std::vector<float>& losses) {
+        double worst = 0.0;
+        for (int s = 0; s < ref.num_steps; s++)
+            worst = std::max(worst, (double)std::fabs(losses[s] - ref.losses[s]) / ref.losses[s]);
+        return worst;
+    };
+    const uint64_t seed0 = model.sr_seed;
+    const std::vector<float> losses = trajectory(seed0, true);
+    report("loss trajectory", worst_of(losses), TOL.traj, "max rel err");
+    const std::vector<float> again = trajectory(seed0, false);
+    report("loss trajectory reproducible (same bits)", memcmp(losses.data(), again.data(), losses.size() * 4) != 0, 0.0,
+           "differs    ");
+    if (HAS_MASTER) {  // the spread over rounding seeds (printed, not checked)
+        std::vector<double> spread;
+        for (uint64_t s = 1; s <= 8; s++)
+            spread.push_back(worst_of(trajectory(seed0 ^ (s * 0x9E3779B97F4A7C15ull), false)));
+        std::sort(spread.begin(), spread.end());
+        printf("     loss trajectory max rel err at 8 other rounding seeds: min %.3e median %.3e max %.3e\n",
+               spread.front(), 0.5 * (spread[3] + spread[4]), spread.back());
     }
-    report("loss trajectory", worst, TOL.traj, "max rel err");
     gpt2_free(model);
 }
 

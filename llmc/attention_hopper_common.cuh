@@ -28,7 +28,7 @@ namespace attention_hopper_detail {
 using namespace attention_detail;
 
 // ============================================================================ mbarrier, TMA, wgmma
-// mbar_init, mbar_expect_tx, mbar_arrive, mbar_wait and bulk_load: llmc/cuda_common.cuh
+// mbar_init, mbar_expect_tx, mbar_arrive and mbar_wait: llmc/cuda_common.cuh
 // One box of the tensor map (64 columns x 64 rows of one sequence) into smem, completing on `bar`.
 __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int col, int row, int seq, uint32_t bar) {
     asm volatile(

@@ -164,10 +164,12 @@ __device__ inline void prefetch_l2(const void* p) {
 }
 
 // ---------------------------------------------------------------- mbarriers and bulk copies (sm_90)
-// The copy engine's plain bulk copies (cp.async.bulk) into shared memory, completing on an mbarrier,
-// used by the Hopper attention kernels (llmc/attention_hopper_common.cuh) and the fused classifier.
+// mbarriers with transaction counts, on which the copy engine's bulk copies into shared memory
+// complete: used by the Hopper attention kernels (llmc/attention_hopper_common.cuh, its tma_load),
+// and with the plain bulk copy below by the FP8 classifier (llmc/fused_classifier.cuh, rows in shared
+// memory) and the persistent decode step (llmc/decode_persistent.cuh).
 // Addresses are shared-window ones (__cvta_generic_to_shared). Device code for sm_90 and later only:
-// a kernel that uses them guards its body with LLMC_HAS_BULK_COPY.
+// a kernel that uses them outside an sm_90a-only build guards its body with LLMC_HAS_BULK_COPY.
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 #define LLMC_HAS_BULK_COPY 1
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
@@ -198,7 +200,6 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
                  "l"(src), "r"(bytes), "r"(bar)
                  : "memory");
 }
-
 #else
 #define LLMC_HAS_BULK_COPY 0
 #endif

@@ -237,6 +237,24 @@ inline void fp8_amax(const floatX* in, size_t n, Fp8Meta* meta, cudaStream_t str
 // four 16-row groups a warp reads 8 banks apart.
 constexpr int FP8_T_TILE = 64, FP8_T_BLOCK = 256, FP8_T_PITCH = FP8_T_TILE + 2;
 
+// The store above, shared with the fused casts (llmc/fp8_fused.cuh): the block's (64, 64) FP8 tile
+// of input rows r0.., columns c0.. into out_t (C, R) as its rows c0.., columns r0..; thread t writes
+// tile column t / 4, rows 16 * (t % 4) .. +15, as one 16-byte store. After the barrier that
+// completes the tile.
+__device__ __forceinline__ void fp8_tile_store_transposed(uint8_t* __restrict__ out_t,
+                                                          const uint8_t (&tile)[FP8_T_TILE][FP8_T_PITCH], int R,
+                                                          int r0, int c0) {
+    static_assert(FP8_T_BLOCK == 4 * FP8_T_TILE, "four threads a tile column, 16 rows each");
+    const int c = threadIdx.x / 4, rs = (threadIdx.x % 4) * 16;
+    uint4 w;
+    uint32_t* wb = reinterpret_cast<uint32_t*>(&w);
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+        wb[q] = (uint32_t)tile[rs + 4 * q][c] | ((uint32_t)tile[rs + 4 * q + 1][c] << 8) |
+                ((uint32_t)tile[rs + 4 * q + 2][c] << 16) | ((uint32_t)tile[rs + 4 * q + 3][c] << 24);
+    *reinterpret_cast<uint4*>(out_t + (int64_t)(c0 + c) * R + r0 + rs) = w;
+}
+
 // col_scale: one scale per input column (fp8_cast_transpose_colwise; meta unused), else meta->scale.
 template <Fp8Format F, bool AMAX, bool STRAIGHT>
 static __global__ void __launch_bounds__(FP8_T_BLOCK)
@@ -271,14 +289,7 @@ static __global__ void __launch_bounds__(FP8_T_BLOCK)
         if (STRAIGHT) *reinterpret_cast<Fp8Pack*>(out + (int64_t)(r0 + r) * C + c0 + p * P) = o;
     }
     __syncthreads();
-    const int c = threadIdx.x / 4, rs = (threadIdx.x % 4) * 16;
-    uint4 w;
-    uint32_t* wb = reinterpret_cast<uint32_t*>(&w);
-#pragma unroll
-    for (int q = 0; q < 4; q++)
-        wb[q] = (uint32_t)tile[rs + 4 * q][c] | ((uint32_t)tile[rs + 4 * q + 1][c] << 8) |
-                ((uint32_t)tile[rs + 4 * q + 2][c] << 16) | ((uint32_t)tile[rs + 4 * q + 3][c] << 24);
-    *reinterpret_cast<uint4*>(out_t + (int64_t)(c0 + c) * R + r0 + rs) = w;
+    fp8_tile_store_transposed(out_t, tile, R, r0, c0);
     if (AMAX) amax_block_commit(meta, amax);
 }
 

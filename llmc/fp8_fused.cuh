@@ -87,14 +87,7 @@ static __global__ void __launch_bounds__(FP8_T_BLOCK)
             if (COLSUM) store128(&vals[r][p * P], v[j]);
         }
         __syncthreads();
-        const int c = threadIdx.x / 4, rs = (threadIdx.x % 4) * 16;
-        uint4 w;
-        uint32_t* wb = reinterpret_cast<uint32_t*>(&w);
-#pragma unroll
-        for (int q = 0; q < 4; q++)
-            wb[q] = (uint32_t)tile[rs + 4 * q][c] | ((uint32_t)tile[rs + 4 * q + 1][c] << 8) |
-                    ((uint32_t)tile[rs + 4 * q + 2][c] << 16) | ((uint32_t)tile[rs + 4 * q + 3][c] << 24);
-        *reinterpret_cast<uint4*>(out_t + (int64_t)(c0 + c) * R + r0 + rs) = w;
+        fp8_tile_store_transposed(out_t, tile, R, r0, c0);
         if (COLSUM && threadIdx.x < FP8_T_TILE)
 #pragma unroll 16
             for (int r = 0; r < FP8_T_TILE; r++) colsum += to_float(vals[r][threadIdx.x]);

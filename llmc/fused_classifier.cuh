@@ -65,8 +65,10 @@ __device__ inline void classifier_row(void* out, float* loss, const floatX* x, i
     }
 }
 
-// Rows through shared memory, read from DRAM once (the shipped kernel where two rows fit in shared
-// memory: bf16 up to Vp ~ 58K, the GPT-2 vocabularies; sm_90). A persistent grid of one block of
+// Rows through shared memory, read from DRAM once (the FP8 head's classifier, fused_classifier_fp8,
+// which needs the row in shared memory to write its FP8 gradient in place; the bf16 gradient's is
+// the lab's variant 1, dev/cuda/fused_classifier.cu: it measured no faster than the block-per-row
+// kernel, see below). Two rows must fit in shared memory: bf16 up to Vp ~ 58K; sm_90. A persistent grid of one block of
 // CLASSIFIER_BLOCK threads a SM, block b takes rows b, b + grid, ...; two row buffers: while the
 // block works on row i from one, the copy engine brings row i + grid into the other (one
 // cp.async.bulk of Vp * sizeof(floatX) bytes, 100.6 KB at Vp 50304, completing on an mbarrier), so
@@ -75,8 +77,9 @@ __device__ inline void classifier_row(void* out, float* loss, const floatX* x, i
 // memory; the gradient goes back to the row in global memory.
 // DRAM: N * Vp * sizeof(floatX) read and (with write_dlogits) as much written, 13.2 GB at
 // B*T = 65536, Vp 50304: 3.3 ms at the 4.0 TB/s copy; ~2.1 exp a logit (SFU: ~3.4 us a row a SM
-// against ~6.6 us of the SM's share of DRAM): memory-bound. H200 (2026-12-03): 4.289 ms, 76.9% of the copy, no faster than
-// fused_classifier_block_per_row (4.259 ms, 77.4%; loss only 2.319 vs 2.201 ms): to go back to a lab variant.
+// // against ~6.6 us of the SM's share of DRAM): memory-bound. H200 (2026-12-03), bf16 gradient: 4.289 ms,
+// 76.9% of the copy, no faster than fused_classifier_block_per_row (4.259 ms, 77.4%; loss only 2.319 vs
+// 2.201 ms), which fused_classifier ships.
 // FP8 OUT (fused_classifier_fp8): row r's gradient goes to out8 + r * out8_pitch bytes (in place: the
 // logits themselves, pitch 2 Vp: inside the row's own bf16 bytes, which are in shared memory by
 // then), and block 0 sets fp8_meta's scale and scale_inv for the matmuls that read it.
@@ -164,16 +167,20 @@ inline void classifier_smem_optin(int Vp) {
 inline void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
                              bool write_dlogits, cudaStream_t stream) {
     if (Vp % x128::size != 0) fail("fused_classifier: padded vocab %d is not a multiple of %d", Vp, x128::size);
-    if (classifier_rows_fit_smem(Vp)) {
-        classifier_smem_optin<ClassifierOut::FLOATX>(Vp);
-        static const int sms = current_sm_count();
-        fused_classifier_rows_in_smem<ClassifierOut::FLOATX><<<std::min(N, sms), CLASSIFIER_BLOCK,
-                                                               classifier_smem_bytes(Vp), stream>>>(
-            logits, losses, targets, dloss, N, V, Vp, write_dlogits);
-    } else {
-        fused_classifier_block_per_row<<<N, CLASSIFIER_BLOCK, 0, stream>>>(logits, losses, targets, dloss, V, Vp,
-                                                                           write_dlogits);
-    }
+    fused_classifier_block_per_row<<<N, CLASSIFIER_BLOCK, 0, stream>>>(logits, losses, targets, dloss, V, Vp,
+                                                                       write_dlogits);
+    cudaCheckLaunch();
+}
+
+// fused_classifier through fused_classifier_rows_in_smem (the lab's variant 1; the caller checks
+// classifier_rows_fit_smem).
+inline void fused_classifier_rows_in_smem_forward(floatX* logits, float* losses, const int* targets, float dloss,
+                                                  int N, int V, int Vp, bool write_dlogits, cudaStream_t stream) {
+    classifier_smem_optin<ClassifierOut::FLOATX>(Vp);
+    static const int sms = current_sm_count();
+    fused_classifier_rows_in_smem<ClassifierOut::FLOATX><<<std::min(N, sms), CLASSIFIER_BLOCK,
+                                                           classifier_smem_bytes(Vp), stream>>>(
+        logits, losses, targets, dloss, N, V, Vp, write_dlogits);
     cudaCheckLaunch();
 }
 

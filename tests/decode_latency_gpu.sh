@@ -35,19 +35,11 @@
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-LAB=${LAB_BUILD:-dev/cuda/build}
-GEN=${GEN:-build/generate}
-for b in $GEN build/generate_fp32 build/generate_cpu $LAB/gemv $LAB/attention_decode $LAB/layernorm; do
-    [ -x "$b" ] || { echo "error: $b is missing (build it first: see the top of $0)"; exit 1; }
-done
-parts=(); bad=0
-part() {  # part NAME STATUS
-    if [ "$2" -eq 0 ]; then parts+=("PASS  $1"); else parts+=("FAIL  $1 (rc $2)"); bad=1; fi
-}
-t0=$SECONDS
+ALL_PARTS="1 2 3 4 5"
+. tests/decode_common.sh  # LAB, GEN, need, want, part, ran, summary
+need "$GEN" build/generate_fp32 build/generate_cpu $LAB/gemv $LAB/attention_decode $LAB/layernorm
 : > "$OUT/norms.txt"
 
-want() { [[ " ${PARTS:-1 2 3 4 5} " == *" $1 "* ]]; }
 if want 1; then
 echo "==== 1. GEMV lab"
 timeout 150 $LAB/gemv --reps 10 > "$OUT/gemv.txt" 2>&1; st=$?
@@ -105,7 +97,6 @@ echo "  [$((SECONDS - t1)) s]"
 
 echo
 fi
-ran() { [ -s "$1" ] || { echo "  (not run: PARTS)"; return 1; }; }  # a summary's input, from a part this run ran
 echo "==== GEMV lab, ms: shipped (0) vs before the latency work (5; fused ops: 2)"
 ran "$OUT/gemv.txt" && awk -F' [|] ' '/^gemv/ && NF >= 6 {
     split($2, v, " "); key = $1; if (!(key in seen)) { seen[key] = 1; order[++n] = key }
@@ -165,6 +156,4 @@ ran "$OUT/bench.txt" && awk '/BENCH_GEN/ {
                (t[b, "01"] == "" ? "-" : t[b, "01"]) }
 }' "$OUT/bench.txt"
 echo
-echo "==== decode_latency_gpu summary ($((SECONDS - t0)) s, logs in $OUT)"
-for p in "${parts[@]}"; do echo "$p"; done
-[ $bad -eq 0 ]
+summary decode_latency_gpu

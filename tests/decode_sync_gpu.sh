@@ -33,17 +33,9 @@ cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-build/decode_sync}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-LAB=${LAB_BUILD:-dev/cuda/build}
-GEN=${GEN:-build/generate}
-for b in $GEN build/generate_fp32 build/generate_cpu $LAB/gemv $LAB/attention_decode; do
-    [ -x "$b" ] || { echo "error: $b is missing (build it first: see the top of $0)"; exit 1; }
-done
-parts=(); bad=0
-part() {  # part NAME STATUS
-    if [ "$2" -eq 0 ]; then parts+=("PASS  $1"); else parts+=("FAIL  $1 (rc $2)"); bad=1; fi
-}
-t0=$SECONDS
-want() { [[ " ${PARTS:-1 2 3 4} " == *" $1 "* ]]; }
+ALL_PARTS="1 2 3 4"
+. tests/decode_common.sh  # LAB, GEN, need, want, part, ran, summary
+need "$GEN" build/generate_fp32 build/generate_cpu $LAB/gemv $LAB/attention_decode
 
 if want 1; then
 echo "==== 1. GEMV lab, fused ops (variant 3: the folded argmax)"
@@ -121,7 +113,6 @@ echo "  [$((SECONDS - t1)) s]"
 fi
 
 echo
-ran() { [ -s "$1" ] || { echo "  (not run: PARTS)"; return 1; }; }
 echo "==== GEMV lab: norm+lm_head, ms: 0 shipped, 3 with the folded argmax"
 ran "$OUT/gemv.txt" && grep -E "norm\+lm_head" "$OUT/gemv.txt" | grep -E "\| (0|3) " | grep -v "moves" | head -16
 echo
@@ -163,6 +154,4 @@ ran "$OUT/bench.txt" && awk '/BENCH_GEN/ {
     print "  " r
 }' "$OUT/bench.txt"
 echo
-echo "==== decode_sync_gpu summary ($((SECONDS - t0)) s, logs in $OUT)"
-for p in "${parts[@]}"; do echo "$p"; done
-[ $bad -eq 0 ]
+summary decode_sync_gpu

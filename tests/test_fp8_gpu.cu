@@ -271,8 +271,20 @@ static void test_linear(GPT2& model, int k, const char* name, bool gelu, bool dg
 // cast applies GELU' and sums fc's bias gradient. As test_linear's delayed recipe: a first pass
 // (current scaling, separate GELU passes) sets the scales, the second runs fused and is checked.
 // The reference takes the GPU's pre-activation and d(GELU output) (the matmuls before them are
-// checked on their own) and llmc/cpu/gelu.h; the two scales that come from GELU values (fcproj's X,
-// fc's dY) within 1% of the CPU's (the GPU's GELU may round an element one bf16 step apart).
+// checked on their own), and the GELU output and d(pre-activation) the casts read from the unfused
+// GPU kernels (gelu_forward, gelu_backward_inplace), each checked against llmc/cpu/gelu.h first.
+// Why not the CPU's GELU: the GPU's tanhf is tanh.approx.f32 (--use_fast_math; ~2^-11 relative)
+// and its products group differently, so some of its bf16 values sit one bf16 step from the CPU's;
+// where such a pair straddles an FP8 rounding midpoint (~1 pair in 16 for e4m3, 32 for e5m2: the
+// bf16 steps in one FP8 step) the cast operand moves a whole FP8 step (up to 12.5% or 25% of the
+// element), and the matmul spreads that over a row of outputs: at N = 192 one fc input gradient
+// element in 24,576 landed outside 2^-7 |ref| + 2% rms (twenty-second run), a small output beside
+// one large flipped operand, which no tolerance on the outputs' scale can absorb. The unfused
+// kernels run the same device functions with the same bf16 rounding as the fused casts
+// (llmc/fp8_fused.cuh), so the reference's FP8 operands are the GPU's bit for bit, and so are the
+// two GELU-derived scales (fcproj's X, fc's dY): the first pass took their amaxes from these same
+// kernels' outputs of the same inputs. What is left is test_linear's: fp32 accumulation and the
+// bf16 output rounding, inside the same tolerance.
 static void test_mlp(GPT2& model, int N, Rng& rng, const CudaContext& ctx) {
     GPT2Fp8& f = model.fp8;
     const int C = f.cin[FP8_FC], H = f.oc[FP8_FC];
@@ -313,19 +325,29 @@ static void test_mlp(GPT2& model, int N, Rng& rng, const CudaContext& ctx) {
     const Fp8Format e4 = Fp8Format::E4M3;
     const Quantized xq = quantize(x, N, C, e4, Grain::TENSOR), w1q = quantize(w1, H, C, e4, Grain::TENSOR);
     const Quantized w2q = quantize(w2, C, H, e4, Grain::TENSOR), dyq = quantize(dy, N, C, f.set.grad, Grain::TENSOR);
-    std::vector<float> act((size_t)N * H), dpre((size_t)N * H, 0.0f);
-    cpu::gelu_forward(act.data(), pre.data(), act.size());
-    for (float& a : act) a = bf16_to_float(float_to_bf16(a));  // the bf16 GELU output the cast reads
-    cpu::gelu_backward(dpre.data(), pre.data(), dact.data(), dpre.size());
-    for (float& d : dpre) d = bf16_to_float(float_to_bf16(d));
+    // the bf16 GELU output and d(pre-activation) the casts read (see above), against the CPU's GELU
+    floatX* d_gelu = poisoned((size_t)N * H);
+    gelu_forward(d_gelu, d_pre, (int64_t)N * H, ctx.stream);
+    cudaCheck(cudaStreamSynchronize(ctx.stream));
+    const std::vector<float> act = device_to_float(d_gelu, (size_t)N * H);
+    cudaCheck(cudaMemcpy(d_gelu, d_dact, (size_t)N * H * sizeof(floatX), cudaMemcpyDeviceToDevice));
+    gelu_backward_inplace(d_gelu, d_pre, (int64_t)N * H, ctx.stream);
+    cudaCheck(cudaStreamSynchronize(ctx.stream));
+    const std::vector<float> dpre = device_to_float(d_gelu, (size_t)N * H);
+    cudaCheck(cudaFree(d_gelu));
+    std::vector<float> act_cpu((size_t)N * H), dpre_cpu((size_t)N * H, 0.0f);
+    cpu::gelu_forward(act_cpu.data(), pre.data(), act_cpu.size());
+    cpu::gelu_backward(dpre_cpu.data(), pre.data(), dact.data(), dpre_cpu.size());
+    check("GELU output (gelu_forward)", act, act_cpu);
+    check("dGELU (gelu_backward)", dpre, dpre_cpu);
     const Quantized actq = quantize(act, N, H, e4, Grain::TENSOR), dpreq = quantize(dpre, N, H, f.set.grad, Grain::TENSOR);
-    // the scales the fused casts used (set by the first pass) against the CPU's
+    // the scales the fused casts used (set by the first pass) against the CPU's, bit for bit
     const struct { Fp8Role role; int k; float want; const char* what; } scales[2] = {
         {FP8_X, FP8_FCPROJ, actq.scale[0], "fcproj X (GELU output)"}, {FP8_DY, FP8_FC, dpreq.scale[0], "fc dY (dGELU)"}};
     for (const auto& sc : scales) {
         Fp8Meta m;
         cudaCheck(cudaMemcpy(&m, fp8_meta(f, sc.role, 0, sc.k), sizeof(Fp8Meta), cudaMemcpyDeviceToHost));
-        const bool ok = std::fabs(m.scale / sc.want - 1.0f) < 1e-2f;
+        const bool ok = m.scale == sc.want && m.scale_inv == 1.0f / sc.want;
         printf("  scale of %-22s %.6g (cpu %.6g) %s\n", sc.what, m.scale, sc.want, ok ? "ok" : "FAIL");
         if (!ok) failures++;
     }

@@ -134,6 +134,41 @@ static bool check_amax(const lab::DevBuf<Fp8Meta>& meta, float amax_ref) {
     return ok;
 }
 
+// The CPU's cast of x (R, C) at `scale`: the straight bytes, the transposed ones (C, R) where asked,
+// and the Fp8Meta as fp8_meta_init leaves it with that scale (the casts read it as given).
+struct CastRef {
+    std::vector<uint8_t> out, out_t;
+    std::vector<Fp8Meta> meta0;  // (1), for DevBuf::upload
+};
+static CastRef cast_reference(const std::vector<float>& x, int R, int C, bool transposed, Fp8Format f, float scale) {
+    const cpu::Fp8Format cf = fp8_cpu_format(f);
+    const size_t n = (size_t)R * C;
+    CastRef ref;
+    ref.out.resize(n);
+    ref.out_t.resize(transposed ? n : 0);
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) ref.out[i] = cpu::fp8_cast(x[i], scale, cf);
+    if (transposed) {
+#pragma omp parallel for
+        for (int c = 0; c < C; c++)
+            for (int r = 0; r < R; r++) ref.out_t[(size_t)c * R + r] = ref.out[(size_t)r * C + c];
+    }
+    ref.meta0.resize(1);
+    memset(ref.meta0.data(), 0, sizeof(Fp8Meta));
+    ref.meta0[0].scale = scale;
+    ref.meta0[0].scale_inv = 1.0f / scale;
+    ref.meta0[0].fp8_max = fp8_format_max(f);
+    return ref;
+}
+// Both copies of a transposing cast that also writes the straight output, and its amax.
+static bool check_both_copies(const CastRef& ref, const lab::DevBuf<uint8_t>& out_t, const lab::DevBuf<uint8_t>& out,
+                              const lab::DevBuf<Fp8Meta>& meta, float amax_ref, const std::vector<float>& x, int R,
+                              int C) {
+    bool ok = check_bytes(out_t, ref.out_t, x, true, R, C);
+    ok = check_bytes(out, ref.out, x, false, R, C) && ok;
+    return check_amax(meta, amax_ref) && ok;
+}
+
 struct Shape {
     std::string name;
     int R, C;           // (R, C) row-major; R = 1 for the 1-D tail shape
@@ -159,27 +194,14 @@ static void run_shape(lab::Lab& L, const Shape& s, Fp8Format f, const std::vecto
     float amax_ref = 0.0f;
     for (float v : x) amax_ref = std::max(amax_ref, std::fabs(v));  // never NaN here; +inf in every_bf16
     const float scale = fixed_scale > 0 ? fixed_scale : cpu::fp8_scale_from_amax(amax_ref, cf, 0, 1.0f);
-    std::vector<uint8_t> ref(n), ref_t(s.transposable ? n : 0);
-#pragma omp parallel for
-    for (size_t i = 0; i < n; i++) ref[i] = cpu::fp8_cast(x[i], scale, cf);
-    if (s.transposable) {
-#pragma omp parallel for
-        for (int c = 0; c < s.C; c++)
-            for (int r = 0; r < s.R; r++) ref_t[(size_t)c * s.R + r] = ref[(size_t)r * s.C + c];
-    }
+    const CastRef cref = cast_reference(x, s.R, s.C, s.transposable, f, scale);
 
     lab::DevBuf<floatX> d_x(n, "x");
     lab::DevBuf<uint8_t> d_out(n, "out"), d_out_t(s.transposable ? n : 1, "out_t");
     lab::DevBuf<Fp8Meta> d_meta(1, "meta");
     d_x.upload(x);
-    // The meta as fp8_meta_init leaves it, with the reference's scale: the casts read it as given.
-    std::vector<Fp8Meta> meta0(1);
-    memset(meta0.data(), 0, sizeof(Fp8Meta));
-    meta0[0].scale = scale;
-    meta0[0].scale_inv = 1.0f / scale;
-    meta0[0].fp8_max = fp8_format_max(f);
     const size_t amax_offset = offsetof(Fp8Meta, amax_bits);
-    auto reset_meta = [&] { d_meta.upload(meta0); };
+    auto reset_meta = [&] { d_meta.upload(cref.meta0); };
     auto zero_amax = [&] { cudaCheck(cudaMemsetAsync((char*)d_meta.get() + amax_offset, 0, 4, L.stream())); };
 
     const std::string op = lab::Lab::strprintf("fp8_cast %s %s", fp8_format_name(f), s.name.c_str());
@@ -187,7 +209,7 @@ static void run_shape(lab::Lab& L, const Shape& s, Fp8Format f, const std::vecto
     L.run(op, 0, "shipped cast+amax", bytes, flops, lab::Bound::Memory,
           [&] { reset_meta(); d_out.poison(L.stream()); },
           [&] { fp8_cast(d_out, d_x, n, f, d_meta, true, L.stream()); },
-          [&] { return check_bytes(d_out, ref, x, false, s.R, s.C) && check_amax(d_meta, amax_ref); });
+          [&] { return check_bytes(d_out, cref.out, x, false, s.R, s.C) && check_amax(d_meta, amax_ref); });
     if (fixed_scale <= 0) {
         // current scaling end to end: the scale comes out of the amax pass and the update kernel,
         // and must equal cpu::fp8_scale_from_amax bit for bit (else the bytes differ too)
@@ -211,13 +233,13 @@ static void run_shape(lab::Lab& L, const Shape& s, Fp8Format f, const std::vecto
                                   float_bits(m.amax_history[0]) == float_bits(amax_ref);
                   printf("    %-10s scale %.9g (want %.9g), scale_inv %.9g (want %.9g), history[0] %g  %s\n", "meta",
                          m.scale, scale, m.scale_inv, 1.0f / scale, m.amax_history[0], ok ? "ok" : "FAIL");
-                  return check_bytes(d_out, ref, x, false, s.R, s.C) && ok;
+                  return check_bytes(d_out, cref.out, x, false, s.R, s.C) && ok;
               });
     }
     L.run(op, 2, "cast, no amax", bytes, flops, lab::Bound::Memory,
           [&] { reset_meta(); d_out.poison(L.stream()); },
           [&] { fp8_cast(d_out, d_x, n, f, d_meta, false, L.stream()); },
-          [&] { return check_bytes(d_out, ref, x, false, s.R, s.C); });
+          [&] { return check_bytes(d_out, cref.out, x, false, s.R, s.C); });
     if (s.C % x128::size == 0 && s.C <= FP8_ROWWISE_MAX_C) {
         // rowwise: scale[r] from row r's amax
         std::vector<float> row_scale(s.R);
@@ -250,15 +272,11 @@ static void run_shape(lab::Lab& L, const Shape& s, Fp8Format f, const std::vecto
     L.run(op, 3, "transposed cast+amax", bytes, flops, lab::Bound::Memory,
           [&] { reset_meta(); d_out_t.poison(L.stream()); },
           [&] { fp8_cast_transpose(d_out_t, nullptr, d_x, s.R, s.C, f, d_meta, true, L.stream()); },
-          [&] { return check_bytes(d_out_t, ref_t, x, true, s.R, s.C) && check_amax(d_meta, amax_ref); });
+          [&] { return check_bytes(d_out_t, cref.out_t, x, true, s.R, s.C) && check_amax(d_meta, amax_ref); });
     L.run(op, 4, "transposed+straight+amax", (double)n * (sizeof(floatX) + 2), flops, lab::Bound::Memory,
           [&] { reset_meta(); d_out.poison(L.stream()); d_out_t.poison(L.stream()); },
           [&] { fp8_cast_transpose(d_out_t, d_out, d_x, s.R, s.C, f, d_meta, true, L.stream()); },
-          [&] {
-              bool ok = check_bytes(d_out_t, ref_t, x, true, s.R, s.C);
-              ok = check_bytes(d_out, ref, x, false, s.R, s.C) && ok;
-              return check_amax(d_meta, amax_ref) && ok;
-          });
+          [&] { return check_both_copies(cref, d_out_t, d_out, d_meta, amax_ref, x, s.R, s.C); });
 }
 
 // The fused casts of llmc/fp8_fused.cuh at (R, C) in format f: see the top.
@@ -294,12 +312,7 @@ static void run_fused(lab::Lab& L, const char* opname, Fp8Prologue pro, int R, i
     for (float v : x) amax_ref = std::max(amax_ref, std::fabs(v));
     // delayed scaling: a scale from an earlier amax, here 90% of this one's (some values saturate)
     const float scale = cpu::fp8_scale_from_amax(0.9f * amax_ref, cf, 0, 1.0f);
-    std::vector<uint8_t> ref(n), ref_t(n);
-#pragma omp parallel for
-    for (size_t i = 0; i < n; i++) ref[i] = cpu::fp8_cast(x[i], scale, cf);
-#pragma omp parallel for
-    for (int c = 0; c < C; c++)
-        for (int r = 0; r < R; r++) ref_t[(size_t)c * R + r] = ref[(size_t)r * C + c];
+    const CastRef cref = cast_reference(x, R, C, true, f, scale);
     std::vector<float> db_ref(with_bias ? C : 0);
     for (int c = 0; c < (int)db_ref.size(); c++) {
         double sum = 0.0;
@@ -307,21 +320,14 @@ static void run_fused(lab::Lab& L, const char* opname, Fp8Prologue pro, int R, i
         db_ref[c] = (float)(db0[c] + sum);
     }
 
-    std::vector<Fp8Meta> meta0(1);
-    memset(meta0.data(), 0, sizeof(Fp8Meta));
-    meta0[0].scale = scale;
-    meta0[0].scale_inv = 1.0f / scale;
-    meta0[0].fp8_max = fp8_format_max(f);
     auto reset = [&] {
-        d_meta.upload(meta0);
+        d_meta.upload(cref.meta0);
         d_out.poison(L.stream());
         d_out_t.poison(L.stream());
         if (with_bias) d_db.upload(db0);
     };
     auto check = [&] {
-        bool ok = check_bytes(d_out_t, ref_t, x, true, R, C);
-        ok = check_bytes(d_out, ref, x, false, R, C) && ok;
-        ok = check_amax(d_meta, amax_ref) && ok;
+        bool ok = check_both_copies(cref, d_out_t, d_out, d_meta, amax_ref, x, R, C);
         if (with_bias) {
             ok = L.check(d_db, db_ref) && ok;
             if (bias_bits) {
@@ -381,19 +387,9 @@ static void run_layernorm_fp8(lab::Lab& L, int R, int C, uint64_t seed) {
     float amax_ref = 0.0f;
     for (float v : x) amax_ref = std::max(amax_ref, std::fabs(v));
     const float scale = cpu::fp8_scale_from_amax(0.9f * amax_ref, cf, 0, 1.0f);  // delayed: an earlier amax
-    std::vector<uint8_t> ref(n), ref_t(n);
-#pragma omp parallel for
-    for (size_t i = 0; i < n; i++) ref[i] = cpu::fp8_cast(x[i], scale, cf);
-#pragma omp parallel for
-    for (int c = 0; c < C; c++)
-        for (int r = 0; r < R; r++) ref_t[(size_t)c * R + r] = ref[(size_t)r * C + c];
-    std::vector<Fp8Meta> meta0(1);
-    memset(meta0.data(), 0, sizeof(Fp8Meta));
-    meta0[0].scale = scale;
-    meta0[0].scale_inv = 1.0f / scale;
-    meta0[0].fp8_max = 448.0f;
+    const CastRef cref = cast_reference(x, R, C, true, Fp8Format::E4M3, scale);
     auto reset = [&] {
-        d_meta.upload(meta0);
+        d_meta.upload(cref.meta0);
         for (auto* o : {&d_out, &d_out_t}) o->poison(L.stream());
         d_res.poison(L.stream());
         d_mean.poison(L.stream());
@@ -406,9 +402,7 @@ static void run_layernorm_fp8(lab::Lab& L, int R, int C, uint64_t seed) {
         return bad == 0;
     };
     auto check = [&] {
-        bool ok = check_bytes(d_out_t, ref_t, x, true, R, C);
-        ok = check_bytes(d_out, ref, x, false, R, C) && ok;
-        ok = check_amax(d_meta, amax_ref) && ok;
+        bool ok = check_both_copies(cref, d_out_t, d_out, d_meta, amax_ref, x, R, C);
         ok = d_res.count_unwritten() == 0 && same_bits("residual", d_res.download(), res_ref) && ok;
         ok = same_bits("mean", d_mean.download(), mean_ref) && ok;
         return same_bits("rstd", d_rstd.download(), rstd_ref) && ok;

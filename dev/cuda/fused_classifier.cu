@@ -9,14 +9,17 @@
 // FLOPs: ~6 per element (max, subtract, exp counted as 1, sum, scale, subtract).
 //
 // Variants (H200, bf16, N=65536 Vp=50304; % of the 4.0 TB/s copy):
-//   0 shipped: fused_classifier_rows_in_smem, one persistent block a SM, each row brought into
-//     shared memory by one bulk copy while the block works on the previous row, read from DRAM once
-//     (the launcher's block-per-row kernel where two rows do not fit: the FP32 build)
-//     H200, 2026-12-03: 4.2891 ms, 76.9% (loss only 2.3188 ms, 71.0%): no gain over variant 1
-//   1 fused_classifier_block_per_row (shipped before), 1024 threads per row, two passes over global
-//     memory (2026-12-02):                                                        4.26 ms, 77%
-//     loss only (write_dlogits false, validation):                                2.20 ms, 75%
-// Rejected (2026-12-02): variant 1 with 512 threads per row 4.75 ms, 69%; with 256, 4.77 ms, 69%
+//   0 shipped: fused_classifier_block_per_row, 1024 threads per row, two passes over global memory
+//     (the second from L2), 2026-12-02:                                            4.26 ms, 77%
+//     loss only (write_dlogits false, validation):                                 2.20 ms, 75%
+//   1 fused_classifier_rows_in_smem (shipped 2026-12-03, branch s7/membound, then taken back for
+//     the bf16 gradient; llmc keeps it for the FP8 head's in-place FP8 gradient): one
+//     persistent block a SM, each row brought into shared memory by one bulk copy while the block
+//     works on the previous row, read from DRAM once; sm_90 and two rows within the opt-in shared
+//     memory (bf16 up to Vp ~ 58K), else skipped. 2026-12-03, beside variant 0 (4.2592 ms, 77.4%;
+//     loss only 2.2006, 74.8%):                                   4.2891 ms, 76.9%; loss only 2.3188 ms, 71.0%
+//     Reading DRAM once bought nothing: variant 0's second pass already comes from L2.
+// Rejected (2026-12-02): variant 0 with 512 threads per row 4.75 ms, 69%; with 256, 4.77 ms, 69%
 // (more rows in flight than L2 holds between the two passes). At the awkward N=651, Vp=1008 the
 // small blocks won, 0.007 vs 0.011 ms: irrelevant in training.
 #include "dev/cuda/harness.cuh"
@@ -24,6 +27,9 @@
 #include "llmc/fused_classifier.cuh"
 
 constexpr int SAMPLES = 16;
+
+// Variant 1 is llmc/fused_classifier.cuh's fused_classifier_rows_in_smem (the FP8 head's classifier
+// there, --fp8-head 1) with the bf16 gradient: fused_classifier_rows_in_smem_forward.
 
 static void run_shape(lab::Lab& L, int N, int V, int Vp) {
     const std::string shape = lab::Lab::strprintf(" N=%d V=%d Vp=%d", N, V, Vp);
@@ -53,12 +59,10 @@ static void run_shape(lab::Lab& L, int N, int V, int Vp) {
     };
     // fp32 losses from the same bf16 logits: only the order of the sums differs
     const lab::Tol loss_tol = {1e-4, 1e-4};
-    // Every row's loss, besides the sampled rows' against the CPU: the loss-only block-per-row kernel
-    // (variant 1, checked against the CPU below) over all N rows, as a GPU reference for the others
+    // Every row's loss, besides the sampled rows' against the CPU: the shipped kernel's losses over all
+    // N rows (its loss-only run, checked against the CPU below), as a GPU reference for the others
     reset();
-    fused_classifier_block_per_row<<<N, CLASSIFIER_BLOCK, 0, L.stream()>>>(d_logits, d_losses, d_targets, dloss, V, Vp,
-                                                                          false);
-    cudaCheckLaunch();
+    fused_classifier(d_logits, d_losses, d_targets, dloss, N, V, Vp, false, L.stream());
     const std::vector<float> all_losses = d_losses.download();
     auto check_losses = [&] {
         bool ok = L.check(d_losses, ref_losses, loss_tol, rows, 1);
@@ -70,24 +74,23 @@ static void run_shape(lab::Lab& L, int N, int V, int Vp) {
     };
     const double bytes = 2.0 * NV * sizeof(floatX) + 8.0 * N, flops = 6.0 * N * V;
     const std::string op = "fused_classifier" + shape;
-    // variant 0: the launcher (rows in shared memory where they fit); 1: one block per row from global
-    // memory, as shipped before (and the launcher's path where rows do not fit)
+    // variant 1 only where two rows fit in shared memory (sm_90, bf16 up to Vp ~ 58K)
+    const int variants = classifier_rows_fit_smem(Vp) ? 2 : 1;
     auto launch = [&](int variant, bool write_dlogits) {
-        if (variant == 0) {
-            fused_classifier(d_logits, d_losses, d_targets, dloss, N, V, Vp, write_dlogits, L.stream());
-        } else {
-            fused_classifier_block_per_row<<<N, CLASSIFIER_BLOCK, 0, L.stream()>>>(d_logits, d_losses, d_targets,
-                                                                                  dloss, V, Vp, write_dlogits);
-        }
+        if (variant == 0) fused_classifier(d_logits, d_losses, d_targets, dloss, N, V, Vp, write_dlogits, L.stream());
+        else fused_classifier_rows_in_smem_forward(d_logits, d_losses, d_targets, dloss, N, V, Vp, write_dlogits,
+                                                   L.stream());
     };
-    const char* names[] = {classifier_rows_fit_smem(Vp) ? "shipped (rows in smem)" : "shipped (block per row)",
-                           "block per row (shipped before)"};
-    for (int variant = 0; variant < 2; variant++)
+    const char* names[] = {"shipped (block per row)", "rows in smem"};
+    if (variants < 2 && L.selected(1))
+        printf("  %s | 1 %s: skipped, two rows of %zu bytes do not fit in this device's shared memory\n", op.c_str(),
+               names[1], classifier_smem_bytes(Vp) / 2);
+    for (int variant = 0; variant < variants; variant++)
         L.run(op, variant, names[variant], bytes, flops, lab::Bound::Memory, reset, [&] { launch(variant, true); },
               check);
     // validation: losses only, the logits must stay as they were
     const std::vector<float> logits_as_read = logits_rows;
-    for (int variant = 0; variant < 2; variant++)
+    for (int variant = 0; variant < variants; variant++)
         L.run("fused_classifier(loss only)" + shape, variant, names[variant], (double)N * V * sizeof(floatX) + 8.0 * N,
               4.0 * N * V, lab::Bound::Memory, reset, [&] { launch(variant, false); },
               [&] {

@@ -7,8 +7,8 @@
 #      check passed (the harness checks each variant before timing it); the bias gradient checks
 #      every column against a double sum and runs twice from the same start (the same bits); the
 #      classifier every row's loss besides the sampled rows. The lines of bias_backward (0 shipped,
-#      1 the two kernels shipped before, 2-4 other tilings) and fused_classifier (0 shipped, 1 one
-#      block per row, shipped before; loss and dlogits, and loss only): ms and % of the copy.
+#      1 the two kernels shipped before, 2-4 other tilings) and fused_classifier (0 shipped, one
+#      block per row; 1 rows in shared memory; loss and dlogits, and loss only): ms and % of the copy.
 #   2. the FP32 build's labs dev/cuda/build/fp32/{fused_classifier,matmul} --check-only.
 #   3. build/test_gpt2cu and build/test_gpt2cu_fp32 against the PyTorch reference state (d12, as
 #      tests/run_gpu_tests.sh section 1 writes it; kept in REF_DIR, written once when missing: needs
