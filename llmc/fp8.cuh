@@ -168,9 +168,12 @@ static __global__ void __launch_bounds__(FP8_CAST_BLOCK)
     if (AMAX) amax_block_commit(meta, amax);
 }
 
+// Block row y (blockIdx.y) takes tensor y of a batch: in + y * in_stride, meta + y * meta_stride.
 static __global__ void __launch_bounds__(FP8_CAST_BLOCK)
-    fp8_amax_kernel(const floatX* __restrict__ in, size_t n, Fp8Meta* meta) {
+    fp8_amax_kernel(const floatX* __restrict__ in, size_t n, Fp8Meta* meta, size_t in_stride, int meta_stride) {
     constexpr int P = x128::size;
+    in += blockIdx.y * in_stride;
+    meta += blockIdx.y * meta_stride;
     const size_t packs = n / P, stride = (size_t)gridDim.x * blockDim.x;
     unsigned int amax = 0;
     for (size_t base = (size_t)blockIdx.x * blockDim.x + threadIdx.x; base < packs; base += FP8_CAST_UNROLL * stride) {
@@ -222,10 +225,15 @@ inline void fp8_cast(uint8_t* out, const floatX* in, size_t n, Fp8Format f, Fp8M
     cudaCheckLaunch();
 }
 
-// meta->amax_bits = max(itself, max |in|): current scaling's pass before fp8_update_scales.
-inline void fp8_amax(const floatX* in, size_t n, Fp8Meta* meta, cudaStream_t stream) {
+// meta->amax_bits = max(itself, max |in|): current scaling's pass before fp8_update_scales. With
+// count > 1, the same for count tensors of n elements in one launch (one wave of blocks shared among
+// them): tensor i at in + i * in_stride (elements), its meta at meta + i * meta_stride.
+inline void fp8_amax(const floatX* in, size_t n, Fp8Meta* meta, cudaStream_t stream, int count = 1, size_t in_stride = 0,
+                     int meta_stride = 0) {
     fp8_check_aligned(in, "fp8_amax input");
-    fp8_amax_kernel<<<fp8_wave_blocks(n / x128::size, FP8_CAST_BLOCK), FP8_CAST_BLOCK, 0, stream>>>(in, n, meta);
+    if (count > 1 && in_stride % x128::size != 0) fail("fp8_amax: a batch's stride %zu is not whole packs", in_stride);
+    const dim3 grid(std::max(1, fp8_wave_blocks(n / x128::size, FP8_CAST_BLOCK) / count), count);
+    fp8_amax_kernel<<<grid, FP8_CAST_BLOCK, 0, stream>>>(in, n, meta, in_stride, meta_stride);
     cudaCheckLaunch();
 }
 
@@ -256,11 +264,20 @@ __device__ __forceinline__ void fp8_tile_store_transposed(uint8_t* __restrict__ 
 }
 
 // col_scale: one scale per input column (fp8_cast_transpose_colwise; meta unused), else meta->scale.
+// blockIdx.z: tensor z of a batch (Fp8Batch).
+struct Fp8Batch {
+    size_t out_stride = 0, in_stride = 0;  // bytes between the tensors' outputs (both), elements between inputs
+    int meta_stride = 0;                   // metas between the tensors' metas
+};
 template <Fp8Format F, bool AMAX, bool STRAIGHT>
 static __global__ void __launch_bounds__(FP8_T_BLOCK)
     fp8_cast_transpose_kernel(uint8_t* __restrict__ out_t, uint8_t* __restrict__ out, const floatX* __restrict__ in,
-                              int R, int C, Fp8Meta* meta, const float* __restrict__ col_scale) {
+                              int R, int C, Fp8Meta* meta, const float* __restrict__ col_scale, Fp8Batch batch) {
     constexpr int P = x128::size, PACKS_PER_ROW = FP8_T_TILE / P;
+    out_t += blockIdx.z * batch.out_stride;
+    if (STRAIGHT) out += blockIdx.z * batch.out_stride;
+    in += blockIdx.z * batch.in_stride;
+    if (!col_scale) meta += blockIdx.z * batch.meta_stride;
     constexpr int LOADS = FP8_T_TILE * PACKS_PER_ROW / FP8_T_BLOCK;  // 2 (bf16) or 4 (fp32) per thread
     __shared__ alignas(16) uint8_t tile[FP8_T_TILE][FP8_T_PITCH];  // 2-byte stores into it
     const int r0 = blockIdx.y * FP8_T_TILE, c0 = blockIdx.x * FP8_T_TILE;
@@ -295,17 +312,21 @@ static __global__ void __launch_bounds__(FP8_T_BLOCK)
 
 namespace fp8_detail {
 inline void cast_transpose_launch(uint8_t* out_t, uint8_t* out, const floatX* in, int R, int C, Fp8Format f,
-                                  Fp8Meta* meta, bool amax, const float* col_scale, cudaStream_t stream) {
+                                  Fp8Meta* meta, bool amax, const float* col_scale, cudaStream_t stream, int count = 1,
+                                  Fp8Batch batch = {}) {
     if (R % FP8_T_TILE != 0 || C % FP8_T_TILE != 0)
         fail("fp8_cast_transpose: R = %d and C = %d must be multiples of %d", R, C, FP8_T_TILE);
     if (R / FP8_T_TILE > 65535) fail("fp8_cast_transpose: R = %d rows: more than 65535 row tiles", R);
     fp8_check_aligned(in, "fp8_cast_transpose input");
     fp8_check_aligned(out_t, "fp8_cast_transpose output");
     if (out) fp8_check_aligned(out, "fp8_cast_transpose straight output");
-    const dim3 grid(C / FP8_T_TILE, R / FP8_T_TILE);
+    if (count > 1 && (batch.out_stride % 16 != 0 || batch.in_stride % x128::size != 0))
+        fail("fp8_cast_transpose: a batch's strides (%zu bytes, %zu elements) break 16-byte alignment", batch.out_stride,
+             batch.in_stride);
+    const dim3 grid(C / FP8_T_TILE, R / FP8_T_TILE, count);
     // 8 instantiations: format x amax x straight
     auto launch = [&](auto kernel) {
-        kernel<<<grid, FP8_T_BLOCK, 0, stream>>>(out_t, out, in, R, C, meta, col_scale);
+        kernel<<<grid, FP8_T_BLOCK, 0, stream>>>(out_t, out, in, R, C, meta, col_scale, batch);
         cudaCheckLaunch();
     };
     constexpr Fp8Format E4 = Fp8Format::E4M3, E5 = Fp8Format::E5M2;
@@ -325,9 +346,12 @@ inline void cast_transpose_launch(uint8_t* out_t, uint8_t* out, const floatX* in
 
 // out_t (C, R) = fp8(in^T * scale), in (R, C) row-major; with `out` also out (R, C) = fp8(in * scale)
 // from the same read; with `amax`, meta->amax_bits as fp8_cast. R and C multiples of 64.
+// With count > 1: count tensors in one launch, tensor i's input at in + i * batch.in_stride, its
+// outputs at out_t / out + i * batch.out_stride, its meta at meta + i * batch.meta_stride (the
+// weights of every block, fp8_cast_weights in llmc/gpt2_fp8.cuh).
 inline void fp8_cast_transpose(uint8_t* out_t, uint8_t* out, const floatX* in, int R, int C, Fp8Format f,
-                               Fp8Meta* meta, bool amax, cudaStream_t stream) {
-    fp8_detail::cast_transpose_launch(out_t, out, in, R, C, f, meta, amax, nullptr, stream);
+                               Fp8Meta* meta, bool amax, cudaStream_t stream, int count = 1, Fp8Batch batch = {}) {
+    fp8_detail::cast_transpose_launch(out_t, out, in, R, C, f, meta, amax, nullptr, stream, count, batch);
 }
 
 // ---------------------------------------------------------------- transpose of FP8 bytes

@@ -542,6 +542,11 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
     const bool cast_w = fp8_pass && model.fp8.weights_step != model.step;  // once per step, after the update
     using gpt2_detail::linear_forward;
     if (model.before_layer_forward) model.before_layer_forward(-1);
+    // the blocks' FP8 weight copies: all at once here, or each layer's in its first linear_forward
+    // (under ZeRO the layers' weights arrive one by one: before_layer_forward)
+    const bool cast_all = cast_w && !model.before_layer_forward && fp8_weights_batched(model.fp8);
+    if (cast_all) fp8_cast_weights(model.fp8, {p.qkvw, p.attprojw, p.fcw, p.fcprojw}, s);
+    const bool cast_layer = cast_w && !cast_all;
     encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C, s);  // wpe nullptr with RoPE
     LayerActs first = layer_acts(model, 0, B, T);
     gpt2_detail::norm_before_linear(model, fp8_pass, 0, FP8_QKV, nullptr, first.ln1, first.ln1_mean, first.ln1_rstd,
@@ -550,23 +555,23 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
         if (model.before_layer_forward) model.before_layer_forward(l);
         LayerActs la = layer_acts(model, l, B, T);
         const size_t c1 = (size_t)l * C;
-        linear_forward(model, fp8_pass, cast_w, l, FP8_QKV, la.qkv, nullptr, la.ln1, p.qkvw + (size_t)l * QKV * C,
+        linear_forward(model, fp8_pass, cast_layer, l, FP8_QKV, la.qkv, nullptr, la.ln1, p.qkvw + (size_t)l * QKV * C,
                        tensor_at(p.qkvb, (size_t)l * QKV), N, C, QKV, ctx);
         if (c.position == POS_ROPE) rope_forward(la.qkv, a.rope_cos, a.rope_sin, B, T, NH, NKV, HD, 0, s);
         model_attention_forward(la.atty, la.lse, la.qkv, B, T, NH, NKV, HD, c.window, s);
-        linear_forward(model, fp8_pass, cast_w, l, FP8_ATTPROJ, a.proj, nullptr, la.atty, p.attprojw + (size_t)l * C * C,
+        linear_forward(model, fp8_pass, cast_layer, l, FP8_ATTPROJ, a.proj, nullptr, la.atty, p.attprojw + (size_t)l * C * C,
                        tensor_at(p.attprojb, c1), N, C, C, ctx);
         gpt2_detail::norm_before_linear(model, fp8_pass, l, FP8_FC, la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd,
                                         la.res_in, a.proj, p.ln2w + c1, tensor_at(p.ln2b, c1), N, s);
         const floatX* fcw = p.fcw + (size_t)l * FC * C;
         const floatX* fcb = tensor_at(p.fcb, (size_t)l * FC);
         if (c.mlp == MLP_SWIGLU) {
-            linear_forward(model, fp8_pass, cast_w, l, FP8_FC, la.fch, nullptr, la.ln2, fcw, fcb, N, C, FC, ctx);
+            linear_forward(model, fp8_pass, cast_layer, l, FP8_FC, la.fch, nullptr, la.ln2, fcw, fcb, N, C, FC, ctx);
             swiglu_forward(la.fch_gelu, la.fch, N, H, s);
         } else {  // GELU in the bf16 epilogue; the FP8 path runs it after the matmul, or inside fcproj's X cast
-            linear_forward(model, fp8_pass, cast_w, l, FP8_FC, la.fch_gelu, la.fch, la.ln2, fcw, fcb, N, C, FC, ctx);
+            linear_forward(model, fp8_pass, cast_layer, l, FP8_FC, la.fch_gelu, la.fch, la.ln2, fcw, fcb, N, C, FC, ctx);
         }
-        linear_forward(model, fp8_pass, cast_w, l, FP8_FCPROJ, a.proj, nullptr, la.fch_gelu, p.fcprojw + (size_t)l * C * H,
+        linear_forward(model, fp8_pass, cast_layer, l, FP8_FCPROJ, a.proj, nullptr, la.fch_gelu, p.fcprojw + (size_t)l * C * H,
                        tensor_at(p.fcprojb, c1), N, H, C, ctx);
         if (l + 1 < L) {
             LayerActs next = layer_acts(model, l + 1, B, T);

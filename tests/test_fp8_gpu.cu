@@ -24,7 +24,8 @@
 // Printed, not checked: the nmse of the FP8 output against the unquantized bf16 product (what FP8
 // costs each matmul). Two row counts: 192 (a multiple of 64, not of 128) and 1024.
 // Then the output head of --fp8-head 1 (test_head): forward, the classifier's FP8 dlogits (byte for
-// byte against the CPU's cast), input and weight gradients.
+// byte against the CPU's cast), input and weight gradients. And the batched weight casts of every
+// block (test_cast_weights) against the per-layer ones.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -534,6 +535,71 @@ static void test_head(const CudaContext& ctx, Rng& rng, Fp8Format grad, int B, i
     gpt2_free(model);
 }
 
+// fp8_cast_weights (every block's weight copies in 9 launches, gpt2_forward's path outside ZeRO) against
+// the per-layer casts fp8_linear_forward makes (cast_scaled, current scaling): the same W and W^T bytes
+// and the same scales, bit for bit, each run into a poisoned copy buffer from fresh metas; with
+// --fp8-bf16-layers 1 the end blocks' copies stay untouched.
+static void test_cast_weights(const CudaContext& ctx, Rng& rng, int bf16_layers) {
+    GPT2 model;
+    model.fp8.set.enabled = true;
+    model.fp8.set.scaling = Fp8Scaling::CURRENT;
+    model.fp8.set.bf16_layers = bf16_layers;
+    gpt2_build(model, gpt2_config_from_descriptor("d4"), 2, 64, false, ctx);
+    GPT2Fp8& f = model.fp8;
+    floatX* w[FP8_LINEARS] = {model.params.qkvw, model.params.attprojw, model.params.fcw, model.params.fcprojw};
+    for (int k = 0; k < FP8_LINEARS; k++) {  // fresh weights, a different range per linear
+        const std::vector<float> v = random_bf16(rng, (size_t)f.L * f.oc[k] * f.cin[k], 0.02f * (k + 1));
+        std::vector<uint16_t> b(v.size());
+        for (size_t i = 0; i < v.size(); i++) b[i] = float_to_bf16(v[i]);
+        cudaCheck(cudaMemcpy(w[k], b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+    }
+    const size_t bytes = (size_t)f.L * f.w_layer_bytes;
+    const int metas = f.L * FP8_LINEARS;
+    auto run = [&](bool batched, std::vector<uint8_t>& copies, std::vector<Fp8Meta>& m) {
+        cudaCheck(cudaMemset(f.weights, 0xFF, bytes));
+        fp8_meta_init(fp8_meta(f, FP8_W, 0, 0), metas, Fp8Format::E4M3, ctx.stream);
+        if (batched) {
+            const floatX* const cw[FP8_LINEARS] = {w[0], w[1], w[2], w[3]};
+            fp8_cast_weights(f, cw, ctx.stream);
+        } else {
+            for (int l = f.set.bf16_layers; l < f.L - f.set.bf16_layers; l++)
+                for (int k = 0; k < FP8_LINEARS; k++) {
+                    const fp8_detail::LinearBuffers b = fp8_detail::linear_buffers(f, l, k);
+                    fp8_detail::cast_scaled(f, b.wt8, b.w8, w[k] + (size_t)l * f.oc[k] * f.cin[k], f.oc[k], f.cin[k],
+                                            Fp8Format::E4M3, fp8_meta(f, FP8_W, l, k), true, 1, nullptr, nullptr, ctx.stream);
+                }
+        }
+        cudaCheck(cudaStreamSynchronize(ctx.stream));
+        copies.resize(bytes);
+        m.resize(metas);
+        cudaCheck(cudaMemcpy(copies.data(), f.weights, bytes, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(m.data(), fp8_meta(f, FP8_W, 0, 0), metas * sizeof(Fp8Meta), cudaMemcpyDeviceToHost));
+    };
+    std::vector<uint8_t> one, all;
+    std::vector<Fp8Meta> m_one, m_all;
+    run(false, one, m_one);
+    run(true, all, m_all);
+    size_t differ = 0, untouched = 0;
+    for (size_t i = 0; i < bytes; i++) differ += one[i] != all[i], untouched += all[i] == 0xFF;
+    int scale_differ = 0;
+    for (int i = 0; i < metas; i++)
+        scale_differ += memcmp(&m_one[i].scale, &m_all[i].scale, 4) != 0 || memcmp(&m_one[i].scale_inv, &m_all[i].scale_inv, 4) != 0;
+    // the end blocks' copies (bf16_layers) must stay poisoned: 2 * bf16_layers blocks of w_layer_bytes
+    const size_t end_bytes = 2 * (size_t)bf16_layers * f.w_layer_bytes;
+    size_t end_written = 0;
+    for (size_t i = 0; i < end_bytes; i++) {
+        const size_t at = i < end_bytes / 2 ? i : bytes - end_bytes + i;
+        end_written += all[at] != 0xFF;
+    }
+    // a cast never writes 0xFF (e4m3 NaN; the casts saturate): every other byte was written
+    const bool ok = differ == 0 && scale_differ == 0 && end_written == 0 && untouched == end_bytes;
+    printf("%-4s batched weight casts (d4, --fp8-bf16-layers %d): %zu of %zu bytes differ from the per-layer casts, "
+           "%d scales differ, %zu end-block bytes written\n", ok ? "ok" : "FAIL", bf16_layers, differ, bytes, scale_differ,
+           end_written);
+    if (!ok) failures++;
+    gpt2_free(model);
+}
+
 int main(int argc, char** argv) {
     if (argc > 1) {
         printf("usage: %s (no flags): the FP8 linear layers of --fp8 against the CPU reference\n", argv[0]);
@@ -575,6 +641,8 @@ int main(int argc, char** argv) {
                 gpt2_free(model);
             }
         }
+    test_cast_weights(ctx, rng, 0);
+    test_cast_weights(ctx, rng, 1);
     // the output head (--fp8-head 1): N below Vp (vocabulary chunks) and above it (token ranges, 576 + 512),
     // both gradient formats; then GPT-2's vocabulary at a few rows
     for (Fp8Format grad : {Fp8Format::E5M2, Fp8Format::E4M3})
