@@ -317,12 +317,25 @@ inline void attention_backward_flash(__nv_bfloat16* dqkv, const __nv_bfloat16* d
 // ============================================================================ the launchers
 // bf16 build: the Hopper kernels (sm_90a builds) or the mma.sync kernels, the deterministic backward
 // always on mma.sync; FP32 build: the simple kernels (tensor cores take no fp32).
+// Whether attention_forward can also write the FP8 copies of its output (AttnFp8Out) at this T: the
+// Hopper kernel (sm_90a build and GPU), T a multiple of 16.
+inline bool attention_forward_fp8_available(int T) {
+#if defined(PRECISION_FP32)
+    (void)T;
+    return false;
+#else
+    return attention_hopper_available() && T % 16 == 0;
+#endif
+}
+// f8: also the FP8 copies of out (only where attention_forward_fp8_available(T)).
 inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD,
-                              cudaStream_t stream, int window = 0) {
+                              cudaStream_t stream, int window = 0, const AttnFp8Out* f8 = nullptr) {
+    if (f8 && !attention_forward_fp8_available(T))
+        fail("attention_forward: FP8 copies of the output need the Hopper kernel and T (%d) a multiple of 16", T);
 #if defined(PRECISION_FP32)
     attention_forward_simple(out, lse, qkv, B, T, NH, NKV, HD, stream, window);
 #else
-    if (attention_hopper_available()) attention_forward_hopper(out, lse, qkv, B, T, NH, NKV, HD, stream, window);
+    if (attention_hopper_available()) attention_forward_hopper(out, lse, qkv, B, T, NH, NKV, HD, stream, window, f8);
     else attention_forward_flash(out, lse, qkv, B, T, NH, NKV, HD, stream, window);
 #endif
 }

@@ -20,7 +20,8 @@
 //                       FA3's intra-warpgroup overlap (S_{n+1} issued before O += P_n V_n) and ping-pong
 //                       (the warpgroups take turns, round robin, to issue their wgmma, so one's softmax
 //                       hides under the others' matmuls)
-//   fwd_epilogue        lse, O / l, staged through the warp's own rows of the Q buffer, 16-byte stores
+//   fwd_epilogue        lse, O / l, staged through the warp's own rows of the Q buffer, 16-byte stores;
+//                       with AttnFp8Out also the e4m3 copy and its transpose (--fp8's attproj X)
 //   FwdTileScheduler    a persistent grid (one CTA an SM) strides over the work items: BQ-query tiles
 //                       of one head, aligned to the end of the sequence, in head groups whose K/V fit
 //                       in 32 MB of L2, each group its longest tiles first
@@ -44,6 +45,7 @@
 // builds on the mma helpers and the Hopper building blocks of attention_hopper_common.cuh.
 #pragma once
 #include "attention_hopper_common.cuh"
+#include "fp8.cuh"
 
 #if defined(LLMC_SM90A)
 namespace attention_hopper_detail {
@@ -349,10 +351,15 @@ __device__ __forceinline__ void fwd_mainloop(const FwdSmemAddr<K>& sm, const Fwd
 // (no other warp reads them; every wgmma that read them has completed), 16-byte stores of the rows
 // < T, then hand the buffer back to the producer (after a proxy fence: the TMA refills it). Rows
 // below 0 (the partial tile) are not stored.
-template <class K>
+// FP8 (AttnFp8Out, --fp8's attproj X): each row's values also go to f8.x as e4m3 at *f8.scale (8 bytes
+// a lane-chunk), and the warp's 16 rows to f8.xt transposed: lane takes columns lane, lane + 32, ..., 16
+// staged values down each, one 16-byte store into row h * HD + c of xt (T a multiple of 16, so a
+// warp's 16 rows are all stored or all below 0); amax raised over the values in f8_amax.
+template <class K, bool FP8>
 __device__ __forceinline__ void fwd_epilogue(const FwdSmemAddr<K>& sm, uint8_t* smem_gen, const FwdThread& th,
                                              const FwdTile& tile, const float (&o)[K::HD / 2], const float (&m)[2],
-                                             const float (&l)[2], bf16* out, float* lse, int T, const QKVLayout& L) {
+                                             const float (&l)[2], bf16* out, float* lse, int T, const QKVLayout& L,
+                                             const AttnFp8Out& f8, float f8_scale, unsigned int& f8_amax) {
     constexpr int HD = K::HD, BQ = K::BQ;
     const int b = tile.b, h = tile.h, lane = th.lane, g = th.g, t4 = th.t4, wrow = th.wrow;
     float inv[2];
@@ -383,6 +390,36 @@ __device__ __forceinline__ void fwd_epilogue(const FwdSmemAddr<K>& sm, uint8_t* 
             bf16* dst = out + (((size_t)b * T + row) * L.NH + h) * HD + c;
             const int4 v = *reinterpret_cast<const int4*>(stage + panel_offset<BQ>(r, c));
             *reinterpret_cast<int4*>(dst) = v;
+            if constexpr (FP8) {
+                const bf16* vb = reinterpret_cast<const bf16*>(&v);
+                uint2 q;
+                uint16_t* qh = reinterpret_cast<uint16_t*>(&q);
+#pragma unroll
+                for (int e = 0; e < 8; e += 2) {
+                    const float x0 = __bfloat162float(vb[e]), x1 = __bfloat162float(vb[e + 1]);
+                    f8_amax = max(f8_amax, max(abs_bits(x0), abs_bits(x1)));
+                    qh[e / 2] = fp8x2_from_float2<Fp8Format::E4M3>(x0 * f8_scale, x1 * f8_scale);
+                }
+                *reinterpret_cast<uint2*>(f8.x + (((size_t)b * T + row) * L.NH + h) * HD + c) = q;
+            }
+        }
+    }
+    if constexpr (FP8) {
+        if (tile.q0 + wrow >= 0) {
+            const size_t col0 = (size_t)b * T + tile.q0 + wrow;  // xt column of the warp's first row
+#pragma unroll
+            for (int k = 0; k < HD / WARP_SIZE; k++) {
+                const int c = k * WARP_SIZE + lane;
+                uint4 q;
+                uint16_t* qh = reinterpret_cast<uint16_t*>(&q);
+#pragma unroll
+                for (int r = 0; r < 16; r += 2) {
+                    const float x0 = __bfloat162float(*reinterpret_cast<const bf16*>(stage + panel_offset<BQ>(wrow + r, c)));
+                    const float x1 = __bfloat162float(*reinterpret_cast<const bf16*>(stage + panel_offset<BQ>(wrow + r + 1, c)));
+                    qh[r / 2] = fp8x2_from_float2<Fp8Format::E4M3>(x0 * f8_scale, x1 * f8_scale);
+                }
+                *reinterpret_cast<uint4*>(f8.xt + (size_t)(h * HD + c) * f8.rows + col0) = q;
+            }
         }
     }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -391,10 +428,10 @@ __device__ __forceinline__ void fwd_epilogue(const FwdSmemAddr<K>& sm, uint8_t* 
 }
 
 // A consumer warpgroup over the CTA's items: the item's tile, the main loop, the epilogue.
-template <class K>
+template <class K, bool FP8>
 __device__ __forceinline__ void fwd_consumer(const FwdSmemAddr<K>& sm, uint8_t* smem_gen, const FwdTileScheduler& sched,
                                              int warp, int lane, bf16* out, float* lse, int T, const QKVLayout& L,
-                                             int window) {
+                                             int window, const AttnFp8Out& f8) {
     constexpr int HD = K::HD, BQ = K::BQ, BKV = K::BKV, NWG = K::NWG;
     // warpgroup index through a shuffle from lane 0: provably warp-uniform to the compiler (a branch
     // it thinks divergent around wgmma makes ptxas serialise them, warning C7520)
@@ -404,6 +441,8 @@ __device__ __forceinline__ void fwd_consumer(const FwdSmemAddr<K>& sm, uint8_t* 
     if (wg == NWG - 1) named_arrive(FWD_BAR_TURN);  // warpgroup 0 takes the first turn
 
     int it = 0, j = 0;
+    const float f8_scale = FP8 ? *f8.scale : 0.0f;
+    unsigned int f8_amax = 0;
     for (int i = blockIdx.x; i < sched.n_items; i += gridDim.x, j++) {
         const FwdWork item = sched.work(i);
         FwdTile tile;
@@ -419,17 +458,21 @@ __device__ __forceinline__ void fwd_consumer(const FwdSmemAddr<K>& sm, uint8_t* 
         uint32_t p[BKV / 16][4];
         fwd_mainloop<K>(sm, th, tile, j, it, window, o, p, m, l, corr);
         it += tile.n_tiles;
-        fwd_epilogue<K>(sm, smem_gen, th, tile, o, m, l, out, lse, T, L);
+        fwd_epilogue<K, FP8>(sm, smem_gen, th, tile, o, m, l, out, lse, T, L, f8, f8_scale, f8_amax);
+    }
+    if constexpr (FP8) {  // one atomic a warp for all its items
+        f8_amax = __reduce_max_sync(0xffffffffu, f8_amax);
+        if (lane == 0 && f8_amax > *(volatile unsigned int*)f8.amax_bits) atomicMax(f8.amax_bits, f8_amax);
     }
 }
 
 // ============================================================================ the kernel
 // grid: min(work items, SMs) CTAs striding over the items (or one per item); THREADS threads;
 // fwd_smem_bytes() of dynamic smem. Warps 0-3 the producer, the rest the consumers.
-template <class Config>
+template <class Config, bool FP8 = false>
 __global__ void __launch_bounds__(HopperFwd<Config>::THREADS, 1)
     attention_forward_wgmma(bf16* out, float* lse, const __grid_constant__ CUtensorMap map, int B, int T, QKVLayout L,
-                            int window, int group) {
+                            int window, int group, AttnFp8Out f8) {
     using K = HopperFwd<Config>;
     constexpr int STAGES = K::STAGES;
     constexpr int CWARPS = 4 * K::NWG;  // consumer warps: one arrival each on the empty barriers
@@ -455,7 +498,7 @@ __global__ void __launch_bounds__(HopperFwd<Config>::THREADS, 1)
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(K::CONSUMER_REGS));
-    fwd_consumer<K>(sm, smem_raw + (sm.base - raw), sched, warp, lane, out, lse, T, L, window);
+    fwd_consumer<K, FP8>(sm, smem_raw + (sm.base - raw), sched, warp, lane, out, lse, T, L, window, f8);
 }
 
 // (head, sequence) pairs an item group holds (FwdTileScheduler) so that their K and V, 4 * T * HD
@@ -470,18 +513,24 @@ inline int hopper_head_group(int B, int T, const QKVLayout& L, size_t l2_bytes) 
 
 // persistent: min(work items, SMs) CTAs stride over the items; otherwise one CTA per item. l2_bytes:
 // the K/V budget of an item group (hopper_head_group).
+// f8: also the FP8 copies of out (AttnFp8Out; T a multiple of 16), else null.
 template <class Config>
 inline void forward_hopper(bf16* out, float* lse, const bf16* qkv, int B, int T, QKVLayout L, int window,
-                           cudaStream_t stream, bool persistent, size_t l2_bytes) {
+                           cudaStream_t stream, bool persistent, size_t l2_bytes, const AttnFp8Out* f8 = nullptr) {
     using K = HopperFwd<Config>;
     constexpr int smem = fwd_smem_bytes<K>();
     static_assert(smem <= 227 * 1024, "one CTA's smem");
-    static const bool once = (allow_smem(attention_forward_wgmma<Config>, smem), true);
+    static const bool once = (allow_smem(attention_forward_wgmma<Config, false>, smem),
+                              allow_smem(attention_forward_wgmma<Config, true>, smem), true);
     (void)once;
     const CUtensorMap map = token_rows_map(qkv, B, T, L.row());
     const int items = L.NH * B * ceil_div(T, K::BQ);
-    attention_forward_wgmma<Config><<<persistent ? std::min(items, sm_count()) : items, K::THREADS, smem, stream>>>(
-        out, lse, map, B, T, L, window, hopper_head_group(B, T, L, l2_bytes));
+    const int grid = persistent ? std::min(items, sm_count()) : items, group = hopper_head_group(B, T, L, l2_bytes);
+    if (f8)
+        attention_forward_wgmma<Config, true><<<grid, K::THREADS, smem, stream>>>(out, lse, map, B, T, L, window, group, *f8);
+    else
+        attention_forward_wgmma<Config, false><<<grid, K::THREADS, smem, stream>>>(out, lse, map, B, T, L, window, group,
+                                                                                  AttnFp8Out{});
     cudaCheckLaunch();
 }
 
@@ -506,19 +555,25 @@ constexpr size_t HOPPER_L2_BYTES = (size_t)32 << 20;
 
 // FlashAttention forward on wgmma + TMA; bf16, HD 64 or 128, out and qkv 16-byte aligned. Only in
 // sm_90a builds (attention_hopper_available()); elsewhere calling it is an error.
+// f8: the FP8 copies of out as well (AttnFp8Out: T a multiple of 16, x and xt 16-byte aligned).
 inline void attention_forward_hopper(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH,
-                                     int NKV, int HD, cudaStream_t stream, int window = 0) {
+                                     int NKV, int HD, cudaStream_t stream, int window = 0,
+                                     const AttnFp8Out* f8 = nullptr) {
     using namespace attention_detail;
     check_attention_sizes("attention_forward_hopper", B, T, NH, NKV, HD, window);
 #if defined(LLMC_SM90A)
     using namespace attention_hopper_detail;
     if (!aligned16(out) || !aligned16(qkv)) fail("attention_forward_hopper: out and qkv must be 16-byte aligned");
+    if (f8 && (T % 16 != 0 || (size_t)f8->rows != (size_t)B * T || f8->rows % 16 != 0 || !aligned16(f8->x) ||
+               !aligned16(f8->xt)))
+        fail("attention_forward_hopper: the FP8 copies need T (%d) a multiple of 16, rows = B * T, 16-byte alignment", T);
     const QKVLayout L{NH, NKV, HD};
     if (HD == 64)
-        forward_hopper<HopperFwdShipped<64>>(out, lse, qkv, B, T, L, window, stream, HOPPER_PERSISTENT, HOPPER_L2_BYTES);
-    else forward_hopper<HopperFwdShipped<128>>(out, lse, qkv, B, T, L, window, stream, HOPPER_PERSISTENT, HOPPER_L2_BYTES);
+        forward_hopper<HopperFwdShipped<64>>(out, lse, qkv, B, T, L, window, stream, HOPPER_PERSISTENT, HOPPER_L2_BYTES, f8);
+    else forward_hopper<HopperFwdShipped<128>>(out, lse, qkv, B, T, L, window, stream, HOPPER_PERSISTENT, HOPPER_L2_BYTES,
+                                               f8);
 #else
-    (void)out, (void)lse, (void)qkv, (void)stream;
+    (void)out, (void)lse, (void)qkv, (void)stream, (void)f8;
     fail("attention_forward_hopper: this build has no sm_90a kernels (GPU_ARCH=90a defines LLMC_SM90A)");
 #endif
 }

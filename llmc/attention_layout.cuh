@@ -1,9 +1,22 @@
 // attention_layout.cuh: what every attention implementation shares: where a head's columns sit in a
-// token row of qkv/dqkv (QKVLayout), the causal/sliding-window mask (attends) and the size checks.
+// token row of qkv/dqkv (QKVLayout), the causal/sliding-window mask (attends), the size checks, and
+// where an FP8 copy of the forward's output goes (AttnFp8Out).
 // The shapes and conventions are described at the top of llmc/attention.cuh.
 #pragma once
+#include <cstdint>
 #include "cuda_common.cuh"
 #include "utils.h"
+
+// An FP8 copy of the forward's output, written by the Hopper forward's epilogue beside the bf16 one
+// (--fp8's attproj X under delayed scaling, llmc/gpt2_fp8.cuh): x = e4m3(out * scale) and xt its
+// transpose, amax_bits raised to max |out| (float bits), as fp8_cast_transpose of out would write them.
+struct AttnFp8Out {
+    uint8_t* x = nullptr;               // (rows, NH * HD)
+    uint8_t* xt = nullptr;              // (NH * HD, rows)
+    const float* scale = nullptr;       // device
+    unsigned int* amax_bits = nullptr;  // device
+    int rows = 0;                       // B * T
+};
 
 namespace attention_detail {
 

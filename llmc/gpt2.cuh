@@ -46,8 +46,11 @@ constexpr bool HAS_MASTER = !std::is_same<floatX, float>::value;  // bf16 build:
 #include "llmc/cudnn_attention.cuh"
 #define ATTENTION_NAME "cudnn"
 constexpr bool GPT2_USES_CUDNN = true;
+// FP8 copies of the output (AttnFp8Out): ours only
+inline bool model_attention_fp8_available(int) { return false; }
 inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD,
-                                    int window, cudaStream_t stream) {
+                                    int window, cudaStream_t stream, const AttnFp8Out* f8 = nullptr) {
+    if (f8) fail("attention with FP8 copies of the output: not with cuDNN's attention");
     cudnn_attention_forward(out, lse, qkv, B, T, NH, NKV, HD, stream, window);
 }
 inline void model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
@@ -58,9 +61,10 @@ inline void model_attention_backward(floatX* dqkv, const floatX* dout, const flo
 #else
 #define ATTENTION_NAME "llmc/attention.cuh"
 constexpr bool GPT2_USES_CUDNN = false;
+inline bool model_attention_fp8_available(int T) { return attention_forward_fp8_available(T); }
 inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD,
-                                    int window, cudaStream_t stream) {
-    attention_forward(out, lse, qkv, B, T, NH, NKV, HD, stream, window);
+                                    int window, cudaStream_t stream, const AttnFp8Out* f8 = nullptr) {
+    attention_forward(out, lse, qkv, B, T, NH, NKV, HD, stream, window, f8);
 }
 inline void model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                                      const float* lse, int B, int T, int NH, int NKV, int HD, int window,
@@ -504,10 +508,12 @@ inline bool fp8_head_pass(const GPT2& m, int N) { return fp8_pass(m, N) && m.fp8
 // Linear k (Fp8Linear) of layer l, the signatures of matmul_forward / matmul_backward: through FP8
 // (llmc/gpt2_fp8.cuh) in an FP8 pass (`fp8`) where fp8_linear_on, else bf16. cast_weight: the FP8 weight
 // copies are stale.
+// x_cast: the FP8 pass's X and X^T are already written (the attention's epilogue wrote attproj's).
 inline void linear_forward(GPT2& m, bool fp8, bool cast_weight, int l, int k, floatX* out, floatX* gelu_pre,
                            const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, int OC,
-                           const CudaContext& ctx) {
-    if (fp8 && fp8_linear_on(m.fp8, l, k)) fp8_linear_forward(m.fp8, l, k, out, gelu_pre, inp, weight, bias, N, cast_weight, ctx);
+                           const CudaContext& ctx, bool x_cast = false) {
+    if (fp8 && fp8_linear_on(m.fp8, l, k))
+        fp8_linear_forward(m.fp8, l, k, out, gelu_pre, inp, weight, bias, N, cast_weight, ctx, x_cast);
     else matmul_forward(out, gelu_pre, inp, weight, bias, N, C, OC, ctx);
 }
 // dout_gelu_pre (FP8 fc only, where fp8_gelu_fused): dout is d(GELU output) of this pre-activation.
@@ -558,9 +564,12 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
         linear_forward(model, fp8_pass, cast_layer, l, FP8_QKV, la.qkv, nullptr, la.ln1, p.qkvw + (size_t)l * QKV * C,
                        tensor_at(p.qkvb, (size_t)l * QKV), N, C, QKV, ctx);
         if (c.position == POS_ROPE) rope_forward(la.qkv, a.rope_cos, a.rope_sin, B, T, NH, NKV, HD, 0, s);
-        model_attention_forward(la.atty, la.lse, la.qkv, B, T, NH, NKV, HD, c.window, s);
+        // in an FP8 pass with fused casts the attention also writes attproj's X and X^T (fp8_attention_x)
+        const bool attn_x = fp8_pass && fp8_attention_x_fused(model.fp8, l) && model_attention_fp8_available(T);
+        const AttnFp8Out f8 = attn_x ? fp8_attention_x(model.fp8, l, N) : AttnFp8Out{};
+        model_attention_forward(la.atty, la.lse, la.qkv, B, T, NH, NKV, HD, c.window, s, attn_x ? &f8 : nullptr);
         linear_forward(model, fp8_pass, cast_layer, l, FP8_ATTPROJ, a.proj, nullptr, la.atty, p.attprojw + (size_t)l * C * C,
-                       tensor_at(p.attprojb, c1), N, C, C, ctx);
+                       tensor_at(p.attprojb, c1), N, C, C, ctx, attn_x);
         gpt2_detail::norm_before_linear(model, fp8_pass, l, FP8_FC, la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd,
                                         la.res_in, a.proj, p.ln2w + c1, tensor_at(p.ln2b, c1), N, s);
         const floatX* fcw = p.fcw + (size_t)l * FC * C;

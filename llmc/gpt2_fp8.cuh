@@ -25,7 +25,8 @@
 //         fc's X      ln2's LayerNorm (the same)
 //         fcproj's X  GELU of fc's pre-activation (fp8_cast_transpose_fused GELU_FORWARD, after the fc
 //                     matmul, which writes the pre-activation as before)
-//         attproj's X a separate fp8_cast_transpose of the attention output (its backward reads it)
+//         attproj's X the attention forward's epilogue (AttnFp8Out, beside the bf16 output its backward
+//                     reads; Hopper kernel, T a multiple of 16), else a separate fp8_cast_transpose
 //       RMSNorm and SwiGLU models (Llama) keep separate casts for X.
 //   dY  in the backward: dY (N, OC) and dY^T (OC, N), one-layer scratch. Separate casts: one
 //       fp8_cast_transpose, then bias_backward re-reads dY for the bias gradient. Fused casts: one
@@ -73,6 +74,7 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+#include "llmc/attention_layout.cuh"
 #include "llmc/cuda_common.cuh"
 #include "llmc/formats.h"
 #include "llmc/fp8.cuh"
@@ -358,8 +360,10 @@ inline void fp8_cast_weights(GPT2Fp8& f, const floatX* const (&weight)[FP8_LINEA
 // GELU output straight into fcproj's X and X^T and does not write `out`; fcproj then skips its cast
 // (its inp is not read). Where fp8_norm_fused(f, l, k): the norm before has written X and X^T
 // (fp8_norm_forward), inp is not read.
+// x_cast: X and X^T are in place already (the attention wrote attproj's: fp8_attention_x), inp unread.
 inline void fp8_linear_forward(GPT2Fp8& f, int l, int k, floatX* out, floatX* gelu_pre, const floatX* inp,
-                               const floatX* weight, const floatX* bias, int N, bool cast_weight, const CudaContext& ctx) {
+                               const floatX* weight, const floatX* bias, int N, bool cast_weight, const CudaContext& ctx,
+                               bool x_cast = false) {
     using namespace fp8_detail;
     const int C = f.cin[k], OC = f.oc[k];
     const LinearBuffers b = linear_buffers(f, l, k);
@@ -367,7 +371,7 @@ inline void fp8_linear_forward(GPT2Fp8& f, int l, int k, floatX* out, floatX* ge
     const bool gelu_fused = fp8_gelu_fused(f, l);
     if (cast_weight)
         cast_scaled(f, b.wt8, b.w8, weight, OC, C, Fp8Format::E4M3, wm, true, 1, b.w_rows, b.wt_rows, ctx.stream);
-    if (!(k == FP8_FCPROJ && gelu_fused) && !fp8_norm_fused(f, l, k))  // else fc's GELU cast or the norm wrote f.x, X^T
+    if (!x_cast && !(k == FP8_FCPROJ && gelu_fused) && !fp8_norm_fused(f, l, k))  // else fc's GELU cast or the norm wrote f.x, X^T
         cast_scaled(f, b.xt8, f.x, inp, N, C, Fp8Format::E4M3, xm, current_scaling(f), history_len(f), f.rs_x,
                     b.xt_rows, ctx.stream);
     floatX* y = gelu_pre ? gelu_pre : out;
@@ -415,6 +419,21 @@ inline void fp8_linear_backward(GPT2Fp8& f, int l, int k, floatX* dinp, floatX* 
     else
         matmul_backward_weight(dweight, dout, inp, N, C, OC, ctx);
     if (dbias && !fused) bias_backward(dbias, scratch, dout, N, OC, ctx.stream);
+}
+
+// Whether block l's attention writes attproj's e4m3 X and X^T itself (AttnFp8Out, the Hopper forward's
+// epilogue; the caller also checks that the attention can at this T): fused casts, attproj in FP8.
+inline bool fp8_attention_x_fused(const GPT2Fp8& f, int l) { return fp8_fused(f) && fp8_linear_on(f, l, FP8_ATTPROJ); }
+// Where: X into the f.x scratch, X^T kept, at attproj's delayed scale, its amax recorded.
+inline AttnFp8Out fp8_attention_x(const GPT2Fp8& f, int l, int N) {
+    Fp8Meta* xm = fp8_meta(f, FP8_X, l, FP8_ATTPROJ);
+    AttnFp8Out o;
+    o.x = f.x;
+    o.xt = fp8_detail::linear_buffers(f, l, FP8_ATTPROJ).xt8;
+    o.scale = &xm->scale;
+    o.amax_bits = &xm->amax_bits;
+    o.rows = N;
+    return o;
 }
 
 // The norm before linear k of block l where fp8_norm_fused: LayerNorm of inp1 (with inp2: of
