@@ -27,7 +27,8 @@
 // byte against the CPU's cast), input and weight gradients. Then qkv's dY cast fed by the attention
 // backward's fp32 dQ sums (test_dq_cast, fp8_cast_transpose_fused DQ_ACCUM): bit for bit against the
 // dQ store + the plain cast it replaces and byte for byte against the CPU's cast; and the attention
-// backward's keep_dq taking only where it may (test_dq_kept_only_where_allowed).
+// backward's keep_dq taking only where it may (test_dq_kept_only_where_allowed); and the trainer's
+// backward with it against the same backward with the dQ store (test_dq_model).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -725,6 +726,55 @@ static void test_dq_kept_only_where_allowed(const CudaContext& ctx, Rng& rng) {
     for (float* p : {d_lse, d_scratch}) cudaCheck(cudaFree(p));
 }
 
+// The trainer's plumbing of DQ_ACCUM (gpt2_backward: the attention backward keeps dQ in its scratch,
+// qkv's cast reads it there) on a d2 GPT-2 at B 4, T 256 (N 1024), --fp8 1 delayed with the fused
+// casts: after a first step (current scaling) the same forward and backward run twice from the same
+// parameters and batch, once as the trainer runs it and once with the dQ store (fp8.rope set for that
+// run: fp8_dq_fused false, so the attention backward stores dQ and qkv's cast is NONE's). dQ's fp32
+// atomics differ run to run (a few FP8 bytes, the delayed amax's last bits), so the gradients are held
+// to the tolerance of the other checks, every qkv weight and bias gradient and then all of them: a wrong
+// dQ in the cast (its columns, scale, pointer) is far outside it.
+static void test_dq_model(const CudaContext& ctx, Rng& rng) {
+    GPT2Config config = gpt2_config_from_descriptor("d2");
+    const int B = 4, T = 256, N = B * T;
+    GPT2 model;
+    model.fp8.set.enabled = true;
+    model.fp8.set.scaling = Fp8Scaling::DELAYED;
+    gpt2_build(model, config, B, T, false, ctx);
+    {
+        std::vector<float> host(model.num_params);
+        gpt2_init_params(host.data(), config, 18);
+        gpt2_set_params(model, host.data());
+    }
+    std::vector<int> tokens(2 * N);
+    for (int& t : tokens) t = (int)rng.below(config.vocab_size);
+    const int HD = gpt2_head_dim(config), QKV = gpt2_qkv_channels(config), C = config.channels, L = config.num_layers;
+    printf("dq model: d2 (C %d, %d heads of %d), B=%d T=%d, --fp8 1 delayed, fused casts\n", C, config.num_heads, HD, B, T);
+    auto step = [&](bool dq_in_cast) {
+        model.fp8.rope = !dq_in_cast;  // (a GPT-2: only fp8_dq_fused reads it)
+        gpt2_upload_batch(model, tokens.data(), tokens.data() + N, B, T, true, ctx);
+        gpt2_forward(model, B, T, ctx);
+        gpt2_loss(model, B, T, 1.0f / N, true, ctx);
+        gpt2_zero_grads(model, ctx);
+        gpt2_backward(model, B, T, ctx);
+        cudaCheck(cudaStreamSynchronize(ctx.stream));
+        return device_to_float(model.grads_memory, model.num_params);
+    };
+    step(false);  // the first step: current scaling, the casts unfused; it starts the delayed histories
+    if (!fp8_fused(model.fp8) || !fp8_dq_fused(model.fp8, 0)) fail("test_dq_model: the fused casts are not on");
+    const std::vector<float> fused = step(true), stored = step(false);
+    // the qkv weight and bias gradients of every layer: (L, QKV, C) and (L, QKV) from the tensors' offsets
+    auto slice = [](const std::vector<float>& v, size_t at, size_t n) { return std::vector<float>(v.begin() + at, v.begin() + at + n); };
+    const size_t w_at = model.grads.qkvw - model.grads_memory, nw = (size_t)L * QKV * C;
+    check("qkv weight gradients", slice(fused, w_at, nw), slice(stored, w_at, nw));
+    if (model.grads.qkvb) {
+        const size_t b_at = model.grads.qkvb - model.grads_memory, nb = (size_t)L * QKV;
+        check("qkv bias gradients", slice(fused, b_at, nb), slice(stored, b_at, nb));
+    }
+    check("all gradients", fused, stored);
+    gpt2_free(model);
+}
+
 int main(int argc, char** argv) {
     if (argc > 1) {
         printf("usage: %s (no flags): the FP8 linear layers of --fp8 against the CPU reference\n", argv[0]);
@@ -780,6 +830,7 @@ int main(int argc, char** argv) {
         test_dq_cast(ctx, rng, grad, 3, 64, 2, 128, false);
     }
     test_dq_kept_only_where_allowed(ctx, rng);
+    test_dq_model(ctx, rng);
     ctx.destroy();
     printf("%s: %d check(s) failed\n", failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;
