@@ -14,7 +14,9 @@
 #      b. build/test_fp8_gpu: the FP8 linears and head as before, then test_dq_cast (attention_backward
 #         with keep_dq leaves every dQ column unwritten and dK, dV bit for bit; DQ_ACCUM = dQ store +
 #         NONE bit for bit, and byte for byte against the CPU's cast; HD 64 and 128, with and without
-#         the bias, e5m2 and e4m3) and keep_dq refused where it must be (no scratch, the split schedule)
+#         the bias, e5m2 and e4m3), keep_dq refused where it must be (no scratch, the split schedule),
+#         and test_dq_model: a d2 backward as the trainer runs it (dqkv's dQ columns left poisoned in
+#         every layer) against the same backward with the dQ store, gradients within tolerance
 #      c. --fp8-fused 0 = 1 bit for bit (tests/fp8_speed_gpu.sh's part 4: d6 B=32 T=1024, 8 steps,
 #         --deterministic 1, delayed scaling; log lines and the final model.bin). --deterministic 1 has
 #         no attention scratch, so dQ is stored as before there: this shows the rest is unchanged
@@ -135,6 +137,7 @@ grep -E "^FAIL" "$LOGS/fp8_cast.txt" | head -5
 grep -E "FAIL" "$LOGS/test_fp8_gpu.txt" | head -5
 grep -A8 '^dq cast:' "$LOGS/test_fp8_gpu.txt" | grep -E "^dq cast|DQ_ACCUM|keep_dq" | head -12 | sed 's/^/    /'
 grep -E "^keep_dq" "$LOGS/test_fp8_gpu.txt" | sed 's/^/    /'
+grep -A6 '^dq model:' "$LOGS/test_fp8_gpu.txt" | sed 's/^/    /'
 grep -E "fp8_dq_cast.*(differ|FAIL)" "$LOGS/fp8_cast.txt" | head -4 | sed 's/^/    /'
 
 declare -A MS TOK PEAK

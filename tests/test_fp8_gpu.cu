@@ -750,14 +750,28 @@ static void test_dq_model(const CudaContext& ctx, Rng& rng) {
     for (int& t : tokens) t = (int)rng.below(config.vocab_size);
     const int HD = gpt2_head_dim(config), QKV = gpt2_qkv_channels(config), C = config.channels, L = config.num_layers;
     printf("dq model: d2 (C %d, %d heads of %d), B=%d T=%d, --fp8 1 delayed, fused casts\n", C, config.num_heads, HD, B, T);
+    const size_t nq = (size_t)N * QKV;
+    const int Q = config.num_heads * HD;
+    // dqkv (one layer's, reused) poisoned before each backward: with DQ_ACCUM in every layer its dQ
+    // columns stay poisoned (and were never read: the gradients would be NaN), else none may
     auto step = [&](bool dq_in_cast) {
         model.fp8.rope = !dq_in_cast;  // (a GPT-2: only fp8_dq_fused reads it)
         gpt2_upload_batch(model, tokens.data(), tokens.data() + N, B, T, true, ctx);
         gpt2_forward(model, B, T, ctx);
         gpt2_loss(model, B, T, 1.0f / N, true, ctx);
         gpt2_zero_grads(model, ctx);
+        cudaCheck(cudaMemsetAsync(model.acts.dqkv, 0xFF, nq * sizeof(floatX), ctx.stream));
         gpt2_backward(model, B, T, ctx);
         cudaCheck(cudaStreamSynchronize(ctx.stream));
+        std::vector<uint16_t> h(nq);
+        cudaCheck(cudaMemcpy(h.data(), model.acts.dqkv, nq * 2, cudaMemcpyDeviceToHost));
+        size_t left = 0;
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < QKV; c++) left += h[(size_t)n * QKV + c] == 0xFFFF;
+        const size_t want = dq_in_cast && model.fp8.warm ? (size_t)N * Q : 0;
+        printf("  backward %s: %zu poisoned dqkv values left (want %zu)  %s\n",
+               dq_in_cast ? "with DQ_ACCUM" : "with the dQ store", left, want, left == want ? "ok" : "FAIL");
+        if (left != want) failures++;
         return device_to_float(model.grads_memory, model.num_params);
     };
     step(false);  // the first step: current scaling, the casts unfused; it starts the delayed histories
