@@ -6,11 +6,11 @@
 # OLD_BIN=<a build/train_gpt2cu from before this change> adds it to the timing (alternating, twice each).
 # Parts, logs under $OUT/fp8_dqcast (OUT default build):
 #   1. checks, at once (the GPU has room for all of them):
-#      a. dev/cuda/build/fp8_cast --reps 20: every cast of the lab byte for byte against llmc/cpu/fp8.h,
-#         among them fp8_dq_cast (R=65536 C=2304, GPT-2 124M's qkv dY; R=192 C=576): variant 0 the
-#         DQ_ACCUM cast (its dqkv's dQ columns poisoned), variant 1 the dQ store + the NONE cast (the
-#         path it replaces); the dQ store's bf16 against the CPU's round(sum / 8), both variants' FP8
-#         bytes, amax and bias gradient bits; then their timings
+#      a. dev/cuda/build/fp8_cast --check-only: every cast of the lab byte for byte against
+#         llmc/cpu/fp8.h, among them fp8_dq_cast (R=65536 C=2304, GPT-2 124M's qkv dY; R=192 C=576):
+#         variant 0 the DQ_ACCUM cast (its dqkv's dQ columns poisoned), variant 1 the dQ store + the
+#         NONE cast (the path it replaces); the dQ store's bf16 against the CPU's round(sum / 8), both
+#         variants' FP8 bytes, amax and bias gradient bits
 #      b. build/test_fp8_gpu: the FP8 linears and head as before, then test_dq_cast (attention_backward
 #         with keep_dq leaves every dQ column unwritten and dK, dV bit for bit; DQ_ACCUM = dQ store +
 #         NONE bit for bit, and byte for byte against the CPU's cast; HD 64 and 128, with and without
@@ -27,12 +27,14 @@
 #         printed beside the two fused runs' own (the run-to-run noise)
 #      e. (GRAPH=1) PAIRS=fp8 PARTS=2 tests/graph_gpu_check.sh: --graph 0 = 1 bit for bit, the FP8
 #         pairs (--deterministic 1, as c; adds ~2 minutes)
-#   2. speed, alone on the GPU: 124M, B=64 T=1024, random tokens, --fp8 1 --fp8-head 1, STEPS (16)
-#      steps: the trainer's BENCH line (median ms/step after its warm-up); with OLD_BIN: new, old, new,
-#      old. Skipped when a check failed (FORCE=1 times anyway).
+#   2. speed, alone on the GPU, skipped when a check failed (FORCE=1 times anyway):
+#      a. dev/cuda/build/fp8_cast --op fp8_dq_cast --reps 50: the two variants checked again, then timed
+#         (median of 50, L2 flushed): DQ_ACCUM against the dQ store + NONE cast
+#      b. 124M, B=64 T=1024, random tokens, --fp8 1 --fp8-head 1, STEPS (16) steps: the trainer's BENCH
+#         line (median ms/step after its warm-up); with OLD_BIN: new, old, new, old
 # Last lines: PASS/FAIL of each check, the lab's fp8_dq_cast timings (fused against dQ store + cast),
-# then ms/step of each 124M run. Estimated ~3 minutes on an H200 (part 1 ~100 s, bounded by the lab;
-# part 2 ~25 s a run); not yet run.
+# then ms/step of each 124M run. Estimated ~3 minutes on an H200 (part 1 ~90 s, bounded by the lab's
+# CPU references; part 2 ~15 s + ~25 s a trainer run); not yet run.
 cd "$(dirname "$0")/.." || exit 1
 LOGS=${OUT:-build}/fp8_dqcast
 STEPS=${STEPS:-16}
@@ -52,13 +54,13 @@ row() {  # row STATUS(0: pass, INFO: printed only, else fail) NAME DETAIL
 }
 result() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" > "$LOGS/$4.row"; }  # result STATUS NAME DETAIL PART
 
-# the lab's fp8_dq_cast timing lines, once each (the lab prints them as it goes and again at the end)
-dq_lines() { grep -E '^fp8_dq_cast .* \| [01] ' "$LOGS/fp8_cast.txt" | awk '!seen[$0]++'; }
+# the lab's fp8_dq_cast timing lines (part 2a), once each (the lab prints them as it goes and again at the end)
+dq_lines() { [ -f "$LOGS/fp8_dq_cast.txt" ] && grep -E '^fp8_dq_cast .* \| [01] ' "$LOGS/fp8_dq_cast.txt" | awk '!seen[$0]++'; }
 part_lab() {
     local t1=$SECONDS st
-    timeout 170 "$LAB/fp8_cast" --reps 20 > "$LOGS/fp8_cast.txt" 2>&1; st=$?
-    result $st "fp8_cast lab (every cast, fp8_dq_cast among them, vs llmc/cpu/fp8.h)" \
-        "$(dq_lines | wc -l) fp8_dq_cast timings, $(grep -c ' ok' "$LOGS/fp8_cast.txt") ok lines, $(grep -c '^FAIL' "$LOGS/fp8_cast.txt") FAIL, $((SECONDS - t1)) s" lab
+    timeout 170 "$LAB/fp8_cast" --check-only > "$LOGS/fp8_cast.txt" 2>&1; st=$?
+    result $st "fp8_cast lab --check-only (every cast, fp8_dq_cast among them, vs llmc/cpu/fp8.h)" \
+        "$(grep -c ': moves ' "$LOGS/fp8_cast.txt") variants run, $(grep -c ' ok' "$LOGS/fp8_cast.txt") ok lines, $(grep -c '^FAIL' "$LOGS/fp8_cast.txt") FAIL, $((SECONDS - t1)) s" lab
 }
 part_test() {
     local t1=$SECONDS st
@@ -123,7 +125,8 @@ part_graph() {
     result $st "graph 0 = graph 1, the FP8 pairs" "$(grep -c '^PASS' "$LOGS/graph_fp8.txt") PASS, $((SECONDS - t1)) s" graph
 }
 
-echo "==== 1. checks, at once: fp8_cast lab, test_fp8_gpu, fused 0 = 1 (deterministic), DQ_ACCUM in training${GRAPH:+, graph pairs}"
+graph_note=""; [ "${GRAPH:-0}" = 1 ] && graph_note=", graph pairs"
+echo "==== 1. checks, at once: fp8_cast lab, test_fp8_gpu, fused 0 = 1 (deterministic), DQ_ACCUM in training$graph_note"
 rm -f "$LOGS"/*.row
 parts=(lab test same fused)
 [ "${GRAPH:-0}" = 1 ] && parts+=(graph)
@@ -145,7 +148,10 @@ RUNS=()
 if [ $bad -ne 0 ] && [ "${FORCE:-0}" != 1 ]; then
     echo "==== 2. speed: skipped (a check failed; FORCE=1 times anyway)"
 else
-    echo "==== 2. speed: 124M, B=64 T=1024, --fp8 1 --fp8-head 1, $STEPS steps, alone"
+    echo "==== 2a. fp8_dq_cast timed alone: DQ_ACCUM (0) against the dQ store + NONE cast (1)"
+    timeout 90 "$LAB/fp8_cast" --op fp8_dq_cast --reps 50 > "$LOGS/fp8_dq_cast.txt" 2>&1
+    st=$?; row $st "fp8_dq_cast timed (checked again first)" "$(grep -c '^FAIL' "$LOGS/fp8_dq_cast.txt") FAIL, $(dq_lines | wc -l) timings"
+    echo "==== 2b. speed: 124M, B=64 T=1024, --fp8 1 --fp8-head 1, $STEPS steps, alone"
     if [ -n "${OLD_BIN:-}" ]; then RUNS=(new1 old1 new2 old2); else RUNS=(new1); fi
     for r in "${RUNS[@]}"; do
         bin=$TRAIN; [[ $r == old* ]] && bin=$OLD_BIN

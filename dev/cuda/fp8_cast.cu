@@ -1,7 +1,7 @@
 // fp8_cast.cu: the scaled casts to FP8 of llmc/fp8.cuh, per tensor and rowwise, checked bit for bit
 // against cpu::fp8_cast (llmc/cpu/fp8.h), with the amax, the scale update and the rowwise scale_invs
 // checked bit for bit too.
-//   ./fp8_cast [variant ...] [--check-only] [--reps N]
+//   ./fp8_cast [variant ...] [--check-only] [--reps N] [--op NAME]   (--op: one op family, see main)
 // Shapes, each cast to e4m3 and to e5m2 (the op name says which):
 //   X (65536, 768): a layer input at GPT-2 124M, B*T = 65536 (qkv / fc input, attproj dY);
 //   H (65536, 3072): the MLP activation (fcproj's input, fc's dY);
@@ -66,7 +66,9 @@
 // Results (H200, 2026-12-03, 2622e99): every variant bit-exact; R=65536 C=768 / 3072, % of copy:
 // 0 84.6 / 94.5, 1 49.5 / 56.6, 2 85.4 / 93.0, 3 85.5 / 90.6, 4 84.0 / 90.2 (docs/perf.md).
 // Variants 5 and 6: not yet run on a GPU (tests/fp8_rowwise_gpu.sh runs them).
+#include <algorithm>
 #include <cstddef>
+#include <iterator>
 #include "dev/cuda/harness.cuh"
 #include "llmc/cpu/fp8.h"
 #include "llmc/fp8.cuh"
@@ -524,8 +526,26 @@ static void run_layernorm_fp8(lab::Lab& L, int R, int C, uint64_t seed) {
           check);
 }
 
+// --op NAME (before the harness's flags are read): only that op family, e.g. fp8_dq_cast (its inputs
+// and references built alone: tests/fp8_dqcast_gpu.sh times it so, alone on the GPU).
 int main(int argc, char** argv) {
-    lab::Lab L(argc, argv, "fp8_cast.cu");
+    const char* families[] = {"fp8_cast", "fp8_gelu_forward_cast", "fp8_gelu_backward_cast", "fp8_cast_dbias",
+                              "fp8_layernorm_forward_cast", "fp8_dq_cast"};
+    const char* only = nullptr;
+    std::vector<char*> args;  // argv without --op NAME: the harness's
+    for (int i = 0; i < argc; i++) {
+        if (i > 0 && !strcmp(argv[i], "--op")) {
+            if (i + 1 >= argc) fail("fp8_cast.cu: --op needs an op name (fp8_cast, fp8_dq_cast, ...)");
+            only = argv[++i];
+            if (std::none_of(std::begin(families), std::end(families), [&](const char* f) { return !strcmp(f, only); }))
+                fail("fp8_cast.cu: --op %s: no such op (fp8_cast, fp8_gelu_forward_cast, fp8_gelu_backward_cast, "
+                     "fp8_cast_dbias, fp8_layernorm_forward_cast, fp8_dq_cast)", only);
+        } else {
+            args.push_back(argv[i]);
+        }
+    }
+    auto on = [&](const char* family) { return !only || !strcmp(only, family); };
+    lab::Lab L((int)args.size(), args.data(), "fp8_cast.cu");
     const int N = lab::GPT2_B * lab::GPT2_T, C = lab::GPT2_C;
     const Shape big[] = {{lab::Lab::strprintf("R=%d C=%d", N, C), N, C, true},
                          {lab::Lab::strprintf("R=%d C=%d", N, 4 * C), N, 4 * C, true}};
@@ -534,6 +554,7 @@ int main(int argc, char** argv) {
     const Shape odd = {lab::Lab::strprintf("n=%d", odd_n), 1, odd_n, false};
     const std::vector<float> every = every_bf16();
     for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2}) {
+        if (!on("fp8_cast")) continue;
         for (const Shape& s : big) run_shape(L, s, f, lab::rand_uniform((size_t)s.R * s.C, 61, -3.0f, 3.0f), 0.0f);
         run_shape(L, odd, f, lab::rand_uniform((size_t)odd_n, 62, -3.0f, 3.0f), 0.0f);
         run_shape(L, {all_bf16.name + " scale=1", all_bf16.R, all_bf16.C, true}, f, every, 1.0f);
@@ -541,13 +562,16 @@ int main(int argc, char** argv) {
     }
     // the fused casts (llmc/fp8_fused.cuh): the trainer's shapes, then an awkward row count
     for (int R : {N, 192}) {
-        run_fused(L, "fp8_gelu_forward_cast", Fp8Prologue::GELU_FORWARD, R, 4 * C, Fp8Format::E4M3, 71);
+        if (on("fp8_gelu_forward_cast"))
+            run_fused(L, "fp8_gelu_forward_cast", Fp8Prologue::GELU_FORWARD, R, 4 * C, Fp8Format::E4M3, 71);
         for (Fp8Format f : {Fp8Format::E5M2, Fp8Format::E4M3})
-            run_fused(L, "fp8_gelu_backward_cast", Fp8Prologue::GELU_BACKWARD, R, 4 * C, f, 72);
-        for (int width : {C, 3 * C}) run_fused(L, "fp8_cast_dbias", Fp8Prologue::NONE, R, width, Fp8Format::E5M2, 73);
-        run_layernorm_fp8(L, R, R == N ? C : 320, 74);
+            if (on("fp8_gelu_backward_cast"))
+                run_fused(L, "fp8_gelu_backward_cast", Fp8Prologue::GELU_BACKWARD, R, 4 * C, f, 72);
+        for (int width : {C, 3 * C})
+            if (on("fp8_cast_dbias")) run_fused(L, "fp8_cast_dbias", Fp8Prologue::NONE, R, width, Fp8Format::E5M2, 73);
+        if (on("fp8_layernorm_forward_cast")) run_layernorm_fp8(L, R, R == N ? C : 320, 74);
 #if !defined(PRECISION_FP32)
-        run_dq_cast(L, R, R == N ? lab::GPT2_C / 64 : 3, Fp8Format::E5M2, 75);
+        if (on("fp8_dq_cast")) run_dq_cast(L, R, R == N ? lab::GPT2_C / 64 : 3, Fp8Format::E5M2, 75);
 #endif
     }
     return L.finish();
