@@ -539,8 +539,9 @@ static void test_head(const CudaContext& ctx, Rng& rng, Fp8Format grad, int B, i
 }
 
 // qkv's dY cast with its dQ columns read from the attention backward's fp32 sums (fp8_dq_fused;
-// fp8_cast_transpose_fused DQ_ACCUM), at B, T, NH heads of HD (NKV = NH, GPT-2's qkv: N = B*T rows of
-// 3 NH HD columns), dY in `grad`, with or without the bias gradient:
+// fp8_cast_transpose_fused DQ_ACCUM), at B, T, NH query and NKV key/value heads of HD (qkv's dY: N =
+// B*T rows of (NH + 2 NKV) HD columns, the first NH HD dQ's), dY in `grad`, with or without the bias
+// gradient:
 //   the attention backward (random qkv, the forward's out and lse, random dO) with keep_dq into a
 //   poisoned dqkv must return its scratch and leave every dQ column poisoned, dK and dV bit for bit
 //   those of a plain backward (deterministic: summed in registers);
@@ -552,12 +553,13 @@ static void test_head(const CudaContext& ctx, Rng& rng, Fp8Format grad, int B, i
 //   one dqkv's dQ columns have; every byte of the DQ_ACCUM cast against cpu::fp8_cast of the stored
 //   dqkv, the amax against its max |x|, the bias gradient against a double sum.
 // The scale: current scaling's from 0.9 x the amax (delayed scaling: some values saturate).
-static void test_dq_cast(const CudaContext& ctx, Rng& rng, Fp8Format grad, int B, int T, int NH, int HD, bool with_bias) {
-    const int N = B * T, Q = NH * HD, QKV = 3 * Q;
+static void test_dq_cast(const CudaContext& ctx, Rng& rng, Fp8Format grad, int B, int T, int NH, int NKV, int HD,
+                         bool with_bias) {
+    const int N = B * T, Q = NH * HD, QKV = (NH + 2 * NKV) * HD;
     const size_t nq = (size_t)N * QKV;
     const cpu::Fp8Format cf = fp8_cpu_format(grad);
     cudaStream_t s = ctx.stream;
-    printf("dq cast: B=%d T=%d NH=%d HD=%d (N=%d, dQ columns %d of %d), dY %s%s\n", B, T, NH, HD, N, Q, QKV,
+    printf("dq cast: B=%d T=%d NH=%d NKV=%d HD=%d (N=%d, dQ columns %d of %d), dY %s%s\n", B, T, NH, NKV, HD, N, Q, QKV,
            fp8_format_name(grad), with_bias ? ", bias gradient" : "");
     floatX *d_qkv = upload(random_bf16(rng, nq, 1.0f)), *d_dout = upload(random_bf16(rng, (size_t)N * Q, 1.0f));
     floatX *d_out = poisoned((size_t)N * Q), *d_dqkv = poisoned(nq), *d_plain = poisoned(nq);
@@ -567,9 +569,9 @@ static void test_dq_cast(const CudaContext& ctx, Rng& rng, Fp8Format grad, int B
     cudaCheck(cudaMalloc(&d_scratch, sizeof(float) * sf));
     cudaCheck(cudaMalloc(&d_scratch2, sizeof(float) * sf));
     cudaCheck(cudaMalloc(&d_colsum, sizeof(float) * column_num_chunks(N) * QKV));
-    attention_forward(d_out, d_lse, d_qkv, B, T, NH, NH, HD, s);
-    const float* dq = attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, NH, NH, HD, s, 0, d_scratch, sf, true);
-    attention_backward(d_plain, d_dout, d_qkv, d_out, d_lse, B, T, NH, NH, HD, s, 0, d_scratch2, sf);
+    attention_forward(d_out, d_lse, d_qkv, B, T, NH, NKV, HD, s);
+    const float* dq = attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, HD, s, 0, d_scratch, sf, true);
+    attention_backward(d_plain, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, HD, s, 0, d_scratch2, sf);
     cudaCheck(cudaStreamSynchronize(s));
     std::vector<uint16_t> kept(nq), plain(nq);
     cudaCheck(cudaMemcpy(kept.data(), d_dqkv, nq * 2, cudaMemcpyDeviceToHost));
@@ -596,7 +598,7 @@ static void test_dq_cast(const CudaContext& ctx, Rng& rng, Fp8Format grad, int B
     cudaCheck(cudaMemcpy(sums.data(), dq, sums.size() * sizeof(float), cudaMemcpyDeviceToHost));
     floatX* d_ref = poisoned(nq);
     cudaCheck(cudaMemcpy(d_ref, d_dqkv, nq * 2, cudaMemcpyDeviceToDevice));
-    attention_dq_store(fp8_detail::bf16_ptr(d_ref), dq, B, T, NH, NH, HD, s);
+    attention_dq_store(fp8_detail::bf16_ptr(d_ref), dq, B, T, NH, NKV, HD, s);
     cudaCheck(cudaStreamSynchronize(s));
     const std::vector<float> x = device_to_float(d_ref, nq), xp = device_to_float(d_plain, nq);
     std::vector<float> dq_got((size_t)N * Q), dq_plain((size_t)N * Q), dq_sums((size_t)N * Q);
@@ -837,11 +839,12 @@ int main(int argc, char** argv) {
     test_head(ctx, rng, Fp8Format::E5M2, 2, 50257, 50304);
     // qkv's dY cast from the attention backward's dQ sums (DQ_ACCUM): GPT-2's HD 64 with the bias at
     // N = 1024 (the bias chunks whole tiles), three heads at N = 640 (q_cols 3 tiles of 9), HD 128
-    // without a bias at N = 192; then where keep_dq must not take
+    // without a bias at N = 192, GQA at N = 256; then where keep_dq must not take
     for (Fp8Format grad : {Fp8Format::E5M2, Fp8Format::E4M3}) {
-        test_dq_cast(ctx, rng, grad, 4, 256, 4, 64, true);
-        test_dq_cast(ctx, rng, grad, 2, 320, 3, 64, true);
-        test_dq_cast(ctx, rng, grad, 3, 64, 2, 128, false);
+        test_dq_cast(ctx, rng, grad, 4, 256, 4, 4, 64, true);
+        test_dq_cast(ctx, rng, grad, 2, 320, 3, 3, 64, true);
+        test_dq_cast(ctx, rng, grad, 3, 64, 2, 2, 128, false);
+        test_dq_cast(ctx, rng, grad, 2, 128, 4, 2, 64, true);  // GQA: dqkv (N, (4 + 2 x 2) 64)
     }
     test_dq_kept_only_where_allowed(ctx, rng);
     test_dq_model(ctx, rng);
