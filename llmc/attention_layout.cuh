@@ -23,9 +23,9 @@ __device__ __forceinline__ bool attends(int i, int j, int window) {
 }
 
 // dQ from the single-pass backwards' fp32 accumulator (attention_mma_backward.cuh's scratch layout,
-// dq_accum (B, T, NH * HD)): scale * sum, rounded to bf16. The one definition of that rounding: the dQ
-// store (attention_backward_dq_store) and the FP8 cast that reads the accumulator in its place
-// (fp8_cast_transpose_fused DQ_ACCUM, llmc/fp8_fused.cuh) must produce the same bits.
+// dq_accum (B, T, NH * HD)): scale * sum, rounded to bf16. The dQ store (attention_backward_dq_store)
+// and the FP8 cast that reads the accumulator in its place (fp8_cast_transpose_fused DQ_ACCUM,
+// llmc/fp8_fused.cuh) must produce the same bits, so both call this one definition.
 template <int HD>
 __device__ __forceinline__ __nv_bfloat16 dq_from_accum(float sum) {
     return from_float<__nv_bfloat16>(sum * rsqrtf((float)HD));
