@@ -61,8 +61,9 @@
 //   bit for bit; the bias gradient (+= onto random values) equal bit for bit to bias_backward's where
 //   its row chunks are whole tiles (R = 65536), else within bf16 tolerance of a double sum. Both
 //   variants are held to the same checks (the unfused passes must agree with the fused kernel).
-//   Results: not yet run on a GPU (fp8_dq_cast: expected, from the bytes, 0.40 GB fused against
-//   0.60 GB at R = 65536: ~0.11 ms against ~0.17 ms at ~3.6 TB/s; tests/fp8_dqcast_gpu.sh runs it).
+//   Results: not yet run on a GPU (fp8_dq_cast: expected, from the bytes, 0.70 GB fused against
+//   0.91 GB at R = 65536: ~0.19 ms against ~0.25 ms at ~3.7 TB/s, the dQ store alone measured 78 us in
+//   the trainer's profile; tests/fp8_dqcast_gpu.sh runs it).
 // Results (H200, 2026-12-03, 2622e99): every variant bit-exact; R=65536 C=768 / 3072, % of copy:
 // 0 84.6 / 94.5, 1 49.5 / 56.6, 2 85.4 / 93.0, 3 85.5 / 90.6, 4 84.0 / 90.2 (docs/perf.md).
 // Variants 5 and 6: not yet run on a GPU (tests/fp8_rowwise_gpu.sh runs them).
