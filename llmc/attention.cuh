@@ -297,21 +297,25 @@ inline void attention_forward_flash(__nv_bfloat16* out, float* lse, const __nv_b
     else forward_flash<FwdCfg<128>>(out, lse, qkv, B, T, L, window, stream);
 }
 
-inline void attention_backward_flash(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+// keep_dq (with scratch only): leave dQ in the scratch, as attention_backward; returns whether it did.
+inline bool attention_backward_flash(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                                      const __nv_bfloat16* out, const float* lse, int B, int T, int NH, int NKV, int HD,
-                                     cudaStream_t stream, int window = 0, float* scratch = nullptr) {
+                                     cudaStream_t stream, int window = 0, float* scratch = nullptr,
+                                     bool keep_dq = false) {
     using namespace attention_detail;
     check_attention_sizes("attention_backward", B, T, NH, NKV, HD, window);
     if (!aligned16(dqkv) || !aligned16(dout) || !aligned16(qkv) || !aligned16(out) || !aligned16(scratch))
         fail("attention_backward: dqkv, dout, qkv, out and scratch must be 16-byte aligned");
     const QKVLayout L{NH, NKV, HD};
     if (scratch) {  // one pass, dQ summed by fp32 atomics in scratch: faster, not bit-reproducible
-        if (HD == 64) backward_flash_atomic<AtomicBwdCfg<64>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, window, stream);
-        else backward_flash_atomic<AtomicBwdCfg<128>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, window, stream);
-        return;
+        if (HD == 64)
+            backward_flash_atomic<AtomicBwdCfg<64>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, window, stream, keep_dq);
+        else backward_flash_atomic<AtomicBwdCfg<128>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, window, stream, keep_dq);
+        return keep_dq;
     }
     if (HD == 64) backward_flash<DQCfg<64>, DKVCfg<64>>(dqkv, dout, qkv, out, lse, B, T, L, window, stream);
     else backward_flash<DQCfg<128>, DKVCfg<128>>(dqkv, dout, qkv, out, lse, B, T, L, window, stream);
+    return false;
 }
 
 // ============================================================================ the launchers
@@ -346,16 +350,36 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B,
 // the mma.sync single pass elsewhere (bf16 build; the FP32 build ignores it). scratch_floats: the
 // buffer's size in floats where known; from attention_backward_scratch_floats_split(B, T, NH, NKV, HD)
 // on, the Hopper kernel may split small shapes over more SMs (dK, dV then also summed by atomics).
-inline void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
-                               int B, int T, int NH, int NKV, int HD, cudaStream_t stream, int window = 0,
-                               float* scratch = nullptr, size_t scratch_floats = 0) {
+// keep_dq: where the backward is a single pass that ends in the dQ store (the Hopper kernel's
+// whole-item schedule, the mma.sync single pass), skip that store: dQ stays in the scratch as fp32
+// sums, dq_accum (B, T, NH * HD) at its start, unscaled (dQ = dq_from_accum<HD>(sum)), and dqkv's query
+// columns are not written. Returns dq_accum where it did (a consumer reads it in place of those
+// columns: fp8_cast_transpose_fused's DQ_ACCUM, until the scratch is reused), else nullptr (dqkv whole:
+// no scratch, the split schedule, the FP32 build). attention_dq_store writes the columns from it.
+inline const float* attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
+                                       const float* lse, int B, int T, int NH, int NKV, int HD, cudaStream_t stream,
+                                       int window = 0, float* scratch = nullptr, size_t scratch_floats = 0,
+                                       bool keep_dq = false) {
 #if defined(PRECISION_FP32)
-    (void)scratch, (void)scratch_floats;
+    (void)scratch, (void)scratch_floats, (void)keep_dq;
     attention_backward_simple(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window);
+    return nullptr;
 #else
+    bool kept;
     if (scratch && attention_hopper_available())
-        attention_backward_hopper(dqkv, scratch, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window,
-                                  scratch_floats);
-    else attention_backward_flash(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window, scratch);
+        kept = attention_backward_hopper(dqkv, scratch, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window,
+                                         scratch_floats, keep_dq);
+    else kept = attention_backward_flash(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window, scratch, keep_dq);
+    return kept ? scratch : nullptr;
 #endif
+}
+
+// The store attention_backward skipped with keep_dq: dqkv's query columns = dq_from_accum<HD>(dq_accum),
+// the bits the backward would have written (bf16 build; the tests and the lab's reference).
+inline void attention_dq_store(__nv_bfloat16* dqkv, const float* dq_accum, int B, int T, int NH, int NKV, int HD,
+                               cudaStream_t stream) {
+    using namespace attention_detail;
+    check_attention_sizes("attention_dq_store", B, T, NH, NKV, HD, 0);
+    if (!aligned16(dqkv) || !aligned16(dq_accum)) fail("attention_dq_store: dqkv and dq_accum must be 16-byte aligned");
+    dq_store(dqkv, dq_accum, B, T, QKVLayout{NH, NKV, HD}, stream);
 }

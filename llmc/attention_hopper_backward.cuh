@@ -13,7 +13,8 @@
 //                                        rounded up to 64 (zeros past T); with the split schedule
 //                                        then dkv_accum (B, T, 2 * NKV * HD): dK's, then dV's columns
 // Three launches, as backward_flash_atomic: attention_backward_prologue (D, lse2, zeroed dq_accum),
-// the wgmma kernel below, attention_backward_dq_store (dQ = scale * dq_accum into dqkv). dK and dV are
+// the wgmma kernel below, attention_backward_dq_store (dQ = scale * dq_accum into dqkv; skipped with
+// keep_dq, where the FP8 trainer's qkv dY cast reads dq_accum itself: attention_backward). dK and dV are
 // summed over the GQA group in registers (deterministic); dQ by fp32 TMA reductions into dq_accum
 // (not bit-reproducible). The split schedule (small shapes, BwdTileScheduler) zeroes dkv_accum
 // first, sums dK and dV there by fp32 reductions too, and ends with attention_backward_dqkv_store.
@@ -667,10 +668,12 @@ inline int bwd_split_chunk(int B, int T, const QKVLayout& L, int window, int sms
 // dQ, dK and dV at the end). scratch: attention_backward_scratch_floats(B, T, NH, HD) floats, any
 // contents; with scratch_floats >= attention_backward_scratch_floats_split(B, T, NH, NKV, HD) the
 // kernel may take the split schedule (split = false: never, the lab's whole-item baseline).
+// keep_dq: on the whole-item schedule, the dQ store is skipped and dQ stays unscaled in scratch's
+// dq_accum (dqkv's query columns unwritten); returns whether it did (the split schedule stores all).
 template <class Config>
-inline void backward_hopper(bf16* dqkv, float* scratch, const bf16* dout, const bf16* qkv, const bf16* out,
+inline bool backward_hopper(bf16* dqkv, float* scratch, const bf16* dout, const bf16* qkv, const bf16* out,
                             const float* lse, int B, int T, QKVLayout L, int window, cudaStream_t stream,
-                            size_t scratch_floats = 0, bool split = true) {
+                            size_t scratch_floats = 0, bool split = true, bool keep_dq = false) {
     using K = HopperBwd<Config>;
     constexpr int HD = K::HD, smem = bwd_smem_bytes<K>();
     static_assert(smem <= 227 * 1024, "one CTA's smem");
@@ -707,11 +710,12 @@ inline void backward_hopper(bf16* dqkv, float* scratch, const bf16* dout, const 
         const size_t all = (size_t)B * T * L.row() / 8;
         attention_backward_dqkv_store<HD><<<(unsigned)ceil_div<size_t>(all, 256), 256, 0, stream>>>(
             dqkv, scratch, dkv_accum, B, T, L);
-    } else {
-        attention_backward_dq_store<HD><<<(unsigned)ceil_div<size_t>(threads, 256), 256, 0, stream>>>(dqkv, scratch, B,
-                                                                                                     T, L);
+        cudaCheckLaunch();
+        return false;
     }
-    cudaCheckLaunch();
+    if (keep_dq) return true;
+    dq_store(dqkv, scratch, B, T, L, stream);
+    return false;
 }
 
 // The shipped configurations (budget in the header comment). HD 64: query tiles of 128 and the late dQ
@@ -741,12 +745,13 @@ struct HopperBwdShipped<128> {
 // bf16, HD 64 or 128, every pointer 16-byte aligned; scratch holds attention_detail::
 // attention_backward_scratch_floats(B, T, NH, HD) floats, or scratch_floats of them: from
 // attention_backward_scratch_floats_split(B, T, NH, NKV, HD) on, small shapes may take the split
-// schedule (dK, dV then by fp32 reductions as well). Only in sm_90a builds
+// schedule (dK, dV then by fp32 reductions as well). keep_dq: leave dQ in the scratch where the
+// schedule allows (see attention_backward); returns whether it did. Only in sm_90a builds
 // (attention_hopper_available()); elsewhere calling it is an error.
-inline void attention_backward_hopper(__nv_bfloat16* dqkv, float* scratch, const __nv_bfloat16* dout,
+inline bool attention_backward_hopper(__nv_bfloat16* dqkv, float* scratch, const __nv_bfloat16* dout,
                                       const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse, int B,
                                       int T, int NH, int NKV, int HD, cudaStream_t stream, int window = 0,
-                                      size_t scratch_floats = 0) {
+                                      size_t scratch_floats = 0, bool keep_dq = false) {
     using namespace attention_detail;
     check_attention_sizes("attention_backward_hopper", B, T, NH, NKV, HD, window);
 #if defined(LLMC_SM90A)
@@ -756,11 +761,13 @@ inline void attention_backward_hopper(__nv_bfloat16* dqkv, float* scratch, const
         fail("attention_backward_hopper: dqkv, dout, qkv, out and scratch must be 16-byte aligned");
     const QKVLayout L{NH, NKV, HD};
     if (HD == 64)
-        backward_hopper<HopperBwdShipped<64>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, window, stream, scratch_floats);
-    else backward_hopper<HopperBwdShipped<128>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, window, stream,
-                                                scratch_floats);
+        return backward_hopper<HopperBwdShipped<64>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, window, stream,
+                                                      scratch_floats, true, keep_dq);
+    return backward_hopper<HopperBwdShipped<128>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, window, stream,
+                                                  scratch_floats, true, keep_dq);
 #else
     (void)scratch_floats, (void)dqkv, (void)scratch, (void)dout, (void)qkv, (void)out, (void)lse, (void)stream;
+    (void)keep_dq;
     fail("attention_backward_hopper: this build has no sm_90a kernels (GPU_ARCH=90a defines LLMC_SM90A)");
 #endif
 }

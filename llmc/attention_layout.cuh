@@ -1,6 +1,7 @@
 // attention_layout.cuh: what every attention implementation shares: where a head's columns sit in a
 // token row of qkv/dqkv (QKVLayout), the causal/sliding-window mask (attends), the size checks, and
-// where an FP8 copy of the forward's output goes (AttnFp8Out).
+// where an FP8 copy of the forward's output goes (AttnFp8Out), and the rounding of dQ out of the
+// single-pass backwards' fp32 accumulator (dq_from_accum).
 // The shapes and conventions are described at the top of llmc/attention.cuh.
 #pragma once
 #include <cstdint>
@@ -32,6 +33,15 @@ struct QKVLayout {
 // Whether query i may look at key j (both absolute positions).
 __device__ __forceinline__ bool attends(int i, int j, int window) {
     return j <= i && (window == 0 || i - j < window);
+}
+
+// dQ from the single-pass backwards' fp32 accumulator (attention_mma_backward.cuh's scratch layout,
+// dq_accum (B, T, NH * HD)): scale * sum, rounded to bf16. The dQ store (attention_backward_dq_store)
+// and the FP8 cast that reads the accumulator in its place (fp8_cast_transpose_fused DQ_ACCUM,
+// llmc/fp8_fused.cuh) must produce the same bits, so both call this one definition.
+template <int HD>
+__device__ __forceinline__ __nv_bfloat16 dq_from_accum(float sum) {
+    return from_float<__nv_bfloat16>(sum * rsqrtf((float)HD));
 }
 
 // Checks the sizes every implementation needs; a bad one is a caller bug, reported in one line.

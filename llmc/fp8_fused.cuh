@@ -1,12 +1,16 @@
 // fp8_fused.cuh: FP8 casts fused into the kernels that produce their input (issue 18; docs/numerics.md,
 // "FP8 in the trainer"). Under delayed scaling a tensor's scale is known before it exists, so the
 // pass that would write it in bf16 can write its FP8 copies instead, and record its amax on the way:
-//   fp8_cast_transpose_fused(out_t, out, in, pre, R, C, format, meta, prologue, dbias, scratch)
+//   fp8_cast_transpose_fused(out_t, out, in, pre, R, C, format, meta, prologue, dbias, scratch, stream, dq)
 //     x = prologue(in, pre) (R, C), rounded to floatX as the unfused kernel's output would be:
 //       NONE            x = in                      (a dY as the matmul wrote it)
 //       GELU_FORWARD    x = gelu(in)                (in: fc's pre-activation; x: fcproj's X)
 //       GELU_BACKWARD   x = in * gelu'(pre)         (in: d(GELU output) from fcproj's input-gradient
 //                                                    matmul, pre: the pre-activation; x: fc's dY)
+//       DQ_ACCUM        x = dq_from_accum(dq.accum) in columns < dq.q_cols, in elsewhere (qkv's dY:
+//                                                    in = dqkv whose dQ columns the attention backward
+//                                                    left unwritten, dq.accum its fp32 dQ sums (R,
+//                                                    q_cols), attention_backward keep_dq)
 //     out (R, C) = fp8(x * meta->scale), out_t (C, R) its transpose, meta->amax_bits = max(itself,
 //     max |x|); with dbias, dbias (C) += column sums of x (the linear's bias gradient).
 //   One read of in (and pre), one write of each FP8 copy: the bf16 x is never written. It replaces,
@@ -16,8 +20,13 @@
 //     GELU_BACKWARD  gelu_backward_inplace (reads 4RC, writes 2RC) + fp8_cast_transpose (2RC, 2RC)
 //                    + bias_backward (reads 2RC): 2.42 GB -> 1.21 GB (reads 4RC, writes 2RC)
 //     NONE + dbias   fp8_cast_transpose + bias_backward: reads 2RC less
+//     DQ_ACCUM       attention_backward_dq_store (reads 4RQ, writes 2RQ; Q = q_cols) + the NONE cast
+//     + dbias        (reads 2RC, writes 2RC): 0.91 GB -> 0.70 GB at R = 65536, C = 2304, Q = 768 (reads
+//                    4RQ + 2R(C - Q), writes 2RC: the fp32 sums read in place of the bf16 dQ, whose
+//                    write and read go)
 //   The FP8 bytes and the amax are bit-identical to the unfused kernels' at the same scale (the same
-//   device functions, the same floatX rounding before the cast); the bias gradient too when
+//   device functions, the same floatX rounding before the cast: DQ_ACCUM's is the dQ store's
+//   dq_from_accum, llmc/attention_layout.cuh); the bias gradient too when
 //   bias_backward's row chunks are multiples of 64 rows (R = 32768, 65536, ...: each column summed
 //   in fp32 row by row over the same chunks, folded by the same column_partials_add), else in another
 //   fixed order (deterministic either way).
@@ -30,39 +39,69 @@
 // Column sums: the tile's floatX values also go to shared memory; threads 0..63 each add their
 // column's 64 values in row order (64 dependent fp32 adds per tile, overlapped by the other blocks'
 // loads). Memory-bound: a few flops per byte (GELU's tanh: ~20 per element).
+// DQ_ACCUM: a 64-column tile lies wholly in the dQ columns or outside them (q_cols a multiple of 64),
+// so the choice is per block; the dQ tiles' threads load 2 x 16 bytes of fp32 a pack instead of 16 of
+// bf16. The dQ store (300 MB moved, 78 us a layer at GPT-2 124M, B 64, T 1024; 12 layers a step) goes,
+// against 100 MB more read here: ~50 us a layer expected, ~0.6 ms a step (to be measured).
 // Shapes: R and C multiples of 64; pointers 16-byte aligned.
 #pragma once
 #include <cstdint>
+#include "llmc/attention_layout.cuh"  // dq_from_accum: DQ_ACCUM's rounding, the dQ store's
 #include "llmc/cuda_common.cuh"
 #include "llmc/fp8.cuh"
 #include "llmc/gelu.cuh"
 #include "llmc/layernorm.cuh"
 #include "llmc/utils.h"
 
-enum class Fp8Prologue { NONE, GELU_FORWARD, GELU_BACKWARD };
+enum class Fp8Prologue { NONE, GELU_FORWARD, GELU_BACKWARD, DQ_ACCUM };
 constexpr int FP8_F_BPITCH = FP8_T_TILE + 8;  // floatX tile pitch: 16-byte rows, no bank conflicts on the pack stores
 
-template <Fp8Format F, Fp8Prologue PRO, bool COLSUM>
+// DQ_ACCUM's second input (see the top): the dQ columns [0, q_cols) of the cast's input come from
+// accum (R, q_cols) fp32, the single-pass attention backward's unscaled dQ sums (attention_backward
+// with keep_dq returns it), as dq_from_accum<head_dim> rounds them.
+struct Fp8DqAccum {
+    const float* accum = nullptr;  // (R, q_cols)
+    int q_cols = 0;                // NH * HD: a multiple of 64
+    int head_dim = 0;              // HD, 64 or 128: the scale rsqrt(HD)
+};
+
+// DQ_HD: DQ_ACCUM's head size (a template parameter, as in attention_backward_dq_store: the same
+// code for the scale), 0 for the other prologues.
+template <Fp8Format F, Fp8Prologue PRO, bool COLSUM, int DQ_HD = 0>
 static __global__ void __launch_bounds__(FP8_T_BLOCK)
     fp8_cast_transpose_fused_kernel(uint8_t* __restrict__ out_t, uint8_t* __restrict__ out, const floatX* __restrict__ in,
-                                    const floatX* __restrict__ pre, float* __restrict__ partials, int R, int C,
-                                    int rows_per_chunk, Fp8Meta* meta) {
+                                    const floatX* __restrict__ pre, const float* __restrict__ dq_accum, int q_cols,
+                                    float* __restrict__ partials, int R, int C, int rows_per_chunk, Fp8Meta* meta) {
+    static_assert((PRO == Fp8Prologue::DQ_ACCUM) == (DQ_HD == 64 || DQ_HD == 128), "DQ_HD: DQ_ACCUM's head size");
     constexpr int P = x128::size, PACKS_PER_ROW = FP8_T_TILE / P;
     constexpr int LOADS = FP8_T_TILE * PACKS_PER_ROW / FP8_T_BLOCK;
+    constexpr int DQ_LOADS = PRO == Fp8Prologue::DQ_ACCUM ? LOADS : 1, DQ_PARTS = P / f128::size;
     __shared__ alignas(16) uint8_t tile[FP8_T_TILE][FP8_T_PITCH];
     __shared__ alignas(16) floatX vals[COLSUM ? FP8_T_TILE : 1][COLSUM ? FP8_F_BPITCH : 8];
     const int c0 = blockIdx.x * FP8_T_TILE, chunk = blockIdx.y;
     const int r_begin = chunk * rows_per_chunk, r_end = min(R, r_begin + rows_per_chunk);
+    const bool from_dq = PRO == Fp8Prologue::DQ_ACCUM && c0 < q_cols;  // block-uniform: whole tiles
     const float scale = meta->scale;
     unsigned int amax = 0;
     float colsum = 0.0f;  // COLSUM: column c0 + threadIdx.x (threads < 64), rows of this chunk in order
     for (int r0 = r_begin; r0 < r_end; r0 += FP8_T_TILE) {
         x128 v[LOADS], g[LOADS];
+        f128 d[DQ_LOADS][DQ_PARTS];  // DQ_ACCUM: a pack's P fp32 sums
 #pragma unroll
         for (int j = 0; j < LOADS; j++) {
             const int idx = threadIdx.x + j * FP8_T_BLOCK, r = idx / PACKS_PER_ROW, p = idx % PACKS_PER_ROW;
             const int64_t at = (int64_t)(r0 + r) * C + c0 + p * P;
-            v[j] = load128cs(in + at);
+            if constexpr (PRO == Fp8Prologue::DQ_ACCUM) {
+                if (from_dq) {
+                    const float* src = dq_accum + (int64_t)(r0 + r) * q_cols + c0 + p * P;
+#pragma unroll
+                    for (int q = 0; q < DQ_PARTS; q++) d[j][q] = load128cs(src + q * f128::size);
+                } else {
+                    v[j] = load128cs(in + at);
+                }
+            } else {
+                v[j] = load128cs(in + at);
+            }
             if (PRO == Fp8Prologue::GELU_BACKWARD) g[j] = load128cs(pre + at);
         }
 #pragma unroll
@@ -74,6 +113,13 @@ static __global__ void __launch_bounds__(FP8_T_BLOCK)
                 if (PRO == Fp8Prologue::GELU_FORWARD) v[j][k] = from_float<floatX>(gelu_tanh(to_float(v[j][k])));
                 if (PRO == Fp8Prologue::GELU_BACKWARD)
                     v[j][k] = from_float<floatX>(to_float(v[j][k]) * gelu_tanh_grad(to_float(g[j][k])));
+            }
+            if constexpr (PRO == Fp8Prologue::DQ_ACCUM) {
+                if (from_dq)  // the dQ store's bf16 (floatX is bf16 wherever the backward leaves dQ)
+#pragma unroll
+                    for (int k = 0; k < P; k++)
+                        v[j][k] = from_float<floatX>(
+                            to_float(attention_detail::dq_from_accum<DQ_HD>(d[j][k / f128::size][k % f128::size])));
             }
             Fp8Pack o;
 #pragma unroll
@@ -103,15 +149,24 @@ inline int fp8_fused_rows_per_chunk(int R) {
     return ceil_div(ceil_div(R, column_num_chunks(R)), FP8_T_TILE) * FP8_T_TILE;
 }
 
-// See the top. pre: GELU_BACKWARD's pre-activation (R, C), else unused. dbias (C) and scratch
-// (column_num_chunks(R) * C floats) only with a bias, else null. Records the amax (delayed scaling).
+// See the top. pre: GELU_BACKWARD's pre-activation (R, C), else unused; dq: DQ_ACCUM's dQ sums, and
+// only there (in's dQ columns are then not read). dbias (C) and scratch (column_num_chunks(R) * C
+// floats) only with a bias, else null. Records the amax (delayed scaling).
 inline void fp8_cast_transpose_fused(uint8_t* out_t, uint8_t* out, const floatX* in, const floatX* pre, int R, int C,
                                      Fp8Format f, Fp8Meta* meta, Fp8Prologue prologue, floatX* dbias, float* scratch,
-                                     cudaStream_t stream) {
+                                     cudaStream_t stream, const Fp8DqAccum& dq = {}) {
     if (R % FP8_T_TILE != 0 || C % FP8_T_TILE != 0)
         fail("fp8_cast_transpose_fused: R = %d and C = %d must be multiples of %d", R, C, FP8_T_TILE);
     if ((prologue == Fp8Prologue::GELU_BACKWARD) != (pre != nullptr))
         fail("fp8_cast_transpose_fused: the pre-activation goes with GELU_BACKWARD, and only there");
+    if ((prologue == Fp8Prologue::DQ_ACCUM) != (dq.accum != nullptr))
+        fail("fp8_cast_transpose_fused: the dQ sums go with DQ_ACCUM, and only there");
+    if (dq.accum) {
+        if (dq.q_cols <= 0 || dq.q_cols > C || dq.q_cols % FP8_T_TILE != 0 || (dq.head_dim != 64 && dq.head_dim != 128))
+            fail("fp8_cast_transpose_fused: DQ_ACCUM's q_cols = %d must be a multiple of %d up to C = %d, head_dim = %d "
+                 "64 or 128", dq.q_cols, FP8_T_TILE, C, dq.head_dim);
+        fp8_check_aligned(dq.accum, "fp8_cast_transpose_fused dQ sums");
+    }
     if (dbias && !scratch) fail("fp8_cast_transpose_fused: a bias gradient needs its scratch");
     fp8_check_aligned(in, "fp8_cast_transpose_fused input");
     if (pre) fp8_check_aligned(pre, "fp8_cast_transpose_fused pre-activation");
@@ -120,11 +175,12 @@ inline void fp8_cast_transpose_fused(uint8_t* out_t, uint8_t* out, const floatX*
     const int rpc = fp8_fused_rows_per_chunk(R), chunks = ceil_div(R, rpc);
     const dim3 grid(C / FP8_T_TILE, chunks);
     auto launch = [&](auto kernel) {
-        kernel<<<grid, FP8_T_BLOCK, 0, stream>>>(out_t, out, in, pre, scratch, R, C, rpc, meta);
+        kernel<<<grid, FP8_T_BLOCK, 0, stream>>>(out_t, out, in, pre, dq.accum, dq.q_cols, scratch, R, C, rpc, meta);
         cudaCheckLaunch();
     };
     constexpr Fp8Format E4 = Fp8Format::E4M3, E5 = Fp8Format::E5M2;
     constexpr Fp8Prologue NO = Fp8Prologue::NONE, GF = Fp8Prologue::GELU_FORWARD, GB = Fp8Prologue::GELU_BACKWARD;
+    constexpr Fp8Prologue DQ = Fp8Prologue::DQ_ACCUM;
     const bool e4 = f == E4, bias = dbias != nullptr;
     switch (prologue) {
         case Fp8Prologue::NONE:
@@ -138,6 +194,15 @@ inline void fp8_cast_transpose_fused(uint8_t* out_t, uint8_t* out, const floatX*
         case Fp8Prologue::GELU_BACKWARD:
             if (bias) e4 ? launch(fp8_cast_transpose_fused_kernel<E4, GB, true>) : launch(fp8_cast_transpose_fused_kernel<E5, GB, true>);
             else e4 ? launch(fp8_cast_transpose_fused_kernel<E4, GB, false>) : launch(fp8_cast_transpose_fused_kernel<E5, GB, false>);
+            break;
+        case Fp8Prologue::DQ_ACCUM:  // a dY (qkv's): the gradient formats, with or without the bias
+            if (dq.head_dim == 64) {
+                if (bias) e4 ? launch(fp8_cast_transpose_fused_kernel<E4, DQ, true, 64>) : launch(fp8_cast_transpose_fused_kernel<E5, DQ, true, 64>);
+                else e4 ? launch(fp8_cast_transpose_fused_kernel<E4, DQ, false, 64>) : launch(fp8_cast_transpose_fused_kernel<E5, DQ, false, 64>);
+            } else {
+                if (bias) e4 ? launch(fp8_cast_transpose_fused_kernel<E4, DQ, true, 128>) : launch(fp8_cast_transpose_fused_kernel<E5, DQ, true, 128>);
+                else e4 ? launch(fp8_cast_transpose_fused_kernel<E4, DQ, false, 128>) : launch(fp8_cast_transpose_fused_kernel<E5, DQ, false, 128>);
+            }
             break;
     }
     if (bias) column_partials_add(dbias, scratch, chunks, C, C, stream);

@@ -53,10 +53,12 @@ inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, 
     if (f8) fail("attention with FP8 copies of the output: not with cuDNN's attention");
     cudnn_attention_forward(out, lse, qkv, B, T, NH, NKV, HD, stream, window);
 }
-inline void model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                     const float* lse, int B, int T, int NH, int NKV, int HD, int window,
-                                     float* /*scratch: ours only*/, size_t /*its floats*/, cudaStream_t stream) {
+inline const float* model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
+                                             const float* lse, int B, int T, int NH, int NKV, int HD, int window,
+                                             float* /*scratch: ours only*/, size_t /*its floats*/, bool /*keep_dq*/,
+                                             cudaStream_t stream) {
     cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window);
+    return nullptr;  // dqkv whole
 }
 #else
 #define ATTENTION_NAME "llmc/attention.cuh"
@@ -66,10 +68,12 @@ inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, 
                                     int window, cudaStream_t stream, const AttnFp8Out* f8 = nullptr) {
     attention_forward(out, lse, qkv, B, T, NH, NKV, HD, stream, window, f8);
 }
-inline void model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                     const float* lse, int B, int T, int NH, int NKV, int HD, int window,
-                                     float* scratch, size_t scratch_floats, cudaStream_t stream) {
-    attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window, scratch, scratch_floats);
+// keep_dq: see attention_backward (the dQ sums it returns, or nullptr where dqkv is whole).
+inline const float* model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
+                                             const float* lse, int B, int T, int NH, int NKV, int HD, int window,
+                                             float* scratch, size_t scratch_floats, bool keep_dq, cudaStream_t stream) {
+    return attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window, scratch, scratch_floats,
+                              keep_dq);
 }
 #endif
 
@@ -517,11 +521,13 @@ inline void linear_forward(GPT2& m, bool fp8, bool cast_weight, int l, int k, fl
     else matmul_forward(out, gelu_pre, inp, weight, bias, N, C, OC, ctx);
 }
 // dout_gelu_pre (FP8 fc only, where fp8_gelu_fused): dout is d(GELU output) of this pre-activation.
+// dq (FP8 qkv only, where fp8_dq_fused): dout's dQ columns are in dq.accum (fp8_linear_backward).
 inline void linear_backward(GPT2& m, bool fp8, int l, int k, floatX* dinp, floatX* dweight, floatX* dbias,
                             float* scratch, const floatX* dout, const floatX* inp, const floatX* weight, floatX* gelu_pre,
-                            int N, int C, int OC, const CudaContext& ctx, const floatX* dout_gelu_pre = nullptr) {
+                            int N, int C, int OC, const CudaContext& ctx, const floatX* dout_gelu_pre = nullptr,
+                            const Fp8DqAccum& dq = {}) {
     if (fp8 && fp8_linear_on(m.fp8, l, k))
-        fp8_linear_backward(m.fp8, l, k, dinp, dweight, dbias, scratch, dout, inp, gelu_pre, N, ctx, dout_gelu_pre);
+        fp8_linear_backward(m.fp8, l, k, dinp, dweight, dbias, scratch, dout, inp, gelu_pre, N, ctx, dout_gelu_pre, dq);
     else matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, gelu_pre, N, C, OC, ctx);
 }
 
@@ -683,12 +689,19 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
         // dresidual now holds d(residual2). Attention: attproj, attention, RoPE, qkv, then ln1.
         linear_backward(model, fp8_pass, l, FP8_ATTPROJ, a.dbuf, gl.attprojw, gl.attprojb, a.colsum, a.dresidual, la.atty,
                         p.attprojw + cc, nullptr, N, C, C, ctx);
-        model_attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, B, T, NH, NKV, HD, c.window,
-                                 attention_scratch(model, B, T), attention_scratch_floats(model), s);
+        // FP8 with fused casts (fp8_dq_fused: no RoPE): the attention backward may leave dQ as fp32 sums in
+        // its scratch (dfch: nothing writes it before the next layer's MLP backward) and skip the dQ
+        // store; qkv's dY cast then reads them there (DQ_ACCUM). dq_accum: nullptr where dqkv is whole.
+        const bool dq_in_cast = fp8_pass && fp8_dq_fused(model.fp8, l);
+        const float* dq_accum = model_attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, B, T, NH, NKV, HD, c.window,
+                                                         attention_scratch(model, B, T), attention_scratch_floats(model),
+                                                         dq_in_cast, s);
         if (c.position == POS_ROPE)  // d(rotated qkv) -> d(qkv), in place
             rope_backward(a.dqkv, a.rope_cos, a.rope_sin, B, T, NH, NKV, HD, 0, s);
+        Fp8DqAccum dq;
+        if (dq_accum) dq.accum = dq_accum, dq.q_cols = NH * HD, dq.head_dim = HD;
         linear_backward(model, fp8_pass, l, FP8_QKV, a.dbuf, gl.qkvw, gl.qkvb, a.colsum, a.dqkv, la.ln1, p.qkvw + qkvw, nullptr,
-                        N, C, QKV, ctx);
+                        N, C, QKV, ctx, nullptr, dq);
         gpt2_detail::norm_backward(c, a.dresidual, gl.ln1w, gl.ln1b, a.colsum, a.dbuf, la.res_in, p.ln1w + c1,
                                    la.ln1_mean, la.ln1_rstd, N, s);
         if (model.after_layer_backward) model.after_layer_backward(l);

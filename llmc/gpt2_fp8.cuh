@@ -32,7 +32,9 @@
 //       fp8_cast_transpose, then bias_backward re-reads dY for the bias gradient. Fused casts: one
 //       fp8_cast_transpose_fused that also sums the bias gradient; fc's dY is formed inside it from
 //       d(GELU output), which fcproj's input-gradient matmul writes, and the pre-activation (GELU_BACKWARD):
-//       no bf16 d(pre-activation) is written, no gelu_backward_inplace, no bias_backward.
+//       no bf16 d(pre-activation) is written, no gelu_backward_inplace, no bias_backward. qkv's dY
+//       (fp8_dq_fused): the attention backward leaves dQ in its fp32 scratch, no dQ store, and the
+//       cast reads the dQ columns from there (DQ_ACCUM), the dK and dV columns from dqkv.
 // Scaling of X and dY (--fp8-scaling):
 //   delayed  (default) the cast records the amax in the same pass and uses the scale of the previous
 //            --fp8-history steps' amaxes; all X and dY scales are updated in one launch after each
@@ -110,6 +112,7 @@ struct GPT2Fp8 {
     int L = 0, N = 0;                         // layers; rows the buffers were sized for (model B*T)
     bool gelu = false;                        // the MLP is fc -> GELU -> fcproj (not SwiGLU)
     bool layernorm = false;                   // the norms are LayerNorms (not RMSNorm)
+    bool rope = false;                        // RoPE: its backward rewrites the bf16 dQ, dK after attention's
     int cin[FP8_LINEARS] = {}, oc[FP8_LINEARS] = {};
     size_t w_layer_bytes = 0, w_off[FP8_LINEARS] = {};   // per layer: each linear's W then W^T
     size_t xt_layer_bytes = 0, xt_off[FP8_LINEARS] = {};  // per layer: each linear's X^T (Cin, N)
@@ -170,6 +173,15 @@ inline bool fp8_norm_fused(const GPT2Fp8& f, int l, int k) {
     return f.layernorm && fp8_fused(f) && (k == FP8_QKV || k == FP8_FC) && fp8_linear_on(f, l, k);
 }
 
+// Whether qkv's dY cast in block l may read dQ straight from the attention backward's fp32 scratch
+// (fp8_cast_transpose_fused DQ_ACCUM): fused casts, qkv in FP8, and no RoPE (whose backward rotates
+// the bf16 dQ columns in place between the attention backward and the cast). The caller then asks the
+// attention backward to keep dQ there (attention_backward keep_dq), which it does only on its
+// single-pass schedules (else dqkv is whole and the cast is NONE's). Nothing else reads the bf16 dQ
+// columns: with the fused casts the weight gradient reads dY^T and the bias gradient comes from the
+// cast.
+inline bool fp8_dq_fused(const GPT2Fp8& f, int l) { return fp8_fused(f) && !f.rope && fp8_linear_on(f, l, FP8_QKV); }
+
 // Sizes the buffers for a model of config c trained at N rows; fails on shapes the casts cannot take.
 inline void fp8_plan(GPT2Fp8& f, const GPT2Config& c, int N) {
     const int C = c.channels, H = gpt2_mlp_hidden(c);
@@ -186,6 +198,7 @@ inline void fp8_plan(GPT2Fp8& f, const GPT2Config& c, int N) {
         fail("--fp8-head 1: padded vocab %d must be a multiple of %d (the FP8 transposes)", f.Vp, FP8_T_TILE);
     f.gelu = c.mlp == MLP_GELU;
     f.layernorm = c.norm == NORM_LAYERNORM;
+    f.rope = c.position == POS_ROPE;
     f.w_layer_bytes = f.xt_layer_bytes = f.max_cin = f.max_oc = f.rs_layer_floats = 0;
     for (int k = 0; k < FP8_LINEARS; k++) {
         if (cin[k] % FP8_T_TILE != 0) fail("--fp8 1: %s %d must be a multiple of %d", names[k], cin[k], FP8_T_TILE);
@@ -392,10 +405,13 @@ inline void fp8_linear_forward(GPT2Fp8& f, int l, int k, floatX* out, floatX* ge
 // (bf16, scratch: column_num_chunks(N) * OC floats).
 // Fused casts (fp8_fused): dY's cast sums the bias gradient in the same read. Where fp8_gelu_fused(f,
 // l): fcproj (gelu_pre given) leaves dinp = d(GELU output), and fc takes it as dout with
-// dout_gelu_pre = the pre-activation: its dY is dout * GELU'(pre), formed inside its cast.
+// dout_gelu_pre = the pre-activation: its dY is dout * GELU'(pre), formed inside its cast. dq (qkv
+// only, where fp8_dq_fused; dq.accum as attention_backward returned it): dout's dQ columns were left
+// unwritten, the cast forms them from dq.accum (DQ_ACCUM).
 inline void fp8_linear_backward(GPT2Fp8& f, int l, int k, floatX* dinp, floatX* dweight, floatX* dbias, float* scratch,
                                 const floatX* dout, const floatX* inp, const floatX* gelu_pre, int N,
-                                const CudaContext& ctx, const floatX* dout_gelu_pre = nullptr) {
+                                const CudaContext& ctx, const floatX* dout_gelu_pre = nullptr,
+                                const Fp8DqAccum& dq = {}) {
     using namespace fp8_detail;
     const int C = f.cin[k], OC = f.oc[k];
     const LinearBuffers b = linear_buffers(f, l, k);
@@ -403,10 +419,14 @@ inline void fp8_linear_backward(GPT2Fp8& f, int l, int k, floatX* dinp, floatX* 
     const bool wgrad_fp8 = !f.set.wgrad_bf16, fused = fp8_fused(f), gelu_fused = fp8_gelu_fused(f, l);
     if (dout_gelu_pre && !(k == FP8_FC && gelu_fused))
         fail("fp8_linear_backward: a d(GELU output) for linear %d of block %d, where the GELU is not fused", k, l);
+    if (dq.accum && !(k == FP8_QKV && fp8_dq_fused(f, l)))
+        fail("fp8_linear_backward: dQ sums for linear %d of block %d, where qkv's dY cast does not take them", k, l);
     if (fused)  // wgrad_fp8 here: dY and dY^T
         fp8_cast_transpose_fused(f.dyt, f.dy, dout, dout_gelu_pre, N, OC, f.set.grad, dm,
-                                 dout_gelu_pre ? Fp8Prologue::GELU_BACKWARD : Fp8Prologue::NONE, dbias, scratch,
-                                 ctx.stream);
+                                 dout_gelu_pre ? Fp8Prologue::GELU_BACKWARD
+                                 : dq.accum    ? Fp8Prologue::DQ_ACCUM
+                                               : Fp8Prologue::NONE,
+                                 dbias, scratch, ctx.stream, dq);
     else
         cast_scaled(f, wgrad_fp8 ? f.dyt : nullptr, f.dy, dout, N, OC, f.set.grad, dm, current_scaling(f),
                     history_len(f), f.rs_dy, f.rs_dyt, ctx.stream);

@@ -24,8 +24,12 @@
 // Printed, not checked: the nmse of the FP8 output against the unquantized bf16 product (what FP8
 // costs each matmul). Two row counts: 192 (a multiple of 64, not of 128) and 1024.
 // Then the output head of --fp8-head 1 (test_head): forward, the classifier's FP8 dlogits (byte for
-// byte against the CPU's cast), input and weight gradients. And the batched weight casts of every
-// block (test_cast_weights) against the per-layer ones.
+// byte against the CPU's cast), input and weight gradients.
+// The batched weight casts of every block (test_cast_weights) against the per-layer ones. Then qkv's
+// dY cast fed by the attention backward's fp32 dQ sums (test_dq_cast, fp8_cast_transpose_fused DQ_ACCUM): bit for bit against the
+// dQ store + the plain cast it replaces and byte for byte against the CPU's cast; and the attention
+// backward's keep_dq taking only where it may (test_dq_kept_only_where_allowed); and the trainer's
+// backward with it against the same backward with the dQ store (test_dq_model).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -600,6 +604,260 @@ static void test_cast_weights(const CudaContext& ctx, Rng& rng, int bf16_layers)
     gpt2_free(model);
 }
 
+// qkv's dY cast with its dQ columns read from the attention backward's fp32 sums (fp8_dq_fused;
+// fp8_cast_transpose_fused DQ_ACCUM), at B, T, NH query and NKV key/value heads of HD (qkv's dY: N =
+// B*T rows of (NH + 2 NKV) HD columns, the first NH HD dQ's), dY in `grad`, with or without the bias
+// gradient:
+//   the attention backward (random qkv, the forward's out and lse, random dO) with keep_dq into a
+//   poisoned dqkv must return its scratch and leave every dQ column poisoned, dK and dV bit for bit
+//   those of a plain backward (deterministic: summed in registers);
+//   the DQ_ACCUM cast (poisoned outputs; dbias += onto random values) against attention_dq_store on
+//   the same sums then the NONE cast (the path it replaces): every byte of dY and dY^T, the amax and
+//   the bias gradient bit for bit, no byte left poisoned;
+//   the stored dQ against the plain backward's (its own fp32 atomics: within bf16 tolerance) and the
+//   sums themselves (dq_from_accum's scale 1/sqrt(HD), at 1 bf16 step), so the sums' layout is the
+//   one dqkv's dQ columns have; every byte of the DQ_ACCUM cast against cpu::fp8_cast of the stored
+//   dqkv, the amax against its max |x|, the bias gradient against a double sum.
+// The scale: current scaling's from 0.9 x the amax (delayed scaling: some values saturate).
+static void test_dq_cast(const CudaContext& ctx, Rng& rng, Fp8Format grad, int B, int T, int NH, int NKV, int HD,
+                         bool with_bias) {
+    const int N = B * T, Q = NH * HD, QKV = (NH + 2 * NKV) * HD;
+    const size_t nq = (size_t)N * QKV;
+    const cpu::Fp8Format cf = fp8_cpu_format(grad);
+    cudaStream_t s = ctx.stream;
+    printf("dq cast: B=%d T=%d NH=%d NKV=%d HD=%d (N=%d, dQ columns %d of %d), dY %s%s\n", B, T, NH, NKV, HD, N, Q, QKV,
+           fp8_format_name(grad), with_bias ? ", bias gradient" : "");
+    floatX *d_qkv = upload(random_bf16(rng, nq, 1.0f)), *d_dout = upload(random_bf16(rng, (size_t)N * Q, 1.0f));
+    floatX *d_out = poisoned((size_t)N * Q), *d_dqkv = poisoned(nq), *d_plain = poisoned(nq);
+    float *d_lse = nullptr, *d_scratch = nullptr, *d_scratch2 = nullptr, *d_colsum = nullptr;
+    const size_t sf = attention_detail::attention_backward_scratch_floats(B, T, NH, HD);
+    cudaCheck(cudaMalloc(&d_lse, sizeof(float) * B * NH * T));
+    cudaCheck(cudaMalloc(&d_scratch, sizeof(float) * sf));
+    cudaCheck(cudaMalloc(&d_scratch2, sizeof(float) * sf));
+    cudaCheck(cudaMalloc(&d_colsum, sizeof(float) * column_num_chunks(N) * QKV));
+    attention_forward(d_out, d_lse, d_qkv, B, T, NH, NKV, HD, s);
+    const float* dq = attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, HD, s, 0, d_scratch, sf, true);
+    attention_backward(d_plain, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, HD, s, 0, d_scratch2, sf);
+    cudaCheck(cudaStreamSynchronize(s));
+    std::vector<uint16_t> kept(nq), plain(nq);
+    cudaCheck(cudaMemcpy(kept.data(), d_dqkv, nq * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(plain.data(), d_plain, nq * 2, cudaMemcpyDeviceToHost));
+    size_t dq_written = 0, kv_diff = 0;
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < QKV; c++) {
+            const size_t i = (size_t)n * QKV + c;
+            if (c < Q) dq_written += kept[i] != 0xFFFF;
+            else kv_diff += kept[i] != plain[i];
+        }
+    const bool api_ok = dq == d_scratch && dq_written == 0 && kv_diff == 0;
+    printf("  attention_backward keep_dq: %s, dQ columns written %zu, dK/dV bits differing from the plain backward %zu  %s\n",
+           dq == d_scratch ? "returned its scratch" : "returned something else", dq_written, kv_diff, api_ok ? "ok" : "FAIL");
+    if (!api_ok) {
+        failures++;
+        for (floatX* p : {d_qkv, d_dout, d_out, d_dqkv, d_plain}) cudaCheck(cudaFree(p));
+        for (float* p : {d_lse, d_scratch, d_scratch2, d_colsum}) cudaCheck(cudaFree(p));
+        return;
+    }
+
+    // the reference dqkv: the dQ store the backward skipped, on the same sums
+    std::vector<float> sums((size_t)N * Q);
+    cudaCheck(cudaMemcpy(sums.data(), dq, sums.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    floatX* d_ref = poisoned(nq);
+    cudaCheck(cudaMemcpy(d_ref, d_dqkv, nq * 2, cudaMemcpyDeviceToDevice));
+    attention_dq_store(fp8_detail::bf16_ptr(d_ref), dq, B, T, NH, NKV, HD, s);
+    cudaCheck(cudaStreamSynchronize(s));
+    const std::vector<float> x = device_to_float(d_ref, nq), xp = device_to_float(d_plain, nq);
+    std::vector<float> dq_got((size_t)N * Q), dq_plain((size_t)N * Q), dq_sums((size_t)N * Q);
+    size_t sum_bad = 0;
+    const float rs = 1.0f / std::sqrt((float)HD);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < Q; c++) {
+            const size_t i = (size_t)n * Q + c;
+            dq_got[i] = x[(size_t)n * QKV + c], dq_plain[i] = xp[(size_t)n * QKV + c], dq_sums[i] = sums[i] * rs;
+            sum_bad += !(std::fabs(dq_got[i] - dq_sums[i]) <= std::ldexp(std::fabs(dq_sums[i]), -8) + 1e-30f);  // (+: flushed subnormals)
+        }
+    check("stored dQ vs plain backward", dq_got, dq_plain);
+    printf("  stored dQ vs the sums x 1/sqrt(HD): %zu of %zu beyond 1 bf16 step  %s\n", sum_bad, dq_sums.size(),
+           sum_bad ? "FAIL" : "ok");
+    if (sum_bad) failures++;
+
+    float amax = 0.0f;
+    for (float v : x) amax = std::max(amax, std::fabs(v));
+    const float scale = cpu::fp8_scale_from_amax(0.9f * amax, cf, 0, 1.0f);
+    Fp8Meta m0;
+    memset(&m0, 0, sizeof m0);
+    m0.scale = scale, m0.scale_inv = 1.0f / scale, m0.fp8_max = fp8_format_max(grad);
+    const std::vector<float> db0 = random_bf16(rng, QKV, 0.5f);
+    // two runs: 0 the DQ_ACCUM cast from d_dqkv (dQ columns poisoned) and the sums, 1 the NONE cast of d_ref
+    uint8_t *d8[2], *d8t[2];
+    Fp8Meta* dm[2];
+    floatX* ddb[2];
+    for (int r = 0; r < 2; r++) {
+        cudaCheck(cudaMalloc(&d8[r], nq));
+        cudaCheck(cudaMalloc(&d8t[r], nq));
+        cudaCheck(cudaMemset(d8[r], 0xFF, nq));
+        cudaCheck(cudaMemset(d8t[r], 0xFF, nq));
+        cudaCheck(cudaMalloc(&dm[r], sizeof(Fp8Meta)));
+        cudaCheck(cudaMemcpy(dm[r], &m0, sizeof m0, cudaMemcpyHostToDevice));
+        ddb[r] = upload(db0);
+    }
+    Fp8DqAccum dqa;
+    dqa.accum = dq, dqa.q_cols = Q, dqa.head_dim = HD;
+    fp8_cast_transpose_fused(d8t[0], d8[0], d_dqkv, nullptr, N, QKV, grad, dm[0], Fp8Prologue::DQ_ACCUM,
+                             with_bias ? ddb[0] : nullptr, with_bias ? d_colsum : nullptr, s, dqa);
+    fp8_cast_transpose_fused(d8t[1], d8[1], d_ref, nullptr, N, QKV, grad, dm[1], Fp8Prologue::NONE,
+                             with_bias ? ddb[1] : nullptr, with_bias ? d_colsum : nullptr, s);
+    cudaCheck(cudaStreamSynchronize(s));
+    std::vector<uint8_t> o[2], ot[2];
+    Fp8Meta mm[2];
+    std::vector<float> db[2];
+    for (int r = 0; r < 2; r++) {
+        o[r].resize(nq), ot[r].resize(nq);
+        cudaCheck(cudaMemcpy(o[r].data(), d8[r], nq, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(ot[r].data(), d8t[r], nq, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(&mm[r], dm[r], sizeof(Fp8Meta), cudaMemcpyDeviceToHost));
+        db[r] = device_to_float(ddb[r], QKV);
+    }
+    size_t diff = 0, diff_t = 0, unwritten = 0, cpu_diff = 0, db_diff = 0;
+    for (size_t i = 0; i < nq; i++) {
+        diff += o[0][i] != o[1][i], diff_t += ot[0][i] != ot[1][i];
+        unwritten += (o[0][i] == 0xFF) + (ot[0][i] == 0xFF);
+        cpu_diff += o[0][i] != cpu::fp8_cast(x[i], scale, cf);
+    }
+    for (int n = 0; n < N; n++)  // dY^T (QKV, N) against the CPU's bytes of dY
+        for (int c = 0; c < QKV; c++) cpu_diff += ot[0][(size_t)c * N + n] != cpu::fp8_cast(x[(size_t)n * QKV + c], scale, cf);
+    for (int c = 0; c < QKV; c++) db_diff += memcmp(&db[0][c], &db[1][c], 4) != 0;
+    uint32_t amax_bits;
+    memcpy(&amax_bits, &amax, 4);
+    const bool pair_ok = diff == 0 && diff_t == 0 && unwritten == 0 && mm[0].amax_bits == mm[1].amax_bits && db_diff == 0;
+    printf("  DQ_ACCUM vs dQ store + NONE: dY %zu, dY^T %zu bytes differ, %zu unwritten, amax 0x%08X vs 0x%08X, "
+           "bias gradient %zu differ  %s\n", diff, diff_t, unwritten, mm[0].amax_bits, mm[1].amax_bits, db_diff,
+           pair_ok ? "ok" : "FAIL");
+    const bool cpu_ok = cpu_diff == 0 && mm[0].amax_bits == amax_bits;
+    printf("  DQ_ACCUM vs cpu::fp8_cast of the stored dqkv: %zu bytes differ, amax 0x%08X (cpu 0x%08X)  %s\n", cpu_diff,
+           mm[0].amax_bits, amax_bits, cpu_ok ? "ok" : "FAIL");
+    if (!pair_ok) failures++;
+    if (!cpu_ok) failures++;
+    if (with_bias) {
+        std::vector<float> db_ref(QKV);
+        for (int c = 0; c < QKV; c++) {
+            double t = db0[c];
+            for (int n = 0; n < N; n++) t += x[(size_t)n * QKV + c];
+            db_ref[c] = (float)t;
+        }
+        check("bias gradient (+=) vs double", db[0], db_ref);
+    }
+    for (int r = 0; r < 2; r++) {
+        cudaCheck(cudaFree(d8[r]));
+        cudaCheck(cudaFree(d8t[r]));
+        cudaCheck(cudaFree(dm[r]));
+        cudaCheck(cudaFree(ddb[r]));
+    }
+    for (floatX* p : {d_qkv, d_dout, d_out, d_dqkv, d_plain, d_ref}) cudaCheck(cudaFree(p));
+    for (float* p : {d_lse, d_scratch, d_scratch2, d_colsum}) cudaCheck(cudaFree(p));
+}
+
+// Where keep_dq must not take: no scratch (the deterministic backward) and, on the Hopper kernel, the
+// split schedule (B 1, T 1024, NH 2: 16 key-tile items for 132 SMs): nullptr back and dqkv whole.
+static void test_dq_kept_only_where_allowed(const CudaContext& ctx, Rng& rng) {
+    const int B = 1, T = 1024, NH = 2, HD = 64, N = B * T, Q = NH * HD, QKV = 3 * Q;
+    const size_t nq = (size_t)N * QKV;
+    cudaStream_t s = ctx.stream;
+    floatX *d_qkv = upload(random_bf16(rng, nq, 1.0f)), *d_dout = upload(random_bf16(rng, (size_t)N * Q, 1.0f));
+    floatX *d_out = poisoned((size_t)N * Q), *d_dqkv = poisoned(nq);
+    float *d_lse = nullptr, *d_scratch = nullptr;
+    const size_t sf = attention_detail::attention_backward_scratch_floats_split(B, T, NH, NH, HD);
+    cudaCheck(cudaMalloc(&d_lse, sizeof(float) * B * NH * T));
+    cudaCheck(cudaMalloc(&d_scratch, sizeof(float) * sf));
+    attention_forward(d_out, d_lse, d_qkv, B, T, NH, NH, HD, s);
+    struct Case { const char* what; float* scratch; size_t floats; bool kept; };
+    const bool hopper = attention_hopper_available();
+    const Case cases[2] = {{"no scratch (deterministic)", nullptr, 0, false},
+                           {hopper ? "Hopper split schedule" : "mma.sync single pass", d_scratch, sf, !hopper}};
+    for (const Case& k : cases) {
+        cudaCheck(cudaMemset(d_dqkv, 0xFF, nq * 2));
+        const float* dq = attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, NH, NH, HD, s, 0, k.scratch,
+                                             k.floats, true);
+        cudaCheck(cudaStreamSynchronize(s));
+        std::vector<uint16_t> h(nq);
+        cudaCheck(cudaMemcpy(h.data(), d_dqkv, nq * 2, cudaMemcpyDeviceToHost));
+        size_t poisoned_left = 0;
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < (k.kept ? Q : QKV); c++) poisoned_left += h[(size_t)n * QKV + c] == 0xFFFF;
+        // kept: the dQ columns must all still be poisoned; else nothing may be
+        const bool ok = (dq != nullptr) == k.kept && poisoned_left == (k.kept ? (size_t)N * Q : 0);
+        printf("keep_dq with %s: %s, %zu poisoned values in %s  %s\n", k.what, dq ? "dQ kept" : "dqkv whole",
+               poisoned_left, k.kept ? "the dQ columns" : "dqkv", ok ? "ok" : "FAIL");
+        if (!ok) failures++;
+    }
+    for (floatX* p : {d_qkv, d_dout, d_out, d_dqkv}) cudaCheck(cudaFree(p));
+    for (float* p : {d_lse, d_scratch}) cudaCheck(cudaFree(p));
+}
+
+// The trainer's plumbing of DQ_ACCUM (gpt2_backward: the attention backward keeps dQ in its scratch,
+// qkv's cast reads it there) on a d2 GPT-2 at B 4, T 256 (N 1024), --fp8 1 delayed with the fused
+// casts: after a first step (current scaling) the same forward and backward run twice from the same
+// parameters and batch, once as the trainer runs it and once with the dQ store (fp8.rope set for that
+// run: fp8_dq_fused false, so the attention backward stores dQ and qkv's cast is NONE's). dQ's fp32
+// atomics differ run to run (a few FP8 bytes, the delayed amax's last bits), so the gradients are held
+// to the tolerance of the other checks, every qkv weight and bias gradient and then all of them: a wrong
+// dQ in the cast (its columns, scale, pointer) is far outside it.
+static void test_dq_model(const CudaContext& ctx, Rng& rng) {
+    GPT2Config config = gpt2_config_from_descriptor("d2");
+    const int B = 4, T = 256, N = B * T;
+    GPT2 model;
+    model.fp8.set.enabled = true;
+    model.fp8.set.scaling = Fp8Scaling::DELAYED;
+    gpt2_build(model, config, B, T, false, ctx);
+    {
+        std::vector<float> host(model.num_params);
+        gpt2_init_params(host.data(), config, 18);
+        gpt2_set_params(model, host.data());
+    }
+    std::vector<int> tokens(2 * N);
+    for (int& t : tokens) t = (int)rng.below(config.vocab_size);
+    const int HD = gpt2_head_dim(config), QKV = gpt2_qkv_channels(config), C = config.channels, L = config.num_layers;
+    printf("dq model: d2 (C %d, %d heads of %d), B=%d T=%d, --fp8 1 delayed, fused casts\n", C, config.num_heads, HD, B, T);
+    const size_t nq = (size_t)N * QKV;
+    const int Q = config.num_heads * HD;
+    // dqkv (one layer's, reused) poisoned before each backward: with DQ_ACCUM in every layer its dQ
+    // columns stay poisoned (and were never read: the gradients would be NaN), else none may
+    auto step = [&](bool dq_in_cast) {
+        model.fp8.rope = !dq_in_cast;  // (a GPT-2: only fp8_dq_fused reads it)
+        gpt2_upload_batch(model, tokens.data(), tokens.data() + N, B, T, true, ctx);
+        gpt2_forward(model, B, T, ctx);
+        gpt2_loss(model, B, T, 1.0f / N, true, ctx);
+        gpt2_zero_grads(model, ctx);
+        cudaCheck(cudaMemsetAsync(model.acts.dqkv, 0xFF, nq * sizeof(floatX), ctx.stream));
+        gpt2_backward(model, B, T, ctx);
+        cudaCheck(cudaStreamSynchronize(ctx.stream));
+        std::vector<uint16_t> h(nq);
+        cudaCheck(cudaMemcpy(h.data(), model.acts.dqkv, nq * 2, cudaMemcpyDeviceToHost));
+        size_t left = 0;
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < QKV; c++) left += h[(size_t)n * QKV + c] == 0xFFFF;
+        const size_t want = dq_in_cast && model.fp8.warm ? (size_t)N * Q : 0;
+        printf("  backward %s: %zu poisoned dqkv values left (want %zu)  %s\n",
+               dq_in_cast ? "with DQ_ACCUM" : "with the dQ store", left, want, left == want ? "ok" : "FAIL");
+        if (left != want) failures++;
+        return device_to_float(model.grads_memory, model.num_params);
+    };
+    step(false);  // the first step: current scaling, the casts unfused; it starts the delayed histories
+    model.fp8.rope = false;  // step(false) set it
+    if (!fp8_fused(model.fp8) || !fp8_dq_fused(model.fp8, 0)) fail("test_dq_model: the fused casts are not on");
+    const std::vector<float> fused = step(true), stored = step(false);
+    // the qkv weight and bias gradients of every layer: (L, QKV, C) and (L, QKV) from the tensors' offsets
+    auto slice = [](const std::vector<float>& v, size_t at, size_t n) { return std::vector<float>(v.begin() + at, v.begin() + at + n); };
+    const size_t w_at = model.grads.qkvw - model.grads_memory, nw = (size_t)L * QKV * C;
+    check("qkv weight gradients", slice(fused, w_at, nw), slice(stored, w_at, nw));
+    if (model.grads.qkvb) {
+        const size_t b_at = model.grads.qkvb - model.grads_memory, nb = (size_t)L * QKV;
+        check("qkv bias gradients", slice(fused, b_at, nb), slice(stored, b_at, nb));
+    }
+    check("all gradients", fused, stored);
+    gpt2_free(model);
+}
+
 int main(int argc, char** argv) {
     if (argc > 1) {
         printf("usage: %s (no flags): the FP8 linear layers of --fp8 against the CPU reference\n", argv[0]);
@@ -648,6 +906,17 @@ int main(int argc, char** argv) {
     for (Fp8Format grad : {Fp8Format::E5M2, Fp8Format::E4M3})
         for (int B : {3, 17}) test_head(ctx, rng, grad, B, 1000, 1024);
     test_head(ctx, rng, Fp8Format::E5M2, 2, 50257, 50304);
+    // qkv's dY cast from the attention backward's dQ sums (DQ_ACCUM): GPT-2's HD 64 with the bias at
+    // N = 1024 (the bias chunks whole tiles), three heads at N = 640 (q_cols 3 tiles of 9), HD 128
+    // without a bias at N = 192, GQA at N = 256; then where keep_dq must not take
+    for (Fp8Format grad : {Fp8Format::E5M2, Fp8Format::E4M3}) {
+        test_dq_cast(ctx, rng, grad, 4, 256, 4, 4, 64, true);
+        test_dq_cast(ctx, rng, grad, 2, 320, 3, 3, 64, true);
+        test_dq_cast(ctx, rng, grad, 3, 64, 2, 2, 128, false);
+        test_dq_cast(ctx, rng, grad, 2, 128, 4, 2, 64, true);  // GQA: dqkv (N, (4 + 2 x 2) 64)
+    }
+    test_dq_kept_only_where_allowed(ctx, rng);
+    test_dq_model(ctx, rng);
     ctx.destroy();
     printf("%s: %d check(s) failed\n", failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;

@@ -1,7 +1,7 @@
 // fp8_cast.cu: the scaled casts to FP8 of llmc/fp8.cuh, per tensor and rowwise, checked bit for bit
 // against cpu::fp8_cast (llmc/cpu/fp8.h), with the amax, the scale update and the rowwise scale_invs
 // checked bit for bit too.
-//   ./fp8_cast [variant ...] [--check-only] [--reps N]
+//   ./fp8_cast [variant ...] [--check-only] [--reps N] [--op NAME]   (--op: one op family, see main)
 // Shapes, each cast to e4m3 and to e5m2 (the op name says which):
 //   X (65536, 768): a layer input at GPT-2 124M, B*T = 65536 (qkv / fc input, attproj dY);
 //   H (65536, 3072): the MLP activation (fcproj's input, fc's dY);
@@ -47,6 +47,13 @@
 //     0 shipped layernorm_fp8_forward with the residual: reads 4n, writes 2n + 2n (residual)
 //     1 separate passes: fused_residual_layernorm_forward, fp8_cast_transpose: reads 6n, writes 6n
 //     the residual, mean and rstd bit for bit equal to the bf16 kernel's as well
+//   fp8_dq_cast C = 2304 (R = 192: 576, 3 heads) (qkv's dY, dY^T and bias gradient, the dQ columns
+//   (Q = C / 3) from the attention backward's fp32 sums; e5m2; HD 64):
+//     0 shipped fp8_cast_transpose_fused DQ_ACCUM with dbias: reads 4RQ + 2R(C - Q), writes 2n; the
+//       dqkv it reads has its dQ columns poisoned (they must not be read)
+//     1 separate passes, the trainer's before: attention_backward_dq_store (reads 4RQ, writes 2RQ),
+//       then the NONE cast with dbias (reads 2n, writes 2n)
+//     the dQ store's bf16 is itself checked against the CPU's round(sum / 8) (exact at HD 64) first
 //   The bytes counted are the fused minimum (so % of copy shows what the separate passes cost).
 //   References: the bf16 values the shipped unfused kernels compute (gelu_forward,
 //   gelu_backward_inplace: their own labs check them against llmc/cpu/gelu.h), cast by cpu::fp8_cast
@@ -54,16 +61,23 @@
 //   bit for bit; the bias gradient (+= onto random values) equal bit for bit to bias_backward's where
 //   its row chunks are whole tiles (R = 65536), else within bf16 tolerance of a double sum. Both
 //   variants are held to the same checks (the unfused passes must agree with the fused kernel).
-//   Results: not yet run on a GPU.
+//   Results: not yet run on a GPU (fp8_dq_cast: expected, from the bytes, 0.70 GB fused against
+//   0.91 GB at R = 65536: ~0.19 ms against ~0.25 ms at ~3.7 TB/s, the dQ store alone measured 78 us in
+//   the trainer's profile; tests/fp8_dqcast_gpu.sh runs it).
 // Results (H200, 2026-12-03, 2622e99): every variant bit-exact; R=65536 C=768 / 3072, % of copy:
 // 0 84.6 / 94.5, 1 49.5 / 56.6, 2 85.4 / 93.0, 3 85.5 / 90.6, 4 84.0 / 90.2 (docs/perf.md).
 // Variants 5 and 6: not yet run on a GPU (tests/fp8_rowwise_gpu.sh runs them).
+#include <algorithm>
 #include <cstddef>
+#include <iterator>
 #include "dev/cuda/harness.cuh"
 #include "llmc/cpu/fp8.h"
 #include "llmc/fp8.cuh"
 #include "llmc/fp8_fused.cuh"
 #include "llmc/matmul.cuh"  // bias_backward, the separate pass the fused casts replace
+// the dQ store DQ_ACCUM replaces (attention_detail::dq_store; this header alone, not attention.cuh,
+// whose Hopper kernels would all compile into this lab)
+#include "llmc/attention_mma_backward.cuh"
 
 static uint32_t float_bits(float x) {
     uint32_t u;
@@ -365,6 +379,99 @@ static void run_fused(lab::Lab& L, const char* opname, Fp8Prologue pro, int R, i
           check);
 }
 
+#if !defined(PRECISION_FP32)  // the attention backward's dQ is bf16: a bf16 build's op
+// qkv's dY with the dQ columns from the attention backward's fp32 sums (DQ_ACCUM, see the top): NH
+// heads of 64 at R rows, dqkv (R, 3 NH 64).
+static void run_dq_cast(lab::Lab& L, int R, int NH, Fp8Format f, uint64_t seed) {
+    constexpr int HD = 64;  // GPT-2's: the scale 1/8 is exact, so the CPU forms dQ bit for bit
+    const int Q = NH * HD, C = 3 * Q;
+    const size_t n = (size_t)R * C;
+    const cpu::Fp8Format cf = fp8_cpu_format(f);
+    // the sums as the backward leaves them (fp32 atomics' results: any floats), dK and dV in bf16, a
+    // bias gradient to add onto
+    const std::vector<float> sums = lab::rand_uniform((size_t)R * Q, seed, -8.0f, 8.0f);
+    const std::vector<float> in = lab::rand_uniform(n, seed + 1, -1.0f, 1.0f);
+    const std::vector<float> db0 = lab::rand_uniform(C, seed + 2, -0.5f, 0.5f);
+    lab::DevBuf<float> d_sums((size_t)R * Q, "dq sums"), d_scratch((size_t)column_num_chunks(R) * C, "scratch");
+    lab::DevBuf<floatX> d_in(n, "dqkv (dQ poisoned)"), d_x(n, "dqkv (stored)");
+    lab::DevBuf<floatX> d_db(C, "dbias"), d_db_ref(C, "dbias ref");
+    lab::DevBuf<uint8_t> d_out(n, "out"), d_out_t(n, "out_t");
+    lab::DevBuf<Fp8Meta> d_meta(1, "meta");
+    d_sums.upload(sums);
+    d_in.upload(in);
+    // the dQ columns of a dqkv the backward left them in: poisoned (never read by DQ_ACCUM)
+    auto poison_dq = [&](floatX* p, cudaStream_t st) {
+        cudaCheck(cudaMemset2DAsync(p, C * sizeof(floatX), lab::POISON_BYTE, Q * sizeof(floatX), R, st));
+    };
+    poison_dq(d_in, 0);
+    // x: the values the cast sees, from the shipped dQ store on the GPU, checked against the CPU's
+    // round(sum / 8) bit for bit
+    cudaCheck(cudaMemcpy(d_x.get(), d_in.get(), n * sizeof(floatX), cudaMemcpyDeviceToDevice));
+    attention_detail::dq_store(d_x, d_sums, 1, R, attention_detail::QKVLayout{NH, NH, HD}, 0);
+    const bool bias_bits = ceil_div(R, column_num_chunks(R)) % FP8_T_TILE == 0;
+    d_db_ref.upload(db0);
+    bias_backward(d_db_ref, d_scratch, d_x, R, C, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    const std::vector<float> x = d_x.download(), db_gpu = d_db_ref.download();
+    size_t store_bad = 0;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) {
+            const size_t i = (size_t)r * C + c;
+            const float want = to_float(from_float<floatX>(c < Q ? sums[(size_t)r * Q + c] * 0.125f : in[i]));
+            store_bad += float_bits(x[i]) != float_bits(want);
+        }
+    printf("%s: the dQ store's values against the CPU's round(sum / 8): %zu of %zu differ  %s\n",
+           lab::Lab::strprintf("fp8_dq_cast R=%d C=%d", R, C).c_str(), store_bad, n, store_bad ? "FAIL" : "ok");
+    float amax_ref = 0.0f;
+    for (float v : x) amax_ref = std::max(amax_ref, std::fabs(v));
+    const float scale = cpu::fp8_scale_from_amax(0.9f * amax_ref, cf, 0, 1.0f);  // delayed: an earlier amax
+    const CastRef cref = cast_reference(x, R, C, true, f, scale);
+    std::vector<float> db_ref(C);
+    for (int c = 0; c < C; c++) {
+        double sum = 0.0;
+        for (int r = 0; r < R; r++) sum += x[(size_t)r * C + c];
+        db_ref[c] = (float)(db0[c] + sum);
+    }
+    auto reset = [&] {
+        d_meta.upload(cref.meta0);
+        d_out.poison(L.stream());
+        d_out_t.poison(L.stream());
+        d_db.upload(db0);
+        poison_dq(d_x, L.stream());  // the separate passes' dQ store must write them again
+    };
+    auto check = [&] {
+        bool ok = store_bad == 0 && check_both_copies(cref, d_out_t, d_out, d_meta, amax_ref, x, R, C);
+        ok = L.check(d_db, db_ref) && ok;
+        if (bias_bits) {
+            const std::vector<float> got = d_db.download();
+            size_t bad = 0;
+            for (int c = 0; c < C; c++) bad += float_bits(got[c]) != float_bits(db_gpu[c]);
+            printf("    %-10s %s: %zu of %d differ from bias_backward's bits\n", "dbias", bad ? "FAIL" : "ok", bad, C);
+            ok = ok && bad == 0;
+        }
+        return ok;
+    };
+    const std::string op = lab::Lab::strprintf("fp8_dq_cast %s R=%d C=%d", fp8_format_name(f), R, C);
+    // the fused minimum: the sums (4 bytes) for the dQ columns, bf16 for the rest, two FP8 copies out
+    const double bytes = (double)R * Q * 4 + (double)R * (C - Q) * sizeof(floatX) + 2.0 * n, flops = (double)n;
+    Fp8DqAccum dq;
+    dq.accum = d_sums, dq.q_cols = Q, dq.head_dim = HD;
+    L.run(op, 0, "shipped fused", bytes, flops, lab::Bound::Memory, reset,
+          [&] {
+              fp8_cast_transpose_fused(d_out_t, d_out, d_in, nullptr, R, C, f, d_meta, Fp8Prologue::DQ_ACCUM, d_db,
+                                       d_scratch, L.stream(), dq);
+          },
+          check);
+    L.run(op, 1, "dQ store + NONE cast", bytes, flops, lab::Bound::Memory, reset,
+          [&] {
+              attention_detail::dq_store(d_x, d_sums, 1, R, attention_detail::QKVLayout{NH, NH, HD}, L.stream());
+              fp8_cast_transpose_fused(d_out_t, d_out, d_x, nullptr, R, C, f, d_meta, Fp8Prologue::NONE, d_db, d_scratch,
+                                       L.stream());
+          },
+          check);
+}
+#endif
+
 // layernorm_fp8_forward against fused_residual_layernorm_forward + the CPU cast (see the top).
 static void run_layernorm_fp8(lab::Lab& L, int R, int C, uint64_t seed) {
     const size_t n = (size_t)R * C;
@@ -420,8 +527,26 @@ static void run_layernorm_fp8(lab::Lab& L, int R, int C, uint64_t seed) {
           check);
 }
 
+// --op NAME (before the harness's flags are read): only that op family, e.g. fp8_dq_cast (its inputs
+// and references built alone: tests/fp8_dqcast_gpu.sh times it so, alone on the GPU).
 int main(int argc, char** argv) {
-    lab::Lab L(argc, argv, "fp8_cast.cu");
+    const char* families[] = {"fp8_cast", "fp8_gelu_forward_cast", "fp8_gelu_backward_cast", "fp8_cast_dbias",
+                              "fp8_layernorm_forward_cast", "fp8_dq_cast"};
+    const char* only = nullptr;
+    std::vector<char*> args;  // argv without --op NAME: the harness's
+    for (int i = 0; i < argc; i++) {
+        if (i > 0 && !strcmp(argv[i], "--op")) {
+            if (i + 1 >= argc) fail("fp8_cast.cu: --op needs an op name (fp8_cast, fp8_dq_cast, ...)");
+            only = argv[++i];
+            if (std::none_of(std::begin(families), std::end(families), [&](const char* f) { return !strcmp(f, only); }))
+                fail("fp8_cast.cu: --op %s: no such op (fp8_cast, fp8_gelu_forward_cast, fp8_gelu_backward_cast, "
+                     "fp8_cast_dbias, fp8_layernorm_forward_cast, fp8_dq_cast)", only);
+        } else {
+            args.push_back(argv[i]);
+        }
+    }
+    auto on = [&](const char* family) { return !only || !strcmp(only, family); };
+    lab::Lab L((int)args.size(), args.data(), "fp8_cast.cu");
     const int N = lab::GPT2_B * lab::GPT2_T, C = lab::GPT2_C;
     const Shape big[] = {{lab::Lab::strprintf("R=%d C=%d", N, C), N, C, true},
                          {lab::Lab::strprintf("R=%d C=%d", N, 4 * C), N, 4 * C, true}};
@@ -430,6 +555,7 @@ int main(int argc, char** argv) {
     const Shape odd = {lab::Lab::strprintf("n=%d", odd_n), 1, odd_n, false};
     const std::vector<float> every = every_bf16();
     for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2}) {
+        if (!on("fp8_cast")) continue;
         for (const Shape& s : big) run_shape(L, s, f, lab::rand_uniform((size_t)s.R * s.C, 61, -3.0f, 3.0f), 0.0f);
         run_shape(L, odd, f, lab::rand_uniform((size_t)odd_n, 62, -3.0f, 3.0f), 0.0f);
         run_shape(L, {all_bf16.name + " scale=1", all_bf16.R, all_bf16.C, true}, f, every, 1.0f);
@@ -437,11 +563,17 @@ int main(int argc, char** argv) {
     }
     // the fused casts (llmc/fp8_fused.cuh): the trainer's shapes, then an awkward row count
     for (int R : {N, 192}) {
-        run_fused(L, "fp8_gelu_forward_cast", Fp8Prologue::GELU_FORWARD, R, 4 * C, Fp8Format::E4M3, 71);
+        if (on("fp8_gelu_forward_cast"))
+            run_fused(L, "fp8_gelu_forward_cast", Fp8Prologue::GELU_FORWARD, R, 4 * C, Fp8Format::E4M3, 71);
         for (Fp8Format f : {Fp8Format::E5M2, Fp8Format::E4M3})
-            run_fused(L, "fp8_gelu_backward_cast", Fp8Prologue::GELU_BACKWARD, R, 4 * C, f, 72);
-        for (int width : {C, 3 * C}) run_fused(L, "fp8_cast_dbias", Fp8Prologue::NONE, R, width, Fp8Format::E5M2, 73);
-        run_layernorm_fp8(L, R, R == N ? C : 320, 74);
+            if (on("fp8_gelu_backward_cast"))
+                run_fused(L, "fp8_gelu_backward_cast", Fp8Prologue::GELU_BACKWARD, R, 4 * C, f, 72);
+        for (int width : {C, 3 * C})
+            if (on("fp8_cast_dbias")) run_fused(L, "fp8_cast_dbias", Fp8Prologue::NONE, R, width, Fp8Format::E5M2, 73);
+        if (on("fp8_layernorm_forward_cast")) run_layernorm_fp8(L, R, R == N ? C : 320, 74);
+#if !defined(PRECISION_FP32)
+        if (on("fp8_dq_cast")) run_dq_cast(L, R, R == N ? lab::GPT2_C / 64 : 3, Fp8Format::E5M2, 75);
+#endif
     }
     return L.finish();
 }
