@@ -23,6 +23,9 @@
 //   fixed order (deterministic either way).
 //   layernorm_fp8_forward(out_t, out, residual, mean, rstd, inp1, inp2, weight, bias, N, C, meta)
 //     the (residual add +) LayerNorm writing its output as e4m3 X and X^T (qkv's, fc's): below.
+//   layernorm_backward_fp8_dy(...)
+//     the LayerNorm backward writing its new dinp also as the next linear's dY (attproj's, fcproj's),
+//     as this NONE cast + dbias would from the bf16 dinp: at the end.
 // Kernel: fp8_cast_transpose's 64 x 64 tile (llmc/fp8.cuh: 256 threads, 16-byte loads, the FP8 tile
 // through shared memory, 16-byte transposed stores), walked down a chunk of rows per block so the
 // bias's column partials stay in registers: grid (C / 64, chunks), chunk = bias_backward's rows per

@@ -5,6 +5,8 @@
 //                                     out = LN(residual); the statistics are those of the stored
 //                                     residual, so the backward sees exactly what the forward used (=)
 //   layernorm_backward                dinp += ..., dweight += ..., dbias += ...            (+=)
+//                                     with an LnBwdFp8 (layernorm_backward_fp8_dy, llmc/fp8_fused.cuh)
+//                                     also the next linear's FP8 dY, dY^T, amax and bias gradient of dinp
 // The weight/bias gradients are column sums over N rows, done in fixed order (chunk partials in
 // scratch, then a fixed-order fold), so they are deterministic. C must be a multiple of x128::size.
 #pragma once

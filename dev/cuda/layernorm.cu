@@ -32,6 +32,13 @@
 //                  measured: 0.1262 ms, 79.9% of copy (b0218d8)
 //   backward       4 fused R=2: two rows per warp step (at C = 768: over 128 registers, 604 B of spills)
 //                  measured: 0.1731 ms, 58.2% of copy (b0218d8)
+// The backward writing the next linear's FP8 dY ("layernorm_backward_fp8_dy ..." lines; N = 65536
+// C = 768 e5m2, N = 16384 C = 320 e4m3 and C = 1024 e5m2; see run_backward_fp8):
+//   0 shipped under --fp8 1 (fused casts): layernorm_backward_fp8_dy, the backward kernel's FP8 variant
+//     writing dinp and dY, dY^T, amax, the linear's bias partials: reads 3 N*C*2 B, writes N*C*2 + 2 N*C
+//   1 separate passes: layernorm_backward, then fp8_cast_transpose_fused NONE + bias (reads dinp again)
+//   expected at N=65536 C=768: 0 ~0.15 ms (the plain backward's 0.126 ms + the FP8 writes, 100 MB), 1
+//   ~0.18 ms (+ the cast's ~30 us); not yet run on a GPU
 // Small M (a decode step's rows: M = 1, 8, 64 at C = 768 and the awkward C = 776), forward and fused
 // forward ("... small M=" lines):
 //   0 shipped for M <= NORM_ROW_MAX_M (generate, NormLaunch::block_per_row): layernorm_forward_block_per_row,
