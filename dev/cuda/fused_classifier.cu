@@ -34,6 +34,10 @@
 //   1 fused_classifier_rows_in_smem with an FP8 output, as shipped until 2026-12-04 (one persistent
 //     block a SM, rows by bulk copy, one bf16 conversion a value): 4.92 ms a step in the trainer's
 //     profile (dev/cuda/build/profile_gpt2 --fp8 1 --fp8-head 1). To be measured here.
+//   2 rows in smem with one row buffer a block and two blocks a SM (each block's next row loads while
+//     the other block computes), the shipped per-value math. To be measured.
+//   3 variant 0 with the bf16 rounding on the integer pipe instead of cvt.rn.bf16x2 (if the
+//     conversion pipe, shared with ex2, bounds pass 2). To be measured.
 // Checks of each FP8 variant, on fresh logits at a trained model's scale (normal, sd 2, with a few
 // large logits a row, +10 .. +16: softmax values from ~1e-12 to ~0.5, so the FP8 gradient spans
 // zero, subnormals and normals): the losses poisoned first, then all of them written, the sampled
@@ -63,14 +67,17 @@ enum class ClassifierOut { FLOATX, E4M3, E5M2 };
 // row i + grid into the other (one cp.async.bulk of Vp * sizeof(floatX) bytes, 100.6 KB at Vp 50304,
 // completing on an mbarrier). Both passes read shared memory; the gradient goes back to the row in
 // global memory (FP8: row r's to out8 + r * out8_pitch bytes, in place at pitch 2 Vp; block 0 sets
-// fp8_meta). Pass 2 rounds one value a conversion, as it shipped.
-template <ClassifierOut OUT>
-static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 1)
+// fp8_meta). Pass 2 rounds one value a conversion, as it shipped. Lab options: BUFS 1, one row buffer
+// a block and two blocks a SM (one block's row loads while the other computes; its next row's load
+// starts only once it is done with the row); PAIRED, the shipped per-value math (bf16x2 conversions).
+template <ClassifierOut OUT, int BUFS = 2, bool PAIRED = false>
+static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, BUFS == 1 ? 2 : 1)
     fused_classifier_rows_in_smem(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
                                   bool write_dlogits, uint8_t* out8 = nullptr, int64_t out8_pitch = 0,
                                   float fp8_scale = 1.0f, Fp8Meta* fp8_meta = nullptr) {
 #if LLMC_HAS_BULK_COPY
-    extern __shared__ __align__(16) unsigned char classifier_smem[];  // (2, Vp) floatX
+    static_assert(BUFS == 1 || BUFS == 2, "one row buffer (two blocks a SM) or two (one block a SM)");
+    extern __shared__ __align__(16) unsigned char classifier_smem[];  // (BUFS, Vp) floatX
     __shared__ __align__(8) uint64_t loaded[2];                        // one mbarrier a buffer
     floatX* buf = reinterpret_cast<floatX*>(classifier_smem);
     const uint32_t row_bytes = (uint32_t)Vp * sizeof(floatX);
@@ -94,15 +101,23 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 1)
     __syncthreads();
     int i = 0;
     for (int row = blockIdx.x; row < N; row += gridDim.x, i++) {
-        const int b = i & 1;
+        const int b = BUFS == 2 ? i & 1 : 0;
         // the other buffer held row i - 1, done by every thread (the barrier at the end of the loop)
-        if (threadIdx.x == 0 && row + (int)gridDim.x < N) load_row(row + gridDim.x, b ^ 1);
-        mbar_wait(bar(b), (i >> 1) & 1);  // buffer b's (i / 2)-th load
+        if (BUFS == 2 && threadIdx.x == 0 && row + (int)gridDim.x < N) load_row(row + gridDim.x, b ^ 1);
+        mbar_wait(bar(b), BUFS == 2 ? (i >> 1) & 1 : i & 1);  // buffer b's (i / BUFS)-th load
         const floatX* x = buf + (size_t)b * Vp;
         const int target = targets[row];
         float row_max, inv_sum;
         classifier_row_stats(losses + row, &row_max, &inv_sum, x, target, V);
-        if (write_dlogits) {
+        if (write_dlogits && PAIRED) {
+            for (int c = threadIdx.x * x128::size; c < Vp; c += blockDim.x * x128::size) {
+                const x128 v = classifier_grad_pack(load128(x + c), c, target, row_max, inv_sum, dloss, V);
+                if constexpr (OUT == ClassifierOut::FLOATX) store128(logits + (int64_t)row * Vp + c, v);
+                else
+                    *reinterpret_cast<Fp8Pack*>(out8 + row * out8_pitch + c) =
+                        classifier_fp8_pack<OUT == ClassifierOut::E4M3 ? Fp8Format::E4M3 : Fp8Format::E5M2>(v, fp8_scale);
+            }
+        } else if (write_dlogits) {
             for (int c = threadIdx.x * x128::size; c < Vp; c += blockDim.x * x128::size) {
                 x128 v = load128(x + c);
                 for (int k = 0; k < x128::size; k++) {
@@ -117,7 +132,8 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 1)
                         classifier_fp8_pack<OUT == ClassifierOut::E4M3 ? Fp8Format::E4M3 : Fp8Format::E5M2>(v, fp8_scale);
             }
         }
-        __syncthreads();  // buffer b is refilled at the next iteration
+        __syncthreads();  // buffer b is refilled at the next iteration (BUFS 2), or now (BUFS 1)
+        if (BUFS == 1 && threadIdx.x == 0 && row + (int)gridDim.x < N) load_row(row + gridDim.x, 0);
     }
 #else
     __trap();
@@ -126,29 +142,87 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 1)
 
 // Shared memory of fused_classifier_rows_in_smem, and whether it fits this device (sm_90 and the
 // opt-in limit per block, 227 KB on the H200, less the kernel's own few hundred bytes).
-static size_t rows_in_smem_bytes(int Vp) { return 2 * (size_t)Vp * sizeof(floatX); }
-static bool rows_in_smem_fit(int Vp) {
+static size_t rows_in_smem_bytes(int Vp, int bufs = 2) { return bufs * (size_t)Vp * sizeof(floatX); }
+static bool rows_in_smem_fit(int Vp, int bufs = 2) {
     int dev = 0, major = 0, bytes = 0;
     cudaCheck(cudaGetDevice(&dev));
     cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     cudaCheck(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    return major >= 9 && rows_in_smem_bytes(Vp) + 1024 <= (size_t)bytes;
+    return major >= 9 && rows_in_smem_bytes(Vp, bufs) + 1024 <= (size_t)bytes;
 }
 // N rows, the gradient as floatX in place, or (out8) as FP8 at scale in place (pitch 2 Vp bytes).
-template <ClassifierOut OUT>
+template <ClassifierOut OUT, int BUFS = 2, bool PAIRED = false>
 static void rows_in_smem_launch(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
                                 bool write_dlogits, float scale, Fp8Meta* meta, cudaStream_t stream) {
-    const size_t smem = rows_in_smem_bytes(Vp);
+    auto kernel = fused_classifier_rows_in_smem<OUT, BUFS, PAIRED>;
+    const size_t smem = rows_in_smem_bytes(Vp, BUFS);
     static size_t smem_set = 0;  // the opt-in, raised once to the largest row seen
     if (smem > smem_set) {
-        cudaCheck(cudaFuncSetAttribute(fused_classifier_rows_in_smem<OUT>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         smem_set = smem;
     }
     static const int sms = current_sm_count();
-    fused_classifier_rows_in_smem<OUT><<<std::min(N, sms), CLASSIFIER_BLOCK, smem, stream>>>(
+    kernel<<<std::min(N, sms * (BUFS == 1 ? 2 : 1)), CLASSIFIER_BLOCK, smem, stream>>>(
         logits, losses, targets, dloss, N, V, Vp, write_dlogits, reinterpret_cast<uint8_t*>(logits),
         (int64_t)Vp * sizeof(floatX), scale, meta);
+    cudaCheckLaunch();
+}
+
+// ---------------------------------------------------------------- FP8 variant 3: bf16 rounding by integer ops
+// The shipped kernel with the bf16 rounding of the gradient done on the integer pipe (round to nearest
+// even on the float's bits: add 0x7FFF plus the kept part's lowest bit, clear the low 16 bits; exact
+// for every finite value, denormals included, as cvt.rn.bf16.f32) instead of cvt.rn.bf16x2.f32: three
+// ALU operations a value in place of half a conversion and the unpacking, if the conversion pipe that
+// expf's ex2 shares is what bounds pass 2.
+__device__ inline float bf16_round_bits(float g) {
+    const unsigned u = __float_as_uint(g);
+    return __uint_as_float((u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u);
+}
+template <Fp8Format F>
+static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
+    fused_classifier_fp8_int_round(floatX* logits, float* losses, const int* targets, float dloss, int V, int Vp,
+                                   float fp8_scale, Fp8Meta* fp8_meta) {
+    extern __shared__ x128 classifier_held[];
+    const int held_packs = ceil_div(Vp / 2, x128::size);
+    floatX* x = logits + (int64_t)blockIdx.x * Vp;
+    uint8_t* out = reinterpret_cast<uint8_t*>(x);
+    const int target = targets[blockIdx.x];
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        fp8_meta->scale = fp8_scale;
+        fp8_meta->scale_inv = 1.0f / fp8_scale;
+    }
+    float row_max, inv_sum;
+    classifier_row_stats(losses + blockIdx.x, &row_max, &inv_sum, x, target, V, classifier_held, held_packs);
+    for (int c = threadIdx.x * x128::size; c < Vp; c += blockDim.x * x128::size) {
+        const int p = c / x128::size;
+        const x128 v = p < held_packs ? (c < V ? classifier_held[p] : x128::constant(from_float<floatX>(0.0f)))
+                                      : load128(x + c);
+        float g[x128::size];
+        for (int k = 0; k < x128::size; k++) {
+            const int col = c + k;
+            g[k] = 0.0f;
+            if (col < V) g[k] = dloss * (expf(to_float(v[k]) - row_max) * inv_sum - (col == target ? 1.0f : 0.0f));
+#if !defined(PRECISION_FP32)
+            g[k] = bf16_round_bits(g[k]);
+#endif
+        }
+        Fp8Pack o;
+        for (int k = 0; k < x128::size; k += 2) o.h[k / 2] = fp8x2_from_float2<F>(g[k] * fp8_scale, g[k + 1] * fp8_scale);
+        *reinterpret_cast<Fp8Pack*>(out + c) = o;
+    }
+}
+template <Fp8Format F>
+static void fp8_int_round_launch(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
+                                 float scale, Fp8Meta* meta, cudaStream_t stream) {
+    const size_t smem = classifier_fp8_smem_bytes(Vp);
+    static size_t smem_set = 0;
+    if (smem > smem_set) {
+        cudaCheck(cudaFuncSetAttribute(fused_classifier_fp8_int_round<F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem));
+        smem_set = smem;
+    }
+    fused_classifier_fp8_int_round<F><<<N, CLASSIFIER_BLOCK, smem, stream>>>(logits, losses, targets, dloss, V, Vp,
+                                                                              scale, meta);
     cudaCheckLaunch();
 }
 
@@ -311,14 +385,21 @@ static void run_fp8(lab::Lab& L, int N, int V, int Vp, Fp8Format format, uint64_
     // variant 1, once, for the byte comparison (where it runs: two rows in shared memory)
     const bool old_runs = rows_in_smem_fit(Vp);
     auto launch = [&](int variant, floatX* logits, float* losses) {
-        if (variant == 0) {
-            fused_classifier_fp8(logits, losses, d_targets, dloss, N, V, Vp, format, d_meta, L.stream());
-        } else if (format == Fp8Format::E4M3) {
-            rows_in_smem_launch<ClassifierOut::E4M3>(logits, losses, d_targets, dloss, N, V, Vp, true, scale, d_meta,
-                                                      L.stream());
-        } else {
-            rows_in_smem_launch<ClassifierOut::E5M2>(logits, losses, d_targets, dloss, N, V, Vp, true, scale, d_meta,
-                                                      L.stream());
+        const bool e4 = format == Fp8Format::E4M3;
+        cudaStream_t st = L.stream();
+        switch (variant) {
+        case 0: fused_classifier_fp8(logits, losses, d_targets, dloss, N, V, Vp, format, d_meta, st); break;
+        case 1:
+            if (e4) rows_in_smem_launch<ClassifierOut::E4M3>(logits, losses, d_targets, dloss, N, V, Vp, true, scale, d_meta, st);
+            else rows_in_smem_launch<ClassifierOut::E5M2>(logits, losses, d_targets, dloss, N, V, Vp, true, scale, d_meta, st);
+            break;
+        case 2:
+            if (e4) rows_in_smem_launch<ClassifierOut::E4M3, 1, true>(logits, losses, d_targets, dloss, N, V, Vp, true, scale, d_meta, st);
+            else rows_in_smem_launch<ClassifierOut::E5M2, 1, true>(logits, losses, d_targets, dloss, N, V, Vp, true, scale, d_meta, st);
+            break;
+        default:
+            if (e4) fp8_int_round_launch<Fp8Format::E4M3>(logits, losses, d_targets, dloss, N, V, Vp, scale, d_meta, st);
+            else fp8_int_round_launch<Fp8Format::E5M2>(logits, losses, d_targets, dloss, N, V, Vp, scale, d_meta, st);
         }
     };
     std::vector<float> old_losses;
@@ -391,13 +472,15 @@ static void run_fp8(lab::Lab& L, int N, int V, int Vp, Fp8Format format, uint64_
     };
     const double bytes = 3.0 * NV + 8.0 * N, flops = 6.0 * N * V;
     const std::string op = "fused_classifier_fp8" + shape;
-    const char* names[] = {"shipped (block per row, half row in smem)", "rows in smem (until 2026-12-04)"};
-    std::vector<double> ms(2, -1.0);
-    for (int variant = 0; variant < 2; variant++) {
-        if (variant == 1 && !old_runs) {
-            if (L.selected(1))
-                printf("  %s | 1 %s: skipped, two rows do not fit in this device's shared memory\n", op.c_str(),
-                       names[1]);
+    const char* names[] = {"shipped (block per row, half row in smem)", "rows in smem (until 2026-12-04)",
+                           "rows in smem, 1 buffer, 2 blocks/SM, bf16x2", "block per row, bf16 rounding by ALU"};
+    const bool runs[] = {true, old_runs, rows_in_smem_fit(Vp, 1), true};
+    std::vector<double> ms(4, -1.0);
+    for (int variant = 0; variant < 4; variant++) {
+        if (!runs[variant]) {
+            if (L.selected(variant))
+                printf("  %s | %d %s: skipped, its rows do not fit in this device's shared memory\n", op.c_str(),
+                       variant, names[variant]);
             continue;
         }
         // timed on the buffer the check left: the first halves hold FP8 bytes then, not logits (the
@@ -406,8 +489,10 @@ static void run_fp8(lab::Lab& L, int N, int V, int Vp, Fp8Format format, uint64_
               [&] { launch(variant, d_logits, d_losses); }, [&] { return check(variant); });
         ms[variant] = L.last_ms();
     }
-    if (ms[0] > 0 && ms[1] > 0)
-        printf("  %s: shipped %.4f ms, rows in smem %.4f ms: %.3fx\n", op.c_str(), ms[0], ms[1], ms[1] / ms[0]);
+    for (int variant = 1; variant < 4; variant++)
+        if (ms[0] > 0 && ms[variant] > 0)
+            printf("  %s: shipped %.4f ms, %d %s %.4f ms: shipped %.3fx faster\n", op.c_str(), ms[0], variant,
+                   names[variant], ms[variant], ms[variant] / ms[0]);
 }
 
 int main(int argc, char** argv) {
