@@ -16,6 +16,19 @@
 
 constexpr int CLASSIFIER_BLOCK = 1024;
 
+// One pack's step of a thread's running (max, sum of exp) in pass 1: the pack's max, one rescale of
+// the sum, then the pack's exps added in column order. FULL: all 8 columns are real (every pack but
+// the last of a row): no per-column bounds test, the same operations in the same order.
+template <bool FULL>
+__device__ inline void classifier_stats_pack(float& m, float& s, const x128& v, int c, int V) {
+    float pack_max = -INFINITY;
+    for (int k = 0; k < x128::size && (FULL || c + k < V); k++) pack_max = fmaxf(pack_max, to_float(v[k]));
+    const float new_m = fmaxf(m, pack_max);
+    s *= expf(m - new_m);
+    for (int k = 0; k < x128::size && (FULL || c + k < V); k++) s += expf(to_float(v[k]) - new_m);
+    m = new_m;
+}
+
 // A row's first pass by a block of CLASSIFIER_BLOCK threads, x in global or shared memory: thread i
 // keeps a running (max, sum of exp) over packs i, i + 1024, ... (one rescale a pack), merged across
 // the block; thread 0 writes the loss. Every read of x, the target's logit included, happens before
@@ -30,12 +43,8 @@ __device__ inline void classifier_row_stats(float* loss, float* row_max, float* 
     for (int c = threadIdx.x * x128::size; c < V; c += blockDim.x * x128::size) {
         const x128 v = load128(x + c);
         if (c / x128::size < held_packs) held[c / x128::size] = v;
-        float pack_max = -INFINITY;
-        for (int k = 0; k < x128::size && c + k < V; k++) pack_max = fmaxf(pack_max, to_float(v[k]));
-        const float new_m = fmaxf(m, pack_max);
-        s *= expf(m - new_m);
-        for (int k = 0; k < x128::size && c + k < V; k++) s += expf(to_float(v[k]) - new_m);
-        m = new_m;
+        if (c + x128::size <= V) classifier_stats_pack<true>(m, s, v, c, V);
+        else classifier_stats_pack<false>(m, s, v, c, V);
     }
     const float target_logit = threadIdx.x == 0 ? to_float(x[target]) : 0.0f;
     const float mx = block_reduce_max(m);
@@ -45,18 +54,31 @@ __device__ inline void classifier_row_stats(float* loss, float* row_max, float* 
     *inv_sum = 1.0f / sum;
 }
 
-// The gradient of the pack v of logits at columns c .. c + 7, rounded to floatX:
-// dloss * (softmax - [col == target]), 0 at the padded columns (col >= V). The bf16 rounding goes two
-// values at a time (one cvt.rn.bf16x2.f32 for two: the same bits as two cvt.rn.bf16.f32, half the
-// conversions on the SM's 16-a-clock conversion pipe, which pass 2 shares with expf's ex2).
+// The gradient of the pack v of logits at columns c .. c + 7 in fp32: dloss * (softmax - [col ==
+// target]), 0 at the padded columns (col >= V). A pack of 8 real columns without the target (all but
+// ~2 of a row's packs) takes the short path: no bounds or target tests, and dloss * (p - 0) as
+// dloss * p, which is the same value (x - 0 = x; or, where the compiler fuses the product and the
+// subtraction, fma(e, inv_sum, -0) = e * inv_sum rounded once: the same bits).
+__device__ inline void classifier_grad_values(float (&g)[x128::size], const x128& v, int c, int target,
+                                              float row_max, float inv_sum, float dloss, int V) {
+    if (c + x128::size <= V && (unsigned)(target - c) >= (unsigned)x128::size) {
+        for (int k = 0; k < x128::size; k++) g[k] = dloss * (expf(to_float(v[k]) - row_max) * inv_sum);
+    } else {
+        for (int k = 0; k < x128::size; k++) {
+            const int col = c + k;
+            g[k] = 0.0f;
+            if (col < V) g[k] = dloss * (expf(to_float(v[k]) - row_max) * inv_sum - (col == target ? 1.0f : 0.0f));
+        }
+    }
+}
+
+// classifier_grad_values rounded to floatX. The bf16 rounding goes two values at a time (one
+// cvt.rn.bf16x2.f32 for two: the same bits as two cvt.rn.bf16.f32, half the conversions on the SM's
+// 16-a-clock conversion pipe).
 __device__ inline x128 classifier_grad_pack(const x128& v, int c, int target, float row_max, float inv_sum,
                                             float dloss, int V) {
     float g[x128::size];
-    for (int k = 0; k < x128::size; k++) {
-        const int col = c + k;
-        g[k] = 0.0f;
-        if (col < V) g[k] = dloss * (expf(to_float(v[k]) - row_max) * inv_sum - (col == target ? 1.0f : 0.0f));
-    }
+    classifier_grad_values(g, v, c, target, row_max, inv_sum, dloss, V);
     x128 out;
 #if defined(PRECISION_FP32)
     for (int k = 0; k < x128::size; k++) out[k] = g[k];
@@ -84,8 +106,9 @@ __device__ inline Fp8Pack classifier_fp8_pack(const x128& g, float scale) {
 // writes the bytes it read. DRAM: ~2 * N * Vp * sizeof(floatX) bytes; H200, bf16, B*T = 65536:
 // 4.26 ms, 77% of the copy (2026-12-02). The lab's variant 1 (dev/cuda/fused_classifier.cu) reads
 // each row from DRAM once through shared memory and was no faster.
-static __global__ void fused_classifier_block_per_row(floatX* logits, float* losses, const int* targets, float dloss,
-                                                      int V, int Vp, bool write_dlogits) {
+static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
+    fused_classifier_block_per_row(floatX* logits, float* losses, const int* targets, float dloss, int V, int Vp,
+                                   bool write_dlogits) {
     floatX* x = logits + (int64_t)blockIdx.x * Vp;
     const int target = targets[blockIdx.x];
     float row_max, inv_sum;

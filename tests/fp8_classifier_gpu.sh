@@ -41,7 +41,7 @@ grep -E "^(  fused_classifier|FAIL|    (all losses|meta|fp8 bytes|untouched|guar
 row $st "lab checks (dev/cuda/build/fused_classifier)" "$(tail -1 "$LOGS/lab.txt"), $((SECONDS - t1)) s"
 ndiff=$(grep -c "bytes vs rows in smem: DIFFER" "$LOGS/lab.txt")
 nequal=$(grep -c "bytes vs rows in smem: equal" "$LOGS/lab.txt")
-row INFO "FP8 bytes and losses vs the old kernel (all rows)" "$nequal op(s) equal, $ndiff differ"
+row INFO "bit-identical to the old kernel (every row's gradient bytes and loss; bf16 and FP8 ops)" "$nequal op(s) equal, $ndiff differ"
 
 echo "==== 2. build/test_fp8_gpu (FP8 linears and head vs the CPU)"
 t1=$SECONDS

@@ -15,6 +15,8 @@
 //   0 shipped: fused_classifier_block_per_row, 1024 threads per row, two passes over global memory
 //     (the second from L2), 2026-12-02:                                            4.26 ms, 77%
 //     loss only (write_dlogits false, validation):                                 2.20 ms, 75%
+//     2026-12-04: short paths for full packs and bf16x2 conversions (the FP8 kernel's passes, the
+//     same bits), two blocks a SM by __launch_bounds__: to be measured.
 //   1 fused_classifier_rows_in_smem (below; shipped 2026-12-03, branch s7/membound, then taken back
 //     for the bf16 gradient, and the FP8 head's classifier until 2026-12-04): one persistent block a
 //     SM, each row brought into shared memory by one bulk copy while the block works on the previous
@@ -30,12 +32,16 @@
 // gradient written once, N*Vp*3):
 //   0 shipped: fused_classifier_fp8_block_per_row, one 1024-thread block per row from global memory,
 //     two blocks a SM, the row's first half kept in shared memory for pass 2 (its FP8 stores land
-//     there), the second half re-read from L2; bf16 rounding two values a conversion. To be measured.
-//   1 fused_classifier_rows_in_smem with an FP8 output, as shipped until 2026-12-04 (one persistent
-//     block a SM, rows by bulk copy, one bf16 conversion a value): 4.92 ms a step in the trainer's
-//     profile (dev/cuda/build/profile_gpt2 --fp8 1 --fp8-head 1). To be measured here.
+//     there), the second half re-read from L2; bf16 rounding two values a conversion; both passes
+//     with a short path for packs of 8 real columns (no bounds tests; in pass 2 no target test where
+//     the target is elsewhere), the same operations on every value. To be measured.
+//   1 fused_classifier_rows_in_smem with an FP8 output, exactly as shipped until 2026-12-04 (one
+//     persistent block a SM, rows by bulk copy, bounds tests on every column, one bf16 conversion a
+//     value): 4.92 ms a step in the trainer's profile (dev/cuda/build/profile_gpt2 --fp8 1
+//     --fp8-head 1). To be measured here. The reference for bit-identity: variant 0's bytes and
+//     losses are compared with its.
 //   2 rows in smem with one row buffer a block and two blocks a SM (each block's next row loads while
-//     the other block computes), the shipped per-value math. To be measured.
+//     the other block computes), variant 0's passes. To be measured.
 //   3 variant 0 with the bf16 rounding on the integer pipe instead of cvt.rn.bf16x2 (if the
 //     conversion pipe, shared with ex2, bounds pass 2). To be measured.
 // Checks of each FP8 variant, on fresh logits at a trained model's scale (normal, sd 2, with a few
@@ -50,6 +56,8 @@
 // bytes are written over the kernel's own input, so they cannot be poisoned beforehand; instead every
 // FP8 byte of every row is compared with variant 1's (the kernel it replaces), and the count of
 // differing bytes and loss bits printed ("bytes vs rows in smem: equal").
+#include <memory>
+
 #include "dev/cuda/harness.cuh"
 #include "llmc/cpu/crossentropy.h"
 #include "llmc/cpu/fp8.h"
@@ -61,15 +69,39 @@ constexpr int SAMPLES = 16;
 // What the gradient is written as: floatX (the bf16 trainer's dlogits), or FP8 at a given scale.
 enum class ClassifierOut { FLOATX, E4M3, E5M2 };
 
+// Pass 1 as it shipped until 2026-12-04 (llmc's classifier_row_stats since adds a short path for full
+// packs, the same operations in the same order): variant 1 keeps it, so that comparing its bytes and
+// losses with the shipped kernel's checks that the short paths changed no bit.
+__device__ inline void classifier_row_stats_as_shipped(float* loss, float* row_max, float* inv_sum, const floatX* x,
+                                                       int target, int V) {
+    float m = -INFINITY, s = 0.0f;
+    for (int c = threadIdx.x * x128::size; c < V; c += blockDim.x * x128::size) {
+        const x128 v = load128(x + c);
+        float pack_max = -INFINITY;
+        for (int k = 0; k < x128::size && c + k < V; k++) pack_max = fmaxf(pack_max, to_float(v[k]));
+        const float new_m = fmaxf(m, pack_max);
+        s *= expf(m - new_m);
+        for (int k = 0; k < x128::size && c + k < V; k++) s += expf(to_float(v[k]) - new_m);
+        m = new_m;
+    }
+    const float target_logit = threadIdx.x == 0 ? to_float(x[target]) : 0.0f;
+    const float mx = block_reduce_max(m);
+    const float sum = block_reduce_sum(m == -INFINITY ? 0.0f : s * expf(m - mx));
+    if (threadIdx.x == 0) *loss = logf(sum) + mx - target_logit;
+    *row_max = mx;
+    *inv_sum = 1.0f / sum;
+}
+
 // Rows through shared memory, read from DRAM once. Two rows must fit in shared memory: bf16 up to
 // Vp ~ 58K; sm_90. A persistent grid of one block of CLASSIFIER_BLOCK threads a SM, block b takes rows
 // b, b + grid, ...; two row buffers: while the block works on row i from one, the copy engine brings
 // row i + grid into the other (one cp.async.bulk of Vp * sizeof(floatX) bytes, 100.6 KB at Vp 50304,
 // completing on an mbarrier). Both passes read shared memory; the gradient goes back to the row in
 // global memory (FP8: row r's to out8 + r * out8_pitch bytes, in place at pitch 2 Vp; block 0 sets
-// fp8_meta). Pass 2 rounds one value a conversion, as it shipped. Lab options: BUFS 1, one row buffer
-// a block and two blocks a SM (one block's row loads while the other computes; its next row's load
-// starts only once it is done with the row); PAIRED, the shipped per-value math (bf16x2 conversions).
+// fp8_meta). Both passes as they shipped (one bf16 conversion a value, bounds tests on every column).
+// Lab options: BUFS 1, one row buffer a block and two blocks a SM (one block's row loads while the
+// other computes; its next row's load starts only once it is done with the row); PAIRED, the
+// shipped kernel's passes (short paths for full packs, bf16x2 conversions).
 template <ClassifierOut OUT, int BUFS = 2, bool PAIRED = false>
 static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, BUFS == 1 ? 2 : 1)
     fused_classifier_rows_in_smem(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
@@ -108,7 +140,8 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, BUFS == 1 ? 2 : 1)
         const floatX* x = buf + (size_t)b * Vp;
         const int target = targets[row];
         float row_max, inv_sum;
-        classifier_row_stats(losses + row, &row_max, &inv_sum, x, target, V);
+        if (PAIRED) classifier_row_stats(losses + row, &row_max, &inv_sum, x, target, V);
+        else classifier_row_stats_as_shipped(losses + row, &row_max, &inv_sum, x, target, V);
         if (write_dlogits && PAIRED) {
             for (int c = threadIdx.x * x128::size; c < Vp; c += blockDim.x * x128::size) {
                 const x128 v = classifier_grad_pack(load128(x + c), c, target, row_max, inv_sum, dloss, V);
@@ -198,14 +231,10 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
         const x128 v = p < held_packs ? (c < V ? classifier_held[p] : x128::constant(from_float<floatX>(0.0f)))
                                       : load128(x + c);
         float g[x128::size];
-        for (int k = 0; k < x128::size; k++) {
-            const int col = c + k;
-            g[k] = 0.0f;
-            if (col < V) g[k] = dloss * (expf(to_float(v[k]) - row_max) * inv_sum - (col == target ? 1.0f : 0.0f));
+        classifier_grad_values(g, v, c, target, row_max, inv_sum, dloss, V);
 #if !defined(PRECISION_FP32)
-            g[k] = bf16_round_bits(g[k]);
+        for (int k = 0; k < x128::size; k++) g[k] = bf16_round_bits(g[k]);
 #endif
-        }
         Fp8Pack o;
         for (int k = 0; k < x128::size; k += 2) o.h[k / 2] = fp8x2_from_float2<F>(g[k] * fp8_scale, g[k + 1] * fp8_scale);
         *reinterpret_cast<Fp8Pack*>(out + c) = o;
@@ -224,6 +253,30 @@ static void fp8_int_round_launch(floatX* logits, float* losses, const int* targe
     fused_classifier_fp8_int_round<F><<<N, CLASSIFIER_BLOCK, smem, stream>>>(logits, losses, targets, dloss, V, Vp,
                                                                               scale, meta);
     cudaCheckLaunch();
+}
+
+// Bytes [lo, hi) of each of `rows` rows of pitch bytes where a and b differ.
+static __global__ void count_diff_bytes_kernel(const uint8_t* a, const uint8_t* b, int rows, int64_t pitch, int lo,
+                                               int hi, unsigned long long* count) {
+    unsigned long long c = 0;
+    const int64_t w = hi - lo, n = (int64_t)rows * w;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t at = (i / w) * pitch + lo + i % w;
+        c += a[at] != b[at];
+    }
+    for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
+    if (threadIdx.x % WARP_SIZE == 0 && c) atomicAdd(count, c);
+}
+static size_t count_diff_bytes(const void* a, const void* b, int rows, int64_t pitch, int lo, int hi) {
+    unsigned long long *d, h = 0;
+    cudaCheck(cudaMalloc(&d, sizeof(*d)));
+    cudaCheck(cudaMemset(d, 0, sizeof(*d)));
+    count_diff_bytes_kernel<<<1024, 256>>>(static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b), rows, pitch,
+                                           lo, hi, d);
+    cudaCheckLaunch();
+    cudaCheck(cudaMemcpy(&h, d, sizeof(h), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaFree(d));
+    return (size_t)h;
 }
 
 // ---------------------------------------------------------------- fused_classifier (floatX gradient)
@@ -264,18 +317,41 @@ static void run_shape(lab::Lab& L, int N, int V, int Vp) {
         bool ok = L.check(d_losses, ref_losses, loss_tol, rows, 1);
         return L.compare("all losses", d_losses.download(), all_losses, lab::Tol{1e-5, 1e-6}) && ok;
     };
-    auto check = [&] {
-        const bool ok = check_losses();
-        return L.check(d_logits, ref_dlogits, lab::default_tol(), rows, Vp) && ok;
-    };
     const double bytes = 2.0 * NV * sizeof(floatX) + 8.0 * N, flops = 6.0 * N * V;
     const std::string op = "fused_classifier" + shape;
     // variant 1 only where two rows fit in shared memory (sm_90, bf16 up to Vp ~ 58K)
     const int variants = rows_in_smem_fit(Vp) ? 2 : 1;
-    auto launch = [&](int variant, bool write_dlogits) {
-        if (variant == 0) fused_classifier(d_logits, d_losses, d_targets, dloss, N, V, Vp, write_dlogits, L.stream());
-        else rows_in_smem_launch<ClassifierOut::FLOATX>(d_logits, d_losses, d_targets, dloss, N, V, Vp, write_dlogits,
+    auto launch_into = [&](int variant, floatX* logits, float* losses, bool write_dlogits) {
+        if (variant == 0) fused_classifier(logits, losses, d_targets, dloss, N, V, Vp, write_dlogits, L.stream());
+        else rows_in_smem_launch<ClassifierOut::FLOATX>(logits, losses, d_targets, dloss, N, V, Vp, write_dlogits,
                                                          1.0f, nullptr, L.stream());
+    };
+    auto launch = [&](int variant, bool write_dlogits) { launch_into(variant, d_logits, d_losses, write_dlogits); };
+    // variant 1 (the per-value code as it shipped until 2026-12-04) once, for a byte comparison of the
+    // whole gradient and every loss with variant 0's
+    std::unique_ptr<lab::DevBuf<floatX>> d_old;
+    std::vector<float> old_losses;
+    if (variants == 2) {
+        d_old = std::make_unique<lab::DevBuf<floatX>>(NV, "rows in smem's");
+        lab::DevBuf<float> d_old_losses(N, "losses");
+        cudaCheck(cudaMemcpy(d_old->get(), d_logits0, NV * sizeof(floatX), cudaMemcpyDeviceToDevice));
+        launch_into(1, d_old->get(), d_old_losses, true);
+        cudaCheck(cudaStreamSynchronize(L.stream()));
+        old_losses = d_old_losses.download();
+    }
+    auto check = [&](int variant) {
+        bool ok = check_losses();
+        ok = L.check(d_logits, ref_dlogits, lab::default_tol(), rows, Vp) && ok;
+        if (d_old && variant != 1) {
+            const size_t diff = count_diff_bytes(d_logits, d_old->get(), N, (int64_t)Vp * sizeof(floatX), 0,
+                                                 Vp * (int)sizeof(floatX));
+            const std::vector<float> losses = d_losses.download();
+            size_t bits = 0;
+            for (int i = 0; i < N; i++) bits += memcmp(&losses[i], &old_losses[i], sizeof(float)) != 0;
+            printf("    bytes vs rows in smem: %s (%zu of %zu gradient bytes differ, %zu of %d loss bit patterns)\n",
+                   diff == 0 && bits == 0 ? "equal" : "DIFFER", diff, NV * sizeof(floatX), bits, N);
+        }
+        return ok;
     };
     const char* names[] = {"shipped (block per row)", "rows in smem"};
     if (variants < 2 && L.selected(1))
@@ -283,7 +359,7 @@ static void run_shape(lab::Lab& L, int N, int V, int Vp) {
                names[1], rows_in_smem_bytes(Vp) / 2);
     for (int variant = 0; variant < variants; variant++)
         L.run(op, variant, names[variant], bytes, flops, lab::Bound::Memory, reset, [&] { launch(variant, true); },
-              check);
+              [&] { return check(variant); });
     // validation: losses only, the logits must stay as they were
     const std::vector<float> logits_as_read = logits_rows;
     for (int variant = 0; variant < variants; variant++)
@@ -311,30 +387,6 @@ static __global__ void fill_logits_kernel(floatX* x, size_t n, uint64_t seed) {
         x[i] = from_float<floatX>(v);
     }
 }
-// Bytes [lo, hi) of each of `rows` rows of pitch bytes where a and b differ.
-static __global__ void count_diff_bytes_kernel(const uint8_t* a, const uint8_t* b, int rows, int64_t pitch, int lo,
-                                               int hi, unsigned long long* count) {
-    unsigned long long c = 0;
-    const int64_t w = hi - lo, n = (int64_t)rows * w;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t at = (i / w) * pitch + lo + i % w;
-        c += a[at] != b[at];
-    }
-    for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
-    if (threadIdx.x % WARP_SIZE == 0 && c) atomicAdd(count, c);
-}
-static size_t count_diff_bytes(const void* a, const void* b, int rows, int64_t pitch, int lo, int hi) {
-    unsigned long long *d, h = 0;
-    cudaCheck(cudaMalloc(&d, sizeof(*d)));
-    cudaCheck(cudaMemset(d, 0, sizeof(*d)));
-    count_diff_bytes_kernel<<<1024, 256>>>(static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b), rows, pitch,
-                                           lo, hi, d);
-    cudaCheckLaunch();
-    cudaCheck(cudaMemcpy(&h, d, sizeof(h), cudaMemcpyDeviceToHost));
-    cudaCheck(cudaFree(d));
-    return (size_t)h;
-}
-
 // FP8 codes one step apart or equal (sign-magnitude: +0 and -0 are both next to the smallest subnormals)
 static bool fp8_adjacent(uint8_t a, uint8_t b) {
     auto ordered = [](uint8_t x) { return (x & 0x80) ? -(int)(x & 0x7F) : (int)(x & 0x7F); };
