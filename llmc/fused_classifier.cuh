@@ -37,15 +37,25 @@ __device__ inline void classifier_stats_pack(float& m, float& s, const x128& v, 
 // the same gradient (tests/test_fp8_gpu.cu compares them). With `held`, packs p < held_packs are also
 // copied there (shared memory, slot p) by the thread that read them: the same thread reads them back
 // in pass 2, which is how fused_classifier_fp8_block_per_row keeps the bytes its FP8 stores overwrite.
+// LOADS: a thread's packs are loaded that many at a time before any is summed (more bytes in flight
+// a warp; the packs still enter the sum one after the other, in the same order).
+template <int LOADS = 1>
 __device__ inline void classifier_row_stats(float* loss, float* row_max, float* inv_sum, const floatX* x, int target,
                                             int V, x128* held = nullptr, int held_packs = 0) {
     float m = -INFINITY, s = 0.0f;
-    for (int c = threadIdx.x * x128::size; c < V; c += blockDim.x * x128::size) {
-        const x128 v = load128(x + c);
+    const int stride = blockDim.x * x128::size;
+    auto step = [&](const x128& v, int c) {
         if (c / x128::size < held_packs) held[c / x128::size] = v;
         if (c + x128::size <= V) classifier_stats_pack<true>(m, s, v, c, V);
         else classifier_stats_pack<false>(m, s, v, c, V);
+    };
+    int c = threadIdx.x * x128::size;
+    for (; LOADS > 1 && c + (LOADS - 1) * stride < V; c += LOADS * stride) {
+        x128 v[LOADS];
+        for (int u = 0; u < LOADS; u++) v[u] = load128(x + c + u * stride);
+        for (int u = 0; u < LOADS; u++) step(v[u], c + u * stride);
     }
+    for (; c < V; c += stride) step(load128(x + c), c);
     const float target_logit = threadIdx.x == 0 ? to_float(x[target]) : 0.0f;
     const float mx = block_reduce_max(m);
     const float sum = block_reduce_sum(m == -INFINITY ? 0.0f : s * expf(m - mx));
@@ -135,7 +145,7 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
 // ~2.5 ms at 1.98 GHz: close to both bounds, which the two blocks a SM overlap. H200: to be measured
 // (replaces fused_classifier_rows_in_smem's FP8 output, one persistent block a SM: 4.92 ms in the
 // trainer's profile; the lab's FP8 variant 1).
-template <Fp8Format F>
+template <Fp8Format F, int LOADS = 1>
 static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
     fused_classifier_fp8_block_per_row(floatX* logits, float* losses, const int* targets, float dloss, int V, int Vp,
                                        float fp8_scale, Fp8Meta* fp8_meta) {
@@ -149,7 +159,7 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
         fp8_meta->scale_inv = 1.0f / fp8_scale;  // exact: a power of two
     }
     float row_max, inv_sum;
-    classifier_row_stats(losses + blockIdx.x, &row_max, &inv_sum, x, target, V, classifier_held, held_packs);
+    classifier_row_stats<LOADS>(losses + blockIdx.x, &row_max, &inv_sum, x, target, V, classifier_held, held_packs);
     for (int c = threadIdx.x * x128::size; c < Vp; c += blockDim.x * x128::size) {
         // a held pack this thread copied in pass 1; padded packs past V were never read (their g is 0)
         const int p = c / x128::size;

@@ -4,12 +4,15 @@
 # variant 1, fused_classifier_rows_in_smem), then the trainer's step. Builds nothing; needs, built
 # beforehand:
 #   make -j1 build/train_gpt2cu build/test_fp8_gpu && make -C dev/cuda -j1 build/fused_classifier
-#   OLD_BIN=path/to/an/older/train_gpt2cu   (optional: the trainer before this change, timed alternately)
+#   OLD_BIN=path/to/an/older/train_gpt2cu   (optional: the trainer before this change, timed alternately;
+#   e.g. built from commit 65c636c: git archive 65c636c | tar -x -C /tmp/old && make -C /tmp/old build/train_gpt2cu,
+#   copied to build/train_gpt2cu_old: OLD_BIN=build/train_gpt2cu_old tests/fp8_classifier_gpu.sh)
 # Parts, logs under $OUT/fp8_classifier (OUT default build):
 #   1. dev/cuda/build/fused_classifier (every op: the bf16 classifier's variants, whose per-value code
 #      this change touched, then --fp8's both formats at N=65536 V=50257 and N=651 V=1003): each
 #      variant checked against the CPU reference before it is timed (a failed check skips the timing);
-#      the FP8 op also compares every FP8 byte and every loss of the new kernel with the old one's
+#      both ops also compare every gradient byte and every loss of the new kernels with variant 1's
+#      (the code as it shipped before this change): "bytes vs rows in smem: equal" is bit-identity
 #   2. build/test_fp8_gpu: the FP8 linears and the head (the classifier's FP8 dlogits byte for byte
 #      against llmc/cpu/fp8.h of the bf16 classifier's dlogits, its losses bit for bit the bf16 one's)
 #   3. the trainer, 124M, B=64 T=1024, random tokens, STEPS (16) steps, --fp8 1 --fp8-head 1: its
