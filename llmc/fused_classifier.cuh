@@ -144,7 +144,7 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
 // the SM's 16-a-clock pipes: ~2.1 ex2 and 1 conversion a logit (bf16x2, fp8x2: one per two values),
 // ~2.5 ms at 1.98 GHz: close to both bounds, which the two blocks a SM overlap. H200: to be measured
 // (replaces fused_classifier_rows_in_smem's FP8 output, one persistent block a SM: 4.92 ms in the
-// trainer's profile; the lab's FP8 variant 1).
+// trainer's profile; the lab's FP8 variant 1). LOADS: classifier_row_stats's (the lab's variant 4 loads 2).
 template <Fp8Format F, int LOADS = 1>
 static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
     fused_classifier_fp8_block_per_row(floatX* logits, float* losses, const int* targets, float dloss, int V, int Vp,
@@ -163,7 +163,9 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
     for (int c = threadIdx.x * x128::size; c < Vp; c += blockDim.x * x128::size) {
         // a held pack this thread copied in pass 1; padded packs past V were never read (their g is 0)
         const int p = c / x128::size;
-        const x128 v = p < held_packs ? (c < V ? classifier_held[p] : x128::constant(from_float<floatX>(0.0f))) : load128(x + c);
+        x128 v = x128::constant(from_float<floatX>(0.0f));
+        if (p >= held_packs) v = load128(x + c);
+        else if (c < V) v = classifier_held[p];
         *reinterpret_cast<Fp8Pack*>(out + c) =
             classifier_fp8_pack<F>(classifier_grad_pack(v, c, target, row_max, inv_sum, dloss, V), fp8_scale);
     }

@@ -218,7 +218,7 @@ inline void fp8_init_metas(GPT2Fp8& f, cudaStream_t s) {
         fp8_meta_init(f.head_metas + FP8_X, 1, Fp8Format::E4M3, s);
         fp8_meta_init(f.head_metas + FP8_DY, 1, f.set.grad, s);
         fp8_meta_init(f.head_metas + FP8_W, 1, Fp8Format::E4M3, s);
-        fused_classifier_fp8_prepare(f.Vp);  // shared-memory opt-in before any capture; fails if a row's half does not fit
+        fused_classifier_fp8_prepare(f.Vp);  // shared-memory opt-in before any capture (fails if it does not fit)
     }
 }
 

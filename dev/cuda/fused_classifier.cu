@@ -111,6 +111,7 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, BUFS == 1 ? 2 : 1)
                                   float fp8_scale = 1.0f, Fp8Meta* fp8_meta = nullptr) {
 #if LLMC_HAS_BULK_COPY
     static_assert(BUFS == 1 || BUFS == 2, "one row buffer (two blocks a SM) or two (one block a SM)");
+    constexpr Fp8Format FP8 = OUT == ClassifierOut::E4M3 ? Fp8Format::E4M3 : Fp8Format::E5M2;  // where OUT is FP8
     extern __shared__ __align__(16) unsigned char classifier_smem[];  // (BUFS, Vp) floatX
     __shared__ __align__(8) uint64_t loaded[2];                        // one mbarrier a buffer
     floatX* buf = reinterpret_cast<floatX*>(classifier_smem);
@@ -150,7 +151,7 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, BUFS == 1 ? 2 : 1)
                 if constexpr (OUT == ClassifierOut::FLOATX) store128(logits + (int64_t)row * Vp + c, v);
                 else
                     *reinterpret_cast<Fp8Pack*>(out8 + row * out8_pitch + c) =
-                        classifier_fp8_pack<OUT == ClassifierOut::E4M3 ? Fp8Format::E4M3 : Fp8Format::E5M2>(v, fp8_scale);
+                        classifier_fp8_pack<FP8>(v, fp8_scale);
             }
         } else if (write_dlogits) {
             for (int c = threadIdx.x * x128::size; c < Vp; c += blockDim.x * x128::size) {
@@ -164,7 +165,7 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, BUFS == 1 ? 2 : 1)
                 if constexpr (OUT == ClassifierOut::FLOATX) store128(logits + (int64_t)row * Vp + c, v);
                 else
                     *reinterpret_cast<Fp8Pack*>(out8 + row * out8_pitch + c) =
-                        classifier_fp8_pack<OUT == ClassifierOut::E4M3 ? Fp8Format::E4M3 : Fp8Format::E5M2>(v, fp8_scale);
+                        classifier_fp8_pack<FP8>(v, fp8_scale);
             }
         }
         __syncthreads();  // buffer b is refilled at the next iteration (BUFS 2), or now (BUFS 1)
@@ -238,7 +239,8 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
         for (int k = 0; k < x128::size; k++) g[k] = bf16_round_bits(g[k]);
 #endif
         Fp8Pack o;
-        for (int k = 0; k < x128::size; k += 2) o.h[k / 2] = fp8x2_from_float2<F>(g[k] * fp8_scale, g[k + 1] * fp8_scale);
+        for (int k = 0; k < x128::size; k += 2)
+            o.h[k / 2] = fp8x2_from_float2<F>(g[k] * fp8_scale, g[k + 1] * fp8_scale);
         *reinterpret_cast<Fp8Pack*>(out + c) = o;
     }
 }
@@ -453,27 +455,25 @@ static void run_fp8(lab::Lab& L, int N, int V, int Vp, Fp8Format format, uint64_
 
     // variant 1, once, for the byte comparison (where it runs: two rows in shared memory)
     const bool old_runs = rows_in_smem_fit(Vp);
-    auto launch = [&](int variant, floatX* logits, float* losses) {
-        const bool e4 = format == Fp8Format::E4M3;
+    // every variant in both formats: F is E4M3 or E5M2, O the matching ClassifierOut
+    auto launch_f = [&](auto f, int variant, floatX* logits, float* losses) {
+        constexpr Fp8Format F = decltype(f)::value;
+        constexpr ClassifierOut O = F == Fp8Format::E4M3 ? ClassifierOut::E4M3 : ClassifierOut::E5M2;
         cudaStream_t st = L.stream();
         switch (variant) {
-        case 0: fused_classifier_fp8(logits, losses, d_targets, dloss, N, V, Vp, format, d_meta, st); break;
-        case 1:
-            if (e4) rows_in_smem_launch<ClassifierOut::E4M3>(logits, losses, d_targets, dloss, N, V, Vp, true, scale, d_meta, st);
-            else rows_in_smem_launch<ClassifierOut::E5M2>(logits, losses, d_targets, dloss, N, V, Vp, true, scale, d_meta, st);
-            break;
+        case 0: fused_classifier_fp8(logits, losses, d_targets, dloss, N, V, Vp, F, d_meta, st); break;
+        case 1: rows_in_smem_launch<O>(logits, losses, d_targets, dloss, N, V, Vp, true, scale, d_meta, st); break;
         case 2:
-            if (e4) rows_in_smem_launch<ClassifierOut::E4M3, 1, true>(logits, losses, d_targets, dloss, N, V, Vp, true, scale, d_meta, st);
-            else rows_in_smem_launch<ClassifierOut::E5M2, 1, true>(logits, losses, d_targets, dloss, N, V, Vp, true, scale, d_meta, st);
+            rows_in_smem_launch<O, 1, true>(logits, losses, d_targets, dloss, N, V, Vp, true, scale, d_meta, st);
             break;
-        case 4:
-            if (e4) fp8_loads2_launch<Fp8Format::E4M3>(logits, losses, d_targets, dloss, N, V, Vp, scale, d_meta, st);
-            else fp8_loads2_launch<Fp8Format::E5M2>(logits, losses, d_targets, dloss, N, V, Vp, scale, d_meta, st);
-            break;
-        default:
-            if (e4) fp8_int_round_launch<Fp8Format::E4M3>(logits, losses, d_targets, dloss, N, V, Vp, scale, d_meta, st);
-            else fp8_int_round_launch<Fp8Format::E5M2>(logits, losses, d_targets, dloss, N, V, Vp, scale, d_meta, st);
+        case 3: fp8_int_round_launch<F>(logits, losses, d_targets, dloss, N, V, Vp, scale, d_meta, st); break;
+        default: fp8_loads2_launch<F>(logits, losses, d_targets, dloss, N, V, Vp, scale, d_meta, st);
         }
+    };
+    auto launch = [&](int variant, floatX* logits, float* losses) {
+        if (format == Fp8Format::E4M3)
+            launch_f(std::integral_constant<Fp8Format, Fp8Format::E4M3>{}, variant, logits, losses);
+        else launch_f(std::integral_constant<Fp8Format, Fp8Format::E5M2>{}, variant, logits, losses);
     };
     std::vector<float> old_losses;
     if (old_runs) {
@@ -529,7 +529,8 @@ static void run_fp8(lab::Lab& L, int N, int V, int Vp, Fp8Format format, uint64_
         ok &= far == 0;
         // bytes Vp .. 2 Vp of every row untouched, and the guard
         const size_t second = count_diff_bytes(d_logits, d_logits0, N, pitch, Vp, (int)pitch);
-        printf("    %-10s %zu bytes of the rows' second halves changed  %s\n", "untouched", second, second ? "FAIL" : "ok");
+        printf("    %-10s %zu bytes of the rows' second halves changed  %s\n", "untouched", second,
+               second ? "FAIL" : "ok");
         ok &= second == 0;
         if (!d_logits.guard_intact()) {
             printf("    %-10s FAIL: the kernel wrote into the guard region after the logits\n", "guard");
