@@ -49,15 +49,16 @@
 // Checks of each FP8 variant, on fresh logits at a trained model's scale (normal, sd 2, with a few
 // large logits a row, +10 .. +16: softmax values from ~1e-12 to ~0.5, so the FP8 gradient spans
 // zero, subnormals and normals): the losses poisoned first, then all of them written, the sampled
-// rows' against the CPU (fp32 tolerance), and every loss bit for bit the bf16 classifier's (the same
-// reduction order); the scale and scale_inv in the meta exactly cpu::fp8_pow2_scale(dloss); the FP8
-// bytes of the sampled rows (padded columns included) against cpu::fp8_cast of the CPU gradient
-// rounded to bf16 at that scale: equal or one code apart (the CPU sums in double, the GPU in fp32
-// with ex2.approx: a bf16 rounding may land one step away), the count of exactly equal bytes printed;
-// the second half of every row (bytes Vp .. 2 Vp) and the guard after the buffer untouched. The FP8
-// bytes are written over the kernel's own input, so they cannot be poisoned beforehand; instead every
-// FP8 byte of every row is compared with variant 1's (the kernel it replaces), and the count of
-// differing bytes and loss bits printed ("bytes vs rows in smem: equal").
+// rows' against the CPU (fp32 tolerance), and (variant 0; the others' reported) every loss bit for
+// bit the bf16 classifier's (the same pass 1); the scale and scale_inv in the meta exactly
+// cpu::fp8_pow2_scale(dloss); the FP8 bytes of the sampled rows (padded columns included) against
+// cpu::fp8_cast of the CPU gradient rounded to bf16 at that scale: equal or one code apart (the CPU
+// sums in double, the GPU in fp32 with ex2.approx: a bf16 rounding may land one step away), the
+// count of exactly equal bytes printed; the second half of every row (bytes Vp .. 2 Vp) and the
+// guard after the buffer untouched. The FP8 bytes are written over the kernel's own input, so they
+// cannot be poisoned beforehand; instead every FP8 byte of every row is compared with variant 1's
+// (the kernel it replaces), and the count of differing bytes and loss bits printed ("bytes vs rows
+// in smem, variant 0: equal").
 #include <memory>
 
 #include "dev/cuda/harness.cuh"
@@ -367,8 +368,8 @@ static void run_shape(lab::Lab& L, int N, int V, int Vp) {
             const std::vector<float> losses = d_losses.download();
             size_t bits = 0;
             for (int i = 0; i < N; i++) bits += memcmp(&losses[i], &old_losses[i], sizeof(float)) != 0;
-            printf("    bytes vs rows in smem: %s (%zu of %zu gradient bytes differ, %zu of %d loss bit patterns)\n",
-                   diff == 0 && bits == 0 ? "equal" : "DIFFER", diff, NV * sizeof(floatX), bits, N);
+            printf("    bytes vs rows in smem, variant %d: %s (%zu of %zu gradient bytes differ, %zu of %d losses' "
+                   "bits)\n", variant, diff == 0 && bits == 0 ? "equal" : "DIFFER", diff, NV * sizeof(floatX), bits, N);
         }
         return ok;
     };
@@ -498,10 +499,12 @@ static void run_fp8(lab::Lab& L, int N, int V, int Vp, Fp8Format format, uint64_
         cudaCheck(cudaDeviceSynchronize());
         bool ok = L.check(d_losses, ref_losses, lab::Tol{1e-4, 1e-4}, rows, 1);
         const std::vector<float> losses = d_losses.download();
+        // the shipped kernel shares pass 1 with the bf16 classifier: its losses must be the same bits
+        // (tests/test_fp8_gpu.cu relies on it); the other variants' are only reported
         const size_t loss_bits = count_bits_differ(losses, bf16_losses);
         printf("    %-10s %zu of %d differ from the bf16 classifier's bit for bit  %s\n", "all losses", loss_bits, N,
-               loss_bits ? "FAIL" : "ok");
-        ok &= loss_bits == 0;
+               loss_bits == 0 ? "ok" : variant == 0 ? "FAIL" : "(reported only)");
+        ok &= loss_bits == 0 || variant != 0;
         Fp8Meta m;
         cudaCheck(cudaMemcpy(&m, d_meta.get(), sizeof(m), cudaMemcpyDeviceToHost));
         const bool meta_ok = m.scale == scale && m.scale_inv == 1.0f / scale;
@@ -539,8 +542,8 @@ static void run_fp8(lab::Lab& L, int N, int V, int Vp, Fp8Format format, uint64_
         if (old_runs && variant != 1) {
             const size_t bytes = count_diff_bytes(d_logits, d_old, N, pitch, 0, Vp);
             const size_t bits = count_bits_differ(losses, old_losses);
-            printf("    bytes vs rows in smem: %s (%zu of %zu FP8 bytes differ, %zu of %d loss bit patterns)\n",
-                   bytes == 0 && bits == 0 ? "equal" : "DIFFER", bytes, NV, bits, N);
+            printf("    bytes vs rows in smem, variant %d: %s (%zu of %zu FP8 bytes differ, %zu of %d losses' bits)\n",
+                   variant, bytes == 0 && bits == 0 ? "equal" : "DIFFER", bytes, NV, bits, N);
         }
         return ok;
     };
