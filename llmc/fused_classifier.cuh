@@ -16,151 +16,158 @@
 
 constexpr int CLASSIFIER_BLOCK = 1024;
 
-// What the gradient is written as: floatX (the bf16 trainer's dlogits), or FP8 at a given scale.
-enum class ClassifierOut { FLOATX, E4M3, E5M2 };
+// One pack's step of a thread's running (max, sum of exp) in pass 1: the pack's max, one rescale of
+// the sum, then the pack's exps added in column order. FULL: all 8 columns are real (every pack but
+// the last of a row): no per-column bounds test, the same operations in the same order.
+template <bool FULL>
+__device__ inline void classifier_stats_pack(float& m, float& s, const x128& v, int c, int V) {
+    float pack_max = -INFINITY;
+    for (int k = 0; k < x128::size && (FULL || c + k < V); k++) pack_max = fmaxf(pack_max, to_float(v[k]));
+    const float new_m = fmaxf(m, pack_max);
+    s *= expf(m - new_m);
+    for (int k = 0; k < x128::size && (FULL || c + k < V); k++) s += expf(to_float(v[k]) - new_m);
+    m = new_m;
+}
 
-// One row's loss and gradient by a block of CLASSIFIER_BLOCK threads, the row read from `x` (global
-// or shared memory), the gradient written to `out` (global: floatX, or with an FP8 OUT that many
-// bytes, fp8(gradient * fp8_scale)). Thread i handles packs i, i+1024, ...
-// Pass 1: running (max, sum of exp) per thread, merged across the block. Pass 2 re-reads the row
-// and writes the gradient. Every read of pass 1 (including the target's logit) happens before the
-// block reductions' barriers and every write after them, so out may be x (in place) when x is in
-// shared memory, or when out has floatX's layout (each thread writes the bytes it read).
-template <ClassifierOut OUT = ClassifierOut::FLOATX>
-__device__ inline void classifier_row(void* out, float* loss, const floatX* x, int target, float dloss, int V, int Vp,
-                                      bool write_dlogits, float fp8_scale = 1.0f) {
+// A row's first pass by a block of CLASSIFIER_BLOCK threads, x in global or shared memory: thread i
+// keeps a running (max, sum of exp) over packs i, i + 1024, ... (one rescale a pack), merged across
+// the block; thread 0 writes the loss. Every read of x, the target's logit included, happens before
+// the reductions' barriers, so the block may overwrite x once this returns. The order of the fp32
+// max and sum is part of the contract: the FP8 and the bf16 classifiers give the same loss bits and
+// the same gradient (tests/test_fp8_gpu.cu compares them). With `held`, packs p < held_packs are also
+// copied there (shared memory, slot p) by the thread that read them: the same thread reads them back
+// in pass 2, which is how fused_classifier_fp8_block_per_row keeps the bytes its FP8 stores overwrite.
+// LOADS: a thread's packs are loaded that many at a time before any is summed (more bytes in flight
+// a warp; the packs still enter the sum one after the other, in the same order).
+template <int LOADS = 1>
+__device__ inline void classifier_row_stats(float* loss, float* row_max, float* inv_sum, const floatX* x, int target,
+                                            int V, x128* held = nullptr, int held_packs = 0) {
     float m = -INFINITY, s = 0.0f;
-    for (int c = threadIdx.x * x128::size; c < V; c += blockDim.x * x128::size) {
-        const x128 v = load128(x + c);
-        float pack_max = -INFINITY;
-        for (int k = 0; k < x128::size && c + k < V; k++) pack_max = fmaxf(pack_max, to_float(v[k]));
-        const float new_m = fmaxf(m, pack_max);
-        s *= expf(m - new_m);
-        for (int k = 0; k < x128::size && c + k < V; k++) s += expf(to_float(v[k]) - new_m);
-        m = new_m;
+    const int stride = blockDim.x * x128::size;
+    auto step = [&](const x128& v, int c) {
+        if (c / x128::size < held_packs) held[c / x128::size] = v;
+        if (c + x128::size <= V) classifier_stats_pack<true>(m, s, v, c, V);
+        else classifier_stats_pack<false>(m, s, v, c, V);
+    };
+    int c = threadIdx.x * x128::size;
+    for (; LOADS > 1 && c + (LOADS - 1) * stride < V; c += LOADS * stride) {
+        x128 v[LOADS];
+        for (int u = 0; u < LOADS; u++) v[u] = load128(x + c + u * stride);
+        for (int u = 0; u < LOADS; u++) step(v[u], c + u * stride);
     }
+    for (; c < V; c += stride) step(load128(x + c), c);
     const float target_logit = threadIdx.x == 0 ? to_float(x[target]) : 0.0f;
-    const float row_max = block_reduce_max(m);
-    const float row_sum = block_reduce_sum(m == -INFINITY ? 0.0f : s * expf(m - row_max));
-    if (threadIdx.x == 0) *loss = logf(row_sum) + row_max - target_logit;
-    if (!write_dlogits) return;
-    const float inv_sum = 1.0f / row_sum;
-    for (int c = threadIdx.x * x128::size; c < Vp; c += blockDim.x * x128::size) {
-        x128 v = load128(x + c);
+    const float mx = block_reduce_max(m);
+    const float sum = block_reduce_sum(m == -INFINITY ? 0.0f : s * expf(m - mx));
+    if (threadIdx.x == 0) *loss = logf(sum) + mx - target_logit;
+    *row_max = mx;
+    *inv_sum = 1.0f / sum;
+}
+
+// The gradient of the pack v of logits at columns c .. c + 7 in fp32: dloss * (softmax - [col ==
+// target]), 0 at the padded columns (col >= V). A pack of 8 real columns without the target (all but
+// ~2 of a row's packs) takes the short path: no bounds or target tests, and dloss * (p - 0) as
+// dloss * p, which is the same value (x - 0 = x; or, where the compiler fuses the product and the
+// subtraction, fma(e, inv_sum, -0) = e * inv_sum rounded once: the same bits).
+__device__ inline void classifier_grad_values(float (&g)[x128::size], const x128& v, int c, int target,
+                                              float row_max, float inv_sum, float dloss, int V) {
+    if (c + x128::size <= V && (unsigned)(target - c) >= (unsigned)x128::size) {
+        for (int k = 0; k < x128::size; k++) g[k] = dloss * (expf(to_float(v[k]) - row_max) * inv_sum);
+    } else {
         for (int k = 0; k < x128::size; k++) {
             const int col = c + k;
-            float g = 0.0f;
-            if (col < V) g = dloss * (expf(to_float(v[k]) - row_max) * inv_sum - (col == target ? 1.0f : 0.0f));
-            v[k] = from_float<floatX>(g);
-        }
-        if constexpr (OUT == ClassifierOut::FLOATX) {
-            store128(static_cast<floatX*>(out) + c, v);
-        } else {  // the floatX value times the scale, as fp8_cast of the floatX dlogits would
-            constexpr Fp8Format F = OUT == ClassifierOut::E4M3 ? Fp8Format::E4M3 : Fp8Format::E5M2;
-            Fp8Pack o;
-            for (int k = 0; k < x128::size; k += 2)
-                o.h[k / 2] = fp8x2_from_float2<F>(to_float(v[k]) * fp8_scale, to_float(v[k + 1]) * fp8_scale);
-            *reinterpret_cast<Fp8Pack*>(static_cast<uint8_t*>(out) + c) = o;
+            g[k] = 0.0f;
+            if (col < V) g[k] = dloss * (expf(to_float(v[k]) - row_max) * inv_sum - (col == target ? 1.0f : 0.0f));
         }
     }
 }
 
-// Rows through shared memory, read from DRAM once (the FP8 head's classifier, fused_classifier_fp8,
-// which needs the row in shared memory to write its FP8 gradient in place; the bf16 gradient's is
-// the lab's variant 1, dev/cuda/fused_classifier.cu: it measured no faster than the block-per-row
-// kernel, see below). Two rows must fit in shared memory: bf16 up to Vp ~ 58K; sm_90. A persistent grid of one block of
-// CLASSIFIER_BLOCK threads a SM, block b takes rows b, b + grid, ...; two row buffers: while the
-// block works on row i from one, the copy engine brings row i + grid into the other (one
-// cp.async.bulk of Vp * sizeof(floatX) bytes, 100.6 KB at Vp 50304, completing on an mbarrier), so
-// every SM always has a row's load in flight beside its gradient's stores, and no SM's block waits
-// on DRAM latency between rows or spends barriers while nothing is loading. Both passes read shared
-// memory; the gradient goes back to the row in global memory.
-// DRAM: N * Vp * sizeof(floatX) read and (with write_dlogits) as much written, 13.2 GB at
-// B*T = 65536, Vp 50304: 3.3 ms at the 4.0 TB/s copy; ~2.1 exp a logit (SFU: ~3.4 us a row a SM
-// // against ~6.6 us of the SM's share of DRAM): memory-bound. H200 (2026-12-03), bf16 gradient: 4.289 ms,
-// 76.9% of the copy, no faster than fused_classifier_block_per_row (4.259 ms, 77.4%; loss only 2.319 vs
-// 2.201 ms), which fused_classifier ships.
-// FP8 OUT (fused_classifier_fp8): row r's gradient goes to out8 + r * out8_pitch bytes (in place: the
-// logits themselves, pitch 2 Vp: inside the row's own bf16 bytes, which are in shared memory by
-// then), and block 0 sets fp8_meta's scale and scale_inv for the matmuls that read it.
-template <ClassifierOut OUT = ClassifierOut::FLOATX>
-static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 1)
-    fused_classifier_rows_in_smem(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
-                                  bool write_dlogits, uint8_t* out8 = nullptr, int64_t out8_pitch = 0,
-                                  float fp8_scale = 1.0f, Fp8Meta* fp8_meta = nullptr) {
-#if LLMC_HAS_BULK_COPY
-    extern __shared__ __align__(16) unsigned char classifier_smem[];  // (2, Vp) floatX
-    __shared__ __align__(8) uint64_t loaded[2];                        // one mbarrier a buffer
-    floatX* buf = reinterpret_cast<floatX*>(classifier_smem);
-    const uint32_t row_bytes = (uint32_t)Vp * sizeof(floatX);
-    const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(&loaded[0]);
-    auto bar = [&](int b) { return bar0 + (uint32_t)(b * sizeof(uint64_t)); };
-    auto load_row = [&](int row, int b) {
-        mbar_expect_tx(bar(b), row_bytes);
-        bulk_load((uint32_t)__cvta_generic_to_shared(buf + (size_t)b * Vp), logits + (int64_t)row * Vp, row_bytes,
-                  bar(b));
-    };
-    if (OUT != ClassifierOut::FLOATX && blockIdx.x == 0 && threadIdx.x == 0) {
+// classifier_grad_values rounded to floatX. The bf16 rounding goes two values at a time (one
+// cvt.rn.bf16x2.f32 for two: the same bits as two cvt.rn.bf16.f32, half the conversions on the SM's
+// 16-a-clock conversion pipe).
+__device__ inline x128 classifier_grad_pack(const x128& v, int c, int target, float row_max, float inv_sum,
+                                            float dloss, int V) {
+    float g[x128::size];
+    classifier_grad_values(g, v, c, target, row_max, inv_sum, dloss, V);
+    x128 out;
+#if defined(PRECISION_FP32)
+    for (int k = 0; k < x128::size; k++) out[k] = g[k];
+#else
+    for (int k = 0; k < x128::size; k += 2) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(g[k], g[k + 1]);  // .x = g[k]
+        out[k] = h.x;
+        out[k + 1] = h.y;
+    }
+#endif
+    return out;
+}
+
+// The floatX gradient pack as FP8: fp8(float(g) * scale), what fp8_cast of the floatX dlogits gives.
+template <Fp8Format F>
+__device__ inline Fp8Pack classifier_fp8_pack(const x128& g, float scale) {
+    Fp8Pack o;
+    for (int k = 0; k < x128::size; k += 2)
+        o.h[k / 2] = fp8x2_from_float2<F>(to_float(g[k]) * scale, to_float(g[k + 1]) * scale);
+    return o;
+}
+
+// One block per row straight from global memory, the floatX gradient in place over the logits (where
+// write_dlogits). Pass 2 re-reads the row (100 KB in bf16 at Vp = 50304: still in L2); each thread
+// writes the bytes it read. DRAM: ~2 * N * Vp * sizeof(floatX) bytes; H200, bf16, B*T = 65536:
+// 4.26 ms, 77% of the copy (2026-12-02). The lab's variant 1 (dev/cuda/fused_classifier.cu) reads
+// each row from DRAM once through shared memory and was no faster.
+static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
+    fused_classifier_block_per_row(floatX* logits, float* losses, const int* targets, float dloss, int V, int Vp,
+                                   bool write_dlogits) {
+    floatX* x = logits + (int64_t)blockIdx.x * Vp;
+    const int target = targets[blockIdx.x];
+    float row_max, inv_sum;
+    classifier_row_stats(losses + blockIdx.x, &row_max, &inv_sum, x, target, V);
+    if (!write_dlogits) return;
+    for (int c = threadIdx.x * x128::size; c < Vp; c += blockDim.x * x128::size)
+        store128(x + c, classifier_grad_pack(load128(x + c), c, target, row_max, inv_sum, dloss, V));
+}
+
+// The FP8 gradient in place (fused_classifier_fp8, --fp8-head 1): one block of 1024 threads per row
+// from global memory, two blocks a SM (32 registers a thread, 2 x 50.3 KB of shared memory at
+// Vp = 50304), so one block's loads overlap the other's exp and conversions. Row r's FP8 bytes go to
+// bytes [0, Vp) of its own floatX row, i.e. over its logits [0, Vp / 2): the pack at column c lands on
+// the logits of columns c / 2 .. c / 2 + 3, which another thread may not have re-read yet. So pass 1
+// also copies the packs of that first half into shared memory (`held`, Vp bytes: each thread its own
+// packs), the reductions' barriers separate every read of the row in global memory from every write,
+// and pass 2 takes the first half from shared memory and the second half, never written, from global
+// memory (L2: the row was read a few microseconds before). Bytes Vp .. 2 Vp of each row are read, never
+// written, and nothing is left there for later.
+// Same reduction order and per-value math as fused_classifier_block_per_row: the losses and the floatX
+// gradient (before the FP8 cast) are bit for bit the bf16 classifier's.
+// DRAM: N * Vp * (2 read + 1 written) bytes, 9.9 GB at B*T = 65536, Vp 50304 (2.8 ms at 3.5 TB/s);
+// the SM's 16-a-clock pipes: ~2.1 ex2 and 1 conversion a logit (bf16x2, fp8x2: one per two values),
+// ~2.5 ms at 1.98 GHz: close to both bounds, which the two blocks a SM overlap. H200: to be measured
+// (replaces fused_classifier_rows_in_smem's FP8 output, one persistent block a SM: 4.92 ms in the
+// trainer's profile; the lab's FP8 variant 1). LOADS: classifier_row_stats's (the lab's variant 4 loads 2).
+template <Fp8Format F, int LOADS = 1>
+static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
+    fused_classifier_fp8_block_per_row(floatX* logits, float* losses, const int* targets, float dloss, int V, int Vp,
+                                       float fp8_scale, Fp8Meta* fp8_meta) {
+    extern __shared__ x128 classifier_held[];  // (held_packs) x128: the row's first Vp / 2 logits
+    const int held_packs = ceil_div(Vp / 2, x128::size);
+    floatX* x = logits + (int64_t)blockIdx.x * Vp;
+    uint8_t* out = reinterpret_cast<uint8_t*>(x);  // row r's FP8 gradient: bytes [0, Vp) of its logits
+    const int target = targets[blockIdx.x];
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
         fp8_meta->scale = fp8_scale;
         fp8_meta->scale_inv = 1.0f / fp8_scale;  // exact: a power of two
     }
-    if (threadIdx.x == 0) {
-        mbar_init(bar(0), 1);
-        mbar_init(bar(1), 1);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
-        if (blockIdx.x < N) load_row(blockIdx.x, 0);
-    }
-    __syncthreads();
-    int i = 0;
-    for (int row = blockIdx.x; row < N; row += gridDim.x, i++) {
-        const int b = i & 1;
-        // the other buffer held row i - 1, done by every thread (the barrier at the end of the loop)
-        if (threadIdx.x == 0 && row + (int)gridDim.x < N) load_row(row + gridDim.x, b ^ 1);
-        mbar_wait(bar(b), (i >> 1) & 1);  // buffer b's (i / 2)-th load
-        void* out = OUT == ClassifierOut::FLOATX ? (void*)(logits + (int64_t)row * Vp) : (void*)(out8 + row * out8_pitch);
-        classifier_row<OUT>(out, losses + row, buf + (size_t)b * Vp, targets[row], dloss, V, Vp, write_dlogits,
-                            fp8_scale);
-        __syncthreads();  // buffer b is refilled at the next iteration
-    }
-#else
-    __trap();
-#endif
-}
-
-// One block per row straight from global memory (where two rows do not fit in shared memory: the
-// FP32 build, vocabularies past ~58K; and below sm_90). Pass 2 re-reads the row (100 KB in bf16 at
-// Vp = 50304: still in L2). DRAM: ~2 * N * Vp * sizeof(floatX) bytes; H200, bf16, B*T = 65536: 4.26 ms,
-// 77% of the copy.
-static __global__ void fused_classifier_block_per_row(floatX* logits, float* losses, const int* targets, float dloss,
-                                                      int V, int Vp, bool write_dlogits) {
-    floatX* x = logits + (int64_t)blockIdx.x * Vp;
-    classifier_row(x, losses + blockIdx.x, x, targets[blockIdx.x], dloss, V, Vp, write_dlogits);
-}
-
-// Shared memory for fused_classifier_rows_in_smem, and whether it fits this device (sm_90 and the
-// opt-in limit per block, 227 KB on the H200, less the kernel's own few hundred bytes).
-inline size_t classifier_smem_bytes(int Vp) { return 2 * (size_t)Vp * sizeof(floatX); }
-inline bool classifier_rows_fit_smem(int Vp) {
-    static const int optin = [] {
-        int dev = 0, major = 0, bytes = 0;
-        cudaCheck(cudaGetDevice(&dev));
-        cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        cudaCheck(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-        return major >= 9 ? bytes : 0;
-    }();
-    return classifier_smem_bytes(Vp) + 1024 <= (size_t)optin;
-}
-
-// Raises the shared-memory kernel's opt-in to a row of Vp logits, once per output kind and size. The
-// trainer calls it for the FP8 kinds before any graph capture (gpt2_build); the launchers call it too.
-template <ClassifierOut OUT>
-inline void classifier_smem_optin(int Vp) {
-    static size_t smem_set = 0;  // the kernel's opt-in, raised once to the largest row seen
-    const size_t smem = classifier_smem_bytes(Vp);
-    if (smem > smem_set) {
-        cudaCheck(cudaFuncSetAttribute(fused_classifier_rows_in_smem<OUT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem));
-        smem_set = smem;
+    float row_max, inv_sum;
+    classifier_row_stats<LOADS>(losses + blockIdx.x, &row_max, &inv_sum, x, target, V, classifier_held, held_packs);
+    for (int c = threadIdx.x * x128::size; c < Vp; c += blockDim.x * x128::size) {
+        // a held pack this thread copied in pass 1; padded packs past V were never read (their g is 0)
+        const int p = c / x128::size;
+        x128 v = x128::constant(from_float<floatX>(0.0f));
+        if (p >= held_packs) v = load128(x + c);
+        else if (c < V) v = classifier_held[p];
+        *reinterpret_cast<Fp8Pack*>(out + c) =
+            classifier_fp8_pack<F>(classifier_grad_pack(v, c, target, row_max, inv_sum, dloss, V), fp8_scale);
     }
 }
 
@@ -172,45 +179,43 @@ inline void fused_classifier(floatX* logits, float* losses, const int* targets, 
     cudaCheckLaunch();
 }
 
-// fused_classifier through fused_classifier_rows_in_smem (the lab's variant 1; the caller checks
-// classifier_rows_fit_smem).
-inline void fused_classifier_rows_in_smem_forward(floatX* logits, float* losses, const int* targets, float dloss,
-                                                  int N, int V, int Vp, bool write_dlogits, cudaStream_t stream) {
-    classifier_smem_optin<ClassifierOut::FLOATX>(Vp);
-    static const int sms = current_sm_count();
-    fused_classifier_rows_in_smem<ClassifierOut::FLOATX><<<std::min(N, sms), CLASSIFIER_BLOCK,
-                                                           classifier_smem_bytes(Vp), stream>>>(
-        logits, losses, targets, dloss, N, V, Vp, write_dlogits);
-    cudaCheckLaunch();
+// Shared memory of fused_classifier_fp8_block_per_row: the first half of a row, Vp bytes at 16-byte packs.
+inline size_t classifier_fp8_smem_bytes(int Vp) { return (size_t)ceil_div(Vp / 2, x128::size) * sizeof(x128); }
+
+// Checks that the FP8 classifier's shared memory fits this GPU (Vp up to ~230K on the H200's 227 KB a
+// block) and raises its opt-in past the default 48 KB, once per size. The trainer calls it before any
+// graph capture (fp8_init_metas); the launcher calls it too.
+inline void fused_classifier_fp8_prepare(int Vp) {
+    static size_t smem_set = 0;  // the kernels' opt-in, raised once to the largest row seen
+    const size_t smem = classifier_fp8_smem_bytes(Vp);
+    if (smem <= smem_set) return;
+    int dev = 0, optin = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (smem + 1024 > (size_t)optin)
+        fail("fused_classifier_fp8: the first half of a row of %d logits (%zu bytes of shared memory) does not fit "
+             "this GPU's %d", Vp, smem, optin);
+    cudaCheck(cudaFuncSetAttribute(fused_classifier_fp8_block_per_row<Fp8Format::E4M3>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    cudaCheck(cudaFuncSetAttribute(fused_classifier_fp8_block_per_row<Fp8Format::E5M2>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    smem_set = smem;
 }
 
 // The losses as fused_classifier, and the gradient as FP8 in place (see the top): row r's Vp FP8
 // values at byte r * Vp * sizeof(floatX) of the logits; fp8(floatX(gradient) * scale) with scale =
 // cpu::fp8_pow2_scale(dloss, format), which block 0 also stores into meta (scale, scale_inv).
-// Only the shared-memory kernel (sm_90, rows up to ~58K in bf16): the block-per-row kernel re-reads
-// the row from global memory in its second pass, where the FP8 bytes would land under it.
-// DRAM: N * Vp * (2 read + 1 written) bytes, against 2 + 2 for the bf16 gradient: 9.9 GB at
-// B*T = 65536, Vp 50304, against 13.2.
 inline void fused_classifier_fp8(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
                                  Fp8Format format, Fp8Meta* meta, cudaStream_t stream) {
     if (Vp % x128::size != 0) fail("fused_classifier_fp8: padded vocab %d is not a multiple of %d", Vp, x128::size);
-    if (!classifier_rows_fit_smem(Vp))
-        fail("fused_classifier_fp8: two rows of %d logits do not fit in this GPU's shared memory (--fp8-head 1 needs "
-             "sm_90)", Vp);
-    const size_t smem = classifier_smem_bytes(Vp);
+    fused_classifier_fp8_prepare(Vp);
+    const size_t smem = classifier_fp8_smem_bytes(Vp);
     const float scale = cpu::fp8_pow2_scale(dloss, fp8_cpu_format(format));
-    static const int sms = current_sm_count();
-    const int grid = std::min(N, sms);
-    uint8_t* out8 = reinterpret_cast<uint8_t*>(logits);
-    const int64_t pitch = (int64_t)Vp * sizeof(floatX);  // bytes: the floatX row's
-    if (format == Fp8Format::E4M3) {
-        classifier_smem_optin<ClassifierOut::E4M3>(Vp);
-        fused_classifier_rows_in_smem<ClassifierOut::E4M3><<<grid, CLASSIFIER_BLOCK, smem, stream>>>(
-            logits, losses, targets, dloss, N, V, Vp, true, out8, pitch, scale, meta);
-    } else {
-        classifier_smem_optin<ClassifierOut::E5M2>(Vp);
-        fused_classifier_rows_in_smem<ClassifierOut::E5M2><<<grid, CLASSIFIER_BLOCK, smem, stream>>>(
-            logits, losses, targets, dloss, N, V, Vp, true, out8, pitch, scale, meta);
-    }
+    if (format == Fp8Format::E4M3)
+        fused_classifier_fp8_block_per_row<Fp8Format::E4M3><<<N, CLASSIFIER_BLOCK, smem, stream>>>(
+            logits, losses, targets, dloss, V, Vp, scale, meta);
+    else
+        fused_classifier_fp8_block_per_row<Fp8Format::E5M2><<<N, CLASSIFIER_BLOCK, smem, stream>>>(
+            logits, losses, targets, dloss, V, Vp, scale, meta);
     cudaCheckLaunch();
 }

@@ -235,14 +235,10 @@ inline void fp8_init_metas(GPT2Fp8& f, cudaStream_t s) {
         layernorm_backward_fp8_prepare(f.oc[FP8_ATTPROJ]);
     }
     if (f.set.head) {
-        if (!classifier_rows_fit_smem(f.Vp))
-            fail("--fp8-head 1: the classifier writes FP8 dlogits from its shared-memory kernel, and two rows of %d "
-                 "logits do not fit in this GPU's shared memory (sm_90 takes up to ~58K)", f.Vp);
         fp8_meta_init(f.head_metas + FP8_X, 1, Fp8Format::E4M3, s);
         fp8_meta_init(f.head_metas + FP8_DY, 1, f.set.grad, s);
         fp8_meta_init(f.head_metas + FP8_W, 1, Fp8Format::E4M3, s);
-        if (f.set.grad == Fp8Format::E4M3) classifier_smem_optin<ClassifierOut::E4M3>(f.Vp);  // before any capture
-        else classifier_smem_optin<ClassifierOut::E5M2>(f.Vp);
+        fused_classifier_fp8_prepare(f.Vp);  // shared-memory opt-in before any capture (fails if it does not fit)
     }
 }
 
