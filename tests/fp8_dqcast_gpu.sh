@@ -17,9 +17,9 @@
 #         the bias, e5m2 and e4m3), keep_dq refused where it must be (no scratch, the split schedule),
 #         and test_dq_model: a d2 backward as the trainer runs it (dqkv's dQ columns left poisoned in
 #         every layer) against the same backward with the dQ store, gradients within tolerance
-#      c. --fp8-fused 0 = 1 bit for bit (tests/fp8_speed_gpu.sh's part 4: d6 B=32 T=1024, 8 steps,
-#         --deterministic 1, delayed scaling; log lines and the final model.bin). --deterministic 1 has
-#         no attention scratch, so dQ is stored as before there: this shows the rest is unchanged
+#      c. --fp8-fused 0 = 1 (tests/fp8_same_gpu.sh: --deterministic 1, a Llama-style L6 bit for bit,
+#         GPT-2 d6 losses within 1e-3). --deterministic 1 has no attention scratch, so dQ is stored as
+#         before there: this shows the rest is unchanged
 #      d. the fused dQ in training: the same d6 run without --deterministic (the attention backward with
 #         its scratch: keep_dq and DQ_ACCUM in every layer from step 2 on), --fp8-fused 0 once and 1
 #         twice, at once. dQ by fp32 atomics is not bit-reproducible run to run, so: every logged train
@@ -77,25 +77,10 @@ d6() {
         > "$LOGS/$name.txt" 2>&1
 }
 losses() { awk '$1 == "step" && $3 == "train_loss" { print $2, $4 }' "$1"; }
-part_same() {  # --fp8-fused 0 and 1 train bit-identically under --deterministic 1
-    local t1=$SECONDS st=0 why="" fused a b ca cb cols
-    local -A pid
-    for fused in 0 1; do d6 "det$fused" --deterministic 1 --fp8-fused $fused & pid[$fused]=$!; done
-    for fused in 0 1; do
-        wait "${pid[$fused]}" || { st=1; why="$why --fp8-fused $fused failed: $(tail -1 "$LOGS/det$fused.txt")"; }
-    done
-    if [ $st -eq 0 ]; then
-        cols='$1 == "step" && $3 == "train_loss" { print $1, $2, $3, $4, $5, $6, $7, $8 }'  # not ms, tok_s
-        a=$(awk "$cols" "$LOGS/det0.log"); b=$(awk "$cols" "$LOGS/det1.log")
-        if [ -z "$a" ] || [ "$a" != "$b" ]; then
-            st=1; why="log lines differ: $(diff <(echo "$a") <(echo "$b") | grep '^[<>]' | head -2 | tr '\n' ' ')"
-        else
-            ca=$(ls -d "$LOGS/det0"/step_* | tail -1); cb=$(ls -d "$LOGS/det1"/step_* | tail -1)
-            cmp -s "$ca/model.bin" "$cb/model.bin" || { st=1; why="log lines equal, final model.bin differs"; }
-        fi
-    fi
-    result $st "--deterministic 1: --fp8-fused 0 = 1 bit for bit (d6 B=32 T=1024, 8 steps)" \
-        "${why:-last: $(echo "$b" | tail -1)}, $((SECONDS - t1)) s" same
+part_same() {  # tests/fp8_same_gpu.sh: --fp8-fused 0 = 1 (Llama-style bit for bit, GPT-2 within 1e-3)
+    local st detail
+    IFS=$'\t' read -r st detail < <(tests/fp8_same_gpu.sh "$LOGS/same" "$TRAIN" | tail -1)
+    result "${st:-1}" "fused casts = separate casts (tests/fp8_same_gpu.sh: Llama-style L6 bit for bit, GPT-2 d6 losses within 1e-3)" "$detail" same
 }
 part_fused() {  # the DQ_ACCUM path in training (attention scratch): close to the unfused run
     local t1=$SECONDS st=0 why="" r d01 d11 d_noise
