@@ -32,9 +32,6 @@
 //   fixed order (deterministic either way).
 //   layernorm_fp8_forward(out_t, out, residual, mean, rstd, inp1, inp2, weight, bias, N, C, meta)
 //     the (residual add +) LayerNorm writing its output as e4m3 X and X^T (qkv's, fc's): below.
-//   layernorm_backward_fp8_dy(...)
-//     the LayerNorm backward writing its new dinp also as the next linear's dY (attproj's, fcproj's),
-//     as this NONE cast + dbias would from the bf16 dinp: at the end.
 // Kernel: fp8_cast_transpose's 64 x 64 tile (llmc/fp8.cuh: 256 threads, 16-byte loads, the FP8 tile
 // through shared memory, 16-byte transposed stores), walked down a chunk of rows per block so the
 // bias's column partials stay in registers: grid (C / 64, chunks), chunk = bias_backward's rows per
@@ -310,34 +307,4 @@ inline void layernorm_fp8_forward(uint8_t* out_t, uint8_t* out, floatX* residual
                                                                                    inp2, weight, bias, N, C, meta);
     }
     cudaCheckLaunch();
-}
-
-// ---------------------------------------------------------------- LayerNorm backward with the next linear's FP8 dY
-// layernorm_backward_fp8_dy: layernorm_backward (dinp += ..., dweight, dbias +=; the same bits) whose
-// new dinp (the residual gradient, still written in bf16) is also the next linear's dY in the
-// backward (attproj's after ln2's backward, fcproj's after ln1's of the block above or lnf's): it
-// writes dy (N, C) and dy_t (C, N) in `format` at meta's scale, raises meta's amax and adds the
-// column sums of dinp to lin_dbias (bias_scratch: column_num_chunks(N) * C floats, not `scratch`):
-// the bytes and bits of fp8_cast_transpose_fused(dy_t, dy, dinp, NONE, lin_dbias) after
-// layernorm_backward, without its read of dinp (the kernel: LnBwdFp8, llmc/layernorm.cuh).
-// Shapes: layernorm_backward_fp8_dy_fits (N = 65536: LayerNorm chunks of 256 rows, bias chunks of 128).
-inline bool layernorm_backward_fp8_dy_fits(int N, int C) {
-    return N > 0 && N % FP8_T_TILE == 0 && layernorm_backward_fp8_fits(N, C, fp8_fused_rows_per_chunk(N));
-}
-inline void layernorm_backward_fp8_dy(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout,
-                                      const floatX* inp, const floatX* weight, const float* mean, const float* rstd,
-                                      int N, int C, uint8_t* dy_t, uint8_t* dy, Fp8Format format, Fp8Meta* meta,
-                                      floatX* lin_dbias, float* bias_scratch, cudaStream_t stream) {
-    if (!layernorm_backward_fp8_dy_fits(N, C)) fail("layernorm_backward_fp8_dy: N = %d, C = %d do not fit", N, C);
-    fp8_check_aligned(dy, "layernorm_backward_fp8_dy output");
-    fp8_check_aligned(dy_t, "layernorm_backward_fp8_dy transposed output");
-    LnBwdFp8 cast;
-    cast.out_t = dy_t;
-    cast.out = dy;
-    cast.meta = meta;
-    cast.dbias = lin_dbias;
-    cast.bias_scratch = bias_scratch;
-    cast.bias_rows = fp8_fused_rows_per_chunk(N);
-    cast.format = format;
-    layernorm_backward(dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, C, stream, &cast);
 }

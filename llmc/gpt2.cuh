@@ -117,9 +117,7 @@ struct Activations {
     floatX* dfch;       // (N, FC); between layers' MLP backwards it is free and doubles as the attention
                         // backward's fp32 scratch (attention_scratch)
     floatX* dfch_act;   // (N, H) SwiGLU only: the gradient of the activation (GELU's is fused into the matmul)
-    float* colsum;      // (COLUMN_MAX_CHUNKS, max(2 C, QKV, FC)) partial column sums (bias / norm weight grads);
-                        // a LayerNorm backward that writes the next linear's FP8 dY keeps its own partials
-                        // in the first COLUMN_MAX_CHUNKS * C floats and the linear's bias's after them
+    float* colsum;      // (COLUMN_MAX_CHUNKS, max(C, QKV, FC)) partial column sums (bias / norm weight grads)
     float* norm;        // (GLOBAL_NORM_BLOCKS + 1) partials, then the squared norm
     AdamWArgs* adamw;   // (1) the step's AdamW scalars, read by adamw_fused (llmc/adamw.cuh)
     float* rope_cos;    // (maxT, HD/2) RoPE only: cpu::rope_tables' values, uploaded once
@@ -137,7 +135,7 @@ inline std::vector<BufferSpec> activation_specs(Activations& a, const GPT2Config
     const size_t N = (size_t)B * T, C = c.channels, L = c.num_layers, Vp = c.padded_vocab_size;
     const size_t QKV = gpt2_qkv_channels(c), Lr = one_slice ? 1 : L;
     const size_t H = gpt2_mlp_hidden(c), FC = gpt2_fc_channels(c), swiglu = c.mlp == MLP_SWIGLU;
-    const size_t cols = std::max(std::max(2 * C, QKV), FC);
+    const size_t cols = std::max(std::max(C, QKV), FC);
     const size_t rope = c.position == POS_ROPE ? (size_t)c.max_seq_len * gpt2_head_dim(c) / 2 : 0;
     const size_t X = sizeof(floatX), F = sizeof(float);
     return {
@@ -524,16 +522,12 @@ inline void linear_forward(GPT2& m, bool fp8, bool cast_weight, int l, int k, fl
 }
 // dout_gelu_pre (FP8 fc only, where fp8_gelu_fused): dout is d(GELU output) of this pre-activation.
 // dq (FP8 qkv only, where fp8_dq_fused): dout's dQ columns are in dq.accum (fp8_linear_backward).
-// dy_cast: the FP8 pass's dY, dY^T and bias gradient are already written (the LayerNorm backward
-// before it wrote them: fp8_dy_norm_fused).
 inline void linear_backward(GPT2& m, bool fp8, int l, int k, floatX* dinp, floatX* dweight, floatX* dbias,
                             float* scratch, const floatX* dout, const floatX* inp, const floatX* weight, floatX* gelu_pre,
                             int N, int C, int OC, const CudaContext& ctx, const floatX* dout_gelu_pre = nullptr,
-                            const Fp8DqAccum& dq = {}, bool dy_cast = false) {
+                            const Fp8DqAccum& dq = {}) {
     if (fp8 && fp8_linear_on(m.fp8, l, k))
-        fp8_linear_backward(m.fp8, l, k, dinp, dweight, dbias, scratch, dout, inp, gelu_pre, N, ctx, dout_gelu_pre, dq,
-                            dy_cast);
-    else if (dy_cast) fail("linear_backward: a dY cast for linear %d of block %d, which is not in FP8", k, l);
+        fp8_linear_backward(m.fp8, l, k, dinp, dweight, dbias, scratch, dout, inp, gelu_pre, N, ctx, dout_gelu_pre, dq);
     else matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, gelu_pre, N, C, OC, ctx);
 }
 
@@ -663,28 +657,9 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
     else
         matmul_backward(a.dbuf, c.tied_head ? g.wte : g.lm_head, nullptr, a.colsum, a.logits, a.lnf,
                         c.tied_head ? p.wte : p.lm_head, nullptr, N, C, Vp, ctx);
-    // Where fp8_dy_norm_fused, a LayerNorm backward also writes the FP8 dY of the linear that reads its
-    // dinp next (ln2's: attproj's; ln1's or lnf's: fcproj's of the block below, only where that block's
-    // gradients are already where they go: no grads_of), with its bias gradient (partials after the
-    // norm's own in colsum), and that linear skips its cast.
-    float* dy_bias_scratch = a.colsum + (size_t)COLUMN_MAX_CHUNKS * C;
-    auto dy_in_norm = [&](int ll, int k, const floatX* lin_dbias) {
-        return fp8_pass && ll >= 0 && lin_dbias && (k == FP8_ATTPROJ || !model.grads_of) &&
-               fp8_dy_norm_fused(model.fp8, ll, k, N);
-    };
-    // dresidual += d(norm input) from dout = dbuf; with ll >= 0 also linear k of block ll's FP8 dY
-    auto norm_bwd = [&](int ll, int k, floatX* lin_dbias, floatX* dweight, floatX* dbias, const floatX* inp,
-                        const floatX* weight, const float* mean, const float* rstd) {
-        if (ll >= 0)
-            fp8_norm_backward(model.fp8, ll, k, a.dresidual, dweight, dbias, a.colsum, a.dbuf, inp, weight, mean, rstd,
-                              lin_dbias, dy_bias_scratch, N, s);
-        else gpt2_detail::norm_backward(c, a.dresidual, dweight, dbias, a.colsum, a.dbuf, inp, weight, mean, rstd, N, s);
-    };
     LayerActs last = layer_acts(model, L - 1, B, T);
-    floatX* fcprojb_next = model.grads_of ? nullptr : gpt2_layer_slices(model.grads, c, L - 1).fcprojb;
-    bool fcproj_dy = dy_in_norm(L - 1, FP8_FCPROJ, fcprojb_next);  // block L-1's fcproj dY from lnf's backward
-    norm_bwd(fcproj_dy ? L - 1 : -1, FP8_FCPROJ, fcprojb_next, g.lnfw, g.lnfb, last.residual3, p.lnfw, a.lnf_mean,
-             a.lnf_rstd);
+    gpt2_detail::norm_backward(c, a.dresidual, g.lnfw, g.lnfb, a.colsum, a.dbuf, last.residual3, p.lnfw, a.lnf_mean,
+                               a.lnf_rstd, N, s);
     for (int l = L - 1; l >= 0; l--) {
         LayerActs la = layer_acts(model, l, B, T);
         // this layer's slice of each per-layer tensor starts at l * (one layer's elements)
@@ -700,21 +675,20 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
         // dresidual holds d(residual3). MLP: fcproj, the activation (GELU's fused into the matmul), fc, ln2.
         if (c.mlp == MLP_SWIGLU) {
             linear_backward(model, fp8_pass, l, FP8_FCPROJ, a.dfch_act, gl.fcprojw, gl.fcprojb, a.colsum, a.dresidual,
-                            la.fch_gelu, p.fcprojw + fcprojw, nullptr, N, H, C, ctx, nullptr, {}, fcproj_dy);
+                            la.fch_gelu, p.fcprojw + fcprojw, nullptr, N, H, C, ctx);
             swiglu_backward(a.dfch, a.dfch_act, la.fch, N, H, s);
         } else {  // FP8 with fused casts (fp8_gelu_fused): dfch = d(GELU output), dGELU inside fc's dY cast
             linear_backward(model, fp8_pass, l, FP8_FCPROJ, a.dfch, gl.fcprojw, gl.fcprojb, a.colsum, a.dresidual, la.fch_gelu,
-                            p.fcprojw + fcprojw, la.fch, N, H, C, ctx, nullptr, {}, fcproj_dy);
+                            p.fcprojw + fcprojw, la.fch, N, H, C, ctx);
         }
         const bool gelu_in_cast = c.mlp != MLP_SWIGLU && fp8_pass && fp8_gelu_fused(model.fp8, l);
         linear_backward(model, fp8_pass, l, FP8_FC, a.dbuf, gl.fcw, gl.fcb, a.colsum, a.dfch, la.ln2, p.fcw + fcw, nullptr, N,
                         C, FC, ctx, gelu_in_cast ? la.fch : nullptr);
-        const bool attproj_dy = dy_in_norm(l, FP8_ATTPROJ, gl.attprojb);
-        norm_bwd(attproj_dy ? l : -1, FP8_ATTPROJ, gl.attprojb, gl.ln2w, gl.ln2b, la.residual2, p.ln2w + c1, la.ln2_mean,
-                 la.ln2_rstd);
+        gpt2_detail::norm_backward(c, a.dresidual, gl.ln2w, gl.ln2b, a.colsum, a.dbuf, la.residual2, p.ln2w + c1,
+                                   la.ln2_mean, la.ln2_rstd, N, s);
         // dresidual now holds d(residual2). Attention: attproj, attention, RoPE, qkv, then ln1.
         linear_backward(model, fp8_pass, l, FP8_ATTPROJ, a.dbuf, gl.attprojw, gl.attprojb, a.colsum, a.dresidual, la.atty,
-                        p.attprojw + cc, nullptr, N, C, C, ctx, nullptr, {}, attproj_dy);
+                        p.attprojw + cc, nullptr, N, C, C, ctx);
         // FP8 with fused casts (fp8_dq_fused: no RoPE): the attention backward may leave dQ as fp32 sums in
         // its scratch (dfch: nothing writes it before the next layer's MLP backward) and skip the dQ
         // store; qkv's dY cast then reads them there (DQ_ACCUM). dq_accum: nullptr where dqkv is whole.
@@ -728,10 +702,8 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
         if (dq_accum) dq.accum = dq_accum, dq.q_cols = NH * HD, dq.head_dim = HD;
         linear_backward(model, fp8_pass, l, FP8_QKV, a.dbuf, gl.qkvw, gl.qkvb, a.colsum, a.dqkv, la.ln1, p.qkvw + qkvw, nullptr,
                         N, C, QKV, ctx, nullptr, dq);
-        fcprojb_next = l > 0 && !model.grads_of ? gpt2_layer_slices(model.grads, c, l - 1).fcprojb : nullptr;
-        fcproj_dy = dy_in_norm(l - 1, FP8_FCPROJ, fcprojb_next);  // block l-1's fcproj dY from ln1's backward
-        norm_bwd(fcproj_dy ? l - 1 : -1, FP8_FCPROJ, fcprojb_next, gl.ln1w, gl.ln1b, la.res_in, p.ln1w + c1, la.ln1_mean,
-                 la.ln1_rstd);
+        gpt2_detail::norm_backward(c, a.dresidual, gl.ln1w, gl.ln1b, a.colsum, a.dbuf, la.res_in, p.ln1w + c1,
+                                   la.ln1_mean, la.ln1_rstd, N, s);
         if (model.after_layer_backward) model.after_layer_backward(l);
     }
     encoder_backward(g.wte, g.wpe, a.dresidual, model.buckets, B, T, C, s);  // g.wpe nullptr with RoPE

@@ -222,7 +222,7 @@ inline void fp8_plan(GPT2Fp8& f, const GPT2Config& c, int N) {
 inline Fp8Meta* fp8_meta(const GPT2Fp8& f, Fp8Role r, int l, int k) { return f.metas + ((size_t)r * f.L + l) * FP8_LINEARS + k; }
 
 // Scales start at 1 with empty histories; X and W in e4m3, dY in the gradient format. Also opts the
-// FP8 LayerNorm forward and backward in to their shared memory (outside any capture).
+// FP8 LayerNorm in to its shared memory (outside any capture).
 inline void fp8_init_metas(GPT2Fp8& f, cudaStream_t s) {
     const int per_role = f.L * FP8_LINEARS;
     fp8_meta_init(fp8_meta(f, FP8_X, 0, 0), per_role, Fp8Format::E4M3, s);
@@ -230,10 +230,7 @@ inline void fp8_init_metas(GPT2Fp8& f, cudaStream_t s) {
     fp8_meta_init(fp8_meta(f, FP8_W, 0, 0), per_role, Fp8Format::E4M3, s);
     f.weights_step = -1;
     f.warm = false;
-    if (f.layernorm && f.set.fused) {  // before any graph capture
-        layernorm_fp8_prepare(f.cin[FP8_QKV]);
-        layernorm_backward_fp8_prepare(f.oc[FP8_ATTPROJ]);
-    }
+    if (f.layernorm && f.set.fused) layernorm_fp8_prepare(f.cin[FP8_QKV]);  // before any graph capture
     if (f.set.head) {
         fp8_meta_init(f.head_metas + FP8_X, 1, Fp8Format::E4M3, s);
         fp8_meta_init(f.head_metas + FP8_DY, 1, f.set.grad, s);
@@ -406,12 +403,11 @@ inline void fp8_linear_forward(GPT2Fp8& f, int l, int k, floatX* out, floatX* ge
 // l): fcproj (gelu_pre given) leaves dinp = d(GELU output), and fc takes it as dout with
 // dout_gelu_pre = the pre-activation: its dY is dout * GELU'(pre), formed inside its cast. dq (qkv
 // only, where fp8_dq_fused; dq.accum as attention_backward returned it): dout's dQ columns were left
-// unwritten, the cast forms them from dq.accum (DQ_ACCUM). dy_cast: dY, dY^T and the bias gradient
-// are in place already (the LayerNorm backward before it wrote them: fp8_norm_backward), dout unread.
+// unwritten, the cast forms them from dq.accum (DQ_ACCUM).
 inline void fp8_linear_backward(GPT2Fp8& f, int l, int k, floatX* dinp, floatX* dweight, floatX* dbias, float* scratch,
                                 const floatX* dout, const floatX* inp, const floatX* gelu_pre, int N,
                                 const CudaContext& ctx, const floatX* dout_gelu_pre = nullptr,
-                                const Fp8DqAccum& dq = {}, bool dy_cast = false) {
+                                const Fp8DqAccum& dq = {}) {
     using namespace fp8_detail;
     const int C = f.cin[k], OC = f.oc[k];
     const LinearBuffers b = linear_buffers(f, l, k);
@@ -421,15 +417,13 @@ inline void fp8_linear_backward(GPT2Fp8& f, int l, int k, floatX* dinp, floatX* 
         fail("fp8_linear_backward: a d(GELU output) for linear %d of block %d, where the GELU is not fused", k, l);
     if (dq.accum && !(k == FP8_QKV && fp8_dq_fused(f, l)))
         fail("fp8_linear_backward: dQ sums for linear %d of block %d, where qkv's dY cast does not take them", k, l);
-    if (dy_cast && (!fused || dout_gelu_pre || dq.accum))
-        fail("fp8_linear_backward: linear %d of block %d's dY cast in place without fused casts", k, l);
-    if (fused && !dy_cast)  // wgrad_fp8 here: dY and dY^T
+    if (fused)  // wgrad_fp8 here: dY and dY^T
         fp8_cast_transpose_fused(f.dyt, f.dy, dout, dout_gelu_pre, N, OC, f.set.grad, dm,
                                  dout_gelu_pre ? Fp8Prologue::GELU_BACKWARD
                                  : dq.accum    ? Fp8Prologue::DQ_ACCUM
                                                : Fp8Prologue::NONE,
                                  dbias, scratch, ctx.stream, dq);
-    else if (!fused)
+    else
         cast_scaled(f, wgrad_fp8 ? f.dyt : nullptr, f.dy, dout, N, OC, f.set.grad, dm, current_scaling(f),
                     history_len(f), f.rs_dy, f.rs_dyt, ctx.stream);
     matmul_fp8_backward_input(bf16_ptr(dinp), f.dy, f.set.grad, scale_inv_of(f, dm, f.rs_dy), b.wt8,
@@ -465,23 +459,6 @@ inline void fp8_norm_forward(GPT2Fp8& f, int l, int k, floatX* residual, float* 
                              const floatX* inp2, const floatX* weight, const floatX* bias, int N, cudaStream_t s) {
     layernorm_fp8_forward(fp8_detail::linear_buffers(f, l, k).xt8, f.x, residual, mean, rstd, inp1, inp2, weight, bias, N,
                           f.cin[k], fp8_meta(f, FP8_X, l, k), s);
-}
-
-// Whether the LayerNorm backward before linear k of block l in the backward order (ln2's before attproj,
-// ln1's of block l + 1 or lnf's before fcproj) writes that linear's dY, dY^T and bias gradient itself
-// (layernorm_backward_fp8_dy; the bytes and bits of the linear's own cast), so the linear skips its
-// cast: fused casts, LayerNorm, the linear in FP8, N rows the kernel takes. RMSNorm models cast separately.
-inline bool fp8_dy_norm_fused(const GPT2Fp8& f, int l, int k, int N) {
-    return f.layernorm && fp8_fused(f) && (k == FP8_ATTPROJ || k == FP8_FCPROJ) && fp8_linear_on(f, l, k) &&
-           layernorm_backward_fp8_dy_fits(N, f.oc[k]);
-}
-// Where: the LayerNorm backward (dresidual += ..., dweight, dbias +=) with linear k of block l's FP8 dY
-// into f.dy, f.dyt, its amax and lin_dbias += (bias_scratch: column_num_chunks(N) * C floats, not scratch).
-inline void fp8_norm_backward(GPT2Fp8& f, int l, int k, floatX* dresidual, floatX* dweight, floatX* dbias, float* scratch,
-                              const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
-                              const float* rstd, floatX* lin_dbias, float* bias_scratch, int N, cudaStream_t s) {
-    layernorm_backward_fp8_dy(dresidual, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, f.oc[k], f.dyt, f.dy,
-                              f.set.grad, fp8_meta(f, FP8_DY, l, k), lin_dbias, bias_scratch, s);
 }
 
 // After each backward: delayed scaling folds the amaxes the casts recorded into the histories (all X

@@ -5,13 +5,10 @@
 //                                     out = LN(residual); the statistics are those of the stored
 //                                     residual, so the backward sees exactly what the forward used (=)
 //   layernorm_backward                dinp += ..., dweight += ..., dbias += ...            (+=)
-//                                     with an LnBwdFp8 (layernorm_backward_fp8_dy, llmc/fp8_fused.cuh)
-//                                     also the next linear's FP8 dY, dY^T, amax and bias gradient of dinp
 // The weight/bias gradients are column sums over N rows, done in fixed order (chunk partials in
 // scratch, then a fixed-order fold), so they are deterministic. C must be a multiple of x128::size.
 #pragma once
 #include "llmc/cuda_common.cuh"
-#include "llmc/fp8.cuh"
 #include "llmc/utils.h"
 
 constexpr float LAYERNORM_EPS = 1e-5f;
@@ -181,62 +178,14 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
 // issued before the first reduction, one DRAM round trip per step (the lab's "one pass" variant
 // loads dinp only after the reduction: two), and the rows stay in registers (no second read).
 // PACKS = packs per lane (3 at C = 768 in bf16), R = rows per warp per step (layernorm_backward_rows).
-//
-// The FP8 variant (CAST = E4M3 or E5M2; LnBwdFp8, launched by layernorm_backward_fp8 in
-// llmc/fp8_fused.cuh): the same rows in the same order, so dinp, dweight and dbias keep their bits,
-// and besides dinp the new dinp values x (as rounded to floatX) go to the next linear's dY in FP8,
-// as fp8_cast_transpose_fused NONE + dbias would make them from the bf16 dinp: out (N, C) =
-// fp8(x * meta->scale) written from registers in the row phase, meta->amax_bits raised, and each
-// 64-row tile's x staged in (dynamic) shared memory, (64, C) floatX; when the block's 8 warps have
-// done the tile's rows (64 / (8 R) steps: every warp takes the same number, the chunk being whole
-// tiles), a barrier, then thread t owns columns t, t + 256, ...: it reads its column down the tile
-// (row order), adds each value to the column's running sum (shared, one float a column) and writes
-// the FP8 bytes transposed, 16 rows a 16-byte store into out_t (C, N); a barrier before the next
-// tile's rows. The bias sums restart at every fp8_fused_rows_per_chunk boundary (bias_rows, which
-// divides the chunk) and are written as (N / bias_rows, C) partials: the chunks and the order of
-// fp8_cast_transpose_fused's, so column_partials_add folds them to the same bits. The staging
-// (128 C bytes) and the column sums (4 C) share the dynamic memory with warp_sum (32 C, used after
-// the last tile): 101 KB at C = 768, 2 blocks an SM as the plain kernel. It saves the cast's read
-// of dinp (2 N C bytes, 100 MB at N = 65536, C = 768).
-enum class LnBwdCast { NONE, E4M3, E5M2 };
-struct LnBwdFp8 {
-    uint8_t* out_t = nullptr;        // (C, N) dY^T
-    uint8_t* out = nullptr;          // (N, C) dY
-    Fp8Meta* meta = nullptr;         // the dY's scale (read) and amax (raised)
-    floatX* dbias = nullptr;         // (C) the linear's bias gradient (+=)
-    float* bias_scratch = nullptr;   // (N / bias_rows, C) its partials: not the LayerNorm's scratch
-    int bias_rows = 0;               // rows per bias chunk (fp8_fused_rows_per_chunk(N)), a multiple of 64
-    Fp8Format format = Fp8Format::E5M2;
-};
-constexpr int LN_BWD_FP8_TILE = FP8_T_TILE;  // rows staged per transposed pass
-// Dynamic shared memory of the FP8 variant: the staged tile, then the column sums (warp_sum over both).
-inline size_t layernorm_backward_fp8_smem(int C) {
-    return std::max((size_t)LN_BWD_FP8_TILE * C * sizeof(floatX) + (size_t)C * sizeof(float),
-                    (size_t)NORM_BWD_WARPS * C * sizeof(float));
-}
-template <int PACKS, int R, LnBwdCast CAST = LnBwdCast::NONE>
+template <int PACKS, int R>
 static __global__ __launch_bounds__(NORM_BWD_BLOCK, 2) void layernorm_backward_fused(
     floatX* dinp, float* partials, const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
-    const float* rstd, int N, int C, int rows_per_chunk, LnBwdFp8 cast) {
+    const float* rstd, int N, int C, int rows_per_chunk) {
     static_assert(PACKS * WARP_SIZE * x128::size <= NORM_BWD_MAX_C, "warp_sum holds NORM_BWD_MAX_C columns");
-    constexpr bool FP8 = CAST != LnBwdCast::NONE;
-    constexpr Fp8Format F = CAST == LnBwdCast::E4M3 ? Fp8Format::E4M3 : Fp8Format::E5M2;
-    constexpr int TILE_STEPS = LN_BWD_FP8_TILE / (NORM_BWD_WARPS * R);
-    static_assert(!FP8 || LN_BWD_FP8_TILE % (NORM_BWD_WARPS * R) == 0, "whole steps a tile");
-    __shared__ float warp_sum_static[FP8 ? 1 : NORM_BWD_WARPS * NORM_BWD_MAX_C];  // [warp][c], 32 KB, dweight then dbias
-    extern __shared__ __align__(16) uint8_t ln_bwd_smem[];  // FP8: the staged tile, the column sums; warp_sum at the end
-    float* warp_sum = FP8 ? reinterpret_cast<float*>(ln_bwd_smem) : warp_sum_static;
-    floatX* stage = reinterpret_cast<floatX*>(ln_bwd_smem);                                    // FP8: (64, C)
-    float* colsum = reinterpret_cast<float*>(ln_bwd_smem + LN_BWD_FP8_TILE * C * sizeof(floatX));  // FP8: (C)
+    __shared__ float warp_sum[NORM_BWD_WARPS * NORM_BWD_MAX_C];  // [warp][c], 32 KB, dweight then dbias
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     const int r0 = blockIdx.x * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
-    [[maybe_unused]] float scale = 0.0f;
-    [[maybe_unused]] unsigned int amax = 0;
-    [[maybe_unused]] int step = 0;
-    if constexpr (FP8) {
-        scale = cast.meta->scale;
-        for (int c = threadIdx.x; c < C; c += NORM_BWD_BLOCK) colsum[c] = 0.0f;  // each thread its own columns
-    }
     float dw[PACKS][x128::size], db[PACKS][x128::size];
 #pragma unroll
     for (int p = 0; p < PACKS; p++)
@@ -312,52 +261,10 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, 2) void layernorm_backward_f
                     for (int k = 0; k < x128::size; k++)
                         o[k] = from_float<floatX>(t[i][p][k] - (sg[i] + nrm[i][p][k] * sgn[i]));
                     store128(dinp + base + c, o);
-                    if constexpr (FP8) {  // the straight dY from registers, the tile row to shared memory
-                        Fp8Pack q;
-#pragma unroll
-                        for (int k = 0; k < x128::size; k += 2) {
-                            const float a = to_float(o[k]), b = to_float(o[k + 1]);
-                            amax = max(amax, max(abs_bits(a), abs_bits(b)));
-                            q.h[k / 2] = fp8x2_from_float2<F>(a * scale, b * scale);
-                        }
-                        *reinterpret_cast<Fp8Pack*>(cast.out + base + c) = q;
-                        store128(stage + (int64_t)((r + i - r0) % LN_BWD_FP8_TILE) * C + c, o);
-                    }
                 }
-            }
-        }
-        if constexpr (FP8) {
-            if (++step % TILE_STEPS == 0) {  // the tile's 64 rows are staged: its columns, transposed
-                const int t0 = r0 + (step / TILE_STEPS - 1) * LN_BWD_FP8_TILE;
-                __syncthreads();
-                const bool chunk_end = (t0 + LN_BWD_FP8_TILE) % cast.bias_rows == 0 || t0 + LN_BWD_FP8_TILE == N;
-                for (int c = threadIdx.x; c < C; c += NORM_BWD_BLOCK) {
-                    float sum = colsum[c];
-#pragma unroll
-                    for (int g = 0; g < LN_BWD_FP8_TILE / 16; g++) {
-                        uint4 w;
-                        uint16_t* wh = reinterpret_cast<uint16_t*>(&w);
-#pragma unroll
-                        for (int j = 0; j < 16; j += 2) {
-                            const float a = to_float(stage[(g * 16 + j) * C + c]);
-                            const float b = to_float(stage[(g * 16 + j + 1) * C + c]);
-                            sum += a;
-                            sum += b;
-                            wh[j / 2] = fp8x2_from_float2<F>(a * scale, b * scale);
-                        }
-                        *reinterpret_cast<uint4*>(cast.out_t + (int64_t)c * N + t0 + g * 16) = w;
-                    }
-                    if (chunk_end) {
-                        cast.bias_scratch[(int64_t)(t0 / cast.bias_rows) * C + c] = sum;
-                        sum = 0.0f;
-                    }
-                    colsum[c] = sum;
-                }
-                __syncthreads();  // the next tile overwrites the stage
             }
         }
     }
-    if constexpr (FP8) amax_block_commit(cast.meta, amax);
     // Every warp stores all its columns (zeros if it had no rows); column c then adds warps 0..7 in
     // order. Twice through the one buffer: dweight, then dbias.
     float* out = partials + (int64_t)blockIdx.x * 2 * C;
@@ -387,57 +294,20 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, 2) void layernorm_backward_f
 template <int PACKS>
 constexpr int layernorm_backward_rows() { return PACKS * x128::size <= 16 ? 2 : 1; }
 
-// Whether the FP8 variant takes N rows of C channels with bias chunks of bias_rows rows: the
-// LayerNorm's chunks whole 64-row tiles, each a whole number of bias chunks; C up to NORM_BWD_MAX_C.
-inline bool layernorm_backward_fp8_fits(int N, int C, int bias_rows) {
-    if (N <= 0 || N % LN_BWD_FP8_TILE != 0 || C % 16 != 0 || C > NORM_BWD_MAX_C || bias_rows <= 0) return false;
-    const int rows_per_chunk = ceil_div(N, norm_backward_chunks(N));
-    return rows_per_chunk % LN_BWD_FP8_TILE == 0 && rows_per_chunk % bias_rows == 0;
-}
-
-// The FP8 variant's shared memory above the default 48 KB, opted in once per process (one device per
-// process) and only upward; layernorm_backward_fp8_prepare does it before any graph capture.
-template <int PACKS, int R>
-inline void layernorm_backward_fp8_optin(size_t smem) {
-    static size_t opted = 48 * 1024;
-    if (smem <= opted) return;
-    cudaCheck(cudaFuncSetAttribute(layernorm_backward_fused<PACKS, R, LnBwdCast::E4M3>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    cudaCheck(cudaFuncSetAttribute(layernorm_backward_fused<PACKS, R, LnBwdCast::E5M2>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    opted = smem;
-}
-
 // The shipped path with PACKS packs per lane and R rows per warp step; needs C <= 32 * PACKS *
 // x128::size and norm_backward_chunks(N) * 2 * C floats of scratch. The lab times R = 1 and 2.
-// cast (the FP8 variant): see LnBwdFp8; null for the plain kernel.
 template <int PACKS, int R>
 inline void layernorm_backward_fused_launch(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch,
                                             const floatX* dout, const floatX* inp, const floatX* weight,
-                                            const float* mean, const float* rstd, int N, int C, cudaStream_t stream,
-                                            const LnBwdFp8* cast = nullptr) {
+                                            const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
     if (C > PACKS * WARP_SIZE * x128::size) fail("layernorm_backward: C = %d exceeds %d packs per lane", C, PACKS);
     if (N <= 0) return;
     const int chunks = norm_backward_chunks(N), rows_per_chunk = ceil_div(N, chunks);
-    if (!cast) {
-        layernorm_backward_fused<PACKS, R><<<chunks, NORM_BWD_BLOCK, 0, stream>>>(
-            dinp, scratch, dout, inp, weight, mean, rstd, N, C, rows_per_chunk, LnBwdFp8{});
-    } else {
-        if (!layernorm_backward_fp8_fits(N, C, cast->bias_rows))
-            fail("layernorm_backward (FP8 dY): N = %d, C = %d, bias chunks of %d rows do not fit", N, C, cast->bias_rows);
-        if (!cast->dbias || !cast->bias_scratch || cast->bias_scratch == scratch)
-            fail("layernorm_backward (FP8 dY): the bias gradient needs a scratch of its own");
-        const size_t smem = layernorm_backward_fp8_smem(C);
-        auto kernel = cast->format == Fp8Format::E4M3 ? layernorm_backward_fused<PACKS, R, LnBwdCast::E4M3>
-                                                      : layernorm_backward_fused<PACKS, R, LnBwdCast::E5M2>;
-        layernorm_backward_fp8_optin<PACKS, R>(smem);
-        kernel<<<chunks, NORM_BWD_BLOCK, smem, stream>>>(dinp, scratch, dout, inp, weight, mean, rstd, N, C,
-                                                         rows_per_chunk, *cast);
-    }
+    layernorm_backward_fused<PACKS, R><<<chunks, NORM_BWD_BLOCK, 0, stream>>>(
+        dinp, scratch, dout, inp, weight, mean, rstd, N, C, rows_per_chunk);
     cudaCheckLaunch();
     column_partials_add(dweight, scratch, chunks, 2 * (int64_t)C, C, stream);  // partials [k][0][c]
     column_partials_add(dbias, scratch + C, chunks, 2 * (int64_t)C, C, stream);  // partials [k][1][c]
-    if (cast) column_partials_add(cast->dbias, cast->bias_scratch, ceil_div(N, cast->bias_rows), C, C, stream);
 }
 
 // The two-kernel path (shipped before; the fallback for C > NORM_BWD_MAX_C). dinp: one warp
@@ -518,44 +388,22 @@ inline void layernorm_backward_two_kernels(floatX* dinp, floatX* dweight, floatX
     column_partials_add(dbias, scratch + C, chunks, 2 * (int64_t)C, C, stream);
 }
 
-// The packs-per-lane dispatch of the shipped path: PACKS rounded up to a quarter of the maximum
-// (1..4 in bf16, 2, 4, 6, 8 in fp32), R = layernorm_backward_rows<PACKS>().
-using LayerNormBackwardLaunch = void (*)(floatX*, floatX*, floatX*, float*, const floatX*, const floatX*, const floatX*,
-                                         const float*, const float*, int, int, cudaStream_t, const LnBwdFp8*);
-inline LayerNormBackwardLaunch layernorm_backward_launcher(int C) {
-    constexpr int Q = NORM_BWD_MAX_PACKS / 4;
-    const int quarters = ceil_div(ceil_div(C / x128::size, WARP_SIZE), Q);
-    return quarters <= 1   ? layernorm_backward_fused_launch<1 * Q, layernorm_backward_rows<1 * Q>()>
-           : quarters == 2 ? layernorm_backward_fused_launch<2 * Q, layernorm_backward_rows<2 * Q>()>
-           : quarters == 3 ? layernorm_backward_fused_launch<3 * Q, layernorm_backward_rows<3 * Q>()>
-                           : layernorm_backward_fused_launch<4 * Q, layernorm_backward_rows<4 * Q>()>;
-}
-
-// Opts the FP8 variant in for rows of C channels (every packs-per-lane instantiation: cheap).
-inline void layernorm_backward_fp8_prepare(int C) {
-    if (C > NORM_BWD_MAX_C) return;
-    constexpr int Q = NORM_BWD_MAX_PACKS / 4;
-    const size_t smem = layernorm_backward_fp8_smem(C);
-    layernorm_backward_fp8_optin<1 * Q, layernorm_backward_rows<1 * Q>()>(smem);
-    layernorm_backward_fp8_optin<2 * Q, layernorm_backward_rows<2 * Q>()>(smem);
-    layernorm_backward_fp8_optin<3 * Q, layernorm_backward_rows<3 * Q>()>(smem);
-    layernorm_backward_fp8_optin<4 * Q, layernorm_backward_rows<4 * Q>()>(smem);
-}
-
 // scratch: at least layernorm_backward_scratch_floats(N, C) = column_num_chunks(N) * 2 * C floats.
-// cast: the FP8 variant (layernorm_backward_fp8, llmc/fp8_fused.cuh), else null.
 inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout,
                                const floatX* inp, const floatX* weight, const float* mean, const float* rstd, int N,
-                               int C, cudaStream_t stream, const LnBwdFp8* cast = nullptr) {
+                               int C, cudaStream_t stream) {
     layernorm_check("layernorm_backward", C);
     if (N <= 0 || C <= 0) return;  // nothing to add (and no empty grid to launch)
-    if (cast) {
-        layernorm_backward_launcher(C)(dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, C, stream, cast);
-        return;
-    }
     if (C > NORM_BWD_MAX_C) {
         layernorm_backward_two_kernels(dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, C, stream);
         return;
     }
-    layernorm_backward_launcher(C)(dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, C, stream, nullptr);
+    // packs per lane, rounded up to a quarter of the maximum: 1..4 in bf16, 2, 4, 6, 8 in fp32
+    constexpr int Q = NORM_BWD_MAX_PACKS / 4;
+    const int quarters = ceil_div(ceil_div(C / x128::size, WARP_SIZE), Q);
+    auto launch = quarters <= 1   ? layernorm_backward_fused_launch<1 * Q, layernorm_backward_rows<1 * Q>()>
+                  : quarters == 2 ? layernorm_backward_fused_launch<2 * Q, layernorm_backward_rows<2 * Q>()>
+                  : quarters == 3 ? layernorm_backward_fused_launch<3 * Q, layernorm_backward_rows<3 * Q>()>
+                                  : layernorm_backward_fused_launch<4 * Q, layernorm_backward_rows<4 * Q>()>;
+    launch(dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, C, stream);
 }

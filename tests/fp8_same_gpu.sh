@@ -4,8 +4,8 @@
 # the same (log lines and final model.bin: the attention's FP8 epilogue, the fused dY and X casts
 # against the separate ones); GPT-2 d6 with every logged loss within 1e-3 relative (the separate casts'
 # bias gradients come from bias_backward, whose row chunks, its column tiles' one-wave grid, are not
-# the fused casts' 64-row tiles: the same sums in another fp32 order). Used by tests/fp8_speed_gpu.sh,
-# tests/fp8_dqcast_gpu.sh and tests/fp8_lnbwd_gpu.sh.
+# the fused casts' 64-row tiles: the same sums in another fp32 order). Used by tests/fp8_speed_gpu.sh
+# and tests/fp8_dqcast_gpu.sh.
 #   tests/fp8_same_gpu.sh LOGDIR [TRAINER]    prints one line "STATUS<TAB>DETAIL", exits 0 on a pass
 cd "$(dirname "$0")/.." || exit 1
 LOGS=${1:?usage: tests/fp8_same_gpu.sh LOGDIR [TRAINER]}

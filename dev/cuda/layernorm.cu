@@ -32,13 +32,6 @@
 //                  measured: 0.1262 ms, 79.9% of copy (b0218d8)
 //   backward       4 fused R=2: two rows per warp step (at C = 768: over 128 registers, 604 B of spills)
 //                  measured: 0.1731 ms, 58.2% of copy (b0218d8)
-// The backward writing the next linear's FP8 dY ("layernorm_backward_fp8_dy ..." lines; N = 65536
-// C = 768 e5m2, N = 16384 C = 320 e4m3 and C = 1024 e5m2; see run_backward_fp8):
-//   0 shipped under --fp8 1 (fused casts): layernorm_backward_fp8_dy, the backward kernel's FP8 variant
-//     writing dinp and dY, dY^T, amax, the linear's bias partials: reads 3 N*C*2 B, writes N*C*2 + 2 N*C
-//   1 separate passes: layernorm_backward, then fp8_cast_transpose_fused NONE + bias (reads dinp again)
-//   expected at N=65536 C=768: 0 ~0.15 ms (the plain backward's 0.126 ms + the FP8 writes, 100 MB), 1
-//   ~0.18 ms (+ the cast's ~30 us); not yet run on a GPU
 // Small M (a decode step's rows: M = 1, 8, 64 at C = 768 and the awkward C = 776), forward and fused
 // forward ("... small M=" lines):
 //   0 shipped for M <= NORM_ROW_MAX_M (generate, NormLaunch::block_per_row): layernorm_forward_block_per_row,
@@ -46,9 +39,7 @@
 //   1 the large-M kernel (warp per row, 8 rows a block): what generate ran before
 //   not yet measured; the decode step's profile (B = 64, before): 6.5 us a residual+norm call
 #include "dev/cuda/harness.cuh"
-#include "llmc/cpu/fp8.h"
 #include "llmc/cpu/layernorm.h"
-#include "llmc/fp8_fused.cuh"
 #include "llmc/layernorm.cuh"
 
 // Variant 1 forward: lane i keeps packs i, i+32, ... of its row in registers (REG_PACKS of them), so
@@ -312,7 +303,7 @@ static void run_shape(lab::Lab& L, int N, int C) {
                                : quarters == 3 ? layernorm_backward_fused_launch<3 * Q, 2>
                                                : layernorm_backward_fused_launch<4 * Q, 2>;
                   launch(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, N, C,
-                         L.stream(), nullptr);
+                         L.stream());
               }, check_bwd);
     }
 }
@@ -373,162 +364,11 @@ static void run_small(lab::Lab& L, int M, int C) {
               });
 }
 
-// ---- the backward writing the next linear's FP8 dY (layernorm_backward_fp8_dy, llmc/fp8_fused.cuh)
-static uint32_t float_bits(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return u;
-}
-// Every value equal to want's bit for bit; one line.
-static bool same_bits(const char* what, const std::vector<float>& got, const std::vector<float>& want) {
-    size_t bad = 0, first = 0;
-    for (size_t i = 0; i < want.size(); i++)
-        if (float_bits(got[i]) != float_bits(want[i]) && bad++ == 0) first = i;
-    if (bad) printf("    %-10s FAIL: %zu of %zu differ from the unfused path's bits; first [%zu] got %.9g want %.9g\n",
-                    what, bad, want.size(), first, got[first], want[first]);
-    else printf("    %-10s ok: %zu values bit-identical to the unfused path's\n", what, want.size());
-    return bad == 0;
-}
-// Every byte equal, every byte written (poison 0xFF: NaN in both formats, no finite value casts to it).
-static bool same_bytes(const lab::DevBuf<uint8_t>& d, const std::vector<uint8_t>& want) {
-    cudaCheck(cudaDeviceSynchronize());
-    std::vector<uint8_t> got(d.size());
-    cudaCheck(cudaMemcpy(got.data(), d.get(), d.size(), cudaMemcpyDeviceToHost));
-    size_t bad = 0, first = 0;
-    for (size_t i = 0; i < want.size(); i++)
-        if (got[i] != want[i] && bad++ == 0) first = i;
-    const size_t unwritten = d.count_unwritten();
-    const bool ok = bad == 0 && unwritten == 0 && d.guard_intact();
-    if (ok) printf("    %-10s ok: %zu bytes bit-exact\n", d.name(), want.size());
-    else printf("    %-10s FAIL: %zu bytes differ (first [%zu] got 0x%02X want 0x%02X), %zu unwritten, guard %s\n", d.name(),
-                bad, bad ? first : 0, bad ? got[first] : 0, bad ? want[first] : 0, unwritten,
-                d.guard_intact() ? "intact" : "overwritten");
-    return ok;
-}
-
-// Variant 0 (shipped under --fp8-fused 1): layernorm_backward_fp8_dy, one kernel writing dinp (bf16),
-// the FP8 dY and dY^T, the amax and the linear's bias partials; 1: the unfused path it replaces,
-// layernorm_backward then fp8_cast_transpose_fused NONE with the bias. Both are held to the same
-// checks: dinp, dweight, dbias within tolerance of cpu::layernorm_backward and bit-identical to the
-// plain layernorm_backward's; dY and dY^T equal byte for byte to cpu::fp8_cast of that dinp at a
-// delayed scale (90% of the amax: some saturate); the amax bits; the linear's bias gradient (+= on
-// random values) bit-identical to fp8_cast_transpose_fused's and within tolerance of a double sum.
-// Bytes: the fused minimum, dout, inp, dinp read, dinp written, 2 FP8 copies (so variant 1 shows
-// the cast's extra read of dinp as a lower % of copy).
-static void run_backward_fp8(lab::Lab& L, int N, int C, Fp8Format f, uint64_t seed) {
-    const std::string op = lab::Lab::strprintf("layernorm_backward_fp8_dy %s N=%d C=%d", fp8_format_name(f), N, C);
-    if (!layernorm_backward_fp8_dy_fits(N, C)) fail("%s: the shape does not fit the kernel", op.c_str());
-    const size_t NC = (size_t)N * C, s = sizeof(floatX);
-    const cpu::Fp8Format cf = fp8_cpu_format(f);
-    const std::vector<float> inp = lab::rand_uniform(NC, seed, -2.0f, 2.0f), dout = lab::rand_uniform(NC, seed + 1);
-    const std::vector<float> weight = lab::rand_uniform(C, seed + 2, 0.5f, 1.5f);
-    const std::vector<float> dinp0 = lab::rand_uniform(NC, seed + 3, -0.1f, 0.1f);
-    const std::vector<float> dweight0 = lab::rand_uniform(C, seed + 4), dbias0 = lab::rand_uniform(C, seed + 5);
-    const std::vector<float> lin_dbias0 = lab::rand_uniform(C, seed + 6, -0.5f, 0.5f);
-    std::vector<float> mean(N), rstd(N), ln(NC);
-    cpu::layernorm_forward(ln.data(), mean.data(), rstd.data(), inp.data(), weight.data(), weight.data(), 1, N, C);
-    std::vector<float> ref_dinp = dinp0, ref_dweight = dweight0, ref_dbias = dbias0;
-    cpu::layernorm_backward(ref_dinp.data(), ref_dweight.data(), ref_dbias.data(), dout.data(), inp.data(), weight.data(),
-                            mean.data(), rstd.data(), 1, N, C);
-
-    lab::DevBuf<floatX> d_inp(NC, "inp"), d_dout(NC, "dout"), d_weight(C, "weight");
-    lab::DevBuf<floatX> d_dinp(NC, "dinp"), d_dweight(C, "dweight"), d_dbias(C, "dbias"), d_lin_dbias(C, "lin dbias");
-    lab::DevBuf<float> d_mean(N, "mean"), d_rstd(N, "rstd");
-    lab::DevBuf<float> d_scratch(layernorm_backward_scratch_floats(N, C), "scratch");
-    lab::DevBuf<float> d_bias_scratch((size_t)column_num_chunks(N) * C, "bias scratch");
-    lab::DevBuf<uint8_t> d_dy(NC, "dy"), d_dy_t(NC, "dy_t");
-    lab::DevBuf<Fp8Meta> d_meta(1, "meta");
-    d_inp.upload(inp);
-    d_dout.upload(dout);
-    d_weight.upload(weight);
-    d_mean.upload(mean);
-    d_rstd.upload(rstd);
-    auto reset_grads = [&] {
-        d_dinp.upload(dinp0);
-        d_dweight.upload(dweight0);
-        d_dbias.upload(dbias0);
-        d_lin_dbias.upload(lin_dbias0);
-    };
-    // the unfused path's results on the GPU: the bits to match
-    reset_grads();
-    layernorm_backward(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, N, C, 0);
-    cudaCheck(cudaDeviceSynchronize());
-    const std::vector<float> x = d_dinp.download(), gpu_dweight = d_dweight.download(), gpu_dbias = d_dbias.download();
-    float amax = 0.0f;
-    for (float v : x) amax = std::max(amax, std::fabs(v));
-    const float scale = cpu::fp8_scale_from_amax(0.9f * amax, cf, 0, 1.0f);  // delayed: an earlier amax
-    std::vector<Fp8Meta> meta0(1);
-    memset(meta0.data(), 0, sizeof(Fp8Meta));
-    meta0[0].scale = scale;
-    meta0[0].scale_inv = 1.0f / scale;
-    meta0[0].fp8_max = fp8_format_max(f);
-    d_meta.upload(meta0);
-    fp8_cast_transpose_fused(d_dy_t, d_dy, d_dinp, nullptr, N, C, f, d_meta, Fp8Prologue::NONE, d_lin_dbias,
-                             d_bias_scratch, 0);
-    cudaCheck(cudaDeviceSynchronize());
-    const std::vector<float> gpu_lin_dbias = d_lin_dbias.download();
-    std::vector<uint8_t> ref_dy(NC), ref_dy_t(NC);
-    for (size_t i = 0; i < NC; i++) ref_dy[i] = cpu::fp8_cast(x[i], scale, cf);
-    for (int c = 0; c < C; c++)
-        for (int r = 0; r < N; r++) ref_dy_t[(size_t)c * N + r] = ref_dy[(size_t)r * C + c];
-    std::vector<float> ref_lin_dbias(C);
-    for (int c = 0; c < C; c++) {
-        double sum = 0.0;
-        for (int r = 0; r < N; r++) sum += x[(size_t)r * C + c];
-        ref_lin_dbias[c] = (float)(lin_dbias0[c] + sum);
-    }
-
-    auto reset = [&] {
-        reset_grads();
-        d_meta.upload(meta0);
-        d_dy.poison(L.stream());
-        d_dy_t.poison(L.stream());
-    };
-    auto check = [&] {
-        bool ok = L.check(d_dinp, ref_dinp);
-        ok = L.check(d_dweight, ref_dweight) && ok;
-        ok = L.check(d_dbias, ref_dbias) && ok;
-        ok = L.check(d_lin_dbias, ref_lin_dbias) && ok;
-        ok = same_bits("dinp", d_dinp.download(), x) && ok;
-        ok = same_bits("dweight", d_dweight.download(), gpu_dweight) && ok;
-        ok = same_bits("dbias", d_dbias.download(), gpu_dbias) && ok;
-        ok = same_bits("lin dbias", d_lin_dbias.download(), gpu_lin_dbias) && ok;
-        ok = same_bytes(d_dy, ref_dy) && ok;
-        ok = same_bytes(d_dy_t, ref_dy_t) && ok;
-        Fp8Meta m;
-        cudaCheck(cudaMemcpy(&m, d_meta.get(), sizeof(m), cudaMemcpyDeviceToHost));
-        const bool amax_ok = m.amax_bits == float_bits(amax);
-        printf("    %-10s 0x%08X want 0x%08X (%g)  %s\n", "amax", m.amax_bits, float_bits(amax), amax, amax_ok ? "ok" : "FAIL");
-        return amax_ok && ok;
-    };
-    const double bytes = 4.0 * NC * s + 2.0 * NC + 8.0 * N, flops = 17.0 * NC;
-    L.run(op, 0, "shipped fused", bytes, flops, lab::Bound::Memory, reset,
-          [&] {
-              layernorm_backward_fp8_dy(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, N, C,
-                                        d_dy_t, d_dy, f, d_meta, d_lin_dbias, d_bias_scratch, L.stream());
-          },
-          check);
-    L.run(op, 1, "separate passes", bytes, flops, lab::Bound::Memory, reset,
-          [&] {
-              layernorm_backward(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, N, C,
-                                 L.stream());
-              fp8_cast_transpose_fused(d_dy_t, d_dy, d_dinp, nullptr, N, C, f, d_meta, Fp8Prologue::NONE, d_lin_dbias,
-                                       d_bias_scratch, L.stream());
-          },
-          check);
-}
-
 int main(int argc, char** argv) {
     lab::Lab L(argc, argv, "layernorm.cu");
     for (const int M : {1, 8, 64})
         for (const int C : {lab::GPT2_C, 776}) run_small(L, M, C);
     run_shape(L, lab::GPT2_B * lab::GPT2_T, lab::GPT2_C);
     run_shape(L, lab::ODD_B * lab::ODD_T, 776);
-    // the FP8 dY variant: GPT-2 124M's rows (R = 1, bias chunks of 128 rows in LayerNorm chunks of
-    // 256), then R = 2 at C = 320 (not a multiple of the block: threads own 1 or 2 columns) and the
-    // widest, C = 1024 (one block an SM), at N = 16384 (chunks of 64 rows, both)
-    run_backward_fp8(L, lab::GPT2_B * lab::GPT2_T, lab::GPT2_C, Fp8Format::E5M2, 41);
-    run_backward_fp8(L, 16384, 320, Fp8Format::E4M3, 42);
-    run_backward_fp8(L, 16384, 1024, Fp8Format::E5M2, 43);
     return L.finish();
 }
