@@ -42,7 +42,8 @@
 // DQ_ACCUM: a 64-column tile lies wholly in the dQ columns or outside them (q_cols a multiple of 64),
 // so the choice is per block; the dQ tiles' threads load 2 x 16 bytes of fp32 a pack instead of 16 of
 // bf16. The dQ store (300 MB moved, 78 us a layer at GPT-2 124M, B 64, T 1024; 12 layers a step) goes,
-// against 100 MB more read here: ~50 us a layer expected, ~0.6 ms a step (to be measured).
+// against 100 MB more read here. H200 (2026-12-04, the 124M step's profile): the cast 198 -> 237 us a
+// layer, the store's 78 us gone: -0.48 ms a step.
 // Shapes: R and C multiples of 64; pointers 16-byte aligned.
 #pragma once
 #include <cstdint>

@@ -142,8 +142,8 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
 // gradient (before the FP8 cast) are bit for bit the bf16 classifier's.
 // DRAM: N * Vp * (2 read + 1 written) bytes, 9.9 GB at B*T = 65536, Vp 50304 (2.8 ms at 3.5 TB/s);
 // the SM's 16-a-clock pipes: ~2.1 ex2 and 1 conversion a logit (bf16x2, fp8x2: one per two values),
-// ~2.5 ms at 1.98 GHz: close to both bounds, which the two blocks a SM overlap. H200: to be measured
-// (replaces fused_classifier_rows_in_smem's FP8 output, one persistent block a SM: 4.92 ms in the
+// ~2.5 ms at 1.98 GHz: close to both bounds, which the two blocks a SM overlap. H200 (2026-12-04): 3.80
+// ms in the lab, 3.94 in the step's profile (replaces fused_classifier_rows_in_smem's FP8 output, one persistent block a SM: 4.92 ms in the
 // trainer's profile; the lab's FP8 variant 1). LOADS: classifier_row_stats's (the lab's variant 4 loads 2).
 template <Fp8Format F, int LOADS = 1>
 static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
