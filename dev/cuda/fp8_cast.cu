@@ -148,6 +148,15 @@ static bool check_amax(const lab::DevBuf<Fp8Meta>& meta, float amax_ref) {
     return ok;
 }
 
+// The fused cast's bias gradient against bias_backward's, bit for bit (where its row chunks are
+// whole tiles): prints one line, true when every column's bits agree.
+static bool same_bias_bits(const std::vector<float>& got, const std::vector<float>& want, int C) {
+    size_t bad = 0;
+    for (int c = 0; c < C; c++) bad += float_bits(got[c]) != float_bits(want[c]);
+    printf("    %-10s %s: %zu of %d differ from bias_backward's bits\n", "dbias", bad ? "FAIL" : "ok", bad, C);
+    return bad == 0;
+}
+
 // The CPU's cast of x (R, C) at `scale`: the straight bytes, the transposed ones (C, R) where asked,
 // and the Fp8Meta as fp8_meta_init leaves it with that scale (the casts read it as given).
 struct CastRef {
@@ -344,13 +353,7 @@ static void run_fused(lab::Lab& L, const char* opname, Fp8Prologue pro, int R, i
         bool ok = check_both_copies(cref, d_out_t, d_out, d_meta, amax_ref, x, R, C);
         if (with_bias) {
             ok = L.check(d_db, db_ref) && ok;
-            if (bias_bits) {
-                const std::vector<float> got = d_db.download();
-                size_t bad = 0;
-                for (int c = 0; c < C; c++) bad += float_bits(got[c]) != float_bits(db_gpu[c]);
-                printf("    %-10s %s: %zu of %d differ from bias_backward's bits\n", "dbias", bad ? "FAIL" : "ok", bad, C);
-                ok = ok && bad == 0;
-            }
+            if (bias_bits) ok = same_bias_bits(d_db.download(), db_gpu, C) && ok;
         }
         return ok;
     };
@@ -442,13 +445,7 @@ static void run_dq_cast(lab::Lab& L, int R, int NH, Fp8Format f, uint64_t seed) 
     auto check = [&] {
         bool ok = store_bad == 0 && check_both_copies(cref, d_out_t, d_out, d_meta, amax_ref, x, R, C);
         ok = L.check(d_db, db_ref) && ok;
-        if (bias_bits) {
-            const std::vector<float> got = d_db.download();
-            size_t bad = 0;
-            for (int c = 0; c < C; c++) bad += float_bits(got[c]) != float_bits(db_gpu[c]);
-            printf("    %-10s %s: %zu of %d differ from bias_backward's bits\n", "dbias", bad ? "FAIL" : "ok", bad, C);
-            ok = ok && bad == 0;
-        }
+        if (bias_bits) ok = same_bias_bits(d_db.download(), db_gpu, C) && ok;
         return ok;
     };
     const std::string op = lab::Lab::strprintf("fp8_dq_cast %s R=%d C=%d", fp8_format_name(f), R, C);

@@ -249,33 +249,18 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
         *reinterpret_cast<Fp8Pack*>(out + c) = o;
     }
 }
-// Variant 4: the shipped kernel with pass 1's loads two packs at a time.
-template <Fp8Format F>
-static void fp8_loads2_launch(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
-                              float scale, Fp8Meta* meta, cudaStream_t stream) {
+// Variants 3 and 4 (the shipped kernel with pass 1's loads two packs at a time): a block-per-row FP8
+// kernel with its shared memory opted in once per kernel, one block a row.
+template <auto KERNEL>
+static void fp8_block_per_row_launch(floatX* logits, float* losses, const int* targets, float dloss, int N, int V,
+                                     int Vp, float scale, Fp8Meta* meta, cudaStream_t stream) {
     const size_t smem = classifier_fp8_smem_bytes(Vp);
     static size_t smem_set = 0;
     if (smem > smem_set) {
-        cudaCheck(cudaFuncSetAttribute(fused_classifier_fp8_block_per_row<F, 2>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        cudaCheck(cudaFuncSetAttribute(KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         smem_set = smem;
     }
-    fused_classifier_fp8_block_per_row<F, 2><<<N, CLASSIFIER_BLOCK, smem, stream>>>(logits, losses, targets, dloss, V,
-                                                                                    Vp, scale, meta);
-    cudaCheckLaunch();
-}
-template <Fp8Format F>
-static void fp8_int_round_launch(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
-                                 float scale, Fp8Meta* meta, cudaStream_t stream) {
-    const size_t smem = classifier_fp8_smem_bytes(Vp);
-    static size_t smem_set = 0;
-    if (smem > smem_set) {
-        cudaCheck(cudaFuncSetAttribute(fused_classifier_fp8_int_round<F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem));
-        smem_set = smem;
-    }
-    fused_classifier_fp8_int_round<F><<<N, CLASSIFIER_BLOCK, smem, stream>>>(logits, losses, targets, dloss, V, Vp,
-                                                                              scale, meta);
+    KERNEL<<<N, CLASSIFIER_BLOCK, smem, stream>>>(logits, losses, targets, dloss, V, Vp, scale, meta);
     cudaCheckLaunch();
 }
 
@@ -471,8 +456,13 @@ static void run_fp8(lab::Lab& L, int N, int V, int Vp, Fp8Format format, uint64_
         case 2:
             rows_in_smem_launch<O, 1, true>(logits, losses, d_targets, dloss, N, V, Vp, true, scale, d_meta, st);
             break;
-        case 3: fp8_int_round_launch<F>(logits, losses, d_targets, dloss, N, V, Vp, scale, d_meta, st); break;
-        default: fp8_loads2_launch<F>(logits, losses, d_targets, dloss, N, V, Vp, scale, d_meta, st);
+        case 3:
+            fp8_block_per_row_launch<fused_classifier_fp8_int_round<F>>(logits, losses, d_targets, dloss, N, V, Vp, scale,
+                                                                        d_meta, st);
+            break;
+        default:
+            fp8_block_per_row_launch<fused_classifier_fp8_block_per_row<F, 2>>(logits, losses, d_targets, dloss, N, V, Vp,
+                                                                               scale, d_meta, st);
         }
     };
     auto launch = [&](int variant, floatX* logits, float* losses) {
