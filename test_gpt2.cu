@@ -425,6 +425,42 @@ static void test_backward_ops(const CudaContext& ctx) {
         cudaCheck(cudaFree(dmean));
         cudaCheck(cudaFree(drstd));
     }
+    // The norm backwards' wide rows (1024 < C <= 2048 in bf16: shared-memory sums, 1 block per SM; C = 1600
+    // is GPT-2 1.5B's width, 6.25 packs per lane) at an awkward N = 520 (17 chunks, the last one short),
+    // from their own Rng so the inputs of the checks below stay as they were.
+    for (const int norm : {0, 1}) {  // 0 LayerNorm, 1 RMSNorm
+        const int Nw = 520, Cw = 1600;
+        Rng rw(31 + norm);
+        DeviceTensor dout(random_vec(rw, (size_t)Nw * Cw, 1.0f)), inp(random_vec(rw, (size_t)Nw * Cw, 2.0f, 0.5f));
+        DeviceTensor w(random_vec(rw, Cw, 0.2f, 1.0f)), b(random_vec(rw, Cw, 0.2f));
+        DeviceTensor dinp(random_vec(rw, (size_t)Nw * Cw, 0.1f)), dw(random_vec(rw, Cw, 0.1f)), db(random_vec(rw, Cw, 0.1f));
+        std::vector<float> mean(Nw), rstd(Nw), out((size_t)Nw * Cw);
+        std::vector<float> rdinp = dinp.h, rdw = dw.h, rdb = db.h;
+        if (norm == 0) cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.h.data(), w.h.data(), b.h.data(), 1, Nw, Cw);
+        else cpu::rmsnorm_forward(out.data(), rstd.data(), inp.h.data(), w.h.data(), 1, Nw, Cw, 1e-5f);
+        float *dmean, *drstd, *wscratch;
+        cudaCheck(cudaMalloc(&dmean, Nw * 4));
+        cudaCheck(cudaMalloc(&drstd, Nw * 4));
+        cudaCheck(cudaMalloc(&wscratch, layernorm_backward_scratch_floats(Nw, Cw) * sizeof(float)));
+        cudaCheck(cudaMemcpy(dmean, mean.data(), Nw * 4, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(drstd, rstd.data(), Nw * 4, cudaMemcpyHostToDevice));
+        if (norm == 0) {
+            layernorm_backward(dinp.d, dw.d, db.d, wscratch, dout.d, inp.d, w.d, dmean, drstd, Nw, Cw, s);
+            cpu::layernorm_backward(rdinp.data(), rdw.data(), rdb.data(), dout.h.data(), inp.h.data(), w.h.data(),
+                                    mean.data(), rstd.data(), 1, Nw, Cw);
+            check_op("layernorm_backward N=520 C=1600 dinp (+=)", dinp.get(), rdinp);
+            check_op("layernorm_backward N=520 C=1600 dweight (+=)", dw.get(), rdw);
+            check_op("layernorm_backward N=520 C=1600 dbias (+=)", db.get(), rdb);
+        } else {
+            rmsnorm_backward(dinp.d, dw.d, wscratch, dout.d, inp.d, w.d, drstd, Nw, Cw, s);
+            cpu::rmsnorm_backward(rdinp.data(), rdw.data(), dout.h.data(), inp.h.data(), w.h.data(), rstd.data(), 1, Nw, Cw);
+            check_op("rmsnorm_backward N=520 C=1600 dinp (+=)", dinp.get(), rdinp);
+            check_op("rmsnorm_backward N=520 C=1600 dweight (+=)", dw.get(), rdw);
+        }
+        cudaCheck(cudaFree(dmean));
+        cudaCheck(cudaFree(drstd));
+        cudaCheck(cudaFree(wscratch));
+    }
     for (int with_gelu = 0; with_gelu < 2; with_gelu++) {  // matmul_backward, OC = 4C like fc / C like fcproj
         const int K = with_gelu ? 4 * C : C, OC = with_gelu ? C : 3 * C;
         DeviceTensor dout(random_vec(rng, (size_t)N * OC, 1.0f)), inp(random_vec(rng, (size_t)N * K, 1.0f));

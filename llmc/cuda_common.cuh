@@ -387,12 +387,54 @@ inline int norm_block_per_row_threads(int C) { return ceil_div(C / x128::size, W
 
 // The fused norm backwards (llmc/rmsnorm.cuh, llmc/layernorm.cuh) share one plan: blocks of 8 warps,
 // each over one chunk of consecutive rows, whose (chunks, C) weight partials column_partials_add
-// folds. At most 256 chunks (at 2 blocks per SM every chunk is resident at once on 132 SMs: one
-// wave), at least COLUMN_MIN_ROWS rows each, so they fit the scratch of column_num_chunks(N); rows up
-// to NORM_BWD_MAX_C wide (wider ones take each op's two-kernel path).
+// folds; rows up to NORM_BWD_MAX_C wide (wider ones take each op's two-kernel path). Two regimes:
+//  - narrow, up to NORM_BWD_REG_PACKS packs per lane (C <= 1024): each lane keeps its weight-gradient
+//    sums in registers, 128 registers at 2 blocks per SM; at most NORM_BWD_MAX_CHUNKS = 256 chunks
+//    (at 2 blocks per SM every chunk is resident at once on 132 SMs: one wave).
+//  - wide, more packs per lane (bf16 only: 1024 < C <= 2048): the row in flight alone takes ~2
+//    registers per value (128 at 64 values per lane), so the sums move to dynamic shared memory (each
+//    lane its own slots, the same order of additions) and the kernel runs 1 block per SM (255
+//    registers); at most NORM_BWD_WIDE_CHUNKS = 132 chunks (one wave of 1 block per SM on the H200's
+//    132 SMs; a constant, not the device's SM count, so the sums' order does not depend on the GPU).
+// Either way at least COLUMN_MIN_ROWS rows a chunk, so the chunks fit the scratch of column_num_chunks(N).
 constexpr int NORM_BWD_BLOCK = 256;
 constexpr int NORM_BWD_WARPS = NORM_BWD_BLOCK / WARP_SIZE;
-constexpr int NORM_BWD_MAX_C = 1024;
-constexpr int NORM_BWD_MAX_PACKS = NORM_BWD_MAX_C / (WARP_SIZE * x128::size);  // 4 bf16, 8 fp32
+constexpr int NORM_BWD_REG_PACKS = 1024 / (WARP_SIZE * x128::size);          // 4 bf16, 8 fp32
+constexpr int NORM_BWD_MAX_PACKS = x128::size == 8 ? 2 * NORM_BWD_REG_PACKS : NORM_BWD_REG_PACKS;  // 8 bf16, 8 fp32
+constexpr int NORM_BWD_MAX_C = NORM_BWD_MAX_PACKS * WARP_SIZE * x128::size;  // 2048 bf16, 1024 fp32
 constexpr int NORM_BWD_MAX_CHUNKS = 256;
+constexpr int NORM_BWD_WIDE_CHUNKS = 132;
 inline int norm_backward_chunks(int N) { return std::min(NORM_BWD_MAX_CHUNKS, ceil_div(N, COLUMN_MIN_ROWS)); }
+inline int norm_backward_chunks_wide(int N) { return std::min(NORM_BWD_WIDE_CHUNKS, ceil_div(N, COLUMN_MIN_ROWS)); }
+// the wide regime's packs: sums in shared memory, 1 block per SM
+template <int PACKS>
+__host__ __device__ constexpr bool norm_backward_wide() { return PACKS > NORM_BWD_REG_PACKS; }
+template <int PACKS>
+__host__ __device__ constexpr int norm_backward_min_blocks() { return norm_backward_wide<PACKS>() ? 1 : 2; }
+// The wide regime's shared memory: SUMS column sums (2 LayerNorm, 1 RMSNorm) of C floats per warp.
+// Past the default 48 KB (C > 768 with 2 sums), so the launchers opt in, once per kernel, to the
+// most any C <= NORM_BWD_MAX_C needs (128 KB for LayerNorm: 1 block per SM fits in 227 KB).
+inline size_t norm_backward_smem(int sums, int C) { return (size_t)NORM_BWD_WARPS * sums * C * sizeof(float); }
+template <typename Kernel>
+inline void norm_backward_optin(Kernel kernel, int sums) {
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)norm_backward_smem(sums, NORM_BWD_MAX_C)));
+}
+// Calls f(std::integral_constant<int, PACKS>) with the packs per lane the fused backwards take for
+// rows of C <= NORM_BWD_MAX_C: narrow, rounded up to a quarter of NORM_BWD_REG_PACKS (1..4 bf16;
+// 2, 4, 6, 8 fp32); wide (bf16), the exact count, 5..8 (C = 1280: 5, C = 1600: 7).
+template <typename F>
+inline void norm_backward_dispatch(int C, F&& f) {
+    constexpr int Q = NORM_BWD_REG_PACKS / 4;
+    const int packs = ceil_div(ceil_div(C, x128::size), WARP_SIZE);
+    if (packs <= 1 * Q) f(std::integral_constant<int, 1 * Q>{});
+    else if (packs <= 2 * Q) f(std::integral_constant<int, 2 * Q>{});
+    else if (packs <= 3 * Q) f(std::integral_constant<int, 3 * Q>{});
+    else if (packs <= 4 * Q) f(std::integral_constant<int, 4 * Q>{});
+    else if constexpr (NORM_BWD_MAX_PACKS == 8 && NORM_BWD_REG_PACKS == 4) {
+        if (packs == 5) f(std::integral_constant<int, 5>{});
+        else if (packs == 6) f(std::integral_constant<int, 6>{});
+        else if (packs == 7) f(std::integral_constant<int, 7>{});
+        else f(std::integral_constant<int, 8>{});
+    }
+}

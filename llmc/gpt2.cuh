@@ -342,6 +342,9 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
         cudaCheck(cudaMemcpy(model.acts.rope_cos, cos.data(), n_rope * sizeof(float), cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(model.acts.rope_sin, sin.data(), n_rope * sizeof(float), cudaMemcpyHostToDevice));
     }
+    // the norm backward's shared-memory opt-in for rows wider than 1024 (before any graph capture)
+    if (config.norm == NORM_RMSNORM) rmsnorm_backward_prepare(config.channels);
+    else layernorm_backward_prepare(config.channels);
     const int N = B * T;
     model.buckets.init(N, config.padded_vocab_size);
     cudaCheck(cudaMallocHost(&model.host_io, 2 * sizeof(int) * N));

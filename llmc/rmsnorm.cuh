@@ -140,12 +140,21 @@ inline void fused_residual_rmsnorm_forward(floatX* residual, floatX* out, float*
 // The shipped path, C <= NORM_BWD_MAX_C: one kernel reads each row of dout, inp and dinp once
 // and writes dinp once (the fewest bytes: 4 N*C*sizeof(floatX), 403 MB at N = 65536, C = 768 in
 // bf16, ~100 us at the 4.0 TB/s copy), then column_partials_add adds the chunk partials of
-// dweight in fixed order. Block = one chunk of consecutive rows (norm_backward_chunks: at most
-// 256, so at 2 blocks per SM every chunk is resident at once on 132 SMs, one wave); warp w takes R
-// rows at a time, rows r0 + w*R, r0 + (w + 8)*R, ... of the chunk. A lane owns the column packs
-// lane, lane + 32, ... of its rows and keeps its dweight sums for them in registers over all its
-// rows; at the end the 8 warps' sums are added in warp order in shared memory and the block writes
-// its chunk's row of partials (chunks, C). Fixed order everywhere, no atomics: bit-identical runs.
+// dweight in fixed order. Block = one chunk of consecutive rows; warp w takes R rows at a time,
+// rows r0 + w*R, r0 + (w + 8)*R, ... of the chunk. A lane owns the column packs lane, lane + 32, ...
+// of its rows and keeps its dweight sums for them over all its rows; at the end the 8 warps' sums
+// are added in warp order and the block writes its chunk's row of partials (chunks, C). Fixed order
+// everywhere, no atomics: bit-identical runs. The summation order: column c of chunk k = warps 0..7
+// in order, each warp's sum over its rows in row order; then column_partials_add over the chunks.
+// Two regimes (llmc/cuda_common.cuh):
+//  - narrow, PACKS <= NORM_BWD_REG_PACKS (C <= 1024): the sums in registers, 2 blocks per SM,
+//    norm_backward_chunks(N) chunks (at most 256: one wave at 2 blocks per SM); at the end the
+//    warps' sums go through a static 32 KB buffer.
+//  - wide, PACKS 5..8 in bf16 (1024 < C <= 2048): a lane's row alone takes ~2 registers per value,
+//    so the sums live in dynamic shared memory (norm_backward_smem(1, C): 40 KB at C = 1280, 64 KB
+//    at 2048), each lane its own 16-byte slots (conflict-free, no synchronization until the end),
+//    read, added and written back per row in the same order; 1 block per SM (255 registers),
+//    norm_backward_chunks_wide(N) chunks (at most 132: one wave). Not measured yet.
 // Memory-level parallelism is what a warp-per-row kernel lacks at 16 warps per SM (the lab's "one
 // pass" variant issues dinp's load only after the row's reduction: two DRAM round trips per row,
 // with one row's worth of loads in flight at a time): here every load of the warp's R rows (dout,
@@ -153,18 +162,34 @@ inline void fused_residual_rmsnorm_forward(floatX* residual, floatX* out, float*
 // round trip per step, and the rows stay in registers (no second read, not even from L1).
 // PACKS = packs per lane (3 at C = 768 in bf16), R = rows per warp per step (rmsnorm_backward_rows).
 template <int PACKS, int R>
-static __global__ __launch_bounds__(NORM_BWD_BLOCK, 2) void rmsnorm_backward_fused(
+static __global__ __launch_bounds__(NORM_BWD_BLOCK, norm_backward_min_blocks<PACKS>()) void rmsnorm_backward_fused(
     floatX* dinp, float* partials, const floatX* dout, const floatX* inp, const floatX* weight, const float* rstd,
     int N, int C, int rows_per_chunk) {
-    static_assert(PACKS * WARP_SIZE * x128::size <= NORM_BWD_MAX_C, "warp_dw holds NORM_BWD_MAX_C columns");
-    __shared__ float warp_dw[NORM_BWD_WARPS * NORM_BWD_MAX_C];  // [warp][c], 32 KB
+    static_assert(PACKS <= NORM_BWD_MAX_PACKS, "rows up to NORM_BWD_MAX_C columns");
+    constexpr bool WIDE = norm_backward_wide<PACKS>();
+    constexpr int F4 = x128::size / 4;  // float4 slots per pack
+    // WIDE: (warp, F4, C / x128::size packs) float4; slot h of pack q holds columns q * x128::size + 4h
+    // .. + 3 of this warp's dweight sum, and only pack q's lane touches it
+    extern __shared__ float4 wide_dw[];
+    const int P = C / x128::size;
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     const int r0 = blockIdx.x * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
-    float dw[PACKS][x128::size];
+    auto slot = [&](int h, int q) -> float4& { return wide_dw[(warp * F4 + h) * P + q]; };
+    float dw[WIDE ? 1 : PACKS][x128::size];  // narrow: the sums
+    if constexpr (WIDE) {
 #pragma unroll
-    for (int p = 0; p < PACKS; p++)
+        for (int p = 0; p < PACKS; p++) {
+            const int q = p * WARP_SIZE + lane;
+            if (q < P)
 #pragma unroll
-        for (int k = 0; k < x128::size; k++) dw[p][k] = 0.0f;
+                for (int h = 0; h < F4; h++) slot(h, q) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    } else {
+#pragma unroll
+        for (int p = 0; p < PACKS; p++)
+#pragma unroll
+            for (int k = 0; k < x128::size; k++) dw[p][k] = 0.0f;
+    }
     // r is the same for all lanes of a warp: the loop, the row checks and the shuffles are warp-uniform
 #pragma unroll 1
     for (int r = r0 + warp * R; r < r1; r += NORM_BWD_WARPS * R) {
@@ -199,15 +224,37 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, 2) void rmsnorm_backward_fus
                 gx[i] = 0.0f;
 #pragma unroll
                 for (int p = 0; p < PACKS; p++) {
-                    const bool ok = r + i < r1 && (p * WARP_SIZE + lane) * x128::size < C;
+                    const int q = p * WARP_SIZE + lane;
+                    const bool ok = r + i < r1 && q * x128::size < C;
+                    float pw[x128::size] = {};  // this pack's dweight sums
+                    if constexpr (WIDE) {
+                        if (q < P)
+#pragma unroll
+                            for (int h = 0; h < F4; h++) {
+                                const float4 a = slot(h, q);
+                                pw[4 * h] = a.x, pw[4 * h + 1] = a.y, pw[4 * h + 2] = a.z, pw[4 * h + 3] = a.w;
+                            }
+                    } else {
+#pragma unroll
+                        for (int k = 0; k < x128::size; k++) pw[k] = dw[p][k];
+                    }
 #pragma unroll
                     for (int k = 0; k < x128::size; k++) {
                         const float dk = ok ? to_float(d[i][p][k]) : 0.0f, xk = ok ? to_float(x[i][p][k]) : 0.0f;
                         const float g = dk * to_float(w[p][k]);
                         gx[i] += g * xk;
                         n[i][p][k] = xk * s[i];
-                        dw[p][k] += dk * n[i][p][k];
+                        pw[k] += dk * n[i][p][k];
                         t[i][p][k] = to_float(di[i][p][k]) + s[i] * g;
+                    }
+                    if constexpr (WIDE) {
+                        if (q < P)
+#pragma unroll
+                            for (int h = 0; h < F4; h++)
+                                slot(h, q) = make_float4(pw[4 * h], pw[4 * h + 1], pw[4 * h + 2], pw[4 * h + 3]);
+                    } else {
+#pragma unroll
+                        for (int k = 0; k < x128::size; k++) dw[p][k] = pw[k];
                     }
                 }
             }
@@ -230,19 +277,31 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, 2) void rmsnorm_backward_fus
             }
         }
     }
-    // Every warp stores all its columns (zeros if it had no rows); column c then adds warps 0..7 in order.
+    // Every warp's sums hold all its columns (zeros if it had no rows); column c adds warps 0..7 in order.
+    if constexpr (WIDE) {
+        __syncthreads();
+        const float* sums = reinterpret_cast<const float*>(wide_dw);
+        for (int c = threadIdx.x; c < C; c += NORM_BWD_BLOCK) {
+            const int q = c / x128::size, h = (c % x128::size) / 4, e = c % 4;
+            float sum = 0.0f;
+            for (int v = 0; v < NORM_BWD_WARPS; v++) sum += sums[((v * F4 + h) * P + q) * 4 + e];
+            partials[(int64_t)blockIdx.x * C + c] = sum;
+        }
+    } else {
+        __shared__ float warp_dw[NORM_BWD_WARPS * NORM_BWD_REG_PACKS * WARP_SIZE * x128::size];  // [warp][c], 32 KB
 #pragma unroll
-    for (int p = 0; p < PACKS; p++) {
-        const int c = (p * WARP_SIZE + lane) * x128::size;
-        if (c < C)
+        for (int p = 0; p < PACKS; p++) {
+            const int c = (p * WARP_SIZE + lane) * x128::size;
+            if (c < C)
 #pragma unroll
-            for (int k = 0; k < x128::size; k++) warp_dw[warp * C + c + k] = dw[p][k];
-    }
-    __syncthreads();
-    for (int c = threadIdx.x; c < C; c += NORM_BWD_BLOCK) {
-        float sum = 0.0f;
-        for (int v = 0; v < NORM_BWD_WARPS; v++) sum += warp_dw[v * C + c];
-        partials[(int64_t)blockIdx.x * C + c] = sum;
+                for (int k = 0; k < x128::size; k++) warp_dw[warp * C + c + k] = dw[p][k];
+        }
+        __syncthreads();
+        for (int c = threadIdx.x; c < C; c += NORM_BWD_BLOCK) {
+            float sum = 0.0f;
+            for (int v = 0; v < NORM_BWD_WARPS; v++) sum += warp_dw[v * C + c];
+            partials[(int64_t)blockIdx.x * C + c] = sum;
+        }
     }
 }
 
@@ -253,19 +312,43 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, 2) void rmsnorm_backward_fus
 template <int PACKS>
 constexpr int rmsnorm_backward_rows() { return PACKS * x128::size <= 16 ? 2 : 1; }
 
+// The wide kernels' shared-memory opt-in, once per kernel and process (see norm_backward_optin).
+template <int PACKS, int R>
+inline void rmsnorm_backward_fused_optin() {
+    static bool done = false;
+    if (!done) norm_backward_optin(rmsnorm_backward_fused<PACKS, R>, 1);
+    done = true;
+}
+
 // The shipped path with PACKS packs per lane and R rows per warp step; needs C <= 32 * PACKS *
-// x128::size and norm_backward_chunks(N) * C floats of scratch. The lab times R = 1 and 2.
+// x128::size and chunks * C floats of scratch. chunks: 0 for the regime's own count
+// (norm_backward_chunks or norm_backward_chunks_wide), else at most column_num_chunks(N) (the lab
+// times other counts). The lab times R = 1 and 2.
 template <int PACKS, int R>
 inline void rmsnorm_backward_fused_launch(floatX* dinp, floatX* dweight, float* scratch, const floatX* dout,
                                           const floatX* inp, const floatX* weight, const float* rstd, int N, int C,
-                                          cudaStream_t stream) {
+                                          cudaStream_t stream, int chunks = 0) {
     if (C > PACKS * WARP_SIZE * x128::size) fail("rmsnorm_backward: C = %d exceeds %d packs per lane", C, PACKS);
     if (N <= 0) return;
-    const int chunks = norm_backward_chunks(N), rows_per_chunk = ceil_div(N, chunks);
-    rmsnorm_backward_fused<PACKS, R><<<chunks, NORM_BWD_BLOCK, 0, stream>>>(dinp, scratch, dout, inp, weight, rstd,
-                                                                              N, C, rows_per_chunk);
+    constexpr bool WIDE = norm_backward_wide<PACKS>();
+    if (chunks <= 0) chunks = WIDE ? norm_backward_chunks_wide(N) : norm_backward_chunks(N);
+    if (chunks > column_num_chunks(N)) fail("rmsnorm_backward: %d chunks exceed the scratch's %d", chunks, column_num_chunks(N));
+    const int rows_per_chunk = ceil_div(N, chunks);
+    if constexpr (WIDE) rmsnorm_backward_fused_optin<PACKS, R>();
+    rmsnorm_backward_fused<PACKS, R><<<chunks, NORM_BWD_BLOCK, WIDE ? norm_backward_smem(1, C) : 0, stream>>>(
+        dinp, scratch, dout, inp, weight, rstd, N, C, rows_per_chunk);
     cudaCheckLaunch();
     column_partials_add(dweight, scratch, chunks, (int64_t)C, C, stream);
+}
+
+// Opts in the kernel that rows of C channels take to its shared memory; call it before a CUDA graph
+// capture (as layernorm_backward_prepare; gpt2_build does).
+inline void rmsnorm_backward_prepare(int C) {
+    if (C <= 0 || C > NORM_BWD_MAX_C) return;
+    norm_backward_dispatch(C, [](auto packs) {
+        constexpr int PACKS = decltype(packs)::value;
+        if constexpr (norm_backward_wide<PACKS>()) rmsnorm_backward_fused_optin<PACKS, rmsnorm_backward_rows<PACKS>()>();
+    });
 }
 
 // The two-kernel path (shipped before; the fallback for C > NORM_BWD_MAX_C). dinp: one warp per
@@ -345,12 +428,9 @@ inline void rmsnorm_backward(floatX* dinp, floatX* dweight, float* scratch, cons
         rmsnorm_backward_two_kernels(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, stream);
         return;
     }
-    // packs per lane, rounded up to a quarter of the maximum: 1..4 in bf16, 2, 4, 6, 8 in fp32
-    constexpr int Q = NORM_BWD_MAX_PACKS / 4;
-    const int quarters = ceil_div(ceil_div(C / x128::size, WARP_SIZE), Q);
-    auto launch = quarters <= 1   ? rmsnorm_backward_fused_launch<1 * Q, rmsnorm_backward_rows<1 * Q>()>
-                  : quarters == 2 ? rmsnorm_backward_fused_launch<2 * Q, rmsnorm_backward_rows<2 * Q>()>
-                  : quarters == 3 ? rmsnorm_backward_fused_launch<3 * Q, rmsnorm_backward_rows<3 * Q>()>
-                                  : rmsnorm_backward_fused_launch<4 * Q, rmsnorm_backward_rows<4 * Q>()>;
-    launch(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, stream);
+    norm_backward_dispatch(C, [&](auto packs) {
+        constexpr int PACKS = decltype(packs)::value;
+        rmsnorm_backward_fused_launch<PACKS, rmsnorm_backward_rows<PACKS>()>(dinp, dweight, scratch, dout, inp, weight,
+                                                                             rstd, N, C, stream);
+    });
 }

@@ -1,7 +1,9 @@
 // layernorm.cu: LayerNorm (llmc/layernorm.cuh), forward, the fused residual + LayerNorm forward and
 // the backward, against cpu::layernorm_forward / cpu::layernorm_backward (llmc/cpu/layernorm.h).
 //   ./layernorm [variant ...] [--check-only] [--reps N]
-// Shapes: GPT-2 124M (N = B*T = 65536 rows, C = 768) and the awkward N = 651, C = 776.
+// Shapes: GPT-2 124M (N = B*T = 65536 rows, C = 768), the awkward N = 651, C = 776, and the wide
+// rows of GPT-2 774M and 1.5B at N = 16384 (C = 1280: 5 packs per lane in bf16; C = 1600: 6.25, the
+// last pack on 8 of 32 lanes).
 // Bytes counted (each input read once, each output written once): forward N*C in + N*C out + 8N
 // statistics; fused forward 2 N*C in, 2 N*C out; backward dout and inp in, dinp read and written.
 //
@@ -32,6 +34,18 @@
 //                  measured: 0.1262 ms, 79.9% of copy (b0218d8)
 //   backward       4 fused R=2: two rows per warp step (at C = 768: over 128 registers, 604 B of spills)
 //                  measured: 0.1731 ms, 58.2% of copy (b0218d8)
+//   At 1024 < C <= 2048 (bf16; the lab's N=16384 C=1280 and C=1600, GPT-2 774M and 1.5B widths;
+//   variants 1, 3 and 4 and the forward's 1 cover C <= 1024 only and are not run there):
+//   backward       0 shipped (the lnwide branch): layernorm_backward_fused<5..8, 1>, the wide regime:
+//                  the narrow kernel's loads and math, the dweight/dbias sums in dynamic shared memory
+//                  (each lane its own 16-byte slots, read-add-write per row; 80 KB at C = 1280, 100 KB at
+//                  1600), 1 block of 8 warps per SM (180-223 registers, no spills), 132 chunks (one wave).
+//                  DRAM: 4 N*C*2 B = 168 MB at C = 1280 (42 us at the copy), 210 MB at 1600 (52 us).
+//                  The two kernels (variant 2) took 44.8 + 36.0 us at C = 1280 in the 774M step profile.
+//                  not measured yet
+//   backward       2 two kernels: the fallback above 2048 columns; not measured yet at these shapes
+//   backward       5 fused wide, 256 chunks: variant 0's wide kernel at 256 chunks (two waves of 1 block
+//                  per SM instead of one); not measured yet
 // Small M (a decode step's rows: M = 1, 8, 64 at C = 768 and the awkward C = 776), forward and fused
 // forward ("... small M=" lines):
 //   0 shipped for M <= NORM_ROW_MAX_M (generate, NormLaunch::block_per_row): layernorm_forward_block_per_row,
@@ -201,8 +215,8 @@ static void run_shape(lab::Lab& L, int N, int C) {
     const double fwd_bytes = 2.0 * NC * s + 8.0 * N + 2.0 * C * s;
     L.run("layernorm_forward" + shape, 0, "shipped", fwd_bytes, 8.0 * NC, lab::Bound::Memory, reset_fwd,
           [&] { layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_weight, d_bias, N, C, L.stream()); }, check_fwd);
+    if (C <= WARP_SIZE * REG_PACKS * x128::size)  // its register budget
     L.run("layernorm_forward" + shape, 1, "registers", fwd_bytes, 8.0 * NC, lab::Bound::Memory, reset_fwd, [&] {
-        if (C > WARP_SIZE * REG_PACKS * x128::size) fail("layernorm variant 1: C = %d exceeds its register budget", C);
         const int rows_per_block = LAYERNORM_BLOCK / WARP_SIZE;
         layernorm_forward_warp_registers<<<ceil_div(N, rows_per_block), LAYERNORM_BLOCK, 0, L.stream()>>>(
             d_out, d_mean, d_rstd, d_inp, d_weight, d_bias, N, C);
@@ -267,8 +281,9 @@ static void run_shape(lab::Lab& L, int N, int C) {
     };
     L.run("layernorm_backward" + shape, 0, "shipped", bwd_bytes, 15.0 * NC, lab::Bound::Memory, reset_bwd, launch_bwd0,
           check_bwd_repeat);
+    const bool narrow = C <= WARP_SIZE * NORM_BWD_REG_PACKS * x128::size;  // C <= 1024
+    if (narrow)  // variant 1's 1024-column budget
     L.run("layernorm_backward" + shape, 1, "one pass", bwd_bytes, 15.0 * NC, lab::Bound::Memory, reset_bwd, [&] {
-        if (C > 1024) fail("layernorm backward variant 1: C = %d exceeds its 1024-column budget", C);
         const int chunks = column_num_chunks(N), rows_per_chunk = ceil_div(N, chunks);
         const int packs = ceil_div(C / x128::size, WARP_SIZE);
         auto kernel = packs <= 1   ? layernorm_backward_one_pass<1>
@@ -284,28 +299,35 @@ static void run_shape(lab::Lab& L, int N, int C) {
         layernorm_backward_two_kernels(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd,
                                        N, C, L.stream());
     }, check_bwd);
-    // the shipped kernel with R = 1 and R = 2 rows per warp step at every width (the launcher picks
-    // R = 2 up to 2 packs per lane, i.e. C <= 512 in bf16, and R = 1 above)
+    // the shipped kernel with R = 1 and R = 2 rows per warp step at every narrow width (the launcher
+    // picks R = 2 up to 2 packs per lane, i.e. C <= 512 in bf16, and R = 1 above; the wide kernels
+    // take R = 1, variant 0)
     for (const int R : {1, 2}) {
+        if (!narrow) break;
         L.run("layernorm_backward" + shape, 2 + R, R == 1 ? "fused R=1" : "fused R=2", bwd_bytes, 15.0 * NC,
               lab::Bound::Memory, reset_bwd, [&] {
-                  if (C > NORM_BWD_MAX_C) fail("layernorm backward variant %d: C = %d > %d", 2 + R, C,
-                                                    NORM_BWD_MAX_C);
-                  constexpr int Q = NORM_BWD_MAX_PACKS / 4;
-                  const int quarters = ceil_div(ceil_div(C / x128::size, WARP_SIZE), Q);
-                  auto launch = quarters <= 1   ? layernorm_backward_fused_launch<1 * Q, 1>
-                                : quarters == 2 ? layernorm_backward_fused_launch<2 * Q, 1>
-                                : quarters == 3 ? layernorm_backward_fused_launch<3 * Q, 1>
-                                                : layernorm_backward_fused_launch<4 * Q, 1>;
-                  if (R == 2)
-                      launch = quarters <= 1   ? layernorm_backward_fused_launch<1 * Q, 2>
-                               : quarters == 2 ? layernorm_backward_fused_launch<2 * Q, 2>
-                               : quarters == 3 ? layernorm_backward_fused_launch<3 * Q, 2>
-                                               : layernorm_backward_fused_launch<4 * Q, 2>;
-                  launch(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, N, C,
-                         L.stream());
+                  norm_backward_dispatch(C, [&](auto packs) {
+                      constexpr int P = decltype(packs)::value;
+                      if constexpr (!norm_backward_wide<P>()) {
+                          auto launch = R == 1 ? layernorm_backward_fused_launch<P, 1> : layernorm_backward_fused_launch<P, 2>;
+                          launch(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, N, C,
+                                 L.stream(), 0);
+                      }
+                  });
               }, check_bwd);
     }
+    // the wide kernel (variant 0 above 1024 columns) with 256 chunks instead of its 132: two waves of
+    // 1 block per SM against one
+    if (!narrow && C <= NORM_BWD_MAX_C)
+        L.run("layernorm_backward" + shape, 5, "fused wide, 256 chunks", bwd_bytes, 15.0 * NC, lab::Bound::Memory,
+              reset_bwd, [&] {
+                  norm_backward_dispatch(C, [&](auto packs) {
+                      constexpr int P = decltype(packs)::value;
+                      layernorm_backward_fused_launch<P, layernorm_backward_rows<P>()>(
+                          d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, N, C,
+                          L.stream(), std::min(NORM_BWD_MAX_CHUNKS, column_num_chunks(N)));
+                  });
+              }, check_bwd);
 }
 
 // A decode step's M rows: the forward and the fused forward, the small-M kernel (0) against the
@@ -370,5 +392,7 @@ int main(int argc, char** argv) {
         for (const int C : {lab::GPT2_C, 776}) run_small(L, M, C);
     run_shape(L, lab::GPT2_B * lab::GPT2_T, lab::GPT2_C);
     run_shape(L, lab::ODD_B * lab::ODD_T, 776);
+    run_shape(L, 16384, 1280);  // GPT-2 774M's width, B*T = 16 x 1024
+    run_shape(L, 16384, 1600);  // GPT-2 1.5B's: 6.25 packs per lane in bf16
     return L.finish();
 }
