@@ -171,6 +171,61 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
     }
 }
 
+// The FP8 gradient from rows in shared memory (fused_classifier_fp8's kernel where a row fits: sm_90,
+// bf16 rows up to Vp ~ 57K on the H200): a persistent grid of two blocks of CLASSIFIER_BLOCK threads a
+// SM, block b taking rows b, b + grid, ...; each block brings its next row into its one row buffer by
+// one cp.async.bulk (Vp * sizeof(floatX) bytes, 100.6 KB at Vp 50304, completing on an mbarrier) once
+// it is done with the current one, so one block's copy overlaps the other block's two passes. Both
+// passes read shared memory, so the row leaves DRAM once; the FP8 bytes go to the row in global memory
+// (bytes [0, Vp) of its floatX row, as fused_classifier_fp8_block_per_row), nothing else is written.
+// Pass 1 is classifier_row_stats and pass 2 classifier_grad_pack + classifier_fp8_pack: the losses,
+// the floatX gradient and the FP8 bytes are bit for bit fused_classifier_fp8_block_per_row's (the
+// same reads, the same order; dev/cuda/fused_classifier.cu compares every byte and loss).
+// DRAM: N * Vp * (2 read + 1 written) bytes less the second pass's L2 reads of the block-per-row
+// kernel. H200 (2026-12-04, the lab's FP8 variant 2 before it shipped, N = 65536, Vp 50304): 3.49 ms
+// against 3.80 for the block-per-row kernel.
+template <Fp8Format F>
+static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
+    fused_classifier_fp8_rows_in_smem(floatX* logits, float* losses, const int* targets, float dloss, int N, int V,
+                                      int Vp, float fp8_scale, Fp8Meta* fp8_meta) {
+#if LLMC_HAS_BULK_COPY
+    extern __shared__ __align__(16) unsigned char classifier_row[];  // (Vp) floatX: the block's row
+    __shared__ __align__(8) uint64_t loaded;                           // the row buffer's mbarrier
+    const floatX* x = reinterpret_cast<const floatX*>(classifier_row);
+    const uint32_t row_bytes = (uint32_t)Vp * sizeof(floatX);
+    const uint32_t bar = (uint32_t)__cvta_generic_to_shared(&loaded);
+    auto load_row = [&](int row) {
+        mbar_expect_tx(bar, row_bytes);
+        bulk_load((uint32_t)__cvta_generic_to_shared(classifier_row), logits + (int64_t)row * Vp, row_bytes, bar);
+    };
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        fp8_meta->scale = fp8_scale;
+        fp8_meta->scale_inv = 1.0f / fp8_scale;  // exact: a power of two
+    }
+    if (threadIdx.x == 0) {
+        mbar_init(bar, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
+        if (blockIdx.x < N) load_row(blockIdx.x);
+    }
+    __syncthreads();
+    int i = 0;
+    for (int row = blockIdx.x; row < N; row += gridDim.x, i++) {
+        mbar_wait(bar, i & 1);  // the buffer's i-th load
+        const int target = targets[row];
+        float row_max, inv_sum;
+        classifier_row_stats(losses + row, &row_max, &inv_sum, x, target, V);
+        uint8_t* out = reinterpret_cast<uint8_t*>(logits + (int64_t)row * Vp);
+        for (int c = threadIdx.x * x128::size; c < Vp; c += blockDim.x * x128::size)
+            *reinterpret_cast<Fp8Pack*>(out + c) = classifier_fp8_pack<F>(
+                classifier_grad_pack(load128(x + c), c, target, row_max, inv_sum, dloss, V), fp8_scale);
+        __syncthreads();  // every thread is done with the buffer: the next row may overwrite it
+        if (threadIdx.x == 0 && row + (int)gridDim.x < N) load_row(row + gridDim.x);
+    }
+#else
+    __trap();
+#endif
+}
+
 inline void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
                              bool write_dlogits, cudaStream_t stream) {
     if (Vp % x128::size != 0) fail("fused_classifier: padded vocab %d is not a multiple of %d", Vp, x128::size);
@@ -181,12 +236,46 @@ inline void fused_classifier(floatX* logits, float* losses, const int* targets, 
 
 // Shared memory of fused_classifier_fp8_block_per_row: the first half of a row, Vp bytes at 16-byte packs.
 inline size_t classifier_fp8_smem_bytes(int Vp) { return (size_t)ceil_div(Vp / 2, x128::size) * sizeof(x128); }
+// Shared memory of fused_classifier_fp8_rows_in_smem: a whole row.
+inline size_t classifier_fp8_row_smem_bytes(int Vp) { return (size_t)Vp * sizeof(floatX); }
+
+// Whether fused_classifier_fp8 takes fused_classifier_fp8_rows_in_smem on this GPU: sm_90 (the bulk
+// copy) and two blocks of a row each within an SM's shared memory (each block also reserves 1 KB of
+// it and has a few bytes of its own): bf16 rows up to Vp ~ 57K on the H200's 228 KB. Otherwise (wider
+// rows, older GPUs, builds for another GPU_ARCH) the block-per-row kernel, whose half a row fits up to Vp ~ 230K.
+inline bool classifier_fp8_rows_fit(int Vp) {
+    static int major = -1, per_sm = 0, optin = 0;
+    if (major < 0) {
+        int dev = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        cudaCheck(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+        cudaCheck(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    }
+#if defined(LLMC_SM90A)  // an sm_90a build (the Makefiles' default GPU_ARCH): the kernel's bulk copy is compiled
+    const size_t block = classifier_fp8_row_smem_bytes(Vp) + 1024 + 64;
+    return major >= 9 && 2 * block <= (size_t)per_sm && block <= (size_t)optin;
+#else
+    (void)Vp;
+    return false;
+#endif
+}
 
 // Checks that the FP8 classifier's shared memory fits this GPU (Vp up to ~230K on the H200's 227 KB a
-// block) and raises its opt-in past the default 48 KB, once per size. The trainer calls it before any
-// graph capture (fp8_init_metas); the launcher calls it too.
+// block) and raises the opt-in of the kernel that will run past the default 48 KB, once per size. The
+// trainer calls it before any graph capture (fp8_init_metas); the launcher calls it too.
 inline void fused_classifier_fp8_prepare(int Vp) {
-    static size_t smem_set = 0;  // the kernels' opt-in, raised once to the largest row seen
+    static size_t smem_set = 0, row_smem_set = 0;  // the kernels' opt-ins, raised once to the largest row seen
+    if (classifier_fp8_rows_fit(Vp)) {
+        const size_t smem = classifier_fp8_row_smem_bytes(Vp);
+        if (smem <= row_smem_set) return;
+        cudaCheck(cudaFuncSetAttribute(fused_classifier_fp8_rows_in_smem<Fp8Format::E4M3>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        cudaCheck(cudaFuncSetAttribute(fused_classifier_fp8_rows_in_smem<Fp8Format::E5M2>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        row_smem_set = smem;
+        return;
+    }
     const size_t smem = classifier_fp8_smem_bytes(Vp);
     if (smem <= smem_set) return;
     int dev = 0, optin = 0;
@@ -205,17 +294,33 @@ inline void fused_classifier_fp8_prepare(int Vp) {
 // The losses as fused_classifier, and the gradient as FP8 in place (see the top): row r's Vp FP8
 // values at byte r * Vp * sizeof(floatX) of the logits; fp8(floatX(gradient) * scale) with scale =
 // cpu::fp8_pow2_scale(dloss, format), which block 0 also stores into meta (scale, scale_inv).
+// fused_classifier_fp8_rows_in_smem where classifier_fp8_rows_fit, else the block-per-row kernel (the
+// same bits either way).
 inline void fused_classifier_fp8(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
                                  Fp8Format format, Fp8Meta* meta, cudaStream_t stream) {
     if (Vp % x128::size != 0) fail("fused_classifier_fp8: padded vocab %d is not a multiple of %d", Vp, x128::size);
+    if (N <= 0) return;
     fused_classifier_fp8_prepare(Vp);
-    const size_t smem = classifier_fp8_smem_bytes(Vp);
     const float scale = cpu::fp8_pow2_scale(dloss, fp8_cpu_format(format));
-    if (format == Fp8Format::E4M3)
-        fused_classifier_fp8_block_per_row<Fp8Format::E4M3><<<N, CLASSIFIER_BLOCK, smem, stream>>>(
-            logits, losses, targets, dloss, V, Vp, scale, meta);
-    else
-        fused_classifier_fp8_block_per_row<Fp8Format::E5M2><<<N, CLASSIFIER_BLOCK, smem, stream>>>(
-            logits, losses, targets, dloss, V, Vp, scale, meta);
+    const bool e4 = format == Fp8Format::E4M3;
+    if (classifier_fp8_rows_fit(Vp)) {
+        static const int sms = current_sm_count();
+        const size_t smem = classifier_fp8_row_smem_bytes(Vp);
+        const int grid = std::min(N, 2 * sms);
+        if (e4)
+            fused_classifier_fp8_rows_in_smem<Fp8Format::E4M3><<<grid, CLASSIFIER_BLOCK, smem, stream>>>(
+                logits, losses, targets, dloss, N, V, Vp, scale, meta);
+        else
+            fused_classifier_fp8_rows_in_smem<Fp8Format::E5M2><<<grid, CLASSIFIER_BLOCK, smem, stream>>>(
+                logits, losses, targets, dloss, N, V, Vp, scale, meta);
+    } else {
+        const size_t smem = classifier_fp8_smem_bytes(Vp);
+        if (e4)
+            fused_classifier_fp8_block_per_row<Fp8Format::E4M3><<<N, CLASSIFIER_BLOCK, smem, stream>>>(
+                logits, losses, targets, dloss, V, Vp, scale, meta);
+        else
+            fused_classifier_fp8_block_per_row<Fp8Format::E5M2><<<N, CLASSIFIER_BLOCK, smem, stream>>>(
+                logits, losses, targets, dloss, V, Vp, scale, meta);
+    }
     cudaCheckLaunch();
 }

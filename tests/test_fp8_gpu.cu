@@ -906,6 +906,8 @@ int main(int argc, char** argv) {
     for (Fp8Format grad : {Fp8Format::E5M2, Fp8Format::E4M3})
         for (int B : {3, 17}) test_head(ctx, rng, grad, B, 1000, 1024);
     test_head(ctx, rng, Fp8Format::E5M2, 2, 50257, 50304);
+    // a row too wide for two a SM in shared memory (130 KB): the classifier's block-per-row fallback
+    test_head(ctx, rng, Fp8Format::E4M3, 1, 65000, 65024);
     // qkv's dY cast from the attention backward's dQ sums (DQ_ACCUM): GPT-2's HD 64 with the bias at
     // N = 1024 (the bias chunks whole tiles), three heads at N = 640 (q_cols 3 tiles of 9), HD 128
     // without a bias at N = 192, GQA at N = 256; then where keep_dq must not take

@@ -31,25 +31,30 @@
 //
 // Variants of fused_classifier_fp8 (e4m3 and e5m2 gradients; bytes: the logits read once, the FP8
 // gradient written once, N*Vp*3):
-//   0 shipped: fused_classifier_fp8_block_per_row, one 1024-thread block per row from global memory,
-//     two blocks a SM, the row's first half kept in shared memory for pass 2 (its FP8 stores land
-//     there), the second half re-read from L2; bf16 rounding two values a conversion; both passes
-//     with a short path for packs of 8 real columns (no bounds tests; in pass 2 no target test where
-//     the target is elsewhere), the same operations on every value. H200, 2026-12-04 (e4m3; e5m2
-//     the same within 0.1%), N=65536 V=50257:                     3.7966 ms; 3.94 ms in the step's profile
-//     Its losses are bit for bit the bf16 classifier's (variant 1's differ in 89-93 of 65,536 rows).
+//   0 shipped: fused_classifier_fp8 = fused_classifier_fp8_rows_in_smem where a row fits (sm_90a
+//     build, two rows a SM: bf16 Vp up to ~57K), one row buffer a block and two blocks a SM (each
+//     block's next row loads by bulk copy while the other block computes), the block-per-row kernels'
+//     passes. H200, 2026-12-04, as the lab's variant 2 before it shipped (e4m3, N=65536 V=50257):
+//                                                                     3.4861 ms (0.918x variant 2's time)
+//     Its losses and FP8 bytes are checked bit for bit against variant 2's (FAIL otherwise), and its
+//     losses against the bf16 classifier's.
 //   1 fused_classifier_rows_in_smem with an FP8 output, exactly as shipped until 2026-12-04 (one
 //     persistent block a SM, rows by bulk copy, bounds tests on every column, one bf16 conversion a
 //     value): 4.92 ms a step in the trainer's profile (dev/cuda/build/profile_gpt2 --fp8 1
 //     --fp8-head 1). Its bytes and losses are compared with variant 0's (23 of 3.3e9 bytes and 93
 //     losses differ: its own per-value code, not the bf16 classifier's).
-//   2 rows in smem with one row buffer a block and two blocks a SM (each block's next row loads while
-//     the other block computes), variant 0's passes.                  3.4861 ms (0.918x variant 0's time)
-//   3 variant 0 with the bf16 rounding on the integer pipe instead of cvt.rn.bf16x2 (if the
-//     conversion pipe, shared with ex2, bounds pass 2).                    3.9766 ms (1.047x)
-//   4 variant 0 with pass 1 loading two packs a thread before summing either (twice the bytes in
-//     flight a warp; the same order of the sums).                         3.5163 ms (0.926x)
-//   Variants 2 and 4 are faster than the shipped kernel and bit for bit the same: the next step.
+//   2 fused_classifier_fp8_block_per_row (shipped 2026-12-04 until variant 0 replaced it; the
+//     launcher's fallback for wider rows): one 1024-thread block per row from global memory, two
+//     blocks a SM, the row's first half kept in shared memory for pass 2 (its FP8 stores land there),
+//     the second half re-read from L2; bf16 rounding two values a conversion; both passes with a
+//     short path for packs of 8 real columns (no bounds tests; in pass 2 no target test where the
+//     target is elsewhere), the same operations on every value. H200, 2026-12-04 (e4m3; e5m2 the same
+//     within 0.1%), N=65536 V=50257:                                  3.7966 ms; 3.94 ms in the step's profile
+//     Its losses are bit for bit the bf16 classifier's (variant 1's differ in 89-93 of 65,536 rows).
+//   3 variant 2 with the bf16 rounding on the integer pipe instead of cvt.rn.bf16x2 (if the
+//     conversion pipe, shared with ex2, bounds pass 2).                    3.9766 ms (1.047x variant 2's)
+//   4 variant 2 with pass 1 loading two packs a thread before summing either (twice the bytes in
+//     flight a warp; the same order of the sums).                         3.5163 ms (0.926x variant 2's)
 // Checks of each FP8 variant, on fresh logits at a trained model's scale (normal, sd 2, with a few
 // large logits a row, +10 .. +16: softmax values from ~1e-12 to ~0.5, so the FP8 gradient spans
 // zero, subnormals and normals): the losses poisoned first, then all of them written, the sampled
@@ -106,10 +111,11 @@ __device__ inline void classifier_row_stats_as_shipped(float* loss, float* row_m
 // completing on an mbarrier). Both passes read shared memory; the gradient goes back to the row in
 // global memory (FP8: row r's to out8 + r * out8_pitch bytes, in place at pitch 2 Vp; block 0 sets
 // fp8_meta). Both passes as they shipped (one bf16 conversion a value, bounds tests on every column).
-// Lab options: BUFS 1, one row buffer a block and two blocks a SM (one block's row loads while the
-// other computes; its next row's load starts only once it is done with the row); PAIRED, the
-// shipped kernel's passes (short paths for full packs, bf16x2 conversions).
-template <ClassifierOut OUT, int BUFS = 2, bool PAIRED = false>
+// Lab option: BUFS 1, one row buffer a block and two blocks a SM (one block's row loads while the
+// other computes; its next row's load starts only once it is done with the row). The FP8 kernel
+// shipped since (llmc's fused_classifier_fp8_rows_in_smem) is BUFS 1 with the block-per-row kernels'
+// passes (short paths for full packs, bf16x2 conversions).
+template <ClassifierOut OUT, int BUFS = 2>
 static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, BUFS == 1 ? 2 : 1)
     fused_classifier_rows_in_smem(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
                                   bool write_dlogits, uint8_t* out8 = nullptr, int64_t out8_pitch = 0,
@@ -148,17 +154,8 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, BUFS == 1 ? 2 : 1)
         const floatX* x = buf + (size_t)b * Vp;
         const int target = targets[row];
         float row_max, inv_sum;
-        if (PAIRED) classifier_row_stats(losses + row, &row_max, &inv_sum, x, target, V);
-        else classifier_row_stats_as_shipped(losses + row, &row_max, &inv_sum, x, target, V);
-        if (write_dlogits && PAIRED) {
-            for (int c = threadIdx.x * x128::size; c < Vp; c += blockDim.x * x128::size) {
-                const x128 v = classifier_grad_pack(load128(x + c), c, target, row_max, inv_sum, dloss, V);
-                if constexpr (OUT == ClassifierOut::FLOATX) store128(logits + (int64_t)row * Vp + c, v);
-                else
-                    *reinterpret_cast<Fp8Pack*>(out8 + row * out8_pitch + c) =
-                        classifier_fp8_pack<FP8>(v, fp8_scale);
-            }
-        } else if (write_dlogits) {
+        classifier_row_stats_as_shipped(losses + row, &row_max, &inv_sum, x, target, V);
+        if (write_dlogits) {
             for (int c = threadIdx.x * x128::size; c < Vp; c += blockDim.x * x128::size) {
                 x128 v = load128(x + c);
                 for (int k = 0; k < x128::size; k++) {
@@ -192,10 +189,10 @@ static bool rows_in_smem_fit(int Vp, int bufs = 2) {
     return major >= 9 && rows_in_smem_bytes(Vp, bufs) + 1024 <= (size_t)bytes;
 }
 // N rows, the gradient as floatX in place, or (out8) as FP8 at scale in place (pitch 2 Vp bytes).
-template <ClassifierOut OUT, int BUFS = 2, bool PAIRED = false>
+template <ClassifierOut OUT, int BUFS = 2>
 static void rows_in_smem_launch(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
                                 bool write_dlogits, float scale, Fp8Meta* meta, cudaStream_t stream) {
-    auto kernel = fused_classifier_rows_in_smem<OUT, BUFS, PAIRED>;
+    auto kernel = fused_classifier_rows_in_smem<OUT, BUFS>;
     const size_t smem = rows_in_smem_bytes(Vp, BUFS);
     static size_t smem_set = 0;  // the opt-in, raised once to the largest row seen
     if (smem > smem_set) {
@@ -210,7 +207,7 @@ static void rows_in_smem_launch(floatX* logits, float* losses, const int* target
 }
 
 // ---------------------------------------------------------------- FP8 variant 3: bf16 rounding by integer ops
-// The shipped kernel with the bf16 rounding of the gradient done on the integer pipe (round to nearest
+// Variant 2's kernel with the bf16 rounding of the gradient done on the integer pipe (round to nearest
 // even on the float's bits: add 0x7FFF plus the kept part's lowest bit, clear the low 16 bits; exact
 // for every finite value, denormals included, as cvt.rn.bf16.f32) instead of cvt.rn.bf16x2.f32: three
 // ALU operations a value in place of half a conversion and the unpacking, if the conversion pipe that
@@ -249,7 +246,7 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
         *reinterpret_cast<Fp8Pack*>(out + c) = o;
     }
 }
-// Variants 3 and 4 (the shipped kernel with pass 1's loads two packs at a time): a block-per-row FP8
+// Variants 2, 3 and 4 (4: variant 2's kernel with pass 1's loads two packs at a time): a block-per-row FP8
 // kernel with its shared memory opted in once per kernel, one block a row.
 template <auto KERNEL>
 static void fp8_block_per_row_launch(floatX* logits, float* losses, const int* targets, float dloss, int N, int V,
@@ -454,7 +451,8 @@ static void run_fp8(lab::Lab& L, int N, int V, int Vp, Fp8Format format, uint64_
         case 0: fused_classifier_fp8(logits, losses, d_targets, dloss, N, V, Vp, F, d_meta, st); break;
         case 1: rows_in_smem_launch<O>(logits, losses, d_targets, dloss, N, V, Vp, true, scale, d_meta, st); break;
         case 2:
-            rows_in_smem_launch<O, 1, true>(logits, losses, d_targets, dloss, N, V, Vp, true, scale, d_meta, st);
+            fp8_block_per_row_launch<fused_classifier_fp8_block_per_row<F>>(logits, losses, d_targets, dloss, N, V, Vp,
+                                                                            scale, d_meta, st);
             break;
         case 3:
             fp8_block_per_row_launch<fused_classifier_fp8_int_round<F>>(logits, losses, d_targets, dloss, N, V, Vp, scale,
@@ -479,6 +477,14 @@ static void run_fp8(lab::Lab& L, int N, int V, int Vp, Fp8Format format, uint64_
         old_losses = d_losses.download();
     }
 
+    // variant 2 (the block-per-row kernel, the launcher's fallback for wide rows), once: the shipped
+    // kernel's FP8 bytes and losses must be its bits exactly
+    lab::DevBuf<floatX> d_bpr(NV, "block per row's");
+    cudaCheck(cudaMemcpy(d_bpr, d_logits0, NV * sizeof(floatX), cudaMemcpyDeviceToDevice));
+    d_losses.poison(L.stream());
+    launch(2, d_bpr, d_losses);
+    cudaCheck(cudaStreamSynchronize(L.stream()));
+    const std::vector<float> bpr_losses = d_losses.download();
     auto reset = [&] {
         cudaCheck(cudaMemcpyAsync(d_logits, d_logits0, NV * sizeof(floatX), cudaMemcpyDeviceToDevice, L.stream()));
         d_losses.poison(L.stream());
@@ -539,14 +545,24 @@ static void run_fp8(lab::Lab& L, int N, int V, int Vp, Fp8Format format, uint64_
             printf("    bytes vs rows in smem, variant %d: %s (%zu of %zu FP8 bytes differ, %zu of %d losses' bits)\n",
                    variant, bytes == 0 && bits == 0 ? "equal" : "DIFFER", bytes, NV, bits, N);
         }
+        if (variant != 2) {
+            const size_t bytes = count_diff_bytes(d_logits, d_bpr, N, pitch, 0, Vp);
+            const size_t bits = count_bits_differ(losses, bpr_losses);
+            const bool same = bytes == 0 && bits == 0;
+            printf("    bytes vs block per row, variant %d: %s (%zu of %zu FP8 bytes differ, %zu of %d losses' bits)  %s\n",
+                   variant, same ? "equal" : "DIFFER", bytes, NV, bits, N,
+                   same ? "ok" : variant == 0 ? "FAIL" : "(reported only)");
+            ok &= same || variant != 0;
+        }
         return ok;
     };
     const double bytes = 3.0 * NV + 8.0 * N, flops = 6.0 * N * V;
     const std::string op = "fused_classifier_fp8" + shape;
-    const char* names[] = {"shipped (block per row, half row in smem)", "rows in smem (until 2026-12-04)",
-                           "rows in smem, 1 buffer, 2 blocks/SM, bf16x2", "block per row, bf16 rounding by ALU",
-                           "block per row, pass 1 loads 2 packs at a time"};
-    const bool runs[] = {true, old_runs, rows_in_smem_fit(Vp, 1), true, true};
+    const char* names[] = {classifier_fp8_rows_fit(Vp) ? "shipped (rows in smem, 1 buffer, 2 blocks/SM)"
+                                                       : "shipped (here: its block-per-row fallback)",
+                           "rows in smem (until 2026-12-04)", "block per row, half row in smem (the fallback)",
+                           "block per row, bf16 rounding by ALU", "block per row, pass 1 loads 2 packs at a time"};
+    const bool runs[] = {true, old_runs, true, true, true};
     constexpr int VARIANTS = 5;
     std::vector<double> ms(VARIANTS, -1.0);
     for (int variant = 0; variant < VARIANTS; variant++) {
