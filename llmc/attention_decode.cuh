@@ -608,7 +608,12 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
         };
 #pragma unroll
         for (int k = 0; k < FP; k++) project(k, fw[k]);
-        for (int k = FP; k < fold_items; k++) project(k, fold_load(k));  // (block-uniform bound)
+        for (int k0 = FP; k0 < fold_items; k0 += FP) {  // the rest, FP loads in flight (block-uniform bound)
+#pragma unroll
+            for (int k = 0; k < FP; k++) fw[k] = fold_load(k0 + k);
+#pragma unroll
+            for (int k = 0; k < FP; k++) project(k0 + k, fw[k]);
+        }
         return;
     }
     if (in_cluster) {
