@@ -229,7 +229,11 @@ __device__ inline void normalize_rows(floatX* xs, const floatX* inp, const float
 // thread per 16-byte pack (M * K / 8 packs: 96 at GPT-2's M 1), each loading the packs of
 // GEMV_FOLD_HEADS heads (2 fp32 float4 loads each) before adding any: one L2 round trip for GPT-2's 12
 // heads. Block 0 also stores the rows to fold_out. Reads M * fold_heads * K * 4 bytes a block from L2
-// (36 KB at GPT-2's M 1; 295 KB at M 8).
+// (36 KB at GPT-2's M 1; 295 KB at M 8). The loads in flight cost registers (ptxas -v, sm_90a, bf16):
+// norm+fc+gelu at M 1 takes 168 with the fold against 72 without (3 blocks an SM instead of 8, so the
+// one-wave grid of fc shrinks from 768 blocks to 396 and its warps take two row groups each), at M 8
+// 210 against 128. Fewer heads a round trip (4: ~32 registers less) trade registers for L2 round trips:
+// not measured yet, the lab's variants 13 and 14 (dev/cuda/attention_decode.cu) time the chain.
 constexpr int GEMV_FOLD_HEADS = 12;
 template <int M>
 __device__ inline void fold_rows(floatX* xs, const floatX* res1, int K, const GemvFusion& f) {
