@@ -230,11 +230,15 @@ __device__ inline void normalize_rows(floatX* xs, const floatX* inp, const float
 // GEMV_FOLD_HEADS heads (2 fp32 float4 loads each) before adding any: one L2 round trip for GPT-2's 12
 // heads. Block 0 also stores the rows to fold_out. Reads M * fold_heads * K * 4 bytes a block from L2
 // (36 KB at GPT-2's M 1; 295 KB at M 8). The loads in flight cost registers (ptxas -v, sm_90a, bf16):
-// norm+fc+gelu at M 1 takes 168 with the fold against 72 without (3 blocks an SM instead of 8, so the
-// one-wave grid of fc shrinks from 768 blocks to 396 and its warps take two row groups each), at M 8
-// 210 against 128. Fewer heads a round trip (4: ~32 registers less) trade registers for L2 round trips:
-// not measured yet, the lab's variants 13 and 14 (dev/cuda/attention_decode.cu) time the chain.
-constexpr int GEMV_FOLD_HEADS = 12;
+// with all 12 of GPT-2's heads a round trip and 1 row a warp, norm+fc+gelu at M 1 took 168 against 72
+// unfolded (3 blocks an SM: the one-wave grid of fc shrank from 768 blocks to 396, each warp taking a
+// second row group whose weights load after the wait). Shipped: 6 heads a round trip (two L2 round
+// trips for GPT-2) and 2 rows a warp: 152 registers at M 1 (156 at M 8), 3 blocks an SM, 396 slots
+// for fc's 384 blocks: every warp's first weights load before the wait. Not measured yet (the lab's
+// variants 13 and 14, dev/cuda/attention_decode.cu, time the chain).
+constexpr int GEMV_FOLD_HEADS = 6;
+// rows a warp of the folded norm+fc+gelu GEMV computes (any M; SwiGLU pairs 2 anyway)
+constexpr int GEMV_FOLD_ROWS = 2;
 template <int M>
 __device__ inline void fold_rows(floatX* xs, const floatX* res1, int K, const GemvFusion& f) {
     const int packs = K / x128::size, H = f.fold_heads;
@@ -621,7 +625,8 @@ inline int launch_fused_rows(GemvEpilogue epi, bool pdl, floatX* out, const floa
             return launch<M, R, GEMV_RESIDUAL, false>(pdl, out, inp, weight, bias, K, N, f, t, stream);
         case GEMV_GELU:
             if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
-            if (f.fold_part) return launch<M, R, GEMV_GELU, 2>(pdl, out, inp, weight, bias, K, N, f, t, stream);
+            if (f.fold_part)
+                return launch<M, GEMV_FOLD_ROWS, GEMV_GELU, 2>(pdl, out, inp, weight, bias, K, N, f, t, stream);
             return launch<M, R, GEMV_GELU, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
         case GEMV_SWIGLU:
             if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
