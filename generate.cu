@@ -234,10 +234,10 @@ static void bench(GPT2Infer& m, const GenConfig& g, const GenerateLimits& lim, c
         if (produced[b] != N) fail("--bench: sequence %d produced %d tokens, not %d", b, produced[b], N);
     printf("BENCH_GEN B=%d prompt=%d new=%d prefill_ms=%.3f ms_per_token=%.4f tok_s=%.0f graph=%d gemv=%d pdl=%d "
            "fused=%d fused_gemv=%d latency=%d split_k=%d rows=%d autotune=%d step_sync=%d fold_argmax=%d persistent=%d "
-           "fold_attproj=%d arch=%s precision=%s\n", B, P, N, prefill_ms, decode_ms / N, (double)B * N / (decode_ms / 1e3), g.graph,
+           "arch=%s precision=%s\n", B, P, N, prefill_ms, decode_ms / N, (double)B * N / (decode_ms / 1e3), g.graph,
            (int)m.gemv, (int)m.pdl, (int)m.fused, (int)infer_detail::fused_step(m), (int)m.latency, m.gemv_split_k,
            m.gemv_rows, g.matmul_autotune, (int)m.step_sync, (int)m.fold_argmax, (int)infer_detail::persistent_step(m),
-           (int)infer_detail::fold_attproj_step(m), gpt2_arch_name(m.config),
+           gpt2_arch_name(m.config),
            PRECISION_NAME);
     if (g.profile) profile_steps(m, lim, tokens, lengths, active, rng, P, std::min(N, 32), decode_ms / N, ctx);
     for (cudaEvent_t& e : ev) cudaCheck(cudaEventDestroy(e));
@@ -288,13 +288,6 @@ int main(int argc, char** argv) {
     m.step_sync = g.step_sync;
     m.fold_argmax = g.fold_argmax != 0;
     m.persistent = g.persistent != 0;
-    m.fold_attproj = g.fold_attproj != 0;
-    if (m.fold_attproj && m.persistent) fail("--fold-attproj 1 and --persistent 1 are exclusive (the persistent "
-                                             "kernel has no folded projection)");
-    if (m.fold_attproj && !infer_detail::fold_attproj_step(m))
-        fprintf(stderr, "--fold-attproj 1: the decode step runs its 5 kernels a layer instead (%s)\n",
-                !infer_detail::fused_step(m) ? "not a fused step: more than 8 sequences, or --fused/--gemv 0"
-                                             : "the decode attention's plan is not the cluster plan, or C != NH * HD");
     if (m.persistent && !infer_detail::persistent_step(m))
         fprintf(stderr, "--persistent 1: the decode step runs its 5 kernels a layer instead (%s)\n",
                 !infer_detail::fused_step(m) ? "not a fused step: more than 8 sequences, or --fused/--gemv 0"
@@ -303,10 +296,7 @@ int main(int argc, char** argv) {
     m.gemv_rows = g.gemv_rows;
     if (!force.empty())
         cudaCheck(cudaMemcpy(m.force, force.data(), sizeof(int) * force.size(), cudaMemcpyHostToDevice));
-    const char* step = infer_detail::persistent_step(m)     ? "persistent"
-                       : infer_detail::fold_attproj_step(m) ? "fused (attproj folded)"
-                       : infer_detail::fused_step(m)        ? "fused"
-                                                            : "unfused";
+    const char* step = infer_detail::persistent_step(m) ? "persistent" : infer_detail::fused_step(m) ? "fused" : "unfused";
     fprintf(stderr, "model %s: L=%d C=%d NH=%d NKV=%d W=%d V=%d; KV cache %d x %d slots (%.1f MiB), batch %d, %s "
             "decode step; %s, %s\n", source.c_str(), c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.window, V,
             B, m.S, 2.0 * c.num_layers * B * c.num_kv_heads * m.S * gpt2_head_dim(c) * sizeof(floatX) / 1048576.0, B,

@@ -207,8 +207,7 @@ __device__ __forceinline__ void decode_merge_splits(T* out, const float* part_o,
 constexpr int DECODE_THREADS = 128;
 // The inner loop's knobs (a type, so a kernel takes them as one template argument); the lab explores
 // them, the shipped launch uses the defaults.
-template <int U_ = 4, bool PREFETCH_ = false, bool SCATTER_ = false, bool APPEND_ = false, bool EARLY_ = false,
-          bool FOLD_ = false>
+template <int U_ = 4, bool PREFETCH_ = false, bool SCATTER_ = false, bool APPEND_ = false, bool EARLY_ = false>
 struct DecodeKnobs {
     static constexpr int U = U_;                  // keys a row group loads per step
     static constexpr bool PREFETCH = PREFETCH_;   // issue the next step's loads before this step's math
@@ -224,37 +223,11 @@ struct DecodeKnobs {
     // registers (GB 1: 123 instead of 96, 4 blocks an SM instead of 5) that only a kernel started
     // early by PDL gets anything for
     static constexpr bool EARLY = EARLY_;
-    // the attention projection folded in (attention_decode_fold_attproj, generate --fold-attproj): the
-    // cluster plan only; each block of a head's cluster multiplies the merged output by its share of the
-    // projection's columns (DecodeFold, below). Its own instantiation: its weight registers
-    static constexpr bool FOLD = FOLD_;
 };
 using DecodeShipped = DecodeKnobs<>;
 using DecodeShippedAppend = DecodeKnobs<DecodeShipped::U, DecodeShipped::PREFETCH, DecodeShipped::SCATTER, true>;
 using DecodeShippedEarly =
     DecodeKnobs<DecodeShipped::U, DecodeShipped::PREFETCH, DecodeShipped::SCATTER, false, true>;
-using DecodeShippedEarlyFold =
-    DecodeKnobs<DecodeShipped::U, DecodeShipped::PREFETCH, DecodeShipped::SCATTER, false, true, true>;
-
-// The attention projection folded into the cluster plan (Knobs::FOLD; the fused decode step's
-// --fold-attproj): after the cluster merge every block of a (sequence, head block) cluster holds the
-// merged output o_h (HD, rounded to T as `out` stores it) of each of its heads, and block `split` of
-// the cluster's P takes the output columns j of [split * ceil(C / P), ...) of the projection:
-//   part (B, NH, C) fp32 (=): part[b][h][j] = sum_d w[j][h * HD + d] * o_h[d]
-// w (C, NH * HD) one layer's attproj weight (row-major, "out x in"). No bias, no residual, no sum over
-// heads: the next kernel adds res1 + bias + part[b][0][j] + ... + part[b][NH-1][j] in head order
-// (gemv.cuh, GemvFusion::fold_part). The weight slice (C / P rows of HD elements a head: 12 KB for
-// GPT-2's 768 / 8 rows of 64 bf16) is loaded before the wait, DECODE_FOLD_PACKS 16-byte packs a thread
-// (a key row's TPR lanes share a weight row as they share a key row; the rest after the merge).
-template <typename T>
-struct DecodeFold {
-    const T* w = nullptr;
-    float* part = nullptr;
-    int C = 0;
-};
-// Registers (ptxas -v, sm_90a, bf16): 188 at HD 64, GB 1 against 121 without the fold (2 blocks an SM
-// instead of 4: GPT-2 at B 1 has 96 blocks, one an SM; at B 8, 768 blocks take ~3 waves instead of ~1.5).
-constexpr int DECODE_FOLD_PACKS = 8;
 
 // Sums each of v[0..N) over the TPR lanes of a row group, reduce-scatter style: at every xor level a
 // lane keeps half of the values it still holds (the upper lane the upper half) and adds the partner's
@@ -311,7 +284,7 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
                                                              const T* k_cache, const T* v_cache, const int* pos,
                                                              QKVLayout L, int S, int window, int max_splits,
                                                              int min_chunk, bool fused_combine, bool cluster,
-                                                             const StepSync& sync, const DecodeFold<T>& fold) {
+                                                             const StepSync& sync) {
     using Tile = DecodeTile<T, HD>;
     constexpr int EPT = Tile::EPT, TPR = Tile::TPR, ROWS = Tile::ROWS, U = Knobs::U, STEP = ROWS * U;
     __shared__ float sm_m[ROWS][GB], sm_l[ROWS][GB], sm_f[ROWS][GB], sm_sum[GB];
@@ -369,23 +342,6 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
         plan_span(pos_early);
         if (split < nsplits) load_step(j0, kr, vr);
     }
-    // FOLD: this block's projection columns c_lo..c_hi-1; row group `row` takes columns c_lo + row + i*ROWS,
-    // i < per_rg, of each of its heads: item k = g * per_rg + i, the first DECODE_FOLD_PACKS in registers
-    constexpr int FP = Knobs::FOLD ? DECODE_FOLD_PACKS : 1;
-    const int fold_K = L.NH * HD, fold_cpb = Knobs::FOLD ? ceil_div(fold.C, (int)gridDim.x) : 0;
-    const int fold_lo = split * fold_cpb, fold_hi = min(fold.C, fold_lo + fold_cpb);
-    const int fold_per_rg = Knobs::FOLD ? ceil_div(fold_cpb, ROWS) : 1, fold_items = heads * fold_per_rg;
-    auto fold_col = [&](int k) { return fold_lo + row + (k % fold_per_rg) * ROWS; };
-    auto fold_valid = [&](int k) { return k < fold_items && fold_col(k) < fold_hi; };
-    auto fold_load = [&](int k) {
-        return fold_valid(k) ? load128cs(fold.w + (size_t)fold_col(k) * fold_K + (h0 + k / fold_per_rg) * HD + d0)
-                             : Packed128<T>::constant(from_float<T>(0.0f));
-    };
-    Packed128<T> fw[FP];
-    if constexpr (Knobs::FOLD) {
-#pragma unroll
-        for (int k = 0; k < FP; k++) fw[k] = fold_load(k);
-    }
     step_wait(sync);  // a programmatic dependent of the QKV kernel (pdl): q and this step's K/V come from it
     step_trigger_after_wait(sync);
 
@@ -410,8 +366,7 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
     }
     // In a cluster every block takes part in the merge's barriers, keys or not (the decision is the
     // same for the whole cluster: its blocks share b and so nsplits); j0 >= j1 here: no loop steps.
-    // FOLD: every block of the cluster takes part whatever nsplits (each computes projection columns).
-    const bool in_cluster = cluster && (nsplits > 1 || Knobs::FOLD);
+    const bool in_cluster = cluster && nsplits > 1;
     if (split >= nsplits && !in_cluster) return;
     if constexpr (Knobs::APPEND) {
         if (split == nsplits - 1 && span.n > 0) {  // the same for every thread of the block
@@ -555,7 +510,7 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
             o += sm_f[r][g] * sm_o[r][g][d];
             sum += sm_f[r][g] * sm_l[r][g];
         }
-        if (nsplits == 1 && !in_cluster) {  // sum = 0 only for an idle sequence (no keys): zeros
+        if (nsplits == 1) {  // sum = 0 only for an idle sequence (no keys): zeros
             out[((size_t)b * L.NH + h0 + g) * HD + d] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
         } else if (in_cluster) {  // the block's partial stays in its shared memory (row 0's slots:
             sm_o[0][g][d] = o;    // this thread read sm_o[.][g][d] above and no other thread does)
@@ -569,55 +524,7 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
             }
         }
     }
-    if (nsplits == 1 && !in_cluster) return;
-    if constexpr (Knobs::FOLD) {  // (in_cluster: the host launches FOLD with the cluster plan only)
-        // Every block merges all heads * HD outputs for itself (the same loop, the same order as
-        // below: the same values), block 0 also stores them, then the projection of its columns.
-        namespace cg = cooperative_groups;
-        cg::cluster_group cl = cg::this_cluster();
-        cl.sync();
-        for (int idx = threadIdx.x; idx < heads * HD; idx += DECODE_THREADS) {
-            const int g = idx / HD, d = idx % HD;
-            float ms[DECODE_CLUSTER_MAX], M = -FLT_MAX;
-#pragma unroll
-            for (int s = 0; s < DECODE_CLUSTER_MAX; s++) {
-                ms[s] = s < nsplits ? *cl.map_shared_rank(&sm_m[0][g], s) : -FLT_MAX;
-                M = fmaxf(M, ms[s]);
-            }
-            float o = 0.0f, sum = 0.0f;
-#pragma unroll
-            for (int s = 0; s < DECODE_CLUSTER_MAX; s++) {
-                if (s < nsplits) {
-                    const float f = exp2f(ms[s] - M);
-                    o += f * *cl.map_shared_rank(&sm_o[0][g][d], s);
-                    sum += f * *cl.map_shared_rank(&sm_sum[g], s);
-                }
-            }
-            // one split: f = 1, the unclustered path's o / sum; an idle sequence (sum 0): zeros
-            const T y = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
-            if (split == 0) out[((size_t)b * L.NH + h0 + g) * HD + d] = y;
-            sm_o[1][g][d] = to_float(y);  // row 1's slots: nobody reads them remotely (ROWS >= 4)
-        }
-        cl.sync();  // the merged outputs are in place; no block reads another's shared memory after it
-        auto project = [&](int k, const Packed128<T>& wk) {
-            const int g = min(k / fold_per_rg, GB - 1);
-            float dot = 0.0f;
-#pragma unroll
-            for (int e = 0; e < EPT; e++) dot += to_float(wk[e]) * sm_o[1][g][d0 + e];
-#pragma unroll
-            for (int o = TPR / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-            if (lane == 0 && fold_valid(k)) fold.part[((size_t)b * L.NH + h0 + g) * fold.C + fold_col(k)] = dot;
-        };
-#pragma unroll
-        for (int k = 0; k < FP; k++) project(k, fw[k]);
-        for (int k0 = FP; k0 < fold_items; k0 += FP) {  // the rest, FP loads in flight (block-uniform bound)
-#pragma unroll
-            for (int k = 0; k < FP; k++) fw[k] = fold_load(k0 + k);
-#pragma unroll
-            for (int k = 0; k < FP; k++) project(k0 + k, fw[k]);
-        }
-        return;
-    }
+    if (nsplits == 1) return;
     if (in_cluster) {
         // Cluster combine: block `split` is the cluster's rank `split` (cluster dims (gridDim.x, 1, 1));
         // after the barrier every block's partial (max sm_m[0], sum sm_sum, output sm_o[0]) is readable
@@ -673,9 +580,9 @@ template <typename T, int HD, int GB, class Knobs>
 static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, Knobs>())
     attention_decode_split_kernel(T* out, DecodeScratch scratch, const T* qkv, const T* k_cache, const T* v_cache,
                                   const int* pos, QKVLayout L, int S, int window, int max_splits, int min_chunk,
-                                  bool fused_combine, bool cluster, StepSync sync, DecodeFold<T> fold) {
+                                  bool fused_combine, bool cluster, StepSync sync) {
     attention_decode_split_block<T, HD, GB, Knobs>(out, scratch, qkv, k_cache, v_cache, pos, L, S, window, max_splits,
-                                                   min_chunk, fused_combine, cluster, sync, fold);
+                                                   min_chunk, fused_combine, cluster, sync);
     step_arrive(sync);
 }
 
@@ -701,7 +608,7 @@ template <typename T, class Knobs = DecodeShipped>
 inline int attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, const T* v_cache, const int* pos,
                                       int B, int NH, int NKV, int HD, int S, int window, float* scratch_buf,
                                       const DecodePlan& plan, cudaStream_t stream, bool pdl = false,
-                                      const StepSync& sync = {}, const DecodeFold<T>& fold = {}) {
+                                      const StepSync& sync = {}) {
     const QKVLayout L{NH, NKV, HD};
     const DecodeScratch scratch(scratch_buf, B, NH, NKV, HD, plan);
     const dim3 grid(plan.max_splits, NKV * plan.head_blocks, B);
@@ -709,12 +616,10 @@ inline int attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, co
         fail("attention_decode: a cluster of %d split blocks (at most %d)", plan.max_splits, DECODE_CLUSTER_MAX);
     if (sync.counters && plan.max_splits > 1 && !plan.fused_combine && !plan.cluster)
         fail("internal: attention_decode with step counters needs a plan of one kernel");
-    if (Knobs::FOLD && (!plan.cluster || !fold.w || !fold.part || fold.C <= 0))
-        fail("internal: the folded attention projection needs the cluster plan, its weight and its output");
     auto launch = [&](auto kernel) {
         if (!plan.cluster) {
             launch_kernel(kernel, grid, dim3(DECODE_THREADS), 0, stream, pdl, out, scratch, qkv, k_cache, v_cache,
-                          pos, L, S, window, plan.max_splits, plan.min_chunk, plan.fused_combine, false, sync, fold);
+                          pos, L, S, window, plan.max_splits, plan.min_chunk, plan.fused_combine, false, sync);
         } else {  // launch_kernel's launch with the cluster's dimensions as a second attribute
             cudaLaunchConfig_t cfg = {};
             cfg.gridDim = grid;
@@ -730,7 +635,7 @@ inline int attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, co
             cfg.attrs = attr;
             cfg.numAttrs = pdl ? 2 : 1;
             cudaCheck(cudaLaunchKernelEx(&cfg, kernel, out, scratch, qkv, k_cache, v_cache, pos, L, S, window,
-                                         plan.max_splits, plan.min_chunk, plan.fused_combine, true, sync, fold));
+                                         plan.max_splits, plan.min_chunk, plan.fused_combine, true, sync));
         }
         cudaCheckLaunch();
     };
@@ -794,36 +699,4 @@ inline int attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, flo
                                                                       HD, S, window, scratch, plan, stream, pdl, sync);
     return attention_decode_with_plan(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window, scratch, plan,
                                       stream, pdl, sync);
-}
-
-// Whether attention_decode_fold_attproj runs these sizes on the current device: its plan is the cluster
-// plan (small grids: GPT-2 124M's generate cache, S 1024, up to B 10 on 132 SMs).
-inline bool attention_decode_can_fold(int B, int NH, int NKV, int HD, int S, int window) {
-    return attention_detail::decode_plan(B, NH, NKV, S, window, current_sm_count()).cluster;
-}
-
-// attention_decode (early loads, pdl as given) with the attention projection folded in
-// (attention_detail::DecodeFold): out (B, NH * HD) as attention_decode writes it, and
-// part (B, NH, C) fp32 (=): part[b][h][j] = sum_d attprojw[j][h * HD + d] * out[b][h * HD + d] (out's
-// floatX values), attprojw (C, NH * HD). The caller adds the bias, the residual and the heads' parts
-// (gemv_fused_forward with GemvFusion::fold_part). attention_decode_can_fold(...) must hold; part and
-// attprojw 16-byte aligned. Returns the blocks of its kernel (sync: as attention_decode's).
-inline int attention_decode_fold_attproj(floatX* out, float* part, const floatX* qkv, floatX* k_cache,
-                                         floatX* v_cache, const int* pos, const floatX* attprojw, int B, int NH,
-                                         int NKV, int HD, int S, int C, cudaStream_t stream, int window = 0,
-                                         float* scratch = nullptr, bool pdl = false, const StepSync& sync = {}) {
-    using namespace attention_detail;
-    check_kv_cache_sizes("attention_decode_fold_attproj", B, NH, NKV, HD, S, window);
-    check_kv_cache_aligned("attention_decode_fold_attproj", qkv, k_cache, v_cache);
-    const DecodePlan plan = decode_plan(B, NH, NKV, S, window, current_sm_count());
-    if (!plan.cluster) fail("attention_decode_fold_attproj: B=%d NH=%d S=%d is not the cluster plan", B, NH, S);
-    if (C <= 0 || ((uintptr_t)attprojw % 16) != 0 || ((uintptr_t)part % 16) != 0)
-        fail("attention_decode_fold_attproj: C=%d, the weight and part must be 16-byte aligned", C);
-    DecodeFold<floatX> fold;
-    fold.w = attprojw;
-    fold.part = part;
-    fold.C = C;
-    return attention_decode_with_plan<floatX, DecodeShippedEarlyFold>(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD,
-                                                                      S, window, scratch, plan, stream, pdl, sync,
-                                                                      fold);
 }

@@ -59,10 +59,6 @@
 //     merges its warps' and writes its (max, index) pairs, the last block to count in merges the
 //     blocks' (P ~ 1000 at M = 1: 8 loads a thread, then a block reduction, per input row): the
 //     decode step's greedy token without the sampler kernel).
-//     GemvFusion::fold_part (fc's norm prologue, generate --fold-attproj): the attention projection's
-//               per-head fp32 parts (attention_decode_fold_attproj) are summed with res1 and the bias
-//               into res2 in the prologue (fold_rows), which block 0 also stores: the layer's
-//               attproj+residual kernel is gone (GemvFusion, the formula and what differs).
 //     GemvFusion::sync: the decode step's counter wait and count (llmc/step_sync.h) in place of
 //     pdl_wait. Outputs equal the unfused kernels' up to the order of fp32 additions in the norm
 //     (the same code: identical in practice) and in the RoPE products.
@@ -115,20 +111,6 @@ struct GemvFusion {
     // GEMV_RESIDUAL: (M, N); with GemvTuning::preload read before pdl_wait, so it must not come from
     // the kernel this one waits for (the decode step's come from two and three kernels earlier)
     const floatX* residual = nullptr;
-    // GEMV_RESIDUAL: load the residual after the wait, for a residual the kernel this one waits for
-    // writes (fcproj's res2 when the attention projection is folded: fold_out below)
-    bool residual_late = false;
-    // The folded attention projection (attention_decode_fold_attproj; the fc GEMV of generate
-    // --fold-attproj), with the norm: inp (M, K) is res1 and the row normalized is
-    //   res2 = floatX(res1 + floatX(fold_bias + part[m][0] + part[m][1] + ... + part[m][fold_heads-1]))
-    // the fp32 sum over heads in head order, rounded as the attproj+residual GEMV rounds (its
-    // fp32 sum + bias to floatX, then the residual add to floatX); only the fp32 order of the product's
-    // additions differs from that kernel (per head, then over heads). Block 0 writes res2 (M, K) to
-    // fold_out, the residual of fcproj (which then loads it late: residual_late).
-    const float* fold_part = nullptr;  // (M, fold_heads, K) fp32
-    int fold_heads = 0;
-    const floatX* fold_bias = nullptr;  // (K) attproj's bias, or nullptr
-    floatX* fold_out = nullptr;         // (M, K)
     floatX* k_cache = nullptr;         // GEMV_QKV: one layer's (M, NKV, S, HD)
     floatX* v_cache = nullptr;         // (M, NKV, S, HD)
     const int* pos = nullptr;          // (M) device positions, < 0 idle
@@ -225,64 +207,6 @@ __device__ inline void normalize_rows(floatX* xs, const floatX* inp, const float
     }
 }
 
-// GemvFusion::fold_part's prologue: xs (M, K) = res2 of the M rows (the formula at GemvFusion), a
-// thread per 16-byte pack (M * K / 8 packs: 96 at GPT-2's M 1), each loading the packs of
-// GEMV_FOLD_HEADS heads (2 fp32 float4 loads each) before adding any: one L2 round trip for GPT-2's 12
-// heads. Block 0 also stores the rows to fold_out. Reads M * fold_heads * K * 4 bytes a block from L2
-// (36 KB at GPT-2's M 1; 295 KB at M 8). The loads in flight cost registers (ptxas -v, sm_90a, bf16):
-// with all 12 of GPT-2's heads a round trip and 1 row a warp, norm+fc+gelu at M 1 took 168 against 72
-// unfolded (3 blocks an SM: the one-wave grid of fc shrank from 768 blocks to 396, each warp taking a
-// second row group whose weights load after the wait). Shipped: 6 heads a round trip (two L2 round
-// trips for GPT-2) and 2 rows a warp: 152 registers at M 1 (156 at M 8), 3 blocks an SM, 396 slots
-// for fc's 384 blocks: every warp's first weights load before the wait. Not measured yet (the lab's
-// variants 13 and 14, dev/cuda/attention_decode.cu, time the chain).
-constexpr int GEMV_FOLD_HEADS = 6;
-// rows a warp of the folded norm+fc+gelu GEMV computes (any M; SwiGLU pairs 2 anyway)
-constexpr int GEMV_FOLD_ROWS = 2;
-template <int M>
-__device__ inline void fold_rows(floatX* xs, const floatX* res1, int K, const GemvFusion& f) {
-    const int packs = K / x128::size, H = f.fold_heads;
-    for (int i = threadIdx.x; i < M * packs; i += blockDim.x) {
-        const int m = i / packs, c = (i % packs) * x128::size;
-        const x128 r = load128(res1 + (int64_t)m * K + c);
-        float acc[x128::size];
-#pragma unroll
-        for (int e = 0; e < x128::size; e++) acc[e] = 0.0f;
-        const float* part = f.fold_part + (int64_t)m * H * K + c;
-        for (int h0 = 0; h0 < H; h0 += GEMV_FOLD_HEADS) {
-            float4 p[GEMV_FOLD_HEADS][x128::size / 4];
-#pragma unroll
-            for (int j = 0; j < GEMV_FOLD_HEADS; j++)
-#pragma unroll
-                for (int q = 0; q < x128::size / 4; q++)
-                    p[j][q] = h0 + j < H ? __ldcg(reinterpret_cast<const float4*>(part + (int64_t)(h0 + j) * K) + q)
-                                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-            for (int j = 0; j < GEMV_FOLD_HEADS; j++) {
-                if (h0 + j >= H) break;
-#pragma unroll
-                for (int q = 0; q < x128::size / 4; q++) {
-                    acc[4 * q] += p[j][q].x;
-                    acc[4 * q + 1] += p[j][q].y;
-                    acc[4 * q + 2] += p[j][q].z;
-                    acc[4 * q + 3] += p[j][q].w;
-                }
-            }
-        }
-        x128 y;
-        if (f.fold_bias) {
-            const x128 bb = load128(f.fold_bias + c);
-#pragma unroll
-            for (int e = 0; e < x128::size; e++) acc[e] += to_float(bb[e]);
-        }
-#pragma unroll
-        for (int e = 0; e < x128::size; e++)
-            y[e] = from_float<floatX>(to_float(r[e]) + to_float(from_float<floatX>(acc[e])));
-        store128(xs + (int64_t)m * K + c, y);
-        if (blockIdx.x == 0) store128(f.fold_out + (int64_t)m * K + c, y);
-    }
-}
-
 // GEMV_QKV's store of input row m (sequence m): y[r] = row[r]'s value; with `pair` rows (d, d + HD/2)
 // of one head, turned by RoPE first when that head is a q or k head.
 template <int R>
@@ -374,7 +298,7 @@ __device__ inline void argmax_finish(sampler_detail::ArgMax cand, const GemvFusi
 // groups): warp kw of the KS takes the packs lane + 32*(kw + KS*i), i = 0, 1, ... Rows past N (the
 // last group of an N not a multiple of R) read row N-1 and write nothing. NORM: inp's rows are
 // normalized into shared memory first (normalize_rows) and read from there.
-template <int M, int R, int EPI, int NORM>
+template <int M, int R, int EPI, bool NORM>
 __global__ void __launch_bounds__(GEMV_THREADS)
 gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K, int N, GemvFusion f,
             GemvTuning t) {
@@ -420,7 +344,6 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
         }
     };
     const bool trigger_early = step_triggers_early(f.sync);
-    const bool late_residual = trigger_early || f.residual_late;
     step_trigger_before_wait(f.sync);
     // before the wait: the first round of this warp's first group (registers, or an L2 prefetch), its
     // epilogue inputs, and the norm's weight and bias into shared memory
@@ -432,7 +355,7 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
         if (t.preload) {
             load_round(row, p0);
             load_bias(row);
-            if (!late_residual) load_residual(row);
+            if (!trigger_early) load_residual(row);
             loaded = true;
         } else {
 #pragma unroll
@@ -455,19 +378,13 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
     }
     step_wait(f.sync);
     step_trigger_after_wait(f.sync);
-    if (loaded && late_residual) {
+    if (loaded && trigger_early) {
         int row[R];
         rows_of(first, row);
         load_residual(row);
     }
     const floatX* x = inp;
-    if constexpr (NORM == 2) {  // the folded attention projection: res2 into xs first
-        fold_rows<M>(xs, inp, K, f);
-        __syncthreads();
-        normalize_rows<M>(xs, xs, nw, nb, K, f);
-        __syncthreads();
-        x = xs;
-    } else if constexpr (NORM) {
+    if constexpr (NORM) {
         normalize_rows<M>(xs, inp, nw, nb, K, f);
         __syncthreads();
         x = xs;
@@ -556,7 +473,7 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
 }
 
 // One launch of gemv_kernel<M, R, EPI, NORM>, with the programmatic-serialization attribute when pdl.
-template <int M, int R, int EPI, int NORM>
+template <int M, int R, int EPI, bool NORM>
 inline int launch(bool pdl, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K, int N,
                    const GemvFusion& f, GemvTuning t, cudaStream_t stream) {
     if (t.split_k == 0) t.split_k = gemv_split_k(K);
@@ -625,12 +542,9 @@ inline int launch_fused_rows(GemvEpilogue epi, bool pdl, floatX* out, const floa
             return launch<M, R, GEMV_RESIDUAL, false>(pdl, out, inp, weight, bias, K, N, f, t, stream);
         case GEMV_GELU:
             if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
-            if (f.fold_part)
-                return launch<M, GEMV_FOLD_ROWS, GEMV_GELU, 2>(pdl, out, inp, weight, bias, K, N, f, t, stream);
             return launch<M, R, GEMV_GELU, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
         case GEMV_SWIGLU:
             if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
-            if (f.fold_part) return launch<M, 2, GEMV_SWIGLU, 2>(pdl, out, inp, weight, bias, K, N, f, t, stream);
             return launch<M, 2, GEMV_SWIGLU, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
         default:
             if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
@@ -665,10 +579,6 @@ inline bool gemv_fused_supported(int M, int K, int N, GemvEpilogue epi, const Ge
         return false;
     if (f.argmax && !(epi == GEMV_PLAIN && norm && f.argmax_scratch && f.argmax_cols > 0 && f.argmax_cols <= N))
         return false;
-    if (f.fold_part && !(norm && (epi == GEMV_GELU || epi == GEMV_SWIGLU) && f.fold_heads > 0 && f.fold_out &&
-                         (uintptr_t)f.fold_part % 16 == 0))
-        return false;
-    if (f.residual_late && epi != GEMV_RESIDUAL) return false;
     switch (epi) {
         case GEMV_QKV:
             return norm && f.k_cache && f.v_cache && f.pos && f.NH > 0 && f.NKV > 0 && f.HD > 0 && f.S > 0 &&

@@ -2,8 +2,7 @@
 // share: their flags, the model path, the prompts (text through the BPE encoder, ids, files), the
 // end-of-text default and the output of a finished batch, so they take the same command lines and
 // give the same errors. The GPU-only flags (--graph, --check-full, --bench, --init, and the kernel
-// choices --gemv, --pdl, --fused, --latency-kernels, --step-sync, --fold-argmax, --fold-attproj, --persistent, --matmul-autotune,
-// --profile)
+// choices --gemv, --pdl, --fused, --latency-kernels, --step-sync, --fold-argmax, --persistent, --matmul-autotune, --profile)
 // are registered only for it.
 #pragma once
 #include <sys/stat.h>
@@ -56,7 +55,6 @@ struct GenConfig {
     int step_sync = 0;                  // --step-sync: the fused step's kernels wait on counters (2: trigger early)
     int fold_argmax = 1;                // --fold-argmax: the fused step's greedy argmax inside the lm_head GEMV
     int persistent = 0;                 // --persistent: the fused step's layers as one persistent kernel
-    int fold_attproj = 0;               // --fold-attproj: the fused step's attproj inside attention and fc
     int matmul_autotune = 1;            // --matmul-autotune: time cuBLASLt's algorithms for the step's matmuls once
     int profile = 0;                    // --profile 1 (with --bench): per-kernel-family time of a decode step
     std::string init;                   // --init dN: a fresh random model instead of --model
@@ -150,12 +148,6 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
         p.add_int("--fold-argmax", &g.fold_argmax, {0, 1}, "1 = a fused decode step's lm_head GEMV also takes each "
                   "sequence's greedy argmax, and a greedy step starts from it (no sampler kernel); 0 = the sampler "
                   "kernel reads the logits (same tokens)");
-        p.add_int("--fold-attproj", &g.fold_attproj, {0, 1}, "1 = a fused decode step (at most 8 sequences) "
-                  "whose decode attention is the cluster plan runs 4 kernels a layer: the attention kernel also "
-                  "multiplies each head's output by its slice of the attention projection (fp32 per-head parts), "
-                  "and the norm+fc GEMV adds res1, the bias and the parts into res2 in its prologue (llmc/gemv.cuh, "
-                  "GemvFusion::fold_part); elsewhere the 5 kernels a layer; 0 (default: not measured yet) = the "
-                  "attproj+residual GEMV (same tokens up to the fp32 order of the projection's sums)");
         p.add_int("--persistent", &g.persistent, {0, 1}, "1 = a decode step of at most 8 sequences runs all "
                   "transformer blocks as one persistent kernel (a block per SM, a grid barrier between the "
                   "phases of a layer, each block's weight slices streamed into shared memory ahead of use: "

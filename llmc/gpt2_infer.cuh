@@ -101,10 +101,6 @@ struct GPT2Infer {
     // the fused step's layers as one persistent kernel (llmc/decode_persistent.cuh; --persistent) where
     // `persist` says it runs (GPT-2-style blocks, B <= 8), else the 5 kernels a layer
     bool persistent = false;
-    // the fused step's attention projection folded into attention_decode and the norm+fc GEMV (4 kernels
-    // a layer; --fold-attproj) where fold_attproj_step says it runs, else the 5 kernels a layer
-    bool fold_attproj = false;
-    float* fold_part = nullptr;  // (min(B, GEMV_MAX_M), NH, C) the folded projection's per-head parts
     PersistentPlan persist;
     float* persist_part = nullptr;     // persist.part_floats: the attention phase's partials
     unsigned* persist_sync = nullptr;  // PERSIST_SYNC_WORDS: its barrier counters (zeroed once; left zero)
@@ -156,11 +152,9 @@ struct GPT2Infer {
     GenerateLimits graph_limits{};
 };
 
-// Kernels of a fused step after the sampler (or advance_and_encode): the encoder, 5 a layer (4 with the
-// attention projection folded: fold_attproj_step), lm_head; one StepSync counter each.
-inline int step_chain_kernels(const GPT2Config& c, bool fold_attproj = false) {
-    return 2 + (fold_attproj ? 4 : 5) * c.num_layers;
-}
+// Kernels of a fused step after the sampler (or advance_and_encode): the encoder, 5 a layer, lm_head;
+// one StepSync counter each.
+inline int step_chain_kernels(const GPT2Config& c) { return 2 + 5 * c.num_layers; }
 
 // What the GPU inference runs (any knob combination of both families, head size 64 or 128, 16-byte
 // rows); a host check, callable before the device starts.
@@ -204,7 +198,6 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* hos
         {(void**)&m.step_counters, (size_t)step_chain_kernels(c) * STEP_COUNTER_STRIDE, I},
         {(void**)&m.argmax_scratch, gemv_argmax_scratch_floats(std::min(B, GEMV_MAX_M), current_sm_count()), F},
         {(void**)&m.pending, (size_t)B, I},
-        {(void**)&m.fold_part, (size_t)std::min(B, GEMV_MAX_M) * c.num_heads * C, F},
         {(void**)&m.persist_part, std::max<size_t>(m.persist.part_floats, 1), F},
         {(void**)&m.persist_sync, (size_t)PERSIST_SYNC_WORDS, I},
         {(void**)&m.persist_trace, (size_t)L * PERSIST_TRACE_POINTS, sizeof(unsigned long long)},
@@ -446,13 +439,6 @@ inline bool fused_step(const GPT2Infer& m) {
 inline bool fold_argmax(const GPT2Infer& m) { return m.fold_argmax && fused_step(m); }
 // Whether the fused step's layers run as the persistent kernel (m.persistent, and the plan allows).
 inline bool persistent_step(const GPT2Infer& m) { return m.persistent && fused_step(m) && m.persist.ok; }
-// Whether the fused step folds the attention projection (m.fold_attproj, the 5-kernel fused layers,
-// the decode attention's cluster plan, a projection of NH * HD = C inputs).
-inline bool fold_attproj_step(const GPT2Infer& m) {
-    const GPT2Config& c = m.config;
-    return m.fold_attproj && fused_step(m) && !persistent_step(m) && c.num_heads * gpt2_head_dim(c) == c.channels &&
-           attention_decode_can_fold(m.B, c.num_heads, c.num_kv_heads, gpt2_head_dim(c), m.S, m.window);
-}
 inline bool fold_step(const GPT2Infer& m, const GenerateLimits& lim) {
     return fold_argmax(m) && lim.sampling.temperature == 0.0f && lim.force_len == 0;
 }
@@ -503,7 +489,7 @@ inline StepChain step_chain(const GPT2Infer& m) {
     StepChain ch;
     if (m.step_sync && fused_step(m) && !persistent_step(m)) {
         ch.counters = m.step_counters;
-        ch.n = step_chain_kernels(m.config, fold_attproj_step(m));
+        ch.n = step_chain_kernels(m.config);
         ch.early_trigger = m.step_sync == 2;
     }
     return ch;
@@ -517,16 +503,6 @@ inline StepChain step_chain(const GPT2Infer& m) {
 //   attproj+residual  res2 = res1 + atty Wproj^T + b
 //   norm+fc+gelu    fch_gelu = gelu(ln2(res2) Wfc^T + b) (Llama: norm+fc+swiglu, SwiGLU of [gate | up])
 //   fcproj+residual res1 = res2 + fch_gelu Wfcproj^T + b
-// With the attention projection folded (m.fold_attproj, where fold_attproj_step holds), 4 a layer:
-//   attention+attproj      atty, and fold_part (B, NH, C) = each head's output times its slice of Wproj
-//                          (attention_decode_fold_attproj: the cluster's blocks split the C columns;
-//                          Wproj's slice loaded before the wait)
-//   attproj+norm+fc+gelu   res2 = res1 + b + the NH parts in head order (rounded as attproj+residual
-//                          rounds; block 0 writes res2), then as norm+fc+gelu (gemv.cuh,
-//                          GemvFusion::fold_part)
-//   fcproj+residual        as above, its residual res2 loaded after the wait (the kernel before wrote it)
-// The outputs differ from the 5 kernels' only in the fp32 order of the projection's sums (per head,
-// then over heads, against one warp's lane-strided sum), so a bf16 res2 element may differ by an ulp.
 // then norm+lm_head: logits = lnf(res1) Wlm^T. Residual ping-pong as the unfused step: no kernel
 // writes a buffer its own inputs come from. `ln`, `proj`, `mean` and `rstd` are not written.
 inline void decode_head_fused(GPT2Infer& m, StepChain& ch, const CudaContext& ctx);
@@ -537,7 +513,6 @@ inline void decode_layers_fused(GPT2Infer& m, StepChain& ch, const CudaContext& 
     const GPT2Tensors<floatX>& p = m.params;
     cudaStream_t s = ctx.stream;
     const bool rms = c.norm == NORM_RMSNORM, rope = c.position == POS_ROPE, swiglu = c.mlp == MLP_SWIGLU;
-    const bool fold = fold_attproj_step(m);
     auto norm = [&](const floatX* w, const floatX* b) {
         GemvFusion f;
         f.norm = rms ? GEMV_NORM_RMS : GEMV_NORM_LAYER;
@@ -562,30 +537,6 @@ inline void decode_layers_fused(GPT2Infer& m, StepChain& ch, const CudaContext& 
         mark(m, rope ? "norm+qkv+rope+kv" : "norm+qkv+kv", s);
         ch.launched(gemv_fused_forward(m.qkv, m.res1, p.qkvw + (size_t)l * QKV * C, tensor_at(p.qkvb, (size_t)l * QKV),
                                        B, C, QKV, GEMV_QKV, fq, s, m.pdl, tuning(m)));
-        if (fold) {  // attention+attproj, then norm+fc with res2 = res1 + bias + the heads' parts
-            mark(m, "attention+attproj", s);
-            ch.launched(attention_decode_fold_attproj(m.atty, m.fold_part, m.qkv, m.k_cache + off, m.v_cache + off,
-                                                      m.pos, p.attprojw + c1 * C, B, NH, NKV, HD, m.S, C, s, m.window,
-                                                      m.decode_scratch, m.pdl, ch.sync()));
-            GemvFusion ff = norm(p.ln2w + c1, tensor_at(p.ln2b, c1));
-            ff.fold_part = m.fold_part;
-            ff.fold_heads = NH;
-            ff.fold_bias = tensor_at(p.attprojb, c1);
-            ff.fold_out = m.res2;
-            ff.sync = ch.sync();
-            mark(m, swiglu ? "attproj+norm+fc+swiglu" : "attproj+norm+fc+gelu", s);
-            ch.launched(gemv_fused_forward(m.fch_gelu, m.res1, p.fcw + (size_t)l * FC * C,
-                                           tensor_at(p.fcb, (size_t)l * FC), B, C, FC, swiglu ? GEMV_SWIGLU : GEMV_GELU,
-                                           ff, s, m.pdl, tuning(m)));
-            GemvFusion fr;
-            fr.residual = m.res2;  // written by the kernel this one waits for: loaded after the wait
-            fr.residual_late = true;
-            fr.sync = ch.sync();
-            mark(m, "fcproj+residual", s);
-            ch.launched(gemv_fused_forward(m.res1, m.fch_gelu, p.fcprojw + c1 * H, tensor_at(p.fcprojb, c1), B, H, C,
-                                           GEMV_RESIDUAL, fr, s, m.pdl, tuning(m)));
-            continue;
-        }
         mark(m, "attention_decode", s);
         ch.launched(attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, s,
                                      m.window, m.decode_scratch, m.pdl, false, m.latency && m.pdl, ch.sync()));

@@ -38,14 +38,6 @@
 //  11  the waves plan without the early loads: the old variant 9 (what B > 8 ran)
 //  12  the shipped plan without the cluster: its splits merged by the fused combine through global
 //      memory (what the cluster merge buys at small batches; the same as 0 at large ones)
-//  13  the attention projection folded in, as generate --fold-attproj runs a layer (B <= 8, the cluster
-//      plan, C = NH * HD): attention_decode_fold_attproj (atty, and the per-head fp32 parts of
-//      atty Wproj^T) then the norm+fc+gelu GEMV whose prologue sums res1 + bias + the parts into res2
-//      (GemvFusion::fold_part; FC = 4C up to C 1024, else C). Checked against the CPU ops in sequence
-//      (attention_decode, matmul, residual, layernorm, matmul, gelu; rounded to floatX where the GPU
-//      stores): atty, the parts, res2 and the GELU output, all poisoned first. Timing: not measured yet.
-//  14  the same three ops unfolded, as the 5-kernel layer runs them: variant 0, the attproj+residual
-//      GEMV, the norm+fc+gelu GEMV (pdl chain); the same checks but the parts: what 13 saves
 // kv_cache_fill and kv_cache_append: one line each (variant 0) per cache configuration.
 // Bytes: the K and V rows each sequence attends (NKV heads), q and out once, pos; FLOPs: 4 * HD per
 // (query head, key). Memory-bound: % of the 4.0 TB/s copy.
@@ -73,11 +65,6 @@
 #include "harness.cuh"
 #include "llmc/attention_decode.cuh"
 #include "llmc/cpu/attention_decode.h"
-#include "llmc/cpu/gelu.h"
-#include "llmc/cpu/layernorm.h"
-#include "llmc/cpu/matmul.h"
-#include "llmc/gemv.cuh"
-#include <memory>
 
 using attention_detail::DecodePlan;
 using attention_detail::QKVLayout;
@@ -192,30 +179,6 @@ static std::vector<int> case_positions(const Config& c, int len, uint64_t seed) 
     return pos;
 }
 
-// Variants 13 and 14: the layer's tensors around the attention (C = NH * HD), random, and their outputs.
-struct FoldLayer {
-    int C, FC;
-    std::vector<float> wproj_h, bproj_h, res1_h, ln2w_h, ln2b_h, wfc_h, bfc_h;
-    lab::DevBuf<floatX> wproj, bproj, res1, ln2w, ln2b, wfc, bfc, res2, fch;
-    lab::DevBuf<float> part;
-    FoldLayer(int B, int NH, int C_, int FC_, uint64_t seed)
-        : C(C_), FC(FC_), wproj_h(lab::rand_uniform((size_t)C * C, seed, -0.1f, 0.1f)),
-          bproj_h(lab::rand_uniform(C, seed + 1, -0.5f, 0.5f)), res1_h(lab::rand_uniform((size_t)B * C, seed + 2)),
-          ln2w_h(lab::rand_uniform(C, seed + 3, 0.5f, 1.5f)), ln2b_h(lab::rand_uniform(C, seed + 4, -0.5f, 0.5f)),
-          wfc_h(lab::rand_uniform((size_t)FC * C, seed + 5, -0.1f, 0.1f)), bfc_h(lab::rand_uniform(FC, seed + 6)),
-          wproj((size_t)C * C, "wproj"), bproj(C, "bproj"), res1((size_t)B * C, "res1"), ln2w(C, "ln2w"),
-          ln2b(C, "ln2b"), wfc((size_t)FC * C, "wfc"), bfc(FC, "bfc"), res2((size_t)B * C, "res2"),
-          fch((size_t)B * FC, "fch_gelu"), part((size_t)B * NH * C, "part") {
-        wproj.upload(wproj_h);
-        bproj.upload(bproj_h);
-        res1.upload(res1_h);
-        ln2w.upload(ln2w_h);
-        ln2b.upload(ln2b_h);
-        wfc.upload(wfc_h);
-        bfc.upload(bfc_h);
-    }
-};
-
 static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
     const int B = c.B, NH = c.NH, NKV = c.NKV, HD = c.HD, S = c.S, W = c.window;
     const size_t n_qkv = (size_t)B * (NH + 2 * NKV) * HD, n_cache = (size_t)B * NKV * S * HD,
@@ -248,17 +211,6 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
     lab::DevBuf<float> scratch(scratch_floats, "scratch");
     if (attention_decode_scratch_floats(B, NH, NKV, HD, S, W) > scratch.size()) fail("lab: scratch too small");
     cudaCheck(cudaMemset(scratch, 0, scratch.size() * sizeof(float)));
-    // variants 13 and 14 where the fused decode step would fold: B <= 8, the cluster plan, the fc GEMV's
-    // norm prologue in shared memory
-    std::unique_ptr<FoldLayer> fl;
-    {
-        const int C = NH * HD, FC = C <= 1024 ? 4 * C : C;
-        GemvFusion probe;
-        probe.norm = GEMV_NORM_LAYER;
-        probe.norm_w = probe.norm_b = reinterpret_cast<const floatX*>(16);
-        if (B <= GEMV_MAX_M && plan.cluster && gemv_fused_supported(B, C, FC, GEMV_GELU, probe))
-            fl = std::make_unique<FoldLayer>(B, NH, C, FC, seed + 7);
-    }
     printf("# %s B=%d NH=%d NKV=%d HD=%d S=%d W=%d: %d splits at most (chunks >= %d keys%s), %d head block(s) of %d "
            "heads per KV head; waves plan: %d splits\n",
            c.name, B, NH, NKV, HD, S, W, plan.max_splits, plan.min_chunk, plan.cluster ? ", a cluster" : "",
@@ -407,74 +359,6 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
                 out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), no_cluster,
                 st, true);
         });
-        if (fl) {  // variants 13 and 14: the CPU ops in sequence, rounded to floatX where the GPU stores
-            const int C = fl->C, FC = fl->FC;
-            std::vector<float> atty_r = out_ref, part_ref((size_t)B * NH * C), proj((size_t)B * C),
-                                         res2_ref((size_t)B * C), ln((size_t)B * C), mean(B), rstd(B),
-                                         fc((size_t)B * FC), fch_ref((size_t)B * FC);
-            lab::round_to<floatX>(atty_r);
-            for (int b = 0; b < B; b++)
-                for (int h = 0; h < NH; h++)
-                    for (int j = 0; j < C; j++) {
-                        double acc = 0.0;
-                        for (int d = 0; d < HD; d++)
-                            acc += (double)fl->wproj_h[(size_t)j * C + h * HD + d] * atty_r[(size_t)b * C + h * HD + d];
-                        part_ref[((size_t)b * NH + h) * C + j] = (float)acc;
-                    }
-            cpu::matmul_forward(proj.data(), atty_r.data(), fl->wproj_h.data(), fl->bproj_h.data(), B, 1, C, C);
-            lab::round_to<floatX>(proj);
-            for (size_t i = 0; i < res2_ref.size(); i++) res2_ref[i] = fl->res1_h[i] + proj[i];
-            lab::round_to<floatX>(res2_ref);
-            cpu::layernorm_forward(ln.data(), mean.data(), rstd.data(), res2_ref.data(), fl->ln2w_h.data(),
-                                   fl->ln2b_h.data(), B, 1, C);
-            lab::round_to<floatX>(ln);
-            cpu::matmul_forward(fc.data(), ln.data(), fl->wfc_h.data(), fl->bfc_h.data(), B, 1, C, FC);
-            cpu::gelu_forward(fch_ref.data(), fc.data(), fch_ref.size());
-            GemvFusion ff;
-            ff.norm = GEMV_NORM_LAYER;
-            ff.norm_w = fl->ln2w;
-            ff.norm_b = fl->ln2b;
-            GemvFusion ff_fold = ff;
-            ff_fold.fold_part = fl->part;
-            ff_fold.fold_heads = NH;
-            ff_fold.fold_bias = fl->bproj;
-            ff_fold.fold_out = fl->res2;
-            GemvFusion fr;
-            fr.residual = fl->res1;
-            const double layer_bytes = bytes + ((double)C * C + (double)FC * C + 2.0 * B * C + B * FC) * sizeof(floatX);
-            const double layer_flops = flops + 2.0 * B * C * (C + FC);
-            const std::string lop = lab::Lab::strprintf("attention+attproj+norm+fc+gelu %s B=%d NH=%d NKV=%d HD=%d S=%d "
-                                                        "W=%d len=%s C=%d FC=%d", c.name, B, NH, NKV, HD, S, W,
-                                                        len.c_str(), C, FC);
-            auto poison_layer = [&](bool with_part) {
-                out.poison(st);
-                fl->res2.poison(st);
-                fl->fch.poison(st);
-                if (with_part) fl->part.poison(st);
-            };
-            auto check_layer = [&](bool with_part) {
-                bool ok = lab.check(out, out_ref);
-                if (with_part) ok = lab.check(fl->part, part_ref) && ok;
-                ok = lab.check(fl->res2, res2_ref) && ok;
-                return lab.check(fl->fch, fch_ref) && ok;
-            };
-            lab.run(lop, 13, "attproj folded into attention and fc", layer_bytes, layer_flops, lab::Bound::Memory,
-                    [&] { poison_layer(true); },
-                    [&] {
-                        attention_decode_fold_attproj(out, fl->part, qkv, kc, vc, pos, fl->wproj, B, NH, NKV, HD, S, C,
-                                                      st, W, scratch, true);
-                        gemv_fused_forward(fl->fch, fl->res1, fl->wfc, fl->bfc, B, C, FC, GEMV_GELU, ff_fold, st, true);
-                    },
-                    [&] { return check_layer(true); });
-            lab.run(lop, 14, "unfolded: attention, attproj+residual, norm+fc+gelu", layer_bytes, layer_flops,
-                    lab::Bound::Memory, [&] { poison_layer(false); },
-                    [&] {
-                        attention_decode(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, st, W, scratch, true, false, true);
-                        gemv_fused_forward(fl->res2, out, fl->wproj, fl->bproj, B, C, C, GEMV_RESIDUAL, fr, st, true);
-                        gemv_fused_forward(fl->fch, fl->res2, fl->wfc, fl->bfc, B, C, FC, GEMV_GELU, ff, st, true);
-                    },
-                    [&] { return check_layer(false); });
-        }
         auto poison_appended = [&] {  // the slots variant 8 must write itself
             out.poison(st);
             for (int b = 0; b < B; b++) {
