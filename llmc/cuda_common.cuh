@@ -346,10 +346,16 @@ constexpr int COLUMN_MIN_ROWS = 32;     // fewer rows per chunk would make stage
 inline int column_num_chunks(int N) { return std::min(COLUMN_MAX_CHUNKS, ceil_div(N, COLUMN_MIN_ROWS)); }
 
 // Block (32 columns, 8 chunk lanes): lane y sums chunks y, y+8, ... in order, then lane 0 adds the
-// 8 lane sums in order. Reads chunks*C floats (~3 MB for C = 768): a few microseconds.
+// 8 lane sums in order. Reads chunks*C floats (~3 MB for C = 768): a few microseconds. blockIdx.y = 1
+// (column_partials_add2) folds a second set of partials, `second` floats further, into out2.
 template <typename T>
-static __global__ void column_partials_add_kernel(T* out, const float* partials, int chunks, int64_t stride, int C) {
+static __global__ void column_partials_add_kernel(T* out, T* out2, const float* partials, int64_t second, int chunks,
+                                                  int64_t stride, int C) {
     __shared__ float lane_sum[8][32];
+    if (blockIdx.y == 1) {
+        out = out2;
+        partials += second;
+    }
     const int c = blockIdx.x * 32 + threadIdx.x;
     float s = 0.0f;
     if (c < C)
@@ -366,7 +372,16 @@ static __global__ void column_partials_add_kernel(T* out, const float* partials,
 // out[c] += sum_k partials[k * stride + c] for c < C.
 template <typename T>
 inline void column_partials_add(T* out, const float* partials, int chunks, int64_t stride, int C, cudaStream_t stream) {
-    column_partials_add_kernel<<<ceil_div(C, 32), dim3(32, 8), 0, stream>>>(out, partials, chunks, stride, C);
+    column_partials_add_kernel<<<ceil_div(C, 32), dim3(32, 8), 0, stream>>>(out, out, partials, 0, chunks, stride, C);
+    cudaCheckLaunch();
+}
+// Two folds in one launch (the norm backwards' dweight and dbias): out[c] as column_partials_add, and
+// out2[c] += sum_k partials[second + k * stride + c]; the same order, the same bits as two calls.
+template <typename T>
+inline void column_partials_add2(T* out, T* out2, const float* partials, int64_t second, int chunks, int64_t stride,
+                                 int C, cudaStream_t stream) {
+    column_partials_add_kernel<<<dim3(ceil_div(C, 32), 2), dim3(32, 8), 0, stream>>>(out, out2, partials, second,
+                                                                                   chunks, stride, C);
     cudaCheckLaunch();
 }
 

@@ -166,8 +166,8 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
 //
 // The shipped path, C <= NORM_BWD_MAX_C: one kernel reads each row of dout, inp and dinp once
 // and writes dinp once (the fewest bytes: 4 N*C*sizeof(floatX), 403 MB at N = 65536, C = 768 in
-// bf16, ~100 us at the 4.0 TB/s copy), then column_partials_add adds the chunk partials of
-// dweight and dbias in fixed order (a launch each). Block = one chunk of consecutive rows; warp w
+// bf16, ~100 us at the 4.0 TB/s copy), then column_partials_add2 adds the chunk partials of
+// dweight and dbias in fixed order (one launch for both). Block = one chunk of consecutive rows; warp w
 // takes R rows at a time, rows r0 + w*R, r0 + (w + 8)*R, ... of the chunk. A lane owns the column
 // packs lane, lane + 32, ... of its rows and keeps its dweight and dbias sums for them over all its
 // rows; at the end the 8 warps' sums are added in warp order and the block writes its chunk's
@@ -389,8 +389,8 @@ inline void layernorm_backward_fused_launch(floatX* dinp, floatX* dweight, float
     layernorm_backward_fused<PACKS, R><<<chunks, NORM_BWD_BLOCK, WIDE ? norm_backward_smem(2, C) : 0, stream>>>(
         dinp, scratch, dout, inp, weight, mean, rstd, N, C, rows_per_chunk);
     cudaCheckLaunch();
-    column_partials_add(dweight, scratch, chunks, 2 * (int64_t)C, C, stream);  // partials [k][0][c]
-    column_partials_add(dbias, scratch + C, chunks, 2 * (int64_t)C, C, stream);  // partials [k][1][c]
+    // partials [k][0][c] into dweight, [k][1][c] into dbias, one launch
+    column_partials_add2(dweight, dbias, scratch, C, chunks, 2 * (int64_t)C, C, stream);
 }
 
 // Opts in the kernel that rows of C channels take to its shared memory. Call it before a CUDA graph
@@ -479,8 +479,7 @@ inline void layernorm_backward_two_kernels(floatX* dinp, floatX* dweight, floatX
     layernorm_backward_param_partials<<<dim3(ceil_div(packs, threads), chunks), threads, 0, stream>>>(
         scratch, dout, inp, mean, rstd, N, C, rows_per_chunk);
     cudaCheckLaunch();
-    column_partials_add(dweight, scratch, chunks, 2 * (int64_t)C, C, stream);
-    column_partials_add(dbias, scratch + C, chunks, 2 * (int64_t)C, C, stream);
+    column_partials_add2(dweight, dbias, scratch, C, chunks, 2 * (int64_t)C, C, stream);
 }
 
 // scratch: at least layernorm_backward_scratch_floats(N, C) = column_num_chunks(N) * 2 * C floats.
