@@ -181,15 +181,17 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
 //  - wide, PACKS 5..8 in bf16 (1024 < C <= 2048): a lane's row alone takes ~2 registers per value,
 //    so the sums live in dynamic shared memory (norm_backward_smem(2, C): 80 KB at C = 1280, 100 KB
 //    at 1600), each lane its own 16-byte slots (conflict-free, no synchronization until the end),
-//    read, added and written back per row in the same order; 1 block per SM (255 registers),
-//    norm_backward_chunks_wide(N) chunks (at most 132: one wave). In flight per SM: 8 warps x 3 *
-//    PACKS 16-byte loads per lane = 60-96 KB. Not measured yet.
+//    read, added and written back per row in the same order; the loaded packs (not t and norm) live
+//    across the row's reductions and phase 2 recomputes from them: 128 registers, 2 blocks per SM
+//    (small spills at 5-8 packs: 52-516 bytes stored a thread), LAYERNORM_BWD_WIDE_CHUNKS chunks.
+//    H200 (2026-12-04), the first version (t and norm in registers, 1 block per SM, 132 chunks):
+//    C = 1280 0.0897 ms (46.8% of copy), 1600 0.1175 ms (44.6%), 73.7 us a call in the 774M step.
 // Every load of a warp's R rows (dout, inp and dinp: 3*PACKS 16-byte loads per lane per row) is
 // issued before the first reduction, one DRAM round trip per step (the lab's "one pass" variant
 // loads dinp only after the reduction: two), and the rows stay in registers (no second read).
 // PACKS = packs per lane (3 at C = 768 in bf16), R = rows per warp per step (layernorm_backward_rows).
 template <int PACKS, int R>
-static __global__ __launch_bounds__(NORM_BWD_BLOCK, norm_backward_min_blocks<PACKS>()) void layernorm_backward_fused(
+static __global__ __launch_bounds__(NORM_BWD_BLOCK, 2) void layernorm_backward_fused(
     floatX* dinp, float* partials, const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
     const float* rstd, int N, int C, int rows_per_chunk) {
     static_assert(PACKS <= NORM_BWD_MAX_PACKS, "rows up to NORM_BWD_MAX_C columns");
@@ -220,6 +222,69 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, norm_backward_min_blocks<PAC
     // r is the same for all lanes of a warp: the loop, the row checks and the shuffles are warp-uniform
 #pragma unroll 1
     for (int r = r0 + warp * R; r < r1; r += NORM_BWD_WARPS * R) {
+        if constexpr (WIDE) {
+            // One row a step (R = 1). The loaded packs live across the reductions instead of t and
+            // norm (3 x 4 registers a pack against 2 x 8), and phase 2 recomputes norm, g and t from
+            // them (the same expressions, the same values): <= 128 registers, 2 blocks per SM.
+            static_assert(R == 1, "the wide regime takes one row a warp step");
+            const float mr = mean[r], sr = rstd[r];
+            x128 d[PACKS], x[PACKS], di[PACKS];
+#pragma unroll
+            for (int p = 0; p < PACKS; p++) {
+                const int64_t at = (int64_t)r * C + min((p * WARP_SIZE + lane) * x128::size, C - x128::size);
+                d[p] = load128cs(dout + at);
+                x[p] = load128cs(inp + at);
+                di[p] = load128cs(dinp + at);
+            }
+            float sgr = 0.0f, sgnr = 0.0f;
+#pragma unroll
+            for (int p = 0; p < PACKS; p++) {
+                const int q = p * WARP_SIZE + lane;
+                if (q >= P) continue;  // a pack past C: nothing to add (its loads read the last pack)
+                const x128 w = load128(weight + q * x128::size);
+                float pw[x128::size], pb[x128::size];
+#pragma unroll
+                for (int h = 0; h < F4; h++) {
+                    const float4 a = slot(0, h, q), b = slot(1, h, q);
+                    pw[4 * h] = a.x, pw[4 * h + 1] = a.y, pw[4 * h + 2] = a.z, pw[4 * h + 3] = a.w;
+                    pb[4 * h] = b.x, pb[4 * h + 1] = b.y, pb[4 * h + 2] = b.z, pb[4 * h + 3] = b.w;
+                }
+#pragma unroll
+                for (int k = 0; k < x128::size; k++) {
+                    const float dk = to_float(d[p][k]);
+                    const float nk = (to_float(x[p][k]) - mr) * sr;
+                    const float g = dk * to_float(w[k]);
+                    sgr += g;
+                    sgnr += g * nk;
+                    pw[k] += dk * nk;
+                    pb[k] += dk;
+                }
+#pragma unroll
+                for (int h = 0; h < F4; h++) {
+                    slot(0, h, q) = make_float4(pw[4 * h], pw[4 * h + 1], pw[4 * h + 2], pw[4 * h + 3]);
+                    slot(1, h, q) = make_float4(pb[4 * h], pb[4 * h + 1], pb[4 * h + 2], pb[4 * h + 3]);
+                }
+                // one pack's sums at a time: keeps the compiler from hoisting the next packs' shared
+                // loads (2 x 8 registers a pack) above these stores, which spilled
+                asm volatile("" ::: "memory");
+            }
+            sgr = warp_reduce_sum(sgr) / C * sr;    // rstd * mean(g)
+            sgnr = warp_reduce_sum(sgnr) / C * sr;  // rstd * mean(g * norm)
+#pragma unroll
+            for (int p = 0; p < PACKS; p++) {
+                const int q = p * WARP_SIZE + lane;
+                if (q >= P) continue;
+                const x128 w = load128(weight + q * x128::size);
+                x128 o;
+#pragma unroll
+                for (int k = 0; k < x128::size; k++) {
+                    const float nk = (to_float(x[p][k]) - mr) * sr;
+                    const float t = to_float(di[p][k]) + sr * (to_float(d[p][k]) * to_float(w[k]));
+                    o[k] = from_float<floatX>(t - (sgr + nk * sgnr));
+                }
+                store128(dinp + (int64_t)r * C + q * x128::size, o);
+            }
+        } else {
         // Phase 1 needs only what was loaded: the dweight and dbias sums, this lane's parts of sum(g)
         // and sum(g * norm), and t = dinp + rstd * g. Phase 2, after the row's reductions, writes
         // dinp = t - rstd * (mean(g) + norm * mean(g * norm)); only t and norm live across them.
@@ -315,6 +380,7 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, norm_backward_min_blocks<PAC
                 }
             }
         }
+        }  // narrow
     }
     float* out = partials + (int64_t)blockIdx.x * 2 * C;
     if constexpr (WIDE) {
@@ -361,6 +427,11 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, norm_backward_min_blocks<PAC
 // 256 threads per SM allow (no spills) and R = 2 spills (the lab's variant 4).
 template <int PACKS>
 constexpr int layernorm_backward_rows() { return PACKS * x128::size <= 16 ? 2 : 1; }
+// Chunks of the wide regime: two blocks per SM (its registers allow it, and two blocks of up to
+// 100 KB of sums fit an SM's shared memory up to C = 1600 bf16; at 2048, 128 KB each, one block is
+// resident at a time), one wave of 132 SMs; a constant, not the device's SM count, so the sums'
+// order does not depend on the GPU.
+constexpr int LAYERNORM_BWD_WIDE_CHUNKS = 2 * NORM_BWD_WIDE_CHUNKS;
 
 // The wide kernels' shared-memory opt-in, once per kernel and process (see norm_backward_optin).
 template <int PACKS, int R>
@@ -382,7 +453,7 @@ inline void layernorm_backward_fused_launch(floatX* dinp, floatX* dweight, float
     if (C > PACKS * WARP_SIZE * x128::size) fail("layernorm_backward: C = %d exceeds %d packs per lane", C, PACKS);
     if (N <= 0) return;
     constexpr bool WIDE = norm_backward_wide<PACKS>();
-    if (chunks <= 0) chunks = WIDE ? norm_backward_chunks_wide(N) : norm_backward_chunks(N);
+    if (chunks <= 0) chunks = WIDE ? std::min(LAYERNORM_BWD_WIDE_CHUNKS, ceil_div(N, COLUMN_MIN_ROWS)) : norm_backward_chunks(N);
     if (chunks > column_num_chunks(N)) fail("layernorm_backward: %d chunks exceed the scratch's %d", chunks, column_num_chunks(N));
     const int rows_per_chunk = ceil_div(N, chunks);
     if constexpr (WIDE) layernorm_backward_fused_optin<PACKS, R>();
