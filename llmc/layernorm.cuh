@@ -182,16 +182,29 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
 //    so the sums live in dynamic shared memory (norm_backward_smem(2, C): 80 KB at C = 1280, 100 KB
 //    at 1600), each lane its own 16-byte slots (conflict-free, no synchronization until the end),
 //    read, added and written back per row in the same order; the loaded packs (not t and norm) live
-//    across the row's reductions and phase 2 recomputes from them: 128 registers, 2 blocks per SM
-//    (small spills at 5-8 packs: 52-516 bytes stored a thread), LAYERNORM_BWD_WIDE_CHUNKS chunks.
+//    across the row's reductions and phase 2 recomputes from them: at 5 packs 128 registers, 2 blocks
+//    per SM (52 bytes of spill stores a thread), 264 chunks; at 6-8 packs 1 block per SM, 132 chunks
+//    (layernorm_backward_min_blocks). H200 (2026-12-04, lab, N = 16384): C = 1280 0.0755 ms (55.6% of
+//    copy; two kernels 0.0990); C = 1600 0.0847 ms (61.9%; two kernels 0.1280; at 2 blocks per SM,
+//    spilling 376 bytes, 0.1679).
 //    H200 (2026-12-04), the first version (t and norm in registers, 1 block per SM, 132 chunks):
 //    C = 1280 0.0897 ms (46.8% of copy), 1600 0.1175 ms (44.6%), 73.7 us a call in the 774M step.
 // Every load of a warp's R rows (dout, inp and dinp: 3*PACKS 16-byte loads per lane per row) is
 // issued before the first reduction, one DRAM round trip per step (the lab's "one pass" variant
 // loads dinp only after the reduction: two), and the rows stay in registers (no second read).
 // PACKS = packs per lane (3 at C = 768 in bf16), R = rows per warp per step (layernorm_backward_rows).
+// Blocks per SM the kernel is built for: 2 (128 registers) up to 5 packs a lane (C <= 1280 bf16);
+// at 6-8 packs 128 registers spill 264-528 bytes a thread and ran slower than the two kernels (C = 1600,
+// H200 2026-12-04: 0.1679 ms against 0.1278), so 1 block per SM (up to 255 registers) there.
+template <int PACKS>
+__host__ __device__ constexpr int layernorm_backward_min_blocks() { return PACKS <= 5 ? 2 : 1; }
+// Chunks of the wide regime: one wave of 132 SMs at the kernel's blocks per SM (two blocks of up to 80 KB
+// of sums fit an SM's shared memory at C <= 1280); a constant, not the device's SM count, so the sums'
+// order does not depend on the GPU.
+template <int PACKS>
+constexpr int layernorm_backward_wide_chunks() { return layernorm_backward_min_blocks<PACKS>() * NORM_BWD_WIDE_CHUNKS; }
 template <int PACKS, int R>
-static __global__ __launch_bounds__(NORM_BWD_BLOCK, 2) void layernorm_backward_fused(
+static __global__ __launch_bounds__(NORM_BWD_BLOCK, layernorm_backward_min_blocks<PACKS>()) void layernorm_backward_fused(
     floatX* dinp, float* partials, const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
     const float* rstd, int N, int C, int rows_per_chunk) {
     static_assert(PACKS <= NORM_BWD_MAX_PACKS, "rows up to NORM_BWD_MAX_C columns");
@@ -427,11 +440,7 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, 2) void layernorm_backward_f
 // 256 threads per SM allow (no spills) and R = 2 spills (the lab's variant 4).
 template <int PACKS>
 constexpr int layernorm_backward_rows() { return PACKS * x128::size <= 16 ? 2 : 1; }
-// Chunks of the wide regime: two blocks per SM (its registers allow it, and two blocks of up to
-// 100 KB of sums fit an SM's shared memory up to C = 1600 bf16; at 2048, 128 KB each, one block is
-// resident at a time), one wave of 132 SMs; a constant, not the device's SM count, so the sums'
-// order does not depend on the GPU.
-constexpr int LAYERNORM_BWD_WIDE_CHUNKS = 2 * NORM_BWD_WIDE_CHUNKS;
+
 
 // The wide kernels' shared-memory opt-in, once per kernel and process (see norm_backward_optin).
 template <int PACKS, int R>
@@ -453,7 +462,8 @@ inline void layernorm_backward_fused_launch(floatX* dinp, floatX* dweight, float
     if (C > PACKS * WARP_SIZE * x128::size) fail("layernorm_backward: C = %d exceeds %d packs per lane", C, PACKS);
     if (N <= 0) return;
     constexpr bool WIDE = norm_backward_wide<PACKS>();
-    if (chunks <= 0) chunks = WIDE ? std::min(LAYERNORM_BWD_WIDE_CHUNKS, ceil_div(N, COLUMN_MIN_ROWS)) : norm_backward_chunks(N);
+    if (chunks <= 0)
+        chunks = WIDE ? std::min(layernorm_backward_wide_chunks<PACKS>(), ceil_div(N, COLUMN_MIN_ROWS)) : norm_backward_chunks(N);
     if (chunks > column_num_chunks(N)) fail("layernorm_backward: %d chunks exceed the scratch's %d", chunks, column_num_chunks(N));
     const int rows_per_chunk = ceil_div(N, chunks);
     if constexpr (WIDE) layernorm_backward_fused_optin<PACKS, R>();
