@@ -356,16 +356,109 @@ inline void fp8_cast_transpose(uint8_t* out_t, uint8_t* out, const floatX* in, i
 
 // ---------------------------------------------------------------- transpose of FP8 bytes
 // out (C, R) = in (R, C)^T, both FP8 (bytes, no conversion), each with its own row pitch in bytes:
-// the output head's dlogits^T chunks (llmc/gpt2_fp8.cuh, fp8_head_backward), read from and written
-// into the logits buffer's halves. A block takes 64 columns by up to 128 rows (two of
-// fp8_cast_transpose's 64 x 64 tiles, the second absent in the last block when R is an odd multiple of
-// 64): each thread loads 16 bytes of a row of each tile (32 bytes in flight a thread, the bf16 cast's
-// amount), and stores 16 bytes of a transposed row from each, read down a shared-memory column (the
-// 66-byte pitch: see fp8_cast_transpose). Memory-bound: reads RC, writes RC.
-constexpr int FP8_TR_TILES = 2;  // 64-row tiles a block
+// the output head's dlogits^T chunks (llmc/gpt2_fp8.cuh, fp8_head_backward: R = 32768 tokens, C =
+// 50304 vocabulary rows, both pitches 100608, twice a 124M step), read from and written into the
+// logits buffer's halves. Memory-bound: reads RC, writes RC.
+//
+// Shipped: fp8_transpose_tiled_kernel<128>. A block of 256 threads takes a tile of TR = 128 input rows
+// by 128 input columns (16 KB of shared memory):
+//   load   thread t reads 16-byte chunk t % 8 of rows t / 8 + 32 j, j < TR / 32 (4 loads, 64 bytes in
+//          flight a thread): a warp reads 4 whole 128-byte rows; into shared memory at chunk
+//          (t % 8) ^ swizzle(row), swizzle(row) = (row / 16) % 8, rows 128 bytes apart, no padding.
+//   store  warp w owns tile columns 16 w .. +15; lane (rg = lane % 8, cg = lane / 8) reads the 32-bit
+//          words of columns 16 w + 4 cg .. +3 from rows 16 rg .. +15 (16 loads), turns each 4 x 4 byte
+//          block around with byte permutes, and writes 16 bytes to each of its 4 output rows: a warp
+//          store is 4 output rows x 128 contiguous bytes (8 lanes a row). The swizzle puts the 8 row
+//          groups a warp reads at once in 8 different chunks, so neither phase has bank conflicts.
+// Blocks run in groups of `group` column tiles, down all the row tiles of the group before the next
+// group, so the ~1000 blocks resident at once (8 a SM) cover a patch of `group` column tiles by
+// ~1000 / group row tiles (at 32: ~4 KB of each input row by ~4 KB of each output row) instead of a
+// band of the full width (~2.7 rows of tiles), which touches each of the 50304 output rows in runs
+// of ~340 bytes. Which order the DRAM prefers is the lab's question (variants 0, 2, 3).
+// R and C need only be multiples of 64: a tile hanging over the edge by 64 rows or columns skips
+// those loads and stores (a block-uniform test). Against the H200: not measured yet (dev/cuda/
+// fp8_cast.cu --op fp8_transpose; the previous kernel below: 2.16 ms a 124M step, ~3.05 TB/s).
+//
+// Kept for the lab's comparison, fp8_transpose_64x128_kernel, the previous one: a block takes 64
+// columns by up to 128 rows (two of fp8_cast_transpose's 64 x 64 tiles, the second absent in the
+// last block when R is an odd multiple of 64): each thread loads 16 bytes of a row of each tile
+// (32 bytes in flight), and stores 16 bytes of a transposed row from each, read byte by byte down a
+// shared-memory column (the 66-byte pitch: see fp8_cast_transpose); 64-byte runs read and written.
+constexpr int FP8_TR_COLS = 128;   // tile columns (input bytes a row)
+constexpr int FP8_TR_BLOCK = 256;  // threads
+constexpr int FP8_TR_GROUP = 32;   // column tiles a group (the grid order above)
+
+// Byte permutes: the 4 x 4 block of bytes in a[0..3] (a[i] = row i, byte j = column j) turned around
+// in place (a[j] = column j, byte i = row i).
+__device__ __forceinline__ void transpose_4x4_bytes(uint32_t (&a)[4]) {
+    const uint32_t t0 = __byte_perm(a[0], a[1], 0x5140), t1 = __byte_perm(a[0], a[1], 0x7362);
+    const uint32_t t2 = __byte_perm(a[2], a[3], 0x5140), t3 = __byte_perm(a[2], a[3], 0x7362);
+    a[0] = __byte_perm(t0, t2, 0x5410);
+    a[1] = __byte_perm(t0, t2, 0x7632);
+    a[2] = __byte_perm(t1, t3, 0x5410);
+    a[3] = __byte_perm(t1, t3, 0x7632);
+}
+
+template <int TR>
+static __global__ void __launch_bounds__(FP8_TR_BLOCK)
+    fp8_transpose_tiled_kernel(uint8_t* __restrict__ out, int64_t out_pitch, const uint8_t* __restrict__ in,
+                               int64_t in_pitch, int R, int C, int group) {
+    static_assert(FP8_TR_COLS == 128 && FP8_TR_BLOCK == 256, "8 lanes a 128-byte row; 8 warps of 16 columns");
+    static_assert(TR % 128 == 0, "the store phase takes 128 rows a pass (8 row groups of 16)");
+    constexpr int CHUNKS = FP8_TR_COLS / 16, ROWS_A_PASS = FP8_TR_BLOCK / CHUNKS, LOADS = TR / ROWS_A_PASS;
+    __shared__ alignas(16) uint8_t tile[TR][FP8_TR_COLS];  // chunk k of row r at k ^ swizzle(r)
+    auto swizzle = [](int r) { return (r / 16) % CHUNKS; };
+    // the block's tile in the grouped order
+    const int col_tiles = ceil_div(C, FP8_TR_COLS), row_tiles = ceil_div(R, TR);
+    const int per_group = group * row_tiles, g = blockIdx.x / per_group, first = g * group;
+    const int width = min(group, col_tiles - first), within = blockIdx.x - g * per_group;
+    const int c0 = (first + within % width) * FP8_TR_COLS, r0 = (within / width) * TR;
+    const int rows = min(TR, R - r0), cols = min(FP8_TR_COLS, C - c0);  // multiples of 64
+
+    const int k = threadIdx.x % CHUNKS, lr = threadIdx.x / CHUNKS;
+    uint4 v[LOADS];
+#pragma unroll
+    for (int j = 0; j < LOADS; j++) {
+        const int r = lr + j * ROWS_A_PASS;
+        v[j] = make_uint4(0, 0, 0, 0);  // the bytes past the edge: stored to shared memory, never read back
+        if (r < rows && k * 16 < cols)
+            v[j] = __ldcs(reinterpret_cast<const uint4*>(in + (int64_t)(r0 + r) * in_pitch + c0 + k * 16));
+    }
+#pragma unroll
+    for (int j = 0; j < LOADS; j++) {
+        const int r = lr + j * ROWS_A_PASS;
+        *reinterpret_cast<uint4*>(&tile[r][(k ^ swizzle(r)) * 16]) = v[j];
+    }
+    __syncthreads();
+
+    const int lane = threadIdx.x % WARP_SIZE, w = threadIdx.x / WARP_SIZE, rg = lane % 8, cg = lane / 8;
+    const int c = w * 16 + cg * 4;  // the lane's 4 tile columns, in chunk w
+    if (c >= cols) return;          // warp-uniform: cols is 64 or 128
+#pragma unroll
+    for (int p = 0; p < TR / 128; p++) {
+        const int rs = p * 128 + rg * 16;  // the lane's 16 tile rows
+        if (rs >= rows) break;
+        uint32_t a[4][4];  // [row quad q][row in quad] -> after the permutes [q][column]
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int r = rs + 4 * q + i;
+                a[q][i] = *reinterpret_cast<const uint32_t*>(&tile[r][(w ^ swizzle(r)) * 16 + cg * 4]);
+            }
+            transpose_4x4_bytes(a[q]);
+        }
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+            __stcs(reinterpret_cast<uint4*>(out + (int64_t)(c0 + c + b) * out_pitch + r0 + rs),
+                   make_uint4(a[0][b], a[1][b], a[2][b], a[3][b]));
+    }
+}
+
+constexpr int FP8_TR_TILES = 2;  // the previous kernel's 64-row tiles a block
 static __global__ void __launch_bounds__(FP8_T_BLOCK)
-    fp8_transpose_kernel(uint8_t* __restrict__ out, int64_t out_pitch, const uint8_t* __restrict__ in, int64_t in_pitch,
-                         int R) {
+    fp8_transpose_64x128_kernel(uint8_t* __restrict__ out, int64_t out_pitch, const uint8_t* __restrict__ in,
+                                int64_t in_pitch, int R) {
     static_assert(FP8_T_TILE * FP8_T_TILE == 16 * FP8_T_BLOCK, "one 16-byte load a thread a tile");
     __shared__ alignas(16) uint8_t tile[FP8_TR_TILES][FP8_T_TILE][FP8_T_PITCH];  // 2-byte stores into it
     const int r0 = blockIdx.y * FP8_TR_TILES * FP8_T_TILE, c0 = blockIdx.x * FP8_T_TILE;
@@ -397,21 +490,49 @@ static __global__ void __launch_bounds__(FP8_T_BLOCK)
     }
 }
 
-// out (C, R) at out_pitch bytes a row = in (R, C) at in_pitch bytes a row, transposed. R and C
-// multiples of 64; pointers and pitches 16-byte aligned. The two may share an allocation, not bytes.
-inline void fp8_transpose(uint8_t* out, int64_t out_pitch, const uint8_t* in, int64_t in_pitch, int R, int C,
-                          cudaStream_t stream) {
-    if (R % FP8_T_TILE != 0 || C % FP8_T_TILE != 0)
-        fail("fp8_transpose: R = %d and C = %d must be multiples of %d", R, C, FP8_T_TILE);
-    const int row_blocks = ceil_div(R, FP8_TR_TILES * FP8_T_TILE);
-    if (row_blocks > 65535) fail("fp8_transpose: R = %d rows: more than 65535 row blocks", R);
+namespace fp8_detail {
+// Which transpose kernel and grid order (the lab's knobs; fp8_transpose takes the defaults).
+struct Fp8TransposeConfig {
+    int tile_rows = 128;         // TR of fp8_transpose_tiled_kernel: 128, or 256 (32 KB of shared memory,
+                                 // 62 registers: 4 blocks a SM)
+    int group = FP8_TR_GROUP;    // column tiles a group; 0: one group of all (row after row of tiles)
+    bool previous = false;       // fp8_transpose_64x128_kernel instead (tile_rows and group unused)
+};
+inline void transpose_launch(uint8_t* out, int64_t out_pitch, const uint8_t* in, int64_t in_pitch, int R, int C,
+                             cudaStream_t stream, Fp8TransposeConfig cfg) {
+    if (R % FP8_T_TILE != 0 || C % FP8_T_TILE != 0 || R <= 0 || C <= 0)
+        fail("fp8_transpose: R = %d and C = %d must be positive multiples of %d", R, C, FP8_T_TILE);
     if (in_pitch < C || out_pitch < R || in_pitch % 16 != 0 || out_pitch % 16 != 0)
         fail("fp8_transpose: pitches %lld (in) and %lld (out) must be multiples of 16 and hold a row",
              (long long)in_pitch, (long long)out_pitch);
     fp8_check_aligned(in, "fp8_transpose input");
     fp8_check_aligned(out, "fp8_transpose output");
-    fp8_transpose_kernel<<<dim3(C / FP8_T_TILE, row_blocks), FP8_T_BLOCK, 0, stream>>>(out, out_pitch, in, in_pitch, R);
+    if (cfg.previous) {
+        const int row_blocks = ceil_div(R, FP8_TR_TILES * FP8_T_TILE);
+        if (row_blocks > 65535) fail("fp8_transpose: R = %d rows: more than 65535 row blocks", R);
+        fp8_transpose_64x128_kernel<<<dim3(C / FP8_T_TILE, row_blocks), FP8_T_BLOCK, 0, stream>>>(out, out_pitch, in,
+                                                                                                 in_pitch, R);
+        cudaCheckLaunch();
+        return;
+    }
+    if (cfg.tile_rows != 128 && cfg.tile_rows != 256) fail("fp8_transpose: tile_rows %d (128 or 256)", cfg.tile_rows);
+    const int col_tiles = ceil_div(C, FP8_TR_COLS), row_tiles = ceil_div(R, cfg.tile_rows);
+    const int group = cfg.group > 0 ? std::min(cfg.group, col_tiles) : col_tiles;
+    if ((int64_t)group * row_tiles > INT32_MAX) fail("fp8_transpose: R = %d: too many row tiles", R);
+    const unsigned blocks = (unsigned)col_tiles * row_tiles;
+    if (cfg.tile_rows == 128)
+        fp8_transpose_tiled_kernel<128><<<blocks, FP8_TR_BLOCK, 0, stream>>>(out, out_pitch, in, in_pitch, R, C, group);
+    else
+        fp8_transpose_tiled_kernel<256><<<blocks, FP8_TR_BLOCK, 0, stream>>>(out, out_pitch, in, in_pitch, R, C, group);
     cudaCheckLaunch();
+}
+}  // namespace fp8_detail
+
+// out (C, R) at out_pitch bytes a row = in (R, C) at in_pitch bytes a row, transposed. R and C
+// multiples of 64; pointers and pitches 16-byte aligned. The two may share an allocation, not bytes.
+inline void fp8_transpose(uint8_t* out, int64_t out_pitch, const uint8_t* in, int64_t in_pitch, int R, int C,
+                          cudaStream_t stream) {
+    fp8_detail::transpose_launch(out, out_pitch, in, in_pitch, R, C, stream, {});
 }
 
 // ---------------------------------------------------------------- rowwise scales (--fp8-scaling rowwise)

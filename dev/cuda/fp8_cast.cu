@@ -64,10 +64,30 @@
 //   Results: not yet run on a GPU (fp8_dq_cast: expected, from the bytes, 0.70 GB fused against
 //   0.91 GB at R = 65536: ~0.19 ms against ~0.25 ms at ~3.7 TB/s, the dQ store alone measured 78 us in
 //   the trainer's profile; tests/fp8_dqcast_gpu.sh runs it).
+// fp8_transpose (bytes, no conversion; llmc/fp8.cuh): out (C, R) = in (R, C)^T at row pitches of their own.
+//   Shapes: the head's dlogits^T chunk (llmc/gpt2_fp8.cuh, fp8_head_backward): R = 32768 tokens, C =
+//   50304 vocabulary rows, both pitches 100608 (the 2 Vp-byte logits rows: input in their first
+//   halves, output in their second halves, one 5.06 GB buffer); and an awkward R = 192, C = 320 (odd
+//   multiples of 64: half tiles at both edges) at pitches 368 and 208 (not multiples of 128).
+//   Check: the whole buffer before the run holds input bytes in [0, 254] and the poison 0xFF
+//   elsewhere; after it, every byte of the buffer is compared on the GPU with the expected image
+//   (output region transposed, everything else, the rest of each output row included, unchanged),
+//   and the guard after the buffer must be intact. Bytes: 2RC.
+//     0 shipped fp8_transpose_tiled_kernel<128>: 128 x 128 tiles, 4 16-byte loads a thread, 128-byte
+//       runs read and written, blocks in groups of 32 column tiles (FP8_TR_GROUP)
+//     1 the previous kernel (fp8_transpose_64x128_kernel): 64 columns x 128 rows, 2 loads a thread,
+//       64-byte runs (in the 124M step: 2.16 ms for two chunks, ~3.05 TB/s, from the trainer's profile)
+//     2 as 0, blocks row after row of tiles (no groups)
+//     3 as 0, groups of 8 column tiles
+//     4 fp8_transpose_tiled_kernel<256>: 256 rows x 128 columns (8 loads a thread, 256-byte runs
+//       written), groups of 32
+//     5 as 4, row after row
+//   Results: not measured yet.
 // Results (H200, 2026-12-03, 2622e99): every variant bit-exact; R=65536 C=768 / 3072, % of copy:
 // 0 84.6 / 94.5, 1 49.5 / 56.6, 2 85.4 / 93.0, 3 85.5 / 90.6, 4 84.0 / 90.2 (docs/perf.md).
 // Variants 5 and 6: not yet run on a GPU (tests/fp8_rowwise_gpu.sh runs them).
 #include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <iterator>
 #include "dev/cuda/harness.cuh"
@@ -524,11 +544,103 @@ static void run_layernorm_fp8(lab::Lab& L, int R, int C, uint64_t seed) {
           check);
 }
 
+// ---------------------------------------------------------------- fp8_transpose (bytes, see the top)
+// Differing bytes of a and b (n each): the count and the first index (atomicMin).
+static __global__ void count_diff_kernel(const uint8_t* a, const uint8_t* b, size_t n, unsigned long long* count,
+                                         unsigned long long* first) {
+    unsigned long long c = 0, f = ULLONG_MAX;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        if (a[i] != b[i]) {
+            c++;
+            f = min(f, (unsigned long long)i);
+        }
+    if (c) {
+        atomicAdd(count, c);
+        atomicMin(first, f);
+    }
+}
+
+// One buffer of `total` bytes holds the input (R, C) at in_off with in_pitch bytes a row and the output
+// (C, R) at out_off with out_pitch bytes a row; every other byte of it must come out as it went in.
+struct TransposeLayout {
+    int R, C;
+    int64_t in_pitch, out_pitch;
+    size_t in_off, out_off, total;
+};
+static void run_transpose(lab::Lab& L, const std::string& op, const TransposeLayout& t, uint64_t seed) {
+    // the whole buffer before: input bytes in [0, 254], everything else the poison 0xFF (never an
+    // input byte, so a byte the kernel fails to write cannot match); after: the output region transposed
+    std::vector<uint8_t> img(t.total, lab::POISON_BYTE);
+#pragma omp parallel for
+    for (int r = 0; r < t.R; r++)
+        for (int c = 0; c < t.C; c++) {
+            uint64_t h = seed ^ (((uint64_t)r << 32) | (uint32_t)c);  // splitmix64 of (seed, r, c)
+            h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+            h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+            img[t.in_off + r * t.in_pitch + c] = (uint8_t)((h ^ (h >> 31)) % 255);
+        }
+    lab::DevBuf<uint8_t> d_buf(t.total, "buffer"), d_init(t.total, "init"), d_want(t.total, "want");
+    cudaCheck(cudaMemcpy(d_init.get(), img.data(), t.total, cudaMemcpyHostToDevice));
+#pragma omp parallel for
+    for (int c0 = 0; c0 < t.C; c0 += 64)
+        for (int r = 0; r < t.R; r++)
+            for (int c = c0; c < c0 + 64; c++) img[t.out_off + c * t.out_pitch + r] = img[t.in_off + r * t.in_pitch + c];
+    cudaCheck(cudaMemcpy(d_want.get(), img.data(), t.total, cudaMemcpyHostToDevice));
+    std::vector<uint8_t>().swap(img);
+    lab::DevBuf<unsigned long long> d_diff(2, "diff");
+    const uint8_t* in = d_buf.get() + t.in_off;
+    uint8_t* out = d_buf.get() + t.out_off;
+    auto reset = [&] {
+        cudaCheck(cudaMemcpyAsync(d_buf.get(), d_init.get(), t.total, cudaMemcpyDeviceToDevice, L.stream()));
+    };
+    auto check = [&] {
+        const unsigned long long init[2] = {0, ULLONG_MAX};
+        cudaCheck(cudaMemcpy(d_diff.get(), init, sizeof(init), cudaMemcpyHostToDevice));
+        count_diff_kernel<<<1024, 256>>>(d_buf, d_want, t.total, d_diff.get(), d_diff.get() + 1);
+        cudaCheckLaunch();
+        unsigned long long diff[2];
+        cudaCheck(cudaMemcpy(diff, d_diff.get(), sizeof(diff), cudaMemcpyDeviceToHost));
+        bool ok = d_buf.guard_intact();
+        if (!ok) printf("    %-10s FAIL: the kernel wrote into the guard region after the buffer\n", "buffer");
+        if (diff[0] == 0) {
+            printf("    %-10s %zu bytes as expected (%zu transposed, the rest untouched)  ok\n", "buffer", t.total,
+                   (size_t)t.R * t.C);
+            return ok;
+        }
+        uint8_t got, want;
+        cudaCheck(cudaMemcpy(&got, d_buf.get() + diff[1], 1, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(&want, d_want.get() + diff[1], 1, cudaMemcpyDeviceToHost));
+        // where the first one is: an output element (row c, byte r), or a byte outside the output
+        const int64_t o = (int64_t)diff[1] - (int64_t)t.out_off;
+        const int64_t oc = o >= 0 ? o / t.out_pitch : -1, orow = o >= 0 ? o % t.out_pitch : -1;
+        if (oc >= 0 && oc < t.C && orow < t.R)
+            printf("    %-10s FAIL: %llu bytes differ; first: output row %lld byte %lld (input (%lld, %lld)): got 0x%02X "
+                   "want 0x%02X%s\n", "buffer", diff[0], (long long)oc, (long long)orow, (long long)orow, (long long)oc,
+                   got, want, got == lab::POISON_BYTE ? " (never written)" : "");
+        else
+            printf("    %-10s FAIL: %llu bytes differ; first at byte %llu, outside the output: got 0x%02X want 0x%02X\n",
+                   "buffer", diff[0], diff[1], got, want);
+        return false;
+    };
+    const double bytes = 2.0 * t.R * t.C, flops = 0.0;
+    auto variant = [&](int v, const char* what, fp8_detail::Fp8TransposeConfig cfg) {
+        L.run(op, v, what, bytes, flops, lab::Bound::Memory, reset,
+              [&] { fp8_detail::transpose_launch(out, t.out_pitch, in, t.in_pitch, t.R, t.C, L.stream(), cfg); }, check);
+    };
+    L.run(op, 0, "shipped 128x128, groups of 32", bytes, flops, lab::Bound::Memory, reset,
+          [&] { fp8_transpose(out, t.out_pitch, in, t.in_pitch, t.R, t.C, L.stream()); }, check);
+    variant(1, "previous 64 cols x 128 rows", {128, 0, true});
+    variant(2, "128x128, row after row", {128, 0, false});
+    variant(3, "128x128, groups of 8", {128, 8, false});
+    variant(4, "256 rows x 128, groups of 32", {256, 32, false});
+    variant(5, "256 rows x 128, row after row", {256, 0, false});
+}
+
 // --op NAME (before the harness's flags are read): only that op family, e.g. fp8_dq_cast (its inputs
 // and references built alone: tests/fp8_dqcast_gpu.sh times it so, alone on the GPU).
 int main(int argc, char** argv) {
     const char* families[] = {"fp8_cast", "fp8_gelu_forward_cast", "fp8_gelu_backward_cast", "fp8_cast_dbias",
-                              "fp8_layernorm_forward_cast", "fp8_dq_cast"};
+                              "fp8_layernorm_forward_cast", "fp8_dq_cast", "fp8_transpose"};
     const char* only = nullptr;
     std::vector<char*> args;  // argv without --op NAME: the harness's
     for (int i = 0; i < argc; i++) {
@@ -537,7 +649,7 @@ int main(int argc, char** argv) {
             only = argv[++i];
             if (std::none_of(std::begin(families), std::end(families), [&](const char* f) { return !strcmp(f, only); }))
                 fail("fp8_cast.cu: --op %s: no such op (fp8_cast, fp8_gelu_forward_cast, fp8_gelu_backward_cast, "
-                     "fp8_cast_dbias, fp8_layernorm_forward_cast, fp8_dq_cast)", only);
+                     "fp8_cast_dbias, fp8_layernorm_forward_cast, fp8_dq_cast, fp8_transpose)", only);
         } else {
             args.push_back(argv[i]);
         }
@@ -571,6 +683,21 @@ int main(int argc, char** argv) {
 #if !defined(PRECISION_FP32)
         if (on("fp8_dq_cast")) run_dq_cast(L, R, R == N ? lab::GPT2_C / 64 : 3, Fp8Format::E5M2, 75);
 #endif
+    }
+    if (on("fp8_transpose")) {
+        // the head's dlogits^T chunk: tokens (R) x vocabulary rows (C) in the first halves of the 2 Vp-byte
+        // logits rows, transposed into their second halves (llmc/gpt2_fp8.cuh, fp8_head_backward)
+        const int Vp = lab::GPT2_VP, Rh = N / 2;
+        const int64_t pitch = 2 * (int64_t)Vp;
+        run_transpose(L, lab::Lab::strprintf("fp8_transpose R=%d C=%d pitch=%lld", Rh, Vp, (long long)pitch),
+                      {Rh, Vp, pitch, pitch, 0, (size_t)Vp, (size_t)std::max(Rh, Vp) * pitch}, 81);
+        // awkward: R and C odd multiples of 64, pitches not multiples of 128, separate regions
+        const int Ra = 192, Ca = 320;
+        const int64_t ip = Ca + 48, op = Ra + 16;
+        const size_t in_off = 16, out_off = in_off + Ra * ip + 48;
+        run_transpose(L, lab::Lab::strprintf("fp8_transpose R=%d C=%d pitches %lld %lld", Ra, Ca, (long long)ip,
+                                             (long long)op),
+                      {Ra, Ca, ip, op, in_off, out_off, out_off + Ca * op + 32}, 82);
     }
     return L.finish();
 }
