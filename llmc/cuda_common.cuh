@@ -408,9 +408,10 @@ inline int norm_block_per_row_threads(int C) { return ceil_div(C / x128::size, W
 //    (at 2 blocks per SM every chunk is resident at once on 132 SMs: one wave).
 //  - wide, more packs per lane (bf16 only: 1024 < C <= 2048): the row in flight alone takes ~2
 //    registers per value (128 at 64 values per lane), so the sums move to dynamic shared memory (each
-//    lane its own slots, the same order of additions) and the kernel runs 1 block per SM (255
-//    registers); at most NORM_BWD_WIDE_CHUNKS = 132 chunks (one wave of 1 block per SM on the H200's
-//    132 SMs; a constant, not the device's SM count, so the sums' order does not depend on the GPU).
+//    lane its own slots, the same order of additions) and the kernel runs norm_backward_min_blocks
+//    (1) block per SM (255 registers; LayerNorm's reworked kernel 2 at 5 packs: layernorm.cuh); at
+//    most blocks x NORM_BWD_WIDE_CHUNKS = 132 chunks a block per SM (one wave on the H200's 132 SMs;
+//    a constant, not the device's SM count, so the sums' order does not depend on the GPU).
 // Either way at least COLUMN_MIN_ROWS rows a chunk, so the chunks fit the scratch of column_num_chunks(N).
 constexpr int NORM_BWD_BLOCK = 256;
 constexpr int NORM_BWD_WARPS = NORM_BWD_BLOCK / WARP_SIZE;
@@ -420,7 +421,9 @@ constexpr int NORM_BWD_MAX_C = NORM_BWD_MAX_PACKS * WARP_SIZE * x128::size;  // 
 constexpr int NORM_BWD_MAX_CHUNKS = 256;
 constexpr int NORM_BWD_WIDE_CHUNKS = 132;
 inline int norm_backward_chunks(int N) { return std::min(NORM_BWD_MAX_CHUNKS, ceil_div(N, COLUMN_MIN_ROWS)); }
-inline int norm_backward_chunks_wide(int N) { return std::min(NORM_BWD_WIDE_CHUNKS, ceil_div(N, COLUMN_MIN_ROWS)); }
+inline int norm_backward_chunks_wide(int N, int blocks_per_sm = 1) {
+    return std::min(blocks_per_sm * NORM_BWD_WIDE_CHUNKS, ceil_div(N, COLUMN_MIN_ROWS));
+}
 // the wide regime's packs: sums in shared memory, 1 block per SM
 template <int PACKS>
 __host__ __device__ constexpr bool norm_backward_wide() { return PACKS > NORM_BWD_REG_PACKS; }

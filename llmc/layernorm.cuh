@@ -198,15 +198,11 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
 // H200 2026-12-04: 0.1679 ms against 0.1278), so 1 block per SM (up to 255 registers) there.
 template <int PACKS>
 __host__ __device__ constexpr int layernorm_backward_min_blocks() { return PACKS <= 5 ? 2 : 1; }
-// Chunks of the wide regime: one wave of 132 SMs at the kernel's blocks per SM (two blocks of up to 80 KB
-// of sums fit an SM's shared memory at C <= 1280); a constant, not the device's SM count, so the sums'
-// order does not depend on the GPU.
-template <int PACKS>
-constexpr int layernorm_backward_wide_chunks() { return layernorm_backward_min_blocks<PACKS>() * NORM_BWD_WIDE_CHUNKS; }
 template <int PACKS, int R>
-static __global__ __launch_bounds__(NORM_BWD_BLOCK, layernorm_backward_min_blocks<PACKS>()) void layernorm_backward_fused(
-    floatX* dinp, float* partials, const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
-    const float* rstd, int N, int C, int rows_per_chunk) {
+static __global__ __launch_bounds__(NORM_BWD_BLOCK, layernorm_backward_min_blocks<PACKS>()) void
+    layernorm_backward_fused(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
+                             const floatX* weight, const float* mean, const float* rstd, int N, int C,
+                             int rows_per_chunk) {
     static_assert(PACKS <= NORM_BWD_MAX_PACKS, "rows up to NORM_BWD_MAX_C columns");
     constexpr bool WIDE = norm_backward_wide<PACKS>();
     constexpr int F4 = x128::size / 4;  // float4 slots per pack and sum
@@ -298,102 +294,83 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, layernorm_backward_min_block
                 store128(dinp + (int64_t)r * C + q * x128::size, o);
             }
         } else {
-        // Phase 1 needs only what was loaded: the dweight and dbias sums, this lane's parts of sum(g)
-        // and sum(g * norm), and t = dinp + rstd * g. Phase 2, after the row's reductions, writes
-        // dinp = t - rstd * (mean(g) + norm * mean(g * norm)); only t and norm live across them.
-        // The loads are unconditional (branches around them cost registers and hoisting): a row past
-        // the chunk's end reads the chunk's last row, a pack past C reads the row's last pack, and
-        // both read as zeros (a select, not a multiply: no 0 * inf), so they add exactly nothing;
-        // their stores are skipped.
-        float t[R][PACKS][x128::size], nrm[R][PACKS][x128::size];
-        float m[R], s[R], sg[R], sgn[R];
-        {
-            x128 w[PACKS], d[R][PACKS], x[R][PACKS], di[R][PACKS];
+            // Phase 1 needs only what was loaded: the dweight and dbias sums, this lane's parts of sum(g)
+            // and sum(g * norm), and t = dinp + rstd * g. Phase 2, after the row's reductions, writes
+            // dinp = t - rstd * (mean(g) + norm * mean(g * norm)); only t and norm live across them.
+            // The loads are unconditional (branches around them cost registers and hoisting): a row past
+            // the chunk's end reads the chunk's last row, a pack past C reads the row's last pack, and
+            // both read as zeros (a select, not a multiply: no 0 * inf), so they add exactly nothing;
+            // their stores are skipped.
+            float t[R][PACKS][x128::size], nrm[R][PACKS][x128::size];
+            float m[R], s[R], sg[R], sgn[R];
+            {
+                x128 w[PACKS], d[R][PACKS], x[R][PACKS], di[R][PACKS];
 #pragma unroll
-            for (int p = 0; p < PACKS; p++)  // weight: L1 hits, reloaded each step to keep registers free
-                w[p] = load128(weight + min((p * WARP_SIZE + lane) * x128::size, C - x128::size));
+                for (int p = 0; p < PACKS; p++)  // weight: L1 hits, reloaded each step to keep registers free
+                    w[p] = load128(weight + min((p * WARP_SIZE + lane) * x128::size, C - x128::size));
 #pragma unroll
-            for (int i = 0; i < R; i++) {  // every load of the R rows first
-                const int row = min(r + i, r1 - 1);
-                const int64_t base = (int64_t)row * C;
-                m[i] = mean[row];
-                s[i] = rstd[row];
+                for (int i = 0; i < R; i++) {  // every load of the R rows first
+                    const int row = min(r + i, r1 - 1);
+                    const int64_t base = (int64_t)row * C;
+                    m[i] = mean[row];
+                    s[i] = rstd[row];
 #pragma unroll
-                for (int p = 0; p < PACKS; p++) {
-                    const int64_t at = base + min((p * WARP_SIZE + lane) * x128::size, C - x128::size);
-                    d[i][p] = load128cs(dout + at);
-                    x[i][p] = load128cs(inp + at);
-                    di[i][p] = load128cs(dinp + at);
+                    for (int p = 0; p < PACKS; p++) {
+                        const int64_t at = base + min((p * WARP_SIZE + lane) * x128::size, C - x128::size);
+                        d[i][p] = load128cs(dout + at);
+                        x[i][p] = load128cs(inp + at);
+                        di[i][p] = load128cs(dinp + at);
+                    }
                 }
-            }
 #pragma unroll
-            for (int i = 0; i < R; i++) {
-                sg[i] = sgn[i] = 0.0f;
+                for (int i = 0; i < R; i++) {
+                    sg[i] = sgn[i] = 0.0f;
 #pragma unroll
-                for (int p = 0; p < PACKS; p++) {
-                    const int q = p * WARP_SIZE + lane;
-                    const bool ok = r + i < r1 && q * x128::size < C;
-                    float pw[x128::size] = {}, pb[x128::size] = {};  // this pack's dweight and dbias sums
-                    if constexpr (WIDE) {
-                        if (q < P)
-#pragma unroll
-                            for (int h = 0; h < F4; h++) {
-                                const float4 a = slot(0, h, q), b = slot(1, h, q);
-                                pw[4 * h] = a.x, pw[4 * h + 1] = a.y, pw[4 * h + 2] = a.z, pw[4 * h + 3] = a.w;
-                                pb[4 * h] = b.x, pb[4 * h + 1] = b.y, pb[4 * h + 2] = b.z, pb[4 * h + 3] = b.w;
-                            }
-                    } else {
+                    for (int p = 0; p < PACKS; p++) {
+                        const int q = p * WARP_SIZE + lane;
+                        const bool ok = r + i < r1 && q * x128::size < C;
+                        float pw[x128::size], pb[x128::size];  // this pack's dweight and dbias sums
 #pragma unroll
                         for (int k = 0; k < x128::size; k++) pw[k] = dw[p][k], pb[k] = db[p][k];
-                    }
 #pragma unroll
-                    for (int k = 0; k < x128::size; k++) {
-                        const float dk = ok ? to_float(d[i][p][k]) : 0.0f;
-                        const float nk = ok ? (to_float(x[i][p][k]) - m[i]) * s[i] : 0.0f;
-                        const float g = dk * to_float(w[p][k]);
-                        sg[i] += g;
-                        sgn[i] += g * nk;
-                        nrm[i][p][k] = nk;
-                        pw[k] += dk * nk;
-                        pb[k] += dk;
-                        t[i][p][k] = to_float(di[i][p][k]) + s[i] * g;
-                    }
-                    if constexpr (WIDE) {
-                        if (q < P)
-#pragma unroll
-                            for (int h = 0; h < F4; h++) {
-                                slot(0, h, q) = make_float4(pw[4 * h], pw[4 * h + 1], pw[4 * h + 2], pw[4 * h + 3]);
-                                slot(1, h, q) = make_float4(pb[4 * h], pb[4 * h + 1], pb[4 * h + 2], pb[4 * h + 3]);
-                            }
-                    } else {
+                        for (int k = 0; k < x128::size; k++) {
+                            const float dk = ok ? to_float(d[i][p][k]) : 0.0f;
+                            const float nk = ok ? (to_float(x[i][p][k]) - m[i]) * s[i] : 0.0f;
+                            const float g = dk * to_float(w[p][k]);
+                            sg[i] += g;
+                            sgn[i] += g * nk;
+                            nrm[i][p][k] = nk;
+                            pw[k] += dk * nk;
+                            pb[k] += dk;
+                            t[i][p][k] = to_float(di[i][p][k]) + s[i] * g;
+                        }
 #pragma unroll
                         for (int k = 0; k < x128::size; k++) dw[p][k] = pw[k], db[p][k] = pb[k];
                     }
                 }
             }
-        }
-        // the 2R reductions are independent shuffle chains
+            // the 2R reductions are independent shuffle chains
 #pragma unroll
-        for (int i = 0; i < R; i++) {
-            sg[i] = warp_reduce_sum(sg[i]) / C * s[i];    // rstd * mean(g)
-            sgn[i] = warp_reduce_sum(sgn[i]) / C * s[i];  // rstd * mean(g * norm)
-        }
+            for (int i = 0; i < R; i++) {
+                sg[i] = warp_reduce_sum(sg[i]) / C * s[i];    // rstd * mean(g)
+                sgn[i] = warp_reduce_sum(sgn[i]) / C * s[i];  // rstd * mean(g * norm)
+            }
 #pragma unroll
-        for (int i = 0; i < R; i++) {
-            const int64_t base = (int64_t)(r + i) * C;
+            for (int i = 0; i < R; i++) {
+                const int64_t base = (int64_t)(r + i) * C;
 #pragma unroll
-            for (int p = 0; p < PACKS; p++) {
-                const int c = (p * WARP_SIZE + lane) * x128::size;
-                if (r + i < r1 && c < C) {
-                    x128 o;
+                for (int p = 0; p < PACKS; p++) {
+                    const int c = (p * WARP_SIZE + lane) * x128::size;
+                    if (r + i < r1 && c < C) {
+                        x128 o;
 #pragma unroll
-                    for (int k = 0; k < x128::size; k++)
-                        o[k] = from_float<floatX>(t[i][p][k] - (sg[i] + nrm[i][p][k] * sgn[i]));
-                    store128(dinp + base + c, o);
+                        for (int k = 0; k < x128::size; k++)
+                            o[k] = from_float<floatX>(t[i][p][k] - (sg[i] + nrm[i][p][k] * sgn[i]));
+                        store128(dinp + base + c, o);
+                    }
                 }
             }
         }
-        }  // narrow
     }
     float* out = partials + (int64_t)blockIdx.x * 2 * C;
     if constexpr (WIDE) {
@@ -463,8 +440,9 @@ inline void layernorm_backward_fused_launch(floatX* dinp, floatX* dweight, float
     if (N <= 0) return;
     constexpr bool WIDE = norm_backward_wide<PACKS>();
     if (chunks <= 0)
-        chunks = WIDE ? std::min(layernorm_backward_wide_chunks<PACKS>(), ceil_div(N, COLUMN_MIN_ROWS)) : norm_backward_chunks(N);
-    if (chunks > column_num_chunks(N)) fail("layernorm_backward: %d chunks exceed the scratch's %d", chunks, column_num_chunks(N));
+        chunks = WIDE ? norm_backward_chunks_wide(N, layernorm_backward_min_blocks<PACKS>()) : norm_backward_chunks(N);
+    if (chunks > column_num_chunks(N))
+        fail("layernorm_backward: %d chunks exceed the scratch's %d", chunks, column_num_chunks(N));
     const int rows_per_chunk = ceil_div(N, chunks);
     if constexpr (WIDE) layernorm_backward_fused_optin<PACKS, R>();
     layernorm_backward_fused<PACKS, R><<<chunks, NORM_BWD_BLOCK, WIDE ? norm_backward_smem(2, C) : 0, stream>>>(
@@ -482,7 +460,8 @@ inline void layernorm_backward_prepare(int C) {
     if (C <= 0 || C > NORM_BWD_MAX_C) return;
     norm_backward_dispatch(C, [](auto packs) {
         constexpr int PACKS = decltype(packs)::value;
-        if constexpr (norm_backward_wide<PACKS>()) layernorm_backward_fused_optin<PACKS, layernorm_backward_rows<PACKS>()>();
+        if constexpr (norm_backward_wide<PACKS>())
+            layernorm_backward_fused_optin<PACKS, layernorm_backward_rows<PACKS>()>();
     });
 }
 

@@ -44,11 +44,12 @@
 //                  per SM (191-238 registers, no spills), 132 chunks. DRAM: 4 N*C*2 B = 168 MB at
 //                  C = 1280 (42 us at the copy), 210 MB at 1600 (52 us). H200 2026-12-04:
 //                  C = 1280 0.0755 ms (55.6% of copy), C = 1600 0.0847 ms (61.9%); at 2 blocks per SM
-//                  for every width, C = 1600 spilled 376 bytes and took 0.1679 ms. Its first version (t and norm in registers, 180-223 registers,
-//                  1 block per SM, 132 chunks), H200 2026-12-04: C = 1280 0.0897 ms (46.8% of copy),
-//                  C = 1600 0.1175 ms (44.6%); 73.7 us a call in the 774M step (the two kernels: 44.8 + 36.0)
-//   backward       2 two kernels: the fallback above 2048 columns. H200 2026-12-04: C = 1280 0.1074 ms
-//                  (39.1%), C = 1600 0.1348 ms (38.9%)
+//                  for every width, C = 1600 spilled 376 bytes and took 0.1679 ms. Its first version
+//                  (t and norm in registers, 180-223 registers, 1 block per SM, 132 chunks), H200
+//                  2026-12-04: C = 1280 0.0897 ms (46.8% of copy), C = 1600 0.1175 ms (44.6%); 73.7 us
+//                  a call in the 774M step (the two kernels: 44.8 + 36.0)
+//   backward       2 two kernels: the fallback above 2048 columns. H200 2026-12-04: C = 1280 0.0990 ms
+//                  (42.4%), C = 1600 0.1280 ms (41.0%); an earlier call 0.1074 and 0.1348
 //   backward       5 fused wide, 256 chunks: variant 0's wide kernel at 256 chunks: 0.0748 ms (1280),
 //                  0.0848 (1600), as variant 0. The first version at 256 chunks: 0.0916 ms, 0.1206
 // Small M (a decode step's rows: M = 1, 8, 64 at C = 768 and the awkward C = 776), forward and fused
