@@ -89,7 +89,6 @@
 // 0 84.6 / 94.5, 1 49.5 / 56.6, 2 85.4 / 93.0, 3 85.5 / 90.6, 4 84.0 / 90.2 (docs/perf.md).
 // Variants 5 and 6: not yet run on a GPU (tests/fp8_rowwise_gpu.sh runs them).
 #include <algorithm>
-#include <climits>
 #include <cstddef>
 #include <iterator>
 #include "dev/cuda/harness.cuh"
@@ -547,21 +546,6 @@ static void run_layernorm_fp8(lab::Lab& L, int R, int C, uint64_t seed) {
 }
 
 // ---------------------------------------------------------------- fp8_transpose (bytes, see the top)
-// Differing bytes of a and b (n each): the count and the first index (atomicMin).
-static __global__ void count_diff_kernel(const uint8_t* a, const uint8_t* b, size_t n, unsigned long long* count,
-                                         unsigned long long* first) {
-    unsigned long long c = 0, f = ULLONG_MAX;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        if (a[i] != b[i]) {
-            c++;
-            f = min(f, (unsigned long long)i);
-        }
-    if (c) {
-        atomicAdd(count, c);
-        atomicMin(first, f);
-    }
-}
-
 // One buffer of `total` bytes holds the input (R, C) at in_off with in_pitch bytes a row and the output
 // (C, R) at out_off with out_pitch bytes a row; every other byte of it must come out as it went in.
 struct TransposeLayout {
@@ -589,19 +573,14 @@ static void run_transpose(lab::Lab& L, const std::string& op, const TransposeLay
             for (int c = c0; c < c0 + 64; c++) img[t.out_off + c * t.out_pitch + r] = img[t.in_off + r * t.in_pitch + c];
     cudaCheck(cudaMemcpy(d_want.get(), img.data(), t.total, cudaMemcpyHostToDevice));
     std::vector<uint8_t>().swap(img);
-    lab::DevBuf<unsigned long long> d_diff(2, "diff");
     const uint8_t* in = d_buf.get() + t.in_off;
     uint8_t* out = d_buf.get() + t.out_off;
     auto reset = [&] {
         cudaCheck(cudaMemcpyAsync(d_buf.get(), d_init.get(), t.total, cudaMemcpyDeviceToDevice, L.stream()));
     };
     auto check = [&] {
-        const unsigned long long init[2] = {0, ULLONG_MAX};
-        cudaCheck(cudaMemcpy(d_diff.get(), init, sizeof(init), cudaMemcpyHostToDevice));
-        count_diff_kernel<<<1024, 256>>>(d_buf, d_want, t.total, d_diff.get(), d_diff.get() + 1);
-        cudaCheckLaunch();
-        unsigned long long diff[2];
-        cudaCheck(cudaMemcpy(diff, d_diff.get(), sizeof(diff), cudaMemcpyDeviceToHost));
+        const lab::ByteDiff d = lab::diff_bytes(d_buf, d_want, 1, (int64_t)t.total, 0, (int64_t)t.total);
+        const unsigned long long diff[2] = {d.count, d.first};
         bool ok = d_buf.guard_intact();
         if (!ok) printf("    %-10s FAIL: the kernel wrote into the guard region after the buffer\n", "buffer");
         if (diff[0] == 0) {

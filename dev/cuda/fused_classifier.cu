@@ -262,27 +262,8 @@ static void fp8_block_per_row_launch(floatX* logits, float* losses, const int* t
 }
 
 // Bytes [lo, hi) of each of `rows` rows of pitch bytes where a and b differ.
-static __global__ void count_diff_bytes_kernel(const uint8_t* a, const uint8_t* b, int rows, int64_t pitch, int lo,
-                                               int hi, unsigned long long* count) {
-    unsigned long long c = 0;
-    const int64_t w = hi - lo, n = (int64_t)rows * w;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t at = (i / w) * pitch + lo + i % w;
-        c += a[at] != b[at];
-    }
-    for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
-    if (threadIdx.x % WARP_SIZE == 0 && c) atomicAdd(count, c);
-}
 static size_t count_diff_bytes(const void* a, const void* b, int rows, int64_t pitch, int lo, int hi) {
-    unsigned long long *d, h = 0;
-    cudaCheck(cudaMalloc(&d, sizeof(*d)));
-    cudaCheck(cudaMemset(d, 0, sizeof(*d)));
-    count_diff_bytes_kernel<<<1024, 256>>>(static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b), rows, pitch,
-                                           lo, hi, d);
-    cudaCheckLaunch();
-    cudaCheck(cudaMemcpy(&h, d, sizeof(h), cudaMemcpyDeviceToHost));
-    cudaCheck(cudaFree(d));
-    return (size_t)h;
+    return (size_t)lab::diff_bytes(a, b, rows, pitch, lo, hi).count;
 }
 
 // ---------------------------------------------------------------- fused_classifier (floatX gradient)

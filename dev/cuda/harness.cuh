@@ -121,6 +121,39 @@ static __global__ void count_poison_kernel(const T* p, size_t n, unsigned long l
     if (threadIdx.x % WARP_SIZE == 0 && warp_count) atomicAdd(count, (unsigned long long)warp_count);
 }
 
+// Bytes of a and b that differ, in columns [lo, hi) of `rows` rows of `pitch` bytes (rows 1, pitch
+// and hi the size: a whole buffer): their count, and the offset of the first (~0 when none).
+struct ByteDiff {
+    unsigned long long count = 0, first = ~0ull;
+};
+static __global__ void diff_bytes_kernel(const uint8_t* a, const uint8_t* b, int64_t rows, int64_t pitch, int64_t lo,
+                                         int64_t hi, ByteDiff* out) {
+    unsigned long long c = 0, f = ~0ull;
+    const int64_t w = hi - lo, n = rows * w;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t at = (i / w) * pitch + lo + i % w;
+        if (a[at] != b[at]) {
+            c++;
+            f = min(f, (unsigned long long)at);
+        }
+    }
+    if (c) {
+        atomicAdd(&out->count, c);
+        atomicMin(&out->first, f);
+    }
+}
+inline ByteDiff diff_bytes(const void* a, const void* b, int64_t rows, int64_t pitch, int64_t lo, int64_t hi) {
+    ByteDiff h, *d;
+    cudaCheck(cudaMalloc(&d, sizeof(*d)));
+    cudaCheck(cudaMemcpy(d, &h, sizeof(h), cudaMemcpyHostToDevice));
+    diff_bytes_kernel<<<1024, 256>>>(static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b), rows, pitch, lo,
+                                     hi, d);
+    cudaCheckLaunch();
+    cudaCheck(cudaMemcpy(&h, d, sizeof(h), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaFree(d));
+    return h;
+}
+
 template <typename T>
 class DevBuf {
   public:
