@@ -31,6 +31,7 @@ struct GpuFlags {
     int graph = 1;             // --graph 0|1
     int stochastic_rounding = 1;  // --stochastic-rounding 0|1
     float peak_tflops = 0.0f;  // --peak-tflops (0: from the device name)
+    int matmul_autotune = 0;   // --matmul-autotune 0|1
 };
 
 // bf16 dense peak of the device for MFU, by name; 0 if unknown.
@@ -73,10 +74,17 @@ int main(int argc, char** argv) {
     parser.add_int("--random-data", &gpu.random_data, {0, 1}, "1 = train on random tokens, no files (benchmarks)");
     parser.add_int("--graph", &gpu.graph, {0, 1}, "1 = after the first step, run each step as one CUDA graph (no launch "
                    "gaps or host waits inside it; the same bits as 0 with --deterministic 1; one GPU: data-parallel runs stay eager)");
+    parser.add_int("--matmul-autotune", &gpu.matmul_autotune, {0, 1}, "1 = the first step times up to ~28 of "
+                   "cuBLASLt's algorithms for each distinct matmul (bf16 and FP8; a few seconds) and every later step "
+                   "runs the fastest, instead of the heuristic's first pick; the choice follows the timings, so two "
+                   "runs may round differently (not with --deterministic 1)");
     parser.add_float("--peak-tflops", &gpu.peak_tflops, {0, 1e6}, "bf16 dense peak for MFU (0 = by device name: H100/H200 989)");
     parser.parse(argc, argv);
     if (gpu.random_data && cfg.train_pattern.empty()) cfg.train_pattern = "(random)";  // no files needed
     validate_train_config(cfg);
+    if (gpu.matmul_autotune && gpu.deterministic)
+        fail("--matmul-autotune 1 picks algorithms by their timings, so runs may round differently: not with "
+             "--deterministic 1");
     std::unique_ptr<Comm> comm = dist_init(cfg, &argc, &argv);  // data parallel: llmc/dist.h, llmc/gpt2_dist.cuh
     set_world_size(cfg, comm->world);
 
@@ -254,6 +262,13 @@ int main(int argc, char** argv) {
     cudaCheck(cudaMallocHost(&step_losses, sizeof(float) * N * cfg.grad_accum));
     fetch_batch();
 
+    // --matmul-autotune 1: the first step (eager, before any capture) tunes each distinct matmul; every
+    // later call of the same shape, in the graph too, runs the kept algorithm (llmc/matmul.cuh)
+    MatmulAlgoCache algos;
+    if (gpu.matmul_autotune) {
+        algos.tune = true;
+        ctx.matmul_algos = &algos;
+    }
     std::vector<double> step_ms;
     double total_ms = 0.0;
     for (int64_t step = model.step; step < total_steps; step++) {
@@ -284,6 +299,7 @@ int main(int argc, char** argv) {
             gpu_dp_wait_grads(dp, ctx);
             norm = gpu_dp_update(dp, model, opt, ctx);
             cudaCheck(cudaStreamSynchronize(ctx.stream));
+            algos.tune = false;  // tuned in this first step
             if (use_graph && step + 1 < total_steps) {  // every kernel has run once: capture the step
                 if (!graph.exec[0]) {
                     gpt2_graph_build(graph, model, cfg.grad_accum, dloss, cfg.grad_clip, step_losses, ctx);

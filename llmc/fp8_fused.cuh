@@ -26,27 +26,33 @@
 //                    write and read go)
 //   The FP8 bytes and the amax are bit-identical to the unfused kernels' at the same scale (the same
 //   device functions, the same floatX rounding before the cast: DQ_ACCUM's is the dQ store's
-//   dq_from_accum, llmc/attention_layout.cuh); the bias gradient too when
-//   bias_backward's row chunks are multiples of 64 rows (R = 32768, 65536, ...: each column summed
-//   in fp32 row by row over the same chunks, folded by the same column_partials_add), else in another
-//   fixed order (deterministic either way).
+//   dq_from_accum, llmc/attention_layout.cuh); the bias gradient is the same sum in another fixed fp32
+//   order (deterministic; bias_backward's chunks and order differ).
 //   layernorm_fp8_forward(out_t, out, residual, mean, rstd, inp1, inp2, weight, bias, N, C, meta)
 //     the (residual add +) LayerNorm writing its output as e4m3 X and X^T (qkv's, fc's): below.
 // Kernel: fp8_cast_transpose's 64 x 64 tile (llmc/fp8.cuh: 256 threads, 16-byte loads, the FP8 tile
-// through shared memory, 16-byte transposed stores), walked down a chunk of rows per block so the
-// bias's column partials stay in registers: grid (C / 64, chunks), chunk = bias_backward's rows per
-// chunk rounded up to a multiple of 64 (128 rows at R = 65536: 2 tiles a block, 512 chunks).
-// Column sums: the tile's floatX values also go to shared memory; threads 0..63 each add their
-// column's 64 values in row order (64 dependent fp32 adds per tile, overlapped by the other blocks'
-// loads). Memory-bound: a few flops per byte (GELU's tanh: ~20 per element).
+// through shared memory, 16-byte transposed stores), walked down a chunk of rows per block: grid
+// (C / 64, chunks). Each thread always holds the same 8 columns (pack p = tid % 8 of rows tid / 8 and
+// tid / 8 + 32). Light prologues (NONE, DQ_ACCUM) are pipelined: the next tile's loads are issued
+// before this tile's shared-memory passes, 2-4 tiles a block (fp8_fused_rows_per_chunk), and the
+// bias's column sums stay in each thread's registers over the chunk (tile by tile, its rows in order);
+// at the chunk's end the 32 row groups' sums go through shared memory and threads 0..63 add them in
+// row-group order into the chunk's partials (column_partials_add folds the chunks). The GELU prologues
+// run a tile at a time at 8 blocks an SM (fp8_fused_min_blocks), their column sums through a floatX
+// copy of the tile in shared memory. Memory-bound: a few flops per byte (GELU's tanh: ~20 per element).
+// Against the previous kernel (one tile a block for every prologue, the column sums by 64 threads over
+// a floatX copy of the tile: 64 dependent adds a tile while 6 warps wait; the lab's variant 6), H200
+// lab, 2026-12-04 (twenty-sixth run, call 3): qkv's DQ_ACCUM cast at GPT-2 774M (R 16384, C 3840)
+// 0.1106 -> 0.0934 ms, at 124M (R 65536, C 2304) 0.2473 -> 0.2143; a dY with bias, C 1280: 0.0380 ->
+// 0.0349; the GELU prologues unchanged (0.1534 / 0.1533, 0.1031 / 0.1018).
 // DQ_ACCUM: a 64-column tile lies wholly in the dQ columns or outside them (q_cols a multiple of 64),
 // so the choice is per block; the dQ tiles' threads load 2 x 16 bytes of fp32 a pack instead of 16 of
 // bf16. The dQ store (300 MB moved, 78 us a layer at GPT-2 124M, B 64, T 1024; 12 layers a step) goes,
-// against 100 MB more read here. H200 (2026-12-04, the 124M step's profile): the cast 198 -> 237 us a
-// layer, the store's 78 us gone: -0.48 ms a step.
+// against 100 MB more read here.
 // Shapes: R and C multiples of 64; pointers 16-byte aligned.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 #include "llmc/attention_layout.cuh"  // dq_from_accum: DQ_ACCUM's rounding, the dQ store's
 #include "llmc/cuda_common.cuh"
 #include "llmc/fp8.cuh"
@@ -55,7 +61,6 @@
 #include "llmc/utils.h"
 
 enum class Fp8Prologue { NONE, GELU_FORWARD, GELU_BACKWARD, DQ_ACCUM };
-constexpr int FP8_F_BPITCH = FP8_T_TILE + 8;  // floatX tile pitch: 16-byte rows, no bank conflicts on the pack stores
 
 // DQ_ACCUM's second input (see the top): the dQ columns [0, q_cols) of the cast's input come from
 // accum (R, q_cols) fp32, the single-pass attention backward's unscaled dQ sums (attention_backward
@@ -66,96 +71,177 @@ struct Fp8DqAccum {
     int head_dim = 0;              // HD, 64 or 128: the scale rsqrt(HD)
 };
 
-// DQ_HD: DQ_ACCUM's head size (a template parameter, as in attention_backward_dq_store: the same
-// code for the scale), 0 for the other prologues.
-template <Fp8Format F, Fp8Prologue PRO, bool COLSUM, int DQ_HD = 0>
-static __global__ void __launch_bounds__(FP8_T_BLOCK)
-    fp8_cast_transpose_fused_kernel(uint8_t* __restrict__ out_t, uint8_t* __restrict__ out, const floatX* __restrict__ in,
-                                    const floatX* __restrict__ pre, const float* __restrict__ dq_accum, int q_cols,
-                                    float* __restrict__ partials, int R, int C, int rows_per_chunk, Fp8Meta* meta) {
-    static_assert((PRO == Fp8Prologue::DQ_ACCUM) == (DQ_HD == 64 || DQ_HD == 128), "DQ_HD: DQ_ACCUM's head size");
+// Light prologues (NONE, DQ_ACCUM) run pipelined: several tiles a block, the next tile's loads issued
+// before this one's shared-memory passes, the column sums in registers, 4 blocks an SM (64 registers a
+// thread). The GELU prologues, ~20 flops an element, run one tile at a time at 8 blocks an SM (32
+// registers), the column sums through shared memory. H200 lab (twenty-sixth run, R 16384, C 5120): the
+// GELU backward pipelined at 3 blocks an SM 0.1872 ms, with register sums one tile at a time at 5-6
+// blocks an SM 0.1639-0.1734, as shipped 0.1533; the GELU forward pipelined 0.1068, as shipped 0.1018.
+__host__ __device__ constexpr bool fp8_fused_pipelined(Fp8Prologue pro) { return pro == Fp8Prologue::NONE || pro == Fp8Prologue::DQ_ACCUM; }
+__host__ __device__ constexpr int fp8_fused_min_blocks(Fp8Prologue pro) { return fp8_fused_pipelined(pro) ? 4 : 8; }
+
+namespace fp8_detail {
+// The tiles of one block's chunk of rows [r_begin, r_end) at column tile c0 (see the top). FROM_DQ:
+// a DQ_ACCUM tile of the dQ columns (the fp32 sums read, `in` not). Each thread holds LOADS packs of P
+// columns, rows ROW_STEP apart, always the same P columns (pack p of the row); pipelined, the next
+// tile's loads are issued before this one's shared-memory passes. COLSUM into partials[chunk * C + c0 +
+// c]: pipelined, the thread's columns summed over its rows in registers (tile by tile, its packs in row
+// order), then through col_part in row-group order; else each tile's values through vals, threads
+// 0..63 adding their column's rows in order. Returns the thread's amax bits.
+template <Fp8Format F, Fp8Prologue PRO, bool COLSUM, int DQ_HD, bool FROM_DQ>
+__device__ __forceinline__ unsigned int fused_cast_chunk(uint8_t* __restrict__ out_t, uint8_t* __restrict__ out,
+                                                         const floatX* __restrict__ in, const floatX* __restrict__ pre,
+                                                         const float* __restrict__ dq_accum, int q_cols,
+                                                         float* __restrict__ partials, int R, int C, int c0,
+                                                         int r_begin, int r_end, float scale,
+                                                         uint8_t (&tile)[FP8_T_TILE][FP8_T_PITCH], float* col_part,
+                                                         floatX* vals) {
     constexpr int P = x128::size, PACKS_PER_ROW = FP8_T_TILE / P;
-    constexpr int LOADS = FP8_T_TILE * PACKS_PER_ROW / FP8_T_BLOCK;
-    constexpr int DQ_LOADS = PRO == Fp8Prologue::DQ_ACCUM ? LOADS : 1, DQ_PARTS = P / f128::size;
-    __shared__ alignas(16) uint8_t tile[FP8_T_TILE][FP8_T_PITCH];
-    __shared__ alignas(16) floatX vals[COLSUM ? FP8_T_TILE : 1][COLSUM ? FP8_F_BPITCH : 8];
-    const int c0 = blockIdx.x * FP8_T_TILE, chunk = blockIdx.y;
-    const int r_begin = chunk * rows_per_chunk, r_end = min(R, r_begin + rows_per_chunk);
-    const bool from_dq = PRO == Fp8Prologue::DQ_ACCUM && c0 < q_cols;  // block-uniform: whole tiles
-    const float scale = meta->scale;
-    unsigned int amax = 0;
-    float colsum = 0.0f;  // COLSUM: column c0 + threadIdx.x (threads < 64), rows of this chunk in order
-    for (int r0 = r_begin; r0 < r_end; r0 += FP8_T_TILE) {
-        x128 v[LOADS], g[LOADS];
-        f128 d[DQ_LOADS][DQ_PARTS];  // DQ_ACCUM: a pack's P fp32 sums
+    constexpr int LOADS = FP8_T_TILE * PACKS_PER_ROW / FP8_T_BLOCK, ROW_STEP = FP8_T_BLOCK / PACKS_PER_ROW;
+    constexpr bool GB = PRO == Fp8Prologue::GELU_BACKWARD;
+    constexpr int DQ_PARTS = P / f128::size;
+    struct Raw {  // one tile's loads of this thread
+        x128 v[FROM_DQ ? 1 : LOADS];
+        x128 g[GB ? LOADS : 1];
+        f128 d[FROM_DQ ? LOADS : 1][DQ_PARTS];
+    };
+    const int p = threadIdx.x % PACKS_PER_ROW, rr = threadIdx.x / PACKS_PER_ROW;
+    auto load = [&](Raw& x, int r0) {
 #pragma unroll
         for (int j = 0; j < LOADS; j++) {
-            const int idx = threadIdx.x + j * FP8_T_BLOCK, r = idx / PACKS_PER_ROW, p = idx % PACKS_PER_ROW;
-            const int64_t at = (int64_t)(r0 + r) * C + c0 + p * P;
-            if constexpr (PRO == Fp8Prologue::DQ_ACCUM) {
-                if (from_dq) {
-                    const float* src = dq_accum + (int64_t)(r0 + r) * q_cols + c0 + p * P;
+            const int64_t r = r0 + rr + j * ROW_STEP;
+            if constexpr (FROM_DQ) {
+                const float* src = dq_accum + r * q_cols + c0 + p * P;
 #pragma unroll
-                    for (int q = 0; q < DQ_PARTS; q++) d[j][q] = load128cs(src + q * f128::size);
-                } else {
-                    v[j] = load128cs(in + at);
-                }
+                for (int q = 0; q < DQ_PARTS; q++) x.d[j][q] = load128cs(src + q * f128::size);
             } else {
-                v[j] = load128cs(in + at);
+                x.v[j] = load128cs(in + r * C + c0 + p * P);
             }
-            if (PRO == Fp8Prologue::GELU_BACKWARD) g[j] = load128cs(pre + at);
+            if constexpr (GB) x.g[j] = load128cs(pre + r * C + c0 + p * P);
         }
+    };
+    constexpr bool PIPELINED = fp8_fused_pipelined(PRO);
+    // the column sums: pipelined, in registers (see the top); else as the tile-at-a-time kernel ran
+    // them at 32 registers: the tile's floatX values through shared memory (vals (64, 64 + 8)), threads
+    // 0..63 each adding its column's 64 rows in order
+    constexpr bool REG_COLSUM = COLSUM && PIPELINED, SMEM_COLSUM = COLSUM && !PIPELINED;
+    constexpr int VPITCH = FP8_T_TILE + 8;  // 16-byte rows, no bank conflicts on the pack stores
+    unsigned int amax = 0;
+    float colsum = 0.0f;  // SMEM_COLSUM: column c0 + threadIdx.x (threads < 64)
+    float csum[COLSUM ? P : 1];
+#pragma unroll
+    for (int k = 0; k < (COLSUM ? P : 1); k++) csum[k] = 0.0f;
+    Raw cur;
+    if (PIPELINED) load(cur, r_begin);
+#pragma unroll 1
+    for (int r0 = r_begin; r0 < r_end; r0 += FP8_T_TILE) {
+        const bool more = r0 + FP8_T_TILE < r_end;
+        Raw nxt;
+        if (!PIPELINED) load(cur, r0);
+        else if (more) load(nxt, r0 + FP8_T_TILE);
 #pragma unroll
         for (int j = 0; j < LOADS; j++) {
-            const int idx = threadIdx.x + j * FP8_T_BLOCK, r = idx / PACKS_PER_ROW, p = idx % PACKS_PER_ROW;
+            const int r = rr + j * ROW_STEP;
+            x128 v;
             // x rounded to floatX: the values the unfused kernel would have written
 #pragma unroll
             for (int k = 0; k < P; k++) {
-                if (PRO == Fp8Prologue::GELU_FORWARD) v[j][k] = from_float<floatX>(gelu_tanh(to_float(v[j][k])));
-                if (PRO == Fp8Prologue::GELU_BACKWARD)
-                    v[j][k] = from_float<floatX>(to_float(v[j][k]) * gelu_tanh_grad(to_float(g[j][k])));
-            }
-            if constexpr (PRO == Fp8Prologue::DQ_ACCUM) {
-                if (from_dq)  // the dQ store's bf16 (floatX is bf16 wherever the backward leaves dQ)
-#pragma unroll
-                    for (int k = 0; k < P; k++)
-                        v[j][k] = from_float<floatX>(
-                            to_float(attention_detail::dq_from_accum<DQ_HD>(d[j][k / f128::size][k % f128::size])));
+                if constexpr (FROM_DQ)  // the dQ store's bf16 (floatX is bf16 wherever the backward leaves dQ)
+                    v[k] = from_float<floatX>(
+                        to_float(attention_detail::dq_from_accum<DQ_HD>(cur.d[j][k / f128::size][k % f128::size])));
+                else if constexpr (PRO == Fp8Prologue::GELU_FORWARD)
+                    v[k] = from_float<floatX>(gelu_tanh(to_float(cur.v[j][k])));
+                else if constexpr (GB)
+                    v[k] = from_float<floatX>(to_float(cur.v[j][k]) * gelu_tanh_grad(to_float(cur.g[j][k])));
+                else
+                    v[k] = cur.v[j][k];
+                if constexpr (REG_COLSUM) csum[k] += to_float(v[k]);
             }
             Fp8Pack o;
 #pragma unroll
             for (int k = 0; k < P; k += 2) {
-                const float a = to_float(v[j][k]), b = to_float(v[j][k + 1]);
+                const float a = to_float(v[k]), b = to_float(v[k + 1]);
                 amax = max(amax, max(abs_bits(a), abs_bits(b)));
                 o.h[k / 2] = fp8x2_from_float2<F>(a * scale, b * scale);
                 *reinterpret_cast<uint16_t*>(&tile[r][p * P + k]) = o.h[k / 2];
             }
             *reinterpret_cast<Fp8Pack*>(out + (int64_t)(r0 + r) * C + c0 + p * P) = o;
-            if (COLSUM) store128(&vals[r][p * P], v[j]);
+            if constexpr (SMEM_COLSUM) store128(vals + r * VPITCH + p * P, v);
         }
         __syncthreads();
         fp8_tile_store_transposed(out_t, tile, R, r0, c0);
-        if (COLSUM && threadIdx.x < FP8_T_TILE)
+        if (SMEM_COLSUM && threadIdx.x < FP8_T_TILE)
 #pragma unroll 16
-            for (int r = 0; r < FP8_T_TILE; r++) colsum += to_float(vals[r][threadIdx.x]);
+            for (int r = 0; r < FP8_T_TILE; r++) colsum += to_float(vals[r * VPITCH + threadIdx.x]);
         __syncthreads();  // the next tile overwrites the shared tiles
+        if (PIPELINED && more) cur = nxt;
     }
-    if (COLSUM && threadIdx.x < FP8_T_TILE) partials[(int64_t)chunk * C + c0 + threadIdx.x] = colsum;
+    if (SMEM_COLSUM && threadIdx.x < FP8_T_TILE) partials[(int64_t)blockIdx.y * C + c0 + threadIdx.x] = colsum;
+    if constexpr (REG_COLSUM) {  // (ROW_STEP, 64) row-group sums, then each column's in row-group order
+#pragma unroll
+        for (int k = 0; k < P; k += 4)
+            *reinterpret_cast<float4*>(col_part + rr * FP8_T_TILE + p * P + k) =
+                make_float4(csum[k], csum[k + 1], csum[k + 2], csum[k + 3]);
+        __syncthreads();
+        if (threadIdx.x < FP8_T_TILE) {
+            float s = 0.0f;
+#pragma unroll 8
+            for (int g = 0; g < ROW_STEP; g++) s += col_part[g * FP8_T_TILE + threadIdx.x];
+            partials[(int64_t)blockIdx.y * C + c0 + threadIdx.x] = s;
+        }
+    }
+    return amax;
+}
+}  // namespace fp8_detail
+
+// DQ_HD: DQ_ACCUM's head size (a template parameter, as in attention_backward_dq_store: the same
+// code for the scale), 0 for the other prologues.
+template <Fp8Format F, Fp8Prologue PRO, bool COLSUM, int DQ_HD = 0>
+static __global__ void __launch_bounds__(FP8_T_BLOCK, fp8_fused_min_blocks(PRO))
+    fp8_cast_transpose_fused_kernel(uint8_t* __restrict__ out_t, uint8_t* __restrict__ out, const floatX* __restrict__ in,
+                                    const floatX* __restrict__ pre, const float* __restrict__ dq_accum, int q_cols,
+                                    float* __restrict__ partials, int R, int C, int rows_per_chunk, Fp8Meta* meta) {
+    static_assert((PRO == Fp8Prologue::DQ_ACCUM) == (DQ_HD == 64 || DQ_HD == 128), "DQ_HD: DQ_ACCUM's head size");
+    constexpr int ROW_STEP = FP8_T_BLOCK / (FP8_T_TILE / x128::size);
+    static_assert(x128::size % 4 == 0, "float4 stores of the column sums");
+    __shared__ alignas(16) uint8_t tile[FP8_T_TILE][FP8_T_PITCH];
+    constexpr bool REG_COLSUM = COLSUM && fp8_fused_pipelined(PRO);
+    __shared__ alignas(16) float col_part[REG_COLSUM ? ROW_STEP * FP8_T_TILE : 1];                       // (ROW_STEP, 64)
+    __shared__ alignas(16) floatX vals[COLSUM && !REG_COLSUM ? FP8_T_TILE * (FP8_T_TILE + 8) : 8];  // (64, 72)
+    const int c0 = blockIdx.x * FP8_T_TILE;
+    const int r_begin = blockIdx.y * rows_per_chunk, r_end = min(R, r_begin + rows_per_chunk);
+    const float scale = meta->scale;
+    unsigned int amax;
+    if (PRO == Fp8Prologue::DQ_ACCUM && c0 < q_cols)  // block-uniform: whole tiles
+        amax = fp8_detail::fused_cast_chunk<F, PRO, COLSUM, DQ_HD, PRO == Fp8Prologue::DQ_ACCUM>(
+            out_t, out, in, pre, dq_accum, q_cols, partials, R, C, c0, r_begin, r_end, scale, tile, col_part, vals);
+    else
+        amax = fp8_detail::fused_cast_chunk<F, PRO, COLSUM, DQ_HD, false>(out_t, out, in, pre, dq_accum, q_cols, partials,
+                                                                          R, C, c0, r_begin, r_end, scale, tile, col_part,
+                                                                          vals);
     amax_block_commit(meta, amax);
 }
 
-// Rows per block of fp8_cast_transpose_fused: bias_backward's chunk (column_num_chunks) rounded up
-// to whole tiles, so at most column_num_chunks(R) chunks (the bias scratch's size).
-inline int fp8_fused_rows_per_chunk(int R) {
-    return ceil_div(ceil_div(R, column_num_chunks(R)), FP8_T_TILE) * FP8_T_TILE;
+// Rows per block of fp8_cast_transpose_fused: whole tiles; pipelined, FP8_FUSED_TILES of them (DQ_ACCUM:
+// FP8_FUSED_DQ_TILES) while the grid keeps at least FP8_FUSED_MIN_BLOCKS blocks (fewer otherwise), else
+// one; and at least enough that the chunks fit the bias scratch (column_num_chunks(R): 2 tiles at R =
+// 65536). Lab (twenty-sixth run; 1, 2, 4, 8 tiles): a dY with bias best at 4 (8 within 1%), DQ_ACCUM at 2.
+constexpr int FP8_FUSED_TILES = 4, FP8_FUSED_DQ_TILES = 2, FP8_FUSED_MIN_BLOCKS = 1024;
+inline int fp8_fused_rows_per_chunk(int R, int C, Fp8Prologue prologue, int tiles = 0) {
+    const int row_tiles = ceil_div(R, FP8_T_TILE), col_tiles = ceil_div(C, FP8_T_TILE);
+    if (tiles <= 0) {
+        tiles = !fp8_fused_pipelined(prologue) ? 1 : prologue == Fp8Prologue::DQ_ACCUM ? FP8_FUSED_DQ_TILES : FP8_FUSED_TILES;
+        while (tiles > 1 && (int64_t)ceil_div(row_tiles, tiles) * col_tiles < FP8_FUSED_MIN_BLOCKS) tiles /= 2;
+    }
+    tiles = std::max(tiles, ceil_div(row_tiles, column_num_chunks(R)));
+    return tiles * FP8_T_TILE;
 }
 
-// See the top. pre: GELU_BACKWARD's pre-activation (R, C), else unused; dq: DQ_ACCUM's dQ sums, and
-// only there (in's dQ columns are then not read). dbias (C) and scratch (column_num_chunks(R) * C
-// floats) only with a bias, else null. Records the amax (delayed scaling).
-inline void fp8_cast_transpose_fused(uint8_t* out_t, uint8_t* out, const floatX* in, const floatX* pre, int R, int C,
-                                     Fp8Format f, Fp8Meta* meta, Fp8Prologue prologue, floatX* dbias, float* scratch,
-                                     cudaStream_t stream, const Fp8DqAccum& dq = {}) {
+namespace fp8_detail {
+// fp8_cast_transpose_fused with the lab's knob: tiles per chunk (0: the rule above).
+inline void fused_cast_launch(uint8_t* out_t, uint8_t* out, const floatX* in, const floatX* pre, int R, int C,
+                              Fp8Format f, Fp8Meta* meta, Fp8Prologue prologue, floatX* dbias, float* scratch,
+                              cudaStream_t stream, const Fp8DqAccum& dq, int tiles) {
     if (R % FP8_T_TILE != 0 || C % FP8_T_TILE != 0)
         fail("fp8_cast_transpose_fused: R = %d and C = %d must be multiples of %d", R, C, FP8_T_TILE);
     if ((prologue == Fp8Prologue::GELU_BACKWARD) != (pre != nullptr))
@@ -173,7 +259,7 @@ inline void fp8_cast_transpose_fused(uint8_t* out_t, uint8_t* out, const floatX*
     if (pre) fp8_check_aligned(pre, "fp8_cast_transpose_fused pre-activation");
     fp8_check_aligned(out_t, "fp8_cast_transpose_fused output");
     fp8_check_aligned(out, "fp8_cast_transpose_fused straight output");
-    const int rpc = fp8_fused_rows_per_chunk(R), chunks = ceil_div(R, rpc);
+    const int rpc = fp8_fused_rows_per_chunk(R, C, prologue, tiles), chunks = ceil_div(R, rpc);
     const dim3 grid(C / FP8_T_TILE, chunks);
     auto launch = [&](auto kernel) {
         kernel<<<grid, FP8_T_BLOCK, 0, stream>>>(out_t, out, in, pre, dq.accum, dq.q_cols, scratch, R, C, rpc, meta);
@@ -208,6 +294,16 @@ inline void fp8_cast_transpose_fused(uint8_t* out_t, uint8_t* out, const floatX*
     }
     if (bias) column_partials_add(dbias, scratch, chunks, C, C, stream);
 }
+}  // namespace fp8_detail
+
+// See the top. pre: GELU_BACKWARD's pre-activation (R, C), else unused; dq: DQ_ACCUM's dQ sums, and
+// only there (in's dQ columns are then not read). dbias (C) and scratch (column_num_chunks(R) * C
+// floats) only with a bias, else null. Records the amax (delayed scaling).
+inline void fp8_cast_transpose_fused(uint8_t* out_t, uint8_t* out, const floatX* in, const floatX* pre, int R, int C,
+                                     Fp8Format f, Fp8Meta* meta, Fp8Prologue prologue, floatX* dbias, float* scratch,
+                                     cudaStream_t stream, const Fp8DqAccum& dq = {}) {
+    fp8_detail::fused_cast_launch(out_t, out, in, pre, R, C, f, meta, prologue, dbias, scratch, stream, dq, 0);
+}
 
 // ---------------------------------------------------------------- LayerNorm with FP8 outputs
 // layernorm_fp8_forward: LayerNorm (with the residual add when inp2 is given: residual = inp1 + inp2,
@@ -216,6 +312,9 @@ inline void fp8_cast_transpose_fused(uint8_t* out_t, uint8_t* out, const floatX*
 // the residual written as the bf16 kernel writes them, the bf16 LN output not at all (the FP8 path
 // has no other reader of it). The row math is layernorm_row_warp's, so the bytes are those of
 // layernorm_forward_warp_per_row + fp8_cast_transpose at the same scale.
+// PACKS: layernorm_row_warp's (the row in registers, fp8_layernorm_packs(C); 0 for rows past 8 packs a
+// lane): one read of the row where the passes in memory walked it four times, each walk latency-bound
+// with 4 rows a warp in turn.
 // Block: 32 rows (8 warps, a warp per row, 4 rows each), every row's FP8 bytes into a shared
 // (32, C + 2) tile and straight to `out`; then the tile is written transposed, 16 bytes (16 rows of a
 // column) a thread-store, as fp8_cast_transpose's store (the 2-byte pitch pad puts the 2 row groups a
@@ -225,8 +324,11 @@ inline void fp8_cast_transpose_fused(uint8_t* out_t, uint8_t* out, const floatX*
 // passes, which are latency-bound. Bytes: reads 2NC (4NC with the residual), writes 2NC (+2NC), where
 // the separate passes read 2NC and write 2NC more (the bf16 output and the cast's read of it).
 constexpr int LN_FP8_ROWS = 32, LN_FP8_GROUPS = LN_FP8_ROWS / 16;  // 16-row groups of a column
-template <bool FUSED_RESIDUAL>
-static __global__ void __launch_bounds__(LAYERNORM_BLOCK)
+// Blocks an SM the kernel is compiled for: the row in registers up to 5 packs a lane at 64 registers
+// (4 blocks; C = 1280: 5 fit in shared memory), more packs uncapped; the passes in memory at 48 (5).
+__host__ __device__ constexpr int ln_fp8_min_blocks(int packs) { return packs == 0 ? 5 : packs <= 5 ? 4 : 1; }
+template <bool FUSED_RESIDUAL, int PACKS>
+static __global__ void __launch_bounds__(LAYERNORM_BLOCK, ln_fp8_min_blocks(PACKS))
     layernorm_fp8_forward_kernel(uint8_t* __restrict__ out_t, uint8_t* __restrict__ out, floatX* residual, float* mean,
                                  float* rstd, const floatX* inp1, const floatX* inp2, const floatX* weight,
                                  const floatX* bias, int N, int C, Fp8Meta* meta) {
@@ -240,8 +342,8 @@ static __global__ void __launch_bounds__(LAYERNORM_BLOCK)
         const int row = r0 + i;
         uint8_t* out_row = out + (int64_t)row * C;
         uint8_t* tile_row = ln_tile + i * pitch;
-        layernorm_row_warp<FUSED_RESIDUAL>(residual, mean, rstd, inp1, inp2, weight, bias, row, C,
-                                           [&](int c, const x128& o) {
+        layernorm_row_warp<FUSED_RESIDUAL, PACKS>(residual, mean, rstd, inp1, inp2, weight, bias, row, C,
+                                                  [&](int c, const x128& o) {
                                                Fp8Pack p;
 #pragma unroll
                                                for (int k = 0; k < x128::size; k += 2) {
@@ -268,44 +370,86 @@ static __global__ void __launch_bounds__(LAYERNORM_BLOCK)
     amax_block_commit(meta, amax);
 }
 
-// The kernels' shared memory above the default 48 KB, opted in once per process (one device per
-// process, as the trainer runs) and only upward.
-template <bool FUSED_RESIDUAL>
+// The row's packs per lane held in registers: ceil(C / (32 x128::size)) up to LN_FP8_MAX_PACKS, else 0
+// (the passes in memory).
+constexpr int LN_FP8_MAX_PACKS = 8;
+inline int fp8_layernorm_packs(int C) {
+    const int packs = ceil_div(C, WARP_SIZE * x128::size);
+    return packs <= LN_FP8_MAX_PACKS ? packs : 0;
+}
+inline size_t layernorm_fp8_smem(int C) { return (size_t)LN_FP8_ROWS * (C + 2); }
+
+namespace fp8_detail {
+// The kernel's shared memory above the default 48 KB, opted in once per process per instance (one
+// device per process, as the trainer runs) and only upward.
+template <bool FUSED_RESIDUAL, int PACKS>
 inline void layernorm_fp8_optin(size_t smem) {
     static size_t opted = 48 * 1024;
     if (smem <= opted) return;
-    cudaCheck(cudaFuncSetAttribute(layernorm_fp8_forward_kernel<FUSED_RESIDUAL>,
+    cudaCheck(cudaFuncSetAttribute(layernorm_fp8_forward_kernel<FUSED_RESIDUAL, PACKS>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     opted = smem;
 }
-inline size_t layernorm_fp8_smem(int C) { return (size_t)LN_FP8_ROWS * (C + 2); }
-// Opts both kernels in for rows of C channels. Call it before a CUDA graph capture that may hold the
+// Calls f(std::integral_constant<int, PACKS>) for packs in 0..LN_FP8_MAX_PACKS.
+template <typename F>
+inline void with_ln_packs(int packs, F&& f) {
+    switch (packs) {
+        case 1: f(std::integral_constant<int, 1>()); break;
+        case 2: f(std::integral_constant<int, 2>()); break;
+        case 3: f(std::integral_constant<int, 3>()); break;
+        case 4: f(std::integral_constant<int, 4>()); break;
+        case 5: f(std::integral_constant<int, 5>()); break;
+        case 6: f(std::integral_constant<int, 6>()); break;
+        case 7: f(std::integral_constant<int, 7>()); break;
+        case 8: f(std::integral_constant<int, 8>()); break;
+        default: f(std::integral_constant<int, 0>()); break;
+    }
+}
+static_assert(LN_FP8_MAX_PACKS == 8, "with_ln_packs's cases");
+inline void layernorm_fp8_optin_for(int C, int packs) {
+    with_ln_packs(packs, [&](auto P) {
+        layernorm_fp8_optin<false, decltype(P)::value>(layernorm_fp8_smem(C));
+        layernorm_fp8_optin<true, decltype(P)::value>(layernorm_fp8_smem(C));
+    });
+}
+// layernorm_fp8_forward with the row's packs in registers given (the lab: 0, the passes in memory).
+inline void layernorm_fp8_launch(uint8_t* out_t, uint8_t* out, floatX* residual, float* mean, float* rstd,
+                                 const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias, int N,
+                                 int C, Fp8Meta* meta, cudaStream_t stream, int packs) {
+    if (N % LN_FP8_ROWS != 0 || C % 16 != 0)  // N: the FP8 path's multiple of 64
+        fail("layernorm_fp8_forward: N = %d must be a multiple of %d and C = %d of 16", N, LN_FP8_ROWS, C);
+    if (packs != 0 && packs * WARP_SIZE * x128::size < C)
+        fail("layernorm_fp8_forward: %d packs a lane hold no row of C = %d", packs, C);
+    fp8_check_aligned(out, "layernorm_fp8_forward output");
+    fp8_check_aligned(out_t, "layernorm_fp8_forward transposed output");
+    const size_t smem = layernorm_fp8_smem(C);
+    const dim3 grid(N / LN_FP8_ROWS);
+    with_ln_packs(packs, [&](auto P) {
+        constexpr int PK = decltype(P)::value;
+        if (inp2) {
+            layernorm_fp8_optin<true, PK>(smem);
+            layernorm_fp8_forward_kernel<true, PK><<<grid, LAYERNORM_BLOCK, smem, stream>>>(
+                out_t, out, residual, mean, rstd, inp1, inp2, weight, bias, N, C, meta);
+        } else {
+            layernorm_fp8_optin<false, PK>(smem);
+            layernorm_fp8_forward_kernel<false, PK><<<grid, LAYERNORM_BLOCK, smem, stream>>>(
+                out_t, out, residual, mean, rstd, inp1, inp2, weight, bias, N, C, meta);
+        }
+    });
+    cudaCheckLaunch();
+}
+}  // namespace fp8_detail
+
+// Opts the kernels for rows of C channels in. Call it before a CUDA graph capture that may hold the
 // first layernorm_fp8_forward of that width (gpt2_build does): the launcher would opt in itself, and
 // whether cudaFuncSetAttribute may run inside a capture is not a thing to rely on.
-inline void layernorm_fp8_prepare(int C) {
-    layernorm_fp8_optin<false>(layernorm_fp8_smem(C));
-    layernorm_fp8_optin<true>(layernorm_fp8_smem(C));
-}
+inline void layernorm_fp8_prepare(int C) { fp8_detail::layernorm_fp8_optin_for(C, fp8_layernorm_packs(C)); }
 
 // See above. inp2 null: plain LayerNorm of inp1 (residual unused); else residual = inp1 + inp2 first.
 // N a multiple of 64, C of 16; e4m3 (an activation); the scale is meta's (delayed scaling).
 inline void layernorm_fp8_forward(uint8_t* out_t, uint8_t* out, floatX* residual, float* mean, float* rstd,
                                   const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias,
                                   int N, int C, Fp8Meta* meta, cudaStream_t stream) {
-    if (N % LN_FP8_ROWS != 0 || C % 16 != 0)  // N: the FP8 path's multiple of 64
-        fail("layernorm_fp8_forward: N = %d must be a multiple of %d and C = %d of 16", N, LN_FP8_ROWS, C);
-    fp8_check_aligned(out, "layernorm_fp8_forward output");
-    fp8_check_aligned(out_t, "layernorm_fp8_forward transposed output");
-    const size_t smem = layernorm_fp8_smem(C);
-    const dim3 grid(N / LN_FP8_ROWS);
-    if (inp2) {
-        layernorm_fp8_optin<true>(smem);
-        layernorm_fp8_forward_kernel<true><<<grid, LAYERNORM_BLOCK, smem, stream>>>(out_t, out, residual, mean, rstd, inp1,
-                                                                                  inp2, weight, bias, N, C, meta);
-    } else {
-        layernorm_fp8_optin<false>(smem);
-        layernorm_fp8_forward_kernel<false><<<grid, LAYERNORM_BLOCK, smem, stream>>>(out_t, out, residual, mean, rstd, inp1,
-                                                                                   inp2, weight, bias, N, C, meta);
-    }
-    cudaCheckLaunch();
+    fp8_detail::layernorm_fp8_launch(out_t, out, residual, mean, rstd, inp1, inp2, weight, bias, N, C, meta, stream,
+                                     fp8_layernorm_packs(C));
 }

@@ -19,13 +19,64 @@ constexpr int LAYERNORM_BLOCK = 256;  // 8 warps = 8 rows per block
 // for every C. DRAM traffic: read N*C (x2 inputs when fused), write N*C (x2 when fused):
 // ~0.2 GB per call at GPT-2 124M, B*T = 65536, memory-bound at ~60 us on an H200.
 // The row's work, shared with the FP8 LayerNorm of llmc/fp8_fused.cuh (the same bits): the residual
-// add, mean and rstd written; store(c, o) takes the normalized pack at column c.
-template <bool FUSED_RESIDUAL, typename Store>
+// add, mean and rstd written; store(c, o) takes the normalized pack at column c. Lane l's packs are at
+// columns (l + 32 i) * x128::size. PACKS = 0: passes over the row in memory (the residual written,
+// then read back for the sum, the variance and the output: four latency-bound walks, hidden here by 8
+// rows a block and many blocks an SM). PACKS > 0 (>= the row's packs per lane): the row read once
+// into registers; the same sums in the same order, so the same bits (fp8_cast's
+// fp8_layernorm_forward_cast checks them against this kernel's).
+template <bool FUSED_RESIDUAL, int PACKS = 0, typename Store>
 __device__ inline void layernorm_row_warp(floatX* residual, float* mean, float* rstd, const floatX* inp1,
                                           const floatX* inp2, const floatX* weight, const floatX* bias, int row, int C,
                                           Store store) {
     const int lane = threadIdx.x % WARP_SIZE;
     const int64_t base = (int64_t)row * C;
+    if constexpr (PACKS > 0) {
+        x128 v[PACKS];
+#pragma unroll
+        for (int i = 0; i < PACKS; i++) {
+            const int c = (lane + i * WARP_SIZE) * x128::size;
+            if (c >= C) continue;
+            if (FUSED_RESIDUAL) {
+                const x128 a = load128cs(inp1 + base + c), b = load128cs(inp2 + base + c);
+#pragma unroll
+                for (int k = 0; k < x128::size; k++) v[i][k] = from_float<floatX>(to_float(a[k]) + to_float(b[k]));
+                store128(residual + base + c, v[i]);
+            } else {
+                v[i] = load128cs(inp1 + base + c);
+            }
+        }
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < PACKS; i++)
+            if ((lane + i * WARP_SIZE) * x128::size < C)
+#pragma unroll
+                for (int k = 0; k < x128::size; k++) sum += to_float(v[i][k]);
+        const float m = warp_reduce_sum(sum) / C;
+        float sq = 0.0f;
+#pragma unroll
+        for (int i = 0; i < PACKS; i++)
+            if ((lane + i * WARP_SIZE) * x128::size < C)
+#pragma unroll
+                for (int k = 0; k < x128::size; k++) { const float d = to_float(v[i][k]) - m; sq += d * d; }
+        const float s = rsqrtf(warp_reduce_sum(sq) / C + LAYERNORM_EPS);
+#pragma unroll
+        for (int i = 0; i < PACKS; i++) {
+            const int c = (lane + i * WARP_SIZE) * x128::size;
+            if (c >= C) continue;
+            const x128 w = load128(weight + c), b = load128(bias + c);
+            x128 o;
+#pragma unroll
+            for (int k = 0; k < x128::size; k++)
+                o[k] = from_float<floatX>((to_float(v[i][k]) - m) * s * to_float(w[k]) + to_float(b[k]));
+            store(c, o);
+        }
+        if (lane == 0) {
+            mean[row] = m;
+            rstd[row] = s;
+        }
+        return;
+    }
     const floatX* x = FUSED_RESIDUAL ? residual + base : inp1 + base;
     if (FUSED_RESIDUAL) {
         for (int c = lane * x128::size; c < C; c += WARP_SIZE * x128::size) {

@@ -12,6 +12,7 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 #include "llmc/cuda_common.cuh"
 #include "llmc/rand.h"
@@ -38,17 +39,17 @@ inline bool cuda_type_is_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t
 // cuBLASLt's heuristic names one algorithm per call, tuned for large GEMMs; at a decode step's few
 // rows (generate at B > GEMV_MAX_M: M = 64 against 0.6-77 MB of weights) its first pick can take twice
 // the time of another it lists (qkv: 11 us a call for 3.5 MB). MatmulAlgoCache (generate
-// --matmul-autotune 1, through CudaContext::matmul_algos; the trainer sets none and runs the
-// heuristic's first pick) remembers one algorithm per distinct matmul. While `tune` is on, a matmul
-// that is not in it yet (and not inside a CUDA graph capture) is tuned: up to MATMUL_TUNE_HEURISTIC
-// of the heuristic's algorithms, plus split-K versions (2, 4, 8 splits, fp32 partials) of its first
-// MATMUL_TUNE_SPLIT_BASES that support a split, each run MATMUL_TUNE_REPS times on its own output
-// buffers and a random B operand, with L2 flushed before each run (the step reads its weights cold
-// from HBM), timed with CUDA events; the median's fastest wins. Any algorithm the library accepts
-// for a descriptor computes the same product (split K only reorders the fp32 sums), but the winner's
-// output is compared once with the first pick's (MATMUL_TUNE_TOL of the largest |output|): on a
-// mismatch the first pick is kept and a warning printed. Only floatX GEMMs with beta = 0 are tuned
-// (FP8 and accumulating ones always run the heuristic's pick).
+// --matmul-autotune 1, through CudaContext::matmul_algos; the trainer's --matmul-autotune 1 in its
+// first step; else the heuristic's first pick runs) remembers one algorithm per distinct matmul. While
+// `tune` is on, a matmul that is not in it yet (and not inside a CUDA graph capture) is tuned: up to
+// MATMUL_TUNE_HEURISTIC of the heuristic's algorithms, plus split-K versions (2, 4, 8 splits, fp32
+// partials) of its first MATMUL_TUNE_SPLIT_BASES that support a split, each run MATMUL_TUNE_REPS times
+// on the call's own operands (an accumulating matmul on a scratch output), with L2 flushed before each
+// run (the step reads its weights cold from HBM), timed with CUDA events; the median's fastest wins.
+// Any algorithm the library accepts for a descriptor computes the same product (split K only reorders
+// the fp32 sums), but the winner's output is compared once with the first pick's (MATMUL_TUNE_TOL of
+// the largest |output|): on a mismatch the first pick is kept and a warning printed. floatX and FP8
+// GEMMs with a floatX output are tuned (beta = 1 ones timed as they run, reading D).
 constexpr int MATMUL_TUNE_HEURISTIC = 16;
 constexpr int MATMUL_TUNE_SPLIT_BASES = 4;
 constexpr int MATMUL_TUNE_REPS = 7;
@@ -158,33 +159,43 @@ inline int32_t algo_splits(const cublasLtMatmulAlgo_t& algo) {
     return s;
 }
 
-// Tunes one matmul (the caller's descriptors and its A and bias; B random, D and aux scratch) and
-// returns the algorithm to keep. Synchronizes the stream (not allowed inside a capture).
+// Tunes one matmul and returns the algorithm to keep: the caller's descriptors, A, B and bias; D and aux
+// the caller's where beta = 0 (the call that follows writes them again), else (an accumulating matmul,
+// timed as it runs: it reads D) scratch. The outputs of the first pick and of the chosen one are
+// compared from a zeroed D, over the first TUNE_CHECK_COLS columns. Synchronizes the stream (not
+// allowed inside a capture).
+constexpr int MATMUL_TUNE_CHECK_COLS = 512;
 inline cublasLtMatmulAlgo_t tune(const CudaContext& ctx, const MatmulKey& key, cublasLtMatmulDesc_t desc,
                                  cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld,
-                                 cublasLtMatmulPreference_t pref, const void* a, const cublasLtMatmulAlgo_t& first) {
-    const size_t b_elems = (size_t)key.ldb * (key.trans_b ? key.k : key.n), d_elems = (size_t)key.ldd * key.n;
-    std::vector<floatX> host_b(b_elems);
-    Rng rng((uint64_t)key.m * 131 ^ (uint64_t)key.n * 7919 ^ (uint64_t)key.k);
-    for (floatX& v : host_b) v = from_float<floatX>(2.0f * rng.uniform() - 1.0f);  // uniform in [-1, 1)
+                                 cublasLtMatmulPreference_t pref, const void* a, const void* b, void* d_call,
+                                 void* aux_call, const cublasLtMatmulAlgo_t& first, float beta) {
+    const size_t d_elems = (size_t)key.ldd * key.n;
+    const size_t check_elems = (size_t)key.ldd * std::min(key.n, MATMUL_TUNE_CHECK_COLS);
     const size_t flush_bytes = 2 * (size_t)std::max(ctx.props.l2CacheSize, 1 << 20);
-    void *b = nullptr, *d = nullptr, *aux = nullptr, *flush = nullptr;
-    cudaCheck(cudaMalloc(&b, b_elems * sizeof(floatX)));
-    cudaCheck(cudaMalloc(&d, d_elems * sizeof(floatX)));
+    const bool scratch = beta != 0.0f;
+    void *d = d_call, *aux = aux_call, *flush = nullptr;
     cudaCheck(cudaMalloc(&flush, flush_bytes));
-    if (key.aux) {  // the epilogue's aux output goes to scratch too (same shape as D)
-        cudaCheck(cudaMalloc(&aux, d_elems * sizeof(floatX)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+    if (scratch) {
+        cudaCheck(cudaMalloc(&d, d_elems * sizeof(floatX)));
+        if (key.aux) {  // the epilogue's aux output goes to scratch too (same shape as D)
+            cudaCheck(cudaMalloc(&aux, d_elems * sizeof(floatX)));
+            cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+        }
     }
-    cudaCheck(cudaMemcpy(b, host_b.data(), b_elems * sizeof(floatX), cudaMemcpyHostToDevice));
+    auto output_of = [&](const cublasLtMatmulAlgo_t& algo, std::vector<floatX>& out) {  // from D = 0
+        cudaCheck(cudaMemsetAsync(d, 0, d_elems * sizeof(floatX), ctx.stream));
+        if (run(ctx, desc, la, lb, ld, a, b, d, beta, algo) != CUBLAS_STATUS_SUCCESS)
+            fail("matmul autotune: a timed algorithm failed on a second run");
+        cudaCheck(cudaMemcpy(out.data(), d, check_elems * sizeof(floatX), cudaMemcpyDeviceToHost));
+    };
     cudaEvent_t e0, e1;
     cudaCheck(cudaEventCreate(&e0));
     cudaCheck(cudaEventCreate(&e1));
     const std::vector<cublasLtMatmulAlgo_t> cand = candidates(ctx, desc, la, lb, ld, pref);
     std::vector<float> ms_of(cand.size(), INFINITY);
-    std::vector<floatX> want(d_elems), got(d_elems);
+    std::vector<floatX> want(check_elems), got(check_elems);
     for (size_t i = 0; i < cand.size(); i++) {
-        if (run(ctx, desc, la, lb, ld, a, b, d, 0.0f, cand[i]) != CUBLAS_STATUS_SUCCESS) {  // also a warm-up
+        if (run(ctx, desc, la, lb, ld, a, b, d, beta, cand[i]) != CUBLAS_STATUS_SUCCESS) {  // also a warm-up
             (void)cudaGetLastError();  // a refused candidate leaves no launch error behind for the next
             continue;
         }
@@ -194,7 +205,7 @@ inline cublasLtMatmulAlgo_t tune(const CudaContext& ctx, const MatmulKey& key, c
         for (int r = 0; r < MATMUL_TUNE_REPS && ok; r++) {
             cudaCheck(cudaMemsetAsync(flush, r, flush_bytes, ctx.stream));
             cudaCheck(cudaEventRecord(e0, ctx.stream));
-            ok = run(ctx, desc, la, lb, ld, a, b, d, 0.0f, cand[i]) == CUBLAS_STATUS_SUCCESS;
+            ok = run(ctx, desc, la, lb, ld, a, b, d, beta, cand[i]) == CUBLAS_STATUS_SUCCESS;
             if (!ok) (void)cudaGetLastError();
             cudaCheck(cudaEventRecord(e1, ctx.stream));
             cudaCheck(cudaEventSynchronize(e1));
@@ -203,17 +214,15 @@ inline cublasLtMatmulAlgo_t tune(const CudaContext& ctx, const MatmulKey& key, c
             reps.push_back(ms);
         }
         if (ok) ms_of[i] = median(reps);
-        if (i == 0) cudaCheck(cudaMemcpy(want.data(), d, d_elems * sizeof(floatX), cudaMemcpyDeviceToHost));
+        if (i == 0 && ok) output_of(cand[0], want);
     }
     cudaCheck(cudaGetLastError());  // no CUDA error pending after the candidates
     const size_t best = std::min_element(ms_of.begin(), ms_of.end()) - ms_of.begin();
     cublasLtMatmulAlgo_t keep = cand.empty() || !std::isfinite(ms_of[best]) ? first : cand[best];
     double diff = 0.0, scale = 1e-30;
     if (!cand.empty() && std::isfinite(ms_of[best]) && best != 0) {
-        if (run(ctx, desc, la, lb, ld, a, b, d, 0.0f, keep) != CUBLAS_STATUS_SUCCESS)
-            fail("matmul autotune: the chosen algorithm failed on a second run");
-        cudaCheck(cudaMemcpy(got.data(), d, d_elems * sizeof(floatX), cudaMemcpyDeviceToHost));
-        for (int c = 0; c < key.n; c++)
+        output_of(keep, got);
+        for (int c = 0; c < std::min(key.n, MATMUL_TUNE_CHECK_COLS); c++)
             for (int r = 0; r < key.m; r++) {
                 const double w = to_float(want[(size_t)c * key.ldd + r]), g = to_float(got[(size_t)c * key.ldd + r]);
                 diff = std::max(diff, std::fabs(w - g));
@@ -231,10 +240,11 @@ inline cublasLtMatmulAlgo_t tune(const CudaContext& ctx, const MatmulKey& key, c
                 cand.size(), 1e3 * ms_of[0], best, (int)algo_splits(keep), 1e3 * ms_of[best], diff, scale);
     cudaCheck(cudaEventDestroy(e0));
     cudaCheck(cudaEventDestroy(e1));
-    cudaCheck(cudaFree(b));
-    cudaCheck(cudaFree(d));
     cudaCheck(cudaFree(flush));
-    if (aux) cudaCheck(cudaFree(aux));
+    if (scratch) {
+        cudaCheck(cudaFree(d));
+        if (aux) cudaCheck(cudaFree(aux));
+    }
     return keep;
 }
 
@@ -311,11 +321,11 @@ static void matmul_cublaslt(const CudaContext& ctx, void* d, const void* a, cons
             cudaCheck(cudaStreamIsCapturing(ctx.stream, &st));
             return st != cudaStreamCaptureStatusNone;
         };
-        if (cache && cache->tune && beta == 0.0f && types.a == CUBLAS_FLOATX && types.b == CUBLAS_FLOATX &&
-            types.d == CUBLAS_FLOATX && !capturing()) {
-            algo = matmul_detail::tune(ctx, key, desc, la, lb, ld, pref, a, heur.algo);
+        const auto tunable = [](cudaDataType_t t) { return t == CUBLAS_FLOATX || cuda_type_is_fp8(t); };
+        if (cache && cache->tune && tunable(types.a) && tunable(types.b) && types.d == CUBLAS_FLOATX && !capturing()) {
+            algo = matmul_detail::tune(ctx, key, desc, la, lb, ld, pref, a, b, d, aux, heur.algo, beta);
             cache->entries.push_back({key, algo});
-            if (aux) set_aux();  // tuning pointed it at its scratch
+            if (aux) set_aux();  // tuning may have pointed it at its scratch
         }
     }
     const cublasStatus_t st = matmul_detail::run(ctx, desc, la, lb, ld, a, b, d, beta, algo);
