@@ -173,6 +173,10 @@ if [ -x $GPU ]; then
     expect_error "GPU trainer: --window -1" "--window" $GPU "${BASE[@]}" --init d2 --window -1
     expect_error "GPU trainer: --deterministic 2" "--deterministic" $GPU "${BASE[@]}" --init d2 --deterministic 2
     expect_error "GPU trainer: --graph 2" "--graph: must be in" $GPU "${BASE[@]}" --init d2 --graph 2
+    expect_error "GPU trainer: --matmul-autotune 2" "--matmul-autotune: must be in" $GPU "${BASE[@]}" --init d2 \
+        --matmul-autotune 2
+    expect_error "GPU trainer: --matmul-autotune 1 with --deterministic 1" "not with --deterministic 1" $GPU "${BASE[@]}" \
+        --init d2 --matmul-autotune 1 --deterministic 1
     expect_error "GPU trainer: --fp8-linears with an unknown layer" "--fp8-linears: unknown linear layer 'proj'" \
         $GPU "${BASE[@]}" --init d2 --fp8 1 --fp8-linears qkv,proj
     expect_error "GPU trainer: --fp8-bf16-layers without --fp8 1" "only with --fp8 1" $GPU "${BASE[@]}" --init d2 \
