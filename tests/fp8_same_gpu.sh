@@ -3,8 +3,8 @@
 # --deterministic 1, --fp8 1 --fp8-scaling delayed: a Llama-style L6 (no biases) must train bit for bit
 # the same (log lines and final model.bin: the attention's FP8 epilogue, the fused dY and X casts
 # against the separate ones); GPT-2 d6 with every logged loss within 1e-3 relative (the separate casts'
-# bias gradients come from bias_backward, whose row chunks, its column tiles' one-wave grid, are not
-# the fused casts' 64-row tiles: the same sums in another fp32 order). Used by tests/fp8_speed_gpu.sh
+# bias gradients come from bias_backward, whose row chunks and order are not the fused casts' (llmc/
+# fp8_fused.cuh): the same sums in another fp32 order). Used by tests/fp8_speed_gpu.sh
 # and tests/fp8_dqcast_gpu.sh.
 #   tests/fp8_same_gpu.sh LOGDIR [TRAINER]    prints one line "STATUS<TAB>DETAIL", exits 0 on a pass
 cd "$(dirname "$0")/.." || exit 1

@@ -15,7 +15,7 @@
 #      --fp8-fused 0 and 1: a Llama-style L6 (no biases) with equal log lines and final model.bin (the
 #      attention's FP8 epilogue and the fused dY casts against the separate casts); GPT-2 d6 with every
 #      logged loss within 1e-3 (the separate casts' bias gradients come from bias_backward, whose row
-#      chunks differ from the fused casts' 64-row tiles: the same sums in another fp32 order)
+#      chunks and order differ from the fused casts': the same sums in another fp32 order)
 #   5. speed: 124M, B=64 T=1024, random tokens, STEPS (14) steps each, one after the other, alone on
 #      the GPU: bf16, --fp8 1 current scaling, delayed with separate casts (--fp8-fused 0), delayed with
 #      the fused casts: the trainer's BENCH line (median ms/step after its warm-up, peak memory)
