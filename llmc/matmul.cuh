@@ -162,7 +162,7 @@ inline int32_t algo_splits(const cublasLtMatmulAlgo_t& algo) {
 // Tunes one matmul and returns the algorithm to keep: the caller's descriptors, A, B and bias; D and aux
 // the caller's where beta = 0 (the call that follows writes them again), else (an accumulating matmul,
 // timed as it runs: it reads D) scratch. The outputs of the first pick and of the chosen one are
-// compared from a zeroed D, over the first TUNE_CHECK_COLS columns. Synchronizes the stream (not
+// compared from a zeroed D, over the first MATMUL_TUNE_CHECK_COLS columns. Synchronizes the stream (not
 // allowed inside a capture).
 constexpr int MATMUL_TUNE_CHECK_COLS = 512;
 inline cublasLtMatmulAlgo_t tune(const CudaContext& ctx, const MatmulKey& key, cublasLtMatmulDesc_t desc,
