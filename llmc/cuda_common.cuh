@@ -421,6 +421,20 @@ constexpr int NORM_BWD_MAX_C = NORM_BWD_MAX_PACKS * WARP_SIZE * x128::size;  // 
 constexpr int NORM_BWD_MAX_CHUNKS = 256;
 constexpr int NORM_BWD_WIDE_CHUNKS = 132;
 inline int norm_backward_chunks(int N) { return std::min(NORM_BWD_MAX_CHUNKS, ceil_div(N, COLUMN_MIN_ROWS)); }
+// One row's loads of the fused norm backwards: the lane's packs of dout, inp and dinp at row offset
+// base. Unconditional: a pack past C reads the row's last pack (the caller adds it as zeros).
+template <int PACKS>
+__device__ __forceinline__ void norm_backward_load_row(x128 (&d)[PACKS], x128 (&x)[PACKS], x128 (&di)[PACKS],
+                                                       const floatX* dout, const floatX* inp, const floatX* dinp,
+                                                       int64_t base, int C, int lane) {
+#pragma unroll
+    for (int p = 0; p < PACKS; p++) {
+        const int64_t at = base + min((p * WARP_SIZE + lane) * x128::size, C - x128::size);
+        d[p] = load128cs(dout + at);
+        x[p] = load128cs(inp + at);
+        di[p] = load128cs(dinp + at);
+    }
+}
 inline int norm_backward_chunks_wide(int N, int blocks_per_sm = 1) {
     return std::min(blocks_per_sm * NORM_BWD_WIDE_CHUNKS, ceil_div(N, COLUMN_MIN_ROWS));
 }

@@ -312,9 +312,9 @@ inline void fp8_cast_transpose_fused(uint8_t* out_t, uint8_t* out, const floatX*
 // the residual written as the bf16 kernel writes them, the bf16 LN output not at all (the FP8 path
 // has no other reader of it). The row math is layernorm_row_warp's, so the bytes are those of
 // layernorm_forward_warp_per_row + fp8_cast_transpose at the same scale.
-// PACKS: layernorm_row_warp's (the row in registers, fp8_layernorm_packs(C); 0 for rows past 8 packs a
-// lane): one read of the row where the passes in memory walked it four times, each walk latency-bound
-// with 4 rows a warp in turn.
+// PACKS: layernorm_row_warp's (the row in registers, fp8_detail::with_ln_fp8_packs; 0 for rows past
+// NORM_BWD_MAX_C): one read of the row where the passes in memory walked it four times, each walk
+// latency-bound with 4 rows a warp in turn.
 // Block: 32 rows (8 warps, a warp per row, 4 rows each), every row's FP8 bytes into a shared
 // (32, C + 2) tile and straight to `out`; then the tile is written transposed, 16 bytes (16 rows of a
 // column) a thread-store, as fp8_cast_transpose's store (the 2-byte pitch pad puts the 2 row groups a
@@ -370,13 +370,6 @@ static __global__ void __launch_bounds__(LAYERNORM_BLOCK, ln_fp8_min_blocks(PACK
     amax_block_commit(meta, amax);
 }
 
-// The row's packs per lane held in registers: ceil(C / (32 x128::size)) up to LN_FP8_MAX_PACKS, else 0
-// (the passes in memory).
-constexpr int LN_FP8_MAX_PACKS = 8;
-inline int fp8_layernorm_packs(int C) {
-    const int packs = ceil_div(C, WARP_SIZE * x128::size);
-    return packs <= LN_FP8_MAX_PACKS ? packs : 0;
-}
 inline size_t layernorm_fp8_smem(int C) { return (size_t)LN_FP8_ROWS * (C + 2); }
 
 namespace fp8_detail {
@@ -390,41 +383,26 @@ inline void layernorm_fp8_optin(size_t smem) {
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     opted = smem;
 }
-// Calls f(std::integral_constant<int, PACKS>) for packs in 0..LN_FP8_MAX_PACKS.
+// Calls f(std::integral_constant<int, PACKS>): with the row in registers, the fused norm backwards'
+// packs per lane for rows of C (norm_backward_dispatch: ceil(C / (32 x128::size)), 1..8 in bf16) up
+// to NORM_BWD_MAX_C; wider rows, or in_registers false (the lab's previous variant), 0.
 template <typename F>
-inline void with_ln_packs(int packs, F&& f) {
-    switch (packs) {
-        case 1: f(std::integral_constant<int, 1>()); break;
-        case 2: f(std::integral_constant<int, 2>()); break;
-        case 3: f(std::integral_constant<int, 3>()); break;
-        case 4: f(std::integral_constant<int, 4>()); break;
-        case 5: f(std::integral_constant<int, 5>()); break;
-        case 6: f(std::integral_constant<int, 6>()); break;
-        case 7: f(std::integral_constant<int, 7>()); break;
-        case 8: f(std::integral_constant<int, 8>()); break;
-        default: f(std::integral_constant<int, 0>()); break;
-    }
+inline void with_ln_fp8_packs(int C, bool in_registers, F&& f) {
+    if (in_registers && C <= NORM_BWD_MAX_C) norm_backward_dispatch(C, f);
+    else f(std::integral_constant<int, 0>());
 }
-static_assert(LN_FP8_MAX_PACKS == 8, "with_ln_packs's cases");
-inline void layernorm_fp8_optin_for(int C, int packs) {
-    with_ln_packs(packs, [&](auto P) {
-        layernorm_fp8_optin<false, decltype(P)::value>(layernorm_fp8_smem(C));
-        layernorm_fp8_optin<true, decltype(P)::value>(layernorm_fp8_smem(C));
-    });
-}
-// layernorm_fp8_forward with the row's packs in registers given (the lab: 0, the passes in memory).
+// layernorm_fp8_forward; in_registers false: the row's passes in memory at every C (the lab's
+// previous variant).
 inline void layernorm_fp8_launch(uint8_t* out_t, uint8_t* out, floatX* residual, float* mean, float* rstd,
                                  const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias, int N,
-                                 int C, Fp8Meta* meta, cudaStream_t stream, int packs) {
+                                 int C, Fp8Meta* meta, cudaStream_t stream, bool in_registers) {
     if (N % LN_FP8_ROWS != 0 || C % 16 != 0)  // N: the FP8 path's multiple of 64
         fail("layernorm_fp8_forward: N = %d must be a multiple of %d and C = %d of 16", N, LN_FP8_ROWS, C);
-    if (packs != 0 && packs * WARP_SIZE * x128::size < C)
-        fail("layernorm_fp8_forward: %d packs a lane hold no row of C = %d", packs, C);
     fp8_check_aligned(out, "layernorm_fp8_forward output");
     fp8_check_aligned(out_t, "layernorm_fp8_forward transposed output");
     const size_t smem = layernorm_fp8_smem(C);
     const dim3 grid(N / LN_FP8_ROWS);
-    with_ln_packs(packs, [&](auto P) {
+    with_ln_fp8_packs(C, in_registers, [&](auto P) {
         constexpr int PK = decltype(P)::value;
         if (inp2) {
             layernorm_fp8_optin<true, PK>(smem);
@@ -443,7 +421,12 @@ inline void layernorm_fp8_launch(uint8_t* out_t, uint8_t* out, floatX* residual,
 // Opts the kernels for rows of C channels in. Call it before a CUDA graph capture that may hold the
 // first layernorm_fp8_forward of that width (gpt2_build does): the launcher would opt in itself, and
 // whether cudaFuncSetAttribute may run inside a capture is not a thing to rely on.
-inline void layernorm_fp8_prepare(int C) { fp8_detail::layernorm_fp8_optin_for(C, fp8_layernorm_packs(C)); }
+inline void layernorm_fp8_prepare(int C) {
+    fp8_detail::with_ln_fp8_packs(C, true, [&](auto P) {
+        fp8_detail::layernorm_fp8_optin<false, decltype(P)::value>(layernorm_fp8_smem(C));
+        fp8_detail::layernorm_fp8_optin<true, decltype(P)::value>(layernorm_fp8_smem(C));
+    });
+}
 
 // See above. inp2 null: plain LayerNorm of inp1 (residual unused); else residual = inp1 + inp2 first.
 // N a multiple of 64, C of 16; e4m3 (an activation); the scale is meta's (delayed scaling).
@@ -451,5 +434,5 @@ inline void layernorm_fp8_forward(uint8_t* out_t, uint8_t* out, floatX* residual
                                   const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias,
                                   int N, int C, Fp8Meta* meta, cudaStream_t stream) {
     fp8_detail::layernorm_fp8_launch(out_t, out, residual, mean, rstd, inp1, inp2, weight, bias, N, C, meta, stream,
-                                     fp8_layernorm_packs(C));
+                                     true);
 }

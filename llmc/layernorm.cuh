@@ -289,13 +289,7 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, layernorm_backward_min_block
             static_assert(R == 1, "the wide regime takes one row a warp step");
             const float mr = mean[r], sr = rstd[r];
             x128 d[PACKS], x[PACKS], di[PACKS];
-#pragma unroll
-            for (int p = 0; p < PACKS; p++) {
-                const int64_t at = (int64_t)r * C + min((p * WARP_SIZE + lane) * x128::size, C - x128::size);
-                d[p] = load128cs(dout + at);
-                x[p] = load128cs(inp + at);
-                di[p] = load128cs(dinp + at);
-            }
+            norm_backward_load_row<PACKS>(d, x, di, dout, inp, dinp, (int64_t)r * C, C, lane);
             float sgr = 0.0f, sgnr = 0.0f;
 #pragma unroll
             for (int p = 0; p < PACKS; p++) {
@@ -365,13 +359,7 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, layernorm_backward_min_block
                     const int64_t base = (int64_t)row * C;
                     m[i] = mean[row];
                     s[i] = rstd[row];
-#pragma unroll
-                    for (int p = 0; p < PACKS; p++) {
-                        const int64_t at = base + min((p * WARP_SIZE + lane) * x128::size, C - x128::size);
-                        d[i][p] = load128cs(dout + at);
-                        x[i][p] = load128cs(inp + at);
-                        di[i][p] = load128cs(dinp + at);
-                    }
+                    norm_backward_load_row<PACKS>(d[i], x[i], di[i], dout, inp, dinp, base, C, lane);
                 }
 #pragma unroll
                 for (int i = 0; i < R; i++) {

@@ -15,7 +15,6 @@
 #include <cstring>
 #include <vector>
 #include "llmc/cuda_common.cuh"
-#include "llmc/rand.h"
 #include "llmc/utils.h"
 
 // fp32 accumulation in both builds; in the FP32 build this also rules out TF32 inputs.

@@ -213,13 +213,7 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, norm_backward_min_blocks<PAC
             for (int i = 0; i < R; i++) {  // every load of the R rows first
                 const int64_t base = (int64_t)min(r + i, r1 - 1) * C;
                 s[i] = rstd[min(r + i, r1 - 1)];
-#pragma unroll
-                for (int p = 0; p < PACKS; p++) {
-                    const int64_t at = base + min((p * WARP_SIZE + lane) * x128::size, C - x128::size);
-                    d[i][p] = load128cs(dout + at);
-                    x[i][p] = load128cs(inp + at);
-                    di[i][p] = load128cs(dinp + at);
-                }
+                norm_backward_load_row<PACKS>(d[i], x[i], di[i], dout, inp, dinp, base, C, lane);
             }
 #pragma unroll
             for (int i = 0; i < R; i++) {

@@ -689,7 +689,7 @@ static void run_layernorm_fp8(lab::Lab& L, int R, int C, uint64_t seed) {
     L.run(op, 2, "previous: passes over the row in memory", bytes, flops, lab::Bound::Memory, reset,
           [&] {
               fp8_detail::layernorm_fp8_launch(d_out_t, d_out, d_res, d_mean, d_rstd, d_in1, d_in2, d_w, d_b, R, C, d_meta,
-                                               L.stream(), 0);
+                                               L.stream(), false);
           },
           check);
 }
