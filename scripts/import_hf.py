@@ -3,7 +3,7 @@
 model.safetensors.index.json) to our model file (GPTM), for --init of the trainers, generate and
 scripts/train_gpt2.py --load. Needs numpy only: no torch, no transformers, no hub access.
 
-    python3 scripts/import_hf.py path/to/Llama-3.2-1B --out llama32_1b.bin [--dtype bf16]
+    python3 scripts/import_hf.py path/to/TinyLlama-1.1B --out tinyllama.bin [--dtype bf16]
     python3 scripts/import_hf.py path/to/gpt2 --out gpt2_124M.bin
 
 Supported: GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM (its sliding_window becomes our
@@ -11,7 +11,8 @@ window), Qwen2ForCausalLM (q/k/v biases; our other biases are set to zero); scri
 lists what each may hold. Anything else (rope scaling, head_dim != hidden_size / heads, activations
 other than silu / tanh GELU, attention_bias or mlp_bias on Llama, per-layer sliding windows, a tensor
 the mapping does not place) is refused with the config key or tensor named. Get the folder with
-e.g. `huggingface-cli download meta-llama/Llama-3.2-1B --local-dir DIR` on a machine with network.
+e.g. `huggingface-cli download TinyLlama/TinyLlama-1.1B-Chat-v1.0 --local-dir DIR` on a machine with
+network (Llama 3.x folders declare the llama3 rope scaling, refused above).
 """
 import argparse
 import os

@@ -19,26 +19,29 @@
 #     --fp8-scaling current vs delayed (the default, its casts fused) vs current with --fp8-bf16-layers 2 (RECIPES: other
 #     FP8 recipes), val every 100 steps on the whole val split (63 batches):
 #     the final val loss of each recipe within 1% of bf16's (INFO_RECIPES: recipes only reported); and,
-#     for docs/numerics.md (not a check; NOSR=0 skips it), bf16
-#     with --stochastic-rounding 0 (AdamW's bf16 write-back to nearest); the curves overlaid by scripts/plot_log.py
-#     into $OUT/fp8_parity.png (needs matplotlib; skipped, not failed, without it)
+#     for docs/numerics.md (not checks): bf16 with --stochastic-rounding 0 (AdamW's bf16 write-back to
+#     nearest; NOSR=0 skips it) and the fp32 build (TRAIN32, default build/train_gpt2cu_fp32; FP32=0
+#     skips it); the curves overlaid by scripts/plot_log.py into $OUT/fp8_parity.png (needs matplotlib;
+#     skipped, not failed, without it)
 # RECIPES and BENCH_RECIPES: "name=flags;name=flags" (tests/fp8_rowwise_gpu.sh sets them).
 # Data: data/tinyshakespeare/*_{train,val}.bin if present, else tokenized into $OUT/data by
 # scripts/data/tinyshakespeare.py (offline: LLMC_OFFLINE_DATA holds tinyshakespeare.txt and
 # gpt2.tiktoken). Every step runs under timeout, each capped by what is left of BUDGET seconds
 # (default 420: a step that would start past it is skipped and fails), a 2000-step run also by LONG_LIMIT
-# (default 100); about 5 minutes on an H200 run one after the other (estimated); 87 s measured with PARALLEL=1 SKIP_BENCH=1.
+# (default 200); about 5 minutes on an H200 run one after the other (estimated); 87 s measured with PARALLEL=1 SKIP_BENCH=1
+# (five 2000-step runs then: the fp32 and e4m3-gradient runs were added since).
 # Last lines: a table of PASS/FAIL and figures.
 cd "$(dirname "$0")/.." || exit 1
 TRAIN=${TRAIN:-build/train_gpt2cu}
+TRAIN32=${TRAIN32:-build/train_gpt2cu_fp32}  # section 5's fp32 curve (FP32=0: none)
 TEST=${TEST:-build/test_fp8_gpu}
 OUT=${OUT:-/tmp/out}/fp8
 STEPS=${STEPS:-2000}
 QUICK=${QUICK:-0}
 INIT=${INIT:-d12}  # the model of sections 2b, 3 (its GPT-2 runs) and 5, e.g. gpt2-medium for the larger-model check
 BUDGET=${BUDGET:-420}
-LONG_LIMIT=${LONG_LIMIT:-100}  # seconds a 2000-step run may take (more when other work shares the GPU)
-RECIPES=${RECIPES:-fp8=--fp8 1 --fp8-scaling current;fp8_delayed=--fp8 1 --fp8-scaling delayed;fp8_ends2=--fp8 1 --fp8-scaling current --fp8-bf16-layers 2}
+LONG_LIMIT=${LONG_LIMIT:-200}  # seconds a 2000-step run may take (more when other work shares the GPU)
+RECIPES=${RECIPES:-fp8=--fp8 1 --fp8-scaling current;fp8_delayed=--fp8 1 --fp8-scaling delayed;fp8_ends2=--fp8 1 --fp8-scaling current --fp8-bf16-layers 2;fp8_grad_e4m3=--fp8 1 --fp8-scaling delayed --fp8-grad e4m3}
 BENCH_RECIPES=${BENCH_RECIPES:-fp8=--fp8 1 --fp8-scaling current;fp8_delayed=--fp8 1 --fp8-scaling delayed}
 INFO_RECIPES=${INFO_RECIPES:-}
 # recipe_names LIST / recipe_flags LIST NAME: the entries of a "name=flags;..." list
@@ -75,9 +78,9 @@ if ! ls "$DATA"/*_train.bin >/dev/null 2>&1; then
     row FAIL "tiny Shakespeare tokenized" "see $OUT/data.log: $(tail -n 1 "$OUT/data.log")"
     printf '%s\n' "" "== fp8 summary" "${rows[@]}"; exit 1
 fi
-ts() {  # ts NAME TIMEOUT FLAGS...: a d12 on tiny Shakespeare, log in $OUT/NAME.log
+ts() {  # ts NAME TIMEOUT FLAGS...: a d12 on tiny Shakespeare, log in $OUT/NAME.log (TS_BIN: another trainer)
     local name=$1 t=$2; shift 2
-    timeout "$(tmo "$t")" "$TRAIN" --train "$DATA/*_train.bin" --val "$DATA/*_val.bin" --init "$INIT" --seed 1337 \
+    timeout "$(tmo "$t")" "${TS_BIN:-$TRAIN}" --train "$DATA/*_train.bin" --val "$DATA/*_val.bin" --init "$INIT" --seed 1337 \
         --log "$OUT/$name.log" --overwrite 1 "$@" > "$OUT/$name.out" 2>&1
 }
 
@@ -137,7 +140,7 @@ if [ "$QUICK" != 1 ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
     done
 fi
 if [ "$QUICK" != 1 ]; then
-    # ---- 5. loss parity over STEPS steps (PARALLEL=1: the five runs at once on the one GPU, when
+    # ---- 5. loss parity over STEPS steps (PARALLEL=1: all its runs at once on the one GPU, when
     # nothing else is timed beside them)
     long=(--batch 4 --seq 128 --steps "$STEPS" --lr 3e-4 --warmup 100 --val-every 100 --val-steps 63)
     run_long() { if [ "${PARALLEL:-0}" = 1 ]; then ts "$@" & else ts "$@"; fi; }
@@ -149,6 +152,11 @@ if [ "$QUICK" != 1 ]; then
         logs+=("$OUT/parity_$name.log")
     done
     [ "${NOSR:-1}" = 1 ] && { run_long parity_bf16_nosr "$LONG_LIMIT" "${long[@]}" --stochastic-rounding 0; logs+=("$OUT/parity_bf16_nosr.log"); }
+    fp32=0
+    if [ "${FP32:-1}" = 1 ]; then
+        if [ -x "$TRAIN32" ]; then fp32=1; TS_BIN=$TRAIN32 run_long parity_fp32 "$LONG_LIMIT" "${long[@]}"; logs+=("$OUT/parity_fp32.log")
+        else row SKIP "$STEPS steps: the fp32 build's curve" "$TRAIN32 is missing (make $TRAIN32; FP32=0 skips it)"; fi
+    fi
     wait
     b=$(last_val "$OUT/parity_bf16.log"); bb=$(best_val "$OUT/parity_bf16.log")
     for name in $(recipe_names "$RECIPES"); do
@@ -163,9 +171,13 @@ if [ "$QUICK" != 1 ]; then
         a=$(last_val "$OUT/parity_bf16_nosr.log"); ab=$(best_val "$OUT/parity_bf16_nosr.log")
         row INFO "$STEPS steps: bf16 without stochastic rounding" "val $a (best $ab) vs bf16 $b: rel $(reldiff "$a" "$b")"
     fi
+    if [ $fp32 = 1 ]; then
+        a=$(last_val "$OUT/parity_fp32.log"); ab=$(best_val "$OUT/parity_fp32.log")
+        row INFO "$STEPS steps: the fp32 build" "val ${a:-none} (best ${ab:-none}) vs bf16 $b: rel $(reldiff "$a" "$b") (see $OUT/parity_fp32.out)"
+    fi
     if python3 -c "import matplotlib" 2>/dev/null; then
         if timeout "$(tmo 30)" python3 scripts/plot_log.py "${logs[@]}" -o "$OUT/fp8_parity.png" \
-                --title "$INIT on tiny Shakespeare: bf16 vs --fp8" > "$OUT/plot.out" 2>&1; then
+                --title "$INIT on tiny Shakespeare: bf16 vs --fp8 (and fp32)" > "$OUT/plot.out" 2>&1; then
             row PASS "plot" "$OUT/fp8_parity.png"
         else row FAIL "plot" "$(tail -n 1 "$OUT/plot.out")"; fi
     else
