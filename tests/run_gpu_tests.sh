@@ -13,7 +13,9 @@
 #   4. compute-sanitizer memcheck on the small-model tests
 #   5. HellaSwag: both GPU builds' acc_norm on tests/fixture/hellaswag.bin equals PyTorch's (fp64)
 #   6. generate: tests/test_generate_gpu.sh (GPU = CPU twin, cached = full logits, graph = no graph,
-#      bad inputs, memcheck, the BENCH_GEN lines)
+#      bad inputs, memcheck, the BENCH_GEN lines); then tests/test_generate_gpu_hf.py in both builds:
+#      teacher-forced logits at every step against transformers' generate for a random GPT-2 and two
+#      random Llamas (fp32 build within 1e-4 of the largest logit, bf16 build within 5e-2)
 #   7. data parallel: tests/test_distributed_gpu.sh (build/train_gpt2cu_nccl at world size 1, --zero
 #      0/1/2 = build/train_gpt2cu bit for bit with --deterministic 1, exact resume, step-time cost),
 #      then tests/zero2_gpu_check.sh (ZeRO-2's shard-only gradients, with and without accumulation,
@@ -179,6 +181,10 @@ run "HellaSwag accuracy vs PyTorch" hellaswag.log hellaswag_gpu
 # ---- 6. generation with the KV cache (its own script, also run on its own)
 run "generate: GPU vs CPU twin, cached vs full logits, graph, bad inputs, memcheck, bench" generate.log \
     env GPU_TEST_DIR="$WORK/generate" tests/test_generate_gpu.sh
+run "generate (fp32 build) vs transformers, teacher-forced logits" generate_hf_fp32.log \
+    env GEN=build/generate_fp32 TOL=1e-4 python3 -m pytest -q -s tests/test_generate_gpu_hf.py
+run "generate (bf16 build) vs transformers, teacher-forced logits" generate_hf_bf16.log \
+    env GEN=build/generate TOL=5e-2 python3 -m pytest -q -s tests/test_generate_gpu_hf.py
 
 # ---- 7. data parallel: the NCCL path at world size 1 = the plain trainer, bit for bit (its own script)
 run "data parallel: NCCL world size 1 at --zero 0/1/2 = plain trainer bit for bit, exact resume, step-time cost" \
