@@ -1,7 +1,7 @@
 """The dev/triton scripts without a GPU: their Triton kernels run in Triton's CPU interpreter
 (LAB_INTERPRET=1: small awkward shapes, checks only, against the scripts' fp32 PyTorch references),
 and compare.py builds the combined table from logs in the lab's format. The interpreter tests skip
-where torch or triton is not installed (~35 s on 2 cores for all five)."""
+where torch or triton is not installed (~35 s on 2 cores for the first five; attention_decode.py's checks add more)."""
 import importlib.util
 import os
 import subprocess

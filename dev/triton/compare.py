@@ -1,5 +1,5 @@
 """compare.py: the combined table of the kernel lab and its Python twins, one row per op:
-    op | ours CUDA | Triton | torch.compile | units
+    op | ours CUDA | Triton | torch.compile | [SDPA |] units
 read from the logs of one run (the lab binaries' and the dev/triton scripts' output; the order of the
 files does not matter). Each cell is the figure of that row's fixed-format line (harness.cuh's
 `name | variant | ms | GB/s | TFLOP/s | % of H200 ceiling`), in GB/s for memory-bound ops and
@@ -7,7 +7,10 @@ TFLOP/s for attention (the line's "of copy" / "of GEMM"), with its % of that cei
   ours CUDA      variant 0 ("0 shipped": the kernel the trainer runs) of the CUDA row of the same op
                  name, or of the row the script names with Lab.beside (softmax: the fused classifier);
   Triton         the best of the script's `triton ...` rows (its configuration named when there are several);
-  torch.compile  the script's `torch.compile` row.
+  torch.compile  the script's `torch.compile` row;
+  SDPA           the best of the script's `sdpa ...` rows (PyTorch's scaled_dot_product_attention:
+                 attention.py, attention_decode.py), named when there are several; the column is
+                 there only when the logs hold an sdpa line.
 A cell is "-" when its line is missing (a failed check prints no line; a lab that did not run, or
 an op no CUDA lab times, has none); the notes under the table say which.
     python3 dev/triton/compare.py LOG ...     the table (stdlib only: runs wherever the logs are)
@@ -20,7 +23,8 @@ import sys
 # dev/triton/<script>.py: the dev/cuda/<lab>.cu files whose ops it times (run_all.sh puts the script's
 # lines after the first one's, run_h200.sh runs their variant 0 for the CUDA column)
 PAIRS = (("softmax", ("fused_classifier",)), ("layernorm", ("layernorm",)), ("rmsnorm", ("rmsnorm",)),
-         ("gelu", ("gelu",)), ("attention", ("attention_forward", "attention_backward")))
+         ("gelu", ("gelu",)), ("attention", ("attention_forward", "attention_backward")),
+         ("attention_decode", ("attention_decode",)))
 TABLE_HEADER = "# name | variant"
 BESIDE_TAG = "# beside "  # lab_common.BESIDE_TAG's lines (not imported: lab_common needs torch)
 
@@ -56,6 +60,15 @@ def cell(parts, label=""):
     return f"{value:.1f} ({pct:.0f}%)" + (f" [{label}]" if label else "")
 
 
+def best_cell(variants, prefix):
+    """The cell of the fastest of (variant, parts) rows, the variant named after `prefix` when there
+    are several; "-" for none."""
+    if not variants:
+        return "-"
+    best_variant, best = max(variants, key=lambda vp: figure(vp[1])[0])
+    return cell(best, best_variant[len(prefix):].strip() if len(variants) > 1 else "")
+
+
 def table(paths):
     rows, besides = [], {}
     for p in paths:
@@ -67,7 +80,7 @@ def table(paths):
     for op, variant, parts in rows:
         if re.match(r"0 ", variant):
             shipped.setdefault(op, parts)
-        elif variant.startswith("triton") or variant == "torch.compile":
+        elif variant.startswith("triton") or variant == "torch.compile" or variant.startswith("sdpa"):
             if op not in by_op:
                 python_ops.append(op)
                 by_op[op] = []
@@ -79,6 +92,7 @@ def table(paths):
     if not python_ops:
         print("compare: no Triton or torch.compile lines in", " ".join(paths))
         return
+    with_sdpa = any(v.startswith("sdpa") for rows_of_op in by_op.values() for v, _ in rows_of_op)
     out, notes = [], []
     for op in python_ops:
         cuda_op, note = besides.get(op, (op, ""))
@@ -92,13 +106,9 @@ def table(paths):
             ours = "-"
             if cuda_op and not note:
                 note = f"no variant-0 line of {cuda_op} in these logs (its lab did not run, is not built, or failed)"
-        if triton:
-            best_variant, best = max(triton, key=lambda vp: figure(vp[1])[0])
-            label = best_variant[len("triton"):].strip() if len(triton) > 1 else ""
-            tri = cell(best, label)
-        else:
-            tri = "-"
+        tri = best_cell(triton, "triton")
         comp = cell(compiled[0]) if compiled else "-"
+        sdpa = best_cell([(v, p) for v, p in by_op[op] if v.startswith("sdpa")], "sdpa")
         missing = [name for name, got in (("Triton", triton), ("torch.compile", compiled)) if not got]
         if missing:
             notes.append(f"{op}: no {' and no '.join(missing)} line (a failed check prints none)")
@@ -106,12 +116,13 @@ def table(paths):
             note = f"CUDA row: {cuda_op}" + (f"; {note}" if note else "")
         if note:
             notes.append(f"{op}: {note}")
-        out.append((op, ours, tri, comp, units))
-    w = [max(len(r[i]) for r in out + [("op", "ours CUDA", "Triton", "torch.compile", "units")]) for i in range(5)]
+        out.append((op, ours, tri, comp) + ((sdpa,) if with_sdpa else ()) + (units,))
+    header = ("op", "ours CUDA", "Triton", "torch.compile") + (("SDPA",) if with_sdpa else ()) + ("units",)
+    w = [max(len(r[i]) for r in out + [header]) for i in range(len(header))]
     fmt = " | ".join(f"%-{n}s" for n in w)
-    print("# ours CUDA, Triton and torch.compile side by side (one run; figure, % of the H200 ceiling: "
-          "4.0 TB/s copy, 710 TFLOP/s GEMM)")
-    print((fmt % ("op", "ours CUDA", "Triton", "torch.compile", "units")).rstrip())
+    print("# ours CUDA, Triton, torch.compile" + (" and SDPA" if with_sdpa else "") + " side by side (one run; "
+          "figure, % of the H200 ceiling: 4.0 TB/s copy, 710 TFLOP/s GEMM)")
+    print((fmt % header).rstrip())
     for r in out:
         print((fmt % r).rstrip())
     for n in notes:
