@@ -348,7 +348,7 @@ static void test_forward_ops_llama(const GPT2Config& c, const CudaContext& ctx) 
     const GPT2Tensors<const float> par = gpt2_point_tensors(P.data(), c);
     const Activations& a = model.acts;
     std::vector<float> cos((size_t)c.max_seq_len * HD / 2), sin(cos.size());
-    cpu::rope_tables(cos.data(), sin.data(), c.max_seq_len, HD, (float)c.rope_theta);
+    cpu::rope_tables_for(c, cos.data(), sin.data(), c.max_seq_len);
 
     std::vector<float> ref((size_t)N * C), rstd(N);
     cpu::encoder_forward(ref.data(), inputs.data(), par.wte, nullptr, B, T, C);

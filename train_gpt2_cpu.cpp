@@ -14,6 +14,7 @@
 #include <vector>
 #include "llmc/cpu/data_parallel.h"
 #include "llmc/cpu/gpt2.h"
+#include "llmc/cpu/gpt2_infer.h"
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
 #include "llmc/dist.h"
@@ -69,6 +70,10 @@ int main(int argc, char** argv) {
         file_exists(init.c_str()) || (init.size() > 4 && init.compare(init.size() - 4, 4, ".bin") == 0);
     GPT2Config config = from_file ? model_read_info(init.c_str()).config : gpt2_config_from_descriptor(init.c_str());
     apply_shape_flags(config, cfg, !from_file, init.c_str());
+    // samples run through the KV cache (gpt2_infer_sample), which ends at the model's context
+    if (cfg.sample_every > 0 && cfg.gen_tokens > config.max_seq_len)
+        fail("--gen-tokens %d: the trainer's samples end at the context, max_seq_len = %d tokens", cfg.gen_tokens,
+             config.max_seq_len);
     gpt2_print_config(config);
     GPT2 model;
     gpt2_build(model, config, cfg.B, cfg.T);
@@ -144,8 +149,12 @@ int main(int argc, char** argv) {
         printf("%s\n", line.c_str());
         log.line("%s\n", line.c_str());
     };
+    // one sequence over the positions a sample uses, reading the training parameters in place
+    GPT2Infer sampler;
+    if (comm->primary() && cfg.sample_every > 0)
+        gpt2_infer_build(sampler, c, model.params_memory.data(), 1, cfg.gen_tokens);
     auto sample = [&]() {
-        std::vector<int> toks = gpt2_sample(model, eot, cfg.gen_tokens, cfg.temperature, rng);
+        std::vector<int> toks = gpt2_infer_sample(sampler, eot, cfg.gen_tokens, cfg.temperature, rng);
         printf("sample: ");
         print_sample(tok.get(), toks);
     };

@@ -28,11 +28,14 @@ constexpr int64_t MAGIC_DEBUG = fourcc("GPTX");
 constexpr int64_t MAGIC_EVAL = fourcc("GPTE");
 constexpr int64_t MAGIC_FP8 = fourcc("GPT8");
 constexpr int64_t FORMAT_VERSION = 1;  // the first version of every format, and the only one of most
-// Model files (GPTM) and debug states (GPTX) are at version 2, which adds the model family's knobs
-// (docs/formats.md). Their writers use version 1 for a plain GPT-2 config, so GPT-2 files stay
-// byte-identical to those of earlier builds and readable by them; the readers take both.
-constexpr int64_t MODEL_VERSION = 2;
-constexpr int64_t DEBUG_VERSION = 2;
+// Model files (GPTM) and debug states (GPTX) are at version 3: version 2 adds the model family's
+// knobs, version 3 RoPE frequency scaling (Llama 3.x's llama3; docs/formats.md). Their writers use
+// the oldest version that holds the config: 1 for a plain GPT-2, 3 only with RoPE scaling, else 2, so
+// files without scaling stay byte-identical to those of earlier builds and readable by them, while a
+// build that knows no scaling refuses a file with it (instead of running unscaled RoPE); the readers
+// take all three.
+constexpr int64_t MODEL_VERSION = 3;
+constexpr int64_t DEBUG_VERSION = 3;
 // Token shards (GPTD) are at version 2, which adds uint32 tokens (vocabularies over 65,536 ids);
 // uint16 shards are still written as version 1, byte-identical to earlier builds' files.
 constexpr int64_t SHARD_VERSION = 2;
@@ -149,8 +152,8 @@ struct ModelFileInfo {
     int64_t num_params;
 };
 
-// Slots 12..20 of a version-2 model header: the family's knobs; eps and theta are the bit patterns
-// of float64 values.
+// Slots 12..20 of a version-2 model header: the family's knobs; slots 21..25 of a version-3 header:
+// the RoPE scaling. eps, theta and the scaling's factors are the bit patterns of float64 values.
 inline double header_double(int64_t slot) {
     double d;
     memcpy(&d, &slot, 8);
@@ -161,8 +164,12 @@ inline int64_t header_slot(double d) {
     memcpy(&slot, &d, 8);
     return slot;
 }
-// The model version a config needs: 1 for a plain GPT-2 (byte-identical to earlier builds' files), else 2.
-inline int64_t model_version_for(const GPT2Config& c) { return gpt2_is_plain_gpt2(c) ? FORMAT_VERSION : MODEL_VERSION; }
+// The model version a config needs: 1 for a plain GPT-2 (byte-identical to earlier builds' files), 3
+// with RoPE scaling (so that a build without it refuses the file), else 2.
+inline int64_t model_version_for(const GPT2Config& c) {
+    if (gpt2_is_plain_gpt2(c)) return FORMAT_VERSION;
+    return c.rope_scaling.type != ROPE_SCALING_NONE ? 3 : 2;
+}
 
 inline ModelFileInfo model_header_from(const FileHeader& hd, const char* path) {
     const int64_t* h = hd.h;
@@ -197,6 +204,15 @@ inline ModelFileInfo model_header_from(const FileHeader& hd, const char* path) {
         c.mlp_hidden = (int)h[18];
         c.biases = (int)h[19];
         c.tied_head = (int)h[20];
+    }
+    if (h[1] >= 3) {  // version 2 files have no scaling: their slots 21..25 are not read
+        check_range(path, "rope_scaling", h[21], 0, 1);
+        check_range(path, "rope_original_max_position_embeddings", h[25], 0, 1 << 24);
+        c.rope_scaling.type = (int)h[21];
+        c.rope_scaling.factor = header_double(h[22]);
+        c.rope_scaling.low_freq_factor = header_double(h[23]);
+        c.rope_scaling.high_freq_factor = header_double(h[24]);
+        c.rope_scaling.original_max_pos = (int)h[25];
     }
     gpt2_validate_config(c, path);
     info.dtype = h[2];
@@ -249,6 +265,11 @@ inline FileHeader model_make_header(const GPT2Config& c, int64_t dtype) {
         h[12] = c.architecture; h[13] = c.norm; h[14] = header_slot(c.norm_eps); h[15] = c.position;
         h[16] = header_slot(c.rope_theta); h[17] = c.mlp; h[18] = gpt2_mlp_hidden(c); h[19] = c.biases;
         h[20] = c.tied_head;
+    }
+    if (h[1] >= 3) {
+        const RopeScaling& r = c.rope_scaling;
+        h[21] = r.type; h[22] = header_slot(r.factor); h[23] = header_slot(r.low_freq_factor);
+        h[24] = header_slot(r.high_freq_factor); h[25] = r.original_max_pos;
     }
     return hd;
 }
@@ -497,11 +518,13 @@ inline DebugState debug_state_read(const char* path, const GPT2Config& c) {
     check_range(path, "T", h[3], 1, c.max_seq_len);
     check_range(path, "num_steps", h[6], 0, 1 << 20);
     // slots 7..14: the model's slots 3..10 (shape, num_kv_heads, window); version 2 adds 15..23, the
-    // model's slots 12..20 (the family's knobs), all zero for a GPT-2 model (a version-1 model file)
+    // model's slots 12..20 (the family's knobs), all zero for a GPT-2 model (a version-1 model file);
+    // version 3 adds 24..28, the model's slots 21..25 (the RoPE scaling), zero without scaling
     FileHeader mh = model_make_header(c, 0);
-    for (int i = 0; i < 17; i++) {
+    for (int i = 0; i < 22; i++) {
         const int model_slot = i < 8 ? 3 + i : 4 + i;
-        const int64_t have = i < 8 || h[1] >= 2 ? h[7 + i] : 0;
+        const int64_t since = i < 8 ? 1 : i < 17 ? 2 : 3;  // the debug state version that has slot 7 + i
+        const int64_t have = h[1] >= since ? h[7 + i] : 0;
         if (have != mh.h[model_slot])
             fail("%s: written for a different model (model header slot %d is %lld, the model has %lld)", path,
                  model_slot, (long long)have, (long long)mh.h[model_slot]);

@@ -5,8 +5,8 @@
 // float, no master copy). Included by train_gpt2.cu, test_gpt2.cu and dev/cuda/profile_gpt2.cu.
 // Same sections, in the same order and with the same function names, as the CPU model in
 // llmc/cpu/gpt2.h: model (parameters, activations, memory plan), forward, backward, update,
-// checkpoints. The GPU trainer samples through the KV cache instead (gpt2_infer_sample in
-// llmc/gpt2_infer.cuh), where the CPU model runs a forward per token.
+// checkpoints. The trainer samples through the KV cache instead (gpt2_infer_sample in
+// llmc/gpt2_infer.cuh), as the CPU trainer does through llmc/cpu/gpt2_infer.h.
 //
 // One step: gpt2_zero_grads, then per micro-batch gpt2_upload_batch, gpt2_forward (logits),
 // gpt2_loss or gpt2_classifier (cross-entropy, dlogits in place), gpt2_backward (+= into the
@@ -36,7 +36,7 @@
 #include "llmc/gpt2_config.h"
 #include "llmc/rand.h"
 #include "llmc/sampler.h"
-#include "llmc/cpu/rope.h"         // rope_tables: the CPU's cos/sin tables, uploaded
+#include "llmc/cpu/rope.h"         // rope_tables_for: the CPU's cos/sin tables, uploaded
 
 constexpr bool HAS_MASTER = !std::is_same<floatX, float>::value;  // bf16 build: separate fp32 master weights
 
@@ -120,7 +120,7 @@ struct Activations {
     float* colsum;      // (COLUMN_MAX_CHUNKS, max(C, QKV, FC)) partial column sums (bias / norm weight grads)
     float* norm;        // (GLOBAL_NORM_BLOCKS + 1) partials, then the squared norm
     AdamWArgs* adamw;   // (1) the step's AdamW scalars, read by adamw_fused (llmc/adamw.cuh)
-    float* rope_cos;    // (maxT, HD/2) RoPE only: cpu::rope_tables' values, uploaded once
+    float* rope_cos;    // (maxT, HD/2) RoPE only: cpu::rope_tables_for's values, uploaded once
     float* rope_sin;    // (maxT, HD/2)
 };
 
@@ -338,7 +338,7 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
     if (config.position == POS_ROPE) {  // the CPU's tables, so both rotate by identical factors
         const size_t n_rope = (size_t)config.max_seq_len * gpt2_head_dim(config) / 2;
         std::vector<float> cos(n_rope), sin(n_rope);
-        cpu::rope_tables(cos.data(), sin.data(), config.max_seq_len, gpt2_head_dim(config), (float)config.rope_theta);
+        cpu::rope_tables_for(config, cos.data(), sin.data(), config.max_seq_len);
         cudaCheck(cudaMemcpy(model.acts.rope_cos, cos.data(), n_rope * sizeof(float), cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(model.acts.rope_sin, sin.data(), n_rope * sizeof(float), cudaMemcpyHostToDevice));
     }

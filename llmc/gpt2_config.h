@@ -16,6 +16,26 @@ enum ModelArch : int { ARCH_GPT2 = 0, ARCH_LLAMA = 1 };
 enum NormKind : int { NORM_LAYERNORM = 0, NORM_RMSNORM = 1 };
 enum PositionKind : int { POS_LEARNED = 0, POS_ROPE = 1 };
 enum MlpKind : int { MLP_GELU = 0, MLP_SWIGLU = 1 };
+enum RopeScalingKind : int { ROPE_SCALING_NONE = 0, ROPE_SCALING_LLAMA3 = 1 };
+
+// RoPE frequency scaling, config.json's rope_scaling / rope_parameters (llmc/cpu/rope.h applies it).
+// type ROPE_SCALING_NONE: plain RoPE, every other field 0. ROPE_SCALING_LLAMA3 (rope_type "llama3",
+// Llama 3.1 / 3.2): with wavelength w = 2 pi / f of the frequency f = theta^(-2i/HD) and
+// L = original_max_pos, frequencies with w < L / high_freq_factor are kept, those with
+// w > L / low_freq_factor divided by factor, and those between blended: with
+// s = (L / w - low_freq_factor) / (high_freq_factor - low_freq_factor), f' = (1 - s) f / factor + s f.
+struct RopeScaling {
+    int type = ROPE_SCALING_NONE;
+    double factor = 0.0;           // >= 1 (Llama 3.1: 8, Llama 3.2: 32)
+    double low_freq_factor = 0.0;  // > 0 (1)
+    double high_freq_factor = 0.0; // > low_freq_factor (4)
+    int original_max_pos = 0;      // original_max_position_embeddings, >= 1 (8192)
+};
+
+inline bool rope_same_scaling(const RopeScaling& a, const RopeScaling& b) {
+    return a.type == b.type && a.factor == b.factor && a.low_freq_factor == b.low_freq_factor &&
+           a.high_freq_factor == b.high_freq_factor && a.original_max_pos == b.original_max_pos;
+}
 
 // The defaults of the fields after `window` are GPT-2's, so a config filled field by field as
 // before this family switch existed (and a version-1 model file) is a GPT-2.
@@ -37,6 +57,7 @@ struct GPT2Config {
     int tied_head = 1;           // 1: logits through wte; 0: through a separate lm_head
     double norm_eps = 1e-5;      // LayerNorm: 1e-5 (the kernels' constant); RMSNorm: config.json's rms_norm_eps
     double rope_theta = 0.0;     // RoPE base (10000 Llama 2, 500000 Llama 3); 0 with learned positions
+    RopeScaling rope_scaling;    // RoPE frequency scaling (Llama 3.x's llama3); none by default
 };
 
 inline int gpt2_head_dim(const GPT2Config& c) { return c.channels / c.num_heads; }
@@ -56,14 +77,14 @@ inline bool gpt2_same_config(const GPT2Config& a, const GPT2Config& b) {
            a.window == b.window && a.architecture == b.architecture && a.norm == b.norm &&
            a.position == b.position && a.mlp == b.mlp && gpt2_mlp_hidden(a) == gpt2_mlp_hidden(b) &&
            a.biases == b.biases && a.tied_head == b.tied_head && a.norm_eps == b.norm_eps &&
-           a.rope_theta == b.rope_theta;
+           a.rope_theta == b.rope_theta && rope_same_scaling(a.rope_scaling, b.rope_scaling);
 }
 
 // True when the config is GPT-2 in every knob (a version-1 model file can hold it).
 inline bool gpt2_is_plain_gpt2(const GPT2Config& c) {
     return c.architecture == ARCH_GPT2 && c.norm == NORM_LAYERNORM && c.position == POS_LEARNED &&
            c.mlp == MLP_GELU && gpt2_mlp_hidden(c) == 4 * c.channels && c.biases == 1 && c.tied_head == 1 &&
-           c.norm_eps == 1e-5 && c.rope_theta == 0.0;
+           c.norm_eps == 1e-5 && c.rope_theta == 0.0 && c.rope_scaling.type == ROPE_SCALING_NONE;
 }
 
 // The parameter tensors, in buffer order, written once: X(name, element count, decayed). Every
@@ -234,6 +255,27 @@ inline void gpt2_validate_config(const GPT2Config& c, const char* what) {
              gpt2_head_dim(c));
     if (c.position == POS_LEARNED && c.rope_theta != 0.0)
         fail("%s: rope_theta %g given for learned positions (0 there)", what, c.rope_theta);
+    const RopeScaling& r = c.rope_scaling;
+    if (r.type != ROPE_SCALING_NONE && r.type != ROPE_SCALING_LLAMA3)
+        fail("%s: rope_scaling type %d is not 0 (none) or 1 (llama3)", what, r.type);
+    if (r.type == ROPE_SCALING_NONE && (r.factor != 0.0 || r.low_freq_factor != 0.0 || r.high_freq_factor != 0.0 ||
+                                        r.original_max_pos != 0))
+        fail("%s: RoPE scaling parameters without a scaling type (factor %g, low_freq_factor %g, high_freq_factor %g, "
+             "original_max_position_embeddings %d: all 0 without scaling)", what, r.factor, r.low_freq_factor,
+             r.high_freq_factor, r.original_max_pos);
+    if (r.type == ROPE_SCALING_LLAMA3) {
+        if (c.position != POS_ROPE) fail("%s: llama3 RoPE scaling given for learned positions (RoPE only)", what);
+        if (!(r.factor >= 1.0 && r.factor <= 1e6))
+            fail("%s: llama3 RoPE scaling factor %g must be in [1, 1e6]", what, r.factor);
+        if (!(r.low_freq_factor > 0.0 && r.low_freq_factor <= 1e6))
+            fail("%s: llama3 RoPE scaling low_freq_factor %g must be in (0, 1e6]", what, r.low_freq_factor);
+        if (!(r.high_freq_factor > r.low_freq_factor && r.high_freq_factor <= 1e6))
+            fail("%s: llama3 RoPE scaling high_freq_factor %g must be greater than low_freq_factor %g (and <= 1e6)",
+                 what, r.high_freq_factor, r.low_freq_factor);
+        if (r.original_max_pos < 1 || r.original_max_pos > (1 << 24))
+            fail("%s: llama3 RoPE scaling original_max_position_embeddings %d out of range [1, 2^24]", what,
+                 r.original_max_pos);
+    }
 }
 
 // A fresh model's config from --init's descriptor (llmc/train_config.h says it in --help):
@@ -349,8 +391,13 @@ inline void gpt2_print_config(const GPT2Config& c) {
            c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.window, c.max_seq_len, c.vocab_size,
            c.padded_vocab_size, gpt2_num_params(c));
     if (gpt2_is_plain_gpt2(c)) return;
-    char pos[48] = "learned positions";
+    char pos[192] = "learned positions";
     if (c.position == POS_ROPE) snprintf(pos, sizeof pos, "RoPE theta %g", c.rope_theta);
+    const RopeScaling& r = c.rope_scaling;
+    if (c.position == POS_ROPE && r.type == ROPE_SCALING_LLAMA3)
+        snprintf(pos, sizeof pos, "RoPE theta %g llama3 scaling (factor %g, low_freq_factor %g, high_freq_factor %g, "
+                 "original_max_position_embeddings %d)", c.rope_theta, r.factor, r.low_freq_factor,
+                 r.high_freq_factor, r.original_max_pos);
     printf("model: %s eps %g, %s, %s hidden %d, %s, %s head\n", c.norm == NORM_RMSNORM ? "RMSNorm" : "LayerNorm",
            c.norm_eps, pos, c.mlp == MLP_SWIGLU ? "SwiGLU" : "GELU", gpt2_mlp_hidden(c),
            c.biases ? "biases" : "no biases", c.tied_head ? "tied" : "untied");

@@ -133,7 +133,7 @@ struct GPT2Infer {
     floatX* fch_gelu;  // (R, H) the MLP's activation: GELU, or SwiGLU of fch
     floatX* last;      // (B, C) lnf of each prompt's last position
     floatX* logits;    // (B, Vp)
-    float* rope_cos;   // (max_seq, HD/2) with RoPE: cpu::rope_tables, uploaded once
+    float* rope_cos;   // (max_seq, HD/2) with RoPE: cpu::rope_tables_for, uploaded once
     float* rope_sin;   // (max_seq, HD/2)
     // generation state, device
     int* prompt;       // (B, Tmax) right-padded prompts
@@ -233,7 +233,7 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* hos
     }
     if (rope) {  // the CPU twin's tables, bit for bit (llmc/rope.cuh)
         std::vector<float> cos(rope), sin(rope);
-        cpu::rope_tables(cos.data(), sin.data(), max_seq, HD, (float)c.rope_theta);
+        cpu::rope_tables_for(c, cos.data(), sin.data(), max_seq);
         cudaCheck(cudaMemcpy(m.rope_cos, cos.data(), rope * F, cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(m.rope_sin, sin.data(), rope * F, cudaMemcpyHostToDevice));
     }

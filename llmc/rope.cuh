@@ -1,7 +1,8 @@
 // rope.cuh: rotary position embeddings (RoPE) on the GPU, in place on the Q and K heads of the fused
 // QKV activation, in the Hugging Face Llama convention (llmc/cpu/rope.h states it in full): in each
 // head vector of HD channels, channel i pairs with i + HD/2 and turns by the angle
-// pos * theta^(-2i/HD), pos = pos_offset + t (or, for a decode step, each row's own pos[b]).
+// pos * theta^(-2i/HD), pos = pos_offset + t (or, for a decode step, each row's own pos[b]); with
+// Llama 3's frequency scaling the frequencies are cpu::rope_inv_freq's, through the same tables.
 // Shapes: qkv, dqkv (B, T, (NH + 2*NKV) * HD) floatX, per position NH query heads, NKV key heads, NKV
 //   value heads; cos, sin (max_pos, HD/2) fp32 with max_pos >= pos_offset + T.
 //   rope_forward   rotates the Q and K heads of qkv in place (=); V is untouched
@@ -10,7 +11,7 @@
 //                  with pos[b] < 0 (an idle sequence) is left as it is
 //   rope_backward  the inverse rotation of the Q and K heads of dqkv in place (=), turning
 //                  d(rotated qkv) into d(qkv); dV is untouched
-// The tables are built once on the host by cpu::rope_tables (angles in double, rounded once to fp32)
+// The tables are built once on the host by cpu::rope_tables_for (angles in double, rounded once to fp32)
 // and uploaded: the GPU then rotates by bit-identical factors to the CPU reference, and the 1-2 MB
 // tables stay in L2. A device sincos in fp32 at p ~ 4096 would be off by ~1e-4 rad.
 // fp32 math; HD/2 must be a multiple of x128::size (HD a multiple of 16 in bf16, 8 in fp32).

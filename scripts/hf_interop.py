@@ -14,13 +14,16 @@ Supported (anything else is refused with an error naming the config key):
       or untied lm_head (tie_word_embeddings). Conv1D weights are stored (in, out): transposed.
   LlamaForCausalLM (model_type llama) <-> our Llama: RMSNorm, RoPE (rotate_half, the same pairing as
       ours: no permutation), SwiGLU (fcw = [gate_proj; up_proj]), grouped-query attention, no biases,
-      tied or untied head; rope_theta, rms_norm_eps, intermediate_size, num_key_value_heads.
+      tied or untied head; rope_theta, rms_norm_eps, intermediate_size, num_key_value_heads; RoPE
+      scaling of rope_type "llama3" (Llama 3.1 / 3.2: factor, low_freq_factor, high_freq_factor,
+      original_max_position_embeddings, in rope_scaling or transformers 5's rope_parameters), exported
+      back as rope_scaling.
   MistralForCausalLM (model_type mistral): a Llama whose sliding_window W is ours (both attend to
       positions t-W+1..t); our Llama with a window exports as Mistral.
   Qwen2ForCausalLM (model_type qwen2): a Llama with q/k/v biases; ours has one biases knob for
       qkv, attproj, fc and fcproj together, so it imports with the other three biases zero (the same
       function) and a Llama with biases exports as Qwen2 only when those three are zero.
-Refused: rope scaling (rope_type other than default), head_dim != hidden_size / num_attention_heads,
+Refused: rope scaling other than llama3 (rope_type linear, dynamic, yarn, longrope, ...), head_dim != hidden_size / num_attention_heads,
 hidden_act other than silu, attention_bias / mlp_bias on Llama, per-layer sliding windows (Qwen2's
 use_sliding_window, layer_types), and GPT-2 variants (cross-attention, other activations, eps).
 """
@@ -171,13 +174,66 @@ def _get(hc, key, default=None):
     return default if v is None else v
 
 
-def _rope(hc, what):
-    """rope_theta of a Llama-family config (transformers 4: rope_theta + rope_scaling; 5: rope_parameters)."""
-    rope = hc.get("rope_parameters") or hc.get("rope_scaling") or {}
+# The keys of a llama3 rope_scaling / rope_parameters dict: the four parameters (each required) and
+# the ones that say nothing more (the type, and theta where transformers 5 keeps it)
+LLAMA3_ROPE_KEYS = {"factor": "rope_factor", "low_freq_factor": "rope_low_freq_factor",
+                    "high_freq_factor": "rope_high_freq_factor",
+                    "original_max_position_embeddings": "rope_original_max_pos"}
+ROPE_NEUTRAL_KEYS = {"rope_type", "type", "rope_theta"}
+
+
+def rope_from_hf(hc, what):
+    """(rope_theta, our RoPE scaling keys) of a Llama-family config (transformers 4: rope_theta +
+    rope_scaling; 5: rope_parameters). Only rope_type default and llama3 are computed exactly."""
+    key = "rope_parameters" if hc.get("rope_parameters") else "rope_scaling"
+    rope = hc.get(key) or {}
+    if not isinstance(rope, dict):
+        raise HFError(f"{what}: {key} = {rope!r} is not a dict")
     kind = rope.get("rope_type", rope.get("type", "default"))
-    if kind != "default":
-        raise HFError(f"{what}: rope_scaling / rope_parameters rope_type {kind!r}: only the default RoPE is supported")
-    return float(rope.get("rope_theta") or _get(hc, "rope_theta", 10000.0))
+    theta = float(rope.get("rope_theta") or _get(hc, "rope_theta", 10000.0))
+    if kind == "default":
+        return theta, fmt.no_rope_scaling()
+    if kind != "llama3":
+        raise HFError(f"{what}: {key} rope_type {kind!r} is not supported (only the default RoPE and llama3)")
+    if rope.get("partial_rotary_factor", 1.0) != 1.0:
+        raise HFError(f"{what}: {key} partial_rotary_factor = {rope['partial_rotary_factor']!r} is not supported "
+                      "(RoPE on every channel only)")
+    other = sorted(k for k in rope if k not in LLAMA3_ROPE_KEYS and k not in ROPE_NEUTRAL_KEYS
+                   and k != "partial_rotary_factor")
+    if other:
+        raise HFError(f"{what}: {key} key {other[0]!r} is not part of the llama3 scaling (factor, low_freq_factor, "
+                      "high_freq_factor, original_max_position_embeddings)")
+    for k in LLAMA3_ROPE_KEYS:
+        v = rope.get(k)
+        if v is None:
+            raise HFError(f"{what}: {key} rope_type 'llama3' needs {k!r}, which is missing")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+            raise HFError(f"{what}: {key} {k} = {v!r} is not a number")
+    factor, low, high = (float(rope[k]) for k in ("factor", "low_freq_factor", "high_freq_factor"))
+    original = rope["original_max_position_embeddings"]
+    checks = [("factor", 1.0 <= factor <= 1e6, "must be in [1, 1e6]"),
+              ("low_freq_factor", 0.0 < low <= 1e6, "must be in (0, 1e6]"),
+              ("high_freq_factor", low < high <= 1e6, f"must be greater than low_freq_factor {low:g} (and <= 1e6)"),
+              ("original_max_position_embeddings", float(original).is_integer() and 1 <= original <= 1 << 24,
+               "must be a whole number in [1, 2^24]")]
+    for k, ok, need in checks:
+        if not ok:
+            raise HFError(f"{what}: {key} {k} = {rope[k]!r} {need}")
+    return theta, dict(rope_scaling=fmt.ROPE_SCALING_LLAMA3, rope_factor=factor, rope_low_freq_factor=low,
+                       rope_high_freq_factor=high, rope_original_max_pos=int(original))
+
+
+def hf_rope_scaling(cfg, what):
+    """config.json's rope_scaling for our config: None, or llama3's dict in the form the hub's Llama 3.1 /
+    3.2 configs have it (transformers 4 and 5 both read it, 5 beside a top-level rope_theta)."""
+    cfg = fmt.full_config(cfg)
+    if cfg["rope_scaling"] == fmt.ROPE_SCALING_NONE:
+        return None
+    if cfg["rope_scaling"] != fmt.ROPE_SCALING_LLAMA3:
+        raise HFError(f"{what}: rope_scaling {cfg['rope_scaling']} is not 0 (none) or 1 (llama3)")
+    return dict(rope_type="llama3", factor=cfg["rope_factor"], low_freq_factor=cfg["rope_low_freq_factor"],
+                high_freq_factor=cfg["rope_high_freq_factor"],
+                original_max_position_embeddings=int(cfg["rope_original_max_pos"]))
 
 
 def check_shape(cfg, what):
@@ -244,12 +300,13 @@ def _config_from_hf(hc, what):
     if mt == "qwen2" and (_get(hc, "use_sliding_window", False)
                           or any(t != "full_attention" for t in _get(hc, "layer_types", []))):
         raise HFError(f"{what}: use_sliding_window / layer_types: per-layer sliding windows are not supported")
-    theta = _rope(hc, what)
+    theta, scaling = rope_from_hf(hc, what)
     cfg = dict(max_seq_len=hc["max_position_embeddings"], vocab_size=V, padded_vocab_size=fmt.pad_vocab(V),
                num_layers=hc["num_hidden_layers"], num_heads=NH, num_kv_heads=NKV, channels=C, window=window,
                architecture=fmt.ARCH_LLAMA, norm=fmt.NORM_RMSNORM, norm_eps=float(_get(hc, "rms_norm_eps", 1e-6)),
                position=fmt.POS_ROPE, rope_theta=theta, mlp=fmt.MLP_SWIGLU, mlp_hidden=hc["intermediate_size"],
-               biases=int(mt == "qwen2"), tied_head=int(_get(hc, "tie_word_embeddings", False)))  # their default
+               biases=int(mt == "qwen2"), tied_head=int(_get(hc, "tie_word_embeddings", False)),  # their default
+               **scaling)
     return cfg
 
 
@@ -298,7 +355,7 @@ def hf_config_from(cfg, params, what, bos_id=None, eos_id=None, dtype="float32")
               intermediate_size=cfg["mlp_hidden"], num_hidden_layers=cfg["num_layers"], num_attention_heads=NH,
               num_key_value_heads=NKV, head_dim=C // NH, hidden_act="silu",
               max_position_embeddings=cfg["max_seq_len"], rms_norm_eps=cfg["norm_eps"], rope_theta=cfg["rope_theta"],
-              rope_scaling=None, attention_dropout=0.0)
+              rope_scaling=hf_rope_scaling(cfg, what), attention_dropout=0.0)
     if mt == "llama":
         hc.update(attention_bias=False, mlp_bias=False)
     if mt == "mistral":

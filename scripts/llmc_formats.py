@@ -10,10 +10,12 @@ import numpy as np
 HEADER_INTS = 128
 HEADER_BYTES = HEADER_INTS * 8
 VERSION = 1  # the first version of every format, and the only one of most
-# Model files and debug states are at version 2, which adds the model family's knobs; their writers
-# use version 1 for a plain GPT-2 config (byte-identical to earlier files), the readers take both.
-MODEL_VERSION = 2
-DEBUG_VERSION = 2
+# Model files and debug states are at version 3: version 2 adds the model family's knobs, version 3
+# RoPE scaling (Llama 3.x's llama3). Their writers use the oldest version that holds the config: 1 for a
+# plain GPT-2, 3 only with RoPE scaling, else 2 (files without scaling are byte-identical to earlier
+# files; a reader that knows no scaling refuses a file with it); the readers take all three.
+MODEL_VERSION = 3
+DEBUG_VERSION = 3
 # Token shards are at version 2, which adds uint32 ids (vocabularies over 65,536); uint16 shards are
 # still written as version 1 (byte-identical to earlier files), the readers take both.
 SHARD_VERSION = 2
@@ -46,11 +48,16 @@ CONFIG_KEYS = ["max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "
 # norm_eps and rope_theta are float64 bit patterns; mlp_hidden is H (GPT-2: 4C)
 FAMILY_KEYS = ["architecture", "norm", "norm_eps", "position", "rope_theta", "mlp", "mlp_hidden", "biases",
                "tied_head"]
-FLOAT_KEYS = {"norm_eps", "rope_theta"}
+# model header slots 21..25 (version 3): the RoPE scaling (llmc/gpt2_config.h RopeScaling). rope_scaling
+# 0 none / 1 llama3; its factors are float64 bit patterns; all 0 without scaling
+SCALING_KEYS = ["rope_scaling", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+                "rope_original_max_pos"]
+FLOAT_KEYS = {"norm_eps", "rope_theta", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor"}
 ARCH_GPT2, ARCH_LLAMA = 0, 1
 NORM_LAYERNORM, NORM_RMSNORM = 0, 1
 POS_LEARNED, POS_ROPE = 0, 1
 MLP_GELU, MLP_SWIGLU = 0, 1
+ROPE_SCALING_NONE, ROPE_SCALING_LLAMA3 = 0, 1
 
 
 class FormatError(ValueError):
@@ -64,7 +71,13 @@ def pad_vocab(v, multiple=128):
 def gpt2_defaults(cfg):
     """The family knobs of a plain GPT-2 of cfg's shape (what a version-1 file implies)."""
     return dict(architecture=ARCH_GPT2, norm=NORM_LAYERNORM, norm_eps=1e-5, position=POS_LEARNED, rope_theta=0.0,
-                mlp=MLP_GELU, mlp_hidden=4 * cfg["channels"], biases=1, tied_head=1)
+                mlp=MLP_GELU, mlp_hidden=4 * cfg["channels"], biases=1, tied_head=1, **no_rope_scaling())
+
+
+def no_rope_scaling():
+    """The scaling keys of a config without RoPE scaling (every model before version 3)."""
+    return dict(rope_scaling=ROPE_SCALING_NONE, rope_factor=0.0, rope_low_freq_factor=0.0, rope_high_freq_factor=0.0,
+                rope_original_max_pos=0)
 
 
 def full_config(cfg):
@@ -73,9 +86,12 @@ def full_config(cfg):
 
 
 def model_version(cfg):
-    """1 for a plain GPT-2 config, else 2 (the writers' rule; llmc/formats.h model_version_for)."""
+    """1 for a plain GPT-2 config, 3 with RoPE scaling, else 2 (the writers' rule; llmc/formats.h
+    model_version_for)."""
     cfg = full_config(cfg)
-    return VERSION if all(cfg[k] == v for k, v in gpt2_defaults(cfg).items()) else MODEL_VERSION
+    if all(cfg[k] == v for k, v in gpt2_defaults(cfg).items()):
+        return VERSION
+    return 3 if cfg["rope_scaling"] != ROPE_SCALING_NONE else 2
 
 
 def param_shapes(cfg):
@@ -163,20 +179,31 @@ def bf16_bits_to_fp32(b):
 
 
 # ---------------------------------------------------------------- model
+def _slot(cfg, k):
+    return int(np.float64(cfg[k]).view(np.int64)) if k in FLOAT_KEYS else int(cfg[k])
+
+
 def family_slots(cfg):
     """The int64 values of model header slots 12..20 (version 2)."""
     cfg = full_config(cfg)
-    return [int(np.float64(cfg[k]).view(np.int64)) if k in FLOAT_KEYS else int(cfg[k]) for k in FAMILY_KEYS]
+    return [_slot(cfg, k) for k in FAMILY_KEYS]
+
+
+def scaling_slots(cfg):
+    """The int64 values of model header slots 21..25 (version 3)."""
+    cfg = full_config(cfg)
+    return [_slot(cfg, k) for k in SCALING_KEYS]
 
 
 def config_from_header(h, version):
-    """The config of a model header (h[3..10], and h[12..20] from version 2)."""
+    """The config of a model header (h[3..10], h[12..20] from version 2, h[21..25] from version 3)."""
     cfg = {k: int(h[3 + i]) for i, k in enumerate(CONFIG_KEYS)}
     if version < 2:
         return full_config(cfg)
-    for i, k in enumerate(FAMILY_KEYS):
+    keys = FAMILY_KEYS + (SCALING_KEYS if version >= 3 else [])
+    for i, k in enumerate(keys):
         cfg[k] = float(np.int64(h[12 + i]).view(np.float64)) if k in FLOAT_KEYS else int(h[12 + i])
-    return cfg
+    return full_config(cfg)
 
 
 def model_header(cfg, dtype):
@@ -184,6 +211,8 @@ def model_header(cfg, dtype):
     fields = {2: dtype, **{3 + i: cfg[k] for i, k in enumerate(CONFIG_KEYS)}, 11: num_params(cfg)}
     if version >= 2:
         fields.update({12 + i: v for i, v in enumerate(family_slots(cfg))})
+    if version >= 3:
+        fields.update({21 + i: v for i, v in enumerate(scaling_slots(cfg))})
     h = make_header(MAGIC_MODEL, fields)
     h[1] = version
     return h
@@ -249,6 +278,8 @@ def write_debug_state(path, cfg, inputs, targets, logits, loss, grads, losses, h
     version = model_version(cfg)  # a debug state has the version of its model's file
     if version >= 2:
         fields.update({15 + i: v for i, v in enumerate(family_slots(cfg))})  # the model's slots 12..20
+    if version >= 3:
+        fields.update({24 + i: v for i, v in enumerate(scaling_slots(cfg))})  # the model's slots 21..25
     header = make_header(MAGIC_DEBUG, fields)
     header[1] = version
     atomic_write(path, [header, inputs, np.asarray(targets, dtype="<i4"), logits,
@@ -269,9 +300,9 @@ def read_debug_state(path):
         off += count * 4
         return x
 
-    model_h = np.zeros(HEADER_INTS, dtype="<i8")  # the model header's slots 3..10 and 12..20
+    model_h = np.zeros(HEADER_INTS, dtype="<i8")  # the model header's slots 3..10, 12..20 and 21..25
     model_h[3:11] = h[7:15]
-    model_h[12:21] = h[15:24]
+    model_h[12:26] = h[15:29]
     d = {"B": B, "T": T, "V": V, "config": config_from_header(model_h, int(h[1]))}
     d["inputs"] = take("<i4", BT).reshape(B, T)
     d["targets"] = take("<i4", BT).reshape(B, T)

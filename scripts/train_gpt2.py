@@ -87,9 +87,11 @@ def die(msg):
     sys.exit(1)
 
 
-def make_config(what, L, C, NH, V, maxT, NKV=0, W=0, arch="gpt2", **knobs):
+def make_config(what, L, C, NH, V, maxT, NKV=0, W=0, arch="gpt2", rope_llama3=None, **knobs):
     """NKV = 0: as many key/value heads as query heads; W = 0: full causal attention. arch and the
-    knobs (KNOBS; None or absent = the arch's default) give the family fields of the config."""
+    knobs (KNOBS; None or absent = the arch's default) give the family fields of the config.
+    rope_llama3: None, or Llama 3.x's RoPE scaling as config.json's rope_scaling holds it (factor,
+    low_freq_factor, high_freq_factor, original_max_position_embeddings)."""
     for name, v in (("--layers", L), ("--channels", C), ("--heads", NH), ("--vocab", V), ("--max-seq", maxT)):
         if v <= 0:
             die(f"{what}: {name} must be positive, got {v}")
@@ -112,6 +114,14 @@ def make_config(what, L, C, NH, V, maxT, NKV=0, W=0, arch="gpt2", **knobs):
         die(f"{what}: --norm-eps {k['norm_eps']} must be in (0, 1)")
     if k["position"] == "rope" and (not k["rope_theta"] > 1 or (C // NH) % 2):
         die(f"{what}: RoPE needs --rope-theta > 1 (got {k['rope_theta']}) and an even head dim (got {C // NH})")
+    scaling = fmt.no_rope_scaling()
+    if rope_llama3 is not None:
+        if k["position"] != "rope":
+            die(f"{what}: llama3 RoPE scaling needs RoPE positions")
+        try:
+            _, scaling = hf_interop.rope_from_hf({"rope_scaling": dict(rope_llama3, rope_type="llama3")}, what)
+        except hf_interop.HFError as e:
+            die(str(e))
     return dict(max_seq_len=maxT, vocab_size=V, padded_vocab_size=fmt.pad_vocab(V), num_layers=L,
                 num_heads=NH, num_kv_heads=NKV or NH, channels=C, window=W,
                 architecture=fmt.ARCH_LLAMA if arch == "llama" else fmt.ARCH_GPT2,
@@ -120,7 +130,7 @@ def make_config(what, L, C, NH, V, maxT, NKV=0, W=0, arch="gpt2", **knobs):
                 position=fmt.POS_ROPE if k["position"] == "rope" else fmt.POS_LEARNED,
                 rope_theta=float(k["rope_theta"]) if k["position"] == "rope" else 0.0,
                 mlp=fmt.MLP_SWIGLU if k["mlp"] == "swiglu" else fmt.MLP_GELU, mlp_hidden=H,
-                biases=int(k["bias"]), tied_head=int(k["tied"]))
+                biases=int(k["bias"]), tied_head=int(k["tied"]), **scaling)
 
 
 def config_from_descriptor(desc, NKV=0, W=0, arch="gpt2", **knobs):
@@ -189,10 +199,27 @@ class GPT2(nn.Module if torch is not None else object):
             return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.cfg["norm_eps"]) * w
         return F.layer_norm(x, (x.shape[-1],), w, b, eps=1e-5)
 
+    def rope_inv_freq(self, HD):
+        """The (HD/2,) inverse frequencies theta^(-2i/HD) in float64, with the config's RoPE scaling:
+        llama3 (transformers' rope_type "llama3", Llama 3.1 / 3.2) divides the frequencies of wavelengths
+        over original / low_freq_factor by factor, keeps those under original / high_freq_factor, and
+        blends between: s = (original / wavelength - low) / (high - low) clamped to [0, 1],
+        f' = (1 - s) f / factor + s f."""
+        cfg = self.cfg
+        inv_freq = cfg["rope_theta"] ** (-torch.arange(0, HD, 2, dtype=torch.float64) / HD)
+        if cfg["rope_scaling"] == fmt.ROPE_SCALING_LLAMA3:
+            low, high, factor = cfg["rope_low_freq_factor"], cfg["rope_high_freq_factor"], cfg["rope_factor"]
+            wavelength = 2 * math.pi / inv_freq
+            s = ((cfg["rope_original_max_pos"] / wavelength - low) / (high - low)).clamp(0.0, 1.0)
+            inv_freq = (1 - s) * inv_freq / factor + s * inv_freq
+        elif cfg["rope_scaling"] != fmt.ROPE_SCALING_NONE:
+            die(f"rope_scaling {cfg['rope_scaling']}: not 0 (none) or 1 (llama3)")
+        return inv_freq
+
     def rope_tables(self, T, HD, dtype, device):
         """cos, sin (T, HD) in transformers' rotate_half layout (each half repeats the HD/2 angles);
         the angles in float64 (llmc/cpu/rope.h)."""
-        inv_freq = self.cfg["rope_theta"] ** (-torch.arange(0, HD, 2, dtype=torch.float64) / HD)
+        inv_freq = self.rope_inv_freq(HD)
         angles = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]  # (T, HD/2)
         angles = torch.cat([angles, angles], dim=-1)
         return angles.cos().to(dtype=dtype, device=device), angles.sin().to(dtype=dtype, device=device)

@@ -1,6 +1,7 @@
 """Writes tests/fixture/llama_ops.bin, the PyTorch reference that tests/test_llama_ops_cpu.cpp
 checks the Llama-family CPU ops against: llmc/cpu/rmsnorm.h (RMSNorm and the fused residual-add +
-RMSNorm), llmc/cpu/rope.h (rotary embeddings on the fused QKV activation) and llmc/cpu/swiglu.h.
+RMSNorm), llmc/cpu/rope.h (rotary embeddings on the fused QKV activation, and its tables with Llama
+3.x's llama3 frequency scaling) and llmc/cpu/swiglu.h.
 
 Regenerate (needs torch, CPU is enough; deterministic, so the file only changes if this script does):
     python3 tests/make_llama_ops_fixture.py [--out PATH] [--no-transformers]
@@ -10,13 +11,14 @@ the gradients. None of it comes from the project's C++. Inputs are drawn in floa
 fp32 first, and the reference is computed (in float64) from those fp32 values, so the C++ sees
 exactly the same inputs. The RoPE formula is written the way Hugging Face writes it (cos/sin of the
 angles concatenated twice, rotate_half). When `transformers` is importable, the script also asserts
-that its LlamaRMSNorm, LlamaRotaryEmbedding + apply_rotary_pos_emb and LlamaMLP agree with the
-formulas here on the same inputs, which pins the conventions (pairing of channels, inverse
-frequencies, the [gate | up] layout) to Hugging Face's; without it (or with --no-transformers) those
+that its LlamaRMSNorm, LlamaRotaryEmbedding + apply_rotary_pos_emb, LlamaMLP and the llama3 rope
+scaling's inverse frequencies agree with the formulas here on the same inputs, which pins the
+conventions (pairing of channels, inverse frequencies, the [gate | up] layout) to Hugging Face's; without it (or with --no-transformers) those
 checks are skipped, with a note. The file does not depend on them.
 
 File (docs/formats.md convention): 1024-byte header of 128 little-endian int64, h[0] = fourcc("GPTL"),
-h[1] = 1 (version), h[2..5] = the number of rmsnorm, fused residual+rmsnorm, rope and swiglu cases.
+h[1] = 1 (version), h[2..6] = the number of rmsnorm, fused residual+rmsnorm, rope, swiglu and scaled
+RoPE table cases (h[6] = 0 in files of earlier versions of this script, which had none).
 Then the cases in that order; each is int64 sizes, float64 parameters, then little-endian fp32 arrays:
   rmsnorm: B, T, C; eps; inp, weight, dout; out, rstd, dinp, dweight
   fused:   B, T, C; eps; inp1, inp2, weight, dout, dresidual; residual, out, rstd, dres_total, dweight
@@ -26,6 +28,9 @@ Then the cases in that order; each is int64 sizes, float64 parameters, then litt
            of positions pos_offset .. pos_offset+T-1), qkv_rot, dqkv   (dqkv_rot: the gradient of
            the rotated qkv; dqkv: of the input qkv)
   swiglu:  N, H; (no parameters); inp (N, 2H) rows [gate | up], dout (N, H); out (N, H), dinp (N, 2H)
+  rope_scaled: HD, pos_offset, T, original_max_position_embeddings; theta, factor, low_freq_factor,
+           high_freq_factor; cos, sin (T, HD/2): the table rows of positions pos_offset ..
+           pos_offset+T-1 with the llama3 scaling (rope_type "llama3" of Llama 3.1 / 3.2)
 """
 import argparse
 import os
@@ -64,6 +69,13 @@ SWIGLU_CASES = [  # (N, H)
     (4, 341),
     (3, 64),
 ]
+# (HD, pos_offset, T, theta, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings):
+# every case has frequencies in all three bands (kept, blended, divided by the factor)
+ROPE_SCALED_CASES = [
+    (16, 0, 48, 10000.0, 8.0, 1.0, 4.0, 32),         # a tiny model's: scaled within 48 positions
+    (128, 8190, 3, 500000.0, 32.0, 1.0, 4.0, 8192),  # Llama 3.2 1B/3B's, at the original context's end
+    (64, 100, 5, 10000.0, 4.0, 2.0, 8.0, 64),        # other factors
+]
 
 
 def as_f32_exact(t):
@@ -92,6 +104,15 @@ def rope_cos_sin(positions, HD, theta):
     freqs = positions.to(torch.float64)[:, None] * inv_freq[None, :]        # (P, HD/2)
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos(), emb.sin()
+
+
+def llama3_inv_freq(HD, theta, factor, low, high, original_max_pos):
+    """The llama3-scaled inverse frequencies (HD/2,) in float64, written as one blend clamped to [0, 1]:
+    s = (original / wavelength - low) / (high - low); f' = (1 - s) f / factor + s f. s <= 0 (long
+    wavelengths) gives f / factor, s >= 1 (short ones) leaves f."""
+    f = theta ** (-torch.arange(0, HD, 2, dtype=torch.float64) / HD)
+    s = ((original_max_pos * f / (2 * torch.pi) - low) / (high - low)).clamp(0.0, 1.0)
+    return (1 - s) * f / factor + s * f, s
 
 
 def rotate_half(x):
@@ -153,6 +174,17 @@ def make_rope(gen, B, T, NH, NKV, HD, pos_offset, theta):
     half = HD // 2
     return [np.array([B, T, NH, NKV, HD, pos_offset], dtype="<i8"), np.array([theta], dtype="<f8"),
             f32(qkv), f32(dqkv_rot), f32(cos[:, :half]), f32(sin[:, :half]), f32(qkv_rot), f32(dqkv)]
+
+
+def make_rope_scaled(HD, pos_offset, T, theta, factor, low, high, original_max_pos):
+    inv_freq, s = llama3_inv_freq(HD, theta, factor, low, high, original_max_pos)
+    assert (s == 0).any() and (s == 1).any() and ((s > 0) & (s < 1)).any(), "a case must cover all three bands"
+    plain = theta ** (-torch.arange(0, HD, 2, dtype=torch.float64) / HD)
+    assert (inv_freq / plain).min() < 1.0 / factor + 1e-12, "the scaling must change the frequencies"
+    hf_check_llama3(inv_freq, HD, theta, factor, low, high, original_max_pos)
+    angles = torch.arange(pos_offset, pos_offset + T, dtype=torch.float64)[:, None] * inv_freq[None, :]  # (T, HD/2)
+    return [np.array([HD, pos_offset, T, original_max_pos], dtype="<i8"),
+            np.array([theta, factor, low, high], dtype="<f8"), f32(angles.cos()), f32(angles.sin())]
 
 
 def make_swiglu(gen, N, H):
@@ -226,6 +258,19 @@ def hf_check_rope(qkv, cos, sin, qkv_rot, B, T, NH, NKV, HD, pos_offset, theta):
         assert err < tol, f"LlamaRotaryEmbedding's {what} differs from the table here by {err} (tolerance {tol})"
 
 
+def hf_check_llama3(inv_freq, HD, theta, factor, low, high, original_max_pos):
+    """transformers' llama3 inverse frequencies (fp32) agree with the float64 ones here to fp32 accuracy."""
+    if hf_llama is None:
+        return
+    from transformers import modeling_rope_utils
+    cfg = LlamaConfig(hidden_size=HD, num_attention_heads=1, head_dim=HD, max_position_embeddings=2 * original_max_pos,
+                      rope_parameters=dict(rope_type="llama3", rope_theta=theta, factor=factor, low_freq_factor=low,
+                                           high_freq_factor=high, original_max_position_embeddings=original_max_pos))
+    hf, _ = modeling_rope_utils.ROPE_INIT_FUNCTIONS["llama3"](cfg, "cpu")
+    err = ((hf.double() - inv_freq).abs() / inv_freq).max().item()
+    assert err < 1e-6, f"transformers' llama3 inverse frequencies differ from the formula here by {err} (relative)"
+
+
 def hf_check_swiglu(H=40, C=24, N=3):
     """LlamaMLP's down(silu(gate(x)) * up(x)) == down(swiglu(x @ cat(gate.w, up.w)^T)): the layout.
     Its own generator, so the fixture's numbers do not depend on whether transformers is installed."""
@@ -259,7 +304,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     import_libraries(not args.no_transformers)
     gen = torch.Generator().manual_seed(1234)
-    counts = {2: len(RMSNORM_CASES), 3: len(FUSED_CASES), 4: len(ROPE_CASES), 5: len(SWIGLU_CASES)}
+    counts = {2: len(RMSNORM_CASES), 3: len(FUSED_CASES), 4: len(ROPE_CASES), 5: len(SWIGLU_CASES),
+              6: len(ROPE_SCALED_CASES)}
     chunks = [fmt.make_header(MAGIC_LLAMA_OPS, counts)]
     for case in RMSNORM_CASES:
         chunks += make_rmsnorm(gen, *case)
@@ -269,6 +315,8 @@ def main(argv=None):
         chunks += make_rope(gen, *case)
     for case in SWIGLU_CASES:
         chunks += make_swiglu(gen, *case)
+    for case in ROPE_SCALED_CASES:  # no random inputs: the cases before keep their numbers
+        chunks += make_rope_scaled(*case)
     hf_check_swiglu()
     try:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

@@ -15,7 +15,7 @@ run "cpu attention (MHA, GQA, MQA, window) vs PyTorch" build/test_attention_cpu
 run "cpu Llama ops (RMSNorm, fused residual+RMSNorm, RoPE, SwiGLU) vs PyTorch" build/test_llama_ops_cpu
 run "cpu trainer trains a Llama-style model from --init and resumes it exactly" tests/test_train_llama.sh
 run "cpu decode attention through the KV cache (ring buffer, mixed lengths) vs the full forward" build/test_attention_decode_cpu
-run "cpu cached forward (prefill + decode through the KV cache) vs the full forward" build/test_generate_cpu
+run "cpu cached forward (prefill + decode through the KV cache) and the trainer's samples vs the full forward" build/test_generate_cpu
 run "cpu FP8 rounding (E4M3/E5M2 bit patterns, saturation, ties to even, nearest by brute force)" build/test_fp8_cpu
 run "decode step counters (llmc/step_sync.h): random schedules release no wait early and never stall" build/test_step_sync
 run "dataloader" build/test_dataloader

@@ -132,7 +132,7 @@ expect_error "model with an inf weight" "$T/inf.bin" $TRAIN "${BASE[@]}" --init 
 expect_error "a loss that turns NaN stops the run" "step 1: the loss is" $TRAIN "${BASE[@]}" --init "$T/diverges.bin"
 
 # grouped-query attention and a window: the flags shape a fresh model; a file keeps its own values.
-# The control samples more tokens than --seq, so the context slides under the window.
+# The control samples more tokens than --seq and the window: the sample's KV cache is a ring of 3 slots.
 GQA=(--init d2 --kv-heads 1 --window 3)
 expect_success "control: fresh GQA + window model trains and samples" $TRAIN "${BASE[@]}" "${GQA[@]}" \
     --sample-every 1 --gen-tokens 12 --out-dir "$T/ckpt_gqa"
@@ -146,8 +146,10 @@ expect_error "--window differing from the checkpoint" "has window 3" $TRAIN "${B
 # thread: these tiny runs take milliseconds that way, seconds with two threads on a busy machine.
 TRAIN1=(env OMP_NUM_THREADS=1 $TRAIN)
 LLAMA=(--init llama:L1,C8,H2,KV1,F24,V64,untied --max-seq 16)
-expect_success "control: fresh Llama model trains, samples past --seq and checkpoints" "${TRAIN1[@]}" "${BASE[@]}" \
-    "${LLAMA[@]}" --sample-every 1 --gen-tokens 20 --out-dir "$T/ckpt_llama"
+expect_success "control: fresh Llama model trains, samples past --seq to the context end and checkpoints" \
+    "${TRAIN1[@]}" "${BASE[@]}" "${LLAMA[@]}" --sample-every 1 --gen-tokens 16 --out-dir "$T/ckpt_llama"
+expect_startup_error "--gen-tokens past the context" "--gen-tokens 17: the trainer's samples end at the context" \
+    "${TRAIN1[@]}" "${BASE[@]}" "${LLAMA[@]}" --sample-every 1 --gen-tokens 17
 expect_success "control: resume it" "${TRAIN1[@]}" "${BASE[@]}" --steps 2 --resume "$T/ckpt_llama"
 expect_success "control: a Llama model file trains" "${TRAIN1[@]}" "${BASE[@]}" --init "$T/llama.bin"
 expect_error "llama descriptor without C and H" "L, C and H are required" "${TRAIN1[@]}" "${BASE[@]}" --init llama:L1

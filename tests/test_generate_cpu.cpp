@@ -14,10 +14,20 @@
 // token's position, SwiGLU, no biases): multi-head with a tied head (llama_model.bin), GQA with an
 // untied head (llama_gqa_model.bin), GQA with a window of 5 (llama_window_model.bin, a wrapped ring).
 // Tolerance: max |cached - full| / max |full| <= 1e-5 (fp32, the same ops on different row counts).
+// Then the trainer's samples (gpt2_infer_sample: a one-token prefill, a decode step per token): on
+// four of those models, greedy and three temperatures, three RNG seeds each, the tokens and the RNG
+// state after them equal those of a full forward over the whole sequence per token (the CPU
+// trainer's sampler before it used the cache), once with the cache over the sample's own length (as
+// the trainer builds it) and once over the whole context, asked for 5 tokens more than it holds
+// (the sample must stop at the context end). The draws could differ only where rounding moves a
+// logit across a boundary (the greedy runner-up, or the uniform's cumulative sum): greedy prints
+// its smallest top-2 gap, to set beside the cached logits' error above (within 1e-5 relative).
 // Prints one line per case and `test_generate_cpu: PASSED (N cases)` or FAILED; exits 1 on failure.
 //   build/test_generate_cpu [fixture dir, default tests/fixture]
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 #include "llmc/cpu/gpt2.h"
@@ -106,6 +116,60 @@ static bool run_case(const Case& k, const std::string& dir, uint64_t seed) {
     return ok;
 }
 
+// The reference sampler: `gen` tokens after `eot`, one full forward per token over the whole
+// sequence, each drawn from its last position's logits. *min_gap: the smallest top-2 logit gap.
+static std::vector<int> sample_full(GPT2& full, int eot, int gen, float temperature, Rng& rng, float* min_gap) {
+    const int V = full.config.vocab_size, Vp = full.config.padded_vocab_size;
+    std::vector<int> ctx{eot};
+    for (int i = 0; i < gen; i++) {
+        const int n = (int)ctx.size();
+        gpt2_forward(full, ctx.data(), 1, n);
+        const float* row = full.acts.logits.data() + (size_t)(n - 1) * Vp;
+        std::vector<float> sorted(row, row + V);
+        std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+        *min_gap = std::min(*min_gap, sorted[0] - sorted[1]);
+        ctx.push_back(sample_token(row, V, temperature, rng));
+    }
+    return std::vector<int>(ctx.begin() + 1, ctx.end());
+}
+
+static bool run_sample_case(const char* name, const std::string& dir, const char* model) {
+    const std::string path = dir + "/" + model;
+    const GPT2Config c = model_read_info(path.c_str()).config;
+    std::vector<float> params(gpt2_num_params(c));
+    model_read_fp32(path.c_str(), params.data());
+    const int maxT = c.max_seq_len, own = maxT * 2 / 3, eot = c.vocab_size - 1;
+    GPT2 full;
+    gpt2_build(full, c, 1, maxT);
+    gpt2_set_params(full, params.data());
+    GPT2Infer whole, trainer;  // over the whole context; over `own` positions, as the trainer builds it
+    gpt2_infer_build(whole, c, params.data(), 1, maxT);
+    gpt2_infer_build(trainer, c, params.data(), 1, own);
+    int samples = 0, differ = 0, rng_differ = 0, wrong_length = 0;
+    float min_gap = INFINITY;
+    for (float temperature : {0.0f, 0.7f, 1.0f, 1.5f}) {
+        for (uint64_t seed : {1, 42, 1337}) {
+            Rng ref_rng(seed), ref_own_rng(seed), rng_whole(seed), rng_trainer(seed);
+            float gap = INFINITY;
+            const std::vector<int> ref = sample_full(full, eot, maxT, temperature, ref_rng, &gap);
+            const std::vector<int> ref_own = sample_full(full, eot, own, temperature, ref_own_rng, &gap);
+            if (temperature == 0.0f) min_gap = std::min(min_gap, gap);
+            const std::vector<int> a = gpt2_infer_sample(whole, eot, maxT + 5, temperature, rng_whole);
+            const std::vector<int> b = gpt2_infer_sample(trainer, eot, own, temperature, rng_trainer);
+            wrong_length += (a.size() != ref.size()) + (b.size() != ref_own.size());
+            for (size_t i = 0; i < a.size() && i < ref.size(); i++) differ += a[i] != ref[i];
+            for (size_t i = 0; i < b.size() && i < ref_own.size(); i++) differ += b[i] != ref_own[i];
+            rng_differ += (rng_whole.state != ref_rng.state) + (rng_trainer.state != ref_own_rng.state);
+            samples += 2;
+        }
+    }
+    const bool ok = differ == 0 && rng_differ == 0 && wrong_length == 0;
+    printf("  sample: %-24s W=%d, %d samples of %d and %d tokens: %d tokens differ, %d RNG states differ, %d wrong "
+           "lengths; greedy's smallest top-2 gap %.2e  %s\n", name, c.window, samples, maxT, own, differ, rng_differ,
+           wrong_length, min_gap, ok ? "ok" : "FAIL");
+    return ok;
+}
+
 int main(int argc, char** argv) {
     const std::string dir = argc > 1 ? argv[1] : "tests/fixture";
     const Case cases[] = {
@@ -119,6 +183,11 @@ int main(int argc, char** argv) {
     };
     int failed = 0, n = 0;
     for (const Case& k : cases) failed += !run_case(k, dir, 1000 + n++);
+    const char* sample_models[][2] = {{"multi-head", "model.bin"},
+                                      {"GQA + window ring", "gqa_model.bin"},
+                                      {"Llama multi-head", "llama_model.bin"},
+                                      {"Llama GQA + window ring", "llama_window_model.bin"}};
+    for (const auto& s : sample_models) failed += !run_sample_case(s[0], dir, s[1]), n++;
     printf("test_generate_cpu: %s (%d cases)\n", failed ? "FAILED" : "PASSED", n);
     return failed ? 1 : 0;
 }

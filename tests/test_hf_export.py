@@ -2,7 +2,7 @@
 - our random models exported with scripts/export_hf.py load with AutoModelForCausalLM.from_pretrained
   as the class the export names, and give the logits of scripts/train_gpt2.py's reference model on
   the same weights: GPT-2 tied and untied, Llama multi-head tied and grouped-query untied (theta
-  500000, eps 1e-6), Llama with a window (MistralForCausalLM's sliding_window), Llama with q/k/v
+  500000, eps 1e-6), Llama with Llama 3.x's llama3 RoPE scaling (read back by transformers as such), Llama with a window (MistralForCausalLM's sliding_window), Llama with q/k/v
   biases (Qwen2ForCausalLM), and a bf16 export;
 - random LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM / GPT2LMHeadModel saved with
   save_pretrained to a temp folder import with scripts/import_hf.py's path (numpy, no torch) and our
@@ -47,6 +47,12 @@ def test_exported_model_gives_our_logits(tmp_path, name):
     hf_interop.export_hf_dir(tmp_path, cfg, flat)
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path), attn_implementation="eager")
     assert type(hf).__name__ == CLASSES[name]
+    if cfg["rope_scaling"] == fmt.ROPE_SCALING_LLAMA3:  # transformers reads our rope_scaling as llama3
+        rp = hf.config.rope_parameters
+        assert (rp["rope_type"], rp["factor"], rp["low_freq_factor"], rp["high_freq_factor"],
+                rp["original_max_position_embeddings"], rp["rope_theta"]) == \
+            ("llama3", cfg["rope_factor"], cfg["rope_low_freq_factor"], cfg["rope_high_freq_factor"],
+             cfg["rope_original_max_pos"], cfg["rope_theta"])
     hf = hf.double().eval()
     idx = torch.randint(0, cfg["vocab_size"], (2, 13), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():

@@ -1,7 +1,8 @@
 """Checks of the Hugging Face conversion without torch or transformers (scripts/hf_interop.py,
 scripts/export_hf.py, scripts/import_hf.py); they run in `make test` on any machine with numpy:
 - export then import gives back every parameter bit for bit (GPT-2 tied and untied, Llama MHA/GQA,
-  tied and untied, a window (Mistral), biases with zero attproj/fc/fcproj (Qwen2); fp32 and bf16;
+  tied and untied, a window (Mistral), biases with zero attproj/fc/fcproj (Qwen2), Llama 3.x's
+  llama3 RoPE scaling (its four parameters come back exactly); fp32 and bf16;
   a single file and a sharded folder with model.safetensors.index.json);
 - the exported tensors sit where transformers expects them, checked here against the layout of
   docs/design.md directly (q/k/v rows of qkvw, [gate | up] of fcw, GPT-2's transposed Conv1D), and
@@ -31,10 +32,15 @@ CONFIGS = {  # name: (make_config arguments, knobs)
                          dict(mlp_hidden=40, tied=0, rope_theta=500000.0, norm_eps=1e-6)),
     "mistral_window": (dict(L=1, C=36, NH=6, NKV=3, W=5, V=100, maxT=32, arch="llama"), dict(mlp_hidden=40)),
     "qwen2_biases": (dict(L=2, C=32, NH=4, NKV=2, V=100, maxT=32, arch="llama"), dict(bias=1, tied=0)),
+    # head dim 16, theta 10000, original context 32: the pair frequencies fall in all three bands of the
+    # llama3 scaling (kept, blended, divided by 8), so 13 tokens already see the scaled angles
+    "llama3_scaled": (dict(L=2, C=64, NH=4, NKV=2, V=100, maxT=256, arch="llama",
+                           rope_llama3=dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                            original_max_position_embeddings=32)), dict(mlp_hidden=96)),
 }
 CLASSES = {"gpt2_tied": "GPT2LMHeadModel", "gpt2_untied": "GPT2LMHeadModel", "llama_mha_tied": "LlamaForCausalLM",
            "llama_gqa_untied": "LlamaForCausalLM", "mistral_window": "MistralForCausalLM",
-           "qwen2_biases": "Qwen2ForCausalLM"}
+           "qwen2_biases": "Qwen2ForCausalLM", "llama3_scaled": "LlamaForCausalLM"}
 
 
 def random_model(name, seed=0):
@@ -156,9 +162,26 @@ def llama_hc(**changes):
     return hc
 
 
+LLAMA3 = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+              original_max_position_embeddings=16)
+
+
 @pytest.mark.parametrize("hc, message", [
-    (llama_hc(rope_scaling={"rope_type": "llama3", "factor": 8.0}), "rope_type 'llama3': only the default RoPE"),
-    (llama_hc(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4}), "rope_type 'yarn'"),
+    (llama_hc(rope_scaling={"rope_type": "llama3", "factor": 8.0}),
+     "rope_scaling rope_type 'llama3' needs 'low_freq_factor', which is missing"),
+    (llama_hc(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4}),
+     "rope_parameters rope_type 'yarn' is not supported (only the default RoPE and llama3)"),
+    (llama_hc(rope_scaling={"rope_type": "dynamic", "factor": 2.0}), "rope_scaling rope_type 'dynamic' is not supported"),
+    (llama_hc(rope_scaling={"type": "linear", "factor": 2.0}), "rope_scaling rope_type 'linear' is not supported"),
+    (llama_hc(rope_scaling=dict(LLAMA3, factor=0.5)), "rope_scaling factor = 0.5 must be in [1, 1e6]"),
+    (llama_hc(rope_scaling=dict(LLAMA3, high_freq_factor=1.0)),
+     "rope_scaling high_freq_factor = 1.0 must be greater than low_freq_factor 1"),
+    (llama_hc(rope_scaling=dict(LLAMA3, original_max_position_embeddings=8.5)),
+     "rope_scaling original_max_position_embeddings = 8.5 must be a whole number"),
+    (llama_hc(rope_parameters=dict(LLAMA3, rope_theta=5e5, beta_fast=32)),
+     "rope_parameters key 'beta_fast' is not part of the llama3 scaling"),
+    (llama_hc(rope_parameters=dict(LLAMA3, rope_theta=5e5, partial_rotary_factor=0.5)),
+     "rope_parameters partial_rotary_factor = 0.5 is not supported"),
     (llama_hc(attention_bias=True), "attention_bias = true is not supported"),
     (llama_hc(mlp_bias=True), "mlp_bias = true is not supported"),
     (llama_hc(hidden_act="gelu"), "hidden_act = 'gelu' is not supported (only silu"),
@@ -171,7 +194,8 @@ def llama_hc(**changes):
      "activation_function = 'relu' is not supported"),
     (dict(model_type="gpt2", vocab_size=50, n_embd=32, n_head=2, n_layer=1, n_positions=16, layer_norm_epsilon=1e-6),
      "layer_norm_epsilon = 1e-06 is not supported"),
-], ids=["rope_scaling", "rope_parameters", "attention_bias", "mlp_bias", "hidden_act", "head_dim", "kv_heads",
+], ids=["llama3_missing_key", "rope_parameters_yarn", "dynamic", "linear_old_spelling", "llama3_factor",
+        "llama3_high_low", "llama3_original", "llama3_extra_key", "llama3_partial", "attention_bias", "mlp_bias", "hidden_act", "head_dim", "kv_heads",
         "qwen2_sliding", "model_type", "missing_key", "gpt2_activation", "gpt2_eps"])
 def test_import_refuses_config(hc, message):
     with pytest.raises(hf_interop.HFError) as e:
@@ -260,3 +284,58 @@ def test_scripts_errors_are_one_line(tmp_path, script, args, message):
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: "), p.stderr
     assert message.format(t=tmp_path) in lines[0], lines[0]
+
+
+def test_import_accepts_llama3_in_both_spellings():
+    """Llama 3.1 / 3.2's config.json (rope_theta beside rope_scaling) and transformers 5's save
+    (rope_parameters holding theta too) give the same config: the four parameters, theta, version 3."""
+    hub = llama_hc(rope_theta=500000.0, rope_scaling=dict(LLAMA3, original_max_position_embeddings=8))
+    v5 = llama_hc(rope_parameters=dict(LLAMA3, original_max_position_embeddings=8, rope_theta=500000.0))
+    v5.pop("rope_theta")
+    a, b = (hf_interop.config_from_hf(hc, "x/config.json") for hc in (hub, v5))
+    assert a == b
+    assert (a["rope_theta"], a["rope_scaling"], a["rope_factor"], a["rope_low_freq_factor"], a["rope_high_freq_factor"],
+            a["rope_original_max_pos"]) == (500000.0, fmt.ROPE_SCALING_LLAMA3, 8.0, 1.0, 4.0, 8)
+    assert fmt.model_version(a) == 3 and fmt.model_version(dict(a, **fmt.no_rope_scaling())) == 2
+    plain = hf_interop.config_from_hf(llama_hc(rope_scaling={"rope_type": "default"}), "x/config.json")
+    assert plain["rope_scaling"] == fmt.ROPE_SCALING_NONE and plain["rope_factor"] == 0.0
+
+
+def test_llama3_model_file_slots(tmp_path):
+    """A model with RoPE scaling is a version-3 file with the scaling in slots 21..25 (float64 bit
+    patterns for the factors), and reads back; its debug state carries them in slots 24..28."""
+    cfg, flat = random_model("llama3_scaled")
+    fmt.write_model(tmp_path / "m.bin", cfg, flat)
+    h, _ = fmt.read_header(tmp_path / "m.bin", fmt.MAGIC_MODEL)
+    assert h[1] == 3 and h[21] == fmt.ROPE_SCALING_LLAMA3 and h[25] == 32
+    assert [float(np.int64(x).view(np.float64)) for x in h[22:25]] == [8.0, 1.0, 4.0]
+    assert not h[26:].any()
+    cfg2, flat2 = fmt.read_model(tmp_path / "m.bin")
+    assert cfg2 == fmt.full_config(cfg) and np.array_equal(flat2, flat)
+    B, T, V = 1, 4, cfg["vocab_size"]
+    fmt.write_debug_state(tmp_path / "d.bin", cfg, np.zeros((B, T)), np.zeros((B, T)), np.zeros((B, T, V)), 0.0,
+                          np.zeros(flat.size), [], dict(lr=0, beta1=0, beta2=0, eps=0, weight_decay=0, grad_clip=0))
+    d = fmt.read_debug_state(tmp_path / "d.bin")
+    hd, _ = fmt.read_header(tmp_path / "d.bin", fmt.MAGIC_DEBUG)
+    assert hd[1] == 3 and list(hd[24:29]) == list(h[21:26]) and d["config"] == cfg2
+    # without the scaling the same model is a version-2 file, slots 21.. zero
+    fmt.write_model(tmp_path / "plain.bin", dict(cfg, **fmt.no_rope_scaling()), flat)
+    h2, _ = fmt.read_header(tmp_path / "plain.bin", fmt.MAGIC_MODEL)
+    assert h2[1] == 2 and not h2[21:].any()
+
+
+def test_llama_3_2_1b_config_imports():
+    """A config.json shaped as Llama-3.2-1B's on the hub (transformers 4.45 era) converts: tied head,
+    head_dim 64, 8 key/value heads, theta 500000, the llama3 scaling of factor 32."""
+    hc = dict(architectures=["LlamaForCausalLM"], attention_bias=False, attention_dropout=0.0, bos_token_id=128000,
+              eos_token_id=128001, head_dim=64, hidden_act="silu", hidden_size=2048, initializer_range=0.02,
+              intermediate_size=8192, max_position_embeddings=131072, mlp_bias=False, model_type="llama",
+              num_attention_heads=32, num_hidden_layers=16, num_key_value_heads=8, pretraining_tp=1,
+              rms_norm_eps=1e-05, rope_scaling=dict(factor=32.0, high_freq_factor=4.0, low_freq_factor=1.0,
+                                                    original_max_position_embeddings=8192, rope_type="llama3"),
+              rope_theta=500000.0, tie_word_embeddings=True, torch_dtype="bfloat16", use_cache=True, vocab_size=128256)
+    cfg = hf_interop.config_from_hf(hc, "Llama-3.2-1B/config.json")
+    assert (cfg["num_layers"], cfg["channels"], cfg["num_heads"], cfg["num_kv_heads"], cfg["mlp_hidden"],
+            cfg["tied_head"], cfg["max_seq_len"], cfg["padded_vocab_size"]) == (16, 2048, 32, 8, 8192, 1, 131072, 128256)
+    assert (cfg["rope_scaling"], cfg["rope_factor"], cfg["rope_original_max_pos"]) == (fmt.ROPE_SCALING_LLAMA3, 32.0, 8192)
+    assert fmt.num_params(cfg) == 1235814400  # Llama 3.2 1B's 1.24B parameters

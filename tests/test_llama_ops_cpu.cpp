@@ -1,9 +1,11 @@
 // test_llama_ops_cpu: checks the Llama-family CPU reference ops against PyTorch: RMSNorm and the
 // fused residual-add + RMSNorm (llmc/cpu/rmsnorm.h), RoPE (llmc/cpu/rope.h) and SwiGLU
-// (llmc/cpu/swiglu.h), forward and backward.
+// (llmc/cpu/swiglu.h), forward and backward; and the RoPE tables with Llama 3.x's llama3 frequency
+// scaling, through rope_tables and through a model config's rope_tables_for.
 // tests/fixture/llama_ops.bin is written by tests/make_llama_ops_fixture.py (float64 PyTorch
 // formulas and autograd, with the conventions asserted equal to Hugging Face transformers'
-// LlamaRMSNorm, apply_rotary_pos_emb, LlamaRotaryEmbedding and LlamaMLP; regenerate with
+// LlamaRMSNorm, apply_rotary_pos_emb, LlamaRotaryEmbedding, LlamaMLP and the llama3 rope scaling's
+// inverse frequencies; regenerate with
 // `python3 tests/make_llama_ops_fixture.py`).
 // Outputs written with `=` are poisoned with NaN first, so an element left unwritten fails; the
 // `+=` gradients start at zero (the fused backward at the incoming residual gradient), and a second
@@ -12,6 +14,7 @@
 // tables, computed in double and rounded once, below 1e-7.
 // Prints one line per check and `test_llama_ops_cpu: PASSED (N checks)` or FAILED; exits 1 on failure.
 // Usage: build/test_llama_ops_cpu [fixture path]   (default tests/fixture/llama_ops.bin)
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -136,6 +139,55 @@ static void check_rope(FixtureReader& rd) {
     g_tally.expect(name, "V and dV untouched", v_same);
 }
 
+// The tables with llama3 scaling: rope_tables with the scaling, and rope_tables_for of a config
+// holding it (what the models call), against PyTorch's rows; and they differ from the unscaled tables
+// (so the case tests the scaling at all).
+static void check_rope_scaled(FixtureReader& rd) {
+    int64_t dims[4];
+    double par[4];
+    rd.take(dims, sizeof(int64_t), 4, "rope_scaled sizes");
+    rd.take(par, sizeof(double), 4, "rope_scaled parameters");
+    check_range(rd.path, "HD", dims[0], 2, 4096);
+    check_range(rd.path, "pos_offset", dims[1], 0, 1 << 20);
+    check_range(rd.path, "T", dims[2], 1, 4096);
+    check_range(rd.path, "original_max_position_embeddings", dims[3], 1, 1 << 24);
+    const int HD = (int)dims[0], P0 = (int)dims[1], T = (int)dims[2], half = HD / 2, max_pos = P0 + T;
+    RopeScaling r;
+    r.type = ROPE_SCALING_LLAMA3;
+    r.factor = par[1];
+    r.low_freq_factor = par[2];
+    r.high_freq_factor = par[3];
+    r.original_max_pos = (int)dims[3];
+    const Vec ref_cos = take(rd, (int64_t)T * half, "cos"), ref_sin = take(rd, (int64_t)T * half, "sin");
+
+    char name[160];
+    snprintf(name, sizeof name, "rope llama3 HD=%d p0=%d T=%d theta=%g factor=%g low=%g high=%g original=%d", HD, P0,
+             T, par[0], r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_pos);
+    const auto rows = [&](const Vec& table) { return Vec(table.begin() + (size_t)P0 * half, table.end()); };
+    Vec cos((size_t)max_pos * half, NAN), sin((size_t)max_pos * half, NAN);
+    cpu::rope_tables(cos.data(), sin.data(), max_pos, HD, par[0], r);
+    compare(name, "cos", rows(cos), ref_cos, TABLE_TOLERANCE);
+    compare(name, "sin", rows(sin), ref_sin, TABLE_TOLERANCE);
+
+    GPT2Config c = gpt2_shape(1, 2 * HD, 2, 100);  // two heads of HD
+    c.architecture = ARCH_LLAMA;
+    c.norm = NORM_RMSNORM;
+    c.norm_eps = 1e-5;
+    c.position = POS_ROPE;
+    c.rope_theta = par[0];
+    c.rope_scaling = r;
+    gpt2_validate_config(c, name);
+    Vec cos_c((size_t)max_pos * half, NAN), sin_c((size_t)max_pos * half, NAN);
+    cpu::rope_tables_for(c, cos_c.data(), sin_c.data(), max_pos);
+    g_tally.expect(name, "rope_tables_for(config) == rope_tables(theta, scaling)", cos_c == cos && sin_c == sin);
+
+    Vec cos0((size_t)max_pos * half), sin0((size_t)max_pos * half);
+    cpu::rope_tables(cos0.data(), sin0.data(), max_pos, HD, par[0]);
+    double max_diff = 0.0;
+    for (size_t i = (size_t)P0 * half; i < cos0.size(); i++) max_diff = std::max(max_diff, (double)std::fabs(sin0[i] - sin[i]));
+    g_tally.expect(name, "the scaled tables differ from the unscaled ones (by > 0.01)", max_diff > 0.01);
+}
+
 static void check_swiglu(FixtureReader& rd) {
     int64_t dims[2];
     rd.take(dims, sizeof(int64_t), 2, "swiglu sizes");
@@ -165,11 +217,12 @@ int main(int argc, char** argv) {
     const char* path = argc > 1 ? argv[1] : "tests/fixture/llama_ops.bin";
     FileHeader hd;
     FixtureReader rd = open_fixture(path, MAGIC_LLAMA_OPS, "a Llama ops fixture (\"GPTL\")", &hd);
-    for (int i = 2; i <= 5; i++) check_range(path, "number of cases", hd.h[i], 0, 64);
+    for (int i = 2; i <= 6; i++) check_range(path, "number of cases", hd.h[i], 0, 64);
     for (int64_t c = 0; c < hd.h[2]; c++) check_rmsnorm(rd);
     for (int64_t c = 0; c < hd.h[3]; c++) check_fused(rd);
     for (int64_t c = 0; c < hd.h[4]; c++) check_rope(rd);
     for (int64_t c = 0; c < hd.h[5]; c++) check_swiglu(rd);
+    for (int64_t c = 0; c < hd.h[6]; c++) check_rope_scaled(rd);
     rd.finish();
     return g_tally.finish("test_llama_ops_cpu");
 }

@@ -2,10 +2,11 @@
 // or RMSNorm, learned positions or RoPE, GELU or SwiGLU, biases or none, tied or untied head): fp32
 // parameters, activations, forward, loss, backward and AdamW update with OpenMP, built from the
 // layer ops in llmc/cpu/ (the same ones the GPU tests and the kernel lab use as their reference),
-// plus checkpoints and sampling.
+// plus checkpoints. The trainer samples through the KV cache of llmc/cpu/gpt2_infer.h
+// (gpt2_infer_sample), as the GPU trainer does.
 // Semantics are PyTorch's (docs/design.md). Same sections, in the same order and with the same
 // function names, as the GPU model in llmc/gpt2.cuh: model (parameters, activations), forward,
-// backward, update, checkpoints, sampling.
+// backward, update, checkpoints.
 //
 // One step: gpt2_zero_grads, then per micro-batch gpt2_forward (logits), gpt2_loss (mean
 // cross-entropy), gpt2_backward (+= into the gradients), then gpt2_update.
@@ -29,8 +30,6 @@
 #include "llmc/cpu/swiglu.h"
 #include "llmc/formats.h"
 #include "llmc/gpt2_config.h"
-#include "llmc/rand.h"
-#include "llmc/sampler.h"
 #include "llmc/utils.h"
 
 // ============================================================================ model
@@ -115,7 +114,7 @@ inline void gpt2_build(GPT2& m, const GPT2Config& c, int B, int T) {
         const int HD = gpt2_head_dim(c);
         m.rope_cos.resize((size_t)c.max_seq_len * HD / 2);
         m.rope_sin.resize((size_t)c.max_seq_len * HD / 2);
-        cpu::rope_tables(m.rope_cos.data(), m.rope_sin.data(), c.max_seq_len, HD, (float)c.rope_theta);
+        cpu::rope_tables_for(c, m.rope_cos.data(), m.rope_sin.data(), c.max_seq_len);
     }
 
     const size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
@@ -202,10 +201,9 @@ inline void norm_backward(const GPT2Config& c, float* dresidual, float* dweight,
 }  // namespace detail
 
 // ============================================================================ forward
-// inputs (B, T) ids < V, through the logits (B, T, Vp). B, T may be smaller than the built shape
-// (sampling runs one row of the current context length). The layer structure is the GPU's: the
-// first norm runs on the embedding, and every residual add is followed by the next norm (the next
-// layer's ln1, or lnf), fused for RMSNorm.
+// inputs (B, T) ids < V, through the logits (B, T, Vp). B, T may be smaller than the built shape.
+// The layer structure is the GPU's: the first norm runs on the embedding, and every residual add is
+// followed by the next norm (the next layer's ln1, or lnf), fused for RMSNorm.
 inline void gpt2_forward(GPT2& m, const int* inputs, int B, int T) {
     const GPT2Config& c = m.config;
     if (B > m.B || T > m.T) fail("internal: forward with B=%d T=%d exceeds the allocated B=%d T=%d", B, T, m.B, m.T);
@@ -378,21 +376,4 @@ inline TrainState gpt2_load_checkpoint(GPT2& m, const std::string& dir) {
     TrainState st = state_read(state_path.c_str(), (int64_t)m.num_params, m.m_memory.data(), m.v_memory.data(), nullptr);
     m.step = st.step;
     return st;
-}
-
-// ============================================================================ sampling
-// Generates `gen_tokens` tokens after an end-of-text token, one forward per token, with a
-// multinomial draw at `temperature` from the shared RNG; the context slides once it reaches T.
-// Each forward sees the last min(len, T) tokens at positions 0.., as in training. With an
-// attention window W the whole context is still fed, not just W tokens: layer l reaches l*(W-1)
-// tokens further back.
-inline std::vector<int> gpt2_sample(GPT2& m, int eot, int gen_tokens, float temperature, Rng& rng) {
-    const int V = m.config.vocab_size, Vp = m.config.padded_vocab_size, T = m.T;
-    std::vector<int> ctx{eot};
-    for (int i = 0; i < gen_tokens; i++) {
-        const int n = (int)ctx.size() < T ? (int)ctx.size() : T;
-        gpt2_forward(m, ctx.data() + ctx.size() - n, 1, n);
-        ctx.push_back(sample_token(m.acts.logits.data() + (size_t)(n - 1) * Vp, V, temperature, rng));
-    }
-    return std::vector<int>(ctx.begin() + 1, ctx.end());
 }

@@ -21,6 +21,7 @@
 //       sequence is idle), its K/V appended (cpu::kv_cache_append), one query per sequence against
 //       the cache (cpu::attention_decode); returns the logits (B, Vp) (an idle row is meaningless).
 // A new prefill starts the cache over: a slot is only read after this batch has written it.
+// gpt2_infer_sample(m, eot, gen_tokens, temperature, rng): the CPU trainer's samples, through the two.
 // fp32 throughout; the results do not depend on the thread count.
 #pragma once
 #include <algorithm>
@@ -34,6 +35,8 @@
 #include "llmc/cpu/rope.h"
 #include "llmc/cpu/swiglu.h"
 #include "llmc/gpt2_config.h"
+#include "llmc/rand.h"
+#include "llmc/sampler.h"
 #include "llmc/utils.h"
 
 struct GPT2KVCache {
@@ -102,7 +105,7 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* par
     if (c.position == POS_ROPE) {
         m.rope_cos.resize((size_t)max_seq * kv.HD / 2);
         m.rope_sin.resize((size_t)max_seq * kv.HD / 2);
-        cpu::rope_tables(m.rope_cos.data(), m.rope_sin.data(), max_seq, kv.HD, (float)c.rope_theta);
+        cpu::rope_tables_for(c, m.rope_cos.data(), m.rope_sin.data(), max_seq);
     }
 }
 
@@ -234,4 +237,27 @@ inline const float* gpt2_decode_step(GPT2Infer& m, const int* tokens, const int*
     });
     detail::infer_logits(m, a.ln.data(), B);
     return a.logits.data();
+}
+
+// ============================================================================ the trainer's samples
+// `gen_tokens` tokens after one end-of-text token, drawn with sample_token at `temperature` from
+// `rng`, through the cache: a one-token prefill, then one decode step per token, instead of one
+// full forward per token; the CPU twin of gpt2_infer_sample in llmc/gpt2_infer.cuh (the same draws
+// from the same RNG state). Build `m` with B = 1 over the parameters to sample from (the trainer's
+// own buffer: the sample sees each update without a copy). A sample ends at the context end:
+// m.max_seq tokens (positions 1..max_seq-1 fed, one more drawn from the last position's logits).
+// The logits equal the full forward's up to float rounding (tests/test_generate_cpu.cpp), so the
+// tokens are those of a full forward over the whole sequence per token.
+inline std::vector<int> gpt2_infer_sample(GPT2Infer& m, int eot, int gen_tokens, float temperature, Rng& rng) {
+    if (m.B != 1) fail("internal: gpt2_infer_sample needs a model built for one sequence (B = %d)", m.B);
+    const int one = 1;
+    const float* logits = gpt2_prefill(m, &eot, &one, 1, 1);
+    std::vector<int> out;
+    while ((int)out.size() < gen_tokens) {
+        out.push_back(sample_token(logits, m.config.vocab_size, temperature, rng));
+        const int pos = (int)out.size();  // the new token's position, after the end-of-text token at 0
+        if (pos == gen_tokens || pos == m.max_seq) break;  // at the context end it is drawn, never fed
+        logits = gpt2_decode_step(m, &out.back(), &pos, 1);
+    }
+    return out;
 }

@@ -8,9 +8,13 @@
 // so imported weights need no permutation), and the pair turns by the angle p * theta^(-2i/HD) at
 // position p, i = 0 .. HD/2-1:
 //   x'[i] = x[i] cos - x[i + HD/2] sin,   x'[i + HD/2] = x[i + HD/2] cos + x[i] sin.
+// With RoPE scaling (llmc/gpt2_config.h RopeScaling: Llama 3.x's llama3) the frequencies
+// theta^(-2i/HD) are scaled first, as transformers' rope_type "llama3" does; the rotation is the same.
 // Token t of every sequence sits at position pos_offset + t (pos_offset > 0: a KV cache's next
 // tokens), so the tables need max_pos >= pos_offset + T rows.
+//   rope_inv_freq  the (scaled) frequencies of the HD/2 channel pairs, in double
 //   rope_tables    cos, sin (=), in double, rounded once to fp32
+//   rope_tables_for  the tables of a model's config (head dim, theta, scaling): what every model uses
 //   rope_forward   rotates the Q and K heads of qkv in place; V is untouched
 //   rope_backward  the inverse rotation (by -angle: a rotation's transpose) of the Q and K heads of
 //                  dqkv in place, turning d(rotated qkv) into d(qkv); dV passes through untouched
@@ -18,6 +22,8 @@
 #pragma once
 #include <cmath>
 #include <cstddef>
+#include <vector>
+#include "llmc/gpt2_config.h"
 #include "llmc/utils.h"
 
 namespace cpu {
@@ -27,20 +33,61 @@ inline void rope_check_shape(int HD, int pos_offset) {
     if (pos_offset < 0) fail("rope: position offset %d must be >= 0", pos_offset);
 }
 
-// cos[p, i] = cos(p * theta^(-2i/HD)), sin likewise, for p = 0 .. max_pos-1. Hugging Face computes
-// these angles in fp32, which at p ~ 4096 is off by ~2e-4 rad; here they are exact to fp32 rounding.
-inline void rope_tables(float* cos, float* sin, int max_pos, int HD, float theta) {
+// inv_freq[i] = theta^(-2i/HD), i = 0 .. HD/2-1, scaled by `scaling` (checked by gpt2_validate_config
+// for a model's config; here again, so the tables never hold a NaN). llama3, with L the original
+// context length: a pair whose wavelength 2 pi / f is below L / high_freq_factor keeps f, one above
+// L / low_freq_factor gets f / factor, and one between gets the blend (1 - s) f / factor + s f with
+// s = (L / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor), which runs from 0 at
+// the long end to 1 at the short end, so the scaled frequencies are continuous in the wavelength.
+inline void rope_inv_freq(double* inv_freq, int HD, double theta, const RopeScaling& scaling = RopeScaling()) {
     rope_check_shape(HD, 0);
-    if (!(theta > 1.0f)) fail("rope: theta %g must be > 1", (double)theta);
+    if (!(theta > 1.0)) fail("rope: theta %g must be > 1", theta);
+    const RopeScaling& r = scaling;
+    if (r.type == ROPE_SCALING_LLAMA3 && !(r.factor >= 1.0 && r.low_freq_factor > 0.0 &&
+                                           r.high_freq_factor > r.low_freq_factor && r.original_max_pos >= 1))
+        fail("rope: llama3 scaling needs factor >= 1, 0 < low_freq_factor < high_freq_factor and "
+             "original_max_position_embeddings >= 1 (got %g, %g, %g, %d)", r.factor, r.low_freq_factor,
+             r.high_freq_factor, r.original_max_pos);
+    if (r.type != ROPE_SCALING_NONE && r.type != ROPE_SCALING_LLAMA3) fail("rope: unknown scaling type %d", r.type);
+    const double pi = 3.14159265358979323846;
+    for (int i = 0; i < HD / 2; i++) {
+        const double f = std::pow(theta, -2.0 * i / HD);
+        inv_freq[i] = f;
+        if (r.type != ROPE_SCALING_LLAMA3) continue;
+        const double wavelength = 2.0 * pi / f, L = r.original_max_pos;
+        if (wavelength > L / r.low_freq_factor) {
+            inv_freq[i] = f / r.factor;  // long wavelengths: interpolated by the factor
+        } else if (wavelength >= L / r.high_freq_factor) {  // between: the blend
+            const double s = (L / wavelength - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+            inv_freq[i] = (1.0 - s) * f / r.factor + s * f;
+        }  // short wavelengths keep f
+    }
+}
+
+// cos[p, i] = cos(p * inv_freq[i]), sin likewise, for p = 0 .. max_pos-1 (rope_inv_freq). Hugging Face
+// computes these angles in fp32, which at p ~ 4096 is off by ~2e-4 rad; here they are exact to fp32
+// rounding.
+inline void rope_tables(float* cos, float* sin, int max_pos, int HD, double theta,
+                        const RopeScaling& scaling = RopeScaling()) {
+    std::vector<double> inv_freq(HD > 0 ? HD / 2 : 0);
+    rope_inv_freq(inv_freq.data(), HD, theta, scaling);
     const int half = HD / 2;
 #pragma omp parallel for
     for (int p = 0; p < max_pos; p++) {
         for (int i = 0; i < half; i++) {
-            const double angle = p * std::pow((double)theta, -2.0 * i / HD);
+            const double angle = p * inv_freq[i];
             cos[(size_t)p * half + i] = (float)std::cos(angle);
             sin[(size_t)p * half + i] = (float)std::sin(angle);
         }
     }
+}
+
+// The tables of a RoPE model (max_pos rows of HD/2 = gpt2_head_dim(c) / 2): its theta and scaling.
+// Every model (CPU and GPU trainers, the generators, the tests) builds its tables here, so none can
+// forget the scaling.
+inline void rope_tables_for(const GPT2Config& c, float* cos, float* sin, int max_pos) {
+    if (c.position != POS_ROPE) fail("rope: tables asked for a model with learned positions");
+    rope_tables(cos, sin, max_pos, gpt2_head_dim(c), c.rope_theta, c.rope_scaling);
 }
 
 namespace detail {
