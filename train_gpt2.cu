@@ -104,10 +104,7 @@ int main(int argc, char** argv) {
         probe.set = fp8_settings(cfg);
         gpt2_check_fp8_support(probe, config, cfg.B * cfg.T);
     }
-    // samples run through the KV cache (gpt2_infer_sample), which ends at the model's context
-    if (cfg.sample_every > 0 && cfg.gen_tokens > config.max_seq_len)
-        fail("--gen-tokens %d: the GPU trainer's samples end at the context, max_seq_len = %d tokens", cfg.gen_tokens,
-             config.max_seq_len);
+    check_sample_length(cfg, config);
 
     CudaContext ctx;
     ctx.init(gpu_dp_device(*comm));

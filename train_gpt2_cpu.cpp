@@ -70,10 +70,7 @@ int main(int argc, char** argv) {
         file_exists(init.c_str()) || (init.size() > 4 && init.compare(init.size() - 4, 4, ".bin") == 0);
     GPT2Config config = from_file ? model_read_info(init.c_str()).config : gpt2_config_from_descriptor(init.c_str());
     apply_shape_flags(config, cfg, !from_file, init.c_str());
-    // samples run through the KV cache (gpt2_infer_sample), which ends at the model's context
-    if (cfg.sample_every > 0 && cfg.gen_tokens > config.max_seq_len)
-        fail("--gen-tokens %d: the trainer's samples end at the context, max_seq_len = %d tokens", cfg.gen_tokens,
-             config.max_seq_len);
+    check_sample_length(cfg, config);
     gpt2_print_config(config);
     GPT2 model;
     gpt2_build(model, config, cfg.B, cfg.T);

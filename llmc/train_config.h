@@ -404,6 +404,14 @@ inline void apply_shape_flags(GPT2Config& c, const TrainConfig& cfg, bool fresh,
              c.max_seq_len);
 }
 
+// Both trainers' samples (--sample-every) run through a KV cache of the model's context (gpt2_infer_sample,
+// llmc/gpt2_infer.cuh and llmc/cpu/gpt2_infer.h), so a sample ends there: refused at start, before any step.
+inline void check_sample_length(const TrainConfig& cfg, const GPT2Config& c) {
+    if (cfg.sample_every > 0 && cfg.gen_tokens > c.max_seq_len)
+        fail("--gen-tokens %d: the trainer's samples end at the context, max_seq_len = %d tokens", cfg.gen_tokens,
+             c.max_seq_len);
+}
+
 // The CPU trainer's whole command line: the shared flags, parsed and validated.
 inline void parse_train_args(int argc, char** argv, TrainConfig& cfg, const char* program, const char* summary) {
     FlagParser p(program, summary);
