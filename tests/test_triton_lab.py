@@ -77,3 +77,21 @@ def test_compare_table(tmp_path, capsys):
     assert rows["bias_gelu N=8"] == ["-", "3900.0 (98%)", "-", "GB/s"]
     assert "CUDA row: fused_classifier N=8 V=5 Vp=8" in out
     assert "bias_gelu N=8: no torch.compile line" in out
+
+
+def test_compare_table_sdpa_column(tmp_path, capsys):
+    """With SDPA lines in the logs the table gains an SDPA column: the fastest SDPA row of an op, named
+    when there are several (the plain "sdpa" row by its own name), "-" for an op without one."""
+    (tmp_path / "lab.log").write_text(LAB_LOG)
+    (tmp_path / "py.log").write_text(PY_LOG.replace("# a script: 0", (
+        "attention_forward gpt2 B=1 | sdpa | 0.3000 | 10.0 | 320.00 | 45.1% of GEMM\n"
+        "attention_forward gpt2 B=1 | sdpa cudnn | 0.3100 | 10.0 | 310.00 | 43.7% of GEMM\n"
+        "# a script: 0")))
+    compare_module().table([str(tmp_path / "py.log"), str(tmp_path / "lab.log")])
+    out = capsys.readouterr().out
+    rows = {line.split(" | ")[0].strip(): [c.strip() for c in line.split(" | ")[1:]]
+            for line in out.splitlines() if " | " in line and not line.startswith("#")}
+    assert rows["op"] == ["ours CUDA", "Triton", "torch.compile", "SDPA", "units"]
+    assert rows["attention_forward gpt2 B=1"] == ["350.0 (49%)", "300.0 (42%) [128x128 w8]", "50.0 (7%)",
+                                                  "320.0 (45%) [sdpa]", "TFLOP/s"]
+    assert rows["layernorm_forward N=8 C=4"] == ["3200.0 (80%)", "2800.0 (70%)", "3640.0 (91%)", "-", "GB/s"]

@@ -12,7 +12,7 @@
 # line says why they were skipped. LAB_PYTHON=0 skips them, LAB_PYTHON=1 runs them in an fp32 build
 # too (skipped there by default: they are bf16). A failed Python check fails the run like a lab's.
 # After the table, dev/triton/compare.py's: one row an op, ours (the lab's variant 0) | Triton |
-# torch.compile | units, from the same run's logs.
+# torch.compile | (SDPA, where a script has sdpa rows) | units, from the same run's logs.
 cd "$(dirname "$0")" || exit 1
 build=${LAB_BUILD:-build}
 logs=${LAB_LOGS:-$build/logs}

@@ -51,6 +51,7 @@ import lab_common as lc  # noqa: E402
 ARGS = lc.parse_args(__file__, __doc__)
 torch, triton, tl = lc.require(__file__)
 F = torch.nn.functional
+from lab_triton import mma  # noqa: E402
 
 NMSE_MAX = 1e-4 if lc.INTERPRET else 2e-5  # the interpreter truncates P and out to bf16: ~2x the error
 # The plain PyTorch expression (torch.compile, eager) rounds the scores q k^T to bf16 (the matmul's
@@ -63,16 +64,6 @@ REF_BATCHES = 2
 # backward (keys a dK/dV program = queries a dQ program, queries = keys a step, warps, stages)
 FWD_CONFIGS = ((128, 64, 4, 3), (128, 128, 8, 3))
 BWD_CONFIGS = ((64, 64, 4, 3), (128, 64, 8, 2))
-
-
-@triton.jit
-def mma(a, b, UPCAST: tl.constexpr):
-    """a @ b of bf16 tiles, fp32 result. UPCAST (Triton's CPU interpreter only, whose bf16 tl.dot returns
-    garbage): the same products of the same bf16 values in fp32."""
-    if UPCAST:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32))
-    else:
-        return tl.dot(a, b)
 
 
 @triton.jit

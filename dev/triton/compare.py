@@ -66,7 +66,7 @@ def best_cell(variants, prefix):
     if not variants:
         return "-"
     best_variant, best = max(variants, key=lambda vp: figure(vp[1])[0])
-    return cell(best, best_variant[len(prefix):].strip() if len(variants) > 1 else "")
+    return cell(best, (best_variant[len(prefix):].strip() or best_variant) if len(variants) > 1 else "")
 
 
 def table(paths):
@@ -90,9 +90,9 @@ def table(paths):
             python_ops.append(op)
             by_op[op] = []
     if not python_ops:
-        print("compare: no Triton or torch.compile lines in", " ".join(paths))
+        print("compare: no Triton, torch.compile or SDPA lines in", " ".join(paths))
         return
-    with_sdpa = any(v.startswith("sdpa") for rows_of_op in by_op.values() for v, _ in rows_of_op)
+    with_sdpa = any(v.startswith("sdpa") for _, v, _ in rows)
     out, notes = [], []
     for op in python_ops:
         cuda_op, note = besides.get(op, (op, ""))
