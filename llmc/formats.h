@@ -168,7 +168,7 @@ inline int64_t header_slot(double d) {
 // with RoPE scaling (so that a build without it refuses the file), else 2.
 inline int64_t model_version_for(const GPT2Config& c) {
     if (gpt2_is_plain_gpt2(c)) return FORMAT_VERSION;
-    return c.rope_scaling.type != ROPE_SCALING_NONE ? 3 : 2;
+    return c.rope_scaling.type != ROPE_SCALING_NONE ? MODEL_VERSION : 2;
 }
 
 inline ModelFileInfo model_header_from(const FileHeader& hd, const char* path) {

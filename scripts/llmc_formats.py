@@ -91,7 +91,7 @@ def model_version(cfg):
     cfg = full_config(cfg)
     if all(cfg[k] == v for k, v in gpt2_defaults(cfg).items()):
         return VERSION
-    return 3 if cfg["rope_scaling"] != ROPE_SCALING_NONE else 2
+    return MODEL_VERSION if cfg["rope_scaling"] != ROPE_SCALING_NONE else 2
 
 
 def param_shapes(cfg):

@@ -31,8 +31,10 @@ transformers = pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "tests"))
 import llmc_formats as fmt  # noqa: E402
 import train_gpt2  # noqa: E402
+from test_generate import ids_of, teacher_forced_error  # noqa: E402
 
 GEN, TEST_CPU = ROOT / "build" / "generate_cpu", ROOT / "build" / "test_gpt2_cpu"
 SCALING = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
@@ -111,34 +113,17 @@ def test_import_writes_version_3_with_the_scaling(imported):
     assert (cfg["num_kv_heads"], cfg["tied_head"], cfg["max_seq_len"]) == (2, 0, 256)
 
 
-def teacher_forced(model_path, hf, prompt, steps, dump):
-    """transformers' greedy tokens and the logits each came from; ours teacher-forced on them (generate_cpu):
-    returns (tokens equal, max |ours - transformers| / max |transformers|)."""
-    with torch.no_grad():
-        out = hf.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=steps, output_logits=True,
-                          return_dict_in_generate=True)
-    tokens = out.sequences[0, len(prompt):].tolist()
-    want = torch.stack(out.logits)[:, 0].double().numpy()
-    p = run(GEN, "--model", model_path, "--prompt-ids", ",".join(map(str, prompt)), "--force-ids",
-            ",".join(map(str, tokens)), "--dump-logits", dump, "--max-new", steps)
-    assert p.returncode == 0, p.stderr
-    assert [int(x) for x in p.stdout.split()] == tokens
-    ours = np.fromfile(dump, np.float32).reshape(-1, V)
-    assert ours.shape == (steps, V)
-    return tokens, np.abs(ours - want).max() / np.abs(want).max()
-
-
 def test_generate_cpu_matches_transformers_fp32(hf_dir, imported, tmp_path):
     need(GEN)
     path, cfg = imported
     hf = load_hf(hf_dir / "hf")
     prompt, steps = [5, 17, 93, 3, 42, 7, 61, 11], 92  # 100 positions: past the original 32
-    tokens, err = teacher_forced(path, hf, prompt, steps, tmp_path / "logits.f32")
+    tokens, err = teacher_forced_error(ids_of, torch, hf, path, V, prompt, steps, tmp_path / "logits.f32")
     print(f"llama3 scaling, fp32: teacher-forced logits over {len(prompt) + steps} positions: "
           f"max |ours - transformers| / max |transformers| = {err:.2e}")
     assert err < 1e-4, err
-    p = run(GEN, "--model", path, "--prompt-ids", ",".join(map(str, prompt)), "--max-new", steps, "--temperature", 0)
-    assert p.returncode == 0 and [int(x) for x in p.stdout.split()] == tokens, p.stderr
+    assert ids_of("--model", path, "--prompt-ids", ",".join(map(str, prompt)), "--max-new", steps,
+                  "--temperature", 0) == tokens
 
     # the same weights without the scaling: far off, so the comparison above sees the scaling
     plain = tmp_path / "plain.bin"

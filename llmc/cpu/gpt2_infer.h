@@ -253,11 +253,10 @@ inline std::vector<int> gpt2_infer_sample(GPT2Infer& m, int eot, int gen_tokens,
     const int one = 1;
     const float* logits = gpt2_prefill(m, &eot, &one, 1, 1);
     std::vector<int> out;
-    while ((int)out.size() < gen_tokens) {
+    for (;;) {
         out.push_back(sample_token(logits, m.config.vocab_size, temperature, rng));
         const int pos = (int)out.size();  // the new token's position, after the end-of-text token at 0
-        if (pos == gen_tokens || pos == m.max_seq) break;  // at the context end it is drawn, never fed
+        if (pos >= gen_tokens || pos == m.max_seq) return out;  // at the context end it is drawn, never fed
         logits = gpt2_decode_step(m, &out.back(), &pos, 1);
     }
-    return out;
 }
