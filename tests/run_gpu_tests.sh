@@ -5,7 +5,8 @@
 #   1. test_gpt2cu / test_gpt2cu_fp32: GPT-2 124M (d12, random init) vs the PyTorch reference state
 #      (fp64), every op vs the CPU reference, bit-exact save -> load -> continue; then a d12 with
 #      grouped-query attention (4 KV heads) and a sliding window (24) vs its own PyTorch reference,
-#      and two Llama-style d12s (GQA tied; MHA untied with a window) vs theirs
+#      and two Llama-style d12s (GQA tied; MHA untied with a window) vs theirs, and the GQA one again
+#      with Llama 3.x's llama3 RoPE scaling (loaded by the reference with --load)
 #   2. tiny shakespeare: d12 trains (the loss falls), checkpoints, and a resumed run reproduces the
 #      uninterrupted run's log exactly (train loss, grad norm, lr, val loss) with --deterministic 1;
 #      the default run (dQ by atomics) ends within 0.05 of its loss; a Llama-style d12 trains
@@ -14,8 +15,9 @@
 #   5. HellaSwag: both GPU builds' acc_norm on tests/fixture/hellaswag.bin equals PyTorch's (fp64)
 #   6. generate: tests/test_generate_gpu.sh (GPU = CPU twin, cached = full logits, graph = no graph,
 #      bad inputs, memcheck, the BENCH_GEN lines); then tests/test_generate_gpu_hf.py in both builds:
-#      teacher-forced logits at every step against transformers' generate for a random GPT-2 and two
-#      random Llamas (fp32 build within 1e-4 of the largest logit, bf16 build within 5e-2)
+#      teacher-forced logits at every step against transformers' generate for a random GPT-2 and three
+#      random Llamas, one with llama3 RoPE scaling (fp32 build within 1e-4 of the largest logit, bf16
+#      build within the larger of 5e-2 and twice transformers' own bf16 error on the model)
 #   7. data parallel: tests/test_distributed_gpu.sh (build/train_gpt2cu_nccl at world size 1, --zero
 #      0/1/2 = build/train_gpt2cu bit for bit with --deterministic 1, exact resume, step-time cost),
 #      then tests/zero2_gpu_check.sh (ZeRO-2's shard-only gradients, with and without accumulation,
@@ -69,7 +71,19 @@ llama_ref() {  # llama_ref NAME FLAGS...: writes $WORK/NAME.bin and NAME_debug.b
 }
 llama_ref llama_gqa --kv-heads 4 || { echo "error: Llama GQA reference state failed"; exit 1; }
 llama_ref llama_untied_w24 --tied 0 --window 24 || { echo "error: Llama untied reference state failed"; exit 1; }
-for name in llama_gqa llama_untied_w24; do
+# llama_gqa's weights with Llama 3.x's llama3 RoPE scaling (factor 8, original context 16: T=64 passes
+# it), through --load: the GPU trainer's rope tables against the reference's
+if [ ! -f "$WORK/llama3_gqa_debug.bin" ]; then
+    echo "=== writing the PyTorch reference state (llama_gqa with llama3 RoPE scaling)"
+    python3 -c "import sys; sys.path.insert(0, 'scripts'); import llmc_formats as f
+cfg, flat = f.read_model(sys.argv[1])
+f.write_model(sys.argv[2], dict(cfg, rope_scaling=f.ROPE_SCALING_LLAMA3, rope_factor=8.0, rope_low_freq_factor=1.0,
+              rope_high_freq_factor=4.0, rope_original_max_pos=16), flat)" "$WORK/llama_gqa.bin" "$WORK/llama3_base.bin" &&
+    python3 scripts/train_gpt2.py --load "$WORK/llama3_base.bin" --batch 4 --seq 64 --steps 10 \
+        --write-model "$WORK/llama3_gqa.bin" --write-debug "$WORK/llama3_gqa_debug.bin" ||
+        { echo "error: Llama llama3-scaled reference state failed"; exit 1; }
+fi
+for name in llama_gqa llama_untied_w24 llama3_gqa; do
     run "bf16 build vs PyTorch, $name" "test_bf16_$name.log" build/test_gpt2cu --model "$WORK/$name.bin" --debug "$WORK/${name}_debug.bin"
     run "fp32 build vs PyTorch, $name" "test_fp32_$name.log" build/test_gpt2cu_fp32 --model "$WORK/$name.bin" --debug "$WORK/${name}_debug.bin"
 done

@@ -25,15 +25,16 @@ import train_gpt2  # noqa: E402
 FIXTURE = os.path.join(ROOT, "tests", "fixture")
 
 
-def hf_llama(L, C, NH, NKV, H, V, maxT, theta, eps, tied, seed):
+def hf_llama(L, C, NH, NKV, H, V, maxT, theta, eps, tied, seed, rope_scaling=None):
     """A LlamaForCausalLM with every tensor random (the init leaves the norms at 1, which would hide a
-    norm weight mapped to the wrong place)."""
+    norm weight mapped to the wrong place); rope_scaling: config.json's, e.g. Llama 3.x's llama3."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(seed)
     hc = transformers.LlamaConfig(vocab_size=V, hidden_size=C, intermediate_size=H, num_hidden_layers=L,
                                   num_attention_heads=NH, num_key_value_heads=NKV, max_position_embeddings=maxT,
                                   rms_norm_eps=eps, rope_theta=theta, tie_word_embeddings=bool(tied),
-                                  attention_bias=False, mlp_bias=False, hidden_act="silu")
+                                  attention_bias=False, mlp_bias=False, hidden_act="silu",
+                                  rope_scaling=dict(rope_scaling) if rope_scaling else None)
     hf = transformers.LlamaForCausalLM(hc).eval()
     with torch.no_grad():
         for name, p in hf.named_parameters():

@@ -95,3 +95,26 @@ def test_compare_table_sdpa_column(tmp_path, capsys):
     assert rows["attention_forward gpt2 B=1"] == ["350.0 (49%)", "300.0 (42%) [128x128 w8]", "50.0 (7%)",
                                                   "320.0 (45%) [sdpa]", "TFLOP/s"]
     assert rows["layernorm_forward N=8 C=4"] == ["3200.0 (80%)", "2800.0 (70%)", "3640.0 (91%)", "-", "GB/s"]
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="torch and triton are not both installed")
+def test_compare_per_row_tolerance(capsys):
+    """lab_common's compare with per_row=True scales the absolute term by each row's rms (a zero row by
+    the whole tensor's): attention_decode.py's mixed batches, whose sequences differ in scale."""
+    import types
+    import torch
+    sys.path.insert(0, TRITON_DIR)
+    import lab_common as lc
+    me = types.SimpleNamespace(torch=torch)
+    ref = torch.tensor([[1.0, -1.0, 1.0, -1.0], [0.01, -0.01, 0.01, -0.01], [0.0, 0.0, 0.0, 0.0]])
+    tol = (0.0, 1e-2)  # the whole tensor's rms: 0.577, so 5.8e-3; the rows': 1e-2, 1e-4, 5.8e-3
+
+    def check(row, col, err, per_row):
+        got = ref.clone()
+        got[row, col] += err
+        return lc.Lab.compare(me, "out", got, ref, tol, per_row=per_row)
+
+    assert check(1, 2, 5e-3, per_row=False) and not check(1, 2, 5e-3, per_row=True)  # the small row's error
+    assert not check(0, 1, 8e-3, per_row=False) and check(0, 1, 8e-3, per_row=True)  # the large row's
+    assert check(2, 0, 5e-3, per_row=True) and not check(2, 0, 7e-3, per_row=True)   # a zero row: the whole's
+    assert "rms of its row" in capsys.readouterr().out

@@ -16,8 +16,12 @@ The new token's K and V are written into slot pos first, untimed (the lab's kv_c
 Bytes as the lab counts them: the K and V rows each sequence attends (NKV heads), q and out once, pos;
 FLOPs 4 HD per (query head, key). Memory-bound: % of the 4.0 TB/s copy.
 Check: every sequence (idle included) against fp32 PyTorch math from the same bf16 values, the lab's
-bf16 tolerance (1.6e-2 rel + 1e-2 rms, attention_decode.cu's lab.check), every element of the Triton
-output written, the others' finite.
+bf16 tolerance (1.6e-2 rel + 1e-2 rms, attention_decode.cu's lab.check) with the rms each sequence's
+own (an idle one's: the whole output's), every element of the Triton output written, the others'
+finite. Per sequence because a mixed batch's outputs differ in scale by orders of magnitude (a short
+sequence's are ~v, a 4096-key one's ~v / 64) and the kernels that round P to bf16 for the PV product
+(SDPA's, Triton's) err by ~2^-9 of the short ones: against the whole batch's rms, the H200 failed
+SDPA and all three Triton rows on gqa B=64 mixed by the same bf16 value (2 elements, 1.6e-3 off).
 Variants:
   triton b64 w4      split-K flash decoding: one program per (split, sequence, KV head) serving the
                      head's whole query group (padded to 16 rows, the tensor-core tile: K and V read
@@ -305,7 +309,7 @@ def run_case(L, compiled, cfg, k_cache, v_cache, length, case_seed):
     out = lc.Out((B, NH * HD), torch.bfloat16, "out")
 
     def check_triton(_):
-        return L.check_out(out, ref)
+        return L.check_out(out, ref, per_row=True)
 
     for (what, block_n, warps, stages, _), n_splits in zip(TRITON_CONFIGS, plans):
         part = None
@@ -323,7 +327,7 @@ def run_case(L, compiled, cfg, k_cache, v_cache, length, case_seed):
 
     # ---- the returned-tensor rows: (B, NH, 1, HD) or (B, NKV, G, HD), the lab's order of heads
     def check_fresh(y):  # compare() flattens both and fails a different count
-        return L.check_fresh("out", y, ref)
+        return L.check_fresh("out", y, ref, per_row=True)
 
     for t, dim in ((k_view, 2), (v_view, 2)) + (() if uniform else ((step_mask, 3),)):
         mark_length_dynamic(t, dim)

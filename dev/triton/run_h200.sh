@@ -20,6 +20,7 @@
 #   dev/triton/run_h200.sh [--reps N]          (default: the lab's ~0.5 s of repeats a variant)
 #   LAB_PY_SMALL=1 dev/triton/run_h200.sh      adds a --small --check-only pass (awkward shapes)
 #   LAB_CUDA=0 dev/triton/run_h200.sh          skips step 2 (the CUDA column stays empty)
+#   LAB_ONLY=attention_decode dev/triton/run_h200.sh   only the scripts named (comma-separated) and their labs
 # Logs go to $LAB_LOGS (default $OUT/triton_logs where OUT is set, else build/triton_logs at the top,
 # git-ignored). A relative LAB_BUILD is taken from dev/cuda, as run_all.sh takes it (build/fp32).
 # torch.compile runs in its default mode ($LAB_COMPILE_MODE changes it) with
@@ -57,6 +58,12 @@ why() {  # exit status, seconds: a failed run's first words
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'GPU', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none')" ||
     { echo "run_h200: python3 cannot import torch and triton"; exit 1; }
 pairs=$(python3 compare.py --pairs) || { echo "run_h200: compare.py --pairs failed"; exit 1; }
+if [ -n "${LAB_ONLY:-}" ]; then  # e.g. LAB_ONLY=attention_decode,softmax: those scripts and their labs
+    kept=""
+    for pair in $pairs; do [[ ",$LAB_ONLY," == *",${pair%%:*},"* ]] && kept="$kept $pair"; done
+    [ -n "$kept" ] || { echo "run_h200: LAB_ONLY=$LAB_ONLY names no script of: $(echo "$pairs" | sed 's/:[^ ]*//g' | tr '\n' ' ')"; exit 1; }
+    pairs=$kept
+fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
 failed=()
 report() {  # pass, script, exit status, seconds
