@@ -28,8 +28,8 @@
 # scripts/data/tinyshakespeare.py (offline: LLMC_OFFLINE_DATA holds tinyshakespeare.txt and
 # gpt2.tiktoken). Every step runs under timeout, each capped by what is left of BUDGET seconds
 # (default 420: a step that would start past it is skipped and fails), a 2000-step run also by LONG_LIMIT
-# (default 200); about 5 minutes on an H200 run one after the other (estimated); 87 s measured with PARALLEL=1 SKIP_BENCH=1
-# (five 2000-step runs then: the fp32 and e4m3-gradient runs were added since).
+# (default 200); about 5 minutes on an H200 run one after the other (estimated); 199 s measured with PARALLEL=1 SKIP_BENCH=1
+# (the seven 2000-step runs at once, 2026-12-04).
 # Last lines: a table of PASS/FAIL and figures.
 cd "$(dirname "$0")/.." || exit 1
 TRAIN=${TRAIN:-build/train_gpt2cu}

@@ -26,12 +26,14 @@
 #      emulation of its casts; --fp8 1 refuses a bad shape; a d12's and a Llama-style 114M's loss
 #      with --fp8 1 within 10% of bf16's after 20 steps on tiny Shakespeare)
 # Env: GPU_TEST_DIR (scratch, default a new /tmp dir), LOGS (default $GPU_TEST_DIR),
-#      MEMCHECK=0 to skip memcheck, MEMCHECK_TIMEOUT (seconds, default 900).
+#      MEMCHECK=0 to skip memcheck, MEMCHECK_TIMEOUT (seconds, default 900), SECTIONS (the digits of
+#      the sections to run, default 12345678: SECTIONS=16 runs 1 and 6).
 cd "$(dirname "$0")/.." || exit 1
 WORK=${GPU_TEST_DIR:-$(mktemp -d /tmp/gpu_tests.XXXXXX)}
 LOGS=${LOGS:-$WORK}
 mkdir -p "$WORK" "$LOGS"
 passed=0; failed=0; failed_names=()
+want() { [[ ${SECTIONS:-12345678} == *$1* ]]; }  # SECTIONS=16: only sections 1 and 6
 run() {  # run NAME LOGFILE CMD...
     local name=$1 log=$2; shift 2
     echo "=== $name: $*"
@@ -43,6 +45,7 @@ run() {  # run NAME LOGFILE CMD...
 }
 
 # ---- 1. vs PyTorch and the CPU reference, both precisions
+if want 1; then
 REF_MODEL=$WORK/d12.bin REF_DEBUG=$WORK/d12_debug.bin
 if [ ! -f "$REF_DEBUG" ]; then
     echo "=== writing the PyTorch reference state (d12, B=4, T=64, 10 steps, fp64 on the CPU)"
@@ -87,6 +90,7 @@ for name in llama_gqa llama_untied_w24 llama3_gqa; do
     run "bf16 build vs PyTorch, $name" "test_bf16_$name.log" build/test_gpt2cu --model "$WORK/$name.bin" --debug "$WORK/${name}_debug.bin"
     run "fp32 build vs PyTorch, $name" "test_fp32_$name.log" build/test_gpt2cu_fp32 --model "$WORK/$name.bin" --debug "$WORK/${name}_debug.bin"
 done
+fi
 
 # ---- 2. tiny shakespeare: training, checkpoints, exact resume through the command line
 ts_train() {
@@ -129,7 +133,8 @@ llama_shakespeare() {
     echo "llama train loss: first $first, last $last"
     awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 2.0) }' || { echo "error: the loss did not fall by 2"; return 1; }
 }
-if ls data/tinyshakespeare/*_train.bin >/dev/null 2>&1; then
+if ! want 2; then :
+elif ls data/tinyshakespeare/*_train.bin >/dev/null 2>&1; then
     run "tiny shakespeare: train, checkpoint, exact resume" shakespeare.log shakespeare
     run "tiny shakespeare: a Llama-style model trains" shakespeare_llama.log llama_shakespeare
 else
@@ -147,7 +152,7 @@ too_big() {
     echo "$out" | tail -n 1
     [ $rc -eq 1 ] && echo "$out" | grep -q "^error: model needs .* GiB for parameters.*choose a smaller model"
 }
-run "too large a batch / model fails with a clear message" too_big.log too_big
+want 3 && run "too large a batch / model fails with a clear message" too_big.log too_big
 
 # ---- 4. memcheck of every op on the small model (--ops-only: the rest adds nothing but time). Some sandboxes (gVisor)
 # refuse the sanitizer ("Device not supported"): then it prints SKIPPED and does not fail the suite.
@@ -158,7 +163,8 @@ memcheck() {
     if [ $rc -ne 0 ] && echo "$out" | grep -q "Device not supported"; then echo "memcheck: SKIPPED (sanitizer unsupported here)"; return 0; fi
     return $rc
 }
-if [ "${MEMCHECK:-1}" = 0 ]; then
+if ! want 4; then :
+elif [ "${MEMCHECK:-1}" = 0 ]; then
     echo "=== MEMCHECK=0: memcheck skipped"
 elif command -v compute-sanitizer >/dev/null; then
     run "compute-sanitizer memcheck" memcheck.log memcheck
@@ -190,26 +196,31 @@ hellaswag_gpu() {
         else [ $((got > want ? got - want : want - got)) -le "$close" ] || return 1; fi
     done
 }
-run "HellaSwag accuracy vs PyTorch" hellaswag.log hellaswag_gpu
+want 5 && run "HellaSwag accuracy vs PyTorch" hellaswag.log hellaswag_gpu
 
 # ---- 6. generation with the KV cache (its own script, also run on its own)
+if want 6; then
 run "generate: GPU vs CPU twin, cached vs full logits, graph, bad inputs, memcheck, bench" generate.log \
     env GPU_TEST_DIR="$WORK/generate" tests/test_generate_gpu.sh
 run "generate (fp32 build) vs transformers, teacher-forced logits" generate_hf_fp32.log \
     env GEN=build/generate_fp32 TOL=1e-4 python3 -m pytest -q -s tests/test_generate_gpu_hf.py
 run "generate (bf16 build) vs transformers, teacher-forced logits" generate_hf_bf16.log \
     env GEN=build/generate TOL=5e-2 python3 -m pytest -q -s tests/test_generate_gpu_hf.py
+fi
 
 # ---- 7. data parallel: the NCCL path at world size 1 = the plain trainer, bit for bit (its own script)
+if want 7; then
 run "data parallel: NCCL world size 1 at --zero 0/1/2 = plain trainer bit for bit, exact resume, step-time cost" \
     distributed.log tests/test_distributed_gpu.sh
 run "ZeRO-2 shard-only gradients: --zero 0/1/2 with and without accumulation = plain trainer bit for bit, memory" \
     zero2.log tests/zero2_gpu_check.sh
+fi
 
 # ---- 8. FP8 (its own script; without QUICK=1 it adds the 2000-step parity runs and the bench)
+if want 8; then
 run "fp8: linear layers vs the CPU reference, shape refusal, 20-step loss vs bf16" fp8.log \
     env QUICK=1 OUT="$WORK" tests/fp8_parity_gpu.sh
-
+fi
 echo
 [ $failed -gt 0 ] && echo "failed: ${failed_names[*]}"
 echo "$passed passed, $failed failed"
