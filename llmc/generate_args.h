@@ -94,8 +94,9 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
     p.add_int("--top-k", &g.top_k, {0, 1e6}, "sample from the k most likely tokens only (0 = all)");
     p.add({"--top-p", "X", "sample from the most likely tokens that hold mass p (nucleus), p in (0, 1] (default 1 = all)",
            [&g](const char* s) -> std::string {
-               float v;
-               if (!parse_float(s, &v)) return std::string("'") + s + "' is not a number";
+               float v = 0.0f;
+               const std::string why = parse_float_flag(s, &v);
+               if (!why.empty()) return why;
                if (!(v > 0.0f && v <= 1.0f)) return std::string("must be in (0, 1], got ") + s;
                g.top_p = v;
                return "";
@@ -191,16 +192,30 @@ inline std::string resolve_model_path(const std::string& path) {
 inline std::string parse_ids(const std::string& s, std::vector<int>* out) {
     out->clear();
     size_t i = 0;
+    bool after_comma = false;  // a comma was the last separator: an id must come next
+    int commas = 0;
     while (i < s.size()) {
-        if (s[i] == ',' || isspace((unsigned char)s[i])) { i++; continue; }
+        if (isspace((unsigned char)s[i])) { i++; continue; }
+        if (s[i] == ',') {
+            commas++;
+            if (out->empty() || after_comma)
+                return out->empty() ? "an empty token id before the first comma"
+                                    : "an empty token id between commas " + std::to_string(commas - 1) + " and " +
+                                          std::to_string(commas);
+            after_comma = true;
+            i++;
+            continue;
+        }
         size_t j = i;
         while (j < s.size() && s[j] != ',' && !isspace((unsigned char)s[j])) j++;
         const std::string word = s.substr(i, j - i);
         int64_t v;
         if (!parse_int64(word.c_str(), &v) || v < 0 || v >= (1 << 24)) return "'" + word + "' is not a token id";
         out->push_back((int)v);
+        after_comma = false;
         i = j;
     }
+    if (after_comma) return "an empty token id after the last comma";
     return "";
 }
 

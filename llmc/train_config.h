@@ -5,9 +5,12 @@
 // Flags are `--name value`. A bad value, a missing value or an unknown flag fails with one line
 // `error: --flag: <why>`; `--help` prints the usage and exits 0.
 #pragma once
+#include <cerrno>
+#include <cfloat>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -65,6 +68,25 @@ struct TrainConfig {
     bool total_batch_default = false;  // derived: --total-batch was not given (one micro-batch per rank)
 };
 
+// A float flag's value into *out; "" on success, else why not: not a number, not finite, or out of a
+// float's range (a nonzero value that would round to 0 is refused, not silently taken as 0).
+inline std::string parse_float_flag(const char* s, float* out) {
+    const std::string quoted = std::string("'") + s + "'";
+    char* end = nullptr;
+    errno = 0;
+    const double d = *s ? strtod(s, &end) : 0.0;
+    if (!*s || *end != '\0' || std::isnan(d)) return quoted + " is not a number";
+    if (std::isinf(d) && errno != ERANGE) return quoted + " is not a finite number";
+    if (std::fabs(d) > FLT_MAX) return quoted + " is out of range: its magnitude is above a float's largest, 3.4e38";
+    const float f = (float)d;
+    // (strtod gives 0 and ERANGE for a nonzero value too small for a double, as 1e-400)
+    if (f == 0.0f && (d != 0.0 || errno == ERANGE))
+        return quoted + " is out of range: nonzero, but below the smallest float (1.4e-45), so it would be 0 "
+               "(give 0 if that is meant)";
+    *out = f;
+    return "";
+}
+
 // A closed or half-open interval for numeric flags, printed in messages as [lo, hi) etc.
 struct FlagRange {
     double lo, hi;
@@ -93,7 +115,7 @@ class FlagParser {
         add({name, "N", help + (" (default " + std::to_string(*dst) + ")"), [dst, r](const char* s) -> std::string {
                  int64_t v;
                  if (!parse_int64(s, &v)) return std::string("'") + s + "' is not an integer";
-                 if (!in_range((double)v, r)) return "must be in " + range_text(r) + ", got " + s;
+                 if (!in_range((double)v, r)) return "must be in " + range_text(r, true) + ", got " + s;
                  *dst = (int)v;
                  return "";
              }});
@@ -102,7 +124,7 @@ class FlagParser {
         add({name, "N", help + (" (default " + std::to_string(*dst) + ")"), [dst, r](const char* s) -> std::string {
                  int64_t v;
                  if (!parse_int64(s, &v)) return std::string("'") + s + "' is not an integer";
-                 if (!in_range((double)v, r)) return "must be in " + range_text(r) + ", got " + s;
+                 if (!in_range((double)v, r)) return "must be in " + range_text(r, true) + ", got " + s;
                  *dst = v;
                  return "";
              }});
@@ -117,8 +139,9 @@ class FlagParser {
     }
     void add_float(const char* name, float* dst, FlagRange r, const char* help) {
         add({name, "X", help + (" (default " + number_text(*dst) + ")"), [dst, r](const char* s) -> std::string {
-                 float v;
-                 if (!parse_float(s, &v) || std::isinf(v)) return std::string("'") + s + "' is not a number";
+                 float v = 0.0f;
+                 const std::string why = parse_float_flag(s, &v);
+                 if (!why.empty()) return why;
                  if (!in_range(v, r)) return "must be in " + range_text(r) + ", got " + s;
                  *dst = v;
                  return "";
@@ -173,8 +196,10 @@ class FlagParser {
         snprintf(buf, sizeof buf, "%g", v);
         return buf;
     }
-    static std::string range_text(const FlagRange& r) {
-        return "[" + number_text(r.lo) + ", " + number_text(r.hi) + (r.hi_open ? ")" : "]");
+    // an integer flag's bounds as integers ("[1, 1048576]", not "[1, 1.04858e+06]")
+    static std::string range_text(const FlagRange& r, bool integer = false) {
+        auto bound = [integer](double v) { return integer ? std::to_string((long long)v) : number_text(v); };
+        return "[" + bound(r.lo) + ", " + bound(r.hi) + (r.hi_open ? ")" : "]");
     }
     std::string program_, summary_;
     std::vector<Flag> flags_;

@@ -154,7 +154,10 @@ expect_success "control: resume it" "${TRAIN1[@]}" "${BASE[@]}" --steps 2 --resu
 expect_success "control: a Llama model file trains" "${TRAIN1[@]}" "${BASE[@]}" --init "$T/llama.bin"
 expect_error "llama descriptor without C and H" "L, C and H are required" "${TRAIN1[@]}" "${BASE[@]}" --init llama:L1
 expect_error "llama descriptor with an unknown item" "'Q3' is not an item" "${TRAIN1[@]}" "${BASE[@]}" --init llama:L1,C8,H2,Q3
-expect_error "llama descriptor with an odd head dim" "even head dim" "${TRAIN1[@]}" "${BASE[@]}" --init llama:L1,C6,H2,V64
+expect_error "llama descriptor with an odd head dim" "llama:L1,C6,H2,V64: RoPE needs an even head dim (channels / heads), got 3" \
+    "${TRAIN1[@]}" "${BASE[@]}" --init llama:L1,C6,H2,V64
+expect_error "llama descriptor with theta -5 (only theta named)" "llama:L1,C64,H2,V64,theta-5: RoPE needs theta in (1, 1e12), got -5" \
+    "${TRAIN1[@]}" "${BASE[@]}" --init llama:L1,C64,H2,V64,theta-5
 expect_error "--max-seq 0" "--max-seq" "${TRAIN1[@]}" "${BASE[@]}" "${LLAMA[@]}" --max-seq 0
 expect_error "--max-seq differing from the model file" "$T/llama.bin has max_seq_len 16" "${TRAIN1[@]}" "${BASE[@]}" \
     --init "$T/llama.bin" --max-seq 32
@@ -243,6 +246,11 @@ expect_error "--lr abc" "--lr" $TRAIN "${BASE[@]}" --lr abc
 expect_error "--lr without a value" "--lr" $TRAIN "${BASE[@]}" --lr
 expect_error "--batch 0" "--batch" $TRAIN "${BASE[@]}" --batch 0
 expect_error "--batch 1.5" "--batch" $TRAIN "${BASE[@]}" --batch 1.5
+expect_error "--seq 0: an integer range in integers" "--seq: must be in [1, 1048576], got 0" $TRAIN "${BASE[@]}" --seq 0
+expect_error "--lr below the smallest float" "--lr: '1e-400' is out of range: nonzero, but below the smallest float" \
+    $TRAIN "${BASE[@]}" --lr 1e-400
+expect_error "--lr above the largest float" "--lr: '1e39' is out of range: its magnitude is above a float's largest" \
+    $TRAIN "${BASE[@]}" --lr 1e39
 expect_error "--steps -2" "--steps" $TRAIN "${BASE[@]}" --steps -2
 expect_error "--beta2 1" "--beta2" $TRAIN "${BASE[@]}" --beta2 1
 expect_error "--schedule nope" "--schedule" $TRAIN "${BASE[@]}" --schedule nope
