@@ -178,17 +178,22 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
         fail("--bench: makes its own random prompts; give no prompt and no --interactive");
 }
 
-// A model file, or the model.bin of the newest complete checkpoint in a directory.
+// A model file, or the model.bin of the newest complete checkpoint in a directory. A checkpoint's
+// model.bin named directly is checked against its DONE (check_checkpoint_model).
 inline std::string resolve_model_path(const std::string& path) {
     struct stat st;
     if (stat(path.c_str(), &st) != 0) fail("--model %s: cannot open (%s)", path.c_str(), strerror(errno));
-    if (!S_ISDIR(st.st_mode)) return path;
+    if (!S_ISDIR(st.st_mode)) {
+        check_checkpoint_model(path, "--model");
+        return path;
+    }
     if (!file_exists((path + "/DONE").c_str()) && list_checkpoints(path).empty())
         fail("--model %s: a directory without a complete checkpoint (step_NNNNNNNN/ with DONE) in it", path.c_str());
-    return checkpoint_find(path) + "/model.bin";
+    return checkpoint_find(path, "--model") + "/model.bin";
 }
 
-// The ids of "1,2,3" or "1 2 3" into *out; returns why not ("" on success).
+// The ids of "1,2,3", "1, 2, 3" or "1 2 3" into *out; returns why not ("" on success). A comma needs an
+// id on each side: "1,,2" or a leading or trailing comma is an empty id, not skipped.
 inline std::string parse_ids(const std::string& s, std::vector<int>* out) {
     out->clear();
     size_t i = 0;

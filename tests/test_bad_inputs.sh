@@ -230,6 +230,27 @@ expect_error "--init of another shape with --resume" "--init d2" $TRAIN "${BASE[
 expect_startup_error "a fresh run into another run's --out-dir" "--out-dir $T/ckpt_ok" $TRAIN "${BASE[@]}" \
     --init "$T/good.bin" --out-dir "$T/ckpt_ok"
 
+# --init of a checkpoint: a step directory means its model.bin (weights only, a fresh optimizer),
+# verified against DONE, as is a model.bin named directly; a directory of checkpoints is refused
+# (--resume continues a run). ckpt_dmg: ckpt_ok's step 1 with a bit of model.bin flipped after DONE.
+mkdir -p "$T/ckpt_dmg" && cp -r "$T/ckpt_ok/step_00000001" "$T/ckpt_dmg/"
+python3 -c "import sys; p = sys.argv[1]; b = bytearray(open(p, 'rb').read()); b[1100] ^= 1; open(p, 'wb').write(b)" \
+    "$T/ckpt_dmg/step_00000001/model.bin"
+expect_success "control: --init of a checkpoint directory trains from its weights" $TRAIN "${BASE[@]}" \
+    --init "$T/ckpt_ok/step_00000001"
+if ! grep -q "^step 1/1 " "$T/out"; then bad=$((bad + 1)); echo "BAD  --init of a checkpoint: did not start at step 0"; fi
+expect_success "control: --init of a checkpoint's model.bin" $TRAIN "${BASE[@]}" --init "$T/ckpt_ok/step_00000001/model.bin"
+expect_startup_error "--init of a damaged checkpoint directory" \
+    "--init $T/ckpt_dmg/step_00000001: damaged checkpoint: model.bin does not match the checksum in DONE" \
+    $TRAIN "${BASE[@]}" --init "$T/ckpt_dmg/step_00000001"
+expect_startup_error "--init of a damaged checkpoint's model.bin" \
+    "--init $T/ckpt_dmg/step_00000001/model.bin: damaged checkpoint $T/ckpt_dmg/step_00000001: model.bin does not match" \
+    $TRAIN "${BASE[@]}" --init "$T/ckpt_dmg/step_00000001/model.bin"
+expect_error "--init of a directory of checkpoints" "--init $T/ckpt_ok: a directory of checkpoints" \
+    $TRAIN "${BASE[@]}" --init "$T/ckpt_ok"
+expect_error "--resume of a damaged checkpoint names --resume" "--resume $T/ckpt_dmg/step_00000001: damaged checkpoint" \
+    $TRAIN "${BASE[@]}" --resume "$T/ckpt_dmg/step_00000001"
+
 # output paths: checked at startup, before any training
 expect_startup_error "--out-dir below a file" "--out-dir $T/good.bin/x" $TRAIN "${BASE[@]}" --init "$T/good.bin" \
     --out-dir "$T/good.bin/x"

@@ -281,6 +281,14 @@ BAD_MODEL = [  # (name, --model, expected)
     ("a tokenizer as the model", "{d}/tok.bin", "{d}/tok.bin: this is a tokenizer file, not a model checkpoint"),
     ("truncated model", "{d}/truncated.bin", "{d}/truncated.bin"),
     ("directory without a checkpoint", "{d}/emptydir", "without a complete checkpoint"),
+    # a checkpoint whose model.bin no longer matches its DONE: refused however it is named, each
+    # message naming --model (not --resume)
+    ("a damaged checkpoint's model.bin", "{d}/ck/step_00000001/model.bin",
+     "--model {d}/ck/step_00000001/model.bin: damaged checkpoint {d}/ck/step_00000001: model.bin does not match "
+     "the checksum in DONE"),
+    ("a damaged checkpoint", "{d}/ck/step_00000001",
+     "--model {d}/ck/step_00000001: damaged checkpoint: model.bin does not match the checksum in DONE"),
+    ("a directory of damaged checkpoints", "{d}/ck", "--model {d}/ck: all 1 checkpoints in it are damaged"),
 ]
 
 
@@ -290,6 +298,15 @@ def bad_files(files):
     (files / "blank.txt").write_text("\n  \n")
     (files / "truncated.bin").write_bytes((files / "model.bin").read_bytes()[:-4])
     (files / "emptydir").mkdir(exist_ok=True)
+    # a checkpoint (model.bin, a stand-in state.bin, DONE) whose model.bin was damaged after DONE
+    ck = files / "ck" / "step_00000001"
+    ck.mkdir(parents=True, exist_ok=True)
+    model = bytearray((files / "model.bin").read_bytes())
+    (ck / "model.bin").write_bytes(model)
+    (ck / "state.bin").write_bytes(b"state" * 4)
+    (ck / "DONE").write_text(fmt.checkpoint_manifest(ck, 1))
+    model[2000] ^= 1  # a flipped bit in a weight: the file still reads as a model
+    (ck / "model.bin").write_bytes(model)
     return files
 
 
@@ -309,3 +326,14 @@ def test_bad_input(bad_files, name, args, want):
 def test_bad_model(bad_files, name, model, want):
     d = str(bad_files)
     check_error(run("--model", model.format(d=d), "--prompt-ids", "1"), want.format(d=d))
+
+
+def test_checkpoint_model_bin_verifies(tmp_path, files):
+    """The control of the damaged cases: a checkpoint's model.bin that matches its DONE loads."""
+    ck = tmp_path / "step_00000001"
+    ck.mkdir()
+    (ck / "model.bin").write_bytes((files / "model.bin").read_bytes())
+    (ck / "state.bin").write_bytes(b"state" * 4)
+    (ck / "DONE").write_text(fmt.checkpoint_manifest(ck, 1))
+    m = ["--prompt-ids", "1,2", "--max-new", 3, "--temperature", 0]
+    assert ids_of("--model", ck / "model.bin", *m) == ids_of("--model", files / "model.bin", *m)
