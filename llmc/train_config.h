@@ -34,6 +34,7 @@ struct TrainConfig {
     int T = 64;                     // --seq: sequence length
     int64_t total_batch = 0;        // --total-batch: tokens per optimizer step (0 = B*T)
     int steps = -1;                 // --steps: optimizer steps (-1 = one epoch of --train)
+    int data_vocab = 0;             // --data-vocab: the vocab_size the data files' headers record (0 = the model's)
     LrSchedule schedule;            // --lr, --warmup, --schedule, --final-lr-frac, --cooldown-frac
     float weight_decay = 0.1f;      // --wd
     float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
@@ -274,6 +275,9 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
     p.add_float("--grad-clip", &cfg.grad_clip, {-1e30, 1e30}, "clip the global gradient norm to this; <= 0 disables");
     p.add_int("--val-every", &cfg.val_every, {0, BIG}, "validate every N steps and at the end (0 = never)");
     p.add_int("--val-steps", &cfg.val_steps, {1, BIG}, "batches per validation");
+    p.add_int("--data-vocab", &cfg.data_vocab, {0, 1 << 24}, "the vocab_size the headers of --train, --val and "
+              "--hellaswag files must record (the tokenizer that wrote them): 0 = the model's; smaller for a model "
+              "whose vocabulary pads its tokenizer's (Qwen2: 151665 ids, 151936 rows)");
     p.add_string("--hellaswag", "FILE", &cfg.hellaswag_path, "multiple-choice eval file (GPTE, scripts/data/hellaswag.py) "
                  "whose accuracy (acc_norm) is printed and logged (default: none)");
     p.add_int("--hellaswag-every", &cfg.hellaswag_every, {0, BIG}, "score --hellaswag every N steps and at the end "
@@ -427,6 +431,15 @@ inline void apply_shape_flags(GPT2Config& c, const TrainConfig& cfg, bool fresh,
     if (cfg.max_seq > 0 && cfg.max_seq != c.max_seq_len)
         fail("--max-seq %d: %s has max_seq_len %d (the flag shapes only a fresh --init model)", cfg.max_seq, source,
              c.max_seq_len);
+}
+
+// The vocab_size every data file's header must record (llmc/dataloader.h, check_data_vocab): the
+// model's, or --data-vocab's, which may only be smaller (each of the data's ids is a row of the model).
+inline int expected_data_vocab(const TrainConfig& cfg, const GPT2Config& c) {
+    if (cfg.data_vocab > c.vocab_size)
+        fail("--data-vocab %d: above the model's vocab_size %d (every token id of the data must be a row of the model)",
+             cfg.data_vocab, c.vocab_size);
+    return cfg.data_vocab ? cfg.data_vocab : c.vocab_size;
 }
 
 // Both trainers' samples (--sample-every) run through a KV cache of the model's context (gpt2_infer_sample,

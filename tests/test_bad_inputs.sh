@@ -33,6 +33,14 @@ llama = dict(cfg, architecture=fmt.ARCH_LLAMA, norm=fmt.NORM_RMSNORM, norm_eps=1
 fmt.write_model(f"{d}/llama.bin", llama, rng.normal(0, 0.02, fmt.num_params(llama)).astype(np.float32))
 fmt.write_shard(f"{d}/train.bin", rng.integers(0, 64, 2000), 64)
 fmt.write_shard(f"{d}/bigids.bin", rng.integers(0, 1000, 2000), 50257)  # ids the 64-token model can't take
+fmt.write_shard(f"{d}/gpt2vocab.bin", rng.integers(0, 64, 2000), 50257)  # for the dN models (GPT-2's vocab)
+# shards of other tokenizers than the 64-token model's: a smaller vocabulary (ids that fit the model
+# but mean other tokens), and one of vocab 100 in the same folder as one of 64 (two tokenizers)
+fmt.write_shard(f"{d}/vocab32.bin", rng.integers(0, 32, 2000), 32)
+import os
+os.makedirs(f"{d}/mixed")
+fmt.write_shard(f"{d}/mixed/a_000.bin", rng.integers(0, 64, 2000), 64)
+fmt.write_shard(f"{d}/mixed/a_001.bin", rng.integers(0, 64, 2000), 100)
 fmt.write_tokenizer(f"{d}/tok.bin", [bytes([65 + i % 26]) for i in range(64)], 63)
 good = open(f"{d}/good.bin", "rb").read()
 def patched(name, slot, value, src=good):
@@ -133,7 +141,7 @@ expect_error "a loss that turns NaN stops the run" "step 1: the loss is" $TRAIN 
 
 # grouped-query attention and a window: the flags shape a fresh model; a file keeps its own values.
 # The control samples more tokens than --seq and the window: the sample's KV cache is a ring of 3 slots.
-GQA=(--init d2 --kv-heads 1 --window 3)
+GQA=(--init d2 --kv-heads 1 --window 3 --train "$T/gpt2vocab.bin")
 expect_success "control: fresh GQA + window model trains and samples" $TRAIN "${BASE[@]}" "${GQA[@]}" \
     --sample-every 1 --gen-tokens 12 --out-dir "$T/ckpt_gqa"
 expect_success "control: resume it, repeating its flags" $TRAIN "${BASE[@]}" --steps 2 "${GQA[@]}" --resume "$T/ckpt_gqa"
@@ -217,7 +225,25 @@ fi
 
 # data, tokenizer, checkpoints
 expect_error "--train matches nothing" "$T/none_*.bin" $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/none_*.bin"
-expect_error "token ids beyond the model's vocab" "$T/bigids.bin" $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/bigids.bin"
+expect_error "shards of a larger vocabulary than the model's" \
+    "$T/bigids.bin: written by a tokenizer of vocab_size 50257 (its header), larger than the model's vocab_size 64" \
+    $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/bigids.bin"
+# the shard header's vocab_size must be the model's, so another tokenizer's data is refused even
+# when all its ids fit the model; --data-vocab names a smaller one (a model that pads its tokenizer's)
+expect_startup_error "shards of a smaller vocabulary than the model's" \
+    "$T/vocab32.bin: written by a tokenizer of vocab_size 32 (its header), the model's vocab_size is 64" \
+    $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/vocab32.bin"
+expect_startup_error "--val shards of another vocabulary than the model's" "$T/vocab32.bin: written by a tokenizer of vocab_size 32" \
+    $TRAIN "${BASE[@]}" --init "$T/good.bin" --val "$T/vocab32.bin"
+expect_startup_error "shards of two vocabularies in one --train pattern" \
+    "$T/mixed/a_001.bin: vocab_size 100 in its header, but $T/mixed/a_000.bin (matched by the same pattern" \
+    $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/mixed/a_*.bin"
+expect_success "control: --data-vocab 32 takes the smaller vocabulary's shards" $TRAIN "${BASE[@]}" --init "$T/good.bin" \
+    --train "$T/vocab32.bin" --data-vocab 32
+expect_startup_error "--data-vocab of a shard's, but another --val" "$T/train.bin: written by a tokenizer of vocab_size 64 (its header), but --data-vocab is 32" \
+    $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/vocab32.bin" --data-vocab 32 --val "$T/train.bin"
+expect_error "--data-vocab above the model's" "--data-vocab 65: above the model's vocab_size 64" \
+    $TRAIN "${BASE[@]}" --init "$T/good.bin" --data-vocab 65
 expect_error "model file passed as --train" "$T/good.bin" $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/good.bin"
 expect_error "truncated tokenizer" "$T/tok_truncated.bin" $TRAIN "${BASE[@]}" --init "$T/good.bin" --tokenizer "$T/tok_truncated.bin"
 expect_error "--resume dir without a checkpoint" "--resume" $TRAIN "${BASE[@]}" --resume "$T/ckpt_none"
