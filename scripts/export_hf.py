@@ -26,9 +26,9 @@ import llmc_formats as fmt  # noqa: E402
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("model", help="our model file (a checkpoint's model.bin is checked against its DONE first); or a "
-                    "checkpoint directory step_NNNNNNNN (its DONE manifest verified); or a training run's output folder "
-                    "of them (its newest checkpoint that verifies, as generate's --model)")
+    ap.add_argument("model", help="our model file (a checkpoint's model.bin is checked against its DONE first); "
+                    "or a checkpoint directory step_NNNNNNNN (its DONE manifest verified); or a training run's "
+                    "output folder of them (its newest checkpoint that verifies, as generate's --model)")
     ap.add_argument("--out-dir", required=True, help="the Hugging Face folder to write (created if missing)")
     ap.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
                     help="tensor type in model.safetensors (default: the model file's, fp32 or bf16)")

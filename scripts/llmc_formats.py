@@ -557,7 +557,8 @@ def find_checkpoint(path, note=print):
         if why:
             raise FormatError(f"{path}: damaged checkpoint: {why}")
         return path
-    if _step_of(os.path.basename(os.path.normpath(path))) is not None and os.path.isfile(os.path.join(path, "model.bin")):
+    named_step = _step_of(os.path.basename(os.path.normpath(path)))
+    if named_step is not None and os.path.isfile(os.path.join(path, "model.bin")):
         raise FormatError(f"{path}: no DONE (an interrupted save: its files may be incomplete)")
     found = list_checkpoints(path)
     for _, ck in reversed(found):
