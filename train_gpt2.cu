@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
     FlagParser parser("train_gpt2cu", "Trains GPT-2 on one GPU (" PRECISION_NAME " build). Example:\n"
                       "  build/train_gpt2cu --train \"data/tinyshakespeare/*_train.bin\" --val \"data/tinyshakespeare/*_val.bin\" --init d12");
     add_train_flags(parser, cfg);
+    add_fp8_flags(parser, cfg);
     parser.add_int("--recompute", &gpu.recompute, {0, 1}, "1 = keep only what the backward cannot cheaply rebuild "
                    "(LayerNorm and GELU outputs are rebuilt in the backward): less memory, a little slower");
     parser.add_int("--deterministic", &gpu.deterministic, {0, 1}, "1 = bit-reproducible runs: the attention backward "

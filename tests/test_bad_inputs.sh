@@ -303,9 +303,13 @@ expect_error "--beta2 1" "--beta2" $TRAIN "${BASE[@]}" --beta2 1
 expect_error "--schedule nope" "--schedule" $TRAIN "${BASE[@]}" --schedule nope
 expect_error "--fp8 1 on the CPU trainer" "--fp8 1: the CPU trainer runs in fp32" $TRAIN "${BASE[@]}" --fp8 1
 expect_error "--fp8 2" "--fp8" $TRAIN "${BASE[@]}" --fp8 2
-expect_error "--fp8-scaling nope" "--fp8-scaling: unknown scaling 'nope'" $TRAIN "${BASE[@]}" --fp8-scaling nope
-expect_error "--fp8-grad e3m4" "--fp8-grad: unknown format 'e3m4'" $TRAIN "${BASE[@]}" --fp8-grad e3m4
-expect_error "--fp8-grad without --fp8 1" "only with --fp8 1" $TRAIN "${BASE[@]}" --fp8-grad e4m3
+expect_error "--fp8-scaling on the CPU trainer" "--fp8-scaling current: the CPU trainer runs in fp32" $TRAIN "${BASE[@]}" \
+    --fp8-scaling current
+if [ -x $GPU ]; then  # the --fp8 flags are the GPU trainer's (not in the CPU trainer's --help); parsed before any device
+    expect_error "GPU trainer: --fp8-scaling nope" "--fp8-scaling: unknown scaling 'nope'" $GPU "${BASE[@]}" --fp8-scaling nope
+    expect_error "GPU trainer: --fp8-grad e3m4" "--fp8-grad: unknown format 'e3m4'" $GPU "${BASE[@]}" --fp8-grad e3m4
+    expect_error "GPU trainer: --fp8-grad without --fp8 1" "only with --fp8 1" $GPU "${BASE[@]}" --fp8-grad e4m3
+fi
 expect_error "unknown flag" "--frobnicate" $TRAIN "${BASE[@]}" --frobnicate 3
 expect_error "--total-batch not a multiple of B*T" "--total-batch" $TRAIN "${BASE[@]}" --total-batch 100
 expect_error "--total-batch of more micro-batches than an int" "--total-batch" $TRAIN "${BASE[@]}" --total-batch 68719476736
