@@ -143,14 +143,13 @@ int main(int argc, char** argv) {
     const int B = cfg.B, T = cfg.T, N = B * T, V = config.vocab_size;
     DataLoader* train_loader = nullptr;
     DataLoader* val_loader = nullptr;
-    const int data_vocab = expected_data_vocab(cfg, config);  // the data's tokenizer is the model's
     if (!gpu.random_data) {
         const int r = comm->rank, w = comm->world;  // each rank its own windows
         train_loader = new DataLoader(cfg.train_pattern.c_str(), B, T, r, w, V, cfg.seed, true);
-        check_data_vocab(*train_loader, data_vocab, V, cfg.data_vocab > 0);
+        check_data_vocab(*train_loader, cfg.data_vocab, V);  // the data's tokenizer is the model's
         if (!cfg.val_pattern.empty()) {
             val_loader = new DataLoader(cfg.val_pattern.c_str(), B, T, r, w, V, cfg.seed, false);
-            check_data_vocab(*val_loader, data_vocab, V, cfg.data_vocab > 0);
+            check_data_vocab(*val_loader, cfg.data_vocab, V);
         }
     }
     HellaSwagEval* hellaswag = cfg.hellaswag_path.empty() || !comm->primary()  // rank 0 alone scores and samples

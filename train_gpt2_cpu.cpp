@@ -92,14 +92,13 @@ int main(int argc, char** argv) {
                dp.layer.size(), model.num_params);
 
     // each rank its own windows of the data (llmc/dataloader.h), from the model's tokenizer
-    const int data_vocab = expected_data_vocab(cfg, c);
     DataLoader train(cfg.train_pattern.c_str(), cfg.B, cfg.T, comm->rank, comm->world, c.vocab_size, cfg.seed, true);
-    check_data_vocab(train, data_vocab, c.vocab_size, cfg.data_vocab > 0);
+    check_data_vocab(train, cfg.data_vocab, c.vocab_size);
     std::unique_ptr<DataLoader> val;
     if (!cfg.val_pattern.empty()) {
         val.reset(new DataLoader(cfg.val_pattern.c_str(), cfg.B, cfg.T, comm->rank, comm->world, c.vocab_size, cfg.seed,
                                  false));
-        check_data_vocab(*val, data_vocab, c.vocab_size, cfg.data_vocab > 0);
+        check_data_vocab(*val, cfg.data_vocab, c.vocab_size);
     }
     std::unique_ptr<HellaSwagEval> hellaswag;  // rank 0 alone scores and samples
     if (!cfg.hellaswag_path.empty() && comm->primary())

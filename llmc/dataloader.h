@@ -380,14 +380,17 @@ class EvalLoader {
 };
 
 // The trainers' check of a data file (a token shard, first of its pattern, or an eval file) against
-// the model: its header records the vocab_size of the tokenizer that wrote it, and that must be
-// `expected`, the model's vocab_size, or --data-vocab's (a model whose embedding rows pad its
-// tokenizer's vocabulary, as Qwen2's 151936 rows for 151665 ids); a file of another tokenizer is
-// refused even when its ids happen to fit, since they would stand for other tokens.
-inline void check_data_vocab(const std::string& path, int64_t header_vocab, int64_t expected, int model_vocab,
-                             bool from_flag) {
+// the model: its header records the vocab_size of the tokenizer that wrote it, and that must be the
+// model's vocab_size, or data_vocab (--data-vocab; 0 = not given), which may only be smaller (a model
+// whose embedding rows pad its tokenizer's vocabulary, as Qwen2's 151936 rows for 151665 ids); a file
+// of another tokenizer is refused even when its ids happen to fit, since they would stand for other tokens.
+inline void check_data_vocab(const std::string& path, int64_t header_vocab, int data_vocab, int model_vocab) {
+    if (data_vocab > model_vocab)
+        fail("--data-vocab %d: above the model's vocab_size %d (every token id of the data must be a row of the model)",
+             data_vocab, model_vocab);
+    const int64_t expected = data_vocab ? data_vocab : model_vocab;
     if (header_vocab == expected) return;
-    if (from_flag)
+    if (data_vocab)
         fail("%s: written by a tokenizer of vocab_size %lld (its header), but --data-vocab is %lld", path.c_str(),
              (long long)header_vocab, (long long)expected);
     if (header_vocab < model_vocab)
@@ -397,6 +400,6 @@ inline void check_data_vocab(const std::string& path, int64_t header_vocab, int6
     fail("%s: written by a tokenizer of vocab_size %lld (its header), larger than the model's vocab_size %d: tokenize "
          "the data with the model's tokenizer", path.c_str(), (long long)header_vocab, model_vocab);
 }
-inline void check_data_vocab(const DataLoader& dl, int64_t expected, int model_vocab, bool from_flag) {
-    check_data_vocab(dl.first_path(), dl.header_vocab(), expected, model_vocab, from_flag);
+inline void check_data_vocab(const DataLoader& dl, int data_vocab, int model_vocab) {
+    check_data_vocab(dl.first_path(), dl.header_vocab(), data_vocab, model_vocab);
 }

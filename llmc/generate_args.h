@@ -95,7 +95,7 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
     p.add({"--top-p", "X", "sample from the most likely tokens that hold mass p (nucleus), p in (0, 1] (default 1 = all)",
            [&g](const char* s) -> std::string {
                float v = 0.0f;
-               const std::string why = parse_float_flag(s, &v);
+               const std::string why = parse_float(s, &v);
                if (!why.empty()) return why;
                if (!(v > 0.0f && v <= 1.0f)) return std::string("must be in (0, 1], got ") + s;
                g.top_p = v;

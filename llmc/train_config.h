@@ -5,12 +5,9 @@
 // Flags are `--name value`. A bad value, a missing value or an unknown flag fails with one line
 // `error: --flag: <why>`; `--help` prints the usage and exits 0.
 #pragma once
-#include <cerrno>
-#include <cfloat>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -69,25 +66,6 @@ struct TrainConfig {
     bool total_batch_default = false;  // derived: --total-batch was not given (one micro-batch per rank)
 };
 
-// A float flag's value into *out; "" on success, else why not: not a number, not finite, or out of a
-// float's range (a nonzero value that would round to 0 is refused, not silently taken as 0).
-inline std::string parse_float_flag(const char* s, float* out) {
-    const std::string quoted = std::string("'") + s + "'";
-    char* end = nullptr;
-    errno = 0;
-    const double d = *s ? strtod(s, &end) : 0.0;
-    if (!*s || *end != '\0' || std::isnan(d)) return quoted + " is not a number";
-    if (std::isinf(d) && errno != ERANGE) return quoted + " is not a finite number";
-    if (std::fabs(d) > FLT_MAX) return quoted + " is out of range: its magnitude is above a float's largest, 3.4e38";
-    const float f = (float)d;
-    // (strtod gives 0 and ERANGE for a nonzero value too small for a double, as 1e-400)
-    if (f == 0.0f && (d != 0.0 || errno == ERANGE))
-        return quoted + " is out of range: nonzero, but below the smallest float (1.4e-45), so it would be 0 "
-               "(give 0 if that is meant)";
-    *out = f;
-    return "";
-}
-
 // A closed or half-open interval for numeric flags, printed in messages as [lo, hi) etc.
 struct FlagRange {
     double lo, hi;
@@ -141,7 +119,7 @@ class FlagParser {
     void add_float(const char* name, float* dst, FlagRange r, const char* help) {
         add({name, "X", help + (" (default " + number_text(*dst) + ")"), [dst, r](const char* s) -> std::string {
                  float v = 0.0f;
-                 const std::string why = parse_float_flag(s, &v);
+                 const std::string why = parse_float(s, &v);
                  if (!why.empty()) return why;
                  if (!in_range(v, r)) return "must be in " + range_text(r) + ", got " + s;
                  *dst = v;
@@ -436,15 +414,6 @@ inline void apply_shape_flags(GPT2Config& c, const TrainConfig& cfg, bool fresh,
     if (cfg.max_seq > 0 && cfg.max_seq != c.max_seq_len)
         fail("--max-seq %d: %s has max_seq_len %d (the flag shapes only a fresh --init model)", cfg.max_seq, source,
              c.max_seq_len);
-}
-
-// The vocab_size every data file's header must record (llmc/dataloader.h, check_data_vocab): the
-// model's, or --data-vocab's, which may only be smaller (each of the data's ids is a row of the model).
-inline int expected_data_vocab(const TrainConfig& cfg, const GPT2Config& c) {
-    if (cfg.data_vocab > c.vocab_size)
-        fail("--data-vocab %d: above the model's vocab_size %d (every token id of the data must be a row of the model)",
-             cfg.data_vocab, c.vocab_size);
-    return cfg.data_vocab ? cfg.data_vocab : c.vocab_size;
 }
 
 // Both trainers' samples (--sample-every) run through a KV cache of the model's context (gpt2_infer_sample,

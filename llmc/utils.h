@@ -3,6 +3,8 @@
 // a bad input is never a crash and never a silent read past the end.
 #pragma once
 #include <cerrno>
+#include <cfloat>
+#include <cmath>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -256,12 +258,21 @@ inline bool parse_int64(const char* s, int64_t* out) {
     return true;
 }
 
-inline bool parse_float(const char* s, float* out) {
-    if (!s || !*s) return false;
+// A whole string as a float into *out; "" on success, else why not: not a number, not finite, or out
+// of a float's range (a nonzero value that would round to 0 is refused, not silently taken as 0).
+inline std::string parse_float(const char* s, float* out) {
+    const std::string quoted = std::string("'") + (s ? s : "") + "'";
     char* end = nullptr;
     errno = 0;
-    float v = strtof(s, &end);
-    if (errno != 0 || *end != '\0' || v != v) return false;
-    *out = v;
-    return true;
+    const double d = s && *s ? strtod(s, &end) : 0.0;
+    if (!s || !*s || *end != '\0' || std::isnan(d)) return quoted + " is not a number";
+    if (std::isinf(d) && errno != ERANGE) return quoted + " is not a finite number";
+    if (std::fabs(d) > FLT_MAX) return quoted + " is out of range: its magnitude is above a float's largest, 3.4e38";
+    const float f = (float)d;
+    // (strtod gives 0 and ERANGE for a nonzero value too small for a double, as 1e-400)
+    if (f == 0.0f && (d != 0.0 || errno == ERANGE))
+        return quoted + " is out of range: nonzero, but below the smallest float (1.4e-45), so it would be 0 "
+               "(give 0 if that is meant)";
+    *out = f;
+    return "";
 }

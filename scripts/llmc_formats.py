@@ -476,6 +476,12 @@ def write_checkpoint(out_dir, step, cfg, params, m, v, dtype=DTYPE_FP32, **state
     return final
 
 
+def _step_of(name):
+    """The step of a checkpoint directory's name step_NNNNNNNN, else None."""
+    digits = name[5:]
+    return int(digits) if name.startswith("step_") and digits.isdigit() and len(digits) <= 18 else None
+
+
 def checkpoint_problem(directory, only=None):
     """Why the checkpoint directory cannot be resumed from, or None if it verifies (llmc/checkpoint.h).
     With `only` (a file name), the manifest is checked whole but only that file is read and checksummed
@@ -493,7 +499,7 @@ def checkpoint_problem(directory, only=None):
         return "DONE is not a checkpoint manifest"
     if not lines[1].startswith("step ") or not lines[1][5:].isdigit():
         return "DONE has no step"
-    if name.startswith("step_") and name[5:].isdigit() and lines[1] != f"step {int(name[5:])}":
+    if _step_of(name) is not None and lines[1] != f"step {_step_of(name)}":
         return f"DONE is for {lines[1]}, not the directory's"
     states = 0
     for i, line in enumerate(lines[2:-1]):
@@ -514,12 +520,6 @@ def checkpoint_problem(directory, only=None):
         if got != int(checksum, 16):
             return f"{fname} does not match the checksum in DONE"
     return None
-
-
-def _step_of(name):
-    """The step of a checkpoint directory's name step_NNNNNNNN, else None."""
-    digits = name[5:]
-    return int(digits) if name.startswith("step_") and digits.isdigit() and len(digits) <= 18 else None
 
 
 def list_checkpoints(out_dir):

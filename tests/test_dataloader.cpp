@@ -355,17 +355,17 @@ static void test_token_widths() {
     // the trainers' rule (check_data_vocab): the header's vocab_size is the model's, or --data-vocab's
     DataLoader d1000(path_in("w16_000.bin").c_str(), B, T, 0, 1, 50257, 0, false);
     check_fails("a shard of a smaller vocabulary than the model's",
-                [&] { check_data_vocab(d1000, 50257, 50257, false); },
+                [&] { check_data_vocab(d1000, 0, 50257); },
                 {"w16_000.bin: written by a tokenizer of vocab_size 1000", "the model's vocab_size is 50257",
                  "--data-vocab 1000"});
     check_fails("a shard of a larger vocabulary than the model's",
-                [&] { check_data_vocab(b, 1000, 1000, false); },
+                [&] { check_data_vocab(b, 0, 1000); },
                 {"w32_000.bin: written by a tokenizer of vocab_size 200000", "larger than the model's vocab_size 1000"});
     check_fails("a shard of another vocabulary than --data-vocab's",
-                [&] { check_data_vocab(d1000, 999, 50257, true); },
+                [&] { check_data_vocab(d1000, 999, 50257); },
                 {"w16_000.bin", "vocab_size 1000", "--data-vocab is 999"});
-    check_data_vocab(d1000, 1000, 50257, true);
-    check_data_vocab(a, 1000, 1000, false);
+    check_data_vocab(d1000, 1000, 50257);
+    check_data_vocab(a, 0, 1000);
     check(true, "check_data_vocab passes the model's vocab_size and --data-vocab's");
     // older and hand-made headers: version 1 (uint16), version 2 with uint16 ids
     write_shard_raw(path_in("v1.bin"), 1, 2, 1000, small);
