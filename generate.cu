@@ -329,7 +329,7 @@ int main(int argc, char** argv) {
     cudaCheck(cudaMallocHost(&host_out, sizeof(int) * B));
     const RunOptions o{lim, max_seq, g.graph != 0, dump, check.get(), host_out};
     Timings tm;
-    run_prompts(g, prompts, B, reader, bpe != nullptr, tok.get(),
+    const int status = run_prompts(g, prompts, B, reader, bpe != nullptr, tok.get(),
                 [&](const std::vector<const Prompt*>& batch, std::vector<Rng>& rngs, bool stream) {
                     return generate(m, batch, o, rngs, tok.get(), stream, tm, ctx);
                 });
@@ -343,5 +343,5 @@ int main(int argc, char** argv) {
     cudaCheck(cudaFreeHost(host_out));
     gpt2_infer_free(m);
     ctx.destroy();
-    return check && check->failures ? 1 : 0;
+    return check && check->failures ? 1 : status;
 }

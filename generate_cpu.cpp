@@ -125,11 +125,11 @@ int main(int argc, char** argv) {
     FILE* dump = g.dump_logits.empty() ? nullptr : fopen_or_fail(g.dump_logits.c_str(), "wb");
     const Sampling s{g.temperature, g.top_p, g.top_k, eot, g.max_new, force.empty() ? nullptr : &force, dump};
     Timings tm;
-    run_prompts(g, prompts, B, reader, bpe != nullptr, tok.get(),
+    const int status = run_prompts(g, prompts, B, reader, bpe != nullptr, tok.get(),
                 [&](const std::vector<const Prompt*>& batch, std::vector<Rng>& rngs, bool stream) {
                     return generate(m, batch, s, rngs, tok.get(), stream, tm);
                 });
     if (dump) fclose_or_fail(dump, g.dump_logits.c_str());
     print_timings(tm);
-    return 0;
+    return status;
 }

@@ -373,8 +373,10 @@ inline void print_timings(const Timings& tm) {
 // stream skipped 2^32 draws per prompt, so its text does not depend on the batch it runs in. One
 // prompt alone streams its text; a batch prints its completions when done.
 // run(batch, rngs, stream) generates after the prompts of `batch` and returns their completions.
+// Returns the program's exit status: 1 when stdin's lines were all refused and nothing else ran
+// (nothing was generated), else 0.
 template <class Run>
-inline void run_prompts(const GenConfig& g, const std::vector<Prompt>& prompts, int B, const PromptReader& reader,
+inline int run_prompts(const GenConfig& g, const std::vector<Prompt>& prompts, int B, const PromptReader& reader,
                         bool text_prompts, const Tokenizer* tok, Run&& run) {
     auto rng_of = [&](size_t i) { return Rng::skip(g.seed, (uint64_t)i << 32); };
     for (size_t first = 0; first < prompts.size(); first += B) {
@@ -388,8 +390,9 @@ inline void run_prompts(const GenConfig& g, const std::vector<Prompt>& prompts, 
         std::vector<std::vector<int>> done = run(batch, rngs, stream);
         if (!stream) print_batch(tok, done, first + 1);
     }
-    if (!g.interactive) return;
+    if (!g.interactive) return 0;
     std::vector<Rng> rngs{rng_of(prompts.size())};
+    long skipped = 0, ran = 0;
     const bool tty = isatty(STDIN_FILENO);
     std::string line;
     for (long lineno = 1;; lineno++) {
@@ -402,8 +405,15 @@ inline void run_prompts(const GenConfig& g, const std::vector<Prompt>& prompts, 
         const std::string why = reader.make(line, !text_prompts, "stdin line " + std::to_string(lineno), &p);
         if (!why.empty()) {
             fprintf(stderr, "error: %s (skipped)\n", why.c_str());
+            skipped++;
             continue;
         }
         run(std::vector<const Prompt*>{&p}, rngs, true);
+        ran++;
     }
+    if (skipped > 0 && ran == 0 && prompts.empty()) {
+        fprintf(stderr, "error: no stdin line was a usable prompt (%ld skipped): nothing generated\n", skipped);
+        return 1;
+    }
+    return 0;
 }

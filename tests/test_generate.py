@@ -238,6 +238,12 @@ def test_checkpoint_dir_and_interactive(files, tmp_path):
     assert r.returncode == 0, r.stderr
     assert [[int(x) for x in line.split()] for line in r.stdout.splitlines()] == ref
     assert "error: stdin line 2: empty prompt (skipped)" in r.stderr
+    # every stdin line refused and no other prompt: nothing generated, a failure
+    r = run("--model", tmp_path / "run", *m, "--interactive", 1, stdin="\n99999\n")
+    assert r.returncode == 1 and r.stdout == "", (r.returncode, r.stdout)
+    assert "error: no stdin line was a usable prompt (2 skipped): nothing generated" in r.stderr, r.stderr
+    # no stdin at all: nothing asked, nothing refused
+    assert run("--model", tmp_path / "run", *m, "--interactive", 1, stdin="").returncode == 0
 
 
 BAD = [  # (name, args after --model, expected text of the one error line)
