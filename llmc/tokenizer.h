@@ -5,6 +5,7 @@
 // which become \xNN so a sample can never corrupt the terminal.
 #pragma once
 #include <cstdio>
+#include <memory>
 #include <string>
 #include "llmc/formats.h"
 
@@ -36,12 +37,9 @@ class Tokenizer {
 // start instead of failing at the first sampled id it lacks. nullptr when path is empty.
 inline Tokenizer* open_model_tokenizer(const std::string& path, int V) {
     if (path.empty()) return nullptr;
-    Tokenizer* tok = new Tokenizer(path.c_str());
-    if (tok->vocab_size() < V) {
-        const int have = tok->vocab_size();
-        delete tok;
+    std::unique_ptr<Tokenizer> tok(new Tokenizer(path.c_str()));
+    if (tok->vocab_size() < V)
         fail("--tokenizer %s: %d tokens, the model's vocabulary has %d (a decode table of another tokenizer?)",
-             path.c_str(), have, V);
-    }
-    return tok;
+             path.c_str(), tok->vocab_size(), V);
+    return tok.release();
 }

@@ -74,17 +74,17 @@ for round in 1 2; do
     done
 done
 best() { echo "$1" | tr ' ' '\n' | grep . | sort -g | head -n 1; }
+pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "") print "n/a"; else printf "%+.2f%%", 100 * (a - b) / b }'; }
 echo
 echo "| run | $MODEL, B=$B x 1024, 2 micro-batches, --deterministic 1 | median step ms at B=$BENCH_B (best of 2) | vs plain |"
 echo "|---|---|---|---|"
 p=$(best "${ms[plain]}")
 echo "| build/train_gpt2cu --graph 0 | reference | $p | |"
 g=$(best "${ms[graph]}")
-echo "| build/train_gpt2cu (--graph 1, its default; not checked) | | $g | $(awk -v a="$g" -v b="$p" 'BEGIN { if (a == "" || b == "") print "n/a"; else printf "%+.2f%%", 100 * (a - b) / b }') |"
+echo "| build/train_gpt2cu (--graph 1, its default; not checked) | | $g | $(pct "$g" "$p") |"
 for z in 0 1 2; do
     m=$(best "${ms[z$z]}")
-    pct=$(awk -v a="$m" -v b="$p" 'BEGIN { if (a == "" || b == "") print "n/a"; else printf "%+.2f%%", 100 * (a - b) / b }')
-    echo "| train_gpt2cu_nccl --zero $z | ${result[$z]} | $m | $pct |"
+    echo "| train_gpt2cu_nccl --zero $z | ${result[$z]} | $m | $(pct "$m" "$p") |"
 done
 echo "| --zero 1 resumed at step 6 | $resume | | |"
 for z in 0 1 2; do
