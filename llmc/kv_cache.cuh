@@ -17,6 +17,18 @@
 
 namespace attention_detail {
 
+// Which cache slots a sequence attends (attention_decode.cuh's kernels and attention_decode_mma.cuh's):
+// n keys, the oldest in slot `first`, then first+1, ... (mod S).
+struct DecodeSpan {
+    int n, first;
+};
+__host__ __device__ inline DecodeSpan decode_span(int pos, int S, int window) {
+    if (pos < 0) return {0, 0};
+    const int cap = window > 0 && window < S ? window : S;
+    const int n = pos + 1 < cap ? pos + 1 : cap;
+    return {n, (pos + 1 - n) % S};
+}
+
 // The sizes every cache user needs (window: the attention's, 0 for the copies).
 inline void check_kv_cache_sizes(const char* what, int B, int NH, int NKV, int HD, int S, int window) {
     check_attention_sizes(what, B, 1, NH, NKV, HD, window);
