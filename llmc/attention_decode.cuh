@@ -188,25 +188,8 @@ inline size_t decode_mma_route_floats(int B, int NH, int NKV, int HD, int S, int
 #endif
 }
 
-// Merges the nsplits partials of (sequence b, head h) into out, dims d = first, first + step, ...:
-// out = sum_s 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s. Loads bypass L1 (__ldcg): in the fused combine
-// other blocks wrote the partials during this kernel.
-template <typename T>
-__device__ __forceinline__ void decode_merge_splits(T* out, const float* part_o, const float* part_ml, int b, int h,
-                                                    int NH, int HD, int nsplits, int max_splits, int first, int step) {
-    const size_t p0 = (size_t)(b * NH + h) * max_splits;
-    float M = -FLT_MAX;
-    for (int s = 0; s < nsplits; s++) M = fmaxf(M, __ldcg(part_ml + 2 * (p0 + s)));
-    for (int d = first; d < HD; d += step) {
-        float o = 0.0f, sum = 0.0f;
-        for (int s = 0; s < nsplits; s++) {
-            const float f = exp2f(__ldcg(part_ml + 2 * (p0 + s)) - M);
-            o += f * __ldcg(part_o + (p0 + s) * HD + d);
-            sum += f * __ldcg(part_ml + 2 * (p0 + s) + 1);
-        }
-        out[(size_t)(b * NH + h) * HD + d] = from_float<T>(o / sum);  // nsplits > 1: keys exist, sum > 0
-    }
-}
+// (decode_merge_splits, the merge of a head's split partials, is in kv_cache.cuh, shared with
+// attention_decode_mma.cuh.)
 
 // ============================================================================ the split kernel
 // Mapping: a block owns (sequence b, KV head kvh, head block hb, split) and GB query heads. A 16-byte

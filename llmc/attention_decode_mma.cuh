@@ -44,7 +44,7 @@ namespace attention_detail {
 // Shared memory (DecodeMmaSmem): q 16 x HD + 3 stages of K and V 64 x HD, bf16: 100 KB at HD 128
 // (2 blocks an SM), 50 KB at HD 64 (4); the K stages hold the warps' fp32 O for the final merge.
 // Registers (ptxas -v, sm_90a, no spills): 214 at HD 128, 120 at HD 64; below the smem limits of 2 and 4
-// blocks an SM. The merge kernel: 40.
+// blocks an SM.
 constexpr int DECODE_MMA_ROWS = 16;       // query rows of the tile: groups of up to 16 heads
 constexpr int DECODE_MMA_TILE = 64;       // keys a stage
 constexpr int DECODE_MMA_WARPS = 4;       // 16 keys of each tile a warp
@@ -253,8 +253,8 @@ static __global__ void __launch_bounds__(DECODE_MMA_THREADS)
         if (used == 1) {  // sum = 0 only for an idle sequence (no keys): zeros
             const float sum = sm.L[g];
             out[((size_t)b * L.NH + kvh * G + g) * HD + d] = from_float<bf16>(sum > 0.0f ? acc / sum : 0.0f);
-        } else {  // partial (bk, split, g): rows of HD, and (m, l) pairs
-            const size_t p = ((size_t)bk * splits + split) * G + g;
+        } else {  // partial `split` of head kvh * G + g, in the layout decode_merge_splits reads
+            const size_t p = ((size_t)bk * G + g) * splits + split;  // bk * G = b * NH + kvh * G
             part_o[p * HD + d] = acc;
             if (d == 0) {
                 part_ml[2 * p] = sm.M[g];
@@ -264,28 +264,17 @@ static __global__ void __launch_bounds__(DECODE_MMA_THREADS)
     }
 }
 
-// grid (B * NKV), 128 threads: the partials of the sequences that used more than one split, merged
-// (those with one were written by the split kernel): out = sum_s 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s.
-// Every used split holds >= 1 key, so its m is finite and the sum > 0.
+// grid (B * NKV), 128 threads: the partials of the sequences that used more than one split, merged by
+// decode_merge_splits (kv_cache.cuh, the CUDA-core kernels' merge; those with one split were written by
+// the split kernel). Every used split holds >= 1 key, so its m is finite and the sum > 0.
 static __global__ void decode_mma_merge_kernel(attention_detail::bf16* out, const float* part_o, const float* part_ml,
                                                const int* pos, QKVLayout L, int S, int window, int splits) {
-    const int bk = blockIdx.x, b = bk / L.NKV, kvh = bk % L.NKV, G = L.NH / L.NKV, HD = L.HD;
+    const int bk = blockIdx.x, b = bk / L.NKV, kvh = bk % L.NKV, G = L.NH / L.NKV;
     const int used = decode_mma_used_splits(attention_detail::decode_span(pos[b], S, window).n, splits);
     if (used <= 1) return;
-    for (int idx = threadIdx.x; idx < G * HD; idx += blockDim.x) {
-        const int g = idx / HD, d = idx % HD;
-        const size_t p0 = (size_t)bk * splits * G + g;  // partial (bk, split s, g) = p0 + s * G
-        float M = -FLT_MAX;
-        for (int s = 0; s < used; s++) M = fmaxf(M, part_ml[2 * (p0 + (size_t)s * G)]);
-        float acc = 0.0f, sum = 0.0f;
-        for (int s = 0; s < used; s++) {
-            const size_t p = p0 + (size_t)s * G;
-            const float f = exp2f(part_ml[2 * p] - M);
-            acc += f * part_o[p * HD + d];
-            sum += f * part_ml[2 * p + 1];
-        }
-        out[((size_t)b * L.NH + kvh * G + g) * HD + d] = from_float<attention_detail::bf16>(acc / sum);
-    }
+    for (int g = 0; g < G; g++)
+        attention_detail::decode_merge_splits(out, part_o, part_ml, b, kvh * G + g, L.NH, L.HD, used, splits,
+                                              threadIdx.x, blockDim.x);
 }
 
 // scratch: decode_mma_scratch_floats(...) floats (none for one split).
