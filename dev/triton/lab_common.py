@@ -203,11 +203,12 @@ class Lab:
             return False
         chunk = 1 << 26
         sq_ref = sum(float(r[i:i + chunk].double().square().sum()) for i in range(0, r.numel(), chunk))
-        abs_tol = abs_ * math.sqrt(sq_ref / max(r.numel(), 1))
+        rms_all = math.sqrt(sq_ref / max(r.numel(), 1))
+        abs_tol = abs_ * rms_all
         if per_row:
             rows = ref.reshape(ref.shape[0], -1).float()
             rms = rows.square().mean(1, keepdim=True).sqrt()
-            abs_tol = (abs_ * torch.where(rms > 0, rms, abs_tol / abs_)).expand_as(rows).reshape(-1)
+            abs_tol = (abs_ * torch.where(rms > 0, rms, rms_all)).expand_as(rows).reshape(-1)
         max_abs = max_rel = sq_err = 0.0
         bad = nan = 0
         first_bad = None
