@@ -157,8 +157,8 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
                   "only (a Llama-style model runs the 5 kernels a layer); 0 (default: measured slower on the H200, "
                   "241 against 365 us a token at B=1) = 5 kernels a layer (same tokens up to rounding)");
         p.add_int("--decode-mma", &g.decode_mma, {0, 1}, "1 = the decode attention runs on tensor cores "
-                  "(llmc/attention_decode_mma.cuh) where the batch alone fills the GPU (sequences x KV heads at "
-                  "least the SM count: GPT-2 124M from 11 sequences on an H200) and no fused step's early loads "
+                  "(llmc/attention_decode_mma.cuh) where the batch alone fills the GPU (sequences x KV heads, twice "
+                  "that for groups of 9-16 query heads, at least the SM count: GPT-2 124M from 11 sequences on an H200) and no fused step's early loads "
                   "or --step-sync counters are asked of it; bf16 build only (the fp32 build has no such kernel); "
                   "0 = the CUDA-core kernels everywhere, for comparison (same tokens up to rounding)");
         p.add_int("--matmul-autotune", &g.matmul_autotune, {0, 1}, "1 = before the first prompt, time up to ~28 "

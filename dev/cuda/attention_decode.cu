@@ -85,8 +85,8 @@
 // into attention_decode for the batched decode only (branch s10/decode-mma; variants 8 and 9 where
 // routed, 14 and 15 the old path beside them): it neither appends the token's K/V (kv_cache_append
 // runs first), nor waits through PDL or the step counters, nor reads its first keys early, so the
-// fused step at B <= 8 keeps the CUDA-core kernels (docs/perf.md, "Decode attention"). Not yet run
-// on a GPU in that form.
+// fused step at B <= 8 keeps the CUDA-core kernels by default (docs/perf.md, "Decode attention"). Not yet
+// run on a GPU in that form. gpt2-r2, g12-r3 and small-route run the route with 2-3 splits (on 132 SMs).
 #include <algorithm>
 #include "harness.cuh"
 #include "llmc/attention_decode.cuh"
@@ -184,6 +184,11 @@ static std::vector<Config> full_configs() {
     c.push_back({"gqa-w", 64, 32, 8, 128, 1024, 1024, {4000, MIXED}});
     c.push_back({"odd", 5, 6, 2, 128, 1000, 0, {777, MIXED}});           // group of 3 in a 4-head block
     c.push_back({"odd-g12", 3, 24, 2, 64, 777, 300, {1000, MIXED}});     // group of 12: two head blocks; S > W
+    // The tensor-core route (variants 8, 9) with more than one split, so its merge runs (on 132 SMs: the
+    // route needs B * NKV * head_blocks >= 132, and takes ceil(264 / (B * NKV)) splits): 2 splits; 3 splits
+    // with a group of 12 (two head blocks), a window and S no multiple of the 64-key tile.
+    c.push_back({"gpt2-r2", 16, 12, 12, 64, 1024, 0, {512, MIXED}});
+    c.push_back({"g12-r3", 33, 24, 2, 64, 777, 300, {1000, MIXED}});
     return c;
 }
 static std::vector<Config> small_configs() {
@@ -191,6 +196,7 @@ static std::vector<Config> small_configs() {
         {"small", 3, 6, 2, 64, 200, 0, {MIXED, 200}},
         {"small-w", 3, 4, 4, 128, 200, 200, {700, MIXED}},  // split and wrapped
         {"small-g12", 2, 12, 1, 64, 130, 0, {130, MIXED}},
+        {"small-route", 34, 12, 4, 64, 200, 0, {MIXED, 200}},  // the tensor-core route, 2 splits (132 SMs)
     };
 }
 
