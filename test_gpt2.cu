@@ -697,7 +697,7 @@ static void test_resume(const CudaContext& ctx, const GPT2Config& c, bool recomp
     GPT2 r;
     gpt2_build(r, c, 2, 64, recompute, ctx);
     r.deterministic = true;
-    TrainState st = gpt2_load_checkpoint(r, checkpoint_find(dir));
+    TrainState st = gpt2_load_checkpoint(r, checkpoint_find(dir, "--resume"));
     report("resumed step", (double)std::llabs(st.step - 3), 0.0, "difference ");
     std::vector<float> second = train_steps(r, 3, 6, ctx);
     first.insert(first.end(), second.begin(), second.end());

@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
     FlagParser parser("train_gpt2cu", "Trains GPT-2 on one GPU (" PRECISION_NAME " build). Example:\n"
                       "  build/train_gpt2cu --train \"data/tinyshakespeare/*_train.bin\" --val \"data/tinyshakespeare/*_val.bin\" --init d12");
     add_train_flags(parser, cfg);
+    add_fp8_flags(parser, cfg);
     parser.add_int("--recompute", &gpu.recompute, {0, 1}, "1 = keep only what the backward cannot cheaply rebuild "
                    "(LayerNorm and GELU outputs are rebuilt in the backward): less memory, a little slower");
     parser.add_int("--deterministic", &gpu.deterministic, {0, 1}, "1 = bit-reproducible runs: the attention backward "
@@ -142,13 +143,18 @@ int main(int argc, char** argv) {
     const int B = cfg.B, T = cfg.T, N = B * T, V = config.vocab_size;
     DataLoader* train_loader = nullptr;
     DataLoader* val_loader = nullptr;
+    const int data_vocab = expected_data_vocab(cfg, config);  // the data's tokenizer is the model's
     if (!gpu.random_data) {
         const int r = comm->rank, w = comm->world;  // each rank its own windows
         train_loader = new DataLoader(cfg.train_pattern.c_str(), B, T, r, w, V, cfg.seed, true);
-        if (!cfg.val_pattern.empty()) val_loader = new DataLoader(cfg.val_pattern.c_str(), B, T, r, w, V, cfg.seed, false);
+        check_data_vocab(*train_loader, data_vocab, V, cfg.data_vocab > 0);
+        if (!cfg.val_pattern.empty()) {
+            val_loader = new DataLoader(cfg.val_pattern.c_str(), B, T, r, w, V, cfg.seed, false);
+            check_data_vocab(*val_loader, data_vocab, V, cfg.data_vocab > 0);
+        }
     }
     HellaSwagEval* hellaswag = cfg.hellaswag_path.empty() || !comm->primary()  // rank 0 alone scores and samples
-                                   ? nullptr : new HellaSwagEval(cfg.hellaswag_path.c_str(), B, T, V);
+                                   ? nullptr : new HellaSwagEval(cfg.hellaswag_path.c_str(), B, T, V, cfg.data_vocab);
     Rng data_rng(cfg.seed ^ 0xDA7Aull ^ ((uint64_t)comm->rank << 32));
     std::vector<int> rand_inputs(N), rand_targets(N);
     Tokenizer* tokenizer = cfg.tokenizer_path.empty() ? nullptr : new Tokenizer(cfg.tokenizer_path.c_str());

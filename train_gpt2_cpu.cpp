@@ -91,15 +91,19 @@ int main(int argc, char** argv) {
                "whole: %zu\n", model.grads_memory.size(), dp.outside.size() + dp.layer.size(), dp.outside.size(),
                dp.layer.size(), model.num_params);
 
-    // each rank its own windows of the data (llmc/dataloader.h)
+    // each rank its own windows of the data (llmc/dataloader.h), from the model's tokenizer
+    const int data_vocab = expected_data_vocab(cfg, c);
     DataLoader train(cfg.train_pattern.c_str(), cfg.B, cfg.T, comm->rank, comm->world, c.vocab_size, cfg.seed, true);
+    check_data_vocab(train, data_vocab, c.vocab_size, cfg.data_vocab > 0);
     std::unique_ptr<DataLoader> val;
-    if (!cfg.val_pattern.empty())
+    if (!cfg.val_pattern.empty()) {
         val.reset(new DataLoader(cfg.val_pattern.c_str(), cfg.B, cfg.T, comm->rank, comm->world, c.vocab_size, cfg.seed,
                                  false));
+        check_data_vocab(*val, data_vocab, c.vocab_size, cfg.data_vocab > 0);
+    }
     std::unique_ptr<HellaSwagEval> hellaswag;  // rank 0 alone scores and samples
     if (!cfg.hellaswag_path.empty() && comm->primary())
-        hellaswag.reset(new HellaSwagEval(cfg.hellaswag_path.c_str(), cfg.B, cfg.T, c.vocab_size));
+        hellaswag.reset(new HellaSwagEval(cfg.hellaswag_path.c_str(), cfg.B, cfg.T, c.vocab_size, cfg.data_vocab));
     std::unique_ptr<Tokenizer> tok;
     if (!cfg.tokenizer_path.empty()) {
         tok.reset(new Tokenizer(cfg.tokenizer_path.c_str()));

@@ -125,7 +125,9 @@ inline std::vector<CheckpointEntry> list_checkpoints(const std::string& out_dir)
 // Why the checkpoint in `dir` cannot be used, or "" if it verifies: DONE's step must match the
 // directory's name (when that is step_NNNNNNNN), each file its recorded size and checksum. A DONE
 // from before checksums ("ok") is accepted unverified, so checkpoints of earlier builds still load.
-inline std::string checkpoint_problem(const std::string& dir) {
+// With `only` (a file name), the manifest is checked whole but only that file is read and checksummed
+// (a model.bin loaded for its weights alone).
+inline std::string checkpoint_problem(const std::string& dir, const char* only = nullptr) {
     FILE* f = fopen((dir + "/DONE").c_str(), "r");
     if (!f) return std::string("DONE: ") + strerror(errno);
     std::vector<std::string> lines;
@@ -134,7 +136,8 @@ inline std::string checkpoint_problem(const std::string& dir) {
     fclose(f);
     if (lines.size() == 1 && lines[0] == "ok\n") {
         for (const char* name : CHECKPOINT_FILES)
-            if (!file_exists((dir + "/" + name).c_str())) return std::string(name) + " is missing";
+            if ((!only || strcmp(name, only) == 0) && !file_exists((dir + "/" + name).c_str()))
+                return std::string(name) + " is missing";
         return "";
     }
     if (lines.size() < 4 || lines[0] != std::string(CHECKPOINT_MANIFEST) + "\n") return "DONE is not a checkpoint manifest";
@@ -157,6 +160,7 @@ inline std::string checkpoint_problem(const std::string& dir) {
         states += is_state;
         if (!parsed || (i == 2 ? strcmp(name, CHECKPOINT_FILES[0]) != 0 : !is_state && (states == 0 || !is_fp8_state_file(name))))
             return std::string("DONE has no entry for ") + (i == 2 ? CHECKPOINT_FILES[0] : CHECKPOINT_FILES[1]);
+        if (only && strcmp(name, only) != 0) continue;
         const std::string path = dir + "/" + name;
         int64_t size;
         uint64_t sum;
@@ -217,29 +221,71 @@ inline void checkpoint_finish(const std::string& tmp_dir) {
     printf("checkpoint: wrote %s\n", dir.c_str());
 }
 
-// The checkpoint to resume from: `path` itself if it is one (holds DONE), else the newest step_*
-// in it that verifies; damaged newer ones are named in a note, skipped, and listed in *damaged.
-inline std::string checkpoint_find(const std::string& path, std::vector<std::string>* damaged = nullptr) {
+// The checkpoint to load: `path` itself if it is one (holds DONE), else the newest step_* in it that
+// verifies; damaged newer ones are named in a note, skipped, and listed in *damaged. `flag` is the
+// flag that gave `path` ("--resume", "--model"), named in the messages.
+inline std::string checkpoint_find(const std::string& path, const char* flag,
+                                   std::vector<std::string>* damaged = nullptr) {
     if (file_exists((path + "/DONE").c_str())) {
         const std::string why = checkpoint_problem(path);
-        if (!why.empty()) fail("--resume %s: damaged checkpoint: %s", path.c_str(), why.c_str());
+        if (!why.empty()) fail("%s %s: damaged checkpoint: %s", flag, path.c_str(), why.c_str());
         return path;
     }
     struct stat st;
-    if (stat(path.c_str(), &st) != 0) fail("--resume %s: cannot open the directory (%s)", path.c_str(), strerror(errno));
-    if (!S_ISDIR(st.st_mode)) fail("--resume %s: not a directory (a checkpoint is one: DIR/step_NNNNNNNN)", path.c_str());
+    if (stat(path.c_str(), &st) != 0) fail("%s %s: cannot open the directory (%s)", flag, path.c_str(), strerror(errno));
+    if (!S_ISDIR(st.st_mode)) fail("%s %s: not a directory (a checkpoint is one: DIR/step_NNNNNNNN)", flag, path.c_str());
     std::vector<CheckpointEntry> all = list_checkpoints(path);
     for (size_t i = all.size(); i-- > 0;) {
         const std::string why = checkpoint_problem(all[i].dir);
         if (why.empty()) {
-            if (i + 1 < all.size()) printf("checkpoint: resuming from %s instead\n", all[i].dir.c_str());
+            if (i + 1 < all.size())
+                printf("checkpoint: %s %s instead\n", strcmp(flag, "--resume") == 0 ? "resuming from" : "loading",
+                       all[i].dir.c_str());
             return all[i].dir;
         }
         printf("checkpoint: %s is damaged (%s); trying the next older one\n", all[i].dir.c_str(), why.c_str());
         if (damaged) damaged->push_back(all[i].dir);
     }
-    if (all.empty()) fail("--resume %s: no complete checkpoint (a step_NNNNNNNN directory with DONE) in it", path.c_str());
-    fail("--resume %s: all %zu checkpoints in it are damaged (see above)", path.c_str(), all.size());
+    if (all.empty()) fail("%s %s: no complete checkpoint (a step_NNNNNNNN directory with DONE) in it", flag, path.c_str());
+    fail("%s %s: all %zu checkpoints in it are damaged (see above)", flag, path.c_str(), all.size());
+}
+
+// A model file given by `flag` (--init, --model): a model.bin inside a checkpoint directory (one
+// holding DONE) is checked against DONE first, so a damaged one is refused as --resume would refuse
+// its checkpoint; only model.bin is read (its weights are all that is loaded). Other files load as they are.
+inline void check_checkpoint_model(const std::string& path, const char* flag) {
+    const size_t slash = path.find_last_of('/');
+    const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+    if (path.substr(slash == std::string::npos ? 0 : slash + 1) != CHECKPOINT_FILES[0] ||
+        !file_exists((dir + "/DONE").c_str()))
+        return;
+    const std::string why = checkpoint_problem(dir, CHECKPOINT_FILES[0]);
+    if (!why.empty()) fail("%s %s: damaged checkpoint %s: %s", flag, path.c_str(), dir.c_str(), why.c_str());
+}
+
+// --init of the trainers (weights only, a fresh optimizer; --resume continues a run): a checkpoint
+// directory step_NNNNNNNN means its model.bin, checked against its DONE, as is a model.bin named
+// directly. A directory of checkpoints is refused: which of them, and whether to continue the run
+// (--resume) or only take its weights, is the user's choice.
+inline void resolve_init_path(TrainConfig& cfg) {
+    struct stat st;
+    if (cfg.init.empty() || stat(cfg.init.c_str(), &st) != 0) return;  // a descriptor, or a missing file
+    if (S_ISDIR(st.st_mode)) {
+        while (cfg.init.size() > 1 && cfg.init.back() == '/') cfg.init.pop_back();
+        if (!file_exists((cfg.init + "/DONE").c_str())) {
+            if (!list_checkpoints(cfg.init).empty())
+                fail("--init %s: a directory of checkpoints: give one of them (%s/step_NNNNNNNN: its weights, a fresh "
+                     "optimizer), or --resume %s to continue the run", cfg.init.c_str(), cfg.init.c_str(),
+                     cfg.init.c_str());
+            fail("--init %s: a directory, but not a checkpoint (no DONE in it): give a model .bin or a checkpoint "
+                 "directory step_NNNNNNNN", cfg.init.c_str());
+        }
+        const std::string why = checkpoint_problem(cfg.init, CHECKPOINT_FILES[0]);
+        if (!why.empty()) fail("--init %s: damaged checkpoint: %s", cfg.init.c_str(), why.c_str());
+        cfg.init += std::string("/") + CHECKPOINT_FILES[0];
+        return;
+    }
+    check_checkpoint_model(cfg.init, "--init");
 }
 
 // Removes what interrupted saves left in out_dir: step_*.tmp directories, and from earlier builds
@@ -363,6 +409,7 @@ struct RunFiles {
 
 // Everything about the run's files, called once after the flags are parsed and before any work:
 //  - stdout becomes line-buffered, so a redirected run that is killed keeps its finished lines;
+//  - --init: a checkpoint directory becomes its model.bin, and a checkpoint's model.bin is verified;
 //  - --resume: finds the checkpoint (falling back past damaged ones), checks that --init only
 //    repeats its shape, and sets cfg.init to its model.bin and cfg.out_dir (if not given) to its
 //    directory;
@@ -378,8 +425,9 @@ inline RunFiles open_run_files(TrainConfig& cfg) {
     RunFiles files;
     int64_t resume_step = -1;
     std::vector<std::string> damaged;
+    resolve_init_path(cfg);  // a checkpoint directory to --init: its model.bin, verified
     if (!cfg.resume_dir.empty()) {
-        files.resume_from = checkpoint_find(cfg.resume_dir, &damaged);
+        files.resume_from = checkpoint_find(cfg.resume_dir, "--resume", &damaged);
         const std::string model_path = files.resume_from + "/model.bin";
         if (!cfg.init.empty()) {  // --init may only repeat the checkpoint's model shape
             const GPT2Config have = model_read_info(model_path.c_str()).config;

@@ -15,7 +15,8 @@
 // of them are checked at construction, token ids (< vocab_size) when a shard is first mapped,
 // so a bad id is reported before any of its windows reaches the model. A shard holds uint16 or
 // uint32 ids (its header says which; shards of both widths may be mixed); they become int as a
-// batch is copied out.
+// batch is copied out. Every shard of a pattern must record the same vocab_size (one tokenizer);
+// check_data_vocab is the trainers' check of that vocab_size against the model's.
 #pragma once
 #include <fcntl.h>
 #include <glob.h>
@@ -107,6 +108,10 @@ class DataLoader {
             if (info.num_tokens < BT + 1)
                 fail("%s: %lld tokens, fewer than one window of B*T+1 = %lld (B = %d, T = %d)", s.path.c_str(),
                      (long long)info.num_tokens, (long long)(BT + 1), B, T);
+            if (!shards_.empty() && info.vocab_size != shards_[0].vocab_size)
+                fail("%s: vocab_size %lld in its header, but %s (matched by the same pattern %s) has %lld: the shards "
+                     "come from different tokenizers", s.path.c_str(), (long long)info.vocab_size,
+                     shards_[0].path.c_str(), glob_pattern, (long long)shards_[0].vocab_size);
             s.num_windows = (info.num_tokens - 1) / BT;
             s.vocab_size = info.vocab_size;
             s.token_bytes = info.token_bytes;
@@ -143,6 +148,8 @@ class DataLoader {
     int64_t num_windows() const { return per_rank_; }  // per rank, per epoch
     int64_t epoch() const { return epoch_; }
     int num_shards() const { return (int)shards_.size(); }
+    int64_t header_vocab() const { return shards_[0].vocab_size; }  // of every shard (the tokenizer's)
+    const std::string& first_path() const { return shards_[0].path; }
 
     // The state is the same on every rank (they move in lockstep), so one saved copy resumes all.
     // Slots: 0 version, 1 epoch, 2 batches taken this epoch, then the settings the position is
@@ -283,6 +290,7 @@ class EvalLoader {
         check_range(path, "payload_length", h[6], 1, INT64_MAX / 4);
         check_file_length(path, size, h[6] * 2);
         K_ = (int)h[4];
+        header_vocab_ = h[3];
         if (B < K_ || B % K_ != 0) fail("EvalLoader: B = %d must be a positive multiple of %d choices (%s)", B, K_, path);
         if (T < h[5] - 1)
             fail("%s: the longest context + completion has %lld tokens, so T = %d must be at least %lld", path,
@@ -361,10 +369,34 @@ class EvalLoader {
     int num_batches() const { return num_batches_; }        // per rank, the same on every rank
     int num_choices() const { return K_; }
     int64_t num_examples() const { return (int64_t)offsets_.size(); }  // on all ranks together
+    int64_t header_vocab() const { return header_vocab_; }  // the vocab_size of the tokenizer that wrote it
 
   private:
     int B_, T_, rank_, world_, K_ = 0, num_batches_ = 0, batch_ = 0;
+    int64_t header_vocab_ = 0;
     std::vector<uint16_t> data_;     // the payload
     std::vector<int64_t> offsets_;   // start of each example's record in data_
     std::vector<int> inputs_, targets_, mask_, labels_;
 };
+
+// The trainers' check of a data file (a token shard, first of its pattern, or an eval file) against
+// the model: its header records the vocab_size of the tokenizer that wrote it, and that must be
+// `expected`, the model's vocab_size, or --data-vocab's (a model whose embedding rows pad its
+// tokenizer's vocabulary, as Qwen2's 151936 rows for 151665 ids); a file of another tokenizer is
+// refused even when its ids happen to fit, since they would stand for other tokens.
+inline void check_data_vocab(const std::string& path, int64_t header_vocab, int64_t expected, int model_vocab,
+                             bool from_flag) {
+    if (header_vocab == expected) return;
+    if (from_flag)
+        fail("%s: written by a tokenizer of vocab_size %lld (its header), but --data-vocab is %lld", path.c_str(),
+             (long long)header_vocab, (long long)expected);
+    if (header_vocab < model_vocab)
+        fail("%s: written by a tokenizer of vocab_size %lld (its header), the model's vocab_size is %d: tokenize the "
+             "data with the model's tokenizer (for a model whose vocabulary pads its tokenizer's, give --data-vocab "
+             "%lld)", path.c_str(), (long long)header_vocab, model_vocab, (long long)header_vocab);
+    fail("%s: written by a tokenizer of vocab_size %lld (its header), larger than the model's vocab_size %d: tokenize "
+         "the data with the model's tokenizer", path.c_str(), (long long)header_vocab, model_vocab);
+}
+inline void check_data_vocab(const DataLoader& dl, int64_t expected, int model_vocab, bool from_flag) {
+    check_data_vocab(dl.first_path(), dl.header_vocab(), expected, model_vocab, from_flag);
+}

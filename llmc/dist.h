@@ -529,14 +529,15 @@ inline void dist_check_same(Comm& comm, int64_t value, const char* what) {
 }
 
 // open_run_files (llmc/checkpoint.h) for a data-parallel run: rank 0 alone checks and prepares
-// --resume, --out-dir and --log (and alone logs); the others take the checkpoint it found and its
-// --out-dir, and touch nothing.
+// --resume, --init, --out-dir and --log (and alone logs); the others take the checkpoint it found, its
+// --out-dir and --init's model file, and touch nothing.
 inline RunFiles dist_open_run_files(TrainConfig& cfg, Comm& comm) {
     RunFiles files;
     if (comm.primary()) files = open_run_files(cfg);
     std::string found = files.resume_from;
     comm.broadcast(found, 0);
     comm.broadcast(cfg.out_dir, 0);
+    comm.broadcast(cfg.init, 0);  // a checkpoint directory given to --init, resolved to its model.bin
     if (!comm.primary()) files = follow_run_files(cfg, found);
     return files;
 }

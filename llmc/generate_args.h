@@ -96,8 +96,9 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
     p.add_int("--top-k", &g.top_k, {0, 1e6}, "sample from the k most likely tokens only (0 = all)");
     p.add({"--top-p", "X", "sample from the most likely tokens that hold mass p (nucleus), p in (0, 1] (default 1 = all)",
            [&g](const char* s) -> std::string {
-               float v;
-               if (!parse_float(s, &v)) return std::string("'") + s + "' is not a number";
+               float v = 0.0f;
+               const std::string why = parse_float_flag(s, &v);
+               if (!why.empty()) return why;
                if (!(v > 0.0f && v <= 1.0f)) return std::string("must be in (0, 1], got ") + s;
                g.top_p = v;
                return "";
@@ -184,30 +185,49 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
         fail("--bench: makes its own random prompts; give no prompt and no --interactive");
 }
 
-// A model file, or the model.bin of the newest complete checkpoint in a directory.
+// A model file, or the model.bin of the newest complete checkpoint in a directory. A checkpoint's
+// model.bin named directly is checked against its DONE (check_checkpoint_model).
 inline std::string resolve_model_path(const std::string& path) {
     struct stat st;
     if (stat(path.c_str(), &st) != 0) fail("--model %s: cannot open (%s)", path.c_str(), strerror(errno));
-    if (!S_ISDIR(st.st_mode)) return path;
+    if (!S_ISDIR(st.st_mode)) {
+        check_checkpoint_model(path, "--model");
+        return path;
+    }
     if (!file_exists((path + "/DONE").c_str()) && list_checkpoints(path).empty())
         fail("--model %s: a directory without a complete checkpoint (step_NNNNNNNN/ with DONE) in it", path.c_str());
-    return checkpoint_find(path) + "/model.bin";
+    return checkpoint_find(path, "--model") + "/model.bin";
 }
 
-// The ids of "1,2,3" or "1 2 3" into *out; returns why not ("" on success).
+// The ids of "1,2,3", "1, 2, 3" or "1 2 3" into *out; returns why not ("" on success). A comma needs an
+// id on each side: "1,,2" or a leading or trailing comma is an empty id, not skipped.
 inline std::string parse_ids(const std::string& s, std::vector<int>* out) {
     out->clear();
     size_t i = 0;
+    bool after_comma = false;  // a comma was the last separator: an id must come next
+    int commas = 0;
     while (i < s.size()) {
-        if (s[i] == ',' || isspace((unsigned char)s[i])) { i++; continue; }
+        if (isspace((unsigned char)s[i])) { i++; continue; }
+        if (s[i] == ',') {
+            commas++;
+            if (out->empty() || after_comma)
+                return out->empty() ? "an empty token id before the first comma"
+                                    : "an empty token id between commas " + std::to_string(commas - 1) + " and " +
+                                          std::to_string(commas);
+            after_comma = true;
+            i++;
+            continue;
+        }
         size_t j = i;
         while (j < s.size() && s[j] != ',' && !isspace((unsigned char)s[j])) j++;
         const std::string word = s.substr(i, j - i);
         int64_t v;
         if (!parse_int64(word.c_str(), &v) || v < 0 || v >= (1 << 24)) return "'" + word + "' is not a token id";
         out->push_back((int)v);
+        after_comma = false;
         i = j;
     }
+    if (after_comma) return "an empty token id after the last comma";
     return "";
 }
 

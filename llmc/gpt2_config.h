@@ -250,9 +250,10 @@ inline void gpt2_validate_config(const GPT2Config& c, const char* what) {
         fail("%s: LayerNorm eps %g: only 1e-5 is supported (the kernels' constant)", what, c.norm_eps);
     if (c.norm == NORM_RMSNORM && !(c.norm_eps > 0.0 && c.norm_eps < 1.0))
         fail("%s: RMSNorm eps %g must be in (0, 1)", what, c.norm_eps);
-    if (c.position == POS_ROPE && (!(c.rope_theta > 1.0 && c.rope_theta < 1e12) || gpt2_head_dim(c) % 2 != 0))
-        fail("%s: RoPE needs theta in (1, 1e12) (got %g) and an even head dim (got %d)", what, c.rope_theta,
-             gpt2_head_dim(c));
+    if (c.position == POS_ROPE && !(c.rope_theta > 1.0 && c.rope_theta < 1e12))
+        fail("%s: RoPE needs theta in (1, 1e12), got %g", what, c.rope_theta);
+    if (c.position == POS_ROPE && gpt2_head_dim(c) % 2 != 0)
+        fail("%s: RoPE needs an even head dim (channels / heads), got %d", what, gpt2_head_dim(c));
     if (c.position == POS_LEARNED && c.rope_theta != 0.0)
         fail("%s: rope_theta %g given for learned positions (0 there)", what, c.rope_theta);
     const RopeScaling& r = c.rope_scaling;

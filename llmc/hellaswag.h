@@ -67,11 +67,14 @@ inline void hellaswag_score_batch(HellaSwagScore& score, const float* losses, co
 class HellaSwagEval {
   public:
     // path: the eval file; B, T: the largest batch the model was built for (the trainer's --batch
-    // and --seq); vocab_size: the model's (every token id must be below it).
-    HellaSwagEval(const char* path, int B, int T, int vocab_size) : path_(path) {
+    // and --seq); vocab_size: the model's (every token id must be below it); data_vocab: the vocab_size
+    // the file's header must record (check_data_vocab; 0 = the model's, else --data-vocab's).
+    HellaSwagEval(const char* path, int B, int T, int vocab_size, int data_vocab = 0) : path_(path) {
         FileHeader hd;
         int64_t size;
         open_checked(path, MAGIC_EVAL, &hd, &size);  // magic and version (closed again); EvalLoader checks the rest
+        check_range(path, "vocab_size", hd.h[3], 1, 65536);
+        check_data_vocab(path, hd.h[3], data_vocab ? data_vocab : vocab_size, vocab_size, data_vocab != 0);
         check_range(path, "num_choices", hd.h[4], 2, 64);
         check_range(path, "max_row_tokens", hd.h[5], 2, 65535);
         const int K = (int)hd.h[4], longest = (int)hd.h[5] - 1;  // inputs of the longest row

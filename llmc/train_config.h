@@ -5,9 +5,12 @@
 // Flags are `--name value`. A bad value, a missing value or an unknown flag fails with one line
 // `error: --flag: <why>`; `--help` prints the usage and exits 0.
 #pragma once
+#include <cerrno>
+#include <cfloat>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -31,6 +34,7 @@ struct TrainConfig {
     int T = 64;                     // --seq: sequence length
     int64_t total_batch = 0;        // --total-batch: tokens per optimizer step (0 = B*T)
     int steps = -1;                 // --steps: optimizer steps (-1 = one epoch of --train)
+    int data_vocab = 0;             // --data-vocab: the vocab_size the data files' headers record (0 = the model's)
     LrSchedule schedule;            // --lr, --warmup, --schedule, --final-lr-frac, --cooldown-frac
     float weight_decay = 0.1f;      // --wd
     float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
@@ -65,6 +69,25 @@ struct TrainConfig {
     bool total_batch_default = false;  // derived: --total-batch was not given (one micro-batch per rank)
 };
 
+// A float flag's value into *out; "" on success, else why not: not a number, not finite, or out of a
+// float's range (a nonzero value that would round to 0 is refused, not silently taken as 0).
+inline std::string parse_float_flag(const char* s, float* out) {
+    const std::string quoted = std::string("'") + s + "'";
+    char* end = nullptr;
+    errno = 0;
+    const double d = *s ? strtod(s, &end) : 0.0;
+    if (!*s || *end != '\0' || std::isnan(d)) return quoted + " is not a number";
+    if (std::isinf(d) && errno != ERANGE) return quoted + " is not a finite number";
+    if (std::fabs(d) > FLT_MAX) return quoted + " is out of range: its magnitude is above a float's largest, 3.4e38";
+    const float f = (float)d;
+    // (strtod gives 0 and ERANGE for a nonzero value too small for a double, as 1e-400)
+    if (f == 0.0f && (d != 0.0 || errno == ERANGE))
+        return quoted + " is out of range: nonzero, but below the smallest float (1.4e-45), so it would be 0 "
+               "(give 0 if that is meant)";
+    *out = f;
+    return "";
+}
+
 // A closed or half-open interval for numeric flags, printed in messages as [lo, hi) etc.
 struct FlagRange {
     double lo, hi;
@@ -93,7 +116,7 @@ class FlagParser {
         add({name, "N", help + (" (default " + std::to_string(*dst) + ")"), [dst, r](const char* s) -> std::string {
                  int64_t v;
                  if (!parse_int64(s, &v)) return std::string("'") + s + "' is not an integer";
-                 if (!in_range((double)v, r)) return "must be in " + range_text(r) + ", got " + s;
+                 if (!in_range((double)v, r)) return "must be in " + range_text(r, true) + ", got " + s;
                  *dst = (int)v;
                  return "";
              }});
@@ -102,7 +125,7 @@ class FlagParser {
         add({name, "N", help + (" (default " + std::to_string(*dst) + ")"), [dst, r](const char* s) -> std::string {
                  int64_t v;
                  if (!parse_int64(s, &v)) return std::string("'") + s + "' is not an integer";
-                 if (!in_range((double)v, r)) return "must be in " + range_text(r) + ", got " + s;
+                 if (!in_range((double)v, r)) return "must be in " + range_text(r, true) + ", got " + s;
                  *dst = v;
                  return "";
              }});
@@ -117,8 +140,9 @@ class FlagParser {
     }
     void add_float(const char* name, float* dst, FlagRange r, const char* help) {
         add({name, "X", help + (" (default " + number_text(*dst) + ")"), [dst, r](const char* s) -> std::string {
-                 float v;
-                 if (!parse_float(s, &v) || std::isinf(v)) return std::string("'") + s + "' is not a number";
+                 float v = 0.0f;
+                 const std::string why = parse_float_flag(s, &v);
+                 if (!why.empty()) return why;
                  if (!in_range(v, r)) return "must be in " + range_text(r) + ", got " + s;
                  *dst = v;
                  return "";
@@ -173,12 +197,85 @@ class FlagParser {
         snprintf(buf, sizeof buf, "%g", v);
         return buf;
     }
-    static std::string range_text(const FlagRange& r) {
-        return "[" + number_text(r.lo) + ", " + number_text(r.hi) + (r.hi_open ? ")" : "]");
+    // an integer flag's bounds as integers ("[1, 1048576]", not "[1, 1.04858e+06]")
+    static std::string range_text(const FlagRange& r, bool integer = false) {
+        auto bound = [integer](double v) { return integer ? std::to_string((long long)v) : number_text(v); };
+        return "[" + bound(r.lo) + ", " + bound(r.hi) + (r.hi_open ? ")" : "]");
     }
     std::string program_, summary_;
     std::vector<Flag> flags_;
 };
+
+// The --fp8 flags: the GPU trainer adds them after add_train_flags; the CPU trainer (fp32) has no FP8
+// path, so they are not in its --help, and parse_train_args refuses them by name.
+inline void add_fp8_flags(FlagParser& p, TrainConfig& cfg) {
+    p.add_int("--fp8", &cfg.fp8, {0, 1}, "1 = the linear layers inside the blocks (qkv, attproj, fc, fcproj) run their "
+              "forward, input- and weight-gradient matmuls in FP8 (E4M3 weights and activations, --fp8-grad "
+              "gradients, per-tensor scales; fp32 accumulation, bf16 outputs); the embeddings, norms, attention, the "
+              "output head and the optimizer stay bf16/fp32. GPU trainer, bf16 build only (docs/numerics.md)");
+    p.add({"--fp8-scaling", "HOW", "--fp8's scales: per tensor, delayed (activations and gradients from the amaxes "
+           "of the last --fp8-history steps, recorded by the casts themselves, which can then run inside the kernels "
+           "that produce their tensors: --fp8-fused; weights current) or current (from each tensor's own amax: an "
+           "extra read of every tensor, the casts separate passes); or rowwise (one scale per row along each matmul's non-reduced "
+           "dimension: per token of X and dY, per output and input channel of W, per channel of dY and X for the "
+           "weight gradient; cuBLASLt's outer-vector scales, Hopper only) (default delayed)",
+           [&cfg](const char* s) -> std::string {
+               if (strcmp(s, "current") != 0 && strcmp(s, "delayed") != 0 && strcmp(s, "rowwise") != 0)
+                   return std::string("unknown scaling '") + s + "' (current, delayed, rowwise)";
+               cfg.fp8_scaling = s;
+               return "";
+           }});
+    p.add({"--fp8-wgrad", "PREC", "--fp8: the weight gradient's matmul dW += dY^T X in fp8 (from FP8 copies of dY^T "
+           "and X^T, X^T kept from the forward) or bf16 (the bf16 path's matmul on dY and X; no X^T kept) "
+           "(default bf16 with --fp8-scaling rowwise, else fp8)",
+           [&cfg](const char* s) -> std::string {
+               if (strcmp(s, "fp8") != 0 && strcmp(s, "bf16") != 0)
+                   return std::string("unknown precision '") + s + "' (fp8, bf16)";
+               cfg.fp8_wgrad = s;
+               return "";
+           }});
+    p.add({"--fp8-grad", "FMT", "--fp8's format of the gradients dY: e5m2 (range) or e4m3 (precision) (default e5m2)",
+           [&cfg](const char* s) -> std::string {
+               if (strcmp(s, "e5m2") != 0 && strcmp(s, "e4m3") != 0)
+                   return std::string("unknown format '") + s + "' (e5m2, e4m3)";
+               cfg.fp8_grad = s;
+               return "";
+           }});
+    p.add_int("--fp8-history", &cfg.fp8_history, {1, 1024}, "--fp8-scaling delayed: steps of amax history a scale "
+              "is taken from");
+    p.add_int("--fp8-bf16-layers", &cfg.fp8_bf16_layers, {0, 1024}, "--fp8: the first N and the last N blocks keep "
+              "their linear layers in bf16 (0: every block in FP8)");
+    p.add({"--fp8-linears", "LIST", "--fp8: which of a block's linear layers run in FP8, comma-separated from qkv, "
+           "attproj, fc, fcproj (Llama: fc is SwiGLU's); the others stay bf16 (default all four)",
+           [&cfg](const char* s) -> std::string {
+               static const char* names[4] = {"qkv", "attproj", "fc", "fcproj"};
+               int mask = 0;
+               std::string list = s, item;
+               for (size_t i = 0; i <= list.size(); i++) {
+                   if (i < list.size() && list[i] != ',') { item += list[i]; continue; }
+                   int k = 0;
+                   while (k < 4 && item != names[k]) k++;
+                   if (k == 4) return "unknown linear layer '" + item + "' (qkv, attproj, fc, fcproj)";
+                   mask |= 1 << k;
+                   item.clear();
+               }
+               cfg.fp8_linears = mask;
+               return "";
+           }});
+    p.add_int("--fp8-fast-accum", &cfg.fp8_fast_accum, {0, 1}, "--fp8: 1 = the forward matmuls accumulate in the "
+              "tensor cores' fast (narrower) mode, 0 = promoted to fp32 every few k-steps; the gradient matmuls "
+              "never use it");
+    p.add_int("--fp8-fused", &cfg.fp8_fused, {0, 1}, "--fp8-scaling delayed: 1 = the casts run inside the kernels "
+              "that produce their tensors (the LayerNorms write qkv's and fc's FP8 inputs, GELU and its backward run "
+              "inside the casts of fcproj's input and fc's dY, every dY cast sums its bias gradient; with --fp8-wgrad "
+              "fp8), 0 = separate passes; current and rowwise scaling always run them "
+              "separately (a current scale needs the tensor first)");
+    p.add_int("--fp8-head", &cfg.fp8_head, {0, 1}, "--fp8: 1 = the output head (logits = lnf W^T, W = wte when "
+              "tied) runs its forward, input- and weight-gradient matmuls in FP8 too: e4m3 X and W (current scales), "
+              "the classifier writes the dlogits in --fp8-grad's format at a fixed power-of-two scale from the loss "
+              "gradient, in place of the logits; 0 = the head stays bf16 (docs/numerics.md, \"The output "
+              "head in FP8\")");
+}
 
 // Registers the flags both trainers share, bound to the fields of `cfg` (which must outlive p).
 inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
@@ -249,6 +346,9 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
     p.add_float("--grad-clip", &cfg.grad_clip, {-1e30, 1e30}, "clip the global gradient norm to this; <= 0 disables");
     p.add_int("--val-every", &cfg.val_every, {0, BIG}, "validate every N steps and at the end (0 = never)");
     p.add_int("--val-steps", &cfg.val_steps, {1, BIG}, "batches per validation");
+    p.add_int("--data-vocab", &cfg.data_vocab, {0, 1 << 24}, "the vocab_size the headers of --train, --val and "
+              "--hellaswag files must record (the tokenizer that wrote them): 0 = the model's; smaller for a model "
+              "whose vocabulary pads its tokenizer's (Qwen2: 151665 ids, 151936 rows)");
     p.add_string("--hellaswag", "FILE", &cfg.hellaswag_path, "multiple-choice eval file (GPTE, scripts/data/hellaswag.py) "
                  "whose accuracy (acc_norm) is printed and logged (default: none)");
     p.add_int("--hellaswag-every", &cfg.hellaswag_every, {0, BIG}, "score --hellaswag every N steps and at the end "
@@ -258,72 +358,6 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
     p.add_int("--ckpt-every", &cfg.ckpt_every, {0, BIG}, "checkpoint every N steps (0 = only at the end); needs --out-dir");
     p.add_uint64("--seed", &cfg.seed, "seed for init, data order and sampling");
     p.add_float("--temperature", &cfg.temperature, {1e-6, 100}, "sampling temperature");
-    p.add_int("--fp8", &cfg.fp8, {0, 1}, "1 = the linear layers inside the blocks (qkv, attproj, fc, fcproj) run their "
-              "forward, input- and weight-gradient matmuls in FP8 (E4M3 weights and activations, --fp8-grad "
-              "gradients, per-tensor scales; fp32 accumulation, bf16 outputs); the embeddings, norms, attention, the "
-              "output head and the optimizer stay bf16/fp32. GPU trainer, bf16 build only (docs/numerics.md)");
-    p.add({"--fp8-scaling", "HOW", "--fp8's scales: per tensor, delayed (activations and gradients from the amaxes "
-           "of the last --fp8-history steps, recorded by the casts themselves, which can then run inside the kernels "
-           "that produce their tensors: --fp8-fused; weights current) or current (from each tensor's own amax: an "
-           "extra read of every tensor, the casts separate passes); or rowwise (one scale per row along each matmul's non-reduced "
-           "dimension: per token of X and dY, per output and input channel of W, per channel of dY and X for the "
-           "weight gradient; cuBLASLt's outer-vector scales, Hopper only) (default delayed)",
-           [&cfg](const char* s) -> std::string {
-               if (strcmp(s, "current") != 0 && strcmp(s, "delayed") != 0 && strcmp(s, "rowwise") != 0)
-                   return std::string("unknown scaling '") + s + "' (current, delayed, rowwise)";
-               cfg.fp8_scaling = s;
-               return "";
-           }});
-    p.add({"--fp8-wgrad", "PREC", "--fp8: the weight gradient's matmul dW += dY^T X in fp8 (from FP8 copies of dY^T "
-           "and X^T, X^T kept from the forward) or bf16 (the bf16 path's matmul on dY and X; no X^T kept) "
-           "(default bf16 with --fp8-scaling rowwise, else fp8)",
-           [&cfg](const char* s) -> std::string {
-               if (strcmp(s, "fp8") != 0 && strcmp(s, "bf16") != 0)
-                   return std::string("unknown precision '") + s + "' (fp8, bf16)";
-               cfg.fp8_wgrad = s;
-               return "";
-           }});
-    p.add({"--fp8-grad", "FMT", "--fp8's format of the gradients dY: e5m2 (range) or e4m3 (precision) (default e5m2)",
-           [&cfg](const char* s) -> std::string {
-               if (strcmp(s, "e5m2") != 0 && strcmp(s, "e4m3") != 0)
-                   return std::string("unknown format '") + s + "' (e5m2, e4m3)";
-               cfg.fp8_grad = s;
-               return "";
-           }});
-    p.add_int("--fp8-history", &cfg.fp8_history, {1, 1024}, "--fp8-scaling delayed: steps of amax history a scale "
-              "is taken from");
-    p.add_int("--fp8-bf16-layers", &cfg.fp8_bf16_layers, {0, 1024}, "--fp8: the first N and the last N blocks keep "
-              "their linear layers in bf16 (0: every block in FP8)");
-    p.add({"--fp8-linears", "LIST", "--fp8: which of a block's linear layers run in FP8, comma-separated from qkv, "
-           "attproj, fc, fcproj (Llama: fc is SwiGLU's); the others stay bf16 (default all four)",
-           [&cfg](const char* s) -> std::string {
-               static const char* names[4] = {"qkv", "attproj", "fc", "fcproj"};
-               int mask = 0;
-               std::string list = s, item;
-               for (size_t i = 0; i <= list.size(); i++) {
-                   if (i < list.size() && list[i] != ',') { item += list[i]; continue; }
-                   int k = 0;
-                   while (k < 4 && item != names[k]) k++;
-                   if (k == 4) return "unknown linear layer '" + item + "' (qkv, attproj, fc, fcproj)";
-                   mask |= 1 << k;
-                   item.clear();
-               }
-               cfg.fp8_linears = mask;
-               return "";
-           }});
-    p.add_int("--fp8-fast-accum", &cfg.fp8_fast_accum, {0, 1}, "--fp8: 1 = the forward matmuls accumulate in the "
-              "tensor cores' fast (narrower) mode, 0 = promoted to fp32 every few k-steps; the gradient matmuls "
-              "never use it");
-    p.add_int("--fp8-fused", &cfg.fp8_fused, {0, 1}, "--fp8-scaling delayed: 1 = the casts run inside the kernels "
-              "that produce their tensors (the LayerNorms write qkv's and fc's FP8 inputs, GELU and its backward run "
-              "inside the casts of fcproj's input and fc's dY, every dY cast sums its bias gradient; with --fp8-wgrad "
-              "fp8), 0 = separate passes; current and rowwise scaling always run them "
-              "separately (a current scale needs the tensor first)");
-    p.add_int("--fp8-head", &cfg.fp8_head, {0, 1}, "--fp8: 1 = the output head (logits = lnf W^T, W = wte when "
-              "tied) runs its forward, input- and weight-gradient matmuls in FP8 too: e4m3 X and W (current scales), "
-              "the classifier writes the dlogits in --fp8-grad's format at a fixed power-of-two scale from the loss "
-              "gradient, in place of the logits; 0 = the head stays bf16 (docs/numerics.md, \"The output "
-              "head in FP8\")");
     p.add_int("--zero", &cfg.zero, {0, 2}, "data parallel: 0 = gradients all-reduced, every rank keeps the whole optimizer "
               "state; 1 = AdamW state sharded by rank, parameters all-gathered; 2 = gradients reduce-scattered as well");
     p.add({"--dist-init", "HOW", "how the ranks of a data-parallel run meet: mpi, tcp://HOST:PORT (rank 0's host), "
@@ -404,6 +438,15 @@ inline void apply_shape_flags(GPT2Config& c, const TrainConfig& cfg, bool fresh,
              c.max_seq_len);
 }
 
+// The vocab_size every data file's header must record (llmc/dataloader.h, check_data_vocab): the
+// model's, or --data-vocab's, which may only be smaller (each of the data's ids is a row of the model).
+inline int expected_data_vocab(const TrainConfig& cfg, const GPT2Config& c) {
+    if (cfg.data_vocab > c.vocab_size)
+        fail("--data-vocab %d: above the model's vocab_size %d (every token id of the data must be a row of the model)",
+             cfg.data_vocab, c.vocab_size);
+    return cfg.data_vocab ? cfg.data_vocab : c.vocab_size;
+}
+
 // Both trainers' samples (--sample-every) run through a KV cache of the model's context (gpt2_infer_sample,
 // llmc/gpt2_infer.cuh and llmc/cpu/gpt2_infer.h), so a sample ends there: refused at start, before any step.
 inline void check_sample_length(const TrainConfig& cfg, const GPT2Config& c) {
@@ -416,7 +459,10 @@ inline void check_sample_length(const TrainConfig& cfg, const GPT2Config& c) {
 inline void parse_train_args(int argc, char** argv, TrainConfig& cfg, const char* program, const char* summary) {
     FlagParser p(program, summary);
     add_train_flags(p, cfg);
+    for (int i = 1; i < argc; i++)  // the GPU trainer's --fp8 flags (add_fp8_flags), named rather than "unknown"
+        if (strncmp(argv[i], "--fp8", 5) == 0)
+            fail("%s%s%s: the CPU trainer runs in fp32; the FP8 matmuls are the GPU trainer's (build/train_gpt2cu)",
+                 argv[i], i + 1 < argc ? " " : "", i + 1 < argc ? argv[i + 1] : "");
     p.parse(argc, argv);
     validate_train_config(cfg);
-    if (cfg.fp8) fail("--fp8 1: the CPU trainer runs in fp32; the FP8 matmuls are the GPU trainer's (build/train_gpt2cu)");
 }

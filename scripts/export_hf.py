@@ -3,7 +3,7 @@
 folder that transformers loads with AutoModelForCausalLM.from_pretrained(DIR): config.json,
 model.safetensors, generation_config.json. Needs numpy only (no torch, no transformers).
 
-    python3 scripts/export_hf.py out/d12/step_00002000/model.bin --out-dir hf/d12
+    python3 scripts/export_hf.py out/d12/step_00002000 --out-dir hf/d12     # or out/d12: its newest checkpoint
     python3 scripts/export_hf.py llama.bin --out-dir hf/llama --dtype bf16 --bos-id 128000 --eos-id 128001
 
 The class follows the model's knobs (scripts/hf_interop.py has the table): GPT-2 -> GPT2LMHeadModel;
@@ -26,7 +26,9 @@ import llmc_formats as fmt  # noqa: E402
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("model", help="our model file (model.bin), or a checkpoint directory step_NNNNNNNN holding one")
+    ap.add_argument("model", help="our model file (a checkpoint's model.bin is checked against its DONE first); "
+                    "or a checkpoint directory step_NNNNNNNN (its DONE manifest verified); or a training run's "
+                    "output folder of them (its newest checkpoint that verifies, as generate's --model)")
     ap.add_argument("--out-dir", required=True, help="the Hugging Face folder to write (created if missing)")
     ap.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
                     help="tensor type in model.safetensors (default: the model file's, fp32 or bf16)")
@@ -36,9 +38,20 @@ def main(argv=None):
                     "(default: as --bos-id)")
     args = ap.parse_args(argv)
     path = args.model
-    if os.path.isdir(path):
-        path = os.path.join(path, "model.bin")
     try:
+        if os.path.isdir(path):
+            ck = fmt.find_checkpoint(path)
+            if ck is None:  # a plain folder: its model.bin
+                path = os.path.join(path, "model.bin")
+                if not os.path.isfile(path):
+                    raise fmt.FormatError(f"{args.model}: no model.bin and no complete checkpoint "
+                                          "(step_NNNNNNNN/ with DONE) in it")
+            else:
+                if os.path.normpath(ck) != os.path.normpath(path):
+                    print(f"using {ck}, the newest complete checkpoint in {args.model}")
+                path = os.path.join(ck, "model.bin")
+        else:
+            fmt.check_checkpoint_model(path)  # a checkpoint's model.bin named directly: checked against its DONE
         h, _ = fmt.read_header(path, fmt.MAGIC_MODEL)
         cfg, flat = fmt.read_model(path)
         dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if int(h[2]) == fmt.DTYPE_BF16 else "float32")

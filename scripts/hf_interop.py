@@ -392,8 +392,18 @@ def read_safetensors(path):
         start, end = t["data_offsets"]
         dt = np.dtype(ST_DTYPES[t["dtype"]])
         count = int(np.prod(t["shape"], dtype=np.int64))
-        if end - start != count * dt.itemsize or end > data.size:
-            raise HFError(f"{path}: tensor {name}: data_offsets {start}..{end} do not fit shape {t['shape']}")
+        if not 0 <= start <= end:
+            raise HFError(f"{path}: tensor {name}: data_offsets {start}..{end} are not a range of the data")
+        if end - start != count * dt.itemsize:
+            raise HFError(f"{path}: tensor {name}: data_offsets {start}..{end} hold {end - start} bytes, but shape "
+                          f"{t['shape']} of {t['dtype']} needs {count * dt.itemsize}")
+        if end > data.size:
+            ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)
+                    and isinstance(v.get("data_offsets"), list) and len(v["data_offsets"]) == 2
+                    and isinstance(v["data_offsets"][1], int)]
+            need = 8 + n + max(ends + [end])
+            raise HFError(f"{path}: truncated: {size} bytes, its header describes {need} (tensor {name}, "
+                          f"data_offsets {start}..{end}, ends at byte {8 + n + end})")
         x = data[start:end].view(dt).reshape(t["shape"])
         out[name] = fmt.bf16_bits_to_fp32(x).reshape(t["shape"]) if t["dtype"] == "BF16" else x.astype(np.float32)
     return out

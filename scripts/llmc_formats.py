@@ -115,7 +115,8 @@ def num_params(cfg):
 
 
 def atomic_write(path, chunks):
-    """Writes the byte chunks to path.tmp, fsyncs and renames; a failure leaves path untouched."""
+    """Writes the byte chunks to path.tmp, fsyncs and renames; a failure leaves path untouched. An
+    OSError names `path` (a write to a full disk raises one without a file name)."""
     tmp = str(path) + ".tmp"
     try:
         with open(tmp, "wb") as f:
@@ -124,9 +125,11 @@ def atomic_write(path, chunks):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.remove(tmp)
+        if isinstance(e, OSError) and e.errno is not None:
+            raise OSError(e.errno, f"cannot write it ({e.strerror})", str(path)) from e
         raise
 
 
@@ -473,14 +476,16 @@ def write_checkpoint(out_dir, step, cfg, params, m, v, dtype=DTYPE_FP32, **state
     return final
 
 
-def checkpoint_problem(directory):
-    """Why the checkpoint directory cannot be resumed from, or None if it verifies (llmc/checkpoint.h)."""
+def checkpoint_problem(directory, only=None):
+    """Why the checkpoint directory cannot be resumed from, or None if it verifies (llmc/checkpoint.h).
+    With `only` (a file name), the manifest is checked whole but only that file is read and checksummed
+    (a model.bin loaded for its weights alone)."""
     done = os.path.join(directory, "DONE")
     if not os.path.isfile(done):
         return "no DONE (an interrupted save)"
     text = open(done, "rb").read().decode("ascii", "replace")
     if text == "ok\n":  # from before checksums: accepted unverified
-        missing = [n for n in CHECKPOINT_FILES if not os.path.isfile(os.path.join(directory, n))]
+        missing = [n for n in CHECKPOINT_FILES if only in (None, n) and not os.path.isfile(os.path.join(directory, n))]
         return f"{missing[0]} is missing" if missing else None
     lines = text.split("\n")
     name = os.path.basename(os.path.normpath(directory))
@@ -498,6 +503,8 @@ def checkpoint_problem(directory):
         if (fname != "model.bin") if i == 0 else not (is_state_file(fname) or (states and is_fp8_state_file(fname))):
             return f"DONE has no entry for {CHECKPOINT_FILES[min(i, 1)]}"
         _, size, checksum = parts
+        if only is not None and fname != only:
+            continue
         path = os.path.join(directory, fname)
         if not os.path.isfile(path):
             return f"{fname} is missing"
@@ -506,4 +513,59 @@ def checkpoint_problem(directory):
             return f"{fname} has {got_size} bytes, DONE says {size}"
         if got != int(checksum, 16):
             return f"{fname} does not match the checksum in DONE"
+    return None
+
+
+def _step_of(name):
+    """The step of a checkpoint directory's name step_NNNNNNNN, else None."""
+    digits = name[5:]
+    return int(digits) if name.startswith("step_") and digits.isdigit() and len(digits) <= 18 else None
+
+
+def list_checkpoints(out_dir):
+    """The complete checkpoints (step_NNNNNNNN directories holding DONE) of out_dir as (step, path),
+    oldest first (llmc/checkpoint.h list_checkpoints)."""
+    found = []
+    for name in os.listdir(out_dir):
+        step, path = _step_of(name), os.path.join(out_dir, name)
+        if step is not None and os.path.isfile(os.path.join(path, "DONE")):
+            found.append((step, path))
+    return sorted(found)
+
+
+def check_checkpoint_model(path):
+    """A model file named directly: the model.bin of a checkpoint directory (one holding DONE) is
+    checked against DONE (only model.bin is read: its weights are all that is loaded), as llmc/checkpoint.h
+    check_checkpoint_model does for generate's --model and the trainers' --init. Raises FormatError."""
+    path = str(path)
+    directory = os.path.dirname(path) or "."
+    if os.path.basename(path) == CHECKPOINT_FILES[0] and os.path.isfile(os.path.join(directory, "DONE")):
+        why = checkpoint_problem(directory, CHECKPOINT_FILES[0])
+        if why:
+            raise FormatError(f"{path}: damaged checkpoint {directory}: {why}")
+
+
+def find_checkpoint(path, note=print):
+    """The checkpoint directory that `path` names, verified (its DONE manifest: sizes and checksums):
+    `path` itself if it holds DONE, else the newest step_NNNNNNNN in it that verifies, each newer
+    damaged one named through note() (as llmc/checkpoint.h checkpoint_find, which generate's --model
+    uses). Returns None for a directory that is no checkpoint and holds none; raises FormatError for
+    a damaged checkpoint, or a folder whose checkpoints are all damaged."""
+    path = str(path)
+    if os.path.isfile(os.path.join(path, "DONE")):
+        why = checkpoint_problem(path)
+        if why:
+            raise FormatError(f"{path}: damaged checkpoint: {why}")
+        return path
+    named_step = _step_of(os.path.basename(os.path.normpath(path)))
+    if named_step is not None and os.path.isfile(os.path.join(path, "model.bin")):
+        raise FormatError(f"{path}: no DONE (an interrupted save: its files may be incomplete)")
+    found = list_checkpoints(path)
+    for _, ck in reversed(found):
+        why = checkpoint_problem(ck)
+        if why is None:
+            return ck
+        note(f"checkpoint: {ck} is damaged ({why}); trying the next older one")
+    if found:
+        raise FormatError(f"{path}: all {len(found)} checkpoints in it are damaged (see above)")
     return None

@@ -27,7 +27,10 @@ from common import DataError, HFTokenizer, add_tokenizer_args, run_main  # noqa:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_tokenizer_args(ap)
+    add_tokenizer_args(ap, "the Hugging Face tokenizer.json to encode or decode with (required; needs "
+                       "`pip install tokenizers`)",
+                       "the token put first in each encoded prompt, as the data scripts put it before every "
+                       "document")
     ap.add_argument("text", nargs="*", help="prompts to encode (one line of ids each)")
     ap.add_argument("--file", help="encode each line of this file (blank lines are skipped)")
     ap.add_argument("--no-doc-token", action="store_true", help="do not put the document token first")

@@ -33,6 +33,14 @@ llama = dict(cfg, architecture=fmt.ARCH_LLAMA, norm=fmt.NORM_RMSNORM, norm_eps=1
 fmt.write_model(f"{d}/llama.bin", llama, rng.normal(0, 0.02, fmt.num_params(llama)).astype(np.float32))
 fmt.write_shard(f"{d}/train.bin", rng.integers(0, 64, 2000), 64)
 fmt.write_shard(f"{d}/bigids.bin", rng.integers(0, 1000, 2000), 50257)  # ids the 64-token model can't take
+fmt.write_shard(f"{d}/gpt2vocab.bin", rng.integers(0, 64, 2000), 50257)  # for the dN models (GPT-2's vocab)
+# shards of other tokenizers than the 64-token model's: a smaller vocabulary (ids that fit the model
+# but mean other tokens), and one of vocab 100 in the same folder as one of 64 (two tokenizers)
+fmt.write_shard(f"{d}/vocab32.bin", rng.integers(0, 32, 2000), 32)
+import os
+os.makedirs(f"{d}/mixed")
+fmt.write_shard(f"{d}/mixed/a_000.bin", rng.integers(0, 64, 2000), 64)
+fmt.write_shard(f"{d}/mixed/a_001.bin", rng.integers(0, 64, 2000), 100)
 fmt.write_tokenizer(f"{d}/tok.bin", [bytes([65 + i % 26]) for i in range(64)], 63)
 good = open(f"{d}/good.bin", "rb").read()
 def patched(name, slot, value, src=good):
@@ -133,7 +141,7 @@ expect_error "a loss that turns NaN stops the run" "step 1: the loss is" $TRAIN 
 
 # grouped-query attention and a window: the flags shape a fresh model; a file keeps its own values.
 # The control samples more tokens than --seq and the window: the sample's KV cache is a ring of 3 slots.
-GQA=(--init d2 --kv-heads 1 --window 3)
+GQA=(--init d2 --kv-heads 1 --window 3 --train "$T/gpt2vocab.bin")
 expect_success "control: fresh GQA + window model trains and samples" $TRAIN "${BASE[@]}" "${GQA[@]}" \
     --sample-every 1 --gen-tokens 12 --out-dir "$T/ckpt_gqa"
 expect_success "control: resume it, repeating its flags" $TRAIN "${BASE[@]}" --steps 2 "${GQA[@]}" --resume "$T/ckpt_gqa"
@@ -154,7 +162,10 @@ expect_success "control: resume it" "${TRAIN1[@]}" "${BASE[@]}" --steps 2 --resu
 expect_success "control: a Llama model file trains" "${TRAIN1[@]}" "${BASE[@]}" --init "$T/llama.bin"
 expect_error "llama descriptor without C and H" "L, C and H are required" "${TRAIN1[@]}" "${BASE[@]}" --init llama:L1
 expect_error "llama descriptor with an unknown item" "'Q3' is not an item" "${TRAIN1[@]}" "${BASE[@]}" --init llama:L1,C8,H2,Q3
-expect_error "llama descriptor with an odd head dim" "even head dim" "${TRAIN1[@]}" "${BASE[@]}" --init llama:L1,C6,H2,V64
+expect_error "llama descriptor with an odd head dim" "llama:L1,C6,H2,V64: RoPE needs an even head dim (channels / heads), got 3" \
+    "${TRAIN1[@]}" "${BASE[@]}" --init llama:L1,C6,H2,V64
+expect_error "llama descriptor with theta -5 (only theta named)" "llama:L1,C64,H2,V64,theta-5: RoPE needs theta in (1, 1e12), got -5" \
+    "${TRAIN1[@]}" "${BASE[@]}" --init llama:L1,C64,H2,V64,theta-5
 expect_error "--max-seq 0" "--max-seq" "${TRAIN1[@]}" "${BASE[@]}" "${LLAMA[@]}" --max-seq 0
 expect_error "--max-seq differing from the model file" "$T/llama.bin has max_seq_len 16" "${TRAIN1[@]}" "${BASE[@]}" \
     --init "$T/llama.bin" --max-seq 32
@@ -214,7 +225,25 @@ fi
 
 # data, tokenizer, checkpoints
 expect_error "--train matches nothing" "$T/none_*.bin" $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/none_*.bin"
-expect_error "token ids beyond the model's vocab" "$T/bigids.bin" $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/bigids.bin"
+expect_error "shards of a larger vocabulary than the model's" \
+    "$T/bigids.bin: written by a tokenizer of vocab_size 50257 (its header), larger than the model's vocab_size 64" \
+    $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/bigids.bin"
+# the shard header's vocab_size must be the model's, so another tokenizer's data is refused even
+# when all its ids fit the model; --data-vocab names a smaller one (a model that pads its tokenizer's)
+expect_startup_error "shards of a smaller vocabulary than the model's" \
+    "$T/vocab32.bin: written by a tokenizer of vocab_size 32 (its header), the model's vocab_size is 64" \
+    $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/vocab32.bin"
+expect_startup_error "--val shards of another vocabulary than the model's" "$T/vocab32.bin: written by a tokenizer of vocab_size 32" \
+    $TRAIN "${BASE[@]}" --init "$T/good.bin" --val "$T/vocab32.bin"
+expect_startup_error "shards of two vocabularies in one --train pattern" \
+    "$T/mixed/a_001.bin: vocab_size 100 in its header, but $T/mixed/a_000.bin (matched by the same pattern" \
+    $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/mixed/a_*.bin"
+expect_success "control: --data-vocab 32 takes the smaller vocabulary's shards" $TRAIN "${BASE[@]}" --init "$T/good.bin" \
+    --train "$T/vocab32.bin" --data-vocab 32
+expect_startup_error "--data-vocab of a shard's, but another --val" "$T/train.bin: written by a tokenizer of vocab_size 64 (its header), but --data-vocab is 32" \
+    $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/vocab32.bin" --data-vocab 32 --val "$T/train.bin"
+expect_error "--data-vocab above the model's" "--data-vocab 65: above the model's vocab_size 64" \
+    $TRAIN "${BASE[@]}" --init "$T/good.bin" --data-vocab 65
 expect_error "model file passed as --train" "$T/good.bin" $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/good.bin"
 expect_error "truncated tokenizer" "$T/tok_truncated.bin" $TRAIN "${BASE[@]}" --init "$T/good.bin" --tokenizer "$T/tok_truncated.bin"
 expect_error "--resume dir without a checkpoint" "--resume" $TRAIN "${BASE[@]}" --resume "$T/ckpt_none"
@@ -226,6 +255,27 @@ expect_error "--resume with --steps below the checkpoint's" "--steps 1" $TRAIN "
 expect_error "--init of another shape with --resume" "--init d2" $TRAIN "${BASE[@]}" --steps 3 --resume "$T/ckpt_ok" --init d2
 expect_startup_error "a fresh run into another run's --out-dir" "--out-dir $T/ckpt_ok" $TRAIN "${BASE[@]}" \
     --init "$T/good.bin" --out-dir "$T/ckpt_ok"
+
+# --init of a checkpoint: a step directory means its model.bin (weights only, a fresh optimizer),
+# verified against DONE, as is a model.bin named directly; a directory of checkpoints is refused
+# (--resume continues a run). ckpt_dmg: ckpt_ok's step 1 with a bit of model.bin flipped after DONE.
+mkdir -p "$T/ckpt_dmg" && cp -r "$T/ckpt_ok/step_00000001" "$T/ckpt_dmg/"
+python3 -c "import sys; p = sys.argv[1]; b = bytearray(open(p, 'rb').read()); b[1100] ^= 1; open(p, 'wb').write(b)" \
+    "$T/ckpt_dmg/step_00000001/model.bin"
+expect_success "control: --init of a checkpoint directory trains from its weights" $TRAIN "${BASE[@]}" \
+    --init "$T/ckpt_ok/step_00000001"
+if ! grep -q "^step 1/1 " "$T/out"; then bad=$((bad + 1)); echo "BAD  --init of a checkpoint: did not start at step 0"; fi
+expect_success "control: --init of a checkpoint's model.bin" $TRAIN "${BASE[@]}" --init "$T/ckpt_ok/step_00000001/model.bin"
+expect_startup_error "--init of a damaged checkpoint directory" \
+    "--init $T/ckpt_dmg/step_00000001: damaged checkpoint: model.bin does not match the checksum in DONE" \
+    $TRAIN "${BASE[@]}" --init "$T/ckpt_dmg/step_00000001"
+expect_startup_error "--init of a damaged checkpoint's model.bin" \
+    "--init $T/ckpt_dmg/step_00000001/model.bin: damaged checkpoint $T/ckpt_dmg/step_00000001: model.bin does not match" \
+    $TRAIN "${BASE[@]}" --init "$T/ckpt_dmg/step_00000001/model.bin"
+expect_error "--init of a directory of checkpoints" "--init $T/ckpt_ok: a directory of checkpoints" \
+    $TRAIN "${BASE[@]}" --init "$T/ckpt_ok"
+expect_error "--resume of a damaged checkpoint names --resume" "--resume $T/ckpt_dmg/step_00000001: damaged checkpoint" \
+    $TRAIN "${BASE[@]}" --resume "$T/ckpt_dmg/step_00000001"
 
 # output paths: checked at startup, before any training
 expect_startup_error "--out-dir below a file" "--out-dir $T/good.bin/x" $TRAIN "${BASE[@]}" --init "$T/good.bin" \
@@ -243,14 +293,23 @@ expect_error "--lr abc" "--lr" $TRAIN "${BASE[@]}" --lr abc
 expect_error "--lr without a value" "--lr" $TRAIN "${BASE[@]}" --lr
 expect_error "--batch 0" "--batch" $TRAIN "${BASE[@]}" --batch 0
 expect_error "--batch 1.5" "--batch" $TRAIN "${BASE[@]}" --batch 1.5
+expect_error "--seq 0: an integer range in integers" "--seq: must be in [1, 1048576], got 0" $TRAIN "${BASE[@]}" --seq 0
+expect_error "--lr below the smallest float" "--lr: '1e-400' is out of range: nonzero, but below the smallest float" \
+    $TRAIN "${BASE[@]}" --lr 1e-400
+expect_error "--lr above the largest float" "--lr: '1e39' is out of range: its magnitude is above a float's largest" \
+    $TRAIN "${BASE[@]}" --lr 1e39
 expect_error "--steps -2" "--steps" $TRAIN "${BASE[@]}" --steps -2
 expect_error "--beta2 1" "--beta2" $TRAIN "${BASE[@]}" --beta2 1
 expect_error "--schedule nope" "--schedule" $TRAIN "${BASE[@]}" --schedule nope
 expect_error "--fp8 1 on the CPU trainer" "--fp8 1: the CPU trainer runs in fp32" $TRAIN "${BASE[@]}" --fp8 1
 expect_error "--fp8 2" "--fp8" $TRAIN "${BASE[@]}" --fp8 2
-expect_error "--fp8-scaling nope" "--fp8-scaling: unknown scaling 'nope'" $TRAIN "${BASE[@]}" --fp8-scaling nope
-expect_error "--fp8-grad e3m4" "--fp8-grad: unknown format 'e3m4'" $TRAIN "${BASE[@]}" --fp8-grad e3m4
-expect_error "--fp8-grad without --fp8 1" "only with --fp8 1" $TRAIN "${BASE[@]}" --fp8-grad e4m3
+expect_error "--fp8-scaling on the CPU trainer" "--fp8-scaling current: the CPU trainer runs in fp32" $TRAIN "${BASE[@]}" \
+    --fp8-scaling current
+if [ -x $GPU ]; then  # the --fp8 flags are the GPU trainer's (not in the CPU trainer's --help); parsed before any device
+    expect_error "GPU trainer: --fp8-scaling nope" "--fp8-scaling: unknown scaling 'nope'" $GPU "${BASE[@]}" --fp8-scaling nope
+    expect_error "GPU trainer: --fp8-grad e3m4" "--fp8-grad: unknown format 'e3m4'" $GPU "${BASE[@]}" --fp8-grad e3m4
+    expect_error "GPU trainer: --fp8-grad without --fp8 1" "only with --fp8 1" $GPU "${BASE[@]}" --fp8-grad e4m3
+fi
 expect_error "unknown flag" "--frobnicate" $TRAIN "${BASE[@]}" --frobnicate 3
 expect_error "--total-batch not a multiple of B*T" "--total-batch" $TRAIN "${BASE[@]}" --total-batch 100
 expect_error "--total-batch of more micro-batches than an int" "--total-batch" $TRAIN "${BASE[@]}" --total-batch 68719476736

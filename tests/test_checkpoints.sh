@@ -128,7 +128,7 @@ else pass "$name"; fi
 #    step line shows, the output ends at a line's end and holds a few step lines. Block-buffered
 #    output showed nothing until 4 KB (some 35 step lines) had piled up, and ended mid-line.
 name="a killed run keeps its printed step lines"
-"$TRAIN" --train "$T/train.bin" --batch 4 --seq 64 --val-every 0 --init d1 --steps 100000 >"$T/c7.out" 2>&1 &
+"$TRAIN" --train "$T/train.bin" --data-vocab 64 --batch 4 --seq 64 --val-every 0 --init d1 --steps 100000 >"$T/c7.out" 2>&1 &
 pid=$!
 for _ in $(seq 1200); do grep -q "^step 1/" "$T/c7.out" && break; sleep 0.05; done
 kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
@@ -188,7 +188,7 @@ fmt.write_model(f"{d}/d1_diverges.bin", cfg, params)
 EOF2
     gpu_run() {  # gpu_run OUT ARGS...
         local out=$1; shift
-        "$GPU" --train "$T/train.bin" --batch 4 --seq 64 --val-every 0 --deterministic 1 "$@" >"$out.out" 2>"$out.err"
+        "$GPU" --train "$T/train.bin" --data-vocab 64 --batch 4 --seq 64 --val-every 0 --deterministic 1 "$@" >"$out.out" 2>"$out.err"
     }
     name="GPU trainer: a model with a NaN weight is refused"
     gpu_run "$T/g1" --init "$T/d1_nan.bin" --steps 1; rc=$?

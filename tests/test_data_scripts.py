@@ -6,7 +6,9 @@
   an uninterrupted run, without rewriting finished shards or re-reading the documents they hold;
 - hellaswag.py's eval file (GPTE) holds each example's label, context and endings;
 - bad input (non-UTF-8 text, an empty source, an unusable --out-dir, ...) gives one `error:` line
-  naming the file or flag, and exit status 1;
+  naming the file or flag, and exit status 1; a bad flag or a missing source writes nothing, not
+  even --out-dir; a source that fills only the validation shard is refused (saying which
+  --shard-size works); a write to a full disk (ENOSPC, simulated) names the file;
 - --tokenizer tokenizer.json (a Hugging Face tokenizer built here with the `tokenizers` package:
   a small byte-level BPE, and a WordLevel with over 65,536 ids for uint32 shards): the shards hold
   that tokenizer's ids after its document token, decode back to the text, resume and refuse a run
@@ -341,6 +343,130 @@ def test_sharded_empty_source(tmp_path, script, name):
                    check=False)
     assert_one_line_error(p, name, "no documents")
     assert not list((tmp_path / "data").rglob("*.bin.tmp")) and not list((tmp_path / "data").rglob("*_0*.bin"))
+
+
+@pytest.mark.parametrize("script", ["tinystories", "fineweb"])
+def test_sharded_source_in_one_shard_is_refused(tmp_path, script):
+    """A source that fits in one --shard-size would give the validation shard alone (the trainers
+    find no *_train_*.bin): refused, naming --shard-size and a value that works, with nothing left
+    behind; rerun with that value, it writes a validation shard and training shards."""
+    src = write_source("jsonl", tmp_path / "docs.jsonl", DOCS)
+    args = ["--source", src, "--out-dir", tmp_path / "data", "--ranks", RANKS, "--workers", 1]
+    folder = tmp_path / "data" / script
+    p = run_script(script, *args, "--shard-size", 100_000, check=False)
+    assert_one_line_error(p, "--shard-size 100,000", "no training shard", "use a smaller --shard-size, e.g.")
+    assert not folder.exists(), "no shard, progress file or empty folder is left"
+    tokens = int(p.stderr.split(" has only ")[1].split(" tokens")[0].replace(",", ""))
+    suggested = int(p.stderr.split("e.g. ")[1].split(" ")[0].replace(",", ""))
+    assert suggested == tokens // 10
+    p = run_script(script, *args, "--shard-size", suggested)
+    names = [f.name for f in shard_files(folder)]
+    assert names[0] == f"{script}_val_000000.bin" and len(names) >= 10 and "_train_" in names[1]
+
+
+def test_sharded_one_full_shard_is_refused_too(tmp_path, enc):
+    """Exactly --shard-size tokens: one full shard, the validation set, and no training shard."""
+    src = write_source("jsonl", tmp_path / "docs.jsonl", DOCS[:3])
+    total = sum(1 + len(enc.encode_ordinary(d)) for d in DOCS[:3])
+    p = run_script("fineweb", "--source", src, "--out-dir", tmp_path, "--ranks", RANKS, "--workers", 1,
+                   "--shard-size", total, check=False)
+    assert_one_line_error(p, f"has only {total:,} tokens", "no training shard")
+    assert not (tmp_path / "fineweb").exists(), "the full shard 0 and its progress file are removed"
+
+
+# (script, flags that are bad before any work): nothing may be written, not even --out-dir
+BAD_FLAGS = [(script, flags, message) for script in ("tinystories", "fineweb") for flags, message in [
+    (["--shard-size", 0], "--shard-size 0: must be positive"),
+    (["--workers", 0], "--workers 0: must be positive"),
+    (["--max-shards", 0], "--max-shards 0: must be positive"),
+    (["--source", "{t}/absent.jsonl"], "--source {t}/absent.jsonl: no such file or directory"),
+    (["--source", "{t}/empty_folder"], "no .txt, .jsonl, .json or .parquet files in this folder"),
+    (["--ranks", "{t}/absent.tiktoken"], "absent.tiktoken: GPT-2 BPE ranks file not found"),
+]] + [("tinyshakespeare", flags, message) for flags, message in [
+    (["--val-tokens", 0], "--val-tokens 0: must be positive"),
+    (["--val-tokens", 10**6], "--val-tokens 1000000: must be in [1, "),
+    (["--source", "{t}/absent.txt"], "--source {t}/absent.txt: no such file or directory"),
+]]
+
+
+@pytest.mark.parametrize("script,flags,message", BAD_FLAGS,
+                         ids=[f"{s}{''.join(map(str, f)).replace('{t}/', ' ')}" for s, f, _ in BAD_FLAGS])
+def test_bad_flags_write_nothing(tmp_path, script, flags, message):
+    (tmp_path / "empty_folder").mkdir()
+    src = write_source("jsonl", tmp_path / "docs.jsonl", DOCS)
+    if script == "tinyshakespeare":
+        src = tmp_path / "input.txt"
+        src.write_text(SHAKESPEARE)
+    flags = [str(f).format(t=tmp_path) for f in flags]
+    ranks = [] if "--ranks" in flags else ["--ranks", RANKS]
+    source = [] if "--source" in flags else ["--source", src]
+    p = run_script(script, *source, *ranks, "--out-dir", tmp_path / "out", *flags, check=False)
+    assert_one_line_error(p, message.format(t=tmp_path))
+    assert not (tmp_path / "out").exists(), "the flags are checked before anything is written"
+
+
+def test_full_disk_names_the_file(tmp_path, monkeypatch, capsys):
+    """A write that fails without a file name (ENOSPC from write or fsync) is reported with the file
+    being written; the temp file is gone and an earlier version of the file is untouched."""
+    import errno
+    shard = tmp_path / "x_train_000001.bin"
+    common.write_shard(shard, np.arange(5), 50257)
+    before = shard.read_bytes()
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(fmt.os, "fsync", full)
+    for write in (lambda: common.write_shard(shard, np.arange(7), 50257),
+                  lambda: common.write_tokenizer_table(common.Gpt2Tokenizer(RANKS), tmp_path)):
+        with pytest.raises(SystemExit) as e:
+            common.run_main(write)
+        assert e.value.code == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"error: {shard}: cannot write it (No space left on device)",
+                   f"error: {tmp_path / 'gpt2_tokenizer.bin'}: cannot write it (No space left on device)"]
+    assert shard.read_bytes() == before and not list(tmp_path.glob("*.tmp"))
+
+
+def test_download_errors_tell_disk_from_network(tmp_path, monkeypatch):
+    """fetch(): a failed write of the downloaded file names that file; a failed download says how to
+    run offline. (No network: urlopen is replaced by a fake response.)"""
+    import errno
+    import io
+    import urllib.error
+
+    class Response(io.BytesIO):
+        headers = {"Content-Length": "3000000"}
+    monkeypatch.delenv(common.OFFLINE_ENV, raising=False)
+    monkeypatch.setattr(common.urllib.request, "urlopen", lambda url, timeout: Response(b"x" * 3_000_000))
+    real_open = open
+
+    class FullFile:
+        def __init__(self, path, mode):
+            self.f = real_open(path, mode)
+
+        def write(self, b):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+    monkeypatch.setattr(common, "open", FullFile, raising=False)
+    dest = tmp_path / "d" / "input.txt"
+    with pytest.raises(common.DataError, match=f"{dest}: cannot write the download of http://x/y "
+                                                r"\(No space left on device\)"):
+        common.fetch("http://x/y", dest, "tinyshakespeare.txt")
+    assert not dest.exists() and not list(dest.parent.iterdir())
+    monkeypatch.setattr(common, "open", real_open, raising=False)
+    assert common.fetch("http://x/y", dest, "tinyshakespeare.txt") == dest and dest.stat().st_size == 3_000_000
+
+    def offline(url, timeout):
+        raise urllib.error.URLError("no network")
+    monkeypatch.setattr(common.urllib.request, "urlopen", offline)
+    with pytest.raises(common.DataError, match="download of http://x/z failed .*pass --source FILE or set "
+                                               + common.OFFLINE_ENV):
+        common.fetch("http://x/z", tmp_path / "e" / "other.txt", "tinyshakespeare.txt")
 
 
 @pytest.mark.parametrize("script", ["tinyshakespeare", "tinystories", "fineweb"])

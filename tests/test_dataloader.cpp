@@ -6,6 +6,8 @@
 //   - save_state/load_state resume with exactly the next batch, across epoch boundaries too;
 //   - token widths: a uint32 shard (ids over 65535) gives the same batches as a uint16 one, the two
 //     widths mix in one loader, a hand-built version-1 shard and a version-2 uint16 shard read;
+//   - vocabularies: shards of two in one pattern are refused; check_data_vocab (the trainers' rule)
+//     refuses a shard whose header's vocab_size is not the model's (or --data-vocab's);
 //   - each bad input (truncated shard, wrong magic, too few tokens, a token id >= vocab, a bad
 //     bytes_per_token field, no file matching, mismatched resume state, bad eval file) exits 1 with a
 //     message naming the file:
@@ -329,18 +331,42 @@ static void test_token_widths() {
             same = same && b.inputs()[j] == a.inputs()[j] + SHIFT && b.targets()[j] == a.targets()[j] + SHIFT;
     }
     check(same, "uint32 shard: the batches of the uint16 shard, every id + 100000 (above 65535)");
-    // the two widths in one loader (a uint16 shard's ids are valid for the larger vocabulary too)
+    // the two widths in one loader, of one vocabulary (a hand-built uint32 shard of vocab 1000)
+    std::vector<int> other(n);
+    for (int i = 0; i < n; i++) other[i] = (i * 53) % 1000;
     shard_write(path_in("mixed_000.bin").c_str(), small.data(), n, 1000);
-    shard_write(path_in("mixed_001.bin").c_str(), wide.data(), n, WIDE_VOCAB);
-    DataLoader m(path_in("mixed_*.bin").c_str(), B, T, 0, 1, WIDE_VOCAB, 0, false);
-    bool mixed = m.num_windows() == 8;
+    write_shard_raw(path_in("mixed_001.bin"), 2, 4, 1000, other);
+    DataLoader m(path_in("mixed_*.bin").c_str(), B, T, 0, 1, 1000, 0, false);
+    bool mixed = m.num_windows() == 8 && m.header_vocab() == 1000;
     for (int w = 0; w < 8; w++) {
         m.next_batch();
-        const std::vector<int>& src = w < 4 ? small : wide;
+        const std::vector<int>& src = w < 4 ? small : other;
         for (int j = 0; j < BT; j++)
             mixed = mixed && m.inputs()[j] == src[(w % 4) * BT + j] && m.targets()[j] == src[(w % 4) * BT + j + 1];
     }
     check(mixed, "a uint16 and a uint32 shard in one loader: 8 windows in file order, right ids");
+    // shards of two vocabularies (two tokenizers) in one pattern are refused, even when the ids fit
+    shard_write(path_in("twovocab_000.bin").c_str(), small.data(), n, 1000);
+    shard_write(path_in("twovocab_001.bin").c_str(), wide.data(), n, WIDE_VOCAB);
+    check_fails("shards of two vocabularies in one pattern",
+                [] { DataLoader d(path_in("twovocab_*.bin").c_str(), B, T, 0, 1, 200000, 0, false); },
+                {"twovocab_001.bin: vocab_size 200000 in its header", "twovocab_000.bin", "has 1000",
+                 "different tokenizers"});
+    // the trainers' rule (check_data_vocab): the header's vocab_size is the model's, or --data-vocab's
+    DataLoader d1000(path_in("w16_000.bin").c_str(), B, T, 0, 1, 50257, 0, false);
+    check_fails("a shard of a smaller vocabulary than the model's",
+                [&] { check_data_vocab(d1000, 50257, 50257, false); },
+                {"w16_000.bin: written by a tokenizer of vocab_size 1000", "the model's vocab_size is 50257",
+                 "--data-vocab 1000"});
+    check_fails("a shard of a larger vocabulary than the model's",
+                [&] { check_data_vocab(b, 1000, 1000, false); },
+                {"w32_000.bin: written by a tokenizer of vocab_size 200000", "larger than the model's vocab_size 1000"});
+    check_fails("a shard of another vocabulary than --data-vocab's",
+                [&] { check_data_vocab(d1000, 999, 50257, true); },
+                {"w16_000.bin", "vocab_size 1000", "--data-vocab is 999"});
+    check_data_vocab(d1000, 1000, 50257, true);
+    check_data_vocab(a, 1000, 1000, false);
+    check(true, "check_data_vocab passes the model's vocab_size and --data-vocab's");
     // older and hand-made headers: version 1 (uint16), version 2 with uint16 ids
     write_shard_raw(path_in("v1.bin"), 1, 2, 1000, small);
     write_shard_raw(path_in("v2_16.bin"), 2, 2, 1000, small);

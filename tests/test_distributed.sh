@@ -139,7 +139,7 @@ fi
 name="mpirun -np 2 --zero 2, a GPT-2 (d1: LayerNorm, biases, learned positions): the losses of 1 process"
 if [ $have_mpi = 0 ]; then skip "$name" "$why_skip"
 else
-    GPT=(--train "$tmp/train.bin" --init d1 --max-seq 16 --batch 4 --seq 16 --total-batch 256 --steps 4 --lr 1e-3
+    GPT=(--train "$tmp/train.bin" --data-vocab 64 --init d1 --max-seq 16 --batch 4 --seq 16 --total-batch 256 --steps 4 --lr 1e-3
          --warmup 1 --val-every 0 --ckpt-every 0)
     if ! "$TRAIN" "${GPT[@]}" --log "$tmp/g1.log" >"$tmp/g1.out" 2>&1; then flunk "$name" "1 process: $(tail -n 1 "$tmp/g1.out")"
     elif ! mpi2 "${GPT[@]}" --zero 2 --log "$tmp/g2.log" >"$tmp/g2.out" 2>&1; then

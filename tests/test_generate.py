@@ -253,7 +253,16 @@ BAD = [  # (name, args after --model, expected text of the one error line)
     ("not a token id", ["--prompt-ids", "1,x"], "--prompt-ids \"1,x\": 'x' is not a token id"),
     ("negative token id", ["--prompt-ids", "1,-3"], "'-3' is not a token id"),
     ("temperature < 0", ["--prompt-ids", "1", "--temperature", -1], "--temperature: must be in [0, 100], got -1"),
-    ("top-k < 0", ["--prompt-ids", "1", "--top-k", -1], "--top-k: must be in [0, 1e+06], got -1"),
+    ("top-k < 0", ["--prompt-ids", "1", "--top-k", -1], "--top-k: must be in [0, 1000000], got -1"),
+    ("--max-new 0", ["--prompt-ids", "1", "--max-new", 0], "--max-new: must be in [1, 1000000000], got 0"),
+    ("top-p below a float", ["--prompt-ids", "1", "--top-p", "1e-400"],
+     "--top-p: '1e-400' is out of range: nonzero, but below the smallest float"),
+    ("two commas with no id between", ["--prompt-ids", "1,,2"],
+     '--prompt-ids "1,,2": an empty token id between commas 1 and 2'),
+    ("a leading comma", ["--prompt-ids", ",1"], '--prompt-ids ",1": an empty token id before the first comma'),
+    ("a trailing comma", ["--prompt-ids", "1, 2,"], '--prompt-ids "1, 2,": an empty token id after the last comma'),
+    ("an empty id in --force-ids", ["--prompt-ids", "1", "--force-ids", "3,,4"],
+     "--force-ids: an empty token id between commas 1 and 2"),
     ("top-p 0", ["--prompt-ids", "1", "--top-p", 0], "--top-p: must be in (0, 1], got 0"),
     ("top-p > 1", ["--prompt-ids", "1", "--top-p", 1.5], "--top-p: must be in (0, 1], got 1.5"),
     ("top-p not a number", ["--prompt-ids", "1", "--top-p", "x"], "--top-p: 'x' is not a number"),
@@ -272,6 +281,14 @@ BAD_MODEL = [  # (name, --model, expected)
     ("a tokenizer as the model", "{d}/tok.bin", "{d}/tok.bin: this is a tokenizer file, not a model checkpoint"),
     ("truncated model", "{d}/truncated.bin", "{d}/truncated.bin"),
     ("directory without a checkpoint", "{d}/emptydir", "without a complete checkpoint"),
+    # a checkpoint whose model.bin no longer matches its DONE: refused however it is named, each
+    # message naming --model (not --resume)
+    ("a damaged checkpoint's model.bin", "{d}/ck/step_00000001/model.bin",
+     "--model {d}/ck/step_00000001/model.bin: damaged checkpoint {d}/ck/step_00000001: model.bin does not match "
+     "the checksum in DONE"),
+    ("a damaged checkpoint", "{d}/ck/step_00000001",
+     "--model {d}/ck/step_00000001: damaged checkpoint: model.bin does not match the checksum in DONE"),
+    ("a directory of damaged checkpoints", "{d}/ck", "--model {d}/ck: all 1 checkpoints in it are damaged"),
 ]
 
 
@@ -281,6 +298,15 @@ def bad_files(files):
     (files / "blank.txt").write_text("\n  \n")
     (files / "truncated.bin").write_bytes((files / "model.bin").read_bytes()[:-4])
     (files / "emptydir").mkdir(exist_ok=True)
+    # a checkpoint (model.bin, a stand-in state.bin, DONE) whose model.bin was damaged after DONE
+    ck = files / "ck" / "step_00000001"
+    ck.mkdir(parents=True, exist_ok=True)
+    model = bytearray((files / "model.bin").read_bytes())
+    (ck / "model.bin").write_bytes(model)
+    (ck / "state.bin").write_bytes(b"state" * 4)
+    (ck / "DONE").write_text(fmt.checkpoint_manifest(ck, 1))
+    model[2000] ^= 1  # a flipped bit in a weight: the file still reads as a model
+    (ck / "model.bin").write_bytes(model)
     return files
 
 
@@ -300,3 +326,14 @@ def test_bad_input(bad_files, name, args, want):
 def test_bad_model(bad_files, name, model, want):
     d = str(bad_files)
     check_error(run("--model", model.format(d=d), "--prompt-ids", "1"), want.format(d=d))
+
+
+def test_checkpoint_model_bin_verifies(tmp_path, files):
+    """The control of the damaged cases: a checkpoint's model.bin that matches its DONE loads."""
+    ck = tmp_path / "step_00000001"
+    ck.mkdir()
+    (ck / "model.bin").write_bytes((files / "model.bin").read_bytes())
+    (ck / "state.bin").write_bytes(b"state" * 4)
+    (ck / "DONE").write_text(fmt.checkpoint_manifest(ck, 1))
+    m = ["--prompt-ids", "1,2", "--max-new", 3, "--temperature", 0]
+    assert ids_of("--model", ck / "model.bin", *m) == ids_of("--model", files / "model.bin", *m)

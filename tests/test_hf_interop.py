@@ -7,7 +7,11 @@ scripts/export_hf.py, scripts/import_hf.py); they run in `make test` on any mach
 - the exported tensors sit where transformers expects them, checked here against the layout of
   docs/design.md directly (q/k/v rows of qkvw, [gate | up] of fcw, GPT-2's transposed Conv1D), and
   the file reads with the `safetensors` package too (skipped without it);
-- configs our model cannot compute exactly are refused, one error line naming the key or tensor.
+- configs our model cannot compute exactly are refused, one error line naming the key or tensor;
+  a safetensors file cut short is called truncated (with both sizes), apart from offsets that
+  disagree with a shape;
+- export_hf.py verifies a checkpoint's DONE manifest (a damaged one is refused, naming the file) and
+  takes a run's folder of checkpoints as generate's --model does (the newest that verifies).
 The transformers round trips (logits of the exported model = ours) are in tests/test_hf_export.py.
 Run: python3 -m pytest -q tests/test_hf_interop.py  (a few seconds)"""
 import json
@@ -270,7 +274,7 @@ def test_scripts_round_trip(tmp_path):
     ("import_hf.py", ["{t}/torchbin", "--out", "{t}/m.bin"], "no model.safetensors or model.safetensors.index.json "
                                                               "(found pytorch_model.bin"),
     ("export_hf.py", ["{t}/torchbin/config.json", "--out-dir", "{t}/o"], "too short to hold the 1024-byte header"),
-    ("export_hf.py", ["{t}/torchbin", "--out-dir", "{t}/o"], "{t}/torchbin/model.bin: no such file"),
+    ("export_hf.py", ["{t}/torchbin", "--out-dir", "{t}/o"], "{t}/torchbin: no model.bin and no complete checkpoint"),
     ("export_hf.py", ["{t}/gqa.bin", "--out-dir", "{t}/o"], "transformers' GPT-2 has no grouped-query attention"),
     ("export_hf.py", ["{t}/gqa.bin", "--out-dir", "{t}/o", "--eos-id", "50"], "--eos-id 50: not a token id"),
 ])
@@ -284,6 +288,76 @@ def test_scripts_errors_are_one_line(tmp_path, script, args, message):
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: "), p.stderr
     assert message.format(t=tmp_path) in lines[0], lines[0]
+
+
+def test_export_verifies_the_checkpoint(tmp_path):
+    """A checkpoint directory is exported only if its DONE manifest verifies (as generate's --model and
+    --resume); a training run's folder of checkpoints exports its newest one that verifies, saying
+    which, and naming each newer damaged one it skips."""
+    cfg = train_gpt2.make_config("test", 1, 32, 4, 50, 16)
+    n = fmt.num_params(cfg)
+    run_dir, flats = tmp_path / "run", {}
+    for step in (4, 8):
+        flats[step] = np.random.default_rng(step).standard_normal(n).astype(np.float32)
+        fmt.split_params(cfg, flats[step])["wte"][cfg["vocab_size"]:] = 0  # (padded rows: not exported)
+        fmt.write_checkpoint(run_dir, step, cfg, flats[step], np.zeros(n, np.float32), np.zeros(n, np.float32))
+    (run_dir / "step_00000012.tmp").mkdir()  # an interrupted save: not a checkpoint
+    p = run("export_hf.py", run_dir, "--out-dir", tmp_path / "hf")
+    assert p.returncode == 0 and f"using {run_dir}/step_00000008, the newest complete checkpoint" in p.stdout, p.stderr
+    assert np.array_equal(hf_interop.import_hf_dir(tmp_path / "hf")[1], flats[8])
+    with open(run_dir / "step_00000008" / "model.bin", "r+b") as f:  # 4 bytes of the weights
+        f.seek(2000)
+        f.write(b"\1\2\3\4")
+    p = run("export_hf.py", run_dir / "step_00000008", "--out-dir", tmp_path / "bad")
+    assert p.returncode == 1 and p.stderr == (f"error: {run_dir}/step_00000008: damaged checkpoint: model.bin does not "
+                                              "match the checksum in DONE\n"), p.stderr
+    p = run("export_hf.py", run_dir / "step_00000008" / "model.bin", "--out-dir", tmp_path / "bad")
+    assert p.returncode == 1 and p.stderr == (f"error: {run_dir}/step_00000008/model.bin: damaged checkpoint "
+                                              f"{run_dir}/step_00000008: model.bin does not match the checksum in "
+                                              "DONE\n"), p.stderr
+    assert not (tmp_path / "bad").exists()
+    p = run("export_hf.py", run_dir, "--out-dir", tmp_path / "older")
+    assert p.returncode == 0, p.stderr
+    assert f"checkpoint: {run_dir}/step_00000008 is damaged (model.bin does not match" in p.stdout
+    assert f"using {run_dir}/step_00000004, the newest complete checkpoint" in p.stdout
+    assert np.array_equal(hf_interop.import_hf_dir(tmp_path / "older")[1], flats[4])
+    with open(run_dir / "step_00000004" / "state.bin", "ab") as f:  # the state counts too, as in the C++ tools,
+        f.write(b"\0")                                               # except for a model.bin named directly
+    p = run("export_hf.py", run_dir / "step_00000004" / "model.bin", "--out-dir", tmp_path / "model_only")
+    assert p.returncode == 0, p.stderr
+    p = run("export_hf.py", run_dir, "--out-dir", tmp_path / "none")
+    assert p.returncode == 1 and p.stderr.endswith(f"error: {run_dir}: all 2 checkpoints in it are damaged "
+                                                   "(see above)\n"), p.stderr
+    assert "state.bin has " in p.stdout and not (tmp_path / "none").exists()
+    (run_dir / "step_00000016").mkdir()  # a step directory without DONE (an interrupted save of earlier builds)
+    fmt.write_model(run_dir / "step_00000016" / "model.bin", cfg, flats[4])
+    p = run("export_hf.py", run_dir / "step_00000016", "--out-dir", tmp_path / "none")
+    assert p.returncode == 1 and "step_00000016: no DONE (an interrupted save" in p.stderr, p.stderr
+
+
+def test_truncated_or_inconsistent_safetensors(tmp_path):
+    """A file cut short is called truncated, with its size and the size its header describes; offsets
+    that disagree with the shape are a different message."""
+    cfg, flat = random_model("gpt2_tied")
+    hf_interop.export_hf_dir(tmp_path, cfg, flat)
+    path = tmp_path / "model.safetensors"
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2])
+    with pytest.raises(hf_interop.HFError) as e:
+        hf_interop.read_safetensors(path)
+    assert str(e.value).startswith(f"{path}: truncated: {len(data) // 2} bytes, its header describes {len(data)} "
+                                   "(tensor "), str(e.value)
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    name = next(k for k in header if k != "__metadata__")
+    header[name]["shape"] = [header[name]["shape"][0] + 1] + header[name]["shape"][1:]
+    h = json.dumps(header).encode()
+    path.write_bytes(len(h).to_bytes(8, "little") + h + data[8 + n:])
+    with pytest.raises(hf_interop.HFError) as e:
+        hf_interop.read_safetensors(path)
+    start, end = header[name]["data_offsets"]
+    assert f"tensor {name}: data_offsets {start}..{end} hold {end - start} bytes, but shape {header[name]['shape']} " \
+           "of F32 needs" in str(e.value) and ": truncated" not in str(e.value), str(e.value)
 
 
 def test_import_accepts_llama3_in_both_spellings():

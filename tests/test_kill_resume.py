@@ -37,7 +37,7 @@ def make_inputs(d):
                num_kv_heads=2, channels=32, window=0)
     rng = np.random.default_rng(0)
     fmt.write_model(f"{d}/good.bin", cfg, rng.normal(0, 0.02, fmt.num_params(cfg)).astype(np.float32))
-    fmt.write_shard(f"{d}/train.bin", rng.integers(0, 64, 4000), 64)
+    fmt.write_shard(f"{d}/train.bin", rng.integers(0, 64, 4000), 4096)  # the model's vocabulary
 
 
 def checkpoints(run):

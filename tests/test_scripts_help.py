@@ -133,3 +133,21 @@ def test_get_cudnn_frontend_help_downloads_nothing(tripwire):
     p = run(["scripts/get_cudnn_frontend.sh", "--force"], env)
     assert_one_line_error(p, "--force: unknown argument")
     assert not record.exists()
+
+
+def test_data_script_help_texts():
+    """What --help says matches what the script does: tokenize_prompt.py requires --tokenizer and
+    writes no shards (its --tokenizer text is its own, not the data scripts'); fineweb.py names the
+    offline file --edu looks for as well as the plain one."""
+    p = run([sys.executable, "scripts/tokenize_prompt.py", "--help"])
+    assert p.returncode == 0, p.stderr
+    options = p.stdout.split("options:")[1]
+    tokenizer = " ".join(options.split("--tokenizer")[1].split("--doc-token")[0].split())
+    assert "required" in tokenizer and "instead of GPT-2" not in tokenizer and "shard" not in options, options
+    p = run([sys.executable, "scripts/tokenize_prompt.py", "hello"])
+    assert_one_line_error(p, "--tokenizer FILE (a tokenizer.json) is required")
+    p = run([sys.executable, "scripts/data/fineweb.py", "--help"])
+    assert p.returncode == 0, p.stderr
+    text = " ".join(p.stdout.split())
+    assert "$LLMC_OFFLINE_DATA/fineweb[.txt|.jsonl|.json|.parquet]" in text
+    assert "with --edu $LLMC_OFFLINE_DATA/edu_fineweb[.txt|.jsonl|.json|.parquet]" in text

@@ -1,5 +1,5 @@
 // profile_gpt2.cu: where one training step of the GPU trainer spends its time, kernel by kernel.
-//   dev/cuda/build/profile_gpt2 [--model d12] [--batch 64] [--seq 1024] [--steps 3] [--recompute 0] [--graph 0]
+//   dev/cuda/build/profile_gpt2 [--model d12] [--batch 64] [--seq 1024] [--max-seq 1024] [--steps 3] [--recompute 0] [--graph 0]
 //                               [--fp8 0] [--fp8-scaling delayed] [--fp8-fused 1] [--fp8-head 0]
 // Includes the trainer's model (llmc/gpt2.cuh) and runs its step functions on random tokens:
 // upload, zero grads, forward, loss, backward, update; with --graph 1 the trainer's CUDA-graph step
@@ -146,14 +146,16 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 
 int main(int argc, char** argv) {
     std::string model_desc = "d12";
-    int B = 64, T = 1024, steps = 3, recompute = 0, zero = -1, use_graph = 0, fp8 = 0, fp8_fused = 1, fp8_head = 0;
+    int B = 64, T = 1024, max_seq = 0, steps = 3, recompute = 0, zero = -1, use_graph = 0, fp8 = 0, fp8_fused = 1, fp8_head = 0;
     std::string fp8_scaling = "delayed";
     FlagParser parser("profile_gpt2", "Per-kernel time breakdown of one GPU training step on random tokens. Example:\n"
                       "  dev/cuda/build/profile_gpt2 --batch 64 --seq 1024");
     parser.add_string("--model", "MODEL", &model_desc, "model shape: dN = N layers, 64*N channels (d12 = GPT-2 124M), "
                       "gpt2*, or a llama:L..,C..,H.. descriptor as the trainer's --init");
     parser.add_int("--batch", &B, {1, 4096}, "micro-batch size B");
-    parser.add_int("--seq", &T, {1, 1 << 20}, "sequence length T (<= the model's max_seq_len 1024)");
+    parser.add_int("--seq", &T, {1, 1 << 20}, "sequence length T (<= the model's max_seq_len)");
+    parser.add_int("--max-seq", &max_seq, {0, 1 << 20}, "max_seq_len of the model, as the trainer's --max-seq "
+                   "(0 = the descriptor's, 1024; e.g. --seq 4096 --max-seq 4096)");
     parser.add_int("--steps", &steps, {1, 100}, "profiled steps, after 3 warm-up steps; the report is per step");
     parser.add_int("--recompute", &recompute, {0, 1}, "1 = the trainer's --recompute memory mode");
     parser.add_int("--graph", &use_graph, {0, 1}, "1 = the trainer's --graph 1 step: one CUDA graph launch a step "
@@ -171,7 +173,9 @@ int main(int argc, char** argv) {
 
     CudaContext ctx;
     ctx.init(0);
-    const GPT2Config config = gpt2_config_from_descriptor(model_desc.c_str());
+    GPT2Config config = gpt2_config_from_descriptor(model_desc.c_str());
+    if (max_seq > 0) config.max_seq_len = max_seq;
+    if (T > config.max_seq_len) fail("--seq %d: longer than the model's max_seq_len %d (raise it with --max-seq)", T, config.max_seq_len);
     printf("device: %s, %d SMs; precision %s\n", ctx.props.name, ctx.props.multiProcessorCount, PRECISION_NAME);
     gpt2_print_config(config);
     GPT2 model;

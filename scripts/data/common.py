@@ -212,23 +212,30 @@ def load_tokenizer(spec):
     return Gpt2Tokenizer(spec[1]) if spec[0] == "gpt2" else HFTokenizer(spec[1], spec[2])
 
 
-def add_tokenizer_args(parser):
-    parser.add_argument("--tokenizer", help="a Hugging Face tokenizer.json to tokenize with instead of GPT-2's BPE "
-                        "(needs `pip install tokenizers`); shards are uint32 when its vocabulary exceeds 65,536")
-    parser.add_argument("--doc-token", help="with --tokenizer: the token written before every document (default: "
-                        "tokenizer_config.json's bos_token, else its eos_token, else the first special token of "
-                        + ", ".join(DOC_TOKEN_CANDIDATES) + ")")
+def add_tokenizer_args(parser, tokenizer_help=None, doc_token_help=None):
+    """--tokenizer and --doc-token; the help texts default to the data scripts' (tokenize_prompt.py,
+    which writes no shards, passes its own)."""
+    parser.add_argument("--tokenizer", metavar="FILE", help=tokenizer_help or (
+        "a Hugging Face tokenizer.json to tokenize with instead of GPT-2's BPE (needs `pip install tokenizers`); "
+        "shards are uint32 when its vocabulary exceeds 65,536"))
+    parser.add_argument("--doc-token", metavar="TOKEN", help=(doc_token_help or "with --tokenizer: the token written "
+                        "before every document") + " (default: tokenizer_config.json's bos_token, else its eos_token, "
+                        "else the first special token of " + ", ".join(DOC_TOKEN_CANDIDATES) + ")")
 
 
-def tokenizer_from_args(args):
-    """--tokenizer FILE (a tokenizer.json), else GPT-2's BPE from --ranks / $LLMC_OFFLINE_DATA / tiktoken."""
+def tokenizer_from_args(args, load=False):
+    """--tokenizer FILE (a tokenizer.json), else GPT-2's BPE from --ranks / $LLMC_OFFLINE_DATA / tiktoken
+    (its ranks read at first use, or now with load=True: a missing ranks file fails before any write)."""
     if getattr(args, "tokenizer", None):
         if args.ranks:
             raise DataError("--ranks and --tokenizer: give one (--ranks is GPT-2's BPE, --tokenizer a tokenizer.json)")
         return HFTokenizer(args.tokenizer, args.doc_token)
     if getattr(args, "doc_token", None):
         raise DataError("--doc-token goes with --tokenizer (GPT-2's document token is <|endoftext|>)")
-    return Gpt2Tokenizer(args.ranks)
+    tok = Gpt2Tokenizer(args.ranks)
+    if load:
+        tok.enc  # (the property reads them)
+    return tok
 
 
 def dataset_dir(out_dir, base, tok):
@@ -274,20 +281,32 @@ def fetch(url, dest, offline_name, source=None):
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(dest.name + ".tmp")
+    writing = False  # whether the failing call wrote the local file (then the disk, not the network, is at fault)
     try:
         print(f"downloading {url}")
-        with urllib.request.urlopen(url, timeout=60) as r, open(tmp, "wb") as f:
+        with urllib.request.urlopen(url, timeout=60) as r:
             total = int(r.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name) as bar:
-                while chunk := r.read(1 << 20):
+            writing = True
+            with open(tmp, "wb") as f, tqdm(total=total, unit="B", unit_scale=True, desc=dest.name) as bar:
+                while True:
+                    writing = False
+                    chunk = r.read(1 << 20)
+                    writing = True
+                    if not chunk:
+                        break
                     f.write(chunk)
                     bar.update(len(chunk))
-        os.replace(tmp, dest)
+            os.replace(tmp, dest)
         return dest
     except OSError as e:
         tmp.unlink(missing_ok=True)
+        if writing:
+            raise DataError(f"{dest}: cannot write the download of {url} ({e.strerror or e})")
         raise DataError(f"download of {url} failed ({e}); pass --source FILE or set {OFFLINE_ENV} "
                         f"to a folder holding {offline_name}")
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def add_common_args(parser, source_help):
@@ -295,6 +314,18 @@ def add_common_args(parser, source_help):
     parser.add_argument("--out-dir", default="data", help="output folder (default: data)")
     parser.add_argument("--ranks", help=f"GPT-2 BPE ranks file (default: ${OFFLINE_ENV}/{RANKS_FILE} "
                                         "when set, else tiktoken's download)")
+
+
+def check_out_dir(out_dir):
+    """Fails now if --out-dir could not be created or written, without creating anything (for a
+    script that checks its input before it writes)."""
+    p = Path(out_dir)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if not p.is_dir():
+        raise DataError(f"--out-dir {out_dir}: cannot create it ({p} is not a directory)")
+    if not os.access(p, os.W_OK):
+        raise DataError(f"--out-dir {out_dir}: not writable")
 
 
 def prepare_out_dir(out_dir):
@@ -317,7 +348,7 @@ def run_main(main):
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
-    except OSError as e:  # e.g. the disk filled up while writing a shard
+    except OSError as e:  # e.g. the disk filled up while writing a shard (atomic_write names the file)
         print(f"error: {e.filename or 'I/O'}: {e.strerror or e}", file=sys.stderr)
         sys.exit(1)
 
@@ -398,19 +429,23 @@ def _field(obj, text_field, where):
     return obj[text_field]
 
 
-def local_documents(source, text_field):
-    """Yields the documents of a file, or of every .txt/.jsonl/.json/.parquet file of a folder in
-    sorted name order (so a resumed run sees the same sequence)."""
+def source_files(source):
+    """The files of a source: the file itself, or every .txt/.jsonl/.json/.parquet file of a folder in
+    sorted name order (so a resumed run sees the same sequence); a DataError if there are none."""
     source = Path(source)
     if source.is_dir():
         files = sorted(p for p in source.iterdir() if p.suffix in (".txt", ".jsonl", ".json", ".parquet"))
         if not files:
             raise DataError(f"--source {source}: no .txt, .jsonl, .json or .parquet files in this folder")
-    elif source.is_file():
-        files = [source]
-    else:
-        raise DataError(f"--source {source}: no such file or directory")
-    for p in files:
+        return files
+    if source.is_file():
+        return [source]
+    raise DataError(f"--source {source}: no such file or directory")
+
+
+def local_documents(source, text_field, files=None):
+    """Yields the documents of a file or folder (source_files; `files` if already listed)."""
+    for p in files if files is not None else source_files(source):
         yield from _documents_in_file(p, text_field)
 
 
@@ -467,6 +502,13 @@ def _load_progress(path, out_dir, name, shard_size, source_desc, tokenizer_desc)
     return p
 
 
+def _remove_if_empty(folder):
+    try:
+        folder.rmdir()  # only an empty folder: nothing of anyone's is lost
+    except OSError:
+        pass
+
+
 def write_sharded(documents, out_dir, name, shard_size, source_desc, tok, workers=None, max_shards=None):
     """Tokenizes documents with `tok` in worker processes and writes shards of exactly `shard_size`
     tokens (the last one may be shorter), each document prefixed by the document token. `documents(skip)`
@@ -476,9 +518,7 @@ def write_sharded(documents, out_dir, name, shard_size, source_desc, tok, worker
     the next one starts (document index, token offset within that document's tokens). A rerun
     checks the finished shards, skips the documents they covered without tokenizing them, and
     produces the same bytes as an uninterrupted run. `max_shards` stops after that many shards."""
-    for flag, v in (("--shard-size", shard_size), ("--workers", workers), ("--max-shards", max_shards)):
-        if v is not None and v < 1:
-            raise DataError(f"{flag} {v}: must be positive")
+    check_shard_args(shard_size, workers, max_shards)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     progress_path = out_dir / f"{name}_progress.json"
@@ -514,15 +554,32 @@ def write_sharded(documents, out_dir, name, shard_size, source_desc, tok, worker
                 if k == max_shards:
                     print(f"stopping after {k} shards (--max-shards); rerun to continue")
                     return p
+    if k == 0 and not fill:
+        _remove_if_empty(out_dir)
+        raise DataError(f"{source_desc}: no documents, nothing to write")
+    if k + bool(fill) == 1:  # the validation shard alone: the trainers would find no *_train_* shard
+        total = k * shard_size + fill
+        shard_path(out_dir, name, 0).unlink(missing_ok=True)  # (a full shard 0 of this job: gone, so a rerun
+        progress_path.unlink(missing_ok=True)                  # with a smaller --shard-size starts clean)
+        _remove_if_empty(out_dir)
+        raise DataError(f"--shard-size {shard_size:,}: {source_desc} has only {total:,} tokens, one shard, which "
+                        f"would be the validation set ({shard_path(out_dir, name, 0).name}) with no training shard; "
+                        f"use a smaller --shard-size, e.g. {max(1, total // 10):,} (a tenth of the tokens: one "
+                        "validation shard, the rest for training)")
     if fill:
         write_shard(shard_path(out_dir, name, k), buf[:fill], tok.vocab_size)
         k += 1
-    if k == 0:
-        raise DataError(f"{source_desc}: no documents, nothing to write")
     p.update(shards_done=k, finished=True)
     _save_progress(progress_path, p)
     print(f"wrote {k} shards to {out_dir} (the first, {shard_path(out_dir, name, 0).name}, is the validation set)")
     return p
+
+
+def check_shard_args(shard_size, workers=None, max_shards=None):
+    """--shard-size, --workers and --max-shards must be positive: checked before anything is written."""
+    for flag, v in (("--shard-size", shard_size), ("--workers", workers), ("--max-shards", max_shards)):
+        if v is not None and v < 1:
+            raise DataError(f"{flag} {v}: must be positive")
 
 
 def add_shard_args(parser, default_shard_size):
@@ -545,8 +602,9 @@ def documents_from(args, repo, config, offline_name):
             raise DataError(f"{OFFLINE_ENV} is set but holds none of {names}; pass --source")
         source = found[0]
     if source is not None:
+        files = source_files(source)  # a missing --source fails here, before anything is written
         source = Path(source).resolve()
-        return (lambda skip: itertools.islice(local_documents(source, args.text_field), skip, None)), str(source)
+        return (lambda skip: itertools.islice(local_documents(source, args.text_field, files), skip, None)), str(source)
 
     def hub_documents(skip):
         try:

@@ -14,12 +14,13 @@ shard, skipping the documents already written (see the *_progress.json in the ou
 Sources: the Hugging Face datasets HuggingFaceFW/fineweb[-edu], config sample-<N>BT (streamed, needs
 `pip install datasets`), or --source a .parquet/.jsonl with a "text" field (the hub's own files),
 a .txt with documents separated by lines holding only <|endoftext|>, or a folder of such files
-(sorted by name). With LLMC_OFFLINE_DATA set, $LLMC_OFFLINE_DATA/fineweb[.parquet|.jsonl|...] is used.
+(sorted by name). With LLMC_OFFLINE_DATA set, $LLMC_OFFLINE_DATA/fineweb[.txt|.jsonl|.json|.parquet] is used
+(a file or folder), with --edu $LLMC_OFFLINE_DATA/edu_fineweb[.txt|.jsonl|.json|.parquet].
 """
 import argparse
 
-from common import (add_common_args, add_shard_args, add_tokenizer_args, dataset_dir, documents_from, prepare_out_dir,
-                    run_main, tokenizer_from_args, write_sharded, write_tokenizer_table)
+from common import (add_common_args, add_shard_args, add_tokenizer_args, check_shard_args, dataset_dir, documents_from,
+                    prepare_out_dir, run_main, tokenizer_from_args, write_sharded, write_tokenizer_table)
 
 
 def main():
@@ -30,11 +31,13 @@ def main():
     ap.add_argument("--edu", action="store_true", help="FineWeb-Edu instead of FineWeb")
     ap.add_argument("--sample", default="10BT", choices=["10BT", "100BT", "350BT"], help="hub sample (default 10BT)")
     args = ap.parse_args()
-    prepare_out_dir(args.out_dir)
+    # the flags, the source and the tokenizer are checked before anything is written
+    check_shard_args(args.shard_size, args.workers, args.max_shards)
     name = "edu_fineweb" if args.edu else "fineweb"
     repo = "HuggingFaceFW/fineweb-edu" if args.edu else "HuggingFaceFW/fineweb"
     documents, desc = documents_from(args, repo, f"sample-{args.sample}", name)
-    tok = tokenizer_from_args(args)  # fails early, before any worker starts, if the ranks are missing
+    tok = tokenizer_from_args(args, load=True)
+    prepare_out_dir(args.out_dir)
     write_tokenizer_table(tok, args.out_dir)
     from_hub = desc.startswith("hf:")  # a local source is no sample: its folder drops the size
     out = dataset_dir(args.out_dir, name + args.sample[:-1] if from_hub else name, tok)

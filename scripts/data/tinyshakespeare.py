@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common import (DataError, add_common_args, add_tokenizer_args, dataset_dir, fetch, prepare_out_dir, run_main,
-                    tokenizer_from_args, write_shard, write_tokenizer_table)
+from common import (DataError, add_common_args, add_tokenizer_args, check_out_dir, dataset_dir, fetch, offline_dir,
+                    prepare_out_dir, run_main, tokenizer_from_args, write_shard, write_tokenizer_table)
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 
@@ -39,8 +39,13 @@ def main():
     add_tokenizer_args(ap)
     ap.add_argument("--val-tokens", type=int, default=32768, help="tokens at the start that form the val split")
     args = ap.parse_args()
-    tok = tokenizer_from_args(args)
-    out = prepare_out_dir(dataset_dir(args.out_dir, "tinyshakespeare", tok))
+    if args.val_tokens < 1:
+        raise DataError(f"--val-tokens {args.val_tokens}: must be positive")
+    tok = tokenizer_from_args(args)  # the ranks load at first use: a missing source is reported first
+    out = dataset_dir(args.out_dir, "tinyshakespeare", tok)
+    check_out_dir(out)  # before any work; created once the input has been checked
+    if args.source is None and offline_dir() is None:
+        prepare_out_dir(out)  # the download goes there
     src = fetch(URL, out / "tiny_shakespeare.txt", "tinyshakespeare.txt", args.source)
     try:
         text = src.read_text(encoding="utf-8")
@@ -52,6 +57,7 @@ def main():
     if args.val_tokens < 1 or args.val_tokens >= tokens.size:
         raise DataError(f"--val-tokens {args.val_tokens}: must be in [1, {tokens.size}) "
                         f"({src} has {tokens.size} tokens)")
+    prepare_out_dir(out)  # (only now: a bad flag or input leaves nothing behind)
     for split, part in (("val", tokens[:args.val_tokens]), ("train", tokens[args.val_tokens:])):
         path = out / f"tiny_shakespeare_{split}.bin"
         write_shard(path, part, tok.vocab_size)

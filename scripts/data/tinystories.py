@@ -17,8 +17,8 @@ With LLMC_OFFLINE_DATA set, $LLMC_OFFLINE_DATA/tinystories[.txt|.jsonl|.json|.pa
 """
 import argparse
 
-from common import (add_common_args, add_shard_args, add_tokenizer_args, dataset_dir, documents_from, prepare_out_dir,
-                    run_main, tokenizer_from_args, write_sharded, write_tokenizer_table)
+from common import (add_common_args, add_shard_args, add_tokenizer_args, check_shard_args, dataset_dir, documents_from,
+                    prepare_out_dir, run_main, tokenizer_from_args, write_sharded, write_tokenizer_table)
 
 
 def main():
@@ -27,9 +27,11 @@ def main():
     add_tokenizer_args(ap)
     add_shard_args(ap, 10_000_000)
     args = ap.parse_args()
-    prepare_out_dir(args.out_dir)
+    # the flags, the source and the tokenizer are checked before anything is written
+    check_shard_args(args.shard_size, args.workers, args.max_shards)
     documents, desc = documents_from(args, "roneneldan/TinyStories", None, "tinystories")
-    tok = tokenizer_from_args(args)  # fails early, before any worker starts, if the ranks are missing
+    tok = tokenizer_from_args(args, load=True)
+    prepare_out_dir(args.out_dir)
     write_tokenizer_table(tok, args.out_dir)
     write_sharded(documents, dataset_dir(args.out_dir, "tinystories", tok), "tinystories", args.shard_size, desc,
                   tok, args.workers, args.max_shards)

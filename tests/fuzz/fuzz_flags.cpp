@@ -1,4 +1,4 @@
-// fuzz_flags: the trainers' command line (FlagParser with add_train_flags, then
+// fuzz_flags: the trainers' command line (FlagParser with add_train_flags and the GPU trainer's add_fp8_flags, then
 // validate_train_config, in llmc/train_config.h). The input is argv[1..], one argument per line,
 // each cut at its first NUL as a C string would be. `--help` and `-h` print the usage and exit 0
 // by design, so they are dropped from the input.
@@ -30,6 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
         FlagParser p("train_gpt2_cpu", "fuzz");
         add_train_flags(p, cfg);
+        add_fp8_flags(p, cfg);
         p.parse((int)argv.size(), argv.data());
         validate_train_config(cfg);
     } catch (const FailError&) {
