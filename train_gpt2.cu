@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
                                    ? nullptr : new HellaSwagEval(cfg.hellaswag_path.c_str(), B, T, V, cfg.data_vocab);
     Rng data_rng(cfg.seed ^ 0xDA7Aull ^ ((uint64_t)comm->rank << 32));
     std::vector<int> rand_inputs(N), rand_targets(N);
-    Tokenizer* tokenizer = cfg.tokenizer_path.empty() ? nullptr : new Tokenizer(cfg.tokenizer_path.c_str());
+    Tokenizer* tokenizer = open_model_tokenizer(cfg.tokenizer_path, V);
     const int eot = sampling_eot(tokenizer, V);
 
     if (!resume_dir.empty()) {

@@ -104,13 +104,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<HellaSwagEval> hellaswag;  // rank 0 alone scores and samples
     if (!cfg.hellaswag_path.empty() && comm->primary())
         hellaswag.reset(new HellaSwagEval(cfg.hellaswag_path.c_str(), cfg.B, cfg.T, c.vocab_size, cfg.data_vocab));
-    std::unique_ptr<Tokenizer> tok;
-    if (!cfg.tokenizer_path.empty()) {
-        tok.reset(new Tokenizer(cfg.tokenizer_path.c_str()));
-        if (tok->vocab_size() < c.vocab_size)
-            fail("--tokenizer %s: %d tokens, the model's vocabulary has %d", cfg.tokenizer_path.c_str(),
-                 tok->vocab_size(), c.vocab_size);
-    }
+    std::unique_ptr<Tokenizer> tok(open_model_tokenizer(cfg.tokenizer_path, c.vocab_size));
     const int eot = sampling_eot(tok.get(), c.vocab_size);
     if (cfg.steps < 0) {
         cfg.steps = (int)(train.num_windows() / cfg.grad_accum);

@@ -316,10 +316,7 @@ inline int resolve_max_seq(const GenConfig& g, const GPT2Config& c, const std::s
 inline void open_tokenizer(const GenConfig& g, int V, std::unique_ptr<Tokenizer>* tok,
                            std::unique_ptr<BpeEncoder>* bpe) {
     if (g.tokenizer_path.empty()) return;
-    tok->reset(new Tokenizer(g.tokenizer_path.c_str()));
-    if ((*tok)->vocab_size() < V)
-        fail("--tokenizer %s: %d tokens, the model's vocabulary has %d", g.tokenizer_path.c_str(), (*tok)->vocab_size(),
-             V);
+    tok->reset(open_model_tokenizer(g.tokenizer_path, V));
     bpe->reset(new BpeEncoder(g.tokenizer_path.c_str()));
 }
 

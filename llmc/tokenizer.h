@@ -30,3 +30,18 @@ class Tokenizer {
     TokenizerFile file_;
     std::string path_;
 };
+
+// --tokenizer FILE for a model of vocab_size V (both trainers' samples, generate): the decode table
+// must cover every id the model can produce, so a table of another, smaller tokenizer is refused at
+// start instead of failing at the first sampled id it lacks. nullptr when path is empty.
+inline Tokenizer* open_model_tokenizer(const std::string& path, int V) {
+    if (path.empty()) return nullptr;
+    Tokenizer* tok = new Tokenizer(path.c_str());
+    if (tok->vocab_size() < V) {
+        const int have = tok->vocab_size();
+        delete tok;
+        fail("--tokenizer %s: %d tokens, the model's vocabulary has %d (a decode table of another tokenizer?)",
+             path.c_str(), have, V);
+    }
+    return tok;
+}

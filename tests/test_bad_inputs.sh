@@ -42,6 +42,7 @@ os.makedirs(f"{d}/mixed")
 fmt.write_shard(f"{d}/mixed/a_000.bin", rng.integers(0, 64, 2000), 64)
 fmt.write_shard(f"{d}/mixed/a_001.bin", rng.integers(0, 64, 2000), 100)
 fmt.write_tokenizer(f"{d}/tok.bin", [bytes([65 + i % 26]) for i in range(64)], 63)
+fmt.write_tokenizer(f"{d}/tok32.bin", [bytes([65 + i % 26]) for i in range(32)], 31)  # smaller than the model's 64
 good = open(f"{d}/good.bin", "rb").read()
 def patched(name, slot, value, src=good):
     h = np.frombuffer(src[:1024], dtype="<i8").copy()
@@ -225,6 +226,14 @@ fi
 
 # data, tokenizer, checkpoints
 expect_error "--train matches nothing" "$T/none_*.bin" $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/none_*.bin"
+expect_startup_error "a --tokenizer smaller than the model's vocabulary" \
+    "--tokenizer $T/tok32.bin: 32 tokens, the model's vocabulary has 64" $TRAIN "${BASE[@]}" --init "$T/good.bin" \
+    --tokenizer "$T/tok32.bin" --sample-every 1 --gen-tokens 4
+if [ -x $GPU ] && nvidia-smi -L >/dev/null 2>&1; then  # checked after the device starts, before any step
+    expect_startup_error "GPU trainer: a --tokenizer smaller than the model's vocabulary" \
+        "--tokenizer $T/tok32.bin: 32 tokens, the model's vocabulary has 50257" $GPU "${BASE[@]}" --init d1 \
+        --data-vocab 64 --tokenizer "$T/tok32.bin" --sample-every 1 --gen-tokens 4
+fi
 expect_error "shards of a larger vocabulary than the model's" \
     "$T/bigids.bin: written by a tokenizer of vocab_size 50257 (its header), larger than the model's vocab_size 64" \
     $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/bigids.bin"

@@ -275,6 +275,8 @@ BAD = [  # (name, args after --model, expected text of the one error line)
     ("--force-ids with two prompts", ["--prompt-ids", "1", "--prompt-ids", "2", "--force-ids", "3"],
      "--force-ids: works with exactly one prompt"),
     ("missing tokenizer", ["--prompt-ids", "1", "--tokenizer", "{d}/nope.bin"], "{d}/nope.bin: cannot open"),
+    ("a tokenizer smaller than the model's vocabulary", ["--prompt-ids", "1", "--tokenizer", "{d}/tok100.bin"],
+     "--tokenizer {d}/tok100.bin: 100 tokens, the model's vocabulary has 260"),
 ]
 BAD_MODEL = [  # (name, --model, expected)
     ("missing model", "{d}/nope.bin", "--model {d}/nope.bin: cannot open"),
@@ -298,6 +300,7 @@ def bad_files(files):
     (files / "blank.txt").write_text("\n  \n")
     (files / "truncated.bin").write_bytes((files / "model.bin").read_bytes()[:-4])
     (files / "emptydir").mkdir(exist_ok=True)
+    fmt.write_tokenizer(files / "tok100.bin", [bytes([b]) for b in range(100)], 99)  # another, smaller tokenizer
     # a checkpoint (model.bin, a stand-in state.bin, DONE) whose model.bin was damaged after DONE
     ck = files / "ck" / "step_00000001"
     ck.mkdir(parents=True, exist_ok=True)
