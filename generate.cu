@@ -234,11 +234,11 @@ static void bench(GPT2Infer& m, const GenConfig& g, const GenerateLimits& lim, c
         if (produced[b] != N) fail("--bench: sequence %d produced %d tokens, not %d", b, produced[b], N);
     printf("BENCH_GEN B=%d prompt=%d new=%d prefill_ms=%.3f ms_per_token=%.4f tok_s=%.0f graph=%d gemv=%d pdl=%d "
            "fused=%d fused_gemv=%d latency=%d split_k=%d rows=%d autotune=%d step_sync=%d fold_argmax=%d persistent=%d "
-           "arch=%s precision=%s\n", B, P, N, prefill_ms, decode_ms / N, (double)B * N / (decode_ms / 1e3), g.graph,
-           (int)m.gemv, (int)m.pdl, (int)m.fused, (int)infer_detail::fused_step(m), (int)m.latency, m.gemv_split_k,
-           m.gemv_rows, g.matmul_autotune, (int)m.step_sync, (int)m.fold_argmax, (int)infer_detail::persistent_step(m),
-           gpt2_arch_name(m.config),
-           PRECISION_NAME);
+           "decode_mma=%d arch=%s precision=%s\n", B, P, N, prefill_ms, decode_ms / N,
+           (double)B * N / (decode_ms / 1e3), g.graph, (int)m.gemv, (int)m.pdl, (int)m.fused,
+           (int)infer_detail::fused_step(m), (int)m.latency, m.gemv_split_k, m.gemv_rows, g.matmul_autotune,
+           (int)m.step_sync, (int)m.fold_argmax, (int)infer_detail::persistent_step(m), (int)m.decode_mma,
+           gpt2_arch_name(m.config), PRECISION_NAME);
     if (g.profile) profile_steps(m, lim, tokens, lengths, active, rng, P, std::min(N, 32), decode_ms / N, ctx);
     for (cudaEvent_t& e : ev) cudaCheck(cudaEventDestroy(e));
 }
@@ -288,6 +288,7 @@ int main(int argc, char** argv) {
     m.step_sync = g.step_sync;
     m.fold_argmax = g.fold_argmax != 0;
     m.persistent = g.persistent != 0;
+    m.decode_mma = g.decode_mma != 0;
     if (m.persistent && !infer_detail::persistent_step(m))
         fprintf(stderr, "--persistent 1: the decode step runs its 5 kernels a layer instead (%s)\n",
                 !infer_detail::fused_step(m) ? "not a fused step: more than 8 sequences, or --fused/--gemv 0"

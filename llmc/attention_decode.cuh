@@ -6,6 +6,8 @@
 // at a large one through global memory by the last split block of each head to finish (or, as a plan
 // option, a second kernel). One block serves all the query heads of a KV head (up to 8), so each K/V
 // element is read once for its group.
+// The batched decode (the batch alone fills the SMs) runs instead on the tensor cores, in the bf16
+// build: attention_decode_mma.cuh's kernels (decode_mma_route below says where, and why).
 // Precision and the FP32 build: the same kernels with floatX = float (4 elements per 16-byte load).
 //
 // Shapes (row-major; the KV cache layout of docs/design.md, "KV cache and decode attention"):
@@ -29,6 +31,7 @@
 #include <cfloat>
 #include <cstdint>
 #include <cooperative_groups.h>
+#include "attention_decode_mma.cuh"
 #include "attention_layout.cuh"
 #include "cuda_common.cuh"
 #include "kv_cache.cuh"
@@ -37,17 +40,7 @@
 namespace attention_detail {
 
 // ============================================================================ the split plan
-// Which cache slots a sequence attends: n keys, the oldest in slot `first`, then first+1, ... (mod S).
-struct DecodeSpan {
-    int n, first;
-};
-__host__ __device__ inline DecodeSpan decode_span(int pos, int S, int window) {
-    if (pos < 0) return {0, 0};
-    const int cap = window > 0 && window < S ? window : S;
-    const int n = pos + 1 < cap ? pos + 1 : cap;
-    return {n, (pos + 1 - n) % S};
-}
-
+// (Which slots a sequence attends, decode_span, is in kv_cache.cuh, shared with attention_decode_mma.cuh.)
 // Keys a split block takes: at least DECODE_MIN_CHUNK (below it the block's fixed costs, loading q and
 // merging its warps' partials, outweigh its keys), a multiple of it (of every kernel's keys per step).
 constexpr int DECODE_MIN_CHUNK = 64;
@@ -158,25 +151,45 @@ struct DecodeScratch {
     }
 };
 
-// Merges the nsplits partials of (sequence b, head h) into out, dims d = first, first + step, ...:
-// out = sum_s 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s. Loads bypass L1 (__ldcg): in the fused combine
-// other blocks wrote the partials during this kernel.
-template <typename T>
-__device__ __forceinline__ void decode_merge_splits(T* out, const float* part_o, const float* part_ml, int b, int h,
-                                                    int NH, int HD, int nsplits, int max_splits, int first, int step) {
-    const size_t p0 = (size_t)(b * NH + h) * max_splits;
-    float M = -FLT_MAX;
-    for (int s = 0; s < nsplits; s++) M = fmaxf(M, __ldcg(part_ml + 2 * (p0 + s)));
-    for (int d = first; d < HD; d += step) {
-        float o = 0.0f, sum = 0.0f;
-        for (int s = 0; s < nsplits; s++) {
-            const float f = exp2f(__ldcg(part_ml + 2 * (p0 + s)) - M);
-            o += f * __ldcg(part_o + (p0 + s) * HD + d);
-            sum += f * __ldcg(part_ml + 2 * (p0 + s) + 1);
-        }
-        out[(size_t)(b * NH + h) * HD + d] = from_float<T>(o / sum);  // nsplits > 1: keys exist, sum > 0
-    }
+// ============================================================================ the tensor-core route
+// attention_decode runs the tensor-core kernels (attention_decode_mma.cuh, bf16 build) where these
+// shapes hold and the call allows it (its mma, not early, no step counters): HD 64 or 128, a group of
+// up to 16 query heads (the mma tile's rows), and decode_plan's large-batch plan (the batch alone puts
+// a block on every SM: B * NKV * head_blocks >= num_sms). There the lab measured them 1.4-2.8x the
+// CUDA-core kernels (H200, B 64: gqa 32/8 HD 128 2.5-2.8x, gpt2 12/12 HD 64 1.4-1.55x; docs/perf.md,
+// "Decode attention"). The small-batch plan's shapes stay on the CUDA-core kernels: some won there
+// too (gqa B 8: 2.3x), but some lost (B 1 with generate's 1024-slot cache 0.85x, a group of 12 with a
+// window at B 3 0.79x), and the fused step at B <= 8 needs what these kernels lack: the early loads
+// before the PDL wait, the step counters. Their grid's y is B * NKV (at most 65535), and the
+// device must give a block their shared memory (decode_mma_smem_fits: not HD 128 on sm_86/sm_89).
+inline bool decode_mma_route(int B, int NH, int NKV, int HD, const DecodePlan& plan, int num_sms) {
+#if defined(PRECISION_FP32)
+    (void)B, (void)NH, (void)NKV, (void)HD, (void)plan, (void)num_sms;
+    return false;
+#else
+    return (HD == 64 || HD == 128) && NH / NKV <= DECODE_MMA_ROWS && (long long)B * NKV <= 65535 &&
+           B * NKV * plan.head_blocks >= num_sms && decode_mma_smem_fits(HD);
+#endif
 }
+// The route's scratch: its partials (none at one split) after the counters of the plan's layout
+// (DecodeScratch), so a scratch the CUDA-core kernels also use (the lab, a caller switching routes)
+// keeps their counters at zero. decode_mma_scratch_offset floats from the start, 16-byte aligned.
+inline size_t decode_mma_scratch_offset(int B, int NKV, const DecodePlan& plan) {
+    return DecodeScratch::counter_floats(B, NKV, plan);
+}
+inline size_t decode_mma_route_floats(int B, int NH, int NKV, int HD, int S, int window, const DecodePlan& plan,
+                                      int num_sms) {
+#if defined(PRECISION_FP32)
+    (void)B, (void)NH, (void)NKV, (void)HD, (void)S, (void)window, (void)plan, (void)num_sms;
+    return 0;
+#else
+    const size_t part = decode_mma_scratch_floats(B, NH, HD, decode_mma_splits(B, NKV, S, window, num_sms));
+    return part > 0 ? decode_mma_scratch_offset(B, NKV, plan) + part : 0;
+#endif
+}
+
+// (decode_merge_splits, the merge of a head's split partials, is in kv_cache.cuh, shared with
+// attention_decode_mma.cuh.)
 
 // ============================================================================ the split kernel
 // Mapping: a block owns (sequence b, KV head kvh, head block hb, split) and GB query heads. A 16-byte
@@ -660,10 +673,27 @@ inline int attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, co
 
 }  // namespace attention_detail
 
-// fp32 floats of scratch attention_decode needs for these sizes on the current device (0: none).
+// fp32 floats of scratch attention_decode needs for these sizes on the current device (0: none):
+// enough for either route (the CUDA-core kernels, and the tensor-core ones where decode_mma_route
+// allows them), whatever the call's mma, early and sync.
 inline size_t attention_decode_scratch_floats(int B, int NH, int NKV, int HD, int S, int window) {
     using namespace attention_detail;
-    return DecodeScratch::floats(B, NH, NKV, HD, decode_plan(B, NH, NKV, S, window, current_sm_count()));
+    const int sms = current_sm_count();
+    const DecodePlan plan = decode_plan(B, NH, NKV, S, window, sms);
+    size_t floats = DecodeScratch::floats(B, NH, NKV, HD, plan);
+    if (decode_mma_route(B, NH, NKV, HD, plan, sms))
+        floats = std::max(floats, decode_mma_route_floats(B, NH, NKV, HD, S, window, plan, sms));
+    return floats;
+}
+
+// Opts the tensor-core kernels in to their shared memory. Call it before a CUDA graph capture that
+// may hold the first attention_decode (gpt2_infer_build does): the launch would opt in itself, and
+// whether cudaFuncSetAttribute may run inside a capture is not a thing to rely on.
+inline void attention_decode_prepare() {
+#if !defined(PRECISION_FP32)
+    if (attention_detail::decode_mma_smem_fits(64)) attention_detail::decode_mma_optin<64>();
+    if (attention_detail::decode_mma_smem_fits(128)) attention_detail::decode_mma_optin<128>();
+#endif
 }
 
 // out (B, NH*HD) = softmax(q k^T / sqrt(HD)) v of each sequence's new token (q from its qkv row) over
@@ -680,14 +710,32 @@ inline size_t attention_decode_scratch_floats(int B, int NH, int NKV, int HD, in
 // while the QKV kernel runs (the fused step at B <= 8); false: everything after the wait.
 // sync: the decode step's counters (llmc/cuda_common.cuh), the wait instead of pdl_wait and a count
 // at exit; returns the blocks of the (split) kernel.
+// mma (bf16 build): where decode_mma_route allows it and the call has neither early nor sync counters,
+// the tensor-core kernels (attention_decode_mma.cuh) run instead: with append, kv_cache_append first
+// (they read the cache only), and all of them as plain launches whatever pdl says (a plain launch
+// waits for the kernel before it: always correct). false: the CUDA-core kernels everywhere (generate
+// --decode-mma 0, for comparison).
 inline int attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, floatX* v_cache, const int* pos, int B,
                             int NH, int NKV, int HD, int S, cudaStream_t stream, int window = 0,
                             float* scratch = nullptr, bool pdl = false, bool append = false, bool early = false,
-                            const StepSync& sync = {}) {
+                            const StepSync& sync = {}, bool mma = true) {
     using namespace attention_detail;
     check_kv_cache_sizes("attention_decode", B, NH, NKV, HD, S, window);
     check_kv_cache_aligned("attention_decode", qkv, k_cache, v_cache);
-    const DecodePlan plan = decode_plan(B, NH, NKV, S, window, current_sm_count());
+    const int sms = current_sm_count();
+    const DecodePlan plan = decode_plan(B, NH, NKV, S, window, sms);
+#if !defined(PRECISION_FP32)
+    if (mma && !early && !sync.counters && decode_mma_route(B, NH, NKV, HD, plan, sms)) {
+        if (decode_mma_route_floats(B, NH, NKV, HD, S, window, plan, sms) > 0 && !scratch)
+            fail("attention_decode: B=%d NH=%d S=%d needs a scratch buffer of %zu floats", B, NH, S,
+                 attention_decode_scratch_floats(B, NH, NKV, HD, S, window));
+        if (append) kv_cache_append(k_cache, v_cache, qkv, pos, B, NH, NKV, HD, S, stream);
+        return decode_mma(out, scratch ? scratch + decode_mma_scratch_offset(B, NKV, plan) : nullptr, qkv, k_cache,
+                          v_cache, pos, B, NH, NKV, HD, S, window, decode_mma_splits(B, NKV, S, window, sms), stream);
+    }
+#else
+    (void)mma;
+#endif
     if (DecodeScratch::floats(B, NH, NKV, HD, plan) > 0 && !scratch)
         fail("attention_decode: B=%d NH=%d S=%d needs a scratch buffer of %zu floats", B, NH, S,
              attention_decode_scratch_floats(B, NH, NKV, HD, S, window));

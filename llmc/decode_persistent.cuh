@@ -19,7 +19,7 @@
 //             rows [QKV*g/G, QKV*(g+1)/G) of qkv = xs Wqkv^T + b, the K and V rows also into the
 //             cache slot pos % S (gemv.cuh's store_qkv, as the fused GEMV)
 //   attention work items (sequence b, query head h, split s) round-robin over the blocks: the keys
-//             of the span (attention_decode.cuh's decode_span) cut into nsplit chunks, each an online
+//             of the span (kv_cache.cuh's decode_span) cut into nsplit chunks, each an online
 //             softmax in base 2 over its keys (a row group of HD / 8 lanes a key), merged over the
 //             block's row groups into a partial (max, sum, output) in global memory
 //   attproj   xs = the partials merged per (b, h) (attention_decode.cuh's decode_merge_splits, the

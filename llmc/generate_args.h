@@ -2,7 +2,8 @@
 // share: their flags, the model path, the prompts (text through the BPE encoder, ids, files), the
 // end-of-text default and the output of a finished batch, so they take the same command lines and
 // give the same errors. The GPU-only flags (--graph, --check-full, --bench, --init, and the kernel
-// choices --gemv, --pdl, --fused, --latency-kernels, --step-sync, --fold-argmax, --persistent, --matmul-autotune, --profile)
+// choices --gemv, --pdl, --fused, --latency-kernels, --step-sync, --fold-argmax, --persistent, --decode-mma,
+// --matmul-autotune, --profile)
 // are registered only for it.
 #pragma once
 #include <sys/stat.h>
@@ -55,6 +56,7 @@ struct GenConfig {
     int step_sync = 0;                  // --step-sync: the fused step's kernels wait on counters (2: trigger early)
     int fold_argmax = 1;                // --fold-argmax: the fused step's greedy argmax inside the lm_head GEMV
     int persistent = 0;                 // --persistent: the fused step's layers as one persistent kernel
+    int decode_mma = 1;                 // --decode-mma: the batched decode attention on tensor cores (bf16)
     int matmul_autotune = 1;            // --matmul-autotune: time cuBLASLt's algorithms for the step's matmuls once
     int profile = 0;                    // --profile 1 (with --bench): per-kernel-family time of a decode step
     std::string init;                   // --init dN: a fresh random model instead of --model
@@ -155,6 +157,11 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
                   "llmc/decode_persistent.cuh) between the embedding and the lm_head kernels; GPT-2-style blocks "
                   "only (a Llama-style model runs the 5 kernels a layer); 0 (default: measured slower on the H200, "
                   "241 against 365 us a token at B=1) = 5 kernels a layer (same tokens up to rounding)");
+        p.add_int("--decode-mma", &g.decode_mma, {0, 1}, "1 = the decode attention runs on tensor cores "
+                  "(llmc/attention_decode_mma.cuh) where the batch alone fills the GPU (sequences x KV heads, twice "
+                  "that for groups of 9-16 query heads, at least the SM count: GPT-2 124M from 11 sequences on an H200) and no fused step's early loads "
+                  "or --step-sync counters are asked of it; bf16 build only (the fp32 build has no such kernel); "
+                  "0 = the CUDA-core kernels everywhere, for comparison (same tokens up to rounding)");
         p.add_int("--matmul-autotune", &g.matmul_autotune, {0, 1}, "1 = before the first prompt, time up to ~28 "
                   "cuBLASLt algorithms (the heuristic's list and split-K versions) for each matmul of a decode step "
                   "that goes through cuBLASLt (more than 8 sequences, or --gemv 0) and keep the fastest (timed: two "

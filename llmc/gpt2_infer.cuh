@@ -31,7 +31,9 @@
 // the QKV GEMV; and with m.pdl every kernel after the sampler is a programmatic dependent of the one
 // before it (llmc/cuda_common.cuh), so the next GEMV's blocks are resident and prefetching their
 // weights while the current kernel runs. At B > GEMV_MAX_M (cuBLASLt) m.fused folds only the cache
-// append into attention_decode. --fused 0 keeps the one-op-a-kernel step for comparison.
+// append into attention_decode (where attention_decode takes its tensor-core kernels, m.decode_mma,
+// the append stays a kernel of its own before them). --fused 0 keeps the one-op-a-kernel step for
+// comparison.
 // Two more latency cuts of the fused step (both on by default, off for comparison):
 // - m.step_sync (--step-sync): its kernels after the first (the encoder, or advance_and_encode) wait
 //   on a counter the kernel before them counts into as its blocks finish, instead of
@@ -101,6 +103,10 @@ struct GPT2Infer {
     // the fused step's layers as one persistent kernel (llmc/decode_persistent.cuh; --persistent) where
     // `persist` says it runs (GPT-2-style blocks, B <= 8), else the 5 kernels a layer
     bool persistent = false;
+    // attention_decode may take the tensor-core kernels where its route allows them (bf16 build, the
+    // batch alone filling the SMs, not the fused step's early loads or counters: attention_decode.cuh,
+    // decode_mma_route); false: the CUDA-core kernels everywhere (--decode-mma)
+    bool decode_mma = true;
     PersistentPlan persist;
     float* persist_part = nullptr;     // persist.part_floats: the attention phase's partials
     unsigned* persist_sync = nullptr;  // PERSIST_SYNC_WORDS: its barrier counters (zeroed once; left zero)
@@ -190,6 +196,7 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* hos
     const size_t FC = gpt2_fc_channels(c), H = gpt2_mlp_hidden(c);
     const size_t rope = c.position == POS_ROPE ? (size_t)max_seq * HD / 2 : 0;
     const size_t scratch = attention_decode_scratch_floats(B, c.num_heads, NKV, HD, m.S, m.window);
+    attention_decode_prepare();  // before any capture of the step
     m.persist = decode_persistent_plan(c, B, m.S, m.window);
     std::vector<BufferSpec> specs = {
         {(void**)&m.params_memory, n, X},    {(void**)&m.k_cache, cache, X},      {(void**)&m.v_cache, cache, X},
@@ -539,7 +546,8 @@ inline void decode_layers_fused(GPT2Infer& m, StepChain& ch, const CudaContext& 
                                        B, C, QKV, GEMV_QKV, fq, s, m.pdl, tuning(m)));
         mark(m, "attention_decode", s);
         ch.launched(attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, s,
-                                     m.window, m.decode_scratch, m.pdl, false, m.latency && m.pdl, ch.sync()));
+                                     m.window, m.decode_scratch, m.pdl, false, m.latency && m.pdl, ch.sync(),
+                                     m.decode_mma));
         GemvFusion fr;
         fr.residual = m.res1;
         fr.sync = ch.sync();
@@ -680,7 +688,7 @@ inline void gpt2_infer_decode_forward(GPT2Infer& m, const CudaContext& ctx, Step
         }
         mark(m, m.fused ? "attention+kv" : "attention_decode", s);
         attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, s, m.window,
-                         m.decode_scratch, m.fused && m.pdl, m.fused);
+                         m.decode_scratch, m.fused && m.pdl, m.fused, false, {}, m.decode_mma);
     });
     infer_detail::linear(m, "lm_head", m.logits, nullptr, m.ln, infer_detail::head(m), nullptr, B, C,
                          c.padded_vocab_size, GEMV_PLAIN, ctx);

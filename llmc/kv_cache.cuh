@@ -10,12 +10,46 @@
 //                                             and V heads are copied
 // Pure copies, 16 bytes a thread; the CPU twins are in llmc/cpu/kv_cache.h.
 #pragma once
+#include <cfloat>
 #include <cstdint>
 #include "attention_layout.cuh"
 #include "cuda_common.cuh"
 #include "utils.h"
 
 namespace attention_detail {
+
+// Which cache slots a sequence attends (attention_decode.cuh's kernels and attention_decode_mma.cuh's):
+// n keys, the oldest in slot `first`, then first+1, ... (mod S).
+struct DecodeSpan {
+    int n, first;
+};
+__host__ __device__ inline DecodeSpan decode_span(int pos, int S, int window) {
+    if (pos < 0) return {0, 0};
+    const int cap = window > 0 && window < S ? window : S;
+    const int n = pos + 1 < cap ? pos + 1 : cap;
+    return {n, (pos + 1 - n) % S};
+}
+
+// Merges the nsplits partials of (sequence b, head h) into out, dims d = first, first + step, ...
+// (attention_decode.cuh's combines and attention_decode_mma.cuh's merge kernel; partial s of the head at
+// (b * NH + h) * max_splits + s): out = sum_s 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s. Loads bypass L1
+// (__ldcg): in the fused combine other blocks wrote the partials during this kernel.
+template <typename T>
+__device__ __forceinline__ void decode_merge_splits(T* out, const float* part_o, const float* part_ml, int b, int h,
+                                                    int NH, int HD, int nsplits, int max_splits, int first, int step) {
+    const size_t p0 = (size_t)(b * NH + h) * max_splits;
+    float M = -FLT_MAX;
+    for (int s = 0; s < nsplits; s++) M = fmaxf(M, __ldcg(part_ml + 2 * (p0 + s)));
+    for (int d = first; d < HD; d += step) {
+        float o = 0.0f, sum = 0.0f;
+        for (int s = 0; s < nsplits; s++) {
+            const float f = exp2f(__ldcg(part_ml + 2 * (p0 + s)) - M);
+            o += f * __ldcg(part_o + (p0 + s) * HD + d);
+            sum += f * __ldcg(part_ml + 2 * (p0 + s) + 1);
+        }
+        out[(size_t)(b * NH + h) * HD + d] = from_float<T>(o / sum);  // nsplits > 1: keys exist, sum > 0
+    }
+}
 
 // The sizes every cache user needs (window: the attention's, 0 for the copies).
 inline void check_kv_cache_sizes(const char* what, int B, int NH, int NKV, int HD, int S, int window) {

@@ -138,6 +138,18 @@ full "fp32, GQA + window ring" $GEN32 --model $GQA --prompt-ids $P2 --temperatur
 full "bf16, d12 (GPT-2 124M shapes), batch of 2" $GEN --init d12 --max-seq 128 --prompt-ids $P2 --prompt-ids $P1 \
     --temperature 0 --max-new 24 --eot -1
 full "bf16, d12, batch of 10 (cuBLAS at M > 8)" $GEN --init d12 --max-seq 96 $TEN --temperature 0 --max-new 12 --eot -1
+# the tensor-core decode attention (--decode-mma 1, the default; attention_decode_mma.cuh) where the batch
+# fills the GPU (sequences x KV heads >= the SM count, 132 on an H200), past 128 keys so its split-K merge
+# runs: d12 at 16 sequences (2 splits), the 114M Llama (4 KV heads) at 34 (2 splits); then the CUDA-core
+# kernels at the same shape (--decode-mma 0)
+SIXTEEN="$TEN --prompt-ids $P3 --prompt-ids $P5 --prompt-ids $P6 --prompt-ids $P7 --prompt-ids $P2 --prompt-ids $P4 --batch 16"
+THIRTYFOUR="$SIXTEEN $SIXTEEN --prompt-ids $P1 --prompt-ids $P6 --batch 34"
+full "bf16, d12, batch of 16, tensor-core decode attention" $GEN --init d12 --max-seq 256 $SIXTEEN --temperature 0 \
+    --max-new 150 --eot -1
+full "bf16, d12, batch of 16, --decode-mma 0" $GEN --init d12 --max-seq 256 $SIXTEEN --temperature 0 --max-new 150 \
+    --eot -1 --decode-mma 0
+full "bf16, llama 114M shape, batch of 34, tensor-core decode attention" $GEN --init $LLAMA114 --max-seq 256 $THIRTYFOUR \
+    --temperature 0.7 --max-new 140 --eot -1
 full "bf16, llama MHA tied, batch of 3" $GEN --model $LMHA --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3 \
     --temperature 0 --max-new 30 --eot -1
 full "bf16, llama GQA untied + window ring, batch of 2" $GEN --model $LGQA --prompt-ids $P1 --prompt-ids $P2 \

@@ -7,7 +7,8 @@
 // (checked slot by slot, exactly), then every variant runs with poisoned outputs, is checked against
 // the CPU reference (llmc/cpu/attention_decode.h, fp32, every sequence of the batch) and timed by the
 // shared harness.
-//   0  shipped attention_decode, as the fused step at B <= 8 launches it (pdl, early loads): split-K
+//   0  shipped attention_decode, as the fused step at B <= 8 launches it (pdl, early loads: these keep
+//      it on the CUDA-core kernels at every shape; the tensor-core route runs in 8 and 9): split-K
 //      blocks of 128 threads, each serving a KV head's whole query group (up to 8 heads); decode_plan:
 //      at a small grid (B * NKV * head blocks < SMs) up to 8 splits, one cluster per (sequence, head
 //      block), the partials merged through distributed shared memory (past 1024 keys of capacity the
@@ -29,10 +30,13 @@
 //   8  append folded in (attention_decode(..., append = true), the --fused 1 step at B > 8): the
 //      appended slots are poisoned first; the kernel writes them from qkv and reads the newest key
 //      from qkv; checked on the output and on the slots, as kv_cache_append is. Against variant 0 +
-//      the kv_cache_append line: one launch less.
+//      the kv_cache_append line: one launch less. Where the entry point takes the tensor-core route
+//      (decode_mma_route: bf16, G <= 16, the large-batch plan; a "#" line says so), this is
+//      kv_cache_append then variant 13's kernels, named "append, then tensor cores"; 15 is the old call
 //   9  without the early loads (attention_decode(..., early = false)): pos and the first step's keys
 //      read after the wait, as before the latency work and as the B > 8 step runs it (a lone kernel
-//      gains nothing from them: the gain is in a PDL chain, generate --latency-kernels 1 vs 0)
+//      gains nothing from them: the gain is in a PDL chain, generate --latency-kernels 1 vs 0); on
+//      the tensor-core route (as 8) variant 13's kernels, with the entry point's splits; 14 is the old call
 //  10  the waves plan (decode_plan_waves: ~4 blocks an SM, chunks of 64..512 keys, fused combine through
 //      global memory; shipped until issue 15's second round) with the early loads: the old variant 0
 //  11  the waves plan without the early loads: the old variant 9 (what B > 8 ran)
@@ -43,7 +47,12 @@
 //      m16n8k16 tile (groups of up to 16), S = Q K^T and O += P V by mma.sync over cp.async-staged
 //      tiles of 64 keys (16 a warp), P rounded to bf16; ~2 blocks an SM of splits of >= 128 keys, a
 //      second kernel merging the fp32 partials. Whether the tensor cores lift the issue-bound GQA
-//      shape (Triton: 4230 GB/s at gqa B 64 len 4096, variant 0 1525)
+//      shape (Triton: 4230 GB/s at gqa B 64 len 4096, variant 0 1525). Its code is now
+//      llmc/attention_decode_mma.cuh (decode_mma), which attention_decode routes the batched decode to;
+//      here it runs at every shape whose group fits, with the same plan (decode_mma_splits)
+//  14  old shipped path (CUDA cores): attention_decode_with_plan with decode_plan and pdl, no early
+//      loads: what variant 9 ran before the tensor-core route (the same as 9 where it is not taken)
+//  15  old shipped path (CUDA cores), append folded in: what variant 8 ran before the route (as 8)
 // kv_cache_fill and kv_cache_append: one line each (variant 0) per cache configuration.
 // Bytes: the K and V rows each sequence attends (NKV heads), q and out once, pos; FLOPs: 4 * HD per
 // (query head, key). Memory-bound: % of the 4.0 TB/s copy.
@@ -72,15 +81,15 @@
 // 0.2553 vs 0.7048 (2.76x, 4210 GB/s: 105% of copy, as Triton's and cuDNN's SDPA), mixed 0.1465 vs
 // 0.3903; gqa B 8 len 4096 0.0609 vs 0.1409; gpt2 B 64 len 1024 0.0621 vs 0.0964 (1.55x), len 4096
 // 0.2044 vs 0.2842; gpt2 B 1 len 128 0.0105 vs 0.0120. Slower only where a few blocks set the time:
-// gpt2-1k B 1 len 320 0.0117 vs 0.0100, odd-g12 (B 3, G 12, window) 0.0169 vs 0.0133. Not shipped yet:
-// the decode step's attention also appends the token's K/V, waits through PDL or the step counters,
-// and reads its first keys early, which this kernel does not (docs/perf.md, "Decode attention").
-// Since that run its merge kernel is the shipped merge (decode_merge_splits, the partials in its
-// layout) instead of its own copy of the formula: rebuilt, not yet rerun on a GPU.
+// gpt2-1k B 1 len 320 0.0117 vs 0.0100, odd-g12 (B 3, G 12, window) 0.0169 vs 0.0133. Since wired
+// into attention_decode for the batched decode only (branch s10/decode-mma; variants 8 and 9 where
+// routed, 14 and 15 the old path beside them): it neither appends the token's K/V (kv_cache_append
+// runs first), nor waits through PDL or the step counters, nor reads its first keys early, so the
+// fused step at B <= 8 keeps the CUDA-core kernels by default (docs/perf.md, "Decode attention"). Not yet
+// run on a GPU in that form. gpt2-r2, g12-r3 and small-route run the route with 2-3 splits (on 132 SMs).
 #include <algorithm>
 #include "harness.cuh"
 #include "llmc/attention_decode.cuh"
-#include "llmc/attention_mma.cuh"
 #include "llmc/cpu/attention_decode.h"
 
 using attention_detail::DecodePlan;
@@ -148,302 +157,6 @@ static void decode_baseline(floatX* out, const floatX* qkv, const floatX* k_cach
     cudaCheckLaunch();
 }
 
-// ---------------------------------------------------------------- variant 13: tensor cores
-// bf16 only (mma.sync has no fp32 operands): in the FP32 build the variant is not compiled or registered.
-#if !defined(PRECISION_FP32)
-// What the Triton kernel (dev/triton/attention_decode.py, decode_split_kernel) does, in CUDA: the G
-// query heads of a KV head are the 16 rows of an m16n8k16 A tile (rows >= G are zero queries whose
-// outputs are never written), so S = Q K^T and O += P V run on the tensor cores instead of the
-// shipped kernel's scalar FMAs and shuffles (issue-bound at G 4: 49% of copy at gqa B 64).
-// Mapping: grid (splits, B * NKV); a block of 4 warps owns (sequence b, KV head kvh, split) and keys
-// [lo, hi) of the sequence's span, in tiles of 64 keys staged in shared memory by cp.async (3 stages,
-// 2 tiles in flight while one is used). Warp w takes keys 16w .. 16w + 15 of each tile with its own
-// online softmax (m, l, O for the 16 rows), so the loop needs no exchange between warps; the 4 warps'
-// partials are merged once, in shared memory, at the end. Per tile and warp: HD/8 mma for S (2 n-blocks
-// of 8 keys x HD/16 k-steps) and HD/8 for P V (HD/8 n-blocks x one 16-key k-step).
-// Numerics: q and K in bf16 as stored, S in fp32, scaled by log2(e)/sqrt(HD) in fp32 (not folded into
-// a bf16 q); softmax in base 2 with the running max subtracted before exp2; P rounded to bf16 for the
-// P V mma, and l summed from the same rounded p, so numerator and denominator weigh each key alike.
-// Risk: that rounding errs by ~2^-9 of a short sequence's output (~|v|), and the lab's check is
-// against the rms of the whole batch's output, which the long sequences of a mixed batch make small:
-// the Triton lab failed all its bf16-P kernels (cuDNN's SDPA included) on gqa B=64 mixed by 2 elements
-// there; this variant may do the same.
-// Splits (the Triton plan): ~2 blocks an SM over B * NKV, chunks of >= 128 keys of the capacity; each
-// sequence's chunk comes from its own length on the device (decode_mma_chunk), so the launch depends
-// on the shapes only. A sequence with one chunk is written by its block; the others' blocks write fp32
-// partials (o, m, l) that decode_mma_merge_kernel combines.
-// Shared memory (DecodeMmaSmem): q 16 x HD + 3 stages of K and V 64 x HD, bf16: 100 KB at HD 128
-// (2 blocks an SM), 50 KB at HD 64 (4); the K stages hold the warps' fp32 O for the final merge.
-// Registers (ptxas -v, sm_90a, no spills): 214 at HD 128, 120 at HD 64; below the smem limits of 2 and 4
-// blocks an SM.
-constexpr int DECODE_MMA_ROWS = 16;       // query rows of the tile: groups of up to 16 heads
-constexpr int DECODE_MMA_TILE = 64;       // keys a stage
-constexpr int DECODE_MMA_WARPS = 4;       // 16 keys of each tile a warp
-constexpr int DECODE_MMA_THREADS = DECODE_MMA_WARPS * WARP_SIZE;
-constexpr int DECODE_MMA_STAGES = 3;
-constexpr int DECODE_MMA_MIN_CHUNK = 128; // below it a block's fixed costs (q, the merges) outweigh its keys
-constexpr int DECODE_MMA_BLOCKS_PER_SM = 2;
-static_assert(DECODE_MMA_TILE == 16 * DECODE_MMA_WARPS, "each warp takes one 16-key k-step of a tile");
-static_assert(DECODE_MMA_MIN_CHUNK % DECODE_MMA_TILE == 0, "chunks are whole tiles");
-
-template <int HD>
-struct DecodeMmaSmem {
-    attention_detail::bf16 q[DECODE_MMA_ROWS * HD];                     // swizzled (attention_mma.cuh's swz)
-    attention_detail::bf16 k[DECODE_MMA_STAGES][DECODE_MMA_TILE * HD];  // swizzled; after the loop: o below
-    attention_detail::bf16 v[DECODE_MMA_STAGES][DECODE_MMA_TILE * HD];  // swizzled
-    float m[DECODE_MMA_WARPS][DECODE_MMA_ROWS], l[DECODE_MMA_WARPS][DECODE_MMA_ROWS];  // each warp's row stats
-    float f[DECODE_MMA_WARPS][DECODE_MMA_ROWS];  // each warp's factor exp2(m_w - M)
-    float M[DECODE_MMA_ROWS], L[DECODE_MMA_ROWS];  // the block's row max and sum
-    // the warps' unnormalised O (WARPS, ROWS, HD) fp32, in the K stages once the loop is done
-    __device__ float* o() { return reinterpret_cast<float*>(&k[0][0]); }
-    static_assert(sizeof(k) >= sizeof(float) * DECODE_MMA_WARPS * DECODE_MMA_ROWS * HD, "O must fit in the K stages");
-};
-
-// Keys one split of a sequence of n keys takes (whole tiles, >= DECODE_MMA_MIN_CHUNK), and the splits
-// the sequence uses (1 for an idle one: its first block writes the zeros).
-__host__ __device__ inline int decode_mma_chunk(int n, int splits) {
-    const int c = ceil_div(ceil_div(n > 0 ? n : 1, splits), DECODE_MMA_TILE) * DECODE_MMA_TILE;
-    return c > DECODE_MMA_MIN_CHUNK ? c : DECODE_MMA_MIN_CHUNK;
-}
-__host__ __device__ inline int decode_mma_used_splits(int n, int splits) {
-    return n > 0 ? ceil_div(n, decode_mma_chunk(n, splits)) : 1;
-}
-// Splits of the grid: DECODE_MMA_BLOCKS_PER_SM blocks an SM over the B * NKV heads, no more than
-// chunks of DECODE_MMA_MIN_CHUNK keys of the capacity need.
-static int decode_mma_splits(int B, int NKV, int S, int window, int num_sms) {
-    const int max_keys = window > 0 && window < S ? window : S;
-    const int want = ceil_div(DECODE_MMA_BLOCKS_PER_SM * num_sms, B * NKV);
-    return std::max(1, std::min(want, ceil_div(max_keys, DECODE_MMA_MIN_CHUNK)));
-}
-
-// Keys j0 .. j0 + TILE - 1 of the span (slot (first + j) % S of the head's K and V rows) into a stage;
-// keys >= hi are zero-filled (cp.async src-size 0: never read, and zeros, not garbage, so p = 0 times
-// them stays 0).
-template <int HD>
-__device__ __forceinline__ void decode_mma_load_tile(attention_detail::bf16* ks, attention_detail::bf16* vs,
-                                                     const attention_detail::bf16* k_head,
-                                                     const attention_detail::bf16* v_head, int first, int S, int j0,
-                                                     int hi) {
-    using namespace attention_detail;
-    constexpr int CHUNKS = HD / 8;  // 16-byte chunks a row
-    static_assert(DECODE_MMA_TILE * CHUNKS % DECODE_MMA_THREADS == 0, "a tile splits evenly over the threads");
-#pragma unroll
-    for (int i = 0; i < DECODE_MMA_TILE * CHUNKS / DECODE_MMA_THREADS; i++) {
-        const int idx = i * DECODE_MMA_THREADS + threadIdx.x, r = idx / CHUNKS, c = (idx % CHUNKS) * 8;
-        const int j = j0 + r;
-        const bool valid = j < hi;
-        int slot = first + (valid ? j : 0);  // < 2S: first < S, j < n <= S
-        if (slot >= S) slot -= S;
-        const size_t off = (size_t)slot * HD + c;
-        cp_async16(ks + swz<HD>(r, c), k_head + off, valid);
-        cp_async16(vs + swz<HD>(r, c), v_head + off, valid);
-    }
-}
-
-// Fragments of m16n8k16 (bf16, fp32 accumulate) this kernel relies on, lane = 4 * gr + t4:
-//   A (16 x 16, row-major): a0 (row gr, cols 2t4, 2t4+1), a1 (row gr+8, same cols), a2 (row gr, cols
-//     8+2t4, 8+2t4+1), a3 (row gr+8, those cols); here rows are query heads, cols head dims (Q) or keys (P).
-//   B (16 x 8, "col"): b0 (k rows 2t4, 2t4+1, col gr), b1 (k rows 8+2t4, 8+2t4+1, col gr); for S the k
-//     rows are head dims and the cols keys (K's rows, ldmatrix of the [key][dim] tile), for P V the k
-//     rows are keys and the cols dims (ldmatrix.trans of the [key][dim] V tile).
-//   C (16 x 8): c0, c1 (row gr, cols 2t4, 2t4+1), c2, c3 (row gr+8, same cols).
-// So a thread's scores are rows gr and gr+8 (index r = e / 2 of c_e) of keys 16w + 8nb + 2t4 + (e & 1),
-// a row's max and sum are over the 4 lanes of a quad, and the two C n-blocks of S are, converted to
-// bf16, the A fragment of P (mma_p_regs_b_kn: a0 = c0,c1 of nb 0, a1 = c2,c3 of nb 0, a2/a3 of nb 1).
-template <int HD>
-static __global__ void __launch_bounds__(DECODE_MMA_THREADS)
-    decode_mma_split_kernel(attention_detail::bf16* out, float* part_o, float* part_ml,
-                            const attention_detail::bf16* qkv, const attention_detail::bf16* k_cache,
-                            const attention_detail::bf16* v_cache, const int* pos, QKVLayout L, int S, int window,
-                            int splits) {
-    using namespace attention_detail;
-    extern __shared__ __align__(16) unsigned char decode_mma_smem_raw[];
-    DecodeMmaSmem<HD>& sm = *reinterpret_cast<DecodeMmaSmem<HD>*>(decode_mma_smem_raw);
-    const int split = blockIdx.x, bk = blockIdx.y, b = bk / L.NKV, kvh = bk % L.NKV, G = L.NH / L.NKV;
-    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, gr = lane / 4, t4 = lane % 4;
-
-    const attention_detail::DecodeSpan span = attention_detail::decode_span(pos[b], S, window);
-    const int chunk = decode_mma_chunk(span.n, splits), used = decode_mma_used_splits(span.n, splits);
-    if (split >= used) return;  // block-uniform, before any barrier
-    const int lo = split * chunk, hi = min(span.n, lo + chunk);
-    const int tiles = hi > lo ? ceil_div(hi - lo, DECODE_MMA_TILE) : 0;
-    const size_t head = (size_t)bk * S * HD;  // (b, kvh) of the (B, NKV, S, HD) caches
-    const bf16* k_head = k_cache + head;
-    const bf16* v_head = v_cache + head;
-
-    // The first STAGES - 1 tiles in flight (one commit group each, empty past the last tile, so the
-    // group count stays uniform), then q: 16 rows of HD, rows >= G zero.
-#pragma unroll
-    for (int s = 0; s < DECODE_MMA_STAGES - 1; s++) {
-        if (s < tiles)
-            decode_mma_load_tile<HD>(sm.k[s], sm.v[s], k_head, v_head, span.first, S, lo + s * DECODE_MMA_TILE, hi);
-        cp_async_commit();
-    }
-    const bf16* q_row = qkv + (size_t)b * L.row() + L.q_col(kvh * G);
-    for (int idx = threadIdx.x; idx < DECODE_MMA_ROWS * HD / 8; idx += DECODE_MMA_THREADS) {
-        const int r = idx / (HD / 8), c = (idx % (HD / 8)) * 8;
-        int4 v = make_int4(0, 0, 0, 0);
-        if (r < G) v = *reinterpret_cast<const int4*>(q_row + (size_t)r * HD + c);
-        *reinterpret_cast<int4*>(sm.q + swz<HD>(r, c)) = v;
-    }
-    __syncthreads();
-    uint32_t qf[1][HD / 16][4];  // Q's A fragments, every warp all 16 rows
-    load_a_frags<HD, HD>(qf[0], sm.q, 0);
-
-    const float scale = LOG2E * rsqrtf((float)HD);  // scores in log2 units
-    float o[1][HD / 8][4] = {};
-    // rows gr and gr + 8 (r = 0, 1): running max (finite: a warp whose keys so far were all masked keeps
-    // exp2(m - m_new) = 1 and p = exp2(-inf) = 0, never inf - inf) and this thread's part of the sum
-    float m[2] = {-FLT_MAX, -FLT_MAX}, l[2] = {0.0f, 0.0f};
-    for (int t = 0; t < tiles; t++) {
-        const int stage = t % DECODE_MMA_STAGES;
-        cp_async_wait<DECODE_MMA_STAGES - 2>();  // this thread's copies of tile t have landed...
-        __syncthreads();  // ...everyone's, and every warp is done with tile t - 1, whose stage is reused next
-        const int next = t + DECODE_MMA_STAGES - 1;
-        if (next < tiles) {
-            const int ns = next % DECODE_MMA_STAGES;
-            decode_mma_load_tile<HD>(sm.k[ns], sm.v[ns], k_head, v_head, span.first, S, lo + next * DECODE_MMA_TILE,
-                                     hi);
-        }
-        cp_async_commit();
-
-        float s[1][2][4] = {};  // S for this warp's 16 keys: 2 n-blocks of 8
-        mma_a_regs_b_nk<HD, 16, HD>(s, qf, sm.k[stage], 16 * warp);
-        const int key0 = lo + t * DECODE_MMA_TILE + 16 * warp + 2 * t4;
-#pragma unroll
-        for (int nb = 0; nb < 2; nb++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                s[0][nb][e] = key0 + 8 * nb + (e & 1) < hi ? s[0][nb][e] * scale : -INFINITY;
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mx = fmaxf(fmaxf(s[0][0][2 * r], s[0][0][2 * r + 1]), fmaxf(s[0][1][2 * r], s[0][1][2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m[r], mx), corr = exp2f(m[r] - m_new);
-            m[r] = m_new;
-            l[r] *= corr;
-#pragma unroll
-            for (int nd = 0; nd < HD / 8; nd++) {
-                o[0][nd][2 * r] *= corr;
-                o[0][nd][2 * r + 1] *= corr;
-            }
-#pragma unroll
-            for (int nb = 0; nb < 2; nb++)
-#pragma unroll
-                for (int e = 2 * r; e < 2 * r + 2; e++) {
-                    // p as the P V mma will see it (bf16), so l sums the same weights
-                    const float p = __bfloat162float(__float2bfloat16_rn(exp2f(s[0][nb][e] - m_new)));
-                    s[0][nb][e] = p;
-                    l[r] += p;
-                }
-        }
-        mma_p_regs_b_kn<HD, 16>(o, s, sm.v[stage], 16 * warp);
-    }
-    cp_async_wait<0>();  // only empty groups can be pending here; the K stages become O below
-    __syncthreads();
-
-    // Merge the 4 warps: the row sums over each quad, then per row the block max M, each warp's factor
-    // and the block's sum; every thread then sums the warps' O for its output elements.
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    }
-    float* so = sm.o();  // (WARPS, ROWS, HD)
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = gr + 8 * r;
-        if (t4 == 0) {
-            sm.m[warp][row] = m[r];
-            sm.l[warp][row] = l[r];
-        }
-#pragma unroll
-        for (int nd = 0; nd < HD / 8; nd++)
-            *reinterpret_cast<float2*>(so + ((size_t)warp * DECODE_MMA_ROWS + row) * HD + nd * 8 + 2 * t4) =
-                make_float2(o[0][nd][2 * r], o[0][nd][2 * r + 1]);
-    }
-    __syncthreads();
-    if (threadIdx.x < DECODE_MMA_ROWS) {
-        const int row = threadIdx.x;
-        float M = -FLT_MAX, sum = 0.0f;
-        for (int w = 0; w < DECODE_MMA_WARPS; w++) M = fmaxf(M, sm.m[w][row]);
-        for (int w = 0; w < DECODE_MMA_WARPS; w++) {
-            sm.f[w][row] = exp2f(sm.m[w][row] - M);  // a warp without keys: exp2(-FLT_MAX - M) = 0, or 1 if none has
-            sum += sm.f[w][row] * sm.l[w][row];
-        }
-        sm.M[row] = M;
-        sm.L[row] = sum;
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < G * HD; idx += DECODE_MMA_THREADS) {
-        const int g = idx / HD, d = idx % HD;
-        float acc = 0.0f;
-#pragma unroll
-        for (int w = 0; w < DECODE_MMA_WARPS; w++) acc += sm.f[w][g] * so[((size_t)w * DECODE_MMA_ROWS + g) * HD + d];
-        if (used == 1) {  // sum = 0 only for an idle sequence (no keys): zeros
-            const float sum = sm.L[g];
-            out[((size_t)b * L.NH + kvh * G + g) * HD + d] = from_float<bf16>(sum > 0.0f ? acc / sum : 0.0f);
-        } else {  // partial `split` of head kvh * G + g, in the layout decode_merge_splits reads
-            const size_t p = ((size_t)bk * G + g) * splits + split;  // bk * G = b * NH + kvh * G
-            part_o[p * HD + d] = acc;
-            if (d == 0) {
-                part_ml[2 * p] = sm.M[g];
-                part_ml[2 * p + 1] = sm.L[g];
-            }
-        }
-    }
-}
-
-// grid (B * NKV), 128 threads: the partials of the sequences that used more than one split, merged by
-// the shipped kernel's decode_merge_splits (those with one were written by the split kernel). Every
-// used split holds >= 1 key, so its m is finite and the sum > 0.
-static __global__ void decode_mma_merge_kernel(attention_detail::bf16* out, const float* part_o, const float* part_ml,
-                                               const int* pos, QKVLayout L, int S, int window, int splits) {
-    const int bk = blockIdx.x, b = bk / L.NKV, kvh = bk % L.NKV, G = L.NH / L.NKV;
-    const int used = decode_mma_used_splits(attention_detail::decode_span(pos[b], S, window).n, splits);
-    if (used <= 1) return;
-    for (int g = 0; g < G; g++)
-        attention_detail::decode_merge_splits(out, part_o, part_ml, b, kvh * G + g, L.NH, L.HD, used, splits,
-                                              threadIdx.x, blockDim.x);
-}
-
-// scratch: decode_mma_scratch_floats(...) floats (none for one split).
-static size_t decode_mma_scratch_floats(int B, int NH, int HD, int splits) {
-    return splits > 1 ? (size_t)B * NH * splits * (HD + 2) : 0;
-}
-template <int HD>
-static void decode_mma_launch(floatX* out, float* scratch, const floatX* qkv, const floatX* k_cache,
-                              const floatX* v_cache, const int* pos, int B, int NH, int NKV, int S, int window,
-                              int splits, cudaStream_t st) {
-    constexpr int smem = (int)sizeof(DecodeMmaSmem<HD>);
-    static const bool once = (attention_detail::allow_smem(decode_mma_split_kernel<HD>, smem), true);
-    (void)once;
-    const QKVLayout L{NH, NKV, HD};
-    float* part_o = splits > 1 ? scratch : nullptr;
-    float* part_ml = splits > 1 ? scratch + (size_t)B * NH * splits * HD : nullptr;
-    decode_mma_split_kernel<HD><<<dim3(splits, B * NKV), DECODE_MMA_THREADS, smem, st>>>(
-        out, part_o, part_ml, qkv, k_cache, v_cache, pos, L, S, window, splits);
-    cudaCheckLaunch();
-    if (splits > 1) {
-        decode_mma_merge_kernel<<<B * NKV, 128, 0, st>>>(out, part_o, part_ml, pos, L, S, window, splits);
-        cudaCheckLaunch();
-    }
-}
-static void decode_mma(floatX* out, float* scratch, const floatX* qkv, const floatX* k_cache, const floatX* v_cache,
-                       const int* pos, int B, int NH, int NKV, int HD, int S, int window, int splits,
-                       cudaStream_t st) {
-    if (NH / NKV > DECODE_MMA_ROWS)
-        fail("decode_mma: a group of %d query heads (at most %d)", NH / NKV, DECODE_MMA_ROWS);
-    if (HD == 64)
-        decode_mma_launch<64>(out, scratch, qkv, k_cache, v_cache, pos, B, NH, NKV, S, window, splits, st);
-    else if (HD == 128)
-        decode_mma_launch<128>(out, scratch, qkv, k_cache, v_cache, pos, B, NH, NKV, S, window, splits, st);
-    else
-        fail("decode_mma: HD=%d (64 or 128)", HD);
-}
-#endif  // !PRECISION_FP32
-
 // ---------------------------------------------------------------- configurations
 // One cache per configuration (B, heads, HD, S slots, window), filled once; its cases then set the
 // positions: len > 0 puts every sequence at position len - 1 (len > S with a window: a wrapped ring);
@@ -471,6 +184,11 @@ static std::vector<Config> full_configs() {
     c.push_back({"gqa-w", 64, 32, 8, 128, 1024, 1024, {4000, MIXED}});
     c.push_back({"odd", 5, 6, 2, 128, 1000, 0, {777, MIXED}});           // group of 3 in a 4-head block
     c.push_back({"odd-g12", 3, 24, 2, 64, 777, 300, {1000, MIXED}});     // group of 12: two head blocks; S > W
+    // The tensor-core route (variants 8, 9) with more than one split, so its merge runs (on 132 SMs: the
+    // route needs B * NKV * head_blocks >= 132, and takes ceil(264 / (B * NKV)) splits): 2 splits; 3 splits
+    // with a group of 12 (two head blocks), a window and S no multiple of the 64-key tile.
+    c.push_back({"gpt2-r2", 16, 12, 12, 64, 1024, 0, {512, MIXED}});
+    c.push_back({"g12-r3", 33, 24, 2, 64, 777, 300, {1000, MIXED}});
     return c;
 }
 static std::vector<Config> small_configs() {
@@ -478,6 +196,7 @@ static std::vector<Config> small_configs() {
         {"small", 3, 6, 2, 64, 200, 0, {MIXED, 200}},
         {"small-w", 3, 4, 4, 128, 200, 200, {700, MIXED}},  // split and wrapped
         {"small-g12", 2, 12, 1, 64, 130, 0, {130, MIXED}},
+        {"small-route", 34, 12, 4, 64, 200, 0, {MIXED, 200}},  // the tensor-core route, 2 splits (132 SMs)
     };
 }
 
@@ -517,12 +236,12 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
     unfused.cluster = false;
     no_cluster.cluster = false;
     DecodePlan waves = attention_detail::decode_plan_waves(B, NH, NKV, S, W, lab.ctx.props.multiProcessorCount);
-    // Sized for the plan with the most splits (the counters come first in every plan's layout); zeroed once.
-    size_t scratch_floats = 1;
+    // Sized for the plan with the most splits (the counters come first in every plan's layout) and for
+    // the shipped entry point's routes (attention_decode_scratch_floats); zeroed once.
+    size_t scratch_floats = std::max<size_t>(1, attention_decode_scratch_floats(B, NH, NKV, HD, S, W));
     for (DecodePlan* p : {&twice, &waves, &no_cluster})
         scratch_floats = std::max(scratch_floats, attention_detail::DecodeScratch::floats(B, NH, NKV, HD, *p));
     lab::DevBuf<float> scratch(scratch_floats, "scratch");
-    if (attention_decode_scratch_floats(B, NH, NKV, HD, S, W) > scratch.size()) fail("lab: scratch too small");
     cudaCheck(cudaMemset(scratch, 0, scratch.size() * sizeof(float)));
     printf("# %s B=%d NH=%d NKV=%d HD=%d S=%d W=%d: %d splits at most (chunks >= %d keys%s), %d head block(s) of %d "
            "heads per KV head; waves plan: %d splits\n",
@@ -530,16 +249,22 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
            plan.head_blocks, plan.heads_per_block, waves.max_splits);
 #if !defined(PRECISION_FP32)
     // Variant 13's plan and scratch (its own layout, allocated once here, outside the timing).
-    const int mma_splits = decode_mma_splits(B, NKV, S, W, lab.ctx.props.multiProcessorCount);
+    using attention_detail::DECODE_MMA_ROWS;
+    const int mma_splits = attention_detail::decode_mma_splits(B, NKV, S, W, lab.ctx.props.multiProcessorCount);
     const bool mma_fits = NH / NKV <= DECODE_MMA_ROWS;
-    lab::DevBuf<float> mma_scratch(std::max<size_t>(1, decode_mma_scratch_floats(B, NH, HD, mma_splits)),
-                                   "mma scratch");
+    lab::DevBuf<float> mma_scratch(
+        std::max<size_t>(1, attention_detail::decode_mma_scratch_floats(B, NH, HD, mma_splits)), "mma scratch");
     if (lab.selected(13)) {
-        if (mma_fits) printf("# variant 13: %d splits at most (chunks >= %d keys)\n", mma_splits, DECODE_MMA_MIN_CHUNK);
+        if (mma_fits)
+            printf("# variant 13: %d splits at most (chunks >= %d keys)\n", mma_splits,
+                   attention_detail::DECODE_MMA_MIN_CHUNK);
         else printf("# variant 13 skipped: a group of %d query heads does not fit its %d-row tile\n", NH / NKV,
                     DECODE_MMA_ROWS);
     }
 #endif
+    // Where the entry point's calls without early loads (variants 8 and 9) take the tensor-core kernels.
+    const bool routed = attention_detail::decode_mma_route(B, NH, NKV, HD, plan, lab.ctx.props.multiProcessorCount);
+    if (routed) printf("# variants 8 and 9 run the tensor-core kernels here (variant 13's)\n");
 
     // A prompt of T tokens (lengths 1..T, sequence 0 the longest; small caches get more tokens than
     // slots) into the cache with kv_cache_fill; its check compares the slots it may write, exactly.
@@ -667,7 +392,7 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
             attention_detail::attention_decode_with_plan<floatX, attention_detail::DecodeKnobs<4, false, true>>(
                 out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), plan, st);
         });
-        variant(9, "no early loads", [&] {
+        variant(9, routed ? "no early loads: tensor cores" : "no early loads", [&] {
             attention_decode(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, st, W, scratch, true, false, false);
         });
         variant(10, "waves plan, early loads (old 0)", [&] {
@@ -687,7 +412,7 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
 #if !defined(PRECISION_FP32)
         if (mma_fits)
             variant(13, "tensor cores (mma), query group as a 16-row tile", [&] {
-                decode_mma(out, mma_scratch, qkv, kc, vc, pos, B, NH, NKV, HD, S, W, mma_splits, st);
+                attention_detail::decode_mma(out, mma_scratch, qkv, kc, vc, pos, B, NH, NKV, HD, S, W, mma_splits, st);
             });
 #endif
         auto poison_appended = [&] {  // the slots variant 8 must write itself
@@ -701,8 +426,22 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
                 }
             }
         };
-        lab.run(op, 8, "append folded in", bytes, flops, lab::Bound::Memory, poison_appended,
+        lab.run(op, 8, routed ? "append, then tensor cores" : "append folded in", bytes, flops, lab::Bound::Memory,
+                poison_appended,
                 [&] { attention_decode(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, st, W, scratch, true, true); },
+                [&] { return check() && check_append(); });
+        // The CUDA-core kernels as the entry point ran them before the tensor-core route, whatever it
+        // takes now: variant 9's call (14) and variant 8's (15), side by side with them.
+        variant(14, "old shipped path (CUDA cores)", [&] {
+            attention_detail::attention_decode_with_plan(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH,
+                                                         NKV, HD, S, W, scratch.get(), plan, st, true);
+        });
+        lab.run(op, 15, "old shipped path (CUDA cores), append folded in", bytes, flops, lab::Bound::Memory,
+                poison_appended, [&] {
+                    attention_detail::attention_decode_with_plan<floatX, attention_detail::DecodeShippedAppend>(
+                        out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), plan,
+                        st, true);
+                },
                 [&] { return check() && check_append(); });
     }
 }
