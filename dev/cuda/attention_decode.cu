@@ -85,8 +85,13 @@
 // into attention_decode for the batched decode only (branch s10/decode-mma; variants 8 and 9 where
 // routed, 14 and 15 the old path beside them): it neither appends the token's K/V (kv_cache_append
 // runs first), nor waits through PDL or the step counters, nor reads its first keys early, so the
-// fused step at B <= 8 keeps the CUDA-core kernels by default (docs/perf.md, "Decode attention"). Not yet
-// run on a GPU in that form. gpt2-r2, g12-r3 and small-route run the route with 2-3 splits (on 132 SMs).
+// fused step at B <= 8 keeps the CUDA-core kernels by default (docs/perf.md, "Decode attention").
+// H200, 2026-12-05 (thirtieth run, the merged tree 2355b3c; every check passed, memcheck clean on --small),
+// route against old path, 14/9 and 15/8: gpt2 B 64 1.24x-1.54x and 1.11x-1.50x, gqa B 64 1.61x-2.54x and
+// 1.41x-2.44x, gpt2-r2 2.08x/1.84x at mixed lengths; slower only at g12-r3: 0.79x and 0.73x. gpt2-r2,
+// g12-r3 and small-route run the route with 2-3 splits (on 132 SMs). The route's threshold shapes
+// (llama114: generate's Llama 114M bench shape, a group of 3, which lost 1.6% end to end with the route;
+// g12 past the threshold) are here for a sweep; not yet run.
 #include <algorithm>
 #include "harness.cuh"
 #include "llmc/attention_decode.cuh"
@@ -189,6 +194,12 @@ static std::vector<Config> full_configs() {
     // with a group of 12 (two head blocks), a window and S no multiple of the 64-key tile.
     c.push_back({"gpt2-r2", 16, 12, 12, 64, 1024, 0, {512, MIXED}});
     c.push_back({"g12-r3", 33, 24, 2, 64, 777, 300, {1000, MIXED}});
+    // Where the route's gain is in doubt (docs/perf.md, "Decode attention"): the Llama 114M shape (12/4,
+    // HD 64, generate's 1024-slot cache) at the bench's B 64 and lengths and just past the threshold
+    // (B 34: 136 KV heads), and a group of 12 with twice the threshold's batch.
+    c.push_back({"llama114", 64, 12, 4, 64, 1024, 0, {128, 320, 1024}});
+    c.push_back({"llama114", 34, 12, 4, 64, 1024, 0, {320, 1024}});
+    c.push_back({"g12", 66, 24, 2, 64, 1024, 0, {320, 1024}});
     return c;
 }
 static std::vector<Config> small_configs() {
