@@ -157,7 +157,9 @@ struct DecodeScratch {
 // up to 16 query heads (the mma tile's rows), and decode_plan's large-batch plan (the batch alone puts
 // a block on every SM: B * NKV * head_blocks >= num_sms). There the lab measured them 1.4-2.8x the
 // CUDA-core kernels (H200, B 64: gqa 32/8 HD 128 2.5-2.8x, gpt2 12/12 HD 64 1.4-1.55x; docs/perf.md,
-// "Decode attention"). The small-batch plan's shapes stay on the CUDA-core kernels: some won there
+// "Decode attention"), but not everywhere: a group of 12 at the threshold (B 33, 3 splits) 0.73-0.79x,
+// and generate's whole step for the Llama 114M shape (groups of 3, B 64) 0.98x; a sweep over G, B and
+// length has yet to set the threshold. The small-batch plan's shapes stay on the CUDA-core kernels: some won there
 // too (gqa B 8: 2.3x), but some lost (B 1 with generate's 1024-slot cache 0.85x, a group of 12 with a
 // window at B 3 0.79x), and the fused step at B <= 8 needs what these kernels lack: the early loads
 // before the PDL wait, the step counters. Their grid's y is B * NKV (at most 65535), and the
@@ -724,21 +726,19 @@ inline int attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, flo
     check_kv_cache_aligned("attention_decode", qkv, k_cache, v_cache);
     const int sms = current_sm_count();
     const DecodePlan plan = decode_plan(B, NH, NKV, S, window, sms);
+    const bool route = mma && !early && !sync.counters && decode_mma_route(B, NH, NKV, HD, plan, sms);  // FP32: never
+    const size_t need = route ? decode_mma_route_floats(B, NH, NKV, HD, S, window, plan, sms)
+                              : DecodeScratch::floats(B, NH, NKV, HD, plan);
+    if (need > 0 && !scratch)
+        fail("attention_decode: B=%d NH=%d S=%d needs a scratch buffer of %zu floats", B, NH, S,
+             attention_decode_scratch_floats(B, NH, NKV, HD, S, window));
 #if !defined(PRECISION_FP32)
-    if (mma && !early && !sync.counters && decode_mma_route(B, NH, NKV, HD, plan, sms)) {
-        if (decode_mma_route_floats(B, NH, NKV, HD, S, window, plan, sms) > 0 && !scratch)
-            fail("attention_decode: B=%d NH=%d S=%d needs a scratch buffer of %zu floats", B, NH, S,
-                 attention_decode_scratch_floats(B, NH, NKV, HD, S, window));
+    if (route) {
         if (append) kv_cache_append(k_cache, v_cache, qkv, pos, B, NH, NKV, HD, S, stream);
         return decode_mma(out, scratch ? scratch + decode_mma_scratch_offset(B, NKV, plan) : nullptr, qkv, k_cache,
                           v_cache, pos, B, NH, NKV, HD, S, window, decode_mma_splits(B, NKV, S, window, sms), stream);
     }
-#else
-    (void)mma;
 #endif
-    if (DecodeScratch::floats(B, NH, NKV, HD, plan) > 0 && !scratch)
-        fail("attention_decode: B=%d NH=%d S=%d needs a scratch buffer of %zu floats", B, NH, S,
-             attention_decode_scratch_floats(B, NH, NKV, HD, S, window));
     if (append)
         return attention_decode_with_plan<floatX, DecodeShippedAppend>(out, qkv, k_cache, v_cache, pos, B, NH, NKV,
                                                                        HD, S, window, scratch, plan, stream, pdl, sync);

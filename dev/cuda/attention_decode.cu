@@ -82,7 +82,7 @@
 // 0.3903; gqa B 8 len 4096 0.0609 vs 0.1409; gpt2 B 64 len 1024 0.0621 vs 0.0964 (1.55x), len 4096
 // 0.2044 vs 0.2842; gpt2 B 1 len 128 0.0105 vs 0.0120. Slower only where a few blocks set the time:
 // gpt2-1k B 1 len 320 0.0117 vs 0.0100, odd-g12 (B 3, G 12, window) 0.0169 vs 0.0133. Since wired
-// into attention_decode for the batched decode only (branch s10/decode-mma; variants 8 and 9 where
+// into attention_decode for the batched decode only (merged in 2355b3c; variants 8 and 9 where
 // routed, 14 and 15 the old path beside them): it neither appends the token's K/V (kv_cache_append
 // runs first), nor waits through PDL or the step counters, nor reads its first keys early, so the
 // fused step at B <= 8 keeps the CUDA-core kernels by default (docs/perf.md, "Decode attention").
