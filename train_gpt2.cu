@@ -294,7 +294,7 @@ int main(int argc, char** argv) {
                 gpt2_upload_batch(model, next_inputs.data(), next_targets.data(), B, T, true, ctx);
                 gpt2_forward(model, B, T, ctx);
                 gpt2_classifier(model, B, T, dloss, true, step_losses + (size_t)micro * N, ctx);
-                gpu_dp_before_backward(dp, micro + 1 == cfg.grad_accum);  // whether its buckets reduce during it
+                gpu_dp_before_backward(dp, micro == 0, micro + 1 == cfg.grad_accum);  // its buckets reduce during it?
                 gpt2_backward(model, B, T, ctx);
                 fetch_batch();
             }

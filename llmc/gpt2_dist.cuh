@@ -76,6 +76,7 @@ struct GpuDataParallel {
     std::vector<int> bucket_of_layer;
     bool armed = false;      // the backward being enqueued reduces its buckets (the last micro-batch; stage 2: all)
     bool gathering = false;  // parameters are being all-gathered (the forward waits per bucket)
+    bool shard_zero = false; // stage 2: the backward being enqueued is its step's first (the shard is zeros)
     cudaEvent_t main_ready = nullptr, comm_done = nullptr;
     // stage 2: the buffers the backward writes the buckets into, from one allocation: [0, DP_POOL)
     // the layer buckets' pool (the largest layer bucket each; only as many as there are layer
@@ -158,11 +159,13 @@ inline void comm_after_main(GpuDataParallel& dp, cudaStream_t main, cudaEvent_t 
 // Stage 2, before the backward writes bucket b (compute stream): its buffer once free, zeroed, with
 // this rank's pieces copied in from the shard. The communication stream runs the reductions in
 // order, so the wait also covers b's reduction of the previous micro-batch, which wrote those
-// pieces of the shard (b used the same buffer then).
+// pieces of the shard (b used the same buffer then). In a step's first micro-batch the shard holds
+// the zeros of gpt2_zero_grads (dp.shard_zero), so the copy is left out: the buffer is the same.
 inline void fill_bucket(GpuDataParallel& dp, const DpBucket& b, const GPT2& model, cudaStream_t main) {
     floatX* buffer = dp.buffers[b.slot];
     cudaCheck(cudaStreamWaitEvent(main, dp.buffer_free[b.slot], 0));
     cudaCheck(cudaMemsetAsync(buffer, 0, b.plan.elems * sizeof(floatX), main));
+    if (dp.shard_zero) return;
     const int64_t first = dp.plan.shard_begin(dp.plan.rank);
     zero_for_each_bucket_piece(dp.plan, b.plan, [&](int owner, int64_t lo, int64_t hi, int64_t at) {
         if (owner == dp.plan.rank)
@@ -288,9 +291,11 @@ inline void gpu_dp_start(GpuDataParallel& dp, GPT2& model, const CudaContext& ct
 }
 
 // Before each micro-batch's backward: whether its buckets reduce as they complete (the step's last
-// micro-batch; at stage 2 every one).
-inline void gpu_dp_before_backward(GpuDataParallel& dp, bool last_micro) {
+// micro-batch; at stage 2 every one), and whether it is the step's first (the gradients were just
+// zeroed by gpt2_zero_grads: stage 2's buffers need nothing from the shard).
+inline void gpu_dp_before_backward(GpuDataParallel& dp, bool first_micro, bool last_micro) {
     dp.armed = dp.nccl_on && (last_micro || dp.plan.stage == 2);
+    dp.shard_zero = first_micro;
 }
 
 // After the step's last backward: the compute stream waits for every reduction (they were enqueued

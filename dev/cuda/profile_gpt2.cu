@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
         cudaCheck(cudaEventRecord(ev[2], ctx.stream));
         loss = gpt2_loss(model, B, T, 1.0f / N, true, ctx);
         cudaCheck(cudaEventRecord(ev[3], ctx.stream));
-        if (zero >= 0) gpu_dp_before_backward(dp, true);
+        if (zero >= 0) gpu_dp_before_backward(dp, true, true);
         gpt2_backward(model, B, T, ctx);
         if (zero >= 0) gpu_dp_wait_grads(dp, ctx);
         cudaCheck(cudaEventRecord(ev[4], ctx.stream));
