@@ -289,7 +289,7 @@ int main(int argc, char** argv) {
             cudaCheck(cudaStreamSynchronize(ctx.stream));
             norm = gpt2_update_norm(model);
         } else {
-            gpt2_zero_grads(model, ctx);
+            gpu_dp_zero_grads(dp, model, ctx);
             for (int micro = 0; micro < cfg.grad_accum; micro++) {
                 gpt2_upload_batch(model, next_inputs.data(), next_targets.data(), B, T, true, ctx);
                 gpt2_forward(model, B, T, ctx);

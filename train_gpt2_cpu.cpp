@@ -160,12 +160,13 @@ int main(int argc, char** argv) {
         if (comm->primary() && cfg.sample_every > 0 && step > 0 && step % cfg.sample_every == 0) sample();
 
         const double t0 = seconds_now();
-        gpt2_zero_grads(model);
+        dp_zero_grads(model, dp);
         double loss = 0.0;
         for (int micro = 0; micro < cfg.grad_accum; micro++) {
             train.next_batch();
             gpt2_forward(model, train.inputs(), cfg.B, cfg.T);
             loss += gpt2_loss(model, train.targets());
+            dp_before_backward(dp, micro == 0);
             gpt2_backward(model, train.inputs(), train.targets(), 1.0f / ((float)cfg.grad_accum * comm->world));
         }
         loss = comm->allreduce_sum(loss) / ((double)cfg.grad_accum * comm->world);

@@ -19,10 +19,13 @@
 //    writes bucket 0 into a buffer of its own (the head's gradients at its start, the embedding's at
 //    its end) and the layer buckets into a pool of DP_POOL buffers in turn (model.grads_of). Before
 //    the backward writes a buffer, the compute stream waits (an event) until the buffer's previous
-//    reduction is done, zeroes it, and copies this rank's pieces of the bucket in from its shard, so
-//    the backward's += accumulates the micro-batches as on one GPU; once the bucket is complete each
-//    piece is reduced to its owner, straight into its shard (grouped ncclReduce, one per rank the
-//    bucket meets: a reduce-scatter of unequal pieces). Every micro-batch communicates.
+//    reduction is done, zeroes it, and (after a step's first micro-batch) copies this rank's pieces
+//    of the bucket in from its shard, so the backward's += accumulates the micro-batches as on one
+//    GPU; once the bucket is complete each piece is reduced to its owner, straight into its shard
+//    (grouped ncclReduce, one per rank the bucket meets: a reduce-scatter of unequal pieces). Every
+//    micro-batch communicates. A reduction replaces the shard's values, and every piece of the shard
+//    is in one bucket, so the first micro-batch's reductions write the whole shard: the shard is not
+//    zeroed at a step's start (gpu_dp_zero_grads), and nothing is copied in from it then.
 //  - the update: the squared gradient norm of this rank's slice (stage 1/2: summed over the ranks
 //    by an all-reduce of one float), clipping, AdamW over the slice (adamw_update_range).
 //  - stage 1/2: the updated slices are broadcast from their owners (grouped ncclBroadcast: an
@@ -76,7 +79,7 @@ struct GpuDataParallel {
     std::vector<int> bucket_of_layer;
     bool armed = false;      // the backward being enqueued reduces its buckets (the last micro-batch; stage 2: all)
     bool gathering = false;  // parameters are being all-gathered (the forward waits per bucket)
-    bool shard_zero = false; // stage 2: the backward being enqueued is its step's first (the shard is zeros)
+    bool first_micro = false;  // stage 2: the backward being enqueued is its step's first (it overwrites the shard)
     cudaEvent_t main_ready = nullptr, comm_done = nullptr;
     // stage 2: the buffers the backward writes the buckets into, from one allocation: [0, DP_POOL)
     // the layer buckets' pool (the largest layer bucket each; only as many as there are layer
@@ -159,13 +162,14 @@ inline void comm_after_main(GpuDataParallel& dp, cudaStream_t main, cudaEvent_t 
 // Stage 2, before the backward writes bucket b (compute stream): its buffer once free, zeroed, with
 // this rank's pieces copied in from the shard. The communication stream runs the reductions in
 // order, so the wait also covers b's reduction of the previous micro-batch, which wrote those
-// pieces of the shard (b used the same buffer then). In a step's first micro-batch the shard holds
-// the zeros of gpt2_zero_grads (dp.shard_zero), so the copy is left out: the buffer is the same.
+// pieces of the shard (b used the same buffer then). In a step's first micro-batch the pieces start
+// from zero (the shard holds the last step's sums, which this micro-batch's reductions replace), so
+// nothing is copied: at one rank that is a copy of the whole gradient a step, one call per piece.
 inline void fill_bucket(GpuDataParallel& dp, const DpBucket& b, const GPT2& model, cudaStream_t main) {
     floatX* buffer = dp.buffers[b.slot];
     cudaCheck(cudaStreamWaitEvent(main, dp.buffer_free[b.slot], 0));
     cudaCheck(cudaMemsetAsync(buffer, 0, b.plan.elems * sizeof(floatX), main));
-    if (dp.shard_zero) return;
+    if (dp.first_micro) return;
     const int64_t first = dp.plan.shard_begin(dp.plan.rank);
     zero_for_each_bucket_piece(dp.plan, b.plan, [&](int owner, int64_t lo, int64_t hi, int64_t at) {
         if (owner == dp.plan.rank)
@@ -290,12 +294,19 @@ inline void gpu_dp_start(GpuDataParallel& dp, GPT2& model, const CudaContext& ct
 #endif
 }
 
+// At a step's start, in place of gpt2_zero_grads: the gradients zeroed, except stage 2's shard,
+// which the first micro-batch's reductions overwrite (fill_bucket).
+inline void gpu_dp_zero_grads(const GpuDataParallel& dp, GPT2& model, const CudaContext& ctx) {
+    if (dp.nccl_on && dp.plan.stage == 2) return;
+    gpt2_zero_grads(model, ctx);
+}
+
 // Before each micro-batch's backward: whether its buckets reduce as they complete (the step's last
-// micro-batch; at stage 2 every one), and whether it is the step's first (the gradients were just
-// zeroed by gpt2_zero_grads: stage 2's buffers need nothing from the shard).
+// micro-batch; at stage 2 every one), and whether it is the step's first (stage 2: its bucket
+// buffers start from zero and its reductions replace the shard).
 inline void gpu_dp_before_backward(GpuDataParallel& dp, bool first_micro, bool last_micro) {
     dp.armed = dp.nccl_on && (last_micro || dp.plan.stage == 2);
-    dp.shard_zero = first_micro;
+    dp.first_micro = first_micro;
 }
 
 // After the step's last backward: the compute stream waits for every reduction (they were enqueued

@@ -240,7 +240,7 @@ int main(int argc, char** argv) {
         }
         cudaCheck(cudaEventRecord(ev[0], ctx.stream));
         gpt2_upload_batch(model, inputs.data(), targets.data(), B, T, true, ctx);
-        gpt2_zero_grads(model, ctx);
+        gpu_dp_zero_grads(dp, model, ctx);  // without --zero: gpt2_zero_grads
         cudaCheck(cudaEventRecord(ev[1], ctx.stream));
         gpt2_forward(model, B, T, ctx);
         cudaCheck(cudaEventRecord(ev[2], ctx.stream));

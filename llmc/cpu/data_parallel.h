@@ -2,8 +2,8 @@
 // process group (llmc/dist.h) with the ZeRO stages of llmc/zero.h; the CPU reference of the GPU's
 // distributed step, and what `make test` runs with real processes (docs/distributed.md).
 //
-// One step, on every rank: gpt2_zero_grads; per micro-batch gpt2_forward, gpt2_loss and
-// gpt2_backward with grad_scale 1 / (micro-batches * ranks); then dp_reduce_grads and dp_update
+// One step, on every rank: dp_zero_grads; per micro-batch gpt2_forward, gpt2_loss,
+// dp_before_backward and gpt2_backward with grad_scale 1 / (micro-batches * ranks); then dp_reduce_grads and dp_update
 // (the gradient norm over the ranks, clipping, AdamW over the rank's slice, and at stage 1/2 the
 // all-gather of the updated parameters). A world of one rank at stage 0 computes exactly what
 // gpt2_update does.
@@ -14,6 +14,8 @@
 //    filled with zeros except this rank's own pieces, which start from its shard's sums so far
 //    (so the backward's += accumulates the micro-batches as on one process); once a bucket is
 //    complete each piece is reduced to its owner's shard (Comm::reduce_sum), every micro-batch.
+//    The reduction replaces the shard's values, so a step's first micro-batch starts its own pieces
+//    from zero too and the shard is not zeroed first (dp_zero_grads).
 //    The GPU's buckets, pieces and order (llmc/gpt2_dist.cuh), but synchronous: one buffer serves
 //    the layer buckets in turn, and bucket 0 has its own (the backward writes it at both ends).
 #pragma once
@@ -37,12 +39,15 @@ struct DataParallel {
     std::vector<int> bucket_of_layer;
     std::vector<float> outside;       // (buckets[0].elems)
     std::vector<float> layer;         // (the largest layer bucket's elems), each layer bucket in turn
+    bool first_micro = false;         // the backward being run is its step's first (dp_before_backward)
 };
 
 namespace dp_detail {
-// Bucket b's buffer before the backward writes it: zeros, and this rank's pieces from its shard.
+// Bucket b's buffer before the backward writes it: zeros, and (after the step's first micro-batch)
+// this rank's pieces from its shard.
 inline void fill_bucket(const DataParallel& dp, const GPT2& m, const ZeroBucket& b, float* buffer) {
     std::fill(buffer, buffer + b.elems, 0.0f);
+    if (dp.first_micro) return;
     const int64_t first = dp.plan.shard_begin(dp.plan.rank);
     zero_for_each_bucket_piece(dp.plan, b, [&](int owner, int64_t lo, int64_t hi, int64_t at) {
         if (owner == dp.plan.rank) std::copy(&m.grads_memory[lo - first], &m.grads_memory[hi - first], buffer + at);
@@ -92,6 +97,15 @@ inline void dp_setup(DataParallel& dp, GPT2& m, Comm& comm, int zero_stage) {
         if (l < 0 || l == b.first_layer) dp_detail::reduce_bucket(*d, *model, b, buffer_of(l));
     };
 }
+
+// At a step's start, in place of gpt2_zero_grads: the gradients zeroed, except stage 2's shard, which
+// the first micro-batch's reductions replace.
+inline void dp_zero_grads(GPT2& m, const DataParallel& dp) {
+    if (dp.plan.stage != 2) gpt2_zero_grads(m);
+}
+
+// Before each micro-batch's backward: whether it is the step's first.
+inline void dp_before_backward(DataParallel& dp, bool first_micro) { dp.first_micro = first_micro; }
 
 // After the last micro-batch, stage 0/1: the whole gradient summed over the ranks (stage 2 has
 // reduced its buckets during the backward).
