@@ -32,8 +32,9 @@
 //    all-gather of unequal pieces) bucket by bucket in the order the next forward reads them; the
 //    model calls before_layer_forward(l), and the compute stream waits only for the buckets layer l
 //    (and the next layer's norm, which layer l's last kernel applies) needs.
-// The one host wait of a step (the gradient norm) has a deadline, --dist-timeout: a dead or stuck
-// rank stops the run with an error (the NCCL communicator is aborted) instead of hanging.
+// The one host wait of a step (after the update, for the gradient norm) has a deadline,
+// --dist-timeout: a dead or stuck rank stops the run with an error (the NCCL communicator is
+// aborted) instead of hanging.
 #pragma once
 #include <chrono>
 #include <string>
@@ -45,7 +46,6 @@
 #include "llmc/formats.h"
 #include "llmc/gpt2.cuh"
 #include "llmc/zero.h"
-#include "llmc/cpu/global_norm.h"  // grad_clip_scale: torch's clipping rule (adamw_clip_scale: its device twin)
 #ifdef LLMC_NCCL
 #include <nccl.h>
 #define ncclCheck(call)                                                                                   \
@@ -325,7 +325,9 @@ inline void gpu_dp_wait_grads(GpuDataParallel& dp, const CudaContext& ctx) {
 
 // Global norm over the ranks, clipping, AdamW over this rank's slice, and at stage 1/2 the
 // all-gather of the updated parameters (left running: the next forward waits bucket by bucket).
-// Returns the gradient norm before clipping. Without NCCL: gpt2_update.
+// Returns the gradient norm before clipping. As gpt2_update_enqueue, the clip factor is computed on
+// the device (adamw_clip_scale) and AdamW follows the norm with no host wait between them; the one
+// host wait, with the --dist-timeout deadline, comes after the update. Without NCCL: gpt2_update.
 inline float gpu_dp_update(GpuDataParallel& dp, GPT2& model, const OptimizerSettings& o, const CudaContext& ctx) {
 #ifdef LLMC_NCCL
     using namespace gpu_dp_detail;
@@ -333,6 +335,8 @@ inline float gpu_dp_update(GpuDataParallel& dp, GPT2& model, const OptimizerSett
     const int64_t b = p.opt_begin(), e = p.opt_end();
     float* norm_out = model.acts.norm + GLOBAL_NORM_BLOCKS;
     const floatX* grads = model.grads_memory + (b - model.grad_begin);  // the slice's gradients
+    gpt2_update_args(model, o);  // the pinned buffer's last copy ran before the last step's wait
+    cudaCheck(cudaMemcpyAsync(model.acts.adamw, model.host_adamw, sizeof(AdamWArgs), cudaMemcpyHostToDevice, ctx.stream));
     global_norm_squared(norm_out, model.acts.norm, grads, e - b, ctx.stream);
     if (p.stage > 0) {
         comm_after_main(dp, ctx.stream, dp.main_ready);
@@ -340,24 +344,17 @@ inline float gpu_dp_update(GpuDataParallel& dp, GPT2& model, const OptimizerSett
         cudaCheck(cudaEventRecord(dp.comm_done, dp.stream));
         cudaCheck(cudaStreamWaitEvent(ctx.stream, dp.comm_done, 0));
     }
-    float norm_sq = 0.0f;
-    cudaCheck(cudaMemcpyAsync(&norm_sq, norm_out, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
-    wait_stream(dp, ctx.stream, "waiting for the gradient norm");
-    const float norm = std::sqrt(norm_sq);
-    model.step++;
-    const uint64_t seed = model.sr_seed ^ ((uint64_t)model.step * 0xD1B54A32D192ED03ull);  // as gpt2_update
-    *model.host_adamw = adamw_args(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, cpu::grad_clip_scale(norm, o.grad_clip),
-                                   model.step, seed);  // the pinned buffer's last copy ran before the wait above
-    model.host_adamw->stochastic = model.stochastic_rounding;
-    cudaCheck(cudaMemcpyAsync(model.acts.adamw, model.host_adamw, sizeof(AdamWArgs), cudaMemcpyHostToDevice, ctx.stream));
+    adamw_clip_scale(model.acts.adamw, norm_out, o.grad_clip, ctx.stream);
     adamw_update_range(model.params_memory, model.master_memory, grads, model.m_memory, model.v_memory, b, e,
                        model.acts.adamw, model.decay, ctx.stream);
+    cudaCheck(cudaMemcpyAsync(model.host_norm_sq, norm_out, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
     if (p.stage > 0) {
         comm_after_main(dp, ctx.stream, dp.main_ready);
         for (DpBucket& bk : dp.buckets) gather_bucket(dp, bk, model.params_memory);
         dp.gathering = true;
     }
-    return norm;
+    wait_stream(dp, ctx.stream, "waiting for the update (the gradient norm over the ranks)");
+    return gpt2_update_norm(model);
 #else
     (void)dp;
     return gpt2_update(model, o, ctx);

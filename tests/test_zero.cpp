@@ -11,12 +11,15 @@
 //    others consecutive layers; packed ranges disjoint, inside the buffer and as aligned as in the
 //    whole buffer; zero_bucket_grads points at the element the whole buffer's layer slice holds;
 //  - ZeRO-2 simulated at world sizes 1-4 with 3 micro-batches (integer gradients, so sums are
-//    exact): buffers filled with the owner's shard, += per rank, pieces reduced to their owners'
-//    shards in the backward's order; every shard ends holding the sum over ranks and micro-batches.
+//    exact): buffers filled with the owner's shard (zeros only in the first micro-batch, whose
+//    reductions must replace every value of the NaN-filled shards), += per rank, pieces reduced to
+//    their owners' shards in the backward's order; every shard ends holding the sum over ranks and
+//    micro-batches.
 // Run: build/test_zero (a second).
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -47,6 +50,9 @@ static void write_shards(const std::string& dir, int64_t n, int world, int stage
 
 // The ZeRO-2 step of llmc/cpu/data_parallel.h and llmc/gpt2_dist.cuh on W simulated ranks: rank r's
 // gradient of element i in micro-batch k is grad(r, k, i); returns the shards after `micro` batches.
+// The shards start as NaN (they are not zeroed at a step's start: they hold the last step's sums),
+// and the first micro-batch copies nothing in from them, so a shard element that no piece of the
+// first micro-batch's reductions replaces stays NaN and fails the comparison.
 static std::vector<std::vector<float>> simulate_zero2(const GPT2Config& c, int64_t max_elems, int world, int micro) {
     const int64_t n = (int64_t)gpt2_num_params(c);
     const std::vector<ZeroBucket> buckets = zero_buckets(c, max_elems, 16);
@@ -55,7 +61,7 @@ static std::vector<std::vector<float>> simulate_zero2(const GPT2Config& c, int64
     std::vector<std::vector<float>> shards;
     for (int r = 0; r < world; r++) {
         plans.push_back(zero_plan(n, 2, r, world, 16));
-        shards.emplace_back((size_t)plans[r].opt_count(), 0.0f);
+        shards.emplace_back((size_t)plans[r].opt_count(), std::nanf(""));
     }
     std::vector<size_t> order;  // the backward's: bucket 0 filled first, reduced last; layer buckets top down
     for (size_t k = buckets.size() - 1; k >= 1; k--) order.push_back(k);
@@ -67,7 +73,7 @@ static std::vector<std::vector<float>> simulate_zero2(const GPT2Config& c, int64
             for (int r = 0; r < world; r++) {
                 const int64_t first = plans[r].shard_begin(r);
                 zero_for_each_bucket_piece(plans[r], b, [&](int owner, int64_t lo, int64_t hi, int64_t at) {
-                    if (owner == r) std::copy(&shards[r][lo - first], &shards[r][hi - first], &buf[r][at]);
+                    if (owner == r && k > 0) std::copy(&shards[r][lo - first], &shards[r][hi - first], &buf[r][at]);
                 });
                 for (const ZeroRange& rg : b.ranges)
                     for (int64_t i = rg.begin; i < rg.end; i++) buf[r][rg.packed + (i - rg.begin)] += grad(r, k, i);
