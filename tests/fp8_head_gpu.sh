@@ -23,7 +23,8 @@
 #   BENCH_FP8=1 BENCH_FP8_FLAGS="--fp8-head 1" BENCH_REF=0 BENCH_STEPS=16 scripts/bench_train.sh
 #   3. (PROFILE=1; needs make -C dev/cuda build/profile_gpt2) profile_gpt2 --fp8 1 with --fp8-head 0
 #      and 1: the kernel families of each step (~1 more minute)
-# Estimated ~3 minutes on an H200 (part 1 ~100 s, bounded by the loss runs; part 2 ~60 s); not yet run.
+# Estimated ~3 minutes on an H200 (part 1 ~100 s, bounded by the loss runs; part 2 ~60 s); run twice in
+# the twenty-third run (docs/perf.md), its wall time not recorded.
 cd "$(dirname "$0")/.." || exit 1
 LOGS=${OUT:-build}/fp8_head
 STEPS=${STEPS:-14}

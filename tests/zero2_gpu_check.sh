@@ -2,9 +2,9 @@
 # ZeRO-2 keeping only its gradient shard (docs/distributed.md), on one GPU, with the binaries given:
 # nothing is built (PLAIN and NCCL name them; default build/train_gpt2cu and build/train_gpt2cu_nccl).
 # At world size 1 the NCCL trainer takes every path of stage 2 (the shard-sized gradients, the
-# bucket buffers the backward writes, their fill from the shard, the per-micro-batch ncclReduce
-# into the shard, the events that recycle the pool) and must give the plain trainer's bits with
-# --deterministic 1:
+# bucket buffers the backward writes, their fill from the shard after a step's first micro-batch,
+# the per-micro-batch ncclReduce into the shard, the events that recycle the pool) and must give the
+# plain trainer's bits with --deterministic 1:
 #  - GPT-2 (MODEL, default d12) at B x 1024 tokens, --zero 0, 1 and 2, with gradient accumulation
 #    (3 micro-batches: stage 2 reduces each one into its shard) and without (1): every step's loss,
 #    lr and grad_norm identical to build/train_gpt2cu's, and with accumulation the final
