@@ -159,12 +159,13 @@ inline void comm_after_main(GpuDataParallel& dp, cudaStream_t main, cudaEvent_t 
     cudaCheck(cudaStreamWaitEvent(dp.stream, ev, 0));
 }
 
-// Stage 2, before the backward writes bucket b (compute stream): its buffer once free, zeroed, with
-// this rank's pieces copied in from the shard. The communication stream runs the reductions in
-// order, so the wait also covers b's reduction of the previous micro-batch, which wrote those
-// pieces of the shard (b used the same buffer then). In a step's first micro-batch the pieces start
-// from zero (the shard holds the last step's sums, which this micro-batch's reductions replace), so
-// nothing is copied: at one rank that is a copy of the whole gradient a step, one call per piece.
+// Stage 2, before the backward writes bucket b (compute stream): its buffer once free, zeroed, and
+// after the step's first micro-batch with this rank's pieces copied in from the shard. The
+// communication stream runs the reductions in order, so the wait also covers b's reduction of the
+// previous micro-batch, which wrote those pieces of the shard (b used the same buffer then). In a
+// step's first micro-batch the pieces start from zero (the shard holds the last step's sums, which
+// this micro-batch's reductions replace), so nothing is copied: at one rank that is a copy of the
+// whole gradient a step, one call per piece.
 inline void fill_bucket(GpuDataParallel& dp, const DpBucket& b, const GPT2& model, cudaStream_t main) {
     floatX* buffer = dp.buffers[b.slot];
     cudaCheck(cudaStreamWaitEvent(main, dp.buffer_free[b.slot], 0));
@@ -347,12 +348,12 @@ inline float gpu_dp_update(GpuDataParallel& dp, GPT2& model, const OptimizerSett
     adamw_clip_scale(model.acts.adamw, norm_out, o.grad_clip, ctx.stream);
     adamw_update_range(model.params_memory, model.master_memory, grads, model.m_memory, model.v_memory, b, e,
                        model.acts.adamw, model.decay, ctx.stream);
-    cudaCheck(cudaMemcpyAsync(model.host_norm_sq, norm_out, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
     if (p.stage > 0) {
         comm_after_main(dp, ctx.stream, dp.main_ready);
         for (DpBucket& bk : dp.buckets) gather_bucket(dp, bk, model.params_memory);
         dp.gathering = true;
     }
+    cudaCheck(cudaMemcpyAsync(model.host_norm_sq, norm_out, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
     wait_stream(dp, ctx.stream, "waiting for the update (the gradient norm over the ranks)");
     return gpt2_update_norm(model);
 #else
