@@ -299,8 +299,7 @@ int main(int argc, char** argv) {
                 fetch_batch();
             }
             gpu_dp_wait_grads(dp, ctx);
-            norm = gpu_dp_update(dp, model, opt, ctx);
-            cudaCheck(cudaStreamSynchronize(ctx.stream));
+            norm = gpu_dp_update(dp, model, opt, ctx);  // returns with the compute stream idle
             algos.tune = false;  // tuned in this first step
             if (use_graph && step + 1 < total_steps) {  // every kernel has run once: capture the step
                 if (!graph.exec[0]) {

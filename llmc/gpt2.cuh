@@ -723,6 +723,9 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
 //   gpt2_update_enqueue  device, no host wait: the scalars' copy to acts.adamw, the squared norm,
 //                        the clip factor from it (adamw_clip_scale), AdamW, and the squared norm's
 //                        copy to the pinned model.host_norm_sq (gpt2_update_norm reads it after a sync).
+//                        Over the model's optimizer slice [opt_begin, opt_end) (all of it on one GPU; a
+//                        ZeRO shard in llmc/gpt2_dist.cuh, whose sum_norm adds the squared norm over the
+//                        ranks before the clip factor is taken from it).
 // gpt2_update does both and waits; it returns the gradient norm before clipping.
 inline void gpt2_update_args(GPT2& model, const OptimizerSettings& o) {
     model.step++;
@@ -731,13 +734,17 @@ inline void gpt2_update_args(GPT2& model, const OptimizerSettings& o) {
     model.host_adamw->stochastic = model.stochastic_rounding;
 }
 
-inline void gpt2_update_enqueue(GPT2& model, float grad_clip, const CudaContext& ctx) {
+inline void gpt2_update_enqueue(GPT2& model, float grad_clip, const CudaContext& ctx,
+                                const std::function<void(float* norm_sq)>& sum_norm = {}) {
+    const int64_t begin = model.opt_begin, end = model.opt_end;
+    const floatX* grads = model.grads_memory + (begin - model.grad_begin);  // the slice's gradients
     float* norm_out = model.acts.norm + GLOBAL_NORM_BLOCKS;
     cudaCheck(cudaMemcpyAsync(model.acts.adamw, model.host_adamw, sizeof(AdamWArgs), cudaMemcpyHostToDevice, ctx.stream));
-    global_norm_squared(norm_out, model.acts.norm, model.grads_memory, (int64_t)model.num_params, ctx.stream);
+    global_norm_squared(norm_out, model.acts.norm, grads, end - begin, ctx.stream);
+    if (sum_norm) sum_norm(norm_out);
     adamw_clip_scale(model.acts.adamw, norm_out, grad_clip, ctx.stream);
-    adamw_update(model.params_memory, model.master_memory, model.grads_memory, model.m_memory, model.v_memory,
-                 (int64_t)model.num_params, model.acts.adamw, model.decay, ctx.stream);
+    adamw_update_range(model.params_memory, model.master_memory, grads, model.m_memory, model.v_memory, begin, end,
+                       model.acts.adamw, model.decay, ctx.stream);
     cudaCheck(cudaMemcpyAsync(model.host_norm_sq, norm_out, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
 }
 

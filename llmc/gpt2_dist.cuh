@@ -37,6 +37,7 @@
 // aborted) instead of hanging.
 #pragma once
 #include <chrono>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -326,34 +327,29 @@ inline void gpu_dp_wait_grads(GpuDataParallel& dp, const CudaContext& ctx) {
 
 // Global norm over the ranks, clipping, AdamW over this rank's slice, and at stage 1/2 the
 // all-gather of the updated parameters (left running: the next forward waits bucket by bucket).
-// Returns the gradient norm before clipping. As gpt2_update_enqueue, the clip factor is computed on
-// the device (adamw_clip_scale) and AdamW follows the norm with no host wait between them; the one
-// host wait, with the --dist-timeout deadline, comes after the update. Without NCCL: gpt2_update.
+// Returns the gradient norm before clipping. The single-GPU update (gpt2_update_enqueue) over this
+// rank's slice, with the squared norm summed over the ranks before the clip factor is taken from it
+// on the device: no host wait between the norm and AdamW; the one host wait, with the --dist-timeout
+// deadline, comes after the update, so it returns with the compute stream idle (as gpt2_update,
+// what it is without NCCL).
 inline float gpu_dp_update(GpuDataParallel& dp, GPT2& model, const OptimizerSettings& o, const CudaContext& ctx) {
 #ifdef LLMC_NCCL
     using namespace gpu_dp_detail;
-    const ZeroPlan& p = dp.plan;
-    const int64_t b = p.opt_begin(), e = p.opt_end();
-    float* norm_out = model.acts.norm + GLOBAL_NORM_BLOCKS;
-    const floatX* grads = model.grads_memory + (b - model.grad_begin);  // the slice's gradients
     gpt2_update_args(model, o);  // the pinned buffer's last copy ran before the last step's wait
-    cudaCheck(cudaMemcpyAsync(model.acts.adamw, model.host_adamw, sizeof(AdamWArgs), cudaMemcpyHostToDevice, ctx.stream));
-    global_norm_squared(norm_out, model.acts.norm, grads, e - b, ctx.stream);
-    if (p.stage > 0) {
-        comm_after_main(dp, ctx.stream, dp.main_ready);
-        ncclCheck(ncclAllReduce(norm_out, norm_out, 1, ncclFloat32, ncclSum, dp.nccl, dp.stream));
-        cudaCheck(cudaEventRecord(dp.comm_done, dp.stream));
-        cudaCheck(cudaStreamWaitEvent(ctx.stream, dp.comm_done, 0));
-    }
-    adamw_clip_scale(model.acts.adamw, norm_out, o.grad_clip, ctx.stream);
-    adamw_update_range(model.params_memory, model.master_memory, grads, model.m_memory, model.v_memory, b, e,
-                       model.acts.adamw, model.decay, ctx.stream);
-    if (p.stage > 0) {
+    std::function<void(float*)> sum_norm;  // stage 1/2: the slices' squared norms summed over the ranks
+    if (dp.plan.stage > 0)
+        sum_norm = [&](float* norm_sq) {
+            comm_after_main(dp, ctx.stream, dp.main_ready);
+            ncclCheck(ncclAllReduce(norm_sq, norm_sq, 1, ncclFloat32, ncclSum, dp.nccl, dp.stream));
+            cudaCheck(cudaEventRecord(dp.comm_done, dp.stream));
+            cudaCheck(cudaStreamWaitEvent(ctx.stream, dp.comm_done, 0));
+        };
+    gpt2_update_enqueue(model, o.grad_clip, ctx, sum_norm);  // over this rank's slice [opt_begin, opt_end)
+    if (dp.plan.stage > 0) {
         comm_after_main(dp, ctx.stream, dp.main_ready);
         for (DpBucket& bk : dp.buckets) gather_bucket(dp, bk, model.params_memory);
         dp.gathering = true;
     }
-    cudaCheck(cudaMemcpyAsync(model.host_norm_sq, norm_out, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
     wait_stream(dp, ctx.stream, "waiting for the update (the gradient norm over the ranks)");
     return gpt2_update_norm(model);
 #else
