@@ -33,7 +33,9 @@ WORK=${GPU_TEST_DIR:-$(mktemp -d /tmp/gpu_tests.XXXXXX)}
 LOGS=${LOGS:-$WORK}
 mkdir -p "$WORK" "$LOGS"
 passed=0; failed=0; failed_names=()
-want() { [[ ${SECTIONS:-12345678} == *$1* ]]; }  # SECTIONS=16: only sections 1 and 6
+sections=${SECTIONS:-12345678}
+unset SECTIONS  # not passed on: test_generate_gpu.sh reads its own SECTIONS and would run only those
+want() { [[ $sections == *$1* ]]; }  # SECTIONS=16: only sections 1 and 6
 run() {  # run NAME LOGFILE CMD...
     local name=$1 log=$2; shift 2
     echo "=== $name: $*"

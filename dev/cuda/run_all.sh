@@ -2,6 +2,7 @@
 # Runs every built kernel-lab binary, keeps each one's full output, and prints one table of the
 # fixed-format lines (name | variant | ms | GB/s | TFLOP/s | % of H200 ceiling) last.
 #   dev/cuda/run_all.sh [--check-only] [--reps N]      (arguments go to every binary)
+#   LABS="layernorm rmsnorm" dev/cuda/run_all.sh        (only those labs, and the Python scripts that time them)
 # Binaries come from dev/cuda/build/ (or $LAB_BUILD, e.g. dev/cuda/build/fp32); logs go to
 # $LAB_LOGS (default <build>/logs). Exits 1 if any check failed, any binary failed, or a lab file
 # has no binary. The lab list is the Makefile's (`make list`).
@@ -22,6 +23,12 @@ if command -v make >/dev/null; then
 else  # a machine that only runs the binaries: each lab file whose binary is here
     labs=$(for f in *.cu; do [ -x "$build/${f%.cu}" ] && [ "$f" != profile_gpt2.cu ] && echo "${f%.cu}"; done)
     echo "run_all: no make here; running the lab binaries found in $build:" $labs
+fi
+if [ -n "${LABS:-}" ]; then  # LABS="layernorm rmsnorm": only these labs and the Python scripts that time them
+    for lab in $LABS; do
+        [[ " "$(echo $labs)" " == *" $lab "* ]] || { echo "run_all: LABS names '$lab', which is not a lab here (the labs: $(echo $labs))"; exit 1; }
+    done
+    labs=$LABS
 fi
 failed=()
 for lab in $labs; do
@@ -74,6 +81,11 @@ if [ -n "$py_skip" ]; then
 else
     for pair in $py_pairs; do
         py=${pair%%:*}
+        if [ -n "${LABS:-}" ]; then  # a script runs when one of the labs it goes with is picked
+            picked=0
+            for lab in $(echo "${pair#*:}" | tr , ' '); do [[ " $labs " == *" $lab "* ]] && picked=1; done
+            [ $picked = 1 ] || continue
+        fi
         start=$(date +%s)
         python3 "$py_dir/$py.py" "${py_args[@]}" >"$logs/py_$py.log" 2>&1
         rc=$?
