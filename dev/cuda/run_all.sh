@@ -24,11 +24,13 @@ else  # a machine that only runs the binaries: each lab file whose binary is her
     labs=$(for f in *.cu; do [ -x "$build/${f%.cu}" ] && [ "$f" != profile_gpt2.cu ] && echo "${f%.cu}"; done)
     echo "run_all: no make here; running the lab binaries found in $build:" $labs
 fi
+labs=$(echo $labs)
+has() { [[ " $1 " == *" $2 "* ]]; }  # has "LIST" NAME: NAME is a word of LIST
 if [ -n "${LABS:-}" ]; then  # LABS="layernorm rmsnorm": only these labs and the Python scripts that time them
     for lab in $LABS; do
-        [[ " "$(echo $labs)" " == *" $lab "* ]] || { echo "run_all: LABS names '$lab', which is not a lab here (the labs: $(echo $labs))"; exit 1; }
+        has "$labs" "$lab" || { echo "run_all: LABS names '$lab', which is not a lab here (the labs: $labs)"; exit 1; }
     done
-    labs=$LABS
+    labs=$(echo $LABS)
 fi
 failed=()
 for lab in $labs; do
@@ -83,7 +85,7 @@ else
         py=${pair%%:*}
         if [ -n "${LABS:-}" ]; then  # a script runs when one of the labs it goes with is picked
             picked=0
-            for lab in $(echo "${pair#*:}" | tr , ' '); do [[ " $labs " == *" $lab "* ]] && picked=1; done
+            for lab in $(echo "${pair#*:}" | tr , ' '); do has "$labs" "$lab" && picked=1; done
             [ $picked = 1 ] || continue
         fi
         start=$(date +%s)
