@@ -20,8 +20,9 @@ Variants:
                      PV product (as FlashAttention and cuDNN do); 4 warps, 3 pipeline stages
   triton 128x128 w8  the same kernel with 128-key tiles and 8 warps
   torch.compile      softmax(mask(q k^T / sqrt(HD))) v in plain PyTorch (scores rounded to bf16 by the
-                     matmul, fp32 softmax, P in bf16), compiled; checked with nmse <= 1e-4 (the
-                     bf16 scores cost ~4x a flash kernel's error)
+                     matmul, fp32 softmax, P in bf16), compiled; checked with nmse <= 1e-4 and an
+                     element-wise absolute term 2.2x as wide (the bf16 scores cost ~4x a flash
+                     kernel's squared error)
   torch eager        the same expression uncompiled: it writes the (B, NH, T, T) scores (3 GB in fp32)
   sdpa flash         F.scaled_dot_product_attention(is_causal=True) with the flash backend
   sdpa cudnn         the same with the cuDNN backend (SKIPPED where this PyTorch build lacks it)
@@ -59,6 +60,10 @@ NMSE_MAX = 1e-4 if lc.INTERPRET else 2e-5  # the interpreter truncates P and out
 # flash kernel, whose scores stay fp32 (measured 1.8e-5 at the small shape on the CPU).
 NMSE_MAX_BF16_SCORES = 1e-4
 TOL_ATTENTION = (1.6e-2, 1e-1)
+# The same expression's element-wise bound: its absolute term scaled as the error's rms is, by
+# sqrt(1e-4 / 2e-5) ~ 2.2x the flash kernels' (on an H100 its backward's dv had nmse 3.2e-5, ~6x the
+# Triton kernels', and 4 of its ~1.6M checked elements past 1e-1 rms: errors ~0.0101 at rms ~0.1).
+TOL_ATTENTION_BF16_SCORES = (TOL_ATTENTION[0], TOL_ATTENTION[1] * math.sqrt(NMSE_MAX_BF16_SCORES / NMSE_MAX))
 REF_BATCHES = 2
 # Triton configurations, each its own row: forward (queries a program, keys a step, warps, stages);
 # backward (keys a dK/dV program = queries a dQ program, queries = keys a step, warps, stages)
@@ -338,7 +343,7 @@ def run_shape(L, name, B, T, NH, HD):
         ok = L.check_out(out, ref_out, TOL_ATTENTION, rows=slice(0, REF_BATCHES), nmse_max=NMSE_MAX)
         return L.check_out(lse, ref_lse, lc.TOL_BF16, rows=slice(0, REF_BATCHES)) and ok
 
-    def check_heads_out(y, nmse_max=NMSE_MAX):  # y: (B, NH, T, HD)
+    def check_heads_out(y, nmse_max=NMSE_MAX, tol=TOL_ATTENTION):  # y: (B, NH, T, HD)
         if tuple(y.shape) != (B, NH, T, HD):
             print(f"    out        FAIL: shape {tuple(y.shape)}")
             return False
@@ -349,10 +354,10 @@ def run_shape(L, name, B, T, NH, HD):
             print(f"    out        FAIL: {bad} of {y.numel()} elements are not finite")
             ok = False
         got = y[:REF_BATCHES].transpose(1, 2).reshape(REF_BATCHES, T, C)
-        return L.compare("out", got, ref_out, TOL_ATTENTION, nmse_max) and ok
+        return L.compare("out", got, ref_out, tol, nmse_max) and ok
 
     def check_bf16_scores(y):
-        return check_heads_out(y, NMSE_MAX_BF16_SCORES)
+        return check_heads_out(y, NMSE_MAX_BF16_SCORES, TOL_ATTENTION_BF16_SCORES)
 
     for block_m, block_n, warps, stages in FWD_CONFIGS:
         def launch(cfg=(block_m, block_n, warps, stages)):
@@ -417,10 +422,10 @@ def run_backward(L, name, B, T, NH, HD):
     flops = 2.5 * 2.0 * B * NH * T * T * HD   # the forward's times 2.5 (attention_backward.cu's convention)
     nbytes = (2 * qkv.numel() + 2 * dout.numel()) * 2.0 + lse.numel() * 4.0
 
-    def compare_parts(parts, nmse_max):
+    def compare_parts(parts, nmse_max, tol=TOL_ATTENTION):
         ok = True
         for what, got, ref in zip(("dq", "dk", "dv"), parts, refs):
-            ok = L.compare(what, got, ref, TOL_ATTENTION, nmse_max) and ok
+            ok = L.compare(what, got, ref, tol, nmse_max) and ok
         return ok
 
     dqkv = lc.Out((B, T, 3 * C), torch.bfloat16, "dqkv")
@@ -451,7 +456,7 @@ def run_backward(L, name, B, T, NH, HD):
                 print(f"    {what:<10} FAIL: {bad} of {g.numel()} elements are not finite")
                 ok = False
         parts = [g[:RB].transpose(1, 2).reshape(RB, T, C) for g in grads]
-        return compare_parts(parts, NMSE_MAX_BF16_SCORES) and ok
+        return compare_parts(parts, NMSE_MAX_BF16_SCORES, TOL_ATTENTION_BF16_SCORES) and ok
 
     compiled = L.compile(attention_bwd_expr)
     L.run(op, "torch.compile", nbytes, flops, lc.COMPUTE, lambda: None,
