@@ -97,6 +97,40 @@ def test_compare_table_sdpa_column(tmp_path, capsys):
     assert rows["layernorm_forward N=8 C=4"] == ["3200.0 (80%)", "2800.0 (70%)", "3640.0 (91%)", "-", "GB/s"]
 
 
+DECODE_LAB_LOG = """# attention_decode.cu on a GPU
+# name | variant | ms | GB/s | TFLOP/s | % of H200 ceiling
+attention_decode gqa B=8 NH=32 NKV=8 HD=128 S=4096 W=0 len=4096 | 0 shipped | 0.1400 | 900.0 | 1.00 | 22.5% of copy
+attention_decode gqa B=8 NH=32 NKV=8 HD=128 S=4096 W=0 len=4096 | 9 no early loads | 0.1300 | 950.0 | 1.00 | 23.8% of copy
+attention_decode gqa B=64 NH=32 NKV=8 HD=128 S=4096 W=0 len=4096 | 0 shipped | 0.7000 | 1500.0 | 1.00 | 37.5% of copy
+attention_decode gqa B=64 NH=32 NKV=8 HD=128 S=4096 W=0 len=4096 | 9 no early loads: tensor cores | 0.2500 | 4200.0 | 1.00 | 105.0% of copy
+attention_decode gpt2 B=64 NH=12 NKV=12 HD=64 S=4096 W=0 len=128 | 0 shipped | 0.0200 | 1000.0 | 1.00 | 25.0% of copy
+# attention_decode.cu: 0 check(s) failed
+"""
+DECODE_PY_LOG = """# attention_decode.py
+# name | variant | ms | GB/s | TFLOP/s | % of H200 ceiling
+attention_decode gqa B=8 NH=32 NKV=8 HD=128 S=4096 W=0 len=4096 | triton | 0.0600 | 2000.0 | 1.00 | 50.0% of copy
+attention_decode gqa B=64 NH=32 NKV=8 HD=128 S=4096 W=0 len=4096 | triton | 0.2500 | 4100.0 | 1.00 | 102.5% of copy
+attention_decode gpt2 B=64 NH=12 NKV=12 HD=64 S=4096 W=0 len=128 | triton | 0.0200 | 1300.0 | 1.00 | 32.5% of copy
+# attention_decode.py: 0 check(s) failed
+"""
+
+
+def test_compare_table_decode_ships_variant_9_past_b8(tmp_path, capsys):
+    """attention_decode's CUDA column is what generate runs at that batch: variant 0 (the fused step's
+    call) at B <= 8, variant 9 (the B > 8 step's call, tensor cores where routed) above, named in the
+    cell; variant 0 with a note when a log lacks variant 9 (run_h200.sh before it ran both)."""
+    (tmp_path / "lab.log").write_text(DECODE_LAB_LOG)
+    (tmp_path / "py.log").write_text(DECODE_PY_LOG)
+    compare_module().table([str(tmp_path / "py.log"), str(tmp_path / "lab.log")])
+    out = capsys.readouterr().out
+    rows = {line.split(" | ")[0].strip(): [c.strip() for c in line.split(" | ")[1:]]
+            for line in out.splitlines() if " | " in line and not line.startswith("#")}
+    assert rows["attention_decode gqa B=8 NH=32 NKV=8 HD=128 S=4096 W=0 len=4096"][0] == "900.0 (22%)"
+    assert rows["attention_decode gqa B=64 NH=32 NKV=8 HD=128 S=4096 W=0 len=4096"][0] == "4200.0 (105%) [variant 9]"
+    assert rows["attention_decode gpt2 B=64 NH=12 NKV=12 HD=64 S=4096 W=0 len=128"][0] == "1000.0 (25%)"
+    assert "len=128: variant 9 (what ships at this shape) is not in these logs; the CUDA column is variant 0" in out
+
+
 @pytest.mark.skipif(not HAS_TRITON, reason="torch and triton are not both installed")
 def test_compare_per_row_tolerance(capsys):
     """lab_common's compare with per_row=True scales the absolute term by each row's rms (a zero row by

@@ -6,6 +6,7 @@ files does not matter). Each cell is the figure of that row's fixed-format line 
 TFLOP/s for attention (the line's "of copy" / "of GEMM"), with its % of that ceiling:
   ours CUDA      variant 0 ("0 shipped": the kernel the trainer runs) of the CUDA row of the same op
                  name, or of the row the script names with Lab.beside (softmax: the fused classifier);
+                 attention_decode at B > 8: variant 9, named in the cell (shipped_variant says why);
   Triton         the best of the script's `triton ...` rows (its configuration named when there are several);
   torch.compile  the script's `torch.compile` row;
   SDPA           the best of the script's `sdpa ...` rows (PyTorch's scaled_dot_product_attention:
@@ -47,6 +48,17 @@ def read_log(path, rows, besides):
                     rows.append((parts[0], parts[1], parts))
 
 
+def shipped_variant(op):
+    """The lab variant that times what the shipped program runs for op: "0", except attention_decode
+    at B > 8. Its variant 0 is the call of generate's fused step, which runs at B <= 8 (GEMV_MAX_M,
+    llmc/gpt2_infer.cuh). At B > 8 the step calls attention_decode without the early loads, and that
+    call takes the tensor-core kernels where decode_mma_route allows. Variant 9 times that call
+    without the cache append the step folds in (variant 8 has it), since the Python rows time
+    attention alone."""
+    m = re.match(r"attention_decode \S+ B=(\d+) ", op)
+    return "9" if m and int(m.group(1)) > 8 else "0"
+
+
 def figure(parts):
     """(value, percent, units) of one table line."""
     compute = parts[5].endswith("of GEMM")
@@ -74,12 +86,13 @@ def table(paths):
     for p in paths:
         if os.path.isfile(p):
             read_log(p, rows, besides)
-    shipped = {}  # CUDA op name -> its variant-0 line (the first seen)
+    numbered = {}  # (CUDA op name, variant number) -> its line (the first seen)
     python_ops = []  # ops of the scripts, in order of appearance
     by_op = {}
     for op, variant, parts in rows:
-        if re.match(r"0 ", variant):
-            shipped.setdefault(op, parts)
+        m = re.match(r"(\d+) ", variant)
+        if m:
+            numbered.setdefault((op, m.group(1)), parts)
         elif variant.startswith("triton") or variant == "torch.compile" or variant.startswith("sdpa"):
             if op not in by_op:
                 python_ops.append(op)
@@ -96,16 +109,22 @@ def table(paths):
     out, notes = [], []
     for op in python_ops:
         cuda_op, note = besides.get(op, (op, ""))
+        want = shipped_variant(cuda_op)
+        shipped = numbered.get((cuda_op, want))
+        if shipped is None and want != "0" and (cuda_op, "0") in numbered:
+            shipped, want = numbered[(cuda_op, "0")], "0"
+            notes.append(f"{op}: variant {shipped_variant(cuda_op)} (what ships at this shape) is not in these "
+                         "logs; the CUDA column is variant 0")
         triton = [(v, p) for v, p in by_op[op] if v.startswith("triton")]
         compiled = [p for v, p in by_op[op] if v == "torch.compile"]
-        any_line = [p for _, p in by_op[op]] + ([shipped[cuda_op]] if cuda_op in shipped else [])
+        any_line = [p for _, p in by_op[op]] + ([shipped] if shipped else [])
         units = figure(any_line[0])[2] if any_line else "-"
-        if cuda_op in shipped:
-            ours = cell(shipped[cuda_op])
+        if shipped:
+            ours = cell(shipped, f"variant {want}" if want != "0" else "")
         else:
             ours = "-"
             if cuda_op and not note:
-                note = f"no variant-0 line of {cuda_op} in these logs (its lab did not run, is not built, or failed)"
+                note = f"no variant-{want} line of {cuda_op} in these logs (its lab did not run, is not built, or failed)"
         tri = best_cell(triton, "triton")
         comp = cell(compiled[0]) if compiled else "-"
         sdpa = best_cell([(v, p) for v, p in by_op[op] if v.startswith("sdpa")], "sdpa")

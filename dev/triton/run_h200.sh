@@ -5,7 +5,7 @@
 #      runs in parallel);
 #   2. variant 0 (the shipped kernel) of each script's CUDA labs (compare.py --pairs; attention_forward
 #      and attention_backward at the gpt2 shape only, attention_decode at all its configurations: it
-#      has no --shape), from the binaries in $LAB_BUILD (default dev/cuda/build; this script builds
+#      has no --shape; with its variant 9 too, what generate runs at B > 8), from the binaries in $LAB_BUILD (default dev/cuda/build; this script builds
 #      nothing: make -C dev/cuda first), checked and timed by the lab's harness;
 #   3. the scripts one after another, checked again and timed (the compiles now come from the caches);
 #   4. the scripts' lines in the lab's format, then compare.py's table, one row an op:
@@ -107,8 +107,10 @@ compare_logs=()
 if [ "${LAB_CUDA:-1}" != 0 ]; then
     for lab in $(for pair in $pairs; do echo "${pair#*:}" | tr , ' '; done); do
         log="$logs/cuda_$lab.log"
-        shape=()
+        shape=() variants=(0)
         case $lab in attention_forward | attention_backward) shape=(--shape gpt2) ;; esac  # attention.py's one shape
+        # attention_decode at B > 8: generate's call is variant 9's (compare.py, shipped_variant)
+        [ "$lab" = attention_decode ] && variants=(0 9)
         rm -f "$log"
         if [ ! -x "$build/$lab" ]; then
             echo "== cuda $lab: NOT BUILT ($build/$lab; make -C dev/cuda build/$lab)"
@@ -116,14 +118,14 @@ if [ "${LAB_CUDA:-1}" != 0 ]; then
             continue
         fi
         start=$(date +%s)
-        limited "$build/$lab" 0 "${shape[@]}" "$@" >"$log" 2>&1
+        limited "$build/$lab" "${variants[@]}" "${shape[@]}" "$@" >"$log" 2>&1
         rc=$?
         secs=$(($(date +%s) - start))
         compare_logs+=("$log")
         if [ $rc -eq 0 ]; then
-            echo "== cuda $lab 0: ok (${secs}s, log $log)"
+            echo "== cuda $lab ${variants[*]}: ok (${secs}s, log $log)"
         else
-            echo "== cuda $lab 0: $(why "$rc" "$secs"), log $log"
+            echo "== cuda $lab ${variants[*]}: $(why "$rc" "$secs"), log $log"
             grep -E "FAIL|error" "$log" | head -20 | sed 's/^/   /'
             failed+=("cuda/$lab")
         fi
