@@ -62,13 +62,20 @@ attention_forward gpt2 B=1 | torch.compile | 2.0000 | 1.0 | 50.00 | 7.0% of GEMM
 """
 
 
-def test_compare_table(tmp_path, capsys):
-    (tmp_path / "lab.log").write_text(LAB_LOG)
-    (tmp_path / "py.log").write_text(PY_LOG)
+def compare_table(tmp_path, capsys, lab_log, py_log):
+    """compare.py's table of the two logs: {op: [its cells]} (the header row under "op") and the whole
+    output."""
+    (tmp_path / "lab.log").write_text(lab_log)
+    (tmp_path / "py.log").write_text(py_log)
     compare_module().table([str(tmp_path / "py.log"), str(tmp_path / "lab.log")])
     out = capsys.readouterr().out
     rows = {line.split(" | ")[0].strip(): [c.strip() for c in line.split(" | ")[1:]]
             for line in out.splitlines() if " | " in line and not line.startswith("#")}
+    return rows, out
+
+
+def test_compare_table(tmp_path, capsys):
+    rows, out = compare_table(tmp_path, capsys, LAB_LOG, PY_LOG)
     # ours = variant 0 (not the faster variant 1); the best Triton configuration, named
     assert rows["layernorm_forward N=8 C=4"] == ["3200.0 (80%)", "2800.0 (70%)", "3640.0 (91%)", "GB/s"]
     assert rows["attention_forward gpt2 B=1"] == ["350.0 (49%)", "300.0 (42%) [128x128 w8]", "50.0 (7%)", "TFLOP/s"]
@@ -82,15 +89,10 @@ def test_compare_table(tmp_path, capsys):
 def test_compare_table_sdpa_column(tmp_path, capsys):
     """With SDPA lines in the logs the table gains an SDPA column: the fastest SDPA row of an op, named
     when there are several (the plain "sdpa" row by its own name), "-" for an op without one."""
-    (tmp_path / "lab.log").write_text(LAB_LOG)
-    (tmp_path / "py.log").write_text(PY_LOG.replace("# a script: 0", (
+    rows, _ = compare_table(tmp_path, capsys, LAB_LOG, PY_LOG.replace("# a script: 0", (
         "attention_forward gpt2 B=1 | sdpa | 0.3000 | 10.0 | 320.00 | 45.1% of GEMM\n"
         "attention_forward gpt2 B=1 | sdpa cudnn | 0.3100 | 10.0 | 310.00 | 43.7% of GEMM\n"
         "# a script: 0")))
-    compare_module().table([str(tmp_path / "py.log"), str(tmp_path / "lab.log")])
-    out = capsys.readouterr().out
-    rows = {line.split(" | ")[0].strip(): [c.strip() for c in line.split(" | ")[1:]]
-            for line in out.splitlines() if " | " in line and not line.startswith("#")}
     assert rows["op"] == ["ours CUDA", "Triton", "torch.compile", "SDPA", "units"]
     assert rows["attention_forward gpt2 B=1"] == ["350.0 (49%)", "300.0 (42%) [128x128 w8]", "50.0 (7%)",
                                                   "320.0 (45%) [sdpa]", "TFLOP/s"]
@@ -119,12 +121,7 @@ def test_compare_table_decode_ships_variant_9_past_b8(tmp_path, capsys):
     """attention_decode's CUDA column is what generate runs at that batch: variant 0 (the fused step's
     call) at B <= 8, variant 9 (the B > 8 step's call, tensor cores where routed) above, named in the
     cell; variant 0 with a note when a log lacks variant 9 (run_h200.sh before it ran both)."""
-    (tmp_path / "lab.log").write_text(DECODE_LAB_LOG)
-    (tmp_path / "py.log").write_text(DECODE_PY_LOG)
-    compare_module().table([str(tmp_path / "py.log"), str(tmp_path / "lab.log")])
-    out = capsys.readouterr().out
-    rows = {line.split(" | ")[0].strip(): [c.strip() for c in line.split(" | ")[1:]]
-            for line in out.splitlines() if " | " in line and not line.startswith("#")}
+    rows, out = compare_table(tmp_path, capsys, DECODE_LAB_LOG, DECODE_PY_LOG)
     assert rows["attention_decode gqa B=8 NH=32 NKV=8 HD=128 S=4096 W=0 len=4096"][0] == "900.0 (22%)"
     assert rows["attention_decode gqa B=64 NH=32 NKV=8 HD=128 S=4096 W=0 len=4096"][0] == "4200.0 (105%) [variant 9]"
     assert rows["attention_decode gpt2 B=64 NH=12 NKV=12 HD=64 S=4096 W=0 len=128"][0] == "1000.0 (25%)"

@@ -112,9 +112,9 @@ def table(paths):
         want = shipped_variant(cuda_op)
         shipped = numbered.get((cuda_op, want))
         if shipped is None and want != "0" and (cuda_op, "0") in numbered:
+            notes.append(f"{op}: variant {want} (what ships at this shape) is not in these logs; the CUDA "
+                         "column is variant 0")
             shipped, want = numbered[(cuda_op, "0")], "0"
-            notes.append(f"{op}: variant {shipped_variant(cuda_op)} (what ships at this shape) is not in these "
-                         "logs; the CUDA column is variant 0")
         triton = [(v, p) for v, p in by_op[op] if v.startswith("triton")]
         compiled = [p for v, p in by_op[op] if v == "torch.compile"]
         any_line = [p for _, p in by_op[op]] + ([shipped] if shipped else [])
