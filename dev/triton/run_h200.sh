@@ -5,8 +5,9 @@
 #      runs in parallel);
 #   2. variant 0 (the shipped kernel) of each script's CUDA labs (compare.py --pairs; attention_forward
 #      and attention_backward at the gpt2 shape only, attention_decode at all its configurations: it
-#      has no --shape; with its variant 9 too, what generate runs at B > 8), from the binaries in $LAB_BUILD (default dev/cuda/build; this script builds
-#      nothing: make -C dev/cuda first), checked and timed by the lab's harness;
+#      has no --shape; with its variant 9 too, what generate runs at B > 8), from the binaries in
+#      $LAB_BUILD (default dev/cuda/build; this script builds nothing: make -C dev/cuda first),
+#      checked and timed by the lab's harness;
 #   3. the scripts one after another, checked again and timed (the compiles now come from the caches);
 #   4. the scripts' lines in the lab's format, then compare.py's table, one row an op:
 #      op | ours CUDA | Triton | torch.compile | SDPA | units (SDPA: attention.py's and
