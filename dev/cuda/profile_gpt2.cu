@@ -20,6 +20,9 @@
 // data-parallel step at world size 1 (llmc/gpt2_dist.cuh: the gradient buckets, the communication
 // stream, ZeRO stage Z); every NCCL kernel runs on that stream and is listed as "[comm stream] ...",
 // its family "communication (comm stream)", so the report shows what the stream costs.
+// --timeline FILE writes every kernel, memset and memcpy of the profiled steps (device start/end in
+// ns, CUDA stream id, short name) as CSV, to see where streams overlap and where the GPU idles: at
+// world size 1 NCCL's reductions are device copies, "[memcpy other]" on the communication stream's id.
 #include "llmc/gpt2.cuh"
 #include "llmc/gpt2_dist.cuh"
 #include "llmc/gpt2_graph.cuh"
@@ -48,6 +51,14 @@ struct Stat {
 };
 std::map<std::string, Stat> kernels;  // short kernel name -> totals over the profiled steps
 std::mutex kernels_mutex;             // CUPTI may deliver a full buffer from its own thread
+// --timeline FILE: every record of the profiled steps, for a look at the streams' gaps and overlaps
+struct Record {
+    uint64_t start, end;
+    uint32_t stream;
+    std::string what;
+};
+bool keep_timeline = false;
+std::vector<Record> timeline;
 
 // "void layernorm_forward_warp_per_row<true>(__nv_bfloat16*, ...)" -> "layernorm_forward_warp_per_row<true>"
 std::string short_name(const char* mangled) {
@@ -124,11 +135,13 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
             Stat& s = kernels[name];
             s.ns += (double)(k->end - k->start);
             s.calls++;
+            if (keep_timeline) timeline.push_back({k->start, k->end, k->streamId, name});
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
             auto* m = (CUpti_ActivityMemset4*)rec;
             Stat& s = kernels["[memset]"];
             s.ns += (double)(m->end - m->start);
             s.calls++;
+            if (keep_timeline) timeline.push_back({m->start, m->end, m->streamId, "[memset]"});
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
             auto* m = (MemcpyRecord*)rec;
             const char* kind = m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOD   ? "[memcpy HtoD]"
@@ -137,6 +150,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
             Stat& s = kernels[kind];
             s.ns += (double)(m->end - m->start);
             s.calls++;
+            if (keep_timeline) timeline.push_back({m->start, m->end, m->streamId, kind});
         }
     }
     free(buffer);
@@ -147,7 +161,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 int main(int argc, char** argv) {
     std::string model_desc = "d12";
     int B = 64, T = 1024, max_seq = 0, steps = 3, recompute = 0, zero = -1, use_graph = 0, fp8 = 0, fp8_fused = 1, fp8_head = 0;
-    std::string fp8_scaling = "delayed";
+    std::string fp8_scaling = "delayed", timeline_path;
     FlagParser parser("profile_gpt2", "Per-kernel time breakdown of one GPU training step on random tokens. Example:\n"
                       "  dev/cuda/build/profile_gpt2 --batch 64 --seq 1024");
     parser.add_string("--model", "MODEL", &model_desc, "model shape: dN = N layers, 64*N channels (d12 = GPT-2 124M), "
@@ -164,6 +178,8 @@ int main(int argc, char** argv) {
     parser.add_string("--fp8-scaling", "HOW", &fp8_scaling, "with --fp8 1: delayed | current | rowwise (the trainer's flag; default delayed)");
     parser.add_int("--fp8-fused", &fp8_fused, {0, 1}, "with --fp8 1 --fp8-scaling delayed: the trainer's --fp8-fused");
     parser.add_int("--fp8-head", &fp8_head, {0, 1}, "with --fp8 1: the trainer's --fp8-head (the output head in FP8)");
+    parser.add_string("--timeline", "FILE", &timeline_path, "also write every kernel, memset and memcpy of the profiled "
+                      "steps to FILE as CSV (start_ns,end_ns,stream,name; device timestamps)");
 #ifdef LLMC_NCCL
     parser.add_int("--zero", &zero, {-1, 2}, "0|1|2: the NCCL data-parallel step at world size 1 at this ZeRO stage, "
                    "its communication stream's kernels listed as [comm stream]; -1: the single-GPU step");
@@ -279,12 +295,27 @@ int main(int argc, char** argv) {
     {
         std::lock_guard<std::mutex> lock(prof::kernels_mutex);
         prof::kernels.clear();
+        prof::keep_timeline = !timeline_path.empty();
     }
     for (int i = 0; i < steps; i++) step(true);
     cudaCheck(cudaDeviceSynchronize());
     cuptiCheck(cuptiActivityFlushAll(1));
     size_t dropped = 0;
     cuptiCheck(cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped));
+    if (!timeline_path.empty()) {
+        std::sort(prof::timeline.begin(), prof::timeline.end(),
+                  [](const prof::Record& a, const prof::Record& b) { return a.start < b.start; });
+        const std::string tmp = timeline_path + ".tmp";
+        FILE* f = fopen(tmp.c_str(), "w");
+        if (!f) fail("--timeline %s: cannot write %s", timeline_path.c_str(), tmp.c_str());
+        fprintf(f, "start_ns,end_ns,stream,name\n");
+        for (const prof::Record& r : prof::timeline)
+            fprintf(f, "%llu,%llu,%u,\"%s\"\n", (unsigned long long)r.start, (unsigned long long)r.end, r.stream,
+                    r.what.c_str());
+        if (fclose(f) != 0 || rename(tmp.c_str(), timeline_path.c_str()) != 0)
+            fail("--timeline %s: writing it failed (disk full?)", timeline_path.c_str());
+        printf("timeline: %zu records of %d steps in %s\n", prof::timeline.size(), steps, timeline_path.c_str());
+    }
 
     // ---- report, per step
     const double tok_s = (double)N / (step_ms / steps / 1e3);
