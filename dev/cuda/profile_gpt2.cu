@@ -124,6 +124,14 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
     *max_records = 0;
 }
 
+// One record (kernels_mutex held): into its name's totals, and with --timeline into the timeline.
+void add(const std::string& name, uint64_t start, uint64_t end, uint32_t stream) {
+    Stat& s = kernels[name];
+    s.ns += (double)(end - start);
+    s.calls++;
+    if (keep_timeline) timeline.push_back({start, end, stream, name});
+}
+
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
     std::lock_guard<std::mutex> lock(kernels_mutex);
     CUpti_Activity* rec = nullptr;
@@ -132,25 +140,16 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
             auto* k = (KernelRecord*)rec;
             std::string name = short_name(k->name);
             if (name.find("nccl") != std::string::npos) name = "[comm stream] " + name;  // llmc/gpt2_dist.cuh
-            Stat& s = kernels[name];
-            s.ns += (double)(k->end - k->start);
-            s.calls++;
-            if (keep_timeline) timeline.push_back({k->start, k->end, k->streamId, name});
+            add(name, k->start, k->end, k->streamId);
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
             auto* m = (CUpti_ActivityMemset4*)rec;
-            Stat& s = kernels["[memset]"];
-            s.ns += (double)(m->end - m->start);
-            s.calls++;
-            if (keep_timeline) timeline.push_back({m->start, m->end, m->streamId, "[memset]"});
+            add("[memset]", m->start, m->end, m->streamId);
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
             auto* m = (MemcpyRecord*)rec;
             const char* kind = m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOD   ? "[memcpy HtoD]"
                                : m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH ? "[memcpy DtoH]"
                                                                                 : "[memcpy other]";
-            Stat& s = kernels[kind];
-            s.ns += (double)(m->end - m->start);
-            s.calls++;
-            if (keep_timeline) timeline.push_back({m->start, m->end, m->streamId, kind});
+            add(kind, m->start, m->end, m->streamId);
         }
     }
     free(buffer);
@@ -312,7 +311,8 @@ int main(int argc, char** argv) {
         for (const prof::Record& r : prof::timeline)
             fprintf(f, "%llu,%llu,%u,\"%s\"\n", (unsigned long long)r.start, (unsigned long long)r.end, r.stream,
                     r.what.c_str());
-        if (fclose(f) != 0 || rename(tmp.c_str(), timeline_path.c_str()) != 0)
+        const bool write_failed = ferror(f) != 0;
+        if (fclose(f) != 0 || write_failed || rename(tmp.c_str(), timeline_path.c_str()) != 0)
             fail("--timeline %s: writing it failed (disk full?)", timeline_path.c_str());
         printf("timeline: %zu records of %d steps in %s\n", prof::timeline.size(), steps, timeline_path.c_str());
     }
