@@ -320,25 +320,28 @@ inline bool descriptor_item(const std::string& item, const char* key, double* v)
 inline GPT2Config llama_config_from_descriptor(const char* desc) {
     const char* usage = "expected llama:L<layers>,C<channels>,H<heads>[,KV<kv heads>][,F<mlp hidden>][,V<vocab>]"
                         "[,theta<x>][,eps<x>][,untied], e.g. llama:L12,C768,H12,KV4,F2048";
-    double L = 0, C = 0, NH = 0, NKV = 0, F = 0, V = 50257, theta = 10000.0, eps = 1e-5;
-    bool untied = false;
+    double L = 0, C = 0, NH = 0, NKV = 0, F = 0, V = 50257, theta = 10000.0, eps = 1e-5, untied = 0;
+    // KV before H and theta before the single letters: the first key that matches an item names it
+    const struct { const char* key; double* value; } keys[] = {{"KV", &NKV}, {"theta", &theta}, {"eps", &eps},
+        {"L", &L}, {"C", &C}, {"H", &NH}, {"F", &F}, {"V", &V}, {"untied", &untied}};
+    const size_t n_keys = sizeof keys / sizeof keys[0];
+    bool given[n_keys] = {};
     std::string rest(desc + 6);
     while (!rest.empty()) {
         const size_t comma = rest.find(',');
         const std::string item = rest.substr(0, comma);
         rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
         if (comma != std::string::npos && rest.empty()) fail("--init %s: a trailing comma (%s)", desc, usage);
-        double v;
-        if (item == "untied") untied = true;
-        else if (descriptor_item(item, "KV", &v)) NKV = v;  // before H and the single letters
-        else if (descriptor_item(item, "theta", &v)) theta = v;
-        else if (descriptor_item(item, "eps", &v)) eps = v;
-        else if (descriptor_item(item, "L", &v)) L = v;
-        else if (descriptor_item(item, "C", &v)) C = v;
-        else if (descriptor_item(item, "H", &v)) NH = v;
-        else if (descriptor_item(item, "F", &v)) F = v;
-        else if (descriptor_item(item, "V", &v)) V = v;
-        else fail("--init %s: '%s' is not an item of a llama descriptor (%s)", desc, item.c_str(), usage);
+        double v = 1;  // `untied` stands alone, the other keys are followed by a number
+        size_t k = 0;
+        while (k < n_keys && !(strcmp(keys[k].key, "untied") == 0 ? item == "untied"
+                                                                  : descriptor_item(item, keys[k].key, &v)))
+            k++;
+        if (k == n_keys)
+            fail("--init %s: '%s' is not an item of a llama descriptor (%s)", desc, item.c_str(), usage);
+        if (given[k]) fail("--init %s: %s is given twice (%s)", desc, keys[k].key, usage);
+        given[k] = true;
+        *keys[k].value = v;
     }
     for (double x : {L, C, NH, NKV, F, V})
         if (x != std::floor(x) || x < 0 || x > (1 << 24))
@@ -350,7 +353,7 @@ inline GPT2Config llama_config_from_descriptor(const char* desc) {
     c.position = POS_ROPE;
     c.mlp = MLP_SWIGLU;
     c.biases = 0;
-    c.tied_head = untied ? 0 : 1;
+    c.tied_head = untied != 0 ? 0 : 1;
     c.num_kv_heads = NKV > 0 ? (int)NKV : (int)NH;
     c.mlp_hidden = F > 0 ? (int)F : (int)((8 * (int64_t)C / 3 + 63) / 64 * 64);
     c.norm_eps = eps;

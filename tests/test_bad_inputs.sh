@@ -172,6 +172,18 @@ expect_error "--max-seq differing from the model file" "$T/llama.bin has max_seq
     --init "$T/llama.bin" --max-seq 32
 expect_error "--init of another architecture with --resume" "differs from the model of the checkpoint" "${TRAIN1[@]}" \
     "${BASE[@]}" --steps 3 --resume "$T/ckpt_llama" --init llama:L1,C8,H2,KV1,F24,V64
+# every descriptor field is compared on --resume, one left out by its default (KV's is H = 2, not 1)
+expect_success "control: --resume with --init repeating the run's descriptor" "${TRAIN1[@]}" "${BASE[@]}" --steps 3 \
+    --resume "$T/ckpt_llama" --init llama:L1,C8,H2,KV1,F24,V64,untied
+expect_error "--init of another KV count with --resume" "differs from the model of the checkpoint" "${TRAIN1[@]}" \
+    "${BASE[@]}" --steps 4 --resume "$T/ckpt_llama" --init llama:L1,C8,H2,KV2,F24,V64,untied
+expect_error "--init leaving out a KV count that is not the default, with --resume" \
+    "differs from the model of the checkpoint" "${TRAIN1[@]}" "${BASE[@]}" --steps 4 --resume "$T/ckpt_llama" \
+    --init llama:L1,C8,H2,F24,V64,untied
+expect_error "llama descriptor with a repeated key" "llama:L1,L2,C8,H2,V64: L is given twice" "${TRAIN1[@]}" \
+    "${BASE[@]}" --init llama:L1,L2,C8,H2,V64
+expect_error "llama descriptor with untied twice" "untied is given twice" "${TRAIN1[@]}" "${BASE[@]}" \
+    --init llama:L1,C8,H2,V64,untied,untied
 expect_error "model file with an unknown norm" "$T/badnorm.bin: header field norm" "${TRAIN1[@]}" "${BASE[@]}" --init "$T/badnorm.bin"
 expect_error "model file with RoPE theta 0.5" "$T/badtheta.bin: RoPE needs theta" "${TRAIN1[@]}" "${BASE[@]}" --init "$T/badtheta.bin"
 # the GPU trainer checks the attention flags before it touches a device (so these run without a GPU)
