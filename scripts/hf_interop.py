@@ -28,6 +28,7 @@ hidden_act other than silu, attention_bias / mlp_bias on Llama, per-layer slidin
 use_sliding_window, layer_types), and GPT-2 variants (cross-attention, other activations, eps).
 """
 import json
+import math
 import os
 import sys
 
@@ -135,6 +136,10 @@ def params_from_hf_tensors(cfg, tensors, what):
         x = np.asarray(tensors[name], dtype=np.float32)
         if tuple(x.shape) != tuple(shape):
             raise HFError(f"{what}: tensor {name} has shape {tuple(x.shape)}, the config implies {tuple(shape)}")
+        bad, first = fmt.count_nonfinite(x)
+        if bad:
+            raise HFError(f"{what}: tensor {name} holds {bad} values that are not finite (NaN or inf), the first "
+                          f"at flat index {first}")
         used.add(name)
         return x
 
@@ -190,7 +195,10 @@ def rope_from_hf(hc, what):
     if not isinstance(rope, dict):
         raise HFError(f"{what}: {key} = {rope!r} is not a dict")
     kind = rope.get("rope_type", rope.get("type", "default"))
-    theta = float(rope.get("rope_theta") or _get(hc, "rope_theta", 10000.0))
+    theta = rope.get("rope_theta") or _get(hc, "rope_theta", 10000.0)
+    if not is_number(theta):
+        raise HFError(f"{what}: {key} rope_theta = {theta!r} is not a finite number")
+    theta = float(theta)
     if kind == "default":
         return theta, fmt.no_rope_scaling()
     if kind != "llama3":
@@ -236,12 +244,45 @@ def hf_rope_scaling(cfg, what):
                 original_max_position_embeddings=int(cfg["rope_original_max_pos"]))
 
 
+# The config.json keys read here, by the JSON type each must have when present and not null
+INT_KEYS = ("vocab_size", "n_embd", "n_head", "n_layer", "n_positions", "n_inner", "hidden_size",
+            "num_attention_heads", "num_key_value_heads", "head_dim", "num_hidden_layers", "intermediate_size",
+            "max_position_embeddings", "sliding_window")
+NUMBER_KEYS = ("layer_norm_epsilon", "rms_norm_eps", "rope_theta")
+BOOL_KEYS = ("tie_word_embeddings", "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "add_cross_attention",
+             "attention_bias", "mlp_bias", "use_sliding_window")
+STRING_KEYS = ("model_type", "activation_function", "hidden_act")
+
+
+def is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_types(hc, what):
+    """Refuses a config.json key of the wrong JSON type (a size given as a string, a flag as a number)."""
+    for key in INT_KEYS:
+        v = hc.get(key)
+        low = 0 if key == "sliding_window" else 1  # Mistral's sliding_window 0 means none
+        if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and low <= v < 1 << 31):
+            raise HFError(f"{what}: {key} = {v!r} is not an integer in [{low}, 2^31)")
+    for keys, ok, need in ((NUMBER_KEYS, is_number, "a finite number"), (BOOL_KEYS, lambda v: isinstance(v, bool),
+                           "true or false"), (STRING_KEYS, lambda v: isinstance(v, str), "a string")):
+        for key in keys:
+            if hc.get(key) is not None and not ok(hc[key]):
+                raise HFError(f"{what}: {key} = {hc[key]!r} is not {need}")
+    layer_types = hc.get("layer_types")
+    if layer_types is not None and not (isinstance(layer_types, list) and all(isinstance(t, str) for t in layer_types)):
+        raise HFError(f"{what}: layer_types = {layer_types!r} is not a list of strings")
+
+
 def check_shape(cfg, what):
-    """The shape checks of llmc/gpt2_config.h gpt2_validate_config that a config.json could fail."""
+    """The checks of llmc/gpt2_config.h gpt2_validate_config that a config.json could fail."""
     C, NH, NKV, V = cfg["channels"], cfg["num_heads"], cfg["num_kv_heads"], cfg["vocab_size"]
-    for key in ("num_layers", "num_heads", "channels", "max_seq_len", "vocab_size", "mlp_hidden"):
-        if not isinstance(cfg[key], int) or cfg[key] < 1:
-            raise HFError(f"{what}: {key} {cfg[key]!r} must be a positive integer")
+    limits = dict(num_layers=1024, num_heads=1 << 20, num_kv_heads=1 << 20, channels=65536, max_seq_len=1 << 20,
+                  vocab_size=1 << 20, mlp_hidden=1 << 20)
+    for key, most in limits.items():
+        if not isinstance(cfg[key], int) or not 1 <= cfg[key] <= most:
+            raise HFError(f"{what}: {key} {cfg[key]!r} must be an integer in [1, {most}]")
     if C % NH or NH % NKV:
         raise HFError(f"{what}: hidden size {C}, {NH} heads and {NKV} key/value heads: the heads must divide the "
                       "hidden size and the key/value heads the heads")
@@ -249,6 +290,10 @@ def check_shape(cfg, what):
         raise HFError(f"{what}: vocab_size {V} is over our limit of 2^20")
     if cfg["position"] == fmt.POS_ROPE and (C // NH) % 2:
         raise HFError(f"{what}: RoPE needs an even head dim, this one is {C // NH}")
+    if cfg["position"] == fmt.POS_ROPE and not 1.0 < cfg["rope_theta"] < 1e12:
+        raise HFError(f"{what}: RoPE needs theta in (1, 1e12), this one is {cfg['rope_theta']!r}")
+    if cfg["norm"] == fmt.NORM_RMSNORM and not 0.0 < cfg["norm_eps"] < 1.0:
+        raise HFError(f"{what}: rms_norm_eps {cfg['norm_eps']!r} must be in (0, 1)")
     return cfg
 
 
@@ -261,8 +306,12 @@ def config_from_hf(hc, what):
 
 
 def _config_from_hf(hc, what):
+    check_types(hc, what)
+    # null is the key's default, so a required key given as null is missing; Mistral's sliding_window
+    # null means no window (an absent one means its default 4096)
+    hc = {k: v for k, v in hc.items() if v is not None or k == "sliding_window"}
     mt = hc.get("model_type")
-    V = hc.get("vocab_size")
+    V = hc["vocab_size"]
     if mt == "gpt2":
         C, NH = hc["n_embd"], hc["n_head"]
         act = _get(hc, "activation_function", "gelu_new")
@@ -424,6 +473,19 @@ def write_safetensors(path, tensors, dtype="float32"):
 
 
 # ---------------------------------------------------------------- directories
+def read_json_object(path):
+    """The dict a JSON file holds; anything else (not JSON, not UTF-8, a list) is an HFError naming the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except ValueError as e:  # a JSON or UTF-8 decoding error
+        raise HFError(f"{path}: not JSON ({e})")
+    if not isinstance(obj, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(obj), "a number")
+        raise HFError(f"{path}: holds {kind}, not a JSON object of keys and values")
+    return obj
+
+
 def read_hf_dir(directory):
     """(config dict, tensors) of a local Hugging Face model directory: config.json and model.safetensors
     or the shards named by model.safetensors.index.json."""
@@ -433,18 +495,16 @@ def read_hf_dir(directory):
         raise HFError(f"{d}: not a directory (expected a Hugging Face model folder with config.json)")
     if not os.path.isfile(cpath):
         raise HFError(f"{d}: no config.json (expected a Hugging Face model folder)")
-    try:
-        with open(cpath) as f:
-            hc = json.load(f)
-    except ValueError as e:
-        raise HFError(f"{cpath}: not JSON ({e})")
+    hc = read_json_object(cpath)
     index = os.path.join(d, "model.safetensors.index.json")
     single = os.path.join(d, "model.safetensors")
     if os.path.isfile(single):
         files = [single]
     elif os.path.isfile(index):
-        with open(index) as f:
-            files = [os.path.join(d, n) for n in sorted(set(json.load(f)["weight_map"].values()))]
+        weight_map = read_json_object(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(n, str) and n for n in weight_map.values()):
+            raise HFError(f"{index}: no weight_map object of tensor name -> file name")
+        files = [os.path.join(d, n) for n in sorted(set(weight_map.values()))]
     else:
         others = [n for n in os.listdir(d) if n.endswith((".bin", ".pt", ".pth"))]
         raise HFError(f"{d}: no model.safetensors or model.safetensors.index.json"

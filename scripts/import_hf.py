@@ -40,6 +40,10 @@ def main(argv=None):
     except OSError as e:
         print(f"error: {e.filename or args.out}: {e.strerror or e}", file=sys.stderr)
         sys.exit(1)
+    except MemoryError:
+        print(f"error: {args.hf_dir}: its config.json implies more parameters than this machine's memory holds",
+              file=sys.stderr)
+        sys.exit(1)
     arch = "gpt2" if cfg["architecture"] == fmt.ARCH_GPT2 else "llama"
     print(f"wrote {args.out} ({arch}: {cfg['num_layers']} layers, {cfg['channels']} channels, {cfg['num_heads']} "
           f"heads / {cfg['num_kv_heads']} kv, vocab {cfg['vocab_size']}, {args.dtype}, {flat.size} parameters)")

@@ -245,11 +245,17 @@ def read_model(path):
         params = np.fromfile(path, dtype="<f4", count=n, offset=HEADER_BYTES)
     else:
         params = bf16_bits_to_fp32(np.fromfile(path, dtype="<u2", count=n, offset=HEADER_BYTES))
-    bad = ~np.isfinite(params)
-    if bad.any():
-        raise FormatError(f"{path}: {int(bad.sum())} of {n} parameter values are not finite, the first at index "
-                          f"{int(np.argmax(bad))}: the file is from a diverged run or damaged")
+    bad, first = count_nonfinite(params)
+    if bad:
+        raise FormatError(f"{path}: {bad} of {n} parameter values are not finite, the first at index "
+                          f"{first}: the file is from a diverged run or damaged")
     return cfg, params
+
+
+def count_nonfinite(values):
+    """(how many NaN / inf values, the flat index of the first) of an array; (0, -1) when all are finite."""
+    bad = ~np.isfinite(np.asarray(values).reshape(-1))
+    return (int(bad.sum()), int(np.argmax(bad))) if bad.any() else (0, -1)
 
 
 def split_params(cfg, flat):
