@@ -117,8 +117,10 @@ inline DecodePlan decode_plan_waves(int B, int NH, int NKV, int S, int window, i
 //   waves 0.0185 (~32 splits of 128). The plan follows the capacity, not the length (the length is on
 //   the device and the graph is captured once), so a short sequence in such a cache pays the global
 //   merge (len 128: 0.0108 vs 0.0084); generate's GPT-2 cache (S 1024) keeps the cluster.
+// - clusters = false (a device below compute capability 9.0, which has no clusters): the small-batch
+//   splits merge through global memory (the fused combine) instead.
 constexpr int DECODE_CLUSTER_MAX_KEYS = 1024;
-inline DecodePlan decode_plan(int B, int NH, int NKV, int S, int window, int num_sms) {
+inline DecodePlan decode_plan(int B, int NH, int NKV, int S, int window, int num_sms, bool clusters) {
     const int G = NH / NKV, hpb = decode_heads_per_block(G), head_blocks = ceil_div(G, hpb);
     const int max_keys = window > 0 && window < S ? window : S;
     if (B * NKV * head_blocks >= num_sms)
@@ -129,7 +131,14 @@ inline DecodePlan decode_plan(int B, int NH, int NKV, int S, int window, int num
         const int waves_chunk = decode_chunk(max_keys, waves.max_splits, waves.min_chunk);
         if (waves_chunk < decode_chunk(max_keys, splits, DECODE_MIN_CHUNK)) return waves;
     }
-    return {splits, head_blocks, hpb, true, DECODE_MIN_CHUNK, splits > 1};
+    return {splits, head_blocks, hpb, true, DECODE_MIN_CHUNK, clusters && splits > 1};
+}
+// Whether the current device launches thread-block clusters (compute capability 9.0 and later).
+inline bool current_device_has_clusters() {
+    int dev = 0, major = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    return major >= 9;
 }
 
 // The scratch of one plan: a counter per (sequence, head block) for the fused combine (zero between
@@ -381,6 +390,9 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
     }
     // In a cluster every block takes part in the merge's barriers, keys or not (the decision is the
     // same for the whole cluster: its blocks share b and so nsplits); j0 >= j1 here: no loop steps.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    cluster = false;  // no clusters below sm_90: the host plans none there (decode_plan)
+#endif
     const bool in_cluster = cluster && nsplits > 1;
     if (split >= nsplits && !in_cluster) return;
     if constexpr (Knobs::APPEND) {
@@ -540,6 +552,7 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
         }
     }
     if (nsplits == 1) return;
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
     if (in_cluster) {
         // Cluster combine: block `split` is the cluster's rank `split` (cluster dims (gridDim.x, 1, 1));
         // after the barrier every block's partial (max sm_m[0], sum sm_sum, output sm_o[0]) is readable
@@ -569,6 +582,7 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
         cl.sync();  // no block exits while another reads its shared memory
         return;
     }
+#endif
     if (!fused_combine) return;
 
     // Fused combine: the last split block of this (sequence, head block) to finish merges the partials
@@ -629,6 +643,8 @@ inline int attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, co
     const dim3 grid(plan.max_splits, NKV * plan.head_blocks, B);
     if (plan.cluster && (plan.max_splits > DECODE_CLUSTER_MAX))
         fail("attention_decode: a cluster of %d split blocks (at most %d)", plan.max_splits, DECODE_CLUSTER_MAX);
+    if (plan.cluster && !current_device_has_clusters())
+        fail("attention_decode: a cluster plan on a device below compute capability 9.0");
     if (sync.counters && plan.max_splits > 1 && !plan.fused_combine && !plan.cluster)
         fail("internal: attention_decode with step counters needs a plan of one kernel");
     auto launch = [&](auto kernel) {
@@ -681,7 +697,7 @@ inline int attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, co
 inline size_t attention_decode_scratch_floats(int B, int NH, int NKV, int HD, int S, int window) {
     using namespace attention_detail;
     const int sms = current_sm_count();
-    const DecodePlan plan = decode_plan(B, NH, NKV, S, window, sms);
+    const DecodePlan plan = decode_plan(B, NH, NKV, S, window, sms, current_device_has_clusters());
     size_t floats = DecodeScratch::floats(B, NH, NKV, HD, plan);
     if (decode_mma_route(B, NH, NKV, HD, plan, sms))
         floats = std::max(floats, decode_mma_route_floats(B, NH, NKV, HD, S, window, plan, sms));
@@ -725,7 +741,7 @@ inline int attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, flo
     check_kv_cache_sizes("attention_decode", B, NH, NKV, HD, S, window);
     check_kv_cache_aligned("attention_decode", qkv, k_cache, v_cache);
     const int sms = current_sm_count();
-    const DecodePlan plan = decode_plan(B, NH, NKV, S, window, sms);
+    const DecodePlan plan = decode_plan(B, NH, NKV, S, window, sms, current_device_has_clusters());
     const bool route = mma && !early && !sync.counters && decode_mma_route(B, NH, NKV, HD, plan, sms);  // FP32: never
     const size_t need = route ? decode_mma_route_floats(B, NH, NKV, HD, S, window, plan, sms)
                               : DecodeScratch::floats(B, NH, NKV, HD, plan);

@@ -235,7 +235,8 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
     kc.upload(kc_h);
     vc.upload(vc_h);
 
-    const DecodePlan plan = attention_detail::decode_plan(B, NH, NKV, S, W, lab.ctx.props.multiProcessorCount);
+    const DecodePlan plan = attention_detail::decode_plan(B, NH, NKV, S, W, lab.ctx.props.multiProcessorCount,
+                                                                 lab.ctx.props.major >= 9);
     DecodePlan no_split = plan, twice = plan;
     no_split.max_splits = 1;
     no_split.cluster = false;
