@@ -100,7 +100,8 @@ inline void remove_checkpoint_dir(const std::string& dir) {
         if (lstat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) unlink(path.c_str());
     }
     closedir(d);
-    if (rmdir(doomed.c_str()) != 0) printf("checkpoint: could not remove %s (%s)\n", doomed.c_str(), strerror(errno));
+    if (rmdir(doomed.c_str()) != 0)
+        fprintf(stderr, "checkpoint: could not remove %s (%s)\n", doomed.c_str(), strerror(errno));
 }
 
 // The complete checkpoints (step directories holding DONE) of `out_dir`, oldest first.
@@ -239,11 +240,12 @@ inline std::string checkpoint_find(const std::string& path, const char* flag,
         const std::string why = checkpoint_problem(all[i].dir);
         if (why.empty()) {
             if (i + 1 < all.size())
-                printf("checkpoint: %s %s instead\n", strcmp(flag, "--resume") == 0 ? "resuming from" : "loading",
-                       all[i].dir.c_str());
+                fprintf(stderr, "checkpoint: %s %s instead\n",
+                        strcmp(flag, "--resume") == 0 ? "resuming from" : "loading", all[i].dir.c_str());
             return all[i].dir;
         }
-        printf("checkpoint: %s is damaged (%s); trying the next older one\n", all[i].dir.c_str(), why.c_str());
+        fprintf(stderr, "checkpoint: %s is damaged (%s); trying the next older one\n", all[i].dir.c_str(),
+                why.c_str());
         if (damaged) damaged->push_back(all[i].dir);
     }
     if (all.empty()) fail("%s %s: no complete checkpoint (a step_NNNNNNNN directory with DONE) in it", flag, path.c_str());
@@ -310,8 +312,8 @@ inline void remove_checkpoint_leftovers(const std::string& out_dir) {
     for (const std::string& dir : doomed) remove_checkpoint_dir(dir);
     for (const std::string& f : stray_files) unlink(f.c_str());
     if (!doomed.empty() || !stray_files.empty())
-        printf("checkpoint: removed %zu leftovers of interrupted saves from %s\n", doomed.size() + stray_files.size(),
-               out_dir.c_str());
+        fprintf(stderr, "checkpoint: removed %zu leftovers of interrupted saves from %s\n",
+                doomed.size() + stray_files.size(), out_dir.c_str());
 }
 
 // The --log file: every line is flushed and checked, so a full disk or /dev/full stops the run
@@ -388,8 +390,8 @@ inline void trim_log_after(const std::string& path, int64_t step) {
     AtomicFileWriter w(path);
     w.write(kept.data(), kept.size());
     w.commit();
-    printf("log: dropped %lld lines of %s after the checkpoint's step %lld (this run writes them again)\n",
-           (long long)dropped, path.c_str(), (long long)step);
+    fprintf(stderr, "log: dropped %lld lines of %s after the checkpoint's step %lld (this run writes them again)\n",
+            (long long)dropped, path.c_str(), (long long)step);
 }
 
 // With a checkpoint to resume: the model comes from its model.bin, and without --out-dir the run
@@ -481,16 +483,23 @@ inline RunFiles open_run_files(TrainConfig& cfg) {
         // and the next --resume picked up the newest checkpoint of the timeline being replaced)
         for (auto c = in_the_way.rbegin(); c != in_the_way.rend(); ++c) remove_checkpoint_dir(c->dir);
         if (!in_the_way.empty())
-            printf("checkpoint: --overwrite 1: deleted %zu checkpoints from %s\n", in_the_way.size(), cfg.out_dir.c_str());
+            fprintf(stderr, "checkpoint: --overwrite 1: deleted %zu checkpoints from %s\n", in_the_way.size(),
+                    cfg.out_dir.c_str());
     }
     if (!cfg.log_path.empty()) {
         const size_t slash = cfg.log_path.find_last_of('/');
         if (slash != std::string::npos && slash > 0) mkdirs_or_fail(cfg.log_path.substr(0, slash), "--log");
         struct stat st;
         const bool resuming = resume_step >= 0;
-        if (!resuming && !cfg.overwrite && stat(cfg.log_path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
+        if (!resuming && !cfg.overwrite && stat(cfg.log_path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+            // a fresh run gets here only when --out-dir holds no complete checkpoint: nothing there to --resume
+            if (!cfg.out_dir.empty())
+                fail("--log %s: holds another run's log, and --out-dir %s no complete checkpoint to resume it from "
+                     "(a run stopped before its first): --overwrite 1 replaces the log, or choose another --log",
+                     cfg.log_path.c_str(), cfg.out_dir.c_str());
             fail("--log %s: holds another run's log: --resume appends to it, --overwrite 1 replaces it, or choose "
                  "another --log", cfg.log_path.c_str());
+        }
         const bool done = cfg.steps > 0 && resume_step >= cfg.steps;  // nothing to train, nothing rewritten
         if (resuming && !done) trim_log_after(cfg.log_path, resume_step);
         files.log.open(cfg.log_path, resuming);
@@ -525,6 +534,6 @@ inline void check_steps_left(int64_t start_step, int64_t total_steps, const std:
         fail("--steps %lld: the checkpoint %s is already at step %lld; give --steps above it to train on",
              (long long)total_steps, resume_from.c_str(), (long long)start_step);
     if (start_step == total_steps && start_step > 0)
-        printf("nothing to train: the checkpoint %s is already at step %lld = --steps\n", resume_from.c_str(),
-               (long long)start_step);
+        fprintf(stderr, "nothing to train: the checkpoint %s is already at step %lld = --steps\n",
+                resume_from.c_str(), (long long)start_step);
 }

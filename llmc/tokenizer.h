@@ -2,7 +2,8 @@
 // (docs/formats.md) through formats.h, which validates it.
 // Tokens are byte strings, and a multi-byte UTF-8 character can be split across tokens, so
 // print_token writes bytes as they are except control characters (other than newline and tab),
-// which become \xNN so a sample can never corrupt the terminal.
+// which become \xNN so a sample can never corrupt the terminal. The end-of-text token, a break
+// between documents, prints as a blank line ("\n\n"), not as its text <|endoftext|>.
 #pragma once
 #include <cstdio>
 #include <memory>
@@ -21,7 +22,12 @@ class Tokenizer {
         return file_.tokens[id];
     }
     void print_token(int id, FILE* out = stdout) const {
-        for (unsigned char ch : decode(id)) {
+        const std::string& bytes = decode(id);
+        if (id == eot_token()) {
+            fputs("\n\n", out);
+            return;
+        }
+        for (unsigned char ch : bytes) {
             if ((ch < 0x20 && ch != '\n' && ch != '\t') || ch == 0x7f) fprintf(out, "\\x%02x", ch);
             else fputc(ch, out);
         }

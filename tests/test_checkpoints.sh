@@ -65,15 +65,17 @@ elif ! same_files "$T/c1/step_00000004/model.bin" "$T/ref/step_00000004/model.bi
 else pass "$name"; fi
 
 # 2. the newest checkpoint damaged (a flipped byte in state.bin; model.bin cut short): --resume
-#    falls back to the newest good one, names the damaged one, and the result is the reference's
+#    falls back to the newest good one, names the damaged one on stderr (stdout is the training
+#    log), and the result is the reference's
 name="a damaged newest checkpoint is skipped for the newest good one"
 cp -r "$T/ref" "$T/c2"
 flip_byte "$T/c2/step_00000004/state.bin" 5000
 truncate -s -4 "$T/c2/step_00000003/model.bin"
 if ! run "$T/c2" --steps 4 --ckpt-every 1 --resume "$T/c2"; then flunk "$name" "exit $?: $(head -n 1 "$T/c2.err")"
-elif ! grep -q "step_00000004 is damaged" "$T/c2.out" || ! grep -q "step_00000003 is damaged" "$T/c2.out" ||
+elif ! grep -q "step_00000004 is damaged" "$T/c2.err" || ! grep -q "step_00000003 is damaged" "$T/c2.err" ||
+     ! grep -q "resuming from $T/c2/step_00000002 instead" "$T/c2.err" || grep -q "damaged" "$T/c2.out" ||
      ! grep -q "resumed from $T/c2/step_00000002 at step 2" "$T/c2.out"; then
-    flunk "$name" "no fallback to step 2 reported: $(grep -m1 -e damaged -e resumed "$T/c2.out")"
+    flunk "$name" "no fallback to step 2 reported on stderr: $(grep -m1 -e damaged -e resum "$T/c2.out" "$T/c2.err")"
 elif ! same_files "$T/c2/step_00000004/state.bin" "$T/ref/step_00000004/state.bin"; then
     flunk "$name" "the rewritten step 4 differs from the reference"
 else pass "$name"; fi
@@ -106,7 +108,7 @@ cp -r "$T/ref" "$T/c5"
 run "$T/c5" --steps 4 --ckpt-every 1 --resume "$T/c5/step_00000002"; rc=$?
 if [ $rc -ne 1 ] || ! grep -q "newer than step 2" "$T/c5.err"; then flunk "$name" "exit $rc: $(head -n 1 "$T/c5.err")"
 elif ! run "$T/c5" --steps 4 --ckpt-every 1 --resume "$T/c5/step_00000002" --overwrite 1 ||
-     ! grep -q "deleted 2 checkpoints" "$T/c5.out" ||
+     ! grep -q "deleted 2 checkpoints" "$T/c5.err" ||
      ! same_files "$T/c5/step_00000004/model.bin" "$T/ref/step_00000004/model.bin"; then
     flunk "$name" "--overwrite 1 did not delete steps 3-4 and retrain them: $(head -n 1 "$T/c5.err")"
 else pass "$name"; fi
@@ -145,9 +147,9 @@ run "$T/c8ref" --init "$T/good.bin" --steps 4 --ckpt-every 2 --out-dir "$T/c8" -
 cp "$T/c8ref.log" "$T/c8.log" && rm -rf "$T/c8/step_00000004"
 if ! run "$T/c8" --steps 4 --ckpt-every 2 --resume "$T/c8" --log "$T/c8.log" "${VAL[@]}"; then
     flunk "$name" "exit $?: $(head -n 1 "$T/c8.err")"
-elif ! grep -q "dropped 4 lines" "$T/c8.out" ||  # train steps 3, 4; val at 2 (evaluated again) and 4
+elif ! grep -q "dropped 4 lines" "$T/c8.err" ||  # train steps 3, 4; val at 2 (evaluated again) and 4
      ! diff <(cut -d' ' -f1-4 "$T/c8ref.log") <(cut -d' ' -f1-4 "$T/c8.log") >/dev/null; then
-    flunk "$name" "$(grep dropped "$T/c8.out"); the log: $(cut -d' ' -f1-3 "$T/c8.log" | tr '\n' ',')"
+    flunk "$name" "$(grep dropped "$T/c8.err"); the log: $(cut -d' ' -f1-3 "$T/c8.log" | tr '\n' ',')"
 else pass "$name"; fi
 
 # 9. a checkpoint of an earlier build (DONE is "ok", no manifest) still resumes, to the same result
@@ -163,7 +165,20 @@ name="step lines show elapsed and ETA"
 if grep -Eq "^step 4/4 .* elapsed [0-9]+h[0-9]{2}m[0-9]{2}s ETA 0h00m00s$" "$T/ref.out"; then pass "$name"
 else flunk "$name" "got: $(grep -m1 '^step 4/4' "$T/ref.out")"; fi
 
-# 11. the GPU trainer, where there is a GPU (same library code; a d1 model, --deterministic 1 so a
+# 11. a run killed while it wrote its first checkpoint leaves its log and a step_N.tmp: a new run
+#     there is refused with the advice --overwrite 1 (not --resume: no checkpoint to resume), which works
+name="after a kill in the first checkpoint the error suggests --overwrite 1"
+mkdir -p "$T/c11/step_00000002.tmp" && head -c 100 "$T/good.bin" >"$T/c11/step_00000002.tmp/model.bin.tmp"
+grep "^step 1 " "$T/ref.log" >"$T/c11.log"
+run "$T/c11" --init "$T/good.bin" --steps 2 --ckpt-every 2 --out-dir "$T/c11" --log "$T/c11.log"; rc=$?
+if [ $rc -ne 1 ] || ! grep -q -- "--overwrite 1 replaces the log" "$T/c11.err" || grep -q -- "--resume" "$T/c11.err"; then
+    flunk "$name" "exit $rc: $(head -n 1 "$T/c11.err")"
+elif ! run "$T/c11" --init "$T/good.bin" --steps 2 --ckpt-every 2 --out-dir "$T/c11" --log "$T/c11.log" --overwrite 1 ||
+     [ ! -e "$T/c11/step_00000002/DONE" ]; then
+    flunk "$name" "--overwrite 1 did not start the run again: $(head -n 1 "$T/c11.err")"
+else pass "$name"; fi
+
+# 12. the GPU trainer, where there is a GPU (same library code; a d1 model, --deterministic 1 so a
 #     resumed run repeats bit for bit)
 GPU=build/train_gpt2cu
 if [ -x "$GPU" ] && nvidia-smi -L >/dev/null 2>&1; then
@@ -206,7 +221,7 @@ EOF2
         flip_byte "$T/g3/step_00000004/model.bin" 2000
         if ! gpu_run "$T/g3r" --steps 4 --ckpt-every 1 --resume "$T/g3" --log "$T/g3.log"; then
             flunk "$name" "the resume failed: $(head -n 1 "$T/g3r.err")"
-        elif ! grep -q "step_00000004 is damaged" "$T/g3r.out" || ! diff -r "$T/g3/step_00000004" "$T/g3_step4" >/dev/null ||
+        elif ! grep -q "step_00000004 is damaged" "$T/g3r.err" || ! diff -r "$T/g3/step_00000004" "$T/g3_step4" >/dev/null ||
              [ "$(grep -c train_loss "$T/g3.log")" -ne 4 ]; then
             flunk "$name" "no fallback, a different step 4, or a log without each step once"
         else pass "$name"; fi
