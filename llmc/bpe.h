@@ -85,6 +85,19 @@ inline int utf8_sequence(const unsigned char* s, size_t n, uint32_t* cp) {
     return len;
 }
 
+// The offset of the first byte of `text` that is not part of a valid UTF-8 sequence (utf8_sequence's
+// rules), or std::string::npos when all of it is UTF-8 text. Prompts are checked with it before
+// encoding, since the encoder takes invalid bytes one by one and would run on any binary input.
+inline size_t utf8_invalid_offset(std::string_view text) {
+    uint32_t cp;
+    for (size_t i = 0; i < text.size();) {
+        const int len = utf8_sequence((const unsigned char*)text.data() + i, text.size() - i, &cp);
+        if (len == 0) return i;
+        i += len;
+    }
+    return std::string::npos;
+}
+
 // The class and byte length of the character at text[i]; an invalid byte is Other, of length 1.
 struct TextChar {
     CharClass cls;

@@ -236,20 +236,24 @@ inline std::string checkpoint_find(const std::string& path, const char* flag,
     if (stat(path.c_str(), &st) != 0) fail("%s %s: cannot open the directory (%s)", flag, path.c_str(), strerror(errno));
     if (!S_ISDIR(st.st_mode)) fail("%s %s: not a directory (a checkpoint is one: DIR/step_NNNNNNNN)", flag, path.c_str());
     std::vector<CheckpointEntry> all = list_checkpoints(path);
+    std::vector<std::string> problems;  // of the damaged ones, newest first: notes on stderr, or one error
     for (size_t i = all.size(); i-- > 0;) {
         const std::string why = checkpoint_problem(all[i].dir);
         if (why.empty()) {
+            for (size_t k = 0; k < problems.size(); k++)
+                fprintf(stderr, "checkpoint: %s is damaged (%s); trying the next older one\n",
+                        all[all.size() - 1 - k].dir.c_str(), problems[k].c_str());
             if (i + 1 < all.size())
                 fprintf(stderr, "checkpoint: %s %s instead\n",
                         strcmp(flag, "--resume") == 0 ? "resuming from" : "loading", all[i].dir.c_str());
             return all[i].dir;
         }
-        fprintf(stderr, "checkpoint: %s is damaged (%s); trying the next older one\n", all[i].dir.c_str(),
-                why.c_str());
+        problems.push_back(why);
         if (damaged) damaged->push_back(all[i].dir);
     }
     if (all.empty()) fail("%s %s: no complete checkpoint (a step_NNNNNNNN directory with DONE) in it", flag, path.c_str());
-    fail("%s %s: all %zu checkpoints in it are damaged (see above)", flag, path.c_str(), all.size());
+    fail("%s %s: all %zu checkpoints in it are damaged (the newest, %s: %s)", flag, path.c_str(), all.size(),
+         all.back().dir.c_str(), problems[0].c_str());
 }
 
 // A model file given by `flag` (--init, --model): a model.bin inside a checkpoint directory (one

@@ -241,8 +241,17 @@ class PromptReader {
     PromptReader(BpeEncoder* bpe, int V, int max_seq) : bpe_(bpe), V_(V), max_seq_(max_seq) {}
 
     // The ids of one prompt (text, or ids when `as_ids`), checked; "" on success, else why not.
-    std::string make(const std::string& line, bool as_ids, const std::string& origin, Prompt* out) const {
+    // `offset`: where the line starts in `within` (its file, stdin), to place a byte that is not UTF-8.
+    std::string make(const std::string& line, bool as_ids, const std::string& origin, Prompt* out,
+                     uint64_t offset = 0, const char* within = "the prompt") const {
         out->origin = origin;
+        const size_t bad = as_ids ? std::string::npos : utf8_invalid_offset(line);
+        if (bad != std::string::npos) {
+            char why[96];
+            snprintf(why, sizeof why, ": not UTF-8 text: byte 0x%02x at offset %llu of %s", (unsigned char)line[bad],
+                     (unsigned long long)(offset + bad), within);
+            return origin + why;
+        }
         if (as_ids) {
             std::string why = parse_ids(line, &out->ids);
             if (!why.empty()) return origin + ": " + why;
@@ -281,13 +290,15 @@ class PromptReader {
             if (!f) fail("%s %s: cannot open (%s)", flag, s.value.c_str(), strerror(errno));
             std::string line;
             size_t before = all.size();
-            for (int lineno = 1, ch = 0; ch != EOF; lineno++) {
+            uint64_t line_start = 0;  // the line's byte offset in the file
+            for (int lineno = 1, ch = 0; ch != EOF; lineno++, line_start += line.size() + 1) {
                 line.clear();
                 while ((ch = fgetc(f.get())) != EOF && ch != '\n') line += (char)ch;
                 if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
                 all.emplace_back();
                 const std::string origin = std::string(flag) + " " + s.value + " line " + std::to_string(lineno);
-                std::string why = make(line, s.kind == PromptSource::IdsFile, origin, &all.back());
+                std::string why =
+                    make(line, s.kind == PromptSource::IdsFile, origin, &all.back(), line_start, "the file");
                 if (!why.empty()) fail("%s", why.c_str());
             }
             if (all.size() == before) fail("%s %s: no prompt in it (every line is blank)", flag, s.value.c_str());
@@ -402,14 +413,16 @@ inline int run_prompts(const GenConfig& g, const std::vector<Prompt>& prompts, i
     long skipped = 0, ran = 0;
     const bool tty = isatty(STDIN_FILENO);
     std::string line;
-    for (long lineno = 1;; lineno++) {
+    uint64_t line_start = 0;  // the line's byte offset in stdin
+    for (long lineno = 1;; lineno++, line_start += line.size() + 1) {
         if (tty) fprintf(stderr, "> ");
         line.clear();
         int ch;
         while ((ch = getchar()) != EOF && ch != '\n') line += (char)ch;
         if (ch == EOF && line.empty()) break;
         Prompt p;
-        const std::string why = reader.make(line, !text_prompts, "stdin line " + std::to_string(lineno), &p);
+        const std::string why =
+            reader.make(line, !text_prompts, "stdin line " + std::to_string(lineno), &p, line_start, "stdin");
         if (!why.empty()) {
             fprintf(stderr, "error: %s (skipped)\n", why.c_str());
             skipped++;
