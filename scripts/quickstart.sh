@@ -4,8 +4,17 @@
 # with build/train_gpt2cu; otherwise a 2-layer GPT-2 with the CPU reference trainer (only that
 # binary is built). Without network, set LLMC_OFFLINE_DATA to a folder holding tinyshakespeare.txt
 # and gpt2.tiktoken. Extra arguments go to the trainer (e.g. --steps 50). Each run replaces the
-# previous one's checkpoint and log in out/quickstart.
+# previous one's checkpoints and log in out/quickstart: the trainer deletes them (--overwrite 1)
+# only after it has checked every flag, so a misspelled flag deletes nothing.
+#
+# Usage: scripts/quickstart.sh [--help] [TRAINER FLAGS...]   (the flags: build/train_gpt2_cpu --help)
 set -euo pipefail
+for arg in "$@"; do
+    if [ "$arg" = --help ] || [ "$arg" = -h ]; then
+        sed -n '2,/^# Usage/p' "$0" | sed 's/^# \{0,1\}//'
+        exit 0
+    fi
+done
 cd "$(dirname "$0")/.."
 TRAINER=build/train_gpt2_cpu
 if nvidia-smi -L >/dev/null 2>&1; then
@@ -19,10 +28,8 @@ python3 scripts/data/tinyshakespeare.py
 make "$TRAINER"
 DATA=data/tinyshakespeare
 OUT=out/quickstart
-rm -rf "$OUT"/step_* "$OUT/log.txt"
-mkdir -p "$OUT"
 COMMON=(--train "$DATA/tiny_shakespeare_train.bin" --val "$DATA/tiny_shakespeare_val.bin"
-        --tokenizer data/gpt2_tokenizer.bin --out-dir "$OUT" --log "$OUT/log.txt")
+        --tokenizer data/gpt2_tokenizer.bin --out-dir "$OUT" --log "$OUT/log.txt" --overwrite 1)
 if [ "$TRAINER" = build/train_gpt2cu ]; then
     # GPT-2 124M from scratch, ~20 s on an H200. The training split is 305K tokens, so 192 steps of
     # 16K tokens are 10 epochs. Measured on an H200 (each a full cosine schedule, val loss at the end):

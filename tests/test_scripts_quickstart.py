@@ -4,10 +4,14 @@
 - nothing the user runs points outside the repo (a user's clone has no folders next to it);
 - the quickstart builds only the trainer it runs, chosen by whether a GPU is present
   (`nvidia-smi -L`) and nvcc exists, and reads offline data only when LLMC_OFFLINE_DATA says so;
+- the quickstart deletes nothing itself: `--help` prints its usage and stops, and the previous run's
+  checkpoints and log are left to the trainer's --overwrite 1, so a misspelled flag (refused by the
+  trainer before it touches a file) leaves them as they were;
 - `plot_log.py --summary` reports a log's best and last val loss (the quickstart's last line).
 Run: python3 -m pytest -q tests/test_scripts_quickstart.py  (~1 s)"""
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -66,6 +70,62 @@ def test_quickstart_builds_only_its_trainer(tmp_path, gpu, nvcc, target):
     assert p.returncode != 0  # the fake make stopped it
     calls = (tmp_path / "calls").read_text().splitlines()
     assert calls == ["python3 scripts/data/tinyshakespeare.py LLMC_OFFLINE_DATA=", f"make {target}"], calls
+
+
+def quickstart_copy(tmp_path, trainer):
+    """A repo holding only scripts/quickstart.sh, build/train_gpt2_cpu (`trainer`: a file to copy, or a
+    shell script body) and a previous run in out/quickstart; the PATH of fake_tools without a GPU."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / "build").mkdir()
+    shutil.copy(ROOT / "scripts" / "quickstart.sh", repo / "scripts" / "quickstart.sh")
+    if isinstance(trainer, Path):
+        if not trainer.exists():
+            pytest.fail(f"{trainer} is missing: run make first")
+        shutil.copy(trainer, repo / "build" / "train_gpt2_cpu")
+    else:
+        (repo / "build" / "train_gpt2_cpu").write_text(f"#!/bin/sh\n{trainer}\n")
+        (repo / "build" / "train_gpt2_cpu").chmod(0o755)
+    previous = repo / "out" / "quickstart"
+    (previous / "step_00000120").mkdir(parents=True)
+    (previous / "step_00000120" / "DONE").write_text("ok\n")
+    (previous / "log.txt").write_text("step 120 val_loss 6.0\n")
+    env = fake_tools(tmp_path, gpu=False)
+    (tmp_path / "bin" / "make").write_text(f"#!/bin/sh\necho \"make $*\" >> '{tmp_path / 'calls'}'\n")  # succeeds
+    return repo, previous, env
+
+
+def previous_run_kept(previous):
+    return (previous / "step_00000120" / "DONE").exists() and (previous / "log.txt").read_text() == "step 120 val_loss 6.0\n"
+
+
+def test_quickstart_help_prints_usage_and_touches_nothing(tmp_path):
+    repo, previous, env = quickstart_copy(tmp_path, "exit 0")
+    for flag in ("--help", "-h"):
+        p = subprocess.run([repo / "scripts" / "quickstart.sh", "--steps", "5", flag], env=env, capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 0 and "Usage: scripts/quickstart.sh" in p.stdout, (p.stdout, p.stderr)
+        assert not (tmp_path / "calls").exists(), "--help runs nothing"
+        assert previous_run_kept(previous), "--help deleted the previous run"
+
+
+def test_quickstart_misspelled_flag_deletes_nothing(tmp_path):
+    repo, previous, env = quickstart_copy(tmp_path, ROOT / "build" / "train_gpt2_cpu")
+    p = subprocess.run([repo / "scripts" / "quickstart.sh", "--stepz", "5"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode != 0 and "--stepz" in p.stderr, (p.stdout, p.stderr)
+    assert previous_run_kept(previous), "a misspelled flag deleted the previous run"
+
+
+def test_quickstart_leaves_the_replacing_to_the_trainer(tmp_path):
+    repo, previous, env = quickstart_copy(tmp_path, f"echo \"trainer $*\" >> '{tmp_path / 'calls'}'")
+    p = subprocess.run([repo / "scripts" / "quickstart.sh", "--steps", "5"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    trainer = [c for c in (tmp_path / "calls").read_text().splitlines() if c.startswith("trainer ")]
+    assert len(trainer) == 1 and "--out-dir out/quickstart --log out/quickstart/log.txt --overwrite 1" in trainer[0] \
+        and trainer[0].endswith("--steps 5"), trainer
+    assert previous_run_kept(previous), "the quickstart deleted files itself"
 
 
 def test_plot_log_summary(tmp_path):
