@@ -137,72 +137,6 @@ static std::vector<std::vector<int>> generate(GPT2Infer& m, const std::vector<co
 }
 
 // ------------------------------------------------------------------------------------------------
-// --profile 1 (after --bench's timed round): a fresh prefill, then `steps` decode steps launched one
-// by one with an event before each kernel (gpt2_infer.cuh's mark); each kernel family's time per
-// step (launch gaps included: the time from its event to the next), in first-seen order. The sum is
-// the plain-launch step time, which the CUDA graph beats by the launch overhead.
-static void profile_steps(GPT2Infer& m, const GenerateLimits& lim, const std::vector<int>& tokens,
-                          const std::vector<int>& lengths, const std::vector<int>& active,
-                          const std::vector<uint64_t>& rng, int P, int steps, float graph_ms_per_token,
-                          const CudaContext& ctx) {
-    if (!m.profile) m.profile = new StepProfile;
-    StepProfile& prof = *m.profile;
-    std::vector<std::string> order;
-    std::vector<double> total_ms;
-    std::vector<int> calls;
-    gpt2_infer_prefill(m, tokens.data(), lengths.data(), active.data(), rng.data(), P, ctx);
-    for (int i = 0; i < steps; i++) {
-        prof.on = true;
-        prof.used = 0;
-        gpt2_infer_step(m, lim, ctx);
-        prof.on = false;
-        cudaCheck(cudaStreamSynchronize(ctx.stream));
-        for (int e = 0; e + 1 < prof.used; e++) {
-            float ms = 0;
-            cudaCheck(cudaEventElapsedTime(&ms, prof.events[e], prof.events[e + 1]));
-            const std::string name = prof.names[e];
-            size_t k = std::find(order.begin(), order.end(), name) - order.begin();
-            if (k == order.size()) {
-                order.push_back(name);
-                total_ms.push_back(0.0);
-                calls.push_back(0);
-            }
-            total_ms[k] += ms;
-            calls[k]++;
-        }
-    }
-    double sum = 0;
-    for (double t : total_ms) sum += t;
-    for (size_t k = 0; k < order.size(); k++)
-        printf("PROFILE B=%d family=%-16s us_per_step=%8.2f calls_per_step=%3d us_per_call=%6.2f pct=%5.1f\n", m.B,
-               order[k].c_str(), 1e3 * total_ms[k] / steps, calls[k] / steps, 1e3 * total_ms[k] / calls[k],
-               100.0 * total_ms[k] / sum);
-    if (infer_detail::persistent_step(m)) {  // the persistent kernel's phases (block 0's clock, the last step)
-        const int L = m.config.num_layers, P = PERSIST_TRACE_POINTS;
-        std::vector<unsigned long long> t((size_t)L * P);
-        cudaCheck(cudaMemcpy(t.data(), m.persist_trace, t.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
-        const char* phase[5] = {"qkv", "attention", "attproj", "fc", "fcproj"};
-        for (int k = 0; k < 5; k++) {
-            double work = 0, wait = 0;
-            int waits = 0;
-            for (int l = 0; l < L; l++) {
-                const unsigned long long* r = &t[(size_t)l * P];
-                work += (double)(r[2 * k + 1] - r[2 * k]);
-                if (k < 4) wait += (double)(r[2 * k + 2] - r[2 * k + 1]), waits++;
-                else if (l + 1 < L) wait += (double)(r[P] - r[2 * k + 1]), waits++;
-            }
-            printf("PROFILE_PERSIST B=%d phase=%-9s work_us=%6.2f barrier_us=%6.2f (block 0, per layer)\n", m.B,
-                   phase[k], 1e-3 * work / L, waits ? 1e-3 * wait / waits : 0.0);
-        }
-        printf("PROFILE_PERSIST B=%d layers_us=%.2f (block 0: first phase start to last phase end)\n", m.B,
-               1e-3 * (double)(t[(size_t)L * P - 1] - t[0]));
-    }
-    printf("PROFILE B=%d total_plain_us_per_step=%.2f graph_us_per_token=%.2f steps=%d gemv=%d fused=%d fused_gemv=%d "
-           "marked_kernels_per_step=%d\n", m.B, 1e3 * sum / steps, 1e3 * graph_ms_per_token, steps, (int)m.gemv,
-           (int)m.fused, (int)infer_detail::fused_step(m), prof.used - 1);
-}
-
-// ------------------------------------------------------------------------------------------------
 // --bench 1: B random prompts of P tokens, N new tokens each (no end-of-text stop); a warm-up
 // round, then one timed round: prefill, then N steps enqueued back to back, one wait at the end.
 static void bench(GPT2Infer& m, const GenConfig& g, const GenerateLimits& lim, const CudaContext& ctx) {
@@ -232,14 +166,10 @@ static void bench(GPT2Infer& m, const GenConfig& g, const GenerateLimits& lim, c
     cudaCheck(cudaMemcpy(produced.data(), m.produced, sizeof(int) * B, cudaMemcpyDeviceToHost));
     for (int b = 0; b < B; b++)
         if (produced[b] != N) fail("--bench: sequence %d produced %d tokens, not %d", b, produced[b], N);
-    printf("BENCH_GEN B=%d prompt=%d new=%d prefill_ms=%.3f ms_per_token=%.4f tok_s=%.0f graph=%d gemv=%d pdl=%d "
-           "fused=%d fused_gemv=%d latency=%d split_k=%d rows=%d autotune=%d step_sync=%d fold_argmax=%d persistent=%d "
-           "decode_mma=%d arch=%s precision=%s\n", B, P, N, prefill_ms, decode_ms / N,
-           (double)B * N / (decode_ms / 1e3), g.graph, (int)m.gemv, (int)m.pdl, (int)m.fused,
-           (int)infer_detail::fused_step(m), (int)m.latency, m.gemv_split_k, m.gemv_rows, g.matmul_autotune,
-           (int)m.step_sync, (int)m.fold_argmax, (int)infer_detail::persistent_step(m), (int)m.decode_mma,
+    printf("BENCH_GEN B=%d prompt=%d new=%d prefill_ms=%.3f ms_per_token=%.4f tok_s=%.0f graph=%d fused=%d "
+           "decode_mma=%d autotune=%d arch=%s precision=%s\n", B, P, N, prefill_ms, decode_ms / N,
+           (double)B * N / (decode_ms / 1e3), g.graph, (int)m.plan.fused, (int)m.plan.decode_mma, g.matmul_autotune,
            gpt2_arch_name(m.config), PRECISION_NAME);
-    if (g.profile) profile_steps(m, lim, tokens, lengths, active, rng, P, std::min(N, 32), decode_ms / N, ctx);
     for (cudaEvent_t& e : ev) cudaCheck(cudaEventDestroy(e));
 }
 
@@ -281,23 +211,9 @@ int main(int argc, char** argv) {
     }
     GPT2Infer m;
     gpt2_infer_build(m, c, params.data(), B, Tmax, max_seq, (int)force.size());
-    m.gemv = g.gemv != 0;
-    m.pdl = g.pdl != 0;
-    m.fused = g.fused != 0;
-    m.latency = g.latency != 0;
-    m.step_sync = g.step_sync;
-    m.fold_argmax = g.fold_argmax != 0;
-    m.persistent = g.persistent != 0;
-    m.decode_mma = g.decode_mma != 0;
-    if (m.persistent && !infer_detail::persistent_step(m))
-        fprintf(stderr, "--persistent 1: the decode step runs its 5 kernels a layer instead (%s)\n",
-                !infer_detail::fused_step(m) ? "not a fused step: more than 8 sequences, or --fused/--gemv 0"
-                                             : m.persist.why);
-    m.gemv_split_k = g.gemv_split_k;
-    m.gemv_rows = g.gemv_rows;
     if (!force.empty())
         cudaCheck(cudaMemcpy(m.force, force.data(), sizeof(int) * force.size(), cudaMemcpyHostToDevice));
-    const char* step = infer_detail::persistent_step(m) ? "persistent" : infer_detail::fused_step(m) ? "fused" : "unfused";
+    const char* step = m.plan.fused ? "fused" : "unfused";
     fprintf(stderr, "model %s: L=%d C=%d NH=%d NKV=%d W=%d V=%d; KV cache %d x %d slots (%.1f MiB), batch %d, %s "
             "decode step; %s, %s\n", source.c_str(), c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.window, V,
             B, m.S, 2.0 * c.num_layers * B * c.num_kv_heads * m.S * gpt2_head_dim(c) * sizeof(floatX) / 1048576.0, B,

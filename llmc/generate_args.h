@@ -1,10 +1,9 @@
 // generate_args.h: what the two generators (generate.cu on the GPU, generate_cpu.cpp on the CPU)
 // share: their flags, the model path, the prompts (text through the BPE encoder, ids, files), the
 // end-of-text default and the output of a finished batch, so they take the same command lines and
-// give the same errors. The GPU-only flags (--graph, --check-full, --bench, --init, and the kernel
-// choices --gemv, --pdl, --fused, --latency-kernels, --step-sync, --fold-argmax, --persistent, --decode-mma,
-// --matmul-autotune, --profile)
-// are registered only for it.
+// give the same errors. The GPU-only flags (--graph, --check-full, --bench, --bench-prompt, --init,
+// --matmul-autotune) are registered only for it; the decode step's kernels are the policy's
+// (gpt2_infer.cuh, decode_step_plan), and their alternatives are timed in dev/cuda/decode_step.cu.
 #pragma once
 #include <sys/stat.h>
 #include <unistd.h>
@@ -47,18 +46,7 @@ struct GenConfig {
     int check_full = 0;                 // --check-full 1: each step's logits against a full forward
     int bench = 0;                      // --bench 1: time prefill and decode, print one BENCH_GEN line
     int bench_prompt = 64;              // --bench-prompt: prompt tokens per sequence of --bench
-    int gemv = 1;                       // --gemv: the decode step's matmuls at M <= 8 rows through llmc/gemv.cuh
-    int pdl = 1;                        // --pdl: GEMVs (--fused 1: and the others) as programmatic dependents
-    int fused = 1;                      // --fused: a step of B <= 8 as 5 kernels a layer, else the append in attention
-    int latency = 1;                    // --latency-kernels: the step kernels' latency work (gpt2_infer.cuh)
-    int gemv_split_k = 0;               // --gemv-split-k: warps a GEMV row shares (0 = gemv_split_k(K))
-    int gemv_rows = 0;                  // --gemv-rows: rows a fused-step GEMV warp computes (0 = shipped)
-    int step_sync = 0;                  // --step-sync: the fused step's kernels wait on counters (2: trigger early)
-    int fold_argmax = 1;                // --fold-argmax: the fused step's greedy argmax inside the lm_head GEMV
-    int persistent = 0;                 // --persistent: the fused step's layers as one persistent kernel
-    int decode_mma = 1;                 // --decode-mma: the batched decode attention on tensor cores (bf16)
     int matmul_autotune = 1;            // --matmul-autotune: time cuBLASLt's algorithms for the step's matmuls once
-    int profile = 0;                    // --profile 1 (with --bench): per-kernel-family time of a decode step
     std::string init;                   // --init dN: a fresh random model instead of --model
 };
 
@@ -123,52 +111,11 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
         p.add_int("--bench", &g.bench, {0, 1}, "1 = time a batch of --batch random prompts of --bench-prompt tokens "
                   "and --max-new new tokens (no end-of-text stop); prints one BENCH_GEN line");
         p.add_int("--bench-prompt", &g.bench_prompt, {1, 1 << 20}, "prompt tokens per sequence for --bench");
-        p.add_int("--gemv", &g.gemv, {0, 1}, "1 = the matmuls of a step of at most 8 sequences through the GEMV "
-                  "kernels of llmc/gemv.cuh; 0 = cuBLASLt for every matmul (same tokens up to rounding)");
-        p.add_int("--pdl", &g.pdl, {0, 1}, "1 = launch the GEMV kernels (with --fused 1 also the encoder and "
-                  "attention: at most 8 sequences, every kernel of a step after the sampler) as programmatic dependents of the "
-                  "kernel before them (they prefetch their weights while it runs); 0 = plain launches");
-        p.add_int("--fused", &g.fused, {0, 1}, "1 = a decode step of at most 8 sequences as 5 kernels a layer (norms "
-                  "in the next GEMV's prologue, residual adds, the cache append and RoPE in GEMV epilogues; more "
-                  "sequences: the cache append inside the decode attention); 0 = one op a kernel (same tokens up to "
-                  "rounding)");
-        p.add_int("--latency-kernels", &g.latency, {0, 1}, "1 = the decode step's GEMVs and attention load what "
-                  "does not depend on the kernel before them (weights, older cache keys) before waiting for it, "
-                  "long-K GEMVs split K over a block's warps, and a greedy step's argmax runs on many blocks; 0 = "
-                  "the kernels before that work, for comparison (same tokens up to rounding)");
-        p.add_int("--gemv-split-k", &g.gemv_split_k, {0, 4}, "with --latency-kernels 1: the warps of a GEMV block "
-                  "that share one row's K (1, 2 or 4; 0 = the shipped choice, 4 for K = 3072, 1 for K = 768)");
-        p.add_int("--gemv-rows", &g.gemv_rows, {0, 2}, "with --latency-kernels 1 and --fused 1: the rows each "
-                  "warp of the fused step's GEMVs computes (1 or 2; 0 = the shipped choice, 1 below 4 sequences, "
-                  "else 2; SwiGLU and RoPE always pair 2): 2 halves the warps of a kernel and its registers, so "
-                  "more of the next kernel can be resident early (the same outputs)");
-        p.add_int("--step-sync", &g.step_sync, {0, 2}, "1 = each kernel of a fused decode step (at most 8 "
-                  "sequences) waits for the one before it on a counter its blocks increment as they finish "
-                  "(llmc/step_sync.h); 2 = that, and each kernel lets the next one launch before its own wait "
-                  "(many kernels resident ahead, loading their weights); 0 (default: measured faster on the "
-                  "H200, 251 against 286 us a token at B=1) = griddepcontrol.wait, the whole previous grid's "
-                  "completion (same tokens)");
-        p.add_int("--fold-argmax", &g.fold_argmax, {0, 1}, "1 = a fused decode step's lm_head GEMV also takes each "
-                  "sequence's greedy argmax, and a greedy step starts from it (no sampler kernel); 0 = the sampler "
-                  "kernel reads the logits (same tokens)");
-        p.add_int("--persistent", &g.persistent, {0, 1}, "1 = a decode step of at most 8 sequences runs all "
-                  "transformer blocks as one persistent kernel (a block per SM, a grid barrier between the "
-                  "phases of a layer, each block's weight slices streamed into shared memory ahead of use: "
-                  "llmc/decode_persistent.cuh) between the embedding and the lm_head kernels; GPT-2-style blocks "
-                  "only (a Llama-style model runs the 5 kernels a layer); 0 (default: measured slower on the H200, "
-                  "241 against 365 us a token at B=1) = 5 kernels a layer (same tokens up to rounding)");
-        p.add_int("--decode-mma", &g.decode_mma, {0, 1}, "1 = the decode attention runs on tensor cores "
-                  "(llmc/attention_decode_mma.cuh) where the batch alone fills the GPU (sequences x KV heads, twice "
-                  "that for groups of 9-16 query heads, at least the SM count: GPT-2 124M from 11 sequences on an H200) and no fused step's early loads "
-                  "or --step-sync counters are asked of it; bf16 build only (the fp32 build has no such kernel); "
-                  "0 = the CUDA-core kernels everywhere, for comparison (same tokens up to rounding)");
         p.add_int("--matmul-autotune", &g.matmul_autotune, {0, 1}, "1 = before the first prompt, time up to ~28 "
                   "cuBLASLt algorithms (the heuristic's list and split-K versions) for each matmul of a decode step "
-                  "that goes through cuBLASLt (more than 8 sequences, or --gemv 0) and keep the fastest (timed: two "
+                  "that goes through cuBLASLt (more than 8 sequences) and keep the fastest (timed: two "
                   "runs may keep different ones); 0 = the heuristic's first pick, the same every run (same tokens "
                   "up to rounding)");
-        p.add_int("--profile", &g.profile, {0, 1}, "1 = with --bench: after the timed round, time each kernel family "
-                  "of the decode step (plain launches, an event between kernels) and print PROFILE lines");
         p.add_string("--init", "dN", &g.init, "a fresh model from a descriptor (dN: a GPT-2 of N layers, d12 = "
                      "124M; llama:L12,C768,H12,KV4,F2048 a Llama-style one; the trainer's init from --seed) instead "
                      "of --model: --bench and tests need no file");
@@ -179,8 +126,6 @@ inline void parse_gen_args(int argc, char** argv, GenConfig& g, const char* prog
     if (!g.model_path.empty() && !g.init.empty()) fail("--init: give either --model or --init, not both");
     if (g.prompts.empty() && !g.interactive && !g.bench)
         fail("no prompt: give --prompt, --prompt-ids, --prompt-file, --prompt-ids-file or --interactive 1");
-    if (g.gemv_split_k == 3) fail("--gemv-split-k 3: must be 0, 1, 2 or 4");
-    if (g.profile && !g.bench) fail("--profile: times the decode step of --bench 1; give --bench 1 too");
     if (g.bench && (!g.prompts.empty() || g.interactive))
         fail("--bench: makes its own random prompts; give no prompt and no --interactive");
 }

@@ -25,35 +25,25 @@
 // The step writes the token each sequence produced (-1: none, it was done) into `step_out` (B),
 // which the caller copies to the host after each step.
 // A step's kernels (GPT-2 124M at B = 1: ~2.5 us of weights each, 4.5-10 us each in practice) are
-// bound by launch and dependency latency, not bandwidth, so at B <= GEMV_MAX_M (m.fused) a layer is
-// 5 kernels instead of 8-9 (decode_layers_fused): the norm in the prologue of the GEMV after it, the
-// residual add in the epilogue of attproj / fcproj, kv_cache_append (and RoPE) in the epilogue of
-// the QKV GEMV; and with m.pdl every kernel after the sampler is a programmatic dependent of the one
-// before it (llmc/cuda_common.cuh), so the next GEMV's blocks are resident and prefetching their
-// weights while the current kernel runs. At B > GEMV_MAX_M (cuBLASLt) m.fused folds only the cache
-// append into attention_decode (where attention_decode takes its tensor-core kernels, m.decode_mma,
-// the append stays a kernel of its own before them). --fused 0 keeps the one-op-a-kernel step for
-// comparison.
-// Two more latency cuts of the fused step (both on by default, off for comparison):
-// - m.step_sync (--step-sync): its kernels after the first (the encoder, or advance_and_encode) wait
-//   on a counter the kernel before them counts into as its blocks finish, instead of
-//   griddepcontrol.wait's whole-grid completion (llmc/step_sync.h: which counters; llmc/cuda_common.cuh);
-//   the same order of writes and reads, PDL still starts each kernel early. --step-sync 2 also
-//   triggers each kernel's dependents before its wait, so many kernels ahead are resident and
-//   loading their weights (llmc/step_sync.h), at the price of the reads that must then wait: the
-//   GEMVs' residual, and attention_decode's pos (read again after the wait: its early key loads
-//   count only if pos did not move).
-// - m.fold_argmax (--fold-argmax): lm_head's GEMV also takes each sequence's greedy argmax into
-//   `pending` (its blocks' (max, index) pairs merged by the last block: the sampler's token, ties
-//   to the lower id), and the prefill leaves the argmax of its logits there too; a greedy step
-//   without teacher forcing then starts with advance_and_encode (the sampler's book-keeping with
-//   pending[b] and the embedding of the fed token, one kernel) instead of the sampler and the
-//   encoder: 62 kernels a GPT-2 124M step instead of 63. Other sampling keeps the sampler kernel
-//   (lm_head still writes the logits; `pending` is then unused).
+// bound by launch and dependency latency, not bandwidth. decode_step_plan (below) picks the step's
+// kernels from B, the model and the device; the lab (dev/cuda/decode_step.cu) overrides it to time the
+// alternatives. Its picks:
+// - B <= GEMV_MAX_M (the fused step, decode_layers_fused): a layer is 5 kernels instead of 8-9, the
+//   norm in the prologue of the GEMV after it, the residual add in the epilogue of attproj / fcproj,
+//   kv_cache_append (and RoPE) in the epilogue of the QKV GEMV; lm_head's GEMV also takes each
+//   sequence's greedy argmax into `pending` (its blocks' (max, index) pairs merged by the last block:
+//   the sampler's token, ties to the lower id), and the prefill leaves the argmax of its logits there
+//   too, so a greedy step without teacher forcing starts with advance_and_encode (the sampler's
+//   book-keeping with pending[b] and the embedding of the fed token, one kernel) instead of the
+//   sampler and the encoder. Other sampling keeps the sampler kernel (`pending` is then unused).
+// - B > GEMV_MAX_M: cuBLASLt matmuls with the norms and attention between them; kv_cache_append is
+//   folded into attention_decode, which takes its tensor-core kernels where decode_mma_route allows.
+// - every kernel after the step's first (the sampler or advance_and_encode) is a programmatic
+//   dependent of the one before it (llmc/cuda_common.cuh), so the next GEMV's blocks are resident
+//   and loading their weights while the current kernel runs.
 #pragma once
 #include <vector>
 #include "llmc/attention_decode.cuh"
-#include "llmc/decode_persistent.cuh"
 #include "llmc/gemv.cuh"
 #include "llmc/gpt2.cuh"
 #include "llmc/cpu/rope.h"
@@ -70,48 +60,34 @@ struct GenerateLimits {
     int force_len;  // teacher forcing: tokens in GPT2Infer::force (0 = off); a sequence stops after them
 };
 
-// Per-kernel-family timing of plain (not captured) launches: an event before each kernel, named by
-// its family; the time to the next event is that kernel's (launch gaps included).
-struct StepProfile {
-    bool on = false;
-    std::vector<cudaEvent_t> events;
-    std::vector<const char*> names;
-    int used = 0;
+// The decode step's kernel choices for one batch size (decode_step_plan; the lab overrides fields).
+struct DecodeStepPlan {
+    bool gemv = true;                 // matmuls of at most GEMV_MAX_M rows through gemv.cuh (else cuBLASLt)
+    bool fused = true;                // the fused step: 5 kernels a layer (decode_layers_fused)
+    bool append_in_attention = true;  // (not fused) kv_cache_append folded into attention_decode
+    bool pdl = true;                  // every kernel after the step's first as a programmatic dependent
+    bool fold_argmax = true;          // (fused) lm_head's GEMV also takes the greedy argmax into `pending`
+    bool decode_mma = true;           // (not fused) attention_decode on the tensor cores (decode_mma_route)
 };
+
+// The policy: the fused step where the B normalized rows of C (and the norm's weight and bias) fit a
+// GEMV block's shared memory and B <= GEMV_MAX_M, with the folded argmax; above it, cuBLASLt with
+// the append in attention_decode and its tensor-core kernels where decode_mma_route takes them
+// (attention_decode.cuh: the batch alone fills the SMs, bf16, HD 64/128). PDL everywhere.
+inline DecodeStepPlan decode_step_plan(const GPT2Config& c, int B, int S, int window, int num_sms, bool clusters) {
+    using namespace attention_detail;
+    DecodeStepPlan p;
+    p.fused = B <= GEMV_MAX_M && gemv_norm_smem(B, c.channels) <= (size_t)GEMV_NORM_MAX_SMEM;
+    p.fold_argmax = p.fused;
+    const int NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
+    p.decode_mma = !p.fused &&
+                   decode_mma_route(B, NH, NKV, HD, decode_plan(B, NH, NKV, S, window, num_sms, clusters), num_sms);
+    return p;
+}
 
 struct GPT2Infer {
     GPT2Config config{};
-    bool gemv = true;  // matmuls of at most GEMV_MAX_M rows through gemv_forward (else cuBLASLt)
-    bool pdl = true;   // gemv_forward launched as programmatic dependents (llmc/gemv.cuh); with fused: every kernel
-    bool fused = true; // B <= GEMV_MAX_M: the fused kernels (decode_layers_fused); larger: the append in attention
-    // the latency work of the step's kernels (--latency-kernels): GEMVs and attention_decode load what
-    // the previous kernel does not write before waiting for it, long-K GEMVs split K over a block's
-    // warps, a greedy step's argmax spreads over many blocks, the norms beside cuBLASLt (B > GEMV_MAX_M,
-    // --fused 0) run a block per row (NormLaunch, with m.fused && m.pdl as programmatic dependents);
-    // false: the kernels before it
-    bool latency = true;
-    int gemv_split_k = 0;  // with latency: GemvTuning::split_k (0 = the shipped gemv_split_k(K))
-    int gemv_rows = 0;     // with latency: GemvTuning::rows of the fused step (0 = the shipped gemv_rows_per_warp)
-    // the fused step (B <= GEMV_MAX_M, decode_layers_fused) waits on counters the kernel before it
-    // counts into instead of griddepcontrol.wait (llmc/step_sync.h; --step-sync): 0 off, 1 on, 2 on
-    // with the early trigger (each kernel lets the next launch before its own wait)
-    int step_sync = 0;  // default 0: the counters measured slower (docs/perf.md, twenty-second run)
-    // the fused step's lm_head GEMV also takes each sequence's greedy argmax (GemvFusion::argmax) into
-    // `pending`, and a greedy step without teacher forcing starts with advance_and_encode instead of
-    // the sampler and the encoder (one kernel less; --fold-argmax)
-    bool fold_argmax = true;
-    // the fused step's layers as one persistent kernel (llmc/decode_persistent.cuh; --persistent) where
-    // `persist` says it runs (GPT-2-style blocks, B <= 8), else the 5 kernels a layer
-    bool persistent = false;
-    // attention_decode may take the tensor-core kernels where its route allows them (bf16 build, the
-    // batch alone filling the SMs, not the fused step's early loads or counters: attention_decode.cuh,
-    // decode_mma_route); false: the CUDA-core kernels everywhere (--decode-mma)
-    bool decode_mma = true;
-    PersistentPlan persist;
-    float* persist_part = nullptr;     // persist.part_floats: the attention phase's partials
-    unsigned* persist_sync = nullptr;  // PERSIST_SYNC_WORDS: its barrier counters (zeroed once; left zero)
-    unsigned long long* persist_trace = nullptr;  // (L, PERSIST_TRACE_POINTS): block 0's phase clock, --profile
-    StepProfile* profile = nullptr;  // non-null and on: mark() records events
+    DecodeStepPlan plan;  // decode_step_plan's, set by gpt2_infer_build
     int B = 0;        // sequences at once
     int Tmax = 0;     // prompt tokens per sequence a prefill may have
     int max_seq = 0;  // positions a sequence may use
@@ -122,7 +98,6 @@ struct GPT2Infer {
     floatX* v_cache = nullptr;  // (L, B, NKV, S, HD)
     float* decode_scratch = nullptr;  // attention_decode's split partials and counters (zeroed once)
     float* sample_scratch = nullptr;  // greedy argmax: (B, P) maxima, (B, P) int indices, (B) int counters (zeroed once)
-    int* step_counters = nullptr;     // (kernels * STEP_COUNTER_STRIDE) the fused step's counters (zeroed once)
     float* argmax_scratch = nullptr;  // gemv_argmax_scratch_floats(B, SMs): lm_head's folded argmax (zeroed once)
     int* pending = nullptr;           // (B) the folded argmax: each sequence's greedy token from the last logits
     // one layer's activations over R = B * Tmax rows (a decode step uses the first B)
@@ -157,10 +132,6 @@ struct GPT2Infer {
     cudaGraphExec_t graph = nullptr;  // the captured step (for the limits it was captured with)
     GenerateLimits graph_limits{};
 };
-
-// Kernels of a fused step after the sampler (or advance_and_encode): the encoder, 5 a layer, lm_head;
-// one StepSync counter each.
-inline int step_chain_kernels(const GPT2Config& c) { return 2 + 5 * c.num_layers; }
 
 // What the GPU inference runs (any knob combination of both families, head size 64 or 128, 16-byte
 // rows); a host check, callable before the device starts.
@@ -197,17 +168,14 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* hos
     const size_t rope = c.position == POS_ROPE ? (size_t)max_seq * HD / 2 : 0;
     const size_t scratch = attention_decode_scratch_floats(B, c.num_heads, NKV, HD, m.S, m.window);
     attention_decode_prepare();  // before any capture of the step
-    m.persist = decode_persistent_plan(c, B, m.S, m.window);
+    const int sms = current_sm_count();
+    m.plan = decode_step_plan(c, B, m.S, m.window, sms, attention_detail::current_device_has_clusters());
     std::vector<BufferSpec> specs = {
         {(void**)&m.params_memory, n, X},    {(void**)&m.k_cache, cache, X},      {(void**)&m.v_cache, cache, X},
         {(void**)&m.decode_scratch, std::max<size_t>(scratch, 1), F},
         {(void**)&m.sample_scratch, (size_t)B * (2 * sample_greedy_blocks(c.vocab_size) + 1), F},
-        {(void**)&m.step_counters, (size_t)step_chain_kernels(c) * STEP_COUNTER_STRIDE, I},
-        {(void**)&m.argmax_scratch, gemv_argmax_scratch_floats(std::min(B, GEMV_MAX_M), current_sm_count()), F},
+        {(void**)&m.argmax_scratch, gemv_argmax_scratch_floats(std::min(B, GEMV_MAX_M), sms), F},
         {(void**)&m.pending, (size_t)B, I},
-        {(void**)&m.persist_part, std::max<size_t>(m.persist.part_floats, 1), F},
-        {(void**)&m.persist_sync, (size_t)PERSIST_SYNC_WORDS, I},
-        {(void**)&m.persist_trace, (size_t)L * PERSIST_TRACE_POINTS, sizeof(unsigned long long)},
         {(void**)&m.res1, R * C, X},         {(void**)&m.res2, R * C, X},         {(void**)&m.ln, R * C, X},
         {(void**)&m.mean, R, F},             {(void**)&m.rstd, R, F},             {(void**)&m.qkv, R * QKV, X},
         {(void**)&m.atty, R * C, X},         {(void**)&m.lse, R * c.num_heads, F}, {(void**)&m.proj, R * C, X},
@@ -248,54 +216,31 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* hos
 
 inline void gpt2_infer_free(GPT2Infer& m) {
     if (m.graph) cudaCheck(cudaGraphExecDestroy(m.graph));
-    if (m.profile)
-        for (cudaEvent_t e : m.profile->events) cudaCheck(cudaEventDestroy(e));
-    delete m.profile;
     cudaCheck(cudaFree(m.allocation));
     m = GPT2Infer();
 }
 
 namespace infer_detail {
 
-// Profiling: records an event named `family` before the next kernel (nothing unless profiling).
-inline void mark(GPT2Infer& m, const char* family, cudaStream_t s) {
-    StepProfile* p = m.profile;
-    if (!p || !p->on) return;
-    if (p->used == (int)p->events.size()) {
-        p->events.emplace_back();
-        cudaCheck(cudaEventCreate(&p->events.back()));
-        p->names.push_back(nullptr);
-    }
-    p->names[p->used] = family;
-    cudaCheck(cudaEventRecord(p->events[p->used++], s));
-}
-
-// The GEMVs' tuning: shipped, or (m.latency off) the kernel before the register preload and split K.
-inline GemvTuning tuning(const GPT2Infer& m) {
-    return m.latency ? GemvTuning{true, m.gemv_split_k, m.gemv_rows} : GemvTuning{false, 1};
-}
-
-// out = epi(inp (M, K) W^T + b): gemv_forward at M <= GEMV_MAX_M rows (m.gemv), else cuBLASLt; with
+// out = epi(inp (M, K) W^T + b): gemv_forward at M <= GEMV_MAX_M rows (plan.gemv), else cuBLASLt; with
 // cuBLASLt, GELU's epilogue also writes the pre-activation into `pre`, and SwiGLU's [gate | up] goes
 // through `pre` (M, N) to swiglu_forward. out (M, N), SwiGLU (M, N/2).
-inline void linear(GPT2Infer& m, const char* family, floatX* out, floatX* pre, const floatX* inp, const floatX* w,
+inline void linear(GPT2Infer& m, floatX* out, floatX* pre, const floatX* inp, const floatX* w,
                    const floatX* b, int M, int K, int N, GemvEpilogue epi, const CudaContext& ctx) {
-    mark(m, family, ctx.stream);
-    if (m.gemv && gemv_supported(M, K, N, epi)) {
-        gemv_forward(out, inp, w, b, M, K, N, epi, ctx.stream, 0, m.pdl, tuning(m));
+    if (m.plan.gemv && gemv_supported(M, K, N, epi)) {
+        gemv_forward(out, inp, w, b, M, K, N, epi, ctx.stream, 0, m.plan.pdl);
     } else if (epi == GEMV_SWIGLU) {
         matmul_forward(pre, nullptr, inp, w, b, M, K, N, ctx);
-        mark(m, "swiglu", ctx.stream);
         swiglu_forward(out, pre, M, N / 2, ctx.stream);
     } else {
         matmul_forward(out, epi == GEMV_GELU ? pre : nullptr, inp, w, b, M, K, N, ctx);
     }
 }
 
-// How the norms launch (llmc/cuda_common.cuh): with m.latency, at most NORM_ROW_MAX_M rows (a step,
-// or a short prefill) take a block per row, as programmatic dependents with m.fused && m.pdl (the
-// unfused step's cuBLASLt and norm kernels: the norm's launch hides behind the GEMM before it).
-inline NormLaunch norm_launch(const GPT2Infer& m) { return {m.latency, m.latency && m.fused && m.pdl}; }
+// How the norms launch (llmc/cuda_common.cuh): at most NORM_ROW_MAX_M rows (a step, or a short
+// prefill) take a block per row, as programmatic dependents with plan.pdl (beside cuBLASLt the norm's
+// launch hides behind the GEMM before it).
+inline NormLaunch norm_launch(const GPT2Infer& m) { return {true, m.plan.pdl}; }
 
 // residual = inp1 + inp2, out = norm(residual), over M rows.
 inline void residual_norm(GPT2Infer& m, floatX* residual, floatX* out, const floatX* inp1, const floatX* inp2,
@@ -317,26 +262,23 @@ inline void layers(GPT2Infer& m, int M, const CudaContext& ctx, Attend&& attend)
     const int H = gpt2_mlp_hidden(c);
     const GPT2Tensors<floatX>& p = m.params;
     cudaStream_t s = ctx.stream;
-    mark(m, "norm", s);
     if (c.norm == NORM_RMSNORM)
         rmsnorm_forward(m.ln, m.rstd, m.res1, p.ln1w, M, C, (float)c.norm_eps, s, norm_launch(m));
     else layernorm_forward(m.ln, m.mean, m.rstd, m.res1, p.ln1w, p.ln1b, M, C, s, norm_launch(m));
     const GemvEpilogue act = c.mlp == MLP_SWIGLU ? GEMV_SWIGLU : GEMV_GELU;
     for (int l = 0; l < L; l++) {
         const size_t c1 = (size_t)l * C;
-        linear(m, "qkv", m.qkv, nullptr, m.ln, p.qkvw + (size_t)l * QKV * C, tensor_at(p.qkvb, (size_t)l * QKV), M, C, QKV,
+        linear(m, m.qkv, nullptr, m.ln, p.qkvw + (size_t)l * QKV * C, tensor_at(p.qkvb, (size_t)l * QKV), M, C, QKV,
                GEMV_PLAIN, ctx);
         attend(l);
-        linear(m, "attproj", m.proj, nullptr, m.atty, p.attprojw + c1 * C, tensor_at(p.attprojb, c1), M, C, C, GEMV_PLAIN,
+        linear(m, m.proj, nullptr, m.atty, p.attprojw + c1 * C, tensor_at(p.attprojb, c1), M, C, C, GEMV_PLAIN,
                ctx);
-        mark(m, "residual+norm", s);
         residual_norm(m, m.res2, m.ln, m.res1, m.proj, p.ln2w + c1, tensor_at(p.ln2b, c1), M, s);
-        linear(m, "fc", m.fch_gelu, m.fch, m.ln, p.fcw + (size_t)l * FC * C, tensor_at(p.fcb, (size_t)l * FC), M, C, FC, act,
+        linear(m, m.fch_gelu, m.fch, m.ln, p.fcw + (size_t)l * FC * C, tensor_at(p.fcb, (size_t)l * FC), M, C, FC, act,
                ctx);
-        linear(m, "fcproj", m.proj, nullptr, m.fch_gelu, p.fcprojw + c1 * H, tensor_at(p.fcprojb, c1), M, H, C, GEMV_PLAIN,
+        linear(m, m.proj, nullptr, m.fch_gelu, p.fcprojw + c1 * H, tensor_at(p.fcprojb, c1), M, H, C, GEMV_PLAIN,
                ctx);
         const bool next = l + 1 < L;
-        mark(m, "residual+norm", s);
         residual_norm(m, m.res1, m.ln, m.res2, m.proj, next ? p.ln1w + c1 + C : p.lnfw,
                       next ? tensor_at(p.ln1b, c1 + C) : p.lnfb, M, s);
     }
@@ -393,7 +335,7 @@ sample_and_advance(int* step_out, int* tokens, int* pos, int* produced, int* act
     if (threadIdx.x == 0) advance(b, id, n, step_out, tokens, pos, produced, active, lengths, lim, max_seq);
 }
 
-// A greedy step without teacher forcing (m.latency): grid (P = sample_greedy_blocks(V), B), block
+// A greedy step without teacher forcing (not folded): grid (P = sample_greedy_blocks(V), B), block
 // (p, b) takes the first largest of logits[b][p * CHUNK, (p + 1) * CHUNK) into the scratch, the last
 // block of sequence b to finish merges the P candidates (ties to the lower index, as block_argmax)
 // and advances (llmc/sampler.cuh, the top). Blocks read active[b] before counting themselves in; the
@@ -435,17 +377,11 @@ sample_greedy_and_advance(int* step_out, int* tokens, int* pos, int* produced, i
         advance(b, best.i < V ? best.i : 0, produced[b], step_out, tokens, pos, produced, active, lengths, lim, max_seq);
 }
 
-// Whether a step runs decode_layers_fused: m.fused with the GEMV kernels, B <= GEMV_MAX_M rows, and
-// the B normalized rows of C (and the norm's weight and bias) in a GEMV block's shared memory.
-inline bool fused_step(const GPT2Infer& m) {
-    return m.fused && m.gemv && m.B <= GEMV_MAX_M &&
-           gemv_norm_smem(m.B, m.config.channels) <= (size_t)GEMV_NORM_MAX_SMEM;
-}
+// Whether a step runs decode_layers_fused (plan.fused, on the GEMV kernels).
+inline bool fused_step(const GPT2Infer& m) { return m.plan.fused && m.plan.gemv; }
 // Whether lm_head folds the greedy argmax into `pending` (every fused step, whatever the sampling, so
 // `pending` always belongs to the latest logits), and whether this step starts from it.
-inline bool fold_argmax(const GPT2Infer& m) { return m.fold_argmax && fused_step(m); }
-// Whether the fused step's layers run as the persistent kernel (m.persistent, and the plan allows).
-inline bool persistent_step(const GPT2Infer& m) { return m.persistent && fused_step(m) && m.persist.ok; }
+inline bool fold_argmax(const GPT2Infer& m) { return m.plan.fold_argmax && fused_step(m); }
 inline bool fold_step(const GPT2Infer& m, const GenerateLimits& lim) {
     return fold_argmax(m) && lim.sampling.temperature == 0.0f && lim.force_len == 0;
 }
@@ -454,14 +390,13 @@ inline bool fold_step(const GPT2Infer& m, const GenerateLimits& lim) {
 // logits, left by the previous step's lm_head or the prefill); thread 0 advances (the sampler's
 // book-keeping), then the block embeds the token the sequence feeds next (encoder_forward_at's row:
 // an idle or finished sequence embeds token 0 at position 0). Grid (B), a thread per 16-byte pack of
-// C, rounded up to a warp. A plain launch (the step's first node); the StepSync chain's kernel 0.
+// C, rounded up to a warp. A plain launch (the step's first node).
 static __global__ void advance_and_encode(floatX* out, int* step_out, int* tokens, int* pos, int* produced,
                                           int* active, const int* pending, const floatX* wte, const floatX* wpe,
-                                          const int* lengths, GenerateLimits lim, int max_seq, int C, StepSync sync) {
+                                          const int* lengths, GenerateLimits lim, int max_seq, int C) {
     __shared__ int sh_tok, sh_pos;
-    step_trigger_before_wait(sync);
-    step_wait(sync);
-    step_trigger_after_wait(sync);
+    pdl_wait();  // (no-ops in its plain launch, as the sampler's)
+    pdl_launch_dependents();
     const int b = blockIdx.x;
     if (threadIdx.x == 0) {
         int p = -1, tok = 0;
@@ -478,7 +413,6 @@ static __global__ void advance_and_encode(floatX* out, int* step_out, int* token
     __syncthreads();
     for (int c = threadIdx.x * x128::size; c < C; c += blockDim.x * x128::size)
         encode_pack(out, wte, wpe, b, c, sh_tok, sh_pos, C);
-    step_arrive(sync);
 }
 
 // pending (B) = the first largest of each row of logits (B, Vp) over V (0 if all NaN): the folded
@@ -491,19 +425,8 @@ argmax_rows(int* pending, const floatX* logits, int V, int Vp) {
     if (threadIdx.x == 0) pending[blockIdx.x] = id;
 }
 
-// The StepSync chain of one fused step (llmc/step_sync.h), or none (m.step_sync off, or unfused).
-inline StepChain step_chain(const GPT2Infer& m) {
-    StepChain ch;
-    if (m.step_sync && fused_step(m) && !persistent_step(m)) {
-        ch.counters = m.step_counters;
-        ch.n = step_chain_kernels(m.config);
-        ch.early_trigger = m.step_sync == 2;
-    }
-    return ch;
-}
-
 // The layers and the classifier of a step at M = B <= GEMV_MAX_M rows, from the embeddings in res1, as
-// 5 kernels a layer (gemv.cuh's fused kernels; names as --profile prints them):
+// 5 kernels a layer (gemv.cuh's fused kernels):
 //   norm+qkv+kv     qkv = ln1(res1) Wqkv^T + b, RoPE on q and k (Llama: norm+qkv+rope+kv), K and V
 //                   into the cache slot pos[b] % S
 //   attention_decode  atty
@@ -512,8 +435,7 @@ inline StepChain step_chain(const GPT2Infer& m) {
 //   fcproj+residual res1 = res2 + fch_gelu Wfcproj^T + b
 // then norm+lm_head: logits = lnf(res1) Wlm^T. Residual ping-pong as the unfused step: no kernel
 // writes a buffer its own inputs come from. `ln`, `proj`, `mean` and `rstd` are not written.
-inline void decode_head_fused(GPT2Infer& m, StepChain& ch, const CudaContext& ctx);
-inline void decode_layers_fused(GPT2Infer& m, StepChain& ch, const CudaContext& ctx) {
+inline void decode_layers_fused(GPT2Infer& m, const CudaContext& ctx) {
     const GPT2Config& c = m.config;
     const int B = m.B, C = c.channels, L = c.num_layers, QKV = gpt2_qkv_channels(c), FC = gpt2_fc_channels(c);
     const int H = gpt2_mlp_hidden(c), NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
@@ -540,58 +462,28 @@ inline void decode_layers_fused(GPT2Infer& m, StepChain& ch, const CudaContext& 
         fq.NKV = NKV;
         fq.HD = HD;
         fq.S = m.S;
-        fq.sync = ch.sync();
-        mark(m, rope ? "norm+qkv+rope+kv" : "norm+qkv+kv", s);
-        ch.launched(gemv_fused_forward(m.qkv, m.res1, p.qkvw + (size_t)l * QKV * C, tensor_at(p.qkvb, (size_t)l * QKV),
-                                       B, C, QKV, GEMV_QKV, fq, s, m.pdl, tuning(m)));
-        mark(m, "attention_decode", s);
-        ch.launched(attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, s,
-                                     m.window, m.decode_scratch, m.pdl, false, m.latency && m.pdl, ch.sync(),
-                                     m.decode_mma));
+        const bool pdl = m.plan.pdl;
+        gemv_fused_forward(m.qkv, m.res1, p.qkvw + (size_t)l * QKV * C, tensor_at(p.qkvb, (size_t)l * QKV), B, C, QKV,
+                           GEMV_QKV, fq, s, pdl);
+        // early loads: started by PDL while the QKV GEMV runs (the plan's fused step never takes the
+        // tensor-core route, which has none)
+        attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, s, m.window,
+                         m.decode_scratch, pdl, false, pdl, {}, false);
         GemvFusion fr;
         fr.residual = m.res1;
-        fr.sync = ch.sync();
-        mark(m, "attproj+residual", s);
-        ch.launched(gemv_fused_forward(m.res2, m.atty, p.attprojw + c1 * C, tensor_at(p.attprojb, c1), B, C, C,
-                                       GEMV_RESIDUAL, fr, s, m.pdl, tuning(m)));
-        GemvFusion ff = norm(p.ln2w + c1, tensor_at(p.ln2b, c1));
-        ff.sync = ch.sync();
-        mark(m, swiglu ? "norm+fc+swiglu" : "norm+fc+gelu", s);
-        ch.launched(gemv_fused_forward(m.fch_gelu, m.res2, p.fcw + (size_t)l * FC * C, tensor_at(p.fcb, (size_t)l * FC),
-                                       B, C, FC, swiglu ? GEMV_SWIGLU : GEMV_GELU, ff, s, m.pdl, tuning(m)));
+        gemv_fused_forward(m.res2, m.atty, p.attprojw + c1 * C, tensor_at(p.attprojb, c1), B, C, C, GEMV_RESIDUAL, fr,
+                           s, pdl);
+        const GemvFusion ff = norm(p.ln2w + c1, tensor_at(p.ln2b, c1));
+        gemv_fused_forward(m.fch_gelu, m.res2, p.fcw + (size_t)l * FC * C, tensor_at(p.fcb, (size_t)l * FC), B, C, FC,
+                           swiglu ? GEMV_SWIGLU : GEMV_GELU, ff, s, pdl);
         fr.residual = m.res2;
-        fr.sync = ch.sync();
-        mark(m, "fcproj+residual", s);
-        ch.launched(gemv_fused_forward(m.res1, m.fch_gelu, p.fcprojw + c1 * H, tensor_at(p.fcprojb, c1), B, H, C,
-                                       GEMV_RESIDUAL, fr, s, m.pdl, tuning(m)));
+        gemv_fused_forward(m.res1, m.fch_gelu, p.fcprojw + c1 * H, tensor_at(p.fcprojb, c1), B, H, C, GEMV_RESIDUAL, fr,
+                           s, pdl);
     }
-    decode_head_fused(m, ch, ctx);
-}
-
-// The layers of a fused step as one kernel (llmc/decode_persistent.cuh), then norm+lm_head.
-inline void decode_layers_persistent(GPT2Infer& m, StepChain& ch, const CudaContext& ctx) {
-    const GPT2Config& c = m.config;
-    const GPT2Tensors<floatX>& p = m.params;
-    PersistentArgs a;
-    a.ln1w = p.ln1w, a.ln1b = p.ln1b, a.qkvw = p.qkvw, a.qkvb = p.qkvb, a.attprojw = p.attprojw;
-    a.attprojb = p.attprojb, a.ln2w = p.ln2w, a.ln2b = p.ln2b, a.fcw = p.fcw, a.fcb = p.fcb;
-    a.fcprojw = p.fcprojw, a.fcprojb = p.fcprojb;
-    a.res1 = m.res1, a.res2 = m.res2, a.qkv = m.qkv, a.fch = m.fch_gelu;
-    a.k_cache = m.k_cache, a.v_cache = m.v_cache, a.cache_layer = layer_cache_offset(m, 1);
-    a.pos = m.pos, a.part = m.persist_part, a.sync = m.persist_sync;
-    a.L = c.num_layers, a.C = c.channels, a.H = gpt2_mlp_hidden(c), a.QKV = gpt2_qkv_channels(c);
-    a.NH = c.num_heads, a.NKV = c.num_kv_heads, a.HD = gpt2_head_dim(c), a.S = m.S, a.window = m.window;
-    a.nsplit = m.persist.nsplit, a.slots = m.persist.slots, a.slot_bytes = m.persist.slot_bytes;
-    a.xs_bytes = m.persist.xs_bytes;
-    a.trace = m.profile && m.profile->on ? m.persist_trace : nullptr;  // the phases' clock of a profiled step
-    mark(m, "persistent layers", ctx.stream);
-    decode_persistent_forward(m.persist, a, m.B, ctx.stream);
-    cudaCheckLaunch();
-    decode_head_fused(m, ch, ctx);
 }
 
 // The fused step's norm+lm_head GEMV (with the folded argmax), after the layers left res1.
-inline void decode_head_fused(GPT2Infer& m, StepChain& ch, const CudaContext& ctx) {
+inline void decode_head_fused(GPT2Infer& m, const CudaContext& ctx) {
     const GPT2Config& c = m.config;
     const GPT2Tensors<floatX>& p = m.params;
     cudaStream_t s = ctx.stream;
@@ -600,16 +492,13 @@ inline void decode_head_fused(GPT2Infer& m, StepChain& ch, const CudaContext& ct
     fl.norm_w = p.lnfw;
     fl.norm_b = c.norm == NORM_RMSNORM ? nullptr : p.lnfb;
     fl.eps = (float)c.norm_eps;
-    fl.sync = ch.sync(true);
     if (fold_argmax(m)) {
         fl.argmax = m.pending;
         fl.argmax_scratch = m.argmax_scratch;
         fl.argmax_cols = c.vocab_size;
     }
-    mark(m, fold_argmax(m) ? "norm+lm_head+argmax" : "norm+lm_head", s);
-    ch.launched(gemv_fused_forward(m.logits, m.res1, head(m), nullptr, m.B, c.channels, c.padded_vocab_size,
-                                   GEMV_PLAIN, fl, s, m.pdl, tuning(m)));
-    if (ch.counters && ch.next != ch.n) fail("internal: a fused step of %d kernels, %d counters", ch.next, ch.n);
+    gemv_fused_forward(m.logits, m.res1, head(m), nullptr, m.B, c.channels, c.padded_vocab_size, GEMV_PLAIN, fl, s,
+                       m.plan.pdl);
 }
 
 }  // namespace infer_detail
@@ -642,7 +531,7 @@ inline void gpt2_infer_prefill(GPT2Infer& m, const int* tokens, const int* lengt
     });
     infer_detail::gather_last_rows<<<ceil_div(B * C / x128::size, 256), 256, 0, s>>>(m.last, m.ln, m.lengths, B, T, C);
     cudaCheckLaunch();
-    infer_detail::linear(m, "lm_head", m.logits, nullptr, m.last, infer_detail::head(m), nullptr, B, C,
+    infer_detail::linear(m, m.logits, nullptr, m.last, infer_detail::head(m), nullptr, B, C,
                          c.padded_vocab_size, GEMV_PLAIN, ctx);
     if (infer_detail::fold_argmax(m)) {  // the first folded step's tokens
         infer_detail::argmax_rows<<<B, SAMPLE_THREADS, 0, s>>>(m.pending, m.logits, c.vocab_size, c.padded_vocab_size);
@@ -652,67 +541,46 @@ inline void gpt2_infer_prefill(GPT2Infer& m, const int* tokens, const int* lengt
 }
 
 // The forward of one new token per sequence (tokens, pos on the device) into logits (B, Vp).
-// `ch`: the fused step's chain (infer_detail::step_chain); with `encoded`, its kernel 0 was
-// advance_and_encode, which left the embeddings in res1.
-inline void gpt2_infer_decode_forward(GPT2Infer& m, const CudaContext& ctx, StepChain& ch,
-                                      bool encoded = false) {
+// With `encoded`, the step's first kernel was advance_and_encode, which left the embeddings in res1.
+inline void gpt2_infer_decode_forward(GPT2Infer& m, const CudaContext& ctx, bool encoded = false) {
     const GPT2Config& c = m.config;
     const int B = m.B, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
     cudaStream_t s = ctx.stream;
-    using infer_detail::mark;
-    if (!encoded) {
-        mark(m, "encoder", s);
-        ch.launched(encoder_forward_at(m.res1, m.tokens, m.pos, m.params.wte, m.params.wpe, B, C, s, m.fused && m.pdl,
-                                       ch.sync()));
-    }
-    if (infer_detail::persistent_step(m)) {
-        infer_detail::decode_layers_persistent(m, ch, ctx);
-        return;
-    }
+    const DecodeStepPlan& plan = m.plan;
+    if (!encoded) encoder_forward_at(m.res1, m.tokens, m.pos, m.params.wte, m.params.wpe, B, C, s, plan.pdl);
     if (infer_detail::fused_step(m)) {
-        infer_detail::decode_layers_fused(m, ch, ctx);
+        infer_detail::decode_layers_fused(m, ctx);
+        infer_detail::decode_head_fused(m, ctx);
         return;
     }
-    // one op a kernel (--fused 0, or B > GEMV_MAX_M: cuBLASLt); with m.fused the cache append is folded
-    // into attention_decode (one launch less a layer) and the encoder and attention kernels are
-    // programmatic dependents (the cuBLASLt and norm kernels stay plain launches)
+    // one op a kernel (cuBLASLt): the encoder and attention kernels are programmatic dependents with
+    // plan.pdl (the cuBLASLt kernels stay plain launches)
     infer_detail::layers(m, B, ctx, [&](int l) {
         const size_t off = infer_detail::layer_cache_offset(m, l);
-        if (c.position == POS_ROPE) {
-            mark(m, "rope", s);
-            rope_forward_at(m.qkv, m.rope_cos, m.rope_sin, m.pos, B, NH, NKV, HD, s);
-        }
-        if (!m.fused) {
-            mark(m, "kv_cache_append", s);
+        if (c.position == POS_ROPE) rope_forward_at(m.qkv, m.rope_cos, m.rope_sin, m.pos, B, NH, NKV, HD, s);
+        if (!plan.append_in_attention)
             kv_cache_append(m.k_cache + off, m.v_cache + off, m.qkv, m.pos, B, NH, NKV, HD, m.S, s);
-        }
-        mark(m, m.fused ? "attention+kv" : "attention_decode", s);
         attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, s, m.window,
-                         m.decode_scratch, m.fused && m.pdl, m.fused, false, {}, m.decode_mma);
+                         m.decode_scratch, plan.pdl, plan.append_in_attention, false, {}, plan.decode_mma);
     });
-    infer_detail::linear(m, "lm_head", m.logits, nullptr, m.ln, infer_detail::head(m), nullptr, B, C,
+    infer_detail::linear(m, m.logits, nullptr, m.ln, infer_detail::head(m), nullptr, B, C,
                          c.padded_vocab_size, GEMV_PLAIN, ctx);
 }
 
 // One generation step, enqueued: sample + book-keeping, then the forward of the new tokens.
 inline void gpt2_infer_step(GPT2Infer& m, const GenerateLimits& lim, const CudaContext& ctx) {
     const GPT2Config& c = m.config;
-    StepChain ch = infer_detail::step_chain(m);
     if (infer_detail::fold_step(m, lim)) {  // the sampler's pick came with the last logits: advance, embed
-        infer_detail::mark(m, "advance+encoder", ctx.stream);
         const int threads = std::min(1024, norm_block_per_row_threads(c.channels));
         launch_kernel(infer_detail::advance_and_encode, dim3(m.B), dim3(threads), 0, ctx.stream, false, m.res1,
                       m.step_out, m.tokens, m.pos, m.produced, m.active, m.pending, m.params.wte, m.params.wpe,
-                      m.lengths, lim, m.max_seq, c.channels, ch.sync());
+                      m.lengths, lim, m.max_seq, c.channels);
         cudaCheckLaunch();
-        ch.launched(m.B);
-        gpt2_infer_decode_forward(m, ctx, ch, true);
-        infer_detail::mark(m, "end", ctx.stream);
+        gpt2_infer_decode_forward(m, ctx, true);
         return;
     }
-    infer_detail::mark(m, "sample", ctx.stream);
     // a plain launch: the first node of the captured step (PDL has no edge to the previous replay)
-    if (m.latency && lim.sampling.temperature == 0.0f && lim.force_len == 0)
+    if (lim.sampling.temperature == 0.0f && lim.force_len == 0)
         launch_kernel(infer_detail::sample_greedy_and_advance, dim3(sample_greedy_blocks(c.vocab_size), m.B),
                       dim3(SAMPLE_GREEDY_THREADS), 0, ctx.stream, false, m.step_out, m.tokens, m.pos, m.produced,
                       m.active, m.sample_scratch, m.logits, m.lengths, lim, c.vocab_size, c.padded_vocab_size,
@@ -722,8 +590,7 @@ inline void gpt2_infer_step(GPT2Infer& m, const GenerateLimits& lim, const CudaC
                       m.step_out, m.tokens, m.pos, m.produced, m.active, m.rng, m.logits, m.lengths, m.force, lim,
                       c.vocab_size, c.padded_vocab_size, m.max_seq);
     cudaCheckLaunch();
-    gpt2_infer_decode_forward(m, ctx, ch);
-    infer_detail::mark(m, "end", ctx.stream);
+    gpt2_infer_decode_forward(m, ctx);
 }
 
 // One step with every sequence idle, not captured: the sampler skips them and the forward writes only

@@ -2,7 +2,7 @@
 # GPU generation (generate.cu) on small random models (GPT-2 and Llama-style) and the 124M / 114M
 # shapes; needs a GPU, python3 with numpy, and build/generate, build/generate_fp32,
 # build/generate_cpu (make build/generate build/generate_fp32 build/generate_cpu). Each check prints
-# ok/FAIL; a table of the checks and the BENCH_GEN / PROFILE lines comes last; the exit status is
+# ok/FAIL; a table of the checks and the BENCH_GEN lines comes last; the exit status is
 # non-zero if any check failed.
 #   1. the fp32 build's greedy tokens equal the CPU twin's (MHA; GQA with a wrapping window ring;
 #      a context end; a batch of different lengths; interactive), and so do its sampled tokens
@@ -12,27 +12,23 @@
 #   2. --check-full 1: each step's cached logits equal a full forward over the same tokens (the
 #      training model for GPT-2, a whole-sequence prefill for Llama; bf16 and fp32 builds; small
 #      models, d12 and the Llama 114M shape)
-#   3. the CUDA graph and plain launches (--graph 0) give identical tokens; the GEMV kernels and
-#      cuBLAS (--gemv 0) give the same greedy tokens (fp32 build)
-#   4. bad inputs fail with their one-line errors
+#   3. the CUDA graph and plain launches (--graph 0) give identical tokens
+#   4. bad inputs fail with their one-line errors; --help names no kernel-choice or timing flag
 #   5. compute-sanitizer memcheck of a small run, graph and no graph, GPT-2 and Llama (MEMCHECK=0 skips it)
 #   6. --bench 1: GPT-2 124M shapes (random d12), 64-token prompts, 256 new tokens, greedy, B=1 and
-#      B=64, a 1008-token prefill, B=1 without the graph, B=1 with --gemv 0 / --pdl 0 / --fused 0, B=8
-#      (and --fused 0), and the Llama 114M shape (12 layers, C 768, 12 heads / 4 KV heads, SwiGLU
-#      2048, vocab 50304 padded, tied) at B=1 (and --fused 0) and B=64 (BENCH=0 skips them); PROFILE=1 (default) adds the per-kernel-family decode step times of
-#      d12 at B=1 and B=64 and of the Llama at B=1; with HF=1 also transformers' generate on the same
-#      shapes beside it (scripts/bench_generate_hf.py; HF_CACHE="dynamic static" adds the compiled
-#      static cache, slow)
-#   7. the fused decode step (--fused 1, the default at B <= 8: norms in GEMV prologues, residual
-#      adds, RoPE and the cache append in GEMV epilogues, PDL on every kernel) against the unfused one
-#      (--fused 0) and the CPU twin: the fp32 build's tokens equal both (GPT-2 MHA and GQA + window,
-#      Llama MHA at B = 8 and GQA + window with RoPE, sampling, a context end with idle rows, --pdl 0;
-#      and B = 10, where --fused 1 folds the cache append into attention_decode),
-#      and --check-full of --fused 0 on d12 and of --fused 1 on the Llama 114M shape at B = 8 (bf16);
-#      and --latency-kernels 0 (the step's kernels before their latency work) = the CPU twin, and
-#      --matmul-autotune 1 (it ran, no output mismatch) and 0 = the CPU twin at B = 10
+#      B=64, a 1008-token prefill, B=1 without the graph, B=8, and the Llama 114M shape (12 layers,
+#      C 768, 12 heads / 4 KV heads, SwiGLU 2048, vocab 50304 padded, tied) at B=1, 8 and 64
+#      (BENCH=0 skips them); with HF=1 also transformers' generate on the same shapes beside it
+#      (scripts/bench_generate_hf.py; HF_CACHE="dynamic static" adds the compiled static cache, slow).
+#      The step's alternative kernels and their phases are timed by dev/cuda/decode_step.cu.
+#   7. the fused decode step (the policy's pick at B <= 8: norms in GEMV prologues, residual adds,
+#      RoPE and the cache append in GEMV epilogues, PDL on every kernel) and the cuBLASLt step (B = 10,
+#      the cache append in attention_decode) against the CPU twin: the fp32 build's tokens equal it
+#      (GPT-2 MHA and GQA + window, Llama MHA at B = 8 and GQA + window with RoPE, sampling, a
+#      context end with idle rows), --check-full on d12 and on the Llama 114M shape at B = 8 (bf16),
+#      and --matmul-autotune 1 (it ran, no output mismatch) and 0 = the CPU twin at B = 10
 # SECTIONS (default 1234567) picks the sections to run, e.g. SECTIONS=7 for the fused checks alone
-# (tests/decode_speed_gpu.sh).
+# (dev/cuda/decode_step.cu times the step's alternatives).
 cd "$(dirname "$0")/.." || exit 1
 on() { [[ "${SECTIONS:-1234567}" == *$1* ]]; }
 WORK=${GPU_TEST_DIR:-$(mktemp -d /tmp/gen_gpu.XXXXXX)}
@@ -138,16 +134,13 @@ full "fp32, GQA + window ring" $GEN32 --model $GQA --prompt-ids $P2 --temperatur
 full "bf16, d12 (GPT-2 124M shapes), batch of 2" $GEN --init d12 --max-seq 128 --prompt-ids $P2 --prompt-ids $P1 \
     --temperature 0 --max-new 24 --eot -1
 full "bf16, d12, batch of 10 (cuBLAS at M > 8)" $GEN --init d12 --max-seq 96 $TEN --temperature 0 --max-new 12 --eot -1
-# the tensor-core decode attention (--decode-mma 1, the default; attention_decode_mma.cuh) where the batch
-# fills the GPU (sequences x KV heads >= the SM count, 132 on an H200), past 128 keys so its split-K merge
-# runs: d12 at 16 sequences (2 splits), the 114M Llama (4 KV heads) at 34 (2 splits); then the CUDA-core
-# kernels at the same shape (--decode-mma 0)
+# the tensor-core decode attention (attention_decode_mma.cuh, the policy's pick where the batch fills
+# the GPU: sequences x KV heads >= the SM count, 132 on an H200), past 128 keys so its split-K merge
+# runs: d12 at 16 sequences (2 splits), the 114M Llama (4 KV heads) at 34 (2 splits)
 SIXTEEN="$TEN --prompt-ids $P3 --prompt-ids $P5 --prompt-ids $P6 --prompt-ids $P7 --prompt-ids $P2 --prompt-ids $P4 --batch 16"
 THIRTYFOUR="$SIXTEEN $SIXTEEN --prompt-ids $P1 --prompt-ids $P6 --batch 34"
 full "bf16, d12, batch of 16, tensor-core decode attention" $GEN --init d12 --max-seq 256 $SIXTEEN --temperature 0 \
     --max-new 150 --eot -1
-full "bf16, d12, batch of 16, --decode-mma 0" $GEN --init d12 --max-seq 256 $SIXTEEN --temperature 0 --max-new 150 \
-    --eot -1 --decode-mma 0
 full "bf16, llama 114M shape, batch of 34, tensor-core decode attention" $GEN --init $LLAMA114 --max-seq 256 $THIRTYFOUR \
     --temperature 0.7 --max-new 140 --eot -1
 full "bf16, llama MHA tied, batch of 3" $GEN --model $LMHA --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3 \
@@ -177,18 +170,6 @@ graph_same "d12, greedy, batch of 2" --init d12 --max-seq 128 --prompt-ids $P1 -
     --max-new 32 --eot -1
 graph_same "llama GQA + window, top-k 50 sampling, batch of 3" --model $LGQA --prompt-ids $P1 --prompt-ids $P2 \
     --prompt-ids $P4 --temperature 1 --top-k 50 --max-new 40 --eot -1
-gemv_same() {  # gemv_same NAME ARGS...: fp32 build, GEMV kernels vs cuBLAS for every matmul
-    local name=$1; shift
-    $GEN32 "$@" --gemv 1 > "$WORK/v1.out" 2>/dev/null; local a=$?
-    $GEN32 "$@" --gemv 0 > "$WORK/v0.out" 2>/dev/null; local b=$?
-    [ $a -eq 0 ] && [ $b -eq 0 ] && [ -s "$WORK/v1.out" ] && cmp -s "$WORK/v1.out" "$WORK/v0.out"
-    report "gemv = cuBLAS (fp32): $name" $?
-}
-gemv_same "GPT-2 GQA, greedy, batch of 3" --model $GQA --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P4 \
-    --temperature 0 --max-new 40 --eot -1
-gemv_same "llama MHA tied, greedy, batch of 8" --model $LMHA --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3 \
-    --prompt-ids $P4 --prompt-ids $P5 --prompt-ids $P6 --prompt-ids $P7 --prompt-ids $P1 --temperature 0 --max-new 30 --eot -1
-
 fi
 
 # ---- 4. bad inputs: non-zero exit and the expected words on stderr
@@ -217,23 +198,30 @@ bad "llama head size the GPU cannot run" "head size" --model tests/fixture/llama
 bad "llama channels not a multiple of 8" "must be a multiple of 8" --model tests/fixture/llama_gqa_model.bin --prompt-ids $P1
 bad "llama prompt longer than the context" "longer than the context" --model $LGQA --max-seq 8 --prompt-ids $P2
 bad "llama unknown token id" "out of range" --model $LMHA --prompt-ids 1,2,1000
-bad "--profile without --bench" "--profile" --model $MHA --prompt-ids $P1 --profile 1
+bad "a kernel choice is not a flag (--fused)" "--fused" --model $MHA --prompt-ids $P1 --fused 0
+# --help: the user's flags, no kernel-choice or timing switch (dev/cuda/decode_step.cu has those) and
+# no measurement
+$GEN --help > "$WORK/help.out" 2>&1
+st=$?
+removed="--(gemv|pdl|fused|latency-kernels|gemv-split-k|gemv-rows|step-sync|persistent|fold-argmax|decode-mma|profile)\b"
+{ [ $st -eq 0 ] && grep -q -- "--bench-prompt" "$WORK/help.out" && ! grep -qE -- "$removed" "$WORK/help.out" &&
+    ! grep -qE "[0-9] ?(us|ms)\b|H200" "$WORK/help.out"; } || st=1
+[ $st -ne 0 ] && grep -nE -- "$removed|[0-9] ?(us|ms)\b|H200" "$WORK/help.out" | head -5
+report "--help lists no kernel-choice or timing flag and no measurement" $st
 
 fi
 
-# ---- 7. the fused step vs the unfused one and the CPU twin
+# ---- 7. the fused step (B <= 8) and the cuBLASLt step (B = 10) vs the CPU twin
 if on 7; then
-fused_same() {  # fused_same NAME ARGS...: fp32 build --fused 1 = --fused 0 = the CPU twin (non-empty)
+fused_same() {  # fused_same NAME ARGS...: the fp32 build = the CPU twin (non-empty)
     local name=$1; shift
-    $GEN32 "$@" --fused 1 > "$WORK/f1.out" 2> "$WORK/f1.err"; local a=$?
-    $GEN32 "$@" --fused 0 > "$WORK/f0.out" 2> "$WORK/f0.err"; local b=$?
+    $GEN32 "$@" > "$WORK/f1.out" 2> "$WORK/f1.err"; local a=$?
     $CPU "$@" > "$WORK/fc.out" 2> "$WORK/fc.err" < /dev/null; local c=$?
-    [ $a -eq 0 ] && [ $b -eq 0 ] && [ $c -eq 0 ] && [ -s "$WORK/f1.out" ] && cmp -s "$WORK/f1.out" "$WORK/f0.out" &&
-        cmp -s "$WORK/f1.out" "$WORK/fc.out"
+    [ $a -eq 0 ] && [ $c -eq 0 ] && [ -s "$WORK/f1.out" ] && cmp -s "$WORK/f1.out" "$WORK/fc.out"
     local st=$?
-    [ $st -ne 0 ] && { echo "  fused 1 (rc $a):"; head -c 400 "$WORK/f1.out"; tail -3 "$WORK/f1.err";
-                      echo "  fused 0 (rc $b):"; head -c 400 "$WORK/f0.out"; echo "  cpu (rc $c):"; head -c 400 "$WORK/fc.out"; }
-    report "fused = unfused = CPU twin (fp32): $name" $st
+    [ $st -ne 0 ] && { echo "  gpu (rc $a):"; head -c 400 "$WORK/f1.out"; tail -3 "$WORK/f1.err";
+                      echo "  cpu (rc $c):"; head -c 400 "$WORK/fc.out"; }
+    report "decode step = CPU twin (fp32): $name" $st
 }
 fused_same "GPT-2 MHA, greedy, batch of 3" --model $MHA --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3 \
     --temperature 0 --max-new 40 --eot -1
@@ -265,17 +253,6 @@ for at in 1 0; do
     fi
     report "--matmul-autotune $at = CPU twin (fp32): GPT-2 GQA + window, batch of 10 (cuBLASLt)" $st
 done
-$GEN32 --model $LGQA --prompt-ids $P1 --prompt-ids $P2 --temperature 0 --max-new 40 --eot -1 --pdl 0 \
-    > "$WORK/p0.out" 2>/dev/null && $CPU --model $LGQA --prompt-ids $P1 --prompt-ids $P2 --temperature 0 --max-new 40 \
-    --eot -1 > "$WORK/pc.out" 2>/dev/null && [ -s "$WORK/p0.out" ] && cmp -s "$WORK/p0.out" "$WORK/pc.out"
-report "fused without PDL (--pdl 0) = CPU twin (fp32): llama GQA + window, batch of 2" $?
-for lat_run in "$MHA --prompt-ids $P1 --prompt-ids $P2 --prompt-ids $P3" "$LGQA $TEN"; do  # the kernels before
-    set -- $lat_run; lat_model=$1; shift                                                  # the latency work
-    $GEN32 --model $lat_model "$@" --temperature 0 --max-new 40 --eot -1 --latency-kernels 0 > "$WORK/l0.out" \
-        2>/dev/null && $CPU --model $lat_model "$@" --temperature 0 --max-new 40 --eot -1 > "$WORK/lc.out" \
-        2>/dev/null < /dev/null && [ -s "$WORK/l0.out" ] && cmp -s "$WORK/l0.out" "$WORK/lc.out"
-    report "--latency-kernels 0 = CPU twin (fp32), greedy: $(basename $lat_model), $# prompt args" $?
-done
 full7() {  # full7 NAME ARGS...: --check-full 1 of the bf16 build
     local name=$1; shift
     $GEN "$@" --check-full 1 > "$WORK/full.out" 2> "$WORK/full.err"; local st=$?
@@ -283,11 +260,9 @@ full7() {  # full7 NAME ARGS...: --check-full 1 of the bf16 build
     grep -q "check-full: .*: ok$" "$WORK/full.err" || st=1
     report "cached logits = full forward: $name" $st
 }
-full7 "bf16, d12, --fused 0, batch of 2" --init d12 --max-seq 128 --prompt-ids $P2 --prompt-ids $P1 --temperature 0 \
-    --max-new 24 --eot -1 --fused 0
-full7 "bf16, llama 114M shape, --fused 1, batch of 8" --init $LLAMA114 --max-seq 128 --prompt-ids $P1 --prompt-ids $P2 \
+full7 "bf16, llama 114M shape, fused step, batch of 8" --init $LLAMA114 --max-seq 128 --prompt-ids $P1 --prompt-ids $P2 \
     --prompt-ids $P3 --prompt-ids $P4 --prompt-ids $P5 --prompt-ids $P6 --prompt-ids $P7 --prompt-ids $P2 \
-    --temperature 0 --max-new 16 --eot -1 --fused 1
+    --temperature 0 --max-new 16 --eot -1
 fi
 
 # ---- 5. memcheck
@@ -310,20 +285,17 @@ fi
 # ---- 6. speed
 bench_lines=()
 if on 6 && [ "${BENCH:-1}" != 0 ]; then
-    # the last flags win: the third line times a 1008-token prefill (the issue's 1024-token target)
-    # PROFILE=1 adds --profile 1 to the runs marked P (their PROFILE lines go to the summary too)
-    for run in "P d12 --batch 1" "P d12 --batch 64" "- d12 --batch 1 --bench-prompt 1008 --max-new 16" \
-               "- d12 --batch 1 --graph 0" "- d12 --batch 1 --gemv 0" "- d12 --batch 1 --pdl 0" \
-               "- d12 --batch 1 --fused 0" "- d12 --batch 8" "- d12 --batch 8 --fused 0" "P $LLAMA114 --batch 1" \
-               "- $LLAMA114 --batch 1 --fused 0" "- $LLAMA114 --batch 64"; do
-        set -- $run; prof=$1 model=$2; shift 2; args="$*"
-        extra=""; [ "$prof" = P ] && [ "${PROFILE:-1}" != 0 ] && extra="--profile 1"
-        $GEN --init $model --bench 1 --bench-prompt 64 --max-new 256 --temperature 0 $args $extra \
+    # the last flags win: the third line times a 1008-token prefill (a 1024-token context)
+    for run in "d12 --batch 1" "d12 --batch 64" "d12 --batch 1 --bench-prompt 1008 --max-new 16" \
+               "d12 --batch 1 --graph 0" "d12 --batch 8" "$LLAMA114 --batch 1" "$LLAMA114 --batch 8" \
+               "$LLAMA114 --batch 64"; do
+        set -- $run; model=$1; shift; args="$*"
+        $GEN --init $model --bench 1 --bench-prompt 64 --max-new 256 --temperature 0 $args \
             > "$WORK/bench.out" 2> "$WORK/bench.err"
         st=$?
         grep -q BENCH_GEN "$WORK/bench.out" || st=1
         [ $st -ne 0 ] && tail -3 "$WORK/bench.err"
-        while read -r line; do bench_lines+=("$line"); done < <(grep -E "BENCH_GEN|PROFILE" "$WORK/bench.out")
+        while read -r line; do bench_lines+=("$line"); done < <(grep BENCH_GEN "$WORK/bench.out")
         report "bench $model $args" $st
     done
 fi
