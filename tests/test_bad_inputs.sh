@@ -41,6 +41,13 @@ import os
 os.makedirs(f"{d}/mixed")
 fmt.write_shard(f"{d}/mixed/a_000.bin", rng.integers(0, 64, 2000), 64)
 fmt.write_shard(f"{d}/mixed/a_001.bin", rng.integers(0, 64, 2000), 100)
+# two shards of one pattern, the second holding one id past the 64-token vocabulary (written good, then patched)
+os.makedirs(f"{d}/twoshards")
+fmt.write_shard(f"{d}/twoshards/a_000.bin", rng.integers(0, 64, 2000), 64)
+fmt.write_shard(f"{d}/twoshards/a_001.bin", rng.integers(0, 64, 2000), 64)
+with open(f"{d}/twoshards/a_001.bin", "r+b") as f:
+    f.seek(1024 + 2 * 1500)
+    f.write(np.array([64], "<u2").tobytes())
 fmt.write_tokenizer(f"{d}/tok.bin", [bytes([65 + i % 26]) for i in range(64)], 63)
 fmt.write_tokenizer(f"{d}/tok32.bin", [bytes([65 + i % 26]) for i in range(32)], 31)  # smaller than the model's 64
 good = open(f"{d}/good.bin", "rb").read()
@@ -259,6 +266,9 @@ expect_startup_error "--val shards of another vocabulary than the model's" "$T/v
 expect_startup_error "shards of two vocabularies in one --train pattern" \
     "$T/mixed/a_001.bin: vocab_size 100 in its header, but $T/mixed/a_000.bin (matched by the same pattern" \
     $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/mixed/a_*.bin"
+expect_startup_error "a bad token id in the second shard of --train, found at start" \
+    "$T/twoshards/a_001.bin: token id 64 at token offset 1500 is >= vocab_size 64" \
+    $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/twoshards/a_*.bin"
 expect_success "control: --data-vocab 32 takes the smaller vocabulary's shards" $TRAIN "${BASE[@]}" --init "$T/good.bin" \
     --train "$T/vocab32.bin" --data-vocab 32
 expect_startup_error "--data-vocab of a shard's, but another --val" "$T/train.bin: written by a tokenizer of vocab_size 64 (its header), but --data-vocab is 32" \

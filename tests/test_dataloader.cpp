@@ -271,12 +271,22 @@ static void test_bad_shards() {
                 {"short.bin", "16 tokens, fewer than one window of B*T+1 = 17"});
     tok.assign(3 * BT + 1, 5);
     tok[2 * BT + 3] = 50257;
-    shard_write(path_in("badid.bin").c_str(), tok.data(), tok.size(), VOCAB);
-    check_fails("token id >= the model's vocab_size", loader("badid.bin", 50257),
+    shard_write(path_in("badid.bin").c_str(), tok.data(), tok.size(), 50257);
+    check_fails("token id >= the model's and the header's vocab_size", loader("badid.bin", 50257),
                 {"badid.bin", "token id 50257 at token offset 35 is >= vocab_size 50257"});
     shard_write(path_in("badid2.bin").c_str(), tok.data(), tok.size(), 1000);  // header says ids < 1000
     check_fails("token id >= the shard header's vocab_size", loader("badid2.bin", 50257),
                 {"badid2.bin", "token id 50257 at token offset 35 is >= vocab_size 1000", "header"});
+    shard_write(path_in("bigvocab.bin").c_str(), tok.data(), tok.size(), VOCAB);  // header 65536 > the model's
+    check_fails("a shard of a larger vocabulary than the model's", loader("bigvocab.bin", 50257),
+                {"bigvocab.bin", "vocab_size 65536 (its header), larger than the model's vocab_size 50257"});
+    // a bad id in the second shard of a pattern is found when the loader is built, not when a batch reaches it
+    std::vector<int> fine(3 * BT + 1, 5);
+    shard_write(path_in("twoid_000.bin").c_str(), fine.data(), fine.size(), 50257);
+    shard_write(path_in("twoid_001.bin").c_str(), tok.data(), tok.size(), 50257);
+    check_fails("token id >= vocab_size in the second shard, found at construction",
+                [] { DataLoader d(path_in("twoid_*.bin").c_str(), B, T, 0, 1, 50257, 0, false); },
+                {"twoid_001.bin", "token id 50257 at token offset 35 is >= vocab_size 50257"});
     check_fails("no file matches the pattern", loader("nothing_*.bin", VOCAB), {"nothing_*.bin", "no files match"});
     check_fails("bad rank", [] { DataLoader d(path_in(GOOD).c_str(), B, T, 4, 4, VOCAB, 0, false); },
                 {"rank 4", "world_size = 4"});
@@ -397,7 +407,7 @@ static void test_token_widths() {
                 {"vocab16.bin", "vocab_size = 70000", "[1, 65536]"});
     std::vector<int> bad = wide;
     bad[2 * BT + 3] = WIDE_VOCAB;
-    shard_write(path_in("badwide.bin").c_str(), bad.data(), n, WIDE_VOCAB + 1);
+    shard_write(path_in("badwide.bin").c_str(), bad.data(), n, WIDE_VOCAB);
     check_fails("uint32 shard: a token id >= the model's vocab_size", loader("badwide.bin", WIDE_VOCAB),
                 {"badwide.bin", "token id 200000 at token offset 35 is >= vocab_size 200000"});
     std::string s = read_raw(path_in("w32_000.bin"));
