@@ -277,7 +277,7 @@ def check_types(hc, what):
 
 def check_shape(cfg, what):
     """The checks of llmc/gpt2_config.h gpt2_validate_config that a config.json could fail."""
-    C, NH, NKV, V = cfg["channels"], cfg["num_heads"], cfg["num_kv_heads"], cfg["vocab_size"]
+    C, NH, NKV = cfg["channels"], cfg["num_heads"], cfg["num_kv_heads"]
     limits = dict(num_layers=1024, num_heads=1 << 20, num_kv_heads=1 << 20, channels=65536, max_seq_len=1 << 20,
                   vocab_size=1 << 20, mlp_hidden=1 << 20)
     for key, most in limits.items():
@@ -286,8 +286,6 @@ def check_shape(cfg, what):
     if C % NH or NH % NKV:
         raise HFError(f"{what}: hidden size {C}, {NH} heads and {NKV} key/value heads: the heads must divide the "
                       "hidden size and the key/value heads the heads")
-    if V > 1 << 20:
-        raise HFError(f"{what}: vocab_size {V} is over our limit of 2^20")
     if cfg["position"] == fmt.POS_ROPE and (C // NH) % 2:
         raise HFError(f"{what}: RoPE needs an even head dim, this one is {C // NH}")
     if cfg["position"] == fmt.POS_ROPE and not 1.0 < cfg["rope_theta"] < 1e12:
@@ -433,9 +431,18 @@ def read_safetensors(path):
             raise HFError(f"{path}: not a safetensors file (bad JSON header: {e})")
     data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + n) if size > 8 + n else np.zeros(0, np.uint8)
     out = {}
+    if not isinstance(header, dict):
+        raise HFError(f"{path}: not a safetensors file (its JSON header is not an object)")
     for name, t in header.items():
         if name == "__metadata__":
             continue
+        offsets = t.get("data_offsets") if isinstance(t, dict) else None
+        if (not isinstance(t, dict) or not isinstance(t.get("dtype"), str) or not isinstance(t.get("shape"), list)
+                or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in t["shape"])
+                or not isinstance(offsets, list) or len(offsets) != 2
+                or not all(isinstance(k, int) and not isinstance(k, bool) for k in offsets)):
+            raise HFError(f"{path}: tensor {name}: its header entry is not {{dtype, shape: [sizes], "
+                          "data_offsets: [start, end]}")
         if t["dtype"] not in ST_DTYPES:
             raise HFError(f"{path}: tensor {name} has dtype {t['dtype']}; only F32, F16, BF16, F64 are read")
         start, end = t["data_offsets"]

@@ -119,6 +119,13 @@ def shard_folder(d, index_text):
         f.write(index_text)
 
 
+def safetensors_header(d, header):
+    """A folder whose model.safetensors holds `header` as its JSON header and 8 bytes of data."""
+    hf_folder(d)
+    with open(os.path.join(d, "model.safetensors"), "wb") as f:
+        f.write(len(header).to_bytes(8, "little") + header + bytes(8))
+
+
 @pytest.mark.parametrize("make, file, message", [
     (lambda d: open(os.path.join(hf_folder(d), "config.json"), "w").write("[1, 2]"), "config.json",
      "holds an array, not a JSON object"),
@@ -133,8 +140,13 @@ def shard_folder(d, index_text):
      "tensor transformer.wte.weight holds 1 values that are not finite"),
     (lambda d: hf_folder(d, "llama_mha_tied", "model.norm.weight", np.inf), "",
      "tensor model.norm.weight holds 1 values that are not finite"),
+    (lambda d: safetensors_header(d, b"[1, 2]"), "model.safetensors", "its JSON header is not an object"),
+    (lambda d: safetensors_header(d, b'{"w": {"shape": [2], "data_offsets": [0, 8]}}'), "model.safetensors",
+     "tensor w: its header entry is not {dtype, shape: [sizes], data_offsets: [start, end]}"),
+    (lambda d: safetensors_header(d, b'{"w": {"dtype": "F32", "shape": ["2"], "data_offsets": [0, 8]}}'),
+     "model.safetensors", "tensor w: its header entry is not"),
 ], ids=["config_list", "hidden_size_string", "config_not_utf8", "index_not_json", "index_weight_map_list",
-        "gpt2_nan", "llama_norm_inf"])
+        "gpt2_nan", "llama_norm_inf", "safetensors_header_list", "safetensors_no_dtype", "safetensors_shape_string"])
 def test_import_script_bad_folder_is_one_line(tmp_path, make, file, message):
     d = tmp_path / "hf"
     d.mkdir()
