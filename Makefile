@@ -5,6 +5,7 @@
 #   make test-gpu       the GPU tests (needs a GPU)
 #   make dev            the kernel lab (dev/cuda; see its Makefile for spills, sass, one lab)
 #   make check-headers  every llmc/ header compiles on its own (g++, and nvcc when it exists)
+#   make check-arch     every GPU program and lab file compiles for each architecture (nvcc's front end)
 #   make spills         registers and spills of every trainer kernel (ptxas -v); the lab's: make -C dev/cuda spills
 #   make sass           the trainer's machine code into build/train_gpt2cu.sass
 #   make bench          scripts/bench_train.sh (needs a GPU and PyTorch)
@@ -52,7 +53,7 @@ MPI_FLAGS   = -DLLMC_MPI $(shell $(MPICXX) --showme:compile) $(shell $(MPICXX) -
 LLMC_H   := $(wildcard llmc/*.h llmc/cpu/*.h)
 LLMC_CUH := $(wildcard llmc/*.cuh) $(LLMC_H)
 
-.PHONY: all cpu gpu test test-build test-gpu dev check-headers spills sass bench clean fixture
+.PHONY: all cpu gpu test test-build test-gpu dev check-headers check-arch spills sass bench clean fixture
 all: cpu $(if $(HAS_NVCC),gpu)
 cpu: $(CPU_TARGETS)
 gpu: $(GPU_TARGETS)
@@ -160,6 +161,40 @@ $(BUILD)/headers/%.cuh.ok: %.cuh $(LLMC_CUH)
 	@echo '#include "$<"' > $(BUILD)/headers/$*.cu
 	@$(NVCC) $(NVCCFLAGS) $(DEVICE_SYNTAX_ONLY) -c $(BUILD)/headers/$*.cu -o $(BUILD)/headers/$*.o > $(@:.ok=.log) 2>&1 || $(HEADER_FAIL)
 	@touch $@
+
+# Every GPU program and lab file (the NCCL trainer too, when NCCL's header is found) compiles for each
+# architecture of a fat build (CHECK_ARCHS, by default build.mk's GPU_ARCHS_ALL, with LLMC_SM90A as
+# GPU_ARCH=all sets it): each (architecture, file) is one nvcc run of the device front end only
+# (-fdevice-syntax-only -ptx: no host compile, no optimizer, no ptxas). It catches what the
+# preprocessor and the C++ front end see: a declaration a CUDA header makes only for newer GPUs, a
+# call an architecture guard should have kept out. Not an inline-asm instruction an architecture
+# lacks: only ptxas refuses those (a full build for that GPU_ARCH does). A stamp per pair under
+# build/arch/ skips the unchanged ones.
+CHECK_ARCHS ?= $(GPU_ARCHS_ALL)
+ARCH_UNITS  := train_gpt2.cu test_gpt2.cu generate.cu tests/test_fp8_gpu.cu $(wildcard dev/cuda/*.cu) \
+               $(if $(NCCL_H),train_gpt2.cu.nccl)
+ARCH_STAMPS := $(foreach a,$(CHECK_ARCHS),$(addprefix $(BUILD)/arch/$(a)/,$(addsuffix .ok,$(ARCH_UNITS))))
+ARCH_FLAGS  := $(filter-out -gencode arch=% -DLLMC_SM90A,$(NVCCFLAGS)) -DLLMC_SM90A $(DEVICE_SYNTAX_ONLY) -ptx
+ARCH_DEPS   := $(LLMC_CUH) $(wildcard dev/cuda/*.cuh tests/*.h)
+check-arch:
+	@$(if $(HAS_NVCC),,echo "check-arch: no nvcc, nothing checked"; exit 0;) \
+	$(MAKE) --no-print-directory -s -k $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(JOBS)) $(ARCH_STAMPS) \
+	    || { echo "check-arch: these do not compile:"; for s in $(ARCH_STAMPS); do [ -f $$s ] || echo "    $$s" \
+	         | sed 's|$(BUILD)/arch/\([^/]*\)/\(.*\)\.ok|sm_\1 \2|'; done; exit 1; }
+	@$(if $(HAS_NVCC),echo "check-arch: $(words $(ARCH_UNITS)) files compile (device front end) for sm_$(subst $(space),$(comma) sm_,$(strip $(CHECK_ARCHS)))")
+space := $(subst ,, )
+# A stamp's architecture and file: build/arch/<arch>/<file>.ok (<file>.nccl.ok: with NCCL_FLAGS).
+# On failure: the first errors, the whole output in build/arch/<arch>/<file>.log
+ARCH_OF     = $(firstword $(subst /, ,$(patsubst $(BUILD)/arch/%,%,$@)))
+ARCH_FAIL   = { echo "check-arch: FAIL $(patsubst $(BUILD)/arch/$(ARCH_OF)/%.ok,%,$@) for sm_$(ARCH_OF) (its first \
+                errors; all of the output in $(@:.ok=.log))"; grep -m 6 -E 'error|Error' $(@:.ok=.log) | sed 's/^/    /'; exit 1; }
+ARCH_RECIPE = @mkdir -p $(dir $@) && { $(NVCC) $(ARCH_FLAGS) $(if $(filter %.nccl.ok,$@),$(NCCL_FLAGS)) -arch=compute_$(ARCH_OF) \
+                $< -o /dev/null > $(@:.ok=.log) 2>&1 || $(ARCH_FAIL); } && touch $@
+define ARCH_RULES
+$(BUILD)/arch/$(1)/%.ok: % $(ARCH_DEPS) ; $$(ARCH_RECIPE)
+$(BUILD)/arch/$(1)/%.nccl.ok: % $(ARCH_DEPS) ; $$(ARCH_RECIPE)
+endef
+$(foreach a,$(CHECK_ARCHS),$(eval $(call ARCH_RULES,$(a))))
 
 # ptxas's report of the trainer (device code only), then one line per kernel: registers, spills.
 spills: $(BUILD)/train_gpt2cu.ptxas

@@ -1,6 +1,7 @@
 # build.mk: the CUDA build settings, written once. The top Makefile and dev/cuda/Makefile include it,
 # so the trainer, the tests and the kernel lab always compile with the same flags.
-# Options: PRECISION=BF16|FP32, GPU_ARCH=90a (any sm number), USE_CUDNN=1 (with CUDNN_FRONTEND_PATH)
+# Options: PRECISION=BF16|FP32, GPU_ARCH=90a (one sm number, a list, or all; below), USE_CUDNN=1 (with
+#          CUDNN_FRONTEND_PATH)
 
 # The repository root as seen from the including Makefile ("." at the top, "../.." from dev/cuda):
 # read before anything else is included, while this file is the last one in MAKEFILE_LIST.
@@ -11,12 +12,25 @@ PRECISION ?= BF16
 GPU_ARCH  ?= 90a
 HAS_NVCC  := $(shell command -v $(NVCC) 2>/dev/null)
 
-NVCCFLAGS := -O3 -std=c++17 -I$(LLMC_ROOT) --use_fast_math -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) \
+# GPU_ARCH: the machine code to build. One architecture (90a: H100/H200 with the Hopper kernels; 80:
+# A100; 86: RTX 30xx, A40; 89: RTX 40xx, L4, L40; 100: B200; 120: RTX 50xx) gives its SASS only. A
+# list, oldest first ("80 90a"), or all (GPU_ARCHS_ALL) gives a fat binary: the SASS of each, plus
+# the PTX of the last one (unless it is an arch-specific 90a) for GPUs newer than all of them.
+GPU_ARCHS_ALL := 80 86 89 90a 100 120
+GPU_ARCH_LIST := $(if $(filter all,$(GPU_ARCH)),$(GPU_ARCHS_ALL),$(GPU_ARCH))
+GPU_ARCH_PTX  := $(if $(word 2,$(GPU_ARCH_LIST)),$(filter-out %a,$(lastword $(GPU_ARCH_LIST))))
+# -gencode flags for the architectures $(1), with the PTX of $(2) (one of them, or empty)
+comma := ,
+GENCODE = $(foreach a,$(1),-gencode arch=compute_$(a),code=$(if $(filter $(a),$(2)),[sm_$(a)$(comma)compute_$(a)],sm_$(a)))
+
+NVCCFLAGS := -O3 -std=c++17 -I$(LLMC_ROOT) --use_fast_math $(call GENCODE,$(GPU_ARCH_LIST),$(GPU_ARCH_PTX)) \
              -Xcompiler -fopenmp,-fno-math-errno -DPRECISION_$(PRECISION) -lineinfo
 NVLDLIBS  := -lcublas -lcublasLt -lgomp
-# sm_90a (Hopper's arch-specific features: wgmma, setmaxnreg) kernels compile only for that target;
-# LLMC_SM90A tells the host code they exist
-ifeq ($(GPU_ARCH),90a)
+# The Hopper kernels (wgmma, setmaxnreg, TMA tensor copies: llmc/attention_hopper*.cuh) need sm_90a's
+# arch-specific features. LLMC_SM90A says the build has their sm_90a machine code; their device code
+# is empty for the other architectures of a list, and the host runs them only on a 9.0 GPU
+# (llmc/cuda_common.cuh, device_runs_sm90a).
+ifneq ($(filter 90a,$(GPU_ARCH_LIST)),)
   NVCCFLAGS += -DLLMC_SM90A
 endif
 # NCCL (data parallel, llmc/gpt2_dist.cuh): its header beside nvcc's, in /usr/include, or under NCCL_HOME
