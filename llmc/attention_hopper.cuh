@@ -25,11 +25,10 @@
 //   FwdTileScheduler    a persistent grid (one CTA an SM) strides over the work items: BQ-query tiles
 //                       of one head, aligned to the end of the sequence, in head groups whose K/V fit
 //                       in 32 MB of L2, each group its longest tiles first
-// The role functions are __forceinline__ (their code was the kernel's body); the helpers inside the
-// main loop stay lambdas, and the small accessors plain inline, as they were before the split: the
-// order in which the compiler inlines and simplifies them decides ptxas's output (the machine code is
-// byte-identical to that of the single-body kernel, cuobjdump -sass compared; moving the Q address or
-// the own-range computation out of the main loop, or making the lambdas functions, changed it).
+// The role functions are __forceinline__, the helpers inside the main loop lambdas, and the small
+// accessors plain inline: the order in which the compiler inlines and simplifies them decides ptxas's
+// output (moving the Q address or the own-range computation out of the main loop, or making the
+// lambdas functions, changes the machine code; cuobjdump -sass compares it).
 // Budget as shipped (HopperFwdShipped):
 //   HD 64   3 consumer warpgroups (BQ 192) at 160 registers, each only its own K/V tiles; BKV 128, 2
 //           stages; smem 2 x Q 24 KB + 2 x (K, V) 16 KB = 112 KB + barriers; 128 registers at launch,
@@ -38,9 +37,9 @@
 //           2 x (K, V) 32 KB = 192 KB + barriers; 168 registers at launch, no spills
 // FLOPs 4 * HD per visible (query, key) pair (plus the masked parts of diagonal tiles); bytes: K/V
 // re-read by every query tile of a head, from L2 thanks to the head groups: compute-bound.
-// Measured (H200, dev/cuda/attention_hopper.cu, 2026-12-02, cuDNN 9 in the same run), TFLOP/s: gpt2
+// Measured (H200, dev/cuda/attention_hopper.cu, cuDNN 9 in the same run), TFLOP/s: gpt2
 // (B 64, NH 12, T 1024, HD 64) 351.9 vs 320.9 (1.10x); long (B 16, NH 16, T 4096, HD 128) 520.9 vs
-// 549.2 (0.95x). The lab file has the variants and the dropped designs; docs/perf.md the history.
+// 549.2 (0.95x). The lab file has the other configurations and the dropped designs.
 // Part of llmc/attention.cuh, which includes it (the trainer and the labs include attention.cuh); it
 // builds on the mma helpers and the Hopper building blocks of attention_hopper_common.cuh.
 #pragma once
@@ -473,6 +472,7 @@ template <class Config, bool FP8 = false>
 __global__ void __launch_bounds__(HopperFwd<Config>::THREADS, 1)
     attention_forward_wgmma(bf16* out, float* lse, const __grid_constant__ CUtensorMap map, int B, int T, QKVLayout L,
                             int window, int group, AttnFp8Out f8) {
+#if LLMC_SM90A_DEVICE
     using K = HopperFwd<Config>;
     constexpr int STAGES = K::STAGES;
     constexpr int CWARPS = 4 * K::NWG;  // consumer warps: one arrival each on the empty barriers
@@ -499,6 +499,9 @@ __global__ void __launch_bounds__(HopperFwd<Config>::THREADS, 1)
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(K::CONSUMER_REGS));
     fwd_consumer<K, FP8>(sm, smem_raw + (sm.base - raw), sched, warp, lane, out, lse, T, L, window, f8);
+#else
+    __trap();
+#endif
 }
 
 // (head, sequence) pairs an item group holds (FwdTileScheduler) so that their K and V, 4 * T * HD

@@ -51,17 +51,17 @@
 //   HD 64   BQ 128, late dQ; producer 24 registers, consumers 240 (168 at launch); 8 bytes of spill
 //           stores, 24 of spill loads. smem K, V 32 KB + 2 x (Q, dO) 64 KB + 2 dS^T 64 KB + dQ boxes
 //           32 KB + D, lse2 2 KB = 194 KB + barriers
-//   HD 128  BQ 64, lockstep (skip_masked: lab variant 17); producer 40 registers, consumers 232; no spills. smem K, V 64 KB + 2 x
-//           (Q, dO) 64 KB + 2 dS^T 32 KB + dQ boxes 32 KB + D, lse2 1 KB = 193 KB + barriers
+//   HD 128  BQ 64, lockstep, skip_masked off; producer 40 registers, consumers 232; no spills. smem K,
+//           V 64 KB + 2 x (Q, dO) 64 KB + 2 dS^T 32 KB + dQ boxes 32 KB + D, lse2 1 KB = 193 KB + barriers
 // FLOPs: 5 matmuls, 10 * HD per visible pair (plus the masked parts of diagonal and window-edge tiles);
 // bytes: K, V once, Q and dO once per key tile (from L2 with the work order above), BQ * HD * 4 bytes
 // of dQ reductions per (key tile, query tile). Issue- and latency-bound.
-// Measured (H200, dev/cuda/attention_backward.cu variant 0, commit 7e71c02, cuDNN 9 in the same run),
+// Measured (H200, dev/cuda/attention_backward.cu, the shipped kernel, cuDNN 9 in the same run),
 // TFLOP/s: gpt2 (B 64, NH 12, T 1024, HD 64) 233.6 vs 244.7 (0.95x); gqa (NH 12 / NKV 4) 266.3 vs
 // 229.6 (1.16x); long (B 16, NH 16, T 4096, HD 128) 409.7 vs 468.9 (0.87x). The lab file has the
-// variants and the dropped designs; docs/perf.md the history.
-// The role functions are __forceinline__ (their code was the kernel's body) and the per-tile helpers
-// lambdas, as before the split, which keeps the machine code byte-identical (see attention_hopper.cuh).
+// other configurations and the dropped designs.
+// The role functions are __forceinline__ and the per-tile helpers lambdas, for the machine code's
+// sake (see attention_hopper.cuh).
 // Part of llmc/attention.cuh, which includes it (the trainer and the labs include attention.cuh); it
 // builds on the single-pass mma backward's prologue, dq_store, scratch layout and helpers
 // (attention_mma_backward.cuh) and the Hopper building blocks of attention_hopper_common.cuh.
@@ -573,6 +573,7 @@ __global__ void __launch_bounds__(HopperBwd<Config>::THREADS, 1)
                              const __grid_constant__ CUtensorMap dout_map, const __grid_constant__ CUtensorMap dq_map,
                              const __grid_constant__ CUtensorMap rows_map, float* dkv_accum, int B, int T, QKVLayout L,
                              int window, int chunk) {
+#if LLMC_SM90A_DEVICE
     using K = HopperBwd<Config, SPLIT>;
     constexpr int STAGES = K::STAGES;
     extern __shared__ uint8_t smem_raw[];
@@ -599,6 +600,9 @@ __global__ void __launch_bounds__(HopperBwd<Config>::THREADS, 1)
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(K::CONSUMER_REGS));
     bwd_consumer<K>(sm, smem_gen, sched, warp, lane, dqkv, dkv_accum, &dq_map, T, L, window);
+#else
+    __trap();
+#endif
 }
 
 // dq_accum (B, T, NH * HD) fp32, reduced into in boxes of 32 columns x 64 rows (128 bytes a row, the
@@ -720,10 +724,8 @@ inline bool backward_hopper(bf16* dqkv, float* scratch, const bf16* dout, const 
 
 // The shipped configurations (budget in the header comment). HD 64: query tiles of 128 and the late dQ
 // (each +5..17% at gpt2 / gqa, docs/perf.md); HD 128 keeps the lockstep schedule (the late dQ measured
-// within noise there and spills 60 bytes) and skips the tiles a warpgroup's keys cannot see (a 256
-// window at BQ 64: 1 of each warpgroup's 6 query tiles a key tile; causal: the diagonal tile of
-// warpgroup 1), which leaves the tensor cores to the other warpgroup; not yet timed on the H200
-// (attention_backward.cu variants 16, 17).
+// within noise there and spills 60 bytes) and does not skip the tiles a warpgroup's keys cannot see
+// (below; dev/cuda/attention_backward.cu times both).
 template <int HD>
 struct HopperBwdShipped;
 template <>
@@ -733,8 +735,8 @@ struct HopperBwdShipped<64> {
 };
 template <>
 struct HopperBwdShipped<128> {
-    // skip_masked off: on the H200 (docs/perf.md, sixteenth run) it took the window-256 shape from 160.0
-    // to 163.2 TFLOP/s but the unwindowed T 4096 one from 412.9 to 401.8 (lab variant 17 keeps it)
+    // skip_masked off: on the H200 it takes the window-256 shape from 160.0 to 163.2 TFLOP/s but the
+    // unwindowed T 4096 one from 412.9 to 401.8 (the lab keeps it as a configuration)
     static constexpr int head_dim = 128, q_tile = 64, stages = 2;
     static constexpr bool late_dq = false, skip_masked = false;
 };

@@ -14,14 +14,17 @@
 #include <cudaTypedefs.h>
 #include "attention_mma.cuh"
 
-// Whether this build has the sm_90a kernels (the Makefiles pass -DLLMC_SM90A for GPU_ARCH=90a).
-inline bool attention_hopper_available() {
-#if defined(LLMC_SM90A)
-    return true;
+// Whether the Hopper attention kernels run on this device (the build has them and it is an sm_90 GPU).
+inline bool attention_hopper_available() { return device_runs_sm90a(); }
+
+// Where the Hopper kernels' device code compiles: the host pass and the sm_90a device pass. In the
+// other device passes of a fat build (GPU_ARCH=all or a list holding 90a) their bodies are a trap, so
+// no wgmma, setmaxnreg or TMA instruction reaches those architectures' machine code.
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define LLMC_SM90A_DEVICE 1
 #else
-    return false;
+#define LLMC_SM90A_DEVICE 0
 #endif
-}
 
 #if defined(LLMC_SM90A)
 namespace attention_hopper_detail {

@@ -168,10 +168,14 @@ __device__ inline void prefetch_l2(const void* p) {
 // complete: used by the Hopper attention kernels (llmc/attention_hopper_common.cuh, its tma_load),
 // and with the plain bulk copy below by the FP8 classifier (llmc/fused_classifier.cuh, rows in shared
 // memory) and the persistent decode step (llmc/decode_persistent.cuh).
-// Addresses are shared-window ones (__cvta_generic_to_shared). Device code for sm_90 and later only:
-// a kernel that uses them outside an sm_90a-only build guards its body with LLMC_HAS_BULK_COPY.
+// Addresses are shared-window ones (__cvta_generic_to_shared). Declared for every architecture; the
+// instructions exist from sm_90 on, so a kernel compiled for older ones too guards the code that calls
+// them with LLMC_HAS_BULK_COPY (ptxas refuses them below sm_90; check-arch's front end does not see it).
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 #define LLMC_HAS_BULK_COPY 1
+#else
+#define LLMC_HAS_BULK_COPY 0
+#endif
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
@@ -200,9 +204,6 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
                  "l"(src), "r"(bytes), "r"(bar)
                  : "memory");
 }
-#else
-#define LLMC_HAS_BULK_COPY 0
-#endif
 
 // ---------------------------------------------------------------- step counters (flag waits)
 // The decode step's kernels at B <= 8 (gpt2_infer.cuh, --step-sync 1) replace griddepcontrol.wait,
@@ -303,6 +304,40 @@ inline int current_sm_count() {
     cudaCheck(cudaGetDevice(&dev));
     cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     return sms;
+}
+
+// ---------------------------------------------------------------- architecture policy
+// One binary may hold machine code for several GPUs (build.mk: GPU_ARCH=all or a list), so the host
+// picks kernels at run time: device code is guarded by __CUDA_ARCH__ (and __CUDA_ARCH_FEAT_SM90_ALL
+// for sm_90a), and the host asks these functions which code the current device runs.
+// The current device's compute capability as one number: 80 A100, 86, 89 Ada, 90 H100/H200, 100, 120.
+inline int current_compute_capability() {
+    int dev = 0, major = 0, minor = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    return 10 * major + minor;
+}
+// Whether the Hopper kernels (wgmma, setmaxnreg, TMA tensor copies: llmc/attention_hopper*.cuh) run
+// here: the build has their sm_90a machine code (LLMC_SM90A: GPU_ARCH holds 90a) and the device is
+// compute capability 9.0, for which the driver loads that code. Everywhere else the portable kernels.
+inline bool device_runs_sm90a() {
+#if defined(LLMC_SM90A)
+    static const bool hopper = current_compute_capability() == 90;
+    return hopper;
+#else
+    return false;
+#endif
+}
+// The __CUDA_ARCH__ / 10 (80, 90, ...) that the current device's code of `kernel` was compiled for:
+// the device's own architecture where the build has its SASS, an older one where the driver runs the
+// SASS of an older minor version or JIT-compiles older PTX (a compute_80 build on an H100). Code that a
+// kernel guards with __CUDA_ARCH__ >= 900 runs where this is >= 90 (cub's PtxVersion asks the same).
+template <typename... KArgs>
+inline int kernel_code_arch(void (*kernel)(KArgs...)) {
+    cudaFuncAttributes attr{};
+    cudaCheck(cudaFuncGetAttributes(&attr, kernel));
+    return attr.ptxVersion;
 }
 
 // ---------------------------------------------------------------- context
@@ -409,7 +444,7 @@ inline int norm_block_per_row_threads(int C) { return ceil_div(C / x128::size, W
 //  - wide, more packs per lane (bf16 only: 1024 < C <= 2048): the row in flight alone takes ~2
 //    registers per value (128 at 64 values per lane), so the sums move to dynamic shared memory (each
 //    lane its own slots, the same order of additions) and the kernel runs norm_backward_min_blocks
-//    (1) block per SM (255 registers; LayerNorm's reworked kernel 2 at 5 packs: layernorm.cuh); at
+//    (1) block per SM (255 registers; LayerNorm's at 5 packs: layernorm.cuh); at
 //    most blocks x NORM_BWD_WIDE_CHUNKS = 132 chunks a block per SM (one wave on the H200's 132 SMs;
 //    a constant, not the device's SM count, so the sums' order does not depend on the GPU).
 // Either way at least COLUMN_MIN_ROWS rows a chunk, so the chunks fit the scratch of column_num_chunks(N).

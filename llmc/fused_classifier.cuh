@@ -114,8 +114,8 @@ __device__ inline Fp8Pack classifier_fp8_pack(const x128& g, float scale) {
 // One block per row straight from global memory, the floatX gradient in place over the logits (where
 // write_dlogits). Pass 2 re-reads the row (100 KB in bf16 at Vp = 50304: still in L2); each thread
 // writes the bytes it read. DRAM: ~2 * N * Vp * sizeof(floatX) bytes; H200, bf16, B*T = 65536:
-// 4.26 ms, 77% of the copy (2026-12-02). The lab's variant 1 (dev/cuda/fused_classifier.cu) reads
-// each row from DRAM once through shared memory and was no faster.
+// 4.26 ms, 77% of the copy. Reading each row from DRAM once through shared memory is no faster
+// (dev/cuda/fused_classifier.cu).
 static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
     fused_classifier_block_per_row(floatX* logits, float* losses, const int* targets, float dloss, int V, int Vp,
                                    bool write_dlogits) {
@@ -142,9 +142,9 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
 // gradient (before the FP8 cast) are bit for bit the bf16 classifier's.
 // DRAM: N * Vp * (2 read + 1 written) bytes, 9.9 GB at B*T = 65536, Vp 50304 (2.8 ms at 3.5 TB/s);
 // the SM's 16-a-clock pipes: ~2.1 ex2 and 1 conversion a logit (bf16x2, fp8x2: one per two values),
-// ~2.5 ms at 1.98 GHz: close to both bounds, which the two blocks a SM overlap. H200 (2026-12-04): 3.80
-// ms in the lab, 3.94 in the step's profile (replaces fused_classifier_rows_in_smem's FP8 output, one persistent block a SM: 4.92 ms in the
-// trainer's profile; the lab's FP8 variant 1). LOADS: classifier_row_stats's (the lab's variant 4 loads 2).
+// ~2.5 ms at 1.98 GHz: close to both bounds, which the two blocks a SM overlap. H200: 3.80 ms in the
+// lab, 3.94 in the step's profile (one persistent block a SM with the rows in shared memory: 4.92 ms
+// in the trainer's profile). LOADS: classifier_row_stats's (the lab also times 2).
 template <Fp8Format F, int LOADS = 1>
 static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
     fused_classifier_fp8_block_per_row(floatX* logits, float* losses, const int* targets, float dloss, int V, int Vp,
@@ -182,8 +182,7 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
 // the floatX gradient and the FP8 bytes are bit for bit fused_classifier_fp8_block_per_row's (the
 // same reads, the same order; dev/cuda/fused_classifier.cu compares every byte and loss).
 // DRAM: N * Vp * (2 read + 1 written) bytes less the second pass's L2 reads of the block-per-row
-// kernel. H200 (2026-12-04, the lab's FP8 variant 2 before it shipped, N = 65536, Vp 50304): 3.49 ms
-// against 3.80 for the block-per-row kernel.
+// kernel. H200 (the lab, N = 65536, Vp 50304): 3.49 ms against 3.80 for the block-per-row kernel.
 template <Fp8Format F>
 static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
     fused_classifier_fp8_rows_in_smem(floatX* logits, float* losses, const int* targets, float dloss, int N, int V,
@@ -239,26 +238,22 @@ inline size_t classifier_fp8_smem_bytes(int Vp) { return (size_t)ceil_div(Vp / 2
 // Shared memory of fused_classifier_fp8_rows_in_smem: a whole row.
 inline size_t classifier_fp8_row_smem_bytes(int Vp) { return (size_t)Vp * sizeof(floatX); }
 
-// Whether fused_classifier_fp8 takes fused_classifier_fp8_rows_in_smem on this GPU: sm_90 (the bulk
-// copy) and two blocks of a row each within an SM's shared memory (each block also reserves 1 KB of
-// it and has a few bytes of its own): bf16 rows up to Vp ~ 57K on the H200's 228 KB. Otherwise (wider
-// rows, older GPUs, builds for another GPU_ARCH) the block-per-row kernel, whose half a row fits up to Vp ~ 230K.
+// Whether fused_classifier_fp8 takes fused_classifier_fp8_rows_in_smem on this GPU: the kernel's code
+// here was compiled for sm_90 or newer (its bulk copy; kernel_code_arch) and two blocks of a row each
+// fit within an SM's shared memory (each block also reserves 1 KB of it and has a few bytes of its
+// own): bf16 rows up to Vp ~ 57K on the H200's 228 KB. Otherwise (wider rows, older GPUs, a build of
+// older code) the block-per-row kernel, whose half a row fits up to Vp ~ 230K.
 inline bool classifier_fp8_rows_fit(int Vp) {
-    static int major = -1, per_sm = 0, optin = 0;
-    if (major < 0) {
+    static int code_arch = -1, per_sm = 0, optin = 0;
+    if (code_arch < 0) {
         int dev = 0;
         cudaCheck(cudaGetDevice(&dev));
-        cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
         cudaCheck(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
         cudaCheck(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        code_arch = kernel_code_arch(fused_classifier_fp8_rows_in_smem<Fp8Format::E4M3>);
     }
-#if defined(LLMC_SM90A)  // an sm_90a build (the Makefiles' default GPU_ARCH): the kernel's bulk copy is compiled
     const size_t block = classifier_fp8_row_smem_bytes(Vp) + 1024 + 64;
-    return major >= 9 && 2 * block <= (size_t)per_sm && block <= (size_t)optin;
-#else
-    (void)Vp;
-    return false;
-#endif
+    return code_arch >= 90 && 2 * block <= (size_t)per_sm && block <= (size_t)optin;
 }
 
 // Checks that the FP8 classifier's shared memory fits this GPU (Vp up to ~230K on the H200's 227 KB a

@@ -229,6 +229,7 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
            AtomicCfg<128, 4, 1, 32, 2, false>{});
 #if defined(LLMC_SM90A)
     auto hopper = [&](int v, const char* what, auto cfg64, auto cfg128) {
+        if (!attention_hopper_available()) return;  // a fat build on another GPU
         variant(v, what, [&] {
             using namespace attention_hopper_detail;
             if (HD == 64) backward_hopper<decltype(cfg64)>(dqkv, scratch, dout, qkv, out, lse, B, T, L, W, st);
@@ -243,6 +244,7 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
     // the shipped kernel before the split schedule and the skip (HD 64: 13's kernel; HD 128: 11's), then
     // the shipped kernel without the split schedule
     auto whole_items = [&](int v, const char* what, auto cfg64, auto cfg128) {
+        if (!attention_hopper_available()) return;
         variant(v, what, [&] {
             using namespace attention_hopper_detail;
             if (HD == 64)
