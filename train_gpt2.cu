@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
 
     CudaContext ctx;
     ctx.init(gpu_dp_device(*comm));
+    if (cfg.fp8) fp8_check_device(ctx.props);
     printf("device: %s, %d SMs, %.1f GiB; precision %s, attention %s\n", ctx.props.name, ctx.props.multiProcessorCount,
            ctx.props.totalGlobalMem / 1073741824.0, PRECISION_NAME, ATTENTION_NAME);
     gpt2_print_config(config);

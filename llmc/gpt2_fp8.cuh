@@ -1,4 +1,4 @@
-// gpt2_fp8.cuh: the FP8 linear layers of --fp8 (issue 18; docs/numerics.md, "FP8 in the trainer").
+// gpt2_fp8.cuh: the FP8 linear layers of --fp8 (docs/numerics.md, "FP8 in the trainer").
 // Inside every block the four linear layers (qkv, attproj, fc, fcproj; for Llama fc is SwiGLU's
 // [gate | up]) run their three matmuls through llmc/matmul_fp8.cuh:
 //   forward          Y  = X . W^T + b      X e4m3 (N, Cin), W e4m3 (OC, Cin)          fast accumulation
@@ -43,7 +43,7 @@
 //            scale exists before the tensor, the casts run fused into the producers (--fp8-fused 1,
 //            the default; with --fp8-wgrad fp8): the amax passes and every bf16 write-then-read of
 //            a tensor only the casts need are gone. The default for that reason: it moves the fewest
-//            bytes (step time: docs/perf.md, "FP8 (issue 18)"), at +0.26% val loss against bf16 after
+//            bytes (step time: docs/perf.md, the FP8 table), at +0.26% val loss against bf16 after
 //            2000 steps (docs/numerics.md, "Measured"; current scaling: +0.09%).
 //   current  fp8_amax pass, fp8_update_scales(history 1), cast: the scale fits the tensor itself; the
 //            casts are separate passes (the scale needs the whole tensor first).
@@ -181,6 +181,14 @@ inline bool fp8_norm_fused(const GPT2Fp8& f, int l, int k) {
 // columns: with the fused casts the weight gradient reads dY^T and the bias gradient comes from the
 // cast.
 inline bool fp8_dq_fused(const GPT2Fp8& f, int l) { return fp8_fused(f) && !f.rope && fp8_linear_on(f, l, FP8_QKV); }
+
+// FP8 matmuls need tensor cores that take e4m3/e5m2: compute capability 8.9 (Ada) or newer. Fails
+// naming the GPU below that; the trainer calls it once its device is chosen.
+inline void fp8_check_device(const cudaDeviceProp& p) {
+    if (10 * p.major + p.minor < 89)
+        fail("--fp8 1: %s is compute capability %d.%d; FP8 needs 8.9 or newer (Ada, Hopper, Blackwell)", p.name, p.major,
+             p.minor);
+}
 
 // Sizes the buffers for a model of config c trained at N rows; fails on shapes the casts cannot take.
 inline void fp8_plan(GPT2Fp8& f, const GPT2Config& c, int N) {
