@@ -207,7 +207,7 @@ template <int HD_, int WARPS_, int MT_, int BQ_, int MIN_BLOCKS_, bool SKIP_ = t
 struct AtomicCfg {
     // SKIP: warps skip query tiles their keys cannot see (the diagonal, the window edge), and the dQ
     // step skips invisible 16 x 16 blocks. Saves work at HD 128; at HD 64 the branch costs more than it
-    // saves (155 against 177 TFLOP/s at gpt2, attention_backward.cu variants 9 and 10).
+    // saves (155 against 177 TFLOP/s at gpt2, dev/cuda/attention_backward.cu).
     static constexpr bool SKIP = SKIP_;
     static constexpr int HD = HD_, WARPS = WARPS_, THREADS = WARPS_ * WARP_SIZE, MT = MT_, WROWS = 16 * MT_,
                          BKV = WROWS * WARPS_, BQ = BQ_, MIN_BLOCKS = MIN_BLOCKS_;
@@ -470,7 +470,7 @@ inline void backward_flash_atomic(bf16* dqkv, float* scratch, const bf16* dout, 
 }
 
 // The shipped configuration, the fastest of dev/cuda's variants on the H200 (docs/perf.md):
-//   HD 64: capped at 168 registers, 3 blocks/SM (attention_backward.cu variant 4: 166 TFLOP/s against 144 uncapped);
+//   HD 64: capped at 168 registers, 3 blocks/SM (166 TFLOP/s against 144 uncapped);
 //   HD 128: uncapped (the cap spills: 145 against 169).
 template <int HD>
 using DQCfg = std::conditional_t<HD == 64, FlashCfg<64, 4, 64, 3>, FlashCfg<HD, 4, 32>>;

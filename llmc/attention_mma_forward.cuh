@@ -362,11 +362,11 @@ inline void forward_flash(bf16* out, float* lse, const bf16* qkv, int B, int T, 
 }
 
 // The shipped configuration, the fastest of dev/cuda's variants on the H200 (docs/perf.md):
-//   HD 64: 2 m16 tiles a warp (attention_forward.cu variant 5: 237 TFLOP/s against 208 with one, 250 registers);
+//   HD 64: 2 m16 tiles a warp (237 TFLOP/s against 208 with one, 250 registers);
 //   HD 128: one m16 tile a warp, 64 keys a tile (270; 2 tiles a warp spill: 265).
-//   Band, window > 0: HD 64 2 m16 tiles a warp, 32 keys, 168 registers, 3 blocks/SM (variant 12:
-//   T 4096 W 256 185 TFLOP/s against 171 with 64 keys and 2 blocks/SM); HD 128 as the tiles
-//   (variant 9: 191; 32-row warps spill, 181).
+//   Band, window > 0: HD 64 2 m16 tiles a warp, 32 keys, 168 registers, 3 blocks/SM (T 4096 W 256:
+//   185 TFLOP/s against 171 with 64 keys and 2 blocks/SM); HD 128 as the tiles (191; 32-row warps
+//   spill, 181).
 template <int HD>
 struct FwdCfg : std::conditional_t<HD == 64, FlashCfg<64, 4, 64, 1, 2>, FlashCfg<HD, 4, 64>> {
     using Band = std::conditional_t<HD == 64, FlashCfg<64, 4, 32, 3, 2>, FlashCfg<HD, 4, 64>>;

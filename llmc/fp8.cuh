@@ -1,5 +1,5 @@
 // fp8.cuh: per-tensor scaled casts to FP8 for the FP8 matmuls of llmc/matmul_fp8.cuh, the amax
-// that sets each tensor's scale, and the scale update itself (issue 18; docs/numerics.md).
+// that sets each tensor's scale, and the scale update itself (docs/numerics.md).
 //
 // Formats (OCP FP8, as the hardware's cvt and cuBLASLt read them; llmc/cpu/fp8.h decodes them):
 //   E4M3: max normal 448, min normal 2^-6, min subnormal 2^-9, no infinity: weights, activations.
@@ -374,14 +374,15 @@ inline void fp8_cast_transpose(uint8_t* out_t, uint8_t* out, const floatX* in, i
 // group, so the ~1000 blocks resident at once (8 a SM) cover a patch of `group` column tiles by
 // ~1000 / group row tiles (at 32: ~4 KB of each input row by ~4 KB of each output row) instead of a
 // band of the full width (~2.7 rows of tiles), which touches each of the 50304 output rows in runs
-// of ~340 bytes. Which order the DRAM prefers is the lab's question (variants 0, 2, 3).
+// of ~340 bytes. Which order the DRAM prefers is the lab's question (dev/cuda/fp8_cast.cu).
 // R and C need only be multiples of 64: a tile hanging over the edge by 64 rows or columns skips
-// those loads and stores (a block-uniform test). H200 (2026-12-04, dev/cuda/fp8_cast.cu --op
+// those loads and stores (a block-uniform test). H200 (dev/cuda/fp8_cast.cu --op
 // fp8_transpose, the 124M head's chunk R = 32768, C = 50304, pitches 100608): 0.9651 ms, 85.4% of copy,
-// against 1.1065 ms (74.5%) for the previous kernel below (2.16 ms a 124M step for two chunks); row
-// after row 0.9525, groups of 8 0.9546, 256-row tiles 0.9652 / 0.9622: within 1.3%, one run each.
+// against 1.1065 ms (74.5%) for fp8_transpose_64x128_kernel below (2.16 ms a 124M step for two
+// chunks); row after row 0.9525, groups of 8 0.9546, 256-row tiles 0.9652 / 0.9622: within 1.3%, one
+// run each.
 //
-// Kept for the lab's comparison, fp8_transpose_64x128_kernel, the previous one: a block takes 64
+// Kept for the lab's comparison, fp8_transpose_64x128_kernel: a block takes 64
 // columns by up to 128 rows (two of fp8_cast_transpose's 64 x 64 tiles, the second absent in the
 // last block when R is an odd multiple of 64): each thread loads 16 bytes of a row of each tile
 // (32 bytes in flight), and stores 16 bytes of a transposed row from each, read byte by byte down a
@@ -457,7 +458,7 @@ static __global__ void __launch_bounds__(FP8_TR_BLOCK)
     }
 }
 
-constexpr int FP8_TR_TILES = 2;  // the previous kernel's 64-row tiles a block
+constexpr int FP8_TR_TILES = 2;  // fp8_transpose_64x128_kernel's 64-row tiles a block
 static __global__ void __launch_bounds__(FP8_T_BLOCK)
     fp8_transpose_64x128_kernel(uint8_t* __restrict__ out, int64_t out_pitch, const uint8_t* __restrict__ in,
                                 int64_t in_pitch, int R) {

@@ -1,4 +1,4 @@
-// fp8_fused.cuh: FP8 casts fused into the kernels that produce their input (issue 18; docs/numerics.md,
+// fp8_fused.cuh: FP8 casts fused into the kernels that produce their input (docs/numerics.md,
 // "FP8 in the trainer"). Under delayed scaling a tensor's scale is known before it exists, so the
 // pass that would write it in bf16 can write its FP8 copies instead, and record its amax on the way:
 //   fp8_cast_transpose_fused(out_t, out, in, pre, R, C, format, meta, prologue, dbias, scratch, stream, dq)
@@ -40,11 +40,11 @@
 // row-group order into the chunk's partials (column_partials_add folds the chunks). The GELU prologues
 // run a tile at a time at 8 blocks an SM (fp8_fused_min_blocks), their column sums through a floatX
 // copy of the tile in shared memory. Memory-bound: a few flops per byte (GELU's tanh: ~20 per element).
-// Against the previous kernel (one tile a block for every prologue, the column sums by 64 threads over
-// a floatX copy of the tile: 64 dependent adds a tile while 6 warps wait; the lab's variant 6), H200
-// lab, 2026-12-04 (twenty-sixth run, call 3): qkv's DQ_ACCUM cast at GPT-2 774M (R 16384, C 3840)
-// 0.1106 -> 0.0934 ms, at 124M (R 65536, C 2304) 0.2473 -> 0.2143; a dY with bias, C 1280: 0.0380 ->
-// 0.0349; the GELU prologues unchanged (0.1534 / 0.1533, 0.1031 / 0.1018).
+// Against one tile a block for every prologue, the column sums by 64 threads over a floatX copy of
+// the tile (64 dependent adds a tile while 6 warps wait; the lab keeps it), H200 lab: qkv's DQ_ACCUM
+// cast at GPT-2 774M (R 16384, C 3840) 0.1106 -> 0.0934 ms, at 124M (R 65536, C 2304) 0.2473 ->
+// 0.2143; a dY with bias, C 1280: 0.0380 -> 0.0349; the GELU prologues unchanged (0.1534 / 0.1533,
+// 0.1031 / 0.1018).
 // DQ_ACCUM: a 64-column tile lies wholly in the dQ columns or outside them (q_cols a multiple of 64),
 // so the choice is per block; the dQ tiles' threads load 2 x 16 bytes of fp32 a pack instead of 16 of
 // bf16. The dQ store (300 MB moved, 78 us a layer at GPT-2 124M, B 64, T 1024; 12 layers a step) goes,
@@ -74,7 +74,7 @@ struct Fp8DqAccum {
 // Light prologues (NONE, DQ_ACCUM) run pipelined: several tiles a block, the next tile's loads issued
 // before this one's shared-memory passes, the column sums in registers, 4 blocks an SM (64 registers a
 // thread). The GELU prologues, ~20 flops an element, run one tile at a time at 8 blocks an SM (32
-// registers), the column sums through shared memory. H200 lab (twenty-sixth run, R 16384, C 5120): the
+// registers), the column sums through shared memory. H200 lab (R 16384, C 5120): the
 // GELU backward pipelined at 3 blocks an SM 0.1872 ms, with register sums one tile at a time at 5-6
 // blocks an SM 0.1639-0.1734, as shipped 0.1533; the GELU forward pipelined 0.1068, as shipped 0.1018.
 __host__ __device__ constexpr bool fp8_fused_pipelined(Fp8Prologue pro) { return pro == Fp8Prologue::NONE || pro == Fp8Prologue::DQ_ACCUM; }
@@ -225,7 +225,7 @@ static __global__ void __launch_bounds__(FP8_T_BLOCK, fp8_fused_min_blocks(PRO))
 // Rows per block of fp8_cast_transpose_fused: whole tiles; pipelined, FP8_FUSED_TILES of them (DQ_ACCUM:
 // FP8_FUSED_DQ_TILES) while the grid keeps at least FP8_FUSED_MIN_BLOCKS blocks (fewer otherwise), else
 // one; and at least enough that the chunks fit the bias scratch (column_num_chunks(R): 2 tiles at R =
-// 65536). Lab (twenty-sixth run; 1, 2, 4, 8 tiles): a dY with bias best at 4 (8 within 1%), DQ_ACCUM at 2.
+// 65536). Lab (1, 2, 4, 8 tiles): a dY with bias best at 4 (8 within 1%), DQ_ACCUM at 2.
 constexpr int FP8_FUSED_TILES = 4, FP8_FUSED_DQ_TILES = 2, FP8_FUSED_MIN_BLOCKS = 1024;
 inline int fp8_fused_rows_per_chunk(int R, int C, Fp8Prologue prologue, int tiles = 0) {
     const int row_tiles = ceil_div(R, FP8_T_TILE), col_tiles = ceil_div(C, FP8_T_TILE);

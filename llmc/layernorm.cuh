@@ -235,10 +235,10 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
 //    read, added and written back per row in the same order; the loaded packs (not t and norm) live
 //    across the row's reductions and phase 2 recomputes from them: at 5 packs 128 registers, 2 blocks
 //    per SM (52 bytes of spill stores a thread), 264 chunks; at 6-8 packs 1 block per SM, 132 chunks
-//    (layernorm_backward_min_blocks). H200 (2026-12-04, lab, N = 16384): C = 1280 0.0755 ms (55.6% of
+//    (layernorm_backward_min_blocks). H200 (lab, N = 16384): C = 1280 0.0755 ms (55.6% of
 //    copy; two kernels 0.0990); C = 1600 0.0847 ms (61.9%; two kernels 0.1280; at 2 blocks per SM,
 //    spilling 376 bytes, 0.1679).
-//    H200 (2026-12-04), the first version (t and norm in registers, 1 block per SM, 132 chunks):
+//    H200, t and norm kept in registers instead (1 block per SM, 132 chunks):
 //    C = 1280 0.0897 ms (46.8% of copy), 1600 0.1175 ms (44.6%), 73.7 us a call in the 774M step.
 // Every load of a warp's R rows (dout, inp and dinp: 3*PACKS 16-byte loads per lane per row) is
 // issued before the first reduction, one DRAM round trip per step (the lab's "one pass" variant
@@ -246,7 +246,7 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
 // PACKS = packs per lane (3 at C = 768 in bf16), R = rows per warp per step (layernorm_backward_rows).
 // Blocks per SM the kernel is built for: 2 (128 registers) up to 5 packs a lane (C <= 1280 bf16);
 // at 6-8 packs 128 registers spill 264-528 bytes a thread and ran slower than the two kernels (C = 1600,
-// H200 2026-12-04: 0.1679 ms against 0.1278), so 1 block per SM (up to 255 registers) there.
+// H200: 0.1679 ms against 0.1278), so 1 block per SM (up to 255 registers) there.
 template <int PACKS>
 __host__ __device__ constexpr int layernorm_backward_min_blocks() { return PACKS <= 5 ? 2 : 1; }
 template <int PACKS, int R>
@@ -453,7 +453,7 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, layernorm_backward_min_block
 // Rows per warp step of the shipped path: 2 while a lane's share of a row is at most 16 values
 // (C <= 512 in bf16), else 1. A row in flight costs ~2 registers per value (t and norm) on top of
 // the dweight and dbias sums' 2; at C = 768 in bf16 R = 1 takes the 128 registers that 2 blocks of
-// 256 threads per SM allow (no spills) and R = 2 spills (the lab's variant 4).
+// 256 threads per SM allow (no spills) and R = 2 spills (the lab times it).
 template <int PACKS>
 constexpr int layernorm_backward_rows() { return PACKS * x128::size <= 16 ? 2 : 1; }
 

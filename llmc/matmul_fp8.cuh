@@ -1,5 +1,5 @@
 // matmul_fp8.cuh: the three matmuls of a linear layer with FP8 operands, through cuBLASLt, from
-// the per-tensor scaled casts of llmc/fp8.cuh (issue 18; docs/numerics.md). Output bf16, fp32
+// the per-tensor scaled casts of llmc/fp8.cuh (docs/numerics.md). Output bf16, fp32
 // compute (CUBLAS_COMPUTE_32F), fp32 scales read from device memory (the Fp8Meta's scale_inv, so a
 // scale updated on the device needs no host round trip and the calls can sit in a CUDA graph).
 // One copy of the cuBLASLt plumbing: matmul_cublaslt of llmc/matmul.cuh, with MatmulTypes saying

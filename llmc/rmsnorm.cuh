@@ -154,7 +154,7 @@ inline void fused_residual_rmsnorm_forward(floatX* residual, floatX* out, float*
 //    so the sums live in dynamic shared memory (norm_backward_smem(1, C): 40 KB at C = 1280, 64 KB
 //    at 2048), each lane its own 16-byte slots (conflict-free, no synchronization until the end),
 //    read, added and written back per row in the same order; 1 block per SM (255 registers),
-//    norm_backward_chunks_wide(N) chunks (at most 132: one wave). H200 (2026-12-04, lab, N = 16384):
+//    norm_backward_chunks_wide(N) chunks (at most 132: one wave). H200 (lab, N = 16384):
 //    C = 1280 0.0780 ms, C = 1600 0.1041 (the two kernels: 0.0921, 0.1177). LayerNorm's rework (the
 //    loaded packs kept instead of t and norm, 2 blocks per SM at 5 packs) is not applied here yet.
 // Memory-level parallelism is what a warp-per-row kernel lacks at 16 warps per SM (the lab's "one
@@ -304,7 +304,7 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, norm_backward_min_blocks<PAC
 // Rows per warp step of the shipped path: 2 while a lane's share of a row is at most 16 values
 // (C <= 512 in bf16), else 1. Each row in flight costs ~2 registers per value (t and n) on top of
 // the dweight sums' 1; at C = 768 in bf16 R = 1 takes 113 registers and R = 2 would need 168,
-// past the 128 that 2 blocks of 256 threads per SM allow (it spills: the lab's variant 4).
+// past the 128 that 2 blocks of 256 threads per SM allow (it spills; the lab times it).
 template <int PACKS>
 constexpr int rmsnorm_backward_rows() { return PACKS * x128::size <= 16 ? 2 : 1; }
 
