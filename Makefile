@@ -31,7 +31,7 @@ endif
 
 CPU_TARGETS := $(BUILD)/train_gpt2_cpu $(BUILD)/generate_cpu $(BUILD)/test_gpt2_cpu $(BUILD)/test_dataloader $(BUILD)/test_attention_cpu \
                $(BUILD)/test_llama_ops_cpu $(BUILD)/test_attention_decode_cpu $(BUILD)/test_bpe \
-               $(BUILD)/test_generate_cpu $(BUILD)/test_zero $(BUILD)/test_fp8_cpu $(BUILD)/test_step_sync
+               $(BUILD)/test_generate_cpu $(BUILD)/test_zero $(BUILD)/test_fp8_cpu
 # The CPU trainer over MPI (data parallel, llmc/dist_mpi.h), when mpicxx exists; the plain one links no MPI.
 MPICXX     ?= mpicxx
 HAS_MPICXX := $(shell command -v $(MPICXX) 2>/dev/null)
@@ -83,9 +83,6 @@ $(BUILD)/test_zero: tests/test_zero.cpp tests/check.h $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
 $(BUILD)/test_fp8_cpu: tests/test_fp8_cpu.cpp tests/check.h $(LLMC_H) | $(BUILD)
-	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
-
-$(BUILD)/test_step_sync: tests/test_step_sync.cpp tests/check.h $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
 $(BUILD)/test_bpe: tests/test_bpe.cpp $(LLMC_H) | $(BUILD)

@@ -66,8 +66,7 @@ inline int decode_heads_per_block(int G) { return G == 1 ? 1 : G == 2 ? 2 : G <=
 // full-length sequence): equal blocks run in waves, and a few long blocks per SM would leave the last
 // wave mostly empty (B 64, NKV 12, unsplit: 768 blocks of 4096 keys on 660 block slots = 1.16 waves,
 // so ~40% of the time idle); 512-key blocks make ~9 waves there.
-// (That aim is the plan of decode_plan_waves, shipped until issue 15's second round; below, what
-// replaced it.)
+// (That aim is the plan of decode_plan_waves, which the lab keeps; below, what ships.)
 constexpr int DECODE_WAVES = 4;
 constexpr int DECODE_MAX_CHUNK = 512;
 // Split blocks a cluster holds at most (the portable cluster size).
@@ -82,8 +81,9 @@ struct DecodePlan {
     int min_chunk = DECODE_MIN_CHUNK;  // keys a split block takes at least (decode_chunk)
     bool cluster = false; // the split blocks of a head block are one cluster, merged in shared memory
 };
-// The plan shipped until issue 15's second round (the lab's variants 10 and 11): DECODE_WAVES blocks an
-// SM, chunks of DECODE_MIN_CHUNK..DECODE_MAX_CHUNK keys, the fused combine through global memory.
+// The waves plan (decode_plan's choice for long caches at the smallest batches, and a lab variant):
+// DECODE_WAVES blocks an SM, chunks of DECODE_MIN_CHUNK..DECODE_MAX_CHUNK keys, the fused combine
+// through global memory.
 inline DecodePlan decode_plan_waves(int B, int NH, int NKV, int S, int window, int num_sms) {
     const int G = NH / NKV, hpb = decode_heads_per_block(G), head_blocks = ceil_div(G, hpb);
     const int max_keys = window > 0 && window < S ? window : S;
@@ -112,13 +112,14 @@ inline DecodePlan decode_plan_waves(int B, int NH, int NKV, int S, int window, i
 //   empty-kernel time).
 // - ...but past DECODE_CLUSTER_MAX_KEYS keys of capacity a cluster's 8 splits take chunks of more
 //   than 128 keys of a full cache, and where the waves plan's chunks of a full cache are smaller (the
-//   smallest batches) it is taken instead: the seventeenth run's lab (H200, ms, S 4096), gpt2 B 1 len
+//   smallest batches) it is taken instead: the lab (H200, ms, S 4096), gpt2 B 1 len
 //   4096: cluster 0.0252 (8 splits of 512 keys; the same splits through global memory 0.0269) vs
 //   waves 0.0185 (~32 splits of 128). The plan follows the capacity, not the length (the length is on
 //   the device and the graph is captured once), so a short sequence in such a cache pays the global
 //   merge (len 128: 0.0108 vs 0.0084); generate's GPT-2 cache (S 1024) keeps the cluster.
-// - clusters = false (a device below compute capability 9.0, which has no clusters): the small-batch
-//   splits merge through global memory (the fused combine) instead.
+// - clusters = false (decode_clusters_available: the split kernel's code on this device was compiled
+//   for an architecture below sm_90, which has no clusters): the small-batch splits merge through
+//   global memory (the fused combine) instead.
 constexpr int DECODE_CLUSTER_MAX_KEYS = 1024;
 inline DecodePlan decode_plan(int B, int NH, int NKV, int S, int window, int num_sms, bool clusters) {
     const int G = NH / NKV, hpb = decode_heads_per_block(G), head_blocks = ceil_div(G, hpb);
@@ -133,13 +134,7 @@ inline DecodePlan decode_plan(int B, int NH, int NKV, int S, int window, int num
     }
     return {splits, head_blocks, hpb, true, DECODE_MIN_CHUNK, clusters && splits > 1};
 }
-// Whether the current device launches thread-block clusters (compute capability 9.0 and later).
-inline bool current_device_has_clusters() {
-    int dev = 0, major = 0;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    return major >= 9;
-}
+
 
 // The scratch of one plan: a counter per (sequence, head block) for the fused combine (zero between
 // calls), then the partials. Counters first, so their place does not depend on the split count.
@@ -307,8 +302,7 @@ template <typename T, int HD, int GB, class Knobs>
 __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScratch scratch, const T* qkv,
                                                              const T* k_cache, const T* v_cache, const int* pos,
                                                              QKVLayout L, int S, int window, int max_splits,
-                                                             int min_chunk, bool fused_combine, bool cluster,
-                                                             const StepSync& sync) {
+                                                             int min_chunk, bool fused_combine, bool cluster) {
     using Tile = DecodeTile<T, HD>;
     constexpr int EPT = Tile::EPT, TPR = Tile::TPR, ROWS = Tile::ROWS, U = Knobs::U, STEP = ROWS * U;
     __shared__ float sm_m[ROWS][GB], sm_l[ROWS][GB], sm_f[ROWS][GB], sm_sum[GB];
@@ -346,8 +340,7 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
 
     // early: the first step's keys are loaded before the wait. pos comes from the sampler and the
     // older keys from earlier steps' kernels, all complete before the kernel this one waits for
-    // started (every kernel of the step waits before it triggers: llmc/cuda_common.cuh; with the
-    // early trigger of llmc/step_sync.h pos may be older, and is checked after the wait); only the
+    // started (every kernel of the step waits before it triggers: llmc/cuda_common.cuh); only the
     // newest key (and q) come from that kernel: its row, loaded early with the slot's old contents,
     // is loaded again after the wait, through L2 (__ldcg), never from a line this SM cached early.
     Packed128<T> kr[U], vr[U];
@@ -359,15 +352,12 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
         j0 = split * chunk;
         j1 = min(span.n, j0 + chunk);
     };
-    step_trigger_before_wait(sync);
-    int pos_early = 0;
     if constexpr (early) {
-        pos_early = __ldcg(pos + b);
-        plan_span(pos_early);
+        plan_span(__ldcg(pos + b));
         if (split < nsplits) load_step(j0, kr, vr);
     }
-    step_wait(sync);  // a programmatic dependent of the QKV kernel (pdl): q and this step's K/V come from it
-    step_trigger_after_wait(sync);
+    pdl_wait();  // a programmatic dependent of the QKV kernel (pdl): q and this step's K/V come from it
+    pdl_launch_dependents();
 
     // q is loaded before pos is read, so the two loads' latencies overlap (a decode step of a short
     // sequence is a chain of a few dependent memory latencies, not bandwidth).
@@ -375,19 +365,8 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
 #pragma unroll
     for (int g = 0; g < GB; g++)
         qv[g] = g < heads ? load128(qrow + L.q_col(h0 + g) + d0) : Packed128<T>::constant(from_float<T>(0.0f));
-    // With the step's early trigger (llmc/step_sync.h) this kernel may have started before this step's
-    // pos was written: pos is read again (beside q), and if it moved the early keys are dropped and
-    // loaded after the wait as without them (their L1 lines went with the wait's acquire load).
-    bool preloaded = early;
-    if (!early) {
-        plan_span(pos[b]);
-    } else if (step_triggers_early(sync)) {
-        const int p = __ldcg(pos + b);
-        if (p != pos_early) {
-            plan_span(p);
-            preloaded = false;
-        }
-    }
+    constexpr bool preloaded = early;
+    if (!early) plan_span(pos[b]);
     // In a cluster every block takes part in the merge's barriers, keys or not (the decision is the
     // same for the whole cluster: its blocks share b and so nsplits); j0 >= j1 here: no loop steps.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -604,15 +583,21 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
                             threadIdx.x % WARP_SIZE, WARP_SIZE);
 }
 
-// sync: the decode step's counters (llmc/cuda_common.cuh; value-initialized: pdl_wait, no count).
 template <typename T, int HD, int GB, class Knobs>
 static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, Knobs>())
     attention_decode_split_kernel(T* out, DecodeScratch scratch, const T* qkv, const T* k_cache, const T* v_cache,
                                   const int* pos, QKVLayout L, int S, int window, int max_splits, int min_chunk,
-                                  bool fused_combine, bool cluster, StepSync sync) {
+                                  bool fused_combine, bool cluster) {
     attention_decode_split_block<T, HD, GB, Knobs>(out, scratch, qkv, k_cache, v_cache, pos, L, S, window, max_splits,
-                                                   min_chunk, fused_combine, cluster, sync);
-    step_arrive(sync);
+                                                   min_chunk, fused_combine, cluster);
+}
+
+// Whether the split kernel's code that runs on the current device has the cluster merge: compiled for
+// sm_90 or later (the device's own SASS, or PTX the driver compiles; a build for an older architecture
+// runs without it even on a newer GPU). The same for every instantiation of one binary.
+inline bool decode_clusters_available() {
+    static const bool available = kernel_code_arch(attention_decode_split_kernel<floatX, 64, 1, DecodeShipped>) >= 90;
+    return available;
 }
 
 // ============================================================================ the combine kernel
@@ -631,26 +616,23 @@ static __global__ void attention_decode_combine_kernel(T* out, DecodeScratch scr
                             blockDim.x);
 }
 
-// The launches of one plan; Knobs are the lab's (the shipped launch uses DecodeShipped). sync: the
-// step counters of the split kernel (one kernel: the plan's combine fused or none); returns its blocks.
+// The launches of one plan; Knobs are the lab's (the shipped launch uses DecodeShipped); returns the
+// blocks of the split kernel.
 template <typename T, class Knobs = DecodeShipped>
 inline int attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, const T* v_cache, const int* pos,
                                       int B, int NH, int NKV, int HD, int S, int window, float* scratch_buf,
-                                      const DecodePlan& plan, cudaStream_t stream, bool pdl = false,
-                                      const StepSync& sync = {}) {
+                                      const DecodePlan& plan, cudaStream_t stream, bool pdl = false) {
     const QKVLayout L{NH, NKV, HD};
     const DecodeScratch scratch(scratch_buf, B, NH, NKV, HD, plan);
     const dim3 grid(plan.max_splits, NKV * plan.head_blocks, B);
     if (plan.cluster && (plan.max_splits > DECODE_CLUSTER_MAX))
         fail("attention_decode: a cluster of %d split blocks (at most %d)", plan.max_splits, DECODE_CLUSTER_MAX);
-    if (plan.cluster && !current_device_has_clusters())
-        fail("attention_decode: a cluster plan on a device below compute capability 9.0");
-    if (sync.counters && plan.max_splits > 1 && !plan.fused_combine && !plan.cluster)
-        fail("internal: attention_decode with step counters needs a plan of one kernel");
+    if (plan.cluster && !decode_clusters_available())
+        fail("attention_decode: a cluster plan, but this device runs code compiled below sm_90 (no clusters)");
     auto launch = [&](auto kernel) {
         if (!plan.cluster) {
             launch_kernel(kernel, grid, dim3(DECODE_THREADS), 0, stream, pdl, out, scratch, qkv, k_cache, v_cache,
-                          pos, L, S, window, plan.max_splits, plan.min_chunk, plan.fused_combine, false, sync);
+                          pos, L, S, window, plan.max_splits, plan.min_chunk, plan.fused_combine, false);
         } else {  // launch_kernel's launch with the cluster's dimensions as a second attribute
             cudaLaunchConfig_t cfg = {};
             cfg.gridDim = grid;
@@ -666,7 +648,7 @@ inline int attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, co
             cfg.attrs = attr;
             cfg.numAttrs = pdl ? 2 : 1;
             cudaCheck(cudaLaunchKernelEx(&cfg, kernel, out, scratch, qkv, k_cache, v_cache, pos, L, S, window,
-                                         plan.max_splits, plan.min_chunk, plan.fused_combine, true, sync));
+                                         plan.max_splits, plan.min_chunk, plan.fused_combine, true));
         }
         cudaCheckLaunch();
     };
@@ -693,11 +675,11 @@ inline int attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, co
 
 // fp32 floats of scratch attention_decode needs for these sizes on the current device (0: none):
 // enough for either route (the CUDA-core kernels, and the tensor-core ones where decode_mma_route
-// allows them), whatever the call's mma, early and sync.
+// allows them), whatever the call's mma and early.
 inline size_t attention_decode_scratch_floats(int B, int NH, int NKV, int HD, int S, int window) {
     using namespace attention_detail;
     const int sms = current_sm_count();
-    const DecodePlan plan = decode_plan(B, NH, NKV, S, window, sms, current_device_has_clusters());
+    const DecodePlan plan = decode_plan(B, NH, NKV, S, window, sms, decode_clusters_available());
     size_t floats = DecodeScratch::floats(B, NH, NKV, HD, plan);
     if (decode_mma_route(B, NH, NKV, HD, plan, sms))
         floats = std::max(floats, decode_mma_route_floats(B, NH, NKV, HD, S, window, plan, sms));
@@ -726,23 +708,20 @@ inline void attention_decode_prepare() {
 // before the wait (the split kernel's top; DecodeKnobs::EARLY): pos must not be written by the kernel
 // this one waits for (the decode step's sampler runs kernels earlier); for a kernel that PDL starts
 // while the QKV kernel runs (the fused step at B <= 8); false: everything after the wait.
-// sync: the decode step's counters (llmc/cuda_common.cuh), the wait instead of pdl_wait and a count
-// at exit; returns the blocks of the (split) kernel.
-// mma (bf16 build): where decode_mma_route allows it and the call has neither early nor sync counters,
-// the tensor-core kernels (attention_decode_mma.cuh) run instead: with append, kv_cache_append first
-// (they read the cache only), and all of them as plain launches whatever pdl says (a plain launch
-// waits for the kernel before it: always correct). false: the CUDA-core kernels everywhere (generate
-// --decode-mma 0, for comparison).
+// mma (bf16 build): where decode_mma_route allows it and the call has no early loads, the tensor-core
+// kernels (attention_decode_mma.cuh) run instead: with append, kv_cache_append first (they read the
+// cache only), and all of them as plain launches whatever pdl says (a plain launch waits for the
+// kernel before it: always correct); false: the CUDA-core kernels. Returns the split kernel's blocks.
 inline int attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, floatX* v_cache, const int* pos, int B,
                             int NH, int NKV, int HD, int S, cudaStream_t stream, int window = 0,
                             float* scratch = nullptr, bool pdl = false, bool append = false, bool early = false,
-                            const StepSync& sync = {}, bool mma = true) {
+                            bool mma = true) {
     using namespace attention_detail;
     check_kv_cache_sizes("attention_decode", B, NH, NKV, HD, S, window);
     check_kv_cache_aligned("attention_decode", qkv, k_cache, v_cache);
     const int sms = current_sm_count();
-    const DecodePlan plan = decode_plan(B, NH, NKV, S, window, sms, current_device_has_clusters());
-    const bool route = mma && !early && !sync.counters && decode_mma_route(B, NH, NKV, HD, plan, sms);  // FP32: never
+    const DecodePlan plan = decode_plan(B, NH, NKV, S, window, sms, decode_clusters_available());
+    const bool route = mma && !early && decode_mma_route(B, NH, NKV, HD, plan, sms);  // FP32: never
     const size_t need = route ? decode_mma_route_floats(B, NH, NKV, HD, S, window, plan, sms)
                               : DecodeScratch::floats(B, NH, NKV, HD, plan);
     if (need > 0 && !scratch)
@@ -757,10 +736,10 @@ inline int attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, flo
 #endif
     if (append)
         return attention_decode_with_plan<floatX, DecodeShippedAppend>(out, qkv, k_cache, v_cache, pos, B, NH, NKV,
-                                                                       HD, S, window, scratch, plan, stream, pdl, sync);
+                                                                       HD, S, window, scratch, plan, stream, pdl);
     if (early)
         return attention_decode_with_plan<floatX, DecodeShippedEarly>(out, qkv, k_cache, v_cache, pos, B, NH, NKV,
-                                                                      HD, S, window, scratch, plan, stream, pdl, sync);
+                                                                      HD, S, window, scratch, plan, stream, pdl);
     return attention_decode_with_plan(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window, scratch, plan,
-                                      stream, pdl, sync);
+                                      stream, pdl);
 }

@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <type_traits>
 #include <utility>
-#include "llmc/step_sync.h"
 
 // ---------------------------------------------------------------- error checking
 // Each names the failing statement, file and line, then exits 1.
@@ -167,7 +166,7 @@ __device__ inline void prefetch_l2(const void* p) {
 // mbarriers with transaction counts, on which the copy engine's bulk copies into shared memory
 // complete: used by the Hopper attention kernels (llmc/attention_hopper_common.cuh, its tma_load),
 // and with the plain bulk copy below by the FP8 classifier (llmc/fused_classifier.cuh, rows in shared
-// memory) and the persistent decode step (llmc/decode_persistent.cuh).
+// memory) and the lab's persistent decode step (dev/cuda/decode_persistent.cuh).
 // Addresses are shared-window ones (__cvta_generic_to_shared). Declared for every architecture; the
 // instructions exist from sm_90 on, so a kernel compiled for older ones too guards the code that calls
 // them with LLMC_HAS_BULK_COPY (ptxas refuses them below sm_90; check-arch's front end does not see it).
@@ -203,81 +202,6 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
                  "l"(src), "r"(bytes), "r"(bar)
                  : "memory");
-}
-
-// ---------------------------------------------------------------- step counters (flag waits)
-// The decode step's kernels at B <= 8 (gpt2_infer.cuh, --step-sync 1) replace griddepcontrol.wait,
-// which waits for the whole previous grid to complete and flush, by a wait on a counter in global
-// memory that the previous kernel's blocks increment as they finish (a barrier, then one release
-// reduction a block), polled with ld.acquire.gpu by one thread a block, then a barrier: the arrive and
-// wait of cooperative groups' grid sync on sm_70+ (atom.add.release.gpu, ld.acquire.gpu polling). The same order of writes and reads; the release is an L2 reduction and a poll instead of
-// the grid's completion. Which counters a kernel uses, and why
-// it cannot deadlock: llmc/step_sync.h.
-__device__ inline int load_acquire_gpu(const int* p) {
-    int v;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-#else
-    v = *(volatile const int*)p;
-#endif
-    return v;
-}
-
-// A waiting block's thread 0 polls the counter (an L2 load) every ~STEP_POLL_NS ns plus the load's
-// latency: up to ~1000 blocks of a grid poll one line while the kernel before them runs, so a
-// tighter loop would crowd the L2 slice that also takes that kernel's counts.
-constexpr unsigned STEP_POLL_NS = 64;
-
-// Where a kernel of the step lets its dependents launch: before its wait with s.early_trigger
-// (llmc/step_sync.h), else right after it (pdl_launch_dependents, the top of this section). Every
-// kernel calls both, one on each side of step_wait.
-__device__ inline bool step_triggers_early(const StepSync& s) { return s.counters != nullptr && s.early_trigger; }
-__device__ inline void step_trigger_before_wait(const StepSync& s) {
-    if (step_triggers_early(s)) pdl_launch_dependents();
-}
-__device__ inline void step_trigger_after_wait(const StepSync& s) {
-    if (!step_triggers_early(s)) pdl_launch_dependents();
-}
-
-// Every thread of the block calls it where the kernel called pdl_wait(). Block 0 zeroes s.reset0
-// after the wait (kernel 0 fences it before its block goes on, so before it triggers).
-__device__ inline void step_wait(const StepSync& s) {
-    if (s.counters == nullptr) {
-        pdl_wait();
-        return;
-    }
-    if (s.wait < 0) pdl_wait();
-    if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
-        // the acquire load that sees the full count orders this thread after the counted blocks'
-        // writes (released by their counts), and the barrier below orders the block's threads after
-        // it: no fence (cooperative groups' grid sync waits the same way)
-        if (s.wait >= 0) {
-            const int* c = s.counters + (size_t)s.wait * STEP_COUNTER_STRIDE;
-            while (load_acquire_gpu(c) < s.wait_blocks) __nanosleep(STEP_POLL_NS);
-        }
-        if (s.reset0 >= 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
-            s.counters[(size_t)s.reset0 * STEP_COUNTER_STRIDE] = 0;
-            if (s.wait < 0) __threadfence();  // kernel 0: visible before it triggers (llmc/step_sync.h)
-        }
-    }
-    __syncthreads();
-}
-
-// Every thread of the block calls it once, after the block's last write: after the barrier, thread 0
-// counts the block in with a release reduction (the block's writes, ordered before it by the barrier,
-// are visible to whoever acquires the count), without waiting for the sum.
-__device__ inline void step_arrive(const StepSync& s) {
-    if (s.counters == nullptr || s.arrive < 0) return;
-    __syncthreads();  // the block's writes are done
-    if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
-        int* c = s.counters + (size_t)s.arrive * STEP_COUNTER_STRIDE;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-        asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(c) : "memory");
-#else
-        __threadfence();
-        atomicAdd(c, 1);
-#endif
-    }
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization attribute when

@@ -65,10 +65,9 @@ __device__ inline void encode_pack(floatX* out, const floatX* wte, const floatX*
 }
 
 static __global__ void encoder_forward_at_packed(floatX* out, const int* tokens, const int* pos, const floatX* wte,
-                                                 const floatX* wpe, int B, int C, StepSync sync) {
-    step_trigger_before_wait(sync);
-    step_wait(sync);
-    step_trigger_after_wait(sync);
+                                                 const floatX* wpe, int B, int C) {
+    pdl_wait();
+    pdl_launch_dependents();
     const int packs_per_row = C / x128::size;
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx < B * packs_per_row) {
@@ -76,16 +75,15 @@ static __global__ void encoder_forward_at_packed(floatX* out, const int* tokens,
         const int p = pos[b];
         encode_pack(out, wte, wpe, b, c, p < 0 ? 0 : tokens[b], p, C);
     }
-    step_arrive(sync);
 }
 
 // Returns the blocks of its grid.
 inline int encoder_forward_at(floatX* out, const int* tokens, const int* pos, const floatX* wte, const floatX* wpe,
-                              int B, int C, cudaStream_t stream, bool pdl = false, const StepSync& sync = {}) {
+                              int B, int C, cudaStream_t stream, bool pdl = false) {
     if (C % x128::size != 0) fail("encoder_forward_at: C = %d is not a multiple of %d", C, x128::size);
     const int block = 256, blocks = ceil_div(B * (C / x128::size), block);
     launch_kernel(encoder_forward_at_packed, dim3(blocks), dim3(block), 0, stream, pdl, out, tokens, pos, wte, wpe, B,
-                  C, sync);
+                  C);
     cudaCheckLaunch();
     return blocks;
 }

@@ -29,11 +29,10 @@
 // split over 2 or 4 warps of a block, each taking every ks-th run of 32 packs, all of a row in one
 // round; the warps' sums meet in shared memory (warp order: deterministic). The cost: KS times the
 // warps, so KS times the registers a row holds, which a PDL chain needs free for the next kernel's
-// early blocks (generate --gemv-split-k 1 measures the step without it). GemvTuning{false, 1}
-// is the earlier kernel (an L2 prefetch of the first round instead of the register loads, no split),
-// kept for the lab and generate --latency-kernels 0.
+// early blocks. GemvTuning{false, 1} is the kernel without both (an L2 prefetch of the first round
+// instead of the register loads, no split), which the lab (dev/cuda/gemv.cu) times against them.
 //
-//   gemv_fused_forward  the decode step's fused kernels (gpt2_infer.cuh, --fused 1): the same weight
+//   gemv_fused_forward  the decode step's fused kernels (gpt2_infer.cuh, B <= 8): the same weight
 //                       loop with a GemvFusion around it, so a layer is 4 GEMVs + attention_decode:
 //     prologue  norm: inp (M, K) is the residual stream; each block normalizes the M rows (LayerNorm
 //               or RMSNorm, the fp32 statistics and formula of layernorm.cuh / rmsnorm.cuh, rounded
@@ -59,8 +58,7 @@
 //     merges its warps' and writes its (max, index) pairs, the last block to count in merges the
 //     blocks' (P ~ 1000 at M = 1: 8 loads a thread, then a block reduction, per input row): the
 //     decode step's greedy token without the sampler kernel).
-//     GemvFusion::sync: the decode step's counter wait and count (llmc/step_sync.h) in place of
-//     pdl_wait. Outputs equal the unfused kernels' up to the order of fp32 additions in the norm
+//     Outputs equal the unfused kernels' up to the order of fp32 additions in the norm
 //     (the same code: identical in practice) and in the RoPE products.
 // fp32 accumulation; K a multiple of x128::size. The CPU reference is cpu::matmul_forward (and
 // cpu::gelu_forward / cpu::swiglu_forward on its fp32 output).
@@ -95,7 +93,7 @@ struct GemvTuning {
     // gemv_fused_forward's rows per warp where the epilogue leaves the choice (not the SwiGLU and RoPE
     // pairs): 2, or 1 below M = 4; 0 = gemv_rows_per_warp(M). 2 halves a kernel's warps (and its share
     // of the register file, 65-86% for qkv, fc and fcproj at M = 1), so more of the next kernel's blocks
-    // can be resident early, loading their weights (generate --gemv-rows)
+    // can be resident early, loading their weights
     int rows = 0;
 };
 
@@ -117,8 +115,6 @@ struct GemvFusion {
     const float* rope_cos = nullptr;   // (max_pos, HD/2), or nullptr: no RoPE
     const float* rope_sin = nullptr;   // (max_pos, HD/2)
     int NH = 0, NKV = 0, HD = 0, S = 0;
-    // the wait and the count of the decode step's counters (llmc/step_sync.h; default: pdl_wait)
-    StepSync sync;
     // GEMV_PLAIN with the norm (lm_head): the greedy argmax folded in. argmax (M) = for each input
     // row, the first largest of its outputs 0..argmax_cols-1 as stored (floatX), NaN skipped, 0 if
     // every one is NaN: the token sample_greedy_and_advance would pick from these logits. Each block
@@ -328,8 +324,7 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
                 if (p + u * pstep < packs) w[u][r] = load128cs(weight + (int64_t)row[r] * K + (p + u * pstep) * x128::size);
     };
     // the epilogue's inputs of a group: the bias of its rows, and lane m's residual of input row m
-    // (GEMV_RESIDUAL: written kernels before the one this waits for, see gpt2_infer.cuh; __ldcg: L2;
-    // with the step's early trigger, after the wait: llmc/step_sync.h)
+    // (GEMV_RESIDUAL: written kernels before the one this waits for, see gpt2_infer.cuh; __ldcg: L2)
     float bias_v[R], res_v[R];
     auto load_bias = [&](const int (&row)[R]) {
 #pragma unroll
@@ -343,8 +338,6 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
                 if (lane < M) res_v[r] = to_float(__ldcg(f.residual + (int64_t)lane * N + row[r]));
         }
     };
-    const bool trigger_early = step_triggers_early(f.sync);
-    step_trigger_before_wait(f.sync);
     // before the wait: the first round of this warp's first group (registers, or an L2 prefetch), its
     // epilogue inputs, and the norm's weight and bias into shared memory
     const int first = min(blockIdx.x * per_block + warp / KS, groups - 1);
@@ -355,7 +348,7 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
         if (t.preload) {
             load_round(row, p0);
             load_bias(row);
-            if (!trigger_early) load_residual(row);
+            load_residual(row);
             loaded = true;
         } else {
 #pragma unroll
@@ -376,13 +369,8 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
         }
         __syncthreads();
     }
-    step_wait(f.sync);
-    step_trigger_after_wait(f.sync);
-    if (loaded && trigger_early) {
-        int row[R];
-        rows_of(first, row);
-        load_residual(row);
-    }
+    pdl_wait();
+    pdl_launch_dependents();
     const floatX* x = inp;
     if constexpr (NORM) {
         normalize_rows<M>(xs, inp, nw, nb, K, f);
@@ -469,7 +457,6 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
     }
     if constexpr (EPI == GEMV_PLAIN)
         if (f.argmax) argmax_finish<M>(cand, f);
-    step_arrive(f.sync);
 }
 
 // One launch of gemv_kernel<M, R, EPI, NORM>, with the programmatic-serialization attribute when pdl.
@@ -610,7 +597,7 @@ inline void gemv_forward(floatX* out, const floatX* inp, const floatX* weight, c
 // The fused kernels of the decode step (the top of the file): out = epilogue(norm(inp) W^T + bias)
 // with f's norm prologue (qkv, fc, lm_head) or its residual (attproj, fcproj); GEMV_QKV also writes
 // the cache (and turns q, k with RoPE). Shapes as gemv_forward; gemv_fused_supported must hold.
-// Returns the blocks of its grid (the count f.sync's next kernel waits for).
+// Returns the blocks of its grid.
 inline int gemv_fused_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K,
                                int N, GemvEpilogue epi, const GemvFusion& f, cudaStream_t stream, bool pdl = true,
                                GemvTuning t = {}) {

@@ -169,7 +169,7 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* hos
     const size_t scratch = attention_decode_scratch_floats(B, c.num_heads, NKV, HD, m.S, m.window);
     attention_decode_prepare();  // before any capture of the step
     const int sms = current_sm_count();
-    m.plan = decode_step_plan(c, B, m.S, m.window, sms, attention_detail::current_device_has_clusters());
+    m.plan = decode_step_plan(c, B, m.S, m.window, sms, attention_detail::decode_clusters_available());
     std::vector<BufferSpec> specs = {
         {(void**)&m.params_memory, n, X},    {(void**)&m.k_cache, cache, X},      {(void**)&m.v_cache, cache, X},
         {(void**)&m.decode_scratch, std::max<size_t>(scratch, 1), F},
@@ -468,7 +468,7 @@ inline void decode_layers_fused(GPT2Infer& m, const CudaContext& ctx) {
         // early loads: started by PDL while the QKV GEMV runs (the plan's fused step never takes the
         // tensor-core route, which has none)
         attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, s, m.window,
-                         m.decode_scratch, pdl, false, pdl, {}, false);
+                         m.decode_scratch, pdl, false, pdl, false);
         GemvFusion fr;
         fr.residual = m.res1;
         gemv_fused_forward(m.res2, m.atty, p.attprojw + c1 * C, tensor_at(p.attprojb, c1), B, C, C, GEMV_RESIDUAL, fr,
@@ -561,7 +561,7 @@ inline void gpt2_infer_decode_forward(GPT2Infer& m, const CudaContext& ctx, bool
         if (!plan.append_in_attention)
             kv_cache_append(m.k_cache + off, m.v_cache + off, m.qkv, m.pos, B, NH, NKV, HD, m.S, s);
         attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, s, m.window,
-                         m.decode_scratch, plan.pdl, plan.append_in_attention, false, {}, plan.decode_mma);
+                         m.decode_scratch, plan.pdl, plan.append_in_attention, false, plan.decode_mma);
     });
     infer_detail::linear(m, m.logits, nullptr, m.ln, infer_detail::head(m), nullptr, B, C,
                          c.padded_vocab_size, GEMV_PLAIN, ctx);

@@ -11,12 +11,12 @@
 // reading the row (V * sizeof(floatX) bytes, from L2 after the first). Greedy reads the row once:
 // 100 KB per sequence for GPT-2, a few microseconds; top-k/top-p ~32x that. Latency-bound either
 // way, and small next to a decode step's matmuls.
-// Greedy alone (a step of temperature 0, gpt2_infer.cuh's latency kernels): the row is split over
+// Greedy alone (a step of temperature 0 without teacher forcing, gpt2_infer.cuh): the row is split over
 // ceil(V / SAMPLE_GREEDY_CHUNK) blocks of SAMPLE_GREEDY_THREADS (25 for GPT-2: 8 logits a thread,
 // one round of loads), each writes its (max, first index) and the last block of the row to finish
 // merges them (lower index on ties: the same token as block_argmax). The one-block scan of 1024
-// threads is a chain of ~50 dependent load rounds: 21 us at B = 1 on the H200 (--profile, e1adc67).
-// At B <= 8 with the fused step and --fold-argmax 1 a greedy step runs neither: the lm_head GEMV
+// threads is a chain of ~50 dependent load rounds: 21 us at B = 1 on the H200 (docs/perf.md).
+// At B <= 8 (the fused step with its folded argmax) a greedy step runs neither: the lm_head GEMV
 // takes the argmax (llmc/gemv.cuh, GemvFusion::argmax) with the same candidates and tie rule.
 #pragma once
 #include <cstdint>

@@ -17,7 +17,6 @@ run "cpu trainer trains a Llama-style model from --init and resumes it exactly" 
 run "cpu decode attention through the KV cache (ring buffer, mixed lengths) vs the full forward" build/test_attention_decode_cpu
 run "cpu cached forward (prefill + decode through the KV cache) and the trainer's samples vs the full forward" build/test_generate_cpu
 run "cpu FP8 rounding (E4M3/E5M2 bit patterns, saturation, ties to even, nearest by brute force)" build/test_fp8_cpu
-run "decode step counters (llmc/step_sync.h): random schedules release no wait early and never stall" build/test_step_sync
 run "dataloader" build/test_dataloader
 run "GPT-2 BPE encoder vs tiktoken's ids (fixture)" build/test_bpe
 run "bad inputs give clear errors" tests/test_bad_inputs.sh

@@ -27,7 +27,7 @@
 //   7  reduce-scatter: the U*GB dot products of a step summed over the row group's lanes by halving
 //      exchanges (15 shuffles for 16 sums over 16 lanes, then 16 to gather) instead of one butterfly
 //      each (64 shuffles and adds): ~14% fewer instructions a key at G 4
-//   8  append folded in (attention_decode(..., append = true), the --fused 1 step at B > 8): the
+//   8  append folded in (attention_decode(..., append = true), the decode step at B > 8): the
 //      appended slots are poisoned first; the kernel writes them from qkv and reads the newest key
 //      from qkv; checked on the output and on the slots, as kv_cache_append is. Against variant 0 +
 //      the kv_cache_append line: one launch less. Where the entry point takes the tensor-core route
@@ -35,7 +35,7 @@
 //      kv_cache_append then variant 13's kernels, named "append, then tensor cores"; 15 is the old call
 //   9  without the early loads (attention_decode(..., early = false)): pos and the first step's keys
 //      read after the wait, as before the latency work and as the B > 8 step runs it (a lone kernel
-//      gains nothing from them: the gain is in a PDL chain, generate --latency-kernels 1 vs 0); on
+//      gains nothing from them: the gain is in a PDL chain, dev/cuda/decode_step.cu's whole step); on
 //      the tensor-core route (as 8) variant 13's kernels, with the entry point's splits; 14 is the old call
 //  10  the waves plan (decode_plan_waves: ~4 blocks an SM, chunks of 64..512 keys, fused combine through
 //      global memory; shipped until issue 15's second round) with the early loads: the old variant 0
@@ -236,7 +236,7 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
     vc.upload(vc_h);
 
     const DecodePlan plan = attention_detail::decode_plan(B, NH, NKV, S, W, lab.ctx.props.multiProcessorCount,
-                                                                 lab.ctx.props.major >= 9);
+                                                                 attention_detail::decode_clusters_available());
     DecodePlan no_split = plan, twice = plan;
     no_split.max_splits = 1;
     no_split.cluster = false;

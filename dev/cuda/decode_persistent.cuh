@@ -1,6 +1,6 @@
-// decode_persistent.cuh: a decode step's transformer blocks as one persistent kernel (generate
-// --persistent 1; gpt2_infer.cuh runs it between the step's first kernel, advance_and_encode or the
-// encoder, and the norm+lm_head GEMV).
+// decode_persistent.cuh: a decode step's transformer blocks as one persistent kernel, a lab variant
+// that lost to the shipped fused step (dev/cuda/decode_step.cu runs it between the step's first
+// kernel, advance_and_encode or the encoder, and the norm+lm_head GEMV of llmc/gpt2_infer.cuh).
 //
 // Why: at B = 1 the fused step (gpt2_infer.cuh, decode_layers_fused) is 5 kernels a layer, each a
 // 1-5 MB read that spends 4-8 us, most of it the hand-off from one grid to the next (a grid's
@@ -8,7 +8,7 @@
 // and took ~216 us of a 251 us token (docs/perf.md, "Generation"). Here one grid of one block per SM
 // runs all layers; the five steps of a layer are phases separated by a grid barrier (a release
 // reduction on a counter, polled with an acquire load: the pattern of cooperative groups' grid sync
-// and of llmc/step_sync.h), and the weights stream on their own: the weights never depend on the
+// and of a counter-per-kernel wait tried on the fused step), and the weights stream on their own: the weights never depend on the
 // step, so each block's slice of every matrix it multiplies is copied into shared memory by the copy
 // engine (cp.async.bulk, completing on an mbarrier) up to PERSIST_MAX_SLOTS matrices ahead, while the
 // block is still in the phases before it. After a barrier a phase reads only its inputs from L2 and
@@ -39,10 +39,10 @@
 // every block becomes resident and the barriers cannot deadlock; decode_persistent_plan checks the
 // occupancy. The lm_head GEMV after it is its programmatic dependent too: the last layer lets it
 // launch, so its blocks load their first weights beside this kernel's last phase.
-// Measured (H200, GPT-2 124M, B = 1, 64-token prompt, 256 new greedy tokens; docs/perf.md, run 23):
+// Measured (H200, GPT-2 124M, B = 1, 64-token prompt, 256 new greedy tokens; docs/perf.md):
 // correct (the fp32 build's tokens equal the CPU twin's, cached logits equal a full forward, memcheck
-// and racecheck clean) but slower than the fused step: 365 against 241 us a token, so it is off by
-// default. generate --profile 1 prints block 0's clock per phase (PROFILE_PERSIST): work 3.7 (qkv),
+// and racecheck clean) but slower than the fused step: 365 against 241 us a token. Block 0's clock
+// per phase (PersistentArgs::trace; decode_step prints it): work 3.7 (qkv),
 // 2.0 (attention), 6.5-7.6 (attproj, with the merge), 3.8 (fc), 2.1 (fcproj) us, barriers 1.0-2.0 us
 // each: ~27 us a layer against the fused step's ~17. Each phase is still a chain of L2 round trips
 // (the barrier's release and acquire, the inputs, the partials), each ~0.7-1 us under load, which is
@@ -55,6 +55,17 @@
 #include "llmc/cuda_common.cuh"
 #include "llmc/gemv.cuh"
 #include "llmc/gpt2_config.h"
+
+// An acquire load at GPU scope: the barrier's poll (the pattern of cooperative groups' grid sync).
+__device__ inline int load_acquire_gpu(const int* p) {
+    int v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+#else
+    v = *(volatile const int*)p;
+#endif
+    return v;
+}
 
 constexpr int PERSIST_THREADS = 256;
 constexpr int PERSIST_WARPS = PERSIST_THREADS / WARP_SIZE;
@@ -76,7 +87,7 @@ struct PersistentArgs {
     int slots;                  // weight slots of slot_bytes each in shared memory
     int slot_bytes;
     int xs_bytes;               // M rows of max(C, H) floatX, rounded to 128
-    // nullptr, or (L, PERSIST_TRACE_POINTS) %globaltimer readings of block 0 (generate --profile 1):
+    // nullptr, or (L, PERSIST_TRACE_POINTS) %globaltimer readings of block 0 (the lab's phase table):
     // each phase's start (after its barrier) and end (before the next barrier)
     unsigned long long* trace;
 };

@@ -23,7 +23,7 @@
 //     wait, no split of K): the kernel shipped until the register preload
 //   6 the register preload without the split of K: GemvTuning{true, 1}
 //
-// The fused kernels of the decode step (gemv_fused_forward, gpt2_infer.cuh's --fused 1), as "gemv-fused"
+// The fused kernels of the decode step (gemv_fused_forward, gpt2_infer.cuh's fused step at B <= 8), as "gemv-fused"
 // ops at M = 1, 2, 4, 8 for both models (gpt2: LayerNorm, biases, GELU, 12 heads; llama: RMSNorm eps
 // 1e-5, RoPE, SwiGLU, 12 / 4 KV heads, no biases; a 256-slot cache): norm+qkv+kv (the norm of the
 // residual rows, the QKV product, RoPE for llama, the K/V cache append at per-row positions with row
@@ -36,9 +36,9 @@
 //   2 before the latency work: gemv_fused_forward with GemvTuning{false, 1} (norm weights read after
 //     the wait, an L2 prefetch of the first weight round, no split of K)
 //   3 norm+lm_head only: the shipped kernel with the greedy argmax folded in (GemvFusion::argmax, the
-//     --fold-argmax 1 step), its logits checked as variant 0's and its argmax against the first
+//     folded-argmax step), its logits checked as variant 0's and its argmax against the first
 //     largest of the first 50257 stored logits of each row (the argmax poisoned before each run)
-//   1 unfused: the --fused 0 step's kernels for the same result (norm kernel + gemv_forward
+//   1 unfused: the one-op-a-kernel step's kernels for the same result (norm kernel + gemv_forward
 //     [+ rope_forward_at] [+ kv_cache_append]; gemv_forward + fused_residual_*norm_forward, which
 //     also writes the next norm: the work the fused kernel leaves to the next GEMV's prologue)
 //
