@@ -62,6 +62,20 @@ __host__ __device__ constexpr T ceil_div(T a, T b) { return (a + b - 1) / b; }
 
 constexpr int WARP_SIZE = 32;
 
+// Threads an SM holds at once on the architecture a device pass compiles for: 2048 on sm_80, 90 and
+// 100, 1536 on sm_86, 87, 89 and 120 (the host pass sees 2048). __launch_bounds__ asks for
+// sm_blocks(threads, blocks) blocks an SM: the wanted count where it fits, else as many as fit
+// (ptxas ignores a larger hint with a warning).
+#if defined(__CUDA_ARCH__) && \
+    (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200)
+constexpr int SM_MAX_THREADS = 1536;
+#else
+constexpr int SM_MAX_THREADS = 2048;
+#endif
+__host__ __device__ constexpr int sm_blocks(int threads, int blocks) {
+    return blocks * threads <= SM_MAX_THREADS ? blocks : SM_MAX_THREADS / threads;
+}
+
 // ---------------------------------------------------------------- 128-bit packed access
 // One 16-byte load/store moves 8 bf16 or 4 fp32 values; memory-bound kernels use these so every
 // thread issues full-width transactions. Pointers must be 16-byte aligned.

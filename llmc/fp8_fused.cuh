@@ -197,7 +197,7 @@ __device__ __forceinline__ unsigned int fused_cast_chunk(uint8_t* __restrict__ o
 // DQ_HD: DQ_ACCUM's head size (a template parameter, as in attention_backward_dq_store: the same
 // code for the scale), 0 for the other prologues.
 template <Fp8Format F, Fp8Prologue PRO, bool COLSUM, int DQ_HD = 0>
-static __global__ void __launch_bounds__(FP8_T_BLOCK, fp8_fused_min_blocks(PRO))
+static __global__ void __launch_bounds__(FP8_T_BLOCK, sm_blocks(FP8_T_BLOCK, fp8_fused_min_blocks(PRO)))
     fp8_cast_transpose_fused_kernel(uint8_t* __restrict__ out_t, uint8_t* __restrict__ out, const floatX* __restrict__ in,
                                     const floatX* __restrict__ pre, const float* __restrict__ dq_accum, int q_cols,
                                     float* __restrict__ partials, int R, int C, int rows_per_chunk, Fp8Meta* meta) {

@@ -116,7 +116,7 @@ __device__ inline Fp8Pack classifier_fp8_pack(const x128& g, float scale) {
 // writes the bytes it read. DRAM: ~2 * N * Vp * sizeof(floatX) bytes; H200, bf16, B*T = 65536:
 // 4.26 ms, 77% of the copy. Reading each row from DRAM once through shared memory is no faster
 // (dev/cuda/fused_classifier.cu).
-static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
+static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, sm_blocks(CLASSIFIER_BLOCK, 2))
     fused_classifier_block_per_row(floatX* logits, float* losses, const int* targets, float dloss, int V, int Vp,
                                    bool write_dlogits) {
     floatX* x = logits + (int64_t)blockIdx.x * Vp;
@@ -146,7 +146,7 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
 // lab, 3.94 in the step's profile (one persistent block a SM with the rows in shared memory: 4.92 ms
 // in the trainer's profile). LOADS: classifier_row_stats's (the lab also times 2).
 template <Fp8Format F, int LOADS = 1>
-static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
+static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, sm_blocks(CLASSIFIER_BLOCK, 2))
     fused_classifier_fp8_block_per_row(floatX* logits, float* losses, const int* targets, float dloss, int V, int Vp,
                                        float fp8_scale, Fp8Meta* fp8_meta) {
     extern __shared__ x128 classifier_held[];  // (held_packs) x128: the row's first Vp / 2 logits
@@ -184,7 +184,7 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
 // DRAM: N * Vp * (2 read + 1 written) bytes less the second pass's L2 reads of the block-per-row
 // kernel. H200 (the lab, N = 65536, Vp 50304): 3.49 ms against 3.80 for the block-per-row kernel.
 template <Fp8Format F>
-static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
+static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, sm_blocks(CLASSIFIER_BLOCK, 2))
     fused_classifier_fp8_rows_in_smem(floatX* logits, float* losses, const int* targets, float dloss, int N, int V,
                                       int Vp, float fp8_scale, Fp8Meta* fp8_meta) {
 #if LLMC_HAS_BULK_COPY

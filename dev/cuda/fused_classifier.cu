@@ -116,7 +116,7 @@ __device__ inline void classifier_row_stats_as_shipped(float* loss, float* row_m
 // shipped since (llmc's fused_classifier_fp8_rows_in_smem) is BUFS 1 with the block-per-row kernels'
 // passes (short paths for full packs, bf16x2 conversions).
 template <ClassifierOut OUT, int BUFS = 2>
-static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, BUFS == 1 ? 2 : 1)
+static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, sm_blocks(CLASSIFIER_BLOCK, BUFS == 1 ? 2 : 1))
     fused_classifier_rows_in_smem(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
                                   bool write_dlogits, uint8_t* out8 = nullptr, int64_t out8_pitch = 0,
                                   float fp8_scale = 1.0f, Fp8Meta* fp8_meta = nullptr) {
@@ -217,7 +217,7 @@ __device__ inline float bf16_round_bits(float g) {
     return __uint_as_float((u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u);
 }
 template <Fp8Format F>
-static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, 2)
+static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, sm_blocks(CLASSIFIER_BLOCK, 2))
     fused_classifier_fp8_int_round(floatX* logits, float* losses, const int* targets, float dloss, int V, int Vp,
                                    float fp8_scale, Fp8Meta* fp8_meta) {
     extern __shared__ x128 classifier_held[];
