@@ -178,15 +178,16 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, sm_blocks(CLASSIFIER_
 #endif
 }
 
-// Shared memory of fused_classifier_rows_in_smem, and whether it fits this device (sm_90 and the
-// opt-in limit per block, 227 KB on the H200, less the kernel's own few hundred bytes).
+// Shared memory of fused_classifier_rows_in_smem, and whether it fits this device (its code here
+// compiled for sm_90 or newer, and the opt-in limit per block, 227 KB on the H200, less the kernel's
+// own few hundred bytes).
 static size_t rows_in_smem_bytes(int Vp, int bufs = 2) { return bufs * (size_t)Vp * sizeof(floatX); }
 static bool rows_in_smem_fit(int Vp, int bufs = 2) {
-    int dev = 0, major = 0, bytes = 0;
+    int dev = 0, bytes = 0;
     cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     cudaCheck(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    return major >= 9 && rows_in_smem_bytes(Vp, bufs) + 1024 <= (size_t)bytes;
+    return kernel_code_arch(fused_classifier_rows_in_smem<ClassifierOut::FLOATX>) >= 90 &&
+           rows_in_smem_bytes(Vp, bufs) + 1024 <= (size_t)bytes;
 }
 // N rows, the gradient as floatX in place, or (out8) as FP8 at scale in place (pitch 2 Vp bytes).
 template <ClassifierOut OUT, int BUFS = 2>
