@@ -10,7 +10,8 @@
 // panels and a slab of B into NR-column strips, so the micro-kernel streams both from contiguous
 // memory and keeps an MR x NR block of C in registers:
 //   MR x NR = 8 x 32 with AVX-512 (16 zmm accumulators + 2 for B of 32 registers),
-//             6 x 16 with AVX2    (12 ymm accumulators + 2 for B of 16 registers).
+//             6 x 16 with AVX2    (12 ymm accumulators + 2 for B of 16 registers),
+//             6 x 8  otherwise    (12 xmm/q accumulators + 2 for B).
 //   KB = 256: a B strip is KB*NR*4 = 32 KB (AVX-512), within a 48 KB L1; an A slab MB x KB is
 //   MB*KB*4 = 128 KB and a B slab KB x NB is 256 KB, both within a 1-2 MB L2.
 // Measured on 2 Zen 5 cores (AVX-512): 260-285 GFLOP/s forward and backward on the GPT-2 124M
@@ -20,32 +21,49 @@
 #include <cstdlib>
 #include <cstring>
 #include "llmc/utils.h"
+#include "llmc/cpu/isa_check.h"  // NATIVE=0 builds: refuse a CPU without AVX2/FMA before main
 
 namespace cpu {
 
 namespace detail {
-#ifdef __AVX512F__
-constexpr int GEMM_MR = 8, GEMM_NR = 32;
+// The micro-kernel is written on GCC/Clang vector types of the widest vector the build targets, so
+// that its shape does not depend on the auto-vectorizer (which, for the 6 x 16 AVX2 block written as
+// scalar loops, emitted 128-bit shuffles and ran 20x slower than the AVX-512 build).
+#if defined(__AVX512F__)
+constexpr int GEMM_VEC = 16, GEMM_MR = 8;  // zmm
+#elif defined(__AVX__)
+constexpr int GEMM_VEC = 8, GEMM_MR = 6;   // ymm
 #else
-constexpr int GEMM_MR = 6, GEMM_NR = 16;
+constexpr int GEMM_VEC = 4, GEMM_MR = 6;   // xmm / NEON q registers
 #endif
+constexpr int GEMM_NR = 2 * GEMM_VEC;      // two vectors of B per k
 constexpr int GEMM_MB = GEMM_MR * 16;  // rows of C per thread task
 constexpr int GEMM_NB = 256;           // columns of C per thread task
 constexpr int GEMM_KB = 256;           // depth of one packed slab
 static_assert(GEMM_NB % GEMM_NR == 0, "a B slab is a whole number of NR-wide strips");
+typedef float gemm_vec __attribute__((vector_size(GEMM_VEC * sizeof(float))));
 
 // C[0:MR, 0:NR] (valid part mr x nr) += Ap (kc, MR) times Bp (kc, NR), both packed contiguously.
+// acc[r][v] holds C's row r, columns v*VEC.. of the block: MR x 2 vector accumulators, summed over k
+// in order (each element's sum has the same order in every build).
 inline void gemm_micro_kernel(float* C, ptrdiff_t ldc, const float* __restrict__ Ap, const float* __restrict__ Bp,
                               int kc, int mr, int nr) {
-    float acc[GEMM_MR][GEMM_NR] = {};
+    gemm_vec acc[GEMM_MR][2] = {};
     for (int k = 0; k < kc; k++) {
+        gemm_vec b0, b1;
+        memcpy(&b0, Bp + (size_t)k * GEMM_NR, sizeof(b0));
+        memcpy(&b1, Bp + (size_t)k * GEMM_NR + GEMM_VEC, sizeof(b1));
         const float* a = Ap + (size_t)k * GEMM_MR;
-        const float* b = Bp + (size_t)k * GEMM_NR;
-        for (int r = 0; r < GEMM_MR; r++)
-            for (int j = 0; j < GEMM_NR; j++) acc[r][j] += a[r] * b[j];
+        for (int r = 0; r < GEMM_MR; r++) {
+            const gemm_vec ar = a[r] - gemm_vec{};  // broadcast
+            acc[r][0] += ar * b0;
+            acc[r][1] += ar * b1;
+        }
     }
+    float out[GEMM_MR][GEMM_NR];
+    memcpy(out, acc, sizeof(out));
     for (int r = 0; r < mr; r++)
-        for (int j = 0; j < nr; j++) C[r * ldc + j] += acc[r][j];
+        for (int j = 0; j < nr; j++) C[r * ldc + j] += out[r][j];
 }
 
 // C (M, N) row-major with leading dimension ldc  +=  A (M, K) * B (K, N), where element (m, k) of A
