@@ -1,7 +1,7 @@
 # Builds what this machine can build: the CPU targets always, the GPU targets when nvcc exists.
 #   make                all targets into build/
-#   make test           every test that needs no GPU, after building every target (in parallel,
-#                       JOBS jobs, default the core count) and checking that each llmc/ header compiles
+#   make test           every test that needs no GPU, after the CPU build, the header and architecture
+#                       checks and build/train_gpt2cu (JOBS jobs, default the core count); phases timed
 #   make test-gpu       the GPU tests (needs a GPU)
 #   make dev            the kernel lab (dev/cuda; see its Makefile for spills, sass, one lab)
 #   make check-headers  every llmc/ header compiles on its own (g++, and nvcc when it exists)
@@ -24,9 +24,11 @@ ifndef NO_OMP
 else
   CXXFLAGS += -Wno-unknown-pragmas
 endif
-# CI and this project's build machine may differ from where binaries run: set NATIVE=0 to drop -march=native
+# NATIVE=0: binaries for other machines of this ISA. On x86-64 that is x86-64-v3 (AVX2, FMA: any x86-64
+# CPU since 2013-2015), whose programs refuse with one line to start on an older CPU (llmc/cpu/isa_check.h);
+# elsewhere the compiler's default for the target. The default (-march=native) is for this machine.
 ifeq ($(NATIVE),0)
-  CXXFLAGS := $(filter-out -march=native,$(CXXFLAGS))
+  CXXFLAGS := $(filter-out -march=native,$(CXXFLAGS)) $(if $(filter x86_64,$(shell uname -m)),-march=x86-64-v3)
 endif
 
 CPU_TARGETS := $(BUILD)/train_gpt2_cpu $(BUILD)/generate_cpu $(BUILD)/test_gpt2_cpu $(BUILD)/test_dataloader $(BUILD)/test_attention_cpu \
@@ -53,7 +55,7 @@ MPI_FLAGS   = -DLLMC_MPI $(shell $(MPICXX) --showme:compile) $(shell $(MPICXX) -
 LLMC_H   := $(wildcard llmc/*.h llmc/cpu/*.h)
 LLMC_CUH := $(wildcard llmc/*.cuh) $(LLMC_H)
 
-.PHONY: all cpu gpu test test-build test-gpu dev check-headers check-arch spills sass bench clean fixture
+.PHONY: all cpu gpu test test-build test-gpu dev check-headers check-arch check-cpu-compilers spills sass bench clean fixture
 all: cpu $(if $(HAS_NVCC),gpu)
 cpu: $(CPU_TARGETS)
 gpu: $(GPU_TARGETS)
@@ -118,13 +120,16 @@ $(BUILD)/train_gpt2cu_fp32: train_gpt2.cu $(LLMC_CUH) | $(BUILD)
 $(BUILD)/generate_fp32: generate.cu $(LLMC_CUH) | $(BUILD)
 	$(NVCC) $(filter-out -DPRECISION_%,$(NVCCFLAGS)) -DPRECISION_FP32 $< -o $@ $(NVLDLIBS)
 
-# Every test that needs no GPU; prints "N passed, N failed" last and fails if any failed. The build
-# before it runs JOBS compiles at a time (unless make already runs with -j), so the GPU targets and
-# the lab files compile side by side, and keeps going past an error so that one run shows them all.
+# Every test that needs no GPU, in three timed phases (tests/make_test.sh prints each one's seconds
+# last and fails if any failed; each phase runs JOBS compiles at a time and keeps going past an error):
+#   build  the CPU programs and tests, every llmc/ header on its own, the CPU trainer under clang++ and
+#          the aarch64 cross compiler, and build/train_gpt2cu (its flag checks run without a GPU)
+#   arch   make check-arch: every GPU program and lab file through nvcc's front end, each architecture
+#   run    tests/run_tests.sh: the suites, "N passed, N failed" last
+# Without nvcc the GPU parts are skipped, saying so. `make gpu` and `make dev` build the rest.
 test:
-	@$(MAKE) --no-print-directory $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(JOBS)) -k --output-sync=target test-build
-	@./tests/run_tests.sh
-test-build: cpu check-headers $(if $(HAS_NVCC),gpu dev)
+	@MAKE="$(MAKE)" JOBS=$(JOBS) HAS_NVCC="$(HAS_NVCC)" ./tests/make_test.sh
+test-build: cpu check-headers check-cpu-compilers $(if $(HAS_NVCC),$(BUILD)/train_gpt2cu)
 
 test-gpu: gpu $(BUILD)/generate_cpu
 	@./tests/run_gpu_tests.sh
@@ -132,8 +137,27 @@ test-gpu: gpu $(BUILD)/generate_cpu
 dev:
 	$(MAKE) -C dev/cuda
 
+# The CPU programs under the other compilers a user may have, each where it is installed: clang++ builds
+# the trainer (build/clang/), and the aarch64 cross compiler compiles the trainer and generate_cpu
+# (-c: no aarch64 libraries needed). Neither installed: says so and passes.
+CLANGXX       ?= clang++
+CROSS_AARCH64 ?= aarch64-linux-gnu-g++
+HAS_CLANGXX   := $(shell command -v $(CLANGXX) 2>/dev/null)
+HAS_CROSS     := $(shell command -v $(CROSS_AARCH64) 2>/dev/null)
+CPU_PORTABLE  := $(if $(HAS_CLANGXX),$(BUILD)/clang/train_gpt2_cpu) \
+                 $(if $(HAS_CROSS),$(BUILD)/aarch64/train_gpt2_cpu.o $(BUILD)/aarch64/generate_cpu.o)
+check-cpu-compilers: $(CPU_PORTABLE)
+	@echo "check-cpu-compilers: $(if $(HAS_CLANGXX),clang++ built the CPU trainer,no clang++)$(comma) \
+	$(if $(HAS_CROSS),$(CROSS_AARCH64) compiled the CPU programs,no aarch64 cross compiler)"
+$(BUILD)/clang/%: %.cpp $(LLMC_H)
+	@mkdir -p $(dir $@)
+	$(CLANGXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+$(BUILD)/aarch64/%.o: %.cpp $(LLMC_H)
+	@mkdir -p $(dir $@)
+	$(CROSS_AARCH64) $(filter-out -march=native,$(CXXFLAGS)) -O1 -c $< -o $@
+
 # Each llmc/ header compiles on its own, from a one-line file that includes it: the .h files with
-# g++ -fsyntax-only, the .cuh files with nvcc -c.
+# g++ -fsyntax-only, the .cuh files through nvcc's front end (-cuda -fdevice-syntax-only: no host compile).
 # A stamp per header under build/headers/ skips the unchanged ones. cudnn_attention.cuh is checked
 # in USE_CUDNN=1 builds only (without cuDNN it is an #error by design).
 HEADERS       := $(LLMC_H) $(if $(HAS_NVCC),$(filter-out $(if $(filter 1,$(USE_CUDNN)),,llmc/cudnn_attention.cuh),$(wildcard llmc/*.cuh)))
@@ -156,7 +180,7 @@ DEVICE_SYNTAX_ONLY = $(shell $(NVCC) --help 2>/dev/null | grep -q fdevice-syntax
 $(BUILD)/headers/%.cuh.ok: %.cuh $(LLMC_CUH)
 	@mkdir -p $(dir $@)
 	@echo '#include "$<"' > $(BUILD)/headers/$*.cu
-	@$(NVCC) $(NVCCFLAGS) $(DEVICE_SYNTAX_ONLY) -c $(BUILD)/headers/$*.cu -o $(BUILD)/headers/$*.o > $(@:.ok=.log) 2>&1 || $(HEADER_FAIL)
+	@$(NVCC) $(NVCCFLAGS) $(DEVICE_SYNTAX_ONLY) -cuda $(BUILD)/headers/$*.cu -o $(BUILD)/headers/$*.ii > $(@:.ok=.log) 2>&1 || $(HEADER_FAIL)
 	@touch $@
 
 # Every GPU program and lab file (the NCCL trainer too, when NCCL's header is found) compiles for each
