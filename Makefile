@@ -192,11 +192,11 @@ $(BUILD)/headers/%.cuh.ok: %.cuh $(LLMC_CUH)
 # lacks: only ptxas refuses those (a full build for that GPU_ARCH does). A stamp per pair under
 # build/arch/ skips the unchanged ones.
 CHECK_ARCHS ?= $(GPU_ARCHS_ALL)
-ARCH_UNITS  := train_gpt2.cu test_gpt2.cu generate.cu tests/test_fp8_gpu.cu $(wildcard dev/cuda/*.cu) \
+ARCH_UNITS  := train_gpt2.cu test_gpt2.cu generate.cu $(wildcard tests/*.cu tests/gpu/*.cu dev/cuda/*.cu) \
                $(if $(NCCL_H),train_gpt2.cu.nccl)
 ARCH_STAMPS := $(foreach a,$(CHECK_ARCHS),$(addprefix $(BUILD)/arch/$(a)/,$(addsuffix .ok,$(ARCH_UNITS))))
 ARCH_FLAGS  := $(filter-out -gencode arch=% -DLLMC_SM90A,$(NVCCFLAGS)) -DLLMC_SM90A $(DEVICE_SYNTAX_ONLY) -ptx
-ARCH_DEPS   := $(LLMC_CUH) $(wildcard dev/cuda/*.cuh tests/*.h)
+ARCH_DEPS   := $(LLMC_CUH) $(wildcard dev/cuda/*.cuh tests/*.h tests/gpu/*.h)
 check-arch:
 	@$(if $(HAS_NVCC),,echo "check-arch: no nvcc, nothing checked"; exit 0;) \
 	$(MAKE) --no-print-directory -s -k $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(JOBS)) $(ARCH_STAMPS) \
