@@ -2,7 +2,7 @@
 #   make                all targets into build/
 #   make test           every test that needs no GPU, after the CPU build, the header and architecture
 #                       checks and build/train_gpt2cu (JOBS jobs, default the core count); phases timed
-#   make test-gpu       the GPU tests (needs a GPU)
+#   make test-gpu       the GPU tests (needs a GPU; QUICK=1 one case a section, SECTIONS=16 sections 1 and 6)
 #   make dev            the kernel lab (dev/cuda; see its Makefile for spills, sass, one lab)
 #   make check-headers  every llmc/ header compiles on its own (g++, and nvcc when it exists)
 #   make check-arch     every GPU program and lab file compiles for each architecture (nvcc's front end)
@@ -69,28 +69,28 @@ $(BUILD)/%: %.cpp $(LLMC_H) | $(BUILD)
 $(BUILD)/train_gpt2_cpu_mpi: train_gpt2_cpu.cpp $(LLMC_H) | $(BUILD)
 	$(MPICXX) $(CXXFLAGS) -DLLMC_MPI $< -o $@ $(LDLIBS)
 
-$(BUILD)/test_dataloader: tests/test_dataloader.cpp $(LLMC_H) | $(BUILD)
+$(BUILD)/test_dataloader: tests/cpu/test_dataloader.cpp $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
-$(BUILD)/test_attention_cpu: tests/test_attention_cpu.cpp tests/fixture_check.h $(LLMC_H) | $(BUILD)
+$(BUILD)/test_attention_cpu: tests/cpu/test_attention.cpp tests/cpu/fixture_check.h $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
-$(BUILD)/test_llama_ops_cpu: tests/test_llama_ops_cpu.cpp tests/fixture_check.h $(LLMC_H) | $(BUILD)
+$(BUILD)/test_llama_ops_cpu: tests/cpu/test_llama_ops.cpp tests/cpu/fixture_check.h $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
-$(BUILD)/test_attention_decode_cpu: tests/test_attention_decode_cpu.cpp $(LLMC_H) | $(BUILD)
+$(BUILD)/test_attention_decode_cpu: tests/cpu/test_attention_decode.cpp $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
-$(BUILD)/test_zero: tests/test_zero.cpp tests/check.h $(LLMC_H) | $(BUILD)
+$(BUILD)/test_zero: tests/cpu/test_zero.cpp tests/cpu/check.h $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
-$(BUILD)/test_fp8_cpu: tests/test_fp8_cpu.cpp tests/check.h $(LLMC_H) | $(BUILD)
+$(BUILD)/test_fp8_cpu: tests/cpu/test_fp8.cpp tests/cpu/check.h $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
-$(BUILD)/test_bpe: tests/test_bpe.cpp $(LLMC_H) | $(BUILD)
+$(BUILD)/test_bpe: tests/cpu/test_bpe.cpp $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
-$(BUILD)/test_generate_cpu: tests/test_generate_cpu.cpp $(LLMC_H) | $(BUILD)
+$(BUILD)/test_generate_cpu: tests/cpu/test_generate.cpp $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
 $(BUILD)/train_gpt2cu: train_gpt2.cu $(LLMC_CUH) | $(BUILD)
@@ -106,7 +106,7 @@ $(BUILD)/test_gpt2cu: test_gpt2.cu $(LLMC_CUH) | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVLDLIBS)
 
 # The FP8 linear layers of --fp8 against the CPU reference (bf16 build only: the FP8 matmuls write bf16)
-$(BUILD)/test_fp8_gpu: tests/test_fp8_gpu.cu $(LLMC_CUH) | $(BUILD)
+$(BUILD)/test_fp8_gpu: tests/gpu/test_fp8.cu $(LLMC_CUH) | $(BUILD)
 	$(NVCC) $(filter-out -DPRECISION_%,$(NVCCFLAGS)) -DPRECISION_BF16 $< -o $@ $(NVLDLIBS)
 
 $(BUILD)/generate: generate.cu $(LLMC_CUH) | $(BUILD)
@@ -132,7 +132,7 @@ test:
 test-build: cpu check-headers check-cpu-compilers $(if $(HAS_NVCC),$(BUILD)/train_gpt2cu)
 
 test-gpu: gpu $(BUILD)/generate_cpu
-	@./tests/run_gpu_tests.sh
+	@QUICK="$(QUICK)" SECTIONS="$(SECTIONS)" ./tests/run_gpu_tests.sh
 
 dev:
 	$(MAKE) -C dev/cuda

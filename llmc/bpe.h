@@ -1,5 +1,5 @@
 // bpe.h: GPT-2's byte-level BPE encoder, text -> token ids, giving the ids of tiktoken's "gpt2"
-// encoding (tests/test_bpe.cpp checks a fixture of tiktoken's ids, tests/test_bpe.py all of tiny
+// encoding (tests/cpu/test_bpe.cpp checks a fixture of tiktoken's ids, tests/python/test_bpe.py all of tiny
 // Shakespeare). The decoder is llmc/tokenizer.h.
 //
 // The vocabulary is the GPTT tokenizer file (docs/formats.md) that the trainers already read to

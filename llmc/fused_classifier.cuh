@@ -34,7 +34,7 @@ __device__ inline void classifier_stats_pack(float& m, float& s, const x128& v, 
 // the block; thread 0 writes the loss. Every read of x, the target's logit included, happens before
 // the reductions' barriers, so the block may overwrite x once this returns. The order of the fp32
 // max and sum is part of the contract: the FP8 and the bf16 classifiers give the same loss bits and
-// the same gradient (tests/test_fp8_gpu.cu compares them). With `held`, packs p < held_packs are also
+// the same gradient (tests/gpu/test_fp8.cu compares them). With `held`, packs p < held_packs are also
 // copied there (shared memory, slot p) by the thread that read them: the same thread reads them back
 // in pass 2, which is how fused_classifier_fp8_block_per_row keeps the bytes its FP8 stores overwrite.
 // LOADS: a thread's packs are loaded that many at a time before any is summed (more bytes in flight

@@ -249,7 +249,7 @@ inline void fp8_init_metas(GPT2Fp8& f, cudaStream_t s) {
 
 // The scales in a checkpoint (llmc/formats.h, GPT8; llmc/checkpoint.h names the file): every
 // Fp8Meta as it is in device memory and the warm flag, so a resumed --fp8-scaling delayed run casts
-// with the amax histories the uninterrupted run had (bit for bit: tests/fp8_parity_gpu.sh). The
+// with the amax histories the uninterrupted run had (bit for bit: tests/gpu/test_fp8_parity.sh). The
 // weight copies are not saved: the first forward after a resume casts them (weights_step = -1).
 constexpr int64_t FP8_META_WORDS = sizeof(Fp8Meta) / sizeof(uint32_t);
 inline int64_t fp8_meta_count(const GPT2Fp8& f) { return (int64_t)FP8_ROLES * f.L * FP8_LINEARS; }

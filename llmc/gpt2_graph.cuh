@@ -18,7 +18,7 @@
 // the dwte backward's grid covers any batch, its extra blocks exit, llmc/encoder.cuh), so losses,
 // norms and parameters are bit-identical to the eager step's wherever the eager step is itself
 // reproducible (--deterministic 1 in the bf16 build: the default attention backward sums dQ by fp32
-// atomics). tests/graph_gpu_check.sh checks that, GPT-2 and Llama, bf16 and fp32, with accumulation.
+// atomics). dev/bench/graph.sh checks that, GPT-2 and Llama, bf16 and fp32, with accumulation.
 #pragma once
 #include "llmc/gpt2.cuh"
 

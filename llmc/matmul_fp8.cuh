@@ -30,7 +30,7 @@
 // row (a token row of X or dY, an output row of W, an input channel of W^T, X^T, an output channel of
 // dY^T), so each matmul takes cuBLASLt's outer-vector scales: D(i, j) *= sp[i] * sq[j]. cuBLASLt
 // (CUDA 13) documents them for compute capability 9.0 only, FP8 A/B, bf16/fp16/fp32 D; bias and
-// beta = 1 with them are what the lab and tests/test_fp8_gpu.cu check on the GPU.
+// beta = 1 with them are what the lab and tests/gpu/test_fp8.cu check on the GPU.
 // Fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM): Hopper's FP8 tensor cores accumulate a
 // product in a narrower-than-fp32 register; without fast accumulation cuBLASLt adds the partial sums
 // into fp32 every few k-steps (slower, exact to fp32 accumulation), with it the whole K runs in

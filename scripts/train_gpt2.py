@@ -14,7 +14,7 @@ Modes (pick one; the model comes from --model / the shape flags / --load):
                    GQA untied and GQA+window (make fixture)
   train            --train "shards/*.bin" [--val "..."] --steps N: prints `step n train_loss x ...`;
                    --schedule/--warmup/--shuffle as the C++ trainers, --fp8-emulate RECIPE: the blocks'
-                   linear layers in emulated FP8 (tensorwise = the GPU trainer's --fp8 1; tests/fp8_emulate_gpu.sh)
+                   linear layers in emulated FP8 (tensorwise = the GPU trainer's --fp8 1; dev/bench/fp8_emulate.sh)
   bench            --bench --device cuda [--compile]: GPT-2 training throughput of PyTorch,
                    last line `BENCH name=<eager|compile> ms=<median> tok_s=<..> peak_gib=<..>`
   hellaswag        --hellaswag FILE: multiple-choice accuracy (acc_norm, as llmc/hellaswag.h scores

@@ -13,17 +13,17 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 run "cpu reference vs PyTorch, GPT-2 and Llama-style (test_gpt2_cpu)" build/test_gpt2_cpu
 run "cpu attention (MHA, GQA, MQA, window) vs PyTorch" build/test_attention_cpu
 run "cpu Llama ops (RMSNorm, fused residual+RMSNorm, RoPE, SwiGLU) vs PyTorch" build/test_llama_ops_cpu
-run "cpu trainer trains a Llama-style model from --init and resumes it exactly" tests/test_train_llama.sh
+run "cpu trainer trains a Llama-style model from --init and resumes it exactly" tests/cpu/test_train_llama.sh
 run "cpu decode attention through the KV cache (ring buffer, mixed lengths) vs the full forward" build/test_attention_decode_cpu
 run "cpu cached forward (prefill + decode through the KV cache) and the trainer's samples vs the full forward" build/test_generate_cpu
 run "cpu FP8 rounding (E4M3/E5M2 bit patterns, saturation, ties to even, nearest by brute force)" build/test_fp8_cpu
 run "dataloader" build/test_dataloader
 run "GPT-2 BPE encoder vs tiktoken's ids (fixture)" build/test_bpe
-run "bad inputs give clear errors" tests/test_bad_inputs.sh
-run "checkpoints under damage (interrupted saves, corruption, overwrite, kill)" tests/test_checkpoints.sh
+run "bad inputs give clear errors" tests/cpu/test_bad_inputs.sh
+run "checkpoints under damage (interrupted saves, corruption, overwrite, kill)" tests/cpu/test_checkpoints.sh
 run "ZeRO shards: plans tile the buffer, sharded state reads back at any world size, data position moves, gradient buckets and ZeRO-2 reduction" build/test_zero
-run "data parallel on the CPU: 2 ranks (mpirun, tcp) = 1 process at ZeRO 0/1/2, resume across world sizes, bad setups fail" tests/test_distributed.sh
-run "python: data scripts, formats, HF import, BPE encoder vs tiktoken, generate_cpu" python3 -m pytest -q tests
+run "data parallel on the CPU: 2 ranks (mpirun, tcp) = 1 process at ZeRO 0/1/2, resume across world sizes, bad setups fail" tests/cpu/test_distributed.sh
+run "python: data scripts, formats, HF import, BPE encoder vs tiktoken, generate_cpu" python3 -m pytest -q tests/python
 echo
 [ $failed -gt 0 ] && echo "failed: ${failed_names[*]}"
 echo "$passed passed, $failed failed"

@@ -61,7 +61,7 @@
 // The split schedule (variant 0 at odd and the --small shapes; 16 is the kernel without it): odd had
 // 42 work items for 132 SMs, the first key tile's CTA 39 query tiles, the last's 3 (about 6x the
 // mean load of an SM on the critical path); split, 132 CTAs of at most 8 tiles. Not yet timed on the
-// H200: tests/attention_backward_gpu_check.sh prints 0 beside 16 at every shape.
+// H200: dev/bench/attention_backward.sh prints 0 beside 16 at every shape.
 // At HD 128, 11 and 12 are one kernel, and 13 and 14 another: their spread is the noise.
 // mma.sync, `--reps 20` (fwd+bwd: the shipped forward then the backward); variant 1 bitwise identical
 // run against run on all shapes:

@@ -482,7 +482,7 @@ static void run_fp8(lab::Lab& L, int N, int V, int Vp, Fp8Format format, uint64_
         bool ok = L.check(d_losses, ref_losses, lab::Tol{1e-4, 1e-4}, rows, 1);
         const std::vector<float> losses = d_losses.download();
         // the shipped kernel shares pass 1 with the bf16 classifier: its losses must be the same bits
-        // (tests/test_fp8_gpu.cu relies on it); the other variants' are only reported
+        // (tests/gpu/test_fp8.cu relies on it); the other variants' are only reported
         const size_t loss_bits = count_bits_differ(losses, bf16_losses);
         printf("    %-10s %zu of %d differ from the bf16 classifier's bit for bit  %s\n", "all losses", loss_bits, N,
                loss_bits == 0 ? "ok" : variant == 0 ? "FAIL" : "(reported only)");

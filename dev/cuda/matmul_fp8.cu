@@ -46,7 +46,7 @@
 // Results (H200, 2026-12-03, 2622e99): stopped at the first FP8 matmul (fwd qkv, fast-accum, bias):
 // cublasLtMatmul status 15, not supported: the A/B scale pointers were 4 bytes into Fp8Meta, and
 // cuBLASLt wants them 16-byte aligned (a probe showed it); Fp8Meta is now aligned, not yet re-run.
-// Variants 6 and 7 (outer-vector scales): not yet run on a GPU (tests/fp8_rowwise_gpu.sh runs them).
+// Variants 6 and 7 (outer-vector scales): not yet run on a GPU (dev/bench/fp8_rowwise.sh runs them).
 #include <initializer_list>
 #include "dev/cuda/harness.cuh"
 #include "llmc/cpu/fp8.h"

@@ -4,7 +4,7 @@
 // forward (llmc/cpu/*.h and the norm helpers of llmc/cpu/gpt2.h, one copy of each) in the same
 // layer structure (the first norm on the embedding, each residual add fused with the next norm) in
 // a new per-layer loop that keeps no activations for a backward; the full-sequence forward of
-// llmc/cpu/gpt2.h stays as it is and is what tests/test_generate_cpu.cpp checks this against.
+// llmc/cpu/gpt2.h stays as it is and is what tests/cpu/test_generate.cpp checks this against.
 // RoPE turns q and k after the QKV matmul at each token's own position, before k enters the cache.
 //
 // The cache (docs/design.md, "KV cache and decode attention", the layout the GPU decode kernel
@@ -246,7 +246,7 @@ inline const float* gpt2_decode_step(GPT2Infer& m, const int* tokens, const int*
 // from the same RNG state). Build `m` with B = 1 over the parameters to sample from (the trainer's
 // own buffer: the sample sees each update without a copy). A sample ends at the context end:
 // m.max_seq tokens (positions 1..max_seq-1 fed, one more drawn from the last position's logits).
-// The logits equal the full forward's up to float rounding (tests/test_generate_cpu.cpp), so the
+// The logits equal the full forward's up to float rounding (tests/cpu/test_generate.cpp), so the
 // tokens are those of a full forward over the whole sequence per token.
 inline std::vector<int> gpt2_infer_sample(GPT2Infer& m, int eot, int gen_tokens, float temperature, Rng& rng) {
     if (m.B != 1) fail("internal: gpt2_infer_sample needs a model built for one sequence (B = %d)", m.B);

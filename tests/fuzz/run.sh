@@ -5,7 +5,7 @@
 #      test_generate_cpu, test_zero) built with -fsanitize=address,undefined into build/sanitize/ and run once, as
 #      tests/run_tests.sh runs them;
 #      then the CPU trainer, built the same way, trains a tiny model (GQA, window) for 6 steps with
-#      validation, samples and checkpoints, and resumes for 3 more; and runs tests/test_distributed.sh's
+#      validation, samples and checkpoints, and resumes for 3 more; and runs tests/cpu/test_distributed.sh's
 #      tcp cases (2 ranks over sockets, resume, failures).
 #   2. Every tests/fuzz/fuzz_NAME.cpp built as a libFuzzer target build/fuzz/fuzz_NAME
 #      (clang++ -fsanitize=fuzzer,address,undefined -g -O1 -DLLMC_FAIL_THROWS: fail() throws).
@@ -47,10 +47,10 @@ if [ "${SANITIZE:-1}" != 0 ]; then
     mkdir -p "$SAN"
     san_flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
                -fopenmp -I.)
-    declare -A san_src=([test_gpt2_cpu]=test_gpt2_cpu.cpp [test_attention_cpu]=tests/test_attention_cpu.cpp
-                        [test_llama_ops_cpu]=tests/test_llama_ops_cpu.cpp [test_dataloader]=tests/test_dataloader.cpp
-                        [test_bpe]=tests/test_bpe.cpp [test_generate_cpu]=tests/test_generate_cpu.cpp
-                        [test_zero]=tests/test_zero.cpp)
+    declare -A san_src=([test_gpt2_cpu]=test_gpt2_cpu.cpp [test_attention_cpu]=tests/cpu/test_attention.cpp
+                        [test_llama_ops_cpu]=tests/cpu/test_llama_ops.cpp [test_dataloader]=tests/cpu/test_dataloader.cpp
+                        [test_bpe]=tests/cpu/test_bpe.cpp [test_generate_cpu]=tests/cpu/test_generate.cpp
+                        [test_zero]=tests/cpu/test_zero.cpp)
     for t in test_gpt2_cpu test_attention_cpu test_llama_ops_cpu test_dataloader test_bpe test_generate_cpu test_zero; do
         echo "=== sanitize: build $SAN/$t"
         if ! nice "$CXX" "${san_flags[@]}" "${san_src[$t]}" -o "$SAN/$t" -lm; then
@@ -97,8 +97,8 @@ EOF_PY
         fi
         rm -rf "$run_dir"
         # data parallel over the tcp rendezvous (the MPI cases skip: MPI's own allocations would be reported)
-        echo "=== sanitize: tests/test_distributed.sh with $SAN/train_gpt2_cpu (tcp cases)"
-        if TRAIN="$SAN/train_gpt2_cpu" TRAIN_MPI=/none tests/test_distributed.sh > "$SAN/test_distributed.log" 2>&1; then
+        echo "=== sanitize: tests/cpu/test_distributed.sh with $SAN/train_gpt2_cpu (tcp cases)"
+        if TRAIN="$SAN/train_gpt2_cpu" TRAIN_MPI=/none tests/cpu/test_distributed.sh > "$SAN/test_distributed.log" 2>&1; then
             echo "--- sanitize test_distributed: clean ($(tail -n 1 "$SAN/test_distributed.log"))"
         else
             tail -n 40 "$SAN/test_distributed.log"
