@@ -38,9 +38,9 @@
 //   sampler and the encoder. Other sampling keeps the sampler kernel (`pending` is then unused).
 // - B > GEMV_MAX_M: cuBLASLt matmuls with the norms and attention between them; kv_cache_append is
 //   folded into attention_decode, which takes its tensor-core kernels where decode_mma_route allows.
-// - every kernel after the step's first (the sampler or advance_and_encode) is a programmatic
-//   dependent of the one before it (llmc/cuda_common.cuh), so the next GEMV's blocks are resident
-//   and loading their weights while the current kernel runs.
+// - every kernel of ours after the step's first (the sampler or advance_and_encode; cuBLASLt's are
+//   plain launches) is a programmatic dependent of the one before it (llmc/cuda_common.cuh), so the
+//   next GEMV's blocks are resident and loading their weights while the current kernel runs.
 #pragma once
 #include <vector>
 #include "llmc/attention_decode.cuh"
@@ -73,7 +73,7 @@ struct DecodeStepPlan {
 // The policy: the fused step where the B normalized rows of C (and the norm's weight and bias) fit a
 // GEMV block's shared memory and B <= GEMV_MAX_M, with the folded argmax; above it, cuBLASLt with
 // the append in attention_decode and its tensor-core kernels where decode_mma_route takes them
-// (attention_decode.cuh: the batch alone fills the SMs, bf16, HD 64/128). PDL everywhere.
+// (attention_decode.cuh: the batch alone fills the SMs, bf16, HD 64/128). PDL on all of our kernels.
 inline DecodeStepPlan decode_step_plan(const GPT2Config& c, int B, int S, int window, int num_sms, bool clusters) {
     using namespace attention_detail;
     DecodeStepPlan p;
