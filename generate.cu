@@ -20,14 +20,16 @@
 #include <vector>
 #include "llmc/gpt2_infer.cuh"
 #include "llmc/generate_args.h"
+#include "llmc/model_reference.cuh"
 
 // ------------------------------------------------------------------------------------------------
 // the full-forward check (--check-full 1)
-// The reference for the cached logits: the training model (llmc/gpt2.cuh, checked against PyTorch
-// for GPT-2 and Llama-style models) over one whole sequence, so the decode path (cache append,
-// decode attention, per-sequence RoPE, the GEMVs) is what is tested.
+// The reference for the cached logits: the model's full forward over one whole sequence
+// (llmc/model_reference.cuh: the training forward's kernels, checked against PyTorch for GPT-2 and
+// Llama-style models), so the decode path (cache append, decode attention, per-sequence RoPE, the
+// GEMVs) is what is tested.
 struct FullCheck {
-    GPT2 ref;
+    ModelReference ref;
     double tolerance = HAS_MASTER ? 5e-2 : 1e-4;  // max |diff| / max |ref logit| over a row (bf16: both paths round)
     double worst = 0.0;
     long rows = 0, failures = 0;
@@ -36,9 +38,8 @@ struct FullCheck {
 // Compares row b of the cached logits (B, Vp) with the full forward's last position over `seq`.
 static void check_row(FullCheck& fc, const GPT2Infer& m, int b, const std::vector<int>& seq, const CudaContext& ctx) {
     const int V = m.config.vocab_size, Vp = m.config.padded_vocab_size, n = (int)seq.size();
-    gpt2_upload_batch(fc.ref, seq.data(), nullptr, 1, n, false, ctx);
-    gpt2_forward(fc.ref, 1, n, ctx);
-    const std::vector<float> want = device_to_float(fc.ref.acts.logits + (size_t)(n - 1) * Vp, V);
+    model_reference_forward(fc.ref, seq.data(), n, ctx);
+    const std::vector<float> want = device_to_float(fc.ref.logits + (size_t)(n - 1) * Vp, V);
     const std::vector<float> got = device_to_float(m.logits + (size_t)b * Vp, V);
     double diff = 0.0, scale = 1e-30;
     for (int v = 0; v < V; v++) {
@@ -238,8 +239,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<FullCheck> check;
     if (g.check_full) {
         check.reset(new FullCheck);
-        gpt2_build(check->ref, c, 1, max_seq, false, ctx);
-        gpt2_set_params(check->ref, params.data());
+        model_reference_build(check->ref, c, max_seq, m.params_memory);
     }
     FILE* dump = g.dump_logits.empty() ? nullptr : fopen_or_fail(g.dump_logits.c_str(), "wb");
     int* host_out = nullptr;
@@ -255,7 +255,7 @@ int main(int argc, char** argv) {
     if (check) {
         fprintf(stderr, "check-full: %ld rows, worst max|diff|/max|logit| %.3g (tolerance %.1g): %s\n", check->rows,
                 check->worst, check->tolerance, check->failures ? "FAIL" : "ok");
-        gpt2_free(check->ref);
+        model_reference_free(check->ref);
     }
     cudaCheck(cudaFreeHost(host_out));
     gpt2_infer_free(m);

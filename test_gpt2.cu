@@ -13,6 +13,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include "llmc/gpt2_infer.cuh"
+#include "llmc/model_train.cuh"
+#include "llmc/sampler.h"
 #include "llmc/cpu/attention.h"
 #include "llmc/cpu/crossentropy.h"
 #include "llmc/cpu/encoder.h"

@@ -1,4 +1,4 @@
-// train_gpt2.cu: the GPU trainer, the program around the GPT-2 model of llmc/gpt2.cuh: flags,
+// train_gpt2.cu: the GPU trainer, the program around the GPT-2 model of llmc/model_train.cuh: flags,
 // data, the training loop, logging, checkpoints. Mixed precision (bf16 parameters, activations and
 // gradients; fp32 master weights and AdamW moments); the same code built with PRECISION_FP32 (make
 // builds it as build/train_gpt2cu_fp32) runs in plain fp32, and the tests hold that build to
@@ -8,7 +8,7 @@
 #include <cinttypes>
 #include <string>
 #include <vector>
-#include "llmc/gpt2.cuh"
+#include "llmc/model_train.cuh"
 #include "llmc/gpt2_infer.cuh"
 #include "llmc/gpt2_dist.cuh"
 #include "llmc/gpt2_graph.cuh"

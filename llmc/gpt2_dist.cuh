@@ -1,4 +1,4 @@
-// llmc/gpt2_dist.cuh: data-parallel training of the GPU model (llmc/gpt2.cuh) with NCCL and the
+// llmc/gpt2_dist.cuh: data-parallel training of the GPU model (llmc/model_train.cuh) with NCCL and the
 // ZeRO stages of llmc/zero.h; the CPU reference of the same logic is llmc/cpu/data_parallel.h.
 // docs/distributed.md. Built into build/train_gpt2cu_nccl (-DLLMC_NCCL, make); without LLMC_NCCL
 // (build/train_gpt2cu) only one process runs and every function below is the single-GPU one.
@@ -45,7 +45,7 @@
 #include "llmc/cuda_common.cuh"
 #include "llmc/dist.h"
 #include "llmc/formats.h"
-#include "llmc/gpt2.cuh"
+#include "llmc/model_train.cuh"
 #include "llmc/zero.h"
 #ifdef LLMC_NCCL
 #include <nccl.h>

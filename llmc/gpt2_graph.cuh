@@ -1,4 +1,4 @@
-// llmc/gpt2_graph.cuh: one training step of the GPU model (llmc/gpt2.cuh) as one CUDA graph, on one
+// llmc/gpt2_graph.cuh: one training step of the GPU model (llmc/model_train.cuh) as one CUDA graph, on one
 // GPU (the data-parallel step of llmc/gpt2_dist.cuh stays eager). The step's kernels, copies and
 // memsets are captured once and replayed every step, so the GPU runs a whole step with no launch
 // gap and no host wait inside it. Per step the host only
@@ -20,7 +20,7 @@
 // reproducible (--deterministic 1 in the bf16 build: the default attention backward sums dQ by fp32
 // atomics). dev/bench/graph.sh checks that, GPT-2 and Llama, bf16 and fp32, with accumulation.
 #pragma once
-#include "llmc/gpt2.cuh"
+#include "llmc/model_train.cuh"
 
 struct GPT2Graph {
     int B = 0, T = 0, grad_accum = 0;

@@ -4,8 +4,9 @@
 // layout). RoPE turns q and k after the QKV matmul at each token's own position (prefill: 0..T-1;
 // a step: pos[b], read on the device), before k enters the cache. Only inference memory: the
 // floatX weights, one layer's activations for the rows of a prefill (reused by every layer), the
-// cache, and the generation state. The layer ops are the training forward's (llmc/*.cuh); the
-// training model of gpt2.cuh is untouched and serves as the full-forward reference of --check-full.
+// cache, and the generation state. The layer ops are the training forward's, from the forward layer
+// llmc/model.cuh (no backward, optimizer or FP8 training); llmc/model_reference.cuh runs them over a
+// whole sequence as the reference of --check-full.
 //
 // The cache (docs/design.md, "KV cache and decode attention"): per layer k and v, (B, NKV, S, HD)
 // floatX, position p of sequence b in slot p % S; S = max_seq, or a ring of S = W slots when the
@@ -44,10 +45,10 @@
 #pragma once
 #include <vector>
 #include "llmc/attention_decode.cuh"
+#include "llmc/formats.h"  // float_to_bf16: the host parameters' rounding to bf16
 #include "llmc/gemv.cuh"
-#include "llmc/gpt2.cuh"
-#include "llmc/cpu/rope.h"
 #include "llmc/kv_cache.cuh"
+#include "llmc/model.cuh"
 #include "llmc/rmsnorm.cuh"
 #include "llmc/rope.cuh"
 #include "llmc/sampler.cuh"
@@ -206,12 +207,7 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* hos
     } else {
         cudaCheck(cudaMemcpy(m.params_memory, host, n * sizeof(float), cudaMemcpyHostToDevice));
     }
-    if (rope) {  // the CPU twin's tables, bit for bit (llmc/rope.cuh)
-        std::vector<float> cos(rope), sin(rope);
-        cpu::rope_tables_for(c, cos.data(), sin.data(), max_seq);
-        cudaCheck(cudaMemcpy(m.rope_cos, cos.data(), rope * F, cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(m.rope_sin, sin.data(), rope * F, cudaMemcpyHostToDevice));
-    }
+    if (rope) rope_tables_upload(m.rope_cos, m.rope_sin, c, max_seq);  // the CPU twin's tables, bit for bit
 }
 
 inline void gpt2_infer_free(GPT2Infer& m) {

@@ -1,7 +1,7 @@
 // profile_gpt2.cu: where one training step of the GPU trainer spends its time, kernel by kernel.
 //   dev/cuda/build/profile_gpt2 [--model d12] [--batch 64] [--seq 1024] [--max-seq 1024] [--steps 3] [--recompute 0] [--graph 0]
 //                               [--fp8 0] [--fp8-scaling delayed] [--fp8-fused 1] [--fp8-head 0]
-// Includes the trainer's model (llmc/gpt2.cuh) and runs its step functions on random tokens:
+// Includes the trainer's model (llmc/model_train.cuh) and runs its step functions on random tokens:
 // upload, zero grads, forward, loss, backward, update; with --graph 1 the trainer's CUDA-graph step
 // (llmc/gpt2_graph.cuh: the same kernels, captured once, one launch a step; the batch is staged on
 // the host before the launch, as the trainer does while the previous step runs). After
@@ -23,7 +23,7 @@
 // --timeline FILE writes every kernel, memset and memcpy of the profiled steps (device start/end in
 // ns, CUDA stream id, short name) as CSV, to see where streams overlap and where the GPU idles: at
 // world size 1 NCCL's reductions are device copies, "[memcpy other]" on the communication stream's id.
-#include "llmc/gpt2.cuh"
+#include "llmc/model_train.cuh"
 #include "llmc/gpt2_dist.cuh"
 #include "llmc/gpt2_graph.cuh"
 

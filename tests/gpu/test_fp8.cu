@@ -34,7 +34,7 @@
 #include <cstdio>
 #include <cstring>
 #include <vector>
-#include "llmc/gpt2.cuh"
+#include "llmc/model_train.cuh"
 #include "llmc/cpu/fp8.h"
 #include "llmc/cpu/gelu.h"
 #include "llmc/rand.h"

@@ -1,8 +1,10 @@
-// llmc/gpt2.cuh: the GPU model, GPT-2 or Llama-style (the knobs of GPT2Config: LayerNorm | RMSNorm,
-// learned positions | RoPE, GELU | SwiGLU, biases, tied | untied head), in mixed precision: floatX (bf16) parameters, activations
-// and gradients, fp32 master weights and AdamW moments, stochastic rounding when the updated
-// parameters are written back to bf16. Built with PRECISION_FP32 it runs in plain fp32 (floatX =
-// float, no master copy). Included by train_gpt2.cu, test_gpt2.cu and dev/cuda/profile_gpt2.cu.
+// llmc/model_train.cuh: the training layer of the GPU model, GPT-2 or Llama-style (the knobs of
+// GPT2Config: LayerNorm | RMSNorm, learned positions | RoPE, GELU | SwiGLU, biases, tied | untied
+// head), on the forward layer llmc/model.cuh, in mixed precision: floatX (bf16) parameters,
+// activations and gradients, fp32 master weights and AdamW moments, stochastic rounding when the
+// updated parameters are written back to bf16. Built with PRECISION_FP32 it runs in plain fp32
+// (floatX = float, no master copy). Included by train_gpt2.cu, test_gpt2.cu and
+// dev/cuda/profile_gpt2.cu; generate.cu includes only the forward layer.
 // Same sections, in the same order and with the same function names, as the CPU model in
 // llmc/cpu/gpt2.h: model (parameters, activations, memory plan), forward, backward, update,
 // checkpoints. The trainer samples through the KV cache instead (gpt2_infer_sample in
@@ -18,7 +20,7 @@
 #include <functional>
 #include <string>
 #include <vector>
-#include "llmc/cuda_common.cuh"
+#include "llmc/model.cuh"
 #include "llmc/adamw.cuh"
 #include "llmc/attention.cuh"
 #include "llmc/encoder.cuh"
@@ -34,25 +36,10 @@
 #include "llmc/checkpoint.h"
 #include "llmc/formats.h"
 #include "llmc/gpt2_config.h"
-#include "llmc/rand.h"
-#include "llmc/sampler.h"
-#include "llmc/cpu/rope.h"         // rope_tables_for: the CPU's cos/sin tables, uploaded
 
-constexpr bool HAS_MASTER = !std::is_same<floatX, float>::value;  // bf16 build: separate fp32 master weights
-
-// Attention: llmc/attention.cuh, or with USE_CUDNN=1 (bf16 builds only; the FP32 twins keep ours)
-// cuDNN's fused SDPA through llmc/cudnn_attention.cuh, same signatures, for side-by-side timing.
+// The attention backward of the build: ours (llmc/attention.cuh) or, with USE_CUDNN=1, cuDNN's; the
+// forward half and the choice are in llmc/model.cuh.
 #if defined(USE_CUDNN) && !defined(PRECISION_FP32)
-#include "llmc/cudnn_attention.cuh"
-#define ATTENTION_NAME "cudnn"
-constexpr bool GPT2_USES_CUDNN = true;
-// FP8 copies of the output (AttnFp8Out): ours only
-inline bool model_attention_fp8_available(int) { return false; }
-inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD,
-                                    int window, cudaStream_t stream, const AttnFp8Out* f8 = nullptr) {
-    if (f8) fail("attention with FP8 copies of the output: not with cuDNN's attention");
-    cudnn_attention_forward(out, lse, qkv, B, T, NH, NKV, HD, stream, window);
-}
 inline const float* model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                                              const float* lse, int B, int T, int NH, int NKV, int HD, int window,
                                              float* /*scratch: ours only*/, size_t /*its floats*/, bool /*keep_dq*/,
@@ -61,13 +48,6 @@ inline const float* model_attention_backward(floatX* dqkv, const floatX* dout, c
     return nullptr;  // dqkv whole
 }
 #else
-#define ATTENTION_NAME "llmc/attention.cuh"
-constexpr bool GPT2_USES_CUDNN = false;
-inline bool model_attention_fp8_available(int T) { return attention_forward_fp8_available(T); }
-inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD,
-                                    int window, cudaStream_t stream, const AttnFp8Out* f8 = nullptr) {
-    attention_forward(out, lse, qkv, B, T, NH, NKV, HD, stream, window, f8);
-}
 // keep_dq: see attention_backward (the dQ sums it returns, or nullptr where dqkv is whole).
 inline const float* model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                                              const float* lse, int B, int T, int NH, int NKV, int HD, int window,
@@ -124,11 +104,6 @@ struct Activations {
     float* rope_sin;    // (maxT, HD/2)
 };
 
-// One entry per buffer: where its pointer goes, how many elements, how big each is.
-struct BufferSpec {
-    void** ptr;
-    size_t count, elem;
-};
 
 // one_slice: ln1, ln2 and fch_gelu sized for one layer (GPT2::one_slice).
 inline std::vector<BufferSpec> activation_specs(Activations& a, const GPT2Config& c, int B, int T, bool one_slice) {
@@ -160,26 +135,6 @@ inline std::vector<BufferSpec> activation_specs(Activations& a, const GPT2Config
     };
 }
 
-constexpr size_t BUFFER_ALIGN = 256;  // every buffer starts on a 256-byte boundary (16 B needed by Packed128)
-inline size_t aligned_size(size_t bytes) { return ceil_div(bytes, BUFFER_ALIGN) * BUFFER_ALIGN; }
-inline size_t specs_bytes(const std::vector<BufferSpec>& specs) {
-    size_t total = 0;
-    for (const BufferSpec& s : specs) total += aligned_size(s.count * s.elem);
-    return total;
-}
-// Carves one allocation into the buffers of `specs`.
-inline void* specs_allocate(const std::vector<BufferSpec>& specs, const char* what) {
-    char* base = nullptr;
-    const size_t bytes = specs_bytes(specs);
-    cudaError_t err = cudaMalloc(&base, bytes);
-    if (err != cudaSuccess) fail("cudaMalloc of %.2f GiB for %s failed: %s", bytes / 1073741824.0, what, cudaGetErrorString(err));
-    char* p = base;
-    for (const BufferSpec& s : specs) {
-        *s.ptr = p;
-        p += aligned_size(s.count * s.elem);
-    }
-    return base;
-}
 
 struct GPT2 {
     GPT2Config config{};
@@ -256,17 +211,6 @@ inline std::vector<BufferSpec> fp8_specs(GPT2& model, const GPT2Config& c, int N
             {(void**)&f.head_metas, f.set.head ? (size_t)FP8_ROLES : 0, sizeof(Fp8Meta)}};
 }
 
-// What the GPU kernels need of a (valid) config beyond what any model needs: 16-byte rows for the
-// vector loads, and a head size the attention kernels are built for. Checked with one line from
-// gpt2_build and, before the device starts, from the trainer.
-inline void gpt2_check_gpu_support(const GPT2Config& c, const char* what) {
-    const int HD = gpt2_head_dim(c);
-    if (c.channels % 8 != 0) fail("%s: channels %d must be a multiple of 8 (16-byte vector loads)", what, c.channels);
-    if (c.padded_vocab_size % 8 != 0) fail("%s: padded vocab %d must be a multiple of 8", what, c.padded_vocab_size);
-    if (gpt2_mlp_hidden(c) % 8 != 0)
-        fail("%s: MLP hidden width %d must be a multiple of 8 (16-byte vector loads)", what, gpt2_mlp_hidden(c));
-    if (HD != 64 && HD != 128) fail("%s: head size %d (channels / heads) must be 64 or 128 for the GPU attention", what, HD);
-}
 
 inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool recompute, const CudaContext& ctx) {
     gpt2_validate_config(config, "model");
@@ -335,13 +279,8 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
     cudaCheck(cudaMemset(model.m_memory, 0, no * sizeof(float)));
     cudaCheck(cudaMemset(model.v_memory, 0, no * sizeof(float)));
     cudaCheck(cudaMemset(model.grads_memory, 0, ng * sizeof(floatX)));
-    if (config.position == POS_ROPE) {  // the CPU's tables, so both rotate by identical factors
-        const size_t n_rope = (size_t)config.max_seq_len * gpt2_head_dim(config) / 2;
-        std::vector<float> cos(n_rope), sin(n_rope);
-        cpu::rope_tables_for(config, cos.data(), sin.data(), config.max_seq_len);
-        cudaCheck(cudaMemcpy(model.acts.rope_cos, cos.data(), n_rope * sizeof(float), cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(model.acts.rope_sin, sin.data(), n_rope * sizeof(float), cudaMemcpyHostToDevice));
-    }
+    if (config.position == POS_ROPE)
+        rope_tables_upload(model.acts.rope_cos, model.acts.rope_sin, config, config.max_seq_len);
     // the norm backward's shared-memory opt-in for rows wider than 1024 (before any graph capture)
     if (config.norm == NORM_RMSNORM) rmsnorm_backward_prepare(config.channels);
     else layernorm_backward_prepare(config.channels);
@@ -383,18 +322,6 @@ inline void gpt2_set_params(GPT2& model, const float* host) {
     }
 }
 
-// Copies a floatX device buffer to fp32 host values.
-inline std::vector<float> device_to_float(const floatX* src, size_t n) {
-    std::vector<float> out(n);
-    if (HAS_MASTER) {
-        std::vector<uint16_t> bf(n);
-        cudaCheck(cudaMemcpy(bf.data(), src, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < n; i++) out[i] = bf16_to_float(bf[i]);
-    } else {
-        cudaCheck(cudaMemcpy(out.data(), src, n * sizeof(float), cudaMemcpyDeviceToHost));
-    }
-    return out;
-}
 // ============================================================================ forward
 // A batch of B x T tokens (targets may be null) fits the model and every id is in [0, vocab).
 inline void gpt2_check_batch(const GPT2& model, const int* inputs, const int* targets, int B, int T) {
@@ -469,22 +396,6 @@ inline LayerActs layer_acts(const GPT2& model, int l, int B, int T) {
 }
 
 namespace gpt2_detail {
-// The norm of the config: LayerNorm (weight, bias; saves mean and rstd) or RMSNorm (weight; rstd).
-inline void norm_forward(const GPT2Config& c, floatX* out, float* mean, float* rstd, const floatX* inp,
-                         const floatX* weight, const floatX* bias, int N, cudaStream_t s) {
-    if (c.norm == NORM_RMSNORM) rmsnorm_forward(out, rstd, inp, weight, N, c.channels, (float)c.norm_eps, s);
-    else layernorm_forward(out, mean, rstd, inp, weight, bias, N, c.channels, s);
-}
-
-// residual = inp1 + inp2, then out = norm(residual): the step between two blocks, one kernel.
-inline void residual_norm_forward(const GPT2Config& c, floatX* residual, floatX* out, float* mean, float* rstd,
-                                  const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias,
-                                  int N, cudaStream_t s) {
-    if (c.norm == NORM_RMSNORM)
-        fused_residual_rmsnorm_forward(residual, out, rstd, inp1, inp2, weight, N, c.channels, (float)c.norm_eps, s);
-    else fused_residual_layernorm_forward(residual, out, mean, rstd, inp1, inp2, weight, bias, N, c.channels, s);
-}
-
 // dresidual += d(norm input), dweight (and dbias) +=; scratch: the column-sum partials. dresidual is
 // the residual stream's running gradient wherever a norm sits (the residual add passes it on).
 inline void norm_backward(const GPT2Config& c, floatX* dresidual, floatX* dweight, floatX* dbias, float* scratch,
@@ -534,13 +445,6 @@ inline void linear_backward(GPT2& m, bool fp8, int l, int k, floatX* dinp, float
     else matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, gelu_pre, N, C, OC, ctx);
 }
 
-// The MLP's activation: act (N, H) from fch (N, FC) (the GELU path fuses it into the fc matmul in
-// the forward; this is the recompute's copy).
-inline void mlp_activation_forward(const GPT2Config& c, floatX* act, const floatX* fch, int N, cudaStream_t s) {
-    const int H = gpt2_mlp_hidden(c);
-    if (c.mlp == MLP_SWIGLU) swiglu_forward(act, fch, N, H, s);
-    else gelu_forward(act, fch, (int64_t)N * H, s);
-}
 }  // namespace gpt2_detail
 
 // Forward pass on the uploaded inputs, through the logits (N, Vp). The layer structure: the first
