@@ -340,7 +340,7 @@ inline LinearBuffers linear_buffers(const GPT2Fp8& f, int l, int k) {
 }
 }  // namespace fp8_detail
 
-// Every FP8 block's weight copies at once, at the start of a step's first forward (llmc/gpt2.cuh,
+// Every FP8 block's weight copies at once, at the start of a step's first forward (llmc/model_train.cuh,
 // gpt2_forward), where all the weights are in place (not under ZeRO's layer-by-layer all-gather,
 // which casts each layer lazily in fp8_linear_forward) and the scaling is per tensor: per linear, one
 // amax launch over its weight in every block, one scale update for all, one cast launch writing W and
