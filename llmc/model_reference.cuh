@@ -10,24 +10,17 @@
 
 struct ModelReference {
     GPT2Config config{};
-    int T = 0;                        // positions the buffers hold
-    floatX* params_memory = nullptr;  // (num_params) GPT2_PARAMETER_TABLE order
+    int T = 0;                       // positions the buffers hold
+    floatX* params_memory = nullptr; // (num_params) GPT2_PARAMETER_TABLE order
     GPT2Tensors<floatX> params{};
-    int* inputs;         // (T)
-    floatX* res1;        // (T, C) the residual stream entering a layer
-    floatX* res2;        // (T, C) after the attention block
-    floatX* ln;          // (T, C) a norm's output (the last one: lnf)
-    float* mean;         // (T) LayerNorm only
-    float* rstd;         // (T)
-    floatX* qkv;         // (T, QKV)
-    floatX* atty;        // (T, C)
-    float* lse;          // (NH, T)
-    floatX* proj;        // (T, C) output of attproj / fcproj
-    floatX* fch;         // (T, FC) pre-GELU, or SwiGLU's [gate | up]
-    floatX* fch_act;     // (T, H) the MLP's activation
-    floatX* logits;      // (T, Vp)
-    float* rope_cos;     // (T, HD/2) RoPE only
-    float* rope_sin;     // (T, HD/2)
+    int* inputs;                     // (T)
+    floatX *res1, *res2, *ln;        // (T, C) each: the residual entering a layer, after its attention; a norm's output
+    float *mean, *rstd;              // (T) each; mean: LayerNorm only
+    floatX *qkv, *atty, *proj;       // (T, QKV), (T, C), (T, C): the output of attproj / fcproj
+    float* lse;                      // (NH, T)
+    floatX *fch, *fch_act;           // (T, FC) pre-GELU or SwiGLU's [gate | up]; (T, H) the MLP's activation
+    floatX* logits;                  // (T, Vp)
+    float *rope_cos, *rope_sin;      // (T, HD/2) each, RoPE only
     void* allocation = nullptr;
 };
 
@@ -70,7 +63,7 @@ inline void model_reference_forward(ModelReference& r, const int* tokens, int T,
     const GPT2Tensors<floatX>& p = r.params;
     cudaStream_t s = ctx.stream;
     cudaCheck(cudaMemcpyAsync(r.inputs, tokens, sizeof(int) * T, cudaMemcpyHostToDevice, s));
-    encoder_forward(r.res1, r.inputs, p.wte, p.wpe, 1, T, C, s);  // wpe nullptr with RoPE
+    encoder_forward(r.res1, r.inputs, p.wte, p.wpe, 1, T, C, s);// wpe nullptr with RoPE
     gpt2_detail::norm_forward(c, r.ln, r.mean, r.rstd, r.res1, p.ln1w, p.ln1b, T, s);
     for (int l = 0; l < L; l++) {
         const size_t c1 = (size_t)l * C;
