@@ -16,6 +16,8 @@ HAS_NVCC  := $(shell command -v $(NVCC) 2>/dev/null)
 # A100; 86: RTX 30xx, A40; 89: RTX 40xx, L4, L40; 100: B200; 120: RTX 50xx) gives its SASS only. A
 # list, oldest first ("80 90a"), or all (GPU_ARCHS_ALL) gives a fat binary: the SASS of each, plus
 # the PTX of the last one (unless it is an arch-specific 90a) for GPUs newer than all of them.
+# GPU_ARCH_PTX=80 (with GPU_ARCH=80) adds compute_80's PTX to a one-arch build: an H100 or H200 then
+# JIT-compiles it at the first launch and runs the portable kernels as an A100 would.
 GPU_ARCHS_ALL := 80 86 89 90a 100 120
 GPU_ARCH_LIST := $(if $(filter all,$(GPU_ARCH)),$(GPU_ARCHS_ALL),$(GPU_ARCH))
 GPU_ARCH_PTX  := $(if $(word 2,$(GPU_ARCH_LIST)),$(filter-out %a,$(lastword $(GPU_ARCH_LIST))))

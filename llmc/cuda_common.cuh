@@ -218,32 +218,6 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
                  : "memory");
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization attribute when
-// pdl (the kernel must call pdl_wait() before it reads what earlier kernels wrote).
-template <typename... KArgs, typename... Args>
-inline void launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
-                          Args&&... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    cudaCheck(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
-}
-
-// The SMs of the current device.
-inline int current_sm_count() {
-    int dev = 0, sms = 0;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    return sms;
-}
-
 // ---------------------------------------------------------------- architecture policy
 // One binary may hold machine code for several GPUs (build.mk: GPU_ARCH=all or a list), so the host
 // picks kernels at run time: device code is guarded by __CUDA_ARCH__ (and __CUDA_ARCH_FEAT_SM90_ALL
@@ -277,6 +251,39 @@ inline int kernel_code_arch(void (*kernel)(KArgs...)) {
     cudaCheck(cudaFuncGetAttributes(&attr, kernel));
     return attr.ptxVersion;
 }
+// The same for every kernel of this program: a build's kernels share one set of architectures.
+static __global__ void code_arch_probe_kernel() {}
+inline int device_code_arch() {
+    static const int arch = kernel_code_arch(code_arch_probe_kernel);
+    return arch;
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization attribute when
+// pdl (the kernel must call pdl_wait() before it reads what earlier kernels wrote) and the code that
+// runs was compiled for sm_90 or newer: below it pdl_wait() is compiled out, so the launch is plain.
+template <typename... KArgs, typename... Args>
+inline void launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                          Args&&... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl && device_code_arch() >= 90 ? 1 : 0;
+    cudaCheck(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+// The SMs of the current device.
+inline int current_sm_count() {
+    int dev = 0, sms = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
+}
 
 // ---------------------------------------------------------------- context
 // One per process: the stream every launch goes to, the cuBLASLt handle and its workspace, and
@@ -296,6 +303,7 @@ struct CudaContext {
         device = dev;
         cudaCheck(cudaSetDevice(dev));
         cudaCheck(cudaGetDeviceProperties(&props, dev));
+        device_code_arch();  // cached now: launch_kernel asks it, and graph captures come later
         cudaCheck(cudaStreamCreate(&stream));
         cublasCheck(cublasLtCreate(&cublaslt));
         cudaCheck(cudaMalloc(&cublaslt_workspace, cublaslt_workspace_size));
