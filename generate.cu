@@ -216,9 +216,9 @@ int main(int argc, char** argv) {
         cudaCheck(cudaMemcpy(m.force, force.data(), sizeof(int) * force.size(), cudaMemcpyHostToDevice));
     const char* step = m.plan.fused ? "fused" : "unfused";
     fprintf(stderr, "model %s: L=%d C=%d NH=%d NKV=%d W=%d V=%d; KV cache %d x %d slots (%.1f MiB), batch %d, %s "
-            "decode step; %s, %s\n", source.c_str(), c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.window, V,
-            B, m.S, 2.0 * c.num_layers * B * c.num_kv_heads * m.S * gpt2_head_dim(c) * sizeof(floatX) / 1048576.0, B,
-            step, ctx.props.name, PRECISION_NAME);
+            "decode step; %s, %s, %s\n", source.c_str(), c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.window,
+            V, B, m.S, 2.0 * c.num_layers * B * c.num_kv_heads * m.S * gpt2_head_dim(c) * sizeof(floatX) / 1048576.0,
+            B, step, ctx.props.name, PRECISION_NAME, kernel_path_name());
     GenerateLimits lim{{g.temperature, g.top_k, g.top_p}, eot, g.max_new, (int)force.size()};
     // --matmul-autotune 1: the warm-up step (plain launches, before any prefill, capture or timing)
     // tunes the step's cuBLASLt matmuls; every later call of the same shape uses the kept algorithm

@@ -110,8 +110,9 @@ int main(int argc, char** argv) {
     CudaContext ctx;
     ctx.init(gpu_dp_device(*comm));
     if (cfg.fp8) fp8_check_device(ctx.props);
-    printf("device: %s, %d SMs, %.1f GiB; precision %s, attention %s\n", ctx.props.name, ctx.props.multiProcessorCount,
-           ctx.props.totalGlobalMem / 1073741824.0, PRECISION_NAME, ATTENTION_NAME);
+    printf("device: %s, %d SMs, %.1f GiB; precision %s, attention %s; %s\n", ctx.props.name,
+           ctx.props.multiProcessorCount, ctx.props.totalGlobalMem / 1073741824.0, PRECISION_NAME, ATTENTION_NAME,
+           kernel_path_name());
     gpt2_print_config(config);
     GPT2 model;
     GpuDataParallel dp = gpu_dp_plan(model, config, *comm, cfg);

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -230,12 +231,23 @@ inline int current_compute_capability() {
     cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
     return 10 * major + minor;
 }
+// LLMC_PORTABLE=1 in the environment: run the portable path on any GPU, what an sm_80-89 GPU runs (the
+// mma.sync attention, no thread-block clusters, no programmatic dependent launch, no bulk copies), so
+// that a Hopper GPU tests it. The kernels stay this build's machine code: their own __CUDA_ARCH__
+// branches are not forced (a GPU_ARCH=80 GPU_ARCH_PTX=80 build is the whole Ampere binary).
+inline bool portable_forced() {
+    static const bool on = [] {
+        const char* e = getenv("LLMC_PORTABLE");
+        return e != nullptr && strcmp(e, "1") == 0;
+    }();
+    return on;
+}
 // Whether the Hopper kernels (wgmma, setmaxnreg, TMA tensor copies: llmc/attention_hopper*.cuh) run
 // here: the build has their sm_90a machine code (LLMC_SM90A: GPU_ARCH holds 90a) and the device is
 // compute capability 9.0, for which the driver loads that code. Everywhere else the portable kernels.
 inline bool device_runs_sm90a() {
 #if defined(LLMC_SM90A)
-    static const bool hopper = current_compute_capability() == 90;
+    static const bool hopper = current_compute_capability() == 90 && !portable_forced();
     return hopper;
 #else
     return false;
@@ -245,17 +257,24 @@ inline bool device_runs_sm90a() {
 // the device's own architecture where the build has its SASS, an older one where the driver runs the
 // SASS of an older minor version or JIT-compiles older PTX (a compute_80 build on an H100). Code that a
 // kernel guards with __CUDA_ARCH__ >= 900 runs where this is >= 90 (cub's PtxVersion asks the same).
+// Under LLMC_PORTABLE=1 at most 80, so every choice made from it takes the portable path.
 template <typename... KArgs>
 inline int kernel_code_arch(void (*kernel)(KArgs...)) {
     cudaFuncAttributes attr{};
     cudaCheck(cudaFuncGetAttributes(&attr, kernel));
-    return attr.ptxVersion;
+    return portable_forced() && attr.ptxVersion > 80 ? 80 : attr.ptxVersion;
 }
 // The same for every kernel of this program: a build's kernels share one set of architectures.
 static __global__ void code_arch_probe_kernel() {}
 inline int device_code_arch() {
     static const int arch = kernel_code_arch(code_arch_probe_kernel);
     return arch;
+}
+
+// The kernel path this process runs, for the programs' startup line.
+inline const char* kernel_path_name() {
+    if (device_runs_sm90a()) return "Hopper kernels (sm_90a: wgmma, TMA, clusters, PDL)";
+    return portable_forced() ? "portable kernels (LLMC_PORTABLE=1)" : "portable kernels (mma.sync)";
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization attribute when
