@@ -150,7 +150,7 @@ inline void execute(Plan& p, const char* what, std::unordered_map<int64_t, void*
 // Whether cuDNN runs this shape (builds and caches the plan); prints cuDNN's reason when it does not.
 inline bool cudnn_attention_supported(bool backward, int B, int T, int NH, int NKV, int HD, int window = 0) {
     auto& p = cudnn_attention_detail::plan_for(backward, B, T, NH, NKV, HD, window);
-    if (!p.graph) printf("cuDNN attention %s does not run B=%d T=%d NH=%d NKV=%d HD=%d window=%d: %s\n",
+    if (!p.graph) fprintf(stderr, "cuDNN attention %s does not run B=%d T=%d NH=%d NKV=%d HD=%d window=%d: %s\n",
                          backward ? "backward" : "forward", B, T, NH, NKV, HD, window, p.error.c_str());
     return p.graph != nullptr;
 }

@@ -269,8 +269,8 @@ inline void fp8_write_state(const GPT2Fp8& f, int64_t step, const std::string& p
 inline void fp8_read_state(GPT2Fp8& f, int64_t step, const std::string& path) {
     if (path.empty()) {
         if (f.set.scaling == Fp8Scaling::DELAYED)
-            printf("fp8: the checkpoint has no FP8 scales (a bf16 run's, or an earlier build's): the first step "
-                   "uses current scaling, as a fresh run's\n");
+            fprintf(stderr, "fp8: the checkpoint has no FP8 scales (a bf16 run's, or an earlier build's): the first step "
+                    "uses current scaling, as a fresh run's\n");
         return;
     }
     std::vector<uint32_t> words;
