@@ -23,7 +23,7 @@
 // timed steps continue from the prompt (positions 64..~170).
 // Checks: after a fresh prefill, one step's logits (B, V) against variant 0's (bf16: 5e-2 of the rms
 // plus 5e-2 relative, as generate --check-full's bound; fp32: 1e-3), and every logit finite; the
-// shipped path itself is checked against the CPU twin by tests/test_generate_gpu.sh. Phase variants:
+// shipped path itself is checked against the CPU twin by tests/gpu/test_generate.sh. Phase variants:
 // their outputs finite. Bytes: the weights once and the cache at the prompt length; FLOPs 2 * params
 // * B: memory-bound (% of the H200's copy bandwidth).
 // Rejected designs, measured on the H200 (GPT-2 124M, B = 1, 64-token prompt, 256 new greedy tokens,

@@ -94,7 +94,7 @@ def hf_llama_and_ours(tmp_path, NKV, tied):
 def teacher_forced_error(ids_of, torch, hf, path, V, prompt, steps, dump):
     """transformers' greedy tokens after `prompt`, and max |ours - transformers| / max |transformers| of
     the logits each of them is drawn from, ours teacher-forced on those tokens (`ids_of` runs the
-    generator under test: this file's CPU twin, or the GPU build in test_generate_gpu_hf.py)."""
+    generator under test: this file's CPU twin, or the GPU build in tests/gpu/test_generate_hf.py)."""
     with torch.no_grad():
         out = hf.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=steps, output_logits=True,
                           return_dict_in_generate=True)

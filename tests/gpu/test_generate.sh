@@ -29,7 +29,7 @@
 #      and --matmul-autotune 1 (it ran, no output mismatch) and 0 = the CPU twin at B = 10
 # SECTIONS (default 1234567) picks the sections to run, e.g. SECTIONS=7 for the fused checks alone
 # (dev/cuda/decode_step.cu times the step's alternatives).
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 on() { [[ "${SECTIONS:-1234567}" == *$1* ]]; }
 WORK=${GPU_TEST_DIR:-$(mktemp -d /tmp/gen_gpu.XXXXXX)}
 mkdir -p "$WORK"
@@ -309,7 +309,7 @@ if on 6 && [ "${HF:-0}" = 1 ]; then
 fi
 
 echo
-echo "==== test_generate_gpu summary"
+echo "==== test_generate summary"
 for r in "${rows[@]}"; do echo "$r"; done
 for l in "${bench_lines[@]}"; do echo "$l"; done
 echo "$passed passed, $failed failed"

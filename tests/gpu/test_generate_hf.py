@@ -8,7 +8,7 @@ greedy tokens, the logits each token is drawn from match `generate(output_logits
 matmuls at M = 1), and the greedy tokens equal `generate(do_sample=False)`'s.
 Skipped without a GPU (nvidia-smi), the binary, torch or transformers; make test on a machine
 without a GPU skips it. On the GPU machine:
-    python3 -m pytest -q -s tests/test_generate_gpu_hf.py
+    python3 -m pytest -q -s tests/gpu/test_generate_hf.py
 (GEN=path/to/binary overrides the binary, e.g. build/generate for the bf16 build with TOL=5e-2; a
 bf16 build's bound is the larger of TOL and twice transformers' own error in bf16 on the same tokens,
 measured in the test: on the random Llamas bf16 alone moves the logits by 7-16% of the largest.)"""
@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "python"))
 import llmc_formats as fmt  # noqa: E402
 from test_generate import teacher_forced_error  # noqa: E402
 
