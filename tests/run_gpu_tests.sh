@@ -35,15 +35,17 @@
 #      emulation of its casts; --fp8 1 refuses a bad shape; delayed scaling resumes exactly; a d12's and
 #      a Llama-style 114M's loss with --fp8 1 within 10% of bf16's after 20 steps on tiny Shakespeare).
 #      quick: without the 20-step runs
+#   9. the portable path, forced by LLMC_PORTABLE=1: the d12 state vs PyTorch, tiny shakespeare with an
+#      exact resume, generate = CPU twin (its sections 1 and 7). quick: the d12 state
 # Nothing here times anything against a target, so the background jobs may share the GPU.
-# Env: QUICK=1 (one case a section), SECTIONS (the digits of the sections to run, default 12345678:
+# Env: QUICK=1 (one case a section), SECTIONS (the digits of the sections to run, default 123456789:
 #      SECTIONS=16 runs 1 and 6), GPU_TEST_DIR (scratch, default a new /tmp dir; the reference states
 #      written there are reused), LOGS (default $GPU_TEST_DIR), REF_STEPS (AdamW steps of the reference
 #      states, default 5), MEMCHECK=0 to skip memcheck, MEMCHECK_TIMEOUT (seconds, default 900).
 cd "$(dirname "$0")/.." || exit 1
-sections=${SECTIONS:-12345678} quick=${QUICK:-0} ref_steps=${REF_STEPS:-5}
+sections=${SECTIONS:-123456789} quick=${QUICK:-0} ref_steps=${REF_STEPS:-5}
 unset SECTIONS QUICK  # not passed on: the scripts below read their own SECTIONS and QUICK
-[[ $sections =~ ^[1-8]+$ ]] || { echo "run_gpu_tests: SECTIONS=$sections: expected digits 1-8, e.g. SECTIONS=16" >&2; exit 2; }
+[[ $sections =~ ^[1-9]+$ ]] || { echo "run_gpu_tests: SECTIONS=$sections: expected digits 1-9, e.g. SECTIONS=16" >&2; exit 2; }
 [[ $quick == [01] ]] || { echo "run_gpu_tests: QUICK=$quick: expected 0 or 1" >&2; exit 2; }
 [[ $ref_steps =~ ^[1-9][0-9]*$ ]] || { echo "run_gpu_tests: REF_STEPS=$ref_steps: expected a positive integer" >&2; exit 2; }
 [ "${DRY_RUN:-0}" = 1 ] && { echo "run_gpu_tests: sections $sections, QUICK=$quick, REF_STEPS=$ref_steps"; exit 0; }
@@ -112,7 +114,7 @@ f.write_model(sys.argv[2], dict(cfg, rope_scaling=f.ROPE_SCALING_LLAMA3, rope_fa
               rope_high_freq_factor=4.0, rope_original_max_pos=16), flat)" "$WORK/llama_gqa.bin" "$WORK/llama3_base.bin" &&
         ref_state llama3_gqa --load "$WORK/llama3_base.bin"
 }
-want 1 && start_bg "PyTorch reference states (section 1)" references.log ref_states
+{ want 1 || want 9; } && start_bg "PyTorch reference states (sections 1, 9)" references.log ref_states
 
 # ---- 4. memcheck (--ops-only: the rest adds nothing but time). Some sandboxes (gVisor) refuse the
 # sanitizer ("Device not supported"): then it prints SKIPPED and does not fail the suite.
@@ -299,9 +301,32 @@ if want 1; then
     end 1 "the reference states: $(cat "$LOGS/references.log.secs" 2>/dev/null || echo '?') s in the background, waited $waited s"
 fi
 
+# ---- 9. the portable path (what an A100 or RTX GPU runs: mma.sync attention, no clusters, no PDL, no bulk
+# copies), forced on this GPU by LLMC_PORTABLE=1 (llmc/cuda_common.cuh): the d12 state against PyTorch,
+# training with an exact resume, generate = its CPU twin. quick: the d12 state only
+if want 9; then
+    begin 9
+    finish_bg references.log  # (nothing when section 1 collected it)
+    if [ -f "$WORK/d12_debug.bin" ]; then
+        run "portable path: bf16 build vs PyTorch and CPU ops, d12" test_portable_d12.log \
+            env LLMC_PORTABLE=1 build/test_gpt2cu --model "$WORK/d12.bin" --debug "$WORK/d12_debug.bin"
+    else
+        record "portable path vs PyTorch (no reference state)" 1
+    fi
+    if [ "$quick" != 1 ]; then
+        if ls data/tinyshakespeare/*_train.bin >/dev/null 2>&1; then
+            run "portable path: tiny shakespeare, exact resume" shakespeare_portable.log \
+                env LLMC_PORTABLE=1 bash -c "$(declare -f ts_train last_loss loss_fell shakespeare); WORK=$WORK/portable quick=1 shakespeare"
+        fi
+        run "portable path: generate = CPU twin" generate_portable.log \
+            env LLMC_PORTABLE=1 GPU_TEST_DIR="$WORK/generate_portable" SECTIONS=17 BENCH=0 MEMCHECK=0 tests/gpu/test_generate.sh
+    fi
+    end 9
+fi
+
 echo
 echo "section  seconds  suites                  (QUICK=$quick, logs in $LOGS)"
-for n in 1 2 3 4 5 6 7 8; do
+for n in 1 2 3 4 5 6 7 8 9; do
     want $n || continue
     printf '%7s  %7s  %-22s  %s\n' "$n" "${sec_secs[$n]:--}" "${sec_counts[$n]:-0 passed, 0 failed}" "${sec_note[$n]:-}"
 done
