@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make test: the build, the architecture check and the suites, each phase timed; every phase runs
+# make test: the build, the GPU compile checks and the suites, each phase timed; every phase runs
 # even when one before it failed, so one run shows every failure. The last lines are each phase's
 # seconds and status. Env (from the Makefile): MAKE, JOBS, HAS_NVCC (empty: no nvcc).
 cd "$(dirname "$0")/.." || exit 1
@@ -14,7 +14,7 @@ phase() {  # phase NAME CMD...
 }
 J=(-j"$JOBS"); [[ ${MAKEFLAGS:-} == *jobserver* ]] && J=()
 phase build "$MAKE" --no-print-directory "${J[@]}" -k --output-sync=target test-build
-if [ -n "${HAS_NVCC:-}" ]; then phase arch "$MAKE" --no-print-directory "${J[@]}" check-arch
+if [ -n "${HAS_NVCC:-}" ]; then phase gpu "$MAKE" --no-print-directory "${J[@]}" -k --output-sync=target test-gpu-compile
 else echo "=== make test: no nvcc, so no GPU code is compiled (build/train_gpt2cu's flag checks skip)"; fi
 phase run ./tests/run_tests.sh
 echo
