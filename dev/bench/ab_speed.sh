@@ -5,7 +5,8 @@
 # and 64 for both shapes (64-token prompts, 256 new greedy tokens, CUDA graph).
 # Usage: dev/bench/ab_speed.sh DIR_A DIR_B   (each holding train_gpt2cu and generate)
 # Env: ROUNDS [2] (runs of each case per build), STEPS [30] (training steps a run; the trainer's
-#      BENCH line is its median step after warm-up), LOGS [a new temp dir].
+#      BENCH line is its median step after warm-up), LOGS [a new temp dir], QUICK=1 (only the GPT-2
+#      cases: the bf16 step, generate at B = 1 and 8).
 # Prints one line per case: the median over rounds of each build, and B's speed over A's.
 set -uo pipefail
 if [[ $# -ne 2 || ! -d $1 || ! -d $2 ]]; then
@@ -17,6 +18,7 @@ LLAMA114=llama:L12,C768,H12,KV4,F2048,V50304
 TRAIN_CASES=("d12" "d12 --fp8 1" "$LLAMA114")
 GEN_CASES=("d12 --batch 1" "d12 --batch 8" "d12 --batch 64" "$LLAMA114 --batch 1" "$LLAMA114 --batch 8"
            "$LLAMA114 --batch 64")
+if [[ ${QUICK:-0} == 1 ]]; then TRAIN_CASES=("d12"); GEN_CASES=("d12 --batch 1" "d12 --batch 8"); fi
 
 # one_run SIDE KIND CASE -> prints the figure (ms a step, or tok/s), empty on failure
 one_run() {
