@@ -208,8 +208,9 @@ check-arch:
 	$(MAKE) --no-print-directory -s -k $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(JOBS)) $(ARCH_STAMPS) \
 	    || { echo "check-arch: these do not compile:"; for s in $(ARCH_STAMPS); do [ -f $$s ] || echo "    $$s" \
 	         | sed 's|$(BUILD)/arch/\([^/]*\)/\(.*\)\.ok|sm_\1 \2|'; done; exit 1; }
-	@$(if $(HAS_NVCC),echo "check-arch: $(words $(ARCH_UNITS)) programs compile (device front end) for sm_$(subst $(space),$(comma) sm_,$(strip $(CHECK_ARCHS))); \
-	    $(words $(ARCH_LAB_UNITS)) lab files for sm_$(subst $(space),$(comma) sm_,$(strip $(CHECK_ARCHS_LAB))))
+	@$(if $(HAS_NVCC),echo "check-arch: $(words $(ARCH_UNITS)) programs compile (device front end) for sm_$(subst \
+	    $(space),$(comma) sm_,$(strip $(CHECK_ARCHS))) and $(words $(ARCH_LAB_UNITS)) lab files for sm_$(subst \
+	    $(space),$(comma) sm_,$(strip $(CHECK_ARCHS_LAB)))")
 space := $(subst ,, )
 # A stamp's architecture and file: build/arch/<arch>/<file>.ok (<file>.nccl.ok: with NCCL_FLAGS).
 # On failure: the first errors, the whole output in build/arch/<arch>/<file>.log
