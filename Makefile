@@ -124,14 +124,20 @@ $(BUILD)/generate_fp32: generate.cu $(LLMC_CUH) | $(BUILD)
 # last and fails if any failed; each phase runs JOBS compiles at a time and keeps going past an error):
 #   build  the CPU programs and tests, every llmc/ header on its own, the CPU trainer under clang++ and
 #          the aarch64 cross compiler (make test-build)
-#   gpu    build/train_gpt2cu (its flag checks run without a GPU) beside make check-arch: every GPU
+#   gpu    build/check/train_gpt2cu (its flag checks run without a GPU) beside make check-arch: every GPU
 #          program and lab file through nvcc's front end for each architecture (make test-gpu-compile)
 #   run    tests/run_tests.sh: the suites, "N passed, N failed" last
 # Without nvcc the gpu phase is skipped, saying so. `make gpu` and `make dev` build the rest.
 test:
 	@MAKE="$(MAKE)" JOBS=$(JOBS) HAS_NVCC="$(HAS_NVCC)" ./tests/make_test.sh
 test-build: cpu check-headers check-cpu-compilers
-test-gpu-compile: $(BUILD)/train_gpt2cu check-arch
+test-gpu-compile: $(BUILD)/check/train_gpt2cu check-arch
+# make test's GPU trainer: the same program compiled in a fifth of the time (no optimizer, PTX only, for
+# the driver to compile on a GPU), for tests/cpu/test_bad_inputs.sh's flag checks that run without one
+$(BUILD)/check/train_gpt2cu: train_gpt2.cu $(LLMC_CUH)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(filter-out -O3 -gencode arch=%,$(NVCCFLAGS)) -DLLMC_SM90A -O0 -Xcompiler -O0 -Xcicc -O0 \
+	    -gencode arch=compute_90a,code=compute_90a $< -o $@ $(NVLDLIBS)
 
 test-gpu: gpu $(BUILD)/generate_cpu
 	@QUICK="$(QUICK)" SECTIONS="$(SECTIONS)" ./tests/run_gpu_tests.sh

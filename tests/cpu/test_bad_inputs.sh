@@ -194,7 +194,7 @@ expect_error "llama descriptor with untied twice" "untied is given twice" "${TRA
 expect_error "model file with an unknown norm" "$T/badnorm.bin: header field norm" "${TRAIN1[@]}" "${BASE[@]}" --init "$T/badnorm.bin"
 expect_error "model file with RoPE theta 0.5" "$T/badtheta.bin: RoPE needs theta" "${TRAIN1[@]}" "${BASE[@]}" --init "$T/badtheta.bin"
 # the GPU trainer checks the attention flags before it touches a device (so these run without a GPU)
-GPU=build/train_gpt2cu
+GPU=build/train_gpt2cu; [ -x $GPU ] || GPU=build/check/train_gpt2cu  # make test builds the second (flag checks only)
 if [ -x $GPU ]; then
     expect_error "GPU trainer: a Llama descriptor of head size 4" "head size 4 (channels / heads) must be 64 or 128" \
         $GPU "${BASE[@]}" "${LLAMA[@]}"
