@@ -101,6 +101,7 @@ ref_state() {  # ref_state NAME FLAGS...: writes $WORK/NAME.bin and NAME_debug.b
 ref_states() {  # GPT-2 d12; with GQA (12 heads / 4 KV heads) and a 24-token window; Llama-style d12s
     ref_state d12 --model d12 || return 1
     [ "$quick" = 1 ] && return 0
+    want 1 || return 0  # section 9 alone needs only the d12 state
     ref_state d12_gqa_w24 --model d12 --kv-heads 4 --window 24 || return 1
     # RMSNorm, RoPE, SwiGLU 2048, no biases: 4 KV heads with the tied head; MHA, untied head, 24-token window
     ref_state llama_gqa --model d12 --arch llama --kv-heads 4 || return 1
