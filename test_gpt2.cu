@@ -35,7 +35,7 @@
 //   op whose inputs are bf16 sees that on each input; 2e-2 is ~10 roundings' worth.
 // - vs PyTorch, end to end through 12 layers: errors of ~25 rounded activations compound, and
 //   small gradient tensors (biases, LayerNorm) are sums of many such terms.
-// - traj, the 10 AdamW steps' losses (bf16): not a rounding bound but one draw of a chaotic sum:
+// - traj, the reference state's AdamW steps' losses (bf16): not a rounding bound but one draw of a chaotic sum:
 //   the steps follow the same batch down fast (a step can move the loss 10%), so a parameter a
 //   fraction of a step behind moves a loss by percents, and any change of a rounding (the order of
 //   the dQ atomics, the stochastic-rounding seed) draws again. The test runs it deterministically

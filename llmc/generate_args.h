@@ -18,7 +18,7 @@
 #include "llmc/gpt2_config.h"
 #include "llmc/rand.h"
 #include "llmc/tokenizer.h"
-#include "llmc/train_config.h"
+#include "llmc/flags.h"
 #include "llmc/utils.h"
 
 struct PromptSource {
