@@ -184,7 +184,7 @@ inline cublasLtMatmulAlgo_t tune(const CudaContext& ctx, const MatmulKey& key, c
     auto output_of = [&](const cublasLtMatmulAlgo_t& algo, std::vector<floatX>& out) {  // from D = 0
         cudaCheck(cudaMemsetAsync(d, 0, d_elems * sizeof(floatX), ctx.stream));
         if (run(ctx, desc, la, lb, ld, a, b, d, beta, algo) != CUBLAS_STATUS_SUCCESS)
-            fail("matmul autotune: a timed algorithm failed on a second run");
+            fail("matmul autotune: a timed algorithm failed when launched again");
         cudaCheck(cudaMemcpy(out.data(), d, check_elems * sizeof(floatX), cudaMemcpyDeviceToHost));
     };
     cudaEvent_t e0, e1;
