@@ -43,7 +43,7 @@ endif
 GPU_TARGETS := $(BUILD)/train_gpt2cu $(BUILD)/test_gpt2cu $(BUILD)/train_gpt2cu_fp32 $(BUILD)/test_gpt2cu_fp32 \
                $(BUILD)/generate $(BUILD)/generate_fp32 $(BUILD)/test_fp8_gpu
 
-# The GPU trainer with NCCL data parallel (llmc/gpt2_dist.cuh), when NCCL's header is found (build.mk)
+# The GPU trainer with NCCL data parallel (llmc/model_dist.cuh), when NCCL's header is found (build.mk)
 # (build/train_gpt2cu_nccl; its ranks meet by --dist-init tcp/file/env); build/train_gpt2cu_mpi is the
 # same with MPI for mpirun (make USE_MPI=1, or by name), from mpicxx's flags (OpenMPI's --showme).
 # (build/train_gpt2cu_mpi: the same with MPI, for mpirun; built by make USE_MPI=1 or by name.)

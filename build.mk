@@ -35,7 +35,7 @@ NVLDLIBS  := -lcublas -lcublasLt -lgomp
 ifneq ($(filter 90a,$(GPU_ARCH_LIST)),)
   NVCCFLAGS += -DLLMC_SM90A
 endif
-# NCCL (data parallel, llmc/gpt2_dist.cuh): its header beside nvcc's, in /usr/include, or under NCCL_HOME
+# NCCL (data parallel, llmc/model_dist.cuh): its header beside nvcc's, in /usr/include, or under NCCL_HOME
 NCCL_H := $(firstword $(wildcard $(if $(HAS_NVCC),$(dir $(realpath $(HAS_NVCC)))../include/nccl.h) /usr/include/nccl.h \
                                  /usr/local/cuda/include/nccl.h $(if $(NCCL_HOME),$(NCCL_HOME)/include/nccl.h)))
 NCCL_FLAGS := -DLLMC_NCCL $(if $(NCCL_HOME),-I$(NCCL_HOME)/include -L$(NCCL_HOME)/lib)

@@ -1,4 +1,4 @@
-// generate.cu: text generation on the GPU with a KV cache (llmc/gpt2_infer.cuh), the twin of
+// generate.cu: text generation on the GPU with a KV cache (llmc/model_infer.cuh), the twin of
 // generate_cpu.cpp: the same flags, prompts, errors and output (llmc/generate_args.h).
 //   make build/generate            (bf16 weights and activations; build/generate_fp32: fp32)
 //   build/generate --model out/d12/ --tokenizer data/gpt2_tokenizer.bin --prompt "To be, or not"
@@ -18,7 +18,7 @@
 #include <string>
 #include <unistd.h>
 #include <vector>
-#include "llmc/gpt2_infer.cuh"
+#include "llmc/model_infer.cuh"
 #include "llmc/generate_args.h"
 #include "llmc/model_reference.cuh"
 
@@ -36,7 +36,7 @@ struct FullCheck {
 };
 
 // Compares row b of the cached logits (B, Vp) with the full forward's last position over `seq`.
-static void check_row(FullCheck& fc, const GPT2Infer& m, int b, const std::vector<int>& seq, const CudaContext& ctx) {
+static void check_row(FullCheck& fc, const ModelInfer& m, int b, const std::vector<int>& seq, const CudaContext& ctx) {
     const int V = m.config.vocab_size, Vp = m.config.padded_vocab_size, n = (int)seq.size();
     model_reference_forward(fc.ref, seq.data(), n, ctx);
     const std::vector<float> want = device_to_float(fc.ref.logits + (size_t)(n - 1) * Vp, V);
@@ -70,7 +70,7 @@ struct RunOptions {
 // Generates after prompts[0..n) at once (n <= m.B; the other rows idle); sequence b draws from
 // rngs[b], which continue where the GPU left them. With `stream` (n = 1) each token is printed as it
 // comes, else the completions are returned for the caller to print.
-static std::vector<std::vector<int>> generate(GPT2Infer& m, const std::vector<const Prompt*>& prompts,
+static std::vector<std::vector<int>> generate(ModelInfer& m, const std::vector<const Prompt*>& prompts,
                                               const RunOptions& o, std::vector<Rng>& rngs, const Tokenizer* tok,
                                               bool stream, Timings& tm, const CudaContext& ctx) {
     const int n = (int)prompts.size(), B = m.B, V = m.config.vocab_size;
@@ -88,7 +88,7 @@ static std::vector<std::vector<int>> generate(GPT2Infer& m, const std::vector<co
         tm.prefill_tokens += lengths[b];
     }
     double t0 = seconds_now();
-    gpt2_infer_prefill(m, tokens.data(), lengths.data(), active.data(), rng.data(), T, ctx);
+    model_infer_prefill(m, tokens.data(), lengths.data(), active.data(), rng.data(), T, ctx);
     tm.prefill_s += seconds_now() - t0;
     if (o.check)
         for (int b = 0; b < n; b++) check_row(*o.check, m, b, seqs[b], ctx);
@@ -102,8 +102,8 @@ static std::vector<std::vector<int>> generate(GPT2Infer& m, const std::vector<co
             fwrite_or_fail(row.data(), sizeof(float), V, o.dump, "--dump-logits");
         }
         t0 = seconds_now();
-        if (o.graph) gpt2_infer_step_graph(m, o.lim, ctx);
-        else gpt2_infer_step(m, o.lim, ctx);
+        if (o.graph) model_infer_step_graph(m, o.lim, ctx);
+        else model_infer_step(m, o.lim, ctx);
         cudaCheck(cudaMemcpyAsync(o.host_out, m.step_out, sizeof(int) * B, cudaMemcpyDeviceToHost, ctx.stream));
         cudaCheck(cudaStreamSynchronize(ctx.stream));
         tm.decode_s += seconds_now() - t0;
@@ -140,7 +140,7 @@ static std::vector<std::vector<int>> generate(GPT2Infer& m, const std::vector<co
 // ------------------------------------------------------------------------------------------------
 // --bench 1: B random prompts of P tokens, N new tokens each (no end-of-text stop); a warm-up
 // round, then one timed round: prefill, then N steps enqueued back to back, one wait at the end.
-static void bench(GPT2Infer& m, const GenConfig& g, const GenerateLimits& lim, const CudaContext& ctx) {
+static void bench(ModelInfer& m, const GenConfig& g, const GenerateLimits& lim, const CudaContext& ctx) {
     const int B = m.B, P = g.bench_prompt, N = g.max_new, V = m.config.vocab_size;
     Rng r(g.seed);
     std::vector<int> tokens((size_t)B * P), lengths(B, P), active(B, 1);
@@ -152,11 +152,11 @@ static void bench(GPT2Infer& m, const GenConfig& g, const GenerateLimits& lim, c
     float prefill_ms = 0, decode_ms = 0;
     for (int round = 0; round < 2; round++) {
         cudaCheck(cudaEventRecord(ev[0], ctx.stream));
-        gpt2_infer_prefill(m, tokens.data(), lengths.data(), active.data(), rng.data(), P, ctx);
+        model_infer_prefill(m, tokens.data(), lengths.data(), active.data(), rng.data(), P, ctx);
         cudaCheck(cudaEventRecord(ev[1], ctx.stream));
         for (int i = 0; i < N; i++) {
-            if (g.graph) gpt2_infer_step_graph(m, lim, ctx);
-            else gpt2_infer_step(m, lim, ctx);
+            if (g.graph) model_infer_step_graph(m, lim, ctx);
+            else model_infer_step(m, lim, ctx);
         }
         cudaCheck(cudaEventRecord(ev[2], ctx.stream));
         cudaCheck(cudaEventSynchronize(ev[2]));
@@ -170,7 +170,7 @@ static void bench(GPT2Infer& m, const GenConfig& g, const GenerateLimits& lim, c
     printf("BENCH_GEN B=%d prompt=%d new=%d prefill_ms=%.3f ms_per_token=%.4f tok_s=%.0f graph=%d fused=%d "
            "decode_mma=%d autotune=%d arch=%s precision=%s\n", B, P, N, prefill_ms, decode_ms / N,
            (double)B * N / (decode_ms / 1e3), g.graph, (int)m.plan.fused, (int)m.plan.decode_mma, g.matmul_autotune,
-           gpt2_arch_name(m.config), PRECISION_NAME);
+           model_arch_name(m.config), PRECISION_NAME);
     for (cudaEvent_t& e : ev) cudaCheck(cudaEventDestroy(e));
 }
 
@@ -182,10 +182,10 @@ int main(int argc, char** argv) {
     parse_gen_args(argc, argv, g, "generate", true);
 #endif
     const std::string model_file = g.init.empty() ? resolve_model_path(g.model_path) : "";
-    const GPT2Config c = g.init.empty() ? model_read_info(model_file.c_str()).config
-                                        : gpt2_config_from_descriptor(g.init.c_str());
+    const ModelConfig c = g.init.empty() ? model_read_info(model_file.c_str()).config
+                                        : model_config_from_descriptor(g.init.c_str());
     const std::string source = g.init.empty() ? model_file : "--init " + g.init;
-    gpt2_infer_check_config(c, source.c_str());  // what the GPU runs, before the device starts
+    model_infer_check_config(c, source.c_str());  // what the GPU runs, before the device starts
     const int V = c.vocab_size, max_seq = resolve_max_seq(g, c, source);
     std::unique_ptr<Tokenizer> tok;
     std::unique_ptr<BpeEncoder> bpe;
@@ -198,9 +198,9 @@ int main(int argc, char** argv) {
         fail("--bench: --bench-prompt %d + --max-new %d exceed the context of %d positions", g.bench_prompt, g.max_new,
              max_seq);
 
-    std::vector<float> params(gpt2_num_params(c));
+    std::vector<float> params(model_num_params(c));
     if (g.init.empty()) model_read_fp32(model_file.c_str(), params.data());
-    else gpt2_init_params(params.data(), c, g.seed);
+    else model_init_params(params.data(), c, g.seed);
     CudaContext ctx;
     ctx.init(0);
     int B = std::min<int>(g.batch, std::max<int>(1, (int)prompts.size()));
@@ -210,14 +210,14 @@ int main(int argc, char** argv) {
         B = g.batch;
         Tmax = g.bench_prompt;
     }
-    GPT2Infer m;
-    gpt2_infer_build(m, c, params.data(), B, Tmax, max_seq, (int)force.size());
+    ModelInfer m;
+    model_infer_build(m, c, params.data(), B, Tmax, max_seq, (int)force.size());
     if (!force.empty())
         cudaCheck(cudaMemcpy(m.force, force.data(), sizeof(int) * force.size(), cudaMemcpyHostToDevice));
     const char* step = m.plan.fused ? "fused" : "unfused";
     fprintf(stderr, "model %s: L=%d C=%d NH=%d NKV=%d W=%d V=%d; KV cache %d x %d slots (%.1f MiB), batch %d, %s "
             "decode step; %s, %s, %s\n", source.c_str(), c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.window,
-            V, B, m.S, 2.0 * c.num_layers * B * c.num_kv_heads * m.S * gpt2_head_dim(c) * sizeof(floatX) / 1048576.0,
+            V, B, m.S, 2.0 * c.num_layers * B * c.num_kv_heads * m.S * model_head_dim(c) * sizeof(floatX) / 1048576.0,
             B, step, ctx.props.name, PRECISION_NAME, kernel_path_name());
     GenerateLimits lim{{g.temperature, g.top_k, g.top_p}, eot, g.max_new, (int)force.size()};
     // --matmul-autotune 1: the warm-up step (plain launches, before any prefill, capture or timing)
@@ -227,11 +227,11 @@ int main(int argc, char** argv) {
         algos.tune = true;
         ctx.matmul_algos = &algos;
     }
-    gpt2_infer_warmup(m, lim, ctx);
+    model_infer_warmup(m, lim, ctx);
     algos.tune = false;
     if (g.bench) {
         bench(m, g, lim, ctx);
-        gpt2_infer_free(m);
+        model_infer_free(m);
         ctx.destroy();
         return 0;
     }
@@ -258,7 +258,7 @@ int main(int argc, char** argv) {
         model_reference_free(check->ref);
     }
     cudaCheck(cudaFreeHost(host_out));
-    gpt2_infer_free(m);
+    model_infer_free(m);
     ctx.destroy();
     return check && check->failures ? 1 : status;
 }

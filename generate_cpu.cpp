@@ -1,4 +1,4 @@
-// generate_cpu.cpp: text generation on the CPU with a KV cache (llmc/cpu/gpt2_infer.h), GPT-2 and
+// generate_cpu.cpp: text generation on the CPU with a KV cache (llmc/cpu/model_infer.h), GPT-2 and
 // Llama-style models, the CPU twin of generate.cu: the same flags, prompts, errors and output (llmc/generate_args.h, one copy
 // for both), the generation loop, the output. fp32, OpenMP; the same sampling rule and RNG stream
 // (llmc/sampler.h; the GPU's is llmc/sampler.cuh) and the same cache layout as the GPU.
@@ -22,10 +22,10 @@
 #include <vector>
 #include "llmc/bpe.h"
 #include "llmc/checkpoint.h"
-#include "llmc/cpu/gpt2_infer.h"
+#include "llmc/cpu/model_infer.h"
 #include "llmc/formats.h"
 #include "llmc/generate_args.h"
-#include "llmc/gpt2_config.h"
+#include "llmc/model_config.h"
 #include "llmc/rand.h"
 #include "llmc/sampler.h"
 #include "llmc/tokenizer.h"
@@ -44,7 +44,7 @@ struct Sampling {
 
 // Generates after prompts[0..B) at once; each sequence b draws from rngs[b]. With `stream` (B = 1)
 // each token is printed as it comes, else the completions are returned for the caller to print.
-static std::vector<std::vector<int>> generate(GPT2Infer& m, const std::vector<const Prompt*>& prompts, const Sampling& s,
+static std::vector<std::vector<int>> generate(ModelInfer& m, const std::vector<const Prompt*>& prompts, const Sampling& s,
                                               std::vector<Rng>& rngs, const Tokenizer* tok, bool stream, Timings& tm) {
     const int B = (int)prompts.size(), V = m.config.vocab_size, Vp = m.config.padded_vocab_size;
     int T = 0;
@@ -55,7 +55,7 @@ static std::vector<std::vector<int>> generate(GPT2Infer& m, const std::vector<co
         std::copy(prompts[b]->ids.begin(), prompts[b]->ids.end(), tokens.begin() + (size_t)b * T);
     }
     double t0 = seconds_now();
-    const float* logits = gpt2_prefill(m, tokens.data(), lengths.data(), B, T);
+    const float* logits = model_prefill(m, tokens.data(), lengths.data(), B, T);
     tm.prefill_s += seconds_now() - t0;
     for (int len : lengths) tm.prefill_tokens += len;
 
@@ -87,7 +87,7 @@ static std::vector<std::vector<int>> generate(GPT2Infer& m, const std::vector<co
         }
         if (!any) break;
         t0 = seconds_now();
-        logits = gpt2_decode_step(m, next.data(), pos.data(), B);
+        logits = model_decode_step(m, next.data(), pos.data(), B);
         tm.decode_s += seconds_now() - t0;
         tm.decode_steps++;
     }
@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
     GenConfig g;
     parse_gen_args(argc, argv, g, "generate_cpu", false);
     const std::string model_file = resolve_model_path(g.model_path);
-    const GPT2Config c = model_read_info(model_file.c_str()).config;
+    const ModelConfig c = model_read_info(model_file.c_str()).config;
     const int V = c.vocab_size, max_seq = resolve_max_seq(g, c, model_file);
     std::unique_ptr<Tokenizer> tok;
     std::unique_ptr<BpeEncoder> bpe;
@@ -112,11 +112,11 @@ int main(int argc, char** argv) {
     const std::vector<Prompt> prompts = reader.read_all(g.prompts);
     const std::vector<int> force = read_force_ids(g, V, prompts.size());
 
-    std::vector<float> params(gpt2_num_params(c));
+    std::vector<float> params(model_num_params(c));
     model_read_fp32(model_file.c_str(), params.data());
     const int B = std::min<int>(g.batch, std::max<int>(1, (int)prompts.size()));
-    GPT2Infer m;
-    gpt2_infer_build(m, c, params.data(), B, max_seq);
+    ModelInfer m;
+    model_infer_build(m, c, params.data(), B, max_seq);
     fprintf(stderr, "model %s: %s L=%d C=%d NH=%d NKV=%d W=%d V=%d; KV cache %d x %d slots (%.1f MiB), batch %d\n",
             model_file.c_str(), c.architecture == ARCH_LLAMA ? "Llama-style" : "GPT-2", c.num_layers, c.channels,
             c.num_heads, c.num_kv_heads, c.window, V, B, m.cache.S,

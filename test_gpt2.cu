@@ -12,7 +12,7 @@
 // any failure. Tolerances depend on the build (see TOL below).
 #include <cerrno>
 #include <cstdlib>
-#include "llmc/gpt2_infer.cuh"
+#include "llmc/model_infer.cuh"
 #include "llmc/model_train.cuh"
 #include "llmc/sampler.h"
 #include "llmc/cpu/attention.h"
@@ -123,38 +123,38 @@ static void test_vs_pytorch(const char* model_path, const char* debug_path, cons
     printf("== (a) GPU trainer vs PyTorch: %s, %s\n", model_path, debug_path);
     ModelFileInfo info = model_read_info(model_path);
     if (info.dtype != DTYPE_FP32) fail("%s: the reference model must be fp32", model_path);
-    const GPT2Config& c = info.config;
+    const ModelConfig& c = info.config;
     DebugState ref = debug_state_read(debug_path, c);
     const int B = ref.B, T = ref.T, N = B * T, V = c.vocab_size, Vp = c.padded_vocab_size;
-    GPT2 model;
-    gpt2_build(model, c, B, T, false, ctx);
+    Model model;
+    model_build(model, c, B, T, false, ctx);
     std::vector<float> host(model.num_params);
     model_read_fp32(model_path, host.data());
-    gpt2_set_params(model, host.data());
+    model_set_params(model, host.data());
 
-    gpt2_upload_batch(model, ref.inputs.data(), ref.targets.data(), B, T, true, ctx);
-    gpt2_forward(model, B, T, ctx);
+    model_upload_batch(model, ref.inputs.data(), ref.targets.data(), B, T, true, ctx);
+    model_forward(model, B, T, ctx);
     std::vector<float> logits_full = fetch(model.acts.logits, (size_t)N * Vp), logits((size_t)N * V);
     for (int r = 0; r < N; r++)
         std::copy(logits_full.begin() + (size_t)r * Vp, logits_full.begin() + (size_t)r * Vp + V, logits.begin() + (size_t)r * V);
     report("logits", max_rel_err(logits.data(), ref.logits.data(), logits.size()), TOL.logits, "max rel err");
-    const float loss = gpt2_loss(model, B, T, 1.0f / N, true, ctx);
+    const float loss = model_loss(model, B, T, 1.0f / N, true, ctx);
     printf("     loss gpu %.6f ref %.6f\n", loss, ref.loss);
     report("loss", std::fabs(loss - ref.loss) / ref.loss, TOL.loss, "rel err    ");
-    gpt2_zero_grads(model, ctx);
-    gpt2_backward(model, B, T, ctx);
+    model_zero_grads(model, ctx);
+    model_backward(model, B, T, ctx);
     std::vector<float> grads = fetch(model.grads_memory, model.num_params);
     size_t sizes[NUM_PARAM_TENSORS], offsets[NUM_PARAM_TENSORS];
-    gpt2_param_sizes(c, sizes);
-    gpt2_param_offsets(c, offsets);
+    model_param_sizes(c, sizes);
+    model_param_offsets(c, offsets);
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         char what[64];
-        snprintf(what, sizeof what, "grad %s", GPT2_PARAM_NAMES[i]);
+        snprintf(what, sizeof what, "grad %s", MODEL_PARAM_NAMES[i]);
         const float* g = grads.data() + offsets[i];
         const float* r = ref.grads.data() + offsets[i];
         report(what, l2_rel_err(g, r, sizes[i]), TOL.grad, "l2 rel err ");
     }
-    const size_t pad0 = (size_t)V * c.channels, pad1 = sizes[gpt2_param::wte];
+    const size_t pad0 = (size_t)V * c.channels, pad1 = sizes[model_param::wte];
     double pad_max = 0.0;
     for (size_t k = pad0; k < pad1; k++) pad_max = std::max(pad_max, (double)std::fabs(grads[k]));
     report("grad wte padded rows are zero", pad_max, 0.0, "max |g|    ");
@@ -173,19 +173,19 @@ static void test_vs_pytorch(const char* model_path, const char* debug_path, cons
     const size_t k = (size_t)(model.opt_end - model.opt_begin);
     // the losses of the state's steps from the initial parameters and a fresh optimizer, rounding seed `seed`
     auto trajectory = [&](uint64_t seed, bool print) {
-        gpt2_set_params(model, host.data());
+        model_set_params(model, host.data());
         cudaCheck(cudaMemset(model.m_memory, 0, k * sizeof(float)));
         cudaCheck(cudaMemset(model.v_memory, 0, k * sizeof(float)));
         model.step = 0;
         model.sr_seed = seed;
         std::vector<float> losses(ref.num_steps);
         for (int s = 0; s < ref.num_steps; s++) {
-            gpt2_zero_grads(model, ctx);
-            gpt2_upload_batch(model, ref.inputs.data(), ref.targets.data(), B, T, true, ctx);
-            gpt2_forward(model, B, T, ctx);
-            losses[s] = gpt2_loss(model, B, T, 1.0f / N, true, ctx);
-            gpt2_backward(model, B, T, ctx);
-            const float norm = gpt2_update(model, o, ctx);
+            model_zero_grads(model, ctx);
+            model_upload_batch(model, ref.inputs.data(), ref.targets.data(), B, T, true, ctx);
+            model_forward(model, B, T, ctx);
+            losses[s] = model_loss(model, B, T, 1.0f / N, true, ctx);
+            model_backward(model, B, T, ctx);
+            const float norm = model_update(model, o, ctx);
             if (print) printf("     step %d loss gpu %.6f ref %.6f (norm %.4f)\n", s, losses[s], ref.losses[s], norm);
         }
         return losses;
@@ -210,14 +210,14 @@ static void test_vs_pytorch(const char* model_path, const char* debug_path, cons
         printf("     loss trajectory max rel err at 8 other rounding seeds: min %.3e median %.3e max %.3e\n",
                spread.front(), 0.5 * (spread[3] + spread[4]), spread.back());
     }
-    gpt2_free(model);
+    model_free(model);
 }
 
 // ============================================================================ (b) vs the CPU ops
 // heads x 64 channels (head size 64); kv_heads < heads is grouped-query attention, window > 0 a
 // sliding window shorter than T = 64.
-static GPT2Config small_config(int heads = 2, int kv_heads = 2, int window = 0) {
-    GPT2Config c;
+static ModelConfig small_config(int heads = 2, int kv_heads = 2, int window = 0) {
+    ModelConfig c;
     c.max_seq_len = 64;
     c.vocab_size = 500;
     c.padded_vocab_size = 512;
@@ -230,10 +230,10 @@ static GPT2Config small_config(int heads = 2, int kv_heads = 2, int window = 0) 
 }
 
 // A small Llama-style model (RMSNorm, RoPE, SwiGLU, no biases, untied head) of the same size.
-static GPT2Config small_llama_config(int heads = 4, int kv_heads = 2, int window = 24) {
+static ModelConfig small_llama_config(int heads = 4, int kv_heads = 2, int window = 24) {
     const std::string desc = "llama:L2,C" + std::to_string(64 * heads) + ",H" + std::to_string(heads) + ",KV" +
                              std::to_string(kv_heads) + ",F320,V500,untied";
-    GPT2Config c = gpt2_config_from_descriptor(desc.c_str());
+    ModelConfig c = model_config_from_descriptor(desc.c_str());
     c.max_seq_len = 64;
     c.padded_vocab_size = 512;
     c.window = window;
@@ -241,35 +241,35 @@ static GPT2Config small_llama_config(int heads = 4, int kv_heads = 2, int window
 }
 
 // GPT-2 init, then LayerNorm weights and all biases randomized so that every term matters.
-static std::vector<float> small_params(const GPT2Config& c, uint64_t seed) {
-    std::vector<float> p(gpt2_num_params(c));
-    gpt2_init_params(p.data(), c, seed);
+static std::vector<float> small_params(const ModelConfig& c, uint64_t seed) {
+    std::vector<float> p(model_num_params(c));
+    model_init_params(p.data(), c, seed);
     size_t sizes[NUM_PARAM_TENSORS], offs[NUM_PARAM_TENSORS];
-    gpt2_param_sizes(c, sizes);
-    gpt2_param_offsets(c, offs);
+    model_param_sizes(c, sizes);
+    model_param_offsets(c, offs);
     Rng rng(seed + 1);
     for (int i = 0; i < NUM_PARAM_TENSORS; i++)
-        if (!gpt2_param_decays(i))
+        if (!model_param_decays(i))
             for (size_t k = 0; k < sizes[i]; k++) p[offs[i] + k] += 0.1f * rng.normal();
     return p;
 }
 
-static void test_forward_ops(const GPT2Config& c, const CudaContext& ctx) {
+static void test_forward_ops(const ModelConfig& c, const CudaContext& ctx) {
     printf("== (b) forward ops of the GPU trainer vs llmc/cpu on the GPU's inputs (small model: %d heads, %d KV heads, "
            "window %d)\n", c.num_heads, c.num_kv_heads, c.window);
-    const int B = 2, T = 64, N = B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, HD = gpt2_head_dim(c);
-    const int NKV = c.num_kv_heads, W = c.window, QKV = gpt2_qkv_channels(c);
+    const int B = 2, T = 64, N = B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, HD = model_head_dim(c);
+    const int NKV = c.num_kv_heads, W = c.window, QKV = model_qkv_channels(c);
     const int V = c.vocab_size, Vp = c.padded_vocab_size;
-    GPT2 model;
-    gpt2_build(model, c, B, T, false, ctx);
+    Model model;
+    model_build(model, c, B, T, false, ctx);
     std::vector<float> p0 = small_params(c, 7);
-    gpt2_set_params(model, p0.data());
+    model_set_params(model, p0.data());
     Rng rng(11);
     std::vector<int> inputs = random_tokens(rng, N, V), targets = random_tokens(rng, N, V);
-    gpt2_upload_batch(model, inputs.data(), targets.data(), B, T, false, ctx);
-    gpt2_forward(model, B, T, ctx);
+    model_upload_batch(model, inputs.data(), targets.data(), B, T, false, ctx);
+    model_forward(model, B, T, ctx);
     const std::vector<float> P = fetch(model.params_memory, model.num_params);  // the parameters as the GPU holds them
-    const GPT2Tensors<const float> par = gpt2_point_tensors(P.data(), c);
+    const ModelTensors<const float> par = model_point_tensors(P.data(), c);
     const Activations& a = model.acts;
 
     std::vector<float> ref((size_t)N * C), mean(N), rstd(N);
@@ -321,33 +321,33 @@ static void test_forward_ops(const GPT2Config& c, const CudaContext& ctx) {
     cpu::softmax_crossentropy_forward(probs.data(), losses.data(), logits_gpu.data(), targets.data(), B, T, V, Vp);
     const float grad_scale = 0.5f;  // as with 2 micro-steps of accumulation
     cpu::crossentropy_softmax_backward(dlogits.data(), probs.data(), targets.data(), B, T, V, Vp, grad_scale);
-    gpt2_upload_batch(model, inputs.data(), targets.data(), B, T, false, ctx);
-    gpt2_loss(model, B, T, grad_scale / N, true, ctx);
+    model_upload_batch(model, inputs.data(), targets.data(), B, T, false, ctx);
+    model_loss(model, B, T, grad_scale / N, true, ctx);
     check_op("fused_classifier losses", fetch(a.losses, N), losses);
     check_op("fused_classifier dlogits (in place)", fetch(a.logits, (size_t)N * Vp), dlogits);
-    gpt2_free(model);
+    model_free(model);
 }
 
 // The Llama-style path of the forward (RMSNorm, RoPE, SwiGLU, no biases, untied head), op by op as
 // test_forward_ops: each GPU output against the llmc/cpu op applied to the GPU's own inputs.
-static void test_forward_ops_llama(const GPT2Config& c, const CudaContext& ctx) {
+static void test_forward_ops_llama(const ModelConfig& c, const CudaContext& ctx) {
     printf("== (b) Llama-style forward ops vs llmc/cpu on the GPU's inputs (small model: %d heads, %d KV heads, "
-           "window %d, SwiGLU %d, %s head)\n", c.num_heads, c.num_kv_heads, c.window, gpt2_mlp_hidden(c),
+           "window %d, SwiGLU %d, %s head)\n", c.num_heads, c.num_kv_heads, c.window, model_mlp_hidden(c),
            c.tied_head ? "tied" : "untied");
-    const int B = 2, T = 64, N = B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, HD = gpt2_head_dim(c);
-    const int NKV = c.num_kv_heads, W = c.window, QKV = gpt2_qkv_channels(c), H = gpt2_mlp_hidden(c);
-    const int FC = gpt2_fc_channels(c), V = c.vocab_size, Vp = c.padded_vocab_size;
+    const int B = 2, T = 64, N = B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, HD = model_head_dim(c);
+    const int NKV = c.num_kv_heads, W = c.window, QKV = model_qkv_channels(c), H = model_mlp_hidden(c);
+    const int FC = model_fc_channels(c), V = c.vocab_size, Vp = c.padded_vocab_size;
     const float eps = (float)c.norm_eps;
-    GPT2 model;
-    gpt2_build(model, c, B, T, false, ctx);
+    Model model;
+    model_build(model, c, B, T, false, ctx);
     std::vector<float> p0 = small_params(c, 7);
-    gpt2_set_params(model, p0.data());
+    model_set_params(model, p0.data());
     Rng rng(13);
     std::vector<int> inputs = random_tokens(rng, N, V);
-    gpt2_upload_batch(model, inputs.data(), nullptr, B, T, false, ctx);
-    gpt2_forward(model, B, T, ctx);
+    model_upload_batch(model, inputs.data(), nullptr, B, T, false, ctx);
+    model_forward(model, B, T, ctx);
     const std::vector<float> P = fetch(model.params_memory, model.num_params);
-    const GPT2Tensors<const float> par = gpt2_point_tensors(P.data(), c);
+    const ModelTensors<const float> par = model_point_tensors(P.data(), c);
     const Activations& a = model.acts;
     std::vector<float> cos((size_t)c.max_seq_len * HD / 2), sin(cos.size());
     cpu::rope_tables_for(c, cos.data(), sin.data(), c.max_seq_len);
@@ -395,7 +395,7 @@ static void test_forward_ops_llama(const GPT2Config& c, const CudaContext& ctx) 
     cpu::matmul_forward(logits.data(), fetch(a.lnf, (size_t)N * C).data(), c.tied_head ? par.wte : par.lm_head, nullptr,
                         B, T, C, Vp);
     check_op(c.tied_head ? "logits (tied: wte)" : "logits (untied: lm_head)", fetch(a.logits, (size_t)N * Vp), logits);
-    gpt2_free(model);
+    model_free(model);
 }
 
 static void test_backward_ops(const CudaContext& ctx) {
@@ -524,8 +524,8 @@ static void test_backward_ops(const CudaContext& ctx) {
         buckets.destroy();
     }
     {  // fused AdamW over a GPT-2 layout with decayed and undecayed ranges; global norm
-        const GPT2Config c = small_config();
-        const size_t n = gpt2_num_params(c);
+        const ModelConfig c = small_config();
+        const size_t n = model_num_params(c);
         std::vector<float> p = random_vec(rng, n, 0.05f), g = random_vec(rng, n, 0.01f);
         std::vector<float> m = random_vec(rng, n, 0.001f), v(n);
         for (auto& x : v) x = 1e-5f * std::fabs(rng.normal());
@@ -548,10 +548,10 @@ static void test_backward_ops(const CudaContext& ctx) {
         cudaCheck(cudaMalloc(&dargs, sizeof(AdamWArgs)));
         cudaCheck(cudaMemcpy(dargs, &args, sizeof(AdamWArgs), cudaMemcpyHostToDevice));
         float* master = HAS_MASTER ? dmaster : (float*)dparams.d;
-        adamw_update(dparams.d, master, dg.d, dm, dv, (int64_t)n, dargs, gpt2_decay_ranges(c), s);
+        adamw_update(dparams.d, master, dg.d, dm, dv, (int64_t)n, dargs, model_decay_ranges(c), s);
         std::vector<float> rp = p, rm = m, rv = v;
         if (!HAS_MASTER) rp = dparams.h;
-        cpu::adamw_update_gpt2(rp.data(), rm.data(), rv.data(), dg.h.data(), c, lr, 0.9f, 0.95f, 1e-8f, 0.1f, clip, step);
+        cpu::adamw_update_model(rp.data(), rm.data(), rv.data(), dg.h.data(), c, lr, 0.9f, 0.95f, 1e-8f, 0.1f, clip, step);
         // master (fp32) is held to fp32 accuracy in both builds; the bf16 params to one bf16 step
         report("adamw_update master weights", max_rel_err(fetch(master, n).data(), rp.data(), n), 1e-5, "max rel err");
         report("adamw_update m", max_rel_err(fetch(dm, n).data(), rm.data(), n), 1e-5, "max rel err");
@@ -603,25 +603,25 @@ static void test_backward_ops(const CudaContext& ctx) {
 }
 
 // ============================================================================ (d) sampling
-// The trainer samples through the KV cache (gpt2_infer_sample): it returns every requested token up
+// The trainer samples through the KV cache (model_infer_sample): it returns every requested token up
 // to the context end, and (FP32 build) the tokens equal those of an independent loop that runs the
 // training forward over the whole sequence for each token and draws on the host with sample_token
 // from the same RNG state; the RNG ends in the same state. GPT-2 with GQA and a window shorter than
 // the sample (the cache's ring), and a Llama-style model (RoPE at each position). The bf16 build
 // checks the count and the id range only (its logits round differently in the two paths).
-static void test_sampling(const GPT2Config& c, const CudaContext& ctx) {
+static void test_sampling(const ModelConfig& c, const CudaContext& ctx) {
     // after the one-token prompt at position 0, tokens at positions 1..maxT-1 are fed and one more is
     // drawn from the last position's logits: maxT tokens in all
     const int maxT = c.max_seq_len, gen = maxT, V = c.vocab_size, Vp = c.padded_vocab_size, eot = 7;
-    printf("== (d) sampling through the KV cache (%s, window %d, %d tokens)\n", gpt2_arch_name(c), c.window, gen);
-    GPT2 model;
-    gpt2_build(model, c, 1, maxT, false, ctx);
+    printf("== (d) sampling through the KV cache (%s, window %d, %d tokens)\n", model_arch_name(c), c.window, gen);
+    Model model;
+    model_build(model, c, 1, maxT, false, ctx);
     const std::vector<float> p0 = small_params(c, 9);
-    gpt2_set_params(model, p0.data());
-    GPT2Infer sampler;
-    gpt2_infer_build(sampler, c, nullptr, 1, 1, maxT, 1);
+    model_set_params(model, p0.data());
+    ModelInfer sampler;
+    model_infer_build(sampler, c, nullptr, 1, 1, maxT, 1);
     Rng rng(5);
-    const std::vector<int> got = gpt2_infer_sample(sampler, model.params_memory, eot, gen + 5, 1.0f, rng, ctx);
+    const std::vector<int> got = model_infer_sample(sampler, model.params_memory, eot, gen + 5, 1.0f, rng, ctx);
     report("sample stops at the context end", std::fabs((double)got.size() - gen), 0.0, "missing    ");
     size_t out_of_range = 0;
     for (int t : got) out_of_range += t < 0 || t >= V;
@@ -631,8 +631,8 @@ static void test_sampling(const GPT2Config& c, const CudaContext& ctx) {
         std::vector<int> tokens{eot};
         for (int i = 0; i < gen; i++) {
             const int n = (int)tokens.size();
-            gpt2_upload_batch(model, tokens.data(), nullptr, 1, n, false, ctx);
-            gpt2_forward(model, 1, n, ctx);
+            model_upload_batch(model, tokens.data(), nullptr, 1, n, false, ctx);
+            model_forward(model, 1, n, ctx);
             const std::vector<float> logits = fetch(model.acts.logits + (size_t)(n - 1) * Vp, V);
             tokens.push_back(sample_token(logits.data(), V, 1.0f, ref_rng));
         }
@@ -641,8 +641,8 @@ static void test_sampling(const GPT2Config& c, const CudaContext& ctx) {
         report("cached sample = full forward per token", (double)differ, 0.0, "differ     ");
         report("RNG state after the sample", rng.state != ref_rng.state, 0.0, "differs    ");
     }
-    gpt2_infer_free(sampler);
-    gpt2_free(model);
+    model_infer_free(sampler);
+    model_free(model);
 }
 
 // ============================================================================ (c) exact resume
@@ -650,7 +650,7 @@ static void test_sampling(const GPT2Config& c, const CudaContext& ctx) {
 // Targets come from 10 tokens only (input mod 10), so there is something a few steps can learn (their
 // frequency): uniform random targets would leave the loss at ln(V) from the start, and a permutation
 // of the vocabulary takes a tiny model far more than six steps.
-static std::vector<float> train_steps(GPT2& model, int64_t first, int64_t last, const CudaContext& ctx) {
+static std::vector<float> train_steps(Model& model, int64_t first, int64_t last, const CudaContext& ctx) {
     const int B = model.B, T = model.T, N = B * T, V = model.config.vocab_size;
     const OptimizerSettings o{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     std::vector<float> losses;
@@ -658,48 +658,48 @@ static std::vector<float> train_steps(GPT2& model, int64_t first, int64_t last, 
         Rng rng(1000 + step);
         std::vector<int> in = random_tokens(rng, N, V), tg(N);
         for (int i = 0; i < N; i++) tg[i] = in[i] % 10;
-        gpt2_zero_grads(model, ctx);
+        model_zero_grads(model, ctx);
         for (int micro = 0; micro < 2; micro++) {  // grad accumulation is part of what must resume exactly
-            gpt2_upload_batch(model, in.data(), tg.data(), B, T, true, ctx);
-            gpt2_forward(model, B, T, ctx);
-            losses.push_back(gpt2_loss(model, B, T, 0.5f / N, true, ctx));
-            gpt2_backward(model, B, T, ctx);
+            model_upload_batch(model, in.data(), tg.data(), B, T, true, ctx);
+            model_forward(model, B, T, ctx);
+            losses.push_back(model_loss(model, B, T, 0.5f / N, true, ctx));
+            model_backward(model, B, T, ctx);
         }
-        gpt2_update(model, o, ctx);
+        model_update(model, o, ctx);
     }
     return losses;
 }
 
-static void test_resume(const CudaContext& ctx, const GPT2Config& c, bool recompute) {
+static void test_resume(const CudaContext& ctx, const ModelConfig& c, bool recompute) {
     printf("== (c) save -> load -> continue is bit-identical (%s, recompute %d; %d heads, %d KV heads, window %d)\n",
-           gpt2_arch_name(c), (int)recompute, c.num_heads, c.num_kv_heads, c.window);
+           model_arch_name(c), (int)recompute, c.num_heads, c.num_kv_heads, c.window);
     const std::vector<float> p0 = small_params(c, 5);
     char tmpl[] = "/tmp/test_gpt2cu_XXXXXX";
     if (!mkdtemp(tmpl)) fail("mkdtemp failed: %s", strerror(errno));
     const std::string dir = tmpl;
-    GPT2 a;
-    gpt2_build(a, c, 2, 64, recompute, ctx);
+    Model a;
+    model_build(a, c, 2, 64, recompute, ctx);
     a.deterministic = true;  // bit-identical needs the fixed-order attention backward
-    gpt2_set_params(a, p0.data());
+    model_set_params(a, p0.data());
     a.sr_seed = 77;
     std::vector<float> full = train_steps(a, 0, 6, ctx);
     std::vector<float> pa = fetch(a.params_memory, a.num_params), ma = fetch(a.master_memory, a.num_params);
-    gpt2_free(a);
+    model_free(a);
 
-    GPT2 b;
-    gpt2_build(b, c, 2, 64, recompute, ctx);
+    Model b;
+    model_build(b, c, 2, 64, recompute, ctx);
     b.deterministic = true;
-    gpt2_set_params(b, p0.data());
+    model_set_params(b, p0.data());
     b.sr_seed = 77;
     std::vector<float> first = train_steps(b, 0, 3, ctx);
     int64_t loader[16] = {};
-    gpt2_save_checkpoint(b, dir, loader, 0);
-    gpt2_free(b);
+    model_save_checkpoint(b, dir, loader, 0);
+    model_free(b);
 
-    GPT2 r;
-    gpt2_build(r, c, 2, 64, recompute, ctx);
+    Model r;
+    model_build(r, c, 2, 64, recompute, ctx);
     r.deterministic = true;
-    TrainState st = gpt2_load_checkpoint(r, checkpoint_find(dir, "--resume"));
+    TrainState st = model_load_checkpoint(r, checkpoint_find(dir, "--resume"));
     report("resumed step", (double)std::llabs(st.step - 3), 0.0, "difference ");
     std::vector<float> second = train_steps(r, 3, 6, ctx);
     first.insert(first.end(), second.begin(), second.end());
@@ -709,7 +709,7 @@ static void test_resume(const CudaContext& ctx, const GPT2Config& c, bool recomp
     report("master bit-identical after resume", memcmp(mr.data(), ma.data(), ma.size() * 4) != 0, 0.0, "differs    ");
     printf("     losses: first %.6f last %.6f\n", full.front(), full.back());
     report("training lowers the loss by 0.1", full.back() < full.front() - 0.1f ? 0.0 : 1.0, 0.0, "not lower  ");
-    gpt2_free(r);
+    model_free(r);
     std::string cmd = "rm -rf '" + dir + "'";
     if (system(cmd.c_str()) != 0) fprintf(stderr, "warning: could not remove %s\n", dir.c_str());
 }

@@ -1,4 +1,4 @@
-// test_gpt2_cpu.cpp: the CPU reference model (llmc/cpu/gpt2.h) against PyTorch, GPT-2 and Llama-style.
+// test_gpt2_cpu.cpp: the CPU reference model (llmc/cpu/model.h) against PyTorch, GPT-2 and Llama-style.
 // Loads a model checkpoint and the
 // debug state scripts/train_gpt2.py wrote for it (docs/formats.md, GPTX: one batch, the logits,
 // loss and every parameter gradient computed in float64, and the loss before each of n AdamW
@@ -27,9 +27,9 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
-#include "llmc/cpu/gpt2.h"
+#include "llmc/cpu/model.h"
 #include "llmc/formats.h"
-#include "llmc/gpt2_config.h"
+#include "llmc/model_config.h"
 
 constexpr double TOL_SCALED = 1e-5;   // max |ours - ref| / max |ref|, per tensor
 constexpr double TOL_LOSS = 1e-5;     // relative, the loss of the reference batch
@@ -74,52 +74,52 @@ void check_scalar(const char* what, double ours, double ref, double tol) {
 // Runs every check on one model + debug state pair; returns the number of checks.
 int check_fixture(const char* model_path, const char* debug_path) {
     printf("== %s, %s\n", model_path, debug_path);
-    const GPT2Config c = model_read_info(model_path).config;
-    gpt2_print_config(c);
+    const ModelConfig c = model_read_info(model_path).config;
+    model_print_config(c);
     DebugState ref = debug_state_read(debug_path, c);
     const int B = ref.B, T = ref.T, V = c.vocab_size, Vp = c.padded_vocab_size;
     printf("debug state: B=%d T=%d, %d AdamW steps, lr %g betas (%g, %g) eps %g wd %g clip %g\n", B, T,
            ref.num_steps, ref.lr, ref.beta1, ref.beta2, ref.eps, ref.weight_decay, ref.grad_clip);
-    GPT2 model;
-    gpt2_build(model, c, B, T);
+    Model model;
+    model_build(model, c, B, T);
     {
         std::vector<float> host(model.num_params);
         model_read_fp32(model_path, host.data());
-        gpt2_set_params(model, host.data());
+        model_set_params(model, host.data());
     }
 
     // forward and backward on the reference batch
-    gpt2_forward(model, ref.inputs.data(), B, T);
-    const float loss = gpt2_loss(model, ref.targets.data());
+    model_forward(model, ref.inputs.data(), B, T);
+    const float loss = model_loss(model, ref.targets.data());
     report("logits", compare(model.acts.logits.data(), ref.logits.data(), (size_t)B * T, V, Vp), TOL_SCALED);
     check_scalar("loss", loss, ref.loss, TOL_LOSS);
-    gpt2_zero_grads(model);
-    gpt2_backward(model, ref.inputs.data(), ref.targets.data(), 1.0f);
+    model_zero_grads(model);
+    model_backward(model, ref.inputs.data(), ref.targets.data(), 1.0f);
     size_t sizes[NUM_PARAM_TENSORS], offsets[NUM_PARAM_TENSORS];
-    gpt2_param_sizes(c, sizes);
-    gpt2_param_offsets(c, offsets);
+    model_param_sizes(c, sizes);
+    model_param_offsets(c, offsets);
     int checks = 4 + ref.num_steps;
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         if (sizes[i] == 0) continue;  // a tensor this config lacks
         checks++;
         const float* ours = model.grads_memory.data() + offsets[i];
         const float* theirs = ref.grads.data() + offsets[i];
-        report(GPT2_PARAM_NAMES[i], compare(ours, theirs, 1, sizes[i], sizes[i]), TOL_SCALED);
+        report(MODEL_PARAM_NAMES[i], compare(ours, theirs, 1, sizes[i], sizes[i]), TOL_SCALED);
     }
 
     // a shorter row without targets, as sampling runs it: the first n positions of row 0 must not
     // depend on the later ones (causal mask, and the window counted from position 0 of the row)
     const int n = T / 2 + 1;
-    gpt2_forward(model, ref.inputs.data(), 1, n);
+    model_forward(model, ref.inputs.data(), 1, n);
     report("prefix", compare(model.acts.logits.data(), ref.logits.data(), n, V, Vp), TOL_SCALED);
 
     // gradient accumulation: two micro-batches with grad_scale 1/2 each must give the same
     // gradient, i.e. backward adds into the parameter gradients and zeroes nothing it should not
-    gpt2_zero_grads(model);
+    model_zero_grads(model);
     for (int micro = 0; micro < 2; micro++) {
-        gpt2_forward(model, ref.inputs.data(), B, T);
-        gpt2_loss(model, ref.targets.data());
-        gpt2_backward(model, ref.inputs.data(), ref.targets.data(), 0.5f);
+        model_forward(model, ref.inputs.data(), B, T);
+        model_loss(model, ref.targets.data());
+        model_backward(model, ref.inputs.data(), ref.targets.data(), 0.5f);
     }
     report("accum 2x", compare(model.grads_memory.data(), ref.grads.data(), 1, model.num_params, model.num_params),
            TOL_SCALED);
@@ -127,11 +127,11 @@ int check_fixture(const char* model_path, const char* debug_path) {
     // the AdamW trajectory: loss before each step, on the same batch, from the same start
     const OptimizerSettings opt{ref.lr, ref.beta1, ref.beta2, ref.eps, ref.weight_decay, ref.grad_clip};
     for (int step = 0; step < ref.num_steps; step++) {
-        gpt2_zero_grads(model);
-        gpt2_forward(model, ref.inputs.data(), B, T);
-        const float l = gpt2_loss(model, ref.targets.data());
-        gpt2_backward(model, ref.inputs.data(), ref.targets.data(), 1.0f);
-        gpt2_update(model, opt);  // AdamW step model.step = step + 1
+        model_zero_grads(model);
+        model_forward(model, ref.inputs.data(), B, T);
+        const float l = model_loss(model, ref.targets.data());
+        model_backward(model, ref.inputs.data(), ref.targets.data(), 1.0f);
+        model_update(model, opt);  // AdamW step model.step = step + 1
         char what[32];
         snprintf(what, sizeof what, "step %d", step);
         check_scalar(what, l, ref.losses[step], TOL_TRAJECTORY);

@@ -9,14 +9,14 @@
 #include <string>
 #include <vector>
 #include "llmc/model_train.cuh"
-#include "llmc/gpt2_infer.cuh"
-#include "llmc/gpt2_dist.cuh"
-#include "llmc/gpt2_graph.cuh"
+#include "llmc/model_infer.cuh"
+#include "llmc/model_dist.cuh"
+#include "llmc/model_graph.cuh"
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
 #include "llmc/hellaswag.h"
 #include "llmc/formats.h"
-#include "llmc/gpt2_config.h"
+#include "llmc/model_config.h"
 #include "llmc/rand.h"
 #include "llmc/sampler.h"
 #include "llmc/schedule.h"
@@ -41,7 +41,7 @@ inline float device_peak_tflops(const cudaDeviceProp& p) {
     return 0.0f;
 }
 
-// The FP8 settings of the --fp8* flags (llmc/gpt2_fp8.cuh).
+// The FP8 settings of the --fp8* flags (llmc/model_fp8.cuh).
 static Fp8Settings fp8_settings(const TrainConfig& cfg) {
     Fp8Settings f;
     f.enabled = cfg.fp8 != 0;
@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
     if (gpu.matmul_autotune && gpu.deterministic)
         fail("--matmul-autotune 1 picks algorithms by their timings, so runs may round differently: not with "
              "--deterministic 1");
-    std::unique_ptr<Comm> comm = dist_init(cfg, &argc, &argv);  // data parallel: llmc/dist.h, llmc/gpt2_dist.cuh
+    std::unique_ptr<Comm> comm = dist_init(cfg, &argc, &argv);  // data parallel: llmc/dist.h, llmc/model_dist.cuh
     set_world_size(cfg, comm->world);
 
     // the model: a checkpoint to resume, a model file, or a fresh init from a descriptor (before the
@@ -96,14 +96,14 @@ int main(int argc, char** argv) {
     RunLog& log = files.log;
     std::string init_path = !resume_dir.empty() ? resume_dir + "/model.bin" : cfg.init;
     const bool from_file = !resume_dir.empty() || file_exists(init_path.c_str());
-    GPT2Config config = from_file ? model_read_info(init_path.c_str()).config : gpt2_config_from_descriptor(cfg.init.c_str());
+    ModelConfig config = from_file ? model_read_info(init_path.c_str()).config : model_config_from_descriptor(cfg.init.c_str());
     const std::string source = from_file ? init_path : "--init " + cfg.init;
     apply_shape_flags(config, cfg, !from_file, init_path.c_str());
-    gpt2_check_gpu_support(config, source.c_str());
+    model_check_gpu_support(config, source.c_str());
     if (cfg.fp8) {
-        GPT2Fp8 probe;
+        ModelFp8 probe;
         probe.set = fp8_settings(cfg);
-        gpt2_check_fp8_support(probe, config, cfg.B * cfg.T);
+        model_check_fp8_support(probe, config, cfg.B * cfg.T);
     }
     check_sample_length(cfg, config);
 
@@ -113,8 +113,8 @@ int main(int argc, char** argv) {
     printf("device: %s, %d SMs, %.1f GiB; precision %s, attention %s; %s\n", ctx.props.name,
            ctx.props.multiProcessorCount, ctx.props.totalGlobalMem / 1073741824.0, PRECISION_NAME, ATTENTION_NAME,
            kernel_path_name());
-    gpt2_print_config(config);
-    GPT2 model;
+    model_print_config(config);
+    Model model;
     GpuDataParallel dp = gpu_dp_plan(model, config, *comm, cfg);
     model.fp8.set = fp8_settings(cfg);
     if (cfg.fp8)
@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
                                               : "",
                cfg.fp8_head ? ("FP8 (dlogits in " + cfg.fp8_grad + " from the classifier)").c_str() : "bf16",
                cfg.fp8_bf16_layers ? (", first and last " + std::to_string(cfg.fp8_bf16_layers) + " blocks bf16").c_str() : "");
-    gpt2_build(model, config, cfg.B, cfg.T, gpu.recompute != 0, ctx);
+    model_build(model, config, cfg.B, cfg.T, gpu.recompute != 0, ctx);
     gpu_dp_start(dp, model, ctx);
     model.deterministic = gpu.deterministic != 0;
     model.stochastic_rounding = gpu.stochastic_rounding != 0;
@@ -137,8 +137,8 @@ int main(int argc, char** argv) {
     {
         std::vector<float> host(model.num_params);
         if (from_file) model_read_fp32(init_path.c_str(), host.data());
-        else gpt2_init_params(host.data(), config, cfg.seed);
-        gpt2_set_params(model, host.data());
+        else model_init_params(host.data(), config, cfg.seed);
+        model_set_params(model, host.data());
     }
 
     // data
@@ -190,9 +190,9 @@ int main(int argc, char** argv) {
         double sum = 0.0;
         for (int i = comm->rank; i < cfg.val_steps; i += comm->world) {  // batch i is rank i % world's
             val_loader->next_batch();
-            gpt2_upload_batch(model, val_loader->inputs(), val_loader->targets(), B, T, false, ctx);
-            gpt2_forward(model, B, T, ctx);
-            sum += gpt2_loss(model, B, T, dloss, false, ctx);
+            model_upload_batch(model, val_loader->inputs(), val_loader->targets(), B, T, false, ctx);
+            model_forward(model, B, T, ctx);
+            sum += model_loss(model, B, T, dloss, false, ctx);
         }
         const float val = (float)(comm->allreduce_sum(sum) / cfg.val_steps);
         printf("step %lld val_loss %.6f\n", (long long)step, val);
@@ -201,24 +201,24 @@ int main(int argc, char** argv) {
     auto score_hellaswag = [&](int64_t step) {
         if (!hellaswag) return;
         const HellaSwagScore s = hellaswag->run([&](const int* inputs, const int* targets, int rows, int seq) {
-            gpt2_upload_batch(model, inputs, targets, rows, seq, false, ctx);
-            gpt2_forward(model, rows, seq, ctx);
-            gpt2_loss(model, rows, seq, dloss, false, ctx);  // waits for the losses in model.host_losses
+            model_upload_batch(model, inputs, targets, rows, seq, false, ctx);
+            model_forward(model, rows, seq, ctx);
+            model_loss(model, rows, seq, dloss, false, ctx);  // waits for the losses in model.host_losses
             return (const float*)model.host_losses;
         });
         const std::string line = hellaswag_log_line(step, s);
         printf("%s\n", line.c_str());
         log.line("%s\n", line.c_str());
     };
-    GPT2Infer sampler;  // one sequence, the model's whole context: the trainer's samples through the KV cache
+    ModelInfer sampler;  // one sequence, the model's whole context: the trainer's samples through the KV cache
     const bool sampling = cfg.sample_every > 0 && comm->primary();
-    if (sampling) gpt2_infer_build(sampler, config, nullptr, 1, 1, config.max_seq_len, 1);
+    if (sampling) model_infer_build(sampler, config, nullptr, 1, 1, config.max_seq_len, 1);
     auto sample = [&](int64_t step) {
         // a ZeRO 1/2 all-gather of the updated parameters may still be running: the copy waits for all of it
         if (model.before_layer_forward)
             for (int l = -1; l < config.num_layers; l++) model.before_layer_forward(l);
         std::vector<int> toks =
-            gpt2_infer_sample(sampler, model.params_memory, eot, cfg.gen_tokens, cfg.temperature, sample_rng, ctx);
+            model_infer_sample(sampler, model.params_memory, eot, cfg.gen_tokens, cfg.temperature, sample_rng, ctx);
         printf("step %lld sample: ", (long long)step);
         print_sample(tokenizer, toks);
     };
@@ -241,20 +241,20 @@ int main(int argc, char** argv) {
             }
         }
     };
-    // --graph 1 (llmc/gpt2_graph.cuh): the first step runs eagerly (it loads every kernel), then the
+    // --graph 1 (llmc/model_graph.cuh): the first step runs eagerly (it loads every kernel), then the
     // step is captured, and each later step is one graph launch; the host stages the next step's
     // batches into the other staging slot while the graph runs. A checkpoint then stores the position
     // of the staged slot's first batch (fetched ahead but not trained on).
     const bool use_graph = gpu.graph && !dp.nccl_on;
     if (gpu.graph && dp.nccl_on) printf("graph: off (the data-parallel step stays eager)\n");
-    GPT2Graph graph;
+    ModelGraph graph;
     int slot = 0;                       // the staging slot of the next graph step
     bool staged = false;                // slot holds the next step's batches
     int64_t slot_position[2][16] = {};  // data position of each slot's first batch
     auto stage_next_step = [&]() {
         memcpy(slot_position[slot], next_position, sizeof(next_position));
         for (int micro = 0; micro < cfg.grad_accum; micro++) {
-            gpt2_graph_stage(graph, model, slot, micro, next_inputs.data(), next_targets.data());
+            model_graph_stage(graph, model, slot, micro, next_inputs.data(), next_targets.data());
             fetch_batch();
         }
         staged = true;
@@ -284,20 +284,20 @@ int main(int argc, char** argv) {
         opt.lr = lr_at_step(cfg.schedule, (int)step);
         float norm = 0.0f;
         if (staged) {  // a graph step
-            gpt2_graph_launch(graph, model, slot, opt, ctx);
+            model_graph_launch(graph, model, slot, opt, ctx);
             slot ^= 1;
             staged = false;
             if (step + 1 < total_steps) stage_next_step();  // while the GPU runs this step
             cudaCheck(cudaStreamSynchronize(ctx.stream));
-            norm = gpt2_update_norm(model);
+            norm = model_update_norm(model);
         } else {
             gpu_dp_zero_grads(dp, model, ctx);
             for (int micro = 0; micro < cfg.grad_accum; micro++) {
-                gpt2_upload_batch(model, next_inputs.data(), next_targets.data(), B, T, true, ctx);
-                gpt2_forward(model, B, T, ctx);
-                gpt2_classifier(model, B, T, dloss, true, step_losses + (size_t)micro * N, ctx);
+                model_upload_batch(model, next_inputs.data(), next_targets.data(), B, T, true, ctx);
+                model_forward(model, B, T, ctx);
+                model_classifier(model, B, T, dloss, true, step_losses + (size_t)micro * N, ctx);
                 gpu_dp_before_backward(dp, micro == 0, micro + 1 == cfg.grad_accum);  // its buckets reduce during it?
-                gpt2_backward(model, B, T, ctx);
+                model_backward(model, B, T, ctx);
                 fetch_batch();
             }
             gpu_dp_wait_grads(dp, ctx);
@@ -305,7 +305,7 @@ int main(int argc, char** argv) {
             algos.tune = false;  // tuned in this first step
             if (use_graph && step + 1 < total_steps) {  // every kernel has run once: capture the step
                 if (!graph.exec[0]) {
-                    gpt2_graph_build(graph, model, cfg.grad_accum, dloss, cfg.grad_clip, step_losses, ctx);
+                    model_graph_build(graph, model, cfg.grad_accum, dloss, cfg.grad_clip, step_losses, ctx);
                     printf("graph: the step captured as one CUDA graph of %zu nodes; steps %lld.. launch it\n",
                            graph.nodes, (long long)(step + 2));
                 }
@@ -337,20 +337,20 @@ int main(int argc, char** argv) {
         std::sort(timed.begin(), timed.end());
         const double median = timed[timed.size() / 2];
         const size_t allocated = model.allocated_bytes + dp.allocated_bytes + sampler.allocated_bytes;
-        const std::string name = std::string(GPT2_USES_CUDNN ? "ours_cudnn" : "ours") + (cfg.fp8 ? "_fp8" : "");
+        const std::string name = std::string(MODEL_USES_CUDNN ? "ours_cudnn" : "ours") + (cfg.fp8 ? "_fp8" : "");
         printf("BENCH name=%s ms=%.2f tok_s=%.0f peak_gib=%.2f\n", name.c_str(), median,
                tokens_per_step / (median / 1000.0), allocated / 1073741824.0);
     }
     log.close();
-    gpt2_graph_free(graph);
+    model_graph_free(graph);
     cudaCheck(cudaFreeHost(step_losses));
     delete train_loader;
     delete val_loader;
     delete hellaswag;
     delete tokenizer;
-    if (sampling) gpt2_infer_free(sampler);
+    if (sampling) model_infer_free(sampler);
     gpu_dp_finish(dp);
-    gpt2_free(model);
+    model_free(model);
     ctx.destroy();
     comm->finish();
     return 0;

@@ -1,5 +1,5 @@
 // train_gpt2_cpu.cpp: the CPU reference trainer, the program around the fp32 model of
-// llmc/cpu/gpt2.h: flags, data, the training loop, logging, checkpoints. Semantics are PyTorch's
+// llmc/cpu/model.h: flags, data, the training loop, logging, checkpoints. Semantics are PyTorch's
 // (docs/design.md): mean cross-entropy, gradient accumulation over total_batch / (B*T)
 // micro-batches, global-norm clipping, AdamW with decay on matrices and embeddings only,
 // warmup + cosine / linear / constant / wsd learning rate. Its sections follow train_gpt2.cu.
@@ -13,14 +13,14 @@
 #include <string>
 #include <vector>
 #include "llmc/cpu/data_parallel.h"
-#include "llmc/cpu/gpt2.h"
-#include "llmc/cpu/gpt2_infer.h"
+#include "llmc/cpu/model.h"
+#include "llmc/cpu/model_infer.h"
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
 #include "llmc/dist.h"
 #include "llmc/hellaswag.h"
 #include "llmc/formats.h"
-#include "llmc/gpt2_config.h"
+#include "llmc/model_config.h"
 #include "llmc/rand.h"
 #include "llmc/sampler.h"
 #include "llmc/schedule.h"
@@ -36,14 +36,14 @@ double seconds_now() {
 
 // The mean loss of the first `steps` validation batches: over the ranks, batch j is rank j % world's
 // (the loaders deal the windows out that way), so any world size sees the same batches.
-float validation_loss(GPT2& m, DataLoader& val, int steps, int B, int T, Comm& comm) {
+float validation_loss(Model& m, DataLoader& val, int steps, int B, int T, Comm& comm) {
     val.reset();
     if (steps > val.num_windows() * comm.world) steps = (int)(val.num_windows() * comm.world);
     double sum = 0.0;
     for (int j = comm.rank; j < steps; j += comm.world) {
         val.next_batch();
-        gpt2_forward(m, val.inputs(), B, T);
-        sum += gpt2_loss(m, val.targets());
+        model_forward(m, val.inputs(), B, T);
+        sum += model_loss(m, val.targets());
     }
     return (float)(comm.allreduce_sum(sum) / steps);
 }
@@ -68,19 +68,19 @@ int main(int argc, char** argv) {
     const std::string& init = cfg.init;
     const bool from_file =
         file_exists(init.c_str()) || (init.size() > 4 && init.compare(init.size() - 4, 4, ".bin") == 0);
-    GPT2Config config = from_file ? model_read_info(init.c_str()).config : gpt2_config_from_descriptor(init.c_str());
+    ModelConfig config = from_file ? model_read_info(init.c_str()).config : model_config_from_descriptor(init.c_str());
     apply_shape_flags(config, cfg, !from_file, init.c_str());
     check_sample_length(cfg, config);
-    gpt2_print_config(config);
-    GPT2 model;
-    gpt2_build(model, config, cfg.B, cfg.T);
+    model_print_config(config);
+    Model model;
+    model_build(model, config, cfg.B, cfg.T);
     {
         std::vector<float> host(model.num_params);
         if (from_file) model_read_fp32(init.c_str(), host.data());
-        else gpt2_init_params(host.data(), config, cfg.seed);
-        gpt2_set_params(model, host.data());
+        else model_init_params(host.data(), config, cfg.seed);
+        model_set_params(model, host.data());
     }
-    const GPT2Config& c = model.config;
+    const ModelConfig& c = model.config;
     DataParallel dp;
     dp_setup(dp, model, *comm, cfg.zero);
     if (comm->world > 1 || cfg.zero > 0)
@@ -135,8 +135,8 @@ int main(int argc, char** argv) {
     };
     auto score_hellaswag = [&](int64_t step) {
         const HellaSwagScore s = hellaswag->run([&](const int* inputs, const int* targets, int rows, int seq) {
-            gpt2_forward(model, inputs, rows, seq);
-            gpt2_loss(model, targets);  // leaves the per-position losses in model.acts.losses
+            model_forward(model, inputs, rows, seq);
+            model_loss(model, targets);  // leaves the per-position losses in model.acts.losses
             return model.acts.losses.data();
         });
         const std::string line = hellaswag_log_line(step, s);
@@ -144,11 +144,11 @@ int main(int argc, char** argv) {
         log.line("%s\n", line.c_str());
     };
     // one sequence over the positions a sample uses, reading the training parameters in place
-    GPT2Infer sampler;
+    ModelInfer sampler;
     if (comm->primary() && cfg.sample_every > 0)
-        gpt2_infer_build(sampler, c, model.params_memory.data(), 1, cfg.gen_tokens);
+        model_infer_build(sampler, c, model.params_memory.data(), 1, cfg.gen_tokens);
     auto sample = [&]() {
-        std::vector<int> toks = gpt2_infer_sample(sampler, eot, cfg.gen_tokens, cfg.temperature, rng);
+        std::vector<int> toks = model_infer_sample(sampler, eot, cfg.gen_tokens, cfg.temperature, rng);
         printf("sample: ");
         print_sample(tok.get(), toks);
     };
@@ -164,10 +164,10 @@ int main(int argc, char** argv) {
         double loss = 0.0;
         for (int micro = 0; micro < cfg.grad_accum; micro++) {
             train.next_batch();
-            gpt2_forward(model, train.inputs(), cfg.B, cfg.T);
-            loss += gpt2_loss(model, train.targets());
+            model_forward(model, train.inputs(), cfg.B, cfg.T);
+            loss += model_loss(model, train.targets());
             dp_before_backward(dp, micro == 0);
-            gpt2_backward(model, train.inputs(), train.targets(), 1.0f / ((float)cfg.grad_accum * comm->world));
+            model_backward(model, train.inputs(), train.targets(), 1.0f / ((float)cfg.grad_accum * comm->world));
         }
         loss = comm->allreduce_sum(loss) / ((double)cfg.grad_accum * comm->world);
         dp_reduce_grads(model, dp);

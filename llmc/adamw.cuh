@@ -10,13 +10,13 @@
 // stochastic = false (the trainer's --stochastic-rounding 0, for the numerics playbook's comparison)
 // to nearest. In the FP32 build master aliases params.
 // The step's scalars (AdamWArgs) live in device memory and the kernel reads them there, so a
-// captured CUDA graph (llmc/gpt2_graph.cuh) replays the update with each step's values, and the
+// captured CUDA graph (llmc/model_graph.cuh) replays the update with each step's values, and the
 // clip factor is computed on the device from the gradient norm (adamw_clip_scale): no host wait.
 #pragma once
 #include <cmath>
 #include <type_traits>
 #include "llmc/cuda_common.cuh"
-#include "llmc/gpt2_config.h"
+#include "llmc/model_config.h"
 
 struct AdamWArgs {
     float step_size;  // lr / (1 - b1^t); the bias corrections are computed in double, as PyTorch does
@@ -157,14 +157,14 @@ inline void adamw_update(floatX* params, float* master, const floatX* grads, flo
     adamw_update_range(params, master, grads, m, v, 0, n, args, decay, stream);
 }
 
-// The decayed ranges of the GPT-2 layout (gpt2_param_decays), offsets in elements.
-inline DecayRanges gpt2_decay_ranges(const GPT2Config& c) {
+// The decayed ranges of the GPT-2 layout (model_param_decays), offsets in elements.
+inline DecayRanges model_decay_ranges(const ModelConfig& c) {
     size_t sizes[NUM_PARAM_TENSORS], offsets[NUM_PARAM_TENSORS];
-    gpt2_param_sizes(c, sizes);
-    gpt2_param_offsets(c, offsets);
+    model_param_sizes(c, sizes);
+    model_param_offsets(c, offsets);
     DecayRanges r;
     for (int i = 0; i < NUM_PARAM_TENSORS; i++)
-        if (gpt2_param_decays(i)) {
+        if (model_param_decays(i)) {
             r.begin[r.count] = (int64_t)offsets[i];
             r.end[r.count] = (int64_t)(offsets[i] + sizes[i]);
             r.count++;

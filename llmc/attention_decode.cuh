@@ -687,7 +687,7 @@ inline size_t attention_decode_scratch_floats(int B, int NH, int NKV, int HD, in
 }
 
 // Opts the tensor-core kernels in to their shared memory. Call it before a CUDA graph capture that
-// may hold the first attention_decode (gpt2_infer_build does): the launch would opt in itself, and
+// may hold the first attention_decode (model_infer_build does): the launch would opt in itself, and
 // whether cudaFuncSetAttribute may run inside a capture is not a thing to rely on.
 inline void attention_decode_prepare() {
 #if !defined(PRECISION_FP32)

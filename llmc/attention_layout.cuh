@@ -9,7 +9,7 @@
 #include "utils.h"
 
 // An FP8 copy of the forward's output, written by the Hopper forward's epilogue beside the bf16 one
-// (--fp8's attproj X under delayed scaling, llmc/gpt2_fp8.cuh): x = e4m3(out * scale) and xt its
+// (--fp8's attproj X under delayed scaling, llmc/model_fp8.cuh): x = e4m3(out * scale) and xt its
 // transpose, amax_bits raised to max |out| (float bits), as fp8_cast_transpose of out would write them.
 struct AttnFp8Out {
     uint8_t* x = nullptr;               // (rows, NH * HD)

@@ -436,10 +436,10 @@ inline RunFiles open_run_files(TrainConfig& cfg) {
         files.resume_from = checkpoint_find(cfg.resume_dir, "--resume", &damaged);
         const std::string model_path = files.resume_from + "/model.bin";
         if (!cfg.init.empty()) {  // --init may only repeat the checkpoint's model shape
-            const GPT2Config have = model_read_info(model_path.c_str()).config;
+            const ModelConfig have = model_read_info(model_path.c_str()).config;
             const bool is_file = file_exists(cfg.init.c_str());
-            GPT2Config want = is_file ? model_read_info(cfg.init.c_str()).config
-                                      : gpt2_config_from_descriptor(cfg.init.c_str());
+            ModelConfig want = is_file ? model_read_info(cfg.init.c_str()).config
+                                      : model_config_from_descriptor(cfg.init.c_str());
             // Every field a descriptor holds is compared, a field it leaves out by its default. The
             // window and the context are not descriptor fields, nor is NKV when --kv-heads is given:
             // apply_shape_flags checks those flags against the checkpoint.
@@ -448,7 +448,7 @@ inline RunFiles open_run_files(TrainConfig& cfg) {
                 want.max_seq_len = have.max_seq_len;
                 if (cfg.kv_heads >= 0) want.num_kv_heads = have.num_kv_heads;
             }
-            if (!gpt2_same_config(have, want))
+            if (!model_same_config(have, want))
                 fail("--init %s: differs from the model of the checkpoint %s (L=%d C=%d NH=%d NKV=%d W=%d); with "
                      "--resume the model comes from the checkpoint, so drop --init or repeat the run's own",
                      cfg.init.c_str(), files.resume_from.c_str(), have.num_layers, have.channels, have.num_heads,

@@ -154,7 +154,7 @@ __device__ inline float block_reduce_max(float x) {
 // earlier kernels (the GEMVs prefetch their weights), then pdl_wait() blocks until the previous grid
 // has finished and its writes are visible. pdl_launch_dependents() lets the next kernel start
 // (before it, the next kernel starts only as this grid's blocks exit). The decode step
-// (gpt2_infer.cuh) calls wait and then launch_dependents at the top of every kernel it launches so:
+// (model_infer.cuh) calls wait and then launch_dependents at the top of every kernel it launches so:
 // - every kernel waits, so when kernel N's wait returns, N-1 is complete, and N-1 waited for N-2:
 //   everything before N is complete, not only its direct predecessor;
 // - a kernel triggers only after its own wait, so at most two grids are live at once (the running

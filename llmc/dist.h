@@ -24,7 +24,7 @@
 // bucket's pieces to their owners, the all-gather of ZeRO shards (llmc/zero.h), broadcast, barrier.
 // The tcp group routes them through rank 0 (a star), which sums in rank order: simple and exact,
 // for the CPU trainer and for the GPU trainer's control messages (the GPU's gradients go over
-// NCCL, llmc/gpt2_dist.cuh).
+// NCCL, llmc/model_dist.cuh).
 #pragma once
 #include <arpa/inet.h>
 #include <netdb.h>

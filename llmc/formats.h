@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 #include <vector>
-#include "llmc/gpt2_config.h"
+#include "llmc/model_config.h"
 #include "llmc/utils.h"
 
 constexpr int HEADER_INTS = 128;
@@ -125,7 +125,7 @@ inline uint16_t float_to_bf16(float f) {
 // damaged), and training from it only spreads the NaN. `what` names the values ("AdamW m", ...);
 // a model's parameters are checked with their config, so the message names the tensor.
 inline void check_all_finite(const char* path, const char* what, const float* x, int64_t n,
-                             const GPT2Config* params_of = nullptr) {
+                             const ModelConfig* params_of = nullptr) {
     int64_t bad = 0, first = -1;
     for (int64_t i = 0; i < n; i++)
         if (!std::isfinite(x[i])) {
@@ -136,10 +136,10 @@ inline void check_all_finite(const char* path, const char* what, const float* x,
     std::string where;
     if (params_of) {
         size_t off[NUM_PARAM_TENSORS];
-        gpt2_param_offsets(*params_of, off);
+        model_param_offsets(*params_of, off);
         int t = 0;
         while (t + 1 < NUM_PARAM_TENSORS && (size_t)first >= off[t + 1]) t++;
-        where = std::string(" (") + GPT2_PARAM_NAMES[t] + ")";
+        where = std::string(" (") + MODEL_PARAM_NAMES[t] + ")";
     }
     fail("%s: %lld of %lld %s values are not finite, the first at index %lld%s is %g: the file is from a diverged run "
          "or damaged", path, (long long)bad, (long long)n, what, (long long)first, where.c_str(), x[first]);
@@ -147,7 +147,7 @@ inline void check_all_finite(const char* path, const char* what, const float* x,
 
 // ================================ model checkpoint (GPTM) ================================
 struct ModelFileInfo {
-    GPT2Config config;
+    ModelConfig config;
     int64_t dtype;  // DTYPE_FP32 or DTYPE_BF16
     int64_t num_params;
 };
@@ -166,8 +166,8 @@ inline int64_t header_slot(double d) {
 }
 // The model version a config needs: 1 for a plain GPT-2 (byte-identical to earlier builds' files), 3
 // with RoPE scaling (so that a build without it refuses the file), else 2.
-inline int64_t model_version_for(const GPT2Config& c) {
-    if (gpt2_is_plain_gpt2(c)) return FORMAT_VERSION;
+inline int64_t model_version_for(const ModelConfig& c) {
+    if (model_is_plain_gpt2(c)) return FORMAT_VERSION;
     return c.rope_scaling.type != ROPE_SCALING_NONE ? MODEL_VERSION : 2;
 }
 
@@ -177,7 +177,7 @@ inline ModelFileInfo model_header_from(const FileHeader& hd, const char* path) {
     for (int i = 3; i <= 9; i++) check_range(path, "model shape", h[i], 1, 1 << 24);
     check_range(path, "window", h[10], 0, 1 << 24);
     ModelFileInfo info;
-    GPT2Config& c = info.config;
+    ModelConfig& c = info.config;
     c.max_seq_len = (int)h[3];
     c.vocab_size = (int)h[4];
     c.padded_vocab_size = (int)h[5];
@@ -186,7 +186,7 @@ inline ModelFileInfo model_header_from(const FileHeader& hd, const char* path) {
     c.num_kv_heads = (int)h[8];
     c.channels = (int)h[9];
     c.window = (int)h[10];
-    c.mlp_hidden = 4 * c.channels;  // version 1: GPT-2, the defaults of GPT2Config
+    c.mlp_hidden = 4 * c.channels;  // version 1: GPT-2, the defaults of ModelConfig
     if (h[1] >= 2) {
         check_range(path, "architecture", h[12], 0, 1);
         check_range(path, "norm", h[13], 0, 1);
@@ -214,12 +214,12 @@ inline ModelFileInfo model_header_from(const FileHeader& hd, const char* path) {
         c.rope_scaling.high_freq_factor = header_double(h[24]);
         c.rope_scaling.original_max_pos = (int)h[25];
     }
-    gpt2_validate_config(c, path);
+    model_validate_config(c, path);
     info.dtype = h[2];
     info.num_params = h[11];
-    if ((size_t)info.num_params != gpt2_num_params(c))
+    if ((size_t)info.num_params != model_num_params(c))
         fail("%s: header says %lld parameters but its shape implies %zu", path, (long long)info.num_params,
-             gpt2_num_params(c));
+             model_num_params(c));
     return info;
 }
 
@@ -254,16 +254,16 @@ inline ModelFileInfo model_read_fp32(const char* path, float* params) {
     return info;
 }
 
-inline FileHeader model_make_header(const GPT2Config& c, int64_t dtype) {
+inline FileHeader model_make_header(const ModelConfig& c, int64_t dtype) {
     FileHeader hd = {};
     int64_t* h = hd.h;
     h[0] = MAGIC_MODEL; h[1] = model_version_for(c); h[2] = dtype;
     h[3] = c.max_seq_len; h[4] = c.vocab_size; h[5] = c.padded_vocab_size; h[6] = c.num_layers;
     h[7] = c.num_heads; h[8] = c.num_kv_heads; h[9] = c.channels; h[10] = c.window;
-    h[11] = (int64_t)gpt2_num_params(c);
+    h[11] = (int64_t)model_num_params(c);
     if (h[1] >= 2) {
         h[12] = c.architecture; h[13] = c.norm; h[14] = header_slot(c.norm_eps); h[15] = c.position;
-        h[16] = header_slot(c.rope_theta); h[17] = c.mlp; h[18] = gpt2_mlp_hidden(c); h[19] = c.biases;
+        h[16] = header_slot(c.rope_theta); h[17] = c.mlp; h[18] = model_mlp_hidden(c); h[19] = c.biases;
         h[20] = c.tied_head;
     }
     if (h[1] >= 3) {
@@ -275,20 +275,20 @@ inline FileHeader model_make_header(const GPT2Config& c, int64_t dtype) {
 }
 
 // Writes an fp32 checkpoint atomically (path.tmp, then rename).
-inline void model_write_fp32(const char* path, const GPT2Config& c, const float* params) {
+inline void model_write_fp32(const char* path, const ModelConfig& c, const float* params) {
     FileHeader hd = model_make_header(c, DTYPE_FP32);
     AtomicFileWriter w(path);
     w.write(hd.h, HEADER_BYTES);
-    w.write(params, gpt2_num_params(c) * sizeof(float));
+    w.write(params, model_num_params(c) * sizeof(float));
     w.commit();
 }
 
 // Writes a bf16 checkpoint from bf16 bit patterns.
-inline void model_write_bf16(const char* path, const GPT2Config& c, const uint16_t* params) {
+inline void model_write_bf16(const char* path, const ModelConfig& c, const uint16_t* params) {
     FileHeader hd = model_make_header(c, DTYPE_BF16);
     AtomicFileWriter w(path);
     w.write(hd.h, HEADER_BYTES);
-    w.write(params, gpt2_num_params(c) * sizeof(uint16_t));
+    w.write(params, model_num_params(c) * sizeof(uint16_t));
     w.commit();
 }
 
@@ -452,7 +452,7 @@ inline void shard_write(const char* path, const int* tokens, int64_t n, int64_t 
 }
 
 // ================================ FP8 scaling state (GPT8) ================================
-// The per-tensor scales of an --fp8 run (llmc/gpt2_fp8.cuh), so that delayed scaling resumes with
+// The per-tensor scales of an --fp8 run (llmc/model_fp8.cuh), so that delayed scaling resumes with
 // its amax histories: `records` records of `record_words` 32-bit words each (the trainer's Fp8Meta,
 // copied as it is in device memory), and whether a backward had run (`warm`).
 struct Fp8State {
@@ -509,7 +509,7 @@ struct DebugState {
 };
 
 // Reads a debug state and checks it belongs to a model of config `c`.
-inline DebugState debug_state_read(const char* path, const GPT2Config& c) {
+inline DebugState debug_state_read(const char* path, const ModelConfig& c) {
     FileHeader hd;
     int64_t size;
     UniqueFile f = open_checked(path, MAGIC_DEBUG, &hd, &size);
@@ -530,8 +530,8 @@ inline DebugState debug_state_read(const char* path, const GPT2Config& c) {
                  model_slot, (long long)have, (long long)mh.h[model_slot]);
     }
     if (h[4] != c.vocab_size) fail("%s: vocab_size %lld != model's %d", path, (long long)h[4], c.vocab_size);
-    if (h[5] != (int64_t)gpt2_num_params(c))
-        fail("%s: %lld parameters, the model has %zu", path, (long long)h[5], gpt2_num_params(c));
+    if (h[5] != (int64_t)model_num_params(c))
+        fail("%s: %lld parameters, the model has %zu", path, (long long)h[5], model_num_params(c));
     DebugState d;
     d.B = (int)h[2]; d.T = (int)h[3]; d.V = (int)h[4]; d.num_params = h[5]; d.num_steps = (int)h[6];
     int64_t BT = (int64_t)d.B * d.T;

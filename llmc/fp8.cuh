@@ -23,7 +23,7 @@
 //                     (or before the next cast) folds it into the history: x is read once, and a
 //                     value above the history's amax saturates to +-max until the history catches up.
 //                     The scale being known first, the cast can run inside x's producer instead:
-//                     llmc/fp8_fused.cuh (the trainer's default, llmc/gpt2_fp8.cuh).
+//                     llmc/fp8_fused.cuh (the trainer's default, llmc/model_fp8.cuh).
 // The scale: amax = max over the history window (current: this amax), scale = (fp8 max / amax) /
 // 2^margin, capped at 2^64 (an amax below ~2.4e-17 is a zero tensor for FP8 purposes); an amax of 0
 // or a non-finite one (NaN or inf in x) keeps the previous scale, which the trainer can see and
@@ -348,7 +348,7 @@ inline void cast_transpose_launch(uint8_t* out_t, uint8_t* out, const floatX* in
 // from the same read; with `amax`, meta->amax_bits as fp8_cast. R and C multiples of 64.
 // With count > 1: count tensors in one launch, tensor i's input at in + i * batch.in_stride, its
 // outputs at out_t / out + i * batch.out_stride, its meta at meta + i * batch.meta_stride (the
-// weights of every block, fp8_cast_weights in llmc/gpt2_fp8.cuh).
+// weights of every block, fp8_cast_weights in llmc/model_fp8.cuh).
 inline void fp8_cast_transpose(uint8_t* out_t, uint8_t* out, const floatX* in, int R, int C, Fp8Format f,
                                Fp8Meta* meta, bool amax, cudaStream_t stream, int count = 1, Fp8Batch batch = {}) {
     fp8_detail::cast_transpose_launch(out_t, out, in, R, C, f, meta, amax, nullptr, stream, count, batch);
@@ -356,7 +356,7 @@ inline void fp8_cast_transpose(uint8_t* out_t, uint8_t* out, const floatX* in, i
 
 // ---------------------------------------------------------------- transpose of FP8 bytes
 // out (C, R) = in (R, C)^T, both FP8 (bytes, no conversion), each with its own row pitch in bytes:
-// the output head's dlogits^T chunks (llmc/gpt2_fp8.cuh, fp8_head_backward: R = 32768 tokens, C =
+// the output head's dlogits^T chunks (llmc/model_fp8.cuh, fp8_head_backward: R = 32768 tokens, C =
 // 50304 vocabulary rows, both pitches 100608, twice a 124M step), read from and written into the
 // logits buffer's halves. Memory-bound: reads RC, writes RC.
 //

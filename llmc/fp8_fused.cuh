@@ -419,7 +419,7 @@ inline void layernorm_fp8_launch(uint8_t* out_t, uint8_t* out, floatX* residual,
 }  // namespace fp8_detail
 
 // Opts the kernels for rows of C channels in. Call it before a CUDA graph capture that may hold the
-// first layernorm_fp8_forward of that width (gpt2_build does): the launcher would opt in itself, and
+// first layernorm_fp8_forward of that width (model_build does): the launcher would opt in itself, and
 // whether cudaFuncSetAttribute may run inside a capture is not a thing to rely on.
 inline void layernorm_fp8_prepare(int C) {
     fp8_detail::with_ln_fp8_packs(C, true, [&](auto P) {

@@ -5,7 +5,7 @@
 //   for c < V and by 0 for the padded columns V <= c < Vp                                  (=)
 // dloss is the loss gradient of each position: 1 / (B * T * grad_accum) for a mean over the batch.
 // With write_dlogits false (validation) the logits stay untouched.
-// FP8 dlogits (fused_classifier_fp8; --fp8-head, llmc/gpt2_fp8.cuh): the same gradient, rounded to
+// FP8 dlogits (fused_classifier_fp8; --fp8-head, llmc/model_fp8.cuh): the same gradient, rounded to
 // floatX as above, then cast to FP8 at a fixed power-of-two scale (|dlogits| <= dloss, so the scale
 // is known before the kernel runs: cpu::fp8_pow2_scale(dloss)), written in place: row r's Vp bytes at
 // the start of the logits' row r (a row pitch of 2 Vp bytes), the rest of each row left as it was.

@@ -3,7 +3,7 @@
 // The forward and its derivative normally run inside the matmul epilogues (matmul.cuh); this
 // standalone forward serves --recompute, which keeps only the pre-activation of each layer and
 // rebuilds the GELU output in the backward pass when the weight gradient of fcproj needs it.
-// The FP8 path (llmc/gpt2_fp8.cuh) runs both standalone: cuBLASLt's FP8 matmuls take no GELU epilogue there.
+// The FP8 path (llmc/model_fp8.cuh) runs both standalone: cuBLASLt's FP8 matmuls take no GELU epilogue there.
 //   gelu_forward           out (n) = gelu(inp) (=); n a multiple of x128::size
 //   gelu_backward_inplace  d (n) = d * gelu'(pre) (=, in place): d(GELU output) -> d(pre-activation)
 #pragma once

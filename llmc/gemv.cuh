@@ -32,7 +32,7 @@
 // early blocks. GemvTuning{false, 1} is the kernel without both (an L2 prefetch of the first round
 // instead of the register loads, no split), which the lab (dev/cuda/gemv.cu) times against them.
 //
-//   gemv_fused_forward  the decode step's fused kernels (gpt2_infer.cuh, B <= 8): the same weight
+//   gemv_fused_forward  the decode step's fused kernels (model_infer.cuh, B <= 8): the same weight
 //                       loop with a GemvFusion around it, so a layer is 4 GEMVs + attention_decode:
 //     prologue  norm: inp (M, K) is the residual stream; each block normalizes the M rows (LayerNorm
 //               or RMSNorm, the fp32 statistics and formula of layernorm.cuh / rmsnorm.cuh, rounded
@@ -324,7 +324,7 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
                 if (p + u * pstep < packs) w[u][r] = load128cs(weight + (int64_t)row[r] * K + (p + u * pstep) * x128::size);
     };
     // the epilogue's inputs of a group: the bias of its rows, and lane m's residual of input row m
-    // (GEMV_RESIDUAL: written kernels before the one this waits for, see gpt2_infer.cuh; __ldcg: L2)
+    // (GEMV_RESIDUAL: written kernels before the one this waits for, see model_infer.cuh; __ldcg: L2)
     float bias_v[R], res_v[R];
     auto load_bias = [&](const int (&row)[R]) {
 #pragma unroll

@@ -3,7 +3,7 @@
 // end-of-text default and the output of a finished batch, so they take the same command lines and
 // give the same errors. The GPU-only flags (--graph, --check-full, --bench, --bench-prompt, --init,
 // --matmul-autotune) are registered only for it; the decode step's kernels are the policy's
-// (gpt2_infer.cuh, decode_step_plan), and their alternatives are timed in dev/cuda/decode_step.cu.
+// (model_infer.cuh, decode_step_plan), and their alternatives are timed in dev/cuda/decode_step.cu.
 #pragma once
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,7 +15,7 @@
 #include <vector>
 #include "llmc/bpe.h"
 #include "llmc/checkpoint.h"
-#include "llmc/gpt2_config.h"
+#include "llmc/model_config.h"
 #include "llmc/rand.h"
 #include "llmc/tokenizer.h"
 #include "llmc/flags.h"
@@ -260,7 +260,7 @@ class PromptReader {
 // produce it, else GPT-2's 50256 for a GPT-2 whose V has it, else none (-1).
 // The positions a sequence may use: --max-seq, at most the model's max_seq_len (0 = all of them);
 // `source` names the model in the message.
-inline int resolve_max_seq(const GenConfig& g, const GPT2Config& c, const std::string& source) {
+inline int resolve_max_seq(const GenConfig& g, const ModelConfig& c, const std::string& source) {
     if (g.max_seq > c.max_seq_len)
         fail("--max-seq %d: longer than the %d positions of %s (its max_seq_len)", g.max_seq, c.max_seq_len,
              source.c_str());
@@ -276,7 +276,7 @@ inline void open_tokenizer(const GenConfig& g, int V, std::unique_ptr<Tokenizer>
     bpe->reset(new BpeEncoder(g.tokenizer_path.c_str()));
 }
 
-inline int resolve_eot(const GenConfig& g, const Tokenizer* tok, const GPT2Config& c) {
+inline int resolve_eot(const GenConfig& g, const Tokenizer* tok, const ModelConfig& c) {
     const int V = c.vocab_size;
     if (g.eot >= V) fail("--eot %d: out of range for the model's vocabulary of %d", g.eot, V);
     const int tok_eot = tok && tok->eot_token() < V ? tok->eot_token() : -1;

@@ -492,7 +492,7 @@ inline void layernorm_backward_fused_launch(floatX* dinp, floatX* dweight, float
 }
 
 // Opts in the kernel that rows of C channels take to its shared memory. Call it before a CUDA graph
-// capture that may hold the first layernorm_backward of that width (gpt2_build does): the launcher
+// capture that may hold the first layernorm_backward of that width (model_build does): the launcher
 // would opt in itself, and whether cudaFuncSetAttribute may run inside a capture is not a thing to
 // rely on.
 inline void layernorm_backward_prepare(int C) {

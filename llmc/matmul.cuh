@@ -471,13 +471,13 @@ inline void bias_backward_tiles(floatX* dbias, float* scratch, const floatX* dou
 // without dbias. The bias gradient re-reads dout in a fixed order (deterministic). cuBLASLt's BGRADB
 // epilogue would fold it into the dweight GEMM, but it makes that GEMM pick slower kernels: in the
 // lab (docs/perf.md) the four backward GEMMs of a layer took 3.10 ms with it and 2.96 ms with
-// column-sum kernels, ~1.7 ms a step at GPT-2 124M. The FP8 path (llmc/gpt2_fp8.cuh) calls it too.
+// column-sum kernels, ~1.7 ms a step at GPT-2 124M. The FP8 path (llmc/model_fp8.cuh) calls it too.
 inline void bias_backward(floatX* dbias, float* scratch, const floatX* dout, int N, int OC, cudaStream_t stream) {
     if (dbias) bias_backward_tiles<BiasShipped>(dbias, scratch, dout, N, OC, stream);
 }
 
 // dweight (OC, C) += dout^T inp: matmul_backward's weight gradient, also the FP8 path's with
-// --fp8-wgrad bf16 (llmc/gpt2_fp8.cuh).
+// --fp8-wgrad bf16 (llmc/model_fp8.cuh).
 inline void matmul_backward_weight(floatX* dweight, const floatX* dout, const floatX* inp, int N, int C, int OC,
                                    const CudaContext& ctx) {
     // dweight^T (C, OC) += inp^T (C, N) . dout (N, OC): dout is column-major (OC, N), transposed.

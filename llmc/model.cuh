@@ -1,12 +1,12 @@
-// llmc/model.cuh: the model's forward layer on the GPU, for both families (the knobs of GPT2Config:
+// llmc/model.cuh: the model's forward layer on the GPU, for both families (the knobs of ModelConfig:
 // LayerNorm | RMSNorm, learned positions | RoPE, GELU | SwiGLU, biases, tied | untied head): what a
 // program that only runs the model needs, and what the training layer (llmc/model_train.cuh) and the
-// inference layer (llmc/gpt2_infer.cuh) build on. floatX (bf16, or fp32 with PRECISION_FP32)
+// inference layer (llmc/model_infer.cuh) build on. floatX (bf16, or fp32 with PRECISION_FP32)
 // parameters and activations. Holds: the attention forward the build uses (ours or cuDNN's), buffer
 // planning (one cudaMalloc carved into aligned buffers), the GPU's limits on a config, RoPE's tables,
 // and the forward ops every layer is made of (the norms, the MLP's activation). No backward, no
 // optimizer, no FP8 training, no checkpoint or file code: a program that includes only this layer and
-// llmc/gpt2_infer.cuh compiles none of them.
+// llmc/model_infer.cuh compiles none of them.
 #pragma once
 #include <algorithm>
 #include <type_traits>
@@ -20,7 +20,7 @@
 #include "llmc/rmsnorm.cuh"
 #include "llmc/rope.cuh"
 #include "llmc/swiglu.cuh"
-#include "llmc/gpt2_config.h"
+#include "llmc/model_config.h"
 #include "llmc/cpu/rope.h"  // rope_tables_for: the one copy of RoPE's frequencies, shared with the CPU model
 
 constexpr bool HAS_MASTER = !std::is_same<floatX, float>::value;  // bf16 build: separate fp32 master weights
@@ -30,7 +30,7 @@ constexpr bool HAS_MASTER = !std::is_same<floatX, float>::value;  // bf16 build:
 #if defined(USE_CUDNN) && !defined(PRECISION_FP32)
 #include "llmc/cudnn_attention.cuh"
 #define ATTENTION_NAME "cudnn"
-constexpr bool GPT2_USES_CUDNN = true;
+constexpr bool MODEL_USES_CUDNN = true;
 // FP8 copies of the output (AttnFp8Out): ours only
 inline bool model_attention_fp8_available(int) { return false; }
 inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD,
@@ -40,7 +40,7 @@ inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, 
 }
 #else
 #define ATTENTION_NAME "llmc/attention.cuh"
-constexpr bool GPT2_USES_CUDNN = false;
+constexpr bool MODEL_USES_CUDNN = false;
 inline bool model_attention_fp8_available(int T) { return attention_forward_fp8_available(T); }
 inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD,
                                     int window, cudaStream_t stream, const AttnFp8Out* f8 = nullptr) {
@@ -77,13 +77,13 @@ inline void* specs_allocate(const std::vector<BufferSpec>& specs, const char* wh
 
 // What the GPU kernels need of a (valid) config beyond what any model needs: 16-byte rows for the
 // vector loads, and a head size the attention kernels are built for. Checked with one line from
-// gpt2_build and, before the device starts, from the trainer.
-inline void gpt2_check_gpu_support(const GPT2Config& c, const char* what) {
-    const int HD = gpt2_head_dim(c);
+// model_build and, before the device starts, from the trainer.
+inline void model_check_gpu_support(const ModelConfig& c, const char* what) {
+    const int HD = model_head_dim(c);
     if (c.channels % 8 != 0) fail("%s: channels %d must be a multiple of 8 (16-byte vector loads)", what, c.channels);
     if (c.padded_vocab_size % 8 != 0) fail("%s: padded vocab %d must be a multiple of 8", what, c.padded_vocab_size);
-    if (gpt2_mlp_hidden(c) % 8 != 0)
-        fail("%s: MLP hidden width %d must be a multiple of 8 (16-byte vector loads)", what, gpt2_mlp_hidden(c));
+    if (model_mlp_hidden(c) % 8 != 0)
+        fail("%s: MLP hidden width %d must be a multiple of 8 (16-byte vector loads)", what, model_mlp_hidden(c));
     if (HD != 64 && HD != 128) fail("%s: head size %d (channels / heads) must be 64 or 128 for the GPU attention", what, HD);
 }
 
@@ -98,24 +98,24 @@ inline std::vector<float> device_to_float(const floatX* src, size_t n) {
 
 // RoPE's cos and sin tables, (positions, HD/2) each, into the device buffers cos_dev and sin_dev: the
 // CPU model's values (cpu::rope_tables_for), so the GPU rotates by the factors the CPU does, bit for bit.
-inline void rope_tables_upload(float* cos_dev, float* sin_dev, const GPT2Config& c, int positions) {
-    const size_t n = (size_t)positions * gpt2_head_dim(c) / 2;
+inline void rope_tables_upload(float* cos_dev, float* sin_dev, const ModelConfig& c, int positions) {
+    const size_t n = (size_t)positions * model_head_dim(c) / 2;
     std::vector<float> cos(n), sin(n);
     cpu::rope_tables_for(c, cos.data(), sin.data(), positions);
     cudaCheck(cudaMemcpy(cos_dev, cos.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(sin_dev, sin.data(), n * sizeof(float), cudaMemcpyHostToDevice));
 }
 
-namespace gpt2_detail {
+namespace model_detail {
 // The norm of the config: LayerNorm (weight, bias; saves mean and rstd) or RMSNorm (weight; rstd).
-inline void norm_forward(const GPT2Config& c, floatX* out, float* mean, float* rstd, const floatX* inp,
+inline void norm_forward(const ModelConfig& c, floatX* out, float* mean, float* rstd, const floatX* inp,
                          const floatX* weight, const floatX* bias, int N, cudaStream_t s) {
     if (c.norm == NORM_RMSNORM) rmsnorm_forward(out, rstd, inp, weight, N, c.channels, (float)c.norm_eps, s);
     else layernorm_forward(out, mean, rstd, inp, weight, bias, N, c.channels, s);
 }
 
 // residual = inp1 + inp2, then out = norm(residual): the step between two blocks, one kernel.
-inline void residual_norm_forward(const GPT2Config& c, floatX* residual, floatX* out, float* mean, float* rstd,
+inline void residual_norm_forward(const ModelConfig& c, floatX* residual, floatX* out, float* mean, float* rstd,
                                   const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias,
                                   int N, cudaStream_t s) {
     if (c.norm == NORM_RMSNORM)
@@ -125,9 +125,9 @@ inline void residual_norm_forward(const GPT2Config& c, floatX* residual, floatX*
 
 // The MLP's activation: act (N, H) from fch (N, FC) (the GELU path fuses it into the fc matmul in
 // the forward; this is the recompute's copy).
-inline void mlp_activation_forward(const GPT2Config& c, floatX* act, const floatX* fch, int N, cudaStream_t s) {
-    const int H = gpt2_mlp_hidden(c);
+inline void mlp_activation_forward(const ModelConfig& c, floatX* act, const floatX* fch, int N, cudaStream_t s) {
+    const int H = model_mlp_hidden(c);
     if (c.mlp == MLP_SWIGLU) swiglu_forward(act, fch, N, H, s);
     else gelu_forward(act, fch, (int64_t)N * H, s);
 }
-}  // namespace gpt2_detail
+}  // namespace model_detail

@@ -1,19 +1,19 @@
 // llmc/model_train.cuh: the training layer of the GPU model, GPT-2 or Llama-style (the knobs of
-// GPT2Config: LayerNorm | RMSNorm, learned positions | RoPE, GELU | SwiGLU, biases, tied | untied
+// ModelConfig: LayerNorm | RMSNorm, learned positions | RoPE, GELU | SwiGLU, biases, tied | untied
 // head), on the forward layer llmc/model.cuh, in mixed precision: floatX (bf16) parameters,
 // activations and gradients, fp32 master weights and AdamW moments, stochastic rounding when the
 // updated parameters are written back to bf16. Built with PRECISION_FP32 it runs in plain fp32
 // (floatX = float, no master copy). Included by train_gpt2.cu, test_gpt2.cu and
 // dev/cuda/profile_gpt2.cu; generate.cu includes only the forward layer.
 // Same sections, in the same order and with the same function names, as the CPU model in
-// llmc/cpu/gpt2.h: model (parameters, activations, memory plan), forward, backward, update,
-// checkpoints. The trainer samples through the KV cache instead (gpt2_infer_sample in
-// llmc/gpt2_infer.cuh), as the CPU trainer does through llmc/cpu/gpt2_infer.h.
+// llmc/cpu/model.h: model (parameters, activations, memory plan), forward, backward, update,
+// checkpoints. The trainer samples through the KV cache instead (model_infer_sample in
+// llmc/model_infer.cuh), as the CPU trainer does through llmc/cpu/model_infer.h.
 //
-// One step: gpt2_zero_grads, then per micro-batch gpt2_upload_batch, gpt2_forward (logits),
-// gpt2_loss or gpt2_classifier (cross-entropy, dlogits in place), gpt2_backward (+= into the
-// gradients), then gpt2_update. Everything is enqueued on ctx.stream; gpt2_loss and gpt2_update
-// wait for it. llmc/gpt2_graph.cuh captures the whole step as one CUDA graph.
+// One step: model_zero_grads, then per micro-batch model_upload_batch, model_forward (logits),
+// model_loss or model_classifier (cross-entropy, dlogits in place), model_backward (+= into the
+// gradients), then model_update. Everything is enqueued on ctx.stream; model_loss and model_update
+// wait for it. llmc/model_graph.cuh captures the whole step as one CUDA graph.
 #pragma once
 #include <algorithm>
 #include <cinttypes>
@@ -26,7 +26,7 @@
 #include "llmc/encoder.cuh"
 #include "llmc/fused_classifier.cuh"
 #include "llmc/gelu.cuh"
-#include "llmc/gpt2_fp8.cuh"
+#include "llmc/model_fp8.cuh"
 #include "llmc/global_norm.cuh"
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
@@ -35,7 +35,7 @@
 #include "llmc/swiglu.cuh"
 #include "llmc/checkpoint.h"
 #include "llmc/formats.h"
-#include "llmc/gpt2_config.h"
+#include "llmc/model_config.h"
 
 // The attention backward of the build: ours (llmc/attention.cuh) or, with USE_CUDNN=1, cuDNN's; the
 // forward half and the choice are in llmc/model.cuh.
@@ -105,13 +105,13 @@ struct Activations {
 };
 
 
-// one_slice: ln1, ln2 and fch_gelu sized for one layer (GPT2::one_slice).
-inline std::vector<BufferSpec> activation_specs(Activations& a, const GPT2Config& c, int B, int T, bool one_slice) {
+// one_slice: ln1, ln2 and fch_gelu sized for one layer (Model::one_slice).
+inline std::vector<BufferSpec> activation_specs(Activations& a, const ModelConfig& c, int B, int T, bool one_slice) {
     const size_t N = (size_t)B * T, C = c.channels, L = c.num_layers, Vp = c.padded_vocab_size;
-    const size_t QKV = gpt2_qkv_channels(c), Lr = one_slice ? 1 : L;
-    const size_t H = gpt2_mlp_hidden(c), FC = gpt2_fc_channels(c), swiglu = c.mlp == MLP_SWIGLU;
+    const size_t QKV = model_qkv_channels(c), Lr = one_slice ? 1 : L;
+    const size_t H = model_mlp_hidden(c), FC = model_fc_channels(c), swiglu = c.mlp == MLP_SWIGLU;
     const size_t cols = std::max(std::max(C, QKV), FC);
-    const size_t rope = c.position == POS_ROPE ? (size_t)c.max_seq_len * gpt2_head_dim(c) / 2 : 0;
+    const size_t rope = c.position == POS_ROPE ? (size_t)c.max_seq_len * model_head_dim(c) / 2 : 0;
     const size_t X = sizeof(floatX), F = sizeof(float);
     return {
         {(void**)&a.encoded, N * C, X},          {(void**)&a.ln1, Lr * N * C, X},
@@ -136,23 +136,23 @@ inline std::vector<BufferSpec> activation_specs(Activations& a, const GPT2Config
 }
 
 
-struct GPT2 {
-    GPT2Config config{};
+struct Model {
+    ModelConfig config{};
     size_t num_params = 0;
     int B = 0, T = 0;         // the shape the activations were sized for
     bool recompute = false;
     bool one_slice = false;   // ln1, ln2 and the MLP activation hold one slice: --recompute, or fp8_keeps_no_bf16_inputs
     bool deterministic = false;  // --deterministic: bit-reproducible attention backward (no dQ atomics)
     bool stochastic_rounding = true;  // --stochastic-rounding: the bf16 parameters written back by AdamW
-    GPT2Fp8 fp8;                 // --fp8: the FP8 linear layers (llmc/gpt2_fp8.cuh); fp8.set before gpt2_build
+    ModelFp8 fp8;                 // --fp8: the FP8 linear layers (llmc/model_fp8.cuh); fp8.set before model_build
     void* fp8_allocation = nullptr;  // its buffers' one cudaMalloc
-    // one contiguous buffer each, in the layout of GPT2_PARAMETER_TABLE (llmc/gpt2_config.h)
+    // one contiguous buffer each, in the layout of MODEL_PARAMETER_TABLE (llmc/model_config.h)
     floatX* params_memory = nullptr;  // (num_params) what the forward pass reads
     floatX* grads_memory = nullptr;   // (grad_end - grad_begin): all num_params, or a ZeRO-2 shard's
     float* master_memory = nullptr;   // (num_params) fp32 master weights; aliases params_memory in the FP32 build
     float* m_memory = nullptr;        // (num_params) AdamW first moment
     float* v_memory = nullptr;        // (num_params) AdamW second moment
-    GPT2Tensors<floatX> params{}, grads{};  // named views of params_memory and grads_memory (when whole)
+    ModelTensors<floatX> params{}, grads{};  // named views of params_memory and grads_memory (when whole)
     void* param_allocation = nullptr;  // the one cudaMalloc the parameter-sized buffers come from
     Activations acts{};
     void* act_allocation = nullptr;    // the one cudaMalloc the activations come from
@@ -166,7 +166,7 @@ struct GPT2 {
     DecayRanges decay;
     uint64_t sr_seed = 0;        // stochastic-rounding seed (saved in state.bin)
     int64_t step = 0;            // optimizer steps done
-    // data parallel (llmc/gpt2_dist.cuh), set before gpt2_build: m, v and master hold the optimizer
+    // data parallel (llmc/model_dist.cuh), set before model_build: m, v and master hold the optimizer
     // state of parameters [opt_begin, opt_end) only (a ZeRO shard; -1 = all), grads_memory the
     // gradients of [grad_begin, grad_end) (ZeRO-2: the shard; -1 = all); and hooks the passes call on
     // the host as they enqueue: before layer l (-1: the embedding) reads its parameters; grads_of(l),
@@ -175,29 +175,29 @@ struct GPT2 {
     // backward's end)
     int64_t opt_begin = 0, opt_end = -1, grad_begin = 0, grad_end = -1;
     std::function<void(int)> before_layer_forward, after_layer_backward;
-    std::function<GPT2Tensors<floatX>(int)> grads_of;
+    std::function<ModelTensors<floatX>(int)> grads_of;
 };
 
 // Bytes the model needs on the GPU for training at (B, T): params, grads, master, m, v,
 // activations, cuBLASLt workspace. Used both to allocate and to refuse early when it cannot fit.
 // grads: elements of gradients kept (all n, or a ZeRO-2 shard); opt: of optimizer state (all n, or a shard)
-inline size_t gpt2_param_bytes(size_t n, size_t grads, size_t opt) {
+inline size_t model_param_bytes(size_t n, size_t grads, size_t opt) {
     return aligned_size(n * sizeof(floatX)) + aligned_size(grads * sizeof(floatX)) +
            aligned_size(opt * sizeof(float)) * (HAS_MASTER ? 3 : 2);
 }
 
 // --fp8 1 for a model of config c trained at N rows: fails in the FP32 build and on shapes the FP8
 // casts cannot take. Touches no device (the trainer checks it before starting one).
-inline void gpt2_check_fp8_support(GPT2Fp8& f, const GPT2Config& c, int N) {
+inline void model_check_fp8_support(ModelFp8& f, const ModelConfig& c, int N) {
     if (!HAS_MASTER) fail("--fp8 1: the FP8 matmuls write bf16; this is the " PRECISION_NAME " build (use build/train_gpt2cu)");
     fp8_plan(f, c, N);
 }
 
-// The FP8 buffers of --fp8 (llmc/gpt2_fp8.cuh) at N rows: none without it.
-inline std::vector<BufferSpec> fp8_specs(GPT2& model, const GPT2Config& c, int N) {
-    GPT2Fp8& f = model.fp8;
+// The FP8 buffers of --fp8 (llmc/model_fp8.cuh) at N rows: none without it.
+inline std::vector<BufferSpec> fp8_specs(Model& model, const ModelConfig& c, int N) {
+    ModelFp8& f = model.fp8;
     if (!f.set.enabled) return {};
-    gpt2_check_fp8_support(f, c, N);
+    model_check_fp8_support(f, c, N);
     const size_t L = f.L, rows = N, rw = f.set.scaling == Fp8Scaling::ROWWISE, F = sizeof(float);
     return {{(void**)&f.weights, L * f.w_layer_bytes, 1},  {(void**)&f.xt, L * f.xt_layer_bytes, 1},
             {(void**)&f.x, rows * f.max_cin, 1},           {(void**)&f.dy, rows * f.max_oc, 1},
@@ -212,21 +212,21 @@ inline std::vector<BufferSpec> fp8_specs(GPT2& model, const GPT2Config& c, int N
 }
 
 
-inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool recompute, const CudaContext& ctx) {
-    gpt2_validate_config(config, "model");
-    gpt2_check_gpu_support(config, "model");
+inline void model_build(Model& model, const ModelConfig& config, int B, int T, bool recompute, const CudaContext& ctx) {
+    model_validate_config(config, "model");
+    model_check_gpu_support(config, "model");
     if (T > config.max_seq_len) fail("--seq %d exceeds the model's max_seq_len %d", T, config.max_seq_len);
     model.config = config;
     model.B = B;
     model.T = T;
     model.recompute = recompute;
     model.one_slice = recompute || fp8_keeps_no_bf16_inputs(model.fp8.set);
-    model.num_params = gpt2_num_params(config);
+    model.num_params = model_num_params(config);
     size_t offsets[NUM_PARAM_TENSORS];
-    gpt2_param_offsets(config, offsets);
+    model_param_offsets(config, offsets);
     for (int i = 0; i < NUM_PARAM_TENSORS; i++)
-        if (offsets[i] % 8 != 0) fail("model: tensor %s does not start on a 16-byte boundary", GPT2_PARAM_NAMES[i]);
-    model.decay = gpt2_decay_ranges(config);
+        if (offsets[i] % 8 != 0) fail("model: tensor %s does not start on a 16-byte boundary", MODEL_PARAM_NAMES[i]);
+    model.decay = model_decay_ranges(config);
     if (model.opt_end < 0) model.opt_begin = 0, model.opt_end = (int64_t)model.num_params;
     if (model.grad_end < 0) model.grad_begin = 0, model.grad_end = (int64_t)model.num_params;
     const size_t no = (size_t)(model.opt_end - model.opt_begin);  // elements of optimizer state
@@ -234,7 +234,7 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
 
     std::vector<BufferSpec> acts = activation_specs(model.acts, config, B, T, model.one_slice);
     std::vector<BufferSpec> fp8 = fp8_specs(model, config, B * T);
-    const size_t act_bytes = specs_bytes(acts), param_bytes = gpt2_param_bytes(model.num_params, ng, no);
+    const size_t act_bytes = specs_bytes(acts), param_bytes = model_param_bytes(model.num_params, ng, no);
     const size_t fp8_bytes = fp8.empty() ? 0 : specs_bytes(fp8);
     const size_t need = act_bytes + param_bytes + fp8_bytes;
     size_t free_bytes = 0, total_bytes = 0;
@@ -245,7 +245,7 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
            model.one_slice && !recompute ? "; --fp8: one slice of the norm outputs and MLP activation" : "",
            free_bytes / GiB);
     if (fp8_bytes > 0) {
-        const GPT2Fp8& f = model.fp8;
+        const ModelFp8& f = model.fp8;
         const size_t head = f.set.head ? 2 * (size_t)f.Vp * f.C + (size_t)B * T * f.C : 0;  // W, W^T, X^T
         printf("memory: fp8 %.2f GiB (kept X^T %.2f, weight copies %.2f, scratch and scales %.2f", fp8_bytes / GiB,
                f.L * f.xt_layer_bytes / GiB, f.L * f.w_layer_bytes / GiB,
@@ -268,8 +268,8 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
     if (HAS_MASTER) params.push_back({(void**)&model.master_memory, no, sizeof(float)});
     model.param_allocation = specs_allocate(params, "parameters, gradients and optimizer state");
     if (!HAS_MASTER) model.master_memory = (float*)model.params_memory + model.opt_begin;
-    model.params = gpt2_point_tensors(model.params_memory, config);
-    if (ng == n) model.grads = gpt2_point_tensors(model.grads_memory, config);  // else the data-parallel hooks
+    model.params = model_point_tensors(model.params_memory, config);
+    if (ng == n) model.grads = model_point_tensors(model.grads_memory, config);  // else the data-parallel hooks
     model.act_allocation = specs_allocate(acts, "activations");
     if (!fp8.empty()) {
         model.fp8_allocation = specs_allocate(fp8, "the FP8 buffers (--fp8)");
@@ -293,7 +293,7 @@ inline void gpt2_build(GPT2& model, const GPT2Config& config, int B, int T, bool
     cudaCheck(cudaEventCreateWithFlags(&model.io_uploaded, cudaEventDisableTiming));
 }
 
-inline void gpt2_free(GPT2& model) {
+inline void model_free(Model& model) {
     cudaCheck(cudaFree(model.param_allocation));
     cudaCheck(cudaFree(model.act_allocation));
     cudaCheck(cudaFree(model.fp8_allocation));
@@ -303,12 +303,12 @@ inline void gpt2_free(GPT2& model) {
     cudaCheck(cudaFreeHost(model.host_adamw));
     cudaCheck(cudaFreeHost(model.host_norm_sq));
     cudaCheck(cudaEventDestroy(model.io_uploaded));
-    model = GPT2();
+    model = Model();
 }
 
 // Sets the parameters from fp32 host values: master = values (of the optimizer's slice), params =
 // values rounded to nearest.
-inline void gpt2_set_params(GPT2& model, const float* host) {
+inline void model_set_params(Model& model, const float* host) {
     const size_t n = model.num_params;
     model.fp8.weights_step = -1;  // new weights: the next forward recasts them
     if (HAS_MASTER) {
@@ -324,7 +324,7 @@ inline void gpt2_set_params(GPT2& model, const float* host) {
 
 // ============================================================================ forward
 // A batch of B x T tokens (targets may be null) fits the model and every id is in [0, vocab).
-inline void gpt2_check_batch(const GPT2& model, const int* inputs, const int* targets, int B, int T) {
+inline void model_check_batch(const Model& model, const int* inputs, const int* targets, int B, int T) {
     const int N = B * T;
     if (B > model.B || T > model.T || N > model.B * model.T)
         fail("batch %dx%d exceeds the %dx%d the model was built for", B, T, model.B, model.T);
@@ -336,10 +336,10 @@ inline void gpt2_check_batch(const GPT2& model, const int* inputs, const int* ta
 
 // Uploads a batch (inputs; targets may be null) through the pinned staging buffer. With
 // `for_backward`, also buckets the inputs for the deterministic embedding backward.
-inline void gpt2_upload_batch(GPT2& model, const int* inputs, const int* targets, int B, int T, bool for_backward,
+inline void model_upload_batch(Model& model, const int* inputs, const int* targets, int B, int T, bool for_backward,
                               const CudaContext& ctx) {
     const int N = B * T;
-    gpt2_check_batch(model, inputs, targets, B, T);
+    model_check_batch(model, inputs, targets, B, T);
     cudaCheck(cudaEventSynchronize(model.io_uploaded));  // the previous upload has left the staging buffer
     memcpy(model.host_io, inputs, sizeof(int) * N);
     if (targets) memcpy(model.host_io + N, targets, sizeof(int) * N);
@@ -356,14 +356,14 @@ inline void gpt2_upload_batch(GPT2& model, const int* inputs, const int* targets
 // --deterministic 1 or where it does not fit. attention_scratch_floats: all of dfch, in floats (on
 // small shapes the Hopper backward uses what is there beyond that, attention.cuh).
 // (B, T): this pass's shape.
-inline size_t attention_scratch_floats(const GPT2& model) {
-    return (size_t)model.B * model.T * gpt2_fc_channels(model.config) * sizeof(floatX) / sizeof(float);
+inline size_t attention_scratch_floats(const Model& model) {
+    return (size_t)model.B * model.T * model_fc_channels(model.config) * sizeof(floatX) / sizeof(float);
 }
-inline float* attention_scratch(const GPT2& model, int B, int T) {
-    const GPT2Config& c = model.config;
+inline float* attention_scratch(const Model& model, int B, int T) {
+    const ModelConfig& c = model.config;
     const size_t need =
-        attention_detail::attention_backward_scratch_floats(B, T, c.num_heads, gpt2_head_dim(c)) * sizeof(float);
-    const size_t have = (size_t)model.B * model.T * gpt2_fc_channels(c) * sizeof(floatX);
+        attention_detail::attention_backward_scratch_floats(B, T, c.num_heads, model_head_dim(c)) * sizeof(float);
+    const size_t have = (size_t)model.B * model.T * model_fc_channels(c) * sizeof(floatX);
     return model.deterministic || need > have ? nullptr : reinterpret_cast<float*>(model.acts.dfch);
 }
 
@@ -372,10 +372,10 @@ struct LayerActs {
     floatX *res_in, *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu, *residual3;
     float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
 };
-inline LayerActs layer_acts(const GPT2& model, int l, int B, int T) {
+inline LayerActs layer_acts(const Model& model, int l, int B, int T) {
     const Activations& a = model.acts;
-    const size_t N = (size_t)B * T, C = model.config.channels, QKV = gpt2_qkv_channels(model.config);
-    const size_t H = gpt2_mlp_hidden(model.config), FC = gpt2_fc_channels(model.config);
+    const size_t N = (size_t)B * T, C = model.config.channels, QKV = model_qkv_channels(model.config);
+    const size_t H = model_mlp_hidden(model.config), FC = model_fc_channels(model.config);
     const size_t lr = model.one_slice ? 0 : l;
     LayerActs s;
     s.res_in = l == 0 ? a.encoded : a.residual3 + (l - 1) * N * C;
@@ -395,10 +395,10 @@ inline LayerActs layer_acts(const GPT2& model, int l, int B, int T) {
     return s;
 }
 
-namespace gpt2_detail {
+namespace model_detail {
 // dresidual += d(norm input), dweight (and dbias) +=; scratch: the column-sum partials. dresidual is
 // the residual stream's running gradient wherever a norm sits (the residual add passes it on).
-inline void norm_backward(const GPT2Config& c, floatX* dresidual, floatX* dweight, floatX* dbias, float* scratch,
+inline void norm_backward(const ModelConfig& c, floatX* dresidual, floatX* dweight, floatX* dbias, float* scratch,
                           const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
                           const float* rstd, int N, cudaStream_t s) {
     if (c.norm == NORM_RMSNORM) rmsnorm_backward(dresidual, dweight, scratch, dout, inp, weight, rstd, N, c.channels, s);
@@ -407,8 +407,8 @@ inline void norm_backward(const GPT2Config& c, floatX* dresidual, floatX* dweigh
 
 // The norm before linear k of block l (ln1: qkv, ln2: fc): norm_forward (inp2 null) or
 // residual_norm_forward into `out`, or, in an FP8 pass where fp8_norm_fused, the LayerNorm writes the
-// linear's FP8 X and X^T instead of `out` (llmc/gpt2_fp8.cuh).
-inline void norm_before_linear(GPT2& m, bool fp8, int l, int k, floatX* residual, floatX* out, float* mean, float* rstd,
+// linear's FP8 X and X^T instead of `out` (llmc/model_fp8.cuh).
+inline void norm_before_linear(Model& m, bool fp8, int l, int k, floatX* residual, floatX* out, float* mean, float* rstd,
                                const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias, int N,
                                cudaStream_t s) {
     if (fp8 && fp8_norm_fused(m.fp8, l, k))
@@ -419,15 +419,15 @@ inline void norm_before_linear(GPT2& m, bool fp8, int l, int k, floatX* residual
 
 // Whether a pass of N rows runs the block's linear layers in FP8: --fp8, and a row count the FP8
 // buffers take (the trained B*T, or a smaller multiple of the cast tile; other forwards run bf16).
-inline bool fp8_pass(const GPT2& m, int N) { return m.fp8.set.enabled && N <= m.fp8.N && N % FP8_T_TILE == 0; }
-// Whether its output head runs in FP8 too (--fp8-head 1; llmc/gpt2_fp8.cuh, fp8_head_*).
-inline bool fp8_head_pass(const GPT2& m, int N) { return fp8_pass(m, N) && m.fp8.set.head; }
+inline bool fp8_pass(const Model& m, int N) { return m.fp8.set.enabled && N <= m.fp8.N && N % FP8_T_TILE == 0; }
+// Whether its output head runs in FP8 too (--fp8-head 1; llmc/model_fp8.cuh, fp8_head_*).
+inline bool fp8_head_pass(const Model& m, int N) { return fp8_pass(m, N) && m.fp8.set.head; }
 
 // Linear k (Fp8Linear) of layer l, the signatures of matmul_forward / matmul_backward: through FP8
-// (llmc/gpt2_fp8.cuh) in an FP8 pass (`fp8`) where fp8_linear_on, else bf16. cast_weight: the FP8 weight
+// (llmc/model_fp8.cuh) in an FP8 pass (`fp8`) where fp8_linear_on, else bf16. cast_weight: the FP8 weight
 // copies are stale.
 // x_cast: the FP8 pass's X and X^T are already written (the attention's epilogue wrote attproj's).
-inline void linear_forward(GPT2& m, bool fp8, bool cast_weight, int l, int k, floatX* out, floatX* gelu_pre,
+inline void linear_forward(Model& m, bool fp8, bool cast_weight, int l, int k, floatX* out, floatX* gelu_pre,
                            const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, int OC,
                            const CudaContext& ctx, bool x_cast = false) {
     if (fp8 && fp8_linear_on(m.fp8, l, k))
@@ -436,7 +436,7 @@ inline void linear_forward(GPT2& m, bool fp8, bool cast_weight, int l, int k, fl
 }
 // dout_gelu_pre (FP8 fc only, where fp8_gelu_fused): dout is d(GELU output) of this pre-activation.
 // dq (FP8 qkv only, where fp8_dq_fused): dout's dQ columns are in dq.accum (fp8_linear_backward).
-inline void linear_backward(GPT2& m, bool fp8, int l, int k, floatX* dinp, floatX* dweight, floatX* dbias,
+inline void linear_backward(Model& m, bool fp8, int l, int k, floatX* dinp, floatX* dweight, floatX* dbias,
                             float* scratch, const floatX* dout, const floatX* inp, const floatX* weight, floatX* gelu_pre,
                             int N, int C, int OC, const CudaContext& ctx, const floatX* dout_gelu_pre = nullptr,
                             const Fp8DqAccum& dq = {}) {
@@ -445,21 +445,21 @@ inline void linear_backward(GPT2& m, bool fp8, int l, int k, floatX* dinp, float
     else matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, gelu_pre, N, C, OC, ctx);
 }
 
-}  // namespace gpt2_detail
+}  // namespace model_detail
 
 // Forward pass on the uploaded inputs, through the logits (N, Vp). The layer structure: the first
 // norm runs on the embedding, and every residual add is fused with the norm after it (the next
-// layer's ln1, or lnf), as on the CPU (llmc/cpu/gpt2.h).
-inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
-    const GPT2Config& c = model.config;
+// layer's ln1, or lnf), as on the CPU (llmc/cpu/model.h).
+inline void model_forward(Model& model, int B, int T, const CudaContext& ctx) {
+    const ModelConfig& c = model.config;
     const int N = B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, NKV = c.num_kv_heads;
-    const int HD = gpt2_head_dim(c), QKV = gpt2_qkv_channels(c), H = gpt2_mlp_hidden(c), FC = gpt2_fc_channels(c);
-    const GPT2Tensors<floatX>& p = model.params;
+    const int HD = model_head_dim(c), QKV = model_qkv_channels(c), H = model_mlp_hidden(c), FC = model_fc_channels(c);
+    const ModelTensors<floatX>& p = model.params;
     Activations& a = model.acts;
     cudaStream_t s = ctx.stream;
-    const bool fp8_pass = gpt2_detail::fp8_pass(model, N);
+    const bool fp8_pass = model_detail::fp8_pass(model, N);
     const bool cast_w = fp8_pass && model.fp8.weights_step != model.step;  // once per step, after the update
-    using gpt2_detail::linear_forward;
+    using model_detail::linear_forward;
     if (model.before_layer_forward) model.before_layer_forward(-1);
     // the blocks' FP8 weight copies: all at once here, or each layer's in its first linear_forward
     // (under ZeRO the layers' weights arrive one by one: before_layer_forward)
@@ -468,7 +468,7 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
     const bool cast_layer = cast_w && !cast_all;
     encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C, s);  // wpe nullptr with RoPE
     LayerActs first = layer_acts(model, 0, B, T);
-    gpt2_detail::norm_before_linear(model, fp8_pass, 0, FP8_QKV, nullptr, first.ln1, first.ln1_mean, first.ln1_rstd,
+    model_detail::norm_before_linear(model, fp8_pass, 0, FP8_QKV, nullptr, first.ln1, first.ln1_mean, first.ln1_rstd,
                                     a.encoded, nullptr, p.ln1w, p.ln1b, N, s);
     for (int l = 0; l < L; l++) {
         if (model.before_layer_forward) model.before_layer_forward(l);
@@ -483,7 +483,7 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
         model_attention_forward(la.atty, la.lse, la.qkv, B, T, NH, NKV, HD, c.window, s, attn_x ? &f8 : nullptr);
         linear_forward(model, fp8_pass, cast_layer, l, FP8_ATTPROJ, a.proj, nullptr, la.atty, p.attprojw + (size_t)l * C * C,
                        tensor_at(p.attprojb, c1), N, C, C, ctx, attn_x);
-        gpt2_detail::norm_before_linear(model, fp8_pass, l, FP8_FC, la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd,
+        model_detail::norm_before_linear(model, fp8_pass, l, FP8_FC, la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd,
                                         la.res_in, a.proj, p.ln2w + c1, tensor_at(p.ln2b, c1), N, s);
         const floatX* fcw = p.fcw + (size_t)l * FC * C;
         const floatX* fcb = tensor_at(p.fcb, (size_t)l * FC);
@@ -497,16 +497,16 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
                        tensor_at(p.fcprojb, c1), N, H, C, ctx);
         if (l + 1 < L) {
             LayerActs next = layer_acts(model, l + 1, B, T);
-            gpt2_detail::norm_before_linear(model, fp8_pass, l + 1, FP8_QKV, la.residual3, next.ln1, next.ln1_mean,
+            model_detail::norm_before_linear(model, fp8_pass, l + 1, FP8_QKV, la.residual3, next.ln1, next.ln1_mean,
                                             next.ln1_rstd, la.residual2, a.proj, p.ln1w + c1 + C, tensor_at(p.ln1b, c1 + C),
                                             N, s);
         } else {
-            gpt2_detail::residual_norm_forward(c, la.residual3, a.lnf, a.lnf_mean, a.lnf_rstd, la.residual2, a.proj,
+            model_detail::residual_norm_forward(c, la.residual3, a.lnf, a.lnf_mean, a.lnf_rstd, la.residual2, a.proj,
                                                p.lnfw, p.lnfb, N, s);
         }
     }
     // the head: bf16, or with --fp8-head 1 FP8 (docs/numerics.md)
-    if (gpt2_detail::fp8_head_pass(model, N))
+    if (model_detail::fp8_head_pass(model, N))
         fp8_head_forward(model.fp8, a.logits, a.lnf, c.tied_head ? p.wte : p.lm_head, N, cast_w, ctx);
     else
         matmul_forward(a.logits, nullptr, a.lnf, c.tied_head ? p.wte : p.lm_head, nullptr, N, C, c.padded_vocab_size, ctx);
@@ -518,10 +518,10 @@ inline void gpt2_forward(GPT2& model, int B, int T, const CudaContext& ctx) {
 // prepare the next batch while the GPU works; read them after the next synchronization. With
 // write_dlogits the logits become dloss * (softmax - onehot) for the backward (with --fp8-head 1 in
 // FP8, in place: fp8_head_classifier).
-inline void gpt2_classifier(GPT2& model, int B, int T, float dloss, bool write_dlogits, float* host_losses,
+inline void model_classifier(Model& model, int B, int T, float dloss, bool write_dlogits, float* host_losses,
                             const CudaContext& ctx) {
     const int N = B * T;
-    if (write_dlogits && gpt2_detail::fp8_head_pass(model, N))
+    if (write_dlogits && model_detail::fp8_head_pass(model, N))
         fp8_head_classifier(model.fp8, model.acts.logits, model.acts.losses, model.acts.targets, dloss, N, ctx.stream);
     else
         fused_classifier(model.acts.logits, model.acts.losses, model.acts.targets, dloss, N, model.config.vocab_size,
@@ -536,48 +536,48 @@ inline double mean_of(const float* x, int64_t n) {
 }
 
 // The classifier, then a wait: returns the mean loss over the N positions.
-inline float gpt2_loss(GPT2& model, int B, int T, float dloss, bool write_dlogits, const CudaContext& ctx) {
-    gpt2_classifier(model, B, T, dloss, write_dlogits, model.host_losses, ctx);
+inline float model_loss(Model& model, int B, int T, float dloss, bool write_dlogits, const CudaContext& ctx) {
+    model_classifier(model, B, T, dloss, write_dlogits, model.host_losses, ctx);
     cudaCheck(cudaStreamSynchronize(ctx.stream));
     return (float)mean_of(model.host_losses, (int64_t)B * T);
 }
 // ============================================================================ backward
 // Accumulates (+=) into model.grads (or where model.grads_of points) from the dlogits left by
-// gpt2_loss(write_dlogits = true).
-inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
-    const GPT2Config& c = model.config;
+// model_loss(write_dlogits = true).
+inline void model_backward(Model& model, int B, int T, const CudaContext& ctx) {
+    const ModelConfig& c = model.config;
     const int N = B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, NKV = c.num_kv_heads;
-    const int HD = gpt2_head_dim(c), QKV = gpt2_qkv_channels(c), Vp = c.padded_vocab_size;
-    const int H = gpt2_mlp_hidden(c), FC = gpt2_fc_channels(c);
-    const GPT2Tensors<floatX>& p = model.params;
-    const GPT2Tensors<floatX> g = model.grads_of ? model.grads_of(-1) : model.grads;  // outside the layers
+    const int HD = model_head_dim(c), QKV = model_qkv_channels(c), Vp = c.padded_vocab_size;
+    const int H = model_mlp_hidden(c), FC = model_fc_channels(c);
+    const ModelTensors<floatX>& p = model.params;
+    const ModelTensors<floatX> g = model.grads_of ? model.grads_of(-1) : model.grads;  // outside the layers
     Activations& a = model.acts;
     cudaStream_t s = ctx.stream;
-    const bool fp8_pass = gpt2_detail::fp8_pass(model, N);
+    const bool fp8_pass = model_detail::fp8_pass(model, N);
     if (model.fp8.set.enabled && !fp8_pass) fail("--fp8: a backward of %d rows; the FP8 buffers take multiples of %d up to %d", N,
                                             FP8_T_TILE, model.fp8.N);
-    using gpt2_detail::linear_backward;
+    using model_detail::linear_backward;
     cudaCheck(cudaMemsetAsync(a.dresidual, 0, sizeof(floatX) * N * C, s));
     // logits = lnf head^T: dlnf (in dbuf) = dlogits head, dhead += dlogits^T lnf (head: wte or lm_head)
-    if (gpt2_detail::fp8_head_pass(model, N))
+    if (model_detail::fp8_head_pass(model, N))
         fp8_head_backward(model.fp8, a.dbuf, c.tied_head ? g.wte : g.lm_head, a.logits, N, ctx);
     else
         matmul_backward(a.dbuf, c.tied_head ? g.wte : g.lm_head, nullptr, a.colsum, a.logits, a.lnf,
                         c.tied_head ? p.wte : p.lm_head, nullptr, N, C, Vp, ctx);
     LayerActs last = layer_acts(model, L - 1, B, T);
-    gpt2_detail::norm_backward(c, a.dresidual, g.lnfw, g.lnfb, a.colsum, a.dbuf, last.residual3, p.lnfw, a.lnf_mean,
+    model_detail::norm_backward(c, a.dresidual, g.lnfw, g.lnfb, a.colsum, a.dbuf, last.residual3, p.lnfw, a.lnf_mean,
                                a.lnf_rstd, N, s);
     for (int l = L - 1; l >= 0; l--) {
         LayerActs la = layer_acts(model, l, B, T);
         // this layer's slice of each per-layer tensor starts at l * (one layer's elements)
         const size_t qkvw = (size_t)l * QKV * C, cc = (size_t)l * C * C, c1 = (size_t)l * C;
         const size_t fcw = (size_t)l * FC * C, fcprojw = (size_t)l * C * H;
-        const GPT2Tensors<floatX> gl = model.grads_of ? model.grads_of(l) : gpt2_layer_slices(model.grads, c, l);
+        const ModelTensors<floatX> gl = model.grads_of ? model.grads_of(l) : model_layer_slices(model.grads, c, l);
         if (model.recompute) {  // rebuild the three single-slice buffers for this layer
-            gpt2_detail::norm_forward(c, la.ln1, la.ln1_mean, la.ln1_rstd, la.res_in, p.ln1w + c1, tensor_at(p.ln1b, c1), N, s);
-            gpt2_detail::norm_forward(c, la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, p.ln2w + c1, tensor_at(p.ln2b, c1), N,
+            model_detail::norm_forward(c, la.ln1, la.ln1_mean, la.ln1_rstd, la.res_in, p.ln1w + c1, tensor_at(p.ln1b, c1), N, s);
+            model_detail::norm_forward(c, la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, p.ln2w + c1, tensor_at(p.ln2b, c1), N,
                                       s);
-            gpt2_detail::mlp_activation_forward(c, la.fch_gelu, la.fch, N, s);
+            model_detail::mlp_activation_forward(c, la.fch_gelu, la.fch, N, s);
         }
         // dresidual holds d(residual3). MLP: fcproj, the activation (GELU's fused into the matmul), fc, ln2.
         if (c.mlp == MLP_SWIGLU) {
@@ -591,7 +591,7 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
         const bool gelu_in_cast = c.mlp != MLP_SWIGLU && fp8_pass && fp8_gelu_fused(model.fp8, l);
         linear_backward(model, fp8_pass, l, FP8_FC, a.dbuf, gl.fcw, gl.fcb, a.colsum, a.dfch, la.ln2, p.fcw + fcw, nullptr, N,
                         C, FC, ctx, gelu_in_cast ? la.fch : nullptr);
-        gpt2_detail::norm_backward(c, a.dresidual, gl.ln2w, gl.ln2b, a.colsum, a.dbuf, la.residual2, p.ln2w + c1,
+        model_detail::norm_backward(c, a.dresidual, gl.ln2w, gl.ln2b, a.colsum, a.dbuf, la.residual2, p.ln2w + c1,
                                    la.ln2_mean, la.ln2_rstd, N, s);
         // dresidual now holds d(residual2). Attention: attproj, attention, RoPE, qkv, then ln1.
         linear_backward(model, fp8_pass, l, FP8_ATTPROJ, a.dbuf, gl.attprojw, gl.attprojb, a.colsum, a.dresidual, la.atty,
@@ -609,7 +609,7 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
         if (dq_accum) dq.accum = dq_accum, dq.q_cols = NH * HD, dq.head_dim = HD;
         linear_backward(model, fp8_pass, l, FP8_QKV, a.dbuf, gl.qkvw, gl.qkvb, a.colsum, a.dqkv, la.ln1, p.qkvw + qkvw, nullptr,
                         N, C, QKV, ctx, nullptr, dq);
-        gpt2_detail::norm_backward(c, a.dresidual, gl.ln1w, gl.ln1b, a.colsum, a.dbuf, la.res_in, p.ln1w + c1,
+        model_detail::norm_backward(c, a.dresidual, gl.ln1w, gl.ln1b, a.colsum, a.dbuf, la.res_in, p.ln1w + c1,
                                    la.ln1_mean, la.ln1_rstd, N, s);
         if (model.after_layer_backward) model.after_layer_backward(l);
     }
@@ -620,25 +620,25 @@ inline void gpt2_backward(GPT2& model, int B, int T, const CudaContext& ctx) {
 
 // ============================================================================ update
 // Global norm, clipping and one AdamW step (step numbering continues from model.step), in two
-// halves so that a CUDA graph (llmc/gpt2_graph.cuh) can hold the device's:
-//   gpt2_update_args     host: model.step += 1, the step's scalars (lr, bias corrections, rounding
+// halves so that a CUDA graph (llmc/model_graph.cuh) can hold the device's:
+//   model_update_args     host: model.step += 1, the step's scalars (lr, bias corrections, rounding
 //                        seed) into the pinned model.host_adamw. Call it only once the previous
 //                        update's copy has run (after a synchronization).
-//   gpt2_update_enqueue  device, no host wait: the scalars' copy to acts.adamw, the squared norm,
+//   model_update_enqueue  device, no host wait: the scalars' copy to acts.adamw, the squared norm,
 //                        the clip factor from it (adamw_clip_scale), AdamW, and the squared norm's
-//                        copy to the pinned model.host_norm_sq (gpt2_update_norm reads it after a sync).
+//                        copy to the pinned model.host_norm_sq (model_update_norm reads it after a sync).
 //                        Over the model's optimizer slice [opt_begin, opt_end) (all of it on one GPU; a
-//                        ZeRO shard in llmc/gpt2_dist.cuh, whose sum_norm adds the squared norm over the
+//                        ZeRO shard in llmc/model_dist.cuh, whose sum_norm adds the squared norm over the
 //                        ranks before the clip factor is taken from it).
-// gpt2_update does both and waits; it returns the gradient norm before clipping.
-inline void gpt2_update_args(GPT2& model, const OptimizerSettings& o) {
+// model_update does both and waits; it returns the gradient norm before clipping.
+inline void model_update_args(Model& model, const OptimizerSettings& o) {
     model.step++;
     const uint64_t seed = model.sr_seed ^ ((uint64_t)model.step * 0xD1B54A32D192ED03ull);  // fresh rounding per step
     *model.host_adamw = adamw_args(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, 1.0f, model.step, seed);
     model.host_adamw->stochastic = model.stochastic_rounding;
 }
 
-inline void gpt2_update_enqueue(GPT2& model, float grad_clip, const CudaContext& ctx,
+inline void model_update_enqueue(Model& model, float grad_clip, const CudaContext& ctx,
                                 const std::function<void(float* norm_sq)>& sum_norm = {}) {
     const int64_t begin = model.opt_begin, end = model.opt_end;
     const floatX* grads = model.grads_memory + (begin - model.grad_begin);  // the slice's gradients
@@ -652,16 +652,16 @@ inline void gpt2_update_enqueue(GPT2& model, float grad_clip, const CudaContext&
     cudaCheck(cudaMemcpyAsync(model.host_norm_sq, norm_out, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
 }
 
-inline float gpt2_update_norm(const GPT2& model) { return std::sqrt(*model.host_norm_sq); }
+inline float model_update_norm(const Model& model) { return std::sqrt(*model.host_norm_sq); }
 
-inline float gpt2_update(GPT2& model, const OptimizerSettings& o, const CudaContext& ctx) {
-    gpt2_update_args(model, o);
-    gpt2_update_enqueue(model, o.grad_clip, ctx);
+inline float model_update(Model& model, const OptimizerSettings& o, const CudaContext& ctx) {
+    model_update_args(model, o);
+    model_update_enqueue(model, o.grad_clip, ctx);
     cudaCheck(cudaStreamSynchronize(ctx.stream));
-    return gpt2_update_norm(model);
+    return model_update_norm(model);
 }
 
-inline void gpt2_zero_grads(GPT2& model, const CudaContext& ctx) {
+inline void model_zero_grads(Model& model, const CudaContext& ctx) {
     cudaCheck(cudaMemsetAsync(model.grads_memory, 0, (model.grad_end - model.grad_begin) * sizeof(floatX), ctx.stream));
 }
 
@@ -671,7 +671,7 @@ inline void gpt2_zero_grads(GPT2& model, const CudaContext& ctx) {
 // master weights; written into step_NNNNNNNN.tmp/ and renamed, with DONE (their checksums), by
 // checkpoint_begin/checkpoint_finish (llmc/checkpoint.h).
 // The model file of a checkpoint: the parameters the forward reads (bf16, or fp32 in the FP32 build).
-inline void gpt2_write_model(const GPT2& model, const std::string& path) {
+inline void model_write_model(const Model& model, const std::string& path) {
     const size_t n = model.num_params;
     if (HAS_MASTER) {
         std::vector<uint16_t> bf(n);
@@ -686,8 +686,8 @@ inline void gpt2_write_model(const GPT2& model, const std::string& path) {
 
 // The state file of a checkpoint: the optimizer state the model holds (m, v and, in the bf16 build,
 // the fp32 master weights of its slice [opt_begin, opt_end): all of it on one GPU, a ZeRO shard in a
-// data-parallel run, llmc/gpt2_dist.cuh), with the step, the data position and the RNG.
-inline void gpt2_write_state(const GPT2& model, const std::string& path, const int64_t loader_state[16],
+// data-parallel run, llmc/model_dist.cuh), with the step, the data position and the RNG.
+inline void model_write_state(const Model& model, const std::string& path, const int64_t loader_state[16],
                              uint64_t rng_state) {
     const size_t k = (size_t)(model.opt_end - model.opt_begin), n = model.num_params;
     std::vector<float> m(k), v(k), master(HAS_MASTER ? k : 0);
@@ -709,7 +709,7 @@ inline void gpt2_write_state(const GPT2& model, const std::string& path, const i
 
 // The other half of a resume: m, v and (when the state has them) the master weights of the model's
 // slice, k = opt_end - opt_begin values each, and the step and rounding seed of state `st`.
-inline void gpt2_set_state(GPT2& model, const TrainState& st, const float* m, const float* v, const float* master) {
+inline void model_set_state(Model& model, const TrainState& st, const float* m, const float* v, const float* master) {
     const size_t k = (size_t)(model.opt_end - model.opt_begin);
     if (HAS_MASTER && st.has_master)
         cudaCheck(cudaMemcpy(model.master_memory, master, k * sizeof(float), cudaMemcpyHostToDevice));
@@ -719,35 +719,35 @@ inline void gpt2_set_state(GPT2& model, const TrainState& st, const float* m, co
     model.sr_seed = st.sr_seed;
 }
 
-inline void gpt2_save_checkpoint(const GPT2& model, const std::string& out_dir, const int64_t loader_state[16],
+inline void model_save_checkpoint(const Model& model, const std::string& out_dir, const int64_t loader_state[16],
                                  uint64_t rng_state) {
     const std::string dir = checkpoint_begin(out_dir, model.step);
     cudaCheck(cudaDeviceSynchronize());
-    gpt2_write_model(model, dir + "/model.bin");
-    gpt2_write_state(model, dir + "/state.bin", loader_state, rng_state);
+    model_write_model(model, dir + "/model.bin");
+    model_write_state(model, dir + "/state.bin", loader_state, rng_state);
     if (model.fp8.metas) fp8_write_state(model.fp8, model.step, dir + "/" + fp8_state_file_name(0, 1));
     checkpoint_finish(dir);
 }
 
 // Reads the model of `dir` into an already built model of the same config, and its training
 // state; returns the state (step, loader position, RNG).
-inline TrainState gpt2_load_checkpoint(GPT2& model, const std::string& dir) {
+inline TrainState model_load_checkpoint(Model& model, const std::string& dir) {
     const std::string model_path = dir + "/model.bin", state_path = dir + "/state.bin";
     ModelFileInfo info = model_read_info(model_path.c_str());
-    if (!gpt2_same_config(info.config, model.config))
+    if (!model_same_config(info.config, model.config))
         fail("%s: the checkpoint's model shape differs from this run's", model_path.c_str());
     const size_t n = model.num_params;
     std::vector<float> host(n), m(n), v(n), master(n);
     model_read_fp32(model_path.c_str(), host.data());
     TrainState st = state_read(state_path.c_str(), (int64_t)n, m.data(), v.data(), master.data());
-    gpt2_set_params(model, host.data());  // bf16 file: the exact bf16 parameters; master = those values
-    gpt2_set_state(model, st, m.data(), v.data(), master.data());
+    model_set_params(model, host.data());  // bf16 file: the exact bf16 parameters; master = those values
+    model_set_state(model, st, m.data(), v.data(), master.data());
     if (model.fp8.metas) fp8_read_state(model.fp8, st.step, fp8_state_file_to_read(dir, 0));
     return st;
 }
 
 // FLOPs of one token through forward + backward: 6 per parameter plus attention's 6*L*C*T
 // (causal: half the square), the convention of docs/h200.md.
-inline double flops_per_token(const GPT2Config& c, int T) {
-    return 6.0 * (double)gpt2_num_params(c) + 6.0 * c.num_layers * c.channels * (double)T;
+inline double flops_per_token(const ModelConfig& c, int T) {
+    return 6.0 * (double)model_num_params(c) + 6.0 * c.num_layers * c.channels * (double)T;
 }

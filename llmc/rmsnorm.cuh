@@ -339,7 +339,7 @@ inline void rmsnorm_backward_fused_launch(floatX* dinp, floatX* dweight, float* 
 }
 
 // Opts in the kernel that rows of C channels take to its shared memory; call it before a CUDA graph
-// capture (as layernorm_backward_prepare; gpt2_build does).
+// capture (as layernorm_backward_prepare; model_build does).
 inline void rmsnorm_backward_prepare(int C) {
     if (C <= 0 || C > NORM_BWD_MAX_C) return;
     norm_backward_dispatch(C, [](auto packs) {

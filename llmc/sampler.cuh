@@ -11,7 +11,7 @@
 // reading the row (V * sizeof(floatX) bytes, from L2 after the first). Greedy reads the row once:
 // 100 KB per sequence for GPT-2, a few microseconds; top-k/top-p ~32x that. Latency-bound either
 // way, and small next to a decode step's matmuls.
-// Greedy alone (a step of temperature 0 without teacher forcing, gpt2_infer.cuh): the row is split over
+// Greedy alone (a step of temperature 0 without teacher forcing, model_infer.cuh): the row is split over
 // ceil(V / SAMPLE_GREEDY_CHUNK) blocks of SAMPLE_GREEDY_THREADS (25 for GPT-2: 8 logits a thread,
 // one round of loads), each writes its (max, first index) and the last block of the row to finish
 // merges them (lower index on ties: the same token as block_argmax). The one-block scan of 1024

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 #include "llmc/flags.h"
-#include "llmc/gpt2_config.h"
+#include "llmc/model_config.h"
 #include "llmc/schedule.h"
 #include "llmc/utils.h"
 
@@ -48,7 +48,7 @@ struct TrainConfig {
     std::string dist_init;          // --dist-init: mpi | tcp://HOST:PORT | file:DIR | env | none ("" = from the environment)
     int dist_timeout = 600;         // --dist-timeout: seconds any rank waits for another before failing
     int rank = -1, world_size = -1; // --rank, --world-size for tcp/file (-1 = from the environment)
-    // FP8 linear layers (GPU trainer, bf16 build; llmc/gpt2_fp8.cuh, docs/numerics.md)
+    // FP8 linear layers (GPU trainer, bf16 build; llmc/model_fp8.cuh, docs/numerics.md)
     int fp8 = 0;                    // --fp8: 1 = the blocks' linear layers' matmuls in FP8
     std::string fp8_scaling = "delayed";  // --fp8-scaling: delayed | current | rowwise
     std::string fp8_wgrad;          // --fp8-wgrad: fp8 | bf16 ("" = bf16 under rowwise scaling, else fp8)
@@ -274,14 +274,14 @@ inline void validate_train_config(TrainConfig& cfg) {
 
 // Applies --kv-heads, --window and --max-seq to the model config `c` read from `source`: they shape
 // a fresh model (`fresh`); with a model file (or a checkpoint to resume) they may only repeat its values.
-inline void apply_shape_flags(GPT2Config& c, const TrainConfig& cfg, bool fresh, const char* source) {
+inline void apply_shape_flags(ModelConfig& c, const TrainConfig& cfg, bool fresh, const char* source) {
     if (fresh) {
         if (cfg.kv_heads > 0 && (cfg.kv_heads > c.num_heads || c.num_heads % cfg.kv_heads != 0))
             fail("--kv-heads %d: must divide the %d heads of --init %s", cfg.kv_heads, c.num_heads, source);
         if (cfg.kv_heads > 0) c.num_kv_heads = cfg.kv_heads;
         if (cfg.window >= 0) c.window = cfg.window;
         if (cfg.max_seq > 0) c.max_seq_len = cfg.max_seq;
-        gpt2_validate_config(c, source);
+        model_validate_config(c, source);
         return;
     }
     const int kv_heads = cfg.kv_heads == 0 ? c.num_heads : cfg.kv_heads;
@@ -296,9 +296,9 @@ inline void apply_shape_flags(GPT2Config& c, const TrainConfig& cfg, bool fresh,
              c.max_seq_len);
 }
 
-// Both trainers' samples (--sample-every) run through a KV cache of the model's context (gpt2_infer_sample,
-// llmc/gpt2_infer.cuh and llmc/cpu/gpt2_infer.h), so a sample ends there: refused at start, before any step.
-inline void check_sample_length(const TrainConfig& cfg, const GPT2Config& c) {
+// Both trainers' samples (--sample-every) run through a KV cache of the model's context (model_infer_sample,
+// llmc/model_infer.cuh and llmc/cpu/model_infer.h), so a sample ends there: refused at start, before any step.
+inline void check_sample_length(const TrainConfig& cfg, const ModelConfig& c) {
     if (cfg.sample_every > 0 && cfg.gen_tokens > c.max_seq_len)
         fail("--gen-tokens %d: the trainer's samples end at the context, max_seq_len = %d tokens", cfg.gen_tokens,
              c.max_seq_len);

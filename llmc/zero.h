@@ -8,7 +8,7 @@
 //   stage 2: as 1, and rank r keeps the gradients of its shard only: the backward writes each
 //            bucket (below) into a bucket-sized buffer, and as a bucket completes its pieces are
 //            reduced to their owners' shards, every micro-batch (the shard accumulates them).
-// A shard is a slice of the one contiguous parameter buffer (llmc/gpt2_config.h): rank r owns
+// A shard is a slice of the one contiguous parameter buffer (llmc/model_config.h): rank r owns
 // [r*S, (r+1)*S) clipped to the buffer, where S = ceil(n / world) rounded up to `align` elements,
 // so every shard starts on an aligned element (the last one may be shorter, or empty).
 //
@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 #include "llmc/formats.h"
-#include "llmc/gpt2_config.h"
+#include "llmc/model_config.h"
 #include "llmc/utils.h"
 
 constexpr int64_t ZERO_ALIGN = 128;  // elements: 256 bytes of bf16, the GPU buffers' alignment
@@ -94,7 +94,7 @@ inline void zero_loader_state_for_world(int64_t state[16], int world, const char
 // alignment, so every gradient kernel sees the alignment it sees in the whole buffer (same
 // kernels, same bits).
 struct ZeroRange {
-    int tensor = 0;               // index in GPT2_PARAMETER_TABLE
+    int tensor = 0;               // index in MODEL_PARAMETER_TABLE
     int64_t begin = 0, end = 0;   // elements [begin, end) of the parameter buffer
     int64_t packed = 0;           // where element `begin` sits in the bucket's buffer
     int64_t layer_elems = 0;      // one layer's slice of a per-layer tensor; 0 outside the layers
@@ -108,10 +108,10 @@ struct ZeroBucket {
 
 // Bucket 0, then the layer groups in ascending order, as many layers per group as fit in
 // `max_elems` gradient elements (at least one).
-inline std::vector<ZeroBucket> zero_buckets(const GPT2Config& c, int64_t max_elems, int64_t align = ZERO_ALIGN) {
+inline std::vector<ZeroBucket> zero_buckets(const ModelConfig& c, int64_t max_elems, int64_t align = ZERO_ALIGN) {
     size_t sizes[NUM_PARAM_TENSORS], offsets[NUM_PARAM_TENSORS];
-    gpt2_param_sizes(c, sizes);
-    gpt2_param_offsets(c, offsets);
+    model_param_sizes(c, sizes);
+    model_param_offsets(c, offsets);
     const int L = c.num_layers;
     auto add = [align](ZeroBucket& b, int tensor, int64_t begin, int64_t end, int64_t layer_elems) {
         const int64_t at = (b.elems + align - 1) / align * align + begin % align;
@@ -122,8 +122,8 @@ inline std::vector<ZeroBucket> zero_buckets(const GPT2Config& c, int64_t max_ele
     int64_t layer_elems = 0;
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         if (sizes[i] == 0) continue;
-        if (!gpt2_param_per_layer(i)) add(buckets[0], i, (int64_t)offsets[i], (int64_t)(offsets[i] + sizes[i]), 0);
-        else if (sizes[i] % L != 0) fail("internal: tensor %s is not %d equal layer slices", GPT2_PARAM_NAMES[i], L);
+        if (!model_param_per_layer(i)) add(buckets[0], i, (int64_t)offsets[i], (int64_t)(offsets[i] + sizes[i]), 0);
+        else if (sizes[i] % L != 0) fail("internal: tensor %s is not %d equal layer slices", MODEL_PARAM_NAMES[i], L);
         else layer_elems += (int64_t)(sizes[i] / L);
     }
     const int per_bucket = (int)std::max<int64_t>(1, max_elems / std::max<int64_t>(1, layer_elems));
@@ -132,7 +132,7 @@ inline std::vector<ZeroBucket> zero_buckets(const GPT2Config& c, int64_t max_ele
         b.first_layer = l0;
         b.last_layer = std::min(L, l0 + per_bucket) - 1;
         for (int i = 0; i < NUM_PARAM_TENSORS; i++)
-            if (gpt2_param_per_layer(i) && sizes[i] > 0) {
+            if (model_param_per_layer(i) && sizes[i] > 0) {
                 const int64_t slice = (int64_t)(sizes[i] / L);
                 add(b, i, (int64_t)offsets[i] + l0 * slice, (int64_t)offsets[i] + (b.last_layer + 1) * slice, slice);
             }
@@ -163,10 +163,10 @@ inline void zero_for_each_bucket_piece(const ZeroPlan& p, const ZeroBucket& b, F
 // when bucket b's buffer is `buffer`: the tensors of b point into it (a per-layer one at layer l's
 // slice), every other tensor is nullptr.
 template <typename T>
-inline GPT2Tensors<T> zero_bucket_grads(T* buffer, const ZeroBucket& b, int l) {
-    GPT2Tensors<T> t{};
+inline ModelTensors<T> zero_bucket_grads(T* buffer, const ZeroBucket& b, int l) {
+    ModelTensors<T> t{};
     for (const ZeroRange& r : b.ranges)
-        gpt2_tensor(t, r.tensor) = buffer + r.packed + (r.layer_elems ? (int64_t)(l - b.first_layer) * r.layer_elems : 0);
+        model_tensor(t, r.tensor) = buffer + r.packed + (r.layer_elems ? (int64_t)(l - b.first_layer) * r.layer_elems : 0);
     return t;
 }
 

@@ -15,7 +15,7 @@ as scripts/train_gpt2.py --bench prints it, so scripts/bench_train.sh tabulates 
 Unlike scripts/train_gpt2.py (our reference model, parameters in our checkpoint layout), this model
 is laid out as PyTorch users lay it out, so it shows what PyTorch reaches with the layout it likes.
 
---model takes the shapes of our trainer's --init (llmc/gpt2_config.h): dN = N layers, 64N channels,
+--model takes the shapes of our trainer's --init (llmc/model_config.h): dN = N layers, 64N channels,
 N heads (d12 = GPT-2 124M), or gpt2 | gpt2-medium | gpt2-large | gpt2-xl = the GPT-2 family's
 12/768/12, 24/1024/16, 36/1280/20, 48/1600/25 (layers/channels/heads; 124M, 350M, 774M, 1.5B).
 

@@ -153,7 +153,7 @@ class _Fp8Linear(torch.autograd.Function):
 
 
 class Fp8Emulation:
-    """The FP8 settings of a model (GPT2.fp8): recipe, gradient format, the blocks kept in the compute
+    """The FP8 settings of a model (Model.fp8): recipe, gradient format, the blocks kept in the compute
     dtype at each end (--fp8-emulate-bf16-layers, as the trainer's --fp8-bf16-layers), and the compute
     dtype (torch.bfloat16 under --dtype bf16)."""
 

@@ -276,7 +276,7 @@ def check_types(hc, what):
 
 
 def check_shape(cfg, what):
-    """The checks of llmc/gpt2_config.h gpt2_validate_config that a config.json could fail."""
+    """The checks of llmc/model_config.h gpt2_validate_config that a config.json could fail."""
     C, NH, NKV = cfg["channels"], cfg["num_heads"], cfg["num_kv_heads"]
     limits = dict(num_layers=1024, num_heads=1 << 20, num_kv_heads=1 << 20, channels=65536, max_seq_len=1 << 20,
                   vocab_size=1 << 20, mlp_hidden=1 << 20)

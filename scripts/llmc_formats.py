@@ -43,12 +43,12 @@ PARAM_NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attpro
 # model header slots 3..10 (every version)
 CONFIG_KEYS = ["max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads",
                "num_kv_heads", "channels", "window"]
-# model header slots 12..20 (version 2): the family's knobs, GPT-2's values by default (llmc/gpt2_config.h).
+# model header slots 12..20 (version 2): the family's knobs, GPT-2's values by default (llmc/model_config.h).
 # architecture 0 gpt2 / 1 llama; norm 0 LayerNorm / 1 RMSNorm; position 0 learned / 1 RoPE; mlp 0 GELU / 1 SwiGLU;
 # norm_eps and rope_theta are float64 bit patterns; mlp_hidden is H (GPT-2: 4C)
 FAMILY_KEYS = ["architecture", "norm", "norm_eps", "position", "rope_theta", "mlp", "mlp_hidden", "biases",
                "tied_head"]
-# model header slots 21..25 (version 3): the RoPE scaling (llmc/gpt2_config.h RopeScaling). rope_scaling
+# model header slots 21..25 (version 3): the RoPE scaling (llmc/model_config.h RopeScaling). rope_scaling
 # 0 none / 1 llama3; its factors are float64 bit patterns; all 0 without scaling
 SCALING_KEYS = ["rope_scaling", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
                 "rope_original_max_pos"]

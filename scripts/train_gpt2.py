@@ -14,7 +14,8 @@ Modes (pick one; the model comes from --model / the shape flags / --load):
                    GQA untied and GQA+window (make fixture)
   train            --train "shards/*.bin" [--val "..."] --steps N: prints `step n train_loss x ...`;
                    --schedule/--warmup/--shuffle as the C++ trainers, --fp8-emulate RECIPE: the blocks'
-                   linear layers in emulated FP8 (tensorwise = the GPU trainer's --fp8 1; dev/bench/fp8_emulate.sh)
+                   linear layers in emulated FP8 (tensorwise = the GPU trainer's --fp8 1; dev/bench/fp8_emulate.sh);
+                   --optimizer muon: torch.optim.Muon on the blocks' matrices, AdamW on the rest
   bench            --bench --device cuda [--compile]: GPT-2 training throughput of PyTorch,
                    last line `BENCH name=<eager|compile> ms=<median> tok_s=<..> peak_gib=<..>`
   hellaswag        --hellaswag FILE: multiple-choice accuracy (acc_norm, as llmc/hellaswag.h scores
@@ -34,6 +35,7 @@ Examples:
       --steps 2000 --lr 3e-4 --schedule cosine --warmup 100 --shuffle 1 --fp8-emulate rowwise
 """
 import argparse
+import contextlib
 import glob
 import math
 import os
@@ -59,6 +61,10 @@ FP8_RECIPES = ("none", "tensorwise", "rowwise", "rowwise_gw_bf16", "blockwise") 
 
 # Weight decay applies to the embeddings and the weight matrices (gpt2_param_decays in C++).
 DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw", "lm_head"}
+# --optimizer muon: the blocks' hidden matrices, each layer's one matrix per name, that Muon updates;
+# AdamW updates the rest (embeddings, lm_head, norms, biases).
+MUON_MATRICES = ("qkvw", "attprojw", "fcw", "fcprojw")
+MUON_ADJUST_LR = ("original", "match_rms_adamw")  # torch.optim.Muon's adjust_lr_fn names
 DTYPES = {"fp32": fmt.DTYPE_FP32, "bf16": fmt.DTYPE_BF16}
 # Settings of the committed test fixtures (tests/fixture, `make fixture`): multi-head full causal, and
 # grouped-query attention (3 query heads per key/value head) with a window shorter than the sequence.
@@ -73,7 +79,7 @@ FIXTURE_LLAMA_WINDOW = dict(FIXTURE_LLAMA, channels=36, heads=6, kv_heads=3, win
                             rope_theta=500000.0, norm_eps=1e-6)
 FIXTURES = (("", FIXTURE), ("gqa_", FIXTURE_GQA), ("llama_", FIXTURE_LLAMA), ("llama_gqa_", FIXTURE_LLAMA_GQA),
             ("llama_window_", FIXTURE_LLAMA_WINDOW))
-# The knobs of each architecture (llmc/gpt2_config.h); a flag left unset takes its --arch default.
+# The knobs of each architecture (llmc/model_config.h); a flag left unset takes its --arch default.
 ARCH_DEFAULTS = {
     "gpt2": dict(norm="layernorm", norm_eps=1e-5, position="learned", mlp="gelu", bias=1, tied=1),
     "llama": dict(norm="rmsnorm", norm_eps=1e-5, position="rope", mlp="swiglu", bias=0, tied=1),
@@ -102,7 +108,7 @@ def make_config(what, L, C, NH, V, maxT, NKV=0, W=0, arch="gpt2", rope_llama3=No
     if W < 0:
         die(f"{what}: --window {W} must be >= 0 (0 = full causal)")
     if V > 1 << 20:
-        die(f"{what}: --vocab {V} too large (at most 2^20 = 1048576, as llmc/gpt2_config.h)")
+        die(f"{what}: --vocab {V} too large (at most 2^20 = 1048576, as llmc/model_config.h)")
     k = dict(ARCH_DEFAULTS[arch], rope_theta=10000.0)
     k.update({name: v for name, v in knobs.items() if v is not None})
     H = k.get("mlp_hidden") or (4 * C if k["mlp"] == "gelu" else (8 * C // 3 + 63) // 64 * 64)
@@ -134,7 +140,7 @@ def make_config(what, L, C, NH, V, maxT, NKV=0, W=0, arch="gpt2", rope_llama3=No
 
 
 def config_from_descriptor(desc, NKV=0, W=0, arch="gpt2", **knobs):
-    """dN: N layers, 64N channels, N heads (d12 = GPT-2 124M), as in gpt2_config.h; arch and knobs as
+    """dN: N layers, 64N channels, N heads (d12 = GPT-2 124M), as in model_config.h; arch and knobs as
     in make_config."""
     if len(desc) < 2 or desc[0] != "d" or not desc[1:].isdigit() or not 0 < int(desc[1:]) <= 96:
         die(f"--model {desc}: not a model descriptor (expected dN such as d12, gpt2*, or hf-random)")
@@ -287,11 +293,97 @@ class GPT2(nn.Module if torch is not None else object):
                 p.copy_(vec[off:off + p.numel()].view_as(p))
                 off += p.numel()
 
-    def optimizer(self, lr, weight_decay, betas=(0.9, 0.95), eps=1e-8, fused=False):
-        decay = [p for n, p in self.named_parameters() if n in DECAYED]
-        no_decay = [p for n, p in self.named_parameters() if n not in DECAYED]
+    def optimizer(self, lr, weight_decay, betas=(0.9, 0.95), eps=1e-8, fused=False, muon=None):
+        """AdamW over every parameter, weight decay on DECAYED only. With muon (LayerMuon's keyword
+        arguments): LayerMuon over MUON_MATRICES and this AdamW over the rest, stepped together."""
+        adamw = [(n, p) for n, p in self.named_parameters() if muon is None or n not in MUON_MATRICES]
+        decay = [p for n, p in adamw if n in DECAYED]
+        no_decay = [p for n, p in adamw if n not in DECAYED]
         groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused)
+        opt = torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused)
+        return opt if muon is None else Optimizers(LayerMuon(self, **muon), opt)
+
+
+# ---------------------------------------------------------------- Muon (--optimizer muon)
+def newton_schulz(grad, ns_coefficients, ns_steps, eps):
+    """torch.optim.Muon's _zeropower_via_newtonschulz operation by operation, but in grad's dtype where
+    torch's casts grad to bf16 first (tests/python/test_muon.py: on a bf16 grad the two are bitwise
+    equal). X = grad, or grad^T when rows > cols (the Gram matrix is the small one); X /= max(||X||_F, eps);
+    ns_steps times A = X X^T, B = b A + c A A, X = a X + B X; transposed back. llmc/cpu/muon.h in fp32."""
+    a, b, c = ns_coefficients
+    x = grad.clone()
+    if grad.size(0) > grad.size(1):
+        x = x.T
+    x.div_(x.norm().clamp(min=eps))
+    for _ in range(ns_steps):
+        gram = x @ x.T
+        update = torch.addmm(gram, gram, gram, beta=b, alpha=c)
+        x = torch.addmm(x, update, x, beta=a)
+    if grad.size(0) > grad.size(1):
+        x = x.T
+    return x
+
+
+@contextlib.contextmanager
+def newton_schulz_in_param_dtype():
+    """Within: torch.optim.Muon's step calls newton_schulz in place of its bf16 iteration (the one
+    function torch's _single_tensor_muon looks up in its module at each call)."""
+    module = torch.optim._muon
+    saved = module._zeropower_via_newtonschulz
+    module._zeropower_via_newtonschulz = newton_schulz
+    try:
+        yield
+    finally:
+        module._zeropower_via_newtonschulz = saved
+
+
+class LayerMuon(torch.optim.Muon if torch is not None else object):
+    """torch.optim.Muon (Nesterov) on each layer's MUON_MATRICES. Our parameters stack the layers
+    (L, out, in) and torch applies Muon to each 2-D parameter on its own, so each layer's slice goes to it
+    as a leaf view sharing the stacked tensor's storage: step() points each view's .grad at its slice of
+    the stacked gradient, and torch's in-place update of the view updates the parameter. qkvw is Muon'd
+    whole, one ((NH + 2 NKV) HD, C) matrix per layer as stored, not Q, K and V apart; a SwiGLU fcw whole
+    too ([gate | up]). ns_in_param_dtype: the Newton-Schulz in the parameters' dtype (newton_schulz),
+    else torch's own in bf16. The group's base_lr is lr, for the schedule (lr_at_step)."""
+
+    def __init__(self, model, lr, momentum, weight_decay, ns_steps, adjust_lr_fn, ns_in_param_dtype):
+        self.stacked = [model.param(name) for name in MUON_MATRICES]
+        self.slices = [(p, l, p.detach()[l]) for p in self.stacked for l in range(p.shape[0])]
+        super().__init__([view for _, _, view in self.slices], lr=lr, momentum=momentum, weight_decay=weight_decay,
+                         nesterov=True, ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn)
+        self.param_groups[0]["base_lr"] = lr
+        self.ns_in_param_dtype = ns_in_param_dtype
+
+    def step(self, closure=None):
+        for p, l, view in self.slices:
+            view.grad = None if p.grad is None else p.grad[l]
+        with newton_schulz_in_param_dtype() if self.ns_in_param_dtype else contextlib.nullcontext():
+            return super().step(closure)
+
+    def zero_grad(self, set_to_none=True):
+        super().zero_grad(set_to_none=set_to_none)  # the views'
+        for p in self.stacked:
+            if p.grad is not None:
+                p.grad = None if set_to_none else p.grad.zero_()
+
+
+class Optimizers:
+    """Optimizers over disjoint parameters, stepped together; param_groups lists all their groups."""
+
+    def __init__(self, *opts):
+        self.opts = opts
+
+    @property
+    def param_groups(self):
+        return [g for opt in self.opts for g in opt.param_groups]
+
+    def step(self):
+        for opt in self.opts:
+            opt.step()
+
+    def zero_grad(self, set_to_none=True):
+        for opt in self.opts:
+            opt.zero_grad(set_to_none=set_to_none)
 
 
 # ---------------------------------------------------------------- transformers import
@@ -472,10 +564,10 @@ def shard_windows(pattern, B, T, V, flag, shuffle_seed=None):
         epoch += 1
 
 
-def lr_at_step(args, step):
-    """llmc/schedule.h's learning rate at 0-based step: linear warmup to --lr over --warmup steps, then
-    --schedule down to lr * --final-lr-frac at the last step (constant: --lr throughout)."""
-    lr, warmup = args.lr, args.warmup
+def lr_at_step(args, step, lr=None):
+    """llmc/schedule.h's learning rate at 0-based step: linear warmup to lr (default --lr) over --warmup
+    steps, then --schedule down to lr * --final-lr-frac at the last step (constant: lr throughout)."""
+    lr, warmup = args.lr if lr is None else lr, args.warmup
     if step < warmup:
         return lr * (step + 1) / warmup
     if args.schedule == "constant":
@@ -498,12 +590,17 @@ def sync(device):
 
 
 def make_optimizer(model, args):
+    muon = None
+    if args.optimizer == "muon":  # the Newton-Schulz in bf16 where the run computes in bf16, as torch's does
+        muon = dict(lr=args.muon_lr, momentum=args.muon_momentum, weight_decay=args.muon_wd,
+                    ns_steps=args.muon_ns_steps, adjust_lr_fn=args.muon_adjust_lr,
+                    ns_in_param_dtype=args.dtype != "bf16")
     return model.optimizer(args.lr, args.weight_decay, betas=(args.beta1, args.beta2), eps=args.eps,
-                           fused=(args.device == "cuda"))
+                           fused=(args.device == "cuda"), muon=muon)
 
 
 def train_step(model, step_model, opt, x, y, args):
-    """One AdamW step; step_model is model or its torch.compile wrapper."""
+    """One optimizer step; step_model is model or its torch.compile wrapper."""
     with autocast(args.device, args.dtype):
         loss = step_model(x, y)[1]  # drop the (B, T, Vp) logits now, not after backward
     loss.backward()
@@ -552,8 +649,8 @@ def train(model, args):
             break
         t0 = time.perf_counter()
         lr = lr_at_step(args, step)
-        for group in opt.param_groups:
-            group["lr"] = lr
+        for group in opt.param_groups:  # Muon's group: the same schedule from its own base lr
+            group["lr"] = lr_at_step(args, step, group["base_lr"]) if "base_lr" in group else lr
         x, y = next(batches)
         loss = train_step(model, step_model, opt, x.to(dev), y.to(dev), args).item()
         ms = (time.perf_counter() - t0) * 1e3
@@ -692,6 +789,18 @@ def parse_args(argv=None):
                         "is cosine; here constant)")
     d.add_argument("--warmup", type=int, default=0, help="train: linear warmup steps")
     d.add_argument("--final-lr-frac", type=float, default=0.0, help="train: cosine/linear end at lr * this")
+    d.add_argument("--optimizer", choices=["adamw", "muon"], default="adamw",
+                   help="muon (train, bench): torch.optim.Muon, Nesterov, on each layer's qkv (whole), attention "
+                        "projection, fc and fc projection matrices, and AdamW (--lr, --weight-decay) on the rest; its "
+                        "Newton-Schulz in bf16 with --dtype bf16 (as torch.optim.Muon always), else in fp32")
+    d.add_argument("--muon-lr", type=float, default=0.02, help="Muon's lr, before --muon-adjust-lr's factor; "
+                                                              "the schedule scales it as it scales --lr")
+    d.add_argument("--muon-momentum", type=float, default=0.95, help="in [0, 1)")
+    d.add_argument("--muon-wd", type=float, default=0.0, help="Muon's decoupled weight decay: w *= 1 - lr * wd")
+    d.add_argument("--muon-ns-steps", type=int, default=5, help="Newton-Schulz iterations, 1..99")
+    d.add_argument("--muon-adjust-lr", choices=MUON_ADJUST_LR, default="original",
+                   help="the lr of a (rows, cols) matrix: original lr * sqrt(max(1, rows/cols)); match_rms_adamw "
+                        "lr * 0.2 sqrt(max(rows, cols))")
     t = p.add_argument_group("train / bench")
     t.add_argument("--train", metavar="GLOB", help="train on these token shards and print the losses")
     t.add_argument("--val", metavar="GLOB", help="validation shards")
@@ -748,6 +857,21 @@ def parse_args(argv=None):
         p.error(f"{fp8_given[0]}: only in train mode (--train)")
     if fp8_given and fp8_given[0] != "--fp8-emulate" and args.fp8_emulate == "none":
         p.error(f"{fp8_given[0]}: only with --fp8-emulate")
+    muon_given = [f for f, v, d in (("--muon-lr", args.muon_lr, 0.02), ("--muon-momentum", args.muon_momentum, 0.95),
+                  ("--muon-wd", args.muon_wd, 0.0), ("--muon-ns-steps", args.muon_ns_steps, 5),
+                  ("--muon-adjust-lr", args.muon_adjust_lr, "original")) if v != d]
+    if muon_given and args.optimizer != "muon":
+        p.error(f"{muon_given[0]}: only with --optimizer muon")
+    if args.optimizer == "muon" and not (args.train or args.bench):
+        p.error("--optimizer muon: only in train and bench modes (the debug state, GPTX, records AdamW's settings)")
+    if args.muon_lr <= 0:
+        p.error(f"--muon-lr must be positive, got {args.muon_lr}")
+    if not 0 <= args.muon_momentum < 1:
+        p.error(f"--muon-momentum must be in [0, 1), got {args.muon_momentum}")
+    if args.muon_wd < 0:
+        p.error(f"--muon-wd must be >= 0, got {args.muon_wd}")
+    if not 1 <= args.muon_ns_steps <= 99:
+        p.error(f"--muon-ns-steps must be in 1..99, got {args.muon_ns_steps}")
     if args.device not in ("cpu", "cuda"):
         p.error(f"--device {args.device}: expected cpu or cuda")
     if args.bench and not args.model and not args.load and not shape_given:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CUDA-graph training step (--graph 1, llmc/gpt2_graph.cuh) on one GPU: correctness and speed.
+# The CUDA-graph training step (--graph 1, llmc/model_graph.cuh) on one GPU: correctness and speed.
 # Builds nothing; ~4 minutes on an H200. Needs, built beforehand:
 #   make build/train_gpt2cu build/train_gpt2cu_fp32 build/test_gpt2cu build/test_gpt2cu_fp32
 #   make -C dev/cuda build/profile_gpt2      (optional: part 4 is skipped without it)

@@ -1,5 +1,5 @@
 // adamw.cu: the fused AdamW step over the whole parameter buffer (llmc/adamw.cuh) against
-// cpu::adamw_update_gpt2 (llmc/cpu/adamw.h, torch.optim.AdamW operation by operation).
+// cpu::adamw_update_model (llmc/cpu/adamw.h, torch.optim.AdamW operation by operation).
 //   ./adamw [variant ...] [--check-only] [--reps N]
 // Shapes: GPT-2 124M's 124,475,904 parameters with its weight-decay ranges, and two awkward
 // two-tensor layouts of 1,000,003 and 1,000,004 elements (decay on the first 600,001 only).
@@ -88,13 +88,13 @@ static void run_layout(lab::Lab& L, const Layout& lay) {
 
 int main(int argc, char** argv) {
     lab::Lab L(argc, argv, "adamw.cu");
-    const GPT2Config cfg = gpt2_config_from_descriptor("d12");
+    const ModelConfig cfg = model_config_from_descriptor("d12");
     size_t sizes[NUM_PARAM_TENSORS];
-    gpt2_param_sizes(cfg, sizes);
-    Layout gpt2 = {"gpt2-124M", (int64_t)gpt2_num_params(cfg), {}, {}};
+    model_param_sizes(cfg, sizes);
+    Layout gpt2 = {"gpt2-124M", (int64_t)model_num_params(cfg), {}, {}};
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         gpt2.sizes.push_back((int64_t)sizes[i]);
-        gpt2.decays.push_back(gpt2_param_decays(i));
+        gpt2.decays.push_back(model_param_decays(i));
     }
     run_layout(L, gpt2);
     run_layout(L, {"awkward", 1000003, {600001, 400002}, {true, false}});        // 1 element a thread

@@ -1,8 +1,8 @@
 // decode_persistent.cuh: a decode step's transformer blocks as one persistent kernel, a lab variant
 // that lost to the shipped fused step (dev/cuda/decode_step.cu runs it between the step's first
-// kernel, advance_and_encode or the encoder, and the norm+lm_head GEMV of llmc/gpt2_infer.cuh).
+// kernel, advance_and_encode or the encoder, and the norm+lm_head GEMV of llmc/model_infer.cuh).
 //
-// Why: at B = 1 the fused step (gpt2_infer.cuh, decode_layers_fused) is 5 kernels a layer, each a
+// Why: at B = 1 the fused step (model_infer.cuh, decode_layers_fused) is 5 kernels a layer, each a
 // 1-5 MB read that spends 4-8 us, most of it the hand-off from one grid to the next (a grid's
 // completion, the next one's wait), not bandwidth: GPT-2 124M's layers are 170 MB, 43 us at 4 TB/s,
 // and took ~216 us of a 251 us token (docs/perf.md, "Generation"). Here one grid of one block per SM
@@ -54,7 +54,7 @@
 #include "llmc/attention_decode.cuh"
 #include "llmc/cuda_common.cuh"
 #include "llmc/gemv.cuh"
-#include "llmc/gpt2_config.h"
+#include "llmc/model_config.h"
 
 // An acquire load at GPU scope: the barrier's poll (the pattern of cooperative groups' grid sync).
 __device__ inline int load_acquire_gpu(const int* p) {
@@ -527,9 +527,9 @@ inline void* kernel_for(int M) {
 
 // Whether (and how) the persistent step runs this model at B sequences and a cache of S slots with
 // `window`; sets the kernel's shared memory limit. Host only, outside any graph capture.
-inline PersistentPlan decode_persistent_plan(const GPT2Config& c, int B, int S, int window) {
+inline PersistentPlan decode_persistent_plan(const ModelConfig& c, int B, int S, int window) {
     PersistentPlan p;
-    const int C = c.channels, H = gpt2_mlp_hidden(c), QKV = gpt2_qkv_channels(c), HD = gpt2_head_dim(c);
+    const int C = c.channels, H = model_mlp_hidden(c), QKV = model_qkv_channels(c), HD = model_head_dim(c);
     const int X = (int)sizeof(floatX);
     if (B < 1 || B > GEMV_MAX_M) { p.why = "more than 8 sequences"; return p; }
     if (c.norm != NORM_LAYERNORM || c.mlp != MLP_GELU || c.position == POS_ROPE) {

@@ -1,4 +1,4 @@
-// decode_step.cu: generate's whole decode step (llmc/gpt2_infer.cuh), the shipped policy against the
+// decode_step.cu: generate's whole decode step (llmc/model_infer.cuh), the shipped policy against the
 // kernel choices it does not make. Each variant overrides decode_step_plan's DecodeStepPlan (or, for
 // the persistent kernel, replaces the layers), is captured as one CUDA graph (a token = one replay, as
 // generate runs it), checked, then timed one step a launch by the harness.
@@ -39,7 +39,7 @@
 #include <vector>
 #include "dev/cuda/decode_persistent.cuh"
 #include "dev/cuda/harness.cuh"
-#include "llmc/gpt2_infer.cuh"
+#include "llmc/model_infer.cuh"
 
 namespace {
 
@@ -71,15 +71,15 @@ struct Persistent {
     unsigned* sync = nullptr;
     unsigned long long* trace = nullptr;
     PersistentArgs args{};
-    explicit Persistent(GPT2Infer& m) {
-        const GPT2Config& c = m.config;
+    explicit Persistent(ModelInfer& m) {
+        const ModelConfig& c = m.config;
         plan = decode_persistent_plan(c, m.B, m.S, m.window);
         if (!plan.ok) return;
         cudaCheck(cudaMalloc(&part, plan.part_floats * sizeof(float)));
         cudaCheck(cudaMalloc(&sync, PERSIST_SYNC_WORDS * sizeof(unsigned)));
         cudaCheck(cudaMemset(sync, 0, PERSIST_SYNC_WORDS * sizeof(unsigned)));
         cudaCheck(cudaMalloc(&trace, (size_t)c.num_layers * PERSIST_TRACE_POINTS * sizeof(unsigned long long)));
-        const GPT2Tensors<floatX>& p = m.params;
+        const ModelTensors<floatX>& p = m.params;
         PersistentArgs& a = args;
         a.ln1w = p.ln1w, a.ln1b = p.ln1b, a.qkvw = p.qkvw, a.qkvb = p.qkvb, a.attprojw = p.attprojw;
         a.attprojb = p.attprojb, a.ln2w = p.ln2w, a.ln2b = p.ln2b, a.fcw = p.fcw, a.fcb = p.fcb;
@@ -87,8 +87,8 @@ struct Persistent {
         a.res1 = m.res1, a.res2 = m.res2, a.qkv = m.qkv, a.fch = m.fch_gelu;
         a.k_cache = m.k_cache, a.v_cache = m.v_cache, a.cache_layer = infer_detail::layer_cache_offset(m, 1);
         a.pos = m.pos, a.part = part, a.sync = sync, a.trace = nullptr;
-        a.L = c.num_layers, a.C = c.channels, a.H = gpt2_mlp_hidden(c), a.QKV = gpt2_qkv_channels(c);
-        a.NH = c.num_heads, a.NKV = c.num_kv_heads, a.HD = gpt2_head_dim(c), a.S = m.S, a.window = m.window;
+        a.L = c.num_layers, a.C = c.channels, a.H = model_mlp_hidden(c), a.QKV = model_qkv_channels(c);
+        a.NH = c.num_heads, a.NKV = c.num_kv_heads, a.HD = model_head_dim(c), a.S = m.S, a.window = m.window;
         a.nsplit = plan.nsplit, a.slots = plan.slots, a.slot_bytes = plan.slot_bytes, a.xs_bytes = plan.xs_bytes;
     }
     ~Persistent() {
@@ -96,12 +96,12 @@ struct Persistent {
         cudaFree(sync);
         cudaFree(trace);
     }
-    void layers(GPT2Infer& m, cudaStream_t s) const {
+    void layers(ModelInfer& m, cudaStream_t s) const {
         decode_persistent_forward(plan, args, m.B, s);
         cudaCheckLaunch();
     }
     // A folded greedy step: advance_and_encode, the persistent layers, then the shipped head.
-    void step(GPT2Infer& m, const GenerateLimits& lim, const CudaContext& ctx) const {
+    void step(ModelInfer& m, const GenerateLimits& lim, const CudaContext& ctx) const {
         const int C = m.config.channels, threads = std::min(1024, norm_block_per_row_threads(C));
         launch_kernel(infer_detail::advance_and_encode, dim3(m.B), dim3(threads), 0, ctx.stream, false, m.res1,
                       m.step_out, m.tokens, m.pos, m.produced, m.active, m.pending, m.params.wte, m.params.wpe,
@@ -111,7 +111,7 @@ struct Persistent {
         infer_detail::decode_head_fused(m, ctx);
     }
     // Block 0's time per phase and per barrier, averaged over the layers of the last traced run.
-    void print_trace(const GPT2Infer& m) const {
+    void print_trace(const ModelInfer& m) const {
         const int L = m.config.num_layers, P = PERSIST_TRACE_POINTS;
         std::vector<unsigned long long> t((size_t)L * P);
         cudaCheck(cudaMemcpy(t.data(), trace, t.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
@@ -143,31 +143,31 @@ bool finite(const std::vector<float>& v, const char* what) {
 
 // The variants of one model at batch B.
 void run_shape(lab::Lab& lab, const char* desc, int B) {
-    const GPT2Config c = gpt2_config_from_descriptor(desc);
+    const ModelConfig c = model_config_from_descriptor(desc);
     const int V = c.vocab_size, Vp = c.padded_vocab_size;
-    std::vector<float> params(gpt2_num_params(c));
-    gpt2_init_params(params.data(), c, 1337);
-    GPT2Infer m;
-    gpt2_infer_build(m, c, params.data(), B, PROMPT, MAX_SEQ, 1);
+    std::vector<float> params(model_num_params(c));
+    model_init_params(params.data(), c, 1337);
+    ModelInfer m;
+    model_infer_build(m, c, params.data(), B, PROMPT, MAX_SEQ, 1);
     const CudaContext& ctx = lab.ctx;
     cudaStream_t s = ctx.stream;
     GenerateLimits lim{};
     lim.sampling = SamplingParams{0.0f, 0, 1.0f};
     lim.eot = -1;
     lim.max_new = MAX_SEQ;
-    gpt2_infer_warmup(m, lim, ctx);  // also leaves every sequence idle
+    model_infer_warmup(m, lim, ctx);  // also leaves every sequence idle
 
     const std::vector<int> tokens = lab::rand_ints((size_t)B * PROMPT, 7, V), lengths(B, PROMPT), active(B, 1);
     std::vector<uint64_t> rng(B);
     for (int b = 0; b < B; b++) rng[b] = Rng::skip(7, (uint64_t)b << 32).state;
-    auto prefill = [&] { gpt2_infer_prefill(m, tokens.data(), lengths.data(), active.data(), rng.data(), PROMPT, ctx); };
+    auto prefill = [&] { model_infer_prefill(m, tokens.data(), lengths.data(), active.data(), rng.data(), PROMPT, ctx); };
 
     const DecodeStepPlan shipped = m.plan;
-    const double X = sizeof(floatX), HD = gpt2_head_dim(c);
-    const double bytes = (double)gpt2_num_params(c) * X + 2.0 * c.num_layers * B * c.num_kv_heads * PROMPT * HD * X;
-    const double flops = 2.0 * (double)gpt2_num_params(c) * B;
+    const double X = sizeof(floatX), HD = model_head_dim(c);
+    const double bytes = (double)model_num_params(c) * X + 2.0 * c.num_layers * B * c.num_kv_heads * PROMPT * HD * X;
+    const double flops = 2.0 * (double)model_num_params(c) * B;
     char op[160];
-    snprintf(op, sizeof op, "decode_step %s B=%d prompt=%d", gpt2_arch_name(c), B, PROMPT);
+    snprintf(op, sizeof op, "decode_step %s B=%d prompt=%d", model_arch_name(c), B, PROMPT);
     printf("\n# %s (%s): shipped plan fused=%d gemv=%d pdl=%d fold_argmax=%d decode_mma=%d\n", op, desc,
            shipped.fused, shipped.gemv, shipped.pdl, shipped.fold_argmax, shipped.decode_mma);
 
@@ -203,7 +203,7 @@ void run_shape(lab::Lab& lab, const char* desc, int B) {
                           p.append_in_attention == shipped.append_in_attention;
         if (id != 0 && same) return;
         m.plan = p;
-        graph_variant(id, what, [&] { gpt2_infer_step(m, lim, ctx); });
+        graph_variant(id, what, [&] { model_infer_step(m, lim, ctx); });
         m.plan = shipped;
     };
 
@@ -235,7 +235,7 @@ void run_shape(lab::Lab& lab, const char* desc, int B) {
     if (pers && pers->plan.ok) graph_variant(6, "persistent layers", [&] { pers->step(m, lim, ctx); });
     if (lab.selected(7))
         lab.run(op, 7, "shipped, plain launches", bytes, flops, lab::Bound::Memory, prefill,
-                [&] { gpt2_infer_step(m, lim, ctx); }, [&] { return logits_check(false); });
+                [&] { model_infer_step(m, lim, ctx); }, [&] { return logits_check(false); });
 
     if (!fused) return;
     const double layer_bytes = bytes - (double)c.padded_vocab_size * c.channels * X;
@@ -256,7 +256,7 @@ void run_shape(lab::Lab& lab, const char* desc, int B) {
             pers->print_trace(m);
         }
     }
-    gpt2_infer_free(m);
+    model_infer_free(m);
 }
 
 }  // namespace

@@ -90,7 +90,7 @@
 //   0.91 GB at R = 65536: ~0.19 ms against ~0.25 ms at ~3.7 TB/s, the dQ store alone measured 78 us in
 //   the trainer's profile; dev/bench/fp8_dqcast.sh runs it).
 // fp8_transpose (bytes, no conversion; llmc/fp8.cuh): out (C, R) = in (R, C)^T at row pitches of their own.
-//   Shapes: the head's dlogits^T chunk (llmc/gpt2_fp8.cuh, fp8_head_backward): R = 32768 tokens, C =
+//   Shapes: the head's dlogits^T chunk (llmc/model_fp8.cuh, fp8_head_backward): R = 32768 tokens, C =
 //   50304 vocabulary rows, both pitches 100608 (the 2 Vp-byte logits rows: input in their first
 //   halves, output in their second halves, one 5.06 GB buffer); and an awkward R = 192, C = 320 (odd
 //   multiples of 64: half tiles at both edges) at pitches 368 and 208 (not multiples of 128).
@@ -828,7 +828,7 @@ int main(int argc, char** argv) {
     }
     if (on("fp8_transpose")) {
         // the head's dlogits^T chunk: tokens (R) x vocabulary rows (C) in the first halves of the 2 Vp-byte
-        // logits rows, transposed into their second halves (llmc/gpt2_fp8.cuh, fp8_head_backward)
+        // logits rows, transposed into their second halves (llmc/model_fp8.cuh, fp8_head_backward)
         const int Vp = lab::GPT2_VP, Rh = N / 2;
         const int64_t pitch = 2 * (int64_t)Vp;
         run_transpose(L, lab::Lab::strprintf("fp8_transpose R=%d C=%d pitch=%lld", Rh, Vp, (long long)pitch),

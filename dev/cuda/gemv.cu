@@ -23,7 +23,7 @@
 //     wait, no split of K): the kernel shipped until the register preload
 //   6 the register preload without the split of K: GemvTuning{true, 1}
 //
-// The fused kernels of the decode step (gemv_fused_forward, gpt2_infer.cuh's fused step at B <= 8), as "gemv-fused"
+// The fused kernels of the decode step (gemv_fused_forward, model_infer.cuh's fused step at B <= 8), as "gemv-fused"
 // ops at M = 1, 2, 4, 8 for both models (gpt2: LayerNorm, biases, GELU, 12 heads; llama: RMSNorm eps
 // 1e-5, RoPE, SwiGLU, 12 / 4 KV heads, no biases; a 256-slot cache): norm+qkv+kv (the norm of the
 // residual rows, the QKV product, RoPE for llama, the K/V cache append at per-row positions with row

@@ -12,7 +12,7 @@
 // variants ask whether 528 leaves bandwidth on the table.
 #include "dev/cuda/harness.cuh"
 #include "llmc/cpu/global_norm.h"
-#include "llmc/gpt2_config.h"
+#include "llmc/model_config.h"
 #include "llmc/global_norm.cuh"
 
 static void run_shape(lab::Lab& L, int64_t n) {
@@ -44,8 +44,8 @@ static void run_shape(lab::Lab& L, int64_t n) {
 
 int main(int argc, char** argv) {
     lab::Lab L(argc, argv, "global_norm.cu");
-    const GPT2Config cfg = gpt2_config_from_descriptor("d12");
-    run_shape(L, (int64_t)gpt2_num_params(cfg));
+    const ModelConfig cfg = model_config_from_descriptor("d12");
+    run_shape(L, (int64_t)model_num_params(cfg));
     run_shape(L, 1000003);
     return L.finish();
 }

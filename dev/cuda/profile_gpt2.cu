@@ -3,7 +3,7 @@
 //                               [--fp8 0] [--fp8-scaling delayed] [--fp8-fused 1] [--fp8-head 0]
 // Includes the trainer's model (llmc/model_train.cuh) and runs its step functions on random tokens:
 // upload, zero grads, forward, loss, backward, update; with --graph 1 the trainer's CUDA-graph step
-// (llmc/gpt2_graph.cuh: the same kernels, captured once, one launch a step; the batch is staged on
+// (llmc/model_graph.cuh: the same kernels, captured once, one launch a step; the batch is staged on
 // the host before the launch, as the trainer does while the previous step runs). After
 // two warm-up steps and one more once CUPTI is on, CUPTI's activity API records the device
 // start/end of every kernel, memset and memcpy of `--steps` steps; the report, per step:
@@ -12,20 +12,20 @@
 //   2. every kernel: calls, ms, % of kernel time, mean us; sorted by time,
 //   3. kernel families (matmul, attention, layernorm, ...) summed, so the next target is visible,
 //   4. kernel time against step time: the rest is launch gaps and host synchronization.
-// --fp8 1 profiles the trainer's FP8 step (llmc/gpt2_fp8.cuh) with the trainer's FP8 defaults and the
+// --fp8 1 profiles the trainer's FP8 step (llmc/model_fp8.cuh) with the trainer's FP8 defaults and the
 // given scaling recipe; its casts, amax passes and scale updates are the family "fp8 casts + scales"
 // (the fused GELU casts of llmc/fp8_fused.cuh included), its matmuls are cuBLASLt's as the bf16 ones.
 // Kernel timestamps need no instrumentation of the trainer, and cuBLASLt's own kernels show up too.
 // Built with NCCL (dev/cuda/Makefile does where NCCL is installed), --zero Z runs the trainer's
-// data-parallel step at world size 1 (llmc/gpt2_dist.cuh: the gradient buckets, the communication
+// data-parallel step at world size 1 (llmc/model_dist.cuh: the gradient buckets, the communication
 // stream, ZeRO stage Z); every NCCL kernel runs on that stream and is listed as "[comm stream] ...",
 // its family "communication (comm stream)", so the report shows what the stream costs.
 // --timeline FILE writes every kernel, memset and memcpy of the profiled steps (device start/end in
 // ns, CUDA stream id, short name) as CSV, to see where streams overlap and where the GPU idles: at
 // world size 1 NCCL's reductions are device copies, "[memcpy other]" on the communication stream's id.
 #include "llmc/model_train.cuh"
-#include "llmc/gpt2_dist.cuh"
-#include "llmc/gpt2_graph.cuh"
+#include "llmc/model_dist.cuh"
+#include "llmc/model_graph.cuh"
 
 #include <cupti.h>
 #include <cxxabi.h>
@@ -139,7 +139,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
         if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
             auto* k = (KernelRecord*)rec;
             std::string name = short_name(k->name);
-            if (name.find("nccl") != std::string::npos) name = "[comm stream] " + name;  // llmc/gpt2_dist.cuh
+            if (name.find("nccl") != std::string::npos) name = "[comm stream] " + name;  // llmc/model_dist.cuh
             add(name, k->start, k->end, k->streamId);
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
             auto* m = (CUpti_ActivityMemset4*)rec;
@@ -188,11 +188,11 @@ int main(int argc, char** argv) {
 
     CudaContext ctx;
     ctx.init(0);
-    GPT2Config config = gpt2_config_from_descriptor(model_desc.c_str());
+    ModelConfig config = model_config_from_descriptor(model_desc.c_str());
     if (max_seq > 0) config.max_seq_len = max_seq;
     printf("device: %s, %d SMs; precision %s\n", ctx.props.name, ctx.props.multiProcessorCount, PRECISION_NAME);
-    gpt2_print_config(config);
-    GPT2 model;
+    model_print_config(config);
+    Model model;
     if (fp8) {
         if (fp8_scaling != "current" && fp8_scaling != "delayed" && fp8_scaling != "rowwise")
             fail("--fp8-scaling %s: expected current, delayed or rowwise", fp8_scaling.c_str());
@@ -214,12 +214,12 @@ int main(int argc, char** argv) {
     dist_cfg.zero = std::max(zero, 0);
     GpuDataParallel dp;
     if (zero >= 0) dp = gpu_dp_plan(model, config, comm, dist_cfg);
-    gpt2_build(model, config, B, T, recompute != 0, ctx);
+    model_build(model, config, B, T, recompute != 0, ctx);
     if (zero >= 0) gpu_dp_start(dp, model, ctx);
     {
         std::vector<float> host(model.num_params);
-        gpt2_init_params(host.data(), config, 1337);
-        gpt2_set_params(model, host.data());
+        model_init_params(host.data(), config, 1337);
+        model_set_params(model, host.data());
     }
     const int N = B * T, V = config.vocab_size;
     std::vector<int> inputs(N), targets(N);
@@ -234,16 +234,16 @@ int main(int argc, char** argv) {
     for (auto& e : ev) cudaCheck(cudaEventCreate(&e));
     double phase_ms[PHASES] = {}, step_ms = 0;
     float loss = 0;
-    GPT2Graph graph;
+    ModelGraph graph;
     auto step = [&](bool record) {
         for (int i = 0; i < N; i++) {
             inputs[i] = (int)data_rng.below(V);
             targets[i] = (int)data_rng.below(V);
         }
         if (graph.exec[0]) {  // --graph 1 after the warm-up: slot 0 every step (each step is waited for)
-            gpt2_graph_stage(graph, model, 0, 0, inputs.data(), targets.data());
+            model_graph_stage(graph, model, 0, 0, inputs.data(), targets.data());
             cudaCheck(cudaEventRecord(ev[0], ctx.stream));
-            gpt2_graph_launch(graph, model, 0, opt, ctx);
+            model_graph_launch(graph, model, 0, opt, ctx);
             cudaCheck(cudaEventRecord(ev[PHASES], ctx.stream));
             cudaCheck(cudaEventSynchronize(ev[PHASES]));
             loss = (float)mean_of(model.host_losses, N);
@@ -254,19 +254,19 @@ int main(int argc, char** argv) {
             return;
         }
         cudaCheck(cudaEventRecord(ev[0], ctx.stream));
-        gpt2_upload_batch(model, inputs.data(), targets.data(), B, T, true, ctx);
-        gpu_dp_zero_grads(dp, model, ctx);  // without --zero: gpt2_zero_grads
+        model_upload_batch(model, inputs.data(), targets.data(), B, T, true, ctx);
+        gpu_dp_zero_grads(dp, model, ctx);  // without --zero: model_zero_grads
         cudaCheck(cudaEventRecord(ev[1], ctx.stream));
-        gpt2_forward(model, B, T, ctx);
+        model_forward(model, B, T, ctx);
         cudaCheck(cudaEventRecord(ev[2], ctx.stream));
-        loss = gpt2_loss(model, B, T, 1.0f / N, true, ctx);
+        loss = model_loss(model, B, T, 1.0f / N, true, ctx);
         cudaCheck(cudaEventRecord(ev[3], ctx.stream));
         if (zero >= 0) gpu_dp_before_backward(dp, true, true);
-        gpt2_backward(model, B, T, ctx);
+        model_backward(model, B, T, ctx);
         if (zero >= 0) gpu_dp_wait_grads(dp, ctx);
         cudaCheck(cudaEventRecord(ev[4], ctx.stream));
         if (zero >= 0) gpu_dp_update(dp, model, opt, ctx);
-        else gpt2_update(model, opt, ctx);
+        else model_update(model, opt, ctx);
         cudaCheck(cudaEventRecord(ev[5], ctx.stream));
         cudaCheck(cudaEventSynchronize(ev[5]));
         if (!record) return;
@@ -280,7 +280,7 @@ int main(int argc, char** argv) {
         step_ms += ms;
     };
     for (int i = 0; i < 2; i++) step(false);  // cuBLASLt heuristics, lazy module loading
-    if (use_graph) gpt2_graph_build(graph, model, 1, 1.0f / N, opt.grad_clip, model.host_losses, ctx);
+    if (use_graph) model_graph_build(graph, model, 1, 1.0f / N, opt.grad_clip, model.host_losses, ctx);
 
     cuptiCheck(cuptiActivityRegisterCallbacks(prof::buffer_requested, prof::buffer_completed));
     cuptiCheck(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
@@ -358,8 +358,8 @@ int main(int argc, char** argv) {
     if (rows.empty()) fail("CUPTI recorded no kernels: activity tracing does not work on this machine");
     cudaCheck(cudaDeviceSynchronize());
     if (zero >= 0) gpu_dp_finish(dp);
-    gpt2_graph_free(graph);
-    gpt2_free(model);
+    model_graph_free(graph);
+    model_free(model);
     ctx.destroy();
     return 0;
 }

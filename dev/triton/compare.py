@@ -51,7 +51,7 @@ def read_log(path, rows, besides):
 def shipped_variant(op):
     """The lab variant that times what the shipped program runs for op: "0", except attention_decode
     at B > 8. Its variant 0 is the call of generate's fused step, which runs at B <= 8 (GEMV_MAX_M,
-    llmc/gpt2_infer.cuh). At B > 8 the step calls attention_decode without the early loads, and that
+    llmc/model_infer.cuh). At B > 8 the step calls attention_decode without the early loads, and that
     call takes the tensor-core kernels where decode_mma_route allows. Variant 9 times that call
     without the cache append the step folds in (variant 8 has it), since the Python rows time
     attention alone."""

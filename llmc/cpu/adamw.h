@@ -2,13 +2,13 @@
 // operation (docs/design.md), so the trajectory matches PyTorch's in fp32.
 // Shapes: params, m, v, grads (N) flat. Updates params, m, v in place (=); grads is read only and
 // multiplied by grad_scale first (the clipping factor from global_norm.h; 1 for none).
-// step is 1-based (the bias corrections use it). Weight decay is per tensor: adamw_update_gpt2
-// applies it only where gpt2_param_decays(i) says so.
+// step is 1-based (the bias corrections use it). Weight decay is per tensor: adamw_update_model
+// applies it only where model_param_decays(i) says so.
 #pragma once
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include "llmc/gpt2_config.h"
+#include "llmc/model_config.h"
 
 namespace cpu {
 
@@ -52,27 +52,27 @@ inline void adamw_update(float* params, float* m, float* v, const float* grads, 
 }
 
 // One AdamW step over elements [begin, end) of a model parameter buffer (params has the layout of
-// gpt2_param_offsets and is whole; grads, m and v hold the range only: m[0] is element begin's, as
-// a ZeRO shard keeps them, llmc/zero.h); weight decay only on the tensors gpt2_param_decays selects.
-inline void adamw_update_gpt2_range(float* params, float* m, float* v, const float* grads, const GPT2Config& cfg,
+// model_param_offsets and is whole; grads, m and v hold the range only: m[0] is element begin's, as
+// a ZeRO shard keeps them, llmc/zero.h); weight decay only on the tensors model_param_decays selects.
+inline void adamw_update_model_range(float* params, float* m, float* v, const float* grads, const ModelConfig& cfg,
                                     size_t begin, size_t end, float lr, float beta1, float beta2, float eps,
                                     float weight_decay, float grad_scale, int64_t step) {
     size_t sizes[NUM_PARAM_TENSORS], off = 0;
-    gpt2_param_sizes(cfg, sizes);
+    model_param_sizes(cfg, sizes);
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         const size_t lo = off > begin ? off : begin, hi = off + sizes[i] < end ? off + sizes[i] : end;
         if (lo < hi)
             adamw_update(params + lo, m + (lo - begin), v + (lo - begin), grads + (lo - begin), hi - lo, lr, beta1, beta2,
-                         eps, gpt2_param_decays(i) ? weight_decay : 0.0f, grad_scale, step);
+                         eps, model_param_decays(i) ? weight_decay : 0.0f, grad_scale, step);
         off += sizes[i];
     }
 }
 
 // One AdamW step over all the tensors of a model parameter buffer (params, m, v, grads share the
-// layout of gpt2_param_offsets).
-inline void adamw_update_gpt2(float* params, float* m, float* v, const float* grads, const GPT2Config& cfg, float lr,
+// layout of model_param_offsets).
+inline void adamw_update_model(float* params, float* m, float* v, const float* grads, const ModelConfig& cfg, float lr,
                               float beta1, float beta2, float eps, float weight_decay, float grad_scale, int64_t step) {
-    adamw_update_gpt2_range(params, m, v, grads, cfg, 0, gpt2_num_params(cfg), lr, beta1, beta2, eps, weight_decay,
+    adamw_update_model_range(params, m, v, grads, cfg, 0, model_num_params(cfg), lr, beta1, beta2, eps, weight_decay,
                             grad_scale, step);
 }
 

@@ -1,12 +1,12 @@
-// llmc/cpu/data_parallel.h: data-parallel training of the CPU model (llmc/cpu/gpt2.h) over a
+// llmc/cpu/data_parallel.h: data-parallel training of the CPU model (llmc/cpu/model.h) over a
 // process group (llmc/dist.h) with the ZeRO stages of llmc/zero.h; the CPU reference of the GPU's
 // distributed step, and what `make test` runs with real processes (docs/distributed.md).
 //
-// One step, on every rank: dp_zero_grads; per micro-batch gpt2_forward, gpt2_loss,
-// dp_before_backward and gpt2_backward with grad_scale 1 / (micro-batches * ranks); then dp_reduce_grads and dp_update
+// One step, on every rank: dp_zero_grads; per micro-batch model_forward, model_loss,
+// dp_before_backward and model_backward with grad_scale 1 / (micro-batches * ranks); then dp_reduce_grads and dp_update
 // (the gradient norm over the ranks, clipping, AdamW over the rank's slice, and at stage 1/2 the
 // all-gather of the updated parameters). A world of one rank at stage 0 computes exactly what
-// gpt2_update does.
+// model_update does.
 //  - stage 0/1: the backward accumulates the whole gradient buffer without communication, and
 //    dp_reduce_grads all-reduces it after the last micro-batch;
 //  - stage 2: grads_memory is this rank's shard only. The backward writes each bucket (llmc/zero.h:
@@ -16,7 +16,7 @@
 //    complete each piece is reduced to its owner's shard (Comm::reduce_sum), every micro-batch.
 //    The reduction replaces the shard's values, so a step's first micro-batch starts its own pieces
 //    from zero too and the shard is not zeroed first (dp_zero_grads).
-//    The GPU's buckets, pieces and order (llmc/gpt2_dist.cuh), but synchronous: one buffer serves
+//    The GPU's buckets, pieces and order (llmc/model_dist.cuh), but synchronous: one buffer serves
 //    the layer buckets in turn, and bucket 0 has its own (the backward writes it at both ends).
 #pragma once
 #include <algorithm>
@@ -26,7 +26,7 @@
 #include "llmc/checkpoint.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/global_norm.h"
-#include "llmc/cpu/gpt2.h"
+#include "llmc/cpu/model.h"
 #include "llmc/dist.h"
 #include "llmc/formats.h"
 #include "llmc/zero.h"
@@ -45,7 +45,7 @@ struct DataParallel {
 namespace dp_detail {
 // Bucket b's buffer before the backward writes it: zeros, and (after the step's first micro-batch)
 // this rank's pieces from its shard.
-inline void fill_bucket(const DataParallel& dp, const GPT2& m, const ZeroBucket& b, float* buffer) {
+inline void fill_bucket(const DataParallel& dp, const Model& m, const ZeroBucket& b, float* buffer) {
     std::fill(buffer, buffer + b.elems, 0.0f);
     if (dp.first_micro) return;
     const int64_t first = dp.plan.shard_begin(dp.plan.rank);
@@ -55,7 +55,7 @@ inline void fill_bucket(const DataParallel& dp, const GPT2& m, const ZeroBucket&
 }
 
 // Bucket b complete: each piece's sum over the ranks replaces its owner's shard values.
-inline void reduce_bucket(DataParallel& dp, GPT2& m, const ZeroBucket& b, const float* buffer) {
+inline void reduce_bucket(DataParallel& dp, Model& m, const ZeroBucket& b, const float* buffer) {
     const int64_t first = dp.plan.shard_begin(dp.plan.rank);
     zero_for_each_bucket_piece(dp.plan, b, [&](int owner, int64_t lo, int64_t hi, int64_t at) {
         dp.comm->reduce_sum(buffer + at, owner == dp.plan.rank ? &m.grads_memory[lo - first] : nullptr, hi - lo, owner);
@@ -65,7 +65,7 @@ inline void reduce_bucket(DataParallel& dp, GPT2& m, const ZeroBucket& b, const 
 
 // Plans the shards and sizes the AdamW moments to this rank's slice; at stage 2 also the gradients,
 // and points the backward at the bucket buffers (the model's hooks keep a pointer to dp).
-inline void dp_setup(DataParallel& dp, GPT2& m, Comm& comm, int zero_stage) {
+inline void dp_setup(DataParallel& dp, Model& m, Comm& comm, int zero_stage) {
     dp.comm = &comm;
     dp.plan = zero_plan((int64_t)m.num_params, zero_stage, comm.rank, comm.world);
     dist_check_same(comm, (int64_t)m.num_params, "the number of parameters (--init, --resume)");
@@ -82,9 +82,9 @@ inline void dp_setup(DataParallel& dp, GPT2& m, Comm& comm, int zero_stage) {
     dp.outside.assign((size_t)dp.buckets[0].elems, 0.0f);
     dp.layer.assign((size_t)largest, 0.0f);
     m.grads_memory.assign((size_t)dp.plan.opt_count(), 0.0f);
-    m.grads = GPT2Tensors<float>{};  // no whole gradient buffer: a path that still expects one crashes
+    m.grads = ModelTensors<float>{};  // no whole gradient buffer: a path that still expects one crashes
     DataParallel* d = &dp;
-    GPT2* model = &m;
+    Model* model = &m;
     auto bucket_of = [d](int l) -> const ZeroBucket& { return d->buckets[l < 0 ? 0 : d->bucket_of_layer[l]]; };
     auto buffer_of = [d](int l) { return l < 0 ? d->outside.data() : d->layer.data(); };
     m.grads_of = [d, model, bucket_of, buffer_of](int l) {
@@ -98,10 +98,10 @@ inline void dp_setup(DataParallel& dp, GPT2& m, Comm& comm, int zero_stage) {
     };
 }
 
-// At a step's start, in place of gpt2_zero_grads: the gradients zeroed, except stage 2's shard, which
+// At a step's start, in place of model_zero_grads: the gradients zeroed, except stage 2's shard, which
 // the first micro-batch's reductions replace.
-inline void dp_zero_grads(GPT2& m, const DataParallel& dp) {
-    if (dp.plan.stage != 2) gpt2_zero_grads(m);
+inline void dp_zero_grads(Model& m, const DataParallel& dp) {
+    if (dp.plan.stage != 2) model_zero_grads(m);
 }
 
 // Before each micro-batch's backward: whether it is the step's first.
@@ -109,14 +109,14 @@ inline void dp_before_backward(DataParallel& dp, bool first_micro) { dp.first_mi
 
 // After the last micro-batch, stage 0/1: the whole gradient summed over the ranks (stage 2 has
 // reduced its buckets during the backward).
-inline void dp_reduce_grads(GPT2& m, DataParallel& dp) {
+inline void dp_reduce_grads(Model& m, DataParallel& dp) {
     if (dp.comm->world == 1 || dp.plan.stage == 2) return;
     dp.comm->allreduce_sum(m.grads_memory.data(), (int64_t)m.num_params);
 }
 
 // Clip by the global gradient norm (over every rank's slice), one AdamW step over this rank's
 // slice, and at stage 1/2 the all-gather of the updated parameters. Returns the norm before clipping.
-inline float dp_update(GPT2& m, DataParallel& dp, const OptimizerSettings& o) {
+inline float dp_update(Model& m, DataParallel& dp, const OptimizerSettings& o) {
     const ZeroPlan& p = dp.plan;
     const int64_t b = p.opt_begin(), e = p.opt_end();
     const float* grads = m.grads_memory.data() + (p.stage == 2 ? 0 : b);  // the slice's gradients
@@ -124,7 +124,7 @@ inline float dp_update(GPT2& m, DataParallel& dp, const OptimizerSettings& o) {
     if (p.stage > 0) sq = dp.comm->allreduce_sum(sq);
     const float norm = (float)std::sqrt(sq);
     m.step++;
-    cpu::adamw_update_gpt2_range(m.params_memory.data(), m.m_memory.data(), m.v_memory.data(), grads, m.config, (size_t)b,
+    cpu::adamw_update_model_range(m.params_memory.data(), m.m_memory.data(), m.v_memory.data(), grads, m.config, (size_t)b,
                                  (size_t)e, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
                                  cpu::grad_clip_scale(norm, o.grad_clip), m.step);
     if (p.stage > 0) dp.comm->allgather(m.params_memory.data(), p);
@@ -135,7 +135,7 @@ inline float dp_update(GPT2& m, DataParallel& dp, const OptimizerSettings& o) {
 // its slice of the optimizer state (llmc/zero.h: state.bin, or state_RRRRR.bin per rank); once
 // every rank has written (barrier), rank 0 writes DONE and renames, so the checkpoint appears
 // whole or not at all.
-inline void dp_save_checkpoint(const GPT2& m, DataParallel& dp, const std::string& out_dir,
+inline void dp_save_checkpoint(const Model& m, DataParallel& dp, const std::string& out_dir,
                                const int64_t loader_state[16], uint64_t rng_state) {
     Comm& comm = *dp.comm;
     const ZeroPlan& p = dp.plan;
@@ -162,10 +162,10 @@ inline void dp_save_checkpoint(const GPT2& m, DataParallel& dp, const std::strin
 // Reads checkpoint `dir` (written at any world size and stage) into the built model: the
 // parameters, this rank's slice of the optimizer state, the step; returns the training state with
 // the data position moved to this run's world size.
-inline TrainState dp_load_checkpoint(GPT2& m, DataParallel& dp, const std::string& dir) {
+inline TrainState dp_load_checkpoint(Model& m, DataParallel& dp, const std::string& dir) {
     const std::string model_path = dir + "/model.bin";
     ModelFileInfo info = model_read_info(model_path.c_str());
-    if (!gpt2_same_config(info.config, m.config))
+    if (!model_same_config(info.config, m.config))
         fail("%s: the checkpoint's model shape differs from this run's", model_path.c_str());
     model_read_fp32(model_path.c_str(), m.params_memory.data());
     const ZeroPlan& p = dp.plan;

@@ -8,7 +8,7 @@
 // so imported weights need no permutation), and the pair turns by the angle p * theta^(-2i/HD) at
 // position p, i = 0 .. HD/2-1:
 //   x'[i] = x[i] cos - x[i + HD/2] sin,   x'[i + HD/2] = x[i + HD/2] cos + x[i] sin.
-// With RoPE scaling (llmc/gpt2_config.h RopeScaling: Llama 3.x's llama3) the frequencies
+// With RoPE scaling (llmc/model_config.h RopeScaling: Llama 3.x's llama3) the frequencies
 // theta^(-2i/HD) are scaled first, as transformers' rope_type "llama3" does; the rotation is the same.
 // Token t of every sequence sits at position pos_offset + t (pos_offset > 0: a KV cache's next
 // tokens), so the tables need max_pos >= pos_offset + T rows.
@@ -23,7 +23,7 @@
 #include <cmath>
 #include <cstddef>
 #include <vector>
-#include "llmc/gpt2_config.h"
+#include "llmc/model_config.h"
 #include "llmc/utils.h"
 
 namespace cpu {
@@ -33,7 +33,7 @@ inline void rope_check_shape(int HD, int pos_offset) {
     if (pos_offset < 0) fail("rope: position offset %d must be >= 0", pos_offset);
 }
 
-// inv_freq[i] = theta^(-2i/HD), i = 0 .. HD/2-1, scaled by `scaling` (its values as gpt2_validate_config
+// inv_freq[i] = theta^(-2i/HD), i = 0 .. HD/2-1, scaled by `scaling` (its values as model_validate_config
 // admits them: every model file and config passes there first). llama3, with L the original
 // context length: a pair whose wavelength 2 pi / f is below L / high_freq_factor keeps f, one above
 // L / low_freq_factor gets f / factor, and one between gets the blend (1 - s) f / factor + s f with
@@ -76,12 +76,12 @@ inline void rope_tables(float* cos, float* sin, int max_pos, int HD, double thet
     }
 }
 
-// The tables of a RoPE model (max_pos rows of HD/2 = gpt2_head_dim(c) / 2): its theta and scaling.
+// The tables of a RoPE model (max_pos rows of HD/2 = model_head_dim(c) / 2): its theta and scaling.
 // Every model (CPU and GPU trainers, the generators, the tests) builds its tables here, so none can
 // forget the scaling.
-inline void rope_tables_for(const GPT2Config& c, float* cos, float* sin, int max_pos) {
+inline void rope_tables_for(const ModelConfig& c, float* cos, float* sin, int max_pos) {
     if (c.position != POS_ROPE) fail("rope: tables asked for a model with learned positions");
-    rope_tables(cos, sin, max_pos, gpt2_head_dim(c), c.rope_theta, c.rope_scaling);
+    rope_tables(cos, sin, max_pos, model_head_dim(c), c.rope_theta, c.rope_scaling);
 }
 
 namespace detail {

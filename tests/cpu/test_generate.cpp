@@ -1,5 +1,5 @@
-// test_generate_cpu: the cached forward of llmc/cpu/gpt2_infer.h (prefill + one decode step per
-// token through the KV cache) gives the logits of the full-sequence forward of llmc/cpu/gpt2.h
+// test_generate_cpu: the cached forward of llmc/cpu/model_infer.h (prefill + one decode step per
+// token through the KV cache) gives the logits of the full-sequence forward of llmc/cpu/model.h
 // (itself checked against PyTorch by test_gpt2_cpu) at every position, teacher-forced.
 // Each case draws B random sequences of N tokens; sequence b's first lengths[b] tokens are its
 // prompt (one right-padded prefill of the whole batch: the logits of every prompt position, then
@@ -14,7 +14,7 @@
 // token's position, SwiGLU, no biases): multi-head with a tied head (llama_model.bin), GQA with an
 // untied head (llama_gqa_model.bin), GQA with a window of 5 (llama_window_model.bin, a wrapped ring).
 // Tolerance: max |cached - full| / max |full| <= 1e-5 (fp32, the same ops on different row counts).
-// Then the trainer's samples (gpt2_infer_sample: a one-token prefill, a decode step per token): on
+// Then the trainer's samples (model_infer_sample: a one-token prefill, a decode step per token): on
 // four of those models, greedy and three temperatures, three RNG seeds each, the tokens and the RNG
 // state after them equal those of a full forward over the whole sequence per token (the CPU
 // trainer's sampler before it used the cache), once with the cache over the sample's own length (as
@@ -30,8 +30,8 @@
 #include <functional>
 #include <string>
 #include <vector>
-#include "llmc/cpu/gpt2.h"
-#include "llmc/cpu/gpt2_infer.h"
+#include "llmc/cpu/model.h"
+#include "llmc/cpu/model_infer.h"
 #include "llmc/formats.h"
 #include "llmc/rand.h"
 
@@ -58,22 +58,22 @@ struct ErrTally {
 
 static bool run_case(const Case& k, const std::string& dir, uint64_t seed) {
     const std::string path = dir + "/" + k.model;
-    const GPT2Config c = model_read_info(path.c_str()).config;
-    std::vector<float> params(gpt2_num_params(c));
+    const ModelConfig c = model_read_info(path.c_str()).config;
+    std::vector<float> params(model_num_params(c));
     model_read_fp32(path.c_str(), params.data());
     const int B = (int)k.lengths.size(), N = k.max_seq, V = c.vocab_size, Vp = c.padded_vocab_size;
 
     std::vector<int> tokens((size_t)B * N);
     Rng rng(seed);
     for (int& t : tokens) t = (int)rng.below(V);
-    GPT2 full;
-    gpt2_build(full, c, B, N);
-    gpt2_set_params(full, params.data());
-    gpt2_forward(full, tokens.data(), B, N);
+    Model full;
+    model_build(full, c, B, N);
+    model_set_params(full, params.data());
+    model_forward(full, tokens.data(), B, N);
     auto ref = [&](int b, int t) { return full.acts.logits.data() + ((size_t)b * N + t) * Vp; };
 
-    GPT2Infer m;
-    gpt2_infer_build(m, c, params.data(), B, N);
+    ModelInfer m;
+    model_infer_build(m, c, params.data(), B, N);
     std::fill(m.cache.k.begin(), m.cache.k.end(), NAN);
     std::fill(m.cache.v.begin(), m.cache.v.end(), NAN);
     ErrTally prefill, decode;
@@ -83,12 +83,12 @@ static bool run_case(const Case& k, const std::string& dir, uint64_t seed) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) prompt[(size_t)b * T + t] = t < k.lengths[b] ? tokens[(size_t)b * N + t] : V - 1;
     if (!m.acts.logits.empty()) std::fill(m.acts.logits.begin(), m.acts.logits.end(), NAN);
-    const float* logits = gpt2_prefill(m, prompt.data(), k.lengths.data(), B, T, true);
+    const float* logits = model_prefill(m, prompt.data(), k.lengths.data(), B, T, true);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < k.lengths[b]; t++) prefill.add(logits + ((size_t)b * T + t) * Vp, ref(b, t), V);
     // as generation runs it: the logits of each prompt's last position only (and the cache again)
     std::fill(m.acts.logits.begin(), m.acts.logits.end(), NAN);
-    logits = gpt2_prefill(m, prompt.data(), k.lengths.data(), B, T);
+    logits = model_prefill(m, prompt.data(), k.lengths.data(), B, T);
     for (int b = 0; b < B; b++) prefill.add(logits + (size_t)b * Vp, ref(b, k.lengths[b] - 1), V);
 
     std::vector<int> next(B), pos(B);
@@ -102,7 +102,7 @@ static bool run_case(const Case& k, const std::string& dir, uint64_t seed) {
         }
         if (!any) break;
         std::fill(m.acts.logits.begin(), m.acts.logits.end(), NAN);
-        logits = gpt2_decode_step(m, next.data(), pos.data(), B);
+        logits = model_decode_step(m, next.data(), pos.data(), B);
         for (int b = 0; b < B; b++)
             if (pos[b] >= 0) decode.add(logits + (size_t)b * Vp, ref(b, pos[b]), V);
     }
@@ -118,12 +118,12 @@ static bool run_case(const Case& k, const std::string& dir, uint64_t seed) {
 
 // The reference sampler: `gen` tokens after `eot`, one full forward per token over the whole
 // sequence, each drawn from its last position's logits. *min_gap: the smallest top-2 logit gap.
-static std::vector<int> sample_full(GPT2& full, int eot, int gen, float temperature, Rng& rng, float* min_gap) {
+static std::vector<int> sample_full(Model& full, int eot, int gen, float temperature, Rng& rng, float* min_gap) {
     const int V = full.config.vocab_size, Vp = full.config.padded_vocab_size;
     std::vector<int> ctx{eot};
     for (int i = 0; i < gen; i++) {
         const int n = (int)ctx.size();
-        gpt2_forward(full, ctx.data(), 1, n);
+        model_forward(full, ctx.data(), 1, n);
         const float* row = full.acts.logits.data() + (size_t)(n - 1) * Vp;
         std::vector<float> sorted(row, row + V);
         std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
@@ -135,16 +135,16 @@ static std::vector<int> sample_full(GPT2& full, int eot, int gen, float temperat
 
 static bool run_sample_case(const char* name, const std::string& dir, const char* model) {
     const std::string path = dir + "/" + model;
-    const GPT2Config c = model_read_info(path.c_str()).config;
-    std::vector<float> params(gpt2_num_params(c));
+    const ModelConfig c = model_read_info(path.c_str()).config;
+    std::vector<float> params(model_num_params(c));
     model_read_fp32(path.c_str(), params.data());
     const int maxT = c.max_seq_len, own = maxT * 2 / 3, eot = c.vocab_size - 1;
-    GPT2 full;
-    gpt2_build(full, c, 1, maxT);
-    gpt2_set_params(full, params.data());
-    GPT2Infer whole, trainer;  // over the whole context; over `own` positions, as the trainer builds it
-    gpt2_infer_build(whole, c, params.data(), 1, maxT);
-    gpt2_infer_build(trainer, c, params.data(), 1, own);
+    Model full;
+    model_build(full, c, 1, maxT);
+    model_set_params(full, params.data());
+    ModelInfer whole, trainer;  // over the whole context; over `own` positions, as the trainer builds it
+    model_infer_build(whole, c, params.data(), 1, maxT);
+    model_infer_build(trainer, c, params.data(), 1, own);
     int samples = 0, differ = 0, rng_differ = 0, wrong_length = 0;
     float min_gap = INFINITY;
     for (float temperature : {0.0f, 0.7f, 1.0f, 1.5f}) {
@@ -154,8 +154,8 @@ static bool run_sample_case(const char* name, const std::string& dir, const char
             const std::vector<int> ref = sample_full(full, eot, maxT, temperature, ref_rng, &gap);
             const std::vector<int> ref_own = sample_full(full, eot, own, temperature, ref_own_rng, &gap);
             if (temperature == 0.0f) min_gap = std::min(min_gap, gap);
-            const std::vector<int> a = gpt2_infer_sample(whole, eot, maxT + 5, temperature, rng_whole);
-            const std::vector<int> b = gpt2_infer_sample(trainer, eot, own, temperature, rng_trainer);
+            const std::vector<int> a = model_infer_sample(whole, eot, maxT + 5, temperature, rng_whole);
+            const std::vector<int> b = model_infer_sample(trainer, eot, own, temperature, rng_trainer);
             wrong_length += (a.size() != ref.size()) + (b.size() != ref_own.size());
             for (size_t i = 0; i < a.size() && i < ref.size(); i++) differ += a[i] != ref[i];
             for (size_t i = 0; i < b.size() && i < ref_own.size(); i++) differ += b[i] != ref_own[i];

@@ -5,7 +5,7 @@
 // B: rows per forward pass (B / K examples), to check the score does not depend on the batching.
 #include <cstdio>
 #include <vector>
-#include "llmc/cpu/gpt2.h"
+#include "llmc/cpu/model.h"
 #include "llmc/hellaswag.h"
 
 int main(int argc, char** argv) {
@@ -16,18 +16,18 @@ int main(int argc, char** argv) {
     int64_t B;
     if (!parse_int64(argv[3], &B) || B < 1 || B > 4096) fail("B: '%s' is not an integer in [1, 4096]", argv[3]);
     const ModelFileInfo info = model_read_info(argv[1]);
-    const GPT2Config& c = info.config;
-    GPT2 model;
-    gpt2_build(model, c, (int)B, c.max_seq_len);
+    const ModelConfig& c = info.config;
+    Model model;
+    model_build(model, c, (int)B, c.max_seq_len);
     {
         std::vector<float> params(model.num_params);
         model_read_fp32(argv[1], params.data());
-        gpt2_set_params(model, params.data());
+        model_set_params(model, params.data());
     }
     HellaSwagEval eval(argv[2], (int)B, c.max_seq_len, c.vocab_size);
     const HellaSwagScore s = eval.run([&](const int* inputs, const int* targets, int rows, int T) {
-        gpt2_forward(model, inputs, rows, T);
-        gpt2_loss(model, targets);
+        model_forward(model, inputs, rows, T);
+        model_loss(model, targets);
         return model.acts.losses.data();
     });
     const int K = s.num_choices;

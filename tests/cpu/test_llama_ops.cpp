@@ -169,14 +169,14 @@ static void check_rope_scaled(FixtureReader& rd) {
     compare(name, "cos", rows(cos), ref_cos, TABLE_TOLERANCE);
     compare(name, "sin", rows(sin), ref_sin, TABLE_TOLERANCE);
 
-    GPT2Config c = gpt2_shape(1, 2 * HD, 2, 100);  // two heads of HD
+    ModelConfig c = model_shape(1, 2 * HD, 2, 100);  // two heads of HD
     c.architecture = ARCH_LLAMA;
     c.norm = NORM_RMSNORM;
     c.norm_eps = 1e-5;
     c.position = POS_ROPE;
     c.rope_theta = par[0];
     c.rope_scaling = r;
-    gpt2_validate_config(c, name);
+    model_validate_config(c, name);
     Vec cos_c((size_t)max_pos * half, NAN), sin_c((size_t)max_pos * half, NAN);
     cpu::rope_tables_for(c, cos_c.data(), sin_c.data(), max_pos);
     g_tally.expect(name, "rope_tables_for(config) == rope_tables(theta, scaling)", cos_c == cos && sin_c == sin);

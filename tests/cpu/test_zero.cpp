@@ -24,7 +24,7 @@
 #include <cstring>
 #include <string>
 #include <vector>
-#include "llmc/gpt2_config.h"
+#include "llmc/model_config.h"
 #include "llmc/zero.h"
 #include "tests/cpu/check.h"
 
@@ -48,13 +48,13 @@ static void write_shards(const std::string& dir, int64_t n, int world, int stage
     }
 }
 
-// The ZeRO-2 step of llmc/cpu/data_parallel.h and llmc/gpt2_dist.cuh on W simulated ranks: rank r's
+// The ZeRO-2 step of llmc/cpu/data_parallel.h and llmc/model_dist.cuh on W simulated ranks: rank r's
 // gradient of element i in micro-batch k is grad(r, k, i); returns the shards after `micro` batches.
 // The shards start as NaN (they are not zeroed at a step's start: they hold the last step's sums),
 // and the first micro-batch copies nothing in from them, so a shard element that no piece of the
 // first micro-batch's reductions replaces stays NaN and fails the comparison.
-static std::vector<std::vector<float>> simulate_zero2(const GPT2Config& c, int64_t max_elems, int world, int micro) {
-    const int64_t n = (int64_t)gpt2_num_params(c);
+static std::vector<std::vector<float>> simulate_zero2(const ModelConfig& c, int64_t max_elems, int world, int micro) {
+    const int64_t n = (int64_t)model_num_params(c);
     const std::vector<ZeroBucket> buckets = zero_buckets(c, max_elems, 16);
     auto grad = [](int r, int k, int64_t i) { return (float)((i * 7 + r * 3 + k * 5) % 11); };
     std::vector<ZeroPlan> plans;
@@ -100,19 +100,19 @@ static std::vector<std::vector<float>> simulate_zero2(const GPT2Config& c, int64
     return shards;
 }
 
-static void check_buckets(const GPT2Config& c, const char* name, int64_t max_elems) {
-    const int64_t n = (int64_t)gpt2_num_params(c), align = 16;
+static void check_buckets(const ModelConfig& c, const char* name, int64_t max_elems) {
+    const int64_t n = (int64_t)model_num_params(c), align = 16;
     const int L = c.num_layers;
     const std::vector<ZeroBucket> buckets = zero_buckets(c, max_elems, align);
     size_t sizes[NUM_PARAM_TENSORS], offsets[NUM_PARAM_TENSORS];
-    gpt2_param_sizes(c, sizes);
-    gpt2_param_offsets(c, offsets);
+    model_param_sizes(c, sizes);
+    model_param_offsets(c, offsets);
     std::vector<int> owner((size_t)n, -1);
     int next_layer = 0;
     bool ok = buckets.size() >= 2 && buckets[0].first_layer == -1;
     const std::vector<int> of = zero_bucket_of_layer(buckets, L);
     std::vector<float> base((size_t)n), buffer;
-    const GPT2Tensors<float> whole = gpt2_point_tensors(base.data(), c);
+    const ModelTensors<float> whole = model_point_tensors(base.data(), c);
     for (size_t k = 0; k < buckets.size(); k++) {
         const ZeroBucket& b = buckets[k];
         if (k > 0) {
@@ -122,7 +122,7 @@ static void check_buckets(const GPT2Config& c, const char* name, int64_t max_ele
         }
         int64_t packed_end = 0;
         for (const ZeroRange& r : b.ranges) {
-            ok &= gpt2_param_per_layer(r.tensor) == (k > 0) && r.packed >= packed_end && r.packed % align == r.begin % align;
+            ok &= model_param_per_layer(r.tensor) == (k > 0) && r.packed >= packed_end && r.packed % align == r.begin % align;
             ok &= r.begin >= (int64_t)offsets[r.tensor] && r.end <= (int64_t)(offsets[r.tensor] + sizes[r.tensor]);
             packed_end = r.packed + (r.end - r.begin);
             for (int64_t i = r.begin; i < r.end; i++) {
@@ -134,10 +134,10 @@ static void check_buckets(const GPT2Config& c, const char* name, int64_t max_ele
         buffer.assign((size_t)b.elems, 0.0f);
         for (int l = std::max(b.first_layer, 0); l <= b.last_layer || (k == 0 && l == 0); l++) {
             const int at = k == 0 ? -1 : l;
-            GPT2Tensors<float> in_bucket = zero_bucket_grads(buffer.data(), b, at);
-            GPT2Tensors<float> in_whole = k == 0 ? whole : gpt2_layer_slices(whole, c, l);
+            ModelTensors<float> in_bucket = zero_bucket_grads(buffer.data(), b, at);
+            ModelTensors<float> in_whole = k == 0 ? whole : model_layer_slices(whole, c, l);
             for (const ZeroRange& r : b.ranges) {
-                const int64_t w = gpt2_tensor(in_whole, r.tensor) - base.data(), p = gpt2_tensor(in_bucket, r.tensor) - buffer.data();
+                const int64_t w = model_tensor(in_whole, r.tensor) - base.data(), p = model_tensor(in_bucket, r.tensor) - buffer.data();
                 ok &= w - r.begin == p - r.packed && p >= 0 && p < b.elems;
             }
             if (k == 0) break;
@@ -233,9 +233,9 @@ int main() {
     wait(&status);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "12 windows at 5 ranks was accepted");
     // 4. gradient buckets and the ZeRO-2 step on them
-    GPT2Config gpt = gpt2_shape(3, 32, 2, 100);  // GPT-2: biases, LayerNorm, learned positions, tied head
+    ModelConfig gpt = model_shape(3, 32, 2, 100);  // GPT-2: biases, LayerNorm, learned positions, tied head
     gpt.max_seq_len = 16;
-    const GPT2Config llama = gpt2_config_from_descriptor("llama:L4,C32,H4,KV2,V70,untied");  // no biases, lm_head
+    const ModelConfig llama = model_config_from_descriptor("llama:L4,C32,H4,KV2,V70,untied");  // no biases, lm_head
     for (int64_t max_elems : {1, 25000, 40000, 1 << 30}) {
         check_buckets(gpt, "gpt2 L3", max_elems);
         check_buckets(llama, "llama L4", max_elems);

@@ -11,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const char* path = file.set(data, size);
     try {
         ModelFileInfo info = model_read_info(path);
-        FUZZ_CHECK((size_t)info.num_params == gpt2_num_params(info.config));
+        FUZZ_CHECK((size_t)info.num_params == model_num_params(info.config));
         const int64_t bytes = info.dtype == DTYPE_BF16 ? 2 : 4;
         FUZZ_CHECK((int64_t)size == HEADER_BYTES + info.num_params * bytes);
         std::vector<float> params(info.num_params);

@@ -1,4 +1,4 @@
-// test_fp8.cu (build/test_fp8_gpu): the FP8 linear layers of --fp8 (llmc/gpt2_fp8.cuh) against the CPU reference.
+// test_fp8.cu (build/test_fp8_gpu): the FP8 linear layers of --fp8 (llmc/model_fp8.cuh) against the CPU reference.
 //   build/test_fp8_gpu        (make build/test_fp8_gpu; bf16 build; needs a GPU with FP8, sm_89+)
 // A d2 GPT-2 (C 128, H 512, QKV 384) is built with --fp8 1 at N = B*T rows, and each linear layer
 // of its first block (qkv 128->384, fc 128->512 with GELU, fcproj 512->128, and attproj 128->128)
@@ -143,9 +143,9 @@ static double nmse_of(const std::vector<float>& got, const std::vector<double>& 
 // One linear layer k of the model's first block, forward and backward, against the reference. gelu:
 // the forward applies GELU (fc); dgelu: the backward's dinp goes through dGELU at a random
 // pre-activation of the input's shape (fcproj, whose input is the GELU output).
-static void test_linear(GPT2& model, int k, const char* name, bool gelu, bool dgelu, int N, Rng& rng,
+static void test_linear(Model& model, int k, const char* name, bool gelu, bool dgelu, int N, Rng& rng,
                         const CudaContext& ctx) {
-    GPT2Fp8& f = model.fp8;
+    ModelFp8& f = model.fp8;
     const int C = f.cin[k], OC = f.oc[k];
     const bool rowwise = f.set.scaling == Fp8Scaling::ROWWISE, wgrad_fp8 = !f.set.wgrad_bf16;
     const bool delayed = f.set.scaling == Fp8Scaling::DELAYED;
@@ -290,8 +290,8 @@ static void test_linear(GPT2& model, int k, const char* name, bool gelu, bool dg
 // two GELU-derived scales (fcproj's X, fc's dY): the first pass took their amaxes from these same
 // kernels' outputs of the same inputs. What is left is test_linear's: fp32 accumulation and the
 // bf16 output rounding, inside the same tolerance.
-static void test_mlp(GPT2& model, int N, Rng& rng, const CudaContext& ctx) {
-    GPT2Fp8& f = model.fp8;
+static void test_mlp(Model& model, int N, Rng& rng, const CudaContext& ctx) {
+    ModelFp8& f = model.fp8;
     const int C = f.cin[FP8_FC], H = f.oc[FP8_FC];
     printf("mlp: N=%d, %d -> %d -> GELU -> %d, dY %s, delayed scaling, fused GELU casts\n", N, C, H, C,
            fp8_format_name(f.set.grad));
@@ -396,7 +396,7 @@ static void test_mlp(GPT2& model, int N, Rng& rng, const CudaContext& ctx) {
     cudaCheck(cudaFree(d_scratch));
 }
 
-// The output head in FP8 (--fp8-head 1; llmc/gpt2_fp8.cuh, fp8_head_*), on a model with a vocabulary of
+// The output head in FP8 (--fp8-head 1; llmc/model_fp8.cuh, fp8_head_*), on a model with a vocabulary of
 // V (padded to Vp) at N rows: fp8_head_forward's logits, the classifier's FP8 dlogits and
 // fp8_head_backward's input and weight gradients, on fresh random X (lnf's output), W and targets.
 //   forward         logits against xq . wq^T in double (X and W quantized with the scales the GPU set,
@@ -409,15 +409,15 @@ static void test_mlp(GPT2& model, int N, Rng& rng, const CudaContext& ctx) {
 //   weight grad     dW (Vp, C) += dq^T . xq, from random dW (the chunked transposes inside the logits)
 // N below Vp takes the vocabulary-chunk path of the weight gradient, N above it the token-range one.
 static void test_head(const CudaContext& ctx, Rng& rng, Fp8Format grad, int B, int V, int Vp) {
-    GPT2Config config = gpt2_config_from_descriptor("d2");
+    ModelConfig config = model_config_from_descriptor("d2");
     config.vocab_size = V;
     config.padded_vocab_size = Vp;
-    GPT2 model;
+    Model model;
     model.fp8.set.enabled = true;
     model.fp8.set.head = true;
     model.fp8.set.grad = grad;
-    gpt2_build(model, config, B, 64, false, ctx);
-    GPT2Fp8& f = model.fp8;
+    model_build(model, config, B, 64, false, ctx);
+    ModelFp8& f = model.fp8;
     const int N = B * 64, C = f.C;
     const cpu::Fp8Format cf = fp8_cpu_format(grad);
     const float dloss = 1.0f / (3.0f * N);  // not a power of two: the scale rounds down to one
@@ -536,20 +536,20 @@ static void test_head(const CudaContext& ctx, Rng& rng, Fp8Format grad, int B, i
     cudaCheck(cudaFree(d_targets));
     cudaCheck(cudaFree(d_losses));
     cudaCheck(cudaFree(d_losses_ref));
-    gpt2_free(model);
+    model_free(model);
 }
 
-// fp8_cast_weights (every block's weight copies in 9 launches, gpt2_forward's path outside ZeRO) against
+// fp8_cast_weights (every block's weight copies in 9 launches, model_forward's path outside ZeRO) against
 // the per-layer casts fp8_linear_forward makes (cast_scaled, current scaling): the same W and W^T bytes
 // and the same scales, bit for bit, each run into a poisoned copy buffer from fresh metas; with
 // --fp8-bf16-layers 1 the end blocks' copies stay untouched.
 static void test_cast_weights(const CudaContext& ctx, Rng& rng, int bf16_layers) {
-    GPT2 model;
+    Model model;
     model.fp8.set.enabled = true;
     model.fp8.set.scaling = Fp8Scaling::CURRENT;
     model.fp8.set.bf16_layers = bf16_layers;
-    gpt2_build(model, gpt2_config_from_descriptor("d4"), 2, 64, false, ctx);
-    GPT2Fp8& f = model.fp8;
+    model_build(model, model_config_from_descriptor("d4"), 2, 64, false, ctx);
+    ModelFp8& f = model.fp8;
     floatX* w[FP8_LINEARS] = {model.params.qkvw, model.params.attprojw, model.params.fcw, model.params.fcprojw};
     for (int k = 0; k < FP8_LINEARS; k++) {  // fresh weights, a different range per linear
         const std::vector<float> v = random_bf16(rng, (size_t)f.L * f.oc[k] * f.cin[k], 0.02f * (k + 1));
@@ -601,7 +601,7 @@ static void test_cast_weights(const CudaContext& ctx, Rng& rng, int bf16_layers)
            "%d scales differ, %zu end-block bytes written\n", ok ? "ok" : "FAIL", bf16_layers, differ, bytes, scale_differ,
            end_written);
     if (!ok) failures++;
-    gpt2_free(model);
+    model_free(model);
 }
 
 // qkv's dY cast with its dQ columns read from the attention backward's fp32 sums (fp8_dq_fused;
@@ -794,7 +794,7 @@ static void test_dq_kept_only_where_allowed(const CudaContext& ctx, Rng& rng) {
     for (float* p : {d_lse, d_scratch}) cudaCheck(cudaFree(p));
 }
 
-// The trainer's plumbing of DQ_ACCUM (gpt2_backward: the attention backward keeps dQ in its scratch,
+// The trainer's plumbing of DQ_ACCUM (model_backward: the attention backward keeps dQ in its scratch,
 // qkv's cast reads it there) on a d2 GPT-2 at B 4, T 256 (N 1024), --fp8 1 delayed with the fused
 // casts: after a first step (current scaling) the same forward and backward run twice from the same
 // parameters and batch, once as the trainer runs it and once with the dQ store (fp8.rope set for that
@@ -803,20 +803,20 @@ static void test_dq_kept_only_where_allowed(const CudaContext& ctx, Rng& rng) {
 // to the tolerance of the other checks, every qkv weight and bias gradient and then all of them: a wrong
 // dQ in the cast (its columns, scale, pointer) is far outside it.
 static void test_dq_model(const CudaContext& ctx, Rng& rng) {
-    GPT2Config config = gpt2_config_from_descriptor("d2");
+    ModelConfig config = model_config_from_descriptor("d2");
     const int B = 4, T = 256, N = B * T;
-    GPT2 model;
+    Model model;
     model.fp8.set.enabled = true;
     model.fp8.set.scaling = Fp8Scaling::DELAYED;
-    gpt2_build(model, config, B, T, false, ctx);
+    model_build(model, config, B, T, false, ctx);
     {
         std::vector<float> host(model.num_params);
-        gpt2_init_params(host.data(), config, 18);
-        gpt2_set_params(model, host.data());
+        model_init_params(host.data(), config, 18);
+        model_set_params(model, host.data());
     }
     std::vector<int> tokens(2 * N);
     for (int& t : tokens) t = (int)rng.below(config.vocab_size);
-    const int HD = gpt2_head_dim(config), QKV = gpt2_qkv_channels(config), C = config.channels, L = config.num_layers;
+    const int HD = model_head_dim(config), QKV = model_qkv_channels(config), C = config.channels, L = config.num_layers;
     printf("dq model: d2 (C %d, %d heads of %d), B=%d T=%d, --fp8 1 delayed, fused casts\n", C, config.num_heads, HD, B, T);
     const size_t nq = (size_t)N * QKV;
     const int Q = config.num_heads * HD;
@@ -824,12 +824,12 @@ static void test_dq_model(const CudaContext& ctx, Rng& rng) {
     // columns stay poisoned (and were never read: the gradients would be NaN), else none may
     auto step = [&](bool dq_in_cast) {
         model.fp8.rope = !dq_in_cast;  // (a GPT-2: only fp8_dq_fused reads it)
-        gpt2_upload_batch(model, tokens.data(), tokens.data() + N, B, T, true, ctx);
-        gpt2_forward(model, B, T, ctx);
-        gpt2_loss(model, B, T, 1.0f / N, true, ctx);
-        gpt2_zero_grads(model, ctx);
+        model_upload_batch(model, tokens.data(), tokens.data() + N, B, T, true, ctx);
+        model_forward(model, B, T, ctx);
+        model_loss(model, B, T, 1.0f / N, true, ctx);
+        model_zero_grads(model, ctx);
         cudaCheck(cudaMemsetAsync(model.acts.dqkv, 0xFF, nq * sizeof(floatX), ctx.stream));
-        gpt2_backward(model, B, T, ctx);
+        model_backward(model, B, T, ctx);
         cudaCheck(cudaStreamSynchronize(ctx.stream));
         std::vector<uint16_t> h(nq);
         cudaCheck(cudaMemcpy(h.data(), model.acts.dqkv, nq * 2, cudaMemcpyDeviceToHost));
@@ -855,7 +855,7 @@ static void test_dq_model(const CudaContext& ctx, Rng& rng) {
         check("qkv bias gradients", slice(fused, b_at, nb), slice(stored, b_at, nb));
     }
     check("all gradients", fused, stored);
-    gpt2_free(model);
+    model_free(model);
 }
 
 int main(int argc, char** argv) {
@@ -868,19 +868,19 @@ int main(int argc, char** argv) {
     ctx.init(0);
     if (ctx.props.major * 10 + ctx.props.minor < 89) fail("test_fp8_gpu: %s has no FP8 tensor cores (sm_89+)", ctx.props.name);
     Rng rng(18);
-    const GPT2Config config = gpt2_config_from_descriptor("d2");
+    const ModelConfig config = model_config_from_descriptor("d2");
     struct Recipe { Fp8Scaling scaling; bool wgrad_bf16; };
     const Recipe recipes[] = {{Fp8Scaling::CURRENT, false}, {Fp8Scaling::DELAYED, false}, {Fp8Scaling::ROWWISE, false},
                               {Fp8Scaling::ROWWISE, true}};
     for (const Recipe& r : recipes)
         for (Fp8Format grad : {Fp8Format::E5M2, Fp8Format::E4M3}) {
             for (int B : {3, 16}) {  // T = 64: N = 192, 1024
-                GPT2 model;
+                Model model;
                 model.fp8.set.enabled = true;
                 model.fp8.set.scaling = r.scaling;
                 model.fp8.set.wgrad_bf16 = r.wgrad_bf16;
                 model.fp8.set.grad = grad;
-                gpt2_build(model, config, B, 64, false, ctx);
+                model_build(model, config, B, 64, false, ctx);
                 const int N = B * 64;
                 // one linear at a time: under delayed scaling the GELU stays out of the casts here
                 // (fp8_gelu_fused spans fc and fcproj), test_mlp runs it in; the X of qkv and fc is
@@ -896,7 +896,7 @@ int main(int argc, char** argv) {
                 test_linear(model, FP8_FCPROJ, "fcproj", false, true, N, rng, ctx);
                 model.fp8.gelu = gelu_mlp;
                 if (r.scaling == Fp8Scaling::DELAYED) test_mlp(model, N, rng, ctx);
-                gpt2_free(model);
+                model_free(model);
             }
         }
     test_cast_weights(ctx, rng, 0);

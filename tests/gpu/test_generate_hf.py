@@ -1,4 +1,4 @@
-"""build/generate_fp32, the GPU generator (generate.cu, llmc/gpt2_infer.cuh) in its fp32 build,
+"""build/generate_fp32, the GPU generator (generate.cu, llmc/model_infer.cuh) in its fp32 build,
 against Hugging Face transformers: random LlamaForCausalLMs (fp64; GQA with an untied head, multi-head
 with a tied one, and a GQA one with Llama 3.x's llama3 RoPE scaling whose original context, 16, the
 52 positions pass) and a random GPT2LMHeadModel, all with heads of 64 (what the GPU attention runs),

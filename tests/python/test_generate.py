@@ -1,4 +1,4 @@
-"""build/generate_cpu, the CPU generator with a KV cache (generate_cpu.cpp, llmc/cpu/gpt2_infer.h):
+"""build/generate_cpu, the CPU generator with a KV cache (generate_cpu.cpp, llmc/cpu/model_infer.h):
 - against Hugging Face transformers (skipped without torch + transformers): a random GPT2LMHeadModel
   (fp32) and random LlamaForCausalLMs (fp64; GQA with an untied head, multi-head with a tied one)
   converted to our format through scripts/train_gpt2.py's imports; teacher-forced on transformers'

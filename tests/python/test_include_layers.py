@@ -19,10 +19,10 @@ TRAINING_ONLY = {
     "llmc/attention_hopper_backward.cuh": "the attention backward",
     "llmc/adamw.cuh": "the optimizer",
     "llmc/global_norm.cuh": "the gradient norm of the optimizer step",
-    "llmc/gpt2_fp8.cuh": "FP8 training",
+    "llmc/model_fp8.cuh": "FP8 training",
     "llmc/fp8_fused.cuh": "FP8 training's fused casts",
-    "llmc/gpt2_graph.cuh": "the training step as a CUDA graph",
-    "llmc/gpt2_dist.cuh": "data-parallel training",
+    "llmc/model_graph.cuh": "the training step as a CUDA graph",
+    "llmc/model_dist.cuh": "data-parallel training",
 }
 # the trainer's program code, reached today through llmc/generate_args.h (--model takes a checkpoint
 # directory): checkpoint.h's readers sit beside its training-state writers and TrainConfig users

@@ -5,7 +5,7 @@ scaling (factor 8, low_freq_factor 1, high_freq_factor 4, original_max_position_
 the head's frequency pairs in all three bands, so it changes the angles from the second position on:
 - transformers' scaled inverse frequencies differ from the unscaled ones (else nothing here could fail);
 - saved with save_pretrained and converted by scripts/import_hf.py, it is a version-3 model file with
-  the scaling in its header; build/generate_cpu (llmc/cpu/gpt2_infer.h), teacher-forced on
+  the scaling in its header; build/generate_cpu (llmc/cpu/model_infer.h), teacher-forced on
   transformers' greedy tokens over 100 positions (past the original 32), gives transformers' fp32
   logits to 1e-4 and the same greedy tokens; the same run without the scaling does not;
 - our PyTorch reference (scripts/train_gpt2.py) on the imported weights gives transformers' logits

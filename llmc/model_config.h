@@ -1,6 +1,6 @@
-// gpt2_config.h: the model's config (shape, and the knobs that make it GPT-2 or Llama-style) and the
+// model_config.h: the model's config (shape, and the knobs that make it GPT-2 or Llama-style) and the
 // layout of its parameters, shared by both trainers, the tests and the lab. All parameters live in
-// ONE contiguous buffer in the order of GPT2_PARAM_NAMES (docs/design.md), so optimizer state and
+// ONE contiguous buffer in the order of MODEL_PARAM_NAMES (docs/design.md), so optimizer state and
 // gradients use the same offsets and a later multi-GPU version can slice the buffers by rank.
 #pragma once
 #include <cmath>
@@ -39,7 +39,7 @@ inline bool rope_same_scaling(const RopeScaling& a, const RopeScaling& b) {
 
 // The defaults of the fields after `window` are GPT-2's, so a config filled field by field as
 // before this family switch existed (and a version-1 model file) is a GPT-2.
-struct GPT2Config {
+struct ModelConfig {
     int max_seq_len;        // maxT
     int vocab_size;         // V
     int padded_vocab_size;  // Vp >= V, a multiple of 128 for the matmuls (or == V)
@@ -52,7 +52,7 @@ struct GPT2Config {
     int norm = NORM_LAYERNORM;   // LayerNorm (weight and bias) | RMSNorm (weight only)
     int position = POS_LEARNED;  // learned wpe added to the token embedding | RoPE on Q and K
     int mlp = MLP_GELU;          // fc -> GELU (tanh) -> fcproj | fc = [gate | up] -> SwiGLU -> fcproj
-    int mlp_hidden = 0;          // H, the MLP's hidden width; 0 = 4C (GPT-2's), see gpt2_mlp_hidden
+    int mlp_hidden = 0;          // H, the MLP's hidden width; 0 = 4C (GPT-2's), see model_mlp_hidden
     int biases = 1;              // 1: the four projections (qkv, attproj, fc, fcproj) have biases
     int tied_head = 1;           // 1: logits through wte; 0: through a separate lm_head
     double norm_eps = 1e-5;      // LayerNorm: 1e-5 (the kernels' constant); RMSNorm: config.json's rms_norm_eps
@@ -60,40 +60,40 @@ struct GPT2Config {
     RopeScaling rope_scaling;    // RoPE frequency scaling (Llama 3.x's llama3); none by default
 };
 
-inline int gpt2_head_dim(const GPT2Config& c) { return c.channels / c.num_heads; }
+inline int model_head_dim(const ModelConfig& c) { return c.channels / c.num_heads; }
 // Width of the fused QKV projection: NH query heads plus NKV key and NKV value heads.
-inline int gpt2_qkv_channels(const GPT2Config& c) {
-    return (c.num_heads + 2 * c.num_kv_heads) * gpt2_head_dim(c);
+inline int model_qkv_channels(const ModelConfig& c) {
+    return (c.num_heads + 2 * c.num_kv_heads) * model_head_dim(c);
 }
 // The MLP's hidden width H: mlp_hidden, where 0 means GPT-2's 4C.
-inline int gpt2_mlp_hidden(const GPT2Config& c) { return c.mlp_hidden > 0 ? c.mlp_hidden : 4 * c.channels; }
+inline int model_mlp_hidden(const ModelConfig& c) { return c.mlp_hidden > 0 ? c.mlp_hidden : 4 * c.channels; }
 // Rows of the fc matmul: H, or 2H for SwiGLU's [gate | up].
-inline int gpt2_fc_channels(const GPT2Config& c) { return (c.mlp == MLP_SWIGLU ? 2 : 1) * gpt2_mlp_hidden(c); }
+inline int model_fc_channels(const ModelConfig& c) { return (c.mlp == MLP_SWIGLU ? 2 : 1) * model_mlp_hidden(c); }
 
-inline bool gpt2_same_config(const GPT2Config& a, const GPT2Config& b) {
+inline bool model_same_config(const ModelConfig& a, const ModelConfig& b) {
     return a.max_seq_len == b.max_seq_len && a.vocab_size == b.vocab_size &&
            a.padded_vocab_size == b.padded_vocab_size && a.num_layers == b.num_layers &&
            a.num_heads == b.num_heads && a.num_kv_heads == b.num_kv_heads && a.channels == b.channels &&
            a.window == b.window && a.architecture == b.architecture && a.norm == b.norm &&
-           a.position == b.position && a.mlp == b.mlp && gpt2_mlp_hidden(a) == gpt2_mlp_hidden(b) &&
+           a.position == b.position && a.mlp == b.mlp && model_mlp_hidden(a) == model_mlp_hidden(b) &&
            a.biases == b.biases && a.tied_head == b.tied_head && a.norm_eps == b.norm_eps &&
            a.rope_theta == b.rope_theta && rope_same_scaling(a.rope_scaling, b.rope_scaling);
 }
 
 // True when the config is GPT-2 in every knob (a version-1 model file can hold it).
-inline bool gpt2_is_plain_gpt2(const GPT2Config& c) {
+inline bool model_is_plain_gpt2(const ModelConfig& c) {
     return c.architecture == ARCH_GPT2 && c.norm == NORM_LAYERNORM && c.position == POS_LEARNED &&
-           c.mlp == MLP_GELU && gpt2_mlp_hidden(c) == 4 * c.channels && c.biases == 1 && c.tied_head == 1 &&
+           c.mlp == MLP_GELU && model_mlp_hidden(c) == 4 * c.channels && c.biases == 1 && c.tied_head == 1 &&
            c.norm_eps == 1e-5 && c.rope_theta == 0.0 && c.rope_scaling.type == ROPE_SCALING_NONE;
 }
 
 // The parameter tensors, in buffer order, written once: X(name, element count, decayed). Every
-// list below (names, sizes, the named pointers of GPT2Tensors, the decay rule) expands this table.
-// The counts read the locals of gpt2_param_sizes: Vp, C, L, maxT, QKV, H (the MLP hidden width),
+// list below (names, sizes, the named pointers of ModelTensors, the decay rule) expands this table.
+// The counts read the locals of model_param_sizes: Vp, C, L, maxT, QKV, H (the MLP hidden width),
 // FC (the fc rows: H, or 2H for SwiGLU's [gate | up]) and the 0/1 switches learned (wpe), ln_bias
 // (LayerNorm), bias (projections) and untied (lm_head). A tensor the config lacks has count 0.
 // Shapes are row-major, "out x in" for matrices (y = x W^T + b), per layer stacked along a leading L.
-#define GPT2_PARAMETER_TABLE(X)                                        \
+#define MODEL_PARAMETER_TABLE(X)                                        \
     X(wte, Vp * C, true)                     /* (Vp, C) token embedding, also the tied head */ \
     X(wpe, learned * maxT * C, true)         /* (maxT, C) position embedding, learned only */   \
     X(ln1w, L * C, false)                    /* (L, C) */                                       \
@@ -112,40 +112,40 @@ inline bool gpt2_is_plain_gpt2(const GPT2Config& c) {
     X(lnfb, ln_bias * C, false)              /* (C) LayerNorm only */                           \
     X(lm_head, untied * Vp * C, true)        /* (Vp, C) untied output head */
 
-// Index of each tensor in the table (gpt2_param::qkvw == 4), and their number.
-namespace gpt2_param {
+// Index of each tensor in the table (model_param::qkvw == 4), and their number.
+namespace model_param {
 #define GPT2_X(name, count, decays) name,
-enum : int { GPT2_PARAMETER_TABLE(GPT2_X) num_tensors };
+enum : int { MODEL_PARAMETER_TABLE(GPT2_X) num_tensors };
 #undef GPT2_X
-}  // namespace gpt2_param
-constexpr int NUM_PARAM_TENSORS = gpt2_param::num_tensors;
+}  // namespace model_param
+constexpr int NUM_PARAM_TENSORS = model_param::num_tensors;
 
 #define GPT2_X(name, count, decays) #name,
-inline const char* const GPT2_PARAM_NAMES[NUM_PARAM_TENSORS] = {GPT2_PARAMETER_TABLE(GPT2_X)};
+inline const char* const MODEL_PARAM_NAMES[NUM_PARAM_TENSORS] = {MODEL_PARAMETER_TABLE(GPT2_X)};
 #undef GPT2_X
 
 
-inline void gpt2_param_sizes(const GPT2Config& c, size_t out[NUM_PARAM_TENSORS]) {
+inline void model_param_sizes(const ModelConfig& c, size_t out[NUM_PARAM_TENSORS]) {
     const size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
-    const size_t QKV = gpt2_qkv_channels(c), H = gpt2_mlp_hidden(c), FC = c.mlp == MLP_SWIGLU ? 2 * H : H;
+    const size_t QKV = model_qkv_channels(c), H = model_mlp_hidden(c), FC = c.mlp == MLP_SWIGLU ? 2 * H : H;
     const size_t learned = c.position == POS_LEARNED, ln_bias = c.norm == NORM_LAYERNORM;
     const size_t bias = c.biases != 0, untied = c.tied_head == 0;
-#define GPT2_X(name, count, decays) out[gpt2_param::name] = (count);
-    GPT2_PARAMETER_TABLE(GPT2_X)
+#define GPT2_X(name, count, decays) out[model_param::name] = (count);
+    MODEL_PARAMETER_TABLE(GPT2_X)
 #undef GPT2_X
 }
 
-inline size_t gpt2_num_params(const GPT2Config& c) {
+inline size_t model_num_params(const ModelConfig& c) {
     size_t s[NUM_PARAM_TENSORS], n = 0;
-    gpt2_param_sizes(c, s);
+    model_param_sizes(c, s);
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) n += s[i];
     return n;
 }
 
 // Offsets of each tensor inside the contiguous buffer.
-inline void gpt2_param_offsets(const GPT2Config& c, size_t out[NUM_PARAM_TENSORS]) {
+inline void model_param_offsets(const ModelConfig& c, size_t out[NUM_PARAM_TENSORS]) {
     size_t s[NUM_PARAM_TENSORS], off = 0;
-    gpt2_param_sizes(c, s);
+    model_param_sizes(c, s);
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) { out[i] = off; off += s[i]; }
 }
 
@@ -153,7 +153,7 @@ inline void gpt2_param_offsets(const GPT2Config& c, size_t out[NUM_PARAM_TENSORS
 // T = float on the CPU, floatX on the GPU. Layer l of a per-layer tensor starts at l * its size / L.
 // A tensor the config lacks (count 0) is nullptr, so code that forgets to check crashes at once
 // instead of writing into the next tensor.
-// base + offset inside a tensor of GPT2Tensors, or nullptr for a tensor the config lacks (count 0:
+// base + offset inside a tensor of ModelTensors, or nullptr for a tensor the config lacks (count 0:
 // the biases of a bias-free model), so a layer's slice of an absent tensor stays absent.
 template <typename T>
 inline T* tensor_at(T* base, size_t offset) {
@@ -161,33 +161,33 @@ inline T* tensor_at(T* base, size_t offset) {
 }
 
 template <typename T>
-struct GPT2Tensors {
+struct ModelTensors {
 #define GPT2_X(name, count, decays) T* name;
-    GPT2_PARAMETER_TABLE(GPT2_X)
+    MODEL_PARAMETER_TABLE(GPT2_X)
 #undef GPT2_X
 };
 
 template <typename T>
-inline GPT2Tensors<T> gpt2_point_tensors(T* base, const GPT2Config& c) {
+inline ModelTensors<T> model_point_tensors(T* base, const ModelConfig& c) {
     size_t off[NUM_PARAM_TENSORS];
-    gpt2_param_offsets(c, off);
+    model_param_offsets(c, off);
     size_t n[NUM_PARAM_TENSORS];
-    gpt2_param_sizes(c, n);
-    GPT2Tensors<T> t;
-#define GPT2_X(name, count, decays) t.name = n[gpt2_param::name] ? base + off[gpt2_param::name] : nullptr;
-    GPT2_PARAMETER_TABLE(GPT2_X)
+    model_param_sizes(c, n);
+    ModelTensors<T> t;
+#define GPT2_X(name, count, decays) t.name = n[model_param::name] ? base + off[model_param::name] : nullptr;
+    MODEL_PARAMETER_TABLE(GPT2_X)
 #undef GPT2_X
     return t;
 }
 
-// The tensor of index i (gpt2_param::...) of a view, for code that walks the table.
+// The tensor of index i (model_param::...) of a view, for code that walks the table.
 template <typename T>
-inline T*& gpt2_tensor(GPT2Tensors<T>& t, int i) {
+inline T*& model_tensor(ModelTensors<T>& t, int i) {
     switch (i) {
 #define GPT2_X(name, count, decays) \
-    case gpt2_param::name:          \
+    case model_param::name:          \
         return t.name;
-        GPT2_PARAMETER_TABLE(GPT2_X)
+        MODEL_PARAMETER_TABLE(GPT2_X)
 #undef GPT2_X
     }
     fail("internal: parameter tensor %d of %d", i, NUM_PARAM_TENSORS);
@@ -195,24 +195,24 @@ inline T*& gpt2_tensor(GPT2Tensors<T>& t, int i) {
 
 // The tensors made of L equal per-layer slices (ln1w .. fcprojb); the others (wte, wpe, lnfw, lnfb,
 // lm_head) are outside the layers.
-inline bool gpt2_param_per_layer(int i) { return i >= gpt2_param::ln1w && i <= gpt2_param::fcprojb; }
+inline bool model_param_per_layer(int i) { return i >= model_param::ln1w && i <= model_param::fcprojb; }
 
 // Layer l's slices of a whole-buffer view: each per-layer tensor advanced to layer l (absent ones
 // stay nullptr); the tensors outside the layers are left as they are. What the backward writes
 // layer l's gradients into on one process.
 template <typename T>
-inline GPT2Tensors<T> gpt2_layer_slices(GPT2Tensors<T> t, const GPT2Config& c, int l) {
+inline ModelTensors<T> model_layer_slices(ModelTensors<T> t, const ModelConfig& c, int l) {
     size_t n[NUM_PARAM_TENSORS];
-    gpt2_param_sizes(c, n);
+    model_param_sizes(c, n);
     for (int i = 0; i < NUM_PARAM_TENSORS; i++)
-        if (gpt2_param_per_layer(i)) gpt2_tensor(t, i) = tensor_at(gpt2_tensor(t, i), (size_t)l * (n[i] / c.num_layers));
+        if (model_param_per_layer(i)) model_tensor(t, i) = tensor_at(model_tensor(t, i), (size_t)l * (n[i] / c.num_layers));
     return t;
 }
 
 // Weight decay applies to the embeddings and the weight matrices (lm_head too), never to biases or norms.
-inline bool gpt2_param_decays(int i) {
+inline bool model_param_decays(int i) {
 #define GPT2_X(name, count, decays) decays,
-    static constexpr bool table[NUM_PARAM_TENSORS] = {GPT2_PARAMETER_TABLE(GPT2_X)};
+    static constexpr bool table[NUM_PARAM_TENSORS] = {MODEL_PARAMETER_TABLE(GPT2_X)};
 #undef GPT2_X
     return table[i];
 }
@@ -223,7 +223,7 @@ struct OptimizerSettings {
 };
 
 // Checks a config read from a file or built from flags; `what` names the source in the message.
-inline void gpt2_validate_config(const GPT2Config& c, const char* what) {
+inline void model_validate_config(const ModelConfig& c, const char* what) {
     if (c.max_seq_len <= 0 || c.max_seq_len > (1 << 20)) fail("%s: max_seq_len %d out of range", what, c.max_seq_len);
     if (c.vocab_size <= 0 || c.vocab_size > (1 << 20)) fail("%s: vocab_size %d out of range [1, 2^20]", what, c.vocab_size);
     if (c.padded_vocab_size < c.vocab_size || c.padded_vocab_size > (1 << 20))
@@ -252,8 +252,8 @@ inline void gpt2_validate_config(const GPT2Config& c, const char* what) {
         fail("%s: RMSNorm eps %g must be in (0, 1)", what, c.norm_eps);
     if (c.position == POS_ROPE && !(c.rope_theta > 1.0 && c.rope_theta < 1e12))
         fail("%s: RoPE needs theta in (1, 1e12), got %g", what, c.rope_theta);
-    if (c.position == POS_ROPE && gpt2_head_dim(c) % 2 != 0)
-        fail("%s: RoPE needs an even head dim (channels / heads), got %d", what, gpt2_head_dim(c));
+    if (c.position == POS_ROPE && model_head_dim(c) % 2 != 0)
+        fail("%s: RoPE needs an even head dim (channels / heads), got %d", what, model_head_dim(c));
     if (c.position == POS_LEARNED && c.rope_theta != 0.0)
         fail("%s: rope_theta %g given for learned positions (0 there)", what, c.rope_theta);
     const RopeScaling& r = c.rope_scaling;
@@ -291,8 +291,8 @@ inline void gpt2_validate_config(const GPT2Config& c, const char* what) {
 //                multiple of 64), vocab V (default GPT-2's 50257), RoPE theta (10000), RMSNorm eps
 //                (1e-5), and `untied` for a separate lm_head (default tied)
 // All have maxT = 1024 (--max-seq changes it) and V padded to a multiple of 128.
-inline GPT2Config gpt2_shape(int L, int C, int NH, int V) {
-    GPT2Config c;
+inline ModelConfig model_shape(int L, int C, int NH, int V) {
+    ModelConfig c;
     c.max_seq_len = 1024;
     c.vocab_size = V;
     c.padded_vocab_size = (V + 127) / 128 * 128;
@@ -317,7 +317,7 @@ inline bool descriptor_item(const std::string& item, const char* key, double* v)
     return *end == '\0' && std::isfinite(*v);
 }
 
-inline GPT2Config llama_config_from_descriptor(const char* desc) {
+inline ModelConfig llama_config_from_descriptor(const char* desc) {
     const char* usage = "expected llama:L<layers>,C<channels>,H<heads>[,KV<kv heads>][,F<mlp hidden>][,V<vocab>]"
                         "[,theta<x>][,eps<x>][,untied], e.g. llama:L12,C768,H12,KV4,F2048";
     double L = 0, C = 0, NH = 0, NKV = 0, F = 0, V = 50257, theta = 10000.0, eps = 1e-5, untied = 0;
@@ -347,7 +347,7 @@ inline GPT2Config llama_config_from_descriptor(const char* desc) {
         if (x != std::floor(x) || x < 0 || x > (1 << 24))
             fail("--init %s: sizes must be whole numbers (%s)", desc, usage);
     if (L < 1 || C < 1 || NH < 1) fail("--init %s: L, C and H are required (%s)", desc, usage);
-    GPT2Config c = gpt2_shape((int)L, (int)C, (int)NH, (int)V);
+    ModelConfig c = model_shape((int)L, (int)C, (int)NH, (int)V);
     c.architecture = ARCH_LLAMA;
     c.norm = NORM_RMSNORM;
     c.position = POS_ROPE;
@@ -362,14 +362,14 @@ inline GPT2Config llama_config_from_descriptor(const char* desc) {
 }
 }  // namespace detail
 
-inline GPT2Config gpt2_config_from_descriptor(const char* desc) {
+inline ModelConfig model_config_from_descriptor(const char* desc) {
     static const struct { const char* name; int L, C, NH; } gpt2_family[] = {
         {"gpt2", 12, 768, 12}, {"gpt2-medium", 24, 1024, 16}, {"gpt2-large", 36, 1280, 20}, {"gpt2-xl", 48, 1600, 25}};
-    GPT2Config c;
+    ModelConfig c;
     bool found = false;
     for (const auto& f : gpt2_family)
         if (strcmp(desc, f.name) == 0) {
-            c = gpt2_shape(f.L, f.C, f.NH, 50257);
+            c = model_shape(f.L, f.C, f.NH, 50257);
             found = true;
         }
     int64_t n = 0;
@@ -378,23 +378,23 @@ inline GPT2Config gpt2_config_from_descriptor(const char* desc) {
         found = true;
     }
     if (!found && desc[0] == 'd' && parse_int64(desc + 1, &n) && n > 0 && n <= 96) {
-        c = gpt2_shape((int)n, 64 * (int)n, (int)n, 50257);
+        c = model_shape((int)n, 64 * (int)n, (int)n, 50257);
         found = true;
     }
     if (!found)
         fail("--init %s: not a model descriptor (dN such as d12, gpt2, gpt2-medium, gpt2-large, gpt2-xl, or "
              "llama:L12,C768,H12,...) or an existing checkpoint file", desc);
-    gpt2_validate_config(c, desc);
+    model_validate_config(c, desc);
     return c;
 }
 
-inline const char* gpt2_arch_name(const GPT2Config& c) { return c.architecture == ARCH_LLAMA ? "llama" : "gpt2"; }
+inline const char* model_arch_name(const ModelConfig& c) { return c.architecture == ARCH_LLAMA ? "llama" : "gpt2"; }
 
-inline void gpt2_print_config(const GPT2Config& c) {
-    printf("model: %s L=%d C=%d NH=%d NKV=%d W=%d maxT=%d V=%d (padded %d) params=%zu\n", gpt2_arch_name(c),
+inline void model_print_config(const ModelConfig& c) {
+    printf("model: %s L=%d C=%d NH=%d NKV=%d W=%d maxT=%d V=%d (padded %d) params=%zu\n", model_arch_name(c),
            c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.window, c.max_seq_len, c.vocab_size,
-           c.padded_vocab_size, gpt2_num_params(c));
-    if (gpt2_is_plain_gpt2(c)) return;
+           c.padded_vocab_size, model_num_params(c));
+    if (model_is_plain_gpt2(c)) return;
     char pos[192] = "learned positions";
     if (c.position == POS_ROPE) snprintf(pos, sizeof pos, "RoPE theta %g", c.rope_theta);
     const RopeScaling& r = c.rope_scaling;
@@ -403,7 +403,7 @@ inline void gpt2_print_config(const GPT2Config& c) {
                  "original_max_position_embeddings %d)", c.rope_theta, r.factor, r.low_freq_factor,
                  r.high_freq_factor, r.original_max_pos);
     printf("model: %s eps %g, %s, %s hidden %d, %s, %s head\n", c.norm == NORM_RMSNORM ? "RMSNorm" : "LayerNorm",
-           c.norm_eps, pos, c.mlp == MLP_SWIGLU ? "SwiGLU" : "GELU", gpt2_mlp_hidden(c),
+           c.norm_eps, pos, c.mlp == MLP_SWIGLU ? "SwiGLU" : "GELU", model_mlp_hidden(c),
            c.biases ? "biases" : "no biases", c.tied_head ? "tied" : "untied");
 }
 
@@ -414,25 +414,25 @@ inline void gpt2_print_config(const GPT2Config& c) {
 // (HF's LlamaForCausalLM draws N(0, 0.02) everywhere; the scaled projections are GPT-2's choice,
 // kept for both). Tensors are filled in layout order from one stream, so the result does not
 // depend on threading; a tensor of count 0 draws nothing, so GPT-2 models are what they were.
-inline void gpt2_init_params(float* params, const GPT2Config& c, uint64_t seed) {
+inline void model_init_params(float* params, const ModelConfig& c, uint64_t seed) {
     size_t sizes[NUM_PARAM_TENSORS];
-    gpt2_param_sizes(c, sizes);
+    model_param_sizes(c, sizes);
     Rng rng(seed);
     float* p = params;
     const float resid_std = 0.02f / std::sqrt(2.0f * c.num_layers);
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         const size_t n = sizes[i];
         if (n == 0) continue;  // a tensor this config lacks
-        if (i == gpt2_param::wte || i == gpt2_param::lm_head) {  // real rows random, padded rows zero
+        if (i == model_param::wte || i == model_param::lm_head) {  // real rows random, padded rows zero
             size_t real = (size_t)c.vocab_size * c.channels;
             for (size_t k = 0; k < real; k++) p[k] = 0.02f * rng.normal();
             for (size_t k = real; k < n; k++) p[k] = 0.0f;
-        } else if (gpt2_param_decays(i)) {
-            const bool residual_proj = i == gpt2_param::attprojw || i == gpt2_param::fcprojw;
+        } else if (model_param_decays(i)) {
+            const bool residual_proj = i == model_param::attprojw || i == model_param::fcprojw;
             float std = residual_proj ? resid_std : 0.02f;
             for (size_t k = 0; k < n; k++) p[k] = std * rng.normal();
         } else {
-            const bool ln_weight = i == gpt2_param::ln1w || i == gpt2_param::ln2w || i == gpt2_param::lnfw;
+            const bool ln_weight = i == model_param::ln1w || i == model_param::ln2w || i == model_param::lnfw;
             float v = ln_weight ? 1.0f : 0.0f;  // norm weights 1, biases 0
             for (size_t k = 0; k < n; k++) p[k] = v;
         }

@@ -1,4 +1,4 @@
-// llmc/gpt2_dist.cuh: data-parallel training of the GPU model (llmc/model_train.cuh) with NCCL and the
+// llmc/model_dist.cuh: data-parallel training of the GPU model (llmc/model_train.cuh) with NCCL and the
 // ZeRO stages of llmc/zero.h; the CPU reference of the same logic is llmc/cpu/data_parallel.h.
 // docs/distributed.md. Built into build/train_gpt2cu_nccl (-DLLMC_NCCL, make); without LLMC_NCCL
 // (build/train_gpt2cu) only one process runs and every function below is the single-GPU one.
@@ -103,13 +103,13 @@ inline int gpu_dp_device(const Comm& comm) {
     return comm.local_rank;
 }
 
-// Before gpt2_build: plans the ZeRO shards for the model of `config` and tells the model which slice
+// Before model_build: plans the ZeRO shards for the model of `config` and tells the model which slice
 // of the optimizer state (and at stage 2 of the gradients) to allocate.
-inline GpuDataParallel gpu_dp_plan(GPT2& model, const GPT2Config& config, Comm& comm, const TrainConfig& cfg) {
+inline GpuDataParallel gpu_dp_plan(Model& model, const ModelConfig& config, Comm& comm, const TrainConfig& cfg) {
     GpuDataParallel dp;
     dp.comm = &comm;
     dp.timeout_s = cfg.dist_timeout;
-    dp.plan = zero_plan((int64_t)gpt2_num_params(config), cfg.zero, comm.rank, comm.world);
+    dp.plan = zero_plan((int64_t)model_num_params(config), cfg.zero, comm.rank, comm.world);
 #ifdef LLMC_NCCL
     dp.nccl_on = true;
 #else
@@ -167,7 +167,7 @@ inline void comm_after_main(GpuDataParallel& dp, cudaStream_t main, cudaEvent_t 
 // step's first micro-batch the pieces start from zero (the shard holds the last step's sums, which
 // this micro-batch's reductions replace), so nothing is copied: at one rank that is a copy of the
 // whole gradient a step, one call per piece.
-inline void fill_bucket(GpuDataParallel& dp, const DpBucket& b, const GPT2& model, cudaStream_t main) {
+inline void fill_bucket(GpuDataParallel& dp, const DpBucket& b, const Model& model, cudaStream_t main) {
     floatX* buffer = dp.buffers[b.slot];
     cudaCheck(cudaStreamWaitEvent(main, dp.buffer_free[b.slot], 0));
     cudaCheck(cudaMemsetAsync(buffer, 0, b.plan.elems * sizeof(floatX), main));
@@ -182,7 +182,7 @@ inline void fill_bucket(GpuDataParallel& dp, const DpBucket& b, const GPT2& mode
 
 // Bucket b is complete on the compute stream: stage 0/1 all-reduce its ranges of the whole gradient
 // buffer in place; stage 2 reduces each piece of its buffer to the piece's owner, into its shard.
-inline void reduce_bucket(GpuDataParallel& dp, DpBucket& b, GPT2& model, cudaStream_t main) {
+inline void reduce_bucket(GpuDataParallel& dp, DpBucket& b, Model& model, cudaStream_t main) {
     comm_after_main(dp, main, b.ready);
     floatX* grads = model.grads_memory;
     ncclCheck(ncclGroupStart());
@@ -212,7 +212,7 @@ inline void gather_bucket(GpuDataParallel& dp, DpBucket& b, floatX* params) {
 }
 
 // The buckets (llmc/zero.h), and at stage 2 their buffers.
-inline void plan_buckets(GpuDataParallel& dp, const GPT2Config& c) {
+inline void plan_buckets(GpuDataParallel& dp, const ModelConfig& c) {
     const std::vector<ZeroBucket> plans = zero_buckets(c, DP_BUCKET_BYTES / (int64_t)sizeof(floatX));
     dp.bucket_of_layer = zero_bucket_of_layer(plans, c.num_layers);
     int64_t largest = 0;
@@ -234,9 +234,9 @@ inline void plan_buckets(GpuDataParallel& dp, const GPT2Config& c) {
 }  // namespace gpu_dp_detail
 #endif
 
-// After gpt2_build: the NCCL communicator (its id from rank 0 over the process group), the
+// After model_build: the NCCL communicator (its id from rank 0 over the process group), the
 // communication stream, the buckets, and the model's hooks.
-inline void gpu_dp_start(GpuDataParallel& dp, GPT2& model, const CudaContext& ctx) {
+inline void gpu_dp_start(GpuDataParallel& dp, Model& model, const CudaContext& ctx) {
 #ifdef LLMC_NCCL
     using namespace gpu_dp_detail;
     Comm& comm = *dp.comm;
@@ -254,7 +254,7 @@ inline void gpu_dp_start(GpuDataParallel& dp, GPT2& model, const CudaContext& ct
     }
     cudaStream_t main = ctx.stream;
     GpuDataParallel* d = &dp;
-    GPT2* m = &model;
+    Model* m = &model;
     auto bucket_of = [d](int l) -> DpBucket& { return d->buckets[l < 0 ? 0 : d->bucket_of_layer[l]]; };
     model.after_layer_backward = [d, m, main, bucket_of](int l) {
         if (!d->armed) return;
@@ -296,11 +296,11 @@ inline void gpu_dp_start(GpuDataParallel& dp, GPT2& model, const CudaContext& ct
 #endif
 }
 
-// At a step's start, in place of gpt2_zero_grads: the gradients zeroed, except stage 2's shard,
+// At a step's start, in place of model_zero_grads: the gradients zeroed, except stage 2's shard,
 // which the first micro-batch's reductions overwrite (fill_bucket).
-inline void gpu_dp_zero_grads(const GpuDataParallel& dp, GPT2& model, const CudaContext& ctx) {
+inline void gpu_dp_zero_grads(const GpuDataParallel& dp, Model& model, const CudaContext& ctx) {
     if (dp.nccl_on && dp.plan.stage == 2) return;
-    gpt2_zero_grads(model, ctx);
+    model_zero_grads(model, ctx);
 }
 
 // Before each micro-batch's backward: whether its buckets reduce as they complete (the step's last
@@ -327,15 +327,15 @@ inline void gpu_dp_wait_grads(GpuDataParallel& dp, const CudaContext& ctx) {
 
 // Global norm over the ranks, clipping, AdamW over this rank's slice, and at stage 1/2 the
 // all-gather of the updated parameters (left running: the next forward waits bucket by bucket).
-// Returns the gradient norm before clipping. The single-GPU update (gpt2_update_enqueue) over this
+// Returns the gradient norm before clipping. The single-GPU update (model_update_enqueue) over this
 // rank's slice, with the squared norm summed over the ranks before the clip factor is taken from it
 // on the device: no host wait between the norm and AdamW; the one host wait, with the --dist-timeout
-// deadline, comes after the update, so it returns with the compute stream idle (as gpt2_update,
+// deadline, comes after the update, so it returns with the compute stream idle (as model_update,
 // what it is without NCCL).
-inline float gpu_dp_update(GpuDataParallel& dp, GPT2& model, const OptimizerSettings& o, const CudaContext& ctx) {
+inline float gpu_dp_update(GpuDataParallel& dp, Model& model, const OptimizerSettings& o, const CudaContext& ctx) {
 #ifdef LLMC_NCCL
     using namespace gpu_dp_detail;
-    gpt2_update_args(model, o);  // the pinned buffer's last copy ran before the last step's wait
+    model_update_args(model, o);  // the pinned buffer's last copy ran before the last step's wait
     std::function<void(float*)> sum_norm;  // stage 1/2: the slices' squared norms summed over the ranks
     if (dp.plan.stage > 0)
         sum_norm = [&](float* norm_sq) {
@@ -344,33 +344,33 @@ inline float gpu_dp_update(GpuDataParallel& dp, GPT2& model, const OptimizerSett
             cudaCheck(cudaEventRecord(dp.comm_done, dp.stream));
             cudaCheck(cudaStreamWaitEvent(ctx.stream, dp.comm_done, 0));
         };
-    gpt2_update_enqueue(model, o.grad_clip, ctx, sum_norm);  // over this rank's slice [opt_begin, opt_end)
+    model_update_enqueue(model, o.grad_clip, ctx, sum_norm);  // over this rank's slice [opt_begin, opt_end)
     if (dp.plan.stage > 0) {
         comm_after_main(dp, ctx.stream, dp.main_ready);
         for (DpBucket& bk : dp.buckets) gather_bucket(dp, bk, model.params_memory);
         dp.gathering = true;
     }
     wait_stream(dp, ctx.stream, "waiting for the update (the gradient norm over the ranks)");
-    return gpt2_update_norm(model);
+    return model_update_norm(model);
 #else
     (void)dp;
-    return gpt2_update(model, o, ctx);
+    return model_update(model, o, ctx);
 #endif
 }
 
 // Checkpoint DIR/step_NNNNNNNN/ (llmc/zero.h): rank 0 writes model.bin, every rank its slice of
 // the optimizer state (m, v, master), then rank 0 writes DONE and renames once all have (barrier).
-inline void gpu_dp_save_checkpoint(GpuDataParallel& dp, const GPT2& model, const std::string& out_dir,
+inline void gpu_dp_save_checkpoint(GpuDataParallel& dp, const Model& model, const std::string& out_dir,
                                    const int64_t loader_state[16], uint64_t rng_state) {
-    if (!dp.nccl_on) return gpt2_save_checkpoint(model, out_dir, loader_state, rng_state);
+    if (!dp.nccl_on) return model_save_checkpoint(model, out_dir, loader_state, rng_state);
     Comm& comm = *dp.comm;
     const ZeroPlan& p = dp.plan;
     cudaCheck(cudaDeviceSynchronize());  // the update and the all-gather are done
     std::string dir;
     if (comm.primary()) dir = checkpoint_begin(out_dir, model.step);
     comm.broadcast(dir, 0);
-    if (comm.primary()) gpt2_write_model(model, dir + "/model.bin");
-    if (zero_writes_state(p)) gpt2_write_state(model, dir + "/" + zero_state_file_name(p), loader_state, rng_state);
+    if (comm.primary()) model_write_model(model, dir + "/model.bin");
+    if (zero_writes_state(p)) model_write_state(model, dir + "/" + zero_state_file_name(p), loader_state, rng_state);
     if (model.fp8.metas) fp8_write_state(model.fp8, model.step, dir + "/" + fp8_state_file_name(comm.rank, comm.world));
     comm.barrier();
     if (comm.primary()) checkpoint_finish(dir);
@@ -380,19 +380,19 @@ inline void gpu_dp_save_checkpoint(GpuDataParallel& dp, const GPT2& model, const
 // Reads checkpoint `dir` (any world size and stage) into the built model: parameters, this rank's
 // slice of m, v and master, step and rounding seed; returns the state with the data position moved
 // to this run's world size.
-inline TrainState gpu_dp_load_checkpoint(GpuDataParallel& dp, GPT2& model, const std::string& dir) {
-    if (!dp.nccl_on) return gpt2_load_checkpoint(model, dir);
+inline TrainState gpu_dp_load_checkpoint(GpuDataParallel& dp, Model& model, const std::string& dir) {
+    if (!dp.nccl_on) return model_load_checkpoint(model, dir);
     const std::string model_path = dir + "/model.bin";
-    if (!gpt2_same_config(model_read_info(model_path.c_str()).config, model.config))
+    if (!model_same_config(model_read_info(model_path.c_str()).config, model.config))
         fail("%s: the checkpoint's model shape differs from this run's", model_path.c_str());
     const ZeroPlan& p = dp.plan;
     std::vector<float> host(p.n);
     model_read_fp32(model_path.c_str(), host.data());
-    gpt2_set_params(model, host.data());  // master = the file's values unless the state has them
+    model_set_params(model, host.data());  // master = the file's values unless the state has them
     const size_t k = (size_t)p.opt_count();
     std::vector<float> m(k), v(k), master(k);
     TrainState st = zero_read_state(dir, p.n, p.opt_begin(), p.opt_end(), m.data(), v.data(), master.data());
-    gpt2_set_state(model, st, m.data(), v.data(), master.data());
+    model_set_state(model, st, m.data(), v.data(), master.data());
     if (model.fp8.metas) fp8_read_state(model.fp8, st.step, fp8_state_file_to_read(dir, dp.comm->rank));
     zero_loader_state_for_world(st.loader, dp.comm->world, ("--resume " + dir).c_str());
     return st;

@@ -1,4 +1,4 @@
-// gpt2_fp8.cuh: the FP8 linear layers of --fp8 (docs/numerics.md, "FP8 in the trainer").
+// model_fp8.cuh: the FP8 linear layers of --fp8 (docs/numerics.md, "FP8 in the trainer").
 // Inside every block the four linear layers (qkv, attproj, fc, fcproj; for Llama fc is SwiGLU's
 // [gate | up]) run their three matmuls through llmc/matmul_fp8.cuh:
 //   forward          Y  = X . W^T + b      X e4m3 (N, Cin), W e4m3 (OC, Cin)          fast accumulation
@@ -83,7 +83,7 @@
 #include "llmc/fp8_fused.cuh"
 #include "llmc/fused_classifier.cuh"
 #include "llmc/gelu.cuh"
-#include "llmc/gpt2_config.h"
+#include "llmc/model_config.h"
 #include "llmc/matmul.cuh"
 #include "llmc/matmul_fp8.cuh"
 #include "llmc/utils.h"
@@ -107,7 +107,7 @@ enum Fp8Linear { FP8_QKV, FP8_ATTPROJ, FP8_FC, FP8_FCPROJ, FP8_LINEARS };
 // Meta blocks (role, layer, linear): X and DY adjacent so one launch updates both under delayed scaling.
 enum Fp8Role { FP8_X, FP8_DY, FP8_W, FP8_ROLES };
 
-struct GPT2Fp8 {
+struct ModelFp8 {
     Fp8Settings set;
     int L = 0, N = 0;                         // layers; rows the buffers were sized for (model B*T)
     bool gelu = false;                        // the MLP is fc -> GELU -> fcproj (not SwiGLU)
@@ -141,14 +141,14 @@ struct GPT2Fp8 {
 
 // Whether no backward reads the bf16 inputs of the FP8 linears (ln1, ln2, the MLP activation): every
 // linear of every block in FP8 with the FP8 weight gradient (it reads the kept X^T). Then the model
-// keeps one slice of them (GPT2::one_slice): each is read only in its own layer's forward.
+// keeps one slice of them (Model::one_slice): each is read only in its own layer's forward.
 inline bool fp8_keeps_no_bf16_inputs(const Fp8Settings& s) {
     return s.enabled && !s.wgrad_bf16 && s.bf16_layers == 0 && s.linears == (1 << FP8_LINEARS) - 1;
 }
 
 // Whether linear k of block l runs in FP8 in an FP8 pass: --fp8-bf16-layers keeps the end blocks bf16,
 // --fp8-linears picks the linear layers.
-inline bool fp8_linear_on(const GPT2Fp8& f, int l, int k) {
+inline bool fp8_linear_on(const ModelFp8& f, int l, int k) {
     return l >= f.set.bf16_layers && l < f.L - f.set.bf16_layers && ((f.set.linears >> k) & 1);
 }
 
@@ -156,20 +156,20 @@ inline bool fp8_linear_on(const GPT2Fp8& f, int l, int k) {
 // the scale before the tensor exists (delayed scaling, after its first step) and the FP8 weight
 // gradient (the bf16 one reads the bf16 tensors the fused casts no longer write). Then every dY cast
 // also sums the bias gradient, and with GELU (fp8_gelu_fused) the activation moves into the casts.
-inline bool fp8_fused(const GPT2Fp8& f) {
+inline bool fp8_fused(const ModelFp8& f) {
     return f.set.fused && f.set.scaling == Fp8Scaling::DELAYED && f.warm && !f.set.wgrad_bf16;
 }
 // Whether block l's GELU runs inside the FP8 casts: forward, fc's pre-activation -> fcproj's e4m3 X
 // and X^T (the bf16 GELU output is not written); backward, d(GELU output) from fcproj's input
 // gradient -> fc's dY, dY^T and bias gradient (d(pre-activation) is not written in bf16). Both fc
 // and fcproj must be FP8 in the block.
-inline bool fp8_gelu_fused(const GPT2Fp8& f, int l) {
+inline bool fp8_gelu_fused(const ModelFp8& f, int l) {
     return f.gelu && fp8_fused(f) && fp8_linear_on(f, l, FP8_FC) && fp8_linear_on(f, l, FP8_FCPROJ);
 }
 // Whether the LayerNorm before linear k of block l (ln1 before qkv, ln2 before fc) writes that
 // linear's e4m3 X and X^T itself (layernorm_fp8_forward; the bf16 norm output is not written), so
 // the linear skips its cast. RMSNorm models cast separately.
-inline bool fp8_norm_fused(const GPT2Fp8& f, int l, int k) {
+inline bool fp8_norm_fused(const ModelFp8& f, int l, int k) {
     return f.layernorm && fp8_fused(f) && (k == FP8_QKV || k == FP8_FC) && fp8_linear_on(f, l, k);
 }
 
@@ -180,7 +180,7 @@ inline bool fp8_norm_fused(const GPT2Fp8& f, int l, int k) {
 // single-pass schedules (else dqkv is whole and the cast is NONE's). Nothing else reads the bf16 dQ
 // columns: with the fused casts the weight gradient reads dY^T and the bias gradient comes from the
 // cast.
-inline bool fp8_dq_fused(const GPT2Fp8& f, int l) { return fp8_fused(f) && !f.rope && fp8_linear_on(f, l, FP8_QKV); }
+inline bool fp8_dq_fused(const ModelFp8& f, int l) { return fp8_fused(f) && !f.rope && fp8_linear_on(f, l, FP8_QKV); }
 
 // FP8 matmuls need tensor cores that take e4m3/e5m2: compute capability 8.9 (Ada) or newer. Fails
 // naming the GPU below that; the trainer calls it once its device is chosen.
@@ -191,9 +191,9 @@ inline void fp8_check_device(const cudaDeviceProp& p) {
 }
 
 // Sizes the buffers for a model of config c trained at N rows; fails on shapes the casts cannot take.
-inline void fp8_plan(GPT2Fp8& f, const GPT2Config& c, int N) {
-    const int C = c.channels, H = gpt2_mlp_hidden(c);
-    const int cin[FP8_LINEARS] = {C, C, C, H}, oc[FP8_LINEARS] = {gpt2_qkv_channels(c), C, gpt2_fc_channels(c), C};
+inline void fp8_plan(ModelFp8& f, const ModelConfig& c, int N) {
+    const int C = c.channels, H = model_mlp_hidden(c);
+    const int cin[FP8_LINEARS] = {C, C, C, H}, oc[FP8_LINEARS] = {model_qkv_channels(c), C, model_fc_channels(c), C};
     const char* names[FP8_LINEARS] = {"channels", "channels", "channels", "MLP hidden width"};
     const char* out_names[FP8_LINEARS] = {"qkv width", "channels", "fc width", "channels"};
     if (N % FP8_T_TILE != 0) fail("--fp8 1: batch * seq = %d must be a multiple of %d (the FP8 transposed casts)", N, FP8_T_TILE);
@@ -227,11 +227,11 @@ inline void fp8_plan(GPT2Fp8& f, const GPT2Config& c, int N) {
     }
 }
 
-inline Fp8Meta* fp8_meta(const GPT2Fp8& f, Fp8Role r, int l, int k) { return f.metas + ((size_t)r * f.L + l) * FP8_LINEARS + k; }
+inline Fp8Meta* fp8_meta(const ModelFp8& f, Fp8Role r, int l, int k) { return f.metas + ((size_t)r * f.L + l) * FP8_LINEARS + k; }
 
 // Scales start at 1 with empty histories; X and W in e4m3, dY in the gradient format. Also opts the
 // FP8 LayerNorm in to its shared memory (outside any capture).
-inline void fp8_init_metas(GPT2Fp8& f, cudaStream_t s) {
+inline void fp8_init_metas(ModelFp8& f, cudaStream_t s) {
     const int per_role = f.L * FP8_LINEARS;
     fp8_meta_init(fp8_meta(f, FP8_X, 0, 0), per_role, Fp8Format::E4M3, s);
     fp8_meta_init(fp8_meta(f, FP8_DY, 0, 0), per_role, f.set.grad, s);
@@ -252,8 +252,8 @@ inline void fp8_init_metas(GPT2Fp8& f, cudaStream_t s) {
 // with the amax histories the uninterrupted run had (bit for bit: tests/gpu/test_fp8_parity.sh). The
 // weight copies are not saved: the first forward after a resume casts them (weights_step = -1).
 constexpr int64_t FP8_META_WORDS = sizeof(Fp8Meta) / sizeof(uint32_t);
-inline int64_t fp8_meta_count(const GPT2Fp8& f) { return (int64_t)FP8_ROLES * f.L * FP8_LINEARS; }
-inline void fp8_write_state(const GPT2Fp8& f, int64_t step, const std::string& path) {
+inline int64_t fp8_meta_count(const ModelFp8& f) { return (int64_t)FP8_ROLES * f.L * FP8_LINEARS; }
+inline void fp8_write_state(const ModelFp8& f, int64_t step, const std::string& path) {
     std::vector<uint32_t> words((size_t)(fp8_meta_count(f) * FP8_META_WORDS));
     cudaCheck(cudaDeviceSynchronize());
     cudaCheck(cudaMemcpy(words.data(), f.metas, words.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost));
@@ -266,7 +266,7 @@ inline void fp8_write_state(const GPT2Fp8& f, int64_t step, const std::string& p
 }
 // Loads a checkpoint's scales (path from fp8_state_file_to_read; "" when the checkpoint has none, as
 // one of a bf16 run: then the first step uses current scaling, as a fresh run's does, and says so).
-inline void fp8_read_state(GPT2Fp8& f, int64_t step, const std::string& path) {
+inline void fp8_read_state(ModelFp8& f, int64_t step, const std::string& path) {
     if (path.empty()) {
         if (f.set.scaling == Fp8Scaling::DELAYED)
             fprintf(stderr, "fp8: the checkpoint has no FP8 scales (a bf16 run's, or an earlier build's): the first step "
@@ -284,13 +284,13 @@ inline void fp8_read_state(GPT2Fp8& f, int64_t step, const std::string& path) {
 }
 
 namespace fp8_detail {
-// The FP8 build takes bf16 outputs; the FP32 build refuses --fp8 before anything runs (gpt2_build),
+// The FP8 build takes bf16 outputs; the FP32 build refuses --fp8 before anything runs (model_build),
 // so these casts are never reached there.
 inline __nv_bfloat16* bf16_ptr(floatX* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
 inline const __nv_bfloat16* bf16_ptr(const floatX* p) { return reinterpret_cast<const __nv_bfloat16*>(p); }
 
-inline bool rowwise(const GPT2Fp8& f) { return f.set.scaling == Fp8Scaling::ROWWISE; }
-inline Fp8Scales scales(const GPT2Fp8& f) { return rowwise(f) ? Fp8Scales::ROWS : Fp8Scales::TENSOR; }
+inline bool rowwise(const ModelFp8& f) { return f.set.scaling == Fp8Scaling::ROWWISE; }
+inline Fp8Scales scales(const ModelFp8& f) { return rowwise(f) ? Fp8Scales::ROWS : Fp8Scales::TENSOR; }
 
 // The FP8 copies of in (R, C) in format `fmt`: out (R, C) for a matmul reducing over C and out_t
 // (C, R) for one reducing over R (either may be null).
@@ -299,7 +299,7 @@ inline Fp8Scales scales(const GPT2Fp8& f) { return rowwise(f) ? Fp8Scales::ROWS 
 //               records its amax for the next update (delayed scaling). One read writes both copies.
 //   rowwise     out with one scale per row (row_sinv (R) = their scale_invs), out_t with one per
 //               column of in (col_sinv (C)); meta, current and history_len unused.
-inline void cast_scaled(const GPT2Fp8& f, uint8_t* out_t, uint8_t* out, const floatX* in, int R, int C, Fp8Format fmt,
+inline void cast_scaled(const ModelFp8& f, uint8_t* out_t, uint8_t* out, const floatX* in, int R, int C, Fp8Format fmt,
                         Fp8Meta* meta, bool current, int history_len, float* row_sinv, float* col_sinv, cudaStream_t s) {
     if (rowwise(f)) {
         if (out) fp8_cast_rowwise(out, row_sinv, in, R, C, fmt, s);
@@ -314,11 +314,11 @@ inline void cast_scaled(const GPT2Fp8& f, uint8_t* out_t, uint8_t* out, const fl
     else fp8_cast(out, in, (size_t)R * C, fmt, meta, !current, s);
 }
 // What the matmul reads as an operand's scales: the tensor's scale_inv, or its row vector (rowwise).
-inline const float* scale_inv_of(const GPT2Fp8& f, const Fp8Meta* meta, const float* rows) {
+inline const float* scale_inv_of(const ModelFp8& f, const Fp8Meta* meta, const float* rows) {
     return rowwise(f) ? rows : &meta->scale_inv;
 }
-inline bool current_scaling(const GPT2Fp8& f) { return f.set.scaling == Fp8Scaling::CURRENT || !f.warm; }
-inline int history_len(const GPT2Fp8& f) { return f.set.scaling == Fp8Scaling::CURRENT ? 1 : f.set.history; }
+inline bool current_scaling(const ModelFp8& f) { return f.set.scaling == Fp8Scaling::CURRENT || !f.warm; }
+inline int history_len(const ModelFp8& f) { return f.set.scaling == Fp8Scaling::CURRENT ? 1 : f.set.history; }
 
 // Linear k of layer l: its weight copies W (OC, Cin) and W^T (Cin, OC), its kept X^T (null with bf16
 // wgrad), and under rowwise scaling their scale_inv vectors (null otherwise).
@@ -326,7 +326,7 @@ struct LinearBuffers {
     uint8_t *w8, *wt8, *xt8;
     float *w_rows, *wt_rows, *xt_rows;
 };
-inline LinearBuffers linear_buffers(const GPT2Fp8& f, int l, int k) {
+inline LinearBuffers linear_buffers(const ModelFp8& f, int l, int k) {
     const int C = f.cin[k], OC = f.oc[k];
     LinearBuffers b;
     b.w8 = f.weights + (size_t)l * f.w_layer_bytes + f.w_off[k];
@@ -341,14 +341,14 @@ inline LinearBuffers linear_buffers(const GPT2Fp8& f, int l, int k) {
 }  // namespace fp8_detail
 
 // Every FP8 block's weight copies at once, at the start of a step's first forward (llmc/model_train.cuh,
-// gpt2_forward), where all the weights are in place (not under ZeRO's layer-by-layer all-gather,
+// model_forward), where all the weights are in place (not under ZeRO's layer-by-layer all-gather,
 // which casts each layer lazily in fp8_linear_forward) and the scaling is per tensor: per linear, one
 // amax launch over its weight in every block, one scale update for all, one cast launch writing W and
 // W^T of every block (the same kernels, scales and bytes as the per-layer casts, in 9 launches
 // instead of 3 per linear per block: 144 at d12, ~0.5 ms of a step in launches and tails). weight[k]:
 // linear k's weight of block 0 (the blocks' weights follow each other, OC * Cin elements apart).
-inline bool fp8_weights_batched(const GPT2Fp8& f) { return f.set.scaling != Fp8Scaling::ROWWISE; }
-inline void fp8_cast_weights(GPT2Fp8& f, const floatX* const (&weight)[FP8_LINEARS], cudaStream_t s) {
+inline bool fp8_weights_batched(const ModelFp8& f) { return f.set.scaling != Fp8Scaling::ROWWISE; }
+inline void fp8_cast_weights(ModelFp8& f, const floatX* const (&weight)[FP8_LINEARS], cudaStream_t s) {
     const int lo = f.set.bf16_layers, hi = f.L - f.set.bf16_layers, n = hi - lo;
     if (n <= 0) return;
     for (int k = 0; k < FP8_LINEARS; k++) {
@@ -378,7 +378,7 @@ inline void fp8_cast_weights(GPT2Fp8& f, const floatX* const (&weight)[FP8_LINEA
 // (its inp is not read). Where fp8_norm_fused(f, l, k): the norm before has written X and X^T
 // (fp8_norm_forward), inp is not read.
 // x_cast: X and X^T are in place already (the attention wrote attproj's: fp8_attention_x), inp unread.
-inline void fp8_linear_forward(GPT2Fp8& f, int l, int k, floatX* out, floatX* gelu_pre, const floatX* inp,
+inline void fp8_linear_forward(ModelFp8& f, int l, int k, floatX* out, floatX* gelu_pre, const floatX* inp,
                                const floatX* weight, const floatX* bias, int N, bool cast_weight, const CudaContext& ctx,
                                bool x_cast = false) {
     using namespace fp8_detail;
@@ -412,7 +412,7 @@ inline void fp8_linear_forward(GPT2Fp8& f, int l, int k, floatX* out, floatX* ge
 // dout_gelu_pre = the pre-activation: its dY is dout * GELU'(pre), formed inside its cast. dq (qkv
 // only, where fp8_dq_fused; dq.accum as attention_backward returned it): dout's dQ columns were left
 // unwritten, the cast forms them from dq.accum (DQ_ACCUM).
-inline void fp8_linear_backward(GPT2Fp8& f, int l, int k, floatX* dinp, floatX* dweight, floatX* dbias, float* scratch,
+inline void fp8_linear_backward(ModelFp8& f, int l, int k, floatX* dinp, floatX* dweight, floatX* dbias, float* scratch,
                                 const floatX* dout, const floatX* inp, const floatX* gelu_pre, int N,
                                 const CudaContext& ctx, const floatX* dout_gelu_pre = nullptr,
                                 const Fp8DqAccum& dq = {}) {
@@ -447,9 +447,9 @@ inline void fp8_linear_backward(GPT2Fp8& f, int l, int k, floatX* dinp, floatX* 
 
 // Whether block l's attention writes attproj's e4m3 X and X^T itself (AttnFp8Out, the Hopper forward's
 // epilogue; the caller also checks that the attention can at this T): fused casts, attproj in FP8.
-inline bool fp8_attention_x_fused(const GPT2Fp8& f, int l) { return fp8_fused(f) && fp8_linear_on(f, l, FP8_ATTPROJ); }
+inline bool fp8_attention_x_fused(const ModelFp8& f, int l) { return fp8_fused(f) && fp8_linear_on(f, l, FP8_ATTPROJ); }
 // Where: X into the f.x scratch, X^T kept, at attproj's delayed scale, its amax recorded.
-inline AttnFp8Out fp8_attention_x(const GPT2Fp8& f, int l, int N) {
+inline AttnFp8Out fp8_attention_x(const ModelFp8& f, int l, int N) {
     Fp8Meta* xm = fp8_meta(f, FP8_X, l, FP8_ATTPROJ);
     AttnFp8Out o;
     o.x = f.x;
@@ -463,7 +463,7 @@ inline AttnFp8Out fp8_attention_x(const GPT2Fp8& f, int l, int N) {
 // The norm before linear k of block l where fp8_norm_fused: LayerNorm of inp1 (with inp2: of
 // residual = inp1 + inp2) into the linear's e4m3 X (the f.x scratch) and kept X^T; mean, rstd (and
 // residual) as the bf16 norm writes them.
-inline void fp8_norm_forward(GPT2Fp8& f, int l, int k, floatX* residual, float* mean, float* rstd, const floatX* inp1,
+inline void fp8_norm_forward(ModelFp8& f, int l, int k, floatX* residual, float* mean, float* rstd, const floatX* inp1,
                              const floatX* inp2, const floatX* weight, const floatX* bias, int N, cudaStream_t s) {
     layernorm_fp8_forward(fp8_detail::linear_buffers(f, l, k).xt8, f.x, residual, mean, rstd, inp1, inp2, weight, bias, N,
                           f.cin[k], fp8_meta(f, FP8_X, l, k), s);
@@ -471,7 +471,7 @@ inline void fp8_norm_forward(GPT2Fp8& f, int l, int k, floatX* residual, float* 
 
 // After each backward: delayed scaling folds the amaxes the casts recorded into the histories (all X
 // and dY tensors, one launch); the first backward ends the current-scaling warm-up.
-inline void fp8_after_backward(GPT2Fp8& f, cudaStream_t s) {
+inline void fp8_after_backward(ModelFp8& f, cudaStream_t s) {
     if (f.set.scaling == Fp8Scaling::DELAYED && f.warm)
         fp8_update_scales(fp8_meta(f, FP8_X, 0, 0), 2 * f.L * FP8_LINEARS, f.set.history, 0, s);
     f.warm = true;
@@ -497,7 +497,7 @@ inline void fp8_after_backward(GPT2Fp8& f, cudaStream_t s) {
 
 // The head's forward: logits (N, Vp) bf16 (=) from lnf (N, C) bf16 and weight (Vp, C) bf16; casts the
 // weight first when cast_weight (a new step). Keeps X^T for the backward.
-inline void fp8_head_forward(GPT2Fp8& f, floatX* logits, const floatX* lnf, const floatX* weight, int N, bool cast_weight,
+inline void fp8_head_forward(ModelFp8& f, floatX* logits, const floatX* lnf, const floatX* weight, int N, bool cast_weight,
                              const CudaContext& ctx) {
     using namespace fp8_detail;
     const int C = f.C, Vp = f.Vp;
@@ -519,7 +519,7 @@ inline void fp8_head_forward(GPT2Fp8& f, floatX* logits, const floatX* lnf, cons
 
 // The classifier of an FP8 head: losses (N) as fused_classifier, the gradient as FP8 dlogits in place
 // of the logits (row r's Vp bytes at byte r * 2 Vp), scale in the head's dY meta.
-inline void fp8_head_classifier(GPT2Fp8& f, floatX* logits, float* losses, const int* targets, float dloss, int N,
+inline void fp8_head_classifier(ModelFp8& f, floatX* logits, float* losses, const int* targets, float dloss, int N,
                                 cudaStream_t s) {
     fused_classifier_fp8(logits, losses, targets, dloss, N, f.V, f.Vp, f.set.grad, f.head_metas + FP8_DY, s);
 }
@@ -534,7 +534,7 @@ inline void fp8_head_classifier(GPT2Fp8& f, floatX* logits, float* losses, const
 // rows by ceil(N / Vp) token ranges (N = 65536, Vp 50304: all 50304 rows, 2 x 32768 tokens; N = 512:
 // 99 x 512 rows, all 512 tokens). Each chunk: fp8_transpose of its (tokens, rows) block, then one
 // matmul dweight[rows] += chunk . X^T[:, tokens] (X^T read at its full row pitch N).
-inline void fp8_head_backward(GPT2Fp8& f, floatX* dinp, floatX* dweight, floatX* logits, int N, const CudaContext& ctx) {
+inline void fp8_head_backward(ModelFp8& f, floatX* dinp, floatX* dweight, floatX* logits, int N, const CudaContext& ctx) {
     using namespace fp8_detail;
     const int C = f.C, Vp = f.Vp;
     Fp8Meta *wm = f.head_metas + FP8_W, *xm = f.head_metas + FP8_X, *dm = f.head_metas + FP8_DY;

@@ -1,6 +1,6 @@
-// gpt2_infer.cuh: inference on the GPU with a KV cache, for both model families (GPT-2 and
-// Llama-style: the config's norm, position, MLP, bias and head knobs, as llmc/cpu/gpt2_infer.h),
-// the model half of generate.cu and the GPU twin of llmc/cpu/gpt2_infer.h (same steps, same cache
+// model_infer.cuh: inference on the GPU with a KV cache, for both model families (GPT-2 and
+// Llama-style: the config's norm, position, MLP, bias and head knobs, as llmc/cpu/model_infer.h),
+// the model half of generate.cu and the GPU twin of llmc/cpu/model_infer.h (same steps, same cache
 // layout). RoPE turns q and k after the QKV matmul at each token's own position (prefill: 0..T-1;
 // a step: pos[b], read on the device), before k enters the cache. Only inference memory: the
 // floatX weights, one layer's activations for the rows of a prefill (reused by every layer), the
@@ -13,16 +13,16 @@
 // model's window W < max_seq.
 //
 // One batch of B prompts (fewer run with the rest idle):
-//   gpt2_infer_prefill: tokens (B, T) right-padded with their lengths and which rows are real; runs
+//   model_infer_prefill: tokens (B, T) right-padded with their lengths and which rows are real; runs
 //       every layer over the B*T rows (the flash attention forward over the prompt, causal, so the
 //       padding never reaches a prompt position), kv_cache_fill per layer, then the logits (B, Vp)
 //       of each prompt's last position. It also resets the generation state (below).
-//   gpt2_infer_step: one token per sequence: sample from the logits (B, Vp) on the GPU, book-keep
+//   model_infer_step: one token per sequence: sample from the logits (B, Vp) on the GPU, book-keep
 //       (stop at end-of-text, --max-new, the context end; teacher forcing), then the forward of the
 //       new tokens at M = B rows (encoder at per-sequence positions, kv_cache_append,
 //       attention_decode), which leaves the next logits (B, Vp). Everything it reads that changes
 //       from token to token (tokens, positions, counts, RNG states) lives in device buffers, so the
-//       step is captured once as a CUDA graph and replayed per token (gpt2_infer_step_graph).
+//       step is captured once as a CUDA graph and replayed per token (model_infer_step_graph).
 // The step writes the token each sequence produced (-1: none, it was done) into `step_out` (B),
 // which the caller copies to the host after each step.
 // A step's kernels (GPT-2 124M at B = 1: ~2.5 us of weights each, 4.5-10 us each in practice) are
@@ -58,7 +58,7 @@ struct GenerateLimits {
     SamplingParams sampling;
     int eot;        // stop token, -1 = none
     int max_new;    // tokens a sequence produces at most
-    int force_len;  // teacher forcing: tokens in GPT2Infer::force (0 = off); a sequence stops after them
+    int force_len;  // teacher forcing: tokens in ModelInfer::force (0 = off); a sequence stops after them
 };
 
 // The decode step's kernel choices for one batch size (decode_step_plan; the lab overrides fields).
@@ -75,26 +75,26 @@ struct DecodeStepPlan {
 // GEMV block's shared memory and B <= GEMV_MAX_M, with the folded argmax; above it, cuBLASLt with
 // the append in attention_decode and its tensor-core kernels where decode_mma_route takes them
 // (attention_decode.cuh: the batch alone fills the SMs, bf16, HD 64/128). PDL on all of our kernels.
-inline DecodeStepPlan decode_step_plan(const GPT2Config& c, int B, int S, int window, int num_sms, bool clusters) {
+inline DecodeStepPlan decode_step_plan(const ModelConfig& c, int B, int S, int window, int num_sms, bool clusters) {
     using namespace attention_detail;
     DecodeStepPlan p;
     p.fused = B <= GEMV_MAX_M && gemv_norm_smem(B, c.channels) <= (size_t)GEMV_NORM_MAX_SMEM;
     p.fold_argmax = p.fused;
-    const int NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
+    const int NH = c.num_heads, NKV = c.num_kv_heads, HD = model_head_dim(c);
     p.decode_mma = !p.fused &&
                    decode_mma_route(B, NH, NKV, HD, decode_plan(B, NH, NKV, S, window, num_sms, clusters), num_sms);
     return p;
 }
 
-struct GPT2Infer {
-    GPT2Config config{};
-    DecodeStepPlan plan;  // decode_step_plan's, set by gpt2_infer_build
+struct ModelInfer {
+    ModelConfig config{};
+    DecodeStepPlan plan;  // decode_step_plan's, set by model_infer_build
     int B = 0;        // sequences at once
     int Tmax = 0;     // prompt tokens per sequence a prefill may have
     int max_seq = 0;  // positions a sequence may use
     int S = 0, window = 0;  // cache slots per (sequence, KV head); the window attention_decode applies
-    floatX* params_memory = nullptr;  // (num_params) GPT2_PARAMETER_TABLE order
-    GPT2Tensors<floatX> params{};
+    floatX* params_memory = nullptr;  // (num_params) MODEL_PARAMETER_TABLE order
+    ModelTensors<floatX> params{};
     floatX* k_cache = nullptr;  // (L, B, NKV, S, HD)
     floatX* v_cache = nullptr;  // (L, B, NKV, S, HD)
     float* decode_scratch = nullptr;  // attention_decode's split partials and counters (zeroed once)
@@ -136,20 +136,20 @@ struct GPT2Infer {
 
 // What the GPU inference runs (any knob combination of both families, head size 64 or 128, 16-byte
 // rows); a host check, callable before the device starts.
-inline void gpt2_infer_check_config(const GPT2Config& c, const char* what) {
-    gpt2_validate_config(c, what);
-    gpt2_check_gpu_support(c, what);  // the training model's kernels, which inference runs too
+inline void model_infer_check_config(const ModelConfig& c, const char* what) {
+    model_validate_config(c, what);
+    model_check_gpu_support(c, what);  // the training model's kernels, which inference runs too
 }
 
 // Sizes everything for B sequences of prompts up to Tmax tokens and max_seq positions, uploads the
-// fp32 host parameters `host` (gpt2_num_params(c) values) as floatX.
-inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* host, int B, int Tmax, int max_seq,
+// fp32 host parameters `host` (model_num_params(c) values) as floatX.
+inline void model_infer_build(ModelInfer& m, const ModelConfig& c, const float* host, int B, int Tmax, int max_seq,
                              int max_force) {
-    gpt2_infer_check_config(c, "model");
-    const int C = c.channels, HD = gpt2_head_dim(c), NKV = c.num_kv_heads, L = c.num_layers;
+    model_infer_check_config(c, "model");
+    const int C = c.channels, HD = model_head_dim(c), NKV = c.num_kv_heads, L = c.num_layers;
     if (max_seq < 1 || max_seq > c.max_seq_len)
         fail("--max-seq %d: must be in [1, %d] (the model's max_seq_len)", max_seq, c.max_seq_len);
-    if (B < 1 || Tmax < 1 || Tmax > max_seq) fail("internal: gpt2_infer_build with B=%d Tmax=%d", B, Tmax);
+    if (B < 1 || Tmax < 1 || Tmax > max_seq) fail("internal: model_infer_build with B=%d Tmax=%d", B, Tmax);
     m.config = c;
     m.B = B;
     m.Tmax = Tmax;
@@ -159,13 +159,13 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* hos
     m.window = ring ? c.window : 0;  // W >= max_seq never hides a position: full causal
     m.max_force = std::max(1, max_force);
     size_t offsets[NUM_PARAM_TENSORS];
-    gpt2_param_offsets(c, offsets);
+    model_param_offsets(c, offsets);
     for (int i = 0; i < NUM_PARAM_TENSORS; i++)
-        if (offsets[i] % 8 != 0) fail("model: tensor %s does not start on a 16-byte boundary", GPT2_PARAM_NAMES[i]);
+        if (offsets[i] % 8 != 0) fail("model: tensor %s does not start on a 16-byte boundary", MODEL_PARAM_NAMES[i]);
 
-    const size_t n = gpt2_num_params(c), R = (size_t)B * Tmax, QKV = gpt2_qkv_channels(c), X = sizeof(floatX);
+    const size_t n = model_num_params(c), R = (size_t)B * Tmax, QKV = model_qkv_channels(c), X = sizeof(floatX);
     const size_t F = sizeof(float), I = sizeof(int), cache = (size_t)L * B * NKV * m.S * HD;
-    const size_t FC = gpt2_fc_channels(c), H = gpt2_mlp_hidden(c);
+    const size_t FC = model_fc_channels(c), H = model_mlp_hidden(c);
     const size_t rope = c.position == POS_ROPE ? (size_t)max_seq * HD / 2 : 0;
     const size_t scratch = attention_decode_scratch_floats(B, c.num_heads, NKV, HD, m.S, m.window);
     attention_decode_prepare();  // before any capture of the step
@@ -196,10 +196,10 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* hos
         fail("generate needs %.2f GiB of GPU memory (KV cache %.2f GiB) but only %.2f GiB are free: lower --batch or "
              "--max-seq", m.allocated_bytes / GiB, 2.0 * cache * X / GiB, free_bytes / GiB);
     m.allocation = specs_allocate(specs, "the inference model, activations and KV cache");
-    m.params = gpt2_point_tensors(m.params_memory, c);
+    m.params = model_point_tensors(m.params_memory, c);
     cudaCheck(cudaMemset(m.allocation, 0, m.allocated_bytes));  // the scratches' counters start at zero
     if (host == nullptr) {
-        // the caller copies floatX parameters in (gpt2_infer_sample: the training model's)
+        // the caller copies floatX parameters in (model_infer_sample: the training model's)
     } else if (HAS_MASTER) {
         std::vector<uint16_t> bf(n);
         for (size_t i = 0; i < n; i++) bf[i] = float_to_bf16(host[i]);
@@ -210,10 +210,10 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* hos
     if (rope) rope_tables_upload(m.rope_cos, m.rope_sin, c, max_seq);  // the CPU twin's tables, bit for bit
 }
 
-inline void gpt2_infer_free(GPT2Infer& m) {
+inline void model_infer_free(ModelInfer& m) {
     if (m.graph) cudaCheck(cudaGraphExecDestroy(m.graph));
     cudaCheck(cudaFree(m.allocation));
-    m = GPT2Infer();
+    m = ModelInfer();
 }
 
 namespace infer_detail {
@@ -221,7 +221,7 @@ namespace infer_detail {
 // out = epi(inp (M, K) W^T + b): gemv_forward at M <= GEMV_MAX_M rows (plan.gemv), else cuBLASLt; with
 // cuBLASLt, GELU's epilogue also writes the pre-activation into `pre`, and SwiGLU's [gate | up] goes
 // through `pre` (M, N) to swiglu_forward. out (M, N), SwiGLU (M, N/2).
-inline void linear(GPT2Infer& m, floatX* out, floatX* pre, const floatX* inp, const floatX* w,
+inline void linear(ModelInfer& m, floatX* out, floatX* pre, const floatX* inp, const floatX* w,
                    const floatX* b, int M, int K, int N, GemvEpilogue epi, const CudaContext& ctx) {
     if (m.plan.gemv && gemv_supported(M, K, N, epi)) {
         gemv_forward(out, inp, w, b, M, K, N, epi, ctx.stream, 0, m.plan.pdl);
@@ -236,12 +236,12 @@ inline void linear(GPT2Infer& m, floatX* out, floatX* pre, const floatX* inp, co
 // How the norms launch (llmc/cuda_common.cuh): at most NORM_ROW_MAX_M rows (a step, or a short
 // prefill) take a block per row, as programmatic dependents with plan.pdl (beside cuBLASLt the norm's
 // launch hides behind the GEMM before it).
-inline NormLaunch norm_launch(const GPT2Infer& m) { return {true, m.plan.pdl}; }
+inline NormLaunch norm_launch(const ModelInfer& m) { return {true, m.plan.pdl}; }
 
 // residual = inp1 + inp2, out = norm(residual), over M rows.
-inline void residual_norm(GPT2Infer& m, floatX* residual, floatX* out, const floatX* inp1, const floatX* inp2,
+inline void residual_norm(ModelInfer& m, floatX* residual, floatX* out, const floatX* inp1, const floatX* inp2,
                           const floatX* w, const floatX* b, int M, cudaStream_t s) {
-    const GPT2Config& c = m.config;
+    const ModelConfig& c = m.config;
     if (c.norm == NORM_RMSNORM)
         fused_residual_rmsnorm_forward(residual, out, m.rstd, inp1, inp2, w, M, c.channels, (float)c.norm_eps, s,
                                        norm_launch(m));
@@ -252,11 +252,11 @@ inline void residual_norm(GPT2Infer& m, floatX* residual, floatX* out, const flo
 // The transformer blocks over M rows of res1 (the embeddings), leaving the final norm of every row
 // in `ln`. attend(l) fills atty from qkv for layer l (RoPE first, and that layer's K/V into the cache).
 template <typename Attend>
-inline void layers(GPT2Infer& m, int M, const CudaContext& ctx, Attend&& attend) {
-    const GPT2Config& c = m.config;
-    const int C = c.channels, L = c.num_layers, QKV = gpt2_qkv_channels(c), FC = gpt2_fc_channels(c);
-    const int H = gpt2_mlp_hidden(c);
-    const GPT2Tensors<floatX>& p = m.params;
+inline void layers(ModelInfer& m, int M, const CudaContext& ctx, Attend&& attend) {
+    const ModelConfig& c = m.config;
+    const int C = c.channels, L = c.num_layers, QKV = model_qkv_channels(c), FC = model_fc_channels(c);
+    const int H = model_mlp_hidden(c);
+    const ModelTensors<floatX>& p = m.params;
     cudaStream_t s = ctx.stream;
     if (c.norm == NORM_RMSNORM)
         rmsnorm_forward(m.ln, m.rstd, m.res1, p.ln1w, M, C, (float)c.norm_eps, s, norm_launch(m));
@@ -281,10 +281,10 @@ inline void layers(GPT2Infer& m, int M, const CudaContext& ctx, Attend&& attend)
 }
 
 // The classifier's weight: wte (tied) or lm_head.
-inline const floatX* head(const GPT2Infer& m) { return m.config.tied_head ? m.params.wte : m.params.lm_head; }
+inline const floatX* head(const ModelInfer& m) { return m.config.tied_head ? m.params.wte : m.params.lm_head; }
 
-inline size_t layer_cache_offset(const GPT2Infer& m, int l) {
-    return (size_t)l * m.B * m.config.num_kv_heads * m.S * gpt2_head_dim(m.config);
+inline size_t layer_cache_offset(const ModelInfer& m, int l) {
+    return (size_t)l * m.B * m.config.num_kv_heads * m.S * model_head_dim(m.config);
 }
 
 // last (B, C) = ln row (b, lengths[b] - 1) of ln (B, T, C): one thread per 16-byte pack.
@@ -374,11 +374,11 @@ sample_greedy_and_advance(int* step_out, int* tokens, int* pos, int* produced, i
 }
 
 // Whether a step runs decode_layers_fused (plan.fused, on the GEMV kernels).
-inline bool fused_step(const GPT2Infer& m) { return m.plan.fused && m.plan.gemv; }
+inline bool fused_step(const ModelInfer& m) { return m.plan.fused && m.plan.gemv; }
 // Whether lm_head folds the greedy argmax into `pending` (every fused step, whatever the sampling, so
 // `pending` always belongs to the latest logits), and whether this step starts from it.
-inline bool fold_argmax(const GPT2Infer& m) { return m.plan.fold_argmax && fused_step(m); }
-inline bool fold_step(const GPT2Infer& m, const GenerateLimits& lim) {
+inline bool fold_argmax(const ModelInfer& m) { return m.plan.fold_argmax && fused_step(m); }
+inline bool fold_step(const ModelInfer& m, const GenerateLimits& lim) {
     return fold_argmax(m) && lim.sampling.temperature == 0.0f && lim.force_len == 0;
 }
 
@@ -431,11 +431,11 @@ argmax_rows(int* pending, const floatX* logits, int V, int Vp) {
 //   fcproj+residual res1 = res2 + fch_gelu Wfcproj^T + b
 // then norm+lm_head: logits = lnf(res1) Wlm^T. Residual ping-pong as the unfused step: no kernel
 // writes a buffer its own inputs come from. `ln`, `proj`, `mean` and `rstd` are not written.
-inline void decode_layers_fused(GPT2Infer& m, const CudaContext& ctx) {
-    const GPT2Config& c = m.config;
-    const int B = m.B, C = c.channels, L = c.num_layers, QKV = gpt2_qkv_channels(c), FC = gpt2_fc_channels(c);
-    const int H = gpt2_mlp_hidden(c), NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
-    const GPT2Tensors<floatX>& p = m.params;
+inline void decode_layers_fused(ModelInfer& m, const CudaContext& ctx) {
+    const ModelConfig& c = m.config;
+    const int B = m.B, C = c.channels, L = c.num_layers, QKV = model_qkv_channels(c), FC = model_fc_channels(c);
+    const int H = model_mlp_hidden(c), NH = c.num_heads, NKV = c.num_kv_heads, HD = model_head_dim(c);
+    const ModelTensors<floatX>& p = m.params;
     cudaStream_t s = ctx.stream;
     const bool rms = c.norm == NORM_RMSNORM, rope = c.position == POS_ROPE, swiglu = c.mlp == MLP_SWIGLU;
     auto norm = [&](const floatX* w, const floatX* b) {
@@ -479,9 +479,9 @@ inline void decode_layers_fused(GPT2Infer& m, const CudaContext& ctx) {
 }
 
 // The fused step's norm+lm_head GEMV (with the folded argmax), after the layers left res1.
-inline void decode_head_fused(GPT2Infer& m, const CudaContext& ctx) {
-    const GPT2Config& c = m.config;
-    const GPT2Tensors<floatX>& p = m.params;
+inline void decode_head_fused(ModelInfer& m, const CudaContext& ctx) {
+    const ModelConfig& c = m.config;
+    const ModelTensors<floatX>& p = m.params;
     cudaStream_t s = ctx.stream;
     GemvFusion fl;
     fl.norm = c.norm == NORM_RMSNORM ? GEMV_NORM_RMS : GEMV_NORM_LAYER;
@@ -502,10 +502,10 @@ inline void decode_head_fused(GPT2Infer& m, const CudaContext& ctx) {
 // tokens (B, T) host, right-padded; lengths (B) in [1, T]; active (B): 1 = a real prompt (0 = a
 // padding row, idle from the start); rng (B) the sampling states. Fills the cache and leaves the
 // logits (B, Vp) of each prompt's last position; resets the generation state.
-inline void gpt2_infer_prefill(GPT2Infer& m, const int* tokens, const int* lengths, const int* active,
+inline void model_infer_prefill(ModelInfer& m, const int* tokens, const int* lengths, const int* active,
                                const uint64_t* rng, int T, const CudaContext& ctx) {
-    const GPT2Config& c = m.config;
-    const int B = m.B, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
+    const ModelConfig& c = m.config;
+    const int B = m.B, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = model_head_dim(c);
     if (T < 1 || T > m.Tmax) fail("internal: prefill of T=%d, built for %d", T, m.Tmax);
     for (int b = 0; b < B; b++)
         if (lengths[b] < 1 || lengths[b] > T) fail("internal: prefill length %d of sequence %d", lengths[b], b);
@@ -538,9 +538,9 @@ inline void gpt2_infer_prefill(GPT2Infer& m, const int* tokens, const int* lengt
 
 // The forward of one new token per sequence (tokens, pos on the device) into logits (B, Vp).
 // With `encoded`, the step's first kernel was advance_and_encode, which left the embeddings in res1.
-inline void gpt2_infer_decode_forward(GPT2Infer& m, const CudaContext& ctx, bool encoded = false) {
-    const GPT2Config& c = m.config;
-    const int B = m.B, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
+inline void model_infer_decode_forward(ModelInfer& m, const CudaContext& ctx, bool encoded = false) {
+    const ModelConfig& c = m.config;
+    const int B = m.B, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = model_head_dim(c);
     cudaStream_t s = ctx.stream;
     const DecodeStepPlan& plan = m.plan;
     if (!encoded) encoder_forward_at(m.res1, m.tokens, m.pos, m.params.wte, m.params.wpe, B, C, s, plan.pdl);
@@ -564,15 +564,15 @@ inline void gpt2_infer_decode_forward(GPT2Infer& m, const CudaContext& ctx, bool
 }
 
 // One generation step, enqueued: sample + book-keeping, then the forward of the new tokens.
-inline void gpt2_infer_step(GPT2Infer& m, const GenerateLimits& lim, const CudaContext& ctx) {
-    const GPT2Config& c = m.config;
+inline void model_infer_step(ModelInfer& m, const GenerateLimits& lim, const CudaContext& ctx) {
+    const ModelConfig& c = m.config;
     if (infer_detail::fold_step(m, lim)) {  // the sampler's pick came with the last logits: advance, embed
         const int threads = std::min(1024, norm_block_per_row_threads(c.channels));
         launch_kernel(infer_detail::advance_and_encode, dim3(m.B), dim3(threads), 0, ctx.stream, false, m.res1,
                       m.step_out, m.tokens, m.pos, m.produced, m.active, m.pending, m.params.wte, m.params.wpe,
                       m.lengths, lim, m.max_seq, c.channels);
         cudaCheckLaunch();
-        gpt2_infer_decode_forward(m, ctx, true);
+        model_infer_decode_forward(m, ctx, true);
         return;
     }
     // a plain launch: the first node of the captured step (PDL has no edge to the previous replay)
@@ -586,24 +586,24 @@ inline void gpt2_infer_step(GPT2Infer& m, const GenerateLimits& lim, const CudaC
                       m.step_out, m.tokens, m.pos, m.produced, m.active, m.rng, m.logits, m.lengths, m.force, lim,
                       c.vocab_size, c.padded_vocab_size, m.max_seq);
     cudaCheckLaunch();
-    gpt2_infer_decode_forward(m, ctx);
+    model_infer_decode_forward(m, ctx);
 }
 
 // One step with every sequence idle, not captured: the sampler skips them and the forward writes only
 // rows nobody reads (no cache slot: idle sequences append nothing). It loads every kernel of the step
 // before a capture (lazy module loading inside a capture is not allowed on every driver) and leaves
-// the generation state idle. Call it after gpt2_infer_build, before the first prefill.
-inline void gpt2_infer_warmup(GPT2Infer& m, const GenerateLimits& lim, const CudaContext& ctx) {
+// the generation state idle. Call it after model_infer_build, before the first prefill.
+inline void model_infer_warmup(ModelInfer& m, const GenerateLimits& lim, const CudaContext& ctx) {
     const std::vector<int> neg(m.B, -1);
     cudaCheck(cudaMemcpy(m.pos, neg.data(), sizeof(int) * m.B, cudaMemcpyHostToDevice));
     cudaCheck(cudaMemset(m.active, 0, sizeof(int) * m.B));
-    gpt2_infer_step(m, lim, ctx);
+    model_infer_step(m, lim, ctx);
     cudaCheck(cudaStreamSynchronize(ctx.stream));
 }
 
 // The same step as one CUDA graph, captured at the first call (and again if the limits change),
 // then replayed: one launch per token instead of ~12 per layer.
-inline void gpt2_infer_step_graph(GPT2Infer& m, const GenerateLimits& lim, const CudaContext& ctx) {
+inline void model_infer_step_graph(ModelInfer& m, const GenerateLimits& lim, const CudaContext& ctx) {
     if (m.graph && memcmp(&lim, &m.graph_limits, sizeof lim) != 0) {
         cudaCheck(cudaGraphExecDestroy(m.graph));
         m.graph = nullptr;
@@ -611,7 +611,7 @@ inline void gpt2_infer_step_graph(GPT2Infer& m, const GenerateLimits& lim, const
     if (!m.graph) {
         cudaGraph_t g;
         cudaCheck(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
-        gpt2_infer_step(m, lim, ctx);
+        model_infer_step(m, lim, ctx);
         cudaCheck(cudaStreamEndCapture(ctx.stream, &g));
         cudaCheck(cudaGraphInstantiate(&m.graph, g, 0));
         cudaCheck(cudaGraphDestroy(g));
@@ -627,14 +627,14 @@ inline void gpt2_infer_step_graph(GPT2Infer& m, const GenerateLimits& lim, const
 // parameters on the device, copied in first. Build `m` with B = 1, Tmax = 1 and host = nullptr. A
 // sample ends at the context end: max_seq tokens (positions 1..max_seq-1 fed, one more drawn from the
 // last position's logits); the trainer checks --gen-tokens against it.
-inline std::vector<int> gpt2_infer_sample(GPT2Infer& m, const floatX* params, int eot, int gen_tokens,
+inline std::vector<int> model_infer_sample(ModelInfer& m, const floatX* params, int eot, int gen_tokens,
                                           float temperature, Rng& rng, const CudaContext& ctx) {
-    if (m.B != 1) fail("internal: gpt2_infer_sample needs a model built for one sequence (B = %d)", m.B);
-    const size_t n = gpt2_num_params(m.config);
+    if (m.B != 1) fail("internal: model_infer_sample needs a model built for one sequence (B = %d)", m.B);
+    const size_t n = model_num_params(m.config);
     cudaCheck(cudaMemcpyAsync(m.params_memory, params, n * sizeof(floatX), cudaMemcpyDeviceToDevice, ctx.stream));
     const int len = 1, active = 1;
     const uint64_t state = rng.state;
-    gpt2_infer_prefill(m, &eot, &len, &active, &state, 1, ctx);
+    model_infer_prefill(m, &eot, &len, &active, &state, 1, ctx);
     GenerateLimits lim{};
     lim.sampling = SamplingParams{temperature, 0, 1.0f};
     lim.eot = -1;  // the trainers' samples run their full length
@@ -643,7 +643,7 @@ inline std::vector<int> gpt2_infer_sample(GPT2Infer& m, const floatX* params, in
     std::vector<int> out;
     int id = 0;
     while ((int)out.size() < gen_tokens) {
-        gpt2_infer_step(m, lim, ctx);
+        model_infer_step(m, lim, ctx);
         cudaCheck(cudaMemcpyAsync(&id, m.step_out, sizeof(int), cudaMemcpyDeviceToHost, ctx.stream));
         cudaCheck(cudaStreamSynchronize(ctx.stream));
         if (id < 0) break;  // the context end

@@ -1,10 +1,10 @@
-// gpt2_infer.h: inference on the CPU with a KV cache, for both model families (GPT-2 and
+// model_infer.h: inference on the CPU with a KV cache, for both model families (GPT-2 and
 // Llama-style: the config's norm, position, MLP, bias and head knobs), the model half of
 // generate_cpu.cpp and the CPU twin of the GPU generate. It runs the layer ops of the training
-// forward (llmc/cpu/*.h and the norm helpers of llmc/cpu/gpt2.h, one copy of each) in the same
+// forward (llmc/cpu/*.h and the norm helpers of llmc/cpu/model.h, one copy of each) in the same
 // layer structure (the first norm on the embedding, each residual add fused with the next norm) in
 // a new per-layer loop that keeps no activations for a backward; the full-sequence forward of
-// llmc/cpu/gpt2.h stays as it is and is what tests/cpu/test_generate.cpp checks this against.
+// llmc/cpu/model.h stays as it is and is what tests/cpu/test_generate.cpp checks this against.
 // RoPE turns q and k after the QKV matmul at each token's own position, before k enters the cache.
 //
 // The cache (docs/design.md, "KV cache and decode attention", the layout the GPU decode kernel
@@ -13,15 +13,15 @@
 // S = W: a ring buffer of the last W positions.
 //
 // One batch of prompts:
-//   gpt2_prefill(m, tokens (B, T) right-padded, lengths (B)): the prompts through every layer at
+//   model_prefill(m, tokens (B, T) right-padded, lengths (B)): the prompts through every layer at
 //       once (cpu::attention_forward over the prompt), their K/V into the cache
 //       (cpu::kv_cache_fill); returns the logits of each prompt's last position (B, Vp), or of
 //       every position (B, T, Vp);
-//   gpt2_decode_step(m, tokens (B), pos (B)) per new token: token b at position pos[b] (< 0: the
+//   model_decode_step(m, tokens (B), pos (B)) per new token: token b at position pos[b] (< 0: the
 //       sequence is idle), its K/V appended (cpu::kv_cache_append), one query per sequence against
 //       the cache (cpu::attention_decode); returns the logits (B, Vp) (an idle row is meaningless).
 // A new prefill starts the cache over: a slot is only read after this batch has written it.
-// gpt2_infer_sample(m, eot, gen_tokens, temperature, rng): the CPU trainer's samples, through the two.
+// model_infer_sample(m, eot, gen_tokens, temperature, rng): the CPU trainer's samples, through the two.
 // fp32 throughout; the results do not depend on the thread count.
 #pragma once
 #include <algorithm>
@@ -30,16 +30,16 @@
 #include "llmc/cpu/attention_decode.h"
 #include "llmc/cpu/encoder.h"
 #include "llmc/cpu/gelu.h"
-#include "llmc/cpu/gpt2.h"
+#include "llmc/cpu/model.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/rope.h"
 #include "llmc/cpu/swiglu.h"
-#include "llmc/gpt2_config.h"
+#include "llmc/model_config.h"
 #include "llmc/rand.h"
 #include "llmc/sampler.h"
 #include "llmc/utils.h"
 
-struct GPT2KVCache {
+struct ModelKVCache {
     int B = 0, NKV = 0, S = 0, HD = 0;
     int window = 0;           // what attention_decode applies: the model's W when S = W, else 0
     std::vector<float> k, v;  // (L, B, NKV, S, HD) each
@@ -50,7 +50,7 @@ struct GPT2KVCache {
 
 // One layer's activations for `rows` = B * T positions (T the prompt length of a prefill, 1 for a
 // decode step), reused by every layer.
-struct GPT2InferActs {
+struct ModelInferActs {
     size_t rows = 0;
     std::vector<float> x;        // (rows, C) the residual stream, updated in place
     std::vector<float> ln;       // (rows, C) a norm's output; after the last layer the final norm's
@@ -65,32 +65,32 @@ struct GPT2InferActs {
     std::vector<float> logits;   // (B, Vp), or (rows, Vp) for a prefill's every position
 };
 
-struct GPT2Infer {
-    GPT2Config config{};
-    GPT2Tensors<const float> params{};  // views of the caller's buffer (GPT2_PARAMETER_TABLE order)
+struct ModelInfer {
+    ModelConfig config{};
+    ModelTensors<const float> params{};  // views of the caller's buffer (MODEL_PARAMETER_TABLE order)
     int B = 0;                          // sequences the cache holds
     int max_seq = 0;                    // positions a sequence may use, <= config.max_seq_len
-    GPT2KVCache cache;
-    GPT2InferActs acts;
+    ModelKVCache cache;
+    ModelInferActs acts;
     std::vector<float> rope_cos, rope_sin;  // (max_seq, HD/2) each, with RoPE (llmc/cpu/rope.h)
 };
 
 // Sizes the cache for B sequences of up to max_seq positions (1 <= max_seq <= max_seq_len) of the
-// model `c` whose parameters are `params` (gpt2_num_params(c) floats, kept by the caller).
-inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* params, int B, int max_seq) {
-    gpt2_validate_config(c, "model");
-    if (B < 1) fail("internal: gpt2_infer_build with B=%d", B);
+// model `c` whose parameters are `params` (model_num_params(c) floats, kept by the caller).
+inline void model_infer_build(ModelInfer& m, const ModelConfig& c, const float* params, int B, int max_seq) {
+    model_validate_config(c, "model");
+    if (B < 1) fail("internal: model_infer_build with B=%d", B);
     if (max_seq < 1 || max_seq > c.max_seq_len)
         fail("--max-seq %d: must be in [1, %d] (the model's max_seq_len)", max_seq, c.max_seq_len);
     m.config = c;
-    m.params = gpt2_point_tensors(params, c);
+    m.params = model_point_tensors(params, c);
     m.B = B;
     m.max_seq = max_seq;
-    GPT2KVCache& kv = m.cache;
+    ModelKVCache& kv = m.cache;
     const bool ring = c.window > 0 && c.window < max_seq;
     kv.B = B;
     kv.NKV = c.num_kv_heads;
-    kv.HD = gpt2_head_dim(c);
+    kv.HD = model_head_dim(c);
     kv.S = ring ? c.window : max_seq;
     kv.window = ring ? c.window : 0;  // W >= max_seq never hides a position: full causal
     const size_t floats = 2 * (size_t)c.num_layers * kv.layer_floats();
@@ -99,7 +99,7 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* par
     check_host_memory(floats * sizeof(float), what, "lower --max-seq or the number of prompts");
     kv.k.assign(floats / 2, 0.0f);
     kv.v.assign(floats / 2, 0.0f);
-    m.acts = GPT2InferActs();
+    m.acts = ModelInferActs();
     m.rope_cos.clear();
     m.rope_sin.clear();
     if (c.position == POS_ROPE) {
@@ -110,10 +110,10 @@ inline void gpt2_infer_build(GPT2Infer& m, const GPT2Config& c, const float* par
 }
 
 namespace detail {
-inline void infer_size_acts(GPT2Infer& m, size_t rows, size_t logit_rows) {
-    const GPT2Config& c = m.config;
-    const size_t C = c.channels, QKV = gpt2_qkv_channels(c);
-    GPT2InferActs& a = m.acts;
+inline void infer_size_acts(ModelInfer& m, size_t rows, size_t logit_rows) {
+    const ModelConfig& c = m.config;
+    const size_t C = c.channels, QKV = model_qkv_channels(c);
+    ModelInferActs& a = m.acts;
     if (rows > a.rows) {
         a.x.resize(rows * C);
         a.ln.resize(rows * C);
@@ -123,8 +123,8 @@ inline void infer_size_acts(GPT2Infer& m, size_t rows, size_t logit_rows) {
         a.atty.resize(rows * C);
         a.lse.resize(rows * c.num_heads);
         a.proj.resize(rows * C);
-        a.fch.resize(rows * gpt2_fc_channels(c));
-        a.fch_act.resize(rows * gpt2_mlp_hidden(c));
+        a.fch.resize(rows * model_fc_channels(c));
+        a.fch_act.resize(rows * model_mlp_hidden(c));
         a.rows = rows;
     }
     if (a.logits.size() < logit_rows * c.padded_vocab_size) a.logits.resize(logit_rows * c.padded_vocab_size);
@@ -134,12 +134,12 @@ inline void infer_size_acts(GPT2Infer& m, size_t rows, size_t logit_rows) {
 // place; leaves the final norm's output in acts.ln. attend(l) fills acts.atty from acts.qkv for
 // layer l (after RoPE, and writing that layer's K/V into the cache).
 template <typename Attend>
-inline void infer_layers(GPT2Infer& m, int B, int T, Attend&& attend) {
-    const GPT2Config& c = m.config;
-    const int C = c.channels, QKV = gpt2_qkv_channels(c), FC = gpt2_fc_channels(c), H = gpt2_mlp_hidden(c);
+inline void infer_layers(ModelInfer& m, int B, int T, Attend&& attend) {
+    const ModelConfig& c = m.config;
+    const int C = c.channels, QKV = model_qkv_channels(c), FC = model_fc_channels(c), H = model_mlp_hidden(c);
     const int L = c.num_layers, rows = B * T;
-    const GPT2Tensors<const float>& p = m.params;
-    GPT2InferActs& a = m.acts;
+    const ModelTensors<const float>& p = m.params;
+    ModelInferActs& a = m.acts;
     float *x = a.x.data(), *ln = a.ln.data(), *mean = a.mean.data(), *rstd = a.rstd.data();
     detail::norm_forward(c, ln, mean, rstd, x, p.ln1w, p.ln1b, B, T);
     for (int l = 0; l < L; l++) {
@@ -161,8 +161,8 @@ inline void infer_layers(GPT2Infer& m, int B, int T, Attend&& attend) {
 }
 
 // The classifier (wte, or the untied lm_head) over `rows` rows of final-norm outputs h (rows, C).
-inline void infer_logits(GPT2Infer& m, const float* h, int rows) {
-    const GPT2Config& c = m.config;
+inline void infer_logits(ModelInfer& m, const float* h, int rows) {
+    const ModelConfig& c = m.config;
     const float* head = c.tied_head ? m.params.wte : m.params.lm_head;
     cpu::matmul_forward(m.acts.logits.data(), h, head, nullptr, 1, rows, c.channels, c.padded_vocab_size);
 }
@@ -172,9 +172,9 @@ inline void infer_logits(GPT2Infer& m, const float* h, int rows) {
 // (the rest of the row is padding, any id < V: attention is causal, so it never reaches a prompt
 // position). Fills the cache for positions 0 .. lengths[b]-1 (the last S of them) and returns the
 // logits (B, Vp) of each prompt's last position, or with all_positions (B, T, Vp) of every position.
-inline const float* gpt2_prefill(GPT2Infer& m, const int* tokens, const int* lengths, int B, int T,
+inline const float* model_prefill(ModelInfer& m, const int* tokens, const int* lengths, int B, int T,
                                  bool all_positions = false) {
-    const GPT2Config& c = m.config;
+    const ModelConfig& c = m.config;
     if (B < 1 || B > m.B || T < 1 || T > m.max_seq)
         fail("internal: prefill of B=%d T=%d, the cache holds B=%d of %d positions", B, T, m.B, m.max_seq);
     for (int b = 0; b < B; b++)
@@ -183,9 +183,9 @@ inline const float* gpt2_prefill(GPT2Infer& m, const int* tokens, const int* len
     for (size_t i = 0; i < (size_t)B * T; i++)
         if (tokens[i] < 0 || tokens[i] >= c.vocab_size)
             fail("internal: prefill token id %d out of range [0, %d)", tokens[i], c.vocab_size);
-    const int C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
-    GPT2InferActs& a = m.acts;
-    GPT2KVCache& kv = m.cache;
+    const int C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = model_head_dim(c);
+    ModelInferActs& a = m.acts;
+    ModelKVCache& kv = m.cache;
     detail::infer_size_acts(m, (size_t)B * T, all_positions ? (size_t)B * T : (size_t)B);
     cpu::encoder_forward(a.x.data(), tokens, m.params.wte, m.params.wpe, B, T, C);  // wpe nullptr with RoPE
     detail::infer_layers(m, B, T, [&](int l) {
@@ -206,8 +206,8 @@ inline const float* gpt2_prefill(GPT2Infer& m, const int* tokens, const int* len
 // tokens (B): sequence b's next token, at position pos[b] (0 <= pos[b] < max_seq, with positions
 // before it already in the cache), or pos[b] < 0 for an idle sequence (its token is not read).
 // Returns the logits (B, Vp) of the new positions.
-inline const float* gpt2_decode_step(GPT2Infer& m, const int* tokens, const int* pos, int B) {
-    const GPT2Config& c = m.config;
+inline const float* model_decode_step(ModelInfer& m, const int* tokens, const int* pos, int B) {
+    const ModelConfig& c = m.config;
     if (B < 1 || B > m.B) fail("internal: decode step of B=%d, the cache holds %d sequences", B, m.B);
     for (int b = 0; b < B; b++) {
         if (pos[b] >= m.max_seq) fail("internal: decode position %d of sequence %d is past --max-seq %d", pos[b], b,
@@ -215,16 +215,16 @@ inline const float* gpt2_decode_step(GPT2Infer& m, const int* tokens, const int*
         if (pos[b] >= 0 && (tokens[b] < 0 || tokens[b] >= c.vocab_size))
             fail("internal: decode token id %d out of range [0, %d)", tokens[b], c.vocab_size);
     }
-    const int C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
-    GPT2InferActs& a = m.acts;
-    GPT2KVCache& kv = m.cache;
+    const int C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = model_head_dim(c);
+    ModelInferActs& a = m.acts;
+    ModelKVCache& kv = m.cache;
     detail::infer_size_acts(m, B, B);
     for (int b = 0; b < B; b++) {  // token b at its own position: a one-token encoder from wpe row pos[b]
         const int token = pos[b] < 0 ? 0 : tokens[b], p = pos[b] < 0 ? 0 : pos[b];
         cpu::encoder_forward(a.x.data() + (size_t)b * C, &token, m.params.wte, tensor_at(m.params.wpe, (size_t)p * C), 1,
                              1, C);
     }
-    const size_t QKV = gpt2_qkv_channels(c);
+    const size_t QKV = model_qkv_channels(c);
     detail::infer_layers(m, B, 1, [&](int l) {
         if (c.position == POS_ROPE)
             for (int b = 0; b < B; b++)
@@ -242,21 +242,21 @@ inline const float* gpt2_decode_step(GPT2Infer& m, const int* tokens, const int*
 // ============================================================================ the trainer's samples
 // `gen_tokens` tokens after one end-of-text token, drawn with sample_token at `temperature` from
 // `rng`, through the cache: a one-token prefill, then one decode step per token, instead of one
-// full forward per token; the CPU twin of gpt2_infer_sample in llmc/gpt2_infer.cuh (the same draws
+// full forward per token; the CPU twin of model_infer_sample in llmc/model_infer.cuh (the same draws
 // from the same RNG state). Build `m` with B = 1 over the parameters to sample from (the trainer's
 // own buffer: the sample sees each update without a copy). A sample ends at the context end:
 // m.max_seq tokens (positions 1..max_seq-1 fed, one more drawn from the last position's logits).
 // The logits equal the full forward's up to float rounding (tests/cpu/test_generate.cpp), so the
 // tokens are those of a full forward over the whole sequence per token.
-inline std::vector<int> gpt2_infer_sample(GPT2Infer& m, int eot, int gen_tokens, float temperature, Rng& rng) {
-    if (m.B != 1) fail("internal: gpt2_infer_sample needs a model built for one sequence (B = %d)", m.B);
+inline std::vector<int> model_infer_sample(ModelInfer& m, int eot, int gen_tokens, float temperature, Rng& rng) {
+    if (m.B != 1) fail("internal: model_infer_sample needs a model built for one sequence (B = %d)", m.B);
     const int one = 1;
-    const float* logits = gpt2_prefill(m, &eot, &one, 1, 1);
+    const float* logits = model_prefill(m, &eot, &one, 1, 1);
     std::vector<int> out;
     for (;;) {
         out.push_back(sample_token(logits, m.config.vocab_size, temperature, rng));
         const int pos = (int)out.size();  // the new token's position, after the end-of-text token at 0
         if (pos >= gen_tokens || pos == m.max_seq) return out;  // at the context end it is drawn, never fed
-        logits = gpt2_decode_step(m, &out.back(), &pos, 1);
+        logits = model_decode_step(m, &out.back(), &pos, 1);
     }
 }

@@ -1,14 +1,14 @@
-// llmc/gpt2_graph.cuh: one training step of the GPU model (llmc/model_train.cuh) as one CUDA graph, on one
-// GPU (the data-parallel step of llmc/gpt2_dist.cuh stays eager). The step's kernels, copies and
+// llmc/model_graph.cuh: one training step of the GPU model (llmc/model_train.cuh) as one CUDA graph, on one
+// GPU (the data-parallel step of llmc/model_dist.cuh stays eager). The step's kernels, copies and
 // memsets are captured once and replayed every step, so the GPU runs a whole step with no launch
 // gap and no host wait inside it. Per step the host only
 //   1. stages the next step's micro-batches (tokens, targets and the embedding backward's buckets,
-//      EncoderBuckets::fill) into pinned memory while the GPU runs this step (gpt2_graph_stage),
-//   2. writes the step's AdamW scalars and launches the graph (gpt2_graph_launch),
-//   3. synchronizes once at the step's end and reads the losses and the norm (gpt2_update_norm).
+//      EncoderBuckets::fill) into pinned memory while the GPU runs this step (model_graph_stage),
+//   2. writes the step's AdamW scalars and launches the graph (model_graph_launch),
+//   3. synchronizes once at the step's end and reads the losses and the norm (model_update_norm).
 // The graph, in stream order: zero the gradients; per micro-batch: copy its tokens, targets and
 // buckets from the staging slot into the model's buffers, forward, classifier (dlogits; the losses
-// copied into the caller's pinned (grad_accum, N) buffer), backward; then gpt2_update_enqueue (the
+// copied into the caller's pinned (grad_accum, N) buffer), backward; then model_update_enqueue (the
 // scalars' copy, global norm, clip factor on the device, AdamW, the squared norm's copy to the host).
 // Two staging slots, each with its own graph (a copy node reads a fixed address): the host fills one
 // while the GPU runs the other's graph. Everything else a step touches has a fixed address and shape
@@ -22,7 +22,7 @@
 #pragma once
 #include "llmc/model_train.cuh"
 
-struct GPT2Graph {
+struct ModelGraph {
     int B = 0, T = 0, grad_accum = 0;
     size_t micro_ints = 0;     // one micro-batch in a slot: inputs (N) | targets (N) | buckets (layout_ints)
     int* staging = nullptr;    // pinned (2 slots, grad_accum, micro_ints)
@@ -30,16 +30,16 @@ struct GPT2Graph {
     size_t nodes = 0;          // kernels, copies and memsets in one graph
 };
 
-inline int* gpt2_graph_slot(const GPT2Graph& g, int slot, int micro) {
+inline int* model_graph_slot(const ModelGraph& g, int slot, int micro) {
     return g.staging + ((size_t)slot * g.grad_accum + micro) * g.micro_ints;
 }
 
 // Host: checks micro-batch `micro` of the step that slot `slot` feeds and writes it, with its
 // buckets, into the slot. The slot's graph must not be running (its step has been synchronized).
-inline void gpt2_graph_stage(GPT2Graph& g, GPT2& model, int slot, int micro, const int* inputs, const int* targets) {
+inline void model_graph_stage(ModelGraph& g, Model& model, int slot, int micro, const int* inputs, const int* targets) {
     const int N = g.B * g.T;
-    gpt2_check_batch(model, inputs, targets, g.B, g.T);
-    int* dst = gpt2_graph_slot(g, slot, micro);
+    model_check_batch(model, inputs, targets, g.B, g.T);
+    int* dst = model_graph_slot(g, slot, micro);
     memcpy(dst, inputs, sizeof(int) * N);
     memcpy(dst + N, targets, sizeof(int) * N);
     model.buckets.fill(dst + 2 * N, inputs, N);
@@ -49,10 +49,10 @@ inline void gpt2_graph_stage(GPT2Graph& g, GPT2& model, int slot, int micro, con
 // dloss: the classifier's gradient scale; host_losses: pinned (grad_accum, B*T), where micro-batch m's
 // losses land at m * B*T. Needs the single-GPU model (no data-parallel hooks) and one eager step
 // run before (lazy kernel loading, cuBLASLt and attention set-up happen outside the capture).
-inline void gpt2_graph_build(GPT2Graph& g, GPT2& model, int grad_accum, float dloss, float grad_clip,
+inline void model_graph_build(ModelGraph& g, Model& model, int grad_accum, float dloss, float grad_clip,
                              float* host_losses, const CudaContext& ctx) {
     if (model.before_layer_forward || model.after_layer_backward || model.grads_of)
-        fail("internal: gpt2_graph_build needs the single-GPU model (data-parallel hooks are set)");
+        fail("internal: model_graph_build needs the single-GPU model (data-parallel hooks are set)");
     g.B = model.B;
     g.T = model.T;
     g.grad_accum = grad_accum;
@@ -62,25 +62,25 @@ inline void gpt2_graph_build(GPT2Graph& g, GPT2& model, int grad_accum, float dl
     Activations& a = model.acts;
     cudaStream_t s = ctx.stream;
     for (int slot = 0; slot < 2; slot++) {
-        // --fp8: gpt2_forward casts the FP8 weight copies when the host's weights_step is behind
+        // --fp8: model_forward casts the FP8 weight copies when the host's weights_step is behind
         // model.step, a host decision a capture freezes; every replay follows an update, so each slot's
         // graph must hold the cast (slot 1's capture would otherwise see slot 0's bookkeeping and leave
         // it out: every other step would run on the previous step's weights)
         model.fp8.weights_step = -1;
         cudaGraph_t graph;
         cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        gpt2_zero_grads(model, ctx);
+        model_zero_grads(model, ctx);
         for (int micro = 0; micro < grad_accum; micro++) {
-            const int* src = gpt2_graph_slot(g, slot, micro);
+            const int* src = model_graph_slot(g, slot, micro);
             cudaCheck(cudaMemcpyAsync(a.inputs, src, sizeof(int) * N, cudaMemcpyHostToDevice, s));
             cudaCheck(cudaMemcpyAsync(a.targets, src + N, sizeof(int) * N, cudaMemcpyHostToDevice, s));
             cudaCheck(cudaMemcpyAsync(model.buckets.device, src + 2 * N, sizeof(int) * model.buckets.layout_ints(),
                                       cudaMemcpyHostToDevice, s));
-            gpt2_forward(model, g.B, g.T, ctx);
-            gpt2_classifier(model, g.B, g.T, dloss, true, host_losses + (size_t)micro * N, ctx);
-            gpt2_backward(model, g.B, g.T, ctx);
+            model_forward(model, g.B, g.T, ctx);
+            model_classifier(model, g.B, g.T, dloss, true, host_losses + (size_t)micro * N, ctx);
+            model_backward(model, g.B, g.T, ctx);
         }
-        gpt2_update_enqueue(model, grad_clip, ctx);
+        model_update_enqueue(model, grad_clip, ctx);
         cudaCheck(cudaStreamEndCapture(s, &graph));
         cudaCheck(cudaGraphGetNodes(graph, nullptr, &g.nodes));
         cudaCheck(cudaGraphInstantiate(&g.exec[slot], graph, 0));
@@ -92,14 +92,14 @@ inline void gpt2_graph_build(GPT2Graph& g, GPT2& model, int grad_accum, float dl
 
 // Host: the step's AdamW scalars (model.step += 1), then the graph of `slot` (staged before). The
 // previous step must have been synchronized (the pinned scalars are rewritten).
-inline void gpt2_graph_launch(GPT2Graph& g, GPT2& model, int slot, const OptimizerSettings& o, const CudaContext& ctx) {
-    gpt2_update_args(model, o);
+inline void model_graph_launch(ModelGraph& g, Model& model, int slot, const OptimizerSettings& o, const CudaContext& ctx) {
+    model_update_args(model, o);
     cudaCheck(cudaGraphLaunch(g.exec[slot], ctx.stream));
 }
 
-inline void gpt2_graph_free(GPT2Graph& g) {
+inline void model_graph_free(ModelGraph& g) {
     for (cudaGraphExec_t& e : g.exec)
         if (e) cudaCheck(cudaGraphExecDestroy(e));
     if (g.staging) cudaCheck(cudaFreeHost(g.staging));
-    g = GPT2Graph();
+    g = ModelGraph();
 }

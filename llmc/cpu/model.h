@@ -1,15 +1,15 @@
-// llmc/cpu/gpt2.h: the CPU reference model, GPT-2 or Llama-style (the knobs of GPT2Config: LayerNorm
+// llmc/cpu/model.h: the CPU reference model, GPT-2 or Llama-style (the knobs of ModelConfig: LayerNorm
 // or RMSNorm, learned positions or RoPE, GELU or SwiGLU, biases or none, tied or untied head): fp32
 // parameters, activations, forward, loss, backward and AdamW update with OpenMP, built from the
 // layer ops in llmc/cpu/ (the same ones the GPU tests and the kernel lab use as their reference),
-// plus checkpoints. The trainer samples through the KV cache of llmc/cpu/gpt2_infer.h
-// (gpt2_infer_sample), as the GPU trainer does.
+// plus checkpoints. The trainer samples through the KV cache of llmc/cpu/model_infer.h
+// (model_infer_sample), as the GPU trainer does.
 // Semantics are PyTorch's (docs/design.md). Same sections, in the same order and with the same
 // function names, as the GPU model in llmc/gpt2.cuh: model (parameters, activations), forward,
 // backward, update, checkpoints.
 //
-// One step: gpt2_zero_grads, then per micro-batch gpt2_forward (logits), gpt2_loss (mean
-// cross-entropy), gpt2_backward (+= into the gradients), then gpt2_update.
+// One step: model_zero_grads, then per micro-batch model_forward (logits), model_loss (mean
+// cross-entropy), model_backward (+= into the gradients), then model_update.
 #pragma once
 #include <algorithm>
 #include <functional>
@@ -29,13 +29,13 @@
 #include "llmc/cpu/rope.h"
 #include "llmc/cpu/swiglu.h"
 #include "llmc/formats.h"
-#include "llmc/gpt2_config.h"
+#include "llmc/model_config.h"
 #include "llmc/utils.h"
 
 // ============================================================================ model
 // Activations: everything the backward pass reads, for the B, T the model was sized for. Per-layer
 // buffers are (L, ...) with layer l at offset l * (one layer's size). FC = the fc rows (H, or 2H
-// for SwiGLU's [gate | up]), H = the MLP's hidden width (llmc/gpt2_config.h). With RMSNorm the
+// for SwiGLU's [gate | up]), H = the MLP's hidden width (llmc/model_config.h). With RMSNorm the
 // *_mean buffers are unused; with RoPE qkv holds the rotated Q and K (what attention read).
 struct Activations {
     std::vector<float> encoded;    // (B, T, C)
@@ -73,14 +73,14 @@ struct ActivationGrads {
     std::vector<float> dfch_act;   // (B, T, H)
 };
 
-// The parameters are the tensors of GPT2_PARAMETER_TABLE (llmc/gpt2_config.h), named views into
+// The parameters are the tensors of MODEL_PARAMETER_TABLE (llmc/model_config.h), named views into
 // one contiguous buffer. Gradients and the AdamW moments are buffers of the same length and
 // layout, so one offset table serves them all.
-struct GPT2 {
-    GPT2Config config{};
+struct Model {
+    ModelConfig config{};
     size_t num_params = 0;
     std::vector<float> params_memory, grads_memory, m_memory, v_memory;  // (num_params) each (data parallel: see below)
-    GPT2Tensors<float> params{}, grads{};  // named views of params_memory and grads_memory
+    ModelTensors<float> params{}, grads{};  // named views of params_memory and grads_memory
     std::vector<float> rope_cos, rope_sin;  // (maxT, HD/2) each, with RoPE (llmc/cpu/rope.h)
     int B = 0, T = 0;          // the shape the activations were allocated for
     int cur_B = 0, cur_T = 0;  // the shape of the last forward
@@ -92,33 +92,33 @@ struct GPT2 {
     // to write layer l's gradients (-1: the tensors outside the layers, at its start) and calls
     // after_layer_backward(l) once layer l's are complete (-1: at its end, after the embedding's).
     // Unset: the whole buffer, grads.
-    std::function<GPT2Tensors<float>(int)> grads_of;
+    std::function<ModelTensors<float>(int)> grads_of;
     std::function<void(int)> after_layer_backward;
 };
 
 // Sizes the model for training at (B, T): parameters, gradients and AdamW moments (all zero; set
-// the parameters with gpt2_set_params), and the activations.
-inline void gpt2_build(GPT2& m, const GPT2Config& c, int B, int T) {
-    gpt2_validate_config(c, "model");
+// the parameters with model_set_params), and the activations.
+inline void model_build(Model& m, const ModelConfig& c, int B, int T) {
+    model_validate_config(c, "model");
     if (T > c.max_seq_len) fail("--seq: %d is longer than the model's max_seq_len %d", T, c.max_seq_len);
     m.config = c;
-    m.num_params = gpt2_num_params(c);
+    m.num_params = model_num_params(c);
     m.params_memory.assign(m.num_params, 0.0f);
     m.grads_memory.assign(m.num_params, 0.0f);
     m.m_memory.assign(m.num_params, 0.0f);
     m.v_memory.assign(m.num_params, 0.0f);
-    m.params = gpt2_point_tensors(m.params_memory.data(), c);
-    m.grads = gpt2_point_tensors(m.grads_memory.data(), c);
+    m.params = model_point_tensors(m.params_memory.data(), c);
+    m.grads = model_point_tensors(m.grads_memory.data(), c);
     m.step = 0;
     if (c.position == POS_ROPE) {
-        const int HD = gpt2_head_dim(c);
+        const int HD = model_head_dim(c);
         m.rope_cos.resize((size_t)c.max_seq_len * HD / 2);
         m.rope_sin.resize((size_t)c.max_seq_len * HD / 2);
         cpu::rope_tables_for(c, m.rope_cos.data(), m.rope_sin.data(), c.max_seq_len);
     }
 
     const size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
-    const size_t BT = (size_t)B * T, QKV = gpt2_qkv_channels(c), FC = gpt2_fc_channels(c), H = gpt2_mlp_hidden(c);
+    const size_t BT = (size_t)B * T, QKV = model_qkv_channels(c), FC = model_fc_channels(c), H = model_mlp_hidden(c);
     // the floats of the buffers below: per layer, outside the layers, and the one-layer gradients
     const size_t act_floats = L * BT * (7 * C + QKV + NH + FC + H + 4) + BT * (2 * C + 2 * Vp + 3) +
                               BT * (3 * C + QKV + FC + H);
@@ -159,24 +159,24 @@ inline void gpt2_build(GPT2& m, const GPT2Config& c, int B, int T) {
     m.T = T;
 }
 
-inline void gpt2_free(GPT2& m) { m = GPT2(); }
+inline void model_free(Model& m) { m = Model(); }
 
-// Sets the parameters from fp32 host values (a model file's or gpt2_init_params').
-inline void gpt2_set_params(GPT2& m, const float* host) {
+// Sets the parameters from fp32 host values (a model file's or model_init_params').
+inline void model_set_params(Model& m, const float* host) {
     std::copy(host, host + m.num_params, m.params_memory.begin());
 }
 
 namespace detail {
 
 // The norm of the config: LayerNorm (weight, bias; saves mean and rstd) or RMSNorm (weight; rstd).
-inline void norm_forward(const GPT2Config& c, float* out, float* mean, float* rstd, const float* inp,
+inline void norm_forward(const ModelConfig& c, float* out, float* mean, float* rstd, const float* inp,
                          const float* weight, const float* bias, int B, int T) {
     if (c.norm == NORM_RMSNORM) cpu::rmsnorm_forward(out, rstd, inp, weight, B, T, c.channels, (float)c.norm_eps);
     else cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, c.channels);
 }
 
 // residual = inp1 + inp2, then out = norm(residual): the step between two blocks.
-inline void residual_norm_forward(const GPT2Config& c, float* residual, float* out, float* mean, float* rstd,
+inline void residual_norm_forward(const ModelConfig& c, float* residual, float* out, float* mean, float* rstd,
                                   const float* inp1, const float* inp2, const float* weight, const float* bias, int B,
                                   int T) {
     if (c.norm == NORM_RMSNORM) {
@@ -191,7 +191,7 @@ inline void residual_norm_forward(const GPT2Config& c, float* residual, float* o
 // dresidual += d(norm input), dweight (and dbias) +=. dresidual is the residual stream's running
 // gradient wherever a norm sits, so for RMSNorm this is the fused op's backward: the residual add
 // passes the gradient on unchanged.
-inline void norm_backward(const GPT2Config& c, float* dresidual, float* dweight, float* dbias, const float* dout,
+inline void norm_backward(const ModelConfig& c, float* dresidual, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, const float* mean, const float* rstd, int B, int T) {
     if (c.norm == NORM_RMSNORM)
         cpu::fused_residual_rmsnorm_backward(dresidual, dweight, dout, inp, weight, rstd, B, T, c.channels);
@@ -204,17 +204,17 @@ inline void norm_backward(const GPT2Config& c, float* dresidual, float* dweight,
 // inputs (B, T) ids < V, through the logits (B, T, Vp). B, T may be smaller than the built shape.
 // The layer structure is the GPU's: the first norm runs on the embedding, and every residual add is
 // followed by the next norm (the next layer's ln1, or lnf), fused for RMSNorm.
-inline void gpt2_forward(GPT2& m, const int* inputs, int B, int T) {
-    const GPT2Config& c = m.config;
+inline void model_forward(Model& m, const int* inputs, int B, int T) {
+    const ModelConfig& c = m.config;
     if (B > m.B || T > m.T) fail("internal: forward with B=%d T=%d exceeds the allocated B=%d T=%d", B, T, m.B, m.T);
-    const int L = c.num_layers, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
-    const int V = c.vocab_size, Vp = c.padded_vocab_size, QKV = gpt2_qkv_channels(c);
-    const int FC = gpt2_fc_channels(c), H = gpt2_mlp_hidden(c);
+    const int L = c.num_layers, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = model_head_dim(c);
+    const int V = c.vocab_size, Vp = c.padded_vocab_size, QKV = model_qkv_channels(c);
+    const int FC = model_fc_channels(c), H = model_mlp_hidden(c);
     const size_t BT = (size_t)B * T;
     for (size_t i = 0; i < BT; i++)
         if (inputs[i] < 0 || inputs[i] >= V)
             fail("token id out of range [0, %d) at position %zu of the batch", V, i);
-    const GPT2Tensors<float>& p = m.params;
+    const ModelTensors<float>& p = m.params;
     Activations& a = m.acts;
     cpu::encoder_forward(a.encoded.data(), inputs, p.wte, p.wpe, B, T, C);  // wpe nullptr with RoPE
     detail::norm_forward(c, a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.encoded.data(), p.ln1w, p.ln1b, B, T);
@@ -256,8 +256,8 @@ inline void gpt2_forward(GPT2& m, const int* inputs, int B, int T) {
 }
 
 // Mean cross-entropy of the last forward's logits against targets (cur_B, cur_T) ids < V; leaves
-// the probabilities for gpt2_backward.
-inline float gpt2_loss(GPT2& m, const int* targets) {
+// the probabilities for model_backward.
+inline float model_loss(Model& m, const int* targets) {
     const int B = m.cur_B, T = m.cur_T, V = m.config.vocab_size, Vp = m.config.padded_vocab_size;
     for (size_t i = 0; i < (size_t)B * T; i++)
         if (targets[i] < 0 || targets[i] >= V) fail("token id out of range [0, %d) at position %zu of the batch", V, i);
@@ -267,18 +267,18 @@ inline float gpt2_loss(GPT2& m, const int* targets) {
 
 // ============================================================================ backward
 // Accumulates (+=) into m.grads (or where m.grads_of points) the gradient of grad_scale * (mean
-// loss of the last gpt2_loss). Call gpt2_zero_grads before the first micro-batch.
-inline void gpt2_zero_grads(GPT2& m) { std::fill(m.grads_memory.begin(), m.grads_memory.end(), 0.0f); }
+// loss of the last model_loss). Call model_zero_grads before the first micro-batch.
+inline void model_zero_grads(Model& m) { std::fill(m.grads_memory.begin(), m.grads_memory.end(), 0.0f); }
 
-inline void gpt2_backward(GPT2& m, const int* inputs, const int* targets, float grad_scale) {
-    const GPT2Config& c = m.config;
+inline void model_backward(Model& m, const int* inputs, const int* targets, float grad_scale) {
+    const ModelConfig& c = m.config;
     const int B = m.cur_B, T = m.cur_T;
-    const int L = c.num_layers, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = gpt2_head_dim(c);
-    const int V = c.vocab_size, Vp = c.padded_vocab_size, QKV = gpt2_qkv_channels(c);
-    const int FC = gpt2_fc_channels(c), H = gpt2_mlp_hidden(c);
+    const int L = c.num_layers, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = model_head_dim(c);
+    const int V = c.vocab_size, Vp = c.padded_vocab_size, QKV = model_qkv_channels(c);
+    const int FC = model_fc_channels(c), H = model_mlp_hidden(c);
     const size_t BT = (size_t)B * T;
-    const GPT2Tensors<float>& p = m.params;
-    const GPT2Tensors<float> g = m.grads_of ? m.grads_of(-1) : m.grads;  // outside the layers
+    const ModelTensors<float>& p = m.params;
+    const ModelTensors<float> g = m.grads_of ? m.grads_of(-1) : m.grads;  // outside the layers
     Activations& a = m.acts;
     ActivationGrads& d = m.dacts;
     auto zero = [](std::vector<float>& v, size_t n) { std::fill(v.begin(), v.begin() + n, 0.0f); };
@@ -306,7 +306,7 @@ inline void gpt2_backward(GPT2& m, const int* inputs, const int* targets, float 
         const float* ln2 = a.ln2.data() + l * BT * C;
         const float* fch = a.fch.data() + l * BT * FC;
         const float* fch_act = a.fch_act.data() + l * BT * H;
-        const GPT2Tensors<float> gl = m.grads_of ? m.grads_of(l) : gpt2_layer_slices(m.grads, c, l);  // layer l's
+        const ModelTensors<float> gl = m.grads_of ? m.grads_of(l) : model_layer_slices(m.grads, c, l);  // layer l's
         // MLP branch: residual3 = residual2 + fcproj(act(fc(ln2(residual2))))
         zero(d.dfch_act, BT * H);
         cpu::matmul_backward(d.dfch_act.data(), gl.fcprojw, gl.fcprojb, dresidual, fch_act, p.fcprojw + (size_t)l * C * H, B,
@@ -338,11 +338,11 @@ inline void gpt2_backward(GPT2& m, const int* inputs, const int* targets, float 
 // ============================================================================ update
 // Clip by the global gradient norm, then one AdamW step (t = m.step after the increment, 1-based).
 // Returns the gradient norm before clipping.
-inline float gpt2_update(GPT2& m, const OptimizerSettings& o) {
+inline float model_update(Model& m, const OptimizerSettings& o) {
     const float norm = cpu::global_norm(m.grads_memory.data(), m.num_params);
     const float scale = cpu::grad_clip_scale(norm, o.grad_clip);
     m.step++;
-    cpu::adamw_update_gpt2(m.params_memory.data(), m.m_memory.data(), m.v_memory.data(), m.grads_memory.data(),
+    cpu::adamw_update_model(m.params_memory.data(), m.m_memory.data(), m.v_memory.data(), m.grads_memory.data(),
                            m.config, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, scale, m.step);
     return norm;
 }
@@ -351,7 +351,7 @@ inline float gpt2_update(GPT2& m, const OptimizerSettings& o) {
 // DIR/step_NNNNNNNN/{model.bin, state.bin, DONE} (llmc/checkpoint.h): the fp32 model, then the
 // state with m and v; written into step_NNNNNNNN.tmp/ and renamed, with DONE (their checksums), by
 // checkpoint_begin/checkpoint_finish.
-inline void gpt2_save_checkpoint(const GPT2& m, const std::string& out_dir, const int64_t loader_state[16],
+inline void model_save_checkpoint(const Model& m, const std::string& out_dir, const int64_t loader_state[16],
                                  uint64_t rng_state) {
     const std::string dir = checkpoint_begin(out_dir, m.step);
     model_write_fp32((dir + "/model.bin").c_str(), m.config, m.params_memory.data());
@@ -367,10 +367,10 @@ inline void gpt2_save_checkpoint(const GPT2& m, const std::string& out_dir, cons
 // Reads the model of `dir` into an already built model of the same config, and its training
 // state (a GPU checkpoint's master weights are skipped); returns the state (step, loader
 // position, RNG).
-inline TrainState gpt2_load_checkpoint(GPT2& m, const std::string& dir) {
+inline TrainState model_load_checkpoint(Model& m, const std::string& dir) {
     const std::string model_path = dir + "/model.bin", state_path = dir + "/state.bin";
     ModelFileInfo info = model_read_info(model_path.c_str());
-    if (!gpt2_same_config(info.config, m.config))
+    if (!model_same_config(info.config, m.config))
         fail("%s: the checkpoint's model shape differs from this run's", model_path.c_str());
     model_read_fp32(model_path.c_str(), m.params_memory.data());
     TrainState st = state_read(state_path.c_str(), (int64_t)m.num_params, m.m_memory.data(), m.v_memory.data(), nullptr);
