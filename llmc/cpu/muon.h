@@ -1,0 +1,151 @@
+// muon.h: the Muon update of one weight matrix on the CPU, torch.optim.Muon's step
+// (torch/optim/_muon.py, _single_tensor_muon) operation by operation, except that the
+// Newton-Schulz iteration runs in fp32 where torch always casts to bf16 first (the reference
+// trainer scripts/train_gpt2.py runs torch's step with the iteration in the parameters' dtype).
+// Shapes: w, grad, momentum_buf (rows, cols) row-major, a Linear weight stored (out, in) as in
+// PyTorch. Updates w and momentum_buf in place (=); grad is read only. fp32 throughout; the
+// hyperparameters are combined in double where PyTorch combines them as Python floats.
+//
+// One step, mu = momentum, lr = the group's lr, in this order:
+//   1. buf = lerp(buf, grad, 1 - mu)             buf.lerp_(grad, 1 - momentum): mu buf + (1 - mu) grad
+//   2. U = nesterov ? lerp(grad, buf, mu) : buf  grad.lerp(buf, momentum): (1 - mu) grad + mu buf
+//   3. O = newton_schulz5(U), with (m, n) = (min, max)(rows, cols):
+//        X = U, or U^T when rows > cols, so X is (m, n) and the Gram matrix the small (m, m)
+//        X = X / max(||X||_F, eps)                 the spectral norm is then at most 1
+//        ns_steps times:  A = X X^T;  B = b A + c (A A);  X = a X + B X
+//                         (a, b, c) = (3.4445, -4.7750, 2.0315)
+//        O = X, or X^T when rows > cols
+//   4. w = w * (1 - lr * weight_decay)          decoupled, with the unadjusted lr
+//   5. w = w - adjusted_lr * O, adjusted_lr = lr * ratio:
+//        ORIGINAL         ratio = sqrt(max(1, rows / cols))  (torch's default, Keller Jordan's)
+//        MATCH_RMS_ADAMW  ratio = 0.2 * sqrt(max(rows, cols)) (Moonshot's: AdamW's update RMS)
+// lerp(s, e, t) is torch's: s + t (e - s) for |t| < 0.5, else e - (e - s) (1 - t).
+// Note the momentum is an average (1 - mu) grad + mu buf, not torch's documented mu buf + grad:
+// the docstring's formula and the code differ by the factor 1 - mu, which the Frobenius
+// normalisation of step 3 removes except through eps.
+//
+// Cost: ns_steps (4 m^2 n + 2 m^3) GEMM FLOPs (X X^T, A A, B X) and O(m n) elementwise work. The
+// GEMMs are llmc/cpu/matmul.h's gemm_accumulate and the norm sums row by row, then the rows in
+// order, so every result is bitwise identical for any OMP_NUM_THREADS.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <utility>
+#include <vector>
+#include "llmc/cpu/matmul.h"
+
+namespace cpu {
+
+enum class MuonAdjustLr { ORIGINAL, MATCH_RMS_ADAMW };
+
+// torch.optim.Muon's arguments and defaults (ns_coefficients fixed to its default).
+struct MuonSettings {
+    float lr = 1e-3f;
+    float momentum = 0.95f;
+    float weight_decay = 0.1f;
+    int ns_steps = 5;
+    float eps = 1e-7f;
+    MuonAdjustLr adjust_lr = MuonAdjustLr::ORIGINAL;
+    bool nesterov = true;
+};
+
+constexpr float MUON_NS_A = 3.4445f, MUON_NS_B = -4.7750f, MUON_NS_C = 2.0315f;
+
+// Floats of scratch newton_schulz5 needs: two (m, n) iterates and two (m, m) matrices.
+inline size_t newton_schulz_scratch_floats(int rows, int cols) {
+    const size_t m = rows < cols ? rows : cols, n = rows < cols ? cols : rows;
+    return 2 * m * n + 2 * m * m;
+}
+
+// Floats of scratch muon_update needs: the (rows, cols) update U, then newton_schulz5's.
+inline size_t muon_scratch_floats(int rows, int cols) {
+    return (size_t)rows * cols + newton_schulz_scratch_floats(rows, cols);
+}
+
+// The learning rate step 5 applies, in double as torch's _adjust_lr computes it.
+inline double muon_adjusted_lr(double lr, int rows, int cols, MuonAdjustLr adjust) {
+    if (adjust == MuonAdjustLr::MATCH_RMS_ADAMW) return lr * (0.2 * std::sqrt((double)(rows > cols ? rows : cols)));
+    const double ratio = (double)rows / (double)cols;
+    return lr * std::sqrt(ratio > 1.0 ? ratio : 1.0);
+}
+
+namespace detail {
+// torch.lerp's formula (ATen/native/Lerp.h), branch for branch.
+inline float torch_lerp(float start, float end, float weight) {
+    return std::fabs(weight) < 0.5f ? start + weight * (end - start) : end - (end - start) * (1.0f - weight);
+}
+}  // namespace detail
+
+// out (rows, cols) = the ns_steps-step quintic Newton-Schulz orthogonalisation of G (rows, cols),
+// step 3 above (torch's _zeropower_via_newtonschulz, in fp32). Writes (=) every element of out;
+// out may be G. scratch: newton_schulz_scratch_floats(rows, cols) floats, contents not kept.
+inline void newton_schulz5(float* out, const float* G, int rows, int cols, int ns_steps, float eps, float* scratch) {
+    const bool transposed = rows > cols;
+    const int m = transposed ? cols : rows, n = transposed ? rows : cols;
+    float* X = scratch;                 // (m, n)
+    float* Y = X + (size_t)m * n;       // (m, n), the next iterate
+    float* A = Y + (size_t)m * n;       // (m, m)
+    float* B = A + (size_t)m * m;       // (m, m)
+    std::vector<double> row_sq(m);      // the norm's sum of squares, row by row, then in row order
+#pragma omp parallel for
+    for (int i = 0; i < m; i++) {
+        double sq = 0.0;
+        for (int j = 0; j < n; j++) {
+            const float x = transposed ? G[(size_t)j * cols + i] : G[(size_t)i * cols + j];
+            X[(size_t)i * n + j] = x;
+            sq += (double)x * x;
+        }
+        row_sq[i] = sq;
+    }
+    double sq = 0.0;
+    for (int i = 0; i < m; i++) sq += row_sq[i];
+    const float norm = std::fmax((float)std::sqrt(sq), eps);  // X.norm().clamp(min=eps)
+    const size_t mn = (size_t)m * n, mm = (size_t)m * m;
+#pragma omp parallel for
+    for (size_t i = 0; i < mn; i++) X[i] /= norm;
+    for (int s = 0; s < ns_steps; s++) {
+        memset(A, 0, mm * sizeof(float));
+        detail::gemm_accumulate(A, m, X, n, 1, X, 1, n, m, m, n);  // A = X X^T
+        memset(B, 0, mm * sizeof(float));
+        detail::gemm_accumulate(B, m, A, m, 1, A, m, 1, m, m, m);  // B = A A
+#pragma omp parallel for
+        for (size_t i = 0; i < mm; i++) B[i] = MUON_NS_B * A[i] + MUON_NS_C * B[i];  // addmm(A, A, A, beta=b, alpha=c)
+#pragma omp parallel for
+        for (size_t i = 0; i < mn; i++) Y[i] = MUON_NS_A * X[i];
+        detail::gemm_accumulate(Y, n, B, m, 1, X, n, 1, m, n, m);  // Y = a X + B X: addmm(X, B, X, beta=a)
+        std::swap(X, Y);
+    }
+#pragma omp parallel for
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            const float x = X[(size_t)i * n + j];
+            if (transposed) out[(size_t)j * cols + i] = x;
+            else out[(size_t)i * cols + j] = x;
+        }
+}
+
+// One Muon step on w (rows, cols), steps 1-5 above. momentum_buf starts at zero before the first
+// step (torch's zeros_like). scratch: muon_scratch_floats(rows, cols) floats, contents not kept.
+inline void muon_update(float* w, const float* grad, float* momentum_buf, int rows, int cols, const MuonSettings& s,
+                        float* scratch) {
+    const size_t N = (size_t)rows * cols;
+    float* U = scratch;  // (rows, cols), then O in place
+    const float buf_weight = (float)(1.0 - (double)s.momentum);  // Python's 1 - momentum, rounded by lerp_
+#pragma omp parallel for
+    for (size_t i = 0; i < N; i++) {
+        const float b = detail::torch_lerp(momentum_buf[i], grad[i], buf_weight);
+        momentum_buf[i] = b;
+        U[i] = s.nesterov ? detail::torch_lerp(grad[i], b, s.momentum) : b;
+    }
+    newton_schulz5(U, U, rows, cols, s.ns_steps, s.eps, scratch + N);
+    const float decay = (float)(1.0 - (double)s.lr * s.weight_decay);
+    const float alpha = (float)-muon_adjusted_lr(s.lr, rows, cols, s.adjust_lr);
+#pragma omp parallel for
+    for (size_t i = 0; i < N; i++) {
+        const float p = w[i] * decay;  // param.mul_(1 - lr * weight_decay)
+        w[i] = p + alpha * U[i];       // param.add_(update, alpha=-adjusted_lr)
+    }
+}
+
+}  // namespace cpu
