@@ -3,12 +3,14 @@
 // Newton-Schulz iteration runs in fp32 where torch always casts to bf16 first (the reference
 // trainer scripts/train_gpt2.py runs torch's step with the iteration in the parameters' dtype).
 // Shapes: w, grad, momentum_buf (rows, cols) row-major, a Linear weight stored (out, in) as in
-// PyTorch. Updates w and momentum_buf in place (=); grad is read only. fp32 throughout; the
-// hyperparameters are combined in double where PyTorch combines them as Python floats.
+// PyTorch. Updates w and momentum_buf in place (=); grad is read only and multiplied by grad_scale
+// first (the clipping factor from global_norm.h, as clip_grad_norm_ scales the gradient before
+// torch's step; 1 for none). fp32 throughout; the hyperparameters are combined in double where
+// PyTorch combines them as Python floats.
 //
-// One step, mu = momentum, lr = the group's lr, in this order:
-//   1. buf = lerp(buf, grad, 1 - mu)             buf.lerp_(grad, 1 - momentum): mu buf + (1 - mu) grad
-//   2. U = nesterov ? lerp(grad, buf, mu) : buf  grad.lerp(buf, momentum): (1 - mu) grad + mu buf
+// One step, g = grad * grad_scale, mu = momentum, lr = the group's lr, in this order:
+//   1. buf = lerp(buf, g, 1 - mu)                buf.lerp_(grad, 1 - momentum): mu buf + (1 - mu) g
+//   2. U = nesterov ? lerp(g, buf, mu) : buf     grad.lerp(buf, momentum): (1 - mu) g + mu buf
 //   3. O = newton_schulz5(U), with (m, n) = (min, max)(rows, cols):
 //        X = U, or U^T when rows > cols, so X is (m, n) and the Gram matrix the small (m, m)
 //        X = X / max(||X||_F, eps)                 the spectral norm is then at most 1
@@ -20,7 +22,7 @@
 //        ORIGINAL         ratio = sqrt(max(1, rows / cols))  (torch's default, Keller Jordan's)
 //        MATCH_RMS_ADAMW  ratio = 0.2 * sqrt(max(rows, cols)) (Moonshot's: AdamW's update RMS)
 // lerp(s, e, t) is torch's: s + t (e - s) for |t| < 0.5, else e - (e - s) (1 - t).
-// Note the momentum is an average (1 - mu) grad + mu buf, not torch's documented mu buf + grad:
+// Note the momentum is an average (1 - mu) g + mu buf, not torch's documented mu buf + g:
 // the docstring's formula and the code differ by the factor 1 - mu, which the Frobenius
 // normalisation of step 3 removes except through eps.
 //
@@ -128,15 +130,16 @@ inline void newton_schulz5(float* out, const float* G, int rows, int cols, int n
 // One Muon step on w (rows, cols), steps 1-5 above. momentum_buf starts at zero before the first
 // step (torch's zeros_like). scratch: muon_scratch_floats(rows, cols) floats, contents not kept.
 inline void muon_update(float* w, const float* grad, float* momentum_buf, int rows, int cols, const MuonSettings& s,
-                        float* scratch) {
+                        float grad_scale, float* scratch) {
     const size_t N = (size_t)rows * cols;
     float* U = scratch;  // (rows, cols), then O in place
     const float buf_weight = (float)(1.0 - (double)s.momentum);  // Python's 1 - momentum, rounded by lerp_
 #pragma omp parallel for
     for (size_t i = 0; i < N; i++) {
-        const float b = detail::torch_lerp(momentum_buf[i], grad[i], buf_weight);
+        const float g = grad[i] * grad_scale;
+        const float b = detail::torch_lerp(momentum_buf[i], g, buf_weight);
         momentum_buf[i] = b;
-        U[i] = s.nesterov ? detail::torch_lerp(grad[i], b, s.momentum) : b;
+        U[i] = s.nesterov ? detail::torch_lerp(g, b, s.momentum) : b;
     }
     newton_schulz5(U, U, rows, cols, s.ns_steps, s.eps, scratch + N);
     const float decay = (float)(1.0 - (double)s.lr * s.weight_decay);

@@ -6,7 +6,8 @@
 //                   the GEMM tiles, 3 and 5 steps, and a zero matrix (the eps clamp: zeros out)
 //   muon_update     3 steps per case from our own previous step, fresh gradients each step:
 //                   square, wide, tall, both lr adjustments, weight decay, Nesterov on and off,
-//                   momentum above and below 0.5 (the two branches of torch's lerp)
+//                   momentum above and below 0.5 (the two branches of torch's lerp), a clipping
+//                   factor (grad_scale) below 1
 // Outputs are poisoned with NaN first; the scratch and the output have a guard region after them that
 // must stay untouched (scratch: exactly the size muon_scratch_floats states); newton_schulz5 in place
 // (out = G) must equal the out-of-place result bitwise.
@@ -79,9 +80,9 @@ static void check_newton_schulz(FixtureReader& rd, int index) {
 
 static void check_muon(FixtureReader& rd, int index) {
     int64_t dims[6];
-    float hyper[4];
+    float hyper[5];
     rd.take(dims, sizeof(int64_t), 6, "muon sizes");
-    rd.take(hyper, sizeof(float), 4, "muon hyperparameters");
+    rd.take(hyper, sizeof(float), 5, "muon hyperparameters");
     for (int k = 0; k < 2; k++) check_range(rd.path, "muon size", dims[k], 1, 1 << 14);
     check_range(rd.path, "muon steps", dims[2], 1, 100);
     check_range(rd.path, "muon ns_steps", dims[3], 0, 99);
@@ -93,6 +94,7 @@ static void check_muon(FixtureReader& rd, int index) {
     s.adjust_lr = dims[4] ? cpu::MuonAdjustLr::MATCH_RMS_ADAMW : cpu::MuonAdjustLr::ORIGINAL;
     s.nesterov = dims[5] != 0;
     s.lr = hyper[0], s.momentum = hyper[1], s.weight_decay = hyper[2], s.eps = hyper[3];
+    const float grad_scale = hyper[4];
     const size_t N = (size_t)rows * cols, S = cpu::muon_scratch_floats(rows, cols);
 
     Vec w = guarded(N, 0.0f), buf = guarded(N, 0.0f), scratch = guarded(S, NAN);
@@ -103,10 +105,10 @@ static void check_muon(FixtureReader& rd, int index) {
         const Vec grad = take(rd, (int64_t)N, "muon gradient");
         const Vec ref_w = take(rd, (int64_t)N, "muon reference weights");
         const Vec ref_buf = take(rd, (int64_t)N, "muon reference momentum");
-        cpu::muon_update(w.data(), grad.data(), buf.data(), rows, cols, s, scratch.data());
+        cpu::muon_update(w.data(), grad.data(), buf.data(), rows, cols, s, grad_scale, scratch.data());
         char name[128];
-        snprintf(name, sizeof(name), "muon #%d %dx%d %s mu %.2f%s step %d", index, rows, cols,
-                 dims[4] ? "match_rms_adamw" : "original", s.momentum, s.nesterov ? "" : " no-nesterov", t);
+        snprintf(name, sizeof(name), "muon #%d %dx%d %s mu %.2f%s scale %.2f step %d", index, rows, cols,
+                 dims[4] ? "match_rms_adamw" : "original", s.momentum, s.nesterov ? "" : " no-nesterov", grad_scale, t);
         double max_ref;
         const double buf_err = rel_err(buf.data(), ref_buf.data(), 1, 0, 0, (int64_t)N, &max_ref);
         g_tally.report(name, "momentum", buf_err, max_ref, TOLERANCE);

@@ -34,10 +34,12 @@ BUILT = ROOT / "build/test_muon_cpu"
 MAGIC_MUON = fmt.fourcc("GPTO")
 COEFFICIENTS = (3.4445, -4.7750, 2.0315)  # torch.optim.Muon's default ns_coefficients
 NS_CASES = [(8, 8, 5), (6, 16, 5), (24, 8, 5), (64, 192, 5), (37, 53, 5), (53, 37, 3), (9, 4, 0), (5, 7, 5)]  # the last: zeros
-# rows, cols, adjust_lr_fn, nesterov, momentum; every case: 3 steps, lr 0.02, weight decay 0.1
-MUON_CASES = [(r, c, adjust, True, 0.95) for r, c in ((8, 8), (6, 16), (24, 8), (64, 192), (37, 53))
+# rows, cols, adjust_lr_fn, nesterov, momentum, grad_scale (clip_grad_norm_'s factor, applied to each
+# step's gradient before torch's step); every case: 3 steps, lr 0.02, weight decay 0.1
+MUON_CASES = [(r, c, adjust, True, 0.95, 1.0) for r, c in ((8, 8), (6, 16), (24, 8), (64, 192), (37, 53))
               for adjust in ("original", "match_rms_adamw")] + \
-             [(24, 8, "original", False, 0.95), (6, 16, "match_rms_adamw", True, 0.3)]
+             [(24, 8, "original", False, 0.95, 1.0), (6, 16, "match_rms_adamw", True, 0.3, 1.0),
+              (37, 53, "original", True, 0.95, 0.37)]
 
 
 def f32(x):
@@ -98,7 +100,8 @@ def write_fixture(path):
     h[2] newton_schulz cases, h[3] muon cases; then per newton_schulz case int64 rows, cols, ns_steps,
     float32 eps, G (rows, cols) and the float64 result as float32; per muon case int64 rows, cols,
     steps, ns_steps, adjust_lr (0 original, 1 match_rms_adamw), nesterov, float32 lr, momentum,
-    weight_decay, eps, the initial w, then per step the gradient, w and the momentum buffer after it."""
+    weight_decay, eps, grad_scale, the initial w, then per step the gradient (before grad_scale), w and
+    the momentum buffer after it."""
     gen = torch.Generator().manual_seed(46)
 
     def fp32_randn(rows, cols, scale=1.0):  # fp32 values, held in float64
@@ -111,13 +114,13 @@ def write_fixture(path):
         out = train_gpt2.newton_schulz(g, COEFFICIENTS, steps, eps)
         chunks += [np.array([rows, cols, steps], dtype="<i8"), np.array([eps], dtype="<f4"),
                    g.numpy().astype("<f4"), out.numpy().astype("<f4")]
-    for rows, cols, adjust, nesterov, momentum in MUON_CASES:
-        lr, wd, momentum, steps = f32(0.02), f32(0.1), f32(momentum), 3
+    for rows, cols, adjust, nesterov, momentum, scale in MUON_CASES:
+        lr, wd, momentum, scale, steps = f32(0.02), f32(0.1), f32(momentum), f32(scale), 3
         w0 = fp32_randn(rows, cols, 0.02)
         grads = [fp32_randn(rows, cols, 10.0 ** (t - 1)) for t in range(steps)]  # scales 0.1, 1, 10
-        got = torch_muon_steps(w0, grads, lr, momentum, wd, 5, adjust, nesterov)
+        got = torch_muon_steps(w0, [g * scale for g in grads], lr, momentum, wd, 5, adjust, nesterov)
         chunks += [np.array([rows, cols, steps, 5, adjust == "match_rms_adamw", nesterov], dtype="<i8"),
-                   np.array([lr, momentum, wd, eps], dtype="<f4"), w0.numpy().astype("<f4")]
+                   np.array([lr, momentum, wd, eps, scale], dtype="<f4"), w0.numpy().astype("<f4")]
         for g, (w, buf) in zip(grads, got):
             chunks += [g.numpy().astype("<f4"), w.numpy().astype("<f4"), buf.numpy().astype("<f4")]
     with open(path, "wb") as f:
