@@ -282,9 +282,9 @@ inline void model_validate_config(const ModelConfig& c, const char* what) {
 // A fresh model's config from --init's descriptor (llmc/train_config.h says it in --help):
 //   dN           ours: GPT-2 with N layers, 64*N channels, N heads of 64. d12 is GPT-2 124M; other N
 //                scale width with depth (d24 ~ 0.7B), unlike llm.c, whose d24/d36/d48 are the shapes below
-//   gpt2, gpt2-medium, gpt2-large, gpt2-xl
-//                the GPT-2 family's shapes (llm.c's d12/d24/d36/d48): L/C/NH 12/768/12, 24/1024/16,
-//                36/1280/20, 48/1600/25
+//   gpt2:L24,C1024,H16
+//                a GPT-2-family model of any shape (vocab 50257); the zoo below names the published ones
+//                (llm.c's d12/d24/d36/d48)
 //   llama:L12,C768,H12[,KV4][,F2048][,V50257][,theta10000][,eps1e-5][,untied]
 //                a Llama-family model (RMSNorm, RoPE, SwiGLU, no biases): L layers, C channels, H heads,
 //                KV key/value heads (default H), SwiGLU hidden F (default 8C/3 rounded up to a
@@ -360,30 +360,70 @@ inline ModelConfig llama_config_from_descriptor(const char* desc) {
     c.rope_theta = theta;
     return c;
 }
+
+// gpt2:L<layers>,C<channels>,H<heads>: a GPT-2-family model of that shape (vocab 50257)
+inline ModelConfig gpt2_config_from_descriptor(const char* desc) {
+    const char* usage = "expected gpt2:L<layers>,C<channels>,H<heads>, e.g. gpt2:L24,C1024,H16";
+    int L = 0, C = 0, NH = 0, used = 0;
+    if (strpbrk(desc, " \t\n+-") != nullptr || sscanf(desc, "gpt2:L%d,C%d,H%d%n", &L, &C, &NH, &used) != 3 || desc[used] != '\0' || L < 1 || C < 1 ||
+        NH < 1 || L > (1 << 24) || C > (1 << 24) || NH > (1 << 24))
+        fail("--init %s: not a gpt2 descriptor (%s)", desc, usage);
+    return model_shape(L, C, NH, 50257);
+}
 }  // namespace detail
 
+// The model zoo: the names --init accepts beside dN and llama:... Each row is a descriptor of the
+// grammar above, plus llama3 RoPE scaling where the real model has it (factor, low, high, original
+// max positions). maxT stays 1024 (--max-seq changes it); the published models' vocabularies and
+// RoPE thetas are kept, so an imported checkpoint of that model has this shape.
+struct ZooModel {
+    const char* name;
+    const char* descriptor;
+    double rope_llama3[4];  // factor, low_freq_factor, high_freq_factor, original_max_pos; all 0 = none
+    const char* about;
+};
+inline constexpr ZooModel MODEL_ZOO[] = {
+    {"gpt2", "d12", {}, "GPT-2 124M: 12 layers, 768 channels, 12 heads"},
+    {"gpt2-medium", "gpt2:L24,C1024,H16", {}, "GPT-2 350M"},
+    {"gpt2-large", "gpt2:L36,C1280,H20", {}, "GPT-2 774M"},
+    {"gpt2-xl", "gpt2:L48,C1600,H25", {}, "GPT-2 1.5B"},
+    {"llama-114m", "llama:L12,C768,H12,KV4,F2048", {}, "a Llama-style 114M with GPT-2's vocabulary (GQA 12/4)"},
+    {"llama3.2-1b", "llama:L16,C2048,H32,KV8,F8192,V128256,theta500000", {32, 1, 4, 8192}, "Llama 3.2 1B's shape"},
+    {"llama3.2-3b", "llama:L28,C3072,H24,KV8,F8192,V128256,theta500000", {32, 1, 4, 8192}, "Llama 3.2 3B's shape"},
+    {"llama3.1-8b", "llama:L32,C4096,H32,KV8,F14336,V128256,theta500000,untied", {8, 1, 4, 8192},
+     "Llama 3.1 8B's shape"},
+};
+
+// "gpt2, gpt2-medium, ..., llama3.1-8b": the zoo's names, for --help and error messages
+inline std::string model_zoo_names() {
+    std::string s;
+    for (const ZooModel& z : MODEL_ZOO) s += std::string(s.empty() ? "" : ", ") + z.name;
+    return s;
+}
+
 inline ModelConfig model_config_from_descriptor(const char* desc) {
-    static const struct { const char* name; int L, C, NH; } gpt2_family[] = {
-        {"gpt2", 12, 768, 12}, {"gpt2-medium", 24, 1024, 16}, {"gpt2-large", 36, 1280, 20}, {"gpt2-xl", 48, 1600, 25}};
-    ModelConfig c;
-    bool found = false;
-    for (const auto& f : gpt2_family)
-        if (strcmp(desc, f.name) == 0) {
-            c = model_shape(f.L, f.C, f.NH, 50257);
-            found = true;
+    for (const ZooModel& z : MODEL_ZOO)
+        if (strcmp(desc, z.name) == 0) {
+            ModelConfig c = model_config_from_descriptor(z.descriptor);
+            if (z.rope_llama3[0] != 0) {
+                c.rope_scaling = {ROPE_SCALING_LLAMA3, z.rope_llama3[0], z.rope_llama3[1], z.rope_llama3[2],
+                                  (int)z.rope_llama3[3]};
+                model_validate_config(c, desc);
+            }
+            return c;
         }
+    ModelConfig c;
     int64_t n = 0;
-    if (!found && strncmp(desc, "llama:", 6) == 0) {
+    if (strncmp(desc, "llama:", 6) == 0) {
         c = detail::llama_config_from_descriptor(desc);
-        found = true;
-    }
-    if (!found && desc[0] == 'd' && parse_int64(desc + 1, &n) && n > 0 && n <= 96) {
+    } else if (strncmp(desc, "gpt2:", 5) == 0) {
+        c = detail::gpt2_config_from_descriptor(desc);
+    } else if (desc[0] == 'd' && parse_int64(desc + 1, &n) && n > 0 && n <= 96) {
         c = model_shape((int)n, 64 * (int)n, (int)n, 50257);
-        found = true;
+    } else {
+        fail("--init %s: not a model descriptor (a name of the zoo: %s; dN such as d12; llama:L12,C768,H12,...; "
+             "gpt2:L24,C1024,H16) or an existing checkpoint file", desc, model_zoo_names().c_str());
     }
-    if (!found)
-        fail("--init %s: not a model descriptor (dN such as d12, gpt2, gpt2-medium, gpt2-large, gpt2-xl, or "
-             "llama:L12,C768,H12,...) or an existing checkpoint file", desc);
     model_validate_config(c, desc);
     return c;
 }
