@@ -21,7 +21,6 @@
 #include <unistd.h>
 #include <vector>
 #include "llmc/bpe.h"
-#include "llmc/checkpoint.h"
 #include "llmc/cpu/model_infer.h"
 #include "llmc/formats.h"
 #include "llmc/generate_args.h"
@@ -29,7 +28,6 @@
 #include "llmc/rand.h"
 #include "llmc/sampler.h"
 #include "llmc/tokenizer.h"
-#include "llmc/train_config.h"
 #include "llmc/utils.h"
 
 // ------------------------------------------------------------------------------------------------

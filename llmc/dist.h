@@ -42,8 +42,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-#include "llmc/checkpoint.h"
-#include "llmc/train_config.h"
 #include "llmc/utils.h"
 #include "llmc/zero.h"
 
@@ -450,12 +448,22 @@ class TcpComm : public Comm {
 #include "llmc/dist_mpi.h"
 #endif
 
-// Sets up the process group the flags and the environment ask for (see the top of this file).
+// The data-parallel settings of a run, from the trainers' flags (llmc/train_config.h), which the
+// messages name.
+struct DistSettings {
+    std::string how;      // --dist-init: mpi | tcp://HOST:PORT | file:DIR | env | none ("" = from the environment)
+    int timeout_s = 600;  // --dist-timeout: seconds any rank waits for another before failing
+    int rank = -1;        // --rank for tcp/file (-1 = from the environment)
+    int world_size = -1;  // --world-size for tcp/file (-1 = from the environment)
+    int zero = 0;         // --zero: 0 all-reduce, 1 optimizer state sharded, 2 gradients too (llmc/zero.h)
+};
+
+// Sets up the process group the settings and the environment ask for (see the top of this file).
 // Rank 0 alone prints: the others' stdout goes to /dev/null (their errors still reach stderr,
 // tagged with the rank).
-inline std::unique_ptr<Comm> dist_init(const TrainConfig& cfg, int* argc = nullptr, char*** argv = nullptr) {
+inline std::unique_ptr<Comm> dist_init(const DistSettings& settings, int* argc = nullptr, char*** argv = nullptr) {
     using namespace dist_detail;
-    std::string spec = cfg.dist_init;
+    std::string spec = settings.how;
     if (spec.empty()) {
         const RankSource env = ranks_from_env();
 #ifdef LLMC_MPI
@@ -471,14 +479,16 @@ inline std::unique_ptr<Comm> dist_init(const TrainConfig& cfg, int* argc = nullp
     }
     std::unique_ptr<Comm> comm;
     if (spec == "none") {
-        if (cfg.world_size > 1) fail("--world-size %d: needs --dist-init (how the ranks meet)", cfg.world_size);
+        if (settings.world_size > 1)
+            fail("--world-size %d: needs --dist-init (how the ranks meet)", settings.world_size);
         comm.reset(new LocalComm());
     } else if (spec == "mpi") {
 #ifdef LLMC_MPI
         comm.reset(new MpiComm(argc, argv));
-        if (cfg.world_size >= 0 && cfg.world_size != comm->world)
-            fail("--world-size %d: mpirun started %d ranks", cfg.world_size, comm->world);
-        if (cfg.rank >= 0 && cfg.rank != comm->rank) fail("--rank %d: MPI says this is rank %d", cfg.rank, comm->rank);
+        if (settings.world_size >= 0 && settings.world_size != comm->world)
+            fail("--world-size %d: mpirun started %d ranks", settings.world_size, comm->world);
+        if (settings.rank >= 0 && settings.rank != comm->rank)
+            fail("--rank %d: MPI says this is rank %d", settings.rank, comm->rank);
 #else
         (void)argc;
         (void)argv;
@@ -497,8 +507,8 @@ inline std::unique_ptr<Comm> dist_init(const TrainConfig& cfg, int* argc = nullp
         else if (flag.compare(0, 5, "file:") == 0 && flag.size() > 5) dir = flag.substr(5);
         else fail("--dist-init %s: expected mpi, tcp://HOST:PORT, file:/shared/dir, env or none", spec.c_str());
         RankSource s = ranks_from_env();
-        if (cfg.rank >= 0) s.rank = cfg.rank, s.from = "--rank";
-        if (cfg.world_size >= 0) s.world = cfg.world_size, s.from = "--world-size";
+        if (settings.rank >= 0) s.rank = settings.rank, s.from = "--rank";
+        if (settings.world_size >= 0) s.world = settings.world_size, s.from = "--world-size";
         if (s.rank < 0 || s.world < 1)
             fail("--dist-init %s: the rank and world size are not known: give --rank and --world-size, or set RANK and "
                  "WORLD_SIZE (torchrun's variables), or launch with srun", spec.c_str());
@@ -508,7 +518,7 @@ inline std::unique_ptr<Comm> dist_init(const TrainConfig& cfg, int* argc = nullp
             comm.reset(new LocalComm());
             comm->how = flag + " (one rank)";
         } else {
-            comm.reset(new TcpComm(flag, host, port, dir, s.rank, s.world, s.local_rank, cfg.dist_timeout));
+            comm.reset(new TcpComm(flag, host, port, dir, s.rank, s.world, s.local_rank, settings.timeout_s));
         }
     }
     if (comm->world > 1) snprintf(fail_tag, sizeof fail_tag, "rank %d: ", comm->rank);
@@ -526,18 +536,4 @@ inline void dist_check_same(Comm& comm, int64_t value, const char* what) {
     if (differ > 0)
         fail("the ranks disagree on %s (rank 0: %lld, this rank: %lld; %d rank(s) differ from rank 0): start every rank "
              "with the same flags and files", what, (long long)first, (long long)value, (int)differ);
-}
-
-// open_run_files (llmc/checkpoint.h) for a data-parallel run: rank 0 alone checks and prepares
-// --resume, --init, --out-dir and --log (and alone logs); the others take the checkpoint it found, its
-// --out-dir and --init's model file, and touch nothing.
-inline RunFiles dist_open_run_files(TrainConfig& cfg, Comm& comm) {
-    RunFiles files;
-    if (comm.primary()) files = open_run_files(cfg);
-    std::string found = files.resume_from;
-    comm.broadcast(found, 0);
-    comm.broadcast(cfg.out_dir, 0);
-    comm.broadcast(cfg.init, 0);  // a checkpoint directory given to --init, resolved to its model.bin
-    if (!comm.primary()) files = follow_run_files(cfg, found);
-    return files;
 }

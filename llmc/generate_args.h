@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 #include "llmc/bpe.h"
-#include "llmc/checkpoint.h"
+#include "llmc/checkpoint_read.h"
 #include "llmc/model_config.h"
 #include "llmc/rand.h"
 #include "llmc/tokenizer.h"

@@ -105,20 +105,20 @@ inline int gpu_dp_device(const Comm& comm) {
 
 // Before model_build: plans the ZeRO shards for the model of `config` and tells the model which slice
 // of the optimizer state (and at stage 2 of the gradients) to allocate.
-inline GpuDataParallel gpu_dp_plan(Model& model, const ModelConfig& config, Comm& comm, const TrainConfig& cfg) {
+inline GpuDataParallel gpu_dp_plan(Model& model, const ModelConfig& config, Comm& comm, const DistSettings& dist) {
     GpuDataParallel dp;
     dp.comm = &comm;
-    dp.timeout_s = cfg.dist_timeout;
-    dp.plan = zero_plan((int64_t)model_num_params(config), cfg.zero, comm.rank, comm.world);
+    dp.timeout_s = dist.timeout_s;
+    dp.plan = zero_plan((int64_t)model_num_params(config), dist.zero, comm.rank, comm.world);
 #ifdef LLMC_NCCL
     dp.nccl_on = true;
 #else
-    if (comm.world > 1 || cfg.zero > 0)
+    if (comm.world > 1 || dist.zero > 0)
         fail("--zero %d with %d rank(s): data parallel on the GPU needs the NCCL build, build/train_gpt2cu_nccl "
-             "(make builds it where NCCL is installed)", cfg.zero, comm.world);
+             "(make builds it where NCCL is installed)", dist.zero, comm.world);
 #endif
     dist_check_same(comm, dp.plan.n, "the number of parameters (--init, --resume)");
-    dist_check_same(comm, cfg.zero, "--zero");
+    dist_check_same(comm, dist.zero, "--zero");
     model.opt_begin = dp.plan.opt_begin();
     model.opt_end = dp.plan.opt_end();
     if (dp.plan.stage == 2) model.grad_begin = dp.plan.opt_begin(), model.grad_end = dp.plan.opt_end();

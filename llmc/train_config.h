@@ -8,8 +8,10 @@
 #include <functional>
 #include <string>
 #include <vector>
+#include "llmc/dist.h"
 #include "llmc/flags.h"
 #include "llmc/model_config.h"
+#include "llmc/run_files.h"
 #include "llmc/schedule.h"
 #include "llmc/utils.h"
 
@@ -43,11 +45,7 @@ struct TrainConfig {
     int ckpt_every = 0;             // --ckpt-every (0: only at the end, when --out-dir is set)
     uint64_t seed = 1337;           // --seed: init, data order, sampling
     float temperature = 1.0f;       // --temperature for sampling
-    // data parallel (llmc/dist.h, llmc/zero.h, docs/distributed.md)
-    int zero = 0;                   // --zero: 0 all-reduce, 1 optimizer state sharded, 2 gradients too
-    std::string dist_init;          // --dist-init: mpi | tcp://HOST:PORT | file:DIR | env | none ("" = from the environment)
-    int dist_timeout = 600;         // --dist-timeout: seconds any rank waits for another before failing
-    int rank = -1, world_size = -1; // --rank, --world-size for tcp/file (-1 = from the environment)
+    DistSettings dist;              // --zero, --dist-init, --dist-timeout, --rank, --world-size (llmc/dist.h)
     // FP8 linear layers (GPU trainer, bf16 build; llmc/model_fp8.cuh, docs/numerics.md)
     int fp8 = 0;                    // --fp8: 1 = the blocks' linear layers' matmuls in FP8
     std::string fp8_scaling = "delayed";  // --fp8-scaling: delayed | current | rowwise
@@ -216,19 +214,19 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
     p.add_int("--ckpt-every", &cfg.ckpt_every, {0, BIG}, "checkpoint every N steps (0 = only at the end); needs --out-dir");
     p.add_uint64("--seed", &cfg.seed, "seed for init, data order and sampling");
     p.add_float("--temperature", &cfg.temperature, {1e-6, 100}, "sampling temperature");
-    p.add_int("--zero", &cfg.zero, {0, 2}, "data parallel: 0 = gradients all-reduced, every rank keeps the whole optimizer "
+    p.add_int("--zero", &cfg.dist.zero, {0, 2}, "data parallel: 0 = gradients all-reduced, every rank keeps the whole optimizer "
               "state; 1 = AdamW state sharded by rank, parameters all-gathered; 2 = gradients reduce-scattered as well");
     p.add({"--dist-init", "HOW", "how the ranks of a data-parallel run meet: mpi, tcp://HOST:PORT (rank 0's host), "
            "file:/shared/dir, env (MASTER_ADDR/MASTER_PORT) or none (default: mpi under mpirun in an MPI build, env "
            "when WORLD_SIZE > 1, else none)", [&cfg](const char* s) -> std::string {
-               cfg.dist_init = s;
+               cfg.dist.how = s;
                return "";
            }});
-    p.add_int("--dist-timeout", &cfg.dist_timeout, {1, 1e6}, "seconds a rank waits for another (rendezvous, every "
+    p.add_int("--dist-timeout", &cfg.dist.timeout_s, {1, 1e6}, "seconds a rank waits for another (rendezvous, every "
               "message) before failing");
-    p.add_int("--rank", &cfg.rank, {-1, 1 << 20}, "this process's rank for tcp/file (-1: RANK, SLURM_PROCID or "
+    p.add_int("--rank", &cfg.dist.rank, {-1, 1 << 20}, "this process's rank for tcp/file (-1: RANK, SLURM_PROCID or "
               "OMPI_COMM_WORLD_RANK)");
-    p.add_int("--world-size", &cfg.world_size, {-1, 1 << 20}, "the number of ranks (-1: WORLD_SIZE, SLURM_STEP_NUM_TASKS or "
+    p.add_int("--world-size", &cfg.dist.world_size, {-1, 1 << 20}, "the number of ranks (-1: WORLD_SIZE, SLURM_STEP_NUM_TASKS or "
               "OMPI_COMM_WORLD_SIZE; under MPI it must equal mpirun's)");
 }
 
@@ -267,8 +265,7 @@ inline void validate_train_config(TrainConfig& cfg) {
                      cfg.fp8_bf16_layers != 0 || cfg.fp8_fast_accum != 1 || cfg.fp8_linears != 15 || !cfg.fp8_wgrad.empty() ||
                      cfg.fp8_fused != 1 || cfg.fp8_head != 0))
         fail("--fp8-scaling, --fp8-wgrad, --fp8-grad, --fp8-history, --fp8-bf16-layers, --fp8-linears, --fp8-fast-accum, "
-             "--fp8-fused, --fp8-head: "
-             "only with --fp8 1");  // with --resume: checked by open_run_files
+             "--fp8-fused, --fp8-head: only with --fp8 1");
     if (cfg.fp8_wgrad.empty()) cfg.fp8_wgrad = cfg.fp8_scaling == "rowwise" ? "bf16" : "fp8";
 }
 
@@ -314,4 +311,9 @@ inline void parse_train_args(int argc, char** argv, TrainConfig& cfg, const char
                  argv[i], i + 1 < argc ? " " : "", i + 1 < argc ? argv[i + 1] : "");
     p.parse(argc, argv);
     validate_train_config(cfg);
+}
+
+// The settings of the run's files (llmc/run_files.h) from the flags.
+inline RunFileSettings run_file_settings(const TrainConfig& cfg) {
+    return {cfg.init, cfg.resume_dir, cfg.out_dir, cfg.log_path, cfg.overwrite != 0, cfg.kv_heads >= 0, cfg.steps};
 }

@@ -26,6 +26,7 @@
 #include "llmc/model_train.cuh"
 #include "llmc/model_dist.cuh"
 #include "llmc/model_graph.cuh"
+#include "llmc/flags.h"
 
 #include <cupti.h>
 #include <cxxabi.h>
@@ -210,10 +211,10 @@ int main(int argc, char** argv) {
         fail("--fp8-head 1: only with --fp8 1");
     }
     LocalComm comm;  // world size 1
-    TrainConfig dist_cfg;
-    dist_cfg.zero = std::max(zero, 0);
+    DistSettings dist;
+    dist.zero = std::max(zero, 0);
     GpuDataParallel dp;
-    if (zero >= 0) dp = gpu_dp_plan(model, config, comm, dist_cfg);
+    if (zero >= 0) dp = gpu_dp_plan(model, config, comm, dist);
     model_build(model, config, B, T, recompute != 0, ctx);
     if (zero >= 0) gpu_dp_start(dp, model, ctx);
     {
