@@ -32,7 +32,6 @@ struct GpuFlags {
     int deterministic = 0;     // --deterministic 0|1
     int random_data = 0;       // --random-data 0|1
     int graph = 1;             // --graph 0|1
-    int stochastic_rounding = 1;  // --stochastic-rounding 0|1
     float peak_tflops = 0.0f;  // --peak-tflops (0: from the device name)
     int matmul_autotune = 0;   // --matmul-autotune 0|1
 };
@@ -47,9 +46,6 @@ static void parse_flags(int argc, char** argv, TrainConfig& cfg, GpuFlags& gpu) 
                    "(LayerNorm and GELU outputs are rebuilt in the backward): less memory, a little slower");
     parser.add_int("--deterministic", &gpu.deterministic, {0, 1}, "1 = bit-reproducible runs: the attention backward "
                    "sums dQ in a fixed order (slower) instead of by fp32 atomics");
-    parser.add_int("--stochastic-rounding", &gpu.stochastic_rounding, {0, 1}, "bf16 build: 1 = AdamW writes the "
-                   "updated bf16 parameters with stochastic rounding (unbiased), 0 = to nearest (small updates are "
-                   "lost; for comparison, docs/numerics.md)");
     parser.add_int("--random-data", &gpu.random_data, {0, 1}, "1 = train on random tokens, no files (benchmarks)");
     parser.add_int("--graph", &gpu.graph, {0, 1}, "1 = after the first step, run each step as one CUDA graph (no launch "
                    "gaps or host waits inside it; the same bits as 0 with --deterministic 1; one GPU: data-parallel runs stay eager)");
@@ -85,14 +81,13 @@ static Fp8Settings fp8_settings(const TrainConfig& cfg) {
     f.bf16_layers = cfg.fp8_bf16_layers;
     f.fast_accum = cfg.fp8_fast_accum != 0;
     f.linears = cfg.fp8_linears;
-    f.fused = cfg.fp8_fused != 0;
     f.head = cfg.fp8_head != 0;
     return f;
 }
 
 static void print_fp8_settings(const TrainConfig& cfg) {
     const std::string history = ", history " + std::to_string(cfg.fp8_history) +
-                                (cfg.fp8_fused && cfg.fp8_wgrad == "fp8" ? ", fused casts" : ", separate casts");
+                                (cfg.fp8_wgrad == "fp8" ? ", fused casts" : ", separate casts");
     const std::string head = "FP8 (dlogits in " + cfg.fp8_grad + " from the classifier)";
     const std::string bf16_layers = ", first and last " + std::to_string(cfg.fp8_bf16_layers) + " blocks bf16";
     printf("fp8: %s%s%s%sin FP8 (e4m3 x e4m3 forward%s, %s gradients, weight gradient in %s), %s scaling%s; head %s%s\n",
@@ -184,7 +179,6 @@ static void build_model(GpuRun& r) {
     model_build(r.model, r.config, cfg.B, cfg.T, r.gpu.recompute != 0, r.ctx);
     gpu_dp_start(r.dp, r.model, r.ctx);
     r.model.deterministic = r.gpu.deterministic != 0;
-    r.model.stochastic_rounding = r.gpu.stochastic_rounding != 0;
     Rng seeds(cfg.seed ^ 0x5EEDull);
     r.model.sr_seed = seeds.next_u64();
     r.sample_rng = Rng(seeds.next_u64());

@@ -55,7 +55,6 @@ struct TrainConfig {
     int fp8_bf16_layers = 0;        // --fp8-bf16-layers: the first and last N blocks stay bf16
     int fp8_fast_accum = 1;         // --fp8-fast-accum: the forward matmuls' fast accumulation
     int fp8_linears = 15;           // --fp8-linears: bit k = linear k of a block in FP8 (qkv, attproj, fc, fcproj)
-    int fp8_fused = 1;              // --fp8-fused: delayed scaling's casts fused into their producers
     int fp8_head = 0;               // --fp8-head: 1 = the output head's matmuls in FP8 too
     int grad_accum = 1;             // derived: total_batch / (B*T*world)
     int world = 1;                  // derived: the ranks of the run (set_world_size)
@@ -71,7 +70,7 @@ inline void add_fp8_flags(FlagParser& p, TrainConfig& cfg) {
               "output head and the optimizer stay bf16/fp32. GPU trainer, bf16 build only (docs/numerics.md)");
     p.add({"--fp8-scaling", "HOW", "--fp8's scales: per tensor, delayed (activations and gradients from the amaxes "
            "of the last --fp8-history steps, recorded by the casts themselves, which can then run inside the kernels "
-           "that produce their tensors: --fp8-fused; weights current) or current (from each tensor's own amax: an "
+           "that produce their tensors; weights current) or current (from each tensor's own amax: an "
            "extra read of every tensor, the casts separate passes); or rowwise (one scale per row along each matmul's non-reduced "
            "dimension: per token of X and dY, per output and input channel of W, per channel of dY and X for the "
            "weight gradient; cuBLASLt's outer-vector scales, Hopper only) (default delayed)",
@@ -121,11 +120,6 @@ inline void add_fp8_flags(FlagParser& p, TrainConfig& cfg) {
     p.add_int("--fp8-fast-accum", &cfg.fp8_fast_accum, {0, 1}, "--fp8: 1 = the forward matmuls accumulate in the "
               "tensor cores' fast (narrower) mode, 0 = promoted to fp32 every few k-steps; the gradient matmuls "
               "never use it");
-    p.add_int("--fp8-fused", &cfg.fp8_fused, {0, 1}, "--fp8-scaling delayed: 1 = the casts run inside the kernels "
-              "that produce their tensors (the LayerNorms write qkv's and fc's FP8 inputs, GELU and its backward run "
-              "inside the casts of fcproj's input and fc's dY, every dY cast sums its bias gradient; with --fp8-wgrad "
-              "fp8), 0 = separate passes; current and rowwise scaling always run them "
-              "separately (a current scale needs the tensor first)");
     p.add_int("--fp8-head", &cfg.fp8_head, {0, 1}, "--fp8: 1 = the output head (logits = lnf W^T, W = wte when "
               "tied) runs its forward, input- and weight-gradient matmuls in FP8 too: e4m3 X and W (current scales), "
               "the classifier writes the dlogits in --fp8-grad's format at a fixed power-of-two scale from the loss "
@@ -263,9 +257,9 @@ inline void validate_train_config(TrainConfig& cfg) {
     if (cfg.init.empty() && cfg.resume_dir.empty()) cfg.init = "d12";
     if (!cfg.fp8 && (cfg.fp8_scaling != "delayed" || cfg.fp8_grad != "e5m2" || cfg.fp8_history != 16 ||
                      cfg.fp8_bf16_layers != 0 || cfg.fp8_fast_accum != 1 || cfg.fp8_linears != 15 || !cfg.fp8_wgrad.empty() ||
-                     cfg.fp8_fused != 1 || cfg.fp8_head != 0))
+                     cfg.fp8_head != 0))
         fail("--fp8-scaling, --fp8-wgrad, --fp8-grad, --fp8-history, --fp8-bf16-layers, --fp8-linears, --fp8-fast-accum, "
-             "--fp8-fused, --fp8-head: only with --fp8 1");
+             "--fp8-head: only with --fp8 1");
     if (cfg.fp8_wgrad.empty()) cfg.fp8_wgrad = cfg.fp8_scaling == "rowwise" ? "bf16" : "fp8";
 }
 

@@ -1,6 +1,7 @@
 // profile_gpt2.cu: where one training step of the GPU trainer spends its time, kernel by kernel.
 //   dev/cuda/build/profile_gpt2 [--model d12] [--batch 64] [--seq 1024] [--max-seq 1024] [--steps 3] [--recompute 0] [--graph 0]
 //                               [--fp8 0] [--fp8-scaling delayed] [--fp8-fused 1] [--fp8-head 0]
+//                               [--stochastic-rounding 1] [--deterministic 0] [--write-model FILE]
 // Includes the trainer's model (llmc/model_train.cuh) and runs its step functions on random tokens:
 // upload, zero grads, forward, loss, backward, update; with --graph 1 the trainer's CUDA-graph step
 // (llmc/model_graph.cuh: the same kernels, captured once, one launch a step; the batch is staged on
@@ -16,6 +17,10 @@
 // given scaling recipe; its casts, amax passes and scale updates are the family "fp8 casts + scales"
 // (the fused GELU casts of llmc/fp8_fused.cuh included), its matmuls are cuBLASLt's as the bf16 ones.
 // Kernel timestamps need no instrumentation of the trainer, and cuBLASLt's own kernels show up too.
+// The numerics switches the trainer does not ship live here: --fp8-fused 0 (delayed scaling's casts
+// as separate passes) and --stochastic-rounding 0 (AdamW's bf16 write-back to nearest). With
+// --write-model FILE the run also prints every step's loss and writes its final parameters, so two
+// runs that differ in a switch compare bit for bit (dev/bench/fp8_same.sh: fused casts = separate).
 // Built with NCCL (dev/cuda/Makefile does where NCCL is installed), --zero Z runs the trainer's
 // data-parallel step at world size 1 (llmc/model_dist.cuh: the gradient buckets, the communication
 // stream, ZeRO stage Z); every NCCL kernel runs on that stream and is listed as "[comm stream] ...",
@@ -161,7 +166,8 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 int main(int argc, char** argv) {
     std::string model_desc = "d12";
     int B = 64, T = 1024, max_seq = 0, steps = 3, recompute = 0, zero = -1, use_graph = 0, fp8 = 0, fp8_fused = 1, fp8_head = 0;
-    std::string fp8_scaling = "delayed", timeline_path;
+    int stochastic_rounding = 1, deterministic = 0;
+    std::string fp8_scaling = "delayed", timeline_path, model_path;
     FlagParser parser("profile_gpt2", "Per-kernel time breakdown of one GPU training step on random tokens. Example:\n"
                       "  dev/cuda/build/profile_gpt2 --batch 64 --seq 1024");
     parser.add_string("--model", "MODEL", &model_desc, "model shape: dN = N layers, 64*N channels (d12 = GPT-2 124M), "
@@ -176,8 +182,18 @@ int main(int argc, char** argv) {
                    "(captured after the warm-up steps)");
     parser.add_int("--fp8", &fp8, {0, 1}, "1 = the trainer's --fp8 1 step (bf16 build)");
     parser.add_string("--fp8-scaling", "HOW", &fp8_scaling, "with --fp8 1: delayed | current | rowwise (the trainer's flag; default delayed)");
-    parser.add_int("--fp8-fused", &fp8_fused, {0, 1}, "with --fp8 1 --fp8-scaling delayed: the trainer's --fp8-fused");
+    parser.add_int("--fp8-fused", &fp8_fused, {0, 1}, "with --fp8 1 --fp8-scaling delayed: 1 = the casts run inside "
+                   "the kernels that produce their tensors (the trainer's path: the LayerNorms write qkv's and fc's "
+                   "FP8 inputs, GELU and its backward run inside the casts of fcproj's input and fc's dY, every dY cast "
+                   "sums its bias gradient), 0 = separate passes");
     parser.add_int("--fp8-head", &fp8_head, {0, 1}, "with --fp8 1: the trainer's --fp8-head (the output head in FP8)");
+    parser.add_int("--stochastic-rounding", &stochastic_rounding, {0, 1}, "bf16 build: 1 = AdamW writes the updated "
+                   "bf16 parameters with stochastic rounding (unbiased; the trainer's), 0 = to nearest (small updates "
+                   "are lost; docs/numerics.md)");
+    parser.add_int("--deterministic", &deterministic, {0, 1}, "1 = the trainer's --deterministic 1 (the attention "
+                   "backward sums dQ in a fixed order)");
+    parser.add_string("--write-model", "FILE", &model_path, "after the run, write the parameters to FILE (a model "
+                      ".bin) and print every step's loss (a `losses:` line), to compare two runs bit for bit");
     parser.add_string("--timeline", "FILE", &timeline_path, "also write every kernel, memset and memcpy of the profiled "
                       "steps to FILE as CSV (start_ns,end_ns,stream,name; device timestamps)");
 #ifdef LLMC_NCCL
@@ -217,6 +233,8 @@ int main(int argc, char** argv) {
     if (zero >= 0) dp = gpu_dp_plan(model, config, comm, dist);
     model_build(model, config, B, T, recompute != 0, ctx);
     if (zero >= 0) gpu_dp_start(dp, model, ctx);
+    model.stochastic_rounding = stochastic_rounding != 0;
+    model.deterministic = deterministic != 0;
     {
         std::vector<float> host(model.num_params);
         model_init_params(host.data(), config, 1337);
@@ -235,6 +253,7 @@ int main(int argc, char** argv) {
     for (auto& e : ev) cudaCheck(cudaEventCreate(&e));
     double phase_ms[PHASES] = {}, step_ms = 0;
     float loss = 0;
+    std::vector<float> losses;  // every step's, for --write-model
     ModelGraph graph;
     auto step = [&](bool record) {
         for (int i = 0; i < N; i++) {
@@ -248,6 +267,7 @@ int main(int argc, char** argv) {
             cudaCheck(cudaEventRecord(ev[PHASES], ctx.stream));
             cudaCheck(cudaEventSynchronize(ev[PHASES]));
             loss = (float)mean_of(model.host_losses, N);
+            losses.push_back(loss);
             if (!record) return;
             float ms;
             cudaCheck(cudaEventElapsedTime(&ms, ev[0], ev[PHASES]));
@@ -261,6 +281,7 @@ int main(int argc, char** argv) {
         model_forward(model, B, T, ctx);
         cudaCheck(cudaEventRecord(ev[2], ctx.stream));
         loss = model_loss(model, B, T, 1.0f / N, true, ctx);
+        losses.push_back(loss);
         cudaCheck(cudaEventRecord(ev[3], ctx.stream));
         if (zero >= 0) gpu_dp_before_backward(dp, true, true);
         model_backward(model, B, T, ctx);
@@ -358,6 +379,13 @@ int main(int argc, char** argv) {
            dropped ? " (CUPTI DROPPED RECORDS: totals are low)" : "");
     if (rows.empty()) fail("CUPTI recorded no kernels: activity tracing does not work on this machine");
     cudaCheck(cudaDeviceSynchronize());
+    if (!model_path.empty()) {
+        printf("\nlosses:");
+        for (float l : losses) printf(" %.6f", l);
+        printf("\n");
+        model_write_model(model, model_path);
+        printf("model: wrote %s\n", model_path.c_str());
+    }
     if (zero >= 0) gpu_dp_finish(dp);
     model_graph_free(graph);
     model_free(model);

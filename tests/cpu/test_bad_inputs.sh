@@ -214,8 +214,6 @@ if [ -x $GPU ]; then
         $GPU "${BASE[@]}" --init d2 --fp8 1 --fp8-linears qkv,proj
     expect_error "GPU trainer: --fp8-bf16-layers without --fp8 1" "only with --fp8 1" $GPU "${BASE[@]}" --init d2 \
         --fp8-bf16-layers 1
-    expect_error "GPU trainer: --fp8-fused without --fp8 1" "only with --fp8 1" $GPU "${BASE[@]}" --init d2 \
-        --fp8-fused 0
     expect_error "GPU trainer: --fp8-head without --fp8 1" "only with --fp8 1" $GPU "${BASE[@]}" --init d2 --fp8-head 1
     expect_error "GPU trainer: --fp8-head 2" "--fp8-head: must be in" $GPU "${BASE[@]}" --init d2 --fp8 1 --fp8-head 2
     expect_error "GPU trainer: --fp8 1 with B*T not a multiple of 64" "--fp8 1: batch * seq = 100 must be a multiple of 64" \
