@@ -174,35 +174,38 @@ static void bench(ModelInfer& m, const GenConfig& g, const GenerateLimits& lim, 
     for (cudaEvent_t& e : ev) cudaCheck(cudaEventDestroy(e));
 }
 
-int main(int argc, char** argv) {
-    GenConfig g;
-#ifdef PRECISION_FP32
-    parse_gen_args(argc, argv, g, "generate_fp32", true);
-#else
-    parse_gen_args(argc, argv, g, "generate", true);
-#endif
-    const std::string model_file = g.init.empty() ? resolve_model_path(g.model_path) : "";
-    const ModelConfig c = g.init.empty() ? model_read_info(model_file.c_str()).config
-                                        : model_config_from_descriptor(g.init.c_str());
-    const std::string source = g.init.empty() ? model_file : "--init " + g.init;
-    model_infer_check_config(c, source.c_str());  // what the GPU runs, before the device starts
-    const int V = c.vocab_size, max_seq = resolve_max_seq(g, c, source);
-    std::unique_ptr<Tokenizer> tok;
-    std::unique_ptr<BpeEncoder> bpe;
-    open_tokenizer(g, V, &tok, &bpe);
-    const int eot = g.bench ? -1 : resolve_eot(g, tok.get(), c);
-    const PromptReader reader(bpe.get(), V, max_seq);
-    const std::vector<Prompt> prompts = reader.read_all(g.prompts);
-    const std::vector<int> force = read_force_ids(g, V, prompts.size());
-    if (g.bench && g.bench_prompt + g.max_new > max_seq)
-        fail("--bench: --bench-prompt %d + --max-new %d exceed the context of %d positions", g.bench_prompt, g.max_new,
-             max_seq);
+// ------------------------------------------------------------------------------------------------
+// setup
+// The model file of --model (a checkpoint directory's model.bin) or --init's descriptor: its config,
+// checked against what the GPU runs before the device starts.
+struct ModelSource {
+    std::string file;    // "" with --init
+    std::string source;  // the file, or "--init DESCRIPTOR", for messages
+    ModelConfig c{};
+};
 
-    std::vector<float> params(model_num_params(c));
-    if (g.init.empty()) model_read_fp32(model_file.c_str(), params.data());
-    else model_init_params(params.data(), c, g.seed);
-    CudaContext ctx;
-    ctx.init(0);
+static ModelSource open_model(const GenConfig& g) {
+    ModelSource m;
+    m.file = g.init.empty() ? resolve_model_path(g.model_path) : "";
+    m.c = g.init.empty() ? model_read_info(m.file.c_str()).config : model_config_from_descriptor(g.init.c_str());
+    m.source = g.init.empty() ? m.file : "--init " + g.init;
+    model_infer_check_config(m.c, m.source.c_str());
+    return m;
+}
+
+// The parameters: the model file's, or --init's fresh ones from --seed.
+static std::vector<float> read_params(const ModelSource& src, const GenConfig& g) {
+    std::vector<float> params(model_num_params(src.c));
+    if (g.init.empty()) model_read_fp32(src.file.c_str(), params.data());
+    else model_init_params(params.data(), src.c, g.seed);
+    return params;
+}
+
+// The KV-cache model for the prompts' batches (or --bench's), with --force-ids; one line on stderr.
+static void build_model(ModelInfer& m, const ModelSource& src, const std::vector<float>& params, const GenConfig& g,
+                        const std::vector<Prompt>& prompts, int max_seq, const std::vector<int>& force,
+                        const CudaContext& ctx) {
+    const ModelConfig& c = src.c;
     int B = std::min<int>(g.batch, std::max<int>(1, (int)prompts.size()));
     int Tmax = g.interactive ? max_seq : 1;
     for (const Prompt& p : prompts) Tmax = std::max(Tmax, (int)p.ids.size());
@@ -210,45 +213,35 @@ int main(int argc, char** argv) {
         B = g.batch;
         Tmax = g.bench_prompt;
     }
-    ModelInfer m;
     model_infer_build(m, c, params.data(), B, Tmax, max_seq, (int)force.size());
     if (!force.empty())
         cudaCheck(cudaMemcpy(m.force, force.data(), sizeof(int) * force.size(), cudaMemcpyHostToDevice));
     const char* step = m.plan.fused ? "fused" : "unfused";
     fprintf(stderr, "model %s: L=%d C=%d NH=%d NKV=%d W=%d V=%d; KV cache %d x %d slots (%.1f MiB), batch %d, %s "
-            "decode step; %s, %s, %s\n", source.c_str(), c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.window,
-            V, B, m.S, 2.0 * c.num_layers * B * c.num_kv_heads * m.S * model_head_dim(c) * sizeof(floatX) / 1048576.0,
-            B, step, ctx.props.name, PRECISION_NAME, kernel_path_name());
-    GenerateLimits lim{{g.temperature, g.top_k, g.top_p}, eot, g.max_new, (int)force.size()};
-    // --matmul-autotune 1: the warm-up step (plain launches, before any prefill, capture or timing)
-    // tunes the step's cuBLASLt matmuls; every later call of the same shape uses the kept algorithm
-    MatmulAlgoCache algos;
-    if (g.matmul_autotune) {
-        algos.tune = true;
-        ctx.matmul_algos = &algos;
-    }
-    model_infer_warmup(m, lim, ctx);
-    algos.tune = false;
-    if (g.bench) {
-        bench(m, g, lim, ctx);
-        model_infer_free(m);
-        ctx.destroy();
-        return 0;
-    }
+            "decode step; %s, %s, %s\n", src.source.c_str(), c.num_layers, c.channels, c.num_heads, c.num_kv_heads,
+            c.window, c.vocab_size, B, m.S,
+            2.0 * c.num_layers * B * c.num_kv_heads * m.S * model_head_dim(c) * sizeof(floatX) / 1048576.0, B, step,
+            ctx.props.name, PRECISION_NAME, kernel_path_name());
+}
 
+// The prompts, in batches and then (--interactive 1) from stdin, with --check-full and --dump-logits;
+// returns the exit status.
+static int generate_all(ModelInfer& m, const GenConfig& g, const std::vector<Prompt>& prompts,
+                        const PromptReader& reader, bool text_prompts, const Tokenizer* tok, const GenerateLimits& lim,
+                        int max_seq, const CudaContext& ctx) {
     std::unique_ptr<FullCheck> check;
     if (g.check_full) {
         check.reset(new FullCheck);
-        model_reference_build(check->ref, c, max_seq, m.params_memory);
+        model_reference_build(check->ref, m.config, max_seq, m.params_memory);
     }
     FILE* dump = g.dump_logits.empty() ? nullptr : fopen_or_fail(g.dump_logits.c_str(), "wb");
     int* host_out = nullptr;
-    cudaCheck(cudaMallocHost(&host_out, sizeof(int) * B));
+    cudaCheck(cudaMallocHost(&host_out, sizeof(int) * m.B));
     const RunOptions o{lim, max_seq, g.graph != 0, dump, check.get(), host_out};
     Timings tm;
-    const int status = run_prompts(g, prompts, B, reader, bpe != nullptr, tok.get(),
+    const int status = run_prompts(g, prompts, m.B, reader, text_prompts, tok,
                 [&](const std::vector<const Prompt*>& batch, std::vector<Rng>& rngs, bool stream) {
-                    return generate(m, batch, o, rngs, tok.get(), stream, tm, ctx);
+                    return generate(m, batch, o, rngs, tok, stream, tm, ctx);
                 });
     if (dump) fclose_or_fail(dump, g.dump_logits.c_str());
     print_timings(tm);
@@ -258,7 +251,47 @@ int main(int argc, char** argv) {
         model_reference_free(check->ref);
     }
     cudaCheck(cudaFreeHost(host_out));
+    return check && check->failures ? 1 : status;
+}
+
+int main(int argc, char** argv) {
+    GenConfig g;
+#ifdef PRECISION_FP32
+    parse_gen_args(argc, argv, g, "generate_fp32", true);
+#else
+    parse_gen_args(argc, argv, g, "generate", true);
+#endif
+    const ModelSource src = open_model(g);
+    const int V = src.c.vocab_size, max_seq = resolve_max_seq(g, src.c, src.source);
+    std::unique_ptr<Tokenizer> tok;
+    std::unique_ptr<BpeEncoder> bpe;
+    open_tokenizer(g, V, &tok, &bpe);
+    const int eot = g.bench ? -1 : resolve_eot(g, tok.get(), src.c);
+    const PromptReader reader(bpe.get(), V, max_seq);
+    const std::vector<Prompt> prompts = reader.read_all(g.prompts);
+    const std::vector<int> force = read_force_ids(g, V, prompts.size());
+    if (g.bench && g.bench_prompt + g.max_new > max_seq)
+        fail("--bench: --bench-prompt %d + --max-new %d exceed the context of %d positions", g.bench_prompt, g.max_new,
+             max_seq);
+
+    const std::vector<float> params = read_params(src, g);
+    CudaContext ctx;
+    ctx.init(0);
+    ModelInfer m;
+    build_model(m, src, params, g, prompts, max_seq, force, ctx);
+    const GenerateLimits lim{{g.temperature, g.top_k, g.top_p}, eot, g.max_new, (int)force.size()};
+    // --matmul-autotune 1: the warm-up step (plain launches, before any prefill, capture or timing)
+    // tunes the step's cuBLASLt matmuls; every later call of the same shape uses the kept algorithm
+    MatmulAlgoCache algos;
+    if (g.matmul_autotune) {
+        algos.tune = true;
+        ctx.matmul_algos = &algos;
+    }
+    model_infer_warmup(m, lim, ctx);
+    algos.tune = false;
+    const int status = g.bench ? (bench(m, g, lim, ctx), 0)
+                               : generate_all(m, g, prompts, reader, bpe != nullptr, tok.get(), lim, max_seq, ctx);
     model_infer_free(m);
     ctx.destroy();
-    return check && check->failures ? 1 : status;
+    return status;
 }
