@@ -35,23 +35,13 @@ class FlagParser {
         flags_.push_back(std::move(f));
     }
 
-    void add_int(const char* name, int* dst, FlagRange r, const char* help) {
-        add({name, "N", help + (" (default " + std::to_string(*dst) + ")"), [dst, r](const char* s) -> std::string {
-                 int64_t v;
-                 if (!parse_int64(s, &v)) return std::string("'") + s + "' is not an integer";
-                 if (!in_range((double)v, r)) return "must be in " + range_text(r, true) + ", got " + s;
-                 *dst = (int)v;
-                 return "";
-             }});
-    }
+    void add_int(const char* name, int* dst, FlagRange r, const char* help) { add_integer(name, dst, r, help, true); }
     void add_int64(const char* name, int64_t* dst, FlagRange r, const char* help) {
-        add({name, "N", help + (" (default " + std::to_string(*dst) + ")"), [dst, r](const char* s) -> std::string {
-                 int64_t v;
-                 if (!parse_int64(s, &v)) return std::string("'") + s + "' is not an integer";
-                 if (!in_range((double)v, r)) return "must be in " + range_text(r, true) + ", got " + s;
-                 *dst = v;
-                 return "";
-             }});
+        add_integer(name, dst, r, help, true);
+    }
+    // An int whose initial value marks "not given" (e.g. -1): the help states the default itself.
+    void add_int_unset(const char* name, int* dst, FlagRange r, const char* help) {
+        add_integer(name, dst, r, help, false);
     }
     void add_uint64(const char* name, uint64_t* dst, const char* help) {
         add({name, "N", help + (" (default " + std::to_string(*dst) + ")"), [dst](const char* s) -> std::string {
@@ -109,6 +99,18 @@ class FlagParser {
     }
 
   private:
+    template <class Int>
+    void add_integer(const char* name, Int* dst, FlagRange r, const char* help, bool show_default) {
+        std::string text = help;
+        if (show_default) text += " (default " + std::to_string(*dst) + ")";
+        add({name, "N", text, [dst, r](const char* s) -> std::string {
+                 int64_t v;
+                 if (!parse_int64(s, &v)) return std::string("'") + s + "' is not an integer";
+                 if (!in_range((double)v, r)) return "must be in " + range_text(r, true) + ", got " + s;
+                 *dst = (Int)v;
+                 return "";
+             }});
+    }
     const Flag* find(const char* name) const {
         for (const Flag& f : flags_)
             if (f.name == name) return &f;

@@ -147,27 +147,12 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
     p.add_int("--overwrite", &cfg.overwrite, {0, 1}, "1 = a fresh run may delete the checkpoints already in --out-dir and "
               "replace --log (a --resume from an older step: the newer checkpoints)");
     // -1 marks "not given": a model file keeps its own values unless the flag repeats them
-    auto add_shape_int = [&p](const char* name, int* dst, const char* help) {
-        p.add({name, "N", help, [dst](const char* s) -> std::string {
-                   int64_t v;
-                   if (!parse_int64(s, &v)) return std::string("'") + s + "' is not an integer";
-                   if (v < 0 || v > (1 << 24)) return std::string("must be in [0, 16777216], got ") + s;
-                   *dst = (int)v;
-                   return "";
-               }});
-    };
-    add_shape_int("--kv-heads", &cfg.kv_heads, "key/value heads of a fresh --init model, dividing its heads "
-                  "(grouped-query attention; overrides a llama descriptor's KV; default 0 = the descriptor's)");
-    add_shape_int("--window", &cfg.window, "attention window W of a fresh --init model: position t sees "
-                  "t-W+1..t (default 0 = full causal)");
-    p.add({"--max-seq", "N", "max_seq_len (context) of a fresh --init model, e.g. 4096 (default 1024)",
-           [&cfg](const char* s) -> std::string {
-               int64_t v;
-               if (!parse_int64(s, &v)) return std::string("'") + s + "' is not an integer";
-               if (v < 1 || v > (1 << 20)) return std::string("must be in [1, 1048576], got ") + s;
-               cfg.max_seq = (int)v;
-               return "";
-           }});
+    p.add_int_unset("--kv-heads", &cfg.kv_heads, {0, 1 << 24}, "key/value heads of a fresh --init model, dividing its "
+                    "heads (grouped-query attention; overrides a llama descriptor's KV; default 0 = the descriptor's)");
+    p.add_int_unset("--window", &cfg.window, {0, 1 << 24}, "attention window W of a fresh --init model: position t "
+                    "sees t-W+1..t (default 0 = full causal)");
+    p.add_int_unset("--max-seq", &cfg.max_seq, {1, 1 << 20}, "max_seq_len (context) of a fresh --init model, e.g. "
+                    "4096 (default 1024)");
     p.add_int("--batch", &cfg.B, {1, 1 << 16}, "micro-batch size B");
     p.add_int("--seq", &cfg.T, {1, 1 << 20}, "sequence length T (at most the model's max_seq_len)");
     p.add_int64("--total-batch", &cfg.total_batch, {0, 1e15}, "tokens per optimizer step, a multiple of B*T (0 = B*T)");
