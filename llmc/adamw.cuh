@@ -7,7 +7,7 @@
 // master, m, v updated in place (=); params = master rounded to floatX. In the bf16 build the
 // rounding is stochastic (unbiased: small updates are not lost to round-to-nearest), driven by a
 // hash of (seed, index) so it is reproducible and a resumed run rounds the same way; with
-// stochastic = false (the trainer's --stochastic-rounding 0, for the numerics playbook's comparison)
+// stochastic = false (dev/cuda/profile_gpt2's --stochastic-rounding 0, a lab comparison)
 // to nearest. In the FP32 build master aliases params.
 // The step's scalars (AdamWArgs) live in device memory and the kernel reads them there, so a
 // captured CUDA graph (llmc/model_graph.cuh) replays the update with each step's values, and the

@@ -46,7 +46,7 @@ lab matmul_fp8 120 0 1 6 7
 
 # ---- 2. test_fp8_gpu, bench and loss parity: tests/gpu/test_fp8_parity.sh's sections with the rowwise recipes
 left=$((BUDGET - SECONDS)); [ $left -lt 60 ] && left=60
-OUT=$OUT SHORT=0 NOSR=0 PARALLEL=1 BUDGET=$left \
+OUT=$OUT SHORT=0 PARALLEL=1 BUDGET=$left \
     BENCH_RECIPES="fp8=--fp8 1 --fp8-scaling current;fp8_rowwise=--fp8 1 --fp8-scaling rowwise;fp8_rowwise_fp8wgrad=--fp8 1 --fp8-scaling rowwise --fp8-wgrad fp8" \
     RECIPES="fp8=--fp8 1 --fp8-scaling current;fp8_rowwise=--fp8 1 --fp8-scaling rowwise;fp8_rowwise_fp8wgrad=--fp8 1 --fp8-scaling rowwise --fp8-wgrad fp8;fp8_rowwise_ends2=--fp8 1 --fp8-scaling rowwise --fp8-bf16-layers 2" \
     INFO_RECIPES="fp8" \

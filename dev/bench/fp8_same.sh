@@ -6,7 +6,7 @@
 # loss and the final parameters: the attention's FP8 epilogue, the fused dY and X casts against the
 # separate ones); GPT-2 d6 with every loss within 1e-3 relative (the separate casts' bias gradients
 # come from bias_backward, whose row chunks and order are not the fused casts' (llmc/fp8_fused.cuh):
-# the same sums in another fp32 order). Used by dev/bench/fp8_speed.sh and dev/bench/fp8_dqcast.sh.
+# the same sums in another fp32 order).
 #   dev/bench/fp8_same.sh LOGDIR [PROFILER]    prints one line "STATUS<TAB>DETAIL", exits 0 on a pass
 # PROFILER defaults to dev/cuda/build/profile_gpt2 (make -C dev/cuda builds it).
 cd "$(dirname "$0")/../.." || exit 1

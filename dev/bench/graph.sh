@@ -115,10 +115,7 @@ pair fp8_delayed_gpt2_random_ga2 build/train_gpt2cu --init d6 --random-data 1 --
     --fp8 1 --fp8-scaling delayed
 pair fp8_rowwise_llama_shards_ga1 build/train_gpt2cu --init $LLAMA "${SHARDS[@]}" --batch 4 --seq 256 --fp8 1 \
     --fp8-scaling rowwise
-# delayed scaling's casts as separate passes (--fp8-fused 0; the pair above runs the fused ones), and
 # the fused casts without biases and GELU (Llama: SwiGLU, the dY casts only)
-pair fp8_delayed_unfused_gpt2_shards_ga1 build/train_gpt2cu --init d6 "${SHARDS[@]}" --batch 4 --seq 256 --fp8 1 \
-    --fp8-scaling delayed --fp8-fused 0
 pair fp8_delayed_llama_random_ga1 build/train_gpt2cu --init $LLAMA --random-data 1 --batch 4 --seq 256 --fp8 1 \
     --fp8-scaling delayed
 

@@ -88,7 +88,7 @@
 //   launch at every shape, so not kept.
 //   Results: not yet run on a GPU (fp8_dq_cast: expected, from the bytes, 0.70 GB fused against
 //   0.91 GB at R = 65536: ~0.19 ms against ~0.25 ms at ~3.7 TB/s, the dQ store alone measured 78 us in
-//   the trainer's profile; dev/bench/fp8_dqcast.sh runs it).
+//   the trainer's profile; `--op fp8_dq_cast` times it alone).
 // fp8_transpose (bytes, no conversion; llmc/fp8.cuh): out (C, R) = in (R, C)^T at row pitches of their own.
 //   Shapes: the head's dlogits^T chunk (llmc/model_fp8.cuh, fp8_head_backward): R = 32768 tokens, C =
 //   50304 vocabulary rows, both pitches 100608 (the 2 Vp-byte logits rows: input in their first
@@ -767,7 +767,7 @@ static void run_transpose(lab::Lab& L, const std::string& op, const TransposeLay
 }
 
 // --op NAME (before the harness's flags are read): only that op family, e.g. fp8_dq_cast (its inputs
-// and references built alone: dev/bench/fp8_dqcast.sh times it so, alone on the GPU).
+// and references built alone, so it is timed alone on the GPU).
 int main(int argc, char** argv) {
     const char* families[] = {"fp8_cast", "fp8_gelu_forward_cast", "fp8_gelu_backward_cast", "fp8_cast_dbias",
                               "fp8_layernorm_forward_cast", "fp8_dq_cast", "fp8_transpose"};

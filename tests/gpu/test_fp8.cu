@@ -630,14 +630,15 @@ static void test_dq_cast(const CudaContext& ctx, Rng& rng, Fp8Format grad, int B
     floatX *d_qkv = upload(random_bf16(rng, nq, 1.0f)), *d_dout = upload(random_bf16(rng, (size_t)N * Q, 1.0f));
     floatX *d_out = poisoned((size_t)N * Q), *d_dqkv = poisoned(nq), *d_plain = poisoned(nq);
     float *d_lse = nullptr, *d_scratch = nullptr, *d_scratch2 = nullptr, *d_colsum = nullptr;
-    const size_t sf = attention_detail::attention_backward_scratch_floats(B, T, NH, HD);
+    const AttnShape shape{B, T, NH, NKV, HD};
+    const size_t sf = attention_backward_scratch_floats(shape);
     cudaCheck(cudaMalloc(&d_lse, sizeof(float) * B * NH * T));
     cudaCheck(cudaMalloc(&d_scratch, sizeof(float) * sf));
     cudaCheck(cudaMalloc(&d_scratch2, sizeof(float) * sf));
     cudaCheck(cudaMalloc(&d_colsum, sizeof(float) * column_num_chunks(N) * QKV));
-    attention_forward(d_out, d_lse, d_qkv, B, T, NH, NKV, HD, s);
-    const float* dq = attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, HD, s, 0, d_scratch, sf, true);
-    attention_backward(d_plain, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, HD, s, 0, d_scratch2, sf);
+    attention_forward(d_out, d_lse, d_qkv, shape, ctx);
+    const float* dq = attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, shape, ctx, {d_scratch, sf}, true);
+    attention_backward(d_plain, d_dout, d_qkv, d_out, d_lse, shape, ctx, {d_scratch2, sf});
     cudaCheck(cudaStreamSynchronize(s));
     std::vector<uint16_t> kept(nq), plain(nq);
     cudaCheck(cudaMemcpy(kept.data(), d_dqkv, nq * 2, cudaMemcpyDeviceToHost));
@@ -664,7 +665,7 @@ static void test_dq_cast(const CudaContext& ctx, Rng& rng, Fp8Format grad, int B
     cudaCheck(cudaMemcpy(sums.data(), dq, sums.size() * sizeof(float), cudaMemcpyDeviceToHost));
     floatX* d_ref = poisoned(nq);
     cudaCheck(cudaMemcpy(d_ref, d_dqkv, nq * 2, cudaMemcpyDeviceToDevice));
-    attention_dq_store(fp8_detail::bf16_ptr(d_ref), dq, B, T, NH, NKV, HD, s);
+    attention_dq_store(fp8_detail::bf16_ptr(d_ref), dq, shape, ctx);
     cudaCheck(cudaStreamSynchronize(s));
     const std::vector<float> x = device_to_float(d_ref, nq), xp = device_to_float(d_plain, nq);
     std::vector<float> dq_got((size_t)N * Q), dq_plain((size_t)N * Q), dq_sums((size_t)N * Q);
@@ -766,18 +767,18 @@ static void test_dq_kept_only_where_allowed(const CudaContext& ctx, Rng& rng) {
     floatX *d_qkv = upload(random_bf16(rng, nq, 1.0f)), *d_dout = upload(random_bf16(rng, (size_t)N * Q, 1.0f));
     floatX *d_out = poisoned((size_t)N * Q), *d_dqkv = poisoned(nq);
     float *d_lse = nullptr, *d_scratch = nullptr;
-    const size_t sf = attention_detail::attention_backward_scratch_floats_split(B, T, NH, NH, HD);
+    const AttnShape shape{B, T, NH, NH, HD};
+    const size_t sf = attention_backward_scratch_floats_split(shape, ctx);
     cudaCheck(cudaMalloc(&d_lse, sizeof(float) * B * NH * T));
     cudaCheck(cudaMalloc(&d_scratch, sizeof(float) * sf));
-    attention_forward(d_out, d_lse, d_qkv, B, T, NH, NH, HD, s);
+    attention_forward(d_out, d_lse, d_qkv, shape, ctx);
     struct Case { const char* what; float* scratch; size_t floats; bool kept; };
-    const bool hopper = attention_hopper_available();
+    const bool hopper = attention_hopper_available(ctx);
     const Case cases[2] = {{"no scratch (deterministic)", nullptr, 0, false},
                            {hopper ? "Hopper split schedule" : "mma.sync single pass", d_scratch, sf, !hopper}};
     for (const Case& k : cases) {
         cudaCheck(cudaMemset(d_dqkv, 0xFF, nq * 2));
-        const float* dq = attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, NH, NH, HD, s, 0, k.scratch,
-                                             k.floats, true);
+        const float* dq = attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, shape, ctx, {k.scratch, k.floats}, true);
         cudaCheck(cudaStreamSynchronize(s));
         std::vector<uint16_t> h(nq);
         cudaCheck(cudaMemcpy(h.data(), d_dqkv, nq * 2, cudaMemcpyDeviceToHost));
@@ -885,7 +886,7 @@ int main(int argc, char** argv) {
                 // one linear at a time: under delayed scaling the GELU stays out of the casts here
                 // (fp8_gelu_fused spans fc and fcproj), test_mlp runs it in; the X of qkv and fc is
                 // cast by the linear, not by a LayerNorm (fp8_norm_fused: the tests call the linears
-                // alone; dev/cuda/fp8_cast.cu checks layernorm_fp8_forward, dev/bench/fp8_speed.sh the
+                // alone; dev/cuda/fp8_cast.cu checks layernorm_fp8_forward, dev/bench/fp8_same.sh the
                 // trainer with it against the separate casts)
                 const bool gelu_mlp = model.fp8.gelu;
                 model.fp8.gelu = false;

@@ -19,8 +19,7 @@
 #     --fp8-scaling current vs delayed (the default, its casts fused) vs current with --fp8-bf16-layers 2 (RECIPES: other
 #     FP8 recipes), val every 100 steps on the whole val split (63 batches):
 #     the final val loss of each recipe within 1% of bf16's (INFO_RECIPES: recipes only reported); and,
-#     for docs/numerics.md (not checks): bf16 with --stochastic-rounding 0 (AdamW's bf16 write-back to
-#     nearest; NOSR=0 skips it) and the fp32 build (TRAIN32, default build/train_gpt2cu_fp32; FP32=0
+#     for docs/numerics.md (not checks): the fp32 build (TRAIN32, default build/train_gpt2cu_fp32; FP32=0
 #     skips it); the curves overlaid by scripts/plot_log.py into $OUT/fp8_parity.png (needs matplotlib;
 #     skipped, not failed, without it)
 # RECIPES and BENCH_RECIPES: "name=flags;name=flags" (dev/bench/fp8_rowwise.sh sets them).
@@ -151,7 +150,6 @@ if [ "$QUICK" != 1 ]; then
         run_long "parity_$name" "$LONG_LIMIT" "${long[@]}" "${flags[@]}"
         logs+=("$OUT/parity_$name.log")
     done
-    [ "${NOSR:-1}" = 1 ] && { run_long parity_bf16_nosr "$LONG_LIMIT" "${long[@]}" --stochastic-rounding 0; logs+=("$OUT/parity_bf16_nosr.log"); }
     fp32=0
     if [ "${FP32:-1}" = 1 ]; then
         if [ -x "$TRAIN32" ]; then fp32=1; TS_BIN=$TRAIN32 run_long parity_fp32 "$LONG_LIMIT" "${long[@]}"; logs+=("$OUT/parity_fp32.log")
@@ -167,10 +165,6 @@ if [ "$QUICK" != 1 ]; then
         elif within "$d" 0.01; then row PASS "$STEPS steps: $run final val within 1%" "bf16 $b fp8 $a ($pct); best bf16 $bb fp8 $ab"
         else row FAIL "$STEPS steps: $run final val within 1%" "bf16 ${b:-none} fp8 ${a:-none} ($pct); best $bb / $ab (see $OUT/$run.out)"; fi
     done
-    if [ "${NOSR:-1}" = 1 ]; then
-        a=$(last_val "$OUT/parity_bf16_nosr.log"); ab=$(best_val "$OUT/parity_bf16_nosr.log")
-        row INFO "$STEPS steps: bf16 without stochastic rounding" "val $a (best $ab) vs bf16 $b: rel $(reldiff "$a" "$b")"
-    fi
     if [ $fp32 = 1 ]; then
         a=$(last_val "$OUT/parity_fp32.log"); ab=$(best_val "$OUT/parity_fp32.log")
         row INFO "$STEPS steps: the fp32 build" "val ${a:-none} (best ${ab:-none}) vs bf16 $b: rel $(reldiff "$a" "$b") (see $OUT/parity_fp32.out)"
