@@ -493,14 +493,15 @@ static void test_backward_ops(const CudaContext& ctx) {
         cpu::attention_backward(rdqkv.data(), dout.h.data(), qkv.h.data(), dev_out.h.data(), lse.data(), B, T, H, HKV, HD, W);
         // both modes: deterministic (no scratch) and dQ by atomics in a scratch poisoned with NaN, of
         // the size that lets the Hopper kernel take its split schedule on these small shapes
-        const size_t scratch_n = attention_detail::attention_backward_scratch_floats_split(B, T, H, HKV, HD);
+        const AttnShape shape{B, T, H, HKV, HD, W};
+        const size_t scratch_n = attention_backward_scratch_floats_split(shape, ctx);
         float* att_scratch;
         cudaCheck(cudaMalloc(&att_scratch, scratch_n * 4));
         cudaCheck(cudaMemset(att_scratch, 0xff, scratch_n * 4));
         for (int mode = 0; mode < 2; mode++) {
             DeviceTensor dqkv(std::vector<float>((size_t)N * QKV, 7.0f));  // poison: every element must be written
-            attention_backward(dqkv.d, dout.d, qkv.d, dev_out.d, dlse, B, T, H, HKV, HD, s, W,
-                               mode ? att_scratch : nullptr, mode ? scratch_n : 0);
+            attention_backward(dqkv.d, dout.d, qkv.d, dev_out.d, dlse, shape, ctx,
+                               mode ? AttnScratch{att_scratch, scratch_n} : AttnScratch{});
             char what[112];
             snprintf(what, sizeof what, "attention_backward dqkv (=), %d heads, %d KV heads, window %d, %s", H, HKV,
                      W, mode ? "dQ atomics" : "deterministic");

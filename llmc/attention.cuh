@@ -167,20 +167,21 @@ __global__ void __launch_bounds__(SIMPLE_THREADS)
 }  // namespace attention_detail
 
 inline void attention_backward_simple(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                      const float* lse, int B, int T, int NH, int NKV, int HD, cudaStream_t stream,
-                                      int window = 0) {
+                                      const float* lse, const AttnShape& s, const CudaContext& ctx) {
     using namespace attention_detail;
-    check_attention_sizes("attention_backward", B, T, NH, NKV, HD, window);
-    const QKVLayout L{NH, NKV, HD};
-    const dim3 grid_q(ceil_div(T, SIMPLE_ROWS), NH, B), grid_kv(ceil_div(T, SIMPLE_ROWS), NKV, B);
-    if (HD == 64) {
-        attention_backward_dq_simple<64><<<grid_q, SIMPLE_THREADS, 0, stream>>>(dqkv, dout, qkv, out, lse, T, L, window);
+    check_attention_sizes("attention_backward", s);
+    const QKVLayout L = qkv_layout(s);
+    const int T = s.T, W = s.window;
+    const dim3 grid_q(ceil_div(T, SIMPLE_ROWS), s.NH, s.B), grid_kv(ceil_div(T, SIMPLE_ROWS), s.NKV, s.B);
+    cudaStream_t st = ctx.stream;
+    if (s.HD == 64) {
+        attention_backward_dq_simple<64><<<grid_q, SIMPLE_THREADS, 0, st>>>(dqkv, dout, qkv, out, lse, T, L, W);
         cudaCheckLaunch();
-        attention_backward_dkdv_simple<64><<<grid_kv, SIMPLE_THREADS, 0, stream>>>(dqkv, dout, qkv, out, lse, T, L, window);
+        attention_backward_dkdv_simple<64><<<grid_kv, SIMPLE_THREADS, 0, st>>>(dqkv, dout, qkv, out, lse, T, L, W);
     } else {
-        attention_backward_dq_simple<128><<<grid_q, SIMPLE_THREADS, 0, stream>>>(dqkv, dout, qkv, out, lse, T, L, window);
+        attention_backward_dq_simple<128><<<grid_q, SIMPLE_THREADS, 0, st>>>(dqkv, dout, qkv, out, lse, T, L, W);
         cudaCheckLaunch();
-        attention_backward_dkdv_simple<128><<<grid_kv, SIMPLE_THREADS, 0, stream>>>(dqkv, dout, qkv, out, lse, T, L, window);
+        attention_backward_dkdv_simple<128><<<grid_kv, SIMPLE_THREADS, 0, st>>>(dqkv, dout, qkv, out, lse, T, L, W);
     }
     cudaCheckLaunch();
 }
@@ -191,36 +192,36 @@ inline void attention_backward_simple(floatX* dqkv, const floatX* dout, const fl
 // The Hopper (sm_90a) kernels: wgmma, TMA, warp specialization; design and measurements in the files.
 #include "attention_hopper_backward.cuh"
 
-// keep_dq (with scratch only): leave dQ in the scratch, as attention_backward; returns whether it did.
+// The mma.sync backward: the deterministic pair without scratch, the single pass (dQ by atomics) with
+// one. keep_dq (with scratch only): leave dQ in the scratch, as attention_backward; returns whether it did.
 inline bool attention_backward_flash(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                                     const __nv_bfloat16* out, const float* lse, int B, int T, int NH, int NKV, int HD,
-                                     cudaStream_t stream, int window = 0, float* scratch = nullptr,
-                                     bool keep_dq = false) {
+                                     const __nv_bfloat16* out, const float* lse, const AttnShape& s,
+                                     const CudaContext& ctx, AttnScratch scratch = {}, bool keep_dq = false) {
     using namespace attention_detail;
-    check_attention_sizes("attention_backward", B, T, NH, NKV, HD, window);
-    if (!aligned16(dqkv) || !aligned16(dout) || !aligned16(qkv) || !aligned16(out) || !aligned16(scratch))
+    check_attention_sizes("attention_backward", s);
+    if (!aligned16(dqkv) || !aligned16(dout) || !aligned16(qkv) || !aligned16(out) || !aligned16(scratch.data))
         fail("attention_backward: dqkv, dout, qkv, out and scratch must be 16-byte aligned");
-    const QKVLayout L{NH, NKV, HD};
-    if (scratch) {  // one pass, dQ summed by fp32 atomics in scratch: faster, not bit-reproducible
-        if (HD == 64)
-            backward_flash_atomic<AtomicBwdCfg<64>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, window, stream, keep_dq);
-        else backward_flash_atomic<AtomicBwdCfg<128>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, window, stream, keep_dq);
+    if (scratch.data) {  // one pass, dQ summed by fp32 atomics in scratch: faster, not bit-reproducible
+        if (s.HD == 64)
+            backward_flash_atomic<AtomicBwdCfg<64>>(dqkv, scratch.data, dout, qkv, out, lse, s, ctx, keep_dq);
+        else backward_flash_atomic<AtomicBwdCfg<128>>(dqkv, scratch.data, dout, qkv, out, lse, s, ctx, keep_dq);
         return keep_dq;
     }
-    if (HD == 64) backward_flash<DQCfg<64>, DKVCfg<64>>(dqkv, dout, qkv, out, lse, B, T, L, window, stream);
-    else backward_flash<DQCfg<128>, DKVCfg<128>>(dqkv, dout, qkv, out, lse, B, T, L, window, stream);
+    if (s.HD == 64) backward_flash<DQCfg<64>, DKVCfg<64>>(dqkv, dout, qkv, out, lse, s, ctx);
+    else backward_flash<DQCfg<128>, DKVCfg<128>>(dqkv, dout, qkv, out, lse, s, ctx);
     return false;
 }
 
 // ============================================================================ the launchers
-// bf16 build: the Hopper kernels (sm_90a builds) or the mma.sync kernels, the deterministic backward
-// always on mma.sync; FP32 build: the simple kernels (tensor cores take no fp32).
-// scratch: nullptr for the deterministic backward (bit-identical run to run: the mma.sync pair), or a
-// 16-byte aligned buffer of attention_detail::attention_backward_scratch_floats(B, T, NH, HD) floats
-// for the faster single pass whose dQ sums come from fp32 atomics: the Hopper kernel in sm_90a builds,
-// the mma.sync single pass elsewhere (bf16 build; the FP32 build ignores it). scratch_floats: the
-// buffer's size in floats where known; from attention_backward_scratch_floats_split(B, T, NH, NKV, HD)
-// on, the Hopper kernel may split small shapes over more SMs (dK, dV then also summed by atomics).
+// bf16 build: the Hopper kernels (sm_90a builds on an sm_90 GPU) or the mma.sync kernels, the
+// deterministic backward always on mma.sync; FP32 build: the simple kernels (tensor cores take no fp32).
+// dqkv (B, T, (NH + 2*NKV) * HD) written with `=` from dout, qkv, out and lse; on ctx.stream.
+// scratch: none for the deterministic backward (bit-identical run to run: the mma.sync pair), or a
+// 16-byte aligned buffer of attention_backward_scratch_floats(s) floats for the faster single pass whose
+// dQ sums come from fp32 atomics: the Hopper kernel in sm_90a builds, the mma.sync single pass elsewhere
+// (bf16 build; the FP32 build ignores it). scratch.floats: the buffer's size where known; from
+// attention_backward_scratch_floats_split(s, ctx) on, the Hopper kernel may split small shapes over
+// more SMs (dK, dV then also summed by atomics).
 // keep_dq: where the backward is a single pass that ends in the dQ store (the Hopper kernel's
 // whole-item schedule, the mma.sync single pass), skip that store: dQ stays in the scratch as fp32
 // sums, dq_accum (B, T, NH * HD) at its start, unscaled (dQ = dq_from_accum<HD>(sum)), and dqkv's query
@@ -228,29 +229,26 @@ inline bool attention_backward_flash(__nv_bfloat16* dqkv, const __nv_bfloat16* d
 // columns: fp8_cast_transpose_fused's DQ_ACCUM, until the scratch is reused), else nullptr (dqkv whole:
 // no scratch, the split schedule, the FP32 build). attention_dq_store writes the columns from it.
 inline const float* attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                       const float* lse, int B, int T, int NH, int NKV, int HD, cudaStream_t stream,
-                                       int window = 0, float* scratch = nullptr, size_t scratch_floats = 0,
-                                       bool keep_dq = false) {
+                                       const float* lse, const AttnShape& s, const CudaContext& ctx,
+                                       AttnScratch scratch = {}, bool keep_dq = false) {
 #if defined(PRECISION_FP32)
-    (void)scratch, (void)scratch_floats, (void)keep_dq;
-    attention_backward_simple(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window);
+    (void)scratch, (void)keep_dq;
+    attention_backward_simple(dqkv, dout, qkv, out, lse, s, ctx);
     return nullptr;
 #else
     bool kept;
-    if (scratch && attention_hopper_available())
-        kept = attention_backward_hopper(dqkv, scratch, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window,
-                                         scratch_floats, keep_dq);
-    else kept = attention_backward_flash(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window, scratch, keep_dq);
-    return kept ? scratch : nullptr;
+    if (scratch.data && attention_hopper_available(ctx))
+        kept = attention_backward_hopper(dqkv, dout, qkv, out, lse, s, ctx, scratch, keep_dq);
+    else kept = attention_backward_flash(dqkv, dout, qkv, out, lse, s, ctx, scratch, keep_dq);
+    return kept ? scratch.data : nullptr;
 #endif
 }
 
 // The store attention_backward skipped with keep_dq: dqkv's query columns = dq_from_accum<HD>(dq_accum),
 // the bits the backward would have written (bf16 build; the tests and the lab's reference).
-inline void attention_dq_store(__nv_bfloat16* dqkv, const float* dq_accum, int B, int T, int NH, int NKV, int HD,
-                               cudaStream_t stream) {
+inline void attention_dq_store(__nv_bfloat16* dqkv, const float* dq_accum, const AttnShape& s, const CudaContext& ctx) {
     using namespace attention_detail;
-    check_attention_sizes("attention_dq_store", B, T, NH, NKV, HD, 0);
+    check_attention_sizes("attention_dq_store", s);
     if (!aligned16(dqkv) || !aligned16(dq_accum)) fail("attention_dq_store: dqkv and dq_accum must be 16-byte aligned");
-    dq_store(dqkv, dq_accum, B, T, QKVLayout{NH, NKV, HD}, stream);
+    dq_store(dqkv, dq_accum, s.B, s.T, qkv_layout(s), ctx.stream);
 }

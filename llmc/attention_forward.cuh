@@ -94,14 +94,15 @@ __global__ void __launch_bounds__(SIMPLE_THREADS) attention_forward_simple(float
 }  // namespace attention_detail
 
 // The simple kernels on their own: the FP32 build's path, and a baseline in dev/cuda.
-inline void attention_forward_simple(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD,
-                                     cudaStream_t stream, int window = 0) {
+inline void attention_forward_simple(floatX* out, float* lse, const floatX* qkv, const AttnShape& s,
+                                     const CudaContext& ctx) {
     using namespace attention_detail;
-    check_attention_sizes("attention_forward", B, T, NH, NKV, HD, window);
-    const QKVLayout L{NH, NKV, HD};
-    const dim3 grid(ceil_div(T, SIMPLE_ROWS), NH, B);
-    if (HD == 64) attention_forward_simple<64><<<grid, SIMPLE_THREADS, 0, stream>>>(out, lse, qkv, T, L, window);
-    else attention_forward_simple<128><<<grid, SIMPLE_THREADS, 0, stream>>>(out, lse, qkv, T, L, window);
+    check_attention_sizes("attention_forward", s);
+    const QKVLayout L = qkv_layout(s);
+    const dim3 grid(ceil_div(s.T, SIMPLE_ROWS), s.NH, s.B);
+    if (s.HD == 64)
+        attention_forward_simple<64><<<grid, SIMPLE_THREADS, 0, ctx.stream>>>(out, lse, qkv, s.T, L, s.window);
+    else attention_forward_simple<128><<<grid, SIMPLE_THREADS, 0, ctx.stream>>>(out, lse, qkv, s.T, L, s.window);
     cudaCheckLaunch();
 }
 
@@ -114,38 +115,38 @@ inline void attention_forward_simple(floatX* out, float* lse, const floatX* qkv,
 #include "attention_hopper.cuh"
 
 // FlashAttention-2 on tensor cores; bf16 tensors, HD 64 or 128, every pointer 16-byte aligned.
-inline void attention_forward_flash(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH,
-                                    int NKV, int HD, cudaStream_t stream, int window = 0) {
+inline void attention_forward_flash(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttnShape& s,
+                                    const CudaContext& ctx) {
     using namespace attention_detail;
-    check_attention_sizes("attention_forward", B, T, NH, NKV, HD, window);
+    check_attention_sizes("attention_forward", s);
     if (!aligned16(out) || !aligned16(qkv)) fail("attention_forward: out and qkv must be 16-byte aligned");
-    const QKVLayout L{NH, NKV, HD};
-    if (HD == 64) forward_flash<FwdCfg<64>>(out, lse, qkv, B, T, L, window, stream);
-    else forward_flash<FwdCfg<128>>(out, lse, qkv, B, T, L, window, stream);
+    if (s.HD == 64) forward_flash<FwdCfg<64>>(out, lse, qkv, s, ctx);
+    else forward_flash<FwdCfg<128>>(out, lse, qkv, s, ctx);
 }
 
 // ============================================================================ the launchers
-// bf16 build: the Hopper kernels (sm_90a builds) or the mma.sync kernels, the deterministic backward
-// always on mma.sync; FP32 build: the simple kernels (tensor cores take no fp32).
-// Whether attention_forward can also write the FP8 copies of its output (AttnFp8Out) at this T: the
+// bf16 build: the Hopper kernels (sm_90a builds on an sm_90 GPU) or the mma.sync kernels, the
+// deterministic backward always on mma.sync; FP32 build: the simple kernels (tensor cores take no fp32).
+// Whether attention_forward can also write the FP8 copies of its output (AttnFp8Out) at this shape: the
 // Hopper kernel (sm_90a build and GPU), T a multiple of 16.
-inline bool attention_forward_fp8_available(int T) {
+inline bool attention_forward_fp8_available(const AttnShape& s, const CudaContext& ctx) {
 #if defined(PRECISION_FP32)
-    (void)T;
+    (void)s, (void)ctx;
     return false;
 #else
-    return attention_hopper_available() && T % 16 == 0;
+    return attention_hopper_available(ctx) && s.T % 16 == 0;
 #endif
 }
-// f8: also the FP8 copies of out (only where attention_forward_fp8_available(T)).
-inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD,
-                              cudaStream_t stream, int window = 0, const AttnFp8Out* f8 = nullptr) {
-    if (f8 && !attention_forward_fp8_available(T))
-        fail("attention_forward: FP8 copies of the output need the Hopper kernel and T (%d) a multiple of 16", T);
+// out (B, T, NH * HD) and lse (B, NH, T) written with `=` from qkv; on ctx.stream. f8: also the FP8
+// copies of out (only where attention_forward_fp8_available).
+inline void attention_forward(floatX* out, float* lse, const floatX* qkv, const AttnShape& s, const CudaContext& ctx,
+                              const AttnFp8Out* f8 = nullptr) {
+    if (f8 && !attention_forward_fp8_available(s, ctx))
+        fail("attention_forward: FP8 copies of the output need the Hopper kernel and T (%d) a multiple of 16", s.T);
 #if defined(PRECISION_FP32)
-    attention_forward_simple(out, lse, qkv, B, T, NH, NKV, HD, stream, window);
+    attention_forward_simple(out, lse, qkv, s, ctx);
 #else
-    if (attention_hopper_available()) attention_forward_hopper(out, lse, qkv, B, T, NH, NKV, HD, stream, window, f8);
-    else attention_forward_flash(out, lse, qkv, B, T, NH, NKV, HD, stream, window);
+    if (attention_hopper_available(ctx)) attention_forward_hopper(out, lse, qkv, s, ctx, f8);
+    else attention_forward_flash(out, lse, qkv, s, ctx);
 #endif
 }

@@ -506,10 +506,10 @@ __global__ void __launch_bounds__(HopperFwd<Config>::THREADS, 1)
 
 // (head, sequence) pairs an item group holds (FwdTileScheduler) so that their K and V, 4 * T * HD
 // bytes a KV head, take at most l2_bytes (0: all of them in one group); whole GQA groups, at least one.
-inline int hopper_head_group(int B, int T, const QKVLayout& L, size_t l2_bytes) {
-    const int per_kv = L.NH / L.NKV, all = L.NH * B;
+inline int hopper_head_group(const AttnShape& s, size_t l2_bytes) {
+    const int per_kv = s.NH / s.NKV, all = s.NH * s.B;
     if (l2_bytes == 0) return all;
-    const size_t kv_bytes = (size_t)4 * T * L.HD;
+    const size_t kv_bytes = (size_t)4 * s.T * s.HD;
     const int g = (int)std::max<size_t>(1, l2_bytes / kv_bytes) * per_kv;
     return std::min(g, all);
 }
@@ -518,22 +518,24 @@ inline int hopper_head_group(int B, int T, const QKVLayout& L, size_t l2_bytes) 
 // the K/V budget of an item group (hopper_head_group).
 // f8: also the FP8 copies of out (AttnFp8Out; T a multiple of 16), else null.
 template <class Config>
-inline void forward_hopper(bf16* out, float* lse, const bf16* qkv, int B, int T, QKVLayout L, int window,
-                           cudaStream_t stream, bool persistent, size_t l2_bytes, const AttnFp8Out* f8 = nullptr) {
+inline void forward_hopper(bf16* out, float* lse, const bf16* qkv, const AttnShape& s, const CudaContext& ctx,
+                           bool persistent, size_t l2_bytes, const AttnFp8Out* f8 = nullptr) {
     using K = HopperFwd<Config>;
     constexpr int smem = fwd_smem_bytes<K>();
     static_assert(smem <= 227 * 1024, "one CTA's smem");
-    static const bool once = (allow_smem(attention_forward_wgmma<Config, false>, smem),
-                              allow_smem(attention_forward_wgmma<Config, true>, smem), true);
-    (void)once;
+    ctx.allow_smem(attention_forward_wgmma<Config, false>, smem);
+    ctx.allow_smem(attention_forward_wgmma<Config, true>, smem);
+    const int B = s.B, T = s.T;
+    const QKVLayout L = qkv_layout(s);
     const CUtensorMap map = token_rows_map(qkv, B, T, L.row());
     const int items = L.NH * B * ceil_div(T, K::BQ);
-    const int grid = persistent ? std::min(items, sm_count()) : items, group = hopper_head_group(B, T, L, l2_bytes);
+    const int grid = persistent ? std::min(items, ctx.sm_count) : items, group = hopper_head_group(s, l2_bytes);
     if (f8)
-        attention_forward_wgmma<Config, true><<<grid, K::THREADS, smem, stream>>>(out, lse, map, B, T, L, window, group, *f8);
+        attention_forward_wgmma<Config, true><<<grid, K::THREADS, smem, ctx.stream>>>(out, lse, map, B, T, L, s.window,
+                                                                                      group, *f8);
     else
-        attention_forward_wgmma<Config, false><<<grid, K::THREADS, smem, stream>>>(out, lse, map, B, T, L, window, group,
-                                                                                  AttnFp8Out{});
+        attention_forward_wgmma<Config, false><<<grid, K::THREADS, smem, ctx.stream>>>(out, lse, map, B, T, L, s.window,
+                                                                                       group, AttnFp8Out{});
     cudaCheckLaunch();
 }
 
@@ -557,26 +559,24 @@ constexpr size_t HOPPER_L2_BYTES = (size_t)32 << 20;
 #endif  // LLMC_SM90A
 
 // FlashAttention forward on wgmma + TMA; bf16, HD 64 or 128, out and qkv 16-byte aligned. Only in
-// sm_90a builds (attention_hopper_available()); elsewhere calling it is an error.
+// sm_90a builds (attention_hopper_available(ctx)); elsewhere calling it is an error.
 // f8: the FP8 copies of out as well (AttnFp8Out: T a multiple of 16, x and xt 16-byte aligned).
-inline void attention_forward_hopper(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH,
-                                     int NKV, int HD, cudaStream_t stream, int window = 0,
-                                     const AttnFp8Out* f8 = nullptr) {
+inline void attention_forward_hopper(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttnShape& s,
+                                     const CudaContext& ctx, const AttnFp8Out* f8 = nullptr) {
     using namespace attention_detail;
-    check_attention_sizes("attention_forward_hopper", B, T, NH, NKV, HD, window);
+    check_attention_sizes("attention_forward_hopper", s);
 #if defined(LLMC_SM90A)
     using namespace attention_hopper_detail;
     if (!aligned16(out) || !aligned16(qkv)) fail("attention_forward_hopper: out and qkv must be 16-byte aligned");
-    if (f8 && (T % 16 != 0 || (size_t)f8->rows != (size_t)B * T || f8->rows % 16 != 0 || !aligned16(f8->x) ||
+    if (f8 && (s.T % 16 != 0 || (size_t)f8->rows != (size_t)s.B * s.T || f8->rows % 16 != 0 || !aligned16(f8->x) ||
                !aligned16(f8->xt)))
-        fail("attention_forward_hopper: the FP8 copies need T (%d) a multiple of 16, rows = B * T, 16-byte alignment", T);
-    const QKVLayout L{NH, NKV, HD};
-    if (HD == 64)
-        forward_hopper<HopperFwdShipped<64>>(out, lse, qkv, B, T, L, window, stream, HOPPER_PERSISTENT, HOPPER_L2_BYTES, f8);
-    else forward_hopper<HopperFwdShipped<128>>(out, lse, qkv, B, T, L, window, stream, HOPPER_PERSISTENT, HOPPER_L2_BYTES,
-                                               f8);
+        fail("attention_forward_hopper: the FP8 copies need T (%d) a multiple of 16, rows = B * T, 16-byte alignment",
+             s.T);
+    if (s.HD == 64)
+        forward_hopper<HopperFwdShipped<64>>(out, lse, qkv, s, ctx, HOPPER_PERSISTENT, HOPPER_L2_BYTES, f8);
+    else forward_hopper<HopperFwdShipped<128>>(out, lse, qkv, s, ctx, HOPPER_PERSISTENT, HOPPER_L2_BYTES, f8);
 #else
-    (void)out, (void)lse, (void)qkv, (void)stream, (void)f8;
+    (void)out, (void)lse, (void)qkv, (void)ctx, (void)f8;
     fail("attention_forward_hopper: this build has no sm_90a kernels (GPU_ARCH=90a defines LLMC_SM90A)");
 #endif
 }

@@ -7,7 +7,7 @@
 //   qkv, dqkv (B, T, (NH + 2*NKV) * HD)  qkv read through one 3-D TMA tensor map (columns, T, B): rows
 //                                        past T come in as zeros; dqkv written with `=`
 //   dout (B, T, NH * HD)                 read through a second tensor map of the same kind
-//   scratch                              attention_backward_scratch_floats(B, T, NH, HD) floats, the
+//   scratch                              attention_backward_scratch_floats(shape) floats, the
 //                                        single-pass mma backward's layout: dq_accum (B, T, NH, HD),
 //                                        D (B, NH, Tp), lse2 = lse * log2(e) (B, NH, Tp), Tp = T
 //                                        rounded up to 64 (zeros past T); with the split schedule
@@ -654,46 +654,47 @@ __global__ void __launch_bounds__(256) attention_backward_dqkv_store(bf16* dqkv,
 // fp32) cost about that much (an estimate).
 constexpr int SPLIT_MIN_GAIN = 2;
 template <class K>
-inline int bwd_split_chunk(int B, int T, const QKVLayout& L, int window, int sms) {
-    const int group = L.NH / L.NKV, n_kt = ceil_div(T, K::BKV);
-    if ((long)n_kt * L.NKV * B >= sms) return 0;
+inline int bwd_split_chunk(const AttnShape& s, int sms) {
+    const int B = s.B, T = s.T, window = s.window, group = s.NH / s.NKV, n_kt = ceil_div(T, K::BKV);
+    if ((long)n_kt * s.NKV * B >= sms) return 0;
     int longest = 0;
     for (int kv0 = 0; kv0 < T; kv0 += K::BKV) longest = std::max(longest, group * bwd_query_tiles<K::BKV, K::BQ>(kv0, T, window));
     int lo = 1, hi = longest;  // units at chunk `longest` are the whole items: they fit
     while (lo < hi) {
         const int mid = (lo + hi) / 2;
-        if ((long)bwd_split_units<K::BKV, K::BQ>(T, window, group, mid) * L.NKV * B <= sms) hi = mid;
+        if ((long)bwd_split_units<K::BKV, K::BQ>(T, window, group, mid) * s.NKV * B <= sms) hi = mid;
         else lo = mid + 1;
     }
     return lo + SPLIT_MIN_GAIN <= longest ? lo : 0;
 }
 
 // The launches (prologue, wgmma kernel, dQ store; the split schedule zeroes dkv_accum first and stores
-// dQ, dK and dV at the end). scratch: attention_backward_scratch_floats(B, T, NH, HD) floats, any
-// contents; with scratch_floats >= attention_backward_scratch_floats_split(B, T, NH, NKV, HD) the
-// kernel may take the split schedule (split = false: never, the lab's whole-item baseline).
+// dQ, dK and dV at the end). scratch: attention_backward_scratch_floats(s) floats, any contents; with
+// scratch_floats >= attention_backward_scratch_floats_split(s, ctx) the kernel may take the split
+// schedule (split = false: never, the lab's whole-item baseline).
 // keep_dq: on the whole-item schedule, the dQ store is skipped and dQ stays unscaled in scratch's
 // dq_accum (dqkv's query columns unwritten); returns whether it did (the split schedule stores all).
 template <class Config>
 inline bool backward_hopper(bf16* dqkv, float* scratch, const bf16* dout, const bf16* qkv, const bf16* out,
-                            const float* lse, int B, int T, QKVLayout L, int window, cudaStream_t stream,
-                            size_t scratch_floats = 0, bool split = true, bool keep_dq = false) {
+                            const float* lse, const AttnShape& s, const CudaContext& ctx, size_t scratch_floats = 0,
+                            bool split = true, bool keep_dq = false) {
     using K = HopperBwd<Config>;
     constexpr int HD = K::HD, smem = bwd_smem_bytes<K>();
     static_assert(smem <= 227 * 1024, "one CTA's smem");
-    static const bool once =
-        (allow_smem(attention_backward_wgmma<Config, false>, smem), allow_smem(attention_backward_wgmma<Config, true>, smem),
-         true);
-    (void)once;
+    ctx.allow_smem(attention_backward_wgmma<Config, false>, smem);
+    ctx.allow_smem(attention_backward_wgmma<Config, true>, smem);
+    const int B = s.B, T = s.T, window = s.window;
+    const QKVLayout L = qkv_layout(s);
+    cudaStream_t stream = ctx.stream;
     const CUtensorMap qkv_map = token_rows_map(qkv, B, T, L.row()), dout_map = token_rows_map(dout, B, T, L.NH * HD);
     const CUtensorMap dq_map = dq_accum_map(scratch, B, T, L.NH * HD);
     const CUtensorMap r_map = rows_map(scratch, B, T, L.NH, HD, K::BQ);
     const size_t threads = (size_t)B * T * L.NH * HD / 8;
-    const int n_kt = ceil_div(T, K::BKV), items = n_kt * L.NKV * B, sms = sm_count();
-    const size_t base_floats = attention_backward_scratch_floats(B, T, L.NH, HD);
+    const int n_kt = ceil_div(T, K::BKV), items = n_kt * L.NKV * B, sms = ctx.sm_count;
+    const size_t base_floats = attention_backward_scratch_floats(s);
     // the split schedule where it helps and the scratch has dkv_accum (B, T, 2 * NKV * HD) after the rest
     const size_t dkv_floats = (size_t)B * T * 2 * L.NKV * HD;
-    const int chunk = split && scratch_floats >= base_floats + dkv_floats ? bwd_split_chunk<K>(B, T, L, window, sms) : 0;
+    const int chunk = split && scratch_floats >= base_floats + dkv_floats ? bwd_split_chunk<K>(s, sms) : 0;
     float* dkv_accum = chunk > 0 ? scratch + base_floats : nullptr;
     if (dkv_accum) cudaCheck(cudaMemsetAsync(dkv_accum, 0, dkv_floats * sizeof(float), stream));
     attention_backward_prologue<HD><<<(unsigned)ceil_div<size_t>(threads, 256), 256, 0, stream>>>(scratch, dout, out,
@@ -744,32 +745,28 @@ struct HopperBwdShipped<128> {
 #endif  // LLMC_SM90A
 
 // FlashAttention backward on wgmma + TMA (dQ by fp32 reductions into scratch: not bit-reproducible);
-// bf16, HD 64 or 128, every pointer 16-byte aligned; scratch holds attention_detail::
-// attention_backward_scratch_floats(B, T, NH, HD) floats, or scratch_floats of them: from
-// attention_backward_scratch_floats_split(B, T, NH, NKV, HD) on, small shapes may take the split
-// schedule (dK, dV then by fp32 reductions as well). keep_dq: leave dQ in the scratch where the
-// schedule allows (see attention_backward); returns whether it did. Only in sm_90a builds
-// (attention_hopper_available()); elsewhere calling it is an error.
-inline bool attention_backward_hopper(__nv_bfloat16* dqkv, float* scratch, const __nv_bfloat16* dout,
-                                      const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse, int B,
-                                      int T, int NH, int NKV, int HD, cudaStream_t stream, int window = 0,
-                                      size_t scratch_floats = 0, bool keep_dq = false) {
+// bf16, HD 64 or 128, every pointer 16-byte aligned; scratch holds attention_backward_scratch_floats(s)
+// floats, or scratch.floats of them: from attention_backward_scratch_floats_split(s, ctx) on, small
+// shapes may take the split schedule (dK, dV then by fp32 reductions as well). keep_dq: leave dQ in the
+// scratch where the schedule allows (see attention_backward); returns whether it did. Only in sm_90a
+// builds (attention_hopper_available(ctx)); elsewhere calling it is an error.
+inline bool attention_backward_hopper(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                                      const __nv_bfloat16* out, const float* lse, const AttnShape& s,
+                                      const CudaContext& ctx, AttnScratch scratch, bool keep_dq = false) {
     using namespace attention_detail;
-    check_attention_sizes("attention_backward_hopper", B, T, NH, NKV, HD, window);
+    check_attention_sizes("attention_backward_hopper", s);
 #if defined(LLMC_SM90A)
     using namespace attention_hopper_detail;
-    if (!scratch) fail("attention_backward_hopper: needs a scratch buffer (attention_backward_scratch_floats)");
-    if (!aligned16(dqkv) || !aligned16(dout) || !aligned16(qkv) || !aligned16(out) || !aligned16(scratch))
+    if (!scratch.data) fail("attention_backward_hopper: needs a scratch buffer (attention_backward_scratch_floats)");
+    if (!aligned16(dqkv) || !aligned16(dout) || !aligned16(qkv) || !aligned16(out) || !aligned16(scratch.data))
         fail("attention_backward_hopper: dqkv, dout, qkv, out and scratch must be 16-byte aligned");
-    const QKVLayout L{NH, NKV, HD};
-    if (HD == 64)
-        return backward_hopper<HopperBwdShipped<64>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, window, stream,
-                                                      scratch_floats, true, keep_dq);
-    return backward_hopper<HopperBwdShipped<128>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, window, stream,
-                                                  scratch_floats, true, keep_dq);
+    if (s.HD == 64)
+        return backward_hopper<HopperBwdShipped<64>>(dqkv, scratch.data, dout, qkv, out, lse, s, ctx, scratch.floats,
+                                                      true, keep_dq);
+    return backward_hopper<HopperBwdShipped<128>>(dqkv, scratch.data, dout, qkv, out, lse, s, ctx, scratch.floats,
+                                                  true, keep_dq);
 #else
-    (void)scratch_floats, (void)dqkv, (void)scratch, (void)dout, (void)qkv, (void)out, (void)lse, (void)stream;
-    (void)keep_dq;
+    (void)dqkv, (void)dout, (void)qkv, (void)out, (void)lse, (void)ctx, (void)scratch, (void)keep_dq;
     fail("attention_backward_hopper: this build has no sm_90a kernels (GPU_ARCH=90a defines LLMC_SM90A)");
 #endif
 }

@@ -2,8 +2,8 @@
 // mbarriers, TMA tile loads from one tensor map over qkv, TMA bulk reductions into fp32, 128B-swizzled
 // smem panels and their wgmma descriptors, the wgmma instructions (operands from smem, K- or MN-major,
 // or A from registers), named barriers, tensor map encoding.
-// Part of llmc/attention.cuh (included from there, before attention_hopper.cuh); it uses the mma
-// helpers of attention_mma.cuh (pack_bf16, smem_addr).
+// Part of llmc/attention.cuh (included from there, before attention_hopper.cuh); it builds on
+// attention_mma.cuh and the device helpers of llmc/cuda_common.cuh (pack_bf16, smem_addr).
 //
 // Layouts: a (R, HD) bf16 tile lives in smem as HD/64 panels of R rows x 64 columns (128-byte rows),
 // the 16-byte chunks of row r XOR-swizzled by r % 8: what the TMA's 128B swizzle writes and what a
@@ -14,8 +14,9 @@
 #include <cudaTypedefs.h>
 #include "attention_mma.cuh"
 
-// Whether the Hopper attention kernels run on this device (the build has them and it is an sm_90 GPU).
-inline bool attention_hopper_available() { return device_runs_sm90a(); }
+// Whether the Hopper attention kernels run on the context's device (the build has them and it is an
+// sm_90 GPU, not forced onto the portable path).
+inline bool attention_hopper_available(const CudaContext& ctx) { return ctx.runs_sm90a; }
 
 // Where the Hopper kernels' device code compiles: the host pass and the sm_90a device pass. In the
 // other device passes of a fat build (GPU_ARCH=all or a list holding 90a) their bodies are a trap, so
@@ -176,17 +177,6 @@ __device__ __forceinline__ void pack_p(uint32_t (&p)[BKV / 16][4], const float (
 __device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void named_sync_warpgroup(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
-
-// Streaming multiprocessors of the current device (the persistent grids' size).
-inline int sm_count() {
-    static const int sms = [] {
-        int dev, n;
-        cudaCheck(cudaGetDevice(&dev));
-        cudaCheck(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-        return n;
-    }();
-    return sms;
-}
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point (so no -lcuda is needed), failing
 // with a message: a tensor map of `rank` dims (dims[0] contiguous; strides in bytes of dims 1..), box

@@ -1,12 +1,20 @@
-// attention_layout.cuh: what every attention implementation shares: where a head's columns sit in a
-// token row of qkv/dqkv (QKVLayout), the causal/sliding-window mask (attends), the size checks, and
-// where an FP8 copy of the forward's output goes (AttnFp8Out), and the rounding of dQ out of the
-// single-pass backwards' fp32 accumulator (dq_from_accum).
+// attention_layout.cuh: what every attention implementation shares: the shape of a call (AttnShape),
+// where a head's columns sit in a token row of qkv/dqkv (QKVLayout), the causal/sliding-window mask
+// (attends), the size checks, where an FP8 copy of the forward's output goes (AttnFp8Out), and the
+// rounding of dQ out of the single-pass backwards' fp32 accumulator (dq_from_accum).
 // The shapes and conventions are described at the top of llmc/attention.cuh.
 #pragma once
 #include <cstdint>
 #include "cuda_common.cuh"
 #include "utils.h"
+
+// One attention call's shape, the one size argument of every attention entry point: B sequences of T
+// tokens, NH query heads sharing NKV key/value heads (NKV divides NH), HD channels a head, and the
+// sliding window (query t sees keys t-window+1..t; 0: every key <= t).
+struct AttnShape {
+    int B, T, NH, NKV, HD;
+    int window = 0;
+};
 
 // An FP8 copy of the forward's output, written by the Hopper forward's epilogue beside the bf16 one
 // (--fp8's attproj X under delayed scaling, llmc/model_fp8.cuh): x = e4m3(out * scale) and xt its
@@ -44,12 +52,18 @@ __device__ __forceinline__ __nv_bfloat16 dq_from_accum(float sum) {
     return from_float<__nv_bfloat16>(sum * rsqrtf((float)HD));
 }
 
-// Checks the sizes every implementation needs; a bad one is a caller bug, reported in one line.
+inline QKVLayout qkv_layout(const AttnShape& s) { return {s.NH, s.NKV, s.HD}; }
+
+// Checks the sizes every implementation needs; a bad one is a caller bug, reported in one line. (The
+// scalar form is the KV cache's, whose calls have no AttnShape.)
 inline void check_attention_sizes(const char* what, int B, int T, int NH, int NKV, int HD, int window) {
     if (B <= 0 || T <= 0 || NH <= 0 || NKV <= 0 || HD <= 0 || window < 0)
         fail("%s: sizes must be positive (B=%d T=%d NH=%d NKV=%d HD=%d window=%d)", what, B, T, NH, NKV, HD, window);
     if (NH % NKV != 0) fail("%s: NKV=%d must divide NH=%d", what, NKV, NH);
     if (HD != 64 && HD != 128) fail("%s: head size HD=%d is not supported (64 or 128)", what, HD);
+}
+inline void check_attention_sizes(const char* what, const AttnShape& s) {
+    check_attention_sizes(what, s.B, s.T, s.NH, s.NKV, s.HD, s.window);
 }
 
 }  // namespace attention_detail

@@ -1,5 +1,6 @@
-// attention_mma.cuh: what the tensor-core attention kernels share: mma.sync/ldmatrix/cp.async
-// wrappers, the swizzled smem tile layout, the fragment loaders and the kernel configuration.
+// attention_mma.cuh: what the tensor-core attention kernels share: the swizzled smem tile layout, the
+// fragment loaders and the kernel configuration, on the mma.sync/ldmatrix/cp.async wrappers of
+// llmc/cuda_common.cuh.
 // Part of llmc/attention.cuh, which includes it; the trainer and the labs include attention.cuh.
 #pragma once
 #include "attention_layout.cuh"
@@ -60,38 +61,6 @@ struct FlashCfg {
 };
 constexpr float LOG2E = 1.4426950408889634f;
 typedef __nv_bfloat16 bf16;
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-// 16-byte async copy global -> shared; zero-fills when !valid (src is then not read).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const bf16* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const bf16* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
-}
-// c (16x8 fp32) += a (16x16 bf16, row) * b (16x8 bf16, col)
-__device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-// Two floats as a bf16 pair, the first in the low half (the lower column of a fragment).
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-}
 
 // Element (r, c) of a swizzled (rows, HD) bf16 tile: 16-byte chunk c/8 of row r sits at chunk (c/8) ^ (r%8).
 template <int HD>
@@ -261,11 +230,4 @@ __device__ __forceinline__ void rows_d_lse(float* sD, float* sLse, const bf16* s
     }
 }
 
-inline bool aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
-
-// Raises a kernel's dynamic smem limit once per process (the attribute outlives the call).
-template <typename Kernel>
-inline void allow_smem(Kernel kernel, int bytes) {
-    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
 }  // namespace attention_detail

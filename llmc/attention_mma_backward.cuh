@@ -164,17 +164,17 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
 }
 
 template <class CfgDQ, class CfgDKV>
-inline void backward_flash(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int B,
-                           int T, QKVLayout L, int window, cudaStream_t stream) {
+inline void backward_flash(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
+                           const AttnShape& s, const CudaContext& ctx) {
     constexpr int smem_dq = CfgDQ::smem_bytes(2), smem_dkv = CfgDKV::smem_bytes(2);
-    static const bool once = (allow_smem(attention_backward_dq_mma<CfgDQ>, smem_dq),
-                              allow_smem(attention_backward_dkdv_mma<CfgDKV>, smem_dkv), true);
-    (void)once;
-    attention_backward_dkdv_mma<CfgDKV><<<dim3(ceil_div(T, CfgDKV::ROWS), L.NKV, B), CfgDKV::THREADS, smem_dkv, stream>>>(
-        dqkv, dout, qkv, out, lse, T, L, window);
+    ctx.allow_smem(attention_backward_dq_mma<CfgDQ>, smem_dq);
+    ctx.allow_smem(attention_backward_dkdv_mma<CfgDKV>, smem_dkv);
+    const QKVLayout L = qkv_layout(s);
+    attention_backward_dkdv_mma<CfgDKV><<<dim3(ceil_div(s.T, CfgDKV::ROWS), s.NKV, s.B), CfgDKV::THREADS, smem_dkv,
+                                          ctx.stream>>>(dqkv, dout, qkv, out, lse, s.T, L, s.window);
     cudaCheckLaunch();
-    attention_backward_dq_mma<CfgDQ><<<dim3(ceil_div(T, CfgDQ::ROWS), L.NH, B), CfgDQ::THREADS, smem_dq, stream>>>(
-        dqkv, dout, qkv, out, lse, T, L, window);
+    attention_backward_dq_mma<CfgDQ><<<dim3(ceil_div(s.T, CfgDQ::ROWS), s.NH, s.B), CfgDQ::THREADS, smem_dq, ctx.stream>>>(
+        dqkv, dout, qkv, out, lse, s.T, L, s.window);
     cudaCheckLaunch();
 }
 
@@ -187,17 +187,8 @@ inline void backward_flash(bf16* dqkv, const bf16* dout, const bf16* qkv, const 
 //   dq_accum (B, T, NH, HD)   then   D (B, NH, Tp)   then   lse2 = lse * log2(e) (B, NH, Tp)
 // with rows padded to Tp = a multiple of 64 (zeros past T), so every 64-query tile of D or lse2 is one
 // 16-byte aligned 256-byte block (the Hopper kernel brings it in with one bulk copy).
+// (attention_backward_scratch_floats and _split, after the namespace, size it.)
 __host__ __device__ inline int attention_padded_T(int T) { return (T + 63) / 64 * 64; }
-inline size_t attention_backward_scratch_floats(int B, int T, int NH, int HD) {
-    return (size_t)B * T * NH * HD + 2 * (size_t)B * NH * attention_padded_T(T);
-}
-// The scratch that also lets the Hopper backward take its split schedule on small shapes (fewer work
-// items, 128-key tiles x kv heads x sequences, than SMs; attention_hopper_backward.cuh): the above plus
-// dkv_accum (B, T, 2 * NKV * HD) fp32 there, nothing more elsewhere.
-inline size_t attention_backward_scratch_floats_split(int B, int T, int NH, int NKV, int HD) {
-    const bool small = (long)ceil_div(T, 128) * NKV * B < current_sm_count();
-    return attention_backward_scratch_floats(B, T, NH, HD) + (small ? (size_t)B * T * 2 * NKV * HD : 0);
-}
 
 // Tile configuration of the single-pass kernel: WARPS warps own MT m16 tiles of keys each (BKV keys a
 // block, resident with their values); query tiles of BQ rows stream through two smem stages together
@@ -223,22 +214,6 @@ struct AtomicCfg {
 // [q_lo - k_hi, q_hi - k_lo], which must meet [0, window - 1] (or [0, inf) without a window).
 __device__ __forceinline__ bool any_visible(int q_lo, int q_hi, int k_lo, int k_hi, int window) {
     return q_hi >= k_lo && (window == 0 || q_lo - k_hi < window);
-}
-// 4-byte async copy global -> shared; zero-fills when !valid (src is then not read). lse and D rows
-// start at (b * NH + h) * T + i0, not 16-byte aligned for odd T.
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(valid ? 4 : 0));
-}
-// dst[0..1] += {a, b} in global memory, one reduction (8-byte aligned); vector reductions need
-// sm_90, older GPUs take two scalar atomics.
-__device__ __forceinline__ void red_add_v2(float* dst, float a, float b) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b) : "memory");
-#else
-    atomicAdd(dst, a);
-    atomicAdd(dst + 1, b);
-#endif
 }
 // Element (r, c) of a swizzled dS^T tile with rows of BQ bf16. 128- and 256-byte rows: as swz. 64-byte
 // rows: two rows share a 128-byte bank line, so chunk c/8 is XORed with (r / 2) % 4, which keeps the 8
@@ -449,24 +424,24 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     store_warp_rows<HD, WR>(dst + L.v_col(kvh), stride, sV, warp * WR, T - kv0);
 }
 
-// The three launches of the single-pass backward. scratch: attention_backward_scratch_floats(B, T, NH,
-// HD) floats, any contents (the prologue zeroes what must start at zero). keep_dq: the dQ store is
-// skipped, dQ left unscaled in scratch's dq_accum (dqkv's query columns unwritten).
+// The three launches of the single-pass backward. scratch: attention_backward_scratch_floats(s) floats,
+// any contents (the prologue zeroes what must start at zero). keep_dq: the dQ store is skipped, dQ left
+// unscaled in scratch's dq_accum (dqkv's query columns unwritten).
 template <class Cfg>
 inline void backward_flash_atomic(bf16* dqkv, float* scratch, const bf16* dout, const bf16* qkv, const bf16* out,
-                                  const float* lse, int B, int T, QKVLayout L, int window, cudaStream_t stream,
-                                  bool keep_dq = false) {
+                                  const float* lse, const AttnShape& s, const CudaContext& ctx, bool keep_dq = false) {
     constexpr int HD = Cfg::HD, smem = Cfg::smem_bytes();
-    static const bool once = (allow_smem(attention_backward_single_pass_mma<Cfg>, smem), true);
-    (void)once;
+    ctx.allow_smem(attention_backward_single_pass_mma<Cfg>, smem);
+    const int B = s.B, T = s.T;
+    const QKVLayout L = qkv_layout(s);
     const size_t threads = (size_t)B * T * L.NH * HD / 8;
-    attention_backward_prologue<HD><<<(unsigned)ceil_div<size_t>(threads, 256), 256, 0, stream>>>(scratch, dout, out,
-                                                                                                 lse, B, T, L.NH);
+    attention_backward_prologue<HD><<<(unsigned)ceil_div<size_t>(threads, 256), 256, 0, ctx.stream>>>(scratch, dout, out,
+                                                                                                     lse, B, T, L.NH);
     cudaCheckLaunch();
-    attention_backward_single_pass_mma<Cfg><<<dim3(ceil_div(T, Cfg::BKV), L.NKV, B), Cfg::THREADS, smem, stream>>>(
-        dqkv, scratch, dout, qkv, B, T, L, window);
+    attention_backward_single_pass_mma<Cfg><<<dim3(ceil_div(T, Cfg::BKV), L.NKV, B), Cfg::THREADS, smem, ctx.stream>>>(
+        dqkv, scratch, dout, qkv, B, T, L, s.window);
     cudaCheckLaunch();
-    if (!keep_dq) dq_store(dqkv, scratch, B, T, L, stream);
+    if (!keep_dq) dq_store(dqkv, scratch, B, T, L, ctx.stream);
 }
 
 // The shipped configuration, the fastest of dev/cuda's variants on the H200 (docs/perf.md):
@@ -485,3 +460,21 @@ using DKVCfg = std::conditional_t<HD == 64, FlashCfg<64, 4, 64, 3>, FlashCfg<HD,
 template <int HD>
 using AtomicBwdCfg = std::conditional_t<HD == 64, AtomicCfg<64, 4, 2, 32, 2, false>, AtomicCfg<HD, 4, 1, 64, 2>>;
 }  // namespace attention_detail
+
+// The single-pass backwards' fp32 workspace (attention_backward's fast mode), no data for the
+// deterministic backward. floats: its size where known (0: the minimum below).
+struct AttnScratch {
+    float* data = nullptr;
+    size_t floats = 0;
+};
+// Floats of the scratch the single-pass backwards take: dq_accum, D and lse2 as above.
+inline size_t attention_backward_scratch_floats(const AttnShape& s) {
+    return (size_t)s.B * s.T * s.NH * s.HD + 2 * (size_t)s.B * s.NH * attention_detail::attention_padded_T(s.T);
+}
+// The scratch that also lets the Hopper backward take its split schedule on small shapes (fewer work
+// items, 128-key tiles x kv heads x sequences, than the device's SMs; attention_hopper_backward.cuh):
+// the above plus dkv_accum (B, T, 2 * NKV * HD) fp32 there, nothing more elsewhere.
+inline size_t attention_backward_scratch_floats_split(const AttnShape& s, const CudaContext& ctx) {
+    const bool small = (long)ceil_div(s.T, 128) * s.NKV * s.B < ctx.sm_count;
+    return attention_backward_scratch_floats(s) + (small ? (size_t)s.B * s.T * 2 * s.NKV * s.HD : 0);
+}

@@ -1,4 +1,5 @@
-// attention_mma_forward.cuh: the tensor-core (mma.sync) attention forward kernel and its launcher.
+// attention_mma_forward.cuh: the tensor-core (mma.sync) attention forward kernels (tiles, band) and
+// their launchers.
 // Part of llmc/attention.cuh, which includes it; the trainer and the labs include attention.cuh.
 #pragma once
 #include "attention_mma.cuh"
@@ -128,13 +129,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
 }
 
 template <class Cfg>
-inline void forward_flash_tiles(bf16* out, float* lse, const bf16* qkv, int B, int T, QKVLayout L, int window,
-                                cudaStream_t stream) {
+inline void forward_flash_tiles(bf16* out, float* lse, const bf16* qkv, const AttnShape& s, const CudaContext& ctx) {
     constexpr int smem = Cfg::smem_bytes(1);
-    static const bool once = (allow_smem(attention_forward_mma<Cfg>, smem), true);
-    (void)once;
-    attention_forward_mma<Cfg><<<dim3(ceil_div(T, Cfg::ROWS), L.NH, B), Cfg::THREADS, smem, stream>>>(out, lse, qkv, T,
-                                                                                                     L, window);
+    ctx.allow_smem(attention_forward_mma<Cfg>, smem);
+    attention_forward_mma<Cfg><<<dim3(ceil_div(s.T, Cfg::ROWS), s.NH, s.B), Cfg::THREADS, smem, ctx.stream>>>(
+        out, lse, qkv, s.T, qkv_layout(s), s.window);
     cudaCheckLaunch();
 }
 
@@ -342,23 +341,20 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
 }
 
 template <class Cfg>
-inline void forward_flash_band(bf16* out, float* lse, const bf16* qkv, int B, int T, QKVLayout L, int window,
-                               cudaStream_t stream) {
+inline void forward_flash_band(bf16* out, float* lse, const bf16* qkv, const AttnShape& s, const CudaContext& ctx) {
     constexpr int smem = BandPlan<Cfg>::smem_bytes;
-    static const bool once = (allow_smem(attention_forward_mma_band<Cfg>, smem), true);
-    (void)once;
-    attention_forward_mma_band<Cfg><<<dim3(ceil_div(T, Cfg::ROWS), L.NH, B), Cfg::THREADS, smem, stream>>>(
-        out, lse, qkv, T, L, window);
+    ctx.allow_smem(attention_forward_mma_band<Cfg>, smem);
+    attention_forward_mma_band<Cfg><<<dim3(ceil_div(s.T, Cfg::ROWS), s.NH, s.B), Cfg::THREADS, smem, ctx.stream>>>(
+        out, lse, qkv, s.T, qkv_layout(s), s.window);
     cudaCheckLaunch();
 }
 
 // The shipped forward: the tile kernel for causal attention, the band kernel (Cfg::Band) for a
 // sliding window.
 template <class Cfg>
-inline void forward_flash(bf16* out, float* lse, const bf16* qkv, int B, int T, QKVLayout L, int window,
-                          cudaStream_t stream) {
-    if (window > 0) forward_flash_band<typename Cfg::Band>(out, lse, qkv, B, T, L, window, stream);
-    else forward_flash_tiles<Cfg>(out, lse, qkv, B, T, L, window, stream);
+inline void forward_flash(bf16* out, float* lse, const bf16* qkv, const AttnShape& s, const CudaContext& ctx) {
+    if (s.window > 0) forward_flash_band<typename Cfg::Band>(out, lse, qkv, s, ctx);
+    else forward_flash_tiles<Cfg>(out, lse, qkv, s, ctx);
 }
 
 // The shipped configuration, the fastest of dev/cuda's variants on the H200 (docs/perf.md):

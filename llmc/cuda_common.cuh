@@ -11,6 +11,7 @@
 #include <cstring>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 // ---------------------------------------------------------------- error checking
 // Each names the failing statement, file and line, then exits 1.
@@ -177,6 +178,64 @@ __device__ inline void prefetch_l2(const void* p) {
 #endif
 }
 
+// ---------------------------------------------------------------- shared memory, async copies, mma.sync (sm_80)
+// The building blocks of the tensor-core kernels (the attention kernels, the decode attention): the
+// shared-window address of a pointer (what cp.async, ldmatrix, mbarriers and TMA take), cp.async
+// copies global -> shared, ldmatrix, the bf16 m16n8k16 mma, and fp32 vector reductions.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+inline bool aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
+
+// 16-byte async copy global -> shared; zero-fills when !valid (src is then not read).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+// 4-byte async copy global -> shared (no alignment past 4 bytes); zero-fills when !valid.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const __nv_bfloat16* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const __nv_bfloat16* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+// c (16x8 fp32) += a (16x16 bf16, row) * b (16x8 bf16, col)
+__device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Two floats as a bf16 pair, the first in the low half (the lower column of a fragment).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+// dst[0..1] += {a, b} in global memory, one reduction (8-byte aligned); vector reductions need
+// sm_90, older GPUs take two scalar atomics.
+__device__ __forceinline__ void red_add_v2(float* dst, float a, float b) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b) : "memory");
+#else
+    atomicAdd(dst, a);
+    atomicAdd(dst + 1, b);
+#endif
+}
+// Raises a kernel's dynamic shared-memory limit to `bytes` (past the default 48 KB; the attribute holds
+// for the process). Launchers call it through CudaContext::allow_smem, which does it once a kernel.
+template <typename Kernel>
+inline void allow_smem(Kernel kernel, int bytes) {
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
 // ---------------------------------------------------------------- mbarriers and bulk copies (sm_90)
 // mbarriers with transaction counts, on which the copy engine's bulk copies into shared memory
 // complete: used by the Hopper attention kernels (llmc/attention_hopper_common.cuh, its tma_load),
@@ -308,6 +367,12 @@ inline int current_sm_count() {
 // One per process: the stream every launch goes to, the cuBLASLt handle and its workspace, and
 // the device's properties. Passed explicitly, never global. matmul_algos: generate's cache of tuned
 // cuBLASLt algorithms (llmc/matmul.cuh; nullptr, the trainer's: the heuristic's pick).
+// The one-time setup of kernels: allow_smem raises a kernel's shared-memory limit the first time a
+// launcher asks (every launcher of a kernel past 48 KB asks before each launch), and remembers it, so
+// no launcher keeps a static flag and the lab's configurations of a kernel get theirs the same way.
+// Lazy rather than all at init: the kernels a program runs depend on its build, the device and the
+// shapes, and this header knows none of the ops. The record is `mutable`: it mirrors the device's
+// state (the attribute), not the context's meaning, so launchers keep taking a const context.
 struct MatmulAlgoCache;
 struct CudaContext {
     cudaStream_t stream = nullptr;
@@ -317,11 +382,17 @@ struct CudaContext {
     MatmulAlgoCache* matmul_algos = nullptr;  // owned by the caller
     cudaDeviceProp props{};
     int device = 0;
+    int sm_count = 0;            // streaming multiprocessors (the persistent grids' size)
+    int compute_capability = 0;  // 10 * major + minor: 80 A100, 90 H100/H200
+    bool runs_sm90a = false;     // device_runs_sm90a(): the Hopper kernels (wgmma, TMA) run here
 
     void init(int dev = 0) {
         device = dev;
         cudaCheck(cudaSetDevice(dev));
         cudaCheck(cudaGetDeviceProperties(&props, dev));
+        sm_count = props.multiProcessorCount;
+        compute_capability = 10 * props.major + props.minor;
+        runs_sm90a = device_runs_sm90a();
         device_code_arch();  // cached now: launch_kernel asks it, and graph captures come later
         cudaCheck(cudaStreamCreate(&stream));
         cublasCheck(cublasLtCreate(&cublaslt));
@@ -333,6 +404,22 @@ struct CudaContext {
         if (stream) cudaCheck(cudaStreamDestroy(stream));
         cublaslt_workspace = nullptr; cublaslt = nullptr; stream = nullptr;
     }
+    // ::allow_smem(kernel, bytes) unless this context already raised the kernel's limit that far.
+    template <typename... KArgs>
+    void allow_smem(void (*kernel)(KArgs...), int bytes) const {
+        const void* k = reinterpret_cast<const void*>(kernel);
+        for (const SmemLimit& r : smem_raised)
+            if (r.kernel == k && r.bytes >= bytes) return;
+        ::allow_smem(kernel, bytes);
+        smem_raised.push_back({k, bytes});
+    }
+
+  private:
+    struct SmemLimit {
+        const void* kernel;
+        int bytes;
+    };
+    mutable std::vector<SmemLimit> smem_raised;  // a handful of kernels: a linear search
 };
 
 // ---------------------------------------------------------------- deterministic column sums

@@ -11,7 +11,8 @@
 //
 // One graph per (direction, shape) is built on first use and cached for the process, with its
 // workspace; the cuDNN handle is created once. This is the one place in the GPU code with
-// process-wide state: the launcher signature is fixed to match attention_forward/backward.
+// process-wide state: CudaContext (llmc/cuda_common.cuh) is shared by every program and knows no
+// cuDNN, so the handle and the plans live here.
 #pragma once
 #if !defined(USE_CUDNN)
 #error "llmc/cudnn_attention.cuh needs USE_CUDNN=1"
@@ -27,6 +28,7 @@
 #include <tuple>
 #include <unordered_map>
 #include <vector>
+#include "attention_layout.cuh"
 #include "cuda_common.cuh"
 #include "utils.h"
 
@@ -83,7 +85,8 @@ inline void as_heads(const std::shared_ptr<fe::graph::Tensor_attributes>& t, int
 
 // The cached plan for a shape, built on first use. A shape cuDNN rejects gets a plan with no graph and
 // the frontend's message, so a caller can ask first (cudnn_attention_supported) instead of exiting.
-inline Plan& plan_for(bool backward, int B, int T, int NH, int NKV, int HD, int window) {
+inline Plan& plan_for(bool backward, const AttnShape& s) {
+    const int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HD = s.HD, window = s.window;
     static std::map<std::tuple<bool, int, int, int, int, int, int>, Plan> cache;
     const auto key = std::make_tuple(backward, B, T, NH, NKV, HD, window);
     if (auto it = cache.find(key); it != cache.end()) return it->second;
@@ -145,47 +148,50 @@ inline void execute(Plan& p, const char* what, std::unordered_map<int64_t, void*
     cudnnCheck(cudnnSetStream(handle(), stream));
     cudnnFeCheck(p.graph->execute(handle(), pack, p.workspace));
 }
+
+// The variant pack's entries for the three head groups of a (B, T, (NH + 2*NKV) * HD) tensor (qkv or
+// dqkv): pointers to its first query, key and value head, read or written through the graph's strides.
+inline void add_heads(std::unordered_map<int64_t, void*>& pack, const floatX* t, const AttnShape& s, int64_t q_uid,
+                      int64_t k_uid, int64_t v_uid) {
+    floatX* base = const_cast<floatX*>(t);
+    pack[q_uid] = base;
+    pack[k_uid] = base + (size_t)s.NH * s.HD;
+    pack[v_uid] = base + (size_t)(s.NH + s.NKV) * s.HD;
+}
+
+// The sizes cuDNN's SDPA takes (any HD a multiple of 8); a bad one is a caller bug.
+inline void check_sizes(const char* what, const AttnShape& s) {
+    if (s.B <= 0 || s.T <= 0 || s.NH <= 0 || s.NKV <= 0 || s.NH % s.NKV != 0 || s.HD <= 0 || s.HD % 8 != 0 ||
+        s.window < 0)
+        fail("%s: bad sizes B=%d T=%d NH=%d NKV=%d HD=%d window=%d", what, s.B, s.T, s.NH, s.NKV, s.HD, s.window);
+}
 }  // namespace cudnn_attention_detail
 
 // Whether cuDNN runs this shape (builds and caches the plan); prints cuDNN's reason when it does not.
-inline bool cudnn_attention_supported(bool backward, int B, int T, int NH, int NKV, int HD, int window = 0) {
-    auto& p = cudnn_attention_detail::plan_for(backward, B, T, NH, NKV, HD, window);
+inline bool cudnn_attention_supported(bool backward, const AttnShape& s) {
+    auto& p = cudnn_attention_detail::plan_for(backward, s);
     if (!p.graph) fprintf(stderr, "cuDNN attention %s does not run B=%d T=%d NH=%d NKV=%d HD=%d window=%d: %s\n",
-                         backward ? "backward" : "forward", B, T, NH, NKV, HD, window, p.error.c_str());
+                         backward ? "backward" : "forward", s.B, s.T, s.NH, s.NKV, s.HD, s.window, p.error.c_str());
     return p.graph != nullptr;
 }
 
-inline void cudnn_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD,
-                                    cudaStream_t stream, int window = 0) {
+inline void cudnn_attention_forward(floatX* out, float* lse, const floatX* qkv, const AttnShape& s,
+                                    const CudaContext& ctx) {
     using namespace cudnn_attention_detail;
-    if (B <= 0 || T <= 0 || NH <= 0 || NKV <= 0 || NH % NKV != 0 || HD <= 0 || HD % 8 != 0 || window < 0)
-        fail("cudnn_attention_forward: bad sizes B=%d T=%d NH=%d NKV=%d HD=%d window=%d", B, T, NH, NKV, HD, window);
-    Plan& p = plan_for(false, B, T, NH, NKV, HD, window);
-    floatX* base = const_cast<floatX*>(qkv);
-    std::unordered_map<int64_t, void*> pack = {{Q_UID, base},
-                                               {K_UID, base + (size_t)NH * HD},
-                                               {V_UID, base + (size_t)(NH + NKV) * HD},
-                                               {O_UID, out},
-                                               {STATS_UID, lse}};
-    execute(p, "cudnn_attention_forward", pack, stream);
+    check_sizes("cudnn_attention_forward", s);
+    std::unordered_map<int64_t, void*> pack = {{O_UID, out}, {STATS_UID, lse}};
+    add_heads(pack, qkv, s, Q_UID, K_UID, V_UID);
+    execute(plan_for(false, s), "cudnn_attention_forward", pack, ctx.stream);
 }
 
 inline void cudnn_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                     const float* lse, int B, int T, int NH, int NKV, int HD, cudaStream_t stream,
-                                     int window = 0) {
+                                     const float* lse, const AttnShape& s, const CudaContext& ctx) {
     using namespace cudnn_attention_detail;
-    if (B <= 0 || T <= 0 || NH <= 0 || NKV <= 0 || NH % NKV != 0 || HD <= 0 || HD % 8 != 0 || window < 0)
-        fail("cudnn_attention_backward: bad sizes B=%d T=%d NH=%d NKV=%d HD=%d window=%d", B, T, NH, NKV, HD, window);
-    Plan& p = plan_for(true, B, T, NH, NKV, HD, window);
-    floatX* base = const_cast<floatX*>(qkv);
-    std::unordered_map<int64_t, void*> pack = {{Q_UID, base},
-                                               {K_UID, base + (size_t)NH * HD},
-                                               {V_UID, base + (size_t)(NH + NKV) * HD},
-                                               {O_UID, const_cast<floatX*>(out)},
+    check_sizes("cudnn_attention_backward", s);
+    std::unordered_map<int64_t, void*> pack = {{O_UID, const_cast<floatX*>(out)},
                                                {DO_UID, const_cast<floatX*>(dout)},
-                                               {STATS_UID, const_cast<float*>(lse)},
-                                               {DQ_UID, dqkv},
-                                               {DK_UID, dqkv + (size_t)NH * HD},
-                                               {DV_UID, dqkv + (size_t)(NH + NKV) * HD}};
-    execute(p, "cudnn_attention_backward", pack, stream);
+                                               {STATS_UID, const_cast<float*>(lse)}};
+    add_heads(pack, qkv, s, Q_UID, K_UID, V_UID);
+    add_heads(pack, dqkv, s, DQ_UID, DK_UID, DV_UID);
+    execute(plan_for(true, s), "cudnn_attention_backward", pack, ctx.stream);
 }

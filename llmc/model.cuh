@@ -32,21 +32,27 @@ constexpr bool HAS_MASTER = !std::is_same<floatX, float>::value;  // bf16 build:
 #define ATTENTION_NAME "cudnn"
 constexpr bool MODEL_USES_CUDNN = true;
 // FP8 copies of the output (AttnFp8Out): ours only
-inline bool model_attention_fp8_available(int) { return false; }
-inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD,
-                                    int window, cudaStream_t stream, const AttnFp8Out* f8 = nullptr) {
+inline bool model_attention_fp8_available(const AttnShape&, const CudaContext&) { return false; }
+inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, const AttnShape& s,
+                                    const CudaContext& ctx, const AttnFp8Out* f8 = nullptr) {
     if (f8) fail("attention with FP8 copies of the output: not with cuDNN's attention");
-    cudnn_attention_forward(out, lse, qkv, B, T, NH, NKV, HD, stream, window);
+    cudnn_attention_forward(out, lse, qkv, s, ctx);
 }
 #else
 #define ATTENTION_NAME "llmc/attention.cuh"
 constexpr bool MODEL_USES_CUDNN = false;
-inline bool model_attention_fp8_available(int T) { return attention_forward_fp8_available(T); }
-inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD,
-                                    int window, cudaStream_t stream, const AttnFp8Out* f8 = nullptr) {
-    attention_forward(out, lse, qkv, B, T, NH, NKV, HD, stream, window, f8);
+inline bool model_attention_fp8_available(const AttnShape& s, const CudaContext& ctx) {
+    return attention_forward_fp8_available(s, ctx);
+}
+inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, const AttnShape& s,
+                                    const CudaContext& ctx, const AttnFp8Out* f8 = nullptr) {
+    attention_forward(out, lse, qkv, s, ctx, f8);
 }
 #endif
+// The attention shape of the config's layers at (B, T).
+inline AttnShape model_attn_shape(const ModelConfig& c, int B, int T) {
+    return AttnShape{B, T, c.num_heads, c.num_kv_heads, model_head_dim(c), c.window};
+}
 
 // One entry per buffer: where its pointer goes, how many elements, how big each is.
 struct BufferSpec {

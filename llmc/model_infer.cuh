@@ -522,7 +522,7 @@ inline void model_infer_prefill(ModelInfer& m, const int* tokens, const int* len
     infer_detail::layers(m, B * T, ctx, [&](int l) {
         const size_t off = infer_detail::layer_cache_offset(m, l);
         if (c.position == POS_ROPE) rope_forward(m.qkv, m.rope_cos, m.rope_sin, B, T, NH, NKV, HD, 0, s);
-        model_attention_forward(m.atty, m.lse, m.qkv, B, T, NH, NKV, HD, c.window, s);
+        model_attention_forward(m.atty, m.lse, m.qkv, model_attn_shape(c, B, T), ctx);
         kv_cache_fill(m.k_cache + off, m.v_cache + off, m.qkv, m.lengths, B, T, NH, NKV, HD, m.S, s);
     });
     infer_detail::gather_last_rows<<<ceil_div(B * C / x128::size, 256), 256, 0, s>>>(m.last, m.ln, m.lengths, B, T, C);

@@ -70,7 +70,7 @@ inline void model_reference_forward(ModelReference& r, const int* tokens, int T,
         matmul_forward(r.qkv, nullptr, r.ln, p.qkvw + (size_t)l * QKV * C, tensor_at(p.qkvb, (size_t)l * QKV), T, C, QKV,
                        ctx);
         if (c.position == POS_ROPE) rope_forward(r.qkv, r.rope_cos, r.rope_sin, 1, T, NH, NKV, HD, 0, s);
-        model_attention_forward(r.atty, r.lse, r.qkv, 1, T, NH, NKV, HD, c.window, s);
+        model_attention_forward(r.atty, r.lse, r.qkv, model_attn_shape(c, 1, T), ctx);
         matmul_forward(r.proj, nullptr, r.atty, p.attprojw + c1 * C, tensor_at(p.attprojb, c1), T, C, C, ctx);
         model_detail::residual_norm_forward(c, r.res2, r.ln, r.mean, r.rstd, r.res1, r.proj, p.ln2w + c1,
                                            tensor_at(p.ln2b, c1), T, s);

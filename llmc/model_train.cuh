@@ -41,19 +41,17 @@
 // forward half and the choice are in llmc/model.cuh.
 #if defined(USE_CUDNN) && !defined(PRECISION_FP32)
 inline const float* model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                             const float* lse, int B, int T, int NH, int NKV, int HD, int window,
-                                             float* /*scratch: ours only*/, size_t /*its floats*/, bool /*keep_dq*/,
-                                             cudaStream_t stream) {
-    cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window);
+                                             const float* lse, const AttnShape& s, const CudaContext& ctx,
+                                             AttnScratch /*ours only*/, bool /*keep_dq*/) {
+    cudnn_attention_backward(dqkv, dout, qkv, out, lse, s, ctx);
     return nullptr;  // dqkv whole
 }
 #else
 // keep_dq: see attention_backward (the dQ sums it returns, or nullptr where dqkv is whole).
 inline const float* model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                             const float* lse, int B, int T, int NH, int NKV, int HD, int window,
-                                             float* scratch, size_t scratch_floats, bool keep_dq, cudaStream_t stream) {
-    return attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, stream, window, scratch, scratch_floats,
-                              keep_dq);
+                                             const float* lse, const AttnShape& s, const CudaContext& ctx,
+                                             AttnScratch scratch, bool keep_dq) {
+    return attention_backward(dqkv, dout, qkv, out, lse, s, ctx, scratch, keep_dq);
 }
 #endif
 
@@ -359,12 +357,12 @@ inline void model_upload_batch(Model& model, const int* inputs, const int* targe
 inline size_t attention_scratch_floats(const Model& model) {
     return (size_t)model.B * model.T * model_fc_channels(model.config) * sizeof(floatX) / sizeof(float);
 }
-inline float* attention_scratch(const Model& model, int B, int T) {
+inline AttnScratch attention_scratch(const Model& model, int B, int T) {
     const ModelConfig& c = model.config;
-    const size_t need =
-        attention_detail::attention_backward_scratch_floats(B, T, c.num_heads, model_head_dim(c)) * sizeof(float);
+    const size_t need = attention_backward_scratch_floats(model_attn_shape(c, B, T)) * sizeof(float);
     const size_t have = (size_t)model.B * model.T * model_fc_channels(c) * sizeof(floatX);
-    return model.deterministic || need > have ? nullptr : reinterpret_cast<float*>(model.acts.dfch);
+    if (model.deterministic || need > have) return AttnScratch{};
+    return AttnScratch{reinterpret_cast<float*>(model.acts.dfch), attention_scratch_floats(model)};
 }
 
 // Per-layer slices of the activations (a recomputed buffer has one slice).
@@ -454,6 +452,7 @@ inline void model_forward(Model& model, int B, int T, const CudaContext& ctx) {
     const ModelConfig& c = model.config;
     const int N = B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, NKV = c.num_kv_heads;
     const int HD = model_head_dim(c), QKV = model_qkv_channels(c), H = model_mlp_hidden(c), FC = model_fc_channels(c);
+    const AttnShape attn = model_attn_shape(c, B, T);
     const ModelTensors<floatX>& p = model.params;
     Activations& a = model.acts;
     cudaStream_t s = ctx.stream;
@@ -478,9 +477,9 @@ inline void model_forward(Model& model, int B, int T, const CudaContext& ctx) {
                        tensor_at(p.qkvb, (size_t)l * QKV), N, C, QKV, ctx);
         if (c.position == POS_ROPE) rope_forward(la.qkv, a.rope_cos, a.rope_sin, B, T, NH, NKV, HD, 0, s);
         // in an FP8 pass with fused casts the attention also writes attproj's X and X^T (fp8_attention_x)
-        const bool attn_x = fp8_pass && fp8_attention_x_fused(model.fp8, l) && model_attention_fp8_available(T);
+        const bool attn_x = fp8_pass && fp8_attention_x_fused(model.fp8, l) && model_attention_fp8_available(attn, ctx);
         const AttnFp8Out f8 = attn_x ? fp8_attention_x(model.fp8, l, N) : AttnFp8Out{};
-        model_attention_forward(la.atty, la.lse, la.qkv, B, T, NH, NKV, HD, c.window, s, attn_x ? &f8 : nullptr);
+        model_attention_forward(la.atty, la.lse, la.qkv, attn, ctx, attn_x ? &f8 : nullptr);
         linear_forward(model, fp8_pass, cast_layer, l, FP8_ATTPROJ, a.proj, nullptr, la.atty, p.attprojw + (size_t)l * C * C,
                        tensor_at(p.attprojb, c1), N, C, C, ctx, attn_x);
         model_detail::norm_before_linear(model, fp8_pass, l, FP8_FC, la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd,
@@ -549,6 +548,7 @@ inline void model_backward(Model& model, int B, int T, const CudaContext& ctx) {
     const int N = B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, NKV = c.num_kv_heads;
     const int HD = model_head_dim(c), QKV = model_qkv_channels(c), Vp = c.padded_vocab_size;
     const int H = model_mlp_hidden(c), FC = model_fc_channels(c);
+    const AttnShape attn = model_attn_shape(c, B, T);
     const ModelTensors<floatX>& p = model.params;
     const ModelTensors<floatX> g = model.grads_of ? model.grads_of(-1) : model.grads;  // outside the layers
     Activations& a = model.acts;
@@ -600,9 +600,8 @@ inline void model_backward(Model& model, int B, int T, const CudaContext& ctx) {
         // its scratch (dfch: nothing writes it before the next layer's MLP backward) and skip the dQ
         // store; qkv's dY cast then reads them there (DQ_ACCUM). dq_accum: nullptr where dqkv is whole.
         const bool dq_in_cast = fp8_pass && fp8_dq_fused(model.fp8, l);
-        const float* dq_accum = model_attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, B, T, NH, NKV, HD, c.window,
-                                                         attention_scratch(model, B, T), attention_scratch_floats(model),
-                                                         dq_in_cast, s);
+        const float* dq_accum = model_attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, attn, ctx,
+                                                         attention_scratch(model, B, T), dq_in_cast);
         if (c.position == POS_ROPE)  // d(rotated qkv) -> d(qkv), in place
             rope_backward(a.dqkv, a.rope_cos, a.rope_sin, B, T, NH, NKV, HD, 0, s);
         Fp8DqAccum dq;

@@ -96,12 +96,7 @@
 //     uncapped 142.7
 //   a per-warp skip of invisible tiles in the deterministic pair: 139.5 vs 165
 #include "attention_common.cuh"
-#include "llmc/attention.cuh"
 #include "attention_naive.cuh"
-#include "llmc/cpu/attention.h"
-#if defined(USE_CUDNN)
-#include "llmc/cudnn_attention.cuh"
-#endif
 
 // Splits the first `rows` token rows of a dqkv-shaped (rows, (NH + 2*NKV) * HD) array into dQ, dK, dV.
 static void split_dqkv(const std::vector<float>& a, size_t rows, int NH, int NKV, int HD, std::vector<float> parts[3]) {
@@ -130,7 +125,9 @@ struct Bwd {
 #endif
 
 static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
-    const int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HD = s.HD, W = s.window, RB = s.ref_batches;
+    const AttnShape& a = s.a;
+    const CudaContext& ctx = lab.ctx;
+    const int B = a.B, T = a.T, NH = a.NH, NKV = a.NKV, HD = a.HD, W = a.window, RB = s.ref_batches;
     const size_t row = (size_t)(NH + 2 * NKV) * HD;
     const size_t n_qkv = (size_t)B * T * row, n_out = (size_t)B * T * NH * HD, n_lse = (size_t)B * NH * T;
     const std::vector<float> qkv_h = lab::rand_uniform(n_qkv, seed, -2.0f, 2.0f);  // score std 4/3
@@ -140,7 +137,7 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
     lab::DevBuf<float> lse(n_lse, "lse");
     qkv.upload(qkv_h);
     dout.upload(dout_h);
-    attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W);
+    attention_forward(out, lse, qkv, a, ctx);
     cudaCheck(cudaStreamSynchronize(st));
 
     // Reference from the very O and lse the kernels read.
@@ -170,23 +167,22 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
     };
     const double fwd_flops = 4.0 * HD * B * NH * visible_pairs(T, W);
     const double bytes = (double)(2 * n_qkv + 2 * n_out) * sizeof(floatX) + n_lse * sizeof(float);
-    const std::string shape = lab::Lab::strprintf("%s B=%d T=%d NH=%d NKV=%d HD=%d W=%d", s.name, B, T, NH, NKV, HD, W);
-    const std::string op = "attention_backward " + shape, op2 = "attention_fwd+bwd " + shape;
+    const std::string op = shape_row("attention_backward", s), op2 = shape_row("attention_fwd+bwd", s);
     auto variant = [&](int v, const char* what, const std::function<void()>& launch) {
         lab.run(op, v, what, bytes, 2.5 * fwd_flops, lab::Bound::Compute, reset, launch, check);
     };
 
     // the size that lets the Hopper kernel split small shapes (a larger buffer than the other variants need)
-    const size_t scratch_n = attention_detail::attention_backward_scratch_floats_split(B, T, NH, NKV, HD);
+    const size_t scratch_n = attention_backward_scratch_floats_split(a, ctx);
     lab::DevBuf<float> scratch(scratch_n, "scratch");
-    variant(0, "shipped, dQ by reductions (scratch)",
-            [&] { attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, st, W, scratch, scratch_n); });
-    variant(1, "shipped, deterministic", [&] { attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, st, W); });
+    const AttnScratch with_scratch{scratch, scratch_n};
+    variant(0, "shipped, dQ by reductions (scratch)", [&] { attention_backward(dqkv, dout, qkv, out, lse, a, ctx, with_scratch); });
+    variant(1, "shipped, deterministic", [&] { attention_backward(dqkv, dout, qkv, out, lse, a, ctx); });
     if (lab.selected(1)) {  // the deterministic path must be bit-reproducible: two runs, every byte of dqkv
         std::vector<float> first;
         for (int run = 0; run < 2; run++) {
             dqkv.poison(st);
-            attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, st, W);
+            attention_backward(dqkv, dout, qkv, out, lse, a, ctx);
             cudaCheckLaunch();
             std::vector<float> got = dqkv.download();
             if (run == 0) first = std::move(got);
@@ -196,30 +192,29 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
             } else printf("    determinism: two runs of variant 1 give bitwise-identical dqkv\n");
         }
     }
-    variant(2, "simple fp32", [&] { attention_backward_simple(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, st, W); });
-    if (T <= 1024)
-        variant(3, "naive", [&] { attention_backward_naive(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, st, W); });
+    variant(2, "simple fp32", [&] { attention_backward_simple(dqkv, dout, qkv, out, lse, a, ctx); });
+    if (T <= 1024) variant(3, "naive", [&] { attention_backward_naive(dqkv, dout, qkv, out, lse, a, ctx); });
 #if !defined(PRECISION_FP32)
     using namespace attention_detail;
-    const QKVLayout L{NH, NKV, HD};
-    variant(4, "mma, 168 registers", [&] {
-        if (HD == 64) backward_flash<FlashCfg<64, 4, 64, 3>, FlashCfg<64, 4, 64, 3>>(dqkv, dout, qkv, out, lse, B, T, L, W, st);
-        else backward_flash<FlashCfg<128, 4, 32, 3>, FlashCfg<128, 4, 32, 3>>(dqkv, dout, qkv, out, lse, B, T, L, W, st);
-    });
-    variant(5, "mma, no register cap", [&] {
-        if (HD == 64) backward_flash<FlashCfg<64, 4, 64, 1>, FlashCfg<64, 4, 64, 1>>(dqkv, dout, qkv, out, lse, B, T, L, W, st);
-        else backward_flash<FlashCfg<128, 4, 32, 1>, FlashCfg<128, 4, 32, 1>>(dqkv, dout, qkv, out, lse, B, T, L, W, st);
-    });
-    variant(6, "mma, 8 warps", [&] {
-        if (HD == 64) backward_flash<FlashCfg<64, 8, 64, 1>, FlashCfg<64, 8, 64, 1>>(dqkv, dout, qkv, out, lse, B, T, L, W, st);
-        else backward_flash<FlashCfg<128, 8, 32, 1>, FlashCfg<128, 8, 32, 1>>(dqkv, dout, qkv, out, lse, B, T, L, W, st);
-    });
-    // single pass, dQ by fp32 reductions (not bit-reproducible): configurations by HD
-    auto atomic = [&](int v, const char* what, auto cfg64, auto cfg128) {
+    // the mma.sync pair (dQ; dK/dV), one configuration for both kernels, by HD
+    auto pair = [&](int v, const char* what, auto cfg64, auto cfg128) {
         variant(v, what, [&] {
-            if (HD == 64) backward_flash_atomic<decltype(cfg64)>(dqkv, scratch, dout, qkv, out, lse, B, T, L, W, st);
-            else backward_flash_atomic<decltype(cfg128)>(dqkv, scratch, dout, qkv, out, lse, B, T, L, W, st);
+            using C64 = decltype(cfg64);
+            using C128 = decltype(cfg128);
+            if (HD == 64) backward_flash<C64, C64>(dqkv, dout, qkv, out, lse, a, ctx);
+            else backward_flash<C128, C128>(dqkv, dout, qkv, out, lse, a, ctx);
         });
+    };
+    pair(4, "mma, 168 registers", FlashCfg<64, 4, 64, 3>{}, FlashCfg<128, 4, 32, 3>{});
+    pair(5, "mma, no register cap", FlashCfg<64, 4, 64, 1>{}, FlashCfg<128, 4, 32, 1>{});
+    pair(6, "mma, 8 warps", FlashCfg<64, 8, 64, 1>{}, FlashCfg<128, 8, 32, 1>{});
+    // single pass, dQ by fp32 reductions (not bit-reproducible): configurations by HD
+    auto single_pass = [&](auto cfg64, auto cfg128) {
+        if (HD == 64) backward_flash_atomic<decltype(cfg64)>(dqkv, scratch, dout, qkv, out, lse, a, ctx);
+        else backward_flash_atomic<decltype(cfg128)>(dqkv, scratch, dout, qkv, out, lse, a, ctx);
+    };
+    auto atomic = [&](int v, const char* what, auto cfg64, auto cfg128) {
+        variant(v, what, [&] { single_pass(cfg64, cfg128); });
     };
     atomic(7, "single pass (AtomicBwdCfg)", AtomicBwdCfg<64>{}, AtomicBwdCfg<128>{});
     atomic(8, "single pass, 64 keys x 64 queries", AtomicCfg<64, 4, 1, 64, 3>{}, AtomicCfg<128, 4, 1, 64, 2>{});
@@ -228,12 +223,13 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
     atomic(10, "single pass as 9, no per-warp skip", AtomicCfg<64, 4, 2, 32, 2, false>{},
            AtomicCfg<128, 4, 1, 32, 2, false>{});
 #if defined(LLMC_SM90A)
+    // Hopper configurations by HD, on whole items (the scratch's size is not passed: no split schedule)
     auto hopper = [&](int v, const char* what, auto cfg64, auto cfg128) {
-        if (!attention_hopper_available()) return;  // a fat build on another GPU
+        if (!attention_hopper_available(ctx)) return;  // a fat build on another GPU
         variant(v, what, [&] {
             using namespace attention_hopper_detail;
-            if (HD == 64) backward_hopper<decltype(cfg64)>(dqkv, scratch, dout, qkv, out, lse, B, T, L, W, st);
-            else backward_hopper<decltype(cfg128)>(dqkv, scratch, dout, qkv, out, lse, B, T, L, W, st);
+            if (HD == 64) backward_hopper<decltype(cfg64)>(dqkv, scratch, dout, qkv, out, lse, a, ctx);
+            else backward_hopper<decltype(cfg128)>(dqkv, scratch, dout, qkv, out, lse, a, ctx);
         });
     };
     using lab_configs::Bwd;
@@ -242,43 +238,28 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
     hopper(13, "Hopper, late dQ: HD 64 BQ 128 (shipped), HD 128 BQ 64", Bwd<64, 128, true>{}, Bwd<128, 64, true>{});
     hopper(14, "Hopper, late dQ, BQ 64 (HD 128: as 13)", Bwd<64, 64, true>{}, Bwd<128, 64, true>{});
     // the shipped kernel before the split schedule and the skip (HD 64: 13's kernel; HD 128: 11's), then
-    // the shipped kernel without the split schedule
-    auto whole_items = [&](int v, const char* what, auto cfg64, auto cfg128) {
-        if (!attention_hopper_available()) return;
-        variant(v, what, [&] {
-            using namespace attention_hopper_detail;
-            if (HD == 64)
-                backward_hopper<decltype(cfg64)>(dqkv, scratch, dout, qkv, out, lse, B, T, L, W, st, scratch_n, false);
-            else backward_hopper<decltype(cfg128)>(dqkv, scratch, dout, qkv, out, lse, B, T, L, W, st, scratch_n, false);
-        });
-    };
-    whole_items(16, "Hopper, as shipped before the split schedule and the skip", Bwd<64, 128, true>{},
-                Bwd<128, 64, false>{});
-    whole_items(17, "Hopper, HD 128 with skip_masked, whole items only", attention_hopper_detail::HopperBwdShipped<64>{},
-                Bwd<128, 64, false, true>{});
+    // the shipped kernel held to whole items, HD 128 with skip_masked
+    hopper(16, "Hopper, as shipped before the split schedule and the skip", Bwd<64, 128, true>{}, Bwd<128, 64, false>{});
+    hopper(17, "Hopper, HD 128 with skip_masked, whole items only", attention_hopper_detail::HopperBwdShipped<64>{},
+           Bwd<128, 64, false, true>{});
 #endif
 #endif
 #if defined(USE_CUDNN)
-    const bool cudnn = lab.selected(15) && cudnn_attention_supported(false, B, T, NH, NKV, HD, W) &&
-                       cudnn_attention_supported(true, B, T, NH, NKV, HD, W);
-    if (cudnn) variant(15, "cuDNN", [&] { cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, st, W); });
+    const bool cudnn = lab.selected(15) && cudnn_attention_supported(false, a) && cudnn_attention_supported(true, a);
+    if (cudnn) variant(15, "cuDNN", [&] { cudnn_attention_backward(dqkv, dout, qkv, out, lse, a, ctx); });
 #endif
 
     // forward + backward, as training runs them
-    lab.run(op2, 0, "shipped, dQ by reductions", bytes, 3.5 * fwd_flops, lab::Bound::Compute, reset, [&] {
-        attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W);
-        attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, st, W, scratch, scratch_n);
-    }, check);
-    lab.run(op2, 1, "shipped, deterministic", bytes, 3.5 * fwd_flops, lab::Bound::Compute, reset, [&] {
-        attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W);
-        attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, st, W);
-    }, check);
+    auto fwd_bwd = [&](int v, const char* what, const std::function<void()>& backward) {
+        lab.run(op2, v, what, bytes, 3.5 * fwd_flops, lab::Bound::Compute, reset, [&] {
+            attention_forward(out, lse, qkv, a, ctx);
+            backward();
+        }, check);
+    };
+    fwd_bwd(0, "shipped, dQ by reductions", [&] { attention_backward(dqkv, dout, qkv, out, lse, a, ctx, with_scratch); });
+    fwd_bwd(1, "shipped, deterministic", [&] { attention_backward(dqkv, dout, qkv, out, lse, a, ctx); });
 #if !defined(PRECISION_FP32)
-    lab.run(op2, 7, "single pass", bytes, 3.5 * fwd_flops, lab::Bound::Compute, reset, [&] {
-        attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W);
-        if (HD == 64) backward_flash_atomic<AtomicBwdCfg<64>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, W, st);
-        else backward_flash_atomic<AtomicBwdCfg<128>>(dqkv, scratch, dout, qkv, out, lse, B, T, L, W, st);
-    }, check);
+    fwd_bwd(7, "single pass", [&] { single_pass(AtomicBwdCfg<64>{}, AtomicBwdCfg<128>{}); });
 #endif
 #if defined(USE_CUDNN)
     if (cudnn) {
@@ -286,8 +267,8 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
         lab::DevBuf<floatX> out2(n_out, "out2");
         lab::DevBuf<float> lse2(n_lse, "lse2");
         lab.run(op2, 15, "cuDNN", bytes, 3.5 * fwd_flops, lab::Bound::Compute, reset, [&] {
-            cudnn_attention_forward(out2, lse2, qkv, B, T, NH, NKV, HD, st, W);
-            cudnn_attention_backward(dqkv, dout, qkv, out2, lse2, B, T, NH, NKV, HD, st, W);
+            cudnn_attention_forward(out2, lse2, qkv, a, ctx);
+            cudnn_attention_backward(dqkv, dout, qkv, out2, lse2, a, ctx);
         }, check);
     }
 #endif

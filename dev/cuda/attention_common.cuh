@@ -1,31 +1,42 @@
 // attention_common.cuh: what the attention lab files share (attention_forward.cu, attention_backward.cu,
 // attention_hopper.cu): the shapes they run, the bf16 tolerance (and why), the FLOP count of a causal
-// / windowed head, the forward labs' checks, and the one main (attention_lab_main).
+// / windowed head, the forward labs' shape (checks, the shipped and cuDNN variants), and the one main
+// (attention_lab_main).
 #pragma once
 #include <algorithm>
 #include <iterator>
 #include "harness.cuh"
+#include "llmc/attention.cuh"
 #include "llmc/cpu/attention.h"
+#if defined(USE_CUDNN)
+#include "llmc/cudnn_attention.cuh"
+#endif
 
 struct Shape {
     const char* name;
-    int B, T, NH, NKV, HD, window;
+    AttnShape a;      // B, T, NH, NKV, HD, window
     int ref_batches;  // sequences checked against the CPU reference
 };
 
 const Shape FULL_SHAPES[] = {
-    {"gpt2", 64, 1024, 12, 12, 64, 0, 2},       // GPT-2 124M
-    {"long", 16, 4096, 16, 16, 128, 0, 1},      // long context, HD 128
-    {"gqa", 64, 1024, 12, 4, 64, 0, 2},         // GQA 12 query heads / 4 KV heads
-    {"window", 16, 4096, 16, 16, 128, 256, 1},  // sliding window 256
-    {"odd", 3, 777, 6, 2, 128, 0, 3},           // T a multiple of no tile, GQA 6/2
-    {"odd-w", 5, 1000, 4, 4, 64, 100, 5},       // awkward T with a window that is no tile multiple
+    {"gpt2", {64, 1024, 12, 12, 64, 0}, 2},       // GPT-2 124M
+    {"long", {16, 4096, 16, 16, 128, 0}, 1},      // long context, HD 128
+    {"gqa", {64, 1024, 12, 4, 64, 0}, 2},         // GQA 12 query heads / 4 KV heads
+    {"window", {16, 4096, 16, 16, 128, 256}, 1},  // sliding window 256
+    {"odd", {3, 777, 6, 2, 128, 0}, 3},           // T a multiple of no tile, GQA 6/2
+    {"odd-w", {5, 1000, 4, 4, 64, 100}, 5},       // awkward T with a window that is no tile multiple
 };
 const Shape SMALL_SHAPES[] = {
-    {"small", 1, 200, 2, 1, 64, 0, 1},
-    {"small-w", 2, 150, 2, 2, 128, 40, 2},
-    {"small-3", 2, 170, 3, 1, 64, 0, 2},  // MQA 3/1; T pads to 192: the HD 64 backward's 128-query box passes it
+    {"small", {1, 200, 2, 1, 64, 0}, 1},
+    {"small-w", {2, 150, 2, 2, 128, 40}, 2},
+    {"small-3", {2, 170, 3, 1, 64, 0}, 2},  // MQA 3/1; T pads to 192: the HD 64 backward's 128-query box passes it
 };
+// The name of a lab row: "<op> <shape> B=.. T=.. NH=.. NKV=.. HD=.. W=.." (dev/triton reads it).
+inline std::string shape_row(const char* op, const Shape& s) {
+    const AttnShape& a = s.a;
+    return lab::Lab::strprintf("%s %s B=%d T=%d NH=%d NKV=%d HD=%d W=%d", op, s.name, a.B, a.T, a.NH, a.NKV, a.HD,
+                               a.window);
+}
 
 // bf16: P (and dS) enter their matmuls rounded to bf16, as in FlashAttention and cuDNN (whose errors
 // on these inputs match ours to the digit: docs/perf.md), so an element's error follows the size of
@@ -67,11 +78,13 @@ inline double visible_pairs(int T, int window) {
 
 // The forward labs' shared part of one shape (attention_forward.cu, attention_hopper.cu): fresh random
 // qkv, the CPU reference on the first ref_batches sequences, poisoned outputs and the checks (every
-// element written, guard regions, element-wise tolerance and nmse). `variants(variant, out, lse, qkv)`
-// registers the file's variants through variant(number, name, launch).
+// element written, guard regions, element-wise tolerance and nmse). Variant 0 is the shipped
+// attention_forward; `variants(variant, out, lse, qkv)` registers the file's own through
+// variant(number, name, launch); with USE_CUDNN=1 cuDNN's forward is variant `cudnn_variant`.
 template <class Variants>
-inline void run_forward_shape(lab::Lab& lab, const Shape& s, uint64_t seed, Variants&& variants) {
-    const int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HD = s.HD, W = s.window, RB = s.ref_batches;
+inline void run_forward_shape(lab::Lab& lab, const Shape& s, uint64_t seed, int cudnn_variant, Variants&& variants) {
+    const AttnShape& a = s.a;
+    const int B = a.B, T = a.T, NH = a.NH, NKV = a.NKV, HD = a.HD, W = a.window, RB = s.ref_batches;
     const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HD, n_out = (size_t)B * T * NH * HD, n_lse = (size_t)B * NH * T;
     // uniform(-2, 2): scores q.k/sqrt(HD) have std 4/3, peaked enough to test the softmax
     const std::vector<float> qkv_h = lab::rand_uniform(n_qkv, seed, -2.0f, 2.0f);
@@ -87,24 +100,30 @@ inline void run_forward_shape(lab::Lab& lab, const Shape& s, uint64_t seed, Vari
 
     const double flops = 4.0 * HD * B * NH * visible_pairs(T, W);
     const double bytes = (double)(n_qkv + n_out) * sizeof(floatX) + n_lse * sizeof(float);
-    const std::string op = lab::Lab::strprintf("attention_forward %s B=%d T=%d NH=%d NKV=%d HD=%d W=%d", s.name, B, T,
-                                               NH, NKV, HD, W);
+    const std::string op = shape_row("attention_forward", s);
     cudaStream_t st = lab.stream();
     auto reset = [&] {
         out.poison(st);
         lse.poison(st);
     };
     auto check = [&] {
-        const bool a = lab.check(out, out_ref, attention_tol(), out_rows, (size_t)NH * HD);  // + written, guard
-        const bool b = lab.check(lse, lse_ref, lab::default_tol(), lse_rows, (size_t)NH * T);
+        const bool ok_out = lab.check(out, out_ref, attention_tol(), out_rows, (size_t)NH * HD);  // + written, guard
+        const bool ok_lse = lab.check(lse, lse_ref, lab::default_tol(), lse_rows, (size_t)NH * T);
         const double nmse = lab::measure(out.download(0, out_ref.size()), out_ref, attention_tol()).nmse;
         if (!(nmse <= NMSE_MAX)) printf("    out        FAIL: nmse %.2e over %.0e\n", nmse, NMSE_MAX);
-        return a && b && nmse <= NMSE_MAX;
+        return ok_out && ok_lse && nmse <= NMSE_MAX;
     };
     auto variant = [&](int v, const char* what, const std::function<void()>& launch) {
         lab.run(op, v, what, bytes, flops, lab::Bound::Compute, reset, launch, check);
     };
+    variant(0, "shipped", [&] { attention_forward(out, lse, qkv, a, lab.ctx); });
     variants(variant, out, lse, qkv);
+#if defined(USE_CUDNN)
+    if (lab.selected(cudnn_variant) && cudnn_attention_supported(false, a))
+        variant(cudnn_variant, "cuDNN", [&] { cudnn_attention_forward(out, lse, qkv, a, lab.ctx); });
+#else
+    (void)cudnn_variant;
+#endif
 }
 
 // The attention labs' main: the harness's flags plus --small (only the tiny awkward SMALL_SHAPES, for
@@ -141,6 +160,8 @@ inline int attention_lab_main(int argc, char** argv, const char* file, uint64_t 
              names.c_str());
     }
     lab::Lab lab((int)args.size(), args.data(), file);
+    if (!attention_hopper_available(lab.ctx))
+        printf("# the sm_90a kernels do not run here (build or GPU): the Hopper variants are skipped\n");
     for (const Shape& s : shapes) {
         if (!only || !strcmp(s.name, only)) run_shape(lab, s, seed);
         seed++;

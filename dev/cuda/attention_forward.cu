@@ -71,78 +71,54 @@
 //   per-mma branches on the warp's active steps in the band kernel: 2x slower everywhere (the
 //     scheduler cannot overlap mma across them)
 #include "attention_common.cuh"
-#include "llmc/attention.cuh"
 #include "attention_naive.cuh"
-#include "llmc/cpu/attention.h"
-#if defined(USE_CUDNN)
-#include "llmc/cudnn_attention.cuh"
-#endif
 
 // Windowed problems at HD 64, each beside its full-causal twin (gpt2 is the twin of w-gpt2), so the
 // window's time ratio to full causal is measured in the same run.
 const std::vector<Shape> WINDOW_SHAPES = {
-    {"w-gpt2", 64, 1024, 12, 12, 64, 256, 1},
-    {"long64", 16, 4096, 16, 16, 64, 0, 1},
-    {"w-long64", 16, 4096, 16, 16, 64, 256, 1},
+    {"w-gpt2", {64, 1024, 12, 12, 64, 256}, 1},
+    {"long64", {16, 4096, 16, 16, 64, 0}, 1},
+    {"w-long64", {16, 4096, 16, 16, 64, 256}, 1},
 };
 
 static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
-    const int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HD = s.HD, W = s.window;
-    cudaStream_t st = lab.stream();
-    run_forward_shape(lab, s, seed, [&](auto& variant, lab::DevBuf<floatX>& out, lab::DevBuf<float>& lse,
-                                        lab::DevBuf<floatX>& qkv) {
-        variant(0, "shipped", [&] { attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
-        variant(1, "simple fp32", [&] { attention_forward_simple(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
-        if (T <= 1024)
-            variant(2, "naive", [&] { attention_forward_naive(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
+    const AttnShape& a = s.a;
+    const CudaContext& ctx = lab.ctx;
+    run_forward_shape(lab, s, seed, 14, [&](auto& variant, lab::DevBuf<floatX>& out, lab::DevBuf<float>& lse,
+                                            lab::DevBuf<floatX>& qkv) {
+        variant(1, "simple fp32", [&] { attention_forward_simple(out, lse, qkv, a, ctx); });
+        if (a.T <= 1024) variant(2, "naive", [&] { attention_forward_naive(out, lse, qkv, a, ctx); });
 #if !defined(PRECISION_FP32)
         using namespace attention_detail;
-        const QKVLayout L{NH, NKV, HD};
-        variant(3, "mma, no register cap", [&] {
-            if (HD == 64) forward_flash_tiles<FlashCfg<64, 4, 64, 1>>(out, lse, qkv, B, T, L, W, st);
-            else forward_flash_tiles<FlashCfg<128, 4, 64, 1>>(out, lse, qkv, B, T, L, W, st);
-        });
-        variant(4, "mma, 8 warps, 128 queries", [&] {
-            if (HD == 64) forward_flash_tiles<FlashCfg<64, 8, 64, 2>>(out, lse, qkv, B, T, L, W, st);
-            else forward_flash_tiles<FlashCfg<128, 8, 64, 1>>(out, lse, qkv, B, T, L, W, st);
-        });
-        variant(5, "mma, 32 queries a warp", [&] {
-            if (HD == 64) forward_flash_tiles<FlashCfg<64, 4, 64, 1, 2>>(out, lse, qkv, B, T, L, W, st);
-            else forward_flash_tiles<FlashCfg<128, 4, 32, 1, 2>>(out, lse, qkv, B, T, L, W, st);
-        });
-        if (HD == 64)
-            variant(6, "mma, 32 queries a warp, 32 keys, 3 blocks/SM",
-                    [&] { forward_flash_tiles<FlashCfg<64, 4, 32, 3, 2>>(out, lse, qkv, B, T, L, W, st); });
-        variant(7, "mma, 128 keys a tile (HD 128: 32)", [&] {
-            if (HD == 64) forward_flash_tiles<FlashCfg<64, 4, 128, 1>>(out, lse, qkv, B, T, L, W, st);
-            else forward_flash_tiles<FlashCfg<128, 4, 32, 2>>(out, lse, qkv, B, T, L, W, st);
-        });
-        if (HD == 64)
-            variant(8, "mma, 4 blocks/SM", [&] { forward_flash_tiles<FlashCfg<64, 4, 64, 4>>(out, lse, qkv, B, T, L, W, st); });
+        // a configuration for each HD (an HD 64-only variant passes its HD 64 one twice)
+        auto tiles = [&](int v, const char* what, auto cfg64, auto cfg128) {
+            if (a.HD == 64 || decltype(cfg128)::HD == 128)
+                variant(v, what, [&] {
+                    if (a.HD == 64) forward_flash_tiles<decltype(cfg64)>(out, lse, qkv, a, ctx);
+                    else forward_flash_tiles<decltype(cfg128)>(out, lse, qkv, a, ctx);
+                });
+        };
+        auto band = [&](int v, const char* what, auto cfg64, auto cfg128) {
+            if (a.HD == 64 || decltype(cfg128)::HD == 128)
+                variant(v, what, [&] {
+                    if (a.HD == 64) forward_flash_band<decltype(cfg64)>(out, lse, qkv, a, ctx);
+                    else forward_flash_band<decltype(cfg128)>(out, lse, qkv, a, ctx);
+                });
+        };
+        tiles(3, "mma, no register cap", FlashCfg<64, 4, 64, 1>{}, FlashCfg<128, 4, 64, 1>{});
+        tiles(4, "mma, 8 warps, 128 queries", FlashCfg<64, 8, 64, 2>{}, FlashCfg<128, 8, 64, 1>{});
+        tiles(5, "mma, 32 queries a warp", FlashCfg<64, 4, 64, 1, 2>{}, FlashCfg<128, 4, 32, 1, 2>{});
+        tiles(6, "mma, 32 queries a warp, 32 keys, 3 blocks/SM", FlashCfg<64, 4, 32, 3, 2>{}, FlashCfg<64, 4, 32, 3, 2>{});
+        tiles(7, "mma, 128 keys a tile (HD 128: 32)", FlashCfg<64, 4, 128, 1>{}, FlashCfg<128, 4, 32, 2>{});
+        tiles(8, "mma, 4 blocks/SM", FlashCfg<64, 4, 64, 4>{}, FlashCfg<64, 4, 64, 4>{});
         // The band kernel (sliding windows; also runs causal shapes, W = 0).
-        variant(9, "band, 4 warps x 16 queries, 64 keys", [&] {
-            if (HD == 64) forward_flash_band<FlashCfg<64, 4, 64, 1>>(out, lse, qkv, B, T, L, W, st);
-            else forward_flash_band<FlashCfg<128, 4, 64, 1>>(out, lse, qkv, B, T, L, W, st);
-        });
-        variant(10, "band, 4 warps x 32 queries, 64 keys (HD 128: 32)", [&] {
-            if (HD == 64) forward_flash_band<FlashCfg<64, 4, 64, 1, 2>>(out, lse, qkv, B, T, L, W, st);
-            else forward_flash_band<FlashCfg<128, 4, 32, 1, 2>>(out, lse, qkv, B, T, L, W, st);
-        });
-        variant(11, "band, 4 warps x 16 queries, 32 keys", [&] {
-            if (HD == 64) forward_flash_band<FlashCfg<64, 4, 32, 1>>(out, lse, qkv, B, T, L, W, st);
-            else forward_flash_band<FlashCfg<128, 4, 32, 1>>(out, lse, qkv, B, T, L, W, st);
-        });
-        variant(12, "band, 4 warps x 32 queries, 32 keys, 3 blocks/SM (HD 128: 8 warps x 16, 64 keys)", [&] {
-            if (HD == 64) forward_flash_band<FlashCfg<64, 4, 32, 3, 2>>(out, lse, qkv, B, T, L, W, st);
-            else forward_flash_band<FlashCfg<128, 8, 64, 1>>(out, lse, qkv, B, T, L, W, st);
-        });
-        if (HD == 64)
-            variant(13, "band, 4 warps x 16 queries, 128 keys",
-                    [&] { forward_flash_band<FlashCfg<64, 4, 128, 1>>(out, lse, qkv, B, T, L, W, st); });
-#endif
-#if defined(USE_CUDNN)
-        if (lab.selected(14) && cudnn_attention_supported(false, B, T, NH, NKV, HD, W))
-            variant(14, "cuDNN", [&] { cudnn_attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
+        band(9, "band, 4 warps x 16 queries, 64 keys", FlashCfg<64, 4, 64, 1>{}, FlashCfg<128, 4, 64, 1>{});
+        band(10, "band, 4 warps x 32 queries, 64 keys (HD 128: 32)", FlashCfg<64, 4, 64, 1, 2>{},
+             FlashCfg<128, 4, 32, 1, 2>{});
+        band(11, "band, 4 warps x 16 queries, 32 keys", FlashCfg<64, 4, 32, 1>{}, FlashCfg<128, 4, 32, 1>{});
+        band(12, "band, 4 warps x 32 queries, 32 keys, 3 blocks/SM (HD 128: 8 warps x 16, 64 keys)",
+             FlashCfg<64, 4, 32, 3, 2>{}, FlashCfg<128, 8, 64, 1>{});
+        band(13, "band, 4 warps x 16 queries, 128 keys", FlashCfg<64, 4, 128, 1>{}, FlashCfg<64, 4, 128, 1>{});
 #endif
     });
 }

@@ -52,10 +52,6 @@
 //   Q from registers with 3 warpgroups at HD 64: does not fit 160 registers (spills), not built
 //   64-key tiles per warpgroup for the window: 453 / 298 at long / window (5's HD 128 column)
 #include "attention_common.cuh"
-#include "llmc/attention.cuh"
-#if defined(USE_CUDNN)
-#include "llmc/cudnn_attention.cuh"
-#endif
 
 #if defined(LLMC_SM90A) && !defined(PRECISION_FP32)
 namespace lab_configs {
@@ -75,23 +71,21 @@ using Keys128 = Fwd<128, 2, true, 64>;
 #endif
 
 static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
-    const int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HD = s.HD, W = s.window;
-    cudaStream_t st = lab.stream();
-    run_forward_shape(lab, s, seed, [&](auto& variant, lab::DevBuf<floatX>& out, lab::DevBuf<float>& lse,
-                                        lab::DevBuf<floatX>& qkv) {
-        variant(0, "shipped", [&] { attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
+    run_forward_shape(lab, s, seed, 6, [&](auto& variant, lab::DevBuf<floatX>& out, lab::DevBuf<float>& lse,
+                                           lab::DevBuf<floatX>& qkv) {
 #if defined(LLMC_SM90A) && !defined(PRECISION_FP32)
         using namespace attention_hopper_detail;
         using namespace lab_configs;
-        const QKVLayout L{NH, NKV, HD};
+        const AttnShape& a = s.a;
+        const CudaContext& ctx = lab.ctx;
         // a configuration for each HD, then persistent or one CTA per item, then the L2 budget of a head
         // group (0: one group, the first version's order)
         constexpr size_t MB = 1 << 20;
         auto hopper = [&](int v, const char* what, auto cfg64, auto cfg128, bool persistent, size_t l2) {
-            if (!attention_hopper_available()) return;  // a fat build on another GPU
+            if (!attention_hopper_available(ctx)) return;  // a fat build on another GPU
             variant(v, what, [&] {
-                if (HD == 64) forward_hopper<decltype(cfg64)>(out, lse, qkv, B, T, L, W, st, persistent, l2);
-                else forward_hopper<decltype(cfg128)>(out, lse, qkv, B, T, L, W, st, persistent, l2);
+                if (a.HD == 64) forward_hopper<decltype(cfg64)>(out, lse, qkv, a, ctx, persistent, l2);
+                else forward_hopper<decltype(cfg128)>(out, lse, qkv, a, ctx, persistent, l2);
             });
         };
         hopper(1, "first shipped, one CTA per item", First64{}, First128{}, false, 0);
@@ -99,15 +93,10 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
         hopper(3, "2 + head groups in 32 MB of L2", First64{}, First128{}, true, 32 * MB);
         hopper(4, "3 + own ranges; HD 64: 3 consumer warpgroups", Own64{}, Own128{}, true, 32 * MB);
         hopper(5, "4 + HD 64: 3 stages, HD 128: 64 keys a tile", Stages64{}, Keys128{}, true, 32 * MB);
-#endif
-#if defined(USE_CUDNN)
-        if (lab.selected(6) && cudnn_attention_supported(false, B, T, NH, NKV, HD, W))
-            variant(6, "cuDNN", [&] { cudnn_attention_forward(out, lse, qkv, B, T, NH, NKV, HD, st, W); });
+#else
+        (void)lab, (void)variant, (void)out, (void)lse, (void)qkv;
 #endif
     });
 }
 
-int main(int argc, char** argv) {
-    if (!attention_hopper_available()) printf("# no sm_90a kernels for this GPU: only variants 0 and 6 run\n");
-    return attention_lab_main(argc, argv, "attention_hopper.cu", 1234, run_shape);
-}
+int main(int argc, char** argv) { return attention_lab_main(argc, argv, "attention_hopper.cu", 1234, run_shape); }

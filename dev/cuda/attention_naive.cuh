@@ -104,31 +104,33 @@ __global__ void backward_dkdv(floatX* dqkv, const floatX* dout, const floatX* qk
 }
 }  // namespace attention_naive
 
-inline void attention_forward_naive(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD,
-                                    cudaStream_t stream, int window = 0) {
-    attention_detail::check_attention_sizes("attention_forward_naive", B, T, NH, NKV, HD, window);
-    const attention_naive::QKVLayout L{NH, NKV, HD};
-    const dim3 grid(ceil_div(T, attention_naive::THREADS), NH, B);
-    if (HD == 64) attention_naive::forward<64><<<grid, attention_naive::THREADS, 0, stream>>>(out, lse, qkv, T, L, window);
-    else attention_naive::forward<128><<<grid, attention_naive::THREADS, 0, stream>>>(out, lse, qkv, T, L, window);
+inline void attention_forward_naive(floatX* out, float* lse, const floatX* qkv, const AttnShape& s,
+                                    const CudaContext& ctx) {
+    using namespace attention_naive;
+    attention_detail::check_attention_sizes("attention_forward_naive", s);
+    const QKVLayout L = attention_detail::qkv_layout(s);
+    const dim3 grid(ceil_div(s.T, THREADS), s.NH, s.B);
+    if (s.HD == 64) forward<64><<<grid, THREADS, 0, ctx.stream>>>(out, lse, qkv, s.T, L, s.window);
+    else forward<128><<<grid, THREADS, 0, ctx.stream>>>(out, lse, qkv, s.T, L, s.window);
     cudaCheckLaunch();
 }
 
 inline void attention_backward_naive(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                     const float* lse, int B, int T, int NH, int NKV, int HD, cudaStream_t stream,
-                                     int window = 0) {
+                                     const float* lse, const AttnShape& s, const CudaContext& ctx) {
     using namespace attention_naive;
-    attention_detail::check_attention_sizes("attention_backward_naive", B, T, NH, NKV, HD, window);
-    const QKVLayout L{NH, NKV, HD};
-    const dim3 grid_q(ceil_div(T, THREADS), NH, B), grid_kv(ceil_div(T, THREADS), NKV, B);
-    if (HD == 64) {
-        backward_dq<64><<<grid_q, THREADS, 0, stream>>>(dqkv, dout, qkv, out, lse, T, L, window);
+    attention_detail::check_attention_sizes("attention_backward_naive", s);
+    const QKVLayout L = attention_detail::qkv_layout(s);
+    const int T = s.T, W = s.window;
+    const dim3 grid_q(ceil_div(T, THREADS), s.NH, s.B), grid_kv(ceil_div(T, THREADS), s.NKV, s.B);
+    cudaStream_t st = ctx.stream;
+    if (s.HD == 64) {
+        backward_dq<64><<<grid_q, THREADS, 0, st>>>(dqkv, dout, qkv, out, lse, T, L, W);
         cudaCheckLaunch();
-        backward_dkdv<64><<<grid_kv, THREADS, 0, stream>>>(dqkv, dout, qkv, out, lse, T, L, window);
+        backward_dkdv<64><<<grid_kv, THREADS, 0, st>>>(dqkv, dout, qkv, out, lse, T, L, W);
     } else {
-        backward_dq<128><<<grid_q, THREADS, 0, stream>>>(dqkv, dout, qkv, out, lse, T, L, window);
+        backward_dq<128><<<grid_q, THREADS, 0, st>>>(dqkv, dout, qkv, out, lse, T, L, W);
         cudaCheckLaunch();
-        backward_dkdv<128><<<grid_kv, THREADS, 0, stream>>>(dqkv, dout, qkv, out, lse, T, L, window);
+        backward_dkdv<128><<<grid_kv, THREADS, 0, st>>>(dqkv, dout, qkv, out, lse, T, L, W);
     }
     cudaCheckLaunch();
 }
