@@ -8,8 +8,7 @@
 // A tensor is stored as x_fp8 = fp8(x * scale) and read back as x_fp8 * scale_inv: the matmul takes
 // scale_inv through CUBLASLT_MATMUL_DESC_{A,B}_SCALE_POINTER. x * scale is rounded once to fp32,
 // then to FP8 by cvt.rn.satfinite: nearest, ties to even, beyond the max (and infinity) to +-max,
-// NaN to NaN. dev/cuda/fp8_cast.cu checks every cast bit for bit against cpu::fp8_cast, all 65536
-// bf16 values included.
+// NaN to NaN; bit for bit cpu::fp8_cast (dev/cuda/fp8_cast.cu checks all 65536 bf16 values).
 //
 // Per-tensor state: one Fp8Meta in device memory per FP8 tensor (a layer's X, W, dY, ...):
 //   scale, scale_inv    set only by fp8_update_scales, read by the casts and the matmul
@@ -31,15 +30,13 @@
 // reciprocal, __fdiv_rn / __frcp_rn, despite --use_fast_math).
 //
 // Amax reduction: warp and block maxima, then one atomicMax per block on the float bits of the
-// block's max into Fp8Meta::amax_bits. For non-negative floats the bit patterns order like the
-// values (and a NaN's, exponent all ones, is above +inf's, so a NaN anywhere shows in the amax),
-// and a maximum is exact in any order: unlike a sum, the atomic result is deterministic, so no
-// second reduction kernel and no scratch are needed. A block first reads the current amax and
-// skips its atomic when it is not larger (it only grows during a launch, so a stale read costs an
-// atomic, never a wrong result): after the first few blocks almost none contend for the address.
+// block's max into Fp8Meta::amax_bits. Non-negative floats' bits order like the values (a NaN's above
+// +inf's, so a NaN anywhere shows), and a maximum is exact in any order: deterministic, no second
+// pass, no scratch. A block skips its atomic when the current amax is not smaller (it only grows
+// during a launch, so a stale read costs an atomic, never a wrong result).
 //
-// Kernels, n elements of floatX (bf16: 2 bytes), the FP8 outputs 1 byte each; all memory-bound
-// (a few flops per byte), so the measure is the lab's % of the 4.0 TB/s copy:
+// Kernels, n elements of floatX (bf16: 2 bytes), the FP8 outputs 1 byte each; all memory-bound (a few
+// flops per byte). Measured: docs/perf.md, "Memory-bound kernels" (dev/cuda/fp8_cast.cu).
 //   fp8_cast             reads 2n, writes n (3n bytes); with amax the same bytes plus one atomic
 //                        per block. 16-byte loads, grid-stride over one full wave, 4 loads in flight.
 //   fp8_amax             reads 2n (current scaling's extra pass).
@@ -75,9 +72,8 @@ constexpr int FP8_AMAX_HISTORY_MAX = 1024;
 constexpr float FP8_SCALE_CAP = 18446744073709551616.0f;  // 2^64, as cpu::FP8_SCALE_CAP
 
 // One per FP8 tensor, in device memory (fp8_meta_init sets it up).
-// 16-byte aligned with scale_inv first: cuBLASLt's A/B scale pointers must be 16-byte aligned (on the
-// H200 with CUDA 13, a scale pointer 4 bytes off gave CUBLAS_STATUS_NOT_SUPPORTED for every algorithm
-// the heuristic offered; 16 bytes off ran), and alignas(16) keeps that true for each element of an array.
+// 16-byte aligned with scale_inv first: cuBLASLt's A/B scale pointers must be 16-byte aligned (4 bytes
+// off, every algorithm returns CUBLAS_STATUS_NOT_SUPPORTED); alignas(16) keeps it so in an array.
 struct alignas(16) Fp8Meta {
     float scale_inv;          // 1 / scale: the matmul's A/B scale pointer points here
     float scale;              // x_fp8 = fp8(x * scale)
@@ -245,10 +241,8 @@ inline void fp8_amax(const floatX* in, size_t n, Fp8Meta* meta, cudaStream_t str
 // four 16-row groups a warp reads 8 banks apart.
 constexpr int FP8_T_TILE = 64, FP8_T_BLOCK = 256, FP8_T_PITCH = FP8_T_TILE + 2;
 
-// The store above, shared with the fused casts (llmc/fp8_fused.cuh): the block's (64, 64) FP8 tile
-// of input rows r0.., columns c0.. into out_t (C, R) as its rows c0.., columns r0..; thread t writes
-// tile column t / 4, rows 16 * (t % 4) .. +15, as one 16-byte store. After the barrier that
-// completes the tile.
+// The store above, shared with llmc/fp8_fused.cuh: the block's (64, 64) FP8 tile of input rows r0..,
+// columns c0.. into out_t (C, R) at rows c0.., columns r0... Call after the barrier that completes the tile.
 __device__ __forceinline__ void fp8_tile_store_transposed(uint8_t* __restrict__ out_t,
                                                           const uint8_t (&tile)[FP8_T_TILE][FP8_T_PITCH], int R,
                                                           int r0, int c0) {
@@ -360,8 +354,8 @@ inline void fp8_cast_transpose(uint8_t* out_t, uint8_t* out, const floatX* in, i
 // 50304 vocabulary rows, both pitches 100608, twice a 124M step), read from and written into the
 // logits buffer's halves. Memory-bound: reads RC, writes RC.
 //
-// Shipped: fp8_transpose_tiled_kernel<128>. A block of 256 threads takes a tile of TR = 128 input rows
-// by 128 input columns (16 KB of shared memory):
+// fp8_transpose_tiled_kernel<TR = 128>: a block of 256 threads takes TR input rows by 128 input
+// columns (16 KB of shared memory):
 //   load   thread t reads 16-byte chunk t % 8 of rows t / 8 + 32 j, j < TR / 32 (4 loads, 64 bytes in
 //          flight a thread): a warp reads 4 whole 128-byte rows; into shared memory at chunk
 //          (t % 8) ^ swizzle(row), swizzle(row) = (row / 16) % 8, rows 128 bytes apart, no padding.
@@ -370,23 +364,15 @@ inline void fp8_cast_transpose(uint8_t* out_t, uint8_t* out, const floatX* in, i
 //          block around with byte permutes, and writes 16 bytes to each of its 4 output rows: a warp
 //          store is 4 output rows x 128 contiguous bytes (8 lanes a row). The swizzle puts the 8 row
 //          groups a warp reads at once in 8 different chunks, so neither phase has bank conflicts.
-// Blocks run in groups of `group` column tiles, down all the row tiles of the group before the next
-// group, so the ~1000 blocks resident at once (8 a SM) cover a patch of `group` column tiles by
-// ~1000 / group row tiles (at 32: ~4 KB of each input row by ~4 KB of each output row) instead of a
-// band of the full width (~2.7 rows of tiles), which touches each of the 50304 output rows in runs
-// of ~340 bytes. Which order the DRAM prefers is the lab's question (dev/cuda/fp8_cast.cu).
+// Blocks run in groups of `group` column tiles, down all the row tiles of a group before the next, so
+// the ~1000 resident blocks cover a patch (at 32: ~4 KB of each input and output row) instead of a
+// full-width band that touches each of the 50304 output rows in ~340-byte runs.
 // R and C need only be multiples of 64: a tile hanging over the edge by 64 rows or columns skips
-// those loads and stores (a block-uniform test). H200 (dev/cuda/fp8_cast.cu --op
-// fp8_transpose, the 124M head's chunk R = 32768, C = 50304, pitches 100608): 0.9651 ms, 85.4% of copy,
-// against 1.1065 ms (74.5%) for fp8_transpose_64x128_kernel below (2.16 ms a 124M step for two
-// chunks); row after row 0.9525, groups of 8 0.9546, 256-row tiles 0.9652 / 0.9622: within 1.3%, one
-// run each.
+// those loads and stores (a block-uniform test). Measured, with the other orders and tiles:
+// dev/cuda/fp8_cast.cu --op fp8_transpose.
 //
-// Kept for the lab's comparison, fp8_transpose_64x128_kernel: a block takes 64
-// columns by up to 128 rows (two of fp8_cast_transpose's 64 x 64 tiles, the second absent in the
-// last block when R is an odd multiple of 64): each thread loads 16 bytes of a row of each tile
-// (32 bytes in flight), and stores 16 bytes of a transposed row from each, read byte by byte down a
-// shared-memory column (the 66-byte pitch: see fp8_cast_transpose); 64-byte runs read and written.
+// fp8_transpose_64x128_kernel, the lab's comparison: two of fp8_cast_transpose's 64 x 64 tiles a block
+// (the second absent when R is an odd multiple of 64), 64-byte runs read and written.
 constexpr int FP8_TR_COLS = 128;   // tile columns (input bytes a row)
 constexpr int FP8_TR_BLOCK = 256;  // threads
 constexpr int FP8_TR_GROUP = 32;   // column tiles a group (the grid order above)

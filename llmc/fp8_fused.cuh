@@ -40,15 +40,10 @@
 // row-group order into the chunk's partials (column_partials_add folds the chunks). The GELU prologues
 // run a tile at a time at 8 blocks an SM (fp8_fused_min_blocks), their column sums through a floatX
 // copy of the tile in shared memory. Memory-bound: a few flops per byte (GELU's tanh: ~20 per element).
-// Against one tile a block for every prologue, the column sums by 64 threads over a floatX copy of
-// the tile (64 dependent adds a tile while 6 warps wait; the lab keeps it), H200 lab: qkv's DQ_ACCUM
-// cast at GPT-2 774M (R 16384, C 3840) 0.1106 -> 0.0934 ms, at 124M (R 65536, C 2304) 0.2473 ->
-// 0.2143; a dY with bias, C 1280: 0.0380 -> 0.0349; the GELU prologues unchanged (0.1534 / 0.1533,
-// 0.1031 / 0.1018).
+// Measured, against the one-tile-a-block kernel the lab keeps: dev/cuda/fp8_cast.cu.
 // DQ_ACCUM: a 64-column tile lies wholly in the dQ columns or outside them (q_cols a multiple of 64),
 // so the choice is per block; the dQ tiles' threads load 2 x 16 bytes of fp32 a pack instead of 16 of
-// bf16. The dQ store (300 MB moved, 78 us a layer at GPT-2 124M, B 64, T 1024; 12 layers a step) goes,
-// against 100 MB more read here.
+// bf16. The dQ store's 300 MB a layer (GPT-2 124M, B 64, T 1024) go, for 100 MB more read here.
 // Shapes: R and C multiples of 64; pointers 16-byte aligned.
 #pragma once
 #include <cstdint>
@@ -71,23 +66,16 @@ struct Fp8DqAccum {
     int head_dim = 0;              // HD, 64 or 128: the scale rsqrt(HD)
 };
 
-// Light prologues (NONE, DQ_ACCUM) run pipelined: several tiles a block, the next tile's loads issued
-// before this one's shared-memory passes, the column sums in registers, 4 blocks an SM (64 registers a
-// thread). The GELU prologues, ~20 flops an element, run one tile at a time at 8 blocks an SM (32
-// registers), the column sums through shared memory. H200 lab (R 16384, C 5120): the
-// GELU backward pipelined at 3 blocks an SM 0.1872 ms, with register sums one tile at a time at 5-6
-// blocks an SM 0.1639-0.1734, as shipped 0.1533; the GELU forward pipelined 0.1068, as shipped 0.1018.
+// Pipelined prologues (see the top) at 4 blocks an SM (64 registers a thread); the GELU prologues one
+// tile at a time at 8 (32 registers): pipelined they spill and run slower (dev/cuda/fp8_cast.cu).
 __host__ __device__ constexpr bool fp8_fused_pipelined(Fp8Prologue pro) { return pro == Fp8Prologue::NONE || pro == Fp8Prologue::DQ_ACCUM; }
 __host__ __device__ constexpr int fp8_fused_min_blocks(Fp8Prologue pro) { return fp8_fused_pipelined(pro) ? 4 : 8; }
 
 namespace fp8_detail {
-// The tiles of one block's chunk of rows [r_begin, r_end) at column tile c0 (see the top). FROM_DQ:
-// a DQ_ACCUM tile of the dQ columns (the fp32 sums read, `in` not). Each thread holds LOADS packs of P
-// columns, rows ROW_STEP apart, always the same P columns (pack p of the row); pipelined, the next
-// tile's loads are issued before this one's shared-memory passes. COLSUM into partials[chunk * C + c0 +
-// c]: pipelined, the thread's columns summed over its rows in registers (tile by tile, its packs in row
-// order), then through col_part in row-group order; else each tile's values through vals, threads
-// 0..63 adding their column's rows in order. Returns the thread's amax bits.
+// The tiles of one block's chunk of rows [r_begin, r_end) at column tile c0, as the top describes.
+// FROM_DQ: a DQ_ACCUM tile of the dQ columns (the fp32 sums read, `in` not). Each thread holds LOADS
+// packs of P columns, rows ROW_STEP apart. COLSUM into partials[chunk * C + c0 + c]: pipelined through
+// col_part, else through vals. Returns the thread's amax bits.
 template <Fp8Format F, Fp8Prologue PRO, bool COLSUM, int DQ_HD, bool FROM_DQ>
 __device__ __forceinline__ unsigned int fused_cast_chunk(uint8_t* __restrict__ out_t, uint8_t* __restrict__ out,
                                                          const floatX* __restrict__ in, const floatX* __restrict__ pre,
@@ -121,9 +109,7 @@ __device__ __forceinline__ unsigned int fused_cast_chunk(uint8_t* __restrict__ o
         }
     };
     constexpr bool PIPELINED = fp8_fused_pipelined(PRO);
-    // the column sums: pipelined, in registers (see the top); else as the tile-at-a-time kernel ran
-    // them at 32 registers: the tile's floatX values through shared memory (vals (64, 64 + 8)), threads
-    // 0..63 each adding its column's 64 rows in order
+    // the column sums: pipelined, in registers; else through vals (64, 64 + 8) (see the top)
     constexpr bool REG_COLSUM = COLSUM && PIPELINED, SMEM_COLSUM = COLSUM && !PIPELINED;
     constexpr int VPITCH = FP8_T_TILE + 8;  // 16-byte rows, no bank conflicts on the pack stores
     unsigned int amax = 0;

@@ -36,10 +36,9 @@ inline bool cuda_type_is_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t
 
 // ---------------------------------------------------------------- algorithm choice
 // cuBLASLt's heuristic names one algorithm per call, tuned for large GEMMs; at a decode step's few
-// rows (generate at B > GEMV_MAX_M: M = 64 against 0.6-77 MB of weights) its first pick can take twice
-// the time of another it lists (qkv: 11 us a call for 3.5 MB). MatmulAlgoCache (generate
-// --matmul-autotune 1, through CudaContext::matmul_algos; the trainer's --matmul-autotune 1 in its
-// first step; else the heuristic's first pick runs) remembers one algorithm per distinct matmul. While
+// rows (generate at B > GEMV_MAX_M) its first pick can take twice the time of another it lists.
+// MatmulAlgoCache (--matmul-autotune 1 in generate and the trainer, through CudaContext::matmul_algos;
+// else the heuristic's first pick runs) remembers one algorithm per distinct matmul. While
 // `tune` is on, a matmul that is not in it yet (and not inside a CUDA graph capture) is tuned: up to
 // MATMUL_TUNE_HEURISTIC of the heuristic's algorithms, plus split-K versions (2, 4, 8 splits, fp32
 // partials) of its first MATMUL_TUNE_SPLIT_BASES that support a split, each run MATMUL_TUNE_REPS times
@@ -340,7 +339,7 @@ static void matmul_cublaslt(const CudaContext& ctx, void* d, const void* a, cons
 }
 
 // out^T (OC, N) = W (OC, C) . inp^T (C, N): A = weight stored column-major (C, OC), transposed.
-// 2*N*C*OC FLOPs; at GPT-2 shapes cuBLAS reaches ~600-690 TFLOP/s on an H200 (docs/h200.md).
+// 2*N*C*OC FLOPs; compute-bound. Measured: docs/perf.md, "Where the bf16 step goes".
 inline void matmul_forward(floatX* out, floatX* gelu_pre, const floatX* inp, const floatX* weight, const floatX* bias,
                            int N, int C, int OC, const CudaContext& ctx) {
     if (C % 8 != 0 || OC % 8 != 0) fail("matmul_forward: C = %d and OC = %d must be multiples of 8", C, OC);
@@ -362,9 +361,7 @@ inline void matmul_forward(floatX* out, floatX* gelu_pre, const floatX* inp, con
 // registers), one wave; chunks from N and OC only, so the bits do not depend on the GPU. Shipped:
 // LANES 16, UNROLL 8 (BiasShipped): at OC 768, 88 chunks of 745 rows, 2 blocks of 512 threads a SM,
 // 1024 x 8 loads x 16 B = 128 KB in flight a SM.
-// Bytes: N * OC * sizeof(floatX) read once (100.7 MB at N 65536, OC 768: 25 us at the 4.0 TB/s copy);
-// memory-bound. H200 (dev/cuda/matmul.cu "bias_backward"): OC 768 0.0349 ms, 72% of the copy; OC 3072
-// 0.1073 ms, 94% (two kernels, partial sums then a fold: 46% and 89%).
+// Bytes: N * OC * sizeof(floatX) read once; memory-bound. Measured: docs/perf.md, "Memory-bound kernels".
 constexpr int BIAS_TILE_PACKS = 32, BIAS_TILE_COLS = BIAS_TILE_PACKS * x128::size;
 constexpr int BIAS_SM_THREADS = 1024, BIAS_SMS = 132;  // resident threads a SM (64 registers each), H200 SMs
 constexpr int BIAS_MAX_TILES = 1024;                   // OC up to 262144 (bf16): the counters below
@@ -468,10 +465,8 @@ inline void bias_backward_tiles(floatX* dbias, float* scratch, const floatX* dou
 }
 
 // dbias (OC) += column sums of dout (N, OC); scratch: column_num_chunks(N) * OC floats. Nothing
-// without dbias. The bias gradient re-reads dout in a fixed order (deterministic). cuBLASLt's BGRADB
-// epilogue would fold it into the dweight GEMM, but it makes that GEMM pick slower kernels: in the
-// lab (docs/perf.md) the four backward GEMMs of a layer took 3.10 ms with it and 2.96 ms with
-// column-sum kernels, ~1.7 ms a step at GPT-2 124M. The FP8 path (llmc/model_fp8.cuh) calls it too.
+// without dbias. Re-reads dout in a fixed order (deterministic) rather than use cuBLASLt's BGRADB
+// epilogue, which makes the dweight GEMM pick slower kernels (dev/cuda/matmul.cu). The FP8 path calls it too.
 inline void bias_backward(floatX* dbias, float* scratch, const floatX* dout, int N, int OC, cudaStream_t stream) {
     if (dbias) bias_backward_tiles<BiasShipped>(dbias, scratch, dout, N, OC, stream);
 }

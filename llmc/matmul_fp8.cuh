@@ -2,9 +2,7 @@
 // the per-tensor scaled casts of llmc/fp8.cuh (docs/numerics.md). Output bf16, fp32
 // compute (CUBLAS_COMPUTE_32F), fp32 scales read from device memory (the Fp8Meta's scale_inv, so a
 // scale updated on the device needs no host round trip and the calls can sit in a CUDA graph).
-// One copy of the cuBLASLt plumbing: matmul_cublaslt of llmc/matmul.cuh, with MatmulTypes saying
-// FP8 operands, their scale pointers and the accumulation mode; its handle and workspace are the
-// CudaContext's.
+// The cuBLASLt plumbing is matmul_cublaslt's (llmc/matmul.cuh), with MatmulTypes for the FP8 operands.
 //
 // The one product here:  D (R, M) row-major = scale_inv_p * scale_inv_q * P (R, K) . Q (M, K)^T
 // with P and Q row-major and K contiguous in both. That is the only layout cuBLASLt's FP8 kernels
@@ -24,19 +22,15 @@
 //                    needs both transposed: dY^T (fp8_cast_transpose of dY, which writes the straight
 //                    dY for the input gradient from the same read) and X^T (written by the forward's
 //                    cast of X, kept for the backward, N*C bytes a layer).
-//   * e5m2 by default (gradients need the range); e4m3 gradients are the other choice (the lab
-//     measures both). cuBLASLt takes any mix but e5m2 x e5m2, which no matmul here asks for.
+//   * e5m2 by default (gradients need the range), or e4m3. cuBLASLt takes any mix but e5m2 x e5m2.
 // Rowwise scaling (--fp8-scaling rowwise): every operand above is stored K-major with one scale per
 // row (a token row of X or dY, an output row of W, an input channel of W^T, X^T, an output channel of
-// dY^T), so each matmul takes cuBLASLt's outer-vector scales: D(i, j) *= sp[i] * sq[j]. cuBLASLt
-// (CUDA 13) documents them for compute capability 9.0 only, FP8 A/B, bf16/fp16/fp32 D; bias and
-// beta = 1 with them are what the lab and tests/gpu/test_fp8.cu check on the GPU.
-// Fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM): Hopper's FP8 tensor cores accumulate a
-// product in a narrower-than-fp32 register; without fast accumulation cuBLASLt adds the partial sums
-// into fp32 every few k-steps (slower, exact to fp32 accumulation), with it the whole K runs in
-// the tensor core's accumulator (faster, larger error that grows with K: the weight gradient's
-// K = B*T = 65536 is the worst). The common recipe, and our default: fast for the forward, not for
-// the two gradients. dev/cuda/matmul_fp8.cu measures both for all three.
+// dY^T), so each matmul takes cuBLASLt's outer-vector scales: D(i, j) *= sp[i] * sq[j] (CUDA 13:
+// compute capability 9.0 only; bias and beta = 1 with them are checked by tests/gpu/test_fp8.cu).
+// Fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM): the whole K in the FP8 tensor cores' narrower-
+// than-fp32 accumulator (faster, an error that grows with K: the weight gradient's K = B*T is the
+// worst) instead of partial sums promoted to fp32 every few k-steps. Default: fast for the forward,
+// not for the two gradients (dev/cuda/matmul_fp8.cu measures both).
 #pragma once
 #include "llmc/cuda_common.cuh"
 #include "llmc/fp8.cuh"
