@@ -7,8 +7,7 @@
 // master, m, v updated in place (=); params = master rounded to floatX. In the bf16 build the
 // rounding is stochastic (unbiased: small updates are not lost to round-to-nearest), driven by a
 // hash of (seed, index) so it is reproducible and a resumed run rounds the same way; with
-// stochastic = false (dev/cuda/profile_gpt2's --stochastic-rounding 0, a lab comparison)
-// to nearest. In the FP32 build master aliases params.
+// stochastic = false (a lab comparison) to nearest. In the FP32 build master aliases params.
 // The step's scalars (AdamWArgs) live in device memory and the kernel reads them there, so a
 // captured CUDA graph (llmc/model_graph.cuh) replays the update with each step's values, and the
 // clip factor is computed on the device from the gradient norm (adamw_clip_scale): no host wait.
@@ -68,7 +67,7 @@ __device__ inline __nv_bfloat16 stochastic_round_bf16(float x, uint32_t rnd) {
 // V consecutive elements per thread (V = 4: 16-byte loads and stores of m, v and master, 8-byte ones
 // of the bf16 grads; V = 1 where the slice's start, length or pointers do not allow it). Reads g, m,
 // v, master (14 B an element in bf16), writes m, v, master, param (14 B): ~3.5 GB per step for
-// GPT-2 124M, memory-bound at ~0.94 ms on an H200 with V = 4 (1.09 ms with V = 1: dev/cuda/adamw.cu).
+// GPT-2 124M, memory-bound. Measured: docs/perf.md, "Memory-bound kernels" (V = 1: dev/cuda/adamw.cu).
 // Element i of the launch is parameter `begin + i`: params is the whole buffer, grads, master, m
 // and v hold the updated slice only (a ZeRO shard, llmc/zero.h); the decay ranges and the rounding
 // hash use the parameter's index, so a slice rounds exactly as the whole buffer does, and every V

@@ -13,8 +13,8 @@
 //
 // Shards are memory-mapped one at a time (fineweb shards are 200 MB). At construction every shard's
 // header, length and token ids (< vocab_size) are checked, so a bad id in any shard stops the run
-// before its first step: one sequential read of the data, a max over the ids at the disk's or the
-// page cache's speed (0.03 s per 200 MB shard from the cache), paid once per start. A shard holds
+// before its first step: one sequential read of the data (a vectorized max over the ids), paid once
+// per start. A shard holds
 // uint16 or uint32 ids (its header says which; shards of both widths may be mixed); they become int as a
 // batch is copied out. Every shard of a pattern must record the same vocab_size (one tokenizer);
 // check_data_vocab is the trainers' check of that vocab_size against the model's.

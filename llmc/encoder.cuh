@@ -14,7 +14,7 @@
 #include "llmc/utils.h"
 
 // One thread per 16-byte pack of one output row: reads 2 packs, writes 1 -> 3 * N * C * sizeof(floatX)
-// bytes, no math to speak of: memory-bound, ~3 us for GPT-2 124M at B*T = 65536 on an H200.
+// bytes, no math to speak of: memory-bound. Measured: docs/perf.md, "Memory-bound kernels".
 static __global__ void encoder_forward_packed(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
                                               int N, int T, int C) {
     const int packs_per_row = C / x128::size;
@@ -45,10 +45,8 @@ inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, cons
 // Decode: one token per sequence at its own position, out (B, C) = wte[tokens[b]] + wpe[pos[b]]; an
 // idle sequence (pos[b] < 0) gets token 0 at position 0 (a row computed and never used). Tokens and
 // positions are read on the device, so a captured CUDA graph replays it for every step. One thread
-// per 16-byte pack, 3 * B * C * sizeof(floatX) bytes: a few microseconds at most. pdl: launched as a
-// programmatic dependent (cuda_common.cuh), it waits for the sampler that wrote tokens and pos.
-// sync: the decode step's counters (cuda_common.cuh: the encoder is the step's kernel 0 after the
-// sampler; its blocks count in at exit).
+// per 16-byte pack, 3 * B * C * sizeof(floatX) bytes. pdl: launched as a programmatic dependent
+// (cuda_common.cuh), it waits for the sampler that wrote tokens and pos.
 __device__ inline void encode_pack(floatX* out, const floatX* wte, const floatX* wpe, int b, int c, int tok, int p,
                                    int C) {
     const int t = p < 0 ? 0 : p;
@@ -108,8 +106,7 @@ static __global__ void encoder_backward_wpe(floatX* dwpe, const floatX* dout, in
 
 // dwte: one block per distinct token of the batch, one thread per pack of C; each thread sums the
 // bucket's rows in position order in fp32 and adds once into dwte. Reads N*C, writes (distinct
-// tokens)*C. A frequent token (end-of-text) makes one long block; with ~10^4 distinct tokens per
-// GPT-2 batch the SMs stay busy anyway.
+// tokens)*C. A frequent token (end-of-text) makes one long block; ~10^4 others keep the SMs busy.
 // The bucket count is read on the device (blocks past it exit), so a captured CUDA graph replays the
 // launch for any batch (encoder_backward).
 static __global__ void encoder_backward_wte_buckets(floatX* dwte, const floatX* dout, const int* bucket_token,

@@ -113,9 +113,9 @@ __device__ inline Fp8Pack classifier_fp8_pack(const x128& g, float scale) {
 
 // One block per row straight from global memory, the floatX gradient in place over the logits (where
 // write_dlogits). Pass 2 re-reads the row (100 KB in bf16 at Vp = 50304: still in L2); each thread
-// writes the bytes it read. DRAM: ~2 * N * Vp * sizeof(floatX) bytes; H200, bf16, B*T = 65536:
-// 4.26 ms, 77% of the copy. Reading each row from DRAM once through shared memory is no faster
-// (dev/cuda/fused_classifier.cu).
+// writes the bytes it read. DRAM: ~2 * N * Vp * sizeof(floatX) bytes; memory-bound. Measured (and
+// rows read once through shared memory, no faster): dev/cuda/fused_classifier.cu; docs/perf.md,
+// "Memory-bound kernels".
 static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, sm_blocks(CLASSIFIER_BLOCK, 2))
     fused_classifier_block_per_row(floatX* logits, float* losses, const int* targets, float dloss, int V, int Vp,
                                    bool write_dlogits) {
@@ -142,9 +142,7 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, sm_blocks(CLASSIFIER_
 // gradient (before the FP8 cast) are bit for bit the bf16 classifier's.
 // DRAM: N * Vp * (2 read + 1 written) bytes, 9.9 GB at B*T = 65536, Vp 50304 (2.8 ms at 3.5 TB/s);
 // the SM's 16-a-clock pipes: ~2.1 ex2 and 1 conversion a logit (bf16x2, fp8x2: one per two values),
-// ~2.5 ms at 1.98 GHz: close to both bounds, which the two blocks a SM overlap. H200: 3.80 ms in the
-// lab, 3.94 in the step's profile (one persistent block a SM with the rows in shared memory: 4.92 ms
-// in the trainer's profile). LOADS: classifier_row_stats's (the lab also times 2).
+// ~2.5 ms at 1.98 GHz: close to both bounds, which the two blocks a SM overlap.
 template <Fp8Format F, int LOADS = 1>
 static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, sm_blocks(CLASSIFIER_BLOCK, 2))
     fused_classifier_fp8_block_per_row(floatX* logits, float* losses, const int* targets, float dloss, int V, int Vp,
@@ -182,7 +180,7 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, sm_blocks(CLASSIFIER_
 // the floatX gradient and the FP8 bytes are bit for bit fused_classifier_fp8_block_per_row's (the
 // same reads, the same order; dev/cuda/fused_classifier.cu compares every byte and loss).
 // DRAM: N * Vp * (2 read + 1 written) bytes less the second pass's L2 reads of the block-per-row
-// kernel. H200 (the lab, N = 65536, Vp 50304): 3.49 ms against 3.80 for the block-per-row kernel.
+// kernel. Measured against it: dev/cuda/fused_classifier.cu.
 template <Fp8Format F>
 static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, sm_blocks(CLASSIFIER_BLOCK, 2))
     fused_classifier_fp8_rows_in_smem(floatX* logits, float* losses, const int* targets, float dloss, int N, int V,

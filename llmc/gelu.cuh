@@ -3,7 +3,7 @@
 // The forward and its derivative normally run inside the matmul epilogues (matmul.cuh); this
 // standalone forward serves --recompute, which keeps only the pre-activation of each layer and
 // rebuilds the GELU output in the backward pass when the weight gradient of fcproj needs it.
-// The FP8 path (llmc/model_fp8.cuh) runs both standalone: cuBLASLt's FP8 matmuls take no GELU epilogue there.
+// The FP8 path with separate casts (llmc/model_fp8.cuh) runs both standalone: its matmuls take no GELU epilogue.
 //   gelu_forward           out (n) = gelu(inp) (=); n a multiple of x128::size
 //   gelu_backward_inplace  d (n) = d * gelu'(pre) (=, in place): d(GELU output) -> d(pre-activation)
 #pragma once
@@ -16,7 +16,7 @@ __device__ inline float gelu_tanh(float x) {
 }
 
 // One thread per 16-byte pack: reads and writes n * sizeof(floatX) bytes, ~10 FLOPs per element:
-// memory-bound, ~0.8 GB and ~0.25 ms per layer-batch of GPT-2 124M at B*T = 65536 (4C = 3072).
+// memory-bound. Measured: docs/perf.md, "The kernel lab beside Triton and `torch.compile`".
 static __global__ void gelu_forward_packed(floatX* out, const floatX* inp, int64_t n) {
     const int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
     if (i >= n) return;

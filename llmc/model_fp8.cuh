@@ -18,9 +18,8 @@
 //       scaling per layer too. Always current scaling: a weight is cast once per step, and its
 //       scale must stay the one its copies were cast with until the next cast.
 //   X   in the forward: X (N, Cin) into a one-layer scratch for the forward matmul, X^T (Cin, N) kept
-//       per layer for the weight gradient (the backward reads no bf16 X). Separate casts: one
-//       fp8_cast_transpose of the bf16 X. Fused casts (fp8_fused, llmc/fp8_fused.cuh): the kernel that
-//       produces X writes both copies and no bf16 X where nothing else reads it:
+//       per layer for the weight gradient. Separate casts: one fp8_cast_transpose of the bf16 X. Fused
+//       casts (fp8_fused): X's producer writes both copies and no bf16 X where nothing else reads it:
 //         qkv's X     ln1's LayerNorm (layernorm_fp8_forward, with the residual add before it)
 //         fc's X      ln2's LayerNorm (the same)
 //         fcproj's X  GELU of fc's pre-activation (fp8_cast_transpose_fused GELU_FORWARD, after the fc
@@ -40,11 +39,10 @@
 //            --fp8-history steps' amaxes; all X and dY scales are updated in one launch after each
 //            backward (their scale_inv must hold from the cast through the weight gradient). The
 //            first step of a run uses the current recipe (an empty history has no scale). As the
-//            scale exists before the tensor, the casts run fused into the producers (--fp8-fused 1,
-//            the default; with --fp8-wgrad fp8): the amax passes and every bf16 write-then-read of
-//            a tensor only the casts need are gone. The default for that reason: it moves the fewest
-//            bytes (step time: docs/perf.md, the FP8 table), at +0.26% val loss against bf16 after
-//            2000 steps (docs/numerics.md, "Measured"; current scaling: +0.09%).
+//            scale exists before the tensor, the casts run fused into the producers (with --fp8-wgrad
+//            fp8): no amax passes, no bf16 write-then-read of a tensor only the casts need. The default
+//            because it moves the fewest bytes. Measured: docs/perf.md, "FP8 (issue 18)"; loss:
+//            docs/numerics.md, "fp32, bf16 and FP8 loss curves side by side".
 //   current  fp8_amax pass, fp8_update_scales(history 1), cast: the scale fits the tensor itself; the
 //            casts are separate passes (the scale needs the whole tensor first).
 //   rowwise  one scale per row along the dimension each matmul does not reduce over, from that row's
@@ -345,7 +343,7 @@ inline LinearBuffers linear_buffers(const ModelFp8& f, int l, int k) {
 // which casts each layer lazily in fp8_linear_forward) and the scaling is per tensor: per linear, one
 // amax launch over its weight in every block, one scale update for all, one cast launch writing W and
 // W^T of every block (the same kernels, scales and bytes as the per-layer casts, in 9 launches
-// instead of 3 per linear per block: 144 at d12, ~0.5 ms of a step in launches and tails). weight[k]:
+// instead of 3 per linear per block: 144 at d12). weight[k]:
 // linear k's weight of block 0 (the blocks' weights follow each other, OC * Cin elements apart).
 inline bool fp8_weights_batched(const ModelFp8& f) { return f.set.scaling != Fp8Scaling::ROWWISE; }
 inline void fp8_cast_weights(ModelFp8& f, const floatX* const (&weight)[FP8_LINEARS], cudaStream_t s) {
@@ -488,7 +486,7 @@ inline void fp8_after_backward(ModelFp8& f, cudaStream_t s) {
 // Scales, per tensor under every --fp8-scaling, none kept across steps (so nothing in checkpoints):
 //   W        current: amax, scale, one fp8_cast_transpose writing W and W^T, once per step (cast_weight)
 //   X        current: amax of lnf's bf16 output, scale, one fp8_cast_transpose writing X and X^T
-//            (0.1 GB read twice, 0.1 GB written at d12 B=64 T=1024: ~0.1 ms)
+//            (0.1 GB read twice, 0.1 GB written at d12 B=64 T=1024)
 //   dlogits  fixed: |dloss * (softmax - onehot)| <= dloss, so scale = the largest power of two with
 //            dloss * scale <= the format's max (cpu::fp8_pow2_scale), known before the classifier
 //            runs; the classifier writes the FP8 dlogits itself (fused_classifier_fp8), in place.

@@ -15,9 +15,8 @@
 // and uploaded: the GPU then rotates by bit-identical factors to the CPU reference, and the 1-2 MB
 // tables stay in L2. A device sincos in fp32 at p ~ 4096 would be off by ~1e-4 rad.
 // fp32 math; HD/2 must be a multiple of x128::size (HD a multiple of 16 in bf16, 8 in fp32).
-// As a separate pass RoPE is memory-bound: it reads and writes the Q and K heads once. Applying it
-// in the QKV matmul's epilogue or as attention loads Q/K (and the inverse on dQ/dK in the attention
-// backward) would save that traffic entirely; that is the next step once the GPU model exists.
+// A separate pass, memory-bound: it reads and writes the Q and K heads once. Measured: docs/perf.md,
+// "Memory-bound kernels".
 #pragma once
 #include "llmc/cuda_common.cuh"
 #include "llmc/utils.h"
@@ -27,7 +26,7 @@
 // then the next head of the row (Q heads then K heads, which are contiguous), then the next row, so
 // a warp reads two contiguous runs. cos/sin: 2 * x128::size fp32 a thread, shared by every head
 // of a row (L1 hits). DRAM: reads and writes B*T*(NH+NKV)*HD*sizeof(floatX) bytes each, ~6 FLOPs
-// per element: memory-bound, ~0.27 GB and ~67 us at B=64 T=1024 NH=12 NKV=4 HD=64.
+// per element: memory-bound (~0.27 GB at B=64 T=1024 NH=12 NKV=4 HD=64).
 // INVERSE: the backward's rotation by -angle. positions: nullptr, or one position per row (T = 1),
 // < 0 for a row to skip.
 template <bool INVERSE>

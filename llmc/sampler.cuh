@@ -8,14 +8,13 @@
 //   whose running sum of kept weights exceeds u * their total.
 // One block of SAMPLE_THREADS per sequence. The k-th largest logit and the top-p cut are found by a
 // radix select over the logits' order-preserving 32-bit keys: 32 block-wide counts (or sums), each
-// reading the row (V * sizeof(floatX) bytes, from L2 after the first). Greedy reads the row once:
-// 100 KB per sequence for GPT-2, a few microseconds; top-k/top-p ~32x that. Latency-bound either
-// way, and small next to a decode step's matmuls.
+// reading the row (V * sizeof(floatX) bytes, from L2 after the first). Greedy reads the row once
+// (100 KB per sequence for GPT-2), top-k/top-p ~32x that. Latency-bound either way.
 // Greedy alone (a step of temperature 0 without teacher forcing, model_infer.cuh): the row is split over
 // ceil(V / SAMPLE_GREEDY_CHUNK) blocks of SAMPLE_GREEDY_THREADS (25 for GPT-2: 8 logits a thread,
 // one round of loads), each writes its (max, first index) and the last block of the row to finish
-// merges them (lower index on ties: the same token as block_argmax). The one-block scan of 1024
-// threads is a chain of ~50 dependent load rounds: 21 us at B = 1 on the H200 (docs/perf.md).
+// merges them (lower index on ties: the same token as block_argmax), where a one-block scan of 1024
+// threads would be a chain of ~50 dependent load rounds.
 // At B <= 8 (the fused step with its folded argmax) a greedy step runs neither: the lm_head GEMV
 // takes the argmax (llmc/gemv.cuh, GemvFusion::argmax) with the same candidates and tie rule.
 #pragma once

@@ -9,9 +9,7 @@
 //                    against the CPU op started from zeros)
 // fp32 math with the hardware exp (--use_fast_math: ex2.approx, ~1e-7 relative at |g| < 10);
 // sigmoid(g) = 1 / (1 + exp(-g)) stays exact at both tails (exp(-g) = inf gives 0). H must be a
-// multiple of x128::size. Both kernels are memory-bound; fusing the forward into the gate/up
-// matmul's epilogue (and the backward into the down matmul's dinp epilogue) would remove the (N, 2H)
-// round trip: a later step, once the GPU model exists.
+// multiple of x128::size. Both kernels are memory-bound. Measured: docs/perf.md, "Memory-bound kernels".
 #pragma once
 #include "llmc/cuda_common.cuh"
 #include "llmc/utils.h"
@@ -21,8 +19,7 @@ __device__ inline float swiglu_sigmoid(float g) { return 1.0f / (1.0f + expf(-g)
 // Thread = one 16-byte pack of output columns j..j+size-1 of one row: reads the gate pack at j and
 // the up pack at H + j of the input row, writes one pack. Consecutive threads take consecutive packs
 // of a row, so a warp reads two contiguous runs and writes one. DRAM: 2NH in, NH out
-// (x sizeof(floatX)): 0.8 GB at N = 65536, H = 2048, ~0.2 ms at the 4.0 TB/s copy; ~6 FLOPs and one
-// exp per output: memory-bound.
+// (x sizeof(floatX)); ~6 FLOPs and one exp per output: memory-bound.
 static __global__ void swiglu_forward_packed(floatX* out, const floatX* inp, int N, int H) {
     const int packs = H / x128::size;
     const unsigned idx = blockIdx.x * blockDim.x + threadIdx.x;  // 32-bit: the launcher checks N * packs fits
@@ -41,7 +38,7 @@ static __global__ void swiglu_forward_packed(floatX* out, const floatX* inp, int
 
 // Thread = one pack of columns of one row, as the forward: reads dout's pack and the gate and up
 // packs, writes the dgate and dup packs. With s = sigmoid(g): silu'(g) = s (1 + g (1 - s)).
-// DRAM: 3NH in, 2NH out (x sizeof(floatX)): 1.3 GB, ~0.34 ms at N = 65536, H = 2048: memory-bound.
+// DRAM: 3NH in, 2NH out (x sizeof(floatX)): memory-bound.
 static __global__ void swiglu_backward_packed(floatX* dinp, const floatX* dout, const floatX* inp, int N, int H) {
     const int packs = H / x128::size;
     const unsigned idx = blockIdx.x * blockDim.x + threadIdx.x;  // 32-bit: the launcher checks N * packs fits
