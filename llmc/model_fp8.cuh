@@ -41,7 +41,7 @@
 //            first step of a run uses the current recipe (an empty history has no scale). As the
 //            scale exists before the tensor, the casts run fused into the producers (with --fp8-wgrad
 //            fp8): no amax passes, no bf16 write-then-read of a tensor only the casts need. The default
-//            because it moves the fewest bytes. Measured: docs/perf.md, "FP8 (issue 18)"; loss:
+//            because it moves the fewest bytes. Measured: docs/perf.md, the FP8 section; loss:
 //            docs/numerics.md, "fp32, bf16 and FP8 loss curves side by side".
 //   current  fp8_amax pass, fp8_update_scales(history 1), cast: the scale fits the tensor itself; the
 //            casts are separate passes (the scale needs the whole tensor first).
