@@ -9,7 +9,7 @@ constexpr int GLOBAL_NORM_BLOCKS = 528;  // 4 per SM on an H200; fixed, never de
 constexpr int GLOBAL_NORM_THREADS = 512;
 
 // Grid-stride over 16-byte packs: reads n * sizeof(floatX) bytes once (0.25 GB for GPT-2 124M in
-// bf16, ~70 us on an H200), 2 FLOPs per element: memory-bound.
+// bf16), 2 FLOPs per element: memory-bound. Measured: docs/perf.md, "Memory-bound kernels".
 static __global__ void global_norm_partials(float* partials, const floatX* grads, int64_t n) {
     float s = 0.0f;
     const int64_t packs = n / x128::size, stride = (int64_t)gridDim.x * blockDim.x;

@@ -14,8 +14,7 @@
 //             6 x 8  otherwise    (12 xmm/q accumulators + 2 for B).
 //   KB = 256: a B strip is KB*NR*4 = 32 KB (AVX-512), within a 48 KB L1; an A slab MB x KB is
 //   MB*KB*4 = 128 KB and a B slab KB x NB is 256 KB, both within a 1-2 MB L2.
-// Measured on 2 Zen 5 cores (AVX-512): 260-285 GFLOP/s forward and backward on the GPT-2 124M
-// shapes with B*T = 256, about 170 GFLOP/s on one core (docs/perf.md, "CPU reference trainer").
+// Measured: docs/perf.md, "CPU reference trainer".
 #pragma once
 #include <cstddef>
 #include <cstdlib>
@@ -27,8 +26,8 @@ namespace cpu {
 
 namespace detail {
 // The micro-kernel is written on GCC/Clang vector types of the widest vector the build targets, so
-// that its shape does not depend on the auto-vectorizer (which, for the 6 x 16 AVX2 block written as
-// scalar loops, emitted 128-bit shuffles and ran 20x slower than the AVX-512 build).
+// that its shape does not depend on the auto-vectorizer (which split the AVX2 block written as scalar
+// loops into 128-bit shuffles).
 #if defined(__AVX512F__)
 constexpr int GEMM_VEC = 16, GEMM_MR = 8;  // zmm
 #elif defined(__AVX__)
