@@ -32,10 +32,11 @@
 //                       tile) for dQ = dS K over all 128 keys (A = dS^T and B = K read MN-major): at BQ
 //                       128 each warpgroup its own 64 query rows, at BQ 64 HD/2 columns of all 64
 //                       (m64n64 either way); dQ is staged in smem and added into dq_accum by the TMA
-//                       (cp.reduce.async.bulk.tensor). Two schedules: lockstep (both warpgroups meet
-//                       at one named barrier a tile, then dQ) or late dQ (dQ of tile n issued after
-//                       tile n + 1's dV/dK, dS^T handed over by split arrive / sync barriers, so the
-//                       warpgroups leave lockstep)
+//                       (cp.reduce.async.bulk.tensor). The per-tile steps are its lambdas; the order
+//                       of the tiles' steps is one of two schedules:
+//   bwd_schedule_lockstep   both warpgroups meet at one named barrier a tile, then dQ
+//   bwd_schedule_late_dq    dQ of tile n issued after tile n + 1's dV/dK, dS^T handed over by split
+//                       arrive / sync barriers, so the warpgroups leave lockstep
 //   bwd_epilogue        dK = scale * dS^T Q, dV: bf16 pairs from the accumulators into dqkv
 //   BwdTileScheduler    items = (128-key tile, kv head, sequence); one CTA an SM striding over them,
 //                       the key tiles of one (kv head, sequence) side by side so that the CTAs running
@@ -258,23 +259,148 @@ struct BwdThread {
     bool dq_issuer;    // issues its warpgroup's TMA reductions
 };
 
-// The consumer main loop of one unit (128 keys kv0.. of kv head kvh, sequence b; query tiles
-// [it_begin, it_end) of the key tile's group * n_qt, cnt counting the CTA's tiles, continued across
-// units): it waits for K and V, runs the tiles, and releases K and V when every wgmma reading them has
-// completed. dk, dv accumulate.
+// A unit of work as the consumers' schedules see it (BwdTileScheduler::decode): 128 keys kv0.. of kv
+// head kvh, sequence b; query tiles [it_begin, it_end) of the key tile's group * n_qt (tile it: head
+// kvh * group + it / n_qt, queries kv0 + (it % n_qt) * BQ).
+struct BwdUnit {
+    int kv0, kvh, b, group, n_qt, it_begin, it_end;
+};
+
+// The two schedules of bwd_mainloop's query tiles, on its per-tile helpers (lambdas, passed in):
+// tile_grads (S^T .. the dV/dK wgmmas), store_ds, issue_dq, reduce_dq (and ds_ready for the lockstep).
+// cnt counts the CTA's query tiles (ring stage and phase), continued across units; dk, dv accumulate.
+template <class K, class TileGrads, class StoreDs, class IssueDq, class ReduceDq>
+__device__ __forceinline__ void bwd_schedule_late_dq(const BwdSmemAddr<K>& sm, uint8_t* smem_gen, const BwdThread& th,
+                                                     const BwdUnit& u, int& cnt, float (&dk)[K::HD / 2],
+                                                     float (&dv)[K::HD / 2], TileGrads& tile_grads, StoreDs& store_ds,
+                                                     IssueDq& issue_dq, ReduceDq& reduce_dq) {
+    constexpr int BQ = K::BQ, STAGES = K::STAGES, N = K::DQ_N;
+    const int wg = th.wg, lane = th.lane;
+    const bool dq_issuer = th.dq_issuer;
+    const uint32_t base = sm.base;
+    const int kv0 = u.kv0, kvh = u.kvh, b = u.b, group = u.group, n_qt = u.n_qt, it_begin = u.it_begin,
+              it_end = u.it_end;
+    // dQ one query tile late. Tile n (cnt, continuous over items) of a warpgroup: issue S^T(n),
+    // dP^T(n); P^T, dS^T(n); issue dV/dK(n); sync on the other warpgroup's "dS^T(n-1) written"
+    // barrier, store dS^T(n) into buffer n%2, issue dQ(n-1) (buffer (n-1)%2, K); wait for all;
+    // arrive on "my dS^T(n) written" (this warpgroup arrives, the other syncs); release the stage;
+    // reduce dQ(n-1). The arrive comes after the wait, so the other warpgroup, once synced, knows
+    // this one's dQ(n-1) (the last reader of buffer (n+1)%2) has completed; its own store of
+    // dS^T(n) came after its sync on dS^T(n-1), written after the other's dQ(n-2), the last reader
+    // of buffer n%2. So two buffers, and one arrive per barrier id between two syncs of it. The
+    // first tile of an item has no dQ(n-1); a tail step after the last issues dQ(last) before K
+    // is released. Nothing in flight across the loop's back edge; compile-time flags, not
+    // run-time branches, pick the step's shape.
+    // the zeros of dK, dV opaque here: the peeled first step would otherwise materialise them
+    // between its wgmma_fence and the dV/dK wgmma (ptxas C7519, then C7512)
+    fence_regs(dk), fence_regs(dv);
+    auto ds_buf = [&](int c) { return base + sm.OFF_DS + (c & 1) * K::DS_BYTES; };
+    auto mine = [&](int c) { return BWD_BAR_DS_WRITTEN + 2 * wg + (c & 1); };
+    auto other = [&](int c) { return BWD_BAR_DS_WRITTEN + 2 - 2 * wg + (c & 1); };
+    auto tile_h = [&](int it) { return kvh * group + it / n_qt; };
+    auto tile_i0 = [&](int it) { return kv0 + (it % n_qt) * BQ; };
+    auto dq_ready = [&](int c) {  // the other's dS^T(c) rows are in smem (and our boxes read)
+        if (dq_issuer) bulk_wait_read<0>();
+        named_sync(other(c));
+    };
+    auto step = [&](auto prev_tag, int it) {
+        constexpr bool PREV = decltype(prev_tag)::value;  // dQ of the previous tile to do
+        const int s = cnt % STAGES, i0 = tile_i0(it);
+        const float* rows = reinterpret_cast<const float*>(smem_gen + (sm.rows(s) - base));
+        float st[BQ / 2], dpt[BQ / 2], dq[N / 2];
+        uint32_t pf[BQ / 16][4], dsf[BQ / 16][4];
+        mbar_wait(sm.full(s), (cnt / STAGES) & 1);
+        tile_grads(st, dpt, pf, dsf, s, rows, i0);
+        if constexpr (PREV) {  // dS^T(n) stored before dQ's accumulators are taken (registers)
+            dq_ready(cnt - 1);
+            store_ds(dsf, ds_buf(cnt));
+            wgmma_fence();
+            issue_dq(dq, ds_buf(cnt - 1));
+        } else {
+            store_ds(dsf, ds_buf(cnt));
+        }
+        wgmma_wait<0>();
+        fence_regs(dv), fence_regs(dk), fence_regs(pf), fence_regs(dsf);
+        named_arrive(mine(cnt));
+        __syncwarp();                             // every lane's reads of lse2, D before the release
+        if (lane == 0) mbar_arrive(sm.empty(s));  // Q, dO, lse2, D of this stage are free
+        if constexpr (PREV) {
+            fence_regs(dq);
+            reduce_dq(dq, tile_h(it - 1), tile_i0(it - 1), b);
+        }
+    };
+    step(std::integral_constant<bool, false>{}, it_begin);
+    cnt++;
+    for (int it = it_begin + 1; it < it_end; it++, cnt++) step(std::integral_constant<bool, true>{}, it);
+    {  // tail: dQ of the item's last tile
+        float dq[N / 2];
+        dq_ready(cnt - 1);
+        wgmma_fence();
+        issue_dq(dq, ds_buf(cnt - 1));
+        wgmma_wait<0>();
+        fence_regs(dq);
+        reduce_dq(dq, tile_h(it_end - 1), tile_i0(it_end - 1), b);
+    }
+}
+
+template <class K, class TileGrads, class StoreDs, class DsReady, class IssueDq, class ReduceDq>
+__device__ __forceinline__ void bwd_schedule_lockstep(const BwdSmemAddr<K>& sm, uint8_t* smem_gen, const BwdThread& th,
+                                                      const BwdUnit& u, int& cnt, float (&dk)[K::HD / 2],
+                                                      float (&dv)[K::HD / 2], int window, TileGrads& tile_grads,
+                                                      StoreDs& store_ds, DsReady& ds_ready, IssueDq& issue_dq,
+                                                      ReduceDq& reduce_dq) {
+    constexpr int BQ = K::BQ, STAGES = K::STAGES, N = K::DQ_N;
+    const int lane = th.lane, kw0 = u.kv0 + th.wg * 64;  // this warpgroup's first key
+    const uint32_t base = sm.base;
+    const int kv0 = u.kv0, kvh = u.kvh, b = u.b, group = u.group, n_qt = u.n_qt, it_begin = u.it_begin,
+              it_end = u.it_end;
+    // Both warpgroups meet at one barrier a tile (dS^T written), then dQ.
+    for (int it = it_begin; it < it_end; it++, cnt++) {
+        const int s = cnt % STAGES, h = kvh * group + it / n_qt, i0 = kv0 + (it % n_qt) * BQ;
+        const uint32_t sdS = base + sm.OFF_DS + (cnt & 1) * K::DS_BYTES;
+        const float* rows = reinterpret_cast<const float*>(smem_gen + (sm.rows(s) - base));
+        float st[BQ / 2], dpt[BQ / 2], dq[N / 2];
+        uint32_t pf[BQ / 16][4], dsf[BQ / 16][4];
+        // skip_masked: none of this warpgroup's keys kw0 .. kw0 + 63 visible to the tile's queries
+        const bool live = !K::SKIP_MASKED || any_visible(i0, i0 + BQ - 1, kw0, kw0 + 63, window);
+        mbar_wait(sm.full(s), (cnt / STAGES) & 1);
+        if (live) {
+            tile_grads(st, dpt, pf, dsf, s, rows, i0);
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < BQ / 16; kk++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) pf[kk][e] = 0u, dsf[kk][e] = 0u;
+        }
+        store_ds(dsf, sdS);
+        ds_ready();
+        wgmma_fence();
+        issue_dq(dq, sdS);
+        wgmma_wait<0>();
+        fence_regs(dq), fence_regs(dv), fence_regs(dk), fence_regs(pf), fence_regs(dsf);
+        __syncwarp();                             // every lane's reads of lse2, D before the release
+        if (lane == 0) mbar_arrive(sm.empty(s));  // Q, dO, lse2, D of this stage are free
+        reduce_dq(dq, h, i0, b);
+    }
+}
+
+// The consumer main loop of one unit u (item j of the CTA; cnt counting the CTA's query tiles,
+// continued across units): the per-tile helpers, then it waits for K and V, runs the tiles on the
+// configuration's schedule, and releases K and V when every wgmma reading them has completed. dk, dv
+// accumulate.
 template <class K>
 __device__ __forceinline__ void bwd_mainloop(const BwdSmemAddr<K>& sm, uint8_t* smem_gen, const BwdThread& th,
-                                             const CUtensorMap* dq_map, int j, int kv0, int kvh, int b, int group,
-                                             int n_qt, int it_begin, int it_end, int& cnt, float (&dk)[K::HD / 2], float (&dv)[K::HD / 2],
-                                             int T, const QKVLayout& L, int window) {
-    constexpr int HD = K::HD, BQ = K::BQ, BKV = K::BKV, STAGES = K::STAGES;
+                                             const CUtensorMap* dq_map, int j, const BwdUnit& u, int& cnt,
+                                             float (&dk)[K::HD / 2], float (&dv)[K::HD / 2], int T, const QKVLayout& L,
+                                             int window) {
+    constexpr int HD = K::HD, BQ = K::BQ, BKV = K::BKV;
     const int wg = th.wg, w = th.w, lane = th.lane, g = th.g, t4 = th.t4;
     const float sl2 = th.sl2;
     const uint32_t base = sm.base, sK = sm.sK, sV = sm.sV;
     constexpr int N = K::DQ_N;
     const int r0 = th.r0, c0 = th.c0;
     const bool dq_issuer = th.dq_issuer;
-    const int kw0 = kv0 + wg * 64;                   // this warpgroup's first key
+    const int kw0 = u.kv0 + wg * 64;                 // this warpgroup's first key
     const int key0 = kw0 + w * 16 + g;               // the thread's keys: key0 and key0 + 8
 
     // S^T = K Q^T, dP^T = V dO^T for stage s, two commit groups: HD/16 k-steps, 32 bytes apart inside
@@ -380,121 +506,30 @@ __device__ __forceinline__ void bwd_mainloop(const BwdSmemAddr<K>& sm, uint8_t* 
         named_sync(BWD_BAR_DS_READY);
     };
 
+    // One query tile's gradients up to dV, dK (stage s, queries i0.., its D and lse2 at rows): issue
+    // S^T, dP^T; P^T while dP^T is still on the tensor cores; dS^T; both packed to bf16 A fragments
+    // (pf, dsf); the dV/dK wgmmas issued (one commit group, not waited for).
+    auto tile_grads = [&](float (&st)[BQ / 2], float (&dpt)[BQ / 2], uint32_t (&pf)[BQ / 16][4],
+                          uint32_t (&dsf)[BQ / 16][4], int s, const float* rows, int i0) {
+        wgmma_fence();
+        issue_s_dp(st, dpt, s);
+        wgmma_wait<1>();  // S^T done
+        fence_regs(st);
+        probabilities(st, rows, i0, kw0, key0);
+        wgmma_wait<0>();
+        fence_regs(dpt);
+        dscores(dpt, st, rows);
+        pack_p<BQ>(pf, st);
+        pack_p<BQ>(dsf, dpt);
+        wgmma_fence();
+        issue_dv_dk(dv, dk, pf, dsf, s);
+    };
+
     mbar_wait(sm.kv_full, j & 1);
-    if constexpr (K::LATE_DQ) {
-        // dQ one query tile late. Tile n (cnt, continuous over items) of a warpgroup: issue S^T(n),
-        // dP^T(n); P^T, dS^T(n); issue dV/dK(n); sync on the other warpgroup's "dS^T(n-1) written"
-        // barrier, store dS^T(n) into buffer n%2, issue dQ(n-1) (buffer (n-1)%2, K); wait for all;
-        // arrive on "my dS^T(n) written" (this warpgroup arrives, the other syncs); release the stage;
-        // reduce dQ(n-1). The arrive comes after the wait, so the other warpgroup, once synced, knows
-        // this one's dQ(n-1) (the last reader of buffer (n+1)%2) has completed; its own store of
-        // dS^T(n) came after its sync on dS^T(n-1), written after the other's dQ(n-2), the last reader
-        // of buffer n%2. So two buffers, and one arrive per barrier id between two syncs of it. The
-        // first tile of an item has no dQ(n-1); a tail step after the last issues dQ(last) before K
-        // is released. Nothing in flight across the loop's back edge; compile-time flags, not
-        // run-time branches, pick the step's shape.
-        // the zeros of dK, dV opaque here: the peeled first step would otherwise materialise them
-        // between its wgmma_fence and the dV/dK wgmma (ptxas C7519, then C7512)
-        fence_regs(dk), fence_regs(dv);
-        auto ds_buf = [&](int c) { return base + sm.OFF_DS + (c & 1) * K::DS_BYTES; };
-        auto mine = [&](int c) { return BWD_BAR_DS_WRITTEN + 2 * wg + (c & 1); };
-        auto other = [&](int c) { return BWD_BAR_DS_WRITTEN + 2 - 2 * wg + (c & 1); };
-        auto tile_h = [&](int it) { return kvh * group + it / n_qt; };
-        auto tile_i0 = [&](int it) { return kv0 + (it % n_qt) * BQ; };
-        auto dq_ready = [&](int c) {  // the other's dS^T(c) rows are in smem (and our boxes read)
-            if (dq_issuer) bulk_wait_read<0>();
-            named_sync(other(c));
-        };
-        auto step = [&](auto prev_tag, int it) {
-            constexpr bool PREV = decltype(prev_tag)::value;  // dQ of the previous tile to do
-            const int s = cnt % STAGES, i0 = tile_i0(it);
-            const float* rows = reinterpret_cast<const float*>(smem_gen + (sm.rows(s) - base));
-            float st[BQ / 2], dpt[BQ / 2], dq[N / 2];
-            uint32_t pf[BQ / 16][4], dsf[BQ / 16][4];
-            mbar_wait(sm.full(s), (cnt / STAGES) & 1);
-            wgmma_fence();
-            issue_s_dp(st, dpt, s);
-            wgmma_wait<1>();
-            fence_regs(st);
-            probabilities(st, rows, i0, kw0, key0);
-            wgmma_wait<0>();
-            fence_regs(dpt);
-            dscores(dpt, st, rows);
-            pack_p<BQ>(pf, st);
-            pack_p<BQ>(dsf, dpt);
-            wgmma_fence();
-            issue_dv_dk(dv, dk, pf, dsf, s);
-            if constexpr (PREV) {  // dS^T(n) stored before dQ's accumulators are taken (registers)
-                dq_ready(cnt - 1);
-                store_ds(dsf, ds_buf(cnt));
-                wgmma_fence();
-                issue_dq(dq, ds_buf(cnt - 1));
-            } else {
-                store_ds(dsf, ds_buf(cnt));
-            }
-            wgmma_wait<0>();
-            fence_regs(dv), fence_regs(dk), fence_regs(pf), fence_regs(dsf);
-            named_arrive(mine(cnt));
-            __syncwarp();                             // every lane's reads of lse2, D before the release
-            if (lane == 0) mbar_arrive(sm.empty(s));  // Q, dO, lse2, D of this stage are free
-            if constexpr (PREV) {
-                fence_regs(dq);
-                reduce_dq(dq, tile_h(it - 1), tile_i0(it - 1), b);
-            }
-        };
-        step(std::integral_constant<bool, false>{}, it_begin);
-        cnt++;
-        for (int it = it_begin + 1; it < it_end; it++, cnt++) step(std::integral_constant<bool, true>{}, it);
-        {  // tail: dQ of the item's last tile
-            float dq[N / 2];
-            dq_ready(cnt - 1);
-            wgmma_fence();
-            issue_dq(dq, ds_buf(cnt - 1));
-            wgmma_wait<0>();
-            fence_regs(dq);
-            reduce_dq(dq, tile_h(it_end - 1), tile_i0(it_end - 1), b);
-        }
-    } else {
-        // Lockstep: both warpgroups meet at one barrier a tile (dS^T written), then dQ.
-        for (int it = it_begin; it < it_end; it++, cnt++) {
-            const int s = cnt % STAGES, h = kvh * group + it / n_qt, i0 = kv0 + (it % n_qt) * BQ;
-            const uint32_t sdS = base + sm.OFF_DS + (cnt & 1) * K::DS_BYTES;
-            const float* rows = reinterpret_cast<const float*>(smem_gen + (sm.rows(s) - base));
-            float st[BQ / 2], dpt[BQ / 2], dq[N / 2];
-            uint32_t pf[BQ / 16][4], dsf[BQ / 16][4];
-            // skip_masked: none of this warpgroup's keys kw0 .. kw0 + 63 visible to the tile's queries
-            const bool live = !K::SKIP_MASKED || any_visible(i0, i0 + BQ - 1, kw0, kw0 + 63, window);
-            mbar_wait(sm.full(s), (cnt / STAGES) & 1);
-            if (live) {
-                wgmma_fence();
-                issue_s_dp(st, dpt, s);
-                wgmma_wait<1>();  // S^T done; P^T while dP^T is still on the tensor cores
-                fence_regs(st);
-                probabilities(st, rows, i0, kw0, key0);
-                wgmma_wait<0>();
-                fence_regs(dpt);
-                dscores(dpt, st, rows);
-                pack_p<BQ>(pf, st);
-                pack_p<BQ>(dsf, dpt);
-                wgmma_fence();
-                issue_dv_dk(dv, dk, pf, dsf, s);
-            } else {
-#pragma unroll
-                for (int kk = 0; kk < BQ / 16; kk++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) pf[kk][e] = 0u, dsf[kk][e] = 0u;
-            }
-            store_ds(dsf, sdS);
-            ds_ready();
-            wgmma_fence();
-            issue_dq(dq, sdS);
-            wgmma_wait<0>();
-            fence_regs(dq), fence_regs(dv), fence_regs(dk), fence_regs(pf), fence_regs(dsf);
-            __syncwarp();                             // every lane's reads of lse2, D before the release
-            if (lane == 0) mbar_arrive(sm.empty(s));  // Q, dO, lse2, D of this stage are free
-            reduce_dq(dq, h, i0, b);
-        }
-    }
+    if constexpr (K::LATE_DQ)
+        bwd_schedule_late_dq<K>(sm, smem_gen, th, u, cnt, dk, dv, tile_grads, store_ds, issue_dq, reduce_dq);
+    else bwd_schedule_lockstep<K>(sm, smem_gen, th, u, cnt, dk, dv, window, tile_grads, store_ds, ds_ready, issue_dq,
+                                  reduce_dq);
     if (lane == 0) mbar_arrive(sm.kv_empty);  // every wgmma reading K, V has completed
 }
 
@@ -556,8 +591,8 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmemAddr<K>& sm, uint8_t* 
         float dk[HD / 2], dv[HD / 2];
 #pragma unroll
         for (int k = 0; k < HD / 2; k++) dk[k] = 0.0f, dv[k] = 0.0f;
-        bwd_mainloop<K>(sm, smem_gen, th, dq_map, j, kv0, kvh, b, group, n_qt, it_begin, it_end, cnt, dk, dv, T, L,
-                        window);
+        bwd_mainloop<K>(sm, smem_gen, th, dq_map, j, BwdUnit{kv0, kvh, b, group, n_qt, it_begin, it_end}, cnt, dk, dv, T,
+                        L, window);
         bwd_epilogue<K>(dqkv, dkv_accum, th, kv0, kvh, b, dk, dv, T, L);
     }
     if (th.dq_issuer) bulk_wait<0>();  // the smem boxes stay until the last reduction has completed

@@ -82,6 +82,15 @@ __device__ __forceinline__ void load_tile_async(bf16* dst, const bf16* src, int 
     }
 }
 
+// cp.async of the K and V tiles of kv head kvh, ROWS keys from k0 (rows past T zero-filled), into sK
+// and sV; seq: the sequence's first token row of qkv. No commit.
+template <int ROWS, int HD, int NT>
+__device__ __forceinline__ void load_kv_async(bf16* sK, bf16* sV, const bf16* seq, int k0, int T, const QKVLayout& L,
+                                              int kvh) {
+    const int stride = L.row();
+    load_tile_async<ROWS, HD, NT>(sK, seq + (size_t)k0 * stride + L.k_col(kvh), stride, T - k0);
+    load_tile_async<ROWS, HD, NT>(sV, seq + (size_t)k0 * stride + L.v_col(kvh), stride, T - k0);
+}
 // Copies this warp's WR rows [row0, row0 + WR) of a swizzled smem tile to global rows < valid_rows.
 template <int HD, int WR = 16>
 __device__ __forceinline__ void store_warp_rows(bf16* dst, int stride, const bf16* tile, int row0, int valid_rows) {

@@ -115,8 +115,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
         load_tile_async<BQ, HD, NT>(sQ + stage * BQ * HD, seq + (size_t)i0 * stride + L.q_col(h), stride, T - i0);
         load_tile_async<BQ, HD, NT>(sdO + stage * BQ * HD, dout + ((size_t)b * T + i0) * C + h * HD, C, T - i0);
     };
-    load_tile_async<BKV, HD, NT>(sK, seq + (size_t)kv0 * stride + L.k_col(kvh), stride, T - kv0);
-    load_tile_async<BKV, HD, NT>(sV, seq + (size_t)kv0 * stride + L.v_col(kvh), stride, T - kv0);
+    load_kv_async<BKV, HD, NT>(sK, sV, seq, kv0, T, L, kvh);
     issue(0, 0);
     cp_async_commit();
 
@@ -364,8 +363,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
                 red_add_v2(dst + (size_t)i * C + nb * 8 + 2 * t4, acc[nb][2 * r], acc[nb][2 * r + 1]);
         }
     };
-    load_tile_async<BKV, HD, NT>(sK, seq + (size_t)kv0 * stride + L.k_col(kvh), stride, T - kv0);
-    load_tile_async<BKV, HD, NT>(sV, seq + (size_t)kv0 * stride + L.v_col(kvh), stride, T - kv0);
+    load_kv_async<BKV, HD, NT>(sK, sV, seq, kv0, T, L, kvh);
     issue(0, 0);
     cp_async_commit();
 

@@ -36,6 +36,37 @@ __device__ __forceinline__ void finish_forward_rows(bf16* out, float* lse, bf16*
     store_warp_rows<HD, WR>(out + ((size_t)b * T + q0) * L.NH * HD + h * HD, L.NH * HD, sQ, warp * WR, T - q0);
 }
 
+// One online-softmax step of a warp's MT m16 query tiles over NB 8-key blocks of scores s (C fragments;
+// the thread's rows g and g + 8 are r = 0, 1): m (the running maxima, in score units) takes the new
+// maxima, s becomes exp2(s * sl2 - max) (base 2: sl2 = scale * log2 e), and l (this thread's part of
+// the row sums) and the output accumulators o are rescaled to the new maxima, l then adds the new terms.
+template <int HD, int NB, int MT>
+__device__ __forceinline__ void online_softmax_tiles(float (*s)[NB][4], float (*m)[2], float (*l)[2],
+                                                     float (*o)[HD / 8][4], float sl2) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mx = m[mt][r];
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++) mx = fmaxf(mx, fmaxf(s[mt][nb][2 * r], s[mt][nb][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float base = mx == -INFINITY ? 0.0f : mx * sl2;  // a row with nothing visible yet stays 0
+            const float corr = exp2f(m[mt][r] * sl2 - base);
+            m[mt][r] = mx;
+            l[mt][r] *= corr;
+#pragma unroll
+            for (int nd = 0; nd < HD / 8; nd++) o[mt][nd][2 * r] *= corr, o[mt][nd][2 * r + 1] *= corr;
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++) {
+                s[mt][nb][2 * r] = exp2f(fmaf(s[mt][nb][2 * r], sl2, -base));
+                s[mt][nb][2 * r + 1] = exp2f(fmaf(s[mt][nb][2 * r + 1], sl2, -base));
+                l[mt][r] += s[mt][nb][2 * r] + s[mt][nb][2 * r + 1];
+            }
+        }
+}
+
 // grid (ceil(T / ROWS), NH, B), THREADS threads, smem_bytes(1). Queries are the resident rows.
 // FLOPs 4 * HD per visible (query, key) pair; bytes ~ (2 + T / ROWS) * T * HD * 2 per head (K/V
 // re-read by every query tile, mostly from L2): compute-bound.
@@ -99,28 +130,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
                         if (!attends(row0 + 16 * mt + 8 * (e >> 1), kv0 + nb * 8 + 2 * t4 + (e & 1), window))
                             s[mt][nb][e] = -INFINITY;
         }
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                float mx = m[mt][r];
-#pragma unroll
-                for (int nb = 0; nb < BKV / 8; nb++) mx = fmaxf(mx, fmaxf(s[mt][nb][2 * r], s[mt][nb][2 * r + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float base = mx == -INFINITY ? 0.0f : mx * sl2;  // a row with nothing visible yet stays 0
-                const float corr = exp2f(m[mt][r] * sl2 - base);
-                m[mt][r] = mx;
-                l[mt][r] *= corr;
-#pragma unroll
-                for (int nd = 0; nd < HD / 8; nd++) o[mt][nd][2 * r] *= corr, o[mt][nd][2 * r + 1] *= corr;
-#pragma unroll
-                for (int nb = 0; nb < BKV / 8; nb++) {
-                    s[mt][nb][2 * r] = exp2f(fmaf(s[mt][nb][2 * r], sl2, -base));
-                    s[mt][nb][2 * r + 1] = exp2f(fmaf(s[mt][nb][2 * r + 1], sl2, -base));
-                    l[mt][r] += s[mt][nb][2 * r] + s[mt][nb][2 * r + 1];
-                }
-            }
+        online_softmax_tiles<HD, BKV / 8, MT>(s, m, l, o, sl2);
         mma_p_regs_b_kn<HD, BKV, MT>(o, s, v_tile, 0);
         __syncthreads();  // this stage is free for the prefetch two tiles on
     }
@@ -288,28 +298,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
                                 if (!attends(row0 + 16 * mt + g + 8 * ((e >> 1) & 1),
                                              key_lo[c] + 8 * (e >> 2) + 2 * t4 + (e & 1), window))
                                     s[mt][2 * c + (e >> 2)][e & 3] = -INFINITY;
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                    for (int r = 0; r < 2; r++) {
-                        float mx = m[mt][r];
-#pragma unroll
-                        for (int nb = 0; nb < 2 * N; nb++) mx = fmaxf(mx, fmaxf(s[mt][nb][2 * r], s[mt][nb][2 * r + 1]));
-                        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                        const float base = mx == -INFINITY ? 0.0f : mx * sl2;
-                        const float corr = exp2f(m[mt][r] * sl2 - base);
-                        m[mt][r] = mx;
-                        l[mt][r] *= corr;
-#pragma unroll
-                        for (int nd = 0; nd < HD / 8; nd++) o[mt][nd][2 * r] *= corr, o[mt][nd][2 * r + 1] *= corr;
-#pragma unroll
-                        for (int nb = 0; nb < 2 * N; nb++) {
-                            s[mt][nb][2 * r] = exp2f(fmaf(s[mt][nb][2 * r], sl2, -base));
-                            s[mt][nb][2 * r + 1] = exp2f(fmaf(s[mt][nb][2 * r + 1], sl2, -base));
-                            l[mt][r] += s[mt][nb][2 * r] + s[mt][nb][2 * r + 1];
-                        }
-                    }
+                online_softmax_tiles<HD, 2 * N, MT>(s, m, l, o, sl2);
 #pragma unroll
                 for (int c = 0; c < N; c++) {
                     uint32_t a[MT][4];
