@@ -37,22 +37,16 @@
 //
 // Kernels, n elements of floatX (bf16: 2 bytes), the FP8 outputs 1 byte each; all memory-bound (a few
 // flops per byte). Measured: docs/perf.md, "Memory-bound kernels" (dev/cuda/fp8_cast.cu).
-//   fp8_cast             reads 2n, writes n (3n bytes); with amax the same bytes plus one atomic
-//                        per block. 16-byte loads, grid-stride over one full wave, 4 loads in flight.
-//   fp8_amax             reads 2n (current scaling's extra pass).
-//   fp8_cast_transpose   (R, C) row-major -> (C, R) row-major FP8 (K-major operands of the weight-
-//                        gradient matmul, matmul_fp8.cuh), optionally also the straight (R, C) cast
-//                        from the same read: reads 2RC, writes RC or 2RC. 64x64 tiles through
-//                        shared memory; R and C multiples of 64.
-//   fp8_update_scales    one warp per tensor: reads and writes ~history_len * 4 bytes.
-//   fp8_cast_rowwise     (R, C) -> (R, C) FP8, each row scaled by its own scale from its own amax,
-//                        and the (R) scale_invs (--fp8-scaling rowwise): one warp per row, the row held
-//                        in registers (C up to 4096 bf16: 16 packs per lane), so x is read once:
-//                        reads 2RC, writes RC + 4R.
-//   fp8_cast_transpose_colwise  (R, C) -> (C, R) FP8, each output row (input column) scaled from that
-//                        column's amax, and the (C) scale_invs: a column-amax pass (reads 2RC, one
-//                        atomicMax per column per row chunk), a scale kernel, then fp8_cast_transpose's
-//                        kernel with per-column scales: reads 4RC, writes RC.
+//   fp8_cast                    reads 2n, writes n; with amax one atomic more per block. 16-byte
+//                               loads, grid-stride over one full wave, 4 loads in flight.
+//   fp8_amax                    reads 2n (current scaling's extra pass).
+//   fp8_cast_transpose          (R, C) -> (C, R) FP8, the K-major operands of the weight gradient
+//                               (matmul_fp8.cuh), optionally the straight (R, C) cast from the same
+//                               read: reads 2RC, writes RC or 2RC.
+//   fp8_transpose               FP8 bytes (R, C) -> (C, R): reads RC, writes RC.
+//   fp8_update_scales           one warp per tensor: reads and writes ~history_len * 4 bytes.
+//   fp8_cast_rowwise            a scale per row (--fp8-scaling rowwise): reads 2RC, writes RC + 4R.
+//   fp8_cast_transpose_colwise  a scale per input column, transposed: reads 4RC, writes RC + 4C.
 // Pointers: inputs 16-byte aligned (cudaMalloc'd tensors and their offsets in the trainer are).
 #pragma once
 #include <cuda_fp8.h>

@@ -13,17 +13,12 @@
 //                                                    q_cols), attention_backward keep_dq)
 //     out (R, C) = fp8(x * meta->scale), out_t (C, R) its transpose, meta->amax_bits = max(itself,
 //     max |x|); with dbias, dbias (C) += column sums of x (the linear's bias gradient).
-//   One read of in (and pre), one write of each FP8 copy: the bf16 x is never written. It replaces,
-//   per call (bytes at R = 65536, C = 3072):
-//     GELU_FORWARD   gelu_forward (reads 2RC, writes 2RC) + fp8_cast_transpose (reads 2RC, writes 2RC):
-//                    1.61 GB -> 0.81 GB (reads 2RC, writes 2RC)
-//     GELU_BACKWARD  gelu_backward_inplace (reads 4RC, writes 2RC) + fp8_cast_transpose (2RC, 2RC)
-//                    + bias_backward (reads 2RC): 2.42 GB -> 1.21 GB (reads 4RC, writes 2RC)
-//     NONE + dbias   fp8_cast_transpose + bias_backward: reads 2RC less
-//     DQ_ACCUM       attention_backward_dq_store (reads 4RQ, writes 2RQ; Q = q_cols) + the NONE cast
-//     + dbias        (reads 2RC, writes 2RC): 0.91 GB -> 0.70 GB at R = 65536, C = 2304, Q = 768 (reads
-//                    4RQ + 2R(C - Q), writes 2RC: the fp32 sums read in place of the bf16 dQ, whose
-//                    write and read go)
+//   One read of in (and pre), one write of each FP8 copy: the bf16 x is never written. Bytes, against
+//   the separate passes replaced (the unfused op, fp8_cast_transpose, bias_backward, the dQ store):
+//     GELU_FORWARD      reads 2RC, writes 2RC              (separate: 4RC, 4RC)
+//     GELU_BACKWARD     reads 4RC, writes 2RC              (separate: 8RC, 4RC)
+//     NONE + dbias      reads 2RC, writes 2RC              (separate: 4RC, 2RC)
+//     DQ_ACCUM + dbias  reads 4RQ + 2R(C - Q), writes 2RC  (separate: 4RQ + 2RC, 2RQ + 2RC; Q = q_cols)
 //   The FP8 bytes and the amax are bit-identical to the unfused kernels' at the same scale (the same
 //   device functions, the same floatX rounding before the cast: DQ_ACCUM's is the dQ store's
 //   dq_from_accum, llmc/attention_layout.cuh); the bias gradient is the same sum in another fixed fp32

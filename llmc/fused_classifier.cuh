@@ -169,16 +169,14 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, sm_blocks(CLASSIFIER_
     }
 }
 
-// The FP8 gradient from rows in shared memory (fused_classifier_fp8's kernel where a row fits: sm_90,
-// bf16 rows up to Vp ~ 57K on the H200): a persistent grid of two blocks of CLASSIFIER_BLOCK threads a
-// SM, block b taking rows b, b + grid, ...; each block brings its next row into its one row buffer by
-// one cp.async.bulk (Vp * sizeof(floatX) bytes, 100.6 KB at Vp 50304, completing on an mbarrier) once
-// it is done with the current one, so one block's copy overlaps the other block's two passes. Both
-// passes read shared memory, so the row leaves DRAM once; the FP8 bytes go to the row in global memory
-// (bytes [0, Vp) of its floatX row, as fused_classifier_fp8_block_per_row), nothing else is written.
-// Pass 1 is classifier_row_stats and pass 2 classifier_grad_pack + classifier_fp8_pack: the losses,
-// the floatX gradient and the FP8 bytes are bit for bit fused_classifier_fp8_block_per_row's (the
-// same reads, the same order; dev/cuda/fused_classifier.cu compares every byte and loss).
+// The FP8 gradient from rows in shared memory (fused_classifier_fp8's kernel where a row fits:
+// classifier_fp8_rows_fit): a persistent grid of two blocks of CLASSIFIER_BLOCK threads a SM, block b
+// taking rows b, b + grid, ...; each block brings its next row into its one row buffer by one
+// cp.async.bulk (Vp * sizeof(floatX) bytes, completing on an mbarrier) once it is done with the
+// current one, so one block's copy overlaps the other block's two passes. Both passes read shared
+// memory, so the row leaves DRAM once; the FP8 bytes go where fused_classifier_fp8_block_per_row puts
+// them, nothing else is written. The same passes in the same order: the losses, the floatX gradient
+// and the FP8 bytes are bit for bit the block-per-row kernel's (the lab compares every byte and loss).
 // DRAM: N * Vp * (2 read + 1 written) bytes less the second pass's L2 reads of the block-per-row
 // kernel. Measured against it: dev/cuda/fused_classifier.cu.
 template <Fp8Format F>
@@ -236,11 +234,10 @@ inline size_t classifier_fp8_smem_bytes(int Vp) { return (size_t)ceil_div(Vp / 2
 // Shared memory of fused_classifier_fp8_rows_in_smem: a whole row.
 inline size_t classifier_fp8_row_smem_bytes(int Vp) { return (size_t)Vp * sizeof(floatX); }
 
-// Whether fused_classifier_fp8 takes fused_classifier_fp8_rows_in_smem on this GPU: the kernel's code
-// here was compiled for sm_90 or newer (its bulk copy; kernel_code_arch) and two blocks of a row each
-// fit within an SM's shared memory (each block also reserves 1 KB of it and has a few bytes of its
-// own): bf16 rows up to Vp ~ 57K on the H200's 228 KB. Otherwise (wider rows, older GPUs, a build of
-// older code) the block-per-row kernel, whose half a row fits up to Vp ~ 230K.
+// Whether fused_classifier_fp8 takes fused_classifier_fp8_rows_in_smem on this GPU: its code was
+// compiled for sm_90 or newer (the bulk copy) and two blocks of a row each (plus 1 KB reserved and a
+// few bytes of their own) fit in an SM: bf16 rows up to Vp ~ 57K on the H200's 228 KB. Otherwise
+// the block-per-row kernel, whose half a row fits up to Vp ~ 230K.
 inline bool classifier_fp8_rows_fit(int Vp) {
     static int code_arch = -1, per_sm = 0, optin = 0;
     if (code_arch < 0) {

@@ -144,23 +144,18 @@ inline bool fp8_keeps_no_bf16_inputs(const Fp8Settings& s) {
     return s.enabled && !s.wgrad_bf16 && s.bf16_layers == 0 && s.linears == (1 << FP8_LINEARS) - 1;
 }
 
-// Whether linear k of block l runs in FP8 in an FP8 pass: --fp8-bf16-layers keeps the end blocks bf16,
-// --fp8-linears picks the linear layers.
+// Whether linear k of block l runs in FP8 in an FP8 pass (--fp8-bf16-layers, --fp8-linears).
 inline bool fp8_linear_on(const ModelFp8& f, int l, int k) {
     return l >= f.set.bf16_layers && l < f.L - f.set.bf16_layers && ((f.set.linears >> k) & 1);
 }
 
-// Whether the casts run fused into their producers (--fp8-fused 1, llmc/fp8_fused.cuh): they need
-// the scale before the tensor exists (delayed scaling, after its first step) and the FP8 weight
-// gradient (the bf16 one reads the bf16 tensors the fused casts no longer write). Then every dY cast
-// also sums the bias gradient, and with GELU (fp8_gelu_fused) the activation moves into the casts.
+// Whether the casts run fused into their producers (llmc/fp8_fused.cuh): they need the scale before
+// the tensor exists (delayed scaling, after its first step) and the FP8 weight gradient (the bf16 one
+// reads the bf16 tensors the fused casts no longer write).
 inline bool fp8_fused(const ModelFp8& f) {
     return f.set.fused && f.set.scaling == Fp8Scaling::DELAYED && f.warm && !f.set.wgrad_bf16;
 }
-// Whether block l's GELU runs inside the FP8 casts: forward, fc's pre-activation -> fcproj's e4m3 X
-// and X^T (the bf16 GELU output is not written); backward, d(GELU output) from fcproj's input
-// gradient -> fc's dY, dY^T and bias gradient (d(pre-activation) is not written in bf16). Both fc
-// and fcproj must be FP8 in the block.
+// Whether block l's GELU runs inside the FP8 casts (see "GELU" at the top): fc and fcproj both FP8.
 inline bool fp8_gelu_fused(const ModelFp8& f, int l) {
     return f.gelu && fp8_fused(f) && fp8_linear_on(f, l, FP8_FC) && fp8_linear_on(f, l, FP8_FCPROJ);
 }
@@ -172,12 +167,10 @@ inline bool fp8_norm_fused(const ModelFp8& f, int l, int k) {
 }
 
 // Whether qkv's dY cast in block l may read dQ straight from the attention backward's fp32 scratch
-// (fp8_cast_transpose_fused DQ_ACCUM): fused casts, qkv in FP8, and no RoPE (whose backward rotates
-// the bf16 dQ columns in place between the attention backward and the cast). The caller then asks the
-// attention backward to keep dQ there (attention_backward keep_dq), which it does only on its
-// single-pass schedules (else dqkv is whole and the cast is NONE's). Nothing else reads the bf16 dQ
-// columns: with the fused casts the weight gradient reads dY^T and the bias gradient comes from the
-// cast.
+// (DQ_ACCUM): fused casts, qkv in FP8, and no RoPE (whose backward rotates the bf16 dQ columns in
+// place between the attention backward and the cast). The caller then asks the attention backward to
+// keep dQ there (keep_dq), which it does only on its single-pass schedules (else dqkv is whole and
+// the cast is NONE's). Nothing else reads the bf16 dQ columns under fused casts.
 inline bool fp8_dq_fused(const ModelFp8& f, int l) { return fp8_fused(f) && !f.rope && fp8_linear_on(f, l, FP8_QKV); }
 
 // FP8 matmuls need tensor cores that take e4m3/e5m2: compute capability 8.9 (Ada) or newer. Fails
