@@ -9,6 +9,7 @@
 // scratch, then a fixed-order fold), so they are deterministic. C must be a multiple of x128::size.
 #pragma once
 #include "llmc/cuda_common.cuh"
+#include "llmc/norm_backward.cuh"
 #include "llmc/utils.h"
 
 constexpr float LAYERNORM_EPS = 1e-5f;
@@ -173,41 +174,33 @@ static __global__ void layernorm_forward_block_per_row(floatX* residual, floatX*
     }
 }
 
-inline void layernorm_check(const char* what, int C) {
-    if (C % x128::size != 0) fail("%s: C = %d is not a multiple of %d", what, C, x128::size);
-}
-
-// how: NormLaunch (llmc/cuda_common.cuh); the default is the large-M kernel at every N.
-inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
-                              const floatX* bias, int N, int C, cudaStream_t stream, NormLaunch how = {}) {
-    layernorm_check("layernorm_forward", C);
-    if (how.block_per_row && norm_block_per_row_fits(N, C)) {
-        launch_kernel(layernorm_forward_block_per_row<false>, dim3(N), dim3(norm_block_per_row_threads(C)), 0, stream,
-                      how.pdl, (floatX*)nullptr, out, mean, rstd, inp, (const floatX*)nullptr, weight, bias, N, C);
-        cudaCheckLaunch();
-        return;
-    }
-    const int rows_per_block = LAYERNORM_BLOCK / WARP_SIZE;
-    layernorm_forward_warp_per_row<false><<<ceil_div(N, rows_per_block), LAYERNORM_BLOCK, 0, stream>>>(
-        nullptr, out, mean, rstd, inp, nullptr, weight, bias, N, C);
+// The forward's launch: the block-per-row kernel where `how` asks for it and the rows fit, else the
+// large-M kernel (how: NormLaunch, llmc/cuda_common.cuh; the default is the large-M kernel at every N).
+template <bool FUSED_RESIDUAL>
+inline void layernorm_forward_launch(const char* what, floatX* residual, floatX* out, float* mean, float* rstd,
+                                     const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias,
+                                     int N, int C, cudaStream_t stream, NormLaunch how) {
+    norm_check(what, C);
+    if (how.block_per_row && norm_block_per_row_fits(N, C))
+        launch_kernel(layernorm_forward_block_per_row<FUSED_RESIDUAL>, dim3(N), dim3(norm_block_per_row_threads(C)), 0,
+                      stream, how.pdl, residual, out, mean, rstd, inp1, inp2, weight, bias, N, C);
+    else
+        layernorm_forward_warp_per_row<FUSED_RESIDUAL><<<ceil_div(N, LAYERNORM_BLOCK / WARP_SIZE), LAYERNORM_BLOCK, 0,
+                                                         stream>>>(residual, out, mean, rstd, inp1, inp2, weight, bias,
+                                                                   N, C);
     cudaCheckLaunch();
 }
-
+inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
+                              const floatX* bias, int N, int C, cudaStream_t stream, NormLaunch how = {}) {
+    layernorm_forward_launch<false>("layernorm_forward", nullptr, out, mean, rstd, inp, nullptr, weight, bias, N, C,
+                                    stream, how);
+}
 inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd,
                                              const floatX* inp1, const floatX* inp2, const floatX* weight,
                                              const floatX* bias, int N, int C, cudaStream_t stream,
                                              NormLaunch how = {}) {
-    layernorm_check("fused_residual_layernorm_forward", C);
-    if (how.block_per_row && norm_block_per_row_fits(N, C)) {
-        launch_kernel(layernorm_forward_block_per_row<true>, dim3(N), dim3(norm_block_per_row_threads(C)), 0, stream,
-                      how.pdl, residual, out, mean, rstd, inp1, inp2, weight, bias, N, C);
-        cudaCheckLaunch();
-        return;
-    }
-    const int rows_per_block = LAYERNORM_BLOCK / WARP_SIZE;
-    layernorm_forward_warp_per_row<true><<<ceil_div(N, rows_per_block), LAYERNORM_BLOCK, 0, stream>>>(
-        residual, out, mean, rstd, inp1, inp2, weight, bias, N, C);
-    cudaCheckLaunch();
+    layernorm_forward_launch<true>("fused_residual_layernorm_forward", residual, out, mean, rstd, inp1, inp2, weight,
+                                   bias, N, C, stream, how);
 }
 
 // ---------------------------------------------------------------- backward
@@ -215,16 +208,16 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
 // dinp += rstd * (g - mean(g) - norm * mean(g * norm)), dweight += sum over rows of dout * norm,
 // dbias += sum over rows of dout.
 //
-// The shipped path, C <= NORM_BWD_MAX_C: one kernel reads each row of dout, inp and dinp once
-// and writes dinp once (the fewest bytes: 4 N*C*sizeof(floatX), 403 MB at N = 65536, C = 768 in
-// bf16, ~100 us at the 4.0 TB/s copy), then column_partials_add2 adds the chunk partials of
-// dweight and dbias in fixed order (one launch for both). Block = one chunk of consecutive rows; warp w
-// takes R rows at a time, rows r0 + w*R, r0 + (w + 8)*R, ... of the chunk. A lane owns the column
-// packs lane, lane + 32, ... of its rows and keeps its dweight and dbias sums for them over all its
-// rows; at the end the 8 warps' sums are added in warp order and the block writes its chunk's
-// partials, (chunks, 2, C): [k][0] = dweight, [k][1] = dbias. Fixed order everywhere, no atomics:
-// bit-identical runs. The summation order: column c of chunk k = warps 0..7 in order, each warp's sum
-// over its rows in row order; then column_partials_add over the chunks.
+// The fused kernel, C <= NORM_BWD_MAX_C (norm_backward.cuh launches it): it reads each row of dout,
+// inp and dinp once and writes dinp once (the fewest bytes: 4 N*C*sizeof(floatX), 403 MB at
+// N = 65536, C = 768 in bf16, ~100 us at the 4.0 TB/s copy), then column_partials_add2 adds the chunk
+// partials of dweight and dbias in fixed order (one launch for both). Block = one chunk of
+// consecutive rows; warp w takes R rows at a time, rows r0 + w*R, r0 + (w + 8)*R, ... of the chunk.
+// A lane owns the column packs lane, lane + 32, ... of its rows and keeps its dweight and dbias sums
+// for them over all its rows; at the end the 8 warps' sums are added in warp order and the block
+// writes its chunk's partials, (chunks, 2, C): [k][0] = dweight, [k][1] = dbias. Fixed order
+// everywhere, no atomics: bit-identical runs. The summation order: column c of chunk k = warps 0..7
+// in order, each warp's sum over its rows in row order; then column_partials_add over the chunks.
 // Two regimes (llmc/cuda_common.cuh):
 //  - narrow, PACKS <= NORM_BWD_REG_PACKS (C <= 1024): the sums in registers, 2 blocks per SM,
 //    norm_backward_chunks(N) chunks (at most 256: one wave at 2 blocks per SM); at the end the
@@ -235,20 +228,155 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
 //    read, added and written back per row in the same order; the loaded packs (not t and norm) live
 //    across the row's reductions and phase 2 recomputes from them: at 5 packs 128 registers, 2 blocks
 //    per SM (52 bytes of spill stores a thread), 264 chunks; at 6-8 packs 1 block per SM, 132 chunks
-//    (layernorm_backward_min_blocks). H200 (lab, N = 16384): C = 1280 0.0755 ms (55.6% of
-//    copy; two kernels 0.0990); C = 1600 0.0847 ms (61.9%; two kernels 0.1280; at 2 blocks per SM,
-//    spilling 376 bytes, 0.1679).
-//    H200, t and norm kept in registers instead (1 block per SM, 132 chunks):
-//    C = 1280 0.0897 ms (46.8% of copy), 1600 0.1175 ms (44.6%), 73.7 us a call in the 774M step.
+//    (layernorm_backward_min_blocks). H200 (lab, N = 16384): C = 1280 0.0755 ms (55.6% of copy),
+//    C = 1600 0.0847 ms (61.9%).
 // Every load of a warp's R rows (dout, inp and dinp: 3*PACKS 16-byte loads per lane per row) is
-// issued before the first reduction, one DRAM round trip per step (the lab's "one pass" variant
-// loads dinp only after the reduction: two), and the rows stay in registers (no second read).
-// PACKS = packs per lane (3 at C = 768 in bf16), R = rows per warp per step (layernorm_backward_rows).
+// issued before the first reduction, one DRAM round trip per step, and the rows stay in registers
+// (no second read). PACKS = packs per lane (3 at C = 768 in bf16), R = rows per warp per step
+// (norm_backward_rows).
 // Blocks per SM the kernel is built for: 2 (128 registers) up to 5 packs a lane (C <= 1280 bf16);
-// at 6-8 packs 128 registers spill 264-528 bytes a thread and ran slower than the two kernels (C = 1600,
-// H200: 0.1679 ms against 0.1278), so 1 block per SM (up to 255 registers) there.
+// at 6-8 packs 128 registers would spill 264-528 bytes a thread (slower than the two kernels), so 1
+// block per SM (up to 255 registers) there.
 template <int PACKS>
 __host__ __device__ constexpr int layernorm_backward_min_blocks() { return PACKS <= 5 ? 2 : 1; }
+// The wide regime's sums, in the kernel's dynamic shared memory: (warp, sum: dweight then dbias, F4,
+// P = C / x128::size packs) float4; slot (sum, h) of pack q holds columns q * x128::size + 4h .. + 3 of
+// the warp's sum, and only pack q's lane touches it.
+struct LayerNormWideSums {
+    static constexpr int F4 = x128::size / 4;  // float4 slots per pack and sum
+    float4* base;
+    int warp, P;
+    __device__ float4& operator()(int sum, int h, int q) const { return base[((warp * 2 + sum) * F4 + h) * P + q]; }
+};
+
+// The wide regime's step: one row, r. The loaded packs live across the reductions instead of t and
+// norm (3 x 4 registers a pack against 2 x 8), and phase 2 recomputes norm, g and t from them (the
+// same expressions, the same values): <= 128 registers, 2 blocks per SM.
+template <int PACKS>
+__device__ __forceinline__ void layernorm_backward_wide_row(const LayerNormWideSums& slot, floatX* dinp,
+                                                            const floatX* dout, const floatX* inp,
+                                                            const floatX* weight, float mr, float sr, int r, int C,
+                                                            int lane) {
+    constexpr int F4 = LayerNormWideSums::F4;
+    const int P = slot.P;
+    x128 d[PACKS], x[PACKS], di[PACKS];
+    norm_backward_load_row<PACKS>(d, x, di, dout, inp, dinp, (int64_t)r * C, C, lane);
+    float sgr = 0.0f, sgnr = 0.0f;
+#pragma unroll
+    for (int p = 0; p < PACKS; p++) {
+        const int q = p * WARP_SIZE + lane;
+        if (q >= P) continue;  // a pack past C: nothing to add (its loads read the last pack)
+        const x128 w = load128(weight + q * x128::size);
+        float pw[x128::size], pb[x128::size];
+#pragma unroll
+        for (int h = 0; h < F4; h++) {
+            const float4 a = slot(0, h, q), b = slot(1, h, q);
+            pw[4 * h] = a.x, pw[4 * h + 1] = a.y, pw[4 * h + 2] = a.z, pw[4 * h + 3] = a.w;
+            pb[4 * h] = b.x, pb[4 * h + 1] = b.y, pb[4 * h + 2] = b.z, pb[4 * h + 3] = b.w;
+        }
+#pragma unroll
+        for (int k = 0; k < x128::size; k++) {
+            const float dk = to_float(d[p][k]);
+            const float nk = (to_float(x[p][k]) - mr) * sr;
+            const float g = dk * to_float(w[k]);
+            sgr += g;
+            sgnr += g * nk;
+            pw[k] += dk * nk;
+            pb[k] += dk;
+        }
+#pragma unroll
+        for (int h = 0; h < F4; h++) {
+            slot(0, h, q) = make_float4(pw[4 * h], pw[4 * h + 1], pw[4 * h + 2], pw[4 * h + 3]);
+            slot(1, h, q) = make_float4(pb[4 * h], pb[4 * h + 1], pb[4 * h + 2], pb[4 * h + 3]);
+        }
+        // one pack's sums at a time: keeps the compiler from hoisting the next packs' shared loads
+        // (2 x 8 registers a pack) above these stores, which spilled
+        asm volatile("" ::: "memory");
+    }
+    sgr = warp_reduce_sum(sgr) / C * sr;    // rstd * mean(g)
+    sgnr = warp_reduce_sum(sgnr) / C * sr;  // rstd * mean(g * norm)
+#pragma unroll
+    for (int p = 0; p < PACKS; p++) {
+        const int q = p * WARP_SIZE + lane;
+        if (q >= P) continue;
+        const x128 w = load128(weight + q * x128::size);
+        x128 o;
+#pragma unroll
+        for (int k = 0; k < x128::size; k++) {
+            const float nk = (to_float(x[p][k]) - mr) * sr;
+            const float t = to_float(di[p][k]) + sr * (to_float(d[p][k]) * to_float(w[k]));
+            o[k] = from_float<floatX>(t - (sgr + nk * sgnr));
+        }
+        store128(dinp + (int64_t)r * C + q * x128::size, o);
+    }
+}
+
+// The narrow regime's step: rows r .. r + R - 1 (those below r1), the sums dw, db in registers.
+// Phase 1 needs only what was loaded: the dweight and dbias sums, this lane's parts of sum(g) and
+// sum(g * norm), and t = dinp + rstd * g. Phase 2, after the rows' reductions, writes
+// dinp = t - rstd * (mean(g) + norm * mean(g * norm)); only t and norm live across them.
+// The loads are unconditional (branches around them cost registers and hoisting): a row past the
+// chunk's end reads the chunk's last row, a pack past C reads the row's last pack, and both read as
+// zeros (a select, not a multiply: no 0 * inf), so they add exactly nothing; their stores are skipped.
+template <int PACKS, int R>
+__device__ __forceinline__ void layernorm_backward_narrow_step(float (&dw)[PACKS][x128::size],
+                                                               float (&db)[PACKS][x128::size], floatX* dinp,
+                                                               const floatX* dout, const floatX* inp,
+                                                               const floatX* weight, const float* mean,
+                                                               const float* rstd, int r, int r1, int C, int lane) {
+    float t[R][PACKS][x128::size], nrm[R][PACKS][x128::size];
+    float m[R], s[R], sg[R], sgn[R];
+    {
+        x128 w[PACKS], d[R][PACKS], x[R][PACKS], di[R][PACKS];
+        norm_backward_load_weight<PACKS>(w, weight, C, lane);
+#pragma unroll
+        for (int i = 0; i < R; i++) {  // every load of the R rows first
+            const int row = min(r + i, r1 - 1);
+            const int64_t base = (int64_t)row * C;
+            m[i] = mean[row];
+            s[i] = rstd[row];
+            norm_backward_load_row<PACKS>(d[i], x[i], di[i], dout, inp, dinp, base, C, lane);
+        }
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            sg[i] = sgn[i] = 0.0f;
+#pragma unroll
+            for (int p = 0; p < PACKS; p++) {
+                const int q = p * WARP_SIZE + lane;
+                const bool ok = r + i < r1 && q * x128::size < C;
+                float pw[x128::size], pb[x128::size];  // this pack's dweight and dbias sums
+#pragma unroll
+                for (int k = 0; k < x128::size; k++) pw[k] = dw[p][k], pb[k] = db[p][k];
+#pragma unroll
+                for (int k = 0; k < x128::size; k++) {
+                    const float dk = ok ? to_float(d[i][p][k]) : 0.0f;
+                    const float nk = ok ? (to_float(x[i][p][k]) - m[i]) * s[i] : 0.0f;
+                    const float g = dk * to_float(w[p][k]);
+                    sg[i] += g;
+                    sgn[i] += g * nk;
+                    nrm[i][p][k] = nk;
+                    pw[k] += dk * nk;
+                    pb[k] += dk;
+                    t[i][p][k] = to_float(di[i][p][k]) + s[i] * g;
+                }
+#pragma unroll
+                for (int k = 0; k < x128::size; k++) dw[p][k] = pw[k], db[p][k] = pb[k];
+            }
+        }
+    }
+    // the 2R reductions are independent shuffle chains
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        sg[i] = warp_reduce_sum(sg[i]) / C * s[i];    // rstd * mean(g)
+        sgn[i] = warp_reduce_sum(sgn[i]) / C * s[i];  // rstd * mean(g * norm)
+    }
+    norm_backward_store_rows<PACKS, R>(dinp, r, r1, C, lane,
+                                       [&](int i, int p, int k) { return t[i][p][k] - (sg[i] + nrm[i][p][k] * sgn[i]); });
+}
+
+// The fused kernel (norm_backward.cuh launches it): the phases above over the block's chunk of rows,
+// then the chunk's partials (chunks, 2, C): every warp's sums hold all its columns (zeros if it had no
+// rows), and column c adds warps 0..7 in order.
 template <int PACKS, int R>
 static __global__ __launch_bounds__(NORM_BWD_BLOCK, layernorm_backward_min_blocks<PACKS>()) void
     layernorm_backward_fused(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
@@ -256,14 +384,13 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, layernorm_backward_min_block
                              int rows_per_chunk) {
     static_assert(PACKS <= NORM_BWD_MAX_PACKS, "rows up to NORM_BWD_MAX_C columns");
     constexpr bool WIDE = norm_backward_wide<PACKS>();
-    constexpr int F4 = x128::size / 4;  // float4 slots per pack and sum
-    // WIDE: (warp, sum: dweight then dbias, F4, C / x128::size packs) float4; slot (sum, h) of pack q
-    // holds columns q * x128::size + 4h .. + 3 of this warp's sum, and only pack q's lane touches it
-    extern __shared__ float4 wide_sums[];
+    static_assert(!WIDE || R == 1, "the wide regime takes one row a warp step");
+    constexpr int F4 = LayerNormWideSums::F4;
+    extern __shared__ float4 wide_sums[];  // WIDE: LayerNormWideSums
     const int P = C / x128::size;
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     const int r0 = blockIdx.x * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
-    auto slot = [&](int sum, int h, int q) -> float4& { return wide_sums[((warp * 2 + sum) * F4 + h) * P + q]; };
+    const LayerNormWideSums slot{wide_sums, warp, P};
     float dw[WIDE ? 1 : PACKS][x128::size], db[WIDE ? 1 : PACKS][x128::size];  // narrow: the sums
     if constexpr (WIDE) {
 #pragma unroll
@@ -282,138 +409,13 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, layernorm_backward_min_block
     // r is the same for all lanes of a warp: the loop, the row checks and the shuffles are warp-uniform
 #pragma unroll 1
     for (int r = r0 + warp * R; r < r1; r += NORM_BWD_WARPS * R) {
-        if constexpr (WIDE) {
-            // One row a step (R = 1). The loaded packs live across the reductions instead of t and
-            // norm (3 x 4 registers a pack against 2 x 8), and phase 2 recomputes norm, g and t from
-            // them (the same expressions, the same values): <= 128 registers, 2 blocks per SM.
-            static_assert(R == 1, "the wide regime takes one row a warp step");
-            const float mr = mean[r], sr = rstd[r];
-            x128 d[PACKS], x[PACKS], di[PACKS];
-            norm_backward_load_row<PACKS>(d, x, di, dout, inp, dinp, (int64_t)r * C, C, lane);
-            float sgr = 0.0f, sgnr = 0.0f;
-#pragma unroll
-            for (int p = 0; p < PACKS; p++) {
-                const int q = p * WARP_SIZE + lane;
-                if (q >= P) continue;  // a pack past C: nothing to add (its loads read the last pack)
-                const x128 w = load128(weight + q * x128::size);
-                float pw[x128::size], pb[x128::size];
-#pragma unroll
-                for (int h = 0; h < F4; h++) {
-                    const float4 a = slot(0, h, q), b = slot(1, h, q);
-                    pw[4 * h] = a.x, pw[4 * h + 1] = a.y, pw[4 * h + 2] = a.z, pw[4 * h + 3] = a.w;
-                    pb[4 * h] = b.x, pb[4 * h + 1] = b.y, pb[4 * h + 2] = b.z, pb[4 * h + 3] = b.w;
-                }
-#pragma unroll
-                for (int k = 0; k < x128::size; k++) {
-                    const float dk = to_float(d[p][k]);
-                    const float nk = (to_float(x[p][k]) - mr) * sr;
-                    const float g = dk * to_float(w[k]);
-                    sgr += g;
-                    sgnr += g * nk;
-                    pw[k] += dk * nk;
-                    pb[k] += dk;
-                }
-#pragma unroll
-                for (int h = 0; h < F4; h++) {
-                    slot(0, h, q) = make_float4(pw[4 * h], pw[4 * h + 1], pw[4 * h + 2], pw[4 * h + 3]);
-                    slot(1, h, q) = make_float4(pb[4 * h], pb[4 * h + 1], pb[4 * h + 2], pb[4 * h + 3]);
-                }
-                // one pack's sums at a time: keeps the compiler from hoisting the next packs' shared
-                // loads (2 x 8 registers a pack) above these stores, which spilled
-                asm volatile("" ::: "memory");
-            }
-            sgr = warp_reduce_sum(sgr) / C * sr;    // rstd * mean(g)
-            sgnr = warp_reduce_sum(sgnr) / C * sr;  // rstd * mean(g * norm)
-#pragma unroll
-            for (int p = 0; p < PACKS; p++) {
-                const int q = p * WARP_SIZE + lane;
-                if (q >= P) continue;
-                const x128 w = load128(weight + q * x128::size);
-                x128 o;
-#pragma unroll
-                for (int k = 0; k < x128::size; k++) {
-                    const float nk = (to_float(x[p][k]) - mr) * sr;
-                    const float t = to_float(di[p][k]) + sr * (to_float(d[p][k]) * to_float(w[k]));
-                    o[k] = from_float<floatX>(t - (sgr + nk * sgnr));
-                }
-                store128(dinp + (int64_t)r * C + q * x128::size, o);
-            }
-        } else {
-            // Phase 1 needs only what was loaded: the dweight and dbias sums, this lane's parts of sum(g)
-            // and sum(g * norm), and t = dinp + rstd * g. Phase 2, after the row's reductions, writes
-            // dinp = t - rstd * (mean(g) + norm * mean(g * norm)); only t and norm live across them.
-            // The loads are unconditional (branches around them cost registers and hoisting): a row past
-            // the chunk's end reads the chunk's last row, a pack past C reads the row's last pack, and
-            // both read as zeros (a select, not a multiply: no 0 * inf), so they add exactly nothing;
-            // their stores are skipped.
-            float t[R][PACKS][x128::size], nrm[R][PACKS][x128::size];
-            float m[R], s[R], sg[R], sgn[R];
-            {
-                x128 w[PACKS], d[R][PACKS], x[R][PACKS], di[R][PACKS];
-#pragma unroll
-                for (int p = 0; p < PACKS; p++)  // weight: L1 hits, reloaded each step to keep registers free
-                    w[p] = load128(weight + min((p * WARP_SIZE + lane) * x128::size, C - x128::size));
-#pragma unroll
-                for (int i = 0; i < R; i++) {  // every load of the R rows first
-                    const int row = min(r + i, r1 - 1);
-                    const int64_t base = (int64_t)row * C;
-                    m[i] = mean[row];
-                    s[i] = rstd[row];
-                    norm_backward_load_row<PACKS>(d[i], x[i], di[i], dout, inp, dinp, base, C, lane);
-                }
-#pragma unroll
-                for (int i = 0; i < R; i++) {
-                    sg[i] = sgn[i] = 0.0f;
-#pragma unroll
-                    for (int p = 0; p < PACKS; p++) {
-                        const int q = p * WARP_SIZE + lane;
-                        const bool ok = r + i < r1 && q * x128::size < C;
-                        float pw[x128::size], pb[x128::size];  // this pack's dweight and dbias sums
-#pragma unroll
-                        for (int k = 0; k < x128::size; k++) pw[k] = dw[p][k], pb[k] = db[p][k];
-#pragma unroll
-                        for (int k = 0; k < x128::size; k++) {
-                            const float dk = ok ? to_float(d[i][p][k]) : 0.0f;
-                            const float nk = ok ? (to_float(x[i][p][k]) - m[i]) * s[i] : 0.0f;
-                            const float g = dk * to_float(w[p][k]);
-                            sg[i] += g;
-                            sgn[i] += g * nk;
-                            nrm[i][p][k] = nk;
-                            pw[k] += dk * nk;
-                            pb[k] += dk;
-                            t[i][p][k] = to_float(di[i][p][k]) + s[i] * g;
-                        }
-#pragma unroll
-                        for (int k = 0; k < x128::size; k++) dw[p][k] = pw[k], db[p][k] = pb[k];
-                    }
-                }
-            }
-            // the 2R reductions are independent shuffle chains
-#pragma unroll
-            for (int i = 0; i < R; i++) {
-                sg[i] = warp_reduce_sum(sg[i]) / C * s[i];    // rstd * mean(g)
-                sgn[i] = warp_reduce_sum(sgn[i]) / C * s[i];  // rstd * mean(g * norm)
-            }
-#pragma unroll
-            for (int i = 0; i < R; i++) {
-                const int64_t base = (int64_t)(r + i) * C;
-#pragma unroll
-                for (int p = 0; p < PACKS; p++) {
-                    const int c = (p * WARP_SIZE + lane) * x128::size;
-                    if (r + i < r1 && c < C) {
-                        x128 o;
-#pragma unroll
-                        for (int k = 0; k < x128::size; k++)
-                            o[k] = from_float<floatX>(t[i][p][k] - (sg[i] + nrm[i][p][k] * sgn[i]));
-                        store128(dinp + base + c, o);
-                    }
-                }
-            }
-        }
+        if constexpr (WIDE)
+            layernorm_backward_wide_row<PACKS>(slot, dinp, dout, inp, weight, mean[r], rstd[r], r, C, lane);
+        else
+            layernorm_backward_narrow_step<PACKS, R>(dw, db, dinp, dout, inp, weight, mean, rstd, r, r1, C, lane);
     }
     float* out = partials + (int64_t)blockIdx.x * 2 * C;
     if constexpr (WIDE) {
-        // every warp's slots hold all its columns (zeros if it had no rows); column c adds warps 0..7 in order
         __syncthreads();
         const float* sums = reinterpret_cast<const float*>(wide_sums);
         for (int c = threadIdx.x; c < C; c += NORM_BWD_BLOCK) {
@@ -425,9 +427,7 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, layernorm_backward_min_block
                 out[j * C + c] = sum;
             }
         }
-    } else {
-        // Every warp stores all its columns (zeros if it had no rows); column c then adds warps 0..7 in
-        // order. Twice through the one buffer: dweight, then dbias.
+    } else {  // twice through one buffer: dweight, then dbias
         __shared__ float warp_sum[NORM_BWD_WARPS * NORM_BWD_REG_PACKS * WARP_SIZE * x128::size];  // [warp][c], 32 KB
 #pragma unroll
         for (int half = 0; half < 2; half++) {
@@ -450,62 +450,8 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, layernorm_backward_min_block
     }
 }
 
-// Rows per warp step of the shipped path: 2 while a lane's share of a row is at most 16 values
-// (C <= 512 in bf16), else 1. A row in flight costs ~2 registers per value (t and norm) on top of
-// the dweight and dbias sums' 2; at C = 768 in bf16 R = 1 takes the 128 registers that 2 blocks of
-// 256 threads per SM allow (no spills) and R = 2 spills (the lab times it).
-template <int PACKS>
-constexpr int layernorm_backward_rows() { return PACKS * x128::size <= 16 ? 2 : 1; }
-
-
-// The wide kernels' shared-memory opt-in, once per kernel and process (see norm_backward_optin).
-template <int PACKS, int R>
-inline void layernorm_backward_fused_optin() {
-    static bool done = false;
-    if (!done) norm_backward_optin(layernorm_backward_fused<PACKS, R>, 2);
-    done = true;
-}
-
-// The shipped path with PACKS packs per lane and R rows per warp step; needs C <= 32 * PACKS *
-// x128::size and chunks * 2 * C floats of scratch. chunks: 0 for the regime's own count
-// (norm_backward_chunks or norm_backward_chunks_wide), else at most column_num_chunks(N) (the lab
-// times other counts). The lab times R = 1 and 2.
-template <int PACKS, int R>
-inline void layernorm_backward_fused_launch(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch,
-                                            const floatX* dout, const floatX* inp, const floatX* weight,
-                                            const float* mean, const float* rstd, int N, int C, cudaStream_t stream,
-                                            int chunks = 0) {
-    if (C > PACKS * WARP_SIZE * x128::size) fail("layernorm_backward: C = %d exceeds %d packs per lane", C, PACKS);
-    if (N <= 0) return;
-    constexpr bool WIDE = norm_backward_wide<PACKS>();
-    if (chunks <= 0)
-        chunks = WIDE ? norm_backward_chunks_wide(N, layernorm_backward_min_blocks<PACKS>()) : norm_backward_chunks(N);
-    if (chunks > column_num_chunks(N))
-        fail("layernorm_backward: %d chunks exceed the scratch's %d", chunks, column_num_chunks(N));
-    const int rows_per_chunk = ceil_div(N, chunks);
-    if constexpr (WIDE) layernorm_backward_fused_optin<PACKS, R>();
-    layernorm_backward_fused<PACKS, R><<<chunks, NORM_BWD_BLOCK, WIDE ? norm_backward_smem(2, C) : 0, stream>>>(
-        dinp, scratch, dout, inp, weight, mean, rstd, N, C, rows_per_chunk);
-    cudaCheckLaunch();
-    // partials [k][0][c] into dweight, [k][1][c] into dbias, one launch
-    column_partials_add2(dweight, dbias, scratch, C, chunks, 2 * (int64_t)C, C, stream);
-}
-
-// Opts in the kernel that rows of C channels take to its shared memory. Call it before a CUDA graph
-// capture that may hold the first layernorm_backward of that width (model_build does): the launcher
-// would opt in itself, and whether cudaFuncSetAttribute may run inside a capture is not a thing to
-// rely on.
-inline void layernorm_backward_prepare(int C) {
-    if (C <= 0 || C > NORM_BWD_MAX_C) return;
-    norm_backward_dispatch(C, [](auto packs) {
-        constexpr int PACKS = decltype(packs)::value;
-        if constexpr (norm_backward_wide<PACKS>())
-            layernorm_backward_fused_optin<PACKS, layernorm_backward_rows<PACKS>()>();
-    });
-}
-
-// The two-kernel path (shipped before; the fallback for C > NORM_BWD_MAX_C). dinp: one warp
-// per row, two passes over dout, inp and weight (the second from L1), one read-modify-write of dinp.
+// The two-kernel path (the fallback for C > NORM_BWD_MAX_C; norm_backward_two_kernels): dinp, a warp
+// a row.
 static __global__ void layernorm_backward_input_warp_per_row(floatX* dinp, const floatX* dout, const floatX* inp,
                                                              const floatX* weight, const float* mean,
                                                              const float* rstd, int N, int C) {
@@ -535,10 +481,8 @@ static __global__ void layernorm_backward_input_warp_per_row(floatX* dinp, const
     }
 }
 
-// dweight/dbias stage 1 of the two-kernel path: thread = one pack of columns, blockIdx.y = one
-// chunk of rows, walked in order. partials (chunks, 2, C): [k][0] = sum dout * norm, [k][1] = sum
-// dout. Reads 2 * N * C values a second time, coalesced across the threads of a row; stage 2 is
-// column_partials_add.
+// dweight/dbias partials of the two-kernel path: thread = one pack of columns, blockIdx.y = one chunk
+// of rows, walked in order. partials (chunks, 2, C): [k][0] = sum dout * norm, [k][1] = sum dout.
 static __global__ void layernorm_backward_param_partials(float* partials, const floatX* dout, const floatX* inp,
                                                          const float* mean, const float* rstd, int N, int C,
                                                          int rows_per_chunk) {
@@ -560,40 +504,33 @@ static __global__ void layernorm_backward_param_partials(float* partials, const 
     for (int k = 0; k < x128::size; k++) { pw[k] = dw[k]; pb[k] = db[k]; }
 }
 
-// Floats of scratch layernorm_backward needs for N rows of C channels (either path; the shipped
-// one uses norm_backward_chunks(N) * 2 * C of them).
+// LayerNorm's backward for norm_backward.cuh's launchers.
+struct LayerNormBackward {
+    static constexpr const char* what = "layernorm_backward";
+    static constexpr int SUMS = 2;  // dweight, dbias
+    template <int PACKS, int R>
+    static constexpr auto fused() { return layernorm_backward_fused<PACKS, R>; }
+    template <int PACKS>
+    static constexpr int min_blocks() { return layernorm_backward_min_blocks<PACKS>(); }
+    static constexpr auto input() { return layernorm_backward_input_warp_per_row; }
+    static constexpr auto partials() { return layernorm_backward_param_partials; }
+};
+
+// Floats of scratch layernorm_backward needs for N rows of C channels (either path).
 inline size_t layernorm_backward_scratch_floats(int N, int C) { return (size_t)column_num_chunks(N) * 2 * C; }
 
-// The two-kernel path, any C (a multiple of x128::size): column_num_chunks(N) * 2 * C floats of scratch.
-inline void layernorm_backward_two_kernels(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch,
-                                           const floatX* dout, const floatX* inp, const floatX* weight,
-                                           const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
-    layernorm_check("layernorm_backward", C);
-    const int rows_per_block = LAYERNORM_BLOCK / WARP_SIZE;
-    layernorm_backward_input_warp_per_row<<<ceil_div(N, rows_per_block), LAYERNORM_BLOCK, 0, stream>>>(
-        dinp, dout, inp, weight, mean, rstd, N, C);
-    cudaCheckLaunch();
-    const int chunks = column_num_chunks(N), rows_per_chunk = ceil_div(N, chunks);
-    const int packs = C / x128::size, threads = 128;
-    layernorm_backward_param_partials<<<dim3(ceil_div(packs, threads), chunks), threads, 0, stream>>>(
-        scratch, dout, inp, mean, rstd, N, C, rows_per_chunk);
-    cudaCheckLaunch();
-    column_partials_add2(dweight, dbias, scratch, C, chunks, 2 * (int64_t)C, C, stream);
-}
-
-// scratch: at least layernorm_backward_scratch_floats(N, C) = column_num_chunks(N) * 2 * C floats.
+// scratch: at least layernorm_backward_scratch_floats(N, C) floats.
 inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout,
                                const floatX* inp, const floatX* weight, const float* mean, const float* rstd, int N,
                                int C, cudaStream_t stream) {
-    layernorm_check("layernorm_backward", C);
-    if (N <= 0 || C <= 0) return;  // nothing to add (and no empty grid to launch)
-    if (C > NORM_BWD_MAX_C) {
-        layernorm_backward_two_kernels(dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, C, stream);
-        return;
-    }
-    norm_backward_dispatch(C, [&](auto packs) {
-        constexpr int PACKS = decltype(packs)::value;
-        layernorm_backward_fused_launch<PACKS, layernorm_backward_rows<PACKS>()>(dinp, dweight, dbias, scratch, dout,
-                                                                                 inp, weight, mean, rstd, N, C, stream);
-    });
+    norm_backward<LayerNormBackward>(dinp, dweight, dbias, scratch, N, C, stream, dout, inp, weight, mean, rstd);
 }
+// The two-kernel path at any C (the lab times it against the fused kernel).
+inline void layernorm_backward_two_kernels(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch,
+                                           const floatX* dout, const floatX* inp, const floatX* weight,
+                                           const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
+    norm_backward_two_kernels<LayerNormBackward>(dinp, dweight, dbias, scratch, N, C, stream, dout, inp, weight, mean,
+                                                 rstd);
+}
+// Opts in the fused kernel that rows of C channels take to its shared memory (norm_backward_prepare).
+inline void layernorm_backward_prepare(int C) { norm_backward_prepare<LayerNormBackward>(C); }

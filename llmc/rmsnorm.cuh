@@ -12,6 +12,7 @@
 // then a fixed-order fold), so it is deterministic. C must be a multiple of x128::size. References: llmc/cpu/rmsnorm.h.
 #pragma once
 #include "llmc/cuda_common.cuh"
+#include "llmc/norm_backward.cuh"
 #include "llmc/utils.h"
 
 constexpr int RMSNORM_BLOCK = 256;  // 8 warps = 8 rows per block
@@ -92,55 +93,45 @@ static __global__ void rmsnorm_forward_block_per_row(floatX* residual, floatX* o
     if (threadIdx.x == 0) rstd[row] = s;
 }
 
-inline void rmsnorm_check(const char* what, int C) {
-    if (C % x128::size != 0) fail("%s: C = %d is not a multiple of %d", what, C, x128::size);
-}
 inline void rmsnorm_check_eps(const char* what, float eps) {
     if (!(eps > 0.0f)) fail("%s: eps %g must be > 0", what, (double)eps);
 }
 
-// how: NormLaunch (llmc/cuda_common.cuh); the default is the large-M kernel at every N.
-inline void rmsnorm_forward(floatX* out, float* rstd, const floatX* inp, const floatX* weight, int N, int C, float eps,
-                            cudaStream_t stream, NormLaunch how = {}) {
-    rmsnorm_check("rmsnorm_forward", C);
-    rmsnorm_check_eps("rmsnorm_forward", eps);
-    if (how.block_per_row && norm_block_per_row_fits(N, C)) {
-        launch_kernel(rmsnorm_forward_block_per_row<false>, dim3(N), dim3(norm_block_per_row_threads(C)), 0, stream,
-                      how.pdl, (floatX*)nullptr, out, rstd, inp, (const floatX*)nullptr, weight, N, C, eps);
-        cudaCheckLaunch();
-        return;
-    }
-    const int rows_per_block = RMSNORM_BLOCK / WARP_SIZE;
-    rmsnorm_forward_warp_per_row<false><<<ceil_div(N, rows_per_block), RMSNORM_BLOCK, 0, stream>>>(
-        nullptr, out, rstd, inp, nullptr, weight, N, C, eps);
+// The forward's launch: the block-per-row kernel where `how` asks for it and the rows fit, else the
+// large-M kernel (how: NormLaunch, llmc/cuda_common.cuh; the default is the large-M kernel at every N).
+template <bool FUSED_RESIDUAL>
+inline void rmsnorm_forward_launch(const char* what, floatX* residual, floatX* out, float* rstd, const floatX* inp1,
+                                   const floatX* inp2, const floatX* weight, int N, int C, float eps,
+                                   cudaStream_t stream, NormLaunch how) {
+    norm_check(what, C);
+    rmsnorm_check_eps(what, eps);
+    if (how.block_per_row && norm_block_per_row_fits(N, C))
+        launch_kernel(rmsnorm_forward_block_per_row<FUSED_RESIDUAL>, dim3(N), dim3(norm_block_per_row_threads(C)), 0,
+                      stream, how.pdl, residual, out, rstd, inp1, inp2, weight, N, C, eps);
+    else
+        rmsnorm_forward_warp_per_row<FUSED_RESIDUAL><<<ceil_div(N, RMSNORM_BLOCK / WARP_SIZE), RMSNORM_BLOCK, 0,
+                                                       stream>>>(residual, out, rstd, inp1, inp2, weight, N, C, eps);
     cudaCheckLaunch();
 }
-
+inline void rmsnorm_forward(floatX* out, float* rstd, const floatX* inp, const floatX* weight, int N, int C, float eps,
+                            cudaStream_t stream, NormLaunch how = {}) {
+    rmsnorm_forward_launch<false>("rmsnorm_forward", nullptr, out, rstd, inp, nullptr, weight, N, C, eps, stream, how);
+}
 inline void fused_residual_rmsnorm_forward(floatX* residual, floatX* out, float* rstd, const floatX* inp1,
                                            const floatX* inp2, const floatX* weight, int N, int C, float eps,
                                            cudaStream_t stream, NormLaunch how = {}) {
-    rmsnorm_check("fused_residual_rmsnorm_forward", C);
-    rmsnorm_check_eps("fused_residual_rmsnorm_forward", eps);
-    if (how.block_per_row && norm_block_per_row_fits(N, C)) {
-        launch_kernel(rmsnorm_forward_block_per_row<true>, dim3(N), dim3(norm_block_per_row_threads(C)), 0, stream,
-                      how.pdl, residual, out, rstd, inp1, inp2, weight, N, C, eps);
-        cudaCheckLaunch();
-        return;
-    }
-    const int rows_per_block = RMSNORM_BLOCK / WARP_SIZE;
-    rmsnorm_forward_warp_per_row<true><<<ceil_div(N, rows_per_block), RMSNORM_BLOCK, 0, stream>>>(
-        residual, out, rstd, inp1, inp2, weight, N, C, eps);
-    cudaCheckLaunch();
+    rmsnorm_forward_launch<true>("fused_residual_rmsnorm_forward", residual, out, rstd, inp1, inp2, weight, N, C, eps,
+                                 stream, how);
 }
 
 // ---------------------------------------------------------------- backward
 // With n = inp * rstd and g = dout * weight (no mean is subtracted, so no mean(g) term as in
 // LayerNorm): dinp += rstd * (g - n * mean(g * n)), dweight += sum over rows of dout * n.
 //
-// The shipped path, C <= NORM_BWD_MAX_C: one kernel reads each row of dout, inp and dinp once
-// and writes dinp once (the fewest bytes: 4 N*C*sizeof(floatX), 403 MB at N = 65536, C = 768 in
-// bf16, ~100 us at the 4.0 TB/s copy), then column_partials_add adds the chunk partials of
-// dweight in fixed order. Block = one chunk of consecutive rows; warp w takes R rows at a time,
+// The fused kernel, C <= NORM_BWD_MAX_C (norm_backward.cuh launches it): it reads each row of dout,
+// inp and dinp once and writes dinp once (the fewest bytes: 4 N*C*sizeof(floatX), 403 MB at
+// N = 65536, C = 768 in bf16, ~100 us at the 4.0 TB/s copy), then column_partials_add adds the chunk
+// partials of dweight in fixed order. Block = one chunk of consecutive rows; warp w takes R rows at a time,
 // rows r0 + w*R, r0 + (w + 8)*R, ... of the chunk. A lane owns the column packs lane, lane + 32, ...
 // of its rows and keeps its dweight sums for them over all its rows; at the end the 8 warps' sums
 // are added in warp order and the block writes its chunk's row of partials (chunks, C). Fixed order
@@ -155,14 +146,13 @@ inline void fused_residual_rmsnorm_forward(floatX* residual, floatX* out, float*
 //    at 2048), each lane its own 16-byte slots (conflict-free, no synchronization until the end),
 //    read, added and written back per row in the same order; 1 block per SM (255 registers),
 //    norm_backward_chunks_wide(N) chunks (at most 132: one wave). H200 (lab, N = 16384):
-//    C = 1280 0.0780 ms, C = 1600 0.1041 (the two kernels: 0.0921, 0.1177). LayerNorm's rework (the
-//    loaded packs kept instead of t and norm, 2 blocks per SM at 5 packs) is not applied here yet.
-// Memory-level parallelism is what a warp-per-row kernel lacks at 16 warps per SM (the lab's "one
-// pass" variant issues dinp's load only after the row's reduction: two DRAM round trips per row,
-// with one row's worth of loads in flight at a time): here every load of the warp's R rows (dout,
-// inp and dinp: 3*PACKS 16-byte loads per lane per row) is issued before the first reduction, one
-// round trip per step, and the rows stay in registers (no second read, not even from L1).
-// PACKS = packs per lane (3 at C = 768 in bf16), R = rows per warp per step (rmsnorm_backward_rows).
+//    C = 1280 0.0780 ms, C = 1600 0.1041 (the two kernels: 0.0921, 0.1177). (LayerNorm's keeps the
+//    loaded packs across the reductions instead of t and n, for 2 blocks per SM at 5 packs.)
+// Memory-level parallelism is what a warp-per-row kernel lacks at 16 warps per SM: here every load
+// of the warp's R rows (dout, inp and dinp: 3*PACKS 16-byte loads per lane per row) is issued before
+// the first reduction, one round trip per step, and the rows stay in registers (no second read, not
+// even from L1). PACKS = packs per lane (3 at C = 768 in bf16), R = rows per warp per step
+// (norm_backward_rows).
 template <int PACKS, int R>
 static __global__ __launch_bounds__(NORM_BWD_BLOCK, norm_backward_min_blocks<PACKS>()) void rmsnorm_backward_fused(
     floatX* dinp, float* partials, const floatX* dout, const floatX* inp, const floatX* weight, const float* rstd,
@@ -206,9 +196,7 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, norm_backward_min_blocks<PAC
         float s[R], gx[R];
         {
             x128 w[PACKS], d[R][PACKS], x[R][PACKS], di[R][PACKS];
-#pragma unroll
-            for (int p = 0; p < PACKS; p++)  // weight: L1 hits, reloaded each step to keep registers free
-                w[p] = load128(weight + min((p * WARP_SIZE + lane) * x128::size, C - x128::size));
+            norm_backward_load_weight<PACKS>(w, weight, C, lane);
 #pragma unroll
             for (int i = 0; i < R; i++) {  // every load of the R rows first
                 const int64_t base = (int64_t)min(r + i, r1 - 1) * C;
@@ -258,20 +246,8 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, norm_backward_min_blocks<PAC
         // rstd * mean(g * n) = rstd^2 * sum(g * inp) / C; the R reductions are independent shuffle chains
 #pragma unroll
         for (int i = 0; i < R; i++) gx[i] = warp_reduce_sum(gx[i]) * s[i] * s[i] / C;
-#pragma unroll
-        for (int i = 0; i < R; i++) {
-            const int64_t base = (int64_t)(r + i) * C;
-#pragma unroll
-            for (int p = 0; p < PACKS; p++) {
-                const int c = (p * WARP_SIZE + lane) * x128::size;
-                if (r + i < r1 && c < C) {
-                    x128 o;
-#pragma unroll
-                    for (int k = 0; k < x128::size; k++) o[k] = from_float<floatX>(t[i][p][k] - n[i][p][k] * gx[i]);
-                    store128(dinp + base + c, o);
-                }
-            }
-        }
+        norm_backward_store_rows<PACKS, R>(dinp, r, r1, C, lane,
+                                           [&](int i, int p, int k) { return t[i][p][k] - n[i][p][k] * gx[i]; });
     }
     // Every warp's sums hold all its columns (zeros if it had no rows); column c adds warps 0..7 in order.
     if constexpr (WIDE) {
@@ -301,56 +277,8 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, norm_backward_min_blocks<PAC
     }
 }
 
-// Rows per warp step of the shipped path: 2 while a lane's share of a row is at most 16 values
-// (C <= 512 in bf16), else 1. Each row in flight costs ~2 registers per value (t and n) on top of
-// the dweight sums' 1; at C = 768 in bf16 R = 1 takes 113 registers and R = 2 would need 168,
-// past the 128 that 2 blocks of 256 threads per SM allow (it spills; the lab times it).
-template <int PACKS>
-constexpr int rmsnorm_backward_rows() { return PACKS * x128::size <= 16 ? 2 : 1; }
-
-// The wide kernels' shared-memory opt-in, once per kernel and process (see norm_backward_optin).
-template <int PACKS, int R>
-inline void rmsnorm_backward_fused_optin() {
-    static bool done = false;
-    if (!done) norm_backward_optin(rmsnorm_backward_fused<PACKS, R>, 1);
-    done = true;
-}
-
-// The shipped path with PACKS packs per lane and R rows per warp step; needs C <= 32 * PACKS *
-// x128::size and chunks * C floats of scratch. chunks: 0 for the regime's own count
-// (norm_backward_chunks or norm_backward_chunks_wide), else at most column_num_chunks(N) (the lab
-// times other counts). The lab times R = 1 and 2.
-template <int PACKS, int R>
-inline void rmsnorm_backward_fused_launch(floatX* dinp, floatX* dweight, float* scratch, const floatX* dout,
-                                          const floatX* inp, const floatX* weight, const float* rstd, int N, int C,
-                                          cudaStream_t stream, int chunks = 0) {
-    if (C > PACKS * WARP_SIZE * x128::size) fail("rmsnorm_backward: C = %d exceeds %d packs per lane", C, PACKS);
-    if (N <= 0) return;
-    constexpr bool WIDE = norm_backward_wide<PACKS>();
-    if (chunks <= 0) chunks = WIDE ? norm_backward_chunks_wide(N) : norm_backward_chunks(N);
-    if (chunks > column_num_chunks(N))
-        fail("rmsnorm_backward: %d chunks exceed the scratch's %d", chunks, column_num_chunks(N));
-    const int rows_per_chunk = ceil_div(N, chunks);
-    if constexpr (WIDE) rmsnorm_backward_fused_optin<PACKS, R>();
-    rmsnorm_backward_fused<PACKS, R><<<chunks, NORM_BWD_BLOCK, WIDE ? norm_backward_smem(1, C) : 0, stream>>>(
-        dinp, scratch, dout, inp, weight, rstd, N, C, rows_per_chunk);
-    cudaCheckLaunch();
-    column_partials_add(dweight, scratch, chunks, (int64_t)C, C, stream);
-}
-
-// Opts in the kernel that rows of C channels take to its shared memory; call it before a CUDA graph
-// capture (as layernorm_backward_prepare; model_build does).
-inline void rmsnorm_backward_prepare(int C) {
-    if (C <= 0 || C > NORM_BWD_MAX_C) return;
-    norm_backward_dispatch(C, [](auto packs) {
-        constexpr int PACKS = decltype(packs)::value;
-        if constexpr (norm_backward_wide<PACKS>())
-            rmsnorm_backward_fused_optin<PACKS, rmsnorm_backward_rows<PACKS>()>();
-    });
-}
-
-// The two-kernel path (shipped before; the fallback for C > NORM_BWD_MAX_C). dinp: one warp per
-// row, two passes over dout, inp and weight (the second from L1), one read-modify-write of dinp.
+// The two-kernel path (the fallback for C > NORM_BWD_MAX_C; norm_backward_two_kernels): dinp, a warp
+// a row.
 static __global__ void rmsnorm_backward_input_warp_per_row(floatX* dinp, const floatX* dout, const floatX* inp,
                                                            const floatX* weight, const float* rstd, int N, int C) {
     const int lane = threadIdx.x % WARP_SIZE;
@@ -377,9 +305,8 @@ static __global__ void rmsnorm_backward_input_warp_per_row(floatX* dinp, const f
     }
 }
 
-// dweight stage 1 of the two-kernel path: thread = one pack of columns, blockIdx.y = one chunk of
+// dweight partials of the two-kernel path: thread = one pack of columns, blockIdx.y = one chunk of
 // rows, walked in order. partials (chunks, C) = sum over the chunk's rows of dout * inp * rstd.
-// Reads dout and inp a second time (2 N*C values); stage 2 is column_partials_add.
 static __global__ void rmsnorm_backward_weight_partials(float* partials, const floatX* dout, const floatX* inp,
                                                         const float* rstd, int N, int C, int rows_per_chunk) {
     const int c = (blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
@@ -396,39 +323,31 @@ static __global__ void rmsnorm_backward_weight_partials(float* partials, const f
     for (int k = 0; k < x128::size; k++) p[k] = dw[k];
 }
 
-// Floats of scratch rmsnorm_backward needs for N rows of C channels (either path; the shipped one
-// uses norm_backward_chunks(N) * C of them).
-inline size_t rmsnorm_backward_scratch_floats(int N, int C) { return (size_t)column_num_chunks(N) * C; }
+// RMSNorm's backward for norm_backward.cuh's launchers.
+struct RMSNormBackward {
+    static constexpr const char* what = "rmsnorm_backward";
+    static constexpr int SUMS = 1;  // dweight
+    template <int PACKS, int R>
+    static constexpr auto fused() { return rmsnorm_backward_fused<PACKS, R>; }
+    template <int PACKS>
+    static constexpr int min_blocks() { return norm_backward_min_blocks<PACKS>(); }
+    static constexpr auto input() { return rmsnorm_backward_input_warp_per_row; }
+    static constexpr auto partials() { return rmsnorm_backward_weight_partials; }
+};
 
-// The two-kernel path, any C (a multiple of x128::size): column_num_chunks(N) * C floats of scratch.
-inline void rmsnorm_backward_two_kernels(floatX* dinp, floatX* dweight, float* scratch, const floatX* dout,
-                                         const floatX* inp, const floatX* weight, const float* rstd, int N, int C,
-                                         cudaStream_t stream) {
-    rmsnorm_check("rmsnorm_backward", C);
-    const int rows_per_block = RMSNORM_BLOCK / WARP_SIZE;
-    rmsnorm_backward_input_warp_per_row<<<ceil_div(N, rows_per_block), RMSNORM_BLOCK, 0, stream>>>(
-        dinp, dout, inp, weight, rstd, N, C);
-    cudaCheckLaunch();
-    const int chunks = column_num_chunks(N), rows_per_chunk = ceil_div(N, chunks);
-    const int packs = C / x128::size, threads = 128;
-    rmsnorm_backward_weight_partials<<<dim3(ceil_div(packs, threads), chunks), threads, 0, stream>>>(
-        scratch, dout, inp, rstd, N, C, rows_per_chunk);
-    cudaCheckLaunch();
-    column_partials_add(dweight, scratch, chunks, (int64_t)C, C, stream);
-}
+// Floats of scratch rmsnorm_backward needs for N rows of C channels (either path).
+inline size_t rmsnorm_backward_scratch_floats(int N, int C) { return (size_t)column_num_chunks(N) * C; }
 
 // scratch: at least rmsnorm_backward_scratch_floats(N, C) floats. rstd: the forward's.
 inline void rmsnorm_backward(floatX* dinp, floatX* dweight, float* scratch, const floatX* dout, const floatX* inp,
                              const floatX* weight, const float* rstd, int N, int C, cudaStream_t stream) {
-    rmsnorm_check("rmsnorm_backward", C);
-    if (N <= 0 || C <= 0) return;  // nothing to add (and no empty grid to launch)
-    if (C > NORM_BWD_MAX_C) {
-        rmsnorm_backward_two_kernels(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, stream);
-        return;
-    }
-    norm_backward_dispatch(C, [&](auto packs) {
-        constexpr int PACKS = decltype(packs)::value;
-        rmsnorm_backward_fused_launch<PACKS, rmsnorm_backward_rows<PACKS>()>(dinp, dweight, scratch, dout, inp, weight,
-                                                                             rstd, N, C, stream);
-    });
+    norm_backward<RMSNormBackward>(dinp, dweight, nullptr, scratch, N, C, stream, dout, inp, weight, rstd);
 }
+// The two-kernel path at any C (the lab times it against the fused kernel).
+inline void rmsnorm_backward_two_kernels(floatX* dinp, floatX* dweight, float* scratch, const floatX* dout,
+                                         const floatX* inp, const floatX* weight, const float* rstd, int N, int C,
+                                         cudaStream_t stream) {
+    norm_backward_two_kernels<RMSNormBackward>(dinp, dweight, nullptr, scratch, N, C, stream, dout, inp, weight, rstd);
+}
+// Opts in the fused kernel that rows of C channels take to its shared memory (norm_backward_prepare).
+inline void rmsnorm_backward_prepare(int C) { norm_backward_prepare<RMSNormBackward>(C); }

@@ -315,9 +315,13 @@ static void run_shape(lab::Lab& L, int N, int C) {
                   norm_backward_dispatch(C, [&](auto packs) {
                       constexpr int P = decltype(packs)::value;
                       if constexpr (!norm_backward_wide<P>()) {
-                          auto launch = R == 1 ? layernorm_backward_fused_launch<P, 1> : layernorm_backward_fused_launch<P, 2>;
-                          launch(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, N, C,
-                                 L.stream(), 0);
+                          auto launch = [&](auto r) {
+                              norm_backward_fused_launch<LayerNormBackward, P, decltype(r)::value>(
+                                  d_dinp, d_dweight, d_dbias, d_scratch, N, C, L.stream(), 0, d_dout, d_inp, d_weight,
+                                  d_mean.get(), d_rstd.get());
+                          };
+                          if (R == 1) launch(std::integral_constant<int, 1>{});
+                          else launch(std::integral_constant<int, 2>{});
                       }
                   });
               }, check_bwd);
@@ -329,9 +333,10 @@ static void run_shape(lab::Lab& L, int N, int C) {
               reset_bwd, [&] {
                   norm_backward_dispatch(C, [&](auto packs) {
                       constexpr int P = decltype(packs)::value;
-                      layernorm_backward_fused_launch<P, layernorm_backward_rows<P>()>(
-                          d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, N, C,
-                          L.stream(), std::min(NORM_BWD_MAX_CHUNKS, column_num_chunks(N)));
+                      norm_backward_fused_launch<LayerNormBackward, P, norm_backward_rows<P>()>(
+                          d_dinp, d_dweight, d_dbias, d_scratch, N, C, L.stream(),
+                          std::min(NORM_BWD_MAX_CHUNKS, column_num_chunks(N)), d_dout, d_inp, d_weight, d_mean.get(),
+                          d_rstd.get());
                   });
               }, check_bwd);
 }

@@ -295,8 +295,13 @@ static void run_shape(lab::Lab& L, int N, int C) {
                   norm_backward_dispatch(C, [&](auto packs) {
                       constexpr int P = decltype(packs)::value;
                       if constexpr (!norm_backward_wide<P>()) {
-                          auto launch = R == 1 ? rmsnorm_backward_fused_launch<P, 1> : rmsnorm_backward_fused_launch<P, 2>;
-                          launch(d_dinp, d_dweight, d_scratch, d_dout, d_inp, d_weight, d_rstd, N, C, L.stream(), 0);
+                          auto launch = [&](auto r) {
+                              norm_backward_fused_launch<RMSNormBackward, P, decltype(r)::value>(
+                                  d_dinp, d_dweight, nullptr, d_scratch, N, C, L.stream(), 0, d_dout, d_inp, d_weight,
+                                  d_rstd.get());
+                          };
+                          if (R == 1) launch(std::integral_constant<int, 1>{});
+                          else launch(std::integral_constant<int, 2>{});
                       }
                   });
               }, check_bwd);
@@ -308,9 +313,9 @@ static void run_shape(lab::Lab& L, int N, int C) {
               reset_bwd, [&] {
                   norm_backward_dispatch(C, [&](auto packs) {
                       constexpr int P = decltype(packs)::value;
-                      rmsnorm_backward_fused_launch<P, rmsnorm_backward_rows<P>()>(
-                          d_dinp, d_dweight, d_scratch, d_dout, d_inp, d_weight, d_rstd, N, C, L.stream(),
-                          std::min(NORM_BWD_MAX_CHUNKS, column_num_chunks(N)));
+                      norm_backward_fused_launch<RMSNormBackward, P, norm_backward_rows<P>()>(
+                          d_dinp, d_dweight, nullptr, d_scratch, N, C, L.stream(),
+                          std::min(NORM_BWD_MAX_CHUNKS, column_num_chunks(N)), d_dout, d_inp, d_weight, d_rstd.get());
                   });
               }, check_bwd);
 }

@@ -1,0 +1,144 @@
+// norm_backward.cuh: the launches LayerNorm's and RMSNorm's backwards share (llmc/layernorm.cuh,
+// llmc/rmsnorm.cuh); their plan, regimes and row loads are in llmc/cuda_common.cuh ("The fused norm
+// backwards"). Both add into their gradients (+=): dinp (N, C), and the column sums over the N rows,
+// dweight (C) and LayerNorm's dbias (C), which go through fp32 partials of chunks of rows in scratch,
+// (chunks, SUMS, C), folded in fixed chunk order (column_partials_add): the same bits run to run.
+// An op describes itself to these launchers by a struct (LayerNormBackward, RMSNormBackward):
+//   what                 its name in errors
+//   SUMS                 column sums a row adds: 2 (dweight, dbias) or 1 (dweight)
+//   fused<PACKS, R>()    the fused kernel (dinp, partials, dout, inp, weight, stats..., N, C,
+//                        rows_per_chunk): PACKS packs a lane, R rows a warp step
+//   min_blocks<PACKS>()  its blocks per SM (__launch_bounds__), which size the wide regime's grid
+//   input(), partials()  the two-kernel path's kernels: (dinp, dout, inp, weight, stats..., N, C) a
+//                        warp a row, and (partials, dout, inp, stats..., N, C, rows_per_chunk)
+// stats: LayerNorm's (mean, rstd), RMSNorm's (rstd), the forward's, fp32 (N).
+#pragma once
+#include "llmc/cuda_common.cuh"
+#include "llmc/utils.h"
+
+// The norms take rows of C channels in 16-byte packs.
+inline void norm_check(const char* what, int C) {
+    if (C % x128::size != 0) fail("%s: C = %d is not a multiple of %d", what, C, x128::size);
+}
+
+// Rows per warp step of the fused kernels: 2 while a lane's share of a row is at most 16 values
+// (C <= 512 in bf16), else 1. A row in flight costs ~2 registers per value on top of the sums; at
+// C = 768 in bf16 R = 1 fits the 128 registers that 2 blocks of 256 threads per SM allow and R = 2
+// spills (the labs time it).
+template <int PACKS>
+constexpr int norm_backward_rows() { return PACKS * x128::size <= 16 ? 2 : 1; }
+
+// The weight's packs of the lane (a pack past C: the row's last), for a step of the fused kernels:
+// L1 hits, reloaded each step to keep registers free.
+template <int PACKS>
+__device__ __forceinline__ void norm_backward_load_weight(x128 (&w)[PACKS], const floatX* weight, int C, int lane) {
+#pragma unroll
+    for (int p = 0; p < PACKS; p++) w[p] = load128(weight + min((p * WARP_SIZE + lane) * x128::size, C - x128::size));
+}
+
+// The fused kernels' last phase of a step: dinp of rows r .. r + R - 1 (those below r1), element k of
+// the lane's pack p of row i = value(i, p, k).
+template <int PACKS, int R, typename Value>
+__device__ __forceinline__ void norm_backward_store_rows(floatX* dinp, int r, int r1, int C, int lane, Value value) {
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        const int64_t base = (int64_t)(r + i) * C;
+#pragma unroll
+        for (int p = 0; p < PACKS; p++) {
+            const int c = (p * WARP_SIZE + lane) * x128::size;
+            if (r + i < r1 && c < C) {
+                x128 o;
+#pragma unroll
+                for (int k = 0; k < x128::size; k++) o[k] = from_float<floatX>(value(i, p, k));
+                store128(dinp + base + c, o);
+            }
+        }
+    }
+}
+
+// dweight (and dbias) += the (chunks, SUMS, C) partials in scratch.
+template <int SUMS>
+inline void norm_backward_fold(floatX* dweight, floatX* dbias, const float* scratch, int C, int chunks,
+                               cudaStream_t stream) {
+    if constexpr (SUMS == 2) column_partials_add2(dweight, dbias, scratch, C, chunks, 2 * (int64_t)C, C, stream);
+    else column_partials_add(dweight, scratch, chunks, (int64_t)C, C, stream);
+}
+
+// The wide kernels' shared-memory opt-in, once per kernel and process (norm_backward_optin).
+template <class Op, int PACKS, int R>
+inline void norm_backward_fused_optin() {
+    static bool done = false;
+    if (!done) norm_backward_optin(Op::template fused<PACKS, R>(), Op::SUMS);
+    done = true;
+}
+
+// The fused kernel at PACKS packs a lane and R rows a warp step, then the fold; needs
+// C <= 32 * PACKS * x128::size and chunks * SUMS * C floats of scratch. chunks: 0 for the regime's
+// own count (norm_backward_chunks, or norm_backward_chunks_wide at the kernel's blocks per SM), else
+// at most column_num_chunks(N) (the labs time other counts, and other R).
+template <class Op, int PACKS, int R, typename... Stats>
+inline void norm_backward_fused_launch(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, int N, int C,
+                                       cudaStream_t stream, int chunks, const floatX* dout, const floatX* inp,
+                                       const floatX* weight, Stats... stats) {
+    if (C > PACKS * WARP_SIZE * x128::size) fail("%s: C = %d exceeds %d packs per lane", Op::what, C, PACKS);
+    if (N <= 0) return;
+    constexpr bool WIDE = norm_backward_wide<PACKS>();
+    if (chunks <= 0)
+        chunks = WIDE ? norm_backward_chunks_wide(N, Op::template min_blocks<PACKS>()) : norm_backward_chunks(N);
+    if (chunks > column_num_chunks(N))
+        fail("%s: %d chunks exceed the scratch's %d", Op::what, chunks, column_num_chunks(N));
+    if constexpr (WIDE) norm_backward_fused_optin<Op, PACKS, R>();
+    Op::template fused<PACKS, R>()<<<chunks, NORM_BWD_BLOCK, WIDE ? norm_backward_smem(Op::SUMS, C) : 0, stream>>>(
+        dinp, scratch, dout, inp, weight, stats..., N, C, ceil_div(N, chunks));
+    cudaCheckLaunch();
+    norm_backward_fold<Op::SUMS>(dweight, dbias, scratch, C, chunks, stream);
+}
+
+// The two-kernel path, any C (the fallback past NORM_BWD_MAX_C): column_num_chunks(N) * SUMS * C
+// floats of scratch. dinp: a warp a row, two passes over dout, inp and weight (the second from L1),
+// one read-modify-write of dinp; the partials: a thread a pack of columns, a block row a chunk of rows
+// walked in order, reading dout and inp a second time (coalesced across a row's threads).
+template <class Op, typename... Stats>
+inline void norm_backward_two_kernels(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, int N, int C,
+                                      cudaStream_t stream, const floatX* dout, const floatX* inp,
+                                      const floatX* weight, Stats... stats) {
+    norm_check(Op::what, C);
+    Op::input()<<<ceil_div(N, NORM_BWD_WARPS), NORM_BWD_BLOCK, 0, stream>>>(dinp, dout, inp, weight, stats..., N, C);
+    cudaCheckLaunch();
+    const int chunks = column_num_chunks(N), packs = C / x128::size, threads = 128;
+    Op::partials()<<<dim3(ceil_div(packs, threads), chunks), threads, 0, stream>>>(scratch, dout, inp, stats..., N, C,
+                                                                                 ceil_div(N, chunks));
+    cudaCheckLaunch();
+    norm_backward_fold<Op::SUMS>(dweight, dbias, scratch, C, chunks, stream);
+}
+
+// The backward: the fused kernel for rows of C <= NORM_BWD_MAX_C, else the two kernels. scratch:
+// column_num_chunks(N) * SUMS * C floats (either path).
+template <class Op, typename... Stats>
+inline void norm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, int N, int C,
+                          cudaStream_t stream, const floatX* dout, const floatX* inp, const floatX* weight,
+                          Stats... stats) {
+    norm_check(Op::what, C);
+    if (N <= 0 || C <= 0) return;  // nothing to add (and no empty grid to launch)
+    if (C > NORM_BWD_MAX_C) {
+        norm_backward_two_kernels<Op>(dinp, dweight, dbias, scratch, N, C, stream, dout, inp, weight, stats...);
+        return;
+    }
+    norm_backward_dispatch(C, [&](auto packs) {
+        constexpr int PACKS = decltype(packs)::value;
+        norm_backward_fused_launch<Op, PACKS, norm_backward_rows<PACKS>()>(dinp, dweight, dbias, scratch, N, C,
+                                                                            stream, 0, dout, inp, weight, stats...);
+    });
+}
+
+// Opts in the kernel that rows of C channels take to its shared memory. Call it before a CUDA graph
+// capture that may hold the first backward of that width (model_build does): the launcher would opt
+// in itself, and whether cudaFuncSetAttribute may run inside a capture is not a thing to rely on.
+template <class Op>
+inline void norm_backward_prepare(int C) {
+    if (C <= 0 || C > NORM_BWD_MAX_C) return;
+    norm_backward_dispatch(C, [](auto packs) {
+        constexpr int PACKS = decltype(packs)::value;
+        if constexpr (norm_backward_wide<PACKS>()) norm_backward_fused_optin<Op, PACKS, norm_backward_rows<PACKS>()>();
+    });
+}
