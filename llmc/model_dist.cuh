@@ -16,16 +16,12 @@
 //    Stage 0 and 1: the backward accumulates the whole gradient buffer, and only the step's last
 //    micro-batch communicates: an all-reduce per bucket, in place.
 //    Stage 2: the model keeps the gradients of this rank's shard only (grads_memory). The backward
-//    writes bucket 0 into a buffer of its own (the head's gradients at its start, the embedding's at
-//    its end) and the layer buckets into a pool of DP_POOL buffers in turn (model.grads_of). Before
-//    the backward writes a buffer, the compute stream waits (an event) until the buffer's previous
-//    reduction is done, zeroes it, and (after a step's first micro-batch) copies this rank's pieces
-//    of the bucket in from its shard, so the backward's += accumulates the micro-batches as on one
-//    GPU; once the bucket is complete each piece is reduced to its owner, straight into its shard
-//    (grouped ncclReduce, one per rank the bucket meets: a reduce-scatter of unequal pieces). Every
-//    micro-batch communicates. A reduction replaces the shard's values, and every piece of the shard
-//    is in one bucket, so the first micro-batch's reductions write the whole shard: the shard is not
-//    zeroed at a step's start (gpu_dp_zero_grads), and nothing is copied in from it then.
+//    writes bucket 0 into a buffer of its own and the layer buckets into a pool of DP_POOL buffers in
+//    turn (model.grads_of), each prepared by fill_bucket so that += accumulates the micro-batches as
+//    on one GPU; once a bucket is complete each piece is reduced to its owner, straight into its
+//    shard (grouped ncclReduce: a reduce-scatter of unequal pieces). Every micro-batch communicates.
+//    A reduction replaces the shard's values and every piece is in one bucket, so the first
+//    micro-batch's reductions write the whole shard: it is never zeroed (gpu_dp_zero_grads).
 //  - the update: the squared gradient norm of this rank's slice (stage 1/2: summed over the ranks
 //    by an all-reduce of one float), clipping, AdamW over the slice (adamw_update_range).
 //  - stage 1/2: the updated slices are broadcast from their owners (grouped ncclBroadcast: an
@@ -327,11 +323,10 @@ inline void gpu_dp_wait_grads(GpuDataParallel& dp, const CudaContext& ctx) {
 
 // Global norm over the ranks, clipping, AdamW over this rank's slice, and at stage 1/2 the
 // all-gather of the updated parameters (left running: the next forward waits bucket by bucket).
-// Returns the gradient norm before clipping. The single-GPU update (model_update_enqueue) over this
-// rank's slice, with the squared norm summed over the ranks before the clip factor is taken from it
-// on the device: no host wait between the norm and AdamW; the one host wait, with the --dist-timeout
-// deadline, comes after the update, so it returns with the compute stream idle (as model_update,
-// what it is without NCCL).
+// Returns the gradient norm before clipping. model_update_enqueue over this rank's slice, the squared
+// norm summed over the ranks on the device before the clip factor; the one host wait (--dist-timeout)
+// comes after the update, so it returns with the compute stream idle (as model_update, what it is
+// without NCCL).
 inline float gpu_dp_update(GpuDataParallel& dp, Model& model, const OptimizerSettings& o, const CudaContext& ctx) {
 #ifdef LLMC_NCCL
     using namespace gpu_dp_detail;

@@ -4,19 +4,15 @@
 //   forward          Y  = X . W^T + b      X e4m3 (N, Cin), W e4m3 (OC, Cin)          fast accumulation
 //   input gradient   dX = dY . W           dY e5m2 (or e4m3) (N, OC), W^T e4m3 (Cin, OC)
 //   weight gradient  dW += dY^T . X        dY^T (OC, N), X^T e4m3 (Cin, N)
-//                    or, with --fp8-wgrad bf16, the bf16 matmul of the trainer's bf16 path on the
-//                    bf16 dY and X (no X^T kept, no dY^T cast): the reduction over all N tokens is
-//                    the one per-row scales cannot follow (see rowwise below)
-// The embeddings, the norms, attention and everything outside the blocks stay bf16, as do the master
-// weights, the gradients the matmuls write and AdamW; the output head too unless --fp8-head 1 (its
-// three matmuls: fp8_head_* at the end of this file).
+//                    or, with --fp8-wgrad bf16, the bf16 path's matmul on the bf16 dY and X (no X^T
+//                    kept, no dY^T cast)
+// Everything else stays bf16 (master weights, gradients, AdamW fp32), the output head too unless
+// --fp8-head 1 (fp8_head_* at the end of this file).
 // Where the casts happen:
-//   W   once per step: fp8_amax, scale, then one fp8_cast_transpose that writes W (OC, Cin) and
-//       W^T (Cin, OC). Every block's at once at the start of the step's first forward
-//       (fp8_cast_weights: one launch per linear for all blocks); under ZeRO lazily, when the forward
-//       first meets the layer after an update (its all-gather has landed by then); under rowwise
-//       scaling per layer too. Always current scaling: a weight is cast once per step, and its
-//       scale must stay the one its copies were cast with until the next cast.
+//   W   once per step, current scaling: fp8_amax, scale, one fp8_cast_transpose writing W (OC, Cin)
+//       and W^T (Cin, OC); every block's at once at the step's first forward (fp8_cast_weights), under
+//       ZeRO or rowwise scaling per layer when the forward first meets it after an update. Its scale
+//       must stay the one its copies were cast with until the next cast.
 //   X   in the forward: X (N, Cin) into a one-layer scratch for the forward matmul, X^T (Cin, N) kept
 //       per layer for the weight gradient. Separate casts: one fp8_cast_transpose of the bf16 X. Fused
 //       casts (fp8_fused): X's producer writes both copies and no bf16 X where nothing else reads it:
@@ -28,12 +24,10 @@
 //                     reads; Hopper kernel, T a multiple of 16), else a separate fp8_cast_transpose
 //       RMSNorm and SwiGLU models (Llama) keep separate casts for X.
 //   dY  in the backward: dY (N, OC) and dY^T (OC, N), one-layer scratch. Separate casts: one
-//       fp8_cast_transpose, then bias_backward re-reads dY for the bias gradient. Fused casts: one
-//       fp8_cast_transpose_fused that also sums the bias gradient; fc's dY is formed inside it from
-//       d(GELU output), which fcproj's input-gradient matmul writes, and the pre-activation (GELU_BACKWARD):
-//       no bf16 d(pre-activation) is written, no gelu_backward_inplace, no bias_backward. qkv's dY
-//       (fp8_dq_fused): the attention backward leaves dQ in its fp32 scratch, no dQ store, and the
-//       cast reads the dQ columns from there (DQ_ACCUM), the dK and dV columns from dqkv.
+//       fp8_cast_transpose, then bias_backward. Fused casts: one fp8_cast_transpose_fused that also
+//       sums the bias gradient; fc's dY is formed inside it from d(GELU output) and the pre-activation
+//       (GELU_BACKWARD); qkv's dY (fp8_dq_fused) reads the dQ columns from the attention backward's
+//       fp32 scratch (DQ_ACCUM), the dK and dV columns from dqkv.
 // Scaling of X and dY (--fp8-scaling):
 //   delayed  (default) the cast records the amax in the same pass and uses the scale of the previous
 //            --fp8-history steps' amaxes; all X and dY scales are updated in one launch after each
@@ -57,11 +51,9 @@
 //            bf16 here: dW's operands are scaled per channel over all tokens, so one outlier token
 //            still sets a whole channel's scale (torchao's "rowwise with high-precision wgrad").
 // Every scale lives on the device (Fp8Meta); no host synchronization anywhere.
-// GELU: cuBLASLt's GELU_AUX / DGELU epilogues are the bf16 path's; here the fc matmul writes the
-// pre-activation and the fcproj input-gradient matmul writes d(GELU output). With the fused casts
-// GELU and GELU' run inside the casts above (fp8_gelu_fused); with separate casts gelu_forward writes
-// the bf16 GELU output after the fc matmul and gelu_backward_inplace turns d(GELU output) into
-// d(pre-activation).
+// GELU: no matmul epilogue; the fc matmul writes the pre-activation, fcproj's input-gradient matmul
+// d(GELU output); GELU and GELU' run in the fused casts above, else as gelu_forward and
+// gelu_backward_inplace passes.
 // Memory (d12, N = B*T = 65536): kept X^T L * N * (3C + H) bytes = 3.94 GiB (none with --fp8-wgrad
 // bf16); weight copies 2 bytes per linear parameter (~162 MiB); scratch N * (max Cin + 2 max OC)
 // bytes = 0.56 GiB (dY^T's third none with bf16 wgrad); rowwise scales 4 * (L * sum(OC + 2 Cin) + 2N

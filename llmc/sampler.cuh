@@ -1,11 +1,6 @@
 // sampler.cuh: the next token of each sequence drawn on the GPU from its row of logits, the GPU
-// twin of sample_token in llmc/sampler.h (the same rule, the same RNG stream):
-//   temperature 0: the first largest of the V logits (greedy, no draw);
-//   else weights exp((logit - max) / temperature) in fp64; top-k keeps the logits >= the k-th
-//   largest (ties kept), top-p keeps each token whose larger tokens' mass is below p * the kept mass
-//   (ties at the cut are kept whole, where the CPU's stable sort splits them by id), then one
-//   uniform u of the sequence's splitmix64 stream (llmc/rand.h) picks the first id, in id order,
-//   whose running sum of kept weights exceeds u * their total.
+// twin of sample_token in llmc/sampler.h (the same rule, the same RNG stream, weights in fp64), but
+// for one case: ties at the top-p cut are kept whole, where the CPU's stable sort splits them by id.
 // One block of SAMPLE_THREADS per sequence. The k-th largest logit and the top-p cut are found by a
 // radix select over the logits' order-preserving 32-bit keys: 32 block-wide counts (or sums), each
 // reading the row (V * sizeof(floatX) bytes, from L2 after the first). Greedy reads the row once
