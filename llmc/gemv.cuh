@@ -15,7 +15,7 @@
 // inputs; lane i walks the 16-byte packs i, i + 32, ... of the K axis, U packs per row in flight
 // (U*R 16-byte loads issued before any math), then each of the R*M sums is reduced across the warp.
 // R trades the L1 traffic of the inputs (M packs per R weight packs) against the number of warps:
-// R = 1 below M = 4, R = 2 from there (gemv_rows_per_warp; the lab, dev/cuda/gemv.cu, times 1/2/4).
+// R = 1 below M = 4, R = 2 from there (GemvPolicy::rows; the lab, dev/cuda/gemv.cu, times 1/2/4).
 // Programmatic dependent launch (pdl, llmc/cuda_common.cuh): the kernel may start while the kernel
 // before it in the stream (or CUDA graph) is running. The weights never depend on it, so the first
 // round of a warp's weight packs (U*R 16-byte loads a lane) is loaded into registers before
@@ -24,13 +24,13 @@
 // only the inputs (L2) and the math remain on the step's critical path.
 // Then the kernel lets the next one launch (griddepcontrol.launch_dependents), whose blocks become
 // resident and load their own weights while this one finishes. No-ops without the attribute.
-// Split K (GemvTuning::split_k): a decode GEMV is a chain of latencies, not a stream, so a row whose
+// Split K (GemvPolicy::split_k): a decode GEMV is a chain of latencies, not a stream, so a row whose
 // packs need more than one round per lane (fcproj, K = 3072: 384 packs, 3 rounds of 4 a lane) is
 // split over 2 or 4 warps of a block, each taking every ks-th run of 32 packs, all of a row in one
 // round; the warps' sums meet in shared memory (warp order: deterministic). The cost: KS times the
 // warps, so KS times the registers a row holds, which a PDL chain needs free for the next kernel's
-// early blocks. GemvTuning{false, 1} is the kernel without both (an L2 prefetch of the first round
-// instead of the register loads, no split), which the lab (dev/cuda/gemv.cu) times against them.
+// early blocks. The lab times the kernel without the split and with an L2 prefetch of the first
+// round instead of the register loads.
 //
 //   gemv_fused_forward  the decode step's fused kernels (model_infer.cuh, B <= 8): the same weight
 //                       loop with a GemvFusion around it, so a layer is 4 GEMVs + attention_decode:
@@ -65,6 +65,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include "llmc/cuda_common.cuh"
 #include "llmc/gelu.cuh"
 #include "llmc/layernorm.cuh"
@@ -86,17 +87,6 @@ inline size_t gemv_argmax_scratch_floats(int M, int sms) {
     return 4 + 2 * (size_t)M * GEMV_NORM_BLOCKS_PER_SM * sms;
 }
 
-// How the weight loop hides latency (the top of the file); value-initialized: the shipped choice.
-struct GemvTuning {
-    bool preload = true;  // the first round of weights into registers before pdl_wait (false: an L2 prefetch)
-    int split_k = 0;      // warps sharing a row group: 1, 2 or 4; 0 = gemv_split_k(K)
-    // gemv_fused_forward's rows per warp where the epilogue leaves the choice (not the SwiGLU and RoPE
-    // pairs): 2, or 1 below M = 4; 0 = gemv_rows_per_warp(M). 2 halves a kernel's warps (and its share
-    // of the register file, 65-86% for qkv, fc and fcproj at M = 1), so more of the next kernel's blocks
-    // can be resident early, loading their weights
-    int rows = 0;
-};
-
 enum GemvEpilogue : int { GEMV_PLAIN = 0, GEMV_GELU = 1, GEMV_SWIGLU = 2, GEMV_RESIDUAL = 3, GEMV_QKV = 4 };
 enum GemvNorm : int { GEMV_NORM_NONE = 0, GEMV_NORM_LAYER = 1, GEMV_NORM_RMS = 2 };
 
@@ -106,8 +96,8 @@ struct GemvFusion {
     const floatX* norm_w = nullptr;    // (K)
     const floatX* norm_b = nullptr;    // (K) LayerNorm's bias
     float eps = 0.0f;                  // RMSNorm's (LayerNorm: LAYERNORM_EPS)
-    // GEMV_RESIDUAL: (M, N); with GemvTuning::preload read before pdl_wait, so it must not come from
-    // the kernel this one waits for (the decode step's come from two and three kernels earlier)
+    // GEMV_RESIDUAL: (M, N), read before pdl_wait, so it must not come from the kernel this one waits
+    // for (the decode step's come from two and three kernels earlier)
     const floatX* residual = nullptr;
     floatX* k_cache = nullptr;         // GEMV_QKV: one layer's (M, NKV, S, HD)
     floatX* v_cache = nullptr;         // (M, NKV, S, HD)
@@ -126,17 +116,34 @@ struct GemvFusion {
     int argmax_cols = 0;
 };
 
-// The shipped choice of rows per warp for M inputs (1, 2 or 4; the lab, dev/cuda/gemv.cu, times all three).
-constexpr int gemv_rows_per_warp(int M) { return M >= 4 ? 2 : 1; }
-// The shipped split: the fewest warps (1, 2, 4) per row group that load a row's K / 8 packs in one
-// round of GEMV_UNROLL packs a lane (K = 768: 1; 2048: 2; 3072: 4).
-constexpr int gemv_split_k(int K) {
-    return K / x128::size <= 32 * GEMV_UNROLL ? 1 : K / x128::size <= 64 * GEMV_UNROLL ? 2 : 4;
-}
+// The policy: how a launch splits the work and hides the latency (the top of the file). The lab
+// (dev/cuda/gemv.cu) passes its own policies to gemv_detail's launchers to time the alternatives.
+struct GemvPolicy {
+    // R, rows a warp computes where the epilogue leaves the choice (the SwiGLU and RoPE pairs: 2): 2
+    // from M = 4, else 1. 2 halves a kernel's warps (and its share of the register file, 65-86% for
+    // qkv, fc and fcproj at M = 1), so more of the next kernel's blocks can be resident early.
+    static constexpr int rows(int M) { return M >= 4 ? 2 : 1; }
+    // KS, warps sharing a row group: the fewest (1, 2, 4) that load a row's K / 8 packs in one round
+    // of GEMV_UNROLL packs a lane (K = 768: 1; 2048: 2; 3072: 4).
+    static constexpr int split_k(int K) {
+        return K / x128::size <= 32 * GEMV_UNROLL ? 1 : K / x128::size <= 64 * GEMV_UNROLL ? 2 : 4;
+    }
+    // Before the PDL wait: the first round of a warp's weight packs into registers, with its group's
+    // epilogue inputs (the lab's policies: an L2 prefetch instead).
+    static constexpr bool preload = true;
+};
 
 namespace gemv_detail {
 
 constexpr int WARPS = GEMV_THREADS / WARP_SIZE;
+
+// A launch's settings from the policy, passed as a kernel argument, not a template parameter: folded,
+// preload would change the registers ptxas gives the kernels, and with them the norm kernels' one-wave
+// grids.
+struct GemvLaunch {
+    bool preload;  // GemvPolicy::preload
+    int split_k;   // KS = GemvPolicy::split_k(K)
+};
 
 // acc[r][m] += dot(weight pack of row r, input pack of row m) for the packs `kp` of one lane.
 template <int M, int R>
@@ -288,23 +295,54 @@ __device__ inline void argmax_finish(sampler_detail::ArgMax cand, const GemvFusi
     }
 }
 
+// Input row m's outputs of row group g (gemv_kernel's epilogue): v = the group's sums plus the bias,
+// res_v GEMV_RESIDUAL's residual of row m; cand: the folded argmax's candidate of input row m.
+template <int M, int R, int EPI>
+__device__ __forceinline__ void store_outputs(floatX* out, const float (&v)[R], const float (&res_v)[R],
+                                              const int (&row)[R], int nrows, int m, int N, int g, bool pair,
+                                              const GemvFusion& f, sampler_detail::ArgMax& cand) {
+    if constexpr (EPI == GEMV_SWIGLU) {
+        out[(int64_t)m * (N / 2) + g] = from_float<floatX>(v[0] * swiglu_sigmoid(v[0]) * v[1]);
+    } else if constexpr (EPI == GEMV_QKV) {
+        store_qkv<R>(out, v, row, nrows, m, N, pair, f);
+    } else {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (r >= nrows) break;
+            const int64_t o = (int64_t)m * N + row[r];
+            if constexpr (EPI == GEMV_GELU) out[o] = from_float<floatX>(gelu_tanh(v[r]));
+            else if constexpr (EPI == GEMV_RESIDUAL)
+                out[o] = from_float<floatX>(res_v[r] + to_float(from_float<floatX>(v[r])));
+            else {
+                const floatX y = from_float<floatX>(v[r]);
+                out[o] = y;
+                const float yf = to_float(y);
+                if (f.argmax && row[r] < f.argmax_cols && !isnan(yf)) sampler_detail::argmax_merge(cand, {yf, row[r]});
+            }
+        }
+    }
+}
+
 // Row group g (a warp's R rows, or a pair: GEMV_SWIGLU: rows g and g + N/2; GEMV_QKV with RoPE: rows
-// h*HD + i and h*HD + i + HD/2 for g = h*HD/2 + i) is computed by KS = t.split_k warps of one block
-// (WARPS / KS groups a block; the blocks loop over the rest, only a NORM grid is smaller than the
-// groups): warp kw of the KS takes the packs lane + 32*(kw + KS*i), i = 0, 1, ... Rows past N (the
-// last group of an N not a multiple of R) read row N-1 and write nothing. NORM: inp's rows are
-// normalized into shared memory first (normalize_rows) and read from there.
+// h*HD + i and h*HD + i + HD/2 for g = h*HD/2 + i) is computed by KS = l.split_k warps of one
+// block (WARPS / KS groups a block; the blocks loop over the rest, only a NORM grid is smaller than
+// the groups): warp kw of the KS takes the packs lane + 32*(kw + KS*i), i = 0, 1, ... Rows past N
+// (the last group of an N not a multiple of R) read row N-1 and write nothing. NORM: inp's rows are
+// normalized into shared memory first (normalize_rows) and read from there. Phases: the loads before
+// the PDL wait, the norm prologue, then per group the rounds of weight packs, the reductions (over the
+// warp, then the KS warps) and the epilogue (store_outputs).
 template <int M, int R, int EPI, bool NORM>
 __global__ void __launch_bounds__(GEMV_THREADS)
 gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K, int N, GemvFusion f,
-            GemvTuning t) {
+            GemvLaunch l) {
+    static_assert(R == 1 || R == 2 || R == 4, "1, 2 or 4 rows a warp");
     static_assert(EPI != GEMV_SWIGLU || R == 2, "SwiGLU pairs rows j and H + j");
     extern __shared__ x128 gemv_smem[];  // NORM: rows (M, K), norm weight (K), norm bias (K), floatX
     __shared__ float split_sums[WARPS][R][M];  // KS > 1: each warp's R*M sums
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     const bool pair = EPI == GEMV_SWIGLU || (EPI == GEMV_QKV && R == 2 && f.rope_cos != nullptr);
     const int H = N / 2, groups = pair ? H : (N + R - 1) / R, half = f.HD / 2;
-    const int KS = t.split_k, per_block = WARPS / KS, kw = warp % KS;
+    const int KS = l.split_k, per_block = WARPS / KS, kw = warp % KS;
     const int packs = K / x128::size, p0 = lane + kw * WARP_SIZE, pstep = KS * WARP_SIZE;
     auto rows_of = [&](int g, int (&row)[R]) {
 #pragma unroll
@@ -338,14 +376,14 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
                 if (lane < M) res_v[r] = to_float(__ldcg(f.residual + (int64_t)lane * N + row[r]));
         }
     };
-    // before the wait: the first round of this warp's first group (registers, or an L2 prefetch), its
-    // epilogue inputs, and the norm's weight and bias into shared memory
+    // before the wait: the first round of this warp's first group (registers, or with the lab's
+    // policies an L2 prefetch), its epilogue inputs, and the norm's weight and bias into shared memory
     const int first = min(blockIdx.x * per_block + warp / KS, groups - 1);
     bool loaded = false;
     if (blockIdx.x * per_block < groups) {
         int row[R];
         rows_of(first, row);
-        if (t.preload) {
+        if (l.preload) {
             load_round(row, p0);
             load_bias(row);
             load_residual(row);
@@ -432,41 +470,22 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
             float v[R];
 #pragma unroll
             for (int r = 0; r < R; r++) v[r] = acc[r][m] + bias_v[r];
-            if constexpr (EPI == GEMV_SWIGLU) {
-                out[(int64_t)m * H + g] = from_float<floatX>(v[0] * swiglu_sigmoid(v[0]) * v[1]);
-            } else if constexpr (EPI == GEMV_QKV) {
-                store_qkv<R>(out, v, row, nrows, m, N, pair, f);
-            } else {
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    if (r >= nrows) break;
-                    const int64_t o = (int64_t)m * N + row[r];
-                    if constexpr (EPI == GEMV_GELU) out[o] = from_float<floatX>(gelu_tanh(v[r]));
-                    else if constexpr (EPI == GEMV_RESIDUAL)
-                        out[o] = from_float<floatX>(res_v[r] + to_float(from_float<floatX>(v[r])));
-                    else {
-                        const floatX y = from_float<floatX>(v[r]);
-                        out[o] = y;
-                        const float yf = to_float(y);
-                        if (f.argmax && row[r] < f.argmax_cols && !isnan(yf))
-                            sampler_detail::argmax_merge(cand, {yf, row[r]});
-                    }
-                }
-            }
+            store_outputs<M, R, EPI>(out, v, res_v, row, nrows, m, N, g, pair, f, cand);
         }
     }
     if constexpr (EPI == GEMV_PLAIN)
         if (f.argmax) argmax_finish<M>(cand, f);
 }
 
-// One launch of gemv_kernel<M, R, EPI, NORM>, with the programmatic-serialization attribute when pdl.
-template <int M, int R, int EPI, bool NORM>
+// One launch of gemv_kernel<M, R, EPI, NORM> under the policy P, with the programmatic-serialization
+// attribute when pdl. Returns the blocks of its grid.
+template <int M, int R, int EPI, bool NORM, class P>
 inline int launch(bool pdl, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K, int N,
-                   const GemvFusion& f, GemvTuning t, cudaStream_t stream) {
-    if (t.split_k == 0) t.split_k = gemv_split_k(K);
-    if (t.split_k != 1 && t.split_k != 2 && t.split_k != 4) fail("gemv: split_k %d is not 1, 2 or 4", t.split_k);
+                  const GemvFusion& f, cudaStream_t stream) {
+    const int split_k = P::split_k(K);
+    if (split_k != 1 && split_k != 2 && split_k != 4) fail("gemv: split_k %d is not 1, 2 or 4", split_k);
     const bool pair = EPI == GEMV_SWIGLU || (EPI == GEMV_QKV && R == 2 && f.rope_cos != nullptr);
-    int blocks = ceil_div(pair ? N / 2 : ceil_div(N, R), WARPS / t.split_k);
+    int blocks = ceil_div(pair ? N / 2 : ceil_div(N, R), WARPS / split_k);
     size_t smem = 0;
     if constexpr (NORM) {  // at most one wave (the warps loop over the rest): each block normalizes once
         smem = gemv_norm_smem(M, K);
@@ -483,69 +502,62 @@ inline int launch(bool pdl, floatX* out, const floatX* inp, const floatX* weight
     }
     if (f.argmax && (EPI != GEMV_PLAIN || !NORM))
         fail("internal: the folded argmax needs a plain GEMV with its norm (a grid of one wave)");
-    launch_kernel(gemv_kernel<M, R, EPI, NORM>, dim3(blocks), dim3(GEMV_THREADS), smem, stream, pdl, out, inp, weight,
-                  bias, K, N, f, t);
+    launch_kernel(gemv_kernel<M, R, EPI, NORM>, dim3(blocks), dim3(GEMV_THREADS), smem, stream, pdl, out, inp,
+                  weight, bias, K, N, f, GemvLaunch{P::preload, split_k});
     return blocks;
 }
 
-template <int M, int EPI>
-inline void launch_rows(int R, bool pdl, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
-                        int K, int N, GemvTuning t, cudaStream_t stream) {
-    const GemvFusion none{};
-    if constexpr (EPI == GEMV_SWIGLU) launch<M, 2, EPI, false>(pdl, out, inp, weight, bias, K, N, none, t, stream);
-    else if (R == 1) launch<M, 1, EPI, false>(pdl, out, inp, weight, bias, K, N, none, t, stream);
-    else if (R == 2) launch<M, 2, EPI, false>(pdl, out, inp, weight, bias, K, N, none, t, stream);
-    else launch<M, 4, EPI, false>(pdl, out, inp, weight, bias, K, N, none, t, stream);
-}
-
-template <int EPI>
-inline void launch_epi(int M, int R, bool pdl, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K,
-                       int N, GemvTuning t, cudaStream_t stream) {
+// fn(std::integral_constant<int, M>{}) for the runtime M in 1..GEMV_MAX_M.
+template <class Fn>
+inline int with_m(int M, Fn&& fn) {
     switch (M) {
-        case 1: launch_rows<1, EPI>(R, pdl, out, inp, weight, bias, K, N, t, stream); break;
-        case 2: launch_rows<2, EPI>(R, pdl, out, inp, weight, bias, K, N, t, stream); break;
-        case 3: launch_rows<3, EPI>(R, pdl, out, inp, weight, bias, K, N, t, stream); break;
-        case 4: launch_rows<4, EPI>(R, pdl, out, inp, weight, bias, K, N, t, stream); break;
-        case 5: launch_rows<5, EPI>(R, pdl, out, inp, weight, bias, K, N, t, stream); break;
-        case 6: launch_rows<6, EPI>(R, pdl, out, inp, weight, bias, K, N, t, stream); break;
-        case 7: launch_rows<7, EPI>(R, pdl, out, inp, weight, bias, K, N, t, stream); break;
-        default: launch_rows<8, EPI>(R, pdl, out, inp, weight, bias, K, N, t, stream); break;
+        case 1: return fn(std::integral_constant<int, 1>{});
+        case 2: return fn(std::integral_constant<int, 2>{});
+        case 3: return fn(std::integral_constant<int, 3>{});
+        case 4: return fn(std::integral_constant<int, 4>{});
+        case 5: return fn(std::integral_constant<int, 5>{});
+        case 6: return fn(std::integral_constant<int, 6>{});
+        case 7: return fn(std::integral_constant<int, 7>{});
+        default: return fn(std::integral_constant<int, 8>{});
     }
 }
 
-// The fused launches at R rows per warp (t.rows, or the shipped gemv_rows_per_warp(M); the SwiGLU and
-// RoPE pairs: 2), the norm prologue or not.
-template <int M, int R>
-inline int launch_fused_rows(GemvEpilogue epi, bool pdl, floatX* out, const floatX* inp, const floatX* weight,
-                             const floatX* bias, int K, int N, const GemvFusion& f, GemvTuning t, cudaStream_t stream) {
-    const bool norm = f.norm != GEMV_NORM_NONE;
-    switch (epi) {
-        case GEMV_QKV:
-            if (!norm) fail("internal: the fused QKV GEMV comes with its norm prologue");
-            if (f.rope_cos) return launch<M, 2, GEMV_QKV, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
-            return launch<M, R, GEMV_QKV, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
-        case GEMV_RESIDUAL:
-            if (norm) fail("internal: the fused residual GEMV has no norm prologue");
-            return launch<M, R, GEMV_RESIDUAL, false>(pdl, out, inp, weight, bias, K, N, f, t, stream);
-        case GEMV_GELU:
-            if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
-            return launch<M, R, GEMV_GELU, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
-        case GEMV_SWIGLU:
-            if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
-            return launch<M, 2, GEMV_SWIGLU, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
-        default:
-            if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
-            return launch<M, R, GEMV_PLAIN, true>(pdl, out, inp, weight, bias, K, N, f, t, stream);
-    }
+// gemv_forward and gemv_fused_forward under the policy P (the lab's override; no checks of the shapes).
+template <class P>
+inline void forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K, int N,
+                    GemvEpilogue epi, cudaStream_t stream, bool pdl) {
+    const GemvFusion none{};
+    with_m(M, [&](auto m) {
+        constexpr int MM = decltype(m)::value, R = P::rows(MM);
+        if (epi == GEMV_GELU) return launch<MM, R, GEMV_GELU, false, P>(pdl, out, inp, weight, bias, K, N, none, stream);
+        if (epi == GEMV_SWIGLU) return launch<MM, 2, GEMV_SWIGLU, false, P>(pdl, out, inp, weight, bias, K, N, none, stream);
+        return launch<MM, R, GEMV_PLAIN, false, P>(pdl, out, inp, weight, bias, K, N, none, stream);
+    });
+    cudaCheckLaunch();
 }
-template <int M>
-inline int launch_fused(GemvEpilogue epi, bool pdl, floatX* out, const floatX* inp, const floatX* weight,
-                        const floatX* bias, int K, int N, const GemvFusion& f, GemvTuning t, cudaStream_t stream) {
-    const int R = t.rows ? t.rows : gemv_rows_per_warp(M);
-    if (R == 2) return launch_fused_rows<M, 2>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream);
-    if constexpr (gemv_rows_per_warp(M) == 1)  // (one row a warp is compiled only where it is shipped)
-        if (R == 1) return launch_fused_rows<M, 1>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream);
-    fail("gemv_fused_forward: %d rows per warp at M = %d (2, or 1 below M = 4)", R, M);
+template <class P>
+inline int fused_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K, int N,
+                         GemvEpilogue epi, const GemvFusion& f, cudaStream_t stream, bool pdl) {
+    const int blocks = with_m(M, [&](auto m) {
+        constexpr int MM = decltype(m)::value, R = P::rows(MM);
+        const bool norm = f.norm != GEMV_NORM_NONE;
+        switch (epi) {
+            case GEMV_QKV:
+                if (!norm) fail("internal: the fused QKV GEMV comes with its norm prologue");
+                if (f.rope_cos) return launch<MM, 2, GEMV_QKV, true, P>(pdl, out, inp, weight, bias, K, N, f, stream);
+                return launch<MM, R, GEMV_QKV, true, P>(pdl, out, inp, weight, bias, K, N, f, stream);
+            case GEMV_RESIDUAL:
+                if (norm) fail("internal: the fused residual GEMV has no norm prologue");
+                return launch<MM, R, GEMV_RESIDUAL, false, P>(pdl, out, inp, weight, bias, K, N, f, stream);
+            default:
+                if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
+                if (epi == GEMV_GELU) return launch<MM, R, GEMV_GELU, true, P>(pdl, out, inp, weight, bias, K, N, f, stream);
+                if (epi == GEMV_SWIGLU) return launch<MM, 2, GEMV_SWIGLU, true, P>(pdl, out, inp, weight, bias, K, N, f, stream);
+                return launch<MM, R, GEMV_PLAIN, true, P>(pdl, out, inp, weight, bias, K, N, f, stream);
+        }
+    });
+    cudaCheckLaunch();
+    return blocks;
 }
 
 }  // namespace gemv_detail
@@ -576,22 +588,14 @@ inline bool gemv_fused_supported(int M, int K, int N, GemvEpilogue epi, const Ge
     }
 }
 
-// out = epilogue(inp (M, K) W^T (N, K) + bias); out (M, N), or (M, N/2) for GEMV_SWIGLU. rows_per_warp:
-// 0 = gemv_rows_per_warp(M), else 1, 2 or 4 (the lab's variants; SwiGLU always pairs 2 rows). pdl:
-// launch as a programmatic dependent of the previous kernel in the stream (see the top). t: the
-// register preload and the split of K (the top; default: the shipped choice).
+// out = epilogue(inp (M, K) W^T (N, K) + bias); out (M, N), or (M, N/2) for GEMV_SWIGLU. pdl: launch
+// as a programmatic dependent of the previous kernel in the stream (see the top).
 inline void gemv_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K, int N,
-                         GemvEpilogue epi, cudaStream_t stream, int rows_per_warp = 0, bool pdl = false,
-                         GemvTuning t = {}) {
+                         GemvEpilogue epi, cudaStream_t stream, bool pdl = false) {
     if (!gemv_supported(M, K, N, epi))
         fail("gemv_forward: M = %d (1..%d), K = %d (a multiple of %d), N = %d (even for SwiGLU), epilogue %d not "
              "supported", M, GEMV_MAX_M, K, x128::size, N, (int)epi);
-    const int R = rows_per_warp ? rows_per_warp : gemv_rows_per_warp(M);
-    if (R != 1 && R != 2 && R != 4) fail("gemv_forward: rows per warp %d is not 1, 2 or 4", R);
-    if (epi == GEMV_GELU) gemv_detail::launch_epi<GEMV_GELU>(M, R, pdl, out, inp, weight, bias, K, N, t, stream);
-    else if (epi == GEMV_SWIGLU) gemv_detail::launch_epi<GEMV_SWIGLU>(M, R, pdl, out, inp, weight, bias, K, N, t, stream);
-    else gemv_detail::launch_epi<GEMV_PLAIN>(M, R, pdl, out, inp, weight, bias, K, N, t, stream);
-    cudaCheckLaunch();
+    gemv_detail::forward<GemvPolicy>(out, inp, weight, bias, M, K, N, epi, stream, pdl);
 }
 
 // The fused kernels of the decode step (the top of the file): out = epilogue(norm(inp) W^T + bias)
@@ -599,22 +603,9 @@ inline void gemv_forward(floatX* out, const floatX* inp, const floatX* weight, c
 // the cache (and turns q, k with RoPE). Shapes as gemv_forward; gemv_fused_supported must hold.
 // Returns the blocks of its grid.
 inline int gemv_fused_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K,
-                               int N, GemvEpilogue epi, const GemvFusion& f, cudaStream_t stream, bool pdl = true,
-                               GemvTuning t = {}) {
+                              int N, GemvEpilogue epi, const GemvFusion& f, cudaStream_t stream, bool pdl = true) {
     if (!gemv_fused_supported(M, K, N, epi, f))
         fail("gemv_fused_forward: M = %d, K = %d, N = %d, epilogue %d, norm %d not supported", M, K, N, (int)epi,
              (int)f.norm);
-    int blocks = 0;
-    switch (M) {
-        case 1: blocks = gemv_detail::launch_fused<1>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
-        case 2: blocks = gemv_detail::launch_fused<2>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
-        case 3: blocks = gemv_detail::launch_fused<3>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
-        case 4: blocks = gemv_detail::launch_fused<4>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
-        case 5: blocks = gemv_detail::launch_fused<5>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
-        case 6: blocks = gemv_detail::launch_fused<6>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
-        case 7: blocks = gemv_detail::launch_fused<7>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
-        default: blocks = gemv_detail::launch_fused<8>(epi, pdl, out, inp, weight, bias, K, N, f, t, stream); break;
-    }
-    cudaCheckLaunch();
-    return blocks;
+    return gemv_detail::fused_forward<GemvPolicy>(out, inp, weight, bias, M, K, N, epi, f, stream, pdl);
 }

@@ -224,7 +224,7 @@ namespace infer_detail {
 inline void linear(ModelInfer& m, floatX* out, floatX* pre, const floatX* inp, const floatX* w,
                    const floatX* b, int M, int K, int N, GemvEpilogue epi, const CudaContext& ctx) {
     if (m.plan.gemv && gemv_supported(M, K, N, epi)) {
-        gemv_forward(out, inp, w, b, M, K, N, epi, ctx.stream, 0, m.plan.pdl);
+        gemv_forward(out, inp, w, b, M, K, N, epi, ctx.stream, m.plan.pdl);
     } else if (epi == GEMV_SWIGLU) {
         matmul_forward(pre, nullptr, inp, w, b, M, K, N, ctx);
         swiglu_forward(out, pre, M, N / 2, ctx.stream);

@@ -14,14 +14,14 @@
 // Timing: the harness flushes L2 before each repeat, so the weight comes from DRAM as in a decode
 // step (the model's ~250 MB never fits the 50 MB L2).
 //
-// Variants:
-//   0 shipped: gemv_forward with gemv_rows_per_warp(M) rows per warp (1 below M = 4, else 2),
-//     launched as generate launches it (programmatic dependent launch: no effect on one kernel)
+// Variants (each a policy in place of GemvPolicy, through gemv_detail's launchers; below):
+//   0 shipped: gemv_forward with GemvPolicy's rows per warp (1 below M = 4, else 2), launched as
+//     generate launches it (programmatic dependent launch: no effect on one kernel)
 //   1 one row per warp        2 two rows per warp        3 four rows per warp (SwiGLU: 0 only)
 //   4 cuBLASLt: matmul_forward (bias / GELU epilogue), + swiglu_forward for SwiGLU
-//   5 before the latency work: GemvTuning{false, 1} (an L2 prefetch of the first round before the
-//     wait, no split of K): the kernel shipped until the register preload
-//   6 the register preload without the split of K: GemvTuning{true, 1}
+//   5 before the latency work: an L2 prefetch of the first round before the wait instead of the
+//     register preload, no split of K (the kernel shipped until the register preload)
+//   6 the register preload without the split of K
 //
 // The fused kernels of the decode step (gemv_fused_forward, model_infer.cuh's fused step at B <= 8), as "gemv-fused"
 // ops at M = 1, 2, 4, 8 for both models (gpt2: LayerNorm, biases, GELU, 12 heads; llama: RMSNorm eps
@@ -33,8 +33,8 @@
 // each row's position, kv_cache_append, residual add); the cache starts random and is compared whole
 // (the written slots and the untouched ones).
 //   0 shipped: gemv_fused_forward, as generate launches it (pdl)
-//   2 before the latency work: gemv_fused_forward with GemvTuning{false, 1} (norm weights read after
-//     the wait, an L2 prefetch of the first weight round, no split of K)
+//   2 before the latency work: gemv_fused_forward's kernels under variant 5's policy (an L2 prefetch
+//     of the first weight round, no split of K)
 //   3 norm+lm_head only: the shipped kernel with the greedy argmax folded in (GemvFusion::argmax, the
 //     folded-argmax step), its logits checked as variant 0's and its argmax against the first
 //     largest of the first 50257 stored logits of each row (the argmax poisoned before each run)
@@ -59,6 +59,18 @@
 #include "llmc/matmul.cuh"
 #include "llmc/rmsnorm.cuh"
 #include "llmc/rope.cuh"
+
+// The lab's policies (GemvPolicy's fields overridden).
+template <int R>
+struct RowsPolicy : GemvPolicy {  // variants 1-3: R rows a warp
+    static constexpr int rows(int) { return R; }
+};
+struct NoSplitPolicy : GemvPolicy {  // variant 6
+    static constexpr int split_k(int) { return 1; }
+};
+struct PrefetchPolicy : NoSplitPolicy {  // variant 5, and the fused kernels' 2
+    static constexpr bool preload = false;
+};
 
 struct Shape {
     const char* model;
@@ -92,19 +104,19 @@ static void run_shape(lab::Lab& L, const Shape& s, int M) {
     auto reset = [&] { d_out.poison(L.stream()); };
     auto check = [&] { return L.check(d_out, ref); };
     L.run(op, 0, "shipped", bytes, flops, lab::Bound::Memory, reset,
-          [&] { gemv_forward(d_out, d_inp, d_w, b, M, K, N, s.epi, L.stream(), 0, true); }, check);
+          [&] { gemv_forward(d_out, d_inp, d_w, b, M, K, N, s.epi, L.stream(), true); }, check);
+    auto policy = [&](int v, const char* what, auto p, bool pdl) {
+        L.run(op, v, what, bytes, flops, lab::Bound::Memory, reset, [&] {
+            gemv_detail::forward<decltype(p)>(d_out, d_inp, d_w, b, M, K, N, s.epi, L.stream(), pdl);
+        }, check);
+    };
     if (s.epi != GEMV_SWIGLU) {
-        const char* names[] = {"1 row a warp", "2 rows a warp", "4 rows a warp"};
-        for (int v = 1; v <= 3; v++)
-            L.run(op, v, names[v - 1], bytes, flops, lab::Bound::Memory, reset,
-                  [&] { gemv_forward(d_out, d_inp, d_w, b, M, K, N, s.epi, L.stream(), 1 << (v - 1)); }, check);
+        policy(1, "1 row a warp", RowsPolicy<1>{}, false);
+        policy(2, "2 rows a warp", RowsPolicy<2>{}, false);
+        policy(3, "4 rows a warp", RowsPolicy<4>{}, false);
     }
-    L.run(op, 5, "before: prefetch, no split", bytes, flops, lab::Bound::Memory, reset,
-          [&] { gemv_forward(d_out, d_inp, d_w, b, M, K, N, s.epi, L.stream(), 0, true, GemvTuning{false, 1}); },
-          check);
-    L.run(op, 6, "preload, no split", bytes, flops, lab::Bound::Memory, reset,
-          [&] { gemv_forward(d_out, d_inp, d_w, b, M, K, N, s.epi, L.stream(), 0, true, GemvTuning{true, 1}); },
-          check);
+    policy(5, "before: prefetch, no split", PrefetchPolicy{}, true);
+    policy(6, "preload, no split", NoSplitPolicy{}, true);
     const double pre_bytes = s.epi == GEMV_GELU ? (double)M * N * X : s.epi == GEMV_SWIGLU ? 2.0 * M * N * X : 0.0;
     L.run(op, 4, "cuBLASLt", bytes + pre_bytes, flops, lab::Bound::Memory, reset, [&] {
         if (s.epi == GEMV_SWIGLU) {
@@ -235,7 +247,7 @@ static void run_fused(lab::Lab& L, const ModelDims& d, FusedKind kind, int M) {
     L.run(op, 0, "shipped (fused)", bytes, flops, lab::Bound::Memory, reset,
           [&] { gemv_fused_forward(d_out, d_inp, d_w, b, M, K, N, epi, f, L.stream(), true); }, check);
     L.run(op, 2, "fused, before the latency work", bytes, flops, lab::Bound::Memory, reset,
-          [&] { gemv_fused_forward(d_out, d_inp, d_w, b, M, K, N, epi, f, L.stream(), true, GemvTuning{false, 1}); },
+          [&] { gemv_detail::fused_forward<PrefetchPolicy>(d_out, d_inp, d_w, b, M, K, N, epi, f, L.stream(), true); },
           check);
     if (kind == F_LMHEAD) {  // the greedy argmax folded in: the first largest of each row's first V stored logits
         const int V = lab::GPT2_V;  // 50257 of 50304: the padded columns never count
@@ -279,7 +291,7 @@ static void run_fused(lab::Lab& L, const ModelDims& d, FusedKind kind, int M) {
             xin = d_ln;
         }
         const GemvEpilogue e = residual || kind == F_QKV ? GEMV_PLAIN : epi;
-        gemv_forward(residual ? d_proj.get() : d_out.get(), xin, d_w, b, M, K, N, e, st, 0, true);
+        gemv_forward(residual ? d_proj.get() : d_out.get(), xin, d_w, b, M, K, N, e, st, true);
         if (residual) {  // the unfused step's residual add + the next norm (its output unused here)
             if (rms) fused_residual_rmsnorm_forward(d_out, d_ln, d_rstd, d_res, d_proj, d_nw, M, N, 1e-5f, st);
             else fused_residual_layernorm_forward(d_out, d_ln, d_mean, d_rstd, d_res, d_proj, d_nw, d_nb, M, N, st);
