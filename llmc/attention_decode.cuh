@@ -3,9 +3,8 @@
 // Flash-decoding: the keys of a sequence are split across thread blocks, each block computes a partial
 // softmax (max, sum, unnormalised output) in fp32 and the partials are merged: at a small batch through
 // the distributed shared memory of a thread-block cluster (the split blocks of a head are one cluster),
-// at a large one through global memory by the last split block of each head to finish (or, as a plan
-// option, a second kernel). One block serves all the query heads of a KV head (up to 8), so each K/V
-// element is read once for its group.
+// at a large one through global memory by the last split block of each head to finish. One block
+// serves all the query heads of a KV head (up to 8), so each K/V element is read once for its group.
 // The batched decode (the batch alone fills the SMs) runs instead on the tensor cores, in the bf16
 // build: attention_decode_mma.cuh's kernels (decode_mma_route below says where, and why).
 // Precision and the FP32 build: the same kernels with floatX = float (4 elements per 16-byte load).
@@ -25,7 +24,9 @@
 // max(0, pos-W+1)..pos, which needs S >= W: S = W makes the cache a ring buffer of W slots.
 // Scale 1/sqrt(HD). floatX operands (bf16 or fp32), every dot product and the softmax in fp32.
 // The launch configuration depends on (B, NH, NKV, HD, S, window) only, never on pos, so the
-// launches can be captured once in a CUDA graph and replayed for every token.
+// launches can be captured once in a CUDA graph and replayed for every token. Measurements: the lab
+// (dev/cuda/attention_decode.cu, whose header also holds the plans' and the route's numbers) and
+// docs/perf.md, "Decode attention".
 #pragma once
 #include <algorithm>
 #include <cfloat>
@@ -60,13 +61,10 @@ __host__ __device__ inline int decode_splits(int n, int max_splits, int min_chun
 constexpr int DECODE_MAX_HEADS = 8;
 inline int decode_heads_per_block(int G) { return G == 1 ? 1 : G == 2 ? 2 : G <= 4 ? 4 : DECODE_MAX_HEADS; }
 
-// Blocks per split = B * NKV * ceil(G / 8). The grid aims at DECODE_WAVES blocks per SM (about
+// Blocks per split = B * NKV * ceil(G / 8). The waves plan aims at DECODE_WAVES blocks per SM (about
 // 4 resident x 1 wave: enough loads in flight to cover the memory latency), so at small B*NKV a
-// sequence's keys spread over many blocks. And a block takes at most DECODE_MAX_CHUNK keys (of a
-// full-length sequence): equal blocks run in waves, and a few long blocks per SM would leave the last
-// wave mostly empty (B 64, NKV 12, unsplit: 768 blocks of 4096 keys on 660 block slots = 1.16 waves,
-// so ~40% of the time idle); 512-key blocks make ~9 waves there.
-// (That aim is the plan of decode_plan_waves, which the lab keeps; below, what ships.)
+// sequence's keys spread over many blocks, each taking at most DECODE_MAX_CHUNK keys of a full-length
+// sequence (equal long blocks run in waves, and a few per SM would leave the last wave mostly empty).
 constexpr int DECODE_WAVES = 4;
 constexpr int DECODE_MAX_CHUNK = 512;
 // Split blocks a cluster holds at most (the portable cluster size).
@@ -77,13 +75,13 @@ struct DecodePlan {
     int max_splits;       // grid.x: split blocks per (sequence, head block)
     int head_blocks;      // blocks per KV head: ceil(G / heads_per_block)
     int heads_per_block;
-    bool fused_combine;   // the last split block of a head block merges the partials (no second kernel)
+    bool fused_combine;   // the last split block of a head block merges the partials (false: they stay
+                          // in the scratch, for the lab's second kernel)
     int min_chunk = DECODE_MIN_CHUNK;  // keys a split block takes at least (decode_chunk)
     bool cluster = false; // the split blocks of a head block are one cluster, merged in shared memory
 };
-// The waves plan (decode_plan's choice for long caches at the smallest batches, and a lab variant):
-// DECODE_WAVES blocks an SM, chunks of DECODE_MIN_CHUNK..DECODE_MAX_CHUNK keys, the fused combine
-// through global memory.
+// The waves plan (decode_plan's choice for long caches at the smallest batches): DECODE_WAVES blocks
+// an SM, chunks of DECODE_MIN_CHUNK..DECODE_MAX_CHUNK keys, the fused combine through global memory.
 inline DecodePlan decode_plan_waves(int B, int NH, int NKV, int S, int window, int num_sms) {
     const int G = NH / NKV, hpb = decode_heads_per_block(G), head_blocks = ceil_div(G, hpb);
     const int max_keys = window > 0 && window < S ? window : S;
@@ -92,31 +90,19 @@ inline DecodePlan decode_plan_waves(int B, int NH, int NKV, int S, int window, i
                                   ceil_div(max_keys, DECODE_MIN_CHUNK));
     return {splits, head_blocks, hpb, true};
 }
-// Shipped. The batch's own blocks, base = B * NKV * head_blocks, decide:
+// The policy. The batch's own blocks, base = B * NKV * head_blocks, decide:
 // - base >= num_sms (the batch alone puts a block on every SM; GPT-2 at B 64: 768): split only long
-//   caches, into chunks of DECODE_FULL_CHUNK keys. The waves plan split a 128-key cache in 2 and a
-//   512-key cache in 8 there; the lab at B 64 (H200, ms; waves plan without early loads, as B > 8
-//   runs it, vs no split): gpt2 len 128 0.0307 vs 0.0200, 512 0.0612 vs 0.0528, 1024 0.0902 vs
-//   0.0952; gqa len 128 0.0476 vs 0.0336, 512 0.1110 vs 0.1025, 1024 0.1746 vs 0.1881: the extra
-//   blocks, their partials and the combine cost more than the SMs they would fill, and up to 1024
-//   keys the split gains at most ~7%. The grid holds ceil(capacity / chunk) blocks a head whatever
-//   the length (the blocks past a sequence's splits exit at once, but each takes a slot): with
-//   1024-key chunks generate's GPT-2 cache (S 1024) gets one a head, where 512 would double the grid.
-//   Longer caches still split (gpt2 len 2048: 0.147 split vs 0.179 not) since equal long blocks run
-//   in waves with an idle tail.
+//   caches, into chunks of DECODE_FULL_CHUNK keys. More splits there cost more (their partials and
+//   the combine) than the SMs they would fill, and the grid holds ceil(capacity / chunk) blocks a head
+//   whatever the length: 1024-key chunks give generate's GPT-2 cache (S 1024) one a head.
 // - base < num_sms (small batches: latency): up to DECODE_CLUSTER_MAX splits of >= DECODE_MIN_CHUNK
 //   keys, one cluster per head block, merged through distributed shared memory: no partials in
 //   global memory, no __threadfence, no atomic counter and no dependent global loads after it (the
-//   fused combine's tail is a chain of ~4 dependent global round trips, fence, atomic, max/sum loads,
-//   output loads; B 1 gpt2 len 128 timed 0.0115 ms for the waves plan, ~0.005 of it the harness's
-//   empty-kernel time).
+//   fused combine's tail is a chain of ~4 dependent global round trips).
 // - ...but past DECODE_CLUSTER_MAX_KEYS keys of capacity a cluster's 8 splits take chunks of more
-//   than 128 keys of a full cache, and where the waves plan's chunks of a full cache are smaller (the
-//   smallest batches) it is taken instead: the lab (H200, ms, S 4096), gpt2 B 1 len
-//   4096: cluster 0.0252 (8 splits of 512 keys; the same splits through global memory 0.0269) vs
-//   waves 0.0185 (~32 splits of 128). The plan follows the capacity, not the length (the length is on
-//   the device and the graph is captured once), so a short sequence in such a cache pays the global
-//   merge (len 128: 0.0108 vs 0.0084); generate's GPT-2 cache (S 1024) keeps the cluster.
+//   than 128 keys of a full cache, and where the waves plan's chunks are smaller (the smallest
+//   batches) it is taken instead. The plan follows the capacity, not the length (the length is on the
+//   device and the graph is captured once), so a short sequence in such a cache pays the global merge.
 // - clusters = false (decode_clusters_available: the split kernel's code on this device was compiled
 //   for an architecture below sm_90, which has no clusters): the small-batch splits merge through
 //   global memory (the fused combine) instead.
@@ -157,17 +143,14 @@ struct DecodeScratch {
 
 // ============================================================================ the tensor-core route
 // attention_decode runs the tensor-core kernels (attention_decode_mma.cuh, bf16 build) where these
-// shapes hold and the call allows it (its mma, not early, no step counters): HD 64 or 128, a group of
-// up to 16 query heads (the mma tile's rows), and decode_plan's large-batch plan (the batch alone puts
-// a block on every SM: B * NKV * head_blocks >= num_sms). There the lab measured them 1.4-2.8x the
-// CUDA-core kernels (H200, B 64: gqa 32/8 HD 128 2.5-2.8x, gpt2 12/12 HD 64 1.4-1.55x; docs/perf.md,
-// "Decode attention"), but not everywhere: a group of 12 at the threshold (B 33, 3 splits) 0.73-0.79x,
-// and generate's whole step for the Llama 114M shape (groups of 3, B 64) 0.98x; a sweep over G, B and
-// length has yet to set the threshold. The small-batch plan's shapes stay on the CUDA-core kernels: some won there
-// too (gqa B 8: 2.3x), but some lost (B 1 with generate's 1024-slot cache 0.85x, a group of 12 with a
-// window at B 3 0.79x), and the fused step at B <= 8 needs what these kernels lack: the early loads
-// before the PDL wait, the step counters. Their grid's y is B * NKV (at most 65535), and the
-// device must give a block their shared memory (decode_mma_smem_fits: not HD 128 on sm_86/sm_89).
+// shapes hold and the call allows it (its mma, not early): HD 64 or 128, a group of up to 16 query
+// heads (the mma tile's rows), and decode_plan's large-batch plan (the batch alone puts a block on
+// every SM: B * NKV * head_blocks >= num_sms), where the lab measures them 1.4-2.8x the CUDA-core
+// kernels (a group of 12 at the threshold batch loses; the threshold awaits a sweep over G, B and
+// length). The small-batch plan's shapes stay on the CUDA-core kernels: the route won some and lost
+// some there, and the fused step at B <= 8 needs the early loads before the PDL wait, which these
+// kernels lack. Their grid's y is B * NKV (at most 65535), and the device must give a block their
+// shared memory (decode_mma_smem_fits: not HD 128 on sm_86/sm_89).
 inline bool decode_mma_route(int B, int NH, int NKV, int HD, const DecodePlan& plan, int num_sms) {
 #if defined(PRECISION_FP32)
     (void)B, (void)NH, (void)NKV, (void)HD, (void)plan, (void)num_sms;
@@ -194,264 +177,179 @@ inline size_t decode_mma_route_floats(int B, int NH, int NKV, int HD, int S, int
 #endif
 }
 
-// (decode_merge_splits, the merge of a head's split partials, is in kv_cache.cuh, shared with
-// attention_decode_mma.cuh.)
-
 // ============================================================================ the split kernel
 // Mapping: a block owns (sequence b, KV head kvh, head block hb, split) and GB query heads. A 16-byte
 // load holds EPT elements (8 bf16, 4 fp32), so TPR = HD / EPT threads share a key row (8 or 16 in
 // bf16) and the block's DECODE_THREADS threads form ROWS row groups. Row group r takes keys
-// r, r + ROWS, ... of the block's chunk, U at a time: it loads U keys' K and V rows (2U 16-byte loads
-// a thread in flight, 16 KB a block in bf16 at U = 4) before using any, reduces each dot product over
-// its TPR lanes with xor shuffles, and keeps an online softmax (max, sum, unnormalised output, base-2
-// exponents: q is pre-scaled by log2(e) / sqrt(HD)) per query head, rescaled once per U keys. Knobs
-// (DecodeKnobs, explored by the lab): U; PREFETCH, the next U keys' loads issued before the current
-// ones are used (a second register set); SCATTER, the U*GB dot products reduced together
-// (decode_reduce_scatter) instead of one butterfly each.
-// Early loads (Knobs::EARLY, attention_decode's `early`): pos and the block's first step of keys, except the
-// newest, are loaded before griddepcontrol.wait, since only q and the newest K/V come from the kernel
-// this one waits for; at a short cache (64 keys a split block) the whole chunk is in registers by the
-// time the QKV kernel finishes, and the wait is followed by the q load and the math only.
+// r, r + ROWS, ... of the block's chunk, U = 4 at a time (DecodeKeyLoop): it loads U keys' K and V rows
+// (2U 16-byte loads a thread in flight, 16 KB a block in bf16) before using any, reduces each dot
+// product over its TPR lanes with xor shuffles, and keeps an online softmax (max, sum, unnormalised
+// output, base-2 exponents: q is pre-scaled by log2(e) / sqrt(HD)) per query head, rescaled once per
+// U keys.
+// Early loads (DecodeKnobs::EARLY, attention_decode's `early`): pos and the block's first step of keys,
+// except the newest, are loaded before griddepcontrol.wait, since only q and the newest K/V come from
+// the kernel this one waits for; at a short cache (64 keys a split block) the whole chunk is in
+// registers by the time the QKV kernel finishes, and the wait is followed by the q load and the math.
 // The row groups' partials are merged in shared memory; a block whose sequence needs one split writes
 // out directly, the others (cluster plan) keep (max, sum, output) in shared memory, merged across the
-// cluster after a cluster barrier, or write them to the scratch, merged by
-// attention_decode_combine_kernel or (fused_combine) by the last of the head block's split blocks.
+// cluster after a cluster barrier, or write them to the scratch, merged (fused_combine) by the last of
+// the head block's split blocks.
 // Bytes: each K/V element of the span once per head block (one for G <= 8), q and out once; FLOPs:
 // 4 * HD per (query head, key): memory-bound, 2G / sizeof(floatX) FLOPs a byte (G in bf16). The
 // fp32 math is not free, though: at G 4 a thread issues ~140 instructions a key (16 bf16->fp32
 // conversions, 64 FMAs, 16 shuffles and their adds, the softmax), ~35 cycles a KB of K/V per SM,
 // about 2x the issue rate 4 TB/s needs; G 8 would be issue-bound.
-// Registers (bf16, shipped knobs; ptxas -v, sm_90a): 96 at GB 1 (ptxas spills 4 bytes to stay at
-// 5 blocks/SM), 126 at 2, 164 at 4, 251-252 at 8; GB 8 with U 8 spills (lab only).
+// Registers (bf16, ptxas -v, sm_90a, HD 128): 96 at GB 1 (ptxas spills a few bytes to stay at 5
+// blocks an SM), 122 at 2, 166 at 4, 251 at 8; the early loads add 20-40.
 constexpr int DECODE_THREADS = 128;
-// The inner loop's knobs (a type, so a kernel takes them as one template argument); the lab explores
-// them, the shipped launch uses the defaults.
-template <int U_ = 4, bool PREFETCH_ = false, bool SCATTER_ = false, bool APPEND_ = false, bool EARLY_ = false>
-struct DecodeKnobs {
-    static constexpr int U = U_;                  // keys a row group loads per step
-    static constexpr bool PREFETCH = PREFETCH_;   // issue the next step's loads before this step's math
-    static constexpr bool SCATTER = SCATTER_;     // reduce the U*GB dot products by reduce-scatter + gather
-    // kv_cache_append folded in (attention_decode's `append`): the blocks of the last split of each
-    // (sequence, KV head), the only ones whose chunk holds the newest key (the n keys of a span sit in
-    // n distinct slots), copy this step's K and V rows from qkv into slot pos % S before their loop
-    // and __syncthreads, so their threads read it back as any other key (the loop is the shipped
-    // one: same registers). With several head blocks (a group of more than 8 query heads) each
-    // writes the same values. Its own instantiation all the same.
-    static constexpr bool APPEND = APPEND_;
-    // the early loads (above; attention_decode's `early`): its own instantiation, since they cost
-    // registers (GB 1: 123 instead of 96, 4 blocks an SM instead of 5) that only a kernel started
-    // early by PDL gets anything for
-    static constexpr bool EARLY = EARLY_;
+
+// The shared memory of a split block: the row groups' partials, merged at the end.
+template <int HD, int GB, int ROWS>
+struct DecodeSplitSmem {
+    alignas(16) float o[ROWS][GB][HD];  // unnormalised outputs; o[0] then the block's (cluster plan)
+    float m[ROWS][GB], l[ROWS][GB];     // each row group's max and sum; m[0] then the block's max
+    float f[ROWS][GB];                  // each row group's factor exp2(m - M)
+    float sum[GB];                      // the block's sum (cluster plan)
+    bool last;                          // this block merges the partials (fused combine)
 };
-using DecodeShipped = DecodeKnobs<>;
-using DecodeShippedAppend = DecodeKnobs<DecodeShipped::U, DecodeShipped::PREFETCH, DecodeShipped::SCATTER, true>;
-using DecodeShippedEarly =
-    DecodeKnobs<DecodeShipped::U, DecodeShipped::PREFETCH, DecodeShipped::SCATTER, false, true>;
 
-// Sums each of v[0..N) over the TPR lanes of a row group, reduce-scatter style: at every xor level a
-// lane keeps half of the values it still holds (the upper lane the upper half) and adds the partner's
-// copy of that half, so log2(TPR) levels take N/2 + N/4 + ... shuffles instead of N * log2(TPR). After
-// it, lane r of the group holds the sums of indices r*N/TPR .. + N/TPR - 1 in v[0..N/TPR) when
-// N >= TPR; when N < TPR, v[0] holds the sum of index r / (TPR/N) (the levels past the scatter are
-// plain butterflies). decode_gather_sums then gives every lane all N sums.
-template <int N, int TPR>
-__device__ __forceinline__ void decode_reduce_scatter(float (&v)[N], int lane) {
-    static_assert((N & (N - 1)) == 0 && (TPR & (TPR - 1)) == 0, "halving needs powers of two");
-#pragma unroll
-    for (int k = 0; (1 << k) < TPR; k++) {
-        const int o = TPR >> (k + 1);
-        const int held = N >> k;  // values this lane still holds (compile-time after unrolling)
-        if (held > 1) {
-            const bool upper = lane & o;
-#pragma unroll
-            for (int i = 0; i < held / 2; i++) {
-                const float send = upper ? v[i] : v[i + held / 2];
-                const float keep = upper ? v[i + held / 2] : v[i];
-                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
-            }
-        } else {
-            v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
-        }
-    }
-}
-template <int N, int TPR>
-__device__ __forceinline__ void decode_gather_sums(float (&sums)[N], const float (&v)[N]) {
-    constexpr int R = N >= TPR ? N / TPR : 1;  // sums a lane holds
-#pragma unroll
-    for (int i = 0; i < N; i++)
-        sums[i] = __shfl_sync(0xffffffffu, v[i % R], N >= TPR ? i / R : i * (TPR / N), TPR);
-}
-
-// Blocks an SM must hold (__launch_bounds__): 5 at GB 1 without the early loads, the register count
-// ptxas picked for it before they existed (96, spilling a few bytes; without the bound the kernel
-// around them takes more and 4 blocks an SM, where B = 64 needs the blocks), else no bound.
-template <int GB, class Knobs>
-constexpr int decode_min_blocks() { return GB == 1 && !Knobs::EARLY ? 5 : 1; }
-
-template <typename T, int HD>
-struct DecodeTile {
-    static constexpr int EPT = 16 / (int)sizeof(T);  // elements per 16-byte load
-    static constexpr int TPR = HD / EPT;              // threads per key row
-    static constexpr int ROWS = DECODE_THREADS / TPR;
+// One split block's keys and softmax, in the phases the split kernel (attention_decode_split_block)
+// runs; a key loop (DecodeKeyLoop, or one of the lab's) drives load_step and consume. U: keys a row
+// group takes per step. Every member is per thread; the phases' returns are block-uniform.
+template <typename T, int HD, int GB, int U_>
+struct DecodeSplitBlock {
+    static constexpr int U = U_;
+    static constexpr int EPT = 16 / (int)sizeof(T);   // elements per 16-byte load
+    static constexpr int TPR = HD / EPT;               // threads per key row
+    static constexpr int ROWS = DECODE_THREADS / TPR;  // row groups
+    static constexpr int STEP = ROWS * U;              // keys of the block's step
     static_assert(TPR <= WARP_SIZE && WARP_SIZE % TPR == 0, "a key row's threads must sit in one warp");
-};
+    using Pack = Packed128<T>;
+    using Smem = DecodeSplitSmem<HD, GB, ROWS>;
 
-// The split kernel's body (attention_decode_split_kernel below adds the step counter's count): every
-// return of it is block-uniform.
-template <typename T, int HD, int GB, class Knobs>
-__device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScratch scratch, const T* qkv,
-                                                             const T* k_cache, const T* v_cache, const int* pos,
-                                                             QKVLayout L, int S, int window, int max_splits,
-                                                             int min_chunk, bool fused_combine, bool cluster) {
-    using Tile = DecodeTile<T, HD>;
-    constexpr int EPT = Tile::EPT, TPR = Tile::TPR, ROWS = Tile::ROWS, U = Knobs::U, STEP = ROWS * U;
-    __shared__ float sm_m[ROWS][GB], sm_l[ROWS][GB], sm_f[ROWS][GB], sm_sum[GB];
-    __shared__ alignas(16) float sm_o[ROWS][GB][HD];
-    __shared__ bool sm_last;
-
-    const int split = blockIdx.x, b = blockIdx.z;
-    const int G = L.NH / L.NKV, head_blocks = gridDim.y / L.NKV;
-    const int kvh = blockIdx.y / head_blocks, h0 = kvh * G + (blockIdx.y % head_blocks) * GB;
-    const int heads = min(GB, kvh * G + G - h0);  // query heads of this block: h0 .. h0 + heads - 1
-    const int lane = threadIdx.x % TPR, row = threadIdx.x / TPR, d0 = lane * EPT;
-    const size_t head_base = ((size_t)b * L.NKV + kvh) * S;
-    const T* qrow = qkv + (size_t)b * L.row();
-
-    // This row group's U keys of the step at jb: K and V rows, zeros past the chunk (not garbage:
-    // p = 0 times a NaN would still be NaN).
-    constexpr bool early = Knobs::EARLY;
+    const T* k_cache;
+    const T* v_cache;
+    QKVLayout L;
+    int S, window, max_splits, min_chunk;
+    int split, b, kvh, h0, heads, lane, row, d0;  // heads: query heads h0 .. h0 + heads - 1 of this block
+    size_t head_base;                             // (b, kvh)'s first slot in the caches
+    const T* qrow;                                // b's qkv row
     DecodeSpan span{0, 0};
-    int j1 = 0;
-    auto load_step = [&](int jb, Packed128<T> (&kr)[U], Packed128<T> (&vr)[U]) {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int j = jb + u * ROWS + row;
-            if (j < j1) {
-                int slot = span.first + j;  // < 2S: first < S, j < n <= S
-                if (slot >= S) slot -= S;
-                const size_t off = (head_base + slot) * HD + d0;
-                kr[u] = load128cs(k_cache + off);
-                vr[u] = load128cs(v_cache + off);
-            } else {
-                kr[u] = vr[u] = Packed128<T>::constant(from_float<T>(0.0f));
-            }
-        }
-    };
+    int chunk = 0, nsplits = 0, j0 = 0, j1 = 0;  // this split's keys: j0 .. j1 - 1 of the span
+    float q[GB][EPT], acc[GB][EPT], m[GB], l[GB];
 
-    // early: the first step's keys are loaded before the wait. pos comes from the sampler and the
-    // older keys from earlier steps' kernels, all complete before the kernel this one waits for
-    // started (every kernel of the step waits before it triggers: llmc/cuda_common.cuh); only the
-    // newest key (and q) come from that kernel: its row, loaded early with the slot's old contents,
-    // is loaded again after the wait, through L2 (__ldcg), never from a line this SM cached early.
-    Packed128<T> kr[U], vr[U];
-    int chunk = 0, nsplits = 0, j0 = 0;
-    auto plan_span = [&](int p) {
+    __device__ __forceinline__ DecodeSplitBlock(const T* qkv, const T* k_cache_, const T* v_cache_, QKVLayout L_,
+                                                int S_, int window_, int max_splits_, int min_chunk_)
+        : k_cache(k_cache_), v_cache(v_cache_), L(L_), S(S_), window(window_), max_splits(max_splits_),
+          min_chunk(min_chunk_) {
+        split = blockIdx.x, b = blockIdx.z;
+        const int G = L.NH / L.NKV, head_blocks = gridDim.y / L.NKV;
+        kvh = blockIdx.y / head_blocks, h0 = kvh * G + (blockIdx.y % head_blocks) * GB;
+        heads = min(GB, kvh * G + G - h0);
+        lane = threadIdx.x % TPR, row = threadIdx.x / TPR, d0 = lane * EPT;
+        head_base = ((size_t)b * L.NKV + kvh) * S;
+        qrow = qkv + (size_t)b * L.row();
+    }
+
+    // The span of the sequence at position p and this split's share of it.
+    __device__ __forceinline__ void plan(int p) {
         span = decode_span(p, S, window);
         chunk = decode_chunk(span.n, max_splits, min_chunk);
         nsplits = decode_splits(span.n, max_splits, min_chunk);
         j0 = split * chunk;
         j1 = min(span.n, j0 + chunk);
-    };
-    if constexpr (early) {
-        plan_span(__ldcg(pos + b));
-        if (split < nsplits) load_step(j0, kr, vr);
     }
-    pdl_wait();  // a programmatic dependent of the QKV kernel (pdl): q and this step's K/V come from it
-    pdl_launch_dependents();
-
-    // q is loaded before pos is read, so the two loads' latencies overlap (a decode step of a short
-    // sequence is a chain of a few dependent memory latencies, not bandwidth).
-    Packed128<T> qv[GB];
+    // Offset of this lane's elements of key j (slot (first + j) % S) in the caches.
+    __device__ __forceinline__ size_t key_offset(int j) const {
+        int slot = span.first + j;  // < 2S: first < S, j < n <= S
+        if (slot >= S) slot -= S;
+        return (head_base + slot) * HD + d0;
+    }
+    // This row group's U keys of the step at jb: K and V rows, zeros past the chunk (not garbage:
+    // p = 0 times a NaN would still be NaN).
+    __device__ __forceinline__ void load_step(int jb, Pack (&kr)[U], Pack (&vr)[U]) const {
 #pragma unroll
-    for (int g = 0; g < GB; g++)
-        qv[g] = g < heads ? load128(qrow + L.q_col(h0 + g) + d0) : Packed128<T>::constant(from_float<T>(0.0f));
-    constexpr bool preloaded = early;
-    if (!early) plan_span(pos[b]);
-    // In a cluster every block takes part in the merge's barriers, keys or not (the decision is the
-    // same for the whole cluster: its blocks share b and so nsplits); j0 >= j1 here: no loop steps.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-    cluster = false;  // no clusters below sm_90: the host plans none there (decode_plan)
-#endif
-    const bool in_cluster = cluster && nsplits > 1;
-    if (split >= nsplits && !in_cluster) return;
-    if constexpr (Knobs::APPEND) {
-        if (split == nsplits - 1 && span.n > 0) {  // the same for every thread of the block
-            if (threadIdx.x < TPR) {
-                int slot = span.first + span.n - 1;  // the newest key's: pos % S
-                if (slot >= S) slot -= S;
-                const size_t off = (head_base + slot) * HD + d0;
-                // attention_decode(append = true) is given writable caches (the const is for the loop)
-                store128(const_cast<T*>(k_cache) + off, load128(qrow + L.k_col(kvh) + d0));
-                store128(const_cast<T*>(v_cache) + off, load128(qrow + L.v_col(kvh) + d0));
+        for (int u = 0; u < U; u++) {
+            const int j = jb + u * ROWS + row;
+            if (j < j1) {
+                const size_t off = key_offset(j);
+                kr[u] = load128cs(k_cache + off);
+                vr[u] = load128cs(v_cache + off);
+            } else {
+                kr[u] = vr[u] = Pack::constant(from_float<T>(0.0f));
             }
-            __syncthreads();  // the block's other threads read the row below
         }
     }
-    if (preloaded) {  // the newest key, if it falls in the first step: its row group's lanes load it now
+    // The block's query heads, this lane's elements (zeros past `heads`).
+    __device__ __forceinline__ void load_q(Pack (&qv)[GB]) const {
+#pragma unroll
+        for (int g = 0; g < GB; g++)
+            qv[g] = g < heads ? load128(qrow + L.q_col(h0 + g) + d0) : Pack::constant(from_float<T>(0.0f));
+    }
+    // DecodeKnobs::APPEND: the last split, the only one whose chunk holds the newest key (the n keys of
+    // a span sit in n distinct slots), copies this step's K and V rows from qkv into slot pos % S, and
+    // the block's threads read it back as any other key. With several head blocks (a group of more
+    // than 8 query heads) each writes the same values. The caches are writable here (attention_decode
+    // with append; the const is for the loads).
+    __device__ __forceinline__ void append_newest() const {
+        if (split != nsplits - 1 || span.n == 0) return;  // the same for every thread of the block
+        if (threadIdx.x < TPR) {
+            const size_t off = key_offset(span.n - 1);
+            store128(const_cast<T*>(k_cache) + off, load128(qrow + L.k_col(kvh) + d0));
+            store128(const_cast<T*>(v_cache) + off, load128(qrow + L.v_col(kvh) + d0));
+        }
+        __syncthreads();  // the block's other threads read the row
+    }
+    // DecodeKnobs::EARLY, after the wait: the newest key, loaded early with the slot's old contents if
+    // it falls in the first step, loaded again through L2 (__ldcg), never from a line this SM cached.
+    __device__ __forceinline__ void reload_newest(Pack (&kr)[U], Pack (&vr)[U]) const {
         const int jn = span.n - 1;
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (jn == j0 + u * ROWS + row && jn < j1) {
-                int slot = span.first + jn;
-                if (slot >= S) slot -= S;
-                const size_t off = (head_base + slot) * HD + d0;
-                const int4 k4 = __ldcg(reinterpret_cast<const int4*>(k_cache + off));
-                const int4 v4 = __ldcg(reinterpret_cast<const int4*>(v_cache + off));
-                kr[u] = *reinterpret_cast<const Packed128<T>*>(&k4);
-                vr[u] = *reinterpret_cast<const Packed128<T>*>(&v4);
+                const size_t off = key_offset(jn);
+                kr[u] = load128cg(k_cache + off);
+                vr[u] = load128cg(v_cache + off);
             }
         }
     }
-
-    const float qscale = 1.4426950408889634f * rsqrtf((float)HD);  // log2(e) / sqrt(HD)
-    float q[GB][EPT], acc[GB][EPT], m[GB], l[GB];
+    // q in fp32, pre-scaled by log2(e) / sqrt(HD); the softmax empty.
+    __device__ __forceinline__ void start(const Pack (&qv)[GB]) {
+        const float qscale = 1.4426950408889634f * rsqrtf((float)HD);
 #pragma unroll
-    for (int g = 0; g < GB; g++) {
+        for (int g = 0; g < GB; g++) {
 #pragma unroll
-        for (int e = 0; e < EPT; e++) {
-            q[g][e] = to_float(qv[g][e]) * qscale;
-            acc[g][e] = 0.0f;
+            for (int e = 0; e < EPT; e++) {
+                q[g][e] = to_float(qv[g][e]) * qscale;
+                acc[g][e] = 0.0f;
+            }
+            m[g] = -FLT_MAX;  // finite: exp2(m - m_new) stays 0 or 1 while every key so far was masked
+            l[g] = 0.0f;
         }
-        m[g] = -FLT_MAX;  // finite: exp2(m - m_new) stays 0 or 1 while every key so far was masked
-        l[g] = 0.0f;
     }
-
-    // Scores of the U keys for every head (a dot product over the row group's TPR lanes), then the
-    // online softmax update, rescaling once per step.
-    auto consume = [&](int jb, const Packed128<T> (&kr)[U], const Packed128<T> (&vr)[U]) {
-        float s[U][GB];
-        if constexpr (Knobs::SCATTER) {
-            float part[U * GB], sums[U * GB];
+    // This lane's part of query head g's dot product with a key.
+    __device__ __forceinline__ float lane_dot(int g, const Pack& k) const {
+        float dot = 0.0f;
 #pragma unroll
-            for (int u = 0; u < U; u++) {
+        for (int e = 0; e < EPT; e++) dot += q[g][e] * to_float(k[e]);
+        return dot;
+    }
+    // The scores of the step's U keys for every head: a dot product over the row group's TPR lanes
+    // (a butterfly each); -inf past the chunk.
+    __device__ __forceinline__ void scores(int jb, const Pack (&kr)[U], float (&s)[U][GB]) const {
 #pragma unroll
-                for (int g = 0; g < GB; g++) {
-                    float dot = 0.0f;
+        for (int u = 0; u < U; u++) {
 #pragma unroll
-                    for (int e = 0; e < EPT; e++) dot += q[g][e] * to_float(kr[u][e]);
-                    part[u * GB + g] = dot;
-                }
-            }
-            decode_reduce_scatter<U * GB, TPR>(part, lane);
-            decode_gather_sums<U * GB, TPR>(sums, part);
+            for (int g = 0; g < GB; g++) {
+                float dot = lane_dot(g, kr[u]);
 #pragma unroll
-            for (int u = 0; u < U; u++)
-#pragma unroll
-                for (int g = 0; g < GB; g++) s[u][g] = jb + u * ROWS + row < j1 ? sums[u * GB + g] : -INFINITY;
-        } else {
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-#pragma unroll
-                for (int g = 0; g < GB; g++) {
-                    float dot = 0.0f;
-#pragma unroll
-                    for (int e = 0; e < EPT; e++) dot += q[g][e] * to_float(kr[u][e]);
-#pragma unroll
-                    for (int o = TPR / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-                    s[u][g] = jb + u * ROWS + row < j1 ? dot : -INFINITY;
-                }
+                for (int o = TPR / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+                s[u][g] = jb + u * ROWS + row < j1 ? dot : -INFINITY;
             }
         }
+    }
+    // The online softmax over the step's U keys, rescaling once.
+    __device__ __forceinline__ void update(const float (&s)[U][GB], const Pack (&vr)[U]) {
 #pragma unroll
         for (int g = 0; g < GB; g++) {
             float m_new = m[g];
@@ -470,72 +368,62 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
             }
             m[g] = m_new;
         }
-    };
-    if constexpr (Knobs::PREFETCH) {
-        if (!preloaded) load_step(j0, kr, vr);
-        for (int jb = j0; jb < j1; jb += STEP) {
-            Packed128<T> kn[U], vn[U];
-            load_step(jb + STEP, kn, vn);  // past the chunk: zeros, no loads
-            consume(jb, kr, vr);
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                kr[u] = kn[u];
-                vr[u] = vn[u];
-            }
-        }
-    } else {
-        for (int jb = j0; jb < j1; jb += STEP) {
-            if (jb != j0 || !preloaded) load_step(jb, kr, vr);
-            consume(jb, kr, vr);
-        }
+    }
+    __device__ __forceinline__ void consume(int jb, const Pack (&kr)[U], const Pack (&vr)[U]) {
+        float s[U][GB];
+        scores(jb, kr, s);
+        update(s, vr);
     }
 
-    // Merge the ROWS row groups: block max M, each group's factor exp2(m - M), then sums.
+    // Merges the ROWS row groups (block max M, each group's factor exp2(m - M), then sums) and stores
+    // the block's result: out itself at one split, else its partial (in shared memory in a cluster,
+    // else in the scratch).
+    __device__ __forceinline__ void merge_rows(Smem& sm, T* out, const DecodeScratch& scratch, bool in_cluster) const {
 #pragma unroll
-    for (int g = 0; g < GB; g++) {
-        if (lane == 0) {
-            sm_m[row][g] = m[g];
-            sm_l[row][g] = l[g];
-        }
+        for (int g = 0; g < GB; g++) {
+            if (lane == 0) {
+                sm.m[row][g] = m[g];
+                sm.l[row][g] = l[g];
+            }
 #pragma unroll
-        for (int e = 0; e < EPT; e++) sm_o[row][g][d0 + e] = acc[g][e];
-    }
-    __syncthreads();
-    if (threadIdx.x < GB) {
-        const int g = threadIdx.x;
-        float M = -FLT_MAX;
-        for (int r = 0; r < ROWS; r++) M = fmaxf(M, sm_m[r][g]);
-        for (int r = 0; r < ROWS; r++) sm_f[r][g] = exp2f(sm_m[r][g] - M);
-        sm_m[0][g] = M;  // row 0's max was read above; from here it holds the block's
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < heads * HD; idx += DECODE_THREADS) {
-        const int g = idx / HD, d = idx % HD;
-        float o = 0.0f, sum = 0.0f;
-        for (int r = 0; r < ROWS; r++) {
-            o += sm_f[r][g] * sm_o[r][g][d];
-            sum += sm_f[r][g] * sm_l[r][g];
+            for (int e = 0; e < EPT; e++) sm.o[row][g][d0 + e] = acc[g][e];
         }
-        if (nsplits == 1) {  // sum = 0 only for an idle sequence (no keys): zeros
-            out[((size_t)b * L.NH + h0 + g) * HD + d] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
-        } else if (in_cluster) {  // the block's partial stays in its shared memory (row 0's slots:
-            sm_o[0][g][d] = o;    // this thread read sm_o[.][g][d] above and no other thread does)
-            if (d == 0) sm_sum[g] = sum;
-        } else {
-            const size_t p = ((size_t)b * L.NH + h0 + g) * max_splits + split;
-            scratch.part_o[p * HD + d] = o;
-            if (d == 0) {
-                scratch.part_ml[2 * p] = sm_m[0][g];
-                scratch.part_ml[2 * p + 1] = sum;
+        __syncthreads();
+        if (threadIdx.x < GB) {
+            const int g = threadIdx.x;
+            float M = -FLT_MAX;
+            for (int r = 0; r < ROWS; r++) M = fmaxf(M, sm.m[r][g]);
+            for (int r = 0; r < ROWS; r++) sm.f[r][g] = exp2f(sm.m[r][g] - M);
+            sm.m[0][g] = M;  // row 0's max was read above; from here it holds the block's
+        }
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < heads * HD; idx += DECODE_THREADS) {
+            const int g = idx / HD, d = idx % HD;
+            float o = 0.0f, sum = 0.0f;
+            for (int r = 0; r < ROWS; r++) {
+                o += sm.f[r][g] * sm.o[r][g][d];
+                sum += sm.f[r][g] * sm.l[r][g];
+            }
+            if (nsplits == 1) {  // sum = 0 only for an idle sequence (no keys): zeros
+                out[((size_t)b * L.NH + h0 + g) * HD + d] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
+            } else if (in_cluster) {  // the block's partial stays in its shared memory (row 0's slots:
+                sm.o[0][g][d] = o;    // this thread read sm.o[.][g][d] above and no other thread does)
+                if (d == 0) sm.sum[g] = sum;
+            } else {
+                const size_t p = ((size_t)b * L.NH + h0 + g) * max_splits + split;
+                scratch.part_o[p * HD + d] = o;
+                if (d == 0) {
+                    scratch.part_ml[2 * p] = sm.m[0][g];
+                    scratch.part_ml[2 * p + 1] = sum;
+                }
             }
         }
     }
-    if (nsplits == 1) return;
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-    if (in_cluster) {
-        // Cluster combine: block `split` is the cluster's rank `split` (cluster dims (gridDim.x, 1, 1));
-        // after the barrier every block's partial (max sm_m[0], sum sm_sum, output sm_o[0]) is readable
-        // by the others, and the cluster's threads merge the heads * HD outputs between them.
+    // Cluster combine: block `split` is the cluster's rank `split` (cluster dims (gridDim.x, 1, 1));
+    // after the barrier every block's partial (max sm.m[0], sum sm.sum, output sm.o[0]) is readable by
+    // the others, and the cluster's threads merge the heads * HD outputs between them.
+    __device__ __forceinline__ void combine_cluster(Smem& sm, T* out) const {
         namespace cg = cooperative_groups;
         cg::cluster_group cl = cg::this_cluster();
         cl.sync();
@@ -544,7 +432,7 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
             float ms[DECODE_CLUSTER_MAX], M = -FLT_MAX;
 #pragma unroll
             for (int s = 0; s < DECODE_CLUSTER_MAX; s++) {
-                ms[s] = s < nsplits ? *cl.map_shared_rank(&sm_m[0][g], s) : -FLT_MAX;
+                ms[s] = s < nsplits ? *cl.map_shared_rank(&sm.m[0][g], s) : -FLT_MAX;
                 M = fmaxf(M, ms[s]);
             }
             float o = 0.0f, sum = 0.0f;
@@ -552,35 +440,111 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
             for (int s = 0; s < DECODE_CLUSTER_MAX; s++) {
                 if (s < nsplits) {
                     const float f = exp2f(ms[s] - M);
-                    o += f * *cl.map_shared_rank(&sm_o[0][g][d], s);
-                    sum += f * *cl.map_shared_rank(&sm_sum[g], s);
+                    o += f * *cl.map_shared_rank(&sm.o[0][g][d], s);
+                    sum += f * *cl.map_shared_rank(&sm.sum[g], s);
                 }
             }
             out[((size_t)b * L.NH + h0 + g) * HD + d] = from_float<T>(o / sum);  // nsplits > 1: sum > 0
         }
         cl.sync();  // no block exits while another reads its shared memory
-        return;
     }
 #endif
-    if (!fused_combine) return;
-
     // Fused combine: the last split block of this (sequence, head block) to finish merges the partials
     // (the counting of CUDA's threadFenceReduction sample). Every thread fences its partials before
     // thread 0 counts the block in; the last block resets the counter for the next call.
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int* counter = scratch.counters + (size_t)b * gridDim.y + blockIdx.y;
-        sm_last = atomicAdd(counter, 1) == nsplits - 1;
-        if (sm_last) *counter = 0;
+    __device__ __forceinline__ void combine_fused(Smem& sm, T* out, const DecodeScratch& scratch) const {
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int* counter = scratch.counters + (size_t)b * gridDim.y + blockIdx.y;
+            sm.last = atomicAdd(counter, 1) == nsplits - 1;
+            if (sm.last) *counter = 0;
+        }
+        __syncthreads();
+        if (!sm.last) return;
+        __threadfence();
+        const int warp = threadIdx.x / WARP_SIZE;  // warp w merges heads w, w + 4, ...
+        for (int g = warp; g < heads; g += DECODE_THREADS / WARP_SIZE)
+            decode_merge_splits(out, scratch.part_o, scratch.part_ml, b, h0 + g, L.NH, HD, nsplits, max_splits,
+                                threadIdx.x % WARP_SIZE, WARP_SIZE);
     }
-    __syncthreads();
-    if (!sm_last) return;
-    __threadfence();
-    const int warp = threadIdx.x / WARP_SIZE;  // warp w merges heads w, w + 4, ...
-    for (int g = warp; g < heads; g += DECODE_THREADS / WARP_SIZE)
-        decode_merge_splits(out, scratch.part_o, scratch.part_ml, b, h0 + g, L.NH, HD, nsplits, max_splits,
-                            threadIdx.x % WARP_SIZE, WARP_SIZE);
+};
+
+// The shipped key loop: each step a row group loads its U keys' K and V rows, then scores them and
+// updates its softmax. preloaded: the first step's rows are in kr, vr already (the early loads).
+struct DecodeKeyLoop {
+    static constexpr int U = 4;
+    template <class Block>
+    __device__ __forceinline__ static void run(Block& blk, typename Block::Pack (&kr)[Block::U],
+                                               typename Block::Pack (&vr)[Block::U], bool preloaded) {
+        for (int jb = blk.j0; jb < blk.j1; jb += Block::STEP) {
+            if (jb != blk.j0 || !preloaded) blk.load_step(jb, kr, vr);
+            blk.consume(jb, kr, vr);
+        }
+    }
+};
+
+// The split kernel's variant: attention_decode's append and early (both the decode step's per-regime
+// choices, each its own instantiation: the early loads cost registers, GB 1: 116 instead of 96 and 4
+// blocks an SM instead of 5, that only a kernel started early by PDL gets anything for), and the key
+// loop (the lab substitutes its own to time others).
+template <bool APPEND_ = false, bool EARLY_ = false, class Loop_ = DecodeKeyLoop>
+struct DecodeKnobs {
+    static constexpr bool APPEND = APPEND_;  // kv_cache_append folded in (DecodeSplitBlock::append_newest)
+    static constexpr bool EARLY = EARLY_;    // pos and the first step's keys read before the PDL wait
+    using Loop = Loop_;
+};
+
+// Blocks an SM must hold (__launch_bounds__): 5 at GB 1 without the early loads, the register count
+// ptxas picked for it before they existed (96, spilling a few bytes; without the bound the kernel
+// around them takes more and 4 blocks an SM, where B = 64 needs the blocks), else no bound.
+template <int GB, class Knobs>
+constexpr int decode_min_blocks() { return GB == 1 && !Knobs::EARLY ? 5 : 1; }
+
+// The split kernel's body, phase by phase.
+template <typename T, int HD, int GB, class Knobs>
+__device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScratch scratch, const T* qkv,
+                                                             const T* k_cache, const T* v_cache, const int* pos,
+                                                             QKVLayout L, int S, int window, int max_splits,
+                                                             int min_chunk, bool fused_combine, bool cluster) {
+    using Block = DecodeSplitBlock<T, HD, GB, Knobs::Loop::U>;
+    __shared__ typename Block::Smem sm;
+    Block blk(qkv, k_cache, v_cache, L, S, window, max_splits, min_chunk);
+    typename Block::Pack kr[Knobs::Loop::U], vr[Knobs::Loop::U];
+    // early: pos comes from the sampler and the older keys from earlier steps' kernels, all complete
+    // before the kernel this one waits for started (every kernel of the step waits before it triggers:
+    // llmc/cuda_common.cuh); only the newest key (and q) come from that kernel (reload_newest)
+    if constexpr (Knobs::EARLY) {
+        blk.plan(__ldcg(pos + blk.b));
+        if (blk.split < blk.nsplits) blk.load_step(blk.j0, kr, vr);
+    }
+    pdl_wait();  // a programmatic dependent of the QKV kernel (pdl): q and this step's K/V come from it
+    pdl_launch_dependents();
+    // q is loaded before pos is read, so the two loads' latencies overlap (a decode step of a short
+    // sequence is a chain of a few dependent memory latencies, not bandwidth)
+    typename Block::Pack qv[GB];
+    blk.load_q(qv);
+    if constexpr (!Knobs::EARLY) blk.plan(pos[blk.b]);
+    // In a cluster every block takes part in the merge's barriers, keys or not (the decision is the
+    // same for the whole cluster: its blocks share b and so nsplits); j0 >= j1 here: no loop steps.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    cluster = false;  // no clusters below sm_90: the host plans none there (decode_plan)
+#endif
+    const bool in_cluster = cluster && blk.nsplits > 1;
+    if (blk.split >= blk.nsplits && !in_cluster) return;
+    if constexpr (Knobs::APPEND) blk.append_newest();
+    if constexpr (Knobs::EARLY) blk.reload_newest(kr, vr);
+    blk.start(qv);
+    Knobs::Loop::run(blk, kr, vr, Knobs::EARLY);
+    blk.merge_rows(sm, out, scratch, in_cluster);
+    if (blk.nsplits == 1) return;
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+    if (in_cluster) {
+        blk.combine_cluster(sm, out);
+        return;
+    }
+#endif
+    if (fused_combine) blk.combine_fused(sm, out, scratch);
 }
 
 template <typename T, int HD, int GB, class Knobs>
@@ -596,29 +560,14 @@ static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, K
 // sm_90 or later (the device's own SASS, or PTX the driver compiles; a build for an older architecture
 // runs without it even on a newer GPU). The same for every instantiation of one binary.
 inline bool decode_clusters_available() {
-    static const bool available = kernel_code_arch(attention_decode_split_kernel<floatX, 64, 1, DecodeShipped>) >= 90;
+    static const bool available = kernel_code_arch(attention_decode_split_kernel<floatX, 64, 1, DecodeKnobs<>>) >= 90;
     return available;
 }
 
-// ============================================================================ the combine kernel
-// grid (NH, B), HD threads, thread d owns output dim d of one (sequence, head) and merges that
-// sequence's splits. Sequences that needed one split were written by the split kernel and are
-// skipped. Reads (HD + 2) floats a split.
-template <typename T>
-static __global__ void attention_decode_combine_kernel(T* out, DecodeScratch scratch, const int* pos, int NH, int HD,
-                                                       int S, int window, int max_splits, int min_chunk) {
-    pdl_wait();
-    pdl_launch_dependents();
-    const int h = blockIdx.x, b = blockIdx.y;
-    const int nsplits = decode_splits(decode_span(pos[b], S, window).n, max_splits, min_chunk);
-    if (nsplits > 1)
-        decode_merge_splits(out, scratch.part_o, scratch.part_ml, b, h, NH, HD, nsplits, max_splits, threadIdx.x,
-                            blockDim.x);
-}
 
-// The launches of one plan; Knobs are the lab's (the shipped launch uses DecodeShipped); returns the
-// blocks of the split kernel.
-template <typename T, class Knobs = DecodeShipped>
+// The launches of one plan with the split kernel's variant Knobs; returns the blocks of the split
+// kernel.
+template <typename T, class Knobs = DecodeKnobs<>>
 inline int attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, const T* v_cache, const int* pos,
                                       int B, int NH, int NKV, int HD, int S, int window, float* scratch_buf,
                                       const DecodePlan& plan, cudaStream_t stream, bool pdl = false) {
@@ -662,11 +611,6 @@ inline int attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, co
         case 12804: launch(attention_decode_split_kernel<T, 128, 4, Knobs>); break;
         case 12808: launch(attention_decode_split_kernel<T, 128, 8, Knobs>); break;
         default: fail("attention_decode: no kernel for HD=%d with %d heads a block", HD, plan.heads_per_block);
-    }
-    if (plan.max_splits > 1 && !plan.fused_combine && !plan.cluster) {
-        launch_kernel(attention_decode_combine_kernel<T>, dim3(NH, B), dim3(HD), 0, stream, pdl, out, scratch, pos, NH,
-                      HD, S, window, plan.max_splits, plan.min_chunk);
-        cudaCheckLaunch();
     }
     return (int)(grid.x * grid.y * grid.z);
 }
@@ -735,10 +679,10 @@ inline int attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, flo
     }
 #endif
     if (append)
-        return attention_decode_with_plan<floatX, DecodeShippedAppend>(out, qkv, k_cache, v_cache, pos, B, NH, NKV,
+        return attention_decode_with_plan<floatX, DecodeKnobs<true, false>>(out, qkv, k_cache, v_cache, pos, B, NH, NKV,
                                                                        HD, S, window, scratch, plan, stream, pdl);
     if (early)
-        return attention_decode_with_plan<floatX, DecodeShippedEarly>(out, qkv, k_cache, v_cache, pos, B, NH, NKV,
+        return attention_decode_with_plan<floatX, DecodeKnobs<false, true>>(out, qkv, k_cache, v_cache, pos, B, NH, NKV,
                                                                       HD, S, window, scratch, plan, stream, pdl);
     return attention_decode_with_plan(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window, scratch, plan,
                                       stream, pdl);

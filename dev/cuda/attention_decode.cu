@@ -22,11 +22,12 @@
 //      global memory (fused combine)
 //   4  separate combine kernel (shipped until commit 24fefd9's run): the split blocks write partials,
 //      a second kernel merges them; what the fused combine of variant 0 saves (one launch a call)
-//   5  8 keys a row group per step instead of 4 (twice the loads in flight, more registers)
+//   5  8 keys a row group per step instead of 4 (twice the loads in flight, more registers; GB 8 spills)
 //   6  prefetch: the next step's K/V loads issued before the current step's math (a second register set)
 //   7  reduce-scatter: the U*GB dot products of a step summed over the row group's lanes by halving
 //      exchanges (15 shuffles for 16 sums over 16 lanes, then 16 to gather) instead of one butterfly
 //      each (64 shuffles and adds): ~14% fewer instructions a key at G 4
+//      (5-7: the shipped split kernel with a key loop of this file in place of DecodeKeyLoop)
 //   8  append folded in (attention_decode(..., append = true), the decode step at B > 8): the
 //      appended slots are poisoned first; the kernel writes them from qkv and reads the newest key
 //      from qkv; checked on the output and on the slots, as kv_cache_append is. Against variant 0 +
@@ -92,6 +93,22 @@
 // g12-r3 and small-route run the route with 2-3 splits (on 132 SMs). The route's threshold shapes
 // (llama114: generate's Llama 114M bench shape, a group of 3, which lost 1.6% end to end with the route;
 // g12 past the threshold) are here for a sweep; not yet run.
+// The numbers behind decode_plan (llmc/attention_decode.cuh; H200, ms):
+// - large batches (base = B * NKV * head_blocks >= SMs): the waves plan split a 128-key cache in 2 and
+//   a 512-key cache in 8; at B 64 (waves plan without early loads, as B > 8 runs it, vs no split):
+//   gpt2 len 128 0.0307 vs 0.0200, 512 0.0612 vs 0.0528, 1024 0.0902 vs 0.0952; gqa len 128 0.0476 vs
+//   0.0336, 512 0.1110 vs 0.1025, 1024 0.1746 vs 0.1881: up to 1024 keys the split gains at most ~7%,
+//   hence 1024-key chunks; longer caches still split (gpt2 len 2048: 0.147 split vs 0.179 not).
+//   Unsplit, 768 blocks of 4096 keys on 660 block slots make 1.16 waves (~40% of the time idle).
+// - small batches: the cluster merge against the fused combine's chain of global round trips: B 1
+//   gpt2 len 128 0.0115 ms for the waves plan, ~0.005 of it the harness's empty-kernel time.
+// - past DECODE_CLUSTER_MAX_KEYS (S 4096), gpt2 B 1 len 4096: cluster 0.0252 (8 splits of 512 keys;
+//   the same splits through global memory 0.0269) vs waves 0.0185 (~32 splits of 128); a short
+//   sequence in such a cache pays the global merge (len 128: 0.0108 vs 0.0084).
+// And behind decode_mma_route: B 64 gqa 32/8 HD 128 2.5-2.8x, gpt2 12/12 HD 64 1.4-1.55x; a group of
+// 12 at the threshold (B 33, 3 splits) 0.73-0.79x; generate's whole step for the Llama 114M shape
+// (groups of 3, B 64) 0.98x; small batches: gqa B 8 2.3x, but B 1 with generate's 1024-slot cache
+// 0.85x and a group of 12 with a window at B 3 0.79x.
 #include <algorithm>
 #include "harness.cuh"
 #include "llmc/attention_decode.cuh"
@@ -161,6 +178,120 @@ static void decode_baseline(floatX* out, const floatX* qkv, const floatX* k_cach
             <<<dim3(NH, B), BASELINE_WARPS * WARP_SIZE, 0, st>>>(out, qkv, k_cache, v_cache, pos, L, S, window);
     cudaCheckLaunch();
 }
+
+// ---------------------------------------------------------------- variant 4: a second kernel merges
+// The split kernel under a plan without the fused combine leaves its partials in the scratch; grid
+// (NH, B), HD threads: thread d merges dim d of one (sequence, head) over that sequence's splits
+// (the sequences of one split were written by the split kernel). Reads (HD + 2) floats a split.
+static __global__ void decode_combine_kernel(floatX* out, attention_detail::DecodeScratch scratch, const int* pos,
+                                             int NH, int HD, int S, int window, int max_splits, int min_chunk) {
+    using namespace attention_detail;
+    const int h = blockIdx.x, b = blockIdx.y;
+    const int nsplits = decode_splits(decode_span(pos[b], S, window).n, max_splits, min_chunk);
+    if (nsplits > 1)
+        decode_merge_splits(out, scratch.part_o, scratch.part_ml, b, h, NH, HD, nsplits, max_splits, threadIdx.x,
+                            blockDim.x);
+}
+static void decode_unfused(floatX* out, const floatX* qkv, const floatX* k_cache, const floatX* v_cache,
+                           const int* pos, int B, int NH, int NKV, int HD, int S, int window, float* scratch,
+                           const DecodePlan& plan, cudaStream_t st) {
+    attention_detail::attention_decode_with_plan(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window, scratch,
+                                                 plan, st);
+    if (plan.max_splits == 1) return;
+    const attention_detail::DecodeScratch sc(scratch, B, NH, NKV, HD, plan);
+    decode_combine_kernel<<<dim3(NH, B), HD, 0, st>>>(out, sc, pos, NH, HD, S, window, plan.max_splits, plan.min_chunk);
+    cudaCheckLaunch();
+}
+
+// ---------------------------------------------------------------- variants 5-7: other key loops
+// The shipped split kernel with one of these in place of its key loop (DecodeKnobs' Loop, which
+// attention_detail::DecodeKeyLoop ships): each drives the kernel's DecodeSplitBlock phases.
+using attention_detail::DecodeKnobs;
+// variant 5: 8 keys a row group per step (the shipped loop at U = 8)
+struct KeyLoopU8 : attention_detail::DecodeKeyLoop {
+    static constexpr int U = 8;
+};
+// variant 6: the next step's loads issued before this step's math
+struct KeyLoopPrefetch {
+    static constexpr int U = 4;
+    template <class Block>
+    __device__ __forceinline__ static void run(Block& blk, typename Block::Pack (&kr)[U],
+                                               typename Block::Pack (&vr)[U], bool preloaded) {
+        if (!preloaded) blk.load_step(blk.j0, kr, vr);
+        for (int jb = blk.j0; jb < blk.j1; jb += Block::STEP) {
+            typename Block::Pack kn[U], vn[U];
+            blk.load_step(jb + Block::STEP, kn, vn);  // past the chunk: zeros, no loads
+            blk.consume(jb, kr, vr);
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                kr[u] = kn[u];
+                vr[u] = vn[u];
+            }
+        }
+    }
+};
+// variant 7: sums each of v[0..N) over the TPR lanes of a row group, reduce-scatter style: at every
+// xor level a lane keeps half of the values it still holds (the upper lane the upper half) and adds
+// the partner's copy of that half, so log2(TPR) levels take N/2 + N/4 + ... shuffles instead of
+// N * log2(TPR). After it, lane r of the group holds the sums of indices r*N/TPR .. + N/TPR - 1 in
+// v[0..N/TPR) when N >= TPR; when N < TPR, v[0] holds the sum of index r / (TPR/N) (the levels past
+// the scatter are plain butterflies). gather_sums then gives every lane all N sums.
+template <int N, int TPR>
+__device__ __forceinline__ void reduce_scatter(float (&v)[N], int lane) {
+    static_assert((N & (N - 1)) == 0 && (TPR & (TPR - 1)) == 0, "halving needs powers of two");
+#pragma unroll
+    for (int k = 0; (1 << k) < TPR; k++) {
+        const int o = TPR >> (k + 1);
+        const int held = N >> k;  // values this lane still holds (compile-time after unrolling)
+        if (held > 1) {
+            const bool upper = lane & o;
+#pragma unroll
+            for (int i = 0; i < held / 2; i++) {
+                const float send = upper ? v[i] : v[i + held / 2];
+                const float keep = upper ? v[i + held / 2] : v[i];
+                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+            }
+        } else {
+            v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
+        }
+    }
+}
+template <int N, int TPR>
+__device__ __forceinline__ void gather_sums(float (&sums)[N], const float (&v)[N]) {
+    constexpr int R = N >= TPR ? N / TPR : 1;  // sums a lane holds
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        sums[i] = __shfl_sync(0xffffffffu, v[i % R], N >= TPR ? i / R : i * (TPR / N), TPR);
+}
+// DecodeSplitBlock::consume with the U*GB dot products reduced together
+template <typename T, int HD, int GB, int U>
+__device__ __forceinline__ void consume_scatter(attention_detail::DecodeSplitBlock<T, HD, GB, U>& blk, int jb,
+                                                const Packed128<T> (&kr)[U], const Packed128<T> (&vr)[U]) {
+    using Block = attention_detail::DecodeSplitBlock<T, HD, GB, U>;
+    float part[U * GB], sums[U * GB], s[U][GB];
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int g = 0; g < GB; g++) part[u * GB + g] = blk.lane_dot(g, kr[u]);
+    reduce_scatter<U * GB, Block::TPR>(part, blk.lane);
+    gather_sums<U * GB, Block::TPR>(sums, part);
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int g = 0; g < GB; g++) s[u][g] = jb + u * Block::ROWS + blk.row < blk.j1 ? sums[u * GB + g] : -INFINITY;
+    blk.update(s, vr);
+}
+struct KeyLoopScatter {
+    static constexpr int U = 4;
+    template <class Block>
+    __device__ __forceinline__ static void run(Block& blk, typename Block::Pack (&kr)[U],
+                                               typename Block::Pack (&vr)[U], bool preloaded) {
+        for (int jb = blk.j0; jb < blk.j1; jb += Block::STEP) {
+            if (jb != blk.j0 || !preloaded) blk.load_step(jb, kr, vr);
+            consume_scatter(blk, jb, kr, vr);
+        }
+    }
+};
 
 // ---------------------------------------------------------------- configurations
 // One cache per configuration (B, heads, HD, S slots, window), filled once; its cases then set the
@@ -388,27 +519,25 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
             attention_detail::attention_decode_with_plan(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH,
                                                          NKV, HD, S, W, scratch.get(), twice, st);
         });
-        variant(4, "combine kernel (unfused)", [&] {
-            attention_detail::attention_decode_with_plan(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH,
-                                                         NKV, HD, S, W, scratch.get(), unfused, st);
-        });
+        variant(4, "combine kernel (unfused)",
+                [&] { decode_unfused(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, W, scratch, unfused, st); });
         variant(5, "8 keys a row group per step", [&] {
-            attention_detail::attention_decode_with_plan<floatX, attention_detail::DecodeKnobs<8>>(
+            attention_detail::attention_decode_with_plan<floatX, DecodeKnobs<false, false, KeyLoopU8>>(
                 out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), plan, st);
         });
         variant(6, "prefetch the next step", [&] {
-            attention_detail::attention_decode_with_plan<floatX, attention_detail::DecodeKnobs<4, true>>(
+            attention_detail::attention_decode_with_plan<floatX, DecodeKnobs<false, false, KeyLoopPrefetch>>(
                 out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), plan, st);
         });
         variant(7, "reduce-scatter dot products", [&] {
-            attention_detail::attention_decode_with_plan<floatX, attention_detail::DecodeKnobs<4, false, true>>(
+            attention_detail::attention_decode_with_plan<floatX, DecodeKnobs<false, false, KeyLoopScatter>>(
                 out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), plan, st);
         });
         variant(9, routed ? "no early loads: tensor cores" : "no early loads", [&] {
             attention_decode(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, st, W, scratch, true, false, false);
         });
         variant(10, "waves plan, early loads (old 0)", [&] {
-            attention_detail::attention_decode_with_plan<floatX, attention_detail::DecodeShippedEarly>(
+            attention_detail::attention_decode_with_plan<floatX, DecodeKnobs<false, true>>(
                 out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), waves, st,
                 true);
         });
@@ -417,7 +546,7 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
                                                          NKV, HD, S, W, scratch.get(), waves, st, true);
         });
         variant(12, "shipped plan, no cluster", [&] {
-            attention_detail::attention_decode_with_plan<floatX, attention_detail::DecodeShippedEarly>(
+            attention_detail::attention_decode_with_plan<floatX, DecodeKnobs<false, true>>(
                 out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), no_cluster,
                 st, true);
         });
@@ -450,7 +579,7 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
         });
         lab.run(op, 15, "old shipped path (CUDA cores), append folded in", bytes, flops, lab::Bound::Memory,
                 poison_appended, [&] {
-                    attention_detail::attention_decode_with_plan<floatX, attention_detail::DecodeShippedAppend>(
+                    attention_detail::attention_decode_with_plan<floatX, DecodeKnobs<true, false>>(
                         out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), plan,
                         st, true);
                 },
