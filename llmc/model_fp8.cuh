@@ -19,7 +19,7 @@
 //         qkv's X     ln1's LayerNorm (layernorm_fp8_forward, with the residual add before it)
 //         fc's X      ln2's LayerNorm (the same)
 //         fcproj's X  GELU of fc's pre-activation (fp8_cast_transpose_fused GELU_FORWARD, after the fc
-//                     matmul, which writes the pre-activation as before)
+//                     matmul, which writes the pre-activation)
 //         attproj's X the attention forward's epilogue (AttnFp8Out, beside the bf16 output its backward
 //                     reads; Hopper kernel, T a multiple of 16), else a separate fp8_cast_transpose
 //       RMSNorm and SwiGLU models (Llama) keep separate casts for X.
@@ -47,7 +47,7 @@
 //              dW       dY^T per output channel (OC), X^T per input channel (Cin): column amaxes over
 //                       all N tokens, then a transposed cast (fp8_cast_transpose_colwise)
 //            The weight's two copies come from two casts (rows; columns transposed); an outlier
-//            token or channel no longer shrinks every other row's scale. --fp8-wgrad defaults to
+//            token or channel does not shrink every other row's scale. --fp8-wgrad defaults to
 //            bf16 here: dW's operands are scaled per channel over all tokens, so one outlier token
 //            still sets a whole channel's scale (torchao's "rowwise with high-precision wgrad").
 // Every scale lives on the device (Fp8Meta); no host synchronization anywhere.
@@ -143,7 +143,7 @@ inline bool fp8_linear_on(const ModelFp8& f, int l, int k) {
 
 // Whether the casts run fused into their producers (llmc/fp8_fused.cuh): they need the scale before
 // the tensor exists (delayed scaling, after its first step) and the FP8 weight gradient (the bf16 one
-// reads the bf16 tensors the fused casts no longer write).
+// reads the bf16 tensors the fused casts do not write).
 inline bool fp8_fused(const ModelFp8& f) {
     return f.set.fused && f.set.scaling == Fp8Scaling::DELAYED && f.warm && !f.set.wgrad_bf16;
 }
