@@ -199,8 +199,8 @@ inline size_t decode_mma_route_floats(int B, int NH, int NKV, int HD, int S, int
 // fp32 math is not free, though: at G 4 a thread issues ~140 instructions a key (16 bf16->fp32
 // conversions, 64 FMAs, 16 shuffles and their adds, the softmax), ~35 cycles a KB of K/V per SM,
 // about 2x the issue rate 4 TB/s needs; G 8 would be issue-bound.
-// Registers (bf16, ptxas -v, sm_90a, HD 128): 96 at GB 1 (ptxas spills a few bytes to stay at 5
-// blocks an SM), 122 at 2, 166 at 4, 251 at 8; the early loads add 20-40.
+// Registers (bf16, ptxas -v, sm_90a): ~96 at GB 1 (the bound of 5 blocks an SM), ~122 at 2, ~165 at
+// 4, ~252 at 8; the early loads add 20-40.
 constexpr int DECODE_THREADS = 128;
 
 // The shared memory of a split block: the row groups' partials, merged at the end.
@@ -485,9 +485,9 @@ struct DecodeKeyLoop {
 };
 
 // The split kernel's variant: attention_decode's append and early (both the decode step's per-regime
-// choices, each its own instantiation: the early loads cost registers, GB 1: 116 instead of 96 and 4
-// blocks an SM instead of 5, that only a kernel started early by PDL gets anything for), and the key
-// loop (the lab substitutes its own to time others).
+// choices, each its own instantiation: the early loads cost registers, at GB 1 4 blocks an SM instead
+// of 5, that only a kernel started early by PDL gets anything for), and the key loop (the lab
+// substitutes its own to time others).
 template <bool APPEND_ = false, bool EARLY_ = false, class Loop_ = DecodeKeyLoop>
 struct DecodeKnobs {
     static constexpr bool APPEND = APPEND_;  // kv_cache_append folded in (DecodeSplitBlock::append_newest)
@@ -495,9 +495,8 @@ struct DecodeKnobs {
     using Loop = Loop_;
 };
 
-// Blocks an SM must hold (__launch_bounds__): 5 at GB 1 without the early loads, the register count
-// ptxas picked for it before they existed (96, spilling a few bytes; without the bound the kernel
-// around them takes more and 4 blocks an SM, where B = 64 needs the blocks), else no bound.
+// Blocks an SM must hold (__launch_bounds__): 5 at GB 1 without the early loads (96 registers; without
+// the bound ptxas takes more and 4 blocks an SM fit, where B = 64 needs the blocks), else no bound.
 template <int GB, class Knobs>
 constexpr int decode_min_blocks() { return GB == 1 && !Knobs::EARLY ? 5 : 1; }
 

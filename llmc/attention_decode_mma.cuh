@@ -6,9 +6,8 @@
 // this step's K/V must already be in them (kv_cache_append).
 // attention_decode routes the batched decode here (where the batch alone fills the SMs: its
 // conditions and why are above decode_mma_route in attention_decode.cuh); the lab
-// (dev/cuda/attention_decode.cu) times it and checks it against the CPU reference.
-// Measured (H200, the lab, against the CUDA-core kernels; docs/perf.md, "Decode attention"): gqa (32/8, HD 128) B 64 len 4096 0.2553 vs 0.7048 ms (4210 GB/s, the copy
-// ceiling), len 1024 0.0780 vs 0.1950; gpt2 (12/12, HD 64) B 64 len 1024 0.0621 vs 0.0964.
+// (dev/cuda/attention_decode.cu) times it and checks it against the CPU reference; at B 64 it reaches
+// the copy ceiling (docs/perf.md, "Decode attention").
 #pragma once
 #include <algorithm>
 #include <cfloat>
@@ -32,10 +31,8 @@ namespace attention_detail {
 // Numerics: q and K in bf16 as stored, S in fp32, scaled by log2(e)/sqrt(HD) in fp32 (not folded into
 // a bf16 q); softmax in base 2 with the running max subtracted before exp2; P rounded to bf16 for the
 // P V mma, and l summed from the same rounded p, so numerator and denominator weigh each key alike.
-// That rounding errs by ~2^-9 of a short sequence's output (~|v|), and the lab's check is against the
-// rms of the whole batch's output, which the long sequences of a mixed batch make small: the Triton lab
-// failed all its bf16-P kernels (cuDNN's SDPA included) on gqa B=64 mixed by 2 elements there. This
-// kernel passes it (every check of the lab, H200).
+// That rounding errs by ~2^-9 of a short sequence's output (~|v|), within the lab's check of a mixed
+// batch (against the rms of the whole batch's output, which its long sequences make small).
 // Splits (the Triton plan): ~2 blocks an SM over B * NKV, chunks of >= 128 keys of the capacity; each
 // sequence's chunk comes from its own length on the device (decode_mma_chunk), so the launch depends
 // on the shapes only. A sequence with one chunk is written by its block; the others' blocks write fp32

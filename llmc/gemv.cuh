@@ -37,14 +37,12 @@
 //     prologue  norm: inp (M, K) is the residual stream; each block normalizes the M rows (LayerNorm
 //               or RMSNorm, the fp32 statistics and formula of layernorm.cuh / rmsnorm.cuh, rounded
 //               to floatX as the norm kernel's output) into shared memory ((M + 2)*K floatX with the
-//               norm's weight and bias: 15 KB at M = 8, C = 768 in bf16) before its weight loop, instead of a norm kernel writing `ln`. Cost:
-//               every block re-reads the M rows from L2 (blocks * M * K * 2 bytes: 576 blocks * 1.5 KB
-//               = 0.9 MB for GPT-2's qkv at M = 1) and redoes two warp reductions, ~1 us behind its
-//               weight prefetch (an estimate; the lab times it), against a launch of ~4-5 us. The
-//               grid is capped at one wave (GEMV_NORM_BLOCKS_PER_SM blocks per SM, or what the
-//               registers allow: ~8 at M = 1, 4 at M = 8; the warps loop over their row groups), so
-//               lm_head's 12576 blocks (M = 1) do not each redo the norm; qkv's and fc's grids are
-//               smaller than a wave anyway, so the next kernel's blocks find room beside them.
+//               norm's weight and bias: 15 KB at M = 8, C = 768 in bf16) before its weight loop,
+//               instead of a norm kernel writing `ln`: every block re-reads the M rows from L2 (0.9 MB
+//               for GPT-2's qkv at M = 1) and redoes two warp reductions behind its weight loads,
+//               against a launch of ~4-5 us. The grid is capped at one wave (GEMV_NORM_BLOCKS_PER_SM
+//               blocks per SM, or what the registers allow; the warps loop over their row groups), so
+//               lm_head's 12576 blocks (M = 1) do not each redo the norm.
 //     GEMV_RESIDUAL  out (M, N) = residual + (inp W^T + b): attproj and fcproj write the next residual
 //               stream (the sum rounded to floatX first, as the unfused matmul + residual add).
 //     GEMV_QKV  out = qkv (M, N = (NH + 2*NKV)*HD), row m being sequence m at position pos[m]: the
@@ -53,13 +51,10 @@
 //               gate and up), so it rotates q and k (rope_forward_at's formula and tables) before
 //               storing; pos[m] < 0 (idle): no rotation, no cache write.
 //     The other epilogues (GELU, SwiGLU, plain) as gemv_forward's; lm_head is plain with the lnf
-//     prologue, and with GemvFusion::argmax it also takes each input row's greedy argmax (the first
-//     largest stored output of the first argmax_cols: a warp keeps one candidate per row, a block
-//     merges its warps' and writes its (max, index) pairs, the last block to count in merges the
-//     blocks' (P ~ 1000 at M = 1: 8 loads a thread, then a block reduction, per input row): the
-//     decode step's greedy token without the sampler kernel).
-//     Outputs equal the unfused kernels' up to the order of fp32 additions in the norm
-//     (the same code: identical in practice) and in the RoPE products.
+//     prologue, and with GemvFusion::argmax it also takes each input row's greedy argmax: the decode
+//     step's greedy token without the sampler kernel.
+//     Outputs equal the unfused kernels' up to the order of fp32 additions in the norm (the same
+//     code: identical in practice) and in the RoPE products.
 // fp32 accumulation; K a multiple of x128::size. The CPU reference is cpu::matmul_forward (and
 // cpu::gelu_forward / cpu::swiglu_forward on its fp32 output).
 #pragma once

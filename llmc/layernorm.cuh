@@ -208,35 +208,14 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
 // dinp += rstd * (g - mean(g) - norm * mean(g * norm)), dweight += sum over rows of dout * norm,
 // dbias += sum over rows of dout.
 //
-// The fused kernel, C <= NORM_BWD_MAX_C (norm_backward.cuh launches it): it reads each row of dout,
-// inp and dinp once and writes dinp once (the fewest bytes: 4 N*C*sizeof(floatX), 403 MB at
-// N = 65536, C = 768 in bf16, ~100 us at the 4.0 TB/s copy), then column_partials_add2 adds the chunk
-// partials of dweight and dbias in fixed order (one launch for both). Block = one chunk of
-// consecutive rows; warp w takes R rows at a time, rows r0 + w*R, r0 + (w + 8)*R, ... of the chunk.
-// A lane owns the column packs lane, lane + 32, ... of its rows and keeps its dweight and dbias sums
-// for them over all its rows; at the end the 8 warps' sums are added in warp order and the block
-// writes its chunk's partials, (chunks, 2, C): [k][0] = dweight, [k][1] = dbias. Fixed order
-// everywhere, no atomics: bit-identical runs. The summation order: column c of chunk k = warps 0..7
-// in order, each warp's sum over its rows in row order; then column_partials_add over the chunks.
-// Two regimes (llmc/cuda_common.cuh):
-//  - narrow, PACKS <= NORM_BWD_REG_PACKS (C <= 1024): the sums in registers, 2 blocks per SM,
-//    norm_backward_chunks(N) chunks (at most 256: one wave at 2 blocks per SM); at the end the
-//    warps' sums go through a static 32 KB buffer, dweight then dbias.
-//  - wide, PACKS 5..8 in bf16 (1024 < C <= 2048): a lane's row alone takes ~2 registers per value,
-//    so the sums live in dynamic shared memory (norm_backward_smem(2, C): 80 KB at C = 1280, 100 KB
-//    at 1600), each lane its own 16-byte slots (conflict-free, no synchronization until the end),
-//    read, added and written back per row in the same order; the loaded packs (not t and norm) live
-//    across the row's reductions and phase 2 recomputes from them: at 5 packs 128 registers, 2 blocks
-//    per SM (52 bytes of spill stores a thread), 264 chunks; at 6-8 packs 1 block per SM, 132 chunks
-//    (layernorm_backward_min_blocks). H200 (lab, N = 16384): C = 1280 0.0755 ms (55.6% of copy),
-//    C = 1600 0.0847 ms (61.9%).
-// Every load of a warp's R rows (dout, inp and dinp: 3*PACKS 16-byte loads per lane per row) is
-// issued before the first reduction, one DRAM round trip per step, and the rows stay in registers
-// (no second read). PACKS = packs per lane (3 at C = 768 in bf16), R = rows per warp per step
-// (norm_backward_rows).
-// Blocks per SM the kernel is built for: 2 (128 registers) up to 5 packs a lane (C <= 1280 bf16);
-// at 6-8 packs 128 registers would spill 264-528 bytes a thread (slower than the two kernels), so 1
-// block per SM (up to 255 registers) there.
+// The fused kernel (norm_backward.cuh: its plan and launch) keeps a lane's dweight and dbias sums and
+// writes (chunks, 2, C) partials, [k][0] = dweight, [k][1] = dbias, folded by one
+// column_partials_add2. Wide regime (PACKS 5..8 in bf16): norm_backward_smem(2, C), 80 KB at
+// C = 1280, 100 KB at 1600; the loaded packs (not t and norm) live across the row's reductions and
+// the second phase recomputes from them: 128 registers at 5 packs, 2 blocks per SM (52 bytes of spill
+// stores a thread), 264 chunks; at 6-8 packs 128 registers would spill 264-528 bytes a thread
+// (slower than the two kernels), so 1 block per SM (up to 255 registers), 132 chunks. H200 (lab,
+// N = 16384): C = 1280 0.0755 ms (55.6% of copy), C = 1600 0.0847 ms (61.9%).
 template <int PACKS>
 __host__ __device__ constexpr int layernorm_backward_min_blocks() { return PACKS <= 5 ? 2 : 1; }
 // The wide regime's sums, in the kernel's dynamic shared memory: (warp, sum: dweight then dbias, F4,
@@ -315,9 +294,6 @@ __device__ __forceinline__ void layernorm_backward_wide_row(const LayerNormWideS
 // Phase 1 needs only what was loaded: the dweight and dbias sums, this lane's parts of sum(g) and
 // sum(g * norm), and t = dinp + rstd * g. Phase 2, after the rows' reductions, writes
 // dinp = t - rstd * (mean(g) + norm * mean(g * norm)); only t and norm live across them.
-// The loads are unconditional (branches around them cost registers and hoisting): a row past the
-// chunk's end reads the chunk's last row, a pack past C reads the row's last pack, and both read as
-// zeros (a select, not a multiply: no 0 * inf), so they add exactly nothing; their stores are skipped.
 template <int PACKS, int R>
 __device__ __forceinline__ void layernorm_backward_narrow_step(float (&dw)[PACKS][x128::size],
                                                                float (&db)[PACKS][x128::size], floatX* dinp,

@@ -128,30 +128,12 @@ inline void fused_residual_rmsnorm_forward(floatX* residual, floatX* out, float*
 // With n = inp * rstd and g = dout * weight (no mean is subtracted, so no mean(g) term as in
 // LayerNorm): dinp += rstd * (g - n * mean(g * n)), dweight += sum over rows of dout * n.
 //
-// The fused kernel, C <= NORM_BWD_MAX_C (norm_backward.cuh launches it): it reads each row of dout,
-// inp and dinp once and writes dinp once (the fewest bytes: 4 N*C*sizeof(floatX), 403 MB at
-// N = 65536, C = 768 in bf16, ~100 us at the 4.0 TB/s copy), then column_partials_add adds the chunk
-// partials of dweight in fixed order. Block = one chunk of consecutive rows; warp w takes R rows at a time,
-// rows r0 + w*R, r0 + (w + 8)*R, ... of the chunk. A lane owns the column packs lane, lane + 32, ...
-// of its rows and keeps its dweight sums for them over all its rows; at the end the 8 warps' sums
-// are added in warp order and the block writes its chunk's row of partials (chunks, C). Fixed order
-// everywhere, no atomics: bit-identical runs. The summation order: column c of chunk k = warps 0..7
-// in order, each warp's sum over its rows in row order; then column_partials_add over the chunks.
-// Two regimes (llmc/cuda_common.cuh):
-//  - narrow, PACKS <= NORM_BWD_REG_PACKS (C <= 1024): the sums in registers, 2 blocks per SM,
-//    norm_backward_chunks(N) chunks (at most 256: one wave at 2 blocks per SM); at the end the
-//    warps' sums go through a static 32 KB buffer.
-//  - wide, PACKS 5..8 in bf16 (1024 < C <= 2048): a lane's row alone takes ~2 registers per value,
-//    so the sums live in dynamic shared memory (norm_backward_smem(1, C): 40 KB at C = 1280, 64 KB
-//    at 2048), each lane its own 16-byte slots (conflict-free, no synchronization until the end),
-//    read, added and written back per row in the same order; 1 block per SM (255 registers),
-//    norm_backward_chunks_wide(N) chunks (at most 132: one wave). H200 (lab, N = 16384):
-//    C = 1280 0.0780 ms, C = 1600 0.1041 (the two kernels: 0.0921, 0.1177). (LayerNorm's keeps the
-//    loaded packs across the reductions instead of t and n, for 2 blocks per SM at 5 packs.)
-// Memory-level parallelism is what a warp-per-row kernel lacks at 16 warps per SM: here every load
-// of the warp's R rows (dout, inp and dinp: 3*PACKS 16-byte loads per lane per row) is issued before
-// the first reduction, one round trip per step, and the rows stay in registers (no second read, not
-// even from L1). PACKS = packs per lane (3 at C = 768 in bf16), R = rows per warp per step
+// The fused kernel (norm_backward.cuh: its plan and launch) keeps a lane's dweight sums and writes
+// (chunks, C) partials, folded by column_partials_add. Wide regime (PACKS 5..8 in bf16):
+// norm_backward_smem(1, C), 40 KB at C = 1280, 64 KB at 2048, 1 block per SM (255 registers), 132
+// chunks. H200 (lab, N = 16384): C = 1280 0.0780 ms, C = 1600 0.1041 (the two kernels: 0.0921,
+// 0.1177). (LayerNorm's keeps the loaded packs across the reductions instead of t and n, for 2 blocks
+// per SM at 5 packs.) PACKS = packs per lane (3 at C = 768 in bf16), R = rows per warp step
 // (norm_backward_rows).
 template <int PACKS, int R>
 static __global__ __launch_bounds__(NORM_BWD_BLOCK, norm_backward_min_blocks<PACKS>()) void rmsnorm_backward_fused(
@@ -188,10 +170,6 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, norm_backward_min_blocks<PAC
         // Phase 1 needs only what was loaded: dweight's sum (dout * n, n = inp * rstd), this lane's
         // part of sum(g * inp), and t = dinp + rstd * g. Phase 2, after the row's reduction, writes
         // dinp = t - n * rstd * mean(g * n); only t and n live across the reduction.
-        // The loads are unconditional (branches around them cost registers and hoisting): a row past
-        // the chunk's end reads the chunk's last row, a pack past C reads the row's last pack, and
-        // both read as zeros (a select, not a multiply: no 0 * inf), so they add exactly nothing;
-        // their stores are skipped.
         float t[R][PACKS][x128::size], n[R][PACKS][x128::size];
         float s[R], gx[R];
         {
