@@ -21,7 +21,8 @@
 //   3  the shipped kernel with twice the plan's splits (and half its smallest chunk), merged through
 //      global memory (fused combine)
 //   4  separate combine kernel (shipped until commit 24fefd9's run): the split blocks write partials,
-//      a second kernel merges them; what the fused combine of variant 0 saves (one launch a call)
+//      a second kernel (this file's decode_combine_kernel) merges them; what the fused combine of
+//      variant 0 saves (one launch a call)
 //   5  8 keys a row group per step instead of 4 (twice the loads in flight, more registers; GB 8 spills)
 //   6  prefetch: the next step's K/V loads issued before the current step's math (a second register set)
 //   7  reduce-scatter: the U*GB dot products of a step summed over the row group's lanes by halving
