@@ -57,6 +57,8 @@ static void parse_flags(int argc, char** argv, TrainConfig& cfg, GpuFlags& gpu) 
     parser.parse(argc, argv);
     if (gpu.random_data && cfg.train_pattern.empty()) cfg.train_pattern = "(random)";  // no files needed
     validate_train_config(cfg);
+    if (cfg.optimizer == "muon")
+        fail("--optimizer muon: only the CPU trainer (build/train_gpt2_cpu) has Muon so far; the GPU trainer runs adamw");
     if (gpu.matmul_autotune && gpu.deterministic)
         fail("--matmul-autotune 1 picks algorithms by their timings, so runs may round differently: not with "
              "--deterministic 1");

@@ -1,8 +1,9 @@
 // train_gpt2_cpu.cpp: the CPU reference trainer, the program around the fp32 model of
 // llmc/cpu/model.h: flags, data, the training loop, logging, checkpoints. Semantics are PyTorch's
 // (docs/design.md): mean cross-entropy, gradient accumulation over total_batch / (B*T)
-// micro-batches, global-norm clipping, AdamW with decay on matrices and embeddings only,
-// warmup + cosine / linear / constant / wsd learning rate. Its sections follow train_gpt2.cu.
+// micro-batches, global-norm clipping, AdamW with decay on matrices and embeddings only (or
+// --optimizer muon: torch.optim.Muon on the blocks' matrices, AdamW on the rest), warmup + cosine /
+// linear / constant / wsd learning rate. Its sections follow train_gpt2.cu.
 //
 //   make build/train_gpt2_cpu
 //   OMP_NUM_THREADS=2 build/train_gpt2_cpu --train "data/tinyshakespeare/*_train.bin"
@@ -70,7 +71,7 @@ static void build_model(CpuRun& r) {
 // the ranks' shares of the optimizer state (and at ZeRO 2 of the gradients), llmc/cpu/data_parallel.h
 static void plan_data_parallel(CpuRun& r) {
     const int zero = r.cfg.dist.zero;
-    dp_setup(r.dp, r.model, *r.comm, zero);
+    dp_setup(r.dp, r.model, *r.comm, zero, optimizer_kind(r.cfg));
     if (r.comm->world > 1 || zero > 0)
         printf("data parallel: %d ranks (%s), zero %d: each rank keeps the optimizer state of %lld of %zu parameters\n",
                r.comm->world, r.comm->how.c_str(), zero, (long long)r.dp.plan.opt_count(), r.model.num_params);
@@ -120,6 +121,20 @@ static void plan_steps(CpuRun& r) {
     check_steps_left(r.start_step, cfg.steps, resume_from);
     printf("batch %d x %d, %d micro-batches per step (%lld tokens), %d steps\n", cfg.B, cfg.T, cfg.grad_accum,
            (long long)cfg.total_batch, cfg.steps);
+}
+
+// --optimizer muon: which parameters each optimizer updates (AdamW alone says nothing)
+static void print_optimizer(const CpuRun& r) {
+    const TrainConfig& cfg = r.cfg;
+    if (optimizer_kind(cfg) != OPTIMIZER_MUON) return;
+    size_t sizes[NUM_PARAM_TENSORS], muon = 0;
+    model_param_sizes(r.model.config, sizes);
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++)
+        if (model_param_muon(i)) muon += sizes[i];
+    printf("optimizer: muon (lr %g, momentum %g, wd %g, %d Newton-Schulz steps, adjust_lr %s) on qkvw, attprojw, "
+           "fcw, fcprojw (%zu parameters); adamw (lr %g, wd %g) on the rest (%zu)\n", cfg.muon_lr, cfg.muon_momentum,
+           cfg.muon_wd, cfg.muon_ns_steps, cfg.muon_adjust_lr.c_str(), muon, cfg.schedule.lr, cfg.weight_decay,
+           r.model.num_params - muon);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -237,13 +252,12 @@ int main(int argc, char** argv) {
     plan_data_parallel(r);
     open_data(r);
     plan_steps(r);
-    const OptimizerSettings opt_base{0.0f, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.grad_clip};
+    print_optimizer(r);
     build_sampler(r);
     for (int64_t step = r.start_step; step < cfg.steps; step++) {
         evaluate(r, step);
         const auto t0 = std::chrono::steady_clock::now();
-        OptimizerSettings opt = opt_base;
-        opt.lr = lr_at_step(cfg.schedule, (int)step);
+        const OptimizerSettings opt = optimizer_settings_at(cfg, step);
         float norm = 0.0f;
         const double loss = train_step(r, opt, &norm);
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -304,6 +304,9 @@ struct TrainState {
     // [shard_begin, shard_begin + num_params) of a model of total_params; 0, 0 for a whole state
     int64_t shard_begin = 0;
     int64_t total_params = 0;
+    // the run's optimizer (OptimizerKind): with OPTIMIZER_MUON, m holds Muon's momentum on the
+    // model_param_muon tensors (v zero there) and AdamW's moments elsewhere
+    int64_t optimizer = OPTIMIZER_ADAMW;
 };
 
 inline void state_write(const char* path, const TrainState& s, const float* m, const float* v, const float* master) {
@@ -315,6 +318,7 @@ inline void state_write(const char* path, const TrainState& s, const float* m, c
     memcpy(&h[6], &s.sr_seed, 8);
     h[7] = s.shard_begin;
     h[8] = s.total_params;
+    h[9] = s.optimizer;
     for (int i = 0; i < 16; i++) h[16 + i] = s.loader[i];
     AtomicFileWriter w(path);
     w.write(h, HEADER_BYTES);
@@ -336,6 +340,7 @@ inline TrainState state_read_header(const char* path) {
     check_range(path, "has_master", h[5], 0, 1);
     check_range(path, "total_params", h[8], 0, INT64_MAX / 64);
     check_range(path, "shard_begin", h[7], 0, h[8] ? h[8] - h[3] : 0);
+    check_range(path, "optimizer", h[9], OPTIMIZER_ADAMW, OPTIMIZER_MUON);
     s.step = h[2];
     s.num_params = h[3];
     memcpy(&s.rng_state, &h[4], 8);
@@ -343,6 +348,7 @@ inline TrainState state_read_header(const char* path) {
     memcpy(&s.sr_seed, &h[6], 8);
     s.shard_begin = h[7];
     s.total_params = h[8];
+    s.optimizer = h[9];
     for (int i = 0; i < 16; i++) s.loader[i] = h[16 + i];
     check_file_length(path, size, s.num_params * 4 * (2 + s.has_master));
     return s;

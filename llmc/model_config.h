@@ -217,9 +217,29 @@ inline bool model_param_decays(int i) {
     return table[i];
 }
 
-// The optimizer step's settings, from the run's flags (lr from the schedule, per step).
+// --optimizer muon: the tensors Muon updates, one matrix per layer as stored (out, in): qkvw whole
+// ((NH + 2 NKV) HD, C), attprojw (C, C), fcw whole (H, or SwiGLU's [gate | up] 2H, C), fcprojw (C, H).
+// AdamW updates the others (embeddings, lm_head, norms, biases).
+inline bool model_param_muon(int i) {
+    return i == model_param::qkvw || i == model_param::attprojw || i == model_param::fcw || i == model_param::fcprojw;
+}
+
+// The optimizer of a run; a training state records it (llmc/formats.h, TrainState::optimizer).
+enum OptimizerKind : int { OPTIMIZER_ADAMW = 0, OPTIMIZER_MUON = 1 };
+inline const char* optimizer_name(int kind) { return kind == OPTIMIZER_MUON ? "muon" : "adamw"; }
+
+// The optimizer step's settings, from the run's flags (lr and muon_lr from the schedule, per step).
+// AdamW's fields first: every tensor, or with OPTIMIZER_MUON those model_param_muon leaves out.
 struct OptimizerSettings {
     float lr, beta1, beta2, eps, weight_decay, grad_clip;
+    int optimizer = OPTIMIZER_ADAMW;
+    // OPTIMIZER_MUON: torch.optim.Muon's settings (Nesterov), llmc/cpu/muon.h
+    float muon_lr = 0.0f;               // this step's, before the adjustment below
+    float muon_momentum = 0.95f;
+    float muon_weight_decay = 0.0f;     // decoupled: w *= 1 - muon_lr * muon_weight_decay
+    int muon_ns_steps = 5;              // Newton-Schulz iterations
+    bool muon_match_rms_adamw = false;  // the lr adjustment: 0.2 sqrt(max(rows, cols)), else original's
+                                        // sqrt(max(1, rows / cols))
 };
 
 // Checks a config read from a file or built from flags; `what` names the source in the message.

@@ -32,6 +32,7 @@ struct RunFileSettings {
     bool overwrite = false;       // --overwrite 1: another run's checkpoints and log may be replaced
     bool kv_heads_given = false;  // --kv-heads given: NKV is the caller's to check against the checkpoint
     int64_t steps = -1;           // --steps (-1 = one epoch): a resume at or past it rewrites no log line
+    int optimizer = OPTIMIZER_ADAMW;  // --optimizer: the state of a checkpoint to resume must be this one's
 };
 
 // --init of the trainers (weights only, a fresh optimizer; --resume continues a run): a checkpoint
@@ -171,10 +172,11 @@ struct RunFiles {
 };
 
 // --resume: the checkpoint (falling back past damaged ones, listed in *damaged), checked against
-// --init, which may only repeat its model's shape; the model then comes from its model.bin, and
-// without --out-dir the run keeps writing beside it. Returns the checkpoint's step.
-inline int64_t find_resume_checkpoint(const std::string& resume_dir, bool kv_heads_given, RunFiles& files,
-                                      std::vector<std::string>* damaged) {
+// --init, which may only repeat its model's shape, and against --optimizer, which must be the one its
+// state was written by; the model then comes from its model.bin, and without --out-dir the run keeps
+// writing beside it. Returns the checkpoint's step.
+inline int64_t find_resume_checkpoint(const std::string& resume_dir, bool kv_heads_given, int optimizer,
+                                      RunFiles& files, std::vector<std::string>* damaged) {
     files.resume_from = checkpoint_find(resume_dir, "--resume", damaged);
     const std::string model_path = files.resume_from + "/" + CHECKPOINT_FILES[0];
     if (!files.init.empty()) {
@@ -203,7 +205,13 @@ inline int64_t find_resume_checkpoint(const std::string& resume_dir, bool kv_hea
     }
     const std::vector<std::string> states = zero_list_state_files(files.resume_from);  // state.bin or shards
     if (states.empty()) fail("--resume %s: the checkpoint has no state.bin", files.resume_from.c_str());
-    return state_read_header((files.resume_from + "/" + states[0]).c_str()).step;
+    const TrainState st = state_read_header((files.resume_from + "/" + states[0]).c_str());
+    if (st.optimizer != optimizer)
+        fail("--optimizer %s: the checkpoint %s holds %s's optimizer state; resume it with --optimizer %s, or take "
+             "only its weights with --init %s (a fresh optimizer)", optimizer_name(optimizer),
+             files.resume_from.c_str(), optimizer_name((int)st.optimizer), optimizer_name((int)st.optimizer),
+             files.resume_from.c_str());
+    return st.step;
 }
 
 // --out-dir: created with its parents and checked writable; leftovers of interrupted saves removed;
@@ -279,7 +287,7 @@ inline RunFiles open_run_files(const RunFileSettings& s) {
     int64_t resume_step = -1;
     std::vector<std::string> damaged;
     if (!s.resume_dir.empty())
-        resume_step = find_resume_checkpoint(trimmed(s.resume_dir), s.kv_heads_given, files, &damaged);
+        resume_step = find_resume_checkpoint(trimmed(s.resume_dir), s.kv_heads_given, s.optimizer, files, &damaged);
     if (!files.out_dir.empty()) prepare_out_dir(files.out_dir, files, resume_step, s.overwrite, damaged);
     if (!s.log_path.empty()) open_log(s, files, resume_step);
     return files;

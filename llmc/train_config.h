@@ -36,6 +36,13 @@ struct TrainConfig {
     float weight_decay = 0.1f;      // --wd
     float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
     float grad_clip = 1.0f;         // --grad-clip (<= 0: off)
+    // --optimizer muon: torch.optim.Muon on the blocks' matrices (model_param_muon), AdamW on the rest
+    std::string optimizer = "adamw";          // --optimizer: adamw | muon
+    float muon_lr = 0.02f;                    // --muon-lr: Muon's peak lr, scheduled as --lr is
+    float muon_momentum = 0.95f;              // --muon-momentum
+    float muon_wd = 0.0f;                     // --muon-wd: Muon's decoupled weight decay
+    int muon_ns_steps = 5;                    // --muon-ns-steps: Newton-Schulz iterations
+    std::string muon_adjust_lr = "original";  // --muon-adjust-lr: original | match_rms_adamw
     int val_every = 20;             // --val-every (0: never)
     int val_steps = 20;             // --val-steps: batches per validation
     std::string hellaswag_path;     // --hellaswag: multiple-choice eval file (GPTE) to score ("" = none)
@@ -127,6 +134,9 @@ inline void add_fp8_flags(FlagParser& p, TrainConfig& cfg) {
               "head in FP8\")");
 }
 
+// --optimizer as an OptimizerKind (llmc/model_config.h).
+inline int optimizer_kind(const TrainConfig& cfg) { return cfg.optimizer == "muon" ? OPTIMIZER_MUON : OPTIMIZER_ADAMW; }
+
 // Registers the flags both trainers share, bound to the fields of `cfg` (which must outlive p).
 inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
     constexpr double BIG = 1e9;
@@ -179,6 +189,29 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
     p.add_float("--beta2", &cfg.beta2, {0, 1, true}, "AdamW beta2");
     p.add_float("--eps", &cfg.eps, {1e-30, 1}, "AdamW epsilon");
     p.add_float("--grad-clip", &cfg.grad_clip, {-1e30, 1e30}, "clip the global gradient norm to this; <= 0 disables");
+    p.add({"--optimizer", "NAME", "adamw, or muon: torch.optim.Muon (Nesterov) on each layer's qkv (whole), attention "
+           "projection, fc (SwiGLU's [gate | up] whole) and fc projection matrices, AdamW (--lr, --wd, --beta1, "
+           "--beta2, --eps) on the embeddings, the head, norms and biases; CPU trainer only so far (default adamw)",
+           [&cfg](const char* s) -> std::string {
+               if (strcmp(s, "adamw") != 0 && strcmp(s, "muon") != 0)
+                   return std::string("unknown optimizer '") + s + "' (adamw, muon)";
+               cfg.optimizer = s;
+               return "";
+           }});
+    p.add_float("--muon-lr", &cfg.muon_lr, {1e-30, 10}, "Muon's peak lr, before --muon-adjust-lr's factor; the "
+                "schedule scales it as it scales --lr");
+    p.add_float("--muon-momentum", &cfg.muon_momentum, {0, 1, true}, "Muon's momentum");
+    p.add_float("--muon-wd", &cfg.muon_wd, {0, 10}, "Muon's decoupled weight decay: w *= 1 - lr * wd");
+    p.add_int("--muon-ns-steps", &cfg.muon_ns_steps, {1, 99}, "Muon's Newton-Schulz iterations");
+    p.add({"--muon-adjust-lr", "HOW", "Muon's lr for a (rows, cols) matrix: original = lr sqrt(max(1, rows / cols)) "
+           "(torch's default), match_rms_adamw = lr 0.2 sqrt(max(rows, cols)) (an update RMS like AdamW's) "
+           "(default original)",
+           [&cfg](const char* s) -> std::string {
+               if (strcmp(s, "original") != 0 && strcmp(s, "match_rms_adamw") != 0)
+                   return std::string("unknown adjustment '") + s + "' (original, match_rms_adamw)";
+               cfg.muon_adjust_lr = s;
+               return "";
+           }});
     p.add_int("--val-every", &cfg.val_every, {0, BIG}, "validate every N steps and at the end (0 = never)");
     p.add_int("--val-steps", &cfg.val_steps, {1, BIG}, "batches per validation");
     p.add_int("--data-vocab", &cfg.data_vocab, {0, 1 << 24}, "the vocab_size the headers of --train, --val and "
@@ -246,6 +279,14 @@ inline void validate_train_config(TrainConfig& cfg) {
         fail("--fp8-scaling, --fp8-wgrad, --fp8-grad, --fp8-history, --fp8-bf16-layers, --fp8-linears, --fp8-fast-accum, "
              "--fp8-head: only with --fp8 1");
     if (cfg.fp8_wgrad.empty()) cfg.fp8_wgrad = cfg.fp8_scaling == "rowwise" ? "bf16" : "fp8";
+    // a --muon-* flag off its default needs --optimizer muon (scripts/train_gpt2.py's rule), the first one named
+    const char* muon_given = cfg.muon_lr != 0.02f ? "--muon-lr" : cfg.muon_momentum != 0.95f ? "--muon-momentum"
+                           : cfg.muon_wd != 0.0f ? "--muon-wd" : cfg.muon_ns_steps != 5 ? "--muon-ns-steps"
+                           : cfg.muon_adjust_lr != "original" ? "--muon-adjust-lr" : nullptr;
+    if (muon_given && cfg.optimizer != "muon") fail("%s: only with --optimizer muon", muon_given);
+    if (cfg.optimizer == "muon" && cfg.dist.zero != 0)
+        fail("--zero %d: --optimizer muon runs at --zero 0 only for now (ZeRO 1/2 shard the optimizer state in flat "
+             "slices, which cut Muon's matrices)", cfg.dist.zero);
 }
 
 // Applies --kv-heads, --window and --max-seq to the model config `c` read from `source`: they shape
@@ -294,5 +335,24 @@ inline void parse_train_args(int argc, char** argv, TrainConfig& cfg, const char
 
 // The settings of the run's files (llmc/run_files.h) from the flags.
 inline RunFileSettings run_file_settings(const TrainConfig& cfg) {
-    return {cfg.init, cfg.resume_dir, cfg.out_dir, cfg.log_path, cfg.overwrite != 0, cfg.kv_heads >= 0, cfg.steps};
+    return {cfg.init, cfg.resume_dir, cfg.out_dir, cfg.log_path, cfg.overwrite != 0, cfg.kv_heads >= 0, cfg.steps,
+            optimizer_kind(cfg)};
+}
+
+// The optimizer step's settings at 0-based `step`: lr from the schedule, and with --optimizer muon
+// muon_lr from the same schedule started at --muon-lr. cfg.schedule.total_steps must be set.
+inline OptimizerSettings optimizer_settings_at(const TrainConfig& cfg, int64_t step) {
+    OptimizerSettings o{lr_at_step(cfg.schedule, (int)step), cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay,
+                        cfg.grad_clip};
+    o.optimizer = optimizer_kind(cfg);
+    if (o.optimizer == OPTIMIZER_MUON) {
+        LrSchedule muon = cfg.schedule;
+        muon.lr = cfg.muon_lr;
+        o.muon_lr = lr_at_step(muon, (int)step);
+        o.muon_momentum = cfg.muon_momentum;
+        o.muon_weight_decay = cfg.muon_wd;
+        o.muon_ns_steps = cfg.muon_ns_steps;
+        o.muon_match_rms_adamw = cfg.muon_adjust_lr == "match_rms_adamw";
+    }
+    return o;
 }

@@ -3,7 +3,8 @@
 // Shapes: params, m, v, grads (N) flat. Updates params, m, v in place (=); grads is read only and
 // multiplied by grad_scale first (the clipping factor from global_norm.h; 1 for none).
 // step is 1-based (the bias corrections use it). Weight decay is per tensor: adamw_update_model
-// applies it only where model_param_decays(i) says so.
+// applies it only where model_param_decays(i) says so. With skip_muon (--optimizer muon) the
+// model-buffer updates leave the model_param_muon tensors (params, m, v) untouched: Muon's.
 #pragma once
 #include <cmath>
 #include <cstddef>
@@ -53,15 +54,16 @@ inline void adamw_update(float* params, float* m, float* v, const float* grads, 
 
 // One AdamW step over elements [begin, end) of a model parameter buffer (params has the layout of
 // model_param_offsets and is whole; grads, m and v hold the range only: m[0] is element begin's, as
-// a ZeRO shard keeps them, llmc/zero.h); weight decay only on the tensors model_param_decays selects.
+// a ZeRO shard keeps them, llmc/zero.h); weight decay only on the tensors model_param_decays selects;
+// skip_muon: not the model_param_muon tensors.
 inline void adamw_update_model_range(float* params, float* m, float* v, const float* grads, const ModelConfig& cfg,
                                     size_t begin, size_t end, float lr, float beta1, float beta2, float eps,
-                                    float weight_decay, float grad_scale, int64_t step) {
+                                    float weight_decay, float grad_scale, int64_t step, bool skip_muon = false) {
     size_t sizes[NUM_PARAM_TENSORS], off = 0;
     model_param_sizes(cfg, sizes);
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         const size_t lo = off > begin ? off : begin, hi = off + sizes[i] < end ? off + sizes[i] : end;
-        if (lo < hi)
+        if (lo < hi && !(skip_muon && model_param_muon(i)))
             adamw_update(params + lo, m + (lo - begin), v + (lo - begin), grads + (lo - begin), hi - lo, lr, beta1, beta2,
                          eps, model_param_decays(i) ? weight_decay : 0.0f, grad_scale, step);
         off += sizes[i];
@@ -69,11 +71,12 @@ inline void adamw_update_model_range(float* params, float* m, float* v, const fl
 }
 
 // One AdamW step over all the tensors of a model parameter buffer (params, m, v, grads share the
-// layout of model_param_offsets).
+// layout of model_param_offsets); skip_muon: all but the model_param_muon tensors.
 inline void adamw_update_model(float* params, float* m, float* v, const float* grads, const ModelConfig& cfg, float lr,
-                              float beta1, float beta2, float eps, float weight_decay, float grad_scale, int64_t step) {
+                              float beta1, float beta2, float eps, float weight_decay, float grad_scale, int64_t step,
+                              bool skip_muon = false) {
     adamw_update_model_range(params, m, v, grads, cfg, 0, model_num_params(cfg), lr, beta1, beta2, eps, weight_decay,
-                            grad_scale, step);
+                            grad_scale, step, skip_muon);
 }
 
 }  // namespace cpu

@@ -6,7 +6,8 @@
 // dp_before_backward and model_backward with grad_scale 1 / (micro-batches * ranks); then dp_reduce_grads and dp_update
 // (the gradient norm over the ranks, clipping, AdamW over the rank's slice, and at stage 1/2 the
 // all-gather of the updated parameters). A world of one rank at stage 0 computes exactly what
-// model_update does.
+// model_update does. --optimizer muon runs at stage 0 only: every rank holds the whole state and
+// updates every matrix (Muon orthogonalises whole matrices, which the flat ZeRO slices cut).
 //  - stage 0/1: the backward accumulates the whole gradient buffer without communication, and
 //    dp_reduce_grads all-reduces it after the last micro-batch;
 //  - stage 2: grads_memory is this rank's shard only. The backward writes each bucket (llmc/zero.h:
@@ -34,6 +35,7 @@
 struct DataParallel {
     Comm* comm = nullptr;
     ZeroPlan plan;
+    int optimizer = OPTIMIZER_ADAMW;  // the run's (OptimizerKind), recorded in the checkpoints' state
     // stage 2: the buckets, and the buffers the backward writes them into
     std::vector<ZeroBucket> buckets;  // [0]: the tensors outside the layers; then one layer each
     std::vector<int> bucket_of_layer;
@@ -64,9 +66,11 @@ inline void reduce_bucket(DataParallel& dp, Model& m, const ZeroBucket& b, const
 }  // namespace dp_detail
 
 // Plans the shards and sizes the AdamW moments to this rank's slice; at stage 2 also the gradients,
-// and points the backward at the bucket buffers (the model's hooks keep a pointer to dp).
-inline void dp_setup(DataParallel& dp, Model& m, Comm& comm, int zero_stage) {
+// and points the backward at the bucket buffers (the model's hooks keep a pointer to dp). optimizer:
+// the run's OptimizerKind; OPTIMIZER_MUON only at stage 0 (validate_train_config refuses the others).
+inline void dp_setup(DataParallel& dp, Model& m, Comm& comm, int zero_stage, int optimizer) {
     dp.comm = &comm;
+    dp.optimizer = optimizer;
     dp.plan = zero_plan((int64_t)m.num_params, zero_stage, comm.rank, comm.world);
     dist_check_same(comm, (int64_t)m.num_params, "the number of parameters (--init, --resume)");
     dist_check_same(comm, zero_stage, "--zero");
@@ -115,7 +119,8 @@ inline void dp_reduce_grads(Model& m, DataParallel& dp) {
 }
 
 // Clip by the global gradient norm (over every rank's slice), one AdamW step over this rank's
-// slice, and at stage 1/2 the all-gather of the updated parameters. Returns the norm before clipping.
+// slice, and at stage 1/2 the all-gather of the updated parameters; with OPTIMIZER_MUON (stage 0)
+// model_step_optimizer's step on the whole buffers. Returns the norm before clipping.
 inline float dp_update(Model& m, DataParallel& dp, const OptimizerSettings& o) {
     const ZeroPlan& p = dp.plan;
     const int64_t b = p.opt_begin(), e = p.opt_end();
@@ -124,6 +129,12 @@ inline float dp_update(Model& m, DataParallel& dp, const OptimizerSettings& o) {
     if (p.stage > 0) sq = dp.comm->allreduce_sum(sq);
     const float norm = (float)std::sqrt(sq);
     m.step++;
+    if (o.optimizer == OPTIMIZER_MUON) {
+        if (p.stage != 0 || dp.optimizer != OPTIMIZER_MUON) fail("internal: a Muon step at ZeRO stage %d, set up for %s",
+                                                                 p.stage, optimizer_name(dp.optimizer));
+        model_step_optimizer(m, o, cpu::grad_clip_scale(norm, o.grad_clip));
+        return norm;
+    }
     cpu::adamw_update_model_range(m.params_memory.data(), m.m_memory.data(), m.v_memory.data(), grads, m.config, (size_t)b,
                                  (size_t)e, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
                                  cpu::grad_clip_scale(norm, o.grad_clip), m.step);
@@ -152,6 +163,7 @@ inline void dp_save_checkpoint(const Model& m, DataParallel& dp, const std::stri
         const bool whole = p.opt_count() == p.n;
         st.shard_begin = whole ? 0 : p.opt_begin();
         st.total_params = whole ? 0 : p.n;
+        st.optimizer = dp.optimizer;
         state_write((dir + "/" + zero_state_file_name(p)).c_str(), st, m.m_memory.data(), m.v_memory.data(), nullptr);
     }
     comm.barrier();

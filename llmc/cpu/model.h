@@ -1,9 +1,9 @@
 // llmc/cpu/model.h: the CPU reference model, GPT-2 or Llama-style (the knobs of ModelConfig: LayerNorm
 // or RMSNorm, learned positions or RoPE, GELU or SwiGLU, biases or none, tied or untied head): fp32
-// parameters, activations, forward, loss, backward and AdamW update with OpenMP, built from the
-// layer ops in llmc/cpu/ (the same ones the GPU tests and the kernel lab use as their reference),
-// plus checkpoints. The trainer samples through the KV cache of llmc/cpu/model_infer.h
-// (model_infer_sample), as the GPU trainer does.
+// parameters, activations, forward, loss, backward and the update (AdamW, or Muon on the blocks'
+// matrices and AdamW on the rest) with OpenMP, built from the layer ops in llmc/cpu/ (the same ones
+// the GPU tests and the kernel lab use as their reference), plus checkpoints. The trainer samples
+// through the KV cache of llmc/cpu/model_infer.h (model_infer_sample), as the GPU trainer does.
 // Semantics are PyTorch's (docs/design.md). Same sections, in the same order and with the same
 // function names, as the GPU model in llmc/gpt2.cuh: model (parameters, activations), forward,
 // backward, update, checkpoints.
@@ -24,6 +24,7 @@
 #include "llmc/cpu/global_norm.h"
 #include "llmc/cpu/layernorm.h"
 #include "llmc/cpu/matmul.h"
+#include "llmc/cpu/muon.h"
 #include "llmc/cpu/residual.h"
 #include "llmc/cpu/rmsnorm.h"
 #include "llmc/cpu/rope.h"
@@ -336,14 +337,36 @@ inline void model_backward(Model& m, const int* inputs, const int* targets, floa
 }
 
 // ============================================================================ update
-// Clip by the global gradient norm, then one AdamW step (t = m.step after the increment, 1-based).
-// Returns the gradient norm before clipping.
+// The Muon half of an OPTIMIZER_MUON step as llmc/cpu/muon.h takes it (eps and Nesterov torch's).
+inline cpu::MuonSettings model_muon_settings(const OptimizerSettings& o) {
+    cpu::MuonSettings s;
+    s.lr = o.muon_lr;
+    s.momentum = o.muon_momentum;
+    s.weight_decay = o.muon_weight_decay;
+    s.ns_steps = o.muon_ns_steps;
+    s.adjust_lr = o.muon_match_rms_adamw ? cpu::MuonAdjustLr::MATCH_RMS_ADAMW : cpu::MuonAdjustLr::ORIGINAL;
+    return s;
+}
+
+// One optimizer step on the whole buffers with the clipping factor grad_scale (t = m.step, 1-based):
+// AdamW on every tensor, or with OPTIMIZER_MUON AdamW on all but the model_param_muon tensors and
+// Muon on those, its momentum kept in m's slice of each (v's stays zero), so the state keeps its layout.
+inline void model_step_optimizer(Model& m, const OptimizerSettings& o, float grad_scale) {
+    const bool muon = o.optimizer == OPTIMIZER_MUON;
+    cpu::adamw_update_model(m.params_memory.data(), m.m_memory.data(), m.v_memory.data(), m.grads_memory.data(),
+                           m.config, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, grad_scale, m.step, muon);
+    if (muon)
+        cpu::muon_update_model(m.params_memory.data(), m.m_memory.data(), m.grads_memory.data(), m.config,
+                               model_muon_settings(o), grad_scale);
+}
+
+// Clip by the global gradient norm, then one optimizer step (t = m.step after the increment,
+// 1-based). Returns the gradient norm before clipping.
 inline float model_update(Model& m, const OptimizerSettings& o) {
     const float norm = cpu::global_norm(m.grads_memory.data(), m.num_params);
     const float scale = cpu::grad_clip_scale(norm, o.grad_clip);
     m.step++;
-    cpu::adamw_update_model(m.params_memory.data(), m.m_memory.data(), m.v_memory.data(), m.grads_memory.data(),
-                           m.config, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, scale, m.step);
+    model_step_optimizer(m, o, scale);
     return norm;
 }
 

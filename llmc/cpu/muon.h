@@ -26,6 +26,8 @@
 // the docstring's formula and the code differ by the factor 1 - mu, which the Frobenius
 // normalisation of step 3 removes except through eps.
 //
+// muon_update_model applies muon_update to every layer's model_param_muon matrices of a model buffer.
+//
 // Cost: ns_steps (4 m^2 n + 2 m^3) GEMM FLOPs (X X^T, A A, B X) and O(m n) elementwise work. The
 // GEMMs are llmc/cpu/matmul.h's gemm_accumulate and the norm sums row by row, then the rows in
 // order, so every result is bitwise identical for any OMP_NUM_THREADS.
@@ -36,6 +38,7 @@
 #include <utility>
 #include <vector>
 #include "llmc/cpu/matmul.h"
+#include "llmc/model_config.h"
 
 namespace cpu {
 
@@ -149,6 +152,40 @@ inline void muon_update(float* w, const float* grad, float* momentum_buf, int ro
         const float p = w[i] * decay;  // param.mul_(1 - lr * weight_decay)
         w[i] = p + alpha * U[i];       // param.add_(update, alpha=-adjusted_lr)
     }
+}
+
+// The (rows, cols) of one layer's matrix of model_param_muon tensor i, as stored (out, in): the
+// input width is C, except fcprojw's, H.
+inline void muon_matrix_shape(const ModelConfig& c, int i, int* rows, int* cols) {
+    size_t sizes[NUM_PARAM_TENSORS];
+    model_param_sizes(c, sizes);
+    *cols = i == model_param::fcprojw ? model_mlp_hidden(c) : c.channels;
+    *rows = (int)(sizes[i] / c.num_layers / *cols);
+}
+
+// One Muon step on each layer's model_param_muon matrices of a model buffer (params, momentum, grads
+// share the layout of model_param_offsets; the other tensors are not touched): layer by layer, qkvw,
+// attprojw, fcw, fcprojw, each muon_update with its slice of momentum as momentum_buf.
+inline void muon_update_model(float* params, float* momentum, const float* grads, const ModelConfig& c,
+                              const MuonSettings& s, float grad_scale) {
+    size_t off[NUM_PARAM_TENSORS], scratch_floats = 0;
+    model_param_offsets(c, off);
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        if (!model_param_muon(i)) continue;
+        int rows, cols;
+        muon_matrix_shape(c, i, &rows, &cols);
+        const size_t need = muon_scratch_floats(rows, cols);
+        if (need > scratch_floats) scratch_floats = need;
+    }
+    std::vector<float> scratch(scratch_floats);
+    for (int l = 0; l < c.num_layers; l++)
+        for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+            if (!model_param_muon(i)) continue;
+            int rows, cols;
+            muon_matrix_shape(c, i, &rows, &cols);
+            const size_t at = off[i] + (size_t)l * rows * cols;
+            muon_update(params + at, grads + at, momentum + at, rows, cols, s, grad_scale, scratch.data());
+        }
 }
 
 }  // namespace cpu
