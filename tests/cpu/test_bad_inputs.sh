@@ -194,7 +194,9 @@ expect_error "llama descriptor with untied twice" "untied is given twice" "${TRA
 expect_error "model file with an unknown norm" "$T/badnorm.bin: header field norm" "${TRAIN1[@]}" "${BASE[@]}" --init "$T/badnorm.bin"
 expect_error "model file with RoPE theta 0.5" "$T/badtheta.bin: RoPE needs theta" "${TRAIN1[@]}" "${BASE[@]}" --init "$T/badtheta.bin"
 # the GPU trainer checks the attention flags before it touches a device (so these run without a GPU)
-GPU=build/train_gpt2cu; [ -x $GPU ] || GPU=build/check/train_gpt2cu  # make test builds the second (flag checks only)
+# the newer of the full build and make test's (flag checks only), so a stale one is not what is checked
+GPU=build/train_gpt2cu
+[ -x build/check/train_gpt2cu ] && { [ ! -x $GPU ] || [ build/check/train_gpt2cu -nt $GPU ]; } && GPU=build/check/train_gpt2cu
 if [ -x $GPU ]; then
     expect_error "GPU trainer: a Llama descriptor of head size 4" "head size 4 (channels / heads) must be 64 or 128" \
         $GPU "${BASE[@]}" "${LLAMA[@]}"
@@ -330,6 +332,21 @@ expect_error "--lr above the largest float" "--lr: '1e39' is out of range: its m
 expect_error "--steps -2" "--steps" $TRAIN "${BASE[@]}" --steps -2
 expect_error "--beta2 1" "--beta2" $TRAIN "${BASE[@]}" --beta2 1
 expect_error "--schedule nope" "--schedule" $TRAIN "${BASE[@]}" --schedule nope
+expect_error "--optimizer sgd" "--optimizer: unknown optimizer 'sgd' (adamw, muon)" $TRAIN "${BASE[@]}" --optimizer sgd
+expect_error "--muon-lr without --optimizer muon" "--muon-lr: only with --optimizer muon" $TRAIN "${BASE[@]}" --muon-lr 0.1
+expect_error "--muon-adjust-lr without --optimizer muon" "--muon-adjust-lr: only with --optimizer muon" $TRAIN \
+    "${BASE[@]}" --muon-adjust-lr match_rms_adamw
+expect_error "--muon-lr 0" "--muon-lr: must be in [1e-30, 10], got 0" $TRAIN "${BASE[@]}" --optimizer muon --muon-lr 0
+expect_error "--muon-ns-steps 0" "--muon-ns-steps: must be in [1, 99], got 0" $TRAIN "${BASE[@]}" --optimizer muon \
+    --muon-ns-steps 0
+expect_error "--muon-momentum 1" "--muon-momentum: must be in [0, 1), got 1" $TRAIN "${BASE[@]}" --optimizer muon \
+    --muon-momentum 1
+expect_error "--muon-adjust-lr nope" "--muon-adjust-lr: unknown adjustment 'nope'" $TRAIN "${BASE[@]}" --optimizer muon \
+    --muon-adjust-lr nope
+expect_error "--optimizer muon at ZeRO 1" "--zero 1: --optimizer muon runs at --zero 0 only" $TRAIN "${BASE[@]}" \
+    --optimizer muon --zero 1
+expect_success "control: a Muon run checkpoints" $TRAIN "${BASE[@]}" --init "$T/good.bin" --optimizer muon \
+    --out-dir "$T/ckpt_muon"
 expect_error "--fp8 1 on the CPU trainer" "--fp8 1: the CPU trainer runs in fp32" $TRAIN "${BASE[@]}" --fp8 1
 expect_error "--fp8 2" "--fp8" $TRAIN "${BASE[@]}" --fp8 2
 expect_error "--fp8-scaling on the CPU trainer" "--fp8-scaling current: the CPU trainer runs in fp32" $TRAIN "${BASE[@]}" \
@@ -338,6 +355,11 @@ if [ -x $GPU ]; then  # the --fp8 flags are the GPU trainer's (not in the CPU tr
     expect_error "GPU trainer: --fp8-scaling nope" "--fp8-scaling: unknown scaling 'nope'" $GPU "${BASE[@]}" --fp8-scaling nope
     expect_error "GPU trainer: --fp8-grad e3m4" "--fp8-grad: unknown format 'e3m4'" $GPU "${BASE[@]}" --fp8-grad e3m4
     expect_error "GPU trainer: --fp8-grad without --fp8 1" "only with --fp8 1" $GPU "${BASE[@]}" --fp8-grad e4m3
+    expect_error "GPU trainer: --optimizer muon" "--optimizer muon: only the CPU trainer (build/train_gpt2_cpu) has Muon" \
+        $GPU "${BASE[@]}" --optimizer muon
+    expect_error "GPU trainer: --resume of a Muon checkpoint" \
+        "--optimizer adamw: the checkpoint $T/ckpt_muon/step_00000001 holds muon's optimizer state" \
+        $GPU "${BASE[@]}" --steps 2 --resume "$T/ckpt_muon"
 fi
 expect_error "unknown flag" "--frobnicate" $TRAIN "${BASE[@]}" --frobnicate 3
 expect_error "--total-batch not a multiple of B*T" "--total-batch" $TRAIN "${BASE[@]}" --total-batch 100

@@ -4,7 +4,8 @@
 # checkpoint is skipped for the newest good one (and named), a checkpoint mixing two runs' files
 # is refused, another run's checkpoints are never replaced without --overwrite 1, a diverging run
 # stops without a checkpoint and keeps the good ones, a killed run's redirected output keeps its
-# step lines, and the step lines show the elapsed time and an ETA. Where a GPU is present, the GPU
+# step lines, the step lines show the elapsed time and an ETA, and a Muon run resumes bit for bit,
+# under --optimizer muon only. Where a GPU is present, the GPU
 # trainer's share of these (NaN weights, divergence, fallback and bit-exact resume, /dev/full) runs too.
 # Prints one line per case; exits non-zero if any case misbehaves.
 cd "$(dirname "$0")/../.." || exit 1
@@ -178,7 +179,36 @@ elif ! run "$T/c11" --init "$T/good.bin" --steps 2 --ckpt-every 2 --out-dir "$T/
     flunk "$name" "--overwrite 1 did not start the run again: $(head -n 1 "$T/c11.err")"
 else pass "$name"; fi
 
-# 12. the GPU trainer, where there is a GPU (same library code; a d1 model, --deterministic 1 so a
+# 12. --optimizer muon: a resumed run repeats the uninterrupted one bit for bit (Muon's momentum is
+#     state.bin's m), and a checkpoint resumes only under the optimizer that wrote it (--init takes
+#     its weights alone, with a fresh optimizer)
+name="a Muon run resumes bit for bit"
+MUON=(--optimizer muon --muon-lr 0.01 --muon-wd 0.1 --muon-adjust-lr match_rms_adamw)
+if ! run "$T/m" --init "$T/good.bin" --steps 4 --ckpt-every 1 --out-dir "$T/m" "${MUON[@]}"; then
+    flunk "$name" "the run failed: $(head -n 1 "$T/m.err")"
+else
+    cp -r "$T/m" "$T/m2" && rm -rf "$T/m2/step_00000003" "$T/m2/step_00000004"
+    if ! run "$T/m2" --steps 4 --ckpt-every 1 --resume "$T/m2" "${MUON[@]}"; then
+        flunk "$name" "the resume failed: $(head -n 1 "$T/m2.err")"
+    elif ! diff -r "$T/m/step_00000004" "$T/m2/step_00000004" >/dev/null; then
+        flunk "$name" "the resumed run's step 4 differs from the uninterrupted run's"
+    elif same_files "$T/m/step_00000004/model.bin" "$T/ref/step_00000004/model.bin"; then
+        flunk "$name" "its step 4 is the AdamW run's"
+    else pass "$name"; fi
+fi
+name="a checkpoint resumes only under its own optimizer"
+cp -r "$T/m/step_00000002" "$T/m3" && cp -r "$T/ref/step_00000002" "$T/m4"
+run "$T/m3" --steps 4 --resume "$T/m3"; rc3=$?
+run "$T/m4" --steps 4 --resume "$T/m4" "${MUON[@]}"; rc4=$?
+if [ $rc3 -ne 1 ] || ! grep -q -- "--optimizer adamw: the checkpoint $T/m3 holds muon's optimizer state" "$T/m3.err"; then
+    flunk "$name" "a Muon checkpoint under adamw: exit $rc3: $(head -n 1 "$T/m3.err")"
+elif [ $rc4 -ne 1 ] || ! grep -q -- "--optimizer muon: the checkpoint $T/m4 holds adamw's optimizer state" "$T/m4.err"; then
+    flunk "$name" "an AdamW checkpoint under muon: exit $rc4: $(head -n 1 "$T/m4.err")"
+elif ! run "$T/m5" --init "$T/m4" --steps 2 --out-dir "$T/m5" "${MUON[@]}"; then
+    flunk "$name" "--init of an AdamW checkpoint with --optimizer muon failed: $(head -n 1 "$T/m5.err")"
+else pass "$name"; fi
+
+# 13. the GPU trainer, where there is a GPU (same library code; a d1 model, --deterministic 1 so a
 #     resumed run repeats bit for bit)
 GPU=build/train_gpt2cu
 if [ -x "$GPU" ] && nvidia-smi -L >/dev/null 2>&1; then

@@ -1,0 +1,100 @@
+"""The CPU trainer's --optimizer muon against the PyTorch reference's, over 10 steps, for a tiny GPT-2
+(tied head) and a tiny Llama (GQA, SwiGLU, untied head), each with one --muon-adjust-lr mode:
+- the model is written by scripts/train_gpt2.py --write-model; the token shard holds one B x T window,
+  so both trainers see the same batch at every step whatever their data order (the C++ loader shuffles);
+- the reference is scripts/train_gpt2.py --train --optimizer muon (torch.optim.Muon per layer matrix +
+  torch.optim.AdamW, tests/python/test_muon.py) run in float64, the Newton-Schulz in float64 too, so it
+  carries no error of its own at the fp32 tolerance;
+- build/train_gpt2_cpu --init M --optimizer muon (fp32) with the same batch, lr, schedule, warmup and clip
+  must match its per-step losses to LOSS_RTOL relative and its final weights to WEIGHT_ATOL.
+The reference's losses and weights are float64; the CPU trainer prints %.6f losses, about 1e-7 relative.
+Measured (x86-64, 2 threads): the losses within 2.1e-7 relative (the printed digits), the weights within
+4.3e-6 (the largest, the norms' weights, are about 1): the tolerances leave 20-50x room. Skipping the
+Muon update of fcw alone moves them to 1e-2 and 7e-2.
+Run: python3 -m pytest -q -s tests/python/test_muon_trainer.py (-s prints the measured differences)"""
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+if not hasattr(torch.optim, "Muon"):
+    pytest.skip("torch.optim.Muon needs PyTorch 2.9 or later", allow_module_level=True)
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+import llmc_formats as fmt  # noqa: E402
+import train_gpt2  # noqa: E402
+
+TRAINER = ROOT / "build" / "train_gpt2_cpu"
+B, T, STEPS, V = 2, 16, 10, 250
+LOSS_RTOL = 1e-5
+WEIGHT_ATOL = 1e-4
+# the same flags for both trainers (their names agree): lr schedule, warmup, clip, AdamW's lr
+COMMON = ["--batch", str(B), "--seq", str(T), "--steps", str(STEPS), "--lr", "3e-3", "--schedule", "cosine",
+          "--warmup", "2", "--grad-clip", "1.0"]
+MODELS = {"gpt2": ["--arch", "gpt2", "--tied", "1"],
+          "llama": ["--arch", "llama", "--tied", "0", "--kv-heads", "2"]}
+# (model, Muon flags): each family once, each lr adjustment once, a weight decay and another momentum
+CASES = [("gpt2", ["--optimizer", "muon", "--muon-lr", "0.02", "--muon-adjust-lr", "original", "--muon-wd", "0.1"]),
+         ("llama", ["--optimizer", "muon", "--muon-lr", "0.01", "--muon-adjust-lr", "match_rms_adamw", "--muon-momentum", "0.9"])]
+
+
+def write_inputs(d, arch):
+    model, shard = d / "model.bin", d / "train.bin"
+    train_gpt2.main(["--layers", "2", "--channels", "32", "--heads", "4", "--vocab", str(V), "--max-seq", "32",
+                     "--seed", "5", *MODELS[arch], "--write-model", str(model)])
+    fmt.write_shard(str(shard), np.random.default_rng(6).integers(0, V, B * T + 1), V)  # one window
+    return model, shard
+
+
+def step_losses(text):
+    return [float(line.split()[3]) for line in text.splitlines() if " train_loss " in line]
+
+
+def reference(model, shard, opt_flags, capsys):
+    """scripts/train_gpt2.py's training in float64: the per-step losses and the final parameters."""
+    capsys.readouterr()
+    args = train_gpt2.parse_args(["--load", str(model), "--train", str(shard), *COMMON, *opt_flags])
+    m = train_gpt2.build_model(args).double()
+    train_gpt2.train(m, args)
+    return step_losses(capsys.readouterr().out), m.flat().detach().numpy()
+
+
+def cpu_trainer(model, shard, opt_flags, out_dir):
+    """build/train_gpt2_cpu: the per-step losses and the final parameters (its last checkpoint)."""
+    p = subprocess.run([str(TRAINER), "--init", str(model), "--train", str(shard), "--val-every", "0",
+                        "--out-dir", str(out_dir), *COMMON, *opt_flags], capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2")))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr
+    _, params = fmt.read_model(str(out_dir / f"step_{STEPS:08d}" / "model.bin"))
+    return step_losses(p.stdout), np.asarray(params, dtype=np.float64)
+
+
+def compare(ref, got):
+    """(largest relative loss difference, largest absolute weight difference)."""
+    (ref_losses, ref_w), (losses, w) = ref, got
+    assert len(ref_losses) == len(losses) == STEPS, (ref_losses, losses)
+    loss_rel = max(abs(a - b) / abs(a) for a, b in zip(ref_losses, losses))
+    return loss_rel, float(np.abs(ref_w - w).max())
+
+
+@pytest.mark.parametrize("arch,opt_flags", CASES, ids=[c[0] for c in CASES])
+def test_cpu_trainer_muon_matches_the_reference(tmp_path, capsys, arch, opt_flags):
+    if not TRAINER.exists():
+        pytest.skip(f"{TRAINER} is not built (make build/train_gpt2_cpu)")
+    model, shard = write_inputs(tmp_path, arch)
+    ref = reference(model, shard, opt_flags, capsys)
+    got = cpu_trainer(model, shard, opt_flags, tmp_path / "run")
+    loss_rel, weight_abs = compare(ref, got)
+    with capsys.disabled():
+        print(f"\n{arch} {' '.join(opt_flags)}: losses {ref[0][0]:.4f} -> {ref[0][-1]:.4f}, max relative loss "
+              f"difference {loss_rel:.2e} (tolerance {LOSS_RTOL:g}), max weight difference {weight_abs:.2e} "
+              f"(tolerance {WEIGHT_ATOL:g}, largest weight {np.abs(ref[1]).max():.3f})")
+    assert loss_rel < LOSS_RTOL and weight_abs < WEIGHT_ATOL, (loss_rel, weight_abs, ref[0], got[0])
+    # Muon moved the trajectory: AdamW alone from the same model ends elsewhere
+    adamw_losses, _ = reference(model, shard, ["--optimizer", "adamw"], capsys)
+    assert max(abs(a - b) for a, b in zip(adamw_losses[1:], ref[0][1:])) > 100 * LOSS_RTOL
