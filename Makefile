@@ -33,7 +33,7 @@ endif
 
 CPU_TARGETS := $(BUILD)/train_gpt2_cpu $(BUILD)/generate_cpu $(BUILD)/test_gpt2_cpu $(BUILD)/test_dataloader $(BUILD)/test_attention_cpu \
                $(BUILD)/test_llama_ops_cpu $(BUILD)/test_attention_decode_cpu $(BUILD)/test_bpe \
-               $(BUILD)/test_generate_cpu $(BUILD)/test_zero $(BUILD)/test_fp8_cpu
+               $(BUILD)/test_generate_cpu $(BUILD)/test_zero $(BUILD)/test_fp8_cpu $(BUILD)/test_muon_cpu
 # The CPU trainer over MPI (data parallel, llmc/dist_mpi.h), when mpicxx exists; the plain one links no MPI.
 MPICXX     ?= mpicxx
 HAS_MPICXX := $(shell command -v $(MPICXX) 2>/dev/null)
@@ -85,6 +85,9 @@ $(BUILD)/test_zero: tests/cpu/test_zero.cpp tests/cpu/check.h $(LLMC_H) | $(BUIL
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
 $(BUILD)/test_fp8_cpu: tests/cpu/test_fp8.cpp tests/cpu/check.h $(LLMC_H) | $(BUILD)
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
+$(BUILD)/test_muon_cpu: tests/cpu/test_muon.cpp tests/cpu/fixture_check.h $(LLMC_H) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
 $(BUILD)/test_bpe: tests/cpu/test_bpe.cpp $(LLMC_H) | $(BUILD)
