@@ -27,6 +27,9 @@
 // attention_forward / attention_backward (at the end) pick the one for the build. The forward, and the
 // backward without scratch, are deterministic by construction: no atomics, every output element
 // summed by one thread in a fixed order (dev/cuda/attention_backward.cu checks two runs bit for bit).
+// Every entry point takes its tensors (outputs first), one AttnShape (attention_layout.cuh) and the
+// CudaContext (llmc/cuda_common.cuh): the stream it launches on, the device's SM count and whether
+// the sm_90a kernels run, and the one-time raising of the kernels' shared-memory limits.
 #pragma once
 #include <cmath>
 #include <type_traits>
