@@ -61,8 +61,9 @@ FP8_RECIPES = ("none", "tensorwise", "rowwise", "rowwise_gw_bf16", "blockwise") 
 
 # Weight decay applies to the embeddings and the weight matrices (gpt2_param_decays in C++).
 DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw", "lm_head"}
-# --optimizer muon: the blocks' hidden matrices, each layer's one matrix per name, that Muon updates;
-# AdamW updates the rest (embeddings, lm_head, norms, biases).
+# --optimizer muon: the blocks' hidden matrices that Muon updates, each layer's slice cut into
+# muon_row_blocks' matrices (qkvw Q, K, V; SwiGLU's fcw gate, up); AdamW updates the rest (embeddings,
+# lm_head, norms, biases).
 MUON_MATRICES = ("qkvw", "attprojw", "fcw", "fcprojw")
 MUON_ADJUST_LR = ("original", "match_rms_adamw")  # torch.optim.Muon's adjust_lr_fn names
 DTYPES = {"fp32": fmt.DTYPE_FP32, "bf16": fmt.DTYPE_BF16}
@@ -337,26 +338,49 @@ def newton_schulz_in_param_dtype():
         module._zeropower_via_newtonschulz = saved
 
 
+def muon_row_blocks(cfg, name):
+    """The rows of each of Muon's matrices in one layer's (out, in) slice of MUON_MATRICES tensor name, top
+    to bottom (llmc/cpu/muon.h's muon_row_blocks): qkvw Q (NH HD = C), K (NKV HD), V (NKV HD), as nanochat's
+    separate c_q, c_k, c_v; SwiGLU's fcw gate (H), up (H), as Hugging Face Llama's gate_proj, up_proj; GELU's
+    fcw, attprojw and fcprojw one matrix each."""
+    cfg = fmt.full_config(cfg)
+    C, H = cfg["channels"], cfg["mlp_hidden"]
+    KV = cfg["num_kv_heads"] * (C // cfg["num_heads"])
+    if name == "qkvw":
+        return [C, KV, KV]
+    if name == "fcw":
+        return [H, H] if cfg["mlp"] == fmt.MLP_SWIGLU else [H]
+    return [C]
+
+
 class LayerMuon(torch.optim.Muon if torch is not None else object):
-    """torch.optim.Muon (Nesterov) on each layer's MUON_MATRICES. Our parameters stack the layers
-    (L, out, in) and torch applies Muon to each 2-D parameter on its own, so each layer's slice goes to it
-    as a leaf view sharing the stacked tensor's storage: step() points each view's .grad at its slice of
-    the stacked gradient, and torch's in-place update of the view updates the parameter. qkvw is Muon'd
-    whole, one ((NH + 2 NKV) HD, C) matrix per layer as stored, not Q, K and V apart; a SwiGLU fcw whole
-    too ([gate | up]). ns_in_param_dtype: the Newton-Schulz in the parameters' dtype (newton_schulz),
-    else torch's own in bf16. The group's base_lr is lr, for the schedule (lr_at_step)."""
+    """torch.optim.Muon (Nesterov) on each layer's MUON_MATRICES, each cut into muon_row_blocks' matrices.
+    Our parameters stack the layers (L, out, in) and torch applies Muon to each 2-D parameter on its own, so
+    each block of each layer goes to it as a leaf view sharing the stacked tensor's storage (a row block of a
+    contiguous (out, in) matrix is contiguous): step() points each view's .grad at the same rows of the
+    stacked gradient, and torch's in-place update of the view updates the parameter. torch keeps each
+    view's momentum buffer in its own state. ns_in_param_dtype: the Newton-Schulz in the parameters' dtype
+    (newton_schulz), else torch's own in bf16. The group's base_lr is lr, for the schedule (lr_at_step)."""
 
     def __init__(self, model, lr, momentum, weight_decay, ns_steps, adjust_lr_fn, ns_in_param_dtype):
         self.stacked = [model.param(name) for name in MUON_MATRICES]
-        self.slices = [(p, l, p.detach()[l]) for p in self.stacked for l in range(p.shape[0])]
-        super().__init__([view for _, _, view in self.slices], lr=lr, momentum=momentum, weight_decay=weight_decay,
+        self.blocks = []  # (stacked tensor, layer, first row, rows, the view)
+        for name, p in zip(MUON_MATRICES, self.stacked):
+            rows = muon_row_blocks(model.cfg, name)
+            assert sum(rows) == p.shape[1], (name, rows, p.shape)
+            for l in range(p.shape[0]):
+                r0 = 0
+                for r in rows:
+                    self.blocks.append((p, l, r0, r, p.detach()[l, r0:r0 + r]))
+                    r0 += r
+        super().__init__([view for *_, view in self.blocks], lr=lr, momentum=momentum, weight_decay=weight_decay,
                          nesterov=True, ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn)
         self.param_groups[0]["base_lr"] = lr
         self.ns_in_param_dtype = ns_in_param_dtype
 
     def step(self, closure=None):
-        for p, l, view in self.slices:
-            view.grad = None if p.grad is None else p.grad[l]
+        for p, l, r0, r, view in self.blocks:
+            view.grad = None if p.grad is None else p.grad[l, r0:r0 + r]
         with newton_schulz_in_param_dtype() if self.ns_in_param_dtype else contextlib.nullcontext():
             return super().step(closure)
 
@@ -790,9 +814,10 @@ def parse_args(argv=None):
     d.add_argument("--warmup", type=int, default=0, help="train: linear warmup steps")
     d.add_argument("--final-lr-frac", type=float, default=0.0, help="train: cosine/linear end at lr * this")
     d.add_argument("--optimizer", choices=["adamw", "muon"], default="adamw",
-                   help="muon (train, bench): torch.optim.Muon, Nesterov, on each layer's qkv (whole), attention "
-                        "projection, fc and fc projection matrices, and AdamW (--lr, --weight-decay) on the rest; its "
-                        "Newton-Schulz in bf16 with --dtype bf16 (as torch.optim.Muon always), else in fp32")
+                   help="muon (train, bench): torch.optim.Muon, Nesterov, on each layer's Q, K and V, attention "
+                        "projection, fc (SwiGLU's gate and up apart) and fc projection matrices, and AdamW (--lr, "
+                        "--weight-decay) on the rest; its Newton-Schulz in bf16 with --dtype bf16 (as torch.optim.Muon "
+                        "always), else in fp32")
     d.add_argument("--muon-lr", type=float, default=0.02, help="Muon's lr, before --muon-adjust-lr's factor; "
                                                               "the schedule scales it as it scales --lr")
     d.add_argument("--muon-momentum", type=float, default=0.95, help="in [0, 1)")

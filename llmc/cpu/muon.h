@@ -26,7 +26,8 @@
 // the docstring's formula and the code differ by the factor 1 - mu, which the Frobenius
 // normalisation of step 3 removes except through eps.
 //
-// muon_update_model applies muon_update to every layer's model_param_muon matrices of a model buffer.
+// muon_update_model applies muon_update to every layer's model_param_muon matrices of a model buffer,
+// qkvw as three matrices (Q, K, V) and SwiGLU's fcw as two (gate, up): muon_row_blocks.
 //
 // Cost: ns_steps (4 m^2 n + 2 m^3) GEMM FLOPs (X X^T, A A, B X) and O(m n) elementwise work. The
 // GEMMs are llmc/cpu/matmul.h's gemm_accumulate and the norm sums row by row, then the rows in
@@ -154,37 +155,64 @@ inline void muon_update(float* w, const float* grad, float* momentum_buf, int ro
     }
 }
 
-// The (rows, cols) of one layer's matrix of model_param_muon tensor i, as stored (out, in): the
-// input width is C, except fcprojw's, H.
-inline void muon_matrix_shape(const ModelConfig& c, int i, int* rows, int* cols) {
-    size_t sizes[NUM_PARAM_TENSORS];
-    model_param_sizes(c, sizes);
-    *cols = i == model_param::fcprojw ? model_mlp_hidden(c) : c.channels;
-    *rows = (int)(sizes[i] / c.num_layers / *cols);
+// Muon's matrices in one layer's slice of model_param_muon tensor i, stored (out, in) row-major: row
+// blocks, contiguous, each orthogonalised with its own lr adjustment as nanochat's separate c_q, c_k,
+// c_v and Hugging Face Llama's gate_proj, up_proj are. Writes each block's rows to block_rows (at most
+// MUON_MAX_ROW_BLOCKS) and the common input width to cols; returns the number of blocks:
+//   qkvw     3: Q (NH HD = C), K (NKV HD), V (NKV HD)       cols C
+//   fcw      SwiGLU 2: gate (H), up (H); GELU 1: (H)         cols C
+//   attprojw 1: (C)                                          cols C
+//   fcprojw  1: (C)                                          cols H
+constexpr int MUON_MAX_ROW_BLOCKS = 3;
+inline int muon_row_blocks(const ModelConfig& c, int i, int block_rows[MUON_MAX_ROW_BLOCKS], int* cols) {
+    const int C = c.channels, H = model_mlp_hidden(c), KV = c.num_kv_heads * model_head_dim(c);
+    *cols = i == model_param::fcprojw ? H : C;
+    if (i == model_param::qkvw) {
+        block_rows[0] = C, block_rows[1] = KV, block_rows[2] = KV;
+        return 3;
+    }
+    if (i == model_param::fcw && c.mlp == MLP_SWIGLU) {
+        block_rows[0] = H, block_rows[1] = H;
+        return 2;
+    }
+    block_rows[0] = i == model_param::fcw ? H : C;
+    return 1;
 }
 
 // One Muon step on each layer's model_param_muon matrices of a model buffer (params, momentum, grads
 // share the layout of model_param_offsets; the other tensors are not touched): layer by layer, qkvw,
-// attprojw, fcw, fcprojw, each muon_update with its slice of momentum as momentum_buf.
+// attprojw, fcw, fcprojw, each muon_row_blocks block a muon_update of its own with its slice of
+// momentum as momentum_buf.
 inline void muon_update_model(float* params, float* momentum, const float* grads, const ModelConfig& c,
                               const MuonSettings& s, float grad_scale) {
-    size_t off[NUM_PARAM_TENSORS], scratch_floats = 0;
+    size_t sizes[NUM_PARAM_TENSORS], off[NUM_PARAM_TENSORS], scratch_floats = 0;
+    model_param_sizes(c, sizes);
     model_param_offsets(c, off);
+    int block_rows[MUON_MAX_ROW_BLOCKS], cols;
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         if (!model_param_muon(i)) continue;
-        int rows, cols;
-        muon_matrix_shape(c, i, &rows, &cols);
-        const size_t need = muon_scratch_floats(rows, cols);
-        if (need > scratch_floats) scratch_floats = need;
+        const int n = muon_row_blocks(c, i, block_rows, &cols);
+        size_t rows = 0;
+        for (int k = 0; k < n; k++) {
+            rows += block_rows[k];
+            const size_t need = muon_scratch_floats(block_rows[k], cols);
+            if (need > scratch_floats) scratch_floats = need;
+        }
+        if (rows * cols * c.num_layers != sizes[i]) {
+            fail("internal: muon_update_model: tensor %d's row blocks (%zu rows of %d) do not tile its %zu values", i,
+                 rows, cols, sizes[i]);
+        }
     }
     std::vector<float> scratch(scratch_floats);
     for (int l = 0; l < c.num_layers; l++)
         for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
             if (!model_param_muon(i)) continue;
-            int rows, cols;
-            muon_matrix_shape(c, i, &rows, &cols);
-            const size_t at = off[i] + (size_t)l * rows * cols;
-            muon_update(params + at, grads + at, momentum + at, rows, cols, s, grad_scale, scratch.data());
+            const int n = muon_row_blocks(c, i, block_rows, &cols);
+            size_t at = off[i] + (size_t)l * (sizes[i] / c.num_layers);
+            for (int k = 0; k < n; k++) {
+                muon_update(params + at, grads + at, momentum + at, block_rows[k], cols, s, grad_scale, scratch.data());
+                at += (size_t)block_rows[k] * cols;
+            }
         }
 }
 

@@ -7,9 +7,10 @@
 - the CPU step (tests/cpu/test_muon.cpp, llmc/cpu/muon.h, fp32) matches torch.optim.Muon on a fixture
   written here: float64 parameters with the iteration in float64, so the reference carries no error of
   its own at the fp32 tolerance (in bf16, as torch runs it, the update is only good to ~2e-2);
-- the reference trainer's --optimizer muon (Muon on each layer's slice of the stacked block matrices,
-  AdamW on the rest) is bitwise torch.optim.Muon on separate per-layer parameters plus torch.optim.AdamW,
-  and trains from the command line.
+- the reference trainer's --optimizer muon (Muon on row-block views of each layer's slice of the stacked
+  block matrices: Q, K, V apart, SwiGLU's gate and up apart; AdamW on the rest) is bitwise
+  torch.optim.Muon on separate parameters, one per layer's matrix cut here from the forward's layout,
+  plus torch.optim.AdamW, and trains from the command line.
 The C++ test is build/test_muon_cpu when make built it after its sources changed, else compiled here
 into the test's tmp dir. Run: python3 -m pytest -q tests/python/test_muon.py"""
 import os
@@ -157,16 +158,34 @@ def tiny_model(arch, tied):
     return model
 
 
+def split_rows(model, name):
+    """This test's own cut of one layer's (out, in) matrix into Muon's matrices, from the layout the forward
+    computes with: qkvw = [Q (C rows); K (NKV HD); V (NKV HD)], SwiGLU's fcw = [gate (H); up (H)], the rest
+    whole."""
+    cfg = model.cfg
+    rows = model.param(name).shape[1]
+    if name == "qkvw":
+        kv = cfg["num_kv_heads"] * cfg["channels"] // cfg["num_heads"]
+        return [cfg["channels"], kv, kv]
+    if name == "fcw" and cfg["mlp"] == fmt.MLP_SWIGLU:
+        return [rows // 2, rows // 2]
+    return [rows]
+
+
 @pytest.mark.parametrize("ns_in_param_dtype", [False, True])
 @pytest.mark.parametrize("arch,tied", [("gpt2", 1), ("llama", 0)])
-def test_reference_muon_is_torch_muon_per_layer_plus_adamw(arch, tied, ns_in_param_dtype):
+def test_reference_muon_is_torch_muon_per_matrix_plus_adamw(arch, tied, ns_in_param_dtype):
     ours = tiny_model(arch, tied)
     opt = ours.optimizer(1e-3, 0.1, muon=dict(lr=0.02, momentum=0.95, weight_decay=0.05, ns_steps=5,
                                               adjust_lr_fn="match_rms_adamw", ns_in_param_dtype=ns_in_param_dtype))
-    # torch's own: one Parameter per layer's matrix for Muon, the rest in AdamW's two groups
+    # torch's own: one Parameter per layer's Q, K, V, attention projection, fc (SwiGLU: gate, up) and fc
+    # projection for Muon, the rest in AdamW's two groups
     params = {n: p.detach().clone() for n, p in ours.named_parameters()}
     L = ours.cfg["num_layers"]
-    matrices = {(n, l): torch.nn.Parameter(params[n][l].clone()) for n in train_gpt2.MUON_MATRICES for l in range(L)}
+    cuts = {n: split_rows(ours, n) for n in train_gpt2.MUON_MATRICES}
+    assert cuts["qkvw"] == [32, 16, 16] and cuts["fcw"] == ([128, 128] if arch == "llama" else [128])
+    matrices = {(n, l, k): torch.nn.Parameter(block.clone()) for n in train_gpt2.MUON_MATRICES for l in range(L)
+                for k, block in enumerate(params[n][l].split(cuts[n]))}
     rest = {n: torch.nn.Parameter(p) for n, p in params.items() if n not in train_gpt2.MUON_MATRICES}
     muon = torch.optim.Muon(list(matrices.values()), lr=0.02, momentum=0.95, weight_decay=0.05, nesterov=True,
                             ns_steps=5, adjust_lr_fn="match_rms_adamw")
@@ -179,7 +198,8 @@ def test_reference_muon_is_torch_muon_per_layer_plus_adamw(arch, tied, ns_in_par
             p.grad = torch.randn(p.shape, dtype=torch.float64, generator=gen)
             if n in train_gpt2.MUON_MATRICES:
                 for l in range(L):
-                    matrices[(n, l)].grad = p.grad[l].clone()
+                    for k, g in enumerate(p.grad[l].split(cuts[n])):
+                        matrices[(n, l, k)].grad = g.clone()
             else:
                 rest[n].grad = p.grad.clone()
         opt.step()
@@ -192,8 +212,21 @@ def test_reference_muon_is_torch_muon_per_layer_plus_adamw(arch, tied, ns_in_par
             muon.step()
         adamw.step()
         for n, p in ours.named_parameters():
-            expect = torch.stack([matrices[(n, l)] for l in range(L)]) if n in train_gpt2.MUON_MATRICES else rest[n]
-            assert torch.equal(p.detach(), expect.detach()), n
+            if n in train_gpt2.MUON_MATRICES:
+                expect = torch.stack([torch.cat([matrices[(n, l, k)].detach() for k in range(len(cuts[n]))])
+                                      for l in range(L)])
+            else:
+                expect = rest[n].detach()
+            assert torch.equal(p.detach(), expect), n
+    # the cut matters: one step of Muon on a whole qkvw lands elsewhere
+    whole = torch.nn.Parameter(params["qkvw"][0].clone())
+    whole.grad = torch.randn(whole.shape, dtype=torch.float64, generator=gen)
+    apart = [torch.nn.Parameter(b.clone()) for b in params["qkvw"][0].split(cuts["qkvw"])]
+    for a, g in zip(apart, whole.grad.split(cuts["qkvw"])):
+        a.grad = g.clone()
+    for ps in ([whole], apart):
+        torch.optim.Muon(ps, lr=0.02, weight_decay=0.05, adjust_lr_fn="match_rms_adamw").step()
+    assert (torch.cat([a.detach() for a in apart]) - whole.detach()).abs().max() > 1e-3
 
 
 def test_train_with_muon_from_the_command_line(tmp_path, capsys):
