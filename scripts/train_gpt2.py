@@ -507,12 +507,13 @@ def read_tokens(path, V, flag):
 
 
 def reference_state(model, args):
-    """Logits, loss and grads of one batch, then args.steps AdamW steps on that batch, in float64 on
-    the CPU, so the expected numbers carry no error of their own at fp32 test tolerances."""
+    """Logits, loss and grads of one batch, then args.steps AdamW steps on that batch, in float64 (on
+    --device: the CPU, or a GPU, the same float64 math summed in another order), so the expected
+    numbers carry no error of their own at fp32 test tolerances."""
     cfg = model.cfg
-    inputs, targets = reference_batch(args, cfg["vocab_size"])
-    m = GPT2(cfg).double()
-    m.load_flat(model.flat().double())  # exactly the fp32 values the checkpoint holds
+    inputs, targets = (t.to(args.device) for t in reference_batch(args, cfg["vocab_size"]))
+    m = GPT2(cfg).double().to(args.device)
+    m.load_flat(model.flat().double().to(args.device))  # exactly the fp32 values the checkpoint holds
     opt = m.optimizer(args.lr, args.weight_decay, betas=(args.beta1, args.beta2), eps=args.eps)
     losses, first = [], None
     for step in range(args.steps + 1):
@@ -520,7 +521,7 @@ def reference_state(model, args):
         logits, loss = m(inputs, targets)
         loss.backward()
         if first is None:
-            first = (logits[..., :cfg["vocab_size"]].detach().float(), loss.item(), m.flat(grads=True).float())
+            first = (logits[..., :cfg["vocab_size"]].detach().float().cpu(), loss.item(), m.flat(grads=True).float().cpu())
         if step == args.steps:
             break
         norm = torch.nn.utils.clip_grad_norm_(m.parameters(), args.grad_clip if args.grad_clip > 0 else math.inf)
@@ -530,7 +531,7 @@ def reference_state(model, args):
     logits, loss0, grads = first
     hyper = dict(lr=args.lr, beta1=args.beta1, beta2=args.beta2, eps=args.eps, weight_decay=args.weight_decay,
                  grad_clip=args.grad_clip)
-    return dict(inputs=inputs, targets=targets, logits=logits, loss=loss0, grads=grads,
+    return dict(inputs=inputs.cpu(), targets=targets.cpu(), logits=logits, loss=loss0, grads=grads,
                 losses=losses, hyper=hyper)
 
 
@@ -691,8 +692,6 @@ def bench(model, args):
     GPU), fused AdamW, clipping, on one batch of random tokens. The median is over the steps after
     a warm-up that also absorbs torch.compile's compilation. Runs on the CPU too (smoke test)."""
     dev, B, T, V = args.device, args.batch, args.seq, model.cfg["vocab_size"]
-    if dev == "cuda" and not torch.cuda.is_available():
-        die("--device cuda: no GPU is visible to PyTorch")
     if T > model.cfg["max_seq_len"]:
         die(f"--seq {T} exceeds the model's max_seq_len {model.cfg['max_seq_len']}")
     warmup = max(3, args.steps // 3)
@@ -899,6 +898,8 @@ def parse_args(argv=None):
         p.error(f"--muon-ns-steps must be in 1..99, got {args.muon_ns_steps}")
     if args.device not in ("cpu", "cuda"):
         p.error(f"--device {args.device}: expected cpu or cuda")
+    if args.device == "cuda" and torch is not None and not torch.cuda.is_available():
+        p.error("--device cuda: no GPU is visible to PyTorch")
     if args.bench and not args.model and not args.load and not shape_given:
         args.model = "d12"
     if args.dtype is None:

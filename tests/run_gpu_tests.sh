@@ -8,7 +8,8 @@
 #      then a d12 with grouped-query attention (4 KV heads) and a sliding window (24) vs its own PyTorch
 #      reference, and two Llama-style d12s (GQA tied; MHA untied with a window) vs theirs, and the GQA
 #      one again with Llama 3.x's llama3 RoPE scaling (loaded by the reference with --load).
-#      quick: the GPT-2 state only. The reference states are written on the CPU in the background
+#      quick: the GPT-2 state only. The reference states are written (fp64, on the GPU: REF_DEVICE=cpu
+#      for the CPU) in the background
 #      while sections 2-8 hold the GPU, so section 1 runs last.
 #   2. tiny shakespeare: d12 trains (the loss falls), checkpoints, and a resumed run reproduces the
 #      uninterrupted run's log exactly (train loss, grad norm, lr, val loss) with --deterministic 1;
@@ -91,11 +92,11 @@ end() {  # end N [NOTE]
 }
 
 # ---- started first, in the background: section 1's reference states (CPU) and section 4's memcheck
-REF_FLAGS=(--batch 4 --seq 64 --steps "$ref_steps")
+REF_FLAGS=(--batch 4 --seq 64 --steps "$ref_steps" --device "${REF_DEVICE:-cuda}")
 ref_state() {  # ref_state NAME FLAGS...: writes $WORK/NAME.bin and NAME_debug.bin once
     local name=$1; shift
     [ -f "$WORK/${name}_debug.bin" ] && { echo "$name: reusing $WORK/${name}_debug.bin"; return 0; }
-    echo "=== writing the PyTorch reference state ($name: $*, B=4, T=64, $ref_steps steps, fp64 on the CPU)"
+    echo "=== writing the PyTorch reference state ($name: $*, B=4, T=64, $ref_steps steps, fp64 on ${REF_DEVICE:-cuda})"
     OMP_NUM_THREADS=${REF_THREADS:-8} python3 scripts/train_gpt2.py "$@" "${REF_FLAGS[@]}" --write-model "$WORK/$name.bin" --write-debug "$WORK/${name}_debug.bin"
 }
 ref_states() {  # GPT-2 d12; with GQA (12 heads / 4 KV heads) and a 24-token window; Llama-style d12s
