@@ -33,10 +33,10 @@
 #pragma once
 #include <cmath>
 #include <type_traits>
-#include "attention_layout.cuh"
-#include "cuda_common.cuh"
-#include "utils.h"
-#include "attention_forward.cuh"  // the forward half: attention_forward and its kernels
+#include "llmc/attention_layout.cuh"
+#include "llmc/cuda_common.cuh"
+#include "llmc/utils.h"
+#include "llmc/attention_forward.cuh"  // the forward half: attention_forward and its kernels
 
 namespace attention_detail {
 
@@ -191,9 +191,9 @@ inline void attention_backward_simple(floatX* dqkv, const floatX* dout, const fl
 
 // ============================================================================ tensor-core kernels
 // The tensor-core (mma.sync) kernels, bf16 only: design, tile budget and measurements in attention_mma.cuh.
-#include "attention_mma_backward.cuh"
+#include "llmc/attention_mma_backward.cuh"
 // The Hopper (sm_90a) kernels: wgmma, TMA, warp specialization; design and measurements in the files.
-#include "attention_hopper_backward.cuh"
+#include "llmc/attention_hopper_backward.cuh"
 
 // The mma.sync backward: the deterministic pair without scratch, the single pass (dQ by atomics) with
 // one. keep_dq (with scratch only): leave dQ in the scratch, as attention_backward; returns whether it did.

@@ -32,11 +32,11 @@
 #include <cfloat>
 #include <cstdint>
 #include <cooperative_groups.h>
-#include "attention_decode_mma.cuh"
-#include "attention_layout.cuh"
-#include "cuda_common.cuh"
-#include "kv_cache.cuh"
-#include "utils.h"
+#include "llmc/attention_decode_mma.cuh"
+#include "llmc/attention_layout.cuh"
+#include "llmc/cuda_common.cuh"
+#include "llmc/kv_cache.cuh"
+#include "llmc/utils.h"
 
 namespace attention_detail {
 

@@ -12,8 +12,8 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
-#include "attention_mma.cuh"
-#include "kv_cache.cuh"
+#include "llmc/attention_mma.cuh"
+#include "llmc/kv_cache.cuh"
 
 #if !defined(PRECISION_FP32)
 namespace attention_detail {

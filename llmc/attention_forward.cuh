@@ -5,9 +5,9 @@
 #pragma once
 #include <cmath>
 #include <type_traits>
-#include "attention_layout.cuh"
-#include "cuda_common.cuh"
-#include "utils.h"
+#include "llmc/attention_layout.cuh"
+#include "llmc/cuda_common.cuh"
+#include "llmc/utils.h"
 
 namespace attention_detail {
 
@@ -108,11 +108,11 @@ inline void attention_forward_simple(floatX* out, float* lse, const floatX* qkv,
 
 // ============================================================================ tensor-core kernels
 // The tensor-core (mma.sync) kernels, bf16 only: design, tile budget and measurements in attention_mma.cuh.
-#include "attention_mma.cuh"
-#include "attention_mma_forward.cuh"
+#include "llmc/attention_mma.cuh"
+#include "llmc/attention_mma_forward.cuh"
 // The Hopper (sm_90a) kernels: wgmma, TMA, warp specialization; design and measurements in the files.
-#include "attention_hopper_common.cuh"
-#include "attention_hopper.cuh"
+#include "llmc/attention_hopper_common.cuh"
+#include "llmc/attention_hopper.cuh"
 
 // FlashAttention-2 on tensor cores; bf16 tensors, HD 64 or 128, every pointer 16-byte aligned.
 inline void attention_forward_flash(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttnShape& s,

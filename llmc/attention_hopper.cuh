@@ -43,8 +43,8 @@
 // Part of llmc/attention.cuh, which includes it (the trainer and the labs include attention.cuh); it
 // builds on the mma helpers and the Hopper building blocks of attention_hopper_common.cuh.
 #pragma once
-#include "attention_hopper_common.cuh"
-#include "fp8.cuh"
+#include "llmc/attention_hopper_common.cuh"
+#include "llmc/fp8.cuh"
 
 #if defined(LLMC_SM90A)
 namespace attention_hopper_detail {

@@ -67,8 +67,8 @@
 // builds on the single-pass mma backward's prologue, dq_store, scratch layout and helpers
 // (attention_mma_backward.cuh) and the Hopper building blocks of attention_hopper_common.cuh.
 #pragma once
-#include "attention_mma_backward.cuh"
-#include "attention_hopper_common.cuh"
+#include "llmc/attention_mma_backward.cuh"
+#include "llmc/attention_hopper_common.cuh"
 
 #if defined(LLMC_SM90A)
 namespace attention_hopper_detail {

@@ -12,7 +12,7 @@
 // and d[nb*4 + 2..3] eight rows further down.
 #pragma once
 #include <cudaTypedefs.h>
-#include "attention_mma.cuh"
+#include "llmc/attention_mma.cuh"
 
 // Whether the Hopper attention kernels run on the context's device (the build has them and it is an
 // sm_90 GPU, not forced onto the portable path).

@@ -5,8 +5,8 @@
 // The shapes and conventions are described at the top of llmc/attention.cuh.
 #pragma once
 #include <cstdint>
-#include "cuda_common.cuh"
-#include "utils.h"
+#include "llmc/cuda_common.cuh"
+#include "llmc/utils.h"
 
 // One attention call's shape, the one size argument of every attention entry point: B sequences of T
 // tokens, NH query heads sharing NKV key/value heads (NKV divides NH), HD channels a head, and the

@@ -3,7 +3,7 @@
 // llmc/cuda_common.cuh.
 // Part of llmc/attention.cuh, which includes it; the trainer and the labs include attention.cuh.
 #pragma once
-#include "attention_layout.cuh"
+#include "llmc/attention_layout.cuh"
 
 namespace attention_detail {
 

@@ -2,7 +2,7 @@
 // their launchers.
 // Part of llmc/attention.cuh, which includes it; the trainer and the labs include attention.cuh.
 #pragma once
-#include "attention_mma.cuh"
+#include "llmc/attention_mma.cuh"
 
 namespace attention_detail {
 

@@ -28,9 +28,9 @@
 #include <tuple>
 #include <unordered_map>
 #include <vector>
-#include "attention_layout.cuh"
-#include "cuda_common.cuh"
-#include "utils.h"
+#include "llmc/attention_layout.cuh"
+#include "llmc/cuda_common.cuh"
+#include "llmc/utils.h"
 
 namespace cudnn_attention_detail {
 namespace fe = cudnn_frontend;

@@ -12,9 +12,9 @@
 #pragma once
 #include <cfloat>
 #include <cstdint>
-#include "attention_layout.cuh"
-#include "cuda_common.cuh"
-#include "utils.h"
+#include "llmc/attention_layout.cuh"
+#include "llmc/cuda_common.cuh"
+#include "llmc/utils.h"
 
 namespace attention_detail {
 

@@ -114,15 +114,15 @@ inline bool model_is_plain_gpt2(const ModelConfig& c) {
 
 // Index of each tensor in the table (model_param::qkvw == 4), and their number.
 namespace model_param {
-#define GPT2_X(name, count, decays) name,
-enum : int { MODEL_PARAMETER_TABLE(GPT2_X) num_tensors };
-#undef GPT2_X
+#define PARAM_X(name, count, decays) name,
+enum : int { MODEL_PARAMETER_TABLE(PARAM_X) num_tensors };
+#undef PARAM_X
 }  // namespace model_param
 constexpr int NUM_PARAM_TENSORS = model_param::num_tensors;
 
-#define GPT2_X(name, count, decays) #name,
-inline const char* const MODEL_PARAM_NAMES[NUM_PARAM_TENSORS] = {MODEL_PARAMETER_TABLE(GPT2_X)};
-#undef GPT2_X
+#define PARAM_X(name, count, decays) #name,
+inline const char* const MODEL_PARAM_NAMES[NUM_PARAM_TENSORS] = {MODEL_PARAMETER_TABLE(PARAM_X)};
+#undef PARAM_X
 
 
 inline void model_param_sizes(const ModelConfig& c, size_t out[NUM_PARAM_TENSORS]) {
@@ -130,9 +130,9 @@ inline void model_param_sizes(const ModelConfig& c, size_t out[NUM_PARAM_TENSORS
     const size_t QKV = model_qkv_channels(c), H = model_mlp_hidden(c), FC = c.mlp == MLP_SWIGLU ? 2 * H : H;
     const size_t learned = c.position == POS_LEARNED, ln_bias = c.norm == NORM_LAYERNORM;
     const size_t bias = c.biases != 0, untied = c.tied_head == 0;
-#define GPT2_X(name, count, decays) out[model_param::name] = (count);
-    MODEL_PARAMETER_TABLE(GPT2_X)
-#undef GPT2_X
+#define PARAM_X(name, count, decays) out[model_param::name] = (count);
+    MODEL_PARAMETER_TABLE(PARAM_X)
+#undef PARAM_X
 }
 
 inline size_t model_num_params(const ModelConfig& c) {
@@ -162,9 +162,9 @@ inline T* tensor_at(T* base, size_t offset) {
 
 template <typename T>
 struct ModelTensors {
-#define GPT2_X(name, count, decays) T* name;
-    MODEL_PARAMETER_TABLE(GPT2_X)
-#undef GPT2_X
+#define PARAM_X(name, count, decays) T* name;
+    MODEL_PARAMETER_TABLE(PARAM_X)
+#undef PARAM_X
 };
 
 template <typename T>
@@ -174,9 +174,9 @@ inline ModelTensors<T> model_point_tensors(T* base, const ModelConfig& c) {
     size_t n[NUM_PARAM_TENSORS];
     model_param_sizes(c, n);
     ModelTensors<T> t;
-#define GPT2_X(name, count, decays) t.name = n[model_param::name] ? base + off[model_param::name] : nullptr;
-    MODEL_PARAMETER_TABLE(GPT2_X)
-#undef GPT2_X
+#define PARAM_X(name, count, decays) t.name = n[model_param::name] ? base + off[model_param::name] : nullptr;
+    MODEL_PARAMETER_TABLE(PARAM_X)
+#undef PARAM_X
     return t;
 }
 
@@ -184,11 +184,11 @@ inline ModelTensors<T> model_point_tensors(T* base, const ModelConfig& c) {
 template <typename T>
 inline T*& model_tensor(ModelTensors<T>& t, int i) {
     switch (i) {
-#define GPT2_X(name, count, decays) \
+#define PARAM_X(name, count, decays) \
     case model_param::name:          \
         return t.name;
-        MODEL_PARAMETER_TABLE(GPT2_X)
-#undef GPT2_X
+        MODEL_PARAMETER_TABLE(PARAM_X)
+#undef PARAM_X
     }
     fail("internal: parameter tensor %d of %d", i, NUM_PARAM_TENSORS);
 }
@@ -211,15 +211,15 @@ inline ModelTensors<T> model_layer_slices(ModelTensors<T> t, const ModelConfig& 
 
 // Weight decay applies to the embeddings and the weight matrices (lm_head too), never to biases or norms.
 inline bool model_param_decays(int i) {
-#define GPT2_X(name, count, decays) decays,
-    static constexpr bool table[NUM_PARAM_TENSORS] = {MODEL_PARAMETER_TABLE(GPT2_X)};
-#undef GPT2_X
+#define PARAM_X(name, count, decays) decays,
+    static constexpr bool table[NUM_PARAM_TENSORS] = {MODEL_PARAMETER_TABLE(PARAM_X)};
+#undef PARAM_X
     return table[i];
 }
 
-// --optimizer muon: the tensors Muon updates, one matrix per layer as stored (out, in): qkvw whole
-// ((NH + 2 NKV) HD, C), attprojw (C, C), fcw whole (H, or SwiGLU's [gate | up] 2H, C), fcprojw (C, H).
-// AdamW updates the others (embeddings, lm_head, norms, biases).
+// --optimizer muon: the tensors Muon updates, stored (out, in): qkvw as three matrices Q (NH HD, C),
+// K and V (NKV HD, C); attprojw (C, C); fcw (H, C), or SwiGLU's gate and up as two (H, C); fcprojw (C, H)
+// (cpu::muon_row_blocks). AdamW updates the others (embeddings, lm_head, norms, biases).
 inline bool model_param_muon(int i) {
     return i == model_param::qkvw || i == model_param::attprojw || i == model_param::fcw || i == model_param::fcprojw;
 }

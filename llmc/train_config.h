@@ -189,8 +189,8 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
     p.add_float("--beta2", &cfg.beta2, {0, 1, true}, "AdamW beta2");
     p.add_float("--eps", &cfg.eps, {1e-30, 1}, "AdamW epsilon");
     p.add_float("--grad-clip", &cfg.grad_clip, {-1e30, 1e30}, "clip the global gradient norm to this; <= 0 disables");
-    p.add({"--optimizer", "NAME", "adamw, or muon: torch.optim.Muon (Nesterov) on each layer's qkv (whole), attention "
-           "projection, fc (SwiGLU's [gate | up] whole) and fc projection matrices, AdamW (--lr, --wd, --beta1, "
+    p.add({"--optimizer", "NAME", "adamw, or muon: torch.optim.Muon (Nesterov) on each layer's Q, K and V, attention "
+           "projection, fc (SwiGLU's gate and up apart) and fc projection matrices, AdamW (--lr, --wd, --beta1, "
            "--beta2, --eps) on the embeddings, the head, norms and biases; CPU trainer only so far (default adamw)",
            [&cfg](const char* s) -> std::string {
                if (strcmp(s, "adamw") != 0 && strcmp(s, "muon") != 0)

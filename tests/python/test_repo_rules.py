@@ -1,6 +1,6 @@
 """The product's comments state contracts, not history: no run ordinals ("twenty-second run"), issue
 numbers, dates, commit hashes or "variant N" in llmc/ or the top-level programs (measurements and
-history live in docs/ and git). Each rule is also checked against a line that must trip it."""
+history live in docs/ and git), and one include style. Each rule is also checked against a line that must trip it."""
 import pathlib
 import re
 
@@ -57,3 +57,19 @@ def test_product_comments_carry_no_history():
                 if rule.search(line):
                     found.append(f"{path.relative_to(ROOT)}:{n}: {name}: {line.strip()[:120]}")
     assert not found, "history in the product's comments (move it to docs/ or drop it):\n" + "\n".join(found)
+
+
+# One include style: a project header is named from the repo root ("llmc/x.cuh", "llmc/cpu/x.h"), never
+# relative to the including file, so every file reads the same and a header moves with one edit.
+BARE_INCLUDE = re.compile(r'^\s*#\s*include\s+"(?!llmc/|tests/|dev/)[^"]+"')
+
+
+def test_bare_include_trips():
+    assert BARE_INCLUDE.search('#include "cuda_common.cuh"')
+    assert not BARE_INCLUDE.search('#include "llmc/cuda_common.cuh"')
+
+
+def test_one_include_style():
+    bad = [f"{f.relative_to(ROOT)}:{i}: {line.strip()}" for f in product_files()
+           for i, line in enumerate(f.read_text().splitlines(), 1) if BARE_INCLUDE.search(line)]
+    assert not bad, "includes relative to the file (name them from the repo root):\n" + "\n".join(bad)
