@@ -9,7 +9,7 @@
 #   make spills         registers and spills of every trainer kernel (ptxas -v); the lab's: make -C dev/cuda spills
 #   make sass           the trainer's machine code into build/train_gpt2cu.sass
 #   make bench          scripts/bench_train.sh (needs a GPU and PyTorch)
-# Options: PRECISION=BF16|FP32, GPU_ARCH=90a (any sm number), USE_CUDNN=1, NO_OMP=1, NATIVE=0, USE_MPI=1 (also
+# Options: PRECISION=BF16|FP32, GPU_ARCH=90a (any sm number), NO_OMP=1, NATIVE=0, USE_MPI=1 (also
 #          build/train_gpt2cu_mpi, the NCCL trainer for mpirun), NCCL_HOME=DIR (NCCL outside the CUDA toolkit)
 # The CUDA flags live in build.mk, shared with dev/cuda/Makefile.
 include build.mk
@@ -169,9 +169,8 @@ $(BUILD)/aarch64/%.o: %.cpp $(LLMC_H)
 
 # Each llmc/ header compiles on its own, from a one-line file that includes it: the .h files with
 # g++ -fsyntax-only, the .cuh files through nvcc's front end (-cuda -fdevice-syntax-only: no host compile).
-# A stamp per header under build/headers/ skips the unchanged ones. cudnn_attention.cuh is checked
-# in USE_CUDNN=1 builds only (without cuDNN it is an #error by design).
-HEADERS       := $(LLMC_H) $(if $(HAS_NVCC),$(filter-out $(if $(filter 1,$(USE_CUDNN)),,llmc/cudnn_attention.cuh),$(wildcard llmc/*.cuh)))
+# A stamp per header under build/headers/ skips the unchanged ones.
+HEADERS       := $(LLMC_H) $(if $(HAS_NVCC),$(wildcard llmc/*.cuh))
 HEADER_STAMPS := $(addprefix $(BUILD)/headers/,$(addsuffix .ok,$(HEADERS)))
 check-headers:
 	@$(MAKE) --no-print-directory -s -k $(HEADER_STAMPS) || { echo "check-headers: these llmc/ headers do not compile on their own:" \

@@ -1,7 +1,6 @@
 # build.mk: the CUDA build settings, written once. The top Makefile and dev/cuda/Makefile include it,
 # so the trainer, the tests and the kernel lab always compile with the same flags.
-# Options: PRECISION=BF16|FP32, GPU_ARCH=90a (one sm number, a list, or all; below), USE_CUDNN=1 (with
-#          CUDNN_FRONTEND_PATH)
+# Options: PRECISION=BF16|FP32, GPU_ARCH=90a (one sm number, a list, or all; below)
 
 # The repository root as seen from the including Makefile ("." at the top, "../.." from dev/cuda):
 # read before anything else is included, while this file is the last one in MAKEFILE_LIST.
@@ -39,13 +38,6 @@ endif
 NCCL_H := $(firstword $(wildcard $(if $(HAS_NVCC),$(dir $(realpath $(HAS_NVCC)))../include/nccl.h) /usr/include/nccl.h \
                                  /usr/local/cuda/include/nccl.h $(if $(NCCL_HOME),$(NCCL_HOME)/include/nccl.h)))
 NCCL_FLAGS := -DLLMC_NCCL $(if $(NCCL_HOME),-I$(NCCL_HOME)/include -L$(NCCL_HOME)/lib)
-# cudnn_frontend is header-only: scripts/get_cudnn_frontend.sh puts the headers in
-# build/cudnn_frontend/include (or point CUDNN_FRONTEND_PATH elsewhere). It compiles kernels with NVRTC.
-CUDNN_FRONTEND_PATH ?= $(abspath $(LLMC_ROOT)/build/cudnn_frontend/include)
-ifeq ($(USE_CUDNN),1)
-  NVCCFLAGS += -DUSE_CUDNN -I$(CUDNN_FRONTEND_PATH)
-  NVLDLIBS  += -lcudnn -lnvrtc
-endif
 
 # Registers and spills per kernel. PTXAS_REPORT compiles device code only (no host compile, no link)
 # with `ptxas -v`, keeping its report:  $(call PTXAS_REPORT,file.cu,out.ptxas)

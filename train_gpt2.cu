@@ -171,8 +171,8 @@ static void build_model(GpuRun& r) {
     const TrainConfig& cfg = r.cfg;
     r.ctx.init(gpu_dp_device(*r.comm));
     if (cfg.fp8) fp8_check_device(r.ctx.props);
-    printf("device: %s, %d SMs, %.1f GiB; precision %s, attention %s; %s\n", r.ctx.props.name,
-           r.ctx.props.multiProcessorCount, r.ctx.props.totalGlobalMem / 1073741824.0, PRECISION_NAME, ATTENTION_NAME,
+    printf("device: %s, %d SMs, %.1f GiB; precision %s, attention llmc/attention.cuh; %s\n", r.ctx.props.name,
+           r.ctx.props.multiProcessorCount, r.ctx.props.totalGlobalMem / 1073741824.0, PRECISION_NAME,
            kernel_path_name());
     model_print_config(r.config);
     r.dp = gpu_dp_plan(r.model, r.config, *r.comm, cfg.dist);
@@ -404,7 +404,7 @@ static void print_bench(const GpuRun& r) {
     std::sort(timed.begin(), timed.end());
     const double median = timed[timed.size() / 2];
     const size_t allocated = r.model.allocated_bytes + r.dp.allocated_bytes + r.sampler.allocated_bytes;
-    const std::string name = std::string(MODEL_USES_CUDNN ? "ours_cudnn" : "ours") + (r.cfg.fp8 ? "_fp8" : "");
+    const std::string name = std::string("ours") + (r.cfg.fp8 ? "_fp8" : "");
     printf("BENCH name=%s ms=%.2f tok_s=%.0f peak_gib=%.2f\n", name.c_str(), median,
            (double)r.cfg.total_batch / (median / 1000.0), allocated / 1073741824.0);
 }

@@ -25,22 +25,7 @@
 
 constexpr bool HAS_MASTER = !std::is_same<floatX, float>::value;  // bf16 build: separate fp32 master weights
 
-// Attention: llmc/attention_forward.cuh, or with USE_CUDNN=1 (bf16 builds only; the FP32 twins keep ours)
-// cuDNN's fused SDPA through llmc/cudnn_attention.cuh, same signatures, for side-by-side timing.
-#if defined(USE_CUDNN) && !defined(PRECISION_FP32)
-#include "llmc/cudnn_attention.cuh"
-#define ATTENTION_NAME "cudnn"
-constexpr bool MODEL_USES_CUDNN = true;
-// FP8 copies of the output (AttnFp8Out): ours only
-inline bool model_attention_fp8_available(const AttnShape&, const CudaContext&) { return false; }
-inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, const AttnShape& s,
-                                    const CudaContext& ctx, const AttnFp8Out* f8 = nullptr) {
-    if (f8) fail("attention with FP8 copies of the output: not with cuDNN's attention");
-    cudnn_attention_forward(out, lse, qkv, s, ctx);
-}
-#else
-#define ATTENTION_NAME "llmc/attention.cuh"
-constexpr bool MODEL_USES_CUDNN = false;
+// Attention: llmc/attention.cuh's forward (the FP8 copies of its output where available).
 inline bool model_attention_fp8_available(const AttnShape& s, const CudaContext& ctx) {
     return attention_forward_fp8_available(s, ctx);
 }
@@ -48,7 +33,6 @@ inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, 
                                     const CudaContext& ctx, const AttnFp8Out* f8 = nullptr) {
     attention_forward(out, lse, qkv, s, ctx, f8);
 }
-#endif
 // The attention shape of the config's layers at (B, T).
 inline AttnShape model_attn_shape(const ModelConfig& c, int B, int T) {
     return AttnShape{B, T, c.num_heads, c.num_kv_heads, model_head_dim(c), c.window};

@@ -37,23 +37,13 @@
 #include "llmc/formats.h"
 #include "llmc/model_config.h"
 
-// The attention backward of the build: ours (llmc/attention.cuh) or, with USE_CUDNN=1, cuDNN's; the
-// forward half and the choice are in llmc/model.cuh.
-#if defined(USE_CUDNN) && !defined(PRECISION_FP32)
-inline const float* model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                             const float* lse, const AttnShape& s, const CudaContext& ctx,
-                                             AttnScratch /*ours only*/, bool /*keep_dq*/) {
-    cudnn_attention_backward(dqkv, dout, qkv, out, lse, s, ctx);
-    return nullptr;  // dqkv whole
-}
-#else
+// The attention backward (llmc/attention.cuh); the forward half is in llmc/model.cuh.
 // keep_dq: see attention_backward (the dQ sums it returns, or nullptr where dqkv is whole).
 inline const float* model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                                              const float* lse, const AttnShape& s, const CudaContext& ctx,
                                              AttnScratch scratch, bool keep_dq) {
     return attention_backward(dqkv, dout, qkv, out, lse, s, ctx, scratch, keep_dq);
 }
-#endif
 
 // ============================================================================ model
 // Activations of one forward pass at (B, T), N = B*T. Per-layer buffers hold L slices; with

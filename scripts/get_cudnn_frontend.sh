@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fetches cuDNN's header-only C++ frontend (the `nvidia-cudnn-frontend` wheel from PyPI) into
-# build/cudnn_frontend/include, where `make USE_CUDNN=1` looks for it (CUDNN_FRONTEND_PATH).
+# build/cudnn_frontend/include, where the kernel lab's `make -C dev/cuda USE_CUDNN=1` looks for it
+# (CUDNN_FRONTEND_PATH): its attention labs time cuDNN beside ours. The trainer never uses cuDNN.
 # cuDNN 9 itself (libcudnn) must be installed with the CUDA toolkit. Needs pip and network.
 # Usage: scripts/get_cudnn_frontend.sh [--help]   (replaces an existing build/cudnn_frontend)
 set -euo pipefail

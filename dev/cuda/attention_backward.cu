@@ -27,7 +27,7 @@
 //   13 late dQ (dQ of tile n after tile n + 1's dV/dK): HD 64 with query tiles of 128 (the shipped
 //      HD 64 kernel), HD 128 with 64
 //   14 late dQ, query tiles of 64 (HD 128: as 13)
-//   15 cuDNN (llmc/cudnn_attention.cuh)                                   (bf16 with USE_CUDNN=1)
+//   15 cuDNN (dev/cuda/cudnn_attention.cuh)                                   (bf16 with USE_CUDNN=1)
 //   16 the shipped Hopper kernel as it was before the split schedule and skip_masked (HD 64: 13's
 //      kernel, HD 128: 11's), held to whole items (one CTA a 128-key tile, dK and dV summed over the
 //      GQA group in registers)

@@ -9,7 +9,7 @@
 #include "llmc/attention.cuh"
 #include "llmc/cpu/attention.h"
 #if defined(USE_CUDNN)
-#include "llmc/cudnn_attention.cuh"
+#include "cudnn_attention.cuh"
 #endif
 
 struct Shape {

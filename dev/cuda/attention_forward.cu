@@ -25,7 +25,7 @@
 //   11 4 warps x 16 queries, 32 keys (4 stages)
 //   12 4 warps x 32 queries, 32 keys, 168 registers (3 blocks/SM) (HD 128: 8 warps x 16, 64 keys)
 //   13 4 warps x 16 queries, 128 keys (3 stages)                                     (HD 64)
-//   14 cuDNN fused attention (llmc/cudnn_attention.cuh)                 (bf16 with USE_CUDNN=1)
+//   14 cuDNN fused attention (dev/cuda/cudnn_attention.cuh)                 (bf16 with USE_CUDNN=1)
 // FLOPs: 4 * HD per visible (query, key) pair; causal counts half the square, 2*B*NH*T^2*HD (the
 // convention of docs/h200.md); a window W counts its visible pairs (~T*W). Bytes: qkv read
 // once, out and lse written once.

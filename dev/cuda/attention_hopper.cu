@@ -14,7 +14,7 @@
 //   4  3 + each warpgroup only its own K/V tiles; HD 64: 3 consumer warpgroups (192 queries, 160
 //      registers each): the shipped HD 64 kernel
 //   5  4 + HD 64: 3 stages; HD 128: 64 keys a tile (the window's masked tiles halve)
-//   6  cuDNN fused attention (llmc/cudnn_attention.cuh)                 (bf16 with USE_CUDNN=1)
+//   6  cuDNN fused attention (dev/cuda/cudnn_attention.cuh)                 (bf16 with USE_CUDNN=1)
 // Query tiles are aligned to the end of the sequence (the partial tile is the shortest item). FLOPs:
 // 4 * HD per visible (query, key) pair; causal counts half the square, 2*B*NH*T^2*HD (the convention
 // of docs/h200.md); a window W counts its visible pairs (~T*W). Bytes: qkv read once, out and lse

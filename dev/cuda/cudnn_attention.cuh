@@ -1,5 +1,6 @@
 // cudnn_attention.cuh: the same two functions as llmc/attention.cuh, through cuDNN's fused attention
-// (the cudnn_frontend graph API): the comparison path, built only with USE_CUDNN=1 (bf16 only).
+// (the cudnn_frontend graph API): the kernel lab's comparison, built only by make -C dev/cuda USE_CUDNN=1
+// (bf16 only); the product never links cuDNN.
 // Shapes and conventions are attention.cuh's: qkv (B, T, (NH + 2*NKV) * HD), out (B, T, NH*HD),
 // lse (B, NH, T) fp32 natural-log softmax statistics (cuDNN's "Stats" are exactly this, so a forward
 // from either implementation feeds a backward from the other), dqkv written with `=`. Causal, scale
@@ -7,7 +8,7 @@
 // cuDNN reads Q, K and V in place through strides: no transposes, no copies.
 //
 // The headers come from the nvidia-cudnn-frontend wheel (its include/ folder, e.g. unpacked into
-// build/cudnn_frontend/include, the Makefile's default CUDNN_FRONTEND_PATH); the library is libcudnn 9.
+// build/cudnn_frontend/include, dev/cuda/Makefile's default CUDNN_FRONTEND_PATH); the library is libcudnn 9.
 //
 // One graph per (direction, shape) is built on first use and cached for the process, with its
 // workspace; the cuDNN handle is created once. This is the one place in the GPU code with
@@ -15,7 +16,7 @@
 // cuDNN, so the handle and the plans live here.
 #pragma once
 #if !defined(USE_CUDNN)
-#error "llmc/cudnn_attention.cuh needs USE_CUDNN=1"
+#error "dev/cuda/cudnn_attention.cuh needs USE_CUDNN=1 (make -C dev/cuda USE_CUDNN=1)"
 #endif
 #if defined(PRECISION_FP32)
 #error "cuDNN's fused attention takes bf16: build with PRECISION=BF16 when USE_CUDNN=1"
