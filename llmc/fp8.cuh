@@ -363,10 +363,7 @@ inline void fp8_cast_transpose(uint8_t* out_t, uint8_t* out, const floatX* in, i
 // full-width band that touches each of the 50304 output rows in ~340-byte runs.
 // R and C need only be multiples of 64: a tile hanging over the edge by 64 rows or columns skips
 // those loads and stores (a block-uniform test). Measured, with the other orders and tiles:
-// dev/cuda/fp8_cast.cu --op fp8_transpose.
-//
-// fp8_transpose_64x128_kernel, the lab's comparison: two of fp8_cast_transpose's 64 x 64 tiles a block
-// (the second absent when R is an odd multiple of 64), 64-byte runs read and written.
+// dev/cuda/fp8_cast.cu --op fp8_transpose (TR = 128 here; the lab also times 256).
 constexpr int FP8_TR_COLS = 128;   // tile columns (input bytes a row)
 constexpr int FP8_TR_BLOCK = 256;  // threads
 constexpr int FP8_TR_GROUP = 32;   // column tiles a group (the grid order above)
@@ -438,51 +435,8 @@ static __global__ void __launch_bounds__(FP8_TR_BLOCK)
     }
 }
 
-constexpr int FP8_TR_TILES = 2;  // fp8_transpose_64x128_kernel's 64-row tiles a block
-static __global__ void __launch_bounds__(FP8_T_BLOCK)
-    fp8_transpose_64x128_kernel(uint8_t* __restrict__ out, int64_t out_pitch, const uint8_t* __restrict__ in,
-                                int64_t in_pitch, int R) {
-    static_assert(FP8_T_TILE * FP8_T_TILE == 16 * FP8_T_BLOCK, "one 16-byte load a thread a tile");
-    __shared__ alignas(16) uint8_t tile[FP8_TR_TILES][FP8_T_TILE][FP8_T_PITCH];  // 2-byte stores into it
-    const int r0 = blockIdx.y * FP8_TR_TILES * FP8_T_TILE, c0 = blockIdx.x * FP8_T_TILE;
-    const int tiles = min(FP8_TR_TILES, (R - r0) / FP8_T_TILE);  // the same for the whole block
-    const int r = threadIdx.x / 4, p = (threadIdx.x % 4) * 16;
-    uint4 v[FP8_TR_TILES];
-#pragma unroll
-    for (int j = 0; j < FP8_TR_TILES; j++)
-        if (j < tiles) v[j] = __ldcs(reinterpret_cast<const uint4*>(in + (int64_t)(r0 + j * FP8_T_TILE + r) * in_pitch + c0 + p));
-#pragma unroll
-    for (int j = 0; j < FP8_TR_TILES; j++) {
-        if (j >= tiles) break;
-        const uint16_t* vh = reinterpret_cast<const uint16_t*>(&v[j]);
-#pragma unroll
-        for (int k = 0; k < 8; k++) *reinterpret_cast<uint16_t*>(&tile[j][r][p + 2 * k]) = vh[k];
-    }
-    __syncthreads();
-    const int c = threadIdx.x / 4, rs = (threadIdx.x % 4) * 16;
-#pragma unroll
-    for (int j = 0; j < FP8_TR_TILES; j++) {
-        if (j >= tiles) break;
-        uint4 w;
-        uint32_t* wb = reinterpret_cast<uint32_t*>(&w);
-#pragma unroll
-        for (int q = 0; q < 4; q++)
-            wb[q] = (uint32_t)tile[j][rs + 4 * q][c] | ((uint32_t)tile[j][rs + 4 * q + 1][c] << 8) |
-                    ((uint32_t)tile[j][rs + 4 * q + 2][c] << 16) | ((uint32_t)tile[j][rs + 4 * q + 3][c] << 24);
-        __stcs(reinterpret_cast<uint4*>(out + (int64_t)(c0 + c) * out_pitch + r0 + j * FP8_T_TILE + rs), w);
-    }
-}
-
 namespace fp8_detail {
-// Which transpose kernel and grid order (the lab's knobs; fp8_transpose takes the defaults).
-struct Fp8TransposeConfig {
-    int tile_rows = 128;         // TR of fp8_transpose_tiled_kernel: 128, or 256 (32 KB of shared memory,
-                                 // 62 registers: 4 blocks a SM)
-    int group = FP8_TR_GROUP;    // column tiles a group; 0: one group of all (row after row of tiles)
-    bool previous = false;       // fp8_transpose_64x128_kernel instead (tile_rows and group unused)
-};
-inline void transpose_launch(uint8_t* out, int64_t out_pitch, const uint8_t* in, int64_t in_pitch, int R, int C,
-                             cudaStream_t stream, Fp8TransposeConfig cfg) {
+inline void transpose_check(uint8_t* out, int64_t out_pitch, const uint8_t* in, int64_t in_pitch, int R, int C) {
     if (R % FP8_T_TILE != 0 || C % FP8_T_TILE != 0 || R <= 0 || C <= 0)
         fail("fp8_transpose: R = %d and C = %d must be positive multiples of %d", R, C, FP8_T_TILE);
     if (in_pitch < C || out_pitch < R || in_pitch % 16 != 0 || out_pitch % 16 != 0)
@@ -490,23 +444,17 @@ inline void transpose_launch(uint8_t* out, int64_t out_pitch, const uint8_t* in,
              (long long)in_pitch, (long long)out_pitch);
     fp8_check_aligned(in, "fp8_transpose input");
     fp8_check_aligned(out, "fp8_transpose output");
-    if (cfg.previous) {
-        const int row_blocks = ceil_div(R, FP8_TR_TILES * FP8_T_TILE);
-        if (row_blocks > 65535) fail("fp8_transpose: R = %d rows: more than 65535 row blocks", R);
-        fp8_transpose_64x128_kernel<<<dim3(C / FP8_T_TILE, row_blocks), FP8_T_BLOCK, 0, stream>>>(out, out_pitch, in,
-                                                                                                 in_pitch, R);
-        cudaCheckLaunch();
-        return;
-    }
-    if (cfg.tile_rows != 128 && cfg.tile_rows != 256) fail("fp8_transpose: tile_rows %d (128 or 256)", cfg.tile_rows);
-    const int col_tiles = ceil_div(C, FP8_TR_COLS), row_tiles = ceil_div(R, cfg.tile_rows);
-    const int group = cfg.group > 0 ? std::min(cfg.group, col_tiles) : col_tiles;
+}
+// fp8_transpose_tiled_kernel<TR>, blocks in groups of `group` column tiles (at most all of them).
+template <int TR>
+inline void transpose_tiled_launch(uint8_t* out, int64_t out_pitch, const uint8_t* in, int64_t in_pitch, int R, int C,
+                                   int group, cudaStream_t stream) {
+    transpose_check(out, out_pitch, in, in_pitch, R, C);
+    const int col_tiles = ceil_div(C, FP8_TR_COLS), row_tiles = ceil_div(R, TR);
+    group = std::min(group, col_tiles);
     if ((int64_t)group * row_tiles > INT32_MAX) fail("fp8_transpose: R = %d: too many row tiles", R);
     const unsigned blocks = (unsigned)col_tiles * row_tiles;
-    if (cfg.tile_rows == 128)
-        fp8_transpose_tiled_kernel<128><<<blocks, FP8_TR_BLOCK, 0, stream>>>(out, out_pitch, in, in_pitch, R, C, group);
-    else
-        fp8_transpose_tiled_kernel<256><<<blocks, FP8_TR_BLOCK, 0, stream>>>(out, out_pitch, in, in_pitch, R, C, group);
+    fp8_transpose_tiled_kernel<TR><<<blocks, FP8_TR_BLOCK, 0, stream>>>(out, out_pitch, in, in_pitch, R, C, group);
     cudaCheckLaunch();
 }
 }  // namespace fp8_detail
@@ -515,7 +463,7 @@ inline void transpose_launch(uint8_t* out, int64_t out_pitch, const uint8_t* in,
 // multiples of 64; pointers and pitches 16-byte aligned. The two may share an allocation, not bytes.
 inline void fp8_transpose(uint8_t* out, int64_t out_pitch, const uint8_t* in, int64_t in_pitch, int R, int C,
                           cudaStream_t stream) {
-    fp8_detail::transpose_launch(out, out_pitch, in, in_pitch, R, C, stream, {});
+    fp8_detail::transpose_tiled_launch<128>(out, out_pitch, in, in_pitch, R, C, FP8_TR_GROUP, stream);
 }
 
 // ---------------------------------------------------------------- rowwise scales (--fp8-scaling rowwise)

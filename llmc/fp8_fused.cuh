@@ -208,21 +208,23 @@ static __global__ void __launch_bounds__(FP8_T_BLOCK, sm_blocks(FP8_T_BLOCK, fp8
 // one; and at least enough that the chunks fit the bias scratch (column_num_chunks(R): 2 tiles at R =
 // 65536). Lab (1, 2, 4, 8 tiles): a dY with bias best at 4 (8 within 1%), DQ_ACCUM at 2.
 constexpr int FP8_FUSED_TILES = 4, FP8_FUSED_DQ_TILES = 2, FP8_FUSED_MIN_BLOCKS = 1024;
-inline int fp8_fused_rows_per_chunk(int R, int C, Fp8Prologue prologue, int tiles = 0) {
+namespace fp8_detail {
+// The fewest tiles a chunk that keep the chunks within the bias scratch (column_num_chunks(R)).
+inline int fused_min_tiles(int R) { return ceil_div(ceil_div(R, FP8_T_TILE), column_num_chunks(R)); }
+}  // namespace fp8_detail
+inline int fp8_fused_rows_per_chunk(int R, int C, Fp8Prologue prologue) {
     const int row_tiles = ceil_div(R, FP8_T_TILE), col_tiles = ceil_div(C, FP8_T_TILE);
-    if (tiles <= 0) {
-        tiles = !fp8_fused_pipelined(prologue) ? 1 : prologue == Fp8Prologue::DQ_ACCUM ? FP8_FUSED_DQ_TILES : FP8_FUSED_TILES;
-        while (tiles > 1 && (int64_t)ceil_div(row_tiles, tiles) * col_tiles < FP8_FUSED_MIN_BLOCKS) tiles /= 2;
-    }
-    tiles = std::max(tiles, ceil_div(row_tiles, column_num_chunks(R)));
+    int tiles = !fp8_fused_pipelined(prologue) ? 1 : prologue == Fp8Prologue::DQ_ACCUM ? FP8_FUSED_DQ_TILES : FP8_FUSED_TILES;
+    while (tiles > 1 && (int64_t)ceil_div(row_tiles, tiles) * col_tiles < FP8_FUSED_MIN_BLOCKS) tiles /= 2;
+    tiles = std::max(tiles, fp8_detail::fused_min_tiles(R));
     return tiles * FP8_T_TILE;
 }
 
 namespace fp8_detail {
-// fp8_cast_transpose_fused with the lab's knob: tiles per chunk (0: the rule above).
-inline void fused_cast_launch(uint8_t* out_t, uint8_t* out, const floatX* in, const floatX* pre, int R, int C,
-                              Fp8Format f, Fp8Meta* meta, Fp8Prologue prologue, floatX* dbias, float* scratch,
-                              cudaStream_t stream, const Fp8DqAccum& dq, int tiles) {
+// fp8_cast_transpose_fused's argument checks.
+inline void fused_cast_check(const uint8_t* out_t, const uint8_t* out, const floatX* in, const floatX* pre, int R,
+                             int C, Fp8Prologue prologue, const floatX* dbias, const float* scratch,
+                             const Fp8DqAccum& dq) {
     if (R % FP8_T_TILE != 0 || C % FP8_T_TILE != 0)
         fail("fp8_cast_transpose_fused: R = %d and C = %d must be multiples of %d", R, C, FP8_T_TILE);
     if ((prologue == Fp8Prologue::GELU_BACKWARD) != (pre != nullptr))
@@ -240,7 +242,13 @@ inline void fused_cast_launch(uint8_t* out_t, uint8_t* out, const floatX* in, co
     if (pre) fp8_check_aligned(pre, "fp8_cast_transpose_fused pre-activation");
     fp8_check_aligned(out_t, "fp8_cast_transpose_fused output");
     fp8_check_aligned(out, "fp8_cast_transpose_fused straight output");
-    const int rpc = fp8_fused_rows_per_chunk(R, C, prologue, tiles), chunks = ceil_div(R, rpc);
+}
+// fp8_cast_transpose_fused after its checks, at rpc rows a block: a multiple of FP8_T_TILE, at least
+// fused_min_tiles(R) tiles (fp8_fused_rows_per_chunk's choice is the product's).
+inline void fused_cast_launch(uint8_t* out_t, uint8_t* out, const floatX* in, const floatX* pre, int R, int C,
+                              Fp8Format f, Fp8Meta* meta, Fp8Prologue prologue, floatX* dbias, float* scratch,
+                              cudaStream_t stream, const Fp8DqAccum& dq, int rpc) {
+    const int chunks = ceil_div(R, rpc);
     const dim3 grid(C / FP8_T_TILE, chunks);
     auto launch = [&](auto kernel) {
         kernel<<<grid, FP8_T_BLOCK, 0, stream>>>(out_t, out, in, pre, dq.accum, dq.q_cols, scratch, R, C, rpc, meta);
@@ -283,7 +291,9 @@ inline void fused_cast_launch(uint8_t* out_t, uint8_t* out, const floatX* in, co
 inline void fp8_cast_transpose_fused(uint8_t* out_t, uint8_t* out, const floatX* in, const floatX* pre, int R, int C,
                                      Fp8Format f, Fp8Meta* meta, Fp8Prologue prologue, floatX* dbias, float* scratch,
                                      cudaStream_t stream, const Fp8DqAccum& dq = {}) {
-    fp8_detail::fused_cast_launch(out_t, out, in, pre, R, C, f, meta, prologue, dbias, scratch, stream, dq, 0);
+    fp8_detail::fused_cast_check(out_t, out, in, pre, R, C, prologue, dbias, scratch, dq);
+    fp8_detail::fused_cast_launch(out_t, out, in, pre, R, C, f, meta, prologue, dbias, scratch, stream, dq,
+                                  fp8_fused_rows_per_chunk(R, C, prologue));
 }
 
 // ---------------------------------------------------------------- LayerNorm with FP8 outputs
@@ -366,35 +376,34 @@ inline void layernorm_fp8_optin(size_t smem) {
 }
 // Calls f(std::integral_constant<int, PACKS>): with the row in registers, the fused norm backwards'
 // packs per lane for rows of C (norm_backward_dispatch: ceil(C / (32 x128::size)), 1..8 in bf16) up
-// to NORM_BWD_MAX_C; wider rows, or in_registers false (the lab's previous variant), 0.
+// to NORM_BWD_MAX_C; wider rows 0 (the row's passes in memory).
 template <typename F>
-inline void with_ln_fp8_packs(int C, bool in_registers, F&& f) {
-    if (in_registers && C <= NORM_BWD_MAX_C) norm_backward_dispatch(C, f);
+inline void with_ln_fp8_packs(int C, F&& f) {
+    if (C <= NORM_BWD_MAX_C) norm_backward_dispatch(C, f);
     else f(std::integral_constant<int, 0>());
 }
-// layernorm_fp8_forward; in_registers false: the row's passes in memory at every C (the lab's
-// previous variant).
-inline void layernorm_fp8_launch(uint8_t* out_t, uint8_t* out, floatX* residual, float* mean, float* rstd,
-                                 const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias, int N,
-                                 int C, Fp8Meta* meta, cudaStream_t stream, bool in_registers) {
+inline void layernorm_fp8_check(const uint8_t* out_t, const uint8_t* out, int N, int C) {
     if (N % LN_FP8_ROWS != 0 || C % 16 != 0)  // N: the FP8 path's multiple of 64
         fail("layernorm_fp8_forward: N = %d must be a multiple of %d and C = %d of 16", N, LN_FP8_ROWS, C);
     fp8_check_aligned(out, "layernorm_fp8_forward output");
     fp8_check_aligned(out_t, "layernorm_fp8_forward transposed output");
+}
+// layernorm_fp8_forward's kernel at PACKS (with_ln_fp8_packs's choice), after its checks.
+template <int PACKS>
+inline void layernorm_fp8_launch(uint8_t* out_t, uint8_t* out, floatX* residual, float* mean, float* rstd,
+                                 const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias, int N,
+                                 int C, Fp8Meta* meta, cudaStream_t stream) {
     const size_t smem = layernorm_fp8_smem(C);
     const dim3 grid(N / LN_FP8_ROWS);
-    with_ln_fp8_packs(C, in_registers, [&](auto P) {
-        constexpr int PK = decltype(P)::value;
-        if (inp2) {
-            layernorm_fp8_optin<true, PK>(smem);
-            layernorm_fp8_forward_kernel<true, PK><<<grid, LAYERNORM_BLOCK, smem, stream>>>(
-                out_t, out, residual, mean, rstd, inp1, inp2, weight, bias, N, C, meta);
-        } else {
-            layernorm_fp8_optin<false, PK>(smem);
-            layernorm_fp8_forward_kernel<false, PK><<<grid, LAYERNORM_BLOCK, smem, stream>>>(
-                out_t, out, residual, mean, rstd, inp1, inp2, weight, bias, N, C, meta);
-        }
-    });
+    if (inp2) {
+        layernorm_fp8_optin<true, PACKS>(smem);
+        layernorm_fp8_forward_kernel<true, PACKS><<<grid, LAYERNORM_BLOCK, smem, stream>>>(
+            out_t, out, residual, mean, rstd, inp1, inp2, weight, bias, N, C, meta);
+    } else {
+        layernorm_fp8_optin<false, PACKS>(smem);
+        layernorm_fp8_forward_kernel<false, PACKS><<<grid, LAYERNORM_BLOCK, smem, stream>>>(
+            out_t, out, residual, mean, rstd, inp1, inp2, weight, bias, N, C, meta);
+    }
     cudaCheckLaunch();
 }
 }  // namespace fp8_detail
@@ -403,7 +412,7 @@ inline void layernorm_fp8_launch(uint8_t* out_t, uint8_t* out, floatX* residual,
 // first layernorm_fp8_forward of that width (model_build does): the launcher would opt in itself, and
 // whether cudaFuncSetAttribute may run inside a capture is not a thing to rely on.
 inline void layernorm_fp8_prepare(int C) {
-    fp8_detail::with_ln_fp8_packs(C, true, [&](auto P) {
+    fp8_detail::with_ln_fp8_packs(C, [&](auto P) {
         fp8_detail::layernorm_fp8_optin<false, decltype(P)::value>(layernorm_fp8_smem(C));
         fp8_detail::layernorm_fp8_optin<true, decltype(P)::value>(layernorm_fp8_smem(C));
     });
@@ -414,6 +423,9 @@ inline void layernorm_fp8_prepare(int C) {
 inline void layernorm_fp8_forward(uint8_t* out_t, uint8_t* out, floatX* residual, float* mean, float* rstd,
                                   const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias,
                                   int N, int C, Fp8Meta* meta, cudaStream_t stream) {
-    fp8_detail::layernorm_fp8_launch(out_t, out, residual, mean, rstd, inp1, inp2, weight, bias, N, C, meta, stream,
-                                     true);
+    fp8_detail::layernorm_fp8_check(out_t, out, N, C);
+    fp8_detail::with_ln_fp8_packs(C, [&](auto P) {
+        fp8_detail::layernorm_fp8_launch<decltype(P)::value>(out_t, out, residual, mean, rstd, inp1, inp2, weight, bias,
+                                                             N, C, meta, stream);
+    });
 }

@@ -121,6 +121,7 @@
 #include "llmc/cpu/fp8.h"
 #include "llmc/fp8.cuh"
 #include "llmc/fp8_fused.cuh"
+#include "dev/cuda/fp8_lab.cuh"  // the previous kernels and the knobs the shipped launchers fix
 #include "llmc/matmul.cuh"  // bias_backward, the separate pass the fused casts replace
 // the dQ store DQ_ACCUM replaces (attention_detail::dq_store; this header alone, not attention.cuh,
 // whose Hopper kernels would all compile into this lab)
@@ -458,7 +459,7 @@ static void run_shape(lab::Lab& L, const Shape& s, Fp8Format f, const std::vecto
 
 // The fused casts of llmc/fp8_fused.cuh at (R, C) in format f: see the top.
 // The shipped fused cast's tiles per block and the previous kernel, variants 2-6 of every fused op (see
-// the top): call(tiles) runs fp8_detail::fused_cast_launch, prev() the previous kernel.
+// the top): call(tiles) runs fp8_lab::fused_cast_tiles, prev() the previous kernel.
 static void fused_variants(lab::Lab& L, const std::string& op, double bytes, double flops,
                            const std::function<void()>& reset, const std::function<bool()>& check,
                            const std::function<void(int)>& call, const std::function<void()>& prev) {
@@ -540,8 +541,8 @@ static void run_fused(lab::Lab& L, const char* opname, Fp8Prologue pro, int R, i
     floatX* db_or_null = with_bias ? d_db.get() : nullptr;
     fused_variants(L, op, bytes, flops, reset, check,
                    [&](int tiles) {
-                       fp8_detail::fused_cast_launch(d_out_t, d_out, d_in, pre_or_null, R, C, f, d_meta, pro, db_or_null,
-                                                     d_scratch, L.stream(), {}, tiles);
+                       fp8_lab::fused_cast_tiles(d_out_t, d_out, d_in, pre_or_null, R, C, f, d_meta, pro, db_or_null,
+                                                 d_scratch, L.stream(), {}, tiles);
                    },
                    [&] { prev::previous_fused_cast(d_out_t, d_out, d_in, pre_or_null, R, C, f, d_meta, pro, db_or_null, d_scratch, L.stream()); });
 }
@@ -627,8 +628,8 @@ static void run_dq_cast(lab::Lab& L, int R, int NH, Fp8Format f, uint64_t seed) 
           check);
     fused_variants(L, op, bytes, flops, reset, check,
                    [&](int tiles) {
-                       fp8_detail::fused_cast_launch(d_out_t, d_out, d_in, nullptr, R, C, f, d_meta, Fp8Prologue::DQ_ACCUM,
-                                                     d_db, d_scratch, L.stream(), dq, tiles);
+                       fp8_lab::fused_cast_tiles(d_out_t, d_out, d_in, nullptr, R, C, f, d_meta, Fp8Prologue::DQ_ACCUM,
+                                                 d_db, d_scratch, L.stream(), dq, tiles);
                    },
                    [&] { prev::previous_fused_cast(d_out_t, d_out, d_in, nullptr, R, C, f, d_meta, Fp8Prologue::DQ_ACCUM, d_db, d_scratch, L.stream(), dq); });
 }
@@ -689,8 +690,8 @@ static void run_layernorm_fp8(lab::Lab& L, int R, int C, uint64_t seed) {
           check);
     L.run(op, 2, "previous: passes over the row in memory", bytes, flops, lab::Bound::Memory, reset,
           [&] {
-              fp8_detail::layernorm_fp8_launch(d_out_t, d_out, d_res, d_mean, d_rstd, d_in1, d_in2, d_w, d_b, R, C, d_meta,
-                                               L.stream(), false);
+              fp8_lab::layernorm_fp8_in_memory(d_out_t, d_out, d_res, d_mean, d_rstd, d_in1, d_in2, d_w, d_b, R, C,
+                                               d_meta, L.stream());
           },
           check);
 }
@@ -754,9 +755,9 @@ static void run_transpose(lab::Lab& L, const std::string& op, const TransposeLay
         return false;
     };
     const double bytes = 2.0 * t.R * t.C, flops = 0.0;
-    auto variant = [&](int v, const char* what, fp8_detail::Fp8TransposeConfig cfg) {
+    auto variant = [&](int v, const char* what, fp8_lab::Fp8TransposeConfig cfg) {
         L.run(op, v, what, bytes, flops, lab::Bound::Memory, reset,
-              [&] { fp8_detail::transpose_launch(out, t.out_pitch, in, t.in_pitch, t.R, t.C, L.stream(), cfg); }, check);
+              [&] { fp8_lab::transpose_launch(out, t.out_pitch, in, t.in_pitch, t.R, t.C, L.stream(), cfg); }, check);
     };
     L.run(op, 0, "shipped 128x128, groups of 32", bytes, flops, lab::Bound::Memory, reset,
           [&] { fp8_transpose(out, t.out_pitch, in, t.in_pitch, t.R, t.C, L.stream()); }, check);
