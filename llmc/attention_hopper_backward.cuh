@@ -706,13 +706,13 @@ inline int bwd_split_chunk(const AttnShape& s, int sms) {
 // The launches (prologue, wgmma kernel, dQ store; the split schedule zeroes dkv_accum first and stores
 // dQ, dK and dV at the end). scratch: attention_backward_scratch_floats(s) floats, any contents; with
 // scratch_floats >= attention_backward_scratch_floats_split(s, ctx) the kernel may take the split
-// schedule (split = false: never, the lab's whole-item baseline).
+// schedule (scratch_floats 0: never, the whole items).
 // keep_dq: on the whole-item schedule, the dQ store is skipped and dQ stays unscaled in scratch's
 // dq_accum (dqkv's query columns unwritten); returns whether it did (the split schedule stores all).
 template <class Config>
 inline bool backward_hopper(bf16* dqkv, float* scratch, const bf16* dout, const bf16* qkv, const bf16* out,
                             const float* lse, const AttnShape& s, const CudaContext& ctx, size_t scratch_floats = 0,
-                            bool split = true, bool keep_dq = false) {
+                            bool keep_dq = false) {
     using K = HopperBwd<Config>;
     constexpr int HD = K::HD, smem = bwd_smem_bytes<K>();
     static_assert(smem <= 227 * 1024, "one CTA's smem");
@@ -729,7 +729,7 @@ inline bool backward_hopper(bf16* dqkv, float* scratch, const bf16* dout, const 
     const size_t base_floats = attention_backward_scratch_floats(s);
     // the split schedule where it helps and the scratch has dkv_accum (B, T, 2 * NKV * HD) after the rest
     const size_t dkv_floats = (size_t)B * T * 2 * L.NKV * HD;
-    const int chunk = split && scratch_floats >= base_floats + dkv_floats ? bwd_split_chunk<K>(s, sms) : 0;
+    const int chunk = scratch_floats >= base_floats + dkv_floats ? bwd_split_chunk<K>(s, sms) : 0;
     float* dkv_accum = chunk > 0 ? scratch + base_floats : nullptr;
     if (dkv_accum) cudaCheck(cudaMemsetAsync(dkv_accum, 0, dkv_floats * sizeof(float), stream));
     attention_backward_prologue<HD><<<(unsigned)ceil_div<size_t>(threads, 256), 256, 0, stream>>>(scratch, dout, out,
@@ -797,9 +797,9 @@ inline bool attention_backward_hopper(__nv_bfloat16* dqkv, const __nv_bfloat16* 
         fail("attention_backward_hopper: dqkv, dout, qkv, out and scratch must be 16-byte aligned");
     if (s.HD == 64)
         return backward_hopper<HopperBwdShipped<64>>(dqkv, scratch.data, dout, qkv, out, lse, s, ctx, scratch.floats,
-                                                      true, keep_dq);
+                                                      keep_dq);
     return backward_hopper<HopperBwdShipped<128>>(dqkv, scratch.data, dout, qkv, out, lse, s, ctx, scratch.floats,
-                                                  true, keep_dq);
+                                                  keep_dq);
 #else
     (void)dqkv, (void)dout, (void)qkv, (void)out, (void)lse, (void)ctx, (void)scratch, (void)keep_dq;
     fail("attention_backward_hopper: this build has no sm_90a kernels (GPU_ARCH=90a defines LLMC_SM90A)");

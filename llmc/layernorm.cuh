@@ -501,12 +501,5 @@ inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, flo
                                int C, cudaStream_t stream) {
     norm_backward<LayerNormBackward>(dinp, dweight, dbias, scratch, N, C, stream, dout, inp, weight, mean, rstd);
 }
-// The two-kernel path at any C (the lab times it against the fused kernel).
-inline void layernorm_backward_two_kernels(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch,
-                                           const floatX* dout, const floatX* inp, const floatX* weight,
-                                           const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
-    norm_backward_two_kernels<LayerNormBackward>(dinp, dweight, dbias, scratch, N, C, stream, dout, inp, weight, mean,
-                                                 rstd);
-}
 // Opts in the fused kernel that rows of C channels take to its shared memory (norm_backward_prepare).
 inline void layernorm_backward_prepare(int C) { norm_backward_prepare<LayerNormBackward>(C); }

@@ -29,8 +29,8 @@
 // compute capability 9.0 only; bias and beta = 1 with them are checked by tests/gpu/test_fp8.cu).
 // Fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM): the whole K in the FP8 tensor cores' narrower-
 // than-fp32 accumulator (faster, an error that grows with K: the weight gradient's K = B*T is the
-// worst) instead of partial sums promoted to fp32 every few k-steps. Default: fast for the forward,
-// not for the two gradients (dev/cuda/matmul_fp8.cu measures both).
+// worst) instead of partial sums promoted to fp32 every few k-steps. The forward's is a setting (fast
+// by default); the two gradients never (dev/cuda/matmul_fp8.cu measures both).
 #pragma once
 #include "llmc/cuda_common.cuh"
 #include "llmc/fp8.cuh"
@@ -74,37 +74,30 @@ inline void matmul_fp8(__nv_bfloat16* d, const uint8_t* p, Fp8Format p_format, c
                     bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, nullptr, t);
 }
 
-// The accumulation mode of each matmul: the default recipe above (the lab can override each).
-struct Fp8Accum {
-    bool forward = true, input_grad = false, weight_grad = false;
-};
-
 // The scale arguments below (x_sinv) are matmul_fp8's sp / sq: &meta->scale_inv (Fp8Scales::TENSOR),
 // or the operand's per-row scale_inv vector as noted (Fp8Scales::ROWS).
 // out (N, OC) = X . W^T + bias: inp = X's e4m3 cast (N, C), weight = W's e4m3 cast (OC, C); rows: (N), (OC).
 inline void matmul_fp8_forward(__nv_bfloat16* out, const uint8_t* inp, const float* inp_sinv, const uint8_t* weight,
                                const float* weight_sinv, const __nv_bfloat16* bias, int N, int C, int OC,
-                               Fp8Scales scales, const CudaContext& ctx, Fp8Accum acc = Fp8Accum()) {
+                               Fp8Scales scales, const CudaContext& ctx, bool fast_accum = true) {
     matmul_fp8(out, inp, Fp8Format::E4M3, inp_sinv, weight, Fp8Format::E4M3, weight_sinv, N, OC, C, bias, 0.0f,
-               acc.forward, scales, ctx);
+               fast_accum, scales, ctx);
 }
 
 // dinp (N, C) = dY . W (=): dout = dY's cast (N, OC) in dout_format, weight_t = W^T's e4m3 cast (C, OC);
 // rows: (N), (C) (W's column scales).
 inline void matmul_fp8_backward_input(__nv_bfloat16* dinp, const uint8_t* dout, Fp8Format dout_format,
                                       const float* dout_sinv, const uint8_t* weight_t, const float* weight_t_sinv,
-                                      int N, int C, int OC, Fp8Scales scales, const CudaContext& ctx,
-                                      Fp8Accum acc = Fp8Accum()) {
+                                      int N, int C, int OC, Fp8Scales scales, const CudaContext& ctx) {
     matmul_fp8(dinp, dout, dout_format, dout_sinv, weight_t, Fp8Format::E4M3, weight_t_sinv, N, C, OC, nullptr, 0.0f,
-               acc.input_grad, scales, ctx);
+               false, scales, ctx);
 }
 
 // dweight (OC, C) = dY^T . X + beta * dweight (beta 1: +=): dout_t = dY^T's cast (OC, N) in
 // dout_format, inp_t = X^T's e4m3 cast (C, N); rows: (OC), (C) (dY's and X's column scales over all N tokens).
 inline void matmul_fp8_backward_weight(__nv_bfloat16* dweight, const uint8_t* dout_t, Fp8Format dout_format,
                                        const float* dout_t_sinv, const uint8_t* inp_t, const float* inp_t_sinv, int N,
-                                       int C, int OC, float beta, Fp8Scales scales, const CudaContext& ctx,
-                                       Fp8Accum acc = Fp8Accum()) {
+                                       int C, int OC, float beta, Fp8Scales scales, const CudaContext& ctx) {
     matmul_fp8(dweight, dout_t, dout_format, dout_t_sinv, inp_t, Fp8Format::E4M3, inp_t_sinv, OC, C, N, nullptr, beta,
-               acc.weight_grad, scales, ctx);
+               false, scales, ctx);
 }

@@ -375,10 +375,8 @@ inline void fp8_linear_forward(ModelFp8& f, int l, int k, floatX* out, floatX* g
         cast_scaled(f, b.xt8, f.x, inp, N, C, Fp8Format::E4M3, xm, current_scaling(f), history_len(f), f.rs_x,
                     b.xt_rows, ctx.stream);
     floatX* y = gelu_pre ? gelu_pre : out;
-    Fp8Accum acc;
-    acc.forward = f.set.fast_accum;
     matmul_fp8_forward(bf16_ptr(y), f.x, scale_inv_of(f, xm, f.rs_x), b.w8, scale_inv_of(f, wm, b.w_rows),
-                       bf16_ptr(bias), N, C, OC, scales(f), ctx, acc);
+                       bf16_ptr(bias), N, C, OC, scales(f), ctx, f.set.fast_accum);
     if (gelu_pre && k == FP8_FC && gelu_fused)  // fcproj's X from the pre-activation (f.x is free again in stream order)
         fp8_cast_transpose_fused(linear_buffers(f, l, FP8_FCPROJ).xt8, f.x, gelu_pre, nullptr, N, OC, Fp8Format::E4M3,
                                  fp8_meta(f, FP8_X, l, FP8_FCPROJ), Fp8Prologue::GELU_FORWARD, nullptr, nullptr,
@@ -494,10 +492,8 @@ inline void fp8_head_forward(ModelFp8& f, floatX* logits, const floatX* lnf, con
     fp8_amax(lnf, (size_t)N * C, xm, ctx.stream);
     fp8_update_scales(xm, 1, 1, 0, ctx.stream);
     fp8_cast_transpose(f.head_xt, f.x, lnf, N, C, Fp8Format::E4M3, xm, false, ctx.stream);
-    Fp8Accum acc;
-    acc.forward = f.set.fast_accum;
     matmul_fp8_forward(bf16_ptr(logits), f.x, &xm->scale_inv, w8, &wm->scale_inv, nullptr, N, C, Vp, Fp8Scales::TENSOR,
-                       ctx, acc);
+                       ctx, f.set.fast_accum);
 }
 
 // The classifier of an FP8 head: losses (N) as fused_classifier, the gradient as FP8 dlogits in place

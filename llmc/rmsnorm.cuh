@@ -321,11 +321,5 @@ inline void rmsnorm_backward(floatX* dinp, floatX* dweight, float* scratch, cons
                              const floatX* weight, const float* rstd, int N, int C, cudaStream_t stream) {
     norm_backward<RMSNormBackward>(dinp, dweight, nullptr, scratch, N, C, stream, dout, inp, weight, rstd);
 }
-// The two-kernel path at any C (the lab times it against the fused kernel).
-inline void rmsnorm_backward_two_kernels(floatX* dinp, floatX* dweight, float* scratch, const floatX* dout,
-                                         const floatX* inp, const floatX* weight, const float* rstd, int N, int C,
-                                         cudaStream_t stream) {
-    norm_backward_two_kernels<RMSNormBackward>(dinp, dweight, nullptr, scratch, N, C, stream, dout, inp, weight, rstd);
-}
 // Opts in the fused kernel that rows of C channels take to its shared memory (norm_backward_prepare).
 inline void rmsnorm_backward_prepare(int C) { norm_backward_prepare<RMSNormBackward>(C); }

@@ -302,8 +302,8 @@ static void run_shape(lab::Lab& L, int N, int C) {
         column_partials_add(d_dbias.get(), d_scratch.get() + C, chunks, 2 * (int64_t)C, C, L.stream());
     }, check_bwd);
     L.run("layernorm_backward" + shape, 2, "two kernels", bwd_bytes, 15.0 * NC, lab::Bound::Memory, reset_bwd, [&] {
-        layernorm_backward_two_kernels(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd,
-                                       N, C, L.stream());
+        norm_backward_two_kernels<LayerNormBackward>(d_dinp, d_dweight, d_dbias, d_scratch, N, C, L.stream(), d_dout,
+                                                     d_inp, d_weight, d_mean.get(), d_rstd.get());
     }, check_bwd);
     // the shipped kernel with R = 1 and R = 2 rows per warp step at every narrow width (the launcher
     // picks R = 2 up to 2 packs per lane, i.e. C <= 512 in bf16, and R = 1 above; the wide kernels

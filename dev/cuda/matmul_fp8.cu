@@ -247,7 +247,7 @@ static Times run_layer(lab::Lab& L, const Layer& l) {
                   [&] {
                       matmul_fp8_forward(d_y8, d_x8, &mx->scale_inv, d_w8, &mw->scale_inv,
                                          l.bias ? d_bias8.get() : nullptr, N, C, OC, Fp8Scales::TENSOR, L.ctx,
-                                         Fp8Accum{fast == 1, false, false});
+                                         fast == 1);
                   },
                   [&] { return check_fp8(L, d_y8, ref8, refb, rows, OC, fast); });
             if (!fast) continue;
@@ -267,7 +267,7 @@ static Times run_layer(lab::Lab& L, const Layer& l) {
                       lab::Bound::Compute, [&] { d_y8.poison(s); },
                       [&] {
                           matmul_fp8_forward(d_y8, r_x8, r_sx, r_w8, r_sw, l.bias ? d_bias8.get() : nullptr, N, C, OC,
-                                             Fp8Scales::ROWS, L.ctx, Fp8Accum{fast == 1, false, false});
+                                             Fp8Scales::ROWS, L.ctx, fast == 1);
                       },
                       [&] { return check_fp8(L, d_y8, ref_rw, refb, rows, OC, fast); });
         }
@@ -293,9 +293,9 @@ static Times run_layer(lab::Lab& L, const Layer& l) {
         for (const V& v : vs) {
             L.run(op, v.variant, v.what, b8, flops, lab::Bound::Compute, [&] { d_dx8.poison(s); },
                   [&] {
-                      matmul_fp8_backward_input(d_dx8, dy8[v.g], gfmt[v.g], &mdy[v.g]->scale_inv, d_wt8,
-                                                &mw->scale_inv, N, C, OC, Fp8Scales::TENSOR, L.ctx,
-                                                Fp8Accum{true, v.fast, false});
+                      // matmul_fp8_backward_input's product, with the fast-accum mode as a variant
+                      matmul_fp8(d_dx8, dy8[v.g], gfmt[v.g], &mdy[v.g]->scale_inv, d_wt8, Fp8Format::E4M3,
+                                 &mw->scale_inv, N, C, OC, nullptr, 0.0f, v.fast, Fp8Scales::TENSOR, L.ctx);
                   },
                   [&] { return check_fp8(L, d_dx8, ref8[v.g], refb, rows, C, v.fast); });
             if (v.variant != 0) continue;
@@ -349,9 +349,9 @@ static Times run_layer(lab::Lab& L, const Layer& l) {
         for (const V& v : vs) {
             L.run(op, v.variant, v.what, b8, flops, lab::Bound::Compute, [&] { d_dw8.upload(dw0); },
                   [&] {
-                      matmul_fp8_backward_weight(d_dw8, dyt8[v.g], gfmt[v.g], &mdy[v.g]->scale_inv, d_xt8,
-                                                 &mx->scale_inv, N, C, OC, 1.0f, Fp8Scales::TENSOR, L.ctx,
-                                                 Fp8Accum{true, false, v.fast});
+                      // matmul_fp8_backward_weight's product, with the fast-accum mode as a variant
+                      matmul_fp8(d_dw8, dyt8[v.g], gfmt[v.g], &mdy[v.g]->scale_inv, d_xt8, Fp8Format::E4M3,
+                                 &mx->scale_inv, OC, C, N, nullptr, 1.0f, v.fast, Fp8Scales::TENSOR, L.ctx);
                   },
                   [&] { return check_fp8(L, d_dw8, ref8[v.g], refb, rows, C, v.fast, 1.0 / 128); });
             if (v.variant != 0) continue;

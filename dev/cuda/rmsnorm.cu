@@ -283,7 +283,8 @@ static void run_shape(lab::Lab& L, int N, int C) {
         column_partials_add(d_dweight.get(), d_scratch.get(), chunks, (int64_t)C, C, L.stream());
     }, check_bwd);
     L.run("rmsnorm_backward" + shape, 2, "two kernels", bwd_bytes, bwd_flops, lab::Bound::Memory, reset_bwd, [&] {
-        rmsnorm_backward_two_kernels(d_dinp, d_dweight, d_scratch, d_dout, d_inp, d_weight, d_rstd, N, C, L.stream());
+        norm_backward_two_kernels<RMSNormBackward>(d_dinp, d_dweight, nullptr, d_scratch, N, C, L.stream(), d_dout, d_inp,
+                                                   d_weight, d_rstd.get());
     }, check_bwd);
     // the shipped kernel with R = 1 and R = 2 rows per warp step at every narrow width (the launcher
     // picks R = 2 up to 2 packs per lane, i.e. C <= 512 in bf16, and R = 1 above; the wide kernels
