@@ -166,6 +166,16 @@ static void read_model_config(GpuRun& r) {
     check_sample_length(cfg, r.config);
 }
 
+// The fused classifier trains on every target: shards with a loss mask (docs/formats.md) are
+// refused before the device starts.
+static void refuse_loss_masks(const GpuRun& r) {
+    if (r.gpu.random_data) return;
+    for (const std::string* pattern : {&r.cfg.train_pattern, &r.cfg.val_pattern}) {
+        const std::string masked = pattern->empty() ? "" : first_masked_shard(pattern->c_str());
+        if (!masked.empty()) fail("%s: has a loss mask; only the CPU trainer trains with masks so far", masked.c_str());
+    }
+}
+
 // The device, the model's buffers (and the data-parallel plan's share of them), its parameters.
 static void build_model(GpuRun& r) {
     const TrainConfig& cfg = r.cfg;
@@ -440,6 +450,7 @@ int main(int argc, char** argv) {
     set_world_size(cfg, r.comm->world);
     r.files = dist_open_run_files(run_file_settings(cfg), *r.comm);  // --resume, --out-dir, --log (llmc/run_files.h)
     read_model_config(r);
+    refuse_loss_masks(r);
     build_model(r);
     open_data(r);
     if (!r.files.resume_from.empty()) resume(r);

@@ -1,7 +1,8 @@
 // train_gpt2_cpu.cpp: the CPU reference trainer, the program around the fp32 model of
 // llmc/cpu/model.h: flags, data, the training loop, logging, checkpoints. Semantics are PyTorch's
-// (docs/design.md): mean cross-entropy, gradient accumulation over total_batch / (B*T)
-// micro-batches, global-norm clipping, AdamW with decay on matrices and embeddings only (or
+// (docs/design.md): mean cross-entropy (over the targets the shards' loss mask keeps, each
+// micro-batch's own mean, as PyTorch's ignore_index = -100; docs/training.md), gradient accumulation
+// over total_batch / (B*T) micro-batches, global-norm clipping, AdamW with decay on matrices and embeddings only (or
 // --optimizer muon: torch.optim.Muon on the blocks' matrices, AdamW on the rest), warmup + cosine /
 // linear / constant / wsd learning rate. Its sections follow train_gpt2.cu.
 //
@@ -141,7 +142,10 @@ static void print_optimizer(const CpuRun& r) {
 // evaluation. "step n" in the output and the log always counts completed optimizer steps: the
 // validation loss at step n is measured on the model that step n's train_loss line produced.
 
-// The mean loss of the first `steps` validation batches: over the ranks, batch j is rank j % world's
+// The loss mask of the loader's batch for the model's loss: nullptr (all) for shards without one.
+static const int* loss_mask(const DataLoader& d) { return d.has_mask() ? d.mask() : nullptr; }
+
+// The mean loss of the first `steps` validation batches (each batch's masked mean): over the ranks, batch j is rank j % world's
 // (the loaders deal the windows out that way), so any world size sees the same batches.
 static float validation_loss(Model& m, DataLoader& val, int steps, int B, int T, Comm& comm) {
     val.reset();
@@ -150,7 +154,7 @@ static float validation_loss(Model& m, DataLoader& val, int steps, int B, int T,
     for (int j = comm.rank; j < steps; j += comm.world) {
         val.next_batch();
         model_forward(m, val.inputs(), B, T);
-        sum += model_loss(m, val.targets());
+        sum += model_loss(m, val.targets(), loss_mask(val));
     }
     return (float)(comm.allreduce_sum(sum) / steps);
 }
@@ -203,9 +207,10 @@ static double train_step(CpuRun& r, const OptimizerSettings& opt, float* norm) {
     for (int micro = 0; micro < cfg.grad_accum; micro++) {
         r.train->next_batch();
         model_forward(r.model, r.train->inputs(), cfg.B, cfg.T);
-        loss += model_loss(r.model, r.train->targets());
+        loss += model_loss(r.model, r.train->targets(), loss_mask(*r.train));
         dp_before_backward(r.dp, micro == 0);
-        model_backward(r.model, r.train->inputs(), r.train->targets(), 1.0f / ((float)cfg.grad_accum * r.comm->world));
+        model_backward(r.model, r.train->inputs(), r.train->targets(), 1.0f / ((float)cfg.grad_accum * r.comm->world),
+                       loss_mask(*r.train));
     }
     loss = r.comm->allreduce_sum(loss) / parts;
     dp_reduce_grads(r.model, r.dp);

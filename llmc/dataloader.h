@@ -3,7 +3,10 @@
 //
 // DataLoader: the shards matching a glob(3) pattern (sorted by name) are cut into windows of
 // B*T+1 tokens that overlap by one token: window w of a shard is tokens [w*B*T, w*B*T + B*T], its
-// first B*T tokens are the inputs (B, T) and the last B*T the targets. An epoch visits the
+// first B*T tokens are the inputs (B, T) and the last B*T the targets, and mask (B, T) is the
+// shard's loss mask of the targets (mask[b, t] = 1: the loss at (b, t) counts; version-3 shards hold
+// it, one value per token, token i's value masking token i as a target), all ones for shards
+// without one. A pattern's shards all have a mask or none has. An epoch visits the
 // shards in a seeded random order and each shard's windows in a seeded random order (both in
 // file order when shuffle is off). Laid end to end, those windows form the epoch's list; rank r
 // takes entries r, r + world_size, r + 2*world_size, ..., so ranks never share a window, stay in
@@ -12,7 +15,7 @@
 // function of (seed, epoch, shard), so save_state/load_state resume with exactly the next batch.
 //
 // Shards are memory-mapped one at a time (fineweb shards are 200 MB). At construction every shard's
-// header, length and token ids (< vocab_size) are checked, so a bad id in any shard stops the run
+// header, length, token ids (< vocab_size) and mask values (0 or 1) are checked, so a bad id in any shard stops the run
 // before its first step: one sequential read of the data (a vectorized max over the ids), paid once
 // per start. A shard holds
 // uint16 or uint32 ids (its header says which; shards of both widths may be mixed); they become int as a
@@ -93,6 +96,19 @@ inline void copy_token_ids(int* dst, const unsigned char* src, int64_t n, int wi
          "the data with the model's tokenizer", path, (long long)header_vocab, model_vocab);
 }
 
+// The first shard matched by glob_pattern (in name order) whose header says it has a loss mask, or
+// "" (none, or no match: the DataLoader reports that). Reads headers only, for a program that must
+// refuse masked data before it starts a device.
+inline std::string first_masked_shard(const char* glob_pattern) {
+    glob_t g;
+    if (glob(glob_pattern, 0, nullptr, &g) != 0) return "";
+    std::string found;
+    for (size_t i = 0; i < g.gl_pathc && found.empty(); i++)
+        if (shard_read_info(g.gl_pathv[i]).has_mask) found = g.gl_pathv[i];
+    globfree(&g);
+    return found;
+}
+
 class DataLoader {
   public:
     static constexpr int64_t STATE_VERSION = 1;
@@ -123,10 +139,16 @@ class DataLoader {
                 fail("%s: vocab_size %lld in its header, but %s (matched by the same pattern %s) has %lld: the shards "
                      "come from different tokenizers", s.path.c_str(), (long long)info.vocab_size,
                      shards_[0].path.c_str(), glob_pattern, (long long)shards_[0].vocab_size);
+            if (!shards_.empty() && info.has_mask != shards_[0].has_mask)
+                fail("%s: has %s loss mask, but %s (matched by the same pattern %s) %s: give a pattern of masked "
+                     "shards or of unmasked ones", s.path.c_str(), info.has_mask ? "a" : "no",
+                     shards_[0].path.c_str(), glob_pattern, shards_[0].has_mask ? "has one" : "has none");
             if (info.vocab_size > vocab_size) fail_data_vocab_larger(s.path.c_str(), info.vocab_size, vocab_size);
             s.num_windows = (info.num_tokens - 1) / BT;
             s.vocab_size = info.vocab_size;
             s.token_bytes = info.token_bytes;
+            s.num_tokens = info.num_tokens;
+            s.has_mask = info.has_mask;
             check_shard_ids(s);
             total_windows_ += s.num_windows;
             shards_.push_back(s);
@@ -137,10 +159,11 @@ class DataLoader {
                  (long long)total_windows_, world_);
         inputs_.resize(BT);
         targets_.resize(BT);
+        mask_.assign(BT, 1);
         start_epoch(0);
     }
 
-    // Fills inputs()/targets() with the next window of this rank; after the last window of an
+    // Fills inputs()/targets()/mask() with the next window of this rank; after the last window of an
     // epoch the next epoch starts with new orders.
     void next_batch() {
         if (pos_ == per_rank_) start_epoch(epoch_ + 1);
@@ -150,13 +173,20 @@ class DataLoader {
         use_shard(order_[i]);
         const int64_t BT = (int64_t)B_ * T_;
         const int width = shards_[mapped_].token_bytes;
-        const unsigned char* p = tokens_ + (shuffle_ ? window_order_[w] : w) * BT * width;
+        const int64_t first = (shuffle_ ? window_order_[w] : w) * BT;  // the window's first token
+        const unsigned char* p = tokens_ + first * width;
         copy_token_ids(inputs_.data(), p, BT, width);
         copy_token_ids(targets_.data(), p + width, BT, width);
+        if (shards_[mapped_].has_mask) {
+            const unsigned char* m = tokens_ + shards_[mapped_].num_tokens * width + first + 1;
+            for (int64_t j = 0; j < BT; j++) mask_[j] = m[j];
+        }
         pos_++;
     }
     const int* inputs() const { return inputs_.data(); }    // (B, T)
     const int* targets() const { return targets_.data(); }  // (B, T)
+    const int* mask() const { return mask_.data(); }        // (B, T), 1 = the target's loss counts
+    bool has_mask() const { return shards_[0].has_mask; }   // the shards carry a loss mask (version 3)
     void reset() { start_epoch(0); }
     int64_t num_windows() const { return per_rank_; }  // per rank, per epoch
     int64_t epoch() const { return epoch_; }
@@ -207,6 +237,8 @@ class DataLoader {
         int64_t num_windows;
         int64_t vocab_size;  // from its header
         int token_bytes;     // 2 (uint16 ids) or 4 (uint32), from its header
+        int64_t num_tokens;
+        bool has_mask;       // num_tokens mask bytes follow the ids (version 3)
     };
 
     // Seed of one shuffle: a hash of (seed, epoch, stream) through two splitmix64 rounds, so
@@ -231,16 +263,24 @@ class DataLoader {
         for (int i = 0; i < n; i++) prefix_.push_back(prefix_.back() + shards_[order_[i]].num_windows);
     }
 
-    // Every id of shard `sh` below its header's vocab_size, which is at most the model's (one sequential read).
+    // Every id of shard `sh` below its header's vocab_size, which is at most the model's, and every
+    // mask value 0 or 1 (one sequential read).
     void check_shard_ids(const Shard& sh) const {
         const int64_t size = file_size_or_fail(sh.path.c_str());
         MappedFile f;
         f.map(sh.path.c_str(), size);
         const unsigned char* ids = f.data() + HEADER_BYTES;
-        const int64_t all = (size - HEADER_BYTES) / sh.token_bytes;
+        const int64_t all = sh.num_tokens;
         const char* what = "the shard header's vocab_size, at most the model's";
         if (sh.token_bytes == 2) check_token_ids((const uint16_t*)ids, all, 0, sh.vocab_size, sh.path.c_str(), what);
         else check_token_ids((const uint32_t*)ids, all, 0, sh.vocab_size, sh.path.c_str(), what);
+        if (!sh.has_mask) return;
+        const unsigned char* m = ids + all * sh.token_bytes;
+        unsigned char most = 0;
+        for (int64_t i = 0; i < all; i++) most = std::max(most, m[i]);
+        if (most <= 1) return;
+        for (int64_t i = 0; i < all; i++)
+            if (m[i] > 1) fail("%s: loss mask value %u at token offset %lld is not 0 or 1", sh.path.c_str(), m[i], (long long)i);
     }
 
     // Maps shard s and builds its window order for this epoch.
@@ -276,7 +316,7 @@ class DataLoader {
     const unsigned char* tokens_ = nullptr;  // the mapped shard's payload
     std::vector<int64_t> window_order_;  // of the mapped shard, for epoch window_order_epoch_
     int64_t window_order_epoch_ = -1;
-    std::vector<int> inputs_, targets_;
+    std::vector<int> inputs_, targets_, mask_;
 };
 
 // EvalLoader: a multiple-choice eval file (GPTE, docs/formats.md; HellaSwag from

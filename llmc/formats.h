@@ -36,9 +36,11 @@ constexpr int64_t FORMAT_VERSION = 1;  // the first version of every format, and
 // take all three.
 constexpr int64_t MODEL_VERSION = 3;
 constexpr int64_t DEBUG_VERSION = 3;
-// Token shards (GPTD) are at version 2, which adds uint32 tokens (vocabularies over 65,536 ids);
-// uint16 shards are still written as version 1, byte-identical to earlier builds' files.
-constexpr int64_t SHARD_VERSION = 2;
+// Token shards (GPTD) are at version 3: version 2 adds uint32 tokens (vocabularies over 65,536 ids),
+// version 3 a per-token loss mask after the ids. A writer uses the oldest version that holds the
+// shard (1: uint16 ids, 2: uint32 ids, 3: with a mask), so shards without a mask stay byte-identical
+// to earlier builds' files, while a build that knows no mask refuses a shard with one.
+constexpr int64_t SHARD_VERSION = 3;
 inline int64_t newest_version(int64_t magic) {
     return magic == MAGIC_MODEL ? MODEL_VERSION : magic == MAGIC_DEBUG ? DEBUG_VERSION
            : magic == MAGIC_SHARD ? SHARD_VERSION : FORMAT_VERSION;
@@ -413,11 +415,13 @@ inline TokenizerFile tokenizer_read(const char* path) {
 struct ShardInfo {
     int64_t num_tokens;
     int64_t vocab_size;   // every token id is below this
-    int token_bytes;      // 2 (uint16) or 4 (uint32, version 2)
+    int token_bytes;      // 2 (uint16) or 4 (uint32, version 2 or 3)
+    bool has_mask;        // version 3: num_tokens uint8 loss-mask values (0 or 1) follow the ids
 };
 
-// Validates header and length; the payload (num_tokens ids of token_bytes each, little-endian)
-// starts at byte HEADER_BYTES. Version 1 holds uint16 ids only; version 2 uint16 or uint32.
+// Validates header and length; the payload (num_tokens ids of token_bytes each, little-endian, then
+// for version 3 num_tokens mask bytes) starts at byte HEADER_BYTES. Version 1 holds uint16 ids only;
+// versions 2 and 3 uint16 or uint32; version 3 records its mask in slot 5 (= 1).
 inline ShardInfo shard_read_info(const char* path) {
     FileHeader hd;
     int64_t size;
@@ -431,20 +435,25 @@ inline ShardInfo shard_read_info(const char* path) {
         fail("%s: header field bytes_per_token = %lld, must be 2 (uint16) or 4 (uint32)", path, (long long)h[3]);
     // uint16 ids are below 65536; uint32 ids are read as int, so below 2^31
     check_range(path, "vocab_size", h[4], 1, h[3] == 2 ? 65536 : INT32_MAX);
-    check_file_length(path, size, h[2] * h[3]);
-    return ShardInfo{h[2], h[4], (int)h[3]};
+    const bool has_mask = h[1] == 3;
+    if (has_mask && h[5] != 1)
+        fail("%s: header field loss_mask = %lld, but a version-3 shard holds a loss mask (1)", path, (long long)h[5]);
+    check_file_length(path, size, h[2] * (h[3] + (has_mask ? 1 : 0)));
+    return ShardInfo{h[2], h[4], (int)h[3], has_mask};
 }
 
 // The token width a shard of this vocabulary needs: 2 bytes while every id fits uint16, else 4.
 inline int shard_token_bytes(int64_t vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
 
 // Writes a shard atomically: version 1 with uint16 ids when vocab_size <= 65536, else version 2
-// with uint32 ids. `tokens` are ints (each in [0, vocab_size), not checked here).
-inline void shard_write(const char* path, const int* tokens, int64_t n, int64_t vocab_size) {
+// with uint32 ids; with a loss mask (n values, 0 or 1; nullptr = none) version 3 with the ids'
+// width and the mask after them. `tokens` are ints (each in [0, vocab_size), not checked here).
+inline void shard_write(const char* path, const int* tokens, int64_t n, int64_t vocab_size,
+                        const uint8_t* mask = nullptr) {
     const int width = shard_token_bytes(vocab_size);
     FileHeader hd = {};
-    hd.h[0] = MAGIC_SHARD; hd.h[1] = width == 2 ? FORMAT_VERSION : SHARD_VERSION; hd.h[2] = n;
-    hd.h[3] = width; hd.h[4] = vocab_size;
+    hd.h[0] = MAGIC_SHARD; hd.h[1] = mask ? 3 : width == 2 ? FORMAT_VERSION : 2; hd.h[2] = n;
+    hd.h[3] = width; hd.h[4] = vocab_size; hd.h[5] = mask ? 1 : 0;
     AtomicFileWriter w(path);
     w.write(hd.h, HEADER_BYTES);
     if (width == 2) {
@@ -454,6 +463,7 @@ inline void shard_write(const char* path, const int* tokens, int64_t n, int64_t 
         std::vector<uint32_t> t(tokens, tokens + n);
         w.write(t.data(), n * 4);
     }
+    if (mask) w.write(mask, n);
     w.commit();
 }
 

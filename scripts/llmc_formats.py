@@ -16,9 +16,10 @@ VERSION = 1  # the first version of every format, and the only one of most
 # files; a reader that knows no scaling refuses a file with it); the readers take all three.
 MODEL_VERSION = 3
 DEBUG_VERSION = 3
-# Token shards are at version 2, which adds uint32 ids (vocabularies over 65,536); uint16 shards are
-# still written as version 1 (byte-identical to earlier files), the readers take both.
-SHARD_VERSION = 2
+# Token shards are at version 3: version 2 adds uint32 ids (vocabularies over 65,536), version 3 a
+# per-token loss mask after the ids. Writers use the oldest version that holds the shard (1: uint16 ids,
+# 2: uint32 ids, 3: with a mask), so unmasked shards are byte-identical to earlier files; readers take all three.
+SHARD_VERSION = 3
 
 
 def fourcc(s):
@@ -330,22 +331,29 @@ def shard_token_bytes(vocab_size):
     return 2 if vocab_size <= 65536 else 4
 
 
-def write_shard(path, tokens, vocab_size):
+def write_shard(path, tokens, vocab_size, mask=None):
     """Token ids (each in [0, vocab_size)) as a shard: version 1 with uint16 ids when vocab_size <=
-    65536, else version 2 with uint32 ids (llmc/formats.h shard_write)."""
+    65536, else version 2 with uint32 ids; with a loss mask (one 0 or 1 per token: 1 = the token's loss
+    counts where it is a target), version 3 with the ids' width (llmc/formats.h shard_write)."""
     tokens = np.asarray(tokens)
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.shape != tokens.shape or (mask.size and not np.isin(mask, (0, 1)).all()):
+            raise ValueError(f"{path}: the loss mask must hold one 0 or 1 per token ({tokens.size})")
     if not 1 <= vocab_size < 2 ** 31:
         raise ValueError(f"{path}: vocab_size {vocab_size} is not in [1, 2^31)")
     if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab_size):
         raise ValueError(f"{path}: token ids must be in [0, {vocab_size})")
     width = shard_token_bytes(vocab_size)
-    h = make_header(MAGIC_SHARD, {2: tokens.size, 3: width, 4: vocab_size})
-    h[1] = VERSION if width == 2 else SHARD_VERSION
-    atomic_write(path, [h, tokens.astype("<u2" if width == 2 else "<u4")])
+    h = make_header(MAGIC_SHARD, {2: tokens.size, 3: width, 4: vocab_size, 5: 0 if mask is None else 1})
+    h[1] = 3 if mask is not None else VERSION if width == 2 else 2
+    parts = [h, tokens.astype("<u2" if width == 2 else "<u4")]
+    atomic_write(path, parts if mask is None else parts + [mask.astype(np.uint8)])
 
 
-def read_shard(path):
-    """Returns (tokens: a uint16 or uint32 array, memory-mapped; vocab_size)."""
+def read_shard(path, with_mask=False):
+    """Returns (tokens: a uint16 or uint32 array, memory-mapped; vocab_size), and with with_mask a third
+    item: the loss mask (a uint8 array of 0/1 per token, memory-mapped) or None for a shard without one."""
     h, size = read_header(path, MAGIC_SHARD)
     n, width, vocab = int(h[2]), int(h[3]), int(h[4])
     if h[1] == 1 and width != 2:
@@ -357,10 +365,22 @@ def read_shard(path):
         raise FormatError(f"{path}: header field vocab_size = {vocab} is out of range for {8 * width}-bit ids")
     if n < 0:
         raise FormatError(f"{path}: header field num_tokens = {n} is negative")
-    check_length(path, size, n * width)
+    has_mask = h[1] == 3
+    if has_mask and h[5] != 1:
+        raise FormatError(f"{path}: header field loss_mask = {h[5]}, but a version-3 shard holds a loss mask (1)")
+    check_length(path, size, n * (width + has_mask))
     dtype = "<u2" if width == 2 else "<u4"
     tokens = np.memmap(path, dtype=dtype, mode="r", offset=HEADER_BYTES, shape=(n,)) if n else np.zeros(0, dtype)
-    return tokens, vocab
+    if not with_mask:
+        return tokens, vocab
+    mask = None
+    if has_mask:
+        mask = (np.memmap(path, dtype=np.uint8, mode="r", offset=HEADER_BYTES + n * width, shape=(n,)) if n
+                else np.zeros(0, np.uint8))
+        if mask.size and mask.max() > 1:
+            raise FormatError(f"{path}: loss mask value {int(mask.max())} at token offset "
+                              f"{int(np.argmax(mask > 1))} is not 0 or 1")
+    return tokens, vocab, mask
 
 
 # ---------------------------------------------------------------- tokenizer decode table

@@ -278,8 +278,12 @@ class GPT2(nn.Module if torch is not None else object):
         logits = F.linear(x, self.wte if cfg["tied_head"] else self.lm_head)  # (B, T, Vp)
         loss = None
         if targets is not None:  # the padded columns are not part of the softmax (autocast runs it in fp32)
+            # mean over the targets that are not -100 (masked), as cross_entropy's ignore_index=-100; with
+            # none left, 0 and a zero gradient (where the mean would be 0/0)
             V = cfg["vocab_size"]
-            loss = F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1))
+            targets = targets.reshape(-1)
+            loss = F.cross_entropy(logits[..., :V].reshape(-1, V), targets, ignore_index=-100, reduction="sum")
+            loss = loss / (targets != -100).sum().clamp(min=1)
         return logits, loss
 
     def flat(self, grads=False):
@@ -499,11 +503,12 @@ def reference_batch(args, V):
     return buf[:, :-1].contiguous(), buf[:, 1:].contiguous()
 
 
-def read_tokens(path, V, flag):
-    tokens, _ = fmt.read_shard(path)
+def read_tokens(path, V, flag, with_mask=False):
+    """The shard's ids (checked < V); with with_mask, (ids, its loss mask or None)."""
+    tokens, _, mask = fmt.read_shard(path, with_mask=True)
     if len(tokens) and int(tokens.max()) >= V:
         die(f"{flag} {path}: token id {int(tokens.max())} >= the model's vocab_size {V}")
-    return tokens
+    return (tokens, mask) if with_mask else tokens
 
 
 def reference_state(model, args):
@@ -571,11 +576,14 @@ def fixture(args):
 def shard_windows(pattern, B, T, V, flag, shuffle_seed=None):
     """Endless (inputs, targets) batches: B*T+1 token windows overlapping by one token (llmc/dataloader.h's),
     shard after shard in file order; with shuffle_seed, each epoch visits the shards and each shard's windows
-    in a random order drawn from (shuffle_seed, epoch) (the C++ loader's statistics, not its exact order)."""
+    in a random order drawn from (shuffle_seed, epoch) (the C++ loader's statistics, not its exact order).
+    A target whose loss mask value is 0 (version-3 shards) is -100, Hugging Face's ignored label."""
     paths = sorted(glob.glob(pattern))
     if not paths:
         die(f"{flag} '{pattern}': no token shards match")
-    shards = [read_tokens(path, V, flag) for path in paths]
+    shards, masks = zip(*(read_tokens(path, V, flag, with_mask=True) for path in paths))
+    if len({m is None for m in masks}) > 1:
+        die(f"{flag} '{pattern}': some shards have a loss mask and some do not")
     if all(len(t) <= B * T for t in shards):
         die(f"{flag} '{pattern}': no shard holds the {B * T + 1} tokens of one {B}x{T} batch")
     epoch = 0
@@ -585,7 +593,10 @@ def shard_windows(pattern, B, T, V, flag, shuffle_seed=None):
             starts = np.arange(0, len(shards[s]) - B * T, B * T)
             for start in (starts if rng is None else rng.permutation(starts)):
                 buf = torch.from_numpy(shards[s][start:start + B * T + 1].astype(np.int64))
-                yield buf[:-1].view(B, T), buf[1:].view(B, T)
+                y = buf[1:].clone()
+                if masks[s] is not None:
+                    y[torch.from_numpy(masks[s][start + 1:start + B * T + 1] == 0)] = -100
+                yield buf[:-1].view(B, T), y.view(B, T)
         epoch += 1
 
 

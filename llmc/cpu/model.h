@@ -256,22 +256,25 @@ inline void model_forward(Model& m, const int* inputs, int B, int T) {
     m.cur_T = T;
 }
 
-// Mean cross-entropy of the last forward's logits against targets (cur_B, cur_T) ids < V; leaves
-// the probabilities for model_backward.
-inline float model_loss(Model& m, const int* targets) {
+// Mean cross-entropy of the last forward's logits against targets (cur_B, cur_T) ids < V over the
+// positions where mask (cur_B, cur_T) is 1 (nullptr: all; none counted: 0); leaves the probabilities
+// for model_backward, which takes the same mask.
+inline float model_loss(Model& m, const int* targets, const int* mask = nullptr) {
     const int B = m.cur_B, T = m.cur_T, V = m.config.vocab_size, Vp = m.config.padded_vocab_size;
     for (size_t i = 0; i < (size_t)B * T; i++)
         if (targets[i] < 0 || targets[i] >= V) fail("token id out of range [0, %d) at position %zu of the batch", V, i);
     Activations& a = m.acts;
-    return cpu::softmax_crossentropy_forward(a.probs.data(), a.losses.data(), a.logits.data(), targets, B, T, V, Vp);
+    return cpu::softmax_crossentropy_forward(a.probs.data(), a.losses.data(), a.logits.data(), targets, B, T, V, Vp,
+                                             mask);
 }
 
 // ============================================================================ backward
 // Accumulates (+=) into m.grads (or where m.grads_of points) the gradient of grad_scale * (mean
-// loss of the last model_loss). Call model_zero_grads before the first micro-batch.
+// loss of the last model_loss, under the same mask). Call model_zero_grads before the first micro-batch.
 inline void model_zero_grads(Model& m) { std::fill(m.grads_memory.begin(), m.grads_memory.end(), 0.0f); }
 
-inline void model_backward(Model& m, const int* inputs, const int* targets, float grad_scale) {
+inline void model_backward(Model& m, const int* inputs, const int* targets, float grad_scale,
+                           const int* mask = nullptr) {
     const ModelConfig& c = m.config;
     const int B = m.cur_B, T = m.cur_T;
     const int L = c.num_layers, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = model_head_dim(c);
@@ -285,7 +288,7 @@ inline void model_backward(Model& m, const int* inputs, const int* targets, floa
     auto zero = [](std::vector<float>& v, size_t n) { std::fill(v.begin(), v.begin() + n, 0.0f); };
 
     float* dlogits = a.probs.data();  // in place: the probabilities are not needed afterwards
-    cpu::crossentropy_softmax_backward(dlogits, a.probs.data(), targets, B, T, V, Vp, grad_scale);
+    cpu::crossentropy_softmax_backward(dlogits, a.probs.data(), targets, B, T, V, Vp, grad_scale, mask);
     zero(d.dlnf, BT * C);
     cpu::matmul_backward(d.dlnf.data(), c.tied_head ? g.wte : g.lm_head, nullptr, dlogits, a.lnf.data(),
                          c.tied_head ? p.wte : p.lm_head, B, T, C, Vp);

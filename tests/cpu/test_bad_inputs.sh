@@ -48,6 +48,20 @@ fmt.write_shard(f"{d}/twoshards/a_001.bin", rng.integers(0, 64, 2000), 64)
 with open(f"{d}/twoshards/a_001.bin", "r+b") as f:
     f.seek(1024 + 2 * 1500)
     f.write(np.array([64], "<u2").tobytes())
+# loss-masked shards (version 3): a good one, its mask cut short, a mask value of 2, a version this
+# build does not know, and a pattern mixing a masked shard with an unmasked one
+fmt.write_shard(f"{d}/masked.bin", rng.integers(0, 64, 2000), 64, mask=rng.integers(0, 2, 2000))
+masked = open(f"{d}/masked.bin", "rb").read()
+open(f"{d}/masktrunc.bin", "wb").write(masked[:-100])
+bad = bytearray(masked)
+bad[1024 + 2 * 2000 + 700] = 2
+open(f"{d}/maskvalue.bin", "wb").write(bytes(bad))
+bad = bytearray(masked)
+bad[8] = 4
+open(f"{d}/shardv4.bin", "wb").write(bytes(bad))
+os.makedirs(f"{d}/maskmix")
+shutil.copy(f"{d}/masked.bin", f"{d}/maskmix/a_000.bin")
+shutil.copy(f"{d}/train.bin", f"{d}/maskmix/a_001.bin")
 fmt.write_tokenizer(f"{d}/tok.bin", [bytes([65 + i % 26]) for i in range(64)], 63)
 fmt.write_tokenizer(f"{d}/tok32.bin", [bytes([65 + i % 26]) for i in range(32)], 31)  # smaller than the model's 64
 good = open(f"{d}/good.bin", "rb").read()
@@ -269,6 +283,25 @@ expect_startup_error "shards of two vocabularies in one --train pattern" \
 expect_startup_error "a bad token id in the second shard of --train, found at start" \
     "$T/twoshards/a_001.bin: token id 64 at token offset 1500 is >= vocab_size 64" \
     $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/twoshards/a_*.bin"
+expect_success "control: a shard with a loss mask trains" $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/masked.bin" \
+    --val "$T/masked.bin" --val-every 1
+expect_startup_error "a loss mask cut short" "$T/masktrunc.bin: truncated" $TRAIN "${BASE[@]}" --init "$T/good.bin" \
+    --train "$T/masktrunc.bin"
+expect_startup_error "a loss mask value of 2" "$T/maskvalue.bin: loss mask value 2 at token offset 700 is not 0 or 1" \
+    $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/maskvalue.bin"
+expect_startup_error "a shard version this build does not know" "$T/shardv4.bin: unsupported version 4 of a token shard" \
+    $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/shardv4.bin"
+expect_startup_error "masked and unmasked shards in one --train pattern" \
+    "$T/maskmix/a_001.bin: has no loss mask, but $T/maskmix/a_000.bin (matched by the same pattern" \
+    $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/maskmix/a_*.bin"
+if [ -x $GPU ]; then  # refused before the device starts, so this runs without a GPU
+    expect_startup_error "GPU trainer: a --train shard with a loss mask" \
+        "$T/masked.bin: has a loss mask; only the CPU trainer trains with masks so far" $GPU "${BASE[@]}" --init d2 \
+        --train "$T/masked.bin"
+    expect_startup_error "GPU trainer: a --val shard with a loss mask" \
+        "$T/masked.bin: has a loss mask; only the CPU trainer trains with masks so far" $GPU "${BASE[@]}" --init d2 \
+        --data-vocab 64 --val "$T/masked.bin"
+fi
 expect_success "control: --data-vocab 32 takes the smaller vocabulary's shards" $TRAIN "${BASE[@]}" --init "$T/good.bin" \
     --train "$T/vocab32.bin" --data-vocab 32
 expect_startup_error "--data-vocab of a shard's, but another --val" "$T/train.bin: written by a tokenizer of vocab_size 64 (its header), but --data-vocab is 32" \

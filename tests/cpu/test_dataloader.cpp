@@ -399,9 +399,9 @@ static void test_token_widths() {
     write_shard_raw(path_in("v1_width4.bin"), 1, 4, WIDE_VOCAB, wide);
     check_fails("a version-1 shard with 4 bytes per token is refused", loader("v1_width4.bin", WIDE_VOCAB),
                 {"v1_width4.bin", "bytes_per_token = 4", "version-1 shard holds uint16"});
-    write_shard_raw(path_in("v3.bin"), 3, 2, 1000, small);
-    check_fails("a shard of a newer version is refused", loader("v3.bin", 1000),
-                {"v3.bin", "unsupported version 3", "versions 1 to 2"});
+    write_shard_raw(path_in("v4.bin"), 4, 2, 1000, small);
+    check_fails("a shard of a newer version is refused", loader("v4.bin", 1000),
+                {"v4.bin", "unsupported version 4", "versions 1 to 3"});
     write_shard_raw(path_in("vocab16.bin"), 2, 2, 70000, small);
     check_fails("a uint16 shard claiming vocab 70000 is refused", loader("vocab16.bin", 1000),
                 {"vocab16.bin", "vocab_size = 70000", "[1, 65536]"});
