@@ -316,6 +316,39 @@ static int64_t header_slot_of(const std::string& path, int slot) {
     return v;
 }
 
+// Version-3 shards: each batch's mask is the mask of its targets (token i's value, i = the target's
+// offset in the shard), in shuffled order, for uint16 and uint32 ids; unmasked shards give all ones.
+static void test_loss_mask() {
+    bool ok = true;
+    int ones = 0;
+    for (int s = 0; s < 2; s++) {
+        const int n = (5 + s) * BT + 1 + s, vocab = s ? 200000 : VOCAB;
+        std::vector<int> tok(n);
+        std::vector<uint8_t> mask(n);
+        for (int i = 0; i < n; i++) {
+            tok[i] = (int)(((int64_t)i * 7919 + s * 100003) % vocab);
+            mask[i] = (uint8_t)(tok[i] % 3 == 0);
+        }
+        const std::string name = path_in(s ? "masked32.bin" : "masked16.bin");
+        shard_write(name.c_str(), tok.data(), n, vocab, mask.data());
+        ok = ok && header_slot_of(name, 1) == 3 && header_slot_of(name, 3) == (s ? 4 : 2) && header_slot_of(name, 5) == 1;
+        DataLoader dl(name.c_str(), B, T, 0, 1, vocab, 7, true);
+        ok = ok && dl.has_mask();
+        for (int b = 0; b < 12; b++) {
+            dl.next_batch();
+            for (int j = 0; j < BT; j++) {
+                ok = ok && dl.mask()[j] == (dl.targets()[j] % 3 == 0);
+                ones += dl.mask()[j];
+            }
+        }
+    }
+    check(ok && ones > 0 && ones < 24 * BT, "masked shards: each batch's mask is its targets' (shuffled, uint16 and uint32)");
+    DataLoader plain(path_in(GOOD).c_str(), B, T, 0, 1, VOCAB, 7, true);
+    plain.next_batch();
+    check(!plain.has_mask() && std::all_of(plain.mask(), plain.mask() + BT, [](int m) { return m == 1; }),
+          "unmasked shards: has_mask() false, the mask all ones");
+}
+
 static void test_token_widths() {
     // the same token sequence at two offsets: small (uint16) and shifted past 65535 (uint32)
     const int n = 4 * BT + 1, SHIFT = 100000, WIDE_VOCAB = 200000;
@@ -584,6 +617,7 @@ int main(int argc, char** argv) {
     test_resume();
     test_bad_shards();
     test_token_widths();
+    test_loss_mask();
     test_eval_loader();
     glob_t g;
     if (glob((g_dir + "/*").c_str(), 0, nullptr, &g) == 0) {
