@@ -6,7 +6,9 @@ steps on a tiny GPT-2 (tied head) and a tiny Llama (GQA, SwiGLU, untied head):
 - the per-step losses must agree to LOSS_RTOL relative and the final weights to WEIGHT_ATOL;
 - the same tokens without the mask (a version-1 shard) give other losses (the mask is used), and a shard
   whose mask keeps nothing trains on nothing: loss 0 at every step and the weights unchanged by the
-  gradient (AdamW's decay aside, so the CPU trainer's weights still match the reference's).
+  gradient (AdamW's decay aside, so the CPU trainer's weights still match the reference's);
+- with two micro-batches a step's loss is the mean of their masked means (the float64 forward's),
+  PyTorch's loss / grad_accum, not the pooled sum over the pooled count (0.8% away here).
 Measured (x86-64, 2 threads): losses within 2.1e-7 relative (the printed digits), weights within 9.2e-6
 (GPT-2 5.1e-6); without the mask the losses move by 1e-2 (Llama) to 2e-2 (GPT-2) relative, and a CPU
 trainer that ignores the mask fails the comparison at 2e-2.
@@ -133,3 +135,39 @@ def test_shard_with_a_mask_reads_back(tmp_path):
     fmt.write_shard(str(plain), tokens, V)
     assert fmt.read_header(str(plain), fmt.MAGIC_SHARD)[0][1] == 1
     assert fmt.read_shard(str(plain), with_mask=True)[2] is None
+
+
+def test_gradient_accumulation_averages_the_micro_batch_means(tmp_path, trainer):
+    """--total-batch of two micro-batches: the step's loss is the mean of the two windows' masked means
+    (PyTorch's loss / grad_accum), not the two windows' loss sum over their total count. The windows
+    keep 3 and 20 targets, so the two conventions differ by far more than the tolerance."""
+    model = write_model(tmp_path, "gpt2")
+    rng = np.random.default_rng(7)
+    tokens = rng.integers(0, V, 2 * B * T + 1)
+    mask = np.zeros(2 * B * T + 1, np.uint8)
+    mask[1:4] = 1                                     # window 0's targets are tokens 1..B*T
+    mask[B * T + 1:B * T + 21] = 1                    # window 1's: tokens B*T+1..2*B*T
+    shard = tmp_path / "two.bin"
+    fmt.write_shard(str(shard), tokens, V, mask=mask)
+    args = train_gpt2.parse_args(["--load", str(model), "--train", str(shard), "--batch", str(B), "--seq", str(T)])
+    m = train_gpt2.build_model(args).double()
+    sums, counts = [], []
+    with torch.no_grad():
+        for w in range(2):
+            x = torch.from_numpy(tokens[w * B * T:(w + 1) * B * T].astype(np.int64)).view(B, T)
+            y = torch.from_numpy(tokens[w * B * T + 1:(w + 1) * B * T + 1].astype(np.int64)).view(B, T)
+            keep = torch.from_numpy(mask[w * B * T + 1:(w + 1) * B * T + 1].astype(bool)).view(B, T)
+            logits = m(x)[0][..., :V]
+            losses = torch.nn.functional.cross_entropy(logits.reshape(-1, V), y.reshape(-1), reduction="none")
+            sums.append(float(losses[keep.reshape(-1)].sum()))
+            counts.append(int(keep.sum()))
+    per_micro = (sums[0] / counts[0] + sums[1] / counts[1]) / 2
+    whole = (sums[0] + sums[1]) / (counts[0] + counts[1])
+    p = subprocess.run([str(TRAINER), "--init", str(model), "--train", str(shard), "--val-every", "0", "--batch",
+                        str(B), "--seq", str(T), "--total-batch", str(2 * B * T), "--steps", "1"],
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2")))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr
+    (loss,) = step_losses(p.stdout)
+    assert abs(per_micro - whole) > 100 * LOSS_RTOL * per_micro, (per_micro, whole)
+    assert abs(loss - per_micro) < LOSS_RTOL * per_micro, (loss, per_micro, whole)
