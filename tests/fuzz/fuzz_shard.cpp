@@ -1,8 +1,9 @@
 // fuzz_shard: the token shard reader (GPTD, llmc/formats.h) and the DataLoader over it
 // (llmc/dataloader.h), as the trainers use them: a few (B, T, rank, world_size, shuffle) settings,
 // more than an epoch of batches, and a save_state/load_state round trip.
-// Invariants: every input and target id of a batch is below the model's vocab_size; targets are
-// the inputs shifted by one; a resumed loader yields the same next batch as the original.
+// Invariants: the file is the header, the ids and (version 3) one mask byte a token; every input and
+// target id of a batch is below the model's vocab_size; targets are the inputs shifted by one; every
+// mask value is 0 or 1 (all 1 without a mask); a resumed loader yields the same next batch as the original.
 #include <vector>
 #include "llmc/dataloader.h"
 #include "tests/fuzz/fuzz_common.h"
@@ -18,6 +19,7 @@ static void check_batch(const DataLoader& dl, const LoaderSetting& s) {
         FUZZ_CHECK(dl.inputs()[j] >= 0 && dl.inputs()[j] < s.vocab_size);
         FUZZ_CHECK(dl.targets()[j] >= 0 && dl.targets()[j] < s.vocab_size);
         if (j + 1 < BT) FUZZ_CHECK(dl.targets()[j] == dl.inputs()[j + 1]);
+        FUZZ_CHECK(dl.mask()[j] == 1 || (dl.has_mask() && dl.mask()[j] == 0));
     }
 }
 
@@ -26,7 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const char* path = file.set(data, size);
     try {
         ShardInfo info = shard_read_info(path);
-        FUZZ_CHECK((int64_t)size == HEADER_BYTES + info.token_bytes * info.num_tokens);
+        FUZZ_CHECK((int64_t)size == HEADER_BYTES + (info.token_bytes + (info.has_mask ? 1 : 0)) * info.num_tokens);
     } catch (const FailError&) {
         return 0;
     }

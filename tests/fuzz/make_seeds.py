@@ -56,6 +56,7 @@ def main(out):
     fmt.write_shard(d / "v256.bin", rng.integers(0, 256, 101), 256)
     fmt.write_shard(d / "gpt2.bin", rng.integers(0, 50257, 40), 50257)
     fmt.write_shard(d / "wide.bin", np.arange(40) * 1700 + 3, 70000)  # version 2, uint32 ids
+    fmt.write_shard(d / "masked.bin", rng.integers(0, 256, 41), 256, mask=rng.integers(0, 2, 41))  # version 3
 
     d = folder("tokenizer")
     tokens = [bytes([97 + i]) * (1 + i % 5) for i in range(15)] + [b"<|endoftext|>"]
