@@ -14,35 +14,15 @@ Measured (x86-64, 2 threads): losses within 2.1e-7 relative (the printed digits)
 trainer that ignores the mask fails the comparison at 2e-2.
 Run: python3 -m pytest -q -s tests/python/test_loss_mask.py (-s prints the measured differences)"""
 import os
-import pathlib
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-import llmc_formats as fmt  # noqa: E402
-import train_gpt2  # noqa: E402
-
-TRAINER = ROOT / "build" / "train_gpt2_cpu"
-B, T, STEPS, V = 2, 16, 10, 250
-LOSS_RTOL = 1e-5
-WEIGHT_ATOL = 1e-4
-COMMON = ["--batch", str(B), "--seq", str(T), "--steps", str(STEPS), "--lr", "3e-3", "--schedule", "cosine",
-          "--warmup", "2", "--grad-clip", "1.0"]
-MODELS = {"gpt2": ["--arch", "gpt2", "--tied", "1"],
-          "llama": ["--arch", "llama", "--tied", "0", "--kv-heads", "2"]}
-
-
-def write_model(d, arch):
-    model = d / "model.bin"
-    train_gpt2.main(["--layers", "2", "--channels", "32", "--heads", "4", "--vocab", str(V), "--max-seq", "32",
-                     "--seed", "5", *MODELS[arch], "--write-model", str(model)])
-    return model
+from trajectory import (B, LOSS_RTOL, MODELS, STEPS, T, TRAINER, V, WEIGHT_ATOL, compare, cpu_trainer,  # noqa: E402
+                        fmt, reference, step_losses, train_gpt2, write_model)
 
 
 def window_and_mask():
@@ -54,34 +34,6 @@ def window_and_mask():
     mask[1:T - 2] = 1
     mask[T - 2:T + 1] = 0
     return tokens, mask
-
-
-def step_losses(text):
-    return [float(line.split()[3]) for line in text.splitlines() if " train_loss " in line]
-
-
-def reference(model, shard, capsys):
-    capsys.readouterr()
-    args = train_gpt2.parse_args(["--load", str(model), "--train", str(shard), *COMMON])
-    m = train_gpt2.build_model(args).double()
-    train_gpt2.train(m, args)
-    return step_losses(capsys.readouterr().out), m.flat().detach().numpy()
-
-
-def cpu_trainer(model, shard, out_dir):
-    p = subprocess.run([str(TRAINER), "--init", str(model), "--train", str(shard), "--val-every", "0",
-                        "--out-dir", str(out_dir), *COMMON], capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2")))
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr
-    _, params = fmt.read_model(str(out_dir / f"step_{STEPS:08d}" / "model.bin"))
-    return step_losses(p.stdout), np.asarray(params, dtype=np.float64)
-
-
-def compare(ref, got):
-    (ref_losses, ref_w), (losses, w) = ref, got
-    assert len(ref_losses) == len(losses) == STEPS, (ref_losses, losses)
-    loss_rel = max(abs(a - b) / max(abs(a), 1e-30) for a, b in zip(ref_losses, losses))
-    return loss_rel, float(np.abs(ref_w - w).max())
 
 
 @pytest.fixture

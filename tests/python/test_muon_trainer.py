@@ -14,11 +14,6 @@ Measured (x86-64, 2 threads): the losses within 2.1e-7 relative (the printed dig
 Muon update of fcw alone moves them to 1e-2 and 7e-2; orthogonalising qkvw as one matrix in the CPU
 trainer, to 8e-4 and 4e-2 (GPT-2) and 7e-4 and 3e-2 (Llama); SwiGLU's fcw as one, to 1e-4 and 1e-2 (Llama).
 Run: python3 -m pytest -q -s tests/python/test_muon_trainer.py (-s prints the measured differences)"""
-import os
-import pathlib
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -26,62 +21,17 @@ torch = pytest.importorskip("torch")
 if not hasattr(torch.optim, "Muon"):
     pytest.skip("torch.optim.Muon needs PyTorch 2.9 or later", allow_module_level=True)
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-import llmc_formats as fmt  # noqa: E402
-import train_gpt2  # noqa: E402
+from trajectory import B, T, V, LOSS_RTOL, WEIGHT_ATOL, TRAINER, compare, cpu_trainer, fmt, reference, write_model  # noqa: E402
 
-TRAINER = ROOT / "build" / "train_gpt2_cpu"
-B, T, STEPS, V = 2, 16, 10, 250
-LOSS_RTOL = 1e-5
-WEIGHT_ATOL = 1e-4
-# the same flags for both trainers (their names agree): lr schedule, warmup, clip, AdamW's lr
-COMMON = ["--batch", str(B), "--seq", str(T), "--steps", str(STEPS), "--lr", "3e-3", "--schedule", "cosine",
-          "--warmup", "2", "--grad-clip", "1.0"]
-MODELS = {"gpt2": ["--arch", "gpt2", "--tied", "1"],
-          "llama": ["--arch", "llama", "--tied", "0", "--kv-heads", "2"]}
 # (model, Muon flags): each family once, each lr adjustment once, a weight decay and another momentum
 CASES = [("gpt2", ["--optimizer", "muon", "--muon-lr", "0.02", "--muon-adjust-lr", "original", "--muon-wd", "0.1"]),
          ("llama", ["--optimizer", "muon", "--muon-lr", "0.01", "--muon-adjust-lr", "match_rms_adamw", "--muon-momentum", "0.9"])]
 
 
 def write_inputs(d, arch):
-    model, shard = d / "model.bin", d / "train.bin"
-    train_gpt2.main(["--layers", "2", "--channels", "32", "--heads", "4", "--vocab", str(V), "--max-seq", "32",
-                     "--seed", "5", *MODELS[arch], "--write-model", str(model)])
+    model, shard = write_model(d, arch), d / "train.bin"
     fmt.write_shard(str(shard), np.random.default_rng(6).integers(0, V, B * T + 1), V)  # one window
     return model, shard
-
-
-def step_losses(text):
-    return [float(line.split()[3]) for line in text.splitlines() if " train_loss " in line]
-
-
-def reference(model, shard, opt_flags, capsys):
-    """scripts/train_gpt2.py's training in float64: the per-step losses and the final parameters."""
-    capsys.readouterr()
-    args = train_gpt2.parse_args(["--load", str(model), "--train", str(shard), *COMMON, *opt_flags])
-    m = train_gpt2.build_model(args).double()
-    train_gpt2.train(m, args)
-    return step_losses(capsys.readouterr().out), m.flat().detach().numpy()
-
-
-def cpu_trainer(model, shard, opt_flags, out_dir):
-    """build/train_gpt2_cpu: the per-step losses and the final parameters (its last checkpoint)."""
-    p = subprocess.run([str(TRAINER), "--init", str(model), "--train", str(shard), "--val-every", "0",
-                        "--out-dir", str(out_dir), *COMMON, *opt_flags], capture_output=True, text=True,
-                       timeout=300, env=dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2")))
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr
-    _, params = fmt.read_model(str(out_dir / f"step_{STEPS:08d}" / "model.bin"))
-    return step_losses(p.stdout), np.asarray(params, dtype=np.float64)
-
-
-def compare(ref, got):
-    """(largest relative loss difference, largest absolute weight difference)."""
-    (ref_losses, ref_w), (losses, w) = ref, got
-    assert len(ref_losses) == len(losses) == STEPS, (ref_losses, losses)
-    loss_rel = max(abs(a - b) / abs(a) for a, b in zip(ref_losses, losses))
-    return loss_rel, float(np.abs(ref_w - w).max())
 
 
 @pytest.mark.parametrize("arch,opt_flags", CASES, ids=[c[0] for c in CASES])
@@ -89,8 +39,8 @@ def test_cpu_trainer_muon_matches_the_reference(tmp_path, capsys, arch, opt_flag
     if not TRAINER.exists():
         pytest.skip(f"{TRAINER} is not built (make build/train_gpt2_cpu)")
     model, shard = write_inputs(tmp_path, arch)
-    ref = reference(model, shard, opt_flags, capsys)
-    got = cpu_trainer(model, shard, opt_flags, tmp_path / "run")
+    ref = reference(model, shard, capsys, opt_flags)
+    got = cpu_trainer(model, shard, tmp_path / "run", opt_flags)
     loss_rel, weight_abs = compare(ref, got)
     with capsys.disabled():
         print(f"\n{arch} {' '.join(opt_flags)}: losses {ref[0][0]:.4f} -> {ref[0][-1]:.4f}, max relative loss "
@@ -98,5 +48,5 @@ def test_cpu_trainer_muon_matches_the_reference(tmp_path, capsys, arch, opt_flag
               f"(tolerance {WEIGHT_ATOL:g}, largest weight {np.abs(ref[1]).max():.3f})")
     assert loss_rel < LOSS_RTOL and weight_abs < WEIGHT_ATOL, (loss_rel, weight_abs, ref[0], got[0])
     # Muon moved the trajectory: AdamW alone from the same model ends elsewhere
-    adamw_losses, _ = reference(model, shard, ["--optimizer", "adamw"], capsys)
+    adamw_losses, _ = reference(model, shard, capsys, ["--optimizer", "adamw"])
     assert max(abs(a - b) for a, b in zip(adamw_losses[1:], ref[0][1:])) > 100 * LOSS_RTOL
