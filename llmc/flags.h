@@ -6,6 +6,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -49,6 +50,22 @@ class FlagParser {
                  if (!parse_int64(s, &v) || v < 0) return std::string("'") + s + "' is not a non-negative integer";
                  *dst = (uint64_t)v;
                  return "";
+             }});
+    }
+    // One of `names`, stored as given; a bad value is "unknown NOUN 'x' (a, b, ...)". The help states
+    // the default itself.
+    void add_choice(const char* name, const char* metavar, std::string* dst, std::vector<const char*> names,
+                    const char* noun, const char* help) {
+        add({name, metavar, help, [dst, names, noun](const char* s) -> std::string {
+                 std::string list;
+                 for (const char* n : names) {
+                     if (strcmp(s, n) == 0) {
+                         *dst = s;
+                         return "";
+                     }
+                     list += std::string(list.empty() ? "" : ", ") + n;
+                 }
+                 return std::string("unknown ") + noun + " '" + s + "' (" + list + ")";
              }});
     }
     void add_float(const char* name, float* dst, FlagRange r, const char* help) {

@@ -75,34 +75,19 @@ inline void add_fp8_flags(FlagParser& p, TrainConfig& cfg) {
               "forward, input- and weight-gradient matmuls in FP8 (E4M3 weights and activations, --fp8-grad "
               "gradients, per-tensor scales; fp32 accumulation, bf16 outputs); the embeddings, norms, attention, the "
               "output head and the optimizer stay bf16/fp32. GPU trainer, bf16 build only (docs/numerics.md)");
-    p.add({"--fp8-scaling", "HOW", "--fp8's scales: per tensor, delayed (activations and gradients from the amaxes "
-           "of the last --fp8-history steps, recorded by the casts themselves, which can then run inside the kernels "
-           "that produce their tensors; weights current) or current (from each tensor's own amax: an "
-           "extra read of every tensor, the casts separate passes); or rowwise (one scale per row along each matmul's non-reduced "
-           "dimension: per token of X and dY, per output and input channel of W, per channel of dY and X for the "
-           "weight gradient; cuBLASLt's outer-vector scales, Hopper only) (default delayed)",
-           [&cfg](const char* s) -> std::string {
-               if (strcmp(s, "current") != 0 && strcmp(s, "delayed") != 0 && strcmp(s, "rowwise") != 0)
-                   return std::string("unknown scaling '") + s + "' (current, delayed, rowwise)";
-               cfg.fp8_scaling = s;
-               return "";
-           }});
-    p.add({"--fp8-wgrad", "PREC", "--fp8: the weight gradient's matmul dW += dY^T X in fp8 (from FP8 copies of dY^T "
-           "and X^T, X^T kept from the forward) or bf16 (the bf16 path's matmul on dY and X; no X^T kept) "
-           "(default bf16 with --fp8-scaling rowwise, else fp8)",
-           [&cfg](const char* s) -> std::string {
-               if (strcmp(s, "fp8") != 0 && strcmp(s, "bf16") != 0)
-                   return std::string("unknown precision '") + s + "' (fp8, bf16)";
-               cfg.fp8_wgrad = s;
-               return "";
-           }});
-    p.add({"--fp8-grad", "FMT", "--fp8's format of the gradients dY: e5m2 (range) or e4m3 (precision) (default e5m2)",
-           [&cfg](const char* s) -> std::string {
-               if (strcmp(s, "e5m2") != 0 && strcmp(s, "e4m3") != 0)
-                   return std::string("unknown format '") + s + "' (e5m2, e4m3)";
-               cfg.fp8_grad = s;
-               return "";
-           }});
+    p.add_choice("--fp8-scaling", "HOW", &cfg.fp8_scaling, {"current", "delayed", "rowwise"}, "scaling",
+                 "--fp8's scales: per tensor, delayed (activations and gradients from the amaxes "
+                 "of the last --fp8-history steps, recorded by the casts themselves, which can then run inside the kernels "
+                 "that produce their tensors; weights current) or current (from each tensor's own amax: an "
+                 "extra read of every tensor, the casts separate passes); or rowwise (one scale per row along each matmul's non-reduced "
+                 "dimension: per token of X and dY, per output and input channel of W, per channel of dY and X for the "
+                 "weight gradient; cuBLASLt's outer-vector scales, Hopper only) (default delayed)");
+    p.add_choice("--fp8-wgrad", "PREC", &cfg.fp8_wgrad, {"fp8", "bf16"}, "precision",
+                 "--fp8: the weight gradient's matmul dW += dY^T X in fp8 (from FP8 copies of dY^T "
+                 "and X^T, X^T kept from the forward) or bf16 (the bf16 path's matmul on dY and X; no X^T kept) "
+                 "(default bf16 with --fp8-scaling rowwise, else fp8)");
+    p.add_choice("--fp8-grad", "FMT", &cfg.fp8_grad, {"e5m2", "e4m3"}, "format",
+                 "--fp8's format of the gradients dY: e5m2 (range) or e4m3 (precision) (default e5m2)");
     p.add_int("--fp8-history", &cfg.fp8_history, {1, 1024}, "--fp8-scaling delayed: steps of amax history a scale "
               "is taken from");
     p.add_int("--fp8-bf16-layers", &cfg.fp8_bf16_layers, {0, 1024}, "--fp8: the first N and the last N blocks keep "
@@ -189,29 +174,19 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
     p.add_float("--beta2", &cfg.beta2, {0, 1, true}, "AdamW beta2");
     p.add_float("--eps", &cfg.eps, {1e-30, 1}, "AdamW epsilon");
     p.add_float("--grad-clip", &cfg.grad_clip, {-1e30, 1e30}, "clip the global gradient norm to this; <= 0 disables");
-    p.add({"--optimizer", "NAME", "adamw, or muon: torch.optim.Muon (Nesterov) on each layer's Q, K and V, attention "
-           "projection, fc (SwiGLU's gate and up apart) and fc projection matrices, AdamW (--lr, --wd, --beta1, "
-           "--beta2, --eps) on the embeddings, the head, norms and biases; CPU trainer only so far (default adamw)",
-           [&cfg](const char* s) -> std::string {
-               if (strcmp(s, "adamw") != 0 && strcmp(s, "muon") != 0)
-                   return std::string("unknown optimizer '") + s + "' (adamw, muon)";
-               cfg.optimizer = s;
-               return "";
-           }});
+    p.add_choice("--optimizer", "NAME", &cfg.optimizer, {"adamw", "muon"}, "optimizer",
+                 "adamw, or muon: torch.optim.Muon (Nesterov) on each layer's Q, K and V, attention "
+                 "projection, fc (SwiGLU's gate and up apart) and fc projection matrices, AdamW (--lr, --wd, --beta1, "
+                 "--beta2, --eps) on the embeddings, the head, norms and biases; CPU trainer only so far (default adamw)");
     p.add_float("--muon-lr", &cfg.muon_lr, {1e-30, 10}, "Muon's peak lr, before --muon-adjust-lr's factor; the "
                 "schedule scales it as it scales --lr");
     p.add_float("--muon-momentum", &cfg.muon_momentum, {0, 1, true}, "Muon's momentum");
     p.add_float("--muon-wd", &cfg.muon_wd, {0, 10}, "Muon's decoupled weight decay: w *= 1 - lr * wd");
     p.add_int("--muon-ns-steps", &cfg.muon_ns_steps, {1, 99}, "Muon's Newton-Schulz iterations");
-    p.add({"--muon-adjust-lr", "HOW", "Muon's lr for a (rows, cols) matrix: original = lr sqrt(max(1, rows / cols)) "
-           "(torch's default), match_rms_adamw = lr 0.2 sqrt(max(rows, cols)) (an update RMS like AdamW's) "
-           "(default original)",
-           [&cfg](const char* s) -> std::string {
-               if (strcmp(s, "original") != 0 && strcmp(s, "match_rms_adamw") != 0)
-                   return std::string("unknown adjustment '") + s + "' (original, match_rms_adamw)";
-               cfg.muon_adjust_lr = s;
-               return "";
-           }});
+    p.add_choice("--muon-adjust-lr", "HOW", &cfg.muon_adjust_lr, {"original", "match_rms_adamw"}, "adjustment",
+                 "Muon's lr for a (rows, cols) matrix: original = lr sqrt(max(1, rows / cols)) "
+                 "(torch's default), match_rms_adamw = lr 0.2 sqrt(max(rows, cols)) (an update RMS like AdamW's) "
+                 "(default original)");
     p.add_int("--val-every", &cfg.val_every, {0, BIG}, "validate every N steps and at the end (0 = never)");
     p.add_int("--val-steps", &cfg.val_steps, {1, BIG}, "batches per validation");
     p.add_int("--data-vocab", &cfg.data_vocab, {0, 1 << 24}, "the vocab_size the headers of --train, --val and "
