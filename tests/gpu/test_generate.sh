@@ -35,10 +35,11 @@ WORK=${GPU_TEST_DIR:-$(mktemp -d /tmp/gen_gpu.XXXXXX)}
 mkdir -p "$WORK"
 GEN=${GEN:-build/generate} GEN32=${GEN32:-build/generate_fp32} CPU=${CPU:-build/generate_cpu}
 for b in $GEN $GEN32 $CPU; do [ -x $b ] || { echo "error: $b is missing: make $GEN $GEN32 $CPU"; exit 1; }; done
-passed=0; failed=0; rows=()
-report() {  # report NAME STATUS(0 = ok)
-    if [ "$2" -eq 0 ]; then passed=$((passed + 1)); rows+=("ok    $1"); echo "ok: $1"
-    else failed=$((failed + 1)); rows+=("FAIL  $1"); echo "FAIL: $1"; fi
+passed=0; failed=0; rows=() t_last=$SECONDS
+report() {  # report NAME STATUS(0 = ok): with the seconds since the last report
+    local secs=$((SECONDS - t_last)); t_last=$SECONDS
+    if [ "$2" -eq 0 ]; then passed=$((passed + 1)); rows+=("ok    ${secs}s  $1"); echo "ok: $1 (${secs} s)"
+    else failed=$((failed + 1)); rows+=("FAIL  ${secs}s  $1"); echo "FAIL: $1 (${secs} s)"; fi
 }
 
 # two random models in our format: MHA (2 heads of 64) and GQA (4 heads, 2 KV heads) with a 16-token
