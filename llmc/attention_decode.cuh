@@ -1,32 +1,25 @@
 // attention_decode.cuh: attention of one new token per sequence against a KV cache (inference; the
-// cache and the copies into it, kv_cache_fill and kv_cache_append, are in kv_cache.cuh).
-// Flash-decoding: the keys of a sequence are split across thread blocks, each block computes a partial
-// softmax (max, sum, unnormalised output) in fp32 and the partials are merged: at a small batch through
-// the distributed shared memory of a thread-block cluster (the split blocks of a head are one cluster),
-// at a large one through global memory by the last split block of each head to finish. One block
-// serves all the query heads of a KV head (up to 8), so each K/V element is read once for its group.
-// The batched decode (the batch alone fills the SMs) runs instead on the tensor cores, in the bf16
-// build: attention_decode_mma.cuh's kernels (decode_mma_route below says where, and why).
-// Precision and the FP32 build: the same kernels with floatX = float (4 elements per 16-byte load).
+// cache and kv_cache_fill / kv_cache_append are in kv_cache.cuh).
+// Flash-decoding: a sequence's keys are split across thread blocks, each computing a partial softmax
+// (max, sum, unnormalised output) in fp32; the partials merge through a thread-block cluster's
+// distributed shared memory at a small batch, through global memory (the last split block of a head to
+// finish) at a large one. A block serves up to 8 query heads of a KV head: each K/V element is read once
+// for its group. The batched decode runs on the tensor cores in the bf16 build (attention_decode_mma.cuh,
+// decode_mma_route below). FP32 build: the same kernels with floatX = float.
 //
-// Shapes (row-major; the KV cache layout of docs/design.md, "KV cache and decode attention"):
-//   qkv      (B, (NH + 2*NKV) * HD)  this step's QKV matmul output, one token per sequence (the
-//                                    layout of attention.cuh's qkv rows: NH query heads, NKV key
-//                                    heads, NKV value heads); the query is read from it directly
+// Shapes (row-major; docs/design.md, "KV cache and decode attention"):
+//   qkv      (B, (NH + 2*NKV) * HD)  this step's QKV matmul output (attention.cuh's row layout); q is read
+//                                    from it directly
 //   k_cache  (B, NKV, S, HD)         one layer's keys, S slots per (sequence, KV head)
 //   v_cache  (B, NKV, S, HD)         its values
-//   pos      (B) int, on the device  the position of each sequence's new token; the cache holds
-//                                    positions 0..pos (this token's K/V already appended), position p
-//                                    in slot p % S. pos < 0 marks an idle sequence: out is zeros.
+//   pos      (B) int, on the device  each sequence's new position; the cache holds positions 0..pos (this
+//                                    token's K/V included), p in slot p % S. pos < 0: idle, out is zeros.
 //   out      (B, NH * HD)            written (=), ready for the attention projection
-// Query head h reads KV head h / (NH / NKV). window = 0: keys 0..pos (pos < S is the caller's
-// contract; a larger pos reads only the last S positions, never past the buffer); window W > 0: keys
-// max(0, pos-W+1)..pos, which needs S >= W: S = W makes the cache a ring buffer of W slots.
-// Scale 1/sqrt(HD). floatX operands (bf16 or fp32), every dot product and the softmax in fp32.
-// The launch configuration depends on (B, NH, NKV, HD, S, window) only, never on pos, so the
-// launches can be captured once in a CUDA graph and replayed for every token. Measurements: the lab
-// (dev/cuda/attention_decode.cu, whose header also holds the plans' and the route's numbers) and
-// docs/perf.md, "Decode attention".
+// Query head h reads KV head h / (NH / NKV). window = 0: keys 0..pos (pos < S; a larger pos reads only
+// the last S positions); window W > 0: keys max(0, pos-W+1)..pos, needs S >= W (S = W: a ring buffer).
+// Scale 1/sqrt(HD); floatX operands, dot products and softmax in fp32. The launch configuration depends
+// on (B, NH, NKV, HD, S, window) only, never on pos, so a CUDA graph captures it once for every token.
+// Measurements: the lab (dev/cuda/attention_decode.cu: plans, route) and docs/perf.md, "Decode attention".
 #pragma once
 #include <algorithm>
 #include <cfloat>
@@ -41,13 +34,13 @@
 namespace attention_detail {
 
 // ============================================================================ the split plan
-// (Which slots a sequence attends, decode_span, is in kv_cache.cuh, shared with attention_decode_mma.cuh.)
-// Keys a split block takes: at least DECODE_MIN_CHUNK (below it the block's fixed costs, loading q and
-// merging its warps' partials, outweigh its keys), a multiple of it (of every kernel's keys per step).
+// (decode_span, the slots a sequence attends, is in kv_cache.cuh.)
+// Keys a split block takes: a multiple of DECODE_MIN_CHUNK (every kernel's keys per step) and at least
+// it (below it the block's fixed costs, loading q and merging its warps, outweigh its keys).
 constexpr int DECODE_MIN_CHUNK = 64;
 // A sequence's n keys go to as few splits as chunks of ceil(n / max_splits) keys (rounded up to
-// DECODE_MIN_CHUNK, and at least the plan's min_chunk) need: the split count adapts to the actual
-// length on the device, the grid to the capacity on the host.
+// DECODE_MIN_CHUNK, at least min_chunk) need: the split count follows the length on the device, the
+// grid the capacity on the host.
 __host__ __device__ inline int decode_chunk(int n, int max_splits, int min_chunk) {
     const int c = ceil_div(ceil_div(n > 0 ? n : 1, max_splits), DECODE_MIN_CHUNK) * DECODE_MIN_CHUNK;
     return c > min_chunk ? c : min_chunk;
@@ -56,32 +49,28 @@ __host__ __device__ inline int decode_splits(int n, int max_splits, int min_chun
     return n > 0 ? ceil_div(n, decode_chunk(n, max_splits, min_chunk)) : 1;
 }
 
-// Query heads a block serves: all of its KV head's group (each K/V element read once for the group),
-// up to 8 (more would not fit the registers; a larger group takes ceil(G / 8) blocks per KV head).
+// Query heads a block serves: its KV head's whole group, up to 8 (more would not fit the registers; a
+// larger group takes ceil(G / 8) blocks per KV head).
 constexpr int DECODE_MAX_HEADS = 8;
 inline int decode_heads_per_block(int G) { return G == 1 ? 1 : G == 2 ? 2 : G <= 4 ? 4 : DECODE_MAX_HEADS; }
 
-// Blocks per split = B * NKV * ceil(G / 8). The waves plan aims at DECODE_WAVES blocks per SM (about
-// 4 resident x 1 wave: enough loads in flight to cover the memory latency), so at small B*NKV a
-// sequence's keys spread over many blocks, each taking at most DECODE_MAX_CHUNK keys of a full-length
-// sequence (equal long blocks run in waves, and a few per SM would leave the last wave mostly empty).
+// Blocks per split = B * NKV * ceil(G / 8). The waves plan aims at DECODE_WAVES blocks per SM (enough
+// loads in flight to cover the memory latency), each taking at most DECODE_MAX_CHUNK keys of a full
+// cache (long equal blocks run in waves, and a few per SM would leave the last wave mostly empty).
 constexpr int DECODE_WAVES = 4;
 constexpr int DECODE_MAX_CHUNK = 512;
-// Split blocks a cluster holds at most (the portable cluster size).
-constexpr int DECODE_CLUSTER_MAX = 8;
-// Keys a split block takes at least when the batch alone fills the SMs (decode_plan).
-constexpr int DECODE_FULL_CHUNK = 1024;
+constexpr int DECODE_CLUSTER_MAX = 8;   // split blocks a cluster holds at most (the portable size)
+constexpr int DECODE_FULL_CHUNK = 1024; // keys a split block takes at least when the batch fills the SMs
 struct DecodePlan {
     int max_splits;       // grid.x: split blocks per (sequence, head block)
     int head_blocks;      // blocks per KV head: ceil(G / heads_per_block)
     int heads_per_block;
-    bool fused_combine;   // the last split block of a head block merges the partials (false: they stay
-                          // in the scratch, for the lab's second kernel)
+    bool fused_combine;   // the last split block merges the partials (false: the lab's second kernel)
     int min_chunk = DECODE_MIN_CHUNK;  // keys a split block takes at least (decode_chunk)
     bool cluster = false; // the split blocks of a head block are one cluster, merged in shared memory
 };
-// The waves plan (decode_plan's choice for long caches at the smallest batches): DECODE_WAVES blocks
-// an SM, chunks of DECODE_MIN_CHUNK..DECODE_MAX_CHUNK keys, the fused combine through global memory.
+// The waves plan: DECODE_WAVES blocks an SM, chunks of DECODE_MIN_CHUNK..DECODE_MAX_CHUNK keys, the
+// fused combine through global memory.
 inline DecodePlan decode_plan_waves(int B, int NH, int NKV, int S, int window, int num_sms) {
     const int G = NH / NKV, hpb = decode_heads_per_block(G), head_blocks = ceil_div(G, hpb);
     const int max_keys = window > 0 && window < S ? window : S;
@@ -90,22 +79,17 @@ inline DecodePlan decode_plan_waves(int B, int NH, int NKV, int S, int window, i
                                   ceil_div(max_keys, DECODE_MIN_CHUNK));
     return {splits, head_blocks, hpb, true};
 }
-// The policy. The batch's own blocks, base = B * NKV * head_blocks, decide:
-// - base >= num_sms (the batch alone puts a block on every SM; GPT-2 at B 64: 768): split only long
-//   caches, into chunks of DECODE_FULL_CHUNK keys. More splits there cost more (their partials and
-//   the combine) than the SMs they would fill, and the grid holds ceil(capacity / chunk) blocks a head
-//   whatever the length: 1024-key chunks give generate's GPT-2 cache (S 1024) one a head.
-// - base < num_sms (small batches: latency): up to DECODE_CLUSTER_MAX splits of >= DECODE_MIN_CHUNK
-//   keys, one cluster per head block, merged through distributed shared memory: no partials in
-//   global memory, no __threadfence, no atomic counter and no dependent global loads after it (the
-//   fused combine's tail is a chain of ~4 dependent global round trips).
-// - ...but past DECODE_CLUSTER_MAX_KEYS keys of capacity a cluster's 8 splits take chunks of more
-//   than 128 keys of a full cache, and where the waves plan's chunks are smaller (the smallest
-//   batches) it is taken instead. The plan follows the capacity, not the length (the length is on the
-//   device and the graph is captured once), so a short sequence in such a cache pays the global merge.
-// - clusters = false (decode_clusters_available: the split kernel's code on this device was compiled
-//   for an architecture below sm_90, which has no clusters): the small-batch splits merge through
-//   global memory (the fused combine) instead.
+// The policy, from the batch's own blocks, base = B * NKV * head_blocks:
+// - base >= num_sms (the batch alone fills the SMs; GPT-2 at B 64: 768): split only long caches, into
+//   DECODE_FULL_CHUNK-key chunks (more splits cost more in partials and combine than the SMs they'd fill;
+//   generate's GPT-2 cache, S 1024, gets one split a head).
+// - base < num_sms (latency): up to DECODE_CLUSTER_MAX splits of >= DECODE_MIN_CHUNK keys, one cluster a
+//   head block, merged through distributed shared memory: no global partials, fence, atomic counter or
+//   the fused combine's ~4 dependent global round trips.
+// - ...unless the capacity passes DECODE_CLUSTER_MAX_KEYS and the waves plan's chunks are smaller than
+//   the cluster's: then the waves plan. It follows the capacity, not the length (on the device; the
+//   graph is captured once), so a short sequence in such a cache pays the global merge.
+// - clusters = false (decode_clusters_available: code below sm_90): the fused combine instead.
 constexpr int DECODE_CLUSTER_MAX_KEYS = 1024;
 inline DecodePlan decode_plan(int B, int NH, int NKV, int S, int window, int num_sms, bool clusters) {
     const int G = NH / NKV, hpb = decode_heads_per_block(G), head_blocks = ceil_div(G, hpb);
@@ -142,15 +126,13 @@ struct DecodeScratch {
 };
 
 // ============================================================================ the tensor-core route
-// attention_decode runs the tensor-core kernels (attention_decode_mma.cuh, bf16 build) where these
-// shapes hold and the call allows it (its mma, not early): HD 64 or 128, a group of up to 16 query
-// heads (the mma tile's rows), and decode_plan's large-batch plan (the batch alone puts a block on
-// every SM: B * NKV * head_blocks >= num_sms), where the lab measures them 1.4-2.8x the CUDA-core
-// kernels (a group of 12 at the threshold batch loses; the threshold awaits a sweep over G, B and
-// length). The small-batch plan's shapes stay on the CUDA-core kernels: the route won some and lost
-// some there, and the fused step at B <= 8 needs the early loads before the PDL wait, which these
-// kernels lack. Their grid's y is B * NKV (at most 65535), and the device must give a block their
-// shared memory (decode_mma_smem_fits: not HD 128 on sm_86/sm_89).
+// attention_decode runs the tensor-core kernels (attention_decode_mma.cuh, bf16 build) where the call
+// allows it (mma, not early) and: HD 64 or 128, a group of up to 16 query heads (the mma tile's rows),
+// decode_plan's large-batch plan (B * NKV * head_blocks >= num_sms: the lab measures 1.4-2.8x the
+// CUDA-core kernels there; a group of 12 at the threshold batch loses), a grid y of B * NKV <= 65535,
+// and a device that gives a block their shared memory (decode_mma_smem_fits: not HD 128 on sm_86/89).
+// Small batches stay on the CUDA-core kernels: mixed results there, and the fused step at B <= 8 needs
+// the early loads before the PDL wait, which the tensor-core kernels lack.
 inline bool decode_mma_route(int B, int NH, int NKV, int HD, const DecodePlan& plan, int num_sms) {
 #if defined(PRECISION_FP32)
     (void)B, (void)NH, (void)NKV, (void)HD, (void)plan, (void)num_sms;
@@ -160,12 +142,8 @@ inline bool decode_mma_route(int B, int NH, int NKV, int HD, const DecodePlan& p
            B * NKV * plan.head_blocks >= num_sms && decode_mma_smem_fits(HD);
 #endif
 }
-// The route's scratch: its partials (none at one split) after the counters of the plan's layout
-// (DecodeScratch), so a scratch the CUDA-core kernels also use (the lab, a caller switching routes)
-// keeps their counters at zero. decode_mma_scratch_offset floats from the start, 16-byte aligned.
-inline size_t decode_mma_scratch_offset(int B, int NKV, const DecodePlan& plan) {
-    return DecodeScratch::counter_floats(B, NKV, plan);
-}
+// The route's scratch: its partials (none at one split) after the plan's counters (DecodeScratch), so a
+// scratch the CUDA-core kernels also use keeps their counters at zero; 16-byte aligned.
 inline size_t decode_mma_route_floats(int B, int NH, int NKV, int HD, int S, int window, const DecodePlan& plan,
                                       int num_sms) {
 #if defined(PRECISION_FP32)
@@ -173,32 +151,25 @@ inline size_t decode_mma_route_floats(int B, int NH, int NKV, int HD, int S, int
     return 0;
 #else
     const size_t part = decode_mma_scratch_floats(B, NH, HD, decode_mma_splits(B, NKV, S, window, num_sms));
-    return part > 0 ? decode_mma_scratch_offset(B, NKV, plan) + part : 0;
+    return part > 0 ? DecodeScratch::counter_floats(B, NKV, plan) + part : 0;
 #endif
 }
 
 // ============================================================================ the split kernel
-// Mapping: a block owns (sequence b, KV head kvh, head block hb, split) and GB query heads. A 16-byte
-// load holds EPT elements (8 bf16, 4 fp32), so TPR = HD / EPT threads share a key row (8 or 16 in
-// bf16) and the block's DECODE_THREADS threads form ROWS row groups. Row group r takes keys
-// r, r + ROWS, ... of the block's chunk, U = 4 at a time (DecodeKeyLoop): it loads U keys' K and V rows
-// (2U 16-byte loads a thread in flight, 16 KB a block in bf16) before using any, reduces each dot
-// product over its TPR lanes with xor shuffles, and keeps an online softmax (max, sum, unnormalised
-// output, base-2 exponents: q is pre-scaled by log2(e) / sqrt(HD)) per query head, rescaled once per
-// U keys.
-// Early loads (DecodeKnobs::EARLY, attention_decode's `early`): pos and the block's first step of keys,
-// except the newest, are loaded before griddepcontrol.wait, since only q and the newest K/V come from
-// the kernel this one waits for; at a short cache (64 keys a split block) the whole chunk is in
-// registers by the time the QKV kernel finishes, and the wait is followed by the q load and the math.
-// The row groups' partials are merged in shared memory; a block whose sequence needs one split writes
-// out directly, the others (cluster plan) keep (max, sum, output) in shared memory, merged across the
-// cluster after a cluster barrier, or write them to the scratch, merged (fused_combine) by the last of
-// the head block's split blocks.
-// Bytes: each K/V element of the span once per head block (one for G <= 8), q and out once; FLOPs:
-// 4 * HD per (query head, key): memory-bound, 2G / sizeof(floatX) FLOPs a byte (G in bf16). The
-// fp32 math is not free, though: at G 4 a thread issues ~140 instructions a key (16 bf16->fp32
-// conversions, 64 FMAs, 16 shuffles and their adds, the softmax), ~35 cycles a KB of K/V per SM,
-// about 2x the issue rate 4 TB/s needs; G 8 would be issue-bound.
+// Mapping: a block owns (sequence b, KV head kvh, head block, split) and GB query heads. TPR = HD / EPT
+// threads share a key row (EPT elements a 16-byte load: 8 bf16, 4 fp32), so the block's threads form
+// ROWS row groups. Row group r takes keys r, r + ROWS, ... of the chunk, U = 4 at a time (DecodeKeyLoop):
+// U keys' K and V rows loaded before any is used (16 KB a block in flight in bf16), each dot product
+// reduced over TPR lanes by xor shuffles, an online softmax per query head in base 2 (q pre-scaled by
+// log2(e) / sqrt(HD)), rescaled once per U keys. The row groups merge in shared memory; a sequence of
+// one split writes out, the others merge across the cluster or, through the scratch, in the last split
+// block of the head block (fused_combine).
+// Early loads (DecodeKnobs::EARLY): pos and the first step's keys but the newest are loaded before
+// griddepcontrol.wait (only q and the newest K/V come from the kernel waited for): at 64 keys a split
+// block the whole chunk is in registers when the QKV kernel finishes.
+// Bytes: each K/V element of the span once per head block, q and out once; FLOPs: 4 * HD per (query
+// head, key): memory-bound, but at G 4 a thread issues ~140 instructions a key (~2x the issue rate
+// 4 TB/s needs); G 8 would be issue-bound.
 // Registers (bf16, ptxas -v, sm_90a): ~96 at GB 1 (the bound of 5 blocks an SM), ~122 at 2, ~165 at
 // 4, ~252 at 8; the early loads add 20-40.
 constexpr int DECODE_THREADS = 128;
@@ -286,11 +257,9 @@ struct DecodeSplitBlock {
         for (int g = 0; g < GB; g++)
             qv[g] = g < heads ? load128(qrow + L.q_col(h0 + g) + d0) : Pack::constant(from_float<T>(0.0f));
     }
-    // DecodeKnobs::APPEND: the last split, the only one whose chunk holds the newest key (the n keys of
-    // a span sit in n distinct slots), copies this step's K and V rows from qkv into slot pos % S, and
-    // the block's threads read it back as any other key. With several head blocks (a group of more
-    // than 8 query heads) each writes the same values. The caches are writable here (attention_decode
-    // with append; the const is for the loads).
+    // DecodeKnobs::APPEND: the last split (the only chunk holding the newest key) copies this step's K
+    // and V rows from qkv into slot pos % S, read back as any other key (several head blocks write the
+    // same values). The caches are writable here (attention_decode with append; the const is for loads).
     __device__ __forceinline__ void append_newest() const {
         if (split != nsplits - 1 || span.n == 0) return;  // the same for every thread of the block
         if (threadIdx.x < TPR) {
@@ -470,8 +439,8 @@ struct DecodeSplitBlock {
     }
 };
 
-// The shipped key loop: each step a row group loads its U keys' K and V rows, then scores them and
-// updates its softmax. preloaded: the first step's rows are in kr, vr already (the early loads).
+// The shipped key loop: each step loads a row group's U keys, then scores them and updates the softmax.
+// preloaded: the first step's rows are in kr, vr already (the early loads).
 struct DecodeKeyLoop {
     static constexpr int U = 4;
     template <class Block>
@@ -484,10 +453,8 @@ struct DecodeKeyLoop {
     }
 };
 
-// The split kernel's variant: attention_decode's append and early (both the decode step's per-regime
-// choices, each its own instantiation: the early loads cost registers, at GB 1 4 blocks an SM instead
-// of 5, that only a kernel started early by PDL gets anything for), and the key loop (the lab
-// substitutes its own to time others).
+// The split kernel's variant: attention_decode's append and early (each its own instantiation: the
+// early loads cost registers, 4 blocks an SM at GB 1 instead of 5), and the key loop (the lab's own).
 template <bool APPEND_ = false, bool EARLY_ = false, class Loop_ = DecodeKeyLoop>
 struct DecodeKnobs {
     static constexpr bool APPEND = APPEND_;  // kv_cache_append folded in (DecodeSplitBlock::append_newest)
@@ -495,8 +462,8 @@ struct DecodeKnobs {
     using Loop = Loop_;
 };
 
-// Blocks an SM must hold (__launch_bounds__): 5 at GB 1 without the early loads (96 registers; without
-// the bound ptxas takes more and 4 blocks an SM fit, where B = 64 needs the blocks), else no bound.
+// Blocks an SM must hold (__launch_bounds__): 5 at GB 1 without the early loads (96 registers; unbounded,
+// ptxas takes more and 4 fit, where B = 64 needs the blocks), else no bound.
 template <int GB, class Knobs>
 constexpr int decode_min_blocks() { return GB == 1 && !Knobs::EARLY ? 5 : 1; }
 
@@ -510,22 +477,20 @@ __device__ __forceinline__ void attention_decode_split_block(T* out, DecodeScrat
     __shared__ typename Block::Smem sm;
     Block blk(qkv, k_cache, v_cache, L, S, window, max_splits, min_chunk);
     typename Block::Pack kr[Knobs::Loop::U], vr[Knobs::Loop::U];
-    // early: pos comes from the sampler and the older keys from earlier steps' kernels, all complete
-    // before the kernel this one waits for started (every kernel of the step waits before it triggers:
-    // llmc/cuda_common.cuh); only the newest key (and q) come from that kernel (reload_newest)
+    // early: pos and the older keys were complete before the kernel waited for started (every kernel of
+    // the step waits before it triggers: llmc/cuda_common.cuh); the newest key is reloaded after the wait
     if constexpr (Knobs::EARLY) {
         blk.plan(__ldcg(pos + blk.b));
         if (blk.split < blk.nsplits) blk.load_step(blk.j0, kr, vr);
     }
     pdl_wait();  // a programmatic dependent of the QKV kernel (pdl): q and this step's K/V come from it
     pdl_launch_dependents();
-    // q is loaded before pos is read, so the two loads' latencies overlap (a decode step of a short
-    // sequence is a chain of a few dependent memory latencies, not bandwidth)
+    // q before pos is read: the two loads' latencies overlap (a short sequence's step is latency-bound)
     typename Block::Pack qv[GB];
     blk.load_q(qv);
     if constexpr (!Knobs::EARLY) blk.plan(pos[blk.b]);
-    // In a cluster every block takes part in the merge's barriers, keys or not (the decision is the
-    // same for the whole cluster: its blocks share b and so nsplits); j0 >= j1 here: no loop steps.
+    // In a cluster every block takes part in the merge's barriers, keys or not (j0 >= j1: no loop
+    // steps); the decision is cluster-uniform (its blocks share b, so nsplits).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
     cluster = false;  // no clusters below sm_90: the host plans none there (decode_plan)
 #endif
@@ -555,17 +520,15 @@ static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, K
                                                    min_chunk, fused_combine, cluster);
 }
 
-// Whether the split kernel's code that runs on the current device has the cluster merge: compiled for
-// sm_90 or later (the device's own SASS, or PTX the driver compiles; a build for an older architecture
-// runs without it even on a newer GPU). The same for every instantiation of one binary.
+// Whether the split kernel's code on the current device has the cluster merge: compiled for sm_90 or
+// later (a build for an older architecture runs without it even on a newer GPU).
 inline bool decode_clusters_available() {
     static const bool available = kernel_code_arch(attention_decode_split_kernel<floatX, 64, 1, DecodeKnobs<>>) >= 90;
     return available;
 }
 
 
-// The launches of one plan with the split kernel's variant Knobs; returns the blocks of the split
-// kernel.
+// The launches of one plan with the split kernel's variant Knobs; returns the split kernel's blocks.
 template <typename T, class Knobs = DecodeKnobs<>>
 inline int attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, const T* v_cache, const int* pos,
                                       int B, int NH, int NKV, int HD, int S, int window, float* scratch_buf,
@@ -629,34 +592,20 @@ inline size_t attention_decode_scratch_floats(int B, int NH, int NKV, int HD, in
     return floats;
 }
 
-// Opts the tensor-core kernels in to their shared memory. Call it before a CUDA graph capture that
-// may hold the first attention_decode (model_infer_build does): the launch would opt in itself, and
-// whether cudaFuncSetAttribute may run inside a capture is not a thing to rely on.
-inline void attention_decode_prepare() {
-#if !defined(PRECISION_FP32)
-    if (attention_detail::decode_mma_smem_fits(64)) attention_detail::decode_mma_optin<64>();
-    if (attention_detail::decode_mma_smem_fits(128)) attention_detail::decode_mma_optin<128>();
-#endif
-}
-
 // out (B, NH*HD) = softmax(q k^T / sqrt(HD)) v of each sequence's new token (q from its qkv row) over
-// its cached positions. scratch: attention_decode_scratch_floats(...) fp32 floats, 16-byte aligned,
-// zeroed once after allocation (it starts with counters that every call leaves at zero); nullptr
-// when that size is 0. qkv, k_cache, v_cache and out 16-byte aligned. Not deterministic across
-// devices with different SM counts (the split count follows the SMs); bit-identical run to run.
-// pdl: launched as programmatic dependents (llmc/cuda_common.cuh; the kernels wait for the previous
-// grid before reading what it writes). append: the cache does not hold this step's K and V yet; the
-// kernel writes them (kv_cache_append's job, one launch less; DecodeKnobs::APPEND) and attends over
-// them. early (without append): the first step's keys other than the newest, and pos, are read
-// before the wait (the split kernel's top; DecodeKnobs::EARLY): pos must not be written by the kernel
-// this one waits for (the decode step's sampler runs kernels earlier); for a kernel that PDL starts
-// while the QKV kernel runs (the fused step at B <= 8); false: everything after the wait.
-// mma (bf16 build): where decode_mma_route allows it and the call has no early loads, the tensor-core
-// kernels (attention_decode_mma.cuh) run instead: with append, kv_cache_append first (they read the
-// cache only), and all of them as plain launches whatever pdl says (a plain launch waits for the
-// kernel before it: always correct); false: the CUDA-core kernels. Returns the split kernel's blocks.
+// its cached positions, on ctx.stream. scratch: attention_decode_scratch_floats(...) fp32 floats, 16-byte
+// aligned, zeroed once after allocation (its counters are left at zero by every call); nullptr when 0.
+// qkv, k_cache, v_cache and out 16-byte aligned. Bit-identical run to run, not across SM counts.
+// pdl: launched as programmatic dependents (llmc/cuda_common.cuh). append: the cache lacks this step's
+// K and V; the kernel writes them (kv_cache_append's job, one launch less) and attends over them. early
+// (without append): pos and the first step's keys but the newest are read before the PDL wait, so pos
+// must not come from the kernel waited for; for a kernel PDL starts while the QKV kernel runs (the fused
+// step). mma (bf16 build): where decode_mma_route allows and without early, the tensor-core kernels run
+// instead (with append, kv_cache_append first), as plain launches whatever pdl says; the first such call
+// raises their shared-memory limit, so make it outside a graph capture (model_infer_warmup does).
+// Returns the split kernel's blocks.
 inline int attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, floatX* v_cache, const int* pos, int B,
-                            int NH, int NKV, int HD, int S, cudaStream_t stream, int window = 0,
+                            int NH, int NKV, int HD, int S, const CudaContext& ctx, int window = 0,
                             float* scratch = nullptr, bool pdl = false, bool append = false, bool early = false,
                             bool mma = true) {
     using namespace attention_detail;
@@ -672,17 +621,17 @@ inline int attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, flo
              attention_decode_scratch_floats(B, NH, NKV, HD, S, window));
 #if !defined(PRECISION_FP32)
     if (route) {
-        if (append) kv_cache_append(k_cache, v_cache, qkv, pos, B, NH, NKV, HD, S, stream);
-        return decode_mma(out, scratch ? scratch + decode_mma_scratch_offset(B, NKV, plan) : nullptr, qkv, k_cache,
-                          v_cache, pos, B, NH, NKV, HD, S, window, decode_mma_splits(B, NKV, S, window, sms), stream);
+        if (append) kv_cache_append(k_cache, v_cache, qkv, pos, B, NH, NKV, HD, S, ctx.stream);
+        float* part = scratch ? scratch + DecodeScratch::counter_floats(B, NKV, plan) : nullptr;
+        return decode_mma(out, part, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window,
+                          decode_mma_splits(B, NKV, S, window, sms), ctx);
     }
 #endif
-    if (append)
-        return attention_decode_with_plan<floatX, DecodeKnobs<true, false>>(out, qkv, k_cache, v_cache, pos, B, NH, NKV,
-                                                                       HD, S, window, scratch, plan, stream, pdl);
-    if (early)
-        return attention_decode_with_plan<floatX, DecodeKnobs<false, true>>(out, qkv, k_cache, v_cache, pos, B, NH, NKV,
-                                                                      HD, S, window, scratch, plan, stream, pdl);
-    return attention_decode_with_plan(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window, scratch, plan,
-                                      stream, pdl);
+    auto run = [&](auto knobs) {
+        return attention_decode_with_plan<floatX, decltype(knobs)>(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S,
+                                                                   window, scratch, plan, ctx.stream, pdl);
+    };
+    if (append) return run(DecodeKnobs<true, false>{});
+    if (early) return run(DecodeKnobs<false, true>{});
+    return run(DecodeKnobs<>{});
 }

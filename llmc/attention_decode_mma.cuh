@@ -1,13 +1,10 @@
 // attention_decode_mma.cuh: the decode attention on tensor cores, bf16 only (mma.sync takes no fp32
-// operands: in the FP32 build this header is empty). One new token per sequence against its layer's
-// KV cache, the shapes and the result of attention_decode (attention_decode.cuh: qkv (B, (NH + 2*NKV)
-// * HD), caches (B, NKV, S, HD), pos (B) on the device, out (B, NH * HD) written (=), windows, idle
-// sequences), HD 64 or 128, groups G = NH / NKV of up to 16 query heads. It reads the caches only:
-// this step's K/V must already be in them (kv_cache_append).
-// attention_decode routes the batched decode here (where the batch alone fills the SMs: its
-// conditions and why are above decode_mma_route in attention_decode.cuh); the lab
-// (dev/cuda/attention_decode.cu) times it and checks it against the CPU reference; at B 64 it reaches
-// the copy ceiling (docs/perf.md, "Decode attention").
+// operands: the FP32 build has none of it). The shapes and result of attention_decode
+// (attention_decode.cuh: qkv, caches (B, NKV, S, HD), pos on the device, out (B, NH * HD) written (=),
+// windows, idle sequences), HD 64 or 128, groups G = NH / NKV of up to 16 query heads. It reads the
+// caches only: this step's K/V must already be in them (kv_cache_append). attention_decode routes the
+// batched decode here (decode_mma_route says where and why); the lab (dev/cuda/attention_decode.cu)
+// times and checks it; at B 64 it reaches the copy ceiling (docs/perf.md, "Decode attention").
 #pragma once
 #include <algorithm>
 #include <cfloat>
@@ -18,29 +15,24 @@
 #if !defined(PRECISION_FP32)
 namespace attention_detail {
 
-// What the Triton kernel (dev/triton/attention_decode.py, decode_split_kernel) does, in CUDA: the G
-// query heads of a KV head are the 16 rows of an m16n8k16 A tile (rows >= G are zero queries whose
-// outputs are never written), so S = Q K^T and O += P V run on the tensor cores instead of the
-// shipped kernel's scalar FMAs and shuffles (issue-bound at G 4: 49% of copy at gqa B 64).
+// The G query heads of a KV head are the 16 rows of an m16n8k16 A tile (rows >= G: zero queries, their
+// outputs never written), so S = Q K^T and O += P V run on the tensor cores (the CUDA-core kernel is
+// issue-bound at G 4; the Triton twin is dev/triton/attention_decode.py).
 // Mapping: grid (splits, B * NKV); a block of 4 warps owns (sequence b, KV head kvh, split) and keys
-// [lo, hi) of the sequence's span, in tiles of 64 keys staged in shared memory by cp.async (3 stages,
-// 2 tiles in flight while one is used). Warp w takes keys 16w .. 16w + 15 of each tile with its own
-// online softmax (m, l, O for the 16 rows), so the loop needs no exchange between warps; the 4 warps'
-// partials are merged once, in shared memory, at the end. Per tile and warp: HD/8 mma for S (2 n-blocks
-// of 8 keys x HD/16 k-steps) and HD/8 for P V (HD/8 n-blocks x one 16-key k-step).
-// Numerics: q and K in bf16 as stored, S in fp32, scaled by log2(e)/sqrt(HD) in fp32 (not folded into
-// a bf16 q); softmax in base 2 with the running max subtracted before exp2; P rounded to bf16 for the
-// P V mma, and l summed from the same rounded p, so numerator and denominator weigh each key alike.
-// That rounding errs by ~2^-9 of a short sequence's output (~|v|), within the lab's check of a mixed
-// batch (against the rms of the whole batch's output, which its long sequences make small).
-// Splits (the Triton plan): ~2 blocks an SM over B * NKV, chunks of >= 128 keys of the capacity; each
-// sequence's chunk comes from its own length on the device (decode_mma_chunk), so the launch depends
-// on the shapes only. A sequence with one chunk is written by its block; the others' blocks write fp32
-// partials (o, m, l) that decode_mma_merge_kernel combines.
-// Shared memory (DecodeMmaSmem): q 16 x HD + 3 stages of K and V 64 x HD, bf16: 100 KB at HD 128
-// (2 blocks an SM), 50 KB at HD 64 (4); the K stages hold the warps' fp32 O for the final merge.
-// Registers (ptxas -v, sm_90a, no spills): 214 at HD 128, 120 at HD 64; below the smem limits of 2 and 4
-// blocks an SM.
+// [lo, hi) of the span, in 64-key tiles staged in shared memory by cp.async (3 stages, 2 in flight).
+// Warp w takes keys 16w .. 16w + 15 of each tile with its own online softmax (m, l, O for the 16 rows),
+// so the loop needs no exchange between warps; their partials merge once, in shared memory, at the end.
+// Per tile and warp: HD/8 mma for S and HD/8 for P V.
+// Numerics: q and K in bf16 as stored, S in fp32, scaled by log2(e)/sqrt(HD) in fp32; softmax in base 2;
+// P rounded to bf16 for the P V mma and l summed from the same rounded p (numerator and denominator weigh
+// each key alike; ~2^-9 of a short sequence's output, within the lab's check).
+// Splits: ~2 blocks an SM over B * NKV, chunks of >= 128 keys of the capacity; each sequence's chunk
+// follows its own length on the device (decode_mma_chunk), so the launch depends on the shapes only. A
+// sequence of one chunk is written by its block; the others' fp32 partials (o, m, l) are combined by
+// decode_mma_merge_kernel.
+// Shared memory (DecodeMmaSmem): q 16 x HD + 3 stages of K and V 64 x HD, bf16: 100 KB at HD 128 (2
+// blocks an SM), 50 KB at HD 64 (4); the K stages hold the warps' fp32 O for the final merge.
+// Registers (ptxas -v, sm_90a, no spills): 214 at HD 128, 120 at HD 64.
 constexpr int DECODE_MMA_ROWS = 16;       // query rows of the tile: groups of up to 16 heads
 constexpr int DECODE_MMA_TILE = 64;       // keys a stage
 constexpr int DECODE_MMA_WARPS = 4;       // 16 keys of each tile a warp
@@ -285,44 +277,38 @@ inline bool decode_mma_smem_fits(int HD) {
     cudaCheck(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     return optin >= (HD == 64 ? (int)sizeof(DecodeMmaSmem<64>) : (int)sizeof(DecodeMmaSmem<128>));
 }
-// Opts the split kernel in to its shared memory (past the default 48 KB at both head sizes), once per
-// process: attention_decode_prepare calls it before a CUDA graph capture may hold the first launch.
-template <int HD>
-inline void decode_mma_optin() {
-    static const bool once = (allow_smem(decode_mma_split_kernel<HD>, (int)sizeof(DecodeMmaSmem<HD>)), true);
-    (void)once;
-}
 template <int HD>
 inline void decode_mma_launch(floatX* out, float* scratch, const floatX* qkv, const floatX* k_cache,
                               const floatX* v_cache, const int* pos, int B, int NH, int NKV, int S, int window,
-                              int splits, cudaStream_t st) {
+                              int splits, const CudaContext& ctx) {
     constexpr int smem = (int)sizeof(DecodeMmaSmem<HD>);
-    decode_mma_optin<HD>();
+    ctx.allow_smem(decode_mma_split_kernel<HD>, smem);  // past the default 48 KB at both head sizes
     const QKVLayout L{NH, NKV, HD};
     float* part_o = splits > 1 ? scratch : nullptr;
     float* part_ml = splits > 1 ? scratch + (size_t)B * NH * splits * HD : nullptr;
-    decode_mma_split_kernel<HD><<<dim3(splits, B * NKV), DECODE_MMA_THREADS, smem, st>>>(
+    decode_mma_split_kernel<HD><<<dim3(splits, B * NKV), DECODE_MMA_THREADS, smem, ctx.stream>>>(
         out, part_o, part_ml, qkv, k_cache, v_cache, pos, L, S, window, splits);
     cudaCheckLaunch();
     if (splits > 1) {
-        decode_mma_merge_kernel<<<B * NKV, 128, 0, st>>>(out, part_o, part_ml, pos, L, S, window, splits);
+        decode_mma_merge_kernel<<<B * NKV, 128, 0, ctx.stream>>>(out, part_o, part_ml, pos, L, S, window, splits);
         cudaCheckLaunch();
     }
 }
-// out (B, NH * HD) from qkv and the caches, as attention_decode (attention_decode.cuh: shapes, window,
-// idle sequences); the caches already hold this step's K/V; plain launches (no PDL). splits:
-// decode_mma_splits(...) for the shipped plan; scratch: decode_mma_scratch_floats(B, NH, HD, splits)
-// floats, 16-byte aligned (nullptr when 0). Returns the blocks of the split kernel.
+// out (B, NH * HD) from qkv and the caches, as attention_decode (shapes, window, idle sequences); the
+// caches already hold this step's K/V; plain launches (no PDL) on ctx.stream. splits: decode_mma_splits
+// for the shipped plan; scratch: decode_mma_scratch_floats(B, NH, HD, splits) floats, 16-byte aligned
+// (nullptr when 0). Returns the split kernel's blocks. The first call of a head size raises the kernel's
+// shared-memory limit (CudaContext::allow_smem): make it outside a graph capture (model_infer_warmup).
 inline int decode_mma(floatX* out, float* scratch, const floatX* qkv, const floatX* k_cache, const floatX* v_cache,
                       const int* pos, int B, int NH, int NKV, int HD, int S, int window, int splits,
-                      cudaStream_t st) {
+                      const CudaContext& ctx) {
     if (NH / NKV > DECODE_MMA_ROWS)
         fail("decode_mma: a group of %d query heads (at most %d)", NH / NKV, DECODE_MMA_ROWS);
     if ((long long)B * NKV > 65535) fail("decode_mma: B * NKV = %lld blocks exceed the grid's 65535", (long long)B * NKV);
     if (HD == 64)
-        decode_mma_launch<64>(out, scratch, qkv, k_cache, v_cache, pos, B, NH, NKV, S, window, splits, st);
+        decode_mma_launch<64>(out, scratch, qkv, k_cache, v_cache, pos, B, NH, NKV, S, window, splits, ctx);
     else if (HD == 128)
-        decode_mma_launch<128>(out, scratch, qkv, k_cache, v_cache, pos, B, NH, NKV, S, window, splits, st);
+        decode_mma_launch<128>(out, scratch, qkv, k_cache, v_cache, pos, B, NH, NKV, S, window, splits, ctx);
     else
         fail("decode_mma: HD=%d (64 or 128)", HD);
     return splits * B * NKV;

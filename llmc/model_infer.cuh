@@ -168,7 +168,6 @@ inline void model_infer_build(ModelInfer& m, const ModelConfig& c, const float* 
     const size_t FC = model_fc_channels(c), H = model_mlp_hidden(c);
     const size_t rope = c.position == POS_ROPE ? (size_t)max_seq * HD / 2 : 0;
     const size_t scratch = attention_decode_scratch_floats(B, c.num_heads, NKV, HD, m.S, m.window);
-    attention_decode_prepare();  // before any capture of the step
     const int sms = current_sm_count();
     m.plan = decode_step_plan(c, B, m.S, m.window, sms, attention_detail::decode_clusters_available());
     std::vector<BufferSpec> specs = {
@@ -463,7 +462,7 @@ inline void decode_layers_fused(ModelInfer& m, const CudaContext& ctx) {
                            GEMV_QKV, fq, s, pdl);
         // early loads: started by PDL while the QKV GEMV runs (the plan's fused step never takes the
         // tensor-core route, which has none)
-        attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, s, m.window,
+        attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, ctx, m.window,
                          m.decode_scratch, pdl, false, pdl, false);
         GemvFusion fr;
         fr.residual = m.res1;
@@ -556,7 +555,7 @@ inline void model_infer_decode_forward(ModelInfer& m, const CudaContext& ctx, bo
         if (c.position == POS_ROPE) rope_forward_at(m.qkv, m.rope_cos, m.rope_sin, m.pos, B, NH, NKV, HD, s);
         if (!plan.append_in_attention)
             kv_cache_append(m.k_cache + off, m.v_cache + off, m.qkv, m.pos, B, NH, NKV, HD, m.S, s);
-        attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, s, m.window,
+        attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, ctx, m.window,
                          m.decode_scratch, plan.pdl, plan.append_in_attention, false, plan.decode_mma);
     });
     infer_detail::linear(m, m.logits, nullptr, m.ln, infer_detail::head(m), nullptr, B, C,

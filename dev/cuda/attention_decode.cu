@@ -508,8 +508,9 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
         auto variant = [&](int v, const char* what, const std::function<void()>& launch) {
             lab.run(op, v, what, bytes, flops, lab::Bound::Memory, reset, launch, check);
         };
-        variant(0, "shipped", [&] { attention_decode(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, st, W, scratch, true,
-                                                     false, true); });
+        variant(0, "shipped", [&] {
+            attention_decode(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, lab.ctx, W, scratch, true, false, true);
+        });
         variant(1, "baseline, block per query head",
                 [&] { decode_baseline(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, W, st); });
         variant(2, "shipped kernel, no split", [&] {
@@ -535,7 +536,7 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
                 out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), plan, st);
         });
         variant(9, routed ? "no early loads: tensor cores" : "no early loads", [&] {
-            attention_decode(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, st, W, scratch, true, false, false);
+            attention_decode(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, lab.ctx, W, scratch, true, false, false);
         });
         variant(10, "waves plan, early loads (old 0)", [&] {
             attention_detail::attention_decode_with_plan<floatX, DecodeKnobs<false, true>>(
@@ -554,7 +555,8 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
 #if !defined(PRECISION_FP32)
         if (mma_fits)
             variant(13, "tensor cores (mma), query group as a 16-row tile", [&] {
-                attention_detail::decode_mma(out, mma_scratch, qkv, kc, vc, pos, B, NH, NKV, HD, S, W, mma_splits, st);
+                attention_detail::decode_mma(out, mma_scratch, qkv, kc, vc, pos, B, NH, NKV, HD, S, W, mma_splits,
+                                             lab.ctx);
             });
 #endif
         auto poison_appended = [&] {  // the slots variant 8 must write itself
@@ -570,7 +572,7 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
         };
         lab.run(op, 8, routed ? "append, then tensor cores" : "append folded in", bytes, flops, lab::Bound::Memory,
                 poison_appended,
-                [&] { attention_decode(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, st, W, scratch, true, true); },
+                [&] { attention_decode(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, lab.ctx, W, scratch, true, true); },
                 [&] { return check() && check_append(); });
         // The CUDA-core kernels as the entry point ran them before the tensor-core route, whatever it
         // takes now: variant 9's call (14) and variant 8's (15), side by side with them.
