@@ -5,58 +5,40 @@
 //     GEMV_PLAIN   out (M, N) = inp W^T + b
 //     GEMV_GELU    out (M, N) = gelu_tanh(inp W^T + b) (the pre-activation is not kept: inference)
 //     GEMV_SWIGLU  W is SwiGLU's fused [gate (H) | up (H)], N = 2H: out (M, H) = silu(g) * u, with
-//                  g, u the fp32 sums of rows j and H + j (swiglu.cuh's formula, no floatX round
-//                  trip of the (M, 2H) pre-activation)
-// Each weight element is read once from DRAM with 16-byte streaming loads (ld.global.cs), so the
-// kernel runs near the copy bandwidth once the matrix is a few MB: a decode step reads all of the
-// model's weights once (GPT-2 124M: ~250 MB of bf16, ~62 us at 4 TB/s). The inputs (M*K*2 bytes,
-// 48 KB at most) come from L1/L2.
-// Work split: one warp computes R consecutive output rows (SwiGLU: the row pair j, H + j) for all M
-// inputs; lane i walks the 16-byte packs i, i + 32, ... of the K axis, U packs per row in flight
-// (U*R 16-byte loads issued before any math), then each of the R*M sums is reduced across the warp.
-// R trades the L1 traffic of the inputs (M packs per R weight packs) against the number of warps:
-// R = 1 below M = 4, R = 2 from there (GemvPolicy::rows; the lab, dev/cuda/gemv.cu, times 1/2/4).
-// Programmatic dependent launch (pdl, llmc/cuda_common.cuh): the kernel may start while the kernel
-// before it in the stream (or CUDA graph) is running. The weights never depend on it, so the first
-// round of a warp's weight packs (U*R 16-byte loads a lane) is loaded into registers before
-// griddepcontrol.wait, with the bias of its rows (and GEMV_RESIDUAL's residual, see GemvFusion), and
-// with the norm prologue the norm's weight and bias go to shared memory there too; after the wait
-// only the inputs (L2) and the math remain on the step's critical path.
-// Then the kernel lets the next one launch (griddepcontrol.launch_dependents), whose blocks become
-// resident and load their own weights while this one finishes. No-ops without the attribute.
-// Split K (GemvPolicy::split_k): a decode GEMV is a chain of latencies, not a stream, so a row whose
-// packs need more than one round per lane (fcproj, K = 3072: 384 packs, 3 rounds of 4 a lane) is
-// split over 2 or 4 warps of a block, each taking every ks-th run of 32 packs, all of a row in one
-// round; the warps' sums meet in shared memory (warp order: deterministic). The cost: KS times the
-// warps, so KS times the registers a row holds, which a PDL chain needs free for the next kernel's
-// early blocks. The lab times the kernel without the split and with an L2 prefetch of the first
-// round instead of the register loads.
+//                  g, u the fp32 sums of rows j and H + j (swiglu.cuh's formula, no floatX round trip)
+// Each weight element is read once from DRAM with 16-byte streaming loads (ld.global.cs): near the copy
+// bandwidth once the matrix is a few MB (GPT-2 124M's step: ~250 MB of bf16, ~62 us at 4 TB/s). The
+// inputs (M*K*2 bytes, 48 KB at most) come from L1/L2.
+// Work split: a warp computes R consecutive output rows (SwiGLU: the pair j, H + j) for all M inputs;
+// lane i walks the packs i, i + 32, ... of K, U packs per row in flight (U*R loads before any math),
+// then each of the R*M sums is reduced across the warp. R = 1 below M = 4, else 2 (GemvPolicy::rows).
+// PDL (llmc/cuda_common.cuh): the weights never depend on the kernel before, so a warp's first round
+// of weight packs, its rows' bias (and GEMV_RESIDUAL's residual) and the norm's weight and bias are
+// loaded before griddepcontrol.wait; after it only the inputs (L2) and the math remain on the critical
+// path. Then the next kernel may launch and load its own weights while this one finishes.
+// Split K (GemvPolicy::split_k): a row needing more than one round per lane (fcproj, K = 3072) is split
+// over 2 or 4 warps of a block, all of a row in one round; their sums meet in shared memory in warp
+// order (deterministic), at KS times the registers a row holds.
 //
 //   gemv_fused_forward  the decode step's fused kernels (model_infer.cuh, B <= 8): the same weight
 //                       loop with a GemvFusion around it, so a layer is 4 GEMVs + attention_decode:
-//     prologue  norm: inp (M, K) is the residual stream; each block normalizes the M rows (LayerNorm
-//               or RMSNorm, the fp32 statistics and formula of layernorm.cuh / rmsnorm.cuh, rounded
-//               to floatX as the norm kernel's output) into shared memory ((M + 2)*K floatX with the
-//               norm's weight and bias: 15 KB at M = 8, C = 768 in bf16) before its weight loop,
-//               instead of a norm kernel writing `ln`: every block re-reads the M rows from L2 (0.9 MB
-//               for GPT-2's qkv at M = 1) and redoes two warp reductions behind its weight loads,
-//               against a launch of ~4-5 us. The grid is capped at one wave (GEMV_NORM_BLOCKS_PER_SM
-//               blocks per SM, or what the registers allow; the warps loop over their row groups), so
-//               lm_head's 12576 blocks (M = 1) do not each redo the norm.
-//     GEMV_RESIDUAL  out (M, N) = residual + (inp W^T + b): attproj and fcproj write the next residual
-//               stream (the sum rounded to floatX first, as the unfused matmul + residual add).
-//     GEMV_QKV  out = qkv (M, N = (NH + 2*NKV)*HD), row m being sequence m at position pos[m]: the
-//               K and V elements also go to their cache slot pos[m] % S (kv_cache_append), and with
-//               RoPE a warp owns the row pair (d, d + HD/2) of one head (R = 2, paired like SwiGLU's
-//               gate and up), so it rotates q and k (rope_forward_at's formula and tables) before
-//               storing; pos[m] < 0 (idle): no rotation, no cache write.
-//     The other epilogues (GELU, SwiGLU, plain) as gemv_forward's; lm_head is plain with the lnf
-//     prologue, and with GemvFusion::argmax it also takes each input row's greedy argmax: the decode
-//     step's greedy token without the sampler kernel.
-//     Outputs equal the unfused kernels' up to the order of fp32 additions in the norm (the same
-//     code: identical in practice) and in the RoPE products.
-// fp32 accumulation; K a multiple of x128::size. The CPU reference is cpu::matmul_forward (and
-// cpu::gelu_forward / cpu::swiglu_forward on its fp32 output).
+//     prologue  norm: inp (M, K) is the residual stream; each block normalizes the M rows (LayerNorm or
+//               RMSNorm, layernorm.cuh / rmsnorm.cuh's fp32 statistics and formula, rounded to floatX)
+//               into shared memory ((M + 2)*K floatX with the norm's weight and bias: 15 KB at M = 8,
+//               C = 768 in bf16) instead of a norm kernel writing `ln`. The grid is capped at one wave
+//               (GEMV_NORM_BLOCKS_PER_SM blocks an SM, or what the registers allow; the warps loop over
+//               their row groups), so lm_head's 12576 blocks (M = 1) do not each redo the norm.
+//     GEMV_RESIDUAL  out (M, N) = residual + (inp W^T + b) (the sum rounded to floatX first, as the
+//               unfused matmul + residual add): attproj and fcproj.
+//     GEMV_QKV  out = qkv (M, N = (NH + 2*NKV)*HD), row m being sequence m at position pos[m]: K and V
+//               also go to cache slot pos[m] % S (kv_cache_append), and with RoPE a warp owns the row
+//               pair (d, d + HD/2) of one head (R = 2) and rotates q and k (rope_forward_at's formula
+//               and tables) before storing; pos[m] < 0 (idle): no rotation, no cache write.
+//     The other epilogues as gemv_forward's; lm_head is plain with the lnf prologue and, with
+//     GemvFusion::argmax, also takes each input row's greedy argmax (no sampler kernel).
+//     Outputs equal the unfused kernels' up to the order of fp32 additions in the norm and RoPE.
+// fp32 accumulation; K a multiple of x128::size. CPU reference: cpu::matmul_forward (and
+// cpu::gelu_forward / cpu::swiglu_forward on its output). The lab: dev/cuda/gemv.cu.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -100,23 +82,20 @@ struct GemvFusion {
     const float* rope_cos = nullptr;   // (max_pos, HD/2), or nullptr: no RoPE
     const float* rope_sin = nullptr;   // (max_pos, HD/2)
     int NH = 0, NKV = 0, HD = 0, S = 0;
-    // GEMV_PLAIN with the norm (lm_head): the greedy argmax folded in. argmax (M) = for each input
-    // row, the first largest of its outputs 0..argmax_cols-1 as stored (floatX), NaN skipped, 0 if
-    // every one is NaN: the token sample_greedy_and_advance would pick from these logits. Each block
-    // merges its rows into (max, index) per input row, the last block to count into argmax_scratch's
-    // counter merges the blocks' (ties to the lower index: any order gives the same token) and resets
-    // the counter. argmax_scratch: gemv_argmax_scratch_floats(M), zeroed once.
+    // GEMV_PLAIN with the norm (lm_head): argmax (M) = for each input row, the first largest of its
+    // outputs 0..argmax_cols-1 as stored (floatX), NaN skipped, 0 if all are NaN (the greedy sampler's
+    // token). The last block to count in merges the blocks' candidates and resets the counter.
+    // argmax_scratch: gemv_argmax_scratch_floats(M, SMs) floats, zeroed once.
     int* argmax = nullptr;
     float* argmax_scratch = nullptr;
     int argmax_cols = 0;
 };
 
 // The policy: how a launch splits the work and hides the latency (the top of the file). The lab
-// (dev/cuda/gemv.cu) passes its own policies to gemv_detail's launchers to time the alternatives.
+// (dev/cuda/gemv.cu) passes its own policies to gemv_detail's launchers.
 struct GemvPolicy {
     // R, rows a warp computes where the epilogue leaves the choice (the SwiGLU and RoPE pairs: 2): 2
-    // from M = 4, else 1. 2 halves a kernel's warps (and its share of the register file, 65-86% for
-    // qkv, fc and fcproj at M = 1), so more of the next kernel's blocks can be resident early.
+    // from M = 4 halves the warps and their registers, so more of the next kernel's blocks fit early.
     static constexpr int rows(int M) { return M >= 4 ? 2 : 1; }
     // KS, warps sharing a row group: the fewest (1, 2, 4) that load a row's K / 8 packs in one round
     // of GEMV_UNROLL packs a lane (K = 768: 1; 2048: 2; 3072: 4).
@@ -124,7 +103,7 @@ struct GemvPolicy {
         return K / x128::size <= 32 * GEMV_UNROLL ? 1 : K / x128::size <= 64 * GEMV_UNROLL ? 2 : 4;
     }
     // Before the PDL wait: the first round of a warp's weight packs into registers, with its group's
-    // epilogue inputs (the lab's policies: an L2 prefetch instead).
+    // epilogue inputs (false, the lab's: an L2 prefetch instead).
     static constexpr bool preload = true;
 };
 
@@ -132,9 +111,8 @@ namespace gemv_detail {
 
 constexpr int WARPS = GEMV_THREADS / WARP_SIZE;
 
-// A launch's settings from the policy, passed as a kernel argument, not a template parameter: folded,
-// preload would change the registers ptxas gives the kernels, and with them the norm kernels' one-wave
-// grids.
+// A launch's settings from the policy, a kernel argument: as a template parameter, preload would change
+// the registers ptxas gives the kernels, and with them the norm kernels' one-wave grids.
 struct GemvLaunch {
     bool preload;  // GemvPolicy::preload
     int split_k;   // KS = GemvPolicy::split_k(K)
@@ -160,10 +138,9 @@ __device__ inline void gemv_packs(float (&acc)[R][M], const x128 (&w)[R], const 
     }
 }
 
-// The fused prologue: warp w of W normalizes rows w, w + W, ... of inp (M, K) into xs (M, K), one lane per
-// packs lane, lane + 32, ... with the statistics of layernorm_forward_warp_per_row /
-// rmsnorm_forward_warp_per_row (same loops, same fp32 order). nw, nb: the norm's weight and bias,
-// staged in shared memory before pdl_wait (nb unused by RMSNorm).
+// The fused prologue: warp w of W normalizes rows w, w + W, ... of inp (M, K) into xs (M, K), lane i
+// taking packs i, i + 32, ..., with layernorm / rmsnorm_forward_warp_per_row's loops and fp32 order.
+// nw, nb: the norm's weight and bias, staged in shared memory before pdl_wait (nb unused by RMSNorm).
 template <int M>
 __device__ inline void normalize_rows(floatX* xs, const floatX* inp, const floatX* nw, const floatX* nb, int K,
                                       const GemvFusion& f) {
@@ -235,11 +212,9 @@ __device__ inline void store_qkv(floatX* out, const float (&v)[R], const int (&r
     }
 }
 
-// The folded argmax's end (GemvFusion::argmax): lane m of each warp holds its candidate for input
-// row m; the block's go to the scratch, and the last block merges all of them, row by row, each
-// thread loading its ARGMAX_LOADS candidates of a round before merging any (P ~ 1000 blocks: one or
-// two rounds, where a loop of dependent loads would pay an L2 latency per candidate). Every thread
-// calls it.
+// The folded argmax's end (GemvFusion::argmax), called by every thread: lane m of each warp holds its
+// candidate for input row m; the block's go to the scratch, and the last block merges them row by row,
+// each thread loading ARGMAX_LOADS candidates before merging any (not an L2 latency per candidate).
 constexpr int ARGMAX_LOADS = 8;
 template <int M>
 __device__ inline void argmax_finish(sampler_detail::ArgMax cand, const GemvFusion& f) {
@@ -319,13 +294,11 @@ __device__ __forceinline__ void store_outputs(floatX* out, const float (&v)[R], 
 }
 
 // Row group g (a warp's R rows, or a pair: GEMV_SWIGLU: rows g and g + N/2; GEMV_QKV with RoPE: rows
-// h*HD + i and h*HD + i + HD/2 for g = h*HD/2 + i) is computed by KS = l.split_k warps of one
-// block (WARPS / KS groups a block; the blocks loop over the rest, only a NORM grid is smaller than
-// the groups): warp kw of the KS takes the packs lane + 32*(kw + KS*i), i = 0, 1, ... Rows past N
-// (the last group of an N not a multiple of R) read row N-1 and write nothing. NORM: inp's rows are
-// normalized into shared memory first (normalize_rows) and read from there. Phases: the loads before
-// the PDL wait, the norm prologue, then per group the rounds of weight packs, the reductions (over the
-// warp, then the KS warps) and the epilogue (store_outputs).
+// h*HD + i and h*HD + i + HD/2 for g = h*HD/2 + i) is computed by KS = l.split_k warps of one block
+// (WARPS / KS groups a block; the blocks loop over the rest): warp kw of the KS takes the packs
+// lane + 32*(kw + KS*i), i = 0, 1, ... Rows past N read row N-1 and write nothing. NORM: inp's rows
+// are read from shared memory (normalize_rows). Phases: the loads before the PDL wait, the norm
+// prologue, then per group the rounds of weight packs, the reductions and the epilogue (store_outputs).
 template <int M, int R, int EPI, bool NORM>
 __global__ void __launch_bounds__(GEMV_THREADS)
 gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K, int N, GemvFusion f,

@@ -1,47 +1,36 @@
-// model_infer.cuh: inference on the GPU with a KV cache, for both model families (GPT-2 and
-// Llama-style: the config's norm, position, MLP, bias and head knobs, as llmc/cpu/model_infer.h),
-// the model half of generate.cu and the GPU twin of llmc/cpu/model_infer.h (same steps, same cache
-// layout). RoPE turns q and k after the QKV matmul at each token's own position (prefill: 0..T-1;
-// a step: pos[b], read on the device), before k enters the cache. Only inference memory: the
-// floatX weights, one layer's activations for the rows of a prefill (reused by every layer), the
-// cache, and the generation state. The layer ops are the training forward's, from the forward layer
-// llmc/model.cuh (no backward, optimizer or FP8 training); llmc/model_reference.cuh runs them over a
+// model_infer.cuh: inference on the GPU with a KV cache, for both model families (the config's norm,
+// position, MLP, bias and head knobs), the model half of generate.cu and the GPU twin of
+// llmc/cpu/model_infer.h (same steps, same cache layout). RoPE turns q and k after the QKV matmul at each
+// token's own position, before k enters the cache. Only inference memory: the floatX weights, one
+// layer's activations for a prefill's rows (reused by every layer), the cache, the generation state.
+// The layer ops are the training forward's (llmc/model.cuh); llmc/model_reference.cuh runs them over a
 // whole sequence as the reference of --check-full.
-//
 // The cache (docs/design.md, "KV cache and decode attention"): per layer k and v, (B, NKV, S, HD)
-// floatX, position p of sequence b in slot p % S; S = max_seq, or a ring of S = W slots when the
-// model's window W < max_seq.
+// floatX, position p of sequence b in slot p % S; S = max_seq, or a ring of S = W slots for a window W.
 //
 // One batch of B prompts (fewer run with the rest idle):
-//   model_infer_prefill: tokens (B, T) right-padded with their lengths and which rows are real; runs
-//       every layer over the B*T rows (the flash attention forward over the prompt, causal, so the
-//       padding never reaches a prompt position), kv_cache_fill per layer, then the logits (B, Vp)
-//       of each prompt's last position. It also resets the generation state (below).
+//   model_infer_prefill: tokens (B, T) right-padded with their lengths and which rows are real; every
+//       layer over the B*T rows (causal flash attention: the padding never reaches a prompt position),
+//       kv_cache_fill per layer, then the logits (B, Vp) of each prompt's last position; resets the
+//       generation state.
 //   model_infer_step: one token per sequence: sample from the logits (B, Vp) on the GPU, book-keep
-//       (stop at end-of-text, --max-new, the context end; teacher forcing), then the forward of the
-//       new tokens at M = B rows (encoder at per-sequence positions, kv_cache_append,
-//       attention_decode), which leaves the next logits (B, Vp). Everything it reads that changes
-//       from token to token (tokens, positions, counts, RNG states) lives in device buffers, so the
-//       step is captured once as a CUDA graph and replayed per token (model_infer_step_graph).
-// The step writes the token each sequence produced (-1: none, it was done) into `step_out` (B),
-// which the caller copies to the host after each step.
-// A step's kernels (GPT-2 124M at B = 1: ~2.5 us of weights each, 4.5-10 us each in practice) are
-// bound by launch and dependency latency, not bandwidth. decode_step_plan (below) picks the step's
-// kernels from B, the model and the device; the lab (dev/cuda/decode_step.cu) overrides it to time the
-// alternatives. Its picks:
-// - B <= GEMV_MAX_M (the fused step, decode_layers_fused): a layer is 5 kernels instead of 8-9, the
-//   norm in the prologue of the GEMV after it, the residual add in the epilogue of attproj / fcproj,
-//   kv_cache_append (and RoPE) in the epilogue of the QKV GEMV; lm_head's GEMV also takes each
-//   sequence's greedy argmax into `pending` (its blocks' (max, index) pairs merged by the last block:
-//   the sampler's token, ties to the lower id), and the prefill leaves the argmax of its logits there
-//   too, so a greedy step without teacher forcing starts with advance_and_encode (the sampler's
-//   book-keeping with pending[b] and the embedding of the fed token, one kernel) instead of the
-//   sampler and the encoder. Other sampling keeps the sampler kernel (`pending` is then unused).
-// - B > GEMV_MAX_M: cuBLASLt matmuls with the norms and attention between them; kv_cache_append is
-//   folded into attention_decode, which takes its tensor-core kernels where decode_mma_route allows.
-// - every kernel of ours after the step's first (the sampler or advance_and_encode; cuBLASLt's are
-//   plain launches) is a programmatic dependent of the one before it (llmc/cuda_common.cuh), so the
-//   next GEMV's blocks are resident and loading their weights while the current kernel runs.
+//       (end-of-text, --max-new, the context end, teacher forcing), then the forward of the new tokens
+//       at M = B rows, which leaves the next logits. Everything that changes from token to token lives
+//       in device buffers, so the step is captured once as a CUDA graph (model_infer_step_graph).
+//   step_out (B): the token each sequence produced this step (-1: none), copied out by the caller.
+// A step's kernels (GPT-2 124M at B = 1: ~2.5 us of weights each) are bound by launch and dependency
+// latency, not bandwidth. decode_step_plan picks them from B, the model and the device (the lab,
+// dev/cuda/decode_step.cu, overrides it):
+// - B <= GEMV_MAX_M (the fused step, decode_layers_fused): 5 kernels a layer instead of 8-9: the norm in
+//   the prologue of the next GEMV, the residual add in attproj / fcproj's epilogue, kv_cache_append (and
+//   RoPE) in the QKV GEMV's; lm_head's GEMV also takes each sequence's greedy argmax into `pending` (as
+//   does the prefill), so a greedy step without teacher forcing starts with advance_and_encode (the
+//   sampler's book-keeping and the embedding, one kernel) instead of the sampler and the encoder.
+// - B > GEMV_MAX_M: cuBLASLt matmuls, the norms and attention between them; kv_cache_append folded into
+//   attention_decode, on its tensor-core kernels where decode_mma_route allows.
+// - every kernel of ours after the step's first is a programmatic dependent of the one before it
+//   (llmc/cuda_common.cuh; cuBLASLt's are plain launches): the next GEMV's blocks load their weights
+//   while the current kernel runs.
 #pragma once
 #include <vector>
 #include "llmc/attention_decode.cuh"
@@ -71,10 +60,9 @@ struct DecodeStepPlan {
     bool decode_mma = true;           // (not fused) attention_decode on the tensor cores (decode_mma_route)
 };
 
-// The policy: the fused step where the B normalized rows of C (and the norm's weight and bias) fit a
-// GEMV block's shared memory and B <= GEMV_MAX_M, with the folded argmax; above it, cuBLASLt with
-// the append in attention_decode and its tensor-core kernels where decode_mma_route takes them
-// (attention_decode.cuh: the batch alone fills the SMs, bf16, HD 64/128). PDL on all of our kernels.
+// The policy: the fused step with the folded argmax where B <= GEMV_MAX_M and the norm prologue fits a
+// GEMV block's shared memory; above it, cuBLASLt, the append in attention_decode and its tensor-core
+// kernels where decode_mma_route takes them. PDL on all of our kernels.
 inline DecodeStepPlan decode_step_plan(const ModelConfig& c, int B, int S, int window, int num_sms, bool clusters) {
     using namespace attention_detail;
     DecodeStepPlan p;
@@ -134,11 +122,10 @@ struct ModelInfer {
     GenerateLimits graph_limits{};
 };
 
-// What the GPU inference runs (any knob combination of both families, head size 64 or 128, 16-byte
-// rows); a host check, callable before the device starts.
+// What the GPU inference runs (the training model's kernels); a host check, callable before the device starts.
 inline void model_infer_check_config(const ModelConfig& c, const char* what) {
     model_validate_config(c, what);
-    model_check_gpu_support(c, what);  // the training model's kernels, which inference runs too
+    model_check_gpu_support(c, what);
 }
 
 // Sizes everything for B sequences of prompts up to Tmax tokens and max_seq positions, uploads the
@@ -217,9 +204,8 @@ inline void model_infer_free(ModelInfer& m) {
 
 namespace infer_detail {
 
-// out = epi(inp (M, K) W^T + b): gemv_forward at M <= GEMV_MAX_M rows (plan.gemv), else cuBLASLt; with
-// cuBLASLt, GELU's epilogue also writes the pre-activation into `pre`, and SwiGLU's [gate | up] goes
-// through `pre` (M, N) to swiglu_forward. out (M, N), SwiGLU (M, N/2).
+// out (M, N) (SwiGLU: (M, N/2)) = epi(inp (M, K) W^T + b): gemv_forward at M <= GEMV_MAX_M (plan.gemv),
+// else cuBLASLt, whose GELU also writes `pre` and whose SwiGLU goes through `pre` (M, N).
 inline void linear(ModelInfer& m, floatX* out, floatX* pre, const floatX* inp, const floatX* w,
                    const floatX* b, int M, int K, int N, GemvEpilogue epi, const CudaContext& ctx) {
     if (m.plan.gemv && gemv_supported(M, K, N, epi)) {
@@ -232,9 +218,7 @@ inline void linear(ModelInfer& m, floatX* out, floatX* pre, const floatX* inp, c
     }
 }
 
-// How the norms launch (llmc/cuda_common.cuh): at most NORM_ROW_MAX_M rows (a step, or a short
-// prefill) take a block per row, as programmatic dependents with plan.pdl (beside cuBLASLt the norm's
-// launch hides behind the GEMM before it).
+// How the norms launch (llmc/cuda_common.cuh): a block per row up to NORM_ROW_MAX_M rows, PDL with plan.pdl.
 inline NormLaunch norm_launch(const ModelInfer& m) { return {true, m.plan.pdl}; }
 
 // residual = inp1 + inp2, out = norm(residual), over M rows.
@@ -294,9 +278,8 @@ static __global__ void gather_last_rows(floatX* last, const floatX* ln, const in
     store128(last + (size_t)b * C + c, load128(ln + ((size_t)b * T + lengths[b] - 1) * C + c));
 }
 
-// The book-keeping of the CPU loop (generate_cpu.cpp) after sequence b produced token `id` as its
-// n-th: the token is output; the sequence stops at end-of-text, after max_new tokens, after the
-// forced tokens, or when the token's position reaches the context end (output, never fed).
+// The CPU loop's book-keeping (generate_cpu.cpp) after sequence b produced token `id` as its n-th: output
+// it; stop at end-of-text, after max_new or the forced tokens, or at the context end (output, never fed).
 __device__ inline void advance(int b, int id, int n, int* step_out, int* tokens, int* pos, int* produced, int* active,
                                const int* lengths, const GenerateLimits& lim, int max_seq) {
     const int at = lengths[b] + n;  // the new token's position
@@ -330,11 +313,10 @@ sample_and_advance(int* step_out, int* tokens, int* pos, int* produced, int* act
     if (threadIdx.x == 0) advance(b, id, n, step_out, tokens, pos, produced, active, lengths, lim, max_seq);
 }
 
-// A greedy step without teacher forcing (not folded): grid (P = sample_greedy_blocks(V), B), block
-// (p, b) takes the first largest of logits[b][p * CHUNK, (p + 1) * CHUNK) into the scratch, the last
-// block of sequence b to finish merges the P candidates (ties to the lower index, as block_argmax)
-// and advances (llmc/sampler.cuh, the top). Blocks read active[b] before counting themselves in; the
-// last one writes it after every block of b has counted, and resets the counter for the next step.
+// A greedy step without teacher forcing (not folded): grid (P = sample_greedy_blocks(V), B); block (p, b)
+// puts the first largest of logits[b][p * CHUNK, (p + 1) * CHUNK) in the scratch, the last block of b
+// merges the P candidates (ties to the lower index) and advances (llmc/sampler.cuh, the top). Blocks
+// read active[b] before counting in; the last writes it after all have, and resets the counter.
 static __global__ void __launch_bounds__(SAMPLE_GREEDY_THREADS)
 sample_greedy_and_advance(int* step_out, int* tokens, int* pos, int* produced, int* active, float* scratch,
                           const floatX* logits, const int* lengths, GenerateLimits lim, int V, int Vp, int max_seq) {
@@ -374,18 +356,16 @@ sample_greedy_and_advance(int* step_out, int* tokens, int* pos, int* produced, i
 
 // Whether a step runs decode_layers_fused (plan.fused, on the GEMV kernels).
 inline bool fused_step(const ModelInfer& m) { return m.plan.fused && m.plan.gemv; }
-// Whether lm_head folds the greedy argmax into `pending` (every fused step, whatever the sampling, so
-// `pending` always belongs to the latest logits), and whether this step starts from it.
+// Whether lm_head folds the greedy argmax into `pending` (every fused step, whatever the sampling: it
+// always belongs to the latest logits), and whether this step starts from it.
 inline bool fold_argmax(const ModelInfer& m) { return m.plan.fold_argmax && fused_step(m); }
 inline bool fold_step(const ModelInfer& m, const GenerateLimits& lim) {
     return fold_argmax(m) && lim.sampling.temperature == 0.0f && lim.force_len == 0;
 }
 
-// The first kernel of a folded greedy step: sequence b's token is pending[b] (the argmax of its
-// logits, left by the previous step's lm_head or the prefill); thread 0 advances (the sampler's
-// book-keeping), then the block embeds the token the sequence feeds next (encoder_forward_at's row:
-// an idle or finished sequence embeds token 0 at position 0). Grid (B), a thread per 16-byte pack of
-// C, rounded up to a warp. A plain launch (the step's first node).
+// The first kernel of a folded greedy step: sequence b's token is pending[b]; thread 0 advances, then
+// the block embeds the token fed next (encoder_forward_at's row: an idle or finished sequence embeds
+// token 0 at position 0). Grid (B), a thread per 16-byte pack of C (rounded up to a warp); a plain launch.
 static __global__ void advance_and_encode(floatX* out, int* step_out, int* tokens, int* pos, int* produced,
                                           int* active, const int* pending, const floatX* wte, const floatX* wpe,
                                           const int* lengths, GenerateLimits lim, int max_seq, int C) {
@@ -410,14 +390,25 @@ static __global__ void advance_and_encode(floatX* out, int* step_out, int* token
         encode_pack(out, wte, wpe, b, c, sh_tok, sh_pos, C);
 }
 
-// pending (B) = the first largest of each row of logits (B, Vp) over V (0 if all NaN): the folded
-// argmax of the prefill's logits (sample_and_advance's greedy pick). Grid (B), SAMPLE_THREADS.
+// pending (B) = the first largest of each row of logits (B, Vp) over V (0 if all NaN): the prefill's
+// folded argmax. Grid (B), SAMPLE_THREADS.
 static __global__ void __launch_bounds__(SAMPLE_THREADS)
 argmax_rows(int* pending, const floatX* logits, int V, int Vp) {
     __shared__ float sh_v[32];
     __shared__ int sh_i[32];
     const int id = sampler_detail::block_argmax(logits + (size_t)blockIdx.x * Vp, V, sh_v, sh_i);
     if (threadIdx.x == 0) pending[blockIdx.x] = id;
+}
+
+// The fused GEMV's prologue of the model's norm with weight w and bias b (RMSNorm: none).
+inline GemvFusion norm_fusion(const ModelConfig& c, const floatX* w, const floatX* b) {
+    const bool rms = c.norm == NORM_RMSNORM;
+    GemvFusion f;
+    f.norm = rms ? GEMV_NORM_RMS : GEMV_NORM_LAYER;
+    f.norm_w = w;
+    f.norm_b = rms ? nullptr : b;
+    f.eps = (float)c.norm_eps;
+    return f;
 }
 
 // The layers and the classifier of a step at M = B <= GEMV_MAX_M rows, from the embeddings in res1, as
@@ -428,26 +419,18 @@ argmax_rows(int* pending, const floatX* logits, int V, int Vp) {
 //   attproj+residual  res2 = res1 + atty Wproj^T + b
 //   norm+fc+gelu    fch_gelu = gelu(ln2(res2) Wfc^T + b) (Llama: norm+fc+swiglu, SwiGLU of [gate | up])
 //   fcproj+residual res1 = res2 + fch_gelu Wfcproj^T + b
-// then norm+lm_head: logits = lnf(res1) Wlm^T. Residual ping-pong as the unfused step: no kernel
-// writes a buffer its own inputs come from. `ln`, `proj`, `mean` and `rstd` are not written.
+// (then decode_head_fused). Residual ping-pong: no kernel writes a buffer its own inputs come from.
+// `ln`, `proj`, `mean` and `rstd` are not written.
 inline void decode_layers_fused(ModelInfer& m, const CudaContext& ctx) {
     const ModelConfig& c = m.config;
     const int B = m.B, C = c.channels, L = c.num_layers, QKV = model_qkv_channels(c), FC = model_fc_channels(c);
     const int H = model_mlp_hidden(c), NH = c.num_heads, NKV = c.num_kv_heads, HD = model_head_dim(c);
     const ModelTensors<floatX>& p = m.params;
     cudaStream_t s = ctx.stream;
-    const bool rms = c.norm == NORM_RMSNORM, rope = c.position == POS_ROPE, swiglu = c.mlp == MLP_SWIGLU;
-    auto norm = [&](const floatX* w, const floatX* b) {
-        GemvFusion f;
-        f.norm = rms ? GEMV_NORM_RMS : GEMV_NORM_LAYER;
-        f.norm_w = w;
-        f.norm_b = rms ? nullptr : b;
-        f.eps = (float)c.norm_eps;
-        return f;
-    };
+    const bool rope = c.position == POS_ROPE, swiglu = c.mlp == MLP_SWIGLU;
     for (int l = 0; l < L; l++) {
         const size_t c1 = (size_t)l * C, off = layer_cache_offset(m, l);
-        GemvFusion fq = norm(p.ln1w + c1, tensor_at(p.ln1b, c1));
+        GemvFusion fq = norm_fusion(c, p.ln1w + c1, tensor_at(p.ln1b, c1));
         fq.k_cache = m.k_cache + off;
         fq.v_cache = m.v_cache + off;
         fq.pos = m.pos;
@@ -460,15 +443,14 @@ inline void decode_layers_fused(ModelInfer& m, const CudaContext& ctx) {
         const bool pdl = m.plan.pdl;
         gemv_fused_forward(m.qkv, m.res1, p.qkvw + (size_t)l * QKV * C, tensor_at(p.qkvb, (size_t)l * QKV), B, C, QKV,
                            GEMV_QKV, fq, s, pdl);
-        // early loads: started by PDL while the QKV GEMV runs (the plan's fused step never takes the
-        // tensor-core route, which has none)
+        // early loads: started by PDL while the QKV GEMV runs (no tensor-core route: it has none)
         attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, ctx, m.window,
                          m.decode_scratch, pdl, false, pdl, false);
         GemvFusion fr;
         fr.residual = m.res1;
         gemv_fused_forward(m.res2, m.atty, p.attprojw + c1 * C, tensor_at(p.attprojb, c1), B, C, C, GEMV_RESIDUAL, fr,
                            s, pdl);
-        const GemvFusion ff = norm(p.ln2w + c1, tensor_at(p.ln2b, c1));
+        const GemvFusion ff = norm_fusion(c, p.ln2w + c1, tensor_at(p.ln2b, c1));
         gemv_fused_forward(m.fch_gelu, m.res2, p.fcw + (size_t)l * FC * C, tensor_at(p.fcb, (size_t)l * FC), B, C, FC,
                            swiglu ? GEMV_SWIGLU : GEMV_GELU, ff, s, pdl);
         fr.residual = m.res2;
@@ -482,11 +464,7 @@ inline void decode_head_fused(ModelInfer& m, const CudaContext& ctx) {
     const ModelConfig& c = m.config;
     const ModelTensors<floatX>& p = m.params;
     cudaStream_t s = ctx.stream;
-    GemvFusion fl;
-    fl.norm = c.norm == NORM_RMSNORM ? GEMV_NORM_RMS : GEMV_NORM_LAYER;
-    fl.norm_w = p.lnfw;
-    fl.norm_b = c.norm == NORM_RMSNORM ? nullptr : p.lnfb;
-    fl.eps = (float)c.norm_eps;
+    GemvFusion fl = norm_fusion(c, p.lnfw, p.lnfb);
     if (fold_argmax(m)) {
         fl.argmax = m.pending;
         fl.argmax_scratch = m.argmax_scratch;
@@ -548,8 +526,7 @@ inline void model_infer_decode_forward(ModelInfer& m, const CudaContext& ctx, bo
         infer_detail::decode_head_fused(m, ctx);
         return;
     }
-    // one op a kernel (cuBLASLt): the encoder and attention kernels are programmatic dependents with
-    // plan.pdl (the cuBLASLt kernels stay plain launches)
+    // one op a kernel (cuBLASLt's are plain launches; ours programmatic dependents with plan.pdl)
     infer_detail::layers(m, B, ctx, [&](int l) {
         const size_t off = infer_detail::layer_cache_offset(m, l);
         if (c.position == POS_ROPE) rope_forward_at(m.qkv, m.rope_cos, m.rope_sin, m.pos, B, NH, NKV, HD, s);
@@ -588,10 +565,10 @@ inline void model_infer_step(ModelInfer& m, const GenerateLimits& lim, const Cud
     model_infer_decode_forward(m, ctx);
 }
 
-// One step with every sequence idle, not captured: the sampler skips them and the forward writes only
-// rows nobody reads (no cache slot: idle sequences append nothing). It loads every kernel of the step
-// before a capture (lazy module loading inside a capture is not allowed on every driver) and leaves
-// the generation state idle. Call it after model_infer_build, before the first prefill.
+// One step with every sequence idle, not captured (the forward writes only rows nobody reads, no cache
+// slot): it loads every kernel of the step and does their one-time setup (CudaContext::allow_smem,
+// the GEMV's occupancy query) before any capture, and leaves the generation state idle. Call it after
+// model_infer_build, before the first prefill.
 inline void model_infer_warmup(ModelInfer& m, const GenerateLimits& lim, const CudaContext& ctx) {
     const std::vector<int> neg(m.B, -1);
     cudaCheck(cudaMemcpy(m.pos, neg.data(), sizeof(int) * m.B, cudaMemcpyHostToDevice));
@@ -621,11 +598,10 @@ inline void model_infer_step_graph(ModelInfer& m, const GenerateLimits& lim, con
 
 // ============================================================================ the trainer's samples
 // `gen_tokens` tokens after one end-of-text token, drawn at `temperature` from `rng` (advanced as
-// sample_token on the host would advance it), through the cache: a one-token prefill, then one decode
-// step per token, instead of one full forward per token. `params`: the training model's floatX
-// parameters on the device, copied in first. Build `m` with B = 1, Tmax = 1 and host = nullptr. A
-// sample ends at the context end: max_seq tokens (positions 1..max_seq-1 fed, one more drawn from the
-// last position's logits); the trainer checks --gen-tokens against it.
+// sample_token on the host would), through the cache: a one-token prefill, then a decode step per token.
+// `params`: the training model's floatX parameters on the device, copied in first. Build `m` with B = 1,
+// Tmax = 1 and host = nullptr. A sample ends at the context end (max_seq tokens); the trainer checks
+// --gen-tokens against it.
 inline std::vector<int> model_infer_sample(ModelInfer& m, const floatX* params, int eot, int gen_tokens,
                                           float temperature, Rng& rng, const CudaContext& ctx) {
     if (m.B != 1) fail("internal: model_infer_sample needs a model built for one sequence (B = %d)", m.B);
