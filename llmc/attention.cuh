@@ -15,11 +15,9 @@
 // Three implementations, HD 64 or 128 (other head sizes are an error naming HD):
 //   * attention_*_simple: scalar fp32 math, four threads per query (or key) row; ~12 TFLOP/s. The
 //     FP32 build's path (tensor cores take no fp32), and the baseline in dev/cuda.
-//   * attention_*_flash: bf16 tensor cores (mma.sync m16n8k16 fed by ldmatrix), FlashAttention-2
-//     style; the bf16 build's deterministic backward, and the forward and fast backward where sm_90a
-//     is not built. Tile budget and measured speed in attention_mma.cuh; the backward also has a
-//     faster single-pass mode whose dQ comes from fp32 atomics in a caller's scratch buffer (not
-//     bit-reproducible).
+//   * attention_*_flash: bf16 tensor cores (mma.sync), FlashAttention-2 style (attention_mma.cuh); the
+//     bf16 build's deterministic backward, and the forward and the fast backward (a single pass, dQ by
+//     fp32 atomics in a caller's scratch buffer) where the sm_90a kernels do not run.
 //   * attention_forward_hopper / attention_backward_hopper: wgmma + TMA + warp specialization
 //     (FlashAttention-3's structure), the bf16 forward and the fast (dQ atomics) backward of sm_90a
 //     builds (attention_hopper.cuh, attention_hopper_backward.cuh, on the building blocks of
@@ -31,11 +29,6 @@
 // CudaContext (llmc/cuda_common.cuh): the stream it launches on, the device's SM count and whether
 // the sm_90a kernels run, and the one-time raising of the kernels' shared-memory limits.
 #pragma once
-#include <cmath>
-#include <type_traits>
-#include "llmc/attention_layout.cuh"
-#include "llmc/cuda_common.cuh"
-#include "llmc/utils.h"
 #include "llmc/attention_forward.cuh"  // the forward half: attention_forward and its kernels
 
 namespace attention_detail {
@@ -190,9 +183,7 @@ inline void attention_backward_simple(floatX* dqkv, const floatX* dout, const fl
 }
 
 // ============================================================================ tensor-core kernels
-// The tensor-core (mma.sync) kernels, bf16 only: design, tile budget and measurements in attention_mma.cuh.
 #include "llmc/attention_mma_backward.cuh"
-// The Hopper (sm_90a) kernels: wgmma, TMA, warp specialization; design and measurements in the files.
 #include "llmc/attention_hopper_backward.cuh"
 
 // The mma.sync backward: the deterministic pair without scratch, the single pass (dQ by atomics) with
@@ -216,21 +207,18 @@ inline bool attention_backward_flash(__nv_bfloat16* dqkv, const __nv_bfloat16* d
 }
 
 // ============================================================================ the launchers
-// bf16 build: the Hopper kernels (sm_90a builds on an sm_90 GPU) or the mma.sync kernels, the
-// deterministic backward always on mma.sync; FP32 build: the simple kernels (tensor cores take no fp32).
+// The policy as attention_forward's (attention_forward.cuh); the deterministic backward always on mma.sync.
 // dqkv (B, T, (NH + 2*NKV) * HD) written with `=` from dout, qkv, out and lse; on ctx.stream.
-// scratch: none for the deterministic backward (bit-identical run to run: the mma.sync pair), or a
-// 16-byte aligned buffer of attention_backward_scratch_floats(s) floats for the faster single pass whose
-// dQ sums come from fp32 atomics: the Hopper kernel in sm_90a builds, the mma.sync single pass elsewhere
-// (bf16 build; the FP32 build ignores it). scratch.floats: the buffer's size where known; from
+// scratch: none for the deterministic backward (bit-identical run to run), or a 16-byte aligned buffer
+// of attention_backward_scratch_floats(s) floats for the faster single pass whose dQ sums come from
+// fp32 atomics (the FP32 build ignores it). scratch.floats: the buffer's size where known; from
 // attention_backward_scratch_floats_split(s, ctx) on, the Hopper kernel may split small shapes over
 // more SMs (dK, dV then also summed by atomics).
-// keep_dq: where the backward is a single pass that ends in the dQ store (the Hopper kernel's
-// whole-item schedule, the mma.sync single pass), skip that store: dQ stays in the scratch as fp32
-// sums, dq_accum (B, T, NH * HD) at its start, unscaled (dQ = dq_from_accum<HD>(sum)), and dqkv's query
-// columns are not written. Returns dq_accum where it did (a consumer reads it in place of those
-// columns: fp8_cast_transpose_fused's DQ_ACCUM, until the scratch is reused), else nullptr (dqkv whole:
-// no scratch, the split schedule, the FP32 build). attention_dq_store writes the columns from it.
+// keep_dq: where the backward is a single pass that ends in the dQ store (not the split schedule),
+// skip that store: dQ stays in the scratch as unscaled fp32 sums, dq_accum (B, T, NH * HD) at its
+// start (dQ = dq_from_accum<HD>(sum)), and dqkv's query columns are not written. Returns dq_accum
+// where it did (fp8_cast_transpose_fused's DQ_ACCUM reads it in place of those columns, until the
+// scratch is reused), else nullptr. attention_dq_store writes the columns from it.
 inline const float* attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                                        const float* lse, const AttnShape& s, const CudaContext& ctx,
                                        AttnScratch scratch = {}, bool keep_dq = false) {

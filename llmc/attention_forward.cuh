@@ -14,10 +14,8 @@ namespace attention_detail {
 // ============================================================================ simple kernels
 // Mapping: SIMPLE_TPR threads own one query row (forward, dQ) or one key row (dK/dV); thread `part`
 // holds dims part, part+4, part+8, ... so the four threads of a row read four consecutive smem words
-// (no bank conflict) and a dot product is HD/4 FMAs a thread plus two shuffles. The other operand
-// streams through shared memory SIMPLE_TILE rows at a time, one smem load per FMA: bound by the
-// load/store pipe at ~12 TFLOP/s forward, ~10 backward on the H200 (fp32 peak 67); fine for the FP32
-// build, 20x below the tensor-core kernels.
+// (no bank conflict). The other operand streams through shared memory SIMPLE_TILE rows at a time, one
+// smem load per FMA: bound by the load/store pipe at ~12 TFLOP/s forward, ~10 backward on the H200.
 constexpr int SIMPLE_TPR = 4;
 constexpr int SIMPLE_ROWS = 64;  // rows owned per block: 256 threads
 constexpr int SIMPLE_TILE = 32;  // rows of the streamed operand per smem tile
@@ -107,12 +105,8 @@ inline void attention_forward_simple(floatX* out, float* lse, const floatX* qkv,
 }
 
 // ============================================================================ tensor-core kernels
-// The tensor-core (mma.sync) kernels, bf16 only: design, tile budget and measurements in attention_mma.cuh.
-#include "llmc/attention_mma.cuh"
-#include "llmc/attention_mma_forward.cuh"
-// The Hopper (sm_90a) kernels: wgmma, TMA, warp specialization; design and measurements in the files.
-#include "llmc/attention_hopper_common.cuh"
-#include "llmc/attention_hopper.cuh"
+#include "llmc/attention_mma_forward.cuh"  // mma.sync, bf16 only: design and tile budget in attention_mma.cuh
+#include "llmc/attention_hopper.cuh"       // sm_90a: wgmma, TMA, warp specialization
 
 // FlashAttention-2 on tensor cores; bf16 tensors, HD 64 or 128, every pointer 16-byte aligned.
 inline void attention_forward_flash(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttnShape& s,

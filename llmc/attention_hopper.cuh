@@ -5,30 +5,24 @@
 //
 // Shapes (those of attention.cuh):
 //   qkv (B, T, (NH + 2*NKV) * HD)   read through one 3-D TMA tensor map (columns, T, B): rows past T
-//                                   of a sequence (and before 0) come in as zeros, so no tile ever
-//                                   reads the next one
+//                                   of a sequence (and before 0) come in as zeros
 //   out (B, T, NH * HD)             rows outside 0..T-1 are never stored
 //   lse (B, NH, T) fp32             natural-log log-sum-exp of the scaled scores
 //
 // The kernel by role (each a named function below):
 //   fwd_producer        warps 0-3 at 24 registers (setmaxnreg.dec); one thread issues every TMA: the
 //                       item's Q tile (double-buffered), then its K and V tiles through a ring of stages
-//   fwd_mainloop        each consumer warpgroup (64 query rows) over the K/V tiles its rows see:
-//                       S (64 x BKV fp32) = Q K^T by wgmma m64nBKVk16 from smem; the online softmax in
-//                       registers (base 2); O (64 x HD fp32) += P V by wgmma m64nHDk16, P from registers
-//                       (S repacked to bf16 A fragments), V from smem through the MN-major descriptor.
-//                       FA3's intra-warpgroup overlap (S_{n+1} issued before O += P_n V_n) and ping-pong
-//                       (the warpgroups take turns, round robin, to issue their wgmma, so one's softmax
-//                       hides under the others' matmuls)
+//   fwd_mainloop        each consumer warpgroup (64 query rows) over the K/V tiles its rows see: S = Q K^T
+//                       by wgmma from smem, the online softmax in registers (base 2), O += P V with P
+//                       from registers; FA3's intra-warpgroup overlap (S_{n+1} issued before O += P_n V_n)
+//                       and ping-pong (the warpgroups take turns to issue their wgmma)
 //   fwd_epilogue        lse, O / l, staged through the warp's own rows of the Q buffer, 16-byte stores;
 //                       with AttnFp8Out also the e4m3 copy and its transpose (--fp8's attproj X)
-//   FwdTileScheduler    a persistent grid (one CTA an SM) strides over the work items: BQ-query tiles
-//                       of one head, aligned to the end of the sequence, in head groups whose K/V fit
-//                       in 32 MB of L2, each group its longest tiles first
+//   FwdTileScheduler    a persistent grid (one CTA an SM) over BQ-query tiles of one head, in head
+//                       groups whose K/V fit in 32 MB of L2
 // The role functions are __forceinline__, the helpers inside the main loop lambdas, and the small
-// accessors plain inline: the order in which the compiler inlines and simplifies them decides ptxas's
-// output (moving the Q address or the own-range computation out of the main loop, or making the
-// lambdas functions, changes the machine code; cuobjdump -sass compares it).
+// accessors plain inline: the order in which the compiler inlines them decides ptxas's output (making
+// the lambdas functions, or hoisting the Q address or the own-range computation, changes the SASS).
 // Budget as shipped (HopperFwdShipped):
 //   HD 64   3 consumer warpgroups (BQ 192) at 160 registers, each only its own K/V tiles; BKV 128, 2
 //           stages; smem 2 x Q 24 KB + 2 x (K, V) 16 KB = 112 KB + barriers; 128 registers at launch,
@@ -37,11 +31,8 @@
 //           2 x (K, V) 32 KB = 192 KB + barriers; 168 registers at launch, no spills
 // FLOPs 4 * HD per visible (query, key) pair (plus the masked parts of diagonal tiles); bytes: K/V
 // re-read by every query tile of a head, from L2 thanks to the head groups: compute-bound.
-// Measured (H200, dev/cuda/attention_hopper.cu, cuDNN 9 in the same run), TFLOP/s: gpt2
-// (B 64, NH 12, T 1024, HD 64) 351.9 vs 320.9 (1.10x); long (B 16, NH 16, T 4096, HD 128) 520.9 vs
-// 549.2 (0.95x). The lab file has the other configurations and the dropped designs.
-// Part of llmc/attention.cuh, which includes it (the trainer and the labs include attention.cuh); it
-// builds on the mma helpers and the Hopper building blocks of attention_hopper_common.cuh.
+// Measured: docs/perf.md "Attention, ours against cuDNN"; other configurations and dropped designs:
+// dev/cuda/attention_hopper.cu. Part of llmc/attention.cuh (included from attention_forward.cuh).
 #pragma once
 #include "llmc/attention_hopper_common.cuh"
 #include "llmc/fp8.cuh"
@@ -52,14 +43,13 @@ using namespace attention_detail;
 
 // ============================================================================ configuration
 // A forward configuration is a struct with these named fields (the shipped ones at the end of this
-// file, the lab's in dev/cuda/attention_hopper.cu):
+// file, the lab's in dev/cuda/attention_hopper.cu), from which HopperFwd derives the rest:
 //   head_dim             HD, 64 or 128 (whole 64-column panels)
 //   kv_tile              BKV keys a K/V tile: the n of the S wgmma, 64 or 128
 //   stages               K/V tiles in flight
 //   consumers            consumer warpgroups of 64 query rows: BQ = 64 * consumers
-//   own_kv_ranges        each warpgroup computes only the K/V tiles its own 64 rows see (causal
-//                        diagonal, window edge); the producer loads the union of them
-// HopperFwd derives the rest and checks it.
+//   own_kv_ranges        each warpgroup computes only the K/V tiles its own 64 rows see; the producer
+//                        loads the union of them
 template <class Config>
 struct HopperFwd {
     static constexpr int HD = Config::head_dim, BKV = Config::kv_tile, STAGES = Config::stages;
@@ -75,11 +65,9 @@ struct HopperFwd {
     static_assert((PRODUCER_REGS + NWG * CONSUMER_REGS) * 128 <= 65536, "the SM's register file");
 };
 
-// The CTA's shared memory; every tile HD/64 panels of 64 columns (128-byte rows, the 128B swizzle the
-// TMA writes and wgmma reads), each 1024-byte aligned from a 1024-aligned base: the budget is
-// sizeof + 1024 (the slack to align the base). Q is double-buffered so a persistent CTA loads its next
-// query tile while it finishes this one; the output is staged in the warp's own rows of the Q buffer.
-// K and V have separate full/empty barriers, so a K stage is refilled as soon as its S is done.
+// The CTA's shared memory, every tile 1024-byte aligned (the 128B swizzle's period): sizeof + 1024. Q
+// is double-buffered so a persistent CTA loads its next query tile while it finishes this one; K and V
+// have separate barriers, so a K stage is refilled as soon as its S is done.
 template <class K>
 struct FwdSmem {
     uint8_t q[2][K::Q_BYTES];             // (BQ, HD) bf16, then the output tile
@@ -97,8 +85,7 @@ constexpr int fwd_smem_bytes() {
                   "tiles 1024-byte aligned (the 128B swizzle's period)");
     return 1024 + (int)sizeof(FwdSmem<K>);
 }
-// Shared-space addresses of FwdSmem's fields from the 1024-aligned base (what TMA, wgmma descriptors
-// and mbarriers take).
+// Shared-space addresses of FwdSmem's fields from the 1024-aligned base.
 template <class K>
 struct FwdSmemAddr {
     using S = FwdSmem<K>;
@@ -125,13 +112,11 @@ enum FwdNamedBarrier : int {
 };
 
 // ============================================================================ tile scheduler
-// Work item i: one BQ-query tile of one head. Query tiles are aligned to the end of the sequence: tile
-// k holds the rows [T - (k+1) BQ, T - k BQ), so where BQ does not divide T the partial tile is the first
-// (the shortest item), its rows below 0 read as zeros by the TMA and never stored. (head, sequence)
-// pairs hb = b * NH + h are taken in groups of `group` (the heads of a GQA group adjacent); a group's
-// items are its longest query tiles first, its heads side by side, so the CTAs running at one time
-// share the K/V of a group's heads in L2 (the launcher sizes a group so that its K/V fit there).
-// A CTA takes items blockIdx.x, blockIdx.x + gridDim.x, ...
+// Work item i: one BQ-query tile of one head. Query tiles are aligned to the end of the sequence (tile
+// k holds the rows [T - (k+1) BQ, T - k BQ)), so the partial tile is the shortest item, its rows below 0
+// read as zeros and never stored. (head, sequence) pairs hb = b * NH + h are taken in groups of `group`,
+// each group's longest query tiles first, its heads side by side, so the CTAs running at one time
+// share the group's K/V in L2. A CTA takes items blockIdx.x, blockIdx.x + gridDim.x, ...
 struct FwdWork {
     int h, b, q0;
 };
@@ -228,13 +213,11 @@ struct FwdTile {
     bool last_item;  // the CTA's last item: its last ping-pong hand-over is skipped
 };
 
-// The consumer main loop of one item, issue steps n = 0..n_tiles: S_n = Q K_n (n < n_tiles) and
-// O += P_{n-1} V_{n-1} (n > 0), each only where this warpgroup sees the tile: its steps are none before
-// a, S alone at a, both up to z, P V alone at z + 1, none after. A tile it does not see is still
-// waited for and released: the producer counts every consumer warp. Ping-pong: every issue step is
-// "wait for my turn, issue, hand the turn to the next" (the last warpgroup lets warpgroup 0 go first,
-// fwd_consumer; the very last hand-over of the last warpgroup is skipped so that the arrivals on each
-// barrier match its syncs). It starts with the wait for the item's Q (item j of the CTA).
+// The consumer main loop of one item (item j of the CTA), issue steps n = 0..n_tiles: S_n = Q K_n
+// (n < n_tiles) and O += P_{n-1} V_{n-1} (n > 0), each only where this warpgroup sees the tile (its
+// own tiles a..z). A tile it does not see is still waited for and released: the producer counts every
+// consumer warp. Ping-pong: every issue step is "wait for my turn, issue, hand the turn to the next";
+// the very last hand-over of the last warpgroup is skipped so that arrivals match syncs on each barrier.
 template <class K>
 __device__ __forceinline__ void fwd_mainloop(const FwdSmemAddr<K>& sm, const FwdThread& th, const FwdTile& tile,
                                              int j, int it, int window, float (&o)[K::HD / 2], uint32_t (&p)[K::BKV / 16][4],
@@ -279,8 +262,8 @@ __device__ __forceinline__ void fwd_mainloop(const FwdSmemAddr<K>& sm, const Fwd
         for (int kk = 0; kk < BKV / 16; kk++)
             wgmma_rs<HD>(o, p[kk], smem_desc(sV + s * K::KV_BYTES + kk * 16 * 128, BKV * 128, 1024));
     };
-    // Masks the scores of keys this thread's rows may not see; only tiles crossing the diagonal or
-    // the window's edge for this warp's 16 rows have any.
+    // Masks the scores of keys this thread's rows may not see (only on tiles crossing the diagonal or
+    // the window's edge for this warp's 16 rows).
     auto mask = [&](float (&sacc)[BKV / 2], int n) {
         const int kv0 = (kv_first + n) * BKV, first = q0 + wrow, last = first + 15;
         if (kv0 + BKV - 1 > first || (window > 0 && last - kv0 >= window)) {
@@ -347,13 +330,11 @@ __device__ __forceinline__ void fwd_mainloop(const FwdSmemAddr<K>& sm, const Fwd
 }
 
 // The epilogue of one item: lse, normalise, stage this warp's 16 rows in its own rows of the Q buffer
-// (no other warp reads them; every wgmma that read them has completed), 16-byte stores of the rows
-// < T, then hand the buffer back to the producer (after a proxy fence: the TMA refills it). Rows
-// below 0 (the partial tile) are not stored.
-// FP8 (AttnFp8Out, --fp8's attproj X): each row's values also go to f8.x as e4m3 at *f8.scale (8 bytes
-// a lane-chunk), and the warp's 16 rows to f8.xt transposed: lane takes columns lane, lane + 32, ..., 16
-// staged values down each, one 16-byte store into row h * HD + c of xt (T a multiple of 16, so a
-// warp's 16 rows are all stored or all below 0); amax raised over the values in f8_amax.
+// (every wgmma that read them has completed), 16-byte stores of the rows in 0..T-1, then hand the
+// buffer back to the producer (after a proxy fence: the TMA refills it).
+// FP8 (AttnFp8Out): each row's values also go to f8.x as e4m3 at *f8.scale, and the warp's 16 rows to
+// f8.xt transposed, lane taking columns lane, lane + 32, ... (T a multiple of 16, so a warp's 16 rows
+// are all stored or all below 0); amax raised over the values in f8_amax.
 template <class K, bool FP8>
 __device__ __forceinline__ void fwd_epilogue(const FwdSmemAddr<K>& sm, uint8_t* smem_gen, const FwdThread& th,
                                              const FwdTile& tile, const float (&o)[K::HD / 2], const float (&m)[2],
@@ -515,8 +496,7 @@ inline int hopper_head_group(const AttnShape& s, size_t l2_bytes) {
 }
 
 // persistent: min(work items, SMs) CTAs stride over the items; otherwise one CTA per item. l2_bytes:
-// the K/V budget of an item group (hopper_head_group).
-// f8: also the FP8 copies of out (AttnFp8Out; T a multiple of 16), else null.
+// the K/V budget of an item group (hopper_head_group). f8: also the FP8 copies of out, else null.
 template <class Config>
 inline void forward_hopper(bf16* out, float* lse, const bf16* qkv, const AttnShape& s, const CudaContext& ctx,
                            bool persistent, size_t l2_bytes, const AttnFp8Out* f8 = nullptr) {
@@ -530,17 +510,12 @@ inline void forward_hopper(bf16* out, float* lse, const bf16* qkv, const AttnSha
     const CUtensorMap map = token_rows_map(qkv, B, T, L.row());
     const int items = L.NH * B * ceil_div(T, K::BQ);
     const int grid = persistent ? std::min(items, ctx.sm_count) : items, group = hopper_head_group(s, l2_bytes);
-    if (f8)
-        attention_forward_wgmma<Config, true><<<grid, K::THREADS, smem, ctx.stream>>>(out, lse, map, B, T, L, s.window,
-                                                                                      group, *f8);
-    else
-        attention_forward_wgmma<Config, false><<<grid, K::THREADS, smem, ctx.stream>>>(out, lse, map, B, T, L, s.window,
-                                                                                       group, AttnFp8Out{});
+    auto kernel = f8 ? attention_forward_wgmma<Config, true> : attention_forward_wgmma<Config, false>;
+    kernel<<<grid, K::THREADS, smem, ctx.stream>>>(out, lse, map, B, T, L, s.window, group, f8 ? *f8 : AttnFp8Out{});
     cudaCheckLaunch();
 }
 
-// The shipped configurations (budget in the header comment); persistent, head groups whose K/V fit
-// in 32 MB of L2.
+// The shipped configurations (budget in the header comment); persistent, K/V head groups in 32 MB of L2.
 template <int HD>
 struct HopperFwdShipped;
 template <>
@@ -559,8 +534,8 @@ constexpr size_t HOPPER_L2_BYTES = (size_t)32 << 20;
 #endif  // LLMC_SM90A
 
 // FlashAttention forward on wgmma + TMA; bf16, HD 64 or 128, out and qkv 16-byte aligned. Only in
-// sm_90a builds (attention_hopper_available(ctx)); elsewhere calling it is an error.
-// f8: the FP8 copies of out as well (AttnFp8Out: T a multiple of 16, x and xt 16-byte aligned).
+// sm_90a builds (attention_hopper_available(ctx)); elsewhere calling it is an error. f8: the FP8
+// copies of out as well (T a multiple of 16, x and xt 16-byte aligned).
 inline void attention_forward_hopper(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttnShape& s,
                                      const CudaContext& ctx, const AttnFp8Out* f8 = nullptr) {
     using namespace attention_detail;

@@ -7,47 +7,29 @@
 //   qkv, dqkv (B, T, (NH + 2*NKV) * HD)  qkv read through one 3-D TMA tensor map (columns, T, B): rows
 //                                        past T come in as zeros; dqkv written with `=`
 //   dout (B, T, NH * HD)                 read through a second tensor map of the same kind
-//   scratch                              attention_backward_scratch_floats(shape) floats, the
-//                                        single-pass mma backward's layout: dq_accum (B, T, NH, HD),
-//                                        D (B, NH, Tp), lse2 = lse * log2(e) (B, NH, Tp), Tp = T
-//                                        rounded up to 64 (zeros past T); with the split schedule
-//                                        then dkv_accum (B, T, 2 * NKV * HD): dK's, then dV's columns
-// Three launches, as backward_flash_atomic: attention_backward_prologue (D, lse2, zeroed dq_accum),
-// the wgmma kernel below, attention_backward_dq_store (dQ = scale * dq_accum into dqkv; skipped with
-// keep_dq, where the FP8 trainer's qkv dY cast reads dq_accum itself: attention_backward). dK and dV are
-// summed over the GQA group in registers (deterministic); dQ by fp32 TMA reductions into dq_accum
-// (not bit-reproducible). The split schedule (small shapes, BwdTileScheduler) zeroes dkv_accum
-// first, sums dK and dV there by fp32 reductions too, and ends with attention_backward_dqkv_store.
+//   scratch                              attention_backward_scratch_floats(shape) floats in the layout
+//                                        of attention_mma_backward.cuh's single pass; with the split
+//                                        schedule then dkv_accum (B, T, 2 * NKV * HD): dK's, then dV's columns
+// Three launches, as backward_flash_atomic: attention_backward_prologue, the wgmma kernel below,
+// attention_backward_dq_store (skipped with keep_dq: attention_backward). dK and dV are summed over the
+// GQA group in registers (deterministic); dQ by fp32 TMA reductions into dq_accum (not bit-reproducible).
+// The split schedule (small shapes, BwdTileScheduler) zeroes dkv_accum first, sums dK and dV there by
+// fp32 reductions too, and ends with attention_backward_dqkv_store.
 //
-// The kernel by role (each a named function below):
-//   bwd_producer        warp 0 (setmaxnreg.dec): one thread issues the TMA of K, V (once an item) and,
-//                       per query tile, of Q, dO and the tile's D and lse2 (one box of BQ x 2 floats
-//                       through a tensor map over their 64-padded rows in the scratch; zeros past T)
-//   bwd_mainloop        each consumer warpgroup (64 of the item's 128 keys) over the query tiles of
-//                       every head of the GQA group: S^T = K Q^T and dP^T = V dO^T (wgmma m64nBQk16,
-//                       both from smem); P^T = exp2(S^T * scale * log2 e - lse2), dS^T = P^T (dP^T - D)
-//                       in registers; dV += P^T dO and dK += dS^T Q (wgmma m64nHDk16, A = P^T / dS^T
-//                       repacked to bf16 A fragments, B through the MN-major descriptor): dK, dV stay in
-//                       registers for the whole item; dS^T also goes to smem (bf16, swizzled like a TMA
-//                       tile) for dQ = dS K over all 128 keys (A = dS^T and B = K read MN-major): at BQ
-//                       128 each warpgroup its own 64 query rows, at BQ 64 HD/2 columns of all 64
-//                       (m64n64 either way); dQ is staged in smem and added into dq_accum by the TMA
-//                       (cp.reduce.async.bulk.tensor). The per-tile steps are its lambdas; the order
-//                       of the tiles' steps is one of two schedules:
+// The kernel by role (each a named function below; __forceinline__, the per-tile steps lambdas, for
+// the machine code's sake as in attention_hopper.cuh):
+//   bwd_producer        warp 0 (setmaxnreg.dec): one thread issues the TMA of K, V (once a unit) and,
+//                       per query tile, of Q, dO and the tile's D and lse2
+//   bwd_mainloop        each consumer warpgroup (64 of the unit's 128 keys) over its query tiles of
+//                       every head of the GQA group: S^T, dP^T (wgmma from smem), P^T and dS^T in
+//                       registers, dV += P^T dO and dK += dS^T Q held in registers for the whole unit,
+//                       dQ = dS K (dS^T through smem) reduced into dq_accum by the TMA; the order of
+//                       the tiles' steps is one of two schedules:
 //   bwd_schedule_lockstep   both warpgroups meet at one named barrier a tile, then dQ
-//   bwd_schedule_late_dq    dQ of tile n issued after tile n + 1's dV/dK, dS^T handed over by split
-//                       arrive / sync barriers, so the warpgroups leave lockstep
+//   bwd_schedule_late_dq    dQ of tile n issued after tile n + 1's dV/dK
 //   bwd_epilogue        dK = scale * dS^T Q, dV: bf16 pairs from the accumulators into dqkv
-//   BwdTileScheduler    items = (128-key tile, kv head, sequence); one CTA an SM striding over them,
-//                       the key tiles of one (kv head, sequence) side by side so that the CTAs running
-//                       at one time share Q, dO and dq_accum rows in L2, a long causal key tile paired
-//                       with a short one per CTA. Where the items are fewer than the SMs (B 3, NH 6/2,
-//                       T 777: 42; the first key tile's CTA ran 39 query tiles, the last 3, 90 SMs
-//                       idle: 51 TFLOP/s against cuDNN's 107) the split schedule cuts each key tile's
-//                       query tiles into ranges of at most `chunk`, one CTA each, all in one wave
-//                       (odd: chunk 8, 132 CTAs); a compile-time flag of the kernel, so the whole-item
-//                       kernel's registers are unchanged (split: HD 64 36 / 44 bytes of spills, HD 128
-//                       none)
+//   BwdTileScheduler    a persistent grid over (128-key tile, kv head, sequence) units; the split
+//                       schedule where whole units would leave SMs idle
 // Budget as shipped (HopperBwdShipped; ptxas -v):
 //   HD 64   BQ 128, late dQ; producer 24 registers, consumers 240 (168 at launch); 8 bytes of spill
 //           stores, 24 of spill loads. smem K, V 32 KB + 2 x (Q, dO) 64 KB + 2 dS^T 64 KB + dQ boxes
@@ -56,16 +38,10 @@
 //           V 64 KB + 2 x (Q, dO) 64 KB + 2 dS^T 32 KB + dQ boxes 32 KB + D, lse2 1 KB = 193 KB + barriers
 // FLOPs: 5 matmuls, 10 * HD per visible pair (plus the masked parts of diagonal and window-edge tiles);
 // bytes: K, V once, Q and dO once per key tile (from L2 with the work order above), BQ * HD * 4 bytes
-// of dQ reductions per (key tile, query tile). Issue- and latency-bound.
-// Measured (H200, dev/cuda/attention_backward.cu, the shipped kernel, cuDNN 9 in the same run),
-// TFLOP/s: gpt2 (B 64, NH 12, T 1024, HD 64) 233.6 vs 244.7 (0.95x); gqa (NH 12 / NKV 4) 266.3 vs
-// 229.6 (1.16x); long (B 16, NH 16, T 4096, HD 128) 409.7 vs 468.9 (0.87x). The lab file has the
-// other configurations and the dropped designs.
-// The role functions are __forceinline__ and the per-tile helpers lambdas, for the machine code's
-// sake (see attention_hopper.cuh).
-// Part of llmc/attention.cuh, which includes it (the trainer and the labs include attention.cuh); it
-// builds on the single-pass mma backward's prologue, dq_store, scratch layout and helpers
-// (attention_mma_backward.cuh) and the Hopper building blocks of attention_hopper_common.cuh.
+// of dQ reductions per (key tile, query tile). Issue- and latency-bound. Measured: docs/perf.md
+// "Attention, ours against cuDNN"; other configurations and dropped designs: dev/cuda/attention_backward.cu.
+// Part of llmc/attention.cuh; builds on attention_mma_backward.cuh (prologue, dq_store, scratch layout)
+// and attention_hopper_common.cuh.
 #pragma once
 #include "llmc/attention_mma_backward.cuh"
 #include "llmc/attention_hopper_common.cuh"
@@ -78,16 +54,14 @@ using namespace attention_detail;
 // A backward configuration is a struct with these named fields (the shipped ones at the end of this
 // file, the lab's in dev/cuda/attention_backward.cu):
 //   head_dim     HD, 64 or 128
-//   q_tile       BQ queries a tile: 128 only at HD 64 (S^T and dP^T take 64 + 64 accumulators beside
-//                dK, dV's 32 + 32); 128 splits dQ by query rows between the consumer warpgroups, 64 by
-//                columns
+//   q_tile       BQ queries a tile: 128 (HD 64 only: registers) splits dQ by query rows between the
+//                consumer warpgroups, 64 by columns
 //   stages       query tiles (Q, dO, D, lse2) in flight
-//   late_dq      dQ of tile n issued after tile n + 1's dV/dK (bwd_mainloop), not in lockstep
-//   skip_masked  lockstep only: a warpgroup whose 64 keys see none of a tile's queries (below the
-//                causal diagonal, past the window) skips its S^T, dP^T, dV, dK wgmmas and writes zeros
-//                as its dS^T rows (the dQ wgmma still reads all 128 keys)
-// SPLIT (not a field: the launcher instantiates both): the split schedule (BwdTileScheduler), a
-// compile-time flag so that the whole-item kernel carries none of its registers.
+//   late_dq      dQ of tile n issued after tile n + 1's dV/dK, not in lockstep
+//   skip_masked  lockstep only: a warpgroup whose 64 keys see none of a tile's queries skips its S^T,
+//                dP^T, dV, dK wgmmas and writes zeros as its dS^T rows
+// SPLIT (not a field: the launcher instantiates both): the split schedule, a compile-time flag so that
+// the whole-item kernel carries none of its registers.
 template <class Config, bool SPLIT_ = false>
 struct HopperBwd {
     static constexpr bool SPLIT = SPLIT_;
@@ -95,10 +69,8 @@ struct HopperBwd {
     static constexpr int THREADS = 384;
     static constexpr bool LATE_DQ = Config::late_dq, DQ_ROWS = BQ == 128, SKIP_MASKED = Config::skip_masked;
     static_assert(!(SKIP_MASKED && LATE_DQ), "skip_masked: in the lockstep schedule only");
-    // setmaxnreg: the producer warpgroup gives registers to the consumers, within the 168 x 384 the CTA
-    // got at launch (an inc past that pool waits forever: 32 / 240 hung). BQ 128 and the late dQ need
-    // 240 (232 spilled), so 24 / 240 there; the one-thread producer's loop spills at 24, so 40 / 232
-    // elsewhere.
+    // setmaxnreg within the 168 x 384 registers the CTA got at launch (an inc past that pool hangs).
+    // BQ 128 and the late dQ need 240 (232 spilled); the producer's loop spills at 24, so 40 elsewhere.
     static constexpr bool BIG_CONSUMERS = BQ == 128 || LATE_DQ;
     static constexpr int PRODUCER_REGS = BIG_CONSUMERS ? 24 : 40, CONSUMER_REGS = BIG_CONSUMERS ? 240 : 232;
     static constexpr int DQ_N = DQ_ROWS ? HD : HD / 2;  // dQ columns a consumer warpgroup computes
@@ -109,8 +81,7 @@ struct HopperBwd {
     static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= 168 * THREADS, "setmaxnreg: the CTA's registers");
 };
 
-// The CTA's shared memory; every tile 1024-byte aligned from a 1024-aligned base (the 128B swizzle's
-// period): the budget is sizeof + 1024 (the slack to align the base).
+// The CTA's shared memory, every tile 1024-byte aligned (the 128B swizzle's period): sizeof + 1024.
 template <class K>
 struct BwdSmem {
     uint8_t k[K::KV_BYTES], v[K::KV_BYTES];        // (BKV, HD) bf16, resident for the item
@@ -159,16 +130,15 @@ enum BwdNamedBarrier : int {
 __device__ __forceinline__ uint32_t dq_box_offset(int r, int c) { return r * 128 + (((c >> 2) ^ (r & 7)) << 4) + (c & 3) * 4; }
 
 // ============================================================================ tile scheduler
-// Query tiles of BQ from kv0 up to the last query that sees a key of the BKV-key tile at kv0 (host and
-// device: the launcher sizes the split with it).
+// Query tiles of BQ from kv0 up to the last query that sees a key of the BKV-key tile at kv0.
 template <int BKV, int BQ>
 __host__ __device__ __forceinline__ int bwd_query_tiles(int kv0, int T, int window) {
     const int kv_last = (kv0 + BKV < T ? kv0 + BKV : T) - 1;
     const int q_end = window > 0 && kv_last + window < T ? kv_last + window : T;
     return (q_end - kv0 + BQ - 1) / BQ;
 }
-// Units of one (kv head, sequence) when a key tile's group * query_tiles tiles are cut into pieces of
-// at most `chunk` (the split schedule below).
+// Units of one (kv head, sequence) when each key tile's group * query_tiles tiles are cut into pieces
+// of at most `chunk`.
 template <int BKV, int BQ>
 __host__ __device__ inline int bwd_split_units(int T, int window, int group, int chunk) {
     int units = 0;
@@ -176,17 +146,14 @@ __host__ __device__ inline int bwd_split_units(int T, int window, int group, int
     return units;
 }
 
-// Two schedules; a CTA takes units blockIdx.x, blockIdx.x + gridDim.x, ...; a unit is a key tile
-// (kv0, kv head, sequence) and a range [it_begin, it_end) of its group * n_qt query tiles (head
-// kvh * group + it / n_qt, queries kv0 + (it % n_qt) * BQ ..).
-//   whole items (chunk 0): every unit is a whole key tile. Item i: (kv head, sequence) i / n_kt, so
-//     the CTAs running at one time share their queries' Q, dO and dq_accum rows in L2 (the grid is a
-//     multiple of n_kt where it can be); key tile i % n_kt, reversed in odd rounds of the grid so that
-//     each CTA's consecutive items pair a long causal key tile with a short one.
-//   split (chunk > 0; where whole items would leave SMs idle): key tile kt's tiles are cut into
-//     ns = ceil(n_it / chunk) even ranges, one CTA each, in the order (kv head, sequence), key tile,
-//     range (the longest key tiles first); the CTAs of a key tile sum dK, dV by fp32 reductions into
-//     dkv_accum. The launcher picks the smallest chunk whose units fit in one wave.
+// A CTA takes units blockIdx.x, blockIdx.x + gridDim.x, ...; a unit is a key tile (kv0, kv head,
+// sequence) and a range [it_begin, it_end) of its group * n_qt query tiles (BwdUnit). Two schedules:
+//   whole items (chunk 0): item i is key tile i % n_kt of (kv head, sequence) i / n_kt, so the CTAs
+//     running at one time share Q, dO and dq_accum rows in L2; the key tiles reversed in odd rounds of
+//     the grid, so each CTA pairs a long causal key tile with a short one.
+//   split (chunk > 0; where whole items would leave SMs idle): each key tile's tiles cut into
+//     ceil(n_it / chunk) even ranges, one CTA each, the longest key tiles first; the CTAs of a key
+//     tile sum dK, dV by fp32 reductions into dkv_accum.
 template <class K>
 struct BwdTileScheduler {
     int group, T, NKV, window, n_kt, chunk, units_hb, n_items;  // group: query heads a kv head
@@ -240,10 +207,8 @@ __device__ __forceinline__ void bwd_producer(const BwdSmemAddr<K>& sm, const Bwd
             mbar_expect_tx(sm.full(s), 2 * K::Q_BYTES + K::ROWS_BYTES);
             tma_tile<BQ, HD>(sm.q(s), qkv_map, L.q_col(h), i0, b, sm.full(s));
             tma_tile<BQ, HD>(sm.dout(s), dout_map, h * HD, i0, b, sm.full(s));
-            // D and lse2 of the tile: one box (64 of a padded row, both arrays) of rows_map. Plain bulk
-            // copies did the same, but racecheck reported their smem writes against the consumers'
-            // reads (16 hazards, ordered by the mbarriers); the tensor-map copy's are tracked like
-            // those of Q and dO.
+            // D and lse2 of the tile: one box of rows_map (racecheck tracks a tensor-map copy's smem
+            // writes like Q's; plain bulk copies showed as hazards, although the mbarriers order them)
             tma_load(sm.rows(s), rows_map, i0, b * L.NH + h, 0, sm.full(s));
         }
     }
@@ -280,17 +245,11 @@ __device__ __forceinline__ void bwd_schedule_late_dq(const BwdSmemAddr<K>& sm, u
     const uint32_t base = sm.base;
     const int kv0 = u.kv0, kvh = u.kvh, b = u.b, group = u.group, n_qt = u.n_qt, it_begin = u.it_begin,
               it_end = u.it_end;
-    // dQ one query tile late. Tile n (cnt, continuous over items) of a warpgroup: issue S^T(n),
-    // dP^T(n); P^T, dS^T(n); issue dV/dK(n); sync on the other warpgroup's "dS^T(n-1) written"
-    // barrier, store dS^T(n) into buffer n%2, issue dQ(n-1) (buffer (n-1)%2, K); wait for all;
-    // arrive on "my dS^T(n) written" (this warpgroup arrives, the other syncs); release the stage;
-    // reduce dQ(n-1). The arrive comes after the wait, so the other warpgroup, once synced, knows
-    // this one's dQ(n-1) (the last reader of buffer (n+1)%2) has completed; its own store of
-    // dS^T(n) came after its sync on dS^T(n-1), written after the other's dQ(n-2), the last reader
-    // of buffer n%2. So two buffers, and one arrive per barrier id between two syncs of it. The
-    // first tile of an item has no dQ(n-1); a tail step after the last issues dQ(last) before K
-    // is released. Nothing in flight across the loop's back edge; compile-time flags, not
-    // run-time branches, pick the step's shape.
+    // dQ one query tile late, dS^T in two buffers (n % 2). A warpgroup arrives on "my dS^T(n) written"
+    // after its dQ(n-1), the last reader of buffer (n+1) % 2, has completed, and stores dS^T(n) after
+    // its sync on the other's dS^T(n-1), written after the other's dQ(n-2), the last reader of buffer
+    // n % 2: one arrive per barrier id between two syncs of it. A tail step issues the unit's last dQ
+    // before K is released; nothing is in flight across the loop's back edge.
     // the zeros of dK, dV opaque here: the peeled first step would otherwise materialise them
     // between its wgmma_fence and the dV/dK wgmma (ptxas C7519, then C7512)
     fence_regs(dk), fence_regs(dv);
@@ -384,10 +343,9 @@ __device__ __forceinline__ void bwd_schedule_lockstep(const BwdSmemAddr<K>& sm, 
     }
 }
 
-// The consumer main loop of one unit u (item j of the CTA; cnt counting the CTA's query tiles,
-// continued across units): the per-tile helpers, then it waits for K and V, runs the tiles on the
-// configuration's schedule, and releases K and V when every wgmma reading them has completed. dk, dv
-// accumulate.
+// The consumer main loop of one unit u (item j of the CTA; cnt counts the CTA's query tiles): the
+// per-tile helpers, then the tiles on the configuration's schedule between K and V's wait and release.
+// dk, dv accumulate.
 template <class K>
 __device__ __forceinline__ void bwd_mainloop(const BwdSmemAddr<K>& sm, uint8_t* smem_gen, const BwdThread& th,
                                              const CUtensorMap* dq_map, int j, const BwdUnit& u, int& cnt,
@@ -506,9 +464,8 @@ __device__ __forceinline__ void bwd_mainloop(const BwdSmemAddr<K>& sm, uint8_t* 
         named_sync(BWD_BAR_DS_READY);
     };
 
-    // One query tile's gradients up to dV, dK (stage s, queries i0.., its D and lse2 at rows): issue
-    // S^T, dP^T; P^T while dP^T is still on the tensor cores; dS^T; both packed to bf16 A fragments
-    // (pf, dsf); the dV/dK wgmmas issued (one commit group, not waited for).
+    // One query tile's gradients (stage s, queries i0.., its D and lse2 at rows) up to the dV/dK wgmmas,
+    // issued and not waited for; P^T while dP^T is still on the tensor cores.
     auto tile_grads = [&](float (&st)[BQ / 2], float (&dpt)[BQ / 2], uint32_t (&pf)[BQ / 16][4],
                           uint32_t (&dsf)[BQ / 16][4], int s, const float* rows, int i0) {
         wgmma_fence();
@@ -533,10 +490,8 @@ __device__ __forceinline__ void bwd_mainloop(const BwdSmemAddr<K>& sm, uint8_t* 
     if (lane == 0) mbar_arrive(sm.kv_empty);  // every wgmma reading K, V has completed
 }
 
-// The epilogue of one unit: dK = scale * dS^T Q, dV as bf16 pairs straight from the accumulators into
-// dqkv, the thread's keys key0 and key0 + 8 where < T; under the split schedule (dkv_accum, see
-// BwdTileScheduler) the pairs are added into dkv_accum (B, T, 2 * NKV * HD) fp32 instead, dK's columns
-// then dV's as in a dqkv row, by red.global.add.v2.f32.
+// The epilogue of one unit: dK = scale * dS^T Q, dV as bf16 pairs from the accumulators into dqkv (the
+// thread's keys < T); under the split schedule added into dkv_accum by red.global.add.v2.f32 instead.
 template <class K>
 __device__ __forceinline__ void bwd_epilogue(bf16* dqkv, float* dkv_accum, const BwdThread& th, int kv0, int kvh,
                                              int b, const float (&dk)[K::HD / 2], const float (&dv)[K::HD / 2],
@@ -599,9 +554,9 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmemAddr<K>& sm, uint8_t* 
 }
 
 // ============================================================================ the kernel
-// grid: min(units, SMs) CTAs (whole items: a multiple of the key tiles where it can be) striding over
-// the units (BwdTileScheduler); THREADS threads; bwd_smem_bytes() of smem. Warps 0-3 the producer, 4-11
-// the consumers. dkv_accum: nullptr, or (chunk > 0) the split schedule's fp32 dK, dV sums, zeroed.
+// grid: min(units, SMs) CTAs striding over the units (BwdTileScheduler); THREADS threads;
+// bwd_smem_bytes() of smem. Warps 0-3 the producer, 4-11 the consumers. dkv_accum: nullptr, or
+// (chunk > 0) the split schedule's fp32 dK, dV sums, zeroed.
 template <class Config, bool SPLIT>
 __global__ void __launch_bounds__(HopperBwd<Config>::THREADS, 1)
     attention_backward_wgmma(bf16* dqkv, const __grid_constant__ CUtensorMap qkv_map,
@@ -619,10 +574,8 @@ __global__ void __launch_bounds__(HopperBwd<Config>::THREADS, 1)
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
 
     if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++) {
-            // the producer's expect_tx (Q, dO, D, lse2 all by the copy engine); one arrival a consumer warp
-            mbar_init(sm.full(s), 1), mbar_init(sm.empty(s), 8);
-        }
+        // full: the producer's expect_tx; empty: one arrival a consumer warp
+        for (int s = 0; s < STAGES; s++) mbar_init(sm.full(s), 1), mbar_init(sm.empty(s), 8);
         mbar_init(sm.kv_full, 1), mbar_init(sm.kv_empty, 8);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -649,9 +602,8 @@ inline CUtensorMap dq_accum_map(const float* ptr, int B, int T, int row) {
     return encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, ptr, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
-// D and lse2 in the scratch as one tensor (Tp, B * NH, 2): row (b * NH + h) of D, then of lse2, in boxes
-// of BQ x 1 x 2 (a query tile's D, then its lse2); Tp a multiple of 64, so a box of 64 never leaves the
-// rows; one of 128 may, and its elements past Tp come in as zeros (queries past T, masked anyway).
+// D and lse2 in the scratch as one tensor (Tp, B * NH, 2), boxes of BQ x 1 x 2 (a query tile's D, then
+// its lse2); a box of 128 may pass Tp, and those elements come in as zeros (queries past T, masked).
 inline CUtensorMap rows_map(const float* scratch, int B, int T, int NH, int HD, int BQ) {
     const int Tp = attention_padded_T(T);
     const cuuint64_t dims[3] = {(cuuint64_t)Tp, (cuuint64_t)B * NH, 2};
@@ -662,8 +614,7 @@ inline CUtensorMap rows_map(const float* scratch, int B, int T, int NH, int HD, 
 }
 
 // Epilogue of the split schedule: every column of dqkv, dQ = scale * dq_accum (B, T, NH * HD), dK and
-// dV from dkv_accum (B, T, 2 * NKV * HD, dK already scaled). One thread per 8 values (never across a
-// head: HD is a multiple of 8).
+// dV from dkv_accum (B, T, 2 * NKV * HD, dK already scaled). One thread per 8 values.
 template <int HD>
 __global__ void __launch_bounds__(256) attention_backward_dqkv_store(bf16* dqkv, const float* dq_accum,
                                                                      const float* dkv_accum, int B, int T, QKVLayout L) {
@@ -682,11 +633,9 @@ __global__ void __launch_bounds__(256) attention_backward_dqkv_store(bf16* dqkv,
     store128(dqkv + bt * L.row() + c, r);
 }
 
-// The split schedule's chunk (BwdTileScheduler) for a shape, 0 for whole items. Where the whole items
-// are fewer than the SMs (B 3, NKV 2, T 777: 42 CTAs on 132 SMs, the first key tile's CTA running 3 x 13
-// query tiles while the last runs 3), the smallest chunk whose units fit in one wave, if it cuts the
-// longest unit by SPLIT_MIN_GAIN tiles: a unit's K, V load and its dK, dV reductions (2 x 128 x HD
-// fp32) cost about that much (an estimate).
+// The split schedule's chunk for a shape, 0 for whole items. Where the whole items are fewer than the
+// SMs, the smallest chunk whose units fit in one wave, if it cuts the longest unit by SPLIT_MIN_GAIN
+// tiles: about the cost of a unit's K, V load and its dK, dV reductions (an estimate).
 constexpr int SPLIT_MIN_GAIN = 2;
 template <class K>
 inline int bwd_split_chunk(const AttnShape& s, int sms) {
@@ -703,12 +652,10 @@ inline int bwd_split_chunk(const AttnShape& s, int sms) {
     return lo + SPLIT_MIN_GAIN <= longest ? lo : 0;
 }
 
-// The launches (prologue, wgmma kernel, dQ store; the split schedule zeroes dkv_accum first and stores
-// dQ, dK and dV at the end). scratch: attention_backward_scratch_floats(s) floats, any contents; with
-// scratch_floats >= attention_backward_scratch_floats_split(s, ctx) the kernel may take the split
-// schedule (scratch_floats 0: never, the whole items).
+// The launches. scratch: attention_backward_scratch_floats(s) floats, any contents; with scratch_floats
+// >= attention_backward_scratch_floats_split(s, ctx) the kernel may take the split schedule.
 // keep_dq: on the whole-item schedule, the dQ store is skipped and dQ stays unscaled in scratch's
-// dq_accum (dqkv's query columns unwritten); returns whether it did (the split schedule stores all).
+// dq_accum (dqkv's query columns unwritten); returns whether it did.
 template <class Config>
 inline bool backward_hopper(bf16* dqkv, float* scratch, const bf16* dout, const bf16* qkv, const bf16* out,
                             const float* lse, const AttnShape& s, const CudaContext& ctx, size_t scratch_floats = 0,
@@ -739,12 +686,8 @@ inline bool backward_hopper(bf16* dqkv, float* scratch, const bf16* dout, const 
     // unit its CTA (bwd_split_chunk keeps them within the SMs)
     const int units = chunk > 0 ? bwd_split_units<K::BKV, K::BQ>(T, window, L.NH / L.NKV, chunk) * L.NKV * B : items;
     const int grid = units <= sms ? units : n_kt <= sms ? sms / n_kt * n_kt : sms;
-    if (chunk > 0)
-        attention_backward_wgmma<Config, true><<<grid, K::THREADS, smem, stream>>>(dqkv, qkv_map, dout_map, dq_map, r_map,
-                                                                                   dkv_accum, B, T, L, window, chunk);
-    else
-        attention_backward_wgmma<Config, false><<<grid, K::THREADS, smem, stream>>>(dqkv, qkv_map, dout_map, dq_map,
-                                                                                    r_map, nullptr, B, T, L, window, 0);
+    auto kernel = chunk > 0 ? attention_backward_wgmma<Config, true> : attention_backward_wgmma<Config, false>;
+    kernel<<<grid, K::THREADS, smem, stream>>>(dqkv, qkv_map, dout_map, dq_map, r_map, dkv_accum, B, T, L, window, chunk);
     cudaCheckLaunch();
     if (dkv_accum) {
         const size_t all = (size_t)B * T * L.row() / 8;
@@ -758,10 +701,8 @@ inline bool backward_hopper(bf16* dqkv, float* scratch, const bf16* dout, const 
     return false;
 }
 
-// The shipped configurations (budget in the header comment). HD 64: query tiles of 128 and the late dQ
-// (each +5..17% at gpt2 / gqa, docs/perf.md); HD 128 keeps the lockstep schedule (the late dQ measured
-// within noise there and spills 60 bytes) and does not skip the tiles a warpgroup's keys cannot see
-// (below; dev/cuda/attention_backward.cu times both).
+// The shipped configurations (budget in the header comment; dev/cuda/attention_backward.cu times the
+// others). HD 128: the late dQ is within noise and spills; skip_masked wins with a window, loses without.
 template <int HD>
 struct HopperBwdShipped;
 template <>
@@ -771,8 +712,6 @@ struct HopperBwdShipped<64> {
 };
 template <>
 struct HopperBwdShipped<128> {
-    // skip_masked off: on the H200 it takes the window-256 shape from 160.0 to 163.2 TFLOP/s but the
-    // unwindowed T 4096 one from 412.9 to 401.8 (the lab keeps it as a configuration)
     static constexpr int head_dim = 128, q_tile = 64, stages = 2;
     static constexpr bool late_dq = false, skip_masked = false;
 };
@@ -780,11 +719,8 @@ struct HopperBwdShipped<128> {
 #endif  // LLMC_SM90A
 
 // FlashAttention backward on wgmma + TMA (dQ by fp32 reductions into scratch: not bit-reproducible);
-// bf16, HD 64 or 128, every pointer 16-byte aligned; scratch holds attention_backward_scratch_floats(s)
-// floats, or scratch.floats of them: from attention_backward_scratch_floats_split(s, ctx) on, small
-// shapes may take the split schedule (dK, dV then by fp32 reductions as well). keep_dq: leave dQ in the
-// scratch where the schedule allows (see attention_backward); returns whether it did. Only in sm_90a
-// builds (attention_hopper_available(ctx)); elsewhere calling it is an error.
+// bf16, HD 64 or 128, every pointer 16-byte aligned; scratch and keep_dq as attention_backward. Only in
+// sm_90a builds (attention_hopper_available(ctx)); elsewhere calling it is an error.
 inline bool attention_backward_hopper(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                                       const __nv_bfloat16* out, const float* lse, const AttnShape& s,
                                       const CudaContext& ctx, AttnScratch scratch, bool keep_dq = false) {
@@ -795,11 +731,8 @@ inline bool attention_backward_hopper(__nv_bfloat16* dqkv, const __nv_bfloat16* 
     if (!scratch.data) fail("attention_backward_hopper: needs a scratch buffer (attention_backward_scratch_floats)");
     if (!aligned16(dqkv) || !aligned16(dout) || !aligned16(qkv) || !aligned16(out) || !aligned16(scratch.data))
         fail("attention_backward_hopper: dqkv, dout, qkv, out and scratch must be 16-byte aligned");
-    if (s.HD == 64)
-        return backward_hopper<HopperBwdShipped<64>>(dqkv, scratch.data, dout, qkv, out, lse, s, ctx, scratch.floats,
-                                                      keep_dq);
-    return backward_hopper<HopperBwdShipped<128>>(dqkv, scratch.data, dout, qkv, out, lse, s, ctx, scratch.floats,
-                                                  keep_dq);
+    auto run = s.HD == 64 ? backward_hopper<HopperBwdShipped<64>> : backward_hopper<HopperBwdShipped<128>>;
+    return run(dqkv, scratch.data, dout, qkv, out, lse, s, ctx, scratch.floats, keep_dq);
 #else
     (void)dqkv, (void)dout, (void)qkv, (void)out, (void)lse, (void)ctx, (void)scratch, (void)keep_dq;
     fail("attention_backward_hopper: this build has no sm_90a kernels (GPU_ARCH=90a defines LLMC_SM90A)");

@@ -9,9 +9,10 @@ namespace attention_detail {
 
 // ============================================================================ tensor-core kernels
 // FlashAttention-2 on mma.sync.m16n8k16 (bf16 in, fp32 accumulate), operands staged in shared memory
-// by cp.async and read into fragments by ldmatrix. Every warp owns 16 (or 32) rows of the tile it
-// keeps in registers (queries in the forward and dQ kernels, keys in the dK/dV kernel) and sweeps the
-// other operand's tiles, which the whole block shares. Tile budget as shipped (4 warps, 128 threads):
+// by cp.async (double-buffered: the next tile's load overlaps this tile's math) and read into fragments
+// by ldmatrix. Every warp owns 16 (or 32) rows of the tile it keeps in registers (queries in the
+// forward and dQ kernels, keys in the dK/dV kernel) and sweeps the other operand's tiles, which the
+// whole block shares. Tile budget as shipped (4 warps, 128 threads):
 //   forward HD 64   BQ 128 (32 a warp) x BKV 64; smem Q + 2 stages of K,V = 48 KB; 250 registers
 //                   (Q fragments 32, S 64, O 64): 2 blocks/SM.
 //   forward HD 128  BQ 64 x BKV 64; smem 80 KB; 250 registers (Q 32, S 32, O 64): 2 blocks/SM.
@@ -19,38 +20,26 @@ namespace attention_detail {
 //                   registers for Q, dO, dQ, S and dP); smem Q, dO + 2 stages of K,V = 48 / 64 KB.
 //   dK/dV           BKV 64 x BQ 64 (HD 64, 168 registers) or 32 (HD 128, 252); smem K, V + 2 stages
 //                   of Q, dO = 48 / 64 KB.
-// Measured (H200, docs/perf.md "Attention"), TFLOP/s with cuDNN 9 side by side: at GPT-2's shape
-// (B 64, NH 12, T 1024, HD 64) forward 237 vs 322, backward 166 vs 246, the pair ~182 vs 262; at
-// T 4096 HD 128 forward 270 vs 556, backward 169 vs 455. Roughly 0.7x and 0.4x of cuDNN.
-// Why these choices, and what each bought:
-//   * m16n8k16 mma fed by ldmatrix.x4: each x4 (512 B of smem) feeds 2 mma a m16 tile; with one
-//     m16 tile a warp that is 256 B a mma against a budget of 128 (128 B/clk of smem against one
-//     mma/clk/SM), so the tensor pipe can be at most half busy. Two tiles a warp (MT = 2) halve the
-//     traffic: +14% at HD 64 (208 -> 237); at HD 128 the registers spill and it loses (270 -> 265).
-//     What remains is wgmma's job (operands straight from smem, 64-row warpgroup tiles): the Hopper
-//     kernels (attention_hopper.cuh, attention_hopper_backward.cuh) do that on sm_90a.
+// Roughly 0.7x (forward) and 0.4x (backward) of cuDNN; measurements and the dropped designs in
+// dev/cuda/attention_forward.cu and attention_backward.cu. Why these choices:
+//   * Each ldmatrix.x4 (512 B of smem) feeds 2 mma a m16 tile: with one m16 tile a warp that is 256 B
+//     a mma against a budget of 128 (128 B/clk of smem, one mma/clk/SM), so the tensor pipe is at most
+//     half busy; two tiles a warp (MT = 2) halve the traffic where the registers allow (forward HD 64).
+//     The rest is wgmma's job (operands straight from smem): the Hopper kernels on sm_90a.
 //   * Rows of 64/128 bf16 are 128/256 bytes, so the 8 rows one ldmatrix phase reads would all hit the
 //     same banks: 16-byte chunks are XOR-swizzled by (row % 8) (swz below), conflict-free for both
 //     the cp.async stores and every ldmatrix (plain and .trans).
-//   * Double-buffered cp.async: the next tile's load overlaps this tile's math.
 //   * The softmax runs in base 2 (one FFMA + ex2.approx a score); lse is stored in natural log.
-//   * The backward is two kernels, no atomics, no scratch: dK/dV (one block per key tile and KV head,
-//     looping over the queries of every head in its GQA group, so the group sum happens in registers)
-//     and dQ (one block per query tile). The dQ pass recomputes S and dP: 7 matmuls instead of FA2's
-//     5, bought for determinism (bit-identical runs) and for needing no fp32 dQ buffer outside the
-//     interface. D = rowsum(dO * O) is recomputed by both from dO (in smem) and O (from global).
-//   * Register caps: 3 blocks/SM for the HD 64 backward (+15%); 8-warp blocks lost everywhere
-//     (backward 127 vs 144, windowed forward 148 vs 188); 128-key forward tiles gained nothing.
-//   * Causal: blocks start with the longest rows; tiles wholly in the future (or wholly outside the
-//     sliding window) are never visited; windows run the band kernel (attention_mma_forward.cuh), in
-//     which each warp sweeps only its rows' band of keys; only tiles that cross the diagonal or the window edge mask.
+//   * The deterministic backward is two kernels, no atomics, no scratch: dK/dV (one block per key tile
+//     and KV head, over the queries of every head in its GQA group: the group sum in registers) and dQ
+//     (one block per query tile), which recomputes S and dP: 7 matmuls instead of FA2's 5.
+//   * Causal: blocks start with the longest rows; tiles wholly in the future (or outside the window)
+//     are never visited; only tiles that cross the diagonal or the window edge mask.
 // Rows past T are zero-filled on load (cp.async src-size 0) and never stored; their lse is +inf in
 // the backward so their probabilities are 0.
 // One kernel configuration: WARPS warps own MT m16 tiles (16 * MT rows) each of the register-resident
 // operand (ROWS a block); the streamed operand comes TILE rows a smem stage; MIN_BLOCKS is
-// __launch_bounds__'s register cap. MT = 2 makes every ldmatrix of the streamed operand feed two
-// mma (half the smem traffic per FLOP) at twice the accumulator registers: forward only.
-// The shipped choices are in attention_mma_forward.cuh and attention_mma_backward.cuh; dev/cuda times others.
+// __launch_bounds__'s register cap.
 template <int HD_, int WARPS_, int TILE_, int MIN_BLOCKS_ = 1, int MT_ = 1>
 struct FlashCfg {
     static constexpr int HD = HD_, WARPS = WARPS_, THREADS = WARPS_ * WARP_SIZE, MT = MT_, WROWS = 16 * MT_,

@@ -1,6 +1,6 @@
-// attention_mma_backward.cuh: the tensor-core (mma.sync) attention backward kernels (dQ; dK/dV) and
-// their launcher.
-// Part of llmc/attention.cuh, which includes it; the trainer and the labs include attention.cuh.
+// attention_mma_backward.cuh: the tensor-core (mma.sync) attention backward kernels (the deterministic
+// dQ and dK/dV pair, the single pass) and their launchers; design and tile budget in attention_mma.cuh.
+// Part of llmc/attention.cuh.
 #pragma once
 #include "llmc/attention_mma.cuh"
 
@@ -184,9 +184,8 @@ inline void backward_flash(bf16* dqkv, const bf16* dout, const bf16* qkv, const 
 // Three launches: a prologue (D, lse in base 2, zeroed dQ accumulator), the single-pass kernel and a
 // pass that scales dQ and rounds it into dqkv. Scratch, fp32, one allocation:
 //   dq_accum (B, T, NH, HD)   then   D (B, NH, Tp)   then   lse2 = lse * log2(e) (B, NH, Tp)
-// with rows padded to Tp = a multiple of 64 (zeros past T), so every 64-query tile of D or lse2 is one
-// 16-byte aligned 256-byte block (the Hopper kernel brings it in with one bulk copy).
-// (attention_backward_scratch_floats and _split, after the namespace, size it.)
+// with rows padded to Tp = a multiple of 64 (zeros past T): every 64-query tile of D or lse2 is one
+// 16-byte aligned 256-byte block. attention_backward_scratch_floats (after the namespace) sizes it.
 __host__ __device__ inline int attention_padded_T(int T) { return (T + 63) / 64 * 64; }
 
 // Tile configuration of the single-pass kernel: WARPS warps own MT m16 tiles of keys each (BKV keys a
@@ -196,8 +195,7 @@ __host__ __device__ inline int attention_padded_T(int T) { return (T + 63) / 64 
 template <int HD_, int WARPS_, int MT_, int BQ_, int MIN_BLOCKS_, bool SKIP_ = true>
 struct AtomicCfg {
     // SKIP: warps skip query tiles their keys cannot see (the diagonal, the window edge), and the dQ
-    // step skips invisible 16 x 16 blocks. Saves work at HD 128; at HD 64 the branch costs more than it
-    // saves (155 against 177 TFLOP/s at gpt2, dev/cuda/attention_backward.cu).
+    // step skips invisible 16 x 16 blocks.
     static constexpr bool SKIP = SKIP_;
     static constexpr int HD = HD_, WARPS = WARPS_, THREADS = WARPS_ * WARP_SIZE, MT = MT_, WROWS = 16 * MT_,
                          BKV = WROWS * WARPS_, BQ = BQ_, MIN_BLOCKS = MIN_BLOCKS_;
@@ -223,10 +221,8 @@ __device__ __forceinline__ int swz_ds(int r, int c) {
     else return r * BQ + ((((c >> 3) ^ ((r >> 1) & 3))) << 3) + (c & 7);
 }
 // Prologue: D = rowsum(dO * O) and lse2 = lse * log2(e) into the scratch (zeros in the rows' padding),
-// and the dQ accumulator zeroed.
-// One thread per 8 elements of dO / O (16-byte loads); the HD / 8 threads of a (token, head) row are
-// consecutive lanes and sum by shuffles. Memory-bound: reads dO and O (2 * B*T*NH*HD bf16), writes the
-// fp32 accumulator (4 * B*T*NH*HD bytes).
+// and the dQ accumulator zeroed. One thread per 8 elements of dO / O, the HD / 8 threads of a row
+// summing by shuffles. Memory-bound: reads 2 * B*T*NH*HD bf16, writes 4 * B*T*NH*HD bytes.
 template <int HD>
 __global__ void __launch_bounds__(256) attention_backward_prologue(float* scratch, const bf16* dout, const bf16* out,
                                                                    const float* lse, int B, int T, int NH) {
@@ -257,9 +253,8 @@ __global__ void __launch_bounds__(256) attention_backward_prologue(float* scratc
 }
 
 // Epilogue: dQ = scale * dq_accum, rounded into the query columns of dqkv (dq_from_accum). One thread
-// per 8 values. Reads 4 * B*T*NH*HD bytes, writes half that: 78 us at GPT-2 124M's B 64 T 1024 on the
-// H200. The FP8 trainer skips it where it can (attention_backward's keep_dq): qkv's dY cast then reads
-// the accumulator itself.
+// per 8 values. Reads 4 * B*T*NH*HD bytes, writes half that (78 us at GPT-2 124M's B 64 T 1024, H200;
+// the FP8 trainer skips it where it can: attention_backward's keep_dq).
 template <int HD>
 __global__ void __launch_bounds__(256) attention_backward_dq_store(bf16* dqkv, const float* dq_accum, int B, int T,
                                                                    QKVLayout L) {
@@ -289,13 +284,11 @@ inline void dq_store(bf16* dqkv, const float* dq_accum, int B, int T, const QKVL
 // Per query tile: S^T and dP^T (A = K, V from smem), P^T and dS^T in registers, dS^T also stored as
 // bf16 into one of two smem tiles; dV and dK from registers; then, one tile later (after the next
 // barrier, so one barrier serves both), every warp takes a (16 queries x DQC) block of dS K, A read
-// from the dS^T tile with ldmatrix.trans, and reduces it into dq_accum. With Cfg::SKIP, warps whose
-// keys see none of the tile's queries (the diagonal, the window edge) skip their matmuls and the dQ
-// step skips 16x16 dS blocks with no visible pair, so those warps' stale dS^T rows are never read.
-// Registers (ptxas, sm_90a): 255 and no spills at HD 64 MT 2 without the skip; the skip adds 16-40
-// bytes of spills to every configuration, one reason it loses at HD 64.
-// Bytes: K, V once; Q, dO once per key tile (from L2); dq_accum 4 * BQ * HD bytes of reductions per
-// (key tile, query tile): compute-bound at these tiles, with the L2 reductions as the risk.
+// from the dS^T tile with ldmatrix.trans, and reduces it into dq_accum. With Cfg::SKIP the dQ step
+// skips 16x16 dS blocks with no visible pair, so skipping warps' stale dS^T rows are never read.
+// Registers (ptxas, sm_90a): 255 and no spills at HD 64 MT 2 without the skip (16-40 bytes of spills
+// with it). Bytes: K, V once; Q, dO once per key tile (from L2); 4 * BQ * HD bytes of dq_accum
+// reductions per (key tile, query tile): compute-bound, with the L2 reductions as the risk.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     attention_backward_single_pass_mma(bf16* dqkv, float* scratch, const bf16* dout, const bf16* qkv, int B, int T,
@@ -442,24 +435,19 @@ inline void backward_flash_atomic(bf16* dqkv, float* scratch, const bf16* dout, 
     if (!keep_dq) dq_store(dqkv, scratch, B, T, L, ctx.stream);
 }
 
-// The shipped configuration, the fastest of dev/cuda's variants on the H200 (docs/perf.md):
-//   HD 64: capped at 168 registers, 3 blocks/SM (166 TFLOP/s against 144 uncapped);
-//   HD 128: uncapped (the cap spills: 145 against 169).
+// The shipped configurations, the fastest of dev/cuda/attention_backward.cu's variants on the H200:
+// the pair capped at 168 registers (3 blocks/SM) at HD 64, uncapped at HD 128 (the cap spills).
 template <int HD>
 using DQCfg = std::conditional_t<HD == 64, FlashCfg<64, 4, 64, 3>, FlashCfg<HD, 4, 32>>;
 template <int HD>
 using DKVCfg = std::conditional_t<HD == 64, FlashCfg<64, 4, 64, 3>, FlashCfg<HD, 4, 32>>;
-// The single-pass (atomic dQ) configuration, the fastest of attention_backward.cu's variants (7..10) on the H200:
-//   HD 64: two m16 key tiles a warp (128 keys a block, 32-query tiles, 255 registers: 2 blocks/SM) and
-//          no per-warp skip: 177 TFLOP/s at gpt2 against 155 with the skip and 153 for 64 x 64
-//          tiles (3 blocks/SM); the two-kernel path ran 165 side by side.
-//   HD 128: one m16 tile a warp, 64 keys x 64 queries, with the skip: 187 at long against 181 (64 x 32,
-//          with or without the skip) and 169 for the two-kernel path.
+// The single pass: HD 64 two m16 key tiles a warp (128 keys a block, 32-query tiles, 255 registers:
+// 2 blocks/SM), no per-warp skip; HD 128 one m16 tile a warp, 64 keys x 64 queries, with the skip.
 template <int HD>
 using AtomicBwdCfg = std::conditional_t<HD == 64, AtomicCfg<64, 4, 2, 32, 2, false>, AtomicCfg<HD, 4, 1, 64, 2>>;
 }  // namespace attention_detail
 
-// The single-pass backwards' fp32 workspace (attention_backward's fast mode), no data for the
+// The single-pass backwards' fp32 workspace (attention_backward's fast mode); no data: the
 // deterministic backward. floats: its size where known (0: the minimum below).
 struct AttnScratch {
     float* data = nullptr;

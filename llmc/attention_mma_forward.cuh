@@ -1,6 +1,5 @@
 // attention_mma_forward.cuh: the tensor-core (mma.sync) attention forward kernels (tiles, band) and
-// their launchers.
-// Part of llmc/attention.cuh, which includes it; the trainer and the labs include attention.cuh.
+// their launchers; design and tile budget in attention_mma.cuh. Part of llmc/attention.cuh.
 #pragma once
 #include "llmc/attention_mma.cuh"
 
@@ -37,9 +36,8 @@ __device__ __forceinline__ void finish_forward_rows(bf16* out, float* lse, bf16*
 }
 
 // One online-softmax step of a warp's MT m16 query tiles over NB 8-key blocks of scores s (C fragments;
-// the thread's rows g and g + 8 are r = 0, 1): m (the running maxima, in score units) takes the new
-// maxima, s becomes exp2(s * sl2 - max) (base 2: sl2 = scale * log2 e), and l (this thread's part of
-// the row sums) and the output accumulators o are rescaled to the new maxima, l then adds the new terms.
+// the thread's rows g and g + 8 are r = 0, 1): m takes the new maxima (score units), s becomes
+// exp2(s * sl2 - max), l (this thread's part of the row sums) and o are rescaled, l adds the new terms.
 template <int HD, int NB, int MT>
 __device__ __forceinline__ void online_softmax_tiles(float (*s)[NB][4], float (*m)[2], float (*l)[2],
                                                      float (*o)[HD / 8][4], float sl2) {
@@ -149,24 +147,16 @@ inline void forward_flash_tiles(bf16* out, float* lse, const bf16* qkv, const At
 
 // ---------------------------------------------------------------------------- sliding window
 // The band kernel: the same mma.sync pipeline as attention_forward_mma, with each warp sweeping only
-// the keys its own 16-row groups can see. With window W every query row sees W keys, so the visible
-// keys of a warp's rows are a band of W + WR - 1 keys whose start moves with the warp (by WR keys a
-// warp). Square tiles waste the band's corners: a 64-query tile over 64-key tiles visits 5 tiles
-// (320 keys) for W = 256, and a warp that skipped its masked parts inside the shared tiles would still
-// wait at the barrier for the warp with the most work in that tile (warp 0 on the window-edge tile,
-// warp 3 on the diagonal one). Here the tiles of keys start at the block's first key (16-aligned)
-// and warp w starts `skew` 16-key steps later (its own first key), so in every iteration each warp
-// does the same number of 16-key steps: W / 16 + 1 steps a row group (17 for W = 256, 15 visible +
-// two half-masked ones) instead of 20, and only those two steps compute a mask.
-// With 2 m16 tiles a warp (WR = 32) a warp makes W / 16 + 2 steps, each m16 tile masked at one end.
+// the keys its own 16-row groups can see. With window W the visible keys of a warp's rows are a band
+// of W + WR - 1 keys whose start moves with the warp; square tiles waste the band's corners (a 64-query
+// tile over 64-key tiles visits 320 keys for W = 256), and a warp that skipped its masked parts would
+// still wait at the barrier for the warp with the most work in that tile. Here the tiles of keys start
+// at the block's first key (16-aligned) and warp w starts `skew` 16-key steps later, so in every
+// iteration each warp does the same number of steps: W / 16 + 1 a row group (17 for W = 256 instead
+// of 20; W / 16 + 2 with WR = 32), and only the two edge steps compute a mask.
 // A warp's iteration spans up to SPAN consecutive tiles: STAGES = SPAN + 1 smem stages (the extra one
-// is in flight), e.g. HD 128, 64x64: 3 stages, smem 16 + 96 = 112 KB, 2 blocks/SM.
-// Measured (H200, dev/cuda/attention_forward.cu, beside the tile kernel in one run), T 4096, W 256:
-// HD 128 0.693 ms against 0.714 (-3%, where 17 steps instead of 20 predicted -15%); HD 64 (4 warps x
-// 32 queries, 32 keys, 3 blocks/SM) 0.359 against 0.422 (-15%), and at B 64 T 1024 -12.5%. Why not
-// more: on causal shapes (W = 0, the same steps as the tile kernel less the diagonal corners) the
-// band kernel runs 9% (HD 128) to 12% (HD 64) slower a step, and a window block does only 17 steps
-// for a fixed cost (Q and two tiles in flight before the first step, 5 barrier rounds, the store).
+// is in flight), e.g. HD 128, 64x64: 3 stages, smem 16 + 96 = 112 KB, 2 blocks/SM. Measured beside
+// the tile kernel: dev/cuda/attention_forward.cu.
 template <class Cfg>
 struct BandPlan {
     static constexpr int STEPS = Cfg::TILE / 16;                      // 16-key steps a tile
@@ -271,8 +261,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
                     masked[mt][c] = d - 15 < 0 || (window > 0 && d + 15 >= window);
                 }
             }
-            // Straight-line code for each count N of steps (a branch around every mma would keep the
-            // scheduler from overlapping them: measured 2x slower); only the last iteration has N < STEPS.
+            // Straight-line code for each count N of steps (a branch around every mma is 2x slower: the
+            // scheduler cannot overlap them); only the last iteration has N < STEPS.
             with_step_count<STEPS>(steps - STEPS * j, [&](auto count) {
                 constexpr int N = decltype(count)::value;
                 float s[MT][2 * N][4] = {};
@@ -346,12 +336,9 @@ inline void forward_flash(bf16* out, float* lse, const bf16* qkv, const AttnShap
     else forward_flash_tiles<Cfg>(out, lse, qkv, s, ctx);
 }
 
-// The shipped configuration, the fastest of dev/cuda's variants on the H200 (docs/perf.md):
-//   HD 64: 2 m16 tiles a warp (237 TFLOP/s against 208 with one, 250 registers);
-//   HD 128: one m16 tile a warp, 64 keys a tile (270; 2 tiles a warp spill: 265).
-//   Band, window > 0: HD 64 2 m16 tiles a warp, 32 keys, 168 registers, 3 blocks/SM (T 4096 W 256:
-//   185 TFLOP/s against 171 with 64 keys and 2 blocks/SM); HD 128 as the tiles (191; 32-row warps
-//   spill, 181).
+// The shipped configuration, the fastest of dev/cuda/attention_forward.cu's variants on the H200:
+//   tiles: HD 64 2 m16 tiles a warp (250 registers); HD 128 one m16 tile a warp, 64 keys a tile.
+//   band (window > 0): HD 64 2 m16 tiles a warp, 32 keys, 3 blocks/SM; HD 128 as the tiles.
 template <int HD>
 struct FwdCfg : std::conditional_t<HD == 64, FlashCfg<64, 4, 64, 1, 2>, FlashCfg<HD, 4, 64>> {
     using Band = std::conditional_t<HD == 64, FlashCfg<64, 4, 32, 3, 2>, FlashCfg<HD, 4, 64>>;
