@@ -24,10 +24,8 @@
 
 // ------------------------------------------------------------------------------------------------
 // the full-forward check (--check-full 1)
-// The reference for the cached logits: the model's full forward over one whole sequence
-// (llmc/model_reference.cuh: the training forward's kernels, checked against PyTorch for GPT-2 and
-// Llama-style models), so the decode path (cache append, decode attention, per-sequence RoPE, the
-// GEMVs) is what is tested.
+// The reference for the cached logits: the training forward's kernels over one whole sequence
+// (llmc/model_reference.cuh), so the decode path (cache, decode attention, RoPE, GEMVs) is what is tested.
 struct FullCheck {
     ModelReference ref;
     double tolerance = HAS_MASTER ? 5e-2 : 1e-4;  // max |diff| / max |ref logit| over a row (bf16: both paths round)

@@ -1,20 +1,14 @@
 // generate_cpu.cpp: text generation on the CPU with a KV cache (llmc/cpu/model_infer.h), GPT-2 and
-// Llama-style models, the CPU twin of generate.cu: the same flags, prompts, errors and output (llmc/generate_args.h, one copy
-// for both), the generation loop, the output. fp32, OpenMP; the same sampling rule and RNG stream
-// (llmc/sampler.h; the GPU's is llmc/sampler.cuh) and the same cache layout as the GPU.
-//
+// Llama-style models, the CPU twin of generate.cu: the same flags, prompts, errors and output
+// (llmc/generate_args.h, one copy for both), the same sampling rule and RNG stream (llmc/sampler.h)
+// and cache layout. fp32, OpenMP.
 //   make build/generate_cpu
 //   build/generate_cpu --model out/d12/ --tokenizer data/gpt2_tokenizer.bin --prompt "To be, or not"
 //       --max-new 64 --temperature 0.8 --top-k 40
-//
-// Prompts: --prompt TEXT (through the GPT-2 BPE encoder of llmc/bpe.h, which reads --tokenizer),
-// --prompt-ids 1,2,3, --prompt-file / --prompt-ids-file (one prompt a line), or --interactive 1
-// (one prompt a line from stdin). Several prompts run as a batch of right-padded prompts (up to
-// --batch at once), each sequence at its own position. A sequence stops at end-of-text (not
-// printed), after --max-new tokens, or when its context (--max-seq) is full.
-// Output on stdout: with --tokenizer the text, else the token ids separated by spaces. A single
-// prompt (and each interactive one) streams token by token; a batch prints `[i] completion`
-// lines in prompt order when the batch is done. Timings go to stderr.
+// A batch of right-padded prompts (up to --batch at once), each sequence at its own position; a
+// sequence stops at end-of-text (not printed), after --max-new tokens, or when --max-seq is full.
+// Stdout: text with --tokenizer, else token ids; one prompt streams, a batch prints `[i] completion`
+// lines when done. Timings go to stderr.
 #include <cstdio>
 #include <memory>
 #include <string>

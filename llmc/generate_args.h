@@ -256,8 +256,6 @@ class PromptReader {
     int V_, max_seq_;
 };
 
-// The end-of-text token that stops a sequence: --eot, else the tokenizer's where the model can
-// produce it, else GPT-2's 50256 for a GPT-2 whose V has it, else none (-1).
 // The positions a sequence may use: --max-seq, at most the model's max_seq_len (0 = all of them);
 // `source` names the model in the message.
 inline int resolve_max_seq(const GenConfig& g, const ModelConfig& c, const std::string& source) {
@@ -276,6 +274,8 @@ inline void open_tokenizer(const GenConfig& g, int V, std::unique_ptr<Tokenizer>
     bpe->reset(new BpeEncoder(g.tokenizer_path.c_str()));
 }
 
+// The end-of-text token that stops a sequence: --eot, else the tokenizer's where the model can
+// produce it, else GPT-2's 50256 for a GPT-2 whose V has it, else none (-1).
 inline int resolve_eot(const GenConfig& g, const Tokenizer* tok, const ModelConfig& c) {
     const int V = c.vocab_size;
     if (g.eot >= V) fail("--eot %d: out of range for the model's vocabulary of %d", g.eot, V);

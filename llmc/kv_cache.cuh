@@ -116,10 +116,9 @@ inline void kv_cache_append(floatX* k_cache, floatX* v_cache, const floatX* qkv,
     cudaCheckLaunch();
 }
 
-// Prefill: writes the keys and values of the prompt qkv (B, T, (NH+2*NKV)*HD) into the layer's cache,
-// token t of sequence b into slot t % S, for t < lengths[b] (a device array of values <= T; nullptr:
-// every sequence has T tokens; the rows past a sequence's length are padding, left out). Only a sequence's last S
-// tokens are kept (a ring of W slots needs only the last W).
+// Prefill: the keys and values of the prompt qkv (B, T, (NH+2*NKV)*HD) into the layer's cache, token t
+// of sequence b into slot t % S for t < lengths[b] (a device array of values <= T; nullptr: T; the rest
+// is padding), only each sequence's last S tokens.
 inline void kv_cache_fill(floatX* k_cache, floatX* v_cache, const floatX* qkv, const int* lengths, int B, int T,
                           int NH, int NKV, int HD, int S, cudaStream_t stream) {
     using namespace attention_detail;

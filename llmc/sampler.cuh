@@ -1,17 +1,13 @@
-// sampler.cuh: the next token of each sequence drawn on the GPU from its row of logits, the GPU
-// twin of sample_token in llmc/sampler.h (the same rule, the same RNG stream, weights in fp64), but
-// for one case: ties at the top-p cut are kept whole, where the CPU's stable sort splits them by id.
-// One block of SAMPLE_THREADS per sequence. The k-th largest logit and the top-p cut are found by a
-// radix select over the logits' order-preserving 32-bit keys: 32 block-wide counts (or sums), each
-// reading the row (V * sizeof(floatX) bytes, from L2 after the first). Greedy reads the row once
-// (100 KB per sequence for GPT-2), top-k/top-p ~32x that. Latency-bound either way.
-// Greedy alone (a step of temperature 0 without teacher forcing, model_infer.cuh): the row is split over
-// ceil(V / SAMPLE_GREEDY_CHUNK) blocks of SAMPLE_GREEDY_THREADS (25 for GPT-2: 8 logits a thread,
-// one round of loads), each writes its (max, first index) and the last block of the row to finish
-// merges them (lower index on ties: the same token as block_argmax), where a one-block scan of 1024
-// threads would be a chain of ~50 dependent load rounds.
-// At B <= 8 (the fused step with its folded argmax) a greedy step runs neither: the lm_head GEMV
-// takes the argmax (llmc/gemv.cuh, GemvFusion::argmax) with the same candidates and tie rule.
+// sampler.cuh: the next token of each sequence drawn on the GPU from its row of logits, the twin of
+// sample_token in llmc/sampler.h (same rule, same RNG stream, weights in fp64) but for ties at the top-p
+// cut, kept whole here (the CPU's stable sort splits them by id). One block of SAMPLE_THREADS per
+// sequence; the k-th largest logit and the top-p cut come from a radix select over order-preserving
+// 32-bit keys: 32 block-wide counts (or sums), each reading the row (from L2 after the first). Greedy
+// reads the row once, top-k/top-p ~32x that: latency-bound either way.
+// Greedy alone (model_infer.cuh's greedy step): the row is split over ceil(V / SAMPLE_GREEDY_CHUNK)
+// blocks (25 for GPT-2: one round of loads), each writing its (max, first index), merged by the last to
+// finish (ties to the lower index), where a one-block scan would be ~50 dependent load rounds. At B <= 8
+// the lm_head GEMV takes the argmax instead (llmc/gemv.cuh, GemvFusion::argmax; same tie rule).
 #pragma once
 #include <cstdint>
 #include "llmc/cuda_common.cuh"

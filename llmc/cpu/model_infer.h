@@ -1,28 +1,17 @@
-// model_infer.h: inference on the CPU with a KV cache, for both model families (GPT-2 and
-// Llama-style: the config's norm, position, MLP, bias and head knobs), the model half of
-// generate_cpu.cpp and the CPU twin of the GPU generate. It runs the layer ops of the training
-// forward (llmc/cpu/*.h and the norm helpers of llmc/cpu/model.h, one copy of each) in the same
-// layer structure (the first norm on the embedding, each residual add fused with the next norm) in
-// a new per-layer loop that keeps no activations for a backward; the full-sequence forward of
-// llmc/cpu/model.h stays as it is and is what tests/cpu/test_generate.cpp checks this against.
-// RoPE turns q and k after the QKV matmul at each token's own position, before k enters the cache.
+// model_infer.h: inference on the CPU with a KV cache, for both model families, the model half of
+// generate_cpu.cpp and the CPU twin of llmc/model_infer.cuh. It runs the training forward's layer ops
+// (llmc/cpu/*.h, llmc/cpu/model.h's norm helpers) in the same layer structure, in a per-layer loop that
+// keeps no activations for a backward; tests/cpu/test_generate.cpp checks it against the full-sequence
+// forward of llmc/cpu/model.h. RoPE turns q and k at each token's own position, before k is cached.
 //
-// The cache (docs/design.md, "KV cache and decode attention", the layout the GPU decode kernel
-// reads): per layer k and v, each (B, NKV, S, HD) fp32, only the NKV key/value heads; position p of
-// sequence b lives in slot p % S. S = max_seq for full causal attention; with a window W < max_seq,
-// S = W: a ring buffer of the last W positions.
+// The cache (docs/design.md, "KV cache and decode attention"; the GPU's layout): per layer k and v,
+// each (B, NKV, S, HD) fp32; position p of sequence b in slot p % S. S = max_seq, or S = W (a ring
+// buffer of the last W positions) for a window W < max_seq.
 //
-// One batch of prompts:
-//   model_prefill(m, tokens (B, T) right-padded, lengths (B)): the prompts through every layer at
-//       once (cpu::attention_forward over the prompt), their K/V into the cache
-//       (cpu::kv_cache_fill); returns the logits of each prompt's last position (B, Vp), or of
-//       every position (B, T, Vp);
-//   model_decode_step(m, tokens (B), pos (B)) per new token: token b at position pos[b] (< 0: the
-//       sequence is idle), its K/V appended (cpu::kv_cache_append), one query per sequence against
-//       the cache (cpu::attention_decode); returns the logits (B, Vp) (an idle row is meaningless).
-// A new prefill starts the cache over: a slot is only read after this batch has written it.
-// model_infer_sample(m, eot, gen_tokens, temperature, rng): the CPU trainer's samples, through the two.
-// fp32 throughout; the results do not depend on the thread count.
+// One batch of prompts: model_prefill (every layer over the prompts, cpu::kv_cache_fill), then
+// model_decode_step per new token (cpu::kv_cache_append, cpu::attention_decode). A new prefill starts
+// the cache over: a slot is only read after this batch wrote it. model_infer_sample: the CPU trainer's
+// samples, through the two. fp32 throughout; the results do not depend on the thread count.
 #pragma once
 #include <algorithm>
 #include <vector>
@@ -240,14 +229,11 @@ inline const float* model_decode_step(ModelInfer& m, const int* tokens, const in
 }
 
 // ============================================================================ the trainer's samples
-// `gen_tokens` tokens after one end-of-text token, drawn with sample_token at `temperature` from
-// `rng`, through the cache: a one-token prefill, then one decode step per token, instead of one
-// full forward per token; the CPU twin of model_infer_sample in llmc/model_infer.cuh (the same draws
-// from the same RNG state). Build `m` with B = 1 over the parameters to sample from (the trainer's
-// own buffer: the sample sees each update without a copy). A sample ends at the context end:
-// m.max_seq tokens (positions 1..max_seq-1 fed, one more drawn from the last position's logits).
-// The logits equal the full forward's up to float rounding (tests/cpu/test_generate.cpp), so the
-// tokens are those of a full forward over the whole sequence per token.
+// `gen_tokens` tokens after one end-of-text token, drawn with sample_token at `temperature` from `rng`,
+// through the cache (a one-token prefill, then a decode step per token); the CPU twin of the GPU's
+// model_infer_sample (the same draws from the same RNG state). Build `m` with B = 1 over the parameters
+// to sample from (the trainer's own buffer: no copy). A sample ends at the context end (m.max_seq
+// tokens). The logits equal the full forward's up to float rounding (tests/cpu/test_generate.cpp).
 inline std::vector<int> model_infer_sample(ModelInfer& m, int eot, int gen_tokens, float temperature, Rng& rng) {
     if (m.B != 1) fail("internal: model_infer_sample needs a model built for one sequence (B = %d)", m.B);
     const int one = 1;
