@@ -15,12 +15,11 @@
 // function of (seed, epoch, shard), so save_state/load_state resume with exactly the next batch.
 //
 // Shards are memory-mapped one at a time (fineweb shards are 200 MB). At construction every shard's
-// header, length, token ids (< vocab_size) and mask values (0 or 1) are checked, so a bad id in any shard stops the run
-// before its first step: one sequential read of the data (a vectorized max over the ids), paid once
-// per start. A shard holds
-// uint16 or uint32 ids (its header says which; shards of both widths may be mixed); they become int as a
-// batch is copied out. Every shard of a pattern must record the same vocab_size (one tokenizer);
-// check_data_vocab is the trainers' check of that vocab_size against the model's.
+// header, length, token ids (< vocab_size) and mask values (0 or 1) are checked, so a bad id in any
+// shard stops the run before its first step: one sequential read of the data (a vectorized max over
+// the ids), paid once per start. A shard holds uint16 or uint32 ids (its header says which; widths
+// may be mixed); they become int as a batch is copied out. Every shard of a pattern must record the
+// same vocab_size (one tokenizer); check_data_vocab checks it against the model's.
 #pragma once
 #include <fcntl.h>
 #include <glob.h>
@@ -96,27 +95,13 @@ inline void copy_token_ids(int* dst, const unsigned char* src, int64_t n, int wi
          "the data with the model's tokenizer", path, (long long)header_vocab, model_vocab);
 }
 
-// The first shard matched by glob_pattern (in name order) whose header says it has a loss mask, or
-// "" (none, or no match: the DataLoader reports that). Reads headers only, for a program that must
-// refuse masked data before it starts a device.
-inline std::string first_masked_shard(const char* glob_pattern) {
-    glob_t g;
-    if (glob(glob_pattern, 0, nullptr, &g) != 0) return "";
-    std::string found;
-    for (size_t i = 0; i < g.gl_pathc && found.empty(); i++)
-        if (shard_read_info(g.gl_pathv[i]).has_mask) found = g.gl_pathv[i];
-    globfree(&g);
-    return found;
-}
-
 class DataLoader {
   public:
     static constexpr int64_t STATE_VERSION = 1;
 
     DataLoader(const char* glob_pattern, int B, int T, int rank, int world_size, int vocab_size, uint64_t seed,
                bool shuffle)
-        : B_(B), T_(T), rank_(rank), world_(world_size), vocab_(vocab_size), seed_(seed), shuffle_(shuffle),
-          pattern_(glob_pattern) {
+        : B_(B), T_(T), rank_(rank), world_(world_size), seed_(seed), shuffle_(shuffle), pattern_(glob_pattern) {
         if (B < 1 || T < 1) fail("DataLoader: B = %d and T = %d must be positive", B, T);
         if (world_size < 1 || rank < 0 || rank >= world_size)
             fail("DataLoader: rank %d is not in [0, world_size = %d)", rank, world_size);
@@ -129,26 +114,20 @@ class DataLoader {
         globfree(&g);
         const int64_t BT = (int64_t)B * T;
         for (const std::string& path : paths) {
-            Shard s;
-            s.path = path;
-            ShardInfo info = shard_read_info(s.path.c_str());
+            const ShardInfo info = shard_read_info(path.c_str());
+            Shard s{path, (info.num_tokens - 1) / BT, info};
             if (info.num_tokens < BT + 1)
                 fail("%s: %lld tokens, fewer than one window of B*T+1 = %lld (B = %d, T = %d)", s.path.c_str(),
                      (long long)info.num_tokens, (long long)(BT + 1), B, T);
-            if (!shards_.empty() && info.vocab_size != shards_[0].vocab_size)
+            if (!shards_.empty() && info.vocab_size != shards_[0].info.vocab_size)
                 fail("%s: vocab_size %lld in its header, but %s (matched by the same pattern %s) has %lld: the shards "
                      "come from different tokenizers", s.path.c_str(), (long long)info.vocab_size,
-                     shards_[0].path.c_str(), glob_pattern, (long long)shards_[0].vocab_size);
-            if (!shards_.empty() && info.has_mask != shards_[0].has_mask)
+                     shards_[0].path.c_str(), glob_pattern, (long long)shards_[0].info.vocab_size);
+            if (!shards_.empty() && info.has_mask != shards_[0].info.has_mask)
                 fail("%s: has %s loss mask, but %s (matched by the same pattern %s) %s: give a pattern of masked "
                      "shards or of unmasked ones", s.path.c_str(), info.has_mask ? "a" : "no",
-                     shards_[0].path.c_str(), glob_pattern, shards_[0].has_mask ? "has one" : "has none");
+                     shards_[0].path.c_str(), glob_pattern, shards_[0].info.has_mask ? "has one" : "has none");
             if (info.vocab_size > vocab_size) fail_data_vocab_larger(s.path.c_str(), info.vocab_size, vocab_size);
-            s.num_windows = (info.num_tokens - 1) / BT;
-            s.vocab_size = info.vocab_size;
-            s.token_bytes = info.token_bytes;
-            s.num_tokens = info.num_tokens;
-            s.has_mask = info.has_mask;
             check_shard_ids(s);
             total_windows_ += s.num_windows;
             shards_.push_back(s);
@@ -172,13 +151,14 @@ class DataLoader {
         int64_t w = g - prefix_[i];
         use_shard(order_[i]);
         const int64_t BT = (int64_t)B_ * T_;
-        const int width = shards_[mapped_].token_bytes;
+        const ShardInfo& in = shards_[mapped_].info;
+        const int width = in.token_bytes;
         const int64_t first = (shuffle_ ? window_order_[w] : w) * BT;  // the window's first token
         const unsigned char* p = tokens_ + first * width;
         copy_token_ids(inputs_.data(), p, BT, width);
         copy_token_ids(targets_.data(), p + width, BT, width);
-        if (shards_[mapped_].has_mask) {
-            const unsigned char* m = tokens_ + shards_[mapped_].num_tokens * width + first + 1;
+        if (in.has_mask) {
+            const unsigned char* m = tokens_ + in.num_tokens * width + first + 1;
             for (int64_t j = 0; j < BT; j++) mask_[j] = m[j];
         }
         pos_++;
@@ -186,12 +166,11 @@ class DataLoader {
     const int* inputs() const { return inputs_.data(); }    // (B, T)
     const int* targets() const { return targets_.data(); }  // (B, T)
     const int* mask() const { return mask_.data(); }        // (B, T), 1 = the target's loss counts
-    bool has_mask() const { return shards_[0].has_mask; }   // the shards carry a loss mask (version 3)
+    bool has_mask() const { return shards_[0].info.has_mask; }  // the shards carry a loss mask (version 3)
     void reset() { start_epoch(0); }
     int64_t num_windows() const { return per_rank_; }  // per rank, per epoch
     int64_t epoch() const { return epoch_; }
-    int num_shards() const { return (int)shards_.size(); }
-    int64_t header_vocab() const { return shards_[0].vocab_size; }  // of every shard (the tokenizer's)
+    int64_t header_vocab() const { return shards_[0].info.vocab_size; }  // of every shard (the tokenizer's)
     const std::string& first_path() const { return shards_[0].path; }
 
     // The state is the same on every rank (they move in lockstep), so one saved copy resumes all.
@@ -235,10 +214,7 @@ class DataLoader {
     struct Shard {
         std::string path;
         int64_t num_windows;
-        int64_t vocab_size;  // from its header
-        int token_bytes;     // 2 (uint16 ids) or 4 (uint32), from its header
-        int64_t num_tokens;
-        bool has_mask;       // num_tokens mask bytes follow the ids (version 3)
+        ShardInfo info;  // from its header
     };
 
     // Seed of one shuffle: a hash of (seed, epoch, stream) through two splitmix64 rounds, so
@@ -270,12 +246,13 @@ class DataLoader {
         MappedFile f;
         f.map(sh.path.c_str(), size);
         const unsigned char* ids = f.data() + HEADER_BYTES;
-        const int64_t all = sh.num_tokens;
+        const ShardInfo& in = sh.info;
+        const int64_t all = in.num_tokens;
         const char* what = "the shard header's vocab_size, at most the model's";
-        if (sh.token_bytes == 2) check_token_ids((const uint16_t*)ids, all, 0, sh.vocab_size, sh.path.c_str(), what);
-        else check_token_ids((const uint32_t*)ids, all, 0, sh.vocab_size, sh.path.c_str(), what);
-        if (!sh.has_mask) return;
-        const unsigned char* m = ids + all * sh.token_bytes;
+        if (in.token_bytes == 2) check_token_ids((const uint16_t*)ids, all, 0, in.vocab_size, sh.path.c_str(), what);
+        else check_token_ids((const uint32_t*)ids, all, 0, in.vocab_size, sh.path.c_str(), what);
+        if (!in.has_mask) return;
+        const unsigned char* m = ids + all * in.token_bytes;
         unsigned char most = 0;
         for (int64_t i = 0; i < all; i++) most = std::max(most, m[i]);
         if (most <= 1) return;
@@ -302,7 +279,7 @@ class DataLoader {
         }
     }
 
-    int B_, T_, rank_, world_, vocab_;
+    int B_, T_, rank_, world_;
     uint64_t seed_;
     bool shuffle_;
     std::string pattern_;
@@ -333,16 +310,14 @@ class EvalLoader {
         : B_(B), T_(T), rank_(rank), world_(world_size) {
         if (world_size < 1 || rank < 0 || rank >= world_size)
             fail("EvalLoader: rank %d is not in [0, world_size = %d)", rank, world_size);
-        FileHeader hd;
-        int64_t size;
-        UniqueFile f = open_checked(path, MAGIC_EVAL, &hd, &size);
-        const int64_t* h = hd.h;
+        CheckedFile file = open_checked(path, MAGIC_EVAL);
+        const int64_t* h = file.hd.h;
         check_range(path, "num_examples", h[2], 1, INT32_MAX);
         check_range(path, "vocab_size", h[3], 1, 65536);
         check_range(path, "num_choices", h[4], 2, 64);
         check_range(path, "max_row_tokens", h[5], 2, 65535);
         check_range(path, "payload_length", h[6], 1, INT64_MAX / 4);
-        check_file_length(path, size, h[6] * 2);
+        check_file_length(path, file.size, h[6] * 2);
         K_ = (int)h[4];
         header_vocab_ = h[3];
         if (B < K_ || B % K_ != 0) fail("EvalLoader: B = %d must be a positive multiple of %d choices (%s)", B, K_, path);
@@ -350,8 +325,8 @@ class EvalLoader {
             fail("%s: the longest context + completion has %lld tokens, so T = %d must be at least %lld", path,
                  (long long)h[5], T, (long long)(h[5] - 1));
         data_.resize(h[6]);
-        fread_or_fail(data_.data(), 2, h[6], f.get(), path);
-        f.reset();
+        fread_or_fail(data_.data(), 2, h[6], file.f.get(), path);
+        file.f.reset();
         // index the records: label, context length, K completion lengths, then the tokens
         const int64_t n = h[2], len = h[6], fields = 2 + K_;
         for (int64_t i = 0, pos = 0; i < n; i++) {

@@ -29,17 +29,13 @@ constexpr int64_t MAGIC_EVAL = fourcc("GPTE");
 constexpr int64_t MAGIC_FP8 = fourcc("GPT8");
 constexpr int64_t FORMAT_VERSION = 1;  // the first version of every format, and the only one of most
 // Model files (GPTM) and debug states (GPTX) are at version 3: version 2 adds the model family's
-// knobs, version 3 RoPE frequency scaling (Llama 3.x's llama3; docs/formats.md). Their writers use
-// the oldest version that holds the config: 1 for a plain GPT-2, 3 only with RoPE scaling, else 2, so
-// files without scaling stay byte-identical to those of earlier builds and readable by them, while a
-// build that knows no scaling refuses a file with it (instead of running unscaled RoPE); the readers
-// take all three.
+// knobs, version 3 RoPE frequency scaling (Llama 3.x's llama3; docs/formats.md). Writers use the
+// oldest version that holds the config (model_version_for); readers take all three.
 constexpr int64_t MODEL_VERSION = 3;
 constexpr int64_t DEBUG_VERSION = 3;
 // Token shards (GPTD) are at version 3: version 2 adds uint32 tokens (vocabularies over 65,536 ids),
-// version 3 a per-token loss mask after the ids. A writer uses the oldest version that holds the
-// shard (1: uint16 ids, 2: uint32 ids, 3: with a mask), so shards without a mask stay byte-identical
-// to earlier builds' files, while a build that knows no mask refuses a shard with one.
+// version 3 a per-token loss mask after the ids. shard_write uses the oldest version that holds the
+// shard, so unmasked shards stay byte-identical to earlier builds' files, which refuse a masked one.
 constexpr int64_t SHARD_VERSION = 3;
 inline int64_t newest_version(int64_t magic) {
     return magic == MAGIC_MODEL ? MODEL_VERSION : magic == MAGIC_DEBUG ? DEBUG_VERSION
@@ -65,32 +61,38 @@ struct FileHeader {
     int64_t h[HEADER_INTS];
 };
 
+// An open file positioned at its payload, its header and its length in bytes.
+struct CheckedFile {
+    UniqueFile f;
+    FileHeader hd;
+    int64_t size;
+};
+
 // Opens `path`, checks its length holds a header, reads it and checks magic and version.
-// Returns the open file positioned at the payload; *file_size gets the length in bytes.
-inline UniqueFile open_checked(const char* path, int64_t magic, FileHeader* hdr, int64_t* file_size) {
-    int64_t size = file_size_or_fail(path);
+inline CheckedFile open_checked(const char* path, int64_t magic) {
+    const int64_t size = file_size_or_fail(path);
     if (size == 0) fail("%s: empty file (0 bytes), expected %s", path, magic_name(magic));
     if (size < HEADER_BYTES)
         fail("%s: %lld bytes is too short to hold the %lld-byte header of %s", path, (long long)size,
              (long long)HEADER_BYTES, magic_name(magic));
-    UniqueFile f(fopen_or_fail(path, "rb"));
-    fread_or_fail(hdr->h, sizeof(int64_t), HEADER_INTS, f.get(), path);
-    if (hdr->h[0] != magic) {
-        const char* other = magic_name(hdr->h[0]);
+    CheckedFile file{UniqueFile(fopen_or_fail(path, "rb")), {}, size};
+    const int64_t* h = file.hd.h;
+    fread_or_fail(file.hd.h, sizeof(int64_t), HEADER_INTS, file.f.get(), path);
+    if (h[0] != magic) {
+        const char* other = magic_name(h[0]);
         if (other) fail("%s: this is %s, not %s", path, other, magic_name(magic));
-        fail("%s: bad magic 0x%llx, not %s (expected 0x%llx)", path, (unsigned long long)hdr->h[0], magic_name(magic),
+        fail("%s: bad magic 0x%llx, not %s (expected 0x%llx)", path, (unsigned long long)h[0], magic_name(magic),
              (unsigned long long)magic);
     }
     const int64_t newest = newest_version(magic);
-    if (hdr->h[1] < FORMAT_VERSION || hdr->h[1] > newest) {
+    if (h[1] < FORMAT_VERSION || h[1] > newest) {
         if (newest == FORMAT_VERSION)
-            fail("%s: unsupported version %lld of %s (this build reads version %lld)", path, (long long)hdr->h[1],
+            fail("%s: unsupported version %lld of %s (this build reads version %lld)", path, (long long)h[1],
                  magic_name(magic), (long long)FORMAT_VERSION);
         fail("%s: unsupported version %lld of %s (this build reads versions %lld to %lld)", path,
-             (long long)hdr->h[1], magic_name(magic), (long long)FORMAT_VERSION, (long long)newest);
+             (long long)h[1], magic_name(magic), (long long)FORMAT_VERSION, (long long)newest);
     }
-    *file_size = size;
-    return f;
+    return file;
 }
 
 inline void check_file_length(const char* path, int64_t size, int64_t payload) {
@@ -108,16 +110,19 @@ inline void check_range(const char* path, const char* field, int64_t v, int64_t 
              (long long)hi);
 }
 
-// ---- bf16 <-> fp32 on the host (bf16 = upper 16 bits of fp32, round to nearest even) ----
-inline float bf16_to_float(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+// The bits of x as a To of the same size.
+template <typename To, typename From>
+inline To bits_as(From x) {
+    static_assert(sizeof(To) == sizeof(From), "a reinterpretation of the same bytes");
+    To t;
+    memcpy(&t, &x, sizeof t);
+    return t;
 }
+
+// ---- bf16 <-> fp32 on the host (bf16 = upper 16 bits of fp32, round to nearest even) ----
+inline float bf16_to_float(uint16_t b) { return bits_as<float>((uint32_t)b << 16); }
 inline uint16_t float_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
+    uint32_t u = bits_as<uint32_t>(f);
     if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
@@ -154,25 +159,16 @@ struct ModelFileInfo {
     int64_t num_params;
 };
 
-// Slots 12..20 of a version-2 model header: the family's knobs; slots 21..25 of a version-3 header:
-// the RoPE scaling. eps, theta and the scaling's factors are the bit patterns of float64 values.
-inline double header_double(int64_t slot) {
-    double d;
-    memcpy(&d, &slot, 8);
-    return d;
-}
-inline int64_t header_slot(double d) {
-    int64_t slot;
-    memcpy(&slot, &d, 8);
-    return slot;
-}
 // The model version a config needs: 1 for a plain GPT-2 (byte-identical to earlier builds' files), 3
-// with RoPE scaling (so that a build without it refuses the file), else 2.
+// with RoPE scaling (so that a build without it refuses the file instead of running unscaled RoPE),
+// else 2.
 inline int64_t model_version_for(const ModelConfig& c) {
     if (model_is_plain_gpt2(c)) return FORMAT_VERSION;
     return c.rope_scaling.type != ROPE_SCALING_NONE ? MODEL_VERSION : 2;
 }
 
+// Slots 12..20 of a version-2 model header: the family's knobs; slots 21..25 of a version-3 header:
+// the RoPE scaling. eps, theta and the scaling's factors are the bit patterns of float64 values.
 inline ModelFileInfo model_header_from(const FileHeader& hd, const char* path) {
     const int64_t* h = hd.h;
     check_range(path, "dtype", h[2], 0, 1);
@@ -199,9 +195,9 @@ inline ModelFileInfo model_header_from(const FileHeader& hd, const char* path) {
         check_range(path, "tied_head", h[20], 0, 1);
         c.architecture = (int)h[12];
         c.norm = (int)h[13];
-        c.norm_eps = header_double(h[14]);
+        c.norm_eps = bits_as<double>(h[14]);
         c.position = (int)h[15];
-        c.rope_theta = header_double(h[16]);
+        c.rope_theta = bits_as<double>(h[16]);
         c.mlp = (int)h[17];
         c.mlp_hidden = (int)h[18];
         c.biases = (int)h[19];
@@ -211,9 +207,9 @@ inline ModelFileInfo model_header_from(const FileHeader& hd, const char* path) {
         check_range(path, "rope_scaling", h[21], 0, 1);
         check_range(path, "rope_original_max_position_embeddings", h[25], 0, 1 << 24);
         c.rope_scaling.type = (int)h[21];
-        c.rope_scaling.factor = header_double(h[22]);
-        c.rope_scaling.low_freq_factor = header_double(h[23]);
-        c.rope_scaling.high_freq_factor = header_double(h[24]);
+        c.rope_scaling.factor = bits_as<double>(h[22]);
+        c.rope_scaling.low_freq_factor = bits_as<double>(h[23]);
+        c.rope_scaling.high_freq_factor = bits_as<double>(h[24]);
         c.rope_scaling.original_max_pos = (int)h[25];
     }
     model_validate_config(c, path);
@@ -227,20 +223,16 @@ inline ModelFileInfo model_header_from(const FileHeader& hd, const char* path) {
 
 // Reads and validates the header and length only.
 inline ModelFileInfo model_read_info(const char* path) {
-    FileHeader hd;
-    int64_t size;
-    open_checked(path, MAGIC_MODEL, &hd, &size);
-    ModelFileInfo info = model_header_from(hd, path);
-    check_file_length(path, size, info.num_params * (info.dtype == DTYPE_BF16 ? 2 : 4));
+    const CheckedFile file = open_checked(path, MAGIC_MODEL);
+    ModelFileInfo info = model_header_from(file.hd, path);
+    check_file_length(path, file.size, info.num_params * (info.dtype == DTYPE_BF16 ? 2 : 4));
     return info;
 }
 
 // Reads the parameters as fp32 (converting a bf16 file); `params` holds num_params floats.
 inline ModelFileInfo model_read_fp32(const char* path, float* params) {
     ModelFileInfo info = model_read_info(path);
-    FileHeader hd;
-    int64_t size;
-    UniqueFile f = open_checked(path, MAGIC_MODEL, &hd, &size);
+    UniqueFile f = open_checked(path, MAGIC_MODEL).f;
     if (info.dtype == DTYPE_FP32) {
         fread_or_fail(params, sizeof(float), info.num_params, f.get(), path);
     } else {
@@ -264,34 +256,31 @@ inline FileHeader model_make_header(const ModelConfig& c, int64_t dtype) {
     h[7] = c.num_heads; h[8] = c.num_kv_heads; h[9] = c.channels; h[10] = c.window;
     h[11] = (int64_t)model_num_params(c);
     if (h[1] >= 2) {
-        h[12] = c.architecture; h[13] = c.norm; h[14] = header_slot(c.norm_eps); h[15] = c.position;
-        h[16] = header_slot(c.rope_theta); h[17] = c.mlp; h[18] = model_mlp_hidden(c); h[19] = c.biases;
+        h[12] = c.architecture; h[13] = c.norm; h[14] = bits_as<int64_t>(c.norm_eps); h[15] = c.position;
+        h[16] = bits_as<int64_t>(c.rope_theta); h[17] = c.mlp; h[18] = model_mlp_hidden(c); h[19] = c.biases;
         h[20] = c.tied_head;
     }
     if (h[1] >= 3) {
         const RopeScaling& r = c.rope_scaling;
-        h[21] = r.type; h[22] = header_slot(r.factor); h[23] = header_slot(r.low_freq_factor);
-        h[24] = header_slot(r.high_freq_factor); h[25] = r.original_max_pos;
+        h[21] = r.type; h[22] = bits_as<int64_t>(r.factor); h[23] = bits_as<int64_t>(r.low_freq_factor);
+        h[24] = bits_as<int64_t>(r.high_freq_factor); h[25] = r.original_max_pos;
     }
     return hd;
 }
 
-// Writes an fp32 checkpoint atomically (path.tmp, then rename).
-inline void model_write_fp32(const char* path, const ModelConfig& c, const float* params) {
-    FileHeader hd = model_make_header(c, DTYPE_FP32);
+// Writes a checkpoint atomically (path.tmp, then rename): fp32 values, or bf16 bit patterns.
+inline void model_write(const char* path, const ModelConfig& c, int64_t dtype, const void* params) {
+    FileHeader hd = model_make_header(c, dtype);
     AtomicFileWriter w(path);
     w.write(hd.h, HEADER_BYTES);
-    w.write(params, model_num_params(c) * sizeof(float));
+    w.write(params, model_num_params(c) * (dtype == DTYPE_BF16 ? sizeof(uint16_t) : sizeof(float)));
     w.commit();
 }
-
-// Writes a bf16 checkpoint from bf16 bit patterns.
+inline void model_write_fp32(const char* path, const ModelConfig& c, const float* params) {
+    model_write(path, c, DTYPE_FP32, params);
+}
 inline void model_write_bf16(const char* path, const ModelConfig& c, const uint16_t* params) {
-    FileHeader hd = model_make_header(c, DTYPE_BF16);
-    AtomicFileWriter w(path);
-    w.write(hd.h, HEADER_BYTES);
-    w.write(params, model_num_params(c) * sizeof(uint16_t));
-    w.commit();
+    model_write(path, c, DTYPE_BF16, params);
 }
 
 // ================================ training state (GPTS) ================================
@@ -315,9 +304,9 @@ inline void state_write(const char* path, const TrainState& s, const float* m, c
     FileHeader hd = {};
     int64_t* h = hd.h;
     h[0] = MAGIC_STATE; h[1] = FORMAT_VERSION; h[2] = s.step; h[3] = s.num_params;
-    memcpy(&h[4], &s.rng_state, 8);
+    h[4] = bits_as<int64_t>(s.rng_state);
     h[5] = master ? 1 : 0;
-    memcpy(&h[6], &s.sr_seed, 8);
+    h[6] = bits_as<int64_t>(s.sr_seed);
     h[7] = s.shard_begin;
     h[8] = s.total_params;
     h[9] = s.optimizer;
@@ -332,10 +321,8 @@ inline void state_write(const char* path, const TrainState& s, const float* m, c
 
 // Reads and checks a state file's header (its length too); the payload is not read.
 inline TrainState state_read_header(const char* path) {
-    FileHeader hd;
-    int64_t size;
-    UniqueFile f = open_checked(path, MAGIC_STATE, &hd, &size);
-    const int64_t* h = hd.h;
+    const CheckedFile file = open_checked(path, MAGIC_STATE);
+    const int64_t* h = file.hd.h;
     TrainState s;
     check_range(path, "step", h[2], 0, INT64_MAX / 2);
     check_range(path, "num_params", h[3], 0, INT64_MAX / 64);
@@ -345,14 +332,14 @@ inline TrainState state_read_header(const char* path) {
     check_range(path, "optimizer", h[9], OPTIMIZER_ADAMW, OPTIMIZER_MUON);
     s.step = h[2];
     s.num_params = h[3];
-    memcpy(&s.rng_state, &h[4], 8);
+    s.rng_state = bits_as<uint64_t>(h[4]);
     s.has_master = h[5];
-    memcpy(&s.sr_seed, &h[6], 8);
+    s.sr_seed = bits_as<uint64_t>(h[6]);
     s.shard_begin = h[7];
     s.total_params = h[8];
     s.optimizer = h[9];
     for (int i = 0; i < 16; i++) s.loader[i] = h[16 + i];
-    check_file_length(path, size, s.num_params * 4 * (2 + s.has_master));
+    check_file_length(path, file.size, s.num_params * 4 * (2 + s.has_master));
     return s;
 }
 
@@ -386,17 +373,16 @@ struct TokenizerFile {
 };
 
 inline TokenizerFile tokenizer_read(const char* path) {
-    FileHeader hd;
-    int64_t size;
-    UniqueFile f = open_checked(path, MAGIC_TOKENIZER, &hd, &size);
-    check_range(path, "vocab_size", hd.h[2], 1, 1 << 20);
-    check_range(path, "eot_token", hd.h[3], -1, hd.h[2] - 1);
+    CheckedFile file = open_checked(path, MAGIC_TOKENIZER);
+    const int64_t* h = file.hd.h;
+    check_range(path, "vocab_size", h[2], 1, 1 << 20);
+    check_range(path, "eot_token", h[3], -1, h[2] - 1);
     TokenizerFile t;
-    t.eot_token = (int)hd.h[3];
-    int64_t n = hd.h[2], payload = size - HEADER_BYTES;
+    t.eot_token = (int)h[3];
+    int64_t n = h[2], payload = file.size - HEADER_BYTES;
     std::vector<unsigned char> buf(payload);
-    fread_or_fail(buf.data(), 1, payload, f.get(), path);
-    f.reset();
+    fread_or_fail(buf.data(), 1, payload, file.f.get(), path);
+    file.f.reset();
     t.tokens.reserve(n);
     int64_t pos = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -423,10 +409,8 @@ struct ShardInfo {
 // for version 3 num_tokens mask bytes) starts at byte HEADER_BYTES. Version 1 holds uint16 ids only;
 // versions 2 and 3 uint16 or uint32; version 3 records its mask in slot 5 (= 1).
 inline ShardInfo shard_read_info(const char* path) {
-    FileHeader hd;
-    int64_t size;
-    open_checked(path, MAGIC_SHARD, &hd, &size);
-    const int64_t* h = hd.h;
+    const CheckedFile file = open_checked(path, MAGIC_SHARD);
+    const int64_t* h = file.hd.h;
     check_range(path, "num_tokens", h[2], 0, INT64_MAX / 8);
     if (h[1] == 1 && h[3] != 2)
         fail("%s: header field bytes_per_token = %lld, but a version-1 shard holds uint16 ids (2 bytes)", path,
@@ -438,7 +422,7 @@ inline ShardInfo shard_read_info(const char* path) {
     const bool has_mask = h[1] == 3;
     if (has_mask && h[5] != 1)
         fail("%s: header field loss_mask = %lld, but a version-3 shard holds a loss mask (1)", path, (long long)h[5]);
-    check_file_length(path, size, h[2] * (h[3] + (has_mask ? 1 : 0)));
+    check_file_length(path, file.size, h[2] * (h[3] + (has_mask ? 1 : 0)));
     return ShardInfo{h[2], h[4], (int)h[3], has_mask};
 }
 
@@ -490,25 +474,19 @@ inline void fp8_state_write(const char* path, const Fp8State& s, const uint32_t*
 
 // Reads an FP8 scaling state; its records must be `records` x `record_words` (this model and build).
 inline Fp8State fp8_state_read(const char* path, int64_t records, int64_t record_words, std::vector<uint32_t>* words) {
-    FileHeader hd;
-    int64_t size;
-    UniqueFile f = open_checked(path, MAGIC_FP8, &hd, &size);
-    const int64_t* h = hd.h;
+    const CheckedFile file = open_checked(path, MAGIC_FP8);
+    const int64_t* h = file.hd.h;
     check_range(path, "step", h[2], 0, INT64_MAX / 2);
     check_range(path, "records", h[3], 0, 1 << 24);
     check_range(path, "record_words", h[4], 1, 1 << 16);
     check_range(path, "warm", h[5], 0, 1);
-    Fp8State s;
-    s.step = h[2];
-    s.records = h[3];
-    s.record_words = h[4];
-    s.warm = h[5];
-    check_file_length(path, size, s.records * s.record_words * 4);
+    const Fp8State s{h[2], h[3], h[4], h[5]};
+    check_file_length(path, file.size, s.records * s.record_words * 4);
     if (s.records != records || s.record_words != record_words)
         fail("%s: holds %lld FP8 scales of %lld words each, this model and build have %lld of %lld", path,
              (long long)s.records, (long long)s.record_words, (long long)records, (long long)record_words);
     words->resize((size_t)(records * record_words));
-    fread_or_fail(words->data(), sizeof(uint32_t), words->size(), f.get(), path);
+    fread_or_fail(words->data(), sizeof(uint32_t), words->size(), file.f.get(), path);
     return s;
 }
 
@@ -526,10 +504,8 @@ struct DebugState {
 
 // Reads a debug state and checks it belongs to a model of config `c`.
 inline DebugState debug_state_read(const char* path, const ModelConfig& c) {
-    FileHeader hd;
-    int64_t size;
-    UniqueFile f = open_checked(path, MAGIC_DEBUG, &hd, &size);
-    const int64_t* h = hd.h;
+    CheckedFile file = open_checked(path, MAGIC_DEBUG);
+    const int64_t* h = file.hd.h;
     check_range(path, "B", h[2], 1, 1 << 16);
     check_range(path, "T", h[3], 1, c.max_seq_len);
     check_range(path, "num_steps", h[6], 0, 1 << 20);
@@ -551,18 +527,18 @@ inline DebugState debug_state_read(const char* path, const ModelConfig& c) {
     DebugState d;
     d.B = (int)h[2]; d.T = (int)h[3]; d.V = (int)h[4]; d.num_params = h[5]; d.num_steps = (int)h[6];
     int64_t BT = (int64_t)d.B * d.T;
-    check_file_length(path, size, BT * 4 * 2 + BT * d.V * 4 + 4 + d.num_params * 4 + d.num_steps * 4 + 8 * 4);
+    check_file_length(path, file.size, BT * 4 * 2 + BT * d.V * 4 + 4 + d.num_params * 4 + d.num_steps * 4 + 8 * 4);
     d.inputs.resize(BT); d.targets.resize(BT); d.logits.resize(BT * d.V);
     d.grads.resize(d.num_params); d.losses.resize(d.num_steps);
-    fread_or_fail(d.inputs.data(), 4, BT, f.get(), path);
-    fread_or_fail(d.targets.data(), 4, BT, f.get(), path);
-    fread_or_fail(d.logits.data(), 4, BT * d.V, f.get(), path);
-    fread_or_fail(&d.loss, 4, 1, f.get(), path);
-    fread_or_fail(d.grads.data(), 4, d.num_params, f.get(), path);
-    fread_or_fail(d.losses.data(), 4, d.num_steps, f.get(), path);
+    fread_or_fail(d.inputs.data(), 4, BT, file.f.get(), path);
+    fread_or_fail(d.targets.data(), 4, BT, file.f.get(), path);
+    fread_or_fail(d.logits.data(), 4, BT * d.V, file.f.get(), path);
+    fread_or_fail(&d.loss, 4, 1, file.f.get(), path);
+    fread_or_fail(d.grads.data(), 4, d.num_params, file.f.get(), path);
+    fread_or_fail(d.losses.data(), 4, d.num_steps, file.f.get(), path);
     float hp[8];
-    fread_or_fail(hp, 4, 8, f.get(), path);
-    f.reset();
+    fread_or_fail(hp, 4, 8, file.f.get(), path);
+    file.f.reset();
     d.lr = hp[0]; d.beta1 = hp[1]; d.beta2 = hp[2]; d.eps = hp[3]; d.weight_decay = hp[4]; d.grad_clip = hp[5];
     for (int64_t i = 0; i < BT; i++)
         if (d.inputs[i] < 0 || d.inputs[i] >= d.V || d.targets[i] < 0 || d.targets[i] >= d.V)

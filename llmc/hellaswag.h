@@ -70,9 +70,7 @@ class HellaSwagEval {
     // and --seq); vocab_size: the model's (every token id must be below it); data_vocab: --data-vocab
     // (check_data_vocab: the vocab_size the file's header must record; 0 = the model's).
     HellaSwagEval(const char* path, int B, int T, int vocab_size, int data_vocab = 0) : path_(path) {
-        FileHeader hd;
-        int64_t size;
-        open_checked(path, MAGIC_EVAL, &hd, &size);  // magic and version (closed again); EvalLoader checks the rest
+        const FileHeader hd = open_checked(path, MAGIC_EVAL).hd;  // magic and version; EvalLoader checks the rest
         check_range(path, "vocab_size", hd.h[3], 1, 65536);
         check_data_vocab(path, hd.h[3], data_vocab, vocab_size);
         check_range(path, "num_choices", hd.h[4], 2, 64);

@@ -98,12 +98,6 @@ inline bool file_exists(const char* path) {
     return stat(path, &st) == 0;
 }
 
-inline void* malloc_or_fail(size_t bytes, const char* what) {
-    void* p = malloc(bytes ? bytes : 1);
-    if (!p) fail("out of host memory allocating %zu bytes for %s", bytes, what);
-    return p;
-}
-
 inline void mkdir_or_fail(const char* path) {
     if (mkdir(path, 0755) != 0 && errno != EEXIST) fail("%s: cannot create directory (%s)", path, strerror(errno));
 }
