@@ -128,15 +128,14 @@ struct GpuRun {
     float* step_losses = nullptr;  // pinned (grad_accum, B*T)
     ModelInfer sampler;          // one sequence, the model's whole context (--sample-every)
     bool sampling = false;
-    // The host fetches batch k+1 while the GPU runs batch k, and the losses are read once per step,
-    // so the GPU only waits at step boundaries (the gradient norm). A checkpoint stores the data
-    // position from before the batch fetched ahead, so a resumed run fetches that batch again.
+    // The host fetches batch k+1 while the GPU runs batch k and reads the losses once a step, so the
+    // GPU waits only at step boundaries. A checkpoint stores the position of the first batch fetched
+    // ahead but not trained on (with --graph, the staged slot's), so a resumed run fetches it again.
     std::vector<int> next_inputs, next_targets;  // (B*T)
     int64_t next_position[16] = {};  // data position from which next_inputs/next_targets came
-    // --graph 1 (llmc/model_graph.cuh): the first step runs eagerly (it loads every kernel), then the
-    // step is captured, and each later step is one graph launch; the host stages the next step's
-    // batches into the other staging slot while the graph runs. A checkpoint then stores the position
-    // of the staged slot's first batch (fetched ahead but not trained on).
+    // --graph 1 (llmc/model_graph.cuh): the first step runs eagerly (it loads every kernel), then is
+    // captured; each later step is one graph launch while the host stages the next step's batches
+    // into the other staging slot.
     bool use_graph = false;
     ModelGraph graph;
     int slot = 0;                       // the staging slot of the next graph step

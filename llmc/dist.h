@@ -17,14 +17,11 @@
 //
 // Failures never hang: every wait of the tcp group has a deadline (--dist-timeout seconds), a rank
 // that exits or dies closes its sockets and its peers stop at once naming it, and a mismatched
-// world size is refused at the rendezvous. Under MPI a failing rank calls MPI_Abort (fail_hook),
-// and mpirun ends the job when a rank dies.
+// world size is refused at the rendezvous. Under MPI a failing rank calls MPI_Abort (fail_hook).
 //
-// The collectives (class Comm) work on host buffers: sums of float/double, the reduce of a ZeRO-2
-// bucket's pieces to their owners, the all-gather of ZeRO shards (llmc/zero.h), broadcast, barrier.
-// The tcp group routes them through rank 0 (a star), which sums in rank order: simple and exact,
-// for the CPU trainer and for the GPU trainer's control messages (the GPU's gradients go over
-// NCCL, llmc/model_dist.cuh).
+// The collectives (class Comm) work on host buffers (the GPU's tensors go over NCCL,
+// llmc/model_dist.cuh). The tcp group routes them through rank 0 (a star), which sums in rank
+// order: simple and exact.
 #pragma once
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -165,8 +162,6 @@ class Link {
         }
     }
     static std::string who(const Peer& p) { return p.rank < 0 ? "a joining process" : "rank " + std::to_string(p.rank); }
-    int timeout() const { return timeout_; }
-    const std::string& what() const { return what_; }
 
   private:
     int timeout_;

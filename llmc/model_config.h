@@ -1,7 +1,7 @@
 // model_config.h: the model's config (shape, and the knobs that make it GPT-2 or Llama-style) and the
 // layout of its parameters, shared by both trainers, the tests and the lab. All parameters live in
 // ONE contiguous buffer in the order of MODEL_PARAM_NAMES (docs/design.md), so optimizer state and
-// gradients use the same offsets and a later multi-GPU version can slice the buffers by rank.
+// gradients use the same offsets and ZeRO slices the buffers by rank (llmc/zero.h).
 #pragma once
 #include <cmath>
 #include <cstddef>
@@ -37,8 +37,8 @@ inline bool rope_same_scaling(const RopeScaling& a, const RopeScaling& b) {
            a.high_freq_factor == b.high_freq_factor && a.original_max_pos == b.original_max_pos;
 }
 
-// The defaults of the fields after `window` are GPT-2's, so a config filled field by field as
-// before this family switch existed (and a version-1 model file) is a GPT-2.
+// The defaults of the fields after `window` are GPT-2's: a config that sets only the fields up to
+// `window` (a version-1 model file) is a GPT-2.
 struct ModelConfig {
     int max_seq_len;        // maxT
     int vocab_size;         // V
@@ -149,17 +149,14 @@ inline void model_param_offsets(const ModelConfig& c, size_t out[NUM_PARAM_TENSO
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) { out[i] = off; off += s[i]; }
 }
 
-// Named views of one parameter-layout buffer (parameters, gradients, or anything of that layout):
-// T = float on the CPU, floatX on the GPU. Layer l of a per-layer tensor starts at l * its size / L.
-// A tensor the config lacks (count 0) is nullptr, so code that forgets to check crashes at once
-// instead of writing into the next tensor.
 // base + offset inside a tensor of ModelTensors, or nullptr for a tensor the config lacks (count 0:
 // the biases of a bias-free model), so a layer's slice of an absent tensor stays absent.
 template <typename T>
-inline T* tensor_at(T* base, size_t offset) {
-    return base ? base + offset : nullptr;
-}
+inline T* tensor_at(T* base, size_t offset) { return base ? base + offset : nullptr; }
 
+// Named views of one parameter-layout buffer (parameters, gradients, or anything of that layout):
+// T = float on the CPU, floatX on the GPU. Layer l of a per-layer tensor starts at l * its size / L.
+// A tensor the config lacks is nullptr, so code that forgets to check crashes at once.
 template <typename T>
 struct ModelTensors {
 #define PARAM_X(name, count, decays) T* name;
@@ -169,9 +166,8 @@ struct ModelTensors {
 
 template <typename T>
 inline ModelTensors<T> model_point_tensors(T* base, const ModelConfig& c) {
-    size_t off[NUM_PARAM_TENSORS];
+    size_t off[NUM_PARAM_TENSORS], n[NUM_PARAM_TENSORS];
     model_param_offsets(c, off);
-    size_t n[NUM_PARAM_TENSORS];
     model_param_sizes(c, n);
     ModelTensors<T> t;
 #define PARAM_X(name, count, decays) t.name = n[model_param::name] ? base + off[model_param::name] : nullptr;
@@ -469,11 +465,10 @@ inline void model_print_config(const ModelConfig& c) {
 
 #include "llmc/rand.h"
 // GPT-2 init in fp32 (both trainers, so the same seed gives the same model on CPU and GPU):
-// matrices and embeddings N(0, 0.02), the two residual projections N(0, 0.02/sqrt(2L)),
-// biases 0, norm weights 1; the padded rows of wte and lm_head stay 0. Llama models get the same
-// (HF's LlamaForCausalLM draws N(0, 0.02) everywhere; the scaled projections are GPT-2's choice,
-// kept for both). Tensors are filled in layout order from one stream, so the result does not
-// depend on threading; a tensor of count 0 draws nothing, so GPT-2 models are what they were.
+// matrices and embeddings N(0, 0.02), the two residual projections N(0, 0.02/sqrt(2L)), biases 0,
+// norm weights 1; the padded rows of wte and lm_head stay 0. Llama models too (HF draws N(0, 0.02)
+// everywhere). Tensors are filled in layout order from one stream (no dependence on threading); a
+// tensor of count 0 draws nothing.
 inline void model_init_params(float* params, const ModelConfig& c, uint64_t seed) {
     size_t sizes[NUM_PARAM_TENSORS];
     model_param_sizes(c, sizes);

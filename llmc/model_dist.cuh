@@ -3,34 +3,27 @@
 // docs/distributed.md. Built into build/train_gpt2cu_nccl (-DLLMC_NCCL, make); without LLMC_NCCL
 // (build/train_gpt2cu) only one process runs and every function below is the single-GPU one.
 //
-// The process group (llmc/dist.h: MPI, tcp or file rendezvous) only carries control messages: the
-// NCCL id, barriers around checkpoints, the step's mean loss. The tensors go over NCCL, every
-// collective on one communication stream, ordered against the compute stream by events (no host
-// waits):
-//  - the gradients are reduced in buckets while the backward goes on (llmc/zero.h, zero_buckets):
-//    bucket 0 holds the tensors outside the layers (wte, wpe, lnf, lm_head), the others groups of
-//    consecutive layers (about DP_BUCKET_BYTES each). The model calls after_layer_backward(l) once
-//    layer l's gradient kernels are enqueued; when l is the lowest layer of its group, an event
-//    recorded on the compute stream releases that group's reduction on the communication stream;
-//    bucket 0's follows the embedding's backward (l = -1).
-//    Stage 0 and 1: the backward accumulates the whole gradient buffer, and only the step's last
-//    micro-batch communicates: an all-reduce per bucket, in place.
-//    Stage 2: the model keeps the gradients of this rank's shard only (grads_memory). The backward
-//    writes bucket 0 into a buffer of its own and the layer buckets into a pool of DP_POOL buffers in
-//    turn (model.grads_of), each prepared by fill_bucket so that += accumulates the micro-batches as
-//    on one GPU; once a bucket is complete each piece is reduced to its owner, straight into its
-//    shard (grouped ncclReduce: a reduce-scatter of unequal pieces). Every micro-batch communicates.
-//    A reduction replaces the shard's values and every piece is in one bucket, so the first
-//    micro-batch's reductions write the whole shard: it is never zeroed (gpu_dp_zero_grads).
-//  - the update: the squared gradient norm of this rank's slice (stage 1/2: summed over the ranks
-//    by an all-reduce of one float), clipping, AdamW over the slice (adamw_update_range).
-//  - stage 1/2: the updated slices are broadcast from their owners (grouped ncclBroadcast: an
-//    all-gather of unequal pieces) bucket by bucket in the order the next forward reads them; the
-//    model calls before_layer_forward(l), and the compute stream waits only for the buckets layer l
-//    (and the next layer's norm, which layer l's last kernel applies) needs.
+// The process group (llmc/dist.h) carries only control messages (the NCCL id, checkpoint barriers,
+// the step's mean loss). The tensors go over NCCL on one communication stream, ordered against the
+// compute stream by events (no host waits):
+//  - the gradients are reduced in buckets while the backward goes on (zero_buckets): bucket 0 holds
+//    the tensors outside the layers, the others groups of consecutive layers (~DP_BUCKET_BYTES).
+//    after_layer_backward(l) on the group's lowest layer records an event that releases the group's
+//    reduction on the communication stream; bucket 0's follows the embedding's backward (l = -1).
+//    Stage 0 and 1: the backward accumulates the whole gradient buffer; the step's last micro-batch
+//    all-reduces each bucket in place.
+//    Stage 2: grads_memory is this rank's shard. The backward writes bucket 0 into a buffer of its
+//    own and the layer buckets into a pool of DP_POOL buffers in turn (model.grads_of), each prepared
+//    by fill_bucket so that += accumulates the micro-batches as on one GPU; each complete bucket's
+//    pieces are reduced to their owners' shards (grouped ncclReduce), every micro-batch. A reduction
+//    replaces the shard's values and every piece is in one bucket, so the shard is never zeroed.
+//  - the update: the squared norm of this rank's slice (stage 1/2: all-reduced, one float),
+//    clipping, AdamW over the slice (adamw_update_range).
+//  - stage 1/2: the updated slices are broadcast from their owners (grouped ncclBroadcast) bucket by
+//    bucket in the next forward's order; before_layer_forward(l) makes the compute stream wait only
+//    for the buckets layer l (and the next layer's norm, which layer l's last kernel applies) needs.
 // The one host wait of a step (after the update, for the gradient norm) has a deadline,
-// --dist-timeout: a dead or stuck rank stops the run with an error (the NCCL communicator is
-// aborted) instead of hanging.
+// --dist-timeout: a dead or stuck rank stops the run with an error (the communicator is aborted).
 #pragma once
 #include <chrono>
 #include <functional>
@@ -78,10 +71,9 @@ struct GpuDataParallel {
     bool gathering = false;  // parameters are being all-gathered (the forward waits per bucket)
     bool first_micro = false;  // stage 2: the backward being enqueued is its step's first (it overwrites the shard)
     cudaEvent_t main_ready = nullptr, comm_done = nullptr;
-    // stage 2: the buffers the backward writes the buckets into, from one allocation: [0, DP_POOL)
-    // the layer buckets' pool (the largest layer bucket each; only as many as there are layer
-    // buckets), [DP_POOL] bucket 0's; and per buffer, recorded on the communication stream, the end
-    // of the last reduction that read it
+    // stage 2: the bucket buffers, one allocation: [0, DP_POOL) the layer buckets' pool (the largest
+    // layer bucket each, at most one per layer bucket), [DP_POOL] bucket 0's; buffer_free[i]: the end
+    // of the last reduction that read buffer i (communication stream)
     floatX* buffers[DP_POOL + 1] = {};
     int pool = 0;  // layer-bucket buffers allocated
     cudaEvent_t buffer_free[DP_POOL + 1] = {};
@@ -157,12 +149,9 @@ inline void comm_after_main(GpuDataParallel& dp, cudaStream_t main, cudaEvent_t 
 }
 
 // Stage 2, before the backward writes bucket b (compute stream): its buffer once free, zeroed, and
-// after the step's first micro-batch with this rank's pieces copied in from the shard. The
-// communication stream runs the reductions in order, so the wait also covers b's reduction of the
-// previous micro-batch, which wrote those pieces of the shard (b used the same buffer then). In a
-// step's first micro-batch the pieces start from zero (the shard holds the last step's sums, which
-// this micro-batch's reductions replace), so nothing is copied: at one rank that is a copy of the
-// whole gradient a step, one call per piece.
+// after the step's first micro-batch with this rank's pieces copied in from the shard (the wait
+// also covers b's reduction of the previous micro-batch, which wrote them: the communication stream
+// runs in order). A step's first micro-batch starts from zero: its reductions replace the shard.
 inline void fill_bucket(GpuDataParallel& dp, const DpBucket& b, const Model& model, cudaStream_t main) {
     floatX* buffer = dp.buffers[b.slot];
     cudaCheck(cudaStreamWaitEvent(main, dp.buffer_free[b.slot], 0));
@@ -232,7 +221,8 @@ inline void plan_buckets(GpuDataParallel& dp, const ModelConfig& c) {
 
 // After model_build: the NCCL communicator (its id from rank 0 over the process group), the
 // communication stream, the buckets, and the model's hooks.
-inline void gpu_dp_start(GpuDataParallel& dp, Model& model, const CudaContext& ctx) {
+inline void gpu_dp_start([[maybe_unused]] GpuDataParallel& dp, [[maybe_unused]] Model& model,
+                         [[maybe_unused]] const CudaContext& ctx) {
 #ifdef LLMC_NCCL
     using namespace gpu_dp_detail;
     Comm& comm = *dp.comm;
@@ -285,10 +275,6 @@ inline void gpu_dp_start(GpuDataParallel& dp, Model& model, const CudaContext& c
     } else {
         printf("gradients: %.1f MiB a rank (the whole buffer)\n", whole);
     }
-#else
-    (void)dp;
-    (void)model;
-    (void)ctx;
 #endif
 }
 
@@ -310,23 +296,16 @@ inline void gpu_dp_before_backward(GpuDataParallel& dp, bool first_micro, bool l
 // After the step's last backward: the compute stream waits for every reduction (they were enqueued
 // by the backward's hooks).
 inline void gpu_dp_wait_grads(GpuDataParallel& dp, const CudaContext& ctx) {
-#ifdef LLMC_NCCL
-    if (!dp.armed) return;
+    if (!dp.armed) return;  // always without NCCL
     cudaCheck(cudaEventRecord(dp.comm_done, dp.stream));
     cudaCheck(cudaStreamWaitEvent(ctx.stream, dp.comm_done, 0));
     dp.armed = false;
-#else
-    (void)dp;
-    (void)ctx;
-#endif
 }
 
-// Global norm over the ranks, clipping, AdamW over this rank's slice, and at stage 1/2 the
-// all-gather of the updated parameters (left running: the next forward waits bucket by bucket).
-// Returns the gradient norm before clipping. model_update_enqueue over this rank's slice, the squared
-// norm summed over the ranks on the device before the clip factor; the one host wait (--dist-timeout)
-// comes after the update, so it returns with the compute stream idle (as model_update, what it is
-// without NCCL).
+// model_update over this rank's slice (the squared norm summed over the ranks on the device), then
+// at stage 1/2 the all-gather of the updated parameters (left running: the next forward waits bucket
+// by bucket). Returns the gradient norm before clipping, after the one host wait (--dist-timeout),
+// with the compute stream idle as model_update leaves it.
 inline float gpu_dp_update(GpuDataParallel& dp, Model& model, const OptimizerSettings& o, const CudaContext& ctx) {
 #ifdef LLMC_NCCL
     using namespace gpu_dp_detail;
@@ -377,13 +356,8 @@ inline void gpu_dp_save_checkpoint(GpuDataParallel& dp, const Model& model, cons
 // to this run's world size.
 inline TrainState gpu_dp_load_checkpoint(GpuDataParallel& dp, Model& model, const std::string& dir) {
     if (!dp.nccl_on) return model_load_checkpoint(model, dir);
-    const std::string model_path = dir + "/model.bin";
-    if (!model_same_config(model_read_info(model_path.c_str()).config, model.config))
-        fail("%s: the checkpoint's model shape differs from this run's", model_path.c_str());
+    model_load_params(model, dir + "/model.bin");
     const ZeroPlan& p = dp.plan;
-    std::vector<float> host(p.n);
-    model_read_fp32(model_path.c_str(), host.data());
-    model_set_params(model, host.data());  // master = the file's values unless the state has them
     const size_t k = (size_t)p.opt_count();
     std::vector<float> m(k), v(k), master(k);
     TrainState st = zero_read_state(dir, p.n, p.opt_begin(), p.opt_end(), m.data(), v.data(), master.data());

@@ -7,8 +7,7 @@
 // dev/cuda/profile_gpt2.cu; generate.cu includes only the forward layer.
 // Same sections, in the same order and with the same function names, as the CPU model in
 // llmc/cpu/model.h: model (parameters, activations, memory plan), forward, backward, update,
-// checkpoints. The trainer samples through the KV cache instead (model_infer_sample in
-// llmc/model_infer.cuh), as the CPU trainer does through llmc/cpu/model_infer.h.
+// checkpoints. Sampling goes through the KV cache (llmc/model_infer.cuh).
 //
 // One step: model_zero_grads, then per micro-batch model_upload_batch, model_forward (logits),
 // model_loss or model_classifier (cross-entropy, dlogits in place), model_backward (+= into the
@@ -37,22 +36,12 @@
 #include "llmc/formats.h"
 #include "llmc/model_config.h"
 
-// The attention backward (llmc/attention.cuh); the forward half is in llmc/model.cuh.
-// keep_dq: see attention_backward (the dQ sums it returns, or nullptr where dqkv is whole).
-inline const float* model_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                             const float* lse, const AttnShape& s, const CudaContext& ctx,
-                                             AttnScratch scratch, bool keep_dq) {
-    return attention_backward(dqkv, dout, qkv, out, lse, s, ctx, scratch, keep_dq);
-}
-
 // ============================================================================ model
-// Activations of one forward pass at (B, T), N = B*T. Per-layer buffers hold L slices; with
-// --recompute the three marked "recomputed" hold one slice, rebuilt layer by layer in the backward
-// pass (two norms and the MLP activation, all memory-bound): (L - 1) * N * (2C + H) fewer values.
-// Measured on an H200, GPT-2 d12 at B=64 T=1024: activations 25.3 -> 19.1 GiB, 119.4 -> 124.4 ms
-// per step. --fp8 1 with the FP8 weight gradient in every linear of every block keeps them at one
-// slice too, without rebuilding: its backward reads the X^T copies the forward kept, never these
-// (fp8_keeps_no_bf16_inputs; (L - 1) * N * (2C + H) * 2 bytes, 6.2 GiB at d12 B=64 T=1024).
+// Activations of one forward pass at (B, T), N = B*T. Per-layer buffers hold L slices; the three
+// marked "recomputed" hold one, (L - 1) * N * (2C + H) fewer values: with --recompute, rebuilt layer
+// by layer in the backward (two norms and the MLP activation, memory-bound; H200, d12 B=64 T=1024:
+// 25.3 -> 19.1 GiB, 119.4 -> 124.4 ms a step), and with --fp8 1 where fp8_keeps_no_bf16_inputs (its
+// backward reads the X^T copies the forward kept, never these; 6.2 GiB at d12 B=64 T=1024).
 // H is the MLP's hidden width (4C for GPT-2), FC the fc rows (H, or 2H for SwiGLU's
 // [gate | up]). The norm's mean is LayerNorm's only (RMSNorm saves rstd alone).
 struct Activations {
@@ -154,25 +143,15 @@ struct Model {
     DecayRanges decay;
     uint64_t sr_seed = 0;        // stochastic-rounding seed (saved in state.bin)
     int64_t step = 0;            // optimizer steps done
-    // data parallel (llmc/model_dist.cuh), set before model_build: m, v and master hold the optimizer
-    // state of parameters [opt_begin, opt_end) only (a ZeRO shard; -1 = all), grads_memory the
-    // gradients of [grad_begin, grad_end) (ZeRO-2: the shard; -1 = all); and hooks the passes call on
-    // the host as they enqueue: before layer l (-1: the embedding) reads its parameters; grads_of(l),
-    // where the backward writes layer l's gradients (-1: the tensors outside the layers; unset: grads),
-    // asked before layer l's kernels; after layer l's gradient kernels (-1: after the embedding's, the
-    // backward's end)
+    // data parallel (llmc/model_dist.cuh), set before model_build: m, v and master hold parameters
+    // [opt_begin, opt_end) (a ZeRO shard; -1 = all), grads_memory [grad_begin, grad_end) (ZeRO-2: the
+    // shard; -1 = all). Hooks the passes call on the host as they enqueue: before layer l (-1: the
+    // embedding) reads its parameters; grads_of(l), where layer l's gradients go (-1: outside the
+    // layers; unset: grads); after layer l's gradient kernels (-1: the embedding's, the backward's end)
     int64_t opt_begin = 0, opt_end = -1, grad_begin = 0, grad_end = -1;
     std::function<void(int)> before_layer_forward, after_layer_backward;
     std::function<ModelTensors<floatX>(int)> grads_of;
 };
-
-// Bytes the model needs on the GPU for training at (B, T): params, grads, master, m, v,
-// activations, cuBLASLt workspace. Used both to allocate and to refuse early when it cannot fit.
-// grads: elements of gradients kept (all n, or a ZeRO-2 shard); opt: of optimizer state (all n, or a shard)
-inline size_t model_param_bytes(size_t n, size_t grads, size_t opt) {
-    return aligned_size(n * sizeof(floatX)) + aligned_size(grads * sizeof(floatX)) +
-           aligned_size(opt * sizeof(float)) * (HAS_MASTER ? 3 : 2);
-}
 
 // --fp8 1 for a model of config c trained at N rows: fails in the FP32 build and on shapes the FP8
 // casts cannot take. Touches no device (the trainer checks it before starting one).
@@ -220,9 +199,16 @@ inline void model_build(Model& model, const ModelConfig& config, int B, int T, b
     const size_t no = (size_t)(model.opt_end - model.opt_begin);  // elements of optimizer state
     const size_t ng = (size_t)(model.grad_end - model.grad_begin);  // elements of gradients
 
+    // the bytes needed, to allocate and to refuse early what cannot fit
+    const size_t n = model.num_params;
+    std::vector<BufferSpec> params = {{(void**)&model.params_memory, n, sizeof(floatX)},
+                                      {(void**)&model.grads_memory, ng, sizeof(floatX)},
+                                      {(void**)&model.m_memory, no, sizeof(float)},
+                                      {(void**)&model.v_memory, no, sizeof(float)}};
+    if (HAS_MASTER) params.push_back({(void**)&model.master_memory, no, sizeof(float)});
     std::vector<BufferSpec> acts = activation_specs(model.acts, config, B, T, model.one_slice);
     std::vector<BufferSpec> fp8 = fp8_specs(model, config, B * T);
-    const size_t act_bytes = specs_bytes(acts), param_bytes = model_param_bytes(model.num_params, ng, no);
+    const size_t act_bytes = specs_bytes(acts), param_bytes = specs_bytes(params);
     const size_t fp8_bytes = fp8.empty() ? 0 : specs_bytes(fp8);
     const size_t need = act_bytes + param_bytes + fp8_bytes;
     size_t free_bytes = 0, total_bytes = 0;
@@ -248,12 +234,6 @@ inline void model_build(Model& model, const ModelConfig& config, int B, int T, b
         fail("model needs %.2f GiB of GPU memory (+0.25 GiB headroom) but only %.2f GiB are free: lower --batch%s",
              need / GiB, free_bytes / GiB, recompute ? "" : " or pass --recompute 1");
 
-    const size_t n = model.num_params;
-    std::vector<BufferSpec> params = {{(void**)&model.params_memory, n, sizeof(floatX)},
-                                      {(void**)&model.grads_memory, ng, sizeof(floatX)},
-                                      {(void**)&model.m_memory, no, sizeof(float)},
-                                      {(void**)&model.v_memory, no, sizeof(float)}};
-    if (HAS_MASTER) params.push_back({(void**)&model.master_memory, no, sizeof(float)});
     model.param_allocation = specs_allocate(params, "parameters, gradients and optimizer state");
     if (!HAS_MASTER) model.master_memory = (float*)model.params_memory + model.opt_begin;
     model.params = model_point_tensors(model.params_memory, config);
@@ -338,21 +318,15 @@ inline void model_upload_batch(Model& model, const int* inputs, const int* targe
     if (for_backward) model.buckets.build(inputs, N, ctx.stream);
 }
 
-// The attention backward's fp32 scratch (dQ by atomics): dfch, free at that point. It holds
-// N*C + 2*B*NH*Tp floats (Tp = T rounded up to 64) within the model's N*FC floatX for any T > 1
-// when FC >= 4C (GPT-2; SwiGLU at H >= 2C); nullptr (the deterministic backward) with
-// --deterministic 1 or where it does not fit. attention_scratch_floats: all of dfch, in floats (on
-// small shapes the Hopper backward uses what is there beyond that, attention.cuh).
-// (B, T): this pass's shape.
-inline size_t attention_scratch_floats(const Model& model) {
-    return (size_t)model.B * model.T * model_fc_channels(model.config) * sizeof(floatX) / sizeof(float);
-}
+// The attention backward's fp32 scratch (dQ by atomics) for a pass at (B, T): all of dfch, free at
+// that point (the Hopper backward may use all of it, attention.cuh). The N*C + 2*B*NH*Tp floats it
+// needs (Tp = T rounded up to 64) fit the model's N*FC floatX for any T > 1 when FC >= 4C (GPT-2;
+// SwiGLU at H >= 2C); none (the deterministic backward) with --deterministic 1 or where they do not.
 inline AttnScratch attention_scratch(const Model& model, int B, int T) {
     const ModelConfig& c = model.config;
-    const size_t need = attention_backward_scratch_floats(model_attn_shape(c, B, T)) * sizeof(float);
-    const size_t have = (size_t)model.B * model.T * model_fc_channels(c) * sizeof(floatX);
-    if (model.deterministic || need > have) return AttnScratch{};
-    return AttnScratch{reinterpret_cast<float*>(model.acts.dfch), attention_scratch_floats(model)};
+    const size_t have = (size_t)model.B * model.T * model_fc_channels(c) * sizeof(floatX) / sizeof(float);
+    if (model.deterministic || attention_backward_scratch_floats(model_attn_shape(c, B, T)) > have) return AttnScratch{};
+    return AttnScratch{reinterpret_cast<float*>(model.acts.dfch), have};
 }
 
 // Per-layer slices of the activations (a recomputed buffer has one slice).
@@ -590,8 +564,8 @@ inline void model_backward(Model& model, int B, int T, const CudaContext& ctx) {
         // its scratch (dfch: nothing writes it before the next layer's MLP backward) and skip the dQ
         // store; qkv's dY cast then reads them there (DQ_ACCUM). dq_accum: nullptr where dqkv is whole.
         const bool dq_in_cast = fp8_pass && fp8_dq_fused(model.fp8, l);
-        const float* dq_accum = model_attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, attn, ctx,
-                                                         attention_scratch(model, B, T), dq_in_cast);
+        const float* dq_accum = attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, attn, ctx,
+                                                   attention_scratch(model, B, T), dq_in_cast);
         if (c.position == POS_ROPE)  // d(rotated qkv) -> d(qkv), in place
             rope_backward(a.dqkv, a.rope_cos, a.rope_sin, B, T, NH, NKV, HD, 0, s);
         Fp8DqAccum dq;
@@ -610,15 +584,11 @@ inline void model_backward(Model& model, int B, int T, const CudaContext& ctx) {
 // ============================================================================ update
 // Global norm, clipping and one AdamW step (step numbering continues from model.step), in two
 // halves so that a CUDA graph (llmc/model_graph.cuh) can hold the device's:
-//   model_update_args     host: model.step += 1, the step's scalars (lr, bias corrections, rounding
-//                        seed) into the pinned model.host_adamw. Call it only once the previous
-//                        update's copy has run (after a synchronization).
-//   model_update_enqueue  device, no host wait: the scalars' copy to acts.adamw, the squared norm,
-//                        the clip factor from it (adamw_clip_scale), AdamW, and the squared norm's
-//                        copy to the pinned model.host_norm_sq (model_update_norm reads it after a sync).
-//                        Over the model's optimizer slice [opt_begin, opt_end) (all of it on one GPU; a
-//                        ZeRO shard in llmc/model_dist.cuh, whose sum_norm adds the squared norm over the
-//                        ranks before the clip factor is taken from it).
+//   model_update_args     host: model.step += 1, the step's scalars into the pinned host_adamw; only
+//                        once the previous update's copy has run (after a synchronization).
+//   model_update_enqueue  device, no host wait, over the slice [opt_begin, opt_end): the scalars' copy,
+//                        the squared norm (sum_norm: summed over the ranks, llmc/model_dist.cuh), the
+//                        clip factor, AdamW, the squared norm's copy to host_norm_sq (model_update_norm).
 // model_update does both and waits; it returns the gradient norm before clipping.
 inline void model_update_args(Model& model, const OptimizerSettings& o) {
     model.step++;
@@ -661,16 +631,10 @@ inline void model_zero_grads(Model& model, const CudaContext& ctx) {
 // checkpoint_begin/checkpoint_finish (llmc/checkpoint.h).
 // The model file of a checkpoint: the parameters the forward reads (bf16, or fp32 in the FP32 build).
 inline void model_write_model(const Model& model, const std::string& path) {
-    const size_t n = model.num_params;
-    if (HAS_MASTER) {
-        std::vector<uint16_t> bf(n);
-        cudaCheck(cudaMemcpy(bf.data(), model.params_memory, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-        model_write_bf16(path.c_str(), model.config, bf.data());
-    } else {
-        std::vector<float> p(n);
-        cudaCheck(cudaMemcpy(p.data(), model.params_memory, n * sizeof(float), cudaMemcpyDeviceToHost));
-        model_write_fp32(path.c_str(), model.config, p.data());
-    }
+    std::vector<floatX> p(model.num_params);
+    cudaCheck(cudaMemcpy(p.data(), model.params_memory, p.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
+    if (HAS_MASTER) model_write_bf16(path.c_str(), model.config, (const uint16_t*)p.data());
+    else model_write_fp32(path.c_str(), model.config, (const float*)p.data());
 }
 
 // The state file of a checkpoint: the optimizer state the model holds (m, v and, in the bf16 build,
@@ -718,18 +682,23 @@ inline void model_save_checkpoint(const Model& model, const std::string& out_dir
     checkpoint_finish(dir);
 }
 
-// Reads the model of `dir` into an already built model of the same config, and its training
-// state; returns the state (step, loader position, RNG).
+// The parameters of a checkpoint's model file, whose config must be the built model's (a bf16 file:
+// the exact bf16 parameters; master = those values unless the state has its own).
+inline void model_load_params(Model& model, const std::string& path) {
+    if (!model_same_config(model_read_info(path.c_str()).config, model.config))
+        fail("%s: the checkpoint's model shape differs from this run's", path.c_str());
+    std::vector<float> host(model.num_params);
+    model_read_fp32(path.c_str(), host.data());
+    model_set_params(model, host.data());
+}
+
+// Reads checkpoint `dir` into an already built model of the same config; returns its training
+// state (step, loader position, RNG).
 inline TrainState model_load_checkpoint(Model& model, const std::string& dir) {
-    const std::string model_path = dir + "/model.bin", state_path = dir + "/state.bin";
-    ModelFileInfo info = model_read_info(model_path.c_str());
-    if (!model_same_config(info.config, model.config))
-        fail("%s: the checkpoint's model shape differs from this run's", model_path.c_str());
+    model_load_params(model, dir + "/model.bin");
     const size_t n = model.num_params;
-    std::vector<float> host(n), m(n), v(n), master(n);
-    model_read_fp32(model_path.c_str(), host.data());
-    TrainState st = state_read(state_path.c_str(), (int64_t)n, m.data(), v.data(), master.data());
-    model_set_params(model, host.data());  // bf16 file: the exact bf16 parameters; master = those values
+    std::vector<float> m(n), v(n), master(n);
+    TrainState st = state_read((dir + "/state.bin").c_str(), (int64_t)n, m.data(), v.data(), master.data());
     model_set_state(model, st, m.data(), v.data(), master.data());
     if (model.fp8.metas) fp8_read_state(model.fp8, st.step, fp8_state_file_to_read(dir, 0));
     return st;

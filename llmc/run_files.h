@@ -90,46 +90,27 @@ inline void remove_checkpoint_leftovers(const std::string& out_dir) {
 // with an error instead of an empty log, and a killed run's log has every finished step.
 class RunLog {
   public:
-    RunLog() = default;
-    RunLog(const RunLog&) = delete;
-    RunLog& operator=(const RunLog&) = delete;
-    RunLog(RunLog&& o) noexcept : f_(o.f_), path_(std::move(o.path_)) { o.f_ = nullptr; }
-    RunLog& operator=(RunLog&& o) noexcept {
-        if (this != &o) {
-            if (f_) fclose(f_);
-            f_ = o.f_;
-            path_ = std::move(o.path_);
-            o.f_ = nullptr;
-        }
-        return *this;
-    }
-    ~RunLog() {
-        if (f_) fclose(f_);
-    }
     void open(const std::string& path, bool append) {
         path_ = path;
-        f_ = fopen(path.c_str(), append ? "a" : "w");
+        f_.reset(fopen(path.c_str(), append ? "a" : "w"));
         if (!f_) fail("--log %s: cannot open for writing (%s)", path.c_str(), strerror(errno));
     }
-    explicit operator bool() const { return f_ != nullptr; }
     // printf to the log (nothing when no --log), flushed at once
     __attribute__((format(printf, 2, 3))) void line(const char* fmt, ...) {
         if (!f_) return;
         va_list ap;
         va_start(ap, fmt);
-        const int n = vfprintf(f_, fmt, ap);
+        const int n = vfprintf(f_.get(), fmt, ap);
         va_end(ap);
-        if (n < 0 || fflush(f_) != 0 || ferror(f_)) fail("--log %s: write failed (%s)", path_.c_str(), strerror(errno));
+        if (n < 0 || fflush(f_.get()) != 0 || ferror(f_.get()))
+            fail("--log %s: write failed (%s)", path_.c_str(), strerror(errno));
     }
     void close() {
-        if (!f_) return;
-        FILE* f = f_;
-        f_ = nullptr;
-        if (fclose(f) != 0) fail("--log %s: close failed (%s)", path_.c_str(), strerror(errno));
+        if (f_ && fclose(f_.release()) != 0) fail("--log %s: close failed (%s)", path_.c_str(), strerror(errno));
     }
 
   private:
-    FILE* f_ = nullptr;
+    UniqueFile f_;  // checked by close(); a log not closed is closed unchecked
     std::string path_;
 };
 

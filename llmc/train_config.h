@@ -64,7 +64,6 @@ struct TrainConfig {
     int fp8_linears = 15;           // --fp8-linears: bit k = linear k of a block in FP8 (qkv, attproj, fc, fcproj)
     int fp8_head = 0;               // --fp8-head: 1 = the output head's matmuls in FP8 too
     int grad_accum = 1;             // derived: total_batch / (B*T*world)
-    int world = 1;                  // derived: the ranks of the run (set_world_size)
     bool total_batch_default = false;  // derived: --total-batch was not given (one micro-batch per rank)
 };
 
@@ -226,7 +225,6 @@ inline void set_world_size(TrainConfig& cfg, int world) {
         fail("--total-batch: %" PRId64 " is not a multiple of --batch * --seq * ranks = %d * %d * %d = %" PRId64,
              cfg.total_batch, cfg.B, cfg.T, world, BTW);
     cfg.grad_accum = (int)(cfg.total_batch / BTW);
-    cfg.world = world;
 }
 
 // Checks that need several flags at once; derives grad_accum. Call after FlagParser::parse.
