@@ -15,17 +15,13 @@
 constexpr float LAYERNORM_EPS = 1e-5f;
 constexpr int LAYERNORM_BLOCK = 256;  // 8 warps = 8 rows per block
 
-// One warp per row; lane i handles packs i, i+32, ... Three passes over the row (mean, variance,
-// normalize) re-read it from L1/L2, which is cheaper than holding C/32 values per lane in registers
-// for every C. DRAM traffic: read N*C (x2 inputs when fused), write N*C (x2 when fused):
-// ~0.2 GB per call at GPT-2 124M, B*T = 65536, memory-bound at ~60 us on an H200.
+// One warp per row; lane l handles the packs at columns (l + 32 i) * x128::size. DRAM traffic: read
+// N*C (x2 inputs when fused), write N*C (x2 when fused): memory-bound, ~60 us at N = 65536, C = 768.
 // The row's work, shared with the FP8 LayerNorm of llmc/fp8_fused.cuh (the same bits): the residual
-// add, mean and rstd written; store(c, o) takes the normalized pack at column c. Lane l's packs are at
-// columns (l + 32 i) * x128::size. PACKS = 0: passes over the row in memory (the residual written,
-// then read back for the sum, the variance and the output: four latency-bound walks, hidden here by 8
-// rows a block and many blocks an SM). PACKS > 0 (>= the row's packs per lane): the row read once
-// into registers; the same sums in the same order, so the same bits (fp8_cast's
-// fp8_layernorm_forward_cast checks them against this kernel's).
+// add, mean and rstd written; store(c, o) takes the normalized pack at column c. PACKS = 0: passes
+// over the row in memory (the residual written, then read back for the sum, the variance and the
+// output, from L1/L2). PACKS > 0 (>= the row's packs per lane): the row read once into registers; the
+// same sums in the same order, so the same bits.
 template <bool FUSED_RESIDUAL, int PACKS = 0, typename Store>
 __device__ inline void layernorm_row_warp(floatX* residual, float* mean, float* rstd, const floatX* inp1,
                                           const floatX* inp2, const floatX* weight, const floatX* bias, int row, int C,
@@ -124,11 +120,9 @@ static __global__ void layernorm_forward_warp_per_row(floatX* residual, floatX* 
 }
 
 // A decode step's rows (NormLaunch::block_per_row, llmc/cuda_common.cuh): block = row, thread t owns
-// pack t of the row (threads past C / x128::size hold zeros), the row read once into registers (with
-// the residual: both inputs, the rounded sum stored and normalized), mean and variance by two block
-// reductions over registers. At M = 64, C = 768: 64 blocks of 96 threads where the large-M kernel runs
-// 8 blocks; 2 * 64 * 768 * 2 B = 196 KB in and out, ~1-2 us of DRAM time: latency-bound (load, two
-// block reductions, store). The weight and bias load before the PDL wait.
+// pack t of the row (threads past C / x128::size hold zeros), the row read once into registers, mean
+// and variance by two block reductions. Latency-bound (196 KB in and out at M = 64, C = 768). The
+// weight and bias load before the PDL wait.
 template <bool FUSED_RESIDUAL>
 static __global__ void layernorm_forward_block_per_row(floatX* residual, floatX* out, float* mean, float* rstd,
                                                        const floatX* inp1, const floatX* inp2, const floatX* weight,
@@ -146,16 +140,8 @@ static __global__ void layernorm_forward_block_per_row(floatX* residual, floatX*
     float v[x128::size] = {};
     float sum = 0.0f;
     if (on) {
-        x128 x = load128(inp1 + at);
-        if constexpr (FUSED_RESIDUAL) {
-            const x128 y = load128(inp2 + at);
-            for (int k = 0; k < x128::size; k++) x[k] = from_float<floatX>(to_float(x[k]) + to_float(y[k]));
-            store128(residual + at, x);
-        }
-        for (int k = 0; k < x128::size; k++) {
-            v[k] = to_float(x[k]);
-            sum += v[k];
-        }
+        norm_load_pack<FUSED_RESIDUAL>(v, residual, inp1, inp2, at);
+        for (int k = 0; k < x128::size; k++) sum += v[k];
     }
     const float m = block_reduce_sum(sum) / C;
     float sq = 0.0f;
@@ -211,11 +197,9 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
 // The fused kernel (norm_backward.cuh: its plan and launch) keeps a lane's dweight and dbias sums and
 // writes (chunks, 2, C) partials, [k][0] = dweight, [k][1] = dbias, folded by one
 // column_partials_add2. Wide regime (PACKS 5..8 in bf16): norm_backward_smem(2, C), 80 KB at
-// C = 1280, 100 KB at 1600; the loaded packs (not t and norm) live across the row's reductions and
-// the second phase recomputes from them: 128 registers at 5 packs, 2 blocks per SM (52 bytes of spill
-// stores a thread), 264 chunks; at 6-8 packs 128 registers would spill 264-528 bytes a thread
-// (slower than the two kernels), so 1 block per SM (up to 255 registers), 132 chunks. H200 (lab,
-// N = 16384): C = 1280 0.0755 ms (55.6% of copy), C = 1600 0.0847 ms (61.9%).
+// C = 1280; 128 registers, 2 blocks per SM at 5 packs (52 bytes of spill stores a thread); at 6-8
+// packs 128 registers would spill 264-528 bytes, so 1 block per SM (up to 255 registers). Measured:
+// docs/perf.md "Memory-bound kernels".
 template <int PACKS>
 __host__ __device__ constexpr int layernorm_backward_min_blocks() { return PACKS <= 5 ? 2 : 1; }
 // The wide regime's sums, in the kernel's dynamic shared memory: (warp, sum: dweight then dbias, F4,
@@ -230,7 +214,7 @@ struct LayerNormWideSums {
 
 // The wide regime's step: one row, r. The loaded packs live across the reductions instead of t and
 // norm (3 x 4 registers a pack against 2 x 8), and phase 2 recomputes norm, g and t from them (the
-// same expressions, the same values): <= 128 registers, 2 blocks per SM.
+// same expressions, the same values).
 template <int PACKS>
 __device__ __forceinline__ void layernorm_backward_wide_row(const LayerNormWideSums& slot, floatX* dinp,
                                                             const floatX* dout, const floatX* inp,

@@ -1,25 +1,21 @@
-// norm_backward.cuh: what LayerNorm's and RMSNorm's backwards share (llmc/layernorm.cuh,
-// llmc/rmsnorm.cuh): the fused kernel's plan, its common pieces, and the launches. Both add (+=) into
-// dinp (N, C) and the column sums over the N rows, dweight (C) and LayerNorm's dbias (C); the sums go
-// through fp32 partials of chunks of rows in scratch, (chunks, SUMS, C), folded in fixed chunk order
-// (column_partials_add): the same bits run to run. The constants, regimes and row loads are in
-// llmc/cuda_common.cuh ("The fused norm backwards").
+// norm_backward.cuh: what LayerNorm's and RMSNorm's kernels share (llmc/layernorm.cuh, llmc/rmsnorm.cuh):
+// the size check, the block-per-row forwards' load, and the backwards' fused kernel plan, common pieces
+// and launches. The backwards add (+=) into dinp (N, C) and the column sums over the N rows, dweight (C)
+// and LayerNorm's dbias (C); the sums go through fp32 partials of chunks of rows in scratch, (chunks,
+// SUMS, C), folded in fixed chunk order (column_partials_add): the same bits run to run. The constants,
+// regimes and row loads are in llmc/cuda_common.cuh ("The fused norm backwards").
 // The fused kernel, C <= NORM_BWD_MAX_C: it reads each row of dout, inp and dinp once and writes dinp
-// once (the fewest bytes: 4 N*C*sizeof(floatX), 403 MB at N = 65536, C = 768 in bf16, ~100 us at the
-// 4.0 TB/s copy). Block = one chunk of consecutive rows; warp w takes R rows at a time (a step), rows
-// r0 + w*R, r0 + (w + 8)*R, ... of the chunk. A lane owns the column packs lane, lane + 32, ... of
-// its rows and keeps its column sums for them over all its rows; at the end the 8 warps' sums are
-// added in warp order into the chunk's partials. Summation order: column c of chunk k = warps 0..7
-// in order, each warp's sum over its rows in row order; then the fold over the chunks. Every load of
-// a step's R rows (3*PACKS 16-byte loads a lane a row) is issued before the first reduction, one DRAM
-// round trip a step (the memory-level parallelism a warp-per-row kernel lacks at 16 warps per SM),
-// and the rows stay in registers (no second read). The loads are unconditional (branches around them
-// cost registers and hoisting): a row past the chunk's end reads the chunk's last row, a pack past C
-// the row's last pack, and both read as zeros (a select, not a multiply: no 0 * inf), so they add
-// exactly nothing; their stores are skipped. Regimes: narrow (C <= 1024), the sums in
-// registers, at the end through a static 32 KB buffer; wide (bf16, 1024 < C <= 2048), the sums in
-// dynamic shared memory (norm_backward_smem), each lane its own 16-byte slots (conflict-free, no
-// synchronization until the end), read, added and written back per row in the same order.
+// once (the fewest bytes: 4 N*C*sizeof(floatX), ~100 us at N = 65536, C = 768 in bf16). Block = one
+// chunk of consecutive rows; warp w takes R rows at a time (a step), rows r0 + w*R, r0 + (w + 8)*R, ...
+// A lane owns the column packs lane, lane + 32, ... and keeps its column sums over all its rows.
+// Summation order: column c of chunk k = warps 0..7 in order, each warp's sum over its rows in row
+// order; then the fold over the chunks. Every load of a step's R rows is issued before the first
+// reduction (one DRAM round trip a step), and the rows stay in registers. The loads are unconditional
+// (branches around them cost registers): a row past the chunk's end reads the chunk's last row, a pack
+// past C the row's last pack, and both read as zeros (a select, not a multiply: no 0 * inf); their
+// stores are skipped. Regimes: narrow (C <= 1024), the sums in registers, at the end through a static
+// 32 KB buffer; wide (bf16, 1024 < C <= 2048), the sums in dynamic shared memory (norm_backward_smem),
+// each lane its own 16-byte slots (conflict-free, no synchronization until the end).
 // An op describes itself to the launches by a struct (LayerNormBackward, RMSNormBackward):
 //   what                 its name in errors
 //   SUMS                 column sums a row adds: 2 (dweight, dbias) or 1 (dweight)
@@ -38,10 +34,22 @@ inline void norm_check(const char* what, int C) {
     if (C % x128::size != 0) fail("%s: C = %d is not a multiple of %d", what, C, x128::size);
 }
 
+// A block-per-row forward's pack at `at` as floats: inp1, or (FUSED_RESIDUAL) the rounded sum
+// inp1 + inp2, also stored into residual.
+template <bool FUSED_RESIDUAL>
+__device__ __forceinline__ void norm_load_pack(float (&v)[x128::size], floatX* residual, const floatX* inp1,
+                                               const floatX* inp2, int64_t at) {
+    x128 x = load128(inp1 + at);
+    if constexpr (FUSED_RESIDUAL) {
+        const x128 y = load128(inp2 + at);
+        for (int k = 0; k < x128::size; k++) x[k] = from_float<floatX>(to_float(x[k]) + to_float(y[k]));
+        store128(residual + at, x);
+    }
+    for (int k = 0; k < x128::size; k++) v[k] = to_float(x[k]);
+}
+
 // Rows per warp step of the fused kernels: 2 while a lane's share of a row is at most 16 values
-// (C <= 512 in bf16), else 1. A row in flight costs ~2 registers per value on top of the sums; at
-// C = 768 in bf16 R = 1 fits the 128 registers that 2 blocks of 256 threads per SM allow and R = 2
-// spills (the labs time it).
+// (C <= 512 in bf16), else 1 (at C = 768, R = 2 spills past the 128 registers of 2 blocks per SM).
 template <int PACKS>
 constexpr int norm_backward_rows() { return PACKS * x128::size <= 16 ? 2 : 1; }
 
@@ -112,9 +120,8 @@ inline void norm_backward_fused_launch(floatX* dinp, floatX* dweight, floatX* db
 }
 
 // The two-kernel path, any C (the fallback past NORM_BWD_MAX_C): column_num_chunks(N) * SUMS * C
-// floats of scratch. dinp: a warp a row, two passes over dout, inp and weight (the second from L1),
-// one read-modify-write of dinp; the partials: a thread a pack of columns, a block row a chunk of rows
-// walked in order, reading dout and inp a second time (coalesced across a row's threads).
+// floats of scratch. dinp: a warp a row, two passes over dout, inp and weight (the second from L1);
+// the partials: a thread a pack of columns, a block row a chunk of rows walked in order.
 template <class Op, typename... Stats>
 inline void norm_backward_two_kernels(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, int N, int C,
                                       cudaStream_t stream, const floatX* dout, const floatX* inp,

@@ -8,8 +8,8 @@
 //   rmsnorm_backward                dinp (N, C) += ..., dweight (C) += ...                          (+=)
 //                                   (the fused pair's backward is this call with dinp = dresidual and
 //                                   inp = residual, as cpu::fused_residual_rmsnorm_backward)
-// The weight gradient is a column sum over N rows, done in fixed order (chunk partials in scratch,
-// then a fixed-order fold), so it is deterministic. C must be a multiple of x128::size. References: llmc/cpu/rmsnorm.h.
+// The weight gradient is a column sum over N rows in fixed order (norm_backward.cuh): deterministic.
+// C must be a multiple of x128::size. References: llmc/cpu/rmsnorm.h.
 #pragma once
 #include "llmc/cuda_common.cuh"
 #include "llmc/norm_backward.cuh"
@@ -18,12 +18,10 @@
 constexpr int RMSNORM_BLOCK = 256;  // 8 warps = 8 rows per block
 
 // One warp per row; lane i handles packs i, i+32, ... Two passes over the row: the sum of squares,
-// then the output, which re-reads the row from L1/L2 (the first pass loads it with L1 caching).
-// Fused: the first pass also writes residual = inp1 + inp2 and the second reads the stored residual
-// back (one pack instead of two; fused_residual_layernorm_forward does the same at 94% of copy).
-// DRAM traffic, bytes of floatX: read N*C, write N*C (fused: read 2 N*C, write 2 N*C) plus 4N of
-// rstd: ~0.2 GB (0.4 GB fused) at N = 65536, C = 768, ~50 us (~100 us) at the 4.0 TB/s copy;
-// ~3 FLOPs per element: memory-bound.
+// then the output, which re-reads the row from L1/L2. Fused: the first pass also writes residual =
+// inp1 + inp2 and the second reads the stored residual back (one pack instead of two).
+// DRAM traffic, bytes of floatX: read N*C, write N*C (fused: twice that) plus 4N of rstd: ~50 us
+// (~100 us fused) at N = 65536, C = 768; ~3 FLOPs per element: memory-bound.
 template <bool FUSED_RESIDUAL>
 static __global__ void rmsnorm_forward_warp_per_row(floatX* residual, floatX* out, float* rstd, const floatX* inp1,
                                                     const floatX* inp2, const floatX* weight, int N, int C,
@@ -73,16 +71,8 @@ static __global__ void rmsnorm_forward_block_per_row(floatX* residual, floatX* o
     float v[x128::size] = {};
     float sq = 0.0f;
     if (on) {
-        x128 x = load128(inp1 + at);
-        if constexpr (FUSED_RESIDUAL) {
-            const x128 y = load128(inp2 + at);
-            for (int k = 0; k < x128::size; k++) x[k] = from_float<floatX>(to_float(x[k]) + to_float(y[k]));
-            store128(residual + at, x);
-        }
-        for (int k = 0; k < x128::size; k++) {
-            v[k] = to_float(x[k]);
-            sq += v[k] * v[k];
-        }
+        norm_load_pack<FUSED_RESIDUAL>(v, residual, inp1, inp2, at);
+        for (int k = 0; k < x128::size; k++) sq += v[k] * v[k];
     }
     const float s = rsqrtf(block_reduce_sum(sq) / C + eps);
     if (on) {
@@ -130,11 +120,8 @@ inline void fused_residual_rmsnorm_forward(floatX* residual, floatX* out, float*
 //
 // The fused kernel (norm_backward.cuh: its plan and launch) keeps a lane's dweight sums and writes
 // (chunks, C) partials, folded by column_partials_add. Wide regime (PACKS 5..8 in bf16):
-// norm_backward_smem(1, C), 40 KB at C = 1280, 64 KB at 2048, 1 block per SM (255 registers), 132
-// chunks. H200 (lab, N = 16384): C = 1280 0.0780 ms, C = 1600 0.1041 (the two kernels: 0.0921,
-// 0.1177). (LayerNorm's keeps the loaded packs across the reductions instead of t and n, for 2 blocks
-// per SM at 5 packs.) PACKS = packs per lane (3 at C = 768 in bf16), R = rows per warp step
-// (norm_backward_rows).
+// norm_backward_smem(1, C), 40 KB at C = 1280, 1 block per SM (255 registers). PACKS = packs per
+// lane (3 at C = 768 in bf16), R = rows per warp step (norm_backward_rows).
 template <int PACKS, int R>
 static __global__ __launch_bounds__(NORM_BWD_BLOCK, norm_backward_min_blocks<PACKS>()) void rmsnorm_backward_fused(
     floatX* dinp, float* partials, const floatX* dout, const floatX* inp, const floatX* weight, const float* rstd,
