@@ -528,9 +528,9 @@ inline bool decode_clusters_available() {
 }
 
 
-// The launches of one plan with the split kernel's variant Knobs; returns the split kernel's blocks.
+// The launches of one plan with the split kernel's variant Knobs.
 template <typename T, class Knobs = DecodeKnobs<>>
-inline int attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, const T* v_cache, const int* pos,
+inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, const T* v_cache, const int* pos,
                                       int B, int NH, int NKV, int HD, int S, int window, float* scratch_buf,
                                       const DecodePlan& plan, cudaStream_t stream, bool pdl = false) {
     const QKVLayout L{NH, NKV, HD};
@@ -574,7 +574,6 @@ inline int attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, co
         case 12808: launch(attention_decode_split_kernel<T, 128, 8, Knobs>); break;
         default: fail("attention_decode: no kernel for HD=%d with %d heads a block", HD, plan.heads_per_block);
     }
-    return (int)(grid.x * grid.y * grid.z);
 }
 
 }  // namespace attention_detail
@@ -603,8 +602,7 @@ inline size_t attention_decode_scratch_floats(int B, int NH, int NKV, int HD, in
 // step). mma (bf16 build): where decode_mma_route allows and without early, the tensor-core kernels run
 // instead (with append, kv_cache_append first), as plain launches whatever pdl says; the first such call
 // raises their shared-memory limit, so make it outside a graph capture (model_infer_warmup does).
-// Returns the split kernel's blocks.
-inline int attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, floatX* v_cache, const int* pos, int B,
+inline void attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, floatX* v_cache, const int* pos, int B,
                             int NH, int NKV, int HD, int S, const CudaContext& ctx, int window = 0,
                             float* scratch = nullptr, bool pdl = false, bool append = false, bool early = false,
                             bool mma = true) {
@@ -623,15 +621,16 @@ inline int attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, flo
     if (route) {
         if (append) kv_cache_append(k_cache, v_cache, qkv, pos, B, NH, NKV, HD, S, ctx.stream);
         float* part = scratch ? scratch + DecodeScratch::counter_floats(B, NKV, plan) : nullptr;
-        return decode_mma(out, part, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window,
-                          decode_mma_splits(B, NKV, S, window, sms), ctx);
+        decode_mma(out, part, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window,
+                   decode_mma_splits(B, NKV, S, window, sms), ctx);
+        return;
     }
 #endif
     auto run = [&](auto knobs) {
-        return attention_decode_with_plan<floatX, decltype(knobs)>(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S,
-                                                                   window, scratch, plan, ctx.stream, pdl);
+        attention_decode_with_plan<floatX, decltype(knobs)>(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window,
+                                                            scratch, plan, ctx.stream, pdl);
     };
-    if (append) return run(DecodeKnobs<true, false>{});
-    if (early) return run(DecodeKnobs<false, true>{});
-    return run(DecodeKnobs<>{});
+    if (append) run(DecodeKnobs<true, false>{});
+    else if (early) run(DecodeKnobs<false, true>{});
+    else run(DecodeKnobs<>{});
 }

@@ -297,9 +297,9 @@ inline void decode_mma_launch(floatX* out, float* scratch, const floatX* qkv, co
 // out (B, NH * HD) from qkv and the caches, as attention_decode (shapes, window, idle sequences); the
 // caches already hold this step's K/V; plain launches (no PDL) on ctx.stream. splits: decode_mma_splits
 // for the shipped plan; scratch: decode_mma_scratch_floats(B, NH, HD, splits) floats, 16-byte aligned
-// (nullptr when 0). Returns the split kernel's blocks. The first call of a head size raises the kernel's
-// shared-memory limit (CudaContext::allow_smem): make it outside a graph capture (model_infer_warmup).
-inline int decode_mma(floatX* out, float* scratch, const floatX* qkv, const floatX* k_cache, const floatX* v_cache,
+// (nullptr when 0). The first call of a head size raises the kernel's shared-memory limit
+// (CudaContext::allow_smem): make it outside a graph capture (model_infer_warmup).
+inline void decode_mma(floatX* out, float* scratch, const floatX* qkv, const floatX* k_cache, const floatX* v_cache,
                       const int* pos, int B, int NH, int NKV, int HD, int S, int window, int splits,
                       const CudaContext& ctx) {
     if (NH / NKV > DECODE_MMA_ROWS)
@@ -311,7 +311,6 @@ inline int decode_mma(floatX* out, float* scratch, const floatX* qkv, const floa
         decode_mma_launch<128>(out, scratch, qkv, k_cache, v_cache, pos, B, NH, NKV, S, window, splits, ctx);
     else
         fail("decode_mma: HD=%d (64 or 128)", HD);
-    return splits * B * NKV;
 }
 
 }  // namespace attention_detail

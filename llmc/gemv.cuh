@@ -118,7 +118,7 @@ struct GemvLaunch {
     int split_k;   // KS = GemvPolicy::split_k(K)
 };
 
-// acc[r][m] += dot(weight pack of row r, input pack of row m) for the packs `kp` of one lane.
+// acc[r][m] += dot(w[r], input row m's pack at element k), one lane's share.
 template <int M, int R>
 __device__ inline void gemv_packs(float (&acc)[R][M], const x128 (&w)[R], const floatX* inp, int K, int k) {
     float wf[R][x128::size];
@@ -344,8 +344,8 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
                 if (lane < M) res_v[r] = to_float(__ldcg(f.residual + (int64_t)lane * N + row[r]));
         }
     };
-    // before the wait: the first round of this warp's first group (registers, or with the lab's
-    // policies an L2 prefetch), its epilogue inputs, and the norm's weight and bias into shared memory
+    // before the wait: this warp's first round (or the lab's L2 prefetch), its epilogue inputs, the norm's
+    // weight and bias into shared memory
     const int first = min(blockIdx.x * per_block + warp / KS, groups - 1);
     bool loaded = false;
     if (blockIdx.x * per_block < groups) {
@@ -399,8 +399,7 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int m = 0; m < M; m++) acc[r][m] = 0.0f;
-        // rounds of U packs per row, all U*R loads issued before the math (the first round of the first
-        // group was loaded before the wait)
+        // rounds of U packs per row, all U*R loads before the math (the first one preloaded before the wait)
         for (int p = p0; p < packs; p += GEMV_UNROLL * pstep) {
             if (!loaded) load_round(row, p);
             loaded = false;
@@ -446,9 +445,9 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
 }
 
 // One launch of gemv_kernel<M, R, EPI, NORM> under the policy P, with the programmatic-serialization
-// attribute when pdl. Returns the blocks of its grid.
+// attribute when pdl.
 template <int M, int R, int EPI, bool NORM, class P>
-inline int launch(bool pdl, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K, int N,
+inline void launch(bool pdl, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K, int N,
                   const GemvFusion& f, cudaStream_t stream) {
     const int split_k = P::split_k(K);
     if (split_k != 1 && split_k != 2 && split_k != 4) fail("gemv: split_k %d is not 1, 2 or 4", split_k);
@@ -472,12 +471,11 @@ inline int launch(bool pdl, floatX* out, const floatX* inp, const floatX* weight
         fail("internal: the folded argmax needs a plain GEMV with its norm (a grid of one wave)");
     launch_kernel(gemv_kernel<M, R, EPI, NORM>, dim3(blocks), dim3(GEMV_THREADS), smem, stream, pdl, out, inp,
                   weight, bias, K, N, f, GemvLaunch{P::preload, split_k});
-    return blocks;
 }
 
 // fn(std::integral_constant<int, M>{}) for the runtime M in 1..GEMV_MAX_M.
 template <class Fn>
-inline int with_m(int M, Fn&& fn) {
+inline void with_m(int M, Fn&& fn) {
     switch (M) {
         case 1: return fn(std::integral_constant<int, 1>{});
         case 2: return fn(std::integral_constant<int, 2>{});
@@ -504,9 +502,9 @@ inline void forward(floatX* out, const floatX* inp, const floatX* weight, const 
     cudaCheckLaunch();
 }
 template <class P>
-inline int fused_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K, int N,
-                         GemvEpilogue epi, const GemvFusion& f, cudaStream_t stream, bool pdl) {
-    const int blocks = with_m(M, [&](auto m) {
+inline void fused_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K,
+                          int N, GemvEpilogue epi, const GemvFusion& f, cudaStream_t stream, bool pdl) {
+    with_m(M, [&](auto m) {
         constexpr int MM = decltype(m)::value, R = P::rows(MM);
         const bool norm = f.norm != GEMV_NORM_NONE;
         switch (epi) {
@@ -525,7 +523,6 @@ inline int fused_forward(floatX* out, const floatX* inp, const floatX* weight, c
         }
     });
     cudaCheckLaunch();
-    return blocks;
 }
 
 }  // namespace gemv_detail
@@ -566,14 +563,12 @@ inline void gemv_forward(floatX* out, const floatX* inp, const floatX* weight, c
     gemv_detail::forward<GemvPolicy>(out, inp, weight, bias, M, K, N, epi, stream, pdl);
 }
 
-// The fused kernels of the decode step (the top of the file): out = epilogue(norm(inp) W^T + bias)
-// with f's norm prologue (qkv, fc, lm_head) or its residual (attproj, fcproj); GEMV_QKV also writes
-// the cache (and turns q, k with RoPE). Shapes as gemv_forward; gemv_fused_supported must hold.
-// Returns the blocks of its grid.
-inline int gemv_fused_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K,
-                              int N, GemvEpilogue epi, const GemvFusion& f, cudaStream_t stream, bool pdl = true) {
+// The decode step's fused kernels (the top of the file): out = epilogue(norm(inp) W^T + bias), or with
+// f's residual; shapes as gemv_forward; gemv_fused_supported must hold.
+inline void gemv_fused_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K,
+                               int N, GemvEpilogue epi, const GemvFusion& f, cudaStream_t stream, bool pdl = true) {
     if (!gemv_fused_supported(M, K, N, epi, f))
         fail("gemv_fused_forward: M = %d, K = %d, N = %d, epilogue %d, norm %d not supported", M, K, N, (int)epi,
              (int)f.norm);
-    return gemv_detail::fused_forward<GemvPolicy>(out, inp, weight, bias, M, K, N, epi, f, stream, pdl);
+    gemv_detail::fused_forward<GemvPolicy>(out, inp, weight, bias, M, K, N, epi, f, stream, pdl);
 }

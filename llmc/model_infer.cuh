@@ -19,18 +19,12 @@
 //       in device buffers, so the step is captured once as a CUDA graph (model_infer_step_graph).
 //   step_out (B): the token each sequence produced this step (-1: none), copied out by the caller.
 // A step's kernels (GPT-2 124M at B = 1: ~2.5 us of weights each) are bound by launch and dependency
-// latency, not bandwidth. decode_step_plan picks them from B, the model and the device (the lab,
-// dev/cuda/decode_step.cu, overrides it):
-// - B <= GEMV_MAX_M (the fused step, decode_layers_fused): 5 kernels a layer instead of 8-9: the norm in
-//   the prologue of the next GEMV, the residual add in attproj / fcproj's epilogue, kv_cache_append (and
-//   RoPE) in the QKV GEMV's; lm_head's GEMV also takes each sequence's greedy argmax into `pending` (as
-//   does the prefill), so a greedy step without teacher forcing starts with advance_and_encode (the
-//   sampler's book-keeping and the embedding, one kernel) instead of the sampler and the encoder.
-// - B > GEMV_MAX_M: cuBLASLt matmuls, the norms and attention between them; kv_cache_append folded into
-//   attention_decode, on its tensor-core kernels where decode_mma_route allows.
-// - every kernel of ours after the step's first is a programmatic dependent of the one before it
-//   (llmc/cuda_common.cuh; cuBLASLt's are plain launches): the next GEMV's blocks load their weights
-//   while the current kernel runs.
+// latency, not bandwidth. decode_step_plan picks them (the lab, dev/cuda/decode_step.cu, overrides it):
+// the fused step at B <= GEMV_MAX_M (5 kernels a layer, decode_layers_fused; lm_head's GEMV and the
+// prefill also leave the greedy argmax in `pending`, so a greedy step without teacher forcing starts
+// with advance_and_encode instead of the sampler and the encoder), cuBLASLt above it (kv_cache_append
+// folded into attention_decode). Every kernel of ours after the step's first is a programmatic
+// dependent of the one before (llmc/cuda_common.cuh): the next GEMV loads its weights meanwhile.
 #pragma once
 #include <vector>
 #include "llmc/attention_decode.cuh"
