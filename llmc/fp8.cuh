@@ -1,39 +1,25 @@
-// fp8.cuh: per-tensor scaled casts to FP8 for the FP8 matmuls of llmc/matmul_fp8.cuh, the amax
-// that sets each tensor's scale, and the scale update itself (docs/numerics.md).
-//
-// Formats (OCP FP8, as the hardware's cvt and cuBLASLt read them; llmc/cpu/fp8.h decodes them):
-//   E4M3: max normal 448, min normal 2^-6, min subnormal 2^-9, no infinity: weights, activations.
-//   E5M2: max normal 57344, min normal 2^-14, min subnormal 2^-16: gradients (more range, one
-//         mantissa bit fewer); E4M3 gradients are the other choice, measured in the lab.
-// A tensor is stored as x_fp8 = fp8(x * scale) and read back as x_fp8 * scale_inv: the matmul takes
-// scale_inv through CUBLASLT_MATMUL_DESC_{A,B}_SCALE_POINTER. x * scale is rounded once to fp32,
-// then to FP8 by cvt.rn.satfinite: nearest, ties to even, beyond the max (and infinity) to +-max,
-// NaN to NaN; bit for bit cpu::fp8_cast (dev/cuda/fp8_cast.cu checks all 65536 bf16 values).
-//
-// Per-tensor state: one Fp8Meta in device memory per FP8 tensor (a layer's X, W, dY, ...):
-//   scale, scale_inv    set only by fp8_update_scales, read by the casts and the matmul
-//   amax_bits           the largest |x| of the casts since the last update, as float bits
-//   amax_history        the last history_len amaxes (a ring), for delayed scaling
-// Two recipes from the same kernels:
+// fp8.cuh: per-tensor scaled casts to FP8 for the FP8 matmuls of llmc/matmul_fp8.cuh, the amax that
+// sets each tensor's scale, and the scale update itself (docs/numerics.md, "FP8: formats, scales, and
+// what the lab measures").
+// Formats (OCP FP8; llmc/cpu/fp8.h decodes them): E4M3 (max 448) for weights and activations, E5M2
+// (max 57344, one mantissa bit fewer) for gradients. A tensor is stored as x_fp8 = fp8(x * scale) and
+// read back as x_fp8 * scale_inv (the matmul's CUBLASLT_MATMUL_DESC_{A,B}_SCALE_POINTER). x * scale
+// is rounded once to fp32, then to FP8 by cvt.rn.satfinite: nearest, ties to even, beyond the max (and
+// infinity) to +-max, NaN to NaN; bit for bit cpu::fp8_cast (dev/cuda/fp8_cast.cu checks all 65536
+// bf16 values).
+// Two recipes from the same kernels, one Fp8Meta per tensor:
 //   current scaling   fp8_amax(x) -> fp8_update_scales(history_len 1) -> fp8_cast(x, no amax):
 //                     the scale fits this tensor exactly; x is read twice (amax pass, cast pass)
 //   delayed scaling   fp8_cast(x, with amax) casts with the scale of the previous amaxes and records
-//                     this one in the same pass; fp8_update_scales(history_len H) once per step
-//                     (or before the next cast) folds it into the history: x is read once, and a
-//                     value above the history's amax saturates to +-max until the history catches up.
-//                     The scale being known first, the cast can run inside x's producer instead:
-//                     llmc/fp8_fused.cuh (the trainer's default, llmc/model_fp8.cuh).
-// The scale: amax = max over the history window (current: this amax), scale = (fp8 max / amax) /
-// 2^margin, capped at 2^64 (an amax below ~2.4e-17 is a zero tensor for FP8 purposes); an amax of 0
-// or a non-finite one (NaN or inf in x) keeps the previous scale, which the trainer can see and
-// treat like a non-finite gradient. Bit-identical to cpu::fp8_scale_from_amax (IEEE division and
-// reciprocal, __fdiv_rn / __frcp_rn, despite --use_fast_math).
-//
-// Amax reduction: warp and block maxima, then one atomicMax per block on the float bits of the
-// block's max into Fp8Meta::amax_bits. Non-negative floats' bits order like the values (a NaN's above
-// +inf's, so a NaN anywhere shows), and a maximum is exact in any order: deterministic, no second
-// pass, no scratch. A block skips its atomic when the current amax is not smaller (it only grows
-// during a launch, so a stale read costs an atomic, never a wrong result).
+//                     this one; fp8_update_scales(history_len H) once per step folds it into the
+//                     history: x is read once, and a value above the history's amax saturates to +-max
+//                     until the history catches up. The scale being known first, the cast can run
+//                     inside x's producer instead (llmc/fp8_fused.cuh).
+// The scale: amax = max over the history window, scale = (fp8 max / amax) / 2^margin, capped at 2^64;
+// an amax of 0 or a non-finite one (NaN or inf in x) keeps the previous scale. Bit-identical to
+// cpu::fp8_scale_from_amax (__fdiv_rn / __frcp_rn, despite --use_fast_math).
+// Amax: one atomicMax per block on the float bits of the block's max (non-negative floats' bits order
+// like the values, a NaN's above +inf's): exact in any order, deterministic, no second pass, no scratch.
 //
 // Kernels, n elements of floatX (bf16: 2 bytes), the FP8 outputs 1 byte each; all memory-bound (a few
 // flops per byte). Measured: docs/perf.md, "Memory-bound kernels" (dev/cuda/fp8_cast.cu).
@@ -51,6 +37,7 @@
 #pragma once
 #include <cuda_fp8.h>
 #include <cstdint>
+#include <type_traits>
 #include "llmc/cuda_common.cuh"
 #include "llmc/utils.h"
 #include "llmc/cpu/fp8.h"
@@ -61,6 +48,19 @@ constexpr const char* fp8_format_name(Fp8Format f) { return f == Fp8Format::E4M3
 constexpr cudaDataType_t fp8_cuda_type(Fp8Format f) { return f == Fp8Format::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
 // The same format in the CPU reference's terms (llmc/cpu/fp8.h), for the checks against it.
 constexpr cpu::Fp8Format fp8_cpu_format(Fp8Format f) { return f == Fp8Format::E4M3 ? cpu::Fp8Format::E4M3 : cpu::Fp8Format::E5M2; }
+
+// Calls fn(std::integral_constant<Fp8Format, f>{}): a launcher's run-time format as a kernel's template argument.
+template <typename Fn>
+inline void with_fp8_format(Fp8Format f, Fn&& fn) {
+    if (f == Fp8Format::E4M3) fn(std::integral_constant<Fp8Format, Fp8Format::E4M3>{});
+    else fn(std::integral_constant<Fp8Format, Fp8Format::E5M2>{});
+}
+// The same for a flag: fn(std::bool_constant<b>{}).
+template <typename Fn>
+inline void with_bool(bool b, Fn&& fn) {
+    if (b) fn(std::true_type{});
+    else fn(std::false_type{});
+}
 
 constexpr int FP8_AMAX_HISTORY_MAX = 1024;
 constexpr float FP8_SCALE_CAP = 18446744073709551616.0f;  // 2^64, as cpu::FP8_SCALE_CAP
@@ -205,13 +205,12 @@ inline void fp8_cast(uint8_t* out, const floatX* in, size_t n, Fp8Format f, Fp8M
     fp8_check_aligned(in, "fp8_cast input");
     fp8_check_aligned(out, "fp8_cast output");
     const int blocks = fp8_wave_blocks(n / x128::size, FP8_CAST_BLOCK);
-    if (f == Fp8Format::E4M3) {
-        if (amax) fp8_cast_kernel<Fp8Format::E4M3, true><<<blocks, FP8_CAST_BLOCK, 0, stream>>>(out, in, n, meta);
-        else fp8_cast_kernel<Fp8Format::E4M3, false><<<blocks, FP8_CAST_BLOCK, 0, stream>>>(out, in, n, meta);
-    } else {
-        if (amax) fp8_cast_kernel<Fp8Format::E5M2, true><<<blocks, FP8_CAST_BLOCK, 0, stream>>>(out, in, n, meta);
-        else fp8_cast_kernel<Fp8Format::E5M2, false><<<blocks, FP8_CAST_BLOCK, 0, stream>>>(out, in, n, meta);
-    }
+    with_fp8_format(f, [&](auto F) {
+        with_bool(amax, [&](auto A) {
+            fp8_cast_kernel<decltype(F)::value, decltype(A)::value>
+                <<<blocks, FP8_CAST_BLOCK, 0, stream>>>(out, in, n, meta);
+        });
+    });
     cudaCheckLaunch();
 }
 
@@ -298,10 +297,15 @@ static __global__ void __launch_bounds__(FP8_T_BLOCK)
     if (AMAX) amax_block_commit(meta, amax);
 }
 
-namespace fp8_detail {
-inline void cast_transpose_launch(uint8_t* out_t, uint8_t* out, const floatX* in, int R, int C, Fp8Format f,
-                                  Fp8Meta* meta, bool amax, const float* col_scale, cudaStream_t stream, int count = 1,
-                                  Fp8Batch batch = {}) {
+// out_t (C, R) = fp8(in^T * scale), in (R, C) row-major; with `out` also out (R, C) = fp8(in * scale)
+// from the same read; with `amax`, meta->amax_bits as fp8_cast. R and C multiples of 64.
+// With count > 1: count tensors in one launch, tensor i's input at in + i * batch.in_stride, its
+// outputs at out_t / out + i * batch.out_stride, its meta at meta + i * batch.meta_stride (the
+// weights of every block, fp8_cast_weights in llmc/model_fp8.cuh).
+// col_scale: one scale per input column instead of meta's (fp8_cast_transpose_colwise).
+inline void fp8_cast_transpose(uint8_t* out_t, uint8_t* out, const floatX* in, int R, int C, Fp8Format f,
+                               Fp8Meta* meta, bool amax, cudaStream_t stream, int count = 1, Fp8Batch batch = {},
+                               const float* col_scale = nullptr) {
     if (R % FP8_T_TILE != 0 || C % FP8_T_TILE != 0)
         fail("fp8_cast_transpose: R = %d and C = %d must be multiples of %d", R, C, FP8_T_TILE);
     if (R / FP8_T_TILE > 65535) fail("fp8_cast_transpose: R = %d rows: more than 65535 row tiles", R);
@@ -312,42 +316,21 @@ inline void cast_transpose_launch(uint8_t* out_t, uint8_t* out, const floatX* in
         fail("fp8_cast_transpose: a batch's strides (%zu bytes, %zu elements) break 16-byte alignment", batch.out_stride,
              batch.in_stride);
     const dim3 grid(C / FP8_T_TILE, R / FP8_T_TILE, count);
-    // 8 instantiations: format x amax x straight
-    auto launch = [&](auto kernel) {
-        kernel<<<grid, FP8_T_BLOCK, 0, stream>>>(out_t, out, in, R, C, meta, col_scale, batch);
-        cudaCheckLaunch();
-    };
-    constexpr Fp8Format E4 = Fp8Format::E4M3, E5 = Fp8Format::E5M2;
-    const int which = (f == E5) * 4 + amax * 2 + (out != nullptr);
-    switch (which) {
-        case 0: launch(fp8_cast_transpose_kernel<E4, false, false>); break;
-        case 1: launch(fp8_cast_transpose_kernel<E4, false, true>); break;
-        case 2: launch(fp8_cast_transpose_kernel<E4, true, false>); break;
-        case 3: launch(fp8_cast_transpose_kernel<E4, true, true>); break;
-        case 4: launch(fp8_cast_transpose_kernel<E5, false, false>); break;
-        case 5: launch(fp8_cast_transpose_kernel<E5, false, true>); break;
-        case 6: launch(fp8_cast_transpose_kernel<E5, true, false>); break;
-        default: launch(fp8_cast_transpose_kernel<E5, true, true>); break;
-    }
-}
-}  // namespace fp8_detail
-
-// out_t (C, R) = fp8(in^T * scale), in (R, C) row-major; with `out` also out (R, C) = fp8(in * scale)
-// from the same read; with `amax`, meta->amax_bits as fp8_cast. R and C multiples of 64.
-// With count > 1: count tensors in one launch, tensor i's input at in + i * batch.in_stride, its
-// outputs at out_t / out + i * batch.out_stride, its meta at meta + i * batch.meta_stride (the
-// weights of every block, fp8_cast_weights in llmc/model_fp8.cuh).
-inline void fp8_cast_transpose(uint8_t* out_t, uint8_t* out, const floatX* in, int R, int C, Fp8Format f,
-                               Fp8Meta* meta, bool amax, cudaStream_t stream, int count = 1, Fp8Batch batch = {}) {
-    fp8_detail::cast_transpose_launch(out_t, out, in, R, C, f, meta, amax, nullptr, stream, count, batch);
+    with_fp8_format(f, [&](auto F) {
+        with_bool(amax, [&](auto A) {
+            with_bool(out != nullptr, [&](auto S) {
+                fp8_cast_transpose_kernel<decltype(F)::value, decltype(A)::value, decltype(S)::value>
+                    <<<grid, FP8_T_BLOCK, 0, stream>>>(out_t, out, in, R, C, meta, col_scale, batch);
+            });
+        });
+    });
+    cudaCheckLaunch();
 }
 
 // ---------------------------------------------------------------- transpose of FP8 bytes
-// out (C, R) = in (R, C)^T, both FP8 (bytes, no conversion), each with its own row pitch in bytes:
-// the output head's dlogits^T chunks (llmc/model_fp8.cuh, fp8_head_backward: R = 32768 tokens, C =
-// 50304 vocabulary rows, both pitches 100608, twice a 124M step), read from and written into the
-// logits buffer's halves. Memory-bound: reads RC, writes RC.
-//
+// out (C, R) = in (R, C)^T, FP8 bytes (no conversion), each with its own row pitch in bytes: the
+// output head's dlogits^T chunks (fp8_head_backward: R = 32768 tokens, C = 50304 vocabulary rows, both
+// pitches 100608, twice a 124M step) in the logits buffer's halves. Memory-bound: reads RC, writes RC.
 // fp8_transpose_tiled_kernel<TR = 128>: a block of 256 threads takes TR input rows by 128 input
 // columns (16 KB of shared memory):
 //   load   thread t reads 16-byte chunk t % 8 of rows t / 8 + 32 j, j < TR / 32 (4 loads, 64 bytes in
@@ -361,9 +344,8 @@ inline void fp8_cast_transpose(uint8_t* out_t, uint8_t* out, const floatX* in, i
 // Blocks run in groups of `group` column tiles, down all the row tiles of a group before the next, so
 // the ~1000 resident blocks cover a patch (at 32: ~4 KB of each input and output row) instead of a
 // full-width band that touches each of the 50304 output rows in ~340-byte runs.
-// R and C need only be multiples of 64: a tile hanging over the edge by 64 rows or columns skips
-// those loads and stores (a block-uniform test). Measured, with the other orders and tiles:
-// dev/cuda/fp8_cast.cu --op fp8_transpose (TR = 128 here; the lab also times 256).
+// R and C multiples of 64: a tile over the edge by 64 rows or columns skips those loads and stores
+// (block-uniform). Measured with the other orders and tiles: dev/cuda/fp8_cast.cu --op fp8_transpose.
 constexpr int FP8_TR_COLS = 128;   // tile columns (input bytes a row)
 constexpr int FP8_TR_BLOCK = 256;  // threads
 constexpr int FP8_TR_GROUP = 32;   // column tiles a group (the grid order above)
@@ -520,16 +502,15 @@ inline void fp8_cast_rowwise(uint8_t* out, float* scale_inv, const floatX* in, i
     fp8_check_aligned(in, "fp8_cast_rowwise input");
     fp8_check_aligned(out, "fp8_cast_rowwise output");
     const int blocks = ceil_div(R, FP8_ROW_BLOCK / WARP_SIZE), packs_per_lane = ceil_div(C / P, WARP_SIZE);
-    auto launch = [&](auto kernel) {
-        kernel<<<blocks, FP8_ROW_BLOCK, 0, stream>>>(out, scale_inv, in, R, C);
-        cudaCheckLaunch();
-    };
-    constexpr Fp8Format E4 = Fp8Format::E4M3, E5 = Fp8Format::E5M2;
-    const bool e4 = f == E4;
-    if (packs_per_lane <= 4) e4 ? launch(fp8_cast_rowwise_kernel<E4, 4>) : launch(fp8_cast_rowwise_kernel<E5, 4>);
-    else if (packs_per_lane <= 8) e4 ? launch(fp8_cast_rowwise_kernel<E4, 8>) : launch(fp8_cast_rowwise_kernel<E5, 8>);
-    else if (packs_per_lane <= 12) e4 ? launch(fp8_cast_rowwise_kernel<E4, 12>) : launch(fp8_cast_rowwise_kernel<E5, 12>);
-    else e4 ? launch(fp8_cast_rowwise_kernel<E4, 16>) : launch(fp8_cast_rowwise_kernel<E5, 16>);
+    with_fp8_format(f, [&](auto F) {
+        constexpr Fp8Format FF = decltype(F)::value;
+        auto launch = [&](auto kernel) { kernel<<<blocks, FP8_ROW_BLOCK, 0, stream>>>(out, scale_inv, in, R, C); };
+        if (packs_per_lane <= 4) launch(fp8_cast_rowwise_kernel<FF, 4>);
+        else if (packs_per_lane <= 8) launch(fp8_cast_rowwise_kernel<FF, 8>);
+        else if (packs_per_lane <= 12) launch(fp8_cast_rowwise_kernel<FF, 12>);
+        else launch(fp8_cast_rowwise_kernel<FF, 16>);
+    });
+    cudaCheckLaunch();
 }
 
 // Column amaxes: thread = pack of 8 columns, blockIdx.y = a chunk of rows walked in order (4 loads in
@@ -579,7 +560,7 @@ inline void fp8_cast_transpose_colwise(uint8_t* out_t, float* col_scale_inv, con
     cudaCheckLaunch();
     fp8_scales_from_amax_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(scale, col_scale_inv, amax_bits, C, fp8_format_max(f));
     cudaCheckLaunch();
-    fp8_detail::cast_transpose_launch(out_t, nullptr, in, R, C, f, nullptr, false, scale, stream);
+    fp8_cast_transpose(out_t, nullptr, in, R, C, f, nullptr, false, stream, 1, {}, scale);
 }
 
 // ---------------------------------------------------------------- scales

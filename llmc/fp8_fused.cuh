@@ -20,26 +20,21 @@
 //     NONE + dbias      reads 2RC, writes 2RC              (separate: 4RC, 2RC)
 //     DQ_ACCUM + dbias  reads 4RQ + 2R(C - Q), writes 2RC  (separate: 4RQ + 2RC, 2RQ + 2RC; Q = q_cols)
 //   The FP8 bytes and the amax are bit-identical to the unfused kernels' at the same scale (the same
-//   device functions, the same floatX rounding before the cast: DQ_ACCUM's is the dQ store's
-//   dq_from_accum, llmc/attention_layout.cuh); the bias gradient is the same sum in another fixed fp32
-//   order (deterministic; bias_backward's chunks and order differ).
-//   layernorm_fp8_forward(out_t, out, residual, mean, rstd, inp1, inp2, weight, bias, N, C, meta)
-//     the (residual add +) LayerNorm writing its output as e4m3 X and X^T (qkv's, fc's): below.
-// Kernel: fp8_cast_transpose's 64 x 64 tile (llmc/fp8.cuh: 256 threads, 16-byte loads, the FP8 tile
-// through shared memory, 16-byte transposed stores), walked down a chunk of rows per block: grid
-// (C / 64, chunks). Each thread always holds the same 8 columns (pack p = tid % 8 of rows tid / 8 and
-// tid / 8 + 32). Light prologues (NONE, DQ_ACCUM) are pipelined: the next tile's loads are issued
+//   device functions and floatX rounding before the cast; DQ_ACCUM's is the dQ store's dq_from_accum);
+//   the bias gradient is the same sum in another fixed fp32 order (deterministic).
+//   layernorm_fp8_forward: the (residual add +) LayerNorm writing e4m3 X and X^T (qkv's, fc's): below.
+// Kernel: fp8_cast_transpose's 64 x 64 tile (llmc/fp8.cuh), walked down a chunk of rows per block:
+// grid (C / 64, chunks). Each thread always holds the same 8 columns (pack p = tid % 8 of rows tid / 8
+// and tid / 8 + 32). Light prologues (NONE, DQ_ACCUM) are pipelined: the next tile's loads are issued
 // before this tile's shared-memory passes, 2-4 tiles a block (fp8_fused_rows_per_chunk), and the
-// bias's column sums stay in each thread's registers over the chunk (tile by tile, its rows in order);
-// at the chunk's end the 32 row groups' sums go through shared memory and threads 0..63 add them in
-// row-group order into the chunk's partials (column_partials_add folds the chunks). The GELU prologues
-// run a tile at a time at 8 blocks an SM (fp8_fused_min_blocks), their column sums through a floatX
-// copy of the tile in shared memory. Memory-bound: a few flops per byte (GELU's tanh: ~20 per element).
-// Measured, against the one-tile-a-block kernel the lab keeps: dev/cuda/fp8_cast.cu.
+// bias's column sums stay in each thread's registers over the chunk; at the chunk's end the 32 row
+// groups' sums go through shared memory and threads 0..63 add them in row-group order into the chunk's
+// partials (column_partials_add folds the chunks). The GELU prologues run a tile at a time at 8 blocks
+// an SM, their column sums through a floatX copy of the tile in shared memory. Memory-bound: a few
+// flops per byte (GELU's tanh: ~20 per element). Measured: dev/cuda/fp8_cast.cu.
 // DQ_ACCUM: a 64-column tile lies wholly in the dQ columns or outside them (q_cols a multiple of 64),
 // so the choice is per block; the dQ tiles' threads load 2 x 16 bytes of fp32 a pack instead of 16 of
-// bf16. The dQ store's 300 MB a layer (GPT-2 124M, B 64, T 1024) go, for 100 MB more read here.
-// Shapes: R and C multiples of 64; pointers 16-byte aligned.
+// bf16. Shapes: R and C multiples of 64; pointers 16-byte aligned.
 #pragma once
 #include <cstdint>
 #include <type_traits>
@@ -250,37 +245,33 @@ inline void fused_cast_launch(uint8_t* out_t, uint8_t* out, const floatX* in, co
                               cudaStream_t stream, const Fp8DqAccum& dq, int rpc) {
     const int chunks = ceil_div(R, rpc);
     const dim3 grid(C / FP8_T_TILE, chunks);
-    auto launch = [&](auto kernel) {
-        kernel<<<grid, FP8_T_BLOCK, 0, stream>>>(out_t, out, in, pre, dq.accum, dq.q_cols, scratch, R, C, rpc, meta);
-        cudaCheckLaunch();
-    };
-    constexpr Fp8Format E4 = Fp8Format::E4M3, E5 = Fp8Format::E5M2;
-    constexpr Fp8Prologue NO = Fp8Prologue::NONE, GF = Fp8Prologue::GELU_FORWARD, GB = Fp8Prologue::GELU_BACKWARD;
-    constexpr Fp8Prologue DQ = Fp8Prologue::DQ_ACCUM;
-    const bool e4 = f == E4, bias = dbias != nullptr;
-    switch (prologue) {
-        case Fp8Prologue::NONE:
-            if (bias) e4 ? launch(fp8_cast_transpose_fused_kernel<E4, NO, true>) : launch(fp8_cast_transpose_fused_kernel<E5, NO, true>);
-            else e4 ? launch(fp8_cast_transpose_fused_kernel<E4, NO, false>) : launch(fp8_cast_transpose_fused_kernel<E5, NO, false>);
-            break;
-        case Fp8Prologue::GELU_FORWARD:  // an activation: no bias of its own here
-            if (bias) fail("fp8_cast_transpose_fused: GELU_FORWARD takes no bias gradient");
-            e4 ? launch(fp8_cast_transpose_fused_kernel<E4, GF, false>) : launch(fp8_cast_transpose_fused_kernel<E5, GF, false>);
-            break;
-        case Fp8Prologue::GELU_BACKWARD:
-            if (bias) e4 ? launch(fp8_cast_transpose_fused_kernel<E4, GB, true>) : launch(fp8_cast_transpose_fused_kernel<E5, GB, true>);
-            else e4 ? launch(fp8_cast_transpose_fused_kernel<E4, GB, false>) : launch(fp8_cast_transpose_fused_kernel<E5, GB, false>);
-            break;
-        case Fp8Prologue::DQ_ACCUM:  // a dY (qkv's): the gradient formats, with or without the bias
-            if (dq.head_dim == 64) {
-                if (bias) e4 ? launch(fp8_cast_transpose_fused_kernel<E4, DQ, true, 64>) : launch(fp8_cast_transpose_fused_kernel<E5, DQ, true, 64>);
-                else e4 ? launch(fp8_cast_transpose_fused_kernel<E4, DQ, false, 64>) : launch(fp8_cast_transpose_fused_kernel<E5, DQ, false, 64>);
-            } else {
-                if (bias) e4 ? launch(fp8_cast_transpose_fused_kernel<E4, DQ, true, 128>) : launch(fp8_cast_transpose_fused_kernel<E5, DQ, true, 128>);
-                else e4 ? launch(fp8_cast_transpose_fused_kernel<E4, DQ, false, 128>) : launch(fp8_cast_transpose_fused_kernel<E5, DQ, false, 128>);
+    const bool bias = dbias != nullptr;
+    if (bias && prologue == Fp8Prologue::GELU_FORWARD)  // an activation: no bias of its own here
+        fail("fp8_cast_transpose_fused: GELU_FORWARD takes no bias gradient");
+    with_fp8_format(f, [&](auto F) {
+        with_bool(bias, [&](auto B) {
+            constexpr Fp8Format FF = decltype(F)::value;
+            constexpr bool BB = decltype(B)::value;
+            constexpr Fp8Prologue NO = Fp8Prologue::NONE, GF = Fp8Prologue::GELU_FORWARD, GB = Fp8Prologue::GELU_BACKWARD;
+            constexpr Fp8Prologue DQ = Fp8Prologue::DQ_ACCUM;
+            auto launch = [&](auto kernel) {
+                kernel<<<grid, FP8_T_BLOCK, 0, stream>>>(out_t, out, in, pre, dq.accum, dq.q_cols, scratch, R, C, rpc,
+                                                         meta);
+            };
+            switch (prologue) {
+                case NO: launch(fp8_cast_transpose_fused_kernel<FF, NO, BB>); break;
+                case GF:
+                    if constexpr (!BB) launch(fp8_cast_transpose_fused_kernel<FF, GF, false>);
+                    break;
+                case GB: launch(fp8_cast_transpose_fused_kernel<FF, GB, BB>); break;
+                case DQ:  // a dY (qkv's): the gradient formats, with or without the bias
+                    if (dq.head_dim == 64) launch(fp8_cast_transpose_fused_kernel<FF, DQ, BB, 64>);
+                    else launch(fp8_cast_transpose_fused_kernel<FF, DQ, BB, 128>);
+                    break;
             }
-            break;
-    }
+        });
+    });
+    cudaCheckLaunch();
     if (bias) column_partials_add(dbias, scratch, chunks, C, C, stream);
 }
 }  // namespace fp8_detail
@@ -297,23 +288,21 @@ inline void fp8_cast_transpose_fused(uint8_t* out_t, uint8_t* out, const floatX*
 }
 
 // ---------------------------------------------------------------- LayerNorm with FP8 outputs
-// layernorm_fp8_forward: LayerNorm (with the residual add when inp2 is given: residual = inp1 + inp2,
-// as fused_residual_layernorm_forward) whose output goes straight to FP8: out (N, C) = fp8(LN * scale)
-// and out_t (C, N) its transpose (qkv's or fc's X and X^T), meta->amax_bits raised; mean, rstd and
-// the residual written as the bf16 kernel writes them, the bf16 LN output not at all (the FP8 path
-// has no other reader of it). The row math is layernorm_row_warp's, so the bytes are those of
+// layernorm_fp8_forward: LayerNorm (with the residual add when inp2 is given: residual = inp1 + inp2)
+// whose output goes straight to FP8: out (N, C) = fp8(LN * scale) and out_t (C, N) its transpose
+// (qkv's or fc's X and X^T), meta->amax_bits raised; mean, rstd and the residual as the bf16 kernel
+// writes them, no bf16 LN output. The row math is layernorm_row_warp's, so the bytes are those of
 // layernorm_forward_warp_per_row + fp8_cast_transpose at the same scale.
-// PACKS: layernorm_row_warp's (the row in registers, fp8_detail::with_ln_fp8_packs; 0 for rows past
-// NORM_BWD_MAX_C): one read of the row where the passes in memory walked it four times, each walk
-// latency-bound with 4 rows a warp in turn.
+// PACKS: layernorm_row_warp's (the row in registers, with_ln_fp8_packs; 0 for rows past
+// NORM_BWD_MAX_C): one read of the row where the passes in memory walked it four times.
 // Block: 32 rows (8 warps, a warp per row, 4 rows each), every row's FP8 bytes into a shared
 // (32, C + 2) tile and straight to `out`; then the tile is written transposed, 16 bytes (16 rows of a
 // column) a thread-store, as fp8_cast_transpose's store (the 2-byte pitch pad puts the 2 row groups a
 // warp reads 8 banks apart); each column's 32 bytes are one DRAM sector. 32 (C + 2) bytes of shared
 // memory: 24.6 KB at C = 768, 8 blocks (64 warps) an SM as the bf16 kernel; above 48 KB (C > 1534)
-// opted in. Against a 64-row tile (49 KB, 4 blocks an SM): twice the warps in flight for the row
-// passes, which are latency-bound. Bytes: reads 2NC (4NC with the residual), writes 2NC (+2NC), where
-// the separate passes read 2NC and write 2NC more (the bf16 output and the cast's read of it).
+// opted in. Against a 64-row tile (49 KB, 4 blocks an SM): twice the warps in flight for the
+// latency-bound row passes. Bytes: reads 2NC (4NC with the residual), writes 2NC (+2NC), where the
+// separate passes read 2NC and write 2NC more (the bf16 output and the cast's read of it).
 constexpr int LN_FP8_ROWS = 32, LN_FP8_GROUPS = LN_FP8_ROWS / 16;  // 16-row groups of a column
 // Blocks an SM the kernel is compiled for: the row in registers up to 5 packs a lane at 64 registers
 // (4 blocks; C = 1280: 5 fit in shared memory), more packs uncapped; the passes in memory at 48 (5).
@@ -395,15 +384,12 @@ inline void layernorm_fp8_launch(uint8_t* out_t, uint8_t* out, floatX* residual,
                                  int C, Fp8Meta* meta, cudaStream_t stream) {
     const size_t smem = layernorm_fp8_smem(C);
     const dim3 grid(N / LN_FP8_ROWS);
-    if (inp2) {
-        layernorm_fp8_optin<true, PACKS>(smem);
-        layernorm_fp8_forward_kernel<true, PACKS><<<grid, LAYERNORM_BLOCK, smem, stream>>>(
+    with_bool(inp2 != nullptr, [&](auto fused_residual) {
+        constexpr bool RES = decltype(fused_residual)::value;
+        layernorm_fp8_optin<RES, PACKS>(smem);
+        layernorm_fp8_forward_kernel<RES, PACKS><<<grid, LAYERNORM_BLOCK, smem, stream>>>(
             out_t, out, residual, mean, rstd, inp1, inp2, weight, bias, N, C, meta);
-    } else {
-        layernorm_fp8_optin<false, PACKS>(smem);
-        layernorm_fp8_forward_kernel<false, PACKS><<<grid, LAYERNORM_BLOCK, smem, stream>>>(
-            out_t, out, residual, mean, rstd, inp1, inp2, weight, bias, N, C, meta);
-    }
+    });
     cudaCheckLaunch();
 }
 }  // namespace fp8_detail

@@ -1,6 +1,7 @@
-// model_fp8.cuh: the FP8 linear layers of --fp8 (docs/numerics.md, "FP8 in the trainer").
-// Inside every block the four linear layers (qkv, attproj, fc, fcproj; for Llama fc is SwiGLU's
-// [gate | up]) run their three matmuls through llmc/matmul_fp8.cuh:
+// model_fp8.cuh: the FP8 linear layers of --fp8 (docs/numerics.md, "FP8 in the trainer": the recipes,
+// the bytes each fused cast saves, memory, the measurements). Inside every block the four linear
+// layers (qkv, attproj, fc, fcproj; for Llama fc is SwiGLU's [gate | up]) run their three matmuls
+// through llmc/matmul_fp8.cuh:
 //   forward          Y  = X . W^T + b      X e4m3 (N, Cin), W e4m3 (OC, Cin)          fast accumulation
 //   input gradient   dX = dY . W           dY e5m2 (or e4m3) (N, OC), W^T e4m3 (Cin, OC)
 //   weight gradient  dW += dY^T . X        dY^T (OC, N), X^T e4m3 (Cin, N)
@@ -9,56 +10,33 @@
 // Everything else stays bf16 (master weights, gradients, AdamW fp32), the output head too unless
 // --fp8-head 1 (fp8_head_* at the end of this file).
 // Where the casts happen:
-//   W   once per step, current scaling: fp8_amax, scale, one fp8_cast_transpose writing W (OC, Cin)
-//       and W^T (Cin, OC); every block's at once at the step's first forward (fp8_cast_weights), under
-//       ZeRO or rowwise scaling per layer when the forward first meets it after an update. Its scale
+//   W   once per step, current scaling, W (OC, Cin) and W^T (Cin, OC) from one read: every block's at
+//       the step's first forward (fp8_cast_weights), under ZeRO or rowwise scaling per layer. Its scale
 //       must stay the one its copies were cast with until the next cast.
-//   X   in the forward: X (N, Cin) into a one-layer scratch for the forward matmul, X^T (Cin, N) kept
-//       per layer for the weight gradient. Separate casts: one fp8_cast_transpose of the bf16 X. Fused
-//       casts (fp8_fused): X's producer writes both copies and no bf16 X where nothing else reads it:
-//         qkv's X     ln1's LayerNorm (layernorm_fp8_forward, with the residual add before it)
-//         fc's X      ln2's LayerNorm (the same)
-//         fcproj's X  GELU of fc's pre-activation (fp8_cast_transpose_fused GELU_FORWARD, after the fc
-//                     matmul, which writes the pre-activation)
-//         attproj's X the attention forward's epilogue (AttnFp8Out, beside the bf16 output its backward
-//                     reads; Hopper kernel, T a multiple of 16), else a separate fp8_cast_transpose
+//   X   in the forward: X (N, Cin) into a one-layer scratch, X^T (Cin, N) kept per layer. Fused casts
+//       (fp8_fused, llmc/fp8_fused.cuh): X's producer writes both and no bf16 X: ln1's and ln2's
+//       LayerNorm (qkv's, fc's X), GELU (fcproj's X), the attention's epilogue (attproj's X).
 //       RMSNorm and SwiGLU models (Llama) keep separate casts for X.
-//   dY  in the backward: dY (N, OC) and dY^T (OC, N), one-layer scratch. Separate casts: one
-//       fp8_cast_transpose, then bias_backward. Fused casts: one fp8_cast_transpose_fused that also
-//       sums the bias gradient; fc's dY is formed inside it from d(GELU output) and the pre-activation
-//       (GELU_BACKWARD); qkv's dY (fp8_dq_fused) reads the dQ columns from the attention backward's
-//       fp32 scratch (DQ_ACCUM), the dK and dV columns from dqkv.
-// Scaling of X and dY (--fp8-scaling):
-//   delayed  (default) the cast records the amax in the same pass and uses the scale of the previous
-//            --fp8-history steps' amaxes; all X and dY scales are updated in one launch after each
-//            backward (their scale_inv must hold from the cast through the weight gradient). The
-//            first step of a run uses the current recipe (an empty history has no scale). As the
-//            scale exists before the tensor, the casts run fused into the producers (with --fp8-wgrad
-//            fp8): no amax passes, no bf16 write-then-read of a tensor only the casts need. The default
-//            because it moves the fewest bytes. Measured: docs/perf.md, the FP8 section; loss:
-//            docs/numerics.md, "fp32, bf16 and FP8 loss curves side by side".
-//   current  fp8_amax pass, fp8_update_scales(history 1), cast: the scale fits the tensor itself; the
-//            casts are separate passes (the scale needs the whole tensor first).
+//   dY  in the backward: dY (N, OC) and dY^T (OC, N), one-layer scratch. Fused casts: one pass that
+//       also sums the bias gradient, forms fc's dY from d(GELU output) (GELU_BACKWARD) and qkv's dQ
+//       columns from the attention backward's fp32 sums (DQ_ACCUM).
+// Scaling of X and dY (--fp8-scaling), every scale on the device (no host synchronization):
+//   delayed  (default) the scale of the last --fp8-history steps' amaxes, the cast recording this one;
+//            all X and dY scales updated in one launch after each backward. The first step of a run
+//            uses current scaling (an empty history has no scale). The recipe that lets casts fuse.
+//   current  fp8_amax pass, fp8_update_scales(history 1), cast: always separate passes.
 //   rowwise  one scale per row along the dimension each matmul does not reduce over, from that row's
-//            own amax, always current (no history), with cuBLASLt's outer-vector scales:
-//              forward  X per token row (N), W per output row (OC)          fp8_cast_rowwise
-//              dX       dY per token row (N), W^T per input channel (Cin)   fp8_cast_rowwise of dY;
-//                                                                           W's column scales
-//              dW       dY^T per output channel (OC), X^T per input channel (Cin): column amaxes over
-//                       all N tokens, then a transposed cast (fp8_cast_transpose_colwise)
-//            The weight's two copies come from two casts (rows; columns transposed); an outlier
-//            token or channel does not shrink every other row's scale. --fp8-wgrad defaults to
-//            bf16 here: dW's operands are scaled per channel over all tokens, so one outlier token
-//            still sets a whole channel's scale (torchao's "rowwise with high-precision wgrad").
-// Every scale lives on the device (Fp8Meta); no host synchronization anywhere.
+//            own amax (no history), through cuBLASLt's outer-vector scales. --fp8-wgrad defaults to
+//            bf16 here: dW's scales are per channel over all tokens, so one outlier token still sets
+//            a whole channel's scale.
 // GELU: no matmul epilogue; the fc matmul writes the pre-activation, fcproj's input-gradient matmul
-// d(GELU output); GELU and GELU' run in the fused casts above, else as gelu_forward and
+// d(GELU output); GELU and GELU' run in the fused casts, else as gelu_forward and
 // gelu_backward_inplace passes.
 // Memory (d12, N = B*T = 65536): kept X^T L * N * (3C + H) bytes = 3.94 GiB (none with --fp8-wgrad
 // bf16); weight copies 2 bytes per linear parameter (~162 MiB); scratch N * (max Cin + 2 max OC)
 // bytes = 0.56 GiB (dY^T's third none with bf16 wgrad); rowwise scales 4 * (L * sum(OC + 2 Cin) + 2N
-// + 3 max(Cin, OC)) bytes (< 1 MiB). Given back: with the FP8 weight gradient everywhere the model
-// keeps one slice of ln1, ln2 and the MLP activation (fp8_keeps_no_bf16_inputs; 6.2 GiB at d12).
+// + 3 max(Cin, OC)) bytes (< 1 MiB). With the FP8 weight gradient everywhere the model keeps one
+// slice of ln1, ln2 and the MLP activation (fp8_keeps_no_bf16_inputs; 6.2 GiB at d12).
 // Shapes: N, C, H, QKV and FC multiples of 64 (the transposed cast's tile; covers cuBLASLt's 16).
 // A forward of another row count (a HellaSwag batch) runs the bf16 matmuls, as the head does.
 #pragma once
@@ -91,7 +69,6 @@ struct Fp8Settings {
     bool fused = true;                     // --fp8-fused: under delayed scaling, the casts fused into their producers
     bool head = false;                     // --fp8-head: the output head's three matmuls in FP8 (fp8_head_*)
 };
-
 
 enum Fp8Linear { FP8_QKV, FP8_ATTPROJ, FP8_FC, FP8_FCPROJ, FP8_LINEARS };
 // Meta blocks (role, layer, linear): X and DY adjacent so one launch updates both under delayed scaling.
@@ -152,21 +129,17 @@ inline bool fp8_gelu_fused(const ModelFp8& f, int l) {
     return f.gelu && fp8_fused(f) && fp8_linear_on(f, l, FP8_FC) && fp8_linear_on(f, l, FP8_FCPROJ);
 }
 // Whether the LayerNorm before linear k of block l (ln1 before qkv, ln2 before fc) writes that
-// linear's e4m3 X and X^T itself (layernorm_fp8_forward; the bf16 norm output is not written), so
-// the linear skips its cast. RMSNorm models cast separately.
+// linear's e4m3 X and X^T itself (fp8_norm_forward, no bf16 output), so the linear skips its cast.
 inline bool fp8_norm_fused(const ModelFp8& f, int l, int k) {
     return f.layernorm && fp8_fused(f) && (k == FP8_QKV || k == FP8_FC) && fp8_linear_on(f, l, k);
 }
 
 // Whether qkv's dY cast in block l may read dQ straight from the attention backward's fp32 scratch
-// (DQ_ACCUM): fused casts, qkv in FP8, and no RoPE (whose backward rotates the bf16 dQ columns in
-// place between the attention backward and the cast). The caller then asks the attention backward to
-// keep dQ there (keep_dq), which it does only on its single-pass schedules (else dqkv is whole and
-// the cast is NONE's). Nothing else reads the bf16 dQ columns under fused casts.
+// (DQ_ACCUM): fused casts, qkv in FP8, no RoPE (its backward rotates the bf16 dQ in place). The caller
+// then asks the attention backward to keep dQ there (keep_dq; only its single-pass schedules do).
 inline bool fp8_dq_fused(const ModelFp8& f, int l) { return fp8_fused(f) && !f.rope && fp8_linear_on(f, l, FP8_QKV); }
 
-// FP8 matmuls need tensor cores that take e4m3/e5m2: compute capability 8.9 (Ada) or newer. Fails
-// naming the GPU below that; the trainer calls it once its device is chosen.
+// FP8 tensor cores: compute capability 8.9 (Ada) or newer; the trainer calls it once its device is chosen.
 inline void fp8_check_device(const cudaDeviceProp& p) {
     if (10 * p.major + p.minor < 89)
         fail("--fp8 1: %s is compute capability %d.%d; FP8 needs 8.9 or newer (Ada, Hopper, Blackwell)", p.name, p.major,
@@ -215,17 +188,17 @@ inline Fp8Meta* fp8_meta(const ModelFp8& f, Fp8Role r, int l, int k) { return f.
 // Scales start at 1 with empty histories; X and W in e4m3, dY in the gradient format. Also opts the
 // FP8 LayerNorm in to its shared memory (outside any capture).
 inline void fp8_init_metas(ModelFp8& f, cudaStream_t s) {
-    const int per_role = f.L * FP8_LINEARS;
-    fp8_meta_init(fp8_meta(f, FP8_X, 0, 0), per_role, Fp8Format::E4M3, s);
-    fp8_meta_init(fp8_meta(f, FP8_DY, 0, 0), per_role, f.set.grad, s);
-    fp8_meta_init(fp8_meta(f, FP8_W, 0, 0), per_role, Fp8Format::E4M3, s);
+    auto init_roles = [&](Fp8Meta* m, int n) {  // metas (FP8_ROLES, n)
+        fp8_meta_init(m + FP8_X * n, n, Fp8Format::E4M3, s);
+        fp8_meta_init(m + FP8_DY * n, n, f.set.grad, s);
+        fp8_meta_init(m + FP8_W * n, n, Fp8Format::E4M3, s);
+    };
+    init_roles(f.metas, f.L * FP8_LINEARS);
     f.weights_step = -1;
     f.warm = false;
     if (f.layernorm && f.set.fused) layernorm_fp8_prepare(f.cin[FP8_QKV]);  // before any graph capture
     if (f.set.head) {
-        fp8_meta_init(f.head_metas + FP8_X, 1, Fp8Format::E4M3, s);
-        fp8_meta_init(f.head_metas + FP8_DY, 1, f.set.grad, s);
-        fp8_meta_init(f.head_metas + FP8_W, 1, Fp8Format::E4M3, s);
+        init_roles(f.head_metas, 1);
         fused_classifier_fp8_prepare(f.Vp);  // shared-memory opt-in before any capture (fails if it does not fit)
     }
 }
@@ -274,21 +247,20 @@ inline const __nv_bfloat16* bf16_ptr(const floatX* p) { return reinterpret_cast<
 
 inline bool rowwise(const ModelFp8& f) { return f.set.scaling == Fp8Scaling::ROWWISE; }
 inline Fp8Scales scales(const ModelFp8& f) { return rowwise(f) ? Fp8Scales::ROWS : Fp8Scales::TENSOR; }
+// What the matmul reads as an operand's scales: the tensor's scale_inv, or its row vector (rowwise).
+inline const float* scale_inv_of(const ModelFp8& f, const Fp8Meta* meta, const float* rows) {
+    return rowwise(f) ? rows : &meta->scale_inv;
+}
+inline bool current_scaling(const ModelFp8& f) { return f.set.scaling == Fp8Scaling::CURRENT || !f.warm; }
+inline int history_len(const ModelFp8& f) { return f.set.scaling == Fp8Scaling::CURRENT ? 1 : f.set.history; }
+}  // namespace fp8_detail
 
 // The FP8 copies of in (R, C) in format `fmt`: out (R, C) for a matmul reducing over C and out_t
-// (C, R) for one reducing over R (either may be null).
-//   per-tensor  under meta's scale. `current`: the scale is set from this tensor's amax first
-//               (history_len: 1, or delayed scaling's window during its first step); else the cast
-//               records its amax for the next update (delayed scaling). One read writes both copies.
-//   rowwise     out with one scale per row (row_sinv (R) = their scale_invs), out_t with one per
-//               column of in (col_sinv (C)); meta, current and history_len unused.
-inline void cast_scaled(const ModelFp8& f, uint8_t* out_t, uint8_t* out, const floatX* in, int R, int C, Fp8Format fmt,
-                        Fp8Meta* meta, bool current, int history_len, float* row_sinv, float* col_sinv, cudaStream_t s) {
-    if (rowwise(f)) {
-        if (out) fp8_cast_rowwise(out, row_sinv, in, R, C, fmt, s);
-        if (out_t) fp8_cast_transpose_colwise(out_t, col_sinv, in, R, C, fmt, f.rs_scratch, s);
-        return;
-    }
+// (C, R) for one reducing over R (either may be null; one read writes both), under meta's scale.
+// `current`: the scale is set from this tensor's amax first (history_len: 1, or delayed scaling's
+// window during its first step); else the cast records its amax for the next update (delayed).
+inline void fp8_cast_per_tensor(uint8_t* out_t, uint8_t* out, const floatX* in, int R, int C, Fp8Format fmt,
+                                Fp8Meta* meta, bool current, int history_len, cudaStream_t s) {
     if (current) {
         fp8_amax(in, (size_t)R * C, meta, s);
         fp8_update_scales(meta, 1, history_len, 0, s);
@@ -296,40 +268,43 @@ inline void cast_scaled(const ModelFp8& f, uint8_t* out_t, uint8_t* out, const f
     if (out_t) fp8_cast_transpose(out_t, out, in, R, C, fmt, meta, !current, s);
     else fp8_cast(out, in, (size_t)R * C, fmt, meta, !current, s);
 }
-// What the matmul reads as an operand's scales: the tensor's scale_inv, or its row vector (rowwise).
-inline const float* scale_inv_of(const ModelFp8& f, const Fp8Meta* meta, const float* rows) {
-    return rowwise(f) ? rows : &meta->scale_inv;
+// The same under the model's scaling: rowwise, out with one scale per row (row_sinv (R) = their
+// scale_invs), out_t with one per column of in (col_sinv (C)); meta, current and history_len unused.
+inline void fp8_cast_scaled(const ModelFp8& f, uint8_t* out_t, uint8_t* out, const floatX* in, int R, int C,
+                            Fp8Format fmt, Fp8Meta* meta, bool current, int history_len, float* row_sinv,
+                            float* col_sinv, cudaStream_t s) {
+    if (!fp8_detail::rowwise(f)) {
+        fp8_cast_per_tensor(out_t, out, in, R, C, fmt, meta, current, history_len, s);
+        return;
+    }
+    if (out) fp8_cast_rowwise(out, row_sinv, in, R, C, fmt, s);
+    if (out_t) fp8_cast_transpose_colwise(out_t, col_sinv, in, R, C, fmt, f.rs_scratch, s);
 }
-inline bool current_scaling(const ModelFp8& f) { return f.set.scaling == Fp8Scaling::CURRENT || !f.warm; }
-inline int history_len(const ModelFp8& f) { return f.set.scaling == Fp8Scaling::CURRENT ? 1 : f.set.history; }
 
 // Linear k of layer l: its weight copies W (OC, Cin) and W^T (Cin, OC), its kept X^T (null with bf16
 // wgrad), and under rowwise scaling their scale_inv vectors (null otherwise).
-struct LinearBuffers {
+struct Fp8LinearBuffers {
     uint8_t *w8, *wt8, *xt8;
     float *w_rows, *wt_rows, *xt_rows;
 };
-inline LinearBuffers linear_buffers(const ModelFp8& f, int l, int k) {
+inline Fp8LinearBuffers fp8_linear_buffers(const ModelFp8& f, int l, int k) {
     const int C = f.cin[k], OC = f.oc[k];
-    LinearBuffers b;
+    Fp8LinearBuffers b;
     b.w8 = f.weights + (size_t)l * f.w_layer_bytes + f.w_off[k];
     b.wt8 = b.w8 + (size_t)OC * C;
     b.xt8 = f.set.wgrad_bf16 ? nullptr : f.xt + (size_t)l * f.xt_layer_bytes + f.xt_off[k];
-    float* rs = rowwise(f) ? f.rs + (size_t)l * f.rs_layer_floats + f.rs_off[k] : nullptr;
+    float* rs = fp8_detail::rowwise(f) ? f.rs + (size_t)l * f.rs_layer_floats + f.rs_off[k] : nullptr;
     b.w_rows = rs;
     b.wt_rows = rs ? rs + OC : nullptr;
     b.xt_rows = rs ? rs + OC + C : nullptr;
     return b;
 }
-}  // namespace fp8_detail
 
-// Every FP8 block's weight copies at once, at the start of a step's first forward (llmc/model_train.cuh,
-// model_forward), where all the weights are in place (not under ZeRO's layer-by-layer all-gather,
-// which casts each layer lazily in fp8_linear_forward) and the scaling is per tensor: per linear, one
-// amax launch over its weight in every block, one scale update for all, one cast launch writing W and
-// W^T of every block (the same kernels, scales and bytes as the per-layer casts, in 9 launches
-// instead of 3 per linear per block: 144 at d12). weight[k]:
-// linear k's weight of block 0 (the blocks' weights follow each other, OC * Cin elements apart).
+// Every FP8 block's weight copies at once, at the start of a step's first forward, where all the
+// weights are in place (not under ZeRO, whose layers fp8_linear_forward casts as they arrive) and the
+// scaling is per tensor: per linear one amax launch over every block, one cast launch writing W and
+// W^T of every block, and one scale update for all (the per-layer casts' kernels, scales and bytes in
+// 9 launches instead of 144 at d12). weight[k]: linear k's weight of block 0, the blocks' OC * Cin apart.
 inline bool fp8_weights_batched(const ModelFp8& f) { return f.set.scaling != Fp8Scaling::ROWWISE; }
 inline void fp8_cast_weights(ModelFp8& f, const floatX* const (&weight)[FP8_LINEARS], cudaStream_t s) {
     const int lo = f.set.bf16_layers, hi = f.L - f.set.bf16_layers, n = hi - lo;
@@ -344,11 +319,8 @@ inline void fp8_cast_weights(ModelFp8& f, const floatX* const (&weight)[FP8_LINE
     for (int k = 0; k < FP8_LINEARS; k++) {
         if (!fp8_linear_on(f, lo, k)) continue;
         const size_t per = (size_t)f.oc[k] * f.cin[k];
-        const fp8_detail::LinearBuffers b = fp8_detail::linear_buffers(f, lo, k);
-        Fp8Batch batch;
-        batch.out_stride = f.w_layer_bytes;
-        batch.in_stride = per;
-        batch.meta_stride = FP8_LINEARS;
+        const Fp8LinearBuffers b = fp8_linear_buffers(f, lo, k);
+        const Fp8Batch batch{f.w_layer_bytes, per, FP8_LINEARS};
         fp8_cast_transpose(b.wt8, b.w8, weight[k] + lo * per, f.oc[k], f.cin[k], Fp8Format::E4M3, fp8_meta(f, FP8_W, lo, k),
                            false, s, n, batch);
     }
@@ -366,19 +338,19 @@ inline void fp8_linear_forward(ModelFp8& f, int l, int k, floatX* out, floatX* g
                                bool x_cast = false) {
     using namespace fp8_detail;
     const int C = f.cin[k], OC = f.oc[k];
-    const LinearBuffers b = linear_buffers(f, l, k);
+    const Fp8LinearBuffers b = fp8_linear_buffers(f, l, k);
     Fp8Meta *wm = fp8_meta(f, FP8_W, l, k), *xm = fp8_meta(f, FP8_X, l, k);
     const bool gelu_fused = fp8_gelu_fused(f, l);
     if (cast_weight)
-        cast_scaled(f, b.wt8, b.w8, weight, OC, C, Fp8Format::E4M3, wm, true, 1, b.w_rows, b.wt_rows, ctx.stream);
+        fp8_cast_scaled(f, b.wt8, b.w8, weight, OC, C, Fp8Format::E4M3, wm, true, 1, b.w_rows, b.wt_rows, ctx.stream);
     if (!x_cast && !(k == FP8_FCPROJ && gelu_fused) && !fp8_norm_fused(f, l, k))  // else fc's GELU cast or the norm wrote f.x, X^T
-        cast_scaled(f, b.xt8, f.x, inp, N, C, Fp8Format::E4M3, xm, current_scaling(f), history_len(f), f.rs_x,
-                    b.xt_rows, ctx.stream);
+        fp8_cast_scaled(f, b.xt8, f.x, inp, N, C, Fp8Format::E4M3, xm, current_scaling(f), history_len(f), f.rs_x,
+                        b.xt_rows, ctx.stream);
     floatX* y = gelu_pre ? gelu_pre : out;
     matmul_fp8_forward(bf16_ptr(y), f.x, scale_inv_of(f, xm, f.rs_x), b.w8, scale_inv_of(f, wm, b.w_rows),
                        bf16_ptr(bias), N, C, OC, scales(f), ctx, f.set.fast_accum);
     if (gelu_pre && k == FP8_FC && gelu_fused)  // fcproj's X from the pre-activation (f.x is free again in stream order)
-        fp8_cast_transpose_fused(linear_buffers(f, l, FP8_FCPROJ).xt8, f.x, gelu_pre, nullptr, N, OC, Fp8Format::E4M3,
+        fp8_cast_transpose_fused(fp8_linear_buffers(f, l, FP8_FCPROJ).xt8, f.x, gelu_pre, nullptr, N, OC, Fp8Format::E4M3,
                                  fp8_meta(f, FP8_X, l, FP8_FCPROJ), Fp8Prologue::GELU_FORWARD, nullptr, nullptr,
                                  ctx.stream);
     else if (gelu_pre) gelu_forward(out, gelu_pre, (int64_t)N * OC, ctx.stream);
@@ -399,7 +371,7 @@ inline void fp8_linear_backward(ModelFp8& f, int l, int k, floatX* dinp, floatX*
                                 const Fp8DqAccum& dq = {}) {
     using namespace fp8_detail;
     const int C = f.cin[k], OC = f.oc[k];
-    const LinearBuffers b = linear_buffers(f, l, k);
+    const Fp8LinearBuffers b = fp8_linear_buffers(f, l, k);
     Fp8Meta *wm = fp8_meta(f, FP8_W, l, k), *xm = fp8_meta(f, FP8_X, l, k), *dm = fp8_meta(f, FP8_DY, l, k);
     const bool wgrad_fp8 = !f.set.wgrad_bf16, fused = fp8_fused(f), gelu_fused = fp8_gelu_fused(f, l);
     if (dout_gelu_pre && !(k == FP8_FC && gelu_fused))
@@ -413,14 +385,14 @@ inline void fp8_linear_backward(ModelFp8& f, int l, int k, floatX* dinp, floatX*
                                                : Fp8Prologue::NONE,
                                  dbias, scratch, ctx.stream, dq);
     else
-        cast_scaled(f, wgrad_fp8 ? f.dyt : nullptr, f.dy, dout, N, OC, f.set.grad, dm, current_scaling(f),
-                    history_len(f), f.rs_dy, f.rs_dyt, ctx.stream);
+        fp8_cast_scaled(f, wgrad_fp8 ? f.dyt : nullptr, f.dy, dout, N, OC, f.set.grad, dm, current_scaling(f),
+                        history_len(f), f.rs_dy, f.rs_dyt, ctx.stream);
     matmul_fp8_backward_input(bf16_ptr(dinp), f.dy, f.set.grad, scale_inv_of(f, dm, f.rs_dy), b.wt8,
                               scale_inv_of(f, wm, b.wt_rows), N, C, OC, scales(f), ctx);
     if (gelu_pre && !(k == FP8_FCPROJ && gelu_fused)) gelu_backward_inplace(dinp, gelu_pre, (int64_t)N * C, ctx.stream);
     if (wgrad_fp8)
         matmul_fp8_backward_weight(bf16_ptr(dweight), f.dyt, f.set.grad, scale_inv_of(f, dm, f.rs_dyt), b.xt8,
-                                   scale_inv_of(f, xm, b.xt_rows), N, C, OC, 1.0f, scales(f), ctx);
+                                   scale_inv_of(f, xm, b.xt_rows), N, C, OC, scales(f), ctx);
     else
         matmul_backward_weight(dweight, dout, inp, N, C, OC, ctx);
     if (dbias && !fused) bias_backward(dbias, scratch, dout, N, OC, ctx.stream);
@@ -434,7 +406,7 @@ inline AttnFp8Out fp8_attention_x(const ModelFp8& f, int l, int N) {
     Fp8Meta* xm = fp8_meta(f, FP8_X, l, FP8_ATTPROJ);
     AttnFp8Out o;
     o.x = f.x;
-    o.xt = fp8_detail::linear_buffers(f, l, FP8_ATTPROJ).xt8;
+    o.xt = fp8_linear_buffers(f, l, FP8_ATTPROJ).xt8;
     o.scale = &xm->scale;
     o.amax_bits = &xm->amax_bits;
     o.rows = N;
@@ -446,7 +418,7 @@ inline AttnFp8Out fp8_attention_x(const ModelFp8& f, int l, int N) {
 // residual) as the bf16 norm writes them.
 inline void fp8_norm_forward(ModelFp8& f, int l, int k, floatX* residual, float* mean, float* rstd, const floatX* inp1,
                              const floatX* inp2, const floatX* weight, const floatX* bias, int N, cudaStream_t s) {
-    layernorm_fp8_forward(fp8_detail::linear_buffers(f, l, k).xt8, f.x, residual, mean, rstd, inp1, inp2, weight, bias, N,
+    layernorm_fp8_forward(fp8_linear_buffers(f, l, k).xt8, f.x, residual, mean, rstd, inp1, inp2, weight, bias, N,
                           f.cin[k], fp8_meta(f, FP8_X, l, k), s);
 }
 
@@ -461,20 +433,15 @@ inline void fp8_after_backward(ModelFp8& f, cudaStream_t s) {
 // ============================================================================ the output head
 // --fp8-head 1 (docs/numerics.md, "The output head in FP8"): logits (N, Vp) = X W^T with X = lnf's
 // output (N, C) and W the head's weight (Vp, C) (wte when tied), in three FP8 matmuls:
-//   forward         logits = X . W^T        X e4m3 (N, C) (f.x scratch), W e4m3 (Vp, C)    K = C, fast accumulation
-//                                           per --fp8-fast-accum
-//   input gradient  dX = dlogits . W        dlogits (N, Vp) in --fp8-grad's format, read at a row pitch
-//                                           of 2 Vp bytes inside the logits buffer; W^T e4m3 (C, Vp)   K = Vp
-//   weight gradient dW += dlogits^T . X     dlogits^T chunks (see fp8_head_backward), X^T e4m3 (C, N)  K = N
-// Scales, per tensor under every --fp8-scaling, none kept across steps (so nothing in checkpoints):
-//   W        current: amax, scale, one fp8_cast_transpose writing W and W^T, once per step (cast_weight)
-//   X        current: amax of lnf's bf16 output, scale, one fp8_cast_transpose writing X and X^T
-//            (0.1 GB read twice, 0.1 GB written at d12 B=64 T=1024)
-//   dlogits  fixed: |dloss * (softmax - onehot)| <= dloss, so scale = the largest power of two with
-//            dloss * scale <= the format's max (cpu::fp8_pow2_scale), known before the classifier
-//            runs; the classifier writes the FP8 dlogits itself (fused_classifier_fp8), in place.
+//   forward          logits = X . W^T      X e4m3 (N, C) (f.x scratch), W e4m3 (Vp, C)               K = C
+//   input gradient   dX = dlogits . W      dlogits (N, Vp) at a row pitch of 2 Vp bytes, W^T (C, Vp)  K = Vp
+//   weight gradient  dW += dlogits^T . X   dlogits^T chunks (fp8_head_backward), X^T e4m3 (C, N)      K = N
+// Scales per tensor under every --fp8-scaling, none kept across steps (nothing in checkpoints): W and
+// X current (W once per step); dlogits (--fp8-grad's format) fixed, as |dloss * (softmax - onehot)| <=
+// dloss: the largest power of two with dloss * scale <= the format's max (cpu::fp8_pow2_scale), known
+// before the classifier writes the FP8 dlogits in place (fused_classifier_fp8).
 // Memory: W and W^T 2 Vp C bytes (77 MB at GPT-2), X^T N C (50 MB at N = 65536); the FP8 dlogits and
-// the dlogits^T chunks live in the bf16 logits buffer (N x 2 Vp bytes): no extra buffer for them.
+// the dlogits^T chunks live in the bf16 logits buffer (N x 2 Vp bytes).
 
 // The head's forward: logits (N, Vp) bf16 (=) from lnf (N, C) bf16 and weight (Vp, C) bf16; casts the
 // weight first when cast_weight (a new step). Keeps X^T for the backward.
@@ -484,14 +451,8 @@ inline void fp8_head_forward(ModelFp8& f, floatX* logits, const floatX* lnf, con
     const int C = f.C, Vp = f.Vp;
     Fp8Meta *wm = f.head_metas + FP8_W, *xm = f.head_metas + FP8_X;
     uint8_t *w8 = f.head_w, *wt8 = f.head_w + (size_t)Vp * C;
-    if (cast_weight) {
-        fp8_amax(weight, (size_t)Vp * C, wm, ctx.stream);
-        fp8_update_scales(wm, 1, 1, 0, ctx.stream);
-        fp8_cast_transpose(wt8, w8, weight, Vp, C, Fp8Format::E4M3, wm, false, ctx.stream);
-    }
-    fp8_amax(lnf, (size_t)N * C, xm, ctx.stream);
-    fp8_update_scales(xm, 1, 1, 0, ctx.stream);
-    fp8_cast_transpose(f.head_xt, f.x, lnf, N, C, Fp8Format::E4M3, xm, false, ctx.stream);
+    if (cast_weight) fp8_cast_per_tensor(wt8, w8, weight, Vp, C, Fp8Format::E4M3, wm, true, 1, ctx.stream);
+    fp8_cast_per_tensor(f.head_xt, f.x, lnf, N, C, Fp8Format::E4M3, xm, true, 1, ctx.stream);
     matmul_fp8_forward(bf16_ptr(logits), f.x, &xm->scale_inv, w8, &wm->scale_inv, nullptr, N, C, Vp, Fp8Scales::TENSOR,
                        ctx, f.set.fast_accum);
 }
@@ -505,14 +466,11 @@ inline void fp8_head_classifier(ModelFp8& f, floatX* logits, float* losses, cons
 
 // The head's backward from the FP8 dlogits fp8_head_classifier left in `logits`: dinp (N, C) = dlogits W
 // (=), dweight (Vp, C) += dlogits^T X (bf16, fp32 accumulation).
-// The weight gradient's FP8 operands must both be K-major (cuBLASLt's TN layout on sm_90), K = N: it
-// needs dlogits^T (Vp, N), as big as the FP8 dlogits (3.3 GB at N = 65536, Vp 50304). It goes where
-// nothing else is: the second half of every logits row (bytes Vp .. 2 Vp of each 2 Vp-byte row; the FP8
-// dlogits hold the first half). Row v of a transposed chunk is the second half of logits row v, so a
-// chunk holds at most N vocabulary rows of at most Vp tokens each: chunks of min(Vp, N) vocabulary
-// rows by ceil(N / Vp) token ranges (N = 65536, Vp 50304: all 50304 rows, 2 x 32768 tokens; N = 512:
-// 99 x 512 rows, all 512 tokens). Each chunk: fp8_transpose of its (tokens, rows) block, then one
-// matmul dweight[rows] += chunk . X^T[:, tokens] (X^T read at its full row pitch N).
+// The weight gradient's operands must both be K-major (cuBLASLt's TN layout), K = N: dlogits^T (Vp, N),
+// 3.3 GB at N = 65536, goes into the free second half of every 2 Vp-byte logits row (row v of a chunk
+// in logits row v), so a chunk holds at most N vocabulary rows of at most Vp tokens: chunks of min(Vp,
+// N) rows by ceil(N / Vp) token ranges (N = 65536, Vp 50304: all rows, 2 x 32768 tokens). Each chunk:
+// fp8_transpose of its (tokens, rows) block, then dweight[rows] += chunk . X^T[:, tokens] (pitch N).
 inline void fp8_head_backward(ModelFp8& f, floatX* dinp, floatX* dweight, floatX* logits, int N, const CudaContext& ctx) {
     using namespace fp8_detail;
     const int C = f.C, Vp = f.Vp;

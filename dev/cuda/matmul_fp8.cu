@@ -372,7 +372,7 @@ static Times run_layer(lab::Lab& L, const Layer& l) {
             L.run(op, 6, "fp8 rowwise dY e5m2", b8 + 4.0 * (OC + C), flops, lab::Bound::Compute,
                   [&] { d_dw8.upload(dw0); },
                   [&] {
-                      matmul_fp8_backward_weight(d_dw8, r_dyt8, Fp8Format::E5M2, r_sdyt, r_xt8, r_sxt, N, C, OC, 1.0f,
+                      matmul_fp8_backward_weight(d_dw8, r_dyt8, Fp8Format::E5M2, r_sdyt, r_xt8, r_sxt, N, C, OC,
                                                  Fp8Scales::ROWS, L.ctx);
                   },
                   [&] { return check_fp8(L, d_dw8, ref_rw, refb, rows, C, false, 1.0 / 128); });

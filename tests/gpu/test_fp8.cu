@@ -191,7 +191,7 @@ static void test_linear(Model& model, int k, const char* name, bool gelu, bool d
     const Quantized dyq = quantize(dy, N, OC, f.set.grad, rows), wq_c = quantize(w, OC, C, e4, cols);  // input gradient
     const Quantized dyq_c = quantize(dy, N, OC, f.set.grad, cols), xq_c = quantize(x, N, C, e4, cols);  // weight gradient
     if (rowwise) {  // the GPU's scale_inv vectors against the CPU's scales
-        const fp8_detail::LinearBuffers b = fp8_detail::linear_buffers(f, 0, k);
+        const Fp8LinearBuffers b = fp8_linear_buffers(f, 0, k);
         check_scale_invs("X rows (forward)", f.rs_x, xq.scale);
         check_scale_invs("W rows (forward)", b.w_rows, wq.scale);
         check_scale_invs("dY rows (input grad)", f.rs_dy, dyq.scale);
@@ -568,9 +568,9 @@ static void test_cast_weights(const CudaContext& ctx, Rng& rng, int bf16_layers)
         } else {
             for (int l = f.set.bf16_layers; l < f.L - f.set.bf16_layers; l++)
                 for (int k = 0; k < FP8_LINEARS; k++) {
-                    const fp8_detail::LinearBuffers b = fp8_detail::linear_buffers(f, l, k);
-                    fp8_detail::cast_scaled(f, b.wt8, b.w8, w[k] + (size_t)l * f.oc[k] * f.cin[k], f.oc[k], f.cin[k],
-                                            Fp8Format::E4M3, fp8_meta(f, FP8_W, l, k), true, 1, nullptr, nullptr, ctx.stream);
+                    const Fp8LinearBuffers b = fp8_linear_buffers(f, l, k);
+                    fp8_cast_scaled(f, b.wt8, b.w8, w[k] + (size_t)l * f.oc[k] * f.cin[k], f.oc[k], f.cin[k],
+                                    Fp8Format::E4M3, fp8_meta(f, FP8_W, l, k), true, 1, nullptr, nullptr, ctx.stream);
                 }
         }
         cudaCheck(cudaStreamSynchronize(ctx.stream));
@@ -665,7 +665,7 @@ static void test_dq_cast(const CudaContext& ctx, Rng& rng, Fp8Format grad, int B
     cudaCheck(cudaMemcpy(sums.data(), dq, sums.size() * sizeof(float), cudaMemcpyDeviceToHost));
     floatX* d_ref = poisoned(nq);
     cudaCheck(cudaMemcpy(d_ref, d_dqkv, nq * 2, cudaMemcpyDeviceToDevice));
-    attention_dq_store(fp8_detail::bf16_ptr(d_ref), dq, shape, ctx);
+    attention_dq_store(reinterpret_cast<__nv_bfloat16*>(d_ref), dq, shape, ctx);
     cudaCheck(cudaStreamSynchronize(s));
     const std::vector<float> x = device_to_float(d_ref, nq), xp = device_to_float(d_plain, nq);
     std::vector<float> dq_got((size_t)N * Q), dq_plain((size_t)N * Q), dq_sums((size_t)N * Q);
