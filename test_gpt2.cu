@@ -35,11 +35,9 @@
 //   op whose inputs are bf16 sees that on each input; 2e-2 is ~10 roundings' worth.
 // - vs PyTorch, end to end through 12 layers: errors of ~25 rounded activations compound, and
 //   small gradient tensors (biases, LayerNorm) are sums of many such terms.
-// - traj, the reference state's AdamW steps' losses (bf16): not a rounding bound but one draw of a chaotic sum:
-//   the steps follow the same batch down fast (a step can move the loss 10%), so a parameter a
-//   fraction of a step behind moves a loss by percents, and any change of a rounding (the order of
-//   the dQ atomics, the stochastic-rounding seed) draws again. The test runs it deterministically
-//   and prints its spread over 8 other seeds; 5e-2 is to be set against that spread once measured.
+// - traj, the reference state's AdamW steps' losses (bf16): not a rounding bound but one draw of a
+//   chaotic sum (a step can move the loss 10%, so any changed rounding moves a later loss by percents).
+//   The test runs it deterministically and prints its spread over 8 other seeds, which 5e-2 must cover.
 struct Tolerances {
     float op, logits, loss, grad, traj;
 };
@@ -80,26 +78,6 @@ static void check_op(const char* what, const std::vector<float>& gpu, const std:
     report(what, max_rel_err(gpu.data(), ref.data(), gpu.size()), TOL.op, "max rel err");
 }
 
-// A floatX device copy of host values (rounded to floatX), and the rounded values back on the
-// host, so the CPU reference sees exactly what the GPU sees.
-struct DeviceTensor {
-    floatX* d = nullptr;
-    std::vector<float> h;
-    explicit DeviceTensor(const std::vector<float>& values) {
-        cudaCheck(cudaMalloc(&d, values.size() * sizeof(floatX)));
-        if (HAS_MASTER) {
-            std::vector<uint16_t> bf(values.size());
-            for (size_t i = 0; i < values.size(); i++) bf[i] = float_to_bf16(values[i]);
-            cudaCheck(cudaMemcpy(d, bf.data(), bf.size() * 2, cudaMemcpyHostToDevice));
-        } else {
-            cudaCheck(cudaMemcpy(d, values.data(), values.size() * 4, cudaMemcpyHostToDevice));
-        }
-        h = device_to_float(d, values.size());
-    }
-    ~DeviceTensor() { cudaCheck(cudaFree(d)); }
-    std::vector<float> get() const { return device_to_float(d, h.size()); }
-};
-
 static std::vector<float> random_vec(Rng& rng, size_t n, float scale, float offset = 0.0f) {
     std::vector<float> v(n);
     for (auto& x : v) x = offset + scale * rng.normal();
@@ -117,6 +95,27 @@ static std::vector<float> fetch(const T* d, size_t n) {
     return h;
 }
 static std::vector<float> fetch(const floatX* d, size_t n) { return device_to_float(d, n); }
+
+// A device copy of host values as T (floatX: rounded to it), and the values as the device holds them
+// back on the host, so the CPU reference sees exactly what the GPU sees.
+template <typename T = floatX>
+struct DeviceTensor {
+    T* d = nullptr;
+    std::vector<float> h;
+    explicit DeviceTensor(const std::vector<float>& values) {
+        cudaCheck(cudaMalloc(&d, values.size() * sizeof(T)));
+        if (sizeof(T) == 2) {
+            std::vector<uint16_t> bf(values.size());
+            for (size_t i = 0; i < values.size(); i++) bf[i] = float_to_bf16(values[i]);
+            cudaCheck(cudaMemcpy(d, bf.data(), bf.size() * 2, cudaMemcpyHostToDevice));
+        } else {
+            cudaCheck(cudaMemcpy(d, values.data(), values.size() * 4, cudaMemcpyHostToDevice));
+        }
+        h = fetch(d, values.size());
+    }
+    ~DeviceTensor() { cudaCheck(cudaFree(d)); }
+    std::vector<float> get() const { return fetch(d, h.size()); }
+};
 
 // ============================================================================ (a) vs PyTorch
 static void test_vs_pytorch(const char* model_path, const char* debug_path, const CudaContext& ctx) {
@@ -159,15 +158,11 @@ static void test_vs_pytorch(const char* model_path, const char* debug_path, cons
     for (size_t k = pad0; k < pad1; k++) pad_max = std::max(pad_max, (double)std::fabs(grads[k]));
     report("grad wte padded rows are zero", pad_max, 0.0, "max |g|    ");
 
-    // The state's AdamW steps on the same batch (grads from a fresh forward/backward each step), with
-    // the fixed-order attention backward (--deterministic 1) rather than the default dQ atomics, so
-    // the check is the same bits on every run of a binary: with the atomics the bf16 trajectory moved
-    // between runs (a Llama d12 with 4 KV heads: 6.4e-3 on one run, 5.036e-2 on another), and a check
-    // that passes or fails by the order of the atomics measures them, not the model. The one-step
-    // logits, loss and gradients above ran the default backward; (b) checks both against the CPU.
-    // Each step's loss error is still one draw of the bf16 roundings (a rounding changed anywhere,
-    // e.g. another stochastic-rounding seed, moves it): the trajectory is rerun at 8 other seeds and
-    // their spread printed, which is what TOL.traj has to cover (see TOL).
+    // The state's AdamW steps on the same batch (a fresh forward/backward each step) with the fixed-order
+    // attention backward (--deterministic 1), so the check is the same bits on every run: with the dQ
+    // atomics the bf16 trajectory moved between runs (a Llama d12: 6.4e-3 on one, 5.0e-2 on another), a
+    // check of their order, not of the model. The one-step checks above ran the default backward; (b)
+    // checks both against the CPU. The spread over 8 other rounding seeds is printed (see TOL).
     model.deterministic = true;
     const OptimizerSettings o{ref.lr, ref.beta1, ref.beta2, ref.eps, ref.weight_decay, ref.grad_clip};
     const size_t k = (size_t)(model.opt_end - model.opt_begin);
@@ -254,147 +249,108 @@ static std::vector<float> small_params(const ModelConfig& c, uint64_t seed) {
     return p;
 }
 
+// Each op of the forward, GPT-2 or Llama-style (RMSNorm, RoPE, SwiGLU, no biases, untied head): the GPU
+// output against the llmc/cpu op applied to the GPU's own inputs.
 static void test_forward_ops(const ModelConfig& c, const CudaContext& ctx) {
-    printf("== (b) forward ops of the GPU trainer vs llmc/cpu on the GPU's inputs (small model: %d heads, %d KV heads, "
-           "window %d)\n", c.num_heads, c.num_kv_heads, c.window);
+    const bool llama = c.position == POS_ROPE, rms = c.norm == NORM_RMSNORM, swiglu = c.mlp == MLP_SWIGLU;
+    if (llama)
+        printf("== (b) Llama-style forward ops vs llmc/cpu on the GPU's inputs (small model: %d heads, %d KV heads, "
+               "window %d, SwiGLU %d, %s head)\n", c.num_heads, c.num_kv_heads, c.window, model_mlp_hidden(c),
+               c.tied_head ? "tied" : "untied");
+    else
+        printf("== (b) forward ops of the GPU trainer vs llmc/cpu on the GPU's inputs (small model: %d heads, %d KV "
+               "heads, window %d)\n", c.num_heads, c.num_kv_heads, c.window);
     const int B = 2, T = 64, N = B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, HD = model_head_dim(c);
-    const int NKV = c.num_kv_heads, W = c.window, QKV = model_qkv_channels(c);
-    const int V = c.vocab_size, Vp = c.padded_vocab_size;
+    const int NKV = c.num_kv_heads, W = c.window, QKV = model_qkv_channels(c), H = model_mlp_hidden(c);
+    const int FC = model_fc_channels(c), V = c.vocab_size, Vp = c.padded_vocab_size;
     Model model;
     model_build(model, c, B, T, false, ctx);
     std::vector<float> p0 = small_params(c, 7);
     model_set_params(model, p0.data());
-    Rng rng(11);
-    std::vector<int> inputs = random_tokens(rng, N, V), targets = random_tokens(rng, N, V);
-    model_upload_batch(model, inputs.data(), targets.data(), B, T, false, ctx);
+    Rng rng(llama ? 13 : 11);
+    std::vector<int> inputs = random_tokens(rng, N, V), targets = llama ? std::vector<int>() : random_tokens(rng, N, V);
+    model_upload_batch(model, inputs.data(), llama ? nullptr : targets.data(), B, T, false, ctx);
     model_forward(model, B, T, ctx);
     const std::vector<float> P = fetch(model.params_memory, model.num_params);  // the parameters as the GPU holds them
     const ModelTensors<const float> par = model_point_tensors(P.data(), c);
     const Activations& a = model.acts;
-
-    std::vector<float> ref((size_t)N * C), mean(N), rstd(N);
-    cpu::encoder_forward(ref.data(), inputs.data(), par.wte, par.wpe, B, T, C);
-    check_op("encoder_forward", fetch(a.encoded, (size_t)N * C), ref);
-    for (int l = 0; l < L; l++) {
-        LayerActs la = layer_acts(model, l, B, T);
-        const size_t c1 = (size_t)l * C;
-        char what[64];
-        auto name = [&](const char* op) { snprintf(what, sizeof what, "layer %d %s", l, op); return what; };
-        std::vector<float> res_in = fetch(la.res_in, (size_t)N * C);
-        std::vector<float> ln((size_t)N * C);
-        cpu::layernorm_forward(ln.data(), mean.data(), rstd.data(), res_in.data(), par.ln1w + c1, par.ln1b + c1, B, T, C);
-        check_op(name(l == 0 ? "layernorm_forward (ln1)" : "fused_residual_layernorm (ln1)"), fetch(la.ln1, (size_t)N * C), ln);
-        check_op(name("ln1 rstd"), fetch(la.ln1_rstd, N), rstd);
-        std::vector<float> qkv((size_t)N * QKV);
-        cpu::matmul_forward(qkv.data(), fetch(la.ln1, (size_t)N * C).data(), par.qkvw + c1 * QKV, par.qkvb + (size_t)l * QKV, B, T, C, QKV);
-        check_op(name("matmul_forward +bias (qkv)"), fetch(la.qkv, (size_t)N * QKV), qkv);
-        std::vector<float> att((size_t)N * C), lse((size_t)B * NH * T);
-        cpu::attention_forward(att.data(), lse.data(), fetch(la.qkv, (size_t)N * QKV).data(), B, T, NH, NKV, HD, W);
-        check_op(name("attention_forward out"), fetch(la.atty, (size_t)N * C), att);
-        check_op(name("attention_forward lse"), fetch(la.lse, (size_t)B * NH * T), lse);
-        std::vector<float> proj((size_t)N * C), res2((size_t)N * C);
-        cpu::matmul_forward(proj.data(), fetch(la.atty, (size_t)N * C).data(), par.attprojw + c1 * C, par.attprojb + c1, B, T, C, C);
-        cpu::residual_forward(res2.data(), res_in.data(), proj.data(), (size_t)N * C);
-        check_op(name("attproj + residual"), fetch(la.residual2, (size_t)N * C), res2);
-        std::vector<float> res2_gpu = fetch(la.residual2, (size_t)N * C);
-        cpu::layernorm_forward(ln.data(), mean.data(), rstd.data(), res2_gpu.data(), par.ln2w + c1, par.ln2b + c1, B, T, C);
-        check_op(name("fused_residual_layernorm (ln2)"), fetch(la.ln2, (size_t)N * C), ln);
-        std::vector<float> fch((size_t)N * 4 * C), fch_gelu((size_t)N * 4 * C);
-        cpu::matmul_forward(fch.data(), fetch(la.ln2, (size_t)N * C).data(), par.fcw + c1 * 4 * C, par.fcb + c1 * 4, B, T, C, 4 * C);
-        check_op(name("matmul_forward +bias (fc, pre-GELU aux)"), fetch(la.fch, (size_t)N * 4 * C), fch);
-        cpu::gelu_forward(fch_gelu.data(), fetch(la.fch, (size_t)N * 4 * C).data(), (size_t)N * 4 * C);
-        check_op(name("GELU epilogue (fc)"), fetch(la.fch_gelu, (size_t)N * 4 * C), fch_gelu);
-        std::vector<float> res3((size_t)N * C);
-        cpu::matmul_forward(proj.data(), fetch(la.fch_gelu, (size_t)N * 4 * C).data(), par.fcprojw + c1 * 4 * C, par.fcprojb + c1, B, T, 4 * C, C);
-        cpu::residual_forward(res3.data(), res2_gpu.data(), proj.data(), (size_t)N * C);
-        check_op(name("fcproj + residual"), fetch(la.residual3, (size_t)N * C), res3);
-    }
-    LayerActs last = layer_acts(model, L - 1, B, T);
-    std::vector<float> lnf((size_t)N * C), logits((size_t)N * Vp);
-    cpu::layernorm_forward(lnf.data(), mean.data(), rstd.data(), fetch(last.residual3, (size_t)N * C).data(), par.lnfw, par.lnfb, B, T, C);
-    check_op("fused_residual_layernorm (lnf)", fetch(a.lnf, (size_t)N * C), lnf);
-    cpu::matmul_forward(logits.data(), fetch(a.lnf, (size_t)N * C).data(), par.wte, nullptr, B, T, C, Vp);
-    std::vector<float> logits_gpu = fetch(a.logits, (size_t)N * Vp);
-    check_op("matmul_forward no bias (logits)", logits_gpu, logits);
-    // classifier: losses and dlogits from the GPU's logits
-    std::vector<float> probs((size_t)N * Vp), losses(N), dlogits((size_t)N * Vp, 0.0f);
-    cpu::softmax_crossentropy_forward(probs.data(), losses.data(), logits_gpu.data(), targets.data(), B, T, V, Vp);
-    const float grad_scale = 0.5f;  // as with 2 micro-steps of accumulation
-    cpu::crossentropy_softmax_backward(dlogits.data(), probs.data(), targets.data(), B, T, V, Vp, grad_scale);
-    model_upload_batch(model, inputs.data(), targets.data(), B, T, false, ctx);
-    model_loss(model, B, T, grad_scale / N, true, ctx);
-    check_op("fused_classifier losses", fetch(a.losses, N), losses);
-    check_op("fused_classifier dlogits (in place)", fetch(a.logits, (size_t)N * Vp), dlogits);
-    model_free(model);
-}
-
-// The Llama-style path of the forward (RMSNorm, RoPE, SwiGLU, no biases, untied head), op by op as
-// test_forward_ops: each GPU output against the llmc/cpu op applied to the GPU's own inputs.
-static void test_forward_ops_llama(const ModelConfig& c, const CudaContext& ctx) {
-    printf("== (b) Llama-style forward ops vs llmc/cpu on the GPU's inputs (small model: %d heads, %d KV heads, "
-           "window %d, SwiGLU %d, %s head)\n", c.num_heads, c.num_kv_heads, c.window, model_mlp_hidden(c),
-           c.tied_head ? "tied" : "untied");
-    const int B = 2, T = 64, N = B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, HD = model_head_dim(c);
-    const int NKV = c.num_kv_heads, W = c.window, QKV = model_qkv_channels(c), H = model_mlp_hidden(c);
-    const int FC = model_fc_channels(c), V = c.vocab_size, Vp = c.padded_vocab_size;
-    const float eps = (float)c.norm_eps;
-    Model model;
-    model_build(model, c, B, T, false, ctx);
-    std::vector<float> p0 = small_params(c, 7);
-    model_set_params(model, p0.data());
-    Rng rng(13);
-    std::vector<int> inputs = random_tokens(rng, N, V);
-    model_upload_batch(model, inputs.data(), nullptr, B, T, false, ctx);
-    model_forward(model, B, T, ctx);
-    const std::vector<float> P = fetch(model.params_memory, model.num_params);
-    const ModelTensors<const float> par = model_point_tensors(P.data(), c);
-    const Activations& a = model.acts;
     std::vector<float> cos((size_t)c.max_seq_len * HD / 2), sin(cos.size());
-    cpu::rope_tables_for(c, cos.data(), sin.data(), c.max_seq_len);
+    if (llama) cpu::rope_tables_for(c, cos.data(), sin.data(), c.max_seq_len);
+    std::vector<float> mean(N), rstd(N);
+    auto norm = [&](std::vector<float>& out, const float* inp, const float* w, const float* b) {
+        if (rms) cpu::rmsnorm_forward(out.data(), rstd.data(), inp, w, B, T, C, (float)c.norm_eps);
+        else cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp, w, b, B, T, C);
+    };
+    const std::string nrm = rms ? "rmsnorm" : "layernorm";
 
-    std::vector<float> ref((size_t)N * C), rstd(N);
-    cpu::encoder_forward(ref.data(), inputs.data(), par.wte, nullptr, B, T, C);
-    check_op("encoder_forward (no wpe)", fetch(a.encoded, (size_t)N * C), ref);
+    std::vector<float> ref((size_t)N * C);
+    cpu::encoder_forward(ref.data(), inputs.data(), par.wte, par.wpe, B, T, C);
+    check_op(llama ? "encoder_forward (no wpe)" : "encoder_forward", fetch(a.encoded, (size_t)N * C), ref);
     for (int l = 0; l < L; l++) {
         LayerActs la = layer_acts(model, l, B, T);
         const size_t c1 = (size_t)l * C;
         char what[64];
-        auto name = [&](const char* op) { snprintf(what, sizeof what, "layer %d %s", l, op); return what; };
+        auto name = [&](const std::string& op) {
+            snprintf(what, sizeof what, "layer %d %s", l, op.c_str());
+            return what;
+        };
         std::vector<float> res_in = fetch(la.res_in, (size_t)N * C), ln((size_t)N * C);
-        cpu::rmsnorm_forward(ln.data(), rstd.data(), res_in.data(), par.ln1w + c1, B, T, C, eps);
-        check_op(name(l == 0 ? "rmsnorm_forward (ln1)" : "fused_residual_rmsnorm (ln1)"), fetch(la.ln1, (size_t)N * C), ln);
+        norm(ln, res_in.data(), par.ln1w + c1, tensor_at(par.ln1b, c1));
+        check_op(name(l == 0 ? nrm + "_forward (ln1)" : "fused_residual_" + nrm + " (ln1)"), fetch(la.ln1, (size_t)N * C),
+                 ln);
         check_op(name("ln1 rstd"), fetch(la.ln1_rstd, N), rstd);
         std::vector<float> qkv((size_t)N * QKV);
-        cpu::matmul_forward(qkv.data(), fetch(la.ln1, (size_t)N * C).data(), par.qkvw + c1 * QKV, nullptr, B, T, C, QKV);
-        cpu::rope_forward(qkv.data(), cos.data(), sin.data(), B, T, NH, NKV, HD);
-        check_op(name("matmul_forward (qkv) + rope_forward"), fetch(la.qkv, (size_t)N * QKV), qkv);
+        cpu::matmul_forward(qkv.data(), fetch(la.ln1, (size_t)N * C).data(), par.qkvw + c1 * QKV,
+                            tensor_at(par.qkvb, (size_t)l * QKV), B, T, C, QKV);
+        if (llama) cpu::rope_forward(qkv.data(), cos.data(), sin.data(), B, T, NH, NKV, HD);
+        check_op(name(llama ? "matmul_forward (qkv) + rope_forward" : "matmul_forward +bias (qkv)"),
+                 fetch(la.qkv, (size_t)N * QKV), qkv);
         std::vector<float> att((size_t)N * C), lse((size_t)B * NH * T);
         cpu::attention_forward(att.data(), lse.data(), fetch(la.qkv, (size_t)N * QKV).data(), B, T, NH, NKV, HD, W);
         check_op(name("attention_forward out"), fetch(la.atty, (size_t)N * C), att);
+        if (!llama) check_op(name("attention_forward lse"), fetch(la.lse, (size_t)B * NH * T), lse);  // the same op in Llama
         std::vector<float> proj((size_t)N * C), res2((size_t)N * C);
-        cpu::matmul_forward(proj.data(), fetch(la.atty, (size_t)N * C).data(), par.attprojw + c1 * C, nullptr, B, T, C, C);
+        cpu::matmul_forward(proj.data(), fetch(la.atty, (size_t)N * C).data(), par.attprojw + c1 * C,
+                            tensor_at(par.attprojb, c1), B, T, C, C);
         cpu::residual_forward(res2.data(), res_in.data(), proj.data(), (size_t)N * C);
         check_op(name("attproj + residual"), fetch(la.residual2, (size_t)N * C), res2);
         std::vector<float> res2_gpu = fetch(la.residual2, (size_t)N * C);
-        cpu::rmsnorm_forward(ln.data(), rstd.data(), res2_gpu.data(), par.ln2w + c1, B, T, C, eps);
-        check_op(name("fused_residual_rmsnorm (ln2)"), fetch(la.ln2, (size_t)N * C), ln);
+        norm(ln, res2_gpu.data(), par.ln2w + c1, tensor_at(par.ln2b, c1));
+        check_op(name("fused_residual_" + nrm + " (ln2)"), fetch(la.ln2, (size_t)N * C), ln);
         std::vector<float> fch((size_t)N * FC), act((size_t)N * H);
-        cpu::matmul_forward(fch.data(), fetch(la.ln2, (size_t)N * C).data(), par.fcw + c1 * FC, nullptr, B, T, C, FC);
-        check_op(name("matmul_forward (fc: gate | up)"), fetch(la.fch, (size_t)N * FC), fch);
-        cpu::swiglu_forward(act.data(), fetch(la.fch, (size_t)N * FC).data(), N, H);
-        check_op(name("swiglu_forward"), fetch(la.fch_gelu, (size_t)N * H), act);
+        cpu::matmul_forward(fch.data(), fetch(la.ln2, (size_t)N * C).data(), par.fcw + c1 * FC,
+                            tensor_at(par.fcb, (size_t)l * FC), B, T, C, FC);
+        check_op(name(llama ? "matmul_forward (fc: gate | up)" : "matmul_forward +bias (fc, pre-GELU aux)"),
+                 fetch(la.fch, (size_t)N * FC), fch);
+        const std::vector<float> fch_gpu = fetch(la.fch, (size_t)N * FC);
+        if (swiglu) cpu::swiglu_forward(act.data(), fch_gpu.data(), N, H);
+        else cpu::gelu_forward(act.data(), fch_gpu.data(), (size_t)N * H);
+        check_op(name(swiglu ? "swiglu_forward" : "GELU epilogue (fc)"), fetch(la.fch_gelu, (size_t)N * H), act);
         std::vector<float> res3((size_t)N * C);
-        cpu::matmul_forward(proj.data(), fetch(la.fch_gelu, (size_t)N * H).data(), par.fcprojw + c1 * H, nullptr, B, T, H, C);
+        cpu::matmul_forward(proj.data(), fetch(la.fch_gelu, (size_t)N * H).data(), par.fcprojw + c1 * H,
+                            tensor_at(par.fcprojb, c1), B, T, H, C);
         cpu::residual_forward(res3.data(), res2_gpu.data(), proj.data(), (size_t)N * C);
         check_op(name("fcproj + residual"), fetch(la.residual3, (size_t)N * C), res3);
     }
     LayerActs last = layer_acts(model, L - 1, B, T);
     std::vector<float> lnf((size_t)N * C), logits((size_t)N * Vp);
-    cpu::rmsnorm_forward(lnf.data(), rstd.data(), fetch(last.residual3, (size_t)N * C).data(), par.lnfw, B, T, C, eps);
-    check_op("fused_residual_rmsnorm (lnf)", fetch(a.lnf, (size_t)N * C), lnf);
+    norm(lnf, fetch(last.residual3, (size_t)N * C).data(), par.lnfw, par.lnfb);
+    check_op(("fused_residual_" + nrm + " (lnf)").c_str(), fetch(a.lnf, (size_t)N * C), lnf);
     cpu::matmul_forward(logits.data(), fetch(a.lnf, (size_t)N * C).data(), c.tied_head ? par.wte : par.lm_head, nullptr,
                         B, T, C, Vp);
-    check_op(c.tied_head ? "logits (tied: wte)" : "logits (untied: lm_head)", fetch(a.logits, (size_t)N * Vp), logits);
+    std::vector<float> logits_gpu = fetch(a.logits, (size_t)N * Vp);
+    const char* logits_name = c.tied_head ? "logits (tied: wte)" : "logits (untied: lm_head)";
+    check_op(llama ? logits_name : "matmul_forward no bias (logits)", logits_gpu, logits);
+    if (!llama) {  // classifier (the same in both): losses and dlogits from the GPU's logits
+        std::vector<float> probs((size_t)N * Vp), losses(N), dlogits((size_t)N * Vp, 0.0f);
+        cpu::softmax_crossentropy_forward(probs.data(), losses.data(), logits_gpu.data(), targets.data(), B, T, V, Vp);
+        const float grad_scale = 0.5f;  // as with 2 micro-steps of accumulation
+        cpu::crossentropy_softmax_backward(dlogits.data(), probs.data(), targets.data(), B, T, V, Vp, grad_scale);
+        model_upload_batch(model, inputs.data(), targets.data(), B, T, false, ctx);
+        model_loss(model, B, T, grad_scale / N, true, ctx);
+        check_op("fused_classifier losses", fetch(a.losses, N), losses);
+        check_op("fused_classifier dlogits (in place)", fetch(a.logits, (size_t)N * Vp), dlogits);
+    }
     model_free(model);
 }
 
@@ -402,66 +358,43 @@ static void test_backward_ops(const CudaContext& ctx) {
     printf("== (b) backward ops vs llmc/cpu on random inputs (small-model shapes, N = 128 rows)\n");
     const int B = 2, T = 64, N = B * T, C = 128, NH = 2, HD = 64, Vp = 512;
     Rng rng(23);
-    std::vector<float> scratch_h((size_t)COLUMN_MAX_CHUNKS * 4 * C);
-    float* scratch;
-    cudaCheck(cudaMalloc(&scratch, scratch_h.size() * sizeof(float)));
+    DeviceTensor<float> scratch(std::vector<float>((size_t)COLUMN_MAX_CHUNKS * 4 * C));
     cudaStream_t s = ctx.stream;
-    {  // layernorm_backward: += into nonzero dinp, dweight, dbias
-        DeviceTensor dout(random_vec(rng, (size_t)N * C, 1.0f)), inp(random_vec(rng, (size_t)N * C, 2.0f, 0.5f));
-        DeviceTensor w(random_vec(rng, C, 0.2f, 1.0f)), b(random_vec(rng, C, 0.2f));
-        DeviceTensor dinp(random_vec(rng, (size_t)N * C, 0.1f)), dw(random_vec(rng, C, 0.1f)), db(random_vec(rng, C, 0.1f));
-        std::vector<float> mean(N), rstd(N), out((size_t)N * C);
-        cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.h.data(), w.h.data(), b.h.data(), B, T, C);
-        float *dmean, *drstd;
-        cudaCheck(cudaMalloc(&dmean, N * 4));
-        cudaCheck(cudaMalloc(&drstd, N * 4));
-        cudaCheck(cudaMemcpy(dmean, mean.data(), N * 4, cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(drstd, rstd.data(), N * 4, cudaMemcpyHostToDevice));
-        layernorm_backward(dinp.d, dw.d, db.d, scratch, dout.d, inp.d, w.d, dmean, drstd, N, C, s);
+    // The norm backwards, += into nonzero dinp, dweight (and dbias), on `rows` rows of `width` channels
+    // (B = 1, T = rows on the CPU) from the inputs that r draws; shape names the case in the messages.
+    auto check_norm_backward = [&](Rng& r, int norm, int rows, int width, const char* shape) {  // 0 LN, 1 RMSNorm
+        const size_t n = (size_t)rows * width;
+        DeviceTensor dout(random_vec(r, n, 1.0f)), inp(random_vec(r, n, 2.0f, 0.5f));
+        DeviceTensor w(random_vec(r, width, 0.2f, 1.0f)), b(random_vec(r, width, 0.2f));
+        DeviceTensor dinp(random_vec(r, n, 0.1f)), dw(random_vec(r, width, 0.1f)), db(random_vec(r, width, 0.1f));
+        std::vector<float> mean(rows), rstd(rows), out(n);
         std::vector<float> rdinp = dinp.h, rdw = dw.h, rdb = db.h;
-        cpu::layernorm_backward(rdinp.data(), rdw.data(), rdb.data(), dout.h.data(), inp.h.data(), w.h.data(), mean.data(),
-                                rstd.data(), B, T, C);
-        check_op("layernorm_backward dinp (+=)", dinp.get(), rdinp);
-        check_op("layernorm_backward dweight (+=)", dw.get(), rdw);
-        check_op("layernorm_backward dbias (+=)", db.get(), rdb);
-        cudaCheck(cudaFree(dmean));
-        cudaCheck(cudaFree(drstd));
-    }
+        if (norm == 0)
+            cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.h.data(), w.h.data(), b.h.data(), 1, rows, width);
+        else cpu::rmsnorm_forward(out.data(), rstd.data(), inp.h.data(), w.h.data(), 1, rows, width, 1e-5f);
+        DeviceTensor<float> dmean(mean), drstd(rstd);
+        DeviceTensor<float> wscratch(std::vector<float>(layernorm_backward_scratch_floats(rows, width)));
+        const std::string op = std::string(norm == 0 ? "layernorm_backward" : "rmsnorm_backward") + shape;
+        if (norm == 0) {
+            layernorm_backward(dinp.d, dw.d, db.d, wscratch.d, dout.d, inp.d, w.d, dmean.d, drstd.d, rows, width, s);
+            cpu::layernorm_backward(rdinp.data(), rdw.data(), rdb.data(), dout.h.data(), inp.h.data(), w.h.data(),
+                                    mean.data(), rstd.data(), 1, rows, width);
+        } else {
+            rmsnorm_backward(dinp.d, dw.d, wscratch.d, dout.d, inp.d, w.d, drstd.d, rows, width, s);
+            cpu::rmsnorm_backward(rdinp.data(), rdw.data(), dout.h.data(), inp.h.data(), w.h.data(), rstd.data(), 1, rows,
+                                  width);
+        }
+        check_op((op + " dinp (+=)").c_str(), dinp.get(), rdinp);
+        check_op((op + " dweight (+=)").c_str(), dw.get(), rdw);
+        if (norm == 0) check_op((op + " dbias (+=)").c_str(), db.get(), rdb);
+    };
+    check_norm_backward(rng, 0, N, C, "");
     // The norm backwards' wide rows (1024 < C <= 2048 in bf16: shared-memory sums, 1 block per SM; C = 1600
     // is GPT-2 1.5B's width, 6.25 packs per lane) at an awkward N = 520 (17 chunks, the last one short),
     // from their own Rng so the inputs of the checks below stay as they were.
-    for (const int norm : {0, 1}) {  // 0 LayerNorm, 1 RMSNorm
-        const int Nw = 520, Cw = 1600;
+    for (const int norm : {0, 1}) {
         Rng rw(31 + norm);
-        DeviceTensor dout(random_vec(rw, (size_t)Nw * Cw, 1.0f)), inp(random_vec(rw, (size_t)Nw * Cw, 2.0f, 0.5f));
-        DeviceTensor w(random_vec(rw, Cw, 0.2f, 1.0f)), b(random_vec(rw, Cw, 0.2f));
-        DeviceTensor dinp(random_vec(rw, (size_t)Nw * Cw, 0.1f)), dw(random_vec(rw, Cw, 0.1f)), db(random_vec(rw, Cw, 0.1f));
-        std::vector<float> mean(Nw), rstd(Nw), out((size_t)Nw * Cw);
-        std::vector<float> rdinp = dinp.h, rdw = dw.h, rdb = db.h;
-        if (norm == 0) cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.h.data(), w.h.data(), b.h.data(), 1, Nw, Cw);
-        else cpu::rmsnorm_forward(out.data(), rstd.data(), inp.h.data(), w.h.data(), 1, Nw, Cw, 1e-5f);
-        float *dmean, *drstd, *wscratch;
-        cudaCheck(cudaMalloc(&dmean, Nw * 4));
-        cudaCheck(cudaMalloc(&drstd, Nw * 4));
-        cudaCheck(cudaMalloc(&wscratch, layernorm_backward_scratch_floats(Nw, Cw) * sizeof(float)));
-        cudaCheck(cudaMemcpy(dmean, mean.data(), Nw * 4, cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(drstd, rstd.data(), Nw * 4, cudaMemcpyHostToDevice));
-        if (norm == 0) {
-            layernorm_backward(dinp.d, dw.d, db.d, wscratch, dout.d, inp.d, w.d, dmean, drstd, Nw, Cw, s);
-            cpu::layernorm_backward(rdinp.data(), rdw.data(), rdb.data(), dout.h.data(), inp.h.data(), w.h.data(),
-                                    mean.data(), rstd.data(), 1, Nw, Cw);
-            check_op("layernorm_backward N=520 C=1600 dinp (+=)", dinp.get(), rdinp);
-            check_op("layernorm_backward N=520 C=1600 dweight (+=)", dw.get(), rdw);
-            check_op("layernorm_backward N=520 C=1600 dbias (+=)", db.get(), rdb);
-        } else {
-            rmsnorm_backward(dinp.d, dw.d, wscratch, dout.d, inp.d, w.d, drstd, Nw, Cw, s);
-            cpu::rmsnorm_backward(rdinp.data(), rdw.data(), dout.h.data(), inp.h.data(), w.h.data(), rstd.data(), 1, Nw, Cw);
-            check_op("rmsnorm_backward N=520 C=1600 dinp (+=)", dinp.get(), rdinp);
-            check_op("rmsnorm_backward N=520 C=1600 dweight (+=)", dw.get(), rdw);
-        }
-        cudaCheck(cudaFree(dmean));
-        cudaCheck(cudaFree(drstd));
-        cudaCheck(cudaFree(wscratch));
+        check_norm_backward(rw, norm, 520, 1600, " N=520 C=1600");
     }
     for (int with_gelu = 0; with_gelu < 2; with_gelu++) {  // matmul_backward, OC = 4C like fc / C like fcproj
         const int K = with_gelu ? 4 * C : C, OC = with_gelu ? C : 3 * C;
@@ -470,7 +403,7 @@ static void test_backward_ops(const CudaContext& ctx) {
         DeviceTensor dinp(std::vector<float>((size_t)N * K, 0.0f));
         DeviceTensor dw(random_vec(rng, (size_t)OC * K, 0.1f)), db(random_vec(rng, OC, 0.1f));
         std::vector<float> rdw = dw.h, rdb = db.h, tmp((size_t)N * K, 0.0f), rdinp((size_t)N * K, 0.0f);
-        matmul_backward(dinp.d, dw.d, db.d, scratch, dout.d, inp.d, w.d, with_gelu ? pre.d : nullptr, N, K, OC, ctx);
+        matmul_backward(dinp.d, dw.d, db.d, scratch.d, dout.d, inp.d, w.d, with_gelu ? pre.d : nullptr, N, K, OC, ctx);
         cpu::matmul_backward(tmp.data(), rdw.data(), rdb.data(), dout.h.data(), inp.h.data(), w.h.data(), B, T, K, OC);
         if (with_gelu) cpu::gelu_backward(rdinp.data(), pre.h.data(), tmp.data(), tmp.size());
         else rdinp = tmp;
@@ -487,28 +420,22 @@ static void test_backward_ops(const CudaContext& ctx) {
         std::vector<float> out((size_t)N * CA), lse((size_t)B * H * T), rdqkv((size_t)N * QKV, 0.0f);
         cpu::attention_forward(out.data(), lse.data(), qkv.h.data(), B, T, H, HKV, HD, W);
         DeviceTensor dev_out(out);
-        float* dlse;
-        cudaCheck(cudaMalloc(&dlse, lse.size() * 4));
-        cudaCheck(cudaMemcpy(dlse, lse.data(), lse.size() * 4, cudaMemcpyHostToDevice));
+        DeviceTensor<float> dlse(lse);
         cpu::attention_backward(rdqkv.data(), dout.h.data(), qkv.h.data(), dev_out.h.data(), lse.data(), B, T, H, HKV, HD, W);
         // both modes: deterministic (no scratch) and dQ by atomics in a scratch poisoned with NaN, of
         // the size that lets the Hopper kernel take its split schedule on these small shapes
         const AttnShape shape{B, T, H, HKV, HD, W};
         const size_t scratch_n = attention_backward_scratch_floats_split(shape, ctx);
-        float* att_scratch;
-        cudaCheck(cudaMalloc(&att_scratch, scratch_n * 4));
-        cudaCheck(cudaMemset(att_scratch, 0xff, scratch_n * 4));
+        DeviceTensor<float> att_scratch(std::vector<float>(scratch_n, NAN));
         for (int mode = 0; mode < 2; mode++) {
             DeviceTensor dqkv(std::vector<float>((size_t)N * QKV, 7.0f));  // poison: every element must be written
-            attention_backward(dqkv.d, dout.d, qkv.d, dev_out.d, dlse, shape, ctx,
-                               mode ? AttnScratch{att_scratch, scratch_n} : AttnScratch{});
+            attention_backward(dqkv.d, dout.d, qkv.d, dev_out.d, dlse.d, shape, ctx,
+                               mode ? AttnScratch{att_scratch.d, scratch_n} : AttnScratch{});
             char what[112];
             snprintf(what, sizeof what, "attention_backward dqkv (=), %d heads, %d KV heads, window %d, %s", H, HKV,
                      W, mode ? "dQ atomics" : "deterministic");
             check_op(what, dqkv.get(), rdqkv);
         }
-        cudaCheck(cudaFree(att_scratch));
-        cudaCheck(cudaFree(dlse));
     }
     {  // encoder_backward: repeated tokens, += into nonzero grads
         std::vector<int> tok = random_tokens(rng, N, 20);  // few distinct tokens: long buckets
@@ -531,16 +458,9 @@ static void test_backward_ops(const CudaContext& ctx) {
         std::vector<float> m = random_vec(rng, n, 0.001f), v(n);
         for (auto& x : v) x = 1e-5f * std::fabs(rng.normal());
         DeviceTensor dg(g), dparams(p);
-        float *dm, *dv, *dmaster, *dnorm;
-        cudaCheck(cudaMalloc(&dm, n * 4));
-        cudaCheck(cudaMalloc(&dv, n * 4));
-        cudaCheck(cudaMalloc(&dmaster, n * 4));
-        cudaCheck(cudaMalloc(&dnorm, (GLOBAL_NORM_BLOCKS + 1) * 4));
-        cudaCheck(cudaMemcpy(dm, m.data(), n * 4, cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(dv, v.data(), n * 4, cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(dmaster, p.data(), n * 4, cudaMemcpyHostToDevice));
-        global_norm_squared(dnorm + GLOBAL_NORM_BLOCKS, dnorm, dg.d, (int64_t)n, s);
-        std::vector<float> norm_gpu = fetch(dnorm + GLOBAL_NORM_BLOCKS, 1);
+        DeviceTensor<float> dm(m), dv(v), dmaster(p), dnorm(std::vector<float>(GLOBAL_NORM_BLOCKS + 1));
+        global_norm_squared(dnorm.d + GLOBAL_NORM_BLOCKS, dnorm.d, dg.d, (int64_t)n, s);
+        std::vector<float> norm_gpu = fetch(dnorm.d + GLOBAL_NORM_BLOCKS, 1);
         const double norm_ref = cpu::global_norm_squared(dg.h.data(), n);
         report("global_norm_squared", std::fabs(norm_gpu[0] - norm_ref) / norm_ref, TOL.op, "rel err    ");
         const int64_t step = 3;
@@ -548,15 +468,15 @@ static void test_backward_ops(const CudaContext& ctx) {
         AdamWArgs args = adamw_args(lr, 0.9f, 0.95f, 1e-8f, 0.1f, clip, step, 99), *dargs;
         cudaCheck(cudaMalloc(&dargs, sizeof(AdamWArgs)));
         cudaCheck(cudaMemcpy(dargs, &args, sizeof(AdamWArgs), cudaMemcpyHostToDevice));
-        float* master = HAS_MASTER ? dmaster : (float*)dparams.d;
-        adamw_update(dparams.d, master, dg.d, dm, dv, (int64_t)n, dargs, model_decay_ranges(c), s);
+        float* master = HAS_MASTER ? dmaster.d : (float*)dparams.d;
+        adamw_update(dparams.d, master, dg.d, dm.d, dv.d, (int64_t)n, dargs, model_decay_ranges(c), s);
         std::vector<float> rp = p, rm = m, rv = v;
         if (!HAS_MASTER) rp = dparams.h;
         cpu::adamw_update_model(rp.data(), rm.data(), rv.data(), dg.h.data(), c, lr, 0.9f, 0.95f, 1e-8f, 0.1f, clip, step);
         // master (fp32) is held to fp32 accuracy in both builds; the bf16 params to one bf16 step
         report("adamw_update master weights", max_rel_err(fetch(master, n).data(), rp.data(), n), 1e-5, "max rel err");
-        report("adamw_update m", max_rel_err(fetch(dm, n).data(), rm.data(), n), 1e-5, "max rel err");
-        report("adamw_update v", max_rel_err(fetch(dv, n).data(), rv.data(), n), 1e-5, "max rel err");
+        report("adamw_update m", max_rel_err(dm.get().data(), rm.data(), n), 1e-5, "max rel err");
+        report("adamw_update v", max_rel_err(dv.get().data(), rv.data(), n), 1e-5, "max rel err");
         check_op("adamw_update params (rounded)", dparams.get(), rp);
         if (HAS_MASTER) {  // stochastic rounding: each param is one of the two bf16 values around its master
             const std::vector<float> got = dparams.get(), mw = fetch(master, n);
@@ -578,8 +498,8 @@ static void test_backward_ops(const CudaContext& ctx) {
                                   {1234.5f, 0.5f}, {0.8f, 0.0f}, {2.0f, -1.0f}, {7e20f, 1.0f}};
         size_t clip_bad = 0;
         for (const auto& cs : cases) {
-            cudaCheck(cudaMemcpy(dnorm, &cs[0], sizeof(float), cudaMemcpyHostToDevice));
-            adamw_clip_scale(dargs, dnorm, cs[1], s);
+            cudaCheck(cudaMemcpy(dnorm.d, &cs[0], sizeof(float), cudaMemcpyHostToDevice));
+            adamw_clip_scale(dargs, dnorm.d, cs[1], s);
             AdamWArgs got;
             cudaCheck(cudaMemcpy(&got, dargs, sizeof(AdamWArgs), cudaMemcpyDeviceToHost));
             const float want = cpu::grad_clip_scale(std::sqrt(cs[0]), cs[1]);
@@ -587,10 +507,6 @@ static void test_backward_ops(const CudaContext& ctx) {
         }
         report("adamw_clip_scale = cpu::grad_clip_scale, bit for bit", (double)clip_bad, 0.0, "count bad  ");
         cudaCheck(cudaFree(dargs));
-        cudaCheck(cudaFree(dm));
-        cudaCheck(cudaFree(dv));
-        cudaCheck(cudaFree(dmaster));
-        cudaCheck(cudaFree(dnorm));
     }
     {  // gelu_forward (the --recompute path) on an awkward length
         const size_t n = 8 * 1001;
@@ -600,7 +516,6 @@ static void test_backward_ops(const CudaContext& ctx) {
         cpu::gelu_forward(ry.data(), x.h.data(), n);
         check_op("gelu_forward", y.get(), ry);
     }
-    cudaCheck(cudaFree(scratch));
 }
 
 // ============================================================================ (d) sampling
@@ -678,28 +593,28 @@ static void test_resume(const CudaContext& ctx, const ModelConfig& c, bool recom
     char tmpl[] = "/tmp/test_gpt2cu_XXXXXX";
     if (!mkdtemp(tmpl)) fail("mkdtemp failed: %s", strerror(errno));
     const std::string dir = tmpl;
+    auto build = [&](Model& m, bool fresh) {  // fresh: from p0 and rounding seed 77, else to be loaded
+        model_build(m, c, 2, 64, recompute, ctx);
+        m.deterministic = true;  // bit-identical needs the fixed-order attention backward
+        if (!fresh) return;
+        model_set_params(m, p0.data());
+        m.sr_seed = 77;
+    };
     Model a;
-    model_build(a, c, 2, 64, recompute, ctx);
-    a.deterministic = true;  // bit-identical needs the fixed-order attention backward
-    model_set_params(a, p0.data());
-    a.sr_seed = 77;
+    build(a, true);
     std::vector<float> full = train_steps(a, 0, 6, ctx);
     std::vector<float> pa = fetch(a.params_memory, a.num_params), ma = fetch(a.master_memory, a.num_params);
     model_free(a);
 
     Model b;
-    model_build(b, c, 2, 64, recompute, ctx);
-    b.deterministic = true;
-    model_set_params(b, p0.data());
-    b.sr_seed = 77;
+    build(b, true);
     std::vector<float> first = train_steps(b, 0, 3, ctx);
     int64_t loader[16] = {};
     model_save_checkpoint(b, dir, loader, 0);
     model_free(b);
 
     Model r;
-    model_build(r, c, 2, 64, recompute, ctx);
-    r.deterministic = true;
+    build(r, false);
     TrainState st = model_load_checkpoint(r, checkpoint_find(dir, "--resume"));
     report("resumed step", (double)std::llabs(st.step - 3), 0.0, "difference ");
     std::vector<float> second = train_steps(r, 3, 6, ctx);
@@ -732,8 +647,8 @@ int main(int argc, char** argv) {
     printf("test_gpt2cu: %s build on %s\n", PRECISION_NAME, ctx.props.name);
     test_forward_ops(small_config(), ctx);
     test_forward_ops(small_config(4, 2, 24), ctx);  // grouped-query attention with a sliding window
-    test_forward_ops_llama(small_llama_config(), ctx);
-    test_forward_ops_llama(small_llama_config(2, 2, 0), ctx);
+    test_forward_ops(small_llama_config(), ctx);
+    test_forward_ops(small_llama_config(2, 2, 0), ctx);
     test_backward_ops(ctx);
     if (!ops_only) {
         test_resume(ctx, small_config(), false);
