@@ -95,6 +95,19 @@ inline void copy_token_ids(int* dst, const unsigned char* src, int64_t n, int wi
          "the data with the model's tokenizer", path, (long long)header_vocab, model_vocab);
 }
 
+// The first shard matched by glob_pattern (in name order) whose header says it has a loss mask, or
+// "" (none, or no match: the DataLoader reports that). Reads headers only, for a program that must
+// refuse masked data before it starts a device.
+inline std::string first_masked_shard(const char* glob_pattern) {
+    glob_t g;
+    if (glob(glob_pattern, 0, nullptr, &g) != 0) return "";
+    std::string found;
+    for (size_t i = 0; i < g.gl_pathc && found.empty(); i++)
+        if (shard_read_info(g.gl_pathv[i]).has_mask) found = g.gl_pathv[i];
+    globfree(&g);
+    return found;
+}
+
 class DataLoader {
   public:
     static constexpr int64_t STATE_VERSION = 1;
