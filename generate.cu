@@ -3,11 +3,9 @@
 //   make build/generate            (bf16 weights and activations; build/generate_fp32: fp32)
 //   build/generate --model out/d12/ --tokenizer data/gpt2_tokenizer.bin --prompt "To be, or not"
 //       --max-new 64 --temperature 0.8 --top-k 40
-// The prompts of a batch are prefilled at once (right-padded, each with its length), then each new
-// token is one replay of a CUDA graph (sampling on the GPU, the forward of the B new tokens against
-// the cache); the host only copies the B new tokens back to print them. A single prompt (and each
-// interactive one) streams token by token; a batch prints `[i] completion` lines when it is done.
-// Timings go to stderr.
+// A batch's prompts are prefilled at once (right-padded), then each new token is one replay of a CUDA
+// graph (sampling on the GPU, the forward of the B new tokens against the cache); the host only copies
+// the B new tokens back to print them (as generate_cpu.cpp). Timings go to stderr.
 // Debug and speed: --graph 0 launches the step's kernels one by one; --check-full 1 compares each
 // step's logits with the training model's full forward over the same tokens; --bench 1 times random
 // prompts (with --init dN no file is needed) and prints one BENCH_GEN line.

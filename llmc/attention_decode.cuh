@@ -34,13 +34,11 @@
 namespace attention_detail {
 
 // ============================================================================ the split plan
-// (decode_span, the slots a sequence attends, is in kv_cache.cuh.)
 // Keys a split block takes: a multiple of DECODE_MIN_CHUNK (every kernel's keys per step) and at least
 // it (below it the block's fixed costs, loading q and merging its warps, outweigh its keys).
 constexpr int DECODE_MIN_CHUNK = 64;
 // A sequence's n keys go to as few splits as chunks of ceil(n / max_splits) keys (rounded up to
-// DECODE_MIN_CHUNK, at least min_chunk) need: the split count follows the length on the device, the
-// grid the capacity on the host.
+// DECODE_MIN_CHUNK, at least min_chunk) need: the splits follow the length, the grid the capacity.
 __host__ __device__ inline int decode_chunk(int n, int max_splits, int min_chunk) {
     const int c = ceil_div(ceil_div(n > 0 ? n : 1, max_splits), DECODE_MIN_CHUNK) * DECODE_MIN_CHUNK;
     return c > min_chunk ? c : min_chunk;
@@ -236,8 +234,7 @@ struct DecodeSplitBlock {
         if (slot >= S) slot -= S;
         return (head_base + slot) * HD + d0;
     }
-    // This row group's U keys of the step at jb: K and V rows, zeros past the chunk (not garbage:
-    // p = 0 times a NaN would still be NaN).
+    // This row group's U keys of the step at jb: K and V rows, zeros past the chunk (0 * garbage may be NaN).
     __device__ __forceinline__ void load_step(int jb, Pack (&kr)[U], Pack (&vr)[U]) const {
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -269,8 +266,8 @@ struct DecodeSplitBlock {
         }
         __syncthreads();  // the block's other threads read the row
     }
-    // DecodeKnobs::EARLY, after the wait: the newest key, loaded early with the slot's old contents if
-    // it falls in the first step, loaded again through L2 (__ldcg), never from a line this SM cached.
+    // DecodeKnobs::EARLY, after the wait: the newest key (if in the first step, loaded early with the
+    // slot's old contents) again, through L2 (__ldcg), never from a line this SM cached.
     __device__ __forceinline__ void reload_newest(Pack (&kr)[U], Pack (&vr)[U]) const {
         const int jn = span.n - 1;
 #pragma unroll
@@ -303,8 +300,7 @@ struct DecodeSplitBlock {
         for (int e = 0; e < EPT; e++) dot += q[g][e] * to_float(k[e]);
         return dot;
     }
-    // The scores of the step's U keys for every head: a dot product over the row group's TPR lanes
-    // (a butterfly each); -inf past the chunk.
+    // The scores of the step's U keys for every head (a butterfly over TPR lanes each); -inf past the chunk.
     __device__ __forceinline__ void scores(int jb, const Pack (&kr)[U], float (&s)[U][GB]) const {
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -344,9 +340,8 @@ struct DecodeSplitBlock {
         update(s, vr);
     }
 
-    // Merges the ROWS row groups (block max M, each group's factor exp2(m - M), then sums) and stores
-    // the block's result: out itself at one split, else its partial (in shared memory in a cluster,
-    // else in the scratch).
+    // Merges the ROWS row groups (block max M, each group's factor exp2(m - M), then sums) into out at
+    // one split, else into the block's partial (in shared memory in a cluster, else in the scratch).
     __device__ __forceinline__ void merge_rows(Smem& sm, T* out, const DecodeScratch& scratch, bool in_cluster) const {
 #pragma unroll
         for (int g = 0; g < GB; g++) {
@@ -389,9 +384,8 @@ struct DecodeSplitBlock {
         }
     }
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-    // Cluster combine: block `split` is the cluster's rank `split` (cluster dims (gridDim.x, 1, 1));
-    // after the barrier every block's partial (max sm.m[0], sum sm.sum, output sm.o[0]) is readable by
-    // the others, and the cluster's threads merge the heads * HD outputs between them.
+    // Cluster combine (block `split` is the cluster's rank `split`): after the barrier every block's
+    // partial (sm.m[0], sm.sum, sm.o[0]) is readable by the others; the cluster merges heads * HD outputs.
     __device__ __forceinline__ void combine_cluster(Smem& sm, T* out) const {
         namespace cg = cooperative_groups;
         cg::cluster_group cl = cg::this_cluster();
@@ -418,9 +412,8 @@ struct DecodeSplitBlock {
         cl.sync();  // no block exits while another reads its shared memory
     }
 #endif
-    // Fused combine: the last split block of this (sequence, head block) to finish merges the partials
-    // (the counting of CUDA's threadFenceReduction sample). Every thread fences its partials before
-    // thread 0 counts the block in; the last block resets the counter for the next call.
+    // Fused combine: the last split block of this (sequence, head block) to count in merges the partials
+    // (CUDA's threadFenceReduction sample) and resets the counter; every thread fences its partials first.
     __device__ __forceinline__ void combine_fused(Smem& sm, T* out, const DecodeScratch& scratch) const {
         __threadfence();
         __syncthreads();
@@ -551,9 +544,7 @@ inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, c
             cfg.stream = stream;
             cudaLaunchAttribute attr[2];
             attr[0].id = cudaLaunchAttributeClusterDimension;
-            attr[0].val.clusterDim.x = plan.max_splits;
-            attr[0].val.clusterDim.y = 1;
-            attr[0].val.clusterDim.z = 1;
+            attr[0].val.clusterDim = {(unsigned)plan.max_splits, 1, 1};
             attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
             attr[1].val.programmaticStreamSerializationAllowed = 1;
             cfg.attrs = attr;
@@ -578,9 +569,8 @@ inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, c
 
 }  // namespace attention_detail
 
-// fp32 floats of scratch attention_decode needs for these sizes on the current device (0: none):
-// enough for either route (the CUDA-core kernels, and the tensor-core ones where decode_mma_route
-// allows them), whatever the call's mma and early.
+// fp32 floats of scratch attention_decode needs for these sizes on the current device (0: none),
+// enough for either route, whatever the call's mma and early.
 inline size_t attention_decode_scratch_floats(int B, int NH, int NKV, int HD, int S, int window) {
     using namespace attention_detail;
     const int sms = current_sm_count();

@@ -74,8 +74,7 @@ inline int decode_mma_splits(int B, int NKV, int S, int window, int num_sms) {
 }
 
 // Keys j0 .. j0 + TILE - 1 of the span (slot (first + j) % S of the head's K and V rows) into a stage;
-// keys >= hi are zero-filled (cp.async src-size 0: never read, and zeros, not garbage, so p = 0 times
-// them stays 0).
+// keys >= hi are zero-filled (cp.async src-size 0), so p = 0 times them stays 0.
 template <int HD>
 __device__ __forceinline__ void decode_mma_load_tile(attention_detail::bf16* ks, attention_detail::bf16* vs,
                                                      const attention_detail::bf16* k_head,
@@ -252,9 +251,8 @@ static __global__ void __launch_bounds__(DECODE_MMA_THREADS)
     }
 }
 
-// grid (B * NKV), 128 threads: the partials of the sequences that used more than one split, merged by
-// decode_merge_splits (kv_cache.cuh, the CUDA-core kernels' merge; those with one split were written by
-// the split kernel). Every used split holds >= 1 key, so its m is finite and the sum > 0.
+// grid (B * NKV), 128 threads: the partials of the sequences of more than one split, merged by
+// decode_merge_splits (kv_cache.cuh). Every used split holds >= 1 key: its m is finite, the sum > 0.
 static __global__ void decode_mma_merge_kernel(attention_detail::bf16* out, const float* part_o, const float* part_ml,
                                                const int* pos, QKVLayout L, int S, int window, int splits) {
     const int bk = blockIdx.x, b = bk / L.NKV, kvh = bk % L.NKV, G = L.NH / L.NKV;
@@ -294,11 +292,10 @@ inline void decode_mma_launch(floatX* out, float* scratch, const floatX* qkv, co
         cudaCheckLaunch();
     }
 }
-// out (B, NH * HD) from qkv and the caches, as attention_decode (shapes, window, idle sequences); the
-// caches already hold this step's K/V; plain launches (no PDL) on ctx.stream. splits: decode_mma_splits
-// for the shipped plan; scratch: decode_mma_scratch_floats(B, NH, HD, splits) floats, 16-byte aligned
-// (nullptr when 0). The first call of a head size raises the kernel's shared-memory limit
-// (CudaContext::allow_smem): make it outside a graph capture (model_infer_warmup).
+// out (B, NH * HD) as attention_decode, the caches already holding this step's K/V; plain launches on
+// ctx.stream. splits: decode_mma_splits for the shipped plan; scratch: decode_mma_scratch_floats(B, NH,
+// HD, splits) floats, 16-byte aligned (nullptr when 0). The first call of a head size raises the
+// kernel's shared-memory limit (ctx.allow_smem): make it outside a graph capture (model_infer_warmup).
 inline void decode_mma(floatX* out, float* scratch, const floatX* qkv, const floatX* k_cache, const floatX* v_cache,
                       const int* pos, int B, int NH, int NKV, int HD, int S, int window, int splits,
                       const CudaContext& ctx) {

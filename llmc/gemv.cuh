@@ -12,10 +12,9 @@
 // Work split: a warp computes R consecutive output rows (SwiGLU: the pair j, H + j) for all M inputs;
 // lane i walks the packs i, i + 32, ... of K, U packs per row in flight (U*R loads before any math),
 // then each of the R*M sums is reduced across the warp. R = 1 below M = 4, else 2 (GemvPolicy::rows).
-// PDL (llmc/cuda_common.cuh): the weights never depend on the kernel before, so a warp's first round
-// of weight packs, its rows' bias (and GEMV_RESIDUAL's residual) and the norm's weight and bias are
-// loaded before griddepcontrol.wait; after it only the inputs (L2) and the math remain on the critical
-// path. Then the next kernel may launch and load its own weights while this one finishes.
+// PDL (llmc/cuda_common.cuh): the weights never depend on the kernel before, so a warp's first round of
+// weight packs, its rows' bias (and residual) and the norm's weight and bias load before the wait, and
+// the next kernel may launch and load its own weights while this one finishes.
 // Split K (GemvPolicy::split_k): a row needing more than one round per lane (fcproj, K = 3072) is split
 // over 2 or 4 warps of a block, all of a row in one round; their sums meet in shared memory in warp
 // order (deterministic), at KS times the registers a row holds.

@@ -331,13 +331,12 @@ inline void print_timings(const Timings& tm) {
             tm.decode_steps ? tm.decode_s * 1e3 / tm.decode_steps : 0.0, tm.new_tokens);
 }
 
-// The prompt loop of both programs: the prompts in batches of B, then (--interactive 1) one prompt a
-// line from stdin, each streamed; a bad line is reported and skipped. Prompt i draws from the seed's
-// stream skipped 2^32 draws per prompt, so its text does not depend on the batch it runs in. One
-// prompt alone streams its text; a batch prints its completions when done.
-// run(batch, rngs, stream) generates after the prompts of `batch` and returns their completions.
-// Returns the program's exit status: 1 when stdin's lines were all refused and nothing else ran
-// (nothing was generated), else 0.
+// The prompt loop of both programs: the prompts in batches of B (one prompt alone streams its text, a
+// batch prints its completions when done), then (--interactive 1) one streamed prompt a line from
+// stdin, a bad line reported and skipped. Prompt i draws from the seed's stream skipped 2^32 draws per
+// prompt: its text does not depend on its batch. run(batch, rngs, stream) generates after `batch` and
+// returns the completions. Returns the exit status: 1 when every stdin line was refused and nothing
+// else ran, else 0.
 template <class Run>
 inline int run_prompts(const GenConfig& g, const std::vector<Prompt>& prompts, int B, const PromptReader& reader,
                         bool text_prompts, const Tokenizer* tok, Run&& run) {

@@ -30,10 +30,9 @@ __host__ __device__ inline DecodeSpan decode_span(int pos, int S, int window) {
     return {n, (pos + 1 - n) % S};
 }
 
-// Merges the nsplits partials of (sequence b, head h) into out, dims d = first, first + step, ...
-// (attention_decode.cuh's combines and attention_decode_mma.cuh's merge kernel; partial s of the head at
-// (b * NH + h) * max_splits + s): out = sum_s 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s. Loads bypass L1
-// (__ldcg): in the fused combine other blocks wrote the partials during this kernel.
+// Merges the nsplits partials of (sequence b, head h) (partial s at (b * NH + h) * max_splits + s) into
+// out, dims d = first, first + step, ...: out = sum_s 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s. Loads
+// bypass L1 (__ldcg): in the fused combine other blocks wrote the partials during this kernel.
 template <typename T>
 __device__ __forceinline__ void decode_merge_splits(T* out, const float* part_o, const float* part_ml, int b, int h,
                                                     int NH, int HD, int nsplits, int max_splits, int first, int step) {

@@ -407,8 +407,7 @@ inline GemvFusion norm_fusion(const ModelConfig& c, const floatX* w, const float
 
 // The layers and the classifier of a step at M = B <= GEMV_MAX_M rows, from the embeddings in res1, as
 // 5 kernels a layer (gemv.cuh's fused kernels):
-//   norm+qkv+kv     qkv = ln1(res1) Wqkv^T + b, RoPE on q and k (Llama: norm+qkv+rope+kv), K and V
-//                   into the cache slot pos[b] % S
+//   norm+qkv+kv     qkv = ln1(res1) Wqkv^T + b, RoPE on q and k (Llama), K and V into cache slot pos[b] % S
 //   attention_decode  atty
 //   attproj+residual  res2 = res1 + atty Wproj^T + b
 //   norm+fc+gelu    fch_gelu = gelu(ln2(res2) Wfc^T + b) (Llama: norm+fc+swiglu, SwiGLU of [gate | up])

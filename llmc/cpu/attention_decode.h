@@ -1,17 +1,14 @@
 // attention_decode.h: attention of one new token per sequence against a KV cache, on the CPU: the
 // reference for llmc/attention_decode.cuh (same layout, same arguments) and the CPU generate's op.
 // Shapes (docs/design.md, "KV cache and decode attention"):
-//   qkv      (B, (NH + 2*NKV) * HD)  this step's token per sequence: NH query heads, NKV key heads,
-//                                    NKV value heads (the layout of cpu/attention.h's qkv rows)
-//   k_cache  (B, NKV, S, HD)         one layer's keys; position p lives in slot p % S
+//   qkv      (B, (NH + 2*NKV) * HD)  this step's token per sequence (cpu/attention.h's qkv row layout)
+//   k_cache  (B, NKV, S, HD)         one layer's keys, this step's included (cpu/kv_cache.h); p in slot p % S
 //   v_cache  (B, NKV, S, HD)         its values
 //   pos      (B)                     each sequence's new-token position; < 0: an idle sequence
 //   out      (B, NH * HD)            written (=); zeros for an idle sequence
-// The cache is filled by cpu/kv_cache.h's kv_cache_fill (a prompt) and kv_cache_append (each new
-// token, before its attention); attention_decode then attends from the token's query to positions
-// 0..pos (window = 0; needs pos < S) or max(0, pos-W+1)..pos (window W > 0; needs S >= W, S = W is a
-// ring buffer). Query head h reads KV head h / (NH / NKV); scale 1/sqrt(HD). fp32; the result does
-// not depend on the thread count.
+// Attends to positions 0..pos (window = 0; needs pos < S) or max(0, pos-W+1)..pos (window W > 0; needs
+// S >= W, S = W is a ring buffer). Query head h reads KV head h / (NH / NKV); scale 1/sqrt(HD). fp32;
+// the result does not depend on the thread count.
 #pragma once
 #include <cmath>
 #include <cstddef>

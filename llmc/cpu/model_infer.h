@@ -119,9 +119,8 @@ inline void infer_size_acts(ModelInfer& m, size_t rows, size_t logit_rows) {
     if (a.logits.size() < logit_rows * c.padded_vocab_size) a.logits.resize(logit_rows * c.padded_vocab_size);
 }
 
-// The transformer blocks over the embeddings in acts.x (B, T, C), the residual stream updated in
-// place; leaves the final norm's output in acts.ln. attend(l) fills acts.atty from acts.qkv for
-// layer l (after RoPE, and writing that layer's K/V into the cache).
+// The transformer blocks over the embeddings in acts.x (B, T, C), updated in place; leaves the final
+// norm in acts.ln. attend(l) fills acts.atty from acts.qkv for layer l (RoPE, and its K/V into the cache).
 template <typename Attend>
 inline void infer_layers(ModelInfer& m, int B, int T, Attend&& attend) {
     const ModelConfig& c = m.config;
@@ -157,10 +156,10 @@ inline void infer_logits(ModelInfer& m, const float* h, int rows) {
 }
 }  // namespace detail
 
-// tokens (B, T) ids < V; sequence b is tokens[b*T .. b*T + lengths[b]), 1 <= lengths[b] <= T <= max_seq
-// (the rest of the row is padding, any id < V: attention is causal, so it never reaches a prompt
-// position). Fills the cache for positions 0 .. lengths[b]-1 (the last S of them) and returns the
-// logits (B, Vp) of each prompt's last position, or with all_positions (B, T, Vp) of every position.
+// tokens (B, T) ids < V; sequence b is tokens[b*T .. b*T + lengths[b]), 1 <= lengths[b] <= T <= max_seq,
+// then padding (causal attention: it never reaches a prompt position). Fills the cache for positions
+// 0 .. lengths[b]-1 (the last S) and returns the logits (B, Vp) of each prompt's last position, or
+// with all_positions (B, T, Vp).
 inline const float* model_prefill(ModelInfer& m, const int* tokens, const int* lengths, int B, int T,
                                  bool all_positions = false) {
     const ModelConfig& c = m.config;
