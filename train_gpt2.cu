@@ -419,8 +419,6 @@ static void print_bench(const GpuRun& r) {
 }
 
 // ============================================================================ checkpoints
-// The data position saved is that of the first batch not trained on: the staged slot's, else the
-// batch fetched ahead.
 static void save_checkpoint(GpuRun& r) {
     gpu_dp_save_checkpoint(r.dp, r.model, r.files.out_dir, r.staged ? r.slot_position[r.slot] : r.next_position,
                            r.sample_rng.state);

@@ -247,12 +247,9 @@ int main(int argc, char** argv) {
                      "Trains GPT-2 or a Llama-style model in fp32 on the CPU (the reference for the GPU trainer). Example:\n"
                      "  build/train_gpt2_cpu --train \"data/tinyshakespeare/*_train.bin\" --val \"data/tinyshakespeare/*_val.bin\"\n"
                      "      --tokenizer data/gpt2_tokenizer.bin --init d4 --steps 200 --lr 2e-3 --warmup 20 --sample-every 100");
-    // the ranks of a data-parallel run (llmc/dist.h): one process without --dist-init or a launcher
-    r.comm = dist_init(cfg.dist, &argc, &argv);
+    r.comm = dist_init(cfg.dist, &argc, &argv);  // data parallel: llmc/dist.h, llmc/cpu/data_parallel.h
     set_world_size(cfg, r.comm->world);
-    // --resume, --out-dir and --log checked and prepared before any work (llmc/run_files.h), by
-    // rank 0 alone; the others take the checkpoint it found
-    r.files = dist_open_run_files(run_file_settings(cfg), *r.comm);
+    r.files = dist_open_run_files(run_file_settings(cfg), *r.comm);  // --resume, --out-dir, --log (llmc/run_files.h)
     build_model(r);
     plan_data_parallel(r);
     open_data(r);

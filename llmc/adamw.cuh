@@ -29,17 +29,9 @@ struct AdamWArgs {
 
 inline AdamWArgs adamw_args(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
                             int64_t step, uint64_t seed) {
-    AdamWArgs a;
     const double bc1 = 1.0 - std::pow((double)beta1, (double)step), bc2 = 1.0 - std::pow((double)beta2, (double)step);
-    a.step_size = (float)(lr / bc1);
-    a.bc2_sqrt = (float)std::sqrt(bc2);
-    a.decay = (float)(1.0 - (double)lr * weight_decay);
-    a.beta1 = beta1;
-    a.beta2 = beta2;
-    a.eps = eps;
-    a.grad_scale = grad_scale;
-    a.seed = seed;
-    return a;
+    return AdamWArgs{(float)(lr / bc1), (float)std::sqrt(bc2), (float)(1.0 - (double)lr * weight_decay), beta1, beta2,
+                     eps, grad_scale, seed};
 }
 
 // Half-open element ranges [begin, end) that get weight decay, one per decayed tensor.

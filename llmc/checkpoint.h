@@ -1,10 +1,8 @@
 // checkpoint.h: writing the checkpoints of a training run, shared by both trainers (docs/formats.md,
-// "Checkpoint directory"; the readers are llmc/checkpoint_read.h's):
+// "Checkpoint directory"; the readers, and what DONE lists, are llmc/checkpoint_read.h's):
 //   out_dir/step_NNNNNNNN/{model.bin, state.bin, DONE}
 // A checkpoint is written into step_NNNNNNNN.tmp/ and renamed into place when complete, so a
-// step_NNNNNNNN directory is always whole. DONE, written last, lists the step and the size and
-// checksum64 of model.bin and state.bin: it ties the two files together and lets --resume tell a
-// damaged checkpoint from a good one (falling back to the newest good one, and saying so).
+// step_NNNNNNNN directory is always whole; DONE, written last, ties its files together.
 #pragma once
 #include <dirent.h>
 #include <fcntl.h>
@@ -53,17 +51,13 @@ inline void remove_checkpoint_dir(const std::string& dir) {
         fprintf(stderr, "checkpoint: could not remove %s (%s)\n", doomed.c_str(), strerror(errno));
 }
 
-inline std::string checkpoint_dir_name(int64_t step) {
-    char name[32];
-    snprintf(name, sizeof name, "step_%08lld", (long long)step);
-    return name;
-}
-
 // Starts checkpoint `step` in out_dir: returns the directory to write model.bin and state.bin
 // into (step_NNNNNNNN.tmp, emptied if an interrupted save left it).
 inline std::string checkpoint_begin(const std::string& out_dir, int64_t step) {
     mkdirs_or_fail(out_dir, "--out-dir");
-    const std::string tmp = out_dir + "/" + checkpoint_dir_name(step) + ".tmp";
+    char name[32];
+    snprintf(name, sizeof name, "step_%08lld.tmp", (long long)step);
+    const std::string tmp = out_dir + "/" + name;
     remove_checkpoint_dir(tmp);
     mkdir_or_fail(tmp.c_str());
     return tmp;

@@ -346,11 +346,11 @@ class TcpComm : public Comm {
         if (root_.fd >= 0) close(root_.fd), root_.fd = -1;
     }
 
-    void allreduce_sum(float* x, int64_t n) override { reduce_then(x, n, -1); }
-    void allreduce_sum(double* x, int64_t n) override { reduce_then(x, n, -1); }
+    void allreduce_sum(float* x, int64_t n) override { reduce_then(x, n, -1, "summing over the ranks"); }
+    void allreduce_sum(double* x, int64_t n) override { reduce_then(x, n, -1, "summing over the ranks"); }
     void reduce_sum(const float* send, float* recv, int64_t n, int root) override {
         scratch_.assign(send, send + n);
-        reduce_then(scratch_.data(), n, root);
+        reduce_then(scratch_.data(), n, root, "reducing to one rank");
         if (rank == root) std::copy(scratch_.begin(), scratch_.end(), recv);
     }
     void allgather(float* x, const ZeroPlan& p) override {
@@ -376,13 +376,7 @@ class TcpComm : public Comm {
     }
     void barrier() override {
         char b = 0;
-        if (rank == 0) {
-            for (int r = 1; r < world; r++) link_.recv(peers_[r], &b, 1, "at a barrier");
-            for (int r = 1; r < world; r++) link_.send(peers_[r], &b, 1, "at a barrier");
-        } else {
-            link_.send(root_, &b, 1, "at a barrier");
-            link_.recv(root_, &b, 1, "at a barrier");
-        }
+        reduce_then(&b, 1, -1, "at a barrier");  // one byte to rank 0 and back
     }
 
   private:
@@ -393,8 +387,7 @@ class TcpComm : public Comm {
     // then sends the sum to every rank (to = -1) or to rank `to` alone (the others' x is left as it
     // was, except rank 0's, which holds the sum).
     template <typename T>
-    void reduce_then(T* x, int64_t n, int to) {
-        const char* doing = to < 0 ? "summing over the ranks" : "reducing to one rank";
+    void reduce_then(T* x, int64_t n, int to, const char* doing) {
         if (rank == 0) {
             constexpr int64_t CHUNK = 1 << 20;
             std::vector<T> tmp((size_t)std::min(n, CHUNK));

@@ -26,9 +26,6 @@
 constexpr bool HAS_MASTER = !std::is_same<floatX, float>::value;  // bf16 build: separate fp32 master weights
 
 // Attention: llmc/attention.cuh's forward (the FP8 copies of its output where available).
-inline bool model_attention_fp8_available(const AttnShape& s, const CudaContext& ctx) {
-    return attention_forward_fp8_available(s, ctx);
-}
 inline void model_attention_forward(floatX* out, float* lse, const floatX* qkv, const AttnShape& s,
                                     const CudaContext& ctx, const AttnFp8Out* f8 = nullptr) {
     attention_forward(out, lse, qkv, s, ctx, f8);

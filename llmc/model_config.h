@@ -295,17 +295,14 @@ inline void model_validate_config(const ModelConfig& c, const char* what) {
     }
 }
 
-// A fresh model's config from --init's descriptor (llmc/train_config.h says it in --help):
-//   dN           ours: GPT-2 with N layers, 64*N channels, N heads of 64. d12 is GPT-2 124M; other N
-//                scale width with depth (d24 ~ 0.7B), unlike llm.c, whose d24/d36/d48 are the shapes below
-//   gpt2:L24,C1024,H16
-//                a GPT-2-family model of any shape (vocab 50257); the zoo below names the published ones
-//                (llm.c's d12/d24/d36/d48)
+// A fresh model's config from --init's descriptor (its --help is in llmc/train_config.h):
+//   dN      GPT-2 with N layers, 64*N channels, N heads of 64: d12 is GPT-2 124M, and width grows
+//           with depth (d24 ~ 0.7B), unlike llm.c's d24/d36/d48, which are the zoo's GPT-2 shapes
+//   gpt2:L24,C1024,H16   a GPT-2-family model of any shape (vocab 50257)
 //   llama:L12,C768,H12[,KV4][,F2048][,V50257][,theta10000][,eps1e-5][,untied]
-//                a Llama-family model (RMSNorm, RoPE, SwiGLU, no biases): L layers, C channels, H heads,
-//                KV key/value heads (default H), SwiGLU hidden F (default 8C/3 rounded up to a
-//                multiple of 64), vocab V (default GPT-2's 50257), RoPE theta (10000), RMSNorm eps
-//                (1e-5), and `untied` for a separate lm_head (default tied)
+//           a Llama-family model (RMSNorm, RoPE, SwiGLU, no biases): KV key/value heads (default H),
+//           SwiGLU hidden F (default 8C/3 rounded up to a multiple of 64), vocab V (50257), RoPE
+//           theta (10000), RMSNorm eps (1e-5), `untied` for a separate lm_head (default tied)
 // All have maxT = 1024 (--max-seq changes it) and V padded to a multiple of 128.
 inline ModelConfig model_shape(int L, int C, int NH, int V) {
     ModelConfig c;

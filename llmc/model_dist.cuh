@@ -281,8 +281,7 @@ inline void gpu_dp_start([[maybe_unused]] GpuDataParallel& dp, [[maybe_unused]] 
 // At a step's start, in place of model_zero_grads: the gradients zeroed, except stage 2's shard,
 // which the first micro-batch's reductions overwrite (fill_bucket).
 inline void gpu_dp_zero_grads(const GpuDataParallel& dp, Model& model, const CudaContext& ctx) {
-    if (dp.nccl_on && dp.plan.stage == 2) return;
-    model_zero_grads(model, ctx);
+    if (dp.plan.stage != 2) model_zero_grads(model, ctx);  // stage 2 needs NCCL (gpu_dp_plan)
 }
 
 // Before each micro-batch's backward: whether its buckets reduce as they complete (the step's last

@@ -1,24 +1,18 @@
 // llmc/model_graph.cuh: one training step of the GPU model (llmc/model_train.cuh) as one CUDA graph, on one
-// GPU (the data-parallel step of llmc/model_dist.cuh stays eager). The step's kernels, copies and
-// memsets are captured once and replayed every step, so the GPU runs a whole step with no launch
-// gap and no host wait inside it. Per step the host only
-//   1. stages the next step's micro-batches (tokens, targets and the embedding backward's buckets,
-//      EncoderBuckets::fill) into pinned memory while the GPU runs this step (model_graph_stage),
-//   2. writes the step's AdamW scalars and launches the graph (model_graph_launch),
-//   3. synchronizes once at the step's end and reads the losses and the norm (model_update_norm).
+// GPU (the data-parallel step of llmc/model_dist.cuh stays eager): captured once, replayed every step,
+// no launch gap and no host wait inside it. Per step the host only stages the next step's
+// micro-batches (tokens, targets, EncoderBuckets::fill's buckets) into pinned memory while the GPU
+// runs this one (model_graph_stage), writes the AdamW scalars and launches (model_graph_launch), and
+// synchronizes once at the end to read the losses and the norm (model_update_norm).
 // The graph, in stream order: zero the gradients; per micro-batch: copy its tokens, targets and
-// buckets from the staging slot into the model's buffers, forward, classifier (dlogits; the losses
-// copied into the caller's pinned (grad_accum, N) buffer), backward; then model_update_enqueue (the
-// scalars' copy, global norm, clip factor on the device, AdamW, the squared norm's copy to the host).
-// Two staging slots, each with its own graph (a copy node reads a fixed address): the host fills one
-// while the GPU runs the other's graph. Everything else a step touches has a fixed address and shape
-// (the model's buffers, the cuBLASLt workspace, the attention scratch), so the graphs are captured
-// once, after one eager step has loaded every kernel and set every kernel attribute, and never again.
-// The graph runs the eager step's kernels in the same order with the same arguments (the one change:
-// the dwte backward's grid covers any batch, its extra blocks exit, llmc/encoder.cuh), so losses,
-// norms and parameters are bit-identical to the eager step's wherever the eager step is itself
-// reproducible (--deterministic 1 in the bf16 build: the default attention backward sums dQ by fp32
-// atomics). dev/bench/graph.sh checks that, GPT-2 and Llama, bf16 and fp32, with accumulation.
+// buckets from the staging slot, forward, classifier (the losses into the caller's pinned
+// (grad_accum, N) buffer), backward; then model_update_enqueue. Two staging slots, each with its own
+// graph (a copy node reads a fixed address); everything else a step touches has a fixed address and
+// shape, so the graphs are captured once, after one eager step has loaded every kernel and set every
+// kernel attribute. They run the eager step's kernels in the same order with the same arguments (but
+// the dwte backward's grid covers any batch, its extra blocks exit, llmc/encoder.cuh): bit-identical
+// losses, norms and parameters wherever the eager step is reproducible (--deterministic 1 in the bf16
+// build). dev/bench/graph.sh checks that, GPT-2 and Llama, bf16 and fp32, with accumulation.
 #pragma once
 #include "llmc/model_train.cuh"
 
@@ -62,10 +56,9 @@ inline void model_graph_build(ModelGraph& g, Model& model, int grad_accum, float
     Activations& a = model.acts;
     cudaStream_t s = ctx.stream;
     for (int slot = 0; slot < 2; slot++) {
-        // --fp8: model_forward casts the FP8 weight copies when the host's weights_step is behind
-        // model.step, a host decision a capture freezes; every replay follows an update, so each slot's
-        // graph must hold the cast (slot 1's capture would otherwise see slot 0's bookkeeping and leave
-        // it out: every other step would run on the previous step's weights)
+        // --fp8: model_forward casts the FP8 weight copies when weights_step is behind model.step, a
+        // host decision a capture freezes; every replay follows an update, so each slot's graph must
+        // hold the cast (else slot 1's would see slot 0's bookkeeping and run on stale weights)
         model.fp8.weights_step = -1;
         cudaGraph_t graph;
         cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));

@@ -386,9 +386,8 @@ inline bool fp8_pass(const Model& m, int N) { return m.fp8.set.enabled && N <= m
 inline bool fp8_head_pass(const Model& m, int N) { return fp8_pass(m, N) && m.fp8.set.head; }
 
 // Linear k (Fp8Linear) of layer l, the signatures of matmul_forward / matmul_backward: through FP8
-// (llmc/model_fp8.cuh) in an FP8 pass (`fp8`) where fp8_linear_on, else bf16. cast_weight: the FP8 weight
-// copies are stale.
-// x_cast: the FP8 pass's X and X^T are already written (the attention's epilogue wrote attproj's).
+// (llmc/model_fp8.cuh) in an FP8 pass (`fp8`) where fp8_linear_on, else bf16. cast_weight: the FP8
+// weight copies are stale; x_cast: the FP8 X and X^T are already written (attproj's, by the attention).
 inline void linear_forward(Model& m, bool fp8, bool cast_weight, int l, int k, floatX* out, floatX* gelu_pre,
                            const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, int OC,
                            const CudaContext& ctx, bool x_cast = false) {
@@ -441,7 +440,7 @@ inline void model_forward(Model& model, int B, int T, const CudaContext& ctx) {
                        tensor_at(p.qkvb, (size_t)l * QKV), N, C, QKV, ctx);
         if (c.position == POS_ROPE) rope_forward(la.qkv, a.rope_cos, a.rope_sin, B, T, NH, NKV, HD, 0, s);
         // in an FP8 pass with fused casts the attention also writes attproj's X and X^T (fp8_attention_x)
-        const bool attn_x = fp8_pass && fp8_attention_x_fused(model.fp8, l) && model_attention_fp8_available(attn, ctx);
+        const bool attn_x = fp8_pass && fp8_attention_x_fused(model.fp8, l) && attention_forward_fp8_available(attn, ctx);
         const AttnFp8Out f8 = attn_x ? fp8_attention_x(model.fp8, l, N) : AttnFp8Out{};
         model_attention_forward(la.atty, la.lse, la.qkv, attn, ctx, attn_x ? &f8 : nullptr);
         linear_forward(model, fp8_pass, cast_layer, l, FP8_ATTPROJ, a.proj, nullptr, la.atty, p.attprojw + (size_t)l * C * C,
@@ -477,10 +476,9 @@ inline void model_forward(Model& model, int B, int T, const CudaContext& ctx) {
 }
 
 // Cross-entropy of the logits against the uploaded targets, enqueued: the N per-position losses
-// are copied to `host_losses` (pinned) without waiting, so the host can enqueue the backward and
-// prepare the next batch while the GPU works; read them after the next synchronization. With
-// write_dlogits the logits become dloss * (softmax - onehot) for the backward (with --fp8-head 1 in
-// FP8, in place: fp8_head_classifier).
+// are copied to `host_losses` (pinned) without a wait; read them after the next synchronization.
+// With write_dlogits the logits become dloss * (softmax - onehot) for the backward (with --fp8-head 1
+// in FP8, in place: fp8_head_classifier).
 inline void model_classifier(Model& model, int B, int T, float dloss, bool write_dlogits, float* host_losses,
                             const CudaContext& ctx) {
     const int N = B * T;
@@ -629,7 +627,6 @@ inline void model_zero_grads(Model& model, const CudaContext& ctx) {
 // bf16 parameters the forward pass reads), the state with m, v and, in the bf16 build, the fp32
 // master weights; written into step_NNNNNNNN.tmp/ and renamed, with DONE (their checksums), by
 // checkpoint_begin/checkpoint_finish (llmc/checkpoint.h).
-// The model file of a checkpoint: the parameters the forward reads (bf16, or fp32 in the FP32 build).
 inline void model_write_model(const Model& model, const std::string& path) {
     std::vector<floatX> p(model.num_params);
     cudaCheck(cudaMemcpy(p.data(), model.params_memory, p.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
@@ -637,9 +634,8 @@ inline void model_write_model(const Model& model, const std::string& path) {
     else model_write_fp32(path.c_str(), model.config, (const float*)p.data());
 }
 
-// The state file of a checkpoint: the optimizer state the model holds (m, v and, in the bf16 build,
-// the fp32 master weights of its slice [opt_begin, opt_end): all of it on one GPU, a ZeRO shard in a
-// data-parallel run, llmc/model_dist.cuh), with the step, the data position and the RNG.
+// The state file of the model's slice [opt_begin, opt_end) (a ZeRO shard in a data-parallel run,
+// llmc/model_dist.cuh), with the step, the data position and the RNG.
 inline void model_write_state(const Model& model, const std::string& path, const int64_t loader_state[16],
                              uint64_t rng_state) {
     const size_t k = (size_t)(model.opt_end - model.opt_begin), n = model.num_params;
@@ -661,7 +657,7 @@ inline void model_write_state(const Model& model, const std::string& path, const
 }
 
 // The other half of a resume: m, v and (when the state has them) the master weights of the model's
-// slice, k = opt_end - opt_begin values each, and the step and rounding seed of state `st`.
+// slice (opt_end - opt_begin values each), and the step and rounding seed of `st`.
 inline void model_set_state(Model& model, const TrainState& st, const float* m, const float* v, const float* master) {
     const size_t k = (size_t)(model.opt_end - model.opt_begin);
     if (HAS_MASTER && st.has_master)

@@ -1,9 +1,7 @@
 // run_files.h: the files of a training run at its start, shared by both trainers: the checkpoint to
-// resume (llmc/checkpoint_read.h), the model to load, --out-dir (llmc/checkpoint.h writes into it)
-// and the --log file. open_run_files does every check on them before any training: --out-dir and
-// --log writable (missing parents created), another run's checkpoints or log never replaced
-// without --overwrite 1, leftovers of interrupted saves removed. The settings come from the
-// trainers' flags (llmc/train_config.h, run_file_settings), which the messages name.
+// resume, the model to load, --out-dir and --log. open_run_files checks them all before any training:
+// writable (missing parents created), another run's checkpoints or log never replaced without
+// --overwrite 1, leftovers of interrupted saves removed. The messages name the flags (run_file_settings).
 #pragma once
 #include <dirent.h>
 #include <fcntl.h>
@@ -223,8 +221,7 @@ inline void prepare_out_dir(const std::string& out_dir, const RunFiles& files, i
              out_dir.c_str(), in_the_way.size(), (long long)resume_step, newest.c_str());
     }
     // newest first: a run killed while deleting leaves the older ones without a gap, so a later
-    // --resume of the directory continues from the newest that is left, never from a checkpoint of
-    // the timeline being replaced
+    // --resume continues from the newest left, never from the timeline being replaced
     for (auto c = in_the_way.rbegin(); c != in_the_way.rend(); ++c) remove_checkpoint_dir(c->dir);
     if (!in_the_way.empty())
         fprintf(stderr, "checkpoint: --overwrite 1: deleted %zu checkpoints from %s\n", in_the_way.size(),
@@ -274,9 +271,8 @@ inline RunFiles open_run_files(const RunFileSettings& s) {
     return files;
 }
 
-// open_run_files for a data-parallel run: rank 0 alone checks and prepares the files (and alone
-// logs); the others take the checkpoint it found, its --out-dir and the model file it resolved, and
-// touch nothing.
+// open_run_files for a data-parallel run: rank 0 alone checks, prepares and logs; the others take
+// the checkpoint it found, its --out-dir and the model file it resolved, and touch nothing.
 inline RunFiles dist_open_run_files(const RunFileSettings& s, Comm& comm) {
     RunFiles files;
     if (comm.primary()) files = open_run_files(s);
@@ -286,9 +282,8 @@ inline RunFiles dist_open_run_files(const RunFileSettings& s, Comm& comm) {
     return files;
 }
 
-// The check after every optimizer step: a loss or gradient norm that is NaN or infinite means the
-// run diverged (and the update just spread it into the weights), so it stops before the next
-// checkpoint is written; the checkpoints already in --out-dir are the last good ones.
+// After every optimizer step: a NaN or infinite loss or gradient norm means the run diverged (and the
+// update spread it into the weights): stop before the next checkpoint, keeping the last good ones.
 inline void check_step_finite(int64_t step, double loss, double grad_norm, const std::string& out_dir) {
     if (std::isfinite(loss) && std::isfinite(grad_norm)) return;
     fail("step %lld: the %s is %g: training diverged, stopping without writing a checkpoint%s%s (resume from the last "

@@ -1,13 +1,11 @@
 // zero.h: how the ranks of a data-parallel run split the optimizer (ZeRO stages), independent of
 // the backend (MPI on the CPU, NCCL on the GPU) and of the device. docs/distributed.md.
 //
-//   stage 0: every rank keeps the whole AdamW state and updates every parameter (the gradients
-//            are all-reduced);
-//   stage 1: rank r keeps the AdamW state (m, v, and the GPU's fp32 master weights) of its shard
-//            only, updates that slice of the parameters, and the ranks all-gather the result;
-//   stage 2: as 1, and rank r keeps the gradients of its shard only: the backward writes each
-//            bucket (below) into a bucket-sized buffer, and as a bucket completes its pieces are
-//            reduced to their owners' shards, every micro-batch (the shard accumulates them).
+//   stage 0: every rank keeps the whole AdamW state and updates every parameter (gradients all-reduced);
+//   stage 1: rank r keeps the AdamW state (m, v, the GPU's fp32 master weights) of its shard only,
+//            updates that slice of the parameters, and the ranks all-gather the result;
+//   stage 2: as 1, and rank r keeps the gradients of its shard only: each complete bucket (below)
+//            is reduced piece by piece into its owners' shards, every micro-batch.
 // A shard is a slice of the one contiguous parameter buffer (llmc/model_config.h): rank r owns
 // [r*S, (r+1)*S) clipped to the buffer, where S = ceil(n / world) rounded up to `align` elements,
 // so every shard starts on an aligned element (the last one may be shorter, or empty).
@@ -85,14 +83,12 @@ inline void zero_loader_state_for_world(int64_t state[16], int world, const char
 
 // -------------------------------------------------------------------------------------- buckets
 // The gradients travel in buckets (docs/distributed.md). Bucket 0 holds the tensors outside the
-// layers (wte, wpe, lnfw, lnfb, lm_head), whose gradients the backward writes at both of its ends
-// (the head first; the embedding last, into wte again when the head is tied); the others hold groups
-// of consecutive layers, each its layers' slice of every per-layer tensor (12 ranges for GPT-2,
-// fewer without biases), complete once the backward has done the group's lowest layer.
-// At ZeRO-2 the backward writes a bucket into a buffer of its own: the bucket's ranges packed one
-// after the other, each placed at an offset congruent to its parameter-buffer offset modulo the
-// alignment, so every gradient kernel sees the alignment it sees in the whole buffer (same
-// kernels, same bits).
+// layers (wte, wpe, lnfw, lnfb, lm_head), written by the backward at both of its ends (the head
+// first; the embedding last, into wte again when tied); the others groups of consecutive layers,
+// each its layers' slice of every per-layer tensor, complete once the backward has done the group's
+// lowest layer. At ZeRO-2 a bucket's buffer packs its ranges one after the other, each at an offset
+// congruent to its parameter-buffer offset modulo the alignment, so every gradient kernel sees the
+// alignment it sees in the whole buffer (same kernels, same bits).
 struct ZeroRange {
     int tensor = 0;               // index in MODEL_PARAMETER_TABLE
     int64_t begin = 0, end = 0;   // elements [begin, end) of the parameter buffer

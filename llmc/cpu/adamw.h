@@ -17,11 +17,9 @@ namespace detail {
 // One contiguous range. Build with -fno-math-errno (the Makefile does for the CPU trainer and test):
 // v >= 0, so sqrtf never sets errno, but with errno semantics GCC will not vectorize this loop and
 // the update is 4.5x slower (124M parameters: 480 ms vs 105 ms on one Zen 5 core). Same bits either way.
-inline void adamw_range(float* params, float* m, float* v,
-                                                                    const float* grads, size_t n, float step_size,
-                                                                    float bc2_sqrt, float decay, float one_minus_b1,
-                                                                    float beta2, float one_minus_b2, float eps,
-                                                                    float grad_scale) {
+inline void adamw_range(float* params, float* m, float* v, const float* grads, size_t n, float step_size,
+                        float bc2_sqrt, float decay, float one_minus_b1, float beta2, float one_minus_b2, float eps,
+                        float grad_scale) {
     for (size_t i = 0; i < n; i++) {
         const float g = grads[i] * grad_scale;
         float p = params[i] * decay;                          // param.mul_(1 - lr * wd)

@@ -3,22 +3,19 @@
 // distributed step, and what `make test` runs with real processes (docs/distributed.md).
 //
 // One step, on every rank: dp_zero_grads; per micro-batch model_forward, model_loss,
-// dp_before_backward and model_backward with grad_scale 1 / (micro-batches * ranks); then dp_reduce_grads and dp_update
-// (the gradient norm over the ranks, clipping, AdamW over the rank's slice, and at stage 1/2 the
-// all-gather of the updated parameters). A world of one rank at stage 0 computes exactly what
-// model_update does. --optimizer muon runs at stage 0 only: every rank holds the whole state and
-// updates every matrix (Muon orthogonalises whole matrices, which the flat ZeRO slices cut).
-//  - stage 0/1: the backward accumulates the whole gradient buffer without communication, and
-//    dp_reduce_grads all-reduces it after the last micro-batch;
-//  - stage 2: grads_memory is this rank's shard only. The backward writes each bucket (llmc/zero.h:
-//    the tensors outside the layers, then the layers, one per bucket here) into a bucket buffer
-//    filled with zeros except this rank's own pieces, which start from its shard's sums so far
-//    (so the backward's += accumulates the micro-batches as on one process); once a bucket is
-//    complete each piece is reduced to its owner's shard (Comm::reduce_sum), every micro-batch.
-//    The reduction replaces the shard's values, so a step's first micro-batch starts its own pieces
-//    from zero too and the shard is not zeroed first (dp_zero_grads).
-//    The GPU's buckets, pieces and order (llmc/model_dist.cuh), but synchronous: one buffer serves
-//    the layer buckets in turn, and bucket 0 has its own (the backward writes it at both ends).
+// dp_before_backward and model_backward with grad_scale 1 / (micro-batches * ranks); then
+// dp_reduce_grads and dp_update (the norm over the ranks, clipping, AdamW over the rank's slice, at
+// stage 1/2 the all-gather). One rank at stage 0 computes exactly what model_update does.
+// --optimizer muon runs at stage 0 only (Muon orthogonalises whole matrices; ZeRO slices cut them).
+//  - stage 0/1: the backward accumulates the whole gradient buffer; dp_reduce_grads all-reduces it
+//    after the last micro-batch;
+//  - stage 2: grads_memory is this rank's shard. The GPU's buckets, pieces and order
+//    (llmc/model_dist.cuh), but synchronous, one bucket per layer: the backward writes a bucket into
+//    a buffer of zeros but for this rank's own pieces, which start from its shard's sums so far (+=
+//    accumulates the micro-batches), and each complete bucket's pieces are reduced to their owners'
+//    shards (Comm::reduce_sum), replacing the values; a step's first micro-batch starts its pieces
+//    from zero, so the shard is never zeroed. One buffer serves the layer buckets in turn; bucket 0
+//    has its own (the backward writes it at both ends).
 #pragma once
 #include <algorithm>
 #include <cmath>
