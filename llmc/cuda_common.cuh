@@ -64,10 +64,9 @@ __host__ __device__ constexpr T ceil_div(T a, T b) { return (a + b - 1) / b; }
 
 constexpr int WARP_SIZE = 32;
 
-// Threads an SM holds at once on the architecture a device pass compiles for: 2048 on sm_80, 90 and
-// 100, 1536 on sm_86, 87, 89 and 120 (the host pass sees 2048). __launch_bounds__ asks for
-// sm_blocks(threads, blocks) blocks an SM: the wanted count where it fits, else as many as fit
-// (ptxas ignores a larger hint with a warning).
+// Threads an SM holds at once on the architecture a device pass compiles for (the host pass sees
+// 2048). __launch_bounds__ asks for sm_blocks(threads, blocks) blocks an SM: the wanted count where it
+// fits, else as many as fit (ptxas ignores a larger hint with a warning).
 #if defined(__CUDA_ARCH__) && \
     (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200)
 constexpr int SM_MAX_THREADS = 1536;
@@ -127,41 +126,30 @@ __device__ inline float warp_reduce_max(float x) {
     for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
     return x;
 }
-// Sum over the whole block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
-__device__ inline float block_reduce_sum(float x) {
+// Over the whole block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
+template <float (*WARP_REDUCE)(float)>
+__device__ inline float block_reduce(float x, float identity) {
     __shared__ float partial[32];
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
-    x = warp_reduce_sum(x);
+    x = WARP_REDUCE(x);
     __syncthreads();  // partial may still be read by a previous call
     if (lane == 0) partial[warp] = x;
     __syncthreads();
-    x = lane < nwarps ? partial[lane] : 0.0f;
-    return warp_reduce_sum(x);
+    x = lane < nwarps ? partial[lane] : identity;
+    return WARP_REDUCE(x);
 }
-__device__ inline float block_reduce_max(float x) {
-    __shared__ float partial[32];
-    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
-    x = warp_reduce_max(x);
-    __syncthreads();
-    if (lane == 0) partial[warp] = x;
-    __syncthreads();
-    x = lane < nwarps ? partial[lane] : -INFINITY;
-    return warp_reduce_max(x);
-}
+__device__ inline float block_reduce_sum(float x) { return block_reduce<warp_reduce_sum>(x, 0.0f); }
+__device__ inline float block_reduce_max(float x) { return block_reduce<warp_reduce_max>(x, -INFINITY); }
 
 // ---------------------------------------------------------------- programmatic dependent launch
-// A kernel launched with launch_kernel(..., pdl = true) may start while the kernel before it in the
-// stream (or CUDA graph) is still running: its blocks become resident, do what needs nothing of the
-// earlier kernels (the GEMVs prefetch their weights), then pdl_wait() blocks until the previous grid
-// has finished and its writes are visible. pdl_launch_dependents() lets the next kernel start
-// (before it, the next kernel starts only as this grid's blocks exit). The decode step
-// (model_infer.cuh) calls wait and then launch_dependents at the top of every kernel it launches so:
-// - every kernel waits, so when kernel N's wait returns, N-1 is complete, and N-1 waited for N-2:
-//   everything before N is complete, not only its direct predecessor;
-// - a kernel triggers only after its own wait, so at most two grids are live at once (the running
-//   one and the next, resident and prefetching), and the next grid's blocks fill only the slots the
-//   running one leaves (its blocks were all scheduled before the trigger fired): no deadlock.
-// Both are no-ops in a plain launch and compile away below sm_90.
+// A kernel launched with launch_kernel(..., pdl = true) may start while the kernel before it is still
+// running: its blocks become resident and do what needs nothing of earlier kernels (the GEMVs prefetch
+// weights), then pdl_wait() blocks until the previous grid has finished and its writes are visible;
+// pdl_launch_dependents() lets the next kernel start. The decode step (model_infer.cuh) calls wait, then
+// launch_dependents, at the top of every kernel: as every kernel waits, everything before kernel N is
+// complete when N's wait returns; as a kernel triggers only after its wait, at most two grids are live
+// (the next one fills only the slots the running one leaves): no deadlock. No-ops in a plain launch and
+// below sm_90.
 __device__ inline void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -238,12 +226,9 @@ inline void allow_smem(Kernel kernel, int bytes) {
 
 // ---------------------------------------------------------------- mbarriers and bulk copies (sm_90)
 // mbarriers with transaction counts, on which the copy engine's bulk copies into shared memory
-// complete: used by the Hopper attention kernels (llmc/attention_hopper_common.cuh, its tma_load),
-// and with the plain bulk copy below by the FP8 classifier (llmc/fused_classifier.cuh, rows in shared
-// memory) and the lab's persistent decode step (dev/cuda/decode_persistent.cuh).
-// Addresses are shared-window ones (__cvta_generic_to_shared). Declared for every architecture; the
-// instructions exist from sm_90 on, so a kernel compiled for older ones too guards the code that calls
-// them with LLMC_HAS_BULK_COPY (ptxas refuses them below sm_90; check-arch's front end does not see it).
+// complete (the Hopper attention kernels' tma_load, the FP8 classifier's rows in shared memory).
+// Addresses are shared-window ones (__cvta_generic_to_shared). The instructions exist from sm_90 on: a
+// kernel compiled for older GPUs too guards its calls with LLMC_HAS_BULK_COPY (ptxas refuses them).
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 #define LLMC_HAS_BULK_COPY 1
 #else
@@ -367,12 +352,9 @@ inline int current_sm_count() {
 // One per process: the stream every launch goes to, the cuBLASLt handle and its workspace, and
 // the device's properties. Passed explicitly, never global. matmul_algos: generate's cache of tuned
 // cuBLASLt algorithms (llmc/matmul.cuh; nullptr, the trainer's: the heuristic's pick).
-// The one-time setup of kernels: allow_smem raises a kernel's shared-memory limit the first time a
-// launcher asks (every launcher of a kernel past 48 KB asks before each launch), and remembers it, so
-// no launcher keeps a static flag and the lab's configurations of a kernel get theirs the same way.
-// Lazy rather than all at init: the kernels a program runs depend on its build, the device and the
-// shapes, and this header knows none of the ops. The record is `mutable`: it mirrors the device's
-// state (the attribute), not the context's meaning, so launchers keep taking a const context.
+// allow_smem raises a kernel's shared-memory limit the first time a launcher asks (each launcher of a
+// kernel past 48 KB asks before each launch; lazily, as the kernels that run depend on build, device
+// and shapes). The record is `mutable`: it mirrors the device's state, so launchers take a const context.
 struct MatmulAlgoCache;
 struct CudaContext {
     cudaStream_t stream = nullptr;
@@ -381,17 +363,13 @@ struct CudaContext {
     size_t cublaslt_workspace_size = 32u << 20;
     MatmulAlgoCache* matmul_algos = nullptr;  // owned by the caller
     cudaDeviceProp props{};
-    int device = 0;
-    int sm_count = 0;            // streaming multiprocessors (the persistent grids' size)
-    int compute_capability = 0;  // 10 * major + minor: 80 A100, 90 H100/H200
-    bool runs_sm90a = false;     // device_runs_sm90a(): the Hopper kernels (wgmma, TMA) run here
+    int sm_count = 0;         // streaming multiprocessors (the persistent grids' size)
+    bool runs_sm90a = false;  // device_runs_sm90a(): the Hopper kernels (wgmma, TMA) run here
 
     void init(int dev = 0) {
-        device = dev;
         cudaCheck(cudaSetDevice(dev));
         cudaCheck(cudaGetDeviceProperties(&props, dev));
         sm_count = props.multiProcessorCount;
-        compute_capability = 10 * props.major + props.minor;
         runs_sm90a = device_runs_sm90a();
         device_code_arch();  // cached now: launch_kernel asks it, and graph captures come later
         cudaCheck(cudaStreamCreate(&stream));
@@ -474,11 +452,9 @@ inline void column_partials_add2(T* out, T* out2, const float* partials, int64_t
 
 // The norm forwards' launch at a decode step's few rows (llmc/layernorm.cuh, llmc/rmsnorm.cuh):
 // block_per_row: up to NORM_ROW_MAX_M rows, a block per row of C / x128::size threads (rounded up to
-// a warp; C / x128::size <= 1024), one 16-byte pack a thread held in registers: one read of the row,
-// mean and variance from registers through block reductions, instead of the large-M kernel's warp
-// per row and 8 rows a block (8 blocks at M = 64, each lane walking its row three times). pdl: that
-// kernel launched as a programmatic dependent (it loads the norm's weight and bias before
-// griddepcontrol.wait). Rows past NORM_ROW_MAX_M, or wider rows, take the large-M kernel (plain).
+// a warp; <= 1024), one 16-byte pack a thread held in registers: one read of the row instead of the
+// large-M kernel's three (a warp per row). pdl: launched as a programmatic dependent (it loads the
+// norm's weight and bias before pdl_wait). More or wider rows take the large-M kernel (plain).
 constexpr int NORM_ROW_MAX_M = 256;
 struct NormLaunch {
     bool block_per_row = false;
@@ -490,15 +466,12 @@ inline int norm_block_per_row_threads(int C) { return ceil_div(C / x128::size, W
 // The fused norm backwards (llmc/rmsnorm.cuh, llmc/layernorm.cuh) share one plan: blocks of 8 warps,
 // each over one chunk of consecutive rows, whose (chunks, C) weight partials column_partials_add
 // folds; rows up to NORM_BWD_MAX_C wide (wider ones take each op's two-kernel path). Two regimes:
-//  - narrow, up to NORM_BWD_REG_PACKS packs per lane (C <= 1024): each lane keeps its weight-gradient
-//    sums in registers, 128 registers at 2 blocks per SM; at most NORM_BWD_MAX_CHUNKS = 256 chunks
-//    (at 2 blocks per SM every chunk is resident at once on 132 SMs: one wave).
-//  - wide, more packs per lane (bf16 only: 1024 < C <= 2048): the row in flight alone takes ~2
-//    registers per value (128 at 64 values per lane), so the sums move to dynamic shared memory (each
-//    lane its own slots, the same order of additions) and the kernel runs norm_backward_min_blocks
-//    (1) block per SM (255 registers; LayerNorm's at 5 packs: layernorm.cuh); at
-//    most blocks x NORM_BWD_WIDE_CHUNKS = 132 chunks a block per SM (one wave on the H200's 132 SMs;
-//    a constant, not the device's SM count, so the sums' order does not depend on the GPU).
+//  - narrow, up to NORM_BWD_REG_PACKS packs per lane (C <= 1024): each lane's weight-gradient sums in
+//    registers (128 at 2 blocks per SM); at most NORM_BWD_MAX_CHUNKS = 256 chunks (one wave on 132 SMs).
+//  - wide (bf16 only: 1024 < C <= 2048): the row in flight alone takes ~128 registers, so the sums move
+//    to dynamic shared memory (each lane its own slots, the same order of additions) at
+//    norm_backward_min_blocks (1) block per SM (255 registers), at most blocks x NORM_BWD_WIDE_CHUNKS =
+//    132 chunks (one wave on the H200; a constant, so the sums' order does not depend on the GPU).
 // Either way at least COLUMN_MIN_ROWS rows a chunk, so the chunks fit the scratch of column_num_chunks(N).
 constexpr int NORM_BWD_BLOCK = 256;
 constexpr int NORM_BWD_WARPS = NORM_BWD_BLOCK / WARP_SIZE;
@@ -536,8 +509,7 @@ __host__ __device__ constexpr int norm_backward_min_blocks() { return norm_backw
 inline size_t norm_backward_smem(int sums, int C) { return (size_t)NORM_BWD_WARPS * sums * C * sizeof(float); }
 template <typename Kernel>
 inline void norm_backward_optin(Kernel kernel, int sums) {
-    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)norm_backward_smem(sums, NORM_BWD_MAX_C)));
+    allow_smem(kernel, (int)norm_backward_smem(sums, NORM_BWD_MAX_C));
 }
 // Calls f(std::integral_constant<int, PACKS>) with the packs per lane the fused backwards take for
 // rows of C <= NORM_BWD_MAX_C: narrow, rounded up to a quarter of NORM_BWD_REG_PACKS (1..4 bf16;

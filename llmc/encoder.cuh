@@ -13,6 +13,20 @@
 #include "llmc/cuda_common.cuh"
 #include "llmc/utils.h"
 
+// The pack at column c of output row `row`: wte[tok] + wpe[t], or wte[tok] alone without wpe (RoPE).
+__device__ inline void embed_pack(floatX* out, const floatX* wte, const floatX* wpe, int row, int c, int tok, int t,
+                                  int C) {
+    const x128 a = load128(wte + (int64_t)tok * C + c);
+    if (wpe == nullptr) {
+        store128(out + (int64_t)row * C + c, a);
+        return;
+    }
+    const x128 b = load128(wpe + (int64_t)t * C + c);
+    x128 o;
+    for (int k = 0; k < x128::size; k++) o[k] = from_float<floatX>(to_float(a[k]) + to_float(b[k]));
+    store128(out + (int64_t)row * C + c, o);
+}
+
 // One thread per 16-byte pack of one output row: reads 2 packs, writes 1 -> 3 * N * C * sizeof(floatX)
 // bytes, no math to speak of: memory-bound. Measured: docs/perf.md, "Memory-bound kernels".
 static __global__ void encoder_forward_packed(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
@@ -21,16 +35,7 @@ static __global__ void encoder_forward_packed(floatX* out, const int* inp, const
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)N * packs_per_row) return;
     const int row = (int)(idx / packs_per_row), c = (int)(idx % packs_per_row) * x128::size;
-    const int t = row % T;
-    const x128 a = load128(wte + (int64_t)inp[row] * C + c);
-    if (wpe == nullptr) {  // RoPE: the token's row alone
-        store128(out + (int64_t)row * C + c, a);
-        return;
-    }
-    const x128 b = load128(wpe + (int64_t)t * C + c);
-    x128 o;
-    for (int k = 0; k < x128::size; k++) o[k] = from_float<floatX>(to_float(a[k]) + to_float(b[k]));
-    store128(out + (int64_t)row * C + c, o);
+    embed_pack(out, wte, wpe, row, c, inp[row], row % T, C);
 }
 
 inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T, int C,
@@ -49,17 +54,7 @@ inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, cons
 // (cuda_common.cuh), it waits for the sampler that wrote tokens and pos.
 __device__ inline void encode_pack(floatX* out, const floatX* wte, const floatX* wpe, int b, int c, int tok, int p,
                                    int C) {
-    const int t = p < 0 ? 0 : p;
-    tok = p < 0 ? 0 : tok;
-    const x128 a = load128(wte + (int64_t)tok * C + c);
-    if (!wpe) {
-        store128(out + (int64_t)b * C + c, a);
-        return;
-    }
-    const x128 e = load128(wpe + (int64_t)t * C + c);
-    x128 o;
-    for (int k = 0; k < x128::size; k++) o[k] = from_float<floatX>(to_float(a[k]) + to_float(e[k]));
-    store128(out + (int64_t)b * C + c, o);
+    embed_pack(out, wte, wpe, b, c, p < 0 ? 0 : tok, p < 0 ? 0 : p, C);
 }
 
 static __global__ void encoder_forward_at_packed(floatX* out, const int* tokens, const int* pos, const floatX* wte,

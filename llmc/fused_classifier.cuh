@@ -30,15 +30,12 @@ __device__ inline void classifier_stats_pack(float& m, float& s, const x128& v, 
 }
 
 // A row's first pass by a block of CLASSIFIER_BLOCK threads, x in global or shared memory: thread i
-// keeps a running (max, sum of exp) over packs i, i + 1024, ... (one rescale a pack), merged across
-// the block; thread 0 writes the loss. Every read of x, the target's logit included, happens before
-// the reductions' barriers, so the block may overwrite x once this returns. The order of the fp32
-// max and sum is part of the contract: the FP8 and the bf16 classifiers give the same loss bits and
-// the same gradient (tests/gpu/test_fp8.cu compares them). With `held`, packs p < held_packs are also
-// copied there (shared memory, slot p) by the thread that read them: the same thread reads them back
-// in pass 2, which is how fused_classifier_fp8_block_per_row keeps the bytes its FP8 stores overwrite.
-// LOADS: a thread's packs are loaded that many at a time before any is summed (more bytes in flight
-// a warp; the packs still enter the sum one after the other, in the same order).
+// keeps a running (max, sum of exp) over packs i, i + 1024, ..., merged across the block; thread 0
+// writes the loss. Every read of x happens before the reductions' barriers, so the block may overwrite
+// x once this returns. The order of the fp32 max and sum is part of the contract: the FP8 and the bf16
+// classifiers give the same loss bits and gradient (tests/gpu/test_fp8.cu). With `held`, packs p <
+// held_packs are also copied to held[p] (shared memory) by the thread that reads them back in pass 2.
+// LOADS packs a thread are loaded before any is summed (the sums keep their order).
 template <int LOADS = 1>
 __device__ inline void classifier_row_stats(float* loss, float* row_max, float* inv_sum, const floatX* x, int target,
                                             int V, x128* held = nullptr, int held_packs = 0) {
@@ -131,13 +128,10 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, sm_blocks(CLASSIFIER_
 // The FP8 gradient in place (fused_classifier_fp8, --fp8-head 1): one block of 1024 threads per row
 // from global memory, two blocks a SM (32 registers a thread, 2 x 50.3 KB of shared memory at
 // Vp = 50304), so one block's loads overlap the other's exp and conversions. Row r's FP8 bytes go to
-// bytes [0, Vp) of its own floatX row, i.e. over its logits [0, Vp / 2): the pack at column c lands on
-// the logits of columns c / 2 .. c / 2 + 3, which another thread may not have re-read yet. So pass 1
-// also copies the packs of that first half into shared memory (`held`, Vp bytes: each thread its own
-// packs), the reductions' barriers separate every read of the row in global memory from every write,
-// and pass 2 takes the first half from shared memory and the second half, never written, from global
-// memory (L2: the row was read a few microseconds before). Bytes Vp .. 2 Vp of each row are read, never
-// written, and nothing is left there for later.
+// bytes [0, Vp) of its own floatX row, over logits [0, Vp / 2) that other threads may not have re-read
+// yet: so pass 1 also copies that first half into shared memory (`held`, Vp bytes), the reductions'
+// barriers separate every read of the row in global memory from every write, and pass 2 takes the
+// first half from shared memory and the second, never written, from global memory (L2).
 // Same reduction order and per-value math as fused_classifier_block_per_row: the losses and the floatX
 // gradient (before the FP8 cast) are bit for bit the bf16 classifier's.
 // DRAM: N * Vp * (2 read + 1 written) bytes, 9.9 GB at B*T = 65536, Vp 50304 (2.8 ms at 3.5 TB/s);
@@ -171,14 +165,11 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, sm_blocks(CLASSIFIER_
 
 // The FP8 gradient from rows in shared memory (fused_classifier_fp8's kernel where a row fits:
 // classifier_fp8_rows_fit): a persistent grid of two blocks of CLASSIFIER_BLOCK threads a SM, block b
-// taking rows b, b + grid, ...; each block brings its next row into its one row buffer by one
-// cp.async.bulk (Vp * sizeof(floatX) bytes, completing on an mbarrier) once it is done with the
-// current one, so one block's copy overlaps the other block's two passes. Both passes read shared
-// memory, so the row leaves DRAM once; the FP8 bytes go where fused_classifier_fp8_block_per_row puts
-// them, nothing else is written. The same passes in the same order: the losses, the floatX gradient
-// and the FP8 bytes are bit for bit the block-per-row kernel's (the lab compares every byte and loss).
-// DRAM: N * Vp * (2 read + 1 written) bytes less the second pass's L2 reads of the block-per-row
-// kernel. Measured against it: dev/cuda/fused_classifier.cu.
+// taking rows b, b + grid, ...; once done with a row, a block brings its next into its one row buffer
+// by one cp.async.bulk (completing on an mbarrier), overlapping the other block's two passes. The same
+// passes in the same order: the losses and FP8 bytes are bit for bit the block-per-row kernel's (the
+// lab compares every byte). DRAM: as that kernel's, less its second pass's L2 reads. Measured against
+// it: dev/cuda/fused_classifier.cu.
 template <Fp8Format F>
 static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, sm_blocks(CLASSIFIER_BLOCK, 2))
     fused_classifier_fp8_rows_in_smem(floatX* logits, float* losses, const int* targets, float dloss, int N, int V,
@@ -236,8 +227,7 @@ inline size_t classifier_fp8_row_smem_bytes(int Vp) { return (size_t)Vp * sizeof
 
 // Whether fused_classifier_fp8 takes fused_classifier_fp8_rows_in_smem on this GPU: its code was
 // compiled for sm_90 or newer (the bulk copy) and two blocks of a row each (plus 1 KB reserved and a
-// few bytes of their own) fit in an SM: bf16 rows up to Vp ~ 57K on the H200's 228 KB. Otherwise
-// the block-per-row kernel, whose half a row fits up to Vp ~ 230K.
+// few bytes) fit in an SM: bf16 rows up to Vp ~ 57K on the H200. Else the block-per-row kernel.
 inline bool classifier_fp8_rows_fit(int Vp) {
     static int code_arch = -1, per_sm = 0, optin = 0;
     if (code_arch < 0) {
@@ -259,10 +249,8 @@ inline void fused_classifier_fp8_prepare(int Vp) {
     if (classifier_fp8_rows_fit(Vp)) {
         const size_t smem = classifier_fp8_row_smem_bytes(Vp);
         if (smem <= row_smem_set) return;
-        cudaCheck(cudaFuncSetAttribute(fused_classifier_fp8_rows_in_smem<Fp8Format::E4M3>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        cudaCheck(cudaFuncSetAttribute(fused_classifier_fp8_rows_in_smem<Fp8Format::E5M2>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        allow_smem(fused_classifier_fp8_rows_in_smem<Fp8Format::E4M3>, (int)smem);
+        allow_smem(fused_classifier_fp8_rows_in_smem<Fp8Format::E5M2>, (int)smem);
         row_smem_set = smem;
         return;
     }
@@ -274,43 +262,31 @@ inline void fused_classifier_fp8_prepare(int Vp) {
     if (smem + 1024 > (size_t)optin)
         fail("fused_classifier_fp8: the first half of a row of %d logits (%zu bytes of shared memory) does not fit "
              "this GPU's %d", Vp, smem, optin);
-    cudaCheck(cudaFuncSetAttribute(fused_classifier_fp8_block_per_row<Fp8Format::E4M3>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    cudaCheck(cudaFuncSetAttribute(fused_classifier_fp8_block_per_row<Fp8Format::E5M2>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    allow_smem(fused_classifier_fp8_block_per_row<Fp8Format::E4M3>, (int)smem);
+    allow_smem(fused_classifier_fp8_block_per_row<Fp8Format::E5M2>, (int)smem);
     smem_set = smem;
 }
 
-// The losses as fused_classifier, and the gradient as FP8 in place (see the top): row r's Vp FP8
-// values at byte r * Vp * sizeof(floatX) of the logits; fp8(floatX(gradient) * scale) with scale =
-// cpu::fp8_pow2_scale(dloss, format), which block 0 also stores into meta (scale, scale_inv).
-// fused_classifier_fp8_rows_in_smem where classifier_fp8_rows_fit, else the block-per-row kernel (the
-// same bits either way).
+// The losses as fused_classifier, and the gradient as FP8 in place (see the top) with scale =
+// cpu::fp8_pow2_scale(dloss, format), which block 0 also stores into meta (scale, scale_inv); by
+// fused_classifier_fp8_rows_in_smem where classifier_fp8_rows_fit, else block per row (the same bits).
 inline void fused_classifier_fp8(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
                                  Fp8Format format, Fp8Meta* meta, cudaStream_t stream) {
     if (Vp % x128::size != 0) fail("fused_classifier_fp8: padded vocab %d is not a multiple of %d", Vp, x128::size);
     if (N <= 0) return;
     fused_classifier_fp8_prepare(Vp);
     const float scale = cpu::fp8_pow2_scale(dloss, fp8_cpu_format(format));
-    const bool e4 = format == Fp8Format::E4M3;
-    if (classifier_fp8_rows_fit(Vp)) {
-        static const int sms = current_sm_count();
-        const size_t smem = classifier_fp8_row_smem_bytes(Vp);
-        const int grid = std::min(N, 2 * sms);
-        if (e4)
-            fused_classifier_fp8_rows_in_smem<Fp8Format::E4M3><<<grid, CLASSIFIER_BLOCK, smem, stream>>>(
-                logits, losses, targets, dloss, N, V, Vp, scale, meta);
+    static const int sms = current_sm_count();
+    auto launch = [&](auto format_constant) {
+        constexpr Fp8Format F = decltype(format_constant)::value;
+        if (classifier_fp8_rows_fit(Vp))
+            fused_classifier_fp8_rows_in_smem<F><<<std::min(N, 2 * sms), CLASSIFIER_BLOCK, classifier_fp8_row_smem_bytes(Vp),
+                                                   stream>>>(logits, losses, targets, dloss, N, V, Vp, scale, meta);
         else
-            fused_classifier_fp8_rows_in_smem<Fp8Format::E5M2><<<grid, CLASSIFIER_BLOCK, smem, stream>>>(
-                logits, losses, targets, dloss, N, V, Vp, scale, meta);
-    } else {
-        const size_t smem = classifier_fp8_smem_bytes(Vp);
-        if (e4)
-            fused_classifier_fp8_block_per_row<Fp8Format::E4M3><<<N, CLASSIFIER_BLOCK, smem, stream>>>(
+            fused_classifier_fp8_block_per_row<F><<<N, CLASSIFIER_BLOCK, classifier_fp8_smem_bytes(Vp), stream>>>(
                 logits, losses, targets, dloss, V, Vp, scale, meta);
-        else
-            fused_classifier_fp8_block_per_row<Fp8Format::E5M2><<<N, CLASSIFIER_BLOCK, smem, stream>>>(
-                logits, losses, targets, dloss, V, Vp, scale, meta);
-    }
+    };
+    if (format == Fp8Format::E4M3) launch(std::integral_constant<Fp8Format, Fp8Format::E4M3>{});
+    else launch(std::integral_constant<Fp8Format, Fp8Format::E5M2>{});
     cudaCheckLaunch();
 }

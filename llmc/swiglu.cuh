@@ -58,26 +58,23 @@ static __global__ void swiglu_backward_packed(floatX* dinp, const floatX* dout, 
     store128(dgate + H, du);
 }
 
-inline void swiglu_check(const char* what, int N, int H) {
+constexpr int SWIGLU_BLOCK = 256;
+// Both kernels' grid, one thread per pack of the (N, H) output, once the shape is checked.
+inline unsigned swiglu_grid(const char* what, int N, int H) {
     if (N <= 0 || H <= 0 || H % x128::size != 0)
         fail("%s: N = %d, H = %d: both must be positive and H a multiple of %d", what, N, H, x128::size);
     if ((int64_t)N * (H / x128::size) >= (1ll << 32)) fail("%s: N = %d, H = %d: too many packs for a 32-bit index", what, N, H);
+    return (unsigned)ceil_div<int64_t>((int64_t)N * (H / x128::size), SWIGLU_BLOCK);
 }
 
 // out (N, H) = silu(inp[:, :H]) * inp[:, H:], inp (N, 2H).
 inline void swiglu_forward(floatX* out, const floatX* inp, int N, int H, cudaStream_t stream) {
-    swiglu_check("swiglu_forward", N, H);
-    const int block = 256;
-    swiglu_forward_packed<<<(unsigned)ceil_div<int64_t>((int64_t)N * (H / x128::size), block), block, 0, stream>>>(
-        out, inp, N, H);
+    swiglu_forward_packed<<<swiglu_grid("swiglu_forward", N, H), SWIGLU_BLOCK, 0, stream>>>(out, inp, N, H);
     cudaCheckLaunch();
 }
 
 // dinp (N, 2H) = the gradients of gate and up (=), from dout (N, H) and the forward's inp (N, 2H).
 inline void swiglu_backward(floatX* dinp, const floatX* dout, const floatX* inp, int N, int H, cudaStream_t stream) {
-    swiglu_check("swiglu_backward", N, H);
-    const int block = 256;
-    swiglu_backward_packed<<<(unsigned)ceil_div<int64_t>((int64_t)N * (H / x128::size), block), block, 0, stream>>>(
-        dinp, dout, inp, N, H);
+    swiglu_backward_packed<<<swiglu_grid("swiglu_backward", N, H), SWIGLU_BLOCK, 0, stream>>>(dinp, dout, inp, N, H);
     cudaCheckLaunch();
 }
