@@ -1,25 +1,20 @@
 // fp8.cuh: per-tensor scaled casts to FP8 for the FP8 matmuls of llmc/matmul_fp8.cuh, the amax that
 // sets each tensor's scale, and the scale update itself (docs/numerics.md, "FP8: formats, scales, and
 // what the lab measures").
-// Formats (OCP FP8; llmc/cpu/fp8.h decodes them): E4M3 (max 448) for weights and activations, E5M2
-// (max 57344, one mantissa bit fewer) for gradients. A tensor is stored as x_fp8 = fp8(x * scale) and
-// read back as x_fp8 * scale_inv (the matmul's CUBLASLT_MATMUL_DESC_{A,B}_SCALE_POINTER). x * scale
-// is rounded once to fp32, then to FP8 by cvt.rn.satfinite: nearest, ties to even, beyond the max (and
-// infinity) to +-max, NaN to NaN; bit for bit cpu::fp8_cast (dev/cuda/fp8_cast.cu checks all 65536
-// bf16 values).
-// Two recipes from the same kernels, one Fp8Meta per tensor:
-//   current scaling   fp8_amax(x) -> fp8_update_scales(history_len 1) -> fp8_cast(x, no amax):
-//                     the scale fits this tensor exactly; x is read twice (amax pass, cast pass)
-//   delayed scaling   fp8_cast(x, with amax) casts with the scale of the previous amaxes and records
-//                     this one; fp8_update_scales(history_len H) once per step folds it into the
-//                     history: x is read once, and a value above the history's amax saturates to +-max
-//                     until the history catches up. The scale being known first, the cast can run
-//                     inside x's producer instead (llmc/fp8_fused.cuh).
-// The scale: amax = max over the history window, scale = (fp8 max / amax) / 2^margin, capped at 2^64;
-// an amax of 0 or a non-finite one (NaN or inf in x) keeps the previous scale. Bit-identical to
-// cpu::fp8_scale_from_amax (__fdiv_rn / __frcp_rn, despite --use_fast_math).
+// E4M3 (max 448) for weights and activations, E5M2 (max 57344) for gradients. A tensor is stored as
+// x_fp8 = fp8(x * scale) and read back as x_fp8 * scale_inv (the matmul's A/B scale pointer): x * scale
+// rounded once to fp32, then by cvt.rn.satfinite (nearest, ties to even; beyond the max and infinity
+// to +-max; NaN to NaN), bit for bit cpu::fp8_cast (dev/cuda/fp8_cast.cu checks all 65536 bf16 values).
+// Recipes, one Fp8Meta per tensor:
+//   current  fp8_amax(x) -> fp8_update_scales(history_len 1) -> fp8_cast(x, no amax): x read twice.
+//   delayed  fp8_cast(x, with amax) at the previous amaxes' scale, recording this one (x read once; a
+//            value above the history's amax saturates), then fp8_update_scales(history_len H) once a
+//            step. The scale being known first, the cast can run inside x's producer (llmc/fp8_fused.cuh).
+// The scale: (fp8 max / the history window's largest amax) / 2^margin, capped at 2^64; an amax of 0
+// or a non-finite one keeps the previous scale. Bit-identical to cpu::fp8_scale_from_amax (__fdiv_rn,
+// __frcp_rn despite --use_fast_math).
 // Amax: one atomicMax per block on the float bits of the block's max (non-negative floats' bits order
-// like the values, a NaN's above +inf's): exact in any order, deterministic, no second pass, no scratch.
+// like the values, a NaN's above +inf's): exact in any order, deterministic, no second pass or scratch.
 //
 // Kernels, n elements of floatX (bf16: 2 bytes), the FP8 outputs 1 byte each; all memory-bound (a few
 // flops per byte). Measured: docs/perf.md, "Memory-bound kernels" (dev/cuda/fp8_cast.cu).
@@ -46,7 +41,6 @@ enum class Fp8Format { E4M3, E5M2 };
 constexpr float fp8_format_max(Fp8Format f) { return f == Fp8Format::E4M3 ? 448.0f : 57344.0f; }
 constexpr const char* fp8_format_name(Fp8Format f) { return f == Fp8Format::E4M3 ? "e4m3" : "e5m2"; }
 constexpr cudaDataType_t fp8_cuda_type(Fp8Format f) { return f == Fp8Format::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
-// The same format in the CPU reference's terms (llmc/cpu/fp8.h), for the checks against it.
 constexpr cpu::Fp8Format fp8_cpu_format(Fp8Format f) { return f == Fp8Format::E4M3 ? cpu::Fp8Format::E4M3 : cpu::Fp8Format::E5M2; }
 
 // Calls fn(std::integral_constant<Fp8Format, f>{}): a launcher's run-time format as a kernel's template argument.
@@ -65,9 +59,8 @@ inline void with_bool(bool b, Fn&& fn) {
 constexpr int FP8_AMAX_HISTORY_MAX = 1024;
 constexpr float FP8_SCALE_CAP = 18446744073709551616.0f;  // 2^64, as cpu::FP8_SCALE_CAP
 
-// One per FP8 tensor, in device memory (fp8_meta_init sets it up).
-// 16-byte aligned with scale_inv first: cuBLASLt's A/B scale pointers must be 16-byte aligned (4 bytes
-// off, every algorithm returns CUBLAS_STATUS_NOT_SUPPORTED); alignas(16) keeps it so in an array.
+// One per FP8 tensor, in device memory (fp8_meta_init). 16-byte aligned with scale_inv first, also in
+// an array: cuBLASLt's A/B scale pointers must be (4 bytes off, it returns CUBLAS_STATUS_NOT_SUPPORTED).
 struct alignas(16) Fp8Meta {
     float scale_inv;          // 1 / scale: the matmul's A/B scale pointer points here
     float scale;              // x_fp8 = fp8(x * scale)
@@ -583,9 +576,8 @@ inline void fp8_meta_init(Fp8Meta* metas, int count, Fp8Format f, cudaStream_t s
     cudaCheckLaunch();
 }
 
-// One warp per tensor: push amax_bits into the history ring, amax = the ring's max over the last
-// history_len entries (1: this amax only, current scaling), new scale from it (see the top), reset
-// amax_bits for the next casts.
+// One warp per tensor: amax_bits into the history ring, the scale from the ring's max over the last
+// history_len entries (1: this amax only), amax_bits reset for the next casts.
 static __global__ void fp8_update_scales_kernel(Fp8Meta* metas, int history_len, int margin) {
     Fp8Meta& m = metas[blockIdx.x];
     const int lane = threadIdx.x;

@@ -3,14 +3,11 @@
 // pass that would write it in bf16 can write its FP8 copies instead, and record its amax on the way:
 //   fp8_cast_transpose_fused(out_t, out, in, pre, R, C, format, meta, prologue, dbias, scratch, stream, dq)
 //     x = prologue(in, pre) (R, C), rounded to floatX as the unfused kernel's output would be:
-//       NONE            x = in                      (a dY as the matmul wrote it)
-//       GELU_FORWARD    x = gelu(in)                (in: fc's pre-activation; x: fcproj's X)
-//       GELU_BACKWARD   x = in * gelu'(pre)         (in: d(GELU output) from fcproj's input-gradient
-//                                                    matmul, pre: the pre-activation; x: fc's dY)
-//       DQ_ACCUM        x = dq_from_accum(dq.accum) in columns < dq.q_cols, in elsewhere (qkv's dY:
-//                                                    in = dqkv whose dQ columns the attention backward
-//                                                    left unwritten, dq.accum its fp32 dQ sums (R,
-//                                                    q_cols), attention_backward keep_dq)
+//       NONE            x = in                   (a dY as the matmul wrote it)
+//       GELU_FORWARD    x = gelu(in)             (in: fc's pre-activation; x: fcproj's X)
+//       GELU_BACKWARD   x = in * gelu'(pre)      (in: d(GELU output), pre: the pre-activation; x: fc's dY)
+//       DQ_ACCUM        x = dq_from_accum(dq.accum) in columns < dq.q_cols, in elsewhere (qkv's dY: dqkv
+//                       with the dQ columns the attention backward left in its fp32 sums, Fp8DqAccum)
 //     out (R, C) = fp8(x * meta->scale), out_t (C, R) its transpose, meta->amax_bits = max(itself,
 //     max |x|); with dbias, dbias (C) += column sums of x (the linear's bias gradient).
 //   One read of in (and pre), one write of each FP8 copy: the bf16 x is never written. Bytes, against
@@ -47,9 +44,9 @@
 
 enum class Fp8Prologue { NONE, GELU_FORWARD, GELU_BACKWARD, DQ_ACCUM };
 
-// DQ_ACCUM's second input (see the top): the dQ columns [0, q_cols) of the cast's input come from
-// accum (R, q_cols) fp32, the single-pass attention backward's unscaled dQ sums (attention_backward
-// with keep_dq returns it), as dq_from_accum<head_dim> rounds them.
+// DQ_ACCUM's second input: the dQ columns [0, q_cols) of the cast's input come from accum, the
+// single-pass attention backward's unscaled dQ sums (attention_backward with keep_dq returns it), as
+// dq_from_accum<head_dim> rounds them.
 struct Fp8DqAccum {
     const float* accum = nullptr;  // (R, q_cols)
     int q_cols = 0;                // NH * HD: a multiple of 64
@@ -198,24 +195,15 @@ static __global__ void __launch_bounds__(FP8_T_BLOCK, sm_blocks(FP8_T_BLOCK, fp8
     amax_block_commit(meta, amax);
 }
 
-// Rows per block of fp8_cast_transpose_fused: whole tiles; pipelined, FP8_FUSED_TILES of them (DQ_ACCUM:
-// FP8_FUSED_DQ_TILES) while the grid keeps at least FP8_FUSED_MIN_BLOCKS blocks (fewer otherwise), else
-// one; and at least enough that the chunks fit the bias scratch (column_num_chunks(R): 2 tiles at R =
-// 65536). Lab (1, 2, 4, 8 tiles): a dY with bias best at 4 (8 within 1%), DQ_ACCUM at 2.
+// Rows per block of fp8_cast_transpose_fused (fp8_fused_rows_per_chunk): whole tiles; pipelined,
+// FP8_FUSED_TILES of them (DQ_ACCUM: FP8_FUSED_DQ_TILES) while the grid keeps at least
+// FP8_FUSED_MIN_BLOCKS blocks (fewer otherwise), else one; and at least enough that the chunks fit the
+// bias scratch (column_num_chunks(R): 2 tiles at R = 65536). Lab (1, 2, 4, 8 tiles): a dY with bias
+// best at 4 (8 within 1%), DQ_ACCUM at 2.
 constexpr int FP8_FUSED_TILES = 4, FP8_FUSED_DQ_TILES = 2, FP8_FUSED_MIN_BLOCKS = 1024;
 namespace fp8_detail {
 // The fewest tiles a chunk that keep the chunks within the bias scratch (column_num_chunks(R)).
 inline int fused_min_tiles(int R) { return ceil_div(ceil_div(R, FP8_T_TILE), column_num_chunks(R)); }
-}  // namespace fp8_detail
-inline int fp8_fused_rows_per_chunk(int R, int C, Fp8Prologue prologue) {
-    const int row_tiles = ceil_div(R, FP8_T_TILE), col_tiles = ceil_div(C, FP8_T_TILE);
-    int tiles = !fp8_fused_pipelined(prologue) ? 1 : prologue == Fp8Prologue::DQ_ACCUM ? FP8_FUSED_DQ_TILES : FP8_FUSED_TILES;
-    while (tiles > 1 && (int64_t)ceil_div(row_tiles, tiles) * col_tiles < FP8_FUSED_MIN_BLOCKS) tiles /= 2;
-    tiles = std::max(tiles, fp8_detail::fused_min_tiles(R));
-    return tiles * FP8_T_TILE;
-}
-
-namespace fp8_detail {
 // fp8_cast_transpose_fused's argument checks.
 inline void fused_cast_check(const uint8_t* out_t, const uint8_t* out, const floatX* in, const floatX* pre, int R,
                              int C, Fp8Prologue prologue, const floatX* dbias, const float* scratch,
@@ -233,6 +221,8 @@ inline void fused_cast_check(const uint8_t* out_t, const uint8_t* out, const flo
         fp8_check_aligned(dq.accum, "fp8_cast_transpose_fused dQ sums");
     }
     if (dbias && !scratch) fail("fp8_cast_transpose_fused: a bias gradient needs its scratch");
+    if (dbias && prologue == Fp8Prologue::GELU_FORWARD)  // an activation: no bias of its own here
+        fail("fp8_cast_transpose_fused: GELU_FORWARD takes no bias gradient");
     fp8_check_aligned(in, "fp8_cast_transpose_fused input");
     if (pre) fp8_check_aligned(pre, "fp8_cast_transpose_fused pre-activation");
     fp8_check_aligned(out_t, "fp8_cast_transpose_fused output");
@@ -246,8 +236,6 @@ inline void fused_cast_launch(uint8_t* out_t, uint8_t* out, const floatX* in, co
     const int chunks = ceil_div(R, rpc);
     const dim3 grid(C / FP8_T_TILE, chunks);
     const bool bias = dbias != nullptr;
-    if (bias && prologue == Fp8Prologue::GELU_FORWARD)  // an activation: no bias of its own here
-        fail("fp8_cast_transpose_fused: GELU_FORWARD takes no bias gradient");
     with_fp8_format(f, [&](auto F) {
         with_bool(bias, [&](auto B) {
             constexpr Fp8Format FF = decltype(F)::value;
@@ -260,7 +248,7 @@ inline void fused_cast_launch(uint8_t* out_t, uint8_t* out, const floatX* in, co
             };
             switch (prologue) {
                 case NO: launch(fp8_cast_transpose_fused_kernel<FF, NO, BB>); break;
-                case GF:
+                case GF:  // no bias (fused_cast_check)
                     if constexpr (!BB) launch(fp8_cast_transpose_fused_kernel<FF, GF, false>);
                     break;
                 case GB: launch(fp8_cast_transpose_fused_kernel<FF, GB, BB>); break;
@@ -275,6 +263,14 @@ inline void fused_cast_launch(uint8_t* out_t, uint8_t* out, const floatX* in, co
     if (bias) column_partials_add(dbias, scratch, chunks, C, C, stream);
 }
 }  // namespace fp8_detail
+
+inline int fp8_fused_rows_per_chunk(int R, int C, Fp8Prologue prologue) {
+    const int row_tiles = ceil_div(R, FP8_T_TILE), col_tiles = ceil_div(C, FP8_T_TILE);
+    int tiles = !fp8_fused_pipelined(prologue) ? 1 : prologue == Fp8Prologue::DQ_ACCUM ? FP8_FUSED_DQ_TILES : FP8_FUSED_TILES;
+    while (tiles > 1 && (int64_t)ceil_div(row_tiles, tiles) * col_tiles < FP8_FUSED_MIN_BLOCKS) tiles /= 2;
+    tiles = std::max(tiles, fp8_detail::fused_min_tiles(R));
+    return tiles * FP8_T_TILE;
+}
 
 // See the top. pre: GELU_BACKWARD's pre-activation (R, C), else unused; dq: DQ_ACCUM's dQ sums, and
 // only there (in's dQ columns are then not read). dbias (C) and scratch (column_num_chunks(R) * C

@@ -17,9 +17,6 @@
 #include "llmc/cuda_common.cuh"
 #include "llmc/utils.h"
 
-// fp32 accumulation in both builds; in the FP32 build this also rules out TF32 inputs.
-constexpr cublasComputeType_t MATMUL_COMPUTE = CUBLAS_COMPUTE_32F;
-
 // The element types of one matmul_cublaslt call and, for FP8 operands (llmc/matmul_fp8.cuh), their
 // scales and the accumulation mode; the defaults are the floatX GEMMs of this file.
 struct MatmulTypes {
@@ -37,17 +34,15 @@ inline bool cuda_type_is_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t
 // ---------------------------------------------------------------- algorithm choice
 // cuBLASLt's heuristic names one algorithm per call, tuned for large GEMMs; at a decode step's few
 // rows (generate at B > GEMV_MAX_M) its first pick can take twice the time of another it lists.
-// MatmulAlgoCache (--matmul-autotune 1 in generate and the trainer, through CudaContext::matmul_algos;
-// else the heuristic's first pick runs) remembers one algorithm per distinct matmul. While
-// `tune` is on, a matmul that is not in it yet (and not inside a CUDA graph capture) is tuned: up to
-// MATMUL_TUNE_HEURISTIC of the heuristic's algorithms, plus split-K versions (2, 4, 8 splits, fp32
-// partials) of its first MATMUL_TUNE_SPLIT_BASES that support a split, each run MATMUL_TUNE_REPS times
-// on the call's own operands (an accumulating matmul on a scratch output), with L2 flushed before each
-// run (the step reads its weights cold from HBM), timed with CUDA events; the median's fastest wins.
-// Any algorithm the library accepts for a descriptor computes the same product (split K only reorders
-// the fp32 sums), but the winner's output is compared once with the first pick's (MATMUL_TUNE_TOL of
-// the largest |output|): on a mismatch the first pick is kept and a warning printed. floatX and FP8
-// GEMMs with a floatX output are tuned (beta = 1 ones timed as they run, reading D).
+// MatmulAlgoCache (--matmul-autotune 1, through CudaContext::matmul_algos; else the heuristic's first
+// pick runs) remembers one algorithm per distinct matmul. While `tune` is on, a matmul not in it yet
+// (and not inside a CUDA graph capture) is tuned: up to MATMUL_TUNE_HEURISTIC of the heuristic's
+// algorithms plus split-K versions (2, 4, 8 splits, fp32 partials) of its first
+// MATMUL_TUNE_SPLIT_BASES, each run MATMUL_TUNE_REPS times on the call's own operands with L2 flushed
+// before each run (the step reads its weights cold); the median's fastest wins. Its output is compared
+// once with the first pick's (MATMUL_TUNE_TOL of the largest |output|; split K only reorders the fp32
+// sums): on a mismatch the first pick is kept, with a warning. floatX and FP8 GEMMs with a floatX
+// output are tuned.
 constexpr int MATMUL_TUNE_HEURISTIC = 16;
 constexpr int MATMUL_TUNE_SPLIT_BASES = 4;
 constexpr int MATMUL_TUNE_REPS = 7;
@@ -158,10 +153,9 @@ inline int32_t algo_splits(const cublasLtMatmulAlgo_t& algo) {
 }
 
 // Tunes one matmul and returns the algorithm to keep: the caller's descriptors, A, B and bias; D and aux
-// the caller's where beta = 0 (the call that follows writes them again), else (an accumulating matmul,
-// timed as it runs: it reads D) scratch. The outputs of the first pick and of the chosen one are
-// compared from a zeroed D, over the first MATMUL_TUNE_CHECK_COLS columns. Synchronizes the stream (not
-// allowed inside a capture).
+// the caller's where beta = 0 (the call that follows writes them again), else scratch (an accumulating
+// matmul, timed as it runs, reading D). The first pick's and the chosen one's outputs are compared from
+// a zeroed D over the first MATMUL_TUNE_CHECK_COLS columns. Synchronizes the stream (not in a capture).
 constexpr int MATMUL_TUNE_CHECK_COLS = 512;
 inline cublasLtMatmulAlgo_t tune(const CudaContext& ctx, const MatmulKey& key, cublasLtMatmulDesc_t desc,
                                  cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld,
@@ -257,7 +251,8 @@ static void matmul_cublaslt(const CudaContext& ctx, void* d, const void* a, cons
                             cublasLtEpilogue_t epilogue, const void* bias, void* aux,
                             const MatmulTypes& types = MatmulTypes()) {
     cublasLtMatmulDesc_t desc;
-    cublasCheck(cublasLtMatmulDescCreate(&desc, MATMUL_COMPUTE, CUDA_R_32F));
+    // fp32 accumulation in both builds; in the FP32 build this also rules out TF32 inputs
+    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));

@@ -15,10 +15,8 @@
 //   X^T from the forward's cast of X, kept for the backward (N*C bytes a layer).
 // Rowwise scaling (--fp8-scaling rowwise): one scale per row of every operand as stored, through
 // cuBLASLt's outer-vector scales, D(i, j) *= sp[i] * sq[j] (CUDA 13: compute capability 9.0 only).
-// Fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM): the whole K in the FP8 tensor cores' narrower-
-// than-fp32 accumulator (faster, an error that grows with K) instead of promoting partial sums to fp32
-// every few k-steps. The forward's is a setting (fast by default); the two gradients never
-// (dev/cuda/matmul_fp8.cu measures both).
+// Fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM: the whole K in the tensor cores' narrower
+// accumulator, an error that grows with K): the forward's a setting (fast by default), the gradients' never.
 #pragma once
 #include "llmc/cuda_common.cuh"
 #include "llmc/fp8.cuh"

@@ -9,29 +9,12 @@
 //                    kept, no dY^T cast)
 // Everything else stays bf16 (master weights, gradients, AdamW fp32), the output head too unless
 // --fp8-head 1 (fp8_head_* at the end of this file).
-// Where the casts happen:
-//   W   once per step, current scaling, W (OC, Cin) and W^T (Cin, OC) from one read: every block's at
-//       the step's first forward (fp8_cast_weights), under ZeRO or rowwise scaling per layer. Its scale
-//       must stay the one its copies were cast with until the next cast.
-//   X   in the forward: X (N, Cin) into a one-layer scratch, X^T (Cin, N) kept per layer. Fused casts
-//       (fp8_fused, llmc/fp8_fused.cuh): X's producer writes both and no bf16 X: ln1's and ln2's
-//       LayerNorm (qkv's, fc's X), GELU (fcproj's X), the attention's epilogue (attproj's X).
-//       RMSNorm and SwiGLU models (Llama) keep separate casts for X.
-//   dY  in the backward: dY (N, OC) and dY^T (OC, N), one-layer scratch. Fused casts: one pass that
-//       also sums the bias gradient, forms fc's dY from d(GELU output) (GELU_BACKWARD) and qkv's dQ
-//       columns from the attention backward's fp32 sums (DQ_ACCUM).
-// Scaling of X and dY (--fp8-scaling), every scale on the device (no host synchronization):
-//   delayed  (default) the scale of the last --fp8-history steps' amaxes, the cast recording this one;
-//            all X and dY scales updated in one launch after each backward. The first step of a run
-//            uses current scaling (an empty history has no scale). The recipe that lets casts fuse.
-//   current  fp8_amax pass, fp8_update_scales(history 1), cast: always separate passes.
-//   rowwise  one scale per row along the dimension each matmul does not reduce over, from that row's
-//            own amax (no history), through cuBLASLt's outer-vector scales. --fp8-wgrad defaults to
-//            bf16 here: dW's scales are per channel over all tokens, so one outlier token still sets
-//            a whole channel's scale.
-// GELU: no matmul epilogue; the fc matmul writes the pre-activation, fcproj's input-gradient matmul
-// d(GELU output); GELU and GELU' run in the fused casts, else as gelu_forward and
-// gelu_backward_inplace passes.
+// Casts: W once per step at current scaling, W (OC, Cin) and W^T (Cin, OC) from one read
+// (fp8_cast_weights, or per layer), its scale the one its copies were cast with until the next cast;
+// X in the forward (X (N, Cin) into a one-layer scratch, X^T (Cin, N) kept per layer); dY in the
+// backward (dY (N, OC) and dY^T (OC, N), one-layer scratch). With fused casts (fp8_fused,
+// llmc/fp8_fused.cuh) X's producer writes X and X^T, and dY's cast sums the bias gradient; where:
+// fp8_norm_fused, fp8_gelu_fused, fp8_attention_x_fused, fp8_dq_fused. Scaling: Fp8Scaling.
 // Memory (d12, N = B*T = 65536): kept X^T L * N * (3C + H) bytes = 3.94 GiB (none with --fp8-wgrad
 // bf16); weight copies 2 bytes per linear parameter (~162 MiB); scratch N * (max Cin + 2 max OC)
 // bytes = 0.56 GiB (dY^T's third none with bf16 wgrad); rowwise scales 4 * (L * sum(OC + 2 Cin) + 2N
@@ -56,6 +39,14 @@
 #include "llmc/matmul_fp8.cuh"
 #include "llmc/utils.h"
 
+// The scales of X and dY (--fp8-scaling), every one on the device (no host synchronization):
+//   DELAYED  (default) the scale of the last --fp8-history steps' amaxes, the cast recording this one;
+//            all updated in one launch after each backward (fp8_after_backward). A run's first step is
+//            current (an empty history has no scale). The recipe that lets the casts fuse (fp8_fused).
+//   CURRENT  fp8_amax pass, fp8_update_scales(history 1), cast: always separate passes.
+//   ROWWISE  one scale per row along the dimension each matmul does not reduce over, from that row's
+//            own amax, through cuBLASLt's outer-vector scales. --fp8-wgrad defaults to bf16 here: dW's
+//            scales are per channel over all tokens, so one outlier token sets a whole channel's.
 enum class Fp8Scaling { CURRENT, DELAYED, ROWWISE };
 struct Fp8Settings {
     bool enabled = false;                  // --fp8
@@ -124,7 +115,8 @@ inline bool fp8_linear_on(const ModelFp8& f, int l, int k) {
 inline bool fp8_fused(const ModelFp8& f) {
     return f.set.fused && f.set.scaling == Fp8Scaling::DELAYED && f.warm && !f.set.wgrad_bf16;
 }
-// Whether block l's GELU runs inside the FP8 casts (see "GELU" at the top): fc and fcproj both FP8.
+// Whether block l's GELU and GELU' run inside the FP8 casts (else gelu_forward, gelu_backward_inplace:
+// the fc matmul writes the pre-activation, fcproj's input gradient d(GELU output)): fc and fcproj FP8.
 inline bool fp8_gelu_fused(const ModelFp8& f, int l) {
     return f.gelu && fp8_fused(f) && fp8_linear_on(f, l, FP8_FC) && fp8_linear_on(f, l, FP8_FCPROJ);
 }
@@ -203,10 +195,9 @@ inline void fp8_init_metas(ModelFp8& f, cudaStream_t s) {
     }
 }
 
-// The scales in a checkpoint (llmc/formats.h, GPT8; llmc/checkpoint.h names the file): every
-// Fp8Meta as it is in device memory and the warm flag, so a resumed --fp8-scaling delayed run casts
-// with the amax histories the uninterrupted run had (bit for bit: tests/gpu/test_fp8_parity.sh). The
-// weight copies are not saved: the first forward after a resume casts them (weights_step = -1).
+// The scales in a checkpoint (llmc/formats.h, GPT8): every Fp8Meta as in device memory and the warm
+// flag, so a resumed delayed-scaling run casts with the amax histories the uninterrupted run had (bit
+// for bit: tests/gpu/test_fp8_parity.sh). The weight copies are recast by the first forward.
 constexpr int64_t FP8_META_WORDS = sizeof(Fp8Meta) / sizeof(uint32_t);
 inline int64_t fp8_meta_count(const ModelFp8& f) { return (int64_t)FP8_ROLES * f.L * FP8_LINEARS; }
 inline void fp8_write_state(const ModelFp8& f, int64_t step, const std::string& path) {
@@ -327,12 +318,10 @@ inline void fp8_cast_weights(ModelFp8& f, const floatX* const (&weight)[FP8_LINE
 }
 
 // Linear k of layer l in FP8: out (N, OC) = inp (N, Cin) W^T + bias; with gelu_pre, gelu_pre = that
-// and out = GELU(gelu_pre). Casts the weight first when `cast_weight` (a new step), and keeps X^T
-// (unless the weight gradient is bf16). Where fp8_gelu_fused(f, l): fc (gelu_pre given) casts the
-// GELU output straight into fcproj's X and X^T and does not write `out`; fcproj then skips its cast
-// (its inp is not read). Where fp8_norm_fused(f, l, k): the norm before has written X and X^T
-// (fp8_norm_forward), inp is not read.
-// x_cast: X and X^T are in place already (the attention wrote attproj's: fp8_attention_x), inp unread.
+// and out = GELU(gelu_pre). Casts the weight first when `cast_weight` (a new step); keeps X^T (unless
+// the weight gradient is bf16). inp is not read where X and X^T are in place already: fcproj's where
+// fp8_gelu_fused (fc casts its GELU output into them and does not write `out`), the norm's output
+// where fp8_norm_fused (fp8_norm_forward), and with x_cast (the attention's: fp8_attention_x).
 inline void fp8_linear_forward(ModelFp8& f, int l, int k, floatX* out, floatX* gelu_pre, const floatX* inp,
                                const floatX* weight, const floatX* bias, int N, bool cast_weight, const CudaContext& ctx,
                                bool x_cast = false) {
@@ -358,13 +347,11 @@ inline void fp8_linear_forward(ModelFp8& f, int l, int k, floatX* out, floatX* g
 
 // The backward of fp8_linear_forward: dinp (N, Cin) = dout W (=), or with gelu_pre the gradient
 // w.r.t. the pre-activation (dinp = dGELU(dout W)); dweight += dout^T X (FP8 from the kept X^T, or
-// with --fp8-wgrad bf16 from the bf16 inp (N, Cin) the forward read); dbias += column sums of dout
-// (bf16, scratch: column_num_chunks(N) * OC floats).
-// Fused casts (fp8_fused): dY's cast sums the bias gradient in the same read. Where fp8_gelu_fused(f,
-// l): fcproj (gelu_pre given) leaves dinp = d(GELU output), and fc takes it as dout with
-// dout_gelu_pre = the pre-activation: its dY is dout * GELU'(pre), formed inside its cast. dq (qkv
-// only, where fp8_dq_fused; dq.accum as attention_backward returned it): dout's dQ columns were left
-// unwritten, the cast forms them from dq.accum (DQ_ACCUM).
+// with --fp8-wgrad bf16 from the bf16 inp (N, Cin)); dbias += column sums of dout (bf16, scratch:
+// column_num_chunks(N) * OC floats; with fused casts summed by dY's cast). Where fp8_gelu_fused:
+// fcproj leaves dinp = d(GELU output), and fc takes it as dout with dout_gelu_pre = the
+// pre-activation (its dY = dout * GELU'(pre), formed in its cast). dq (qkv only, where fp8_dq_fused,
+// as attention_backward returned it): dout's dQ columns were left unwritten, the cast forms them.
 inline void fp8_linear_backward(ModelFp8& f, int l, int k, floatX* dinp, floatX* dweight, floatX* dbias, float* scratch,
                                 const floatX* dout, const floatX* inp, const floatX* gelu_pre, int N,
                                 const CudaContext& ctx, const floatX* dout_gelu_pre = nullptr,

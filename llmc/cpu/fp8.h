@@ -2,14 +2,13 @@
 // checked against bit-exactly (dev/cuda/fp8_cast.cu), and the decoder the FP8 matmul lab uses to
 // rebuild the operands cuBLASLt read (dev/cuda/matmul_fp8.cu). Plain C++, no CUDA headers.
 //
-// The two OCP FP8 formats (1 sign bit, then exponent, then mantissa; docs/numerics.md):
-//   E4M3 (bias 7):  max normal 448 (0x7E), min normal 2^-6, min subnormal 2^-9; no infinity,
-//                   NaN = S.1111.111 (0x7F / 0xFF). 3 mantissa bits: relative step 2^-3.
-//   E5M2 (bias 15): max normal 57344 (0x7B), min normal 2^-14, min subnormal 2^-16; infinity
-//                   S.11111.00 (0x7C / 0xFC), NaN S.11111.{01,10,11}. 2 mantissa bits.
-// fp8_encode rounds a float to nearest, ties to even, and saturates: every finite value beyond the
-// largest normal and +-infinity become +-max normal (the GPU's cvt.rn.satfinite); NaN stays NaN
-// (0x7F | sign). Values below half the smallest subnormal become a zero of their sign.
+// The two OCP FP8 formats (sign, exponent, mantissa; docs/numerics.md, "The two formats"):
+//   E4M3 (bias 7):  max normal 448 (0x7E), min subnormal 2^-9; no infinity, NaN S.1111.111 (0x7F / 0xFF)
+//   E5M2 (bias 15): max normal 57344 (0x7B), min subnormal 2^-16; infinity S.11111.00 (0x7C / 0xFC),
+//                   NaN S.11111.{01,10,11}
+// fp8_encode rounds to nearest, ties to even, and saturates: finite values beyond the max and
+// +-infinity become +-max (the GPU's cvt.rn.satfinite); NaN stays NaN (0x7F | sign); values below
+// half the smallest subnormal become a zero of their sign.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -29,7 +28,6 @@ constexpr Fp8Spec fp8_spec(Fp8Format f) {
     return f == Fp8Format::E4M3 ? Fp8Spec{3, -6, 7, 448.0f, 0x7E} : Fp8Spec{2, -14, 15, 57344.0f, 0x7B};
 }
 constexpr float fp8_max(Fp8Format f) { return fp8_spec(f).max; }
-constexpr const char* fp8_name(Fp8Format f) { return f == Fp8Format::E4M3 ? "e4m3" : "e5m2"; }
 
 // Round to nearest, ties to even; saturating (see the header comment).
 inline uint8_t fp8_encode(float x, Fp8Format f) {
@@ -92,11 +90,10 @@ inline float fp8_scale_from_amax(float amax, Fp8Format f, int margin, float prev
     return s < FP8_SCALE_CAP ? s : FP8_SCALE_CAP;
 }
 
-// A fixed scale for a tensor known to lie within [-bound, bound] before it exists: the largest power
-// of two s (at most FP8_SCALE_CAP) with bound * s <= the format's max, so nothing saturates and
-// 1 / s is exact. The output head's dlogits (--fp8-head; |dloss * (softmax - onehot)| <= dloss): the
-// trainer sets it from dloss on the host, the classifier writes the FP8 dlogits with it. A bound that
-// is not a positive finite number gives 1.
+// A fixed scale for a tensor known to lie within [-bound, bound] before it exists (the output head's
+// dlogits, |dloss * (softmax - onehot)| <= dloss): the largest power of two s (at most FP8_SCALE_CAP)
+// with bound * s <= the format's max, so nothing saturates and 1 / s is exact. A bound that is not a
+// positive finite number gives 1.
 inline float fp8_pow2_scale(float bound, Fp8Format f) {
     if (!(bound > 0.0f) || !std::isfinite(bound)) return 1.0f;
     int e = 0;
@@ -106,10 +103,9 @@ inline float fp8_pow2_scale(float bound, Fp8Format f) {
     return s < FP8_SCALE_CAP ? s : FP8_SCALE_CAP;
 }
 
-// Rowwise scaling (--fp8-scaling rowwise; llmc/fp8.cuh's fp8_cast_rowwise and
-// fp8_cast_transpose_colwise): one scale per row of an operand as the matmul reads it, from that row's
-// own amax by the rule above with margin 0 and no history; a row of zeros (or one holding inf or NaN)
-// gets scale 1. scale_inv = 1 / scale, correctly rounded, as for a tensor.
+// Rowwise scaling (llmc/fp8.cuh's fp8_cast_rowwise, fp8_cast_transpose_colwise): one scale per row of
+// an operand as the matmul reads it, from that row's own amax by the rule above with margin 0 and no
+// history; a row of zeros (or one holding inf or NaN) gets scale 1.
 inline float fp8_row_scale(float row_amax, Fp8Format f) { return fp8_scale_from_amax(row_amax, f, 0, 1.0f); }
 // scale[r] (R) of the rows of x (R, C) row-major; |NaN| counts as above every value, as on the GPU.
 inline void fp8_row_scales(float* scale, const float* x, int R, int C, Fp8Format f) {

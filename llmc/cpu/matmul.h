@@ -4,14 +4,11 @@
 // (any of the three may be nullptr when that gradient is not wanted).
 // fp32 throughout. Each output element is owned by one thread and summed in a fixed order, so
 // results are bitwise identical for any OMP_NUM_THREADS.
-//
-// All three products go through one blocked kernel, gemm_accumulate (C += A B with arbitrary
-// strides for A and B), in the classic packed form: a KB-deep slab of A is copied into MR-row
-// panels and a slab of B into NR-column strips, so the micro-kernel streams both from contiguous
-// memory and keeps an MR x NR block of C in registers:
-//   MR x NR = 8 x 32 with AVX-512 (16 zmm accumulators + 2 for B of 32 registers),
-//             6 x 16 with AVX2    (12 ymm accumulators + 2 for B of 16 registers),
-//             6 x 8  otherwise    (12 xmm/q accumulators + 2 for B).
+// All three products go through one packed, blocked kernel, gemm_accumulate (C += A B, any strides
+// for A and B): a KB-deep slab of A is copied into MR-row panels and one of B into NR-column strips,
+// so the micro-kernel streams both from contiguous memory with an MR x NR block of C in registers:
+//   MR x NR = 8 x 32 with AVX-512 (16 zmm accumulators + 2 for B of 32 registers), 6 x 16 with AVX2
+//   (12 ymm + 2 of 16), 6 x 8 otherwise (12 xmm/q + 2).
 //   KB = 256: a B strip is KB*NR*4 = 32 KB (AVX-512), within a 48 KB L1; an A slab MB x KB is
 //   MB*KB*4 = 128 KB and a B slab KB x NB is 256 KB, both within a 1-2 MB L2.
 // Measured: docs/perf.md, "CPU reference trainer".

@@ -24,9 +24,11 @@
 
 using cpu::Fp8Format;
 
+static const char* fp8_name(Fp8Format f) { return f == Fp8Format::E4M3 ? "e4m3" : "e5m2"; }
+
 static void expect(Fp8Format f, float x, uint8_t bits) {
     const uint8_t got = cpu::fp8_encode(x, f);
-    CHECK(got == bits, "%s encode(%.9g) = 0x%02X, want 0x%02X", cpu::fp8_name(f), x, got, bits);
+    CHECK(got == bits, "%s encode(%.9g) = 0x%02X, want 0x%02X", fp8_name(f), x, got, bits);
 }
 
 static float bf16_value(uint16_t b) {
@@ -57,7 +59,7 @@ static void check_nearest(Fp8Format f, float x) {
     const uint8_t want = a > cpu::fp8_max(f) ? (uint8_t)((std::signbit(x) ? 0x80 : 0) | cpu::fp8_spec(f).max_bits)
                                              : brute_force(x, f);
     const uint8_t got = cpu::fp8_encode(x, f);
-    CHECK(got == want, "%s encode(%.9g) = 0x%02X, nearest is 0x%02X", cpu::fp8_name(f), x, got, want);
+    CHECK(got == want, "%s encode(%.9g) = 0x%02X, nearest is 0x%02X", fp8_name(f), x, got, want);
 }
 
 // Runs fn in a child whose stderr goes to a file; returns its exit status and the first line it wrote.
@@ -210,7 +212,7 @@ int main() {
             if (std::isnan(v)) continue;
             const uint8_t want = std::isinf(v) ? (uint8_t)((b & 0x80) | cpu::fp8_spec(f).max_bits) : (uint8_t)b;
             const uint8_t got = cpu::fp8_encode(v, f);
-            CHECK(got == want, "%s round trip 0x%02X -> %g -> 0x%02X", cpu::fp8_name(f), b, v, got);
+            CHECK(got == want, "%s round trip 0x%02X -> %g -> 0x%02X", fp8_name(f), b, v, got);
         }
     // ---- nearest value, ties to even: all bf16 values, and random floats over the whole FP8 range
     for (Fp8Format f : {E4, E5}) {
@@ -248,7 +250,7 @@ int main() {
         for (Fp8Format f : {E4, E5}) {
             const float s = cpu::fp8_pow2_scale(bound, f);
             CHECK(bound * s <= cpu::fp8_max(f) && 2.0f * bound * s > cpu::fp8_max(f),
-                  "pow2 scale of %g (%s) = %g: bound * scale %g not in (max / 2, max]", bound, cpu::fp8_name(f), s,
+                  "pow2 scale of %g (%s) = %g: bound * scale %g not in (max / 2, max]", bound, fp8_name(f), s,
                   bound * s);
         }
 
