@@ -220,11 +220,10 @@ inline void fp8_amax(const floatX* in, size_t n, Fp8Meta* meta, cudaStream_t str
 }
 
 // ---------------------------------------------------------------- transposed cast (+ straight, + amax)
-// Tile of 64 x 64 elements per block of 256 threads. Load: each thread reads whole 16-byte packs of
-// tile rows, converts them, writes their bytes to shared memory (and to the straight output), and
-// keeps the amax. Store: thread t writes 16 bytes of transposed row t / 4 (input column), the rows
-// 16 * (t % 4) .. +15 of the tile, read down a shared-memory column: the 66-byte row pitch puts the
-// four 16-row groups a warp reads 8 banks apart.
+// Tile of 64 x 64 elements per block of 256 threads. Load: each thread converts whole 16-byte packs of
+// tile rows into shared memory (and the straight output), keeping the amax. Store: thread t writes 16
+// bytes of transposed row t / 4 (input column), tile rows 16 * (t % 4) .. +15 read down a shared
+// column: the 66-byte row pitch puts the four 16-row groups a warp reads 8 banks apart.
 constexpr int FP8_T_TILE = 64, FP8_T_BLOCK = 256, FP8_T_PITCH = FP8_T_TILE + 2;
 
 // The store above, shared with llmc/fp8_fused.cuh: the block's (64, 64) FP8 tile of input rows r0..,
@@ -326,14 +325,13 @@ inline void fp8_cast_transpose(uint8_t* out_t, uint8_t* out, const floatX* in, i
 // pitches 100608, twice a 124M step) in the logits buffer's halves. Memory-bound: reads RC, writes RC.
 // fp8_transpose_tiled_kernel<TR = 128>: a block of 256 threads takes TR input rows by 128 input
 // columns (16 KB of shared memory):
-//   load   thread t reads 16-byte chunk t % 8 of rows t / 8 + 32 j, j < TR / 32 (4 loads, 64 bytes in
-//          flight a thread): a warp reads 4 whole 128-byte rows; into shared memory at chunk
-//          (t % 8) ^ swizzle(row), swizzle(row) = (row / 16) % 8, rows 128 bytes apart, no padding.
-//   store  warp w owns tile columns 16 w .. +15; lane (rg = lane % 8, cg = lane / 8) reads the 32-bit
-//          words of columns 16 w + 4 cg .. +3 from rows 16 rg .. +15 (16 loads), turns each 4 x 4 byte
-//          block around with byte permutes, and writes 16 bytes to each of its 4 output rows: a warp
-//          store is 4 output rows x 128 contiguous bytes (8 lanes a row). The swizzle puts the 8 row
-//          groups a warp reads at once in 8 different chunks, so neither phase has bank conflicts.
+//   load   thread t reads 16-byte chunk t % 8 of rows t / 8 + 32 j, j < TR / 32 (64 bytes in flight a
+//          thread; a warp reads 4 whole 128-byte rows) into shared memory at chunk (t % 8) ^ swizzle(row),
+//          swizzle(row) = (row / 16) % 8, rows 128 bytes apart, no padding.
+//   store  warp w owns tile columns 16 w .. +15; lane (rg = lane % 8, cg = lane / 8) reads the words of
+//          columns 16 w + 4 cg .. +3 from rows 16 rg .. +15, turns each 4 x 4 byte block around with
+//          byte permutes, and writes 16 bytes to each of its 4 output rows (a warp: 4 rows x 128 bytes).
+//          The swizzle puts a warp's 8 row groups in 8 different chunks: no bank conflicts either way.
 // Blocks run in groups of `group` column tiles, down all the row tiles of a group before the next, so
 // the ~1000 resident blocks cover a patch (at 32: ~4 KB of each input and output row) instead of a
 // full-width band that touches each of the 50304 output rows in ~340-byte runs.

@@ -20,15 +20,14 @@
 //   device functions and floatX rounding before the cast; DQ_ACCUM's is the dQ store's dq_from_accum);
 //   the bias gradient is the same sum in another fixed fp32 order (deterministic).
 //   layernorm_fp8_forward: the (residual add +) LayerNorm writing e4m3 X and X^T (qkv's, fc's): below.
-// Kernel: fp8_cast_transpose's 64 x 64 tile (llmc/fp8.cuh), walked down a chunk of rows per block:
-// grid (C / 64, chunks). Each thread always holds the same 8 columns (pack p = tid % 8 of rows tid / 8
-// and tid / 8 + 32). Light prologues (NONE, DQ_ACCUM) are pipelined: the next tile's loads are issued
-// before this tile's shared-memory passes, 2-4 tiles a block (fp8_fused_rows_per_chunk), and the
-// bias's column sums stay in each thread's registers over the chunk; at the chunk's end the 32 row
-// groups' sums go through shared memory and threads 0..63 add them in row-group order into the chunk's
-// partials (column_partials_add folds the chunks). The GELU prologues run a tile at a time at 8 blocks
-// an SM, their column sums through a floatX copy of the tile in shared memory. Memory-bound: a few
-// flops per byte (GELU's tanh: ~20 per element). Measured: dev/cuda/fp8_cast.cu.
+// Kernel: fp8_cast_transpose's 64 x 64 tile (llmc/fp8.cuh) down a chunk of rows per block, grid
+// (C / 64, chunks); each thread always holds the same 8 columns (pack tid % 8 of rows tid / 8 and
+// tid / 8 + 32). Light prologues (NONE, DQ_ACCUM) are pipelined, the next tile's loads issued before
+// this tile's shared-memory passes, 2-4 tiles a block, the bias's column sums in registers over the
+// chunk, then through shared memory added in row-group order by threads 0..63 into the chunk's
+// partials (column_partials_add folds the chunks). The GELU prologues run a tile at a time, their
+// column sums through a floatX copy of the tile. Memory-bound: a few flops per byte (GELU's tanh: ~20
+// per element). Measured: dev/cuda/fp8_cast.cu.
 // DQ_ACCUM: a 64-column tile lies wholly in the dQ columns or outside them (q_cols a multiple of 64),
 // so the choice is per block; the dQ tiles' threads load 2 x 16 bytes of fp32 a pack instead of 16 of
 // bf16. Shapes: R and C multiples of 64; pointers 16-byte aligned.
@@ -189,9 +188,8 @@ static __global__ void __launch_bounds__(FP8_T_BLOCK, sm_blocks(FP8_T_BLOCK, fp8
         amax = fp8_detail::fused_cast_chunk<F, PRO, COLSUM, DQ_HD, PRO == Fp8Prologue::DQ_ACCUM>(
             out_t, out, in, pre, dq_accum, q_cols, partials, R, C, c0, r_begin, r_end, scale, tile, col_part, vals);
     else
-        amax = fp8_detail::fused_cast_chunk<F, PRO, COLSUM, DQ_HD, false>(out_t, out, in, pre, dq_accum, q_cols, partials,
-                                                                          R, C, c0, r_begin, r_end, scale, tile, col_part,
-                                                                          vals);
+        amax = fp8_detail::fused_cast_chunk<F, PRO, COLSUM, DQ_HD, false>(
+            out_t, out, in, pre, dq_accum, q_cols, partials, R, C, c0, r_begin, r_end, scale, tile, col_part, vals);
     amax_block_commit(meta, amax);
 }
 
@@ -204,10 +202,11 @@ constexpr int FP8_FUSED_TILES = 4, FP8_FUSED_DQ_TILES = 2, FP8_FUSED_MIN_BLOCKS 
 namespace fp8_detail {
 // The fewest tiles a chunk that keep the chunks within the bias scratch (column_num_chunks(R)).
 inline int fused_min_tiles(int R) { return ceil_div(ceil_div(R, FP8_T_TILE), column_num_chunks(R)); }
-// fp8_cast_transpose_fused's argument checks.
-inline void fused_cast_check(const uint8_t* out_t, const uint8_t* out, const floatX* in, const floatX* pre, int R,
-                             int C, Fp8Prologue prologue, const floatX* dbias, const float* scratch,
-                             const Fp8DqAccum& dq) {
+// fp8_cast_transpose_fused at rpc rows a block: a multiple of FP8_T_TILE, at least fused_min_tiles(R)
+// tiles (fp8_fused_rows_per_chunk's choice is the product's).
+inline void fused_cast_launch(uint8_t* out_t, uint8_t* out, const floatX* in, const floatX* pre, int R, int C,
+                              Fp8Format f, Fp8Meta* meta, Fp8Prologue prologue, floatX* dbias, float* scratch,
+                              cudaStream_t stream, const Fp8DqAccum& dq, int rpc) {
     if (R % FP8_T_TILE != 0 || C % FP8_T_TILE != 0)
         fail("fp8_cast_transpose_fused: R = %d and C = %d must be multiples of %d", R, C, FP8_T_TILE);
     if ((prologue == Fp8Prologue::GELU_BACKWARD) != (pre != nullptr))
@@ -227,12 +226,6 @@ inline void fused_cast_check(const uint8_t* out_t, const uint8_t* out, const flo
     if (pre) fp8_check_aligned(pre, "fp8_cast_transpose_fused pre-activation");
     fp8_check_aligned(out_t, "fp8_cast_transpose_fused output");
     fp8_check_aligned(out, "fp8_cast_transpose_fused straight output");
-}
-// fp8_cast_transpose_fused after its checks, at rpc rows a block: a multiple of FP8_T_TILE, at least
-// fused_min_tiles(R) tiles (fp8_fused_rows_per_chunk's choice is the product's).
-inline void fused_cast_launch(uint8_t* out_t, uint8_t* out, const floatX* in, const floatX* pre, int R, int C,
-                              Fp8Format f, Fp8Meta* meta, Fp8Prologue prologue, floatX* dbias, float* scratch,
-                              cudaStream_t stream, const Fp8DqAccum& dq, int rpc) {
     const int chunks = ceil_div(R, rpc);
     const dim3 grid(C / FP8_T_TILE, chunks);
     const bool bias = dbias != nullptr;
@@ -248,7 +241,7 @@ inline void fused_cast_launch(uint8_t* out_t, uint8_t* out, const floatX* in, co
             };
             switch (prologue) {
                 case NO: launch(fp8_cast_transpose_fused_kernel<FF, NO, BB>); break;
-                case GF:  // no bias (fused_cast_check)
+                case GF:  // no bias (refused above)
                     if constexpr (!BB) launch(fp8_cast_transpose_fused_kernel<FF, GF, false>);
                     break;
                 case GB: launch(fp8_cast_transpose_fused_kernel<FF, GB, BB>); break;
@@ -278,7 +271,6 @@ inline int fp8_fused_rows_per_chunk(int R, int C, Fp8Prologue prologue) {
 inline void fp8_cast_transpose_fused(uint8_t* out_t, uint8_t* out, const floatX* in, const floatX* pre, int R, int C,
                                      Fp8Format f, Fp8Meta* meta, Fp8Prologue prologue, floatX* dbias, float* scratch,
                                      cudaStream_t stream, const Fp8DqAccum& dq = {}) {
-    fp8_detail::fused_cast_check(out_t, out, in, pre, R, C, prologue, dbias, scratch, dq);
     fp8_detail::fused_cast_launch(out_t, out, in, pre, R, C, f, meta, prologue, dbias, scratch, stream, dq,
                                   fp8_fused_rows_per_chunk(R, C, prologue));
 }
@@ -367,17 +359,15 @@ inline void with_ln_fp8_packs(int C, F&& f) {
     if (C <= NORM_BWD_MAX_C) norm_backward_dispatch(C, f);
     else f(std::integral_constant<int, 0>());
 }
-inline void layernorm_fp8_check(const uint8_t* out_t, const uint8_t* out, int N, int C) {
-    if (N % LN_FP8_ROWS != 0 || C % 16 != 0)  // N: the FP8 path's multiple of 64
-        fail("layernorm_fp8_forward: N = %d must be a multiple of %d and C = %d of 16", N, LN_FP8_ROWS, C);
-    fp8_check_aligned(out, "layernorm_fp8_forward output");
-    fp8_check_aligned(out_t, "layernorm_fp8_forward transposed output");
-}
-// layernorm_fp8_forward's kernel at PACKS (with_ln_fp8_packs's choice), after its checks.
+// layernorm_fp8_forward's kernel at PACKS (with_ln_fp8_packs's choice is the product's).
 template <int PACKS>
 inline void layernorm_fp8_launch(uint8_t* out_t, uint8_t* out, floatX* residual, float* mean, float* rstd,
                                  const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias, int N,
                                  int C, Fp8Meta* meta, cudaStream_t stream) {
+    if (N % LN_FP8_ROWS != 0 || C % 16 != 0)  // N: the FP8 path's multiple of 64
+        fail("layernorm_fp8_forward: N = %d must be a multiple of %d and C = %d of 16", N, LN_FP8_ROWS, C);
+    fp8_check_aligned(out, "layernorm_fp8_forward output");
+    fp8_check_aligned(out_t, "layernorm_fp8_forward transposed output");
     const size_t smem = layernorm_fp8_smem(C);
     const dim3 grid(N / LN_FP8_ROWS);
     with_bool(inp2 != nullptr, [&](auto fused_residual) {
@@ -405,7 +395,6 @@ inline void layernorm_fp8_prepare(int C) {
 inline void layernorm_fp8_forward(uint8_t* out_t, uint8_t* out, floatX* residual, float* mean, float* rstd,
                                   const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias,
                                   int N, int C, Fp8Meta* meta, cudaStream_t stream) {
-    fp8_detail::layernorm_fp8_check(out_t, out, N, C);
     fp8_detail::with_ln_fp8_packs(C, [&](auto P) {
         fp8_detail::layernorm_fp8_launch<decltype(P)::value>(out_t, out, residual, mean, rstd, inp1, inp2, weight, bias,
                                                              N, C, meta, stream);

@@ -24,9 +24,8 @@ struct MatmulTypes {
     const float* a_scale = nullptr;  // device pointers: op(A) is read as A * *a_scale (FP8 only)
     const float* b_scale = nullptr;
     bool fast_accum = false;         // FP8 only: CUBLASLT_MATMUL_DESC_FAST_ACCUM (matmul_fp8.cuh)
-    // FP8 only: a_scale / b_scale are vectors, one float per row of op(A) (m) and per column of op(B)
-    // (n), and D(i, j) is multiplied by a_scale[i] * b_scale[j] (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F,
-    // Hopper only in CUDA 13; --fp8-scaling rowwise)
+    // FP8 only: a_scale (m) / b_scale (n) per row of op(A) / column of op(B), D(i, j) *= a_scale[i] *
+    // b_scale[j] (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, Hopper only in CUDA 13; --fp8-scaling rowwise)
     bool outer_vec_scales = false;
 };
 inline bool cuda_type_is_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
@@ -251,8 +250,7 @@ static void matmul_cublaslt(const CudaContext& ctx, void* d, const void* a, cons
                             cublasLtEpilogue_t epilogue, const void* bias, void* aux,
                             const MatmulTypes& types = MatmulTypes()) {
     cublasLtMatmulDesc_t desc;
-    // fp32 accumulation in both builds; in the FP32 build this also rules out TF32 inputs
-    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));  // fp32, never TF32
     const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
@@ -345,17 +343,15 @@ inline void matmul_forward(floatX* out, floatX* gelu_pre, const floatX* inp, con
 }
 
 // ---------------------------------------------------------------- bias gradient (column sums of dout)
-// One kernel: blocks of 32 x LANES threads, (32 column packs, LANES row lanes), each over one column
+// One kernel: blocks of 32 x LANES threads (32 column packs, LANES row lanes), each over one column
 // tile (BIAS_TILE_COLS columns: 256 bf16, 128 fp32) and one chunk of consecutive rows. Thread (x, y)
 // sums rows y, y + LANES, ... of the chunk for its pack, UNROLL 16-byte streaming loads in flight;
 // the block adds its lanes in lane order into one fp32 partial per column, (chunks, OC) in scratch.
-// The last block of a tile to finish (a counter per tile) folds the tile's chunk partials in chunk
-// order and adds them into dbias: no second launch, and every sum in a fixed order (deterministic:
-// the same bits every run, whichever block comes last).
-// Grid: tiles x chunks ~ the blocks resident at once on the H200's 132 SMs (1024 threads a SM, <= 64
-// registers), one wave; chunks from N and OC only, so the bits do not depend on the GPU. Shipped:
-// LANES 16, UNROLL 8 (BiasShipped): at OC 768, 88 chunks of 745 rows, 2 blocks of 512 threads a SM,
-// 1024 x 8 loads x 16 B = 128 KB in flight a SM.
+// The tile's last block to finish (a counter per tile) folds its chunk partials in chunk order into
+// dbias: no second launch, every sum in a fixed order (the same bits whichever block comes last).
+// Grid: tiles x chunks ~ one wave of resident blocks on the H200's 132 SMs (1024 threads a SM, <= 64
+// registers); chunks from N and OC only, so the bits do not depend on the GPU. Shipped (BiasShipped):
+// LANES 16, UNROLL 8: at OC 768, 88 chunks of 745 rows, 2 blocks of 512 threads a SM, 128 KB in flight.
 // Bytes: N * OC * sizeof(floatX) read once; memory-bound. Measured: docs/perf.md, "Memory-bound kernels".
 constexpr int BIAS_TILE_PACKS = 32, BIAS_TILE_COLS = BIAS_TILE_PACKS * x128::size;
 constexpr int BIAS_SM_THREADS = 1024, BIAS_SMS = 132;  // resident threads a SM (64 registers each), H200 SMs

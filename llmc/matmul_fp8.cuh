@@ -11,8 +11,7 @@
 //   input gradient   dX = dY . W             P = dY   (N, OC)  e5m2*   Q = W^T (C, OC)  e4m3   K = OC
 //   weight gradient  dW += dY^T . X          P = dY^T (OC, N)  e5m2*   Q = X^T (C, N)   e4m3   K = N
 //   * e5m2 by default (gradients need the range), or e4m3; cuBLASLt takes any mix but e5m2 x e5m2.
-//   The transposed copies come from fp8_cast_transpose: W^T once per step, dY^T from dY's one read,
-//   X^T from the forward's cast of X, kept for the backward (N*C bytes a layer).
+//   The transposed copies: fp8_cast_transpose (llmc/model_fp8.cuh says when).
 // Rowwise scaling (--fp8-scaling rowwise): one scale per row of every operand as stored, through
 // cuBLASLt's outer-vector scales, D(i, j) *= sp[i] * sq[j] (CUDA 13: compute capability 9.0 only).
 // Fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM: the whole K in the tensor cores' narrower
