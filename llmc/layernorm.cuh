@@ -139,10 +139,7 @@ static __global__ void layernorm_forward_block_per_row(floatX* residual, floatX*
     const int64_t at = (int64_t)row * C + c;
     float v[x128::size] = {};
     float sum = 0.0f;
-    if (on) {
-        norm_load_pack<FUSED_RESIDUAL>(v, residual, inp1, inp2, at);
-        for (int k = 0; k < x128::size; k++) sum += v[k];
-    }
+    if (on) norm_load_pack<FUSED_RESIDUAL>(v, residual, inp1, inp2, at, [&](float x) { sum += x; });
     const float m = block_reduce_sum(sum) / C;
     float sq = 0.0f;
     if (on)
@@ -335,8 +332,7 @@ __device__ __forceinline__ void layernorm_backward_narrow_step(float (&dw)[PACKS
 }
 
 // The fused kernel (norm_backward.cuh launches it): the phases above over the block's chunk of rows,
-// then the chunk's partials (chunks, 2, C): every warp's sums hold all its columns (zeros if it had no
-// rows), and column c adds warps 0..7 in order.
+// then the chunk's partials (norm_backward_write_partials).
 template <int PACKS, int R>
 static __global__ __launch_bounds__(NORM_BWD_BLOCK, layernorm_backward_min_blocks<PACKS>()) void
     layernorm_backward_fused(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
@@ -374,40 +370,7 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, layernorm_backward_min_block
         else
             layernorm_backward_narrow_step<PACKS, R>(dw, db, dinp, dout, inp, weight, mean, rstd, r, r1, C, lane);
     }
-    float* out = partials + (int64_t)blockIdx.x * 2 * C;
-    if constexpr (WIDE) {
-        __syncthreads();
-        const float* sums = reinterpret_cast<const float*>(wide_sums);
-        for (int c = threadIdx.x; c < C; c += NORM_BWD_BLOCK) {
-            const int q = c / x128::size, h = (c % x128::size) / 4, e = c % 4;
-#pragma unroll
-            for (int j = 0; j < 2; j++) {
-                float sum = 0.0f;
-                for (int v = 0; v < NORM_BWD_WARPS; v++) sum += sums[(((v * 2 + j) * F4 + h) * P + q) * 4 + e];
-                out[j * C + c] = sum;
-            }
-        }
-    } else {  // twice through one buffer: dweight, then dbias
-        __shared__ float warp_sum[NORM_BWD_WARPS * NORM_BWD_REG_PACKS * WARP_SIZE * x128::size];  // [warp][c], 32 KB
-#pragma unroll
-        for (int half = 0; half < 2; half++) {
-            if (half == 1) __syncthreads();  // every thread has read the dweight sums
-#pragma unroll
-            for (int p = 0; p < PACKS; p++) {
-                const int c = (p * WARP_SIZE + lane) * x128::size;
-                if (c < C)
-#pragma unroll
-                    for (int k = 0; k < x128::size; k++)
-                        warp_sum[warp * C + c + k] = half == 0 ? dw[p][k] : db[p][k];
-            }
-            __syncthreads();
-            for (int c = threadIdx.x; c < C; c += NORM_BWD_BLOCK) {
-                float sum = 0.0f;
-                for (int v = 0; v < NORM_BWD_WARPS; v++) sum += warp_sum[v * C + c];
-                out[half * C + c] = sum;
-            }
-        }
-    }
+    norm_backward_write_partials<2, PACKS>(partials, wide_sums, C, lane, warp, dw, db);
 }
 
 // The two-kernel path (the fallback for C > NORM_BWD_MAX_C; norm_backward_two_kernels): dinp, a warp

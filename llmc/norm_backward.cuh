@@ -34,18 +34,21 @@ inline void norm_check(const char* what, int C) {
     if (C % x128::size != 0) fail("%s: C = %d is not a multiple of %d", what, C, x128::size);
 }
 
-// A block-per-row forward's pack at `at` as floats: inp1, or (FUSED_RESIDUAL) the rounded sum
-// inp1 + inp2, also stored into residual.
-template <bool FUSED_RESIDUAL>
+// A block-per-row forward's pack at `at` as floats, each then passed to add(v[k]): inp1, or
+// (FUSED_RESIDUAL) the rounded sum inp1 + inp2, also stored into residual.
+template <bool FUSED_RESIDUAL, typename Add>
 __device__ __forceinline__ void norm_load_pack(float (&v)[x128::size], floatX* residual, const floatX* inp1,
-                                               const floatX* inp2, int64_t at) {
+                                               const floatX* inp2, int64_t at, Add add) {
     x128 x = load128(inp1 + at);
     if constexpr (FUSED_RESIDUAL) {
         const x128 y = load128(inp2 + at);
         for (int k = 0; k < x128::size; k++) x[k] = from_float<floatX>(to_float(x[k]) + to_float(y[k]));
         store128(residual + at, x);
     }
-    for (int k = 0; k < x128::size; k++) v[k] = to_float(x[k]);
+    for (int k = 0; k < x128::size; k++) {
+        v[k] = to_float(x[k]);
+        add(v[k]);
+    }
 }
 
 // Rows per warp step of the fused kernels: 2 while a lane's share of a row is at most 16 values
@@ -76,6 +79,51 @@ __device__ __forceinline__ void norm_backward_store_rows(floatX* dinp, int r, in
 #pragma unroll
                 for (int k = 0; k < x128::size; k++) o[k] = from_float<floatX>(value(i, p, k));
                 store128(dinp + base + c, o);
+            }
+        }
+    }
+}
+
+// The fused kernels' end: the block's partials (SUMS, C) of chunk blockIdx.x; every warp's sums hold all
+// its columns (zeros if it had no rows), and column c adds warps 0..7 in order. Wide: from the float4
+// slots (warp, sum, x128::size / 4, C / x128::size packs) in dynamic smem `wide`; narrow: the lane's
+// register sums s0 (and s1), [pack][k], through a static 32 KB buffer, one sum at a time.
+template <int SUMS, int PACKS, int NP>
+__device__ __forceinline__ void norm_backward_write_partials(float* partials, const float4* wide, int C, int lane,
+                                                             int warp, const float (&s0)[NP][x128::size],
+                                                             const float (&s1)[NP][x128::size]) {
+    float* out = partials + (int64_t)blockIdx.x * SUMS * C;
+    if constexpr (norm_backward_wide<PACKS>()) {
+        constexpr int F4 = x128::size / 4;
+        const int P = C / x128::size;
+        __syncthreads();
+        const float* sums = reinterpret_cast<const float*>(wide);
+        for (int c = threadIdx.x; c < C; c += NORM_BWD_BLOCK) {
+            const int q = c / x128::size, h = (c % x128::size) / 4, e = c % 4;
+#pragma unroll
+            for (int j = 0; j < SUMS; j++) {
+                float sum = 0.0f;
+                for (int v = 0; v < NORM_BWD_WARPS; v++) sum += sums[(((v * SUMS + j) * F4 + h) * P + q) * 4 + e];
+                out[j * C + c] = sum;
+            }
+        }
+    } else {
+        __shared__ float warp_sum[NORM_BWD_WARPS * NORM_BWD_REG_PACKS * WARP_SIZE * x128::size];  // [warp][c], 32 KB
+#pragma unroll
+        for (int j = 0; j < SUMS; j++) {
+            if (j > 0) __syncthreads();  // every thread has read the previous sum
+#pragma unroll
+            for (int p = 0; p < PACKS; p++) {
+                const int c = (p * WARP_SIZE + lane) * x128::size;
+                if (c < C)
+#pragma unroll
+                    for (int k = 0; k < x128::size; k++) warp_sum[warp * C + c + k] = j == 0 ? s0[p][k] : s1[p][k];
+            }
+            __syncthreads();
+            for (int c = threadIdx.x; c < C; c += NORM_BWD_BLOCK) {
+                float sum = 0.0f;
+                for (int v = 0; v < NORM_BWD_WARPS; v++) sum += warp_sum[v * C + c];
+                out[j * C + c] = sum;
             }
         }
     }

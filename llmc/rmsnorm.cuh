@@ -70,10 +70,7 @@ static __global__ void rmsnorm_forward_block_per_row(floatX* residual, floatX* o
     const int64_t at = (int64_t)row * C + c;
     float v[x128::size] = {};
     float sq = 0.0f;
-    if (on) {
-        norm_load_pack<FUSED_RESIDUAL>(v, residual, inp1, inp2, at);
-        for (int k = 0; k < x128::size; k++) sq += v[k] * v[k];
-    }
+    if (on) norm_load_pack<FUSED_RESIDUAL>(v, residual, inp1, inp2, at, [&](float x) { sq += x * x; });
     const float s = rsqrtf(block_reduce_sum(sq) / C + eps);
     if (on) {
         x128 o;
@@ -214,32 +211,7 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, norm_backward_min_blocks<PAC
         norm_backward_store_rows<PACKS, R>(dinp, r, r1, C, lane,
                                            [&](int i, int p, int k) { return t[i][p][k] - n[i][p][k] * gx[i]; });
     }
-    // Every warp's sums hold all its columns (zeros if it had no rows); column c adds warps 0..7 in order.
-    if constexpr (WIDE) {
-        __syncthreads();
-        const float* sums = reinterpret_cast<const float*>(wide_dw);
-        for (int c = threadIdx.x; c < C; c += NORM_BWD_BLOCK) {
-            const int q = c / x128::size, h = (c % x128::size) / 4, e = c % 4;
-            float sum = 0.0f;
-            for (int v = 0; v < NORM_BWD_WARPS; v++) sum += sums[((v * F4 + h) * P + q) * 4 + e];
-            partials[(int64_t)blockIdx.x * C + c] = sum;
-        }
-    } else {
-        __shared__ float warp_dw[NORM_BWD_WARPS * NORM_BWD_REG_PACKS * WARP_SIZE * x128::size];  // [warp][c], 32 KB
-#pragma unroll
-        for (int p = 0; p < PACKS; p++) {
-            const int c = (p * WARP_SIZE + lane) * x128::size;
-            if (c < C)
-#pragma unroll
-                for (int k = 0; k < x128::size; k++) warp_dw[warp * C + c + k] = dw[p][k];
-        }
-        __syncthreads();
-        for (int c = threadIdx.x; c < C; c += NORM_BWD_BLOCK) {
-            float sum = 0.0f;
-            for (int v = 0; v < NORM_BWD_WARPS; v++) sum += warp_dw[v * C + c];
-            partials[(int64_t)blockIdx.x * C + c] = sum;
-        }
-    }
+    norm_backward_write_partials<1, PACKS>(partials, wide_dw, C, lane, warp, dw, dw);
 }
 
 // The two-kernel path (the fallback for C > NORM_BWD_MAX_C; norm_backward_two_kernels): dinp, a warp
