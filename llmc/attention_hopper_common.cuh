@@ -1,10 +1,7 @@
-// attention_hopper_common.cuh: the Hopper (sm_90a) building blocks the attention kernels share:
-// mbarriers, TMA tile loads from one tensor map over qkv, TMA bulk reductions into fp32, 128B-swizzled
-// smem panels and their wgmma descriptors, the wgmma instructions (operands from smem, K- or MN-major,
-// or A from registers), named barriers, tensor map encoding.
-// Part of llmc/attention.cuh (included from there, before attention_hopper.cuh); it builds on
-// attention_mma.cuh and the device helpers of llmc/cuda_common.cuh (pack_bf16, smem_addr).
-//
+// attention_hopper_common.cuh: the Hopper (sm_90a) building blocks the attention kernels share: TMA
+// tile loads and bulk reductions, 128B-swizzled smem panels and their wgmma descriptors, the wgmma
+// instructions, named barriers, tensor map encoding. Part of llmc/attention.cuh; it builds on
+// attention_mma.cuh and llmc/cuda_common.cuh (mbarriers, pack_bf16, smem_addr).
 // Layouts: a (R, HD) bf16 tile lives in smem as HD/64 panels of R rows x 64 columns (128-byte rows),
 // the 16-byte chunks of row r XOR-swizzled by r % 8: what the TMA's 128B swizzle writes and what a
 // wgmma descriptor with 128B swizzle reads. Accumulators are wgmma's: thread t of a warpgroup holds,
@@ -31,8 +28,7 @@ inline bool attention_hopper_available(const CudaContext& ctx) { return ctx.runs
 namespace attention_hopper_detail {
 using namespace attention_detail;
 
-// ============================================================================ mbarrier, TMA, wgmma
-// mbar_init, mbar_expect_tx, mbar_arrive and mbar_wait: llmc/cuda_common.cuh
+// ============================================================================ TMA, wgmma
 // One box of the tensor map (64 columns x 64 rows of one sequence) into smem, completing on `bar`.
 __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int col, int row, int seq, uint32_t bar) {
     asm volatile(
@@ -73,8 +69,7 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-// Pins registers the tensor cores write (or read) asynchronously to this point, after a wgmma_wait:
-// the compiler may neither hoist a read of them above the wait nor reuse them before it.
+// Pins registers the tensor cores write (or read) asynchronously to this point, after a wgmma_wait.
 template <int N>
 __device__ __forceinline__ void fence_regs(float (&r)[N]) {
 #pragma unroll
@@ -178,9 +173,8 @@ __device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, 
 __device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void named_sync_warpgroup(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
 
-// cuTensorMapEncodeTiled through the runtime's driver entry point (so no -lcuda is needed), failing
-// with a message: a tensor map of `rank` dims (dims[0] contiguous; strides in bytes of dims 1..), box
-// elements a dim, no interleave, 256-byte L2 promotion, out-of-bounds elements read as zeros.
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda): a tensor map of `rank`
+// dims (dims[0] contiguous; strides in bytes of dims 1..), out-of-bounds elements read as zeros.
 inline CUtensorMap encode_tensor_map(CUtensorMapDataType type, int rank, const void* ptr, const cuuint64_t* dims,
                                      const cuuint64_t* strides, const cuuint32_t* box, CUtensorMapSwizzle swizzle) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {

@@ -1,32 +1,25 @@
 // rope.cuh: rotary position embeddings (RoPE) on the GPU, in place on the Q and K heads of the fused
-// QKV activation, in the Hugging Face Llama convention (llmc/cpu/rope.h states it in full): in each
-// head vector of HD channels, channel i pairs with i + HD/2 and turns by the angle
-// pos * theta^(-2i/HD), pos = pos_offset + t (or, for a decode step, each row's own pos[b]); with
-// Llama 3's frequency scaling the frequencies are cpu::rope_inv_freq's, through the same tables.
-// Shapes: qkv, dqkv (B, T, (NH + 2*NKV) * HD) floatX, per position NH query heads, NKV key heads, NKV
-//   value heads; cos, sin (max_pos, HD/2) fp32 with max_pos >= pos_offset + T.
-//   rope_forward   rotates the Q and K heads of qkv in place (=); V is untouched
-//   rope_forward_at  the same on B rows (one new token per sequence, qkv (B, (NH + 2*NKV) * HD)), row
-//                  b at position pos[b] read on the device (a CUDA graph replays it per token); a row
-//                  with pos[b] < 0 (an idle sequence) is left as it is
-//   rope_backward  the inverse rotation of the Q and K heads of dqkv in place (=), turning
-//                  d(rotated qkv) into d(qkv); dV is untouched
-// The tables are built once on the host by cpu::rope_tables_for (angles in double, rounded once to fp32)
-// and uploaded: the GPU then rotates by bit-identical factors to the CPU reference, and the 1-2 MB
-// tables stay in L2. A device sincos in fp32 at p ~ 4096 would be off by ~1e-4 rad.
-// fp32 math; HD/2 must be a multiple of x128::size (HD a multiple of 16 in bf16, 8 in fp32).
-// A separate pass, memory-bound: it reads and writes the Q and K heads once. Measured: docs/perf.md,
-// "Memory-bound kernels".
+// QKV activation, in the Hugging Face Llama convention (llmc/cpu/rope.h states it in full): channel i
+// of a head pairs with i + HD/2 and turns by the angle pos * inv_freq[i], pos = pos_offset + t (or,
+// for a decode step, each row's own pos[b]).
+// Shapes: qkv, dqkv (B, T, (NH + 2*NKV) * HD) floatX; cos, sin (max_pos, HD/2) fp32 with
+// max_pos >= pos_offset + T.
+//   rope_forward     rotates the Q and K heads of qkv in place (=); V is untouched
+//   rope_forward_at  the same on B rows (one new token per sequence), row b at position pos[b] read on
+//                    the device (a CUDA graph replays it per token); pos[b] < 0: row b left as it is
+//   rope_backward    the inverse rotation of the Q and K heads of dqkv in place (=); dV is untouched
+// The tables come from cpu::rope_tables_for (angles in double, rounded once to fp32), so the GPU
+// rotates by bit-identical factors to the CPU reference (a device sincos in fp32 at p ~ 4096 would be
+// off by ~1e-4 rad). fp32 math; HD/2 must be a multiple of x128::size. Memory-bound: reads and writes
+// the Q and K heads once. Measured: docs/perf.md, "Memory-bound kernels".
 #pragma once
 #include "llmc/cuda_common.cuh"
 #include "llmc/utils.h"
 
-// Thread = one pack of x128::size channels i..i+size-1 of the first half of one Q or K head, with
-// its partner pack i+HD/2 .. of the same head. Consecutive threads take consecutive packs of a head,
-// then the next head of the row (Q heads then K heads, which are contiguous), then the next row, so
-// a warp reads two contiguous runs. cos/sin: 2 * x128::size fp32 a thread, shared by every head
-// of a row (L1 hits). DRAM: reads and writes B*T*(NH+NKV)*HD*sizeof(floatX) bytes each, ~6 FLOPs
-// per element: memory-bound (~0.27 GB at B=64 T=1024 NH=12 NKV=4 HD=64).
+// Thread = one pack of x128::size channels i.. of the first half of one Q or K head, with its partner
+// pack i+HD/2 .. of the same head. Consecutive threads take consecutive packs of a head, then the next
+// head of the row (Q heads then K heads, which are contiguous), then the next row. cos/sin: L1 hits
+// (shared by every head of a row). DRAM: reads and writes B*T*(NH+NKV)*HD*sizeof(floatX) bytes each.
 // INVERSE: the backward's rotation by -angle. positions: nullptr, or one position per row (T = 1),
 // < 0 for a row to skip.
 template <bool INVERSE>

@@ -1,16 +1,12 @@
 // attention.h: causal multi-head self-attention on the CPU, straight from the fused QKV projection.
 // Shapes: qkv (B, T, (NH + 2*NKV) * HD), per position all NH query heads, then NKV key heads, then
-//   NKV value heads, HD channels each (docs/design.md); out (B, T, NH*HD) ready for the output
-//   projection; lse (B, NH, T) fp32, the log-sum-exp of each query row's scaled scores, which is
-//   all the backward needs to rebuild the probabilities (as the GPU kernels do: no (T, T) matrix
-//   is kept per layer).
-// Query head h attends with key/value head h / (NH / NKV) (grouped-query attention; NKV == NH is
-// plain multi-head). window = 0 is full causal attention; window = W > 0 lets query t see keys
-// max(0, t-W+1) .. t. Scores are scaled by 1/sqrt(HD).
+//   NKV value heads, HD channels each (docs/design.md); out (B, T, NH*HD); lse (B, NH, T) fp32, the
+//   log-sum-exp of each query row's scaled scores, from which the backward rebuilds the probabilities.
+// Query head h attends with key/value head h / (NH / NKV). window = 0 is full causal attention;
+// window = W > 0 lets query t see keys max(0, t-W+1) .. t. Scores are scaled by 1/sqrt(HD).
 // attention_forward writes (=) out and lse. attention_backward WRITES (=) dqkv, like the GPU
-// launcher it is the reference for. fp32; results do not depend on the thread count. The
-// head-dim loops are `omp simd` (dot products summed in vector lanes, then combined): without it
-// the compiler cannot rule out that dq, dk and dv overlap, and the backward stays scalar.
+// launcher it is the reference for. fp32; results do not depend on the thread count. The head-dim
+// loops are `omp simd`: without it the compiler cannot rule out that dq, dk and dv overlap.
 #pragma once
 #include <cmath>
 #include <cstddef>

@@ -7,10 +7,9 @@
 //   rmsnorm_backward                 dinp += ..., dweight += ...                                      (+=)
 //   fused_residual_rmsnorm_forward   residual = inp1 + inp2, then out = rmsnorm(residual)            (=)
 //   fused_residual_rmsnorm_backward  dresidual += the norm's input gradient, dweight += ...          (+=)
-// The fused pair is the reference for the GPU kernel of the same name (as fused_residual_layernorm_forward
-// in llmc/layernorm.cuh): the statistics are those of the stored residual, so the backward sees
-// exactly what the forward normalized. fp32; the per-row sum of squares is taken in double so the
-// reference is not limited by rounding in the statistics. Results do not depend on the thread count.
+// The fused pair is the reference for the GPU kernels of the same names: the statistics are those of the
+// stored residual. fp32; the per-row sum of squares is taken in double so the reference is not limited
+// by rounding in the statistics. Results do not depend on the thread count.
 #pragma once
 #include <cmath>
 #include <cstddef>
@@ -75,10 +74,8 @@ inline void fused_residual_rmsnorm_forward(float* residual, float* out, float* r
 }
 
 // dresidual: on entry d(loss)/d(residual) from the residual stream's later uses; on return plus the
-// norm's input gradient, i.e. the whole gradient of residual, which the add passes unchanged to
-// both inp1 and inp2 (the trainer keeps it as the running residual-stream gradient and feeds it to
-// the block's projection backward). The arithmetic is rmsnorm_backward's with dinp = dresidual;
-// this name is what the fused GPU backward is checked against.
+// norm's input gradient, the whole gradient of residual, which the add passes unchanged to inp1 and
+// inp2. The arithmetic is rmsnorm_backward's with dinp = dresidual.
 inline void fused_residual_rmsnorm_backward(float* dresidual, float* dweight, const float* dout,
                                             const float* residual, const float* weight, const float* rstd, int B,
                                             int T, int C) {

@@ -6,18 +6,14 @@
 // head vector x of HD channels, channel i pairs with channel i + HD/2 (not with i + 1, as in Meta's
 // original interleaved code; Hugging Face checkpoints have their q/k rows permuted for this pairing,
 // so imported weights need no permutation), and the pair turns by the angle p * theta^(-2i/HD) at
-// position p, i = 0 .. HD/2-1:
+// position p, i = 0 .. HD/2-1 (with RopeScaling's llama3, the frequencies scaled first as transformers
+// does):
 //   x'[i] = x[i] cos - x[i + HD/2] sin,   x'[i + HD/2] = x[i + HD/2] cos + x[i] sin.
-// With RoPE scaling (llmc/model_config.h RopeScaling: Llama 3.x's llama3) the frequencies
-// theta^(-2i/HD) are scaled first, as transformers' rope_type "llama3" does; the rotation is the same.
 // Token t of every sequence sits at position pos_offset + t (pos_offset > 0: a KV cache's next
 // tokens), so the tables need max_pos >= pos_offset + T rows.
-//   rope_inv_freq  the (scaled) frequencies of the HD/2 channel pairs, in double
-//   rope_tables    cos, sin (=), in double, rounded once to fp32
-//   rope_tables_for  the tables of a model's config (head dim, theta, scaling): what every model uses
-//   rope_forward   rotates the Q and K heads of qkv in place; V is untouched
-//   rope_backward  the inverse rotation (by -angle: a rotation's transpose) of the Q and K heads of
-//                  dqkv in place, turning d(rotated qkv) into d(qkv); dV passes through untouched
+//   rope_tables_for  cos, sin (=) of a model's config (in double, rounded once to fp32): what every model uses
+//   rope_forward     rotates the Q and K heads of qkv in place; V is untouched
+//   rope_backward    the inverse rotation (by -angle) of the Q and K heads of dqkv in place; dV untouched
 // fp32; each element is written by one thread, so results do not depend on the thread count.
 #pragma once
 #include <cmath>
