@@ -1,28 +1,21 @@
 // test_gpt2_cpu.cpp: the CPU reference model (llmc/cpu/model.h) against PyTorch, GPT-2 and Llama-style.
-// Loads a model checkpoint and the
-// debug state scripts/train_gpt2.py wrote for it (docs/formats.md, GPTX: one batch, the logits,
-// loss and every parameter gradient computed in float64, and the loss before each of n AdamW
-// steps on that batch), then checks ours: logits, loss, every gradient tensor the config has, the logits of a
-// shorter row run as sampling runs it, the same gradient accumulated over two half-weighted
-// micro-batches, and the loss trajectory of n AdamW steps with the same hyperparameters.
+// Loads a model checkpoint and the debug state scripts/train_gpt2.py wrote for it (docs/formats.md,
+// GPTX: one batch, the logits, loss and every parameter gradient computed in float64, and the loss
+// before each of n AdamW steps on that batch), then checks ours: logits, loss, every gradient tensor the
+// config has, the logits of a shorter row run as sampling runs it, the same gradient accumulated over
+// two half-weighted micro-batches, and the loss trajectory of n AdamW steps with the same hyperparameters.
 //
-//   build/test_gpt2_cpu [model.bin debug.bin]     (default: the committed fixtures in tests/fixture:
-//                                                  GPT-2 model/debug.bin (MHA) and gqa_model/gqa_debug.bin
-//                                                  (NKV < NH, attention window); Llama llama_*, llama_gqa_*
-//                                                  (untied head), llama_window_*)
+//   build/test_gpt2_cpu [model.bin debug.bin]     (default: the committed fixtures in tests/fixture, see main)
 //
-// Tolerances. The reference is float64, so every difference is our fp32 rounding. One fp32
-// operation errs by at most 2^-24 = 6e-8 relative; a dot product of length K accumulates errors
-// that grow like sqrt(K) in practice (K <= 4C and B*T here), and a forward/backward pass chains a
-// few dozen such ops. So we expect errors near 1e-6 of a tensor's scale (the fixture shows
-// 2e-7..5e-7) and allow 1e-5 of it (TOL_SCALED): room for any sane summation order and for larger
-// models, while a wrong term (a missing factor, a dropped row) shows as 1e-2..1e0 of the scale. Errors are
-// measured against the tensor's largest magnitude because elementwise relative error is
-// meaningless for entries that are zero up to rounding; the elementwise relative error is printed
-// too (over entries above 1e-3 of the scale). The loss after n AdamW steps drifts more: Adam
-// divides by sqrt(v), which amplifies the rounding of tiny gradients (the fixture shows up to 5e-7
-// relative after 10 steps), so each step's loss is held to 2e-5 relative; a real bug moves it by
-// 1e-3 or more within a few steps.
+// Tolerances. The reference is float64, so every difference is our fp32 rounding. One fp32 operation
+// errs by at most 2^-24 = 6e-8 relative; a dot product of length K (<= 4C and B*T here) accumulates
+// errors that grow like sqrt(K), and a pass chains a few dozen such ops: we expect ~1e-6 of a tensor's
+// scale (the fixture shows 2e-7..5e-7) and allow 1e-5 (TOL_SCALED), room for any sane summation order,
+// while a wrong term (a missing factor, a dropped row) shows as 1e-2..1e0. Errors are measured against
+// the tensor's largest magnitude, as elementwise relative error is meaningless for entries zero up to
+// rounding (it is printed too, over entries above 1e-3 of the scale). Adam divides by sqrt(v), which
+// amplifies the rounding of tiny gradients (the fixture: up to 5e-7 relative after 10 steps), so each
+// trajectory loss is held to 2e-5 relative; a real bug moves it by 1e-3 or more within a few steps.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
