@@ -19,15 +19,13 @@
 //     bf16 build's deterministic backward, and the forward and the fast backward (a single pass, dQ by
 //     fp32 atomics in a caller's scratch buffer) where the sm_90a kernels do not run.
 //   * attention_forward_hopper / attention_backward_hopper: wgmma + TMA + warp specialization
-//     (FlashAttention-3's structure), the bf16 forward and the fast (dQ atomics) backward of sm_90a
-//     builds (attention_hopper.cuh, attention_hopper_backward.cuh, on the building blocks of
-//     attention_hopper_common.cuh).
+//     (FlashAttention-3's structure), the bf16 forward and the fast backward of sm_90a builds
+//     (attention_hopper.cuh, attention_hopper_backward.cuh).
 // attention_forward / attention_backward (at the end) pick the one for the build. The forward, and the
 // backward without scratch, are deterministic by construction: no atomics, every output element
 // summed by one thread in a fixed order (dev/cuda/attention_backward.cu checks two runs bit for bit).
 // Every entry point takes its tensors (outputs first), one AttnShape (attention_layout.cuh) and the
-// CudaContext (llmc/cuda_common.cuh): the stream it launches on, the device's SM count and whether
-// the sm_90a kernels run, and the one-time raising of the kernels' shared-memory limits.
+// CudaContext (llmc/cuda_common.cuh: stream, SM count, whether the sm_90a kernels run).
 #pragma once
 #include "llmc/attention_forward.cuh"  // the forward half: attention_forward and its kernels
 
@@ -169,16 +167,11 @@ inline void attention_backward_simple(floatX* dqkv, const floatX* dout, const fl
     const QKVLayout L = qkv_layout(s);
     const int T = s.T, W = s.window;
     const dim3 grid_q(ceil_div(T, SIMPLE_ROWS), s.NH, s.B), grid_kv(ceil_div(T, SIMPLE_ROWS), s.NKV, s.B);
-    cudaStream_t st = ctx.stream;
-    if (s.HD == 64) {
-        attention_backward_dq_simple<64><<<grid_q, SIMPLE_THREADS, 0, st>>>(dqkv, dout, qkv, out, lse, T, L, W);
-        cudaCheckLaunch();
-        attention_backward_dkdv_simple<64><<<grid_kv, SIMPLE_THREADS, 0, st>>>(dqkv, dout, qkv, out, lse, T, L, W);
-    } else {
-        attention_backward_dq_simple<128><<<grid_q, SIMPLE_THREADS, 0, st>>>(dqkv, dout, qkv, out, lse, T, L, W);
-        cudaCheckLaunch();
-        attention_backward_dkdv_simple<128><<<grid_kv, SIMPLE_THREADS, 0, st>>>(dqkv, dout, qkv, out, lse, T, L, W);
-    }
+    auto dq = s.HD == 64 ? attention_backward_dq_simple<64> : attention_backward_dq_simple<128>;
+    auto dkdv = s.HD == 64 ? attention_backward_dkdv_simple<64> : attention_backward_dkdv_simple<128>;
+    dq<<<grid_q, SIMPLE_THREADS, 0, ctx.stream>>>(dqkv, dout, qkv, out, lse, T, L, W);
+    cudaCheckLaunch();
+    dkdv<<<grid_kv, SIMPLE_THREADS, 0, ctx.stream>>>(dqkv, dout, qkv, out, lse, T, L, W);
     cudaCheckLaunch();
 }
 
@@ -196,9 +189,8 @@ inline bool attention_backward_flash(__nv_bfloat16* dqkv, const __nv_bfloat16* d
     if (!aligned16(dqkv) || !aligned16(dout) || !aligned16(qkv) || !aligned16(out) || !aligned16(scratch.data))
         fail("attention_backward: dqkv, dout, qkv, out and scratch must be 16-byte aligned");
     if (scratch.data) {  // one pass, dQ summed by fp32 atomics in scratch: faster, not bit-reproducible
-        if (s.HD == 64)
-            backward_flash_atomic<AtomicBwdCfg<64>>(dqkv, scratch.data, dout, qkv, out, lse, s, ctx, keep_dq);
-        else backward_flash_atomic<AtomicBwdCfg<128>>(dqkv, scratch.data, dout, qkv, out, lse, s, ctx, keep_dq);
+        auto run = s.HD == 64 ? backward_flash_atomic<AtomicBwdCfg<64>> : backward_flash_atomic<AtomicBwdCfg<128>>;
+        run(dqkv, scratch.data, dout, qkv, out, lse, s, ctx, keep_dq);
         return keep_dq;
     }
     if (s.HD == 64) backward_flash<DQCfg<64>, DKVCfg<64>>(dqkv, dout, qkv, out, lse, s, ctx);

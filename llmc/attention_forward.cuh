@@ -98,9 +98,8 @@ inline void attention_forward_simple(floatX* out, float* lse, const floatX* qkv,
     check_attention_sizes("attention_forward", s);
     const QKVLayout L = qkv_layout(s);
     const dim3 grid(ceil_div(s.T, SIMPLE_ROWS), s.NH, s.B);
-    if (s.HD == 64)
-        attention_forward_simple<64><<<grid, SIMPLE_THREADS, 0, ctx.stream>>>(out, lse, qkv, s.T, L, s.window);
-    else attention_forward_simple<128><<<grid, SIMPLE_THREADS, 0, ctx.stream>>>(out, lse, qkv, s.T, L, s.window);
+    auto kernel = s.HD == 64 ? attention_forward_simple<64> : attention_forward_simple<128>;
+    kernel<<<grid, SIMPLE_THREADS, 0, ctx.stream>>>(out, lse, qkv, s.T, L, s.window);
     cudaCheckLaunch();
 }
 

@@ -199,8 +199,8 @@ __device__ __forceinline__ void scale_o(float (&o)[HD / 2], const float (&corr)[
                                         o[nd * 4 + 3] *= corr[1];
 }
 
-// A consumer thread's place: warpgroup wg (0..consumers-1), warp w of it, lane; g = lane / 4 and
-// t4 = lane % 4 place it in the wgmma accumulator layout; its rows of a tile are wrow + g and + 8.
+// A consumer thread's place: warpgroup wg, warp w of it, lane (g = lane / 4, t4 = lane % 4 in the
+// wgmma accumulator layout); its rows of a tile are wrow + g and + 8.
 struct FwdThread {
     int wg, w, lane, g, t4, wrow;
     float sl2;  // scores -> base-2 exponent
@@ -547,9 +547,8 @@ inline void attention_forward_hopper(__nv_bfloat16* out, float* lse, const __nv_
                !aligned16(f8->xt)))
         fail("attention_forward_hopper: the FP8 copies need T (%d) a multiple of 16, rows = B * T, 16-byte alignment",
              s.T);
-    if (s.HD == 64)
-        forward_hopper<HopperFwdShipped<64>>(out, lse, qkv, s, ctx, HOPPER_PERSISTENT, HOPPER_L2_BYTES, f8);
-    else forward_hopper<HopperFwdShipped<128>>(out, lse, qkv, s, ctx, HOPPER_PERSISTENT, HOPPER_L2_BYTES, f8);
+    auto run = s.HD == 64 ? forward_hopper<HopperFwdShipped<64>> : forward_hopper<HopperFwdShipped<128>>;
+    run(out, lse, qkv, s, ctx, HOPPER_PERSISTENT, HOPPER_L2_BYTES, f8);
 #else
     (void)out, (void)lse, (void)qkv, (void)ctx, (void)f8;
     fail("attention_forward_hopper: this build has no sm_90a kernels (GPU_ARCH=90a defines LLMC_SM90A)");

@@ -527,9 +527,8 @@ __device__ __forceinline__ void bwd_epilogue(bf16* dqkv, float* dkv_accum, const
 // A consumer warpgroup over the CTA's items: the main loop, the epilogue.
 template <class K>
 __device__ __forceinline__ void bwd_consumer(const BwdSmemAddr<K>& sm, uint8_t* smem_gen, const BwdTileScheduler<K>& sched,
-                                             int warp, int lane, bf16* dqkv, float* dkv_accum,
-                                             const CUtensorMap* dq_map, int T,
-                                             const QKVLayout& L, int window) {
+                                             int warp, int lane, bf16* dqkv, float* dkv_accum, const CUtensorMap* dq_map,
+                                             int T, const QKVLayout& L, int window) {
     constexpr int HD = K::HD;
     // warpgroup index through a shuffle from lane 0: provably warp-uniform (see attention_hopper.cuh)
     const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0) - 1, w = warp % 4;

@@ -2,6 +2,7 @@
 // tile loads and bulk reductions, 128B-swizzled smem panels and their wgmma descriptors, the wgmma
 // instructions, named barriers, tensor map encoding. Part of llmc/attention.cuh; it builds on
 // attention_mma.cuh and llmc/cuda_common.cuh (mbarriers, pack_bf16, smem_addr).
+//
 // Layouts: a (R, HD) bf16 tile lives in smem as HD/64 panels of R rows x 64 columns (128-byte rows),
 // the 16-byte chunks of row r XOR-swizzled by r % 8: what the TMA's 128B swizzle writes and what a
 // wgmma descriptor with 128B swizzle reads. Accumulators are wgmma's: thread t of a warpgroup holds,

@@ -1,7 +1,5 @@
 // attention_mma.cuh: what the tensor-core attention kernels share: the swizzled smem tile layout, the
-// fragment loaders and the kernel configuration, on the mma.sync/ldmatrix/cp.async wrappers of
-// llmc/cuda_common.cuh.
-// Part of llmc/attention.cuh, which includes it; the trainer and the labs include attention.cuh.
+// fragment loaders and the kernel configuration, on llmc/cuda_common.cuh's mma.sync/ldmatrix/cp.async.
 #pragma once
 #include "llmc/attention_layout.cuh"
 
@@ -38,8 +36,7 @@ namespace attention_detail {
 // Rows past T are zero-filled on load (cp.async src-size 0) and never stored; their lse is +inf in
 // the backward so their probabilities are 0.
 // One kernel configuration: WARPS warps own MT m16 tiles (16 * MT rows) each of the register-resident
-// operand (ROWS a block); the streamed operand comes TILE rows a smem stage; MIN_BLOCKS is
-// __launch_bounds__'s register cap.
+// operand (ROWS a block); the streamed operand comes TILE rows a stage; MIN_BLOCKS: __launch_bounds__'s.
 template <int HD_, int WARPS_, int TILE_, int MIN_BLOCKS_ = 1, int MT_ = 1>
 struct FlashCfg {
     static constexpr int HD = HD_, WARPS = WARPS_, THREADS = WARPS_ * WARP_SIZE, MT = MT_, WROWS = 16 * MT_,

@@ -440,7 +440,7 @@ inline void backward_flash_atomic(bf16* dqkv, float* scratch, const bf16* dout, 
 template <int HD>
 using DQCfg = std::conditional_t<HD == 64, FlashCfg<64, 4, 64, 3>, FlashCfg<HD, 4, 32>>;
 template <int HD>
-using DKVCfg = std::conditional_t<HD == 64, FlashCfg<64, 4, 64, 3>, FlashCfg<HD, 4, 32>>;
+using DKVCfg = DQCfg<HD>;
 // The single pass: HD 64 two m16 key tiles a warp (128 keys a block, 32-query tiles, 255 registers:
 // 2 blocks/SM), no per-warp skip; HD 128 one m16 tile a warp, 64 keys x 64 queries, with the skip.
 template <int HD>

@@ -5,10 +5,9 @@
 
 namespace attention_detail {
 
-// The forward kernels' epilogue: normalises a warp's MT m16 output tiles by their row sums, writes lse
-// (natural log) of the rows < T, stages the rows in the warp's own rows of sQ (only this warp ever read
-// them) and stores them as 16-byte chunks. row_g: this thread's first query (row of (mt, r) = row_g +
-// 16 mt + 8 r); m, l: running max (base-2 exponent units) and partial row sums of the thread's 4 columns.
+// The forward kernels' epilogue: normalises a warp's MT m16 output tiles, writes lse (natural log) of
+// the rows < T, stages the rows in the warp's own rows of sQ and stores them as 16-byte chunks. row_g:
+// this thread's first query (row of (mt, r) = row_g + 16 mt + 8 r); m, l: running max and partial sums.
 template <int HD, int MT, int WR>
 __device__ __forceinline__ void finish_forward_rows(bf16* out, float* lse, bf16* sQ, float (*o)[HD / 8][4],
                                                     const float (*m)[2], const float (*l)[2], int row_g, int q0,

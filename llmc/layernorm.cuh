@@ -5,8 +5,8 @@
 //                                     out = LN(residual); the statistics are those of the stored
 //                                     residual, so the backward sees exactly what the forward used (=)
 //   layernorm_backward                dinp += ..., dweight += ..., dbias += ...            (+=)
-// The weight/bias gradients are column sums over N rows, done in fixed order (chunk partials in
-// scratch, then a fixed-order fold), so they are deterministic. C must be a multiple of x128::size.
+// The weight/bias gradients are column sums over N rows in fixed order (norm_backward.cuh):
+// deterministic. C must be a multiple of x128::size.
 #pragma once
 #include "llmc/cuda_common.cuh"
 #include "llmc/norm_backward.cuh"
@@ -192,11 +192,9 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
 // dbias += sum over rows of dout.
 //
 // The fused kernel (norm_backward.cuh: its plan and launch) keeps a lane's dweight and dbias sums and
-// writes (chunks, 2, C) partials, [k][0] = dweight, [k][1] = dbias, folded by one
-// column_partials_add2. Wide regime (PACKS 5..8 in bf16): norm_backward_smem(2, C), 80 KB at
-// C = 1280; 128 registers, 2 blocks per SM at 5 packs (52 bytes of spill stores a thread); at 6-8
-// packs 128 registers would spill 264-528 bytes, so 1 block per SM (up to 255 registers). Measured:
-// docs/perf.md "Memory-bound kernels".
+// writes (chunks, 2, C) partials, [k][0] = dweight, [k][1] = dbias. Wide regime (PACKS 5..8 in bf16):
+// norm_backward_smem(2, C); 2 blocks per SM at 5 packs (52 bytes of spill stores a thread), at 6-8
+// packs 1 (128 registers would spill 264-528 bytes). Measured: docs/perf.md "Memory-bound kernels".
 template <int PACKS>
 __host__ __device__ constexpr int layernorm_backward_min_blocks() { return PACKS <= 5 ? 2 : 1; }
 // The wide regime's sums, in the kernel's dynamic shared memory: (warp, sum: dweight then dbias, F4,
@@ -373,8 +371,7 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, layernorm_backward_min_block
     norm_backward_write_partials<2, PACKS>(partials, wide_sums, C, lane, warp, dw, db);
 }
 
-// The two-kernel path (the fallback for C > NORM_BWD_MAX_C; norm_backward_two_kernels): dinp, a warp
-// a row.
+// The two-kernel path (C > NORM_BWD_MAX_C; norm_backward_two_kernels): dinp, a warp a row.
 static __global__ void layernorm_backward_input_warp_per_row(floatX* dinp, const floatX* dout, const floatX* inp,
                                                              const floatX* weight, const float* mean,
                                                              const float* rstd, int N, int C) {

@@ -54,9 +54,8 @@ static __global__ void rmsnorm_forward_warp_per_row(floatX* residual, floatX* ou
 }
 
 // A decode step's rows (NormLaunch::block_per_row, llmc/cuda_common.cuh): block = row, thread t owns
-// pack t of the row, held in registers (fused: the rounded sum of both inputs, stored), the sum of
-// squares by one block reduction; latency-bound as layernorm_forward_block_per_row. The weight loads
-// before the PDL wait.
+// pack t of the row, held in registers, the sum of squares by one block reduction; latency-bound as
+// layernorm_forward_block_per_row. The weight loads before the PDL wait.
 template <bool FUSED_RESIDUAL>
 static __global__ void rmsnorm_forward_block_per_row(floatX* residual, floatX* out, float* rstd, const floatX* inp1,
                                                      const floatX* inp2, const floatX* weight, int N, int C,
@@ -214,8 +213,7 @@ static __global__ __launch_bounds__(NORM_BWD_BLOCK, norm_backward_min_blocks<PAC
     norm_backward_write_partials<1, PACKS>(partials, wide_dw, C, lane, warp, dw, dw);
 }
 
-// The two-kernel path (the fallback for C > NORM_BWD_MAX_C; norm_backward_two_kernels): dinp, a warp
-// a row.
+// The two-kernel path (C > NORM_BWD_MAX_C; norm_backward_two_kernels): dinp, a warp a row.
 static __global__ void rmsnorm_backward_input_warp_per_row(floatX* dinp, const floatX* dout, const floatX* inp,
                                                            const floatX* weight, const float* rstd, int N, int C) {
     const int lane = threadIdx.x % WARP_SIZE;

@@ -53,16 +53,14 @@ static __global__ void rope_rotate_packed(floatX* qkv, const float* cos, const f
     store128(x + half, y2);
 }
 
-inline void rope_check(const char* what, int B, int T, int NH, int NKV, int HD, int pos_offset) {
+// The checks of every RoPE call (what: its name in the errors), then the launch.
+template <bool INVERSE>
+inline void rope_launch(const char* what, floatX* qkv, const float* cos, const float* sin, int B, int T, int NH,
+                        int NKV, int HD, int pos_offset, cudaStream_t stream, const int* positions = nullptr) {
     if (B <= 0 || T <= 0 || NH <= 0 || NKV <= 0) fail("%s: B %d, T %d, NH %d, NKV %d must be positive", what, B, T, NH, NKV);
     if (HD <= 0 || HD % (2 * x128::size) != 0)
         fail("%s: head dim %d must be a positive multiple of %d", what, HD, 2 * x128::size);
     if (pos_offset < 0) fail("%s: position offset %d must be >= 0", what, pos_offset);
-}
-
-template <bool INVERSE>
-inline void rope_launch(floatX* qkv, const float* cos, const float* sin, int B, int T, int NH, int NKV, int HD,
-                        int pos_offset, cudaStream_t stream, const int* positions = nullptr) {
     const int64_t threads = (int64_t)B * T * (NH + NKV) * (HD / 2 / x128::size);
     if (threads >= (1ll << 31)) fail("rope: %lld threads exceed the kernel's 32-bit index", (long long)threads);
     const int block = 256;
@@ -74,21 +72,18 @@ inline void rope_launch(floatX* qkv, const float* cos, const float* sin, int B, 
 // qkv (B, T, (NH + 2*NKV) * HD) in place; cos, sin (max_pos >= pos_offset + T, HD/2) from cpu::rope_tables.
 inline void rope_forward(floatX* qkv, const float* cos, const float* sin, int B, int T, int NH, int NKV, int HD,
                          int pos_offset, cudaStream_t stream) {
-    rope_check("rope_forward", B, T, NH, NKV, HD, pos_offset);
-    rope_launch<false>(qkv, cos, sin, B, T, NH, NKV, HD, pos_offset, stream);
+    rope_launch<false>("rope_forward", qkv, cos, sin, B, T, NH, NKV, HD, pos_offset, stream);
 }
 
 // Decode: qkv (B, (NH + 2*NKV) * HD) in place, row b at position pos[b] (device, < max_pos of the
 // tables; < 0: row b untouched).
 inline void rope_forward_at(floatX* qkv, const float* cos, const float* sin, const int* pos, int B, int NH, int NKV,
                             int HD, cudaStream_t stream) {
-    rope_check("rope_forward_at", B, 1, NH, NKV, HD, 0);
-    rope_launch<false>(qkv, cos, sin, B, 1, NH, NKV, HD, 0, stream, pos);
+    rope_launch<false>("rope_forward_at", qkv, cos, sin, B, 1, NH, NKV, HD, 0, stream, pos);
 }
 
 // dqkv (B, T, (NH + 2*NKV) * HD) in place: d(rotated qkv) in, d(qkv) out, for the Q and K heads.
 inline void rope_backward(floatX* dqkv, const float* cos, const float* sin, int B, int T, int NH, int NKV, int HD,
                           int pos_offset, cudaStream_t stream) {
-    rope_check("rope_backward", B, T, NH, NKV, HD, pos_offset);
-    rope_launch<true>(dqkv, cos, sin, B, T, NH, NKV, HD, pos_offset, stream);
+    rope_launch<true>("rope_backward", dqkv, cos, sin, B, T, NH, NKV, HD, pos_offset, stream);
 }
