@@ -525,8 +525,7 @@ static __global__ void __launch_bounds__(FP8_COL_BLOCK)
         if (m[k] > *(volatile unsigned int*)&amax_bits[c + k]) atomicMax(&amax_bits[c + k], m[k]);
 }
 
-// scale[i], scale_inv[i] from amax_bits[i] by the rule at the top (margin 0; scale 1 for a zero or
-// non-finite amax).
+// scale[i], scale_inv[i] from amax_bits[i] (margin 0; scale 1 for a zero or non-finite amax).
 static __global__ void fp8_scales_from_amax_kernel(float* scale, float* scale_inv, const unsigned int* amax_bits, int n,
                                                    float fp8_max) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;

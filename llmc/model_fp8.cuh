@@ -97,9 +97,8 @@ struct ModelFp8 {
     Fp8Meta* head_metas = nullptr;  // (FP8_ROLES): the head's X, dY (dlogits) and W
 };
 
-// Whether no backward reads the bf16 inputs of the FP8 linears (ln1, ln2, the MLP activation): every
-// linear of every block in FP8 with the FP8 weight gradient (it reads the kept X^T). Then the model
-// keeps one slice of them (Model::one_slice): each is read only in its own layer's forward.
+// Whether no backward reads the bf16 inputs of the FP8 linears (ln1, ln2, the MLP activation: every
+// linear of every block FP8, the weight gradient from the kept X^T), so the model keeps one slice of them.
 inline bool fp8_keeps_no_bf16_inputs(const Fp8Settings& s) {
     return s.enabled && !s.wgrad_bf16 && s.bf16_layers == 0 && s.linears == (1 << FP8_LINEARS) - 1;
 }
@@ -109,9 +108,8 @@ inline bool fp8_linear_on(const ModelFp8& f, int l, int k) {
     return l >= f.set.bf16_layers && l < f.L - f.set.bf16_layers && ((f.set.linears >> k) & 1);
 }
 
-// Whether the casts run fused into their producers (llmc/fp8_fused.cuh): they need the scale before
-// the tensor exists (delayed scaling, after its first step) and the FP8 weight gradient (the bf16 one
-// reads the bf16 tensors the fused casts do not write).
+// Whether the casts run fused into their producers (llmc/fp8_fused.cuh): they need the scale before the
+// tensor exists (delayed scaling, after its first step) and the FP8 weight gradient (no bf16 X written).
 inline bool fp8_fused(const ModelFp8& f) {
     return f.set.fused && f.set.scaling == Fp8Scaling::DELAYED && f.warm && !f.set.wgrad_bf16;
 }
@@ -291,11 +289,10 @@ inline Fp8LinearBuffers fp8_linear_buffers(const ModelFp8& f, int l, int k) {
     return b;
 }
 
-// Every FP8 block's weight copies at once, at the start of a step's first forward, where all the
-// weights are in place (not under ZeRO, whose layers fp8_linear_forward casts as they arrive) and the
-// scaling is per tensor: per linear one amax launch over every block, one cast launch writing W and
-// W^T of every block, and one scale update for all (the per-layer casts' kernels, scales and bytes in
-// 9 launches instead of 144 at d12). weight[k]: linear k's weight of block 0, the blocks' OC * Cin apart.
+// Every FP8 block's weight copies at the start of a step's first forward where all the weights are in
+// place (not under ZeRO, whose layers fp8_linear_forward casts as they arrive) and the scaling is per
+// tensor: the per-layer casts' kernels, scales and bytes in 9 launches instead of 144 at d12.
+// weight[k]: linear k's weight of block 0, the blocks' OC * Cin apart.
 inline bool fp8_weights_batched(const ModelFp8& f) { return f.set.scaling != Fp8Scaling::ROWWISE; }
 inline void fp8_cast_weights(ModelFp8& f, const floatX* const (&weight)[FP8_LINEARS], cudaStream_t s) {
     const int lo = f.set.bf16_layers, hi = f.L - f.set.bf16_layers, n = hi - lo;
