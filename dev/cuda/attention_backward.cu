@@ -61,7 +61,9 @@
 // The split schedule (variant 0 at odd and the --small shapes; 16 is the kernel without it): odd had
 // 42 work items for 132 SMs, the first key tile's CTA 39 query tiles, the last's 3 (about 6x the
 // mean load of an SM on the critical path); split, 132 CTAs of at most 8 tiles. Not yet timed on the
-// H200: dev/bench/attention_backward.sh prints 0 beside 16 at every shape.
+// H200: dev/bench/attention_backward.sh prints 0 beside 16 at every shape. The split kernel is a
+// compile-time flag, so the whole-item kernel's registers are unchanged (split: HD 64 36 / 44 bytes of
+// spill stores / loads, HD 128 none).
 // At HD 128, 11 and 12 are one kernel, and 13 and 14 another: their spread is the noise.
 // mma.sync, `--reps 20` (fwd+bwd: the shipped forward then the backward); variant 1 bitwise identical
 // run against run on all shapes:
@@ -91,7 +93,8 @@
 //   Hopper producer at 24 registers with BQ 64 and lockstep: its loop spills (40 / 232 costs nothing)
 //   Hopper late dQ at HD 128 (variant 13/14's HD 128 kernel): long 417.4 vs 411.4, within noise, and
 //     60 bytes of spills: HD 128 ships the lockstep
-//   mma.sync 8-warp blocks: -12%; the 168-register cap at HD 128: spills, -14%
+//   mma.sync 8-warp blocks: -12%; the 168-register cap at HD 128: spills, -14% (145 vs 169); uncapped at
+//     HD 64: 144 vs 166
 //   single pass with 8 warps (128 x 64): gpt2 133.5; 64 x 32 capped at 168 registers 150.9; 64 x 64
 //     uncapped 142.7
 //   a per-warp skip of invisible tiles in the deterministic pair: 139.5 vs 165

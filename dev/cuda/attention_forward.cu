@@ -70,6 +70,11 @@
 //   two m16 tiles a warp at HD 128: spills, -2%; with 32-key tiles at HD 64 (3 blocks/SM): 213 vs 237
 //   per-mma branches on the warp's active steps in the band kernel: 2x slower everywhere (the
 //     scheduler cannot overlap mma across them)
+// The band kernel gains less than its steps predict (T 4096, W 256: 17 steps a row group instead of
+// 20, -15%): HD 128 0.693 ms against the tile kernel's 0.714 (-3%), HD 64 (4 warps x 32 queries, 32
+// keys, 3 blocks/SM) 0.359 against 0.422 (-15%; -12.5% at B 64 T 1024). On causal shapes it runs 9%
+// (HD 128) to 12% (HD 64) slower a step, and a window block does only 17 steps for a fixed cost (Q and
+// two tiles in flight before the first step, 5 barrier rounds, the store).
 #include "attention_common.cuh"
 #include "attention_naive.cuh"
 
