@@ -1,6 +1,5 @@
 // checkpoint_read.h: reading the checkpoints of a training run (docs/formats.md, "Checkpoint
-// directory"), what every program that loads one needs (the trainers' --resume and --init, the
-// generators' --model):
+// directory") for every program that loads one (the trainers' --resume and --init, generate's --model):
 //   out_dir/step_NNNNNNNN/{model.bin, state.bin, DONE}
 // DONE, written last, lists the step and the size and checksum64 of model.bin and the state files:
 // checkpoint_problem verifies a checkpoint against it, and checkpoint_find picks the newest one that

@@ -106,16 +106,9 @@ inline RankSource ranks_from_env() {
                                            {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_PROCID/SLURM_STEP_NUM_TASKS"},
                                            {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                                             "OMPI_COMM_WORLD_RANK/SIZE"}};
-    RankSource s;
     for (const auto& p : pairs)
-        if (env_set(p[0]) && env_set(p[1])) {
-            s.rank = env_int(p[0], -1);
-            s.world = env_int(p[1], -1);
-            s.local_rank = env_int(p[2], -1);
-            s.from = p[3];
-            return s;
-        }
-    return s;
+        if (env_set(p[0]) && env_set(p[1])) return {env_int(p[0], -1), env_int(p[1], -1), env_int(p[2], -1), p[3]};
+    return {};
 }
 
 // ------------------------------------------------------------------------ sockets with deadlines
@@ -169,11 +162,10 @@ class Link {
 };
 
 struct Hello {
-    char magic[8];
-    int32_t version, rank, world, status;  // status: 0 = ok (reply), else the reply carries why
-    char why[240];
+    char magic[8] = {'L', 'L', 'M', 'C', 'D', 'I', 'S', 'T'};
+    int32_t version = 1, rank = 0, world = 0, status = 0;  // status: 0 = ok (reply), else the reply carries why
+    char why[240] = {};
 };
-constexpr char HELLO_MAGIC[8] = {'L', 'L', 'M', 'C', 'D', 'I', 'S', 'T'};
 
 inline void set_nodelay(int fd) {
     int one = 1;
@@ -292,7 +284,7 @@ class TcpComm : public Comm {
                 Peer tmp{fd, -1};
                 link_.recv(tmp, &h, sizeof h, "joining");
                 char why[240] = "";
-                if (memcmp(h.magic, HELLO_MAGIC, 8) != 0 || h.version != 1)
+                if (memcmp(h.magic, Hello().magic, 8) != 0 || h.version != 1)
                     snprintf(why, sizeof why, "a connection that is not an llmc rank of this build");
                 else if (h.world != world)
                     snprintf(why, sizeof why, "rank %d was started with world size %d, rank 0 with %d: every rank "
@@ -329,9 +321,7 @@ class TcpComm : public Comm {
             }
             set_nodelay(fd);
             root_ = {fd, 0};
-            Hello h{};
-            memcpy(h.magic, HELLO_MAGIC, 8);
-            h.version = 1;
+            Hello h;
             h.rank = rank;
             h.world = world;
             link_.send(root_, &h, sizeof h, "joining");
@@ -405,9 +395,7 @@ class TcpComm : public Comm {
         }
     }
     void reply(int fd, int status, const char* why) const {
-        dist_detail::Hello h{};
-        memcpy(h.magic, dist_detail::HELLO_MAGIC, 8);
-        h.version = 1;
+        dist_detail::Hello h;
         h.status = status;
         snprintf(h.why, sizeof h.why, "%s", why);
         ::send(fd, &h, sizeof h, MSG_NOSIGNAL);

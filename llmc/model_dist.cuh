@@ -196,7 +196,7 @@ inline void gather_bucket(GpuDataParallel& dp, DpBucket& b, floatX* params) {
     cudaCheck(cudaEventRecord(b.gathered, dp.stream));
 }
 
-// The buckets (llmc/zero.h), and at stage 2 their buffers.
+// The buckets (llmc/zero.h) with their events, and at stage 2 their buffers.
 inline void plan_buckets(GpuDataParallel& dp, const ModelConfig& c) {
     const std::vector<ZeroBucket> plans = zero_buckets(c, DP_BUCKET_BYTES / (int64_t)sizeof(floatX));
     dp.bucket_of_layer = zero_bucket_of_layer(plans, c.num_layers);
@@ -205,6 +205,8 @@ inline void plan_buckets(GpuDataParallel& dp, const ModelConfig& c) {
         DpBucket b;
         b.plan = plans[k];
         b.slot = k == 0 ? DP_POOL : (int)((k - 1) % DP_POOL);
+        cudaCheck(cudaEventCreateWithFlags(&b.ready, cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&b.gathered, cudaEventDisableTiming));
         if (k > 0) largest = std::max(largest, b.plan.elems);
         dp.buckets.push_back(b);
     }
@@ -234,10 +236,6 @@ inline void gpu_dp_start([[maybe_unused]] GpuDataParallel& dp, [[maybe_unused]] 
     cudaCheck(cudaEventCreateWithFlags(&dp.main_ready, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&dp.comm_done, cudaEventDisableTiming));
     plan_buckets(dp, model.config);
-    for (DpBucket& b : dp.buckets) {
-        cudaCheck(cudaEventCreateWithFlags(&b.ready, cudaEventDisableTiming));
-        cudaCheck(cudaEventCreateWithFlags(&b.gathered, cudaEventDisableTiming));
-    }
     cudaStream_t main = ctx.stream;
     GpuDataParallel* d = &dp;
     Model* m = &model;

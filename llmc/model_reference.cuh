@@ -1,9 +1,7 @@
 // llmc/model_reference.cuh: the model's full forward over one sequence, without a cache: the reference
-// generate --check-full compares the cached decode with. It runs the kernels of the training model's
-// bf16 forward (llmc/model_train.cuh model_forward without FP8), in the same order, from the forward
-// layer llmc/model.cuh, so the decode path (cache append, decode attention, per-sequence RoPE, the
-// GEMVs) is what is tested, against a forward that test_gpt2 checks against PyTorch. Only one layer's
-// activations are kept (the next layer overwrites them): no backward can follow.
+// generate --check-full compares the cached decode with. The kernels of the training model's bf16
+// forward (model_forward without FP8, which test_gpt2 checks against PyTorch) in the same order, so
+// the decode path is what is tested. One layer's activations are kept: no backward can follow.
 #pragma once
 #include <vector>
 #include "llmc/model.cuh"

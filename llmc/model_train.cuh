@@ -642,8 +642,7 @@ inline void model_write_state(const Model& model, const std::string& path, const
     std::vector<float> m(k), v(k), master(HAS_MASTER ? k : 0);
     cudaCheck(cudaMemcpy(m.data(), model.m_memory, k * sizeof(float), cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(v.data(), model.v_memory, k * sizeof(float), cudaMemcpyDeviceToHost));
-    if (HAS_MASTER)
-        cudaCheck(cudaMemcpy(master.data(), model.master_memory, k * sizeof(float), cudaMemcpyDeviceToHost));
+    if (HAS_MASTER) cudaCheck(cudaMemcpy(master.data(), model.master_memory, k * sizeof(float), cudaMemcpyDeviceToHost));
     TrainState st;
     st.step = model.step;
     st.num_params = (int64_t)k;

@@ -46,14 +46,8 @@ struct ZeroPlan {
 inline ZeroPlan zero_plan(int64_t n, int stage, int rank, int world, int64_t align = ZERO_ALIGN) {
     if (stage < 0 || stage > 2) fail("--zero %d: must be 0, 1 or 2", stage);
     if (world < 1 || rank < 0 || rank >= world) fail("internal: rank %d of world size %d", rank, world);
-    ZeroPlan p;
-    p.stage = stage;
-    p.rank = rank;
-    p.world = world;
-    p.n = n;
     const int64_t per_rank = (n + world - 1) / world;
-    p.shard = std::max<int64_t>(align, (per_rank + align - 1) / align * align);
-    return p;
+    return ZeroPlan{stage, rank, world, n, std::max<int64_t>(align, (per_rank + align - 1) / align * align)};
 }
 
 // Calls fn(r, lo, hi) for every rank r whose shard meets [begin, end), with [lo, hi) the common part.
