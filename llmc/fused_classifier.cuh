@@ -3,12 +3,14 @@
 //   losses[r] = logsumexp(logits[r, :V]) - logits[r, targets[r]]                          (=)
 //   if write_dlogits: logits[r, c] is overwritten by dloss * (softmax(logits[r, :V])[c] - [c == target])
 //   for c < V and by 0 for the padded columns V <= c < Vp                                  (=)
-// dloss is the loss gradient of each position: 1 / (B * T * grad_accum) for a mean over the batch.
-// With write_dlogits false (validation) the logits stay untouched.
-// FP8 dlogits (fused_classifier_fp8; --fp8-head, llmc/model_fp8.cuh): the same gradient, rounded to
-// floatX as above, then cast to FP8 at a fixed power-of-two scale (|dlogits| <= dloss, so the scale
-// is known before the kernel runs: cpu::fp8_pow2_scale(dloss)), written in place: row r's Vp bytes at
-// the start of the logits' row r (a row pitch of 2 Vp bytes), the rest of each row left as it was.
+// dloss is the loss gradient of each position: 1 / (B * T * grad_accum) for a mean over the batch;
+// row_dloss (N), where given, replaces it row by row (a loss mask: mask / (counted * grad_accum), 0 at
+// masked rows, whose dlogits become 0). With write_dlogits false (validation) the logits stay untouched.
+// FP8 dlogits (fused_classifier_fp8; --fp8-head, llmc/model_fp8.cuh): the same gradient (dloss on every
+// row, no row_dloss), rounded to floatX as above, then cast to FP8 at a fixed power-of-two scale
+// (|dlogits| <= dloss, so the scale is known before the kernel runs: cpu::fp8_pow2_scale(dloss)),
+// written in place: row r's Vp bytes at the start of the logits' row r (a row pitch of 2 Vp bytes),
+// the rest of each row left as it was.
 #pragma once
 #include "llmc/cuda_common.cuh"
 #include "llmc/fp8.cuh"
@@ -114,15 +116,16 @@ __device__ inline Fp8Pack classifier_fp8_pack(const x128& g, float scale) {
 // rows read once through shared memory, no faster): dev/cuda/fused_classifier.cu; docs/perf.md,
 // "Memory-bound kernels".
 static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, sm_blocks(CLASSIFIER_BLOCK, 2))
-    fused_classifier_block_per_row(floatX* logits, float* losses, const int* targets, float dloss, int V, int Vp,
-                                   bool write_dlogits) {
+    fused_classifier_block_per_row(floatX* logits, float* losses, const int* targets, float dloss,
+                                   const float* row_dloss, int V, int Vp, bool write_dlogits) {
     floatX* x = logits + (int64_t)blockIdx.x * Vp;
     const int target = targets[blockIdx.x];
     float row_max, inv_sum;
     classifier_row_stats(losses + blockIdx.x, &row_max, &inv_sum, x, target, V);
     if (!write_dlogits) return;
+    const float d = row_dloss ? row_dloss[blockIdx.x] : dloss;  // uniform across the block
     for (int c = threadIdx.x * x128::size; c < Vp; c += blockDim.x * x128::size)
-        store128(x + c, classifier_grad_pack(load128(x + c), c, target, row_max, inv_sum, dloss, V));
+        store128(x + c, classifier_grad_pack(load128(x + c), c, target, row_max, inv_sum, d, V));
 }
 
 // The FP8 gradient in place (fused_classifier_fp8, --fp8-head 1): one block of 1024 threads per row
@@ -212,11 +215,12 @@ static __global__ void __launch_bounds__(CLASSIFIER_BLOCK, sm_blocks(CLASSIFIER_
 #endif
 }
 
+// row_dloss: (N) device, or nullptr for dloss on every row (see the top).
 inline void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
-                             bool write_dlogits, cudaStream_t stream) {
+                             bool write_dlogits, cudaStream_t stream, const float* row_dloss = nullptr) {
     if (Vp % x128::size != 0) fail("fused_classifier: padded vocab %d is not a multiple of %d", Vp, x128::size);
-    fused_classifier_block_per_row<<<N, CLASSIFIER_BLOCK, 0, stream>>>(logits, losses, targets, dloss, V, Vp,
-                                                                       write_dlogits);
+    fused_classifier_block_per_row<<<N, CLASSIFIER_BLOCK, 0, stream>>>(logits, losses, targets, dloss, row_dloss, V,
+                                                                       Vp, write_dlogits);
     cudaCheckLaunch();
 }
 
