@@ -67,6 +67,7 @@ struct Activations {
     float* losses;      // (N) per-position cross-entropy
     int* inputs;        // (N)
     int* targets;       // (N)
+    float* dloss_rows;  // (N) Model::masked_loss only: row r's loss gradient (fused_classifier's row_dloss)
     // backward scratch, one layer at a time
     floatX* dresidual;  // (N, C) gradient of the residual stream
     floatX* dbuf;       // (N, C) gradient of a LayerNorm output or of atty
@@ -83,7 +84,9 @@ struct Activations {
 
 
 // one_slice: ln1, ln2 and fch_gelu sized for one layer (Model::one_slice).
-inline std::vector<BufferSpec> activation_specs(Activations& a, const ModelConfig& c, int B, int T, bool one_slice) {
+// masked_loss: dloss_rows sized N (else none).
+inline std::vector<BufferSpec> activation_specs(Activations& a, const ModelConfig& c, int B, int T, bool one_slice,
+                                                bool masked_loss) {
     const size_t N = (size_t)B * T, C = c.channels, L = c.num_layers, Vp = c.padded_vocab_size;
     const size_t QKV = model_qkv_channels(c), Lr = one_slice ? 1 : L;
     const size_t H = model_mlp_hidden(c), FC = model_fc_channels(c), swiglu = c.mlp == MLP_SWIGLU;
@@ -102,7 +105,8 @@ inline std::vector<BufferSpec> activation_specs(Activations& a, const ModelConfi
         {(void**)&a.lnf_mean, N, F},             {(void**)&a.lnf_rstd, N, F},
         {(void**)&a.logits, N * Vp, X},          {(void**)&a.proj, N * C, X},
         {(void**)&a.losses, N, F},               {(void**)&a.inputs, N, sizeof(int)},
-        {(void**)&a.targets, N, sizeof(int)},    {(void**)&a.dresidual, N * C, X},
+        {(void**)&a.targets, N, sizeof(int)},    {(void**)&a.dloss_rows, masked_loss * N, F},
+        {(void**)&a.dresidual, N * C, X},
         {(void**)&a.dbuf, N * C, X},             {(void**)&a.dqkv, N * QKV, X},
         {(void**)&a.dfch, N * FC, X},            {(void**)&a.dfch_act, swiglu * N * H, X},
         {(void**)&a.colsum, (size_t)COLUMN_MAX_CHUNKS * cols, F},
@@ -121,6 +125,7 @@ struct Model {
     bool one_slice = false;   // ln1, ln2 and the MLP activation hold one slice: --recompute, or fp8_keeps_no_bf16_inputs
     bool deterministic = false;  // --deterministic: bit-reproducible attention backward (no dQ atomics)
     bool stochastic_rounding = true;  // --stochastic-rounding: the bf16 parameters written back by AdamW
+    bool masked_loss = false;     // set before model_build: each training row brings its loss gradient (a loss mask)
     ModelFp8 fp8;                 // --fp8: the FP8 linear layers (llmc/model_fp8.cuh); fp8.set before model_build
     void* fp8_allocation = nullptr;  // its buffers' one cudaMalloc
     // one contiguous buffer each, in the layout of MODEL_PARAMETER_TABLE (llmc/model_config.h)
@@ -135,7 +140,7 @@ struct Model {
     void* act_allocation = nullptr;    // the one cudaMalloc the activations come from
     size_t allocated_bytes = 0;  // everything this model cudaMalloc'ed (the bench's peak_gib)
     EncoderBuckets buckets;
-    int* host_io = nullptr;      // pinned (2N): inputs then targets, staged for the upload
+    int* host_io = nullptr;      // pinned (2N, masked_loss: 3N): inputs, targets, dloss_rows, staged for the upload
     cudaEvent_t io_uploaded = nullptr;
     float* host_losses = nullptr;  // pinned (N)
     AdamWArgs* host_adamw = nullptr;  // pinned (1): the step's AdamW scalars, staged for the copy to acts.adamw
@@ -206,7 +211,7 @@ inline void model_build(Model& model, const ModelConfig& config, int B, int T, b
                                       {(void**)&model.m_memory, no, sizeof(float)},
                                       {(void**)&model.v_memory, no, sizeof(float)}};
     if (HAS_MASTER) params.push_back({(void**)&model.master_memory, no, sizeof(float)});
-    std::vector<BufferSpec> acts = activation_specs(model.acts, config, B, T, model.one_slice);
+    std::vector<BufferSpec> acts = activation_specs(model.acts, config, B, T, model.one_slice, model.masked_loss);
     std::vector<BufferSpec> fp8 = fp8_specs(model, config, B * T);
     const size_t act_bytes = specs_bytes(acts), param_bytes = specs_bytes(params);
     const size_t fp8_bytes = fp8.empty() ? 0 : specs_bytes(fp8);
@@ -254,7 +259,7 @@ inline void model_build(Model& model, const ModelConfig& config, int B, int T, b
     else layernorm_backward_prepare(config.channels);
     const int N = B * T;
     model.buckets.init(N, config.padded_vocab_size);
-    cudaCheck(cudaMallocHost(&model.host_io, 2 * sizeof(int) * N));
+    cudaCheck(cudaMallocHost(&model.host_io, (model.masked_loss ? 3 : 2) * sizeof(int) * N));
     cudaCheck(cudaMallocHost(&model.host_losses, sizeof(float) * N));
     cudaCheck(cudaMallocHost(&model.host_adamw, sizeof(AdamWArgs)));
     cudaCheck(cudaMallocHost(&model.host_norm_sq, sizeof(float)));
@@ -303,17 +308,23 @@ inline void model_check_batch(const Model& model, const int* inputs, const int* 
 }
 
 // Uploads a batch (inputs; targets may be null) through the pinned staging buffer. With
-// `for_backward`, also buckets the inputs for the deterministic embedding backward.
+// `for_backward`, also buckets the inputs for the deterministic embedding backward. dloss_rows (N,
+// loss_mask_dloss's): each row's loss gradient, for a training batch of a masked_loss model.
 inline void model_upload_batch(Model& model, const int* inputs, const int* targets, int B, int T, bool for_backward,
-                              const CudaContext& ctx) {
+                              const CudaContext& ctx, const float* dloss_rows = nullptr) {
     const int N = B * T;
     model_check_batch(model, inputs, targets, B, T);
+    if (dloss_rows && !model.masked_loss) fail("internal: dloss_rows for a model built without masked_loss");
     cudaCheck(cudaEventSynchronize(model.io_uploaded));  // the previous upload has left the staging buffer
     memcpy(model.host_io, inputs, sizeof(int) * N);
     if (targets) memcpy(model.host_io + N, targets, sizeof(int) * N);
+    if (dloss_rows) memcpy(model.host_io + 2 * N, dloss_rows, sizeof(float) * N);
     cudaCheck(cudaMemcpyAsync(model.acts.inputs, model.host_io, sizeof(int) * N, cudaMemcpyHostToDevice, ctx.stream));
     if (targets)
         cudaCheck(cudaMemcpyAsync(model.acts.targets, model.host_io + N, sizeof(int) * N, cudaMemcpyHostToDevice, ctx.stream));
+    if (dloss_rows)
+        cudaCheck(cudaMemcpyAsync(model.acts.dloss_rows, model.host_io + 2 * N, sizeof(float) * N,
+                                  cudaMemcpyHostToDevice, ctx.stream));
     cudaCheck(cudaEventRecord(model.io_uploaded, ctx.stream));
     if (for_backward) model.buckets.build(inputs, N, ctx.stream);
 }
@@ -476,18 +487,21 @@ inline void model_forward(Model& model, int B, int T, const CudaContext& ctx) {
 }
 
 // Cross-entropy of the logits against the uploaded targets, enqueued: the N per-position losses
-// are copied to `host_losses` (pinned) without a wait; read them after the next synchronization.
-// With write_dlogits the logits become dloss * (softmax - onehot) for the backward (with --fp8-head 1
-// in FP8, in place: fp8_head_classifier).
+// (every position's, masked or not) are copied to `host_losses` (pinned) without a wait; read them
+// after the next synchronization. With write_dlogits the logits become dloss * (softmax - onehot) for
+// the backward, a masked_loss model's with the uploaded dloss_rows in place of dloss (with --fp8-head 1
+// in FP8, in place: fp8_head_classifier; not with masked_loss).
 inline void model_classifier(Model& model, int B, int T, float dloss, bool write_dlogits, float* host_losses,
                             const CudaContext& ctx) {
     const int N = B * T;
+    Activations& a = model.acts;
     if (write_dlogits && model_detail::fp8_head_pass(model, N))
-        fp8_head_classifier(model.fp8, model.acts.logits, model.acts.losses, model.acts.targets, dloss, N, ctx.stream);
+        fp8_head_classifier(model.fp8, a.logits, a.losses, a.targets, dloss, N, ctx.stream);
     else
-        fused_classifier(model.acts.logits, model.acts.losses, model.acts.targets, dloss, N, model.config.vocab_size,
-                         model.config.padded_vocab_size, write_dlogits, ctx.stream);
-    cudaCheck(cudaMemcpyAsync(host_losses, model.acts.losses, sizeof(float) * N, cudaMemcpyDeviceToHost, ctx.stream));
+        fused_classifier(a.logits, a.losses, a.targets, dloss, N, model.config.vocab_size,
+                         model.config.padded_vocab_size, write_dlogits, ctx.stream,
+                         model.masked_loss ? a.dloss_rows : nullptr);
+    cudaCheck(cudaMemcpyAsync(host_losses, a.losses, sizeof(float) * N, cudaMemcpyDeviceToHost, ctx.stream));
 }
 
 inline double mean_of(const float* x, int64_t n) {
@@ -496,11 +510,42 @@ inline double mean_of(const float* x, int64_t n) {
     return sum / n;
 }
 
-// The classifier, then a wait: returns the mean loss over the N positions.
-inline float model_loss(Model& model, int B, int T, float dloss, bool write_dlogits, const CudaContext& ctx) {
+// The mean of losses (n) over the positions where mask (n) is 1, summed in double; 0 where none is;
+// mask nullptr: mean_of (every position).
+inline double masked_mean(const float* losses, const int* mask, int64_t n) {
+    if (!mask) return mean_of(losses, n);
+    double sum = 0.0;
+    int64_t counted = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!mask[i]) continue;
+        sum += losses[i];
+        counted++;
+    }
+    return counted ? sum / counted : 0.0;
+}
+
+// The loss gradient of one position of a mean over `counted` positions, in a step of grad_accum
+// micro-batches on each of world ranks: 1 / (counted * grad_accum * world), in this order in fp32.
+inline float mean_dloss(int64_t counted, int grad_accum, int world) {
+    return 1.0f / ((float)counted * grad_accum * world);
+}
+
+// A masked micro-batch's dloss_rows (n): mean_dloss(counted) where mask (n) is 1, 0 where it is 0
+// (counted: its ones; none: all 0). All ones give the unmasked dloss, mean_dloss(n), bit for bit.
+inline void loss_mask_dloss(float* dloss_rows, const int* mask, int n, int grad_accum, int world) {
+    int64_t counted = 0;
+    for (int i = 0; i < n; i++) counted += mask[i] != 0;
+    const float d = counted ? mean_dloss(counted, grad_accum, world) : 0.0f;
+    for (int i = 0; i < n; i++) dloss_rows[i] = mask[i] ? d : 0.0f;
+}
+
+// The classifier, then a wait: returns the mean loss over the N positions, or over those where mask
+// (N) is 1 (masked_mean).
+inline float model_loss(Model& model, int B, int T, float dloss, bool write_dlogits, const CudaContext& ctx,
+                        const int* mask = nullptr) {
     model_classifier(model, B, T, dloss, write_dlogits, model.host_losses, ctx);
     cudaCheck(cudaStreamSynchronize(ctx.stream));
-    return (float)mean_of(model.host_losses, (int64_t)B * T);
+    return (float)masked_mean(model.host_losses, mask, (int64_t)B * T);
 }
 // ============================================================================ backward
 // Accumulates (+=) into model.grads (or where model.grads_of points) from the dlogits left by
