@@ -116,6 +116,7 @@ struct GpuRun {
     MatmulAlgoCache algos;  // --matmul-autotune 1
     // data
     std::unique_ptr<DataLoader> train, val;  // train: none with --random-data
+    bool masked = false;  // --train's shards carry a loss mask (docs/formats.md): Model::masked_loss
     std::unique_ptr<HellaSwagEval> hellaswag;
     std::unique_ptr<Tokenizer> tokenizer;
     int eot = 0;
@@ -132,6 +133,11 @@ struct GpuRun {
     // GPU waits only at step boundaries. A checkpoint stores the position of the first batch fetched
     // ahead but not trained on (with --graph, the staged slot's), so a resumed run fetches it again.
     std::vector<int> next_inputs, next_targets;  // (B*T)
+    std::vector<int> next_mask;      // (B*T) masked: next_targets' loss mask
+    std::vector<float> next_dloss;   // (B*T) masked: its per-row loss gradients (loss_mask_dloss)
+    // masked: the loss masks (grad_accum, B*T) of a step's micro-batches, for its mean loss: an eager
+    // step writes step_masks[slot ^ 1], stage_next_step step_masks[slot]; the step just run is slot ^ 1's
+    std::vector<int> step_masks[2];
     int64_t next_position[16] = {};  // data position from which next_inputs/next_targets came
     // --graph 1 (llmc/model_graph.cuh): the first step runs eagerly (it loads every kernel), then is
     // captured; each later step is one graph launch while the host stages the next step's batches
@@ -165,14 +171,15 @@ static void read_model_config(GpuRun& r) {
     check_sample_length(cfg, r.config);
 }
 
-// The fused classifier trains on every target: shards with a loss mask (docs/formats.md) are
-// refused before the device starts.
-static void refuse_loss_masks(const GpuRun& r) {
+// Whether --train's shards carry a loss mask (docs/formats.md), before the device starts. The FP8
+// head's gradient scale is fixed by the unmasked dloss, too small for a masked row's larger gradient.
+static void plan_loss_mask(GpuRun& r) {
     if (r.gpu.random_data) return;
-    for (const std::string* pattern : {&r.cfg.train_pattern, &r.cfg.val_pattern}) {
-        const std::string masked = pattern->empty() ? "" : first_masked_shard(pattern->c_str());
-        if (!masked.empty()) fail("%s: has a loss mask; only the CPU trainer trains with masks so far", masked.c_str());
-    }
+    const std::string masked = first_masked_shard(r.cfg.train_pattern.c_str());
+    r.masked = !masked.empty();
+    if (r.masked && r.cfg.fp8_head)
+        fail("--fp8-head 1: %s has a loss mask, which the FP8 head's fixed dlogits scale does not cover; "
+             "use --fp8-head 0", masked.c_str());
 }
 
 // The device, the model's buffers (and the data-parallel plan's share of them), its parameters.
@@ -186,6 +193,7 @@ static void build_model(GpuRun& r) {
     model_print_config(r.config);
     r.dp = gpu_dp_plan(r.model, r.config, *r.comm, cfg.dist);
     r.model.fp8.set = fp8_settings(cfg);
+    r.model.masked_loss = r.masked;
     if (cfg.fp8) print_fp8_settings(cfg);
     model_build(r.model, r.config, cfg.B, cfg.T, r.gpu.recompute != 0, r.ctx);
     gpu_dp_start(r.dp, r.model, r.ctx);
@@ -243,23 +251,25 @@ static void plan_steps(GpuRun& r) {
     printf("batch: B=%d T=%d, %d micro-steps, %lld tokens per step; %d steps; peak %.0f TFLOP/s\n", cfg.B, cfg.T,
            cfg.grad_accum, (long long)cfg.total_batch, r.total_steps, r.peak);
     r.opt_base = OptimizerSettings{0.0f, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.grad_clip};
-    r.dloss = 1.0f / ((float)(cfg.B * cfg.T) * cfg.grad_accum * r.comm->world);
+    r.dloss = mean_dloss((int64_t)cfg.B * cfg.T, cfg.grad_accum, r.comm->world);
 }
 
 // ============================================================================ evaluation
-// The mean loss of --val-steps validation batches: batch i is rank i % world's.
+// The mean loss of --val-steps validation batches (at most the windows of --val), each batch's own
+// (masked) mean: batch i is rank i % world's.
 static void validate(GpuRun& r, int64_t step) {
     if (!r.val) return;
     const int B = r.cfg.B, T = r.cfg.T;
+    const int steps = (int)std::min<int64_t>(r.cfg.val_steps, r.val->num_windows() * r.comm->world);
     r.val->reset();
     double sum = 0.0;
-    for (int i = r.comm->rank; i < r.cfg.val_steps; i += r.comm->world) {
+    for (int i = r.comm->rank; i < steps; i += r.comm->world) {
         r.val->next_batch();
         model_upload_batch(r.model, r.val->inputs(), r.val->targets(), B, T, false, r.ctx);
         model_forward(r.model, B, T, r.ctx);
-        sum += model_loss(r.model, B, T, r.dloss, false, r.ctx);
+        sum += model_loss(r.model, B, T, r.dloss, false, r.ctx, r.val->has_mask() ? r.val->mask() : nullptr);
     }
-    const float val = (float)(r.comm->allreduce_sum(sum) / r.cfg.val_steps);
+    const float val = (float)(r.comm->allreduce_sum(sum) / steps);
     printf("step %lld val_loss %.6f\n", (long long)step, val);
     r.files.log.line("step %lld val_loss %.6f\n", (long long)step, val);
 }
@@ -302,7 +312,8 @@ static void evaluate(GpuRun& r, int64_t step) {
 }
 
 // ============================================================================ the training step
-// The next micro-batch into next_inputs/next_targets, from --train or --random-data.
+// The next micro-batch into next_inputs/next_targets (masked: next_mask, next_dloss), from --train or
+// --random-data.
 static void fetch_batch(GpuRun& r) {
     const int N = r.cfg.B * r.cfg.T, V = r.config.vocab_size;
     if (r.train) {
@@ -310,6 +321,9 @@ static void fetch_batch(GpuRun& r) {
         r.train->next_batch();
         memcpy(r.next_inputs.data(), r.train->inputs(), sizeof(int) * N);
         memcpy(r.next_targets.data(), r.train->targets(), sizeof(int) * N);
+        if (!r.masked) return;
+        memcpy(r.next_mask.data(), r.train->mask(), sizeof(int) * N);
+        loss_mask_dloss(r.next_dloss.data(), r.next_mask.data(), N, r.cfg.grad_accum, r.comm->world);
     } else {
         r.next_position[0] = (int64_t)r.data_rng.state;
         for (int i = 0; i < N; i++) {
@@ -326,6 +340,11 @@ static void prepare_steps(GpuRun& r) {
     if (r.gpu.graph && r.dp.nccl_on) printf("graph: off (the data-parallel step stays eager)\n");
     r.next_inputs.resize(N);
     r.next_targets.resize(N);
+    if (r.masked) {
+        r.next_mask.resize(N);
+        r.next_dloss.resize(N);
+        for (std::vector<int>& m : r.step_masks) m.resize((size_t)N * r.cfg.grad_accum);
+    }
     cudaCheck(cudaMallocHost(&r.step_losses, sizeof(float) * N * r.cfg.grad_accum));
     fetch_batch(r);
     // --matmul-autotune 1: the first step (eager, before any capture) tunes each distinct matmul; every
@@ -336,10 +355,18 @@ static void prepare_steps(GpuRun& r) {
     }
 }
 
+// masked: next_mask as micro-batch `micro` of step_masks[which]; returns next_dloss (nullptr unmasked).
+static const float* keep_mask(GpuRun& r, int which, int micro) {
+    if (!r.masked) return nullptr;
+    std::copy(r.next_mask.begin(), r.next_mask.end(), r.step_masks[which].begin() + (size_t)micro * r.next_mask.size());
+    return r.next_dloss.data();
+}
+
 static void stage_next_step(GpuRun& r) {
     memcpy(r.slot_position[r.slot], r.next_position, sizeof(r.next_position));
     for (int micro = 0; micro < r.cfg.grad_accum; micro++) {
-        model_graph_stage(r.graph, r.model, r.slot, micro, r.next_inputs.data(), r.next_targets.data());
+        const float* dloss_rows = keep_mask(r, r.slot, micro);
+        model_graph_stage(r.graph, r.model, r.slot, micro, r.next_inputs.data(), r.next_targets.data(), dloss_rows);
         fetch_batch(r);
     }
     r.staged = true;
@@ -361,7 +388,8 @@ static float eager_step(GpuRun& r, int64_t step, const OptimizerSettings& opt) {
     const int B = r.cfg.B, T = r.cfg.T, N = B * T, accum = r.cfg.grad_accum;
     gpu_dp_zero_grads(r.dp, r.model, r.ctx);
     for (int micro = 0; micro < accum; micro++) {
-        model_upload_batch(r.model, r.next_inputs.data(), r.next_targets.data(), B, T, true, r.ctx);
+        const float* dloss_rows = keep_mask(r, r.slot ^ 1, micro);
+        model_upload_batch(r.model, r.next_inputs.data(), r.next_targets.data(), B, T, true, r.ctx, dloss_rows);
         model_forward(r.model, B, T, r.ctx);
         model_classifier(r.model, B, T, r.dloss, true, r.step_losses + (size_t)micro * N, r.ctx);
         gpu_dp_before_backward(r.dp, micro == 0, micro + 1 == accum);
@@ -383,10 +411,16 @@ static float eager_step(GpuRun& r, int64_t step, const OptimizerSettings& opt) {
 }
 
 // ============================================================================ logging
-// The step's mean loss over its positions and the ranks (the losses are read once a step).
+// The step's mean loss over its positions and the ranks (the losses are read once a step); masked:
+// the mean of its micro-batches' masked means (train_gpt2_cpu.cpp's).
 static double step_loss(GpuRun& r) {
-    const int64_t positions = (int64_t)r.cfg.B * r.cfg.T * r.cfg.grad_accum;
-    return r.comm->allreduce_sum(mean_of(r.step_losses, positions)) / r.comm->world;
+    const int N = r.cfg.B * r.cfg.T, accum = r.cfg.grad_accum;
+    double loss = r.masked ? 0.0 : mean_of(r.step_losses, (int64_t)N * accum);
+    for (int micro = 0; r.masked && micro < accum; micro++) {
+        const size_t at = (size_t)micro * N;
+        loss += masked_mean(r.step_losses + at, r.step_masks[r.slot ^ 1].data() + at, N) / accum;
+    }
+    return r.comm->allreduce_sum(loss) / r.comm->world;
 }
 
 // The step's line on stdout and in --log.
@@ -446,8 +480,8 @@ int main(int argc, char** argv) {
     r.comm = dist_init(cfg.dist, &argc, &argv);  // data parallel: llmc/dist.h, llmc/model_dist.cuh
     set_world_size(cfg, r.comm->world);
     r.files = dist_open_run_files(run_file_settings(cfg), *r.comm);  // --resume, --out-dir, --log (llmc/run_files.h)
+    plan_loss_mask(r);
     read_model_config(r);
-    refuse_loss_masks(r);
     build_model(r);
     open_data(r);
     if (!r.files.resume_from.empty()) resume(r);

@@ -295,12 +295,9 @@ expect_startup_error "masked and unmasked shards in one --train pattern" \
     "$T/maskmix/a_001.bin: has no loss mask, but $T/maskmix/a_000.bin (matched by the same pattern" \
     $TRAIN "${BASE[@]}" --init "$T/good.bin" --train "$T/maskmix/a_*.bin"
 if [ -x $GPU ]; then  # refused before the device starts, so this runs without a GPU
-    expect_startup_error "GPU trainer: a --train shard with a loss mask" \
-        "$T/masked.bin: has a loss mask; only the CPU trainer trains with masks so far" $GPU "${BASE[@]}" --init d2 \
-        --train "$T/masked.bin"
-    expect_startup_error "GPU trainer: a --val shard with a loss mask" \
-        "$T/masked.bin: has a loss mask; only the CPU trainer trains with masks so far" $GPU "${BASE[@]}" --init d2 \
-        --data-vocab 64 --val "$T/masked.bin"
+    expect_startup_error "GPU trainer: --fp8-head 1 with a loss-masked --train shard" \
+        "--fp8-head 1: $T/masked.bin has a loss mask" $GPU "${BASE[@]}" --init d2 --train "$T/masked.bin" --fp8 1 \
+        --fp8-head 1
 fi
 expect_success "control: --data-vocab 32 takes the smaller vocabulary's shards" $TRAIN "${BASE[@]}" --init "$T/good.bin" \
     --train "$T/vocab32.bin" --data-vocab 32
