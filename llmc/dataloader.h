@@ -97,7 +97,7 @@ inline void copy_token_ids(int* dst, const unsigned char* src, int64_t n, int wi
 
 // The first shard matched by glob_pattern (in name order) whose header says it has a loss mask, or
 // "" (none, or no match: the DataLoader reports that). Reads headers only, for a program that must
-// refuse masked data before it starts a device.
+// decide before it starts a device whether it trains with a loss mask.
 inline std::string first_masked_shard(const char* glob_pattern) {
     glob_t g;
     if (glob(glob_pattern, 0, nullptr, &g) != 0) return "";

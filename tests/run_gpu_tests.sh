@@ -13,7 +13,9 @@
 #      while sections 2-8 hold the GPU, so section 1 runs last.
 #   2. tiny shakespeare: d12 trains (the loss falls), checkpoints, and a resumed run reproduces the
 #      uninterrupted run's log exactly (train loss, grad norm, lr, val loss) with --deterministic 1;
-#      the default run (dQ by atomics) ends within 0.05 of its loss; a Llama-style d12 trains.
+#      the default run (dQ by atomics) ends within 0.05 of its loss; a Llama-style d12 trains; in the
+#      background, tests/gpu/test_loss_mask_gpu.sh (loss-masked shards: the fp32 and bf16 builds against
+#      the CPU trainer, graph = eager, an all-ones mask = no mask, the FP8 head's refusal).
 #      quick: the deterministic run and its resume
 #   3. a batch or a model that cannot fit fails with a one-line message naming the fix
 #   4. compute-sanitizer memcheck of build/test_gpt2cu --ops-only (every op on the small model), in the
@@ -159,6 +161,12 @@ if want 6; then
     fi
 fi
 
+# ---- 2 (started here, in the background: mostly the CPU trainer's runs): loss-masked shards
+if want 2 && [ "$quick" != 1 ]; then
+    start_bg "loss-masked shards: GPU trainer = CPU trainer, graph = eager, all-ones mask = no mask" loss_mask.log \
+        tests/gpu/test_loss_mask_gpu.sh
+fi
+
 # ---- 2. tiny shakespeare: training, checkpoints, exact resume through the command line
 ts_train() {
     build/train_gpt2cu --train "data/tinyshakespeare/*_train.bin" --val "data/tinyshakespeare/*_val.bin" \
@@ -209,6 +217,7 @@ if want 2; then
         echo "=== data/tinyshakespeare missing (python3 scripts/data/tinyshakespeare.py): skipped"
         record "tiny shakespeare (no data)" 1
     fi
+    finish_bg loss_mask.log
     end 2
 fi
 
