@@ -142,7 +142,7 @@ $(BUILD)/check/train_gpt2cu: train_gpt2.cu $(LLMC_CUH)
 	$(NVCC) $(filter-out -O3 -gencode arch=%,$(NVCCFLAGS)) -DLLMC_SM90A -O0 -Xcompiler -O0 -Xcicc -O0 \
 	    -gencode arch=compute_90a,code=compute_90a $< -o $@ $(NVLDLIBS)
 
-test-gpu: gpu $(BUILD)/generate_cpu
+test-gpu: gpu $(BUILD)/generate_cpu $(BUILD)/train_gpt2_cpu
 	@QUICK="$(QUICK)" SECTIONS="$(SECTIONS)" ./tests/run_gpu_tests.sh
 
 dev:
