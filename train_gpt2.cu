@@ -2,7 +2,7 @@
 // data, the training loop, logging, checkpoints. Mixed precision (bf16 parameters, activations and
 // gradients; fp32 master weights and AdamW moments); the same code built with PRECISION_FP32 (make
 // builds it as build/train_gpt2cu_fp32) runs in plain fp32, and the tests hold that build to
-// PyTorch at fp32 tolerances. Its sections follow train_gpt2_cpu.cpp.
+// PyTorch at fp32 tolerances. --optimizer muon: llmc/muon.cuh. Its sections follow train_gpt2_cpu.cpp.
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -57,8 +57,6 @@ static void parse_flags(int argc, char** argv, TrainConfig& cfg, GpuFlags& gpu) 
     parser.parse(argc, argv);
     if (gpu.random_data && cfg.train_pattern.empty()) cfg.train_pattern = "(random)";  // no files needed
     validate_train_config(cfg);
-    if (cfg.optimizer == "muon")
-        fail("--optimizer muon: only the CPU trainer (build/train_gpt2_cpu) has Muon so far; the GPU trainer runs adamw");
     if (gpu.matmul_autotune && gpu.deterministic)
         fail("--matmul-autotune 1 picks algorithms by their timings, so runs may round differently: not with "
              "--deterministic 1");
@@ -124,7 +122,6 @@ struct GpuRun {
     // the step
     int total_steps = 0;
     float dloss = 0.0f;          // the loss gradient of one position: 1 / the positions of a step
-    OptimizerSettings opt_base{};
     float peak = 0.0f;           // TFLOP/s, for MFU
     float* step_losses = nullptr;  // pinned (grad_accum, B*T)
     ModelInfer sampler;          // one sequence, the model's whole context (--sample-every)
@@ -194,6 +191,7 @@ static void build_model(GpuRun& r) {
     r.dp = gpu_dp_plan(r.model, r.config, *r.comm, cfg.dist);
     r.model.fp8.set = fp8_settings(cfg);
     r.model.masked_loss = r.masked;
+    r.model.optimizer = optimizer_kind(cfg);  // muon: llmc/muon.cuh, its scratch allocated by model_build
     if (cfg.fp8) print_fp8_settings(cfg);
     model_build(r.model, r.config, cfg.B, cfg.T, r.gpu.recompute != 0, r.ctx);
     gpu_dp_start(r.dp, r.model, r.ctx);
@@ -250,7 +248,6 @@ static void plan_steps(GpuRun& r) {
     r.peak = r.gpu.peak_tflops > 0 ? r.gpu.peak_tflops : device_peak_tflops(r.ctx.props);
     printf("batch: B=%d T=%d, %d micro-steps, %lld tokens per step; %d steps; peak %.0f TFLOP/s\n", cfg.B, cfg.T,
            cfg.grad_accum, (long long)cfg.total_batch, r.total_steps, r.peak);
-    r.opt_base = OptimizerSettings{0.0f, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.grad_clip};
     r.dloss = mean_dloss((int64_t)cfg.B * cfg.T, cfg.grad_accum, r.comm->world);
 }
 
@@ -491,8 +488,7 @@ int main(int argc, char** argv) {
     for (int64_t step = r.model.step; step < r.total_steps; step++) {
         evaluate(r, step);
         const auto t0 = std::chrono::steady_clock::now();
-        OptimizerSettings opt = r.opt_base;
-        opt.lr = lr_at_step(cfg.schedule, (int)step);
+        const OptimizerSettings opt = optimizer_settings_at(cfg, step);
         const float norm = r.staged ? graph_step(r, step, opt) : eager_step(r, step, opt);
         const double loss = step_loss(r);
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -18,7 +18,8 @@
 //    pieces are reduced to their owners' shards (grouped ncclReduce), every micro-batch. A reduction
 //    replaces the shard's values and every piece is in one bucket, so the shard is never zeroed.
 //  - the update: the squared norm of this rank's slice (stage 1/2: all-reduced, one float),
-//    clipping, AdamW over the slice (adamw_update_range).
+//    clipping, AdamW over the slice (adamw_update_range); --optimizer muon (stage 0 only, refused by
+//    validate_train_config otherwise): every rank the same whole update (llmc/muon.cuh).
 //  - stage 1/2: the updated slices are broadcast from their owners (grouped ncclBroadcast) bucket by
 //    bucket in the next forward's order; before_layer_forward(l) makes the compute stream wait only
 //    for the buckets layer l (and the next layer's norm, which layer l's last kernel applies) needs.

@@ -2,7 +2,8 @@
 // GPU (the data-parallel step of llmc/model_dist.cuh stays eager): captured once, replayed every step,
 // no launch gap and no host wait inside it. Per step the host only stages the next step's
 // micro-batches (tokens, targets, EncoderBuckets::fill's buckets) into pinned memory while the GPU
-// runs this one (model_graph_stage), writes the AdamW scalars and launches (model_graph_launch), and
+// runs this one (model_graph_stage), writes the optimizer's scalars (AdamW's, and Muon's with
+// --optimizer muon, whose update is captured too: llmc/muon.cuh) and launches (model_graph_launch), and
 // synchronizes once at the end to read the losses and the norm (model_update_norm).
 // The graph, in stream order: zero the gradients; per micro-batch: copy its tokens, targets and
 // buckets (and a masked_loss model's dloss_rows) from the staging slot, forward, classifier (the
@@ -93,7 +94,7 @@ inline void model_graph_build(ModelGraph& g, Model& model, int grad_accum, float
     model.fp8.weights_step = -1;  // replays do not move the host's bookkeeping: an eager forward (validation) recasts
 }
 
-// Host: the step's AdamW scalars (model.step += 1), then the graph of `slot` (staged before). The
+// Host: the step's optimizer scalars (model.step += 1), then the graph of `slot` (staged before). The
 // previous step must have been synchronized (the pinned scalars are rewritten).
 inline void model_graph_launch(ModelGraph& g, Model& model, int slot, const OptimizerSettings& o, const CudaContext& ctx) {
     model_update_args(model, o);

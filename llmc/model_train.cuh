@@ -29,6 +29,7 @@
 #include "llmc/global_norm.cuh"
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
+#include "llmc/muon.cuh"
 #include "llmc/rmsnorm.cuh"
 #include "llmc/rope.cuh"
 #include "llmc/swiglu.cuh"
@@ -126,13 +127,15 @@ struct Model {
     bool deterministic = false;  // --deterministic: bit-reproducible attention backward (no dQ atomics)
     bool stochastic_rounding = true;  // --stochastic-rounding: the bf16 parameters written back by AdamW
     bool masked_loss = false;     // set before model_build: each training row brings its loss gradient (a loss mask)
+    int optimizer = OPTIMIZER_ADAMW;  // set before model_build; OPTIMIZER_MUON: `muon` (llmc/muon.cuh), whole buffers only
+    Muon muon;                    // --optimizer muon: its groups, GEMM plans and scratch (empty otherwise)
     ModelFp8 fp8;                 // --fp8: the FP8 linear layers (llmc/model_fp8.cuh); fp8.set before model_build
     void* fp8_allocation = nullptr;  // its buffers' one cudaMalloc
     // one contiguous buffer each, in the layout of MODEL_PARAMETER_TABLE (llmc/model_config.h)
     floatX* params_memory = nullptr;  // (num_params) what the forward pass reads
     floatX* grads_memory = nullptr;   // (grad_end - grad_begin): all num_params, or a ZeRO-2 shard's
     float* master_memory = nullptr;   // (num_params) fp32 master weights; aliases params_memory in the FP32 build
-    float* m_memory = nullptr;        // (num_params) AdamW first moment
+    float* m_memory = nullptr;        // (num_params) AdamW first moment; Muon's momentum on its tensors
     float* v_memory = nullptr;        // (num_params) AdamW second moment
     ModelTensors<floatX> params{}, grads{};  // named views of params_memory and grads_memory (when whole)
     void* param_allocation = nullptr;  // the one cudaMalloc the parameter-sized buffers come from
@@ -249,6 +252,11 @@ inline void model_build(Model& model, const ModelConfig& config, int B, int T, b
         fp8_init_metas(model.fp8, ctx.stream);
     }
     model.allocated_bytes = need + ctx.cublaslt_workspace_size;
+    if (model.optimizer == OPTIMIZER_MUON) {
+        if (no != n || ng != n) fail("internal: --optimizer muon needs the whole optimizer state and gradients (ZeRO 0)");
+        muon_build(model.muon, config, ctx);
+        model.allocated_bytes += model.muon.allocated_bytes;
+    }
     cudaCheck(cudaMemset(model.m_memory, 0, no * sizeof(float)));
     cudaCheck(cudaMemset(model.v_memory, 0, no * sizeof(float)));
     cudaCheck(cudaMemset(model.grads_memory, 0, ng * sizeof(floatX)));
@@ -276,6 +284,7 @@ inline void model_free(Model& model) {
     cudaCheck(cudaFreeHost(model.host_adamw));
     cudaCheck(cudaFreeHost(model.host_norm_sq));
     cudaCheck(cudaEventDestroy(model.io_uploaded));
+    if (model.optimizer == OPTIMIZER_MUON) muon_free(model.muon);
     model = Model();
 }
 
@@ -627,17 +636,21 @@ inline void model_backward(Model& model, int B, int T, const CudaContext& ctx) {
 // ============================================================================ update
 // Global norm, clipping and one AdamW step (step numbering continues from model.step), in two
 // halves so that a CUDA graph (llmc/model_graph.cuh) can hold the device's:
-//   model_update_args     host: model.step += 1, the step's scalars into the pinned host_adamw; only
-//                        once the previous update's copy has run (after a synchronization).
+//   model_update_args     host: model.step += 1, the step's scalars into the pinned host_adamw (and
+//                        Muon's); only once the previous update's copy has run (after a synchronization).
 //   model_update_enqueue  device, no host wait, over the slice [opt_begin, opt_end): the scalars' copy,
 //                        the squared norm (sum_norm: summed over the ranks, llmc/model_dist.cuh), the
 //                        clip factor, AdamW, the squared norm's copy to host_norm_sq (model_update_norm).
+//                        OPTIMIZER_MUON (whole buffers): AdamW on the tensors Muon leaves, then muon_update.
 // model_update does both and waits; it returns the gradient norm before clipping.
 inline void model_update_args(Model& model, const OptimizerSettings& o) {
     model.step++;
     const uint64_t seed = model.sr_seed ^ ((uint64_t)model.step * 0xD1B54A32D192ED03ull);  // fresh rounding per step
     *model.host_adamw = adamw_args(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, 1.0f, model.step, seed);
     model.host_adamw->stochastic = model.stochastic_rounding;
+    if (o.optimizer != model.optimizer)
+        fail("internal: an %s step on a model built for %s", optimizer_name(o.optimizer), optimizer_name(model.optimizer));
+    if (model.optimizer == OPTIMIZER_MUON) muon_set_args(model.muon, o);
 }
 
 inline void model_update_enqueue(Model& model, float grad_clip, const CudaContext& ctx,
@@ -649,8 +662,18 @@ inline void model_update_enqueue(Model& model, float grad_clip, const CudaContex
     global_norm_squared(norm_out, model.acts.norm, grads, end - begin, ctx.stream);
     if (sum_norm) sum_norm(norm_out);
     adamw_clip_scale(model.acts.adamw, norm_out, grad_clip, ctx.stream);
-    adamw_update_range(model.params_memory, model.master_memory, grads, model.m_memory, model.v_memory, begin, end,
-                       model.acts.adamw, model.decay, ctx.stream);
+    if (model.optimizer == OPTIMIZER_MUON) {
+        const Muon& mu = model.muon;
+        for (size_t r = 0; r < mu.adamw_begin.size(); r++) {
+            const int64_t b = mu.adamw_begin[r];
+            adamw_update_range(model.params_memory, model.master_memory + b, grads + b, model.m_memory + b,
+                               model.v_memory + b, b, mu.adamw_end[r], model.acts.adamw, model.decay, ctx.stream);
+        }
+        muon_update(model.params_memory, model.master_memory, grads, model.m_memory, model.muon, model.acts.adamw, ctx);
+    } else {
+        adamw_update_range(model.params_memory, model.master_memory, grads, model.m_memory, model.v_memory, begin, end,
+                           model.acts.adamw, model.decay, ctx.stream);
+    }
     cudaCheck(cudaMemcpyAsync(model.host_norm_sq, norm_out, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
 }
 
@@ -680,7 +703,8 @@ inline void model_write_model(const Model& model, const std::string& path) {
 }
 
 // The state file of the model's slice [opt_begin, opt_end) (a ZeRO shard in a data-parallel run,
-// llmc/model_dist.cuh), with the step, the data position and the RNG.
+// llmc/model_dist.cuh), with the step, the data position, the RNG and the optimizer (OPTIMIZER_MUON: m
+// holds Muon's momentum on its tensors, as the CPU trainer's state does).
 inline void model_write_state(const Model& model, const std::string& path, const int64_t loader_state[16],
                              uint64_t rng_state) {
     const size_t k = (size_t)(model.opt_end - model.opt_begin), n = model.num_params;
@@ -697,6 +721,7 @@ inline void model_write_state(const Model& model, const std::string& path, const
     const bool whole = k == n;  // a whole state has shard_begin = total_params = 0
     st.shard_begin = whole ? 0 : model.opt_begin;
     st.total_params = whole ? 0 : (int64_t)n;
+    st.optimizer = model.optimizer;
     state_write(path.c_str(), st, m.data(), v.data(), HAS_MASTER ? master.data() : nullptr);
 }
 
@@ -704,6 +729,9 @@ inline void model_write_state(const Model& model, const std::string& path, const
 // slice (opt_end - opt_begin values each), and the step and rounding seed of `st`.
 inline void model_set_state(Model& model, const TrainState& st, const float* m, const float* v, const float* master) {
     const size_t k = (size_t)(model.opt_end - model.opt_begin);
+    if (st.optimizer != model.optimizer)
+        fail("internal: a state of %s's optimizer for a model built for %s", optimizer_name((int)st.optimizer),
+             optimizer_name(model.optimizer));
     if (HAS_MASTER && st.has_master)
         cudaCheck(cudaMemcpy(model.master_memory, master, k * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(model.m_memory, m, k * sizeof(float), cudaMemcpyHostToDevice));

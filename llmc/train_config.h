@@ -176,7 +176,7 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
     p.add_choice("--optimizer", "NAME", &cfg.optimizer, {"adamw", "muon"}, "optimizer",
                  "adamw, or muon: torch.optim.Muon (Nesterov) on each layer's Q, K and V, attention "
                  "projection, fc (SwiGLU's gate and up apart) and fc projection matrices, AdamW (--lr, --wd, --beta1, "
-                 "--beta2, --eps) on the embeddings, the head, norms and biases; CPU trainer only so far (default adamw)");
+                 "--beta2, --eps) on the embeddings, the head, norms and biases; ZeRO 0 only (default adamw)");
     p.add_float("--muon-lr", &cfg.muon_lr, {1e-30, 10}, "Muon's peak lr, before --muon-adjust-lr's factor; the "
                 "schedule scales it as it scales --lr");
     p.add_float("--muon-momentum", &cfg.muon_momentum, {0, 1, true}, "Muon's momentum");

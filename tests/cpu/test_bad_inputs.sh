@@ -385,8 +385,8 @@ if [ -x $GPU ]; then  # the --fp8 flags are the GPU trainer's (not in the CPU tr
     expect_error "GPU trainer: --fp8-scaling nope" "--fp8-scaling: unknown scaling 'nope'" $GPU "${BASE[@]}" --fp8-scaling nope
     expect_error "GPU trainer: --fp8-grad e3m4" "--fp8-grad: unknown format 'e3m4'" $GPU "${BASE[@]}" --fp8-grad e3m4
     expect_error "GPU trainer: --fp8-grad without --fp8 1" "only with --fp8 1" $GPU "${BASE[@]}" --fp8-grad e4m3
-    expect_error "GPU trainer: --optimizer muon" "--optimizer muon: only the CPU trainer (build/train_gpt2_cpu) has Muon" \
-        $GPU "${BASE[@]}" --optimizer muon
+    expect_error "GPU trainer: --optimizer muon at ZeRO 2" "--zero 2: --optimizer muon runs at --zero 0 only" \
+        $GPU "${BASE[@]}" --optimizer muon --zero 2
     expect_error "GPU trainer: --resume of a Muon checkpoint" \
         "--optimizer adamw: the checkpoint $T/ckpt_muon/step_00000001 holds muon's optimizer state" \
         $GPU "${BASE[@]}" --steps 2 --resume "$T/ckpt_muon"
