@@ -17,6 +17,7 @@ TRAINING_ONLY = {
     "llmc/attention_mma_backward.cuh": "the attention backward",
     "llmc/attention_hopper_backward.cuh": "the attention backward",
     "llmc/adamw.cuh": "the optimizer",
+    "llmc/muon.cuh": "the Muon optimizer",
     "llmc/global_norm.cuh": "the gradient norm of the optimizer step",
     "llmc/model_fp8.cuh": "FP8 training",
     "llmc/fp8_fused.cuh": "FP8 training's fused casts",
