@@ -28,11 +28,12 @@ constexpr int64_t MAGIC_DEBUG = fourcc("GPTX");
 constexpr int64_t MAGIC_EVAL = fourcc("GPTE");
 constexpr int64_t MAGIC_FP8 = fourcc("GPT8");
 constexpr int64_t FORMAT_VERSION = 1;  // the first version of every format, and the only one of most
-// Model files (GPTM) and debug states (GPTX) are at version 3: version 2 adds the model family's
-// knobs, version 3 RoPE frequency scaling (Llama 3.x's llama3; docs/formats.md). Writers use the
-// oldest version that holds the config (model_version_for); readers take all three.
-constexpr int64_t MODEL_VERSION = 3;
-constexpr int64_t DEBUG_VERSION = 3;
+// Model files (GPTM) and debug states (GPTX) are at version 4: version 2 adds the model family's
+// knobs, version 3 RoPE frequency scaling (Llama 3.x's llama3), version 4 a qkv bias apart from the
+// other projections' (Qwen2's; docs/formats.md). Writers use the oldest version that holds the config
+// (model_version_for); readers take all four.
+constexpr int64_t MODEL_VERSION = 4;
+constexpr int64_t DEBUG_VERSION = 4;
 // Token shards (GPTD) are at version 3: version 2 adds uint32 tokens (vocabularies over 65,536 ids),
 // version 3 a per-token loss mask after the ids. shard_write uses the oldest version that holds the
 // shard, so unmasked shards stay byte-identical to earlier builds' files, which refuse a masked one.
@@ -159,16 +160,18 @@ struct ModelFileInfo {
     int64_t num_params;
 };
 
-// The model version a config needs: 1 for a plain GPT-2 (byte-identical to earlier builds' files), 3
-// with RoPE scaling (so that a build without it refuses the file instead of running unscaled RoPE),
-// else 2.
+// The model version a config needs: 1 for a plain GPT-2 (byte-identical to earlier builds' files), 4
+// when qkv_bias differs from biases, 3 with RoPE scaling, else 2: a build that lacks the knob a file
+// needs refuses the file instead of running without it.
 inline int64_t model_version_for(const ModelConfig& c) {
     if (model_is_plain_gpt2(c)) return FORMAT_VERSION;
-    return c.rope_scaling.type != ROPE_SCALING_NONE ? MODEL_VERSION : 2;
+    if (c.qkv_bias != c.biases) return 4;
+    return c.rope_scaling.type != ROPE_SCALING_NONE ? 3 : 2;
 }
 
 // Slots 12..20 of a version-2 model header: the family's knobs; slots 21..25 of a version-3 header:
-// the RoPE scaling. eps, theta and the scaling's factors are the bit patterns of float64 values.
+// the RoPE scaling; slot 26 of a version-4 header: qkv_bias (earlier versions: qkv_bias = biases, the
+// four projections together). eps, theta and the scaling's factors are the bit patterns of float64 values.
 inline ModelFileInfo model_header_from(const FileHeader& hd, const char* path) {
     const int64_t* h = hd.h;
     check_range(path, "dtype", h[2], 0, 1);
@@ -200,7 +203,7 @@ inline ModelFileInfo model_header_from(const FileHeader& hd, const char* path) {
         c.rope_theta = bits_as<double>(h[16]);
         c.mlp = (int)h[17];
         c.mlp_hidden = (int)h[18];
-        c.biases = (int)h[19];
+        c.qkv_bias = c.biases = (int)h[19];
         c.tied_head = (int)h[20];
     }
     if (h[1] >= 3) {  // version 2 files have no scaling: their slots 21..25 are not read
@@ -211,6 +214,10 @@ inline ModelFileInfo model_header_from(const FileHeader& hd, const char* path) {
         c.rope_scaling.low_freq_factor = bits_as<double>(h[23]);
         c.rope_scaling.high_freq_factor = bits_as<double>(h[24]);
         c.rope_scaling.original_max_pos = (int)h[25];
+    }
+    if (h[1] >= 4) {
+        check_range(path, "qkv_bias", h[26], 0, 1);
+        c.qkv_bias = (int)h[26];
     }
     model_validate_config(c, path);
     info.dtype = h[2];
@@ -265,6 +272,7 @@ inline FileHeader model_make_header(const ModelConfig& c, int64_t dtype) {
         h[21] = r.type; h[22] = bits_as<int64_t>(r.factor); h[23] = bits_as<int64_t>(r.low_freq_factor);
         h[24] = bits_as<int64_t>(r.high_freq_factor); h[25] = r.original_max_pos;
     }
+    if (h[1] >= 4) h[26] = c.qkv_bias;
     return hd;
 }
 
@@ -511,11 +519,12 @@ inline DebugState debug_state_read(const char* path, const ModelConfig& c) {
     check_range(path, "num_steps", h[6], 0, 1 << 20);
     // slots 7..14: the model's slots 3..10 (shape, num_kv_heads, window); version 2 adds 15..23, the
     // model's slots 12..20 (the family's knobs), all zero for a GPT-2 model (a version-1 model file);
-    // version 3 adds 24..28, the model's slots 21..25 (the RoPE scaling), zero without scaling
+    // version 3 adds 24..28, the model's slots 21..25 (the RoPE scaling), zero without scaling;
+    // version 4 adds 29, the model's slot 26 (qkv_bias)
     FileHeader mh = model_make_header(c, 0);
-    for (int i = 0; i < 22; i++) {
+    for (int i = 0; i < 23; i++) {
         const int model_slot = i < 8 ? 3 + i : 4 + i;
-        const int64_t since = i < 8 ? 1 : i < 17 ? 2 : 3;  // the debug state version that has slot 7 + i
+        const int64_t since = i < 8 ? 1 : i < 17 ? 2 : i < 22 ? 3 : 4;  // the debug state version that has slot 7 + i
         const int64_t have = h[1] >= since ? h[7 + i] : 0;
         if (have != mh.h[model_slot])
             fail("%s: written for a different model (model header slot %d is %lld, the model has %lld)", path,

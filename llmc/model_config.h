@@ -53,7 +53,8 @@ struct ModelConfig {
     int position = POS_LEARNED;  // learned wpe added to the token embedding | RoPE on Q and K
     int mlp = MLP_GELU;          // fc -> GELU (tanh) -> fcproj | fc = [gate | up] -> SwiGLU -> fcproj
     int mlp_hidden = 0;          // H, the MLP's hidden width; 0 = 4C (GPT-2's), see model_mlp_hidden
-    int biases = 1;              // 1: the four projections (qkv, attproj, fc, fcproj) have biases
+    int qkv_bias = 1;            // 1: the qkv projection has a bias (Qwen2: qkv_bias 1, biases 0)
+    int biases = 1;              // 1: the attproj, fc and fcproj projections have biases
     int tied_head = 1;           // 1: logits through wte; 0: through a separate lm_head
     double norm_eps = 1e-5;      // LayerNorm: 1e-5 (the kernels' constant); RMSNorm: config.json's rms_norm_eps
     double rope_theta = 0.0;     // RoPE base (10000 Llama 2, 500000 Llama 3); 0 with learned positions
@@ -76,22 +77,23 @@ inline bool model_same_config(const ModelConfig& a, const ModelConfig& b) {
            a.num_heads == b.num_heads && a.num_kv_heads == b.num_kv_heads && a.channels == b.channels &&
            a.window == b.window && a.architecture == b.architecture && a.norm == b.norm &&
            a.position == b.position && a.mlp == b.mlp && model_mlp_hidden(a) == model_mlp_hidden(b) &&
-           a.biases == b.biases && a.tied_head == b.tied_head && a.norm_eps == b.norm_eps &&
+           a.qkv_bias == b.qkv_bias && a.biases == b.biases && a.tied_head == b.tied_head && a.norm_eps == b.norm_eps &&
            a.rope_theta == b.rope_theta && rope_same_scaling(a.rope_scaling, b.rope_scaling);
 }
 
 // True when the config is GPT-2 in every knob (a version-1 model file can hold it).
 inline bool model_is_plain_gpt2(const ModelConfig& c) {
     return c.architecture == ARCH_GPT2 && c.norm == NORM_LAYERNORM && c.position == POS_LEARNED &&
-           c.mlp == MLP_GELU && model_mlp_hidden(c) == 4 * c.channels && c.biases == 1 && c.tied_head == 1 &&
-           c.norm_eps == 1e-5 && c.rope_theta == 0.0 && c.rope_scaling.type == ROPE_SCALING_NONE;
+           c.mlp == MLP_GELU && model_mlp_hidden(c) == 4 * c.channels && c.qkv_bias == 1 && c.biases == 1 &&
+           c.tied_head == 1 && c.norm_eps == 1e-5 && c.rope_theta == 0.0 && c.rope_scaling.type == ROPE_SCALING_NONE;
 }
 
 // The parameter tensors, in buffer order, written once: X(name, element count, decayed). Every
 // list below (names, sizes, the named pointers of ModelTensors, the decay rule) expands this table.
 // The counts read the locals of model_param_sizes: Vp, C, L, maxT, QKV, H (the MLP hidden width),
 // FC (the fc rows: H, or 2H for SwiGLU's [gate | up]) and the 0/1 switches learned (wpe), ln_bias
-// (LayerNorm), bias (projections) and untied (lm_head). A tensor the config lacks has count 0.
+// (LayerNorm), qkv_bias (qkv), bias (attproj, fc, fcproj) and untied (lm_head). A tensor the config
+// lacks has count 0.
 // Shapes are row-major, "out x in" for matrices (y = x W^T + b), per layer stacked along a leading L.
 #define MODEL_PARAMETER_TABLE(X)                                        \
     X(wte, Vp * C, true)                     /* (Vp, C) token embedding, also the tied head */ \
@@ -99,7 +101,7 @@ inline bool model_is_plain_gpt2(const ModelConfig& c) {
     X(ln1w, L * C, false)                    /* (L, C) */                                       \
     X(ln1b, ln_bias * L * C, false)          /* (L, C) LayerNorm only */                        \
     X(qkvw, L * QKV * C, true)               /* (L, QKV, C), QKV = (NH + 2*NKV) * HD */         \
-    X(qkvb, bias * L * QKV, false)           /* (L, QKV) */                                     \
+    X(qkvb, qkv_bias * L * QKV, false)       /* (L, QKV) */                                     \
     X(attprojw, L * C * C, true)             /* (L, C, C) */                                    \
     X(attprojb, bias * L * C, false)         /* (L, C) */                                       \
     X(ln2w, L * C, false)                    /* (L, C) */                                       \
@@ -129,7 +131,7 @@ inline void model_param_sizes(const ModelConfig& c, size_t out[NUM_PARAM_TENSORS
     const size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
     const size_t QKV = model_qkv_channels(c), H = model_mlp_hidden(c), FC = c.mlp == MLP_SWIGLU ? 2 * H : H;
     const size_t learned = c.position == POS_LEARNED, ln_bias = c.norm == NORM_LAYERNORM;
-    const size_t bias = c.biases != 0, untied = c.tied_head == 0;
+    const size_t qkv_bias = c.qkv_bias != 0, bias = c.biases != 0, untied = c.tied_head == 0;
 #define PARAM_X(name, count, decays) out[model_param::name] = (count);
     MODEL_PARAMETER_TABLE(PARAM_X)
 #undef PARAM_X
@@ -260,8 +262,9 @@ inline void model_validate_config(const ModelConfig& c, const char* what) {
     if (c.mlp != MLP_GELU && c.mlp != MLP_SWIGLU) fail("%s: mlp %d is not 0 (GELU) or 1 (SwiGLU)", what, c.mlp);
     if (c.mlp_hidden < 0 || c.mlp_hidden > (1 << 20))
         fail("%s: mlp_hidden %d out of range [1, 1048576]", what, c.mlp_hidden);
-    if ((c.biases != 0 && c.biases != 1) || (c.tied_head != 0 && c.tied_head != 1))
-        fail("%s: biases %d and tied_head %d must be 0 or 1", what, c.biases, c.tied_head);
+    if ((c.qkv_bias != 0 && c.qkv_bias != 1) || (c.biases != 0 && c.biases != 1) ||
+        (c.tied_head != 0 && c.tied_head != 1))
+        fail("%s: qkv_bias %d, biases %d and tied_head %d must be 0 or 1", what, c.qkv_bias, c.biases, c.tied_head);
     if (c.norm == NORM_LAYERNORM && c.norm_eps != 1e-5)
         fail("%s: LayerNorm eps %g: only 1e-5 is supported (the kernels' constant)", what, c.norm_eps);
     if (c.norm == NORM_RMSNORM && !(c.norm_eps > 0.0 && c.norm_eps < 1.0))
@@ -365,7 +368,7 @@ inline ModelConfig llama_config_from_descriptor(const char* desc) {
     c.norm = NORM_RMSNORM;
     c.position = POS_ROPE;
     c.mlp = MLP_SWIGLU;
-    c.biases = 0;
+    c.qkv_bias = c.biases = 0;
     c.tied_head = untied != 0 ? 0 : 1;
     c.num_kv_heads = NKV > 0 ? (int)NKV : (int)NH;
     c.mlp_hidden = F > 0 ? (int)F : (int)((8 * (int64_t)C / 3 + 63) / 64 * 64);
@@ -455,9 +458,11 @@ inline void model_print_config(const ModelConfig& c) {
         snprintf(pos, sizeof pos, "RoPE theta %g llama3 scaling (factor %g, low_freq_factor %g, high_freq_factor %g, "
                  "original_max_position_embeddings %d)", c.rope_theta, r.factor, r.low_freq_factor,
                  r.high_freq_factor, r.original_max_pos);
+    const char* biases = c.qkv_bias == c.biases ? (c.biases ? "biases" : "no biases")
+                                                : c.qkv_bias ? "q/k/v biases only" : "attproj/fc/fcproj biases";
     printf("model: %s eps %g, %s, %s hidden %d, %s, %s head\n", c.norm == NORM_RMSNORM ? "RMSNorm" : "LayerNorm",
-           c.norm_eps, pos, c.mlp == MLP_SWIGLU ? "SwiGLU" : "GELU", model_mlp_hidden(c),
-           c.biases ? "biases" : "no biases", c.tied_head ? "tied" : "untied");
+           c.norm_eps, pos, c.mlp == MLP_SWIGLU ? "SwiGLU" : "GELU", model_mlp_hidden(c), biases,
+           c.tied_head ? "tied" : "untied");
 }
 
 #include "llmc/rand.h"

@@ -10,12 +10,13 @@ import numpy as np
 HEADER_INTS = 128
 HEADER_BYTES = HEADER_INTS * 8
 VERSION = 1  # the first version of every format, and the only one of most
-# Model files and debug states are at version 3: version 2 adds the model family's knobs, version 3
-# RoPE scaling (Llama 3.x's llama3). Their writers use the oldest version that holds the config: 1 for a
-# plain GPT-2, 3 only with RoPE scaling, else 2 (files without scaling are byte-identical to earlier
-# files; a reader that knows no scaling refuses a file with it); the readers take all three.
-MODEL_VERSION = 3
-DEBUG_VERSION = 3
+# Model files and debug states are at version 4: version 2 adds the model family's knobs, version 3
+# RoPE scaling (Llama 3.x's llama3), version 4 a qkv bias apart from the other projections' (Qwen2's).
+# Their writers use the oldest version that holds the config (model_version), so files without the newer
+# knobs are byte-identical to earlier files and a reader that lacks a knob refuses a file that needs it;
+# the readers take all four.
+MODEL_VERSION = 4
+DEBUG_VERSION = 4
 # Token shards are at version 3: version 2 adds uint32 ids (vocabularies over 65,536), version 3 a
 # per-token loss mask after the ids. Writers use the oldest version that holds the shard (1: uint16 ids,
 # 2: uint32 ids, 3: with a mask), so unmasked shards are byte-identical to earlier files; readers take all three.
@@ -46,13 +47,17 @@ CONFIG_KEYS = ["max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "
                "num_kv_heads", "channels", "window"]
 # model header slots 12..20 (version 2): the family's knobs, GPT-2's values by default (llmc/model_config.h).
 # architecture 0 gpt2 / 1 llama; norm 0 LayerNorm / 1 RMSNorm; position 0 learned / 1 RoPE; mlp 0 GELU / 1 SwiGLU;
-# norm_eps and rope_theta are float64 bit patterns; mlp_hidden is H (GPT-2: 4C)
+# norm_eps and rope_theta are float64 bit patterns; mlp_hidden is H (GPT-2: 4C); biases 1: attproj, fc and
+# fcproj have biases
 FAMILY_KEYS = ["architecture", "norm", "norm_eps", "position", "rope_theta", "mlp", "mlp_hidden", "biases",
                "tied_head"]
 # model header slots 21..25 (version 3): the RoPE scaling (llmc/model_config.h RopeScaling). rope_scaling
 # 0 none / 1 llama3; its factors are float64 bit patterns; all 0 without scaling
 SCALING_KEYS = ["rope_scaling", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
                 "rope_original_max_pos"]
+# model header slot 26 (version 4): qkv_bias 1: the qkv projection has a bias. Earlier versions, and a
+# config without the key, mean qkv_bias = biases (the four projections together).
+BIAS_KEYS = ["qkv_bias"]
 FLOAT_KEYS = {"norm_eps", "rope_theta", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor"}
 ARCH_GPT2, ARCH_LLAMA = 0, 1
 NORM_LAYERNORM, NORM_RMSNORM = 0, 1
@@ -72,7 +77,7 @@ def pad_vocab(v, multiple=128):
 def gpt2_defaults(cfg):
     """The family knobs of a plain GPT-2 of cfg's shape (what a version-1 file implies)."""
     return dict(architecture=ARCH_GPT2, norm=NORM_LAYERNORM, norm_eps=1e-5, position=POS_LEARNED, rope_theta=0.0,
-                mlp=MLP_GELU, mlp_hidden=4 * cfg["channels"], biases=1, tied_head=1, **no_rope_scaling())
+                mlp=MLP_GELU, mlp_hidden=4 * cfg["channels"], qkv_bias=1, biases=1, tied_head=1, **no_rope_scaling())
 
 
 def no_rope_scaling():
@@ -82,17 +87,19 @@ def no_rope_scaling():
 
 
 def full_config(cfg):
-    """cfg with every family knob present (GPT-2's value where cfg has none)."""
-    return {**gpt2_defaults(cfg), **cfg}
+    """cfg with every family knob present (GPT-2's value where cfg has none; qkv_bias: cfg's biases)."""
+    return {**gpt2_defaults(cfg), "qkv_bias": cfg.get("biases", 1), **cfg}
 
 
 def model_version(cfg):
-    """1 for a plain GPT-2 config, 3 with RoPE scaling, else 2 (the writers' rule; llmc/formats.h
-    model_version_for)."""
+    """1 for a plain GPT-2 config, 4 when qkv_bias differs from biases, 3 with RoPE scaling, else 2 (the
+    writers' rule; llmc/formats.h model_version_for)."""
     cfg = full_config(cfg)
     if all(cfg[k] == v for k, v in gpt2_defaults(cfg).items()):
         return VERSION
-    return MODEL_VERSION if cfg["rope_scaling"] != ROPE_SCALING_NONE else 2
+    if cfg["qkv_bias"] != cfg["biases"]:
+        return 4
+    return 3 if cfg["rope_scaling"] != ROPE_SCALING_NONE else 2
 
 
 def param_shapes(cfg):
@@ -105,8 +112,8 @@ def param_shapes(cfg):
     H = cfg["mlp_hidden"]
     FC = 2 * H if cfg["mlp"] == MLP_SWIGLU else H
     learned, ln_bias = int(cfg["position"] == POS_LEARNED), int(cfg["norm"] == NORM_LAYERNORM)
-    bias, untied = int(cfg["biases"] != 0), int(cfg["tied_head"] == 0)
-    return [(Vp, C), (learned * maxT, C), (L, C), (L, ln_bias * C), (L, qkv, C), (L, bias * qkv), (L, C, C),
+    qkv_bias, bias, untied = int(cfg["qkv_bias"] != 0), int(cfg["biases"] != 0), int(cfg["tied_head"] == 0)
+    return [(Vp, C), (learned * maxT, C), (L, C), (L, ln_bias * C), (L, qkv, C), (L, qkv_bias * qkv), (L, C, C),
             (L, bias * C), (L, C), (L, ln_bias * C), (L, FC, C), (L, bias * FC), (L, C, H), (L, bias * C), (C,),
             (ln_bias * C,), (untied * Vp, C)]
 
@@ -187,38 +194,34 @@ def _slot(cfg, k):
     return int(np.float64(cfg[k]).view(np.int64)) if k in FLOAT_KEYS else int(cfg[k])
 
 
-def family_slots(cfg):
-    """The int64 values of model header slots 12..20 (version 2)."""
+def knob_keys(version):
+    """The config keys of model header slots 12.. in a file of this version: 12..20 from version 2,
+    21..25 from 3, 26 from 4."""
+    return (FAMILY_KEYS if version >= 2 else []) + (SCALING_KEYS if version >= 3 else []) + \
+        (BIAS_KEYS if version >= 4 else [])
+
+
+def knob_slots(cfg):
+    """The int64 values of model header slots 12.. of cfg's file (model_version)."""
     cfg = full_config(cfg)
-    return [_slot(cfg, k) for k in FAMILY_KEYS]
+    return [_slot(cfg, k) for k in knob_keys(model_version(cfg))]
 
 
-def scaling_slots(cfg):
-    """The int64 values of model header slots 21..25 (version 3)."""
-    cfg = full_config(cfg)
-    return [_slot(cfg, k) for k in SCALING_KEYS]
-
-
-def config_from_header(h, version):
-    """The config of a model header (h[3..10], h[12..20] from version 2, h[21..25] from version 3)."""
+def config_from_header(h, version, path="model header"):
+    """The config of a model header (h[3..10], then knob_keys(version) from h[12])."""
     cfg = {k: int(h[3 + i]) for i, k in enumerate(CONFIG_KEYS)}
-    if version < 2:
-        return full_config(cfg)
-    keys = FAMILY_KEYS + (SCALING_KEYS if version >= 3 else [])
-    for i, k in enumerate(keys):
+    for i, k in enumerate(knob_keys(version)):
         cfg[k] = float(np.int64(h[12 + i]).view(np.float64)) if k in FLOAT_KEYS else int(h[12 + i])
+    if cfg.get("qkv_bias", 0) not in (0, 1):
+        raise FormatError(f"{path}: header field qkv_bias = {cfg['qkv_bias']} is out of range [0, 1]")
     return full_config(cfg)
 
 
 def model_header(cfg, dtype):
-    version = model_version(cfg)
     fields = {2: dtype, **{3 + i: cfg[k] for i, k in enumerate(CONFIG_KEYS)}, 11: num_params(cfg)}
-    if version >= 2:
-        fields.update({12 + i: v for i, v in enumerate(family_slots(cfg))})
-    if version >= 3:
-        fields.update({21 + i: v for i, v in enumerate(scaling_slots(cfg))})
+    fields.update({12 + i: v for i, v in enumerate(knob_slots(cfg))})
     h = make_header(MAGIC_MODEL, fields)
-    h[1] = version
+    h[1] = model_version(cfg)
     return h
 
 
@@ -234,7 +237,7 @@ def write_model(path, cfg, params, dtype=DTYPE_FP32):
 def read_model(path):
     """Returns (cfg dict, flat fp32 params)."""
     h, size = read_header(path, MAGIC_MODEL)
-    cfg = config_from_header(h, int(h[1]))
+    cfg = config_from_header(h, int(h[1]), path)
     dtype = int(h[2])
     if dtype not in (DTYPE_FP32, DTYPE_BF16):
         raise FormatError(f"{path}: unknown dtype {dtype}")
@@ -285,13 +288,9 @@ def write_debug_state(path, cfg, inputs, targets, logits, loss, grads, losses, h
     hp[:6] = [hparams[k] for k in ("lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip")]
     fields = {2: B, 3: T, 4: V, 5: grads.size, 6: losses.size}
     fields.update({7 + i: cfg[k] for i, k in enumerate(CONFIG_KEYS)})  # the model's slots 3..10
-    version = model_version(cfg)  # a debug state has the version of its model's file
-    if version >= 2:
-        fields.update({15 + i: v for i, v in enumerate(family_slots(cfg))})  # the model's slots 12..20
-    if version >= 3:
-        fields.update({24 + i: v for i, v in enumerate(scaling_slots(cfg))})  # the model's slots 21..25
+    fields.update({15 + i: v for i, v in enumerate(knob_slots(cfg))})  # the model's slots 12..
     header = make_header(MAGIC_DEBUG, fields)
-    header[1] = version
+    header[1] = model_version(cfg)  # a debug state has the version of its model's file
     atomic_write(path, [header, inputs, np.asarray(targets, dtype="<i4"), logits,
                         np.asarray([loss], dtype="<f4"), grads, losses, hp])
 
@@ -310,10 +309,10 @@ def read_debug_state(path):
         off += count * 4
         return x
 
-    model_h = np.zeros(HEADER_INTS, dtype="<i8")  # the model header's slots 3..10, 12..20 and 21..25
+    model_h = np.zeros(HEADER_INTS, dtype="<i8")  # the model header's slots 3..10 and 12..
     model_h[3:11] = h[7:15]
-    model_h[12:26] = h[15:29]
-    d = {"B": B, "T": T, "V": V, "config": config_from_header(model_h, int(h[1]))}
+    model_h[12:27] = h[15:30]
+    d = {"B": B, "T": T, "V": V, "config": config_from_header(model_h, int(h[1]), path)}
     d["inputs"] = take("<i4", BT).reshape(B, T)
     d["targets"] = take("<i4", BT).reshape(B, T)
     d["logits"] = take("<f4", BT * V).reshape(B, T, V)

@@ -31,6 +31,8 @@ fmt.write_model(f"{d}/good.bin", cfg, rng.normal(0, 0.02, fmt.num_params(cfg)).a
 llama = dict(cfg, architecture=fmt.ARCH_LLAMA, norm=fmt.NORM_RMSNORM, norm_eps=1e-5, position=fmt.POS_ROPE,
              rope_theta=10000.0, mlp=fmt.MLP_SWIGLU, mlp_hidden=24, biases=0, tied_head=0)
 fmt.write_model(f"{d}/llama.bin", llama, rng.normal(0, 0.02, fmt.num_params(llama)).astype(np.float32))
+qwen2 = dict(llama, qkv_bias=1)  # q/k/v biases only: a version-4 file
+fmt.write_model(f"{d}/qwen2.bin", qwen2, rng.normal(0, 0.02, fmt.num_params(qwen2)).astype(np.float32))
 fmt.write_shard(f"{d}/train.bin", rng.integers(0, 64, 2000), 64)
 fmt.write_shard(f"{d}/bigids.bin", rng.integers(0, 1000, 2000), 50257)  # ids the 64-token model can't take
 fmt.write_shard(f"{d}/gpt2vocab.bin", rng.integers(0, 64, 2000), 50257)  # for the dN models (GPT-2's vocab)
@@ -76,6 +78,7 @@ patched("badcount.bin", 11, 12345)
 llama_good = open(f"{d}/llama.bin", "rb").read()
 patched("badnorm.bin", 13, 2, llama_good)  # a norm kind that does not exist
 patched("badtheta.bin", 16, np.float64(0.5).view(np.int64), llama_good)  # RoPE theta <= 1
+patched("badqkvbias.bin", 26, 2, open(f"{d}/qwen2.bin", "rb").read())  # qkv_bias neither 0 nor 1
 open(f"{d}/truncated.bin", "wb").write(good[:-10])
 open(f"{d}/extra.bin", "wb").write(good + b"\0\0\0\0")
 open(f"{d}/short.bin", "wb").write(good[:100])
@@ -207,6 +210,10 @@ expect_error "llama descriptor with untied twice" "untied is given twice" "${TRA
     --init llama:L1,C8,H2,V64,untied,untied
 expect_error "model file with an unknown norm" "$T/badnorm.bin: header field norm" "${TRAIN1[@]}" "${BASE[@]}" --init "$T/badnorm.bin"
 expect_error "model file with RoPE theta 0.5" "$T/badtheta.bin: RoPE needs theta" "${TRAIN1[@]}" "${BASE[@]}" --init "$T/badtheta.bin"
+expect_success "control: a Qwen2-style model file (q/k/v biases only) trains" "${TRAIN1[@]}" "${BASE[@]}" \
+    --init "$T/qwen2.bin"
+expect_error "model file with qkv_bias 2" "$T/badqkvbias.bin: header field qkv_bias = 2 is out of range [0, 1]" \
+    "${TRAIN1[@]}" "${BASE[@]}" --init "$T/badqkvbias.bin"
 # the GPU trainer checks the attention flags before it touches a device (so these run without a GPU)
 # the newer of the full build and make test's (flag checks only), so a stale one is not what is checked
 GPU=build/train_gpt2cu
@@ -403,6 +410,28 @@ expect_error "--train missing" "--train" $TRAIN --init "$T/good.bin"
 # the CPU test's own inputs
 expect_error "test: truncated debug state" "$T/debug_truncated.bin" $TEST tests/fixture/model.bin "$T/debug_truncated.bin"
 expect_error "test: debug state of another model" "tests/fixture/debug.bin" $TEST "$T/good.bin" tests/fixture/debug.bin
+
+# document masking (--doc-mask): the document token comes from --doc-token or the tokenizer and must fit the vocabulary
+expect_success "control: --doc-mask 1 takes the tokenizer's document token" $TRAIN "${BASE[@]}" --init "$T/good.bin" \
+    --tokenizer "$T/tok.bin" --doc-mask 1 --doc-positions restart
+grep -q "document masking: token 63 starts a document; positions restart" "$tmp/out" && ok=$((ok + 1)) ||
+    { bad=$((bad + 1)); echo "BAD  --doc-mask 1 did not report the tokenizer's document token 63"; }
+expect_startup_error "--doc-mask 1 with no document token" "--doc-mask 1: no document token" $TRAIN "${BASE[@]}" \
+    --init "$T/good.bin" --doc-mask 1
+expect_startup_error "--doc-token outside the vocabulary" "--doc-token 64: out of range for the model's vocabulary of 64" \
+    $TRAIN "${BASE[@]}" --init "$T/good.bin" --doc-mask 1 --doc-token 64
+expect_error "--doc-positions restart without --doc-mask" "--doc-positions restart: only with --doc-mask 1" $TRAIN \
+    "${BASE[@]}" --init "$T/good.bin" --doc-positions restart
+expect_error "--doc-token without --doc-mask" "--doc-token: only with --doc-mask 1" $TRAIN "${BASE[@]}" \
+    --init "$T/good.bin" --doc-token 3
+expect_error "--doc-positions sideways" "--doc-positions: unknown position mode 'sideways'" $TRAIN "${BASE[@]}" \
+    --doc-positions sideways
+if [ -x $GPU ]; then  # parsed before any device
+    expect_error "GPU trainer: --doc-mask 1" "--doc-mask 1: document masking is not implemented on the GPU yet; use train_gpt2_cpu" \
+        $GPU "${BASE[@]}" --doc-mask 1
+    expect_error "GPU trainer: --doc-positions restart" "--doc-positions restart: document masking is not implemented" \
+        $GPU "${BASE[@]}" --doc-positions restart
+fi
 
 echo "test_bad_inputs: $ok ok, $bad misbehaved"
 [ $bad -eq 0 ]
