@@ -15,7 +15,9 @@ Modes (pick one; the model comes from --model / the shape flags / --load):
   train            --train "shards/*.bin" [--val "..."] --steps N: prints `step n train_loss x ...`;
                    --schedule/--warmup/--shuffle as the C++ trainers, --fp8-emulate RECIPE: the blocks'
                    linear layers in emulated FP8 (tensorwise = the GPU trainer's --fp8 1; dev/bench/fp8_emulate.sh);
-                   --optimizer muon: torch.optim.Muon on the blocks' matrices, AdamW on the rest
+                   --optimizer muon: torch.optim.Muon on the blocks' matrices, AdamW on the rest;
+                   --doc-mask 1 [--doc-positions restart]: documents packed in a row attend only within
+                   themselves (an explicit block-diagonal causal SDPA mask; position ids restart per document)
   bench            --bench --device cuda [--compile]: GPT-2 training throughput of PyTorch,
                    last line `BENCH name=<eager|compile> ms=<median> tok_s=<..> peak_gib=<..>`
   hellaswag        --hellaswag FILE: multiple-choice accuracy (acc_norm, as llmc/hellaswag.h scores
@@ -159,6 +161,7 @@ class GPT2(nn.Module if torch is not None else object):
         super().__init__()
         self.cfg = fmt.full_config(cfg)
         self.fp8 = None  # an fp8_emulate.Fp8Emulation: the blocks' linear layers in emulated FP8 (--fp8-emulate)
+        self.docs = None  # (document token, restart positions): packed documents (--doc-mask), or one sequence a row
         for name, shape in zip(fmt.PARAM_NAMES, fmt.param_shapes(self.cfg)):
             if math.prod(shape):
                 self.register_parameter(name, nn.Parameter(torch.zeros(shape)))
@@ -237,14 +240,26 @@ class GPT2(nn.Module if torch is not None else object):
         C, NH, NKV, W = cfg["channels"], cfg["num_heads"], cfg["num_kv_heads"], cfg["window"]
         HD = C // NH
         layer = lambda name, l: None if P(name) is None else P(name)[l]  # noqa: E731  (a bias, or None)
-        # query t sees keys max(0, t-W+1)..t; W = 0 (or W >= T) is plain causal, SDPA's fast path
-        mask = None
-        if 0 < W < T:
-            t = torch.arange(T, device=idx.device)
+        # query t sees keys max(0, t-W+1)..t; W = 0 (or W >= T) is plain causal, SDPA's fast path. With
+        # self.docs, only keys of its own document too (llmc/cpu/attention.h): doc_start[b, t] = the last
+        # position <= t holding the document token (0 if none), and positions restart there if asked
+        mask, pos = None, None
+        t = torch.arange(T, device=idx.device)
+        if self.docs is not None:
+            token, restart = self.docs
+            doc_start = torch.where(idx == token, t, 0).cummax(dim=1).values       # (B, T)
+            mask = (t[None, None, :] <= t[None, :, None]) & (t[None, None, :] >= doc_start[:, :, None])
+            if W > 0:
+                mask &= t[None, None, :] > t[None, :, None] - W
+            mask = mask[:, None]                                                   # (B, 1, T, T), True = attend
+            pos = t - doc_start if restart else None                               # (B, T) position ids
+        elif 0 < W < T:
             mask = (t[None, :] <= t[:, None]) & (t[None, :] > t[:, None] - W)  # (T, T), True = attend
         rope = cfg["position"] == fmt.POS_ROPE
         if rope:
             cos, sin = self.rope_tables(T, HD, self.wte.dtype, idx.device)
+            if pos is not None:
+                cos, sin = cos[pos][:, None], sin[pos][:, None]                    # (B, 1, T, HD)
 
         def rotate(x):  # (B, heads, T, HD): x cos + rotate_half(x) sin, rotate_half(x) = [-x2, x1]
             x1, x2 = x.chunk(2, dim=-1)
@@ -252,7 +267,7 @@ class GPT2(nn.Module if torch is not None else object):
 
         x = self.wte[idx]                                       # (B, T, C)
         if not rope:
-            x = x + self.wpe[:T]
+            x = x + (self.wpe[:T] if pos is None else self.wpe[pos])
         for l in range(cfg["num_layers"]):
             # the block's four linear layers: plain, or through the FP8 emulation
             linear = self.fp8.linear if self.fp8 and self.fp8.covers(l, cfg["num_layers"]) else F.linear
@@ -647,6 +662,21 @@ def train_step(model, step_model, opt, x, y, args):
     return loss
 
 
+def doc_masking(cfg, args):
+    """--doc-mask's (document token, restart positions), or None: the token is --doc-token, else GPT-2's
+    <|endoftext|> 50256 for a GPT-2 model that holds it (the C++ trainer also reads its --tokenizer's)."""
+    if not args.doc_mask:
+        return None
+    V, token = cfg["vocab_size"], args.doc_token
+    if token is None and cfg["architecture"] == fmt.ARCH_GPT2 and V > 50256:
+        token = 50256
+    if token is None:
+        die("--doc-mask 1: no document token: give --doc-token ID")
+    if not 0 <= token < V:
+        die(f"--doc-token {token}: out of range for the model's vocabulary of {V}")
+    return token, args.doc_positions == "restart"
+
+
 def train(model, args):
     """Trains on token shards; every printed line is `step <n> <key> <value> ...` (n = optimizer
     steps done), the format scripts/plot_log.py reads."""
@@ -663,6 +693,7 @@ def train(model, args):
             torch.backends.cuda.matmul.allow_tf32 = True
     opt = make_optimizer(model, args)
     step_model = torch.compile(model) if args.compile else model
+    model.docs = doc_masking(model.cfg, args)
     batches = shard_windows(args.train, B, T, V, "--train", args.seed if args.shuffle else None)
     log = open(args.log, "w") if args.log else None
 
@@ -836,6 +867,14 @@ def parse_args(argv=None):
     d.add_argument("--muon-adjust-lr", choices=MUON_ADJUST_LR, default="original",
                    help="the lr of a (rows, cols) matrix: original lr * sqrt(max(1, rows/cols)); match_rms_adamw "
                         "lr * 0.2 sqrt(max(rows, cols))")
+    d.add_argument("--doc-mask", type=int, choices=[0, 1], default=0,
+                   help="train: 1 = a document starts at each --doc-token, and a token attends only to its own "
+                        "document (and --window): an explicit block-diagonal causal mask (train and validation)")
+    d.add_argument("--doc-positions", choices=["continue", "restart"], default="continue",
+                   help="with --doc-mask 1: restart = position ids count from each document's start (Hugging "
+                        "Face's packed SFT), continue = position t is t")
+    d.add_argument("--doc-token", type=int, metavar="ID", help="with --doc-mask 1: the id that starts a document "
+                   "(default GPT-2's <|endoftext|> 50256, for a GPT-2 model)")
     t = p.add_argument_group("train / bench")
     t.add_argument("--train", metavar="GLOB", help="train on these token shards and print the losses")
     t.add_argument("--val", metavar="GLOB", help="validation shards")
@@ -907,6 +946,12 @@ def parse_args(argv=None):
         p.error(f"--muon-wd must be >= 0, got {args.muon_wd}")
     if not 1 <= args.muon_ns_steps <= 99:
         p.error(f"--muon-ns-steps must be in 1..99, got {args.muon_ns_steps}")
+    if args.doc_mask and not args.train:
+        p.error("--doc-mask 1: only in train mode (--train)")
+    doc_given = [f for f, v, d in (("--doc-positions restart", args.doc_positions, "continue"),
+                                   ("--doc-token", args.doc_token, None)) if v != d]
+    if doc_given and not args.doc_mask:
+        p.error(f"{doc_given[0]}: only with --doc-mask 1 (as train_gpt2_cpu)")
     if args.device not in ("cpu", "cuda"):
         p.error(f"--device {args.device}: expected cpu or cuda")
     if args.device == "cuda" and torch is not None and not torch.cuda.is_available():
