@@ -8,8 +8,9 @@ model.safetensors, generation_config.json. Needs numpy only (no torch, no transf
 
 The class follows the model's knobs (scripts/hf_interop.py has the table): GPT-2 -> GPT2LMHeadModel;
 Llama -> LlamaForCausalLM, with an attention window -> MistralForCausalLM (sliding_window = the
-window: both attend to positions t-W+1..t), with biases -> Qwen2ForCausalLM (only when its
-attproj/fc/fcproj biases are zero: Qwen2 has q/k/v biases only). A model no transformers class
+window: both attend to positions t-W+1..t), with q/k/v biases (qkv_bias) -> Qwen2ForCausalLM. A Llama
+with attproj/fc/fcproj biases (biases = 1; in a file of version 1 to 3, all four) exports only while
+those are zero, without them: no Llama-family class has them. A model no transformers class
 computes exactly (a GPT-2 with grouped-query attention or a window, a GELU model with RMSNorm, ...)
 is refused with the knob named. The padded vocabulary rows are dropped (transformers has
 vocab_size rows). The tokenizer is not part of our model file: copy the tokenizer files

@@ -20,11 +20,15 @@ Supported (anything else is refused with an error naming the config key):
       back as rope_scaling.
   MistralForCausalLM (model_type mistral): a Llama whose sliding_window W is ours (both attend to
       positions t-W+1..t); our Llama with a window exports as Mistral.
-  Qwen2ForCausalLM (model_type qwen2): a Llama with q/k/v biases; ours has one biases knob for
-      qkv, attproj, fc and fcproj together, so it imports with the other three biases zero (the same
-      function) and a Llama with biases exports as Qwen2 only when those three are zero.
-Refused: rope scaling other than llama3 (rope_type linear, dynamic, yarn, longrope, ...), head_dim != hidden_size / num_attention_heads,
-hidden_act other than silu, attention_bias / mlp_bias on Llama, per-layer sliding windows (Qwen2's
+  Qwen2ForCausalLM (model_type qwen2) <-> our Llama with qkv_bias = 1 and biases = 0: q/k/v biases and
+      none on attproj, fc, fcproj, so an imported Qwen2 trains only its own biases and exports back.
+  Our Llama with biases = 1 (attproj, fc, fcproj; an old file's biases = 1 is all four) exports only
+      while those three biases are zero, without them (no Llama-family class has them), as the class
+      its other knobs pick: qkv_bias = 1 Qwen2 (no window), a window Mistral, else Llama.
+Refused: rope scaling other than llama3 (rope_type linear, dynamic, yarn, longrope, ...), partial_rotary_factor
+other than 1 (top level, rope_scaling or rope_parameters, any rope_type), head_dim != hidden_size /
+num_attention_heads, hidden_act other than silu, attention_bias / mlp_bias on Llama (q/k/v/o and
+gate/up/down biases: neither is one of our bias sets), per-layer sliding windows (Qwen2's
 use_sliding_window, layer_types), and GPT-2 variants (cross-attention, other activations, eps).
 """
 import json
@@ -70,8 +74,8 @@ GPT2_GLOBAL = {"wte": "transformer.wte.weight", "wpe": "transformer.wpe.weight",
                "lnfb": "transformer.ln_f.bias", "lm_head": "lm_head.weight"}
 LLAMA_GLOBAL = {"wte": "model.embed_tokens.weight", "lnfw": "model.norm.weight", "lm_head": "lm_head.weight"}
 GPT2_LAYER_PREFIX, LLAMA_LAYER_PREFIX = "transformer.h.{}.", "model.layers.{}."
-# Qwen2's biases that our biases knob adds and Qwen2 lacks: zero on import, must be zero to export
-QWEN2_ZERO_BIASES = ("attprojb", "fcb", "fcprojb")
+# The biases of our biases knob, which no Llama-family class has: an export needs them zero and drops them
+LLAMA_ABSENT_BIASES = ("attprojb", "fcb", "fcprojb")
 # buffers some checkpoints carry that are no parameters (GPT-2's causal masks, old Llamas' RoPE table)
 IGNORED_SUFFIXES = (".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq")
 LLAMA_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
@@ -195,6 +199,10 @@ def rope_from_hf(hc, what):
     if not isinstance(rope, dict):
         raise HFError(f"{what}: {key} = {rope!r} is not a dict")
     kind = rope.get("rope_type", rope.get("type", "default"))
+    for where, d in ((key, rope), ("config", hc)):  # transformers moves a top-level one into rope_parameters
+        if _get(d, "partial_rotary_factor", 1.0) != 1.0:
+            raise HFError(f"{what}: {where} partial_rotary_factor = {d['partial_rotary_factor']!r} is not supported "
+                          "(RoPE on every channel only)")
     theta = rope.get("rope_theta") or _get(hc, "rope_theta", 10000.0)
     if not is_number(theta):
         raise HFError(f"{what}: {key} rope_theta = {theta!r} is not a finite number")
@@ -203,9 +211,6 @@ def rope_from_hf(hc, what):
         return theta, fmt.no_rope_scaling()
     if kind != "llama3":
         raise HFError(f"{what}: {key} rope_type {kind!r} is not supported (only the default RoPE and llama3)")
-    if rope.get("partial_rotary_factor", 1.0) != 1.0:
-        raise HFError(f"{what}: {key} partial_rotary_factor = {rope['partial_rotary_factor']!r} is not supported "
-                      "(RoPE on every channel only)")
     other = sorted(k for k in rope if k not in LLAMA3_ROPE_KEYS and k not in ROPE_NEUTRAL_KEYS
                    and k != "partial_rotary_factor")
     if other:
@@ -337,8 +342,8 @@ def _config_from_hf(hc, what):
         raise HFError(f"{what}: head_dim = {hc['head_dim']} != hidden_size / num_attention_heads = {C // NH}")
     for key in ("attention_bias", "mlp_bias"):
         if _get(hc, key, False):
-            raise HFError(f"{what}: {key} = true is not supported (our biases knob covers qkv, attproj, fc and "
-                          "fcproj together)")
+            raise HFError(f"{what}: {key} = true is not supported (our bias knobs: qkv_bias for q/k/v, biases for "
+                          "attproj, fc and fcproj together)")
     window = 0
     if mt == "mistral" and hc.get("sliding_window", 4096):  # MistralConfig's default is 4096, null = none
         window = int(hc.get("sliding_window", 4096))
@@ -352,18 +357,18 @@ def _config_from_hf(hc, what):
                num_layers=hc["num_hidden_layers"], num_heads=NH, num_kv_heads=NKV, channels=C, window=window,
                architecture=fmt.ARCH_LLAMA, norm=fmt.NORM_RMSNORM, norm_eps=float(_get(hc, "rms_norm_eps", 1e-6)),
                position=fmt.POS_ROPE, rope_theta=theta, mlp=fmt.MLP_SWIGLU, mlp_hidden=hc["intermediate_size"],
-               biases=int(mt == "qwen2"), tied_head=int(_get(hc, "tie_word_embeddings", False)),  # their default
-               **scaling)
+               qkv_bias=int(mt == "qwen2"), biases=0,
+               tied_head=int(_get(hc, "tie_word_embeddings", False)), **scaling)  # (their default)
     return cfg
 
 
 def hf_config_from(cfg, params, what, bos_id=None, eos_id=None, dtype="float32"):
     """(config.json dict, model_type) for our config; refuses a model no transformers class computes
-    exactly, naming the knob. `params`: the split parameters (a Llama with biases is Qwen2 only when
-    its attproj/fc/fcproj biases are zero)."""
+    exactly, naming the knob. `params`: the split parameters (a Llama's attproj/fc/fcproj biases, where it
+    has them, must be zero)."""
     cfg = fmt.full_config(cfg)
     C, NH, NKV, W = cfg["channels"], cfg["num_heads"], cfg["num_kv_heads"], cfg["window"]
-    gpt2 = dict(norm=fmt.NORM_LAYERNORM, position=fmt.POS_LEARNED, mlp=fmt.MLP_GELU, biases=1)
+    gpt2 = dict(norm=fmt.NORM_LAYERNORM, position=fmt.POS_LEARNED, mlp=fmt.MLP_GELU, qkv_bias=1, biases=1)
     llama = dict(norm=fmt.NORM_RMSNORM, position=fmt.POS_ROPE, mlp=fmt.MLP_SWIGLU)
     common = dict(vocab_size=cfg["vocab_size"], bos_token_id=bos_id, eos_token_id=eos_id,
                   tie_word_embeddings=bool(cfg["tied_head"]), torch_dtype=dtype, use_cache=True)
@@ -387,17 +392,13 @@ def hf_config_from(cfg, params, what, bos_id=None, eos_id=None, dtype="float32")
         if cfg[k] != v:
             raise HFError(f"{what}: a SwiGLU model with {k} = {cfg[k]} is not a Llama (RMSNorm, RoPE): "
                           "no transformers class computes it")
-    mt = "llama"
-    if cfg["biases"]:
-        nonzero = [b for b in QWEN2_ZERO_BIASES if np.any(params[b] != 0)]
-        if nonzero:
-            raise HFError(f"{what}: biases = 1 with nonzero {nonzero[0]}: transformers' Llama has no biases and "
-                          "Qwen2 has only the q/k/v ones")
-        if W:
-            raise HFError(f"{what}: biases (Qwen2) with an attention window {W}: no transformers class has both")
-        mt = "qwen2"
-    elif W:
-        mt = "mistral"  # sliding_window W: position t attends to t-W+1..t, as ours
+    nonzero = [b for b in LLAMA_ABSENT_BIASES if cfg["biases"] and np.any(params[b] != 0)]
+    if nonzero:
+        raise HFError(f"{what}: biases = 1 with nonzero {nonzero[0]}: transformers' Llama has no biases and "
+                      "Qwen2 has only the q/k/v ones")
+    if cfg["qkv_bias"] and W:
+        raise HFError(f"{what}: q/k/v biases (Qwen2) with an attention window {W}: no transformers class has both")
+    mt = "qwen2" if cfg["qkv_bias"] else "mistral" if W else "llama"  # Mistral's sliding_window W: t sees t-W+1..t
     hc = dict(common, architectures=[LLAMA_TYPES[mt]], model_type=mt, hidden_size=C,
               intermediate_size=cfg["mlp_hidden"], num_hidden_layers=cfg["num_layers"], num_attention_heads=NH,
               num_key_value_heads=NKV, head_dim=C // NH, hidden_act="silu",

@@ -7,14 +7,14 @@ scripts/train_gpt2.py --load. Needs numpy only: no torch, no transformers, no hu
     python3 scripts/import_hf.py path/to/gpt2 --out gpt2_124M.bin
 
 Supported: GPT2LMHeadModel, LlamaForCausalLM (also Llama 3.1 / 3.2 with their rope_type "llama3"
-scaling), MistralForCausalLM (its sliding_window becomes our window), Qwen2ForCausalLM (q/k/v
-biases; our other biases are set to zero); scripts/hf_interop.py lists what each may hold. Anything
-else (rope scaling other than llama3, head_dim != hidden_size / heads, activations other than silu /
-tanh GELU, attention_bias or mlp_bias on Llama, per-layer sliding windows, a tensor the mapping does
-not place) is refused with the config key or tensor named. Get the folder with e.g.
+scaling), MistralForCausalLM (its sliding_window becomes our window), Qwen2ForCausalLM (our qkv_bias: q/k/v
+biases and no others); scripts/hf_interop.py lists what each may hold. Anything else (rope scaling
+other than llama3, partial_rotary_factor, head_dim != hidden_size / heads, activations other than
+silu / tanh GELU, attention_bias or mlp_bias on Llama, per-layer sliding windows, a tensor the
+mapping does not place) is refused with the config key or tensor named. Get the folder with e.g.
 `huggingface-cli download TinyLlama/TinyLlama-1.1B-Chat-v1.0 --local-dir DIR` on a machine with
-network. A model with RoPE scaling is written as a version-3 model file (docs/formats.md), which
-builds from before the scaling refuse rather than run without it.
+network. A model with RoPE scaling is written as a version-3 model file, a Qwen2 as version 4
+(docs/formats.md): builds from before the knob refuse it rather than run without it.
 """
 import argparse
 import os

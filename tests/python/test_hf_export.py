@@ -2,11 +2,13 @@
 - our random models exported with scripts/export_hf.py load with AutoModelForCausalLM.from_pretrained
   as the class the export names, and give the logits of scripts/train_gpt2.py's reference model on
   the same weights: GPT-2 tied and untied, Llama multi-head tied and grouped-query untied (theta
-  500000, eps 1e-6), Llama with Llama 3.x's llama3 RoPE scaling (read back by transformers as such), Llama with a window (MistralForCausalLM's sliding_window), Llama with q/k/v
-  biases (Qwen2ForCausalLM), and a bf16 export;
+  500000, eps 1e-6), Llama with Llama 3.x's llama3 RoPE scaling (read back by transformers as such),
+  Llama with a window (MistralForCausalLM's sliding_window), Llama with q/k/v biases only
+  (Qwen2ForCausalLM), and a bf16 export;
 - random LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM / GPT2LMHeadModel saved with
   save_pretrained to a temp folder import with scripts/import_hf.py's path (numpy, no torch) and our
-  reference model on the imported weights gives transformers' logits.
+  reference model on the imported weights gives transformers' logits (a Qwen2 with q/k/v biases only).
+The Qwen2 round trip through the C++ trainer is tests/python/test_qwen2_roundtrip.py.
 The tolerance of the Llama family is 1e-5: transformers computes the RoPE angles in fp32 (ours in
 fp64; llmc/cpu/rope.h), everything else runs in float64.
 Run: python3 -m pytest -q tests/python/test_hf_export.py  (about 10 s on 2 CPU cores)"""
@@ -105,6 +107,7 @@ def test_saved_transformers_model_imports_with_its_logits(tmp_path, kind, tied):
     assert cfg["tied_head"] == int(tied) and cfg["vocab_size"] == 150
     if kind == "mistral":
         assert cfg["window"] == 5
+    assert (cfg["qkv_bias"], cfg["biases"]) == ((1, 0) if kind == "qwen2" else (0, 0) if kind != "gpt2" else (1, 1))
     idx = torch.randint(0, 150, (2, 17), generator=torch.Generator().manual_seed(2))
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path), attn_implementation="eager").double().eval()
     with torch.no_grad():

@@ -1,13 +1,17 @@
 """Checks of the Hugging Face conversion without torch or transformers (scripts/hf_interop.py,
 scripts/export_hf.py, scripts/import_hf.py); they run in `make test` on any machine with numpy:
 - export then import gives back every parameter bit for bit (GPT-2 tied and untied, Llama MHA/GQA,
-  tied and untied, a window (Mistral), biases with zero attproj/fc/fcproj (Qwen2), Llama 3.x's
-  llama3 RoPE scaling (its four parameters come back exactly); fp32 and bf16;
-  a single file and a sharded folder with model.safetensors.index.json);
+  tied and untied, a window (Mistral), q/k/v biases only (Qwen2), Llama 3.x's llama3 RoPE scaling
+  (its four parameters come back exactly); fp32 and bf16; a single file and a sharded folder with
+  model.safetensors.index.json); a Llama with all four biases and zero attproj/fc/fcproj ones (an old
+  file's Qwen2) exports as Qwen2 and imports back with its q/k/v biases only;
+- model files: a Qwen2 is a version-4 file (qkv_bias in slot 26, its debug state's slot 29), an old
+  file's biases = 1 means all four, a qkv_bias other than 0 or 1 is refused naming the file and field;
 - the exported tensors sit where transformers expects them, checked here against the layout of
   docs/design.md directly (q/k/v rows of qkvw, [gate | up] of fcw, GPT-2's transposed Conv1D), and
   the file reads with the `safetensors` package too (skipped without it);
-- configs our model cannot compute exactly are refused, one error line naming the key or tensor;
+- configs our model cannot compute exactly are refused, one error line naming the key or tensor
+  (partial_rotary_factor other than 1 wherever config.json puts it, whatever the rope_type);
   a safetensors file cut short is called truncated (with both sizes), apart from offsets that
   disagree with a shape;
 - export_hf.py verifies a checkpoint's DONE manifest (a damaged one is refused, naming the file) and
@@ -35,7 +39,7 @@ CONFIGS = {  # name: (make_config arguments, knobs)
     "llama_gqa_untied": (dict(L=2, C=48, NH=6, NKV=2, V=130, maxT=32, arch="llama"),
                          dict(mlp_hidden=40, tied=0, rope_theta=500000.0, norm_eps=1e-6)),
     "mistral_window": (dict(L=1, C=36, NH=6, NKV=3, W=5, V=100, maxT=32, arch="llama"), dict(mlp_hidden=40)),
-    "qwen2_biases": (dict(L=2, C=32, NH=4, NKV=2, V=100, maxT=32, arch="llama"), dict(bias=1, tied=0)),
+    "qwen2": (dict(L=2, C=32, NH=4, NKV=2, V=100, maxT=32, arch="llama"), dict(qkv_bias=1, tied=0)),
     # head dim 16, theta 10000, original context 32: the pair frequencies fall in all three bands of the
     # llama3 scaling (kept, blended, divided by 8), so 13 tokens already see the scaled angles
     "llama3_scaled": (dict(L=2, C=64, NH=4, NKV=2, V=100, maxT=256, arch="llama",
@@ -44,21 +48,23 @@ CONFIGS = {  # name: (make_config arguments, knobs)
 }
 CLASSES = {"gpt2_tied": "GPT2LMHeadModel", "gpt2_untied": "GPT2LMHeadModel", "llama_mha_tied": "LlamaForCausalLM",
            "llama_gqa_untied": "LlamaForCausalLM", "mistral_window": "MistralForCausalLM",
-           "qwen2_biases": "Qwen2ForCausalLM", "llama3_scaled": "LlamaForCausalLM"}
+           "qwen2": "Qwen2ForCausalLM", "llama3_scaled": "LlamaForCausalLM"}
+
+
+def make_config(what, shape, knobs):
+    """train_gpt2.make_config's config in full, its qkv_bias from knobs where they give one."""
+    cfg = fmt.full_config(train_gpt2.make_config(what, **shape, **knobs))
+    return dict(cfg, qkv_bias=knobs.get("qkv_bias", cfg["qkv_bias"]))
 
 
 def random_model(name, seed=0):
-    """(cfg, flat fp32 params): every value random, except what an import cannot carry (the padded
-    vocabulary rows; Qwen2's missing attproj/fc/fcproj biases), which is zero."""
-    shape, knobs = CONFIGS[name]
-    cfg = train_gpt2.make_config(name, **shape, **knobs)
+    """(cfg, flat fp32 params): every value random, except the padded vocabulary rows (an import
+    cannot carry them), which are zero."""
+    cfg = make_config(name, *CONFIGS[name])
     flat = np.random.default_rng(seed).standard_normal(fmt.num_params(cfg)).astype(np.float32)
     P = fmt.split_params(cfg, flat)
     P["wte"][cfg["vocab_size"]:] = 0
     P["lm_head"][cfg["vocab_size"]:] = 0
-    if name.startswith("qwen2"):
-        for b in hf_interop.QWEN2_ZERO_BIASES:
-            P[b][...] = 0
     return cfg, flat
 
 
@@ -77,8 +83,6 @@ def test_export_then_import_is_exact(tmp_path, name, dtype):
     st = os.path.getsize(tmp_path / "hf" / "model.safetensors")
     hidden = (fmt.num_params(cfg) - (cfg["padded_vocab_size"] - cfg["vocab_size"]) * cfg["channels"]
               * (2 - cfg["tied_head"]))
-    if name.startswith("qwen2"):  # the three biases Qwen2 lacks are not written
-        hidden -= cfg["num_layers"] * (2 * cfg["channels"] + cfg["mlp_hidden"])
     assert hidden * (4 if dtype == "float32" else 2) < st < hidden * (4 if dtype == "float32" else 2) + 20000
 
 
@@ -186,6 +190,10 @@ LLAMA3 = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_fac
      "rope_parameters key 'beta_fast' is not part of the llama3 scaling"),
     (llama_hc(rope_parameters=dict(LLAMA3, rope_theta=5e5, partial_rotary_factor=0.5)),
      "rope_parameters partial_rotary_factor = 0.5 is not supported"),
+    (llama_hc(rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}),
+     "rope_parameters partial_rotary_factor = 0.5 is not supported"),
+    (llama_hc(model_type="qwen2", partial_rotary_factor=0.5), "config partial_rotary_factor = 0.5 is not supported"),
+    (llama_hc(rope_scaling=LLAMA3, partial_rotary_factor=0.25), "config partial_rotary_factor = 0.25 is not supported"),
     (llama_hc(attention_bias=True), "attention_bias = true is not supported"),
     (llama_hc(mlp_bias=True), "mlp_bias = true is not supported"),
     (llama_hc(hidden_act="gelu"), "hidden_act = 'gelu' is not supported (only silu"),
@@ -199,12 +207,21 @@ LLAMA3 = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_fac
     (dict(model_type="gpt2", vocab_size=50, n_embd=32, n_head=2, n_layer=1, n_positions=16, layer_norm_epsilon=1e-6),
      "layer_norm_epsilon = 1e-06 is not supported"),
 ], ids=["llama3_missing_key", "rope_parameters_yarn", "dynamic", "linear_old_spelling", "llama3_factor",
-        "llama3_high_low", "llama3_original", "llama3_extra_key", "llama3_partial", "attention_bias", "mlp_bias", "hidden_act", "head_dim", "kv_heads",
+        "llama3_high_low", "llama3_original", "llama3_extra_key", "llama3_partial", "default_partial",
+        "top_level_partial", "llama3_top_level_partial", "attention_bias", "mlp_bias", "hidden_act", "head_dim",
+        "kv_heads",
         "qwen2_sliding", "model_type", "missing_key", "gpt2_activation", "gpt2_eps"])
 def test_import_refuses_config(hc, message):
     with pytest.raises(hf_interop.HFError) as e:
         hf_interop.config_from_hf(hc, "x/config.json")
     assert str(e.value).startswith("x/config.json: ") and message in str(e.value), str(e.value)
+
+
+def test_partial_rotary_factor_one_is_plain_rope():
+    plain = hf_interop.config_from_hf(llama_hc(), "x/config.json")
+    for hc in (llama_hc(partial_rotary_factor=1.0),
+               llama_hc(rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 1})):
+        assert hf_interop.config_from_hf(hc, "x/config.json") == plain
 
 
 @pytest.mark.parametrize("change, message", [
@@ -234,15 +251,15 @@ def test_import_refuses_tensors(tmp_path, change, message):
     (dict(L=1, C=32, NH=4, V=50, maxT=16), dict(norm="rmsnorm"), "a GELU model with norm = 1 is neither GPT-2"),
     (dict(L=1, C=32, NH=4, V=50, maxT=16, arch="llama"), dict(position="learned"),
      "a SwiGLU model with position = 0 is not a Llama"),
+    (dict(L=1, C=32, NH=4, V=50, maxT=16), dict(qkv_bias=0), "a GELU model with qkv_bias = 0 is neither GPT-2"),
     (dict(L=1, C=32, NH=4, V=50, maxT=16, arch="llama"), dict(bias=1), "biases = 1 with nonzero attprojb"),
-    (dict(L=1, C=32, NH=4, W=3, V=50, maxT=16, arch="llama"), dict(bias=1), "biases (Qwen2) with an attention window"),
+    (dict(L=1, C=32, NH=4, V=50, maxT=16, arch="llama"), dict(bias=1, qkv_bias=0), "biases = 1 with nonzero attprojb"),
+    (dict(L=1, C=32, NH=4, W=3, V=50, maxT=16, arch="llama"), dict(qkv_bias=1),
+     "q/k/v biases (Qwen2) with an attention window"),
 ])
 def test_export_refuses_what_transformers_cannot_compute(tmp_path, shape, knobs, message):
-    cfg = train_gpt2.make_config("test", **shape, **knobs)
+    cfg = make_config("test", shape, knobs)
     flat = np.random.default_rng(0).standard_normal(fmt.num_params(cfg)).astype(np.float32)
-    if "W" in shape and knobs.get("bias"):
-        for b in hf_interop.QWEN2_ZERO_BIASES:
-            fmt.split_params(cfg, flat)[b][...] = 0
     with pytest.raises(hf_interop.HFError) as e:
         hf_interop.export_hf_dir(tmp_path / "out", cfg, flat, what="m.bin")
     assert str(e.value).startswith("m.bin: ") and message in str(e.value), str(e.value)
@@ -396,6 +413,63 @@ def test_llama3_model_file_slots(tmp_path):
     fmt.write_model(tmp_path / "plain.bin", dict(cfg, **fmt.no_rope_scaling()), flat)
     h2, _ = fmt.read_header(tmp_path / "plain.bin", fmt.MAGIC_MODEL)
     assert h2[1] == 2 and not h2[21:].any()
+
+
+def test_qwen2_model_file_slots(tmp_path):
+    """A Qwen2 (q/k/v biases only) is a version-4 file, biases 0 in slot 19 and qkv_bias 1 in slot 26 (its
+    debug state's slot 29), with or without RoPE scaling, and reads back; a version-2 file's biases = 1
+    means all four projections; a qkv_bias other than 0 or 1 is refused, naming the file and the field."""
+    cfg, flat = random_model("qwen2")
+    shapes = dict(zip(fmt.PARAM_NAMES, fmt.param_shapes(cfg)))
+    assert shapes["qkvb"] == (2, 64) and shapes["attprojb"] == shapes["fcprojb"] == (2, 0) and shapes["fcb"] == (2, 0)
+    fmt.write_model(tmp_path / "m.bin", cfg, flat)
+    h, _ = fmt.read_header(tmp_path / "m.bin", fmt.MAGIC_MODEL)
+    assert h[1] == 4 and h[19] == 0 and h[26] == 1 and not h[21:26].any() and not h[27:].any()
+    cfg2, flat2 = fmt.read_model(tmp_path / "m.bin")
+    assert cfg2 == cfg and np.array_equal(flat2, flat)
+    B, T, V = 1, 4, cfg["vocab_size"]
+    fmt.write_debug_state(tmp_path / "d.bin", cfg, np.zeros((B, T)), np.zeros((B, T)), np.zeros((B, T, V)), 0.0,
+                          np.zeros(flat.size), [], dict(lr=0, beta1=0, beta2=0, eps=0, weight_decay=0, grad_clip=0))
+    hd, _ = fmt.read_header(tmp_path / "d.bin", fmt.MAGIC_DEBUG)
+    assert hd[1] == 4 and hd[29] == 1 and fmt.read_debug_state(tmp_path / "d.bin")["config"] == cfg
+    scaled = dict(random_model("llama3_scaled")[0], qkv_bias=1)
+    fmt.write_model(tmp_path / "s.bin", scaled, np.ones(fmt.num_params(scaled), np.float32))
+    assert fmt.read_header(tmp_path / "s.bin", fmt.MAGIC_MODEL)[0][1] == 4
+    assert fmt.read_model(tmp_path / "s.bin")[0] == scaled
+    bad = bytearray((tmp_path / "m.bin").read_bytes())
+    bad[26 * 8] = 2
+    (tmp_path / "bad.bin").write_bytes(bytes(bad))
+    with pytest.raises(fmt.FormatError) as e:
+        fmt.read_model(tmp_path / "bad.bin")
+    assert str(e.value) == f"{tmp_path}/bad.bin: header field qkv_bias = 2 is out of range [0, 1]"
+    old = make_config("old", CONFIGS["qwen2"][0], dict(bias=1))  # a Llama with biases: version 2, all four
+    fmt.write_model(tmp_path / "old.bin", old, np.ones(fmt.num_params(old), np.float32))
+    h, _ = fmt.read_header(tmp_path / "old.bin", fmt.MAGIC_MODEL)
+    assert h[1] == 2 and h[19] == 1 and not h[21:].any()
+    cfg3, _ = fmt.read_model(tmp_path / "old.bin")
+    shapes = dict(zip(fmt.PARAM_NAMES, fmt.param_shapes(cfg3)))
+    assert (cfg3["qkv_bias"], cfg3["biases"]) == (1, 1) and shapes["qkvb"] == (2, 64) and shapes["fcb"] == (2, 256)
+
+
+def test_llama_with_all_four_biases_exports_as_qwen2(tmp_path):
+    """An old file's Qwen2 (biases = 1: all four projections, attproj/fc/fcproj zero) exports as Qwen2
+    without those three and imports back as a Qwen2 of q/k/v biases only, every tensor unchanged."""
+    cfg = make_config("old", CONFIGS["qwen2"][0], dict(bias=1, tied=0))
+    flat = np.random.default_rng(4).standard_normal(fmt.num_params(cfg)).astype(np.float32)
+    P = fmt.split_params(cfg, flat)
+    P["wte"][cfg["vocab_size"]:] = P["lm_head"][cfg["vocab_size"]:] = 0
+    for b in hf_interop.LLAMA_ABSENT_BIASES:
+        P[b][...] = 0
+    hc, mt = hf_interop.export_hf_dir(tmp_path, cfg, flat)
+    assert mt == "qwen2" and hc["architectures"] == ["Qwen2ForCausalLM"]
+    names = hf_interop.read_safetensors(tmp_path / "model.safetensors")
+    assert sorted({n.split(".", 3)[3] for n in names if n.endswith(".bias")}) == \
+        ["self_attn.k_proj.bias", "self_attn.q_proj.bias", "self_attn.v_proj.bias"]
+    cfg2, flat2 = hf_interop.import_hf_dir(tmp_path)
+    assert cfg2 == dict(cfg, biases=0) and fmt.model_version(cfg2) == 4
+    P2 = fmt.split_params(cfg2, flat2)
+    for name in fmt.PARAM_NAMES:
+        assert np.array_equal(P2[name], P[name]) or (name in hf_interop.LLAMA_ABSENT_BIASES and P2[name].size == 0)
 
 
 def test_llama_3_2_1b_config_imports():
