@@ -9,7 +9,9 @@
 // backward, update, checkpoints.
 //
 // One step: model_zero_grads, then per micro-batch model_forward (logits), model_loss (mean
-// cross-entropy), model_backward (+= into the gradients), then model_update.
+// cross-entropy), model_backward (+= into the gradients), then model_update. model_forward's
+// DocMasking makes each row a pack of documents (docs/training.md, "Document masking"); the backward
+// follows the last forward's.
 #pragma once
 #include <algorithm>
 #include <functional>
@@ -74,6 +76,15 @@ struct ActivationGrads {
     std::vector<float> dfch_act;   // (B, T, H)
 };
 
+// Documents packed in a row (docs/training.md, "Document masking"): with token >= 0, a document starts
+// at each position holding `token`, and a token attends only within its own document (and window);
+// restart_positions: positions (wpe row, RoPE angle) count from each document's start. token -1: each
+// row is one sequence.
+struct DocMasking {
+    int token = -1;
+    bool restart_positions = false;
+};
+
 // The parameters are the tensors of MODEL_PARAMETER_TABLE (llmc/model_config.h), named views into
 // one contiguous buffer. Gradients and the AdamW moments are buffers of the same length and
 // layout, so one offset table serves them all.
@@ -85,6 +96,8 @@ struct Model {
     std::vector<float> rope_cos, rope_sin;  // (maxT, HD/2) each, with RoPE (llmc/cpu/rope.h)
     int B = 0, T = 0;          // the shape the activations were allocated for
     int cur_B = 0, cur_T = 0;  // the shape of the last forward
+    DocMasking docs;           // the last forward's
+    std::vector<int> doc_start;  // (B, T): the last forward's document starts (llmc/cpu/attention.h), with docs.token >= 0
     int64_t step = 0;          // optimizer steps done
     Activations acts;
     ActivationGrads dacts;
@@ -142,6 +155,7 @@ inline void model_build(Model& m, const ModelConfig& c, int B, int T) {
     d.dqkv.resize(BT * QKV);
     d.dfch.resize(BT * FC);
     d.dfch_act.resize(BT * H);
+    m.doc_start.resize(BT);
     m.B = B;
     m.T = T;
 }
@@ -189,9 +203,10 @@ inline void norm_backward(const ModelConfig& c, float* dresidual, float* dweight
 
 // ============================================================================ forward
 // inputs (B, T) ids < V, through the logits (B, T, Vp). B, T may be smaller than the built shape.
+// docs: the rows' documents (default: each row one sequence).
 // The layer structure is the GPU's: the first norm runs on the embedding, and every residual add is
 // followed by the next norm (the next layer's ln1, or lnf), fused for RMSNorm.
-inline void model_forward(Model& m, const int* inputs, int B, int T) {
+inline void model_forward(Model& m, const int* inputs, int B, int T, const DocMasking& docs = DocMasking()) {
     const ModelConfig& c = m.config;
     if (B > m.B || T > m.T) fail("internal: forward with B=%d T=%d exceeds the allocated B=%d T=%d", B, T, m.B, m.T);
     const int L = c.num_layers, C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HD = model_head_dim(c);
@@ -201,9 +216,14 @@ inline void model_forward(Model& m, const int* inputs, int B, int T) {
     for (size_t i = 0; i < BT; i++)
         if (inputs[i] < 0 || inputs[i] >= V)
             fail("token id out of range [0, %d) at position %zu of the batch", V, i);
+    if (docs.token >= V) fail("document token %d: out of range [0, %d)", docs.token, V);
+    m.docs = docs;
+    if (docs.token >= 0) cpu::doc_starts(m.doc_start.data(), inputs, B, T, docs.token);
+    const int* doc_start = docs.token >= 0 ? m.doc_start.data() : nullptr;  // the attention mask
+    const int* pos_start = docs.restart_positions ? doc_start : nullptr;     // the positions' origin
     const ModelTensors<float>& p = m.params;
     Activations& a = m.acts;
-    cpu::encoder_forward(a.encoded.data(), inputs, p.wte, p.wpe, B, T, C);  // wpe nullptr with RoPE
+    cpu::encoder_forward(a.encoded.data(), inputs, p.wte, p.wpe, B, T, C, pos_start);  // wpe nullptr with RoPE
     detail::norm_forward(c, a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.encoded.data(), p.ln1w, p.ln1b, B, T);
     for (int l = 0; l < L; l++) {
         const float* residual = l == 0 ? a.encoded.data() : a.residual3.data() + (l - 1) * BT * C;
@@ -219,8 +239,9 @@ inline void model_forward(Model& m, const int* inputs, int B, int T) {
         float* fcproj = a.fcproj.data() + l * BT * C;
         float* residual3 = a.residual3.data() + l * BT * C;
         cpu::matmul_forward(qkv, ln1, p.qkvw + (size_t)l * QKV * C, tensor_at(p.qkvb, (size_t)l * QKV), B, T, C, QKV);
-        if (c.position == POS_ROPE) cpu::rope_forward(qkv, m.rope_cos.data(), m.rope_sin.data(), B, T, NH, NKV, HD);
-        cpu::attention_forward(atty, att_lse, qkv, B, T, NH, NKV, HD, c.window);
+        if (c.position == POS_ROPE)
+            cpu::rope_forward(qkv, m.rope_cos.data(), m.rope_sin.data(), B, T, NH, NKV, HD, 0, pos_start);
+        cpu::attention_forward(atty, att_lse, qkv, B, T, NH, NKV, HD, c.window, doc_start);
         cpu::matmul_forward(attproj, atty, p.attprojw + (size_t)l * C * C, tensor_at(p.attprojb, (size_t)l * C), B, T, C, C);
         detail::residual_norm_forward(c, residual2, ln2, a.ln2_mean.data() + l * BT, a.ln2_rstd.data() + l * BT,
                                       residual, attproj, p.ln2w + l * C, tensor_at(p.ln2b, (size_t)l * C), B, T);
@@ -271,6 +292,8 @@ inline void model_backward(Model& m, const int* inputs, const int* targets, floa
     const ModelTensors<float> g = m.grads_of ? m.grads_of(-1) : m.grads;  // outside the layers
     Activations& a = m.acts;
     ActivationGrads& d = m.dacts;
+    const int* doc_start = m.docs.token >= 0 ? m.doc_start.data() : nullptr;  // the last forward's
+    const int* pos_start = m.docs.restart_positions ? doc_start : nullptr;
     auto zero = [](std::vector<float>& v, size_t n) { std::fill(v.begin(), v.begin() + n, 0.0f); };
 
     float* dlogits = a.probs.data();  // in place: the probabilities are not needed afterwards
@@ -312,16 +335,17 @@ inline void model_backward(Model& m, const int* inputs, const int* targets, floa
         zero(d.datty, BT * C);
         cpu::matmul_backward(d.datty.data(), gl.attprojw, gl.attprojb, dresidual, atty, p.attprojw + (size_t)l * C * C, B,
                              T, C, C);
-        cpu::attention_backward(d.dqkv.data(), d.datty.data(), qkv, atty, att_lse, B, T, NH, NKV, HD, c.window);
+        cpu::attention_backward(d.dqkv.data(), d.datty.data(), qkv, atty, att_lse, B, T, NH, NKV, HD, c.window,
+                                doc_start);
         if (c.position == POS_ROPE)  // d(rotated qkv) -> d(qkv), in place
-            cpu::rope_backward(d.dqkv.data(), m.rope_cos.data(), m.rope_sin.data(), B, T, NH, NKV, HD);
+            cpu::rope_backward(d.dqkv.data(), m.rope_cos.data(), m.rope_sin.data(), B, T, NH, NKV, HD, 0, pos_start);
         zero(d.dlnf, BT * C);
         cpu::matmul_backward(dln, gl.qkvw, gl.qkvb, d.dqkv.data(), ln1, p.qkvw + (size_t)l * QKV * C, B, T, C, QKV);
         detail::norm_backward(c, dresidual, gl.ln1w, gl.ln1b, dln, residual, p.ln1w + l * C,
                               a.ln1_mean.data() + l * BT, a.ln1_rstd.data() + l * BT, B, T);
         if (m.after_layer_backward) m.after_layer_backward(l);
     }
-    cpu::encoder_backward(g.wte, g.wpe, dresidual, inputs, B, T, C);  // g.wpe nullptr with RoPE
+    cpu::encoder_backward(g.wte, g.wpe, dresidual, inputs, B, T, C, pos_start);  // g.wpe nullptr with RoPE
     if (m.after_layer_backward) m.after_layer_backward(-1);
 }
 

@@ -10,7 +10,9 @@
 // does):
 //   x'[i] = x[i] cos - x[i + HD/2] sin,   x'[i + HD/2] = x[i + HD/2] cos + x[i] sin.
 // Token t of every sequence sits at position pos_offset + t (pos_offset > 0: a KV cache's next
-// tokens), so the tables need max_pos >= pos_offset + T rows.
+// tokens), so the tables need max_pos >= pos_offset + T rows; with doc_start (B, T) (llmc/cpu/attention.h:
+// the first position of each token's document) at pos_offset + t - doc_start[b,t] (positions restart at
+// each document).
 //   rope_tables_for  cos, sin (=) of a model's config (in double, rounded once to fp32): what every model uses
 //   rope_forward     rotates the Q and K heads of qkv in place; V is untouched
 //   rope_backward    the inverse rotation (by -angle) of the Q and K heads of dqkv in place; dV untouched
@@ -83,15 +85,16 @@ inline void rope_tables_for(const ModelConfig& c, float* cos, float* sin, int ma
 namespace detail {
 // Turns every Q and K head of qkv by the angles of the table rows: sign = +1 forward, -1 inverse.
 inline void rope_rotate(float* qkv, const float* cos, const float* sin, int B, int T, int NH, int NKV, int HD,
-                        int pos_offset, float sign) {
+                        int pos_offset, float sign, const int* doc_start) {
     rope_check_shape(HD, pos_offset);
     const size_t QKV = (size_t)(NH + 2 * NKV) * HD;
     const int half = HD / 2, heads = NH + NKV;  // the Q heads and then the K heads are contiguous
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
-            const float* c = cos + (size_t)(pos_offset + t) * half;
-            const float* s = sin + (size_t)(pos_offset + t) * half;
+            const size_t pos = pos_offset + t - (doc_start ? doc_start[(size_t)b * T + t] : 0);
+            const float* c = cos + pos * half;
+            const float* s = sin + pos * half;
             float* row = qkv + ((size_t)b * T + t) * QKV;
             for (int h = 0; h < heads; h++) {
                 float* x = row + (size_t)h * HD;
@@ -107,14 +110,14 @@ inline void rope_rotate(float* qkv, const float* cos, const float* sin, int B, i
 }  // namespace detail
 
 inline void rope_forward(float* qkv, const float* cos, const float* sin, int B, int T, int NH, int NKV, int HD,
-                         int pos_offset = 0) {
-    detail::rope_rotate(qkv, cos, sin, B, T, NH, NKV, HD, pos_offset, 1.0f);
+                         int pos_offset = 0, const int* doc_start = nullptr) {
+    detail::rope_rotate(qkv, cos, sin, B, T, NH, NKV, HD, pos_offset, 1.0f, doc_start);
 }
 
 // d(qkv) = R^T d(rotated qkv): dx[i] = dy[i] cos + dy[i + HD/2] sin, dx[i + HD/2] = dy[i + HD/2] cos - dy[i] sin.
 inline void rope_backward(float* dqkv, const float* cos, const float* sin, int B, int T, int NH, int NKV, int HD,
-                          int pos_offset = 0) {
-    detail::rope_rotate(dqkv, cos, sin, B, T, NH, NKV, HD, pos_offset, -1.0f);
+                          int pos_offset = 0, const int* doc_start = nullptr) {
+    detail::rope_rotate(dqkv, cos, sin, B, T, NH, NKV, HD, pos_offset, -1.0f, doc_start);
 }
 
 }  // namespace cpu
