@@ -43,6 +43,7 @@ struct CpuRun {
     std::unique_ptr<HellaSwagEval> hellaswag;
     std::unique_ptr<Tokenizer> tok;
     int eot = 0;
+    DocMasking docs;  // --doc-mask: the training and validation rows' documents
     Rng rng;  // the samples' draws (saved in state.bin)
     ModelInfer sampler;  // one sequence over the positions a sample uses, reading the training parameters in place
     int64_t start_step = 0;
@@ -83,6 +84,29 @@ static void plan_data_parallel(CpuRun& r) {
 }
 
 // ------------------------------------------------------------------------------------------------
+// --doc-mask 1: the document token is --doc-token, else the --tokenizer's (the token scripts/data/
+// writes before every document), else GPT-2's <|endoftext|> for a GPT-2 model
+static void plan_doc_masking(CpuRun& r) {
+    const TrainConfig& cfg = r.cfg;
+    if (!cfg.doc_mask) return;
+    const ModelConfig& c = r.model.config;
+    const int V = c.vocab_size, tok_doc = r.tok ? r.tok->eot_token() : -1;
+    if (cfg.doc_token >= V) fail("--doc-token %d: out of range for the model's vocabulary of %d", cfg.doc_token, V);
+    if (tok_doc >= V)
+        fail("--tokenizer %s: its document token %d is out of range for the model's vocabulary of %d; give "
+             "--doc-token", cfg.tokenizer_path.c_str(), tok_doc, V);
+    int token = cfg.doc_token >= 0 ? cfg.doc_token : tok_doc >= 0 ? tok_doc : -1;
+    if (token < 0 && c.architecture == ARCH_GPT2 && V > 50256) token = 50256;
+    if (token < 0)
+        fail("--doc-mask 1: no document token: give --doc-token ID or a --tokenizer that records one (GPT-2's "
+             "50256 is the default only for a GPT-2 model whose vocabulary holds it)");
+    r.docs.token = token;
+    r.docs.restart_positions = cfg.doc_positions == "restart";
+    printf("document masking: token %d starts a document; positions %s at each document\n", token,
+           r.docs.restart_positions ? "restart" : "continue");
+}
+
+// ------------------------------------------------------------------------------------------------
 // data: each rank its own windows (llmc/dataloader.h), from the model's tokenizer; rank 0 alone
 // scores --hellaswag and samples
 static void open_data(CpuRun& r) {
@@ -98,6 +122,7 @@ static void open_data(CpuRun& r) {
         r.hellaswag.reset(new HellaSwagEval(cfg.hellaswag_path.c_str(), cfg.B, cfg.T, V, cfg.data_vocab));
     r.tok.reset(open_model_tokenizer(cfg.tokenizer_path, V));
     r.eot = sampling_eot(r.tok.get(), V);
+    plan_doc_masking(r);
 }
 
 // The steps to train (--steps, or one epoch) and the schedule over them; then --resume's state.
@@ -147,20 +172,20 @@ static const int* loss_mask(const DataLoader& d) { return d.has_mask() ? d.mask(
 
 // The mean loss of the first `steps` validation batches (each batch's masked mean): over the ranks, batch j is rank j % world's
 // (the loaders deal the windows out that way), so any world size sees the same batches.
-static float validation_loss(Model& m, DataLoader& val, int steps, int B, int T, Comm& comm) {
+static float validation_loss(Model& m, DataLoader& val, int steps, int B, int T, const DocMasking& docs, Comm& comm) {
     val.reset();
     if (steps > val.num_windows() * comm.world) steps = (int)(val.num_windows() * comm.world);
     double sum = 0.0;
     for (int j = comm.rank; j < steps; j += comm.world) {
         val.next_batch();
-        model_forward(m, val.inputs(), B, T);
+        model_forward(m, val.inputs(), B, T, docs);
         sum += model_loss(m, val.targets(), loss_mask(val));
     }
     return (float)(comm.allreduce_sum(sum) / steps);
 }
 
 static void validate(CpuRun& r, int64_t step) {
-    const float vl = validation_loss(r.model, *r.val, r.cfg.val_steps, r.cfg.B, r.cfg.T, *r.comm);
+    const float vl = validation_loss(r.model, *r.val, r.cfg.val_steps, r.cfg.B, r.cfg.T, r.docs, *r.comm);
     printf("step %lld val_loss %.6f\n", (long long)step, vl);
     r.files.log.line("step %lld val_loss %.6f\n", (long long)step, vl);
 }
@@ -206,7 +231,7 @@ static double train_step(CpuRun& r, const OptimizerSettings& opt, float* norm) {
     double loss = 0.0;
     for (int micro = 0; micro < cfg.grad_accum; micro++) {
         r.train->next_batch();
-        model_forward(r.model, r.train->inputs(), cfg.B, cfg.T);
+        model_forward(r.model, r.train->inputs(), cfg.B, cfg.T, r.docs);
         loss += model_loss(r.model, r.train->targets(), loss_mask(*r.train));
         dp_before_backward(r.dp, micro == 0);
         model_backward(r.model, r.train->inputs(), r.train->targets(), 1.0f / ((float)cfg.grad_accum * r.comm->world),

@@ -32,6 +32,9 @@ struct TrainConfig {
     int64_t total_batch = 0;        // --total-batch: tokens per optimizer step (0 = B*T)
     int steps = -1;                 // --steps: optimizer steps (-1 = one epoch of --train)
     int data_vocab = 0;             // --data-vocab: the vocab_size the data files' headers record (0 = the model's)
+    int doc_mask = 0;               // --doc-mask: 1 = a token attends only within its document (CPU trainer)
+    std::string doc_positions = "continue";  // --doc-positions: continue | restart (at each document start)
+    int doc_token = -1;             // --doc-token: the token that starts a document (-1 = the tokenizer's, else GPT-2's)
     LrSchedule schedule;            // --lr, --warmup, --schedule, --final-lr-frac, --cooldown-frac
     float weight_decay = 0.1f;      // --wd
     float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
@@ -191,6 +194,15 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
     p.add_int("--data-vocab", &cfg.data_vocab, {0, 1 << 24}, "the vocab_size the headers of --train, --val and "
               "--hellaswag files must record (the tokenizer that wrote them): 0 = the model's; smaller for a model "
               "whose vocabulary pads its tokenizer's (Qwen2: 151665 ids, 151936 rows)");
+    p.add_int("--doc-mask", &cfg.doc_mask, {0, 1}, "1 = document masking inside each packed row: a document starts "
+              "at each --doc-token, and a token attends only to the tokens of its own document before it (and "
+              "within --window); training and validation, not HellaSwag. CPU trainer only for now (docs/training.md)");
+    p.add_choice("--doc-positions", "HOW", &cfg.doc_positions, {"continue", "restart"}, "position mode",
+                 "with --doc-mask 1: continue = position t of a row is t (learned wpe row, RoPE angle), "
+                 "restart = t minus its document's start, Hugging Face's position_ids of packed SFT (default continue)");
+    p.add_int_unset("--doc-token", &cfg.doc_token, {0, 1 << 30}, "with --doc-mask 1: the id that starts a document "
+                    "(default: the --tokenizer's document token, which scripts/data/ writes before every document; "
+                    "without --tokenizer GPT-2's <|endoftext|> 50256 for a GPT-2 model)");
     p.add_string("--hellaswag", "FILE", &cfg.hellaswag_path, "multiple-choice eval file (GPTE, scripts/data/hellaswag.py) "
                  "whose accuracy (acc_norm) is printed and logged (default: none)");
     p.add_int("--hellaswag-every", &cfg.hellaswag_every, {0, BIG}, "score --hellaswag every N steps and at the end "
@@ -227,8 +239,10 @@ inline void set_world_size(TrainConfig& cfg, int world) {
     cfg.grad_accum = (int)(cfg.total_batch / BTW);
 }
 
-// Checks that need several flags at once; derives grad_accum. Call after FlagParser::parse.
-inline void validate_train_config(TrainConfig& cfg) {
+// Checks that need several flags at once; derives grad_accum. Call after FlagParser::parse. The GPU
+// trainer (cpu_trainer false) refuses what only the CPU trainer implements: --doc-mask 1,
+// --doc-positions restart.
+inline void validate_train_config(TrainConfig& cfg, bool cpu_trainer = false) {
     if (cfg.train_pattern.empty()) fail("--train: required (a glob of token shards, e.g. \"data/*_train.bin\")");
     const int64_t BT = (int64_t)cfg.B * cfg.T;
     cfg.total_batch_default = cfg.total_batch == 0;
@@ -257,6 +271,13 @@ inline void validate_train_config(TrainConfig& cfg) {
                            : cfg.muon_wd != 0.0f ? "--muon-wd" : cfg.muon_ns_steps != 5 ? "--muon-ns-steps"
                            : cfg.muon_adjust_lr != "original" ? "--muon-adjust-lr" : nullptr;
     if (muon_given && cfg.optimizer != "muon") fail("%s: only with --optimizer muon", muon_given);
+    const bool restart = cfg.doc_positions == "restart";
+    if (!cpu_trainer && (cfg.doc_mask || restart))
+        fail("%s: document masking is not implemented on the GPU yet; use train_gpt2_cpu",
+             cfg.doc_mask ? "--doc-mask 1" : "--doc-positions restart");
+    if (!cfg.doc_mask && (restart || cfg.doc_token >= 0))
+        fail("%s: only with --doc-mask 1 (restarting positions while tokens still attend across documents is "
+             "not a packing anyone trains on)", restart ? "--doc-positions restart" : "--doc-token");
     if (cfg.optimizer == "muon" && cfg.dist.zero != 0)
         fail("--zero %d: --optimizer muon runs at --zero 0 only for now (ZeRO 1/2 shard the optimizer state in flat "
              "slices, which cut Muon's matrices)", cfg.dist.zero);
@@ -303,7 +324,7 @@ inline void parse_train_args(int argc, char** argv, TrainConfig& cfg, const char
             fail("%s%s%s: the CPU trainer runs in fp32; the FP8 matmuls are the GPU trainer's (build/train_gpt2cu)",
                  argv[i], i + 1 < argc ? " " : "", i + 1 < argc ? argv[i + 1] : "");
     p.parse(argc, argv);
-    validate_train_config(cfg);
+    validate_train_config(cfg, true);
 }
 
 // The settings of the run's files (llmc/run_files.h) from the flags.
