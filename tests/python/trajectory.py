@@ -1,6 +1,7 @@
 """Shared by the tests that compare the CPU trainer's training with scripts/train_gpt2.py's in float64
-(test_muon_trainer.py, test_loss_mask.py): a tiny model of either family, one batch shape and schedule,
-both trainers run with the same flags, their per-step losses and final parameters compared."""
+(test_muon_trainer.py, test_loss_mask.py, test_doc_mask.py): a tiny model of either family, one batch
+shape and schedule, both trainers run with the same flags (a flag given again overrides COMMON's in both),
+their per-step losses and final parameters compared."""
 import os
 import pathlib
 import subprocess
@@ -24,11 +25,11 @@ MODELS = {"gpt2": ["--arch", "gpt2", "--tied", "1"],
           "llama": ["--arch", "llama", "--tied", "0", "--kv-heads", "2"]}
 
 
-def write_model(d, arch):
-    """A 2-layer, 32-channel model of the family `arch` (MODELS) as d/model.bin."""
+def write_model(d, arch, flags=()):
+    """A 2-layer, 32-channel model of the family `arch` (MODELS; flags: more shape flags) as d/model.bin."""
     model = d / "model.bin"
     train_gpt2.main(["--layers", "2", "--channels", "32", "--heads", "4", "--vocab", str(V), "--max-seq", "32",
-                     "--seed", "5", *MODELS[arch], "--write-model", str(model)])
+                     "--seed", "5", *MODELS[arch], *flags, "--write-model", str(model)])
     return model
 
 
@@ -45,19 +46,20 @@ def reference(model, shard, capsys, flags=()):
     return step_losses(capsys.readouterr().out), m.flat().detach().numpy()
 
 
-def cpu_trainer(model, shard, out_dir, flags=()):
-    """build/train_gpt2_cpu: the per-step losses and the final parameters (its last checkpoint)."""
+def cpu_trainer(model, shard, out_dir, flags=(), steps=STEPS):
+    """build/train_gpt2_cpu: the per-step losses and the final parameters (its checkpoint after `steps`,
+    which flags must give when it is not STEPS)."""
     p = subprocess.run([str(TRAINER), "--init", str(model), "--train", str(shard), "--val-every", "0",
                         "--out-dir", str(out_dir), *COMMON, *flags], capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2")))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr
-    _, params = fmt.read_model(str(out_dir / f"step_{STEPS:08d}" / "model.bin"))
+    _, params = fmt.read_model(str(out_dir / f"step_{steps:08d}" / "model.bin"))
     return step_losses(p.stdout), np.asarray(params, dtype=np.float64)
 
 
-def compare(ref, got):
+def compare(ref, got, steps=STEPS):
     """(largest relative loss difference, largest absolute weight difference)."""
     (ref_losses, ref_w), (losses, w) = ref, got
-    assert len(ref_losses) == len(losses) == STEPS, (ref_losses, losses)
+    assert len(ref_losses) == len(losses) == steps, (ref_losses, losses)
     loss_rel = max(abs(a - b) / max(abs(a), 1e-30) for a, b in zip(ref_losses, losses))
     return loss_rel, float(np.abs(ref_w - w).max())
