@@ -275,9 +275,9 @@ inline void validate_train_config(TrainConfig& cfg, bool cpu_trainer = false) {
     if (!cpu_trainer && (cfg.doc_mask || restart))
         fail("%s: document masking is not implemented on the GPU yet; use train_gpt2_cpu",
              cfg.doc_mask ? "--doc-mask 1" : "--doc-positions restart");
-    if (!cfg.doc_mask && (restart || cfg.doc_token >= 0))
-        fail("%s: only with --doc-mask 1 (restarting positions while tokens still attend across documents is "
-             "not a packing anyone trains on)", restart ? "--doc-positions restart" : "--doc-token");
+    if (!cfg.doc_mask && restart)  // positions that restart while tokens attend across documents: no packing
+        fail("--doc-positions restart: only with --doc-mask 1 (tokens would still attend across documents)");
+    if (!cfg.doc_mask && cfg.doc_token >= 0) fail("--doc-token %d: only with --doc-mask 1", cfg.doc_token);
     if (cfg.optimizer == "muon" && cfg.dist.zero != 0)
         fail("--zero %d: --optimizer muon runs at --zero 0 only for now (ZeRO 1/2 shard the optimizer state in flat "
              "slices, which cut Muon's matrices)", cfg.dist.zero);

@@ -422,7 +422,7 @@ expect_startup_error "--doc-token outside the vocabulary" "--doc-token 64: out o
     $TRAIN "${BASE[@]}" --init "$T/good.bin" --doc-mask 1 --doc-token 64
 expect_error "--doc-positions restart without --doc-mask" "--doc-positions restart: only with --doc-mask 1" $TRAIN \
     "${BASE[@]}" --init "$T/good.bin" --doc-positions restart
-expect_error "--doc-token without --doc-mask" "--doc-token: only with --doc-mask 1" $TRAIN "${BASE[@]}" \
+expect_error "--doc-token without --doc-mask" "--doc-token 3: only with --doc-mask 1" $TRAIN "${BASE[@]}" \
     --init "$T/good.bin" --doc-token 3
 expect_error "--doc-positions sideways" "--doc-positions: unknown position mode 'sideways'" $TRAIN "${BASE[@]}" \
     --doc-positions sideways

@@ -1,6 +1,6 @@
 """Document masking (--doc-mask 1, --doc-positions; docs/training.md, "Document masking"): build/train_gpt2_cpu
 (fp32) against scripts/train_gpt2.py (float64, an explicit block-diagonal causal SDPA mask, position ids
-restarting per document) on one B x T window of packed documents with a loss mask: documents of 1 to 6
+restarting per document) on one B x T window of packed documents with a loss mask: documents of 1 to 7
 tokens, a row that starts inside a document, two adjacent document tokens.
 - one step at lr 10 with beta1 = beta2 = 0, eps 0.1, no decay and no clipping moves every weight by
   10 g / (|g| + 0.1), so each gradient g is read back from the weights: GPT-2 (MHA) and Llama (GQA), with
@@ -11,7 +11,7 @@ tokens, a row that starts inside a document, two adjacent document tokens.
 - rows that each hold one document give the bits of --doc-mask 0 (losses and checkpoint), positions
   continue or restart;
 - a row A|B under --doc-mask 1 --doc-positions restart gives B's targets the loss of B alone at the start
-  of a row (CPU trainer, loss mask on B's targets), and in the reference B's logits, to the bit;
+  of a row (CPU trainer, loss mask on B's targets), and in the reference B's logits (to 1e-12, float64);
 - a loss mask that keeps nothing: loss 0, no NaN, as without document masking.
 Measured (x86-64, 2 threads): the step's loss equal in the printed digits, gradients within 6.7e-7 (GPT-2)
 and 1.3e-6 (Llama) of each tensor's scale; without --doc-mask they move by 0.7 to 1.5 of it.
