@@ -87,7 +87,7 @@ ARCH_DEFAULTS = {
     "gpt2": dict(norm="layernorm", norm_eps=1e-5, position="learned", mlp="gelu", bias=1, tied=1),
     "llama": dict(norm="rmsnorm", norm_eps=1e-5, position="rope", mlp="swiglu", bias=0, tied=1),
 }  # with RoPE, theta defaults to 10000
-KNOBS = ("norm", "norm_eps", "position", "rope_theta", "mlp", "mlp_hidden", "bias", "tied")
+KNOBS = ("norm", "norm_eps", "position", "rope_theta", "mlp", "mlp_hidden", "bias", "qkv_bias", "tied")
 
 
 def die(msg):
@@ -98,7 +98,7 @@ def die(msg):
 
 def make_config(what, L, C, NH, V, maxT, NKV=0, W=0, arch="gpt2", rope_llama3=None, **knobs):
     """NKV = 0: as many key/value heads as query heads; W = 0: full causal attention. arch and the
-    knobs (KNOBS; None or absent = the arch's default) give the family fields of the config.
+    knobs (KNOBS; None or absent = the arch's default, qkv_bias's: bias) give the family fields of the config.
     rope_llama3: None, or Llama 3.x's RoPE scaling as config.json's rope_scaling holds it (factor,
     low_freq_factor, high_freq_factor, original_max_position_embeddings)."""
     for name, v in (("--layers", L), ("--channels", C), ("--heads", NH), ("--vocab", V), ("--max-seq", maxT)):
@@ -139,7 +139,8 @@ def make_config(what, L, C, NH, V, maxT, NKV=0, W=0, arch="gpt2", rope_llama3=No
                 position=fmt.POS_ROPE if k["position"] == "rope" else fmt.POS_LEARNED,
                 rope_theta=float(k["rope_theta"]) if k["position"] == "rope" else 0.0,
                 mlp=fmt.MLP_SWIGLU if k["mlp"] == "swiglu" else fmt.MLP_GELU, mlp_hidden=H,
-                biases=int(k["bias"]), tied_head=int(k["tied"]), **scaling)
+                qkv_bias=int(k.get("qkv_bias", k["bias"])), biases=int(k["bias"]), tied_head=int(k["tied"]),
+                **scaling)
 
 
 def config_from_descriptor(desc, NKV=0, W=0, arch="gpt2", **knobs):
@@ -824,7 +825,10 @@ def parse_args(argv=None):
     s.add_argument("--rope-theta", type=float)
     s.add_argument("--mlp", choices=["gelu", "swiglu"])
     s.add_argument("--mlp-hidden", type=int, help="the MLP's hidden width H (fc has H rows, or 2H for SwiGLU)")
-    s.add_argument("--bias", type=int, choices=[0, 1], help="1 = the projections have biases")
+    s.add_argument("--bias", type=int, choices=[0, 1], help="1 = the attention output and MLP projections have biases "
+                   "(and qkv, unless --qkv-bias 0)")
+    s.add_argument("--qkv-bias", type=int, choices=[0, 1], help="1 = the qkv projection has a bias (default: --bias; "
+                   "--arch llama --qkv-bias 1 is Qwen2)")
     s.add_argument("--tied", type=int, choices=[0, 1], help="1 = logits through wte, 0 = a separate lm_head")
     s.add_argument("--seed", type=int, default=1337, help="init and random batch seed")
     o = p.add_argument_group("outputs")

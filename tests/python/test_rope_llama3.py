@@ -233,7 +233,7 @@ def f64(x):
     ({25: 0}, "llama3 RoPE scaling original_max_position_embeddings 0 out of range"),
     ({21: 2}, "header field rope_scaling = 2 is out of range [0, 1]"),
     ({21: 0}, "RoPE scaling parameters without a scaling type (factor 8"),
-    ({1: 4}, "unsupported version 4 of a model checkpoint (this build reads versions 1 to 3)"),
+    ({1: 5}, "unsupported version 5 of a model checkpoint (this build reads versions 1 to 4)"),
 ], ids=["factor", "high_low", "nan", "original", "type", "params_without_type", "version"])
 def test_cpu_reader_refuses_bad_scaling(imported, tmp_path, slots, message):
     need(GEN)
