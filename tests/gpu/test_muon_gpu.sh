@@ -13,10 +13,13 @@
 #     update is lr-sized (~2e-3 a value a step): ~1e-5 expected on both.
 #  2. build/train_gpt2cu (bf16, --deterministic 1) = the CPU: losses within BF16_RTOL (bf16 parameters
 #     and activations, ~1e-3 on a mean loss as for AdamW), the Muon matrices' fp32 master weights within
-#     BF16_WTOL (the iteration in bf16 as torch runs it on a GPU, on gradients ~1% off: a few % of each
-#     ~2e-3 update, ~4e-4 over 6 steps). Measured on the CPU for scale: momentum 0.9 instead of 0.95 moves
-#     the Muon matrices by 1.4e-3, AdamW instead of Muon by 2.2e-2 (the losses by only 1.7e-3 relative:
-#     the weights are the sharp check).
+#     BF16_WTOL. The iteration in bf16 (as torch runs it on a GPU) is the bound: on a gradient with a
+#     decaying spectrum, torch's own bf16 Newton-Schulz differs from its fp32 one by ~15% of the
+#     orthogonalised update's largest value (it lifts the small singular directions, where bf16's
+#     rounding lives), so each ~2e-3 update moves by ~3e-4 and six steps by ~1e-3; measured on an H100:
+#     1.4e-3 (GPT-2) and 1.75e-3 (Llama). BF16_WTOL = 5e-3 is 4x below the AdamW control's 2.2e-2; the
+#     fp32 build (check 1) is the sharp check of the algorithm. Measured on the CPU for scale: momentum
+#     0.9 instead of 0.95 moves the Muon matrices by 1.4e-3, AdamW instead of Muon by 2.2e-2.
 #  3. control: the GPU's AdamW run ends more than MUON_MOVES from Muon's Muon matrices.
 #  4. --graph 0 = --graph 1 bit for bit (bf16, --deterministic 1): log lines and the final model.bin.
 #  5. --deterministic 1: a run resumed from its step-3 checkpoint reproduces steps 4-6 of the
@@ -28,7 +31,7 @@
 cd "$(dirname "$0")/../.." || exit 1
 CPU=${CPU:-build/train_gpt2_cpu}; GPU=${GPU:-build/train_gpt2cu}; GPU32=${GPU32:-build/train_gpt2cu_fp32}
 NOGPU=${NOGPU:-0}
-FP32_RTOL=1e-4; FP32_WTOL=1e-4; BF16_RTOL=1e-2; BF16_WTOL=1e-3; MUON_MOVES=1e-2
+FP32_RTOL=1e-4; FP32_WTOL=1e-4; BF16_RTOL=1e-2; BF16_WTOL=5e-3; MUON_MOVES=1e-2
 die() { echo "test_muon_gpu: $*"; exit 1; }
 need=("$CPU"); [ "$NOGPU" = 1 ] || need+=("$GPU" "$GPU32")
 for bin in "${need[@]}"; do [ -x "$bin" ] || die "$bin is missing"; done
