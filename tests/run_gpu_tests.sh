@@ -15,7 +15,9 @@
 #      uninterrupted run's log exactly (train loss, grad norm, lr, val loss) with --deterministic 1;
 #      the default run (dQ by atomics) ends within 0.05 of its loss; a Llama-style d12 trains; in the
 #      background, tests/gpu/test_loss_mask_gpu.sh (loss-masked shards: the fp32 and bf16 builds against
-#      the CPU trainer, graph = eager, an all-ones mask = no mask, the FP8 head's refusal).
+#      the CPU trainer, graph = eager, an all-ones mask = no mask, the FP8 head's refusal) and
+#      tests/gpu/test_muon_gpu.sh (--optimizer muon: both builds against the CPU trainer, graph = eager,
+#      exact resume, an AdamW checkpoint refused).
 #      quick: the deterministic run and its resume
 #   3. a batch or a model that cannot fit fails with a one-line message naming the fix
 #   4. compute-sanitizer memcheck of build/test_gpt2cu --ops-only (every op on the small model), in the
@@ -39,7 +41,8 @@
 #      a Llama-style 114M's loss with --fp8 1 within 10% of bf16's after 20 steps on tiny Shakespeare).
 #      quick: without the 20-step runs
 #   9. the portable path, forced by LLMC_PORTABLE=1: the d12 state vs PyTorch, tiny shakespeare with an
-#      exact resume, generate = CPU twin (its sections 1 and 7). quick: the d12 state
+#      exact resume, generate = CPU twin (its sections 1 and 7, started in the background with section 6's
+#      jobs). quick: the d12 state
 # Nothing here times anything against a target, so the background jobs may share the GPU.
 # Env: QUICK=1 (one case a section), SECTIONS (the digits of the sections to run, default 123456789:
 #      SECTIONS=16 runs 1 and 6), GPU_TEST_DIR (scratch, default a new /tmp dir; the reference states
@@ -160,11 +163,16 @@ if want 6; then
         gen_run "generate: cached = full logits, memcheck" generate_full.log 25
     fi
 fi
+if want 9 && [ "$quick" != 1 ]; then  # section 9's generate, collected there
+    start_bg "portable path: generate = CPU twin" generate_portable.log \
+        env LLMC_PORTABLE=1 GPU_TEST_DIR="$WORK/generate_portable" SECTIONS=17 BENCH=0 MEMCHECK=0 tests/gpu/test_generate.sh
+fi
 
 # ---- 2 (started here, in the background: mostly the CPU trainer's runs): loss-masked shards
 if want 2 && [ "$quick" != 1 ]; then
     start_bg "loss-masked shards: GPU trainer = CPU trainer, graph = eager, all-ones mask = no mask" loss_mask.log \
         tests/gpu/test_loss_mask_gpu.sh
+    start_bg "Muon: GPU trainer = CPU trainer (fp32, bf16), graph = eager, exact resume" muon.log tests/gpu/test_muon_gpu.sh
 fi
 
 # ---- 2. tiny shakespeare: training, checkpoints, exact resume through the command line
@@ -218,6 +226,7 @@ if want 2; then
         record "tiny shakespeare (no data)" 1
     fi
     finish_bg loss_mask.log
+    finish_bg muon.log
     end 2
 fi
 
@@ -341,8 +350,7 @@ if want 9; then
             run "portable path: tiny shakespeare, exact resume" shakespeare_portable.log \
                 env LLMC_PORTABLE=1 bash -c "$(declare -f ts_train last_loss loss_fell shakespeare); WORK=$WORK/portable quick=1 shakespeare"
         fi
-        run "portable path: generate = CPU twin" generate_portable.log \
-            env LLMC_PORTABLE=1 GPU_TEST_DIR="$WORK/generate_portable" SECTIONS=17 BENCH=0 MEMCHECK=0 tests/gpu/test_generate.sh
+        finish_bg generate_portable.log
     fi
     end 9
 fi
