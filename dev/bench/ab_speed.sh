@@ -6,7 +6,8 @@
 # Usage: dev/bench/ab_speed.sh DIR_A DIR_B   (each holding train_gpt2cu and generate)
 # Env: ROUNDS [2] (runs of each case per build), STEPS [30] (training steps a run; the trainer's
 #      BENCH line is its median step after warm-up), LOGS [a new temp dir], QUICK=1 (only the GPT-2
-#      cases: the bf16 step, generate at B = 1 and 8).
+#      cases: the bf16 step, generate at B = 1 and 8), ONLY (an extended regex: only the cases whose
+#      printed name, e.g. "gen llama:... --batch 8", matches it).
 # Prints one line per case: the median over rounds of each build, and B's speed over A's.
 set -uo pipefail
 if [[ $# -ne 2 || ! -d $1 || ! -d $2 ]]; then
@@ -42,6 +43,7 @@ printf '%-44s | %10s | %10s | %s\n' case "A" "B" "B speed / A"
 for kind in train gen; do
     if [[ $kind == train ]]; then cases=("${TRAIN_CASES[@]}"); unit=ms; else cases=("${GEN_CASES[@]}"); unit=tok/s; fi
     for c in "${cases[@]}"; do
+        [[ -n ${ONLY:-} ]] && ! grep -qE -- "$ONLY" <<<"$kind $c" && continue
         fa=(); fb=()
         for ((r = 0; r < ROUNDS; r++)); do
             x=$(one_run "$A" $kind "$c"); [[ -n $x ]] && fa+=("$x") || status=1
