@@ -27,12 +27,15 @@
 // normalisation of step 3 removes except through eps.
 //
 // muon_update_model applies muon_update to every layer's model_param_muon matrices of a model buffer,
-// qkvw as three matrices (Q, K, V) and SwiGLU's fcw as two (gate, up): muon_row_blocks.
+// qkvw as three matrices (Q, K, V) and SwiGLU's fcw as two (gate, up): muon_row_blocks, listed by
+// muon_matrices; at ZeRO 1/2 each rank updates the matrices muon_assign_owners gives it, whole
+// (llmc/cpu/data_parallel.h).
 //
 // Cost: ns_steps (4 m^2 n + 2 m^3) GEMM FLOPs (X X^T, A A, B X) and O(m n) elementwise work. The
 // GEMMs are llmc/cpu/matmul.h's gemm_accumulate and the norm sums row by row, then the rows in
 // order, so every result is bitwise identical for any OMP_NUM_THREADS.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -179,41 +182,71 @@ inline int muon_row_blocks(const ModelConfig& c, int i, int block_rows[MUON_MAX_
     return 1;
 }
 
-// One Muon step on each layer's model_param_muon matrices of a model buffer (params, momentum, grads
-// share the layout of model_param_offsets; the other tensors are not touched): layer by layer, qkvw,
-// attprojw, fcw, fcprojw, each muon_row_blocks block a muon_update of its own with its slice of
-// momentum as momentum_buf.
-inline void muon_update_model(float* params, float* momentum, const float* grads, const ModelConfig& c,
-                              const MuonSettings& s, float grad_scale) {
-    size_t sizes[NUM_PARAM_TENSORS], off[NUM_PARAM_TENSORS], scratch_floats = 0;
+// One Muon matrix of a model buffer: (rows, cols) row-major at element `offset` (model_param_offsets'
+// layout), updated by rank `owner` when --optimizer muon runs at ZeRO 1/2 (muon_assign_owners).
+struct MuonMatrix {
+    size_t offset = 0;
+    int rows = 0, cols = 0;
+    int owner = 0;
+    size_t size() const { return (size_t)rows * cols; }
+};
+
+// Every Muon matrix of a model, in update order: layer by layer, qkvw, attprojw, fcw, fcprojw, each
+// muon_row_blocks block a matrix of its own; together they tile the model_param_muon tensors.
+inline std::vector<MuonMatrix> muon_matrices(const ModelConfig& c) {
+    size_t sizes[NUM_PARAM_TENSORS], off[NUM_PARAM_TENSORS];
     model_param_sizes(c, sizes);
     model_param_offsets(c, off);
     int block_rows[MUON_MAX_ROW_BLOCKS], cols;
-    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-        if (!model_param_muon(i)) continue;
-        const int n = muon_row_blocks(c, i, block_rows, &cols);
-        size_t rows = 0;
-        for (int k = 0; k < n; k++) {
-            rows += block_rows[k];
-            const size_t need = muon_scratch_floats(block_rows[k], cols);
-            if (need > scratch_floats) scratch_floats = need;
-        }
-        if (rows * cols * c.num_layers != sizes[i]) {
-            fail("internal: muon_update_model: tensor %d's row blocks (%zu rows of %d) do not tile its %zu values", i,
-                 rows, cols, sizes[i]);
-        }
-    }
-    std::vector<float> scratch(scratch_floats);
+    std::vector<MuonMatrix> mats;
     for (int l = 0; l < c.num_layers; l++)
         for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
             if (!model_param_muon(i)) continue;
             const int n = muon_row_blocks(c, i, block_rows, &cols);
             size_t at = off[i] + (size_t)l * (sizes[i] / c.num_layers);
             for (int k = 0; k < n; k++) {
-                muon_update(params + at, grads + at, momentum + at, block_rows[k], cols, s, grad_scale, scratch.data());
-                at += (size_t)block_rows[k] * cols;
+                mats.push_back({at, block_rows[k], cols});
+                at += mats.back().size();
             }
+            if (at != off[i] + (size_t)(l + 1) * (sizes[i] / c.num_layers) || sizes[i] % c.num_layers != 0)
+                fail("internal: muon_matrices: tensor %d's %d row blocks of %d columns do not tile a layer's slice of "
+                     "its %zu values", i, n, cols, sizes[i]);
         }
+    return mats;
+}
+
+// Sets each matrix's owner among `world` ranks, the same on every rank: largest first (ties: the
+// earlier in update order), each to the rank with the fewest elements so far (ties: the lowest).
+// Then no rank holds more elements than any other by more than the largest matrix: the last matrix
+// the fullest rank took went to the then emptiest.
+inline void muon_assign_owners(std::vector<MuonMatrix>& mats, int world) {
+    std::vector<size_t> order(mats.size()), load((size_t)world, 0);
+    for (size_t k = 0; k < order.size(); k++) order[k] = k;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return mats[a].size() > mats[b].size(); });
+    for (size_t k : order) {
+        const int r = (int)(std::min_element(load.begin(), load.end()) - load.begin());
+        mats[k].owner = r;
+        load[(size_t)r] += mats[k].size();
+    }
+}
+
+// Floats of scratch muon_update needs for the largest of `mats`.
+inline size_t muon_scratch_floats(const std::vector<MuonMatrix>& mats) {
+    size_t most = 0;
+    for (const MuonMatrix& x : mats) most = std::max(most, muon_scratch_floats(x.rows, x.cols));
+    return most;
+}
+
+// One Muon step on each muon_matrices matrix of a model buffer (params, momentum, grads share the
+// layout of model_param_offsets; the other tensors are not touched), its slice of momentum as
+// momentum_buf.
+inline void muon_update_model(float* params, float* momentum, const float* grads, const ModelConfig& c,
+                              const MuonSettings& s, float grad_scale) {
+    const std::vector<MuonMatrix> mats = muon_matrices(c);
+    std::vector<float> scratch(muon_scratch_floats(mats));
+    for (const MuonMatrix& x : mats)
+        muon_update(params + x.offset, grads + x.offset, momentum + x.offset, x.rows, x.cols, s, grad_scale,
+                    scratch.data());
 }
 
 }  // namespace cpu

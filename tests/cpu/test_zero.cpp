@@ -14,16 +14,22 @@
 //    exact): buffers filled with the owner's shard (zeros only in the first micro-batch, whose
 //    reductions must replace every value of the NaN-filled shards), += per rank, pieces reduced to
 //    their owners' shards in the backward's order; every shard ends holding the sum over ranks and
-//    micro-batches.
+//    micro-batches;
+//  - --optimizer muon's ownership plan (llmc/cpu/muon.h) of GPT-2 and Llama layouts at world sizes
+//    1-4: the matrices tile the Muon tensors (every element in exactly one, nothing else), each has
+//    one owner in [0, world), no rank holds more than the largest matrix above any other, and the
+//    plan is the same when computed again (each rank computes it alone).
 // Run: build/test_zero (a second).
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
+#include "llmc/cpu/muon.h"
 #include "llmc/model_config.h"
 #include "llmc/zero.h"
 #include "tests/cpu/check.h"
@@ -151,6 +157,40 @@ static void check_buckets(const ModelConfig& c, const char* name, int64_t max_el
               "do not hold the sums", name, (long long)max_elems, world);
 }
 
+static void check_muon_owners(const ModelConfig& c, const char* name) {
+    size_t sizes[NUM_PARAM_TENSORS], offsets[NUM_PARAM_TENSORS];
+    model_param_sizes(c, sizes);
+    model_param_offsets(c, offsets);
+    const size_t n = model_num_params(c);
+    std::vector<int> covered(n, 0);
+    const std::vector<cpu::MuonMatrix> mats = cpu::muon_matrices(c);
+    size_t largest = 0;
+    for (const cpu::MuonMatrix& x : mats) {
+        for (size_t i = x.offset; i < x.offset + x.size() && i < n; i++) covered[i]++;
+        largest = std::max(largest, x.size());
+    }
+    bool tiles = !mats.empty();
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++)
+        for (size_t i = offsets[t]; i < offsets[t] + sizes[t]; i++) tiles &= covered[i] == (model_param_muon(t) ? 1 : 0);
+    CHECK(tiles, "%s: the %zu Muon matrices do not tile the Muon tensors", name, mats.size());
+    for (int world = 1; world <= 4; world++) {
+        std::vector<cpu::MuonMatrix> plan = mats, again = mats;
+        cpu::muon_assign_owners(plan, world);
+        cpu::muon_assign_owners(again, world);
+        std::vector<size_t> load((size_t)world, 0);
+        bool owned = true, same = true;
+        for (size_t k = 0; k < plan.size(); k++) {
+            owned &= plan[k].owner >= 0 && plan[k].owner < world;
+            same &= plan[k].owner == again[k].owner;
+            if (owned) load[(size_t)plan[k].owner] += plan[k].size();
+        }
+        CHECK(owned && same, "%s, %d ranks: a matrix without a rank, or two plans differ", name, world);
+        const size_t most = *std::max_element(load.begin(), load.end()), least = *std::min_element(load.begin(), load.end());
+        CHECK(most - least <= largest, "%s, %d ranks: loads %zu..%zu differ by more than the largest matrix (%zu)", name,
+              world, least, most, largest);
+    }
+}
+
 int main() {
     // 1. plans
     for (int64_t n : {1, 7, 100, 128, 129, 1000, 4096, 12345, 1 << 20})
@@ -240,6 +280,10 @@ int main() {
         check_buckets(gpt, "gpt2 L3", max_elems);
         check_buckets(llama, "llama L4", max_elems);
     }
+    // 5. Muon's matrices dealt out whole
+    check_muon_owners(gpt, "gpt2 L3");
+    check_muon_owners(llama, "llama L4");
+    check_muon_owners(model_config_from_descriptor("llama:L3,C48,H6,KV2,V70,untied"), "llama L3 C48");
     std::string rm = std::string("rm -rf ") + root;
     if (system(rm.c_str()) != 0) printf("could not remove %s\n", root);
     printf("test_zero: %s\n", check_failures ? "FAILED" : "all checks passed");
