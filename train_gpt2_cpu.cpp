@@ -77,6 +77,9 @@ static void plan_data_parallel(CpuRun& r) {
     if (r.comm->world > 1 || zero > 0)
         printf("data parallel: %d ranks (%s), zero %d: each rank keeps the optimizer state of %lld of %zu parameters\n",
                r.comm->world, r.comm->how.c_str(), zero, (long long)r.dp.plan.opt_count(), r.model.num_params);
+    if (!r.dp.muon.empty())
+        printf("muon: %zu matrices, each updated whole by one of the %d ranks; rank 0's hold %zu parameters\n",
+               r.dp.muon.size(), r.comm->world, r.dp.muon_momentum.size());
     if (zero == 2)
         printf("gradients: %zu floats (shard) + %zu (bucket buffers: outside the layers %zu, one layer bucket %zu); "
                "whole: %zu\n", r.model.grads_memory.size(), r.dp.outside.size() + r.dp.layer.size(),

@@ -179,7 +179,8 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
     p.add_choice("--optimizer", "NAME", &cfg.optimizer, {"adamw", "muon"}, "optimizer",
                  "adamw, or muon: torch.optim.Muon (Nesterov) on each layer's Q, K and V, attention "
                  "projection, fc (SwiGLU's gate and up apart) and fc projection matrices, AdamW (--lr, --wd, --beta1, "
-                 "--beta2, --eps) on the embeddings, the head, norms and biases; ZeRO 0 only (default adamw)");
+                 "--beta2, --eps) on the embeddings, the head, norms and biases; the GPU trainer at ZeRO 0 only, the CPU "
+                 "trainer at ZeRO 1/2 too, each rank updating whole matrices (default adamw)");
     p.add_float("--muon-lr", &cfg.muon_lr, {1e-30, 10}, "Muon's peak lr, before --muon-adjust-lr's factor; the "
                 "schedule scales it as it scales --lr");
     p.add_float("--muon-momentum", &cfg.muon_momentum, {0, 1, true}, "Muon's momentum");
@@ -241,7 +242,7 @@ inline void set_world_size(TrainConfig& cfg, int world) {
 
 // Checks that need several flags at once; derives grad_accum. Call after FlagParser::parse. The GPU
 // trainer (cpu_trainer false) refuses what only the CPU trainer implements: --doc-mask 1,
-// --doc-positions restart.
+// --doc-positions restart, --optimizer muon at --zero 1/2.
 inline void validate_train_config(TrainConfig& cfg, bool cpu_trainer = false) {
     if (cfg.train_pattern.empty()) fail("--train: required (a glob of token shards, e.g. \"data/*_train.bin\")");
     const int64_t BT = (int64_t)cfg.B * cfg.T;
@@ -278,9 +279,9 @@ inline void validate_train_config(TrainConfig& cfg, bool cpu_trainer = false) {
     if (!cfg.doc_mask && restart)  // positions that restart while tokens attend across documents: no packing
         fail("--doc-positions restart: only with --doc-mask 1 (tokens would still attend across documents)");
     if (!cfg.doc_mask && cfg.doc_token >= 0) fail("--doc-token %d: only with --doc-mask 1", cfg.doc_token);
-    if (cfg.optimizer == "muon" && cfg.dist.zero != 0)
-        fail("--zero %d: --optimizer muon runs at --zero 0 only for now (ZeRO 1/2 shard the optimizer state in flat "
-             "slices, which cut Muon's matrices)", cfg.dist.zero);
+    if (!cpu_trainer && cfg.optimizer == "muon" && cfg.dist.zero != 0)
+        fail("--zero %d: --optimizer muon runs at --zero 0 only on the GPU (its ZeRO 1/2 shard the optimizer state in "
+             "flat slices, which cut Muon's matrices); train_gpt2_cpu runs it at --zero 1/2", cfg.dist.zero);
 }
 
 // Applies --kv-heads, --window and --max-seq to the model config `c` read from `source`: they shape

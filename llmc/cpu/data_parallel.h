@@ -6,7 +6,10 @@
 // dp_before_backward and model_backward with grad_scale 1 / (micro-batches * ranks); then
 // dp_reduce_grads and dp_update (the norm over the ranks, clipping, AdamW over the rank's slice, at
 // stage 1/2 the all-gather). One rank at stage 0 computes exactly what model_update does.
-// --optimizer muon runs at stage 0 only (Muon orthogonalises whole matrices; ZeRO slices cut them).
+// --optimizer muon at stage 1/2: AdamW keeps the flat slices; Muon's matrices (llmc/cpu/muon.h,
+// muon_matrices) are dealt out whole (muon_assign_owners), and each rank keeps the momentum of its
+// own, runs Newton-Schulz on them and broadcasts the updated matrices, so every rank computes what
+// stage 0 computes, bit for bit, from the same summed gradients.
 //  - stage 0/1: the backward accumulates the whole gradient buffer; dp_reduce_grads all-reduces it
 //    after the last micro-batch;
 //  - stage 2: grads_memory is this rank's shard. The GPU's buckets, pieces and order
@@ -15,7 +18,8 @@
 //    accumulates the micro-batches), and each complete bucket's pieces are reduced to their owners'
 //    shards (Comm::reduce_sum), replacing the values; a step's first micro-batch starts its pieces
 //    from zero, so the shard is never zeroed. One buffer serves the layer buckets in turn; bucket 0
-//    has its own (the backward writes it at both ends).
+//    has its own (the backward writes it at both ends). With Muon, a Muon tensor's range is reduced
+//    matrix by matrix to the matrices' owners instead.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -39,40 +43,116 @@ struct DataParallel {
     std::vector<float> outside;       // (buckets[0].elems)
     std::vector<float> layer;         // (the largest layer bucket's elems), each layer bucket in turn
     bool first_micro = false;         // the backward being run is its step's first (dp_before_backward)
+    // --optimizer muon at stage 1/2 (else empty): every Muon matrix with its owner; the owned ones
+    // packed in order in muon_momentum and (stage 2) muon_grads, matrix k at muon_at[k] (-1: another's)
+    std::vector<cpu::MuonMatrix> muon;
+    std::vector<int64_t> muon_at;
+    std::vector<float> muon_momentum;  // (owned elements)
+    std::vector<float> muon_grads;     // (owned elements), stage 2: the matrices' sums over the ranks
 };
 
 namespace dp_detail {
+// Calls fn(owner, at, n, mine) for each piece of bucket b that goes to one rank: elements [at, at + n)
+// of the bucket's buffer, kept by rank `owner` at `mine` (nullptr on the other ranks). The pieces of
+// the flat shards (llmc/zero.h) go to grads_memory; with Muon a Muon tensor's range goes matrix by
+// matrix to muon_grads, so grads_memory's Muon elements stay zero.
+template <class Fn>
+inline void for_each_piece(DataParallel& dp, Model& m, const ZeroBucket& b, Fn&& fn) {
+    const int64_t first = dp.plan.shard_begin(dp.plan.rank);
+    for (const ZeroRange& r : b.ranges) {
+        if (dp.muon.empty() || !model_param_muon(r.tensor)) {
+            zero_for_each_piece(dp.plan, r.begin, r.end, [&](int owner, int64_t lo, int64_t hi) {
+                float* mine = owner == dp.plan.rank ? &m.grads_memory[lo - first] : nullptr;
+                fn(owner, r.packed + (lo - r.begin), hi - lo, mine);
+            });
+            continue;
+        }
+        for (size_t k = 0; k < dp.muon.size(); k++) {
+            const cpu::MuonMatrix& x = dp.muon[k];
+            if ((int64_t)x.offset >= r.begin && (int64_t)x.offset < r.end)
+                fn(x.owner, r.packed + ((int64_t)x.offset - r.begin), (int64_t)x.size(),
+                   dp.muon_at[k] < 0 ? nullptr : &dp.muon_grads[(size_t)dp.muon_at[k]]);
+        }
+    }
+}
+
 // Bucket b's buffer before the backward writes it: zeros, and (after the step's first micro-batch)
-// this rank's pieces from its shard.
-inline void fill_bucket(const DataParallel& dp, const Model& m, const ZeroBucket& b, float* buffer) {
+// this rank's pieces from its shard and its Muon matrices.
+inline void fill_bucket(DataParallel& dp, Model& m, const ZeroBucket& b, float* buffer) {
     std::fill(buffer, buffer + b.elems, 0.0f);
     if (dp.first_micro) return;
-    const int64_t first = dp.plan.shard_begin(dp.plan.rank);
-    zero_for_each_bucket_piece(dp.plan, b, [&](int owner, int64_t lo, int64_t hi, int64_t at) {
-        if (owner == dp.plan.rank) std::copy(&m.grads_memory[lo - first], &m.grads_memory[hi - first], buffer + at);
+    for_each_piece(dp, m, b, [&](int, int64_t at, int64_t n, const float* mine) {
+        if (mine) std::copy(mine, mine + n, buffer + at);
     });
 }
 
-// Bucket b complete: each piece's sum over the ranks replaces its owner's shard values.
+// Bucket b complete: each piece's sum over the ranks replaces its owner's values.
 inline void reduce_bucket(DataParallel& dp, Model& m, const ZeroBucket& b, const float* buffer) {
-    const int64_t first = dp.plan.shard_begin(dp.plan.rank);
-    zero_for_each_bucket_piece(dp.plan, b, [&](int owner, int64_t lo, int64_t hi, int64_t at) {
-        dp.comm->reduce_sum(buffer + at, owner == dp.plan.rank ? &m.grads_memory[lo - first] : nullptr, hi - lo, owner);
+    for_each_piece(dp, m, b, [&](int owner, int64_t at, int64_t n, float* mine) {
+        dp.comm->reduce_sum(buffer + at, mine, n, owner);
     });
+}
+
+// Muon at stage 1/2, after the AdamW all-gather (which carries the Muon tensors' old values): each
+// rank's matrices, whole, then every matrix broadcast from its owner.
+inline void muon_step(Model& m, DataParallel& dp, const OptimizerSettings& o, float grad_scale) {
+    const cpu::MuonSettings s = model_muon_settings(o);
+    std::vector<float> scratch(cpu::muon_scratch_floats(dp.muon));
+    float* params = m.params_memory.data();
+    for (size_t k = 0; k < dp.muon.size(); k++) {
+        const cpu::MuonMatrix& x = dp.muon[k];
+        const int64_t at = dp.muon_at[k];
+        if (at < 0) continue;
+        const float* grads = dp.plan.stage == 2 ? &dp.muon_grads[(size_t)at] : &m.grads_memory[x.offset];
+        cpu::muon_update(params + x.offset, grads, &dp.muon_momentum[(size_t)at], x.rows, x.cols, s, grad_scale,
+                         scratch.data());
+    }
+    for (const cpu::MuonMatrix& x : dp.muon)
+        dp.comm->broadcast(params + x.offset, (int64_t)(x.size() * sizeof(float)), x.owner);
+}
+
+// Muon at stage 1/2, before a checkpoint: each matrix's momentum from its owner into m's elements
+// of it in the flat slices, so the state files keep stage 0's layout (Muon's momentum in m) and read
+// back at any world size and stage.
+inline void muon_momentum_to_slices(Model& m, DataParallel& dp) {
+    const ZeroPlan& p = dp.plan;
+    std::vector<float> buf;
+    for (size_t k = 0; k < dp.muon.size(); k++) {
+        const cpu::MuonMatrix& x = dp.muon[k];
+        buf.resize(x.size());
+        if (dp.muon_at[k] >= 0) std::copy_n(&dp.muon_momentum[(size_t)dp.muon_at[k]], x.size(), buf.data());
+        dp.comm->broadcast(buf.data(), (int64_t)(x.size() * sizeof(float)), x.owner);
+        const int64_t lo = std::max((int64_t)x.offset, p.opt_begin());
+        const int64_t hi = std::min((int64_t)(x.offset + x.size()), p.opt_end());
+        if (lo < hi) std::copy(&buf[lo - x.offset], &buf[hi - x.offset], &m.m_memory[lo - p.opt_begin()]);
+    }
 }
 }  // namespace dp_detail
 
-// Plans the shards and sizes the AdamW moments to this rank's slice; at stage 2 also the gradients,
-// and points the backward at the bucket buffers (the model's hooks keep a pointer to dp). optimizer:
-// the run's OptimizerKind; OPTIMIZER_MUON only at stage 0 (validate_train_config refuses the others).
+// Plans the shards and sizes the AdamW moments to this rank's slice; with Muon at stage 1/2 deals out
+// the Muon matrices and sizes their momentum (and at stage 2 gradients) to this rank's; at stage 2
+// also the gradients, and points the backward at the bucket buffers (the model's hooks keep a
+// pointer to dp). optimizer: the run's OptimizerKind.
 inline void dp_setup(DataParallel& dp, Model& m, Comm& comm, int zero_stage, int optimizer) {
     dp.comm = &comm;
     dp.optimizer = optimizer;
     dp.plan = zero_plan((int64_t)m.num_params, zero_stage, comm.rank, comm.world);
     dist_check_same(comm, (int64_t)m.num_params, "the number of parameters (--init, --resume)");
     dist_check_same(comm, zero_stage, "--zero");
-    m.m_memory.assign((size_t)dp.plan.opt_count(), 0.0f);
-    m.v_memory.assign((size_t)dp.plan.opt_count(), 0.0f);
+    dist_check_same(comm, optimizer, "--optimizer");
+    m.m_memory.assign((size_t)dp.plan.opt_count(), 0.0f);  // Muon at stage 1/2: m's Muon elements are
+    m.v_memory.assign((size_t)dp.plan.opt_count(), 0.0f);  // used only to write and read checkpoints
+    if (optimizer == OPTIMIZER_MUON && zero_stage > 0) {
+        dp.muon = cpu::muon_matrices(m.config);
+        cpu::muon_assign_owners(dp.muon, comm.world);
+        int64_t owned = 0;
+        for (const cpu::MuonMatrix& x : dp.muon) {
+            dp.muon_at.push_back(x.owner == comm.rank ? owned : -1);
+            if (x.owner == comm.rank) owned += (int64_t)x.size();
+        }
+        dp.muon_momentum.assign((size_t)owned, 0.0f);
+        if (zero_stage == 2) dp.muon_grads.assign((size_t)owned, 0.0f);
+    }
     if (zero_stage != 2) return;
     // one layer per bucket: the CPU reduces in the hook, so bucket size buys no overlap, and the
     // tests' 2-layer models then cross a bucket boundary
@@ -115,38 +195,43 @@ inline void dp_reduce_grads(Model& m, DataParallel& dp) {
     dp.comm->allreduce_sum(m.grads_memory.data(), (int64_t)m.num_params);
 }
 
-// Clip by the global gradient norm (over every rank's slice), one AdamW step over this rank's
-// slice, and at stage 1/2 the all-gather of the updated parameters; with OPTIMIZER_MUON (stage 0)
-// model_step_optimizer's step on the whole buffers. Returns the norm before clipping.
+// Clip by the global gradient norm (over every rank's slice, and with Muon at stage 2 its matrices),
+// one AdamW step over this rank's slice, and at stage 1/2 the all-gather of the updated parameters;
+// with OPTIMIZER_MUON at stage 0 model_step_optimizer's step on the whole buffers, at stage 1/2 AdamW
+// on the slice's other tensors, then dp_detail::muon_step. Returns the norm before clipping.
 inline float dp_update(Model& m, DataParallel& dp, const OptimizerSettings& o) {
     const ZeroPlan& p = dp.plan;
+    const bool muon = o.optimizer == OPTIMIZER_MUON;
+    if (muon != (dp.optimizer == OPTIMIZER_MUON))
+        fail("internal: a %s step, set up for %s", optimizer_name(o.optimizer), optimizer_name(dp.optimizer));
     const int64_t b = p.opt_begin(), e = p.opt_end();
     const float* grads = m.grads_memory.data() + (p.stage == 2 ? 0 : b);  // the slice's gradients
-    double sq = cpu::global_norm_squared(grads, (size_t)(e - b));
+    double sq = cpu::global_norm_squared(grads, (size_t)(e - b)) +
+                cpu::global_norm_squared(dp.muon_grads.data(), dp.muon_grads.size());
     if (p.stage > 0) sq = dp.comm->allreduce_sum(sq);
-    const float norm = (float)std::sqrt(sq);
+    const float norm = (float)std::sqrt(sq), scale = cpu::grad_clip_scale(norm, o.grad_clip);
     m.step++;
-    if (o.optimizer == OPTIMIZER_MUON) {
-        if (p.stage != 0 || dp.optimizer != OPTIMIZER_MUON) fail("internal: a Muon step at ZeRO stage %d, set up for %s",
-                                                                 p.stage, optimizer_name(dp.optimizer));
-        model_step_optimizer(m, o, cpu::grad_clip_scale(norm, o.grad_clip));
+    if (muon && p.stage == 0) {
+        model_step_optimizer(m, o, scale);
         return norm;
     }
     cpu::adamw_update_model_range(m.params_memory.data(), m.m_memory.data(), m.v_memory.data(), grads, m.config, (size_t)b,
-                                 (size_t)e, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
-                                 cpu::grad_clip_scale(norm, o.grad_clip), m.step);
+                                 (size_t)e, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, scale, m.step, muon);
     if (p.stage > 0) dp.comm->allgather(m.params_memory.data(), p);
+    if (muon) dp_detail::muon_step(m, dp, o, scale);
     return norm;
 }
 
 // Checkpoint DIR/step_NNNNNNNN/: rank 0 starts the .tmp directory and writes model.bin, each rank
-// its slice of the optimizer state (llmc/zero.h: state.bin, or state_RRRRR.bin per rank); once
+// its slice of the optimizer state (llmc/zero.h: state.bin, or state_RRRRR.bin per rank; with Muon
+// at stage 1/2 the slice's Muon momentum gathered from the matrices' owners first); once
 // every rank has written (barrier), rank 0 writes DONE and renames, so the checkpoint appears
 // whole or not at all.
-inline void dp_save_checkpoint(const Model& m, DataParallel& dp, const std::string& out_dir,
+inline void dp_save_checkpoint(Model& m, DataParallel& dp, const std::string& out_dir,
                                const int64_t loader_state[16], uint64_t rng_state) {
     Comm& comm = *dp.comm;
     const ZeroPlan& p = dp.plan;
+    if (!dp.muon.empty()) dp_detail::muon_momentum_to_slices(m, dp);
     std::string dir;
     if (comm.primary()) dir = checkpoint_begin(out_dir, m.step);
     comm.broadcast(dir, 0);  // the others wait for the directory
@@ -169,8 +254,9 @@ inline void dp_save_checkpoint(const Model& m, DataParallel& dp, const std::stri
 }
 
 // Reads checkpoint `dir` (written at any world size and stage) into the built model: the
-// parameters, this rank's slice of the optimizer state, the step; returns the training state with
-// the data position moved to this run's world size.
+// parameters, this rank's slice of the optimizer state (with Muon at stage 1/2 also its matrices'
+// momentum), the step; returns the training state with the data position moved to this run's world
+// size.
 inline TrainState dp_load_checkpoint(Model& m, DataParallel& dp, const std::string& dir) {
     const std::string model_path = dir + "/model.bin";
     ModelFileInfo info = model_read_info(model_path.c_str());
@@ -179,6 +265,14 @@ inline TrainState dp_load_checkpoint(Model& m, DataParallel& dp, const std::stri
     model_read_fp32(model_path.c_str(), m.params_memory.data());
     const ZeroPlan& p = dp.plan;
     TrainState st = zero_read_state(dir, p.n, p.opt_begin(), p.opt_end(), m.m_memory.data(), m.v_memory.data(), nullptr);
+    std::vector<float> v;  // Muon's v elements: zero
+    for (size_t k = 0; k < dp.muon.size(); k++) {
+        const cpu::MuonMatrix& x = dp.muon[k];
+        if (dp.muon_at[k] < 0) continue;
+        v.resize(x.size());
+        zero_read_state(dir, p.n, (int64_t)x.offset, (int64_t)(x.offset + x.size()), &dp.muon_momentum[(size_t)dp.muon_at[k]],
+                        v.data(), nullptr);
+    }
     m.step = st.step;
     zero_loader_state_for_world(st.loader, dp.comm->world, ("--resume " + dir).c_str());
     return st;
