@@ -380,8 +380,8 @@ expect_error "--muon-momentum 1" "--muon-momentum: must be in [0, 1), got 1" $TR
     --muon-momentum 1
 expect_error "--muon-adjust-lr nope" "--muon-adjust-lr: unknown adjustment 'nope'" $TRAIN "${BASE[@]}" --optimizer muon \
     --muon-adjust-lr nope
-expect_error "--optimizer muon at ZeRO 1" "--zero 1: --optimizer muon runs at --zero 0 only" $TRAIN "${BASE[@]}" \
-    --optimizer muon --zero 1
+expect_success "control: --optimizer muon at ZeRO 2 checkpoints (each rank updates whole matrices)" $TRAIN \
+    "${BASE[@]}" --init "$T/good.bin" --optimizer muon --zero 2 --out-dir "$T/ckpt_muon_z2"
 expect_success "control: a Muon run checkpoints" $TRAIN "${BASE[@]}" --init "$T/good.bin" --optimizer muon \
     --out-dir "$T/ckpt_muon"
 expect_error "--fp8 1 on the CPU trainer" "--fp8 1: the CPU trainer runs in fp32" $TRAIN "${BASE[@]}" --fp8 1
@@ -432,6 +432,13 @@ if [ -x $GPU ]; then  # parsed before any device
     expect_error "GPU trainer: --doc-positions restart" "--doc-positions restart: document masking is not implemented" \
         $GPU "${BASE[@]}" --doc-positions restart
 fi
+
+# --optimizer muon at ZeRO 1/2 (the CPU trainer): its checkpoint holds Muon's state, refused under AdamW
+expect_error "--resume of a Muon ZeRO-2 checkpoint with --optimizer adamw" \
+    "--optimizer adamw: the checkpoint $T/ckpt_muon_z2/step_00000001 holds muon's optimizer state" \
+    $TRAIN "${BASE[@]}" --steps 2 --zero 2 --resume "$T/ckpt_muon_z2"
+expect_success "control: the Muon ZeRO-2 checkpoint resumes with --optimizer muon at ZeRO 1" $TRAIN "${BASE[@]}" \
+    --steps 2 --optimizer muon --zero 1 --resume "$T/ckpt_muon_z2"
 
 echo "test_bad_inputs: $ok ok, $bad misbehaved"
 [ $bad -eq 0 ]

@@ -12,11 +12,18 @@
 #  - a 2-rank run resumed at 2 ranks ends bit-identical to the uninterrupted one (the shards of the
 #    optimizer state round-trip); resumed at 1 rank from the 2-rank checkpoint, and at 2 ranks from
 #    a 1-rank one (resharding), it continues with the same losses;
+#  - --optimizer muon at --zero 1 and 2 (each rank updating whole matrices) at 2 ranks, under mpirun
+#    and tcp: bit-identical final weights to --zero 0 at 2 ranks (the same summed gradients, the same
+#    Newton-Schulz on the same whole matrices), the losses of 1 process within 2e-5 and its final
+#    weights within 1e-5 (1 process sums the micro-batches in another order); the same losses at 3
+#    ranks; resumed at 2 ranks from step 5 it ends bit-identical, its checkpoint resumed at --zero 0
+#    ends bit-identical (the momentum went from the owners into the state files' layout), and at 1
+#    rank it continues with the same losses; ranks started with different --optimizer are refused;
 #  - bad setups fail with a clear error within a deadline, never a hang: a world size that cannot
 #    continue a checkpoint's data position, --world-size against mpirun's, ranks started with
 #    different world sizes, an unreachable rendezvous, a rank left alone, a rank that dies (under
 #    MPI and under tcp), the plain binary launched by mpirun.
-# Without mpirun the MPI cases print SKIPPED; the tcp cases always run. About 35 s on 2 cores.
+# Without mpirun the MPI cases print SKIPPED; the tcp cases always run. About 40 s on 2 cores.
 cd "$(dirname "$0")/../.." || exit 1
 TRAIN=${TRAIN:-build/train_gpt2_cpu}
 TRAIN_MPI=${TRAIN_MPI:-build/train_gpt2_cpu_mpi}
@@ -86,6 +93,30 @@ must_fail() {  # must_fail NAME SECONDS PATTERN OUTFILE CMD...
     elif ! grep -qE "$pattern" "$out"; then flunk "$name" "no error matching '$pattern': $(grep -m 1 error "$out")"
     else pass "$name ($(grep -m 1 -E "$pattern" "$out" | cut -c 1-150)...; ${took} s)"; fi
 }
+# `mpirun -np NP` of FLAGS --zero ZERO: the losses of 1 process of FLAGS within 2e-5
+cases=0
+same_losses_as_one() {  # same_losses_as_one NAME NP ZERO FLAGS...
+    local name=$1 np=$2 zero=$3 at=$tmp/same$((++cases)) d; shift 3
+    if [ $have_mpi = 0 ]; then skip "$name" "$why_skip"; return; fi
+    if ! "$TRAIN" "$@" --log "$at.one.log" >"$at.one.out" 2>&1; then flunk "$name" "1 process: $(tail -n 1 "$at.one.out")"
+    elif ! timeout 120 "${MPIRUN[@]}" -np "$np" "$TRAIN_MPI" "$@" --zero "$zero" --log "$at.log" >"$at.out" 2>&1; then
+        flunk "$name" "$(grep -m 1 error "$at.out")"
+    else
+        d=$(maxdiff "$at.one.log" "$at.log")
+        if within "$d" 2e-5; then pass "$name: max |loss difference| $d"; else flunk "$name" "max |loss difference| $d"; fi
+    fi
+}
+
+# resumes a copy (in $3) of $2's step-5 checkpoint with CMD --resume $3: its step-10 files ($4) must
+# be bit-identical to $2's
+resumed_same() {  # resumed_same NAME FROM TO "FILES" CMD...
+    local name=$1 from=$2 to=$3 files=$4; shift 4
+    mkdir -p "$to" && cp -r "$from/step_00000005" "$to/"
+    if ! "$@" --resume "$to" >"$to.out" 2>&1; then flunk "$name" "$(grep -m 1 error "$to.out")"
+    elif ! (cd "$from/step_00000010" && for f in $files; do cmp -s "$f" "$to/step_00000010/$f" || exit 1; done); then
+        flunk "$name" "the step-10 files ($files) differ"
+    else pass "$name"; fi
+}
 
 # ------------------------------------------------------------------- same losses as one process
 "$TRAIN" "${RUN[@]}" --out-dir "$tmp/one" --log "$tmp/one.log" >"$tmp/one.out" 2>&1 ||
@@ -111,45 +142,13 @@ elif ! cmp -s "$tmp/one/step_00000010/model.bin" "$tmp/one_z2/step_00000010/mode
     flunk "$name" "the step-10 checkpoints differ"
 else pass "$name ($(grep -m 1 '^gradients' "$tmp/one_z2.out"))"; fi
 
-name="mpirun -np 2 --zero 2 without accumulation (1 micro-batch a rank): the losses of 1 process"
-if [ $have_mpi = 0 ]; then skip "$name" "$why_skip"
-elif ! "$TRAIN" "${RUN[@]}" --total-batch 128 --ckpt-every 0 --log "$tmp/one128.log" >"$tmp/one128.out" 2>&1; then
-    flunk "$name" "1 process: $(tail -n 1 "$tmp/one128.out")"
-elif ! mpi2 "${RUN[@]}" --total-batch 128 --ckpt-every 0 --zero 2 --log "$tmp/z2_128.log" >"$tmp/z2_128.out" 2>&1; then
-    flunk "$name" "exit $?: $(grep -m 1 error "$tmp/z2_128.out")"
-else
-    d=$(maxdiff "$tmp/one128.log" "$tmp/z2_128.log")
-    if within "$d" 2e-5; then pass "$name: max |loss difference| $d over 10 steps and 3 validations"
-    else flunk "$name" "max |loss difference| $d"; fi
-fi
-
-name="mpirun -np 3 --zero 2 (three owners, uneven slices, 2 micro-batches a rank): the losses of 1 process"
-if [ $have_mpi = 0 ]; then skip "$name" "$why_skip"
-elif ! "$TRAIN" "${RUN[@]}" --total-batch 384 --ckpt-every 0 --log "$tmp/one384.log" >"$tmp/one384.out" 2>&1; then
-    flunk "$name" "1 process: $(tail -n 1 "$tmp/one384.out")"
-elif ! timeout 120 "${MPIRUN[@]}" -np 3 "$TRAIN_MPI" "${RUN[@]}" --total-batch 384 --ckpt-every 0 --zero 2 \
-        --log "$tmp/z2_np3.log" >"$tmp/z2_np3.out" 2>&1; then
-    flunk "$name" "exit $?: $(grep -m 1 error "$tmp/z2_np3.out")"
-else
-    d=$(maxdiff "$tmp/one384.log" "$tmp/z2_np3.log")
-    if within "$d" 2e-5; then pass "$name: max |loss difference| $d over 10 steps and 3 validations"
-    else flunk "$name" "max |loss difference| $d"; fi
-fi
-
-name="mpirun -np 2 --zero 2, a GPT-2 (d1: LayerNorm, biases, learned positions): the losses of 1 process"
-if [ $have_mpi = 0 ]; then skip "$name" "$why_skip"
-else
-    GPT=(--train "$tmp/train.bin" --data-vocab 64 --init d1 --max-seq 16 --batch 4 --seq 16 --total-batch 256 --steps 4 --lr 1e-3
-         --warmup 1 --val-every 0 --ckpt-every 0)
-    if ! "$TRAIN" "${GPT[@]}" --log "$tmp/g1.log" >"$tmp/g1.out" 2>&1; then flunk "$name" "1 process: $(tail -n 1 "$tmp/g1.out")"
-    elif ! mpi2 "${GPT[@]}" --zero 2 --log "$tmp/g2.log" >"$tmp/g2.out" 2>&1; then
-        flunk "$name" "exit $?: $(grep -m 1 error "$tmp/g2.out")"
-    else
-        d=$(maxdiff "$tmp/g1.log" "$tmp/g2.log")
-        if within "$d" 2e-5; then pass "$name: max |loss difference| $d over 4 steps"
-        else flunk "$name" "max |loss difference| $d"; fi
-    fi
-fi
+same_losses_as_one "mpirun -np 2 --zero 2 without accumulation (1 micro-batch a rank): the losses of 1 process" 2 2 \
+    "${RUN[@]}" --total-batch 128 --ckpt-every 0
+same_losses_as_one "mpirun -np 3 --zero 2 (three owners, uneven slices, 2 micro-batches a rank): the losses of 1 process" \
+    3 2 "${RUN[@]}" --total-batch 384 --ckpt-every 0
+same_losses_as_one "mpirun -np 2 --zero 2, a GPT-2 (d1: LayerNorm, biases, learned positions): the losses of 1 process" \
+    2 2 --train "$tmp/train.bin" --data-vocab 64 --init d1 --max-seq 16 --batch 4 --seq 16 --total-batch 256 --steps 4 \
+    --lr 1e-3 --warmup 1 --val-every 0 --ckpt-every 0
 
 name="tcp rendezvous, 2 ranks, --zero 2: the losses of 1 process"
 if ! tcp2 tcp "${RUN[@]}" --zero 2 --out-dir "$tmp/tcp" --log "$tmp/tcp.log" >"$tmp/tcp.out" 2>&1; then
@@ -163,16 +162,65 @@ else
     else pass "$name: max |loss difference| $d; the checkpoint holds $shards"; fi
 fi
 
+# ------------------------------------------------------------------- Muon: whole matrices per rank
+# 1 micro-batch a rank at 2 ranks (total batch 128), so --zero 2's reductions sum what --zero 0's do
+MU=("${RUN[@]}" --optimizer muon --total-batch 128)
+"$TRAIN" "${MU[@]}" --out-dir "$tmp/mu_one" --log "$tmp/mu_one.log" >"$tmp/mu_one.out" 2>&1 ||
+    { echo "test_distributed: the 1-process Muon run failed: $(tail -n 1 "$tmp/mu_one.out")"; exit 1; }
+# the largest |difference| of two checkpoints' model.bin weights (same shape)
+weightdiff() {
+    python3 -c "import sys, numpy as np; a, b = (np.fromfile(p, np.float32)[256:] for p in sys.argv[1:]); print('%.3g' % abs(a - b).max())" "$1" "$2"
+}
+if [ $have_mpi = 1 ] && mpi2 "${MU[@]}" --zero 0 --out-dir "$tmp/mu0" >"$tmp/mu0.out" 2>&1; then
+    for z in 1 2; do
+        name="mpirun -np 2 --optimizer muon --zero $z: the weights of --zero 0 at 2 ranks, the losses of 1 process"
+        if ! mpi2 "${MU[@]}" --zero $z --out-dir "$tmp/mu$z" --log "$tmp/mu$z.log" >"$tmp/mu$z.out" 2>&1; then
+            flunk "$name" "exit $?: $(grep -m 1 error "$tmp/mu$z.out")"; continue; fi
+        d=$(maxdiff "$tmp/mu_one.log" "$tmp/mu$z.log")
+        w=$(weightdiff "$tmp/mu_one/step_00000010/model.bin" "$tmp/mu$z/step_00000010/model.bin")
+        if ! cmp -s "$tmp/mu0/step_00000010/model.bin" "$tmp/mu$z/step_00000010/model.bin"; then
+            flunk "$name" "the step-10 weights differ from --zero 0's"
+        elif ! within "$d" 2e-5 || ! within "$w" 1e-5; then flunk "$name" "max |loss difference| $d, |weight difference| $w"
+        else pass "$name: bit-identical; against 1 process max |loss difference| $d, |weight difference| $w ($(grep -m 1 '^muon:' "$tmp/mu$z.out"))"; fi
+    done
+
+    name="tcp rendezvous, 2 ranks, --optimizer muon --zero 2 (broadcasts from rank 1): the weights of --zero 0"
+    if ! tcp2 mutcp "${MU[@]}" --zero 2 --out-dir "$tmp/mutcp" >"$tmp/mutcp.out" 2>&1; then
+        flunk "$name" "exit $?: $(grep -h -m 1 error "$tmp/mutcp.out" "$tmp/mutcp.r1")"
+    elif wait && cmp -s "$tmp/mu0/step_00000010/model.bin" "$tmp/mutcp/step_00000010/model.bin"; then pass "$name"
+    else flunk "$name" "the step-10 weights differ"; fi
+
+    same_losses_as_one "mpirun -np 3 --optimizer muon --zero 2 (three owners): the losses of 1 process" 3 2 \
+        "${MU[@]}" --total-batch 192 --ckpt-every 0
+
+    resumed_same "2 ranks muon --zero 2 resumed at 2 ranks from step 5: ends bit-identical to the uninterrupted run" \
+        "$tmp/mu2" "$tmp/mur2" "model.bin state_00000.bin state_00001.bin" mpi2 "${MU[@]}" --zero 2
+    resumed_same "... the same checkpoint resumed at 2 ranks --zero 0: ends bit-identical" \
+        "$tmp/mu2" "$tmp/mur0" model.bin mpi2 "${MU[@]}" --zero 0
+
+    name="... and at 1 rank --zero 1: continues with the same losses"
+    mkdir -p "$tmp/mur1" && cp -r "$tmp/mu2/step_00000005" "$tmp/mur1/"
+    if ! "$TRAIN" "${MU[@]}" --zero 1 --resume "$tmp/mur1" --log "$tmp/mur1.log" >"$tmp/mur1.out" 2>&1; then
+        flunk "$name" "exit $?: $(grep -m 1 error "$tmp/mur1.out")"
+    else
+        d=$(maxdiff <(grep -E '^step ([6-9]|10) ' "$tmp/mu2.log") <(grep -E '^step ([6-9]|10) ' "$tmp/mur1.log"))
+        if within "$d" 2e-5; then pass "$name: max |loss difference| $d over steps 6-10"
+        else flunk "$name" "max |loss difference| $d"; fi
+    fi
+elif [ $have_mpi = 1 ]; then flunk "mpirun -np 2 --optimizer muon --zero 0" "exit: $(grep -m 1 error "$tmp/mu0.out")"
+else skip "--optimizer muon at 2 and 3 ranks" "$why_skip"; fi
+port=$((port + 1))
+RANK=1 WORLD_SIZE=2 timeout 60 "$TRAIN" "${MU[@]}" --ckpt-every 0 --zero 1 --optimizer adamw \
+    --dist-init "tcp://127.0.0.1:$port" >"$tmp/mubad.r1" 2>&1 &
+pids+=($!)
+must_fail "ranks started with different --optimizer (tcp)" 30 "the ranks disagree on --optimizer" "$tmp/mubad.out" \
+    env RANK=0 WORLD_SIZE=2 timeout 60 "$TRAIN" "${MU[@]}" --ckpt-every 0 --zero 1 --dist-init "tcp://127.0.0.1:$port"
+wait
+
 # ------------------------------------------------------------------------------------- resume
 if [ $have_mpi = 1 ]; then
-    name="2 ranks --zero 2 resumed at 2 ranks from step 5: ends bit-identical to the uninterrupted run"
-    mkdir -p "$tmp/r2" && cp -r "$tmp/z2/step_00000005" "$tmp/r2/"
-    if ! mpi2 "${RUN[@]}" --zero 2 --resume "$tmp/r2" >"$tmp/r2.out" 2>&1; then
-        flunk "$name" "exit $?: $(grep -m 1 error "$tmp/r2.out")"
-    elif ! (cd "$tmp/z2/step_00000010" && for f in model.bin state_00000.bin state_00001.bin; do
-                cmp -s "$f" "$tmp/r2/step_00000010/$f" || exit 1; done); then
-        flunk "$name" "the step-10 checkpoints differ"
-    else pass "$name"; fi
+    resumed_same "2 ranks --zero 2 resumed at 2 ranks from step 5: ends bit-identical to the uninterrupted run" \
+        "$tmp/z2" "$tmp/r2" "model.bin state_00000.bin state_00001.bin" mpi2 "${RUN[@]}" --zero 2
 
     name="1 rank resumed from the 2-rank --zero 1 checkpoint of step 5: continues with the same losses"
     mkdir -p "$tmp/r1" && cp -r "$tmp/z1/step_00000005" "$tmp/r1/"
