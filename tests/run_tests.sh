@@ -22,7 +22,7 @@ run "GPT-2 BPE encoder vs tiktoken's ids (fixture)" build/test_bpe
 run "bad inputs give clear errors" tests/cpu/test_bad_inputs.sh
 run "checkpoints under damage (interrupted saves, corruption, overwrite, kill)" tests/cpu/test_checkpoints.sh
 run "ZeRO shards: plans tile the buffer, sharded state reads back at any world size, data position moves, gradient buckets and ZeRO-2 reduction" build/test_zero
-run "data parallel on the CPU: 2 ranks (mpirun, tcp) = 1 process at ZeRO 0/1/2, resume across world sizes, bad setups fail" tests/cpu/test_distributed.sh
+run "data parallel on the CPU: 2 ranks (mpirun, tcp) = 1 process at ZeRO 0/1/2 (AdamW and Muon), resume across world sizes, bad setups fail" tests/cpu/test_distributed.sh
 # pytest-xdist, where installed, runs the Python suites on every core (-n auto)
 XDIST=(); python3 -c "import xdist" 2>/dev/null && XDIST=(-n "${JOBS:-auto}")
 run "python: data scripts, formats, HF import, BPE encoder vs tiktoken, generate_cpu" python3 -m pytest -q "${XDIST[@]}" tests/python
