@@ -447,7 +447,7 @@ inline void model_forward(Model& model, int B, int T, const CudaContext& ctx) {
     // the blocks' FP8 weight copies: all at once here, or each layer's in its first linear_forward
     // (under ZeRO the layers' weights arrive one by one: before_layer_forward)
     const bool cast_all = cast_w && !model.before_layer_forward && fp8_weights_batched(model.fp8);
-    if (cast_all) fp8_cast_weights(model.fp8, {p.qkvw, p.attprojw, p.fcw, p.fcprojw}, ctx);
+    if (cast_all) fp8_cast_weights(model.fp8, {p.qkvw, p.attprojw, p.fcw, p.fcprojw}, s);
     const bool cast_layer = cast_w && !cast_all;
     encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C, s);  // wpe nullptr with RoPE
     LayerActs first = layer_acts(model, 0, B, T);
@@ -506,7 +506,7 @@ inline void model_classifier(Model& model, int B, int T, float dloss, bool write
     const int N = B * T;
     Activations& a = model.acts;
     if (write_dlogits && model_detail::fp8_head_pass(model, N))
-        fp8_head_classifier(model.fp8, a.logits, a.losses, a.targets, dloss, N, ctx);
+        fp8_head_classifier(model.fp8, a.logits, a.losses, a.targets, dloss, N, ctx.stream);
     else
         fused_classifier(a.logits, a.losses, a.targets, dloss, N, model.config.vocab_size,
                          model.config.padded_vocab_size, write_dlogits, ctx.stream,

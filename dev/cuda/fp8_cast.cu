@@ -386,7 +386,7 @@ static void run_shape(lab::Lab& L, const Shape& s, Fp8Format f, const std::vecto
     const double flops = (double)n, bytes = (double)n * (sizeof(floatX) + 1);  // in once, one FP8 byte out
     L.run(op, 0, "shipped cast+amax", bytes, flops, lab::Bound::Memory,
           [&] { reset_meta(); d_out.poison(L.stream()); },
-          [&] { fp8_cast(d_out, d_x, n, f, d_meta, true, L.ctx); },
+          [&] { fp8_cast(d_out, d_x, n, f, d_meta, true, L.stream()); },
           [&] { return check_bytes(d_out, cref.out, x, false, s.R, s.C) && check_amax(d_meta, amax_ref); });
     if (fixed_scale <= 0) {
         // current scaling end to end: the scale comes out of the amax pass and the update kernel,
@@ -400,9 +400,9 @@ static void run_shape(lab::Lab& L, const Shape& s, Fp8Format f, const std::vecto
               },
               [&] {
                   zero_amax();
-                  fp8_amax(d_x, n, d_meta, L.ctx);
+                  fp8_amax(d_x, n, d_meta, L.stream());
                   fp8_update_scales(d_meta, 1, 1, 0, L.stream());
-                  fp8_cast(d_out, d_x, n, f, d_meta, false, L.ctx);
+                  fp8_cast(d_out, d_x, n, f, d_meta, false, L.stream());
               },
               [&] {
                   const Fp8Meta m = download_meta(d_meta);
@@ -416,7 +416,7 @@ static void run_shape(lab::Lab& L, const Shape& s, Fp8Format f, const std::vecto
     }
     L.run(op, 2, "cast, no amax", bytes, flops, lab::Bound::Memory,
           [&] { reset_meta(); d_out.poison(L.stream()); },
-          [&] { fp8_cast(d_out, d_x, n, f, d_meta, false, L.ctx); },
+          [&] { fp8_cast(d_out, d_x, n, f, d_meta, false, L.stream()); },
           [&] { return check_bytes(d_out, cref.out, x, false, s.R, s.C); });
     if (s.C % x128::size == 0 && s.C <= FP8_ROWWISE_MAX_C) {
         // rowwise: scale[r] from row r's amax
