@@ -186,7 +186,7 @@ static void build_model(GpuRun& r) {
     if (cfg.fp8) fp8_check_device(r.ctx.props);
     printf("device: %s, %d SMs, %.1f GiB; precision %s, attention llmc/attention.cuh; %s\n", r.ctx.props.name,
            r.ctx.props.multiProcessorCount, r.ctx.props.totalGlobalMem / 1073741824.0, PRECISION_NAME,
-           kernel_path_name(r.ctx));
+           kernel_path_name());
     model_print_config(r.config);
     r.dp = gpu_dp_plan(r.model, r.config, *r.comm, cfg.dist);
     r.model.fp8.set = fp8_settings(cfg);

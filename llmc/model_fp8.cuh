@@ -177,16 +177,16 @@ inline Fp8Meta* fp8_meta(const ModelFp8& f, Fp8Role r, int l, int k) { return f.
 
 // Scales start at 1 with empty histories; X and W in e4m3, dY in the gradient format. Also opts the
 // FP8 LayerNorm in to its shared memory (outside any capture).
-inline void fp8_init_metas(ModelFp8& f, const CudaContext& ctx) {
+inline void fp8_init_metas(ModelFp8& f, cudaStream_t s) {
     auto init_roles = [&](Fp8Meta* m, int n) {  // metas (FP8_ROLES, n)
-        fp8_meta_init(m + FP8_X * n, n, Fp8Format::E4M3, ctx.stream);
-        fp8_meta_init(m + FP8_DY * n, n, f.set.grad, ctx.stream);
-        fp8_meta_init(m + FP8_W * n, n, Fp8Format::E4M3, ctx.stream);
+        fp8_meta_init(m + FP8_X * n, n, Fp8Format::E4M3, s);
+        fp8_meta_init(m + FP8_DY * n, n, f.set.grad, s);
+        fp8_meta_init(m + FP8_W * n, n, Fp8Format::E4M3, s);
     };
     init_roles(f.metas, f.L * FP8_LINEARS);
     f.weights_step = -1;
     f.warm = false;
-    if (f.layernorm && f.set.fused) layernorm_fp8_prepare(f.cin[FP8_QKV], ctx);  // before any graph capture
+    if (f.layernorm && f.set.fused) layernorm_fp8_prepare(f.cin[FP8_QKV]);  // before any graph capture
     if (f.set.head) {
         init_roles(f.head_metas, 1);
         fused_classifier_fp8_prepare(f.Vp);  // shared-memory opt-in before any capture (fails if it does not fit)
@@ -401,9 +401,9 @@ inline AttnFp8Out fp8_attention_x(const ModelFp8& f, int l, int N) {
 // residual = inp1 + inp2) into the linear's e4m3 X (the f.x scratch) and kept X^T; mean, rstd (and
 // residual) as the bf16 norm writes them.
 inline void fp8_norm_forward(ModelFp8& f, int l, int k, floatX* residual, float* mean, float* rstd, const floatX* inp1,
-                             const floatX* inp2, const floatX* weight, const floatX* bias, int N, const CudaContext& ctx) {
+                             const floatX* inp2, const floatX* weight, const floatX* bias, int N, cudaStream_t s) {
     layernorm_fp8_forward(fp8_linear_buffers(f, l, k).xt8, f.x, residual, mean, rstd, inp1, inp2, weight, bias, N,
-                          f.cin[k], fp8_meta(f, FP8_X, l, k), ctx);
+                          f.cin[k], fp8_meta(f, FP8_X, l, k), s);
 }
 
 // After each backward: delayed scaling folds the amaxes the casts recorded into the histories (all X

@@ -249,7 +249,7 @@ inline void model_build(Model& model, const ModelConfig& config, int B, int T, b
     model.act_allocation = specs_allocate(acts, "activations");
     if (!fp8.empty()) {
         model.fp8_allocation = specs_allocate(fp8, "the FP8 buffers (--fp8)");
-        fp8_init_metas(model.fp8, ctx);
+        fp8_init_metas(model.fp8, ctx.stream);
     }
     model.allocated_bytes = need + ctx.cublaslt_workspace_size;
     if (model.optimizer == OPTIMIZER_MUON) {
@@ -392,10 +392,9 @@ inline void norm_backward(const ModelConfig& c, floatX* dresidual, floatX* dweig
 // linear's FP8 X and X^T instead of `out` (llmc/model_fp8.cuh).
 inline void norm_before_linear(Model& m, bool fp8, int l, int k, floatX* residual, floatX* out, float* mean, float* rstd,
                                const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias, int N,
-                               const CudaContext& ctx) {
-    cudaStream_t s = ctx.stream;
+                               cudaStream_t s) {
     if (fp8 && fp8_norm_fused(m.fp8, l, k))
-        fp8_norm_forward(m.fp8, l, k, residual, mean, rstd, inp1, inp2, weight, bias, N, ctx);
+        fp8_norm_forward(m.fp8, l, k, residual, mean, rstd, inp1, inp2, weight, bias, N, s);
     else if (inp2) residual_norm_forward(m.config, residual, out, mean, rstd, inp1, inp2, weight, bias, N, s);
     else norm_forward(m.config, out, mean, rstd, inp1, weight, bias, N, s);
 }
@@ -452,7 +451,7 @@ inline void model_forward(Model& model, int B, int T, const CudaContext& ctx) {
     encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C, s);  // wpe nullptr with RoPE
     LayerActs first = layer_acts(model, 0, B, T);
     model_detail::norm_before_linear(model, fp8_pass, 0, FP8_QKV, nullptr, first.ln1, first.ln1_mean, first.ln1_rstd,
-                                    a.encoded, nullptr, p.ln1w, p.ln1b, N, ctx);
+                                    a.encoded, nullptr, p.ln1w, p.ln1b, N, s);
     for (int l = 0; l < L; l++) {
         if (model.before_layer_forward) model.before_layer_forward(l);
         LayerActs la = layer_acts(model, l, B, T);
@@ -467,7 +466,7 @@ inline void model_forward(Model& model, int B, int T, const CudaContext& ctx) {
         linear_forward(model, fp8_pass, cast_layer, l, FP8_ATTPROJ, a.proj, nullptr, la.atty, p.attprojw + (size_t)l * C * C,
                        tensor_at(p.attprojb, c1), N, C, C, ctx, attn_x);
         model_detail::norm_before_linear(model, fp8_pass, l, FP8_FC, la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd,
-                                        la.res_in, a.proj, p.ln2w + c1, tensor_at(p.ln2b, c1), N, ctx);
+                                        la.res_in, a.proj, p.ln2w + c1, tensor_at(p.ln2b, c1), N, s);
         const floatX* fcw = p.fcw + (size_t)l * FC * C;
         const floatX* fcb = tensor_at(p.fcb, (size_t)l * FC);
         if (c.mlp == MLP_SWIGLU) {
@@ -482,7 +481,7 @@ inline void model_forward(Model& model, int B, int T, const CudaContext& ctx) {
             LayerActs next = layer_acts(model, l + 1, B, T);
             model_detail::norm_before_linear(model, fp8_pass, l + 1, FP8_QKV, la.residual3, next.ln1, next.ln1_mean,
                                             next.ln1_rstd, la.residual2, a.proj, p.ln1w + c1 + C, tensor_at(p.ln1b, c1 + C),
-                                            N, ctx);
+                                            N, s);
         } else {
             model_detail::residual_norm_forward(c, la.residual3, a.lnf, a.lnf_mean, a.lnf_rstd, la.residual2, a.proj,
                                                p.lnfw, p.lnfb, N, s);

@@ -680,7 +680,7 @@ static void run_layernorm_fp8(lab::Lab& L, int R, int C, uint64_t seed) {
     const std::string op = lab::Lab::strprintf("fp8_layernorm_forward_cast e4m3 R=%d C=%d", R, C);
     const double bytes = (double)n * (2 * sizeof(floatX) + sizeof(floatX) + 2), flops = 8.0 * n;
     L.run(op, 0, "shipped fused", bytes, flops, lab::Bound::Memory, reset,
-          [&] { layernorm_fp8_forward(d_out_t, d_out, d_res, d_mean, d_rstd, d_in1, d_in2, d_w, d_b, R, C, d_meta, L.ctx); },
+          [&] { layernorm_fp8_forward(d_out_t, d_out, d_res, d_mean, d_rstd, d_in1, d_in2, d_w, d_b, R, C, d_meta, L.stream()); },
           check);
     L.run(op, 1, "separate passes", bytes, flops, lab::Bound::Memory, reset,
           [&] {
@@ -691,7 +691,7 @@ static void run_layernorm_fp8(lab::Lab& L, int R, int C, uint64_t seed) {
     L.run(op, 2, "previous: passes over the row in memory", bytes, flops, lab::Bound::Memory, reset,
           [&] {
               fp8_lab::layernorm_fp8_in_memory(d_out_t, d_out, d_res, d_mean, d_rstd, d_in1, d_in2, d_w, d_b, R, C,
-                                               d_meta, L.ctx);
+                                               d_meta, L.stream());
           },
           check);
 }
