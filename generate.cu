@@ -209,7 +209,7 @@ static void build_model(ModelInfer& m, const ModelSource& src, const std::vector
         B = g.batch;
         Tmax = g.bench_prompt;
     }
-    model_infer_build(m, c, params.data(), B, Tmax, max_seq, (int)force.size(), ctx);
+    model_infer_build(m, c, params.data(), B, Tmax, max_seq, (int)force.size());
     if (!force.empty())
         cudaCheck(cudaMemcpy(m.force, force.data(), sizeof(int) * force.size(), cudaMemcpyHostToDevice));
     const char* step = m.plan.fused ? "fused" : "unfused";

@@ -287,7 +287,7 @@ static void score_hellaswag(GpuRun& r, int64_t step) {
 // The trainer's samples run through the KV cache of llmc/model_infer.cuh, one sequence.
 static void build_sampler(GpuRun& r) {
     r.sampling = r.cfg.sample_every > 0 && r.comm->primary();
-    if (r.sampling) model_infer_build(r.sampler, r.config, nullptr, 1, 1, r.config.max_seq_len, 1, r.ctx);
+    if (r.sampling) model_infer_build(r.sampler, r.config, nullptr, 1, 1, r.config.max_seq_len, 1);
 }
 
 static void sample(GpuRun& r, int64_t step) {

@@ -365,14 +365,13 @@ struct CudaContext {
     cudaDeviceProp props{};
     int sm_count = 0;         // streaming multiprocessors (the persistent grids' size)
     bool runs_sm90a = false;  // device_runs_sm90a(): the Hopper kernels (wgmma, TMA) run here
-    int code_arch = 0;        // device_code_arch(): the architecture this program's kernels run as here
 
     void init(int dev = 0) {
         cudaCheck(cudaSetDevice(dev));
         cudaCheck(cudaGetDeviceProperties(&props, dev));
         sm_count = props.multiProcessorCount;
         runs_sm90a = device_runs_sm90a();
-        code_arch = device_code_arch();  // cached now: launch_kernel asks it, and graph captures come later
+        device_code_arch();  // cached now: launch_kernel asks it, and graph captures come later
         cudaCheck(cudaStreamCreate(&stream));
         cublasCheck(cublasLtCreate(&cublaslt));
         cudaCheck(cudaMalloc(&cublaslt_workspace, cublaslt_workspace_size));
@@ -392,32 +391,13 @@ struct CudaContext {
         ::allow_smem(kernel, bytes);
         smem_raised.push_back({k, bytes});
     }
-    // cudaOccupancyMaxActiveBlocksPerMultiprocessor(kernel, threads, smem), asked once for each triple
-    // (at a size's first launch, the uncaptured warm-up step, never inside a graph capture).
-    template <typename... KArgs>
-    int blocks_per_sm(void (*kernel)(KArgs...), int threads, size_t smem) const {
-        const void* k = reinterpret_cast<const void*>(kernel);
-        for (const Occupancy& o : occupancy)
-            if (o.kernel == k && o.threads == threads && o.smem == smem) return o.blocks;
-        int blocks = 0;
-        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
-        occupancy.push_back({k, threads, smem, blocks});
-        return blocks;
-    }
 
   private:
     struct SmemLimit {
         const void* kernel;
         int bytes;
     };
-    struct Occupancy {
-        const void* kernel;
-        int threads;
-        size_t smem;
-        int blocks;
-    };
     mutable std::vector<SmemLimit> smem_raised;  // a handful of kernels: a linear search
-    mutable std::vector<Occupancy> occupancy;
 };
 
 // ---------------------------------------------------------------- deterministic column sums
@@ -527,6 +507,10 @@ __host__ __device__ constexpr int norm_backward_min_blocks() { return norm_backw
 // Past the default 48 KB (C > 768 with 2 sums), so the launchers opt in, once per kernel, to the
 // most any C <= NORM_BWD_MAX_C needs (128 KB for LayerNorm: 1 block per SM fits in 227 KB).
 inline size_t norm_backward_smem(int sums, int C) { return (size_t)NORM_BWD_WARPS * sums * C * sizeof(float); }
+template <typename Kernel>
+inline void norm_backward_optin(Kernel kernel, int sums) {
+    allow_smem(kernel, (int)norm_backward_smem(sums, NORM_BWD_MAX_C));
+}
 // Calls f(std::integral_constant<int, PACKS>) with the packs per lane the fused backwards take for
 // rows of C <= NORM_BWD_MAX_C: narrow, rounded up to a quarter of NORM_BWD_REG_PACKS (1..4 bf16;
 // 2, 4, 6, 8 fp32); wide (bf16), the exact count, 5..8 (C = 1280: 5, C = 1600: 7).

@@ -263,8 +263,8 @@ inline void model_build(Model& model, const ModelConfig& config, int B, int T, b
     if (config.position == POS_ROPE)
         rope_tables_upload(model.acts.rope_cos, model.acts.rope_sin, config, config.max_seq_len);
     // the norm backward's shared-memory opt-in for rows wider than 1024 (before any graph capture)
-    if (config.norm == NORM_RMSNORM) rmsnorm_backward_prepare(config.channels, ctx);
-    else layernorm_backward_prepare(config.channels, ctx);
+    if (config.norm == NORM_RMSNORM) rmsnorm_backward_prepare(config.channels);
+    else layernorm_backward_prepare(config.channels);
     const int N = B * T;
     model.buckets.init(N, config.padded_vocab_size);
     cudaCheck(cudaMallocHost(&model.host_io, (model.masked_loss ? 3 : 2) * sizeof(int) * N));
@@ -382,9 +382,9 @@ namespace model_detail {
 // the residual stream's running gradient wherever a norm sits (the residual add passes it on).
 inline void norm_backward(const ModelConfig& c, floatX* dresidual, floatX* dweight, floatX* dbias, float* scratch,
                           const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
-                          const float* rstd, int N, const CudaContext& ctx) {
-    if (c.norm == NORM_RMSNORM) rmsnorm_backward(dresidual, dweight, scratch, dout, inp, weight, rstd, N, c.channels, ctx);
-    else layernorm_backward(dresidual, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, c.channels, ctx);
+                          const float* rstd, int N, cudaStream_t s) {
+    if (c.norm == NORM_RMSNORM) rmsnorm_backward(dresidual, dweight, scratch, dout, inp, weight, rstd, N, c.channels, s);
+    else layernorm_backward(dresidual, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, c.channels, s);
 }
 
 // The norm before linear k of block l (ln1: qkv, ln2: fc): norm_forward (inp2 null) or
@@ -582,7 +582,7 @@ inline void model_backward(Model& model, int B, int T, const CudaContext& ctx) {
                         c.tied_head ? p.wte : p.lm_head, nullptr, N, C, Vp, ctx);
     LayerActs last = layer_acts(model, L - 1, B, T);
     model_detail::norm_backward(c, a.dresidual, g.lnfw, g.lnfb, a.colsum, a.dbuf, last.residual3, p.lnfw, a.lnf_mean,
-                               a.lnf_rstd, N, ctx);
+                               a.lnf_rstd, N, s);
     for (int l = L - 1; l >= 0; l--) {
         LayerActs la = layer_acts(model, l, B, T);
         // this layer's slice of each per-layer tensor starts at l * (one layer's elements)
@@ -608,7 +608,7 @@ inline void model_backward(Model& model, int B, int T, const CudaContext& ctx) {
         linear_backward(model, fp8_pass, l, FP8_FC, a.dbuf, gl.fcw, gl.fcb, a.colsum, a.dfch, la.ln2, p.fcw + fcw, nullptr, N,
                         C, FC, ctx, gelu_in_cast ? la.fch : nullptr);
         model_detail::norm_backward(c, a.dresidual, gl.ln2w, gl.ln2b, a.colsum, a.dbuf, la.residual2, p.ln2w + c1,
-                                   la.ln2_mean, la.ln2_rstd, N, ctx);
+                                   la.ln2_mean, la.ln2_rstd, N, s);
         // dresidual now holds d(residual2). Attention: attproj, attention, RoPE, qkv, then ln1.
         linear_backward(model, fp8_pass, l, FP8_ATTPROJ, a.dbuf, gl.attprojw, gl.attprojb, a.colsum, a.dresidual, la.atty,
                         p.attprojw + cc, nullptr, N, C, C, ctx);
@@ -625,7 +625,7 @@ inline void model_backward(Model& model, int B, int T, const CudaContext& ctx) {
         linear_backward(model, fp8_pass, l, FP8_QKV, a.dbuf, gl.qkvw, gl.qkvb, a.colsum, a.dqkv, la.ln1, p.qkvw + qkvw, nullptr,
                         N, C, QKV, ctx, nullptr, dq);
         model_detail::norm_backward(c, a.dresidual, gl.ln1w, gl.ln1b, a.colsum, a.dbuf, la.res_in, p.ln1w + c1,
-                                   la.ln1_mean, la.ln1_rstd, N, ctx);
+                                   la.ln1_mean, la.ln1_rstd, N, s);
         if (model.after_layer_backward) model.after_layer_backward(l);
     }
     encoder_backward(g.wte, g.wpe, a.dresidual, model.buckets, B, T, C, s);  // g.wpe nullptr with RoPE
