@@ -22,7 +22,7 @@ Packing: each conversation after the document token (GPT-2's <|endoftext|>, or t
 common.py; not repeated when the template starts with it), whole conversations into shards of at most
 --shard-size tokens (a longer conversation gets a shard of its own). The first --val conversations go
 to <name>_val_000000.bin, the rest to <name>_train_000001.bin, ...; plus the decode table (as
-tinyshakespeare.py). Only build/train_gpt2_cpu trains on masked shards so far (docs/training.md).
+tinyshakespeare.py). Both trainers train on masked shards (docs/training.md).
 """
 import argparse
 import json
