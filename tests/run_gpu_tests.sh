@@ -47,7 +47,8 @@
 # Env: QUICK=1 (one case a section), SECTIONS (the digits of the sections to run, default 123456789:
 #      SECTIONS=16 runs 1 and 6), GPU_TEST_DIR (scratch, default a new /tmp dir; the reference states
 #      written there are reused), LOGS (default $GPU_TEST_DIR), REF_STEPS (AdamW steps of the reference
-#      states, default 5), MEMCHECK=0 to skip memcheck, MEMCHECK_TIMEOUT (seconds, default 900).
+#      states, default 5), MEMCHECK=0 to skip memcheck, MEMCHECK_TIMEOUT (seconds, default 900),
+#      BG_THREADS (CPU threads of each background job, default a quarter of the cores).
 cd "$(dirname "$0")/.." || exit 1
 sections=${SECTIONS:-123456789} quick=${QUICK:-0} ref_steps=${REF_STEPS:-5}
 unset SECTIONS QUICK  # not passed on: the scripts below read their own SECTIONS and QUICK
@@ -71,10 +72,16 @@ run() {  # run NAME LOGFILE CMD...: in the foreground, its output shown and kept
     record "$name" "${PIPESTATUS[0]}"
 }
 declare -A bg_pid bg_name
+# The background jobs' CPU sides (the CPU twins, the CPU trainer, PyTorch on the CPU) share the cores with
+# each other and the foreground: each gets BG_THREADS OpenMP/PyTorch threads (default a quarter of the
+# cores, at least 2; a job's own OMP_NUM_THREADS wins), and idle OpenMP threads sleep instead of spinning.
+BG_THREADS=${BG_THREADS:-$(n=$(nproc); echo $(( n / 4 > 2 ? n / 4 : 2 )))}
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 start_bg() {  # start_bg NAME LOGFILE CMD...: in the background, its output only in $LOGS/LOGFILE
     local name=$1 log=$2; shift 2
     echo "=== $name: started in the background: $*"
-    { local t0=$SECONDS; "$@" > "$LOGS/$log" 2>&1; local rc=$?; echo $((SECONDS - t0)) > "$LOGS/$log.secs"; exit $rc; } &
+    { local t0=$SECONDS; OMP_NUM_THREADS=${OMP_NUM_THREADS:-$BG_THREADS} "$@" > "$LOGS/$log" 2>&1; local rc=$?
+      echo $((SECONDS - t0)) > "$LOGS/$log.secs"; exit $rc; } &
     bg_pid[$log]=$! bg_name[$log]=$name
 }
 finish_bg() {  # finish_bg LOGFILE: waits for that job, shows its output, counts it (nothing if not started)
