@@ -7,6 +7,7 @@ whose text prompts go through GPT-2's BPE only: encode the prompts here, generat
     python3 scripts/tokenize_prompt.py --tokenizer DIR/tokenizer.json --file prompts.txt > ids.txt
     build/generate_cpu --model llama.bin --prompt-ids-file ids.txt --eot 128001 > out.txt
     python3 scripts/tokenize_prompt.py --tokenizer DIR/tokenizer.json --decode < out.txt
+    python3 scripts/tokenize_prompt.py --tokenizer DIR/tokenizer.json --chat DIR/tokenizer_config.json "kqaz"
 
 Encoding puts the tokenizer's document token first (the token the data scripts write before every
 document, chosen as they choose it: --doc-token, tokenizer_config.json's bos_token, ...; a model
@@ -14,7 +15,10 @@ trained on those shards, or a Llama with its BOS, expects it); --no-doc-token le
 line of comma-separated ids per prompt (--file: per line of the file). Decoding reads lines of ids
 separated by commas or spaces, each optionally after generate's `[i] ` batch prefix, and prints
 each line's text (the prefix kept); with --prompt-ids the output holds the new tokens only.
-Needs the `tokenizers` package.
+--chat CONFIG renders each prompt as one user turn with that tokenizer_config.json's chat template and
+its generation prompt (as transformers' apply_chat_template(add_generation_prompt=True) renders it; the
+template's special tokens become their ids, as scripts/data/chat.py writes them), the document token
+first unless the template starts with it. Needs the `tokenizers` package (and jinja2 for --chat).
 """
 import argparse
 import os
@@ -35,13 +39,15 @@ def main():
     ap.add_argument("--file", help="encode each line of this file (blank lines are skipped)")
     ap.add_argument("--no-doc-token", action="store_true", help="do not put the document token first")
     ap.add_argument("--decode", action="store_true", help="decode lines of ids from stdin instead")
+    ap.add_argument("--chat", metavar="CONFIG", help="render each prompt as a user turn with this "
+                    "tokenizer_config.json's chat template and its generation prompt before encoding")
     args = ap.parse_args()
     if not args.tokenizer:
         raise DataError("--tokenizer FILE (a tokenizer.json) is required")
     tok = HFTokenizer(args.tokenizer, args.doc_token)
     if args.decode:
-        if args.text or args.file:
-            raise DataError("--decode reads ids from stdin; give no prompts or --file with it")
+        if args.text or args.file or args.chat:
+            raise DataError("--decode reads ids from stdin; give no prompts, --file or --chat with it")
         for lineno, line in enumerate(sys.stdin, 1):
             m = re.match(r"\s*(\[\d+\]\s)?(.*)$", line.rstrip("\n"))
             words = [w for w in re.split(r"[,\s]+", m.group(2)) if w]
@@ -60,8 +66,15 @@ def main():
             raise DataError(f"--file {args.file}: cannot read as UTF-8 text ({e})")
     if not prompts:
         raise DataError("no prompt: give the text as arguments or --file FILE (or --decode)")
+    encode = tok.encode
+    if args.chat:
+        from chat import jinja_renderer, special_encoder  # the data script's template rendering
+        render, special = jinja_renderer(args.chat), special_encoder(tok)
+        encode = lambda p: special(render([{"role": "user", "content": p}], True))  # noqa: E731
     for p in prompts:
-        ids = ([] if args.no_doc_token else [tok.doc_token]) + tok.encode(p)
+        ids = encode(p)
+        if not args.no_doc_token and not (args.chat and ids[:1] == [tok.doc_token]):
+            ids = [tok.doc_token] + ids
         print(",".join(map(str, ids)))
 
 

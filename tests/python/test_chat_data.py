@@ -149,3 +149,26 @@ def test_bad_conversations_fail_naming_the_line(tmp_path, ranks):
                                                    "{% endif %}{{ messages[0]['content'] }}"}))
     p = run_chat(tmp_path, ranks[0], "--template", str(config))
     assert p.returncode == 1 and "chats.jsonl:2: the chat template fails to render: too long" in p.stderr, p.stderr
+
+
+def test_tokenize_prompt_chat_matches_apply_chat_template(tmp_path):
+    """scripts/tokenize_prompt.py --chat: the ids of transformers' apply_chat_template(add_generation_prompt=
+    True) for a one-turn user prompt (its template writes the BOS, so no second document token)."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("tokenizers")
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_sft_e2e import write_tokenizer
+    write_tokenizer(tmp_path)
+    tok = transformers.PreTrainedTokenizerFast.from_pretrained(str(tmp_path))
+    prompts = ["kqaz", "ab 12"]
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "tokenize_prompt.py"), "--tokenizer",
+                          str(tmp_path / "tokenizer.json"), "--chat", str(tmp_path / "tokenizer_config.json")]
+                         + prompts, capture_output=True, text=True, check=True).stdout.split()
+    for p, line in zip(prompts, out):
+        want = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+                                       return_dict=True)["input_ids"]
+        assert [int(i) for i in line.split(",")] == list(want), (p, line)
+    plain = subprocess.run([sys.executable, str(ROOT / "scripts" / "tokenize_prompt.py"), "--tokenizer",
+                            str(tmp_path / "tokenizer.json"), "kqaz"], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    assert plain != out[0]  # without --chat: the document token, then the text's own ids
