@@ -1,7 +1,7 @@
 // profile_gpt2.cu: where one training step of the GPU trainer spends its time, kernel by kernel.
 //   dev/cuda/build/profile_gpt2 [--model d12] [--batch 64] [--seq 1024] [--max-seq 1024] [--steps 3] [--recompute 0] [--graph 0]
 //                               [--fp8 0] [--fp8-scaling delayed] [--fp8-fused 1] [--fp8-head 0]
-//                               [--stochastic-rounding 1] [--deterministic 0] [--write-model FILE]
+//                               [--stochastic-rounding 1] [--deterministic 0] [--optimizer adamw] [--write-model FILE]
 // Includes the trainer's model (llmc/model_train.cuh) and runs its step functions on random tokens:
 // upload, zero grads, forward, loss, backward, update; with --graph 1 the trainer's CUDA-graph step
 // (llmc/model_graph.cuh: the same kernels, captured once, one launch a step; the batch is staged on
@@ -13,6 +13,9 @@
 //   2. every kernel: calls, ms, % of kernel time, mean us; sorted by time,
 //   3. kernel families (matmul, attention, layernorm, ...) summed, so the next target is visible,
 //   4. kernel time against step time: the rest is launch gaps and host synchronization.
+// --optimizer muon profiles the trainer's --optimizer muon update (llmc/muon.cuh, the trainer's defaults):
+// the update phase is then the norm, AdamW on the other tensors and the Muon step, whose
+// Newton-Schulz GEMMs count as the family "matmul (cuBLASLt)" and its own kernels as "muon".
 // --fp8 1 profiles the trainer's FP8 step (llmc/model_fp8.cuh) with the trainer's FP8 defaults and the
 // given scaling recipe; its casts, amax passes and scale updates are the family "fp8 casts + scales"
 // (the fused GELU casts of llmc/fp8_fused.cuh included), its matmuls are cuBLASLt's as the bf16 ones.
@@ -102,6 +105,7 @@ const char* family(const std::string& n) {
     if (has("encoder")) return "encoder";
     if (has("gelu")) return "gelu";
     if (has("bias_backward") || has("column_partials")) return "bias / column sums";
+    if (has("muon_")) return "muon";
     if (has("adamw")) return "adamw";
     if (has("global_norm")) return "global norm";
     if (has("[memset")) return "memset";
@@ -167,7 +171,7 @@ int main(int argc, char** argv) {
     std::string model_desc = "d12";
     int B = 64, T = 1024, max_seq = 0, steps = 3, recompute = 0, zero = -1, use_graph = 0, fp8 = 0, fp8_fused = 1, fp8_head = 0;
     int stochastic_rounding = 1, deterministic = 0;
-    std::string fp8_scaling = "delayed", timeline_path, model_path;
+    std::string fp8_scaling = "delayed", timeline_path, model_path, optimizer = "adamw";
     FlagParser parser("profile_gpt2", "Per-kernel time breakdown of one GPU training step on random tokens. Example:\n"
                       "  dev/cuda/build/profile_gpt2 --batch 64 --seq 1024");
     parser.add_string("--model", "MODEL", &model_desc, "model shape: dN = N layers, 64*N channels (d12 = GPT-2 124M), "
@@ -192,6 +196,8 @@ int main(int argc, char** argv) {
                    "are lost; docs/numerics.md)");
     parser.add_int("--deterministic", &deterministic, {0, 1}, "1 = the trainer's --deterministic 1 (the attention "
                    "backward sums dQ in a fixed order)");
+    parser.add_choice("--optimizer", "NAME", &optimizer, {"adamw", "muon"}, "optimizer", "the trainer's --optimizer: "
+                      "adamw, or muon (Muon on the blocks' matrices, AdamW on the rest; at --zero 0 only)");
     parser.add_string("--write-model", "FILE", &model_path, "after the run, write the parameters to FILE (a model "
                       ".bin) and print every step's loss (a `losses:` line), to compare two runs bit for bit");
     parser.add_string("--timeline", "FILE", &timeline_path, "also write every kernel, memset and memcpy of the profiled "
@@ -201,6 +207,8 @@ int main(int argc, char** argv) {
                    "its communication stream's kernels listed as [comm stream]; -1: the single-GPU step");
 #endif
     parser.parse(argc, argv);
+    const bool muon = optimizer == "muon";
+    if (muon && zero > 0) fail("--optimizer muon with --zero %d: Muon runs at --zero 0 only (as in the trainer)", zero);
     if (use_graph && zero >= 0) fail("--graph 1 with --zero %d: the data-parallel step stays eager (as in the trainer)", zero);
 
     CudaContext ctx;
@@ -231,6 +239,7 @@ int main(int argc, char** argv) {
     dist.zero = std::max(zero, 0);
     GpuDataParallel dp;
     if (zero >= 0) dp = gpu_dp_plan(model, config, comm, dist);
+    model.optimizer = muon ? OPTIMIZER_MUON : OPTIMIZER_ADAMW;  // muon: its scratch allocated by model_build
     model_build(model, config, B, T, recompute != 0, ctx);
     if (zero >= 0) gpu_dp_start(dp, model, ctx);
     model.stochastic_rounding = stochastic_rounding != 0;
@@ -243,12 +252,14 @@ int main(int argc, char** argv) {
     const int N = B * T, V = config.vocab_size;
     std::vector<int> inputs(N), targets(N);
     Rng data_rng(42);
-    const OptimizerSettings opt{6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    OptimizerSettings opt{6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    opt.optimizer = model.optimizer;
+    opt.muon_lr = 0.02f;  // the trainer's --muon-lr; the other Muon settings are its defaults too
 
     // One training step; events[0..5] bracket upload+zero, forward, loss, backward, update.
     constexpr int PHASES = 5;
     const char* phase_names[PHASES] = {"upload + zero grads", "forward", "loss (fused classifier)", "backward",
-                                       "update (norm + adamw)"};
+                                       muon ? "update (norm, adamw + muon)" : "update (norm + adamw)"};
     cudaEvent_t ev[PHASES + 1];
     for (auto& e : ev) cudaCheck(cudaEventCreate(&e));
     double phase_ms[PHASES] = {}, step_ms = 0;
@@ -342,9 +353,9 @@ int main(int argc, char** argv) {
     // ---- report, per step
     const double tok_s = (double)N / (step_ms / steps / 1e3);
     const double tflops = flops_per_token(config, T) * N / (step_ms / steps / 1e3) / 1e12;
-    printf("\n%s%s, B=%d T=%d%s%s, %d profiled steps: %.2f ms/step (GPU, events), %.0f tok/s, %.0f TFLOP/s "
+    printf("\n%s%s%s, B=%d T=%d%s%s, %d profiled steps: %.2f ms/step (GPU, events), %.0f tok/s, %.0f TFLOP/s "
            "(%.1f%% of the 989 bf16 peak), last loss %.4f\n",
-           model_desc.c_str(), fp8 ? (" --fp8 1 " + fp8_scaling + (fp8_scaling == "delayed" && !fp8_fused ? " unfused" : "") + (fp8_head ? " head" : "")).c_str() : "",
+           model_desc.c_str(), muon ? " --optimizer muon" : "", fp8 ? (" --fp8 1 " + fp8_scaling + (fp8_scaling == "delayed" && !fp8_fused ? " unfused" : "") + (fp8_head ? " head" : "")).c_str() : "",
            B, T, zero >= 0 ? (", NCCL data parallel at world size 1, zero " + std::to_string(zero)).c_str()
                                                : "", use_graph ? ", one CUDA graph a step" : "", steps, step_ms / steps,
            tok_s, tflops, 100.0 * tflops / 989.0, loss);
