@@ -374,8 +374,6 @@ def timed(gen, prompt, new, device):
 
 def main(argv=None):
     args = parse_args(argv)
-    if torch is None:
-        die("bench_generate_fast.py needs PyTorch (pip install torch)")
     if args.model:
         try:
             cfg, flat = fmt.read_model(args.model)
@@ -386,9 +384,12 @@ def main(argv=None):
             die(f"--model {args.model}: attention windows and RoPE scaling are not in this decoder")
     else:
         cfg = config_of(args)
-        params = random_params(cfg, args.seed, draw_all=args.check)
     if args.prompt + args.new > cfg["max_seq_len"]:
         die(f"--prompt {args.prompt} + --new {args.new} exceed the context of {cfg['max_seq_len']} positions")
+    if torch is None:
+        die("bench_generate_fast.py needs PyTorch (pip install torch)")
+    if not args.model:
+        params = random_params(cfg, args.seed, draw_all=args.check)
     torch.manual_seed(args.seed)
     if args.check:
         return check(cfg, params, args)
