@@ -378,7 +378,7 @@ def main(argv=None):
         try:
             cfg, flat = fmt.read_model(args.model)
         except (OSError, fmt.FormatError) as e:
-            die(f"--model {args.model}: {e}")
+            die(f"--model: {e}")  # the message names the file
         cfg, params = fmt.full_config(cfg), fmt.split_params(fmt.full_config(cfg), flat)
         if cfg["window"] or cfg["rope_scaling"] != fmt.ROPE_SCALING_NONE:
             die(f"--model {args.model}: attention windows and RoPE scaling are not in this decoder")
