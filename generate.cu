@@ -209,7 +209,7 @@ static void build_model(ModelInfer& m, const ModelSource& src, const std::vector
         B = g.batch;
         Tmax = g.bench_prompt;
     }
-    model_infer_build(m, c, params.data(), B, Tmax, max_seq, (int)force.size());
+    model_infer_build(m, c, params.data(), B, Tmax, max_seq, (int)force.size(), ctx);
     if (!force.empty())
         cudaCheck(cudaMemcpy(m.force, force.data(), sizeof(int) * force.size(), cudaMemcpyHostToDevice));
     const char* step = m.plan.fused ? "fused" : "unfused";
@@ -217,7 +217,7 @@ static void build_model(ModelInfer& m, const ModelSource& src, const std::vector
             "decode step; %s, %s, %s\n", src.source.c_str(), c.num_layers, c.channels, c.num_heads, c.num_kv_heads,
             c.window, c.vocab_size, B, m.S,
             2.0 * c.num_layers * B * c.num_kv_heads * m.S * model_head_dim(c) * sizeof(floatX) / 1048576.0, B, step,
-            ctx.props.name, PRECISION_NAME, kernel_path_name());
+            ctx.props.name, PRECISION_NAME, kernel_path_name(ctx));
 }
 
 // The prompts, in batches and then (--interactive 1) from stdin, with --check-full and --dump-logits;

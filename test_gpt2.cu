@@ -376,11 +376,11 @@ static void test_backward_ops(const CudaContext& ctx) {
         DeviceTensor<float> wscratch(std::vector<float>(layernorm_backward_scratch_floats(rows, width)));
         const std::string op = std::string(norm == 0 ? "layernorm_backward" : "rmsnorm_backward") + shape;
         if (norm == 0) {
-            layernorm_backward(dinp.d, dw.d, db.d, wscratch.d, dout.d, inp.d, w.d, dmean.d, drstd.d, rows, width, s);
+            layernorm_backward(dinp.d, dw.d, db.d, wscratch.d, dout.d, inp.d, w.d, dmean.d, drstd.d, rows, width, ctx);
             cpu::layernorm_backward(rdinp.data(), rdw.data(), rdb.data(), dout.h.data(), inp.h.data(), w.h.data(),
                                     mean.data(), rstd.data(), 1, rows, width);
         } else {
-            rmsnorm_backward(dinp.d, dw.d, wscratch.d, dout.d, inp.d, w.d, drstd.d, rows, width, s);
+            rmsnorm_backward(dinp.d, dw.d, wscratch.d, dout.d, inp.d, w.d, drstd.d, rows, width, ctx);
             cpu::rmsnorm_backward(rdinp.data(), rdw.data(), dout.h.data(), inp.h.data(), w.h.data(), rstd.data(), 1, rows,
                                   width);
         }
@@ -535,7 +535,7 @@ static void test_sampling(const ModelConfig& c, const CudaContext& ctx) {
     const std::vector<float> p0 = small_params(c, 9);
     model_set_params(model, p0.data());
     ModelInfer sampler;
-    model_infer_build(sampler, c, nullptr, 1, 1, maxT, 1);
+    model_infer_build(sampler, c, nullptr, 1, 1, maxT, 1, ctx);
     Rng rng(5);
     const std::vector<int> got = model_infer_sample(sampler, model.params_memory, eot, gen + 5, 1.0f, rng, ctx);
     report("sample stops at the context end", std::fabs((double)got.size() - gen), 0.0, "missing    ");

@@ -186,7 +186,7 @@ static void build_model(GpuRun& r) {
     if (cfg.fp8) fp8_check_device(r.ctx.props);
     printf("device: %s, %d SMs, %.1f GiB; precision %s, attention llmc/attention.cuh; %s\n", r.ctx.props.name,
            r.ctx.props.multiProcessorCount, r.ctx.props.totalGlobalMem / 1073741824.0, PRECISION_NAME,
-           kernel_path_name());
+           kernel_path_name(r.ctx));
     model_print_config(r.config);
     r.dp = gpu_dp_plan(r.model, r.config, *r.comm, cfg.dist);
     r.model.fp8.set = fp8_settings(cfg);
@@ -287,7 +287,7 @@ static void score_hellaswag(GpuRun& r, int64_t step) {
 // The trainer's samples run through the KV cache of llmc/model_infer.cuh, one sequence.
 static void build_sampler(GpuRun& r) {
     r.sampling = r.cfg.sample_every > 0 && r.comm->primary();
-    if (r.sampling) model_infer_build(r.sampler, r.config, nullptr, 1, 1, r.config.max_seq_len, 1);
+    if (r.sampling) model_infer_build(r.sampler, r.config, nullptr, 1, 1, r.config.max_seq_len, 1, r.ctx);
 }
 
 static void sample(GpuRun& r, int64_t step) {

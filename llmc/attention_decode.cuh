@@ -513,35 +513,31 @@ static __global__ void __launch_bounds__(DECODE_THREADS, decode_min_blocks<GB, K
                                                    min_chunk, fused_combine, cluster);
 }
 
-// Whether the split kernel's code on the current device has the cluster merge: compiled for sm_90 or
-// later (a build for an older architecture runs without it even on a newer GPU).
-inline bool decode_clusters_available() {
-    static const bool available = kernel_code_arch(attention_decode_split_kernel<floatX, 64, 1, DecodeKnobs<>>) >= 90;
-    return available;
-}
-
+// Whether the split kernel's code on ctx's device has the cluster merge: compiled for sm_90 or later (a
+// build for an older architecture runs without it even on a newer GPU).
+inline bool decode_clusters_available(const CudaContext& ctx) { return ctx.code_arch >= 90; }
 
 // The launches of one plan with the split kernel's variant Knobs.
 template <typename T, class Knobs = DecodeKnobs<>>
 inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, const T* v_cache, const int* pos,
                                       int B, int NH, int NKV, int HD, int S, int window, float* scratch_buf,
-                                      const DecodePlan& plan, cudaStream_t stream, bool pdl = false) {
+                                      const DecodePlan& plan, const CudaContext& ctx, bool pdl = false) {
     const QKVLayout L{NH, NKV, HD};
     const DecodeScratch scratch(scratch_buf, B, NH, NKV, HD, plan);
     const dim3 grid(plan.max_splits, NKV * plan.head_blocks, B);
     if (plan.cluster && (plan.max_splits > DECODE_CLUSTER_MAX))
         fail("attention_decode: a cluster of %d split blocks (at most %d)", plan.max_splits, DECODE_CLUSTER_MAX);
-    if (plan.cluster && !decode_clusters_available())
+    if (plan.cluster && !decode_clusters_available(ctx))
         fail("attention_decode: a cluster plan, but this device runs code compiled below sm_90 (no clusters)");
     auto launch = [&](auto kernel) {
         if (!plan.cluster) {
-            launch_kernel(kernel, grid, dim3(DECODE_THREADS), 0, stream, pdl, out, scratch, qkv, k_cache, v_cache,
+            launch_kernel(kernel, grid, dim3(DECODE_THREADS), 0, ctx.stream, pdl, out, scratch, qkv, k_cache, v_cache,
                           pos, L, S, window, plan.max_splits, plan.min_chunk, plan.fused_combine, false);
         } else {  // launch_kernel's launch with the cluster's dimensions as a second attribute
             cudaLaunchConfig_t cfg = {};
             cfg.gridDim = grid;
             cfg.blockDim = dim3(DECODE_THREADS);
-            cfg.stream = stream;
+            cfg.stream = ctx.stream;
             cudaLaunchAttribute attr[2];
             attr[0].id = cudaLaunchAttributeClusterDimension;
             attr[0].val.clusterDim = {(unsigned)plan.max_splits, 1, 1};
@@ -569,12 +565,12 @@ inline void attention_decode_with_plan(T* out, const T* qkv, const T* k_cache, c
 
 }  // namespace attention_detail
 
-// fp32 floats of scratch attention_decode needs for these sizes on the current device (0: none),
-// enough for either route, whatever the call's mma and early.
-inline size_t attention_decode_scratch_floats(int B, int NH, int NKV, int HD, int S, int window) {
+// fp32 floats of scratch attention_decode needs for these sizes on ctx's device (0: none), enough for
+// either route, whatever the call's mma and early.
+inline size_t attention_decode_scratch_floats(int B, int NH, int NKV, int HD, int S, int window, const CudaContext& ctx) {
     using namespace attention_detail;
-    const int sms = current_sm_count();
-    const DecodePlan plan = decode_plan(B, NH, NKV, S, window, sms, decode_clusters_available());
+    const int sms = ctx.sm_count;
+    const DecodePlan plan = decode_plan(B, NH, NKV, S, window, sms, decode_clusters_available(ctx));
     size_t floats = DecodeScratch::floats(B, NH, NKV, HD, plan);
     if (decode_mma_route(B, NH, NKV, HD, plan, sms))
         floats = std::max(floats, decode_mma_route_floats(B, NH, NKV, HD, S, window, plan, sms));
@@ -599,14 +595,14 @@ inline void attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, fl
     using namespace attention_detail;
     check_kv_cache_sizes("attention_decode", B, NH, NKV, HD, S, window);
     check_kv_cache_aligned("attention_decode", qkv, k_cache, v_cache);
-    const int sms = current_sm_count();
-    const DecodePlan plan = decode_plan(B, NH, NKV, S, window, sms, decode_clusters_available());
+    const int sms = ctx.sm_count;
+    const DecodePlan plan = decode_plan(B, NH, NKV, S, window, sms, decode_clusters_available(ctx));
     const bool route = mma && !early && decode_mma_route(B, NH, NKV, HD, plan, sms);  // FP32: never
     const size_t need = route ? decode_mma_route_floats(B, NH, NKV, HD, S, window, plan, sms)
                               : DecodeScratch::floats(B, NH, NKV, HD, plan);
     if (need > 0 && !scratch)
         fail("attention_decode: B=%d NH=%d S=%d needs a scratch buffer of %zu floats", B, NH, S,
-             attention_decode_scratch_floats(B, NH, NKV, HD, S, window));
+             attention_decode_scratch_floats(B, NH, NKV, HD, S, window, ctx));
 #if !defined(PRECISION_FP32)
     if (route) {
         if (append) kv_cache_append(k_cache, v_cache, qkv, pos, B, NH, NKV, HD, S, ctx.stream);
@@ -618,7 +614,7 @@ inline void attention_decode(floatX* out, const floatX* qkv, floatX* k_cache, fl
 #endif
     auto run = [&](auto knobs) {
         attention_decode_with_plan<floatX, decltype(knobs)>(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window,
-                                                            scratch, plan, ctx.stream, pdl);
+                                                            scratch, plan, ctx, pdl);
     };
     if (append) run(DecodeKnobs<true, false>{});
     else if (early) run(DecodeKnobs<false, true>{});

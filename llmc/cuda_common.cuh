@@ -267,14 +267,6 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
 // One binary may hold machine code for several GPUs (build.mk: GPU_ARCH=all or a list), so the host
 // picks kernels at run time: device code is guarded by __CUDA_ARCH__ (and __CUDA_ARCH_FEAT_SM90_ALL
 // for sm_90a), and the host asks these functions which code the current device runs.
-// The current device's compute capability as one number: 80 A100, 86, 89 Ada, 90 H100/H200, 100, 120.
-inline int current_compute_capability() {
-    int dev = 0, major = 0, minor = 0;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    return 10 * major + minor;
-}
 // LLMC_PORTABLE=1 in the environment: run the portable path on any GPU, what an sm_80-89 GPU runs (the
 // mma.sync attention, no thread-block clusters, no programmatic dependent launch, no bulk copies), so
 // that a Hopper GPU tests it. The kernels stay this build's machine code: their own __CUDA_ARCH__
@@ -286,14 +278,14 @@ inline bool portable_forced() {
     }();
     return on;
 }
-// Whether the Hopper kernels (wgmma, setmaxnreg, TMA tensor copies: llmc/attention_hopper*.cuh) run
-// here: the build has their sm_90a machine code (LLMC_SM90A: GPU_ARCH holds 90a) and the device is
-// compute capability 9.0, for which the driver loads that code. Everywhere else the portable kernels.
-inline bool device_runs_sm90a() {
+// Whether the Hopper kernels (wgmma, setmaxnreg, TMA tensor copies: llmc/attention_hopper*.cuh) run on
+// a device of compute capability major.minor: the build has their sm_90a machine code (LLMC_SM90A:
+// GPU_ARCH holds 90a) and the device is 9.0, for which the driver loads that code. Else the portable kernels.
+inline bool device_runs_sm90a(int major, int minor) {
 #if defined(LLMC_SM90A)
-    static const bool hopper = current_compute_capability() == 90 && !portable_forced();
-    return hopper;
+    return major == 9 && minor == 0 && !portable_forced();
 #else
+    (void)major, (void)minor;
     return false;
 #endif
 }
@@ -315,11 +307,6 @@ inline int device_code_arch() {
     return arch;
 }
 
-// The kernel path this process runs, for the programs' startup line.
-inline const char* kernel_path_name() {
-    if (device_runs_sm90a()) return "Hopper kernels (sm_90a: wgmma, TMA, clusters, PDL)";
-    return portable_forced() ? "portable kernels (LLMC_PORTABLE=1)" : "portable kernels (mma.sync)";
-}
 
 // kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialization attribute when
 // pdl (the kernel must call pdl_wait() before it reads what earlier kernels wrote) and the code that
@@ -364,14 +351,15 @@ struct CudaContext {
     MatmulAlgoCache* matmul_algos = nullptr;  // owned by the caller
     cudaDeviceProp props{};
     int sm_count = 0;         // streaming multiprocessors (the persistent grids' size)
-    bool runs_sm90a = false;  // device_runs_sm90a(): the Hopper kernels (wgmma, TMA) run here
+    bool runs_sm90a = false;  // device_runs_sm90a: the Hopper kernels (wgmma, TMA) run here
+    int code_arch = 0;        // device_code_arch(): the architecture this program's kernels run as here
 
     void init(int dev = 0) {
         cudaCheck(cudaSetDevice(dev));
         cudaCheck(cudaGetDeviceProperties(&props, dev));
         sm_count = props.multiProcessorCount;
-        runs_sm90a = device_runs_sm90a();
-        device_code_arch();  // cached now: launch_kernel asks it, and graph captures come later
+        runs_sm90a = device_runs_sm90a(props.major, props.minor);
+        code_arch = device_code_arch();  // cached now: launch_kernel asks it, and graph captures come later
         cudaCheck(cudaStreamCreate(&stream));
         cublasCheck(cublasLtCreate(&cublaslt));
         cudaCheck(cudaMalloc(&cublaslt_workspace, cublaslt_workspace_size));
@@ -391,14 +379,39 @@ struct CudaContext {
         ::allow_smem(kernel, bytes);
         smem_raised.push_back({k, bytes});
     }
+    // cudaOccupancyMaxActiveBlocksPerMultiprocessor(kernel, threads, smem), asked once for each triple
+    // (at a size's first launch, the uncaptured warm-up step, never inside a graph capture).
+    template <typename... KArgs>
+    int blocks_per_sm(void (*kernel)(KArgs...), int threads, size_t smem) const {
+        const void* k = reinterpret_cast<const void*>(kernel);
+        for (const Occupancy& o : occupancy)
+            if (o.kernel == k && o.threads == threads && o.smem == smem) return o.blocks;
+        int blocks = 0;
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
+        occupancy.push_back({k, threads, smem, blocks});
+        return blocks;
+    }
 
   private:
     struct SmemLimit {
         const void* kernel;
         int bytes;
     };
+    struct Occupancy {
+        const void* kernel;
+        int threads;
+        size_t smem;
+        int blocks;
+    };
     mutable std::vector<SmemLimit> smem_raised;  // a handful of kernels: a linear search
+    mutable std::vector<Occupancy> occupancy;
 };
+
+// The kernel path ctx's device runs, for the programs' startup line.
+inline const char* kernel_path_name(const CudaContext& ctx) {
+    if (ctx.runs_sm90a) return "Hopper kernels (sm_90a: wgmma, TMA, clusters, PDL)";
+    return portable_forced() ? "portable kernels (LLMC_PORTABLE=1)" : "portable kernels (mma.sync)";
+}
 
 // ---------------------------------------------------------------- deterministic column sums
 #include <algorithm>
@@ -507,10 +520,6 @@ __host__ __device__ constexpr int norm_backward_min_blocks() { return norm_backw
 // Past the default 48 KB (C > 768 with 2 sums), so the launchers opt in, once per kernel, to the
 // most any C <= NORM_BWD_MAX_C needs (128 KB for LayerNorm: 1 block per SM fits in 227 KB).
 inline size_t norm_backward_smem(int sums, int C) { return (size_t)NORM_BWD_WARPS * sums * C * sizeof(float); }
-template <typename Kernel>
-inline void norm_backward_optin(Kernel kernel, int sums) {
-    allow_smem(kernel, (int)norm_backward_smem(sums, NORM_BWD_MAX_C));
-}
 // Calls f(std::integral_constant<int, PACKS>) with the packs per lane the fused backwards take for
 // rows of C <= NORM_BWD_MAX_C: narrow, rounded up to a quarter of NORM_BWD_REG_PACKS (1..4 bf16;
 // 2, 4, 6, 8 fp32); wide (bf16), the exact count, 5..8 (C = 1280: 5, C = 1600: 7).

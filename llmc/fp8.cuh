@@ -175,16 +175,9 @@ static __global__ void __launch_bounds__(FP8_CAST_BLOCK)
     amax_block_commit(meta, amax);
 }
 
-// One full wave of blocks (grid-stride beyond it): few blocks, so few amax atomics.
-inline int fp8_wave_blocks(size_t work_items, int block) {
-    static int wave = 0;
-    if (wave == 0) {
-        int dev, sms, threads;
-        cudaCheck(cudaGetDevice(&dev));
-        cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        cudaCheck(cudaDeviceGetAttribute(&threads, cudaDevAttrMaxThreadsPerMultiProcessor, dev));
-        wave = sms * (threads / block);
-    }
+// One full wave of blocks on ctx's device (grid-stride beyond it): few blocks, so few amax atomics.
+inline int fp8_wave_blocks(size_t work_items, int block, const CudaContext& ctx) {
+    const int wave = ctx.sm_count * (ctx.props.maxThreadsPerMultiProcessor / block);
     return (int)std::max<size_t>(1, std::min<size_t>(wave, ceil_div<size_t>(work_items, block)));
 }
 
@@ -194,14 +187,14 @@ inline void fp8_check_aligned(const void* p, const char* what) {
 
 // out (n bytes) = fp8(in * meta->scale); with `amax`, meta->amax_bits = max(itself, max |in|).
 inline void fp8_cast(uint8_t* out, const floatX* in, size_t n, Fp8Format f, Fp8Meta* meta, bool amax,
-                     cudaStream_t stream) {
+                     const CudaContext& ctx) {
     fp8_check_aligned(in, "fp8_cast input");
     fp8_check_aligned(out, "fp8_cast output");
-    const int blocks = fp8_wave_blocks(n / x128::size, FP8_CAST_BLOCK);
+    const int blocks = fp8_wave_blocks(n / x128::size, FP8_CAST_BLOCK, ctx);
     with_fp8_format(f, [&](auto F) {
         with_bool(amax, [&](auto A) {
             fp8_cast_kernel<decltype(F)::value, decltype(A)::value>
-                <<<blocks, FP8_CAST_BLOCK, 0, stream>>>(out, in, n, meta);
+                <<<blocks, FP8_CAST_BLOCK, 0, ctx.stream>>>(out, in, n, meta);
         });
     });
     cudaCheckLaunch();
@@ -210,12 +203,12 @@ inline void fp8_cast(uint8_t* out, const floatX* in, size_t n, Fp8Format f, Fp8M
 // meta->amax_bits = max(itself, max |in|): current scaling's pass before fp8_update_scales. With
 // count > 1, the same for count tensors of n elements in one launch (one wave of blocks shared among
 // them): tensor i at in + i * in_stride (elements), its meta at meta + i * meta_stride.
-inline void fp8_amax(const floatX* in, size_t n, Fp8Meta* meta, cudaStream_t stream, int count = 1, size_t in_stride = 0,
-                     int meta_stride = 0) {
+inline void fp8_amax(const floatX* in, size_t n, Fp8Meta* meta, const CudaContext& ctx, int count = 1,
+                     size_t in_stride = 0, int meta_stride = 0) {
     fp8_check_aligned(in, "fp8_amax input");
     if (count > 1 && in_stride % x128::size != 0) fail("fp8_amax: a batch's stride %zu is not whole packs", in_stride);
-    const dim3 grid(std::max(1, fp8_wave_blocks(n / x128::size, FP8_CAST_BLOCK) / count), count);
-    fp8_amax_kernel<<<grid, FP8_CAST_BLOCK, 0, stream>>>(in, n, meta, in_stride, meta_stride);
+    const dim3 grid(std::max(1, fp8_wave_blocks(n / x128::size, FP8_CAST_BLOCK, ctx) / count), count);
+    fp8_amax_kernel<<<grid, FP8_CAST_BLOCK, 0, ctx.stream>>>(in, n, meta, in_stride, meta_stride);
     cudaCheckLaunch();
 }
 

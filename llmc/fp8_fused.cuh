@@ -341,15 +341,11 @@ static __global__ void __launch_bounds__(LAYERNORM_BLOCK, ln_fp8_min_blocks(PACK
 inline size_t layernorm_fp8_smem(int C) { return (size_t)LN_FP8_ROWS * (C + 2); }
 
 namespace fp8_detail {
-// The kernel's shared memory above the default 48 KB, opted in once per process per instance (one
-// device per process, as the trainer runs) and only upward.
+// The kernel's shared memory above the default 48 KB, opted in once per kernel (ctx.allow_smem) and
+// only upward.
 template <bool FUSED_RESIDUAL, int PACKS>
-inline void layernorm_fp8_optin(size_t smem) {
-    static size_t opted = 48 * 1024;
-    if (smem <= opted) return;
-    cudaCheck(cudaFuncSetAttribute(layernorm_fp8_forward_kernel<FUSED_RESIDUAL, PACKS>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    opted = smem;
+inline void layernorm_fp8_optin(size_t smem, const CudaContext& ctx) {
+    if (smem > 48 * 1024) ctx.allow_smem(layernorm_fp8_forward_kernel<FUSED_RESIDUAL, PACKS>, (int)smem);
 }
 // Calls f(std::integral_constant<int, PACKS>): with the row in registers, the fused norm backwards'
 // packs per lane for rows of C (norm_backward_dispatch: ceil(C / (32 x128::size)), 1..8 in bf16) up
@@ -363,7 +359,7 @@ inline void with_ln_fp8_packs(int C, F&& f) {
 template <int PACKS>
 inline void layernorm_fp8_launch(uint8_t* out_t, uint8_t* out, floatX* residual, float* mean, float* rstd,
                                  const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias, int N,
-                                 int C, Fp8Meta* meta, cudaStream_t stream) {
+                                 int C, Fp8Meta* meta, const CudaContext& ctx) {
     if (N % LN_FP8_ROWS != 0 || C % 16 != 0)  // N: the FP8 path's multiple of 64
         fail("layernorm_fp8_forward: N = %d must be a multiple of %d and C = %d of 16", N, LN_FP8_ROWS, C);
     fp8_check_aligned(out, "layernorm_fp8_forward output");
@@ -372,8 +368,8 @@ inline void layernorm_fp8_launch(uint8_t* out_t, uint8_t* out, floatX* residual,
     const dim3 grid(N / LN_FP8_ROWS);
     with_bool(inp2 != nullptr, [&](auto fused_residual) {
         constexpr bool RES = decltype(fused_residual)::value;
-        layernorm_fp8_optin<RES, PACKS>(smem);
-        layernorm_fp8_forward_kernel<RES, PACKS><<<grid, LAYERNORM_BLOCK, smem, stream>>>(
+        layernorm_fp8_optin<RES, PACKS>(smem, ctx);
+        layernorm_fp8_forward_kernel<RES, PACKS><<<grid, LAYERNORM_BLOCK, smem, ctx.stream>>>(
             out_t, out, residual, mean, rstd, inp1, inp2, weight, bias, N, C, meta);
     });
     cudaCheckLaunch();
@@ -383,10 +379,10 @@ inline void layernorm_fp8_launch(uint8_t* out_t, uint8_t* out, floatX* residual,
 // Opts the kernels for rows of C channels in. Call it before a CUDA graph capture that may hold the
 // first layernorm_fp8_forward of that width (model_build does): the launcher would opt in itself, and
 // whether cudaFuncSetAttribute may run inside a capture is not a thing to rely on.
-inline void layernorm_fp8_prepare(int C) {
+inline void layernorm_fp8_prepare(int C, const CudaContext& ctx) {
     fp8_detail::with_ln_fp8_packs(C, [&](auto P) {
-        fp8_detail::layernorm_fp8_optin<false, decltype(P)::value>(layernorm_fp8_smem(C));
-        fp8_detail::layernorm_fp8_optin<true, decltype(P)::value>(layernorm_fp8_smem(C));
+        fp8_detail::layernorm_fp8_optin<false, decltype(P)::value>(layernorm_fp8_smem(C), ctx);
+        fp8_detail::layernorm_fp8_optin<true, decltype(P)::value>(layernorm_fp8_smem(C), ctx);
     });
 }
 
@@ -394,9 +390,9 @@ inline void layernorm_fp8_prepare(int C) {
 // N a multiple of 64, C of 16; e4m3 (an activation); the scale is meta's (delayed scaling).
 inline void layernorm_fp8_forward(uint8_t* out_t, uint8_t* out, floatX* residual, float* mean, float* rstd,
                                   const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias,
-                                  int N, int C, Fp8Meta* meta, cudaStream_t stream) {
+                                  int N, int C, Fp8Meta* meta, const CudaContext& ctx) {
     fp8_detail::with_ln_fp8_packs(C, [&](auto P) {
         fp8_detail::layernorm_fp8_launch<decltype(P)::value>(out_t, out, residual, mean, rstd, inp1, inp2, weight, bias,
-                                                             N, C, meta, stream);
+                                                             N, C, meta, ctx);
     });
 }

@@ -229,65 +229,50 @@ inline size_t classifier_fp8_smem_bytes(int Vp) { return (size_t)ceil_div(Vp / 2
 // Shared memory of fused_classifier_fp8_rows_in_smem: a whole row.
 inline size_t classifier_fp8_row_smem_bytes(int Vp) { return (size_t)Vp * sizeof(floatX); }
 
-// Whether fused_classifier_fp8 takes fused_classifier_fp8_rows_in_smem on this GPU: its code was
+// Whether fused_classifier_fp8 takes fused_classifier_fp8_rows_in_smem on ctx's GPU: its code was
 // compiled for sm_90 or newer (the bulk copy) and two blocks of a row each (plus 1 KB reserved and a
 // few bytes) fit in an SM: bf16 rows up to Vp ~ 57K on the H200. Else the block-per-row kernel.
-inline bool classifier_fp8_rows_fit(int Vp) {
-    static int code_arch = -1, per_sm = 0, optin = 0;
-    if (code_arch < 0) {
-        int dev = 0;
-        cudaCheck(cudaGetDevice(&dev));
-        cudaCheck(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-        cudaCheck(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-        code_arch = kernel_code_arch(fused_classifier_fp8_rows_in_smem<Fp8Format::E4M3>);
-    }
+inline bool classifier_fp8_rows_fit(int Vp, const CudaContext& ctx) {
     const size_t block = classifier_fp8_row_smem_bytes(Vp) + 1024 + 64;
-    return code_arch >= 90 && 2 * block <= (size_t)per_sm && block <= (size_t)optin;
+    return ctx.code_arch >= 90 && 2 * block <= ctx.props.sharedMemPerMultiprocessor &&
+           block <= ctx.props.sharedMemPerBlockOptin;
 }
 
-// Checks that the FP8 classifier's shared memory fits this GPU (Vp up to ~230K on the H200's 227 KB a
-// block) and raises the opt-in of the kernel that will run past the default 48 KB, once per size. The
-// trainer calls it before any graph capture (fp8_init_metas); the launcher calls it too.
-inline void fused_classifier_fp8_prepare(int Vp) {
-    static size_t smem_set = 0, row_smem_set = 0;  // the kernels' opt-ins, raised once to the largest row seen
-    if (classifier_fp8_rows_fit(Vp)) {
-        const size_t smem = classifier_fp8_row_smem_bytes(Vp);
-        if (smem <= row_smem_set) return;
-        allow_smem(fused_classifier_fp8_rows_in_smem<Fp8Format::E4M3>, (int)smem);
-        allow_smem(fused_classifier_fp8_rows_in_smem<Fp8Format::E5M2>, (int)smem);
-        row_smem_set = smem;
+// Checks that the FP8 classifier's shared memory fits ctx's GPU (Vp up to ~230K on the H200's 227 KB a
+// block) and raises the opt-in of the kernel that will run past the default 48 KB (ctx.allow_smem: once
+// per kernel and size). The trainer calls it before any graph capture (fp8_init_metas); the launcher too.
+inline void fused_classifier_fp8_prepare(int Vp, const CudaContext& ctx) {
+    if (classifier_fp8_rows_fit(Vp, ctx)) {
+        const int smem = (int)classifier_fp8_row_smem_bytes(Vp);
+        ctx.allow_smem(fused_classifier_fp8_rows_in_smem<Fp8Format::E4M3>, smem);
+        ctx.allow_smem(fused_classifier_fp8_rows_in_smem<Fp8Format::E5M2>, smem);
         return;
     }
     const size_t smem = classifier_fp8_smem_bytes(Vp);
-    if (smem <= smem_set) return;
-    int dev = 0, optin = 0;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    if (smem + 1024 > (size_t)optin)
+    if (smem + 1024 > ctx.props.sharedMemPerBlockOptin)
         fail("fused_classifier_fp8: the first half of a row of %d logits (%zu bytes of shared memory) does not fit "
-             "this GPU's %d", Vp, smem, optin);
-    allow_smem(fused_classifier_fp8_block_per_row<Fp8Format::E4M3>, (int)smem);
-    allow_smem(fused_classifier_fp8_block_per_row<Fp8Format::E5M2>, (int)smem);
-    smem_set = smem;
+             "this GPU's %zu", Vp, smem, ctx.props.sharedMemPerBlockOptin);
+    ctx.allow_smem(fused_classifier_fp8_block_per_row<Fp8Format::E4M3>, (int)smem);
+    ctx.allow_smem(fused_classifier_fp8_block_per_row<Fp8Format::E5M2>, (int)smem);
 }
 
 // The losses as fused_classifier, and the gradient as FP8 in place (see the top) with scale =
 // cpu::fp8_pow2_scale(dloss, format), which block 0 also stores into meta (scale, scale_inv); by
 // fused_classifier_fp8_rows_in_smem where classifier_fp8_rows_fit, else block per row (the same bits).
 inline void fused_classifier_fp8(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
-                                 Fp8Format format, Fp8Meta* meta, cudaStream_t stream) {
+                                 Fp8Format format, Fp8Meta* meta, const CudaContext& ctx) {
     if (Vp % x128::size != 0) fail("fused_classifier_fp8: padded vocab %d is not a multiple of %d", Vp, x128::size);
     if (N <= 0) return;
-    fused_classifier_fp8_prepare(Vp);
+    fused_classifier_fp8_prepare(Vp, ctx);
     const float scale = cpu::fp8_pow2_scale(dloss, fp8_cpu_format(format));
-    static const int sms = current_sm_count();
     auto launch = [&](auto format_constant) {
         constexpr Fp8Format F = decltype(format_constant)::value;
-        if (classifier_fp8_rows_fit(Vp))
-            fused_classifier_fp8_rows_in_smem<F><<<std::min(N, 2 * sms), CLASSIFIER_BLOCK, classifier_fp8_row_smem_bytes(Vp),
-                                                   stream>>>(logits, losses, targets, dloss, N, V, Vp, scale, meta);
+        if (classifier_fp8_rows_fit(Vp, ctx))
+            fused_classifier_fp8_rows_in_smem<F><<<std::min(N, 2 * ctx.sm_count), CLASSIFIER_BLOCK,
+                                                   classifier_fp8_row_smem_bytes(Vp), ctx.stream>>>(
+                logits, losses, targets, dloss, N, V, Vp, scale, meta);
         else
-            fused_classifier_fp8_block_per_row<F><<<N, CLASSIFIER_BLOCK, classifier_fp8_smem_bytes(Vp), stream>>>(
+            fused_classifier_fp8_block_per_row<F><<<N, CLASSIFIER_BLOCK, classifier_fp8_smem_bytes(Vp), ctx.stream>>>(
                 logits, losses, targets, dloss, V, Vp, scale, meta);
     };
     if (format == Fp8Format::E4M3) launch(std::integral_constant<Fp8Format, Fp8Format::E4M3>{});

@@ -447,7 +447,7 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
 // attribute when pdl.
 template <int M, int R, int EPI, bool NORM, class P>
 inline void launch(bool pdl, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K, int N,
-                  const GemvFusion& f, cudaStream_t stream) {
+                  const GemvFusion& f, const CudaContext& ctx) {
     const int split_k = P::split_k(K);
     if (split_k != 1 && split_k != 2 && split_k != 4) fail("gemv: split_k %d is not 1, 2 or 4", split_k);
     const bool pair = EPI == GEMV_SWIGLU || (EPI == GEMV_QKV && R == 2 && f.rope_cos != nullptr);
@@ -455,20 +455,12 @@ inline void launch(bool pdl, floatX* out, const floatX* inp, const floatX* weigh
     size_t smem = 0;
     if constexpr (NORM) {  // at most one wave (the warps loop over the rest): each block normalizes once
         smem = gemv_norm_smem(M, K);
-        // queried at the first launch of a size (the uncaptured warm-up step), not inside a graph capture
-        static size_t queried_smem = SIZE_MAX;
-        static int resident = 0, sms = 0;
-        if (smem != queried_smem) {
-            cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, gemv_kernel<M, R, EPI, NORM>,
-                                                                    GEMV_THREADS, smem));
-            sms = current_sm_count();
-            queried_smem = smem;
-        }
-        blocks = std::min(blocks, std::max(1, std::min(resident, GEMV_NORM_BLOCKS_PER_SM)) * sms);
+        const int resident = ctx.blocks_per_sm(gemv_kernel<M, R, EPI, NORM>, GEMV_THREADS, smem);
+        blocks = std::min(blocks, std::max(1, std::min(resident, GEMV_NORM_BLOCKS_PER_SM)) * ctx.sm_count);
     }
     if (f.argmax && (EPI != GEMV_PLAIN || !NORM))
         fail("internal: the folded argmax needs a plain GEMV with its norm (a grid of one wave)");
-    launch_kernel(gemv_kernel<M, R, EPI, NORM>, dim3(blocks), dim3(GEMV_THREADS), smem, stream, pdl, out, inp,
+    launch_kernel(gemv_kernel<M, R, EPI, NORM>, dim3(blocks), dim3(GEMV_THREADS), smem, ctx.stream, pdl, out, inp,
                   weight, bias, K, N, f, GemvLaunch{P::preload, split_k});
 }
 
@@ -490,35 +482,35 @@ inline void with_m(int M, Fn&& fn) {
 // gemv_forward and gemv_fused_forward under the policy P (the lab's override; no checks of the shapes).
 template <class P>
 inline void forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K, int N,
-                    GemvEpilogue epi, cudaStream_t stream, bool pdl) {
+                    GemvEpilogue epi, const CudaContext& ctx, bool pdl) {
     const GemvFusion none{};
     with_m(M, [&](auto m) {
         constexpr int MM = decltype(m)::value, R = P::rows(MM);
-        if (epi == GEMV_GELU) return launch<MM, R, GEMV_GELU, false, P>(pdl, out, inp, weight, bias, K, N, none, stream);
-        if (epi == GEMV_SWIGLU) return launch<MM, 2, GEMV_SWIGLU, false, P>(pdl, out, inp, weight, bias, K, N, none, stream);
-        return launch<MM, R, GEMV_PLAIN, false, P>(pdl, out, inp, weight, bias, K, N, none, stream);
+        if (epi == GEMV_GELU) return launch<MM, R, GEMV_GELU, false, P>(pdl, out, inp, weight, bias, K, N, none, ctx);
+        if (epi == GEMV_SWIGLU) return launch<MM, 2, GEMV_SWIGLU, false, P>(pdl, out, inp, weight, bias, K, N, none, ctx);
+        return launch<MM, R, GEMV_PLAIN, false, P>(pdl, out, inp, weight, bias, K, N, none, ctx);
     });
     cudaCheckLaunch();
 }
 template <class P>
 inline void fused_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K,
-                          int N, GemvEpilogue epi, const GemvFusion& f, cudaStream_t stream, bool pdl) {
+                          int N, GemvEpilogue epi, const GemvFusion& f, const CudaContext& ctx, bool pdl) {
     with_m(M, [&](auto m) {
         constexpr int MM = decltype(m)::value, R = P::rows(MM);
         const bool norm = f.norm != GEMV_NORM_NONE;
         switch (epi) {
             case GEMV_QKV:
                 if (!norm) fail("internal: the fused QKV GEMV comes with its norm prologue");
-                if (f.rope_cos) return launch<MM, 2, GEMV_QKV, true, P>(pdl, out, inp, weight, bias, K, N, f, stream);
-                return launch<MM, R, GEMV_QKV, true, P>(pdl, out, inp, weight, bias, K, N, f, stream);
+                if (f.rope_cos) return launch<MM, 2, GEMV_QKV, true, P>(pdl, out, inp, weight, bias, K, N, f, ctx);
+                return launch<MM, R, GEMV_QKV, true, P>(pdl, out, inp, weight, bias, K, N, f, ctx);
             case GEMV_RESIDUAL:
                 if (norm) fail("internal: the fused residual GEMV has no norm prologue");
-                return launch<MM, R, GEMV_RESIDUAL, false, P>(pdl, out, inp, weight, bias, K, N, f, stream);
+                return launch<MM, R, GEMV_RESIDUAL, false, P>(pdl, out, inp, weight, bias, K, N, f, ctx);
             default:
                 if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
-                if (epi == GEMV_GELU) return launch<MM, R, GEMV_GELU, true, P>(pdl, out, inp, weight, bias, K, N, f, stream);
-                if (epi == GEMV_SWIGLU) return launch<MM, 2, GEMV_SWIGLU, true, P>(pdl, out, inp, weight, bias, K, N, f, stream);
-                return launch<MM, R, GEMV_PLAIN, true, P>(pdl, out, inp, weight, bias, K, N, f, stream);
+                if (epi == GEMV_GELU) return launch<MM, R, GEMV_GELU, true, P>(pdl, out, inp, weight, bias, K, N, f, ctx);
+                if (epi == GEMV_SWIGLU) return launch<MM, 2, GEMV_SWIGLU, true, P>(pdl, out, inp, weight, bias, K, N, f, ctx);
+                return launch<MM, R, GEMV_PLAIN, true, P>(pdl, out, inp, weight, bias, K, N, f, ctx);
         }
     });
     cudaCheckLaunch();
@@ -555,19 +547,19 @@ inline bool gemv_fused_supported(int M, int K, int N, GemvEpilogue epi, const Ge
 // out = epilogue(inp (M, K) W^T (N, K) + bias); out (M, N), or (M, N/2) for GEMV_SWIGLU. pdl: launch
 // as a programmatic dependent of the previous kernel in the stream (see the top).
 inline void gemv_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K, int N,
-                         GemvEpilogue epi, cudaStream_t stream, bool pdl = false) {
+                         GemvEpilogue epi, const CudaContext& ctx, bool pdl = false) {
     if (!gemv_supported(M, K, N, epi))
         fail("gemv_forward: M = %d (1..%d), K = %d (a multiple of %d), N = %d (even for SwiGLU), epilogue %d not "
              "supported", M, GEMV_MAX_M, K, x128::size, N, (int)epi);
-    gemv_detail::forward<GemvPolicy>(out, inp, weight, bias, M, K, N, epi, stream, pdl);
+    gemv_detail::forward<GemvPolicy>(out, inp, weight, bias, M, K, N, epi, ctx, pdl);
 }
 
 // The decode step's fused kernels (the top of the file): out = epilogue(norm(inp) W^T + bias), or with
 // f's residual; shapes as gemv_forward; gemv_fused_supported must hold.
 inline void gemv_fused_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K,
-                               int N, GemvEpilogue epi, const GemvFusion& f, cudaStream_t stream, bool pdl = true) {
+                               int N, GemvEpilogue epi, const GemvFusion& f, const CudaContext& ctx, bool pdl = true) {
     if (!gemv_fused_supported(M, K, N, epi, f))
         fail("gemv_fused_forward: M = %d, K = %d, N = %d, epilogue %d, norm %d not supported", M, K, N, (int)epi,
              (int)f.norm);
-    gemv_detail::fused_forward<GemvPolicy>(out, inp, weight, bias, M, K, N, epi, f, stream, pdl);
+    gemv_detail::fused_forward<GemvPolicy>(out, inp, weight, bias, M, K, N, epi, f, ctx, pdl);
 }

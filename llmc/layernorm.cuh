@@ -442,8 +442,8 @@ inline size_t layernorm_backward_scratch_floats(int N, int C) { return (size_t)c
 // scratch: at least layernorm_backward_scratch_floats(N, C) floats.
 inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout,
                                const floatX* inp, const floatX* weight, const float* mean, const float* rstd, int N,
-                               int C, cudaStream_t stream) {
-    norm_backward<LayerNormBackward>(dinp, dweight, dbias, scratch, N, C, stream, dout, inp, weight, mean, rstd);
+                               int C, const CudaContext& ctx) {
+    norm_backward<LayerNormBackward>(dinp, dweight, dbias, scratch, N, C, ctx, dout, inp, weight, mean, rstd);
 }
 // Opts in the fused kernel that rows of C channels take to its shared memory (norm_backward_prepare).
-inline void layernorm_backward_prepare(int C) { norm_backward_prepare<LayerNormBackward>(C); }
+inline void layernorm_backward_prepare(int C, const CudaContext& ctx) { norm_backward_prepare<LayerNormBackward>(C, ctx); }

@@ -177,19 +177,19 @@ inline Fp8Meta* fp8_meta(const ModelFp8& f, Fp8Role r, int l, int k) { return f.
 
 // Scales start at 1 with empty histories; X and W in e4m3, dY in the gradient format. Also opts the
 // FP8 LayerNorm in to its shared memory (outside any capture).
-inline void fp8_init_metas(ModelFp8& f, cudaStream_t s) {
+inline void fp8_init_metas(ModelFp8& f, const CudaContext& ctx) {
     auto init_roles = [&](Fp8Meta* m, int n) {  // metas (FP8_ROLES, n)
-        fp8_meta_init(m + FP8_X * n, n, Fp8Format::E4M3, s);
-        fp8_meta_init(m + FP8_DY * n, n, f.set.grad, s);
-        fp8_meta_init(m + FP8_W * n, n, Fp8Format::E4M3, s);
+        fp8_meta_init(m + FP8_X * n, n, Fp8Format::E4M3, ctx.stream);
+        fp8_meta_init(m + FP8_DY * n, n, f.set.grad, ctx.stream);
+        fp8_meta_init(m + FP8_W * n, n, Fp8Format::E4M3, ctx.stream);
     };
     init_roles(f.metas, f.L * FP8_LINEARS);
     f.weights_step = -1;
     f.warm = false;
-    if (f.layernorm && f.set.fused) layernorm_fp8_prepare(f.cin[FP8_QKV]);  // before any graph capture
+    if (f.layernorm && f.set.fused) layernorm_fp8_prepare(f.cin[FP8_QKV], ctx);  // before any graph capture
     if (f.set.head) {
         init_roles(f.head_metas, 1);
-        fused_classifier_fp8_prepare(f.Vp);  // shared-memory opt-in before any capture (fails if it does not fit)
+        fused_classifier_fp8_prepare(f.Vp, ctx);  // shared-memory opt-in before any capture (fails if it does not fit)
     }
 }
 
@@ -249,25 +249,25 @@ inline int history_len(const ModelFp8& f) { return f.set.scaling == Fp8Scaling::
 // `current`: the scale is set from this tensor's amax first (history_len: 1, or delayed scaling's
 // window during its first step); else the cast records its amax for the next update (delayed).
 inline void fp8_cast_per_tensor(uint8_t* out_t, uint8_t* out, const floatX* in, int R, int C, Fp8Format fmt,
-                                Fp8Meta* meta, bool current, int history_len, cudaStream_t s) {
+                                Fp8Meta* meta, bool current, int history_len, const CudaContext& ctx) {
     if (current) {
-        fp8_amax(in, (size_t)R * C, meta, s);
-        fp8_update_scales(meta, 1, history_len, 0, s);
+        fp8_amax(in, (size_t)R * C, meta, ctx);
+        fp8_update_scales(meta, 1, history_len, 0, ctx.stream);
     }
-    if (out_t) fp8_cast_transpose(out_t, out, in, R, C, fmt, meta, !current, s);
-    else fp8_cast(out, in, (size_t)R * C, fmt, meta, !current, s);
+    if (out_t) fp8_cast_transpose(out_t, out, in, R, C, fmt, meta, !current, ctx.stream);
+    else fp8_cast(out, in, (size_t)R * C, fmt, meta, !current, ctx);
 }
 // The same under the model's scaling: rowwise, out with one scale per row (row_sinv (R) = their
 // scale_invs), out_t with one per column of in (col_sinv (C)); meta, current and history_len unused.
 inline void fp8_cast_scaled(const ModelFp8& f, uint8_t* out_t, uint8_t* out, const floatX* in, int R, int C,
                             Fp8Format fmt, Fp8Meta* meta, bool current, int history_len, float* row_sinv,
-                            float* col_sinv, cudaStream_t s) {
+                            float* col_sinv, const CudaContext& ctx) {
     if (!fp8_detail::rowwise(f)) {
-        fp8_cast_per_tensor(out_t, out, in, R, C, fmt, meta, current, history_len, s);
+        fp8_cast_per_tensor(out_t, out, in, R, C, fmt, meta, current, history_len, ctx);
         return;
     }
-    if (out) fp8_cast_rowwise(out, row_sinv, in, R, C, fmt, s);
-    if (out_t) fp8_cast_transpose_colwise(out_t, col_sinv, in, R, C, fmt, f.rs_scratch, s);
+    if (out) fp8_cast_rowwise(out, row_sinv, in, R, C, fmt, ctx.stream);
+    if (out_t) fp8_cast_transpose_colwise(out_t, col_sinv, in, R, C, fmt, f.rs_scratch, ctx.stream);
 }
 
 // Linear k of layer l: its weight copies W (OC, Cin) and W^T (Cin, OC), its kept X^T (null with bf16
@@ -294,13 +294,14 @@ inline Fp8LinearBuffers fp8_linear_buffers(const ModelFp8& f, int l, int k) {
 // tensor: the per-layer casts' kernels, scales and bytes in 9 launches instead of 144 at d12.
 // weight[k]: linear k's weight of block 0, the blocks' OC * Cin apart.
 inline bool fp8_weights_batched(const ModelFp8& f) { return f.set.scaling != Fp8Scaling::ROWWISE; }
-inline void fp8_cast_weights(ModelFp8& f, const floatX* const (&weight)[FP8_LINEARS], cudaStream_t s) {
+inline void fp8_cast_weights(ModelFp8& f, const floatX* const (&weight)[FP8_LINEARS], const CudaContext& ctx) {
+    cudaStream_t s = ctx.stream;
     const int lo = f.set.bf16_layers, hi = f.L - f.set.bf16_layers, n = hi - lo;
     if (n <= 0) return;
     for (int k = 0; k < FP8_LINEARS; k++) {
         if (!fp8_linear_on(f, lo, k)) continue;
         const size_t per = (size_t)f.oc[k] * f.cin[k];
-        fp8_amax(weight[k] + lo * per, per, fp8_meta(f, FP8_W, lo, k), s, n, per, FP8_LINEARS);
+        fp8_amax(weight[k] + lo * per, per, fp8_meta(f, FP8_W, lo, k), ctx, n, per, FP8_LINEARS);
     }
     // the W metas of blocks lo..hi-1 are consecutive; an unused linear's (amax 0) keeps its scale
     fp8_update_scales(fp8_meta(f, FP8_W, lo, 0), n * FP8_LINEARS, 1, 0, s);
@@ -328,10 +329,10 @@ inline void fp8_linear_forward(ModelFp8& f, int l, int k, floatX* out, floatX* g
     Fp8Meta *wm = fp8_meta(f, FP8_W, l, k), *xm = fp8_meta(f, FP8_X, l, k);
     const bool gelu_fused = fp8_gelu_fused(f, l);
     if (cast_weight)
-        fp8_cast_scaled(f, b.wt8, b.w8, weight, OC, C, Fp8Format::E4M3, wm, true, 1, b.w_rows, b.wt_rows, ctx.stream);
+        fp8_cast_scaled(f, b.wt8, b.w8, weight, OC, C, Fp8Format::E4M3, wm, true, 1, b.w_rows, b.wt_rows, ctx);
     if (!x_cast && !(k == FP8_FCPROJ && gelu_fused) && !fp8_norm_fused(f, l, k))  // else fc's GELU cast or the norm wrote f.x, X^T
         fp8_cast_scaled(f, b.xt8, f.x, inp, N, C, Fp8Format::E4M3, xm, current_scaling(f), history_len(f), f.rs_x,
-                        b.xt_rows, ctx.stream);
+                        b.xt_rows, ctx);
     floatX* y = gelu_pre ? gelu_pre : out;
     matmul_fp8_forward(bf16_ptr(y), f.x, scale_inv_of(f, xm, f.rs_x), b.w8, scale_inv_of(f, wm, b.w_rows),
                        bf16_ptr(bias), N, C, OC, scales(f), ctx, f.set.fast_accum);
@@ -370,7 +371,7 @@ inline void fp8_linear_backward(ModelFp8& f, int l, int k, floatX* dinp, floatX*
                                  dbias, scratch, ctx.stream, dq);
     else
         fp8_cast_scaled(f, wgrad_fp8 ? f.dyt : nullptr, f.dy, dout, N, OC, f.set.grad, dm, current_scaling(f),
-                        history_len(f), f.rs_dy, f.rs_dyt, ctx.stream);
+                        history_len(f), f.rs_dy, f.rs_dyt, ctx);
     matmul_fp8_backward_input(bf16_ptr(dinp), f.dy, f.set.grad, scale_inv_of(f, dm, f.rs_dy), b.wt8,
                               scale_inv_of(f, wm, b.wt_rows), N, C, OC, scales(f), ctx);
     if (gelu_pre && !(k == FP8_FCPROJ && gelu_fused)) gelu_backward_inplace(dinp, gelu_pre, (int64_t)N * C, ctx.stream);
@@ -401,9 +402,9 @@ inline AttnFp8Out fp8_attention_x(const ModelFp8& f, int l, int N) {
 // residual = inp1 + inp2) into the linear's e4m3 X (the f.x scratch) and kept X^T; mean, rstd (and
 // residual) as the bf16 norm writes them.
 inline void fp8_norm_forward(ModelFp8& f, int l, int k, floatX* residual, float* mean, float* rstd, const floatX* inp1,
-                             const floatX* inp2, const floatX* weight, const floatX* bias, int N, cudaStream_t s) {
+                             const floatX* inp2, const floatX* weight, const floatX* bias, int N, const CudaContext& ctx) {
     layernorm_fp8_forward(fp8_linear_buffers(f, l, k).xt8, f.x, residual, mean, rstd, inp1, inp2, weight, bias, N,
-                          f.cin[k], fp8_meta(f, FP8_X, l, k), s);
+                          f.cin[k], fp8_meta(f, FP8_X, l, k), ctx);
 }
 
 // After each backward: delayed scaling folds the amaxes the casts recorded into the histories (all X
@@ -435,8 +436,8 @@ inline void fp8_head_forward(ModelFp8& f, floatX* logits, const floatX* lnf, con
     const int C = f.C, Vp = f.Vp;
     Fp8Meta *wm = f.head_metas + FP8_W, *xm = f.head_metas + FP8_X;
     uint8_t *w8 = f.head_w, *wt8 = f.head_w + (size_t)Vp * C;
-    if (cast_weight) fp8_cast_per_tensor(wt8, w8, weight, Vp, C, Fp8Format::E4M3, wm, true, 1, ctx.stream);
-    fp8_cast_per_tensor(f.head_xt, f.x, lnf, N, C, Fp8Format::E4M3, xm, true, 1, ctx.stream);
+    if (cast_weight) fp8_cast_per_tensor(wt8, w8, weight, Vp, C, Fp8Format::E4M3, wm, true, 1, ctx);
+    fp8_cast_per_tensor(f.head_xt, f.x, lnf, N, C, Fp8Format::E4M3, xm, true, 1, ctx);
     matmul_fp8_forward(bf16_ptr(logits), f.x, &xm->scale_inv, w8, &wm->scale_inv, nullptr, N, C, Vp, Fp8Scales::TENSOR,
                        ctx, f.set.fast_accum);
 }
@@ -444,8 +445,8 @@ inline void fp8_head_forward(ModelFp8& f, floatX* logits, const floatX* lnf, con
 // The classifier of an FP8 head: losses (N) as fused_classifier, the gradient as FP8 dlogits in place
 // of the logits (row r's Vp bytes at byte r * 2 Vp), scale in the head's dY meta.
 inline void fp8_head_classifier(ModelFp8& f, floatX* logits, float* losses, const int* targets, float dloss, int N,
-                                cudaStream_t s) {
-    fused_classifier_fp8(logits, losses, targets, dloss, N, f.V, f.Vp, f.set.grad, f.head_metas + FP8_DY, s);
+                                const CudaContext& ctx) {
+    fused_classifier_fp8(logits, losses, targets, dloss, N, f.V, f.Vp, f.set.grad, f.head_metas + FP8_DY, ctx);
 }
 
 // The head's backward from the FP8 dlogits fp8_head_classifier left in `logits`: dinp (N, C) = dlogits W

@@ -125,7 +125,7 @@ inline void model_infer_check_config(const ModelConfig& c, const char* what) {
 // Sizes everything for B sequences of prompts up to Tmax tokens and max_seq positions, uploads the
 // fp32 host parameters `host` (model_num_params(c) values) as floatX.
 inline void model_infer_build(ModelInfer& m, const ModelConfig& c, const float* host, int B, int Tmax, int max_seq,
-                             int max_force) {
+                             int max_force, const CudaContext& ctx) {
     model_infer_check_config(c, "model");
     const int C = c.channels, HD = model_head_dim(c), NKV = c.num_kv_heads, L = c.num_layers;
     if (max_seq < 1 || max_seq > c.max_seq_len)
@@ -148,9 +148,9 @@ inline void model_infer_build(ModelInfer& m, const ModelConfig& c, const float* 
     const size_t F = sizeof(float), I = sizeof(int), cache = (size_t)L * B * NKV * m.S * HD;
     const size_t FC = model_fc_channels(c), H = model_mlp_hidden(c);
     const size_t rope = c.position == POS_ROPE ? (size_t)max_seq * HD / 2 : 0;
-    const size_t scratch = attention_decode_scratch_floats(B, c.num_heads, NKV, HD, m.S, m.window);
-    const int sms = current_sm_count();
-    m.plan = decode_step_plan(c, B, m.S, m.window, sms, attention_detail::decode_clusters_available());
+    const size_t scratch = attention_decode_scratch_floats(B, c.num_heads, NKV, HD, m.S, m.window, ctx);
+    const int sms = ctx.sm_count;
+    m.plan = decode_step_plan(c, B, m.S, m.window, sms, attention_detail::decode_clusters_available(ctx));
     std::vector<BufferSpec> specs = {
         {(void**)&m.params_memory, n, X},    {(void**)&m.k_cache, cache, X},      {(void**)&m.v_cache, cache, X},
         {(void**)&m.decode_scratch, std::max<size_t>(scratch, 1), F},
@@ -203,7 +203,7 @@ namespace infer_detail {
 inline void linear(ModelInfer& m, floatX* out, floatX* pre, const floatX* inp, const floatX* w,
                    const floatX* b, int M, int K, int N, GemvEpilogue epi, const CudaContext& ctx) {
     if (m.plan.gemv && gemv_supported(M, K, N, epi)) {
-        gemv_forward(out, inp, w, b, M, K, N, epi, ctx.stream, m.plan.pdl);
+        gemv_forward(out, inp, w, b, M, K, N, epi, ctx, m.plan.pdl);
     } else if (epi == GEMV_SWIGLU) {
         matmul_forward(pre, nullptr, inp, w, b, M, K, N, ctx);
         swiglu_forward(out, pre, M, N / 2, ctx.stream);
@@ -419,7 +419,6 @@ inline void decode_layers_fused(ModelInfer& m, const CudaContext& ctx) {
     const int B = m.B, C = c.channels, L = c.num_layers, QKV = model_qkv_channels(c), FC = model_fc_channels(c);
     const int H = model_mlp_hidden(c), NH = c.num_heads, NKV = c.num_kv_heads, HD = model_head_dim(c);
     const ModelTensors<floatX>& p = m.params;
-    cudaStream_t s = ctx.stream;
     const bool rope = c.position == POS_ROPE, swiglu = c.mlp == MLP_SWIGLU;
     for (int l = 0; l < L; l++) {
         const size_t c1 = (size_t)l * C, off = layer_cache_offset(m, l);
@@ -435,20 +434,20 @@ inline void decode_layers_fused(ModelInfer& m, const CudaContext& ctx) {
         fq.S = m.S;
         const bool pdl = m.plan.pdl;
         gemv_fused_forward(m.qkv, m.res1, p.qkvw + (size_t)l * QKV * C, tensor_at(p.qkvb, (size_t)l * QKV), B, C, QKV,
-                           GEMV_QKV, fq, s, pdl);
+                           GEMV_QKV, fq, ctx, pdl);
         // early loads: started by PDL while the QKV GEMV runs (no tensor-core route: it has none)
         attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, ctx, m.window,
                          m.decode_scratch, pdl, false, pdl, false);
         GemvFusion fr;
         fr.residual = m.res1;
         gemv_fused_forward(m.res2, m.atty, p.attprojw + c1 * C, tensor_at(p.attprojb, c1), B, C, C, GEMV_RESIDUAL, fr,
-                           s, pdl);
+                           ctx, pdl);
         const GemvFusion ff = norm_fusion(c, p.ln2w + c1, tensor_at(p.ln2b, c1));
         gemv_fused_forward(m.fch_gelu, m.res2, p.fcw + (size_t)l * FC * C, tensor_at(p.fcb, (size_t)l * FC), B, C, FC,
-                           swiglu ? GEMV_SWIGLU : GEMV_GELU, ff, s, pdl);
+                           swiglu ? GEMV_SWIGLU : GEMV_GELU, ff, ctx, pdl);
         fr.residual = m.res2;
         gemv_fused_forward(m.res1, m.fch_gelu, p.fcprojw + c1 * H, tensor_at(p.fcprojb, c1), B, H, C, GEMV_RESIDUAL, fr,
-                           s, pdl);
+                           ctx, pdl);
     }
 }
 
@@ -456,14 +455,13 @@ inline void decode_layers_fused(ModelInfer& m, const CudaContext& ctx) {
 inline void decode_head_fused(ModelInfer& m, const CudaContext& ctx) {
     const ModelConfig& c = m.config;
     const ModelTensors<floatX>& p = m.params;
-    cudaStream_t s = ctx.stream;
     GemvFusion fl = norm_fusion(c, p.lnfw, p.lnfb);
     if (fold_argmax(m)) {
         fl.argmax = m.pending;
         fl.argmax_scratch = m.argmax_scratch;
         fl.argmax_cols = c.vocab_size;
     }
-    gemv_fused_forward(m.logits, m.res1, head(m), nullptr, m.B, c.channels, c.padded_vocab_size, GEMV_PLAIN, fl, s,
+    gemv_fused_forward(m.logits, m.res1, head(m), nullptr, m.B, c.channels, c.padded_vocab_size, GEMV_PLAIN, fl, ctx,
                        m.plan.pdl);
 }
 

@@ -249,7 +249,7 @@ inline void model_build(Model& model, const ModelConfig& config, int B, int T, b
     model.act_allocation = specs_allocate(acts, "activations");
     if (!fp8.empty()) {
         model.fp8_allocation = specs_allocate(fp8, "the FP8 buffers (--fp8)");
-        fp8_init_metas(model.fp8, ctx.stream);
+        fp8_init_metas(model.fp8, ctx);
     }
     model.allocated_bytes = need + ctx.cublaslt_workspace_size;
     if (model.optimizer == OPTIMIZER_MUON) {
@@ -263,8 +263,8 @@ inline void model_build(Model& model, const ModelConfig& config, int B, int T, b
     if (config.position == POS_ROPE)
         rope_tables_upload(model.acts.rope_cos, model.acts.rope_sin, config, config.max_seq_len);
     // the norm backward's shared-memory opt-in for rows wider than 1024 (before any graph capture)
-    if (config.norm == NORM_RMSNORM) rmsnorm_backward_prepare(config.channels);
-    else layernorm_backward_prepare(config.channels);
+    if (config.norm == NORM_RMSNORM) rmsnorm_backward_prepare(config.channels, ctx);
+    else layernorm_backward_prepare(config.channels, ctx);
     const int N = B * T;
     model.buckets.init(N, config.padded_vocab_size);
     cudaCheck(cudaMallocHost(&model.host_io, (model.masked_loss ? 3 : 2) * sizeof(int) * N));
@@ -382,9 +382,9 @@ namespace model_detail {
 // the residual stream's running gradient wherever a norm sits (the residual add passes it on).
 inline void norm_backward(const ModelConfig& c, floatX* dresidual, floatX* dweight, floatX* dbias, float* scratch,
                           const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
-                          const float* rstd, int N, cudaStream_t s) {
-    if (c.norm == NORM_RMSNORM) rmsnorm_backward(dresidual, dweight, scratch, dout, inp, weight, rstd, N, c.channels, s);
-    else layernorm_backward(dresidual, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, c.channels, s);
+                          const float* rstd, int N, const CudaContext& ctx) {
+    if (c.norm == NORM_RMSNORM) rmsnorm_backward(dresidual, dweight, scratch, dout, inp, weight, rstd, N, c.channels, ctx);
+    else layernorm_backward(dresidual, dweight, dbias, scratch, dout, inp, weight, mean, rstd, N, c.channels, ctx);
 }
 
 // The norm before linear k of block l (ln1: qkv, ln2: fc): norm_forward (inp2 null) or
@@ -392,9 +392,10 @@ inline void norm_backward(const ModelConfig& c, floatX* dresidual, floatX* dweig
 // linear's FP8 X and X^T instead of `out` (llmc/model_fp8.cuh).
 inline void norm_before_linear(Model& m, bool fp8, int l, int k, floatX* residual, floatX* out, float* mean, float* rstd,
                                const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias, int N,
-                               cudaStream_t s) {
+                               const CudaContext& ctx) {
+    cudaStream_t s = ctx.stream;
     if (fp8 && fp8_norm_fused(m.fp8, l, k))
-        fp8_norm_forward(m.fp8, l, k, residual, mean, rstd, inp1, inp2, weight, bias, N, s);
+        fp8_norm_forward(m.fp8, l, k, residual, mean, rstd, inp1, inp2, weight, bias, N, ctx);
     else if (inp2) residual_norm_forward(m.config, residual, out, mean, rstd, inp1, inp2, weight, bias, N, s);
     else norm_forward(m.config, out, mean, rstd, inp1, weight, bias, N, s);
 }
@@ -446,12 +447,12 @@ inline void model_forward(Model& model, int B, int T, const CudaContext& ctx) {
     // the blocks' FP8 weight copies: all at once here, or each layer's in its first linear_forward
     // (under ZeRO the layers' weights arrive one by one: before_layer_forward)
     const bool cast_all = cast_w && !model.before_layer_forward && fp8_weights_batched(model.fp8);
-    if (cast_all) fp8_cast_weights(model.fp8, {p.qkvw, p.attprojw, p.fcw, p.fcprojw}, s);
+    if (cast_all) fp8_cast_weights(model.fp8, {p.qkvw, p.attprojw, p.fcw, p.fcprojw}, ctx);
     const bool cast_layer = cast_w && !cast_all;
     encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C, s);  // wpe nullptr with RoPE
     LayerActs first = layer_acts(model, 0, B, T);
     model_detail::norm_before_linear(model, fp8_pass, 0, FP8_QKV, nullptr, first.ln1, first.ln1_mean, first.ln1_rstd,
-                                    a.encoded, nullptr, p.ln1w, p.ln1b, N, s);
+                                    a.encoded, nullptr, p.ln1w, p.ln1b, N, ctx);
     for (int l = 0; l < L; l++) {
         if (model.before_layer_forward) model.before_layer_forward(l);
         LayerActs la = layer_acts(model, l, B, T);
@@ -466,7 +467,7 @@ inline void model_forward(Model& model, int B, int T, const CudaContext& ctx) {
         linear_forward(model, fp8_pass, cast_layer, l, FP8_ATTPROJ, a.proj, nullptr, la.atty, p.attprojw + (size_t)l * C * C,
                        tensor_at(p.attprojb, c1), N, C, C, ctx, attn_x);
         model_detail::norm_before_linear(model, fp8_pass, l, FP8_FC, la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd,
-                                        la.res_in, a.proj, p.ln2w + c1, tensor_at(p.ln2b, c1), N, s);
+                                        la.res_in, a.proj, p.ln2w + c1, tensor_at(p.ln2b, c1), N, ctx);
         const floatX* fcw = p.fcw + (size_t)l * FC * C;
         const floatX* fcb = tensor_at(p.fcb, (size_t)l * FC);
         if (c.mlp == MLP_SWIGLU) {
@@ -481,7 +482,7 @@ inline void model_forward(Model& model, int B, int T, const CudaContext& ctx) {
             LayerActs next = layer_acts(model, l + 1, B, T);
             model_detail::norm_before_linear(model, fp8_pass, l + 1, FP8_QKV, la.residual3, next.ln1, next.ln1_mean,
                                             next.ln1_rstd, la.residual2, a.proj, p.ln1w + c1 + C, tensor_at(p.ln1b, c1 + C),
-                                            N, s);
+                                            N, ctx);
         } else {
             model_detail::residual_norm_forward(c, la.residual3, a.lnf, a.lnf_mean, a.lnf_rstd, la.residual2, a.proj,
                                                p.lnfw, p.lnfb, N, s);
@@ -505,7 +506,7 @@ inline void model_classifier(Model& model, int B, int T, float dloss, bool write
     const int N = B * T;
     Activations& a = model.acts;
     if (write_dlogits && model_detail::fp8_head_pass(model, N))
-        fp8_head_classifier(model.fp8, a.logits, a.losses, a.targets, dloss, N, ctx.stream);
+        fp8_head_classifier(model.fp8, a.logits, a.losses, a.targets, dloss, N, ctx);
     else
         fused_classifier(a.logits, a.losses, a.targets, dloss, N, model.config.vocab_size,
                          model.config.padded_vocab_size, write_dlogits, ctx.stream,
@@ -582,7 +583,7 @@ inline void model_backward(Model& model, int B, int T, const CudaContext& ctx) {
                         c.tied_head ? p.wte : p.lm_head, nullptr, N, C, Vp, ctx);
     LayerActs last = layer_acts(model, L - 1, B, T);
     model_detail::norm_backward(c, a.dresidual, g.lnfw, g.lnfb, a.colsum, a.dbuf, last.residual3, p.lnfw, a.lnf_mean,
-                               a.lnf_rstd, N, s);
+                               a.lnf_rstd, N, ctx);
     for (int l = L - 1; l >= 0; l--) {
         LayerActs la = layer_acts(model, l, B, T);
         // this layer's slice of each per-layer tensor starts at l * (one layer's elements)
@@ -608,7 +609,7 @@ inline void model_backward(Model& model, int B, int T, const CudaContext& ctx) {
         linear_backward(model, fp8_pass, l, FP8_FC, a.dbuf, gl.fcw, gl.fcb, a.colsum, a.dfch, la.ln2, p.fcw + fcw, nullptr, N,
                         C, FC, ctx, gelu_in_cast ? la.fch : nullptr);
         model_detail::norm_backward(c, a.dresidual, gl.ln2w, gl.ln2b, a.colsum, a.dbuf, la.residual2, p.ln2w + c1,
-                                   la.ln2_mean, la.ln2_rstd, N, s);
+                                   la.ln2_mean, la.ln2_rstd, N, ctx);
         // dresidual now holds d(residual2). Attention: attproj, attention, RoPE, qkv, then ln1.
         linear_backward(model, fp8_pass, l, FP8_ATTPROJ, a.dbuf, gl.attprojw, gl.attprojb, a.colsum, a.dresidual, la.atty,
                         p.attprojw + cc, nullptr, N, C, C, ctx);
@@ -625,7 +626,7 @@ inline void model_backward(Model& model, int B, int T, const CudaContext& ctx) {
         linear_backward(model, fp8_pass, l, FP8_QKV, a.dbuf, gl.qkvw, gl.qkvb, a.colsum, a.dqkv, la.ln1, p.qkvw + qkvw, nullptr,
                         N, C, QKV, ctx, nullptr, dq);
         model_detail::norm_backward(c, a.dresidual, gl.ln1w, gl.ln1b, a.colsum, a.dbuf, la.res_in, p.ln1w + c1,
-                                   la.ln1_mean, la.ln1_rstd, N, s);
+                                   la.ln1_mean, la.ln1_rstd, N, ctx);
         if (model.after_layer_backward) model.after_layer_backward(l);
     }
     encoder_backward(g.wte, g.wpe, a.dresidual, model.buckets, B, T, C, s);  // g.wpe nullptr with RoPE

@@ -137,12 +137,11 @@ inline void norm_backward_fold(floatX* dweight, floatX* dbias, const float* scra
     else column_partials_add(dweight, scratch, chunks, (int64_t)C, C, stream);
 }
 
-// The wide kernels' shared-memory opt-in, once per kernel and process (norm_backward_optin).
+// The wide kernels' shared-memory opt-in, once per kernel (ctx.allow_smem), to norm_backward_smem's
+// most for any C <= NORM_BWD_MAX_C.
 template <class Op, int PACKS, int R>
-inline void norm_backward_fused_optin() {
-    static bool done = false;
-    if (!done) norm_backward_optin(Op::template fused<PACKS, R>(), Op::SUMS);
-    done = true;
+inline void norm_backward_fused_optin(const CudaContext& ctx) {
+    ctx.allow_smem(Op::template fused<PACKS, R>(), (int)norm_backward_smem(Op::SUMS, NORM_BWD_MAX_C));
 }
 
 // The fused kernel at PACKS packs a lane and R rows a warp step, then the fold; needs
@@ -151,7 +150,7 @@ inline void norm_backward_fused_optin() {
 // at most column_num_chunks(N) (the labs time other counts, and other R).
 template <class Op, int PACKS, int R, typename... Stats>
 inline void norm_backward_fused_launch(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, int N, int C,
-                                       cudaStream_t stream, int chunks, const floatX* dout, const floatX* inp,
+                                       const CudaContext& ctx, int chunks, const floatX* dout, const floatX* inp,
                                        const floatX* weight, Stats... stats) {
     if (C > PACKS * WARP_SIZE * x128::size) fail("%s: C = %d exceeds %d packs per lane", Op::what, C, PACKS);
     if (N <= 0) return;
@@ -160,11 +159,11 @@ inline void norm_backward_fused_launch(floatX* dinp, floatX* dweight, floatX* db
         chunks = WIDE ? norm_backward_chunks_wide(N, Op::template min_blocks<PACKS>()) : norm_backward_chunks(N);
     if (chunks > column_num_chunks(N))
         fail("%s: %d chunks exceed the scratch's %d", Op::what, chunks, column_num_chunks(N));
-    if constexpr (WIDE) norm_backward_fused_optin<Op, PACKS, R>();
-    Op::template fused<PACKS, R>()<<<chunks, NORM_BWD_BLOCK, WIDE ? norm_backward_smem(Op::SUMS, C) : 0, stream>>>(
+    if constexpr (WIDE) norm_backward_fused_optin<Op, PACKS, R>(ctx);
+    Op::template fused<PACKS, R>()<<<chunks, NORM_BWD_BLOCK, WIDE ? norm_backward_smem(Op::SUMS, C) : 0, ctx.stream>>>(
         dinp, scratch, dout, inp, weight, stats..., N, C, ceil_div(N, chunks));
     cudaCheckLaunch();
-    norm_backward_fold<Op::SUMS>(dweight, dbias, scratch, C, chunks, stream);
+    norm_backward_fold<Op::SUMS>(dweight, dbias, scratch, C, chunks, ctx.stream);
 }
 
 // The two-kernel path, any C (the fallback past NORM_BWD_MAX_C): column_num_chunks(N) * SUMS * C
@@ -188,18 +187,18 @@ inline void norm_backward_two_kernels(floatX* dinp, floatX* dweight, floatX* dbi
 // column_num_chunks(N) * SUMS * C floats (either path).
 template <class Op, typename... Stats>
 inline void norm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, int N, int C,
-                          cudaStream_t stream, const floatX* dout, const floatX* inp, const floatX* weight,
+                          const CudaContext& ctx, const floatX* dout, const floatX* inp, const floatX* weight,
                           Stats... stats) {
     norm_check(Op::what, C);
     if (N <= 0 || C <= 0) return;  // nothing to add (and no empty grid to launch)
     if (C > NORM_BWD_MAX_C) {
-        norm_backward_two_kernels<Op>(dinp, dweight, dbias, scratch, N, C, stream, dout, inp, weight, stats...);
+        norm_backward_two_kernels<Op>(dinp, dweight, dbias, scratch, N, C, ctx.stream, dout, inp, weight, stats...);
         return;
     }
     norm_backward_dispatch(C, [&](auto packs) {
         constexpr int PACKS = decltype(packs)::value;
         norm_backward_fused_launch<Op, PACKS, norm_backward_rows<PACKS>()>(dinp, dweight, dbias, scratch, N, C,
-                                                                            stream, 0, dout, inp, weight, stats...);
+                                                                            ctx, 0, dout, inp, weight, stats...);
     });
 }
 
@@ -207,10 +206,10 @@ inline void norm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* s
 // capture that may hold the first backward of that width (model_build does): the launcher would opt
 // in itself, and whether cudaFuncSetAttribute may run inside a capture is not a thing to rely on.
 template <class Op>
-inline void norm_backward_prepare(int C) {
+inline void norm_backward_prepare(int C, const CudaContext& ctx) {
     if (C <= 0 || C > NORM_BWD_MAX_C) return;
-    norm_backward_dispatch(C, [](auto packs) {
+    norm_backward_dispatch(C, [&](auto packs) {
         constexpr int PACKS = decltype(packs)::value;
-        if constexpr (norm_backward_wide<PACKS>()) norm_backward_fused_optin<Op, PACKS, norm_backward_rows<PACKS>()>();
+        if constexpr (norm_backward_wide<PACKS>()) norm_backward_fused_optin<Op, PACKS, norm_backward_rows<PACKS>()>(ctx);
     });
 }

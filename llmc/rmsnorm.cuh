@@ -275,8 +275,8 @@ inline size_t rmsnorm_backward_scratch_floats(int N, int C) { return (size_t)col
 
 // scratch: at least rmsnorm_backward_scratch_floats(N, C) floats. rstd: the forward's.
 inline void rmsnorm_backward(floatX* dinp, floatX* dweight, float* scratch, const floatX* dout, const floatX* inp,
-                             const floatX* weight, const float* rstd, int N, int C, cudaStream_t stream) {
-    norm_backward<RMSNormBackward>(dinp, dweight, nullptr, scratch, N, C, stream, dout, inp, weight, rstd);
+                             const floatX* weight, const float* rstd, int N, int C, const CudaContext& ctx) {
+    norm_backward<RMSNormBackward>(dinp, dweight, nullptr, scratch, N, C, ctx, dout, inp, weight, rstd);
 }
 // Opts in the fused kernel that rows of C channels take to its shared memory (norm_backward_prepare).
-inline void rmsnorm_backward_prepare(int C) { norm_backward_prepare<RMSNormBackward>(C); }
+inline void rmsnorm_backward_prepare(int C, const CudaContext& ctx) { norm_backward_prepare<RMSNormBackward>(C, ctx); }

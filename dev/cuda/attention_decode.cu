@@ -195,12 +195,12 @@ static __global__ void decode_combine_kernel(floatX* out, attention_detail::Deco
 }
 static void decode_unfused(floatX* out, const floatX* qkv, const floatX* k_cache, const floatX* v_cache,
                            const int* pos, int B, int NH, int NKV, int HD, int S, int window, float* scratch,
-                           const DecodePlan& plan, cudaStream_t st) {
+                           const DecodePlan& plan, const CudaContext& ctx) {
     attention_detail::attention_decode_with_plan(out, qkv, k_cache, v_cache, pos, B, NH, NKV, HD, S, window, scratch,
-                                                 plan, st);
+                                                 plan, ctx);
     if (plan.max_splits == 1) return;
     const attention_detail::DecodeScratch sc(scratch, B, NH, NKV, HD, plan);
-    decode_combine_kernel<<<dim3(NH, B), HD, 0, st>>>(out, sc, pos, NH, HD, S, window, plan.max_splits, plan.min_chunk);
+    decode_combine_kernel<<<dim3(NH, B), HD, 0, ctx.stream>>>(out, sc, pos, NH, HD, S, window, plan.max_splits, plan.min_chunk);
     cudaCheckLaunch();
 }
 
@@ -368,7 +368,7 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
     vc.upload(vc_h);
 
     const DecodePlan plan = attention_detail::decode_plan(B, NH, NKV, S, W, lab.ctx.props.multiProcessorCount,
-                                                                 attention_detail::decode_clusters_available());
+                                                                 attention_detail::decode_clusters_available(lab.ctx));
     DecodePlan no_split = plan, twice = plan;
     no_split.max_splits = 1;
     no_split.cluster = false;
@@ -382,7 +382,7 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
     DecodePlan waves = attention_detail::decode_plan_waves(B, NH, NKV, S, W, lab.ctx.props.multiProcessorCount);
     // Sized for the plan with the most splits (the counters come first in every plan's layout) and for
     // the shipped entry point's routes (attention_decode_scratch_floats); zeroed once.
-    size_t scratch_floats = std::max<size_t>(1, attention_decode_scratch_floats(B, NH, NKV, HD, S, W));
+    size_t scratch_floats = std::max<size_t>(1, attention_decode_scratch_floats(B, NH, NKV, HD, S, W, lab.ctx));
     for (DecodePlan* p : {&twice, &waves, &no_cluster})
         scratch_floats = std::max(scratch_floats, attention_detail::DecodeScratch::floats(B, NH, NKV, HD, *p));
     lab::DevBuf<float> scratch(scratch_floats, "scratch");
@@ -515,42 +515,42 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
                 [&] { decode_baseline(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, W, st); });
         variant(2, "shipped kernel, no split", [&] {
             attention_detail::attention_decode_with_plan(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH,
-                                                         NKV, HD, S, W, scratch.get(), no_split, st);
+                                                         NKV, HD, S, W, scratch.get(), no_split, lab.ctx);
         });
         variant(3, "shipped kernel, 2x splits", [&] {
             attention_detail::attention_decode_with_plan(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH,
-                                                         NKV, HD, S, W, scratch.get(), twice, st);
+                                                         NKV, HD, S, W, scratch.get(), twice, lab.ctx);
         });
         variant(4, "combine kernel (unfused)",
-                [&] { decode_unfused(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, W, scratch, unfused, st); });
+                [&] { decode_unfused(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, W, scratch, unfused, lab.ctx); });
         variant(5, "8 keys a row group per step", [&] {
             attention_detail::attention_decode_with_plan<floatX, DecodeKnobs<false, false, KeyLoopU8>>(
-                out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), plan, st);
+                out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), plan, lab.ctx);
         });
         variant(6, "prefetch the next step", [&] {
             attention_detail::attention_decode_with_plan<floatX, DecodeKnobs<false, false, KeyLoopPrefetch>>(
-                out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), plan, st);
+                out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), plan, lab.ctx);
         });
         variant(7, "reduce-scatter dot products", [&] {
             attention_detail::attention_decode_with_plan<floatX, DecodeKnobs<false, false, KeyLoopScatter>>(
-                out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), plan, st);
+                out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), plan, lab.ctx);
         });
         variant(9, routed ? "no early loads: tensor cores" : "no early loads", [&] {
             attention_decode(out, qkv, kc, vc, pos, B, NH, NKV, HD, S, lab.ctx, W, scratch, true, false, false);
         });
         variant(10, "waves plan, early loads (old 0)", [&] {
             attention_detail::attention_decode_with_plan<floatX, DecodeKnobs<false, true>>(
-                out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), waves, st,
+                out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), waves, lab.ctx,
                 true);
         });
         variant(11, "waves plan, no early loads (old 9)", [&] {
             attention_detail::attention_decode_with_plan(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH,
-                                                         NKV, HD, S, W, scratch.get(), waves, st, true);
+                                                         NKV, HD, S, W, scratch.get(), waves, lab.ctx, true);
         });
         variant(12, "shipped plan, no cluster", [&] {
             attention_detail::attention_decode_with_plan<floatX, DecodeKnobs<false, true>>(
                 out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), no_cluster,
-                st, true);
+                lab.ctx, true);
         });
 #if !defined(PRECISION_FP32)
         if (mma_fits)
@@ -578,13 +578,13 @@ static void run_config(lab::Lab& lab, const Config& c, uint64_t seed) {
         // takes now: variant 9's call (14) and variant 8's (15), side by side with them.
         variant(14, "old shipped path (CUDA cores)", [&] {
             attention_detail::attention_decode_with_plan(out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH,
-                                                         NKV, HD, S, W, scratch.get(), plan, st, true);
+                                                         NKV, HD, S, W, scratch.get(), plan, lab.ctx, true);
         });
         lab.run(op, 15, "old shipped path (CUDA cores), append folded in", bytes, flops, lab::Bound::Memory,
                 poison_appended, [&] {
                     attention_detail::attention_decode_with_plan<floatX, DecodeKnobs<true, false>>(
                         out.get(), qkv.get(), kc.get(), vc.get(), pos.get(), B, NH, NKV, HD, S, W, scratch.get(), plan,
-                        st, true);
+                        lab.ctx, true);
                 },
                 [&] { return check() && check_append(); });
     }

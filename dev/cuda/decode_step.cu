@@ -148,7 +148,7 @@ void run_shape(lab::Lab& lab, const char* desc, int B) {
     std::vector<float> params(model_num_params(c));
     model_init_params(params.data(), c, 1337);
     ModelInfer m;
-    model_infer_build(m, c, params.data(), B, PROMPT, MAX_SEQ, 1);
+    model_infer_build(m, c, params.data(), B, PROMPT, MAX_SEQ, 1, lab.ctx);
     const CudaContext& ctx = lab.ctx;
     cudaStream_t s = ctx.stream;
     GenerateLimits lim{};

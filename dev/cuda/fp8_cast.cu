@@ -386,7 +386,7 @@ static void run_shape(lab::Lab& L, const Shape& s, Fp8Format f, const std::vecto
     const double flops = (double)n, bytes = (double)n * (sizeof(floatX) + 1);  // in once, one FP8 byte out
     L.run(op, 0, "shipped cast+amax", bytes, flops, lab::Bound::Memory,
           [&] { reset_meta(); d_out.poison(L.stream()); },
-          [&] { fp8_cast(d_out, d_x, n, f, d_meta, true, L.stream()); },
+          [&] { fp8_cast(d_out, d_x, n, f, d_meta, true, L.ctx); },
           [&] { return check_bytes(d_out, cref.out, x, false, s.R, s.C) && check_amax(d_meta, amax_ref); });
     if (fixed_scale <= 0) {
         // current scaling end to end: the scale comes out of the amax pass and the update kernel,
@@ -400,9 +400,9 @@ static void run_shape(lab::Lab& L, const Shape& s, Fp8Format f, const std::vecto
               },
               [&] {
                   zero_amax();
-                  fp8_amax(d_x, n, d_meta, L.stream());
+                  fp8_amax(d_x, n, d_meta, L.ctx);
                   fp8_update_scales(d_meta, 1, 1, 0, L.stream());
-                  fp8_cast(d_out, d_x, n, f, d_meta, false, L.stream());
+                  fp8_cast(d_out, d_x, n, f, d_meta, false, L.ctx);
               },
               [&] {
                   const Fp8Meta m = download_meta(d_meta);
@@ -416,7 +416,7 @@ static void run_shape(lab::Lab& L, const Shape& s, Fp8Format f, const std::vecto
     }
     L.run(op, 2, "cast, no amax", bytes, flops, lab::Bound::Memory,
           [&] { reset_meta(); d_out.poison(L.stream()); },
-          [&] { fp8_cast(d_out, d_x, n, f, d_meta, false, L.stream()); },
+          [&] { fp8_cast(d_out, d_x, n, f, d_meta, false, L.ctx); },
           [&] { return check_bytes(d_out, cref.out, x, false, s.R, s.C); });
     if (s.C % x128::size == 0 && s.C <= FP8_ROWWISE_MAX_C) {
         // rowwise: scale[r] from row r's amax
@@ -680,7 +680,7 @@ static void run_layernorm_fp8(lab::Lab& L, int R, int C, uint64_t seed) {
     const std::string op = lab::Lab::strprintf("fp8_layernorm_forward_cast e4m3 R=%d C=%d", R, C);
     const double bytes = (double)n * (2 * sizeof(floatX) + sizeof(floatX) + 2), flops = 8.0 * n;
     L.run(op, 0, "shipped fused", bytes, flops, lab::Bound::Memory, reset,
-          [&] { layernorm_fp8_forward(d_out_t, d_out, d_res, d_mean, d_rstd, d_in1, d_in2, d_w, d_b, R, C, d_meta, L.stream()); },
+          [&] { layernorm_fp8_forward(d_out_t, d_out, d_res, d_mean, d_rstd, d_in1, d_in2, d_w, d_b, R, C, d_meta, L.ctx); },
           check);
     L.run(op, 1, "separate passes", bytes, flops, lab::Bound::Memory, reset,
           [&] {
@@ -691,7 +691,7 @@ static void run_layernorm_fp8(lab::Lab& L, int R, int C, uint64_t seed) {
     L.run(op, 2, "previous: passes over the row in memory", bytes, flops, lab::Bound::Memory, reset,
           [&] {
               fp8_lab::layernorm_fp8_in_memory(d_out_t, d_out, d_res, d_mean, d_rstd, d_in1, d_in2, d_w, d_b, R, C,
-                                               d_meta, L.stream());
+                                               d_meta, L.ctx);
           },
           check);
 }

@@ -96,7 +96,7 @@ inline void fused_cast_tiles(uint8_t* out_t, uint8_t* out, const floatX* in, con
 // past NORM_BWD_MAX_C only).
 inline void layernorm_fp8_in_memory(uint8_t* out_t, uint8_t* out, floatX* residual, float* mean, float* rstd,
                                     const floatX* inp1, const floatX* inp2, const floatX* weight, const floatX* bias,
-                                    int N, int C, Fp8Meta* meta, cudaStream_t stream) {
-    fp8_detail::layernorm_fp8_launch<0>(out_t, out, residual, mean, rstd, inp1, inp2, weight, bias, N, C, meta, stream);
+                                    int N, int C, Fp8Meta* meta, const CudaContext& ctx) {
+    fp8_detail::layernorm_fp8_launch<0>(out_t, out, residual, mean, rstd, inp1, inp2, weight, bias, N, C, meta, ctx);
 }
 }  // namespace fp8_lab

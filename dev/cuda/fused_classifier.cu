@@ -430,7 +430,7 @@ static void run_fp8(lab::Lab& L, int N, int V, int Vp, Fp8Format format, uint64_
         constexpr ClassifierOut O = F == Fp8Format::E4M3 ? ClassifierOut::E4M3 : ClassifierOut::E5M2;
         cudaStream_t st = L.stream();
         switch (variant) {
-        case 0: fused_classifier_fp8(logits, losses, d_targets, dloss, N, V, Vp, F, d_meta, st); break;
+        case 0: fused_classifier_fp8(logits, losses, d_targets, dloss, N, V, Vp, F, d_meta, L.ctx); break;
         case 1: rows_in_smem_launch<O>(logits, losses, d_targets, dloss, N, V, Vp, true, scale, d_meta, st); break;
         case 2:
             fp8_block_per_row_launch<fused_classifier_fp8_block_per_row<F>>(logits, losses, d_targets, dloss, N, V, Vp,
@@ -540,7 +540,7 @@ static void run_fp8(lab::Lab& L, int N, int V, int Vp, Fp8Format format, uint64_
     };
     const double bytes = 3.0 * NV + 8.0 * N, flops = 6.0 * N * V;
     const std::string op = "fused_classifier_fp8" + shape;
-    const char* names[] = {classifier_fp8_rows_fit(Vp) ? "shipped (rows in smem, 1 buffer, 2 blocks/SM)"
+    const char* names[] = {classifier_fp8_rows_fit(Vp, L.ctx) ? "shipped (rows in smem, 1 buffer, 2 blocks/SM)"
                                                        : "shipped (here: its block-per-row fallback)",
                            "rows in smem (until 2026-12-04)", "block per row, half row in smem (the fallback)",
                            "block per row, bf16 rounding by ALU", "block per row, pass 1 loads 2 packs at a time"};

@@ -104,10 +104,10 @@ static void run_shape(lab::Lab& L, const Shape& s, int M) {
     auto reset = [&] { d_out.poison(L.stream()); };
     auto check = [&] { return L.check(d_out, ref); };
     L.run(op, 0, "shipped", bytes, flops, lab::Bound::Memory, reset,
-          [&] { gemv_forward(d_out, d_inp, d_w, b, M, K, N, s.epi, L.stream(), true); }, check);
+          [&] { gemv_forward(d_out, d_inp, d_w, b, M, K, N, s.epi, L.ctx, true); }, check);
     auto policy = [&](int v, const char* what, auto p, bool pdl) {
         L.run(op, v, what, bytes, flops, lab::Bound::Memory, reset, [&] {
-            gemv_detail::forward<decltype(p)>(d_out, d_inp, d_w, b, M, K, N, s.epi, L.stream(), pdl);
+            gemv_detail::forward<decltype(p)>(d_out, d_inp, d_w, b, M, K, N, s.epi, L.ctx, pdl);
         }, check);
     };
     if (s.epi != GEMV_SWIGLU) {
@@ -245,15 +245,15 @@ static void run_fused(lab::Lab& L, const ModelDims& d, FusedKind kind, int M) {
         return ok;
     };
     L.run(op, 0, "shipped (fused)", bytes, flops, lab::Bound::Memory, reset,
-          [&] { gemv_fused_forward(d_out, d_inp, d_w, b, M, K, N, epi, f, L.stream(), true); }, check);
+          [&] { gemv_fused_forward(d_out, d_inp, d_w, b, M, K, N, epi, f, L.ctx, true); }, check);
     L.run(op, 2, "fused, before the latency work", bytes, flops, lab::Bound::Memory, reset,
-          [&] { gemv_detail::fused_forward<PrefetchPolicy>(d_out, d_inp, d_w, b, M, K, N, epi, f, L.stream(), true); },
+          [&] { gemv_detail::fused_forward<PrefetchPolicy>(d_out, d_inp, d_w, b, M, K, N, epi, f, L.ctx, true); },
           check);
     if (kind == F_LMHEAD) {  // the greedy argmax folded in: the first largest of each row's first V stored logits
         const int V = lab::GPT2_V;  // 50257 of 50304: the padded columns never count
         lab::DevBuf<int> d_am(M, "argmax");
-        lab::DevBuf<float> d_scratch(gemv_argmax_scratch_floats(M, current_sm_count()), "argmax_scratch");
-        d_scratch.upload(std::vector<float>(gemv_argmax_scratch_floats(M, current_sm_count()), 0.0f));
+        lab::DevBuf<float> d_scratch(gemv_argmax_scratch_floats(M, L.ctx.sm_count), "argmax_scratch");
+        d_scratch.upload(std::vector<float>(gemv_argmax_scratch_floats(M, L.ctx.sm_count), 0.0f));
         GemvFusion fa = f;
         fa.argmax = d_am;
         fa.argmax_scratch = d_scratch;
@@ -280,7 +280,7 @@ static void run_fused(lab::Lab& L, const ModelDims& d, FusedKind kind, int M) {
             return ok;
         };
         L.run(op, 3, "shipped + folded greedy argmax", bytes, flops, lab::Bound::Memory, reset_am,
-              [&] { gemv_fused_forward(d_out, d_inp, d_w, b, M, K, N, epi, fa, L.stream(), true); }, check_am);
+              [&] { gemv_fused_forward(d_out, d_inp, d_w, b, M, K, N, epi, fa, L.ctx, true); }, check_am);
     }
     L.run(op, 1, "unfused kernels", bytes, flops, lab::Bound::Memory, reset, [&] {
         const cudaStream_t st = L.stream();
@@ -291,7 +291,7 @@ static void run_fused(lab::Lab& L, const ModelDims& d, FusedKind kind, int M) {
             xin = d_ln;
         }
         const GemvEpilogue e = residual || kind == F_QKV ? GEMV_PLAIN : epi;
-        gemv_forward(residual ? d_proj.get() : d_out.get(), xin, d_w, b, M, K, N, e, st, true);
+        gemv_forward(residual ? d_proj.get() : d_out.get(), xin, d_w, b, M, K, N, e, L.ctx, true);
         if (residual) {  // the unfused step's residual add + the next norm (its output unused here)
             if (rms) fused_residual_rmsnorm_forward(d_out, d_ln, d_rstd, d_res, d_proj, d_nw, M, N, 1e-5f, st);
             else fused_residual_layernorm_forward(d_out, d_ln, d_mean, d_rstd, d_res, d_proj, d_nw, d_nb, M, N, st);

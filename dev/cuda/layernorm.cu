@@ -269,7 +269,7 @@ static void run_shape(lab::Lab& L, int N, int C) {
     };
     auto launch_bwd0 = [&] {
         layernorm_backward(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, N, C,
-                           L.stream());
+                           L.ctx);
     };
     // variant 0 runs a second time from the same start: dinp, dweight and dbias must be bit-identical
     auto check_bwd_repeat = [&] {
@@ -317,7 +317,7 @@ static void run_shape(lab::Lab& L, int N, int C) {
                       if constexpr (!norm_backward_wide<P>()) {
                           auto launch = [&](auto r) {
                               norm_backward_fused_launch<LayerNormBackward, P, decltype(r)::value>(
-                                  d_dinp, d_dweight, d_dbias, d_scratch, N, C, L.stream(), 0, d_dout, d_inp, d_weight,
+                                  d_dinp, d_dweight, d_dbias, d_scratch, N, C, L.ctx, 0, d_dout, d_inp, d_weight,
                                   d_mean.get(), d_rstd.get());
                           };
                           if (R == 1) launch(std::integral_constant<int, 1>{});
@@ -334,7 +334,7 @@ static void run_shape(lab::Lab& L, int N, int C) {
                   norm_backward_dispatch(C, [&](auto packs) {
                       constexpr int P = decltype(packs)::value;
                       norm_backward_fused_launch<LayerNormBackward, P, norm_backward_rows<P>()>(
-                          d_dinp, d_dweight, d_dbias, d_scratch, N, C, L.stream(),
+                          d_dinp, d_dweight, d_dbias, d_scratch, N, C, L.ctx,
                           std::min(NORM_BWD_MAX_CHUNKS, column_num_chunks(N)), d_dout, d_inp, d_weight, d_mean.get(),
                           d_rstd.get());
                   });

@@ -182,10 +182,10 @@ static Times run_layer(lab::Lab& L, const Layer& l) {
     fp8_meta_init(mx, 2, Fp8Format::E4M3, s);
     fp8_meta_init(mdy[0], 1, Fp8Format::E5M2, s);
     fp8_meta_init(mdy[1], 1, Fp8Format::E4M3, s);
-    fp8_amax(d_x, nx, mx, s);
-    fp8_amax(d_w, nw, mw, s);
-    fp8_amax(d_dy, ny, mdy[0], s);
-    fp8_amax(d_dy, ny, mdy[1], s);
+    fp8_amax(d_x, nx, mx, L.ctx);
+    fp8_amax(d_w, nw, mw, L.ctx);
+    fp8_amax(d_dy, ny, mdy[0], L.ctx);
+    fp8_amax(d_dy, ny, mdy[1], L.ctx);
     fp8_update_scales(d_meta, 4, 1, 0, s);
     auto cast_all = [&](bool amax) {
         fp8_cast_transpose(d_xt8, d_x8, d_x, N, C, Fp8Format::E4M3, mx, amax, s);

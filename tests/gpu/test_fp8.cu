@@ -440,7 +440,7 @@ static void test_head(const CudaContext& ctx, Rng& rng, Fp8Format grad, int B, i
     const std::vector<float> logits = device_to_float(d_logits, (size_t)N * Vp);
     cudaCheck(cudaMemcpy(d_ref, d_logits, (size_t)N * Vp * sizeof(floatX), cudaMemcpyDeviceToDevice));
     fused_classifier(d_ref, d_losses_ref, d_targets, dloss, N, V, Vp, true, ctx.stream);
-    fp8_head_classifier(f, d_logits, d_losses, d_targets, dloss, N, ctx.stream);
+    fp8_head_classifier(f, d_logits, d_losses, d_targets, dloss, N, ctx);
     cudaCheck(cudaStreamSynchronize(ctx.stream));
     std::vector<uint8_t> d8((size_t)N * Vp * sizeof(floatX));
     cudaCheck(cudaMemcpy(d8.data(), d_logits, d8.size(), cudaMemcpyDeviceToHost));
@@ -564,13 +564,13 @@ static void test_cast_weights(const CudaContext& ctx, Rng& rng, int bf16_layers)
         fp8_meta_init(fp8_meta(f, FP8_W, 0, 0), metas, Fp8Format::E4M3, ctx.stream);
         if (batched) {
             const floatX* const cw[FP8_LINEARS] = {w[0], w[1], w[2], w[3]};
-            fp8_cast_weights(f, cw, ctx.stream);
+            fp8_cast_weights(f, cw, ctx);
         } else {
             for (int l = f.set.bf16_layers; l < f.L - f.set.bf16_layers; l++)
                 for (int k = 0; k < FP8_LINEARS; k++) {
                     const Fp8LinearBuffers b = fp8_linear_buffers(f, l, k);
                     fp8_cast_scaled(f, b.wt8, b.w8, w[k] + (size_t)l * f.oc[k] * f.cin[k], f.oc[k], f.cin[k],
-                                    Fp8Format::E4M3, fp8_meta(f, FP8_W, l, k), true, 1, nullptr, nullptr, ctx.stream);
+                                    Fp8Format::E4M3, fp8_meta(f, FP8_W, l, k), true, 1, nullptr, nullptr, ctx);
                 }
         }
         cudaCheck(cudaStreamSynchronize(ctx.stream));
