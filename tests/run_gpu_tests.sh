@@ -61,15 +61,16 @@ LOGS=${LOGS:-$WORK}
 mkdir -p "$WORK" "$LOGS" || exit 1
 passed=0; failed=0; failed_names=()
 want() { [[ $sections == *$1* ]]; }  # SECTIONS=16: only sections 1 and 6
-record() {  # record NAME STATUS
-    if [ "$2" -eq 0 ]; then passed=$((passed + 1)); echo "--- $1: PASS"
-    else failed=$((failed + 1)); failed_names+=("$1"); echo "--- $1: FAIL"; fi
+record() {  # record NAME STATUS [SECONDS]: the verdict line, with the suite's seconds when given
+    local secs=${3:+ ($3 s)}
+    if [ "$2" -eq 0 ]; then passed=$((passed + 1)); echo "--- $1: PASS$secs"
+    else failed=$((failed + 1)); failed_names+=("$1"); echo "--- $1: FAIL$secs"; fi
 }
 run() {  # run NAME LOGFILE CMD...: in the foreground, its output shown and kept in $LOGS/LOGFILE
-    local name=$1 log=$2; shift 2
-    echo "=== $name: $*"
+    local name=$1 log=$2 t0=$SECONDS; shift 2
+    echo "=== [at $SECONDS s] $name: $*"
     "$@" 2>&1 | tee "$LOGS/$log"
-    record "$name" "${PIPESTATUS[0]}"
+    record "$name" "${PIPESTATUS[0]}" $((SECONDS - t0))
 }
 declare -A bg_pid bg_name
 # The background jobs' CPU sides (the CPU twins, the CPU trainer, PyTorch on the CPU) share the cores with
@@ -88,9 +89,9 @@ finish_bg() {  # finish_bg LOGFILE: waits for that job, shows its output, counts
     local log=$1 rc
     [ -n "${bg_pid[$log]:-}" ] || return 0
     wait "${bg_pid[$log]}"; rc=$?
-    echo "=== ${bg_name[$log]} (ran in the background, $(cat "$LOGS/$log.secs" 2>/dev/null || echo '?') s):"
+    echo "=== [at $SECONDS s] ${bg_name[$log]} (ran in the background, $(cat "$LOGS/$log.secs" 2>/dev/null || echo '?') s):"
     cat "$LOGS/$log"
-    record "${bg_name[$log]}" $rc
+    record "${bg_name[$log]}" $rc "$(cat "$LOGS/$log.secs" 2>/dev/null)"
     unset "bg_pid[$log]"
 }
 trap 'for p in "${bg_pid[@]}"; do kill "$p" 2>/dev/null; done' EXIT  # an interrupted run leaves no job behind
