@@ -3,10 +3,12 @@
 # this GPU. GPT-2 (BENCH_ARCH=gpt2): our PyTorch reference model (scripts/train_gpt2.py) eager and
 # under torch.compile, and GPT-2 as a speed-minded PyTorch user writes it (nanoGPT style:
 # nn.Linear blocks, SDPA, fused AdamW; scripts/bench_nanogpt.py) under torch.compile. Llama-style
-# (BENCH_ARCH=llama): the same reference rows, plus Hugging Face transformers' LlamaForCausalLM
-# eager and compiled (scripts/bench_hf.py, random init from a local config). Every run trains on
-# random tokens and prints a last line
-#   BENCH name=<ours|ours_fp8|eager|compile|nanogpt_compile|nanogpt_eager|hf_eager|hf_compile> ms=<median ms/step> tok_s=<tokens/s> peak_gib=<peak GPU memory>
+# (BENCH_ARCH=llama): the same reference rows, Hugging Face transformers' LlamaForCausalLM eager and
+# compiled (scripts/bench_hf.py, random init from a local config), and Llama as a speed-minded
+# PyTorch user writes it (torchtitan style: nn.Linear blocks, RMSNorm, RoPE, SwiGLU, SDPA with GQA,
+# fused AdamW; scripts/bench_llama.py) under torch.compile. Every run trains on random tokens and
+# prints a last line
+#   BENCH name=<ours|ours_fp8|eager|compile|nanogpt_compile|nanogpt_eager|hf_eager|hf_compile|titan_compile|titan_eager> ms=<median ms/step> tok_s=<tokens/s> peak_gib=<peak GPU memory>
 # and this script tabulates them; the column "ours is" is ours' tok/s over each PyTorch row's, and the
 # last lines compare ours (and ours_fp8) with the fastest PyTorch row. Run on a GPU machine after
 # `make` (or via `make bench`).
@@ -26,8 +28,9 @@
 #                       e.g. "tensorwise rowwise" (rows nanogpt_compile_float8_<recipe>; needs torchao;
 #                       compared with ours_fp8, not counted as the fastest bf16 PyTorch)
 #   BENCH_REF [1]       0: skip our PyTorch reference model's rows (eager, compile), e.g. to time
-#                       only ours against nanogpt_compile (GPT-2) or hf_* (Llama)
-#   BENCH_EAGER [0]     GPT-2: 1 also runs the nanoGPT-style model without torch.compile (nanogpt_eager)
+#                       only ours against nanogpt_compile (GPT-2) or hf_* and titan_compile (Llama)
+#   BENCH_EAGER [0]     1: also the nanoGPT-style model (GPT-2) or the torchtitan-style one (Llama)
+#                       without torch.compile (nanogpt_eager, titan_eager)
 #   BENCH_PYTHON [python3]
 #   BENCH_DEVICE [cuda]              device of the PyTorch runs (cpu: a smoke test of this script)
 #   BENCH_OUT [build/bench]          full output of each run goes to BENCH_OUT/<name>.log
@@ -83,8 +86,8 @@ case $ARCH in
         REF_SHAPE=(--arch llama --layers "${BASH_REMATCH[1]}" --channels "${BASH_REMATCH[2]}" --heads "${BASH_REMATCH[3]}"
                    --kv-heads "${BASH_REMATCH[4]}" --mlp-hidden "${BASH_REMATCH[5]}" --vocab "${BASH_REMATCH[6]}"
                    --max-seq "$((T > 1024 ? T : 1024))")
-        HF_SHAPE=("${REF_SHAPE[@]}")
-        NAMES=(ours eager compile hf_eager hf_compile) ;;
+        NAMES=(ours eager compile hf_eager hf_compile titan_compile)
+        [[ $EAGER == 1 ]] && NAMES+=(titan_eager) ;;
     *) echo "error: BENCH_ARCH='$ARCH': expected gpt2 or llama" >&2; exit 1 ;;
 esac
 [[ $FP8 == 1 ]] && NAMES=(ours ours_fp8 "${NAMES[@]:1}")
@@ -139,8 +142,11 @@ if [[ $ARCH == gpt2 ]]; then
     for r in $TORCHAO; do run "nanogpt_compile_float8_$r" "${NANO[@]}" --compile 1 --float8 "$r"; done
 fi
 if [[ $ARCH == llama ]]; then
-    run hf_eager "$PY" scripts/bench_hf.py --device "$DEV" "${HF_SHAPE[@]:2}" --batch "$B" --seq "$T" --steps "$STEPS"
-    run hf_compile "$PY" scripts/bench_hf.py --device "$DEV" "${HF_SHAPE[@]:2}" --batch "$B" --seq "$T" --steps "$STEPS" --compile
+    RUN_FLAGS=(--device "$DEV" "${REF_SHAPE[@]:2}" --batch "$B" --seq "$T" --steps "$STEPS")  # the shape without --arch
+    run hf_eager "$PY" scripts/bench_hf.py "${RUN_FLAGS[@]}"
+    run hf_compile "$PY" scripts/bench_hf.py "${RUN_FLAGS[@]}" --compile
+    run titan_compile "$PY" scripts/bench_llama.py "${RUN_FLAGS[@]}" --compile 1
+    [[ $EAGER == 1 ]] && run titan_eager "$PY" scripts/bench_llama.py "${RUN_FLAGS[@]}" --compile 0
 fi
 
 ratio() {  # ratio A B: tok/s of A over tok/s of B, or "-" when either is missing
