@@ -113,7 +113,7 @@ def run_shapes(L, N, C):
 
 def main():
     L = lc.Lab(__file__, ARGS)
-    run_shapes(L, *((651, 3104) if ARGS.small else (65536, 3072)))
+    run_shapes(L, *((lc.SMALL_ROWS, 3104) if ARGS.small else (65536, 3072)))
     return L.finish()
 
 

@@ -52,6 +52,9 @@ INTERPRET = os.environ.get("LAB_INTERPRET", "") == "1"
 DEVICE = "cpu" if INTERPRET else "cuda"
 if INTERPRET:  # the interpreter stores bf16 by truncating (the GPU rounds to nearest even): statistics of a
     TOL_STATS = (5e-3, 5e-3)  # stored, truncated bf16 residual drift by ~2^-9
+# --small's row count for the row-wise ops (the CUDA lab's --small shapes); the interpreter runs one program
+# at a time in Python, so it takes fewer rows, still ending in a partial block of every row tiling
+SMALL_ROWS = 67 if INTERPRET else 651
 
 TABLE_HEADER = "# name | variant | ms | GB/s | TFLOP/s | % of H200 ceiling"
 BESIDE_TAG = "# beside"  # finish()'s lines naming the CUDA row an op compares with (compare.py reads them)

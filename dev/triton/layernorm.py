@@ -261,7 +261,7 @@ def run_shape(L, N, C):
 
 def main():
     L = lc.Lab(__file__, ARGS)
-    run_shape(L, *((651, 776) if ARGS.small else (65536, 768)))
+    run_shape(L, *((lc.SMALL_ROWS, 776) if ARGS.small else (65536, 768)))
     return L.finish()
 
 
