@@ -42,9 +42,7 @@ import argparse
 import contextlib
 import math
 import os
-import statistics
 import sys
-import time
 
 try:
     import torch
@@ -53,9 +51,10 @@ try:
 except ImportError:  # --help and the flag checks work without PyTorch; main() then says it is needed
     torch = None
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_nanogpt as nanogpt  # noqa: E402  (the optimizer and the timed loop every PyTorch anchor runs)
+
 ROPE_THETA, NORM_EPS = 10000.0, 1e-5
-# Our trainer's optimizer defaults (llmc/train_config.h, llmc/schedule.h).
-LR, BETAS, EPS, WEIGHT_DECAY, GRAD_CLIP = 6e-4, (0.9, 0.95), 1e-8, 0.1, 1.0
 # --check: (name, layers, channels, heads, kv heads, SwiGLU hidden width, vocab, tied) at the widths of
 # scripts/train_gpt2.py's Llama fixtures (hidden widths that are not 8C/3, a vocab that is not padded)
 CHECK_CASES = [("mha_tied", 2, 32, 4, 4, 48, 250, 1), ("mha_untied", 2, 32, 4, 4, 48, 250, 0),
@@ -253,7 +252,6 @@ def copy_reference_weights(model, ref):
 
 def check():
     """Runs CHECK_CASES; prints one line per case and path; returns True when all agree."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import train_gpt2
     ok = True
     for name, L, C, NH, KV, hidden, V, tied in CHECK_CASES:
@@ -283,21 +281,6 @@ def check():
     return ok
 
 
-# ---------------------------------------------------------------- the timed loop
-def timed(fn, cuda):
-    """(fn(), its milliseconds): CUDA events around it on a GPU, the wall clock on the CPU."""
-    if not cuda:
-        t0 = time.perf_counter()
-        out = fn()
-        return out, (time.perf_counter() - t0) * 1e3
-    begin, done = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    out = fn()
-    done.record()
-    torch.cuda.synchronize()
-    return out, begin.elapsed_time(done)
-
-
 def main(argv=None):
     args = parse_args(argv)
     if torch is None:
@@ -315,10 +298,7 @@ def main(argv=None):
     model = Llama(args.layers, args.channels, args.heads, args.kv_heads, args.mlp_hidden, V, args.max_seq,
                   bool(args.tied), args.gqa).to(dev)
     params = list(model.parameters())  # the tied weight once
-    matrices = [p for p in params if p.dim() >= 2]  # weight decay on the matrices and embeddings, not the norms
-    opt = torch.optim.AdamW([{"params": matrices, "weight_decay": WEIGHT_DECAY},
-                             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-                            lr=LR, betas=BETAS, eps=EPS, fused=True)
+    opt = nanogpt.fused_adamw(params)
     step_model = torch.compile(model) if args.compile else model
     g = torch.Generator(device=dev).manual_seed(args.seed)
     x, y = (torch.randint(0, V, (B, T), device=dev, generator=g) for _ in range(2))
@@ -327,29 +307,7 @@ def main(argv=None):
           f"{sum(p.numel() for p in params) / 1e6:.1f}M parameters, B={B} T={T}, GQA via {args.gqa}, "
           f"{'torch.compile' if args.compile else 'eager'}, {dev}", flush=True)
 
-    amp = torch.autocast(device_type=dev, dtype=torch.bfloat16)
-
-    def train_step():  # one AdamW step on the batch; returns the loss
-        opt.zero_grad(set_to_none=True)
-        with amp:
-            loss = step_model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, GRAD_CLIP)
-        opt.step()
-        return loss
-
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    times = []
-    for step in range(args.steps):
-        loss, ms = timed(train_step, cuda)
-        times.append(ms)
-        print(f"step {step + 1} train_loss {loss.item():.6f} ms {ms:.1f}{' (warm-up)' if step < args.warmup else ''}",
-              flush=True)
-    ms = statistics.median(times[args.warmup:])
-    peak = torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else float("nan")
-    print(f"BENCH name=titan_{'compile' if args.compile else 'eager'} ms={ms:.2f} tok_s={B * T / ms * 1e3:.0f} "
-          f"peak_gib={peak:.2f}")
+    nanogpt.time_training(step_model, opt, params, x, y, args, f"titan_{'compile' if args.compile else 'eager'}")
 
 
 if __name__ == "__main__":

@@ -170,6 +170,49 @@ class GPT(Module):
 
 
 # ---------------------------------------------------------------- the timed loop
+def fused_adamw(params):
+    """torch's fused AdamW at our trainer's defaults: weight decay on the matrices and embeddings (every
+    tensor of 2+ dims), none on norms and biases."""
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": WEIGHT_DECAY},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=LR, betas=BETAS, eps=EPS, fused=True)
+
+
+def time_training(step_model, opt, params, x, y, args, name):
+    """The timed loop every PyTorch anchor runs (scripts/bench_llama.py too): args.steps AdamW steps of
+    step_model(x, y) -> mean loss under bf16 autocast, clipping params' norm at GRAD_CLIP; CUDA events around
+    each step on a GPU, the wall clock on the CPU. Prints a `step n train_loss x ms x` line a step and last
+    the BENCH line: the median over the steps after args.warmup, tokens a second, peak GPU memory."""
+    cuda = x.is_cuda
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for step in range(args.steps):
+        if cuda:
+            start.record()
+        else:
+            t0 = time.perf_counter()
+        with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
+            loss = step_model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, GRAD_CLIP)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if cuda:
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            times.append((time.perf_counter() - t0) * 1e3)
+        tag = " (warm-up)" if step < args.warmup else ""
+        print(f"step {step + 1} train_loss {loss.item():.6f} ms {times[-1]:.1f}{tag}", flush=True)
+    ms = statistics.median(times[args.warmup:])
+    peak = torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else float("nan")
+    B, T = x.shape
+    print(f"BENCH name={name} ms={ms:.2f} tok_s={B * T / ms * 1e3:.0f} peak_gib={peak:.2f}")
+
+
 def main(argv=None):
     args = parse_args(argv)
     if torch is None:
@@ -183,11 +226,8 @@ def main(argv=None):
     torch.backends.cudnn.allow_tf32 = True
     L, C, NH = args.shape
     model = GPT(L, C, NH, args.max_seq).to(dev)
-    # weight decay on the matrices and embeddings (every tensor of 2+ dims), none on norms and biases
     params = list(model.parameters())  # the tied weight once
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": WEIGHT_DECAY},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=LR, betas=BETAS, eps=EPS, fused=True)
+    opt = fused_adamw(params)
     if args.float8 != "none":  # swaps the modules in place; the optimizer's parameters stay the same tensors
         try:
             from torchao.float8 import Float8LinearConfig, convert_to_float8_training
@@ -204,34 +244,9 @@ def main(argv=None):
           f"parameters, B={B} T={T}, {'torch.compile' if args.compile else 'eager'}, {dev}"
           f"{'' if args.float8 == 'none' else ', torchao float8 ' + args.float8}", flush=True)
 
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for step in range(args.steps):
-        if cuda:
-            start.record()
-        else:
-            t0 = time.perf_counter()
-        with torch.autocast(device_type=dev, dtype=torch.bfloat16):
-            loss = step_model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, GRAD_CLIP)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if cuda:
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            times.append((time.perf_counter() - t0) * 1e3)
-        tag = " (warm-up)" if step < args.warmup else ""
-        print(f"step {step + 1} train_loss {loss.item():.6f} ms {times[-1]:.1f}{tag}", flush=True)
-    ms = statistics.median(times[args.warmup:])
-    peak = torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else float("nan")
     name = ("nanogpt_compile" if args.compile else "nanogpt_eager") + ("" if args.float8 == "none" else
                                                                        "_float8_" + args.float8)
-    print(f"BENCH name={name} ms={ms:.2f} tok_s={B * T / ms * 1e3:.0f} peak_gib={peak:.2f}")
+    time_training(step_model, opt, params, x, y, args, name)
 
 
 if __name__ == "__main__":
