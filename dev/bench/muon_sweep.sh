@@ -33,25 +33,9 @@ MUON_ADAMW_LR=${MUON_ADAMW_LR:-6e-4} EXTRA_FLAGS=${EXTRA_FLAGS:-}
 [ -x "$TRAINER" ] || { echo "TRAINER=$TRAINER: not an executable (make it first)" >&2; exit 1; }
 mkdir -p "$OUT"
 
-# the shards: CORPUS itself, or its documents tokenized once into OUT/data/fineweb (a rerun reuses them)
-DATA=$CORPUS
-if [ ! -d "$CORPUS" ]; then
-    [ -f "$CORPUS" ] || { echo "CORPUS=$CORPUS: no such file or folder" >&2; exit 1; }
-    DATA=$OUT/data/fineweb
-    if ! compgen -G "$DATA/*train_*.bin" > /dev/null; then
-        docs=$CORPUS ranks=${RANKS:-$(dirname "$CORPUS")/gpt2.tiktoken} ranks_flag=()
-        [ -f "$ranks" ] && ranks_flag=(--ranks "$ranks")
-        [ "${CORPUS%.xz}" = "$CORPUS" ] || { docs=$OUT/corpus.jsonl; xz -dc "$CORPUS" > "$docs"; }
-        python3 scripts/data/fineweb.py --source "$docs" --out-dir "$OUT/data" --shard-size "${SHARD_SIZE:-1000000}" \
-            "${ranks_flag[@]}" > "$OUT/fineweb.txt" 2>&1 || { tail -n 5 "$OUT/fineweb.txt" >&2; exit 1; }
-    fi
-fi
-# glob patterns for the trainer, from the first shard of each kind: data/x_train_000001.bin -> data/x_train_*.bin
-TRAIN=$(compgen -G "$DATA/*train_*.bin" | head -n 1 || true) VAL=$(compgen -G "$DATA/*val_*.bin" | head -n 1 || true)
-if [ -z "$TRAIN" ] || [ -z "$VAL" ]; then
-    echo "CORPUS=$CORPUS: no *train_*.bin and *val_*.bin shards in $DATA" >&2; exit 1
-fi
-TRAIN="${TRAIN%train_*}train_*.bin" VAL="${VAL%val_*}val_*.bin"
+# the shards' glob patterns (dev/bench/corpus_shards.sh: CORPUS's own, or its documents sharded once into OUT)
+patterns=$(dev/bench/corpus_shards.sh "$CORPUS" "$OUT")
+read -r TRAIN VAL <<< "$patterns"
 # one epoch, from the shard headers (slot 2: num_tokens; docs/formats.md)
 STEPS=${STEPS:-$(PYTHONPATH=scripts python3 -c 'import glob, sys, llmc_formats as f
 bt = int(sys.argv[1]) * int(sys.argv[2])

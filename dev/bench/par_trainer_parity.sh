@@ -48,30 +48,9 @@ OURS_FLAGS=${OURS_FLAGS:-} REF_FLAGS=${REF_FLAGS:-}
 mkdir -p "$OUT"
 [ -x "$TRAINER" ] || { echo "TRAINER=$TRAINER: not an executable (make it first)" >&2; exit 1; }
 
-# the shards
-if [ -d "$CORPUS" ]; then
-    DATA=$CORPUS
-else
-    [ -f "$CORPUS" ] || { echo "$CORPUS: no such file or folder" >&2; exit 1; }
-    DATA=$OUT/data/fineweb
-    if ! ls "$DATA"/*train_*.bin >/dev/null 2>&1; then
-        SRC=$CORPUS
-        case "$CORPUS" in
-            *.xz) SRC=$OUT/corpus.jsonl; xz -dc "$CORPUS" > "$SRC" ;;
-        esac
-        RANKS=${RANKS:-$(dirname "$CORPUS")/gpt2.tiktoken}
-        RANKS_FLAG=()
-        [ -f "$RANKS" ] && RANKS_FLAG=(--ranks "$RANKS")
-        python3 scripts/data/fineweb.py --source "$SRC" --out-dir "$OUT/data" --shard-size "${SHARD_SIZE:-1000000}" \
-            "${RANKS_FLAG[@]}" > "$OUT/fineweb.txt" 2>&1 || { tail -n 5 "$OUT/fineweb.txt" >&2; exit 1; }
-    fi
-fi
-trains=("$DATA"/*train_*.bin) vals=("$DATA"/*val_*.bin)
-if [ ! -f "${trains[0]}" ] || [ ! -f "${vals[0]}" ]; then
-    echo "$DATA: no *train_*.bin and *val_*.bin shards" >&2
-    exit 1
-fi
-TRAIN="${trains[0]%train_*}train_*.bin" VAL="${vals[0]%val_*}val_*.bin"  # glob patterns for the trainers
+# the shards' glob patterns (dev/bench/corpus_shards.sh: CORPUS's own, or its documents sharded once into OUT)
+patterns=$(dev/bench/corpus_shards.sh "$CORPUS" "$OUT")
+read -r TRAIN VAL <<< "$patterns"
 echo "data: train $TRAIN, val $VAL; $MODEL B=$B T=$T steps $STEPS lr $LR $SCHEDULE warmup $WARMUP; seeds $SEEDS"
 echo "ours: $TRAINER $OURS_FLAGS; ref: $REF $REF_FLAGS; logs in $OUT"
 
