@@ -5,20 +5,21 @@
 # one run after another. Builds nothing; needs build/generate (make build/generate) and python3
 # with torch. Prints one row per (shape, B): both tok/s (B / decode seconds a token) and ours/fast;
 # a run without its figure shows - and makes the exit status 1.
-# Env: GEN [build/generate], PYTHON [python3], BATCHES ["1 2 4 8 16 64"], PROMPT [64], NEW [256],
-#      LOGS [a new temp dir] (each run's full output).
+# Env: GEN [build/generate], PYTHON [python3], ARCHS ["gpt2 llama"], BATCHES ["1 2 4 8 16 64"],
+#      PROMPT [64], NEW [256], LOGS [a new temp dir] (each run's full output).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 GEN=${GEN:-build/generate} PYTHON=${PYTHON:-python3} BATCHES=${BATCHES:-1 2 4 8 16 64}
 PROMPT=${PROMPT:-64} NEW=${NEW:-256}
 LOGS=${LOGS:-$(mktemp -d /tmp/generate_vs_fast.XXXXXX)}; mkdir -p "$LOGS" || exit 1
 [ -x "$GEN" ] || { echo "error: $GEN is missing (make build/generate)" >&2; exit 1; }
-SHAPES=("gpt2 d12" "llama llama:L12,C768,H12,KV4,F2048,V50304")  # (bench_generate_fast --arch, our --init)
+declare -A INIT=([gpt2]=d12 [llama]=llama:L12,C768,H12,KV4,F2048,V50304)  # bench_generate_fast --arch -> our --init
 
 tok_s() { sed -n 's/.* tok_s=\([^ ]*\).*/\1/p' | tail -n 1; }  # the last line's tok_s, empty if none
 rows=(); bad=0
-for shape in "${SHAPES[@]}"; do
-    set -- $shape; arch=$1 init=$2
+for arch in ${ARCHS:-gpt2 llama}; do
+    init=${INIT[$arch]:-}
+    [ -n "$init" ] || { echo "error: ARCHS: unknown shape '$arch' (gpt2, llama)" >&2; exit 1; }
     echo "==== $arch: ours" >&2
     declare -A ours=()
     for b in $BATCHES; do
