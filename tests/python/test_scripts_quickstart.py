@@ -137,3 +137,22 @@ def test_plot_log_summary(tmp_path):
     assert p.returncode == 0, p.stderr
     assert p.stdout == "best val loss 6.1000 at step 50 (last: 6.2500 at step 75)\n"
     assert not (tmp_path / "log.png").exists()
+
+
+def test_readme_trainer_commands_fit_tiny_shakespeare():
+    """Every trainer command in the README that reads tiny Shakespeare's val split asks for a window
+    (B*T+1 tokens) that fits in it: the trainer refuses a val split shorter than one window."""
+    readme = (ROOT / "README.md").read_text()
+    source = (ROOT / "scripts" / "data" / "tinyshakespeare.py").read_text()
+    val_tokens = int(re.search(r'"--val-tokens", type=int, default=(\d+)', source).group(1))
+    commands = [c for block in re.findall(r"```bash\n(.*?)```", readme, re.S)
+                for c in block.replace("\\\n", " ").splitlines() if "tiny_shakespeare" in c or "tinyshakespeare/*_val" in c]
+    checked = 0
+    for command in commands:
+        if "--val" not in command.split():
+            continue
+        batch = int(re.search(r"--batch (\d+)", command).group(1))
+        seq = int(re.search(r"--seq (\d+)", command).group(1))
+        assert batch * seq + 1 <= val_tokens, f"B={batch} T={seq} needs {batch * seq + 1} val tokens: {command[:100]}"
+        checked += 1
+    assert checked >= 4, f"found {checked} README trainer commands on tiny Shakespeare"
