@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Two builds of the same programs timed side by side on this GPU, runs alternating A, B, A, B, so
 # that clock and thermal drift fall on both. For checking that a change keeps the speed: the GPT-2
-# 124M training step in bf16 and FP8, the Llama 114M step, and generate's decode tok/s at B = 1, 8
+# 124M and Llama 114M training steps in bf16 and FP8 (--fp8 1), and generate's decode tok/s at B = 1, 8
 # and 64 for both shapes (64-token prompts, 256 new greedy tokens, CUDA graph).
 # Usage: dev/bench/ab_speed.sh DIR_A DIR_B   (each holding train_gpt2cu and generate)
 # Env: ROUNDS [2] (runs of each case per build), STEPS [30] (training steps a run; the trainer's
@@ -16,7 +16,7 @@ fi
 A=$1 B=$2 ROUNDS=${ROUNDS:-2} STEPS=${STEPS:-30}
 LOGS=${LOGS:-$(mktemp -d /tmp/ab_speed.XXXXXX)}; mkdir -p "$LOGS"
 LLAMA114=llama:L12,C768,H12,KV4,F2048,V50304
-TRAIN_CASES=("d12" "d12 --fp8 1" "$LLAMA114")
+TRAIN_CASES=("d12" "d12 --fp8 1" "$LLAMA114" "$LLAMA114 --fp8 1")
 GEN_CASES=("d12 --batch 1" "d12 --batch 8" "d12 --batch 64" "$LLAMA114 --batch 1" "$LLAMA114 --batch 8"
            "$LLAMA114 --batch 64")
 if [[ ${QUICK:-0} == 1 ]]; then TRAIN_CASES=("d12"); GEN_CASES=("d12 --batch 1" "d12 --batch 8"); fi
