@@ -16,6 +16,7 @@ dist_name="data parallel on the CPU: 2 ranks (mpirun, tcp) = 1 process at ZeRO 0
 dist_log=$(mktemp /tmp/run_tests_dist.XXXXXX)
 trap 'rm -f "$dist_log"; [ -n "${dist_pid:-}" ] && kill "$dist_pid" 2>/dev/null' EXIT
 echo "=== $dist_name: started in the background: tests/cpu/test_distributed.sh"
+dist_start=$(date +%s)
 tests/cpu/test_distributed.sh > "$dist_log" 2>&1 &
 dist_pid=$!
 run "cpu reference vs PyTorch, GPT-2 and Llama-style (test_gpt2_cpu)" build/test_gpt2_cpu
@@ -35,7 +36,8 @@ XDIST=(); python3 -c "import xdist" 2>/dev/null && XDIST=(-n "${JOBS:-auto}")
 run "python: data scripts, formats, HF import, BPE encoder vs tiktoken, generate_cpu" python3 -m pytest -q "${XDIST[@]}" tests/python
 finish_dist() {  # the background suite's output, then its verdict
     wait "$dist_pid"; local rc=$?; dist_pid=
-    echo "=== $dist_name (ran in the background):"; cat "$dist_log"; [ $rc -eq 0 ]
+    local own=$(( $(stat -c %Y "$dist_log") - dist_start ))  # its log's last write: the suite's own seconds
+    echo "=== $dist_name (ran in the background, ~$own s):"; cat "$dist_log"; [ $rc -eq 0 ]
 }
 run "$dist_name" finish_dist
 echo

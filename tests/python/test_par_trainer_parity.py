@@ -30,9 +30,8 @@ def run_parity(tmp_path, name, ours_flags=""):
             llmc_formats.write_shard(str(data / f"rnd_{split}_{i:06d}.bin"), rng.integers(0, 50257, n), 50257)
     env = dict(os.environ, PARITY="1", SPREAD="0", MODEL="d2", B="4", T="64", STEPS="5", VAL_EVERY="5",
                VAL_STEPS="1", OMP_NUM_THREADS="1", OURS_FLAGS=ours_flags)
-    p = subprocess.run([str(ROOT / "dev" / "bench" / "par_trainer_parity.sh"), str(data), str(tmp_path / name)],
-                       capture_output=True, text=True, env=env, timeout=300)
-    return p
+    return subprocess.run([str(ROOT / "dev" / "bench" / "par_trainer_parity.sh"), str(data), str(tmp_path / name)],
+                          capture_output=True, text=True, env=env, timeout=300)
 
 
 def test_parity_agrees_and_can_fail(tmp_path):
