@@ -33,10 +33,10 @@ namespace attention_detail {
 
 // dQ for one query row: dQ_i = scale * sum_j P_ij (dP_ij - D_i) k_j with dP_ij = dO_i . v_j and
 // D_i = dO_i . O_i. grid (ceil(T / SIMPLE_ROWS), NH, B), SIMPLE_THREADS threads.
-template <int HD>
+template <int HD, bool DOC>
 __global__ void __launch_bounds__(SIMPLE_THREADS)
     attention_backward_dq_simple(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                 const float* lse, int T, QKVLayout L, int window) {
+                                 const float* lse, const int* doc_start, int T, QKVLayout L, int window) {
     constexpr int DPT = HD / SIMPLE_TPR;
     __shared__ float sK[SIMPLE_TILE][HD], sV[SIMPLE_TILE][HD];
     const int tile = gridDim.x - 1 - blockIdx.x;
@@ -60,7 +60,10 @@ __global__ void __launch_bounds__(SIMPLE_THREADS)
     const float row_lse = lse[((size_t)b * L.NH + h) * T + ic];
 
     const int first = tile * SIMPLE_ROWS, last = min(first + SIMPLE_ROWS, T) - 1;
-    const int k_begin = window > 0 ? max(0, first - window + 1) / SIMPLE_TILE * SIMPLE_TILE : 0;
+    int k_begin = window > 0 ? max(0, first - window + 1) / SIMPLE_TILE * SIMPLE_TILE : 0;
+    const int* row_start = DOC ? doc_start + (size_t)b * T : nullptr;
+    const int ds = DOC ? row_start[ic] : 0;
+    if (DOC) k_begin = max(k_begin, row_start[first] / SIMPLE_TILE * SIMPLE_TILE);
     for (int k0 = k_begin; k0 <= last; k0 += SIMPLE_TILE) {
         __syncthreads();
         simple_load_tile<HD>(sK, seq, k0, T, stride, L.k_col(kvh));
@@ -74,9 +77,9 @@ __global__ void __launch_bounds__(SIMPLE_THREADS)
             }
             s = sum_over_row_threads(s);
             dp = sum_over_row_threads(dp);
-            if (!attends(i, k0 + j, window)) continue;
-            const float ds = expf(s - row_lse) * (dp - D);
-            for (int d = 0; d < DPT; d++) dq[d] += ds * sK[j][part + SIMPLE_TPR * d];
+            if (!attends(i, k0 + j, window) || (DOC && k0 + j < ds)) continue;
+            const float dsc = expf(s - row_lse) * (dp - D);
+            for (int d = 0; d < DPT; d++) dq[d] += dsc * sK[j][part + SIMPLE_TPR * d];
         }
     }
     if (i >= T) return;
@@ -87,13 +90,14 @@ __global__ void __launch_bounds__(SIMPLE_THREADS)
 // dK, dV for one key row, summed over the query heads of its group (no atomics, deterministic):
 // dV_j = sum_i P_ij dO_i, dK_j = scale * sum_i P_ij (dP_ij - D_i) q_i.
 // grid (ceil(T / SIMPLE_ROWS), NKV, B), SIMPLE_THREADS threads.
-template <int HD>
+template <int HD, bool DOC>
 __global__ void __launch_bounds__(SIMPLE_THREADS)
     attention_backward_dkdv_simple(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                   const float* lse, int T, QKVLayout L, int window) {
+                                   const float* lse, const int* doc_start, int T, QKVLayout L, int window) {
     constexpr int DPT = HD / SIMPLE_TPR;
     __shared__ float sQ[SIMPLE_TILE][HD], sdO[SIMPLE_TILE][HD];
     __shared__ float sLse[SIMPLE_TILE], sD[SIMPLE_TILE];
+    __shared__ int sDs[SIMPLE_TILE];  // DOC: the tile's queries' document starts
     const int tile = blockIdx.x;  // the first key tiles see the most queries: launch them first
     const int kvh = blockIdx.y, b = blockIdx.z, group = L.NH / L.NKV;
     const int part = threadIdx.x % SIMPLE_TPR;
@@ -110,7 +114,9 @@ __global__ void __launch_bounds__(SIMPLE_THREADS)
         dk[d] = 0.0f, dv[d] = 0.0f;
     }
     const int first = tile * SIMPLE_ROWS, last = min(first + SIMPLE_ROWS, T) - 1;
-    const int q_end = window > 0 ? min(T, last + window) : T;  // queries past this see none of our keys
+    int q_end = window > 0 ? min(T, last + window) : T;  // queries past this see none of our keys
+    const int* row_start = DOC ? doc_start + (size_t)b * T : nullptr;
+    if (DOC) q_end = min(q_end, doc_query_end(row_start, last, T));  // nor past the end of our keys' documents
     for (int h = kvh * group; h < (kvh + 1) * group; h++) {
         for (int q0 = first / SIMPLE_TILE * SIMPLE_TILE; q0 < q_end; q0 += SIMPLE_TILE) {
             __syncthreads();
@@ -129,6 +135,7 @@ __global__ void __launch_bounds__(SIMPLE_THREADS)
                     sD[r] = D;
                     // rows past T get lse = +inf, so P = 0 for them
                     sLse[r] = q0 + r < T ? lse[((size_t)b * L.NH + h) * T + q0 + r] : INFINITY;
+                    if (DOC) sDs[r] = row_start[row];
                 }
             }
             __syncthreads();
@@ -140,7 +147,7 @@ __global__ void __launch_bounds__(SIMPLE_THREADS)
                 }
                 s = sum_over_row_threads(s);
                 dp = sum_over_row_threads(dp);
-                if (!attends(q0 + r, j, window)) continue;
+                if (!attends(q0 + r, j, window) || (DOC && j < sDs[r])) continue;
                 const float p = expf(s - sLse[r]), ds = p * (dp - sD[r]);
                 for (int d = 0; d < DPT; d++) {
                     dv[d] += p * sdO[r][part + SIMPLE_TPR * d];
@@ -167,11 +174,14 @@ inline void attention_backward_simple(floatX* dqkv, const floatX* dout, const fl
     const QKVLayout L = qkv_layout(s);
     const int T = s.T, W = s.window;
     const dim3 grid_q(ceil_div(T, SIMPLE_ROWS), s.NH, s.B), grid_kv(ceil_div(T, SIMPLE_ROWS), s.NKV, s.B);
-    auto dq = s.HD == 64 ? attention_backward_dq_simple<64> : attention_backward_dq_simple<128>;
-    auto dkdv = s.HD == 64 ? attention_backward_dkdv_simple<64> : attention_backward_dkdv_simple<128>;
-    dq<<<grid_q, SIMPLE_THREADS, 0, ctx.stream>>>(dqkv, dout, qkv, out, lse, T, L, W);
+    const bool doc = s.doc_start != nullptr;
+    auto dq = doc ? (s.HD == 64 ? attention_backward_dq_simple<64, true> : attention_backward_dq_simple<128, true>)
+                  : (s.HD == 64 ? attention_backward_dq_simple<64, false> : attention_backward_dq_simple<128, false>);
+    auto dkdv = doc ? (s.HD == 64 ? attention_backward_dkdv_simple<64, true> : attention_backward_dkdv_simple<128, true>)
+                    : (s.HD == 64 ? attention_backward_dkdv_simple<64, false> : attention_backward_dkdv_simple<128, false>);
+    dq<<<grid_q, SIMPLE_THREADS, 0, ctx.stream>>>(dqkv, dout, qkv, out, lse, s.doc_start, T, L, W);
     cudaCheckLaunch();
-    dkdv<<<grid_kv, SIMPLE_THREADS, 0, ctx.stream>>>(dqkv, dout, qkv, out, lse, T, L, W);
+    dkdv<<<grid_kv, SIMPLE_THREADS, 0, ctx.stream>>>(dqkv, dout, qkv, out, lse, s.doc_start, T, L, W);
     cudaCheckLaunch();
 }
 
@@ -180,7 +190,7 @@ inline void attention_backward_simple(floatX* dqkv, const floatX* dout, const fl
 #include "llmc/attention_hopper_backward.cuh"
 
 // The mma.sync backward: the deterministic pair without scratch, the single pass (dQ by atomics) with
-// one. keep_dq (with scratch only): leave dQ in the scratch, as attention_backward; returns whether it did.
+// one. Document masking (s.doc_start) always takes the deterministic pair (the scratch is left unused). keep_dq (with scratch only): leave dQ in the scratch, as attention_backward; returns whether it did.
 inline bool attention_backward_flash(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                                      const __nv_bfloat16* out, const float* lse, const AttnShape& s,
                                      const CudaContext& ctx, AttnScratch scratch = {}, bool keep_dq = false) {
@@ -188,7 +198,7 @@ inline bool attention_backward_flash(__nv_bfloat16* dqkv, const __nv_bfloat16* d
     check_attention_sizes("attention_backward", s);
     if (!aligned16(dqkv) || !aligned16(dout) || !aligned16(qkv) || !aligned16(out) || !aligned16(scratch.data))
         fail("attention_backward: dqkv, dout, qkv, out and scratch must be 16-byte aligned");
-    if (scratch.data) {  // one pass, dQ summed by fp32 atomics in scratch: faster, not bit-reproducible
+    if (scratch.data && !s.doc_start) {  // one pass, dQ by fp32 atomics in scratch: faster, not bit-reproducible
         auto run = s.HD == 64 ? backward_flash_atomic<AtomicBwdCfg<64>> : backward_flash_atomic<AtomicBwdCfg<128>>;
         run(dqkv, scratch.data, dout, qkv, out, lse, s, ctx, keep_dq);
         return keep_dq;
@@ -220,7 +230,7 @@ inline const float* attention_backward(floatX* dqkv, const floatX* dout, const f
     return nullptr;
 #else
     bool kept;
-    if (scratch.data && attention_hopper_available(ctx))
+    if (scratch.data && attention_hopper_available(ctx) && !s.doc_start)
         kept = attention_backward_hopper(dqkv, dout, qkv, out, lse, s, ctx, scratch, keep_dq);
     else kept = attention_backward_flash(dqkv, dout, qkv, out, lse, s, ctx, scratch, keep_dq);
     return kept ? scratch.data : nullptr;

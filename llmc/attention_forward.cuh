@@ -36,10 +36,12 @@ __device__ void simple_load_tile(float (*dst)[HD], const floatX* src, int row0, 
     }
 }
 
-// grid (ceil(T / SIMPLE_ROWS), NH, B), SIMPLE_THREADS threads.
-template <int HD>
+// grid (ceil(T / SIMPLE_ROWS), NH, B), SIMPLE_THREADS threads. DOC: doc_start (B, T) masks keys before
+// each query's document (attention_layout.cuh); DOC false is the unmasked kernel, doc_start unread.
+template <int HD, bool DOC>
 __global__ void __launch_bounds__(SIMPLE_THREADS) attention_forward_simple(floatX* out, float* lse, const floatX* qkv,
-                                                                         int T, QKVLayout L, int window) {
+                                                                         const int* doc_start, int T, QKVLayout L,
+                                                                         int window) {
     constexpr int DPT = HD / SIMPLE_TPR;
     __shared__ float sK[SIMPLE_TILE][HD], sV[SIMPLE_TILE][HD];
     const int tile = gridDim.x - 1 - blockIdx.x;  // longest rows first: the causal work is a triangle
@@ -56,7 +58,11 @@ __global__ void __launch_bounds__(SIMPLE_THREADS) attention_forward_simple(float
     float m = -INFINITY, l = 0.0f;  // running max and sum of exp(score - m)
 
     const int first = tile * SIMPLE_ROWS, last = min(first + SIMPLE_ROWS, T) - 1;
-    const int k_begin = window > 0 ? max(0, first - window + 1) / SIMPLE_TILE * SIMPLE_TILE : 0;
+    int k_begin = window > 0 ? max(0, first - window + 1) / SIMPLE_TILE * SIMPLE_TILE : 0;
+    // the block's lowest document start is its first row's (doc_start is nondecreasing)
+    const int* row_start = DOC ? doc_start + (size_t)b * T : nullptr;
+    const int ds = DOC ? row_start[min(i, T - 1)] : 0;
+    if (DOC) k_begin = max(k_begin, row_start[first] / SIMPLE_TILE * SIMPLE_TILE);
     for (int k0 = k_begin; k0 <= last; k0 += SIMPLE_TILE) {
         __syncthreads();  // the previous tile is consumed
         simple_load_tile<HD>(sK, seq, k0, T, stride, L.k_col(kvh));
@@ -68,7 +74,7 @@ __global__ void __launch_bounds__(SIMPLE_THREADS) attention_forward_simple(float
             float dot = 0.0f;
             for (int d = 0; d < DPT; d++) dot += q[d] * sK[j][part + SIMPLE_TPR * d];
             dot = sum_over_row_threads(dot);
-            s[j] = attends(i, k0 + j, window) ? dot : -INFINITY;
+            s[j] = attends(i, k0 + j, window) && (!DOC || k0 + j >= ds) ? dot : -INFINITY;
             m_new = fmaxf(m_new, s[j]);
         }
         if (m_new == -INFINITY) continue;  // nothing visible yet in this tile for this row
@@ -98,8 +104,9 @@ inline void attention_forward_simple(floatX* out, float* lse, const floatX* qkv,
     check_attention_sizes("attention_forward", s);
     const QKVLayout L = qkv_layout(s);
     const dim3 grid(ceil_div(s.T, SIMPLE_ROWS), s.NH, s.B);
-    auto kernel = s.HD == 64 ? attention_forward_simple<64> : attention_forward_simple<128>;
-    kernel<<<grid, SIMPLE_THREADS, 0, ctx.stream>>>(out, lse, qkv, s.T, L, s.window);
+    auto kernel = s.doc_start ? (s.HD == 64 ? attention_forward_simple<64, true> : attention_forward_simple<128, true>)
+                              : (s.HD == 64 ? attention_forward_simple<64, false> : attention_forward_simple<128, false>);
+    kernel<<<grid, SIMPLE_THREADS, 0, ctx.stream>>>(out, lse, qkv, s.doc_start, s.T, L, s.window);
     cudaCheckLaunch();
 }
 
@@ -120,6 +127,8 @@ inline void attention_forward_flash(__nv_bfloat16* out, float* lse, const __nv_b
 // ============================================================================ the launchers
 // bf16 build: the Hopper kernels (sm_90a builds on an sm_90 GPU) or the mma.sync kernels, the
 // deterministic backward always on mma.sync; FP32 build: the simple kernels (tensor cores take no fp32).
+// Document masking (s.doc_start): the mma.sync kernels on every GPU, Hopper included (the Hopper
+// kernels keep their unmasked path), and the deterministic mma.sync backward (no single pass).
 // Whether attention_forward can also write the FP8 copies of its output (AttnFp8Out) at this shape: the
 // Hopper kernel (sm_90a build and GPU), T a multiple of 16.
 inline bool attention_forward_fp8_available(const AttnShape& s, const CudaContext& ctx) {
@@ -127,7 +136,7 @@ inline bool attention_forward_fp8_available(const AttnShape& s, const CudaContex
     (void)s, (void)ctx;
     return false;
 #else
-    return attention_hopper_available(ctx) && s.T % 16 == 0;
+    return attention_hopper_available(ctx) && s.T % 16 == 0 && !s.doc_start;
 #endif
 }
 // out (B, T, NH * HD) and lse (B, NH, T) written with `=` from qkv; on ctx.stream. f8: also the FP8
@@ -139,7 +148,7 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, const 
 #if defined(PRECISION_FP32)
     attention_forward_simple(out, lse, qkv, s, ctx);
 #else
-    if (attention_hopper_available(ctx)) attention_forward_hopper(out, lse, qkv, s, ctx, f8);
+    if (attention_hopper_available(ctx) && !s.doc_start) attention_forward_hopper(out, lse, qkv, s, ctx, f8);
     else attention_forward_flash(out, lse, qkv, s, ctx);
 #endif
 }

@@ -540,6 +540,7 @@ inline void attention_forward_hopper(__nv_bfloat16* out, float* lse, const __nv_
                                      const CudaContext& ctx, const AttnFp8Out* f8 = nullptr) {
     using namespace attention_detail;
     check_attention_sizes("attention_forward_hopper", s);
+    if (s.doc_start) fail("attention_forward_hopper: no document masking (the policy routes it to the mma.sync kernels)");
 #if defined(LLMC_SM90A)
     using namespace attention_hopper_detail;
     if (!aligned16(out) || !aligned16(qkv)) fail("attention_forward_hopper: out and qkv must be 16-byte aligned");

@@ -725,6 +725,7 @@ inline bool attention_backward_hopper(__nv_bfloat16* dqkv, const __nv_bfloat16* 
                                       const CudaContext& ctx, AttnScratch scratch, bool keep_dq = false) {
     using namespace attention_detail;
     check_attention_sizes("attention_backward_hopper", s);
+    if (s.doc_start) fail("attention_backward_hopper: no document masking (the policy routes it to the mma.sync kernels)");
 #if defined(LLMC_SM90A)
     using namespace attention_hopper_detail;
     if (!scratch.data) fail("attention_backward_hopper: needs a scratch buffer (attention_backward_scratch_floats)");

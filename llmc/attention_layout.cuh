@@ -11,9 +11,14 @@
 // One attention call's shape, the one size argument of every attention entry point: B sequences of T
 // tokens, NH query heads sharing NKV key/value heads (NKV divides NH), HD channels a head, and the
 // sliding window (query t sees keys t-window+1..t; 0: every key <= t).
+// doc_start (B, T) int32 on the device, or nullptr: document masking (llmc/cpu/attention.h's contract):
+// doc_start[b, t] = the last position <= t of row b holding the document token, else 0 (nondecreasing
+// along a row); key j is visible to query t iff doc_start[t] <= j (and the causal/window rule). Only the
+// simple and mma.sync kernels take it (the policy routes a doc-masked call there on every GPU).
 struct AttnShape {
     int B, T, NH, NKV, HD;
     int window = 0;
+    const int* doc_start = nullptr;
 };
 
 // An FP8 copy of the forward's output, written by the Hopper forward's epilogue beside the bf16 one
@@ -41,6 +46,19 @@ struct QKVLayout {
 // Whether query i may look at key j (both absolute positions).
 __device__ __forceinline__ bool attends(int i, int j, int window) {
     return j <= i && (window == 0 || i - j < window);
+}
+
+// The end of the queries that can see any key <= last of the document holding `last` (row_start: one row
+// of doc_start, nondecreasing): the first q > last whose document starts after `last`, else T. Queries
+// from there on see no key <= last. Binary search; every thread of a block gets the same answer.
+__device__ __forceinline__ int doc_query_end(const int* row_start, int last, int T) {
+    int lo = last + 1, hi = T;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (row_start[mid] > last) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
 }
 
 // dQ from the single-pass backwards' fp32 accumulator (attention_mma_backward.cuh's scratch layout,

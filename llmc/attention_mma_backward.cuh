@@ -9,10 +9,11 @@ namespace attention_detail {
 // dQ = scale * dS K with dS = P * (dP - D), P = exp(scale * Q K^T - lse), dP = dO V^T.
 // grid (ceil(T / ROWS), NH, B), THREADS threads, smem_bytes(2). Queries are the resident rows.
 // 3 matmuls (S, dP, dS K): 6 * HD FLOPs per visible pair.
-template <class Cfg>
+// DOC: doc_start (B, T) masks keys before each query's document, bounds as in attention_forward_mma.
+template <class Cfg, bool DOC = false>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
-    attention_backward_dq_mma(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int T,
-                              QKVLayout L, int window) {
+    attention_backward_dq_mma(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
+                              const int* doc_start, int T, QKVLayout L, int window) {
     constexpr int HD = Cfg::HD, BQ = Cfg::ROWS, BKV = Cfg::TILE, NT = Cfg::THREADS;
     static_assert(Cfg::MT == 1, "the backward kernels keep one m16 tile a warp");
     extern __shared__ __align__(16) bf16 smem[];
@@ -29,7 +30,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     const float scale = rsqrtf((float)HD), sl2 = scale * LOG2E;
 
     const int q0 = tile * BQ, q_last = min(q0 + BQ, T) - 1;
-    const int kv_first = window > 0 ? max(0, q0 - window + 1) / BKV : 0, kv_last = q_last / BKV;
+    int kv_first = window > 0 ? max(0, q0 - window + 1) / BKV : 0;
+    const int kv_last = q_last / BKV;
+    const int* row_start = DOC ? doc_start + (size_t)b * T : nullptr;
+    const int doc_hi = DOC ? row_start[q_last] : 0;  // the tile's highest document start (nondecreasing)
+    if (DOC) kv_first = max(kv_first, row_start[q0] / BKV);
     load_tile_async<BQ, HD, NT>(sQ, seq + (size_t)q0 * stride + L.q_col(h), stride, T - q0);
     load_tile_async<BQ, HD, NT>(sdO, dout + ((size_t)b * T + q0) * C + h * HD, C, T - q0);
     load_tile_async<BKV, HD, NT>(sK, seq + (size_t)kv_first * BKV * stride + L.k_col(kvh), stride, T - kv_first * BKV);
@@ -40,6 +45,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     float dq[HD / 8][4] = {};
     float rowD[2], rowL[2];  // D and lse (base 2) of rows g, g + 8
     const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+    const int ds[2] = {DOC ? row_start[min(row[0], T - 1)] : 0, DOC ? row_start[min(row[1], T - 1)] : 0};
     for (int kt = kv_first; kt <= kv_last; kt++) {
         const int stage = (kt - kv_first) & 1, kv0 = kt * BKV;
         if (kt < kv_last) {
@@ -65,14 +71,14 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
         float s[BKV / 8][4] = {}, dp[BKV / 8][4] = {};
         mma_a_regs_b_nk<HD, BKV, HD>(&s, &qf, k_tile, 0);
         mma_a_regs_b_nk<HD, BKV, HD>(&dp, &dof, v_tile, 0);
-        const bool edge = kv0 + BKV - 1 > q0 || (window > 0 && q0 + BQ - 1 - kv0 >= window);
+        const bool edge = kv0 + BKV - 1 > q0 || (window > 0 && q0 + BQ - 1 - kv0 >= window) || (DOC && kv0 < doc_hi);
 #pragma unroll
         for (int nb = 0; nb < BKV / 8; nb++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const int r = e >> 1;
+                const int r = e >> 1, key = kv0 + nb * 8 + 2 * t4 + (e & 1);
                 float p = exp2f(fmaf(s[nb][e], sl2, -rowL[r]));
-                if (edge && !attends(row[r], kv0 + nb * 8 + 2 * t4 + (e & 1), window)) p = 0.0f;
+                if (edge && (!attends(row[r], key, window) || (DOC && key < ds[r]))) p = 0.0f;
                 s[nb][e] = p * (dp[nb][e] - rowD[r]);  // dS
             }
         mma_p_regs_b_kn<HD, BKV>(&dq, &s, k_tile, 0);
@@ -88,10 +94,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
 // C fragments that feed the next mma as A operands without a trip through smem.
 // grid (ceil(T / ROWS), NKV, B), THREADS threads, smem_bytes(2). Keys are the resident rows.
 // 4 matmuls (S, dP, dV, dK): 8 * HD FLOPs per visible pair.
-template <class Cfg>
+// DOC: the queries end where the documents of the tile's keys end (doc_query_end), and a query tile
+// whose last query's document starts after kv0 masks per element.
+template <class Cfg, bool DOC = false>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     attention_backward_dkdv_mma(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
-                                int T, QKVLayout L, int window) {
+                                const int* doc_start, int T, QKVLayout L, int window) {
     constexpr int HD = Cfg::HD, BKV = Cfg::ROWS, BQ = Cfg::TILE, NT = Cfg::THREADS;
     static_assert(Cfg::MT == 1, "the backward kernels keep one m16 tile a warp");
     extern __shared__ __align__(16) bf16 smem[];
@@ -100,6 +108,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     bf16* sQ = sV + BKV * HD;      // 2 x (BQ, HD)
     bf16* sdO = sQ + 2 * BQ * HD;  // 2 x (BQ, HD)
     __shared__ float sD[BQ], sLse[BQ];
+    __shared__ int sDs[DOC ? BQ : 1];  // DOC: the query tile's document starts
     const int tile = blockIdx.x;  // the first key tiles see the most queries: launched first
     const int kvh = blockIdx.y, b = blockIdx.z, group = L.NH / L.NKV;
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t4 = lane & 3;
@@ -108,7 +117,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     const float scale = rsqrtf((float)HD), sl2 = scale * LOG2E;
 
     const int kv0 = tile * BKV, kv_last = min(kv0 + BKV, T) - 1;
-    const int q_begin = kv0 / BQ * BQ, q_end = window > 0 ? min(T, kv_last + window) : T;
+    int q_end = window > 0 ? min(T, kv_last + window) : T;
+    const int* row_start = DOC ? doc_start + (size_t)b * T : nullptr;
+    if (DOC) q_end = min(q_end, doc_query_end(row_start, kv_last, T));
+    const int q_begin = kv0 / BQ * BQ;
     const int n_qt = ceil_div(q_end - q_begin, BQ), n_it = group * n_qt;  // (head, query tile) pairs
     auto issue = [&](int it, int stage) {
         const int h = kvh * group + it / n_qt, i0 = q_begin + (it % n_qt) * BQ;
@@ -135,18 +147,21 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
         const bf16* do_tile = sdO + stage * BQ * HD;
         rows_d_lse<BQ, HD, NT>(sD, sLse, do_tile, out + ((size_t)b * T + i0) * C + h * HD, C,
                            lse + ((size_t)b * L.NH + h) * T + i0, T - i0);
+        if (DOC)
+            for (int r = threadIdx.x; r < BQ; r += NT) sDs[r] = row_start[min(i0 + r, T - 1)];
         __syncthreads();
         float st[BQ / 8][4] = {}, dpt[BQ / 8][4] = {};
         mma_a_smem_b_nk<HD, BQ, HD>(&st, sK, warp * 16, q_tile, 0);
         mma_a_smem_b_nk<HD, BQ, HD>(&dpt, sV, warp * 16, do_tile, 0);
-        const bool edge = i0 < kv0 + BKV - 1 || (window > 0 && i0 + BQ - 1 - kv0 >= window);
+        const bool edge = i0 < kv0 + BKV - 1 || (window > 0 && i0 + BQ - 1 - kv0 >= window) ||
+                          (DOC && row_start[min(i0 + BQ, T) - 1] > kv0);
 #pragma unroll
         for (int nb = 0; nb < BQ / 8; nb++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int qi = nb * 8 + 2 * t4 + (e & 1);
                 float p = exp2f(fmaf(st[nb][e], sl2, -sLse[qi] * LOG2E));
-                if (edge && !attends(i0 + qi, key[e >> 1], window)) p = 0.0f;
+                if (edge && (!attends(i0 + qi, key[e >> 1], window) || (DOC && key[e >> 1] < sDs[qi]))) p = 0.0f;
                 st[nb][e] = p;                         // P^T
                 dpt[nb][e] = p * (dpt[nb][e] - sD[qi]);  // dS^T
             }
@@ -162,19 +177,28 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     store_warp_rows<HD>(dst + L.v_col(kvh), stride, sV, warp * 16, T - kv0);
 }
 
+template <class CfgDQ, class CfgDKV, bool DOC>
+inline void backward_flash_pair(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
+                                const AttnShape& s, const CudaContext& ctx) {
+    constexpr int smem_dq = CfgDQ::smem_bytes(2), smem_dkv = CfgDKV::smem_bytes(2);
+    ctx.allow_smem(attention_backward_dq_mma<CfgDQ, DOC>, smem_dq);
+    ctx.allow_smem(attention_backward_dkdv_mma<CfgDKV, DOC>, smem_dkv);
+    const QKVLayout L = qkv_layout(s);
+    attention_backward_dkdv_mma<CfgDKV, DOC><<<dim3(ceil_div(s.T, CfgDKV::ROWS), s.NKV, s.B), CfgDKV::THREADS,
+                                               smem_dkv, ctx.stream>>>(dqkv, dout, qkv, out, lse, s.doc_start, s.T,
+                                                                       L, s.window);
+    cudaCheckLaunch();
+    attention_backward_dq_mma<CfgDQ, DOC><<<dim3(ceil_div(s.T, CfgDQ::ROWS), s.NH, s.B), CfgDQ::THREADS, smem_dq,
+                                            ctx.stream>>>(dqkv, dout, qkv, out, lse, s.doc_start, s.T, L, s.window);
+    cudaCheckLaunch();
+}
+
+// The deterministic pair; with document masking (s.doc_start) its DOC instantiation.
 template <class CfgDQ, class CfgDKV>
 inline void backward_flash(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
                            const AttnShape& s, const CudaContext& ctx) {
-    constexpr int smem_dq = CfgDQ::smem_bytes(2), smem_dkv = CfgDKV::smem_bytes(2);
-    ctx.allow_smem(attention_backward_dq_mma<CfgDQ>, smem_dq);
-    ctx.allow_smem(attention_backward_dkdv_mma<CfgDKV>, smem_dkv);
-    const QKVLayout L = qkv_layout(s);
-    attention_backward_dkdv_mma<CfgDKV><<<dim3(ceil_div(s.T, CfgDKV::ROWS), s.NKV, s.B), CfgDKV::THREADS, smem_dkv,
-                                          ctx.stream>>>(dqkv, dout, qkv, out, lse, s.T, L, s.window);
-    cudaCheckLaunch();
-    attention_backward_dq_mma<CfgDQ><<<dim3(ceil_div(s.T, CfgDQ::ROWS), s.NH, s.B), CfgDQ::THREADS, smem_dq, ctx.stream>>>(
-        dqkv, dout, qkv, out, lse, s.T, L, s.window);
-    cudaCheckLaunch();
+    if (s.doc_start) backward_flash_pair<CfgDQ, CfgDKV, true>(dqkv, dout, qkv, out, lse, s, ctx);
+    else backward_flash_pair<CfgDQ, CfgDKV, false>(dqkv, dout, qkv, out, lse, s, ctx);
 }
 
 // ============================================================================ single pass, dQ by atomics

@@ -67,9 +67,10 @@ __device__ __forceinline__ void online_softmax_tiles(float (*s)[NB][4], float (*
 // grid (ceil(T / ROWS), NH, B), THREADS threads, smem_bytes(1). Queries are the resident rows.
 // FLOPs 4 * HD per visible (query, key) pair; bytes ~ (2 + T / ROWS) * T * HD * 2 per head (K/V
 // re-read by every query tile, mostly from L2): compute-bound.
-template <class Cfg>
+template <class Cfg, bool DOC = false>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
-    attention_forward_mma(bf16* out, float* lse, const bf16* qkv, int T, QKVLayout L, int window) {
+    attention_forward_mma(bf16* out, float* lse, const bf16* qkv, const int* doc_start, int T, QKVLayout L,
+                          int window) {
     constexpr int HD = Cfg::HD, BQ = Cfg::ROWS, BKV = Cfg::TILE, NT = Cfg::THREADS, MT = Cfg::MT, WR = Cfg::WROWS;
     extern __shared__ __align__(16) bf16 smem[];
     bf16* sQ = smem;                     // (BQ, HD), later the output staging tile
@@ -83,7 +84,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     const float sl2 = rsqrtf((float)HD) * LOG2E;  // scores -> base-2 exponent
 
     const int q0 = tile * BQ, q_last = min(q0 + BQ, T) - 1;
-    const int kv_first = window > 0 ? max(0, q0 - window + 1) / BKV : 0, kv_last = q_last / BKV;
+    int kv_first = window > 0 ? max(0, q0 - window + 1) / BKV : 0;
+    const int kv_last = q_last / BKV;
+    // DOC: the tile's lowest document start is its first query's (doc_start is nondecreasing); key tiles
+    // wholly below it are skipped, and tiles below its last query's start mask per element.
+    const int* row_start = DOC ? doc_start + (size_t)b * T : nullptr;
+    const int doc_hi = DOC ? row_start[q_last] : 0;
+    if (DOC) kv_first = max(kv_first, row_start[q0] / BKV);
     load_tile_async<BQ, HD, NT>(sQ, seq + (size_t)q0 * stride + L.q_col(h), stride, T - q0);
     load_tile_async<BKV, HD, NT>(sK, seq + (size_t)kv_first * BKV * stride + L.k_col(kvh), stride, T - kv_first * BKV);
     load_tile_async<BKV, HD, NT>(sV, seq + (size_t)kv_first * BKV * stride + L.v_col(kvh), stride, T - kv_first * BKV);
@@ -96,6 +103,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
     const int row0 = q0 + warp * WR + g;  // query of (mt, r) = row0 + 16 * mt + 8 * r
+    int ds[MT][2];                         // DOC: the document start of query (mt, r)
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) ds[mt][r] = DOC ? row_start[min(row0 + 16 * mt + 8 * r, T - 1)] : 0;
     for (int kt = kv_first; kt <= kv_last; kt++) {
         const int stage = (kt - kv_first) & 1, kv0 = kt * BKV;
         if (kt < kv_last) {  // prefetch the next tile into the other stage (freed by the last barrier)
@@ -116,16 +128,18 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
 
         float s[MT][BKV / 8][4] = {};
         mma_a_regs_b_nk<HD, BKV, HD, MT>(s, qf, k_tile, 0);
-        const bool edge = kv0 + BKV - 1 > q0 || (window > 0 && q0 + BQ - 1 - kv0 >= window);
+        const bool edge = kv0 + BKV - 1 > q0 || (window > 0 && q0 + BQ - 1 - kv0 >= window) || (DOC && kv0 < doc_hi);
         if (edge) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                 for (int nb = 0; nb < BKV / 8; nb++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        if (!attends(row0 + 16 * mt + 8 * (e >> 1), kv0 + nb * 8 + 2 * t4 + (e & 1), window))
+                    for (int e = 0; e < 4; e++) {
+                        const int key = kv0 + nb * 8 + 2 * t4 + (e & 1);
+                        if (!attends(row0 + 16 * mt + 8 * (e >> 1), key, window) || (DOC && key < ds[mt][e >> 1]))
                             s[mt][nb][e] = -INFINITY;
+                    }
         }
         online_softmax_tiles<HD, BKV / 8, MT>(s, m, l, o, sl2);
         mma_p_regs_b_kn<HD, BKV, MT>(o, s, v_tile, 0);
@@ -135,12 +149,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     finish_forward_rows<HD, MT, WR>(out, lse, sQ, o, m, l, row0, q0, T, L, b, h, sl2);
 }
 
-template <class Cfg>
+template <class Cfg, bool DOC = false>
 inline void forward_flash_tiles(bf16* out, float* lse, const bf16* qkv, const AttnShape& s, const CudaContext& ctx) {
     constexpr int smem = Cfg::smem_bytes(1);
-    ctx.allow_smem(attention_forward_mma<Cfg>, smem);
-    attention_forward_mma<Cfg><<<dim3(ceil_div(s.T, Cfg::ROWS), s.NH, s.B), Cfg::THREADS, smem, ctx.stream>>>(
-        out, lse, qkv, s.T, qkv_layout(s), s.window);
+    ctx.allow_smem(attention_forward_mma<Cfg, DOC>, smem);
+    attention_forward_mma<Cfg, DOC><<<dim3(ceil_div(s.T, Cfg::ROWS), s.NH, s.B), Cfg::THREADS, smem, ctx.stream>>>(
+        out, lse, qkv, s.doc_start, s.T, qkv_layout(s), s.window);
     cudaCheckLaunch();
 }
 
@@ -328,10 +342,11 @@ inline void forward_flash_band(bf16* out, float* lse, const bf16* qkv, const Att
 }
 
 // The shipped forward: the tile kernel for causal attention, the band kernel (Cfg::Band) for a
-// sliding window.
+// sliding window; with document masking the tile kernel in both cases (its bounds take the window).
 template <class Cfg>
 inline void forward_flash(bf16* out, float* lse, const bf16* qkv, const AttnShape& s, const CudaContext& ctx) {
-    if (s.window > 0) forward_flash_band<typename Cfg::Band>(out, lse, qkv, s, ctx);
+    if (s.doc_start) forward_flash_tiles<Cfg, true>(out, lse, qkv, s, ctx);
+    else if (s.window > 0) forward_flash_band<typename Cfg::Band>(out, lse, qkv, s, ctx);
     else forward_flash_tiles<Cfg>(out, lse, qkv, s, ctx);
 }
 
