@@ -29,21 +29,24 @@ __device__ inline void embed_pack(floatX* out, const floatX* wte, const floatX* 
 
 // One thread per 16-byte pack of one output row: reads 2 packs, writes 1 -> 3 * N * C * sizeof(floatX)
 // bytes, no math to speak of: memory-bound. Measured: docs/perf.md, "Memory-bound kernels".
+// doc_start (N) or nullptr: positions restart at each document (row t - doc_start[row]; llmc/attention_layout.cuh).
 static __global__ void encoder_forward_packed(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
-                                              int N, int T, int C) {
+                                              const int* doc_start, int N, int T, int C) {
     const int packs_per_row = C / x128::size;
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)N * packs_per_row) return;
     const int row = (int)(idx / packs_per_row), c = (int)(idx % packs_per_row) * x128::size;
-    embed_pack(out, wte, wpe, row, c, inp[row], row % T, C);
+    embed_pack(out, wte, wpe, row, c, inp[row], row % T - (doc_start ? doc_start[row] : 0), C);
 }
 
+// doc_start (B, T) device or nullptr: the position of (b, t) is t - doc_start[b, t] (--doc-positions restart).
 inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T, int C,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, const int* doc_start = nullptr) {
     if (C % x128::size != 0) fail("encoder_forward: C = %d is not a multiple of %d", C, x128::size);
     const int64_t total = (int64_t)B * T * (C / x128::size);
     const int block = 256;
-    encoder_forward_packed<<<(unsigned)ceil_div<int64_t>(total, block), block, 0, stream>>>(out, inp, wte, wpe, B * T, T, C);
+    encoder_forward_packed<<<(unsigned)ceil_div<int64_t>(total, block), block, 0, stream>>>(out, inp, wte, wpe, doc_start, B * T, T,
+                                                                                             C);
     cudaCheckLaunch();
 }
 
@@ -83,15 +86,40 @@ inline int encoder_forward_at(floatX* out, const int* tokens, const int* pos, co
 
 // dwpe: one thread per (t, pack); it walks the B rows of column t in order. Reads B*T*C, read-modify-
 // writes T*C: memory-bound and tiny next to the matmuls.
-static __global__ void encoder_backward_wpe(floatX* dwpe, const floatX* dout, int B, int T, int C) {
+// With doc_start (positions restart), thread (p, pack) walks each row's documents in order and adds the
+// token at position p of each one long enough: from t = p, a token at position p is added and the walk
+// jumps to the next document's start + p (doc_query_end), one short of p jumps to its own document's
+// start + p. O(documents) a row; the order is fixed, so the sum is deterministic.
+static __global__ void encoder_backward_wpe(floatX* dwpe, const floatX* dout, const int* doc_start, int B, int T,
+                                            int C) {
     const int packs_per_row = C / x128::size;
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= T * packs_per_row) return;
     const int t = idx / packs_per_row, c = (idx % packs_per_row) * x128::size;
     float acc[x128::size] = {};
     for (int b = 0; b < B; b++) {
-        const x128 d = load128(dout + ((int64_t)b * T + t) * C + c);
-        for (int k = 0; k < x128::size; k++) acc[k] += to_float(d[k]);
+        if (doc_start == nullptr) {
+            const x128 d = load128(dout + ((int64_t)b * T + t) * C + c);
+            for (int k = 0; k < x128::size; k++) acc[k] += to_float(d[k]);
+            continue;
+        }
+        const int* row_start = doc_start + (int64_t)b * T;
+        for (int u = t; u < T;) {
+            const int start = row_start[u];
+            if (u - start < t) {  // this document is shorter than t + 1: its own position t comes later
+                u = start + t;
+                continue;
+            }
+            const x128 d = load128(dout + ((int64_t)b * T + u) * C + c);
+            for (int k = 0; k < x128::size; k++) acc[k] += to_float(d[k]);
+            int lo = u + 1, hi = T;  // the next document's start: the first q > u with row_start[q] > u
+            while (lo < hi) {
+                const int mid = (lo + hi) / 2;
+                if (row_start[mid] > u) hi = mid;
+                else lo = mid + 1;
+            }
+            u = lo + t;
+        }
     }
     floatX* dst = dwpe + (int64_t)t * C + c;
     x128 g = load128(dst);
@@ -180,11 +208,13 @@ struct EncoderBuckets {
 };
 
 // `buckets` must have been built from the same inputs (EncoderBuckets::build) on this stream.
+// doc_start (B, T) device or nullptr: dwpe by the restarted positions, as encoder_forward.
 inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const EncoderBuckets& buckets, int B,
-                             int T, int C, cudaStream_t stream) {
+                             int T, int C, cudaStream_t stream, const int* doc_start = nullptr) {
     const int block = 256;
     if (dwpe) {
-        encoder_backward_wpe<<<ceil_div(T * (C / x128::size), block), block, 0, stream>>>(dwpe, dout, B, T, C);
+        encoder_backward_wpe<<<ceil_div(T * (C / x128::size), block), block, 0, stream>>>(dwpe, dout, doc_start, B, T,
+                                                                                              C);
         cudaCheckLaunch();
     }
     // Captured into a CUDA graph, the launch must fit any later batch: one block per possible bucket

@@ -21,10 +21,12 @@
 // head of the row (Q heads then K heads, which are contiguous), then the next row. cos/sin: L1 hits
 // (shared by every head of a row). DRAM: reads and writes B*T*(NH+NKV)*HD*sizeof(floatX) bytes each.
 // INVERSE: the backward's rotation by -angle. positions: nullptr, or one position per row (T = 1),
-// < 0 for a row to skip.
+// < 0 for a row to skip. doc_start (BT) or nullptr: positions restart at each document,
+// pos_offset + t - doc_start[row] (llmc/attention_layout.cuh's contract).
 template <bool INVERSE>
 static __global__ void rope_rotate_packed(floatX* qkv, const float* cos, const float* sin, int BT, int T, int NH,
-                                          int NKV, int HD, int pos_offset, const int* positions = nullptr) {
+                                          int NKV, int HD, int pos_offset, const int* positions = nullptr,
+                                          const int* doc_start = nullptr) {
     const int half = HD / 2, packs_per_head = half / x128::size, heads = NH + NKV;
     // 32-bit index arithmetic (the launcher checks the thread count fits): 64-bit divisions cost ~3x
     const unsigned idx = blockIdx.x * blockDim.x + threadIdx.x;
@@ -32,7 +34,7 @@ static __global__ void rope_rotate_packed(floatX* qkv, const float* cos, const f
     const int j = (int)(idx % packs_per_head) * x128::size;  // first channel of this pack in the head
     const unsigned head_row = idx / packs_per_head;           // (row, head) pair
     const int h = (int)(head_row % heads), row = (int)(head_row / heads);
-    const int pos = positions ? positions[row] : pos_offset + row % T;
+    const int pos = positions ? positions[row] : pos_offset + row % T - (doc_start ? doc_start[row] : 0);
     if (pos < 0) return;
     floatX* x = qkv + (int64_t)row * (NH + 2 * NKV) * HD + h * HD + j;
     const float* c = cos + (int64_t)pos * half + j;
@@ -56,7 +58,8 @@ static __global__ void rope_rotate_packed(floatX* qkv, const float* cos, const f
 // The checks of every RoPE call (what: its name in the errors), then the launch.
 template <bool INVERSE>
 inline void rope_launch(const char* what, floatX* qkv, const float* cos, const float* sin, int B, int T, int NH,
-                        int NKV, int HD, int pos_offset, cudaStream_t stream, const int* positions = nullptr) {
+                        int NKV, int HD, int pos_offset, cudaStream_t stream, const int* positions = nullptr,
+                        const int* doc_start = nullptr) {
     if (B <= 0 || T <= 0 || NH <= 0 || NKV <= 0) fail("%s: B %d, T %d, NH %d, NKV %d must be positive", what, B, T, NH, NKV);
     if (HD <= 0 || HD % (2 * x128::size) != 0)
         fail("%s: head dim %d must be a positive multiple of %d", what, HD, 2 * x128::size);
@@ -65,14 +68,15 @@ inline void rope_launch(const char* what, floatX* qkv, const float* cos, const f
     if (threads >= (1ll << 31)) fail("rope: %lld threads exceed the kernel's 32-bit index", (long long)threads);
     const int block = 256;
     rope_rotate_packed<INVERSE><<<(unsigned)ceil_div<int64_t>(threads, block), block, 0, stream>>>(
-        qkv, cos, sin, B * T, T, NH, NKV, HD, pos_offset, positions);
+        qkv, cos, sin, B * T, T, NH, NKV, HD, pos_offset, positions, doc_start);
     cudaCheckLaunch();
 }
 
 // qkv (B, T, (NH + 2*NKV) * HD) in place; cos, sin (max_pos >= pos_offset + T, HD/2) from cpu::rope_tables.
+// doc_start (B, T) device or nullptr: positions restart at each document (--doc-positions restart).
 inline void rope_forward(floatX* qkv, const float* cos, const float* sin, int B, int T, int NH, int NKV, int HD,
-                         int pos_offset, cudaStream_t stream) {
-    rope_launch<false>("rope_forward", qkv, cos, sin, B, T, NH, NKV, HD, pos_offset, stream);
+                         int pos_offset, cudaStream_t stream, const int* doc_start = nullptr) {
+    rope_launch<false>("rope_forward", qkv, cos, sin, B, T, NH, NKV, HD, pos_offset, stream, nullptr, doc_start);
 }
 
 // Decode: qkv (B, (NH + 2*NKV) * HD) in place, row b at position pos[b] (device, < max_pos of the
@@ -84,6 +88,6 @@ inline void rope_forward_at(floatX* qkv, const float* cos, const float* sin, con
 
 // dqkv (B, T, (NH + 2*NKV) * HD) in place: d(rotated qkv) in, d(qkv) out, for the Q and K heads.
 inline void rope_backward(floatX* dqkv, const float* cos, const float* sin, int B, int T, int NH, int NKV, int HD,
-                          int pos_offset, cudaStream_t stream) {
-    rope_launch<true>("rope_backward", dqkv, cos, sin, B, T, NH, NKV, HD, pos_offset, stream);
+                          int pos_offset, cudaStream_t stream, const int* doc_start = nullptr) {
+    rope_launch<true>("rope_backward", dqkv, cos, sin, B, T, NH, NKV, HD, pos_offset, stream, nullptr, doc_start);
 }
