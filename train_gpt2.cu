@@ -207,6 +207,28 @@ static void build_model(GpuRun& r) {
 
 // ============================================================================ data
 // Each rank its own windows of --train and --val; rank 0 alone scores --hellaswag and samples.
+// --doc-mask 1: the document token is --doc-token, else the --tokenizer's (the token scripts/data/
+// writes before every document), else GPT-2's <|endoftext|> for a GPT-2 model (train_gpt2_cpu's rule)
+static void plan_doc_masking(GpuRun& r) {
+    const TrainConfig& cfg = r.cfg;
+    if (!cfg.doc_mask) return;
+    const ModelConfig& c = r.model.config;
+    const int V = c.vocab_size, tok_doc = r.tokenizer ? r.tokenizer->eot_token() : -1;
+    if (cfg.doc_token >= V) fail("--doc-token %d: out of range for the model's vocabulary of %d", cfg.doc_token, V);
+    if (tok_doc >= V)
+        fail("--tokenizer %s: its document token %d is out of range for the model's vocabulary of %d; give "
+             "--doc-token", cfg.tokenizer_path.c_str(), tok_doc, V);
+    int token = cfg.doc_token >= 0 ? cfg.doc_token : tok_doc >= 0 ? tok_doc : -1;
+    if (token < 0 && c.architecture == ARCH_GPT2 && V > 50256) token = 50256;
+    if (token < 0)
+        fail("--doc-mask 1: no document token: give --doc-token ID or a --tokenizer that records one (GPT-2's "
+             "50256 is the default only for a GPT-2 model whose vocabulary holds it)");
+    r.model.doc_token = token;
+    r.model.doc_restart = cfg.doc_positions == "restart";
+    printf("document masking: token %d starts a document; positions %s at each document\n", token,
+           r.model.doc_restart ? "restart" : "continue");
+}
+
 static void open_data(GpuRun& r) {
     const TrainConfig& cfg = r.cfg;
     const int V = r.config.vocab_size, rank = r.comm->rank, world = r.comm->world;
@@ -222,6 +244,7 @@ static void open_data(GpuRun& r) {
         r.hellaswag.reset(new HellaSwagEval(cfg.hellaswag_path.c_str(), cfg.B, cfg.T, V, cfg.data_vocab));
     r.data_rng = Rng(cfg.seed ^ 0xDA7Aull ^ ((uint64_t)rank << 32));
     r.tokenizer.reset(open_model_tokenizer(cfg.tokenizer_path, V));
+    plan_doc_masking(r);
     r.eot = sampling_eot(r.tokenizer.get(), V);
 }
 
@@ -273,12 +296,15 @@ static void validate(GpuRun& r, int64_t step) {
 
 static void score_hellaswag(GpuRun& r, int64_t step) {
     if (!r.hellaswag) return;
+    const int doc_token = r.model.doc_token;
+    r.model.doc_token = -1;  // HellaSwag's rows are one sequence each (as train_gpt2_cpu's)
     const HellaSwagScore s = r.hellaswag->run([&](const int* inputs, const int* targets, int rows, int seq) {
         model_upload_batch(r.model, inputs, targets, rows, seq, false, r.ctx);
         model_forward(r.model, rows, seq, r.ctx);
         model_loss(r.model, rows, seq, r.dloss, false, r.ctx);  // waits for the losses in model.host_losses
         return (const float*)r.model.host_losses;
     });
+    r.model.doc_token = doc_token;
     const std::string line = hellaswag_log_line(step, s);
     printf("%s\n", line.c_str());
     r.files.log.line("%s\n", line.c_str());

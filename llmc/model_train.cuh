@@ -67,6 +67,7 @@ struct Activations {
     floatX* proj;       // (N, C) output of attproj / fcproj before its residual add
     float* losses;      // (N) per-position cross-entropy
     int* inputs;        // (N)
+    int* doc_start;     // (N) with document masking (Model::doc_token >= 0): doc_starts_forward's, from inputs
     int* targets;       // (N)
     float* dloss_rows;  // (N) Model::masked_loss only: row r's loss gradient (fused_classifier's row_dloss)
     // backward scratch, one layer at a time
@@ -106,7 +107,7 @@ inline std::vector<BufferSpec> activation_specs(Activations& a, const ModelConfi
         {(void**)&a.lnf_mean, N, F},             {(void**)&a.lnf_rstd, N, F},
         {(void**)&a.logits, N * Vp, X},          {(void**)&a.proj, N * C, X},
         {(void**)&a.losses, N, F},               {(void**)&a.inputs, N, sizeof(int)},
-        {(void**)&a.targets, N, sizeof(int)},    {(void**)&a.dloss_rows, masked_loss * N, F},
+        {(void**)&a.targets, N, sizeof(int)},    {(void**)&a.doc_start, N, sizeof(int)},    {(void**)&a.dloss_rows, masked_loss * N, F},
         {(void**)&a.dresidual, N * C, X},
         {(void**)&a.dbuf, N * C, X},             {(void**)&a.dqkv, N * QKV, X},
         {(void**)&a.dfch, N * FC, X},            {(void**)&a.dfch_act, swiglu * N * H, X},
@@ -127,6 +128,10 @@ struct Model {
     bool deterministic = false;  // --deterministic: bit-reproducible attention backward (no dQ atomics)
     bool stochastic_rounding = true;  // --stochastic-rounding: the bf16 parameters written back by AdamW
     bool masked_loss = false;     // set before model_build: each training row brings its loss gradient (a loss mask)
+    // --doc-mask 1 (docs/training.md, "Document masking"): doc_token >= 0 starts a document; attention stays
+    // inside each document and, with doc_restart, positions count from its start. -1: one sequence a row.
+    int doc_token = -1;
+    bool doc_restart = false;
     int optimizer = OPTIMIZER_ADAMW;  // set before model_build; OPTIMIZER_MUON: `muon` (llmc/muon.cuh), whole buffers only
     Muon muon;                    // --optimizer muon: its groups, GEMM plans and scratch (empty otherwise)
     ModelFp8 fp8;                 // --fp8: the FP8 linear layers (llmc/model_fp8.cuh); fp8.set before model_build
@@ -429,6 +434,41 @@ inline void linear_backward(Model& m, bool fp8, int l, int k, floatX* dinp, floa
 
 }  // namespace model_detail
 
+namespace model_detail {
+// doc_start (B, T) from the inputs (llmc/attention_layout.cuh's contract, cpu::doc_starts): one warp a
+// row, a running max of the positions holding doc_token, 32 tokens a pass (a warp max-scan per pass).
+// Reads and writes B*T ints: negligible. Inside model_forward, so a captured step recomputes it.
+static __global__ void doc_starts_kernel(int* doc_start, const int* inputs, int B, int T, int doc_token) {
+    const int b = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    if (b >= B) return;
+    const int* in = inputs + (size_t)b * T;
+    int* out = doc_start + (size_t)b * T;
+    int carry = 0;
+    for (int t0 = 0; t0 < T; t0 += WARP_SIZE) {
+        const int t = t0 + lane;
+        int v = t < T && in[t] == doc_token ? t : carry;
+        for (int o = 1; o < WARP_SIZE; o <<= 1) {
+            const int u = __shfl_up_sync(0xffffffffu, v, o);
+            if (lane >= o) v = max(v, u);
+        }
+        if (t < T) out[t] = v;
+        carry = __shfl_sync(0xffffffffu, v, WARP_SIZE - 1);
+    }
+}
+inline void doc_starts_forward(int* doc_start, const int* inputs, int B, int T, int doc_token, cudaStream_t s) {
+    constexpr int warps = 4;
+    doc_starts_kernel<<<ceil_div(B, warps), warps * WARP_SIZE, 0, s>>>(doc_start, inputs, B, T, doc_token);
+    cudaCheckLaunch();
+}
+}  // namespace model_detail
+
+// The attention shape of a pass, with the document mask where the model has one.
+inline AttnShape model_pass_attn_shape(const Model& model, int B, int T) {
+    AttnShape s = model_attn_shape(model.config, B, T);
+    if (model.doc_token >= 0) s.doc_start = model.acts.doc_start;
+    return s;
+}
+
 // Forward pass on the uploaded inputs, through the logits (N, Vp). The layer structure: the first
 // norm runs on the embedding, and every residual add is fused with the norm after it (the next
 // layer's ln1, or lnf), as on the CPU (llmc/cpu/model.h).
@@ -436,10 +476,12 @@ inline void model_forward(Model& model, int B, int T, const CudaContext& ctx) {
     const ModelConfig& c = model.config;
     const int N = B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, NKV = c.num_kv_heads;
     const int HD = model_head_dim(c), QKV = model_qkv_channels(c), H = model_mlp_hidden(c), FC = model_fc_channels(c);
-    const AttnShape attn = model_attn_shape(c, B, T);
+    const AttnShape attn = model_pass_attn_shape(model, B, T);
     const ModelTensors<floatX>& p = model.params;
     Activations& a = model.acts;
     cudaStream_t s = ctx.stream;
+    if (model.doc_token >= 0) model_detail::doc_starts_forward(a.doc_start, a.inputs, B, T, model.doc_token, s);
+    const int* pos_start = model.doc_token >= 0 && model.doc_restart ? a.doc_start : nullptr;  // positions' origin
     const bool fp8_pass = model_detail::fp8_pass(model, N);
     const bool cast_w = fp8_pass && model.fp8.weights_step != model.step;  // once per step, after the update
     using model_detail::linear_forward;
@@ -449,7 +491,7 @@ inline void model_forward(Model& model, int B, int T, const CudaContext& ctx) {
     const bool cast_all = cast_w && !model.before_layer_forward && fp8_weights_batched(model.fp8);
     if (cast_all) fp8_cast_weights(model.fp8, {p.qkvw, p.attprojw, p.fcw, p.fcprojw}, ctx);
     const bool cast_layer = cast_w && !cast_all;
-    encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C, s);  // wpe nullptr with RoPE
+    encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C, s, pos_start);  // wpe nullptr with RoPE
     LayerActs first = layer_acts(model, 0, B, T);
     model_detail::norm_before_linear(model, fp8_pass, 0, FP8_QKV, nullptr, first.ln1, first.ln1_mean, first.ln1_rstd,
                                     a.encoded, nullptr, p.ln1w, p.ln1b, N, ctx);
@@ -459,7 +501,7 @@ inline void model_forward(Model& model, int B, int T, const CudaContext& ctx) {
         const size_t c1 = (size_t)l * C;
         linear_forward(model, fp8_pass, cast_layer, l, FP8_QKV, la.qkv, nullptr, la.ln1, p.qkvw + (size_t)l * QKV * C,
                        tensor_at(p.qkvb, (size_t)l * QKV), N, C, QKV, ctx);
-        if (c.position == POS_ROPE) rope_forward(la.qkv, a.rope_cos, a.rope_sin, B, T, NH, NKV, HD, 0, s);
+        if (c.position == POS_ROPE) rope_forward(la.qkv, a.rope_cos, a.rope_sin, B, T, NH, NKV, HD, 0, s, pos_start);
         // in an FP8 pass with fused casts the attention also writes attproj's X and X^T (fp8_attention_x)
         const bool attn_x = fp8_pass && fp8_attention_x_fused(model.fp8, l) && attention_forward_fp8_available(attn, ctx);
         const AttnFp8Out f8 = attn_x ? fp8_attention_x(model.fp8, l, N) : AttnFp8Out{};
@@ -565,7 +607,8 @@ inline void model_backward(Model& model, int B, int T, const CudaContext& ctx) {
     const int N = B * T, C = c.channels, L = c.num_layers, NH = c.num_heads, NKV = c.num_kv_heads;
     const int HD = model_head_dim(c), QKV = model_qkv_channels(c), Vp = c.padded_vocab_size;
     const int H = model_mlp_hidden(c), FC = model_fc_channels(c);
-    const AttnShape attn = model_attn_shape(c, B, T);
+    const AttnShape attn = model_pass_attn_shape(model, B, T);  // doc_start: the last forward's
+    const int* pos_start = model.doc_token >= 0 && model.doc_restart ? model.acts.doc_start : nullptr;
     const ModelTensors<floatX>& p = model.params;
     const ModelTensors<floatX> g = model.grads_of ? model.grads_of(-1) : model.grads;  // outside the layers
     Activations& a = model.acts;
@@ -620,7 +663,7 @@ inline void model_backward(Model& model, int B, int T, const CudaContext& ctx) {
         const float* dq_accum = attention_backward(a.dqkv, a.dbuf, la.qkv, la.atty, la.lse, attn, ctx,
                                                    attention_scratch(model, B, T), dq_in_cast);
         if (c.position == POS_ROPE)  // d(rotated qkv) -> d(qkv), in place
-            rope_backward(a.dqkv, a.rope_cos, a.rope_sin, B, T, NH, NKV, HD, 0, s);
+            rope_backward(a.dqkv, a.rope_cos, a.rope_sin, B, T, NH, NKV, HD, 0, s, pos_start);
         Fp8DqAccum dq;
         if (dq_accum) dq.accum = dq_accum, dq.q_cols = NH * HD, dq.head_dim = HD;
         linear_backward(model, fp8_pass, l, FP8_QKV, a.dbuf, gl.qkvw, gl.qkvb, a.colsum, a.dqkv, la.ln1, p.qkvw + qkvw, nullptr,
@@ -629,7 +672,7 @@ inline void model_backward(Model& model, int B, int T, const CudaContext& ctx) {
                                    la.ln1_mean, la.ln1_rstd, N, ctx);
         if (model.after_layer_backward) model.after_layer_backward(l);
     }
-    encoder_backward(g.wte, g.wpe, a.dresidual, model.buckets, B, T, C, s);  // g.wpe nullptr with RoPE
+    encoder_backward(g.wte, g.wpe, a.dresidual, model.buckets, B, T, C, s, pos_start);  // g.wpe nullptr with RoPE
     if (fp8_pass) fp8_after_backward(model.fp8, s);
     if (model.after_layer_backward) model.after_layer_backward(-1);
 }

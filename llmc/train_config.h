@@ -197,7 +197,7 @@ inline void add_train_flags(FlagParser& p, TrainConfig& cfg) {
               "whose vocabulary pads its tokenizer's (Qwen2: 151665 ids, 151936 rows)");
     p.add_int("--doc-mask", &cfg.doc_mask, {0, 1}, "1 = document masking inside each packed row: a document starts "
               "at each --doc-token, and a token attends only to the tokens of its own document before it (and "
-              "within --window); training and validation, not HellaSwag. CPU trainer only for now (docs/training.md)");
+              "within --window); training and validation, not HellaSwag. GPU: not with --fp8 1 (docs/training.md)");
     p.add_choice("--doc-positions", "HOW", &cfg.doc_positions, {"continue", "restart"}, "position mode",
                  "with --doc-mask 1: continue = position t of a row is t (learned wpe row, RoPE angle), "
                  "restart = t minus its document's start, Hugging Face's position_ids of packed SFT (default continue)");
@@ -241,8 +241,8 @@ inline void set_world_size(TrainConfig& cfg, int world) {
 }
 
 // Checks that need several flags at once; derives grad_accum. Call after FlagParser::parse. The GPU
-// trainer (cpu_trainer false) refuses what only the CPU trainer implements: --doc-mask 1,
-// --doc-positions restart, --optimizer muon at --zero 1/2.
+// trainer (cpu_trainer false) refuses what only the CPU trainer implements: --doc-mask 1 with
+// --fp8 1, --optimizer muon at --zero 1/2.
 inline void validate_train_config(TrainConfig& cfg, bool cpu_trainer = false) {
     if (cfg.train_pattern.empty()) fail("--train: required (a glob of token shards, e.g. \"data/*_train.bin\")");
     const int64_t BT = (int64_t)cfg.B * cfg.T;
@@ -273,9 +273,8 @@ inline void validate_train_config(TrainConfig& cfg, bool cpu_trainer = false) {
                            : cfg.muon_adjust_lr != "original" ? "--muon-adjust-lr" : nullptr;
     if (muon_given && cfg.optimizer != "muon") fail("%s: only with --optimizer muon", muon_given);
     const bool restart = cfg.doc_positions == "restart";
-    if (!cpu_trainer && (cfg.doc_mask || restart))
-        fail("%s: document masking is not implemented on the GPU yet; use train_gpt2_cpu",
-             cfg.doc_mask ? "--doc-mask 1" : "--doc-positions restart");
+    if (!cpu_trainer && cfg.doc_mask && cfg.fp8)  // the FP8 attention path is the Hopper kernel's, unmasked
+        fail("--doc-mask 1: not with --fp8 1 on the GPU yet; use --fp8 0 or train_gpt2_cpu");
     if (!cfg.doc_mask && restart)  // positions that restart while tokens attend across documents: no packing
         fail("--doc-positions restart: only with --doc-mask 1 (tokens would still attend across documents)");
     if (!cfg.doc_mask && cfg.doc_token >= 0) fail("--doc-token %d: only with --doc-mask 1", cfg.doc_token);
