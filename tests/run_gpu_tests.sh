@@ -17,7 +17,9 @@
 #      background, tests/gpu/test_loss_mask_gpu.sh (loss-masked shards: the fp32 and bf16 builds against
 #      the CPU trainer, graph = eager, an all-ones mask = no mask, the FP8 head's refusal) and
 #      tests/gpu/test_muon_gpu.sh (--optimizer muon: both builds against the CPU trainer, graph = eager,
-#      exact resume, an AdamW checkpoint refused).
+#      exact resume, an AdamW checkpoint refused) and tests/gpu/test_doc_mask_gpu.sh (--doc-mask 1: both
+#      builds against the CPU trainer, windows and position modes, graph = eager, one document a row =
+#      no masking, --fp8 1 refused).
 #      quick: the deterministic run and its resume
 #   3. a batch or a model that cannot fit fails with a one-line message naming the fix
 #   4. compute-sanitizer memcheck of build/test_gpt2cu --ops-only (every op on the small model), in the
@@ -181,6 +183,8 @@ if want 2 && [ "$quick" != 1 ]; then
     start_bg "loss-masked shards: GPU trainer = CPU trainer, graph = eager, all-ones mask = no mask" loss_mask.log \
         tests/gpu/test_loss_mask_gpu.sh
     start_bg "Muon: GPU trainer = CPU trainer (fp32, bf16), graph = eager, exact resume" muon.log tests/gpu/test_muon_gpu.sh
+    start_bg "document masking: GPU trainer = CPU trainer (fp32, bf16), graph = eager, one document a row = no mask" \
+        doc_mask.log tests/gpu/test_doc_mask_gpu.sh
 fi
 
 # ---- 2. tiny shakespeare: training, checkpoints, exact resume through the command line
@@ -235,6 +239,7 @@ if want 2; then
     fi
     finish_bg loss_mask.log
     finish_bg muon.log
+    finish_bg doc_mask.log
     end 2
 fi
 

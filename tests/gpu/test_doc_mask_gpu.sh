@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The GPU trainer's document masking (--doc-mask 1, --doc-positions continue | restart; docs/training.md,
+# "Document masking") against the CPU trainer's. Data from test_doc_mask_gpu.py: packed documents of 1
+# to 24 tokens opened by the document token 511 (rows start inside documents; two document tokens
+# meet), and a shard with one document a row. A fresh GPT-2 (gpt2:L2,C128,H2: learned positions) and
+# Llama (llama:L2,C128,H2,KV1,V512,untied: RoPE, GQA), head size 64, batch 4 x 64, 2 micro-batches a
+# step, 4 steps, validation at 0, 2, 4; each in four settings: window 0 and 16, positions continue and
+# restart.
+#  1. build/train_gpt2cu_fp32 (the simple attention kernels) against build/train_gpt2_cpu, same init:
+#     every train and val loss within FP32_RTOL relative (summation orders only, as
+#     tests/gpu/test_loss_mask_gpu.sh).
+#  2. build/train_gpt2cu (bf16, the mma.sync kernels' DOC instantiation on every GPU) within BF16_RTOL.
+#  3. --graph 0 equals --graph 1 bit for bit (doc_start is computed inside the captured step).
+#  4. one document a row: --doc-mask 1 (both position modes) gives the log lines and the final
+#     model.bin of --doc-mask 0 bit for bit (bf16, --deterministic 1).
+#  5. --doc-mask 1 with --fp8 1 is refused with one line.
+# The control (CPU): document masking moves the losses by over DOC_MOVES (5x FP32_RTOL), so the fp32
+# comparison sees it used (the fresh GPT-2, loss ~10.5 over 50257 ids, moves by ~8e-4: under BF16_RTOL).
+#   tests/gpu/test_doc_mask_gpu.sh     CPU, GPU, GPU32 name the binaries (default build/train_gpt2_cpu,
+#                                      build/train_gpt2cu, build/train_gpt2cu_fp32); NOGPU=1 runs only
+#                                      the data and the CPU trainer (a machine without a GPU)
+cd "$(dirname "$0")/../.." || exit 1
+CPU=${CPU:-build/train_gpt2_cpu}; GPU=${GPU:-build/train_gpt2cu}; GPU32=${GPU32:-build/train_gpt2cu_fp32}
+NOGPU=${NOGPU:-0}
+FP32_RTOL=1e-4; BF16_RTOL=1e-2; DOC_MOVES=5e-4
+bins=("$CPU"); [ "$NOGPU" = 1 ] || bins+=("$GPU" "$GPU32")
+for bin in "${bins[@]}"; do [ -x "$bin" ] || { echo "test_doc_mask_gpu: $bin is missing"; exit 1; }; done
+[ "$NOGPU" = 1 ] || { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; } ||
+    { echo "test_doc_mask_gpu: no GPU (NOGPU=1 runs the CPU side)"; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+python3 tests/gpu/test_doc_mask_gpu.py shards "$tmp" || { echo "test_doc_mask_gpu: writing the shards failed"; exit 1; }
+compare=tests/gpu/test_loss_mask_gpu.py  # its `compare`: the largest relative loss difference of two logs
+passed=0; failed=0
+pass() { passed=$((passed + 1)); echo "ok   $1${2:+: $2}"; }
+flunk() { failed=$((failed + 1)); echo "FAIL $1: $2"; }
+declare -A MODEL=([gpt2]="gpt2:L2,C128,H2" [llama]="llama:L2,C128,H2,KV1,V512,untied")
+COMMON=(--batch 4 --seq 64 --total-batch 512 --steps 4 --lr 1e-3 --warmup 1 --val-every 2 --val-steps 3 --seed 1
+        --data-vocab 512 --sample-every 0)
+DOC=(--doc-mask 1 --doc-token 511)
+
+# train NAME BIN ARCH SHARD VAL [FLAGS...]: a run, its log in $tmp/NAME.log, its output in $tmp/NAME.out,
+# its final checkpoint under $tmp/NAME/
+train() {
+    local name=$1 bin=$2 arch=$3 shard=$4 val=$5; shift 5
+    if OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} "$bin" --init "${MODEL[$arch]}" --train "$tmp/$shard" --val "$tmp/$val" \
+        "${COMMON[@]}" --log "$tmp/$name.log" --out-dir "$tmp/$name" "$@" >"$tmp/$name.out" 2>&1; then return 0; fi
+    flunk "$name" "exit status $?: $(grep -m 1 -iE 'error|fail' "$tmp/$name.out")"; return 1
+}
+# close WHAT A B RTOL: the losses of runs A and B within RTOL relative
+close() {
+    local got
+    if got=$(python3 $compare compare "$tmp/$2.log" "$tmp/$3.log" "$4"); then pass "$1" "$got"; else flunk "$1" "$got"; fi
+}
+# same WHAT A B: the step and val lines of runs A and B bit for bit, and their final model.bin
+steplines() { awk '$1 == "step" && ($3 == "train_loss" || $3 == "val_loss") { print $2, $3, $4, $5, $6, $7, $8 }' "$1" |
+              sed 's/ ms .*//'; }
+same() {
+    if [ -z "$(steplines "$tmp/$2.log")" ]; then flunk "$1" "no step lines"
+    elif ! diff <(steplines "$tmp/$2.log") <(steplines "$tmp/$3.log") >"$tmp/$3.diff"; then
+        flunk "$1" "the step lines differ: $(head -n 4 "$tmp/$3.diff" | tr '\n' ' ')"
+    elif ! cmp -s "$tmp/$2/step_00000004/model.bin" "$tmp/$3/step_00000004/model.bin"; then
+        flunk "$1" "the final model.bin differ"
+    else pass "$1" "bit for bit, last train loss $(steplines "$tmp/$3.log" | awk '$2 == "train_loss"' | tail -n 1 | cut -d' ' -f3)"
+    fi
+}
+
+for arch in gpt2 llama; do
+    for window in 0 16; do
+        # the control: document masking moves the CPU's losses (else the comparisons below would not see it)
+        if train "cpu_${arch}_w${window}_plain" "$CPU" $arch packed.bin val.bin --window $window; then
+            plain="cpu_${arch}_w${window}_plain"
+        else plain=; fi
+        for positions in continue restart; do
+            run="${arch}_w${window}_$positions"
+            flags=(--window $window "${DOC[@]}" --doc-positions $positions)
+            train "cpu_$run" "$CPU" $arch packed.bin val.bin "${flags[@]}" || continue
+            if [ -n "$plain" ]; then
+                if got=$(python3 $compare compare "$tmp/$plain.log" "$tmp/cpu_$run.log" $DOC_MOVES); then
+                    flunk "control: $run moves the CPU's losses" "by less than $DOC_MOVES: $got"
+                else pass "control: $run moves the CPU's losses by over $DOC_MOVES"; fi
+            fi
+            [ "$NOGPU" = 1 ] && continue
+            train "fp32_$run" "$GPU32" $arch packed.bin val.bin "${flags[@]}" &&
+                close "$run fp32 GPU = CPU" "cpu_$run" "fp32_$run" $FP32_RTOL
+            train "bf16_$run" "$GPU" $arch packed.bin val.bin "${flags[@]}" --deterministic 1 &&
+                close "$run bf16 GPU = CPU" "cpu_$run" "bf16_$run" $BF16_RTOL
+            train "bf16_${run}_eager" "$GPU" $arch packed.bin val.bin "${flags[@]}" --deterministic 1 --graph 0 &&
+                same "$run --graph 0 = --graph 1" "bf16_$run" "bf16_${run}_eager"
+        done
+    done
+done
+[ "$NOGPU" = 1 ] && { echo "$passed passed, $failed failed (NOGPU=1: the CPU side only)"; [ $failed = 0 ]; exit; }
+
+for arch in gpt2 llama; do
+    train "onedoc_${arch}_plain" "$GPU" $arch onedoc.bin onedoc_val.bin --deterministic 1 || continue
+    for positions in continue restart; do
+        train "onedoc_${arch}_$positions" "$GPU" $arch onedoc.bin onedoc_val.bin --deterministic 1 "${DOC[@]}" \
+            --doc-positions $positions &&
+            same "$arch one document a row, --doc-mask 1 ($positions) = --doc-mask 0" "onedoc_${arch}_plain" \
+                "onedoc_${arch}_$positions"
+    done
+done
+
+if "$GPU" --init "${MODEL[gpt2]}" --train "$tmp/packed.bin" "${COMMON[@]}" "${DOC[@]}" --fp8 1 >"$tmp/fp8.out" 2>&1; then
+    flunk "--doc-mask 1 with --fp8 1" "it trained"
+elif line=$(grep -m 1 -F -- "--doc-mask 1: not with --fp8 1" "$tmp/fp8.out"); then
+    pass "--doc-mask 1 with --fp8 1 is refused" "$line"
+else flunk "--doc-mask 1 with --fp8 1" "not the expected message: $(tail -n 1 "$tmp/fp8.out")"; fi
+
+echo "$passed passed, $failed failed"
+[ $failed = 0 ]
