@@ -89,7 +89,8 @@ static void run_shape(lab::Lab& L, int B, int T, int C) {
           [&] { encoder_backward(d_dwte, d_dwpe, d_dout, buckets, B, T, C, L.stream()); },
           [&] { return check_bwd(lab::default_tol()); });
     L.run("encoder_backward" + shape, 1, "atomics", bwd_bytes, 0, lab::Bound::Memory, reset_bwd, [&] {
-        encoder_backward_wpe<<<ceil_div(T * (C / x128::size), 256), 256, 0, L.stream()>>>(d_dwpe, d_dout, B, T, C);
+        encoder_backward_wpe<<<ceil_div(T * (C / x128::size), 256), 256, 0, L.stream()>>>(d_dwpe, d_dout, nullptr, B, T,
+                                                                                   C);
         const int64_t n = (int64_t)N * C;
         encoder_backward_wte_atomic<<<(unsigned)ceil_div<int64_t>(n, 256), 256, 0, L.stream()>>>(d_dwte, d_dout, d_inp,
                                                                                                N, C);
