@@ -427,9 +427,9 @@ expect_error "--doc-token without --doc-mask" "--doc-token 3: only with --doc-ma
 expect_error "--doc-positions sideways" "--doc-positions: unknown position mode 'sideways'" $TRAIN "${BASE[@]}" \
     --doc-positions sideways
 if [ -x $GPU ]; then  # parsed before any device
-    expect_error "GPU trainer: --doc-mask 1" "--doc-mask 1: document masking is not implemented on the GPU yet; use train_gpt2_cpu" \
-        $GPU "${BASE[@]}" --doc-mask 1
-    expect_error "GPU trainer: --doc-positions restart" "--doc-positions restart: document masking is not implemented" \
+    expect_error "GPU trainer: --doc-mask 1 with --fp8 1" "--doc-mask 1: not with --fp8 1 on the GPU yet" \
+        $GPU "${BASE[@]}" --doc-mask 1 --fp8 1
+    expect_error "GPU trainer: --doc-positions restart without --doc-mask" "--doc-positions restart: only with --doc-mask 1" \
         $GPU "${BASE[@]}" --doc-positions restart
 fi
 

@@ -230,8 +230,8 @@ def main():
                                  "masked and unmasked runs' loss curves and the held-out accuracy.")
     ap.add_argument("--trainer", default=str(ROOT / "build/train_gpt2_cpu"))
     ap.add_argument("--work", default=None, help="working folder (default: a new temporary one, kept)")
-    ap.add_argument("--doc-mask", type=int, default=1, help="1 = --doc-mask 1 --doc-positions restart (CPU "
-                    "trainer only for now)")
+    ap.add_argument("--doc-mask", type=int, default=1, help="1 = --doc-mask 1 --doc-positions restart (the "
+                    "GPU trainer: not with --fp8 1)")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="OMP_NUM_THREADS and torch's threads")
     for key, value in SMALL.items():
         ap.add_argument("--" + key, type=type(value), default=value)
