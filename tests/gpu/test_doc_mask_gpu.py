@@ -1,6 +1,6 @@
 """tests/gpu/test_doc_mask_gpu.sh's data (numpy and scripts/llmc_formats.py only); its comparisons are
 tests/gpu/test_loss_mask_gpu.py's `compare`.
-  shards DIR   DIR/packed.bin (train) and DIR/val.bin: packed documents of 1 to 24 tokens, each opened by
+  shards DIR   DIR/packed.bin (train) and DIR/val.bin: packed documents of 1 to 32 tokens, each opened by
                the document token DOC (so rows start inside documents, and two document tokens meet);
                DIR/onedoc.bin and DIR/onedoc_val.bin: one document a row (DOC at each row's position 0,
                nowhere else)"""
@@ -12,20 +12,20 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "scripts"))
 import llmc_formats as fmt  # noqa: E402
 
-T = 64            # the script's --seq
-BT = 4 * T        # its --batch x --seq
+T = 256           # the script's --seq: several of the kernels' 64-row tiles a row
+BT = 1 * T        # its --batch x --seq
 VOCAB = 512       # its --data-vocab
 DOC = VOCAB - 1   # its --doc-token; the other tokens lie below it
 
 
 def packed_tokens(rng, windows):
-    """windows * BT + 1 tokens: documents of 1 to 24 tokens, each starting with DOC."""
+    """windows * BT + 1 tokens: documents of 1 to 32 tokens, each starting with DOC."""
     n = windows * BT + 1
     tokens = rng.integers(0, DOC, n)
     i = int(rng.integers(0, 20))  # the first row starts inside a document
     while i < n:
         tokens[i] = DOC
-        i += int(rng.integers(1, 25))
+        i += int(rng.integers(1, 33))
     return tokens
 
 
