@@ -9,7 +9,8 @@
 //   dqkv (B, T, (NH + 2*NKV) * HD)  written with `=` (every element, dK/dV summed over the NH/NKV query
 //                                   heads that share a key/value head)
 // Query head h reads key/value head h / (NH / NKV). Scale 1/sqrt(HD). Causal: query t sees keys <= t;
-// with window W > 0 only keys t-W+1..t (the convention of Mistral's sliding window).
+// with window W > 0 only keys t-W+1..t (the convention of Mistral's sliding window); with
+// AttnShape::doc_start (document masking, attention_layout.cuh) only keys >= doc_start[t] besides.
 // Precision: floatX operands (bf16 or fp32), every sum and the softmax in fp32.
 //
 // Three implementations, HD 64 or 128 (other head sizes are an error naming HD):

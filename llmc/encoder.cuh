@@ -4,6 +4,8 @@
 //   backward  dwte[tok] += sum of dout over the positions holding tok;  dwpe[t] += sum_b dout[b, t]  (+=)
 // With RoPE (Llama-style models) there is no position table: wpe and dwpe are nullptr, the forwards
 // copy the token's row (out = wte[token]) and the backward skips dwpe.
+// With doc_start (B, T) (--doc-positions restart, llmc/attention_layout.cuh) position t of row b is
+// t - doc_start[b, t] in the forward and in dwpe.
 // The backward is deterministic: positions are bucketed by token on the host (counting sort, in
 // position order) and each bucket is summed by one thread block in that order, so two runs, or a
 // run and its resumed copy, produce bit-identical gradients. Atomics would not.

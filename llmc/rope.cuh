@@ -1,7 +1,8 @@
 // rope.cuh: rotary position embeddings (RoPE) on the GPU, in place on the Q and K heads of the fused
 // QKV activation, in the Hugging Face Llama convention (llmc/cpu/rope.h states it in full): channel i
-// of a head pairs with i + HD/2 and turns by the angle pos * inv_freq[i], pos = pos_offset + t (or,
-// for a decode step, each row's own pos[b]).
+// of a head pairs with i + HD/2 and turns by the angle pos * inv_freq[i], pos = pos_offset + t (with
+// doc_start, --doc-positions restart: pos_offset + t - doc_start[b, t]; or, for a decode step, each
+// row's own pos[b]).
 // Shapes: qkv, dqkv (B, T, (NH + 2*NKV) * HD) floatX; cos, sin (max_pos, HD/2) fp32 with
 // max_pos >= pos_offset + T.
 //   rope_forward     rotates the Q and K heads of qkv in place (=); V is untouched
