@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
         mma_a_smem_b_nk<HD, BQ, HD>(&st, sK, warp * 16, q_tile, 0);
         mma_a_smem_b_nk<HD, BQ, HD>(&dpt, sV, warp * 16, do_tile, 0);
         const bool edge = i0 < kv0 + BKV - 1 || (window > 0 && i0 + BQ - 1 - kv0 >= window) ||
-                          (DOC && row_start[min(i0 + BQ, T) - 1] > kv0);
+                          (DOC && sDs[BQ - 1] > kv0);  // the tile's highest document start
 #pragma unroll
         for (int nb = 0; nb < BQ / 8; nb++)
 #pragma unroll
