@@ -25,7 +25,7 @@ import sys
 # lines after the first one's, run_h200.sh runs their variant 0 for the CUDA column)
 PAIRS = (("softmax", ("fused_classifier",)), ("layernorm", ("layernorm",)), ("rmsnorm", ("rmsnorm",)),
          ("gelu", ("gelu",)), ("attention", ("attention_forward", "attention_backward")),
-         ("attention_decode", ("attention_decode",)))
+         ("attention_doc", ("attention_forward", "attention_backward")), ("attention_decode", ("attention_decode",)))
 TABLE_HEADER = "# name | variant"
 BESIDE_TAG = "# beside "  # lab_common.BESIDE_TAG's lines (not imported: lab_common needs torch)
 
