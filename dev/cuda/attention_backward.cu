@@ -36,6 +36,11 @@
 //      differs from 16 only where the items are fewer than the SMs (odd; small, small-w, small-3 on --small)
 // A second op, attention_fwd+bwd, times forward then backward (0, 1, 7 and 15), the figure
 // docs/h200.md quotes for cuDNN and PyTorch.
+// Document-masked shapes (attention_common.cuh's DOC_SHAPES, --small: DOC_SMALL_SHAPES): 0 and 1 are the
+// shipped DOC path (the deterministic pair: a doc-masked call ignores the scratch), 2, 3 and 4..6 take
+// the mask, the single pass (7..10) and the Hopper kernels (11..17) take none and skip, 15 is cuDNN
+// on the documents as packed ragged sequences reading our lse through its padded stats; 0 and 15 (and
+// fwd+bwd's) print their time over the one-document twin's.
 // FLOPs: the forward's (4 * HD per visible pair, 2*B*NH*T^2*HD causal) times 2.5 for the backward
 // (5 matmuls to the forward's 2: the convention; the two-kernel path does 7, the single pass 5),
 // times 3.5 for forward + backward. Bytes: qkv, out, dout, lse read once, dqkv written once (the
@@ -127,8 +132,12 @@ struct Bwd {
 }  // namespace lab_configs
 #endif
 
-static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
+static void run_shape(lab::Lab& lab, const Shape& shape, uint64_t seed) {
+    const DocMask dm(shape);  // doc_start on the device for a document-masked shape
+    Shape s = shape;
+    s.a = dm.a;
     const AttnShape& a = s.a;
+    const bool doc = s.docs != 0;  // variants without a document mask (single pass, Hopper) skip such shapes
     const CudaContext& ctx = lab.ctx;
     const int B = a.B, T = a.T, NH = a.NH, NKV = a.NKV, HD = a.HD, W = a.window, RB = s.ref_batches;
     const size_t row = (size_t)(NH + 2 * NKV) * HD;
@@ -147,7 +156,7 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
     const std::vector<float> out_h = out.download(0, (size_t)RB * T * NH * HD), lse_h = lse.download(0, (size_t)RB * NH * T);
     std::vector<float> dqkv_ref((size_t)RB * T * row), ref_parts[3];
     cpu::attention_backward(dqkv_ref.data(), dout_h.data(), qkv_h.data(), out_h.data(), lse_h.data(), RB, T, NH, NKV,
-                            HD, W);
+                            HD, W, doc ? dm.host.data() : nullptr);
     split_dqkv(dqkv_ref, (size_t)RB * T, NH, NKV, HD, ref_parts);
 
     auto reset = [&] { dqkv.poison(st); };
@@ -168,7 +177,7 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
         for (int p = 0; p < 3; p++) ok &= compare_attention(lab, names[p], got_parts[p], ref_parts[p]);
         return ok;
     };
-    const double fwd_flops = 4.0 * HD * B * NH * visible_pairs(T, W);
+    const double fwd_flops = 4.0 * HD * NH * visible_pairs(s, dm.host);
     const double bytes = (double)(2 * n_qkv + 2 * n_out) * sizeof(floatX) + n_lse * sizeof(float);
     const std::string op = shape_row("attention_backward", s), op2 = shape_row("attention_fwd+bwd", s);
     auto variant = [&](int v, const char* what, const std::function<void()>& launch) {
@@ -180,6 +189,7 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
     lab::DevBuf<float> scratch(scratch_n, "scratch");
     const AttnScratch with_scratch{scratch, scratch_n};
     variant(0, "shipped, dQ by reductions (scratch)", [&] { attention_backward(dqkv, dout, qkv, out, lse, a, ctx, with_scratch); });
+    twin_ratio(lab, "attention_backward", 0, s);
     variant(1, "shipped, deterministic", [&] { attention_backward(dqkv, dout, qkv, out, lse, a, ctx); });
     if (lab.selected(1)) {  // the deterministic path must be bit-reproducible: two runs, every byte of dqkv
         std::vector<float> first;
@@ -217,7 +227,7 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
         else backward_flash_atomic<decltype(cfg128)>(dqkv, scratch, dout, qkv, out, lse, a, ctx);
     };
     auto atomic = [&](int v, const char* what, auto cfg64, auto cfg128) {
-        variant(v, what, [&] { single_pass(cfg64, cfg128); });
+        if (!doc) variant(v, what, [&] { single_pass(cfg64, cfg128); });
     };
     atomic(7, "single pass (AtomicBwdCfg)", AtomicBwdCfg<64>{}, AtomicBwdCfg<128>{});
     atomic(8, "single pass, 64 keys x 64 queries", AtomicCfg<64, 4, 1, 64, 3>{}, AtomicCfg<128, 4, 1, 64, 2>{});
@@ -228,7 +238,7 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
 #if defined(LLMC_SM90A)
     // Hopper configurations by HD, on whole items (the scratch's size is not passed: no split schedule)
     auto hopper = [&](int v, const char* what, auto cfg64, auto cfg128) {
-        if (!attention_hopper_available(ctx)) return;  // a fat build on another GPU
+        if (!attention_hopper_available(ctx) || doc) return;  // a fat build on another GPU; no document mask
         variant(v, what, [&] {
             using namespace attention_hopper_detail;
             if (HD == 64) backward_hopper<decltype(cfg64)>(dqkv, scratch, dout, qkv, out, lse, a, ctx);
@@ -248,8 +258,28 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
 #endif
 #endif
 #if defined(USE_CUDNN)
-    const bool cudnn = lab.selected(15) && cudnn_attention_supported(false, a) && cudnn_attention_supported(true, a);
-    if (cudnn) variant(15, "cuDNN", [&] { cudnn_attention_backward(dqkv, dout, qkv, out, lse, a, ctx); });
+    // document-masked: the documents as packed sequences, reading our lse through cuDNN's padded stats
+    std::unique_ptr<CudnnDocs> docs;
+    std::unique_ptr<lab::DevBuf<float>> stats;
+    if (doc) {
+        docs = std::make_unique<CudnnDocs>(dm.host, a);
+        stats = std::make_unique<lab::DevBuf<float>>(docs->stats_size(a), "stats");
+        std::vector<float> stats_h(stats->size(), 0.0f);
+        docs->scatter_stats(stats_h, lse.download(), a);
+        stats->upload(stats_h);
+    }
+    auto cudnn_runs = [&](bool backward) {
+        return doc ? cudnn_attention_docs_supported(backward, a, *docs) : cudnn_attention_supported(backward, a);
+    };
+    auto cudnn_backward = [&](const floatX* o, const float* l) {
+        if (doc) cudnn_attention_backward_docs(dqkv, dout, qkv, o, l, a, *docs, ctx);
+        else cudnn_attention_backward(dqkv, dout, qkv, o, l, a, ctx);
+    };
+    const bool cudnn = lab.selected(15) && cudnn_runs(false) && cudnn_runs(true);
+    if (cudnn) {
+        variant(15, doc ? "cuDNN, documents as sequences" : "cuDNN", [&] { cudnn_backward(out, doc ? *stats : lse); });
+        twin_ratio(lab, "attention_backward", 15, s);
+    }
 #endif
 
     // forward + backward, as training runs them
@@ -260,25 +290,29 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
         }, check);
     };
     fwd_bwd(0, "shipped, dQ by reductions", [&] { attention_backward(dqkv, dout, qkv, out, lse, a, ctx, with_scratch); });
+    twin_ratio(lab, "attention_fwd+bwd", 0, s);
     fwd_bwd(1, "shipped, deterministic", [&] { attention_backward(dqkv, dout, qkv, out, lse, a, ctx); });
 #if !defined(PRECISION_FP32)
-    fwd_bwd(7, "single pass", [&] { single_pass(AtomicBwdCfg<64>{}, AtomicBwdCfg<128>{}); });
+    if (!doc) fwd_bwd(7, "single pass", [&] { single_pass(AtomicBwdCfg<64>{}, AtomicBwdCfg<128>{}); });
 #endif
 #if defined(USE_CUDNN)
     if (cudnn) {
         // cuDNN's own O and lse go to separate buffers, so the reference above stays the one for ours
         lab::DevBuf<floatX> out2(n_out, "out2");
-        lab::DevBuf<float> lse2(n_lse, "lse2");
-        lab.run(op2, 15, "cuDNN", bytes, 3.5 * fwd_flops, lab::Bound::Compute, reset, [&] {
-            cudnn_attention_forward(out2, lse2, qkv, a, ctx);
-            cudnn_attention_backward(dqkv, dout, qkv, out2, lse2, a, ctx);
-        }, check);
+        lab::DevBuf<float> lse2(doc ? docs->stats_size(a) : n_lse, "lse2");
+        lab.run(op2, 15, doc ? "cuDNN, documents as sequences" : "cuDNN", bytes, 3.5 * fwd_flops, lab::Bound::Compute,
+                reset, [&] {
+                    if (doc) cudnn_attention_forward_docs(out2, lse2, qkv, a, *docs, ctx);
+                    else cudnn_attention_forward(out2, lse2, qkv, a, ctx);
+                    cudnn_backward(out2, lse2);
+                }, check);
+        twin_ratio(lab, "attention_fwd+bwd", 15, s);
     }
 #endif
 }
 
 int main(int argc, char** argv) {
-    const int status = attention_lab_main(argc, argv, "attention_backward.cu", 4321, run_shape);
+    const int status = attention_lab_main(argc, argv, "attention_backward.cu", 4321, run_shape, DOC_SHAPES, DOC_SMALL_SHAPES);
     if (determinism_failures) printf("# %d determinism check(s) failed\n", determinism_failures);
     return status || determinism_failures ? 1 : 0;
 }

@@ -35,7 +35,12 @@
 //        --small: only three tiny awkward shapes (for compute-sanitizer --tool racecheck);
 //        --shape NAME: only that shape (gpt2, long, ...: attention_common.cuh).
 // Shapes: FULL_SHAPES (attention_common.cuh), then WINDOW_SHAPES below (HD 64 windows with their
-// full-causal twins, for the window's time ratio).
+// full-causal twins, for the window's time ratio), then DOC_SHAPES (document masking, AttnShape::doc_start
+// from the lab's token stream; --small adds DOC_SMALL_SHAPES). On those: 0 is the shipped DOC path, 1 and
+// 2 take the mask, 3..8 run their DOC instantiation, the band kernels (9..13) take no mask and skip, 14
+// is cuDNN on the documents as packed ragged sequences (cudnn_attention.cuh); TFLOP/s count visible
+// pairs only (a row's sum over its documents of len * (len + 1) / 2), and variants 0 and 14 print their
+// time over the one-document twin's (the target: 8 documents a row in <= 0.3x).
 //
 // Latest tables (one H200, 2026-12-02, bf16, TFLOP/s on visible pairs, median, L2 flushed; every check
 // passed; columns in this file's numbering, the runs' own numbers in docs/perf.md's history).
@@ -80,13 +85,20 @@
 
 // Windowed problems at HD 64, each beside its full-causal twin (gpt2 is the twin of w-gpt2), so the
 // window's time ratio to full causal is measured in the same run.
-const std::vector<Shape> WINDOW_SHAPES = {
-    {"w-gpt2", {64, 1024, 12, 12, 64, 256}, 1},
-    {"long64", {16, 4096, 16, 16, 64, 0}, 1},
-    {"w-long64", {16, 4096, 16, 16, 64, 256}, 1},
-};
+const std::vector<Shape> WINDOW_SHAPES = [] {
+    std::vector<Shape> v = {
+        {"w-gpt2", {64, 1024, 12, 12, 64, 256}, 1},
+        {"long64", {16, 4096, 16, 16, 64, 0}, 1},
+        {"w-long64", {16, 4096, 16, 16, 64, 256}, 1},
+    };
+    v.insert(v.end(), DOC_SHAPES.begin(), DOC_SHAPES.end());
+    return v;
+}();
 
-static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
+static void run_shape(lab::Lab& lab, const Shape& shape, uint64_t seed) {
+    const DocMask dm(shape);  // doc_start on the device for a document-masked shape
+    Shape s = shape;
+    s.a = dm.a;
     const AttnShape& a = s.a;
     const CudaContext& ctx = lab.ctx;
     run_forward_shape(lab, s, seed, 14, [&](auto& variant, lab::DevBuf<floatX>& out, lab::DevBuf<float>& lse,
@@ -95,16 +107,21 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
         if (a.T <= 1024) variant(2, "naive", [&] { attention_forward_naive(out, lse, qkv, a, ctx); });
 #if !defined(PRECISION_FP32)
         using namespace attention_detail;
-        // a configuration for each HD (an HD 64-only variant passes its HD 64 one twice)
+        // a configuration for each HD (an HD 64-only variant passes its HD 64 one twice); the DOC
+        // instantiation on a document-masked shape
         auto tiles = [&](int v, const char* what, auto cfg64, auto cfg128) {
-            if (a.HD == 64 || decltype(cfg128)::HD == 128)
+            using C64 = decltype(cfg64);
+            using C128 = decltype(cfg128);
+            if (a.HD == 64 || C128::HD == 128)
                 variant(v, what, [&] {
-                    if (a.HD == 64) forward_flash_tiles<decltype(cfg64)>(out, lse, qkv, a, ctx);
-                    else forward_flash_tiles<decltype(cfg128)>(out, lse, qkv, a, ctx);
+                    if (a.doc_start && a.HD == 64) forward_flash_tiles<C64, true>(out, lse, qkv, a, ctx);
+                    else if (a.doc_start) forward_flash_tiles<C128, true>(out, lse, qkv, a, ctx);
+                    else if (a.HD == 64) forward_flash_tiles<C64>(out, lse, qkv, a, ctx);
+                    else forward_flash_tiles<C128>(out, lse, qkv, a, ctx);
                 });
         };
-        auto band = [&](int v, const char* what, auto cfg64, auto cfg128) {
-            if (a.HD == 64 || decltype(cfg128)::HD == 128)
+        auto band = [&](int v, const char* what, auto cfg64, auto cfg128) {  // no document mask
+            if (!a.doc_start && (a.HD == 64 || decltype(cfg128)::HD == 128))
                 variant(v, what, [&] {
                     if (a.HD == 64) forward_flash_band<decltype(cfg64)>(out, lse, qkv, a, ctx);
                     else forward_flash_band<decltype(cfg128)>(out, lse, qkv, a, ctx);
@@ -129,5 +146,5 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
 }
 
 int main(int argc, char** argv) {
-    return attention_lab_main(argc, argv, "attention_forward.cu", 1234, run_shape, WINDOW_SHAPES);
+    return attention_lab_main(argc, argv, "attention_forward.cu", 1234, run_shape, WINDOW_SHAPES, DOC_SMALL_SHAPES);
 }

@@ -4,7 +4,9 @@
 // no tiling, fp32 math. It shows what the later steps buy: each K/V row is re-read from L2 by every
 // query thread of its head, so it runs at a few TFLOP/s. Same interface and semantics as
 // llmc/attention.cuh (qkv (B, T, (NH + 2*NKV) * HD), out (B, T, NH*HD), lse (B, NH, T), dqkv written
-// with `=`, GQA, causal with an optional window); HD 64 or 128.
+// with `=`, GQA, causal with an optional window, AttnShape::doc_start's document mask); HD 64 or 128.
+// The document rule is written here from its contract (key j visible to query t iff doc_start[t] <= j),
+// not taken from the kernels under test: no tile bounds, no doc_query_end.
 #pragma once
 #include "llmc/attention.cuh"
 
@@ -15,8 +17,15 @@ constexpr int THREADS = 128;
 
 // grid (ceil(T / THREADS), NH, B): thread t of the sequence owns query row t of head h.
 // Online softmax over the visible keys, the output row accumulated in HD fp32 registers.
+// The first key query t of row b sees: its window's and its document's (doc_start (B, T) or null).
+__device__ __forceinline__ int first_key(const int* doc_start, int b, int t, int T, int window) {
+    const int lo = window > 0 ? max(0, t - window + 1) : 0;
+    return doc_start ? max(lo, doc_start[(size_t)b * T + t]) : lo;
+}
+
 template <int HD>
-__global__ void forward(floatX* out, float* lse, const floatX* qkv, int T, QKVLayout L, int window) {
+__global__ void forward(floatX* out, float* lse, const floatX* qkv, const int* doc_start, int T, QKVLayout L,
+                        int window) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x, h = blockIdx.y, b = blockIdx.z;
     if (t >= T) return;
     const int kvh = h / (L.NH / L.NKV), stride = L.row();
@@ -25,7 +34,7 @@ __global__ void forward(floatX* out, float* lse, const floatX* qkv, int T, QKVLa
     const float scale = rsqrtf((float)HD);
     float acc[HD], m = -INFINITY, l = 0.0f;
     for (int d = 0; d < HD; d++) acc[d] = 0.0f;
-    for (int j = window > 0 ? max(0, t - window + 1) : 0; j <= t; j++) {
+    for (int j = first_key(doc_start, b, t, T, window); j <= t; j++) {
         const floatX* k = seq + (size_t)j * stride + L.k_col(kvh);
         const floatX* v = seq + (size_t)j * stride + L.v_col(kvh);
         float s = 0.0f;
@@ -44,7 +53,7 @@ __global__ void forward(floatX* out, float* lse, const floatX* qkv, int T, QKVLa
 // grid (ceil(T / THREADS), NH, B): dQ of query row t; D_t = dO_t . O_t, dS = P (dP - D).
 template <int HD>
 __global__ void backward_dq(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
-                            int T, QKVLayout L, int window) {
+                            const int* doc_start, int T, QKVLayout L, int window) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x, h = blockIdx.y, b = blockIdx.z;
     if (t >= T) return;
     const int kvh = h / (L.NH / L.NKV), stride = L.row(), C = L.NH * HD;
@@ -55,7 +64,7 @@ __global__ void backward_dq(floatX* dqkv, const floatX* dout, const floatX* qkv,
     const float scale = rsqrtf((float)HD), lse_t = lse[((size_t)b * L.NH + h) * T + t];
     float D = 0.0f, dq[HD];
     for (int d = 0; d < HD; d++) D += to_float(dO[d]) * to_float(O[d]), dq[d] = 0.0f;
-    for (int j = window > 0 ? max(0, t - window + 1) : 0; j <= t; j++) {
+    for (int j = first_key(doc_start, b, t, T, window); j <= t; j++) {
         const floatX* k = seq + (size_t)j * stride + L.k_col(kvh);
         const floatX* v = seq + (size_t)j * stride + L.v_col(kvh);
         float s = 0.0f, dp = 0.0f;
@@ -71,7 +80,7 @@ __global__ void backward_dq(floatX* dqkv, const floatX* dout, const floatX* qkv,
 // of its group and every query that sees it (D recomputed per query: naive on purpose).
 template <int HD>
 __global__ void backward_dkdv(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* lse,
-                              int T, QKVLayout L, int window) {
+                              const int* doc_start, int T, QKVLayout L, int window) {
     const int j = blockIdx.x * blockDim.x + threadIdx.x, kvh = blockIdx.y, b = blockIdx.z;
     if (j >= T) return;
     const int group = L.NH / L.NKV, stride = L.row(), C = L.NH * HD;
@@ -84,6 +93,7 @@ __global__ void backward_dkdv(floatX* dqkv, const floatX* dout, const floatX* qk
     for (int h = kvh * group; h < (kvh + 1) * group; h++)
         for (int t = j; t < T; t++) {
             if (!attends(t, j, window)) break;  // past the window every later query is too
+            if (first_key(doc_start, b, t, T, window) > j) continue;  // j is before query t's document
             const floatX* q = seq + (size_t)t * stride + L.q_col(h);
             const floatX* dO = dout + ((size_t)b * T + t) * C + h * HD;
             const floatX* O = out + ((size_t)b * T + t) * C + h * HD;
@@ -110,8 +120,8 @@ inline void attention_forward_naive(floatX* out, float* lse, const floatX* qkv, 
     attention_detail::check_attention_sizes("attention_forward_naive", s);
     const QKVLayout L = attention_detail::qkv_layout(s);
     const dim3 grid(ceil_div(s.T, THREADS), s.NH, s.B);
-    if (s.HD == 64) forward<64><<<grid, THREADS, 0, ctx.stream>>>(out, lse, qkv, s.T, L, s.window);
-    else forward<128><<<grid, THREADS, 0, ctx.stream>>>(out, lse, qkv, s.T, L, s.window);
+    if (s.HD == 64) forward<64><<<grid, THREADS, 0, ctx.stream>>>(out, lse, qkv, s.doc_start, s.T, L, s.window);
+    else forward<128><<<grid, THREADS, 0, ctx.stream>>>(out, lse, qkv, s.doc_start, s.T, L, s.window);
     cudaCheckLaunch();
 }
 
@@ -124,13 +134,13 @@ inline void attention_backward_naive(floatX* dqkv, const floatX* dout, const flo
     const dim3 grid_q(ceil_div(T, THREADS), s.NH, s.B), grid_kv(ceil_div(T, THREADS), s.NKV, s.B);
     cudaStream_t st = ctx.stream;
     if (s.HD == 64) {
-        backward_dq<64><<<grid_q, THREADS, 0, st>>>(dqkv, dout, qkv, out, lse, T, L, W);
+        backward_dq<64><<<grid_q, THREADS, 0, st>>>(dqkv, dout, qkv, out, lse, s.doc_start, T, L, W);
         cudaCheckLaunch();
-        backward_dkdv<64><<<grid_kv, THREADS, 0, st>>>(dqkv, dout, qkv, out, lse, T, L, W);
+        backward_dkdv<64><<<grid_kv, THREADS, 0, st>>>(dqkv, dout, qkv, out, lse, s.doc_start, T, L, W);
     } else {
-        backward_dq<128><<<grid_q, THREADS, 0, st>>>(dqkv, dout, qkv, out, lse, T, L, W);
+        backward_dq<128><<<grid_q, THREADS, 0, st>>>(dqkv, dout, qkv, out, lse, s.doc_start, T, L, W);
         cudaCheckLaunch();
-        backward_dkdv<128><<<grid_kv, THREADS, 0, st>>>(dqkv, dout, qkv, out, lse, T, L, W);
+        backward_dkdv<128><<<grid_kv, THREADS, 0, st>>>(dqkv, dout, qkv, out, lse, s.doc_start, T, L, W);
     }
     cudaCheckLaunch();
 }
