@@ -10,7 +10,8 @@ Variants, forward (attention_forward <shape>) and forward + backward (attention_
   torch.compile  flex_attention (torch.nn.attention.flex_attention) with a BlockMask from
                  create_block_mask and a document-id mask_mod (causal, same document, the window),
                  compiled: the kernel torch.compile generates for the mask; GQA through enable_gqa
-  sdpa mask      F.scaled_dot_product_attention with the explicit boolean mask (B, 1, T, T)
+  sdpa mask      F.scaled_dot_product_attention with the explicit boolean mask (B, 1, T, T), K and V
+                 repeated to NH heads (the copy is timed) so the memory-efficient backend takes it
 FLOPs: 4 * HD per visible pair (each row's sum over its documents of len * (len + 1) / 2 without a
 window), times 3.5 forward + backward, the lab's count; bytes as the lab's rows. Check: out of the
 first sequences (the lab's ref_batches) against fp32 PyTorch math with the explicit mask (the lab's
@@ -141,8 +142,9 @@ def run_shape(L, name, B, T, NH, NKV, HD, W, RB, docs, seed):
 
     sdpa_mask = mask[:, None]                                                       # (B, 1, T, T)
 
-    def sdpa(q, k, v):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_mask, enable_gqa=True)
+    def sdpa(q, k, v):  # K and V repeated to NH heads: enable_gqa with a mask falls back to the math backend
+        k, v = (t.repeat_interleave(G, 1) if G > 1 else t for t in (k, v))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_mask)
 
     rows = [("sdpa mask", sdpa)]
     if lc.INTERPRET:
