@@ -1,7 +1,9 @@
 // attention_hopper.cuh: the attention forward for Hopper (sm_90a): FlashAttention on wgmma, tiles
 // brought in by the TMA copy engine, a producer warp and two or three consumer warpgroups (FA3's
 // structure). Same function as attention_forward_flash (llmc/attention.cuh): causal, GQA, optional
-// sliding window, HD 64 or 128, any T; bf16 operands, fp32 accumulation and softmax.
+// sliding window and document mask (the DOC instantiation: key tiles below the query tile's first
+// document start skipped, edge tiles masked per element like the window's), HD 64 or 128, any T; bf16
+// operands, fp32 accumulation and softmax.
 //
 // Shapes (those of attention.cuh):
 //   qkv (B, T, (NH + 2*NKV) * HD)   read through one 3-D TMA tensor map (columns, T, B): rows past T
@@ -131,19 +133,24 @@ struct FwdTileScheduler {
     }
 };
 
-// K/V tiles seen by the query rows [r0, r1] (r1 < T): the count, and the first in kv_first.
-template <int BKV>
-__device__ inline int fwd_kv_tiles(int r0, int r1, int window, int& kv_first) {
+// K/V tiles seen by the query rows [r0, r1] (0 <= r0, r1 < T): the count, and the first in kv_first.
+// DOC: none below the tile holding r0's document start (row_start: the sequence's doc_start row; the
+// smallest of the rows', doc_start being nondecreasing). The producer's loads and the consumers' loop
+// counts both come from here.
+template <int BKV, bool DOC = false>
+__device__ inline int fwd_kv_tiles(int r0, int r1, int window, const int* row_start, int& kv_first) {
     kv_first = window > 0 ? max(0, r0 - window + 1) / BKV : 0;
+    if constexpr (DOC) kv_first = max(kv_first, row_start[r0] / BKV);
     return r1 / BKV - kv_first + 1;
 }
 
 // ============================================================================ producer
 // One thread: for each of the CTA's items, the Q tile into buffer j % 2, then its K/V tiles into the
 // ring (stage and phase continue across items).
-template <class K>
+template <class K, bool DOC>
 __device__ __forceinline__ void fwd_producer(const FwdSmemAddr<K>& sm, const CUtensorMap* map,
-                                             const FwdTileScheduler& sched, const QKVLayout& L, int window) {
+                                             const FwdTileScheduler& sched, const QKVLayout& L, int window,
+                                             const int* doc_start) {
     int it = 0, j = 0;  // K/V tiles and items so far: ring stage and phase
     for (int i = blockIdx.x; i < sched.n_items; i += gridDim.x, j++) {
         const FwdWork w = sched.work(i);
@@ -152,7 +159,8 @@ __device__ __forceinline__ void fwd_producer(const FwdSmemAddr<K>& sm, const CUt
         mbar_expect_tx(sm.q_full(qb), K::Q_BYTES);
         tma_tile<K::BQ, K::HD>(sm.q(qb), map, L.q_col(w.h), w.q0, w.b, sm.q_full(qb));
         int kv_first;
-        const int n_tiles = fwd_kv_tiles<K::BKV>(max(w.q0, 0), w.q0 + K::BQ - 1, window, kv_first);
+        const int n_tiles = fwd_kv_tiles<K::BKV, DOC>(max(w.q0, 0), w.q0 + K::BQ - 1, window,
+                                                      DOC ? doc_start + (size_t)w.b * sched.T : nullptr, kv_first);
         for (int n = 0; n < n_tiles; n++, it++) {
             const int s = it % K::STAGES, kv0 = (kv_first + n) * K::BKV;
             const uint32_t free_parity = ((it / K::STAGES) & 1) ^ 1;
@@ -212,16 +220,24 @@ struct FwdTile {
     uint32_t sQ;     // the Q buffer's shared-space address
     bool last_item;  // the CTA's last item: its last ping-pong hand-over is skipped
 };
+// DOC: the item's sequence row of doc_start, the document starts of this thread's two rows (0 for rows
+// below 0) and the highest of its warp's 16 rows (a key tile from there on needs no document mask).
+struct FwdDocRows {
+    const int* row_start;
+    int ds[2], hi;
+};
 
 // The consumer main loop of one item (item j of the CTA), issue steps n = 0..n_tiles: S_n = Q K_n
 // (n < n_tiles) and O += P_{n-1} V_{n-1} (n > 0), each only where this warpgroup sees the tile (its
 // own tiles a..z). A tile it does not see is still waited for and released: the producer counts every
 // consumer warp. Ping-pong: every issue step is "wait for my turn, issue, hand the turn to the next";
 // the very last hand-over of the last warpgroup is skipped so that arrivals match syncs on each barrier.
-template <class K>
+// DOC: keys before a row's document start are masked like the window's (docs: FwdDocRows).
+template <class K, bool DOC>
 __device__ __forceinline__ void fwd_mainloop(const FwdSmemAddr<K>& sm, const FwdThread& th, const FwdTile& tile,
-                                             int j, int it, int window, float (&o)[K::HD / 2], uint32_t (&p)[K::BKV / 16][4],
-                                             float (&m)[2], float (&l)[2], float (&corr)[2]) {
+                                             const FwdDocRows& docs, int j, int it, int window, float (&o)[K::HD / 2],
+                                             uint32_t (&p)[K::BKV / 16][4], float (&m)[2], float (&l)[2],
+                                             float (&corr)[2]) {
     constexpr int HD = K::HD, BQ = K::BQ, BKV = K::BKV, STAGES = K::STAGES, NWG = K::NWG;
     // (locals, not the structs, in the lambdas: what a lambda captures stays in memory until inlined)
     const int wg = th.wg, lane = th.lane, t4 = th.t4, wrow = th.wrow;
@@ -236,7 +252,7 @@ __device__ __forceinline__ void fwd_mainloop(const FwdSmemAddr<K>& sm, const Fwd
         if (r0 + 63 < 0) a = n_tiles, z = n_tiles - 1;
         else {
             int first;
-            const int cnt = fwd_kv_tiles<BKV>(max(r0, 0), r0 + 63, window, first);
+            const int cnt = fwd_kv_tiles<BKV, DOC>(max(r0, 0), r0 + 63, window, docs.row_start, first);
             a = first - kv_first, z = a + cnt - 1;
         }
     }
@@ -262,17 +278,20 @@ __device__ __forceinline__ void fwd_mainloop(const FwdSmemAddr<K>& sm, const Fwd
         for (int kk = 0; kk < BKV / 16; kk++)
             wgmma_rs<HD>(o, p[kk], smem_desc(sV + s * K::KV_BYTES + kk * 16 * 128, BKV * 128, 1024));
     };
-    // Masks the scores of keys this thread's rows may not see (only on tiles crossing the diagonal or
-    // the window's edge for this warp's 16 rows).
+    const int ds0 = DOC ? docs.ds[0] : 0, ds1 = DOC ? docs.ds[1] : 0, doc_hi = DOC ? docs.hi : 0;
+    // Masks the scores of keys this thread's rows may not see (only on tiles crossing the diagonal, the
+    // window's edge or, DOC, a document start of this warp's 16 rows).
     auto mask = [&](float (&sacc)[BKV / 2], int n) {
         const int kv0 = (kv_first + n) * BKV, first = q0 + wrow, last = first + 15;
-        if (kv0 + BKV - 1 > first || (window > 0 && last - kv0 >= window)) {
+        if (kv0 + BKV - 1 > first || (window > 0 && last - kv0 >= window) || (DOC && kv0 < doc_hi)) {
 #pragma unroll
             for (int nb = 0; nb < BKV / 8; nb++)
 #pragma unroll
-                for (int e = 0; e < 4; e++)
-                    if (!attends(row0 + 8 * (e >> 1), kv0 + nb * 8 + 2 * t4 + (e & 1), window))
+                for (int e = 0; e < 4; e++) {
+                    const int key = kv0 + nb * 8 + 2 * t4 + (e & 1);
+                    if (!attends(row0 + 8 * (e >> 1), key, window) || (DOC && key < ((e >> 1) ? ds1 : ds0)))
                         sacc[nb * 4 + e] = -INFINITY;
+                }
         }
     };
     // One instantiation per pair of matmuls issued, so no wgmma pipeline stage spans a branch (ptxas
@@ -408,10 +427,11 @@ __device__ __forceinline__ void fwd_epilogue(const FwdSmemAddr<K>& sm, uint8_t* 
 }
 
 // A consumer warpgroup over the CTA's items: the item's tile, the main loop, the epilogue.
-template <class K, bool FP8>
+// DOC: every row still sees itself (doc_start[t] <= t), so no row's sum l is 0 and lse stays finite.
+template <class K, bool FP8, bool DOC>
 __device__ __forceinline__ void fwd_consumer(const FwdSmemAddr<K>& sm, uint8_t* smem_gen, const FwdTileScheduler& sched,
                                              int warp, int lane, bf16* out, float* lse, int T, const QKVLayout& L,
-                                             int window, const AttnFp8Out& f8) {
+                                             int window, const AttnFp8Out& f8, const int* doc_start) {
     constexpr int HD = K::HD, BQ = K::BQ, BKV = K::BKV, NWG = K::NWG;
     // warpgroup index through a shuffle from lane 0: provably warp-uniform to the compiler (a branch
     // it thinks divergent around wgmma makes ptxas serialise them, warning C7520)
@@ -428,7 +448,13 @@ __device__ __forceinline__ void fwd_consumer(const FwdSmemAddr<K>& sm, uint8_t* 
         FwdTile tile;
         tile.q0 = item.q0, tile.h = item.h, tile.b = item.b, tile.qb = j & 1, tile.row0 = item.q0 + th.wrow + th.g;
         tile.last_item = i + (int)gridDim.x >= sched.n_items;
-        tile.n_tiles = fwd_kv_tiles<BKV>(max(tile.q0, 0), tile.q0 + BQ - 1, window, tile.kv_first);
+        FwdDocRows docs{};
+        if constexpr (DOC) {  // this thread's rows < T (the tiles end at T - 1)
+            docs.row_start = doc_start + (size_t)item.b * T;
+            for (int r = 0; r < 2; r++) docs.ds[r] = tile.row0 + 8 * r >= 0 ? docs.row_start[tile.row0 + 8 * r] : 0;
+            docs.hi = __reduce_max_sync(0xffffffffu, docs.ds[1]);
+        }
+        tile.n_tiles = fwd_kv_tiles<BKV, DOC>(max(tile.q0, 0), tile.q0 + BQ - 1, window, docs.row_start, tile.kv_first);
         tile.sQ = sm.q(tile.qb);
 
         float o[HD / 2];
@@ -436,7 +462,7 @@ __device__ __forceinline__ void fwd_consumer(const FwdSmemAddr<K>& sm, uint8_t* 
         for (int k = 0; k < HD / 2; k++) o[k] = 0.0f;
         float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, corr[2];
         uint32_t p[BKV / 16][4];
-        fwd_mainloop<K>(sm, th, tile, j, it, window, o, p, m, l, corr);
+        fwd_mainloop<K, DOC>(sm, th, tile, docs, j, it, window, o, p, m, l, corr);
         it += tile.n_tiles;
         fwd_epilogue<K, FP8>(sm, smem_gen, th, tile, o, m, l, out, lse, T, L, f8, f8_scale, f8_amax);
     }
@@ -448,11 +474,12 @@ __device__ __forceinline__ void fwd_consumer(const FwdSmemAddr<K>& sm, uint8_t* 
 
 // ============================================================================ the kernel
 // grid: min(work items, SMs) CTAs striding over the items (or one per item); THREADS threads;
-// fwd_smem_bytes() of dynamic smem. Warps 0-3 the producer, the rest the consumers.
-template <class Config, bool FP8 = false>
+// fwd_smem_bytes() of dynamic smem. Warps 0-3 the producer, the rest the consumers. DOC: doc_start
+// (B, T) masks keys before each row's document (attention_layout.cuh), else unused.
+template <class Config, bool FP8 = false, bool DOC = false>
 __global__ void __launch_bounds__(HopperFwd<Config>::THREADS, 1)
     attention_forward_wgmma(bf16* out, float* lse, const __grid_constant__ CUtensorMap map, int B, int T, QKVLayout L,
-                            int window, int group, AttnFp8Out f8) {
+                            int window, int group, AttnFp8Out f8, const int* doc_start) {
 #if LLMC_SM90A_DEVICE
     using K = HopperFwd<Config>;
     constexpr int STAGES = K::STAGES;
@@ -475,11 +502,11 @@ __global__ void __launch_bounds__(HopperFwd<Config>::THREADS, 1)
 
     if (warp < 4) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(K::PRODUCER_REGS));
-        if (threadIdx.x == 0) fwd_producer<K>(sm, &map, sched, L, window);
+        if (threadIdx.x == 0) fwd_producer<K, DOC>(sm, &map, sched, L, window, doc_start);
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(K::CONSUMER_REGS));
-    fwd_consumer<K, FP8>(sm, smem_raw + (sm.base - raw), sched, warp, lane, out, lse, T, L, window, f8);
+    fwd_consumer<K, FP8, DOC>(sm, smem_raw + (sm.base - raw), sched, warp, lane, out, lse, T, L, window, f8, doc_start);
 #else
     __trap();
 #endif
@@ -496,7 +523,8 @@ inline int hopper_head_group(const AttnShape& s, size_t l2_bytes) {
 }
 
 // persistent: min(work items, SMs) CTAs stride over the items; otherwise one CTA per item. l2_bytes:
-// the K/V budget of an item group (hopper_head_group). f8: also the FP8 copies of out, else null.
+// the K/V budget of an item group (hopper_head_group). f8: also the FP8 copies of out, else null
+// (not with s.doc_start). s.doc_start: the DOC kernel.
 template <class Config>
 inline void forward_hopper(bf16* out, float* lse, const bf16* qkv, const AttnShape& s, const CudaContext& ctx,
                            bool persistent, size_t l2_bytes, const AttnFp8Out* f8 = nullptr) {
@@ -505,13 +533,18 @@ inline void forward_hopper(bf16* out, float* lse, const bf16* qkv, const AttnSha
     static_assert(smem <= 227 * 1024, "one CTA's smem");
     ctx.allow_smem(attention_forward_wgmma<Config, false>, smem);
     ctx.allow_smem(attention_forward_wgmma<Config, true>, smem);
+    ctx.allow_smem(attention_forward_wgmma<Config, false, true>, smem);
+    if (f8 && s.doc_start) fail("attention_forward_hopper: no FP8 copies with document masking");
     const int B = s.B, T = s.T;
     const QKVLayout L = qkv_layout(s);
     const CUtensorMap map = token_rows_map(qkv, B, T, L.row());
     const int items = L.NH * B * ceil_div(T, K::BQ);
     const int grid = persistent ? std::min(items, ctx.sm_count) : items, group = hopper_head_group(s, l2_bytes);
-    auto kernel = f8 ? attention_forward_wgmma<Config, true> : attention_forward_wgmma<Config, false>;
-    kernel<<<grid, K::THREADS, smem, ctx.stream>>>(out, lse, map, B, T, L, s.window, group, f8 ? *f8 : AttnFp8Out{});
+    auto kernel = s.doc_start ? attention_forward_wgmma<Config, false, true>
+                  : f8        ? attention_forward_wgmma<Config, true>
+                              : attention_forward_wgmma<Config, false>;
+    kernel<<<grid, K::THREADS, smem, ctx.stream>>>(out, lse, map, B, T, L, s.window, group, f8 ? *f8 : AttnFp8Out{},
+                                                   s.doc_start);
     cudaCheckLaunch();
 }
 
@@ -535,12 +568,11 @@ constexpr size_t HOPPER_L2_BYTES = (size_t)32 << 20;
 
 // FlashAttention forward on wgmma + TMA; bf16, HD 64 or 128, out and qkv 16-byte aligned. Only in
 // sm_90a builds (attention_hopper_available(ctx)); elsewhere calling it is an error. f8: the FP8
-// copies of out as well (T a multiple of 16, x and xt 16-byte aligned).
+// copies of out as well (T a multiple of 16, x and xt 16-byte aligned; not with s.doc_start).
 inline void attention_forward_hopper(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttnShape& s,
                                      const CudaContext& ctx, const AttnFp8Out* f8 = nullptr) {
     using namespace attention_detail;
     check_attention_sizes("attention_forward_hopper", s);
-    if (s.doc_start) fail("attention_forward_hopper: no document masking (the policy routes it to the mma.sync kernels)");
 #if defined(LLMC_SM90A)
     using namespace attention_hopper_detail;
     if (!aligned16(out) || !aligned16(qkv)) fail("attention_forward_hopper: out and qkv must be 16-byte aligned");

@@ -1,7 +1,9 @@
 // attention_hopper_backward.cuh: the attention backward for Hopper (sm_90a): FlashAttention-3's
 // structure on wgmma, Q/dO tiles brought in by the TMA copy engine, a producer warp and two consumer
 // warpgroups. Same function as attention_backward_flash with a scratch buffer (llmc/attention.cuh):
-// causal, GQA, optional sliding window, HD 64 or 128, any T; bf16 operands, fp32 accumulation.
+// causal, GQA, optional sliding window and document mask (the DOC instantiation: each key tile's query
+// tiles end where its documents do, edge tiles masked per element from the query tile's doc_start in
+// smem), HD 64 or 128, any T; bf16 operands, fp32 accumulation.
 //
 // Shapes (those of attention.cuh):
 //   qkv, dqkv (B, T, (NH + 2*NKV) * HD)  qkv read through one 3-D TMA tensor map (columns, T, B): rows
@@ -61,10 +63,13 @@ using namespace attention_detail;
 //   skip_masked  lockstep only: a warpgroup whose 64 keys see none of a tile's queries skips its S^T,
 //                dP^T, dV, dK wgmmas and writes zeros as its dS^T rows
 // SPLIT (not a field: the launcher instantiates both): the split schedule, a compile-time flag so that
-// the whole-item kernel carries none of its registers.
-template <class Config, bool SPLIT_ = false>
+// the whole-item kernel carries none of its registers. DOC (not a field either): document masking, the
+// query tile's doc_start beside its D and lse2; whole items only (a key tile's query tiles then depend
+// on its sequence, which the split schedule's unit count does not know).
+template <class Config, bool SPLIT_ = false, bool DOC_ = false>
 struct HopperBwd {
-    static constexpr bool SPLIT = SPLIT_;
+    static constexpr bool SPLIT = SPLIT_, DOC = DOC_;
+    static_assert(!(SPLIT && DOC), "document masking on whole items only");
     static constexpr int HD = Config::head_dim, BKV = 128, BQ = Config::q_tile, STAGES = Config::stages;
     static constexpr int THREADS = 384;
     static constexpr bool LATE_DQ = Config::late_dq, DQ_ROWS = BQ == 128, SKIP_MASKED = Config::skip_masked;
@@ -75,7 +80,8 @@ struct HopperBwd {
     static constexpr int PRODUCER_REGS = BIG_CONSUMERS ? 24 : 40, CONSUMER_REGS = BIG_CONSUMERS ? 240 : 232;
     static constexpr int DQ_N = DQ_ROWS ? HD : HD / 2;  // dQ columns a consumer warpgroup computes
     static constexpr int KV_BYTES = BKV * HD * 2, Q_BYTES = BQ * HD * 2, DS_BYTES = BKV * BQ * 2;
-    static constexpr int ROWS_BYTES = 2 * BQ * 4, DQ_BOX_BYTES = 64 * 32 * 4;  // D + lse2 of a tile; a dQ box
+    // D + lse2 (+ DOC: doc_start) of a tile; a dQ box
+    static constexpr int ROWS_BYTES = (DOC ? 3 : 2) * BQ * 4, DQ_BOX_BYTES = 64 * 32 * 4;
     static_assert(HD == 64 || HD == 128, "HD 64 or 128: whole 64-column panels");
     static_assert(BQ == 64 || (BQ == 128 && HD == 64), "BQ 128 only at HD 64 (registers)");
     static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= 168 * THREADS, "setmaxnreg: the CTA's registers");
@@ -89,17 +95,18 @@ struct BwdSmem {
     uint8_t dout[K::STAGES][K::Q_BYTES];           // (BQ, HD) bf16
     uint8_t ds[2][K::DS_BYTES];                    // dS^T (BKV, BQ) bf16, alternating tiles
     uint8_t dq[K::BQ * K::HD * 4];                 // dQ (BQ, HD) fp32 as boxes of 64 x 32, 128B swizzle
-    float rows[K::STAGES][2 * K::BQ];              // D, then lse2, of a query tile
+    float rows[K::STAGES][K::ROWS_BYTES / 4];      // D, then lse2 (then DOC: doc_start), of a query tile
     uint64_t full[K::STAGES], empty[K::STAGES];    // a stage landed (expect_tx) / released (8 warps)
     uint64_t kv_full, kv_empty;                    // K, V landed / released
 };
+// DOC: one int after the struct, the unit's query tiles a head (BwdSmemAddr::unit_qt).
 template <class K>
 constexpr int bwd_smem_bytes() {
     using S = BwdSmem<K>;
     static_assert(offsetof(S, v) % 1024 == 0 && offsetof(S, q) % 1024 == 0 && offsetof(S, dout) % 1024 == 0 &&
                       offsetof(S, ds) % 1024 == 0 && offsetof(S, dq) % 1024 == 0 && offsetof(S, rows) % 1024 == 0,
                   "tiles 1024-byte aligned");
-    return 1024 + (int)sizeof(S);
+    return 1024 + (int)sizeof(S) + (K::DOC ? 16 : 0);
 }
 // Shared-space addresses of BwdSmem's fields from the 1024-aligned base.
 template <class K>
@@ -113,7 +120,11 @@ struct BwdSmemAddr {
           bars(base_ + (uint32_t)offsetof(S, full)), kv_full(bars + 8 * 2 * K::STAGES), kv_empty(kv_full + 8) {}
     __device__ uint32_t q(int s) const { return base + OFF_Q + s * K::Q_BYTES; }
     __device__ uint32_t dout(int s) const { return base + OFF_DO + s * K::Q_BYTES; }
-    __device__ uint32_t rows(int s) const { return base + OFF_ROWS + s * K::ROWS_BYTES; }  // D[BQ], then lse2[BQ]
+    // D[BQ], then lse2[BQ], then (DOC) the int32 doc_start[BQ]
+    __device__ uint32_t rows(int s) const { return base + OFF_ROWS + s * K::ROWS_BYTES; }
+    // DOC: the unit's query tiles a head, written by the producer before its K, V arrival
+    static constexpr int OFF_UNIT_QT = sizeof(S);
+    __device__ uint32_t unit_qt() const { return base + OFF_UNIT_QT; }
     __device__ uint32_t full(int s) const { return bars + 8 * s; }
     __device__ uint32_t empty(int s) const { return bars + 8 * (K::STAGES + s); }
 };
@@ -154,11 +165,27 @@ __host__ __device__ inline int bwd_split_units(int T, int window, int group, int
 //   split (chunk > 0; where whole items would leave SMs idle): each key tile's tiles cut into
 //     ceil(n_it / chunk) even ranges, one CTA each, the longest key tiles first; the CTAs of a key
 //     tile sum dK, dV by fp32 reductions into dkv_accum.
+// DOC (whole items): a key tile's query tiles also end at doc_query_end of its last key
+// (doc_query_tiles). Only the producer searches doc_start (B, T), while the consumers work on the
+// previous unit; it hands the count over in smem (BwdSmemAddr::unit_qt) with K and V, so both sides
+// run the same tiles. The pointer sits in a base that is empty without DOC (the unmasked scheduler's
+// layout unchanged).
+template <bool DOC>
+struct BwdDocStart {
+    __device__ explicit BwdDocStart(const int*) {}
+};
+template <>
+struct BwdDocStart<true> {
+    const int* doc_start;
+    __device__ explicit BwdDocStart(const int* p) : doc_start(p) {}
+};
 template <class K>
-struct BwdTileScheduler {
+struct BwdTileScheduler : BwdDocStart<K::DOC> {
     int group, T, NKV, window, n_kt, chunk, units_hb, n_items;  // group: query heads a kv head
-    __device__ __forceinline__ BwdTileScheduler(int B, int T_, const QKVLayout& L, int window_, int chunk_)
-        : group(L.NH / L.NKV), T(T_), NKV(L.NKV), window(window_), n_kt(ceil_div(T_, K::BKV)), chunk(chunk_),
+    __device__ __forceinline__ BwdTileScheduler(int B, int T_, const QKVLayout& L, int window_, int chunk_,
+                                                const int* doc_start_)
+        : BwdDocStart<K::DOC>(doc_start_), group(L.NH / L.NKV), T(T_), NKV(L.NKV), window(window_),
+          n_kt(ceil_div(T_, K::BKV)), chunk(chunk_),
           units_hb(K::SPLIT ? bwd_split_units<K::BKV, K::BQ>(T_, window_, L.NH / L.NKV, chunk_) : n_kt),
           n_items(units_hb * L.NKV * B) {}
     __device__ int query_tiles(int kv0) const { return bwd_query_tiles<K::BKV, K::BQ>(kv0, T, window); }
@@ -183,6 +210,12 @@ struct BwdTileScheduler {
             r -= ns;
         }
     }
+    // DOC: decode's n_qt cut where the key tile's documents end (doc_query_end of its last key; >= 1,
+    // that end being past the tile's first key)
+    __device__ int doc_query_tiles(int kv0, int b, int n_qt) const {
+        const int q_end = doc_query_end_wide<8>(this->doc_start + (size_t)b * T, min(kv0 + K::BKV, T) - 1, T);
+        return min(n_qt, ceil_div(q_end - kv0, K::BQ));
+    }
 };
 
 // ============================================================================ producer
@@ -190,26 +223,31 @@ struct BwdTileScheduler {
 template <class K>
 __device__ __forceinline__ void bwd_producer(const BwdSmemAddr<K>& sm, const BwdTileScheduler<K>& sched,
                                              const CUtensorMap* qkv_map, const CUtensorMap* dout_map,
-                                             const CUtensorMap* rows_map, const QKVLayout& L) {
+                                             const CUtensorMap* rows_map, const CUtensorMap* doc_map,
+                                             const QKVLayout& L) {
     constexpr int HD = K::HD, BQ = K::BQ, BKV = K::BKV, STAGES = K::STAGES;
     const int group = sched.group;
     int cnt = 0, j = 0;  // query tiles and items so far: ring stage and phase
     for (int i = blockIdx.x; i < sched.n_items; i += gridDim.x, j++) {
         int kv0, kvh, b, n_qt, it_begin, it_end;
         sched.decode(i, kv0, kvh, b, n_qt, it_begin, it_end);
+        if constexpr (K::DOC) it_end = group * (n_qt = sched.doc_query_tiles(kv0, b, n_qt));
         mbar_wait(sm.kv_empty, (j & 1) ^ 1);
+        if constexpr (K::DOC)  // released to the consumers by the arrival below
+            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sm.unit_qt()), "r"(n_qt) : "memory");
         mbar_expect_tx(sm.kv_full, 2 * K::KV_BYTES);
         tma_tile<BKV, HD>(sm.sK, qkv_map, L.k_col(kvh), kv0, b, sm.kv_full);
         tma_tile<BKV, HD>(sm.sV, qkv_map, L.v_col(kvh), kv0, b, sm.kv_full);
         for (int it = it_begin; it < it_end; it++, cnt++) {
             const int s = cnt % STAGES, h = kvh * group + it / n_qt, i0 = kv0 + (it % n_qt) * BQ;
             mbar_wait(sm.empty(s), ((cnt / STAGES) & 1) ^ 1);
-            mbar_expect_tx(sm.full(s), 2 * K::Q_BYTES + K::ROWS_BYTES);
+            mbar_expect_tx(sm.full(s), 2 * K::Q_BYTES + K::ROWS_BYTES);  // (DOC: with the doc_start box)
             tma_tile<BQ, HD>(sm.q(s), qkv_map, L.q_col(h), i0, b, sm.full(s));
             tma_tile<BQ, HD>(sm.dout(s), dout_map, h * HD, i0, b, sm.full(s));
             // D and lse2 of the tile: one box of rows_map (racecheck tracks a tensor-map copy's smem
             // writes like Q's; plain bulk copies showed as hazards, although the mbarriers order them)
             tma_load(sm.rows(s), rows_map, i0, b * L.NH + h, 0, sm.full(s));
+            if constexpr (K::DOC) tma_load_1d(sm.rows(s) + 2 * BQ * 4, doc_map, b * sched.T + i0, sm.full(s));
         }
     }
 }
@@ -391,6 +429,21 @@ __device__ __forceinline__ void bwd_mainloop(const BwdSmemAddr<K>& sm, uint8_t* 
             }
         }
     };
+    // DOC: P^T = 0 where a key lies before its query's document start; only tiles where some query's
+    // start passes this warpgroup's first key (the tile's doc_start from smem, its last row below T
+    // the highest; rows past T hold another sequence's starts or zeros, and probabilities zeroed them).
+    // A pass of its own, so that the unmasked kernel's probabilities stay as they are.
+    auto doc_mask = [&](float (&st)[BQ / 2], const float* rows, int i0, int kw0, int key0) {
+        const int* docs = reinterpret_cast<const int*>(rows + 2 * BQ);
+        if (docs[min(BQ, T - i0) - 1] <= kw0) return;
+#pragma unroll
+        for (int nb = 0; nb < BQ / 8; nb++) {
+            const int2 d2 = *reinterpret_cast<const int2*>(docs + nb * 8 + 2 * t4);
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (key0 + 8 * (e >> 1) < ((e & 1) ? d2.y : d2.x)) st[nb * 4 + e] = 0.0f;
+        }
+    };
     // dS^T = P^T (dP^T - D) in place of dP^T.
     auto dscores = [&](float (&dpt)[BQ / 2], const float (&st)[BQ / 2], const float* rows) {
 #pragma unroll
@@ -473,6 +526,7 @@ __device__ __forceinline__ void bwd_mainloop(const BwdSmemAddr<K>& sm, uint8_t* 
         wgmma_wait<1>();  // S^T done
         fence_regs(st);
         probabilities(st, rows, i0, kw0, key0);
+        if constexpr (K::DOC) doc_mask(st, rows, i0, kw0, key0);
         wgmma_wait<0>();
         fence_regs(dpt);
         dscores(dpt, st, rows);
@@ -542,6 +596,11 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmemAddr<K>& sm, uint8_t* 
     for (int i = blockIdx.x; i < sched.n_items; i += gridDim.x, j++) {
         int kv0, kvh, b, n_qt, it_begin, it_end;
         sched.decode(i, kv0, kvh, b, n_qt, it_begin, it_end);
+        if constexpr (K::DOC) {  // the producer's count (doc_query_tiles), with this unit's K and V
+            mbar_wait(sm.kv_full, j & 1);
+            n_qt = *reinterpret_cast<volatile const int*>(smem_gen + BwdSmemAddr<K>::OFF_UNIT_QT);
+            it_end = group * n_qt;
+        }
         float dk[HD / 2], dv[HD / 2];
 #pragma unroll
         for (int k = 0; k < HD / 2; k++) dk[k] = 0.0f, dv[k] = 0.0f;
@@ -555,21 +614,22 @@ __device__ __forceinline__ void bwd_consumer(const BwdSmemAddr<K>& sm, uint8_t* 
 // ============================================================================ the kernel
 // grid: min(units, SMs) CTAs striding over the units (BwdTileScheduler); THREADS threads;
 // bwd_smem_bytes() of smem. Warps 0-3 the producer, 4-11 the consumers. dkv_accum: nullptr, or
-// (chunk > 0) the split schedule's fp32 dK, dV sums, zeroed.
-template <class Config, bool SPLIT>
+// (chunk > 0) the split schedule's fp32 dK, dV sums, zeroed. DOC: doc_start (B, T), also read through
+// doc_map (doc_rows_map); else both unused.
+template <class Config, bool SPLIT, bool DOC = false>
 __global__ void __launch_bounds__(HopperBwd<Config>::THREADS, 1)
     attention_backward_wgmma(bf16* dqkv, const __grid_constant__ CUtensorMap qkv_map,
                              const __grid_constant__ CUtensorMap dout_map, const __grid_constant__ CUtensorMap dq_map,
                              const __grid_constant__ CUtensorMap rows_map, float* dkv_accum, int B, int T, QKVLayout L,
-                             int window, int chunk) {
+                             int window, int chunk, const __grid_constant__ CUtensorMap doc_map, const int* doc_start) {
 #if LLMC_SM90A_DEVICE
-    using K = HopperBwd<Config, SPLIT>;
+    using K = HopperBwd<Config, SPLIT, DOC>;
     constexpr int STAGES = K::STAGES;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t raw = smem_addr(smem_raw);
     const BwdSmemAddr<K> sm((raw + 1023) & ~1023u);
     uint8_t* smem_gen = smem_raw + (sm.base - raw);  // generic pointer to the base
-    const BwdTileScheduler<K> sched(B, T, L, window, chunk);
+    const BwdTileScheduler<K> sched(B, T, L, window, chunk, doc_start);
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
 
     if (threadIdx.x == 0) {
@@ -582,7 +642,7 @@ __global__ void __launch_bounds__(HopperBwd<Config>::THREADS, 1)
 
     if (warp < 4) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(K::PRODUCER_REGS));
-        if (threadIdx.x == 0) bwd_producer<K>(sm, sched, &qkv_map, &dout_map, &rows_map, L);
+        if (threadIdx.x == 0) bwd_producer<K>(sm, sched, &qkv_map, &dout_map, &rows_map, &doc_map, L);
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(K::CONSUMER_REGS));
@@ -610,6 +670,14 @@ inline CUtensorMap rows_map(const float* scratch, int B, int T, int NH, int HD, 
     const cuuint32_t box[3] = {(cuuint32_t)BQ, 1, 2};
     return encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, scratch + (size_t)B * T * NH * HD, dims, strides, box,
                              CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
+// doc_start (B, T) int32 as one run of B * T, boxes of BQ (a query tile's; past a sequence's end the
+// next one's, past the last zeros): one dimension, so T needs no alignment.
+inline CUtensorMap doc_rows_map(const int* doc_start, int B, int T, int BQ) {
+    const cuuint64_t dims[1] = {(cuuint64_t)B * T}, no_strides[1] = {0};
+    const cuuint32_t box[1] = {(cuuint32_t)BQ};
+    return encode_tensor_map(CU_TENSOR_MAP_DATA_TYPE_INT32, 1, doc_start, dims, no_strides, box, CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 // Epilogue of the split schedule: every column of dqkv, dQ = scale * dq_accum (B, T, NH * HD), dK and
@@ -654,7 +722,8 @@ inline int bwd_split_chunk(const AttnShape& s, int sms) {
 // The launches. scratch: attention_backward_scratch_floats(s) floats, any contents; with scratch_floats
 // >= attention_backward_scratch_floats_split(s, ctx) the kernel may take the split schedule.
 // keep_dq: on the whole-item schedule, the dQ store is skipped and dQ stays unscaled in scratch's
-// dq_accum (dqkv's query columns unwritten); returns whether it did.
+// dq_accum (dqkv's query columns unwritten); returns whether it did. s.doc_start: the DOC kernel, on
+// whole items.
 template <class Config>
 inline bool backward_hopper(bf16* dqkv, float* scratch, const bf16* dout, const bf16* qkv, const bf16* out,
                             const float* lse, const AttnShape& s, const CudaContext& ctx, size_t scratch_floats = 0,
@@ -664,7 +733,11 @@ inline bool backward_hopper(bf16* dqkv, float* scratch, const bf16* dout, const 
     static_assert(smem <= 227 * 1024, "one CTA's smem");
     ctx.allow_smem(attention_backward_wgmma<Config, false>, smem);
     ctx.allow_smem(attention_backward_wgmma<Config, true>, smem);
+    constexpr int smem_doc = bwd_smem_bytes<HopperBwd<Config, false, true>>();
+    static_assert(smem_doc <= 227 * 1024, "one CTA's smem");
+    ctx.allow_smem(attention_backward_wgmma<Config, false, true>, smem_doc);
     const int B = s.B, T = s.T, window = s.window;
+    const bool doc = s.doc_start != nullptr;
     const QKVLayout L = qkv_layout(s);
     cudaStream_t stream = ctx.stream;
     const CUtensorMap qkv_map = token_rows_map(qkv, B, T, L.row()), dout_map = token_rows_map(dout, B, T, L.NH * HD);
@@ -675,7 +748,7 @@ inline bool backward_hopper(bf16* dqkv, float* scratch, const bf16* dout, const 
     const size_t base_floats = attention_backward_scratch_floats(s);
     // the split schedule where it helps and the scratch has dkv_accum (B, T, 2 * NKV * HD) after the rest
     const size_t dkv_floats = (size_t)B * T * 2 * L.NKV * HD;
-    const int chunk = scratch_floats >= base_floats + dkv_floats ? bwd_split_chunk<K>(s, sms) : 0;
+    const int chunk = !doc && scratch_floats >= base_floats + dkv_floats ? bwd_split_chunk<K>(s, sms) : 0;
     float* dkv_accum = chunk > 0 ? scratch + base_floats : nullptr;
     if (dkv_accum) cudaCheck(cudaMemsetAsync(dkv_accum, 0, dkv_floats * sizeof(float), stream));
     attention_backward_prologue<HD><<<(unsigned)ceil_div<size_t>(threads, 256), 256, 0, stream>>>(scratch, dout, out,
@@ -685,8 +758,12 @@ inline bool backward_hopper(bf16* dqkv, float* scratch, const bf16* dout, const 
     // unit its CTA (bwd_split_chunk keeps them within the SMs)
     const int units = chunk > 0 ? bwd_split_units<K::BKV, K::BQ>(T, window, L.NH / L.NKV, chunk) * L.NKV * B : items;
     const int grid = units <= sms ? units : n_kt <= sms ? sms / n_kt * n_kt : sms;
-    auto kernel = chunk > 0 ? attention_backward_wgmma<Config, true> : attention_backward_wgmma<Config, false>;
-    kernel<<<grid, K::THREADS, smem, stream>>>(dqkv, qkv_map, dout_map, dq_map, r_map, dkv_accum, B, T, L, window, chunk);
+    auto kernel = doc         ? attention_backward_wgmma<Config, false, true>
+                  : chunk > 0 ? attention_backward_wgmma<Config, true>
+                              : attention_backward_wgmma<Config, false>;
+    const CUtensorMap doc_map = doc ? doc_rows_map(s.doc_start, B, T, K::BQ) : CUtensorMap{};
+    kernel<<<grid, K::THREADS, doc ? smem_doc : smem, stream>>>(dqkv, qkv_map, dout_map, dq_map, r_map, dkv_accum, B, T,
+                                                                L, window, chunk, doc_map, s.doc_start);
     cudaCheckLaunch();
     if (dkv_accum) {
         const size_t all = (size_t)B * T * L.row() / 8;
@@ -725,12 +802,12 @@ inline bool attention_backward_hopper(__nv_bfloat16* dqkv, const __nv_bfloat16* 
                                       const CudaContext& ctx, AttnScratch scratch, bool keep_dq = false) {
     using namespace attention_detail;
     check_attention_sizes("attention_backward_hopper", s);
-    if (s.doc_start) fail("attention_backward_hopper: no document masking (the policy routes it to the mma.sync kernels)");
 #if defined(LLMC_SM90A)
     using namespace attention_hopper_detail;
     if (!scratch.data) fail("attention_backward_hopper: needs a scratch buffer (attention_backward_scratch_floats)");
-    if (!aligned16(dqkv) || !aligned16(dout) || !aligned16(qkv) || !aligned16(out) || !aligned16(scratch.data))
-        fail("attention_backward_hopper: dqkv, dout, qkv, out and scratch must be 16-byte aligned");
+    if (!aligned16(dqkv) || !aligned16(dout) || !aligned16(qkv) || !aligned16(out) || !aligned16(scratch.data) ||
+        !aligned16(s.doc_start))
+        fail("attention_backward_hopper: dqkv, dout, qkv, out, scratch and doc_start must be 16-byte aligned");
     auto run = s.HD == 64 ? backward_hopper<HopperBwdShipped<64>> : backward_hopper<HopperBwdShipped<128>>;
     return run(dqkv, scratch.data, dout, qkv, out, lse, s, ctx, scratch.floats, keep_dq);
 #else

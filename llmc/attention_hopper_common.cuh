@@ -38,6 +38,13 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
         "l"(map), "r"(col), "r"(row), "r"(seq), "r"(bar)
         : "memory");
 }
+// One box of a one-dimensional tensor map (elements c0..) into smem, completing on `bar`.
+__device__ __forceinline__ void tma_load_1d(uint32_t dst, const CUtensorMap* map, int c0, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2}], [%3];\n" ::"r"(
+                     dst),
+                 "l"(map), "r"(c0), "r"(bar)
+                 : "memory");
+}
 // Adds one smem box element-wise into the tensor (fp32 reduction in L2; out-of-bounds elements are
 // skipped), as a bulk async-group of the issuing thread: commit, then wait before reusing the smem.
 __device__ __forceinline__ void tma_reduce_add(const CUtensorMap* map, uint32_t src, int col, int row, int seq) {
@@ -175,7 +182,8 @@ __device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive 
 __device__ __forceinline__ void named_sync_warpgroup(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda): a tensor map of `rank`
-// dims (dims[0] contiguous; strides in bytes of dims 1..), out-of-bounds elements read as zeros.
+// dims (dims[0] contiguous; strides in bytes of dims 1..; none for rank 1), out-of-bounds elements read
+// as zeros.
 inline CUtensorMap encode_tensor_map(CUtensorMapDataType type, int rank, const void* ptr, const cuuint64_t* dims,
                                      const cuuint64_t* strides, const cuuint32_t* box, CUtensorMapSwizzle swizzle) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {

@@ -13,8 +13,8 @@
 // sliding window (query t sees keys t-window+1..t; 0: every key <= t).
 // doc_start (B, T) int32 on the device, or nullptr: document masking (llmc/cpu/attention.h's contract):
 // doc_start[b, t] = the last position <= t of row b holding the document token, else 0 (nondecreasing
-// along a row); key j is visible to query t iff doc_start[t] <= j (and the causal/window rule). Only the
-// simple and mma.sync kernels take it (the policy routes a doc-masked call there on every GPU).
+// along a row); key j is visible to query t iff doc_start[t] <= j (and the causal/window rule). Every
+// kernel family takes it (a DOC instantiation each); the Hopper backward wants it 16-byte aligned.
 struct AttnShape {
     int B, T, NH, NKV, HD;
     int window = 0;
@@ -57,6 +57,31 @@ __device__ __forceinline__ int doc_query_end(const int* row_start, int last, int
         const int mid = (lo + hi) / 2;
         if (row_start[mid] > last) hi = mid;
         else lo = mid + 1;
+    }
+    return lo;
+}
+
+// doc_query_end with WAYS - 1 independent loads a round, for one thread whose search is on a critical
+// path (the Hopper backward's producer): about log_WAYS(T) load latencies instead of log_2(T). The
+// answer stays in [lo, hi]: rows below lo start their document at or before `last`, hi is T or a row
+// that starts after it; each round probes WAYS - 1 evenly spaced rows of [lo, hi).
+template <int WAYS>
+__host__ __device__ __forceinline__ int doc_query_end_wide(const int* row_start, int last, int T) {
+    int lo = last + 1, hi = T;
+    while (lo < hi) {
+        const int step = (hi - lo + WAYS - 1) / WAYS;
+        int v[WAYS - 1];
+#pragma unroll
+        for (int k = 1; k < WAYS; k++) v[k - 1] = lo + k * step - 1 < hi ? row_start[lo + k * step - 1] : 0;
+        int new_lo = lo, new_hi = hi;
+#pragma unroll
+        for (int k = 1; k < WAYS; k++) {
+            const int p = lo + k * step - 1;
+            if (p >= hi) break;
+            if (v[k - 1] > last) new_hi = new_hi < p ? new_hi : p;
+            else new_lo = p + 1;
+        }
+        lo = new_lo, hi = new_hi;
     }
     return lo;
 }
