@@ -127,8 +127,9 @@ inline void attention_forward_flash(__nv_bfloat16* out, float* lse, const __nv_b
 // ============================================================================ the launchers
 // bf16 build: the Hopper kernels (sm_90a builds on an sm_90 GPU) or the mma.sync kernels, the
 // deterministic backward always on mma.sync; FP32 build: the simple kernels (tensor cores take no fp32).
-// Document masking (s.doc_start): the mma.sync kernels on every GPU, Hopper included (the Hopper
-// kernels keep their unmasked path), and the deterministic mma.sync backward (no single pass).
+// Document masking (s.doc_start) routes the same way, through each kernel's DOC instantiation; where
+// the Hopper backward does not run, the backward is the deterministic mma.sync pair (the single pass
+// has no document mask). No FP8 copies with it.
 // Whether attention_forward can also write the FP8 copies of its output (AttnFp8Out) at this shape: the
 // Hopper kernel (sm_90a build and GPU), T a multiple of 16.
 inline bool attention_forward_fp8_available(const AttnShape& s, const CudaContext& ctx) {
@@ -148,7 +149,7 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, const 
 #if defined(PRECISION_FP32)
     attention_forward_simple(out, lse, qkv, s, ctx);
 #else
-    if (attention_hopper_available(ctx) && !s.doc_start) attention_forward_hopper(out, lse, qkv, s, ctx, f8);
+    if (attention_hopper_available(ctx)) attention_forward_hopper(out, lse, qkv, s, ctx, f8);
     else attention_forward_flash(out, lse, qkv, s, ctx);
 #endif
 }
