@@ -37,8 +37,9 @@
 // A second op, attention_fwd+bwd, times forward then backward (0, 1, 7 and 15), the figure
 // docs/h200.md quotes for cuDNN and PyTorch.
 // Document-masked shapes (attention_common.cuh's DOC_SHAPES, --small: DOC_SMALL_SHAPES): 0 and 1 are the
-// shipped DOC path (the deterministic pair: a doc-masked call ignores the scratch), 2, 3 and 4..6 take
-// the mask, the single pass (7..10) and the Hopper kernels (11..17) take none and skip, 15 is cuDNN
+// shipped DOC path (0: the Hopper DOC kernel in sm_90a builds on an sm_90 GPU, elsewhere the
+// deterministic pair, which takes no scratch; 1: the deterministic pair), 2, 3, 4..6 and the Hopper
+// kernels (11..17, whole items) take the mask, the single pass (7..10) takes none and skips, 15 is cuDNN
 // on the documents as packed ragged sequences reading our lse through its padded stats; 0 and 15 (and
 // fwd+bwd's) print their time over the one-document twin's.
 // FLOPs: the forward's (4 * HD per visible pair, 2*B*NH*T^2*HD causal) times 2.5 for the backward
@@ -238,7 +239,7 @@ static void run_shape(lab::Lab& lab, const Shape& shape, uint64_t seed) {
 #if defined(LLMC_SM90A)
     // Hopper configurations by HD, on whole items (the scratch's size is not passed: no split schedule)
     auto hopper = [&](int v, const char* what, auto cfg64, auto cfg128) {
-        if (!attention_hopper_available(ctx) || doc) return;  // a fat build on another GPU; no document mask
+        if (!attention_hopper_available(ctx)) return;  // a fat build on another GPU
         variant(v, what, [&] {
             using namespace attention_hopper_detail;
             if (HD == 64) backward_hopper<decltype(cfg64)>(dqkv, scratch, dout, qkv, out, lse, a, ctx);

@@ -41,8 +41,7 @@ const Shape SMALL_SHAPES[] = {
 };
 // Document-masked shapes (AttnShape::doc_start set, the trainer's --doc-mask 1 call): GPT-2's and a
 // GQA HD 128 one at T 4096, each as one document a row (the twin: full causal through the masked
-// path), 8 equal documents and random lengths. attention_forward.cu and attention_backward.cu run them
-// after their own shapes; the Hopper lab does not (its kernels take no document mask).
+// path), 8 equal documents and random lengths. The three attention labs run them after their own shapes.
 const std::vector<Shape> DOC_SHAPES = {
     {"doc1-gpt2", {64, 1024, 12, 12, 64, 0}, 2, 1},
     {"doc8-gpt2", {64, 1024, 12, 12, 64, 0}, 2, 8, "doc1-gpt2"},

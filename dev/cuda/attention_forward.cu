@@ -36,7 +36,8 @@
 //        --shape NAME: only that shape (gpt2, long, ...: attention_common.cuh).
 // Shapes: FULL_SHAPES (attention_common.cuh), then WINDOW_SHAPES below (HD 64 windows with their
 // full-causal twins, for the window's time ratio), then DOC_SHAPES (document masking, AttnShape::doc_start
-// from the lab's token stream; --small adds DOC_SMALL_SHAPES). On those: 0 is the shipped DOC path, 1 and
+// from the lab's token stream; --small adds DOC_SMALL_SHAPES). On those: 0 is the shipped DOC path (the
+// wgmma kernel's DOC instantiation in sm_90a builds on an sm_90 GPU, else the mma.sync one's), 1 and
 // 2 take the mask, 3..8 run their DOC instantiation, the band kernels (9..13) take no mask and skip, 14
 // is cuDNN on the documents as packed ragged sequences (cudnn_attention.cuh); TFLOP/s count visible
 // pairs only (a row's sum over its documents of len * (len + 1) / 2), and variants 0 and 14 print their

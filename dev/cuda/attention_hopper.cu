@@ -20,6 +20,10 @@
 // of docs/h200.md); a window W counts its visible pairs (~T*W). Bytes: qkv read once, out and lse
 // written once.
 //
+// Then the document-masked shapes (attention_common.cuh's DOC_SHAPES, --small: DOC_SMALL_SHAPES): every
+// configuration in its DOC instantiation (forward_hopper picks it from AttnShape::doc_start), TFLOP/s
+// over the visible pairs, 0 and 6 also as a time ratio to the one-document twin.
+//
 // Build: make -C dev/cuda [USE_CUDNN=1] (GPU_ARCH=90a, the default: the wgmma variants need sm_90a)
 // Run:   dev/cuda/build/attention_hopper [variant ...] [--check-only] [--reps N] [--small] [--shape NAME]
 //        --small: only three tiny awkward shapes (for compute-sanitizer --tool racecheck);
@@ -99,4 +103,6 @@ static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
     });
 }
 
-int main(int argc, char** argv) { return attention_lab_main(argc, argv, "attention_hopper.cu", 1234, run_shape); }
+int main(int argc, char** argv) {
+    return attention_lab_main(argc, argv, "attention_hopper.cu", 1234, run_shape, DOC_SHAPES, DOC_SMALL_SHAPES);
+}
