@@ -10,11 +10,11 @@
 #  1. build/train_gpt2cu_fp32 (the simple attention kernels) against build/train_gpt2_cpu, same init:
 #     every train and val loss within FP32_RTOL relative (summation orders only, as
 #     tests/gpu/test_loss_mask_gpu.sh).
-#  2. build/train_gpt2cu (bf16, the mma.sync kernels' DOC instantiation on every GPU) within BF16_RTOL.
+#  2. build/train_gpt2cu (bf16: the attention policy's DOC kernels, on sm_90 the wgmma ones) within BF16_RTOL.
 #  3. --graph 0 equals --graph 1 bit for bit (doc_start is computed inside the captured step).
 #  4. one document a row: --doc-mask 1 (both position modes) gives the log lines and the final
 #     model.bin of --doc-mask 0 bit for bit (FP32 build; bf16 too, but within BF16_RTOL on Hopper,
-#     where the unmasked forward is the wgmma kernel and the masked one mma.sync).
+#     where the masked forward is the wgmma kernel's DOC instantiation beside the unmasked one).
 #  5. --doc-mask 1 with --fp8 1 is refused with one line.
 # The control (CPU): document masking moves the losses by over DOC_MOVES (5x FP32_RTOL), so the fp32
 # comparison sees it used (measured: GPT-2 9e-4 to 3e-3, Llama 3e-3 to 5e-3; under BF16_RTOL, so the
@@ -97,7 +97,7 @@ done
 
 # One document a row. FP32 build: the simple kernels' DOC instantiation does the unmasked one's arithmetic,
 # bit for bit. bf16 build: the same on a GPU without the Hopper kernels; on sm_90 (an sm_90a build) the
-# unmasked forward is the wgmma kernel and the masked one mma.sync (the policy), so there within BF16_RTOL.
+# forwards are the wgmma kernel's DOC and plain instantiations, so there within BF16_RTOL.
 hopper=0
 [ "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1)" = 9.0 ] && hopper=1
 for arch in gpt2 llama; do
