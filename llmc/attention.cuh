@@ -211,8 +211,9 @@ inline bool attention_backward_flash(__nv_bfloat16* dqkv, const __nv_bfloat16* d
 
 // ============================================================================ the launchers
 // The policy as attention_forward's (attention_forward.cuh); the deterministic backward always on mma.sync.
-// Document masking too: with scratch on sm_90a the Hopper DOC kernel (dQ by reductions, as unmasked),
-// without scratch (--deterministic) or elsewhere the deterministic pair's DOC instantiation.
+// Document masking too: with scratch on sm_90a the Hopper DOC kernel (dQ by reductions, as unmasked)
+// where attention_hopper_backward_takes(s); without scratch (--deterministic), for other shapes, or
+// elsewhere the deterministic pair's DOC instantiation.
 // dqkv (B, T, (NH + 2*NKV) * HD) written with `=` from dout, qkv, out and lse; on ctx.stream.
 // scratch: none for the deterministic backward (bit-identical run to run), or a 16-byte aligned buffer
 // of attention_backward_scratch_floats(s) floats for the faster single pass whose dQ sums come from
@@ -233,7 +234,7 @@ inline const float* attention_backward(floatX* dqkv, const floatX* dout, const f
     return nullptr;
 #else
     bool kept;
-    if (scratch.data && attention_hopper_available(ctx))
+    if (scratch.data && attention_hopper_available(ctx) && attention_hopper_backward_takes(s))
         kept = attention_backward_hopper(dqkv, dout, qkv, out, lse, s, ctx, scratch, keep_dq);
     else kept = attention_backward_flash(dqkv, dout, qkv, out, lse, s, ctx, scratch, keep_dq);
     return kept ? scratch.data : nullptr;

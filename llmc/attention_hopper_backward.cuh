@@ -794,8 +794,16 @@ struct HopperBwdShipped<128> {
 }  // namespace attention_hopper_detail
 #endif  // LLMC_SM90A
 
+// The shapes the wgmma backward takes: every unmasked one; document-masked ones (the DOC kernel) at HD 64
+// with T a multiple of 4 (each query tile's doc_start box then starts 16-byte aligned in global memory).
+// The policy (attention_backward) sends the other document-masked shapes to the mma.sync pair.
+inline bool attention_hopper_backward_takes(const AttnShape& s) {
+    return !s.doc_start || (s.HD == 64 && s.T % 4 == 0);
+}
+
 // FlashAttention backward on wgmma + TMA (dQ by fp32 reductions into scratch: not bit-reproducible);
-// bf16, HD 64 or 128, every pointer 16-byte aligned; scratch and keep_dq as attention_backward. Only in
+// bf16, HD 64 or 128, every pointer 16-byte aligned, attention_hopper_backward_takes(s); scratch and
+// keep_dq as attention_backward. Only in
 // sm_90a builds (attention_hopper_available(ctx)); elsewhere calling it is an error.
 inline bool attention_backward_hopper(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                                       const __nv_bfloat16* out, const float* lse, const AttnShape& s,
@@ -808,6 +816,8 @@ inline bool attention_backward_hopper(__nv_bfloat16* dqkv, const __nv_bfloat16* 
     if (!aligned16(dqkv) || !aligned16(dout) || !aligned16(qkv) || !aligned16(out) || !aligned16(scratch.data) ||
         !aligned16(s.doc_start))
         fail("attention_backward_hopper: dqkv, dout, qkv, out, scratch and doc_start must be 16-byte aligned");
+    if (!attention_hopper_backward_takes(s))
+        fail("attention_backward_hopper: document masking needs HD 64 and T a multiple of 4 (HD %d, T %d)", s.HD, s.T);
     auto run = s.HD == 64 ? backward_hopper<HopperBwdShipped<64>> : backward_hopper<HopperBwdShipped<128>>;
     return run(dqkv, scratch.data, dout, qkv, out, lse, s, ctx, scratch.floats, keep_dq);
 #else

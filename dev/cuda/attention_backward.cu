@@ -239,7 +239,8 @@ static void run_shape(lab::Lab& lab, const Shape& shape, uint64_t seed) {
 #if defined(LLMC_SM90A)
     // Hopper configurations by HD, on whole items (the scratch's size is not passed: no split schedule)
     auto hopper = [&](int v, const char* what, auto cfg64, auto cfg128) {
-        if (!attention_hopper_available(ctx)) return;  // a fat build on another GPU
+        // a fat build on another GPU; a document-masked shape the wgmma backward does not take
+        if (!attention_hopper_available(ctx) || !attention_hopper_backward_takes(a)) return;
         variant(v, what, [&] {
             using namespace attention_hopper_detail;
             if (HD == 64) backward_hopper<decltype(cfg64)>(dqkv, scratch, dout, qkv, out, lse, a, ctx);

@@ -74,7 +74,10 @@ using Keys128 = Fwd<128, 2, true, 64>;
 }  // namespace lab_configs
 #endif
 
-static void run_shape(lab::Lab& lab, const Shape& s, uint64_t seed) {
+static void run_shape(lab::Lab& lab, const Shape& shape, uint64_t seed) {
+    const DocMask dm(shape);  // doc_start on the device for a document-masked shape
+    Shape s = shape;
+    s.a = dm.a;
     run_forward_shape(lab, s, seed, 6, [&](auto& variant, lab::DevBuf<floatX>& out, lab::DevBuf<float>& lse,
                                            lab::DevBuf<floatX>& qkv) {
 #if defined(LLMC_SM90A) && !defined(PRECISION_FP32)

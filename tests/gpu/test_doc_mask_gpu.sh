@@ -10,12 +10,14 @@
 #  1. build/train_gpt2cu_fp32 (the simple attention kernels) against build/train_gpt2_cpu, same init:
 #     every train and val loss within FP32_RTOL relative (summation orders only, as
 #     tests/gpu/test_loss_mask_gpu.sh).
-#  2. build/train_gpt2cu (bf16: the attention policy's DOC kernels, on sm_90 the wgmma ones) within BF16_RTOL.
+#  2. build/train_gpt2cu --deterministic 1 (bf16: the DOC forward the policy picks, on sm_90 the wgmma one;
+#     the mma.sync backward pair) within BF16_RTOL.
 #  3. --graph 0 equals --graph 1 bit for bit (doc_start is computed inside the captured step).
 #  4. one document a row: --doc-mask 1 (both position modes) gives the log lines and the final
 #     model.bin of --doc-mask 0 bit for bit (FP32 build; bf16 too, but within BF16_RTOL on Hopper,
 #     where the masked forward is the wgmma kernel's DOC instantiation beside the unmasked one).
 #  5. --doc-mask 1 with --fp8 1 is refused with one line.
+#  6. bf16 without --deterministic (the fast backward) against the CPU at T 256 and 250 (HD 64) and at HD 128.
 # The control (CPU): document masking moves the losses by over DOC_MOVES (5x FP32_RTOL), so the fp32
 # comparison sees it used (measured: GPT-2 9e-4 to 3e-3, Llama 3e-3 to 5e-3; under BF16_RTOL, so the
 # bf16 comparison alone would not). With RoPE, restart moves only the rounding (relative positions).
@@ -45,10 +47,12 @@ DOC=(--doc-mask 1 --doc-token 511)
 # train NAME BIN ARCH SHARD VAL [FLAGS...]: a run, its log in $tmp/NAME.log, its output in $tmp/NAME.out,
 # its final checkpoint under $tmp/NAME/
 train() {
-    local name=$1 bin=$2 arch=$3 shard=$4 val=$5; shift 5
-    if OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} "$bin" --init "${MODEL[$arch]}" --train "$tmp/$shard" --val "$tmp/$val" \
-        "${COMMON[@]}" --log "$tmp/$name.log" --out-dir "$tmp/$name" "$@" >"$tmp/$name.out" 2>&1; then return 0; fi
-    flunk "$name" "exit status $?: $(grep -m 1 -iE 'error|fail' "$tmp/$name.out")"; return 1
+    local name=$1 bin=$2 arch=$3 shard=$4 val=$5 rc; shift 5
+    OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} "$bin" --init "${MODEL[$arch]}" --train "$tmp/$shard" --val "$tmp/$val" \
+        "${COMMON[@]}" --log "$tmp/$name.log" --out-dir "$tmp/$name" "$@" >"$tmp/$name.out" 2>&1
+    rc=$?
+    [ $rc = 0 ] && return 0
+    flunk "$name" "exit status $rc: $(grep -m 1 -iE 'error|fail' "$tmp/$name.out")"; return 1
 }
 # close WHAT A B RTOL: the losses of runs A and B within RTOL relative
 close() {
@@ -94,6 +98,19 @@ for arch in gpt2 llama; do
     done
 done
 [ "$NOGPU" = 1 ] && { echo "$passed passed, $failed failed (NOGPU=1: the CPU side only)"; [ $failed = 0 ]; exit; }
+
+# The fast backward (bf16 without --deterministic: dQ by reductions) against the CPU: on sm_90a the wgmma
+# DOC kernel where attention_hopper_backward_takes (HD 64, T a multiple of 4), the mma.sync pair for the
+# other shapes (T 250; HD 128), elsewhere the mma.sync pair throughout.
+MODEL[llama128]="llama:L2,C256,H2,KV1,V512,untied"
+for case in "llama 256" "llama 250" "llama128 256"; do
+    read -r arch T <<<"$case"
+    run="fast_${arch}_T$T"
+    flags=("${DOC[@]}" --doc-positions restart --seq "$T" --total-batch $((2 * T)))
+    train "cpu_$run" "$CPU" "$arch" packed.bin val.bin "${flags[@]}" &&
+        train "bf16_$run" "$GPU" "$arch" packed.bin val.bin "${flags[@]}" &&
+        close "$run bf16 GPU, dQ by reductions = CPU" "cpu_$run" "bf16_$run" $BF16_RTOL
+done
 
 # One document a row. FP32 build: the simple kernels' DOC instantiation does the unmasked one's arithmetic,
 # bit for bit. bf16 build: the same on a GPU without the Hopper kernels; on sm_90 (an sm_90a build) the

@@ -111,7 +111,9 @@ def train(trainer, shards, out_dir, cfg, doc_mask=True, threads=1, steps=None):
                "--warmup", cfg["warmup"], "--val-every", max(steps // 10, 1), "--val-steps", 5, "--seed", cfg["seed"],
                "--out-dir", out_dir, *doc], threads=threads)
     rows = [line.split() for line in out.splitlines() if line.startswith("step ")]
-    return ([(int(r[1].split("/")[0]), float(r[3])) for r in rows if r[2] == "train_loss"],
+    # a train step: "step N/M train_loss X ..." (CPU trainer) or "step N/M | loss X | ..." (GPU trainer)
+    return ([(int(r[1].split("/")[0]), float(r[3] if r[2] == "train_loss" else r[4])) for r in rows
+             if r[2] == "train_loss" or r[2:4] == ["|", "loss"]],
             [(int(r[1]), float(r[3])) for r in rows if r[2] == "val_loss"])
 
 
@@ -127,7 +129,8 @@ class HFModel:
     def __init__(self, hf_dir):
         import transformers
         self.tok = transformers.PreTrainedTokenizerFast.from_pretrained(hf_dir)
-        self.model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir).eval()
+        # fp32 whatever the exported dtype (a GPU checkpoint exports bf16)
+        self.model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir).float().eval()
 
     def answers(self, convs):
         """Greedy answers to each conversation's user turn, rendered by the tokenizer's chat template."""
