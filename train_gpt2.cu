@@ -207,26 +207,10 @@ static void build_model(GpuRun& r) {
 
 // ============================================================================ data
 // Each rank its own windows of --train and --val; rank 0 alone scores --hellaswag and samples.
-// --doc-mask 1: the document token is --doc-token, else the --tokenizer's (the token scripts/data/
-// writes before every document), else GPT-2's <|endoftext|> for a GPT-2 model (train_gpt2_cpu's rule)
+// --doc-mask 1: the document token (doc_mask_token) and the position mode
 static void plan_doc_masking(GpuRun& r) {
-    const TrainConfig& cfg = r.cfg;
-    if (!cfg.doc_mask) return;
-    const ModelConfig& c = r.model.config;
-    const int V = c.vocab_size, tok_doc = r.tokenizer ? r.tokenizer->eot_token() : -1;
-    if (cfg.doc_token >= V) fail("--doc-token %d: out of range for the model's vocabulary of %d", cfg.doc_token, V);
-    if (tok_doc >= V)
-        fail("--tokenizer %s: its document token %d is out of range for the model's vocabulary of %d; give "
-             "--doc-token", cfg.tokenizer_path.c_str(), tok_doc, V);
-    int token = cfg.doc_token >= 0 ? cfg.doc_token : tok_doc >= 0 ? tok_doc : -1;
-    if (token < 0 && c.architecture == ARCH_GPT2 && V > 50256) token = 50256;
-    if (token < 0)
-        fail("--doc-mask 1: no document token: give --doc-token ID or a --tokenizer that records one (GPT-2's "
-             "50256 is the default only for a GPT-2 model whose vocabulary holds it)");
-    r.model.doc_token = token;
-    r.model.doc_restart = cfg.doc_positions == "restart";
-    printf("document masking: token %d starts a document; positions %s at each document\n", token,
-           r.model.doc_restart ? "restart" : "continue");
+    r.model.doc_token = doc_mask_token(r.cfg, r.model.config, r.tokenizer ? r.tokenizer->eot_token() : -1);
+    r.model.doc_restart = r.cfg.doc_mask && r.cfg.doc_positions == "restart";
 }
 
 static void open_data(GpuRun& r) {

@@ -32,7 +32,7 @@ struct TrainConfig {
     int64_t total_batch = 0;        // --total-batch: tokens per optimizer step (0 = B*T)
     int steps = -1;                 // --steps: optimizer steps (-1 = one epoch of --train)
     int data_vocab = 0;             // --data-vocab: the vocab_size the data files' headers record (0 = the model's)
-    int doc_mask = 0;               // --doc-mask: 1 = a token attends only within its document (CPU trainer)
+    int doc_mask = 0;               // --doc-mask: 1 = a token attends only within its document
     std::string doc_positions = "continue";  // --doc-positions: continue | restart (at each document start)
     int doc_token = -1;             // --doc-token: the token that starts a document (-1 = the tokenizer's, else GPT-2's)
     LrSchedule schedule;            // --lr, --warmup, --schedule, --final-lr-frac, --cooldown-frac
@@ -281,6 +281,26 @@ inline void validate_train_config(TrainConfig& cfg, bool cpu_trainer = false) {
     if (!cpu_trainer && cfg.optimizer == "muon" && cfg.dist.zero != 0)
         fail("--zero %d: --optimizer muon runs at --zero 0 only on the GPU (its ZeRO 1/2 shard the optimizer state in "
              "flat slices, which cut Muon's matrices); train_gpt2_cpu runs it at --zero 1/2", cfg.dist.zero);
+}
+
+// --doc-mask 1's document token for model c: --doc-token, else the tokenizer's (tokenizer_doc: the token
+// scripts/data/ writes before every document, -1 without one), else GPT-2's <|endoftext|> for a GPT-2
+// model; prints the setting. -1 without --doc-mask.
+inline int doc_mask_token(const TrainConfig& cfg, const ModelConfig& c, int tokenizer_doc) {
+    if (!cfg.doc_mask) return -1;
+    const int V = c.vocab_size;
+    if (cfg.doc_token >= V) fail("--doc-token %d: out of range for the model's vocabulary of %d", cfg.doc_token, V);
+    if (tokenizer_doc >= V)
+        fail("--tokenizer %s: its document token %d is out of range for the model's vocabulary of %d; give "
+             "--doc-token", cfg.tokenizer_path.c_str(), tokenizer_doc, V);
+    int token = cfg.doc_token >= 0 ? cfg.doc_token : tokenizer_doc;
+    if (token < 0 && c.architecture == ARCH_GPT2 && V > 50256) token = 50256;
+    if (token < 0)
+        fail("--doc-mask 1: no document token: give --doc-token ID or a --tokenizer that records one (GPT-2's "
+             "50256 is the default only for a GPT-2 model whose vocabulary holds it)");
+    printf("document masking: token %d starts a document; positions %s at each document\n", token,
+           cfg.doc_positions.c_str());
+    return token;
 }
 
 // Applies --kv-heads, --window and --max-seq to the model config `c` read from `source`: they shape
