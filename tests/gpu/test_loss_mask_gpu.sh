@@ -33,57 +33,29 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 helper=tests/gpu/test_loss_mask_gpu.py
 python3 $helper shards "$tmp" || { echo "test_loss_mask_gpu: writing the shards failed"; exit 1; }
-passed=0; failed=0
-pass() { passed=$((passed + 1)); echo "ok   $1${2:+: $2}"; }
-flunk() { failed=$((failed + 1)); echo "FAIL $1: $2"; }
+. tests/gpu/trainer_runs.sh  # pass, flunk, train, close, same
 declare -A MODEL=([gpt2]="gpt2:L2,C128,H2" [llama]="llama:L2,C128,H2,KV1,V512,untied")
 COMMON=(--batch 4 --seq 64 --total-batch 512 --steps 4 --lr 1e-3 --warmup 1 --val-every 2 --val-steps 3 --seed 1
         --data-vocab 512 --sample-every 0)
 
-# train NAME BIN ARCH SHARD [FLAGS...]: a run on SHARD (val: val.bin), its log in $tmp/NAME.log, its
-# output in $tmp/NAME.out, its final checkpoint under $tmp/NAME/
-train() {
-    local name=$1 bin=$2 arch=$3 shard=$4; shift 4
-    if OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} "$bin" --init "${MODEL[$arch]}" --train "$tmp/$shard" --val "$tmp/val.bin" \
-        "${COMMON[@]}" --log "$tmp/$name.log" --out-dir "$tmp/$name" "$@" >"$tmp/$name.out" 2>&1; then return 0; fi
-    flunk "$name" "exit status $?: $(grep -m 1 -iE 'error|fail' "$tmp/$name.out")"; return 1
-}
-# close WHAT A B RTOL: the losses of runs A and B within RTOL relative
-close() {
-    local got
-    if got=$(python3 $helper compare "$tmp/$2.log" "$tmp/$3.log" "$4"); then pass "$1" "$got"; else flunk "$1" "$got"; fi
-}
-# same WHAT A B: the step and val lines of runs A and B bit for bit, and their final model.bin
-steplines() { awk '$1 == "step" && ($3 == "train_loss" || $3 == "val_loss") { print $2, $3, $4, $5, $6, $7, $8 }' "$1" |
-              sed 's/ ms .*//'; }
-same() {
-    if [ -z "$(steplines "$tmp/$2.log")" ]; then flunk "$1" "no step lines"
-    elif ! diff <(steplines "$tmp/$2.log") <(steplines "$tmp/$3.log") >"$tmp/$3.diff"; then
-        flunk "$1" "the step lines differ: $(head -n 4 "$tmp/$3.diff" | tr '\n' ' ')"
-    elif ! cmp -s "$tmp/$2/step_00000004/model.bin" "$tmp/$3/step_00000004/model.bin"; then
-        flunk "$1" "the final model.bin differ"
-    else pass "$1" "bit for bit, last train loss $(steplines "$tmp/$3.log" | awk '$2 == "train_loss"' | tail -n 1 | cut -d' ' -f3)"
-    fi
-}
-
 for arch in gpt2 llama; do
-    train "cpu_$arch" "$CPU" $arch masked.bin || continue
-    if [ $arch = llama ] && train cpu_llama_plain "$CPU" llama plain.bin; then
+    train "cpu_$arch" "$CPU" $arch masked.bin val.bin || continue
+    if [ $arch = llama ] && train cpu_llama_plain "$CPU" llama plain.bin val.bin; then
         # the control: the mask moves the losses far more than the tolerances (so the checks see it used)
         if python3 $helper compare "$tmp/cpu_llama.log" "$tmp/cpu_llama_plain.log" $MASK_MOVES >/dev/null; then
             flunk "control: the mask moves the CPU's losses" "by less than $MASK_MOVES"
         else pass "control: the mask moves the CPU's losses by over $MASK_MOVES"; fi
     fi
     [ "$NOGPU" = 1 ] && continue
-    train "fp32_$arch" "$GPU32" $arch masked.bin && close "$arch fp32 GPU = CPU (masked)" "cpu_$arch" "fp32_$arch" $FP32_RTOL
-    train "bf16_$arch" "$GPU" $arch masked.bin --deterministic 1 &&
+    train "fp32_$arch" "$GPU32" $arch masked.bin val.bin && close "$arch fp32 GPU = CPU (masked)" "cpu_$arch" "fp32_$arch" $FP32_RTOL
+    train "bf16_$arch" "$GPU" $arch masked.bin val.bin --deterministic 1 &&
         close "$arch bf16 GPU = CPU (masked)" "cpu_$arch" "bf16_$arch" $BF16_RTOL
-    train "bf16_${arch}_eager" "$GPU" $arch masked.bin --deterministic 1 --graph 0 &&
+    train "bf16_${arch}_eager" "$GPU" $arch masked.bin val.bin --deterministic 1 --graph 0 &&
         same "$arch --graph 0 = --graph 1 (masked)" "bf16_$arch" "bf16_${arch}_eager"
 done
 [ "$NOGPU" = 1 ] && { echo "$passed passed, $failed failed (NOGPU=1: the CPU side only)"; [ $failed = 0 ]; exit; }
 
-train plain "$GPU" gpt2 plain.bin --deterministic 1 && train ones "$GPU" gpt2 ones.bin --deterministic 1 &&
+train plain "$GPU" gpt2 plain.bin val.bin --deterministic 1 && train ones "$GPU" gpt2 ones.bin val.bin --deterministic 1 &&
     same "an all-ones mask = no mask" plain ones
 
 if "$GPU" --init "${MODEL[gpt2]}" --train "$tmp/masked.bin" "${COMMON[@]}" --fp8 1 --fp8-head 1 >"$tmp/fp8_head.out" 2>&1; then
@@ -91,7 +63,7 @@ if "$GPU" --init "${MODEL[gpt2]}" --train "$tmp/masked.bin" "${COMMON[@]}" --fp8
 elif line=$(grep -m 1 -F -- "--fp8-head 1: $tmp/masked.bin has a loss mask" "$tmp/fp8_head.out"); then
     pass "--fp8-head 1 with a masked shard is refused" "$line"
 else flunk "--fp8-head 1 with a masked shard" "not the expected message: $(tail -n 1 "$tmp/fp8_head.out")"; fi
-train fp8 "$GPU" gpt2 masked.bin --fp8 1 && close "--fp8 1 (bf16 head) = bf16 (masked)" bf16_gpt2 fp8 $FP8_RTOL
+train fp8 "$GPU" gpt2 masked.bin val.bin --fp8 1 && close "--fp8 1 (bf16 head) = bf16 (masked)" bf16_gpt2 fp8 $FP8_RTOL
 
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]
