@@ -12,6 +12,7 @@
 // C must be a multiple of x128::size (8 in bf16) so every row starts on a 16-byte boundary.
 #pragma once
 #include <vector>
+#include "llmc/attention_layout.cuh"
 #include "llmc/cuda_common.cuh"
 #include "llmc/utils.h"
 
@@ -47,8 +48,8 @@ inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, cons
     if (C % x128::size != 0) fail("encoder_forward: C = %d is not a multiple of %d", C, x128::size);
     const int64_t total = (int64_t)B * T * (C / x128::size);
     const int block = 256;
-    encoder_forward_packed<<<(unsigned)ceil_div<int64_t>(total, block), block, 0, stream>>>(out, inp, wte, wpe, doc_start, B * T, T,
-                                                                                             C);
+    encoder_forward_packed<<<(unsigned)ceil_div<int64_t>(total, block), block, 0, stream>>>(out, inp, wte, wpe,
+                                                                                             doc_start, B * T, T, C);
     cudaCheckLaunch();
 }
 
@@ -114,13 +115,7 @@ static __global__ void encoder_backward_wpe(floatX* dwpe, const floatX* dout, co
             }
             const x128 d = load128(dout + ((int64_t)b * T + u) * C + c);
             for (int k = 0; k < x128::size; k++) acc[k] += to_float(d[k]);
-            int lo = u + 1, hi = T;  // the next document's start: the first q > u with row_start[q] > u
-            while (lo < hi) {
-                const int mid = (lo + hi) / 2;
-                if (row_start[mid] > u) hi = mid;
-                else lo = mid + 1;
-            }
-            u = lo + t;
+            u = attention_detail::doc_query_end(row_start, u, T) + t;  // the next document's position t
         }
     }
     floatX* dst = dwpe + (int64_t)t * C + c;
@@ -215,8 +210,8 @@ inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, con
                              int T, int C, cudaStream_t stream, const int* doc_start = nullptr) {
     const int block = 256;
     if (dwpe) {
-        encoder_backward_wpe<<<ceil_div(T * (C / x128::size), block), block, 0, stream>>>(dwpe, dout, doc_start, B, T,
-                                                                                              C);
+        encoder_backward_wpe<<<ceil_div(T * (C / x128::size), block), block, 0, stream>>>(dwpe, dout, doc_start,
+                                                                                              B, T, C);
         cudaCheckLaunch();
     }
     // Captured into a CUDA graph, the launch must fit any later batch: one block per possible bucket
