@@ -191,7 +191,8 @@ inline void attention_backward_simple(floatX* dqkv, const floatX* dout, const fl
 #include "llmc/attention_hopper_backward.cuh"
 
 // The mma.sync backward: the deterministic pair without scratch, the single pass (dQ by atomics) with
-// one. Document masking (s.doc_start) always takes the deterministic pair (the scratch is left unused). keep_dq (with scratch only): leave dQ in the scratch, as attention_backward; returns whether it did.
+// one. Document masking (s.doc_start) always takes the deterministic pair (the scratch is left unused).
+// keep_dq (with scratch only): leave dQ in the scratch, as attention_backward; returns whether it did.
 inline bool attention_backward_flash(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                                      const __nv_bfloat16* out, const float* lse, const AttnShape& s,
                                      const CudaContext& ctx, AttnScratch scratch = {}, bool keep_dq = false) {

@@ -107,7 +107,8 @@ inline std::vector<BufferSpec> activation_specs(Activations& a, const ModelConfi
         {(void**)&a.lnf_mean, N, F},             {(void**)&a.lnf_rstd, N, F},
         {(void**)&a.logits, N * Vp, X},          {(void**)&a.proj, N * C, X},
         {(void**)&a.losses, N, F},               {(void**)&a.inputs, N, sizeof(int)},
-        {(void**)&a.targets, N, sizeof(int)},    {(void**)&a.doc_start, N, sizeof(int)},    {(void**)&a.dloss_rows, masked_loss * N, F},
+        {(void**)&a.targets, N, sizeof(int)},    {(void**)&a.doc_start, N, sizeof(int)},
+        {(void**)&a.dloss_rows, masked_loss * N, F},
         {(void**)&a.dresidual, N * C, X},
         {(void**)&a.dbuf, N * C, X},             {(void**)&a.dqkv, N * QKV, X},
         {(void**)&a.dfch, N * FC, X},            {(void**)&a.dfch_act, swiglu * N * H, X},
@@ -432,9 +433,7 @@ inline void linear_backward(Model& m, bool fp8, int l, int k, floatX* dinp, floa
     else matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, gelu_pre, N, C, OC, ctx);
 }
 
-}  // namespace model_detail
 
-namespace model_detail {
 // doc_start (B, T) from the inputs (llmc/attention_layout.cuh's contract, cpu::doc_starts): one warp a
 // row, a running max of the positions holding doc_token, 32 tokens a pass (a warp max-scan per pass).
 // Reads and writes B*T ints: negligible. Inside model_forward, so a captured step recomputes it.
