@@ -104,6 +104,12 @@ struct GemvPolicy {
     // Before the PDL wait: the first round of a warp's weight packs into registers, with its group's
     // epilogue inputs (false, the lab's: an L2 prefetch instead).
     static constexpr bool preload = true;
+    // The fused kernels on the tensor cores (gemv_mma.cuh), bf16 build: at M = 8 input rows where a row's K
+    // is one CUDA-core round (split_k 1, K <= 1024). Fewer rows: the CUDA-core kernel is as fast or faster
+    // (its FMAs hide under the loads); K 2048-3072 (fcproj, N = 768): the mma kernel's N / 16 tiles fill
+    // 48 of the SMs. Measured per op in dev/cuda/gemv.cu (docs/perf.md, "Generation").
+    static constexpr bool tensor_cores_rows(int M) { return M >= GEMV_MAX_M; }  // compiled for these M only
+    static constexpr bool tensor_cores(int M, int K) { return tensor_cores_rows(M) && split_k(K) == 1; }
 };
 
 namespace gemv_detail {
@@ -443,6 +449,20 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
         if (f.argmax) argmax_finish<M>(cand, f);
 }
 
+// The grid of a kernel with NORM: at most one wave (the warps loop over the rest), each block
+// normalizing once; `blocks` without.
+template <class Kernel>
+inline int norm_grid(Kernel kernel, int blocks, size_t smem, const CudaContext& ctx) {
+    const int resident = ctx.blocks_per_sm(kernel, GEMV_THREADS, smem);
+    return std::min(blocks, std::max(1, std::min(resident, GEMV_NORM_BLOCKS_PER_SM)) * ctx.sm_count);
+}
+
+// One launch of gemv_mma_kernel<M, EPI, NORM> (bf16 build only), with the attribute when pdl: in
+// llmc/gemv_mma.cuh (included at the end).
+template <int M, int EPI, bool NORM>
+inline void launch_mma(bool pdl, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K,
+                       int N, const GemvFusion& f, const CudaContext& ctx);
+
 // One launch of gemv_kernel<M, R, EPI, NORM> under the policy P, with the programmatic-serialization
 // attribute when pdl.
 template <int M, int R, int EPI, bool NORM, class P>
@@ -453,10 +473,9 @@ inline void launch(bool pdl, floatX* out, const floatX* inp, const floatX* weigh
     const bool pair = EPI == GEMV_SWIGLU || (EPI == GEMV_QKV && R == 2 && f.rope_cos != nullptr);
     int blocks = ceil_div(pair ? N / 2 : ceil_div(N, R), WARPS / split_k);
     size_t smem = 0;
-    if constexpr (NORM) {  // at most one wave (the warps loop over the rest): each block normalizes once
+    if constexpr (NORM) {
         smem = gemv_norm_smem(M, K);
-        const int resident = ctx.blocks_per_sm(gemv_kernel<M, R, EPI, NORM>, GEMV_THREADS, smem);
-        blocks = std::min(blocks, std::max(1, std::min(resident, GEMV_NORM_BLOCKS_PER_SM)) * ctx.sm_count);
+        blocks = norm_grid(gemv_kernel<M, R, EPI, NORM>, blocks, smem, ctx);
     }
     if (f.argmax && (EPI != GEMV_PLAIN || !NORM))
         fail("internal: the folded argmax needs a plain GEMV with its norm (a grid of one wave)");
@@ -492,25 +511,36 @@ inline void forward(floatX* out, const floatX* inp, const floatX* weight, const 
     });
     cudaCheckLaunch();
 }
+// tensor_cores: where P::tensor_cores(M, K) takes them (bf16 build), gemv_mma_kernel.
 template <class P>
 inline void fused_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K,
-                          int N, GemvEpilogue epi, const GemvFusion& f, const CudaContext& ctx, bool pdl) {
+                          int N, GemvEpilogue epi, const GemvFusion& f, const CudaContext& ctx, bool pdl,
+                          bool tensor_cores) {
+    const bool norm = f.norm != GEMV_NORM_NONE;
+    if (epi == GEMV_QKV && !norm) fail("internal: the fused QKV GEMV comes with its norm prologue");
+    if (epi == GEMV_RESIDUAL && norm) fail("internal: the fused residual GEMV has no norm prologue");
+    if (epi != GEMV_QKV && epi != GEMV_RESIDUAL && !norm) fail("internal: use gemv_forward for a GEMV without a fusion");
     with_m(M, [&](auto m) {
         constexpr int MM = decltype(m)::value, R = P::rows(MM);
-        const bool norm = f.norm != GEMV_NORM_NONE;
+        if constexpr (std::is_same<floatX, __nv_bfloat16>::value && P::tensor_cores_rows(MM))
+            if (tensor_cores && P::tensor_cores(MM, K)) {
+                switch (epi) {
+                    case GEMV_QKV: return launch_mma<MM, GEMV_QKV, true>(pdl, out, inp, weight, bias, K, N, f, ctx);
+                    case GEMV_RESIDUAL:
+                        return launch_mma<MM, GEMV_RESIDUAL, false>(pdl, out, inp, weight, bias, K, N, f, ctx);
+                    case GEMV_GELU: return launch_mma<MM, GEMV_GELU, true>(pdl, out, inp, weight, bias, K, N, f, ctx);
+                    case GEMV_SWIGLU: return launch_mma<MM, GEMV_SWIGLU, true>(pdl, out, inp, weight, bias, K, N, f, ctx);
+                    default: return launch_mma<MM, GEMV_PLAIN, true>(pdl, out, inp, weight, bias, K, N, f, ctx);
+                }
+            }
         switch (epi) {
             case GEMV_QKV:
-                if (!norm) fail("internal: the fused QKV GEMV comes with its norm prologue");
                 if (f.rope_cos) return launch<MM, 2, GEMV_QKV, true, P>(pdl, out, inp, weight, bias, K, N, f, ctx);
                 return launch<MM, R, GEMV_QKV, true, P>(pdl, out, inp, weight, bias, K, N, f, ctx);
-            case GEMV_RESIDUAL:
-                if (norm) fail("internal: the fused residual GEMV has no norm prologue");
-                return launch<MM, R, GEMV_RESIDUAL, false, P>(pdl, out, inp, weight, bias, K, N, f, ctx);
-            default:
-                if (!norm) fail("internal: use gemv_forward for a GEMV without a fusion");
-                if (epi == GEMV_GELU) return launch<MM, R, GEMV_GELU, true, P>(pdl, out, inp, weight, bias, K, N, f, ctx);
-                if (epi == GEMV_SWIGLU) return launch<MM, 2, GEMV_SWIGLU, true, P>(pdl, out, inp, weight, bias, K, N, f, ctx);
-                return launch<MM, R, GEMV_PLAIN, true, P>(pdl, out, inp, weight, bias, K, N, f, ctx);
+            case GEMV_RESIDUAL: return launch<MM, R, GEMV_RESIDUAL, false, P>(pdl, out, inp, weight, bias, K, N, f, ctx);
+            case GEMV_GELU: return launch<MM, R, GEMV_GELU, true, P>(pdl, out, inp, weight, bias, K, N, f, ctx);
+            case GEMV_SWIGLU: return launch<MM, 2, GEMV_SWIGLU, true, P>(pdl, out, inp, weight, bias, K, N, f, ctx);
+            default: return launch<MM, R, GEMV_PLAIN, true, P>(pdl, out, inp, weight, bias, K, N, f, ctx);
         }
     });
     cudaCheckLaunch();
@@ -555,11 +585,15 @@ inline void gemv_forward(floatX* out, const floatX* inp, const floatX* weight, c
 }
 
 // The decode step's fused kernels (the top of the file): out = epilogue(norm(inp) W^T + bias), or with
-// f's residual; shapes as gemv_forward; gemv_fused_supported must hold.
+// f's residual; shapes as gemv_forward; gemv_fused_supported must hold. tensor_cores: false keeps the
+// CUDA-core kernel where GemvPolicy::tensor_cores would take gemv_mma.cuh's.
 inline void gemv_fused_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K,
-                               int N, GemvEpilogue epi, const GemvFusion& f, const CudaContext& ctx, bool pdl = true) {
+                               int N, GemvEpilogue epi, const GemvFusion& f, const CudaContext& ctx, bool pdl = true,
+                               bool tensor_cores = true) {
     if (!gemv_fused_supported(M, K, N, epi, f))
         fail("gemv_fused_forward: M = %d, K = %d, N = %d, epilogue %d, norm %d not supported", M, K, N, (int)epi,
              (int)f.norm);
-    gemv_detail::fused_forward<GemvPolicy>(out, inp, weight, bias, M, K, N, epi, f, ctx, pdl);
+    gemv_detail::fused_forward<GemvPolicy>(out, inp, weight, bias, M, K, N, epi, f, ctx, pdl, tensor_cores);
 }
+
+#include "llmc/gemv_mma.cuh"  // the tensor-core kernels (gemv_detail::launch_mma)

@@ -52,6 +52,7 @@ struct DecodeStepPlan {
     bool pdl = true;                  // every kernel after the step's first as a programmatic dependent
     bool fold_argmax = true;          // (fused) lm_head's GEMV also takes the greedy argmax into `pending`
     bool decode_mma = true;           // (not fused) attention_decode on the tensor cores (decode_mma_route)
+    bool gemv_mma = true;             // (fused) the GEMVs on the tensor cores where GemvPolicy::tensor_cores
 };
 
 // The policy: the fused step with the folded argmax where B <= GEMV_MAX_M and the norm prologue fits a
@@ -432,22 +433,22 @@ inline void decode_layers_fused(ModelInfer& m, const CudaContext& ctx) {
         fq.NKV = NKV;
         fq.HD = HD;
         fq.S = m.S;
-        const bool pdl = m.plan.pdl;
+        const bool pdl = m.plan.pdl, mma = m.plan.gemv_mma;
         gemv_fused_forward(m.qkv, m.res1, p.qkvw + (size_t)l * QKV * C, tensor_at(p.qkvb, (size_t)l * QKV), B, C, QKV,
-                           GEMV_QKV, fq, ctx, pdl);
+                           GEMV_QKV, fq, ctx, pdl, mma);
         // early loads: started by PDL while the QKV GEMV runs (no tensor-core route: it has none)
         attention_decode(m.atty, m.qkv, m.k_cache + off, m.v_cache + off, m.pos, B, NH, NKV, HD, m.S, ctx, m.window,
                          m.decode_scratch, pdl, false, pdl, false);
         GemvFusion fr;
         fr.residual = m.res1;
         gemv_fused_forward(m.res2, m.atty, p.attprojw + c1 * C, tensor_at(p.attprojb, c1), B, C, C, GEMV_RESIDUAL, fr,
-                           ctx, pdl);
+                           ctx, pdl, mma);
         const GemvFusion ff = norm_fusion(c, p.ln2w + c1, tensor_at(p.ln2b, c1));
         gemv_fused_forward(m.fch_gelu, m.res2, p.fcw + (size_t)l * FC * C, tensor_at(p.fcb, (size_t)l * FC), B, C, FC,
-                           swiglu ? GEMV_SWIGLU : GEMV_GELU, ff, ctx, pdl);
+                           swiglu ? GEMV_SWIGLU : GEMV_GELU, ff, ctx, pdl, mma);
         fr.residual = m.res2;
         gemv_fused_forward(m.res1, m.fch_gelu, p.fcprojw + c1 * H, tensor_at(p.fcprojb, c1), B, H, C, GEMV_RESIDUAL, fr,
-                           ctx, pdl);
+                           ctx, pdl, mma);
     }
 }
 
@@ -462,7 +463,7 @@ inline void decode_head_fused(ModelInfer& m, const CudaContext& ctx) {
         fl.argmax_cols = c.vocab_size;
     }
     gemv_fused_forward(m.logits, m.res1, head(m), nullptr, m.B, c.channels, c.padded_vocab_size, GEMV_PLAIN, fl, ctx,
-                       m.plan.pdl);
+                       m.plan.pdl, m.plan.gemv_mma);
 }
 
 }  // namespace infer_detail

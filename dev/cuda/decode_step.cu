@@ -13,6 +13,8 @@
 //      (plan.decode_mma = false)
 //   6  the step's layers as one persistent kernel (decode_persistent.cuh; GPT-2-style blocks, B <= 8)
 //   7  the shipped step as plain launches (no graph)
+//  11  the fused GEMVs on the CUDA cores where the shipped step takes the tensor cores (plan.gemv_mma =
+//      false; B = 8, llmc/gemv_mma.cuh)
 // Phases of the fused step (B <= 8), each timed alone as plain launches (pos does not move):
 //   8  the layers (decode_layers_fused, 5 kernels a layer)
 //   9  the head (norm+lm_head GEMV with the folded argmax)
@@ -200,7 +202,7 @@ void run_shape(lab::Lab& lab, const char* desc, int B) {
     auto plan_variant = [&](int id, const char* what, DecodeStepPlan p) {
         const bool same = p.gemv == shipped.gemv && p.fused == shipped.fused && p.pdl == shipped.pdl &&
                           p.fold_argmax == shipped.fold_argmax && p.decode_mma == shipped.decode_mma &&
-                          p.append_in_attention == shipped.append_in_attention;
+                          p.append_in_attention == shipped.append_in_attention && p.gemv_mma == shipped.gemv_mma;
         if (id != 0 && same) return;
         m.plan = p;
         graph_variant(id, what, [&] { model_infer_step(m, lim, ctx); });
@@ -225,6 +227,9 @@ void run_shape(lab::Lab& lab, const char* desc, int B) {
     p = shipped;
     p.decode_mma = false;
     plan_variant(5, "CUDA-core decode attention", p);
+    p = shipped;
+    p.gemv_mma = false;
+    if (shipped.fused && B == GEMV_MAX_M) plan_variant(11, "CUDA-core fused GEMVs", p);
 
     const bool fused = shipped.fused;
     std::unique_ptr<Persistent> pers;

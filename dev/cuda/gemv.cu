@@ -35,7 +35,9 @@
 // the normalized rows rounded to floatX as the GPU keeps them, matmul, gelu / swiglu, rope_forward at
 // each row's position, kv_cache_append, residual add); the cache starts random and is compared whole
 // (the written slots and the untouched ones).
-//   0 shipped: gemv_fused_forward, as generate launches it (pdl)
+//   0 shipped: gemv_fused_forward, as generate launches it (pdl): on the tensor cores where
+//     GemvPolicy::tensor_cores(M, K) takes them (llmc/gemv_mma.cuh), else on the CUDA cores
+//   4 the CUDA cores at every M and K   5 the tensor cores at every M and K
 //   2 before the latency work: gemv_fused_forward's kernels under variant 5's policy (an L2 prefetch
 //     of the first weight round, no split of K)
 //   3 norm+lm_head only: the shipped kernel with the greedy argmax folded in (GemvFusion::argmax, the
@@ -73,6 +75,10 @@ struct NoSplitPolicy : GemvPolicy {  // variant 6
 };
 struct PrefetchPolicy : NoSplitPolicy {  // variant 5, and the fused kernels' 2
     static constexpr bool preload = false;
+};
+struct MmaPolicy : GemvPolicy {  // the fused kernels' 5: the tensor cores at every M and K
+    static constexpr bool tensor_cores_rows(int) { return true; }
+    static constexpr bool tensor_cores(int, int) { return true; }
 };
 
 // Variant 7: out (M, N) = epi(inp W^T + b) on mma.sync, M <= 8, K a multiple of 8. A block of
@@ -314,8 +320,15 @@ static void run_fused(lab::Lab& L, const ModelDims& d, FusedKind kind, int M) {
     L.run(op, 0, "shipped (fused)", bytes, flops, lab::Bound::Memory, reset,
           [&] { gemv_fused_forward(d_out, d_inp, d_w, b, M, K, N, epi, f, L.ctx, true); }, check);
     L.run(op, 2, "fused, before the latency work", bytes, flops, lab::Bound::Memory, reset,
-          [&] { gemv_detail::fused_forward<PrefetchPolicy>(d_out, d_inp, d_w, b, M, K, N, epi, f, L.ctx, true); },
+          [&] { gemv_detail::fused_forward<PrefetchPolicy>(d_out, d_inp, d_w, b, M, K, N, epi, f, L.ctx, true, false); },
           check);
+    if (std::is_same<floatX, __nv_bfloat16>::value)
+        L.run(op, 4, "fused on the CUDA cores", bytes, flops, lab::Bound::Memory, reset,
+              [&] { gemv_fused_forward(d_out, d_inp, d_w, b, M, K, N, epi, f, L.ctx, true, false); }, check);
+    if (std::is_same<floatX, __nv_bfloat16>::value)
+        L.run(op, 5, "fused on the tensor cores", bytes, flops, lab::Bound::Memory, reset,
+              [&] { gemv_detail::fused_forward<MmaPolicy>(d_out, d_inp, d_w, b, M, K, N, epi, f, L.ctx, true, true); },
+              check);
     if (kind == F_LMHEAD) {  // the greedy argmax folded in: the first largest of each row's first V stored logits
         const int V = lab::GPT2_V;  // 50257 of 50304: the padded columns never count
         lab::DevBuf<int> d_am(M, "argmax");
