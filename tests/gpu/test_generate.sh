@@ -14,7 +14,8 @@
 #      models, d12 and the Llama 114M shape)
 #   3. the CUDA graph and plain launches (--graph 0) give identical tokens
 #   4. bad inputs fail with their one-line errors; --help names no kernel-choice or timing flag
-#   5. compute-sanitizer memcheck of a small run, graph and no graph, GPT-2 and Llama (MEMCHECK=0 skips it)
+#   5. compute-sanitizer memcheck of a small run, graph and no graph, GPT-2 and Llama, and a batch of 8
+#      (MEMCHECK=0 skips it)
 #   6. --bench 1: GPT-2 124M shapes (random d12), 64-token prompts, 256 new tokens, greedy, B=1 and
 #      B=64, a 1008-token prefill, B=1 without the graph, B=8, and the Llama 114M shape (12 layers,
 #      C 768, 12 heads / 4 KV heads, SwiGLU 2048, vocab 50304 padded, tied) at B=1, 8 and 64
@@ -268,18 +269,20 @@ fi
 
 # ---- 5. memcheck
 if on 5 && [ "${MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer > /dev/null; then
-    for run in "$GQA 1" "$GQA 0" "$LGQA 1"; do
-        set -- $run; mc_model=$1 gr=$2
+    # the last: a batch of 8, greedy (bf16: the fused GEMVs on the tensor cores, lm_head's folded argmax)
+    B8="--prompt-ids $P3 --prompt-ids $P4 --prompt-ids $P5 --prompt-ids $P6 --prompt-ids $P7 --prompt-ids $P1 --temperature 0"
+    for run in "$GQA 1" "$GQA 0" "$LGQA 1" "$GQA 1 b8"; do
+        set -- $run; mc_model=$1 gr=$2 more="--temperature 0.8 --top-k 10 --top-p 0.9" what=sampling
+        [ "${3:-}" = b8 ] && more=$B8 what="batch of 8, greedy"
         timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 $GEN --model $mc_model --prompt-ids $P1 \
-            --prompt-ids $P2 --temperature 0.8 --top-k 10 --top-p 0.9 --max-new 12 --eot -1 --graph $gr \
-            > "$WORK/memcheck.out" 2>&1
+            --prompt-ids $P2 $more --max-new 12 --eot -1 --graph $gr > "$WORK/memcheck.out" 2>&1
         st=$?
         grep -E "ERROR SUMMARY" "$WORK/memcheck.out" | sed 's/^/  /'
         if [ $st -ne 0 ] && grep -q "Device not supported" "$WORK/memcheck.out"; then
             echo "  memcheck: SKIPPED (sanitizer unsupported here)"; st=0
         fi
         [ $st -ne 0 ] && tail -20 "$WORK/memcheck.out"
-        report "memcheck clean, $(basename $mc_model .bin) (GQA + window), sampling, graph $gr" $st
+        report "memcheck clean, $(basename $mc_model .bin) (GQA + window), $what, graph $gr" $st
     done
 fi
 
