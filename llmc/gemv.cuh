@@ -452,14 +452,15 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
 // The grid of a kernel with NORM: at most one wave (the warps loop over the rest), each block
 // normalizing once; `blocks` without.
 template <class Kernel>
-inline int norm_grid(Kernel kernel, int blocks, size_t smem, const CudaContext& ctx) {
-    const int resident = ctx.blocks_per_sm(kernel, GEMV_THREADS, smem);
+inline int norm_grid(Kernel kernel, int blocks, size_t smem, const CudaContext& ctx, int threads = GEMV_THREADS) {
+    const int resident = ctx.blocks_per_sm(kernel, threads, smem);
     return std::min(blocks, std::max(1, std::min(resident, GEMV_NORM_BLOCKS_PER_SM)) * ctx.sm_count);
 }
 
-// One launch of gemv_mma_kernel<M, EPI, NORM> (bf16 build only), with the attribute when pdl: in
+// One launch of gemv_mma_kernel<M, EPI, NORM, W> (bf16 build only), with the attribute when pdl: in
 // llmc/gemv_mma.cuh (included at the end).
-template <int M, int EPI, bool NORM>
+constexpr int GEMV_MMA_WARPS = GEMV_THREADS / WARP_SIZE;  // the policy's warps a tile (argmax_finish's block)
+template <int M, int EPI, bool NORM, int W = GEMV_MMA_WARPS>
 inline void launch_mma(bool pdl, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K,
                        int N, const GemvFusion& f, const CudaContext& ctx);
 

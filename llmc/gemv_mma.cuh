@@ -11,9 +11,10 @@
 // pair store_outputs needs. k order: lane t loads the 8 consecutive k at kb + 8t of its A rows and of
 // input row j, and feeds them to two mma's as the logical k (2t, 2t+1, 2t+8, 2t+9): the same
 // permutation on A and B leaves every dot product unchanged.
-// Work split: a block's GEMV_MMA_WARPS warps share one tile of 8 groups, warp w taking the K slabs of 32
-// (4 packs) w, w + 4, ..., GEMV_MMA_UNROLL slabs' loads (3 x 16 bytes a lane each) before their math;
-// their sums meet in shared memory, added in warp order (deterministic), and warp 0 stores the tile.
+// Work split: a block's W warps (the policy's GEMV_MMA_WARPS) share one tile of 8 groups, warp w taking
+// the K slabs of 32 (4 packs) w, w + W, ..., GEMV_MMA_UNROLL slabs' loads (3 x 16 bytes a lane each)
+// before their math; their sums meet in shared memory, added in warp order (deterministic), and warp 0
+// stores the tile.
 // The blocks loop over the tiles (a norm kernel's grid is one wave, as gemv_kernel's). PDL: the first
 // round of weight loads is issued before pdl_wait.
 #pragma once
@@ -21,7 +22,6 @@
 
 namespace gemv_detail {
 
-constexpr int GEMV_MMA_WARPS = GEMV_THREADS / WARP_SIZE;  // argmax_finish's block shape
 constexpr int GEMV_MMA_UNROLL = 4;                        // K slabs of 32 a warp loads before its math
 constexpr int GEMV_MMA_GROUPS = 8;                        // row groups (pairs of A rows) a tile
 
@@ -52,14 +52,15 @@ __device__ inline sampler_detail::ArgMax gemv_mma_argmax_lanes(sampler_detail::A
     return r;
 }
 
-// out = epilogue(norm(inp) W^T + bias) as gemv_kernel<M, 2, EPI, NORM> (gemv.cuh), on mma.sync.
-template <int M, int EPI, bool NORM>
-__global__ void __launch_bounds__(GEMV_THREADS)
+// out = epilogue(norm(inp) W^T + bias) as gemv_kernel<M, 2, EPI, NORM> (gemv.cuh), on mma.sync, W warps a
+// block (the folded argmax: GEMV_MMA_WARPS, argmax_finish's block).
+template <int M, int EPI, bool NORM, int W = GEMV_MMA_WARPS>
+__global__ void __launch_bounds__(W * WARP_SIZE)
 gemv_mma_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K, int N, GemvFusion f) {
 #if defined(PRECISION_FP32) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
     (void)out, (void)inp, (void)weight, (void)bias, (void)K, (void)N, (void)f;  // bf16 mma.sync: sm_80+
 #else
-    constexpr int R = 2, W = GEMV_MMA_WARPS, U = GEMV_MMA_UNROLL;
+    constexpr int R = 2, U = GEMV_MMA_UNROLL;
     extern __shared__ x128 gemv_smem[];             // NORM: rows (M, K), norm weight (K), norm bias (K)
     __shared__ float4 part[W][WARP_SIZE];           // each warp's accumulators of the tile
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, j = lane / 4, t = lane % 4;
@@ -97,7 +98,7 @@ gemv_mma_kernel(floatX* out, const floatX* inp, const floatX* weight, const floa
     floatX* nw = xs + (int64_t)M * K;
     floatX* nb = nw + K;
     if constexpr (NORM) {
-        for (int i = threadIdx.x; i < packs; i += GEMV_THREADS) {
+        for (int i = threadIdx.x; i < packs; i += W * WARP_SIZE) {
             store128(nw + i * x128::size, load128(f.norm_w + i * x128::size));
             if (f.norm == GEMV_NORM_LAYER) store128(nb + i * x128::size, load128(f.norm_b + i * x128::size));
         }
@@ -157,7 +158,7 @@ gemv_mma_kernel(floatX* out, const floatX* inp, const floatX* weight, const floa
         }
         __syncthreads();  // part is free for the next tile
     }
-    if constexpr (EPI == GEMV_PLAIN)
+    if constexpr (EPI == GEMV_PLAIN && W == GEMV_MMA_WARPS)
         if (f.argmax) {
             sampler_detail::ArgMax c = gemv_mma_argmax_lanes(cand, lane);  // warps 1..3: no candidates
             argmax_finish<M>(c, f);
@@ -165,18 +166,19 @@ gemv_mma_kernel(floatX* out, const floatX* inp, const floatX* weight, const floa
 #endif
 }
 
-// One launch of gemv_mma_kernel<M, EPI, NORM> (bf16 build only), with the attribute when pdl.
-template <int M, int EPI, bool NORM>
+// One launch of gemv_mma_kernel<M, EPI, NORM, W> (bf16 build only), with the attribute when pdl.
+template <int M, int EPI, bool NORM, int W>
 inline void launch_mma(bool pdl, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int K,
                        int N, const GemvFusion& f, const CudaContext& ctx) {
     const bool pair = EPI == GEMV_SWIGLU || (EPI == GEMV_QKV && f.rope_cos != nullptr);
     int blocks = ceil_div(pair ? N / 2 : ceil_div(N, 2), GEMV_MMA_GROUPS);
     const size_t smem = NORM ? gemv_norm_smem(M, K) : 0;
-    if constexpr (NORM) blocks = norm_grid(gemv_mma_kernel<M, EPI, NORM>, blocks, smem, ctx);
-    if (f.argmax && (EPI != GEMV_PLAIN || !NORM))
-        fail("internal: the folded argmax needs a plain GEMV with its norm (a grid of one wave)");
-    launch_kernel(gemv_mma_kernel<M, EPI, NORM>, dim3(blocks), dim3(GEMV_THREADS), smem, ctx.stream, pdl, out, inp,
-                  weight, bias, K, N, f);
+    if constexpr (NORM) blocks = norm_grid(gemv_mma_kernel<M, EPI, NORM, W>, blocks, smem, ctx, W * WARP_SIZE);
+    if (f.argmax && (EPI != GEMV_PLAIN || !NORM || W != GEMV_MMA_WARPS))
+        fail("internal: the folded argmax needs a plain GEMV with its norm (a grid of one wave), %d warps a block",
+             GEMV_MMA_WARPS);
+    launch_kernel(gemv_mma_kernel<M, EPI, NORM, W>, dim3(blocks), dim3(W * WARP_SIZE), smem, ctx.stream, pdl, out,
+                  inp, weight, bias, K, N, f);
 }
 
 }  // namespace gemv_detail

@@ -38,6 +38,8 @@
 //   0 shipped: gemv_fused_forward, as generate launches it (pdl): on the tensor cores where
 //     GemvPolicy::tensor_cores(M, K) takes them (llmc/gemv_mma.cuh), else on the CUDA cores
 //   4 the CUDA cores at every M and K   5 the tensor cores at every M and K
+//   6, 7 (the residual ops at M = 8) the tensor cores with 8 and 16 warps a tile: more warps in flight
+//     where N / 16 tiles leave SMs idle (fcproj, K 2048-3072)
 //   2 before the latency work: gemv_fused_forward's kernels under variant 5's policy (an L2 prefetch
 //     of the first weight round, no split of K)
 //   3 norm+lm_head only: the shipped kernel with the greedy argmax folded in (GemvFusion::argmax, the
@@ -329,6 +331,18 @@ static void run_fused(lab::Lab& L, const ModelDims& d, FusedKind kind, int M) {
         L.run(op, 5, "fused on the tensor cores", bytes, flops, lab::Bound::Memory, reset,
               [&] { gemv_detail::fused_forward<MmaPolicy>(d_out, d_inp, d_w, b, M, K, N, epi, f, L.ctx, true, true); },
               check);
+    if (residual && M == GEMV_MAX_M && std::is_same<floatX, __nv_bfloat16>::value) {  // 6, 7: more warps a tile
+        auto wide = [&](int v, auto warps) {
+            constexpr int W = decltype(warps)::value;
+            L.run(op, v, lab::Lab::strprintf("fused on the tensor cores, %d warps a tile", W).c_str(), bytes, flops,
+                  lab::Bound::Memory, reset, [&] {
+                      gemv_detail::launch_mma<GEMV_MAX_M, GEMV_RESIDUAL, false, W>(true, d_out, d_inp, d_w, b, K, N, f,
+                                                                                   L.ctx);
+                  }, check);
+        };
+        wide(6, std::integral_constant<int, 8>{});
+        wide(7, std::integral_constant<int, 16>{});
+    }
     if (kind == F_LMHEAD) {  // the greedy argmax folded in: the first largest of each row's first V stored logits
         const int V = lab::GPT2_V;  // 50257 of 50304: the padded columns never count
         lab::DevBuf<int> d_am(M, "argmax");
