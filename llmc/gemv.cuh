@@ -187,6 +187,32 @@ __device__ inline void normalize_rows(floatX* xs, const floatX* inp, const float
     }
 }
 
+// The fused kernels' hand-off after their early loads: NORM stages the norm's weight and bias in shared
+// memory (they never depend on the kernel before), then the PDL wait, then the block normalizes inp's
+// M rows into xs (normalize_rows). Returns the rows the product reads: xs (NORM) or inp. xs: the
+// kernel's dynamic shared memory, gemv_norm_smem(M, K) bytes with NORM.
+template <int M, bool NORM>
+__device__ inline const floatX* wait_for_inputs(floatX* xs, const floatX* inp, int K, const GemvFusion& f) {
+    floatX* nw = xs + (int64_t)M * K;
+    floatX* nb = nw + K;
+    if constexpr (NORM) {
+        for (int i = threadIdx.x; i < K / x128::size; i += blockDim.x) {
+            store128(nw + i * x128::size, load128(f.norm_w + i * x128::size));
+            if (f.norm == GEMV_NORM_LAYER) store128(nb + i * x128::size, load128(f.norm_b + i * x128::size));
+        }
+        __syncthreads();
+    }
+    pdl_wait();
+    pdl_launch_dependents();
+    if constexpr (NORM) {
+        normalize_rows<M>(xs, inp, nw, nb, K, f);
+        __syncthreads();
+        return xs;
+    } else {
+        return inp;
+    }
+}
+
 // GEMV_QKV's store of input row m (sequence m): y[r] = row[r]'s value; with `pair` rows (d, d + HD/2)
 // of one head, turned by RoPE first when that head is a q or k head.
 template <int R>
@@ -370,24 +396,7 @@ gemv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* 
                         prefetch_l2(weight + (int64_t)row[r] * K + (p0 + u * pstep) * x128::size);
         }
     }
-    floatX* xs = reinterpret_cast<floatX*>(gemv_smem);
-    floatX* nw = xs + (int64_t)M * K;
-    floatX* nb = nw + K;
-    if constexpr (NORM) {
-        for (int i = threadIdx.x; i < packs; i += GEMV_THREADS) {
-            store128(nw + i * x128::size, load128(f.norm_w + i * x128::size));
-            if (f.norm == GEMV_NORM_LAYER) store128(nb + i * x128::size, load128(f.norm_b + i * x128::size));
-        }
-        __syncthreads();
-    }
-    pdl_wait();
-    pdl_launch_dependents();
-    const floatX* x = inp;
-    if constexpr (NORM) {
-        normalize_rows<M>(xs, inp, nw, nb, K, f);
-        __syncthreads();
-        x = xs;
-    }
+    const floatX* x = wait_for_inputs<M, NORM>(reinterpret_cast<floatX*>(gemv_smem), inp, K, f);
     // the folded argmax: lane m's candidate of input row m among this warp's rows
     sampler_detail::ArgMax cand{-INFINITY, f.argmax_cols};
     // block-uniform loop (the split's __syncthreads): this warp's group g, valid when g < groups

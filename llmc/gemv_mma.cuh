@@ -94,24 +94,7 @@ gemv_mma_kernel(floatX* out, const floatX* inp, const floatX* weight, const floa
         load_weights(row, warp);
         loaded = true;
     }
-    floatX* xs = reinterpret_cast<floatX*>(gemv_smem);
-    floatX* nw = xs + (int64_t)M * K;
-    floatX* nb = nw + K;
-    if constexpr (NORM) {
-        for (int i = threadIdx.x; i < packs; i += W * WARP_SIZE) {
-            store128(nw + i * x128::size, load128(f.norm_w + i * x128::size));
-            if (f.norm == GEMV_NORM_LAYER) store128(nb + i * x128::size, load128(f.norm_b + i * x128::size));
-        }
-        __syncthreads();
-    }
-    pdl_wait();
-    pdl_launch_dependents();
-    const floatX* x = inp;
-    if constexpr (NORM) {
-        normalize_rows<M>(xs, inp, nw, nb, K, f);
-        __syncthreads();
-        x = xs;
-    }
+    const floatX* x = wait_for_inputs<M, NORM>(reinterpret_cast<floatX*>(gemv_smem), inp, K, f);
     const floatX* x_row = x + (int64_t)min(j, M - 1) * K;
     sampler_detail::ArgMax cand[2] = {{-INFINITY, f.argmax_cols}, {-INFINITY, f.argmax_cols}};
     for (int tb = blockIdx.x; tb < tiles; tb += gridDim.x) {  // block-uniform
