@@ -22,9 +22,9 @@
 //   5 before the latency work: an L2 prefetch of the first round before the wait instead of the
 //     register preload, no split of K (the kernel shipped until the register preload)
 //   6 the register preload without the split of K
-//   7 tensor cores (below: gemv_mma_kernel, plain and GELU epilogues): mma.sync m16n8k16 with the
-//     weight rows as A and the M <= 8 input rows as B's 8 columns, so a warp's instruction covers 16
-//     rows x 8 inputs x 16 k instead of a lane's 8 FMAs a weight element at M = 8
+//   7 tensor cores: llmc/gemv_mma.cuh's kernel without a fusion (plain and GELU epilogues), 8 warps a
+//     tile, so a warp's instruction covers 16 rows x 8 inputs x 16 k instead of a lane's 8 FMAs a
+//     weight element at M = 8
 //
 // The fused kernels of the decode step (gemv_fused_forward, model_infer.cuh's fused step at B <= 8), as "gemv-fused"
 // ops at M = 1, 2, 4, 8 for both models (gpt2: LayerNorm, biases, GELU, 12 heads; llama: RMSNorm eps
@@ -83,64 +83,6 @@ struct MmaPolicy : GemvPolicy {  // the fused kernels' 5: the tensor cores at ev
     static constexpr bool tensor_cores(int, int) { return true; }
 };
 
-// Variant 7: out (M, N) = epi(inp W^T + b) on mma.sync, M <= 8, K a multiple of 8. A block of
-// MMA_WARPS warps computes 16 weight rows, its warps splitting K in slabs of 32: warp w takes slabs w,
-// w + MMA_WARPS, ..., MMA_UNROLL slabs' loads (3 x 16 bytes a lane each) before their math. Lane
-// (g = lane / 4, t = lane % 4) loads the 8 consecutive k at kb + 8t of weight rows g and g + 8 and of
-// input row g (zeros for g >= M and past K) and feeds them to two mma's as the logical k 2t, 2t+1,
-// 2t+8, 2t+9 (the same permutation of k on both operands leaves the dot products unchanged).
-// Accumulators: lane (g, t) holds rows g and g + 8 of inputs 2t, 2t + 1; the warps' partial sums meet
-// in shared memory in warp order. fp32 accumulation; outputs rounded to floatX once.
-constexpr int MMA_WARPS = 8, MMA_UNROLL = 4;
-template <bool GELU>
-__global__ void __launch_bounds__(MMA_WARPS * WARP_SIZE)
-gemv_mma_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int M, int K, int N) {
-    if constexpr (!std::is_same<floatX, __nv_bfloat16>::value) return;  // mma.sync's operands are bf16
-    __shared__ float part[MMA_WARPS][WARP_SIZE][4];
-    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, g = lane / 4, t = lane % 4;
-    const int row0 = blockIdx.x * 16, packs = K / x128::size, slabs = (packs + 3) / 4;
-    const floatX* w_lo = weight + (int64_t)min(row0 + g, N - 1) * K;
-    const floatX* w_hi = weight + (int64_t)min(row0 + g + 8, N - 1) * K;
-    const floatX* x_row = inp + (int64_t)min(g, M - 1) * K;
-    const x128 zero = x128::constant(from_float<floatX>(0.0f));
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int s0 = warp; s0 < slabs; s0 += MMA_WARPS * MMA_UNROLL) {
-        x128 a_lo[MMA_UNROLL], a_hi[MMA_UNROLL], b[MMA_UNROLL];
-#pragma unroll
-        for (int u = 0; u < MMA_UNROLL; u++) {
-            const int pk = (s0 + u * MMA_WARPS) * 4 + t;  // this lane's pack of the slab
-            const bool in = s0 + u * MMA_WARPS < slabs && pk < packs;
-            a_lo[u] = in ? load128cs(w_lo + pk * x128::size) : zero;
-            a_hi[u] = in ? load128cs(w_hi + pk * x128::size) : zero;
-            b[u] = in && g < M ? load128(x_row + pk * x128::size) : zero;
-        }
-#pragma unroll
-        for (int u = 0; u < MMA_UNROLL; u++) {
-            const uint32_t* lo = reinterpret_cast<const uint32_t*>(&a_lo[u]);
-            const uint32_t* hi = reinterpret_cast<const uint32_t*>(&a_hi[u]);
-            const uint32_t* bx = reinterpret_cast<const uint32_t*>(&b[u]);
-            const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]}, a1[4] = {lo[2], hi[2], lo[3], hi[3]};
-            mma_16816(acc, a0, bx[0], bx[1]);
-            mma_16816(acc, a1, bx[2], bx[3]);
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < 4; i++) part[warp][lane][i] = acc[i];
-    __syncthreads();
-    if (warp != 0) return;
-    for (int w = 1; w < MMA_WARPS; w++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) acc[i] += part[w][lane][i];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {  // acc[i]: row g (+ 8 for i >= 2) of input 2t + (i & 1)
-        const int row = row0 + g + (i >= 2 ? 8 : 0), m = 2 * t + (i & 1);
-        if (row >= N || m >= M) continue;
-        float v = acc[i] + (bias ? to_float(bias[row]) : 0.0f);
-        if constexpr (GELU) v = gelu_tanh(v);
-        out[(int64_t)m * N + row] = from_float<floatX>(v);
-    }
-}
-
 struct Shape {
     const char* model;
     const char* name;
@@ -185,9 +127,14 @@ static void run_shape(lab::Lab& L, const Shape& s, int M) {
         policy(3, "4 rows a warp", RowsPolicy<4>{}, false);
     }
     if (s.epi != GEMV_SWIGLU && std::is_same<floatX, __nv_bfloat16>::value)  // bf16 operands only
-        L.run(op, 7, "tensor cores (mma.sync)", bytes, flops, lab::Bound::Memory, reset, [&] {
-            auto kernel = s.epi == GEMV_GELU ? gemv_mma_kernel<true> : gemv_mma_kernel<false>;
-            kernel<<<(N + 15) / 16, MMA_WARPS * WARP_SIZE, 0, L.stream()>>>(d_out, d_inp, d_w, b, M, K, N);
+        L.run(op, 7, "tensor cores (mma.sync, 8 warps a tile)", bytes, flops, lab::Bound::Memory, reset, [&] {
+            gemv_detail::with_m(M, [&](auto m) {
+                constexpr int MM = decltype(m)::value;
+                const GemvFusion none{};
+                auto launch = s.epi == GEMV_GELU ? gemv_detail::launch_mma<MM, GEMV_GELU, false, 8>
+                                                 : gemv_detail::launch_mma<MM, GEMV_PLAIN, false, 8>;
+                launch(false, d_out, d_inp, d_w, b, K, N, none, L.ctx);
+            });
             cudaCheck(cudaGetLastError());
         }, check);
     policy(5, "before: prefetch, no split", PrefetchPolicy{}, true);
